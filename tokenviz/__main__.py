@@ -1,0 +1,3 @@
+from tokenviz.cli import run
+
+run()

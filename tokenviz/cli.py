@@ -1,0 +1,187 @@
+"""Command line: `tokenviz [PROMPT]` opens the app; `tokenviz trace PROMPT` runs the journey headless.
+
+Every foreseeable mistake ends with one line on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from tokenviz import __version__
+from tokenviz.errors import TokenvizError
+
+DEFAULT_PROMPT = "The Eiffel Tower is located in"
+SUBCOMMANDS = ("trace",)
+
+err = Console(stderr=True, highlight=False)
+
+
+def fail(message: str) -> None:
+    err.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    raise typer.Exit(2)
+
+
+# ---- options shared by the app and the trace ---------------------------------------------------
+
+Model = Annotated[Optional[str], typer.Option(
+    "--model", "-m", help="Hugging Face id, local model directory or .gguf path. Default: the bundled SmolLM2-135M.")]
+Device = Annotated[str, typer.Option(help="auto (GPU if there is one), cpu, cuda or mps.")]
+Dtype = Annotated[str, typer.Option(help="auto, float32, bfloat16 or float16.")]
+TrustRemoteCode = Annotated[bool, typer.Option(help="Allow a model's own Python code to run.")]
+Temperature = Annotated[float, typer.Option("--temperature", "-t", help="0 = greedy.")]
+TopK = Annotated[int, typer.Option("--top-k", help="0 = off.")]
+TopP = Annotated[float, typer.Option("--top-p", help="1.0 = off.")]
+MinP = Annotated[float, typer.Option("--min-p", help="0 = off.")]
+RepetitionPenalty = Annotated[float, typer.Option(help="1.0 = off.")]
+PresencePenalty = Annotated[float, typer.Option(help="0 = off.")]
+FrequencyPenalty = Annotated[float, typer.Option(help="0 = off.")]
+Seed = Annotated[int, typer.Option(help="Seed of the draws: same seed and settings, same journey.")]
+Stop = Annotated[Optional[list[str]], typer.Option("--stop", help="Stop string (repeatable).")]
+
+
+def make_settings(**kwargs):
+    from tokenviz.sampling import SamplingSettings
+
+    kwargs["stop"] = tuple(kwargs.get("stop") or ())
+    return SamplingSettings(**kwargs)
+
+
+@contextlib.contextmanager
+def stderr_progress():
+    """A progress reporter for model loading: a bar while converting, a dim line otherwise."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                  console=err, transient=True) as bar:
+        task = None
+
+        def report(message: str, fraction: float | None) -> None:
+            nonlocal task
+            if fraction is None:
+                err.print(f"[dim]{message}[/]")
+                return
+            if task is None:
+                task = bar.add_task(message, total=1.0)
+            bar.update(task, completed=fraction, description=message)
+
+        yield report
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"tokenviz {__version__}")
+        raise typer.Exit()
+
+
+# ---- tokenviz [PROMPT]: the app ------------------------------------------------------------------
+
+app_cli = typer.Typer(add_completion=False, rich_markup_mode="rich", pretty_exceptions_enable=False)
+
+
+@app_cli.command(epilog="Headless: [bold]tokenviz trace PROMPT --steps N [--json][/]  (tokenviz trace --help)")
+def open_app(
+    prompt: Annotated[Optional[str], typer.Argument(help="Text to start from.")] = None,
+    model: Model = None,
+    device: Device = "auto",
+    dtype: Dtype = "auto",
+    trust_remote_code: TrustRemoteCode = False,
+    temperature: Temperature = 0.7,
+    top_k: TopK = 50,
+    top_p: TopP = 0.9,
+    min_p: MinP = 0.0,
+    repetition_penalty: RepetitionPenalty = 1.0,
+    presence_penalty: PresencePenalty = 0.0,
+    frequency_penalty: FrequencyPenalty = 0.0,
+    seed: Seed = 0,
+    max_new_tokens: Annotated[int, typer.Option(help="Autoplay stops after this many tokens.")] = 256,
+    stop: Stop = None,
+    theme: Annotated[str, typer.Option(help="Colour theme (see themes/).")] = "tokenviz-dark",
+    version: Annotated[bool, typer.Option("--version", callback=version_callback, is_eager=True,
+                                          help="Show the version and exit.")] = False,
+) -> None:
+    """Watch a language model think, one token at a time."""
+    try:
+        settings = make_settings(
+            temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+            repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
+            frequency_penalty=frequency_penalty, seed=seed, max_new_tokens=max_new_tokens, stop=stop,
+        )
+        from tokenviz.app import TokenvizApp
+        from tokenviz.themes import load_themes
+
+        themes = load_themes()
+        if theme not in themes:
+            fail(f"unknown theme {theme!r}; available: {', '.join(sorted(themes))}")
+    except TokenvizError as exc:
+        fail(str(exc))
+    app = TokenvizApp(
+        prompt=prompt if prompt is not None else DEFAULT_PROMPT,
+        model=model, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
+        settings=settings, theme=theme,
+    )
+    app.run()
+    if app.fatal_error:
+        fail(app.fatal_error)
+
+
+# ---- tokenviz trace PROMPT: headless ------------------------------------------------------------
+
+trace_cli = typer.Typer(add_completion=False, rich_markup_mode="rich", pretty_exceptions_enable=False)
+
+
+@trace_cli.command()
+def trace(
+    prompt: Annotated[str, typer.Argument(help="Text to start from.")],
+    steps: Annotated[int, typer.Option(help="How many tokens to generate.")] = 16,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    model: Model = None,
+    device: Device = "auto",
+    dtype: Dtype = "auto",
+    trust_remote_code: TrustRemoteCode = False,
+    temperature: Temperature = 0.7,
+    top_k: TopK = 50,
+    top_p: TopP = 0.9,
+    min_p: MinP = 0.0,
+    repetition_penalty: RepetitionPenalty = 1.0,
+    presence_penalty: PresencePenalty = 0.0,
+    frequency_penalty: FrequencyPenalty = 0.0,
+    seed: Seed = 0,
+    stop: Stop = None,
+) -> None:
+    """Run the journey headless and print every step (a table, or JSON with --json)."""
+    from tokenviz.trace import run_trace, print_table
+
+    try:
+        if steps < 1:
+            raise TokenvizError(f"--steps must be at least 1, got {steps}")
+        settings = make_settings(
+            temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+            repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
+            frequency_penalty=frequency_penalty, seed=seed, max_new_tokens=steps, stop=stop,
+        )
+        with stderr_progress() as progress:
+            document = run_trace(
+                prompt, settings, model=model, device=device, dtype=dtype,
+                trust_remote_code=trust_remote_code, progress=progress,
+            )
+    except TokenvizError as exc:
+        fail(str(exc))
+    if as_json:
+        sys.stdout.write(json.dumps(document, ensure_ascii=False) + "\n")
+    else:
+        print_table(document, Console())
+
+
+def run() -> None:
+    """Entry point: route `trace` to its own command, everything else to the app."""
+    args = sys.argv[1:]
+    if args and args[0] in SUBCOMMANDS:
+        trace_cli(args=args[1:], prog_name="tokenviz trace")
+    else:
+        app_cli(args=args, prog_name="tokenviz")

@@ -1,0 +1,17 @@
+"""Errors a user can cause and fix. Each carries one line that is shown as is, never a traceback."""
+
+
+class TokenvizError(Exception):
+    """A foreseeable problem with the user's input or environment."""
+
+
+class SettingsError(TokenvizError):
+    """A sampling setting out of its range."""
+
+
+class ModelLoadError(TokenvizError):
+    """The model could not be found or loaded."""
+
+
+class PromptError(TokenvizError):
+    """The prompt cannot be run (empty, or longer than the model's context)."""

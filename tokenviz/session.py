@@ -1,0 +1,191 @@
+"""The journey: the prompt, the tokens chosen so far, one StepRecord per forward pass.
+
+The last record is *pending* while the session runs: its forward pass is done and its decision is
+a preview that settings changes re-decide from the same logits. `step()` commits that decision,
+appends the token and runs the next forward; `rewind()` crops the cache and the history so the
+state equals the one before those steps, logits included.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from tokenviz.engine.runner import Forward, ModelRunner
+from tokenviz.errors import PromptError, TokenvizError
+from tokenviz.records import SamplingRecord, StepRecord, TokenChip
+from tokenviz.sampling import SamplingSettings, decide
+
+TOP_N = 20
+
+
+class Session:
+    def __init__(self, runner: ModelRunner, settings: SamplingSettings | None = None, top_n: int = TOP_N):
+        self.runner = runner
+        self.settings = settings or SamplingSettings()
+        self.top_n = top_n
+        self.prompt = ""
+        self.prompt_ids: list[int] = []
+        self.ids: list[int] = []  # prompt + committed tokens
+        self.records: list[StepRecord] = []
+        self.stop_reason: str | None = None
+        self._pending_logits: torch.Tensor | None = None
+        self._prefill_logits: torch.Tensor | None = None
+
+    # ---- what the journey is now -------------------------------------------------------------
+
+    @property
+    def generated_ids(self) -> list[int]:
+        return self.ids[len(self.prompt_ids):]
+
+    @property
+    def pending(self) -> StepRecord | None:
+        return self.records[-1] if self.records and self.stop_reason is None else None
+
+    @property
+    def text(self) -> str:
+        return self.runner.decode(self.ids)
+
+    @property
+    def generated_text(self) -> str:
+        return self.runner.decode(self.generated_ids)
+
+    def chips(self) -> list[TokenChip]:
+        n = len(self.prompt_ids)
+        special = self.runner.special_ids
+        return [
+            TokenChip(id=t, text=self.runner.piece(t), is_prompt=i < n, is_special=t in special)
+            for i, t in enumerate(self.ids)
+        ]
+
+    # ---- moves ------------------------------------------------------------------------------------
+
+    def start(self, prompt: str) -> StepRecord:
+        """Tokenize and prefill `prompt`; the first next-token decision becomes pending."""
+        ids = self.runner.encode(prompt)
+        context = self.runner.info.context
+        if not ids:
+            raise PromptError("the prompt is empty: type some text to start from")
+        if len(ids) >= context:
+            raise PromptError(f"the prompt has {len(ids)} tokens but this model reads at most {context}; shorten it")
+        self.runner.reset()
+        self.prompt, self.prompt_ids, self.ids = prompt, list(ids), list(ids)
+        self.records, self.stop_reason = [], None
+        forward = self.runner.forward(ids)
+        self._prefill_logits = forward.logits
+        return self._push(forward, ids)
+
+    def step(self, forced_id: int | None = None) -> StepRecord | None:
+        """Commit the pending decision (or `forced_id` instead) and run the next forward pass.
+
+        Returns the new pending record, or None once a stop condition holds.
+        """
+        if self.stop_reason is not None:
+            return self._resume()
+        if not self.records:
+            raise TokenvizError("nothing to step: start a prompt first")
+        if forced_id is not None:
+            if not 0 <= forced_id < self.runner.info.vocab:
+                raise TokenvizError(f"token id {forced_id} is outside the vocabulary (0-{self.runner.info.vocab - 1})")
+            self._redecide(forced_id)
+        self.ids.append(self.records[-1].chosen.chosen_id)
+        self.stop_reason = self._check_stop()
+        if self.stop_reason is not None:
+            self._pending_logits = None
+            return None
+        token = self.ids[-1]
+        return self._push(self.runner.forward([token]), [token])
+
+    def force_rank(self, rank: int) -> StepRecord | None:
+        """Commit the rank-th most likely token of the model's raw distribution (1-based)."""
+        pending = self.pending
+        if pending is None:
+            raise TokenvizError(f"generation has stopped ({self.stop_reason}): rewind first to branch")
+        if not 1 <= rank <= len(pending.top):
+            raise TokenvizError(f"rank {rank} is outside the top {len(pending.top)}")
+        return self.step(forced_id=pending.top[rank - 1].id)
+
+    def branch(self, steps_back: int, rank: int) -> StepRecord | None:
+        """Rewind `steps_back` tokens, then take the rank-th token there instead."""
+        self.rewind(steps_back)
+        return self.force_rank(rank)
+
+    def rewind(self, n: int = 1) -> int:
+        """Undo the last `n` committed tokens; returns how many were undone."""
+        n = min(n, len(self.generated_ids))
+        if n <= 0:
+            return 0
+        keep = len(self.generated_ids) - n
+        self.ids = self.ids[: len(self.prompt_ids) + keep]
+        self.records = self.records[: keep + 1]
+        self.stop_reason = None
+        if keep == 0:
+            self.runner.crop(len(self.ids))
+            self._pending_logits = self._prefill_logits
+        else:
+            # The cache keeps everything before the last token; feeding it again restores the logits.
+            self.runner.crop(len(self.ids) - 1)
+            self._pending_logits = self.runner.forward([self.ids[-1]]).logits
+        self._redecide()
+        return n
+
+    def set_settings(self, settings: SamplingSettings) -> None:
+        """New settings re-decide the pending step from the logits already computed."""
+        self.settings = settings
+        if self.pending is not None:
+            self._redecide()
+
+    # ---- internals ----------------------------------------------------------------------------
+
+    def _decide(self, logits: torch.Tensor, forced_id: int | None = None) -> SamplingRecord:
+        return decide(logits, self.settings, self.ids, self.generated_ids, self.runner.piece, forced_id)
+
+    def _redecide(self, forced_id: int | None = None) -> None:
+        assert self._pending_logits is not None
+        self.records[-1] = dataclasses.replace(
+            self.records[-1], decision=self._decide(self._pending_logits, forced_id)
+        )
+
+    def _push(self, forward: Forward, input_ids: list[int]) -> StepRecord:
+        top, entropy = self.runner.summarise(forward.logits, self.top_n)
+        record = StepRecord(
+            index=len(self.records),
+            position=len(self.ids),
+            input_ids=tuple(input_ids),
+            input_texts=tuple(self.runner.piece(t) for t in input_ids),
+            top=top,
+            entropy=entropy,
+            attention=forward.attention,
+            forward_ms=forward.ms,
+            kv_len=self.runner.kv_len,
+            kv_bytes=self.runner.kv_bytes,
+            decision=self._decide(forward.logits),
+        )
+        self._pending_logits = forward.logits
+        self.records.append(record)
+        return record
+
+    def _check_stop(self) -> str | None:
+        if self.ids[-1] in self.runner.eos_ids:
+            return "end of sequence"
+        if len(self.generated_ids) >= self.settings.max_new_tokens:
+            return f"max new tokens ({self.settings.max_new_tokens})"
+        if self.settings.stop:
+            text = self.generated_text
+            for stop in self.settings.stop:
+                if stop in text:
+                    return f"stop string {stop!r}"
+        if len(self.ids) >= self.runner.info.context:
+            return f"context full ({self.runner.info.context} tokens)"
+        return None
+
+    def _resume(self) -> StepRecord | None:
+        """After a stop whose reason no longer holds (a larger max, a removed stop string), go on."""
+        reason = self._check_stop()
+        if reason is not None:
+            self.stop_reason = reason
+            return None
+        self.stop_reason = None
+        token = self.ids[-1]
+        return self._push(self.runner.forward([token]), [token])

@@ -1,0 +1,77 @@
+"""The headless journey: load, prefill, step until done, as one JSON-ready document."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from rich.console import Console
+from rich.table import Table
+
+from tokenviz.engine import ModelRunner, load_model
+from tokenviz.render.pieces import visible
+from tokenviz.sampling import SamplingSettings
+from tokenviz.session import Session
+
+
+def journey_document(session: Session) -> dict:
+    info = session.runner.info
+    committed = len(session.generated_ids)
+    return {
+        "model": info.to_json(),
+        "settings": session.settings.to_json(),
+        "prompt": [{"id": t, "text": session.runner.piece(t)} for t in session.prompt_ids],
+        "steps": [r.to_json() for r in session.records[:committed]],
+        "prefill_ms": session.records[0].forward_ms if session.records else None,
+        "stop_reason": session.stop_reason,
+        "text": session.generated_text,
+        "full_text": session.text,
+    }
+
+
+def run_session(session: Session, prompt: str) -> Session:
+    """Prefill and step until a stop condition (max new tokens bounds it)."""
+    session.start(prompt)
+    while session.step() is not None:
+        pass
+    return session
+
+
+def run_trace(
+    prompt: str,
+    settings: SamplingSettings,
+    model: str | None = None,
+    device: str = "auto",
+    dtype: str = "auto",
+    trust_remote_code: bool = False,
+    progress: Callable[[str, float | None], None] = lambda message, fraction: None,
+) -> dict:
+    loaded = load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code, progress=progress)
+    session = Session(ModelRunner(loaded), settings)
+    return journey_document(run_session(session, prompt))
+
+
+def print_table(doc: dict, console: Console) -> None:
+    m = doc["model"]
+    console.print(f"[bold]{m['name']}[/] · {m['device']} · {m['dtype']} · {m['layers']} layers · {m['heads']} heads")
+    console.print("prompt: " + " ".join(f"[cyan]{visible(t['text'])}[/][dim]{t['id']}[/]" for t in doc["prompt"]))
+    table = Table(show_lines=False, header_style="bold")
+    for col in ("step", "chosen", "id", "p(final)", "rank", "mode", "u", "top 3 (raw softmax)", "stages kept", "fwd ms"):
+        table.add_column(col, justify="right" if col in ("step", "id", "p(final)", "rank", "u", "fwd ms") else "left")
+    for s in doc["steps"]:
+        draw = s["draw"]
+        table.add_row(
+            str(s["index"]),
+            visible(s["chosen"]["text"]),
+            str(s["chosen"]["id"]),
+            f"{s['chosen']['prob']:.3f}",
+            str(draw["raw_rank"]),
+            draw["mode"],
+            "" if draw["u"] is None else f"{draw['u']:.3f}",
+            "  ".join(f"{visible(t['text'])} {t['prob']:.2f}" for t in s["top"][:3]),
+            " → ".join(f"{st['name']} {st['kept']}" for st in s["stages"]) or "—",
+            f"{s['ms']['forward']:.1f}",
+        )
+    console.print(table)
+    console.print(f"[bold]text:[/] {doc['full_text']}")
+    if doc["stop_reason"]:
+        console.print(f"[dim]stopped: {doc['stop_reason']}[/]")
