@@ -33,7 +33,7 @@ Model = Annotated[Optional[str], typer.Option(
     "--model", "-m", help="Hugging Face id, local model directory or .gguf path. Default: the bundled SmolLM2-135M.")]
 Device = Annotated[str, typer.Option(help="auto (GPU if there is one), cpu, cuda or mps.")]
 Dtype = Annotated[str, typer.Option(help="auto, float32, bfloat16 or float16.")]
-TrustRemoteCode = Annotated[bool, typer.Option(help="Allow a model's own Python code to run.")]
+TrustRemoteCode = Annotated[bool, typer.Option("--trust-remote-code", help="Allow a model's own Python code to run.")]
 Temperature = Annotated[float, typer.Option("--temperature", "-t", help="0 = greedy.")]
 TopK = Annotated[int, typer.Option("--top-k", help="0 = off.")]
 TopP = Annotated[float, typer.Option("--top-p", help="1.0 = off.")]
@@ -64,7 +64,7 @@ def stderr_progress():
         def report(message: str, fraction: float | None) -> None:
             nonlocal task
             if fraction is None:
-                err.print(f"[dim]{message}[/]")
+                err.print(f"[dim]{message}[/]", soft_wrap=True)
                 return
             if task is None:
                 task = bar.add_task(message, total=1.0)

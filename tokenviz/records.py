@@ -52,7 +52,7 @@ class SamplingRecord:
     chosen_rank: int  # 1-based rank in the final distribution
     raw_rank: int  # 1-based rank in the model's raw distribution
     raw_prob: float
-    ms: float
+    ms: float = field(default=0.0, compare=False)  # timing is not part of the decision
 
     def to_json(self) -> dict:
         return {
@@ -78,8 +78,8 @@ class StepRecord:
     input_texts: tuple[str, ...]
     top: tuple[Candidate, ...]
     entropy: float  # bits, of the model's raw distribution
-    attention: np.ndarray = field(repr=False)  # float16 (layers, heads, queries, keys)
-    forward_ms: float = 0.0
+    attention: np.ndarray = field(repr=False, compare=False)  # float16 (layers, heads, queries, keys)
+    forward_ms: float = field(default=0.0, compare=False)
     kv_len: int = 0
     kv_bytes: int = 0
     decision: SamplingRecord | None = None

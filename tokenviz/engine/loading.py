@@ -239,6 +239,9 @@ def load_model(
         source = str(directory)
     elif Path(spec).expanduser().is_dir():
         source, name = str(Path(spec).expanduser()), spec
+        if not (Path(source) / "config.json").is_file():
+            raise ModelLoadError(f"could not load model {spec!r}: the directory has no config.json "
+                                 "(not a Hugging Face model directory)")
     elif Path(spec).expanduser().exists():
         raise ModelLoadError(f"{spec} is a file, not a model directory or a .gguf file")
     elif spec.startswith((".", "/", "~")) or spec.count("/") > 1:
