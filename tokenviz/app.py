@@ -1,0 +1,280 @@
+"""The Textual app: panes, keys, themes. It renders Snapshots and sends commands; it never
+touches torch. The engine runs in the bridge's thread."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Callable
+
+from textual import on
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.command import Hit, Hits, Provider
+from textual.containers import Horizontal
+from textual.message import Message
+from textual.reactive import reactive
+from textual.widgets import Footer, ProgressBar
+
+from tokenviz.bridge import EngineBridge, Snapshot
+from tokenviz.render.attention import HEAD_MODES
+from tokenviz.sampling import SamplingSettings
+from tokenviz.themes import DEFAULT_THEME, load_themes
+from tokenviz.widgets import AttentionPane, NextTokenPane, SamplingPane, StatusLine, TokensPane
+from tokenviz.widgets.screens import HelpScreen, PromptScreen
+from tokenviz.widgets.view import View
+
+
+class EngineUpdate(Message):
+    def __init__(self, snapshot: Snapshot):
+        super().__init__()
+        self.snapshot = snapshot
+
+
+class TokenvizCommands(Provider):
+    """Command palette entries beyond Textual's own (which already lists the themes)."""
+
+    async def search(self, query: str) -> Hits:
+        app = self.app
+        assert isinstance(app, TokenvizApp)
+        entries = [
+            ("Step: take the pending token", app.action_step),
+            ("Autoplay on/off", app.action_autoplay),
+            ("Rewind one step", app.action_rewind),
+            ("Reset to the prompt", app.action_reset),
+            ("Edit the prompt", app.action_edit_prompt),
+            ("Greedy on/off", partial(app.action_adjust, "greedy", 1)),
+            ("New seed", partial(app.action_adjust, "seed", 1)),
+            ("Min-p up", partial(app.action_adjust, "min_p", 1)),
+            ("Min-p down", partial(app.action_adjust, "min_p", -1)),
+            ("Repetition penalty up", partial(app.action_adjust, "repetition_penalty", 1)),
+            ("Repetition penalty down", partial(app.action_adjust, "repetition_penalty", -1)),
+            ("Model info", app.action_model_info),
+            ("Export an SVG screenshot", app.action_export_svg),
+            ("Help: what each pane shows", app.action_help),
+        ]
+        for name in sorted(app.available_themes):
+            if name.startswith("tokenviz"):
+                entries.append((f"Theme: {name}", partial(setattr, app, "theme", name)))
+        matcher = self.matcher(query)
+        for label, callback in entries:
+            score = matcher.match(label)
+            if score > 0:
+                yield Hit(score, matcher.highlight(label), callback, help=None)
+
+
+class TokenvizApp(App):
+    TITLE = "tokenviz"
+    COMMANDS = App.COMMANDS | {TokenvizCommands}
+    CSS = """
+    Screen { layout: vertical; }
+    #loading { height: 1; margin: 0 1; }
+    #loading.-hidden { display: none; }
+    TokensPane { height: 7; }
+    #middle { height: 1fr; }
+    #middle > * { height: 100%; }
+    AttentionPane { width: 1fr; }
+    NextTokenPane { width: 56; }
+    SamplingPane { height: 15; }
+    Screen.-narrow TokensPane { height: 5; }
+    Screen.-narrow NextTokenPane { width: 40; }
+    Screen.-narrow SamplingPane { height: 9; }
+    Screen.-short TokensPane { height: 4; }
+    Screen.-short SamplingPane { height: 8; }
+    """
+    BINDINGS = [
+        Binding("space,n", "step", "step"),
+        Binding("a", "autoplay", "play/pause"),
+        Binding("backspace", "rewind", "rewind"),
+        Binding("r", "reset", "reset"),
+        Binding("e", "edit_prompt", "prompt"),
+        Binding("t", "adjust('temperature', -1)", "temp-", show=False),
+        Binding("T", "adjust('temperature', 1)", "temp±"),
+        Binding("k", "adjust('top_k', -1)", "top-k-", show=False),
+        Binding("K", "adjust('top_k', 1)", "top-k±"),
+        Binding("p", "adjust('top_p', -1)", "top-p-", show=False),
+        Binding("P", "adjust('top_p', 1)", "top-p±"),
+        Binding("g", "adjust('greedy', 1)", "greedy"),
+        Binding("s", "adjust('seed', 1)", "seed"),
+        Binding("left_square_bracket", "layer(-1)", "layer-", show=False),
+        Binding("right_square_bracket", "layer(1)", "layer±"),
+        Binding("h", "head(1)", "head±"),
+        Binding("H", "head(-1)", "head-", show=False),
+        *[Binding(str(i), f"force({i})", f"force #{i}", show=False) for i in range(1, 10)],
+        Binding("left", "cursor(-1)", "cursor-", show=False),
+        Binding("right", "cursor(1)", "cursor+", show=False),
+        Binding("question_mark", "help", "help"),
+        Binding("q", "quit", "quit"),
+    ]
+
+    layer: reactive[int] = reactive(0, init=False)
+    head: reactive[int | str] = reactive("mean", init=False)
+    cursor: reactive[int | None] = reactive(None, init=False)  # None: follow the newest token
+
+    def __init__(self, prompt: str = "", model: str | None = None, device: str = "auto", dtype: str = "auto",
+                 trust_remote_code: bool = False, settings: SamplingSettings | None = None,
+                 theme: str = DEFAULT_THEME, loader: Callable | None = None, bridge_factory: Callable | None = None):
+        super().__init__()
+        self.fatal_error: str | None = None
+        self.snapshot: Snapshot | None = None
+        self._layer_chosen = False
+        for t in load_themes().values():
+            self.register_theme(t)
+        self.theme = theme
+        if loader is None:
+            from tokenviz.engine.loading import load_model
+
+            def loader(progress):
+                return load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
+                                  progress=progress)
+        post = lambda snapshot: self.post_message(EngineUpdate(snapshot))  # noqa: E731 (thread-safe)
+        factory = bridge_factory or EngineBridge
+        self.bridge = factory(post=post, loader=loader, settings=settings or SamplingSettings(), prompt=prompt)
+
+    def compose(self) -> ComposeResult:
+        yield ProgressBar(id="loading", show_eta=False)
+        yield TokensPane()
+        with Horizontal(id="middle"):
+            yield AttentionPane()
+            yield NextTokenPane()
+        yield SamplingPane()
+        yield StatusLine()
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._fit_layout()
+        self.bridge.start()
+
+    def on_unmount(self) -> None:
+        self.bridge.stop(timeout=0.5)
+
+    def on_resize(self) -> None:
+        self._fit_layout()
+
+    def _fit_layout(self) -> None:
+        self.screen.set_class(self.size.width < 120, "-narrow")
+        self.screen.set_class(self.size.height < 30, "-short")
+
+    # ---- engine updates ---------------------------------------------------------------------------
+
+    @on(EngineUpdate)
+    def on_engine_update(self, message: EngineUpdate) -> None:
+        s = message.snapshot
+        self.snapshot = s
+        if s.error:
+            self.notify(s.error, severity="error", timeout=6)
+        if s.state == "error" and s.info is None:
+            self.fatal_error = s.error
+        bar = self.query_one("#loading", ProgressBar)
+        bar.set_class(s.info is not None or s.state == "error", "-hidden")
+        if s.progress is not None:
+            bar.update(total=1.0, progress=s.progress)
+        if s.info is not None and not self._layer_chosen:
+            self.layer = s.info.layers - 1
+        self.refresh_panes()
+
+    def current_view(self) -> View | None:
+        s = self.snapshot
+        if s is None or s.info is None or not s.records:
+            return None
+        positions = s.prompt_len + len(s.records) - 1
+        cursor = positions - 1 if self.cursor is None else min(self.cursor, positions - 1)
+        return View(snapshot=s, layer=min(self.layer, s.info.layers - 1), head=self.head, cursor=cursor)
+
+    def refresh_panes(self) -> None:
+        if self.snapshot is None:
+            return
+        self.query_one(StatusLine).show(self.snapshot)
+        view = self.current_view()
+        if view is None:
+            return
+        with self.batch_update():
+            self.query_one(TokensPane).show(view)
+            self.query_one(AttentionPane).show(view)
+            self.query_one(NextTokenPane).show(view)
+            self.query_one(SamplingPane).show(view)
+
+    def watch_layer(self) -> None:
+        self.refresh_panes()
+
+    def watch_head(self) -> None:
+        self.refresh_panes()
+
+    def watch_cursor(self) -> None:
+        self.refresh_panes()
+
+    def watch_theme(self) -> None:
+        self.refresh_panes()
+
+    # ---- actions ----------------------------------------------------------------------------------------
+
+    def action_step(self) -> None:
+        self.cursor = None
+        self.bridge.submit("step")
+
+    def action_autoplay(self) -> None:
+        self.cursor = None
+        self.bridge.submit("toggle_play")
+
+    def action_rewind(self) -> None:
+        self.cursor = None
+        self.bridge.submit("rewind", n=1)
+
+    def action_reset(self) -> None:
+        self.cursor = None
+        self.bridge.submit("reset")
+
+    def action_force(self, rank: int) -> None:
+        self.cursor = None
+        self.bridge.submit("force", rank=rank)
+
+    def action_adjust(self, name: str, direction: int) -> None:
+        self.bridge.submit("adjust", name=name, direction=direction)
+
+    def action_layer(self, delta: int) -> None:
+        if self.snapshot and self.snapshot.info:
+            self._layer_chosen = True
+            self.layer = (self.layer + delta) % self.snapshot.info.layers
+
+    def action_head(self, delta: int) -> None:
+        if not (self.snapshot and self.snapshot.info):
+            return
+        cycle = [*HEAD_MODES, *range(self.snapshot.info.heads)]
+        self.head = cycle[(cycle.index(self.head) + delta) % len(cycle)]
+
+    def action_cursor(self, delta: int) -> None:
+        view = self.current_view()
+        if view is None:
+            return
+        self.cursor = min(max(view.cursor + delta, 0), view.positions - 1)
+
+    def action_edit_prompt(self) -> None:
+        def submitted(prompt: str | None) -> None:
+            if prompt is not None:
+                self.cursor = None
+                self.bridge.submit("start", prompt=prompt)
+
+        self.push_screen(PromptScreen(self.snapshot.prompt if self.snapshot else ""), submitted)
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_model_info(self) -> None:
+        s = self.snapshot
+        if s is None or s.info is None:
+            self.notify("the model is still loading")
+            return
+        i = s.info
+        self.notify(
+            f"{i.name} ({i.architecture}): {i.layers} layers, {i.heads} query heads sharing {i.kv_heads} KV heads "
+            f"of {i.head_dim}, hidden {i.hidden}, vocab {i.vocab}, context {i.context}, positions {i.positions}"
+            f"{', tied input/output embeddings' if i.tied_embeddings else ''}; {i.device}, {i.dtype}",
+            title="model", timeout=12,
+        )
+
+    def action_export_svg(self) -> None:
+        path = self.save_screenshot()
+        self.notify(f"saved {path}")
+
+    async def action_quit(self) -> None:
+        self.bridge.stop(timeout=0.2)
+        self.exit()

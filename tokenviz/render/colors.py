@@ -1,0 +1,27 @@
+"""Colour ramps from a theme's stops, as ready-made hex strings (index = quantised value)."""
+
+from __future__ import annotations
+
+Rgb = tuple[int, int, int]
+
+
+def parse_hex(color: str) -> Rgb:
+    color = color.strip().lstrip("#")
+    if len(color) == 3:
+        color = "".join(c * 2 for c in color)
+    return int(color[0:2], 16), int(color[2:4], 16), int(color[4:6], 16)
+
+
+def ramp(stops: list[str], n: int = 64) -> list[str]:
+    """`n` colours evenly interpolated through `stops` (hex strings), low to high."""
+    rgb = [parse_hex(s) for s in stops]
+    if len(rgb) == 1:
+        return ["#%02x%02x%02x" % rgb[0]] * n
+    out = []
+    for i in range(n):
+        x = i / (n - 1) * (len(rgb) - 1)
+        j = min(int(x), len(rgb) - 2)
+        t = x - j
+        a, b = rgb[j], rgb[j + 1]
+        out.append("#%02x%02x%02x" % tuple(round(a[k] + (b[k] - a[k]) * t) for k in range(3)))
+    return out

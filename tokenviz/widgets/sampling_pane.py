@@ -1,0 +1,83 @@
+"""Sampling pane: each stage in order, the distribution before and after, the draw, the decision."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+from tokenviz.render.bars import bar
+from tokenviz.render.pieces import visible
+from tokenviz.widgets.view import View, theme_var
+
+
+def settings_line(settings) -> str:
+    s = settings
+    parts = ["greedy (T=0)" if s.greedy else f"T {s.temperature:.2f}",
+             f"top-k {s.top_k or 'off'}", f"top-p {s.top_p:.2f}" if s.top_p < 1 else "top-p off",
+             f"min-p {s.min_p:.2f}" if s.min_p else "min-p off",
+             f"rep {s.repetition_penalty:g}", f"pres {s.presence_penalty:g}", f"freq {s.frequency_penalty:g}",
+             f"seed {s.seed}"]
+    return " · ".join(parts)
+
+
+def decision_line(d) -> str:
+    token = visible(d.chosen_text)
+    if d.mode == "greedy":
+        return f"greedy: argmax → {token} (raw p {d.raw_prob:.3f})"
+    if d.mode == "forced":
+        return f"forced (a branch): {token} (raw rank {d.raw_rank}, p {d.raw_prob:.3f}; final p {d.chosen_prob:.3f})"
+    low, high = d.band
+    return (f"draw u = {d.u:.4f} fell in [{low:.4f}, {high:.4f}) → sampled {token} "
+            f"(final rank {d.chosen_rank}, p {d.chosen_prob:.3f}; raw rank {d.raw_rank})")
+
+
+class SamplingPane(Static):
+    DEFAULT_CSS = "SamplingPane { border: round $panel-lighten-2; border-title-color: $primary; }"
+
+    def on_mount(self) -> None:
+        self.border_title = "sampling"
+
+    def show(self, view: View) -> None:
+        record = view.record
+        settings = view.snapshot.settings
+        if record is None:
+            self.border_subtitle = settings_line(settings)
+            self.update(Text("No decision at this position: the prompt's tokens were given, not sampled.",
+                             style="dim"))
+            return
+        d = record.chosen
+        chosen_color = theme_var(self.app, "chosen-color", "green")
+        bar_color = theme_var(self.app, "bar-color", "blue")
+        final_color = theme_var(self.app, "bar-final-color", "orange")
+
+        pipeline = Text("logits → softmax", style="bold")
+        for st in d.stages:
+            pipeline.append(f" → {st.name} {st.detail}: ", style="bold")
+            pipeline.append(f"{st.kept} kept ({st.mass:.1%} of mass)")
+        pipeline.append(" → ", style="bold")
+        pipeline.append("argmax" if d.mode == "greedy" else ("forced" if d.mode == "forced" else "draw"), style="bold")
+
+        rows = max(self.size.height - 6, 2)
+        bar_width = max(min(16, (self.size.width - 30 - 8 * len(d.stages)) // 2), 4)
+        table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
+        table.add_column("token", no_wrap=True, max_width=14)
+        table.add_column("raw", justify="right")
+        table.add_column("", no_wrap=True)
+        for st in d.stages:
+            table.add_column(st.name, justify="right")
+        table.add_column("final", no_wrap=True)
+        watched = sorted(range(len(d.watch)), key=lambda i: -d.raw_probs[i])[:rows]
+        for i in watched:
+            token_id, text = d.watch[i]
+            final = d.stages[-1].probs[i] if d.stages else d.raw_probs[i]
+            mark = token_id == d.chosen_id
+            cells = [Text(("▶" if mark else " ") + visible(text), style=f"bold {chosen_color}" if mark else ""),
+                     f"{d.raw_probs[i]:.3f}", Text(bar(d.raw_probs[i], bar_width), style=bar_color)]
+            cells += [f"{st.probs[i]:.3f}" if st.probs[i] > 0 else "—" for st in d.stages]
+            cells.append(Text(bar(final, bar_width), style=final_color))
+            table.add_row(*cells)
+        decision = Text(decision_line(d), style=f"bold {chosen_color}")
+        self.border_subtitle = settings_line(settings)
+        self.update(Group(pipeline, table, decision))

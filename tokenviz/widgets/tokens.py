@@ -1,0 +1,55 @@
+"""Tokens pane: the prompt and generated tokens as chips with their ids."""
+
+from __future__ import annotations
+
+from rich.style import Style
+from rich.text import Text
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from tokenviz.render.pieces import visible
+from tokenviz.widgets.view import View, theme_var
+
+
+class TokensPane(VerticalScroll):
+    DEFAULT_CSS = """
+    TokensPane { border: round $panel-lighten-2; border-title-color: $primary; }
+    TokensPane > Static { width: 100%; }
+    """
+
+    def compose(self):
+        yield Static(id="chips")
+
+    def on_mount(self) -> None:
+        self.border_title = "tokens"
+
+    def show(self, view: View) -> None:
+        s = view.snapshot
+        app = self.app
+        prompt_bg = theme_var(app, "chip-prompt", "#333333")
+        generated_bg = theme_var(app, "chip-generated", "#224422")
+        newest = theme_var(app, "chip-newest", "#88cc88")
+        cursor_color = theme_var(app, "chip-cursor", "#ff9e64")
+        text = Text(no_wrap=False, overflow="fold")
+        last = len(s.chips) - 1
+        for i, chip in enumerate(s.chips):
+            piece = visible(chip.text)
+            if chip.is_special:
+                piece = f"⟨{chip.text}⟩"
+            style = Style(bgcolor=prompt_bg if chip.is_prompt else generated_bg)
+            if i == last and not chip.is_prompt:
+                style += Style(color=newest, bold=True)
+            if i == view.cursor:
+                style += Style(color=cursor_color, bold=True, underline=True)
+            text.append(piece, style)
+            text.append(f"{chip.id}", Style(dim=True, italic=True))
+            text.append(" ")
+        pending = s.pending
+        if pending is not None:
+            d = pending.chosen
+            text.append(f" → next: {visible(d.chosen_text)} ({d.mode}, p={d.chosen_prob:.3f})", Style(dim=True))
+        elif s.stop_reason:
+            text.append(f" ■ stopped: {s.stop_reason}", Style(dim=True, bold=True))
+        n_gen = len(s.chips) - s.prompt_len
+        self.border_subtitle = f"{s.prompt_len} prompt · {n_gen} generated · cursor {view.cursor}"
+        self.query_one("#chips", Static).update(text)

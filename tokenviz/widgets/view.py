@@ -1,0 +1,37 @@
+"""What the user is looking at: the snapshot plus the view choices (layer, head, cursor)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tokenviz.bridge import Snapshot
+from tokenviz.records import StepRecord
+
+
+@dataclass(frozen=True)
+class View:
+    snapshot: Snapshot
+    layer: int  # 0-based
+    head: int | str  # an index, "mean" or "max"
+    cursor: int  # the selected token position
+
+    @property
+    def positions(self) -> int:
+        """Positions that went through the model (and so have an attention row)."""
+        s = self.snapshot
+        return s.prompt_len + len(s.records) - 1 if s.records else 0
+
+    @property
+    def record(self) -> StepRecord | None:
+        """The prediction made at the cursor's position, if the model computed one there."""
+        index = self.cursor - self.snapshot.prompt_len + 1
+        records = self.snapshot.records
+        return records[index] if 0 <= index < len(records) else None
+
+    @property
+    def is_pending(self) -> bool:
+        return self.record is not None and self.record is self.snapshot.pending
+
+
+def theme_var(app, name: str, default: str) -> str:
+    return app.current_theme.variables.get(name, default) if app.current_theme else default
