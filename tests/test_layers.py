@@ -5,7 +5,8 @@ import sys
 from pathlib import Path
 
 CORE = ["tokenviz.engine", "tokenviz.sampling", "tokenviz.session", "tokenviz.records", "tokenviz.render.heatmap",
-        "tokenviz.render.bars", "tokenviz.render.pieces", "tokenviz.bridge", "tokenviz.trace"]
+        "tokenviz.render.bars", "tokenviz.render.pieces", "tokenviz.render.attention", "tokenviz.render.columns",
+        "tokenviz.render.colors", "tokenviz.bridge", "tokenviz.controls", "tokenviz.trace"]
 
 
 def test_core_modules_never_import_textual():

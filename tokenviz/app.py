@@ -117,6 +117,7 @@ class TokenvizApp(App):
         self.fatal_error: str | None = None
         self.snapshot: Snapshot | None = None
         self._layer_chosen = False
+        self._repaint_scheduled = False
         for t in load_themes().values():
             self.register_theme(t)
         self.theme = theme
@@ -162,6 +163,14 @@ class TokenvizApp(App):
         self.snapshot = s
         if s.error:
             self.notify(s.error, severity="error", timeout=6)
+        # Snapshots queued behind this one make it stale: repaint once, after the queue drains.
+        if not self._repaint_scheduled:
+            self._repaint_scheduled = True
+            self.call_later(self._apply_snapshot)
+
+    def _apply_snapshot(self) -> None:
+        self._repaint_scheduled = False
+        s = self.snapshot
         if s.state == "error" and s.info is None:
             self.fatal_error = s.error
         bar = self.query_one("#loading", ProgressBar)

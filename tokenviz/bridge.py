@@ -8,6 +8,7 @@ No textual import here: `post` is any callable.
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 import time
@@ -23,6 +24,7 @@ from tokenviz.sampling import SamplingSettings
 
 # Commands that change the journey pause autoplay first; settings and view changes do not.
 PAUSING = {"step", "rewind", "force", "reset", "start"}
+FRAME_S = 1 / 60
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,7 @@ class Snapshot:
     playing: bool = False
     tokens_per_s: float | None = None
     error: str | None = None  # one line, for a notification
+    handled: int = 0  # commands handled before this snapshot (tests wait on it)
 
     @property
     def pending(self) -> StepRecord | None:
@@ -62,7 +65,8 @@ class EngineBridge:
         self._queue: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="tokenviz-engine", daemon=True)
         self._stopping = threading.Event()
-        self.idle = threading.Event()  # set when no command is waiting and nothing runs
+        self.submitted = 0  # commands sent (UI thread)
+        self._handled = 0  # commands done (engine thread)
         self.session = None
         self.playing = False
         self._seq = 0
@@ -71,6 +75,8 @@ class EngineBridge:
         self._progress: float | None = None
         self._step_times: deque[float] = deque(maxlen=16)
         self._warm_temperature = settings.temperature or 0.7  # what greedy-off returns to
+        self._start_error: str | None = None
+        self._last_publish = 0.0
         self.forwards_in_flight = 0  # tests assert this never exceeds 1
         self.max_forwards_in_flight = 0
 
@@ -80,7 +86,7 @@ class EngineBridge:
         self._thread.start()
 
     def submit(self, command: str, **args) -> None:
-        self.idle.clear()
+        self.submitted += 1
         self._queue.put((command, args))
 
     def stop(self, timeout: float = 1.0) -> None:
@@ -101,13 +107,14 @@ class EngineBridge:
             self._state, self._message = "error", f"internal error while loading: {exc}"
             self._publish(error=self._message, log=traceback.format_exc())
             return
+        self._publish(error=self._start_error)
         while not self._stopping.is_set():
             if self.playing and self._queue.empty():
-                self._do("step", {}, autoplay=True)
-                self._publish()
+                error = self._do("step", {}, autoplay=True)
+                # Faster than the eye: publish at most one frame per FRAME_S, and always the last.
+                if error or not self.playing or time.perf_counter() - self._last_publish >= FRAME_S:
+                    self._publish(error=error)
                 continue
-            if self._queue.empty():
-                self.idle.set()
             command, args = self._queue.get()
             if command == "quit":
                 return
@@ -136,12 +143,19 @@ class EngineBridge:
             self.session.start(self._prompt)
         except TokenvizError as exc:
             self._state, self._message = "ready", "no prompt yet: press e to write one"
-            self._publish(error=str(exc))
+            self._start_error = str(exc)
             return
         self._state, self._message = "ready", ""
 
     def _do(self, command: str, args: dict, autoplay: bool = False) -> str | None:
         """Run one command; returns a one-line error or None."""
+        try:
+            return self._handle(command, args, autoplay)
+        finally:
+            if not autoplay:
+                self._handled += 1
+
+    def _handle(self, command: str, args: dict, autoplay: bool) -> str | None:
         session = self.session
         if command in PAUSING and not autoplay:
             self.playing = False
@@ -200,6 +214,7 @@ class EngineBridge:
 
     def _publish(self, error: str | None = None, log: str | None = None) -> None:
         self._seq += 1
+        self._last_publish = time.perf_counter()
         s = self.session
         if s is not None and s.records:
             state = "playing" if self.playing else ("stopped" if s.stop_reason else "ready")
@@ -223,6 +238,7 @@ class EngineBridge:
             playing=self.playing,
             tokens_per_s=rate,
             error=error,
+            handled=self._handled,
         )
         if log:
             _write_log(log)
@@ -242,4 +258,30 @@ def _write_log(text: str) -> None:
         with path.open("a") as f:
             f.write(text + "\n")
     except OSError:
+        pass
+
+
+class FrozenBridge:
+    """Serves one recorded Snapshot: every pane works, nothing runs a model.
+
+    Used for replaying a saved journey and for deterministic screenshots in tests.
+    """
+
+    def __init__(self, post: Callable[[Snapshot], Any], snapshot: Snapshot, **_ignored):
+        self._post = post
+        self.snapshot = snapshot
+        self.submitted = 0
+
+    def start(self) -> None:
+        self._post(self.snapshot)
+
+    def submit(self, command: str, **args) -> None:
+        self.submitted += 1
+        self.snapshot = dataclasses.replace(
+            self.snapshot, seq=self.snapshot.seq + 1, handled=self.submitted,
+            error="this journey is a recording: nothing runs a model here",
+        )
+        self._post(self.snapshot)
+
+    def stop(self, timeout: float = 0.0) -> None:
         pass

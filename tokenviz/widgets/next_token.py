@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
 from tokenviz.render.bars import bar
+from tokenviz.render.columns import cell
 from tokenviz.render.pieces import visible
 from tokenviz.widgets.view import View, theme_var
 
@@ -29,21 +29,24 @@ class NextTokenPane(Static):
         bar_color = theme_var(self.app, "bar-color", "blue")
         rows = max(self.size.height - 4, 3)
         width = max(self.size.width - 4, 30)
-        bar_width = max(width - 38, 4)
-        table = Table(box=None, padding=(0, 1), expand=True, show_edge=False, header_style="bold")
-        for name, justify in (("#", "right"), ("token", "left"), ("id", "right"), ("logit", "right"),
-                              ("prob", "right"), ("", "left")):
-            table.add_column(name, justify=justify, no_wrap=True)
+        piece_w = 12 if width < 50 else 16
+        bar_width = max(width - piece_w - 29, 4)
+        text = Text(no_wrap=True, overflow="crop")
+        text.append(f"{'#':>4} {cell('token', piece_w)} {'id':>6} {'logit':>7} {'prob':>6}\n", style="bold")
+
+        def row(rank: int, piece: str, token_id: int, logit: str, prob: float, mark: bool) -> None:
+            style = f"bold {chosen_color}" if mark else ""
+            text.append(f"{('▶' if mark else '') + str(rank):>4} ", style=style)
+            text.append(cell(visible(piece), piece_w), style=style)
+            text.append(f" {token_id:>6} {logit:>7} {prob:>6.3f} ")
+            text.append(bar(prob, bar_width) + "\n", style=bar_color)
+
         shown = list(record.top[:rows])
         for rank, c in enumerate(shown, 1):
-            mark = c.id == d.chosen_id
-            style = f"bold {chosen_color}" if mark else ""
-            table.add_row(("▶" if mark else "") + str(rank), Text(visible(c.text), style=style), str(c.id),
-                          f"{c.logit:.2f}", f"{c.prob:.3f}", Text(bar(c.prob, bar_width), style=bar_color))
+            row(rank, c.text, c.id, f"{c.logit:.2f}", c.prob, c.id == d.chosen_id)
         if all(c.id != d.chosen_id for c in shown):
-            table.add_row(f"▶{d.raw_rank}", Text(visible(d.chosen_text), style=f"bold {chosen_color}"),
-                          str(d.chosen_id), "", f"{d.raw_prob:.3f}",
-                          Text(bar(d.raw_prob, bar_width), style=bar_color))
+            row(d.raw_rank, d.chosen_text, d.chosen_id, "", d.raw_prob, True)
+        text.rstrip()
         state = "pending" if view.is_pending else "taken"
         self.border_subtitle = f"entropy {record.entropy:.2f} bits · pos {record.position} · {state}"
-        self.update(table)
+        self.update(text)

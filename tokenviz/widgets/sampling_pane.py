@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
 from tokenviz.render.bars import bar
+from tokenviz.render.columns import cell
 from tokenviz.render.pieces import visible
 from tokenviz.widgets.view import View, theme_var
 
@@ -61,23 +60,26 @@ class SamplingPane(Static):
 
         rows = max(self.size.height - 6, 2)
         bar_width = max(min(16, (self.size.width - 30 - 8 * len(d.stages)) // 2), 4)
-        table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
-        table.add_column("token", no_wrap=True, max_width=14)
-        table.add_column("raw", justify="right")
-        table.add_column("", no_wrap=True)
+        stage_w = 11
+        table = Text(no_wrap=True, overflow="crop")
+        table.append(f" {cell('token', 13)} {'raw':>6} {cell('', bar_width)} ", style="bold")
         for st in d.stages:
-            table.add_column(st.name, justify="right")
-        table.add_column("final", no_wrap=True)
+            table.append(cell(st.name, stage_w, right=True) + " ", style="bold")
+        table.append("final\n", style="bold")
         watched = sorted(range(len(d.watch)), key=lambda i: -d.raw_probs[i])[:rows]
         for i in watched:
-            token_id, text = d.watch[i]
+            token_id, piece = d.watch[i]
             final = d.stages[-1].probs[i] if d.stages else d.raw_probs[i]
             mark = token_id == d.chosen_id
-            cells = [Text(("▶" if mark else " ") + visible(text), style=f"bold {chosen_color}" if mark else ""),
-                     f"{d.raw_probs[i]:.3f}", Text(bar(d.raw_probs[i], bar_width), style=bar_color)]
-            cells += [f"{st.probs[i]:.3f}" if st.probs[i] > 0 else "—" for st in d.stages]
-            cells.append(Text(bar(final, bar_width), style=final_color))
-            table.add_row(*cells)
+            table.append(("▶" if mark else " ") + cell(visible(piece), 13),
+                         style=f"bold {chosen_color}" if mark else "")
+            table.append(f" {d.raw_probs[i]:>6.3f} ")
+            table.append(bar(d.raw_probs[i], bar_width) + " ", style=bar_color)
+            for st in d.stages:
+                value = f"{st.probs[i]:.3f}" if st.probs[i] > 0 else "—"
+                table.append(cell(value, stage_w, right=True) + " ")
+            table.append(bar(final, bar_width) + "\n", style=final_color)
+        table.rstrip()
         decision = Text(decision_line(d), style=f"bold {chosen_color}")
         self.border_subtitle = settings_line(settings)
-        self.update(Group(pipeline, table, decision))
+        self.update(Text("\n").join([pipeline, table, decision]))

@@ -1,0 +1,91 @@
+"""Helpers for driving the app in tests."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+
+from tiny import tiny_model
+from tokenviz.app import TokenvizApp
+from tokenviz.bridge import Snapshot
+from tokenviz.engine import ModelRunner
+from tokenviz.sampling import SamplingSettings
+from tokenviz.session import Session
+
+PROMPT = "The Eiffel Tower is located in"
+
+
+def slowed(loaded, seconds: float):
+    """Make each forward pass take at least `seconds`, like a real model on a CPU."""
+    forward = loaded.model.forward
+
+    def slow_forward(*args, **kwargs):
+        time.sleep(seconds)
+        return forward(*args, **kwargs)
+
+    loaded.model.forward = slow_forward
+    return loaded
+
+
+def make_app(settings: SamplingSettings | None = None, prompt: str = PROMPT, kind: str = "llama",
+             context: int = 128, step_seconds: float = 0.0, **kwargs) -> TokenvizApp:
+    return TokenvizApp(prompt=prompt, settings=settings or SamplingSettings(),
+                       loader=lambda progress: slowed(tiny_model(kind, context), step_seconds), **kwargs)
+
+
+async def settle(app: TokenvizApp, pilot, timeout: float = 20.0) -> Snapshot:
+    """Wait until every command sent so far is handled and its snapshot is on screen."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        await pilot.pause(0.01)
+        s = app.snapshot
+        if (s is not None and s.records and s.handled >= app.bridge.submitted and not s.playing
+                and not app._repaint_scheduled):
+            await pilot.pause()
+            return s
+    raise AssertionError(f"the engine did not settle: {app.snapshot and app.snapshot.state}")
+
+
+def text_of(widget) -> str:
+    """The plain text a pane shows now."""
+    strips = [widget.render_line(y) for y in range(widget.size.height)] if hasattr(widget, "render_line") else []
+    return "\n".join(strip.text for strip in strips)
+
+
+def frozen_snapshot(steps: int = 3, settings: SamplingSettings | None = None, kind: str = "llama") -> Snapshot:
+    """A deterministic snapshot from a tiny model, with the timings zeroed."""
+    session = Session(ModelRunner(tiny_model(kind)), settings or SamplingSettings(seed=1))
+    session.start(PROMPT)
+    for _ in range(steps):
+        session.step()
+    records = tuple(
+        dataclasses.replace(r, forward_ms=0.0, decision=dataclasses.replace(r.decision, ms=0.0))
+        for r in session.records
+    )
+    return Snapshot(seq=1, state="ready", info=session.runner.info, settings=session.settings,
+                    prompt=session.prompt, chips=tuple(session.chips()), prompt_len=len(session.prompt_ids),
+                    records=records, tokens_per_s=None)
+
+
+def burst(app: TokenvizApp, keys: list[str]) -> None:
+    """Deliver `keys` as a terminal delivers buffered input: all at once, no wait between them."""
+    from textual import events
+
+    for key in keys:
+        char = " " if key == "space" else (key if len(key) == 1 else None)
+        event = events.Key(key, char)
+        event.set_sender(app)
+        app._driver.send_message(event)
+
+
+async def wait_for(predicate, pilot, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        await pilot.pause(0.02)
+    raise AssertionError("condition not met in time")
+
+
+__all__ = ["PROMPT", "make_app", "settle", "frozen_snapshot", "wait_for", "asyncio"]

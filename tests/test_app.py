@@ -1,0 +1,306 @@
+"""The app under Pilot: every key, what it changes and what the panes then show."""
+
+import time
+
+import pytest
+from textual.command import CommandPalette
+from textual.widgets import Input
+
+from apptools import PROMPT, burst, make_app, settle, wait_for
+from tokenviz.sampling import SamplingSettings
+from tokenviz.widgets import AttentionPane, NextTokenPane, SamplingPane, StatusLine, TokensPane
+from tokenviz.widgets.screens import HelpScreen, PromptScreen
+
+
+def shown(app, pane) -> str:
+    widget = app.query_one(pane)
+    if pane is AttentionPane:
+        body = "\n".join(widget.render_line(y).text for y in range(widget.size.height))
+        return f"{widget.border_title}\n{body}"
+    content = widget.query_one("#chips").content if pane is TokensPane else widget.content
+    rendered = app.console.render_lines(content, app.console.options.update_width(widget.size.width or 80))
+    text = "\n".join("".join(seg.text for seg in line) for line in rendered)
+    return f"{widget.border_title}\n{text}\n{widget.border_subtitle}"
+
+
+async def test_first_frame_then_prefill(tmp_path):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        s = await settle(app, pilot)
+        assert s.state == "ready" and s.prompt_len == len(s.chips) > 0
+        tokens = shown(app, TokensPane)
+        for chip in s.chips:
+            assert str(chip.id) in tokens
+        assert "next:" in tokens
+        assert "layer 3/3" in shown(app, AttentionPane)
+        assert "entropy" in shown(app, NextTokenPane)
+        assert "draw u =" in shown(app, SamplingPane)
+        assert "ready" in str(app.query_one(StatusLine).render())
+
+
+@pytest.mark.parametrize("key", ["space", "n"])
+async def test_step_keys_add_one_token(key):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        before = await settle(app, pilot)
+        pending = before.pending.chosen
+        await pilot.press(key)
+        after = await settle(app, pilot)
+        assert len(after.chips) == len(before.chips) + 1
+        assert after.chips[-1].id == pending.chosen_id
+        assert "step 1" in str(app.query_one(StatusLine).render())
+
+
+async def test_autoplay_runs_until_paused_and_pause_takes_effect():
+    app = make_app(SamplingSettings(max_new_tokens=500), step_seconds=0.03)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("a")
+        await wait_for(lambda: app.snapshot.playing and len(app.snapshot.chips) > app.snapshot.prompt_len + 3, pilot)
+        assert "playing" in str(app.query_one(StatusLine).render())
+        await pilot.press("a")
+        paused = await settle(app, pilot)
+        assert not app.bridge.playing
+        await pilot.pause(0.2)
+        assert len(app.snapshot.chips) == len(paused.chips)  # no step after the pause
+
+
+async def test_autoplay_stops_at_max_tokens():
+    app = make_app(SamplingSettings(max_new_tokens=4))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("a")
+        await wait_for(lambda: app.snapshot.stop_reason is not None, pilot)
+        s = await settle(app, pilot)
+        assert len(s.chips) - s.prompt_len == 4 and s.state == "stopped"
+        assert "stopped: max new tokens (4)" in str(app.query_one(StatusLine).render())
+
+
+async def test_a_journey_key_pauses_autoplay_first():
+    app = make_app(SamplingSettings(max_new_tokens=500), step_seconds=0.03)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("a")
+        await wait_for(lambda: len(app.snapshot.chips) > app.snapshot.prompt_len + 2, pilot)
+        await pilot.press("backspace")
+        s = await settle(app, pilot)
+        assert not s.playing and not app.bridge.playing
+
+
+async def test_backspace_rewinds_and_r_resets():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        start = await settle(app, pilot)
+        await pilot.press("space", "space", "space")
+        three = await settle(app, pilot)
+        await pilot.press("backspace")
+        two = await settle(app, pilot)
+        assert len(two.chips) == len(three.chips) - 1
+        assert two.chips == three.chips[:-1]
+        assert two.pending.chosen.chosen_id == three.chips[-1].id  # same logits, same seed: same choice
+        await pilot.press("r")
+        reset = await settle(app, pilot)
+        assert reset.chips == start.chips and reset.pending.chosen == start.pending.chosen
+        await pilot.press("backspace")
+        s = await settle(app, pilot)
+        assert s.chips == start.chips  # nothing to rewind: a notification, no change
+        assert any("nothing to rewind" in n.message for n in app._notifications)
+
+
+async def test_e_edits_the_prompt_and_bad_prompts_keep_the_journey():
+    app = make_app(context=32)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("space")
+        before = await settle(app, pilot)
+        await pilot.press("e")
+        await wait_for(lambda: isinstance(app.screen, PromptScreen), pilot)
+        field = app.screen.query_one(Input)
+        assert field.value == PROMPT
+        field.value = "The cat sat on the mat. " * 8  # longer than the tiny model's context
+        await pilot.press("enter")
+        s = await settle(app, pilot)
+        assert s.chips == before.chips  # nothing lost
+        assert any("at most 32" in n.message for n in app._notifications)
+        await pilot.press("e")
+        await wait_for(lambda: isinstance(app.screen, PromptScreen), pilot)
+        app.screen.query_one(Input).value = "Hello world"
+        await pilot.press("enter")
+        s = await settle(app, pilot)
+        assert s.prompt == "Hello world" and len(s.chips) == s.prompt_len
+        assert "".join(c.text for c in s.chips) == "Hello world"
+        await pilot.press("e")
+        await wait_for(lambda: isinstance(app.screen, PromptScreen), pilot)
+        await pilot.press("escape")
+        s = await settle(app, pilot)
+        assert s.prompt == "Hello world"
+
+
+@pytest.mark.parametrize("key, field, expected", [
+    ("t", "temperature", 0.6), ("T", "temperature", 0.8),
+    ("k", "top_k", 40), ("K", "top_k", 100),
+    ("p", "top_p", 0.85), ("P", "top_p", 0.95),
+])
+async def test_settings_keys_redecide_without_a_step(key, field, expected):
+    app = make_app()
+    async with app.run_test(size=(140, 40)) as pilot:
+        before = await settle(app, pilot)
+        forwards = before.records[-1].forward_ms
+        await pilot.press(key)
+        s = await settle(app, pilot)
+        assert getattr(s.settings, field) == expected
+        assert len(s.records) == len(before.records) and s.records[-1].forward_ms == forwards  # no forward
+        assert s.records[-1].chosen.settings[field] == expected  # the pending decision was re-made
+        label = {"temperature": f"T {expected:.2f}", "top_k": f"top-k {expected}", "top_p": f"top-p {expected:.2f}"}
+        assert label[field] in shown(app, SamplingPane)
+
+
+async def test_g_toggles_greedy_and_back():
+    app = make_app(SamplingSettings(temperature=0.9))
+    async with app.run_test(size=(140, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("g")
+        s = await settle(app, pilot)
+        assert s.settings.greedy and s.pending.chosen.mode == "greedy"
+        assert "greedy: argmax" in shown(app, SamplingPane)
+        await pilot.press("g")
+        s = await settle(app, pilot)
+        assert s.settings.temperature == 0.9 and s.pending.chosen.mode == "sampled"
+
+
+async def test_s_draws_a_new_seed():
+    app = make_app()
+    async with app.run_test(size=(140, 40)) as pilot:
+        before = await settle(app, pilot)
+        await pilot.press("s")
+        s = await settle(app, pilot)
+        assert s.settings.seed != before.settings.seed
+        assert s.pending.chosen.u != before.pending.chosen.u
+        assert f"seed {s.settings.seed}" in shown(app, SamplingPane)
+
+
+async def test_brackets_change_layer_and_h_cycles_heads():
+    app = make_app()
+    async with app.run_test(size=(140, 40)) as pilot:
+        await settle(app, pilot)
+        assert "layer 3/3 · head mean of 4" in shown(app, AttentionPane)
+        await pilot.press("left_square_bracket")
+        await pilot.pause()
+        assert app.layer == 1 and "layer 2/3" in shown(app, AttentionPane)
+        await pilot.press("right_square_bracket", "right_square_bracket")
+        await pilot.pause()
+        assert app.layer == 0 and "layer 1/3" in shown(app, AttentionPane)
+        await pilot.press("h")
+        await pilot.pause()
+        assert app.head == "max" and "head max of 4" in shown(app, AttentionPane)
+        await pilot.press("h", "h", "h")
+        await pilot.pause()
+        assert app.head == 2 and "head 3/4 (kv group 2/2)" in shown(app, AttentionPane)
+        await pilot.press("H")
+        await pilot.pause()
+        assert app.head == 1 and "head 2/4 (kv group 1/2)" in shown(app, AttentionPane)
+
+
+@pytest.mark.parametrize("rank", [1, 2, 5])
+async def test_number_keys_force_the_ranked_token(rank):
+    app = make_app()
+    async with app.run_test(size=(140, 40)) as pilot:
+        before = await settle(app, pilot)
+        wanted = before.pending.top[rank - 1].id
+        await pilot.press(str(rank))
+        s = await settle(app, pilot)
+        assert s.chips[-1].id == wanted
+        assert s.records[-2].chosen.mode == "forced" and s.records[-2].chosen.raw_rank == rank
+        await pilot.press("left")
+        await pilot.pause()
+        assert "forced (a branch)" in shown(app, SamplingPane)
+
+
+async def test_arrows_move_the_cursor_and_the_panes_follow():
+    app = make_app()
+    async with app.run_test(size=(140, 40)) as pilot:
+        s = await settle(app, pilot)
+        last = s.prompt_len - 1
+        assert f"cursor {last}" in shown(app, TokensPane)
+        await pilot.press("left", "left")
+        await pilot.pause()
+        assert app.cursor == last - 2
+        assert f"cursor {last - 2}" in shown(app, TokensPane)
+        assert f"@{last - 2} attends to" in shown(app, AttentionPane)
+        assert "inside the prompt" in shown(app, NextTokenPane)
+        await pilot.press("right", "right", "right")
+        await pilot.pause()
+        assert app.cursor == last  # clamped to the newest token
+
+
+async def test_question_mark_opens_help_and_ctrl_p_the_palette():
+    app = make_app()
+    async with app.run_test(size=(140, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("question_mark")
+        await wait_for(lambda: isinstance(app.screen, HelpScreen), pilot)
+        help_text = app.screen.query_one("#help").source
+        for words in ("attention", "sampling", "next token", "KV cache", "backspace", "force"):
+            assert words in help_text
+        await pilot.press("escape")
+        await wait_for(lambda: not isinstance(app.screen, HelpScreen), pilot)
+        await pilot.press("ctrl+p")
+        await wait_for(lambda: isinstance(app.screen, CommandPalette), pilot)
+        await pilot.press(*"tokenviz-light")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await wait_for(lambda: app.theme == "tokenviz-light", pilot)
+
+
+async def test_q_quits_and_stops_the_engine():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("q")
+        await wait_for(lambda: not app.is_running, pilot)
+    assert app.bridge._stopping.is_set()
+
+
+async def test_quit_during_a_slow_step_is_prompt():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        runner = app.bridge.session.runner
+        original = runner.forward
+        runner.forward = lambda ids: time.sleep(3) or original(ids)
+        await pilot.press("space")
+        await pilot.pause(0.1)
+        started = time.monotonic()
+        await pilot.press("q")
+        await wait_for(lambda: not app.is_running, pilot, timeout=5)
+        assert time.monotonic() - started < 1.0
+
+
+STORM = (["space"] * 3 + ["t", "backspace", "space", "K", "p", "space", "2", "backspace", "T", "space", "g",
+          "space", "g", "s", "space", "k", "backspace", "backspace", "P", "3", "space"]) * 12
+
+
+async def test_key_storm_equals_the_same_keys_one_by_one():
+    storm = make_app(SamplingSettings(seed=3, max_new_tokens=1000))
+    async with storm.run_test(size=(120, 40)) as pilot:
+        await settle(storm, pilot)
+        started = time.monotonic()
+        burst(storm, STORM)
+        pressed_in = time.monotonic() - started
+        stormed = await settle(storm, pilot, timeout=120)
+        assert storm.bridge.submitted == len(STORM) and stormed.handled == len(STORM)  # no key lost
+        assert storm.bridge.max_forwards_in_flight == 1  # never two forward passes at once
+
+    calm = make_app(SamplingSettings(seed=3, max_new_tokens=1000))
+    async with calm.run_test(size=(120, 40)) as pilot:
+        await settle(calm, pilot)
+        for key in STORM:
+            await pilot.press(key)
+            await settle(calm, pilot)
+        one_by_one = calm.snapshot
+
+    assert len(STORM) / pressed_in > 100  # the storm really was hundreds of keys a second
+    assert [c.id for c in stormed.chips] == [c.id for c in one_by_one.chips]
+    assert stormed.settings == one_by_one.settings
+    assert stormed.pending.chosen == one_by_one.pending.chosen
+    assert len(stormed.chips) > stormed.prompt_len
