@@ -23,7 +23,7 @@ LABEL = 6  # columns for the row labels (query positions)
 
 
 class AttentionPane(Widget):
-    DEFAULT_CSS = "AttentionPane { border: round $panel-lighten-2; border-title-color: $primary; }"
+    DEFAULT_CSS = "AttentionPane { border: round $foreground 30%; border-title-color: $primary; }"
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)

@@ -8,16 +8,16 @@ from textual.widgets import Static
 from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell
 from tokenviz.render.pieces import visible
-from tokenviz.widgets.view import View, theme_var
+from tokenviz.widgets.view import Pane, View, theme_var
 
 
-class NextTokenPane(Static):
-    DEFAULT_CSS = "NextTokenPane { border: round $panel-lighten-2; border-title-color: $primary; }"
+class NextTokenPane(Pane, Static):
+    DEFAULT_CSS = "NextTokenPane { border: round $foreground 30%; border-title-color: $primary; }"
 
     def on_mount(self) -> None:
         self.border_title = "next token"
 
-    def show(self, view: View) -> None:
+    def draw(self, view: View) -> None:
         record = view.record
         if record is None:
             self.border_subtitle = ""
@@ -27,18 +27,21 @@ class NextTokenPane(Static):
         d = record.chosen
         chosen_color = theme_var(self.app, "chosen-color", "green")
         bar_color = theme_var(self.app, "bar-color", "blue")
-        rows = max(self.size.height - 4, 3)
-        width = max(self.size.width - 4, 30)
-        piece_w = 12 if width < 50 else 16
-        bar_width = max(width - piece_w - 29, 4)
+        rows = max(self.size.height - 1, 3)
+        width = max(self.size.width, 24)
+        show_logit = width >= 46  # narrow panes drop the logit column first
+        piece_w = min(16, max(6, width - 40 if show_logit else width - 32))
+        fixed = 5 + piece_w + 7 + (8 if show_logit else 0) + 7 + 1
+        bar_width = max(width - fixed, 2)
         text = Text(no_wrap=True, overflow="crop")
-        text.append(f"{'#':>4} {cell('token', piece_w)} {'id':>6} {'logit':>7} {'prob':>6}\n", style="bold")
+        header = f"{'#':>4} {cell('token', piece_w)} {'id':>6}" + (f" {'logit':>7}" if show_logit else "")
+        text.append(header + f" {'prob':>6}\n", style="bold")
 
         def row(rank: int, piece: str, token_id: int, logit: str, prob: float, mark: bool) -> None:
             style = f"bold {chosen_color}" if mark else ""
             text.append(f"{('▶' if mark else '') + str(rank):>4} ", style=style)
             text.append(cell(visible(piece), piece_w), style=style)
-            text.append(f" {token_id:>6} {logit:>7} {prob:>6.3f} ")
+            text.append(f" {token_id:>6}" + (f" {logit:>7}" if show_logit else "") + f" {prob:>6.3f} ")
             text.append(bar(prob, bar_width) + "\n", style=bar_color)
 
         shown = list(record.top[:rows])

@@ -8,7 +8,10 @@ from textual.widgets import Static
 from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell
 from tokenviz.render.pieces import visible
-from tokenviz.widgets.view import View, theme_var
+from tokenviz.widgets.view import Pane, View, theme_var
+
+
+SHORT_NAMES = {"temperature": "temp", "repetition": "repeat", "presence/frequency": "pres/fr"}
 
 
 def settings_line(settings) -> str:
@@ -32,13 +35,13 @@ def decision_line(d) -> str:
             f"(final rank {d.chosen_rank}, p {d.chosen_prob:.3f}; raw rank {d.raw_rank})")
 
 
-class SamplingPane(Static):
-    DEFAULT_CSS = "SamplingPane { border: round $panel-lighten-2; border-title-color: $primary; }"
+class SamplingPane(Pane, Static):
+    DEFAULT_CSS = "SamplingPane { border: round $foreground 30%; border-title-color: $primary; }"
 
     def on_mount(self) -> None:
         self.border_title = "sampling"
 
-    def show(self, view: View) -> None:
+    def draw(self, view: View) -> None:
         record = view.record
         settings = view.snapshot.settings
         if record is None:
@@ -58,13 +61,15 @@ class SamplingPane(Static):
         pipeline.append(" → ", style="bold")
         pipeline.append("argmax" if d.mode == "greedy" else ("forced" if d.mode == "forced" else "draw"), style="bold")
 
-        rows = max(self.size.height - 6, 2)
-        bar_width = max(min(16, (self.size.width - 30 - 8 * len(d.stages)) // 2), 4)
-        stage_w = 11
+        pipeline_rows = len(pipeline.wrap(self.app.console, max(self.size.width, 1)))
+        rows = max(self.size.height - pipeline_rows - 2, 2)
+        stage_w = 7
+        fixed = 1 + 13 + 8 + 1 + len(d.stages) * (stage_w + 1)
+        bar_width = min(16, max((self.size.width - fixed) // 2, 2))
         table = Text(no_wrap=True, overflow="crop")
         table.append(f" {cell('token', 13)} {'raw':>6} {cell('', bar_width)} ", style="bold")
         for st in d.stages:
-            table.append(cell(st.name, stage_w, right=True) + " ", style="bold")
+            table.append(cell(SHORT_NAMES.get(st.name, st.name), stage_w, right=True) + " ", style="bold")
         table.append("final\n", style="bold")
         watched = sorted(range(len(d.watch)), key=lambda i: -d.raw_probs[i])[:rows]
         for i in watched:

@@ -8,12 +8,12 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from tokenviz.render.pieces import visible
-from tokenviz.widgets.view import View, theme_var
+from tokenviz.widgets.view import Pane, View, theme_var
 
 
-class TokensPane(VerticalScroll):
+class TokensPane(Pane, VerticalScroll):
     DEFAULT_CSS = """
-    TokensPane { border: round $panel-lighten-2; border-title-color: $primary; }
+    TokensPane { border: round $foreground 30%; border-title-color: $primary; }
     TokensPane > Static { width: 100%; }
     """
 
@@ -23,7 +23,7 @@ class TokensPane(VerticalScroll):
     def on_mount(self) -> None:
         self.border_title = "tokens"
 
-    def show(self, view: View) -> None:
+    def draw(self, view: View) -> None:
         s = view.snapshot
         app = self.app
         prompt_bg = theme_var(app, "chip-prompt", "#333333")

@@ -33,5 +33,23 @@ class View:
         return self.record is not None and self.record is self.snapshot.pending
 
 
+class Pane:
+    """Mixin for panes drawn from a View: keeps the last one and redraws it on resize
+    (the layout depends on the pane's size, which is only known once laid out)."""
+
+    view: "View | None" = None
+
+    def show(self, view: "View") -> None:
+        self.view = view
+        self.draw(view)
+
+    def draw(self, view: "View") -> None:
+        raise NotImplementedError
+
+    def on_resize(self) -> None:
+        if self.view is not None:
+            self.draw(self.view)
+
+
 def theme_var(app, name: str, default: str) -> str:
     return app.current_theme.variables.get(name, default) if app.current_theme else default

@@ -1,0 +1,68 @@
+"""tokenviz in a real terminal: tmux runs it on the bundled model, send-keys types, capture-pane reads."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+pytestmark = pytest.mark.bundled
+
+PROMPT_IDS = [504, 414, 46682, 18669, 314, 3807, 281]  # "The Eiffel Tower is located in"
+
+
+def tmux(*args: str) -> str:
+    return subprocess.run(["tmux", *args], capture_output=True, text=True, check=True).stdout
+
+
+def screen(name: str) -> str:
+    return tmux("capture-pane", "-p", "-t", name)
+
+
+def wait_screen(name: str, pattern: str, timeout: float = 120) -> str:
+    deadline = time.monotonic() + timeout
+    text = ""
+    while time.monotonic() < deadline:
+        text = screen(name)
+        if re.search(pattern, text):
+            return text
+        time.sleep(0.2)
+    raise AssertionError(f"{pattern!r} never appeared; the screen was:\n{text}")
+
+
+@pytest.fixture
+def session():
+    if shutil.which("tmux") is None:
+        pytest.fail("tmux is needed for the real-terminal test (apt-get install tmux)")
+    name = f"tokenviz-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TERM": "xterm-256color"}
+    command = f"{sys.executable} -m tokenviz --temperature 0.7; echo TOKENVIZ-EXITED $?; sleep 30"
+    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "160", "-y", "48", command], check=True, env=env)
+    yield name
+    subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+
+
+def test_tokenviz_in_a_real_terminal(session):
+    text = wait_screen(session, r"ready · step 0")
+    for token_id in PROMPT_IDS:
+        assert str(token_id) in text, token_id  # the prompt's ids are on screen
+    assert "T 0.70" in text
+
+    for _ in range(3):
+        tmux("send-keys", "-t", session, "Space")
+        time.sleep(0.3)
+    text = wait_screen(session, r"step 3 · pos 10")
+    assert "7 prompt · 3 generated" in text
+
+    tmux("send-keys", "-t", session, "T")
+    text = wait_screen(session, r"T 0\.80")
+
+    started = time.monotonic()
+    tmux("send-keys", "-t", session, "q")
+    text = wait_screen(session, r"TOKENVIZ-EXITED 0", timeout=10)
+    assert time.monotonic() - started < 5
+    assert "Traceback" not in text
