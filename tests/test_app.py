@@ -304,3 +304,23 @@ async def test_key_storm_equals_the_same_keys_one_by_one():
     assert stormed.settings == one_by_one.settings
     assert stormed.pending.chosen == one_by_one.pending.chosen
     assert len(stormed.chips) > stormed.prompt_len
+
+
+async def test_a_model_that_fails_to_load_leaves_one_line_and_a_working_app():
+    from tokenviz.app import TokenvizApp
+    from tokenviz.errors import ModelLoadError
+
+    def failing(progress):
+        progress("loading", None)
+        raise ModelLoadError("no such model path: ./nowhere")
+
+    app = TokenvizApp(prompt=PROMPT, loader=failing)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(lambda: app.snapshot is not None and app.snapshot.state == "error", pilot)
+        await pilot.pause(0.1)
+        assert app.fatal_error == "no such model path: ./nowhere"
+        assert "no such model path" in str(app.query_one(StatusLine).render())
+        await pilot.press("space", "question_mark")  # keys do not crash it
+        await wait_for(lambda: isinstance(app.screen, HelpScreen), pilot)
+        await pilot.press("escape", "q")
+        await wait_for(lambda: not app.is_running, pilot)
