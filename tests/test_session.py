@@ -215,3 +215,15 @@ def test_pieces_make_bytes_and_specials_visible(tiny_llama):
     eos = tiny_llama.tokenizer.eos_token_id
     s.step(forced_id=eos)
     assert s.chips()[-1].is_special and not s.chips()[-1].is_prompt
+
+
+def test_start_from_token_ids(tiny_llama):
+    s = make(tiny_llama, temperature=0)
+    ids = s.runner.encode(PROMPT)
+    s.start(ids)
+    assert s.prompt_ids == ids and s.prompt == s.runner.decode(ids)
+    text = make(tiny_llama, temperature=0)
+    text.start(PROMPT)
+    assert s.pending.top == text.pending.top
+    with pytest.raises(PromptError, match="token ids"):
+        s.start([10**7])

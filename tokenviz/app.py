@@ -17,7 +17,7 @@ from textual.widgets import Footer, ProgressBar
 
 from tokenviz.bridge import EngineBridge, Snapshot
 from tokenviz.render.attention import HEAD_MODES
-from tokenviz.sampling import SamplingSettings
+from tokenviz.settings import SamplingSettings
 from tokenviz.themes import DEFAULT_THEME, load_themes
 from tokenviz.widgets import AttentionPane, NextTokenPane, SamplingPane, StatusLine, TokensPane
 from tokenviz.widgets.screens import HelpScreen, PromptScreen
@@ -122,9 +122,9 @@ class TokenvizApp(App):
             self.register_theme(t)
         self.theme = theme
         if loader is None:
-            from tokenviz.engine.loading import load_model
+            def loader(progress):  # runs in the engine thread: torch is imported there, after the first frame
+                from tokenviz.engine.loading import load_model
 
-            def loader(progress):
                 return load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
                                   progress=progress)
         post = lambda snapshot: self.post_message(EngineUpdate(snapshot))  # noqa: E731 (thread-safe)

@@ -20,7 +20,7 @@ from typing import Any, Callable
 from tokenviz.controls import adjust
 from tokenviz.errors import TokenvizError
 from tokenviz.records import ModelInfo, StepRecord, TokenChip
-from tokenviz.sampling import SamplingSettings
+from tokenviz.settings import SamplingSettings
 
 # Commands that change the journey pause autoplay first; settings and view changes do not.
 PAUSING = {"step", "rewind", "force", "reset", "start"}

@@ -46,7 +46,7 @@ Stop = Annotated[Optional[list[str]], typer.Option("--stop", help="Stop string (
 
 
 def make_settings(**kwargs):
-    from tokenviz.sampling import SamplingSettings
+    from tokenviz.settings import SamplingSettings
 
     kwargs["stop"] = tuple(kwargs.get("stop") or ())
     return SamplingSettings(**kwargs)

@@ -6,7 +6,7 @@ and tests can check the ladder without a terminal.
 
 from __future__ import annotations
 
-from tokenviz.sampling import SamplingSettings
+from tokenviz.settings import SamplingSettings
 
 TOP_K_LADDER = [0, 1, 2, 3, 5, 10, 20, 40, 50, 100, 200, 500, 1000]  # 0 = off
 DEFAULT_TEMPERATURE = 0.7

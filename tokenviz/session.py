@@ -15,7 +15,8 @@ import torch
 from tokenviz.engine.runner import Forward, ModelRunner
 from tokenviz.errors import PromptError, TokenvizError
 from tokenviz.records import SamplingRecord, StepRecord, TokenChip
-from tokenviz.sampling import SamplingSettings, decide
+from tokenviz.sampling import decide
+from tokenviz.settings import SamplingSettings
 
 TOP_N = 20
 
@@ -61,9 +62,15 @@ class Session:
 
     # ---- moves ------------------------------------------------------------------------------------
 
-    def start(self, prompt: str) -> StepRecord:
-        """Tokenize and prefill `prompt`; the first next-token decision becomes pending."""
-        ids = self.runner.encode(prompt)
+    def start(self, prompt: str | list[int]) -> StepRecord:
+        """Tokenize and prefill `prompt` (text, or token ids as they are); the first decision becomes pending."""
+        if isinstance(prompt, str):
+            ids = self.runner.encode(prompt)
+        else:
+            ids = [int(t) for t in prompt]
+            if any(not 0 <= t < self.runner.info.vocab for t in ids):
+                raise PromptError(f"prompt token ids must be in 0-{self.runner.info.vocab - 1}")
+            prompt = self.runner.decode(ids)
         context = self.runner.info.context
         if not ids:
             raise PromptError("the prompt is empty: type some text to start from")

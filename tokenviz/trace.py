@@ -9,7 +9,7 @@ from rich.table import Table
 
 from tokenviz.engine import ModelRunner, load_model
 from tokenviz.render.pieces import visible
-from tokenviz.sampling import SamplingSettings
+from tokenviz.settings import SamplingSettings
 from tokenviz.session import Session
 
 
