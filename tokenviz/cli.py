@@ -140,6 +140,7 @@ def trace(
     prompt: Annotated[str, typer.Argument(help="Text to start from.")],
     steps: Annotated[int, typer.Option(help="How many tokens to generate.")] = 16,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    lens: Annotated[bool, typer.Option("--lens", help="Add each step's logit lens (every layer's top tokens).")] = False,
     model: Model = None,
     device: Device = "auto",
     dtype: Dtype = "auto",
@@ -168,7 +169,7 @@ def trace(
         with stderr_progress() as progress:
             document = run_trace(
                 prompt, settings, model=model, device=device, dtype=dtype,
-                trust_remote_code=trust_remote_code, progress=progress,
+                trust_remote_code=trust_remote_code, progress=progress, lens=lens,
             )
     except TokenvizError as exc:
         fail(str(exc))

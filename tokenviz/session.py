@@ -9,7 +9,10 @@ state equals the one before those steps, logits included.
 from __future__ import annotations
 
 import dataclasses
+from collections import OrderedDict
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from tokenviz.engine.runner import Forward, ModelRunner
@@ -19,6 +22,24 @@ from tokenviz.sampling import decide
 from tokenviz.settings import SamplingSettings
 
 TOP_N = 20
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The pending step recomputed without the cache: the largest differences seen."""
+
+    position: int
+    max_logit_diff: float
+    max_attention_diff: float
+    argmax_agrees: bool
+
+
+@dataclass(frozen=True)
+class CacheEvent:
+    """What the last rewind or branch did to the KV cache."""
+
+    kept: int  # positions kept: the shared prefix
+    dropped: int
 
 
 class Session:
@@ -33,6 +54,8 @@ class Session:
         self.stop_reason: str | None = None
         self._pending_logits: torch.Tensor | None = None
         self._prefill_logits: torch.Tensor | None = None
+        self._inspections: OrderedDict = OrderedDict()  # (ids up to position, chosen) -> Inspection
+        self.last_cache_event: CacheEvent | None = None
 
     # ---- what the journey is now -------------------------------------------------------------
 
@@ -124,6 +147,7 @@ class Session:
         if n <= 0:
             return 0
         keep = len(self.generated_ids) - n
+        before = self.runner.kv_len
         self.ids = self.ids[: len(self.prompt_ids) + keep]
         self.records = self.records[: keep + 1]
         self.stop_reason = None
@@ -134,8 +158,47 @@ class Session:
             # The cache keeps everything before the last token; feeding it again restores the logits.
             self.runner.crop(len(self.ids) - 1)
             self._pending_logits = self.runner.forward([self.ids[-1]]).logits
+        self.last_cache_event = CacheEvent(kept=self.runner.kv_len, dropped=max(before - self.runner.kv_len, 0))
         self._redecide()
         return n
+
+    def inspect(self, position: int):
+        """Embedding, residual norms and logit lens at `position` (cached: the past does not change)."""
+        from tokenviz.engine.internals import inspect_positions
+
+        fed = self.runner.kv_len
+        if not 0 <= position < fed:
+            raise TokenvizError(f"position {position} has not been through the model yet")
+        chosen = self.ids[position + 1] if position + 1 < len(self.ids) else self.records[-1].chosen.chosen_id
+        key = (tuple(self.ids[: position + 1]), chosen)
+        if key not in self._inspections:
+            self._inspections[key] = inspect_positions(self.runner, self.ids[: position + 1], [position], [chosen])[0]
+            while len(self._inspections) > 64:
+                self._inspections.popitem(last=False)
+        return self._inspections[key]
+
+    def verify(self) -> Verification:
+        """Redo the latest cached step in float32 and compare it with a full forward without the cache.
+
+        The cache is cropped by one position and the same token fed again, which leaves it as it was.
+        """
+        fed = self.runner.kv_len
+        if not fed or not self.records:
+            raise TokenvizError("nothing to verify yet")
+        ids = self.ids[:fed]
+        self.runner.crop(fed - 1)
+        cached = self.runner.forward([ids[-1]], attention_dtype=torch.float32)
+        with torch.inference_mode():
+            out = self.runner.model(input_ids=torch.tensor([ids], device=self.runner.device), use_cache=False,
+                                    output_attentions=True, logits_to_keep=1)
+        full = torch.cat(out.attentions, 0)[:, :, -1:, :].float().cpu().numpy()
+        logits = out.logits[0, -1].float()
+        return Verification(
+            position=fed - 1,
+            max_logit_diff=float((logits - cached.logits.float()).abs().max()),
+            max_attention_diff=float(np.abs(full - cached.attention).max()),
+            argmax_agrees=int(logits.argmax()) == int(cached.logits.argmax()),
+        )
 
     def set_settings(self, settings: SamplingSettings) -> None:
         """New settings re-decide the pending step from the logits already computed."""

@@ -28,6 +28,23 @@ def journey_document(session: Session) -> dict:
     }
 
 
+def add_lens(session: Session, document: dict) -> None:
+    """Each step gains its logit lens: one entry per layer (0 = the embeddings), the last being
+    the model's own output. One forward pass serves every step."""
+    from tokenviz.engine.internals import inspect_positions
+
+    n = len(session.prompt_ids)
+    steps = document["steps"]
+    positions = [n - 1 + i for i in range(len(steps))]
+    if not positions:
+        return
+    chosen = [step["chosen"]["id"] for step in steps]
+    inspections = inspect_positions(session.runner, session.ids[: positions[-1] + 1], positions, chosen)
+    for step, inspection in zip(steps, inspections):
+        step["lens"] = [row.to_json() for row in inspection.lens]
+        step["lens_first_top1_layer"] = inspection.first_top1_layer
+
+
 def run_session(session: Session, prompt: str) -> Session:
     """Prefill and step until a stop condition (max new tokens bounds it)."""
     session.start(prompt)
@@ -44,10 +61,14 @@ def run_trace(
     dtype: str = "auto",
     trust_remote_code: bool = False,
     progress: Callable[[str, float | None], None] = lambda message, fraction: None,
+    lens: bool = False,
 ) -> dict:
     loaded = load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code, progress=progress)
     session = Session(ModelRunner(loaded), settings)
-    return journey_document(run_session(session, prompt))
+    document = journey_document(run_session(session, prompt))
+    if lens:
+        add_lens(session, document)
+    return document
 
 
 def print_table(doc: dict, console: Console) -> None:

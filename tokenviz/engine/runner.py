@@ -33,6 +33,7 @@ class ModelRunner:
         self.device = next(self.model.parameters()).device
         self.cache = DynamicCache(config=self.model.config)
         self.special_ids = set(getattr(self.tokenizer, "all_special_ids", []) or [])
+        self.eos_ids = self._eos_ids()
         self.piece = lru_cache(maxsize=65536)(self._piece)
 
     def _piece(self, token_id: int) -> str:
@@ -44,8 +45,8 @@ class ModelRunner:
                 return _byte_piece(raw)
         return text
 
-    @property
-    def eos_ids(self) -> set[int]:
+    def _eos_ids(self) -> set[int]:
+        """The ids that end generation (the generation config's, else the tokenizer's)."""
         ids = self.model.generation_config.eos_token_id
         if ids is None:
             ids = self.tokenizer.eos_token_id
@@ -86,8 +87,9 @@ class ModelRunner:
             self.cache.crop(-drop)
 
     @torch.inference_mode()
-    def forward(self, ids: list[int]) -> Forward:
-        """Feed `ids` after what the cache holds; return the next-token logits and attention."""
+    def forward(self, ids: list[int], attention_dtype: torch.dtype = torch.float16) -> Forward:
+        """Feed `ids` after what the cache holds; return the next-token logits and attention
+        (kept as `attention_dtype`: float16 for the history, float32 to verify)."""
         started = time.perf_counter()
         input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
         out = self.model(
@@ -98,7 +100,7 @@ class ModelRunner:
             logits_to_keep=1,
         )
         # One stack and one copy to the CPU for all layers: no per-layer synchronisation.
-        attention = torch.cat(out.attentions, 0).to(dtype=torch.float16).cpu().numpy()
+        attention = torch.cat(out.attentions, 0).to(dtype=attention_dtype).cpu().numpy()
         logits = out.logits[0, -1]
         if self.device.type == "cuda":
             torch.cuda.synchronize()

@@ -1,0 +1,344 @@
+"""The benchmark: what watching costs over running the model bare, as ratios measured side by side
+in one process on the same model, device and dtype.
+
+    python -m tokenviz.bench [--device auto|cpu|cuda] [--dtype ...] [--quick] [--out bench/results]
+
+Prints a table and writes bench/results/<device>-<date>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import gc
+import json
+import os
+import pickle
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import torch
+
+from tokenviz.bridge import EngineBridge
+from tokenviz.engine import ModelRunner, load_model
+from tokenviz.engine.loading import LoadedModel, bundled_gguf, convert_gguf, gguf_cache_dir
+from tokenviz.session import Session
+from tokenviz.settings import SamplingSettings
+
+PROMPT = "The Eiffel Tower is located in"
+BUDGETS = {
+    "step_overhead": ("engine step / bare cached forward", "<=", 1.15),
+    "autoplay": ("autoplay tok/s / generate() tok/s", ">=", 0.9),
+    "growth": ("step at 2048 / step at 32", "<=", 1.5),
+    "frame_200x60_ms": ("pane update at 200x60, ms", "<=", 16.0),
+    "cold_start_s": ("start to first interactive frame, s", "<=", 2.0),
+    "history_mb_per_1000": ("history MB per 1000 steps", "<=", 300.0),
+}
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def bare_model(loaded: LoadedModel, source: str, device: torch.device):
+    """The same weights with transformers' default fast attention (sdpa), no attention outputs."""
+    from transformers import AutoModelForCausalLM
+
+    from tokenviz.engine.loading import _quiet
+
+    with _quiet():
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=loaded.model.dtype, attn_implementation="sdpa")
+    return model.to(device).eval()
+
+
+@torch.inference_mode()
+def bare_steps(model, ids: list[int], steps: int, device: torch.device) -> list[float]:
+    """Greedy decode with a DynamicCache and nothing else; per-step seconds."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    out = model(torch.tensor([ids], device=device), past_key_values=cache, use_cache=True, logits_to_keep=1)
+    token = out.logits[0, -1].argmax().view(1, 1)
+    times = []
+    for _ in range(steps):
+        sync(device)
+        started = time.perf_counter()
+        out = model(token, past_key_values=cache, use_cache=True)
+        token = out.logits[0, -1].argmax().view(1, 1)
+        sync(device)
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def engine_steps(loaded: LoadedModel, ids: list[int], steps: int) -> list[float]:
+    session = Session(ModelRunner(loaded), SamplingSettings(temperature=0, max_new_tokens=10**6))
+    session.start(ids)
+    times = []
+    for _ in range(steps):
+        started = time.perf_counter()
+        session.step()
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def step_overhead(loaded, bare, device, steps: int) -> dict:
+    ids = loaded.tokenizer(PROMPT)["input_ids"]
+    engine, plain = [], []
+    for _ in range(3):  # interleave rounds so drift hits both alike; the first 2 steps warm up
+        engine += engine_steps(loaded, ids, steps + 2)[2:]
+        plain += bare_steps(bare, ids, steps + 2, device)[2:]
+    e, b = statistics.median(engine) * 1000, statistics.median(plain) * 1000
+    return {"engine_ms": e, "bare_ms": b, "ratio": e / b}
+
+
+def generate_seconds(bare, ids, tokens: int, device) -> tuple[float, list[int]]:
+    with torch.inference_mode():
+        sync(device)
+        started = time.perf_counter()
+        out = bare.generate(ids, do_sample=False, max_new_tokens=tokens, min_new_tokens=tokens)
+        sync(device)
+    return time.perf_counter() - started, out[0, ids.shape[1]:].tolist()
+
+
+def autoplay_seconds(loaded, tokens: int) -> tuple[float, list[int]]:
+    """Headless autoplay through the engine thread, exactly as the app drives it."""
+    snapshots, done = [], threading.Event()
+
+    def post(snapshot):
+        snapshots.append(snapshot)
+        if snapshot.stop_reason and not snapshot.playing:
+            done.set()
+
+    bridge = EngineBridge(post=post, loader=lambda progress: loaded,
+                          settings=SamplingSettings(temperature=0, max_new_tokens=tokens), prompt=PROMPT)
+    bridge.start()
+    while not snapshots or snapshots[-1].state == "loading":
+        time.sleep(0.01)
+    started = time.perf_counter()
+    bridge.submit("play")
+    done.wait()
+    seconds = time.perf_counter() - started
+    bridge.stop()
+    last = snapshots[-1]
+    return seconds, [c.id for c in last.chips[last.prompt_len:]]
+
+
+def autoplay(loaded, bare, device, tokens: int, rounds: int = 3) -> dict:
+    ids = loaded.tokenizer(PROMPT, return_tensors="pt").input_ids.to(device)
+    generate_seconds(bare, ids, 4, device)  # warm-up
+    generated, played = [], []
+    for _ in range(rounds):  # interleaved, medians
+        seconds, reference = generate_seconds(bare, ids, tokens, device)
+        generated.append(seconds)
+        seconds, ours = autoplay_seconds(loaded, tokens)
+        played.append(seconds)
+    g, a = statistics.median(generated), statistics.median(played)
+    return {"autoplay_tok_s": tokens / a, "generate_tok_s": tokens / g, "ratio": g / a,
+            "same_tokens": ours == reference}
+
+
+@torch.inference_mode()
+def growth(loaded, device, lengths=(32, 512, 2048), steps: int = 8) -> dict:
+    out = {}
+    vocab = loaded.info.vocab
+    for n in lengths:
+        ids = torch.randint(0, vocab, (n,), generator=torch.Generator().manual_seed(n)).tolist()
+        step = statistics.median(engine_steps(loaded, ids, steps + 2)[2:]) * 1000
+        sync(device)
+        full = []
+        loaded.model(torch.tensor([ids], device=device), use_cache=False, logits_to_keep=1)  # warm-up
+        for _ in range(3):
+            started = time.perf_counter()
+            loaded.model(torch.tensor([ids], device=device), use_cache=False, logits_to_keep=1)
+            sync(device)
+            full.append(time.perf_counter() - started)
+        out[str(n)] = {"step_ms": step, "full_forward_ms": statistics.median(full) * 1000}
+    out["ratio"] = out[str(lengths[-1])]["step_ms"] / out[str(lengths[0])]["step_ms"]
+    return out
+
+
+def frame(loaded, sizes=((200, 60), (80, 24)), steps: int = 12) -> dict:
+    """Time for the app to update every pane for one step (panes redrawn, screen composed)."""
+    from tokenviz.app import TokenvizApp
+    from tokenviz.bridge import FrozenBridge, Snapshot
+
+    session = Session(ModelRunner(loaded), SamplingSettings(seed=1, max_new_tokens=10**6))
+    session.start(PROMPT)
+    snapshots = []
+    for i in range(steps):
+        session.step()
+        snapshots.append(Snapshot(seq=i + 1, state="ready", info=session.runner.info, settings=session.settings,
+                                  prompt=session.prompt, chips=tuple(session.chips()),
+                                  prompt_len=len(session.prompt_ids), records=tuple(session.records)))
+    results = {}
+
+    async def measure(size) -> float:
+        app = TokenvizApp(bridge_factory=lambda **kw: FrozenBridge(snapshot=snapshots[0], **kw), loader=None)
+        times = []
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause(0.2)
+            for snap in snapshots[1:]:
+                started = time.perf_counter()
+                app.snapshot = snap
+                app._apply_snapshot()
+                # Compose the screen as a real refresh would (Textual's own compositor).
+                app.screen._compositor.render_update(full=True)
+                times.append(time.perf_counter() - started)
+                await pilot.pause()
+        return statistics.median(times) * 1000
+
+    for size in sizes:
+        results[f"{size[0]}x{size[1]}_ms"] = asyncio.run(measure(size))
+    return results
+
+
+def cold_start(timeout: float = 60) -> dict:
+    """Process start to first frame, and to ready (model loaded, prompt prefilled), in a real terminal."""
+    if shutil.which("tmux") is None:
+        return {"skipped": "tmux not installed"}
+    name = f"tvbench{os.getpid()}"
+    started = time.perf_counter()
+    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "160", "-y", "48",
+                    f"{sys.executable} -m tokenviz; sleep 5"], check=True)
+    first = ready = None
+    try:
+        while time.perf_counter() - started < timeout and ready is None:
+            screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", name], capture_output=True, text=True).stdout
+            now = time.perf_counter() - started
+            if first is None and "tokens" in screen:
+                first = now
+            if "ready · step 0" in screen:
+                ready = now
+            time.sleep(0.02)
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+    return {"first_frame_s": first, "ready_s": ready}
+
+
+def conversion() -> dict:
+    """The one-time GGUF -> safetensors conversion, into a scratch cache."""
+    gguf = bundled_gguf()
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["XDG_CACHE_HOME"], saved = tmp, os.environ.get("XDG_CACHE_HOME")
+        try:
+            started = time.perf_counter()
+            convert_gguf(gguf, gguf_cache_dir(gguf), lambda m, f: None)
+            return {"gguf_conversion_s": time.perf_counter() - started}
+        finally:
+            if saved is None:
+                del os.environ["XDG_CACHE_HOME"]
+            else:
+                os.environ["XDG_CACHE_HOME"] = saved
+
+
+def memory(loaded, steps: int) -> dict:
+    gc.collect()
+    process = psutil.Process()
+    before = process.memory_info().rss
+    runner = ModelRunner(loaded)
+    runner.eos_ids = set()  # measure a full `steps` of history: keep going past an end-of-text token
+    session = Session(runner, SamplingSettings(seed=2, max_new_tokens=10**6))
+    session.start(PROMPT)
+    for _ in range(steps):
+        session.step()
+    assert len(session.generated_ids) == steps
+    gc.collect()
+    grown = process.memory_info().rss - before
+    history = sum(len(pickle.dumps(r, protocol=5)) for r in session.records)
+    kv = session.runner.kv_bytes
+    last = session.records[-1]
+    scale = 1000 / steps
+    return {
+        "steps": steps,
+        "rss_growth_mb_per_1000": grown * scale / 2**20,
+        "history_mb_per_1000": history * scale / 2**20,
+        "kv_cache_mb_per_1000": kv * scale / 2**20,
+        "step_record_kb_at_end": len(pickle.dumps(last, protocol=5)) / 1024,
+        "step_record_kb_mean": history / len(session.records) / 1024,
+    }
+
+
+def verdicts(r: dict) -> dict:
+    values = {
+        "step_overhead": r["step_overhead"]["ratio"],
+        "autoplay": r["autoplay"]["ratio"],
+        "growth": r["growth"]["ratio"],
+        "frame_200x60_ms": r["frame"]["200x60_ms"],
+        "cold_start_s": r["cold_start"].get("ready_s"),
+        "history_mb_per_1000": r["memory"]["history_mb_per_1000"],
+    }
+    out = {}
+    for key, (label, op, limit) in BUDGETS.items():
+        value = values[key]
+        ok = None if value is None else (value <= limit if op == "<=" else value >= limit)
+        out[key] = {"label": label, "value": value, "budget": f"{op} {limit}", "met": ok}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tokenviz.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--quick", action="store_true", help="fewer steps (a smoke run, not for the record)")
+    parser.add_argument("--out", default="bench/results")
+    args = parser.parse_args(argv)
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(stderr=True)
+    torch.manual_seed(0)
+    loaded = load_model(None, device=args.device, dtype=args.dtype)
+    device = next(loaded.model.parameters()).device
+    bare = bare_model(loaded, str(gguf_cache_dir(bundled_gguf())), device)
+    steps = 8 if args.quick else 32
+    results: dict = {
+        "date": datetime.date.today().isoformat(),
+        "machine": {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
+                    "cpus": os.cpu_count(), "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None},
+        "model": loaded.info.to_json(),
+    }
+    console.print(f"[bold]tokenviz bench[/] on {loaded.info.name}, {device}, {loaded.info.dtype}")
+    for name, run in [
+        ("step_overhead", lambda: step_overhead(loaded, bare, device, steps)),
+        ("autoplay", lambda: autoplay(loaded, bare, device, 32 if args.quick else 128)),
+        ("growth", lambda: growth(loaded, device)),
+        ("frame", lambda: frame(loaded)),
+        ("cold_start", cold_start),
+        ("conversion", conversion),
+        ("memory", lambda: memory(loaded, 100 if args.quick else 1000)),
+    ]:
+        console.print(f"  measuring {name}…")
+        results[name] = run()
+    results["budgets"] = verdicts(results)
+
+    table = Table(title="tokenviz bench", header_style="bold")
+    for col in ("measure", "value", "budget", "met"):
+        table.add_column(col)
+    for v in results["budgets"].values():
+        value = "—" if v["value"] is None else f"{v['value']:.3f}"
+        met = {True: "[green]yes[/]", False: "[red]no[/]", None: "—"}[v["met"]]
+        table.add_row(v["label"], value, v["budget"], met)
+    Console().print(table)
+    Console().print_json(json.dumps({k: results[k] for k in
+                                     ("step_overhead", "autoplay", "growth", "frame", "cold_start", "conversion",
+                                      "memory")}))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{device.type}-{results['date']}{'-quick' if args.quick else ''}.json"
+    path.write_text(json.dumps(results, indent=2))
+    console.print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

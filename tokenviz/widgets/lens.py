@@ -1,0 +1,79 @@
+"""Logit lens pane: what each layer would predict if the model stopped there."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from tokenviz.render.bars import bar
+from tokenviz.render.columns import cell
+from tokenviz.render.pieces import visible
+from tokenviz.widgets.view import Pane, View, theme_var
+
+
+def current_inspection(view: View):
+    """The snapshot's inspection if it belongs to the cursor's position of this journey, else None."""
+    s = view.snapshot
+    inspection = s.inspection
+    if inspection is None or inspection.position != view.cursor or view.cursor >= len(s.chips):
+        return None
+    following = s.chips[view.cursor + 1].id if view.cursor + 1 < len(s.chips) else (
+        s.pending.chosen.chosen_id if s.pending else None)
+    if inspection.token_id != s.chips[view.cursor].id or inspection.chosen_id != following:
+        return None
+    return inspection
+
+
+class LensPane(Pane, VerticalScroll):
+    DEFAULT_CSS = """
+    LensPane { border: round $foreground 30%; border-title-color: $primary; }
+    LensPane > Static { width: 100%; }
+    """
+
+    def compose(self):
+        yield Static(id="lens-body")
+
+    def on_mount(self) -> None:
+        self.border_title = "logit lens"
+
+    def draw(self, view: View) -> None:
+        body = self.query_one("#lens-body", Static)
+        inspection = current_inspection(view)
+        if inspection is None:
+            body.update(Text("computing the lens for this position…" if not view.snapshot.playing
+                             else "the lens is computed when autoplay pauses", style="dim"))
+            return
+        chosen_color = theme_var(self.app, "chosen-color", "green")
+        bar_color = theme_var(self.app, "bar-color", "blue")
+        first = inspection.first_top1_layer
+        width = max(self.size.width - 2, 40)
+        piece_w = 9 if width < 90 else 12
+        bar_w = max(width - 3 * (piece_w + 7) - 22, 4)
+        text = Text(no_wrap=True, overflow="crop")
+        chosen_text = visible(s_chosen(view, inspection))
+        text.append(f"position {inspection.position} ({visible(inspection.token_text)}) → next token "
+                    f"{chosen_text}: ", style="bold")
+        text.append(f"top-1 from layer {first}" if first is not None else "never settles as top-1",
+                    style=f"bold {chosen_color}")
+        text.append("\n" + f"{'layer':>5} {cell('top 3 (final norm + unembedding of the residual)', 3 * (piece_w + 7))}"
+                    f" {'rank':>5} {'p(next)':>7}\n", style="bold")
+        for row in inspection.lens:
+            label = "emb" if row.layer == 0 else str(row.layer)
+            style = f"bold {chosen_color}" if first is not None and row.layer == first else ""
+            text.append(f"{'★' if style else ' '}{label:>4} ", style=style)
+            for token_id, piece, prob in row.top:
+                mark = token_id == inspection.chosen_id
+                text.append(cell(visible(piece), piece_w), style=f"bold {chosen_color}" if mark else "")
+                text.append(f" {prob:5.3f} ")
+            text.append(f"{row.chosen_rank:>5} {row.chosen_prob:>7.4f} ")
+            text.append(bar(row.chosen_prob, bar_w) + "\n", style=bar_color)
+        text.rstrip()
+        self.border_subtitle = "the last row is the model's own output"
+        body.update(text)
+
+
+def s_chosen(view: View, inspection) -> str:
+    s = view.snapshot
+    return next((c.text for c in s.chips if c.id == inspection.chosen_id), None) or (
+        s.pending.chosen.chosen_text if s.pending else str(inspection.chosen_id))
