@@ -324,3 +324,46 @@ async def test_a_model_that_fails_to_load_leaves_one_line_and_a_working_app():
         await wait_for(lambda: isinstance(app.screen, HelpScreen), pilot)
         await pilot.press("escape", "q")
         await wait_for(lambda: not app.is_running, pilot)
+
+
+def pane_text(app, widget_id: str) -> str:
+    widget = app.query_one(f"#{widget_id}")
+    body = widget.query_one("Static") if widget.children else widget
+    rendered = app.console.render_lines(body.content, app.console.options.update_width(widget.size.width or 100))
+    return "\n".join("".join(seg.text for seg in line) for line in rendered)
+
+
+async def test_views_lens_embedding_cache_timing_and_verify():
+    app = make_app(SamplingSettings(temperature=0))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("space", "space")
+        s = await settle(app, pilot)
+        await pilot.press("l")
+        await wait_for(lambda: "top-1 from layer" in pane_text(app, "lens")
+                       or "never settles" in pane_text(app, "lens"), pilot)
+        lens = pane_text(app, "lens")
+        assert "emb" in lens and f"position {len(s.chips) - 1}" in lens
+        assert app.snapshot.inspection.lens[-1].top[0][0] == s.pending.top[0].id  # last layer = the model
+        await pilot.press("left")  # the lens follows the cursor
+        await wait_for(lambda: f"position {len(s.chips) - 2}" in pane_text(app, "lens"), pilot)
+        await pilot.press("m")
+        await wait_for(lambda: "embedding row" in pane_text(app, "embedding"), pilot)
+        embedding = pane_text(app, "embedding")
+        assert "rotary" in embedding and "tied" in embedding and "residual stream norm" in embedding
+        await pilot.press("c")
+        await wait_for(lambda: "tokens held" in pane_text(app, "cache"), pilot)
+        assert f"{len(s.chips)} tokens held" in pane_text(app, "cache") or "tokens held" in pane_text(app, "cache")
+        await pilot.press("v")
+        await wait_for(lambda: "verify @" in pane_text(app, "cache"), pilot)
+        assert "rounding level" in pane_text(app, "cache") and "same argmax: yes" in pane_text(app, "cache")
+        await pilot.press("i")
+        await wait_for(lambda: "prefill:" in pane_text(app, "timing"), pilot)
+        assert "decode:" in pane_text(app, "timing")
+        await pilot.press("i")
+        await pilot.pause()
+        assert app.query_one("#views").current == "attention"
+        await pilot.press("backspace")
+        await settle(app, pilot)
+        await pilot.press("c")
+        await wait_for(lambda: "kept the shared prefix" in pane_text(app, "cache"), pilot)

@@ -13,13 +13,20 @@ from textual.command import Hit, Hits, Provider
 from textual.containers import Horizontal
 from textual.message import Message
 from textual.reactive import reactive
-from textual.widgets import Footer, ProgressBar
+from textual.widgets import ContentSwitcher, Footer, ProgressBar
 
 from tokenviz.bridge import EngineBridge, Snapshot
 from tokenviz.render.attention import HEAD_MODES
 from tokenviz.settings import SamplingSettings
 from tokenviz.themes import DEFAULT_THEME, load_themes
 from tokenviz.widgets import AttentionPane, NextTokenPane, SamplingPane, StatusLine, TokensPane
+from tokenviz.widgets.cache import CachePane
+from tokenviz.widgets.embedding import EmbeddingPane
+from tokenviz.widgets.lens import LensPane, current_inspection
+from tokenviz.widgets.timing import TimingPane
+
+# The views of the middle-left area: key, widget id, class. Their key again returns to attention.
+VIEWS = {"lens": LensPane, "embedding": EmbeddingPane, "cache": CachePane, "timing": TimingPane}
 from tokenviz.widgets.screens import HelpScreen, PromptScreen
 from tokenviz.widgets.view import View
 
@@ -48,6 +55,11 @@ class TokenvizCommands(Provider):
             ("Min-p down", partial(app.action_adjust, "min_p", -1)),
             ("Repetition penalty up", partial(app.action_adjust, "repetition_penalty", 1)),
             ("Repetition penalty down", partial(app.action_adjust, "repetition_penalty", -1)),
+            ("View: logit lens", partial(app.action_view, "lens")),
+            ("View: embedding and position", partial(app.action_view, "embedding")),
+            ("View: KV cache", partial(app.action_view, "cache")),
+            ("View: timing", partial(app.action_view, "timing")),
+            ("Verify the KV cache against a full recompute", app.action_verify),
             ("Model info", app.action_model_info),
             ("Export an SVG screenshot", app.action_export_svg),
             ("Help: what each pane shows", app.action_help),
@@ -72,7 +84,8 @@ class TokenvizApp(App):
     TokensPane { height: 7; }
     #middle { height: 1fr; }
     #middle > * { height: 100%; }
-    AttentionPane { width: 1fr; }
+    #views { width: 1fr; }
+    #views > * { height: 100%; }
     NextTokenPane { width: 56; }
     SamplingPane { height: 15; }
     Screen.-narrow TokensPane { height: 5; }
@@ -102,6 +115,11 @@ class TokenvizApp(App):
         *[Binding(str(i), f"force({i})", f"force #{i}", show=False) for i in range(1, 10)],
         Binding("left", "cursor(-1)", "cursor-", show=False),
         Binding("right", "cursor(1)", "cursor+", show=False),
+        Binding("l", "view('lens')", "lens"),
+        Binding("m", "view('embedding')", "embedding", show=False),
+        Binding("c", "view('cache')", "KV cache", show=False),
+        Binding("i", "view('timing')", "timing", show=False),
+        Binding("v", "verify", "verify cache", show=False),
         Binding("question_mark", "help", "help"),
         Binding("q", "quit", "quit"),
     ]
@@ -118,6 +136,7 @@ class TokenvizApp(App):
         self.snapshot: Snapshot | None = None
         self._layer_chosen = False
         self._repaint_scheduled = False
+        self._inspect_requested = None
         for t in load_themes().values():
             self.register_theme(t)
         self.theme = theme
@@ -135,7 +154,10 @@ class TokenvizApp(App):
         yield ProgressBar(id="loading", show_eta=False)
         yield TokensPane()
         with Horizontal(id="middle"):
-            yield AttentionPane()
+            with ContentSwitcher(initial="attention", id="views"):
+                yield AttentionPane(id="attention")
+                for name, pane in VIEWS.items():
+                    yield pane(id=name)
             yield NextTokenPane()
         yield SamplingPane()
         yield StatusLine()
@@ -196,11 +218,21 @@ class TokenvizApp(App):
         view = self.current_view()
         if view is None:
             return
+        current = self.query_one("#views", ContentSwitcher).current
         with self.batch_update():
             self.query_one(TokensPane).show(view)
-            self.query_one(AttentionPane).show(view)
+            self.query_one(f"#{current}").show(view)
             self.query_one(NextTokenPane).show(view)
             self.query_one(SamplingPane).show(view)
+        self._request_inspection(view, current)
+
+    def _request_inspection(self, view: View, current: str) -> None:
+        """The lens and embedding views need the engine to look inside the cursor's position."""
+        if current not in ("lens", "embedding") or view.snapshot.playing:
+            return
+        if current_inspection(view) is None and self._inspect_requested != (view.snapshot.seq, view.cursor):
+            self._inspect_requested = (view.snapshot.seq, view.cursor)
+            self.bridge.submit("inspect", position=view.cursor)
 
     def watch_layer(self) -> None:
         self.refresh_panes()
@@ -255,6 +287,17 @@ class TokenvizApp(App):
         if view is None:
             return
         self.cursor = min(max(view.cursor + delta, 0), view.positions - 1)
+
+    def action_view(self, name: str) -> None:
+        switcher = self.query_one("#views", ContentSwitcher)
+        switcher.current = "attention" if switcher.current == name else name
+        self.refresh_panes()
+
+    def action_verify(self) -> None:
+        switcher = self.query_one("#views", ContentSwitcher)
+        switcher.current = "cache"
+        self.bridge.submit("verify")
+        self.refresh_panes()
 
     def action_edit_prompt(self) -> None:
         def submitted(prompt: str | None) -> None:

@@ -46,6 +46,9 @@ class Snapshot:
     tokens_per_s: float | None = None
     error: str | None = None  # one line, for a notification
     handled: int = 0  # commands handled before this snapshot (tests wait on it)
+    inspection: Any = None  # engine.internals.Inspection of the last inspected position
+    verification: Any = None  # session.Verification of the last verify
+    cache_event: Any = None  # session.CacheEvent of the last rewind
 
     @property
     def pending(self) -> StepRecord | None:
@@ -77,6 +80,8 @@ class EngineBridge:
         self._warm_temperature = settings.temperature or 0.7  # what greedy-off returns to
         self._start_error: str | None = None
         self._last_publish = 0.0
+        self._inspection = None
+        self._verification = None
         self.forwards_in_flight = 0  # tests assert this never exceeds 1
         self.max_forwards_in_flight = 0
 
@@ -188,6 +193,10 @@ class EngineBridge:
                     raise TokenvizError(f"stopped: {session.stop_reason}; rewind or raise the limit to go on")
             elif command == "pause":
                 self.playing = False
+            elif command == "inspect":
+                self._inspection = session.inspect(args["position"])
+            elif command == "verify":
+                self._verification = session.verify()
             else:
                 raise TokenvizError(f"unknown command {command!r}")
         except TokenvizError as exc:
@@ -239,6 +248,9 @@ class EngineBridge:
             tokens_per_s=rate,
             error=error,
             handled=self._handled,
+            inspection=self._inspection,
+            verification=self._verification,
+            cache_event=s.last_cache_event if s else None,
         )
         if log:
             _write_log(log)

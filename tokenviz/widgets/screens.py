@@ -30,6 +30,9 @@ stages reshape them; a draw picks one token; it is appended and the loop repeats
 - **sampling**: the stages in order (penalties → temperature → top-k → top-p → min-p), how many
   tokens each kept and how much probability mass survived, the distribution before (raw) and after
   (final), and the decision: the uniform draw *u* and the cumulative band it fell in.
+- **lens / embedding / KV cache / timing** (keys l, m, c, i) take the attention pane's place; the
+  same key brings attention back. The lens shows, for every layer, what the model would predict if
+  it stopped there; ★ marks the layer from which the chosen token stays on top.
 - **status**: model, device, dtype, step, position, forward time, tokens/s, KV cache size, state.
 
 ## Keys
@@ -51,6 +54,11 @@ stages reshape them; a draw picks one token; it is appended and the loop repeats
 | 1-9 | force the n-th ranked token instead (a branch) |
 | ← / → | move the token cursor |
 | ctrl+p | command palette: themes, settings, model info, export |
+| l | logit lens: every layer's top guesses for the next token (final norm + unembedding of its residual) |
+| m | embedding and position: the token's embedding row, the position scheme, residual norms by layer |
+| c | KV cache: what it holds per layer, bytes per token, growth, what a rewind kept |
+| v | verify: recompute this step without the cache and show the largest differences |
+| i | timing: prefill against decode, tokens/s, the last steps' times |
 | ? | this help |
 | q | quit |
 

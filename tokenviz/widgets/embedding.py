@@ -1,0 +1,59 @@
+"""Embedding and position pane: the token's embedding row, the position scheme, and how the
+residual stream's norm grows layer by layer."""
+
+from __future__ import annotations
+
+from rich.style import Style
+from rich.text import Text
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from tokenviz.render.bars import bar
+from tokenviz.render.colors import ramp
+from tokenviz.render.pieces import visible
+from tokenviz.widgets.lens import current_inspection
+from tokenviz.widgets.view import Pane, View, theme_var
+
+
+class EmbeddingPane(Pane, VerticalScroll):
+    DEFAULT_CSS = """
+    EmbeddingPane { border: round $foreground 30%; border-title-color: $primary; }
+    EmbeddingPane > Static { width: 100%; }
+    """
+
+    def compose(self):
+        yield Static(id="embedding-body")
+
+    def on_mount(self) -> None:
+        self.border_title = "embedding & position"
+
+    def draw(self, view: View) -> None:
+        body = self.query_one("#embedding-body", Static)
+        inspection = current_inspection(view)
+        if inspection is None:
+            body.update(Text("reading the embedding and residual stream for this position…", style="dim"))
+            return
+        i = inspection
+        colors = ramp(theme_var(self.app, "heatmap-stops", "#000000 #ffffff").split(), 32)
+        bar_color = theme_var(self.app, "bar-color", "blue")
+        text = Text(no_wrap=True, overflow="crop")
+        text.append(f"token {visible(i.token_text)} id {i.token_id} at position {i.position}\n", style="bold")
+        text.append(f"embedding row {i.token_id} (first {len(i.embedding_head)} dims, norm {i.embedding_norm:.3f}):\n")
+        scale = max(abs(v) for v in i.embedding_head) or 1.0
+        for v in i.embedding_head:  # diverging strip: low = negative, high = positive
+            text.append("█", Style(color=colors[round((v / scale + 1) / 2 * (len(colors) - 1))]))
+        text.append("\n" + " ".join(f"{v:+.3f}" for v in i.embedding_head[:8]) + " …\n")
+        text.append(f"positions: {i.positions}")
+        text.append(" (added to the embedding)\n" if i.positions.startswith("learned") else
+                    " (rotates queries and keys inside attention)\n")
+        text.append("input and output embeddings are tied: the same matrix reads tokens in and scores them out\n"
+                    if i.tied_embeddings else "input and output embeddings are separate matrices\n")
+        text.append("\nresidual stream norm after each layer:\n", style="bold")
+        top = max(row.residual_norm for row in i.lens) or 1.0
+        width = max(self.size.width - 18, 8)
+        for row in i.lens:
+            label = "emb" if row.layer == 0 else str(row.layer)
+            text.append(f"{label:>4} {row.residual_norm:>9.2f} ")
+            text.append(bar(row.residual_norm / top, width) + "\n", style=bar_color)
+        text.rstrip()
+        body.update(text)
