@@ -61,6 +61,7 @@ class TokenvizCommands(Provider):
             ("View: timing", partial(app.action_view, "timing")),
             ("Verify the KV cache against a full recompute", app.action_verify),
             ("Model info", app.action_model_info),
+            ("Export the journey (JSON) and a screenshot (SVG)", app.action_export),
             ("Export an SVG screenshot", app.action_export_svg),
             ("Help: what each pane shows", app.action_help),
         ]
@@ -120,6 +121,7 @@ class TokenvizApp(App):
         Binding("c", "view('cache')", "KV cache", show=False),
         Binding("i", "view('timing')", "timing", show=False),
         Binding("v", "verify", "verify cache", show=False),
+        Binding("x", "export", "export"),
         Binding("question_mark", "help", "help"),
         Binding("q", "quit", "quit"),
     ]
@@ -228,7 +230,7 @@ class TokenvizApp(App):
 
     def _request_inspection(self, view: View, current: str) -> None:
         """The lens and embedding views need the engine to look inside the cursor's position."""
-        if current not in ("lens", "embedding") or view.snapshot.playing:
+        if current not in ("lens", "embedding") or view.snapshot.playing or not view.snapshot.live:
             return
         if current_inspection(view) is None and self._inspect_requested != (view.snapshot.seq, view.cursor):
             self._inspect_requested = (view.snapshot.seq, view.cursor)
@@ -326,6 +328,25 @@ class TokenvizApp(App):
     def action_export_svg(self) -> None:
         path = self.save_screenshot()
         self.notify(f"saved {path}")
+
+    def action_export(self) -> None:
+        """Save the journey (replayable JSON) and a screenshot (SVG) in the current directory."""
+        from datetime import datetime
+
+        from tokenviz.errors import TokenvizError
+        from tokenviz.journey import save_journey
+
+        if self.snapshot is None or not self.snapshot.records:
+            self.notify("nothing to export yet", severity="warning")
+            return
+        stem = f"tokenviz-{datetime.now():%Y%m%d-%H%M%S}"
+        try:
+            saved = save_journey(f"{stem}.json", self.snapshot)
+        except TokenvizError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        svg = self.save_screenshot(f"{stem}.svg", path=".")
+        self.notify(f"saved {saved} (tokenviz replay {saved}) and {svg}", title="export")
 
     async def action_quit(self) -> None:
         self.bridge.stop(timeout=0.2)

@@ -49,6 +49,9 @@ class Snapshot:
     inspection: Any = None  # engine.internals.Inspection of the last inspected position
     verification: Any = None  # session.Verification of the last verify
     cache_event: Any = None  # session.CacheEvent of the last rewind
+    live: bool = True  # False for a recording: nothing can run the model
+    text: str = ""  # the generated text, decoded
+    full_text: str = ""  # prompt and generated text, decoded
 
     @property
     def pending(self) -> StepRecord | None:
@@ -57,6 +60,18 @@ class Snapshot:
     @property
     def latest(self) -> StepRecord | None:
         return self.records[-1] if self.records else None
+
+
+def snapshot_of(session, seq: int = 1, **fields) -> Snapshot:
+    """The journey of `session` as a Snapshot (the trace and the exporter use it too)."""
+    s = session
+    state = "stopped" if s.stop_reason else "ready"
+    return Snapshot(
+        seq=seq, state=fields.pop("state", state), info=s.runner.info, settings=s.settings, prompt=s.prompt,
+        chips=tuple(s.chips()), prompt_len=len(s.prompt_ids), records=tuple(s.records),
+        stop_reason=s.stop_reason, cache_event=s.last_cache_event, text=s.generated_text, full_text=s.text,
+        **fields,
+    )
 
 
 class EngineBridge:
@@ -225,33 +240,16 @@ class EngineBridge:
         self._seq += 1
         self._last_publish = time.perf_counter()
         s = self.session
+        rate = len(self._step_times) / sum(self._step_times) if self._step_times else None
+        common = dict(message=self._message, progress=self._progress, playing=self.playing, tokens_per_s=rate,
+                      error=error, handled=self._handled, inspection=self._inspection,
+                      verification=self._verification)
         if s is not None and s.records:
             state = "playing" if self.playing else ("stopped" if s.stop_reason else "ready")
+            snapshot = snapshot_of(s, seq=self._seq, state=state, **common)
         else:
-            state = self._state
-        rate = None
-        if self._step_times:
-            rate = len(self._step_times) / sum(self._step_times)
-        snapshot = Snapshot(
-            seq=self._seq,
-            state=state,
-            message=self._message,
-            progress=self._progress,
-            info=s.runner.info if s else None,
-            settings=s.settings if s else self._settings,
-            prompt=s.prompt if s else self._prompt,
-            chips=tuple(s.chips()) if s else (),
-            prompt_len=len(s.prompt_ids) if s else 0,
-            records=tuple(s.records) if s else (),
-            stop_reason=s.stop_reason if s else None,
-            playing=self.playing,
-            tokens_per_s=rate,
-            error=error,
-            handled=self._handled,
-            inspection=self._inspection,
-            verification=self._verification,
-            cache_event=s.last_cache_event if s else None,
-        )
+            snapshot = Snapshot(seq=self._seq, state=self._state, info=s.runner.info if s else None,
+                                settings=s.settings if s else self._settings, prompt=self._prompt, **common)
         if log:
             _write_log(log)
         self._post(snapshot)
@@ -281,7 +279,7 @@ class FrozenBridge:
 
     def __init__(self, post: Callable[[Snapshot], Any], snapshot: Snapshot, **_ignored):
         self._post = post
-        self.snapshot = snapshot
+        self.snapshot = dataclasses.replace(snapshot, live=False)
         self.submitted = 0
 
     def start(self) -> None:

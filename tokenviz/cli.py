@@ -17,7 +17,7 @@ from tokenviz import __version__
 from tokenviz.errors import TokenvizError
 
 DEFAULT_PROMPT = "The Eiffel Tower is located in"
-SUBCOMMANDS = ("trace",)
+SUBCOMMANDS = ("trace", "replay")
 
 err = Console(stderr=True, highlight=False)
 
@@ -141,6 +141,7 @@ def trace(
     steps: Annotated[int, typer.Option(help="How many tokens to generate.")] = 16,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
     lens: Annotated[bool, typer.Option("--lens", help="Add each step's logit lens (every layer's top tokens).")] = False,
+    save: Annotated[Optional[str], typer.Option("--save", help="Also write the replayable journey to this .json file.")] = None,
     model: Model = None,
     device: Device = "auto",
     dtype: Dtype = "auto",
@@ -169,7 +170,7 @@ def trace(
         with stderr_progress() as progress:
             document = run_trace(
                 prompt, settings, model=model, device=device, dtype=dtype,
-                trust_remote_code=trust_remote_code, progress=progress, lens=lens,
+                trust_remote_code=trust_remote_code, progress=progress, lens=lens, save=save,
             )
     except TokenvizError as exc:
         fail(str(exc))
@@ -179,10 +180,63 @@ def trace(
         print_table(document, Console())
 
 
+# ---- tokenviz replay FILE: a saved journey ------------------------------------------------------
+
+replay_cli = typer.Typer(add_completion=False, rich_markup_mode="rich", pretty_exceptions_enable=False)
+
+
+@replay_cli.command()
+def replay(
+    path: Annotated[str, typer.Argument(help="A journey saved with x in the app or trace --save.")],
+    verify: Annotated[bool, typer.Option("--verify", help="Re-run it with the model; exit 0 only if every token matches.")] = False,
+    model: Model = None,
+    device: Device = "auto",
+    dtype: Dtype = "auto",
+    trust_remote_code: TrustRemoteCode = False,
+    theme: Annotated[str, typer.Option(help="Colour theme.")] = "tokenviz-dark",
+) -> None:
+    """Open a saved journey read-only, without loading any model (or --verify it against the model)."""
+    from tokenviz.journey import read_journey, snapshot_from_journey
+
+    try:
+        doc = read_journey(path)
+        if verify:
+            from tokenviz.engine import ModelRunner, load_model
+            from tokenviz.journey import verify_journey
+            from tokenviz.session import Session
+
+            with stderr_progress() as progress:
+                loaded = load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
+                                    progress=progress)
+            checked, mismatch = verify_journey(doc, Session(ModelRunner(loaded)))
+            if mismatch is not None:
+                err.print(f"[bold red]mismatch:[/] step {mismatch} differs from the recording "
+                          f"({checked} of {len(doc['steps'])} steps checked)", soft_wrap=True)
+                raise typer.Exit(1)
+            typer.echo(f"verified: all {checked} steps reproduce the recorded tokens")
+            return
+        snapshot = snapshot_from_journey(doc)
+        from tokenviz.themes import load_themes
+
+        if theme not in load_themes():
+            fail(f"unknown theme {theme!r}; available: {', '.join(sorted(load_themes()))}")
+    except TokenvizError as exc:
+        fail(str(exc))
+    from functools import partial
+
+    from tokenviz.app import TokenvizApp
+    from tokenviz.bridge import FrozenBridge
+
+    TokenvizApp(prompt=snapshot.prompt, theme=theme, loader=lambda progress: None,
+                bridge_factory=partial(FrozenBridge, snapshot=snapshot)).run()
+
+
 def run() -> None:
-    """Entry point: route `trace` to its own command, everything else to the app."""
+    """Entry point: route `trace` and `replay` to their own commands, everything else to the app."""
     args = sys.argv[1:]
-    if args and args[0] in SUBCOMMANDS:
+    if args and args[0] == "trace":
         trace_cli(args=args[1:], prog_name="tokenviz trace")
+    elif args and args[0] == "replay":
+        replay_cli(args=args[1:], prog_name="tokenviz replay")
     else:
         app_cli(args=args, prog_name="tokenviz")

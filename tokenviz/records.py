@@ -99,6 +99,7 @@ class StepRecord:
             "entropy": self.entropy,
             "stages": [{"name": s.name, "kept": s.kept, "mass": s.mass} for s in d.stages],
             "draw": {"greedy": d.mode == "greedy", **d.to_json()},
+            "settings": d.settings,
             "ms": {"forward": self.forward_ms, "sampling": d.ms},
             "kv": {"len": self.kv_len, "bytes": self.kv_bytes},
         }

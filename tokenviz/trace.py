@@ -13,19 +13,25 @@ from tokenviz.settings import SamplingSettings
 from tokenviz.session import Session
 
 
-def journey_document(session: Session) -> dict:
-    info = session.runner.info
-    committed = len(session.generated_ids)
+def document_of_snapshot(snapshot) -> dict:
+    """The trace document: model, prompt, every committed step, the text."""
+    committed = len(snapshot.chips) - snapshot.prompt_len
     return {
-        "model": info.to_json(),
-        "settings": session.settings.to_json(),
-        "prompt": [{"id": t, "text": session.runner.piece(t)} for t in session.prompt_ids],
-        "steps": [r.to_json() for r in session.records[:committed]],
-        "prefill_ms": session.records[0].forward_ms if session.records else None,
-        "stop_reason": session.stop_reason,
-        "text": session.generated_text,
-        "full_text": session.text,
+        "model": snapshot.info.to_json(),
+        "settings": snapshot.settings.to_json(),
+        "prompt": [{"id": c.id, "text": c.text} for c in snapshot.chips[: snapshot.prompt_len]],
+        "steps": [r.to_json() for r in snapshot.records[:committed]],
+        "prefill_ms": snapshot.records[0].forward_ms if snapshot.records else None,
+        "stop_reason": snapshot.stop_reason,
+        "text": snapshot.text,
+        "full_text": snapshot.full_text,
     }
+
+
+def journey_document(session: Session) -> dict:
+    from tokenviz.bridge import snapshot_of
+
+    return document_of_snapshot(snapshot_of(session))
 
 
 def add_lens(session: Session, document: dict) -> None:
@@ -62,12 +68,18 @@ def run_trace(
     trust_remote_code: bool = False,
     progress: Callable[[str, float | None], None] = lambda message, fraction: None,
     lens: bool = False,
+    save: str | None = None,
 ) -> dict:
     loaded = load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code, progress=progress)
     session = Session(ModelRunner(loaded), settings)
     document = journey_document(run_session(session, prompt))
     if lens:
         add_lens(session, document)
+    if save:
+        from tokenviz.bridge import snapshot_of
+        from tokenviz.journey import save_journey
+
+        save_journey(save, snapshot_of(session), document)
     return document
 
 

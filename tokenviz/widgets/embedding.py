@@ -30,6 +30,10 @@ class EmbeddingPane(Pane, VerticalScroll):
     def draw(self, view: View) -> None:
         body = self.query_one("#embedding-body", Static)
         inspection = current_inspection(view)
+        if inspection is None and not view.snapshot.live:
+            body.update(Text("a recorded journey carries no residual stream: this view needs the model "
+                             "(tokenviz replay FILE --verify re-runs it)", style="dim"))
+            return
         if inspection is None:
             body.update(Text("reading the embedding and residual stream for this position…", style="dim"))
             return

@@ -40,6 +40,10 @@ class LensPane(Pane, VerticalScroll):
     def draw(self, view: View) -> None:
         body = self.query_one("#lens-body", Static)
         inspection = current_inspection(view)
+        if inspection is None and not view.snapshot.live:
+            body.update(Text("a recorded journey carries no residual stream: this view needs the model "
+                             "(tokenviz replay FILE --verify re-runs it)", style="dim"))
+            return
         if inspection is None:
             body.update(Text("computing the lens for this position…" if not view.snapshot.playing
                              else "the lens is computed when autoplay pauses", style="dim"))
