@@ -367,3 +367,26 @@ async def test_views_lens_embedding_cache_timing_and_verify():
         await settle(app, pilot)
         await pilot.press("c")
         await wait_for(lambda: "kept the shared prefix" in pane_text(app, "cache"), pilot)
+
+
+async def test_beam_view_runs_a_beam_search_from_the_current_tokens():
+    from tokenviz.beams import beam_search
+
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("space")
+        s = await settle(app, pilot)
+        await pilot.press("B")
+        await settle(app, pilot)
+        await wait_for(lambda: app.snapshot.beams is not None, pilot)
+        await pilot.pause(0.1)
+        text = pane_text(app, "beams")
+        assert "width 3" in text and "final, best first" in text and "✓" in text
+        result = app.snapshot.beams
+        expected = beam_search(app.bridge.session.runner, [c.id for c in s.chips], 3, 10)
+        assert result.final == expected.final
+        assert app.snapshot.chips == s.chips  # the journey and its cache are untouched
+        await pilot.press("space")
+        after = await settle(app, pilot)
+        assert after.chips[-1].id == s.pending.chosen.chosen_id

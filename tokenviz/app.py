@@ -20,13 +20,14 @@ from tokenviz.render.attention import HEAD_MODES
 from tokenviz.settings import SamplingSettings
 from tokenviz.themes import DEFAULT_THEME, load_themes
 from tokenviz.widgets import AttentionPane, NextTokenPane, SamplingPane, StatusLine, TokensPane
+from tokenviz.widgets.beams import BeamPane
 from tokenviz.widgets.cache import CachePane
 from tokenviz.widgets.embedding import EmbeddingPane
 from tokenviz.widgets.lens import LensPane, current_inspection
 from tokenviz.widgets.timing import TimingPane
 
 # The views of the middle-left area: key, widget id, class. Their key again returns to attention.
-VIEWS = {"lens": LensPane, "embedding": EmbeddingPane, "cache": CachePane, "timing": TimingPane}
+VIEWS = {"lens": LensPane, "embedding": EmbeddingPane, "cache": CachePane, "timing": TimingPane, "beams": BeamPane}
 from tokenviz.widgets.screens import HelpScreen, PromptScreen
 from tokenviz.widgets.view import View
 
@@ -60,6 +61,7 @@ class TokenvizCommands(Provider):
             ("View: KV cache", partial(app.action_view, "cache")),
             ("View: timing", partial(app.action_view, "timing")),
             ("Verify the KV cache against a full recompute", app.action_verify),
+            *[(f"Beam search, width {w}", partial(app.action_beams, w)) for w in range(2, 9)],
             ("Model info", app.action_model_info),
             ("Export the journey (JSON) and a screenshot (SVG)", app.action_export),
             ("Export an SVG screenshot", app.action_export_svg),
@@ -122,6 +124,7 @@ class TokenvizApp(App):
         Binding("i", "view('timing')", "timing", show=False),
         Binding("v", "verify", "verify cache", show=False),
         Binding("x", "export", "export"),
+        Binding("B", "beams", "beam search", show=False),
         Binding("question_mark", "help", "help"),
         Binding("q", "quit", "quit"),
     ]
@@ -139,6 +142,7 @@ class TokenvizApp(App):
         self._layer_chosen = False
         self._repaint_scheduled = False
         self._inspect_requested = None
+        self.beam_width = 3
         for t in load_themes().values():
             self.register_theme(t)
         self.theme = theme
@@ -293,6 +297,13 @@ class TokenvizApp(App):
     def action_view(self, name: str) -> None:
         switcher = self.query_one("#views", ContentSwitcher)
         switcher.current = "attention" if switcher.current == name else name
+        self.refresh_panes()
+
+    def action_beams(self, width: int | None = None) -> None:
+        """Beam search from the current tokens (width 3, or the width chosen in the palette)."""
+        self.beam_width = width or self.beam_width
+        self.query_one("#views", ContentSwitcher).current = "beams"
+        self.bridge.submit("beams", width=self.beam_width, steps=10)
         self.refresh_panes()
 
     def action_verify(self) -> None:

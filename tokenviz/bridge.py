@@ -50,6 +50,7 @@ class Snapshot:
     verification: Any = None  # session.Verification of the last verify
     cache_event: Any = None  # session.CacheEvent of the last rewind
     live: bool = True  # False for a recording: nothing can run the model
+    beams: Any = None  # beams.BeamResult of the last beam search
     text: str = ""  # the generated text, decoded
     full_text: str = ""  # prompt and generated text, decoded
 
@@ -97,6 +98,7 @@ class EngineBridge:
         self._last_publish = 0.0
         self._inspection = None
         self._verification = None
+        self._beams = None
         self.forwards_in_flight = 0  # tests assert this never exceeds 1
         self.max_forwards_in_flight = 0
 
@@ -212,6 +214,10 @@ class EngineBridge:
                 self._inspection = session.inspect(args["position"])
             elif command == "verify":
                 self._verification = session.verify()
+            elif command == "beams":
+                from tokenviz.beams import beam_search
+
+                self._beams = beam_search(session.runner, session.ids, args["width"], args.get("steps", 10))
             else:
                 raise TokenvizError(f"unknown command {command!r}")
         except TokenvizError as exc:
@@ -243,7 +249,7 @@ class EngineBridge:
         rate = len(self._step_times) / sum(self._step_times) if self._step_times else None
         common = dict(message=self._message, progress=self._progress, playing=self.playing, tokens_per_s=rate,
                       error=error, handled=self._handled, inspection=self._inspection,
-                      verification=self._verification)
+                      verification=self._verification, beams=self._beams)
         if s is not None and s.records:
             state = "playing" if self.playing else ("stopped" if s.stop_reason else "ready")
             snapshot = snapshot_of(s, seq=self._seq, state=state, **common)

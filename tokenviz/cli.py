@@ -142,6 +142,7 @@ def trace(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
     lens: Annotated[bool, typer.Option("--lens", help="Add each step's logit lens (every layer's top tokens).")] = False,
     save: Annotated[Optional[str], typer.Option("--save", help="Also write the replayable journey to this .json file.")] = None,
+    beams: Annotated[Optional[int], typer.Option("--beams", help="Beam search of this width (2-8) instead of sampling.")] = None,
     model: Model = None,
     device: Device = "auto",
     dtype: Dtype = "auto",
@@ -162,6 +163,10 @@ def trace(
     try:
         if steps < 1:
             raise TokenvizError(f"--steps must be at least 1, got {steps}")
+        if beams is not None and not 2 <= beams <= 8:
+            raise TokenvizError(f"--beams must be 2 to 8, got {beams}")
+        if beams and (save or lens):
+            raise TokenvizError("--beams cannot be combined with --save or --lens")
         settings = make_settings(
             temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
             repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
@@ -170,7 +175,7 @@ def trace(
         with stderr_progress() as progress:
             document = run_trace(
                 prompt, settings, model=model, device=device, dtype=dtype,
-                trust_remote_code=trust_remote_code, progress=progress, lens=lens, save=save,
+                trust_remote_code=trust_remote_code, progress=progress, lens=lens, save=save, beams=beams,
             )
     except TokenvizError as exc:
         fail(str(exc))

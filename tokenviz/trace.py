@@ -51,6 +51,25 @@ def add_lens(session: Session, document: dict) -> None:
         step["lens_first_top1_layer"] = inspection.first_top1_layer
 
 
+def beam_document(session: Session, prompt: str, width: int, steps: int) -> dict:
+    """The trace document of a beam search: "beams" holds every step; "text" is the best beam."""
+    from tokenviz.beams import beam_search
+
+    runner = session.runner
+    session.start(prompt)  # tokenizes and checks the prompt; the beams run on their own cache
+    result = beam_search(runner, session.prompt_ids, width, steps)
+    best = result.final[0]
+    return {
+        "model": runner.info.to_json(),
+        "settings": session.settings.to_json(),
+        "prompt": [{"id": t, "text": runner.piece(t)} for t in session.prompt_ids],
+        "steps": [{"index": i, "chosen": {"id": t, "text": runner.piece(t)}} for i, t in enumerate(best.ids)],
+        "beams": result.to_json(runner.piece),
+        "text": runner.decode(best.ids),
+        "full_text": runner.decode(session.prompt_ids + list(best.ids)),
+    }
+
+
 def run_session(session: Session, prompt: str) -> Session:
     """Prefill and step until a stop condition (max new tokens bounds it)."""
     session.start(prompt)
@@ -69,9 +88,12 @@ def run_trace(
     progress: Callable[[str, float | None], None] = lambda message, fraction: None,
     lens: bool = False,
     save: str | None = None,
+    beams: int | None = None,
 ) -> dict:
     loaded = load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code, progress=progress)
     session = Session(ModelRunner(loaded), settings)
+    if beams:
+        return beam_document(session, prompt, beams, settings.max_new_tokens)
     document = journey_document(run_session(session, prompt))
     if lens:
         add_lens(session, document)

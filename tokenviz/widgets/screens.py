@@ -59,6 +59,7 @@ stages reshape them; a draw picks one token; it is appended and the loop repeats
 | c | KV cache: what it holds per layer, bytes per token, growth, what a rewind kept |
 | v | verify: recompute this step without the cache and show the largest differences |
 | i | timing: prefill against decode, tokens/s, the last steps' times |
+| B | beam search from here (width 3; other widths in the palette): every beam's candidates, kept or pruned |
 | x | export the journey (replayable JSON: `tokenviz replay FILE`) and an SVG screenshot |
 | ? | this help |
 | q | quit |

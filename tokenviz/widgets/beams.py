@@ -1,0 +1,58 @@
+"""Beam search pane: every beam's candidates per step, which survive and which are pruned."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from tokenviz.render.pieces import visible
+from tokenviz.widgets.view import Pane, View, theme_var
+
+MARKS = {"kept": "✓", "finished": "★", "pruned": "✗"}
+
+
+class BeamPane(Pane, VerticalScroll):
+    DEFAULT_CSS = """
+    BeamPane { border: round $foreground 30%; border-title-color: $primary; }
+    BeamPane > Static { width: 100%; }
+    """
+
+    def compose(self):
+        yield Static(id="beams-body")
+
+    def on_mount(self) -> None:
+        self.border_title = "beam search"
+
+    def draw(self, view: View) -> None:
+        body = self.query_one("#beams-body", Static)
+        result = view.snapshot.beams
+        if result is None:
+            body.update(Text("running a beam search from here…" if view.snapshot.live else
+                             "a recorded journey carries no beam search: it needs the model", style="dim"))
+            return
+        chosen = theme_var(self.app, "chosen-color", "green")
+        text = Text(no_wrap=True, overflow="crop")
+        text.append(f"width {result.width}: each step keeps the {2 * result.width} best continuations of all beams "
+                    f"by summed log-probability; ✓ survives, ★ finished, ✗ pruned\n", style="bold")
+        for step in result.steps:
+            text.append(f"step {step.index + 1:>2} ", style="bold")
+            for c in step.candidates:
+                style = {"kept": "", "finished": f"bold {chosen}", "pruned": "dim strike"}[c.fate]
+                text.append(f"b{c.beam + 1}+{visible(c.text)} {c.score:.2f}{MARKS[c.fate]}  ", style=style)
+            text.append("\n")
+        text.append("final, best first (score = log-prob / length):\n", style="bold")
+        for rank, h in enumerate(result.final, 1):
+            words = visible("".join(view_piece(view, i) for i in h.ids))
+            text.append(f"{rank}. {words}  log-prob {h.logprob:.3f} · score {h.score:.4f}\n",
+                        style=f"bold {chosen}" if rank == 1 else "")
+        text.rstrip()
+        body.update(text)
+
+
+def view_piece(view: View, token_id: int) -> str:
+    for step in view.snapshot.beams.steps:
+        for c in step.candidates:
+            if c.id == token_id:
+                return c.text
+    return f"<{token_id}>"
