@@ -390,3 +390,49 @@ async def test_beam_view_runs_a_beam_search_from_the_current_tokens():
         await pilot.press("space")
         after = await settle(app, pilot)
         assert after.chips[-1].id == s.pending.chosen.chosen_id
+
+
+async def test_speculation_view_drafts_and_verifies_from_the_current_tokens():
+    from tokenviz.speculate import make_drafter, speculative_decode
+
+    app = make_app(SamplingSettings(temperature=0), prompt="The cat sat on the mat. The cat sat on the")
+    async with app.run_test(size=(160, 48)) as pilot:
+        s = await settle(app, pilot)
+        await pilot.press("S")
+        await settle(app, pilot)
+        await wait_for(lambda: app.snapshot.speculation is not None, pilot)
+        await pilot.pause(0.1)
+        text = pane_text(app, "speculation")
+        assert "drafter: prompt-lookup" in text and "round  1:" in text and "output:" in text
+        result, _ = app.snapshot.speculation
+        runner = app.bridge.session.runner
+        plain = speculative_decode(runner, [c.id for c in s.chips], make_drafter("prompt-lookup", runner), 16,
+                                   s.settings)
+        assert result == plain
+        assert app.snapshot.chips == s.chips  # the journey is untouched
+
+
+async def test_branching_at_the_cursor_and_switching_branches():
+    app = make_app(SamplingSettings(temperature=0))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("space", "space", "space", "space")
+        first = await settle(app, pilot)
+        n = first.prompt_len
+        await pilot.press("left", "left")  # from the 4th generated token (position n+3) onto the 2nd
+        assert app.cursor == n + 1
+        await pilot.press("2")  # take the 2nd ranked token there instead
+        branched = await settle(app, pilot)
+        assert [c.id for c in branched.chips[: n + 1]] == [c.id for c in first.chips[: n + 1]]
+        assert branched.chips[n + 1].id == first.records[1].top[1].id
+        assert len(branched.chips) == n + 2
+        assert len(branched.branches) == 2 and branched.branches[1].tokens == 4
+        await pilot.press("b")
+        await pilot.pause(0.1)
+        text = pane_text(app, "branches")
+        assert "current" in text and "branch 1" in text and "log-prob" in text
+        await pilot.press("o")
+        switched = await settle(app, pilot)
+        assert [c.id for c in switched.chips] == [c.id for c in first.chips]
+        assert switched.pending.chosen.chosen_id == first.pending.chosen.chosen_id
+        assert switched.cache_event.kept == n + 1

@@ -189,3 +189,38 @@ def test_bad_settings_are_refused_with_a_clear_message(bad, message):
         SamplingSettings(**bad)
     with pytest.raises(SettingsError):
         SamplingSettings().replace(**bad)
+
+
+@pytest.mark.parametrize("top_p", [0.01, 0.3, 0.9, 1.0])
+def test_top_k_one_keeps_exactly_one_token_whatever_top_p(top_p):
+    logits = torch.randn(VOCAB, generator=torch.Generator().manual_seed(8)) * 3
+    record = decide(logits, SamplingSettings(temperature=0.8, top_k=1, top_p=top_p), [1], [], piece=str)
+    assert record.stages[-1].kept == 1
+    assert record.chosen_id == int(logits.argmax()) and record.chosen_prob == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_no_setting_can_filter_every_token(seed):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(VOCAB, generator=g) * 20
+    logits[torch.randperm(VOCAB, generator=g)[: VOCAB - 3]] = -1e30  # nearly everything already hopeless
+    for settings in [SamplingSettings(temperature=0.01, top_k=1, top_p=0.01, min_p=0.95),
+                     SamplingSettings(temperature=10.0, top_k=0, top_p=0.01, min_p=0.99),
+                     SamplingSettings(temperature=0.5, top_k=2, top_p=0.05, min_p=0.5, repetition_penalty=3.0)]:
+        record = decide(logits, settings, [int(logits.argmax())] * 3, [], piece=str)
+        assert record.stages[-1].kept >= 1
+        assert 0 < record.chosen_prob <= 1 and math.isfinite(record.chosen_prob)
+        assert sum(record.stages[-1].probs) <= 1 + 1e-6
+
+
+def test_repetition_penalty_on_a_prompt_of_one_repeated_token():
+    logits = torch.linspace(-2, 2, VOCAB)
+    token = VOCAB - 1  # the favourite, repeated twenty times in the prompt
+    (name, _, scores), = apply_stages(logits, SamplingSettings(temperature=0, repetition_penalty=1.5), [token] * 20, [])
+    assert name == "repetition"
+    assert scores[0, token].item() == pytest.approx(2.0 / 1.5)  # penalised once, not twenty times
+    changed = torch.nonzero(scores[0] != logits).flatten().tolist()
+    assert changed == [token]
+    record = decide(logits, SamplingSettings(temperature=0, repetition_penalty=1.5), [token] * 20, [], piece=str)
+    assert record.chosen_id == token - 1  # the penalised favourite (1.33) now loses to the runner-up (1.99)
+    assert record.raw_rank == 2

@@ -227,3 +227,56 @@ def test_start_from_token_ids(tiny_llama):
     assert s.pending.top == text.pending.top
     with pytest.raises(PromptError, match="token ids"):
         s.start([10**7])
+
+
+def test_rewinding_and_stepping_differently_keeps_the_old_path_as_a_branch(tiny_llama):
+    s = make(tiny_llama, temperature=0)
+    s.start(PROMPT)
+    for _ in range(5):
+        s.step()
+    first_path = list(s.ids)
+    s.branch(3, rank=2)  # back 3 tokens, take the 2nd ranked there instead
+    s.step()
+    summaries = s.branch_summaries()
+    assert [b.current for b in summaries] == [True, False]
+    other = summaries[1]
+    assert other.tokens == 5 and other.shared == len(s.prompt_ids) + 2
+    assert other.text == s.runner.decode(first_path[len(s.prompt_ids):])
+    expected = sum(np.log(r.chosen.raw_prob) for r in make_and_run(tiny_llama, 5).records[:5])
+    assert other.logprob == pytest.approx(expected, abs=1e-4)
+    current_ids, current_pending = list(s.ids), s.pending.chosen
+
+    s.switch_branch(other.index)  # the cache is rebuilt from the shared prefix
+    assert s.ids == first_path and s.runner.kv_len == len(first_path)
+    straight = make_and_run(tiny_llama, 5)
+    assert s.pending.top == straight.pending.top or [c.id for c in s.pending.top] == [c.id for c in straight.pending.top]
+    assert torch.allclose(s._pending_logits, straight._pending_logits, atol=1e-4)
+    assert s.last_cache_event.kept == len(s.prompt_ids) + 2
+    s.step()
+    assert s.generated_ids[:6] == straight.generated_ids[:5] + [s.generated_ids[5]]
+    back = [b for b in s.branch_summaries() if not b.current][0]
+    s.switch_branch(back.index)
+    assert s.ids == current_ids and s.pending.chosen.chosen_id == current_pending.chosen_id
+
+
+def test_stepping_the_same_way_again_leaves_no_duplicate_branch(tiny_llama):
+    s = make(tiny_llama, temperature=0)
+    s.start(PROMPT)
+    for _ in range(4):
+        s.step()
+    s.rewind(2)
+    s.step()
+    s.step()  # the same greedy tokens again
+    assert len(s.branch_summaries()) == 1
+    s.start(PROMPT)  # a reset keeps the path it leaves
+    assert len(s.branch_summaries()) == 2
+    s.start("Hello world")  # a new prompt is a new tree
+    assert s.branches == []
+
+
+def make_and_run(loaded, steps):
+    s = make(loaded, temperature=0)
+    s.start(PROMPT)
+    for _ in range(steps):
+        s.step()
+    return s

@@ -21,13 +21,16 @@ from tokenviz.settings import SamplingSettings
 from tokenviz.themes import DEFAULT_THEME, load_themes
 from tokenviz.widgets import AttentionPane, NextTokenPane, SamplingPane, StatusLine, TokensPane
 from tokenviz.widgets.beams import BeamPane
+from tokenviz.widgets.branches import BranchPane
 from tokenviz.widgets.cache import CachePane
 from tokenviz.widgets.embedding import EmbeddingPane
 from tokenviz.widgets.lens import LensPane, current_inspection
+from tokenviz.widgets.speculation import SpeculationPane
 from tokenviz.widgets.timing import TimingPane
 
 # The views of the middle-left area: key, widget id, class. Their key again returns to attention.
-VIEWS = {"lens": LensPane, "embedding": EmbeddingPane, "cache": CachePane, "timing": TimingPane, "beams": BeamPane}
+VIEWS = {"lens": LensPane, "embedding": EmbeddingPane, "cache": CachePane, "timing": TimingPane, "beams": BeamPane, "branches": BranchPane,
+         "speculation": SpeculationPane}
 from tokenviz.widgets.screens import HelpScreen, PromptScreen
 from tokenviz.widgets.view import View
 
@@ -60,8 +63,14 @@ class TokenvizCommands(Provider):
             ("View: embedding and position", partial(app.action_view, "embedding")),
             ("View: KV cache", partial(app.action_view, "cache")),
             ("View: timing", partial(app.action_view, "timing")),
+            ("View: branch tree", partial(app.action_view, "branches")),
+            ("Switch to the selected branch", app.action_open_branch),
             ("Verify the KV cache against a full recompute", app.action_verify),
             *[(f"Beam search, width {w}", partial(app.action_beams, w)) for w in range(2, 9)],
+            ("Speculative decoding: prompt lookup", partial(app.action_speculate, "prompt-lookup")),
+            *([(f"Speculative decoding: early exit at layer {app.snapshot.info.layers // 2}",
+                partial(app.action_speculate, f"early-exit:{app.snapshot.info.layers // 2}"))]
+              if app.snapshot and app.snapshot.info and app.snapshot.info.layers > 1 else []),
             ("Model info", app.action_model_info),
             ("Export the journey (JSON) and a screenshot (SVG)", app.action_export),
             ("Export an SVG screenshot", app.action_export_svg),
@@ -125,6 +134,11 @@ class TokenvizApp(App):
         Binding("v", "verify", "verify cache", show=False),
         Binding("x", "export", "export"),
         Binding("B", "beams", "beam search", show=False),
+        Binding("S", "speculate", "speculate", show=False),
+        Binding("b", "view('branches')", "branches", show=False),
+        Binding("less_than_sign", "select_branch(-1)", "previous branch", show=False),
+        Binding("greater_than_sign", "select_branch(1)", "next branch", show=False),
+        Binding("o", "open_branch", "switch branch", show=False),
         Binding("question_mark", "help", "help"),
         Binding("q", "quit", "quit"),
     ]
@@ -271,8 +285,32 @@ class TokenvizApp(App):
         self.bridge.submit("reset")
 
     def action_force(self, rank: int) -> None:
+        """Take the rank-th token instead: at the pending step, or, with the cursor moved onto an
+        earlier generated token, at that token (a branch: the old path is kept)."""
+        view = self.current_view()
+        if self.cursor is not None and view is not None and view.cursor >= view.snapshot.prompt_len:
+            steps_back = len(view.snapshot.chips) - view.cursor
+            self.cursor = None
+            self.bridge.submit("branch", steps_back=steps_back, rank=rank)
+            return
         self.cursor = None
         self.bridge.submit("force", rank=rank)
+
+    def action_select_branch(self, delta: int) -> None:
+        pane = self.query_one(BranchPane)
+        pane.selected += delta
+        self.query_one("#views", ContentSwitcher).current = "branches"
+        self.refresh_panes()
+
+    def action_open_branch(self) -> None:
+        s = self.snapshot
+        pane = self.query_one(BranchPane)
+        if s is None or len(s.branches) < 2:
+            self.notify("there is no other branch yet", severity="warning")
+            return
+        target = s.branches[min(max(pane.selected, 1), len(s.branches) - 1)]
+        self.cursor = None
+        self.bridge.submit("switch_branch", index=target.index)
 
     def action_adjust(self, name: str, direction: int) -> None:
         self.bridge.submit("adjust", name=name, direction=direction)
@@ -304,6 +342,12 @@ class TokenvizApp(App):
         self.beam_width = width or self.beam_width
         self.query_one("#views", ContentSwitcher).current = "beams"
         self.bridge.submit("beams", width=self.beam_width, steps=10)
+        self.refresh_panes()
+
+    def action_speculate(self, drafter: str = "prompt-lookup") -> None:
+        """Speculative decoding of 16 tokens from the current tokens, with the current settings."""
+        self.query_one("#views", ContentSwitcher).current = "speculation"
+        self.bridge.submit("speculate", drafter=drafter, steps=16)
         self.refresh_panes()
 
     def action_verify(self) -> None:

@@ -23,7 +23,7 @@ from tokenviz.records import ModelInfo, StepRecord, TokenChip
 from tokenviz.settings import SamplingSettings
 
 # Commands that change the journey pause autoplay first; settings and view changes do not.
-PAUSING = {"step", "rewind", "force", "reset", "start"}
+PAUSING = {"step", "rewind", "force", "branch", "switch_branch", "reset", "start"}
 FRAME_S = 1 / 60
 
 
@@ -51,6 +51,8 @@ class Snapshot:
     cache_event: Any = None  # session.CacheEvent of the last rewind
     live: bool = True  # False for a recording: nothing can run the model
     beams: Any = None  # beams.BeamResult of the last beam search
+    speculation: Any = None  # (speculate.Speculation, {id: text}) of the last speculative run
+    branches: tuple = ()  # session.BranchSummary: the current path first, then the others
     text: str = ""  # the generated text, decoded
     full_text: str = ""  # prompt and generated text, decoded
 
@@ -71,6 +73,7 @@ def snapshot_of(session, seq: int = 1, **fields) -> Snapshot:
         seq=seq, state=fields.pop("state", state), info=s.runner.info, settings=s.settings, prompt=s.prompt,
         chips=tuple(s.chips()), prompt_len=len(s.prompt_ids), records=tuple(s.records),
         stop_reason=s.stop_reason, cache_event=s.last_cache_event, text=s.generated_text, full_text=s.text,
+        branches=tuple(s.branch_summaries()) if s.branches else (),
         **fields,
     )
 
@@ -99,6 +102,7 @@ class EngineBridge:
         self._inspection = None
         self._verification = None
         self._beams = None
+        self._speculation = None
         self.forwards_in_flight = 0  # tests assert this never exceeds 1
         self.max_forwards_in_flight = 0
 
@@ -188,6 +192,10 @@ class EngineBridge:
                 self._forward(session.step)
             elif command == "force":
                 self._forward(lambda: session.force_rank(args["rank"]))
+            elif command == "branch":
+                self._forward(lambda: session.branch(args["steps_back"], args["rank"]))
+            elif command == "switch_branch":
+                self._forward(lambda: session.switch_branch(args["index"]))
             elif command == "rewind":
                 if session.rewind(args.get("n", 1)) == 0:
                     raise TokenvizError("nothing to rewind: only the prompt is left")
@@ -218,6 +226,13 @@ class EngineBridge:
                 from tokenviz.beams import beam_search
 
                 self._beams = beam_search(session.runner, session.ids, args["width"], args.get("steps", 10))
+            elif command == "speculate":
+                from tokenviz.speculate import make_drafter, speculative_decode
+
+                result = speculative_decode(session.runner, session.ids, make_drafter(args["drafter"], session.runner),
+                                            args.get("steps", 16), session.settings)
+                pieces = {t: session.runner.piece(t) for r in result.rounds for t in (*r.drafted, r.next_id)}
+                self._speculation = (result, pieces)
             else:
                 raise TokenvizError(f"unknown command {command!r}")
         except TokenvizError as exc:
@@ -249,7 +264,8 @@ class EngineBridge:
         rate = len(self._step_times) / sum(self._step_times) if self._step_times else None
         common = dict(message=self._message, progress=self._progress, playing=self.playing, tokens_per_s=rate,
                       error=error, handled=self._handled, inspection=self._inspection,
-                      verification=self._verification, beams=self._beams)
+                      verification=self._verification, beams=self._beams,
+                      speculation=self._speculation)
         if s is not None and s.records:
             state = "playing" if self.playing else ("stopped" if s.stop_reason else "ready")
             snapshot = snapshot_of(s, seq=self._seq, state=state, **common)

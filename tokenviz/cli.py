@@ -143,6 +143,9 @@ def trace(
     lens: Annotated[bool, typer.Option("--lens", help="Add each step's logit lens (every layer's top tokens).")] = False,
     save: Annotated[Optional[str], typer.Option("--save", help="Also write the replayable journey to this .json file.")] = None,
     beams: Annotated[Optional[int], typer.Option("--beams", help="Beam search of this width (2-8) instead of sampling.")] = None,
+    speculate: Annotated[Optional[str], typer.Option(
+        "--speculate", help="Speculative decoding: prompt-lookup, early-exit:LAYER or draft-model.")] = None,
+    draft_model: Annotated[Optional[str], typer.Option("--draft-model", help="The drafter for --speculate draft-model.")] = None,
     model: Model = None,
     device: Device = "auto",
     dtype: Dtype = "auto",
@@ -165,8 +168,12 @@ def trace(
             raise TokenvizError(f"--steps must be at least 1, got {steps}")
         if beams is not None and not 2 <= beams <= 8:
             raise TokenvizError(f"--beams must be 2 to 8, got {beams}")
-        if beams and (save or lens):
-            raise TokenvizError("--beams cannot be combined with --save or --lens")
+        if (beams or speculate) and (save or lens):
+            raise TokenvizError("--beams and --speculate cannot be combined with --save or --lens")
+        if beams and speculate:
+            raise TokenvizError("choose --beams or --speculate, not both")
+        if draft_model and not speculate:
+            speculate = "draft-model"
         settings = make_settings(
             temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
             repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
@@ -176,6 +183,7 @@ def trace(
             document = run_trace(
                 prompt, settings, model=model, device=device, dtype=dtype,
                 trust_remote_code=trust_remote_code, progress=progress, lens=lens, save=save, beams=beams,
+                speculate=speculate, draft_model=draft_model,
             )
     except TokenvizError as exc:
         fail(str(exc))

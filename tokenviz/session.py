@@ -35,6 +35,26 @@ class Verification:
 
 
 @dataclass(frozen=True)
+class Branch:
+    """A path the journey took: all its tokens and records."""
+
+    ids: tuple[int, ...]
+    records: tuple[StepRecord, ...]
+    stop_reason: str | None
+
+
+@dataclass(frozen=True)
+class BranchSummary:
+    index: int  # in Session.branches; -1 for the current path
+    text: str  # the generated text
+    tokens: int  # generated tokens
+    logprob: float  # sum of the model's log-probabilities of the generated tokens
+    mean_entropy: float  # bits, over the steps taken
+    shared: int  # positions shared with the current path
+    current: bool
+
+
+@dataclass(frozen=True)
 class CacheEvent:
     """What the last rewind or branch did to the KV cache."""
 
@@ -56,6 +76,7 @@ class Session:
         self._prefill_logits: torch.Tensor | None = None
         self._inspections: OrderedDict = OrderedDict()  # (ids up to position, chosen) -> Inspection
         self.last_cache_event: CacheEvent | None = None
+        self.branches: list[Branch] = []  # other paths from the same prompt
 
     # ---- what the journey is now -------------------------------------------------------------
 
@@ -99,6 +120,10 @@ class Session:
             raise PromptError("the prompt is empty: type some text to start from")
         if len(ids) >= context:
             raise PromptError(f"the prompt has {len(ids)} tokens but this model reads at most {context}; shorten it")
+        if ids == self.prompt_ids:
+            self._keep_branch()  # a reset keeps the path it leaves
+        else:
+            self.branches = []
         self.runner.reset()
         self.prompt, self.prompt_ids, self.ids = prompt, list(ids), list(ids)
         self.records, self.stop_reason = [], None
@@ -146,6 +171,7 @@ class Session:
         n = min(n, len(self.generated_ids))
         if n <= 0:
             return 0
+        self._keep_branch()
         keep = len(self.generated_ids) - n
         before = self.runner.kv_len
         self.ids = self.ids[: len(self.prompt_ids) + keep]
@@ -199,6 +225,58 @@ class Session:
             max_attention_diff=float(np.abs(full - cached.attention).max()),
             argmax_agrees=int(logits.argmax()) == int(cached.logits.argmax()),
         )
+
+    # ---- branches ---------------------------------------------------------------------------------
+
+    def _keep_branch(self) -> None:
+        """Keep the current path as a branch, unless another path already contains it."""
+        path = Branch(tuple(self.ids), tuple(self.records), self.stop_reason)
+        if len(self.ids) <= len(self.prompt_ids) or any(b.ids[: len(path.ids)] == path.ids for b in self.branches):
+            return
+        self.branches = [b for b in self.branches if path.ids[: len(b.ids)] != b.ids] + [path]
+
+    def branch_summaries(self) -> list[BranchSummary]:
+        """The current path first, then every other branch not contained in it."""
+        current = Branch(tuple(self.ids), tuple(self.records), self.stop_reason)
+        out = [self._summary(current, -1)]
+        for i, b in enumerate(self.branches):
+            if current.ids[: len(b.ids)] != b.ids:
+                out.append(self._summary(b, i))
+        return out
+
+    def _summary(self, b: Branch, index: int) -> BranchSummary:
+        n = len(self.prompt_ids)
+        taken = b.records[: len(b.ids) - n]
+        shared = 0
+        while shared < min(len(b.ids), len(self.ids)) and b.ids[shared] == self.ids[shared]:
+            shared += 1
+        return BranchSummary(
+            index=index, text=self.runner.decode(b.ids[n:]), tokens=len(b.ids) - n,
+            logprob=float(sum(np.log(max(r.chosen.raw_prob, 1e-45)) for r in taken)),
+            mean_entropy=float(np.mean([r.entropy for r in taken])) if taken else 0.0,
+            shared=shared, current=index == -1,
+        )
+
+    def switch_branch(self, index: int) -> None:
+        """Make branch `index` the current path; the cache is rebuilt from the shared prefix."""
+        if not 0 <= index < len(self.branches):
+            raise TokenvizError(f"there is no branch {index + 1}")
+        target = self.branches[index]
+        self._keep_branch()
+        self.branches = [b for b in self.branches if b is not target]
+        fed = len(target.ids) - (1 if target.stop_reason else 0)
+        shared = 0
+        while shared < min(self.runner.kv_len, fed) and self.ids[shared] == target.ids[shared]:
+            shared += 1
+        keep = min(shared, fed - 1)
+        before = self.runner.kv_len
+        self.runner.crop(keep)
+        forward = self.runner.forward(list(target.ids[keep:fed]))
+        self.ids, self.records, self.stop_reason = list(target.ids), list(target.records), target.stop_reason
+        self._pending_logits = None if target.stop_reason else forward.logits
+        self.last_cache_event = CacheEvent(kept=keep, dropped=max(before - keep, 0))
+        if self.pending is not None:
+            self._redecide()  # the pending decision follows the current settings
 
     def set_settings(self, settings: SamplingSettings) -> None:
         """New settings re-decide the pending step from the logits already computed."""

@@ -70,6 +70,25 @@ def beam_document(session: Session, prompt: str, width: int, steps: int) -> dict
     }
 
 
+def speculation_document(session: Session, prompt: str, spec: str, draft, settings: SamplingSettings) -> dict:
+    """The trace document of speculative decoding: the steps are the output tokens."""
+    from tokenviz.speculate import make_drafter, speculative_decode
+
+    runner = session.runner
+    drafter = make_drafter(spec, runner, draft)
+    session.start(prompt)
+    result = speculative_decode(runner, session.prompt_ids, drafter, settings.max_new_tokens, settings)
+    return {
+        "model": runner.info.to_json(),
+        "settings": settings.to_json(),
+        "prompt": [{"id": t, "text": runner.piece(t)} for t in session.prompt_ids],
+        "steps": [{"index": i, "chosen": {"id": t, "text": runner.piece(t)}} for i, t in enumerate(result.ids)],
+        "speculation": result.to_json(),
+        "text": runner.decode(result.ids),
+        "full_text": runner.decode(session.prompt_ids + list(result.ids)),
+    }
+
+
 def run_session(session: Session, prompt: str) -> Session:
     """Prefill and step until a stop condition (max new tokens bounds it)."""
     session.start(prompt)
@@ -89,11 +108,19 @@ def run_trace(
     lens: bool = False,
     save: str | None = None,
     beams: int | None = None,
+    speculate: str | None = None,
+    draft_model: str | None = None,
 ) -> dict:
     loaded = load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code, progress=progress)
     session = Session(ModelRunner(loaded), settings)
     if beams:
         return beam_document(session, prompt, beams, settings.max_new_tokens)
+    if speculate:
+        draft = None
+        if draft_model:
+            draft = ModelRunner(load_model(draft_model, device=device, dtype=dtype,
+                                           trust_remote_code=trust_remote_code, progress=progress))
+        return speculation_document(session, prompt, speculate, draft, settings)
     document = journey_document(run_session(session, prompt))
     if lens:
         add_lens(session, document)

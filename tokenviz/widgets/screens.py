@@ -51,7 +51,9 @@ stages reshape them; a draw picks one token; it is appended and the loop repeats
 | s | new seed |
 | [ / ] | previous / next layer |
 | h / H | next / previous head (mean and max included) |
-| 1-9 | force the n-th ranked token instead (a branch) |
+| 1-9 | force the n-th ranked token instead; with the cursor on an earlier generated token, branch there |
+| b | branch tree: every path taken, log-probability, mean entropy, two side by side |
+| < / > , o | select a branch, switch to it (the cache is rebuilt from the shared prefix) |
 | ← / → | move the token cursor |
 | ctrl+p | command palette: themes, settings, model info, export |
 | l | logit lens: every layer's top guesses for the next token (final norm + unembedding of its residual) |
@@ -60,6 +62,7 @@ stages reshape them; a draw picks one token; it is appended and the loop repeats
 | v | verify: recompute this step without the cache and show the largest differences |
 | i | timing: prefill against decode, tokens/s, the last steps' times |
 | B | beam search from here (width 3; other widths in the palette): every beam's candidates, kept or pruned |
+| S | speculative decoding from here (prompt lookup; early exit in the palette): drafts, accepted, replaced |
 | x | export the journey (replayable JSON: `tokenviz replay FILE`) and an SVG screenshot |
 | ? | this help |
 | q | quit |

@@ -1,0 +1,54 @@
+"""Speculative decoding pane: each round's drafts, what the target accepted, what replaced the rest."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from tokenviz.render.pieces import visible
+from tokenviz.widgets.view import Pane, View, theme_var
+
+
+class SpeculationPane(Pane, VerticalScroll):
+    DEFAULT_CSS = """
+    SpeculationPane { border: round $foreground 30%; border-title-color: $primary; }
+    SpeculationPane > Static { width: 100%; }
+    """
+
+    def compose(self):
+        yield Static(id="speculation-body")
+
+    def on_mount(self) -> None:
+        self.border_title = "speculative decoding"
+
+    def draw(self, view: View) -> None:
+        body = self.query_one("#speculation-body", Static)
+        result = view.snapshot.speculation
+        if result is None:
+            body.update(Text("drafting and verifying…" if view.snapshot.live else
+                             "a recorded journey carries no speculation: it needs the model", style="dim"))
+            return
+        spec, pieces = result
+        ok = theme_var(self.app, "chosen-color", "green")
+        text = Text(no_wrap=True, overflow="crop")
+        text.append(f"drafter: {spec.drafter} · {len(spec.rounds)} target forwards for {len(spec.ids)} tokens "
+                    f"({spec.tokens_per_forward:.2f} per forward) · acceptance {spec.acceptance_rate:.0%} of "
+                    f"{spec.drafted} drafted\n", style="bold")
+        text.append("each round: drafts ✓ accepted / ✗ rejected, then → the target's own token "
+                    "(a replacement, or a bonus when every draft passed)\n", style="dim")
+        for i, r in enumerate(spec.rounds, 1):
+            text.append(f"round {i:>2}: ", style="bold")
+            if not r.drafted:
+                text.append("no draft · ", style="dim")
+            for k, token in enumerate(r.drafted):
+                if k < r.accepted:
+                    text.append(f"{visible(pieces[token])}✓ ", style=ok)
+                elif k == r.rejected_at:
+                    text.append(f"{visible(pieces[token])}✗ ", style="bold red")
+                else:
+                    text.append(f"{visible(pieces[token])} ", style="dim strike")
+            text.append(f"→ {visible(pieces[r.next_id])}\n", style="bold")
+        text.append("output: ", style="bold")
+        text.append(visible("".join(pieces[t] for t in spec.ids)))
+        body.update(text)
