@@ -59,7 +59,7 @@ def test_each_layer_is_normed_and_unembedded_on_its_own(tiny_llama):
 def test_embedding_view_states_the_facts(tiny):
     s = journey(tiny, steps=1)
     inspection = s.inspect(2)
-    row = tiny.model.get_input_embeddings().weight[s.ids[2]]
+    row = tiny.model.get_input_embeddings().weight[s.ids[2]].detach()
     assert inspection.token_id == s.ids[2]
     assert inspection.embedding_head == pytest.approx(row[:16].tolist())
     assert inspection.embedding_norm == pytest.approx(float(row.norm()), rel=1e-5)

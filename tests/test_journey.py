@@ -60,9 +60,13 @@ def test_replay_reproduces_settings_changes_and_branches(tmp_path, tiny_dir):
     from tokenviz.bridge import snapshot_of
     from tokenviz.journey import save_journey
 
+    s.branch(2, rank=2)  # and another path, kept as a branch
+    s.step()
     path = save_journey(tmp_path / "j.json", snapshot_of(s))
     doc = read_journey(path)
-    assert [st["draw"]["mode"] for st in doc["steps"]] == ["sampled", "sampled", "forced", "greedy", "greedy"]
+    assert [st["draw"]["mode"] for st in doc["steps"]] == ["sampled", "sampled", "forced", "forced", "greedy"]
+    restored = snapshot_from_journey(doc)
+    assert len(restored.branches) == 2 and restored.branches == snapshot_of(s).branches
     checked, mismatch = verify_journey(doc, Session(ModelRunner(loaded)))
     assert (checked, mismatch) == (5, None)
 

@@ -8,6 +8,7 @@ records (attention as base64 float16), the token chips and the model facts.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import numpy as np
 from tokenviz.bridge import Snapshot
 from tokenviz.errors import TokenvizError
 from tokenviz.records import Candidate, ModelInfo, SamplingRecord, Stage, StepRecord, TokenChip
+from tokenviz.session import BranchSummary
 from tokenviz.settings import SamplingSettings
 
 FORMAT = "tokenviz-journey/1"
@@ -76,6 +78,7 @@ def journey_file(snapshot: Snapshot, document: dict | None = None) -> dict:
         "prompt_text": snapshot.prompt,
         "records": [_record(r) for r in snapshot.records],
         "stop_reason": snapshot.stop_reason,
+        "branches": [dataclasses.asdict(b) for b in snapshot.branches],
     }
     return doc
 
@@ -116,6 +119,7 @@ def snapshot_from_journey(doc: dict) -> Snapshot:
                                                  for i, t, p, s in r["chips"]),
             prompt_len=r["prompt_len"], records=tuple(_unrecord(x) for x in r["records"]),
             stop_reason=r["stop_reason"], message="a recorded journey: read-only",
+            branches=tuple(BranchSummary(**b) for b in r.get("branches", [])),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise TokenvizError(f"the journey file is damaged: {exc}") from None
