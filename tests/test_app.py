@@ -17,7 +17,7 @@ def shown(app, pane) -> str:
     if pane is AttentionPane:
         body = "\n".join(widget.render_line(y).text for y in range(widget.size.height))
         return f"{widget.border_title}\n{body}"
-    content = widget.query_one("#chips").content if pane is TokensPane else widget.content
+    content = widget.body.content if pane is TokensPane else widget.content
     rendered = app.console.render_lines(content, app.console.options.update_width(widget.size.width or 80))
     text = "\n".join("".join(seg.text for seg in line) for line in rendered)
     return f"{widget.border_title}\n{text}\n{widget.border_subtitle}"
@@ -328,7 +328,7 @@ async def test_a_model_that_fails_to_load_leaves_one_line_and_a_working_app():
 
 def pane_text(app, widget_id: str) -> str:
     widget = app.query_one(f"#{widget_id}")
-    body = widget.query_one("Static") if widget.children else widget
+    body = widget.body if hasattr(widget, "body") else widget
     rendered = app.console.render_lines(body.content, app.console.options.update_width(widget.size.width or 100))
     return "\n".join("".join(seg.text for seg in line) for line in rendered)
 

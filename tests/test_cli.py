@@ -6,20 +6,13 @@ import subprocess
 import sys
 
 import pytest
-
+from clitools import invoke
 from tiny import save_tiny
+
 from tokenviz import __version__
-from tokenviz.cli import run
 
 PROMPT = "The Eiffel Tower is located in"
 
-
-def invoke(monkeypatch, capsys, *args):
-    monkeypatch.setattr(sys, "argv", ["tokenviz", *args])
-    with pytest.raises(SystemExit) as exit_info:
-        run()
-    out = capsys.readouterr()
-    return exit_info.value.code or 0, out.out, out.err
 
 
 @pytest.fixture(scope="module")

@@ -1,26 +1,17 @@
 """Record and replay: save a journey, open it without a model, re-run it with one."""
 
 import json
-import sys
 
 import numpy as np
 import pytest
-
 from apptools import PROMPT, make_app, settle, wait_for
+from clitools import invoke
 from tiny import save_tiny
-from tokenviz.cli import run
+
 from tokenviz.engine import ModelRunner, load_model
 from tokenviz.journey import read_journey, snapshot_from_journey, verify_journey
 from tokenviz.session import Session
 from tokenviz.widgets import NextTokenPane, TokensPane
-
-
-def invoke(monkeypatch, capsys, *args):
-    monkeypatch.setattr(sys, "argv", ["tokenviz", *args])
-    with pytest.raises(SystemExit) as exit_info:
-        run()
-    out = capsys.readouterr()
-    return exit_info.value.code or 0, out.out, out.err
 
 
 @pytest.fixture(scope="module")

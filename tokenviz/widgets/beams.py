@@ -3,29 +3,18 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.containers import VerticalScroll
-from textual.widgets import Static
 
 from tokenviz.render.pieces import visible
-from tokenviz.widgets.view import Pane, View, theme_var
+from tokenviz.widgets.view import ScrollPane, View, theme_var
 
 MARKS = {"kept": "✓", "finished": "★", "pruned": "✗"}
 
 
-class BeamPane(Pane, VerticalScroll):
-    DEFAULT_CSS = """
-    BeamPane { border: round $foreground 30%; border-title-color: $primary; }
-    BeamPane > Static { width: 100%; }
-    """
-
-    def compose(self):
-        yield Static(id="beams-body")
-
-    def on_mount(self) -> None:
-        self.border_title = "beam search"
+class BeamPane(ScrollPane):
+    TITLE = "beam search"
 
     def draw(self, view: View) -> None:
-        body = self.query_one("#beams-body", Static)
+        body = self.body
         result = view.snapshot.beams
         if result is None:
             body.update(Text("running a beam search from here…" if view.snapshot.live else

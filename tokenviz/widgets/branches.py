@@ -5,29 +5,18 @@ from __future__ import annotations
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
-from textual.containers import VerticalScroll
-from textual.widgets import Static
 
 from tokenviz.render.pieces import visible
-from tokenviz.widgets.view import Pane, View, theme_var
+from tokenviz.widgets.view import ScrollPane, View, theme_var
 
 
-class BranchPane(Pane, VerticalScroll):
-    DEFAULT_CSS = """
-    BranchPane { border: round $foreground 30%; border-title-color: $primary; }
-    BranchPane > Static { width: 100%; }
-    """
+class BranchPane(ScrollPane):
+    TITLE = "branches"
 
     selected = 1  # index into the summaries (0 is the current path)
 
-    def compose(self):
-        yield Static(id="branches-body")
-
-    def on_mount(self) -> None:
-        self.border_title = "branches"
-
     def draw(self, view: View) -> None:
-        body = self.query_one("#branches-body", Static)
+        body = self.body
         summaries = view.snapshot.branches
         chosen = theme_var(self.app, "chosen-color", "green")
         cursor = theme_var(self.app, "chip-cursor", "yellow")

@@ -4,11 +4,10 @@ that the cached step equals a full recompute."""
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
 from tokenviz.render.bars import bar
 from tokenviz.widgets.status import human_bytes
-from tokenviz.widgets.view import Pane, View, theme_var
+from tokenviz.widgets.view import BoxPane, View, theme_var
 
 SPARK = " ▁▂▃▄▅▆▇█"
 
@@ -21,11 +20,8 @@ def sparkline(values: list[float], width: int) -> str:
     return "".join(SPARK[min(round(v / top * 8), 8)] for v in values)
 
 
-class CachePane(Pane, Static):
-    DEFAULT_CSS = "CachePane { border: round $foreground 30%; border-title-color: $primary; }"
-
-    def on_mount(self) -> None:
-        self.border_title = "KV cache"
+class CachePane(BoxPane):
+    TITLE = "KV cache"
 
     def draw(self, view: View) -> None:
         s, info, latest = view.snapshot, view.snapshot.info, view.snapshot.latest

@@ -5,37 +5,21 @@ from __future__ import annotations
 
 from rich.style import Style
 from rich.text import Text
-from textual.containers import VerticalScroll
-from textual.widgets import Static
 
 from tokenviz.render.bars import bar
 from tokenviz.render.colors import ramp
 from tokenviz.render.pieces import visible
-from tokenviz.widgets.lens import current_inspection
-from tokenviz.widgets.view import Pane, View, theme_var
+from tokenviz.widgets.lens import inspection_or_note
+from tokenviz.widgets.view import ScrollPane, View, theme_var
 
 
-class EmbeddingPane(Pane, VerticalScroll):
-    DEFAULT_CSS = """
-    EmbeddingPane { border: round $foreground 30%; border-title-color: $primary; }
-    EmbeddingPane > Static { width: 100%; }
-    """
-
-    def compose(self):
-        yield Static(id="embedding-body")
-
-    def on_mount(self) -> None:
-        self.border_title = "embedding & position"
+class EmbeddingPane(ScrollPane):
+    TITLE = "embedding & position"
 
     def draw(self, view: View) -> None:
-        body = self.query_one("#embedding-body", Static)
-        inspection = current_inspection(view)
-        if inspection is None and not view.snapshot.live:
-            body.update(Text("a recorded journey carries no residual stream: this view needs the model "
-                             "(tokenviz replay FILE --verify re-runs it)", style="dim"))
-            return
+        body = self.body
+        inspection = inspection_or_note(view, body, "reading the embedding and residual stream for this position…")
         if inspection is None:
-            body.update(Text("reading the embedding and residual stream for this position…", style="dim"))
             return
         i = inspection
         colors = ramp(theme_var(self.app, "heatmap-stops", "#000000 #ffffff").split(), 32)

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.containers import VerticalScroll
-from textual.widgets import Static
 
 from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell
 from tokenviz.render.pieces import visible
-from tokenviz.widgets.view import Pane, View, theme_var
+from tokenviz.widgets.view import ScrollPane, View, theme_var
 
 
 def current_inspection(view: View):
@@ -25,28 +23,26 @@ def current_inspection(view: View):
     return inspection
 
 
-class LensPane(Pane, VerticalScroll):
-    DEFAULT_CSS = """
-    LensPane { border: round $foreground 30%; border-title-color: $primary; }
-    LensPane > Static { width: 100%; }
-    """
+def inspection_or_note(view: View, body, waiting: str):
+    """The cursor's inspection; or, while there is none, a note in `body` saying why."""
+    inspection = current_inspection(view)
+    if inspection is None:
+        if not view.snapshot.live:
+            waiting = ("a recorded journey carries no residual stream: this view needs the model "
+                       "(tokenviz replay FILE --verify re-runs it)")
+        elif view.snapshot.playing:
+            waiting = "this view is computed when autoplay pauses"
+        body.update(Text(waiting, style="dim"))
+    return inspection
 
-    def compose(self):
-        yield Static(id="lens-body")
 
-    def on_mount(self) -> None:
-        self.border_title = "logit lens"
+class LensPane(ScrollPane):
+    TITLE = "logit lens"
 
     def draw(self, view: View) -> None:
-        body = self.query_one("#lens-body", Static)
-        inspection = current_inspection(view)
-        if inspection is None and not view.snapshot.live:
-            body.update(Text("a recorded journey carries no residual stream: this view needs the model "
-                             "(tokenviz replay FILE --verify re-runs it)", style="dim"))
-            return
+        body = self.body
+        inspection = inspection_or_note(view, body, "computing the lens for this position…")
         if inspection is None:
-            body.update(Text("computing the lens for this position…" if not view.snapshot.playing
-                             else "the lens is computed when autoplay pauses", style="dim"))
             return
         chosen_color = theme_var(self.app, "chosen-color", "green")
         bar_color = theme_var(self.app, "bar-color", "blue")

@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
 from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell
 from tokenviz.render.pieces import visible
-from tokenviz.widgets.view import Pane, View, theme_var
+from tokenviz.widgets.view import BoxPane, View, theme_var
 
 
-class NextTokenPane(Pane, Static):
-    DEFAULT_CSS = "NextTokenPane { border: round $foreground 30%; border-title-color: $primary; }"
-
-    def on_mount(self) -> None:
-        self.border_title = "next token"
+class NextTokenPane(BoxPane):
+    TITLE = "next token"
 
     def draw(self, view: View) -> None:
         record = view.record

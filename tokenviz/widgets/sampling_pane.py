@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
 from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell
 from tokenviz.render.pieces import visible
-from tokenviz.widgets.view import Pane, View, theme_var
+from tokenviz.widgets.view import BoxPane, View, theme_var
 
 
 SHORT_NAMES = {"temperature": "temp", "repetition": "repeat", "presence/frequency": "pres/fr"}
@@ -35,11 +34,8 @@ def decision_line(d) -> str:
             f"(final rank {d.chosen_rank}, p {d.chosen_prob:.3f}; raw rank {d.raw_rank})")
 
 
-class SamplingPane(Pane, Static):
-    DEFAULT_CSS = "SamplingPane { border: round $foreground 30%; border-title-color: $primary; }"
-
-    def on_mount(self) -> None:
-        self.border_title = "sampling"
+class SamplingPane(BoxPane):
+    TITLE = "sampling"
 
     def draw(self, view: View) -> None:
         record = view.record

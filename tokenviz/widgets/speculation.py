@@ -3,27 +3,16 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.containers import VerticalScroll
-from textual.widgets import Static
 
 from tokenviz.render.pieces import visible
-from tokenviz.widgets.view import Pane, View, theme_var
+from tokenviz.widgets.view import ScrollPane, View, theme_var
 
 
-class SpeculationPane(Pane, VerticalScroll):
-    DEFAULT_CSS = """
-    SpeculationPane { border: round $foreground 30%; border-title-color: $primary; }
-    SpeculationPane > Static { width: 100%; }
-    """
-
-    def compose(self):
-        yield Static(id="speculation-body")
-
-    def on_mount(self) -> None:
-        self.border_title = "speculative decoding"
+class SpeculationPane(ScrollPane):
+    TITLE = "speculative decoding"
 
     def draw(self, view: View) -> None:
-        body = self.query_one("#speculation-body", Static)
+        body = self.body
         result = view.snapshot.speculation
         if result is None:
             body.update(Text("drafting and verifying…" if view.snapshot.live else

@@ -5,17 +5,13 @@ from __future__ import annotations
 import statistics
 
 from rich.text import Text
-from textual.widgets import Static
 
 from tokenviz.widgets.cache import sparkline
-from tokenviz.widgets.view import Pane, View, theme_var
+from tokenviz.widgets.view import BoxPane, View, theme_var
 
 
-class TimingPane(Pane, Static):
-    DEFAULT_CSS = "TimingPane { border: round $foreground 30%; border-title-color: $primary; }"
-
-    def on_mount(self) -> None:
-        self.border_title = "timing"
+class TimingPane(BoxPane):
+    TITLE = "timing"
 
     def draw(self, view: View) -> None:
         s = view.snapshot

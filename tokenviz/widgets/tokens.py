@@ -4,24 +4,13 @@ from __future__ import annotations
 
 from rich.style import Style
 from rich.text import Text
-from textual.containers import VerticalScroll
-from textual.widgets import Static
 
 from tokenviz.render.pieces import visible
-from tokenviz.widgets.view import Pane, View, theme_var
+from tokenviz.widgets.view import ScrollPane, View, theme_var
 
 
-class TokensPane(Pane, VerticalScroll):
-    DEFAULT_CSS = """
-    TokensPane { border: round $foreground 30%; border-title-color: $primary; }
-    TokensPane > Static { width: 100%; }
-    """
-
-    def compose(self):
-        yield Static(id="chips")
-
-    def on_mount(self) -> None:
-        self.border_title = "tokens"
+class TokensPane(ScrollPane):
+    TITLE = "tokens"
 
     def draw(self, view: View) -> None:
         s = view.snapshot
@@ -52,4 +41,4 @@ class TokensPane(Pane, VerticalScroll):
             text.append(f" ■ stopped: {s.stop_reason}", Style(dim=True, bold=True))
         n_gen = len(s.chips) - s.prompt_len
         self.border_subtitle = f"{s.prompt_len} prompt · {n_gen} generated · cursor {view.cursor}"
-        self.query_one("#chips", Static).update(text)
+        self.body.update(text)

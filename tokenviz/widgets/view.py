@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
 from tokenviz.bridge import Snapshot
 from tokenviz.records import StepRecord
 
@@ -49,6 +52,36 @@ class Pane:
     def on_resize(self) -> None:
         if self.view is not None:
             self.draw(self.view)
+
+
+class ScrollPane(Pane, VerticalScroll):
+    """A bordered pane that scrolls one Static body (for content longer than the pane)."""
+
+    DEFAULT_CSS = """
+    ScrollPane { border: round $foreground 30%; border-title-color: $primary; }
+    ScrollPane > .body { width: 100%; }
+    """
+    TITLE = ""
+
+    def compose(self):
+        yield Static(classes="body")
+
+    def on_mount(self) -> None:
+        self.border_title = self.TITLE
+
+    @property
+    def body(self) -> Static:
+        return self.query_one(".body", Static)
+
+
+class BoxPane(Pane, Static):
+    """A bordered pane that is itself one Static."""
+
+    DEFAULT_CSS = "BoxPane { border: round $foreground 30%; border-title-color: $primary; }"
+    TITLE = ""
+
+    def on_mount(self) -> None:
+        self.border_title = self.TITLE
 
 
 def theme_var(app, name: str, default: str) -> str:
