@@ -343,10 +343,10 @@ async def test_views_lens_embedding_cache_timing_and_verify():
         await wait_for(lambda: "top-1 from layer" in pane_text(app, "lens")
                        or "never settles" in pane_text(app, "lens"), pilot)
         lens = pane_text(app, "lens")
-        assert "emb" in lens and f"position {len(s.chips) - 1}" in lens
+        assert "emb" in lens and f"@{len(s.chips) - 1} " in lens
         assert app.snapshot.inspection.lens[-1].top[0][0] == s.pending.top[0].id  # last layer = the model
         await pilot.press("left")  # the lens follows the cursor
-        await wait_for(lambda: f"position {len(s.chips) - 2}" in pane_text(app, "lens"), pilot)
+        await wait_for(lambda: f"@{len(s.chips) - 2} " in pane_text(app, "lens"), pilot)
         await pilot.press("m")
         await wait_for(lambda: "embedding row" in pane_text(app, "embedding"), pilot)
         embedding = pane_text(app, "embedding")

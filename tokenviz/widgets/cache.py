@@ -7,7 +7,7 @@ from rich.text import Text
 
 from tokenviz.render.bars import bar
 from tokenviz.widgets.status import human_bytes
-from tokenviz.widgets.view import BoxPane, View, theme_var
+from tokenviz.widgets.view import ScrollPane, View, theme_var
 
 SPARK = " ▁▂▃▄▅▆▇█"
 
@@ -20,7 +20,7 @@ def sparkline(values: list[float], width: int) -> str:
     return "".join(SPARK[min(round(v / top * 8), 8)] for v in values)
 
 
-class CachePane(BoxPane):
+class CachePane(ScrollPane):
     TITLE = "KV cache"
 
     def draw(self, view: View) -> None:
@@ -35,6 +35,14 @@ class CachePane(BoxPane):
         text = Text(no_wrap=True, overflow="crop")
         text.append(f"{tokens} tokens held · {human_bytes(total)} in all · {human_bytes(per_token)} per token\n",
                     style="bold")
+        v = s.verification
+        if v is None:
+            text.append("press v to recompute this step without the cache and compare\n", style="dim")
+        else:
+            verdict = "rounding level: the cache is exact" if v.max_logit_diff < 1e-3 else "LARGER than rounding"
+            text.append(f"verify @ position {v.position}: max |Δlogit| {v.max_logit_diff:.2e}, "
+                        f"max |Δattention| {v.max_attention_diff:.2e}\n", style="bold")
+            text.append(f"same argmax: {'yes' if v.argmax_agrees else 'NO'} · {verdict}\n", style="bold")
         text.append(f"per layer: keys + values × {info.kv_heads} KV heads × {info.head_dim} dims × {tokens} tokens"
                     f" × {element} B = {human_bytes(per_layer)}  (×{info.layers} layers)\n")
         if info.kv_heads < info.heads:
@@ -54,12 +62,5 @@ class CachePane(BoxPane):
         if event is not None:
             text.append(f"last rewind/branch kept the shared prefix of {event.kept} positions and dropped "
                         f"{event.dropped}: only those are recomputed\n")
-        v = s.verification
-        if v is None:
-            text.append("press v to recompute this step without the cache and compare", style="dim")
-        else:
-            verdict = "rounding level: the cache is exact" if v.max_logit_diff < 1e-3 else "LARGER than rounding"
-            text.append(f"verify @ position {v.position}: max |Δlogit| {v.max_logit_diff:.2e}, "
-                        f"max |Δattention| {v.max_attention_diff:.2e}\n", style="bold")
-            text.append(f"same argmax: {'yes' if v.argmax_agrees else 'NO'} · {verdict}", style="bold")
-        self.update(text)
+        text.rstrip()
+        self.body.update(text)

@@ -38,6 +38,7 @@ def inspection_or_note(view: View, body, waiting: str):
 
 class LensPane(ScrollPane):
     TITLE = "logit lens"
+    DEFAULT_CSS = "LensPane > .body { text-wrap: nowrap; text-overflow: clip; }"
 
     def draw(self, view: View) -> None:
         body = self.body
@@ -47,22 +48,22 @@ class LensPane(ScrollPane):
         chosen_color = theme_var(self.app, "chosen-color", "green")
         bar_color = theme_var(self.app, "bar-color", "blue")
         first = inspection.first_top1_layer
-        width = max(self.size.width - 2, 40)
+        width = max(self.size.width - 2, 30)
         piece_w = 9 if width < 90 else 12
-        bar_w = max(width - 3 * (piece_w + 7) - 22, 4)
+        n_top = max(1, min(3, (width - 24) // (piece_w + 7)))  # narrow panes show fewer guesses per layer
+        bar_w = max(width - n_top * (piece_w + 7) - 20, 0)
         text = Text(no_wrap=True, overflow="crop")
         chosen_text = visible(s_chosen(view, inspection))
-        text.append(f"position {inspection.position} ({visible(inspection.token_text)}) → next token "
-                    f"{chosen_text}: ", style="bold")
+        text.append(f"@{inspection.position} {visible(inspection.token_text)} → {chosen_text}: ", style="bold")
         text.append(f"top-1 from layer {first}" if first is not None else "never settles as top-1",
                     style=f"bold {chosen_color}")
-        text.append("\n" + f"{'layer':>5} {cell('top 3 (final norm + unembedding of the residual)', 3 * (piece_w + 7))}"
+        text.append("\n" + f"{'layer':>5} {cell(f'top {n_top} (final norm + unembedding)', n_top * (piece_w + 7))}"
                     f" {'rank':>5} {'p(next)':>7}\n", style="bold")
         for row in inspection.lens:
             label = "emb" if row.layer == 0 else str(row.layer)
             style = f"bold {chosen_color}" if first is not None and row.layer == first else ""
             text.append(f"{'★' if style else ' '}{label:>4} ", style=style)
-            for token_id, piece, prob in row.top:
+            for token_id, piece, prob in row.top[:n_top]:
                 mark = token_id == inspection.chosen_id
                 text.append(cell(visible(piece), piece_w), style=f"bold {chosen_color}" if mark else "")
                 text.append(f" {prob:5.3f} ")
