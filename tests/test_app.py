@@ -436,3 +436,21 @@ async def test_branching_at_the_cursor_and_switching_branches():
         assert [c.id for c in switched.chips] == [c.id for c in first.chips]
         assert switched.pending.chosen.chosen_id == first.pending.chosen.chosen_id
         assert switched.cache_event.kept == n + 1
+
+
+@pytest.mark.parametrize("entry, view", [("View: logit lens", "lens"), ("View: KV cache", "cache"),
+                                          ("View: timing", "timing"), ("View: branch tree", "branches"),
+                                          ("Beam search, width 5", "beams"),
+                                          ("Speculative decoding: prompt lookup", "speculation")])
+async def test_the_palette_reaches_every_view(entry, view):
+    app = make_app()
+    async with app.run_test(size=(140, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("ctrl+p")
+        await wait_for(lambda: isinstance(app.screen, CommandPalette), pilot)
+        await pilot.press(*entry)
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await wait_for(lambda: app.query_one("#views").current == view, pilot)
+        if view == "beams":
+            await wait_for(lambda: app.snapshot.beams is not None and app.snapshot.beams.width == 5, pilot)

@@ -213,7 +213,7 @@ class EngineBridge:
                                             restore_temperature=self._warm_temperature))
             elif command in ("play", "toggle_play"):
                 self.playing = not self.playing if command == "toggle_play" else True
-                if self.playing and session.stop_reason is not None and session._check_stop() is not None:
+                if self.playing and session.stop_reason is not None and session.check_stop() is not None:
                     self.playing = False
                     raise TokenvizError(f"stopped: {session.stop_reason}; rewind or raise the limit to go on")
             elif command == "pause":

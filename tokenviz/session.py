@@ -145,7 +145,7 @@ class Session:
                 raise TokenvizError(f"token id {forced_id} is outside the vocabulary (0-{self.runner.info.vocab - 1})")
             self._redecide(forced_id)
         self.ids.append(self.records[-1].chosen.chosen_id)
-        self.stop_reason = self._check_stop()
+        self.stop_reason = self.check_stop()
         if self.stop_reason is not None:
             self._pending_logits = None
             return None
@@ -314,7 +314,7 @@ class Session:
         self.records.append(record)
         return record
 
-    def _check_stop(self) -> str | None:
+    def check_stop(self) -> str | None:
         if self.ids[-1] in self.runner.eos_ids:
             return "end of sequence"
         if len(self.generated_ids) >= self.settings.max_new_tokens:
@@ -330,7 +330,7 @@ class Session:
 
     def _resume(self) -> StepRecord | None:
         """After a stop whose reason no longer holds (a larger max, a removed stop string), go on."""
-        reason = self._check_stop()
+        reason = self.check_stop()
         if reason is not None:
             self.stop_reason = reason
             return None
