@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from tokenviz.render.pieces import visible
-from tokenviz.widgets.view import ScrollPane, View, theme_var
+from tokenviz.widgets.view import ScrollPane, View, pending_note, theme_var
 
 MARKS = {"kept": "✓", "finished": "★", "pruned": "✗"}
 
@@ -17,8 +17,7 @@ class BeamPane(ScrollPane):
         body = self.body
         result = view.snapshot.beams
         if result is None:
-            body.update(Text("running a beam search from here…" if view.snapshot.live else
-                             "a recorded journey carries no beam search: it needs the model", style="dim"))
+            body.update(pending_note(view, "running a beam search from here…", "beam search"))
             return
         chosen = theme_var(self.app, "chosen-color", "green")
         text = Text(no_wrap=True, overflow="crop")

@@ -7,7 +7,7 @@ from rich.text import Text
 from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell
 from tokenviz.render.pieces import visible
-from tokenviz.widgets.view import ScrollPane, View, theme_var
+from tokenviz.widgets.view import ScrollPane, View, pending_note, theme_var
 
 
 def current_inspection(view: View):
@@ -27,12 +27,9 @@ def inspection_or_note(view: View, body, waiting: str):
     """The cursor's inspection; or, while there is none, a note in `body` saying why."""
     inspection = current_inspection(view)
     if inspection is None:
-        if not view.snapshot.live:
-            waiting = ("a recorded journey carries no residual stream: this view needs the model "
-                       "(tokenviz replay FILE --verify re-runs it)")
-        elif view.snapshot.playing:
+        if view.snapshot.playing:
             waiting = "this view is computed when autoplay pauses"
-        body.update(Text(waiting, style="dim"))
+        body.update(pending_note(view, waiting, "residual stream"))
     return inspection
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from tokenviz.render.pieces import visible
-from tokenviz.widgets.view import ScrollPane, View, theme_var
+from tokenviz.widgets.view import ScrollPane, View, pending_note, theme_var
 
 
 class SpeculationPane(ScrollPane):
@@ -15,8 +15,7 @@ class SpeculationPane(ScrollPane):
         body = self.body
         result = view.snapshot.speculation
         if result is None:
-            body.update(Text("drafting and verifying…" if view.snapshot.live else
-                             "a recorded journey carries no speculation: it needs the model", style="dim"))
+            body.update(pending_note(view, "drafting and verifying…", "speculation"))
             return
         spec, pieces = result
         ok = theme_var(self.app, "chosen-color", "green")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
@@ -82,6 +83,14 @@ class BoxPane(Pane, Static):
 
     def on_mount(self) -> None:
         self.border_title = self.TITLE
+
+
+def pending_note(view: View, waiting: str, what: str) -> Text:
+    """What a model-computed view says before its result arrives, or in a recording (no model)."""
+    if not view.snapshot.live:
+        return Text(f"a recorded journey carries no {what}: this view needs the model "
+                    "(tokenviz replay FILE --verify re-runs it)", style="dim")
+    return Text(waiting, style="dim")
 
 
 def theme_var(app, name: str, default: str) -> str:
