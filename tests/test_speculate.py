@@ -106,3 +106,22 @@ def test_trace_speculate_on_the_bundled_model(monkeypatch, capsys, bundled):
     early = speculative_decode(ModelRunner(bundled), ModelRunner(bundled).encode(prompt),
                                make_drafter("early-exit:20", ModelRunner(bundled)), 8, SamplingSettings(temperature=0))
     assert list(early.ids) == plain_greedy(bundled, prompt, 8)
+
+
+def test_trace_with_a_draft_model(monkeypatch, capsys, tmp_path):
+    from clitools import invoke
+    from tiny import save_tiny
+
+    target = save_tiny(tmp_path / "target", "llama")
+    code, out, err = invoke(monkeypatch, capsys, "trace", PROMPT, "--model", target, "--draft-model", target,
+                            "--steps", "10", "--temperature", "0", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    spec = doc["speculation"]
+    assert spec["drafter"].startswith("draft model") and spec["acceptance_rate"] == 1.0  # its own draft
+    assert spec["tokens_per_forward"] > 1
+    from tokenviz.engine import load_model
+
+    assert [s["chosen"]["id"] for s in doc["steps"]] == plain_greedy(load_model(target, device="cpu"), PROMPT, 10)
+    code, _, err = invoke(monkeypatch, capsys, "trace", PROMPT, "--model", target, "--speculate", "early-exit:99")
+    assert code == 2 and "early-exit layer must be 1 to 2" in err
