@@ -454,3 +454,31 @@ async def test_the_palette_reaches_every_view(entry, view):
         await wait_for(lambda: app.query_one("#views").current == view, pilot)
         if view == "beams":
             await wait_for(lambda: app.snapshot.beams is not None and app.snapshot.beams.width == 5, pilot)
+
+
+async def test_the_first_frame_shows_loading_progress_before_the_model_is_ready():
+    import threading
+
+    from textual.widgets import ProgressBar
+
+    from tiny import tiny_model
+    from tokenviz.app import TokenvizApp
+
+    release = threading.Event()
+
+    def slow_loader(progress):
+        progress("converting model.gguf to safetensors once", 0.5)
+        release.wait(10)
+        return tiny_model("llama")
+
+    app = TokenvizApp(prompt=PROMPT, loader=slow_loader)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(lambda: app.snapshot is not None and app.snapshot.progress == 0.5, pilot)
+        await pilot.pause(0.1)
+        bar = app.query_one("#loading", ProgressBar)
+        assert bar.display and not bar.has_class("-hidden") and bar.progress == 0.5
+        status = str(app.query_one(StatusLine).render())
+        assert "loading 50%" in status and "converting model.gguf" in status
+        release.set()
+        s = await settle(app, pilot)
+        assert s.state == "ready" and app.query_one("#loading", ProgressBar).has_class("-hidden")
