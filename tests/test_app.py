@@ -404,7 +404,7 @@ async def test_speculation_view_drafts_and_verifies_from_the_current_tokens():
         await pilot.pause(0.1)
         text = pane_text(app, "speculation")
         assert "drafter: prompt-lookup" in text and "round  1:" in text and "output:" in text
-        result, _ = app.snapshot.speculation
+        result = app.snapshot.speculation
         runner = app.bridge.session.runner
         plain = speculative_decode(runner, [c.id for c in s.chips], make_drafter("prompt-lookup", runner), 16,
                                    s.settings)

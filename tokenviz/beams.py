@@ -38,6 +38,7 @@ class BeamStep:
 @dataclass(frozen=True)
 class Hypothesis:
     ids: tuple[int, ...]  # generated ids
+    text: str  # their pieces, joined
     logprob: float  # sum of the token log-probabilities
     score: float  # logprob / length ** length_penalty: what ranks the finished hypotheses
 
@@ -48,7 +49,7 @@ class BeamResult:
     steps: tuple[BeamStep, ...]
     final: tuple[Hypothesis, ...]  # best first
 
-    def to_json(self, piece) -> dict:
+    def to_json(self) -> dict:
         return {
             "width": self.width,
             "steps": [{"index": s.index,
@@ -56,7 +57,7 @@ class BeamResult:
                        "candidates": [{"beam": c.beam, "id": c.id, "text": c.text, "token_logprob": c.token_logprob,
                                        "logprob": c.score, "fate": c.fate} for c in s.candidates]}
                       for s in self.steps],
-            "final": [{"ids": list(h.ids), "text": "".join(piece(i) for i in h.ids), "logprob": h.logprob,
+            "final": [{"ids": list(h.ids), "text": h.text, "logprob": h.logprob,
                        "score": h.score} for h in self.final],
         }
 
@@ -89,7 +90,7 @@ def beam_search(runner: ModelRunner, prompt_ids: list[int], width: int, max_new_
         for j in range(width):
             if hits[j]:
                 ids = running[int(beam[j])] + (int(token[j]),)
-                finished.append(Hypothesis(ids, float(top_scores[j]),
+                finished.append(Hypothesis(ids, "".join(runner.piece(t) for t in ids), float(top_scores[j]),
                                            float(top_scores[j]) / (len(ids) ** length_penalty)))
         finished = sorted(finished, key=lambda h: -h.score)[:width]
         running_scores = top_scores + hits.float() * PRUNED

@@ -51,7 +51,7 @@ class Snapshot:
     cache_event: Any = None  # session.CacheEvent of the last rewind
     live: bool = True  # False for a recording: nothing can run the model
     beams: Any = None  # beams.BeamResult of the last beam search
-    speculation: Any = None  # (speculate.Speculation, {id: text}) of the last speculative run
+    speculation: Any = None  # speculate.Speculation of the last speculative run
     branches: tuple = ()  # session.BranchSummary: the current path first, then the others
     text: str = ""  # the generated text, decoded
     full_text: str = ""  # prompt and generated text, decoded
@@ -229,10 +229,9 @@ class EngineBridge:
             elif command == "speculate":
                 from tokenviz.speculate import make_drafter, speculative_decode
 
-                result = speculative_decode(session.runner, session.ids, make_drafter(args["drafter"], session.runner),
-                                            args.get("steps", 16), session.settings)
-                pieces = {t: session.runner.piece(t) for r in result.rounds for t in (*r.drafted, r.next_id)}
-                self._speculation = (result, pieces)
+                self._speculation = speculative_decode(session.runner, session.ids,
+                                                       make_drafter(args["drafter"], session.runner),
+                                                       args.get("steps", 16), session.settings)
             else:
                 raise TokenvizError(f"unknown command {command!r}")
         except TokenvizError as exc:

@@ -106,8 +106,8 @@ class Session:
 
     # ---- moves ------------------------------------------------------------------------------------
 
-    def start(self, prompt: str | list[int]) -> StepRecord:
-        """Tokenize and prefill `prompt` (text, or token ids as they are); the first decision becomes pending."""
+    def encode_prompt(self, prompt: str | list[int]) -> tuple[str, list[int]]:
+        """(text, token ids) of a prompt given as text or as ids; refuses an empty or too long one."""
         if isinstance(prompt, str):
             ids = self.runner.encode(prompt)
         else:
@@ -120,6 +120,11 @@ class Session:
             raise PromptError("the prompt is empty: type some text to start from")
         if len(ids) >= context:
             raise PromptError(f"the prompt has {len(ids)} tokens but this model reads at most {context}; shorten it")
+        return prompt, ids
+
+    def start(self, prompt: str | list[int]) -> StepRecord:
+        """Tokenize and prefill `prompt` (text, or token ids as they are); the first decision becomes pending."""
+        prompt, ids = self.encode_prompt(prompt)
         if ids == self.prompt_ids:
             self._keep_branch()  # a reset keeps the path it leaves
         else:

@@ -42,6 +42,7 @@ class Speculation:
     drafter: str
     rounds: tuple[Round, ...]
     ids: tuple[int, ...]  # the generated tokens
+    texts: dict[int, str]  # the text of every drafted or chosen token
 
     @property
     def drafted(self) -> int:
@@ -227,4 +228,6 @@ def speculative_decode(runner: ModelRunner, prompt_ids: list[int], drafter: Draf
         if eos is not None:
             ids = ids[: start + eos + 1]
             break
-    return Speculation(drafter=drafter.name, rounds=tuple(rounds), ids=tuple(ids[start:start + max_new_tokens]))
+    texts = {t: runner.piece(t) for r in rounds for t in (*r.drafted, r.next_id)}
+    return Speculation(drafter=drafter.name, rounds=tuple(rounds), ids=tuple(ids[start:start + max_new_tokens]),
+                       texts=texts)

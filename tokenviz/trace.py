@@ -51,42 +51,37 @@ def add_lens(session: Session, document: dict) -> None:
         step["lens_first_top1_layer"] = inspection.first_top1_layer
 
 
+def output_document(session: Session, prompt_ids: list[int], generated: list[int], **extra) -> dict:
+    """The trace document of a run that produced `generated` without stepping the journey."""
+    runner = session.runner
+    return {
+        "model": runner.info.to_json(),
+        "settings": session.settings.to_json(),
+        "prompt": [{"id": t, "text": runner.piece(t)} for t in prompt_ids],
+        "steps": [{"index": i, "chosen": {"id": t, "text": runner.piece(t)}} for i, t in enumerate(generated)],
+        **extra,
+        "text": runner.decode(generated),
+        "full_text": runner.decode(prompt_ids + generated),
+    }
+
+
 def beam_document(session: Session, prompt: str, width: int, steps: int) -> dict:
     """The trace document of a beam search: "beams" holds every step; "text" is the best beam."""
     from tokenviz.beams import beam_search
 
-    runner = session.runner
-    session.start(prompt)  # tokenizes and checks the prompt; the beams run on their own cache
-    result = beam_search(runner, session.prompt_ids, width, steps)
-    best = result.final[0]
-    return {
-        "model": runner.info.to_json(),
-        "settings": session.settings.to_json(),
-        "prompt": [{"id": t, "text": runner.piece(t)} for t in session.prompt_ids],
-        "steps": [{"index": i, "chosen": {"id": t, "text": runner.piece(t)}} for i, t in enumerate(best.ids)],
-        "beams": result.to_json(runner.piece),
-        "text": runner.decode(best.ids),
-        "full_text": runner.decode(session.prompt_ids + list(best.ids)),
-    }
+    _, ids = session.encode_prompt(prompt)  # the beams run on their own cache: no prefill here
+    result = beam_search(session.runner, ids, width, steps)
+    return output_document(session, ids, list(result.final[0].ids), beams=result.to_json())
 
 
-def speculation_document(session: Session, prompt: str, spec: str, draft, settings: SamplingSettings) -> dict:
+def speculation_document(session: Session, prompt: str, spec: str, draft) -> dict:
     """The trace document of speculative decoding: the steps are the output tokens."""
     from tokenviz.speculate import make_drafter, speculative_decode
 
-    runner = session.runner
-    drafter = make_drafter(spec, runner, draft)
-    session.start(prompt)
-    result = speculative_decode(runner, session.prompt_ids, drafter, settings.max_new_tokens, settings)
-    return {
-        "model": runner.info.to_json(),
-        "settings": settings.to_json(),
-        "prompt": [{"id": t, "text": runner.piece(t)} for t in session.prompt_ids],
-        "steps": [{"index": i, "chosen": {"id": t, "text": runner.piece(t)}} for i, t in enumerate(result.ids)],
-        "speculation": result.to_json(),
-        "text": runner.decode(result.ids),
-        "full_text": runner.decode(session.prompt_ids + list(result.ids)),
-    }
+    drafter = make_drafter(spec, session.runner, draft)
+    _, ids = session.encode_prompt(prompt)
+    result = speculative_decode(session.runner, ids, drafter, session.settings.max_new_tokens, session.settings)
+    return output_document(session, ids, list(result.ids), speculation=result.to_json())
 
 
 def run_session(session: Session, prompt: str) -> Session:
@@ -120,7 +115,7 @@ def run_trace(
         if draft_model:
             draft = ModelRunner(load_model(draft_model, device=device, dtype=dtype,
                                            trust_remote_code=trust_remote_code, progress=progress))
-        return speculation_document(session, prompt, speculate, draft, settings)
+        return speculation_document(session, prompt, speculate, draft)
     document = journey_document(run_session(session, prompt))
     if lens:
         add_lens(session, document)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from rich.cells import set_cell_size
+from rich.cells import cell_len, set_cell_size
 
 
 def cell(text: str, width: int, right: bool = False) -> str:
-    """`text` cut or padded to exactly `width` terminal cells (wide characters counted as two)."""
-    if right:
-        return set_cell_size(text[::-1], width)[::-1] if len(text) <= width else set_cell_size(text, width)
+    """`text` cut or padded to exactly `width` terminal cells (wide characters counted as two);
+    `right` pads on the left."""
+    if right and cell_len(text) < width:
+        return " " * (width - cell_len(text)) + text
     return set_cell_size(text, width)

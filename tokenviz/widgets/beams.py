@@ -31,16 +31,8 @@ class BeamPane(ScrollPane):
             text.append("\n")
         text.append("final, best first (score = log-prob / length):\n", style="bold")
         for rank, h in enumerate(result.final, 1):
-            words = visible("".join(view_piece(view, i) for i in h.ids))
-            text.append(f"{rank}. {words}  log-prob {h.logprob:.3f} · score {h.score:.4f}\n",
+            text.append(f"{rank}. {visible(h.text)}  log-prob {h.logprob:.3f} · score {h.score:.4f}\n",
                         style=f"bold {chosen}" if rank == 1 else "")
         text.rstrip()
         body.update(text)
 
-
-def view_piece(view: View, token_id: int) -> str:
-    for step in view.snapshot.beams.steps:
-        for c in step.candidates:
-            if c.id == token_id:
-                return c.text
-    return f"<{token_id}>"

@@ -17,7 +17,7 @@ class SpeculationPane(ScrollPane):
         if result is None:
             body.update(pending_note(view, "drafting and verifying…", "speculation"))
             return
-        spec, pieces = result
+        spec, pieces = result, result.texts
         ok = theme_var(self.app, "chosen-color", "green")
         text = Text(no_wrap=True, overflow="crop")
         text.append(f"drafter: {spec.drafter} · {len(spec.rounds)} target forwards for {len(spec.ids)} tokens "
