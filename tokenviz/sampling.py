@@ -7,9 +7,11 @@ The transformations are transformers' own LogitsProcessor classes, applied in ge
 
 from __future__ import annotations
 
-import time
+import math
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
+import numpy as np
 import torch
 from transformers import (
     LogitsProcessor,
@@ -20,8 +22,9 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from tokenviz.records import SamplingRecord, Stage
+from tokenviz.records import Candidate, SamplingRecord, Stage
 from tokenviz.settings import SamplingSettings
+from tokenviz.transfer import DeviceTimer, to_host
 
 WATCH_N = 12  # tokens followed through the stages: the raw top-n plus the final top-n
 
@@ -83,12 +86,21 @@ def apply_stages(
 
 
 def draw_uniform(seed: int, position: int) -> float:
-    """The uniform u for one position: a pure function of (seed, position).
+    """The uniform u for one position: a pure function of (seed, position), computed on the host.
 
     Re-deciding a step with other settings, or rewinding and stepping again, draws the same u.
     """
-    generator = torch.Generator().manual_seed((seed * 1_000_003 + position) % (2**63))
-    return float(torch.rand((), generator=generator, dtype=torch.float64))
+    return float(np.random.default_rng([seed, position]).random())
+
+
+def _inverse_cdf_on_device(probs: torch.Tensor, u: float) -> tuple[torch.Tensor, ...]:
+    """(token id, 0-based rank, band low, band high) as device tensors: nothing waits for the device."""
+    sorted_probs, order = torch.sort(probs.double(), descending=True, stable=True)
+    cumulative = torch.cumsum(sorted_probs, 0)
+    last_possible = (sorted_probs > 0).sum() - 1
+    rank = torch.minimum(torch.searchsorted(cumulative, u, right=True), last_possible)
+    high = cumulative[rank]
+    return order[rank], rank, high - sorted_probs[rank], high
 
 
 def inverse_cdf(probs: torch.Tensor, u: float) -> tuple[int, int, float, float]:
@@ -96,12 +108,128 @@ def inverse_cdf(probs: torch.Tensor, u: float) -> tuple[int, int, float, float]:
 
     Returns (token id, 0-based rank, band low, band high).
     """
-    sorted_probs, order = torch.sort(probs.double(), descending=True, stable=True)
-    cumulative = torch.cumsum(sorted_probs, 0)
-    possible = int((sorted_probs > 0).sum())
-    rank = min(int(torch.searchsorted(cumulative, torch.tensor([u], dtype=torch.float64), right=True)), possible - 1)
-    high = float(cumulative[rank])
-    return int(order[rank]), rank, high - float(sorted_probs[rank]), high
+    token, rank, low, high = torch.stack([t.double() for t in _inverse_cdf_on_device(probs, u)]).tolist()
+    return int(token), int(rank), low, high
+
+
+def summarise(logits: torch.Tensor, n: int) -> "PendingSummary":
+    """Top-n of the model's raw softmax and its entropy in bits, still on the device."""
+    logits = logits.float().reshape(-1)
+    log_probs = torch.log_softmax(logits, -1)
+    probs = log_probs.exp()
+    entropy = -(probs * log_probs).nan_to_num().sum() / math.log(2)
+    top_logits, top_ids = torch.topk(logits, min(n, logits.numel()))
+    return PendingSummary({
+        "summary.ids": top_ids, "summary.logits": top_logits.double(), "summary.probs": probs[top_ids].double(),
+        "summary.entropy": entropy.double().reshape(1),
+    })
+
+
+@dataclass
+class PendingSummary:
+    tensors: dict[str, torch.Tensor]
+
+    def read(self, host: dict[str, np.ndarray], piece: Callable[[int], str]) -> tuple[tuple[Candidate, ...], float]:
+        """(top candidates, entropy in bits) from the host copies of `tensors`."""
+        ids, logits, probs = (host[f"summary.{k}"].tolist() for k in ("ids", "logits", "probs"))
+        top = tuple(Candidate(id=i, text=piece(i), logit=lg, prob=p) for i, lg, p in zip(ids, logits, probs))
+        return top, float(host["summary.entropy"][0])
+
+
+def decide_on_device(
+    logits: torch.Tensor,
+    settings: SamplingSettings,
+    context_ids: Sequence[int],
+    generated_ids: Sequence[int],
+    forced_id: int | None = None,
+) -> "PendingDecision":
+    """Run every stage on `logits` (vocab,) and choose the next token, all on the logits' device."""
+    timer = DeviceTimer(logits.device)
+    raw = torch.softmax(logits.float().reshape(-1), -1)
+    stages = apply_stages(logits, settings, context_ids, generated_ids)
+    final_scores = stages[-1][2][0] if stages else logits.float().reshape(-1)
+    final = torch.softmax(final_scores, -1)
+
+    u = None
+    low = high = torch.zeros((), dtype=torch.float64, device=raw.device)
+    if forced_id is not None:
+        mode, chosen = "forced", torch.full((), int(forced_id), dtype=torch.long, device=raw.device)
+    elif settings.greedy:
+        mode, chosen = "greedy", torch.argmax(final_scores)
+    else:
+        mode = "sampled"
+        u = draw_uniform(settings.seed, len(context_ids))
+        chosen, _, low, high = _inverse_cdf_on_device(final, u)
+
+    n = min(WATCH_N, raw.numel())
+    # The watched tokens, duplicates included: the host keeps each token's first appearance.
+    watch = torch.cat([torch.topk(raw, n).indices, torch.topk(final, n).indices, chosen.reshape(1)])
+    kept, mass, probs = [], [], []
+    before = raw
+    for _, _, scores in stages:
+        after = torch.softmax(scores[0], -1)
+        finite = torch.isfinite(scores[0])
+        kept.append(finite.sum())
+        mass.append(torch.where(finite, before, 0).sum())  # a mask, not indexing: no data-dependent shape
+        probs.append(after[watch])
+        before = after
+
+    chosen_prob = final[chosen]
+    scalars = torch.stack([
+        chosen.double(), chosen_prob.double(), ((final > chosen_prob).sum() + 1).double(),
+        ((raw > raw[chosen]).sum() + 1).double(), raw[chosen].double(), low, high,
+    ])
+    device = raw.device
+    tensors = {
+        "decision.watch": watch,
+        "decision.raw_probs": raw[watch].double(),
+        "decision.kept": torch.stack(kept) if kept else torch.zeros(0, dtype=torch.long, device=device),
+        "decision.mass": torch.stack(mass).double() if mass else torch.zeros(0, dtype=torch.float64, device=device),
+        "decision.probs": (torch.stack(probs).double() if probs
+                           else torch.zeros((0, watch.numel()), dtype=torch.float64, device=device)),
+        "decision.scalars": scalars,
+    }
+    return PendingDecision(tensors, mode, settings, tuple((name, detail) for name, detail, _ in stages), u,
+                           timer.stop())
+
+
+@dataclass
+class PendingDecision:
+    tensors: dict[str, torch.Tensor]
+    mode: str
+    settings: SamplingSettings
+    stages: tuple[tuple[str, str], ...]  # (name, detail) of each active stage
+    u: float | None
+    timer: DeviceTimer
+
+    def read(self, host: dict[str, np.ndarray], piece: Callable[[int], str]) -> SamplingRecord:
+        """The SamplingRecord, from the host copies of `tensors`."""
+        watch_all = host["decision.watch"].tolist()
+        first = [i for i, token in enumerate(watch_all) if token not in watch_all[:i]]
+        watch_ids = [watch_all[i] for i in first]
+        chosen, chosen_prob, chosen_rank, raw_rank, raw_prob, low, high = host["decision.scalars"].tolist()
+        stages = tuple(
+            Stage(name=name, detail=detail, kept=int(kept), mass=float(mass),
+                  probs=tuple(float(p) for p in row[first]))
+            for (name, detail), kept, mass, row in zip(
+                self.stages, host["decision.kept"], host["decision.mass"], host["decision.probs"])
+        )
+        return SamplingRecord(
+            mode=self.mode,
+            settings=self.settings.to_json(),
+            watch=tuple((i, piece(i)) for i in watch_ids),
+            raw_probs=tuple(float(p) for p in host["decision.raw_probs"][first]),
+            stages=stages,
+            u=self.u,
+            band=(low, high) if self.mode == "sampled" else None,
+            chosen_id=int(chosen),
+            chosen_text=piece(int(chosen)),
+            chosen_prob=chosen_prob,
+            chosen_rank=int(chosen_rank),
+            raw_rank=int(raw_rank),
+            raw_prob=raw_prob,
+            ms=self.timer.ms(),
+        )
 
 
 def decide(
@@ -112,55 +240,6 @@ def decide(
     piece: Callable[[int], str],
     forced_id: int | None = None,
 ) -> SamplingRecord:
-    """Run every stage on `logits` (vocab,) and choose the next token."""
-    started = time.perf_counter()
-    raw = torch.softmax(logits.float().reshape(-1), -1)
-    stages = apply_stages(logits, settings, context_ids, generated_ids)
-    final_scores = stages[-1][2][0] if stages else logits.float().reshape(-1)
-    final = torch.softmax(final_scores, -1)
-
-    u = band = None
-    if forced_id is not None:
-        mode, chosen = "forced", int(forced_id)
-    elif settings.greedy:
-        mode, chosen = "greedy", int(torch.argmax(final_scores))
-    else:
-        mode = "sampled"
-        u = draw_uniform(settings.seed, len(context_ids))
-        chosen, _, low, high = inverse_cdf(final, u)
-        band = (low, high)
-
-    n = min(WATCH_N, raw.numel())
-    watch_ids = list(dict.fromkeys(
-        torch.topk(raw, n).indices.tolist() + torch.topk(final, n).indices.tolist() + [chosen]
-    ))
-    watch = torch.tensor(watch_ids, device=raw.device)
-
-    stage_records = []
-    before = raw
-    for name, detail, scores in stages:
-        after = torch.softmax(scores[0], -1)
-        finite = torch.isfinite(scores[0])
-        stage_records.append(Stage(
-            name=name, detail=detail, kept=int(finite.sum()),
-            mass=float(before[finite].sum()), probs=tuple(after[watch].tolist()),
-        ))
-        before = after
-
-    chosen_prob = float(final[chosen])
-    return SamplingRecord(
-        mode=mode,
-        settings=settings.to_json(),
-        watch=tuple((i, piece(i)) for i in watch_ids),
-        raw_probs=tuple(raw[watch].tolist()),
-        stages=tuple(stage_records),
-        u=u,
-        band=band,
-        chosen_id=chosen,
-        chosen_text=piece(chosen),
-        chosen_prob=chosen_prob,
-        chosen_rank=int((final > chosen_prob).sum()) + 1,
-        raw_rank=int((raw > raw[chosen]).sum()) + 1,
-        raw_prob=float(raw[chosen]),
-        ms=(time.perf_counter() - started) * 1000,
-    )
+    """Run every stage on `logits` (vocab,) and choose the next token: one transfer to the host."""
+    pending = decide_on_device(logits, settings, context_ids, generated_ids, forced_id)
+    return pending.read(to_host(pending.tensors), piece)

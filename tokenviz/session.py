@@ -17,9 +17,10 @@ import torch
 
 from tokenviz.engine.runner import Forward, ModelRunner
 from tokenviz.errors import PromptError, TokenvizError
-from tokenviz.records import SamplingRecord, StepRecord, TokenChip
-from tokenviz.sampling import decide
+from tokenviz.records import StepRecord, TokenChip
+from tokenviz.sampling import decide, decide_on_device, summarise
 from tokenviz.settings import SamplingSettings
+from tokenviz.transfer import to_host
 
 TOP_N = 20
 
@@ -222,13 +223,18 @@ class Session:
         with torch.inference_mode():
             out = self.runner.model(input_ids=torch.tensor([ids], device=self.runner.device), use_cache=False,
                                     output_attentions=True, logits_to_keep=1)
-        full = torch.cat(out.attentions, 0)[:, :, -1:, :].float().cpu().numpy()
+        full = torch.cat(out.attentions, 0)[:, :, -1:, :].float()
         logits = out.logits[0, -1].float()
+        host = to_host({
+            "logit_diff": (logits - cached.logits.float()).abs().max(),
+            "attention_diff": (full - cached.attention).abs().max(),
+            "argmax_agrees": logits.argmax() == cached.logits.argmax(),
+        })
         return Verification(
             position=fed - 1,
-            max_logit_diff=float((logits - cached.logits.float()).abs().max()),
-            max_attention_diff=float(np.abs(full - cached.attention).max()),
-            argmax_agrees=int(logits.argmax()) == int(cached.logits.argmax()),
+            max_logit_diff=float(host["logit_diff"]),
+            max_attention_diff=float(host["attention_diff"]),
+            argmax_agrees=bool(host["argmax_agrees"]),
         )
 
     # ---- branches ---------------------------------------------------------------------------------
@@ -291,17 +297,19 @@ class Session:
 
     # ---- internals ----------------------------------------------------------------------------
 
-    def _decide(self, logits: torch.Tensor, forced_id: int | None = None) -> SamplingRecord:
-        return decide(logits, self.settings, self.ids, self.generated_ids, self.runner.piece, forced_id)
-
     def _redecide(self, forced_id: int | None = None) -> None:
         assert self._pending_logits is not None
-        self.records[-1] = dataclasses.replace(
-            self.records[-1], decision=self._decide(self._pending_logits, forced_id)
-        )
+        decision = decide(self._pending_logits, self.settings, self.ids, self.generated_ids, self.runner.piece,
+                          forced_id)
+        self.records[-1] = dataclasses.replace(self.records[-1], decision=decision)
 
     def _push(self, forward: Forward, input_ids: list[int]) -> StepRecord:
-        top, entropy = self.runner.summarise(forward.logits, self.top_n)
+        """Record a forward pass and decide on it: the attention, the top-n and the decision reach
+        the host in one transfer."""
+        summary = summarise(forward.logits, self.top_n)
+        decision = decide_on_device(forward.logits, self.settings, self.ids, self.generated_ids)
+        host = to_host({"attention": forward.attention, **summary.tensors, **decision.tensors})
+        top, entropy = summary.read(host, self.runner.piece)
         record = StepRecord(
             index=len(self.records),
             position=len(self.ids),
@@ -309,11 +317,11 @@ class Session:
             input_texts=tuple(self.runner.piece(t) for t in input_ids),
             top=top,
             entropy=entropy,
-            attention=forward.attention,
-            forward_ms=forward.ms,
+            attention=host["attention"],
+            forward_ms=forward.timer.ms(),
             kv_len=self.runner.kv_len,
             kv_bytes=self.runner.kv_bytes,
-            decision=self._decide(forward.logits),
+            decision=decision.read(host, self.runner.piece),
         )
         self._pending_logits = forward.logits
         self.records.append(record)

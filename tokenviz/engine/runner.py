@@ -4,25 +4,25 @@ exactly one thread (the engine thread, or a script) may own a runner.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from functools import lru_cache
 
-import numpy as np
 import torch
 from transformers import DynamicCache
 
 from tokenviz.engine.loading import LoadedModel
-from tokenviz.records import Candidate, ModelInfo
+from tokenviz.records import ModelInfo
+from tokenviz.transfer import DeviceTimer
 
 
 @dataclass
 class Forward:
-    """What one forward pass produced. `logits` stays on the model's device."""
+    """What one forward pass produced, still on the model's device: the caller copies what it
+    needs to the host in one transfer (see tokenviz.transfer)."""
 
     logits: torch.Tensor  # (vocab,)
-    attention: np.ndarray  # float16 (layers, heads, queries, keys)
-    ms: float
+    attention: torch.Tensor  # (layers, heads, queries, keys), every layer stacked in one tensor
+    timer: DeviceTimer
 
 
 class ModelRunner:
@@ -89,8 +89,8 @@ class ModelRunner:
     @torch.inference_mode()
     def forward(self, ids: list[int], attention_dtype: torch.dtype = torch.float16) -> Forward:
         """Feed `ids` after what the cache holds; return the next-token logits and attention
-        (kept as `attention_dtype`: float16 for the history, float32 to verify)."""
-        started = time.perf_counter()
+        (as `attention_dtype`: float16 for the history, float32 to verify). Nothing waits for the device."""
+        timer = DeviceTimer(self.device)
         input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
         out = self.model(
             input_ids=input_ids,
@@ -99,26 +99,9 @@ class ModelRunner:
             output_attentions=True,
             logits_to_keep=1,
         )
-        # One stack and one copy to the CPU for all layers: no per-layer synchronisation.
-        attention = torch.cat(out.attentions, 0).to(dtype=attention_dtype).cpu().numpy()
-        logits = out.logits[0, -1]
-        if self.device.type == "cuda":
-            torch.cuda.synchronize()
-        return Forward(logits=logits, attention=attention, ms=(time.perf_counter() - started) * 1000)
-
-    def summarise(self, logits: torch.Tensor, n: int) -> tuple[tuple[Candidate, ...], float]:
-        """Top-n of the raw softmax and its entropy in bits, in one transfer."""
-        logits = logits.float()
-        log_probs = torch.log_softmax(logits, -1)
-        probs = log_probs.exp()
-        entropy = -(probs * log_probs).nan_to_num().sum() / np.log(2)
-        top_logits, top_ids = torch.topk(logits, min(n, logits.numel()))
-        packed = torch.stack([top_ids.double(), top_logits.double(), probs[top_ids].double()]).cpu().tolist()
-        top = tuple(
-            Candidate(id=int(i), text=self.piece(int(i)), logit=lg, prob=p)
-            for i, lg, p in zip(*packed)
-        )
-        return top, float(entropy)
+        # One stacked tensor for all layers, so the copy to the host is one piece, not one per layer.
+        attention = torch.cat(out.attentions, 0).to(dtype=attention_dtype)
+        return Forward(logits=out.logits[0, -1], attention=attention, timer=timer.stop())
 
 
 def _byte_piece(raw: str) -> str:
