@@ -259,6 +259,23 @@ def test_rewinding_and_stepping_differently_keeps_the_old_path_as_a_branch(tiny_
     assert s.ids == current_ids and s.pending.chosen.chosen_id == current_pending.chosen_id
 
 
+def test_a_stored_branch_is_summarised_once_while_the_current_path_grows(tiny_llama, monkeypatch):
+    s = make(tiny_llama, temperature=0)
+    s.start(PROMPT)
+    for _ in range(4):
+        s.step()
+    s.branch(2, rank=2)
+    first = s.branch_summaries()
+    decoded = []
+    original = s.runner.decode
+    monkeypatch.setattr(s.runner, "decode", lambda ids: decoded.append(tuple(ids)) or original(ids))
+    s.step()
+    again = s.branch_summaries()
+    assert decoded == [tuple(s.generated_ids)]  # only the current path is decoded again
+    assert again[1] == first[1]  # the stored branch's figures are unchanged
+    assert again[0].tokens == first[0].tokens + 1
+
+
 def test_stepping_the_same_way_again_leaves_no_duplicate_branch(tiny_llama):
     s = make(tiny_llama, temperature=0)
     s.start(PROMPT)

@@ -78,6 +78,7 @@ class Session:
         self._inspections: OrderedDict = OrderedDict()  # (ids up to position, chosen) -> Inspection
         self.last_cache_event: CacheEvent | None = None
         self.branches: list[Branch] = []  # other paths from the same prompt
+        self._branch_stats: dict[tuple[int, ...], tuple] = {}  # stored branch ids -> summary figures
 
     # ---- what the journey is now -------------------------------------------------------------
 
@@ -249,6 +250,8 @@ class Session:
     def branch_summaries(self) -> list[BranchSummary]:
         """The current path first, then every other branch not contained in it."""
         current = Branch(tuple(self.ids), tuple(self.records), self.stop_reason)
+        kept = {b.ids for b in self.branches}
+        self._branch_stats = {ids: stats for ids, stats in self._branch_stats.items() if ids in kept}
         out = [self._summary(current, -1)]
         for i, b in enumerate(self.branches):
             if current.ids[: len(b.ids)] != b.ids:
@@ -256,17 +259,25 @@ class Session:
         return out
 
     def _summary(self, b: Branch, index: int) -> BranchSummary:
-        n = len(self.prompt_ids)
-        taken = b.records[: len(b.ids) - n]
+        # A stored branch never changes, so its text and scores are computed once (the snapshot
+        # of every autoplay step asks again); only `shared` depends on the current path.
+        stats = self._branch_stats.get(b.ids) if index != -1 else None
+        if stats is None:
+            n = len(self.prompt_ids)
+            taken = b.records[: len(b.ids) - n]
+            stats = (
+                self.runner.decode(b.ids[n:]), len(b.ids) - n,
+                float(sum(np.log(max(r.chosen.raw_prob, 1e-45)) for r in taken)),
+                float(np.mean([r.entropy for r in taken])) if taken else 0.0,
+            )
+            if index != -1:
+                self._branch_stats[b.ids] = stats
         shared = 0
         while shared < min(len(b.ids), len(self.ids)) and b.ids[shared] == self.ids[shared]:
             shared += 1
-        return BranchSummary(
-            index=index, text=self.runner.decode(b.ids[n:]), tokens=len(b.ids) - n,
-            logprob=float(sum(np.log(max(r.chosen.raw_prob, 1e-45)) for r in taken)),
-            mean_entropy=float(np.mean([r.entropy for r in taken])) if taken else 0.0,
-            shared=shared, current=index == -1,
-        )
+        text, tokens, logprob, mean_entropy = stats
+        return BranchSummary(index=index, text=text, tokens=tokens, logprob=logprob, mean_entropy=mean_entropy,
+                             shared=shared, current=index == -1)
 
     def switch_branch(self, index: int) -> None:
         """Make branch `index` the current path; the cache is rebuilt from the shared prefix."""
