@@ -14,7 +14,7 @@ from torch.overrides import TorchFunctionMode
 from tokenviz.engine import ModelRunner
 from tokenviz.sampling import SamplingSettings, decide
 from tokenviz.session import Session
-from tokenviz.transfer import DeviceTimer, to_host
+from tokenviz.transfer import DeviceTimer, ids_to_device, to_host
 
 PROMPT = "The cat sat on the mat"
 # Calls that bring a tensor's values to the host, and calls whose output shape depends on values
@@ -114,6 +114,11 @@ def test_the_packed_decision_equals_the_values_read_one_by_one():
     assert len({i for i, _ in record.watch}) == len(record.watch)  # duplicates dropped on the host
     assert record.watch[0][0] == int(raw.argmax())
     assert record.band[0] <= record.u < record.band[1]
+
+
+def test_ids_reach_the_device_as_one_long_row():
+    ids = ids_to_device((7, 0, 2**40), torch.device("cpu"))
+    assert ids.dtype == torch.long and ids.shape == (1, 3) and ids.tolist() == [[7, 0, 2**40]]
 
 
 def test_device_timer_measures_the_work_between_start_and_stop():

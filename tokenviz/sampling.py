@@ -24,7 +24,7 @@ from transformers import (
 
 from tokenviz.records import Candidate, SamplingRecord, Stage
 from tokenviz.settings import SamplingSettings
-from tokenviz.transfer import DeviceTimer, to_host
+from tokenviz.transfer import DeviceTimer, ids_to_device, to_host
 
 WATCH_N = 12  # tokens followed through the stages: the raw top-n plus the final top-n
 
@@ -44,7 +44,7 @@ class PresenceFrequencyPenalty(LogitsProcessor):
         if not self.generated_ids:
             return scores
         counts = torch.zeros(scores.shape[-1], dtype=scores.dtype, device=scores.device)
-        ids = torch.tensor(self.generated_ids, device=scores.device)
+        ids = ids_to_device(self.generated_ids, scores.device)[0]
         counts.index_add_(0, ids, torch.ones(len(self.generated_ids), dtype=scores.dtype, device=scores.device))
         return scores - self.presence * (counts > 0).to(scores.dtype) - self.frequency * counts
 
@@ -77,7 +77,7 @@ def apply_stages(
 ) -> list[tuple[str, str, torch.Tensor]]:
     """Every active stage's scores, (1, vocab) each, in float32 on the logits' device."""
     scores = logits.reshape(1, -1).float()
-    input_ids = torch.tensor([list(context_ids)], dtype=torch.long, device=scores.device)
+    input_ids = ids_to_device(context_ids, scores.device)
     out = []
     for name, detail, processor in build_stages(settings, generated_ids):
         scores = processor(input_ids, scores)

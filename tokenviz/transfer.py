@@ -3,12 +3,13 @@
 On a GPU every read of a value (`.item()`, `.tolist()`, `float(t)`, `.cpu()`) waits for the device
 to finish. A step therefore computes everything it needs on the device, packs the tensors' bytes
 into one buffer there and copies that buffer once; timings come from device events, so timing a
-forward pass adds no wait of its own.
+forward pass adds no wait of its own. Copies the other way (token ids) are queued, not waited for.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -47,6 +48,12 @@ _NUMPY_DTYPES = {
     torch.int64: np.int64, torch.int32: np.int32, torch.int16: np.int16, torch.int8: np.int8,
     torch.uint8: np.uint8, torch.bool: np.bool_,
 }
+
+
+def ids_to_device(ids: Sequence[int], device: torch.device) -> torch.Tensor:
+    """Token ids as a (1, n) long tensor on `device`. The copy is queued, not waited for: a plain
+    copy to a GPU would first wait for the work already queued, such as the forward pass."""
+    return torch.tensor([list(ids)], dtype=torch.long).to(device, non_blocking=True)
 
 
 class DeviceTimer:

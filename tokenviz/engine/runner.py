@@ -12,7 +12,7 @@ from transformers import DynamicCache
 
 from tokenviz.engine.loading import LoadedModel
 from tokenviz.records import ModelInfo
-from tokenviz.transfer import DeviceTimer
+from tokenviz.transfer import DeviceTimer, ids_to_device
 
 
 @dataclass
@@ -91,7 +91,7 @@ class ModelRunner:
         """Feed `ids` after what the cache holds; return the next-token logits and attention
         (as `attention_dtype`: float16 for the history, float32 to verify). Nothing waits for the device."""
         timer = DeviceTimer(self.device)
-        input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
+        input_ids = ids_to_device(ids, self.device)
         out = self.model(
             input_ids=input_ids,
             past_key_values=self.cache,
