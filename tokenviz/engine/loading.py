@@ -138,7 +138,23 @@ def convert_gguf(gguf: Path, directory: Path, progress: Progress) -> None:
     tokenizer.save_pretrained(partial)
     (partial / MANIFEST).write_text(json.dumps(_fingerprint(gguf)))
     partial.rename(directory)
+    prune_orphaned_caches()
     progress("conversion done", 1.0)
+
+
+def prune_orphaned_caches() -> list[Path]:
+    """Remove converted models whose .gguf no longer exists. The cache is keyed by the file's path,
+    so each deleted virtual environment would otherwise leave its conversion (0.5 GB) behind."""
+    removed = []
+    for directory in sorted((cache_root() / "models").glob("*")):
+        try:
+            source = json.loads((directory / MANIFEST).read_text())["source"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not a finished conversion of ours: leave it
+        if isinstance(source, str) and not Path(source).exists():
+            shutil.rmtree(directory, ignore_errors=True)
+            removed.append(directory)
+    return removed
 
 
 @contextlib.contextmanager
