@@ -100,7 +100,9 @@ class ModelRunner:
             logits_to_keep=1,
         )
         # One stacked tensor for all layers, so the copy to the host is one piece, not one per layer.
-        attention = torch.cat(out.attentions, 0).to(dtype=attention_dtype)
+        # Each layer is converted before stacking: stacking a long prompt's float32 squares first
+        # costs more than the forward pass (measured: 5.2 s against 0.6 s for 1500 tokens).
+        attention = torch.cat([layer.to(dtype=attention_dtype) for layer in out.attentions], 0)
         return Forward(logits=out.logits[0, -1], attention=attention, timer=timer.stop())
 
 
