@@ -17,6 +17,7 @@ def test_bench_measures_run_on_a_tiny_model(tmp_path):
     assert play["same_tokens"] and play["ratio"] > 0
     growth = bench.growth(loaded, torch.device("cpu"), lengths=(8, 64), steps=2)
     assert set(growth) == {"8", "64", "ratio"}
+    assert all(growth[n]["engine_prefill_ms"] > 0 and growth[n]["full_forward_ms"] > 0 for n in ("8", "64"))
     frames = bench.frame(loaded, sizes=((80, 24),), steps=3)
     assert frames["80x24_ms"] > 0
     memory = bench.memory(loaded, steps=20)
