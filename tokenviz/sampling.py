@@ -145,15 +145,16 @@ def decide_on_device(
 ) -> "PendingDecision":
     """Run every stage on `logits` (vocab,) and choose the next token, all on the logits' device."""
     timer = DeviceTimer(logits.device)
+    device = logits.device
     raw = torch.softmax(logits.float().reshape(-1), -1)
     stages = apply_stages(logits, settings, context_ids, generated_ids)
     final_scores = stages[-1][2][0] if stages else logits.float().reshape(-1)
     final = torch.softmax(final_scores, -1)
 
     u = None
-    low = high = torch.zeros((), dtype=torch.float64, device=raw.device)
+    low = high = torch.zeros((), dtype=torch.float64, device=device)
     if forced_id is not None:
-        mode, chosen = "forced", torch.full((), int(forced_id), dtype=torch.long, device=raw.device)
+        mode, chosen = "forced", torch.full((), int(forced_id), dtype=torch.long, device=device)
     elif settings.greedy:
         mode, chosen = "greedy", torch.argmax(final_scores)
     else:
@@ -164,14 +165,15 @@ def decide_on_device(
     n = min(WATCH_N, raw.numel())
     # The watched tokens, duplicates included: the host keeps each token's first appearance.
     watch = torch.cat([torch.topk(raw, n).indices, torch.topk(final, n).indices, chosen.reshape(1)])
-    kept, mass, probs = [], [], []
+    # One row per stage: tokens kept, the previous stage's mass they held, the watched probabilities.
+    rows = torch.zeros((len(stages), 2 + watch.numel()), dtype=torch.float64, device=device)
     before = raw
-    for _, _, scores in stages:
+    for i, (_, _, scores) in enumerate(stages):
         after = torch.softmax(scores[0], -1)
         finite = torch.isfinite(scores[0])
-        kept.append(finite.sum())
-        mass.append(torch.where(finite, before, 0).sum())  # a mask, not indexing: no data-dependent shape
-        probs.append(after[watch])
+        rows[i, 0] = finite.sum()
+        rows[i, 1] = torch.where(finite, before, 0).sum()  # a mask, not indexing: no data-dependent shape
+        rows[i, 2:] = after[watch]
         before = after
 
     chosen_prob = final[chosen]
@@ -179,16 +181,8 @@ def decide_on_device(
         chosen.double(), chosen_prob.double(), ((final > chosen_prob).sum() + 1).double(),
         ((raw > raw[chosen]).sum() + 1).double(), raw[chosen].double(), low, high,
     ])
-    device = raw.device
-    tensors = {
-        "decision.watch": watch,
-        "decision.raw_probs": raw[watch].double(),
-        "decision.kept": torch.stack(kept) if kept else torch.zeros(0, dtype=torch.long, device=device),
-        "decision.mass": torch.stack(mass).double() if mass else torch.zeros(0, dtype=torch.float64, device=device),
-        "decision.probs": (torch.stack(probs).double() if probs
-                           else torch.zeros((0, watch.numel()), dtype=torch.float64, device=device)),
-        "decision.scalars": scalars,
-    }
+    tensors = {"decision.watch": watch, "decision.raw_probs": raw[watch].double(), "decision.stages": rows,
+               "decision.scalars": scalars}
     return PendingDecision(tensors, mode, settings, tuple((name, detail) for name, detail, _ in stages), u,
                            timer.stop())
 
@@ -209,10 +203,9 @@ class PendingDecision:
         watch_ids = [watch_all[i] for i in first]
         chosen, chosen_prob, chosen_rank, raw_rank, raw_prob, low, high = host["decision.scalars"].tolist()
         stages = tuple(
-            Stage(name=name, detail=detail, kept=int(kept), mass=float(mass),
-                  probs=tuple(float(p) for p in row[first]))
-            for (name, detail), kept, mass, row in zip(
-                self.stages, host["decision.kept"], host["decision.mass"], host["decision.probs"])
+            Stage(name=name, detail=detail, kept=int(row[0]), mass=float(row[1]),
+                  probs=tuple(float(p) for p in row[2:][first]))
+            for (name, detail), row in zip(self.stages, host["decision.stages"])
         )
         return SamplingRecord(
             mode=self.mode,

@@ -224,7 +224,7 @@ class Session:
         with torch.inference_mode():
             out = self.runner.model(input_ids=torch.tensor([ids], device=self.runner.device), use_cache=False,
                                     output_attentions=True, logits_to_keep=1)
-        full = torch.cat(out.attentions, 0)[:, :, -1:, :].float()
+        full = torch.cat([layer[:, :, -1:, :].float() for layer in out.attentions], 0)  # the last row only
         logits = out.logits[0, -1].float()
         host = to_host({
             "logit_diff": (logits - cached.logits.float()).abs().max(),
