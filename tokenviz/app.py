@@ -25,14 +25,14 @@ from tokenviz.widgets.branches import BranchPane
 from tokenviz.widgets.cache import CachePane
 from tokenviz.widgets.embedding import EmbeddingPane
 from tokenviz.widgets.lens import LensPane, current_inspection
+from tokenviz.widgets.screens import HelpScreen, PromptScreen
 from tokenviz.widgets.speculation import SpeculationPane
 from tokenviz.widgets.timing import TimingPane
-
-# The views of the middle-left area: key, widget id, class. Their key again returns to attention.
-VIEWS = {"lens": LensPane, "embedding": EmbeddingPane, "cache": CachePane, "timing": TimingPane, "beams": BeamPane, "branches": BranchPane,
-         "speculation": SpeculationPane}
-from tokenviz.widgets.screens import HelpScreen, PromptScreen
 from tokenviz.widgets.view import View
+
+# The views of the middle-left area, by widget id. A view's key pressed again returns to attention.
+VIEWS = {"lens": LensPane, "embedding": EmbeddingPane, "cache": CachePane, "timing": TimingPane,
+         "beams": BeamPane, "branches": BranchPane, "speculation": SpeculationPane}
 
 
 class EngineUpdate(Message):
@@ -299,8 +299,7 @@ class TokenvizApp(App):
     def action_select_branch(self, delta: int) -> None:
         pane = self.query_one(BranchPane)
         pane.selected += delta
-        self.query_one("#views", ContentSwitcher).current = "branches"
-        self.refresh_panes()
+        self._open_view("branches")
 
     def action_open_branch(self) -> None:
         s = self.snapshot
@@ -332,29 +331,27 @@ class TokenvizApp(App):
             return
         self.cursor = min(max(view.cursor + delta, 0), view.positions - 1)
 
-    def action_view(self, name: str) -> None:
-        switcher = self.query_one("#views", ContentSwitcher)
-        switcher.current = "attention" if switcher.current == name else name
+    def _open_view(self, name: str) -> None:
+        self.query_one("#views", ContentSwitcher).current = name
         self.refresh_panes()
+
+    def action_view(self, name: str) -> None:
+        self._open_view("attention" if self.query_one("#views", ContentSwitcher).current == name else name)
 
     def action_beams(self, width: int | None = None) -> None:
         """Beam search from the current tokens (width 3, or the width chosen in the palette)."""
         self.beam_width = width or self.beam_width
-        self.query_one("#views", ContentSwitcher).current = "beams"
         self.bridge.submit("beams", width=self.beam_width, steps=10)
-        self.refresh_panes()
+        self._open_view("beams")
 
     def action_speculate(self, drafter: str = "prompt-lookup") -> None:
         """Speculative decoding of 16 tokens from the current tokens, with the current settings."""
-        self.query_one("#views", ContentSwitcher).current = "speculation"
         self.bridge.submit("speculate", drafter=drafter, steps=16)
-        self.refresh_panes()
+        self._open_view("speculation")
 
     def action_verify(self) -> None:
-        switcher = self.query_one("#views", ContentSwitcher)
-        switcher.current = "cache"
         self.bridge.submit("verify")
-        self.refresh_panes()
+        self._open_view("cache")
 
     def action_edit_prompt(self) -> None:
         def submitted(prompt: str | None) -> None:
