@@ -73,6 +73,14 @@ def stderr_progress():
         yield report
 
 
+def check_theme(name: str) -> None:
+    from tokenviz.themes import load_themes
+
+    themes = load_themes()
+    if name not in themes:
+        fail(f"unknown theme {name!r}; available: {', '.join(sorted(themes))}")
+
+
 def version_callback(value: bool) -> None:
     if value:
         typer.echo(f"tokenviz {__version__}")
@@ -113,11 +121,8 @@ def open_app(
             frequency_penalty=frequency_penalty, seed=seed, max_new_tokens=max_new_tokens, stop=stop,
         )
         from tokenviz.app import TokenvizApp
-        from tokenviz.themes import load_themes
 
-        themes = load_themes()
-        if theme not in themes:
-            fail(f"unknown theme {theme!r}; available: {', '.join(sorted(themes))}")
+        check_theme(theme)
     except TokenvizError as exc:
         fail(str(exc))
     app = TokenvizApp(
@@ -229,10 +234,7 @@ def replay(
             typer.echo(f"verified: all {checked} steps reproduce the recorded tokens")
             return
         snapshot = snapshot_from_journey(doc)
-        from tokenviz.themes import load_themes
-
-        if theme not in load_themes():
-            fail(f"unknown theme {theme!r}; available: {', '.join(sorted(load_themes()))}")
+        check_theme(theme)
     except TokenvizError as exc:
         fail(str(exc))
     from functools import partial
