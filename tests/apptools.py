@@ -8,7 +8,7 @@ import time
 
 from tiny import tiny_model
 from tokenviz.app import TokenvizApp
-from tokenviz.bridge import Snapshot
+from tokenviz.bridge import Snapshot, snapshot_of
 from tokenviz.engine import ModelRunner
 from tokenviz.sampling import SamplingSettings
 from tokenviz.session import Session
@@ -63,9 +63,7 @@ def frozen_snapshot(steps: int = 3, settings: SamplingSettings | None = None, ki
         dataclasses.replace(r, forward_ms=0.0, decision=dataclasses.replace(r.decision, ms=0.0))
         for r in session.records
     )
-    return Snapshot(seq=1, state="ready", info=session.runner.info, settings=session.settings,
-                    prompt=session.prompt, chips=tuple(session.chips()), prompt_len=len(session.prompt_ids),
-                    records=records, tokens_per_s=None)
+    return dataclasses.replace(snapshot_of(session), records=records)
 
 
 def burst(app: TokenvizApp, keys: list[str]) -> None:

@@ -182,16 +182,14 @@ def growth(loaded, device, lengths=(32, 512, 2048), steps: int = 8) -> dict:
 def frame(loaded, sizes=((200, 60), (80, 24)), steps: int = 12) -> dict:
     """Time for the app to update every pane for one step (panes redrawn, screen composed)."""
     from tokenviz.app import TokenvizApp
-    from tokenviz.bridge import FrozenBridge, Snapshot
+    from tokenviz.bridge import FrozenBridge, snapshot_of
 
     session = Session(ModelRunner(loaded), SamplingSettings(seed=1, max_new_tokens=10**6))
     session.start(PROMPT)
     snapshots = []
     for i in range(steps):
         session.step()
-        snapshots.append(Snapshot(seq=i + 1, state="ready", info=session.runner.info, settings=session.settings,
-                                  prompt=session.prompt, chips=tuple(session.chips()),
-                                  prompt_len=len(session.prompt_ids), records=tuple(session.records)))
+        snapshots.append(snapshot_of(session, seq=i + 1))
     results = {}
 
     async def measure(size) -> float:
