@@ -27,25 +27,24 @@ def generate_beams(loaded, ids, width, steps):
     return sequences, out.sequences_scores.tolist()
 
 
-@pytest.mark.parametrize("width", [2, 3, 4])
-def test_beams_equal_generate_on_a_tiny_model(tiny, width):
-    runner = ModelRunner(tiny)
+def assert_beams_equal_generate(loaded, width, steps):
+    runner = ModelRunner(loaded)
     ids = runner.encode(PROMPT)
-    result = beam_search(runner, ids, width, 8)
-    sequences, scores = generate_beams(tiny, ids, width, 8)
+    result = beam_search(runner, ids, width, steps)
+    sequences, scores = generate_beams(loaded, ids, width, steps)
     assert [list(h.ids) for h in result.final] == sequences
     assert [h.score for h in result.final] == pytest.approx(scores, abs=1e-4)
+
+
+@pytest.mark.parametrize("width", [2, 3, 4])
+def test_beams_equal_generate_on_a_tiny_model(tiny, width):
+    assert_beams_equal_generate(tiny, width, 8)
 
 
 @pytest.mark.bundled
 @pytest.mark.parametrize("width", [2, 4])
 def test_beams_equal_generate_on_the_bundled_model(bundled, width):
-    runner = ModelRunner(bundled)
-    ids = runner.encode(PROMPT)
-    result = beam_search(runner, ids, width, 12)
-    sequences, scores = generate_beams(bundled, ids, width, 12)
-    assert [list(h.ids) for h in result.final] == sequences
-    assert [h.score for h in result.final] == pytest.approx(scores, abs=1e-4)
+    assert_beams_equal_generate(bundled, width, 12)
 
 
 def test_every_step_records_kept_pruned_and_finished(tiny_llama):
