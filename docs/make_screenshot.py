@@ -5,14 +5,17 @@ import sys
 import time
 from pathlib import Path
 
-from tokenviz.app import TokenvizApp
-from tokenviz.sampling import SamplingSettings
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.ui.app import TokenvizApp
+from tokenviz.worker.engine import EngineWorker
+from tokenviz.worker.loader import model_loader
 
 OUT = Path(__file__).parent / "tokenviz.svg"
 
 
 async def main() -> None:
-    app = TokenvizApp(prompt="The Eiffel Tower is located in", settings=SamplingSettings(seed=1), device="cpu")
+    worker = EngineWorker(model_loader(None, device="cpu"), SamplingSettings(seed=1), "The Eiffel Tower is located in")
+    app = TokenvizApp(worker)
     async with app.run_test(size=(160, 48)) as pilot:
         deadline = time.monotonic() + 120
         while not (app.snapshot and app.snapshot.records) and time.monotonic() < deadline:

@@ -7,11 +7,15 @@ import dataclasses
 import time
 
 from tiny import tiny_model
-from tokenviz.app import TokenvizApp
-from tokenviz.bridge import Snapshot, snapshot_of
-from tokenviz.engine import ModelRunner
-from tokenviz.sampling import SamplingSettings
-from tokenviz.session import Session
+
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.contract.snapshot import Snapshot
+from tokenviz.journey.session import Session
+from tokenviz.model.runner import ModelRunner
+from tokenviz.ui.app import TokenvizApp
+from tokenviz.worker.engine import EngineWorker
+from tokenviz.worker.recording import RecordingWorker
+from tokenviz.worker.snapshots import snapshot_of
 
 PROMPT = "The Eiffel Tower is located in"
 
@@ -28,10 +32,23 @@ def slowed(loaded, seconds: float):
     return loaded
 
 
-def make_app(settings: SamplingSettings | None = None, prompt: str = PROMPT, kind: str = "llama",
-             context: int = 128, step_seconds: float = 0.0, **kwargs) -> TokenvizApp:
-    return TokenvizApp(prompt=prompt, settings=settings or SamplingSettings(),
-                       loader=lambda progress: slowed(tiny_model(kind, context), step_seconds), **kwargs)
+def make_app(
+    settings: SamplingSettings | None = None,
+    prompt: str = PROMPT,
+    kind: str = "llama",
+    context: int = 128,
+    step_seconds: float = 0.0,
+    **kwargs,
+) -> TokenvizApp:
+    worker = EngineWorker(
+        lambda progress: slowed(tiny_model(kind, context), step_seconds), settings or SamplingSettings(), prompt
+    )
+    return TokenvizApp(worker, **kwargs)
+
+
+def recorded_app(snapshot: Snapshot, theme: str = "tokenviz-dark") -> TokenvizApp:
+    """The app on a recording: every pane works, nothing runs a model."""
+    return TokenvizApp(RecordingWorker(snapshot), theme=theme)
 
 
 async def settle(app: TokenvizApp, pilot, timeout: float = 20.0) -> Snapshot:
@@ -40,8 +57,13 @@ async def settle(app: TokenvizApp, pilot, timeout: float = 20.0) -> Snapshot:
     while time.monotonic() < deadline:
         await pilot.pause(0.01)
         s = app.snapshot
-        if (s is not None and s.records and s.handled >= app.bridge.submitted and not s.playing
-                and not app._repaint_scheduled):
+        if (
+            s is not None
+            and s.records
+            and s.handled >= app.worker.submitted
+            and not s.playing
+            and not app._repaint_scheduled
+        ):
             await pilot.pause()
             return s
     raise AssertionError(f"the engine did not settle: {app.snapshot and app.snapshot.state}")
@@ -86,4 +108,4 @@ async def wait_for(predicate, pilot, timeout: float = 10.0) -> None:
     raise AssertionError("condition not met in time")
 
 
-__all__ = ["PROMPT", "make_app", "settle", "frozen_snapshot", "wait_for", "asyncio"]
+__all__ = ["PROMPT", "asyncio", "frozen_snapshot", "make_app", "settle", "wait_for"]

@@ -9,7 +9,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 sys.path.insert(0, str(Path(__file__).parent))
 
-from tiny import tiny_model  # noqa: E402
+from tiny import tiny_model
 
 
 @pytest.fixture(params=["llama", "gpt2"])
@@ -25,6 +25,6 @@ def tiny_llama():
 @pytest.fixture(scope="session")
 def bundled():
     """The bundled SmolLM2-135M on the CPU in float32 (converted once into the user cache)."""
-    from tokenviz.engine import load_model
+    from tokenviz.model.loading import load_model
 
     return load_model(None, device="cpu", dtype="float32")

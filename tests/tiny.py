@@ -11,7 +11,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from tokenviz.engine.loading import LoadedModel, model_info
+from tokenviz.model.loading import LoadedModel, model_info
 
 CORPUS = [
     "The Eiffel Tower is located in Paris, the capital of France.",
@@ -42,16 +42,30 @@ def tiny_model(kind: str = "llama", context: int = 128, seed: int = 0) -> Loaded
     eos = tokenizer.eos_token_id
     if kind == "llama":
         config = LlamaConfig(
-            vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=context,
-            eos_token_id=eos, bos_token_id=eos, pad_token_id=eos, tie_word_embeddings=True,
+            vocab_size=vocab,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=context,
+            eos_token_id=eos,
+            bos_token_id=eos,
+            pad_token_id=eos,
+            tie_word_embeddings=True,
         )
         config._attn_implementation = "eager"
         model = LlamaForCausalLM(config)
     elif kind == "gpt2":
         config = GPT2Config(
-            vocab_size=vocab, n_positions=context, n_embd=32, n_layer=2, n_head=4,
-            eos_token_id=eos, bos_token_id=eos, pad_token_id=eos,
+            vocab_size=vocab,
+            n_positions=context,
+            n_embd=32,
+            n_layer=2,
+            n_head=4,
+            eos_token_id=eos,
+            bos_token_id=eos,
+            pad_token_id=eos,
         )
         config._attn_implementation = "eager"
         model = GPT2LMHeadModel(config)
@@ -63,8 +77,9 @@ def tiny_model(kind: str = "llama", context: int = 128, seed: int = 0) -> Loaded
     model.generation_config.pad_token_id = eos
     model.generation_config.eos_token_id = eos
     model.eval()
-    return LoadedModel(model=model, tokenizer=tokenizer,
-                       info=model_info(model, f"tiny-{kind}", torch.device("cpu"), torch.float32))
+    return LoadedModel(
+        model=model, tokenizer=tokenizer, info=model_info(model, f"tiny-{kind}", torch.device("cpu"), torch.float32)
+    )
 
 
 def save_tiny(directory, kind: str = "llama", context: int = 128) -> str:

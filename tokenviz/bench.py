@@ -28,11 +28,12 @@ from pathlib import Path
 import psutil
 import torch
 
-from tokenviz.bridge import EngineBridge
-from tokenviz.engine import ModelRunner, load_model
-from tokenviz.engine.loading import LoadedModel, bundled_gguf, convert_gguf, gguf_cache_dir
-from tokenviz.session import Session
-from tokenviz.settings import SamplingSettings
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.journey.session import Session
+from tokenviz.model.loading import LoadedModel, bundled_gguf, convert_gguf, gguf_cache_dir, load_model
+from tokenviz.model.runner import ModelRunner
+from tokenviz.worker.commands import Play
+from tokenviz.worker.engine import EngineWorker
 
 PROMPT = "The Eiffel Tower is located in"
 BUDGETS = {
@@ -55,7 +56,7 @@ def bare_model(loaded: LoadedModel, source: str, device: torch.device):
     """The same weights with transformers' default fast attention (sdpa), no attention outputs."""
     from transformers import AutoModelForCausalLM
 
-    from tokenviz.engine.loading import _quiet
+    from tokenviz.model.loading import _quiet
 
     with _quiet():
         model = AutoModelForCausalLM.from_pretrained(source, dtype=loaded.model.dtype, attn_implementation="sdpa")
@@ -111,7 +112,7 @@ def generate_seconds(bare, ids, tokens: int, device) -> tuple[float, list[int]]:
         started = time.perf_counter()
         out = bare.generate(ids, do_sample=False, max_new_tokens=tokens, min_new_tokens=tokens)
         sync(device)
-    return time.perf_counter() - started, out[0, ids.shape[1]:].tolist()
+    return time.perf_counter() - started, out[0, ids.shape[1] :].tolist()
 
 
 def autoplay_seconds(loaded, tokens: int) -> tuple[float, list[int]]:
@@ -123,18 +124,17 @@ def autoplay_seconds(loaded, tokens: int) -> tuple[float, list[int]]:
         if snapshot.stop_reason and not snapshot.playing:
             done.set()
 
-    bridge = EngineBridge(post=post, loader=lambda progress: loaded,
-                          settings=SamplingSettings(temperature=0, max_new_tokens=tokens), prompt=PROMPT)
-    bridge.start()
+    worker = EngineWorker(lambda progress: loaded, SamplingSettings(temperature=0, max_new_tokens=tokens), PROMPT)
+    worker.start(post)
     while not snapshots or snapshots[-1].state == "loading":
         time.sleep(0.01)
     started = time.perf_counter()
-    bridge.submit("play")
+    worker.submit(Play(on=True))
     done.wait()
     seconds = time.perf_counter() - started
-    bridge.stop()
+    worker.stop()
     last = snapshots[-1]
-    return seconds, [c.id for c in last.chips[last.prompt_len:]]
+    return seconds, [c.id for c in last.chips[last.prompt_len :]]
 
 
 def autoplay(loaded, bare, device, tokens: int, rounds: int = 3) -> dict:
@@ -152,8 +152,12 @@ def autoplay(loaded, bare, device, tokens: int, rounds: int = 3) -> dict:
     generated = [generate_seconds(bare, ids, tokens, device) for _ in range(rounds)]
     ours, reference = played[-1][1], generated[-1][1]
     a, g = statistics.median(s for s, _ in played), statistics.median(s for s, _ in generated)
-    return {"autoplay_tok_s": tokens / a, "generate_tok_s": tokens / g, "ratio": g / a,
-            "same_tokens": ours == reference}
+    return {
+        "autoplay_tok_s": tokens / a,
+        "generate_tok_s": tokens / g,
+        "ratio": g / a,
+        "same_tokens": ours == reference,
+    }
 
 
 @torch.inference_mode()
@@ -173,16 +177,20 @@ def growth(loaded, device, lengths=(32, 512, 2048), steps: int = 8) -> dict:
             sync(device)
             full.append(time.perf_counter() - started)
         # The engine's prefill stores every layer's attention square; the full forward stores none.
-        out[str(n)] = {"step_ms": step, "full_forward_ms": statistics.median(full) * 1000,
-                       "engine_prefill_ms": prefill * 1000}
+        out[str(n)] = {
+            "step_ms": step,
+            "full_forward_ms": statistics.median(full) * 1000,
+            "engine_prefill_ms": prefill * 1000,
+        }
     out["ratio"] = out[str(lengths[-1])]["step_ms"] / out[str(lengths[0])]["step_ms"]
     return out
 
 
 def frame(loaded, sizes=((200, 60), (80, 24)), steps: int = 12) -> dict:
     """Time for the app to update every pane for one step (panes redrawn, screen composed)."""
-    from tokenviz.app import TokenvizApp
-    from tokenviz.bridge import FrozenBridge, snapshot_of
+    from tokenviz.ui.app import TokenvizApp
+    from tokenviz.worker.recording import RecordingWorker
+    from tokenviz.worker.snapshots import snapshot_of
 
     session = Session(ModelRunner(loaded), SamplingSettings(seed=1, max_new_tokens=10**6))
     session.start(PROMPT)
@@ -193,7 +201,7 @@ def frame(loaded, sizes=((200, 60), (80, 24)), steps: int = 12) -> dict:
     results = {}
 
     async def measure(size) -> float:
-        app = TokenvizApp(bridge_factory=lambda **kw: FrozenBridge(snapshot=snapshots[0], **kw), loader=None)
+        app = TokenvizApp(RecordingWorker(snapshots[0]))
         times = []
         async with app.run_test(size=size) as pilot:
             await pilot.pause(0.2)
@@ -218,8 +226,10 @@ def cold_start(timeout: float = 60) -> dict:
         return {"skipped": "tmux not installed"}
     name = f"tvbench{os.getpid()}"
     started = time.perf_counter()
-    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "160", "-y", "48",
-                    f"{sys.executable} -m tokenviz; sleep 5"], check=True)
+    subprocess.run(
+        ["tmux", "new-session", "-d", "-s", name, "-x", "160", "-y", "48", f"{sys.executable} -m tokenviz; sleep 5"],
+        check=True,
+    )
     first = ready = None
     try:
         while time.perf_counter() - started < timeout and ready is None:
@@ -314,8 +324,13 @@ def main(argv: list[str] | None = None) -> int:
     steps = 8 if args.quick else 32
     results: dict = {
         "date": datetime.date.today().isoformat(),
-        "machine": {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
-                    "cpus": os.cpu_count(), "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None},
+        "machine": {
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "cpus": os.cpu_count(),
+            "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None,
+        },
         "model": loaded.info.to_json(),
     }
     console.print(f"[bold]tokenviz bench[/] on {loaded.info.name}, {device}, {loaded.info.dtype}")
@@ -340,9 +355,14 @@ def main(argv: list[str] | None = None) -> int:
         met = {True: "[green]yes[/]", False: "[red]no[/]", None: "—"}[v["met"]]
         table.add_row(v["label"], value, v["budget"], met)
     Console().print(table)
-    Console().print_json(json.dumps({k: results[k] for k in
-                                     ("step_overhead", "autoplay", "growth", "frame", "cold_start", "conversion",
-                                      "memory")}))
+    Console().print_json(
+        json.dumps(
+            {
+                k: results[k]
+                for k in ("step_overhead", "autoplay", "growth", "frame", "cold_start", "conversion", "memory")
+            }
+        )
+    )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{device.type}-{results['date']}{'-quick' if args.quick else ''}.json"

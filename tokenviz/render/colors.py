@@ -12,16 +12,22 @@ def parse_hex(color: str) -> Rgb:
     return int(color[0:2], 16), int(color[2:4], 16), int(color[4:6], 16)
 
 
+def _hex(rgb: Rgb) -> str:
+    return "#{:02x}{:02x}{:02x}".format(*rgb)
+
+
 def ramp(stops: list[str], n: int = 64) -> list[str]:
     """`n` colours evenly interpolated through `stops` (hex strings), low to high."""
     rgb = [parse_hex(s) for s in stops]
     if len(rgb) == 1:
-        return ["#%02x%02x%02x" % rgb[0]] * n
+        return [_hex(rgb[0])] * n
     out = []
     for i in range(n):
         x = i / (n - 1) * (len(rgb) - 1)
         j = min(int(x), len(rgb) - 2)
         t = x - j
         a, b = rgb[j], rgb[j + 1]
-        out.append("#%02x%02x%02x" % tuple(round(a[k] + (b[k] - a[k]) * t) for k in range(3)))
+        out.append(
+            _hex((round(a[0] + (b[0] - a[0]) * t), round(a[1] + (b[1] - a[1]) * t), round(a[2] + (b[2] - a[2]) * t)))
+        )
     return out

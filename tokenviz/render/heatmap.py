@@ -30,7 +30,7 @@ def heatmap_lines(matrix: np.ndarray, colors: list[str], masked: str, gamma: flo
     styles: dict[tuple[int, int], Style] = {}
     lines = []
     for top, bottom in zip(idx[0::2], idx[1::2]):
-        segments = []
+        segments: list[Segment] = []
         for a, b in zip(top.tolist(), bottom.tolist()):
             style = styles.get((a, b))
             if style is None:

@@ -1,0 +1,195 @@
+"""The command line: the trace document, and one clear line with exit code 2 for every bad input."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from clitools import invoke
+from tiny import save_tiny
+
+from tokenviz import __version__
+
+PROMPT = "The Eiffel Tower is located in"
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return save_tiny(tmp_path_factory.mktemp("tiny-llama"), "llama", context=32)
+
+
+@pytest.mark.bundled
+def test_trace_json_on_the_bundled_model_as_a_user_runs_it():
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run(
+        [sys.executable, "-m", "tokenviz", "trace", PROMPT, "--steps", "5", "--temperature", "0", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert {"name", "device", "dtype", "layers", "heads"} <= doc["model"].keys()
+    assert doc["model"]["layers"] == 30 and doc["model"]["heads"] == 9
+    assert [t["id"] for t in doc["prompt"]] == [504, 414, 46682, 18669, 314, 3807, 281]
+    assert "".join(t["text"] for t in doc["prompt"]) == PROMPT
+    assert len(doc["steps"]) == 5
+    for i, step in enumerate(doc["steps"]):
+        assert step["index"] == i
+        assert step["draw"]["greedy"] is True and step["draw"]["u"] is None
+        assert step["chosen"]["id"] == step["top"][0]["id"]  # greedy: the raw argmax
+        probs = [t["prob"] for t in step["top"]]
+        assert probs == sorted(probs, reverse=True)
+        assert set(step["ms"]) == {"forward", "sampling"}
+        assert isinstance(step["stages"], list)
+    assert doc["text"] == "".join(s["chosen"]["text"] for s in doc["steps"])
+    assert doc["text"].startswith(" the")
+
+
+def test_trace_json_schema_with_sampling(monkeypatch, capsys, tiny_dir):
+    code, out, err = invoke(
+        monkeypatch,
+        capsys,
+        "trace",
+        "The cat sat",
+        "--model",
+        tiny_dir,
+        "--steps",
+        "4",
+        "--temperature",
+        "0.9",
+        "--top-k",
+        "10",
+        "--top-p",
+        "0.8",
+        "--seed",
+        "3",
+        "--json",
+    )
+    assert code == 0, err
+    doc = json.loads(out)
+    assert len(doc["steps"]) == 4
+    for step in doc["steps"]:
+        assert [s["name"] for s in step["stages"]] == ["temperature", "top-k", "top-p"]
+        assert step["stages"][1]["kept"] == 10
+        assert 0 <= step["draw"]["u"] < 1 and step["draw"]["greedy"] is False
+        assert 0 < step["chosen"]["prob"] <= 1
+        assert {"id", "text", "logit", "prob"} <= step["top"][0].keys()
+    again = invoke(
+        monkeypatch,
+        capsys,
+        "trace",
+        "The cat sat",
+        "--model",
+        tiny_dir,
+        "--steps",
+        "4",
+        "--temperature",
+        "0.9",
+        "--top-k",
+        "10",
+        "--top-p",
+        "0.8",
+        "--seed",
+        "3",
+        "--json",
+    )[1]
+    assert json.loads(again)["text"] == doc["text"]
+
+
+def test_trace_table(monkeypatch, capsys, tiny_dir):
+    code, out, _ = invoke(
+        monkeypatch, capsys, "trace", "The cat sat", "--model", tiny_dir, "--steps", "3", "--temperature", "0"
+    )
+    assert code == 0
+    assert "tiny" not in out or "text:" in out
+    assert "text:" in out and "greedy" in out
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--temperature", "-1"], "temperature must be 0 (greedy) or positive"),
+        (["--top-p", "1.5"], "top-p must be in (0, 1]"),
+        (["--top-k", "-3"], "top-k must be"),
+        (["--min-p", "2"], "min-p must be"),
+        (["--repetition-penalty", "0"], "repetition penalty must be positive"),
+        (["--steps", "0"], "--steps must be at least 1"),
+        (["--stop", ""], "stop strings must not be empty"),
+        (["--device", "tpu"], "unknown device"),
+        (["--dtype", "int3"], "unknown dtype"),
+    ],
+)
+def test_bad_settings_give_one_line_and_exit_2(monkeypatch, capsys, tiny_dir, args, message):
+    code, out, err = invoke(monkeypatch, capsys, "trace", "Hi", "--model", tiny_dir, *args)
+    assert code == 2
+    assert err.strip().splitlines() == [f"error: {message}" + err.strip().split(message, 1)[1]]
+    assert message in err and "Traceback" not in err and out == ""
+
+
+def test_bad_models_give_one_line_and_exit_2(monkeypatch, capsys, tmp_path, tiny_dir):
+    corrupt = tmp_path / "broken.gguf"
+    corrupt.write_bytes(b"GGUF not really")
+    empty = tmp_path / "empty-dir"
+    empty.mkdir()
+    text_file = tmp_path / "notes.txt"
+    text_file.write_text("hi")
+    cases = [
+        (["--model", str(tmp_path / "missing")], "no such model path"),
+        (["--model", str(tmp_path / "missing.gguf")], "no such GGUF file"),
+        (["--model", str(corrupt)], "could not read GGUF file"),
+        (["--model", str(empty)], "could not load model"),
+        (["--model", str(text_file)], "is a file, not a model directory"),
+        (["--model", "nobody-here/no-such-model-xyz"], "not found on the Hugging Face hub or in its local cache"),
+        (["--model", tiny_dir, "--device", "cuda"], "no CUDA GPU"),
+    ]
+    for args, message in cases:
+        code, _, err = invoke(monkeypatch, capsys, "trace", "Hi", *args)
+        assert code == 2, (args, err)
+        errors = [line for line in err.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and message in errors[0], (args, err)
+        assert err.strip().splitlines()[-1] == errors[0] and "Traceback" not in err
+
+
+def test_prompt_longer_than_the_context_is_refused(monkeypatch, capsys, tiny_dir):
+    code, _, err = invoke(monkeypatch, capsys, "trace", "The cat sat on the mat. " * 10, "--model", tiny_dir)
+    last = err.strip().splitlines()[-1]
+    assert code == 2 and last.startswith("error: the prompt has") and "this model reads at most 32" in last
+
+
+def test_a_bad_input_in_a_real_process_prints_no_traceback():
+    out = subprocess.run(
+        [sys.executable, "-m", "tokenviz", "trace", "x", "--top-p", "7"], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 2
+    assert out.stderr.strip() == "error: top-p must be in (0, 1], got 7.0"
+
+
+def test_version_and_help(monkeypatch, capsys):
+    code, out, _ = invoke(monkeypatch, capsys, "--version")
+    assert code == 0 and out.strip() == f"tokenviz {__version__}"
+    code, out, _ = invoke(monkeypatch, capsys, "--help")
+    assert code == 0
+    for flag in (
+        "--model",
+        "--device",
+        "--dtype",
+        "--temperature",
+        "--top-k",
+        "--top-p",
+        "--min-p",
+        "--repetition-penalty",
+        "--presence-penalty",
+        "--frequency-penalty",
+        "--seed",
+        "--max-new-tokens",
+        "--stop",
+        "--theme",
+        "--trust-remote-code",
+        "--version",
+    ):
+        assert flag in out, flag
+    code, out, _ = invoke(monkeypatch, capsys, "trace", "--help")
+    assert code == 0 and "--json" in out and "--steps" in out

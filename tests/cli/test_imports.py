@@ -1,0 +1,65 @@
+"""What a user's process imports: `tokenviz replay FILE` never imports torch or transformers, and
+`tokenviz` paints its first frame before it does (the engine thread imports them afterwards)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from apptools import frozen_snapshot
+
+from tokenviz.files.journey_file import save_journey
+
+# Runs the command line in a fresh interpreter; the app runs headless for a moment instead of
+# taking over the terminal, and the probe reports what had been imported at its first frame.
+PROBE = """
+import asyncio, json, sys
+from tokenviz.ui.app import TokenvizApp
+
+seen = {}
+mount = TokenvizApp.on_mount
+
+def on_mount(self):
+    seen["at_first_frame"] = sorted(m for m in ("torch", "transformers") if m in sys.modules)
+    mount(self)
+
+def run(self, *args, **kwargs):
+    async def briefly():
+        async with self.run_test(size=(120, 40)) as pilot:
+            await pilot.pause(0.5)
+            seen["chips"] = len(self.snapshot.chips) if self.snapshot else 0
+    asyncio.run(briefly())
+
+TokenvizApp.on_mount = on_mount
+TokenvizApp.run = run
+sys.argv = ["tokenviz", *sys.argv[1:]]
+from tokenviz.cli import run as main
+try:
+    main()
+except SystemExit:
+    pass
+seen["at_exit"] = sorted(m for m in ("torch", "transformers") if m in sys.modules)
+print(json.dumps(seen))
+"""
+
+
+def probe(*args: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def journey_path(tmp_path_factory):
+    return str(save_journey(tmp_path_factory.mktemp("replay") / "journey.json", frozen_snapshot(steps=3)))
+
+
+def test_replay_imports_no_torch_from_start_to_exit(journey_path):
+    seen = probe("replay", journey_path)
+    assert seen["chips"] > 0  # the recording was on screen
+    assert seen["at_first_frame"] == [] and seen["at_exit"] == []
+
+
+def test_the_app_paints_its_first_frame_before_importing_torch(tmp_path):
+    seen = probe("--model", str(tmp_path / "nowhere"))
+    assert seen["at_first_frame"] == []

@@ -1,0 +1,87 @@
+"""Beam search against transformers' generate(num_beams=k)."""
+
+import json
+import sys
+
+import pytest
+import torch
+
+from tokenviz.contract.errors import TokenvizError
+from tokenviz.decoding.beams import beam_search
+from tokenviz.model.runner import ModelRunner
+
+PROMPT = "The Eiffel Tower is located in"
+
+
+def generate_beams(loaded, ids, width, steps):
+    with torch.inference_mode():
+        out = loaded.model.generate(
+            torch.tensor([ids]),
+            num_beams=width,
+            do_sample=False,
+            max_new_tokens=steps,
+            num_return_sequences=width,
+            output_scores=True,
+            return_dict_in_generate=True,
+        )
+    eos = loaded.model.generation_config.eos_token_id
+    sequences = []
+    for seq in out.sequences:
+        generated = seq[len(ids) :].tolist()
+        if eos in generated:  # generate() pads a finished beam out to the full length
+            generated = generated[: generated.index(eos) + 1]
+        sequences.append(generated)
+    return sequences, out.sequences_scores.tolist()
+
+
+def assert_beams_equal_generate(loaded, width, steps):
+    runner = ModelRunner(loaded)
+    ids = runner.encode(PROMPT)
+    result = beam_search(runner, ids, width, steps)
+    sequences, scores = generate_beams(loaded, ids, width, steps)
+    assert [list(h.ids) for h in result.final] == sequences
+    assert [h.score for h in result.final] == pytest.approx(scores, abs=1e-4)
+
+
+@pytest.mark.parametrize("width", [2, 3, 4])
+def test_beams_equal_generate_on_a_tiny_model(tiny, width):
+    assert_beams_equal_generate(tiny, width, 8)
+
+
+@pytest.mark.bundled
+@pytest.mark.parametrize("width", [2, 4])
+def test_beams_equal_generate_on_the_bundled_model(bundled, width):
+    assert_beams_equal_generate(bundled, width, 12)
+
+
+def test_every_step_records_kept_pruned_and_finished(tiny_llama):
+    runner = ModelRunner(tiny_llama)
+    result = beam_search(runner, runner.encode(PROMPT), 3, 5)
+    assert len(result.steps) == 5
+    first = result.steps[0]
+    assert len(first.beams) == 1  # the search starts from the prompt alone
+    assert len(first.candidates) == 2 * 3 and all(c.beam == 0 for c in first.candidates)
+    for step in result.steps[:-1]:
+        fates = [c.fate for c in step.candidates]
+        assert fates.count("kept") + fates.count("finished") >= 3
+        scores = [c.score for c in step.candidates]
+        assert scores == sorted(scores, reverse=True)
+    assert all(c.fate != "kept" for c in result.steps[-1].candidates)  # the length limit finishes them
+    with pytest.raises(TokenvizError, match="2 to 8"):
+        beam_search(runner, [1, 2], 9, 3)
+
+
+@pytest.mark.bundled
+def test_trace_beams_json(monkeypatch, capsys):
+    from tokenviz.cli import run
+
+    monkeypatch.setattr(sys, "argv", ["tokenviz", "trace", PROMPT, "--beams", "3", "--steps", "6", "--json"])
+    with pytest.raises(SystemExit) as exit_info:
+        run()
+    assert not exit_info.value.code
+    doc = json.loads(capsys.readouterr().out)
+    beams = doc["beams"]
+    assert len(beams["final"]) == 3 and len(beams["steps"]) == 6
+    best = beams["final"][0]
+    assert best["logprob"] >= beams["final"][1]["logprob"] - 1e-9 or best["score"] >= beams["final"][1]["score"]
+    assert doc["text"] == best["text"] and [s["chosen"]["id"] for s in doc["steps"]] == best["ids"]

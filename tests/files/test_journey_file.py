@@ -1,0 +1,140 @@
+"""Record and replay: save a journey, open it without a model, re-run it with one."""
+
+import json
+
+import numpy as np
+import pytest
+from apptools import PROMPT, make_app, recorded_app, settle, wait_for
+from clitools import invoke
+from tiny import save_tiny
+
+from tokenviz.files.journey_file import read_journey, snapshot_from_journey
+from tokenviz.journey.reproduce import verify_journey
+from tokenviz.journey.session import Session
+from tokenviz.model.loading import load_model
+from tokenviz.model.runner import ModelRunner
+from tokenviz.ui.panes.next_token import NextTokenPane
+from tokenviz.ui.panes.tokens import TokensPane
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return save_tiny(tmp_path_factory.mktemp("tiny-journey"), "llama", context=64)
+
+
+def test_trace_save_then_verify(monkeypatch, capsys, tmp_path, tiny_dir):
+    path = tmp_path / "journey.json"
+    code, out, err = invoke(
+        monkeypatch,
+        capsys,
+        "trace",
+        PROMPT,
+        "--model",
+        tiny_dir,
+        "--steps",
+        "6",
+        "--temperature",
+        "0.9",
+        "--seed",
+        "5",
+        "--save",
+        str(path),
+        "--json",
+    )
+    assert code == 0, err
+    doc = read_journey(path)
+    assert doc["text"] == json.loads(out)["text"]
+    assert len(doc["replay"]["records"]) == 6
+    code, out, err = invoke(monkeypatch, capsys, "replay", str(path), "--verify", "--model", tiny_dir)
+    assert code == 0, err
+    assert out.strip() == "verified: all 6 steps reproduce the recorded tokens"
+    # a tampered recording is caught
+    doc["steps"][3]["chosen"]["id"] = (doc["steps"][3]["chosen"]["id"] + 1) % 300
+    path.write_text(json.dumps(doc))
+    code, out, err = invoke(monkeypatch, capsys, "replay", str(path), "--verify", "--model", tiny_dir)
+    assert code == 1 and "step 3 differs" in err
+
+
+def test_replay_reproduces_settings_changes_and_branches(tmp_path, tiny_dir):
+    loaded = load_model(tiny_dir, device="cpu")
+    s = Session(ModelRunner(loaded))
+    s.start(PROMPT)
+    s.step()
+    s.set_settings(s.settings.replace(temperature=1.3, top_k=5, seed=9))
+    s.step()
+    s.force_rank(3)  # a branch
+    s.set_settings(s.settings.replace(temperature=0))
+    s.step()
+    s.step()
+    from tokenviz.files.journey_file import save_journey
+    from tokenviz.worker.snapshots import snapshot_of
+
+    s.branch(2, rank=2)  # and another path, kept as a branch
+    s.step()
+    path = save_journey(tmp_path / "j.json", snapshot_of(s))
+    doc = read_journey(path)
+    assert [st["draw"]["mode"] for st in doc["steps"]] == ["sampled", "sampled", "forced", "forced", "greedy"]
+    restored = snapshot_from_journey(doc)
+    assert len(restored.branches) == 2 and restored.branches == snapshot_of(s).branches
+    checked, mismatch = verify_journey(doc, Session(ModelRunner(loaded)))
+    assert (checked, mismatch) == (5, None)
+
+
+def test_journey_round_trips_every_record(tmp_path, tiny_dir):
+    loaded = load_model(tiny_dir, device="cpu")
+    s = Session(ModelRunner(loaded))
+    s.start(PROMPT)
+    for _ in range(3):
+        s.step()
+    from tokenviz.files.journey_file import save_journey
+    from tokenviz.worker.snapshots import snapshot_of
+
+    original = snapshot_of(s)
+    restored = snapshot_from_journey(read_journey(save_journey(tmp_path / "j.json", original)))
+    assert restored.chips == original.chips and restored.prompt_len == original.prompt_len
+    assert restored.info == original.info and restored.settings == original.settings
+    for a, b in zip(restored.records, original.records):
+        assert a == b  # every field but timings and attention (compared below)
+        assert np.array_equal(a.attention, b.attention)
+
+
+def test_bad_journey_files_give_one_line(monkeypatch, capsys, tmp_path):
+    (tmp_path / "bad.json").write_text("{not json")
+    (tmp_path / "other.json").write_text('{"hello": 1}')
+    for name, message in [
+        ("missing.json", "no such file"),
+        ("bad.json", "is not JSON"),
+        ("other.json", "is not a tokenviz journey"),
+    ]:
+        code, _, err = invoke(monkeypatch, capsys, "replay", str(tmp_path / name))
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+async def test_x_exports_and_replay_opens_it_without_a_model(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("space", "space", "2")
+        live = await settle(app, pilot)
+        await pilot.press("x")
+        await wait_for(lambda: list(tmp_path.glob("tokenviz-*.json")) and list(tmp_path.glob("tokenviz-*.svg")), pilot)
+    saved = next(tmp_path.glob("tokenviz-*.json"))
+    snapshot = snapshot_from_journey(read_journey(saved))
+    assert snapshot.chips == live.chips and len(snapshot.records) == len(live.records)
+
+    replay = recorded_app(snapshot)
+    async with replay.run_test(size=(120, 40)) as pilot:
+        await wait_for(lambda: replay.snapshot is not None, pilot)
+        await pilot.pause(0.2)
+        assert replay.query_one(TokensPane).selection.snapshot.chips == live.chips
+        await pilot.press("left", "left", "right_square_bracket", "h")  # view keys work on the recording
+        await pilot.pause(0.1)
+        assert replay.cursor == len(live.chips) - 3
+        assert "entropy" in replay.query_one(NextTokenPane).border_subtitle
+        await pilot.press("space")  # journey keys say it is a recording
+        await pilot.pause(0.1)
+        assert any("recording" in n.message for n in replay._notifications)
+        await pilot.press("l")
+        await pilot.pause(0.1)
+        assert replay.query_one("#views").current == "lens"

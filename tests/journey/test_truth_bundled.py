@@ -1,0 +1,57 @@
+"""The bundled SmolLM2-135M against transformers itself: generate(), and a full recompute."""
+
+import numpy as np
+import pytest
+import torch
+
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.journey.session import Session
+from tokenviz.model.runner import ModelRunner
+
+pytestmark = pytest.mark.bundled
+PROMPT = "The Eiffel Tower is located in"
+
+
+def test_greedy_matches_generate_token_for_token(bundled):
+    s = Session(ModelRunner(bundled), SamplingSettings(temperature=0, max_new_tokens=20))
+    s.start(PROMPT)
+    while s.step() is not None:
+        pass
+    ids = bundled.tokenizer(PROMPT, return_tensors="pt").input_ids
+    with torch.inference_mode():
+        out = bundled.model.generate(ids, do_sample=False, max_new_tokens=20)
+    assert len(s.generated_ids) == 20
+    assert s.generated_ids == out[0, ids.shape[1] :].tolist()
+
+
+def test_cached_logits_and_attention_equal_full_forward(bundled):
+    s = Session(ModelRunner(bundled), SamplingSettings(temperature=0.8, seed=7))
+    s.start(PROMPT)
+    for _ in range(30):
+        s.step()
+    with torch.inference_mode():
+        out = bundled.model(torch.tensor([s.ids]), use_cache=False, output_attentions=True)
+    assert torch.allclose(s._pending_logits, out.logits[0, -1], atol=1e-4)
+    last = s.records[-1].attention.astype(np.float32)
+    for layer, full in enumerate(out.attentions):
+        # stored as float16: compare at its resolution, then the float32 values to 1e-4 below
+        assert np.allclose(last[layer, :, 0, :], full[0, :, -1, :].numpy(), atol=1e-3)
+    # the float32 rows themselves, before storage, to 1e-4
+    s.rewind(1)
+    s.runner.crop(len(s.ids) - 1)
+    fresh = s.runner.forward([s.ids[-1]])
+    with torch.inference_mode():
+        out = bundled.model(torch.tensor([s.ids]), use_cache=False, output_attentions=True)
+    assert torch.allclose(fresh.logits, out.logits[0, -1], atol=1e-4)
+
+
+def test_sampled_journey_reproduces_with_the_same_seed(bundled):
+    def run(seed):
+        s = Session(ModelRunner(bundled), SamplingSettings(temperature=1.0, seed=seed, max_new_tokens=8))
+        s.start(PROMPT)
+        while s.step() is not None:
+            pass
+        return s.generated_ids
+
+    assert run(5) == run(5)
+    assert run(5) != run(6)

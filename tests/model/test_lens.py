@@ -1,0 +1,138 @@
+"""Inside a position: logit lens, embeddings, residual norms; and verifying the cache."""
+
+import json
+import sys
+
+import pytest
+import torch
+
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.journey.session import Session
+from tokenviz.journey.verification import verify_latest
+from tokenviz.model.lens import decoder_layers, final_norm, inspect_positions
+from tokenviz.model.runner import ModelRunner
+
+PROMPT = "The Eiffel Tower is located in"
+
+
+def journey(loaded, steps=5, **settings):
+    s = Session(ModelRunner(loaded), SamplingSettings(**settings))
+    s.start(PROMPT)
+    for _ in range(steps):
+        s.step()
+    return s
+
+
+def test_last_layer_lens_equals_the_models_output(tiny):
+    s = journey(tiny)
+    position = len(s.ids) - 1
+    inspection = s.inspect(position)
+    assert len(inspection.lens) == tiny.info.layers + 1
+    last = inspection.lens[-1]
+    pending = s.pending
+    assert [i for i, _, _ in last.top] == [c.id for c in pending.top[: len(last.top)]]
+    for (_, _, p), c in zip(last.top, pending.top):
+        assert p == pytest.approx(c.prob, abs=1e-5)
+    assert last.chosen_rank == pending.decision.raw_rank
+    assert last.chosen_prob == pytest.approx(pending.decision.raw_prob, abs=1e-5)
+
+
+def test_each_layer_is_normed_and_unembedded_on_its_own(tiny_llama):
+    s = journey(tiny_llama)
+    model = tiny_llama.model
+    position = len(s.prompt_ids) + 1
+    captured = []
+    handles = [
+        layer.register_forward_hook(lambda m, a, o: captured.append(o[0] if isinstance(o, tuple) else o))
+        for layer in decoder_layers(model)
+    ]
+    with torch.inference_mode():
+        model(torch.tensor([s.ids[: position + 1]]))
+    for h in handles:
+        h.remove()
+    inspection = s.inspect(position)
+    for layer, out in enumerate(captured, start=1):
+        probs = torch.softmax(model.lm_head(final_norm(model)(out[0, position])), -1)
+        top = torch.topk(probs, 3)
+        assert [i for i, _, _ in inspection.lens[layer].top] == top.indices.tolist()
+        assert inspection.lens[layer].residual_norm == pytest.approx(float(out[0, position].norm()), rel=1e-5)
+    assert inspection.chosen_id == s.ids[position + 1]
+
+
+def test_embedding_view_states_the_facts(tiny):
+    s = journey(tiny, steps=1)
+    inspection = s.inspect(2)
+    row = tiny.model.get_input_embeddings().weight[s.ids[2]].detach()
+    assert inspection.token_id == s.ids[2]
+    assert inspection.embedding_head == pytest.approx(row[:16].tolist())
+    assert inspection.embedding_norm == pytest.approx(float(row.norm()), rel=1e-5)
+    expected = "rotary" if tiny.info.architecture.startswith("Llama") else "learned absolute"
+    assert inspection.positions.startswith(expected)
+    assert inspection.tied_embeddings == tiny.info.tied_embeddings
+
+
+def test_first_top1_layer():
+    from tokenviz.contract.results import Inspection, LensLayer
+
+    def row(layer, rank):
+        return LensLayer(layer=layer, top=(), chosen_rank=rank, chosen_prob=0.1, residual_norm=1.0)
+
+    def inspection(ranks):
+        return Inspection(0, 0, "", 0, (), 1.0, True, "", tuple(row(i, r) for i, r in enumerate(ranks)))
+
+    assert inspection([5, 1, 3, 1, 1]).first_top1_layer == 3
+    assert inspection([1, 1, 1]).first_top1_layer == 0
+    assert inspection([2, 2, 1, 2]).first_top1_layer is None
+
+
+def test_verify_finds_cached_and_full_recompute_agree(tiny):
+    s = journey(tiny, steps=8)
+    before = (list(s.ids), s.runner.kv_len, s.pending.decision)
+    v = verify_latest(s.runner, s.cached_ids)
+    assert v.position == len(s.ids) - 1 and v.argmax_agrees
+    assert v.max_logit_diff < 1e-4 and v.max_attention_diff < 1e-5
+    assert (list(s.ids), s.runner.kv_len, s.pending.decision) == before  # the cache is as it was
+    s.step()
+    assert s.records[-1].kv_len == len(s.ids)
+
+
+def test_rewind_reports_the_shared_prefix(tiny_llama):
+    s = journey(tiny_llama, steps=6)
+    s.rewind(4)
+    assert s.last_cache_event.kept == len(s.ids) and s.last_cache_event.dropped == 4
+
+
+@pytest.mark.bundled
+def test_trace_lens_on_the_bundled_model(monkeypatch, capsys):
+    from tokenviz.cli import run
+
+    monkeypatch.setattr(
+        sys, "argv", ["tokenviz", "trace", PROMPT, "--steps", "3", "--temperature", "0", "--lens", "--json"]
+    )
+    with pytest.raises(SystemExit) as exit_info:
+        run()
+    assert exit_info.value.code in (0, None)
+    doc = json.loads(capsys.readouterr().out)
+    for step in doc["steps"]:
+        lens = step["lens"]
+        assert len(lens) == doc["model"]["layers"] + 1 and [r["layer"] for r in lens] == list(range(31))
+        last = lens[-1]
+        assert last["top"][0]["id"] == step["top"][0]["id"] == step["chosen"]["id"]
+        assert last["top"][0]["prob"] == pytest.approx(step["top"][0]["prob"], abs=1e-4)
+        assert last["chosen_rank"] == 1
+        first = step["lens_first_top1_layer"]
+        assert first is not None and all(r["chosen_rank"] == 1 for r in lens[first:])
+        assert lens[0]["norm"] > 0
+
+
+def test_lens_for_many_positions_in_one_pass_matches_one_by_one(tiny_llama):
+    s = journey(tiny_llama, steps=4)
+    n = len(s.prompt_ids)
+    positions = [n - 1 + i for i in range(4)]
+    chosen = [s.ids[p + 1] for p in positions]
+    together = inspect_positions(s.runner, s.ids[: positions[-1] + 1], positions, chosen)
+    for inspection, p in zip(together, positions):
+        alone = s.inspect(p)
+        assert [r.top for r in inspection.lens] == [r.top for r in alone.lens] or all(
+            [i for i, _, _ in a.top] == [i for i, _, _ in b.top] for a, b in zip(inspection.lens, alone.lens)
+        )

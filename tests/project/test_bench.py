@@ -1,0 +1,36 @@
+"""The benchmark's code runs and reports every measure (on a tiny model; no time is asserted)."""
+
+import torch
+from tiny import save_tiny
+
+from tokenviz import bench
+from tokenviz.model.loading import load_model
+
+
+def test_bench_measures_run_on_a_tiny_model(tmp_path):
+    source = save_tiny(tmp_path / "tiny", "llama", context=2048)
+    loaded = load_model(source, device="cpu")
+    bare = bench.bare_model(loaded, source, torch.device("cpu"))
+    overhead = bench.step_overhead(loaded, bare, torch.device("cpu"), steps=3)
+    assert overhead["engine_ms"] > 0 and overhead["bare_ms"] > 0 and overhead["ratio"] > 0
+    play = bench.autoplay(loaded, bare, torch.device("cpu"), tokens=8, rounds=1)
+    assert play["same_tokens"] and play["ratio"] > 0
+    growth = bench.growth(loaded, torch.device("cpu"), lengths=(8, 64), steps=2)
+    assert set(growth) == {"8", "64", "ratio"}
+    assert all(growth[n]["engine_prefill_ms"] > 0 and growth[n]["full_forward_ms"] > 0 for n in ("8", "64"))
+    frames = bench.frame(loaded, sizes=((80, 24),), steps=3)
+    assert frames["80x24_ms"] > 0
+    memory = bench.memory(loaded, steps=20)
+    assert memory["history_mb_per_1000"] > 0 and memory["step_record_kb_mean"] > 0
+    results = {
+        "step_overhead": overhead,
+        "autoplay": play,
+        "growth": growth,
+        "frame": {"200x60_ms": 1.0},
+        "cold_start": {"first_frame_s": 0.4, "ready_s": None},
+        "memory": memory,
+    }
+    verdicts = bench.verdicts(results)
+    assert set(verdicts) == set(bench.BUDGETS)
+    assert verdicts["cold_start_s"]["met"] is True and verdicts["model_ready_s"]["met"] is None
+    assert verdicts["frame_200x60_ms"]["met"] is True

@@ -1,0 +1,28 @@
+"""The code's own checks run inside the test command, so CI enforces them: ruff's lint and format,
+and mypy on every layer below the UI (settings in pyproject.toml)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).parents[2]
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, cwd=ROOT, timeout=600)
+
+
+def test_ruff_lint_is_clean():
+    out = run("ruff", "check", "tokenviz", "tests")
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_ruff_format_is_clean():
+    out = run("ruff", "format", "--check", "tokenviz", "tests")
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_mypy_is_clean_below_the_ui():
+    out = run("mypy")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Success: no issues found" in out.stdout

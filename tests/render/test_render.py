@@ -1,0 +1,105 @@
+"""Pure rendering on plain arrays: heatmaps, bars, colour ramps, pieces, attention windows."""
+
+import numpy as np
+import pytest
+from apptools import frozen_snapshot
+
+from tokenviz.contract.attention import attention_row, attention_window, head_label, window
+from tokenviz.render.bars import bar
+from tokenviz.render.colors import parse_hex, ramp
+from tokenviz.render.heatmap import UPPER_HALF, heatmap_lines, legend, quantise
+from tokenviz.render.pieces import visible
+
+
+def test_bars_use_eighth_blocks():
+    assert bar(0.0, 4) == "    "
+    assert bar(1.0, 4) == "████"
+    assert bar(0.5, 4) == "██  "
+    assert bar(1 / 32, 4) == "▏   "  # one eighth of one cell
+    assert bar(0.3, 4) == "█▎  "  # 9.6 eighths -> 10: one full cell and two eighths
+    assert bar(2.0, 3) == "███" and bar(-1, 3) == "   "
+    assert all(len(bar(x / 100, 7)) == 7 for x in range(101))
+
+
+def test_ramp_interpolates_between_stops():
+    colors = ramp(["#000000", "#ffffff"], 3)
+    assert colors == ["#000000", "#808080", "#ffffff"]
+    assert parse_hex("#abc") == (0xAA, 0xBB, 0xCC)
+    three = ramp(["#ff0000", "#00ff00", "#0000ff"], 5)
+    assert three[0] == "#ff0000" and three[2] == "#00ff00" and three[4] == "#0000ff"
+
+
+def test_heatmap_packs_two_rows_per_line_with_half_blocks():
+    m = np.array([[0.0, 1.0], [1.0, np.nan], [0.25, 0.0]])
+    colors = ["#000000", "#555555", "#aaaaaa", "#ffffff"]
+    lines = heatmap_lines(m, colors, masked="#123456", gamma=1.0)
+    assert len(lines) == 2  # three rows -> two terminal lines
+    first = lines[0]
+    assert "".join(s.text for s in first) == UPPER_HALF * 2
+    assert str(first[0].style.color.triplet.hex) == "#000000" and str(first[0].style.bgcolor.triplet.hex) == "#ffffff"
+    assert str(first[1].style.color.triplet.hex) == "#ffffff" and str(first[1].style.bgcolor.triplet.hex) == "#123456"
+    second = lines[1]  # the padding row below is masked
+    assert str(second[0].style.bgcolor.triplet.hex) == "#123456"
+    assert quantise(np.array([[np.nan, 0.0, 1.0]]), 4, gamma=1.0).tolist() == [[-1, 0, 3]]
+
+
+def test_heatmap_merges_equal_neighbours():
+    m = np.zeros((2, 50))
+    lines = heatmap_lines(m, ["#000000", "#ffffff"], masked="#000000")
+    assert len(lines[0]) == 1 and lines[0][0].text == UPPER_HALF * 50
+
+
+def test_legend_spans_the_scale():
+    segments = legend(["#000000", "#ffffff"], 10, gamma=1.0)
+    assert len(segments) == 10
+    assert str(segments[0].style.bgcolor.triplet.hex) == "#000000"
+    assert str(segments[-1].style.bgcolor.triplet.hex) == "#ffffff"
+
+
+@pytest.mark.parametrize(
+    "text, shown",
+    [
+        (" the", "·the"),
+        ("\n", "↵"),
+        ("\t", "⇥"),
+        ("a\r\n", "a␍↵"),
+        ("", "∅"),
+        ("\x00", "<0x00>"),
+        ("é", "é"),
+    ],
+)
+def test_pieces_are_made_visible(text, shown):
+    assert visible(text) == shown
+
+
+def test_window_holds_the_cursor():
+    assert window(0, 100, 10) == range(0, 10)
+    assert window(50, 100, 10) == range(45, 55)
+    assert window(99, 100, 10) == range(90, 100)
+    assert window(3, 5, 10) == range(0, 5)
+
+
+def test_attention_rows_come_from_prefill_then_from_each_step():
+    snap = frozen_snapshot(steps=3)
+    records, n = snap.records, snap.prompt_len
+    for layer in range(snap.info.layers):
+        row = attention_row(records, n, 2, layer, 1)
+        assert np.array_equal(row, records[0].attention[layer, 1, 2, :3].astype(np.float32))
+        row = attention_row(records, n, n + 1, layer, "mean")  # the second generated token's query
+        expected = records[2].attention[layer, :, 0, : n + 2].astype(np.float32).mean(0)
+        assert np.allclose(row, expected)
+        assert row.sum() == pytest.approx(1.0, abs=1e-2)
+        assert np.allclose(
+            attention_row(records, n, 4, layer, "max"), records[0].attention[layer, :, 4, :5].astype(np.float32).max(0)
+        )
+    matrix = attention_window(records, n, range(0, n + 2), range(0, n + 2), 0, "mean")
+    assert matrix.shape == (n + 2, n + 2)
+    assert np.isnan(matrix[0, 1]) and not np.isnan(matrix[n + 1, n + 1])  # causal: the future is masked
+    assert np.allclose(np.nansum(matrix, 1), 1.0, atol=1e-2)
+
+
+def test_head_labels_name_the_kv_group():
+    assert head_label("mean", 9, 3) == "head mean of 9"
+    assert head_label(0, 9, 3) == "head 1/9 (kv group 1/3)"
+    assert head_label(4, 9, 3) == "head 5/9 (kv group 2/3)"
+    assert head_label(8, 9, 3) == "head 9/9 (kv group 3/3)"

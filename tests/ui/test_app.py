@@ -1,0 +1,548 @@
+"""The app under Pilot: every key, what it changes and what the panes then show."""
+
+import time
+
+import pytest
+from apptools import PROMPT, burst, make_app, settle, wait_for
+from textual.command import CommandPalette
+from textual.widgets import Input
+
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.ui.panes.attention import AttentionPane
+from tokenviz.ui.panes.next_token import NextTokenPane
+from tokenviz.ui.panes.sampling import SamplingPane
+from tokenviz.ui.panes.status import StatusLine
+from tokenviz.ui.panes.tokens import TokensPane
+from tokenviz.ui.screens import HelpScreen, PromptScreen
+
+
+def shown(app, pane) -> str:
+    widget = app.query_one(pane)
+    if pane is AttentionPane:
+        body = "\n".join(widget.render_line(y).text for y in range(widget.size.height))
+        return f"{widget.border_title}\n{body}"
+    content = widget.body.content if pane is TokensPane else widget.content
+    rendered = app.console.render_lines(content, app.console.options.update_width(widget.size.width or 80))
+    text = "\n".join("".join(seg.text for seg in line) for line in rendered)
+    return f"{widget.border_title}\n{text}\n{widget.border_subtitle}"
+
+
+async def test_first_frame_then_prefill(tmp_path):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        s = await settle(app, pilot)
+        assert s.state == "ready" and s.prompt_len == len(s.chips) > 0
+        tokens = shown(app, TokensPane)
+        for chip in s.chips:
+            assert str(chip.id) in tokens
+        assert "next:" in tokens
+        assert "layer 3/3" in shown(app, AttentionPane)
+        assert "entropy" in shown(app, NextTokenPane)
+        assert "draw u =" in shown(app, SamplingPane)
+        assert "ready" in str(app.query_one(StatusLine).render())
+
+
+@pytest.mark.parametrize("key", ["space", "n"])
+async def test_step_keys_add_one_token(key):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        before = await settle(app, pilot)
+        pending = before.pending.decision
+        await pilot.press(key)
+        after = await settle(app, pilot)
+        assert len(after.chips) == len(before.chips) + 1
+        assert after.chips[-1].id == pending.chosen_id
+        assert "step 1" in str(app.query_one(StatusLine).render())
+
+
+async def test_autoplay_runs_until_paused_and_pause_takes_effect():
+    app = make_app(SamplingSettings(max_new_tokens=500), step_seconds=0.03)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("a")
+        await wait_for(lambda: app.snapshot.playing and len(app.snapshot.chips) > app.snapshot.prompt_len + 3, pilot)
+        assert "playing" in str(app.query_one(StatusLine).render())
+        await pilot.press("a")
+        paused = await settle(app, pilot)
+        assert not app.worker.playing
+        await pilot.pause(0.2)
+        assert len(app.snapshot.chips) == len(paused.chips)  # no step after the pause
+
+
+async def test_autoplay_stops_at_max_tokens():
+    app = make_app(SamplingSettings(max_new_tokens=4))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("a")
+        await wait_for(lambda: app.snapshot.stop_reason is not None, pilot)
+        s = await settle(app, pilot)
+        assert len(s.chips) - s.prompt_len == 4 and s.state == "stopped"
+        assert "stopped: max new tokens (4)" in str(app.query_one(StatusLine).render())
+
+
+async def test_a_journey_key_pauses_autoplay_first():
+    app = make_app(SamplingSettings(max_new_tokens=500), step_seconds=0.03)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("a")
+        await wait_for(lambda: len(app.snapshot.chips) > app.snapshot.prompt_len + 2, pilot)
+        await pilot.press("backspace")
+        s = await settle(app, pilot)
+        assert not s.playing and not app.worker.playing
+
+
+async def test_backspace_rewinds_and_r_resets():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        start = await settle(app, pilot)
+        await pilot.press("space", "space", "space")
+        three = await settle(app, pilot)
+        await pilot.press("backspace")
+        two = await settle(app, pilot)
+        assert len(two.chips) == len(three.chips) - 1
+        assert two.chips == three.chips[:-1]
+        assert two.pending.decision.chosen_id == three.chips[-1].id  # same logits, same seed: same choice
+        await pilot.press("r")
+        reset = await settle(app, pilot)
+        assert reset.chips == start.chips and reset.pending.decision == start.pending.decision
+        await pilot.press("backspace")
+        s = await settle(app, pilot)
+        assert s.chips == start.chips  # nothing to rewind: a notification, no change
+        assert any("nothing to rewind" in n.message for n in app._notifications)
+
+
+async def test_e_edits_the_prompt_and_bad_prompts_keep_the_journey():
+    app = make_app(context=32)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("space")
+        before = await settle(app, pilot)
+        await pilot.press("e")
+        await wait_for(lambda: isinstance(app.screen, PromptScreen), pilot)
+        field = app.screen.query_one(Input)
+        assert field.value == PROMPT
+        field.value = "The cat sat on the mat. " * 8  # longer than the tiny model's context
+        await pilot.press("enter")
+        s = await settle(app, pilot)
+        assert s.chips == before.chips  # nothing lost
+        assert any("at most 32" in n.message for n in app._notifications)
+        await pilot.press("e")
+        await wait_for(lambda: isinstance(app.screen, PromptScreen), pilot)
+        app.screen.query_one(Input).value = "Hello world"
+        await pilot.press("enter")
+        s = await settle(app, pilot)
+        assert s.prompt == "Hello world" and len(s.chips) == s.prompt_len
+        assert "".join(c.text for c in s.chips) == "Hello world"
+        await pilot.press("e")
+        await wait_for(lambda: isinstance(app.screen, PromptScreen), pilot)
+        await pilot.press("escape")
+        s = await settle(app, pilot)
+        assert s.prompt == "Hello world"
+
+
+@pytest.mark.parametrize(
+    "key, field, expected",
+    [
+        ("t", "temperature", 0.6),
+        ("T", "temperature", 0.8),
+        ("k", "top_k", 40),
+        ("K", "top_k", 100),
+        ("p", "top_p", 0.85),
+        ("P", "top_p", 0.95),
+    ],
+)
+async def test_settings_keys_redecide_without_a_step(key, field, expected):
+    app = make_app()
+    async with app.run_test(size=(140, 40)) as pilot:
+        before = await settle(app, pilot)
+        forwards = before.records[-1].forward_ms
+        await pilot.press(key)
+        s = await settle(app, pilot)
+        assert getattr(s.settings, field) == expected
+        assert len(s.records) == len(before.records) and s.records[-1].forward_ms == forwards  # no forward
+        assert s.records[-1].decision.settings[field] == expected  # the pending decision was re-made
+        label = {"temperature": f"T {expected:.2f}", "top_k": f"top-k {expected}", "top_p": f"top-p {expected:.2f}"}
+        assert label[field] in shown(app, SamplingPane)
+
+
+async def test_g_toggles_greedy_and_back():
+    app = make_app(SamplingSettings(temperature=0.9))
+    async with app.run_test(size=(140, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("g")
+        s = await settle(app, pilot)
+        assert s.settings.greedy and s.pending.decision.mode == "greedy"
+        assert "greedy: argmax" in shown(app, SamplingPane)
+        await pilot.press("g")
+        s = await settle(app, pilot)
+        assert s.settings.temperature == 0.9 and s.pending.decision.mode == "sampled"
+
+
+async def test_s_draws_a_new_seed():
+    app = make_app()
+    async with app.run_test(size=(140, 40)) as pilot:
+        before = await settle(app, pilot)
+        await pilot.press("s")
+        s = await settle(app, pilot)
+        assert s.settings.seed != before.settings.seed
+        assert s.pending.decision.u != before.pending.decision.u
+        assert f"seed {s.settings.seed}" in shown(app, SamplingPane)
+
+
+async def test_brackets_change_layer_and_h_cycles_heads():
+    app = make_app()
+    async with app.run_test(size=(140, 40)) as pilot:
+        await settle(app, pilot)
+        assert "layer 3/3 · head mean of 4" in shown(app, AttentionPane)
+        await pilot.press("left_square_bracket")
+        await pilot.pause()
+        assert app.layer == 1 and "layer 2/3" in shown(app, AttentionPane)
+        await pilot.press("right_square_bracket", "right_square_bracket")
+        await pilot.pause()
+        assert app.layer == 0 and "layer 1/3" in shown(app, AttentionPane)
+        await pilot.press("h")
+        await pilot.pause()
+        assert app.head == "max" and "head max of 4" in shown(app, AttentionPane)
+        await pilot.press("h", "h", "h")
+        await pilot.pause()
+        assert app.head == 2 and "head 3/4 (kv group 2/2)" in shown(app, AttentionPane)
+        await pilot.press("H")
+        await pilot.pause()
+        assert app.head == 1 and "head 2/4 (kv group 1/2)" in shown(app, AttentionPane)
+
+
+@pytest.mark.parametrize("rank", [1, 2, 5])
+async def test_number_keys_force_the_ranked_token(rank):
+    app = make_app()
+    async with app.run_test(size=(140, 40)) as pilot:
+        before = await settle(app, pilot)
+        wanted = before.pending.top[rank - 1].id
+        await pilot.press(str(rank))
+        s = await settle(app, pilot)
+        assert s.chips[-1].id == wanted
+        assert s.records[-2].decision.mode == "forced" and s.records[-2].decision.raw_rank == rank
+        await pilot.press("left")
+        await pilot.pause()
+        assert "forced (a branch)" in shown(app, SamplingPane)
+
+
+async def test_arrows_move_the_cursor_and_the_panes_follow():
+    app = make_app()
+    async with app.run_test(size=(140, 40)) as pilot:
+        s = await settle(app, pilot)
+        last = s.prompt_len - 1
+        assert f"cursor {last}" in shown(app, TokensPane)
+        await pilot.press("left", "left")
+        await pilot.pause()
+        assert app.cursor == last - 2
+        assert f"cursor {last - 2}" in shown(app, TokensPane)
+        assert f"@{last - 2} attends to" in shown(app, AttentionPane)
+        assert "inside the prompt" in shown(app, NextTokenPane)
+        await pilot.press("right", "right", "right")
+        await pilot.pause()
+        assert app.cursor == last  # clamped to the newest token
+
+
+async def test_question_mark_opens_help_and_ctrl_p_the_palette():
+    app = make_app()
+    async with app.run_test(size=(140, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("question_mark")
+        await wait_for(lambda: isinstance(app.screen, HelpScreen), pilot)
+        help_text = app.screen.query_one("#help").source
+        for words in ("attention", "sampling", "next token", "KV cache", "backspace", "force"):
+            assert words in help_text
+        await pilot.press("escape")
+        await wait_for(lambda: not isinstance(app.screen, HelpScreen), pilot)
+        await pilot.press("ctrl+p")
+        await wait_for(lambda: isinstance(app.screen, CommandPalette), pilot)
+        await pilot.press(*"tokenviz-light")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await wait_for(lambda: app.theme == "tokenviz-light", pilot)
+
+
+async def test_q_quits_and_stops_the_engine():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("q")
+        await wait_for(lambda: not app.is_running, pilot)
+    assert app.worker._stopping.is_set()
+
+
+async def test_quit_during_a_slow_step_is_prompt():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        runner = app.worker.session.runner
+        original = runner.forward
+        runner.forward = lambda ids: time.sleep(3) or original(ids)
+        await pilot.press("space")
+        await pilot.pause(0.1)
+        started = time.monotonic()
+        await pilot.press("q")
+        await wait_for(lambda: not app.is_running, pilot, timeout=5)
+        assert time.monotonic() - started < 1.0
+
+
+STORM = (
+    ["space"] * 3
+    + [
+        "t",
+        "backspace",
+        "space",
+        "K",
+        "p",
+        "space",
+        "2",
+        "backspace",
+        "T",
+        "space",
+        "g",
+        "space",
+        "g",
+        "s",
+        "space",
+        "k",
+        "backspace",
+        "backspace",
+        "P",
+        "3",
+        "space",
+    ]
+) * 12
+
+
+class Concurrency:
+    """Counts the model's forward passes running at once."""
+
+    def __init__(self, model):
+        self.running = self.most = 0
+        forward = model.forward
+
+        def counted(*args, **kwargs):
+            self.running += 1
+            self.most = max(self.most, self.running)
+            try:
+                return forward(*args, **kwargs)
+            finally:
+                self.running -= 1
+
+        model.forward = counted
+
+
+async def test_key_storm_equals_the_same_keys_one_by_one():
+    storm = make_app(SamplingSettings(seed=3, max_new_tokens=1000))
+    async with storm.run_test(size=(120, 40)) as pilot:
+        await settle(storm, pilot)
+        concurrency = Concurrency(storm.worker.session.runner.model)
+        started = time.monotonic()
+        burst(storm, STORM)
+        pressed_in = time.monotonic() - started
+        stormed = await settle(storm, pilot, timeout=120)
+        assert storm.worker.submitted == len(STORM) and stormed.handled == len(STORM)  # no key lost
+        assert concurrency.most == 1  # never two forward passes at once
+
+    calm = make_app(SamplingSettings(seed=3, max_new_tokens=1000))
+    async with calm.run_test(size=(120, 40)) as pilot:
+        await settle(calm, pilot)
+        for key in STORM:
+            await pilot.press(key)
+            await settle(calm, pilot)
+        one_by_one = calm.snapshot
+
+    assert len(STORM) / pressed_in > 100  # the storm really was hundreds of keys a second
+    assert [c.id for c in stormed.chips] == [c.id for c in one_by_one.chips]
+    assert stormed.settings == one_by_one.settings
+    assert stormed.pending.decision == one_by_one.pending.decision
+    assert len(stormed.chips) > stormed.prompt_len
+
+
+async def test_a_model_that_fails_to_load_leaves_one_line_and_a_working_app():
+    from tokenviz.contract.errors import ModelLoadError
+    from tokenviz.ui.app import TokenvizApp
+    from tokenviz.worker.engine import EngineWorker
+
+    def failing(progress):
+        progress("loading", None)
+        raise ModelLoadError("no such model path: ./nowhere")
+
+    app = TokenvizApp(EngineWorker(failing, SamplingSettings(), PROMPT))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(lambda: app.snapshot is not None and app.snapshot.state == "error", pilot)
+        await pilot.pause(0.1)
+        assert app.fatal_error == "no such model path: ./nowhere"
+        assert "no such model path" in str(app.query_one(StatusLine).render())
+        await pilot.press("space", "question_mark")  # keys do not crash it
+        await wait_for(lambda: isinstance(app.screen, HelpScreen), pilot)
+        await pilot.press("escape", "q")
+        await wait_for(lambda: not app.is_running, pilot)
+
+
+def pane_text(app, widget_id: str) -> str:
+    widget = app.query_one(f"#{widget_id}")
+    body = widget.body if hasattr(widget, "body") else widget
+    rendered = app.console.render_lines(body.content, app.console.options.update_width(widget.size.width or 100))
+    return "\n".join("".join(seg.text for seg in line) for line in rendered)
+
+
+async def test_views_lens_embedding_cache_timing_and_verify():
+    app = make_app(SamplingSettings(temperature=0))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("space", "space")
+        s = await settle(app, pilot)
+        await pilot.press("l")
+        await wait_for(
+            lambda: "top-1 from layer" in pane_text(app, "lens") or "never settles" in pane_text(app, "lens"), pilot
+        )
+        lens = pane_text(app, "lens")
+        assert "emb" in lens and f"@{len(s.chips) - 1} " in lens
+        assert app.snapshot.inspection.lens[-1].top[0][0] == s.pending.top[0].id  # last layer = the model
+        await pilot.press("left")  # the lens follows the cursor
+        await wait_for(lambda: f"@{len(s.chips) - 2} " in pane_text(app, "lens"), pilot)
+        await pilot.press("m")
+        await wait_for(lambda: "embedding row" in pane_text(app, "embedding"), pilot)
+        embedding = pane_text(app, "embedding")
+        assert "rotary" in embedding and "tied" in embedding and "residual stream norm" in embedding
+        await pilot.press("c")
+        await wait_for(lambda: "tokens held" in pane_text(app, "cache"), pilot)
+        assert f"{len(s.chips)} tokens held" in pane_text(app, "cache") or "tokens held" in pane_text(app, "cache")
+        await pilot.press("v")
+        await wait_for(lambda: "verify @" in pane_text(app, "cache"), pilot)
+        assert "rounding level" in pane_text(app, "cache") and "same argmax: yes" in pane_text(app, "cache")
+        await pilot.press("i")
+        await wait_for(lambda: "prefill:" in pane_text(app, "timing"), pilot)
+        assert "decode:" in pane_text(app, "timing")
+        await pilot.press("i")
+        await pilot.pause()
+        assert app.query_one("#views").current == "attention"
+        await pilot.press("backspace")
+        await settle(app, pilot)
+        await pilot.press("c")
+        await wait_for(lambda: "kept the shared prefix" in pane_text(app, "cache"), pilot)
+
+
+async def test_beam_view_runs_a_beam_search_from_the_current_tokens():
+    from tokenviz.decoding.beams import beam_search
+
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("space")
+        s = await settle(app, pilot)
+        await pilot.press("B")
+        await settle(app, pilot)
+        await wait_for(lambda: app.snapshot.beams is not None, pilot)
+        await pilot.pause(0.1)
+        text = pane_text(app, "beams")
+        assert "width 3" in text and "final, best first" in text and "✓" in text
+        result = app.snapshot.beams
+        expected = beam_search(app.worker.session.runner, [c.id for c in s.chips], 3, 10)
+        assert result.final == expected.final
+        assert app.snapshot.chips == s.chips  # the journey and its cache are untouched
+        await pilot.press("space")
+        after = await settle(app, pilot)
+        assert after.chips[-1].id == s.pending.decision.chosen_id
+
+
+async def test_speculation_view_drafts_and_verifies_from_the_current_tokens():
+    from tokenviz.decoding.speculation import make_drafter, speculative_decode
+
+    app = make_app(SamplingSettings(temperature=0), prompt="The cat sat on the mat. The cat sat on the")
+    async with app.run_test(size=(160, 48)) as pilot:
+        s = await settle(app, pilot)
+        await pilot.press("S")
+        await settle(app, pilot)
+        await wait_for(lambda: app.snapshot.speculation is not None, pilot)
+        await pilot.pause(0.1)
+        text = pane_text(app, "speculation")
+        assert "drafter: prompt-lookup" in text and "round  1:" in text and "output:" in text
+        result = app.snapshot.speculation
+        runner = app.worker.session.runner
+        plain = speculative_decode(
+            runner, [c.id for c in s.chips], make_drafter("prompt-lookup", runner), 16, s.settings
+        )
+        assert result == plain
+        assert app.snapshot.chips == s.chips  # the journey is untouched
+
+
+async def test_branching_at_the_cursor_and_switching_branches():
+    app = make_app(SamplingSettings(temperature=0))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("space", "space", "space", "space")
+        first = await settle(app, pilot)
+        n = first.prompt_len
+        await pilot.press("left", "left")  # from the 4th generated token (position n+3) onto the 2nd
+        assert app.cursor == n + 1
+        await pilot.press("2")  # take the 2nd ranked token there instead
+        branched = await settle(app, pilot)
+        assert [c.id for c in branched.chips[: n + 1]] == [c.id for c in first.chips[: n + 1]]
+        assert branched.chips[n + 1].id == first.records[1].top[1].id
+        assert len(branched.chips) == n + 2
+        assert len(branched.branches) == 2 and branched.branches[1].tokens == 4
+        await pilot.press("b")
+        await pilot.pause(0.1)
+        text = pane_text(app, "branches")
+        assert "current" in text and "branch 1" in text and "log-prob" in text
+        await pilot.press("o")
+        switched = await settle(app, pilot)
+        assert [c.id for c in switched.chips] == [c.id for c in first.chips]
+        assert switched.pending.decision.chosen_id == first.pending.decision.chosen_id
+        assert switched.cache_event.kept == n + 1
+
+
+@pytest.mark.parametrize(
+    "entry, view",
+    [
+        ("View: logit lens", "lens"),
+        ("View: KV cache", "cache"),
+        ("View: timing", "timing"),
+        ("View: branch tree", "branches"),
+        ("Beam search, width 5", "beams"),
+        ("Speculative decoding: prompt lookup", "speculation"),
+    ],
+)
+async def test_the_palette_reaches_every_view(entry, view):
+    app = make_app()
+    async with app.run_test(size=(140, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("ctrl+p")
+        await wait_for(lambda: isinstance(app.screen, CommandPalette), pilot)
+        await pilot.press(*entry)
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await wait_for(lambda: app.query_one("#views").current == view, pilot)
+        if view == "beams":
+            await wait_for(lambda: app.snapshot.beams is not None and app.snapshot.beams.width == 5, pilot)
+
+
+async def test_the_first_frame_shows_loading_progress_before_the_model_is_ready():
+    import threading
+
+    from textual.widgets import ProgressBar
+    from tiny import tiny_model
+
+    from tokenviz.ui.app import TokenvizApp
+    from tokenviz.worker.engine import EngineWorker
+
+    release = threading.Event()
+
+    def slow_loader(progress):
+        progress("converting model.gguf to safetensors once", 0.5)
+        release.wait(10)
+        return tiny_model("llama")
+
+    app = TokenvizApp(EngineWorker(slow_loader, SamplingSettings(), PROMPT))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(lambda: app.snapshot is not None and app.snapshot.progress == 0.5, pilot)
+        await pilot.pause(0.1)
+        bar = app.query_one("#loading", ProgressBar)
+        assert bar.display and not bar.has_class("-hidden") and bar.progress == 0.5
+        status = str(app.query_one(StatusLine).render())
+        assert "loading 50%" in status and "converting model.gguf" in status
+        release.set()
+        s = await settle(app, pilot)
+        assert s.state == "ready" and app.query_one("#loading", ProgressBar).has_class("-hidden")

@@ -1,0 +1,6 @@
+"""The command line: `tokenviz [PROMPT]` opens the app, `tokenviz trace` runs headless,
+`tokenviz replay` opens a saved journey."""
+
+from tokenviz.cli.commands import run
+
+__all__ = ["run"]

@@ -1,0 +1,204 @@
+"""The commands: `tokenviz [PROMPT]` opens the app; `tokenviz trace PROMPT` runs the journey headless;
+`tokenviz replay FILE` opens a saved journey.
+
+Every foreseeable mistake ends with one line on stderr and exit code 2, never a traceback.
+"""
+
+import json
+import sys
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from tokenviz import __version__
+from tokenviz.cli.options import Device, Dtype, Model, TrustRemoteCode, err, fail, sampling_options, stderr_progress
+from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.ui.themes import DEFAULT_THEME, check_theme
+
+DEFAULT_PROMPT = "The Eiffel Tower is located in"
+Theme = Annotated[str, typer.Option(help="Colour theme (see themes/).")]
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"tokenviz {__version__}")
+        raise typer.Exit()
+
+
+def _typer() -> typer.Typer:
+    return typer.Typer(add_completion=False, rich_markup_mode="rich", pretty_exceptions_enable=False)
+
+
+# ---- tokenviz [PROMPT]: the app ------------------------------------------------------------------
+
+app_cli = _typer()
+
+
+@app_cli.command(epilog="Headless: [bold]tokenviz trace PROMPT --steps N [--json][/]  (tokenviz trace --help)")
+@sampling_options()
+def open_app(
+    settings: SamplingSettings,
+    prompt: Annotated[Optional[str], typer.Argument(help="Text to start from.")] = None,
+    model: Model = None,
+    device: Device = "auto",
+    dtype: Dtype = "auto",
+    trust_remote_code: TrustRemoteCode = False,
+    theme: Theme = DEFAULT_THEME,
+    version: Annotated[
+        bool, typer.Option("--version", callback=version_callback, is_eager=True, help="Show the version and exit.")
+    ] = False,
+) -> None:
+    """Watch a language model think, one token at a time."""
+    from tokenviz.ui.app import TokenvizApp
+    from tokenviz.worker.engine import EngineWorker
+    from tokenviz.worker.loader import model_loader
+
+    try:
+        check_theme(theme)
+    except TokenvizError as exc:
+        fail(str(exc))
+    loader = model_loader(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
+    worker = EngineWorker(loader, settings, prompt if prompt is not None else DEFAULT_PROMPT)
+    app = TokenvizApp(worker, theme=theme)
+    app.run()
+    if app.fatal_error:
+        fail(app.fatal_error)
+
+
+# ---- tokenviz trace PROMPT: headless ------------------------------------------------------------
+
+trace_cli = _typer()
+
+
+@trace_cli.command()
+@sampling_options(leave_out=("max_new_tokens",))
+def trace(
+    settings: SamplingSettings,
+    prompt: Annotated[str, typer.Argument(help="Text to start from.")],
+    steps: Annotated[int, typer.Option(help="How many tokens to generate.")] = 16,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    lens: Annotated[
+        bool, typer.Option("--lens", help="Add each step's logit lens (every layer's top tokens).")
+    ] = False,
+    save: Annotated[
+        Optional[str], typer.Option("--save", help="Also write the replayable journey to this .json file.")
+    ] = None,
+    beams: Annotated[
+        Optional[int], typer.Option("--beams", help="Beam search of this width (2-8) instead of sampling.")
+    ] = None,
+    speculate: Annotated[
+        Optional[str],
+        typer.Option("--speculate", help="Speculative decoding: prompt-lookup, early-exit:LAYER or draft-model."),
+    ] = None,
+    draft_model: Annotated[
+        Optional[str], typer.Option("--draft-model", help="The drafter for --speculate draft-model.")
+    ] = None,
+    model: Model = None,
+    device: Device = "auto",
+    dtype: Dtype = "auto",
+    trust_remote_code: TrustRemoteCode = False,
+) -> None:
+    """Run the journey headless and print every step (a table, or JSON with --json)."""
+    from tokenviz.cli.headless import run_trace
+    from tokenviz.cli.table import print_table
+
+    try:
+        if steps < 1:
+            raise TokenvizError(f"--steps must be at least 1, got {steps}")
+        if beams is not None and not 2 <= beams <= 8:
+            raise TokenvizError(f"--beams must be 2 to 8, got {beams}")
+        if (beams or speculate) and (save or lens):
+            raise TokenvizError("--beams and --speculate cannot be combined with --save or --lens")
+        if beams and speculate:
+            raise TokenvizError("choose --beams or --speculate, not both")
+        if draft_model and not speculate:
+            speculate = "draft-model"
+        with stderr_progress() as progress:
+            document = run_trace(
+                prompt,
+                settings.replace(max_new_tokens=steps),
+                model=model,
+                device=device,
+                dtype=dtype,
+                trust_remote_code=trust_remote_code,
+                progress=progress,
+                lens=lens,
+                save=save,
+                beams=beams,
+                speculate=speculate,
+                draft_model=draft_model,
+            )
+    except TokenvizError as exc:
+        fail(str(exc))
+    if as_json:
+        sys.stdout.write(json.dumps(document, ensure_ascii=False) + "\n")
+    else:
+        print_table(document, Console())
+
+
+# ---- tokenviz replay FILE: a saved journey ------------------------------------------------------
+
+replay_cli = _typer()
+
+
+@replay_cli.command()
+def replay(
+    path: Annotated[str, typer.Argument(help="A journey saved with x in the app or trace --save.")],
+    verify: Annotated[
+        bool, typer.Option("--verify", help="Re-run it with the model; exit 0 only if every token matches.")
+    ] = False,
+    model: Model = None,
+    device: Device = "auto",
+    dtype: Dtype = "auto",
+    trust_remote_code: TrustRemoteCode = False,
+    theme: Theme = DEFAULT_THEME,
+) -> None:
+    """Open a saved journey read-only, without loading any model (or --verify it against the model)."""
+    from tokenviz.files.journey_file import read_journey, snapshot_from_journey
+
+    try:
+        doc = read_journey(path)
+        if verify:
+            verify_recording(doc, model, device, dtype, trust_remote_code)
+            return
+        snapshot = snapshot_from_journey(doc)
+        check_theme(theme)
+    except TokenvizError as exc:
+        fail(str(exc))
+    from tokenviz.ui.app import TokenvizApp
+    from tokenviz.worker.recording import RecordingWorker
+
+    TokenvizApp(RecordingWorker(snapshot), theme=theme).run()
+
+
+def verify_recording(doc: dict, model: str | None, device: str, dtype: str, trust_remote_code: bool) -> None:
+    """Re-run a recording with the model; exit 1 at the first token that differs."""
+    from tokenviz.journey.reproduce import verify_journey
+    from tokenviz.journey.session import Session
+    from tokenviz.model.loading import load_model
+    from tokenviz.model.runner import ModelRunner
+
+    with stderr_progress() as progress:
+        loaded = load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code, progress=progress)
+    checked, mismatch = verify_journey(doc, Session(ModelRunner(loaded)))
+    if mismatch is not None:
+        err.print(
+            f"[bold red]mismatch:[/] step {mismatch} differs from the recording "
+            f"({checked} of {len(doc['steps'])} steps checked)",
+            soft_wrap=True,
+        )
+        raise typer.Exit(1)
+    typer.echo(f"verified: all {checked} steps reproduce the recorded tokens")
+
+
+def run() -> None:
+    """Entry point: route `trace` and `replay` to their own commands, everything else to the app."""
+    args = sys.argv[1:]
+    if args and args[0] == "trace":
+        trace_cli(args=args[1:], prog_name="tokenviz trace")
+    elif args and args[0] == "replay":
+        replay_cli(args=args[1:], prog_name="tokenviz replay")
+    else:
+        app_cli(args=args, prog_name="tokenviz")

@@ -1,0 +1,108 @@
+"""The headless journey (`tokenviz trace`): load, prefill, step until done, as one JSON-ready document."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.decoding.beams import beam_search
+from tokenviz.decoding.speculation import make_drafter, speculative_decode
+from tokenviz.files.journey_file import save_journey
+from tokenviz.files.trace_document import document_of_snapshot
+from tokenviz.journey.session import Session
+from tokenviz.model.lens import inspect_positions
+from tokenviz.model.loading import load_model
+from tokenviz.model.runner import ModelRunner
+from tokenviz.worker.snapshots import snapshot_of
+
+
+def journey_document(session: Session) -> dict[str, Any]:
+    return document_of_snapshot(snapshot_of(session))
+
+
+def add_lens(session: Session, document: dict[str, Any]) -> None:
+    """Each step gains its logit lens: one entry per layer (0 = the embeddings), the last being
+    the model's own output. One forward pass serves every step."""
+    n = len(session.prompt_ids)
+    steps = document["steps"]
+    positions = [n - 1 + i for i in range(len(steps))]
+    if not positions:
+        return
+    chosen = [step["chosen"]["id"] for step in steps]
+    inspections = inspect_positions(session.runner, session.ids[: positions[-1] + 1], positions, chosen)
+    for step, inspection in zip(steps, inspections):
+        step["lens"] = [row.to_json() for row in inspection.lens]
+        step["lens_first_top1_layer"] = inspection.first_top1_layer
+
+
+def output_document(session: Session, prompt_ids: list[int], generated: list[int], **extra: Any) -> dict[str, Any]:
+    """The trace document of a run that produced `generated` without stepping the journey."""
+    runner = session.runner
+    return {
+        "model": runner.info.to_json(),
+        "settings": session.settings.to_json(),
+        "prompt": [{"id": t, "text": runner.piece(t)} for t in prompt_ids],
+        "steps": [{"index": i, "chosen": {"id": t, "text": runner.piece(t)}} for i, t in enumerate(generated)],
+        **extra,
+        "text": runner.decode(generated),
+        "full_text": runner.decode(prompt_ids + generated),
+    }
+
+
+def beam_document(session: Session, prompt: str, width: int, steps: int) -> dict[str, Any]:
+    """The trace document of a beam search: "beams" holds every step; "text" is the best beam."""
+    _, ids = session.encode_prompt(prompt)  # the beams run on their own cache: no prefill here
+    result = beam_search(session.runner, ids, width, steps)
+    return output_document(session, ids, list(result.final[0].ids), beams=result.to_json())
+
+
+def speculation_document(session: Session, prompt: str, spec: str, draft: ModelRunner | None) -> dict[str, Any]:
+    """The trace document of speculative decoding: the steps are the output tokens."""
+    drafter = make_drafter(spec, session.runner, draft)
+    _, ids = session.encode_prompt(prompt)
+    result = speculative_decode(session.runner, ids, drafter, session.settings.max_new_tokens, session.settings)
+    return output_document(session, ids, list(result.ids), speculation=result.to_json())
+
+
+def run_session(session: Session, prompt: str) -> Session:
+    """Prefill and step until a stop condition (max new tokens bounds it)."""
+    session.start(prompt)
+    while session.step() is not None:
+        pass
+    return session
+
+
+def run_trace(
+    prompt: str,
+    settings: SamplingSettings,
+    model: str | None = None,
+    device: str = "auto",
+    dtype: str = "auto",
+    trust_remote_code: bool = False,
+    progress: Callable[[str, float | None], None] = lambda message, fraction: None,
+    lens: bool = False,
+    save: str | None = None,
+    beams: int | None = None,
+    speculate: str | None = None,
+    draft_model: str | None = None,
+) -> dict[str, Any]:
+    loaded = load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code, progress=progress)
+    session = Session(ModelRunner(loaded), settings)
+    if beams:
+        return beam_document(session, prompt, beams, settings.max_new_tokens)
+    if speculate:
+        draft = None
+        if draft_model:
+            draft = ModelRunner(
+                load_model(
+                    draft_model, device=device, dtype=dtype, trust_remote_code=trust_remote_code, progress=progress
+                )
+            )
+        return speculation_document(session, prompt, speculate, draft)
+    document = journey_document(run_session(session, prompt))
+    if lens:
+        add_lens(session, document)
+    if save:
+        save_journey(save, snapshot_of(session), document)
+    return document

@@ -1,0 +1,133 @@
+"""Plain-data records of the journey: what the UI, the trace and the tests read.
+
+Nothing here holds a torch tensor; attention is a float16 numpy array on the CPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+DecisionMode = Literal["greedy", "sampled", "forced"]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One vocabulary entry as the model scored it."""
+
+    id: int
+    text: str
+    logit: float
+    prob: float
+
+
+@dataclass(frozen=True)
+class Stage:
+    """The distribution after one sampling stage.
+
+    `kept` counts the tokens still possible; `mass` is the share of the previous stage's
+    probability those tokens held; `probs` follows `Decision.watch` (one probability each).
+    """
+
+    name: str
+    detail: str
+    kept: int
+    mass: float
+    probs: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """How the next token was decided: every stage, the draw, the choice."""
+
+    mode: DecisionMode
+    settings: dict[str, Any]  # the SamplingSettings in force, as JSON
+    watch: tuple[tuple[int, str], ...]  # tokens followed through the stages: (id, text)
+    raw_probs: tuple[float, ...]  # the model's own softmax for each watched token
+    stages: tuple[Stage, ...]
+    u: float | None  # the uniform draw (None when greedy or forced)
+    band: tuple[float, float] | None  # cumulative band of the chosen token holding u
+    chosen_id: int
+    chosen_text: str
+    chosen_prob: float  # probability in the final distribution
+    chosen_rank: int  # 1-based rank in the final distribution
+    raw_rank: int  # 1-based rank in the model's raw distribution
+    raw_prob: float
+    ms: float = field(default=0.0, compare=False)  # timing is not part of the decision
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "u": self.u,
+            "band": list(self.band) if self.band else None,
+            "chosen_rank": self.chosen_rank,
+            "raw_rank": self.raw_rank,
+        }
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One forward pass and the decision taken on its output.
+
+    Index 0 is the prefill (the whole prompt block); index i > 0 fed one token, the one chosen at
+    step i - 1. `position` is the sequence position of the token being predicted.
+    """
+
+    index: int
+    position: int
+    input_ids: tuple[int, ...]
+    input_texts: tuple[str, ...]
+    top: tuple[Candidate, ...]
+    entropy: float  # bits, of the model's raw distribution
+    decision: Decision
+    attention: np.ndarray = field(repr=False, compare=False)  # float16 (layers, heads, queries, keys)
+    forward_ms: float = field(default=0.0, compare=False)
+    kv_len: int = 0
+    kv_bytes: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        d = self.decision
+        return {
+            "index": self.index,
+            "position": self.position,
+            "chosen": {"id": d.chosen_id, "text": d.chosen_text, "prob": d.chosen_prob},
+            "top": [{"id": c.id, "text": c.text, "logit": c.logit, "prob": c.prob} for c in self.top],
+            "entropy": self.entropy,
+            "stages": [{"name": s.name, "kept": s.kept, "mass": s.mass} for s in d.stages],
+            "draw": {"greedy": d.mode == "greedy", **d.to_json()},
+            "settings": d.settings,
+            "ms": {"forward": self.forward_ms, "sampling": d.ms},
+            "kv": {"len": self.kv_len, "bytes": self.kv_bytes},
+        }
+
+
+@dataclass(frozen=True)
+class TokenChip:
+    """A token of the sequence as the tokens pane shows it."""
+
+    id: int
+    text: str
+    is_prompt: bool
+    is_special: bool
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    device: str
+    dtype: str
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    hidden: int
+    vocab: int
+    context: int
+    architecture: str
+    tied_embeddings: bool
+    positions: str  # "rotary (base 100000)" or "learned absolute (1024 positions)"
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)

@@ -1,0 +1,188 @@
+"""What the engine's on-demand views compute, as plain data: the logit lens and residual stream,
+the cache check, branches, beam search and speculative decoding."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+
+@dataclass(frozen=True)
+class LensLayer:
+    """One layer of the logit lens: what the model would predict if it stopped after this layer."""
+
+    layer: int  # 0 = the embeddings, i = after decoder layer i
+    top: tuple[tuple[int, str, float], ...]  # (id, text, prob), best first
+    chosen_rank: int  # 1-based rank of the token finally chosen
+    chosen_prob: float
+    residual_norm: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "layer": self.layer,
+            "top": [{"id": i, "text": t, "prob": p} for i, t, p in self.top],
+            "chosen_rank": self.chosen_rank,
+            "chosen_prob": self.chosen_prob,
+            "norm": self.residual_norm,
+        }
+
+
+@dataclass(frozen=True)
+class Inspection:
+    """Inside one position: its embedding row, the position scheme and the logit lens."""
+
+    position: int
+    token_id: int
+    token_text: str
+    chosen_id: int  # the token that followed (or is pending) at this position
+    embedding_head: tuple[float, ...]  # the first dimensions of the token's embedding row
+    embedding_norm: float
+    tied_embeddings: bool
+    positions: str
+    lens: tuple[LensLayer, ...]
+
+    @property
+    def first_top1_layer(self) -> int | None:
+        """The first layer from which the chosen token stays the lens's top-1."""
+        first = None
+        for row in self.lens:
+            top1 = row.chosen_rank == 1
+            first = (row.layer if first is None else first) if top1 else None
+        return first
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The pending step recomputed without the cache: the largest differences seen."""
+
+    position: int
+    max_logit_diff: float
+    max_attention_diff: float
+    argmax_agrees: bool
+
+
+@dataclass(frozen=True)
+class CacheEvent:
+    """What the last rewind or branch switch did to the KV cache."""
+
+    kept: int  # positions kept: the shared prefix
+    dropped: int
+
+
+@dataclass(frozen=True)
+class BranchSummary:
+    """One path of the branch tree, summed up."""
+
+    index: int  # in the branch store; -1 for the current path
+    text: str  # the generated text
+    tokens: int  # generated tokens
+    logprob: float  # sum of the model's log-probabilities of the generated tokens
+    mean_entropy: float  # bits, over the steps taken
+    shared: int  # positions shared with the current path
+    current: bool
+
+
+BeamFate = Literal["kept", "finished", "pruned"]
+
+
+@dataclass(frozen=True)
+class BeamCandidate:
+    beam: int  # which beam it extends (0-based, in the previous step's order)
+    id: int
+    text: str
+    token_logprob: float
+    score: float  # accumulated log-probability of the whole continuation
+    fate: BeamFate
+
+
+@dataclass(frozen=True)
+class BeamStep:
+    index: int
+    beams: tuple[tuple[tuple[int, ...], float], ...]  # the running beams before this step: (generated ids, score)
+    candidates: tuple[BeamCandidate, ...]
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    ids: tuple[int, ...]  # generated ids
+    text: str  # their pieces, joined
+    logprob: float  # sum of the token log-probabilities
+    score: float  # logprob / length ** length_penalty: what ranks the finished hypotheses
+
+
+@dataclass(frozen=True)
+class BeamResult:
+    width: int
+    steps: tuple[BeamStep, ...]
+    final: tuple[Hypothesis, ...]  # best first
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "width": self.width,
+            "steps": [
+                {
+                    "index": s.index,
+                    "beams": [{"ids": list(ids), "logprob": score} for ids, score in s.beams],
+                    "candidates": [
+                        {
+                            "beam": c.beam,
+                            "id": c.id,
+                            "text": c.text,
+                            "token_logprob": c.token_logprob,
+                            "logprob": c.score,
+                            "fate": c.fate,
+                        }
+                        for c in s.candidates
+                    ],
+                }
+                for s in self.steps
+            ],
+            "final": [{"ids": list(h.ids), "text": h.text, "logprob": h.logprob, "score": h.score} for h in self.final],
+        }
+
+
+@dataclass(frozen=True)
+class Round:
+    """One round of speculative decoding: the drafts, how many the target accepted, its own token."""
+
+    drafted: tuple[int, ...]
+    accepted: int  # how many of the drafted tokens the target accepted
+    next_id: int  # the target's own token after them: the replacement, or a bonus if all were accepted
+    rejected_at: int | None  # index in `drafted` of the first rejection
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "drafted": list(self.drafted),
+            "accepted": self.accepted,
+            "next": self.next_id,
+            "rejected_at": self.rejected_at,
+        }
+
+
+@dataclass(frozen=True)
+class Speculation:
+    drafter: str
+    rounds: tuple[Round, ...]
+    ids: tuple[int, ...]  # the generated tokens
+    texts: dict[int, str]  # the text of every drafted or chosen token
+
+    @property
+    def drafted(self) -> int:
+        return sum(len(r.drafted) for r in self.rounds)
+
+    @property
+    def acceptance_rate(self) -> float:
+        return sum(r.accepted for r in self.rounds) / self.drafted if self.drafted else 0.0
+
+    @property
+    def tokens_per_forward(self) -> float:
+        return len(self.ids) / len(self.rounds) if self.rounds else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "drafter": self.drafter,
+            "rounds": [r.to_json() for r in self.rounds],
+            "acceptance_rate": self.acceptance_rate,
+            "tokens_per_forward": self.tokens_per_forward,
+            "target_forwards": len(self.rounds),
+        }

@@ -1,0 +1,74 @@
+"""Sampling settings: plain, validated, and free of torch so the UI can start before the model does.
+
+The field defaults here are the only home of the defaults: the CLI, the worker and the UI read them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from tokenviz.contract.errors import SettingsError
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """What shapes the next-token distribution. Validated on creation and on every replace()."""
+
+    temperature: float = 0.7  # 0 = greedy (argmax)
+    top_k: int = 50  # 0 = off
+    top_p: float = 0.9  # 1.0 = off
+    min_p: float = 0.0  # 0 = off
+    repetition_penalty: float = 1.0  # 1.0 = off; over the whole context, as generate() does
+    presence_penalty: float = 0.0  # 0 = off; over generated tokens, as OpenAI-style APIs do
+    frequency_penalty: float = 0.0  # 0 = off; over generated tokens
+    seed: int = 0
+    max_new_tokens: int = 256
+    stop: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        checks = [
+            (
+                math.isfinite(self.temperature) and self.temperature >= 0,
+                f"temperature must be 0 (greedy) or positive, got {self.temperature}",
+            ),
+            (self.top_k >= 0, f"top-k must be 0 (off) or a positive count, got {self.top_k}"),
+            (0 < self.top_p <= 1, f"top-p must be in (0, 1], got {self.top_p}"),
+            (0 <= self.min_p < 1, f"min-p must be in [0, 1), got {self.min_p}"),
+            (
+                math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0,
+                f"repetition penalty must be positive (1.0 = off), got {self.repetition_penalty}",
+            ),
+            (
+                math.isfinite(self.presence_penalty) and -2 <= self.presence_penalty <= 2,
+                f"presence penalty must be in [-2, 2], got {self.presence_penalty}",
+            ),
+            (
+                math.isfinite(self.frequency_penalty) and -2 <= self.frequency_penalty <= 2,
+                f"frequency penalty must be in [-2, 2], got {self.frequency_penalty}",
+            ),
+            (self.max_new_tokens >= 1, f"max new tokens must be at least 1, got {self.max_new_tokens}"),
+            (0 <= self.seed < 2**63, f"seed must be in [0, 2^63), got {self.seed}"),
+            (all(self.stop), "stop strings must not be empty"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise SettingsError(message)
+        object.__setattr__(self, "stop", tuple(self.stop))
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def replace(self, **changes: Any) -> SamplingSettings:
+        return dataclasses.replace(self, **changes)
+
+    def to_json(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["stop"] = list(self.stop)
+        return d
+
+
+DEFAULT_SETTINGS = SamplingSettings()

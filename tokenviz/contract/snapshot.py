@@ -1,0 +1,54 @@
+"""The Snapshot: everything the panes show at one moment, as frozen plain data.
+
+The engine thread publishes one after each batch of commands; the UI only ever reads them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from tokenviz.contract.records import ModelInfo, StepRecord, TokenChip
+from tokenviz.contract.results import BeamResult, BranchSummary, CacheEvent, Inspection, Speculation, Verification
+from tokenviz.contract.settings import SamplingSettings
+
+EngineState = Literal["loading", "ready", "stepping", "playing", "stopped", "error"]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything the panes show, as plain data, at one moment."""
+
+    seq: int
+    state: EngineState
+    message: str = ""
+    progress: float | None = None
+    info: ModelInfo | None = None
+    settings: SamplingSettings = field(default_factory=SamplingSettings)
+    prompt: str = ""
+    chips: tuple[TokenChip, ...] = ()
+    prompt_len: int = 0
+    records: tuple[StepRecord, ...] = ()
+    stop_reason: str | None = None
+    playing: bool = False
+    tokens_per_s: float | None = None
+    error: str | None = None  # one line, for a notification
+    handled: int = 0  # commands handled before this snapshot (tests wait on it)
+    inspection: Inspection | None = None  # of the last inspected position
+    verification: Verification | None = None  # of the last verify
+    cache_event: CacheEvent | None = None  # of the last rewind or branch switch
+    live: bool = True  # False for a recording: nothing can run the model
+    beams: BeamResult | None = None  # the last beam search
+    speculation: Speculation | None = None  # the last speculative run
+    branches: tuple[BranchSummary, ...] = ()  # the current path first, then the others
+    text: str = ""  # the generated text, decoded
+    full_text: str = ""  # prompt and generated text, decoded
+
+    @property
+    def pending(self) -> StepRecord | None:
+        """The record whose decision is still a preview (None once generation stopped)."""
+        return self.records[-1] if self.records and self.stop_reason is None else None
+
+    @property
+    def latest(self) -> StepRecord | None:
+        return self.records[-1] if self.records else None

@@ -1,0 +1,95 @@
+"""Beam search, every step recorded: the candidates of every beam, which survive, which are pruned.
+
+Follows transformers' generate(num_beams=k, do_sample=False): each step keeps the 2k best
+continuations over all beams (by accumulated log-probability); those ending in EOS, or reaching the
+length limit, become finished hypotheses scored by log-probability / length ** length_penalty; the
+best k unfinished continue. It runs on its own batch-of-k cache, so the journey's cache is untouched.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+import torch
+from transformers import DynamicCache
+
+from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.results import BeamCandidate, BeamResult, BeamStep, Hypothesis
+from tokenviz.model.runner import ModelRunner
+
+PRUNED = -1.0e9
+
+
+@torch.inference_mode()
+def beam_search(
+    runner: ModelRunner, prompt_ids: list[int], width: int, max_new_tokens: int, length_penalty: float = 1.0
+) -> BeamResult:
+    if not 2 <= width <= 8:
+        raise TokenvizError(f"beam width must be 2 to 8, got {width}")
+    model, device, vocab = runner.model, runner.device, runner.info.vocab
+    eos = torch.tensor(sorted(runner.eos_ids) or [-1], device=device)
+    keep = max(2, 1 + len(runner.eos_ids)) * width
+    cache = DynamicCache(config=model.config)
+    out = model(
+        input_ids=torch.tensor([prompt_ids] * width, device=device),
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    running: list[tuple[int, ...]] = [()] * width
+    scores = torch.tensor([0.0] + [PRUNED] * (width - 1), device=device)
+    finished: list[Hypothesis] = []
+    steps = []
+    for step in range(max_new_tokens):
+        log_probs = torch.log_softmax(out.logits[:, -1, :].float(), -1)
+        accumulated = (log_probs + scores[:, None]).view(-1)
+        top_scores, top_index = torch.topk(accumulated, keep)
+        beam, token = top_index // vocab, top_index % vocab
+        last = step + 1 == max_new_tokens
+        hits = torch.isin(token, eos) | last
+        # Only the best `width` candidates may finish; the rest are a reserve to keep `width` running.
+        for j in range(width):
+            if hits[j]:
+                ids = running[int(beam[j])] + (int(token[j]),)
+                finished.append(
+                    Hypothesis(
+                        ids,
+                        "".join(runner.piece(t) for t in ids),
+                        float(top_scores[j]),
+                        float(top_scores[j]) / (len(ids) ** length_penalty),
+                    )
+                )
+        finished = sorted(finished, key=lambda h: -h.score)[:width]
+        running_scores = top_scores + hits.float() * PRUNED
+        chosen = torch.topk(running_scores, width).indices
+        chosen_set = set(chosen.tolist())
+        steps.append(
+            BeamStep(
+                index=step,
+                beams=tuple((ids, float(sc)) for ids, sc in zip(running, scores.tolist()) if sc > PRUNED / 2),
+                candidates=tuple(
+                    BeamCandidate(
+                        beam=int(beam[j]),
+                        id=int(token[j]),
+                        text=runner.piece(int(token[j])),
+                        token_logprob=float(log_probs[beam[j], token[j]]),
+                        score=float(top_scores[j]),
+                        fate="finished"
+                        if (hits[j] and j < width)
+                        else ("kept" if j in chosen_set and not hits[j] else "pruned"),
+                    )
+                    for j in range(keep)
+                ),
+            )
+        )
+        if last or (
+            len(finished) == width
+            and finished[-1].score >= float(running_scores.max()) / ((step + 1) ** length_penalty)
+        ):
+            break
+        source = beam[chosen]
+        running = [running[int(b)] + (int(t),) for b, t in zip(source, token[chosen])]
+        scores = running_scores[chosen]
+        cache.reorder_cache(cast(torch.LongTensor, source))
+        out = model(input_ids=token[chosen].view(width, 1), past_key_values=cache, use_cache=True)
+    return BeamResult(width=width, steps=tuple(steps), final=tuple(finished))

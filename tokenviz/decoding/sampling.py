@@ -1,0 +1,271 @@
+"""The sampling decision, every stage visible.
+
+Pure: next-token logits + settings -> each stage's distribution + the draw + the chosen token.
+The transformations are transformers' own LogitsProcessor classes, applied in generate()'s order
+(penalties -> temperature -> top-k -> top-p -> min-p), so the numbers agree with generate().
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from transformers import (
+    LogitsProcessor,
+    MinPLogitsWarper,
+    RepetitionPenaltyLogitsProcessor,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+from tokenviz.contract.records import Candidate, Decision, DecisionMode, Stage
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.model.transfer import DeviceTimer, ids_to_device, to_host
+
+WATCH_N = 12  # tokens followed through the stages: the raw top-n plus the final top-n
+
+
+class PresenceFrequencyPenalty(LogitsProcessor):
+    """OpenAI-style penalties: logit -= presence * [count > 0] + frequency * count.
+
+    transformers has no processor for these; counts are over the generated tokens only.
+    """
+
+    def __init__(self, presence: float, frequency: float, generated_ids: Sequence[int]):
+        self.presence = presence
+        self.frequency = frequency
+        self.generated_ids = list(generated_ids)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if not self.generated_ids:
+            return scores
+        counts = torch.zeros(scores.shape[-1], dtype=scores.dtype, device=scores.device)
+        ids = ids_to_device(self.generated_ids, scores.device)[0]
+        counts.index_add_(0, ids, torch.ones(len(self.generated_ids), dtype=scores.dtype, device=scores.device))
+        penalised = scores - self.presence * (counts > 0).to(scores.dtype) - self.frequency * counts
+        return penalised  # type: ignore[return-value]  # (transformers types processors with FloatTensor)
+
+
+def build_stages(settings: SamplingSettings, generated_ids: Sequence[int]) -> list[tuple[str, str, LogitsProcessor]]:
+    """The active stages in order, as (name, detail, processor)."""
+    s = settings
+    stages: list[tuple[str, str, LogitsProcessor]] = []
+    if s.repetition_penalty != 1.0:
+        stages.append(
+            (
+                "repetition",
+                f"×{s.repetition_penalty:g}",
+                RepetitionPenaltyLogitsProcessor(penalty=float(s.repetition_penalty)),
+            )
+        )
+    if s.presence_penalty or s.frequency_penalty:
+        stages.append(
+            (
+                "presence/frequency",
+                f"{s.presence_penalty:g}/{s.frequency_penalty:g}",
+                PresenceFrequencyPenalty(s.presence_penalty, s.frequency_penalty, generated_ids),
+            )
+        )
+    if s.greedy:
+        return stages
+    if s.temperature != 1.0:
+        stages.append(("temperature", f"T={s.temperature:g}", TemperatureLogitsWarper(float(s.temperature))))
+    if s.top_k > 0:
+        stages.append(("top-k", f"k={s.top_k}", TopKLogitsWarper(top_k=s.top_k)))
+    if s.top_p < 1.0:
+        stages.append(("top-p", f"p={s.top_p:g}", TopPLogitsWarper(top_p=float(s.top_p))))
+    if s.min_p > 0:
+        stages.append(("min-p", f"min={s.min_p:g}", MinPLogitsWarper(min_p=float(s.min_p))))
+    return stages
+
+
+def apply_stages(
+    logits: torch.Tensor, settings: SamplingSettings, context_ids: Sequence[int], generated_ids: Sequence[int]
+) -> list[tuple[str, str, torch.Tensor]]:
+    """Every active stage's scores, (1, vocab) each, in float32 on the logits' device."""
+    scores = logits.reshape(1, -1).float()
+    input_ids = ids_to_device(context_ids, scores.device)
+    out = []
+    for name, detail, processor in build_stages(settings, generated_ids):
+        scores = processor(input_ids, scores)
+        out.append((name, detail, scores))
+    return out
+
+
+def draw_uniform(seed: int, position: int) -> float:
+    """The uniform u for one position: a pure function of (seed, position), computed on the host.
+
+    Re-deciding a step with other settings, or rewinding and stepping again, draws the same u.
+    """
+    return float(np.random.default_rng([seed, position]).random())
+
+
+def _inverse_cdf_on_device(probs: torch.Tensor, u: float) -> tuple[torch.Tensor, ...]:
+    """(token id, 0-based rank, band low, band high) as device tensors: nothing waits for the device."""
+    sorted_probs, order = torch.sort(probs.double(), descending=True, stable=True)
+    cumulative = torch.cumsum(sorted_probs, 0)
+    last_possible = (sorted_probs > 0).sum() - 1
+    rank = torch.minimum(torch.searchsorted(cumulative, u, right=True), last_possible)
+    high = cumulative[rank]
+    return order[rank], rank, high - sorted_probs[rank], high
+
+
+def inverse_cdf(probs: torch.Tensor, u: float) -> tuple[int, int, float, float]:
+    """Tokens in descending probability, the first whose cumulative band holds u wins.
+
+    Returns (token id, 0-based rank, band low, band high).
+    """
+    token, rank, low, high = torch.stack([t.double() for t in _inverse_cdf_on_device(probs, u)]).tolist()
+    return int(token), int(rank), low, high
+
+
+def summarise(logits: torch.Tensor, n: int) -> PendingSummary:
+    """Top-n of the model's raw softmax and its entropy in bits, still on the device."""
+    logits = logits.float().reshape(-1)
+    log_probs = torch.log_softmax(logits, -1)
+    probs = log_probs.exp()
+    entropy = -(probs * log_probs).nan_to_num().sum() / math.log(2)
+    top_logits, top_ids = torch.topk(logits, min(n, logits.numel()))
+    return PendingSummary(
+        {
+            "summary.ids": top_ids,
+            "summary.logits": top_logits.double(),
+            "summary.probs": probs[top_ids].double(),
+            "summary.entropy": entropy.double().reshape(1),
+        }
+    )
+
+
+@dataclass
+class PendingSummary:
+    tensors: dict[str, torch.Tensor]
+
+    def read(self, host: dict[str, np.ndarray], piece: Callable[[int], str]) -> tuple[tuple[Candidate, ...], float]:
+        """(top candidates, entropy in bits) from the host copies of `tensors`."""
+        ids, logits, probs = (host[f"summary.{k}"].tolist() for k in ("ids", "logits", "probs"))
+        top = tuple(Candidate(id=i, text=piece(i), logit=lg, prob=p) for i, lg, p in zip(ids, logits, probs))
+        return top, float(host["summary.entropy"][0])
+
+
+def decide_on_device(
+    logits: torch.Tensor,
+    settings: SamplingSettings,
+    context_ids: Sequence[int],
+    generated_ids: Sequence[int],
+    forced_id: int | None = None,
+) -> PendingDecision:
+    """Run every stage on `logits` (vocab,) and choose the next token, all on the logits' device."""
+    timer = DeviceTimer(logits.device)
+    device = logits.device
+    raw = torch.softmax(logits.float().reshape(-1), -1)
+    stages = apply_stages(logits, settings, context_ids, generated_ids)
+    final_scores = stages[-1][2][0] if stages else logits.float().reshape(-1)
+    final = torch.softmax(final_scores, -1)
+
+    u = None
+    mode: DecisionMode
+    low = high = torch.zeros((), dtype=torch.float64, device=device)
+    if forced_id is not None:
+        mode, chosen = "forced", torch.full((), int(forced_id), dtype=torch.long, device=device)
+    elif settings.greedy:
+        mode, chosen = "greedy", torch.argmax(final_scores)
+    else:
+        mode = "sampled"
+        u = draw_uniform(settings.seed, len(context_ids))
+        chosen, _, low, high = _inverse_cdf_on_device(final, u)
+
+    n = min(WATCH_N, raw.numel())
+    # The watched tokens, duplicates included: the host keeps each token's first appearance.
+    watch = torch.cat([torch.topk(raw, n).indices, torch.topk(final, n).indices, chosen.reshape(1)])
+    # One row per stage: tokens kept, the previous stage's mass they held, the watched probabilities.
+    rows = torch.zeros((len(stages), 2 + watch.numel()), dtype=torch.float64, device=device)
+    before = raw
+    for i, (_, _, scores) in enumerate(stages):
+        after = torch.softmax(scores[0], -1)
+        finite = torch.isfinite(scores[0])
+        rows[i, 0] = finite.sum()
+        rows[i, 1] = torch.where(finite, before, 0).sum()  # a mask, not indexing: no data-dependent shape
+        rows[i, 2:] = after[watch]
+        before = after
+
+    chosen_prob = final[chosen]
+    scalars = torch.stack(
+        [
+            chosen.double(),
+            chosen_prob.double(),
+            ((final > chosen_prob).sum() + 1).double(),
+            ((raw > raw[chosen]).sum() + 1).double(),
+            raw[chosen].double(),
+            low,
+            high,
+        ]
+    )
+    tensors = {
+        "decision.watch": watch,
+        "decision.raw_probs": raw[watch].double(),
+        "decision.stages": rows,
+        "decision.scalars": scalars,
+    }
+    return PendingDecision(
+        tensors, mode, settings, tuple((name, detail) for name, detail, _ in stages), u, timer.stop()
+    )
+
+
+@dataclass
+class PendingDecision:
+    tensors: dict[str, torch.Tensor]
+    mode: DecisionMode
+    settings: SamplingSettings
+    stages: tuple[tuple[str, str], ...]  # (name, detail) of each active stage
+    u: float | None
+    timer: DeviceTimer
+
+    def read(self, host: dict[str, np.ndarray], piece: Callable[[int], str]) -> Decision:
+        """The Decision, from the host copies of `tensors`."""
+        watch_all = host["decision.watch"].tolist()
+        first = [i for i, token in enumerate(watch_all) if token not in watch_all[:i]]
+        watch_ids = [watch_all[i] for i in first]
+        chosen, chosen_prob, chosen_rank, raw_rank, raw_prob, low, high = host["decision.scalars"].tolist()
+        stages = tuple(
+            Stage(
+                name=name,
+                detail=detail,
+                kept=int(row[0]),
+                mass=float(row[1]),
+                probs=tuple(float(p) for p in row[2:][first]),
+            )
+            for (name, detail), row in zip(self.stages, host["decision.stages"])
+        )
+        return Decision(
+            mode=self.mode,
+            settings=self.settings.to_json(),
+            watch=tuple((i, piece(i)) for i in watch_ids),
+            raw_probs=tuple(float(p) for p in host["decision.raw_probs"][first]),
+            stages=stages,
+            u=self.u,
+            band=(low, high) if self.mode == "sampled" else None,
+            chosen_id=int(chosen),
+            chosen_text=piece(int(chosen)),
+            chosen_prob=chosen_prob,
+            chosen_rank=int(chosen_rank),
+            raw_rank=int(raw_rank),
+            raw_prob=raw_prob,
+            ms=self.timer.ms(),
+        )
+
+
+def decide(
+    logits: torch.Tensor,
+    settings: SamplingSettings,
+    context_ids: Sequence[int],
+    generated_ids: Sequence[int],
+    piece: Callable[[int], str],
+    forced_id: int | None = None,
+) -> Decision:
+    """Run every stage on `logits` (vocab,) and choose the next token: one transfer to the host."""
+    pending = decide_on_device(logits, settings, context_ids, generated_ids, forced_id)
+    return pending.read(to_host(pending.tensors), piece)

@@ -1,0 +1,1 @@
+"""File formats, torch-free: the trace document and saved journeys (written and read back)."""

@@ -1,0 +1,162 @@
+"""Saved journeys: the trace document plus every record the panes need, so a journey can be
+replayed read-only without the model (and re-run with it: tokenviz.journey.reproduce).
+
+The file is JSON: the trace schema (model, prompt, steps, text), plus "replay": the full step
+records (attention as base64 float16), the token chips and the model facts.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.records import Candidate, Decision, ModelInfo, Stage, StepRecord, TokenChip
+from tokenviz.contract.results import BranchSummary
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.contract.snapshot import Snapshot
+from tokenviz.files.trace_document import document_of_snapshot
+
+FORMAT = "tokenviz-journey/1"
+
+
+def _array(a: np.ndarray) -> dict[str, Any]:
+    return {"shape": list(a.shape), "float16": base64.b64encode(a.astype(np.float16).tobytes()).decode()}
+
+
+def _unarray(d: dict[str, Any]) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(d["float16"]), dtype=np.float16).reshape(d["shape"])
+
+
+def _record(r: StepRecord) -> dict[str, Any]:
+    d = r.decision
+    return {
+        "index": r.index,
+        "position": r.position,
+        "input_ids": list(r.input_ids),
+        "input_texts": list(r.input_texts),
+        "top": [[c.id, c.text, c.logit, c.prob] for c in r.top],
+        "entropy": r.entropy,
+        "attention": _array(r.attention),
+        "forward_ms": r.forward_ms,
+        "kv_len": r.kv_len,
+        "kv_bytes": r.kv_bytes,
+        "decision": {
+            "mode": d.mode,
+            "settings": d.settings,
+            "watch": [list(w) for w in d.watch],
+            "raw_probs": list(d.raw_probs),
+            "stages": [[st.name, st.detail, st.kept, st.mass, list(st.probs)] for st in d.stages],
+            "u": d.u,
+            "band": list(d.band) if d.band else None,
+            "chosen_id": d.chosen_id,
+            "chosen_text": d.chosen_text,
+            "chosen_prob": d.chosen_prob,
+            "chosen_rank": d.chosen_rank,
+            "raw_rank": d.raw_rank,
+            "raw_prob": d.raw_prob,
+            "ms": d.ms,
+        },
+    }
+
+
+def _unrecord(r: dict[str, Any]) -> StepRecord:
+    d = r["decision"]
+    decision = Decision(
+        mode=d["mode"],
+        settings=d["settings"],
+        watch=tuple(tuple(w) for w in d["watch"]),
+        raw_probs=tuple(d["raw_probs"]),
+        stages=tuple(Stage(name=n, detail=t, kept=k, mass=m, probs=tuple(p)) for n, t, k, m, p in d["stages"]),
+        u=d["u"],
+        band=tuple(d["band"]) if d["band"] else None,
+        chosen_id=d["chosen_id"],
+        chosen_text=d["chosen_text"],
+        chosen_prob=d["chosen_prob"],
+        chosen_rank=d["chosen_rank"],
+        raw_rank=d["raw_rank"],
+        raw_prob=d["raw_prob"],
+        ms=d["ms"],
+    )
+    return StepRecord(
+        index=r["index"],
+        position=r["position"],
+        input_ids=tuple(r["input_ids"]),
+        input_texts=tuple(r["input_texts"]),
+        top=tuple(Candidate(id=i, text=t, logit=lg, prob=p) for i, t, lg, p in r["top"]),
+        entropy=r["entropy"],
+        decision=decision,
+        attention=_unarray(r["attention"]),
+        forward_ms=r["forward_ms"],
+        kv_len=r["kv_len"],
+        kv_bytes=r["kv_bytes"],
+    )
+
+
+def journey_file(snapshot: Snapshot, document: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The saveable journey of `snapshot`; `document` is the trace document when there is one."""
+    if snapshot.info is None:
+        raise TokenvizError("nothing to save: the model has not loaded")
+    doc = dict(document or document_of_snapshot(snapshot))
+    doc["format"] = FORMAT
+    doc["replay"] = {
+        "info": snapshot.info.to_json(),
+        "chips": [[c.id, c.text, c.is_prompt, c.is_special] for c in snapshot.chips],
+        "prompt_len": snapshot.prompt_len,
+        "prompt_text": snapshot.prompt,
+        "records": [_record(r) for r in snapshot.records],
+        "stop_reason": snapshot.stop_reason,
+        "branches": [dataclasses.asdict(b) for b in snapshot.branches],
+    }
+    return doc
+
+
+def save_journey(path: str | Path, snapshot: Snapshot, document: dict[str, Any] | None = None) -> Path:
+    path = Path(path)
+    try:
+        path.write_text(json.dumps(journey_file(snapshot, document)))
+    except OSError as exc:
+        raise TokenvizError(f"cannot write {path}: {exc.strerror}") from None
+    return path
+
+
+def read_journey(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise TokenvizError(f"no such file: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TokenvizError(f"cannot read {path}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise TokenvizError(f"{path} is not JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT or "replay" not in doc:
+        raise TokenvizError(f"{path} is not a tokenviz journey (save one with x in the app or trace --save)")
+    return doc
+
+
+def snapshot_from_journey(doc: dict[str, Any]) -> Snapshot:
+    """The journey as a Snapshot the app can show without a model."""
+    try:
+        r = doc["replay"]
+        info = ModelInfo(**r["info"])
+        return Snapshot(
+            seq=1,
+            state="stopped" if r["stop_reason"] else "ready",
+            info=info,
+            settings=SamplingSettings(**{**doc["settings"], "stop": tuple(doc["settings"].get("stop", ()))}),
+            prompt=r["prompt_text"],
+            chips=tuple(TokenChip(id=i, text=t, is_prompt=p, is_special=s) for i, t, p, s in r["chips"]),
+            prompt_len=r["prompt_len"],
+            records=tuple(_unrecord(x) for x in r["records"]),
+            stop_reason=r["stop_reason"],
+            message="a recorded journey: read-only",
+            branches=tuple(BranchSummary(**b) for b in r.get("branches", [])),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise TokenvizError(f"the journey file is damaged: {exc}") from None

@@ -1,0 +1,94 @@
+"""The branch tree: every path a journey took from its prompt, kept when it is left.
+
+A path is stored only if no stored path already contains it, and storing a path drops the stored
+paths it contains, so the store holds the leaves of the tree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from tokenviz.contract.records import StepRecord
+from tokenviz.contract.results import BranchSummary
+
+
+@dataclass(frozen=True)
+class Branch:
+    """A path the journey took: all its tokens and records."""
+
+    ids: tuple[int, ...]
+    records: tuple[StepRecord, ...]
+    stop_reason: str | None
+
+
+@dataclass(frozen=True)
+class _Figures:
+    text: str
+    tokens: int
+    logprob: float
+    mean_entropy: float
+
+
+def _shared(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+class BranchStore:
+    def __init__(self) -> None:
+        self.paths: list[Branch] = []
+        self._figures: dict[tuple[int, ...], _Figures] = {}  # a stored path never changes: summed up once
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def clear(self) -> None:
+        self.paths = []
+
+    def keep(self, path: Branch, prompt_len: int) -> None:
+        """Store `path`, unless it is only the prompt or another stored path already contains it."""
+        if len(path.ids) <= prompt_len or any(b.ids[: len(path.ids)] == path.ids for b in self.paths):
+            return
+        self.paths = [b for b in self.paths if path.ids[: len(b.ids)] != b.ids] + [path]
+
+    def remove(self, path: Branch) -> None:
+        self.paths = [b for b in self.paths if b is not path]
+
+    def summaries(self, current: Branch, prompt_len: int, decode: Callable[[list[int]], str]) -> list[BranchSummary]:
+        """The current path first, then every stored path the current one does not contain."""
+        kept = {b.ids for b in self.paths}
+        self._figures = {ids: f for ids, f in self._figures.items() if ids in kept}
+        out = [self._summary(current, -1, current, prompt_len, decode)]
+        for i, b in enumerate(self.paths):
+            if current.ids[: len(b.ids)] != b.ids:
+                out.append(self._summary(b, i, current, prompt_len, decode))
+        return out
+
+    def _summary(
+        self, b: Branch, index: int, current: Branch, prompt_len: int, decode: Callable[[list[int]], str]
+    ) -> BranchSummary:
+        figures = self._figures.get(b.ids) if index != -1 else None
+        if figures is None:
+            taken = b.records[: len(b.ids) - prompt_len]
+            figures = _Figures(
+                text=decode(list(b.ids[prompt_len:])),
+                tokens=len(b.ids) - prompt_len,
+                logprob=float(sum(np.log(max(r.decision.raw_prob, 1e-45)) for r in taken)),
+                mean_entropy=float(np.mean([r.entropy for r in taken])) if taken else 0.0,
+            )
+            if index != -1:
+                self._figures[b.ids] = figures
+        return BranchSummary(
+            index=index,
+            text=figures.text,
+            tokens=figures.tokens,
+            logprob=figures.logprob,
+            mean_entropy=figures.mean_entropy,
+            shared=_shared(b.ids, current.ids),
+            current=index == -1,
+        )

@@ -1,0 +1,32 @@
+"""Re-run a saved journey on a model and check that every token comes out the same."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.journey.session import Session
+
+
+def verify_journey(doc: dict[str, Any], session: Session) -> tuple[int, int | None]:
+    """Re-run the journey on `session`'s model: each step with its own settings, forced tokens forced.
+
+    Returns (steps checked, the first step whose token differs or None).
+    """
+    steps = doc["steps"]
+    session.start([t["id"] for t in doc["prompt"]])
+    for i, step in enumerate(steps):
+        settings = {
+            **step["settings"],
+            "stop": tuple(step["settings"].get("stop", ())),
+            "max_new_tokens": max(step["settings"]["max_new_tokens"], len(steps)),
+        }
+        session.set_settings(SamplingSettings(**settings))
+        pending = session.pending
+        if pending is None:
+            return i, i
+        forced = step["chosen"]["id"] if step["draw"]["mode"] == "forced" else None
+        if forced is None and pending.decision.chosen_id != step["chosen"]["id"]:
+            return i + 1, i
+        session.step(forced_id=forced)
+    return len(steps), None

@@ -1,0 +1,261 @@
+"""The journey: the prompt, the tokens chosen so far, one StepRecord per forward pass.
+
+The last record is *pending* while the session runs: its forward pass is done and its decision is
+a preview that settings changes re-decide from the same logits. `step()` commits that decision,
+appends the token and runs the next forward; `rewind()` crops the cache and the history so the
+state equals the one before those steps, logits included.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from tokenviz.contract.errors import PromptError, TokenvizError
+from tokenviz.contract.records import StepRecord, TokenChip
+from tokenviz.contract.results import BranchSummary, CacheEvent, Inspection
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.decoding.sampling import decide, decide_on_device, summarise
+from tokenviz.journey.branches import Branch, BranchStore
+from tokenviz.journey.inspections import Inspections
+from tokenviz.journey.stops import stop_reason
+from tokenviz.model.runner import Forward, ModelRunner
+from tokenviz.model.transfer import to_host
+
+TOP_N = 20
+
+
+class Session:
+    def __init__(self, runner: ModelRunner, settings: SamplingSettings | None = None, top_n: int = TOP_N):
+        self.runner = runner
+        self.settings = settings or SamplingSettings()
+        self.top_n = top_n
+        self.prompt = ""
+        self.prompt_ids: list[int] = []
+        self.ids: list[int] = []  # prompt + committed tokens
+        self.records: list[StepRecord] = []
+        self.stop_reason: str | None = None
+        self.last_cache_event: CacheEvent | None = None
+        self.branches = BranchStore()  # other paths from the same prompt
+        self._inspections = Inspections()
+        self._pending_logits: torch.Tensor | None = None
+        self._prefill_logits: torch.Tensor | None = None
+
+    # ---- what the journey is now -------------------------------------------------------------
+
+    @property
+    def generated_ids(self) -> list[int]:
+        return self.ids[len(self.prompt_ids) :]
+
+    @property
+    def cached_ids(self) -> list[int]:
+        """The tokens the KV cache holds (all but the last one taken)."""
+        return self.ids[: self.runner.kv_len]
+
+    @property
+    def pending(self) -> StepRecord | None:
+        return self.records[-1] if self.records and self.stop_reason is None else None
+
+    @property
+    def text(self) -> str:
+        return self.runner.decode(self.ids)
+
+    @property
+    def generated_text(self) -> str:
+        return self.runner.decode(self.generated_ids)
+
+    def chips(self) -> list[TokenChip]:
+        n = len(self.prompt_ids)
+        special = self.runner.special_ids
+        return [
+            TokenChip(id=t, text=self.runner.piece(t), is_prompt=i < n, is_special=t in special)
+            for i, t in enumerate(self.ids)
+        ]
+
+    def branch_summaries(self) -> list[BranchSummary]:
+        """The current path first, then every other branch not contained in it."""
+        return self.branches.summaries(self._path(), len(self.prompt_ids), self.runner.decode)
+
+    # ---- moves ------------------------------------------------------------------------------------
+
+    def encode_prompt(self, prompt: str | list[int]) -> tuple[str, list[int]]:
+        """(text, token ids) of a prompt given as text or as ids; refuses an empty or too long one."""
+        if isinstance(prompt, str):
+            ids = self.runner.encode(prompt)
+        else:
+            ids = [int(t) for t in prompt]
+            if any(not 0 <= t < self.runner.info.vocab for t in ids):
+                raise PromptError(f"prompt token ids must be in 0-{self.runner.info.vocab - 1}")
+            prompt = self.runner.decode(ids)
+        context = self.runner.info.context
+        if not ids:
+            raise PromptError("the prompt is empty: type some text to start from")
+        if len(ids) >= context:
+            raise PromptError(f"the prompt has {len(ids)} tokens but this model reads at most {context}; shorten it")
+        return prompt, ids
+
+    def start(self, prompt: str | list[int]) -> StepRecord:
+        """Tokenize and prefill `prompt` (text, or token ids as they are); the first decision becomes pending."""
+        prompt, ids = self.encode_prompt(prompt)
+        if ids == self.prompt_ids:
+            self._keep_path()  # a reset keeps the path it leaves
+        else:
+            self.branches.clear()
+        self.runner.reset()
+        self.prompt, self.prompt_ids, self.ids = prompt, list(ids), list(ids)
+        self.records, self.stop_reason = [], None
+        forward = self.runner.forward(ids)
+        self._prefill_logits = forward.logits
+        return self._push(forward, ids)
+
+    def step(self, forced_id: int | None = None) -> StepRecord | None:
+        """Commit the pending decision (or `forced_id` instead) and run the next forward pass.
+
+        Returns the new pending record, or None once a stop condition holds.
+        """
+        if self.stop_reason is not None:
+            return self._resume()
+        if not self.records:
+            raise TokenvizError("nothing to step: start a prompt first")
+        if forced_id is not None:
+            if not 0 <= forced_id < self.runner.info.vocab:
+                raise TokenvizError(f"token id {forced_id} is outside the vocabulary (0-{self.runner.info.vocab - 1})")
+            self._redecide(forced_id)
+        self.ids.append(self.records[-1].decision.chosen_id)
+        self.stop_reason = self.check_stop()
+        if self.stop_reason is not None:
+            self._pending_logits = None
+            return None
+        token = self.ids[-1]
+        return self._push(self.runner.forward([token]), [token])
+
+    def force_rank(self, rank: int) -> StepRecord | None:
+        """Commit the rank-th most likely token of the model's raw distribution (1-based)."""
+        pending = self.pending
+        if pending is None:
+            raise TokenvizError(f"generation has stopped ({self.stop_reason}): rewind first to branch")
+        if not 1 <= rank <= len(pending.top):
+            raise TokenvizError(f"rank {rank} is outside the top {len(pending.top)}")
+        return self.step(forced_id=pending.top[rank - 1].id)
+
+    def branch(self, steps_back: int, rank: int) -> StepRecord | None:
+        """Rewind `steps_back` tokens, then take the rank-th token there instead."""
+        self.rewind(steps_back)
+        return self.force_rank(rank)
+
+    def rewind(self, n: int = 1) -> int:
+        """Undo the last `n` committed tokens; returns how many were undone."""
+        n = min(n, len(self.generated_ids))
+        if n <= 0:
+            return 0
+        self._keep_path()
+        keep = len(self.generated_ids) - n
+        before = self.runner.kv_len
+        self.ids = self.ids[: len(self.prompt_ids) + keep]
+        self.records = self.records[: keep + 1]
+        self.stop_reason = None
+        if keep == 0:
+            self.runner.crop(len(self.ids))
+            self._pending_logits = self._prefill_logits
+        else:
+            # The cache keeps everything before the last token; feeding it again restores the logits.
+            self.runner.crop(len(self.ids) - 1)
+            self._pending_logits = self.runner.forward([self.ids[-1]]).logits
+        self.last_cache_event = CacheEvent(kept=self.runner.kv_len, dropped=max(before - self.runner.kv_len, 0))
+        self._redecide()
+        return n
+
+    def switch_branch(self, index: int) -> None:
+        """Make stored branch `index` the current path; the cache is rebuilt from the shared prefix."""
+        if not 0 <= index < len(self.branches):
+            raise TokenvizError(f"there is no branch {index + 1}")
+        target = self.branches.paths[index]
+        self._keep_path()
+        self.branches.remove(target)
+        fed = len(target.ids) - (1 if target.stop_reason else 0)
+        shared = 0
+        while shared < min(self.runner.kv_len, fed) and self.ids[shared] == target.ids[shared]:
+            shared += 1
+        keep = min(shared, fed - 1)
+        before = self.runner.kv_len
+        self.runner.crop(keep)
+        forward = self.runner.forward(list(target.ids[keep:fed]))
+        self.ids, self.records, self.stop_reason = list(target.ids), list(target.records), target.stop_reason
+        self._pending_logits = None if target.stop_reason else forward.logits
+        self.last_cache_event = CacheEvent(kept=keep, dropped=max(before - keep, 0))
+        if self.pending is not None:
+            self._redecide()  # the pending decision follows the current settings
+
+    def set_settings(self, settings: SamplingSettings) -> None:
+        """New settings re-decide the pending step from the logits already computed."""
+        self.settings = settings
+        if self.pending is not None:
+            self._redecide()
+
+    def inspect(self, position: int) -> Inspection:
+        """Embedding, residual norms and logit lens at `position` (cached: the past does not change)."""
+        if not 0 <= position < self.runner.kv_len:
+            raise TokenvizError(f"position {position} has not been through the model yet")
+        chosen = self.ids[position + 1] if position + 1 < len(self.ids) else self.records[-1].decision.chosen_id
+        return self._inspections.get(self.runner, self.ids, position, chosen)
+
+    def check_stop(self) -> str | None:
+        """Why the journey must stop now, or None."""
+        return stop_reason(
+            self.ids,
+            lambda: self.generated_text,
+            len(self.prompt_ids),
+            self.settings,
+            self.runner.eos_ids,
+            self.runner.info.context,
+        )
+
+    # ---- internals ----------------------------------------------------------------------------
+
+    def _path(self) -> Branch:
+        return Branch(tuple(self.ids), tuple(self.records), self.stop_reason)
+
+    def _keep_path(self) -> None:
+        self.branches.keep(self._path(), len(self.prompt_ids))
+
+    def _redecide(self, forced_id: int | None = None) -> None:
+        assert self._pending_logits is not None
+        decision = decide(
+            self._pending_logits, self.settings, self.ids, self.generated_ids, self.runner.piece, forced_id
+        )
+        self.records[-1] = dataclasses.replace(self.records[-1], decision=decision)
+
+    def _push(self, forward: Forward, input_ids: list[int]) -> StepRecord:
+        """Record a forward pass and decide on it: the attention, the top-n and the decision reach
+        the host in one transfer."""
+        summary = summarise(forward.logits, self.top_n)
+        decision = decide_on_device(forward.logits, self.settings, self.ids, self.generated_ids)
+        host = to_host({"attention": forward.attention, **summary.tensors, **decision.tensors})
+        top, entropy = summary.read(host, self.runner.piece)
+        record = StepRecord(
+            index=len(self.records),
+            position=len(self.ids),
+            input_ids=tuple(input_ids),
+            input_texts=tuple(self.runner.piece(t) for t in input_ids),
+            top=top,
+            entropy=entropy,
+            decision=decision.read(host, self.runner.piece),
+            attention=host["attention"],
+            forward_ms=forward.timer.ms(),
+            kv_len=self.runner.kv_len,
+            kv_bytes=self.runner.kv_bytes,
+        )
+        self._pending_logits = forward.logits
+        self.records.append(record)
+        return record
+
+    def _resume(self) -> StepRecord | None:
+        """After a stop whose reason no longer holds (a larger max, a removed stop string), go on."""
+        reason = self.check_stop()
+        if reason is not None:
+            self.stop_reason = reason
+            return None
+        self.stop_reason = None
+        token = self.ids[-1]
+        return self._push(self.runner.forward([token]), [token])

@@ -1,0 +1,109 @@
+"""Inside one position: the embedding, the residual stream layer by layer, and the logit lens.
+
+Computed on demand with a forward pass over the sequence up to that position (no cache, so the
+journey's cache is untouched), capturing each decoder layer's output with forward hooks. The lens
+applies the model's own final norm and unembedding to every layer's residual stream, so the last
+layer's lens is exactly the model's output.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+import torch
+
+from tokenviz.contract.results import Inspection, LensLayer
+from tokenviz.model.runner import ModelRunner
+
+NORM_NAMES = ("norm", "ln_f", "final_layernorm", "final_layer_norm", "norm_f")
+
+
+def decoder_layers(model) -> torch.nn.ModuleList:
+    n = model.config.num_hidden_layers
+    for module in model.modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) == n:
+            return module
+    raise ValueError("cannot find the decoder layers of this model")
+
+
+def final_norm(model) -> torch.nn.Module:
+    base = model.base_model
+    for name in NORM_NAMES:
+        module = getattr(base, name, None)
+        if isinstance(module, torch.nn.Module):
+            return module
+    raise ValueError("cannot find the final norm of this model")
+
+
+@torch.inference_mode()
+def residual_stream(runner: ModelRunner, ids: list[int]) -> torch.Tensor:
+    """(layers + 1, positions, hidden): the embeddings, then each decoder layer's output."""
+    model = runner.model
+    captured: list[torch.Tensor] = []
+
+    def hook(module, args, output):
+        captured.append((output[0] if isinstance(output, tuple) else output)[0])
+
+    handles = [layer.register_forward_hook(hook) for layer in decoder_layers(model)]
+    try:
+        input_ids = torch.tensor([ids], device=runner.device)
+        embeddings = model.get_input_embeddings()(input_ids)[0]
+        model(input_ids=input_ids, use_cache=False, logits_to_keep=1)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return torch.stack([embeddings, *captured])
+
+
+@torch.inference_mode()
+def lens_logits(runner: ModelRunner, residual: torch.Tensor) -> torch.Tensor:
+    """Final norm + unembedding applied to each layer's residual: (layers + 1, ..., vocab)."""
+    model = runner.model
+    return model.get_output_embeddings()(final_norm(model)(residual)).float()
+
+
+@torch.inference_mode()
+def inspect_positions(
+    runner: ModelRunner, ids: list[int], positions: list[int], chosen: list[int], top: int = 3, embedding_dims: int = 16
+) -> list[Inspection]:
+    """Inspect several positions of `ids` with one forward pass. `chosen[i]` is the token that
+    followed positions[i] (its rank and probability are followed through the layers)."""
+    stream = residual_stream(runner, ids)  # (L+1, T, H)
+    weight = cast(torch.Tensor, runner.model.get_input_embeddings().weight)
+    out = []
+    for position, chosen_id in zip(positions, chosen):
+        residual = stream[:, position]  # (L+1, H)
+        probs = torch.softmax(lens_logits(runner, residual), -1)  # (L+1, V)
+        norms = residual.float().norm(dim=-1).tolist()
+        top_p, top_i = torch.topk(probs, top, dim=-1)
+        chosen_p = probs[:, chosen_id]
+        ranks = (probs > chosen_p[:, None]).sum(-1) + 1
+        rows = tuple(
+            LensLayer(
+                layer=layer,
+                top=tuple(
+                    (int(i), runner.piece(int(i)), float(p))
+                    for i, p in zip(top_i[layer].tolist(), top_p[layer].tolist())
+                ),
+                chosen_rank=int(ranks[layer]),
+                chosen_prob=float(chosen_p[layer]),
+                residual_norm=float(norms[layer]),
+            )
+            for layer in range(probs.shape[0])
+        )
+        token_id = ids[position]
+        row = weight[token_id].float()
+        out.append(
+            Inspection(
+                position=position,
+                token_id=token_id,
+                token_text=runner.piece(token_id),
+                chosen_id=chosen_id,
+                embedding_head=tuple(row[:embedding_dims].tolist()),
+                embedding_norm=float(row.norm()),
+                tied_embeddings=runner.info.tied_embeddings,
+                positions=runner.info.positions,
+                lens=rows,
+            )
+        )
+    return out

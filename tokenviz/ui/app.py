@@ -1,0 +1,351 @@
+"""The Textual app: it composes the panes, routes keys to commands and repaints from Snapshots.
+
+It never touches torch: the worker it is given (built by the CLI) owns the model in its own thread.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.containers import Horizontal
+from textual.message import Message
+from textual.reactive import reactive
+from textual.widgets import ContentSwitcher, Footer, ProgressBar
+
+from tokenviz.contract.attention import HEAD_MODES, Head
+from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.snapshot import Snapshot
+from tokenviz.files.journey_file import save_journey
+from tokenviz.ui.command_palette import TokenvizCommands
+from tokenviz.ui.keys import bindings
+from tokenviz.ui.panes.attention import AttentionPane
+from tokenviz.ui.panes.base import Pane
+from tokenviz.ui.panes.beams import BeamPane
+from tokenviz.ui.panes.branches import BranchPane
+from tokenviz.ui.panes.cache import CachePane
+from tokenviz.ui.panes.embedding import EmbeddingPane
+from tokenviz.ui.panes.lens import LensPane, current_inspection
+from tokenviz.ui.panes.next_token import NextTokenPane
+from tokenviz.ui.panes.sampling import SamplingPane
+from tokenviz.ui.panes.speculation import SpeculationPane
+from tokenviz.ui.panes.status import StatusLine
+from tokenviz.ui.panes.timing import TimingPane
+from tokenviz.ui.panes.tokens import TokensPane
+from tokenviz.ui.screens import HelpScreen, PromptScreen
+from tokenviz.ui.selection import Selection
+from tokenviz.ui.themes import DEFAULT_THEME, load_themes
+from tokenviz.worker.commands import (
+    Adjust,
+    Beams,
+    BranchAt,
+    Command,
+    Force,
+    Inspect,
+    Play,
+    Reset,
+    Rewind,
+    Speculate,
+    Start,
+    Step,
+    SwitchBranch,
+    Verify,
+    Worker,
+)
+
+# The views that can take the attention pane's place, by widget id. A view's key pressed again
+# returns to attention.
+VIEWS = {
+    "lens": LensPane,
+    "embedding": EmbeddingPane,
+    "cache": CachePane,
+    "timing": TimingPane,
+    "beams": BeamPane,
+    "branches": BranchPane,
+    "speculation": SpeculationPane,
+}
+INSPECTING_VIEWS = ("lens", "embedding")  # they ask the engine to look inside the cursor's position
+BEAM_WIDTH = 3  # the B key's width; the palette offers 2-8
+BEAM_STEPS = 10
+SPECULATION_STEPS = 16
+
+
+class EngineUpdate(Message):
+    def __init__(self, snapshot: Snapshot):
+        super().__init__()
+        self.snapshot = snapshot
+
+
+class TokenvizApp(App):
+    TITLE = "tokenviz"
+    CSS_PATH = "app.tcss"
+    COMMANDS = App.COMMANDS | {TokenvizCommands}
+    BINDINGS = bindings()
+
+    layer: reactive[int] = reactive(0, init=False)
+    head: reactive[Head] = reactive("mean", init=False)
+    cursor: reactive[int | None] = reactive(None, init=False)  # None: follow the newest token
+
+    def __init__(self, worker: Worker, theme: str = DEFAULT_THEME):
+        super().__init__()
+        self.worker = worker
+        self.fatal_error: str | None = None
+        self.snapshot: Snapshot | None = None
+        self._layer_chosen = False
+        self._repaint_scheduled = False
+        self._inspect_requested: tuple[int, int] | None = None
+        self.beam_width = BEAM_WIDTH
+        for t in load_themes().values():
+            self.register_theme(t)
+        self.theme = theme
+
+    def compose(self) -> ComposeResult:
+        yield ProgressBar(id="loading", show_eta=False)
+        yield TokensPane()
+        with Horizontal(id="middle"):
+            with ContentSwitcher(initial="attention", id="views"):
+                yield AttentionPane(id="attention")
+                for name, pane in VIEWS.items():
+                    yield pane(id=name)
+            yield NextTokenPane()
+        yield SamplingPane()
+        yield StatusLine()
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._fit_layout()
+        self.worker.start(lambda snapshot: self.post_message(EngineUpdate(snapshot)))  # thread-safe
+
+    def on_unmount(self) -> None:
+        self.worker.stop(timeout=0.5)
+
+    def on_resize(self) -> None:
+        self._fit_layout()
+
+    def _fit_layout(self) -> None:
+        self.screen.set_class(self.size.width < 120, "-narrow")
+        self.screen.set_class(self.size.height < 30, "-short")
+
+    def submit(self, command: Command) -> None:
+        self.worker.submit(command)
+
+    # ---- engine updates ---------------------------------------------------------------------------
+
+    @on(EngineUpdate)
+    def on_engine_update(self, message: EngineUpdate) -> None:
+        s = message.snapshot
+        self.snapshot = s
+        if s.error:
+            self.notify(s.error, severity="error", timeout=6)
+        # Snapshots queued behind this one make it stale: repaint once, after the queue drains.
+        if not self._repaint_scheduled:
+            self._repaint_scheduled = True
+            self.call_later(self._apply_snapshot)
+
+    def _apply_snapshot(self) -> None:
+        self._repaint_scheduled = False
+        s = self.snapshot
+        if s is None:
+            return
+        if s.state == "error" and s.info is None:
+            self.fatal_error = s.error
+        bar = self.query_one("#loading", ProgressBar)
+        bar.set_class(s.info is not None or s.state == "error", "-hidden")
+        if s.progress is not None:
+            bar.update(total=1.0, progress=s.progress)
+        if s.info is not None and not self._layer_chosen:
+            self.layer = s.info.layers - 1
+        self.refresh_panes()
+
+    def current_selection(self) -> Selection | None:
+        s = self.snapshot
+        if s is None or s.info is None or not s.records:
+            return None
+        positions = s.prompt_len + len(s.records) - 1
+        cursor = positions - 1 if self.cursor is None else min(self.cursor, positions - 1)
+        return Selection(snapshot=s, layer=min(self.layer, s.info.layers - 1), head=self.head, cursor=cursor)
+
+    def refresh_panes(self) -> None:
+        if self.snapshot is None:
+            return
+        self.query_one(StatusLine).show(self.snapshot)
+        selection = self.current_selection()
+        if selection is None:
+            return
+        current = self.query_one("#views", ContentSwitcher).current
+        with self.batch_update():
+            self.query_one(TokensPane).show(selection)
+            self.query_one(f"#{current}", Pane).show(selection)
+            self.query_one(NextTokenPane).show(selection)
+            self.query_one(SamplingPane).show(selection)
+        self._request_inspection(selection, current)
+
+    def _request_inspection(self, selection: Selection, current: str | None) -> None:
+        """The lens and embedding views need the engine to look inside the cursor's position."""
+        s = selection.snapshot
+        if current not in INSPECTING_VIEWS or s.playing or not s.live:
+            return
+        if current_inspection(selection) is None and self._inspect_requested != (s.seq, selection.cursor):
+            self._inspect_requested = (s.seq, selection.cursor)
+            self.submit(Inspect(position=selection.cursor))
+
+    def watch_layer(self) -> None:
+        self.refresh_panes()
+
+    def watch_head(self) -> None:
+        self.refresh_panes()
+
+    def watch_cursor(self) -> None:
+        self.refresh_panes()
+
+    def watch_theme(self) -> None:
+        self.refresh_panes()
+
+    # ---- actions: the key table (tokenviz.ui.keys) names them ------------------------------------
+
+    def action_step(self) -> None:
+        self.cursor = None
+        self.submit(Step())
+
+    def action_autoplay(self) -> None:
+        self.cursor = None
+        self.submit(Play())
+
+    def action_rewind(self) -> None:
+        self.cursor = None
+        self.submit(Rewind(n=1))
+
+    def action_reset(self) -> None:
+        self.cursor = None
+        self.submit(Reset())
+
+    def action_force(self, rank: int) -> None:
+        """Take the rank-th token instead: at the pending step, or, with the cursor moved onto an
+        earlier generated token, at that token (a branch: the old path is kept)."""
+        selection = self.current_selection()
+        at_earlier_token = (
+            self.cursor is not None and selection is not None and selection.cursor >= selection.snapshot.prompt_len
+        )
+        self.cursor = None
+        if at_earlier_token and selection is not None:
+            self.submit(BranchAt(steps_back=len(selection.snapshot.chips) - selection.cursor, rank=rank))
+        else:
+            self.submit(Force(rank=rank))
+
+    def action_select_branch(self, delta: int) -> None:
+        pane = self.query_one(BranchPane)
+        pane.selected += delta
+        self._open_view("branches")
+
+    def action_open_branch(self) -> None:
+        s = self.snapshot
+        pane = self.query_one(BranchPane)
+        if s is None or len(s.branches) < 2:
+            self.notify("there is no other branch yet", severity="warning")
+            return
+        target = s.branches[min(max(pane.selected, 1), len(s.branches) - 1)]
+        self.cursor = None
+        self.submit(SwitchBranch(index=target.index))
+
+    def action_adjust(self, name: str, direction: int) -> None:
+        self.submit(Adjust(name=name, direction=direction))
+
+    def action_layer(self, delta: int) -> None:
+        if self.snapshot and self.snapshot.info:
+            self._layer_chosen = True
+            self.layer = (self.layer + delta) % self.snapshot.info.layers
+
+    def action_head(self, delta: int) -> None:
+        if not (self.snapshot and self.snapshot.info):
+            return
+        cycle: list[Head] = [*HEAD_MODES, *range(self.snapshot.info.heads)]
+        self.head = cycle[(cycle.index(self.head) + delta) % len(cycle)]
+
+    def action_cursor(self, delta: int) -> None:
+        selection = self.current_selection()
+        if selection is None:
+            return
+        self.cursor = min(max(selection.cursor + delta, 0), selection.positions - 1)
+
+    def _open_view(self, name: str) -> None:
+        self.query_one("#views", ContentSwitcher).current = name
+        self.refresh_panes()
+
+    def action_view(self, name: str) -> None:
+        self._open_view("attention" if self.query_one("#views", ContentSwitcher).current == name else name)
+
+    def action_beams(self, width: int | None = None) -> None:
+        """Beam search from the current tokens (width 3, or the width chosen in the palette)."""
+        self.beam_width = width or self.beam_width
+        self.submit(Beams(width=self.beam_width, steps=BEAM_STEPS))
+        self._open_view("beams")
+
+    def action_speculate(self, drafter: str = "prompt-lookup") -> None:
+        """Speculative decoding from the current tokens, with the current settings."""
+        self.submit(Speculate(drafter=drafter, steps=SPECULATION_STEPS))
+        self._open_view("speculation")
+
+    def action_verify(self) -> None:
+        self.submit(Verify())
+        self._open_view("cache")
+
+    def action_edit_prompt(self) -> None:
+        def submitted(prompt: str | None) -> None:
+            if prompt is not None:
+                self.cursor = None
+                self.submit(Start(prompt=prompt))
+
+        self.push_screen(PromptScreen(self.snapshot.prompt if self.snapshot else ""), submitted)
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_model_info(self) -> None:
+        s = self.snapshot
+        if s is None or s.info is None:
+            self.notify("the model is still loading")
+            return
+        i = s.info
+        self.notify(
+            f"{i.name} ({i.architecture}): {i.layers} layers, {i.heads} query heads sharing {i.kv_heads} KV heads "
+            f"of {i.head_dim}, hidden {i.hidden}, vocab {i.vocab}, context {i.context}, positions {i.positions}"
+            f"{', tied input/output embeddings' if i.tied_embeddings else ''}; {i.device}, {i.dtype}",
+            title="model",
+            timeout=12,
+        )
+
+    def action_export_svg(self) -> None:
+        stem = f"tokenviz-{datetime.now():%Y%m%d-%H%M%S}"
+        self._write_export(self.snapshot, stem, self.export_screenshot(), with_journey=False)
+
+    def action_export(self) -> None:
+        """Save the journey (replayable JSON) and a screenshot (SVG) in the current directory."""
+        if self.snapshot is None or not self.snapshot.records:
+            self.notify("nothing to export yet", severity="warning")
+            return
+        stem = f"tokenviz-{datetime.now():%Y%m%d-%H%M%S}"
+        self._write_export(self.snapshot, stem, self.export_screenshot(), with_journey=True)
+
+    @work(thread=True, group="export")
+    def _write_export(self, snapshot: Snapshot | None, stem: str, svg: str, with_journey: bool) -> None:
+        """Write the files off the UI thread (a long journey is megabytes of JSON)."""
+        written = []
+        try:
+            if with_journey and snapshot is not None:
+                written.append(str(save_journey(f"{stem}.json", snapshot)))
+            with open(f"{stem}.svg", "w", encoding="utf-8") as f:
+                f.write(svg)
+            written.append(f"{stem}.svg")
+        except TokenvizError as exc:
+            self.call_from_thread(self.notify, str(exc), severity="error")
+            return
+        except OSError as exc:
+            self.call_from_thread(self.notify, f"cannot write {stem}.svg: {exc.strerror}", severity="error")
+            return
+        replay = f" (tokenviz replay {written[0]})" if with_journey else ""
+        self.call_from_thread(self.notify, f"saved {' and '.join(written)}{replay}", title="export")
+
+    async def action_quit(self) -> None:
+        self.worker.stop(timeout=0.2)
+        self.exit()

@@ -1,0 +1,185 @@
+"""The key table: every key, what it does, its footer label and its command-palette entry.
+
+One table of data. The app's bindings, the command palette, the help screen and the README's key
+table are all generated from it (a test checks the README against `markdown_table()`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.binding import Binding
+
+
+@dataclass(frozen=True)
+class Press:
+    """One key and the action it runs (a Textual action string)."""
+
+    key: str  # Textual's key name
+    action: str
+    footer: str = ""  # the footer's short label; empty: not shown in the footer
+    palette: str = ""  # the command palette's entry; empty: none
+
+
+@dataclass(frozen=True)
+class KeyRow:
+    """One row of the key table as a person reads it: one or more keys that belong together."""
+
+    label: str  # how the table writes the keys
+    does: str
+    presses: tuple[Press, ...] = ()  # none: handled by Textual itself (the palette)
+
+
+def _adjust(name: str, down: str, up: str, footer: str) -> tuple[Press, ...]:
+    return (Press(down, f"adjust('{name}', -1)"), Press(up, f"adjust('{name}', 1)", footer))
+
+
+KEYS: tuple[KeyRow, ...] = (
+    KeyRow(
+        "space, n",
+        "step: take the pending token and run the model once more (with the KV cache)",
+        (Press("space,n", "step", "step", "Step: take the pending token"),),
+    ),
+    KeyRow(
+        "a",
+        "autoplay on/off; it stops at end of text, max new tokens, a stop string or a full context",
+        (Press("a", "autoplay", "play/pause", "Autoplay on/off"),),
+    ),
+    KeyRow(
+        "backspace",
+        "rewind one step (the cache is cropped; the state is exactly the one before)",
+        (Press("backspace", "rewind", "rewind", "Rewind one step"),),
+    ),
+    KeyRow("r", "reset to the prompt", (Press("r", "reset", "reset", "Reset to the prompt"),)),
+    KeyRow(
+        "e",
+        "edit the prompt (a dialog; Enter prefills it, Escape keeps the journey)",
+        (Press("e", "edit_prompt", "prompt", "Edit the prompt"),),
+    ),
+    KeyRow("t / T", "temperature down / up by 0.1", _adjust("temperature", "t", "T", "temp±")),
+    KeyRow(
+        "k / K",
+        "top-k down / up (off, 1, 2, 3, 5, 10, 20, 40, 50, 100, 200, 500, 1000)",
+        _adjust("top_k", "k", "K", "top-k±"),
+    ),
+    KeyRow("p / P", "top-p down / up by 0.05", _adjust("top_p", "p", "P", "top-p±")),
+    KeyRow(
+        "g", "greedy on/off (temperature 0, then back)", (Press("g", "adjust('greedy', 1)", "greedy", "Greedy on/off"),)
+    ),
+    KeyRow("s", "a new seed", (Press("s", "adjust('seed', 1)", "seed", "New seed"),)),
+    KeyRow(
+        "[ / ]",
+        "previous / next layer",
+        (Press("left_square_bracket", "layer(-1)"), Press("right_square_bracket", "layer(1)", "layer±")),
+    ),
+    KeyRow(
+        "h / H",
+        "next / previous head (mean and max in the cycle)",
+        (Press("h", "head(1)", "head±"), Press("H", "head(-1)")),
+    ),
+    KeyRow(
+        "1-9",
+        "force the n-th ranked token instead of the sampled one; with the cursor moved onto an earlier "
+        "generated token, branch there (the old path is kept)",
+        tuple(Press(str(i), f"force({i})") for i in range(1, 10)),
+    ),
+    KeyRow(
+        "← / →",
+        "move the token cursor; the panes follow it",
+        (Press("left", "cursor(-1)"), Press("right", "cursor(1)")),
+    ),
+    KeyRow(
+        "l",
+        "logit lens view: every layer's top-3 guesses for the next token and the chosen token's rank; "
+        "★ where it becomes top-1 for good",
+        (Press("l", "view('lens')", "lens", "View: logit lens"),),
+    ),
+    KeyRow(
+        "m",
+        "embedding and position view: the token's embedding row, the position scheme (learned or rotary), "
+        "tied embeddings, the residual norm per layer",
+        (Press("m", "view('embedding')", palette="View: embedding and position"),),
+    ),
+    KeyRow(
+        "c",
+        "KV cache view: per layer heads × dims × tokens × bytes, bytes per token, growth, what the last rewind kept",
+        (Press("c", "view('cache')", palette="View: KV cache"),),
+    ),
+    KeyRow(
+        "v",
+        "verify: recompute the latest step without the cache and show the largest logit and attention differences",
+        (Press("v", "verify", palette="Verify the KV cache against a full recompute"),),
+    ),
+    KeyRow(
+        "i",
+        "timing view: prefill against per-step decode, tokens/s, a sparkline of the last steps",
+        (Press("i", "view('timing')", palette="View: timing"),),
+    ),
+    KeyRow(
+        "b",
+        "branch tree: every path from the prompt with its log-probability and mean entropy, two side by side",
+        (Press("b", "view('branches')", palette="View: branch tree"),),
+    ),
+    KeyRow(
+        "< / >, o",
+        "select a branch, switch to it (the cache is rebuilt from the shared prefix)",
+        (
+            Press("less_than_sign", "select_branch(-1)"),
+            Press("greater_than_sign", "select_branch(1)"),
+            Press("o", "open_branch", palette="Switch to the selected branch"),
+        ),
+    ),
+    KeyRow(
+        "B",
+        "beam search (width 3, 2-8 from the palette) from the current tokens: every beam's candidates, "
+        "kept, finished or pruned",
+        (Press("B", "beams"),),
+    ),
+    KeyRow(
+        "S",
+        "speculative decoding from the current tokens (prompt lookup; early exit from the palette): "
+        "drafts, accepted, replaced",
+        (Press("S", "speculate", palette="Speculative decoding: prompt lookup"),),
+    ),
+    KeyRow(
+        "x",
+        "export the journey as replayable JSON plus an SVG screenshot, in the current directory",
+        (Press("x", "export", "export", "Export the journey (JSON) and a screenshot (SVG)"),),
+    ),
+    KeyRow("?", "help: what each pane shows", (Press("question_mark", "help", "help", "Help: what each pane shows"),)),
+    KeyRow("ctrl+p", "command palette: themes, greedy, seed, min-p, repetition penalty, model info, SVG export"),
+    KeyRow("q", "quit (also mid-step)", (Press("q", "quit", "quit"),)),
+)
+
+# Commands with no key of their own: the palette alone reaches them.
+PALETTE_ONLY: tuple[tuple[str, str], ...] = (
+    ("Min-p up", "adjust('min_p', 1)"),
+    ("Min-p down", "adjust('min_p', -1)"),
+    ("Repetition penalty up", "adjust('repetition_penalty', 1)"),
+    ("Repetition penalty down", "adjust('repetition_penalty', -1)"),
+    *((f"Beam search, width {w}", f"beams({w})") for w in range(2, 9)),
+    ("Model info", "model_info"),
+    ("Export an SVG screenshot", "export_svg"),
+)
+
+
+def bindings() -> list[Binding]:
+    """The app's BINDINGS, in the table's order (which is also the footer's)."""
+    return [
+        Binding(p.key, p.action, p.footer or p.palette or row.label, show=bool(p.footer))
+        for row in KEYS
+        for p in row.presses
+    ]
+
+
+def palette_entries() -> list[tuple[str, str]]:
+    """(label, action) for every command the palette offers, keyed ones first."""
+    keyed = [(p.palette, p.action) for row in KEYS for p in row.presses if p.palette]
+    return keyed + list(PALETTE_ONLY)
+
+
+def markdown_table() -> str:
+    """The key table as Markdown: the help screen shows it and the README carries it verbatim."""
+    rows = ["| key | does |", "|---|---|"]
+    rows += [f"| {row.label} | {row.does} |" for row in KEYS]
+    return "\n".join(rows)

@@ -1,0 +1,104 @@
+"""Attention pane: the causal attention matrix of one layer as a half-block heatmap.
+
+A Line API widget: the strips are built once per (snapshot, layer, head, cursor, size, theme) and
+render_line only hands them out. Long sequences are windowed around the cursor, so drawing cost
+stays bounded by the pane's size, not the sequence's length.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from rich.segment import Segment
+from rich.style import Style
+from textual.strip import Strip
+from textual.widget import Widget
+
+from tokenviz.contract.attention import attention_row, attention_window, head_label, window
+from tokenviz.render.colors import ramp
+from tokenviz.render.heatmap import heatmap_lines, legend
+from tokenviz.render.pieces import visible
+from tokenviz.ui.panes.base import Pane
+from tokenviz.ui.selection import Selection
+
+LABEL = 6  # columns for the row labels (query positions)
+
+
+class AttentionPane(Pane, Widget):
+    DEFAULT_CSS = "AttentionPane { border: round $foreground 30%; border-title-color: $primary; }"
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self._key: tuple[object, ...] | None = None
+        self._strips: list[Strip] = []
+
+    def on_mount(self) -> None:
+        self.border_title = "attention"
+
+    def draw(self, selection: Selection) -> None:
+        info = selection.snapshot.info
+        if info is not None:
+            self.border_title = (
+                f"attention · layer {selection.layer + 1}/{info.layers} · "
+                f"{head_label(selection.head, info.heads, info.kv_heads)}"
+            )
+        self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        self._build()
+        if y < len(self._strips):
+            return self._strips[y]
+        return Strip.blank(self.size.width, self.rich_style)
+
+    def _build(self) -> None:
+        selection, width, height = self.selection, self.size.width, self.size.height
+        theme = self.app.current_theme.name if self.app.current_theme else ""
+        identity = (
+            None if selection is None else (selection.snapshot.seq, selection.layer, selection.head, selection.cursor)
+        )
+        key = (identity, width, height, theme)
+        if key == self._key:
+            return
+        self._key = key
+        if selection is None or selection.positions == 0 or height < 3 or width < LABEL + 4:
+            self._strips = [Strip([Segment("waiting for the model…", Style(dim=True))])]
+            return
+        colors = ramp(list(self.colors.heatmap_stops), 64)
+        masked = self.colors.heatmap_masked
+        s = selection.snapshot
+        n = selection.positions
+        cursor = min(selection.cursor, n - 1)
+        map_rows = max(height - 3, 1)  # terminal rows for the map; two query rows each
+        # A short sequence gets bigger square cells (zoom) so it stays readable.
+        zoom_x = max(1, min(3, (width - LABEL) // n))
+        zoom = max(1, min(zoom_x, (map_rows * 2) // n))  # rows: as much as fits, never more than x
+        queries = window(cursor, n, map_rows * 2 // zoom)
+        key_cols = min((width - LABEL) // zoom_x, n)
+        keys = range(max(0, queries.stop - key_cols), max(0, queries.stop - key_cols) + key_cols)
+        matrix = attention_window(s.records, s.prompt_len, queries, keys, selection.layer, selection.head)
+        matrix = np.repeat(np.repeat(matrix, zoom, axis=0), zoom_x, axis=1)
+        strips = []
+        cursor_style = Style(color=self.colors.chip_cursor, bold=True)
+        dim = Style(dim=True)
+        for r, segments in enumerate(heatmap_lines(matrix, colors, masked)):
+            upper, lower = queries.start + (2 * r) // zoom, queries.start + (2 * r + 1) // zoom
+            has_cursor = cursor in (upper, lower)
+            label = f"{'▶' if has_cursor else ' '}{upper:>{LABEL - 2}} "
+            strips.append(Strip([Segment(label, cursor_style if has_cursor else dim), *segments]))
+        strips.append(
+            Strip(
+                [
+                    Segment(" " * LABEL),
+                    Segment(f"keys {keys.start}–{keys.stop - 1}", dim),
+                    Segment(f" · queries {queries.start}–{queries.stop - 1} of {n}", dim),
+                ]
+            )
+        )
+        row = attention_row(s.records, s.prompt_len, cursor, selection.layer, selection.head)
+        top = np.argsort(-row, kind="stable")[:4]
+        chips = s.chips
+        focus = "  ".join(f"{visible(chips[k].text)} {row[k]:.2f}" for k in top.tolist())
+        strips.append(
+            Strip([Segment(f"{visible(chips[cursor].text)}@{cursor} attends to: ", cursor_style), Segment(focus)])
+        )
+        strips.append(Strip([Segment("0 "), *legend(colors, min(24, width - 12)), Segment(" 1  (√ scale)", dim)]))
+        self._strips = [strip.crop(0, width).apply_style(self.rich_style) for strip in strips]

@@ -1,0 +1,43 @@
+"""Beam search pane: every beam's candidates per step, which survive and which are pruned."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from tokenviz.render.pieces import visible
+from tokenviz.ui.panes.base import ScrollPane, pending_note
+from tokenviz.ui.selection import Selection
+
+MARKS = {"kept": "✓", "finished": "★", "pruned": "✗"}
+
+
+class BeamPane(ScrollPane):
+    TITLE = "beam search"
+
+    def draw(self, selection: Selection) -> None:
+        body = self.body
+        result = selection.snapshot.beams
+        if result is None:
+            body.update(pending_note(selection, "running a beam search from here…", "beam search"))
+            return
+        chosen = self.colors.chosen
+        text = Text(no_wrap=True, overflow="crop")
+        text.append(
+            f"width {result.width}: each step keeps the {2 * result.width} best continuations of all beams "
+            f"by summed log-probability; ✓ survives, ★ finished, ✗ pruned\n",
+            style="bold",
+        )
+        for step in result.steps:
+            text.append(f"step {step.index + 1:>2} ", style="bold")
+            for c in step.candidates:
+                style = {"kept": "", "finished": f"bold {chosen}", "pruned": "dim strike"}[c.fate]
+                text.append(f"b{c.beam + 1}+{visible(c.text)} {c.score:.2f}{MARKS[c.fate]}  ", style=style)
+            text.append("\n")
+        text.append("final, best first (score = log-prob / length):\n", style="bold")
+        for rank, h in enumerate(result.final, 1):
+            text.append(
+                f"{rank}. {visible(h.text)}  log-prob {h.logprob:.3f} · score {h.score:.4f}\n",
+                style=f"bold {chosen}" if rank == 1 else "",
+            )
+        text.rstrip()
+        body.update(text)

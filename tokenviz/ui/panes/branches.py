@@ -1,0 +1,62 @@
+"""Branch tree pane: every path taken from the prompt, and two of them side by side."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from tokenviz.render.pieces import visible
+from tokenviz.ui.panes.base import ScrollPane
+from tokenviz.ui.selection import Selection
+
+
+class BranchPane(ScrollPane):
+    TITLE = "branches"
+
+    selected = 1  # index into the summaries (0 is the current path)
+
+    def draw(self, selection: Selection) -> None:
+        body = self.body
+        summaries = selection.snapshot.branches
+        chosen = self.colors.chosen
+        cursor = self.colors.chip_cursor
+        if len(summaries) < 2:
+            body.update(
+                Text(
+                    "one path so far. Rewind (backspace) and step differently, or move the cursor onto an "
+                    "earlier token and press 2-9 to take another token there: the old path stays here as "
+                    "a branch.",
+                    style="dim",
+                )
+            )
+            return
+        self.selected = min(max(self.selected, 1), len(summaries) - 1)
+        listing = Text(no_wrap=True, overflow="ellipsis")
+        listing.append(
+            "< and > select, o switches to the selected branch (the cache is rebuilt from the shared prefix)\n",
+            style="dim",
+        )
+        for i, b in enumerate(summaries):
+            mark = "●" if b.current else ("▶" if i == self.selected else " ")
+            style = f"bold {chosen}" if b.current else (f"bold {cursor}" if i == self.selected else "")
+            label = "current" if b.current else f"branch {i}"
+            listing.append(
+                f"{mark} {label:<9} {b.tokens:>3} tok · log-prob {b.logprob:8.2f} · "
+                f"entropy {b.mean_entropy:4.2f} bits · shares {b.shared:>3} · ",
+                style=style,
+            )
+            listing.append(visible(b.text) + "\n", style=style)
+        current, other = summaries[0], summaries[self.selected]
+        table = Table(expand=True, show_edge=False, header_style="bold", padding=(0, 1))
+        table.add_column("current path")
+        table.add_column(f"branch {self.selected}")
+        table.add_row(
+            *(
+                Text(f"log-prob {b.logprob:.2f} · {b.tokens} tokens · mean entropy {b.mean_entropy:.2f} bits")
+                for b in (current, other)
+            )
+        )
+        table.add_row(*(Text(b.text) for b in (current, other)))
+        self.border_subtitle = f"{len(summaries)} paths · they part after position {other.shared - 1}"
+        body.update(Group(listing, table))

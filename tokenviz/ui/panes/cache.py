@@ -1,0 +1,68 @@
+"""KV cache pane: what the cache holds per layer, how it grew, what a rewind kept, and a check
+that the cached step equals a full recompute."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from tokenviz.render.bars import bar
+from tokenviz.render.sparkline import sparkline
+from tokenviz.render.units import human_bytes
+from tokenviz.ui.panes.base import ScrollPane
+from tokenviz.ui.selection import Selection
+
+
+class CachePane(ScrollPane):
+    TITLE = "KV cache"
+
+    def draw(self, selection: Selection) -> None:
+        s, info, latest = selection.snapshot, selection.snapshot.info, selection.snapshot.latest
+        if latest is None:
+            return
+        bar_color = self.colors.bar
+        tokens, total = latest.kv_len, latest.kv_bytes
+        per_layer = total // max(info.layers, 1)
+        per_token = total // max(tokens, 1)
+        element = per_token // max(2 * info.layers * info.kv_heads * info.head_dim, 1)
+        text = Text(no_wrap=True, overflow="crop")
+        text.append(
+            f"{tokens} tokens held · {human_bytes(total)} in all · {human_bytes(per_token)} per token\n", style="bold"
+        )
+        v = s.verification
+        if v is None:
+            text.append("press v to recompute this step without the cache and compare\n", style="dim")
+        else:
+            verdict = "rounding level: the cache is exact" if v.max_logit_diff < 1e-3 else "LARGER than rounding"
+            text.append(
+                f"verify @ position {v.position}: max |Δlogit| {v.max_logit_diff:.2e}, "
+                f"max |Δattention| {v.max_attention_diff:.2e}\n",
+                style="bold",
+            )
+            text.append(f"same argmax: {'yes' if v.argmax_agrees else 'NO'} · {verdict}\n", style="bold")
+        text.append(
+            f"per layer: keys + values × {info.kv_heads} KV heads × {info.head_dim} dims × {tokens} tokens"
+            f" × {element} B = {human_bytes(per_layer)}  (×{info.layers} layers)\n"
+        )
+        if info.kv_heads < info.heads:
+            text.append(
+                f"grouped-query attention: {info.heads} query heads share {info.kv_heads} KV heads, "
+                f"so the cache is {info.heads // info.kv_heads}× smaller than one KV head per query head\n"
+            )
+        width = max(self.size.width - 14, 10)
+        for layer in range(min(info.layers, 3)):
+            text.append(f"layer {layer + 1:>3} ")
+            text.append(bar(1.0, width // 2), style=bar_color)
+            text.append(f" {human_bytes(per_layer)}\n")
+        if info.layers > 3:
+            text.append(f"… the same for all {info.layers} layers\n", style="dim")
+        growth = [r.kv_bytes for r in s.records]
+        text.append(f"growth over {len(growth)} forward passes: ")
+        text.append(sparkline(growth, width - 10) + "\n", style=bar_color)
+        event = s.cache_event
+        if event is not None:
+            text.append(
+                f"last rewind/branch kept the shared prefix of {event.kept} positions and dropped "
+                f"{event.dropped}: only those are recomputed\n"
+            )
+        text.rstrip()
+        self.body.update(text)

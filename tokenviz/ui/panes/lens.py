@@ -1,0 +1,86 @@
+"""Logit lens pane: what each layer would predict if the model stopped there."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from tokenviz.render.bars import bar
+from tokenviz.render.columns import cell
+from tokenviz.render.pieces import visible
+from tokenviz.ui.panes.base import ScrollPane, pending_note
+from tokenviz.ui.selection import Selection
+
+
+def current_inspection(selection: Selection):
+    """The snapshot's inspection if it belongs to the cursor's position of this journey, else None."""
+    s = selection.snapshot
+    inspection = s.inspection
+    if inspection is None or inspection.position != selection.cursor or selection.cursor >= len(s.chips):
+        return None
+    following = (
+        s.chips[selection.cursor + 1].id
+        if selection.cursor + 1 < len(s.chips)
+        else (s.pending.decision.chosen_id if s.pending else None)
+    )
+    if inspection.token_id != s.chips[selection.cursor].id or inspection.chosen_id != following:
+        return None
+    return inspection
+
+
+def inspection_or_note(selection: Selection, body, waiting: str):
+    """The cursor's inspection; or, while there is none, a note in `body` saying why."""
+    inspection = current_inspection(selection)
+    if inspection is None:
+        if selection.snapshot.playing:
+            waiting = "this view is computed when autoplay pauses"
+        body.update(pending_note(selection, waiting, "residual stream"))
+    return inspection
+
+
+class LensPane(ScrollPane):
+    TITLE = "logit lens"
+    DEFAULT_CSS = "LensPane > .body { text-wrap: nowrap; text-overflow: clip; }"
+
+    def draw(self, selection: Selection) -> None:
+        body = self.body
+        inspection = inspection_or_note(selection, body, "computing the lens for this position…")
+        if inspection is None:
+            return
+        chosen_color = self.colors.chosen
+        bar_color = self.colors.bar
+        first = inspection.first_top1_layer
+        width = max(self.size.width - 2, 30)
+        piece_w = 9 if width < 90 else 12
+        n_top = max(1, min(3, (width - 24) // (piece_w + 7)))  # narrow panes show fewer guesses per layer
+        bar_w = max(width - n_top * (piece_w + 7) - 20, 0)
+        text = Text(no_wrap=True, overflow="crop")
+        chosen_text = visible(chosen_text_of(selection, inspection))
+        text.append(f"@{inspection.position} {visible(inspection.token_text)} → {chosen_text}: ", style="bold")
+        text.append(
+            f"top-1 from layer {first}" if first is not None else "never settles as top-1", style=f"bold {chosen_color}"
+        )
+        text.append(
+            "\n" + f"{'layer':>5} {cell(f'top {n_top} (final norm + unembedding)', n_top * (piece_w + 7))}"
+            f" {'rank':>5} {'p(next)':>7}\n",
+            style="bold",
+        )
+        for row in inspection.lens:
+            label = "emb" if row.layer == 0 else str(row.layer)
+            style = f"bold {chosen_color}" if first is not None and row.layer == first else ""
+            text.append(f"{'★' if style else ' '}{label:>4} ", style=style)
+            for token_id, piece, prob in row.top[:n_top]:
+                mark = token_id == inspection.chosen_id
+                text.append(cell(visible(piece), piece_w), style=f"bold {chosen_color}" if mark else "")
+                text.append(f" {prob:5.3f} ")
+            text.append(f"{row.chosen_rank:>5} {row.chosen_prob:>7.4f} ")
+            text.append(bar(row.chosen_prob, bar_w) + "\n", style=bar_color)
+        text.rstrip()
+        self.border_subtitle = "the last row is the model's own output"
+        body.update(text)
+
+
+def chosen_text_of(selection: Selection, inspection) -> str:
+    s = selection.snapshot
+    return next((c.text for c in s.chips if c.id == inspection.chosen_id), None) or (
+        s.pending.decision.chosen_text if s.pending else str(inspection.chosen_id)
+    )

@@ -1,0 +1,93 @@
+"""Sampling pane: each stage in order, the distribution before and after, the draw, the decision."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from tokenviz.render.bars import bar
+from tokenviz.render.columns import cell
+from tokenviz.render.pieces import visible
+from tokenviz.ui.panes.base import BoxPane
+from tokenviz.ui.selection import Selection
+
+SHORT_NAMES = {"temperature": "temp", "repetition": "repeat", "presence/frequency": "pres/fr"}
+
+
+def settings_line(settings) -> str:
+    s = settings
+    parts = [
+        "greedy (T=0)" if s.greedy else f"T {s.temperature:.2f}",
+        f"top-k {s.top_k or 'off'}",
+        f"top-p {s.top_p:.2f}" if s.top_p < 1 else "top-p off",
+        f"min-p {s.min_p:.2f}" if s.min_p else "min-p off",
+        f"rep {s.repetition_penalty:g}",
+        f"pres {s.presence_penalty:g}",
+        f"freq {s.frequency_penalty:g}",
+        f"seed {s.seed}",
+    ]
+    return " · ".join(parts)
+
+
+def decision_line(d) -> str:
+    token = visible(d.chosen_text)
+    if d.mode == "greedy":
+        return f"greedy: argmax → {token} (raw p {d.raw_prob:.3f})"
+    if d.mode == "forced":
+        return f"forced (a branch): {token} (raw rank {d.raw_rank}, p {d.raw_prob:.3f}; final p {d.chosen_prob:.3f})"
+    low, high = d.band
+    return (
+        f"draw u = {d.u:.4f} fell in [{low:.4f}, {high:.4f}) → sampled {token} "
+        f"(final rank {d.chosen_rank}, p {d.chosen_prob:.3f}; raw rank {d.raw_rank})"
+    )
+
+
+class SamplingPane(BoxPane):
+    TITLE = "sampling"
+
+    def draw(self, selection: Selection) -> None:
+        record = selection.record
+        settings = selection.snapshot.settings
+        if record is None:
+            self.border_subtitle = settings_line(settings)
+            self.update(Text("No decision at this position: the prompt's tokens were given, not sampled.", style="dim"))
+            return
+        d = record.decision
+        chosen_color = self.colors.chosen
+        bar_color = self.colors.bar
+        final_color = self.colors.bar_final
+
+        pipeline = Text("logits → softmax", style="bold")
+        for st in d.stages:
+            pipeline.append(f" → {st.name} {st.detail}: ", style="bold")
+            pipeline.append(f"{st.kept} kept ({st.mass:.1%} of mass)")
+        pipeline.append(" → ", style="bold")
+        pipeline.append("argmax" if d.mode == "greedy" else ("forced" if d.mode == "forced" else "draw"), style="bold")
+
+        pipeline_rows = len(pipeline.wrap(self.app.console, max(self.size.width, 1)))
+        rows = max(self.size.height - pipeline_rows - 2, 2)
+        stage_w = 7
+        fixed = 1 + 13 + 8 + 1 + len(d.stages) * (stage_w + 1)
+        bar_width = min(16, max((self.size.width - fixed) // 2, 2))
+        table = Text(no_wrap=True, overflow="crop")
+        table.append(f" {cell('token', 13)} {'raw':>6} {cell('', bar_width)} ", style="bold")
+        for st in d.stages:
+            table.append(cell(SHORT_NAMES.get(st.name, st.name), stage_w, right=True) + " ", style="bold")
+        table.append("final\n", style="bold")
+        watched = sorted(range(len(d.watch)), key=lambda i: -d.raw_probs[i])[:rows]
+        for i in watched:
+            token_id, piece = d.watch[i]
+            final = d.stages[-1].probs[i] if d.stages else d.raw_probs[i]
+            mark = token_id == d.chosen_id
+            table.append(
+                ("▶" if mark else " ") + cell(visible(piece), 13), style=f"bold {chosen_color}" if mark else ""
+            )
+            table.append(f" {d.raw_probs[i]:>6.3f} ")
+            table.append(bar(d.raw_probs[i], bar_width) + " ", style=bar_color)
+            for st in d.stages:
+                value = f"{st.probs[i]:.3f}" if st.probs[i] > 0 else "—"
+                table.append(cell(value, stage_w, right=True) + " ")
+            table.append(bar(final, bar_width) + "\n", style=final_color)
+        table.rstrip()
+        decision = Text(decision_line(d), style=f"bold {chosen_color}")
+        self.border_subtitle = settings_line(settings)
+        self.update(Text("\n").join([pipeline, table, decision]))

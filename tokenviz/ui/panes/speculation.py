@@ -1,0 +1,49 @@
+"""Speculative decoding pane: each round's drafts, what the target accepted, what replaced the rest."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from tokenviz.render.pieces import visible
+from tokenviz.ui.panes.base import ScrollPane, pending_note
+from tokenviz.ui.selection import Selection
+
+
+class SpeculationPane(ScrollPane):
+    TITLE = "speculative decoding"
+
+    def draw(self, selection: Selection) -> None:
+        body = self.body
+        result = selection.snapshot.speculation
+        if result is None:
+            body.update(pending_note(selection, "drafting and verifying…", "speculation"))
+            return
+        spec, pieces = result, result.texts
+        ok = self.colors.chosen
+        text = Text(no_wrap=True, overflow="crop")
+        text.append(
+            f"drafter: {spec.drafter} · {len(spec.rounds)} target forwards for {len(spec.ids)} tokens "
+            f"({spec.tokens_per_forward:.2f} per forward) · acceptance {spec.acceptance_rate:.0%} of "
+            f"{spec.drafted} drafted\n",
+            style="bold",
+        )
+        text.append(
+            "each round: drafts ✓ accepted / ✗ rejected, then → the target's own token "
+            "(a replacement, or a bonus when every draft passed)\n",
+            style="dim",
+        )
+        for i, r in enumerate(spec.rounds, 1):
+            text.append(f"round {i:>2}: ", style="bold")
+            if not r.drafted:
+                text.append("no draft · ", style="dim")
+            for k, token in enumerate(r.drafted):
+                if k < r.accepted:
+                    text.append(f"{visible(pieces[token])}✓ ", style=ok)
+                elif k == r.rejected_at:
+                    text.append(f"{visible(pieces[token])}✗ ", style="bold red")
+                else:
+                    text.append(f"{visible(pieces[token])} ", style="dim strike")
+            text.append(f"→ {visible(pieces[r.next_id])}\n", style="bold")
+        text.append("output: ", style="bold")
+        text.append(visible("".join(pieces[t] for t in spec.ids)))
+        body.update(text)

@@ -1,0 +1,49 @@
+"""Timing pane: prefill against per-step decode, tokens per second, the last steps' times."""
+
+from __future__ import annotations
+
+import statistics
+
+from rich.text import Text
+
+from tokenviz.render.sparkline import sparkline
+from tokenviz.ui.panes.base import BoxPane
+from tokenviz.ui.selection import Selection
+
+
+class TimingPane(BoxPane):
+    TITLE = "timing"
+
+    def draw(self, selection: Selection) -> None:
+        s = selection.snapshot
+        if not s.records:
+            return
+        bar_color = self.colors.bar
+        prefill = s.records[0]
+        decode = [r.forward_ms for r in s.records[1:]]
+        sampling = [r.decision.ms for r in s.records]
+        text = Text(no_wrap=True, overflow="crop")
+        text.append(
+            f"prefill: {prefill.forward_ms:.1f} ms for {len(prefill.input_ids)} prompt tokens at once "
+            f"({prefill.forward_ms / max(len(prefill.input_ids), 1):.2f} ms per token)\n",
+            style="bold",
+        )
+        if decode:
+            mean = statistics.mean(decode)
+            text.append(
+                f"decode: {mean:.1f} ms per step (one token each, reusing the cache), "
+                f"{1000 / mean:.1f} tokens/s from the forward pass alone\n",
+                style="bold",
+            )
+            if s.tokens_per_s:
+                text.append(f"engine rate, all work included: {s.tokens_per_s:.1f} tokens/s\n")
+            text.append(f"sampling: {statistics.mean(sampling):.2f} ms per decision (every stage recorded)\n")
+            width = max(self.size.width - 4, 10)
+            text.append(
+                f"last {min(len(decode), width)} steps (forward ms, {min(decode[-width:]):.1f}-"
+                f"{max(decode[-width:]):.1f}):\n"
+            )
+            text.append(sparkline(decode, width), style=bar_color)
+        else:
+            text.append("step to see decode times (space)", style="dim")
+        self.update(text)

@@ -1,0 +1,84 @@
+"""Modal screens: the help screen (its key table comes from tokenviz.ui.keys) and the prompt editor."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Input, Label, Markdown
+
+from tokenviz.ui.keys import markdown_table
+
+HELP = f"""\
+# tokenviz: watch the model think
+
+Each step the model reads the tokens so far, runs them through every layer, and scores every token
+in its vocabulary (the **logits**). Softmax turns the scores into **probabilities**; the sampling
+stages reshape them; a draw picks one token; it is appended and the loop repeats, reusing the
+**KV cache** so only the new token is computed.
+
+## Panes
+
+- **tokens**: the prompt (grey chips) and generated tokens (green), each with its id. `·` is a
+  space, `↵` a newline, `<0x..>` a byte that is only part of a character, `⟨…⟩` a special token.
+  The underlined chip is the cursor (←/→); the other panes follow it. "next" is the pending choice.
+- **attention**: the causal attention matrix of one layer: row = the token reading (query), column
+  = the token read (key); brighter = more weight; the future is blank. Two matrix rows per terminal
+  row. `mean`/`max` combine heads; a single head shows its key/value group (heads share K/V in
+  grouped-query attention). The line below names the tokens the cursor attends to most.
+- **next token**: the model's own top-n for the position after the cursor: logit, probability, a
+  bar. Entropy (bits) says how unsure the model is. ▶ marks the token taken, with its rank.
+- **sampling**: the stages in order (penalties → temperature → top-k → top-p → min-p), how many
+  tokens each kept and how much probability mass survived, the distribution before (raw) and after
+  (final), and the decision: the uniform draw *u* and the cumulative band it fell in.
+- **lens / embedding / KV cache / timing** (keys l, m, c, i) take the attention pane's place; the
+  same key brings attention back. The lens shows, for every layer, what the model would predict if
+  it stopped there; ★ marks the layer from which the chosen token stays on top.
+- **status**: model, device, dtype, step, position, forward time, tokens/s, KV cache size, state.
+
+## Keys
+
+{markdown_table()}
+
+Settings keys re-decide the pending token from the logits already computed: only a step runs the model.
+"""
+
+
+class HelpScreen(ModalScreen):
+    BINDINGS: ClassVar = [Binding("escape,q,question_mark", "dismiss", "close")]
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > VerticalScroll { width: 90%; max-width: 110; height: 90%; border: thick $primary;
+                                  background: $surface; padding: 0 1; }
+    """
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Markdown(HELP, id="help")
+
+
+class PromptScreen(ModalScreen[str | None]):
+    BINDINGS: ClassVar = [Binding("escape", "cancel", "cancel")]
+    DEFAULT_CSS = """
+    PromptScreen { align: center middle; }
+    PromptScreen > Vertical { width: 80%; max-width: 100; height: auto; border: thick $primary;
+                              background: $surface; padding: 1 2; }
+    """
+
+    def __init__(self, prompt: str):
+        super().__init__()
+        self.prompt = prompt
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label("Prompt (Enter prefills it, Escape keeps the current journey):")
+            yield Input(value=self.prompt, id="prompt-input")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,34 @@
+"""What the user is looking at: a Snapshot plus the choices of layer, head and cursor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tokenviz.contract.attention import Head
+from tokenviz.contract.records import StepRecord
+from tokenviz.contract.snapshot import Snapshot
+
+
+@dataclass(frozen=True)
+class Selection:
+    snapshot: Snapshot
+    layer: int  # 0-based
+    head: Head  # an index, "mean" or "max"
+    cursor: int  # the selected token position
+
+    @property
+    def positions(self) -> int:
+        """Positions that went through the model (and so have an attention row)."""
+        s = self.snapshot
+        return s.prompt_len + len(s.records) - 1 if s.records else 0
+
+    @property
+    def record(self) -> StepRecord | None:
+        """The prediction made at the cursor's position, if the model computed one there."""
+        index = self.cursor - self.snapshot.prompt_len + 1
+        records = self.snapshot.records
+        return records[index] if 0 <= index < len(records) else None
+
+    @property
+    def is_pending(self) -> bool:
+        return self.record is not None and self.record is self.snapshot.pending

@@ -1,0 +1,1 @@
+"""The worker: one engine thread that owns the model; commands in, Snapshots out."""

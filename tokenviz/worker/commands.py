@@ -1,0 +1,120 @@
+"""What the UI can ask of a worker: commands as frozen dataclasses, and the Worker interface."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from tokenviz.contract.snapshot import Snapshot
+
+
+@dataclass(frozen=True)
+class Step:
+    """Take the pending token and run the model once more."""
+
+
+@dataclass(frozen=True)
+class Force:
+    """Take the rank-th token of the model's raw distribution instead of the pending one."""
+
+    rank: int
+
+
+@dataclass(frozen=True)
+class BranchAt:
+    """Rewind `steps_back` tokens and take the rank-th token there (the old path is kept)."""
+
+    steps_back: int
+    rank: int
+
+
+@dataclass(frozen=True)
+class SwitchBranch:
+    index: int  # in the branch store
+
+
+@dataclass(frozen=True)
+class Rewind:
+    n: int = 1
+
+
+@dataclass(frozen=True)
+class Reset:
+    """Back to the prompt (the path left is kept as a branch)."""
+
+
+@dataclass(frozen=True)
+class Start:
+    """Tokenize and prefill a new prompt."""
+
+    prompt: str
+
+
+@dataclass(frozen=True)
+class Adjust:
+    """Nudge one sampling setting a notch (see tokenviz.decoding.nudges)."""
+
+    name: str
+    direction: int = 1
+
+
+@dataclass(frozen=True)
+class Play:
+    on: bool | None = None  # None toggles
+
+
+@dataclass(frozen=True)
+class Inspect:
+    position: int
+
+
+@dataclass(frozen=True)
+class Verify:
+    """Recompute the latest step without the cache and compare."""
+
+
+@dataclass(frozen=True)
+class Beams:
+    width: int
+    steps: int = 10
+
+
+@dataclass(frozen=True)
+class Speculate:
+    drafter: str  # prompt-lookup or early-exit:LAYER
+    steps: int = 16
+
+
+Command = (
+    Step
+    | Force
+    | BranchAt
+    | SwitchBranch
+    | Rewind
+    | Reset
+    | Start
+    | Adjust
+    | Play
+    | Inspect
+    | Verify
+    | Beams
+    | Speculate
+)
+
+# Commands that change the journey pause autoplay first; settings and view changes do not.
+Move = Step | Force | BranchAt | SwitchBranch | Rewind | Reset | Start
+
+Post = Callable[[Snapshot], object]  # hands a Snapshot to the UI; must be thread-safe
+
+
+class Worker(Protocol):
+    """What the app holds: it starts the worker, submits commands and stops it."""
+
+    submitted: int  # commands submitted so far (a Snapshot's `handled` catches up with it)
+
+    def start(self, post: Post) -> None: ...
+
+    def submit(self, command: Command) -> None: ...
+
+    def stop(self, timeout: float = 1.0) -> None: ...

@@ -1,0 +1,299 @@
+"""The engine thread: one long-lived thread owns the model, its cache and the session.
+
+Commands arrive through a queue and run one at a time, in order, so a storm of keys can never
+run two forward passes at once or interleave with a half-done step. After the queue is drained the
+thread publishes one frozen Snapshot through `post` (Textual's post_message is thread-safe).
+Every turn of the loop is guarded: an exception becomes a one-line error in a Snapshot, the
+details go to the log, and the journey stays usable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, assert_never
+
+from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.settings import DEFAULT_SETTINGS, SamplingSettings
+from tokenviz.contract.snapshot import EngineState, Snapshot
+from tokenviz.decoding.nudges import adjust
+from tokenviz.worker.commands import (
+    Adjust,
+    Beams,
+    BranchAt,
+    Command,
+    Force,
+    Inspect,
+    Move,
+    Play,
+    Post,
+    Reset,
+    Rewind,
+    Speculate,
+    Start,
+    Step,
+    SwitchBranch,
+    Verify,
+)
+from tokenviz.worker.errorlog import log_exception
+from tokenviz.worker.loader import Loader
+from tokenviz.worker.snapshots import snapshot_of
+
+if TYPE_CHECKING:
+    from tokenviz.contract.results import BeamResult, Inspection, Speculation, Verification
+    from tokenviz.journey.session import Session
+
+FRAME_S = 1 / 60  # autoplay publishes at most one frame per FRAME_S (and always the last)
+ALLOWED_WITHOUT_JOURNEY = (Start, Adjust)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Quit:
+    """Ends the loop (sent by stop())."""
+
+
+class EngineWorker:
+    def __init__(self, loader: Loader, settings: SamplingSettings, prompt: str):
+        self._loader = loader
+        self._prompt = prompt
+        self._settings = settings
+        self._post: Post = lambda snapshot: None
+        self._queue: queue.Queue[Command | _Quit] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="tokenviz-engine", daemon=True)
+        self._stopping = threading.Event()
+        self.submitted = 0  # commands sent (UI thread)
+        self._handled = 0  # commands done (engine thread)
+        self.session: Session | None = None
+        self.playing = False
+        self._seq = 0
+        self._state: EngineState = "loading"
+        self._message = "starting"
+        self._progress: float | None = None
+        self._step_times: deque[float] = deque(maxlen=16)
+        self._warm_temperature = settings.temperature or DEFAULT_SETTINGS.temperature  # what greedy-off returns to
+        self._start_error: str | None = None
+        self._last_publish = 0.0
+        self._last_snapshot: Snapshot | None = None
+        self._inspection: Inspection | None = None
+        self._verification: Verification | None = None
+        self._beams: BeamResult | None = None
+        self._speculation: Speculation | None = None
+
+    # ---- called from the UI thread ----------------------------------------------------------------
+
+    def start(self, post: Post) -> None:
+        self._post = post
+        self._thread.start()
+
+    def submit(self, command: Command) -> None:
+        self.submitted += 1
+        self._queue.put(command)
+
+    def stop(self, timeout: float = 1.0) -> None:
+        self._stopping.set()
+        self._queue.put(_Quit())
+        self._thread.join(timeout)
+
+    # ---- the thread ----------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self._load()
+        except TokenvizError as exc:
+            self._state, self._message = "error", str(exc)
+            self._publish(error=str(exc))
+            return
+        except Exception as exc:  # not foreseeable: one line, and the traceback in the log
+            self._state = "error"
+            self._message = f"internal error while loading: {exc} ({log_exception()})"
+            self._publish(error=self._message)
+            return
+        self._publish(error=self._start_error)
+        while not self._stopping.is_set():
+            try:
+                if not self._turn():
+                    return
+            except Exception as exc:  # a bug outside any one command (publishing, say): show it, go on
+                self.playing = False
+                self._publish(error=f"internal error: {exc} ({log_exception()})")
+
+    def _turn(self) -> bool:
+        """One turn: an autoplay step, or every queued command; then publish. False: quit."""
+        if self.playing and self._queue.empty():
+            error = self._do(Step(), autoplay=True)
+            if error or not self.playing or time.perf_counter() - self._last_publish >= FRAME_S:
+                self._publish(error=error)
+            return True
+        command = self._queue.get()
+        if isinstance(command, _Quit):
+            return False
+        error = self._do(command)
+        while error is None and not self._queue.empty() and not self._stopping.is_set():
+            command = self._queue.get()
+            if isinstance(command, _Quit):
+                return False
+            error = self._do(command)
+        self._publish(error=error)
+        return True
+
+    def _load(self) -> None:
+        # Deferred: these import torch, which must not delay the app's first frame.
+        from tokenviz.journey.session import Session
+        from tokenviz.model.runner import ModelRunner
+
+        def progress(message: str, fraction: float | None) -> None:
+            self._message, self._progress = message, fraction
+            self._publish()
+
+        self._publish()
+        loaded = self._loader(progress)
+        self.session = Session(ModelRunner(loaded), self._settings)
+        self._message, self._progress = "prefilling the prompt", None
+        self._publish()
+        try:
+            self.session.start(self._prompt)
+        except TokenvizError as exc:
+            self._state, self._message = "ready", "no prompt yet: press e to write one"
+            self._start_error = str(exc)
+            return
+        self._state, self._message = "ready", ""
+
+    def _do(self, command: Command, autoplay: bool = False) -> str | None:
+        """Run one command; returns a one-line error or None."""
+        try:
+            if isinstance(command, Move) and not autoplay:
+                self.playing = False
+            self._handle(command)
+        except TokenvizError as exc:
+            if autoplay:
+                self.playing = False
+            return str(exc)
+        except Exception as exc:  # a bug, not the user's mistake: keep the app alive, log the details
+            self.playing = False
+            return f"internal error: {exc} ({log_exception()})"
+        finally:
+            if not autoplay:
+                self._handled += 1
+        if self.session is not None and self.session.stop_reason is not None:
+            self.playing = False
+        return None
+
+    def _handle(self, command: Command) -> None:
+        session = self.session
+        if session is None or (not session.records and not isinstance(command, ALLOWED_WITHOUT_JOURNEY)):
+            raise TokenvizError("no journey yet: press e to write a prompt")
+        if isinstance(command, Move):
+            self._move(command, session)
+        else:
+            self._look(command, session)
+
+    def _move(self, command: Move, session: Session) -> None:
+        """A command that changes the journey."""
+        match command:
+            case Step():
+                self._timed(session.step)
+            case Force(rank=rank):
+                self._timed(lambda: session.force_rank(rank))
+            case BranchAt(steps_back=steps_back, rank=rank):
+                self._timed(lambda: session.branch(steps_back, rank))
+            case SwitchBranch(index=index):
+                self._timed(lambda: session.switch_branch(index))
+            case Rewind(n=n):
+                if session.rewind(n) == 0:
+                    raise TokenvizError("nothing to rewind: only the prompt is left")
+            case Reset():
+                self._timed(lambda: session.start(session.prompt))
+            case Start(prompt=prompt):
+                self._timed(lambda: session.start(prompt))
+                self._prompt = prompt
+            case _:
+                assert_never(command)
+
+    def _look(self, command: Command, session: Session) -> None:
+        """A command that changes the settings, autoplay or what the views show. (The imports below
+        are deferred like _load's: they import torch, and this module is imported before the first frame.)"""
+        match command:
+            case Adjust(name=name, direction=direction):
+                if not session.settings.greedy:
+                    self._warm_temperature = session.settings.temperature
+                session.set_settings(
+                    adjust(session.settings, name, direction, restore_temperature=self._warm_temperature)
+                )
+            case Play(on=on):
+                self.playing = not self.playing if on is None else on
+                if self.playing and session.stop_reason is not None and session.check_stop() is not None:
+                    self.playing = False
+                    raise TokenvizError(f"stopped: {session.stop_reason}; rewind or raise the limit to go on")
+            case Inspect(position=position):
+                self._inspection = session.inspect(position)
+            case Verify():
+                from tokenviz.journey.verification import verify_latest
+
+                self._verification = verify_latest(session.runner, session.cached_ids)
+            case Beams(width=width, steps=steps):
+                from tokenviz.decoding.beams import beam_search
+
+                self._beams = beam_search(session.runner, session.ids, width, steps)
+            case Speculate(drafter=drafter, steps=steps):
+                from tokenviz.decoding.speculation import make_drafter, speculative_decode
+
+                drafting = make_drafter(drafter, session.runner)
+                self._speculation = speculative_decode(session.runner, session.ids, drafting, steps, session.settings)
+            case _:
+                raise TokenvizError(f"unknown command {command!r}")
+
+    def _timed(self, action: Callable[[], object]) -> None:
+        started = time.perf_counter()
+        action()
+        self._step_times.append(time.perf_counter() - started)
+
+    def _publish(self, error: str | None = None) -> None:
+        self._seq += 1
+        self._last_publish = time.perf_counter()
+        try:
+            snapshot = self._snapshot(error)
+        except Exception as exc:  # the journey is intact: show the last good frame with the error
+            self.playing = False
+            base = self._last_snapshot or Snapshot(
+                seq=0, state=self._state, settings=self._settings, prompt=self._prompt
+            )
+            snapshot = dataclasses.replace(
+                base,
+                seq=self._seq,
+                playing=False,
+                handled=self._handled,
+                error=f"internal error while drawing: {exc} ({log_exception()})",
+            )
+        self._last_snapshot = snapshot
+        self._post(snapshot)
+
+    def _snapshot(self, error: str | None) -> Snapshot:
+        s = self.session
+        if s is not None and s.records:
+            state: EngineState = "playing" if self.playing else ("stopped" if s.stop_reason else "ready")
+            journey = snapshot_of(s, seq=self._seq, state=state)
+        else:
+            journey = Snapshot(
+                seq=self._seq,
+                state=self._state,
+                info=s.runner.info if s else None,
+                settings=s.settings if s else self._settings,
+                prompt=self._prompt,
+            )
+        return dataclasses.replace(
+            journey,
+            message=self._message,
+            progress=self._progress,
+            playing=self.playing,
+            tokens_per_s=len(self._step_times) / sum(self._step_times) if self._step_times else None,
+            error=error,
+            handled=self._handled,
+            inspection=self._inspection,
+            verification=self._verification,
+            beams=self._beams,
+            speculation=self._speculation,
+        )

@@ -1,0 +1,26 @@
+"""The model loader a worker calls from its own thread."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tokenviz.model.loading import LoadedModel
+
+Progress = Callable[[str, "float | None"], None]  # (message, fraction done or None)
+Loader = Callable[[Progress], "LoadedModel"]
+
+
+def model_loader(
+    model: str | None, device: str = "auto", dtype: str = "auto", trust_remote_code: bool = False
+) -> Loader:
+    """A loader for `model` (None: the bundled one)."""
+
+    def load(progress: Progress) -> LoadedModel:
+        # Deferred: torch and transformers are imported in the engine thread, after the first frame.
+        from tokenviz.model.loading import load_model
+
+        return load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code, progress=progress)
+
+    return load

@@ -1,0 +1,32 @@
+"""A session's journey as a Snapshot (the engine thread, the headless trace and the tests use it)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tokenviz.contract.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from tokenviz.journey.session import Session
+
+
+def snapshot_of(session: Session, seq: int = 1, **fields: Any) -> Snapshot:
+    """The journey of `session` as a Snapshot; `fields` set or override the others."""
+    s = session
+    state = "stopped" if s.stop_reason else "ready"
+    return Snapshot(
+        seq=seq,
+        state=fields.pop("state", state),
+        info=s.runner.info,
+        settings=s.settings,
+        prompt=s.prompt,
+        chips=tuple(s.chips()),
+        prompt_len=len(s.prompt_ids),
+        records=tuple(s.records),
+        stop_reason=s.stop_reason,
+        cache_event=s.last_cache_event,
+        text=s.generated_text,
+        full_text=s.text,
+        branches=tuple(s.branch_summaries()) if len(s.branches) else (),
+        **fields,
+    )
