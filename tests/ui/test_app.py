@@ -160,7 +160,7 @@ async def test_settings_keys_redecide_without_a_step(key, field, expected):
         s = await settle(app, pilot)
         assert getattr(s.settings, field) == expected
         assert len(s.records) == len(before.records) and s.records[-1].forward_ms == forwards  # no forward
-        assert s.records[-1].decision.settings[field] == expected  # the pending decision was re-made
+        assert getattr(s.records[-1].decision.settings, field) == expected  # the pending decision was re-made
         label = {"temperature": f"T {expected:.2f}", "top_k": f"top-k {expected}", "top_p": f"top-p {expected:.2f}"}
         assert label[field] in shown(app, SamplingPane)
 

@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from tokenviz.contract.settings import SamplingSettings
+
 DecisionMode = Literal["greedy", "sampled", "forced"]
 
 
@@ -43,7 +45,7 @@ class Decision:
     """How the next token was decided: every stage, the draw, the choice."""
 
     mode: DecisionMode
-    settings: dict[str, Any]  # the SamplingSettings in force, as JSON
+    settings: SamplingSettings  # the settings in force
     watch: tuple[tuple[int, str], ...]  # tokens followed through the stages: (id, text)
     raw_probs: tuple[float, ...]  # the model's own softmax for each watched token
     stages: tuple[Stage, ...]
@@ -97,7 +99,7 @@ class StepRecord:
             "entropy": self.entropy,
             "stages": [{"name": s.name, "kept": s.kept, "mass": s.mass} for s in d.stages],
             "draw": {"greedy": d.mode == "greedy", **d.to_json()},
-            "settings": d.settings,
+            "settings": d.settings.to_json(),
             "ms": {"forward": self.forward_ms, "sampling": d.ms},
             "kv": {"len": self.kv_len, "bytes": self.kv_bytes},
         }

@@ -65,6 +65,11 @@ class SamplingSettings:
     def replace(self, **changes: Any) -> SamplingSettings:
         return dataclasses.replace(self, **changes)
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> SamplingSettings:
+        """The settings `to_json` wrote (validated like any other)."""
+        return cls(**{**d, "stop": tuple(d.get("stop", ()))})
+
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["stop"] = list(self.stop)

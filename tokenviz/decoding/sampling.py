@@ -242,7 +242,7 @@ class PendingDecision:
         )
         return Decision(
             mode=self.mode,
-            settings=self.settings.to_json(),
+            settings=self.settings,
             watch=tuple((i, piece(i)) for i in watch_ids),
             raw_probs=tuple(float(p) for p in host["decision.raw_probs"][first]),
             stages=stages,

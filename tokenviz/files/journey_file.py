@@ -48,7 +48,7 @@ def _record(r: StepRecord) -> dict[str, Any]:
         "kv_bytes": r.kv_bytes,
         "decision": {
             "mode": d.mode,
-            "settings": d.settings,
+            "settings": d.settings.to_json(),
             "watch": [list(w) for w in d.watch],
             "raw_probs": list(d.raw_probs),
             "stages": [[st.name, st.detail, st.kept, st.mass, list(st.probs)] for st in d.stages],
@@ -69,7 +69,7 @@ def _unrecord(r: dict[str, Any]) -> StepRecord:
     d = r["decision"]
     decision = Decision(
         mode=d["mode"],
-        settings=d["settings"],
+        settings=SamplingSettings.from_json(d["settings"]),
         watch=tuple(tuple(w) for w in d["watch"]),
         raw_probs=tuple(d["raw_probs"]),
         stages=tuple(Stage(name=n, detail=t, kept=k, mass=m, probs=tuple(p)) for n, t, k, m, p in d["stages"]),
@@ -149,7 +149,7 @@ def snapshot_from_journey(doc: dict[str, Any]) -> Snapshot:
             seq=1,
             state="stopped" if r["stop_reason"] else "ready",
             info=info,
-            settings=SamplingSettings(**{**doc["settings"], "stop": tuple(doc["settings"].get("stop", ()))}),
+            settings=SamplingSettings.from_json(doc["settings"]),
             prompt=r["prompt_text"],
             chips=tuple(TokenChip(id=i, text=t, is_prompt=p, is_special=s) for i, t, p, s in r["chips"]),
             prompt_len=r["prompt_len"],

@@ -16,12 +16,8 @@ def verify_journey(doc: dict[str, Any], session: Session) -> tuple[int, int | No
     steps = doc["steps"]
     session.start([t["id"] for t in doc["prompt"]])
     for i, step in enumerate(steps):
-        settings = {
-            **step["settings"],
-            "stop": tuple(step["settings"].get("stop", ())),
-            "max_new_tokens": max(step["settings"]["max_new_tokens"], len(steps)),
-        }
-        session.set_settings(SamplingSettings(**settings))
+        settings = SamplingSettings.from_json(step["settings"])
+        session.set_settings(settings.replace(max_new_tokens=max(settings.max_new_tokens, len(steps))))
         pending = session.pending
         if pending is None:
             return i, i

@@ -118,6 +118,7 @@ class Session:
             return self._resume()
         if not self.records:
             raise TokenvizError("nothing to step: start a prompt first")
+        pending, cached = self.records[-1], self.runner.kv_len
         if forced_id is not None:
             if not 0 <= forced_id < self.runner.info.vocab:
                 raise TokenvizError(f"token id {forced_id} is outside the vocabulary (0-{self.runner.info.vocab - 1})")
@@ -128,7 +129,13 @@ class Session:
             self._pending_logits = None
             return None
         token = self.ids[-1]
-        return self._push(self.runner.forward([token]), [token])
+        try:
+            return self._push(self.runner.forward([token]), [token])
+        except BaseException:  # the journey stays as it was: no token, the same pending decision
+            self.ids.pop()
+            self.records[-1], self.stop_reason = pending, None
+            self.runner.crop(cached)
+            raise
 
     def force_rank(self, rank: int) -> StepRecord | None:
         """Commit the rank-th most likely token of the model's raw distribution (1-based)."""

@@ -1,0 +1,44 @@
+"""The contract is fully typed: every field of the Snapshot, and of every type it carries, has a
+concrete type (no Any), and none of them is a torch type."""
+
+import dataclasses
+import types
+import typing
+
+import numpy as np
+
+from tokenviz.contract.snapshot import Snapshot
+
+
+def field_types(cls) -> list[tuple[str, object]]:
+    hints = typing.get_type_hints(cls)
+    return [(f"{cls.__name__}.{f.name}", hints[f.name]) for f in dataclasses.fields(cls)]
+
+
+def leaves(annotation) -> list[object]:
+    """The classes an annotation is made of (tuple[int, ...] | None -> int, NoneType, ...)."""
+    args = typing.get_args(annotation)
+    if not args:
+        return [annotation]
+    if typing.get_origin(annotation) is typing.Literal:
+        return [str]
+    return [leaf for arg in args for leaf in leaves(arg)]
+
+
+def test_the_snapshot_and_everything_it_carries_is_concretely_typed():
+    seen, queue, problems = set(), [Snapshot], []
+    while queue:
+        cls = queue.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        for name, annotation in field_types(cls):
+            for leaf in leaves(annotation):
+                if leaf is typing.Any or leaf is object:
+                    problems.append(name)
+                elif dataclasses.is_dataclass(leaf):
+                    queue.append(leaf)
+                elif leaf not in (int, float, str, bool, types.NoneType, Ellipsis, np.ndarray):
+                    problems.append(f"{name}: {leaf!r}")
+    assert problems == []
+    assert len(seen) >= 15  # Snapshot, records, settings, results: the walk really went through them

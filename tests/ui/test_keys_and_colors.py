@@ -1,0 +1,61 @@
+"""One key table makes the bindings, the palette and the help; one object resolves a theme's colours."""
+
+import re
+
+import pytest
+from textual.theme import BUILTIN_THEMES
+
+from tokenviz.ui.app import TokenvizApp
+from tokenviz.ui.colors import DEFAULT_HEATMAP, theme_colors
+from tokenviz.ui.keys import KEYS, bindings, markdown_table, palette_entries
+from tokenviz.ui.screens import HELP
+from tokenviz.ui.themes import load_themes
+
+
+def action_name(action: str) -> str:
+    return re.match(r"\w+", action).group(0)
+
+
+def test_every_binding_comes_from_the_table_and_names_a_real_action():
+    pressed = [p for row in KEYS for p in row.presses]
+    assert [(b.key, b.action) for b in TokenvizApp.BINDINGS] == [(p.key, p.action) for p in pressed]
+    for _, action in [(b.key, b.action) for b in bindings()] + palette_entries():
+        assert callable(getattr(TokenvizApp, f"action_{action_name(action)}", None)), action
+
+
+def test_the_footer_shows_the_short_labels_and_the_palette_the_long_ones():
+    footer = [b.description for b in bindings() if b.show]
+    assert footer[:3] == ["step", "play/pause", "rewind"] and footer[-1] == "quit"
+    labels = [label for label, _ in palette_entries()]
+    assert "View: logit lens" in labels and "Beam search, width 5" in labels and len(set(labels)) == len(labels)
+
+
+def test_the_help_screen_shows_the_key_table():
+    assert markdown_table() in HELP
+
+
+@pytest.mark.parametrize("name", ["tokenviz-dark", "tokenviz-light", "tokenviz-contrast"])
+def test_bundled_themes_set_every_colour_the_panes_use(name):
+    theme = load_themes()[name]
+    colors = theme_colors(theme)
+    v = theme.variables
+    assert colors.heatmap_stops == tuple(v["heatmap-stops"].split())
+    assert (colors.bar, colors.bar_final, colors.chip_cursor, colors.chosen) == (
+        v["bar-color"],
+        v["bar-final-color"],
+        v["chip-cursor"],
+        v["chosen-color"],
+    )
+    assert (colors.chip_prompt, colors.chip_generated, colors.chip_newest, colors.heatmap_masked) == (
+        v["chip-prompt"],
+        v["chip-generated"],
+        v["chip-newest"],
+        v["heatmap-masked"],
+    )
+
+
+def test_another_textual_theme_gets_colours_from_its_own_palette():
+    theme = BUILTIN_THEMES["nord"]
+    colors = theme_colors(theme)
+    assert colors.chip_cursor == theme.accent and colors.bar == theme.primary and colors.chosen == theme.success
+    assert colors.heatmap_stops == tuple(DEFAULT_HEATMAP.split())

@@ -1,0 +1,126 @@
+"""The engine thread is guarded: a failure in a step, in building a snapshot or in handing it to the
+UI becomes a one-line error in the next Snapshot, the thread lives on and the journey stays usable."""
+
+import threading
+import time
+
+import pytest
+from apptools import PROMPT, make_app, settle, wait_for
+from tiny import tiny_model
+
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.worker import engine
+from tokenviz.worker.commands import Step
+from tokenviz.worker.engine import EngineWorker
+
+
+class Collector:
+    """A `post` that keeps every Snapshot; `fail_on` makes chosen calls raise instead."""
+
+    def __init__(self, fail_on: tuple[int, ...] = ()):
+        self.snapshots = []
+        self.calls = 0
+        self.fail_on = fail_on
+        self.arrived = threading.Condition()
+
+    def __call__(self, snapshot):
+        self.calls += 1
+        if self.calls in self.fail_on:
+            raise RuntimeError("the UI went away for a moment")
+        with self.arrived:
+            self.snapshots.append(snapshot)
+            self.arrived.notify_all()
+
+    def wait(self, predicate, timeout: float = 20.0):
+        deadline = time.monotonic() + timeout
+        with self.arrived:
+            while True:
+                if self.snapshots and predicate(self.snapshots[-1]):
+                    return self.snapshots[-1]
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"no such snapshot; the last: {self.snapshots[-1:]}")
+                self.arrived.wait(left)
+
+
+@pytest.fixture
+def started():
+    workers = []
+
+    def start(post):
+        worker = EngineWorker(lambda progress: tiny_model("llama"), SamplingSettings(seed=1), PROMPT)
+        worker.start(post)
+        workers.append(worker)
+        return worker
+
+    yield start
+    for worker in workers:
+        worker.stop()
+
+
+def test_a_failing_step_is_one_line_and_leaves_the_journey_as_it_was(started):
+    post = Collector()
+    worker = started(post)
+    ready = post.wait(lambda s: s.state == "ready")
+    runner = worker.session.runner
+    forward = runner.forward
+    runner.forward = lambda *args, **kwargs: (_ for _ in ()).throw(RuntimeError("boom"))
+    worker.submit(Step())
+    failed = post.wait(lambda s: s.handled == 1)
+    assert failed.error.startswith("internal error: boom (details in ") and "\n" not in failed.error
+    assert failed.chips == ready.chips and failed.pending.decision == ready.pending.decision
+    assert runner.kv_len == len(ready.chips)
+    runner.forward = forward
+    worker.submit(Step())
+    after = post.wait(lambda s: s.handled == 2)
+    assert after.error is None and after.chips[:-1] == ready.chips
+    assert after.chips[-1].id == ready.pending.decision.chosen_id and worker._thread.is_alive()
+
+
+def test_a_failure_while_building_a_snapshot_shows_the_last_frame_with_the_error(started, monkeypatch):
+    post = Collector()
+    worker = started(post)
+    ready = post.wait(lambda s: s.state == "ready")
+    real = engine.snapshot_of
+    monkeypatch.setattr(engine, "snapshot_of", lambda *args, **kwargs: (_ for _ in ()).throw(ValueError("bad frame")))
+    worker.submit(Step())
+    failed = post.wait(lambda s: s.handled == 1)
+    assert failed.error.startswith("internal error while drawing: bad frame")
+    assert failed.chips == ready.chips  # the last good frame, not a blank one
+    monkeypatch.setattr(engine, "snapshot_of", real)
+    worker.submit(Step())
+    after = post.wait(lambda s: s.handled == 2)
+    assert after.error is None and len(after.chips) == len(ready.chips) + 2  # both steps were taken
+
+
+def test_a_failure_handing_a_snapshot_over_does_not_end_the_thread(started):
+    post = Collector(fail_on=(4,))  # loading, prefilling and ready come first; the 4th is the step's
+    worker = started(post)
+    post.wait(lambda s: s.state == "ready")
+    worker.submit(Step())
+    shown = post.wait(lambda s: s.error is not None)
+    assert "the UI went away" in shown.error
+    worker.submit(Step())
+    after = post.wait(lambda s: s.handled == 2 and s.error is None)
+    assert len(after.chips) == after.prompt_len + 2 and worker._thread.is_alive()
+
+
+async def test_the_app_shows_an_engine_failure_and_goes_on(monkeypatch):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        before = await settle(app, pilot)
+        real = engine.snapshot_of
+        calls = []
+
+        def failing_once(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == 1:
+                raise ValueError("bad frame")
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(engine, "snapshot_of", failing_once)
+        await pilot.press("space")
+        await wait_for(lambda: any("bad frame" in n.message for n in app._notifications), pilot)
+        await pilot.press("space")
+        s = await settle(app, pilot)
+        assert len(s.chips) == len(before.chips) + 2
