@@ -105,3 +105,36 @@ def test_gguf_is_converted_once_and_a_broken_cache_is_rebuilt(tmp_path, monkeypa
     assert any(f == 1.0 for _, f in messages)
     with torch.inference_mode():
         assert torch.equal(first.model(ids).logits, third.model(ids).logits)
+
+
+def save_random(directory, kind: str, **config) -> str:
+    from tiny import tiny_tokenizer
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+    tokenizer = tiny_tokenizer()
+    cfg = AutoConfig.for_model(kind, vocab_size=len(tokenizer), **config)
+    auto = AutoModelForCausalLM if kind != "t5" else AutoModel
+    auto.from_config(cfg).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return str(directory)
+
+
+@pytest.mark.parametrize(
+    "model, message",
+    [
+        ("mamba", "not all attention"),
+        ("t5", "not a causal language model"),
+    ],
+)
+def test_models_without_causal_attention_get_one_line_and_exit_2(monkeypatch, capsys, tmp_path, model, message):
+    from clitools import invoke
+
+    small = {
+        "mamba": {"hidden_size": 16, "num_hidden_layers": 2, "state_size": 4},
+        "t5": {"d_model": 16, "d_ff": 32, "num_layers": 1, "num_heads": 2, "d_kv": 8},
+    }[model]
+    directory = save_random(tmp_path / model, model, **small)
+    capsys.readouterr()  # saving draws a progress bar
+    code, _, err = invoke(monkeypatch, capsys, "trace", "Hello", "--model", directory, "--steps", "2")
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and message in errors[0] and "Traceback" not in err

@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import cast
 
 import torch
-from transformers import DynamicCache
 
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import BeamCandidate, BeamResult, BeamStep, Hypothesis
+from tokenviz.model.cache import full_cache
 from tokenviz.model.runner import ModelRunner
 
 PRUNED = -1.0e9
@@ -29,7 +29,7 @@ def beam_search(
     model, device, vocab = runner.model, runner.device, runner.info.vocab
     eos = torch.tensor(sorted(runner.eos_ids) or [-1], device=device)
     keep = max(2, 1 + len(runner.eos_ids)) * width
-    cache = DynamicCache(config=model.config)
+    cache = full_cache()
     out = model(
         input_ids=torch.tensor([prompt_ids] * width, device=device),
         past_key_values=cache,

@@ -13,12 +13,12 @@ import copy
 from typing import Protocol
 
 import torch
-from transformers import DynamicCache
 
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import Round, Speculation
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.sampling import apply_stages, draw_uniform, inverse_cdf
+from tokenviz.model.cache import full_cache
 from tokenviz.model.lens import decoder_layers
 from tokenviz.model.runner import ModelRunner
 
@@ -57,7 +57,7 @@ class CachedDrafter:
         self.model = model
         self.name = name
         self.device = next(model.parameters()).device
-        self.cache = DynamicCache(config=model.config)
+        self.cache = full_cache()
         self.fed: list[int] = []
 
     @torch.inference_mode()
@@ -79,7 +79,7 @@ class CachedDrafter:
             if common:
                 self.cache.crop(common - len(self.fed))
             else:
-                self.cache = DynamicCache(config=self.model.config)
+                self.cache = full_cache()
             self.fed = self.fed[:common]
         logits = self._feed(ids[common:])
         drafted = []
@@ -98,21 +98,30 @@ def early_exit_model(model, layers: int):
     if not 1 <= layers < total:
         raise TokenvizError(f"early-exit layer must be 1 to {total - 1}, got {layers}")
     full_layers = decoder_layers(model)
-    base = model.base_model
-    draft_base = copy.copy(base)
-    draft_base._modules = dict(base._modules)
-    name = next(k for k, v in base._modules.items() if v is full_layers)
-    draft_base._modules[name] = torch.nn.ModuleList(list(full_layers)[:layers])
+    path = next(name for name, module in model.named_modules() if module is full_layers)  # "model.layers"
+    *owners, attribute = path.split(".")
     config = copy.deepcopy(model.config)
     config.num_hidden_layers = layers
     if getattr(config, "layer_types", None):
         config.layer_types = config.layer_types[:layers]
-    draft_base.config = config
-    draft = copy.copy(model)
-    draft._modules = dict(model._modules)
-    draft._modules[model.base_model_prefix] = draft_base
-    draft.config = config
+    # Shallow copies down to the module that owns the layers (OPT: model.decoder), so the weights are
+    # shared and the target model is left as it is.
+    draft = node = _detached_copy(model, config)
+    for name in owners:
+        child = _detached_copy(node.get_submodule(name), config)
+        node._modules[name] = child
+        node = child
+    node._modules[attribute] = torch.nn.ModuleList(list(full_layers)[:layers])
     return draft
+
+
+def _detached_copy(module: torch.nn.Module, config) -> torch.nn.Module:
+    """A shallow copy with its own table of submodules (and `config`, where it has one)."""
+    duplicate = copy.copy(module)
+    duplicate._modules = dict(module._modules)
+    if hasattr(duplicate, "config"):
+        duplicate.config = config
+    return duplicate
 
 
 def make_drafter(spec: str, runner: ModelRunner, draft_runner: ModelRunner | None = None) -> Drafter:
@@ -159,7 +168,7 @@ def speculative_decode(
     draft_len: int = DRAFT_LEN,
 ) -> Speculation:
     model, device = runner.model, runner.device
-    cache = DynamicCache(config=model.config)
+    cache = full_cache()
     ids = list(prompt_ids)
     start = len(ids)
     if len(ids) > 1:  # the target's cache always holds everything but the last token

@@ -2,8 +2,9 @@
 
 Computed on demand with a forward pass over the sequence up to that position (no cache, so the
 journey's cache is untouched), capturing each decoder layer's output with forward hooks. The lens
-applies the model's own final norm and unembedding to every layer's residual stream, so the last
-layer's lens is exactly the model's output.
+applies what the model itself applies after its last layer (its final norm wherever it lives, an
+output projection, the unembedding and the model's own logit transforms) to every layer's residual
+stream, so the last layer's lens is exactly the model's output.
 """
 
 from __future__ import annotations
@@ -26,13 +27,41 @@ def decoder_layers(model) -> torch.nn.ModuleList:
     raise ValueError("cannot find the decoder layers of this model")
 
 
-def final_norm(model) -> torch.nn.Module:
+def _submodule(model, names: tuple[str, ...]) -> torch.nn.Module | None:
+    """The first of `names` on the base model, or on one of its direct children (OPT keeps its final
+    norm at model.decoder.final_layer_norm)."""
     base = model.base_model
-    for name in NORM_NAMES:
-        module = getattr(base, name, None)
-        if isinstance(module, torch.nn.Module):
-            return module
-    raise ValueError("cannot find the final norm of this model")
+    for owner in (base, *base.children()):
+        for name in names:
+            module = getattr(owner, name, None)
+            if isinstance(module, torch.nn.Module):
+                return module
+    return None
+
+
+def final_norm(model) -> torch.nn.Module:
+    norm = _submodule(model, NORM_NAMES)
+    if norm is None:
+        raise ValueError("cannot find the final norm of this model")
+    return norm
+
+
+def head_logits(model, hidden: torch.Tensor) -> torch.Tensor:
+    """The model's output logits for final hidden states (after its final norm): the output
+    projection where there is one, the unembedding, then the model's own logit transforms."""
+    project_out = _submodule(model, ("project_out",))  # OPT, when its embedding is narrower
+    if project_out is not None:
+        hidden = project_out(hidden)
+    logits = model.get_output_embeddings()(hidden).float()
+    config = model.config
+    if getattr(config, "logit_scale", None) is not None:  # Cohere
+        logits = logits * config.logit_scale
+    if getattr(config, "logits_scaling", None) is not None:  # Granite
+        logits = logits / config.logits_scaling
+    cap = getattr(config, "final_logit_softcapping", None)  # Gemma 2
+    if cap is not None:
+        logits = torch.tanh(logits / cap) * cap
+    return logits
 
 
 @torch.inference_mode()
@@ -57,9 +86,9 @@ def residual_stream(runner: ModelRunner, ids: list[int]) -> torch.Tensor:
 
 @torch.inference_mode()
 def lens_logits(runner: ModelRunner, residual: torch.Tensor) -> torch.Tensor:
-    """Final norm + unembedding applied to each layer's residual: (layers + 1, ..., vocab)."""
+    """The final norm and the model's head applied to each layer's residual: (layers + 1, ..., vocab)."""
     model = runner.model
-    return model.get_output_embeddings()(final_norm(model)(residual)).float()
+    return head_logits(model, final_norm(model)(residual))
 
 
 @torch.inference_mode()

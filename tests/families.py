@@ -1,0 +1,87 @@
+"""Tiny random-weight models of many families, built from transformers' own config classes.
+
+Sliding windows (6 positions) are shorter than the sequences the tests run, so the window matters;
+hybrid families alternate sliding and global layers. No download: configs and random weights only.
+"""
+
+from __future__ import annotations
+
+import torch
+from tiny import tiny_tokenizer
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from tokenviz.model.loading import LoadedModel, model_info
+
+WINDOW = 6
+HYBRID = ["sliding_attention", "full_attention"] * 2
+COMMON = {
+    "vocab_size": 300,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "max_position_embeddings": 128,
+}
+KV_HEADS = 2  # for the families that share key/value heads (grouped-query attention)
+FAMILIES: dict[str, dict] = {
+    "llama": {},
+    "mistral": {"sliding_window": WINDOW, "head_dim": 8},
+    "starcoder2": {"sliding_window": WINDOW},
+    "gemma": {"head_dim": 8},
+    "gemma2": {"sliding_window": WINDOW, "head_dim": 8, "layer_types": HYBRID},
+    "gemma3_text": {"sliding_window": WINDOW, "head_dim": 8, "layer_types": HYBRID},
+    "cohere": {"logit_scale": 0.5},
+    "cohere2": {"sliding_window": WINDOW, "layer_types": HYBRID},
+    "granite": {"logits_scaling": 4.0},
+    "qwen2": {},
+    "qwen3": {"head_dim": 8},
+    "phi": {},
+    "phi3": {},
+    "gpt2": {},
+    "gpt_neo": {"num_layers": 4, "num_heads": 4, "attention_types": [[["global", "local"], 2]], "window_size": WINDOW},
+    "gpt_neox": {},
+    "gptj": {"n_embd": 32, "n_layer": 4, "n_head": 4, "rotary_dim": 4},
+    "opt": {"ffn_dim": 64, "word_embed_proj_dim": 32},
+    "bloom": {"n_layer": 4, "n_head": 4},
+    "mpt": {"d_model": 32, "n_heads": 4, "n_layers": 4, "expansion_ratio": 2},
+    "falcon": {"new_decoder_architecture": True, "num_kv_heads": 2},
+    "gpt_bigcode": {"n_embd": 32, "n_layer": 4, "n_head": 4},
+    "stablelm": {},
+    "olmo": {},
+    "olmo2": {},
+    "codegen": {"n_embd": 32, "n_layer": 4, "n_head": 4, "rotary_dim": 4, "n_ctx": 128},
+    "mixtral": {"num_local_experts": 2, "num_experts_per_tok": 1},
+    "qwen2_moe": {
+        "num_experts": 2,
+        "num_experts_per_tok": 1,
+        "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 32,
+    },
+    "qwen3_moe": {"num_experts": 2, "num_experts_per_tok": 1, "moe_intermediate_size": 32, "head_dim": 8},
+}
+
+
+def family_config(kind: str):
+    tokenizer = tiny_tokenizer()
+    eos = tokenizer.eos_token_id
+    tokens = {"eos_token_id": eos, "bos_token_id": eos, "pad_token_id": eos}
+    config = AutoConfig.for_model(kind, **COMMON, **FAMILIES[kind], **tokens)
+    if getattr(config, "num_key_value_heads", None):
+        config.num_key_value_heads = KV_HEADS
+    return config
+
+
+def family_model(kind: str, seed: int = 0) -> LoadedModel:
+    tokenizer = tiny_tokenizer()
+    config = family_config(kind)
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config)
+    with torch.no_grad():  # random weights give a flat distribution: sharpen it
+        model.get_output_embeddings().weight.mul_(8.0)
+    model.generation_config.pad_token_id = tokenizer.eos_token_id
+    model.generation_config.eos_token_id = None  # run the whole length: random weights hit EOS by chance
+    model.eval()
+    return LoadedModel(
+        model=model, tokenizer=tokenizer, info=model_info(model, f"tiny-{kind}", torch.device("cpu"), torch.float32)
+    )

@@ -1,0 +1,116 @@
+"""Every common architecture, exact: a tiny random-weight model of each family (sliding windows of
+6 positions, shorter than the sequences here; hybrid sliding/global layers; ALiBi; logit scaling and
+soft-capping; mixture of experts) held to transformers itself."""
+
+from functools import cache
+
+import pytest
+import torch
+from families import FAMILIES, family_model
+
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.decoding.beams import beam_search
+from tokenviz.decoding.speculation import make_drafter, speculative_decode
+from tokenviz.journey.session import Session
+from tokenviz.journey.verification import verify_latest
+from tokenviz.model.lens import inspect_positions
+from tokenviz.model.runner import ModelRunner
+
+PROMPT = "The cat sat on the mat. The cat sat on the"
+STEPS = 12
+GREEDY = SamplingSettings(temperature=0, max_new_tokens=1000)
+
+pytestmark = pytest.mark.parametrize("kind", list(FAMILIES))
+
+
+@cache
+def reference(kind: str) -> tuple[list[int], list[int]]:
+    """(prompt ids, generate()'s greedy tokens)."""
+    loaded = family_model(kind)
+    ids = loaded.tokenizer(PROMPT)["input_ids"]
+    with torch.inference_mode():
+        out = loaded.model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=STEPS, min_new_tokens=STEPS)
+    return ids, out[0, len(ids) :].tolist()
+
+
+def runner_of(kind: str, seed: int = 0) -> ModelRunner:
+    runner = ModelRunner(family_model(kind, seed))
+    runner.eos_ids = set()  # as generate() here: the family models have no end-of-sequence token
+    return runner
+
+
+def greedy_session(kind: str, steps: int = STEPS) -> Session:
+    ids, _ = reference(kind)
+    session = Session(runner_of(kind), GREEDY)
+    session.start(ids)
+    for _ in range(steps):
+        session.step()
+    return session
+
+
+def test_greedy_steps_equal_generate_and_a_full_recompute(kind):
+    _, generated = reference(kind)
+    s = greedy_session(kind)
+    assert s.generated_ids == generated
+    with torch.inference_mode():
+        full = s.runner.model(torch.tensor([s.ids]), use_cache=False, output_attentions=True)
+    for record in s.records:
+        query = record.position - 1  # the last position this forward pass read
+        logits = full.logits[0, query]
+        assert [c.logit for c in record.top] == pytest.approx(logits[[c.id for c in record.top]].tolist(), abs=1e-4)
+        for layer, attention in enumerate(full.attentions):
+            rows = attention[0, :, query - len(record.input_ids) + 1 : query + 1, : query + 1]
+            recorded = torch.from_numpy(record.attention[layer].astype("float32"))
+            assert torch.allclose(recorded[:, :, : query + 1], rows.float(), atol=1e-3)  # stored as float16
+    v = verify_latest(s.runner, s.cached_ids)
+    assert v.max_logit_diff < 1e-4 and v.max_attention_diff < 1e-5 and v.argmax_agrees
+
+
+def test_rewind_and_branch_equal_plain_greedy(kind):
+    ids, generated = reference(kind)
+    s = greedy_session(kind)
+    s.rewind(5)
+    for _ in range(5):
+        s.step()
+    assert s.generated_ids == generated
+    s.rewind(STEPS - 3)  # back to 3 generated tokens, then the 2nd ranked token there
+    forced = s.pending.top[1].id
+    s.force_rank(2)
+    for _ in range(3):
+        s.step()
+    straight = Session(runner_of(kind), GREEDY)
+    straight.start(ids + generated[:3] + [forced])
+    for _ in range(3):
+        straight.step()
+    assert s.ids == straight.ids
+    assert s.pending.decision.chosen_id == straight.pending.decision.chosen_id
+
+
+@pytest.mark.parametrize("drafter", ["prompt-lookup", "early-exit:2", "draft-model"])
+def test_greedy_speculation_equals_plain_greedy(kind, drafter):
+    ids, generated = reference(kind)
+    runner = runner_of(kind)
+    draft = runner_of(kind, seed=1) if drafter == "draft-model" else None
+    result = speculative_decode(runner, ids, make_drafter(drafter, runner, draft), STEPS, GREEDY)
+    assert list(result.ids) == generated
+    assert result.drafted > 0
+
+
+def test_the_lens_last_layer_is_the_models_output(kind):
+    s = greedy_session(kind, steps=2)
+    position = len(s.ids) - 1
+    inspection = inspect_positions(s.runner, s.ids, [position], [s.pending.decision.chosen_id])[0]
+    output = s.pending.top[:3]
+    assert [t[0] for t in inspection.lens[-1].top] == [c.id for c in output]
+    assert [t[2] for t in inspection.lens[-1].top] == pytest.approx([c.prob for c in output], abs=1e-5)
+
+
+def test_beam_search_equals_generate(kind):
+    from test_beams import generate_beams
+
+    ids, _ = reference(kind)
+    runner = runner_of(kind)
+    result = beam_search(runner, ids, 3, 6)
+    sequences, scores = generate_beams(runner_of(kind), ids, 3, 6)
+    assert [list(h.ids) for h in result.final] == sequences
+    assert [h.score for h in result.final] == pytest.approx(scores, abs=1e-4)
