@@ -93,8 +93,9 @@ def test_journey_round_trips_every_record(tmp_path, tiny_dir):
     restored = snapshot_from_journey(read_journey(save_journey(tmp_path / "j.json", original)))
     assert restored.chips == original.chips and restored.prompt_len == original.prompt_len
     assert restored.info == original.info and restored.settings == original.settings
+    assert len(restored.records[0].prompt_predictions) == len(original.chips[: original.prompt_len]) - 1
     for a, b in zip(restored.records, original.records):
-        assert a == b  # every field but timings and attention (compared below)
+        assert a == b  # every field but timings and attention (compared below), prompt predictions included
         assert np.array_equal(a.attention, b.attention)
 
 

@@ -6,6 +6,7 @@ from functools import cache
 
 import pytest
 import torch
+from beamtools import generate_beams
 from families import FAMILIES, family_model
 
 from tokenviz.contract.settings import SamplingSettings
@@ -106,8 +107,6 @@ def test_the_lens_last_layer_is_the_models_output(kind):
 
 
 def test_beam_search_equals_generate(kind):
-    from test_beams import generate_beams
-
     ids, _ = reference(kind)
     runner = runner_of(kind)
     result = beam_search(runner, ids, 3, 6)

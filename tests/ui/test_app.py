@@ -237,7 +237,10 @@ async def test_arrows_move_the_cursor_and_the_panes_follow():
         assert app.cursor == last - 2
         assert f"cursor {last - 2}" in shown(app, TokensPane)
         assert f"@{last - 2} attends to" in shown(app, AttentionPane)
-        assert "inside the prompt" in shown(app, NextTokenPane)
+        prediction = s.records[0].prompt_predictions[last - 2]  # inside the prompt: what the prefill predicted
+        pane = shown(app, NextTokenPane)
+        assert "the prompt's own next token" in pane and f"rank {prediction.next_rank}" in pane
+        assert prediction.next_id == s.chips[last - 1].id and str(prediction.top[0].id) in pane
         await pilot.press("right", "right", "right")
         await pilot.pause()
         assert app.cursor == last  # clamped to the newest token

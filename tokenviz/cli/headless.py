@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from tokenviz.contract.settings import SamplingSettings
@@ -14,6 +13,7 @@ from tokenviz.journey.session import Session
 from tokenviz.model.lens import inspect_positions
 from tokenviz.model.loading import load_model
 from tokenviz.model.runner import ModelRunner
+from tokenviz.worker.loader import Progress
 from tokenviz.worker.snapshots import snapshot_of
 
 
@@ -65,9 +65,11 @@ def speculation_document(session: Session, prompt: str, spec: str, draft: ModelR
     return output_document(session, ids, list(result.ids), speculation=result.to_json())
 
 
-def run_session(session: Session, prompt: str) -> Session:
-    """Prefill and step until a stop condition (max new tokens bounds it)."""
-    session.start(prompt)
+def run_session(session: Session, prompt: str, progress: Progress = lambda message, fraction: None) -> Session:
+    """Prefill (reporting its progress) and step until a stop condition (max new tokens bounds it)."""
+    session.start(
+        prompt, lambda done, total: progress(f"prefilling the prompt: {done} of {total} tokens", done / total)
+    )
     while session.step() is not None:
         pass
     return session
@@ -80,7 +82,7 @@ def run_trace(
     device: str = "auto",
     dtype: str = "auto",
     trust_remote_code: bool = False,
-    progress: Callable[[str, float | None], None] = lambda message, fraction: None,
+    progress: Progress = lambda message, fraction: None,
     lens: bool = False,
     save: str | None = None,
     beams: int | None = None,
@@ -100,7 +102,7 @@ def run_trace(
                 )
             )
         return speculation_document(session, prompt, speculate, draft)
-    document = journey_document(run_session(session, prompt))
+    document = journey_document(run_session(session, prompt, progress))
     if lens:
         add_lens(session, document)
     if save:

@@ -13,5 +13,9 @@ class ModelLoadError(TokenvizError):
     """The model could not be found or loaded."""
 
 
+class Cancelled(TokenvizError):
+    """The user cancelled a long computation; nothing changed."""
+
+
 class PromptError(TokenvizError):
     """The prompt cannot be run (empty, or longer than the model's context)."""

@@ -5,6 +5,7 @@ Nothing here holds a torch tensor; attention is a float16 numpy array on the CPU
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -70,6 +71,27 @@ class Decision:
 
 
 @dataclass(frozen=True)
+class PromptPrediction:
+    """What the model predicted after one prompt token: the prefill computes it at every position.
+
+    `next_*` is about the prompt's own next token: how likely, and how highly ranked, the model found it.
+    """
+
+    position: int
+    top: tuple[Candidate, ...]  # the raw top candidates, best first
+    entropy: float  # bits
+    next_id: int
+    next_text: str
+    next_prob: float
+    next_rank: int  # 1-based
+
+    @property
+    def surprisal(self) -> float:
+        """-log2 of the next token's probability, in bits."""
+        return -math.log2(max(self.next_prob, 1e-300))
+
+
+@dataclass(frozen=True)
 class StepRecord:
     """One forward pass and the decision taken on its output.
 
@@ -88,6 +110,7 @@ class StepRecord:
     forward_ms: float = field(default=0.0, compare=False)
     kv_len: int = 0
     kv_bytes: int = 0
+    prompt_predictions: tuple[PromptPrediction, ...] = ()  # the prefill's: one per prompt position but the last
 
     def to_json(self) -> dict[str, Any]:
         d = self.decision

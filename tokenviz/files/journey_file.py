@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from tokenviz.contract.errors import TokenvizError
-from tokenviz.contract.records import Candidate, Decision, ModelInfo, Stage, StepRecord, TokenChip
+from tokenviz.contract.records import Candidate, Decision, ModelInfo, PromptPrediction, Stage, StepRecord, TokenChip
 from tokenviz.contract.results import BranchSummary
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.contract.snapshot import Snapshot
@@ -62,6 +62,18 @@ def _record(r: StepRecord) -> dict[str, Any]:
             "raw_prob": d.raw_prob,
             "ms": d.ms,
         },
+        "prompt_predictions": [
+            [
+                p.position,
+                [[c.id, c.text, c.logit, c.prob] for c in p.top],
+                p.entropy,
+                p.next_id,
+                p.next_text,
+                p.next_prob,
+                p.next_rank,
+            ]
+            for p in r.prompt_predictions
+        ],
     }
 
 
@@ -95,6 +107,18 @@ def _unrecord(r: dict[str, Any]) -> StepRecord:
         forward_ms=r["forward_ms"],
         kv_len=r["kv_len"],
         kv_bytes=r["kv_bytes"],
+        prompt_predictions=tuple(
+            PromptPrediction(
+                position=position,
+                top=tuple(Candidate(id=i, text=t, logit=lg, prob=p) for i, t, lg, p in top),
+                entropy=entropy,
+                next_id=next_id,
+                next_text=next_text,
+                next_prob=next_prob,
+                next_rank=next_rank,
+            )
+            for position, top, entropy, next_id, next_text, next_prob, next_rank in r.get("prompt_predictions", [])
+        ),
     )
 
 

@@ -9,13 +9,16 @@ state equals the one before those steps, logits included.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import torch
 
-from tokenviz.contract.errors import PromptError, TokenvizError
+from tokenviz.contract.errors import Cancelled, PromptError, TokenvizError
 from tokenviz.contract.records import StepRecord, TokenChip
 from tokenviz.contract.results import BranchSummary, CacheEvent, Inspection
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.decoding.prompt_predictions import join, predict_positions
+from tokenviz.decoding.prompt_predictions import read as read_predictions
 from tokenviz.decoding.sampling import decide, decide_on_device, summarise
 from tokenviz.journey.branches import Branch, BranchStore
 from tokenviz.journey.inspections import Inspections
@@ -24,6 +27,7 @@ from tokenviz.model.runner import Forward, ModelRunner
 from tokenviz.model.transfer import to_host
 
 TOP_N = 20
+PREFILL_CHUNK = 256  # prompt tokens per forward pass of the prefill: progress and cancelling go by chunks
 
 
 class Session:
@@ -95,19 +99,33 @@ class Session:
             raise PromptError(f"the prompt has {len(ids)} tokens but this model reads at most {context}; shorten it")
         return prompt, ids
 
-    def start(self, prompt: str | list[int]) -> StepRecord:
-        """Tokenize and prefill `prompt` (text, or token ids as they are); the first decision becomes pending."""
+    def start(
+        self,
+        prompt: str | list[int],
+        progress: Callable[[int, int], None] | None = None,
+        cancelled: Callable[[], bool] = lambda: False,
+    ) -> StepRecord:
+        """Tokenize and prefill `prompt` (text, or token ids as they are); the first decision becomes pending.
+
+        A long prompt is prefilled in chunks: `progress(done, total)` follows them, and `cancelled()`
+        stops between them with Cancelled, leaving the journey as it was.
+        """
         prompt, ids = self.encode_prompt(prompt)
+        previous = self.runner.cache
+        self.runner.reset()
+        try:
+            forward, predictions, forward_ms = self._prefill(ids, progress, cancelled)
+        except BaseException:
+            self.runner.cache = previous
+            raise
         if ids == self.prompt_ids:
             self._keep_path()  # a reset keeps the path it leaves
         else:
             self.branches.clear()
-        self.runner.reset()
         self.prompt, self.prompt_ids, self.ids = prompt, list(ids), list(ids)
         self.records, self.stop_reason = [], None
-        forward = self.runner.forward(ids)
         self._prefill_logits = forward.logits
-        return self._push(forward, ids)
+        return self._push(forward, ids, predictions, forward_ms)
 
     def step(self, forced_id: int | None = None) -> StepRecord | None:
         """Commit the pending decision (or `forced_id` instead) and run the next forward pass.
@@ -233,12 +251,43 @@ class Session:
         )
         self.records[-1] = dataclasses.replace(self.records[-1], decision=decision)
 
-    def _push(self, forward: Forward, input_ids: list[int]) -> StepRecord:
-        """Record a forward pass and decide on it: the attention, the top-n and the decision reach
-        the host in one transfer."""
+    def _prefill(
+        self, ids: list[int], progress: Callable[[int, int], None] | None, cancelled: Callable[[], bool]
+    ) -> tuple[Forward, dict[str, torch.Tensor], float]:
+        """Feed the prompt chunk by chunk: (the last chunk's forward pass with the whole prompt's
+        attention square, every position's prediction on the device, milliseconds in all)."""
+        n = len(ids)
+        parts, square, ms = [], None, 0.0
+        for begin in range(0, n, PREFILL_CHUNK):
+            end = min(begin + PREFILL_CHUNK, n)
+            forward = self.runner.forward(ids[begin:end], every_position=True)
+            assert forward.position_logits is not None
+            parts.append(predict_positions(forward.position_logits, ids[begin + 1 : end + 1]))
+            if n > PREFILL_CHUNK:  # several chunks: their rows make one square for the whole prompt
+                if square is None:
+                    square = forward.attention.new_zeros((*forward.attention.shape[:2], n, n))
+                square[:, :, begin:end, :end] = forward.attention
+            ms += forward.timer.wait().ms()
+            if progress is not None:
+                progress(end, n)
+            if end < n and cancelled():
+                raise Cancelled("prefill cancelled: the journey is as it was")
+        if square is not None:
+            forward = dataclasses.replace(forward, attention=square)
+        return forward, join(parts), ms
+
+    def _push(
+        self,
+        forward: Forward,
+        input_ids: list[int],
+        prompt_parts: dict[str, torch.Tensor] | None = None,
+        forward_ms: float | None = None,
+    ) -> StepRecord:
+        """Record a forward pass and decide on it: the attention, the top-n, the decision (and a
+        prefill's predictions at every prompt position) reach the host in one transfer."""
         summary = summarise(forward.logits, self.top_n)
         decision = decide_on_device(forward.logits, self.settings, self.ids, self.generated_ids)
-        host = to_host({"attention": forward.attention, **summary.tensors, **decision.tensors})
+        host = to_host({"attention": forward.attention, **summary.tensors, **decision.tensors, **(prompt_parts or {})})
         top, entropy = summary.read(host, self.runner.piece)
         record = StepRecord(
             index=len(self.records),
@@ -249,9 +298,10 @@ class Session:
             entropy=entropy,
             decision=decision.read(host, self.runner.piece),
             attention=host["attention"],
-            forward_ms=forward.timer.ms(),
+            forward_ms=forward.timer.ms() if forward_ms is None else forward_ms,
             kv_len=self.runner.kv_len,
             kv_bytes=self.runner.kv_bytes,
+            prompt_predictions=read_predictions(host, input_ids, self.runner.piece) if prompt_parts else (),
         )
         self._pending_logits = forward.logits
         self.records.append(record)

@@ -22,9 +22,10 @@ class Forward:
     """What one forward pass produced, still on the model's device: the caller copies what it
     needs to the host in one transfer (see tokenviz.model.transfer)."""
 
-    logits: torch.Tensor  # (vocab,)
+    logits: torch.Tensor  # (vocab,): after the last token fed
     attention: torch.Tensor  # (layers, heads, queries, keys), every layer stacked in one tensor
     timer: DeviceTimer
+    position_logits: torch.Tensor | None = None  # (tokens fed, vocab), when every position's were asked for
 
 
 class ModelRunner:
@@ -90,9 +91,12 @@ class ModelRunner:
             self.cache.crop(-drop)
 
     @torch.inference_mode()
-    def forward(self, ids: list[int], attention_dtype: torch.dtype = torch.float16) -> Forward:
+    def forward(
+        self, ids: list[int], attention_dtype: torch.dtype = torch.float16, every_position: bool = False
+    ) -> Forward:
         """Feed `ids` after what the cache holds; return the next-token logits and attention
-        (as `attention_dtype`: float16 for the history, float32 to verify). Nothing waits for the device."""
+        (as `attention_dtype`: float16 for the history, float32 to verify), and with `every_position`
+        the logits after each of `ids`. Nothing waits for the device."""
         timer = DeviceTimer(self.device)
         input_ids = ids_to_device(ids, self.device)
         out = self.model(
@@ -100,13 +104,18 @@ class ModelRunner:
             past_key_values=self.cache,
             use_cache=True,
             output_attentions=True,
-            logits_to_keep=1,
+            logits_to_keep=len(ids) if every_position else 1,
         )
         # One stacked tensor for all layers, so the copy to the host is one piece, not one per layer.
         # Each layer is converted before stacking: stacking a long prompt's float32 squares first
         # costs more than the forward pass (measured: 5.2 s against 0.6 s for 1500 tokens).
         attention = torch.cat([layer.to(dtype=attention_dtype) for layer in out.attentions], 0)
-        return Forward(logits=out.logits[0, -1], attention=attention, timer=timer.stop())
+        return Forward(
+            logits=out.logits[0, -1],
+            attention=attention,
+            timer=timer.stop(),
+            position_logits=out.logits[0] if every_position else None,
+        )
 
     @torch.inference_mode()
     def recompute(self, ids: list[int]) -> Forward:

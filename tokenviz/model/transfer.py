@@ -85,6 +85,12 @@ class DeviceTimer:
             self._ms = (time.perf_counter() - self._started) * 1000
         return self
 
+    def wait(self) -> DeviceTimer:
+        """Wait until the timed work is done (a long prefill reports progress chunk by chunk)."""
+        if self._events is not None:
+            self._events[1].synchronize()
+        return self
+
     def ms(self) -> float:
         """Read after the step's transfer (or any other wait on the device)."""
         if self._events is not None:

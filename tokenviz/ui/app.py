@@ -151,7 +151,8 @@ class TokenvizApp(App):
         if s.state == "error" and s.info is None:
             self.fatal_error = s.error
         bar = self.query_one("#loading", ProgressBar)
-        bar.set_class(s.info is not None or s.state == "error", "-hidden")
+        busy = (s.info is None and s.state != "error") or s.state == "prefilling"
+        bar.set_class(not busy, "-hidden")
         if s.progress is not None:
             bar.update(total=1.0, progress=s.progress)
         if s.info is not None and not self._layer_chosen:
@@ -247,6 +248,9 @@ class TokenvizApp(App):
         target = s.branches[min(max(pane.selected, 1), len(s.branches) - 1)]
         self.cursor = None
         self.submit(SwitchBranch(index=target.index))
+
+    def action_cancel(self) -> None:
+        self.worker.cancel()
 
     def action_adjust(self, name: str, direction: int) -> None:
         self.submit(Adjust(name=name, direction=direction))

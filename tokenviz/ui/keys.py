@@ -146,6 +146,7 @@ KEYS: tuple[KeyRow, ...] = (
         "export the journey as replayable JSON plus an SVG screenshot, in the current directory",
         (Press("x", "export", "export", "Export the journey (JSON) and a screenshot (SVG)"),),
     ),
+    KeyRow("escape", "cancel a long prefill (the journey stays as it was)", (Press("escape", "cancel"),)),
     KeyRow("?", "help: what each pane shows", (Press("question_mark", "help", "help", "Help: what each pane shows"),)),
     KeyRow("ctrl+p", "command palette: themes, greedy, seed, min-p, repetition penalty, model info, SVG export"),
     KeyRow("q", "quit (also mid-step)", (Press("q", "quit", "quit"),)),

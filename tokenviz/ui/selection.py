@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tokenviz.contract.attention import Head
-from tokenviz.contract.records import StepRecord
+from tokenviz.contract.records import PromptPrediction, StepRecord
 from tokenviz.contract.snapshot import Snapshot
 
 
@@ -28,6 +28,13 @@ class Selection:
         index = self.cursor - self.snapshot.prompt_len + 1
         records = self.snapshot.records
         return records[index] if 0 <= index < len(records) else None
+
+    @property
+    def prompt_prediction(self) -> PromptPrediction | None:
+        """Inside the prompt (before its last token): what the prefill predicted after the cursor's token."""
+        records = self.snapshot.records
+        predictions = records[0].prompt_predictions if records else ()
+        return predictions[self.cursor] if 0 <= self.cursor < len(predictions) else None
 
     @property
     def is_pending(self) -> bool:

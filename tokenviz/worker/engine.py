@@ -65,6 +65,8 @@ class EngineWorker:
         self._queue: queue.Queue[Command | _Quit] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="tokenviz-engine", daemon=True)
         self._stopping = threading.Event()
+        self._cancel = threading.Event()
+        self._busy: EngineState | None = None  # shown instead of the journey's state while set
         self.submitted = 0  # commands sent (UI thread)
         self._handled = 0  # commands done (engine thread)
         self.session: Session | None = None
@@ -92,6 +94,10 @@ class EngineWorker:
     def submit(self, command: Command) -> None:
         self.submitted += 1
         self._queue.put(command)
+
+    def cancel(self) -> None:
+        """Cancel a long prefill at its next chunk (the journey stays as it was)."""
+        self._cancel.set()
 
     def stop(self, timeout: float = 1.0) -> None:
         self._stopping.set()
@@ -155,7 +161,7 @@ class EngineWorker:
         self._message, self._progress = "prefilling the prompt", None
         self._publish()
         try:
-            self.session.start(self._prompt)
+            self._prefill(self.session, self._prompt)
         except TokenvizError as exc:
             self._state, self._message = "ready", "no prompt yet: press e to write one"
             self._start_error = str(exc)
@@ -206,9 +212,9 @@ class EngineWorker:
                 if session.rewind(n) == 0:
                     raise TokenvizError("nothing to rewind: only the prompt is left")
             case Reset():
-                self._timed(lambda: session.start(session.prompt))
+                self._timed(lambda: self._prefill(session, session.prompt))
             case Start(prompt=prompt):
-                self._timed(lambda: session.start(prompt))
+                self._timed(lambda: self._prefill(session, prompt))
                 self._prompt = prompt
             case _:
                 assert_never(command)
@@ -246,6 +252,22 @@ class EngineWorker:
             case _:
                 raise TokenvizError(f"unknown command {command!r}")
 
+    def _prefill(self, session: Session, prompt: str) -> None:
+        """Start `prompt`, showing the prefill's progress chunk by chunk; Escape or quitting cancels it."""
+
+        def progress(done: int, total: int) -> None:
+            if done < total:  # the last chunk's frame is the journey itself
+                self._busy, self._progress = "prefilling", done / total
+                self._message = f"prefilling: {done} of {total} prompt tokens (Escape cancels)"
+                self._publish()
+
+        self._cancel.clear()
+        message, fraction = self._message, self._progress
+        try:
+            session.start(prompt, progress, lambda: self._cancel.is_set() or self._stopping.is_set())
+        finally:
+            self._busy, self._message, self._progress = None, message, fraction
+
     def _timed(self, action: Callable[[], object]) -> None:
         started = time.perf_counter()
         action()
@@ -275,11 +297,11 @@ class EngineWorker:
         s = self.session
         if s is not None and s.records:
             state: EngineState = "playing" if self.playing else ("stopped" if s.stop_reason else "ready")
-            journey = snapshot_of(s, seq=self._seq, state=state)
+            journey = snapshot_of(s, seq=self._seq, state=self._busy or state)
         else:
             journey = Snapshot(
                 seq=self._seq,
-                state=self._state,
+                state=self._busy or self._state,
                 info=s.runner.info if s else None,
                 settings=s.settings if s else self._settings,
                 prompt=self._prompt,

@@ -32,5 +32,8 @@ class RecordingWorker:
         if self._post is not None:
             self._post(self.snapshot)
 
+    def cancel(self) -> None:
+        pass  # nothing runs
+
     def stop(self, timeout: float = 0.0) -> None:
         pass

@@ -1,9 +1,14 @@
-"""Next-token pane: the model's raw top-n with logits, probabilities and bars."""
+"""Next-token pane: the model's raw top-n with logits, probabilities and bars, after the cursor's
+token. After a generated token (or the last prompt token) ▶ marks the token taken; inside the
+prompt, ▶ marks the prompt's own next token, which the prefill scored at every position."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.text import Text
 
+from tokenviz.contract.records import Candidate
 from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell
 from tokenviz.render.pieces import visible
@@ -15,18 +20,25 @@ class NextTokenPane(BoxPane):
     TITLE = "next token"
 
     def draw(self, selection: Selection) -> None:
-        record = selection.record
-        if record is None:
-            self.border_subtitle = ""
-            self.update(
-                Text(
-                    f"The model predicts only after the last prompt token; position {selection.cursor} "
-                    "is inside the prompt (move the cursor right).",
-                    style="dim",
-                )
+        record, prediction = selection.record, selection.prompt_prediction
+        if record is not None:
+            d = record.decision
+            self.update(self._table(record.top, Candidate(d.chosen_id, d.chosen_text, 0.0, d.raw_prob), d.raw_rank))
+            state = "pending" if selection.is_pending else "taken"
+            self.border_subtitle = f"entropy {record.entropy:.2f} bits · pos {record.position} · {state}"
+        elif prediction is not None:
+            p = prediction
+            self.update(self._table(p.top, Candidate(p.next_id, p.next_text, 0.0, p.next_prob), p.next_rank))
+            self.border_subtitle = (
+                f"entropy {p.entropy:.2f} bits · pos {p.position + 1} · ▶ the prompt's own next token "
+                f"(p {p.next_prob:.3g}, rank {p.next_rank})"
             )
-            return
-        d = record.decision
+        else:
+            self.border_subtitle = ""
+            self.update(Text("No prediction here yet: the model has not read this position.", style="dim"))
+
+    def _table(self, top: Sequence[Candidate], marked: Candidate, marked_rank: int) -> Text:
+        """The candidates with `marked` (the token that followed) shown even outside them."""
         chosen_color = self.colors.chosen
         bar_color = self.colors.bar
         rows = max(self.size.height - 1, 3)
@@ -46,12 +58,10 @@ class NextTokenPane(BoxPane):
             text.append(f" {token_id:>6}" + (f" {logit:>7}" if show_logit else "") + f" {prob:>6.3f} ")
             text.append(bar(prob, bar_width) + "\n", style=bar_color)
 
-        shown = list(record.top[:rows])
+        shown = list(top[:rows])
         for rank, c in enumerate(shown, 1):
-            row(rank, c.text, c.id, f"{c.logit:.2f}", c.prob, c.id == d.chosen_id)
-        if all(c.id != d.chosen_id for c in shown):
-            row(d.raw_rank, d.chosen_text, d.chosen_id, "", d.raw_prob, True)
+            row(rank, c.text, c.id, f"{c.logit:.2f}", c.prob, c.id == marked.id)
+        if all(c.id != marked.id for c in shown):
+            row(marked_rank, marked.text, marked.id, "", marked.prob, True)
         text.rstrip()
-        state = "pending" if selection.is_pending else "taken"
-        self.border_subtitle = f"entropy {record.entropy:.2f} bits · pos {record.position} · {state}"
-        self.update(text)
+        return text

@@ -15,7 +15,7 @@ class StatusLine(Static):
     def show(self, s: Snapshot) -> None:
         text = Text(no_wrap=True, overflow="ellipsis")
         state = s.state if not s.stop_reason else f"stopped: {s.stop_reason}"
-        if s.info is None:
+        if s.info is None or s.state == "prefilling":
             bar = f" {s.progress:.0%}" if s.progress is not None else ""
             text.append(f"{s.state}{bar} · {s.message}")
             self.update(text)

@@ -1,0 +1,99 @@
+"""The prefill, chunk by chunk: the same numbers as one forward pass, progress, cancelling that
+leaves the journey as it was, and what the model predicted at every prompt position."""
+
+import pytest
+import torch
+
+from tokenviz.contract.errors import Cancelled
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.journey import session as session_module
+from tokenviz.journey.session import Session
+from tokenviz.model.runner import ModelRunner
+
+PROMPT = "The cat sat on the mat. The dog sat on the log. The cat sat on the"
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    monkeypatch.setattr(session_module, "PREFILL_CHUNK", 4)
+
+
+def started(loaded, **kwargs) -> Session:
+    s = Session(ModelRunner(loaded), SamplingSettings(seed=4))
+    s.start(PROMPT, **kwargs)
+    return s
+
+
+def test_a_chunked_prefill_equals_one_forward_pass(tiny, small_chunks, monkeypatch):
+    done = []
+    chunked = started(tiny, progress=lambda n, total: done.append((n, total)))
+    n = len(chunked.prompt_ids)
+    assert done == [(min(k, n), n) for k in range(4, n + 4, 4)]
+    monkeypatch.setattr(session_module, "PREFILL_CHUNK", 10_000)
+    whole = started(tiny)
+    a, b = chunked.records[0], whole.records[0]
+    assert a.attention.shape == b.attention.shape == (tiny.info.layers, tiny.info.heads, n, n)
+    assert abs(a.attention.astype("float32") - b.attention.astype("float32")).max() < 2e-3
+    assert [c.id for c in a.top] == [c.id for c in b.top]
+    assert [c.logit for c in a.top] == pytest.approx([c.logit for c in b.top], abs=1e-4)
+    assert a.decision.chosen_id == b.decision.chosen_id  # the same draw on (nearly) the same numbers
+    assert a.decision.raw_probs == pytest.approx(b.decision.raw_probs, abs=1e-5)
+    for x, y in zip(a.prompt_predictions, b.prompt_predictions, strict=True):
+        assert (x.next_rank, [c.id for c in x.top]) == (y.next_rank, [c.id for c in y.top])
+        assert x.next_prob == pytest.approx(y.next_prob, abs=1e-5)
+    chunked.step()
+    whole.step()
+    assert chunked.ids == whole.ids
+
+
+def test_every_prompt_position_has_the_models_prediction(tiny):
+    s = started(tiny)
+    ids = s.prompt_ids
+    with torch.inference_mode():
+        probs = torch.softmax(s.runner.model(torch.tensor([ids])).logits[0].float(), -1)
+    predictions = s.records[0].prompt_predictions
+    assert [p.position for p in predictions] == list(range(len(ids) - 1))
+    for p in predictions:
+        row = probs[p.position]
+        assert p.next_id == ids[p.position + 1]
+        assert p.next_prob == pytest.approx(float(row[p.next_id]), abs=1e-6)
+        assert p.next_rank == int((row > row[p.next_id]).sum()) + 1
+        assert [c.id for c in p.top] == torch.topk(row, len(p.top)).indices.tolist()
+        assert p.surprisal == pytest.approx(-torch.log2(row[p.next_id]).item(), abs=1e-4)
+
+
+def test_cancelling_a_prefill_leaves_the_journey_as_it_was(tiny, small_chunks):
+    s = started(tiny)
+    s.step()
+    s.step()
+    before = (list(s.ids), list(s.records), s.runner.kv_len, s.pending.decision)
+    calls = []
+    with pytest.raises(Cancelled):
+        s.start(
+            "Hello world! Sampling picks the next token from the distribution",
+            cancelled=lambda: calls.append(1) or True,
+        )
+    assert calls == [1]  # stopped after the first chunk
+    assert (list(s.ids), list(s.records), s.runner.kv_len, s.pending.decision) == before
+    s.step()  # the cache is the journey's own again
+    s.rewind(3)
+    assert s.ids == before[0][: len(s.prompt_ids)]
+
+
+def test_trace_reports_the_prefill_progress(small_chunks, tmp_path):
+    from tiny import save_tiny
+
+    from tokenviz.cli.headless import run_trace
+
+    reports = []
+    document = run_trace(
+        PROMPT,
+        SamplingSettings(temperature=0, max_new_tokens=2),
+        model=save_tiny(tmp_path / "tiny"),
+        device="cpu",
+        progress=lambda message, fraction: reports.append((message, fraction)),
+    )
+    n = len(document["prompt"])
+    prefill = [(m, f) for m, f in reports if m.startswith("prefilling")]
+    assert prefill[0] == (f"prefilling the prompt: 4 of {n} tokens", 4 / n) and prefill[-1][1] == 1.0
+    assert [f for _, f in prefill] == sorted(f for _, f in prefill)

@@ -1,0 +1,35 @@
+"""A long prefill in the app: its progress shows at once, Escape cancels it and the journey stays."""
+
+from apptools import make_app, settle, wait_for
+from textual.widgets import Input, ProgressBar
+
+from tokenviz.journey import session as session_module
+from tokenviz.ui.panes.status import StatusLine
+from tokenviz.ui.screens import PromptScreen
+
+LONG = "The cat sat on the mat. The dog sat on the log. " * 3
+
+
+async def test_a_long_prefill_shows_progress_and_escape_cancels_it(monkeypatch):
+    monkeypatch.setattr(session_module, "PREFILL_CHUNK", 2)
+    app = make_app(step_seconds=0.05)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("space")
+        before = await settle(app, pilot)
+        await pilot.press("e")
+        await wait_for(lambda: isinstance(app.screen, PromptScreen), pilot)
+        app.screen.query_one(Input).value = LONG
+        await pilot.press("enter")
+        await wait_for(lambda: app.snapshot.state == "prefilling" and app.snapshot.progress > 0.1, pilot)
+        await pilot.pause(0.05)
+        assert "prefilling:" in str(app.query_one(StatusLine).render())
+        assert not app.query_one("#loading", ProgressBar).has_class("-hidden")
+        await pilot.press("escape")
+        s = await settle(app, pilot)
+        assert s.chips == before.chips and s.pending.decision == before.pending.decision  # nothing lost
+        assert any("prefill cancelled" in n.message for n in app._notifications)
+        assert app.query_one("#loading", ProgressBar).has_class("-hidden")
+        await pilot.press("space")  # the journey goes on from where it was
+        after = await settle(app, pilot)
+        assert after.chips[:-1] == before.chips

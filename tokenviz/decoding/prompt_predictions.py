@@ -1,0 +1,69 @@
+"""What the model predicted at every prompt position, read from the prefill's logits.
+
+The prefill computes a next-token distribution after each prompt token anyway; this keeps, per
+position, the raw top candidates, the entropy, and how likely and how highly ranked the prompt's
+own next token was (its surprisal) without holding the whole vocabulary for every position.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+
+from tokenviz.contract.records import Candidate, PromptPrediction
+from tokenviz.model.transfer import ids_to_device
+
+TOP = 5  # candidates kept per prompt position
+KEYS = ("ids", "logits", "probs", "entropy", "next_prob", "next_rank")
+
+
+def predict_positions(
+    position_logits: torch.Tensor, next_ids: Sequence[int], top: int = TOP
+) -> dict[str, torch.Tensor]:
+    """On the logits' device: for the first len(next_ids) positions, the raw top candidates, the
+    entropy in bits, and the probability and 1-based rank of `next_ids[i]` after position i."""
+    m = len(next_ids)
+    logits = position_logits[:m].float()
+    log_probs = torch.log_softmax(logits, -1)
+    probs = log_probs.exp()
+    top_probs, top_ids = torch.topk(probs, min(top, probs.shape[-1]), -1)
+    following = ids_to_device(next_ids, logits.device)[0]
+    next_prob = probs.gather(1, following[:, None])[:, 0]
+    return {
+        "ids": top_ids,
+        "logits": logits.gather(1, top_ids).double(),
+        "probs": top_probs.double(),
+        "entropy": (-(probs * log_probs).nan_to_num().sum(-1) / math.log(2)).double(),
+        "next_prob": next_prob.double(),
+        "next_rank": (probs > next_prob[:, None]).sum(-1) + 1,
+    }
+
+
+def join(parts: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The parts of consecutive chunks as one, keyed `prompt.<key>` for the step's transfer."""
+    return {f"prompt.{key}": torch.cat([part[key] for part in parts]) for key in KEYS}
+
+
+def read(
+    host: dict[str, np.ndarray], prompt_ids: Sequence[int], piece: Callable[[int], str]
+) -> tuple[PromptPrediction, ...]:
+    """The predictions, from the host copies of `join`'s tensors."""
+    ids, logits, probs = (host[f"prompt.{k}"].tolist() for k in ("ids", "logits", "probs"))
+    entropy, next_prob, next_rank = (host[f"prompt.{k}"].tolist() for k in ("entropy", "next_prob", "next_rank"))
+    return tuple(
+        PromptPrediction(
+            position=p,
+            top=tuple(
+                Candidate(id=i, text=piece(i), logit=lg, prob=pr) for i, lg, pr in zip(ids[p], logits[p], probs[p])
+            ),
+            entropy=entropy[p],
+            next_id=prompt_ids[p + 1],
+            next_text=piece(prompt_ids[p + 1]),
+            next_prob=next_prob[p],
+            next_rank=int(next_rank[p]),
+        )
+        for p in range(len(next_prob))
+    )
