@@ -124,3 +124,31 @@ async def test_the_app_shows_an_engine_failure_and_goes_on(monkeypatch):
         await pilot.press("space")
         s = await settle(app, pilot)
         assert len(s.chips) == len(before.chips) + 2
+
+
+def test_stopping_ends_a_long_run_at_its_next_forward_pass():
+    from apptools import slowed
+
+    from tokenviz.worker.commands import Beams
+
+    post = Collector()
+    worker = EngineWorker(lambda progress: slowed(tiny_model("llama"), 0.05), SamplingSettings(seed=1), PROMPT)
+    worker.start(post)
+    post.wait(lambda s: s.state == "ready")
+    worker.submit(Beams(width=3, steps=40))  # about 2 s of forward passes
+    time.sleep(0.2)
+    started = time.monotonic()
+    assert worker.stop(timeout=2.0)
+    assert time.monotonic() - started < 0.5
+
+
+async def test_escape_cancels_a_beam_search_and_the_journey_goes_on():
+    app = make_app(step_seconds=0.05)
+    async with app.run_test(size=(120, 40)) as pilot:
+        before = await settle(app, pilot)
+        app.action_beams(3)
+        await pilot.pause(0.2)
+        await pilot.press("escape")
+        s = await settle(app, pilot)
+        assert any("beam search cancelled" in n.message for n in app._notifications)
+        assert s.beams is None and s.chips == before.chips

@@ -5,6 +5,7 @@ Every foreseeable mistake ends with one line on stderr and exit code 2, never a 
 """
 
 import json
+import os
 import sys
 from typing import Annotated, Optional
 
@@ -18,6 +19,7 @@ from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.themes import DEFAULT_THEME, check_theme
 
 DEFAULT_PROMPT = "The Eiffel Tower is located in"
+QUIT_WAIT_S = 1.0  # how long quitting waits for the engine thread to finish its forward pass
 Theme = Annotated[str, typer.Option(help="Colour theme (see themes/).")]
 
 
@@ -63,6 +65,15 @@ def open_app(
     worker = EngineWorker(loader, settings, prompt if prompt is not None else DEFAULT_PROMPT)
     app = TokenvizApp(worker, theme=theme)
     app.run()
+    if not worker.stop(timeout=QUIT_WAIT_S):
+        # The engine thread is still inside one long forward pass (a model loading, a GGUF conversion).
+        # Python would tear it down inside torch, which aborts the process; the terminal is restored
+        # already, so end the process here instead.
+        if app.fatal_error:
+            err.print(f"[bold red]error:[/] {app.fatal_error}", soft_wrap=True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(2 if app.fatal_error else 0)
     if app.fatal_error:
         fail(app.fatal_error)
 

@@ -8,11 +8,12 @@ best k unfinished continue. It runs on its own batch-of-k cache, so the journey'
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import cast
 
 import torch
 
-from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.results import BeamCandidate, BeamResult, BeamStep, Hypothesis
 from tokenviz.model.cache import full_cache
 from tokenviz.model.runner import ModelRunner
@@ -22,8 +23,14 @@ PRUNED = -1.0e9
 
 @torch.inference_mode()
 def beam_search(
-    runner: ModelRunner, prompt_ids: list[int], width: int, max_new_tokens: int, length_penalty: float = 1.0
+    runner: ModelRunner,
+    prompt_ids: list[int],
+    width: int,
+    max_new_tokens: int,
+    length_penalty: float = 1.0,
+    cancelled: Callable[[], bool] = lambda: False,
 ) -> BeamResult:
+    """`cancelled()` is asked before each step; a True ends the search with Cancelled."""
     if not 2 <= width <= 8:
         raise TokenvizError(f"beam width must be 2 to 8, got {width}")
     model, device, vocab = runner.model, runner.device, runner.info.vocab
@@ -41,6 +48,8 @@ def beam_search(
     finished: list[Hypothesis] = []
     steps = []
     for step in range(max_new_tokens):
+        if cancelled():
+            raise Cancelled("beam search cancelled")
         log_probs = torch.log_softmax(out.logits[:, -1, :].float(), -1)
         accumulated = (log_probs + scores[:, None]).view(-1)
         top_scores, top_index = torch.topk(accumulated, keep)

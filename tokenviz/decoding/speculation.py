@@ -10,11 +10,12 @@ exactly the target's distribution, so speculation changes the speed, never the t
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Protocol
 
 import torch
 
-from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.results import Round, Speculation
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.sampling import apply_stages, draw_uniform, inverse_cdf
@@ -166,7 +167,9 @@ def speculative_decode(
     max_new_tokens: int,
     settings: SamplingSettings,
     draft_len: int = DRAFT_LEN,
+    cancelled: Callable[[], bool] = lambda: False,
 ) -> Speculation:
+    """`cancelled()` is asked before each round; a True ends the run with Cancelled."""
     model, device = runner.model, runner.device
     cache = full_cache()
     ids = list(prompt_ids)
@@ -177,6 +180,8 @@ def speculative_decode(
         )
     rounds = []
     while len(ids) - start < max_new_tokens:
+        if cancelled():
+            raise Cancelled("speculative decoding cancelled")
         room = min(draft_len, max_new_tokens - (len(ids) - start) - 1)
         drafted = drafter.draft(ids, room) if room > 0 else []
         feed = [ids[-1], *drafted]

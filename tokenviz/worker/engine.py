@@ -99,10 +99,13 @@ class EngineWorker:
         """Cancel a long prefill at its next chunk (the journey stays as it was)."""
         self._cancel.set()
 
-    def stop(self, timeout: float = 1.0) -> None:
+    def stop(self, timeout: float = 1.0) -> bool:
+        """Ask the thread to end (a long run stops at its next forward pass); True once it has."""
         self._stopping.set()
         self._queue.put(_Quit())
-        self._thread.join(timeout)
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     # ---- the thread ----------------------------------------------------------------------------------
 
@@ -243,12 +246,16 @@ class EngineWorker:
             case Beams(width=width, steps=steps):
                 from tokenviz.decoding.beams import beam_search
 
-                self._beams = beam_search(session.runner, session.ids, width, steps)
+                self._cancel.clear()
+                self._beams = beam_search(session.runner, session.ids, width, steps, cancelled=self._cancelled)
             case Speculate(drafter=drafter, steps=steps):
                 from tokenviz.decoding.speculation import make_drafter, speculative_decode
 
                 drafting = make_drafter(drafter, session.runner)
-                self._speculation = speculative_decode(session.runner, session.ids, drafting, steps, session.settings)
+                self._cancel.clear()
+                self._speculation = speculative_decode(
+                    session.runner, session.ids, drafting, steps, session.settings, cancelled=self._cancelled
+                )
             case _:
                 raise TokenvizError(f"unknown command {command!r}")
 
@@ -264,9 +271,13 @@ class EngineWorker:
         self._cancel.clear()
         message, fraction = self._message, self._progress
         try:
-            session.start(prompt, progress, lambda: self._cancel.is_set() or self._stopping.is_set())
+            session.start(prompt, progress, self._cancelled)
         finally:
             self._busy, self._message, self._progress = None, message, fraction
+
+    def _cancelled(self) -> bool:
+        """Asked between the forward passes of a long run: Escape, or quitting, ends it there."""
+        return self._cancel.is_set() or self._stopping.is_set()
 
     def _timed(self, action: Callable[[], object]) -> None:
         started = time.perf_counter()

@@ -35,5 +35,5 @@ class RecordingWorker:
     def cancel(self) -> None:
         pass  # nothing runs
 
-    def stop(self, timeout: float = 0.0) -> None:
-        pass
+    def stop(self, timeout: float = 0.0) -> bool:
+        return True  # nothing runs
