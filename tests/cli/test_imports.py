@@ -33,6 +33,8 @@ def run(self, *args, **kwargs):
 TokenvizApp.on_mount = on_mount
 TokenvizApp.run = run
 sys.argv = ["tokenviz", *sys.argv[1:]]
+from tokenviz.cli import commands
+commands.QUIT_WAIT_S = 60  # let the engine thread finish loading, so the process ends normally
 from tokenviz.cli import run as main
 try:
     main()

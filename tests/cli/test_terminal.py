@@ -1,5 +1,6 @@
 """tokenviz in a real terminal: tmux runs it on the bundled model, send-keys types, capture-pane reads."""
 
+import json
 import os
 import re
 import shutil
@@ -78,3 +79,27 @@ def test_quitting_mid_run_exits_cleanly(session, keys):
     text = wait_screen(session, r"TOKENVIZ-EXITED \d+", timeout=10)
     assert "TOKENVIZ-EXITED 0" in text  # not 134: no C++ abort from a thread torn down inside torch
     assert "terminate called" not in text and "Aborted" not in text and "Traceback" not in text
+
+
+def test_a_hostile_journey_cannot_drive_the_terminal(tmp_path):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
+    from apptools import frozen_snapshot
+
+    from tokenviz.files.journey_file import journey_file
+
+    doc = journey_file(frozen_snapshot(steps=2))
+    doc["replay"]["info"]["name"] = "\x1b]0;PWNED-TITLE\x07\x1b[2J"
+    path = tmp_path / "hostile.json"
+    path.write_text(json.dumps(doc))
+    name = f"tokenviz-{uuid.uuid4().hex[:8]}"
+    command = f"{sys.executable} -m tokenviz replay {path}; echo TOKENVIZ-EXITED $?; sleep 30"
+    env = {**os.environ, "TERM": "xterm-256color"}
+    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "160", "-y", "48", command], check=True, env=env)
+    try:
+        text = wait_screen(name, r"attends to", timeout=30)
+        assert "tokens" in text and "ready · step 2" in text  # the screen was not cleared
+        assert "PWNED" not in tmux("display-message", "-p", "-t", name, "#{pane_title}")  # nor the title set
+        tmux("send-keys", "-t", name, "q")
+        assert "TOKENVIZ-EXITED 0" in wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=10)
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)

@@ -7,6 +7,7 @@ Every foreseeable mistake ends with one line on stderr and exit code 2, never a 
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -96,6 +97,7 @@ def trace(
     save: Annotated[
         Optional[str], typer.Option("--save", help="Also write the replayable journey to this .json file.")
     ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Let --save replace an existing file.")] = False,
     beams: Annotated[
         Optional[int], typer.Option("--beams", help="Beam search of this width (2-8) instead of sampling.")
     ] = None,
@@ -112,10 +114,11 @@ def trace(
     trust_remote_code: TrustRemoteCode = False,
 ) -> None:
     """Run the journey headless and print every step (a table, or JSON with --json)."""
-    from tokenviz.cli.headless import run_trace
-    from tokenviz.cli.table import print_table
+    from tokenviz.cli.headless import SaveFailed, run_trace
 
     try:
+        if save and not force and Path(save).expanduser().exists():
+            raise TokenvizError(f"{save} exists already: choose another name (or --force to replace it)")
         if steps < 1:
             raise TokenvizError(f"--steps must be at least 1, got {steps}")
         if beams is not None and not 2 <= beams <= 8:
@@ -137,12 +140,22 @@ def trace(
                 progress=progress,
                 lens=lens,
                 save=save,
+                force=force,
                 beams=beams,
                 speculate=speculate,
                 draft_model=draft_model,
             )
+    except SaveFailed as exc:
+        print_document(exc.document, as_json)  # the run's output is not lost with the file
+        fail(str(exc))
     except TokenvizError as exc:
         fail(str(exc))
+    print_document(document, as_json)
+
+
+def print_document(document: dict, as_json: bool) -> None:
+    from tokenviz.cli.table import print_table
+
     if as_json:
         sys.stdout.write(json.dumps(document, ensure_ascii=False) + "\n")
     else:

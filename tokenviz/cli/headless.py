@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.beams import beam_search
 from tokenviz.decoding.speculation import make_drafter, speculative_decode
@@ -15,6 +16,14 @@ from tokenviz.model.loading import load_model
 from tokenviz.model.runner import ModelRunner
 from tokenviz.worker.loader import Progress
 from tokenviz.worker.snapshots import snapshot_of
+
+
+class SaveFailed(TokenvizError):
+    """The run worked but its journey could not be saved: the document is still there to print."""
+
+    def __init__(self, message: str, document: dict[str, Any]):
+        super().__init__(message)
+        self.document = document
 
 
 def journey_document(session: Session) -> dict[str, Any]:
@@ -85,6 +94,7 @@ def run_trace(
     progress: Progress = lambda message, fraction: None,
     lens: bool = False,
     save: str | None = None,
+    force: bool = False,
     beams: int | None = None,
     speculate: str | None = None,
     draft_model: str | None = None,
@@ -106,5 +116,8 @@ def run_trace(
     if lens:
         add_lens(session, document)
     if save:
-        save_journey(save, snapshot_of(session), document)
+        try:
+            save_journey(save, snapshot_of(session), document, replace=force)
+        except TokenvizError as exc:
+            raise SaveFailed(str(exc), document) from None
     return document

@@ -51,7 +51,7 @@ class SamplingSettings:
             ),
             (self.max_new_tokens >= 1, f"max new tokens must be at least 1, got {self.max_new_tokens}"),
             (0 <= self.seed < 2**63, f"seed must be in [0, 2^63), got {self.seed}"),
-            (all(self.stop), "stop strings must not be empty"),
+            (all(isinstance(s, str) and s for s in self.stop), "stop strings must not be empty, and must be text"),
         ]
         for ok, message in checks:
             if not ok:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -18,19 +19,19 @@ import numpy as np
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.records import Candidate, Decision, ModelInfo, PromptPrediction, Stage, StepRecord, TokenChip
 from tokenviz.contract.results import BranchSummary
-from tokenviz.contract.settings import SamplingSettings
 from tokenviz.contract.snapshot import Snapshot
+from tokenviz.contract.text import safe_text
+from tokenviz.files import journey_schema as schema
+from tokenviz.files.atomic import write_file
+from tokenviz.files.journey_schema import parse_journey
 from tokenviz.files.trace_document import document_of_snapshot
 
 FORMAT = "tokenviz-journey/1"
+MAX_FILE_BYTES = 1 << 30  # 1 GiB: a long prompt's attention squares are large, but not unbounded
 
 
 def _array(a: np.ndarray) -> dict[str, Any]:
     return {"shape": list(a.shape), "float16": base64.b64encode(a.astype(np.float16).tobytes()).decode()}
-
-
-def _unarray(d: dict[str, Any]) -> np.ndarray:
-    return np.frombuffer(base64.b64decode(d["float16"]), dtype=np.float16).reshape(d["shape"])
 
 
 def _record(r: StepRecord) -> dict[str, Any]:
@@ -77,36 +78,36 @@ def _record(r: StepRecord) -> dict[str, Any]:
     }
 
 
-def _unrecord(r: dict[str, Any]) -> StepRecord:
-    d = r["decision"]
+def _unrecord(r: schema.Record) -> StepRecord:
+    d = r.decision
     decision = Decision(
-        mode=d["mode"],
-        settings=SamplingSettings.from_json(d["settings"]),
-        watch=tuple(tuple(w) for w in d["watch"]),
-        raw_probs=tuple(d["raw_probs"]),
-        stages=tuple(Stage(name=n, detail=t, kept=k, mass=m, probs=tuple(p)) for n, t, k, m, p in d["stages"]),
-        u=d["u"],
-        band=tuple(d["band"]) if d["band"] else None,
-        chosen_id=d["chosen_id"],
-        chosen_text=d["chosen_text"],
-        chosen_prob=d["chosen_prob"],
-        chosen_rank=d["chosen_rank"],
-        raw_rank=d["raw_rank"],
-        raw_prob=d["raw_prob"],
-        ms=d["ms"],
+        mode=d.mode,
+        settings=d.settings.settings(),
+        watch=tuple(d.watch),
+        raw_probs=tuple(d.raw_probs),
+        stages=tuple(Stage(name=n, detail=t, kept=k, mass=m, probs=tuple(p)) for n, t, k, m, p in d.stages),
+        u=d.u,
+        band=d.band,
+        chosen_id=d.chosen_id,
+        chosen_text=d.chosen_text,
+        chosen_prob=d.chosen_prob,
+        chosen_rank=d.chosen_rank,
+        raw_rank=d.raw_rank,
+        raw_prob=d.raw_prob,
+        ms=d.ms,
     )
     return StepRecord(
-        index=r["index"],
-        position=r["position"],
-        input_ids=tuple(r["input_ids"]),
-        input_texts=tuple(r["input_texts"]),
-        top=tuple(Candidate(id=i, text=t, logit=lg, prob=p) for i, t, lg, p in r["top"]),
-        entropy=r["entropy"],
+        index=r.index,
+        position=r.position,
+        input_ids=tuple(r.input_ids),
+        input_texts=tuple(r.input_texts),
+        top=tuple(Candidate(id=i, text=t, logit=lg, prob=p) for i, t, lg, p in r.top),
+        entropy=r.entropy,
         decision=decision,
-        attention=_unarray(r["attention"]),
-        forward_ms=r["forward_ms"],
-        kv_len=r["kv_len"],
-        kv_bytes=r["kv_bytes"],
+        attention=r.attention.array(),
+        forward_ms=r.forward_ms,
+        kv_len=r.kv_len,
+        kv_bytes=r.kv_bytes,
         prompt_predictions=tuple(
             PromptPrediction(
                 position=position,
@@ -117,7 +118,7 @@ def _unrecord(r: dict[str, Any]) -> StepRecord:
                 next_prob=next_prob,
                 next_rank=next_rank,
             )
-            for position, top, entropy, next_id, next_text, next_prob, next_rank in r.get("prompt_predictions", [])
+            for position, top, entropy, next_id, next_text, next_prob, next_rank in r.prompt_predictions
         ),
     )
 
@@ -140,47 +141,66 @@ def journey_file(snapshot: Snapshot, document: dict[str, Any] | None = None) -> 
     return doc
 
 
-def save_journey(path: str | Path, snapshot: Snapshot, document: dict[str, Any] | None = None) -> Path:
-    path = Path(path)
-    try:
-        path.write_text(json.dumps(journey_file(snapshot, document)))
-    except OSError as exc:
-        raise TokenvizError(f"cannot write {path}: {exc.strerror}") from None
-    return path
+def save_journey(
+    path: str | Path, snapshot: Snapshot, document: dict[str, Any] | None = None, replace: bool = False
+) -> Path:
+    """Write the journey atomically; an existing file is replaced only with `replace`."""
+    return write_file(path, json.dumps(journey_file(snapshot, document)), replace=replace)
 
 
 def read_journey(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
+    """The journey file at `path`, read within the limits and validated (see journey_schema)."""
+    path = Path(path).expanduser()
     try:
-        doc = json.loads(path.read_text())
+        status = path.stat()
     except FileNotFoundError:
-        raise TokenvizError(f"no such file: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TokenvizError(f"cannot read {path}: {exc}") from None
+        raise TokenvizError(f"no such file: {safe_text(str(path))}") from None
+    except OSError as exc:
+        raise TokenvizError(f"cannot read {safe_text(str(path))}: {exc.strerror}") from None
+    if not stat.S_ISREG(status.st_mode):
+        raise TokenvizError(f"{safe_text(str(path))} is not a regular file")
+    if status.st_size > MAX_FILE_BYTES:
+        raise TokenvizError(
+            f"{safe_text(str(path))} is {status.st_size / 2**20:.0f} MB; tokenviz reads journeys of up to "
+            f"{MAX_FILE_BYTES // 2**20} MB"
+        )
+    try:
+        doc = json.loads(path.read_bytes())
+    except OSError as exc:
+        raise TokenvizError(f"cannot read {safe_text(str(path))}: {exc.strerror}") from None
+    except (UnicodeDecodeError, RecursionError):
+        raise TokenvizError(f"{safe_text(str(path))} is not JSON text") from None
     except json.JSONDecodeError as exc:
-        raise TokenvizError(f"{path} is not JSON (line {exc.lineno}: {exc.msg})") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT or "replay" not in doc:
-        raise TokenvizError(f"{path} is not a tokenviz journey (save one with x in the app or trace --save)")
+        raise TokenvizError(f"{safe_text(str(path))} is not JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(doc, dict):
+        raise TokenvizError(
+            f"{safe_text(str(path))} is not a tokenviz journey (save one with x in the app or trace --save)"
+        )
+    version = doc.get("format")
+    if isinstance(version, str) and version.startswith("tokenviz-journey/") and version != FORMAT:
+        raise TokenvizError(f"{safe_text(str(path))} has format {safe_text(version)}; this tokenviz reads {FORMAT}")
+    if version != FORMAT:
+        raise TokenvizError(
+            f"{safe_text(str(path))} is not a tokenviz journey (save one with x in the app or trace --save)"
+        )
+    parse_journey(doc)
     return doc
 
 
 def snapshot_from_journey(doc: dict[str, Any]) -> Snapshot:
-    """The journey as a Snapshot the app can show without a model."""
-    try:
-        r = doc["replay"]
-        info = ModelInfo(**r["info"])
-        return Snapshot(
-            seq=1,
-            state="stopped" if r["stop_reason"] else "ready",
-            info=info,
-            settings=SamplingSettings.from_json(doc["settings"]),
-            prompt=r["prompt_text"],
-            chips=tuple(TokenChip(id=i, text=t, is_prompt=p, is_special=s) for i, t, p, s in r["chips"]),
-            prompt_len=r["prompt_len"],
-            records=tuple(_unrecord(x) for x in r["records"]),
-            stop_reason=r["stop_reason"],
-            message="a recorded journey: read-only",
-            branches=tuple(BranchSummary(**b) for b in r.get("branches", [])),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise TokenvizError(f"the journey file is damaged: {exc}") from None
+    """The journey as a Snapshot the app can show without a model (every string made safe to print)."""
+    journey = parse_journey(doc)
+    r = journey.replay
+    return Snapshot(
+        seq=1,
+        state="stopped" if r.stop_reason else "ready",
+        info=ModelInfo(**r.info.model_dump()),
+        settings=journey.settings.settings(),
+        prompt=r.prompt_text,
+        chips=tuple(TokenChip(id=i, text=t, is_prompt=p, is_special=s) for i, t, p, s in r.chips),
+        prompt_len=r.prompt_len,
+        records=tuple(_unrecord(x) for x in r.records),
+        stop_reason=r.stop_reason,
+        message="a recorded journey: read-only",
+        branches=tuple(BranchSummary(**b.model_dump()) for b in r.branches),
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tokenviz.contract.settings import SamplingSettings
+from tokenviz.files.journey_schema import parse_journey
 from tokenviz.journey.session import Session
 
 
@@ -13,16 +13,17 @@ def verify_journey(doc: dict[str, Any], session: Session) -> tuple[int, int | No
 
     Returns (steps checked, the first step whose token differs or None).
     """
-    steps = doc["steps"]
-    session.start([t["id"] for t in doc["prompt"]])
+    journey = parse_journey(doc)
+    steps = journey.steps
+    session.start([t.id for t in journey.prompt])
     for i, step in enumerate(steps):
-        settings = SamplingSettings.from_json(step["settings"])
+        settings = step.settings.settings()
         session.set_settings(settings.replace(max_new_tokens=max(settings.max_new_tokens, len(steps))))
         pending = session.pending
         if pending is None:
             return i, i
-        forced = step["chosen"]["id"] if step["draw"]["mode"] == "forced" else None
-        if forced is None and pending.decision.chosen_id != step["chosen"]["id"]:
+        forced = step.chosen.id if step.draw.mode == "forced" else None
+        if forced is None and pending.decision.chosen_id != step.chosen.id:
             return i + 1, i
         session.step(forced_id=forced)
     return len(steps), None

@@ -12,6 +12,7 @@ from typing import cast
 import torch
 
 from tokenviz.contract.records import ModelInfo
+from tokenviz.contract.text import safe_text
 from tokenviz.model.cache import full_cache
 from tokenviz.model.loading import LoadedModel
 from tokenviz.model.transfer import DeviceTimer, ids_to_device
@@ -40,13 +41,14 @@ class ModelRunner:
         self.piece = lru_cache(maxsize=65536)(self._piece)
 
     def _piece(self, token_id: int) -> str:
-        """The exact text a token adds. Byte pieces that are not whole characters show as <0x..>."""
+        """The exact text a token adds, safe to print. Byte pieces that are not whole characters, and
+        control characters but newline and tab, show as <0x..>."""
         text = self.decode([token_id])
         if "\ufffd" in text:
             raw = str(self.tokenizer.convert_ids_to_tokens(token_id))
             if raw and "\ufffd" not in raw:
-                return _byte_piece(raw)
-        return text
+                return safe_text(_byte_piece(raw))
+        return safe_text(text)
 
     def _eos_ids(self) -> set[int]:
         """The ids that end generation (the generation config's, else the tokenizer's)."""

@@ -5,6 +5,7 @@ It never touches torch: the worker it is given (built by the CLI) owns the model
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime
 
 from textual import on, work
@@ -17,6 +18,7 @@ from textual.widgets import ContentSwitcher, Footer, ProgressBar
 from tokenviz.contract.attention import HEAD_MODES, Head
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.snapshot import Snapshot
+from tokenviz.files.atomic import free_name, write_file
 from tokenviz.files.journey_file import save_journey
 from tokenviz.ui.command_palette import TokenvizCommands
 from tokenviz.ui.keys import bindings
@@ -69,6 +71,7 @@ INSPECTING_VIEWS = ("lens", "embedding")  # they ask the engine to look inside t
 BEAM_WIDTH = 3  # the B key's width; the palette offers 2-8
 BEAM_STEPS = 10
 SPECULATION_STEPS = 16
+EXPORT_LOCK = threading.Lock()  # two quick exports pick their names one after the other
 
 
 class EngineUpdate(Message):
@@ -320,33 +323,29 @@ class TokenvizApp(App):
         )
 
     def action_export_svg(self) -> None:
-        stem = f"tokenviz-{datetime.now():%Y%m%d-%H%M%S}"
-        self._write_export(self.snapshot, stem, self.export_screenshot(), with_journey=False)
+        self._write_export(self.snapshot, self.export_screenshot(), with_journey=False)
 
     def action_export(self) -> None:
         """Save the journey (replayable JSON) and a screenshot (SVG) in the current directory."""
         if self.snapshot is None or not self.snapshot.records:
             self.notify("nothing to export yet", severity="warning")
             return
-        stem = f"tokenviz-{datetime.now():%Y%m%d-%H%M%S}"
-        self._write_export(self.snapshot, stem, self.export_screenshot(), with_journey=True)
+        self._write_export(self.snapshot, self.export_screenshot(), with_journey=True)
 
-    @work(thread=True, group="export")
-    def _write_export(self, snapshot: Snapshot | None, stem: str, svg: str, with_journey: bool) -> None:
-        """Write the files off the UI thread (a long journey is megabytes of JSON)."""
-        written = []
-        try:
-            if with_journey and snapshot is not None:
-                written.append(str(save_journey(f"{stem}.json", snapshot)))
-            with open(f"{stem}.svg", "w", encoding="utf-8") as f:
-                f.write(svg)
-            written.append(f"{stem}.svg")
-        except TokenvizError as exc:
-            self.call_from_thread(self.notify, str(exc), severity="error")
-            return
-        except OSError as exc:
-            self.call_from_thread(self.notify, f"cannot write {stem}.svg: {exc.strerror}", severity="error")
-            return
+    @work(thread=True, group="export", exclusive=False)
+    def _write_export(self, snapshot: Snapshot | None, svg: str, with_journey: bool) -> None:
+        """Write the files off the UI thread (a long journey is megabytes of JSON), each atomically,
+        under a name no earlier export holds."""
+        with EXPORT_LOCK:
+            stem = free_name(f"tokenviz-{datetime.now():%Y%m%d-%H%M%S}", (".json", ".svg"))
+            written = []
+            try:
+                if with_journey and snapshot is not None:
+                    written.append(str(save_journey(f"{stem}.json", snapshot)))
+                written.append(str(write_file(f"{stem}.svg", svg)))
+            except TokenvizError as exc:
+                self.call_from_thread(self.notify, str(exc), severity="error")
+                return
         replay = f" (tokenviz replay {written[0]})" if with_journey else ""
         self.call_from_thread(self.notify, f"saved {' and '.join(written)}{replay}", title="export")
 

@@ -23,7 +23,8 @@ stages reshape them; a draw picks one token; it is appended and the loop repeats
 ## Panes
 
 - **tokens**: the prompt (grey chips) and generated tokens (green), each with its id. `·` is a
-  space, `↵` a newline, `<0x..>` a byte that is only part of a character, `⟨…⟩` a special token.
+  space, `↵` a newline, `<0x..>` a byte that is only part of a character or a control character,
+  `⟨…⟩` a special token.
   The underlined chip is the cursor (←/→); the other panes follow it. "next" is the pending choice.
 - **attention**: the causal attention matrix of one layer: row = the token reading (query), column
   = the token read (key); brighter = more weight; the future is blank. Two matrix rows per terminal

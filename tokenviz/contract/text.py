@@ -1,0 +1,23 @@
+"""Text that is safe to put on a terminal, whatever file or tokenizer it came from."""
+
+from __future__ import annotations
+
+KEPT = "\n\t"  # the only control characters kept (the panes show them as ↵ and ⇥)
+
+
+def _unsafe(ch: str) -> bool:
+    code = ord(ch)
+    return ch not in KEPT and (code < 32 or 127 <= code < 160 or ch in "\u2028\u2029")
+
+
+def safe_text(text: str) -> str:
+    """`text` with every control character but newline and tab written as <0x..> (the form a byte
+    piece already takes), so no escape sequence can reach the terminal."""
+    if not any(_unsafe(ch) for ch in text):
+        return text
+    return "".join(f"<0x{ord(ch):02X}>" if _unsafe(ch) else ch for ch in text)
+
+
+def is_printable(text: str) -> bool:
+    """What `safe_text` guarantees: no control character but newline and tab."""
+    return not any(_unsafe(ch) for ch in text)

@@ -1,0 +1,221 @@
+"""The journey file's schema: a validating parser for files that may be damaged or hostile.
+
+Every field's type, range and shape is checked, and the cross-references the panes rely on (ids in
+the vocabulary, one record per generated token, attention blocks as large as the positions they
+cover); every string is made safe to print (control characters become their <0x..> form, so an
+escape sequence in a file can never reach the terminal). A problem names its field.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.contract.text import safe_text
+
+MAX_TOKENS = 131_072  # chips or records in one journey
+
+
+# Every leaf is strict (no "0.5" for a number, no 1 for a flag); lists may stand for tuples, as in JSON.
+SafeText = Annotated[str, Field(strict=True), AfterValidator(safe_text)]
+Flag = Annotated[bool, Field(strict=True)]
+Count = Annotated[int, Field(strict=True, ge=0)]
+Positive = Annotated[int, Field(strict=True, ge=1)]
+Id = Count
+Probability = Annotated[float, Field(strict=True, ge=0.0, le=1.0 + 1e-6, allow_inf_nan=False)]
+Finite = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+NonNegative = Annotated[float, Field(strict=True, ge=0.0, allow_inf_nan=False)]
+
+
+class Model(BaseModel):
+    """Frozen; fields a newer tokenviz adds are ignored."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class Settings(Model):
+    """Sampling settings, validated by SamplingSettings itself."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    def settings(self) -> SamplingSettings:
+        settings = SamplingSettings.from_json(self.model_dump())
+        return settings.replace(stop=tuple(safe_text(stop) for stop in settings.stop))
+
+    @model_validator(mode="after")
+    def _valid(self) -> Settings:
+        try:
+            SamplingSettings.from_json(self.model_dump())
+        except (TokenvizError, TypeError) as exc:
+            raise ValueError(str(exc).splitlines()[0]) from None
+        return self
+
+
+class Info(Model):
+    name: SafeText
+    device: SafeText
+    dtype: SafeText
+    layers: Annotated[int, Field(strict=True, ge=1, le=4096)]
+    heads: Annotated[int, Field(strict=True, ge=1, le=4096)]
+    kv_heads: Annotated[int, Field(strict=True, ge=1, le=4096)]
+    head_dim: Annotated[int, Field(strict=True, ge=1, le=65536)]
+    hidden: Positive
+    vocab: Annotated[int, Field(strict=True, ge=1, le=100_000_000)]
+    context: Positive
+    architecture: SafeText
+    tied_embeddings: Flag
+    positions: SafeText
+
+
+class Array(Model):
+    """A float16 array as base64, with its shape: (layers, heads, queries, keys)."""
+
+    shape: Annotated[list[Count], Field(min_length=4, max_length=4)]
+    float16: Annotated[str, Field(strict=True)]
+
+    @model_validator(mode="after")
+    def _size(self) -> Array:
+        try:
+            raw = base64.b64decode(self.float16, validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueError("the array is not base64") from None
+        if len(raw) != math.prod(self.shape) * 2:
+            raise ValueError(f"the array holds {len(raw) // 2} values, not the {math.prod(self.shape)} its shape says")
+        return self
+
+    def array(self) -> np.ndarray:
+        return np.frombuffer(base64.b64decode(self.float16), dtype=np.float16).reshape(self.shape)
+
+
+Candidate = tuple[Id, SafeText, Finite, Probability]
+Stage = tuple[SafeText, SafeText, Count, Probability, list[Probability]]
+Prediction = tuple[Count, list[Candidate], NonNegative, Id, SafeText, Probability, Positive]
+
+
+class Decision(Model):
+    mode: Literal["greedy", "sampled", "forced"]
+    settings: Settings
+    watch: list[tuple[Id, SafeText]]
+    raw_probs: list[Probability]
+    stages: list[Stage]
+    u: Annotated[float, Field(strict=True, ge=0.0, lt=1.0)] | None
+    band: tuple[Probability, Probability] | None
+    chosen_id: Id
+    chosen_text: SafeText
+    chosen_prob: Probability
+    chosen_rank: Positive
+    raw_rank: Positive
+    raw_prob: Probability
+    ms: NonNegative
+
+    @model_validator(mode="after")
+    def _watched(self) -> Decision:
+        n = len(self.watch)
+        if len(self.raw_probs) != n or any(len(stage[4]) != n for stage in self.stages):
+            raise ValueError(f"every stage needs one probability per watched token ({n})")
+        return self
+
+
+class Record(Model):
+    index: Count
+    position: Count
+    input_ids: list[Id]
+    input_texts: list[SafeText]
+    top: list[Candidate]
+    entropy: NonNegative
+    attention: Array
+    forward_ms: NonNegative
+    kv_len: Count
+    kv_bytes: Count
+    decision: Decision
+    prompt_predictions: list[Prediction] = []
+
+
+class Branch(Model):
+    index: Annotated[int, Field(strict=True, ge=-1)]
+    text: SafeText
+    tokens: Count
+    logprob: Annotated[float, Field(strict=True, le=0, allow_inf_nan=False)]
+    mean_entropy: NonNegative
+    shared: Count
+    current: Flag
+
+
+class Replay(Model):
+    info: Info
+    chips: Annotated[list[tuple[Id, SafeText, Flag, Flag]], Field(max_length=MAX_TOKENS)]
+    prompt_len: Positive
+    prompt_text: SafeText
+    records: Annotated[list[Record], Field(min_length=1, max_length=MAX_TOKENS)]
+    stop_reason: SafeText | None
+    branches: list[Branch] = []
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Replay:
+        """What the panes index by: checked here, so no damaged file can make them fail."""
+        info, n = self.info, self.prompt_len
+        generated = len(self.chips) - n
+        if generated < 0:
+            raise ValueError(f"prompt_len {n} is longer than the {len(self.chips)} tokens")
+        if len(self.records) != generated + (0 if self.stop_reason else 1):
+            raise ValueError(f"{len(self.records)} records for {generated} generated tokens")
+        ids = [c[0] for c in self.chips] + [r.decision.chosen_id for r in self.records]
+        ids += [c[0] for r in self.records for c in r.top] + [w[0] for r in self.records for w in r.decision.watch]
+        if max(ids, default=0) >= info.vocab:
+            raise ValueError(f"a token id is outside the vocabulary of {info.vocab}")
+        for i, record in enumerate(self.records):
+            layers, heads, queries, keys = record.attention.shape
+            rows, columns = (n, n) if i == 0 else (1, n + i)  # the prefill's block, then one row per step
+            if layers != info.layers or heads != info.heads or queries < rows or keys < columns:
+                raise ValueError(
+                    f"record {i}'s attention is {record.attention.shape}; it needs at least "
+                    f"[{info.layers}, {info.heads}, {rows}, {columns}]"
+                )
+        return self
+
+
+class PromptToken(Model):
+    id: Id
+    text: SafeText
+
+
+class Chosen(Model):
+    id: Id
+
+
+class Draw(Model):
+    mode: Literal["greedy", "sampled", "forced"]
+
+
+class Step(Model):
+    """What `replay --verify` reads of a step."""
+
+    settings: Settings
+    chosen: Chosen
+    draw: Draw
+
+
+class Journey(Model):
+    format: Annotated[str, Field(strict=True)]
+    settings: Settings
+    prompt: Annotated[list[PromptToken], Field(min_length=1, max_length=MAX_TOKENS)]
+    steps: Annotated[list[Step], Field(max_length=MAX_TOKENS)]
+    replay: Replay
+
+
+def parse_journey(doc: Any) -> Journey:
+    """The journey in `doc` (parsed JSON), validated; a TokenvizError names the first bad field."""
+    try:
+        return Journey.model_validate(doc)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"]) or "the top level"
+        message = safe_text(str(error["msg"]).removeprefix("Value error, "))
+        raise TokenvizError(f"the journey file is damaged at {where}: {message}") from None
