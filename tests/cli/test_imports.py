@@ -35,6 +35,7 @@ TokenvizApp.run = run
 sys.argv = ["tokenviz", *sys.argv[1:]]
 from tokenviz.cli import commands
 commands.QUIT_WAIT_S = 60  # let the engine thread finish loading, so the process ends normally
+commands.require_terminal = lambda: None  # the app runs headless here
 from tokenviz.cli import run as main
 try:
     main()

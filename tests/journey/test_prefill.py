@@ -97,3 +97,17 @@ def test_trace_reports_the_prefill_progress(small_chunks, tmp_path):
     prefill = [(m, f) for m, f in reports if m.startswith("prefilling")]
     assert prefill[0] == (f"prefilling the prompt: 4 of {n} tokens", 4 / n) and prefill[-1][1] == 1.0
     assert [f for _, f in prefill] == sorted(f for _, f in prefill)
+
+
+def test_a_prompt_too_large_for_free_memory_is_refused_before_it_runs(tiny, monkeypatch):
+    from types import SimpleNamespace
+
+    from tokenviz.contract.errors import PromptError
+
+    s = started(tiny)
+    s.step()
+    before = (list(s.ids), s.runner.kv_len)
+    monkeypatch.setattr(session_module.psutil, "virtual_memory", lambda: SimpleNamespace(available=10_000))
+    with pytest.raises(PromptError, match=r"needs about .* GB to keep every layer's attention, and 0\.0 GB is free"):
+        s.start("Hello world! Sampling picks the next token from the distribution")
+    assert (list(s.ids), s.runner.kv_len) == before  # nothing ran, nothing lost

@@ -265,6 +265,14 @@ async def test_question_mark_opens_help_and_ctrl_p_the_palette():
         await wait_for(lambda: app.theme == "tokenviz-light", pilot)
 
 
+async def test_ctrl_c_quits_too():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("ctrl+c")
+        await wait_for(lambda: not app.is_running, pilot)
+
+
 async def test_q_quits_and_stops_the_engine():
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:

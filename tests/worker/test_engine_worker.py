@@ -152,3 +152,18 @@ async def test_escape_cancels_a_beam_search_and_the_journey_goes_on():
         s = await settle(app, pilot)
         assert any("beam search cancelled" in n.message for n in app._notifications)
         assert s.beams is None and s.chips == before.chips
+
+
+def test_the_error_log_rotates(tmp_path, monkeypatch):
+    from tokenviz.worker import errorlog
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(errorlog, "MAX_LOG_BYTES", 2000)
+    for _ in range(20):
+        try:
+            raise RuntimeError("x" * 200)
+        except RuntimeError:
+            line = errorlog.log_exception()
+    log = tmp_path / "tokenviz" / "tokenviz.log"
+    assert line == f"details in {log}"
+    assert log.stat().st_size <= 2000 + 1000 and (tmp_path / "tokenviz" / "tokenviz.log.1").exists()

@@ -14,7 +14,17 @@ import typer
 from rich.console import Console
 
 from tokenviz import __version__
-from tokenviz.cli.options import Device, Dtype, Model, TrustRemoteCode, err, fail, sampling_options, stderr_progress
+from tokenviz.cli.options import (
+    Device,
+    Dtype,
+    Model,
+    TrustRemoteCode,
+    err,
+    fail,
+    print_error,
+    sampling_options,
+    stderr_progress,
+)
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.themes import DEFAULT_THEME, check_theme
@@ -22,6 +32,14 @@ from tokenviz.ui.themes import DEFAULT_THEME, check_theme
 DEFAULT_PROMPT = "The Eiffel Tower is located in"
 QUIT_WAIT_S = 1.0  # how long quitting waits for the engine thread to finish its forward pass
 Theme = Annotated[str, typer.Option(help="Colour theme (see themes/).")]
+
+
+def require_terminal() -> None:
+    """The app draws full-screen: refuse, in one line, where it cannot."""
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        fail("tokenviz needs a terminal on stdin and stdout; for scripts use: tokenviz trace PROMPT --json")
+    if os.environ.get("TERM") == "dumb":
+        fail("TERM=dumb cannot draw the app; use a full terminal, or: tokenviz trace PROMPT")
 
 
 def version_callback(value: bool) -> None:
@@ -62,6 +80,7 @@ def open_app(
         check_theme(theme)
     except TokenvizError as exc:
         fail(str(exc))
+    require_terminal()
     loader = model_loader(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
     worker = EngineWorker(loader, settings, prompt if prompt is not None else DEFAULT_PROMPT)
     app = TokenvizApp(worker, theme=theme)
@@ -71,7 +90,7 @@ def open_app(
         # Python would tear it down inside torch, which aborts the process; the terminal is restored
         # already, so end the process here instead.
         if app.fatal_error:
-            err.print(f"[bold red]error:[/] {app.fatal_error}", soft_wrap=True)
+            print_error(app.fatal_error)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(2 if app.fatal_error else 0)
@@ -157,7 +176,11 @@ def print_document(document: dict, as_json: bool) -> None:
     from tokenviz.cli.table import print_table
 
     if as_json:
-        sys.stdout.write(json.dumps(document, ensure_ascii=False) + "\n")
+        try:
+            text = json.dumps(document, ensure_ascii=False, allow_nan=False)  # strict JSON
+        except ValueError:
+            fail("the run produced numbers that are not finite (NaN or infinity): are the model's weights damaged?")
+        sys.stdout.write(text + "\n")
     else:
         print_table(document, Console())
 
@@ -191,6 +214,7 @@ def replay(
         check_theme(theme)
     except TokenvizError as exc:
         fail(str(exc))
+    require_terminal()
     from tokenviz.ui.app import TokenvizApp
     from tokenviz.worker.recording import RecordingWorker
 

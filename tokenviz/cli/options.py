@@ -13,15 +13,22 @@ from typing import Annotated, Any, NoReturn, Optional
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.settings import DEFAULT_SETTINGS, SamplingSettings
+from tokenviz.contract.text import safe_text
 
 err = Console(stderr=True, highlight=False)
 
 
+def print_error(message: str) -> None:
+    """One line on stderr. The message is plain text: brackets in it are not Rich markup."""
+    err.print(Text.assemble(("error:", "bold red"), " ", safe_text(message)), soft_wrap=True)
+
+
 def fail(message: str) -> NoReturn:
-    err.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    print_error(message)
     raise typer.Exit(2)
 
 
@@ -103,7 +110,7 @@ def stderr_progress() -> Iterator[Callable[[str, "float | None"], None]]:
         def report(message: str, fraction: float | None) -> None:
             nonlocal task
             if fraction is None:
-                err.print(f"[dim]{message}[/]", soft_wrap=True)
+                err.print(Text(safe_text(message), style="dim"), soft_wrap=True)
                 return
             if task is None:
                 task = bar.add_task(message, total=1.0)

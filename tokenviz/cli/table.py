@@ -1,4 +1,8 @@
-"""The trace document as a table on the terminal (`tokenviz trace` without --json)."""
+"""The trace document as a table on the terminal (`tokenviz trace` without --json).
+
+Model output and the prompt are plain text here, never Rich markup: a piece such as "[/]" prints as
+typed. A beam or speculation document lists its output tokens (its own JSON holds the details).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,9 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from tokenviz.contract.text import safe_text
 from tokenviz.render.pieces import visible
 
 RIGHT = ("step", "id", "p(final)", "rank", "u", "fwd ms")
@@ -14,8 +20,24 @@ RIGHT = ("step", "id", "p(final)", "rank", "u", "fwd ms")
 
 def print_table(doc: dict[str, Any], console: Console) -> None:
     m = doc["model"]
-    console.print(f"[bold]{m['name']}[/] · {m['device']} · {m['dtype']} · {m['layers']} layers · {m['heads']} heads")
-    console.print("prompt: " + " ".join(f"[cyan]{visible(t['text'])}[/][dim]{t['id']}[/]" for t in doc["prompt"]))
+    header = f"{m['name']} · {m['device']} · {m['dtype']} · {m['layers']} layers · {m['heads']} heads"
+    console.print(Text(safe_text(header), style="bold"))
+    prompt = Text("prompt: ")
+    for t in doc["prompt"]:
+        prompt.append(visible(t["text"]), style="cyan").append(str(t["id"]), style="dim").append(" ")
+    console.print(prompt)
+    if doc["steps"] and "draw" in doc["steps"][0]:
+        console.print(_steps(doc["steps"]))
+    else:
+        console.print(
+            Text("output: " + " ".join(f"{visible(s['chosen']['text'])}{s['chosen']['id']}" for s in doc["steps"]))
+        )
+    console.print(Text.assemble(("text: ", "bold"), safe_text(doc["full_text"])))
+    if doc.get("stop_reason"):
+        console.print(Text(f"stopped: {safe_text(doc['stop_reason'])}", style="dim"))
+
+
+def _steps(steps: list[dict[str, Any]]) -> Table:
     table = Table(show_lines=False, header_style="bold")
     for col in (
         "step",
@@ -30,21 +52,18 @@ def print_table(doc: dict[str, Any], console: Console) -> None:
         "fwd ms",
     ):
         table.add_column(col, justify="right" if col in RIGHT else "left")
-    for s in doc["steps"]:
+    for s in steps:
         draw = s["draw"]
         table.add_row(
             str(s["index"]),
-            visible(s["chosen"]["text"]),
+            Text(visible(s["chosen"]["text"])),
             str(s["chosen"]["id"]),
             f"{s['chosen']['prob']:.3f}",
             str(draw["raw_rank"]),
             draw["mode"],
             "" if draw["u"] is None else f"{draw['u']:.3f}",
-            "  ".join(f"{visible(t['text'])} {t['prob']:.2f}" for t in s["top"][:3]),
-            " → ".join(f"{st['name']} {st['kept']}" for st in s["stages"]) or "—",
+            Text("  ".join(f"{visible(t['text'])} {t['prob']:.2f}" for t in s["top"][:3])),
+            Text(" → ".join(f"{st['name']} {st['kept']}" for st in s["stages"]) or "—"),
             f"{s['ms']['forward']:.1f}",
         )
-    console.print(table)
-    console.print(f"[bold]text:[/] {doc['full_text']}")
-    if doc["stop_reason"]:
-        console.print(f"[dim]stopped: {doc['stop_reason']}[/]")
+    return table

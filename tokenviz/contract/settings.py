@@ -12,6 +12,10 @@ from typing import Any
 
 from tokenviz.contract.errors import SettingsError
 
+# Past these, the scaled logits overflow float32 and the distribution is no longer a number.
+MIN_TEMPERATURE = 1e-3
+PENALTY_RANGE = (1e-2, 1e2)
+
 
 @dataclass(frozen=True)
 class SamplingSettings:
@@ -31,15 +35,17 @@ class SamplingSettings:
     def __post_init__(self) -> None:
         checks = [
             (
-                math.isfinite(self.temperature) and self.temperature >= 0,
-                f"temperature must be 0 (greedy) or positive, got {self.temperature}",
+                math.isfinite(self.temperature) and (self.temperature == 0 or self.temperature >= MIN_TEMPERATURE),
+                f"temperature must be 0 (greedy) or positive, at least {MIN_TEMPERATURE}, got {self.temperature}",
             ),
             (self.top_k >= 0, f"top-k must be 0 (off) or a positive count, got {self.top_k}"),
             (0 < self.top_p <= 1, f"top-p must be in (0, 1], got {self.top_p}"),
             (0 <= self.min_p < 1, f"min-p must be in [0, 1), got {self.min_p}"),
             (
-                math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0,
-                f"repetition penalty must be positive (1.0 = off), got {self.repetition_penalty}",
+                math.isfinite(self.repetition_penalty)
+                and PENALTY_RANGE[0] <= self.repetition_penalty <= PENALTY_RANGE[1],
+                f"repetition penalty must be positive (1.0 = off), from {PENALTY_RANGE[0]} to {PENALTY_RANGE[1]}, "
+                f"got {self.repetition_penalty}",
             ),
             (
                 math.isfinite(self.presence_penalty) and -2 <= self.presence_penalty <= 2,

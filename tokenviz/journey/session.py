@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+import psutil
 import torch
 
 from tokenviz.contract.errors import Cancelled, PromptError, TokenvizError
@@ -28,6 +29,7 @@ from tokenviz.model.transfer import to_host
 
 TOP_N = 20
 PREFILL_CHUNK = 256  # prompt tokens per forward pass of the prefill: progress and cancelling go by chunks
+MEMORY_SHARE = 0.8  # of the free memory, the most a prefill may plan to use
 
 
 class Session:
@@ -86,6 +88,10 @@ class Session:
     def encode_prompt(self, prompt: str | list[int]) -> tuple[str, list[int]]:
         """(text, token ids) of a prompt given as text or as ids; refuses an empty or too long one."""
         if isinstance(prompt, str):
+            try:
+                prompt.encode("utf-8")
+            except UnicodeEncodeError:
+                raise PromptError("the prompt is not valid UTF-8 text") from None
             ids = self.runner.encode(prompt)
         else:
             ids = [int(t) for t in prompt]
@@ -111,6 +117,7 @@ class Session:
         stops between them with Cancelled, leaving the journey as it was.
         """
         prompt, ids = self.encode_prompt(prompt)
+        self._check_memory(len(ids))
         previous = self.runner.cache
         self.runner.reset()
         try:
@@ -250,6 +257,19 @@ class Session:
             self._pending_logits, self.settings, self.ids, self.generated_ids, self.runner.piece, forced_id
         )
         self.records[-1] = dataclasses.replace(self.records[-1], decision=decision)
+
+    def _check_memory(self, n: int) -> None:
+        """Refuse a prompt whose prefill would not fit in the memory that is free, before it hurts:
+        the history keeps every layer's n x n attention block (float16), and the one transfer copies it."""
+        info = self.runner.info
+        square = info.layers * info.heads * n * n * 2
+        needed = 2 * square + info.layers * info.heads * min(n, PREFILL_CHUNK) * n * 4
+        free = psutil.virtual_memory().available
+        if needed > MEMORY_SHARE * free:
+            raise PromptError(
+                f"a prompt of {n} tokens needs about {needed / 2**30:.1f} GB to keep every layer's attention, "
+                f"and {free / 2**30:.1f} GB is free: shorten it"
+            )
 
     def _prefill(
         self, ids: list[int], progress: Callable[[int, int], None] | None, cancelled: Callable[[], bool]

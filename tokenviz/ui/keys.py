@@ -149,7 +149,7 @@ KEYS: tuple[KeyRow, ...] = (
     KeyRow("escape", "cancel a long prefill (the journey stays as it was)", (Press("escape", "cancel"),)),
     KeyRow("?", "help: what each pane shows", (Press("question_mark", "help", "help", "Help: what each pane shows"),)),
     KeyRow("ctrl+p", "command palette: themes, greedy, seed, min-p, repetition penalty, model info, SVG export"),
-    KeyRow("q", "quit (also mid-step)", (Press("q", "quit", "quit"),)),
+    KeyRow("q, ctrl+c", "quit (also mid-step)", (Press("q", "quit", "quit"), Press("ctrl+c", "quit"))),
 )
 
 # Commands with no key of their own: the palette alone reaches them.

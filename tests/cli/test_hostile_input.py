@@ -1,0 +1,85 @@
+"""Hostile command lines: Rich markup in user text, no terminal, invalid UTF-8, settings that would
+overflow the distribution, and the table mode of every trace."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from clitools import invoke
+from tiny import save_tiny
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return save_tiny(tmp_path_factory.mktemp("tiny-hostile-cli"), "llama", context=64)
+
+
+def one_error(err: str) -> str:
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in err, err
+    return errors[0]
+
+
+@pytest.mark.parametrize(
+    "args, shown",
+    [
+        (["--theme", "[/]"], "unknown theme '[/]'"),
+        (["replay", "[/]x.json"], "no such file: [/]x.json"),
+        (["trace", "hi", "--model", "[/]nope"], "[/]nope"),
+        (["trace", "hi", "--temperature", "1e-38"], "at least 0.001"),
+        (["trace", "hi", "--repetition-penalty", "1e-300"], "from 0.01 to 100"),
+    ],
+)
+def test_markup_and_overflowing_settings_get_one_plain_line(monkeypatch, capsys, args, shown):
+    code, _, err = invoke(monkeypatch, capsys, *args)
+    assert code == 2 and shown in one_error(err)
+
+
+def test_a_prompt_prints_as_typed_in_the_table(monkeypatch, capsys, tiny_dir):
+    code, out, err = invoke(monkeypatch, capsys, "trace", "a [/] b [bold]c", "--model", tiny_dir, "--steps", "2")
+    assert code == 0, err
+    assert "a [/] b [bold]c" in out
+
+
+@pytest.mark.parametrize("mode", [["--beams", "2"], ["--speculate", "prompt-lookup"]])
+def test_the_table_mode_of_beams_and_speculation(monkeypatch, capsys, tiny_dir, mode):
+    code, out, err = invoke(monkeypatch, capsys, "trace", "The cat sat", "--model", tiny_dir, "--steps", "3", *mode)
+    assert code == 0, err
+    assert "output:" in out and "text:" in out
+
+
+def test_an_invalid_utf8_prompt_gets_one_line(monkeypatch, capsys, tiny_dir):
+    prompt = b"abc\xff def".decode("utf-8", "surrogateescape")  # as Python passes such an argument
+    code, _, err = invoke(monkeypatch, capsys, "trace", prompt, "--model", tiny_dir, "--steps", "2")
+    assert code == 2 and "not valid UTF-8" in one_error(err)
+
+
+@pytest.mark.parametrize("args, env", [(["replay", "x.json"], {}), ([], {}), ([], {"TERM": "dumb"})])
+def test_the_app_without_a_terminal_refuses_at_once(args, env, tmp_path):
+    journey = tmp_path / "x.json"
+    if args:
+        from apptools import frozen_snapshot
+
+        from tokenviz.files.journey_file import save_journey
+
+        save_journey(journey, frozen_snapshot(steps=1))
+        args = ["replay", str(journey)]
+    out = subprocess.run(
+        [sys.executable, "-m", "tokenviz", *args],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, **env},
+    )
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "trace" in one_error(out.stderr)
+    assert out.stdout == ""
+
+
+def test_json_output_is_strict(monkeypatch, capsys, tiny_dir):
+    code, out, _ = invoke(monkeypatch, capsys, "trace", "The cat", "--model", tiny_dir, "--steps", "2", "--json")
+    assert code == 0
+    json.loads(out, parse_constant=lambda name: pytest.fail(f"non-standard JSON constant {name}"))
