@@ -6,8 +6,11 @@ import pytest
 from apptools import PROMPT, burst, make_app, settle, wait_for
 from textual.command import CommandPalette
 from textual.widgets import Input
+from tiny import tiny_model
 
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.journey.session import Session
+from tokenviz.model.runner import ModelRunner
 from tokenviz.ui.panes.attention import AttentionPane
 from tokenviz.ui.panes.next_token import NextTokenPane
 from tokenviz.ui.panes.sampling import SamplingPane
@@ -488,12 +491,20 @@ async def test_branching_at_the_cursor_and_switching_branches():
         n = first.prompt_len
         await pilot.press("left", "left")  # from the 4th generated token (position n+3) onto the 2nd
         assert app.cursor == n + 1
-        await pilot.press("2")  # take the 2nd ranked token there instead
+        candidate = first.records[2].top[1].id  # the panes show what was predicted after the cursor's token
+        assert str(candidate) in shown(app, NextTokenPane)
+        await pilot.press("2")  # take the 2nd candidate on screen instead of the 3rd token
         branched = await settle(app, pilot)
-        assert [c.id for c in branched.chips[: n + 1]] == [c.id for c in first.chips[: n + 1]]
-        assert branched.chips[n + 1].id == first.records[1].top[1].id
-        assert len(branched.chips) == n + 2
+        assert [c.id for c in branched.chips[: n + 2]] == [c.id for c in first.chips[: n + 2]]
+        assert branched.chips[n + 2].id == candidate and len(branched.chips) == n + 3
         assert len(branched.branches) == 2 and branched.branches[1].tokens == 4
+        # the same move made at the newest token gives the same journey
+        same = Session(ModelRunner(tiny_model("llama")), SamplingSettings(temperature=0))
+        same.start(PROMPT)
+        same.step()
+        same.step()
+        same.force_rank(2)
+        assert [c.id for c in branched.chips] == same.ids
         await pilot.press("b")
         await pilot.pause(0.1)
         text = pane_text(app, "branches")
@@ -502,7 +513,7 @@ async def test_branching_at_the_cursor_and_switching_branches():
         switched = await settle(app, pilot)
         assert [c.id for c in switched.chips] == [c.id for c in first.chips]
         assert switched.pending.decision.chosen_id == first.pending.decision.chosen_id
-        assert switched.cache_event.kept == n + 1
+        assert switched.cache_event.kept == n + 2
 
 
 @pytest.mark.parametrize(
@@ -557,3 +568,14 @@ async def test_the_first_frame_shows_loading_progress_before_the_model_is_ready(
         release.set()
         s = await settle(app, pilot)
         assert s.state == "ready" and app.query_one("#loading", ProgressBar).has_class("-hidden")
+
+
+async def test_number_keys_inside_the_prompt_change_nothing_and_say_why():
+    app = make_app()
+    async with app.run_test(size=(140, 40)) as pilot:
+        before = await settle(app, pilot)
+        await pilot.press("left", "left", "3")
+        await pilot.pause(0.1)
+        s = await settle(app, pilot)
+        assert s.chips == before.chips
+        assert any("inside the prompt" in n.message for n in app._notifications)

@@ -21,7 +21,7 @@ async def test_every_view_works_on_the_family(kind):
         start = await settle(app, pilot)
         await pilot.press(*["space"] * 8, "backspace", "backspace", "left", "left", "2")  # step past the window
         s = await settle(app, pilot)
-        assert len(s.chips) == len(start.chips) + 4 and len(s.branches) == 2  # branched at the 4th token
+        assert len(s.chips) == len(start.chips) + 5 and len(s.branches) == 2  # the 5th token replaced
         for key, view, ready in [
             ("l", "lens", lambda: app.snapshot.inspection is not None),
             ("v", "cache", lambda: app.snapshot.verification is not None),

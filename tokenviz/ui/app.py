@@ -225,17 +225,19 @@ class TokenvizApp(App):
         self.submit(Reset())
 
     def action_force(self, rank: int) -> None:
-        """Take the rank-th token instead: at the pending step, or, with the cursor moved onto an
-        earlier generated token, at that token (a branch: the old path is kept)."""
+        """Take the rank-th candidate the panes show: the one for the position after the cursor.
+        With the cursor on an earlier token, the tokens after it give way (a branch: the old path is
+        kept); on the newest token it is the pending step."""
         selection = self.current_selection()
-        at_earlier_token = (
-            self.cursor is not None and selection is not None and selection.cursor >= selection.snapshot.prompt_len
-        )
-        self.cursor = None
-        if at_earlier_token and selection is not None:
-            self.submit(BranchAt(steps_back=len(selection.snapshot.chips) - selection.cursor, rank=rank))
-        else:
+        if selection is None or self.cursor is None:
             self.submit(Force(rank=rank))
+            return
+        if selection.record is None:
+            self.notify("inside the prompt, the next token is the prompt's own: e edits it", severity="warning")
+            return
+        steps_back = len(selection.snapshot.chips) - (selection.cursor + 1)
+        self.cursor = None
+        self.submit(BranchAt(steps_back=steps_back, rank=rank) if steps_back else Force(rank=rank))
 
     def action_select_branch(self, delta: int) -> None:
         pane = self.query_one(BranchPane)

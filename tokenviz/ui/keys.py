@@ -79,8 +79,8 @@ KEYS: tuple[KeyRow, ...] = (
     ),
     KeyRow(
         "1-9",
-        "force the n-th ranked token instead of the sampled one; with the cursor moved onto an earlier "
-        "generated token, branch there (the old path is kept)",
+        "take the n-th candidate shown in the next-token pane instead of the sampled one; with the cursor on an "
+        "earlier token, the tokens after it give way (a branch: the old path is kept)",
         tuple(Press(str(i), f"force({i})") for i in range(1, 10)),
     ),
     KeyRow(
