@@ -56,7 +56,8 @@ class Session:
 
     @property
     def cached_ids(self) -> list[int]:
-        """The tokens the KV cache holds (all but the last one taken)."""
+        """The tokens the KV cache holds: all of them while a decision is pending; after a stop, all
+        but the last one taken."""
         return self.ids[: self.runner.kv_len]
 
     @property

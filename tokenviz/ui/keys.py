@@ -79,7 +79,7 @@ KEYS: tuple[KeyRow, ...] = (
     ),
     KeyRow(
         "1-9",
-        "take the n-th candidate shown in the next-token pane instead of the sampled one; with the cursor on an "
+        "force the n-th candidate shown in the next-token pane instead of the sampled one; with the cursor on an "
         "earlier token, the tokens after it give way (a branch: the old path is kept)",
         tuple(Press(str(i), f"force({i})") for i in range(1, 10)),
     ),
