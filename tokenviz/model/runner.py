@@ -4,6 +4,7 @@ exactly one thread (the engine thread, or a script) may own a runner.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -11,6 +12,7 @@ from typing import cast
 
 import torch
 
+from tokenviz.contract.errors import ModelLoadError
 from tokenviz.contract.records import ModelInfo
 from tokenviz.contract.text import safe_text
 from tokenviz.model.cache import full_cache
@@ -33,12 +35,27 @@ class ModelRunner:
     def __init__(self, loaded: LoadedModel):
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
-        self.info: ModelInfo = loaded.info
         self.device = next(self.model.parameters()).device
+        self.info: ModelInfo = self._with_cache_shape(loaded.info)
         self.cache = full_cache()
         self.special_ids = set(getattr(self.tokenizer, "all_special_ids", []) or [])
         self.eos_ids = self._eos_ids()
         self.piece = lru_cache(maxsize=65536)(self._piece)
+
+    @torch.inference_mode()
+    def _with_cache_shape(self, info: ModelInfo) -> ModelInfo:
+        """`info` with the key/value heads and head size the KV cache really holds, from a one-token
+        forward pass: configs name them in many ways (grouped- and multi-query, Falcon's num_kv_heads).
+        It runs here, in the thread that owns the runner: on a CPU, a thread that runs the model first
+        keeps its speed, and the app's engine thread is that thread."""
+        cache = full_cache()
+        self.model(
+            input_ids=torch.zeros((1, 1), dtype=torch.long, device=self.device), past_key_values=cache, use_cache=True
+        )
+        keys = getattr(cache.layers[0], "keys", None)
+        if not isinstance(keys, torch.Tensor):
+            raise ModelLoadError(f"{type(self.model).__name__} keeps no key/value cache that tokenviz can read")
+        return dataclasses.replace(info, kv_heads=int(keys.shape[1]), head_dim=int(keys.shape[-1]))
 
     def _piece(self, token_id: int) -> str:
         """The exact text a token adds, safe to print. Byte pieces that are not whole characters, and
