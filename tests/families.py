@@ -10,6 +10,7 @@ import torch
 from tiny import tiny_tokenizer
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from tokenviz.model.attention import use_fast_attention
 from tokenviz.model.loading import LoadedModel, model_info
 
 WINDOW = 6
@@ -82,6 +83,7 @@ def family_model(kind: str, seed: int = 0) -> LoadedModel:
     model.generation_config.pad_token_id = tokenizer.eos_token_id
     model.generation_config.eos_token_id = None  # run the whole length: random weights hit EOS by chance
     model.eval()
+    use_fast_attention(model)  # as load_model does
     return LoadedModel(
         model=model, tokenizer=tokenizer, info=model_info(model, f"tiny-{kind}", torch.device("cpu"), torch.float32)
     )

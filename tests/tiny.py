@@ -11,6 +11,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from tokenviz.model.attention import capturing, use_fast_attention
 from tokenviz.model.loading import LoadedModel, model_info
 
 CORPUS = [
@@ -77,6 +78,7 @@ def tiny_model(kind: str = "llama", context: int = 128, seed: int = 0) -> Loaded
     model.generation_config.pad_token_id = eos
     model.generation_config.eos_token_id = eos
     model.eval()
+    use_fast_attention(model)  # as load_model does
     return LoadedModel(
         model=model, tokenizer=tokenizer, info=model_info(model, f"tiny-{kind}", torch.device("cpu"), torch.float32)
     )
@@ -87,3 +89,10 @@ def save_tiny(directory, kind: str = "llama", context: int = 128) -> str:
     loaded.model.save_pretrained(directory)
     loaded.tokenizer.save_pretrained(directory)
     return str(directory)
+
+
+def eager_forward(model, ids: list[int]):
+    """A full forward pass without the cache in the model's eager attention, weights returned:
+    the reference every cached number and every attention row shown is held to."""
+    with torch.inference_mode(), capturing(eager=True):
+        return model(torch.tensor([ids]), use_cache=False, output_attentions=True)

@@ -25,10 +25,11 @@ def test_device_and_dtype_resolution():
         resolve_dtype("fp8", torch.device("cpu"))
 
 
-def test_local_directory_loads_with_eager_attention(tmp_path):
+def test_local_directory_loads_with_fast_attention(tmp_path):
     directory = save_tiny(tmp_path / "m", "gpt2")
     loaded = load_model(directory, device="cpu")
-    assert loaded.model.config._attn_implementation == "eager"
+    assert loaded.model.config._attn_implementation == "tokenviz"
+    assert loaded.info.attention.startswith("sdpa")
     assert loaded.info.architecture == "GPT2LMHeadModel"
     assert loaded.info.positions.startswith("learned absolute")
     assert not loaded.model.training

@@ -117,7 +117,7 @@ def run_trace(
         add_lens(session, document)
     if save:
         try:
-            save_journey(save, snapshot_of(session), document, replace=force)
+            save_journey(save, snapshot_of(session), session.saved_attention(), document, replace=force)
         except TokenvizError as exc:
             raise SaveFailed(str(exc), document) from None
     return document

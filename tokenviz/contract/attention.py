@@ -1,14 +1,13 @@
-"""Attention as the records hold it: the prefill block plus one row per step, read back as rows and
-windows of the causal matrix for one layer and one head (or the mean or max over heads)."""
+"""Attention as the panes receive it: exact weights of one layer for the query rows a pane shows
+(computed by the engine when asked), and the rows a saved journey carries."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
-
-from tokenviz.contract.records import StepRecord
 
 HeadMode = Literal["mean", "max"]
 Head = int | HeadMode  # one head's index, or a combination of all heads
@@ -22,35 +21,68 @@ def head_label(head: Head, heads: int, kv_heads: int) -> str:
     return f"head {head + 1}/{heads} (kv group {group + 1}/{kv_heads})"
 
 
-def _reduce(rows: np.ndarray, head: Head) -> np.ndarray:
-    """rows: (heads, keys) float16 -> (keys,) float32 for one head, or the mean / max over heads."""
-    rows = rows.astype(np.float32)
-    reduced: np.ndarray = rows.mean(0) if head == "mean" else rows.max(0) if head == "max" else rows[head]
-    return reduced
-
-
-def attention_row(records: Sequence[StepRecord], prompt_len: int, query: int, layer: int, head: Head) -> np.ndarray:
-    """What the token at position `query` attended to: (query + 1,) weights over keys 0..query."""
-    if query < prompt_len:
-        return _reduce(records[0].attention[layer, :, query, : query + 1], head)
-    return _reduce(records[query - prompt_len + 1].attention[layer, :, 0, : query + 1], head)
-
-
-def attention_window(
-    records: Sequence[StepRecord], prompt_len: int, queries: range, keys: range, layer: int, head: Head
-) -> np.ndarray:
-    """The causal matrix for a window of query rows and key columns; the masked future is NaN."""
-    out = np.full((len(queries), len(keys)), np.nan, dtype=np.float32)
-    for i, q in enumerate(queries):
-        row = attention_row(records, prompt_len, q, layer, head)
-        lo, hi = keys.start, min(keys.stop, q + 1)
-        if hi > lo:
-            out[i, : hi - lo] = row[lo:hi]
-    return out
-
-
 def window(cursor: int, length: int, size: int) -> range:
     """`size` consecutive positions of 0..length-1 that hold `cursor`, as centred as they can be."""
     size = min(size, length)
     start = min(max(cursor - size // 2, 0), length - size)
     return range(start, start + size)
+
+
+@dataclass(frozen=True)
+class AttentionView:
+    """One layer's attention for consecutive query rows: row i is what position queries.start + i
+    attended to, over keys 0..queries.stop - 1 (the masked future and rows not known are NaN)."""
+
+    layer: int
+    queries: range
+    weights: np.ndarray = field(repr=False, compare=False)  # float32 (heads, len(queries), queries.stop)
+    missing: str = ""  # why some rows are NaN (a journey file that did not keep them), else ""
+
+    def covers(self, layer: int, queries: range) -> bool:
+        return layer == self.layer and self.queries.start <= queries.start and queries.stop <= self.queries.stop
+
+    def row(self, query: int, head: Head) -> np.ndarray:
+        """What the token at `query` attended to: (query + 1,) weights over keys 0..query."""
+        return _reduce(self.weights[:, query - self.queries.start, : query + 1], head)
+
+    def window(self, queries: range, keys: range, head: Head) -> np.ndarray:
+        """The causal matrix for some of the rows and a window of key columns; the future is NaN."""
+        rows = self.weights[:, queries.start - self.queries.start : queries.stop - self.queries.start]
+        out = np.full((len(queries), len(keys)), np.nan, dtype=np.float32)
+        stop = min(keys.stop, rows.shape[-1])
+        if stop > keys.start:
+            out[:, : stop - keys.start] = _reduce(rows[:, :, keys.start : stop], head)
+        return out
+
+
+def _reduce(rows: np.ndarray, head: Head) -> np.ndarray:
+    """rows: (heads, ...) -> (...) for one head, or the mean / max over heads."""
+    rows = rows.astype(np.float32, copy=False)
+    reduced: np.ndarray = rows.mean(0) if head == "mean" else rows.max(0) if head == "max" else rows[head]
+    return reduced
+
+
+def causal_view(layer: int, queries: range, weights: np.ndarray, missing: str = "") -> AttentionView:
+    """A view of `weights` (heads, len(queries), >= queries.stop) with the future set to NaN."""
+    weights = np.array(weights[..., : queries.stop], dtype=np.float32)
+    future = np.arange(queries.stop)[None, :] > np.arange(queries.start, queries.stop)[:, None]
+    weights[:, future] = np.nan
+    return AttentionView(layer=layer, queries=queries, weights=weights, missing=missing)
+
+
+@dataclass(frozen=True)
+class SavedAttention:
+    """The attention rows a journey file keeps: every layer's row at the newest positions, as many
+    as its budget allowed (older rows were not saved)."""
+
+    rows: Mapping[int, np.ndarray] = field(default_factory=dict)  # position -> float16 (layers, heads, >= position + 1)
+
+    def view(self, layer: int, queries: range, heads: int) -> AttentionView:
+        weights = np.full((heads, len(queries), queries.stop), np.nan, dtype=np.float32)
+        for i, q in enumerate(queries):
+            row = self.rows.get(q)
+            if row is not None:
+                weights[:, i, : q + 1] = row[layer, :, : q + 1]
+        unsaved = [q for q in queries if q not in self.rows]
+        missing = f"rows {unsaved[0]}-{unsaved[-1]} were not saved in this journey file" if unsaved else ""
+        return causal_view(layer, queries, weights, missing)

@@ -1,6 +1,6 @@
 """Plain-data records of the journey: what the UI, the trace and the tests read.
 
-Nothing here holds a torch tensor; attention is a float16 numpy array on the CPU.
+Nothing here holds a torch tensor.
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import numpy as np
 
 from tokenviz.contract.settings import SamplingSettings
 
@@ -106,7 +105,6 @@ class StepRecord:
     top: tuple[Candidate, ...]
     entropy: float  # bits, of the model's raw distribution
     decision: Decision
-    attention: np.ndarray = field(repr=False, compare=False)  # float16 (layers, heads, queries, keys)
     forward_ms: float = field(default=0.0, compare=False)
     kv_len: int = 0
     kv_bytes: int = 0
@@ -153,6 +151,7 @@ class ModelInfo:
     architecture: str
     tied_embeddings: bool
     positions: str  # "rotary (base 100000)" or "learned absolute (1024 positions)"
+    attention: str = "eager"  # how the forward passes compute attention (see tokenviz.model.attention)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)

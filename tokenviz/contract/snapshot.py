@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from tokenviz.contract.attention import AttentionView
 from tokenviz.contract.records import ModelInfo, StepRecord, TokenChip
 from tokenviz.contract.results import BeamResult, BranchSummary, CacheEvent, Inspection, Speculation, Verification
 from tokenviz.contract.settings import SamplingSettings
@@ -33,6 +34,8 @@ class Snapshot:
     playing: bool = False
     tokens_per_s: float | None = None
     error: str | None = None  # one line, for a notification
+    notice: str | None = None  # one line of news, for a notification (a file saved)
+    attention: AttentionView | None = None  # the rows the attention pane asked for (see ShowAttention)
     handled: int = 0  # commands handled before this snapshot (tests wait on it)
     inspection: Inspection | None = None  # of the last inspected position
     verification: Verification | None = None  # of the last verify

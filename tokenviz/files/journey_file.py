@@ -2,7 +2,9 @@
 replayed read-only without the model (and re-run with it: tokenviz.journey.reproduce).
 
 The file is JSON: the trace schema (model, prompt, steps, text), plus "replay": the full step
-records (attention as base64 float16), the token chips and the model facts.
+records, the token chips and the model facts. Attention rows (base64 float16, every layer) are kept
+for the newest positions within ATTENTION_BYTES: record 0 holds the newest rows of the prompt, each
+later record the row of the token it fed.
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ import base64
 import dataclasses
 import json
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from tokenviz.contract.attention import SavedAttention
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.records import Candidate, Decision, ModelInfo, PromptPrediction, Stage, StepRecord, TokenChip
 from tokenviz.contract.results import BranchSummary
@@ -27,14 +31,24 @@ from tokenviz.files.journey_schema import parse_journey
 from tokenviz.files.trace_document import document_of_snapshot
 
 FORMAT = "tokenviz-journey/1"
-MAX_FILE_BYTES = 1 << 30  # 1 GiB: a long prompt's attention squares are large, but not unbounded
+MAX_FILE_BYTES = 1 << 30  # 1 GiB
+ATTENTION_BYTES = 32 << 20  # float16 attention rows a saved journey keeps, the newest first
+
+
+def rows_to_save(positions: int, layers: int, heads: int, budget: int = ATTENTION_BYTES) -> range:
+    """The newest positions (of `positions` through the model) whose rows fit in `budget` bytes."""
+    start, total = positions, 0
+    while start > 0 and total + layers * heads * start * 2 <= budget:
+        start -= 1
+        total += layers * heads * (start + 1) * 2
+    return range(start, positions)
 
 
 def _array(a: np.ndarray) -> dict[str, Any]:
     return {"shape": list(a.shape), "float16": base64.b64encode(a.astype(np.float16).tobytes()).decode()}
 
 
-def _record(r: StepRecord) -> dict[str, Any]:
+def _record(r: StepRecord, attention: np.ndarray | None) -> dict[str, Any]:
     d = r.decision
     return {
         "index": r.index,
@@ -43,7 +57,7 @@ def _record(r: StepRecord) -> dict[str, Any]:
         "input_texts": list(r.input_texts),
         "top": [[c.id, c.text, c.logit, c.prob] for c in r.top],
         "entropy": r.entropy,
-        "attention": _array(r.attention),
+        "attention": None if attention is None else _array(attention),
         "forward_ms": r.forward_ms,
         "kv_len": r.kv_len,
         "kv_bytes": r.kv_bytes,
@@ -104,7 +118,6 @@ def _unrecord(r: schema.Record) -> StepRecord:
         top=tuple(Candidate(id=i, text=t, logit=lg, prob=p) for i, t, lg, p in r.top),
         entropy=r.entropy,
         decision=decision,
-        attention=r.attention.array(),
         forward_ms=r.forward_ms,
         kv_len=r.kv_len,
         kv_bytes=r.kv_bytes,
@@ -123,8 +136,22 @@ def _unrecord(r: schema.Record) -> StepRecord:
     )
 
 
-def journey_file(snapshot: Snapshot, document: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The saveable journey of `snapshot`; `document` is the trace document when there is one."""
+def _blocks(snapshot: Snapshot, attention: SavedAttention) -> list[np.ndarray | None]:
+    """Each record's attention in the file: the prompt's kept rows for record 0, then one row each."""
+    n, rows = snapshot.prompt_len, attention.rows
+    prompt = [rows[p][..., :n] for p in range(n) if p in rows]
+    blocks: list[np.ndarray | None] = [np.stack(prompt, 2) if prompt else None]
+    for i in range(1, len(snapshot.records)):
+        row = rows.get(n - 1 + i)
+        blocks.append(None if row is None else row[:, :, None, : n + i])
+    return blocks
+
+
+def journey_file(
+    snapshot: Snapshot, attention: SavedAttention | None = None, document: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The saveable journey of `snapshot` with the attention rows kept; `document` is the trace
+    document when there is one."""
     if snapshot.info is None:
         raise TokenvizError("nothing to save: the model has not loaded")
     doc = dict(document or document_of_snapshot(snapshot))
@@ -134,7 +161,7 @@ def journey_file(snapshot: Snapshot, document: dict[str, Any] | None = None) -> 
         "chips": [[c.id, c.text, c.is_prompt, c.is_special] for c in snapshot.chips],
         "prompt_len": snapshot.prompt_len,
         "prompt_text": snapshot.prompt,
-        "records": [_record(r) for r in snapshot.records],
+        "records": [_record(r, a) for r, a in zip(snapshot.records, _blocks(snapshot, attention or SavedAttention()))],
         "stop_reason": snapshot.stop_reason,
         "branches": [dataclasses.asdict(b) for b in snapshot.branches],
     }
@@ -142,10 +169,14 @@ def journey_file(snapshot: Snapshot, document: dict[str, Any] | None = None) -> 
 
 
 def save_journey(
-    path: str | Path, snapshot: Snapshot, document: dict[str, Any] | None = None, replace: bool = False
+    path: str | Path,
+    snapshot: Snapshot,
+    attention: SavedAttention | None = None,
+    document: dict[str, Any] | None = None,
+    replace: bool = False,
 ) -> Path:
     """Write the journey atomically; an existing file is replaced only with `replace`."""
-    return write_file(path, json.dumps(journey_file(snapshot, document)), replace=replace)
+    return write_file(path, json.dumps(journey_file(snapshot, attention, document)), replace=replace)
 
 
 def read_journey(path: str | Path) -> dict[str, Any]:
@@ -187,11 +218,35 @@ def read_journey(path: str | Path) -> dict[str, Any]:
     return doc
 
 
+@dataclass(frozen=True)
+class Recording:
+    """A saved journey as the app replays it: the Snapshot and the attention rows kept."""
+
+    snapshot: Snapshot
+    attention: SavedAttention
+
+
+def _saved_attention(r: schema.Replay) -> SavedAttention:
+    n, rows = r.prompt_len, {}
+    for i, record in enumerate(r.records):
+        if record.attention is None:
+            continue
+        block = record.attention.array()
+        first = n - block.shape[2] if i == 0 else n - 1 + i
+        for k in range(block.shape[2]):
+            rows[first + k] = block[:, :, k]
+    return SavedAttention(rows)
+
+
 def snapshot_from_journey(doc: dict[str, Any]) -> Snapshot:
-    """The journey as a Snapshot the app can show without a model (every string made safe to print)."""
+    return recording_of(doc).snapshot
+
+
+def recording_of(doc: dict[str, Any]) -> Recording:
+    """The journey as the app can show it without a model (every string made safe to print)."""
     journey = parse_journey(doc)
     r = journey.replay
-    return Snapshot(
+    snapshot = Snapshot(
         seq=1,
         state="stopped" if r.stop_reason else "ready",
         info=ModelInfo(**r.info.model_dump()),
@@ -204,3 +259,4 @@ def snapshot_from_journey(doc: dict[str, Any]) -> Snapshot:
         message="a recorded journey: read-only",
         branches=tuple(BranchSummary(**b.model_dump()) for b in r.branches),
     )
+    return Recording(snapshot, _saved_attention(r))

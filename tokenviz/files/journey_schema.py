@@ -72,6 +72,7 @@ class Info(Model):
     architecture: SafeText
     tied_embeddings: Flag
     positions: SafeText
+    attention: SafeText = "eager"
 
 
 class Array(Model):
@@ -130,7 +131,7 @@ class Record(Model):
     input_texts: list[SafeText]
     top: list[Candidate]
     entropy: NonNegative
-    attention: Array
+    attention: Array | None = None  # rows the file kept (see tokenviz.files.journey_file)
     forward_ms: NonNegative
     kv_len: Count
     kv_bytes: Count
@@ -170,13 +171,18 @@ class Replay(Model):
         ids += [c[0] for r in self.records for c in r.top] + [w[0] for r in self.records for w in r.decision.watch]
         if max(ids, default=0) >= info.vocab:
             raise ValueError(f"a token id is outside the vocabulary of {info.vocab}")
-        for i, record in enumerate(self.records):
-            layers, heads, queries, keys = record.attention.shape
-            rows, columns = (n, n) if i == 0 else (1, n + i)  # the prefill's block, then one row per step
-            if layers != info.layers or heads != info.heads or queries < rows or keys < columns:
+        saved = [i for i, record in enumerate(self.records) if record.attention is not None]
+        if saved and saved != list(range(saved[0], len(self.records))):
+            raise ValueError("the attention rows kept must be the newest, without gaps")
+        for i in saved:
+            array = self.records[i].attention
+            assert array is not None
+            layers, heads, queries, keys = array.shape
+            rows, columns = (n, n) if i == 0 else (1, n + i)  # the prompt's rows (the newest of them), then one per step
+            if layers != info.layers or heads != info.heads or not 1 <= queries <= rows or keys < columns:
                 raise ValueError(
-                    f"record {i}'s attention is {record.attention.shape}; it needs at least "
-                    f"[{info.layers}, {info.heads}, {rows}, {columns}]"
+                    f"record {i}'s attention is {array.shape}; it needs [{info.layers}, {info.heads}, "
+                    f"1 to {rows}, at least {columns}]"
                 )
         return self
 

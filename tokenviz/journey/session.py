@@ -9,11 +9,13 @@ state equals the one before those steps, logits included.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
+import numpy as np
 import psutil
 import torch
 
+from tokenviz.contract.attention import SavedAttention
 from tokenviz.contract.errors import Cancelled, PromptError, TokenvizError
 from tokenviz.contract.records import StepRecord, TokenChip
 from tokenviz.contract.results import BranchSummary, CacheEvent, Inspection
@@ -21,6 +23,7 @@ from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.prompt_predictions import join, predict_positions
 from tokenviz.decoding.prompt_predictions import read as read_predictions
 from tokenviz.decoding.sampling import decide, decide_on_device, summarise
+from tokenviz.files.journey_file import rows_to_save
 from tokenviz.journey.branches import Branch, BranchStore
 from tokenviz.journey.inspections import Inspections
 from tokenviz.journey.stops import stop_reason
@@ -124,7 +127,7 @@ class Session:
         try:
             forward, predictions, forward_ms = self._prefill(ids, progress, cancelled)
         except BaseException:
-            self.runner.cache = previous
+            self.runner.use_cache(previous)
             raise
         if ids == self.prompt_ids:
             self._keep_path()  # a reset keeps the path it leaves
@@ -233,6 +236,24 @@ class Session:
         chosen = self.ids[position + 1] if position + 1 < len(self.ids) else self.records[-1].decision.chosen_id
         return self._inspections.get(self.runner, self.ids, position, chosen)
 
+    def attention(self, rows: range, layers: Sequence[int]) -> np.ndarray:
+        """The exact attention weights of positions `rows` of the current path for `layers`:
+        float32 (layers, heads, len(rows), rows.stop); row i covers keys 0..rows.start + i."""
+        if not 0 <= rows.start < rows.stop <= self.runner.kv_len:
+            raise TokenvizError(f"positions {rows.start}-{rows.stop - 1} have not all been through the model")
+        weights: np.ndarray = to_host({"rows": self.runner.attention(self.cached_ids, rows, layers)})["rows"]
+        return weights
+
+    def saved_attention(self) -> SavedAttention:
+        """Every layer's rows at the newest positions, as many as a journey file keeps (float16)."""
+        info, rows = self.runner.info, {}
+        keep = rows_to_save(self.runner.kv_len, info.layers, info.heads)
+        for begin in range(keep.start, keep.stop, PREFILL_CHUNK // 4):
+            chunk = range(begin, min(begin + PREFILL_CHUNK // 4, keep.stop))
+            weights = self.attention(chunk, range(info.layers)).astype(np.float16)
+            rows.update({q: weights[:, :, i, : q + 1] for i, q in enumerate(chunk)})
+        return SavedAttention(rows)
+
     def check_stop(self) -> str | None:
         """Why the journey must stop now, or None."""
         return stop_reason(
@@ -261,40 +282,38 @@ class Session:
 
     def _check_memory(self, n: int) -> None:
         """Refuse a prompt whose prefill would not fit in the memory that is free, before it hurts:
-        the history keeps every layer's n x n attention block (float16), and the one transfer copies it."""
+        its KV cache, and per chunk the logits of every position and one layer's attention scores
+        (eager attention computes them; sdpa needs less)."""
         info = self.runner.info
-        square = info.layers * info.heads * n * n * 2
-        needed = 2 * square + info.layers * info.heads * min(n, PREFILL_CHUNK) * n * 4
+        width = 4  # bytes per number, float32 at most
+        cache = 2 * info.layers * info.kv_heads * info.head_dim * n * width
+        chunk = min(n, PREFILL_CHUNK)
+        working = chunk * (2 * info.vocab + 2 * info.heads * n) * width
+        needed = cache + working
         free = psutil.virtual_memory().available
         if needed > MEMORY_SHARE * free:
             raise PromptError(
-                f"a prompt of {n} tokens needs about {needed / 2**30:.1f} GB to keep every layer's attention, "
+                f"a prompt of {n} tokens needs about {needed / 2**30:.1f} GB for its KV cache and working memory, "
                 f"and {free / 2**30:.1f} GB is free: shorten it"
             )
 
     def _prefill(
         self, ids: list[int], progress: Callable[[int, int], None] | None, cancelled: Callable[[], bool]
     ) -> tuple[Forward, dict[str, torch.Tensor], float]:
-        """Feed the prompt chunk by chunk: (the last chunk's forward pass with the whole prompt's
-        attention square, every position's prediction on the device, milliseconds in all)."""
+        """Feed the prompt chunk by chunk: (the last chunk's forward pass, every position's prediction
+        on the device, milliseconds in all)."""
         n = len(ids)
-        parts, square, ms = [], None, 0.0
+        parts, ms = [], 0.0
         for begin in range(0, n, PREFILL_CHUNK):
             end = min(begin + PREFILL_CHUNK, n)
             forward = self.runner.forward(ids[begin:end], every_position=True)
             assert forward.position_logits is not None
             parts.append(predict_positions(forward.position_logits, ids[begin + 1 : end + 1]))
-            if n > PREFILL_CHUNK:  # several chunks: their rows make one square for the whole prompt
-                if square is None:
-                    square = forward.attention.new_zeros((*forward.attention.shape[:2], n, n))
-                square[:, :, begin:end, :end] = forward.attention
             ms += forward.timer.wait().ms()
             if progress is not None:
                 progress(end, n)
             if end < n and cancelled():
                 raise Cancelled("prefill cancelled: the journey is as it was")
-        if square is not None:
-            forward = dataclasses.replace(forward, attention=square)
         return forward, join(parts), ms
 
     def _push(
@@ -304,11 +323,11 @@ class Session:
         prompt_parts: dict[str, torch.Tensor] | None = None,
         forward_ms: float | None = None,
     ) -> StepRecord:
-        """Record a forward pass and decide on it: the attention, the top-n, the decision (and a
-        prefill's predictions at every prompt position) reach the host in one transfer."""
+        """Record a forward pass and decide on it: the top-n, the decision (and a prefill's
+        predictions at every prompt position) reach the host in one transfer."""
         summary = summarise(forward.logits, self.top_n)
         decision = decide_on_device(forward.logits, self.settings, self.ids, self.generated_ids)
-        host = to_host({"attention": forward.attention, **summary.tensors, **decision.tensors, **(prompt_parts or {})})
+        host = to_host({**summary.tensors, **decision.tensors, **(prompt_parts or {})})
         top, entropy = summary.read(host, self.runner.piece)
         record = StepRecord(
             index=len(self.records),
@@ -318,7 +337,6 @@ class Session:
             top=top,
             entropy=entropy,
             decision=decision.read(host, self.runner.piece),
-            attention=host["attention"],
             forward_ms=forward.timer.ms() if forward_ms is None else forward_ms,
             kv_len=self.runner.kv_len,
             kv_bytes=self.runner.kv_bytes,

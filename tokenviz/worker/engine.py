@@ -17,10 +17,12 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, assert_never
 
+from tokenviz.contract.attention import AttentionView, causal_view, window
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.settings import DEFAULT_SETTINGS, SamplingSettings
 from tokenviz.contract.snapshot import EngineState, Snapshot
 from tokenviz.decoding.nudges import adjust
+from tokenviz.files.journey_file import save_journey
 from tokenviz.worker.commands import (
     Adjust,
     Beams,
@@ -33,6 +35,8 @@ from tokenviz.worker.commands import (
     Post,
     Reset,
     Rewind,
+    Save,
+    ShowAttention,
     Speculate,
     Start,
     Step,
@@ -48,7 +52,7 @@ if TYPE_CHECKING:
     from tokenviz.journey.session import Session
 
 FRAME_S = 1 / 60  # autoplay publishes at most one frame per FRAME_S (and always the last)
-ALLOWED_WITHOUT_JOURNEY = (Start, Adjust)
+ALLOWED_WITHOUT_JOURNEY = (Start, Adjust, ShowAttention)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +88,8 @@ class EngineWorker:
         self._verification: Verification | None = None
         self._beams: BeamResult | None = None
         self._speculation: Speculation | None = None
+        self._attention_request: ShowAttention | None = None
+        self._notice: str | None = None
 
     # ---- called from the UI thread ----------------------------------------------------------------
 
@@ -256,6 +262,11 @@ class EngineWorker:
                 self._speculation = speculative_decode(
                     session.runner, session.ids, drafting, steps, session.settings, cancelled=self._cancelled
                 )
+            case ShowAttention():
+                self._attention_request = command if command.rows > 0 else None
+            case Save(path=path):
+                written = save_journey(path, snapshot_of(session), session.saved_attention())
+                self._notice = f"saved {written} (tokenviz replay {written})"
             case _:
                 raise TokenvizError(f"unknown command {command!r}")
 
@@ -329,4 +340,21 @@ class EngineWorker:
             verification=self._verification,
             beams=self._beams,
             speculation=self._speculation,
+            notice=self._take_notice(),
+            attention=self._attention_view(s),
         )
+
+    def _take_notice(self) -> str | None:
+        notice, self._notice = self._notice, None
+        return notice
+
+    def _attention_view(self, session: Session | None) -> AttentionView | None:
+        """The rows the attention pane asked for, computed for the journey as it is now."""
+        request = self._attention_request
+        if request is None or session is None or not session.records or self._busy:
+            return None
+        positions = session.runner.kv_len
+        layer = min(request.layer, session.runner.info.layers - 1)
+        cursor = positions - 1 if request.cursor is None else min(request.cursor, positions - 1)
+        queries = window(cursor, positions, request.rows)
+        return causal_view(layer, queries, session.attention(queries, [layer])[0])

@@ -1,0 +1,79 @@
+"""Attention computed on demand: the fast path keeps query states within a budget and feeds rows
+again when they are gone; eager-only families answer from an eager pass; every answer equals eager
+attention over the whole sequence, and asking never changes the journey."""
+
+import pytest
+import torch
+from families import family_model
+from tiny import eager_forward
+
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.journey.session import Session
+from tokenviz.model.query_store import QueryStore
+from tokenviz.model.runner import ModelRunner
+
+# llama: plain; gemma2: hybrid sliding/global layers with soft-capping (eager inside the fast path);
+# bloom: ALiBi, no fast path in transformers (eager throughout).
+KINDS = ["llama", "gemma2", "bloom"]
+
+
+def journey(kind: str, budget: int | None = None) -> Session:
+    runner = ModelRunner(family_model(kind))
+    runner.eos_ids = set()
+    if budget is not None:
+        runner.queries = QueryStore(budget)
+    s = Session(runner, SamplingSettings(temperature=0, max_new_tokens=1000))
+    s.start(list(range(5, 25)))
+    for _ in range(10):
+        s.step()
+    return s
+
+
+def reference(s: Session):
+    return [a[0].numpy() for a in eager_forward(s.runner.model, s.cached_ids).attentions]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_rows_whose_queries_were_dropped_are_fed_again_and_leave_the_journey_as_it_was(kind):
+    s = journey(kind, budget=2_000)  # a few positions' queries at most
+    assert s.runner.queries.nbytes <= 2_000 or not s.runner.fast_attention
+    full = reference(s)
+    keys_before = [layer.keys.clone() for layer in s.runner.cache.layers]
+    pending = s._pending_logits.clone()
+    for rows in (range(0, 7), range(12, 30), range(29, 30)):
+        shown = s.attention(rows, [0, 3])
+        for i, layer in enumerate((0, 3)):
+            assert abs(shown[i] - full[layer][:, rows.start : rows.stop, : rows.stop]).max() < 1e-5
+    assert s.runner.kv_len == len(s.ids) == 30
+    assert all(torch.equal(a, b.keys) for a, b in zip(keys_before, s.runner.cache.layers))
+    s.step()  # the next step is the one it would have been
+    s.rewind(1)
+    assert torch.allclose(s._pending_logits, pending, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_after_a_rewind_and_another_token_the_rows_are_the_new_paths(kind):
+    s = journey(kind)
+    s.attention(range(20, 30), [1])  # kept for the old path
+    s.rewind(4)
+    s.force_rank(3)
+    s.step()
+    full = reference(s)
+    n = s.runner.kv_len
+    shown = s.attention(range(n - 6, n), [1])
+    assert abs(shown[0] - full[1][:, n - 6 : n, :n]).max() < 1e-5
+
+
+def test_the_query_store_stays_within_its_budget_and_forgets_cropped_positions():
+    s = journey("llama", budget=40_000)
+    store = s.runner.queries
+    assert 0 < store.nbytes <= 40_000
+    kept = [p for p in range(30) if not store.missing(range(p, p + 1))]
+    assert kept and kept[-1] == 29  # the newest are kept
+    s.rewind(3)
+    assert s.runner.kv_len == 27 and store.missing(range(26, 30)) == [27, 28, 29]
+
+
+def test_the_model_info_says_which_attention_runs():
+    assert family_model("llama").info.attention.startswith("sdpa")
+    assert family_model("bloom").info.attention.startswith("eager")

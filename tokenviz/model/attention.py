@@ -1,0 +1,125 @@
+"""Fast attention for the work, exact weights for the view.
+
+Forward passes run through one attention function registered with transformers' AttentionInterface:
+it calls sdpa (or the model's own eager code where sdpa cannot serve, as with soft-capping), and,
+while a runner captures, keeps each layer's query states. A row of attention weights is then
+computed when a pane asks, from the kept queries and the keys in the KV cache, by the model's own
+eager attention code: scaling, soft-capping, grouped keys and sinks are the model's; the mask
+(causal, and the layer's sliding window) is the one transformers builds for it.
+
+Families whose attention does not go through the interface (ALiBi, and older code) run eager
+attention, and their rows come from an eager forward pass of the rows asked for.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+IMPLEMENTATION = "tokenviz"
+_capture: ContextVar[Capture | None] = ContextVar("tokenviz_capture", default=None)
+
+
+@dataclass
+class LayerCall:
+    """What one layer's attention needs besides queries and keys: its module and its arguments."""
+
+    module: torch.nn.Module
+    kwargs: dict[str, Any]
+
+
+@dataclass
+class Capture:
+    """The query states of one forward pass, layer by layer, and how each layer calls attention."""
+
+    eager: bool = False  # run the model's eager code in every layer, so the weights are returned
+    queries: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> (heads, tokens fed, head_dim)
+    calls: dict[int, LayerCall] = field(default_factory=dict)
+
+
+def _eager_of(module: torch.nn.Module) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """The eager attention function of the module's own modeling file."""
+    eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
+    if eager is None:
+        from transformers.models.llama.modeling_llama import eager_attention_forward as eager
+    return eager  # type: ignore[no-any-return]
+
+
+def _attend(module, query, key, value, attention_mask, **kwargs):
+    """The registered attention function: sdpa where it serves, the model's eager code elsewhere."""
+    capture = _capture.get()
+    if capture is not None and capture.eager:
+        return _eager_of(module)(module, query, key, value, attention_mask, **kwargs)
+    if capture is not None:
+        layer = int(module.layer_idx)
+        capture.queries[layer] = query[0].clone()  # a view would keep the whole projection alive
+        capture.calls.setdefault(layer, LayerCall(module, {k: v for k, v in kwargs.items() if k in CALL_KWARGS}))
+    if kwargs.get("softcap") is not None or kwargs.get("s_aux") is not None:
+        return _eager_of(module)(module, query, key, value, attention_mask, **kwargs)
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+
+# The arguments a layer passes to attention that shape its weights (the rest are per call).
+CALL_KWARGS = frozenset({"scaling", "softcap", "s_aux", "sliding_window", "dropout"})
+
+
+def use_fast_attention(model) -> bool:
+    """Switch `model` to tokenviz's attention function; False (and eager attention) where the
+    model's attention does not go through transformers' AttentionInterface."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
+
+    AttentionInterface.register(IMPLEMENTATION, _attend)
+    # A float mask serves sdpa and the eager fallback alike.
+    ALL_MASK_ATTENTION_FUNCTIONS.register(IMPLEMENTATION, eager_mask)
+    if not getattr(model, "_supports_attention_backend", False):
+        model.set_attn_implementation("eager")
+        return False
+    model.set_attn_implementation(IMPLEMENTATION)
+    return True
+
+
+@contextmanager
+def capturing(eager: bool = False) -> Iterator[Capture]:
+    """Keep the query states of the forward passes run inside (in this thread only); with `eager`,
+    run every layer's eager code instead, so `output_attentions` returns the weights."""
+    capture = Capture(eager=eager)
+    token = _capture.set(capture)
+    try:
+        yield capture
+    finally:
+        _capture.reset(token)
+
+
+def window_mask(queries: range, keys: int, window: int | None, dtype: torch.dtype, device) -> torch.Tensor:
+    """The additive mask transformers applies: a query at q reads keys k <= q, and within a sliding
+    window of w only those with k > q - w. Shape (1, 1, queries, keys)."""
+    q = torch.arange(queries.start, queries.stop, device=device)[:, None]
+    k = torch.arange(keys, device=device)[None, :]
+    allowed = k <= q
+    if window:
+        allowed &= k > q - window
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=device)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None, None]
+
+
+def exact_weights(
+    call: LayerCall, queries: torch.Tensor, rows: range, keys: torch.Tensor, values: torch.Tensor
+) -> torch.Tensor:
+    """The attention weights (heads, rows, keys) of query states `queries` (heads, rows, head_dim)
+    at positions `rows`, over the cached `keys` and `values` (kv heads, positions, head_dim), computed
+    by the layer's own eager attention code."""
+    kwargs = dict(call.kwargs)
+    mask = window_mask(rows, keys.shape[-2], kwargs.get("sliding_window"), queries.dtype, queries.device)
+    kwargs["dropout"] = 0.0
+    _, weights = _eager_of(call.module)(call.module, queries[None], keys[None], values[None], mask, **kwargs)
+    return weights[0]

@@ -1,0 +1,91 @@
+"""The query states of recent positions of the current path, kept within a byte budget.
+
+An attention row is the softmax of one position's query against the cached keys, so keeping the
+queries (not the rows) lets any layer's row be computed again when a pane asks. The budget bounds
+what is kept: the oldest forward passes go first, and a row whose queries are gone is computed by
+feeding its tokens again (see ModelRunner.attention), so memory follows what is on screen, not the
+journey's length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from tokenviz.model.attention import Capture, LayerCall
+
+QUERY_BUDGET = 32 << 20  # bytes of query states kept (about 470 positions of the bundled model)
+
+
+@dataclass
+class _Block:
+    start: int
+    queries: dict[int, torch.Tensor]  # layer -> (heads, positions, head_dim)
+    bytes: int
+
+
+class QueryStore:
+    def __init__(self, budget: int = QUERY_BUDGET):
+        self.budget = budget
+        self.calls: dict[int, LayerCall] = {}
+        self._blocks: dict[int, _Block] = {}  # by age: the oldest first
+        self._where: dict[int, int] = {}  # position -> the newest block holding it
+        self._next = 0
+        self._bytes = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def add(self, start: int, capture: Capture) -> None:
+        """Keep the queries of a forward pass that fed positions start, start + 1, ..."""
+        if not capture.queries:
+            return
+        self.calls.update(capture.calls)
+        size = sum(q.numel() * q.element_size() for q in capture.queries.values())
+        block = _Block(start, dict(capture.queries), size)
+        count = next(iter(block.queries.values())).shape[1]
+        key, self._next = self._next, self._next + 1
+        self._blocks[key] = block
+        self._bytes += size
+        for position in range(start, start + count):
+            self._where[position] = key
+        while self._bytes > self.budget and len(self._blocks) > 1:
+            self._evict(next(iter(self._blocks)))
+
+    def _evict(self, key: int) -> None:
+        block = self._blocks.pop(key)
+        self._bytes -= block.bytes
+        count = next(iter(block.queries.values())).shape[1]
+        for position in range(block.start, block.start + count):
+            if self._where.get(position) == key:
+                del self._where[position]
+
+    def drop_from(self, position: int) -> None:
+        """Forget positions >= `position` (the cache was cropped: they may be fed differently)."""
+        for key in [k for k, b in self._blocks.items() if b.start >= position]:
+            self._evict(key)
+        for p in [p for p in self._where if p >= position]:
+            del self._where[p]
+
+    def clear(self) -> None:
+        self._blocks.clear()
+        self._where.clear()
+        self._bytes = 0
+
+    def missing(self, rows: range) -> list[int]:
+        return [p for p in rows if p not in self._where]
+
+    def get(self, layer: int, rows: range) -> torch.Tensor:
+        """(heads, len(rows), head_dim): every position must be held (see `missing`)."""
+        parts, p = [], rows.start
+        while p < rows.stop:
+            key = self._where[p]
+            block = self._blocks[key]
+            end = p + 1
+            while end < rows.stop and self._where.get(end) == key:
+                end += 1
+            parts.append(block.queries[layer][:, p - block.start : end - block.start])
+            p = end
+        return parts[0] if len(parts) == 1 else torch.cat(parts, 1)
