@@ -10,6 +10,7 @@ from tiny import tiny_model
 
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.contract.snapshot import Snapshot
+from tokenviz.files.journey_file import Recording
 from tokenviz.journey.session import Session
 from tokenviz.model.runner import ModelRunner
 from tokenviz.ui.app import TokenvizApp
@@ -46,9 +47,9 @@ def make_app(
     return TokenvizApp(worker, **kwargs)
 
 
-def recorded_app(snapshot: Snapshot, theme: str = "tokenviz-dark") -> TokenvizApp:
+def recorded_app(recording: Recording, theme: str = "tokenviz-dark") -> TokenvizApp:
     """The app on a recording: every pane works, nothing runs a model."""
-    return TokenvizApp(RecordingWorker(snapshot), theme=theme)
+    return TokenvizApp(RecordingWorker(recording.snapshot, recording.attention), theme=theme)
 
 
 async def settle(app: TokenvizApp, pilot, timeout: float = 20.0) -> Snapshot:
@@ -77,6 +78,11 @@ def text_of(widget) -> str:
 
 def frozen_snapshot(steps: int = 3, settings: SamplingSettings | None = None, kind: str = "llama") -> Snapshot:
     """A deterministic snapshot from a tiny model, with the timings zeroed."""
+    return frozen_recording(steps, settings, kind).snapshot
+
+
+def frozen_recording(steps: int = 3, settings: SamplingSettings | None = None, kind: str = "llama") -> Recording:
+    """A deterministic journey from a tiny model, with the timings zeroed, and its attention rows."""
     session = Session(ModelRunner(tiny_model(kind)), settings or SamplingSettings(seed=1))
     session.start(PROMPT)
     for _ in range(steps):
@@ -85,7 +91,7 @@ def frozen_snapshot(steps: int = 3, settings: SamplingSettings | None = None, ki
         dataclasses.replace(r, forward_ms=0.0, decision=dataclasses.replace(r.decision, ms=0.0))
         for r in session.records
     )
-    return dataclasses.replace(snapshot_of(session), records=records)
+    return Recording(dataclasses.replace(snapshot_of(session), records=records), session.saved_attention())
 
 
 def burst(app: TokenvizApp, keys: list[str]) -> None:
@@ -108,4 +114,4 @@ async def wait_for(predicate, pilot, timeout: float = 10.0) -> None:
     raise AssertionError("condition not met in time")
 
 
-__all__ = ["PROMPT", "asyncio", "frozen_snapshot", "make_app", "settle", "wait_for"]
+__all__ = ["PROMPT", "asyncio", "frozen_recording", "frozen_snapshot", "make_app", "settle", "wait_for"]

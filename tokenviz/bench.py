@@ -37,14 +37,19 @@ from tokenviz.worker.engine import EngineWorker
 
 PROMPT = "The Eiffel Tower is located in"
 BUDGETS = {
-    "step_overhead": ("engine step / bare cached forward", "<=", 1.15),
-    "autoplay": ("autoplay tok/s / generate() tok/s", ">=", 0.9),
+    "step_overhead": ("engine step / bare sdpa step, short context", "<=", 1.05),
+    "step_2048": ("engine step / bare sdpa step, 2048 context", "<=", 1.05),
+    "prefill_2048": ("engine prefill / bare sdpa forward, 2048 tokens", "<=", 1.15),
+    "peak_4096_gb": ("peak RSS over the model's own run, 4096 tokens, GB", "<=", 1.0),
+    "attention_2048_ms": ("attention view of one layer, 2048 context, ms", "<=", 50.0),
+    "autoplay": ("autoplay tok/s / generate() tok/s", ">=", 1.0),
     "growth": ("step at 2048 / step at 32", "<=", 1.5),
     "frame_200x60_ms": ("pane update at 200x60, ms", "<=", 16.0),
     "cold_start_s": ("start to first interactive frame, s", "<=", 2.0),
     "model_ready_s": ("start to model ready (prompt prefilled), s", "<=", 2.0),
-    "history_mb_per_1000": ("history MB per 1000 steps", "<=", 300.0),
+    "history_mb_per_1000": ("history MB per 1000 steps", "<=", 64.0),
 }
+VIEW_ROWS = 114  # query rows the attention pane shows at 200x60
 
 
 def sync(device: torch.device) -> None:
@@ -160,30 +165,105 @@ def autoplay(loaded, bare, device, tokens: int, rounds: int = 3) -> dict:
     }
 
 
+def random_ids(loaded: LoadedModel, n: int) -> list[int]:
+    return torch.randint(0, loaded.info.vocab, (n,), generator=torch.Generator().manual_seed(n)).tolist()
+
+
 @torch.inference_mode()
-def growth(loaded, device, lengths=(32, 512, 2048), steps: int = 8) -> dict:
-    out = {}
-    vocab = loaded.info.vocab
+def growth(loaded, bare, device, lengths=(32, 512, 2048), steps: int = 8) -> dict:
+    """Per length of context: the engine's decode step against the bare sdpa step, and the engine's
+    prefill against one bare forward pass of the same prompt (rounds interleaved; medians)."""
+    out: dict = {}
     for n in lengths:
-        ids = torch.randint(0, vocab, (n,), generator=torch.Generator().manual_seed(n)).tolist()
-        prefill, times = engine_steps(loaded, ids, steps + 2)
-        step = statistics.median(times[2:]) * 1000
-        sync(device)
-        full = []
-        loaded.model(torch.tensor([ids], device=device), use_cache=False, logits_to_keep=1)  # warm-up
-        for _ in range(3):
-            started = time.perf_counter()
-            loaded.model(torch.tensor([ids], device=device), use_cache=False, logits_to_keep=1)
+        ids = random_ids(loaded, n)
+        engine, plain, prefills, forwards = [], [], [], []
+        for _ in range(2):
+            prefill, times = engine_steps(loaded, ids, steps + 2)
+            engine += times[2:]
+            prefills.append(prefill)
+            plain += bare_steps(bare, ids, steps + 2, device)[2:]
             sync(device)
-            full.append(time.perf_counter() - started)
-        # The engine's prefill stores every layer's attention square; the full forward stores none.
+            started = time.perf_counter()
+            bare(torch.tensor([ids], device=device))
+            sync(device)
+            forwards.append(time.perf_counter() - started)
         out[str(n)] = {
-            "step_ms": step,
-            "full_forward_ms": statistics.median(full) * 1000,
-            "engine_prefill_ms": prefill * 1000,
+            "step_ms": statistics.median(engine) * 1000,
+            "bare_step_ms": statistics.median(plain) * 1000,
+            "step_ratio": statistics.median(engine) / statistics.median(plain),
+            "engine_prefill_ms": min(prefills) * 1000,
+            "bare_forward_ms": min(forwards) * 1000,
+            "prefill_ratio": min(prefills) / min(forwards),
         }
     out["ratio"] = out[str(lengths[-1])]["step_ms"] / out[str(lengths[0])]["step_ms"]
     return out
+
+
+def attention_view(loaded, n: int = 2048, rounds: int = 5) -> dict:
+    """Milliseconds to compute the rows the attention pane shows at 200x60, after a prefill of `n`
+    tokens: the newest rows of a layer (queries kept: the usual case, and every layer switch), and
+    rows at the start whose queries were dropped (fed again first)."""
+    session = Session(ModelRunner(loaded), SamplingSettings(temperature=0))
+    session.start(random_ids(loaded, n))
+    rows = min(VIEW_ROWS, n)
+    newest, oldest = range(n - rows, n), range(0, rows)
+
+    def ms(rows: range, layer: int, fresh: bool = False) -> float:
+        times = []
+        for _ in range(rounds):
+            if fresh:
+                session.runner.queries.drop_from(0)
+            started = time.perf_counter()
+            session.attention(rows, [layer])
+            times.append(time.perf_counter() - started)
+        return statistics.median(times) * 1000
+
+    return {
+        "newest_rows_ms": ms(newest, loaded.info.layers - 1),
+        "another_layer_ms": ms(newest, 0),
+        "rows_fed_again_ms": ms(oldest, 0, fresh=True),
+        "rows": rows,
+        "context": n,
+        "queries_kept_mb": session.runner.queries.nbytes / 2**20,
+    }
+
+
+PEAK_SCRIPT = """
+import resource, sys, torch
+from tokenviz.model.loading import load_model
+loaded = load_model({source!r}, device="cpu")
+ids = torch.randint(0, loaded.info.vocab, ({n},), generator=torch.Generator().manual_seed(1)).tolist()
+if sys.argv[1] == "engine":
+    from tokenviz.contract.settings import SamplingSettings
+    from tokenviz.journey.session import Session
+    from tokenviz.model.runner import ModelRunner
+    Session(ModelRunner(loaded), SamplingSettings(temperature=0)).start(ids)
+else:
+    loaded.model.set_attn_implementation("sdpa")
+    with torch.inference_mode():
+        loaded.model(torch.tensor([ids]), use_cache=True)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+"""
+
+
+def peak_memory(n: int = 4096, source: str | None = None) -> dict:
+    """Peak RSS of a fresh process that loads the model (None: the bundled one) and prefills `n`
+    tokens through the engine, against one that runs the model's own forward pass over them (CPU)."""
+    peaks = {}
+    for kind in ("model", "engine"):
+        done = subprocess.run(
+            [sys.executable, "-c", PEAK_SCRIPT.format(n=n, source=source), kind],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        peaks[kind] = int(done.stdout.split()[-1]) / 2**30
+    return {
+        "tokens": n,
+        "model_peak_gb": peaks["model"],
+        "engine_peak_gb": peaks["engine"],
+        "extra_gb": peaks["engine"] - peaks["model"],
+    }
 
 
 def frame(loaded, sizes=((200, 60), (80, 24)), steps: int = 12) -> dict:
@@ -274,23 +354,32 @@ def memory(loaded, steps: int) -> dict:
     assert len(session.generated_ids) == steps
     gc.collect()
     grown = process.memory_info().rss - before
-    history = sum(len(pickle.dumps(r, protocol=5)) for r in session.records)
+    sizes = [len(pickle.dumps(r, protocol=5)) for r in session.records]
+    kept = session.runner.queries.nbytes  # the query states kept for the view: bounded, not per step
+    half = len(sizes) // 2
     kv = session.runner.kv_bytes
     last = session.records[-1]
     scale = 1000 / steps
     return {
         "steps": steps,
         "rss_growth_mb_per_1000": grown * scale / 2**20,
-        "history_mb_per_1000": history * scale / 2**20,
+        "history_mb_per_1000": (sum(sizes) * scale + kept) / 2**20,
+        "records_mb_first_half": sum(sizes[:half]) / 2**20,  # linear: the second half costs the same
+        "records_mb_second_half": sum(sizes[half:]) / 2**20,
+        "queries_kept_mb": kept / 2**20,
         "kv_cache_mb_per_1000": kv * scale / 2**20,
         "step_record_kb_at_end": len(pickle.dumps(last, protocol=5)) / 1024,
-        "step_record_kb_mean": history / len(session.records) / 1024,
+        "step_record_kb_mean": sum(sizes) / len(sizes) / 1024,
     }
 
 
 def verdicts(r: dict) -> dict:
     values = {
         "step_overhead": r["step_overhead"]["ratio"],
+        "step_2048": r["growth"]["2048"]["step_ratio"],
+        "prefill_2048": r["growth"]["2048"]["prefill_ratio"],
+        "peak_4096_gb": r["peak_memory"]["extra_gb"],
+        "attention_2048_ms": max(r["attention_view"]["newest_rows_ms"], r["attention_view"]["another_layer_ms"]),
         "autoplay": r["autoplay"]["ratio"],
         "growth": r["growth"]["ratio"],
         "frame_200x60_ms": r["frame"]["200x60_ms"],
@@ -337,7 +426,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, run in [  # autoplay first: see autoplay()
         ("autoplay", lambda: autoplay(loaded, bare, device, 32 if args.quick else 128)),
         ("step_overhead", lambda: step_overhead(loaded, bare, device, steps)),
-        ("growth", lambda: growth(loaded, device)),
+        ("growth", lambda: growth(loaded, bare, device)),
+        ("attention_view", lambda: attention_view(loaded)),
+        ("peak_memory", peak_memory),
         ("frame", lambda: frame(loaded)),
         ("cold_start", cold_start),
         ("conversion", conversion),
@@ -359,7 +450,17 @@ def main(argv: list[str] | None = None) -> int:
         json.dumps(
             {
                 k: results[k]
-                for k in ("step_overhead", "autoplay", "growth", "frame", "cold_start", "conversion", "memory")
+                for k in (
+                    "step_overhead",
+                    "autoplay",
+                    "growth",
+                    "attention_view",
+                    "peak_memory",
+                    "frame",
+                    "cold_start",
+                    "conversion",
+                    "memory",
+                )
             }
         )
     )

@@ -60,11 +60,11 @@ def test_an_invalid_utf8_prompt_gets_one_line(monkeypatch, capsys, tiny_dir):
 def test_the_app_without_a_terminal_refuses_at_once(args, env, tmp_path):
     journey = tmp_path / "x.json"
     if args:
-        from apptools import frozen_snapshot
+        from apptools import frozen_recording
 
         from tokenviz.files.journey_file import save_journey
 
-        save_journey(journey, frozen_snapshot(steps=1))
+        save_journey(journey, *frozen_recording(steps=1))
         args = ["replay", str(journey)]
     out = subprocess.run(
         [sys.executable, "-m", "tokenviz", *args],

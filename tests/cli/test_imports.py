@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from apptools import frozen_snapshot
+from apptools import frozen_recording
 
 from tokenviz.files.journey_file import save_journey
 
@@ -54,7 +54,7 @@ def probe(*args: str) -> dict:
 
 @pytest.fixture(scope="module")
 def journey_path(tmp_path_factory):
-    return str(save_journey(tmp_path_factory.mktemp("replay") / "journey.json", frozen_snapshot(steps=3)))
+    return str(save_journey(tmp_path_factory.mktemp("replay") / "journey.json", *frozen_recording(steps=3)))
 
 
 def test_replay_imports_no_torch_from_start_to_exit(journey_path):

@@ -83,11 +83,11 @@ def test_quitting_mid_run_exits_cleanly(session, keys):
 
 def test_a_hostile_journey_cannot_drive_the_terminal(tmp_path):
     sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
-    from apptools import frozen_snapshot
+    from apptools import frozen_recording
 
     from tokenviz.files.journey_file import journey_file
 
-    doc = journey_file(frozen_snapshot(steps=2))
+    doc = journey_file(*frozen_recording(steps=2))
     doc["replay"]["info"]["name"] = "\x1b]0;PWNED-TITLE\x07\x1b[2J"
     path = tmp_path / "hostile.json"
     path.write_text(json.dumps(doc))

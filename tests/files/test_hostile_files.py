@@ -5,14 +5,14 @@ import json
 import os
 
 import pytest
-from apptools import frozen_snapshot, make_app, settle, wait_for
+from apptools import frozen_recording, make_app, settle, wait_for
 from clitools import invoke
 from tiny import save_tiny
 
 from tokenviz.files import atomic, journey_file
 from tokenviz.files.journey_file import journey_file as journey_of
 
-VALID = json.loads(json.dumps(journey_of(frozen_snapshot(steps=3))))
+VALID = json.loads(json.dumps(journey_of(*frozen_recording(steps=3))))
 
 
 @pytest.fixture(scope="module")

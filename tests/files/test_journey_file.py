@@ -8,7 +8,7 @@ from apptools import PROMPT, make_app, recorded_app, settle, wait_for
 from clitools import invoke
 from tiny import save_tiny
 
-from tokenviz.files.journey_file import read_journey, snapshot_from_journey
+from tokenviz.files.journey_file import read_journey, recording_of, snapshot_from_journey
 from tokenviz.journey.reproduce import verify_journey
 from tokenviz.journey.session import Session
 from tokenviz.model.loading import load_model
@@ -89,14 +89,16 @@ def test_journey_round_trips_every_record(tmp_path, tiny_dir):
     from tokenviz.files.journey_file import save_journey
     from tokenviz.worker.snapshots import snapshot_of
 
-    original = snapshot_of(s)
-    restored = snapshot_from_journey(read_journey(save_journey(tmp_path / "j.json", original)))
+    original, attention = snapshot_of(s), s.saved_attention()
+    restored, kept = recording_of(read_journey(save_journey(tmp_path / "j.json", original, attention)))
     assert restored.chips == original.chips and restored.prompt_len == original.prompt_len
     assert restored.info == original.info and restored.settings == original.settings
     assert len(restored.records[0].prompt_predictions) == len(original.chips[: original.prompt_len]) - 1
     for a, b in zip(restored.records, original.records):
-        assert a == b  # every field but timings and attention (compared below), prompt predictions included
-        assert np.array_equal(a.attention, b.attention)
+        assert a == b  # every field but timings, prompt predictions included
+    assert kept.rows.keys() == attention.rows.keys()
+    for position, row in attention.rows.items():
+        assert np.array_equal(kept.rows[position][..., : position + 1], row)  # float16 both
 
 
 def test_bad_journey_files_give_one_line(monkeypatch, capsys, tmp_path):
@@ -121,10 +123,12 @@ async def test_x_exports_and_replay_opens_it_without_a_model(tmp_path, monkeypat
         await pilot.press("x")
         await wait_for(lambda: list(tmp_path.glob("tokenviz-*.json")) and list(tmp_path.glob("tokenviz-*.svg")), pilot)
     saved = next(tmp_path.glob("tokenviz-*.json"))
-    snapshot = snapshot_from_journey(read_journey(saved))
+    recording = recording_of(read_journey(saved))
+    snapshot = recording.snapshot
     assert snapshot.chips == live.chips and len(snapshot.records) == len(live.records)
+    assert sorted(recording.attention.rows) == list(range(snapshot.prompt_len + len(snapshot.records) - 1))
 
-    replay = recorded_app(snapshot)
+    replay = recorded_app(recording)
     async with replay.run_test(size=(120, 40)) as pilot:
         await wait_for(lambda: replay.snapshot is not None, pilot)
         await pilot.pause(0.2)

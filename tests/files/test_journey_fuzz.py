@@ -9,16 +9,15 @@ import json
 
 import numpy as np
 import pytest
-from apptools import frozen_snapshot
+from apptools import frozen_recording
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tokenviz.contract.attention import attention_row
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.text import is_printable
-from tokenviz.files.journey_file import journey_file, read_journey, snapshot_from_journey
+from tokenviz.files.journey_file import journey_file, read_journey, recording_of, snapshot_from_journey
 
-VALID = json.loads(json.dumps(journey_file(frozen_snapshot(steps=3))))
+VALID = json.loads(json.dumps(journey_file(*frozen_recording(steps=3))))
 HOSTILE = ["\x1b]0;PWNED\x07\x1b[2J", "\x9b31m", "[/]", "[bold]x", "\u2028", "", "x" * 300]
 
 json_values = st.recursive(
@@ -70,16 +69,16 @@ def strings_of(value):
 def check(doc) -> None:
     """The property: a clear one-line error, or a journey every pane can draw safely."""
     try:
-        snapshot = snapshot_from_journey(doc)
+        snapshot, attention = recording_of(doc)
     except TokenvizError as exc:
         assert "\n" not in str(exc) and is_printable(str(exc))
         return
     assert all(is_printable(s) for s in strings_of(snapshot))
     n = snapshot.prompt_len + len(snapshot.records) - 1
-    for query in range(n):
-        for layer in range(snapshot.info.layers):
-            row = attention_row(snapshot.records, snapshot.prompt_len, query, layer, "mean")
-            assert row.shape == (query + 1,)
+    for layer in range(snapshot.info.layers):
+        view = attention.view(layer, range(n), snapshot.info.heads)
+        for query in range(n):
+            assert view.row(query, "mean").shape == (query + 1,)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -108,6 +108,7 @@ def test_a_prompt_too_large_for_free_memory_is_refused_before_it_runs(tiny, monk
     s.step()
     before = (list(s.ids), s.runner.kv_len)
     monkeypatch.setattr(session_module.psutil, "virtual_memory", lambda: SimpleNamespace(available=10_000))
-    with pytest.raises(PromptError, match=r"needs about .* GB for its KV cache and working memory, and 0\.0 GB is free"):
+    needs = r"needs about .* GB for its KV cache and working memory, and 0\.0 GB is free"
+    with pytest.raises(PromptError, match=needs):
         s.start("Hello world! Sampling picks the next token from the distribution")
     assert (list(s.ids), s.runner.kv_len) == before  # nothing ran, nothing lost

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import torch
-from tiny import tiny_model, eager_forward
+from tiny import eager_forward, tiny_model
 
 from tokenviz.contract.errors import PromptError, TokenvizError
 from tokenviz.contract.settings import SamplingSettings

@@ -1,6 +1,5 @@
 """The bundled SmolLM2-135M against transformers itself: generate(), and a full recompute."""
 
-import numpy as np
 import pytest
 import torch
 from tiny import eager_forward

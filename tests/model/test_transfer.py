@@ -9,6 +9,7 @@ import collections
 import numpy as np
 import pytest
 import torch
+from tiny import tiny_model
 from torch.overrides import TorchFunctionMode
 
 from tokenviz.contract.settings import SamplingSettings
@@ -107,6 +108,23 @@ def test_a_step_reads_the_device_once(tiny, settings):
         session.force_rank(3)
     # forcing re-decides the pending step (one transfer), then steps (one more)
     assert dict(counter.reads) == {"cpu": 2, "numpy": 2}
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_the_attention_view_reads_the_device_once(kind):
+    """Rows computed on demand, from kept queries or by feeding their tokens again: one transfer."""
+    session = Session(ModelRunner(tiny_model(kind)), SamplingSettings(seed=1))
+    session.start(PROMPT)
+    for _ in range(4):
+        session.step()
+    n = session.runner.kv_len
+    with CountReads() as counter:
+        session.attention(range(n - 5, n), [0])  # the newest rows: their queries are kept
+    assert dict(counter.reads) == ONE_TRANSFER
+    session.runner.queries.clear()
+    with CountReads() as counter:
+        session.attention(range(0, 6), [0, 1])  # queries gone: fed again first
+    assert dict(counter.reads) == ONE_TRANSFER
 
 
 def test_a_settings_change_and_a_rewind_read_the_device_once_each(tiny_llama):

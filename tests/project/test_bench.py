@@ -15,9 +15,13 @@ def test_bench_measures_run_on_a_tiny_model(tmp_path):
     assert overhead["engine_ms"] > 0 and overhead["bare_ms"] > 0 and overhead["ratio"] > 0
     play = bench.autoplay(loaded, bare, torch.device("cpu"), tokens=8, rounds=1)
     assert play["same_tokens"] and play["ratio"] > 0
-    growth = bench.growth(loaded, torch.device("cpu"), lengths=(8, 64), steps=2)
+    growth = bench.growth(loaded, bare, torch.device("cpu"), lengths=(8, 64), steps=2)
     assert set(growth) == {"8", "64", "ratio"}
-    assert all(growth[n]["engine_prefill_ms"] > 0 and growth[n]["full_forward_ms"] > 0 for n in ("8", "64"))
+    assert all(growth[n]["prefill_ratio"] > 0 and growth[n]["step_ratio"] > 0 for n in ("8", "64"))
+    view = bench.attention_view(loaded, n=64, rounds=1)
+    assert view["rows"] == 64 and view["newest_rows_ms"] > 0 and view["rows_fed_again_ms"] > 0
+    peak = bench.peak_memory(n=64, source=source)
+    assert peak["model_peak_gb"] > 0 and peak["engine_peak_gb"] > 0
     frames = bench.frame(loaded, sizes=((80, 24),), steps=3)
     assert frames["80x24_ms"] > 0
     memory = bench.memory(loaded, steps=20)
@@ -26,10 +30,13 @@ def test_bench_measures_run_on_a_tiny_model(tmp_path):
         "step_overhead": overhead,
         "autoplay": play,
         "growth": growth,
+        "attention_view": view,
+        "peak_memory": peak,
         "frame": {"200x60_ms": 1.0},
         "cold_start": {"first_frame_s": 0.4, "ready_s": None},
         "memory": memory,
     }
+    results["growth"]["2048"] = growth["64"]  # the verdict reads the 2048-token figures
     verdicts = bench.verdicts(results)
     assert set(verdicts) == set(bench.BUDGETS)
     assert verdicts["cold_start_s"]["met"] is True and verdicts["model_ready_s"]["met"] is None

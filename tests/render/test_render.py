@@ -2,9 +2,9 @@
 
 import numpy as np
 import pytest
-from apptools import frozen_snapshot
+from apptools import frozen_recording
 
-from tokenviz.contract.attention import attention_row, attention_window, head_label, window
+from tokenviz.contract.attention import SavedAttention, head_label, window
 from tokenviz.render.bars import bar
 from tokenviz.render.colors import parse_hex, ramp
 from tokenviz.render.heatmap import UPPER_HALF, heatmap_lines, legend, quantise
@@ -79,23 +79,26 @@ def test_window_holds_the_cursor():
     assert window(3, 5, 10) == range(0, 5)
 
 
-def test_attention_rows_come_from_prefill_then_from_each_step():
-    snap = frozen_snapshot(steps=3)
-    records, n = snap.records, snap.prompt_len
-    for layer in range(snap.info.layers):
-        row = attention_row(records, n, 2, layer, 1)
-        assert np.array_equal(row, records[0].attention[layer, 1, 2, :3].astype(np.float32))
-        row = attention_row(records, n, n + 1, layer, "mean")  # the second generated token's query
-        expected = records[2].attention[layer, :, 0, : n + 2].astype(np.float32).mean(0)
-        assert np.allclose(row, expected)
-        assert row.sum() == pytest.approx(1.0, abs=1e-2)
-        assert np.allclose(
-            attention_row(records, n, 4, layer, "max"), records[0].attention[layer, :, 4, :5].astype(np.float32).max(0)
-        )
-    matrix = attention_window(records, n, range(0, n + 2), range(0, n + 2), 0, "mean")
+def test_a_saved_journeys_attention_is_every_layers_rows_and_views_mask_the_future():
+    snapshot, attention = frozen_recording(steps=3)
+    n = snapshot.prompt_len
+    positions = n + len(snapshot.records) - 1
+    assert sorted(attention.rows) == list(range(positions))  # a short journey keeps every row
+    for layer in range(snapshot.info.layers):
+        view = attention.view(layer, range(positions), snapshot.info.heads)
+        assert np.allclose(view.row(2, 1), attention.rows[2][layer, 1, :3].astype(np.float32))
+        expected = attention.rows[n + 1][layer, :, : n + 2].astype(np.float32).mean(0)
+        assert np.allclose(view.row(n + 1, "mean"), expected)
+        assert view.row(n + 1, "mean").sum() == pytest.approx(1.0, abs=1e-2)
+        assert np.allclose(view.row(4, "max"), attention.rows[4][layer, :, :5].astype(np.float32).max(0))
+    view = attention.view(0, range(positions), snapshot.info.heads)
+    matrix = view.window(range(0, n + 2), range(0, n + 2), "mean")
     assert matrix.shape == (n + 2, n + 2)
     assert np.isnan(matrix[0, 1]) and not np.isnan(matrix[n + 1, n + 1])  # causal: the future is masked
     assert np.allclose(np.nansum(matrix, 1), 1.0, atol=1e-2)
+    assert not view.missing
+    partial = SavedAttention({p: r for p, r in attention.rows.items() if p >= n})
+    assert partial.view(0, range(positions), snapshot.info.heads).missing.startswith(f"rows 0-{n - 1} were not saved")
 
 
 def test_head_labels_name_the_kv_group():

@@ -2,6 +2,7 @@
 
 import time
 
+import numpy as np
 import pytest
 from apptools import PROMPT, burst, make_app, settle, wait_for
 from textual.command import CommandPalette
@@ -17,6 +18,7 @@ from tokenviz.ui.panes.sampling import SamplingPane
 from tokenviz.ui.panes.status import StatusLine
 from tokenviz.ui.panes.tokens import TokensPane
 from tokenviz.ui.screens import HelpScreen, PromptScreen
+from tokenviz.worker.commands import ShowAttention
 
 
 def shown(app, pane) -> str:
@@ -43,6 +45,29 @@ async def test_first_frame_then_prefill(tmp_path):
         assert "entropy" in shown(app, NextTokenPane)
         assert "draw u =" in shown(app, SamplingPane)
         assert "ready" in str(app.query_one(StatusLine).render())
+
+
+async def test_the_attention_pane_shows_the_exact_rows_the_worker_computed_for_it():
+    app = make_app(SamplingSettings(seed=3, max_new_tokens=1000))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await settle(app, pilot)
+        await pilot.press(*["space"] * 12)
+        s = await settle(app, pilot)
+        pane = app.query_one(AttentionPane)
+        view = s.attention
+        positions = s.prompt_len + len(s.records) - 1
+        assert view is not None and view.layer == app.layer and view.queries.stop == positions
+        assert len(view.queries) == min(pane.rows_shown(), positions)
+        exact = app.worker.session.attention(view.queries, [view.layer])[0]
+        assert np.array_equal(np.nan_to_num(view.weights, nan=0.0), exact)  # the future's weights are 0
+        assert "attends to" in shown(app, AttentionPane) and "computing" not in shown(app, AttentionPane)
+        await pilot.press(*["left"] * 40, "left_square_bracket")  # the first token, another layer: new rows
+        s = await settle(app, pilot)
+        assert s.attention.queries.start == 0 and s.attention.layer == app.layer
+        await pilot.resize_terminal(120, 50)
+        await pilot.pause(0.2)
+        s = await settle(app, pilot)
+        assert len(s.attention.queries) == min(app.query_one(AttentionPane).rows_shown(), positions)
 
 
 @pytest.mark.parametrize("key", ["space", "n"])
@@ -351,11 +376,14 @@ async def test_key_storm_equals_the_same_keys_one_by_one():
     async with storm.run_test(size=(120, 40)) as pilot:
         await settle(storm, pilot)
         concurrency = Concurrency(storm.worker.session.runner.model)
+        keys, submit = [], storm.worker.submit
+        storm.worker.submit = lambda command: (keys.append(command), submit(command))
         started = time.monotonic()
         burst(storm, STORM)
         pressed_in = time.monotonic() - started
         stormed = await settle(storm, pilot, timeout=120)
-        assert storm.worker.submitted == len(STORM) and stormed.handled == len(STORM)  # no key lost
+        from_keys = [c for c in keys if not isinstance(c, ShowAttention)]  # the pane's own requests aside
+        assert len(from_keys) == len(STORM) and stormed.handled == storm.worker.submitted  # no key lost
         assert concurrency.most == 1  # never two forward passes at once
 
     calm = make_app(SamplingSettings(seed=3, max_new_tokens=1000))

@@ -5,9 +5,9 @@ deterministic. Update with `pytest tests/test_snapshots.py --snapshot-update` af
 """
 
 import pytest
-from apptools import frozen_snapshot, recorded_app
+from apptools import frozen_recording, recorded_app
 
-SNAPSHOT = frozen_snapshot(steps=4)
+SNAPSHOT = frozen_recording(steps=4)
 
 
 @pytest.mark.parametrize("size", [(80, 24), (160, 48)])

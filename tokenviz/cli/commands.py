@@ -203,14 +203,14 @@ def replay(
     theme: Theme = DEFAULT_THEME,
 ) -> None:
     """Open a saved journey read-only, without loading any model (or --verify it against the model)."""
-    from tokenviz.files.journey_file import read_journey, snapshot_from_journey
+    from tokenviz.files.journey_file import read_journey, recording_of
 
     try:
         doc = read_journey(path)
         if verify:
             verify_recording(doc, model, device, dtype, trust_remote_code)
             return
-        snapshot = snapshot_from_journey(doc)
+        recording = recording_of(doc)
         check_theme(theme)
     except TokenvizError as exc:
         fail(str(exc))
@@ -218,7 +218,7 @@ def replay(
     from tokenviz.ui.app import TokenvizApp
     from tokenviz.worker.recording import RecordingWorker
 
-    TokenvizApp(RecordingWorker(snapshot), theme=theme).run()
+    TokenvizApp(RecordingWorker(recording.snapshot, recording.attention), theme=theme).run()
 
 
 def verify_recording(doc: dict, model: str | None, device: str, dtype: str, trust_remote_code: bool) -> None:

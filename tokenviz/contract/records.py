@@ -9,7 +9,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-
 from tokenviz.contract.settings import SamplingSettings
 
 DecisionMode = Literal["greedy", "sampled", "forced"]

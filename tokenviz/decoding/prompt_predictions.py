@@ -27,8 +27,7 @@ def predict_positions(
     entropy in bits, and the probability and 1-based rank of `next_ids[i]` after position i."""
     m = len(next_ids)
     logits = position_logits[:m].float()
-    log_probs = torch.log_softmax(logits, -1)
-    probs = log_probs.exp()
+    probs = torch.softmax(logits, -1)
     top_probs, top_ids = torch.topk(probs, min(top, probs.shape[-1]), -1)
     following = ids_to_device(next_ids, logits.device)[0]
     next_prob = probs.gather(1, following[:, None])[:, 0]
@@ -36,9 +35,9 @@ def predict_positions(
         "ids": top_ids,
         "logits": logits.gather(1, top_ids).double(),
         "probs": top_probs.double(),
-        "entropy": (-(probs * log_probs).nan_to_num().sum(-1) / math.log(2)).double(),
+        "entropy": (torch.special.entr(probs).sum(-1) / math.log(2)).double(),  # -p ln p, 0 where p is 0
         "next_prob": next_prob.double(),
-        "next_rank": (probs > next_prob[:, None]).sum(-1) + 1,
+        "next_rank": torch.gt(probs, next_prob[:, None]).sum(-1, dtype=torch.int32) + 1,  # int32: twice as fast
     }
 
 

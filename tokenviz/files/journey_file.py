@@ -13,9 +13,8 @@ import base64
 import dataclasses
 import json
 import stat
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -139,11 +138,15 @@ def _unrecord(r: schema.Record) -> StepRecord:
 def _blocks(snapshot: Snapshot, attention: SavedAttention) -> list[np.ndarray | None]:
     """Each record's attention in the file: the prompt's kept rows for record 0, then one row each."""
     n, rows = snapshot.prompt_len, attention.rows
-    prompt = [rows[p][..., :n] for p in range(n) if p in rows]
+
+    def padded(position: int, keys: int) -> np.ndarray:  # the future's weights are zero
+        row = rows[position][..., :keys]
+        return np.pad(row, ((0, 0), (0, 0), (0, keys - row.shape[-1])))
+
+    prompt = [padded(p, n) for p in range(n) if p in rows]
     blocks: list[np.ndarray | None] = [np.stack(prompt, 2) if prompt else None]
     for i in range(1, len(snapshot.records)):
-        row = rows.get(n - 1 + i)
-        blocks.append(None if row is None else row[:, :, None, : n + i])
+        blocks.append(padded(n - 1 + i, n + i)[:, :, None] if n - 1 + i in rows else None)
     return blocks
 
 
@@ -218,8 +221,7 @@ def read_journey(path: str | Path) -> dict[str, Any]:
     return doc
 
 
-@dataclass(frozen=True)
-class Recording:
+class Recording(NamedTuple):
     """A saved journey as the app replays it: the Snapshot and the attention rows kept."""
 
     snapshot: Snapshot

@@ -178,7 +178,7 @@ class Replay(Model):
             array = self.records[i].attention
             assert array is not None
             layers, heads, queries, keys = array.shape
-            rows, columns = (n, n) if i == 0 else (1, n + i)  # the prompt's rows (the newest of them), then one per step
+            rows, columns = (n, n) if i == 0 else (1, n + i)  # the prompt's newest rows, then one per step
             if layers != info.layers or heads != info.heads or not 1 <= queries <= rows or keys < columns:
                 raise ValueError(
                     f"record {i}'s attention is {array.shape}; it needs [{info.layers}, {info.heads}, "

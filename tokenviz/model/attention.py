@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -48,23 +48,36 @@ def _eager_of(module: torch.nn.Module) -> Callable[..., tuple[torch.Tensor, torc
     eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
     if eager is None:
         from transformers.models.llama.modeling_llama import eager_attention_forward as eager
-    return eager  # type: ignore[no-any-return]
+    return cast(Callable[..., tuple[torch.Tensor, torch.Tensor]], eager)
 
 
 def _attend(module, query, key, value, attention_mask, **kwargs):
     """The registered attention function: sdpa where it serves, the model's eager code elsewhere."""
     capture = _capture.get()
     if capture is not None and capture.eager:
-        return _eager_of(module)(module, query, key, value, attention_mask, **kwargs)
+        return _eager_of(module)(module, query, key, value, _additive(attention_mask, query, key), **kwargs)
     if capture is not None:
         layer = int(module.layer_idx)
         capture.queries[layer] = query[0].clone()  # a view would keep the whole projection alive
         capture.calls.setdefault(layer, LayerCall(module, {k: v for k, v in kwargs.items() if k in CALL_KWARGS}))
     if kwargs.get("softcap") is not None or kwargs.get("s_aux") is not None:
-        return _eager_of(module)(module, query, key, value, attention_mask, **kwargs)
+        mask = _additive(attention_mask, query, key)
+        return _eager_of(module)(module, query, key, value, mask, **kwargs)
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+
+def _additive(mask: torch.Tensor | None, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+    """sdpa's mask (True = attend, or None for plainly causal) as the additive mask eager code adds."""
+    if mask is not None and mask.dtype != torch.bool:
+        return mask
+    keys, rows = key.shape[-2], query.shape[-2]
+    if mask is None:
+        return window_mask(range(keys - rows, keys), keys, None, query.dtype, query.device)
+    return torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill_(
+        ~mask, torch.finfo(query.dtype).min
+    )
 
 
 # The arguments a layer passes to attention that shape its weights (the rest are per call).
@@ -75,11 +88,11 @@ def use_fast_attention(model) -> bool:
     """Switch `model` to tokenviz's attention function; False (and eager attention) where the
     model's attention does not go through transformers' AttentionInterface."""
     from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
     AttentionInterface.register(IMPLEMENTATION, _attend)
-    # A float mask serves sdpa and the eager fallback alike.
-    ALL_MASK_ATTENTION_FUNCTIONS.register(IMPLEMENTATION, eager_mask)
+    # sdpa's masks: None where plainly causal, so sdpa runs its causal kernel (see _additive).
+    ALL_MASK_ATTENTION_FUNCTIONS.register(IMPLEMENTATION, sdpa_mask)
     if not getattr(model, "_supports_attention_backend", False):
         model.set_attn_implementation("eager")
         return False

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import cast
+from typing import Any, cast
 
 import torch
 
@@ -160,12 +160,16 @@ class ModelRunner:
         if missing:
             span = range(missing[0], missing[-1] + 1)
             with self._cut(span.start), capturing() as capture:
-                self.model(input_ids=ids_to_device(ids[span.start : span.stop], self.device),
-                           past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+                self.model(
+                    input_ids=ids_to_device(ids[span.start : span.stop], self.device),
+                    past_key_values=self.cache,
+                    use_cache=True,
+                    logits_to_keep=1,
+                )
             self.queries.add(span.start, capture)
         out = []
         for layer in layers:
-            cached = self.cache.layers[layer]
+            cached: Any = self.cache.layers[layer]  # a DynamicLayer: see full_cache
             keys, values = cached.keys[0, :, : rows.stop], cached.values[0, :, : rows.stop]
             call = self.queries.calls[layer]
             out.append(exact_weights(call, self.queries.get(layer, rows), rows, keys, values).float())
@@ -176,15 +180,20 @@ class ModelRunner:
         fast path); the last answer is kept, so a layer switch costs nothing."""
         if self._eager_rows is None or self._eager_rows[0] != rows:
             with self._cut(rows.start):
-                out = self.model(input_ids=ids_to_device(ids[rows.start : rows.stop], self.device),
-                                 past_key_values=self.cache, use_cache=True, output_attentions=True, logits_to_keep=1)
+                out = self.model(
+                    input_ids=ids_to_device(ids[rows.start : rows.stop], self.device),
+                    past_key_values=self.cache,
+                    use_cache=True,
+                    output_attentions=True,
+                    logits_to_keep=1,
+                )
             self._eager_rows = (rows, torch.cat([a.float() for a in out.attentions], 0))
         return self._eager_rows[1]
 
     @contextmanager
     def _cut(self, length: int) -> Iterator[None]:
         """Run with the cache cut to its first `length` positions, then put it back as it was."""
-        layers = list(self.cache.layers)
+        layers: list[Any] = list(self.cache.layers)  # DynamicLayers: see full_cache
         kept = [(layer.keys, layer.values) for layer in layers]
         for layer, (keys, values) in zip(layers, kept):
             layer.keys, layer.values = keys[..., :length, :], values[..., :length, :]

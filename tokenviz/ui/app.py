@@ -19,7 +19,6 @@ from tokenviz.contract.attention import HEAD_MODES, Head
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.snapshot import Snapshot
 from tokenviz.files.atomic import free_name, write_file
-from tokenviz.files.journey_file import save_journey
 from tokenviz.ui.command_palette import TokenvizCommands
 from tokenviz.ui.keys import bindings
 from tokenviz.ui.panes.attention import AttentionPane
@@ -48,6 +47,8 @@ from tokenviz.worker.commands import (
     Play,
     Reset,
     Rewind,
+    Save,
+    ShowAttention,
     Speculate,
     Start,
     Step,
@@ -98,6 +99,7 @@ class TokenvizApp(App):
         self._layer_chosen = False
         self._repaint_scheduled = False
         self._inspect_requested: tuple[int, int] | None = None
+        self._attention_requested: ShowAttention | None = None
         self.beam_width = BEAM_WIDTH
         for t in load_themes().values():
             self.register_theme(t)
@@ -126,6 +128,10 @@ class TokenvizApp(App):
     def on_resize(self) -> None:
         self._fit_layout()
 
+    @on(AttentionPane.Resized)
+    def _attention_resized(self) -> None:
+        self._request_attention(self.query_one("#views", ContentSwitcher).current)
+
     def _fit_layout(self) -> None:
         self.screen.set_class(self.size.width < 120, "-narrow")
         self.screen.set_class(self.size.height < 30, "-short")
@@ -141,6 +147,8 @@ class TokenvizApp(App):
         self.snapshot = s
         if s.error:
             self.notify(s.error, severity="error", timeout=6)
+        if s.notice:
+            self.notify(s.notice, title="export")
         # Snapshots queued behind this one make it stale: repaint once, after the queue drains.
         if not self._repaint_scheduled:
             self._repaint_scheduled = True
@@ -184,6 +192,17 @@ class TokenvizApp(App):
             self.query_one(NextTokenPane).show(selection)
             self.query_one(SamplingPane).show(selection)
         self._request_inspection(selection, current)
+        self._request_attention(current)
+
+    def _request_attention(self, current: str | None) -> None:
+        """The attention pane's rows are computed by the worker: ask for the layer and the rows it
+        shows (around the cursor, or the newest), once per change; every snapshot then carries them."""
+        pane = self.query_one(AttentionPane)
+        rows = pane.rows_shown() if current == "attention" else 0
+        request = ShowAttention(layer=self.layer, rows=rows, cursor=self.cursor)
+        if request != self._attention_requested and (rows or self._attention_requested is not None):
+            self._attention_requested = request
+            self.submit(request)
 
     def _request_inspection(self, selection: Selection, current: str | None) -> None:
         """The lens and embedding views need the engine to look inside the cursor's position."""
@@ -319,7 +338,8 @@ class TokenvizApp(App):
         self.notify(
             f"{i.name} ({i.architecture}): {i.layers} layers, {i.heads} query heads sharing {i.kv_heads} KV heads "
             f"of {i.head_dim}, hidden {i.hidden}, vocab {i.vocab}, context {i.context}, positions {i.positions}"
-            f"{', tied input/output embeddings' if i.tied_embeddings else ''}; {i.device}, {i.dtype}",
+            f"{', tied input/output embeddings' if i.tied_embeddings else ''}; {i.device}, {i.dtype}; "
+            f"attention: {i.attention}",
             title="model",
             timeout=12,
         )
@@ -328,7 +348,8 @@ class TokenvizApp(App):
         self._write_export(self.snapshot, self.export_screenshot(), with_journey=False)
 
     def action_export(self) -> None:
-        """Save the journey (replayable JSON) and a screenshot (SVG) in the current directory."""
+        """Save a screenshot (SVG) and the journey (replayable JSON) in the current directory: the
+        worker writes the JSON, since the attention rows it keeps are computed where the model is."""
         if self.snapshot is None or not self.snapshot.records:
             self.notify("nothing to export yet", severity="warning")
             return
@@ -336,20 +357,18 @@ class TokenvizApp(App):
 
     @work(thread=True, group="export", exclusive=False)
     def _write_export(self, snapshot: Snapshot | None, svg: str, with_journey: bool) -> None:
-        """Write the files off the UI thread (a long journey is megabytes of JSON), each atomically,
-        under a name no earlier export holds."""
+        """Write the screenshot off the UI thread, atomically, under a name no earlier export holds;
+        then ask the worker for the journey under the same name."""
         with EXPORT_LOCK:
             stem = free_name(f"tokenviz-{datetime.now():%Y%m%d-%H%M%S}", (".json", ".svg"))
-            written = []
             try:
-                if with_journey and snapshot is not None:
-                    written.append(str(save_journey(f"{stem}.json", snapshot)))
-                written.append(str(write_file(f"{stem}.svg", svg)))
+                svg_path = write_file(f"{stem}.svg", svg)
             except TokenvizError as exc:
                 self.call_from_thread(self.notify, str(exc), severity="error")
                 return
-        replay = f" (tokenviz replay {written[0]})" if with_journey else ""
-        self.call_from_thread(self.notify, f"saved {' and '.join(written)}{replay}", title="export")
+            if with_journey:
+                self.call_from_thread(self.submit, Save(path=f"{stem}.json"))
+        self.call_from_thread(self.notify, f"saved {svg_path}", title="export")
 
     async def action_quit(self) -> None:
         self.worker.stop(timeout=0.2)

@@ -2,7 +2,8 @@
 
 A Line API widget: the strips are built once per (snapshot, layer, head, cursor, size, theme) and
 render_line only hands them out. Long sequences are windowed around the cursor, so drawing cost
-stays bounded by the pane's size, not the sequence's length.
+stays bounded by the pane's size, not the sequence's length. The weights are the worker's: it
+computes the rows this pane shows (see rows_shown) and every snapshot carries them.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ from __future__ import annotations
 import numpy as np
 from rich.segment import Segment
 from rich.style import Style
+from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
 
-from tokenviz.contract.attention import attention_row, attention_window, head_label, window
+from tokenviz.contract.attention import head_label, window
 from tokenviz.render.colors import ramp
 from tokenviz.render.heatmap import heatmap_lines, legend
 from tokenviz.render.pieces import visible
@@ -42,6 +44,16 @@ class AttentionPane(Pane, Widget):
                 f"{head_label(selection.head, info.heads, info.kv_heads)}"
             )
         self.refresh()
+
+    class Resized(Message):
+        """The pane can show more rows or fewer now: the app asks the worker again."""
+
+    def on_resize(self) -> None:
+        self.post_message(self.Resized())
+
+    def rows_shown(self) -> int:
+        """How many query rows the map can show at this size (two per terminal row)."""
+        return max(self.size.height - 3, 1) * 2
 
     def render_line(self, y: int) -> Strip:
         self._build()
@@ -74,7 +86,12 @@ class AttentionPane(Pane, Widget):
         queries = window(cursor, n, map_rows * 2 // zoom)
         key_cols = min((width - LABEL) // zoom_x, n)
         keys = range(max(0, queries.stop - key_cols), max(0, queries.stop - key_cols) + key_cols)
-        matrix = attention_window(s.records, s.prompt_len, queries, keys, selection.layer, selection.head)
+        view = s.attention
+        if view is None or not view.covers(selection.layer, queries):
+            if not self._strips or self._strips[0].text.startswith("waiting"):
+                self._strips = [Strip([Segment("computing attention…", Style(dim=True))])]
+            return  # the rows asked for are on their way: keep the last map until they come
+        matrix = view.window(queries, keys, selection.head)
         matrix = np.repeat(np.repeat(matrix, zoom, axis=0), zoom_x, axis=1)
         strips = []
         cursor_style = Style(color=self.colors.chip_cursor, bold=True)
@@ -93,10 +110,12 @@ class AttentionPane(Pane, Widget):
                 ]
             )
         )
-        row = attention_row(s.records, s.prompt_len, cursor, selection.layer, selection.head)
+        row = np.nan_to_num(view.row(cursor, selection.head), nan=-1.0)
         top = np.argsort(-row, kind="stable")[:4]
         chips = s.chips
         focus = "  ".join(f"{visible(chips[k].text)} {row[k]:.2f}" for k in top.tolist())
+        if view.missing:
+            focus = view.missing
         strips.append(
             Strip([Segment(f"{visible(chips[cursor].text)}@{cursor} attends to: ", cursor_style), Segment(focus)])
         )
