@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import datetime
 import gc
 import json
@@ -229,10 +230,17 @@ def attention_view(loaded, n: int = 2048, rounds: int = 5) -> dict:
 
 
 PEAK_SCRIPT = """
-import resource, sys, torch
+import sys, torch
+from pathlib import Path
 from tokenviz.model.loading import load_model
 loaded = load_model({source!r}, device="cpu")
 ids = torch.randint(0, loaded.info.vocab, ({n},), generator=torch.Generator().manual_seed(1)).tolist()
+status = Path("/proc/self/status")
+def rss(field):
+    line = next(x for x in status.read_text().splitlines() if x.startswith(field))
+    return int(line.split()[1]) * 1024
+before = rss("VmRSS:")
+Path("/proc/self/clear_refs").write_text("5")  # the peak starts again from here: loading is not the run
 if sys.argv[1] == "engine":
     from tokenviz.contract.settings import SamplingSettings
     from tokenviz.journey.session import Session
@@ -242,13 +250,13 @@ else:
     loaded.model.set_attn_implementation("sdpa")
     with torch.inference_mode():
         loaded.model(torch.tensor([ids]), use_cache=True)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+print(rss("VmHWM:") - before)
 """
 
 
 def peak_memory(n: int = 4096, source: str | None = None) -> dict:
-    """Peak RSS of a fresh process that loads the model (None: the bundled one) and prefills `n`
-    tokens through the engine, against one that runs the model's own forward pass over them (CPU)."""
+    """How far RSS rises above the loaded model while a fresh process prefills `n` tokens through
+    the engine, against one that runs the model's own forward pass over them (CPU, Linux)."""
     peaks = {}
     for kind in ("model", "engine"):
         done = subprocess.run(
@@ -260,27 +268,38 @@ def peak_memory(n: int = 4096, source: str | None = None) -> dict:
         peaks[kind] = int(done.stdout.split()[-1]) / 2**30
     return {
         "tokens": n,
-        "model_peak_gb": peaks["model"],
-        "engine_peak_gb": peaks["engine"],
+        "model_run_peak_gb": peaks["model"],
+        "engine_run_peak_gb": peaks["engine"],
         "extra_gb": peaks["engine"] - peaks["model"],
     }
 
 
 def frame(loaded, sizes=((200, 60), (80, 24)), steps: int = 12) -> dict:
-    """Time for the app to update every pane for one step (panes redrawn, screen composed)."""
+    """Time for the app to update every pane for one step (panes redrawn, screen composed), with
+    the attention rows the pane shows at each size in every snapshot, as the engine sends them."""
+    from tokenviz.contract.attention import causal_view, window
     from tokenviz.ui.app import TokenvizApp
     from tokenviz.worker.recording import RecordingWorker
     from tokenviz.worker.snapshots import snapshot_of
 
     session = Session(ModelRunner(loaded), SamplingSettings(seed=1, max_new_tokens=10**6))
     session.start(PROMPT)
-    snapshots = []
+    layer = loaded.info.layers - 1
+    journeys = []
     for i in range(steps):
         session.step()
-        snapshots.append(snapshot_of(session, seq=i + 1))
+        n = session.runner.kv_len
+        journeys.append((snapshot_of(session, seq=i + 1), session.attention(range(n), [layer])[0]))
     results = {}
 
     async def measure(size) -> float:
+        rows = (size[1] - 3) * 2
+        snapshots = []
+        for snap, weights in journeys:
+            n = weights.shape[-1]
+            queries = window(n - 1, n, rows)
+            view = causal_view(layer, queries, weights[queries.start : queries.stop])
+            snapshots.append(dataclasses.replace(snap, attention=view))
         app = TokenvizApp(RecordingWorker(snapshots[0]))
         times = []
         async with app.run_test(size=size) as pilot:

@@ -77,3 +77,23 @@ def test_the_query_store_stays_within_its_budget_and_forgets_cropped_positions()
 def test_the_model_info_says_which_attention_runs():
     assert family_model("llama").info.attention.startswith("sdpa")
     assert family_model("bloom").info.attention.startswith("eager")
+
+
+def test_an_eager_only_model_feeds_only_the_new_rows_when_the_window_moves_on():
+    s = journey("bloom")
+    fed = []
+    forward = s.runner.model.forward
+
+    def counted(*args, **kwargs):
+        ids = kwargs["input_ids"] if "input_ids" in kwargs else args[0]
+        fed.append(ids.shape[1])
+        return forward(*args, **kwargs)
+
+    s.runner.model.forward = counted
+    s.attention(range(20, 30), [0])
+    s.attention(range(20, 30), [3])  # another layer: nothing fed
+    s.step()
+    s.attention(range(21, 31), [2])  # one position on: only it is fed
+    assert fed == [10, 1, 1]  # the step's own forward pass, then the one new row
+    full = reference(s)
+    assert abs(s.attention(range(21, 31), [2])[0] - full[2][:, 21:31, :31]).max() < 1e-5

@@ -21,7 +21,7 @@ def test_bench_measures_run_on_a_tiny_model(tmp_path):
     view = bench.attention_view(loaded, n=64, rounds=1)
     assert view["rows"] == 64 and view["newest_rows_ms"] > 0 and view["rows_fed_again_ms"] > 0
     peak = bench.peak_memory(n=64, source=source)
-    assert peak["model_peak_gb"] > 0 and peak["engine_peak_gb"] > 0
+    assert peak["model_run_peak_gb"] > 0 and peak["engine_run_peak_gb"] > 0
     frames = bench.frame(loaded, sizes=((80, 24),), steps=3)
     assert frames["80x24_ms"] > 0
     memory = bench.memory(loaded, steps=20)

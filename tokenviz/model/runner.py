@@ -156,17 +156,15 @@ class ModelRunner:
             raise ValueError(f"rows {rows.start}-{rows.stop - 1} are not all in the cache of {self.kv_len}")
         if not self.fast_attention:
             return self._eager_attention(ids, rows)[list(layers)]
-        missing = self.queries.missing(rows)
-        if missing:
-            span = range(missing[0], missing[-1] + 1)
-            with self._cut(span.start), capturing() as capture:
+        if self.queries.missing(rows):  # all of them again: one block, which the budget never drops first
+            with self._cut(rows.start), capturing() as capture:
                 self.model(
-                    input_ids=ids_to_device(ids[span.start : span.stop], self.device),
+                    input_ids=ids_to_device(ids[rows.start : rows.stop], self.device),
                     past_key_values=self.cache,
                     use_cache=True,
                     logits_to_keep=1,
                 )
-            self.queries.add(span.start, capture)
+            self.queries.add(rows.start, capture)
         out = []
         for layer in layers:
             cached: Any = self.cache.layers[layer]  # a DynamicLayer: see full_cache
@@ -177,17 +175,26 @@ class ModelRunner:
 
     def _eager_attention(self, ids: Sequence[int], rows: range) -> torch.Tensor:
         """Every layer's rows from an eager forward pass of those positions (for models without the
-        fast path); the last answer is kept, so a layer switch costs nothing."""
-        if self._eager_rows is None or self._eager_rows[0] != rows:
-            with self._cut(rows.start):
-                out = self.model(
-                    input_ids=ids_to_device(ids[rows.start : rows.stop], self.device),
-                    past_key_values=self.cache,
-                    use_cache=True,
-                    output_attentions=True,
-                    logits_to_keep=1,
-                )
-            self._eager_rows = (rows, torch.cat([a.float() for a in out.attentions], 0))
+        fast path). The last answer is kept: a layer switch costs nothing, and when the rows move on
+        by a few positions (autoplay) only the new ones are fed."""
+        kept = self._eager_rows
+        if kept is not None and kept[0].start <= rows.start and rows.stop <= kept[0].stop:
+            return kept[1][:, :, rows.start - kept[0].start : rows.stop - kept[0].start, : rows.stop]
+        start, parts = rows.start, []
+        if kept is not None and kept[0].start <= rows.start < kept[0].stop:
+            old = kept[1][:, :, rows.start - kept[0].start :]
+            parts.append(torch.nn.functional.pad(old, (0, rows.stop - old.shape[-1])))  # the future: 0
+            start = kept[0].stop
+        with self._cut(start):
+            out = self.model(
+                input_ids=ids_to_device(ids[start : rows.stop], self.device),
+                past_key_values=self.cache,
+                use_cache=True,
+                output_attentions=True,
+                logits_to_keep=1,
+            )
+        parts.append(torch.cat([a.float() for a in out.attentions], 0))
+        self._eager_rows = (rows, torch.cat(parts, 2))
         return self._eager_rows[1]
 
     @contextmanager

@@ -120,4 +120,5 @@ class AttentionPane(Pane, Widget):
             Strip([Segment(f"{visible(chips[cursor].text)}@{cursor} attends to: ", cursor_style), Segment(focus)])
         )
         strips.append(Strip([Segment("0 "), *legend(colors, min(24, width - 12)), Segment(" 1  (√ scale)", dim)]))
-        self._strips = [strip.crop(0, width).apply_style(self.rich_style) for strip in strips]
+        style = self.rich_style  # computed from the CSS on each access: once here, not once per line
+        self._strips = [strip.crop(0, width).apply_style(style) for strip in strips]
