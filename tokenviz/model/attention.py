@@ -57,9 +57,10 @@ def _attend(module, query, key, value, attention_mask, **kwargs):
     if capture is not None and capture.eager:
         return _eager_of(module)(module, query, key, value, _additive(attention_mask, query, key), **kwargs)
     if capture is not None:
-        layer = int(module.layer_idx)
+        layer = module.layer_idx
         capture.queries[layer] = query[0].clone()  # a view would keep the whole projection alive
-        capture.calls.setdefault(layer, LayerCall(module, {k: v for k, v in kwargs.items() if k in CALL_KWARGS}))
+        if layer not in capture.calls:
+            capture.calls[layer] = LayerCall(module, {k: v for k, v in kwargs.items() if k in CALL_KWARGS})
     if kwargs.get("softcap") is not None or kwargs.get("s_aux") is not None:
         mask = _additive(attention_mask, query, key)
         return _eager_of(module)(module, query, key, value, mask, **kwargs)
