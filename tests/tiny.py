@@ -96,3 +96,19 @@ def eager_forward(model, ids: list[int]):
     the reference every cached number and every attention row shown is held to."""
     with torch.inference_mode(), capturing(eager=True):
         return model(torch.tensor([ids]), use_cache=False, output_attentions=True)
+
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}" + EOS + "{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}" + EOS + "assistant: {% endif %}"
+)
+
+
+def tiny_chat_model(kind: str = "llama") -> LoadedModel:
+    """The tiny model with a chat template on (a copy of) its tokenizer."""
+    import copy
+
+    loaded = tiny_model(kind)
+    tokenizer = copy.deepcopy(loaded.tokenizer)
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return LoadedModel(model=loaded.model, tokenizer=tokenizer, info=loaded.info)

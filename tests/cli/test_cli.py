@@ -193,3 +193,29 @@ def test_version_and_help(monkeypatch, capsys):
         assert flag in out, flag
     code, out, _ = invoke(monkeypatch, capsys, "trace", "--help")
     assert code == 0 and "--json" in out and "--steps" in out
+
+
+@pytest.mark.bundled
+def test_trace_chat_on_the_bundled_instruct_model_answers_as_generate_does(monkeypatch, capsys, bundled):
+    import torch
+
+    question = "What is the capital of France?"
+    code, out, err = invoke(monkeypatch, capsys, "trace", question, "--chat", "-t", "0", "--steps", "40", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    messages = [{"role": "user", "content": question}]
+    ids = list(bundled.tokenizer.apply_chat_template(messages, add_generation_prompt=True)["input_ids"])
+    assert [t["id"] for t in doc["prompt"]] == ids
+    with torch.inference_mode():
+        reference = bundled.model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=40)[0, len(ids) :]
+    chosen = [s["chosen"]["id"] for s in doc["steps"]]
+    assert chosen == reference.tolist()  # generate() stops at the end of the turn, and so does the trace
+    assert doc["stop_reason"] and "Paris" in doc["text"]
+
+
+def test_chat_needs_a_template_and_system_needs_chat(monkeypatch, capsys, tiny_dir):
+    code, _, err = invoke(monkeypatch, capsys, "trace", "hi", "--chat", "--model", tiny_dir)
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "no chat template" in errors[0] and "Traceback" not in err
+    code, _, err = invoke(monkeypatch, capsys, "trace", "hi", "--system", "be brief", "--model", tiny_dir)
+    assert code == 2 and "--system needs --chat" in err

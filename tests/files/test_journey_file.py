@@ -8,7 +8,7 @@ from apptools import PROMPT, make_app, recorded_app, settle, wait_for
 from clitools import invoke
 from tiny import save_tiny
 
-from tokenviz.files.journey_file import read_journey, recording_of, snapshot_from_journey
+from tokenviz.files.journey_file import read_journey, recording_of, save_journey, snapshot_from_journey
 from tokenviz.journey.reproduce import verify_journey
 from tokenviz.journey.session import Session
 from tokenviz.model.loading import load_model
@@ -143,3 +143,19 @@ async def test_x_exports_and_replay_opens_it_without_a_model(tmp_path, monkeypat
         await pilot.press("l")
         await pilot.pause(0.1)
         assert replay.query_one("#views").current == "lens"
+
+
+def test_a_chat_journey_keeps_its_template_marks_and_mode(tmp_path):
+    from tiny import tiny_chat_model
+
+    from tokenviz.journey.session import Session
+    from tokenviz.model.runner import ModelRunner
+    from tokenviz.worker.snapshots import snapshot_of
+
+    s = Session(ModelRunner(tiny_chat_model()))
+    s.start("Hello there", chat=True, system="Be brief.")
+    s.step()
+    original = snapshot_of(s)
+    restored, _ = recording_of(read_journey(save_journey(tmp_path / "chat.json", original, s.saved_attention())))
+    assert restored.chips == original.chips and any(c.is_template for c in restored.chips)
+    assert (restored.chat, restored.system, restored.prompt) == (True, "Be brief.", "Hello there")

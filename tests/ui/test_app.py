@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from apptools import PROMPT, burst, make_app, settle, wait_for
 from textual.command import CommandPalette
-from textual.widgets import Input
+from textual.widgets import Checkbox, TextArea
 from tiny import tiny_model
 
 from tokenviz.contract.settings import SamplingSettings
@@ -147,17 +147,18 @@ async def test_e_edits_the_prompt_and_bad_prompts_keep_the_journey():
         before = await settle(app, pilot)
         await pilot.press("e")
         await wait_for(lambda: isinstance(app.screen, PromptScreen), pilot)
-        field = app.screen.query_one(Input)
-        assert field.value == PROMPT
-        field.value = "The cat sat on the mat. " * 8  # longer than the tiny model's context
-        await pilot.press("enter")
+        field = app.screen.query_one(TextArea)
+        assert field.text == PROMPT
+        assert not app.screen.query(Checkbox)  # the tiny model has no chat template: plain text only
+        field.text = "The cat sat on the mat. " * 8  # longer than the tiny model's context
+        await pilot.press("ctrl+s")
         s = await settle(app, pilot)
         assert s.chips == before.chips  # nothing lost
         assert any("at most 32" in n.message for n in app._notifications)
         await pilot.press("e")
         await wait_for(lambda: isinstance(app.screen, PromptScreen), pilot)
-        app.screen.query_one(Input).value = "Hello world"
-        await pilot.press("enter")
+        app.screen.query_one(TextArea).text = "Hello world"
+        await pilot.press("ctrl+s")
         s = await settle(app, pilot)
         assert s.prompt == "Hello world" and len(s.chips) == s.prompt_len
         assert "".join(c.text for c in s.chips) == "Hello world"

@@ -1,7 +1,7 @@
 """A long prefill in the app: its progress shows at once, Escape cancels it and the journey stays."""
 
 from apptools import make_app, settle, wait_for
-from textual.widgets import Input, ProgressBar
+from textual.widgets import ProgressBar, TextArea
 
 from tokenviz.journey import session as session_module
 from tokenviz.ui.panes.status import StatusLine
@@ -19,8 +19,8 @@ async def test_a_long_prefill_shows_progress_and_escape_cancels_it(monkeypatch):
         before = await settle(app, pilot)
         await pilot.press("e")
         await wait_for(lambda: isinstance(app.screen, PromptScreen), pilot)
-        app.screen.query_one(Input).value = LONG
-        await pilot.press("enter")
+        app.screen.query_one(TextArea).text = LONG
+        await pilot.press("ctrl+s")
         await wait_for(lambda: app.snapshot.state == "prefilling" and app.snapshot.progress > 0.1, pilot)
         await pilot.pause(0.05)
         assert "prefilling:" in str(app.query_one(StatusLine).render())

@@ -15,9 +15,11 @@ from rich.console import Console
 
 from tokenviz import __version__
 from tokenviz.cli.options import (
+    Chat,
     Device,
     Dtype,
     Model,
+    System,
     TrustRemoteCode,
     err,
     fail,
@@ -30,8 +32,14 @@ from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.themes import DEFAULT_THEME, check_theme
 
 DEFAULT_PROMPT = "The Eiffel Tower is located in"
+DEFAULT_QUESTION = "What is the capital of France?"  # the first prompt with --chat
 QUIT_WAIT_S = 1.0  # how long quitting waits for the engine thread to finish its forward pass
 Theme = Annotated[str, typer.Option(help="Colour theme (see themes/).")]
+
+
+def check_chat(chat: bool, system: str | None) -> None:
+    if system is not None and not chat:
+        raise TokenvizError("--system needs --chat: a system message comes before a chat message")
 
 
 def require_terminal() -> None:
@@ -66,6 +74,8 @@ def open_app(
     device: Device = "auto",
     dtype: Dtype = "auto",
     trust_remote_code: TrustRemoteCode = False,
+    chat: Chat = False,
+    system: System = None,
     theme: Theme = DEFAULT_THEME,
     version: Annotated[
         bool, typer.Option("--version", callback=version_callback, is_eager=True, help="Show the version and exit.")
@@ -78,11 +88,13 @@ def open_app(
 
     try:
         check_theme(theme)
+        check_chat(chat, system)
     except TokenvizError as exc:
         fail(str(exc))
     require_terminal()
     loader = model_loader(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
-    worker = EngineWorker(loader, settings, prompt if prompt is not None else DEFAULT_PROMPT)
+    text = prompt if prompt is not None else (DEFAULT_QUESTION if chat else DEFAULT_PROMPT)
+    worker = EngineWorker(loader, settings, text, chat=chat, system=system)
     app = TokenvizApp(worker, theme=theme)
     app.run()
     if not worker.stop(timeout=QUIT_WAIT_S):
@@ -131,6 +143,8 @@ def trace(
     device: Device = "auto",
     dtype: Dtype = "auto",
     trust_remote_code: TrustRemoteCode = False,
+    chat: Chat = False,
+    system: System = None,
 ) -> None:
     """Run the journey headless and print every step (a table, or JSON with --json)."""
     from tokenviz.cli.headless import SaveFailed, run_trace
@@ -148,6 +162,7 @@ def trace(
             raise TokenvizError("choose --beams or --speculate, not both")
         if draft_model and not speculate:
             speculate = "draft-model"
+        check_chat(chat, system)
         with stderr_progress() as progress:
             document = run_trace(
                 prompt,
@@ -163,6 +178,8 @@ def trace(
                 beams=beams,
                 speculate=speculate,
                 draft_model=draft_model,
+                chat=chat,
+                system=system,
             )
     except SaveFailed as exc:
         print_document(exc.document, as_json)  # the run's output is not lost with the file

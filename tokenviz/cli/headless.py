@@ -59,25 +59,32 @@ def output_document(session: Session, prompt_ids: list[int], generated: list[int
     }
 
 
-def beam_document(session: Session, prompt: str, width: int, steps: int) -> dict[str, Any]:
+def beam_document(session: Session, ids: list[int], width: int, steps: int) -> dict[str, Any]:
     """The trace document of a beam search: "beams" holds every step; "text" is the best beam."""
-    _, ids = session.encode_prompt(prompt)  # the beams run on their own cache: no prefill here
     result = beam_search(session.runner, ids, width, steps)
     return output_document(session, ids, list(result.final[0].ids), beams=result.to_json())
 
 
-def speculation_document(session: Session, prompt: str, spec: str, draft: ModelRunner | None) -> dict[str, Any]:
+def speculation_document(session: Session, ids: list[int], spec: str, draft: ModelRunner | None) -> dict[str, Any]:
     """The trace document of speculative decoding: the steps are the output tokens."""
     drafter = make_drafter(spec, session.runner, draft)
-    _, ids = session.encode_prompt(prompt)
     result = speculative_decode(session.runner, ids, drafter, session.settings.max_new_tokens, session.settings)
     return output_document(session, ids, list(result.ids), speculation=result.to_json())
 
 
-def run_session(session: Session, prompt: str, progress: Progress = lambda message, fraction: None) -> Session:
+def run_session(
+    session: Session,
+    prompt: str,
+    progress: Progress = lambda message, fraction: None,
+    chat: bool = False,
+    system: str | None = None,
+) -> Session:
     """Prefill (reporting its progress) and step until a stop condition (max new tokens bounds it)."""
     session.start(
-        prompt, lambda done, total: progress(f"prefilling the prompt: {done} of {total} tokens", done / total)
+        prompt,
+        lambda done, total: progress(f"prefilling the prompt: {done} of {total} tokens", done / total),
+        chat=chat,
+        system=system,
     )
     while session.step() is not None:
         pass
@@ -98,11 +105,15 @@ def run_trace(
     beams: int | None = None,
     speculate: str | None = None,
     draft_model: str | None = None,
+    chat: bool = False,
+    system: str | None = None,
 ) -> dict[str, Any]:
     loaded = load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code, progress=progress)
     session = Session(ModelRunner(loaded), settings)
+    if beams or speculate:  # they run on their own cache: no prefill here
+        _, ids, _ = session.tokenize(prompt, chat, system)
     if beams:
-        return beam_document(session, prompt, beams, settings.max_new_tokens)
+        return beam_document(session, ids, beams, settings.max_new_tokens)
     if speculate:
         draft = None
         if draft_model:
@@ -111,8 +122,8 @@ def run_trace(
                     draft_model, device=device, dtype=dtype, trust_remote_code=trust_remote_code, progress=progress
                 )
             )
-        return speculation_document(session, prompt, speculate, draft)
-    document = journey_document(run_session(session, prompt, progress))
+        return speculation_document(session, ids, speculate, draft)
+    document = journey_document(run_session(session, prompt, progress, chat, system))
     if lens:
         add_lens(session, document)
     if save:

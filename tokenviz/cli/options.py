@@ -41,6 +41,11 @@ Model = Annotated[
 Device = Annotated[str, typer.Option(help="auto (GPU if there is one), cpu, cuda or mps.")]
 Dtype = Annotated[str, typer.Option(help="auto, float32, bfloat16 or float16.")]
 TrustRemoteCode = Annotated[bool, typer.Option("--trust-remote-code", help="Allow a model's own Python code to run.")]
+Chat = Annotated[
+    bool,
+    typer.Option("--chat", help="The prompt is a user message, put through the model's chat template."),
+]
+System = Annotated[Optional[str], typer.Option("--system", help="With --chat: a system message before it.")]
 
 # Each SamplingSettings field as a command-line option: (type, typer.Option).
 SAMPLING_OPTIONS: dict[str, tuple[Any, Any]] = {

@@ -133,6 +133,7 @@ class TokenChip:
     text: str
     is_prompt: bool
     is_special: bool
+    is_template: bool = False  # added by the chat template around the messages
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,7 @@ class ModelInfo:
     tied_embeddings: bool
     positions: str  # "rotary (base 100000)" or "learned absolute (1024 positions)"
     attention: str = "eager"  # how the forward passes compute attention (see tokenviz.model.attention)
+    chat_template: bool = False  # the tokenizer has one: prompts can be chat messages
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)

@@ -26,7 +26,9 @@ class Snapshot:
     progress: float | None = None
     info: ModelInfo | None = None
     settings: SamplingSettings = field(default_factory=SamplingSettings)
-    prompt: str = ""
+    prompt: str = ""  # the text given: the whole prompt, or the user's message in chat mode
+    chat: bool = False  # the prompt went through the model's chat template
+    system: str | None = None  # the system message given with it
     chips: tuple[TokenChip, ...] = ()
     prompt_len: int = 0
     records: tuple[StepRecord, ...] = ()

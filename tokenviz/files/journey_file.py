@@ -161,7 +161,9 @@ def journey_file(
     doc["format"] = FORMAT
     doc["replay"] = {
         "info": snapshot.info.to_json(),
-        "chips": [[c.id, c.text, c.is_prompt, c.is_special] for c in snapshot.chips],
+        "chips": [[c.id, c.text, c.is_prompt, c.is_special, c.is_template] for c in snapshot.chips],
+        "chat": snapshot.chat,
+        "system": snapshot.system,
         "prompt_len": snapshot.prompt_len,
         "prompt_text": snapshot.prompt,
         "records": [_record(r, a) for r, a in zip(snapshot.records, _blocks(snapshot, attention or SavedAttention()))],
@@ -254,7 +256,9 @@ def recording_of(doc: dict[str, Any]) -> Recording:
         info=ModelInfo(**r.info.model_dump()),
         settings=journey.settings.settings(),
         prompt=r.prompt_text,
-        chips=tuple(TokenChip(id=i, text=t, is_prompt=p, is_special=s) for i, t, p, s in r.chips),
+        chips=tuple(TokenChip(*chip) for chip in r.chips),
+        chat=r.chat,
+        system=r.system,
         prompt_len=r.prompt_len,
         records=tuple(_unrecord(x) for x in r.records),
         stop_reason=r.stop_reason,

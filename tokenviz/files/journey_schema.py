@@ -151,7 +151,11 @@ class Branch(Model):
 
 class Replay(Model):
     info: Info
-    chips: Annotated[list[tuple[Id, SafeText, Flag, Flag]], Field(max_length=MAX_TOKENS)]
+    chips: Annotated[
+        list[tuple[Id, SafeText, Flag, Flag] | tuple[Id, SafeText, Flag, Flag, Flag]], Field(max_length=MAX_TOKENS)
+    ]  # id, text, prompt, special, and (since chat mode) added by the chat template
+    chat: Flag = False
+    system: SafeText | None = None
     prompt_len: Positive
     prompt_text: SafeText
     records: Annotated[list[Record], Field(min_length=1, max_length=MAX_TOKENS)]

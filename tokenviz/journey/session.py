@@ -27,6 +27,7 @@ from tokenviz.files.journey_file import rows_to_save
 from tokenviz.journey.branches import Branch, BranchStore
 from tokenviz.journey.inspections import Inspections
 from tokenviz.journey.stops import stop_reason
+from tokenviz.model.chat import chat_ids
 from tokenviz.model.runner import Forward, ModelRunner
 from tokenviz.model.transfer import to_host
 
@@ -40,8 +41,11 @@ class Session:
         self.runner = runner
         self.settings = settings or SamplingSettings()
         self.top_n = top_n
-        self.prompt = ""
+        self.prompt = ""  # the text given: the whole prompt, or the user's message in chat mode
+        self.chat = False
+        self.system: str | None = None
         self.prompt_ids: list[int] = []
+        self.template: list[bool] = []  # per prompt token: added by the chat template
         self.ids: list[int] = []  # prompt + committed tokens
         self.records: list[StepRecord] = []
         self.stop_reason: str | None = None
@@ -78,8 +82,15 @@ class Session:
     def chips(self) -> list[TokenChip]:
         n = len(self.prompt_ids)
         special = self.runner.special_ids
+        template = self.template
         return [
-            TokenChip(id=t, text=self.runner.piece(t), is_prompt=i < n, is_special=t in special)
+            TokenChip(
+                id=t,
+                text=self.runner.piece(t),
+                is_prompt=i < n,
+                is_special=t in special,
+                is_template=i < len(template) and template[i],
+            )
             for i, t in enumerate(self.ids)
         ]
 
@@ -109,18 +120,36 @@ class Session:
             raise PromptError(f"the prompt has {len(ids)} tokens but this model reads at most {context}; shorten it")
         return prompt, ids
 
+    def tokenize(
+        self, prompt: str | list[int], chat: bool = False, system: str | None = None
+    ) -> tuple[str, list[int], list[bool]]:
+        """(text, token ids, which ids the chat template added) of a prompt: plain text or ids, or
+        with `chat` a user message put through the model's chat template."""
+        if not chat:
+            return (*self.encode_prompt(prompt), [])
+        if not isinstance(prompt, str):
+            raise PromptError("a chat prompt is text: the user's message")
+        self.encode_prompt(prompt)  # the same checks as plain text
+        encoded = chat_ids(self.runner.tokenizer, prompt, system)
+        self.encode_prompt(encoded.ids)  # and the template's length against the context
+        return prompt, encoded.ids, encoded.template
+
     def start(
         self,
         prompt: str | list[int],
         progress: Callable[[int, int], None] | None = None,
         cancelled: Callable[[], bool] = lambda: False,
+        chat: bool = False,
+        system: str | None = None,
     ) -> StepRecord:
-        """Tokenize and prefill `prompt` (text, or token ids as they are); the first decision becomes pending.
+        """Tokenize and prefill `prompt` (text, or token ids as they are); the first decision becomes
+        pending. With `chat`, the text is a user message (after `system`, if given) put through the
+        model's chat template.
 
         A long prompt is prefilled in chunks: `progress(done, total)` follows them, and `cancelled()`
         stops between them with Cancelled, leaving the journey as it was.
         """
-        prompt, ids = self.encode_prompt(prompt)
+        prompt, ids, template = self.tokenize(prompt, chat, system)
         self._check_memory(len(ids))
         previous = self.runner.cache
         self.runner.reset()
@@ -134,6 +163,7 @@ class Session:
         else:
             self.branches.clear()
         self.prompt, self.prompt_ids, self.ids = prompt, list(ids), list(ids)
+        self.chat, self.system, self.template = chat, system if chat else None, template
         self.records, self.stop_reason = [], None
         self._prefill_logits = forward.logits
         return self._push(forward, ids, predictions, forward_ms)
@@ -201,6 +231,15 @@ class Session:
         self.last_cache_event = CacheEvent(kept=self.runner.kv_len, dropped=max(before - self.runner.kv_len, 0))
         self._redecide()
         return n
+
+    def reset(self) -> None:
+        """Back to the prompt, keeping its prefill (the path left is kept as a branch)."""
+        if self.generated_ids:
+            self.rewind(len(self.generated_ids))
+        elif self.records:
+            self.stop_reason = None
+            self._pending_logits = self._prefill_logits
+            self._redecide()
 
     def switch_branch(self, index: int) -> None:
         """Make stored branch `index` the current path; the cache is rebuilt from the shared prefix."""

@@ -18,6 +18,7 @@ from tokenviz.contract.records import ModelInfo
 from tokenviz.contract.text import safe_text
 from tokenviz.model.attention import IMPLEMENTATION, capturing, exact_weights
 from tokenviz.model.cache import full_cache
+from tokenviz.model.chat import has_chat_template
 from tokenviz.model.loading import LoadedModel
 from tokenviz.model.query_store import QueryStore
 from tokenviz.model.transfer import DeviceTimer, ids_to_device
@@ -38,7 +39,8 @@ class ModelRunner:
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
         self.device = next(self.model.parameters()).device
-        self.info: ModelInfo = self._with_cache_shape(loaded.info)
+        info = dataclasses.replace(loaded.info, chat_template=has_chat_template(loaded.tokenizer))
+        self.info: ModelInfo = self._with_cache_shape(info)
         self.cache = full_cache()
         # Fast attention with queries kept for exact rows on demand; else eager (see tokenviz.model.attention).
         self.fast_attention = self.model.config._attn_implementation == IMPLEMENTATION

@@ -34,7 +34,7 @@ from tokenviz.ui.panes.speculation import SpeculationPane
 from tokenviz.ui.panes.status import StatusLine
 from tokenviz.ui.panes.timing import TimingPane
 from tokenviz.ui.panes.tokens import TokensPane
-from tokenviz.ui.screens import HelpScreen, PromptScreen
+from tokenviz.ui.screens import HelpScreen, PromptChoice, PromptScreen
 from tokenviz.ui.selection import Selection
 from tokenviz.ui.themes import DEFAULT_THEME, load_themes
 from tokenviz.worker.commands import (
@@ -319,12 +319,17 @@ class TokenvizApp(App):
         self._open_view("cache")
 
     def action_edit_prompt(self) -> None:
-        def submitted(prompt: str | None) -> None:
-            if prompt is not None:
-                self.cursor = None
-                self.submit(Start(prompt=prompt))
+        """The prompt editor; for a model with a chat template it offers a chat message first."""
+        s = self.snapshot
+        can_chat = bool(s and s.info and s.info.chat_template)
 
-        self.push_screen(PromptScreen(self.snapshot.prompt if self.snapshot else ""), submitted)
+        def submitted(choice: PromptChoice | None) -> None:
+            if choice is not None:
+                self.cursor = None
+                system = s.system if s and choice.chat else None
+                self.submit(Start(prompt=choice.text, chat=choice.chat, system=system))
+
+        self.push_screen(PromptScreen(s.prompt if s else "", can_chat, can_chat), submitted)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())

@@ -50,7 +50,11 @@ KEYS: tuple[KeyRow, ...] = (
         "rewind one step (the cache is cropped; the state is exactly the one before)",
         (Press("backspace", "rewind", "rewind", "Rewind one step"),),
     ),
-    KeyRow("r", "reset to the prompt", (Press("r", "reset", "reset", "Reset to the prompt"),)),
+    KeyRow(
+        "r",
+        "back to the prompt, keeping its prefill (the path left is kept as a branch)",
+        (Press("r", "reset", "reset", "Reset to the prompt"),),
+    ),
     KeyRow(
         "e",
         "edit the prompt (a dialog; Enter prefills it, Escape keeps the journey)",

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Input, Label, Markdown
+from textual.widgets import Checkbox, Label, Markdown, TextArea
 
 from tokenviz.ui.keys import markdown_table
 
@@ -61,25 +62,45 @@ class HelpScreen(ModalScreen):
             yield Markdown(HELP, id="help")
 
 
-class PromptScreen(ModalScreen[str | None]):
-    BINDINGS: ClassVar = [Binding("escape", "cancel", "cancel")]
+@dataclass(frozen=True)
+class PromptChoice:
+    text: str
+    chat: bool  # put it through the model's chat template as a user message
+
+
+class PromptScreen(ModalScreen[PromptChoice | None]):
+    """The prompt editor: several lines of text, and for a model with a chat template a switch
+    between a chat message (offered first) and plain text to continue."""
+
+    BINDINGS: ClassVar = [Binding("escape", "cancel", "cancel"), Binding("ctrl+s", "start", "start")]
     DEFAULT_CSS = """
     PromptScreen { align: center middle; }
     PromptScreen > Vertical { width: 80%; max-width: 100; height: auto; border: thick $primary;
                               background: $surface; padding: 1 2; }
+    PromptScreen TextArea { height: 8; }
     """
 
-    def __init__(self, prompt: str):
+    def __init__(self, prompt: str, chat: bool, can_chat: bool):
         super().__init__()
         self.prompt = prompt
+        self.chat = chat and can_chat
+        self.can_chat = can_chat
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label("Prompt (Enter prefills it, Escape keeps the current journey):")
-            yield Input(value=self.prompt, id="prompt-input")
+            yield Label("Prompt: ctrl+s starts it, Enter adds a line, Escape keeps the current journey")
+            yield TextArea(self.prompt, id="prompt-input", soft_wrap=True, show_line_numbers=False)
+            if self.can_chat:
+                yield Checkbox("chat: a user message through the model's chat template", self.chat, id="chat")
+            else:
+                yield Label("plain text to continue (this model has no chat template)", classes="dim")
 
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.dismiss(event.value)
+    def on_mount(self) -> None:
+        self.query_one(TextArea).focus()
+
+    def action_start(self) -> None:
+        chat = self.can_chat and self.query_one("#chat", Checkbox).value
+        self.dismiss(PromptChoice(self.query_one(TextArea).text, chat))
 
     def action_cancel(self) -> None:
         self.dismiss(None)

@@ -46,9 +46,12 @@ class Reset:
 
 @dataclass(frozen=True)
 class Start:
-    """Tokenize and prefill a new prompt."""
+    """Tokenize and prefill a new prompt: plain text, or with `chat` a user message (after `system`)
+    put through the model's chat template."""
 
     prompt: str
+    chat: bool = False
+    system: str | None = None
 
 
 @dataclass(frozen=True)

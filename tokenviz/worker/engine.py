@@ -61,9 +61,11 @@ class _Quit:
 
 
 class EngineWorker:
-    def __init__(self, loader: Loader, settings: SamplingSettings, prompt: str):
+    def __init__(
+        self, loader: Loader, settings: SamplingSettings, prompt: str, chat: bool = False, system: str | None = None
+    ):
         self._loader = loader
-        self._prompt = prompt
+        self._prompt = Start(prompt, chat, system)
         self._settings = settings
         self._post: Post = lambda snapshot: None
         self._queue: queue.Queue[Command | _Quit] = queue.Queue()
@@ -221,10 +223,10 @@ class EngineWorker:
                 if session.rewind(n) == 0:
                     raise TokenvizError("nothing to rewind: only the prompt is left")
             case Reset():
-                self._timed(lambda: self._prefill(session, session.prompt))
-            case Start(prompt=prompt):
-                self._timed(lambda: self._prefill(session, prompt))
-                self._prompt = prompt
+                session.reset()
+            case Start():
+                self._timed(lambda: self._prefill(session, command))
+                self._prompt = command
             case _:
                 assert_never(command)
 
@@ -270,7 +272,7 @@ class EngineWorker:
             case _:
                 raise TokenvizError(f"unknown command {command!r}")
 
-    def _prefill(self, session: Session, prompt: str) -> None:
+    def _prefill(self, session: Session, prompt: Start) -> None:
         """Start `prompt`, showing the prefill's progress chunk by chunk; Escape or quitting cancels it."""
 
         def progress(done: int, total: int) -> None:
@@ -282,7 +284,7 @@ class EngineWorker:
         self._cancel.clear()
         message, fraction = self._message, self._progress
         try:
-            session.start(prompt, progress, self._cancelled)
+            session.start(prompt.prompt, progress, self._cancelled, chat=prompt.chat, system=prompt.system)
         finally:
             self._busy, self._message, self._progress = None, message, fraction
 
@@ -303,7 +305,7 @@ class EngineWorker:
         except Exception as exc:  # the journey is intact: show the last good frame with the error
             self.playing = False
             base = self._last_snapshot or Snapshot(
-                seq=0, state=self._state, settings=self._settings, prompt=self._prompt
+                seq=0, state=self._state, settings=self._settings, prompt=self._prompt.prompt
             )
             snapshot = dataclasses.replace(
                 base,
@@ -326,7 +328,9 @@ class EngineWorker:
                 state=self._busy or self._state,
                 info=s.runner.info if s else None,
                 settings=s.settings if s else self._settings,
-                prompt=self._prompt,
+                prompt=self._prompt.prompt,
+                chat=self._prompt.chat,
+                system=self._prompt.system,
             )
         return dataclasses.replace(
             journey,

@@ -25,7 +25,7 @@ class TokensPane(ScrollPane):
             piece = visible(chip.text)
             if chip.is_special:
                 piece = f"⟨{chip.text}⟩"
-            style = Style(bgcolor=prompt_bg if chip.is_prompt else generated_bg)
+            style = Style(bgcolor=prompt_bg if chip.is_prompt else generated_bg, dim=chip.is_template)
             if i == last and not chip.is_prompt:
                 style += Style(color=newest, bold=True)
             if i == selection.cursor:
