@@ -26,7 +26,7 @@ def shown(app, pane) -> str:
     if pane is AttentionPane:
         body = "\n".join(widget.render_line(y).text for y in range(widget.size.height))
         return f"{widget.border_title}\n{body}"
-    content = widget.body.content if pane is TokensPane else widget.content
+    content = widget.content
     rendered = app.console.render_lines(content, app.console.options.update_width(widget.size.width or 80))
     text = "\n".join("".join(seg.text for seg in line) for line in rendered)
     return f"{widget.border_title}\n{text}\n{widget.border_subtitle}"
@@ -382,9 +382,13 @@ async def test_key_storm_equals_the_same_keys_one_by_one():
         started = time.monotonic()
         burst(storm, STORM)
         pressed_in = time.monotonic() - started
+
+        def from_keys():
+            return [c for c in keys if not isinstance(c, ShowAttention)]  # the pane's own requests aside
+
+        await wait_for(lambda: len(from_keys()) >= len(STORM), pilot, timeout=60)  # the app read them all
         stormed = await settle(storm, pilot, timeout=120)
-        from_keys = [c for c in keys if not isinstance(c, ShowAttention)]  # the pane's own requests aside
-        assert len(from_keys) == len(STORM) and stormed.handled == storm.worker.submitted  # no key lost
+        assert len(from_keys()) == len(STORM) and stormed.handled == storm.worker.submitted  # no key lost
         assert concurrency.most == 1  # never two forward passes at once
 
     calm = make_app(SamplingSettings(seed=3, max_new_tokens=1000))
@@ -608,3 +612,37 @@ async def test_number_keys_inside_the_prompt_change_nothing_and_say_why():
         s = await settle(app, pilot)
         assert s.chips == before.chips
         assert any("inside the prompt" in n.message for n in app._notifications)
+
+
+async def test_the_tokens_pane_follows_the_newest_token_and_the_cursor_at_80x24():
+    long_prompt = "The cat sat on the mat. The dog sat on the log. " * 4
+    app = make_app(SamplingSettings(seed=3, max_new_tokens=1000), prompt=long_prompt, context=512)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        await pilot.press(*["space"] * 6)
+        s = await settle(app, pilot)
+        tokens = shown(app, TokensPane)
+        assert len(s.chips) > 50 and "lines" in tokens  # more lines than the pane shows
+        newest = s.chips[-1]
+        body = tokens.splitlines()[1:-2]  # the rows on screen, the trailer and subtitle aside
+        assert str(newest.id) in body[-1]  # the newest chip is on the last chip row
+        assert "→ next:" in tokens
+        await pilot.press(*["left"] * len(s.chips))  # the cursor to the first token
+        await pilot.pause(0.1)
+        tokens = shown(app, TokensPane)
+        assert "cursor 0" in tokens and tokens.splitlines()[1].startswith("The")
+
+
+async def test_any_sequence_of_resizes_keeps_every_pane_and_the_status_line():
+    app = make_app(SamplingSettings(seed=3))
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(app, pilot)
+        for width, height in ((80, 24), (200, 60), (80, 24), (120, 36), (240, 70), (80, 24)):
+            await pilot.resize_terminal(width, height)
+            await pilot.pause(0.2)
+            assert app.screen.has_class("-narrow") == (width < 120) and app.screen.has_class("-short") == (height < 30)
+            for pane in (TokensPane, AttentionPane, NextTokenPane, SamplingPane):
+                region = app.query_one(pane).region
+                assert region.height >= 3 and region.width >= 20 and region.bottom <= height, (pane, region)
+            status = app.query_one(StatusLine).region
+            assert status.height == 1 and status.bottom <= height - 1  # above the footer

@@ -8,9 +8,10 @@ from __future__ import annotations
 import threading
 from datetime import datetime
 
-from textual import on, work
+from textual import events, on, work
 from textual.app import App, ComposeResult
 from textual.containers import Horizontal
+from textual.geometry import Size
 from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import ContentSwitcher, Footer, ProgressBar
@@ -125,16 +126,17 @@ class TokenvizApp(App):
     def on_unmount(self) -> None:
         self.worker.stop(timeout=0.5)
 
-    def on_resize(self) -> None:
-        self._fit_layout()
+    def on_resize(self, event: events.Resize) -> None:
+        self._fit_layout(event.size)  # the app's own size is the old one until the resize is done
 
     @on(AttentionPane.Resized)
     def _attention_resized(self) -> None:
         self._request_attention(self.query_one("#views", ContentSwitcher).current)
 
-    def _fit_layout(self) -> None:
-        self.screen.set_class(self.size.width < 120, "-narrow")
-        self.screen.set_class(self.size.height < 30, "-short")
+    def _fit_layout(self, size: Size | None = None) -> None:
+        size = size or self.size
+        self.screen.set_class(size.width < 120, "-narrow")
+        self.screen.set_class(size.height < 30, "-short")
 
     def submit(self, command: Command) -> None:
         self.worker.submit(command)

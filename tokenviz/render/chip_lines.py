@@ -1,0 +1,50 @@
+"""Chips laid out in lines of a given width, kept between frames: a journey that grows by one
+token re-lays only its last line, so drawing the tokens pane costs what is on screen, not the
+journey's length."""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+
+
+class ChipLines:
+    def __init__(self, cells: Callable[[int], int]):
+        self.cells = cells  # a chip's width in cells, by index into the current chips
+        self.width = 0
+        self._keys: list[object] = []  # what each laid-out chip was (its id): a change re-lays from there
+        self._widths: list[int] = []
+        self.starts: list[int] = []  # the index of each line's first chip
+
+    def update(self, keys: Sequence[object], width: int) -> None:
+        """Lay out `keys` (one per chip) in lines of `width` cells, reusing what did not change."""
+        width = max(width, 1)
+        same = 0
+        if width == self.width:
+            limit = min(len(keys), len(self._keys))
+            while same < limit and keys[same] == self._keys[same]:
+                same += 1
+        else:
+            self.width = width
+        # Re-lay from the line before the one holding the first changed chip: a changed first chip of
+        # a line may now fit at the end of the line before; earlier lines cannot change.
+        line = max(bisect_right(self.starts, same) - 2, 0) if self.starts and same else 0
+        begin = self.starts[line] if self.starts and same else 0
+        del self.starts[line:]
+        self._keys = list(keys)
+        self._widths = self._widths[:same] + [self.cells(i) for i in range(same, len(keys))]
+        used = width  # forces a new line at `begin`
+        for i in range(begin, len(keys)):
+            w = self._widths[i]
+            if used + w > width and (used > 0 or not self.starts):
+                self.starts.append(i)
+                used = 0
+            used += w
+
+    def line_of(self, index: int) -> int:
+        return max(bisect_right(self.starts, index) - 1, 0)
+
+    def line(self, number: int) -> range:
+        """The chips of line `number`."""
+        stop = self.starts[number + 1] if number + 1 < len(self.starts) else len(self._keys)
+        return range(self.starts[number], stop)
