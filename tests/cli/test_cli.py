@@ -189,6 +189,10 @@ def test_version_and_help(monkeypatch, capsys):
         "--theme",
         "--trust-remote-code",
         "--version",
+        "--chat",
+        "--system",
+        "tokenviz replay FILE",
+        "The Eiffel Tower is",
     ):
         assert flag in out, flag
     code, out, _ = invoke(monkeypatch, capsys, "trace", "--help")

@@ -65,11 +65,17 @@ def _typer() -> typer.Typer:
 app_cli = _typer()
 
 
-@app_cli.command(epilog="Headless: [bold]tokenviz trace PROMPT --steps N [--json][/]  (tokenviz trace --help)")
+@app_cli.command(
+    epilog="Headless: [bold]tokenviz trace PROMPT --steps N [--json][/] (tokenviz trace --help). "
+    "A saved journey: [bold]tokenviz replay FILE[/] (tokenviz replay --help)."
+)
 @sampling_options()
 def open_app(
     settings: SamplingSettings,
-    prompt: Annotated[Optional[str], typer.Argument(help="Text to start from.")] = None,
+    prompt: Annotated[
+        Optional[str],
+        typer.Argument(help=f'Text to start from. Default: "{DEFAULT_PROMPT}" (with --chat: "{DEFAULT_QUESTION}").'),
+    ] = None,
     model: Model = None,
     device: Device = "auto",
     dtype: Dtype = "auto",
