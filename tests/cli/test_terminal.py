@@ -81,6 +81,29 @@ def test_quitting_mid_run_exits_cleanly(session, keys):
     assert "terminate called" not in text and "Aborted" not in text and "Traceback" not in text
 
 
+@pytest.mark.parametrize("signum", ["TERM", "HUP"])
+def test_sigterm_and_sighup_leave_a_sane_terminal(signum):
+    name = f"tokenviz-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TERM": "xterm-256color"}
+    modes = "stty -a | tr ' ' '\\n' | grep -x -e echo -e -echo -e icanon -e -icanon"
+    command = f"{sys.executable} -m tokenviz; echo TOKENVIZ-EXITED $?; {modes}; sleep 30"
+    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "160", "-y", "48", command], check=True, env=env)
+    try:
+        wait_screen(name, r"ready · step 0")
+        shell = tmux("display", "-p", "-t", name, "#{pane_pid}").strip()
+        pid = subprocess.run(["pgrep", "-P", shell, "-f", "tokenviz"], capture_output=True, text=True).stdout.split()[0]
+        started = time.monotonic()
+        subprocess.run(["kill", f"-{signum}", pid], check=True)
+        text = wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=10)
+        assert time.monotonic() - started < 3
+        assert "TOKENVIZ-EXITED 0" in text and "Traceback" not in text
+        text = wait_screen(name, r"icanon", timeout=5)
+        lines = text.split()
+        assert "echo" in lines and "icanon" in lines and "-echo" not in lines and "-icanon" not in lines
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+
+
 def test_a_hostile_journey_cannot_drive_the_terminal(tmp_path):
     sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
     from apptools import frozen_recording

@@ -5,6 +5,9 @@ It never touches torch: the worker it is given (built by the CLI) owns the model
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import signal
 import threading
 from datetime import datetime
 
@@ -74,6 +77,7 @@ BEAM_WIDTH = 3  # the B key's width; the palette offers 2-8
 BEAM_STEPS = 10
 SPECULATION_STEPS = 16
 EXPORT_LOCK = threading.Lock()  # two quick exports pick their names one after the other
+QUIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # quit as q does: the terminal is left sane
 
 
 class EngineUpdate(Message):
@@ -122,6 +126,16 @@ class TokenvizApp(App):
     def on_mount(self) -> None:
         self._fit_layout()
         self.worker.start(lambda snapshot: self.post_message(EngineUpdate(snapshot)))  # thread-safe
+        if not self.is_headless:  # a real terminal: leave it sane when the process is told to end
+            loop = asyncio.get_running_loop()
+            for signum in QUIT_SIGNALS:
+                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                    loop.add_signal_handler(signum, self._signalled)
+
+    def _signalled(self) -> None:
+        """SIGTERM or SIGHUP (the terminal closed): quit as q does, restoring the terminal."""
+        self.worker.stop(timeout=0.2)
+        self.exit()
 
     def on_unmount(self) -> None:
         self.worker.stop(timeout=0.5)
