@@ -139,3 +139,51 @@ def test_models_without_causal_attention_get_one_line_and_exit_2(monkeypatch, ca
     code, _, err = invoke(monkeypatch, capsys, "trace", "Hello", "--model", directory, "--steps", "2")
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1 and message in errors[0] and "Traceback" not in err
+
+
+def test_two_starts_on_an_empty_cache_convert_once(tmp_path, monkeypatch):
+    """Two processes (here threads, each with its own lock file handle) start on an empty cache:
+    one converts, the other waits and finds the conversion done."""
+    import threading
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    gguf = loading.bundled_gguf()
+    directory = loading.gguf_cache_dir(gguf)
+    converted = []
+
+    def fake_convert(source, target, progress):
+        converted.append(threading.get_ident())
+        time.sleep(0.5)  # long enough for the other start to arrive meanwhile
+        target.mkdir(parents=True, exist_ok=True)
+        (target / "model.safetensors").write_bytes(b"weights")
+        (target / loading.MANIFEST).write_text(json.dumps(loading._fingerprint(source)))
+
+    monkeypatch.setattr(loading, "convert_gguf", fake_convert)
+    errors = []
+
+    def start():
+        try:
+            loading.ensure_converted(gguf, directory, lambda m, f: None)
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(converted) == 1 and loading._cache_is_fresh(directory, gguf)
+
+
+def test_a_cache_that_cannot_be_written_gets_one_line(tmp_path, monkeypatch):
+    from tokenviz.contract.errors import ModelLoadError
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+
+    def read_only(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(loading.Path, "mkdir", read_only)
+    gguf = loading.bundled_gguf()
+    with pytest.raises(ModelLoadError, match=r"cannot write the model cache in .*Permission denied.*XDG_CACHE_HOME"):
+        loading.ensure_converted(gguf, loading.gguf_cache_dir(gguf), lambda m, f: None)

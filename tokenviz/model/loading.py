@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from filelock import FileLock
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from tokenviz.contract.errors import ModelLoadError
@@ -111,6 +112,29 @@ def _cache_is_fresh(directory: Path, gguf: Path) -> bool:
     except (OSError, ValueError):
         return False
     return manifest == _fingerprint(gguf) and (directory / "model.safetensors").is_file()
+
+
+def ensure_converted(gguf: Path, directory: Path, progress: Progress, rebuild: bool = False) -> None:
+    """Convert `gguf` into `directory` unless a fresh conversion is there. One process converts at
+    a time (a lock file beside the cache); the others wait and then find it done."""
+    if _cache_is_fresh(directory, gguf) and not rebuild:
+        return
+    lock_path = directory.with_name(directory.name + ".lock")
+    try:
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(lock_path))
+        lock.acquire()
+    except OSError as exc:
+        raise ModelLoadError(
+            f"cannot write the model cache in {lock_path.parent} ({exc.strerror}): "
+            "set XDG_CACHE_HOME to a writable directory"
+        ) from None
+    try:
+        if rebuild or not _cache_is_fresh(directory, gguf):  # another process may have converted it
+            with _quiet():
+                convert_gguf(gguf, directory, progress)
+    finally:
+        lock.release()
 
 
 def convert_gguf(gguf: Path, directory: Path, progress: Progress) -> None:
@@ -264,9 +288,7 @@ def load_model(
             raise ModelLoadError(f"no such GGUF file: {spec}")
         directory = gguf_cache_dir(gguf)
         name = BUNDLED_NAME if spec is None else gguf.name
-        if not _cache_is_fresh(directory, gguf):
-            with _quiet():
-                convert_gguf(gguf, directory, progress)
+        ensure_converted(gguf, directory, progress)
         source = str(directory)
     elif Path(spec).expanduser().is_dir():
         source, name = str(Path(spec).expanduser()), spec
@@ -290,9 +312,8 @@ def load_model(
     except Exception as exc:
         if spec is None or spec.endswith(".gguf"):
             # A cache that passed its manifest check but does not load: rebuild it once.
-            shutil.rmtree(directory, ignore_errors=True)
+            ensure_converted(gguf, directory, progress, rebuild=True)
             with _quiet():
-                convert_gguf(gguf, directory, progress)
                 model, tokenizer = _from_pretrained(source, torch_dtype, trust_remote_code)
         else:
             raise ModelLoadError(_explain(spec, exc)) from None
