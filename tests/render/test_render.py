@@ -106,3 +106,11 @@ def test_head_labels_name_the_kv_group():
     assert head_label(0, 9, 3) == "head 1/9 (kv group 1/3)"
     assert head_label(4, 9, 3) == "head 5/9 (kv group 2/3)"
     assert head_label(8, 9, 3) == "head 9/9 (kv group 3/3)"
+
+
+def test_a_probability_never_reads_zero_unless_it_is():
+    from tokenviz.render.units import probability
+
+    assert probability(0.4831) == "0.483" and probability(0.0005) == "0.001"
+    assert probability(2.78e-5) == "2.8e-05" and probability(0.0) == "0"
+    assert probability(1e-30, 8) == " 1.0e-30"

@@ -10,3 +10,9 @@ def human_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n} B"
+
+
+def probability(p: float, width: int = 0) -> str:
+    """A probability that never reads 0 unless it is 0: 0.483, or 2.8e-05 below a thousandth."""
+    text = "0" if p == 0 else f"{p:.3f}" if p >= 0.0005 else f"{p:.1e}"
+    return text.rjust(width)

@@ -12,6 +12,7 @@ from tokenviz.contract.records import Candidate
 from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell
 from tokenviz.render.pieces import visible
+from tokenviz.render.units import probability
 from tokenviz.ui.panes.base import BoxPane
 from tokenviz.ui.selection import Selection
 
@@ -31,7 +32,7 @@ class NextTokenPane(BoxPane):
             self.update(self._table(p.top, Candidate(p.next_id, p.next_text, 0.0, p.next_prob), p.next_rank))
             self.border_subtitle = (
                 f"entropy {p.entropy:.2f} bits · pos {p.position + 1} · ▶ the prompt's own next token "
-                f"(p {p.next_prob:.3g}, rank {p.next_rank})"
+                f"(raw p {probability(p.next_prob)}, rank {p.next_rank})"
             )
         else:
             self.border_subtitle = ""
@@ -49,13 +50,13 @@ class NextTokenPane(BoxPane):
         bar_width = max(width - fixed, 2)
         text = Text(no_wrap=True, overflow="crop")
         header = f"{'#':>4} {cell('token', piece_w)} {'id':>6}" + (f" {'logit':>7}" if show_logit else "")
-        text.append(header + f" {'prob':>6}\n", style="bold")
+        text.append(header + f" {'raw p':>7}\n", style="bold")
 
         def row(rank: int, piece: str, token_id: int, logit: str, prob: float, mark: bool) -> None:
             style = f"bold {chosen_color}" if mark else ""
             text.append(f"{('▶' if mark else '') + str(rank):>4} ", style=style)
             text.append(cell(visible(piece), piece_w), style=style)
-            text.append(f" {token_id:>6}" + (f" {logit:>7}" if show_logit else "") + f" {prob:>6.3f} ")
+            text.append(f" {token_id:>6}" + (f" {logit:>7}" if show_logit else "") + f" {probability(prob, 7)} ")
             text.append(bar(prob, bar_width) + "\n", style=bar_color)
 
         shown = list(top[:rows])

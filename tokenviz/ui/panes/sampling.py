@@ -7,6 +7,7 @@ from rich.text import Text
 from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell
 from tokenviz.render.pieces import visible
+from tokenviz.render.units import probability
 from tokenviz.ui.panes.base import BoxPane
 from tokenviz.ui.selection import Selection
 
@@ -31,13 +32,16 @@ def settings_line(settings) -> str:
 def decision_line(d) -> str:
     token = visible(d.chosen_text)
     if d.mode == "greedy":
-        return f"greedy: argmax → {token} (raw p {d.raw_prob:.3f})"
+        return f"greedy: argmax → {token} (raw p {probability(d.raw_prob)})"
     if d.mode == "forced":
-        return f"forced (a branch): {token} (raw rank {d.raw_rank}, p {d.raw_prob:.3f}; final p {d.chosen_prob:.3f})"
+        return (
+            f"forced (a branch): {token} (raw rank {d.raw_rank}, raw p {probability(d.raw_prob)}; "
+            f"final p {probability(d.chosen_prob)})"
+        )
     low, high = d.band
     return (
         f"draw u = {d.u:.4f} fell in [{low:.4f}, {high:.4f}) → sampled {token} "
-        f"(final rank {d.chosen_rank}, p {d.chosen_prob:.3f}; raw rank {d.raw_rank})"
+        f"(final rank {d.chosen_rank}, final p {probability(d.chosen_prob)}; raw rank {d.raw_rank})"
     )
 
 
@@ -84,7 +88,7 @@ class SamplingPane(BoxPane):
             table.append(f" {d.raw_probs[i]:>6.3f} ")
             table.append(bar(d.raw_probs[i], bar_width) + " ", style=bar_color)
             for st in d.stages:
-                value = f"{st.probs[i]:.3f}" if st.probs[i] > 0 else "—"
+                value = probability(st.probs[i]) if st.probs[i] > 0 else "—"
                 table.append(cell(value, stage_w, right=True) + " ")
             table.append(bar(final, bar_width) + "\n", style=final_color)
         table.rstrip()

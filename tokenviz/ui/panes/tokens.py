@@ -14,6 +14,7 @@ from rich.text import Text
 from tokenviz.contract.records import TokenChip
 from tokenviz.render.chip_lines import ChipLines
 from tokenviz.render.pieces import visible
+from tokenviz.render.units import probability
 from tokenviz.ui.panes.base import BoxPane
 from tokenviz.ui.selection import Selection
 
@@ -75,7 +76,9 @@ class TokensPane(BoxPane):
         pending = s.pending
         if pending is not None:
             d = pending.decision
-            return Text(f"→ next: {visible(d.chosen_text)} ({d.mode}, p={d.chosen_prob:.3f})", Style(dim=True))
+            return Text(
+                f"→ next: {visible(d.chosen_text)} ({d.mode}, final p {probability(d.chosen_prob)})", Style(dim=True)
+            )
         if s.stop_reason:
             return Text(f"■ stopped: {s.stop_reason}", Style(dim=True, bold=True))
         return Text("")
