@@ -232,6 +232,8 @@ async def test_brackets_change_layer_and_h_cycles_heads():
         await pilot.press("h")
         await pilot.pause()
         assert app.head == "max" and "head max of 4" in shown(app, AttentionPane)
+        await settle(app, pilot)
+        assert "largest weight any head gives" in shown(app, AttentionPane)  # no distribution: not "attends to"
         await pilot.press("h", "h", "h")
         await pilot.pause()
         assert app.head == 2 and "head 3/4 (kv group 2/2)" in shown(app, AttentionPane)
@@ -646,3 +648,25 @@ async def test_any_sequence_of_resizes_keeps_every_pane_and_the_status_line():
                 assert region.height >= 3 and region.width >= 20 and region.bottom <= height, (pane, region)
             status = app.query_one(StatusLine).region
             assert status.height == 1 and status.bottom <= height - 1  # above the footer
+
+
+async def test_a_slow_command_shows_what_runs_at_once_and_tok_s_counts_steps_only():
+    app = make_app(SamplingSettings(seed=3, max_new_tokens=1000), step_seconds=0.3)
+    async with app.run_test(size=(120, 40)) as pilot:
+        s = await settle(app, pilot)
+        assert s.tokens_per_s is None  # the prefill is not a decode step
+        await pilot.press("space")
+        await wait_for(lambda: app.snapshot.state == "stepping", pilot)
+        await pilot.pause(0.05)
+        assert "stepping" in str(app.query_one(StatusLine).render())
+        s = await settle(app, pilot)
+        assert s.state == "ready" and 0 < s.tokens_per_s < 1 / 0.3
+        await pilot.press("v")
+        await wait_for(lambda: app.snapshot.state == "verifying", pilot)
+        await settle(app, pilot)
+        await pilot.press("e")
+        await wait_for(lambda: isinstance(app.screen, PromptScreen), pilot)
+        app.screen.query_one(TextArea).text = "Hello world"
+        await pilot.press("ctrl+s")
+        s = await settle(app, pilot)
+        assert s.prompt == "Hello world" and s.tokens_per_s is None  # a new journey: no old figure

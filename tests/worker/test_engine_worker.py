@@ -94,7 +94,7 @@ def test_a_failure_while_building_a_snapshot_shows_the_last_frame_with_the_error
 
 
 def test_a_failure_handing_a_snapshot_over_does_not_end_the_thread(started):
-    post = Collector(fail_on=(4,))  # loading, prefilling and ready come first; the 4th is the step's
+    post = Collector(fail_on=(5,))  # loading, prefilling, ready, then "stepping"; the 5th is the step's
     worker = started(post)
     post.wait(lambda s: s.state == "ready")
     worker.submit(Step())

@@ -13,7 +13,18 @@ from tokenviz.contract.records import ModelInfo, StepRecord, TokenChip
 from tokenviz.contract.results import BeamResult, BranchSummary, CacheEvent, Inspection, Speculation, Verification
 from tokenviz.contract.settings import SamplingSettings
 
-EngineState = Literal["loading", "prefilling", "ready", "stepping", "playing", "stopped", "error"]
+EngineState = Literal[
+    "loading",
+    "prefilling",
+    "ready",
+    "stepping",
+    "verifying",
+    "searching beams",
+    "speculating",
+    "playing",
+    "stopped",
+    "error",
+]
 
 
 @dataclass(frozen=True)

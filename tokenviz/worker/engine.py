@@ -9,6 +9,7 @@ details go to the log, and the journey stays usable.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import queue
 import threading
@@ -53,6 +54,16 @@ if TYPE_CHECKING:
 
 FRAME_S = 1 / 60  # autoplay publishes at most one frame per FRAME_S (and always the last)
 ALLOWED_WITHOUT_JOURNEY = (Start, Adjust, ShowAttention)
+BUSY: dict[type, EngineState] = {  # what the status line says while a command runs
+    Step: "stepping",
+    Force: "stepping",
+    BranchAt: "stepping",
+    SwitchBranch: "stepping",
+    Rewind: "stepping",
+    Verify: "verifying",
+    Beams: "searching beams",
+    Speculate: "speculating",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,10 +191,16 @@ class EngineWorker:
         self._state, self._message = "ready", ""
 
     def _do(self, command: Command, autoplay: bool = False) -> str | None:
-        """Run one command; returns a one-line error or None."""
+        """Run one command; returns a one-line error or None. A command that can take a while shows
+        what is running at once."""
+        busy = None if autoplay else BUSY.get(type(command))
         try:
             if isinstance(command, Move) and not autoplay:
                 self.playing = False
+            if busy is not None and self.session is not None and self.session.records:
+                self._busy = busy
+                with contextlib.suppress(Exception):  # best effort: the frame after the command reports
+                    self._publish()
             self._handle(command)
         except TokenvizError as exc:
             if autoplay:
@@ -193,6 +210,8 @@ class EngineWorker:
             self.playing = False
             return f"internal error: {exc} ({log_exception()})"
         finally:
+            if busy is not None:
+                self._busy = None
             if not autoplay:
                 self._handled += 1
         if self.session is not None and self.session.stop_reason is not None:
@@ -218,15 +237,16 @@ class EngineWorker:
             case BranchAt(steps_back=steps_back, rank=rank):
                 self._timed(lambda: session.branch(steps_back, rank))
             case SwitchBranch(index=index):
-                self._timed(lambda: session.switch_branch(index))
+                session.switch_branch(index)
             case Rewind(n=n):
                 if session.rewind(n) == 0:
                     raise TokenvizError("nothing to rewind: only the prompt is left")
             case Reset():
                 session.reset()
             case Start():
-                self._timed(lambda: self._prefill(session, command))
+                self._prefill(session, command)
                 self._prompt = command
+                self._step_times.clear()  # tok/s is the new journey's
             case _:
                 assert_never(command)
 
@@ -293,6 +313,7 @@ class EngineWorker:
         return self._cancel.is_set() or self._stopping.is_set()
 
     def _timed(self, action: Callable[[], object]) -> None:
+        """Run one decode step and count it in tok/s (prefills and cache rebuilds are not steps)."""
         started = time.perf_counter()
         action()
         self._step_times.append(time.perf_counter() - started)

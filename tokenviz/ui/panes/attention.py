@@ -116,8 +116,10 @@ class AttentionPane(Pane, Widget):
         focus = "  ".join(f"{visible(chips[k].text)} {row[k]:.2f}" for k in top.tolist())
         if view.missing:
             focus = view.missing
+        # The max over heads is no distribution (its row sums past 1): it is not called attention weights.
+        reads = "largest weight any head gives" if selection.head == "max" else "attends to"
         strips.append(
-            Strip([Segment(f"{visible(chips[cursor].text)}@{cursor} attends to: ", cursor_style), Segment(focus)])
+            Strip([Segment(f"{visible(chips[cursor].text)}@{cursor} {reads}: ", cursor_style), Segment(focus)])
         )
         strips.append(Strip([Segment("0 "), *legend(colors, min(24, width - 12)), Segment(" 1  (√ scale)", dim)]))
         style = self.rich_style  # computed from the CSS on each access: once here, not once per line
