@@ -239,3 +239,16 @@ def test_repetition_penalty_on_a_prompt_of_one_repeated_token():
     record = decide(logits, SamplingSettings(temperature=0, repetition_penalty=1.5), [token] * 20, [], piece=str)
     assert record.chosen_id == token - 1  # the penalised favourite (1.33) now loses to the runner-up (1.99)
     assert record.raw_rank == 2
+
+
+def test_the_final_distribution_shown_is_one_hot_for_greedy_and_the_last_stage_otherwise():
+    import torch
+
+    from tokenviz.contract.settings import SamplingSettings
+    from tokenviz.decoding.sampling import decide
+
+    logits = torch.tensor([2.0, 1.0, 0.5, -1.0, 3.0])
+    greedy = decide(logits, SamplingSettings(temperature=0), [0], [], str)
+    assert greedy.final_probs == tuple(1.0 if t == 4 else 0.0 for t, _ in greedy.watch)
+    sampled = decide(logits, SamplingSettings(temperature=0.8, top_k=3, seed=1), [0], [], str)
+    assert sampled.final_probs == sampled.stages[-1].probs and abs(sum(sampled.final_probs) - 1) < 1e-6

@@ -58,6 +58,14 @@ class Decision:
     raw_prob: float
     ms: float = field(default=0.0, compare=False)  # timing is not part of the decision
 
+    @property
+    def final_probs(self) -> tuple[float, ...]:
+        """The probability each watched token had of being taken: after the last stage, or one-hot
+        for greedy (argmax takes the top token with certainty)."""
+        if self.mode == "greedy":
+            return tuple(1.0 if token_id == self.chosen_id else 0.0 for token_id, _ in self.watch)
+        return self.stages[-1].probs if self.stages else self.raw_probs
+
     def to_json(self) -> dict[str, Any]:
         return {
             "mode": self.mode,

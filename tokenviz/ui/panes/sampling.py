@@ -80,12 +80,12 @@ class SamplingPane(BoxPane):
         watched = sorted(range(len(d.watch)), key=lambda i: -d.raw_probs[i])[:rows]
         for i in watched:
             token_id, piece = d.watch[i]
-            final = d.stages[-1].probs[i] if d.stages else d.raw_probs[i]
             mark = token_id == d.chosen_id
+            final = d.final_probs[i]
             table.append(
                 ("▶" if mark else " ") + cell(visible(piece), 13), style=f"bold {chosen_color}" if mark else ""
             )
-            table.append(f" {d.raw_probs[i]:>6.3f} ")
+            table.append(f" {probability(d.raw_probs[i], 6)} ")
             table.append(bar(d.raw_probs[i], bar_width) + " ", style=bar_color)
             for st in d.stages:
                 value = probability(st.probs[i]) if st.probs[i] > 0 else "—"
