@@ -37,4 +37,11 @@ def test_seed_changes_deterministically():
     s = SamplingSettings(seed=0)
     assert adjust(s, "seed").seed != 0
     assert adjust(s, "seed").seed == adjust(s, "seed").seed
-    assert 0 <= adjust(SamplingSettings(seed=2**62), "seed").seed < 2**63
+    assert 0 <= adjust(SamplingSettings(seed=2**62), "seed").seed < 100_000
+    seen, seed = set(), SamplingSettings(seed=0)
+    for _ in range(50):  # short seeds, each new one different from the last
+        nxt = adjust(seed, "seed")
+        assert nxt.seed != seed.seed and len(str(nxt.seed)) <= 5
+        seen.add(nxt.seed)
+        seed = nxt
+    assert len(seen) > 40

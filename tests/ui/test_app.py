@@ -284,6 +284,7 @@ async def test_question_mark_opens_help_and_ctrl_p_the_palette():
         await pilot.press("question_mark")
         await wait_for(lambda: isinstance(app.screen, HelpScreen), pilot)
         help_text = app.screen.query_one("#help").source
+        assert "Escape" in app.screen.query_one("#help").parent.border_subtitle  # it says how to close it
         for words in ("attention", "sampling", "next token", "KV cache", "backspace", "force"):
             assert words in help_text
         await pilot.press("escape")

@@ -17,6 +17,9 @@ def _ladder_step(ladder: list[int], value: int, direction: int) -> int:
     return next((v for v in reversed(ladder) if v < value), ladder[0])
 
 
+SEEDS = 100_000  # new seeds have at most five digits
+
+
 def adjust(
     settings: SamplingSettings, name: str, direction: int = 1, restore_temperature: float = DEFAULT_SETTINGS.temperature
 ) -> SamplingSettings:
@@ -40,6 +43,7 @@ def adjust(
         return s.replace(repetition_penalty=min(max(round(s.repetition_penalty + 0.1 * direction, 2), 0.1), 3.0))
     if name == "greedy":
         return s.replace(temperature=restore_temperature if s.greedy else 0.0)
-    if name == "seed":
-        return s.replace(seed=(s.seed * 6364136223846793005 + 1442695040888963407) % 2**63)
+    if name == "seed":  # the next of a fixed sequence of short seeds, easy to read out and type again
+        seed = (s.seed * 7919 + 104_729) % SEEDS
+        return s.replace(seed=seed if seed != s.seed else (seed + 1) % SEEDS)
     raise ValueError(f"unknown setting {name!r}")

@@ -58,7 +58,9 @@ class HelpScreen(ModalScreen):
     """
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll():
+        with VerticalScroll() as box:
+            box.border_title = "help"
+            box.border_subtitle = "Escape, q or ? closes it · ↑ ↓ PgUp PgDn scroll"
             yield Markdown(HELP, id="help")
 
 
