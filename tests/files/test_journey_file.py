@@ -159,3 +159,30 @@ def test_a_chat_journey_keeps_its_template_marks_and_mode(tmp_path):
     restored, _ = recording_of(read_journey(save_journey(tmp_path / "chat.json", original, s.saved_attention())))
     assert restored.chips == original.chips and any(c.is_template for c in restored.chips)
     assert (restored.chat, restored.system, restored.prompt) == (True, "Be brief.", "Hello there")
+
+
+async def test_replay_steps_through_the_recording_with_the_step_keys():
+    from apptools import frozen_recording
+
+    recording = frozen_recording(steps=4)
+    full = recording.snapshot
+    replay = recorded_app(recording)
+    async with replay.run_test(size=(120, 40)) as pilot:
+        await wait_for(lambda: replay.snapshot is not None, pilot)
+        await pilot.press("backspace", "backspace")
+        await wait_for(lambda: replay.snapshot.handled >= replay.worker.submitted, pilot)
+        s = replay.snapshot
+        assert len(s.chips) == len(full.chips) - 2 and s.chips == full.chips[: len(s.chips)]
+        assert s.pending == full.records[len(s.chips) - full.prompt_len]  # the decision recorded there
+        assert s.error is None and "step 2 of 4" in s.message
+        assert s.attention is not None and s.attention.queries.stop == len(s.chips)  # rows of the shorter path
+        await pilot.press("space")
+        await wait_for(lambda: replay.snapshot.handled >= replay.worker.submitted, pilot)
+        assert len(replay.snapshot.chips) == len(full.chips) - 1
+        await pilot.press("r")
+        await wait_for(lambda: replay.snapshot.handled >= replay.worker.submitted, pilot)
+        assert len(replay.snapshot.chips) == full.prompt_len
+        await pilot.press(*["space"] * 6)  # never past the end
+        await wait_for(lambda: replay.snapshot.handled >= replay.worker.submitted, pilot)
+        s = replay.snapshot
+        assert s.chips == full.chips and s.records == full.records and s.stop_reason == full.stop_reason

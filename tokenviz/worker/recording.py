@@ -1,7 +1,8 @@
 """A worker that serves one recorded Snapshot: every pane works, nothing runs a model.
 
-Used for replaying a saved journey and for deterministic screenshots in tests. The attention pane
-gets the rows the journey file kept.
+Used for replaying a saved journey and for deterministic screenshots in tests. The step keys move
+through the recorded steps (space forward, backspace back, r to the prompt); the attention pane gets
+the rows the journey file kept.
 """
 
 from __future__ import annotations
@@ -12,13 +13,15 @@ from tokenviz.contract.attention import AttentionView, SavedAttention, window
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.snapshot import Snapshot
 from tokenviz.files.journey_file import save_journey
-from tokenviz.worker.commands import Command, Post, Save, ShowAttention
+from tokenviz.worker.commands import Command, Post, Reset, Rewind, Save, ShowAttention, Step
 
 
 class RecordingWorker:
     def __init__(self, snapshot: Snapshot, attention: SavedAttention | None = None):
-        self.snapshot = dataclasses.replace(snapshot, live=False)
+        self.recording = dataclasses.replace(snapshot, live=False)
+        self.snapshot = self.recording
         self.attention = attention or SavedAttention()
+        self._request: ShowAttention | None = None
         self.submitted = 0
         self._post: Post | None = None
 
@@ -30,19 +33,24 @@ class RecordingWorker:
         self.submitted += 1
         error = notice = None
         attention = self.snapshot.attention
+        snapshot = self.snapshot
         match command:
             case ShowAttention():
-                attention = self._view(command)
+                self._request = command
+                attention = self._view(command, snapshot)
+            case Step() | Rewind() | Reset():
+                snapshot = self._moved(command)
+                attention = self._view(self._request, snapshot) if self._request else None
             case Save(path=path):
                 try:
-                    written = save_journey(path, self.snapshot, self.attention)
+                    written = save_journey(path, self.recording, self.attention)
                     notice = f"saved {written} (tokenviz replay {written})"
                 except TokenvizError as exc:
                     error = str(exc)
             case _:
                 error = "this journey is a recording: nothing runs a model here"
         self.snapshot = dataclasses.replace(
-            self.snapshot,
+            snapshot,
             seq=self.snapshot.seq + 1,
             handled=self.submitted,
             error=error,
@@ -52,8 +60,36 @@ class RecordingWorker:
         if self._post is not None:
             self._post(self.snapshot)
 
-    def _view(self, request: ShowAttention) -> AttentionView | None:
-        s = self.snapshot
+    def _moved(self, command: Step | Rewind | Reset) -> Snapshot:
+        """The recording up to one step more or fewer than shown now (never past its ends)."""
+        full, now = self.recording, self.snapshot
+        total = len(full.chips) - full.prompt_len
+        shown = len(now.chips) - now.prompt_len
+        match command:
+            case Step():
+                shown = min(shown + 1, total)
+            case Rewind(n=n):
+                shown = max(shown - n, 0)
+            case Reset():
+                shown = 0
+        if shown == total:
+            return dataclasses.replace(full, seq=now.seq, attention=now.attention)
+        chips = full.chips[: full.prompt_len + shown]
+        generated = "".join(c.text for c in chips[full.prompt_len :])
+        return dataclasses.replace(
+            full,
+            seq=now.seq,
+            chips=chips,
+            records=full.records[: shown + 1],
+            stop_reason=None,
+            text=generated,
+            full_text="".join(c.text for c in chips),
+            message=f"a recorded journey: step {shown} of {total} (space, backspace and r move through it)",
+        )
+
+    def _view(self, request: ShowAttention | None, s: Snapshot) -> AttentionView | None:
+        if request is None:
+            return None
         positions = s.prompt_len + len(s.records) - 1
         if request.rows <= 0 or s.info is None or positions <= 0:
             return None
