@@ -137,7 +137,7 @@ async def test_x_exports_and_replay_opens_it_without_a_model(tmp_path, monkeypat
         await pilot.pause(0.1)
         assert replay.cursor == len(live.chips) - 3
         assert "entropy" in replay.query_one(NextTokenPane).border_subtitle
-        await pilot.press("space")  # journey keys say it is a recording
+        await pilot.press("t")  # keys that would run the model say it is a recording
         await pilot.pause(0.1)
         assert any("recording" in n.message for n in replay._notifications)
         await pilot.press("l")
