@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import torch
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 IMPLEMENTATION = "tokenviz"
 _capture: ContextVar[Capture | None] = ContextVar("tokenviz_capture", default=None)
@@ -40,7 +41,7 @@ class Capture:
 
     eager: bool = False  # run the model's eager code in every layer, so the weights are returned
     queries: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> (heads, tokens fed, head_dim)
-    calls: dict[int, LayerCall] = field(default_factory=dict)
+    calls: dict[int, LayerCall] = field(default_factory=dict)  # filled once per layer (see capturing)
 
 
 def _eager_of(module: torch.nn.Module) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
@@ -64,8 +65,6 @@ def _attend(module, query, key, value, attention_mask, **kwargs):
     if kwargs.get("softcap") is not None or kwargs.get("s_aux") is not None:
         mask = _additive(attention_mask, query, key)
         return _eager_of(module)(module, query, key, value, mask, **kwargs)
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
 
@@ -102,10 +101,11 @@ def use_fast_attention(model) -> bool:
 
 
 @contextmanager
-def capturing(eager: bool = False) -> Iterator[Capture]:
+def capturing(eager: bool = False, calls: dict[int, LayerCall] | None = None) -> Iterator[Capture]:
     """Keep the query states of the forward passes run inside (in this thread only); with `eager`,
-    run every layer's eager code instead, so `output_attentions` returns the weights."""
-    capture = Capture(eager=eager)
+    run every layer's eager code instead, so `output_attentions` returns the weights. `calls` are
+    the layers' calls known already (a runner's): only the missing ones are recorded into it."""
+    capture = Capture(eager=eager, calls={} if calls is None else calls)
     token = _capture.set(capture)
     try:
         yield capture

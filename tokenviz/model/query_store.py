@@ -28,7 +28,7 @@ class _Block:
 class QueryStore:
     def __init__(self, budget: int = QUERY_BUDGET):
         self.budget = budget
-        self.calls: dict[int, LayerCall] = {}
+        self.calls: dict[int, LayerCall] = {}  # each layer's attention call, recorded by capturing()
         self._blocks: dict[int, _Block] = {}  # by age: the oldest first
         self._where: dict[int, int] = {}  # position -> the newest block holding it
         self._next = 0
@@ -42,7 +42,6 @@ class QueryStore:
         """Keep the queries of a forward pass that fed positions start, start + 1, ..."""
         if not capture.queries:
             return
-        self.calls.update(capture.calls)
         size = sum(q.numel() * q.element_size() for q in capture.queries.values())
         block = _Block(start, dict(capture.queries), size)
         count = next(iter(block.queries.values())).shape[1]

@@ -136,7 +136,7 @@ class ModelRunner:
         view. Nothing waits for the device."""
         timer = DeviceTimer(self.device)
         start = self.kv_len
-        with capturing() as capture:
+        with capturing(calls=self.queries.calls) as capture:
             out = self.model(
                 input_ids=ids_to_device(ids, self.device),
                 past_key_values=self.cache,
@@ -159,7 +159,7 @@ class ModelRunner:
         if not self.fast_attention:
             return self._eager_attention(ids, rows)[list(layers)]
         if self.queries.missing(rows):  # all of them again: one block, which the budget never drops first
-            with self._cut(rows.start), capturing() as capture:
+            with self._cut(rows.start), capturing(calls=self.queries.calls) as capture:
                 self.model(
                     input_ids=ids_to_device(ids[rows.start : rows.stop], self.device),
                     past_key_values=self.cache,

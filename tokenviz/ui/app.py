@@ -345,7 +345,7 @@ class TokenvizApp(App):
                 system = s.system if s and choice.chat else None
                 self.submit(Start(prompt=choice.text, chat=choice.chat, system=system))
 
-        self.push_screen(PromptScreen(s.prompt if s else "", can_chat, can_chat), submitted)
+        self.push_screen(PromptScreen(s.prompt if s else "", can_chat), submitted)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())

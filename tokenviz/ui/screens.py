@@ -82,10 +82,9 @@ class PromptScreen(ModalScreen[PromptChoice | None]):
     PromptScreen TextArea { height: 8; }
     """
 
-    def __init__(self, prompt: str, chat: bool, can_chat: bool):
+    def __init__(self, prompt: str, can_chat: bool):
         super().__init__()
         self.prompt = prompt
-        self.chat = chat and can_chat
         self.can_chat = can_chat
 
     def compose(self) -> ComposeResult:
@@ -93,7 +92,7 @@ class PromptScreen(ModalScreen[PromptChoice | None]):
             yield Label("Prompt: ctrl+s starts it, Enter adds a line, Escape keeps the current journey")
             yield TextArea(self.prompt, id="prompt-input", soft_wrap=True, show_line_numbers=False)
             if self.can_chat:
-                yield Checkbox("chat: a user message through the model's chat template", self.chat, id="chat")
+                yield Checkbox("chat: a user message through the model's chat template", True, id="chat")
             else:
                 yield Label("plain text to continue (this model has no chat template)", classes="dim")
 

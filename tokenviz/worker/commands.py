@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from tokenviz.contract.attention import window
 from tokenviz.contract.snapshot import Snapshot
 
 
@@ -97,6 +98,12 @@ class ShowAttention:
     layer: int
     rows: int
     cursor: int | None = None
+
+    def resolve(self, positions: int, layers: int) -> tuple[int, range]:
+        """(layer, query rows) to show for a journey of `positions` positions through the model and
+        `layers` layers: the layer and the cursor kept within them."""
+        cursor = positions - 1 if self.cursor is None else min(self.cursor, positions - 1)
+        return min(self.layer, layers - 1), window(cursor, positions, self.rows)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, assert_never
 
-from tokenviz.contract.attention import AttentionView, causal_view, window
+from tokenviz.contract.attention import AttentionView, causal_view
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.settings import DEFAULT_SETTINGS, SamplingSettings
 from tokenviz.contract.snapshot import EngineState, Snapshot
@@ -378,8 +378,5 @@ class EngineWorker:
         request = self._attention_request
         if request is None or session is None or not session.records or self._busy:
             return None
-        positions = session.runner.kv_len
-        layer = min(request.layer, session.runner.info.layers - 1)
-        cursor = positions - 1 if request.cursor is None else min(request.cursor, positions - 1)
-        queries = window(cursor, positions, request.rows)
+        layer, queries = request.resolve(session.runner.kv_len, session.runner.info.layers)
         return causal_view(layer, queries, session.attention(queries, [layer])[0])

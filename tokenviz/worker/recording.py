@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tokenviz.contract.attention import AttentionView, SavedAttention, window
+from tokenviz.contract.attention import AttentionView, SavedAttention
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.snapshot import Snapshot
 from tokenviz.files.journey_file import save_journey
@@ -73,7 +73,7 @@ class RecordingWorker:
             case Reset():
                 shown = 0
         if shown == total:
-            return dataclasses.replace(full, seq=now.seq, attention=now.attention)
+            return dataclasses.replace(full, seq=now.seq)
         chips = full.chips[: full.prompt_len + shown]
         generated = "".join(c.text for c in chips[full.prompt_len :])
         return dataclasses.replace(
@@ -93,9 +93,8 @@ class RecordingWorker:
         positions = s.prompt_len + len(s.records) - 1
         if request.rows <= 0 or s.info is None or positions <= 0:
             return None
-        cursor = positions - 1 if request.cursor is None else min(request.cursor, positions - 1)
-        layer = min(request.layer, s.info.layers - 1)
-        return self.attention.view(layer, window(cursor, positions, request.rows), s.info.heads)
+        layer, queries = request.resolve(positions, s.info.layers)
+        return self.attention.view(layer, queries, s.info.heads)
 
     def cancel(self) -> None:
         pass  # nothing runs

@@ -78,10 +78,10 @@ class SamplingPane(BoxPane):
             table.append(cell(SHORT_NAMES.get(st.name, st.name), stage_w, right=True) + " ", style="bold")
         table.append("final\n", style="bold")
         watched = sorted(range(len(d.watch)), key=lambda i: -d.raw_probs[i])[:rows]
+        finals = d.final_probs
         for i in watched:
             token_id, piece = d.watch[i]
             mark = token_id == d.chosen_id
-            final = d.final_probs[i]
             table.append(
                 ("▶" if mark else " ") + cell(visible(piece), 13), style=f"bold {chosen_color}" if mark else ""
             )
@@ -90,7 +90,7 @@ class SamplingPane(BoxPane):
             for st in d.stages:
                 value = probability(st.probs[i]) if st.probs[i] > 0 else "—"
                 table.append(cell(value, stage_w, right=True) + " ")
-            table.append(bar(final, bar_width) + "\n", style=final_color)
+            table.append(bar(finals[i], bar_width) + "\n", style=final_color)
         table.rstrip()
         decision = Text(decision_line(d), style=f"bold {chosen_color}")
         self.border_subtitle = settings_line(settings)
