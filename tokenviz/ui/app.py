@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import threading
 from datetime import datetime
@@ -97,7 +98,8 @@ class TokenvizApp(App):
     cursor: reactive[int | None] = reactive(None, init=False)  # None: follow the newest token
 
     def __init__(self, worker: Worker, theme: str = DEFAULT_THEME):
-        super().__init__()
+        # NO_COLOR: Textual alone would draw in greys; native ANSI makes it drop colour altogether.
+        super().__init__(ansi_color=True if "NO_COLOR" in os.environ else None)
         self.worker = worker
         self.fatal_error: str | None = None
         self.snapshot: Snapshot | None = None

@@ -22,7 +22,7 @@ from tokenviz.render.pieces import visible
 from tokenviz.ui.panes.base import Pane
 from tokenviz.ui.selection import Selection
 
-LABEL = 6  # columns for the row labels (query positions)
+LABEL = 14  # columns for the row labels: the cursor mark, the position, the tokens of the row
 
 
 class AttentionPane(Pane, Widget):
@@ -67,7 +67,7 @@ class AttentionPane(Pane, Widget):
         identity = (
             None if selection is None else (selection.snapshot.seq, selection.layer, selection.head, selection.cursor)
         )
-        key = (identity, width, height, theme)
+        key = (identity, width, height, theme, self.app.no_color)
         if key == self._key:
             return
         self._key = key
@@ -96,23 +96,29 @@ class AttentionPane(Pane, Widget):
         strips = []
         cursor_style = Style(color=self.colors.chip_cursor, bold=True)
         dim = Style(dim=True)
-        for r, segments in enumerate(heatmap_lines(matrix, colors, masked)):
+        shades = self.app.no_color
+        chips = s.chips
+        labelled = -1
+        for r, segments in enumerate(heatmap_lines(matrix, colors, masked, shades=shades)):
             upper, lower = queries.start + (2 * r) // zoom, queries.start + (2 * r + 1) // zoom
+            lower = min(lower, queries.stop - 1)
             has_cursor = cursor in (upper, lower)
-            label = f"{'▶' if has_cursor else ' '}{upper:>{LABEL - 2}} "
+            new = [q for q in (upper, lower) if q > labelled]  # a zoomed row is labelled once
+            labelled = max(labelled, upper, lower)
+            label = row_label(new, chips, has_cursor)
             strips.append(Strip([Segment(label, cursor_style if has_cursor else dim), *segments]))
+        strips.append(Strip([Segment(" " * LABEL), Segment(key_axis(keys, chips, zoom_x), dim)]))
         strips.append(
             Strip(
                 [
                     Segment(" " * LABEL),
-                    Segment(f"keys {keys.start}–{keys.stop - 1}", dim),
+                    Segment(f"keys {keys.start}–{keys.stop - 1} (each key's first letters above)", dim),
                     Segment(f" · queries {queries.start}–{queries.stop - 1} of {n}", dim),
                 ]
             )
         )
         row = np.nan_to_num(view.row(cursor, selection.head), nan=-1.0)
         top = np.argsort(-row, kind="stable")[:4]
-        chips = s.chips
         focus = "  ".join(f"{visible(chips[k].text)} {row[k]:.2f}" for k in top.tolist())
         if view.missing:
             focus = view.missing
@@ -121,6 +127,21 @@ class AttentionPane(Pane, Widget):
         strips.append(
             Strip([Segment(f"{visible(chips[cursor].text)}@{cursor} {reads}: ", cursor_style), Segment(focus)])
         )
-        strips.append(Strip([Segment("0 "), *legend(colors, min(24, width - 12)), Segment(" 1  (√ scale)", dim)]))
+        scale = legend(colors, min(24, width - 12), shades=shades)
+        strips.append(Strip([Segment("0 "), *scale, Segment(" 1  (√ scale)", dim)]))
         style = self.rich_style  # computed from the CSS on each access: once here, not once per line
         self._strips = [strip.crop(0, width).apply_style(style) for strip in strips]
+
+
+def row_label(queries: list[int], chips, cursor: bool) -> str:
+    """`▶  12 The/·E`: the cursor mark, the first position and the tokens of one terminal row."""
+    if not queries:
+        return " " * LABEL
+    pieces = "/".join(visible(chips[q].text) for q in queries)
+    head = f"{'▶' if cursor else ' '}{queries[0]:>4} "
+    return f"{head}{pieces[: LABEL - len(head) - 1]:<{LABEL - len(head) - 1}} "
+
+
+def key_axis(keys: range, chips, zoom_x: int) -> str:
+    """Under each key column, the first letters of its token (as many as the column is wide)."""
+    return "".join(f"{visible(chips[k].text).lstrip('·') or '·':<{zoom_x}.{zoom_x}}" for k in keys)
