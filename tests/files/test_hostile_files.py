@@ -107,3 +107,22 @@ async def test_two_quick_exports_write_two_journeys(tmp_path, monkeypatch):
         await wait_for(lambda: len(list(tmp_path.glob("tokenviz-*.json"))) == 2, pilot)
         await wait_for(lambda: len(list(tmp_path.glob("tokenviz-*.svg"))) == 2, pilot)
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+async def test_an_export_into_a_read_only_directory_says_why_and_the_app_goes_on(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.chdir(tmp_path)
+
+    def read_only(*args, **kwargs):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", read_only)
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        app.action_export_svg()  # the palette's "Export SVG"
+        await wait_for(lambda: any("Read-only file system" in n.message for n in app._notifications), pilot)
+        await pilot.press("space")
+        await wait_for(lambda: len(app.snapshot.records) == 2, pilot)
+    assert list(tmp_path.iterdir()) == []

@@ -8,7 +8,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.console import Console
@@ -30,6 +30,9 @@ from tokenviz.cli.options import (
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.themes import DEFAULT_THEME, check_theme
+
+if TYPE_CHECKING:
+    from tokenviz.files.journey_schema import Journey
 
 DEFAULT_PROMPT = "The Eiffel Tower is located in"
 DEFAULT_QUESTION = "What is the capital of France?"  # the first prompt with --chat
@@ -226,14 +229,14 @@ def replay(
     theme: Theme = DEFAULT_THEME,
 ) -> None:
     """Open a saved journey read-only, without loading any model (or --verify it against the model)."""
-    from tokenviz.files.journey_file import read_journey, recording_of
+    from tokenviz.files.journey_file import open_journey, recording_of
 
     try:
-        doc = read_journey(path)
+        journey = open_journey(path)
         if verify:
-            verify_recording(doc, model, device, dtype, trust_remote_code)
+            verify_recording(journey, model, device, dtype, trust_remote_code)
             return
-        recording = recording_of(doc)
+        recording = recording_of(journey)
         check_theme(theme)
     except TokenvizError as exc:
         fail(str(exc))
@@ -244,7 +247,7 @@ def replay(
     TokenvizApp(RecordingWorker(recording.snapshot, recording.attention), theme=theme).run()
 
 
-def verify_recording(doc: dict, model: str | None, device: str, dtype: str, trust_remote_code: bool) -> None:
+def verify_recording(journey: "Journey", model: str | None, device: str, dtype: str, trust_remote_code: bool) -> None:
     """Re-run a recording with the model; exit 1 at the first token that differs."""
     from tokenviz.journey.reproduce import verify_journey
     from tokenviz.journey.session import Session
@@ -253,11 +256,11 @@ def verify_recording(doc: dict, model: str | None, device: str, dtype: str, trus
 
     with stderr_progress() as progress:
         loaded = load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code, progress=progress)
-    checked, mismatch = verify_journey(doc, Session(ModelRunner(loaded)))
+    checked, mismatch = verify_journey(journey, Session(ModelRunner(loaded)))
     if mismatch is not None:
         err.print(
             f"[bold red]mismatch:[/] step {mismatch} differs from the recording "
-            f"({checked} of {len(doc['steps'])} steps checked)",
+            f"({checked} of {len(journey.steps)} steps checked)",
             soft_wrap=True,
         )
         raise typer.Exit(1)

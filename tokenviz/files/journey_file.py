@@ -185,7 +185,18 @@ def save_journey(
 
 
 def read_journey(path: str | Path) -> dict[str, Any]:
-    """The journey file at `path`, read within the limits and validated (see journey_schema)."""
+    """The journey file at `path` as its JSON, read within the limits and validated (see journey_schema)."""
+    doc = _read_json(path)
+    parse_journey(doc)
+    return doc
+
+
+def open_journey(path: str | Path) -> schema.Journey:
+    """The journey file at `path`, read within the limits and validated once."""
+    return parse_journey(_read_json(path))
+
+
+def _read_json(path: str | Path) -> dict[str, Any]:
     path = Path(path).expanduser()
     try:
         status = path.stat()
@@ -219,7 +230,6 @@ def read_journey(path: str | Path) -> dict[str, Any]:
         raise TokenvizError(
             f"{safe_text(str(path))} is not a tokenviz journey (save one with x in the app or trace --save)"
         )
-    parse_journey(doc)
     return doc
 
 
@@ -242,13 +252,13 @@ def _saved_attention(r: schema.Replay) -> SavedAttention:
     return SavedAttention(rows)
 
 
-def snapshot_from_journey(doc: dict[str, Any]) -> Snapshot:
+def snapshot_from_journey(doc: dict[str, Any] | schema.Journey) -> Snapshot:
     return recording_of(doc).snapshot
 
 
-def recording_of(doc: dict[str, Any]) -> Recording:
+def recording_of(doc: dict[str, Any] | schema.Journey) -> Recording:
     """The journey as the app can show it without a model (every string made safe to print)."""
-    journey = parse_journey(doc)
+    journey = doc if isinstance(doc, schema.Journey) else parse_journey(doc)
     r = journey.replay
     snapshot = Snapshot(
         seq=1,

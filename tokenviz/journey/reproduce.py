@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from tokenviz.files.journey_schema import parse_journey
+from tokenviz.files.journey_schema import Journey, parse_journey
 from tokenviz.journey.session import Session
 
 
-def verify_journey(doc: dict[str, Any], session: Session) -> tuple[int, int | None]:
+def verify_journey(doc: dict[str, Any] | Journey, session: Session) -> tuple[int, int | None]:
     """Re-run the journey on `session`'s model: each step with its own settings, forced tokens forced.
 
     Returns (steps checked, the first step whose token differs or None).
     """
-    journey = parse_journey(doc)
+    journey = doc if isinstance(doc, Journey) else parse_journey(doc)
     steps = journey.steps
     session.start([t.id for t in journey.prompt])
     for i, step in enumerate(steps):

@@ -368,7 +368,7 @@ def load_model(
         elif Path(source).is_dir():
             raise ModelLoadError(f"could not load the model directory {spec}: {_one_line(exc)}") from None
         else:
-            raise ModelLoadError(_explain(spec, exc)) from None
+            raise ModelLoadError(_explain(name, exc)) from None
     model.to(torch_device).eval()
     model.generation_config.pad_token_id = model.generation_config.pad_token_id or tokenizer.eos_token_id
     return LoadedModel(model=model, tokenizer=tokenizer, info=model_info(model, name, torch_device, torch_dtype))
