@@ -36,6 +36,9 @@ sys.argv = ["tokenviz", *sys.argv[1:]]
 from tokenviz.cli import commands
 commands.QUIT_WAIT_S = 60  # let the engine thread finish loading, so the process ends normally
 commands.require_terminal = lambda: None  # the app runs headless here
+def exit_now(code):
+    raise SystemExit(code)
+commands.exit_now = exit_now  # end as a test can see, not at once
 from tokenviz.cli import run as main
 try:
     main()

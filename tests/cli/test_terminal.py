@@ -65,7 +65,7 @@ def test_tokenviz_in_a_real_terminal(session):
     started = time.monotonic()
     tmux("send-keys", "-t", session, "q")
     text = wait_screen(session, r"TOKENVIZ-EXITED 0", timeout=10)
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 1.0
     assert "Traceback" not in text
 
 
@@ -75,8 +75,10 @@ def test_quitting_mid_run_exits_cleanly(session, keys):
     for key in keys:
         tmux("send-keys", "-t", session, "Space" if key == "space" else key)
     time.sleep(0.1)
+    started = time.monotonic()
     tmux("send-keys", "-t", session, "q")
     text = wait_screen(session, r"TOKENVIZ-EXITED \d+", timeout=10)
+    assert time.monotonic() - started < 1.0
     assert "TOKENVIZ-EXITED 0" in text  # not 134: no C++ abort from a thread torn down inside torch
     assert "terminate called" not in text and "Aborted" not in text and "Traceback" not in text
 
@@ -95,8 +97,9 @@ def test_sigterm_and_sighup_leave_a_sane_terminal(signum):
         started = time.monotonic()
         subprocess.run(["kill", f"-{signum}", pid], check=True)
         text = wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=10)
-        assert time.monotonic() - started < 3
+        assert time.monotonic() - started < 1.0
         assert "TOKENVIZ-EXITED 0" in text and "Traceback" not in text
+        assert tmux("display", "-p", "-t", name, "#{alternate_on} #{cursor_flag}").split() == ["0", "1"]
         text = wait_screen(name, r"icanon", timeout=5)
         lines = text.split()
         assert "echo" in lines and "icanon" in lines and "-echo" not in lines and "-icanon" not in lines

@@ -4,11 +4,12 @@
 Every foreseeable mistake ends with one line on stderr and exit code 2, never a traceback.
 """
 
+import atexit
 import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, NoReturn, Optional
 
 import typer
 from rich.console import Console
@@ -106,17 +107,22 @@ def open_app(
     worker = EngineWorker(loader, settings, text, chat=chat, system=system)
     app = TokenvizApp(worker, theme=theme)
     app.run()
-    if not worker.stop(timeout=QUIT_WAIT_S):
-        # The engine thread is still inside one long forward pass (a model loading, a GGUF conversion).
-        # Python would tear it down inside torch, which aborts the process; the terminal is restored
-        # already, so end the process here instead.
-        if app.fatal_error:
-            print_error(app.fatal_error)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(2 if app.fatal_error else 0)
+    worker.stop(timeout=QUIT_WAIT_S)
     if app.fatal_error:
-        fail(app.fatal_error)
+        print_error(app.fatal_error)
+    exit_now(2 if app.fatal_error else 0)
+
+
+def exit_now(code: int) -> NoReturn:
+    """End the app's process once the terminal is restored and the exit handlers have run.
+
+    Python's own shutdown would then spend about a second tearing down torch's modules, and it
+    aborts the process if the engine thread is still inside a forward pass (a model loading).
+    """
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 # ---- tokenviz trace PROMPT: headless ------------------------------------------------------------
