@@ -46,6 +46,7 @@ BUDGETS = {
     "autoplay": ("autoplay tok/s / generate() tok/s", ">=", 1.0),
     "growth": ("step at 2048 / step at 32", "<=", 1.5),
     "frame_200x60_ms": ("pane update at 200x60, ms", "<=", 16.0),
+    "ui_growth": ("pane update, 6000-token journey / 50-token journey", "<=", 1.2),
     "cold_start_s": ("start to first interactive frame, s", "<=", 2.0),
     "model_ready_s": ("start to model ready (prompt prefilled), s", "<=", 2.0),
     "history_mb_per_1000": ("history MB per 1000 steps", "<=", 64.0),
@@ -274,7 +275,18 @@ def peak_memory(n: int = 4096, source: str | None = None) -> dict:
     }
 
 
-def frame(loaded, sizes=((200, 60), (80, 24)), steps: int = 12) -> dict:
+def ui_growth(loaded, long: int = 6000, short: int = 50, steps: int = 12) -> dict:
+    """The pane update of `frame` at 200x60 with a journey of `long` tokens against one of `short`:
+    drawing follows what is on screen, so the ratio stays near 1."""
+    text = " ".join(["The Eiffel Tower is located in Paris, the capital of France."] * (long // 8))
+    ids = loaded.tokenizer(text)["input_ids"]
+    times = {
+        n: frame(loaded, sizes=((200, 60),), steps=steps, prompt=ids[: n - steps])["200x60_ms"] for n in (short, long)
+    }
+    return {f"{short}_ms": times[short], f"{long}_ms": times[long], "ratio": times[long] / times[short]}
+
+
+def frame(loaded, sizes=((200, 60), (80, 24)), steps: int = 12, prompt: str | list[int] = PROMPT) -> dict:
     """Time for the app to update every pane for one step (panes redrawn, screen composed), with
     the attention rows the pane shows at each size in every snapshot, as the engine sends them."""
     from tokenviz.contract.attention import causal_view, window
@@ -283,22 +295,25 @@ def frame(loaded, sizes=((200, 60), (80, 24)), steps: int = 12) -> dict:
     from tokenviz.worker.snapshots import snapshot_of
 
     session = Session(ModelRunner(loaded), SamplingSettings(seed=1, max_new_tokens=10**6))
-    session.start(PROMPT)
+    session.start(prompt)
     layer = loaded.info.layers - 1
     journeys = []
+    rows = max((h - 3) * 2 for _, h in sizes)
     for i in range(steps):
         session.step()
         n = session.runner.kv_len
-        journeys.append((snapshot_of(session, seq=i + 1), session.attention(range(n), [layer])[0]))
+        shown = range(max(n - rows, 0), n)  # the rows the pane shows: the newest
+        weights = session.attention(shown, [layer])[0]
+        journeys.append((snapshot_of(session, seq=i + 1), shown, weights))
     results = {}
 
     async def measure(size) -> float:
         rows = (size[1] - 3) * 2
         snapshots = []
-        for snap, weights in journeys:
+        for snap, shown, weights in journeys:
             n = weights.shape[-1]
             queries = window(n - 1, n, rows)
-            view = causal_view(layer, queries, weights[queries.start : queries.stop])
+            view = causal_view(layer, queries, weights[:, queries.start - shown.start : queries.stop - shown.start])
             snapshots.append(dataclasses.replace(snap, attention=view))
         app = TokenvizApp(RecordingWorker(snapshots[0]))
         times = []
@@ -402,6 +417,7 @@ def verdicts(r: dict) -> dict:
         "autoplay": r["autoplay"]["ratio"],
         "growth": r["growth"]["ratio"],
         "frame_200x60_ms": r["frame"]["200x60_ms"],
+        "ui_growth": r.get("ui_growth", {}).get("ratio"),
         "cold_start_s": r["cold_start"].get("first_frame_s"),
         "model_ready_s": r["cold_start"].get("ready_s"),
         "history_mb_per_1000": r["memory"]["history_mb_per_1000"],
@@ -449,6 +465,7 @@ def main(argv: list[str] | None = None) -> int:
         ("attention_view", lambda: attention_view(loaded)),
         ("peak_memory", peak_memory),
         ("frame", lambda: frame(loaded)),
+        ("ui_growth", lambda: ui_growth(loaded, long=1000 if args.quick else 6000)),
         ("cold_start", cold_start),
         ("conversion", conversion),
         ("memory", lambda: memory(loaded, 100 if args.quick else 1000)),
@@ -476,6 +493,7 @@ def main(argv: list[str] | None = None) -> int:
                     "attention_view",
                     "peak_memory",
                     "frame",
+                    "ui_growth",
                     "cold_start",
                     "conversion",
                     "memory",

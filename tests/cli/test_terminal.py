@@ -56,7 +56,7 @@ def test_tokenviz_in_a_real_terminal(session):
     for _ in range(3):
         tmux("send-keys", "-t", session, "Space")
         time.sleep(0.3)
-    text = wait_screen(session, r"step 3 · pos 10")
+    text = wait_screen(session, r"step 3 · 10 tokens")
     assert "7 prompt · 3 generated" in text
 
     tmux("send-keys", "-t", session, "T")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from apptools import PROMPT, burst, make_app, settle, wait_for
 from textual.command import CommandPalette
-from textual.widgets import Checkbox, TextArea
+from textual.widgets import Checkbox, OptionList, TextArea
 from tiny import tiny_model
 
 from tokenviz.contract.settings import SamplingSettings
@@ -262,11 +262,11 @@ async def test_arrows_move_the_cursor_and_the_panes_follow():
     async with app.run_test(size=(140, 40)) as pilot:
         s = await settle(app, pilot)
         last = s.prompt_len - 1
-        assert f"cursor {last}" in shown(app, TokensPane)
+        assert f"cursor at position {last}" in shown(app, TokensPane)
         await pilot.press("left", "left")
         await pilot.pause()
         assert app.cursor == last - 2
-        assert f"cursor {last - 2}" in shown(app, TokensPane)
+        assert f"cursor at position {last - 2}" in shown(app, TokensPane)
         assert f"@{last - 2} attends to" in shown(app, AttentionPane)
         prediction = s.records[0].prompt_predictions[last - 2]  # inside the prompt: what the prefill predicted
         pane = shown(app, NextTokenPane)
@@ -290,6 +290,14 @@ async def test_question_mark_opens_help_and_ctrl_p_the_palette():
         await pilot.press("escape")
         await wait_for(lambda: not isinstance(app.screen, HelpScreen), pilot)
         await pilot.press("ctrl+p")
+        await wait_for(lambda: isinstance(app.screen, CommandPalette), pilot)
+        await pilot.pause(0.3)
+        shown = [str(o.prompt) for o in app.screen.query_one(OptionList).options]
+        assert shown[0] == "Step: take the pending token"  # tokenviz's own commands first, in key order
+        assert len(shown) == len(set(shown)) and sum(label.startswith("Theme") for label in shown) == 1
+        await pilot.press(*"choose a colour theme")
+        await pilot.pause(0.3)
+        await pilot.press("enter")  # Textual's theme picker
         await wait_for(lambda: isinstance(app.screen, CommandPalette), pilot)
         await pilot.press(*"tokenviz-light")
         await pilot.pause(0.3)
@@ -633,7 +641,7 @@ async def test_the_tokens_pane_follows_the_newest_token_and_the_cursor_at_80x24(
         await pilot.press(*["left"] * len(s.chips))  # the cursor to the first token
         await pilot.pause(0.1)
         tokens = shown(app, TokensPane)
-        assert "cursor 0" in tokens and tokens.splitlines()[1].startswith("The")
+        assert "cursor at position 0" in tokens and tokens.splitlines()[1].startswith("The")
 
 
 async def test_any_sequence_of_resizes_keeps_every_pane_and_the_status_line():

@@ -18,14 +18,14 @@ def action_name(action: str) -> str:
 
 def test_every_binding_comes_from_the_table_and_names_a_real_action():
     pressed = [p for row in KEYS for p in row.presses]
-    assert [(b.key, b.action) for b in TokenvizApp.BINDINGS] == [(p.key, p.action) for p in pressed]
+    assert sorted((b.key, b.action) for b in TokenvizApp.BINDINGS) == sorted((p.key, p.action) for p in pressed)
     for _, action in [(b.key, b.action) for b in bindings()] + palette_entries():
         assert callable(getattr(TokenvizApp, f"action_{action_name(action)}", None)), action
 
 
 def test_the_footer_shows_the_short_labels_and_the_palette_the_long_ones():
     footer = [b.description for b in bindings() if b.show]
-    assert footer[:3] == ["step", "play/pause", "rewind"] and footer[-1] == "quit"
+    assert footer[:4] == ["quit", "help", "step", "play/pause"]  # a narrow footer is cut at the right
     labels = [label for label, _ in palette_entries()]
     assert "View: logit lens" in labels and "Beam search, width 5" in labels and len(set(labels)) == len(labels)
 

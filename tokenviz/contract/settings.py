@@ -15,6 +15,7 @@ from tokenviz.contract.errors import SettingsError
 # Past these, the scaled logits overflow float32 and the distribution is no longer a number.
 MIN_TEMPERATURE = 1e-3
 PENALTY_RANGE = (1e-2, 1e2)
+PACES_S = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0)  # autoplay's least time between steps; 0: as fast as it runs
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ class Snapshot:
     records: tuple[StepRecord, ...] = ()
     stop_reason: str | None = None
     playing: bool = False
+    pace_s: float = 0.0  # autoplay's least time between steps (0: as fast as it runs)
     tokens_per_s: float | None = None
     error: str | None = None  # one line, for a notification
     notice: str | None = None  # one line of news, for a notification (a file saved)

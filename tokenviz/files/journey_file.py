@@ -266,7 +266,8 @@ def recording_of(doc: dict[str, Any] | schema.Journey) -> Recording:
         info=ModelInfo(**r.info.model_dump()),
         settings=journey.settings.settings(),
         prompt=r.prompt_text,
-        chips=tuple(TokenChip(*chip) for chip in r.chips),
+        chips=(chips := tuple(TokenChip(*chip) for chip in r.chips)),
+        full_text="".join(chip.text for chip in chips),  # the pieces, each decoded alone
         chat=r.chat,
         system=r.system,
         prompt_len=r.prompt_len,

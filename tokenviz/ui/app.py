@@ -11,6 +11,7 @@ import os
 import signal
 import threading
 from datetime import datetime
+from typing import ClassVar
 
 from textual import events, on, work
 from textual.app import App, ComposeResult
@@ -25,14 +26,15 @@ from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.snapshot import Snapshot
 from tokenviz.files.atomic import free_name, write_file
 from tokenviz.ui.command_palette import TokenvizCommands
-from tokenviz.ui.keys import bindings
+from tokenviz.ui.keys import bindings, model_actions
 from tokenviz.ui.panes.attention import AttentionPane
-from tokenviz.ui.panes.base import Pane
+from tokenviz.ui.panes.base import Pane, ScrollPane
 from tokenviz.ui.panes.beams import BeamPane
 from tokenviz.ui.panes.branches import BranchPane
 from tokenviz.ui.panes.cache import CachePane
 from tokenviz.ui.panes.embedding import EmbeddingPane
 from tokenviz.ui.panes.lens import LensPane, current_inspection
+from tokenviz.ui.panes.model import ModelPane
 from tokenviz.ui.panes.next_token import NextTokenPane
 from tokenviz.ui.panes.sampling import SamplingPane
 from tokenviz.ui.panes.speculation import SpeculationPane
@@ -49,6 +51,7 @@ from tokenviz.worker.commands import (
     Command,
     Force,
     Inspect,
+    Pace,
     Play,
     Reset,
     Rewind,
@@ -72,12 +75,14 @@ VIEWS = {
     "beams": BeamPane,
     "branches": BranchPane,
     "speculation": SpeculationPane,
+    "model": ModelPane,
 }
 INSPECTING_VIEWS = ("lens", "embedding")  # they ask the engine to look inside the cursor's position
 BEAM_WIDTH = 3  # the B key's width; the palette offers 2-8
 BEAM_STEPS = 10
 SPECULATION_STEPS = 16
 EXPORT_LOCK = threading.Lock()  # two quick exports pick their names one after the other
+MODEL_ACTIONS = model_actions()  # their keys are off in a recording
 QUIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # quit as q does: the terminal is left sane
 
 
@@ -90,7 +95,7 @@ class EngineUpdate(Message):
 class TokenvizApp(App):
     TITLE = "tokenviz"
     CSS_PATH = "app.tcss"
-    COMMANDS = App.COMMANDS | {TokenvizCommands}
+    COMMANDS: ClassVar[set] = {TokenvizCommands}  # the only provider: see command_palette
     BINDINGS = bindings()
 
     layer: reactive[int] = reactive(0, init=False)
@@ -107,6 +112,7 @@ class TokenvizApp(App):
         self._repaint_scheduled = False
         self._inspect_requested: tuple[int, int] | None = None
         self._attention_requested: ShowAttention | None = None
+        self._live: bool | None = None
         self.beam_width = BEAM_WIDTH
         for t in load_themes().values():
             self.register_theme(t)
@@ -186,6 +192,9 @@ class TokenvizApp(App):
             bar.update(total=1.0, progress=s.progress)
         if s.info is not None and not self._layer_chosen:
             self.layer = s.info.layers - 1
+        if self._live is not s.live:  # a recording's footer leaves out the keys that need a model
+            self._live = s.live
+            self.refresh_bindings()
         self.refresh_panes()
 
     def current_selection(self) -> Selection | None:
@@ -314,6 +323,40 @@ class TokenvizApp(App):
             return
         self.cursor = min(max(selection.cursor + delta, 0), selection.positions - 1)
 
+    def action_scroll(self, kind: str, direction: int) -> None:
+        """Scroll the open view; with the attention map open, move the token cursor by lines."""
+        view = self.query_one(f"#{self.query_one('#views', ContentSwitcher).current}")
+        if isinstance(view, ScrollPane):
+            if kind == "line":
+                view.scroll_relative(y=direction, animate=False)
+            elif kind == "page":
+                (view.scroll_page_down if direction > 0 else view.scroll_page_up)(animate=False)
+            else:
+                (view.scroll_end if direction > 0 else view.scroll_home)(animate=False)
+            return
+        selection = self.current_selection()
+        if selection is None:
+            return
+        if kind == "end":
+            self.cursor = None if direction > 0 else 0
+            return
+        tokens = self.query_one(TokensPane)
+        lines = direction * (1 if kind == "line" else tokens.page_lines())
+        self.cursor = min(tokens.moved_by_lines(selection.cursor, lines), selection.positions - 1)
+
+    def action_toggle_ids(self) -> None:
+        tokens = self.query_one(TokensPane)
+        tokens.show_ids = not tokens.show_ids
+        self.refresh_panes()
+
+    def action_pace(self, delta: int) -> None:
+        self.submit(Pace(delta=delta))
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """A recording has no model: the keys that need one are off and out of its footer."""
+        recording = self.snapshot is not None and not self.snapshot.live
+        return not (recording and action in MODEL_ACTIONS)
+
     def _open_view(self, name: str) -> None:
         self.query_one("#views", ContentSwitcher).current = name
         self.refresh_panes()
@@ -351,21 +394,6 @@ class TokenvizApp(App):
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
-
-    def action_model_info(self) -> None:
-        s = self.snapshot
-        if s is None or s.info is None:
-            self.notify("the model is still loading")
-            return
-        i = s.info
-        self.notify(
-            f"{i.name} ({i.architecture}): {i.layers} layers, {i.heads} query heads sharing {i.kv_heads} KV heads "
-            f"of {i.head_dim}, hidden {i.hidden}, vocab {i.vocab}, context {i.context}, positions {i.positions}"
-            f"{', tied input/output embeddings' if i.tied_embeddings else ''}; {i.device}, {i.dtype}; "
-            f"attention: {i.attention}",
-            title="model",
-            timeout=12,
-        )
 
     def action_export_svg(self) -> None:
         self._write_export(self.snapshot, self.export_screenshot(), with_journey=False)

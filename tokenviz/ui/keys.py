@@ -10,6 +10,10 @@ from dataclasses import dataclass
 
 from textual.binding import Binding
 
+from tokenviz.contract.settings import PACES_S
+
+PACE_LABELS = tuple("as fast as it runs" if p == 0 else f"a step every {p:g} s" for p in PACES_S)
+
 
 @dataclass(frozen=True)
 class Press:
@@ -19,6 +23,7 @@ class Press:
     action: str
     footer: str = ""  # the footer's short label; empty: not shown in the footer
     palette: str = ""  # the command palette's entry; empty: none
+    replay: bool = True  # works in a recorded journey (no model): the footer shows it there too
 
 
 @dataclass(frozen=True)
@@ -31,7 +36,10 @@ class KeyRow:
 
 
 def _adjust(name: str, down: str, up: str, footer: str) -> tuple[Press, ...]:
-    return (Press(down, f"adjust('{name}', -1)"), Press(up, f"adjust('{name}', 1)", footer))
+    return (
+        Press(down, f"adjust('{name}', -1)", replay=False),
+        Press(up, f"adjust('{name}', 1)", footer, replay=False),
+    )
 
 
 KEYS: tuple[KeyRow, ...] = (
@@ -43,7 +51,7 @@ KEYS: tuple[KeyRow, ...] = (
     KeyRow(
         "a",
         "autoplay on/off; it stops at end of text, max new tokens, a stop string or a full context",
-        (Press("a", "autoplay", "play/pause", "Autoplay on/off"),),
+        (Press("a", "autoplay", "play/pause", "Autoplay on/off", replay=False),),
     ),
     KeyRow(
         "backspace",
@@ -58,7 +66,7 @@ KEYS: tuple[KeyRow, ...] = (
     KeyRow(
         "e",
         "edit the prompt (a dialog; Enter prefills it, Escape keeps the journey)",
-        (Press("e", "edit_prompt", "prompt", "Edit the prompt"),),
+        (Press("e", "edit_prompt", "prompt", "Edit the prompt", replay=False),),
     ),
     KeyRow("t / T", "temperature down / up by 0.1", _adjust("temperature", "t", "T", "temp±")),
     KeyRow(
@@ -68,9 +76,16 @@ KEYS: tuple[KeyRow, ...] = (
     ),
     KeyRow("p / P", "top-p down / up by 0.05", _adjust("top_p", "p", "P", "top-p±")),
     KeyRow(
-        "g", "greedy on/off (temperature 0, then back)", (Press("g", "adjust('greedy', 1)", "greedy", "Greedy on/off"),)
+        "g",
+        "greedy on/off (temperature 0, then back)",
+        (Press("g", "adjust('greedy', 1)", "greedy", "Greedy on/off", replay=False),),
     ),
-    KeyRow("s", "a new seed", (Press("s", "adjust('seed', 1)", "seed", "New seed"),)),
+    KeyRow("s", "a new seed", (Press("s", "adjust('seed', 1)", "seed", "New seed", replay=False),)),
+    KeyRow(
+        "- / +",
+        "autoplay slower / faster: " + ", ".join(PACE_LABELS),
+        (Press("minus", "pace(1)", replay=False), Press("plus", "pace(-1)", "pace", replay=False)),
+    ),
     KeyRow(
         "[ / ]",
         "previous / next layer",
@@ -85,12 +100,31 @@ KEYS: tuple[KeyRow, ...] = (
         "1-9",
         "force the n-th candidate shown in the next-token pane instead of the sampled one; with the cursor on an "
         "earlier token, the tokens after it give way (a branch: the old path is kept)",
-        tuple(Press(str(i), f"force({i})") for i in range(1, 10)),
+        tuple(Press(str(i), f"force({i})", replay=False) for i in range(1, 10)),
     ),
     KeyRow(
         "← / →",
         "move the token cursor; the panes follow it",
         (Press("left", "cursor(-1)"), Press("right", "cursor(1)")),
+    ),
+    KeyRow(
+        "↑ ↓ PgUp PgDn Home End",
+        "scroll the open view (lens, cache, beams, ...) when it is longer than its pane; with the attention map "
+        "open they move the token cursor by a line or a page of the tokens pane, Home to the first token, End "
+        "back to the newest",
+        (
+            Press("up", "scroll('line', -1)"),
+            Press("down", "scroll('line', 1)"),
+            Press("pageup", "scroll('page', -1)"),
+            Press("pagedown", "scroll('page', 1)"),
+            Press("home", "scroll('end', -1)"),
+            Press("end", "scroll('end', 1)"),
+        ),
+    ),
+    KeyRow(
+        "#",
+        "show / hide the token ids in the tokens pane (the pieces alone, for a class)",
+        (Press("number_sign", "toggle_ids", palette="Show / hide token ids"),),
     ),
     KeyRow(
         "l",
@@ -112,7 +146,7 @@ KEYS: tuple[KeyRow, ...] = (
     KeyRow(
         "v",
         "verify: recompute the latest step without the cache and show the largest logit and attention differences",
-        (Press("v", "verify", palette="Verify the KV cache against a full recompute"),),
+        (Press("v", "verify", palette="Verify the KV cache against a full recompute", replay=False),),
     ),
     KeyRow(
         "i",
@@ -130,29 +164,38 @@ KEYS: tuple[KeyRow, ...] = (
         (
             Press("less_than_sign", "select_branch(-1)"),
             Press("greater_than_sign", "select_branch(1)"),
-            Press("o", "open_branch", palette="Switch to the selected branch"),
+            Press("o", "open_branch", palette="Switch to the selected branch", replay=False),
         ),
     ),
     KeyRow(
         "B",
         "beam search (width 3, 2-8 from the palette) from the current tokens: every beam's candidates, "
         "kept, finished or pruned",
-        (Press("B", "beams"),),
+        (Press("B", "beams", replay=False),),
     ),
     KeyRow(
         "S",
         "speculative decoding from the current tokens (prompt lookup; early exit from the palette): "
         "drafts, accepted, replaced",
-        (Press("S", "speculate", palette="Speculative decoding: prompt lookup"),),
+        (Press("S", "speculate", palette="Speculative decoding: prompt lookup", replay=False),),
     ),
     KeyRow(
         "x",
         "export the journey as replayable JSON plus an SVG screenshot, in the current directory",
         (Press("x", "export", "export", "Export the journey (JSON) and a screenshot (SVG)"),),
     ),
-    KeyRow("escape", "cancel a long prefill (the journey stays as it was)", (Press("escape", "cancel"),)),
+    KeyRow(
+        "escape",
+        "cancel a long prefill, a beam search or a speculative run (the journey stays as it was)",
+        (Press("escape", "cancel", replay=False),),
+    ),
+    KeyRow(
+        "M",
+        "model info view: architecture, layers, heads and KV heads, context, positions, attention, device, dtype",
+        (Press("M", "view('model')", palette="View: model info"),),
+    ),
     KeyRow("?", "help: what each pane shows", (Press("question_mark", "help", "help", "Help: what each pane shows"),)),
-    KeyRow("ctrl+p", "command palette: themes, greedy, seed, min-p, repetition penalty, model info, SVG export"),
+    KeyRow("ctrl+p", "command palette: tokenviz's commands first, then themes and Textual's own"),
     KeyRow("q, ctrl+c", "quit (also mid-step)", (Press("q", "quit", "quit"), Press("ctrl+c", "quit"))),
 )
 
@@ -163,18 +206,25 @@ PALETTE_ONLY: tuple[tuple[str, str], ...] = (
     ("Repetition penalty up", "adjust('repetition_penalty', 1)"),
     ("Repetition penalty down", "adjust('repetition_penalty', -1)"),
     *((f"Beam search, width {w}", f"beams({w})") for w in range(2, 9)),
-    ("Model info", "model_info"),
     ("Export an SVG screenshot", "export_svg"),
+    ("Theme: choose a colour theme", "change_theme"),
 )
+FOOTER_FIRST = ("quit", "help")  # the footer is cut at the right on a narrow terminal: these never are
 
 
 def bindings() -> list[Binding]:
-    """The app's BINDINGS, in the table's order (which is also the footer's)."""
+    """The app's BINDINGS in the footer's order: quit and help first, then the table's order."""
+    pairs = [(row, p) for row in KEYS for p in row.presses]
+    first = [(row, p) for name in FOOTER_FIRST for row, p in pairs if p.action == name and p.footer]
+    rest = [pair for pair in pairs if pair not in first]
     return [
-        Binding(p.key, p.action, p.footer or p.palette or row.label, show=bool(p.footer))
-        for row in KEYS
-        for p in row.presses
+        Binding(p.key, p.action, p.footer or p.palette or row.label, show=bool(p.footer)) for row, p in first + rest
     ]
+
+
+def model_actions() -> set[str]:
+    """The actions (by name) that need the model: a recording turns their keys off."""
+    return {p.action.split("(")[0] for row in KEYS for p in row.presses if not p.replay}
 
 
 def palette_entries() -> list[tuple[str, str]]:

@@ -64,6 +64,13 @@ class Adjust:
 
 
 @dataclass(frozen=True)
+class Pace:
+    """Autoplay slower (+1) or faster (-1), through PACES_S."""
+
+    delta: int
+
+
+@dataclass(frozen=True)
 class Play:
     on: bool | None = None  # None toggles
 
@@ -123,6 +130,7 @@ Command = (
     | Start
     | Adjust
     | Play
+    | Pace
     | Inspect
     | Verify
     | Beams

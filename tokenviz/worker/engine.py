@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, assert_never
 
 from tokenviz.contract.attention import AttentionView, causal_view
 from tokenviz.contract.errors import TokenvizError
-from tokenviz.contract.settings import DEFAULT_SETTINGS, SamplingSettings
+from tokenviz.contract.settings import DEFAULT_SETTINGS, PACES_S, SamplingSettings
 from tokenviz.contract.snapshot import EngineState, Snapshot
 from tokenviz.decoding.nudges import adjust
 from tokenviz.files.journey_file import save_journey
@@ -32,6 +32,7 @@ from tokenviz.worker.commands import (
     Force,
     Inspect,
     Move,
+    Pace,
     Play,
     Post,
     Reset,
@@ -88,6 +89,8 @@ class EngineWorker:
         self._handled = 0  # commands done (engine thread)
         self.session: Session | None = None
         self.playing = False
+        self.pace_s = PACES_S[0]
+        self._last_autostep = 0.0
         self._seq = 0
         self._state: EngineState = "loading"
         self._message = "starting"
@@ -152,11 +155,19 @@ class EngineWorker:
     def _turn(self) -> bool:
         """One turn: an autoplay step, or every queued command; then publish. False: quit."""
         if self.playing and self._queue.empty():
-            error = self._do(Step(), autoplay=True)
-            if error or not self.playing or time.perf_counter() - self._last_publish >= FRAME_S:
-                self._publish(error=error)
-            return True
-        command = self._queue.get()
+            wait = self._last_autostep + self.pace_s - time.perf_counter()
+            if wait <= 0:
+                self._last_autostep = time.perf_counter()
+                error = self._do(Step(), autoplay=True)
+                if error or not self.playing or time.perf_counter() - self._last_publish >= FRAME_S:
+                    self._publish(error=error)
+                return True
+            try:  # a slow pace: wait for the next step, or a command
+                command = self._queue.get(timeout=wait)
+            except queue.Empty:
+                return True
+        else:
+            command = self._queue.get()
         if isinstance(command, _Quit):
             return False
         error = self._do(command)
@@ -265,6 +276,9 @@ class EngineWorker:
                 if self.playing and session.stop_reason is not None and session.check_stop() is not None:
                     self.playing = False
                     raise TokenvizError(f"stopped: {session.stop_reason}; rewind or raise the limit to go on")
+            case Pace(delta=delta):
+                index = PACES_S.index(self.pace_s) + delta
+                self.pace_s = PACES_S[min(max(index, 0), len(PACES_S) - 1)]
             case Inspect(position=position):
                 self._inspection = session.inspect(position)
             case Verify():
@@ -358,6 +372,7 @@ class EngineWorker:
             message=self._message,
             progress=self._progress,
             playing=self.playing,
+            pace_s=self.pace_s,
             tokens_per_s=len(self._step_times) / sum(self._step_times) if self._step_times else None,
             error=error,
             handled=self._handled,

@@ -1,7 +1,12 @@
-"""Status line: model, device, step, timings, KV cache, engine state."""
+"""Status line: model, device, step, timings, KV cache, engine state.
+
+Items drop by priority when the line is too narrow: the state, step and position stay longest,
+then device and dtype; the model's name goes first.
+"""
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.widgets import Static
 
@@ -12,7 +17,10 @@ from tokenviz.render.units import human_bytes
 class StatusLine(Static):
     DEFAULT_CSS = "StatusLine { height: 1; background: $panel; color: $foreground; padding: 0 1; }"
 
+    _shown: Snapshot | None = None
+
     def show(self, s: Snapshot) -> None:
+        self._shown = s
         text = Text(no_wrap=True, overflow="ellipsis")
         state = s.state if not s.stop_reason else f"stopped: {s.stop_reason}"
         if s.info is None or s.state == "prefilling":
@@ -21,13 +29,22 @@ class StatusLine(Static):
             self.update(text)
             return
         latest = s.latest
-        parts = [f"step {len(s.chips) - s.prompt_len}", f"pos {len(s.chips)}"]
+        if s.playing and s.pace_s:
+            state += f" (a step every {s.pace_s:g} s)"
+        items = [(0, f"step {len(s.chips) - s.prompt_len}"), (0, f"{len(s.chips)} tokens")]  # (priority, text)
         if latest is not None:
-            parts += [f"fwd {latest.forward_ms:.1f} ms"]
+            items.append((3, f"fwd {latest.forward_ms:.1f} ms"))
             if s.tokens_per_s:
-                parts += [f"{s.tokens_per_s:.1f} tok/s"]
-            parts += [f"KV {latest.kv_len} tok {human_bytes(latest.kv_bytes)}"]
-        parts += [s.info.name, s.info.device, s.info.dtype]
+                items.append((2, f"{s.tokens_per_s:.1f} tok/s decode"))
+            items.append((4, f"KV {latest.kv_len} tok {human_bytes(latest.kv_bytes)}"))
+        items += [(5, s.info.name), (1, s.info.device), (1, s.info.dtype)]
+        width = self.content_size.width or 10**6  # not laid out yet: keep everything
+        while items and cell_len(state) + sum(cell_len(t) + 3 for _, t in items) > width:
+            items.remove(max(items, key=lambda item: item[0]))  # the last of the lowest priority
         text.append(state, style="bold")
-        text.append(" · " + " · ".join(parts))
+        text.append("".join(f" · {t}" for _, t in items))
         self.update(text)
+
+    def on_resize(self) -> None:
+        if self._shown is not None:
+            self.show(self._shown)

@@ -1,0 +1,151 @@
+"""The first five minutes: scrolling by keys, the footer and status line at any width, the ids key,
+the decoded text, autoplay's pace, the model view, a recording's keys and chips that stay apart in
+every colour system."""
+
+import time
+
+import pytest
+from apptools import frozen_recording, make_app, recorded_app, settle, text_of, wait_for
+from rich.color import ColorSystem
+from rich.text import Text
+from textual.widgets import Footer
+
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.ui.panes.status import StatusLine
+from tokenviz.ui.panes.tokens import TokensPane, piece_of
+
+
+def footer_keys(app) -> list[str]:
+    return [str(key.description) for key in app.query_one(Footer).query("FooterKey")]
+
+
+async def test_arrow_and_page_keys_scroll_the_open_view_and_move_the_cursor_by_lines():
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=200))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        for _ in range(40):
+            await pilot.press("space")
+        await settle(app, pilot)
+        tokens = app.query_one(TokensPane)
+        newest = app.current_selection().cursor
+        await pilot.press("up")
+        await pilot.pause()
+        above = app.cursor
+        assert above < newest and tokens._lines.line_of(above) == tokens._lines.line_of(newest) - 1
+        await pilot.press("home")
+        await pilot.pause()
+        assert app.cursor == 0
+        assert "cursor at position 0" in str(tokens.border_subtitle)  # the pane followed it to the start
+        await pilot.press("pagedown")
+        await pilot.pause()
+        assert tokens._lines.line_of(app.cursor) == tokens.page_lines()
+        await pilot.press("end")
+        await pilot.pause()
+        assert app.cursor is None  # following the newest token again
+
+        await pilot.press("m")  # the embedding view is longer than its pane at 80x24
+        await settle(app, pilot)
+        view = app.query_one("#embedding")
+        await wait_for(lambda: view.max_scroll_y > 0, pilot)
+        await pilot.press("down")
+        await pilot.pause()
+        assert view.scroll_y == 1
+        await pilot.press("end")
+        await pilot.pause()
+        assert view.scroll_y == view.max_scroll_y
+        await pilot.press("home")
+        await pilot.pause()
+        assert view.scroll_y == 0
+
+
+@pytest.mark.parametrize("width", [80, 120, 200])
+async def test_quit_and_help_stay_in_the_footer_and_device_and_dtype_in_the_status_line(width):
+    app = make_app()
+    async with app.run_test(size=(width, 30)) as pilot:
+        await settle(app, pilot)
+        await pilot.pause(0.2)
+        assert footer_keys(app)[:2] == ["quit", "help"]
+        status = text_of(app.query_one(StatusLine))
+        assert "ready · step 0" in status and "cpu · float32" in status
+        assert len(status.rstrip()) <= width
+
+
+async def test_the_ids_key_hides_the_ids_and_a_line_shows_the_decoded_text():
+    app = make_app(SamplingSettings(temperature=0))
+    async with app.run_test(size=(160, 40)) as pilot:
+        s = await settle(app, pilot)
+        tokens = app.query_one(TokensPane)
+        ids = [str(c.id) for c in s.chips]
+        shown = str(tokens.render())
+        assert all(i in shown for i in ids)
+        assert "text: " + s.full_text.replace("\n", "↵") in shown
+        await pilot.press("number_sign")
+        await pilot.pause()
+        hidden = str(tokens.render())
+        assert not any(f" {i} " in hidden for i in ids) and "text: " in hidden
+
+
+async def test_autoplay_keeps_the_pace_chosen():
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=500))
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("minus", "minus", "minus")  # 0.1, 0.25, 0.5 s between steps
+        await wait_for(lambda: app.snapshot.pace_s == 0.5, pilot)
+        before = len(app.snapshot.records)
+        await pilot.press("a")
+        started = time.monotonic()
+        await pilot.pause(1.6)
+        steps = len(app.snapshot.records) - before
+        assert "a step every 0.5 s" in text_of(app.query_one(StatusLine))
+        await pilot.press("a")
+        assert 1 <= steps <= int((time.monotonic() - started) / 0.5) + 1
+        await settle(app, pilot)
+        await pilot.press("plus", "plus", "plus", "plus")
+        await wait_for(lambda: app.snapshot.pace_s == 0.0, pilot)
+
+
+async def test_model_info_is_a_view():
+    app = make_app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("M")
+        await wait_for(lambda: app.query_one("#views").current == "model", pilot)
+        shown = str(app.query_one("#model").body.render())
+        assert "architecture" in shown and "LlamaForCausalLM" in shown and "key/value heads" in shown
+        await pilot.pause(2)
+        assert app.query_one("#views").current == "model"  # it stays: no toast
+
+
+async def test_a_recording_shows_only_the_keys_that_work_there():
+    app = recorded_app(frozen_recording(steps=3))
+    async with app.run_test(size=(200, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.pause(0.2)
+        shown = footer_keys(app)
+        assert shown[:2] == ["quit", "help"] and "step" in shown and "rewind" in shown
+        for model_key in ("play/pause", "prompt", "temp±", "greedy", "seed"):
+            assert model_key not in shown
+        records = len(app.snapshot.records)
+        await pilot.press("a", "g", "1")
+        await pilot.pause(0.2)
+        assert not app.snapshot.playing and len(app.snapshot.records) == records
+        assert not app._notifications  # no "this journey is a recording" for keys it does not show
+
+
+@pytest.mark.parametrize("system", [ColorSystem.EIGHT_BIT, ColorSystem.STANDARD])
+@pytest.mark.parametrize("theme", ["tokenviz-dark", "tokenviz-light", "tokenviz-contrast"])
+async def test_prompt_and_generated_chips_stay_apart_in_256_and_16_colours(theme, system):
+    app = recorded_app(frozen_recording(steps=3), theme=theme)
+    async with app.run_test(size=(160, 40)) as pilot:
+        s = await settle(app, pilot)
+        tokens = app.query_one(TokensPane)
+
+        def colours(index: int) -> tuple:
+            """The piece's (colour, background) as a terminal of `system` shows them."""
+            text = Text()
+            tokens._append_chip(text, index, cursor=-1)
+            style = next(span.style for span in text.spans if span.end - span.start == len(piece_of(s.chips[index])))
+            return tuple(c.downgrade(system).number if c else None for c in (style.color, style.bgcolor))
+
+        assert colours(1) != colours(s.prompt_len + 1)  # (the newest chip is bold besides)
+        assert "▸ " in tokens.render().plain  # a mark where generation begins, for no colour at all

@@ -1,0 +1,37 @@
+"""Model info view: what the model is and how tokenviz runs it, kept on screen (not a toast)."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from tokenviz.ui.panes.base import ScrollPane
+from tokenviz.ui.selection import Selection
+
+
+class ModelPane(ScrollPane):
+    TITLE = "model"
+
+    def draw(self, selection: Selection) -> None:
+        i = selection.snapshot.info
+        if i is None:
+            return
+        rows = [
+            ("name", i.name),
+            ("architecture", i.architecture),
+            ("layers", str(i.layers)),
+            ("attention heads", f"{i.heads} query heads sharing {i.kv_heads} key/value heads of {i.head_dim}"),
+            ("hidden size", str(i.hidden)),
+            ("vocabulary", f"{i.vocab} tokens"),
+            ("context", f"{i.context} positions"),
+            ("positions", i.positions),
+            ("embeddings", "input and output tied" if i.tied_embeddings else "input and output separate"),
+            ("chat template", "yes (--chat, or the editor's switch)" if i.chat_template else "none"),
+            ("attention runs", i.attention),
+            ("device, dtype", f"{i.device}, {i.dtype}"),
+        ]
+        width = max(len(name) for name, _ in rows) + 2
+        text = Text()
+        for name, value in rows:
+            text.append(f"{name:<{width}}", style="bold")
+            text.append(f"{value}\n")
+        self.body.update(text)
