@@ -170,3 +170,48 @@ def test_no_color_draws_without_colour(tmp_path, no_color):
         assert "TOKENVIZ-EXITED 0" in wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=10)
     finally:
         subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+
+
+def start_tmux(args: str, size: tuple[int, int]) -> str:
+    name = f"tokenviz-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TERM": "xterm-256color"}
+    command = f"{sys.executable} -m tokenviz {args}; echo TOKENVIZ-EXITED $?; sleep 30"
+    subprocess.run(
+        ["tmux", "new-session", "-d", "-s", name, "-x", str(size[0]), "-y", str(size[1]), command], check=True, env=env
+    )
+    return name
+
+
+def test_chat_mode_answers_the_question_at_80x24():
+    name = start_tmux("--chat --temperature 0", (80, 24))
+    try:
+        wait_screen(name, r"ready · step 0")
+        tmux("send-keys", "-t", name, "a")
+        text = wait_screen(name, r"stopped", timeout=60)
+        assert "Paris" in text and "<|im_end|>" in text  # the answer, ended by the template's end of turn
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+
+
+def test_resizes_during_autoplay_and_the_newest_token_in_view_after_60_steps():
+    name = start_tmux("'1, 2, 3, 4, 5, 6,' --temperature 0 --max-new-tokens 60", (80, 24))
+    try:
+        wait_screen(name, r"ready · step 0")
+        tmux("send-keys", "-t", name, "a")
+        for size in ("120x36", "80x24", "200x60", "80x24"):  # while it plays
+            width, height = size.split("x")
+            tmux("resize-window", "-t", name, "-x", width, "-y", height)
+            time.sleep(0.7)
+        text = wait_screen(name, r"stopped: .*· step 60", timeout=90)
+        lines = text.splitlines()
+        assert len(lines) == 24 and lines[0].startswith("╭─ tokens") and "q quit" in lines[-1]
+        assert any(line.startswith("╭─ sampling") for line in lines)  # every pane is still laid out
+        shown = re.search(r"lines (\d+)-(\d+) of (\d+)", text)
+        assert shown is not None and shown.group(2) == shown.group(3)  # the last line, the newest token's
+        prompt_len = int(re.search(r"(\d+) prompt · 60 generated", text).group(1))
+        # the cursor follows the newest token the model has read (the 60th was taken at the stop, never fed)
+        assert f"cursor at position {prompt_len + 58}" in text
+        tmux("send-keys", "-t", name, "q")
+        assert "TOKENVIZ-EXITED 0" in wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=10)
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
