@@ -81,10 +81,16 @@ def frozen_snapshot(steps: int = 3, settings: SamplingSettings | None = None, ki
     return frozen_recording(steps, settings, kind).snapshot
 
 
-def frozen_recording(steps: int = 3, settings: SamplingSettings | None = None, kind: str = "llama") -> Recording:
+def frozen_recording(
+    steps: int = 3,
+    settings: SamplingSettings | None = None,
+    kind: str = "llama",
+    prompt: str = PROMPT,
+    context: int = 128,
+) -> Recording:
     """A deterministic journey from a tiny model, with the timings zeroed, and its attention rows."""
-    session = Session(ModelRunner(tiny_model(kind)), settings or SamplingSettings(seed=1))
-    session.start(PROMPT)
+    session = Session(ModelRunner(tiny_model(kind, context)), settings or SamplingSettings(seed=1))
+    session.start(prompt)
     for _ in range(steps):
         session.step()
     records = tuple(

@@ -47,6 +47,7 @@ BUDGETS = {
     "growth": ("step at 2048 / step at 32", "<=", 1.5),
     "frame_200x60_ms": ("pane update at 200x60, ms", "<=", 16.0),
     "ui_growth": ("pane update, 6000-token journey / 50-token journey", "<=", 1.2),
+    "app_autoplay": ("autoplay in the app / headless, 2000 context", ">=", 0.9),
     "cold_start_s": ("start to first interactive frame, s", "<=", 2.0),
     "model_ready_s": ("start to model ready (prompt prefilled), s", "<=", 2.0),
     "history_mb_per_1000": ("history MB per 1000 steps", "<=", 64.0),
@@ -122,7 +123,7 @@ def generate_seconds(bare, ids, tokens: int, device) -> tuple[float, list[int]]:
     return time.perf_counter() - started, out[0, ids.shape[1] :].tolist()
 
 
-def autoplay_seconds(loaded, tokens: int) -> tuple[float, list[int]]:
+def autoplay_seconds(loaded, tokens: int, prompt: str = PROMPT) -> tuple[float, list[int]]:
     """Headless autoplay through the engine thread, exactly as the app drives it."""
     snapshots, done = [], threading.Event()
 
@@ -131,7 +132,7 @@ def autoplay_seconds(loaded, tokens: int) -> tuple[float, list[int]]:
         if snapshot.stop_reason and not snapshot.playing:
             done.set()
 
-    worker = EngineWorker(lambda progress: loaded, SamplingSettings(temperature=0, max_new_tokens=tokens), PROMPT)
+    worker = EngineWorker(lambda progress: loaded, SamplingSettings(temperature=0, max_new_tokens=tokens), prompt)
     worker.start(post)
     while not snapshots or snapshots[-1].state == "loading":
         time.sleep(0.01)
@@ -142,6 +143,32 @@ def autoplay_seconds(loaded, tokens: int) -> tuple[float, list[int]]:
     worker.stop()
     last = snapshots[-1]
     return seconds, [c.id for c in last.chips[last.prompt_len :]]
+
+
+def app_autoplay(loaded, context: int = 2000, tokens: int = 24) -> dict:
+    """Autoplay at `context` tokens in the app, every pane drawn at 200x60, against headless
+    autoplay through the same engine thread: what showing it costs the model's pace."""
+    from tokenviz.ui.app import TokenvizApp
+
+    text = " ".join(["The Eiffel Tower is located in Paris, the capital of France."] * (context // 8))
+    prompt = loaded.tokenizer.decode(loaded.tokenizer(text)["input_ids"][:context])
+    headless = autoplay_seconds(loaded, tokens, prompt)[0]
+
+    async def in_app() -> float:
+        settings = SamplingSettings(temperature=0, max_new_tokens=tokens)
+        app = TokenvizApp(EngineWorker(lambda progress: loaded, settings, prompt))
+        async with app.run_test(size=(200, 60)) as pilot:
+            while app.snapshot is None or app.snapshot.state not in ("ready", "error"):
+                await pilot.pause(0.05)
+            started = time.perf_counter()
+            app.submit(Play(on=True))
+            await pilot.pause(0.05)
+            while app.snapshot.playing or not app.snapshot.stop_reason:
+                await pilot.pause(0.01)
+            return time.perf_counter() - started
+
+    shown = asyncio.run(in_app())
+    return {"headless_tok_s": tokens / headless, "app_tok_s": tokens / shown, "ratio": headless / shown}
 
 
 def autoplay(loaded, bare, device, tokens: int, rounds: int = 3) -> dict:
@@ -418,6 +445,7 @@ def verdicts(r: dict) -> dict:
         "growth": r["growth"]["ratio"],
         "frame_200x60_ms": r["frame"]["200x60_ms"],
         "ui_growth": r.get("ui_growth", {}).get("ratio"),
+        "app_autoplay": r.get("app_autoplay", {}).get("ratio"),
         "cold_start_s": r["cold_start"].get("first_frame_s"),
         "model_ready_s": r["cold_start"].get("ready_s"),
         "history_mb_per_1000": r["memory"]["history_mb_per_1000"],
@@ -466,6 +494,7 @@ def main(argv: list[str] | None = None) -> int:
         ("peak_memory", peak_memory),
         ("frame", lambda: frame(loaded)),
         ("ui_growth", lambda: ui_growth(loaded, long=1000 if args.quick else 6000)),
+        ("app_autoplay", lambda: app_autoplay(loaded, context=500 if args.quick else 2000)),
         ("cold_start", cold_start),
         ("conversion", conversion),
         ("memory", lambda: memory(loaded, 100 if args.quick else 1000)),
@@ -494,6 +523,7 @@ def main(argv: list[str] | None = None) -> int:
                     "peak_memory",
                     "frame",
                     "ui_growth",
+                    "app_autoplay",
                     "cold_start",
                     "conversion",
                     "memory",

@@ -45,7 +45,13 @@ def test_every_step_records_kept_pruned_and_finished(tiny_llama):
         assert fates.count("kept") + fates.count("finished") >= 3
         scores = [c.score for c in step.candidates]
         assert scores == sorted(scores, reverse=True)
-    assert all(c.fate != "kept" for c in result.steps[-1].candidates)  # the length limit finishes them
+    last = result.steps[-1].candidates
+    assert all(c.fate != "kept" for c in last)  # the length limit ends them
+    for c in last[:3]:  # the best three end here: with end of text, or at the limit
+        assert c.fate == ("finished" if c.id in runner.eos_ids else "at length limit")
+    assert all(h.end_of_text == (h.ids[-1] in runner.eos_ids) for h in result.final)
+    for step in result.steps:  # each running beam's text, decoded from its ids
+        assert step.texts == tuple("".join(runner.piece(t) for t in ids) for ids, _ in step.beams)
     with pytest.raises(TokenvizError, match="2 to 8"):
         beam_search(runner, [1, 2], 9, 3)
 

@@ -87,6 +87,21 @@ def test_recorded_stages_follow_the_distributions():
     )
 
 
+def test_penalty_stages_mark_the_tokens_they_penalised():
+    logits = torch.randn(VOCAB, generator=torch.Generator().manual_seed(3)) * 2
+    order = logits.argsort(descending=True).tolist()
+    context, generated = [order[0], order[2], order[2], order[5]], [order[2], order[7]]
+    settings = SamplingSettings(repetition_penalty=1.5, presence_penalty=0.5, frequency_penalty=0.2)
+    record = decide(logits, settings, context + generated, generated, piece=str)
+    repetition, presence = record.stages[0], record.stages[1]
+    assert repetition.is_penalty and presence.is_penalty and not record.stages[2].is_penalty
+    assert repetition.changed == len(set(context + generated))  # the whole context, as generate() does
+    assert presence.changed == len(set(generated))  # only what was generated
+    for (token, _), rep, pres in zip(record.watch, repetition.changed_watched, presence.changed_watched):
+        assert rep == (token in context + generated) and pres == (token in generated)
+    assert any(repetition.changed_watched) and not all(repetition.changed_watched)
+
+
 def test_greedy_is_argmax_after_penalties_and_ignores_warpers():
     logits = torch.randn(VOCAB, generator=torch.Generator().manual_seed(1))
     top = int(logits.argmax())

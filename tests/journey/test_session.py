@@ -299,3 +299,29 @@ def make_and_run(loaded, steps):
     for _ in range(steps):
         s.step()
     return s
+
+
+def test_chips_are_kept_between_calls_and_equal_fresh_ones(tiny_llama):
+    from tokenviz.contract.records import TokenChip
+
+    s = make(tiny_llama, temperature=0)
+
+    def fresh():
+        return tuple(
+            TokenChip(t, s.runner.piece(t), i < len(s.prompt_ids), t in s.runner.special_ids, False)
+            for i, t in enumerate(s.ids)
+        )
+
+    s.start(PROMPT)
+    first = s.chips()
+    assert first == fresh()
+    for _ in range(3):
+        s.step()
+        assert s.chips() == fresh()
+    assert s.chips()[0] is first[0]  # a grown journey reuses the chips it had
+    s.rewind()
+    assert s.chips() == fresh()
+    s.step(forced_id=5)
+    assert s.chips() == fresh()
+    s.start("another prompt")
+    assert s.chips() == fresh() and s.chips()[0] is not first[0]

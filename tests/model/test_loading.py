@@ -91,6 +91,8 @@ def test_gguf_is_converted_once_and_a_broken_cache_is_rebuilt(tmp_path, monkeypa
     ids = torch.tensor([[504, 414, 46682]])
     with torch.inference_mode():
         assert torch.equal(first.model(ids).logits, second.model(ids).logits)
+        assert first.model(ids).logits[0, -1].argmax().item() == 18669  # "The Eiffel" -> " Tower"
+    assert first.tokenizer.decode([504, 414, 46682, 18669]) == "The Eiffel Tower"
 
     # A stale manifest (another source file, another transformers) is detected...
     manifest = json.loads((directory / loading.MANIFEST).read_text())

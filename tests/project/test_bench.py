@@ -26,6 +26,8 @@ def test_bench_measures_run_on_a_tiny_model(tmp_path):
     assert frames["80x24_ms"] > 0
     ui = bench.ui_growth(loaded, long=300, short=50, steps=3)
     assert ui["300_ms"] > 0 and ui["50_ms"] > 0 and ui["ratio"] > 0
+    shown = bench.app_autoplay(loaded, context=100, tokens=4)
+    assert shown["headless_tok_s"] > 0 and shown["app_tok_s"] > 0 and shown["ratio"] > 0
     memory = bench.memory(loaded, steps=20)
     assert memory["history_mb_per_1000"] > 0 and memory["step_record_kb_mean"] > 0
     results = {

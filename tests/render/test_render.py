@@ -114,3 +114,11 @@ def test_a_probability_never_reads_zero_unless_it_is():
     assert probability(0.4831) == "0.483" and probability(0.0005) == "0.001"
     assert probability(2.78e-5) == "2.8e-05" and probability(0.0) == "0"
     assert probability(1e-30, 8) == " 1.0e-30"
+
+
+def test_byte_pieces_spell_their_character_at_the_last_one():
+    from tokenviz.render.pieces import piece_bytes, spelled
+
+    pieces = ["The", "<0xE2>", "<0x82>", "<0xAC>", "5", "<0xF0><0x9F>", "<0x98><0x80>", "<0x0D>", "<0xE2>"]
+    assert piece_bytes("<0xE2><0x82>") == b"\xe2\x82" and piece_bytes("Tower") is None
+    assert [spelled(pieces, i) for i in range(len(pieces))] == ["", "", "", "€", "", "", "😀", "", ""]

@@ -149,3 +149,89 @@ async def test_prompt_and_generated_chips_stay_apart_in_256_and_16_colours(theme
 
         assert colours(1) != colours(s.prompt_len + 1)  # (the newest chip is bold besides)
         assert "▸ " in tokens.render().plain  # a mark where generation begins, for no colour at all
+
+
+async def test_byte_chips_show_the_character_they_spell():
+    import dataclasses
+
+    from tokenviz.files.journey_file import Recording
+
+    recording = frozen_recording(steps=3)
+    chips = list(recording.snapshot.chips)
+    for i, byte in zip((1, 2, 3), ("<0xE2>", "<0x82>", "<0xAC>")):
+        chips[i] = dataclasses.replace(chips[i], text=byte)
+    snapshot = dataclasses.replace(recording.snapshot, chips=tuple(chips))
+    app = recorded_app(Recording(snapshot, recording.attention))
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(app, pilot)
+        shown = app.query_one(TokensPane).render().plain
+        assert f"<0xE2> {chips[1].id}  <0x82> {chips[2].id}  <0xAC>→€ {chips[3].id}" in shown
+
+
+@pytest.mark.parametrize("theme", ["tokenviz-dark", "tokenviz-light", "tokenviz-contrast"])
+async def test_the_settings_line_and_pane_figures_are_in_the_full_contrast_text_colour(theme):
+    from textual.color import Color
+
+    from tokenviz.ui.panes.sampling import SamplingPane
+
+    app = recorded_app(frozen_recording(steps=3), theme=theme)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(app, pilot)
+        foreground = Color.parse(app.current_theme.foreground)
+        for pane in (app.query_one(SamplingPane), app.query_one(TokensPane), app.query_one("#attention")):
+            assert pane.styles.border_subtitle_color.rgb == foreground.rgb, pane
+        assert "seed" in str(app.query_one(SamplingPane).border_subtitle)  # the settings line is that subtitle
+
+
+async def test_a_chosen_token_outside_the_top_n_keeps_its_row_on_screen():
+    from tokenviz.contract.records import Candidate
+    from tokenviz.ui.panes.next_token import NextTokenPane
+
+    app = recorded_app(frozen_recording(steps=3))
+    async with app.run_test(size=(120, 30)) as pilot:
+        s = await settle(app, pilot)
+        pane = app.query_one(NextTokenPane)
+        lines = pane._table(s.latest.top, Candidate(299, "far", 0.0, 1e-6), 250).plain.splitlines()
+        assert len(lines) <= pane.content_size.height and lines[-1].lstrip().startswith("▶250")
+
+
+async def test_u_shades_the_prompt_by_the_surprisal_the_prefill_computed():
+    app = recorded_app(frozen_recording(steps=3))
+    async with app.run_test(size=(160, 40)) as pilot:
+        s = await settle(app, pilot)
+        tokens = app.query_one(TokensPane)
+        assert tokens._surprisal_shade(1) is None
+        await pilot.press("u")
+        await pilot.pause()
+        predictions = s.records[0].prompt_predictions
+        shades = {i: tokens._surprisal_shade(i).bgcolor for i in range(1, s.prompt_len)}
+        order = sorted(range(1, s.prompt_len), key=lambda i: predictions[i - 1].surprisal)
+        least, most = order[0], order[-1]
+        assert predictions[most - 1].surprisal > predictions[least - 1].surprisal
+        assert shades[least] != shades[most]  # the scale follows the model's own numbers
+        assert tokens._surprisal_shade(0) is None and tokens._surprisal_shade(s.prompt_len) is None
+        assert "surprisal" in str(tokens.border_subtitle)
+
+
+async def test_a_new_prompt_clears_every_view_of_the_old_run():
+    from textual.widgets import TextArea
+
+    from tokenviz.ui.screens import PromptScreen
+
+    app = make_app(SamplingSettings(temperature=0), prompt="The cat sat on the mat. The cat sat on the")
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("B")
+        await wait_for(lambda: app.snapshot.beams is not None, pilot)
+        await pilot.press("S")
+        await wait_for(lambda: app.snapshot.speculation is not None, pilot)
+        await pilot.press("v")
+        await wait_for(lambda: app.snapshot.verification is not None, pilot)
+        await settle(app, pilot)
+        await pilot.press("e")
+        await wait_for(lambda: isinstance(app.screen, PromptScreen), pilot)
+        app.screen.query_one(TextArea).text = "Hello world"
+        await pilot.press("ctrl+s")
+        s = await settle(app, pilot)
+        assert s.prompt == "Hello world"
+        assert (s.beams, s.speculation, s.verification, s.inspection, s.tokens_per_s) == (None,) * 5

@@ -22,3 +22,23 @@ def test_each_theme(snap_compare, theme):
 
 def test_a_moved_cursor_and_another_head(snap_compare):
     assert snap_compare(recorded_app(SNAPSHOT), terminal_size=(120, 36), press=["left", "left", "h", "h", "h"])
+
+
+RESIZES = [(80, 24), (200, 60), (80, 24), (120, 36)]  # a teacher plugging into a projector, and back
+
+
+@pytest.mark.parametrize("after", range(1, len(RESIZES) + 1), ids=lambda n: "x".join(map(str, RESIZES[n - 1])))
+def test_a_sequence_of_resizes(snap_compare, after):
+    async def resize(pilot):
+        for width, height in RESIZES[1:after]:
+            await pilot.resize_terminal(width, height)
+            await pilot.pause(0.2)
+
+    assert snap_compare(recorded_app(SNAPSHOT), terminal_size=RESIZES[0], run_before=resize)
+
+
+def test_a_2000_token_prompt_at_80x24(snap_compare):
+    prompt = "the quick brown fox jumps over a lazy dog. " * 56  # 2,130 tokens of the tiny tokenizer
+    recording = frozen_recording(steps=3, prompt=prompt, context=4096)
+    assert recording.snapshot.prompt_len >= 2000
+    assert snap_compare(recorded_app(recording), terminal_size=(80, 24))

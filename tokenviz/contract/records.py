@@ -12,6 +12,8 @@ from typing import Any, Literal
 from tokenviz.contract.settings import SamplingSettings
 
 DecisionMode = Literal["greedy", "sampled", "forced"]
+REPETITION, PRESENCE_FREQUENCY = "repetition", "presence/frequency"  # the stages that penalise tokens
+PENALTY_STAGES = (REPETITION, PRESENCE_FREQUENCY)
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,14 @@ class Stage:
     kept: int
     mass: float
     probs: tuple[float, ...]
+    # The tokens whose score this stage changed (a penalty: those it penalised), and which of the
+    # watched ones; not saved in journey files, so not part of a stage's identity.
+    changed: int = field(default=0, compare=False)
+    changed_watched: tuple[bool, ...] = field(default=(), compare=False)
+
+    @property
+    def is_penalty(self) -> bool:
+        return self.name in PENALTY_STAGES
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,7 @@ class BranchSummary:
     current: bool
 
 
-BeamFate = Literal["kept", "finished", "pruned"]
+BeamFate = Literal["kept", "finished", "at length limit", "pruned"]  # finished: it ended with end of text
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,7 @@ class BeamStep:
     index: int
     beams: tuple[tuple[tuple[int, ...], float], ...]  # the running beams before this step: (generated ids, score)
     candidates: tuple[BeamCandidate, ...]
+    texts: tuple[str, ...] = ()  # the running beams' generated text, as `beams`
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,7 @@ class Hypothesis:
     text: str  # their pieces, joined
     logprob: float  # sum of the token log-probabilities
     score: float  # logprob / length ** length_penalty: what ranks the finished hypotheses
+    end_of_text: bool = True  # False: cut at the length limit
 
 
 @dataclass(frozen=True)
@@ -137,7 +139,16 @@ class BeamResult:
                 }
                 for s in self.steps
             ],
-            "final": [{"ids": list(h.ids), "text": h.text, "logprob": h.logprob, "score": h.score} for h in self.final],
+            "final": [
+                {
+                    "ids": list(h.ids),
+                    "text": h.text,
+                    "logprob": h.logprob,
+                    "score": h.score,
+                    "end_of_text": h.end_of_text,
+                }
+                for h in self.final
+            ],
         }
 
 

@@ -14,7 +14,7 @@ from typing import cast
 import torch
 
 from tokenviz.contract.errors import Cancelled, TokenvizError
-from tokenviz.contract.results import BeamCandidate, BeamResult, BeamStep, Hypothesis
+from tokenviz.contract.results import BeamCandidate, BeamFate, BeamResult, BeamStep, Hypothesis
 from tokenviz.model.cache import full_cache
 from tokenviz.model.runner import ModelRunner
 
@@ -55,7 +55,8 @@ def beam_search(
         top_scores, top_index = torch.topk(accumulated, keep)
         beam, token = top_index // vocab, top_index % vocab
         last = step + 1 == max_new_tokens
-        hits = torch.isin(token, eos) | last
+        ended = torch.isin(token, eos)
+        hits = ended | last
         # Only the best `width` candidates may finish; the rest are a reserve to keep `width` running.
         for j in range(width):
             if hits[j]:
@@ -66,16 +67,18 @@ def beam_search(
                         "".join(runner.piece(t) for t in ids),
                         float(top_scores[j]),
                         float(top_scores[j]) / (len(ids) ** length_penalty),
+                        end_of_text=bool(ended[j]),
                     )
                 )
         finished = sorted(finished, key=lambda h: -h.score)[:width]
         running_scores = top_scores + hits.float() * PRUNED
         chosen = torch.topk(running_scores, width).indices
         chosen_set = set(chosen.tolist())
+        alive = [(ids, sc) for ids, sc in zip(running, scores.tolist()) if sc > PRUNED / 2]
         steps.append(
             BeamStep(
                 index=step,
-                beams=tuple((ids, float(sc)) for ids, sc in zip(running, scores.tolist()) if sc > PRUNED / 2),
+                beams=tuple((ids, float(sc)) for ids, sc in alive),
                 candidates=tuple(
                     BeamCandidate(
                         beam=int(beam[j]),
@@ -83,11 +86,14 @@ def beam_search(
                         text=runner.piece(int(token[j])),
                         token_logprob=float(log_probs[beam[j], token[j]]),
                         score=float(top_scores[j]),
-                        fate="finished"
-                        if (hits[j] and j < width)
-                        else ("kept" if j in chosen_set and not hits[j] else "pruned"),
+                        fate=_fate(bool(hits[j]) and j < width, bool(ended[j]), j in chosen_set and not hits[j]),
                     )
                     for j in range(keep)
+                ),
+                texts=tuple(
+                    "".join(runner.piece(t) for t in ids)
+                    for ids, sc in zip(running, scores.tolist())
+                    if sc > PRUNED / 2
                 ),
             )
         )
@@ -102,3 +108,9 @@ def beam_search(
         cache.reorder_cache(cast(torch.LongTensor, source))
         out = model(input_ids=token[chosen].view(width, 1), past_key_values=cache, use_cache=True)
     return BeamResult(width=width, steps=tuple(steps), final=tuple(finished))
+
+
+def _fate(finishes: bool, end_of_text: bool, kept: bool) -> BeamFate:
+    if finishes:
+        return "finished" if end_of_text else "at length limit"
+    return "kept" if kept else "pruned"

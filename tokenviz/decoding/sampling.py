@@ -22,7 +22,7 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from tokenviz.contract.records import Candidate, Decision, DecisionMode, Stage
+from tokenviz.contract.records import PRESENCE_FREQUENCY, REPETITION, Candidate, Decision, DecisionMode, Stage
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.model.transfer import DeviceTimer, ids_to_device, to_host
 
@@ -57,7 +57,7 @@ def build_stages(settings: SamplingSettings, generated_ids: Sequence[int]) -> li
     if s.repetition_penalty != 1.0:
         stages.append(
             (
-                "repetition",
+                REPETITION,
                 f"×{s.repetition_penalty:g}",
                 RepetitionPenaltyLogitsProcessor(penalty=float(s.repetition_penalty)),
             )
@@ -65,7 +65,7 @@ def build_stages(settings: SamplingSettings, generated_ids: Sequence[int]) -> li
     if s.presence_penalty or s.frequency_penalty:
         stages.append(
             (
-                "presence/frequency",
+                PRESENCE_FREQUENCY,
                 f"{s.presence_penalty:g}/{s.frequency_penalty:g}",
                 PresenceFrequencyPenalty(s.presence_penalty, s.frequency_penalty, generated_ids),
             )
@@ -181,16 +181,21 @@ def decide_on_device(
     n = min(WATCH_N, raw.numel())
     # The watched tokens, duplicates included: the host keeps each token's first appearance.
     watch = torch.cat([torch.topk(raw, n).indices, torch.topk(final, n).indices, chosen.reshape(1)])
-    # One row per stage: tokens kept, the previous stage's mass they held, the watched probabilities.
-    rows = torch.zeros((len(stages), 2 + watch.numel()), dtype=torch.float64, device=device)
-    before = raw
+    # One row per stage: tokens kept, the previous stage's mass they held, the tokens whose score it
+    # changed (what a penalty penalised), the watched probabilities, and whether it changed each.
+    w = watch.numel()
+    rows = torch.zeros((len(stages), 3 + 2 * w), dtype=torch.float64, device=device)
+    before, before_scores = raw, logits.float().reshape(-1)
     for i, (_, _, scores) in enumerate(stages):
         after = torch.softmax(scores[0], -1)
         finite = torch.isfinite(scores[0])
+        changed = scores[0] != before_scores
         rows[i, 0] = finite.sum()
         rows[i, 1] = torch.where(finite, before, 0).sum()  # a mask, not indexing: no data-dependent shape
-        rows[i, 2:] = after[watch]
-        before = after
+        rows[i, 2] = changed.sum()
+        rows[i, 3 : 3 + w] = after[watch]
+        rows[i, 3 + w :] = changed[watch]
+        before, before_scores = after, scores[0]
 
     chosen_prob = final[chosen]
     scalars = torch.stack(
@@ -230,13 +235,16 @@ class PendingDecision:
         first = [i for i, token in enumerate(watch_all) if token not in watch_all[:i]]
         watch_ids = [watch_all[i] for i in first]
         chosen, chosen_prob, chosen_rank, raw_rank, raw_prob, low, high = host["decision.scalars"].tolist()
+        w = len(watch_all)
         stages = tuple(
             Stage(
                 name=name,
                 detail=detail,
                 kept=int(row[0]),
                 mass=float(row[1]),
-                probs=tuple(float(p) for p in row[2:][first]),
+                probs=tuple(float(p) for p in row[3 : 3 + w][first]),
+                changed=int(row[2]),
+                changed_watched=tuple(bool(c) for c in row[3 + w :][first]),
             )
             for (name, detail), row in zip(self.stages, host["decision.stages"])
         )

@@ -54,6 +54,10 @@ class Session:
         self._inspections = Inspections()
         self._pending_logits: torch.Tensor | None = None
         self._prefill_logits: torch.Tensor | None = None
+        self._chips: list[TokenChip] = []  # see chips()
+        self._chip_ids: list[int] = []
+        self._chips_key: tuple[list[int], list[bool]] | None = None
+        self._chips_tuple: tuple[TokenChip, ...] = ()
 
     # ---- what the journey is now -------------------------------------------------------------
 
@@ -79,11 +83,17 @@ class Session:
     def generated_text(self) -> str:
         return self.runner.decode(self.generated_ids)
 
-    def chips(self) -> list[TokenChip]:
+    def chips(self) -> tuple[TokenChip, ...]:
+        """The tokens as chips. Kept between calls: a journey that grew by a token makes one chip,
+        not all of them again (the engine asks at every snapshot)."""
+        kept = self._chips if self._chips_key == (self.prompt_ids, self.template) else []
+        same = len(kept) if self.ids[: len(kept)] == self._chip_ids[: len(kept)] else 0
+        if same == len(kept) == len(self.ids):
+            return self._chips_tuple
         n = len(self.prompt_ids)
         special = self.runner.special_ids
         template = self.template
-        return [
+        self._chips = kept[:same] + [
             TokenChip(
                 id=t,
                 text=self.runner.piece(t),
@@ -91,8 +101,12 @@ class Session:
                 is_special=t in special,
                 is_template=i < len(template) and template[i],
             )
-            for i, t in enumerate(self.ids)
+            for i, t in enumerate(self.ids[same:], start=same)
         ]
+        self._chip_ids = list(self.ids)
+        self._chips_key = (list(self.prompt_ids), list(self.template))
+        self._chips_tuple = tuple(self._chips)
+        return self._chips_tuple
 
     def branch_summaries(self) -> list[BranchSummary]:
         """The current path first, then every other branch not contained in it."""

@@ -9,6 +9,7 @@ then dequantised in memory on every start.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib.metadata
 import io
@@ -37,6 +38,7 @@ MANIFEST_VERSION = 2
 WEIGHTS = "model.safetensors"
 DIGEST_BLOCKS = 64  # blocks of the weights file hashed for the manifest's digest
 DIGEST_BLOCK_BYTES = 1 << 16
+SAVE_SHARE = 0.9  # of the conversion's bar, the tensors' share; saving them takes the rest
 HUB_HOST = ("huggingface.co", 443)
 HUB_TIMEOUT_S = 3.0
 
@@ -170,13 +172,13 @@ def convert_gguf(gguf: Path, directory: Path, progress: Progress) -> None:
     """Dequantise a .gguf into safetensors under `directory` (the slow, one-time path)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    message = f"converting {gguf.name} to safetensors once; later starts take about a second"
-    progress(message, 0.0)
+    message = f"converting {gguf.name} to safetensors once; later starts skip this"
+    progress(f"{message}: reading its tokenizer and metadata", None)  # no fraction yet: the bar pulses
     shutil.rmtree(directory, ignore_errors=True)
     partial = directory.with_name(directory.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     try:
-        with _reporting_gguf_progress(lambda fraction: progress(message, fraction)):
+        with _reporting_gguf_progress(lambda fraction: progress(message, SAVE_SHARE * fraction)), _gguf_read_once():
             tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
             model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     except Exception as exc:  # the gguf reader raises many types for a damaged file
@@ -185,6 +187,7 @@ def convert_gguf(gguf: Path, directory: Path, progress: Progress) -> None:
     model.hf_quantizer = None  # type: ignore[assignment]
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
+    progress(f"{message}: saving", SAVE_SHARE)
     try:
         partial.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(partial)
@@ -226,6 +229,43 @@ def _unlocked(lock_path: Path) -> bool:
             return True
     except (OSError, TimeoutError):  # filelock's Timeout is a TimeoutError
         return False
+
+
+@contextlib.contextmanager
+def _gguf_read_once():
+    """transformers reads the GGUF's metadata three times (tokenizer, config, weights: about 5 s each
+    for the bundled model) and rebuilds gguf's tensor-name map once per module (397 times). For the
+    length of one conversion, each is built once and shared."""
+    import copy
+
+    import gguf
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    originals = (gguf.GGUFReader, gguf.get_tensor_name_map, gguf_utils.load_gguf_checkpoint)
+    readers: dict[str, object] = {}
+    metadata: dict[str, dict] = {}
+
+    def reader(path, *args, **kwargs):
+        if args or kwargs:
+            return originals[0](path, *args, **kwargs)
+        if str(path) not in readers:
+            readers[str(path)] = originals[0](path)
+        return readers[str(path)]
+
+    def checkpoint(path, return_tensors=False, **kwargs):
+        if return_tensors or kwargs:
+            return originals[2](path, return_tensors=return_tensors, **kwargs)
+        if str(path) not in metadata:
+            metadata[str(path)] = originals[2](path, return_tensors=False)
+        return copy.deepcopy(metadata[str(path)])  # callers change what they get
+
+    gguf.GGUFReader = reader  # type: ignore[misc,assignment]
+    gguf.get_tensor_name_map = functools.lru_cache(maxsize=None)(originals[1])
+    gguf_utils.load_gguf_checkpoint = checkpoint  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map, gguf_utils.load_gguf_checkpoint = originals  # type: ignore[misc]
 
 
 @contextlib.contextmanager
@@ -409,12 +449,13 @@ def _from_pretrained(source: str, dtype: torch.dtype, trust_remote_code: bool, g
     if not Path(source).is_dir():
         _check_hub(source)
     where = {"trust_remote_code": trust_remote_code, **({"gguf_file": gguf_file} if gguf_file else {})}
-    config = AutoConfig.from_pretrained(source, **where)
-    if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and not trust_remote_code:
-        raise ModelLoadError(f"{source} is a {config.model_type!r} model, not a causal language model")
-    require_attention(config, source)
-    tokenizer = AutoTokenizer.from_pretrained(source, **where)
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation="eager", **where)
+    with _gguf_read_once() if gguf_file else contextlib.nullcontext():
+        config = AutoConfig.from_pretrained(source, **where)
+        if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and not trust_remote_code:
+            raise ModelLoadError(f"{source} is a {config.model_type!r} model, not a causal language model")
+        require_attention(config, source)
+        tokenizer = AutoTokenizer.from_pretrained(source, **where)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation="eager", **where)
     if gguf_file:  # dequantised in memory: plain floats, as a conversion would have saved them
         model.hf_quantizer = None  # type: ignore[assignment]
     use_fast_attention(model)

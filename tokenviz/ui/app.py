@@ -344,6 +344,11 @@ class TokenvizApp(App):
         lines = direction * (1 if kind == "line" else tokens.page_lines())
         self.cursor = min(tokens.moved_by_lines(selection.cursor, lines), selection.positions - 1)
 
+    def action_toggle_surprisal(self) -> None:
+        tokens = self.query_one(TokensPane)
+        tokens.surprisal = not tokens.surprisal
+        self.refresh_panes()
+
     def action_toggle_ids(self) -> None:
         tokens = self.query_one(TokensPane)
         tokens.show_ids = not tokens.show_ids
@@ -370,8 +375,12 @@ class TokenvizApp(App):
         self.submit(Beams(width=self.beam_width, steps=BEAM_STEPS))
         self._open_view("beams")
 
-    def action_speculate(self, drafter: str = "prompt-lookup") -> None:
-        """Speculative decoding from the current tokens, with the current settings."""
+    def action_speculate(self, drafter: str | None = None) -> None:
+        """Speculative decoding from the current tokens, with the current settings. The default
+        drafter, early exit at the middle layer, drafts on any text (prompt lookup needs repeats)."""
+        if drafter is None:
+            info = self.snapshot.info if self.snapshot else None
+            drafter = f"early-exit:{info.layers // 2}" if info is not None and info.layers > 1 else "prompt-lookup"
         self.submit(Speculate(drafter=drafter, steps=SPECULATION_STEPS))
         self._open_view("speculation")
 

@@ -1,5 +1,5 @@
-"""The command palette: every keyed command, the palette-only ones (from the key table), the
-early-exit drafter for this model, and the theme picker. It is the app's only provider, so the
+"""The command palette: every keyed command, the palette-only ones (from the key table) and the
+theme picker. It is the app's only provider, so the
 palette opens on tokenviz's own commands, in the key table's order, each listed once."""
 
 from __future__ import annotations
@@ -13,12 +13,7 @@ from tokenviz.ui.keys import palette_entries
 
 class TokenvizCommands(Provider):
     def _entries(self) -> list[tuple[str, str]]:
-        entries = list(palette_entries())
-        s = getattr(self.app, "snapshot", None)
-        if s is not None and s.info is not None and s.info.layers > 1:
-            layer = s.info.layers // 2
-            entries.append((f"Speculative decoding: early exit at layer {layer}", f"speculate('early-exit:{layer}')"))
-        return entries
+        return list(palette_entries())
 
     async def discover(self) -> Hits:
         for label, action in self._entries():

@@ -122,6 +122,12 @@ KEYS: tuple[KeyRow, ...] = (
         ),
     ),
     KeyRow(
+        "u",
+        "shade the prompt's chips by surprisal: how unexpected each token was to the model there (-log2 p, "
+        "from the prefill; brighter is more surprising); again to turn it off",
+        (Press("u", "toggle_surprisal", palette="Shade the prompt by surprisal"),),
+    ),
+    KeyRow(
         "#",
         "show / hide the token ids in the tokens pane (the pieces alone, for a class)",
         (Press("number_sign", "toggle_ids", palette="Show / hide token ids"),),
@@ -175,9 +181,9 @@ KEYS: tuple[KeyRow, ...] = (
     ),
     KeyRow(
         "S",
-        "speculative decoding from the current tokens (prompt lookup; early exit from the palette): "
-        "drafts, accepted, replaced",
-        (Press("S", "speculate", palette="Speculative decoding: prompt lookup", replay=False),),
+        "speculative decoding from the current tokens (the model's own middle layer drafts; prompt lookup from "
+        "the palette): drafts, accepted, replaced",
+        (Press("S", "speculate", palette="Speculative decoding: early exit at the middle layer", replay=False),),
     ),
     KeyRow(
         "x",
@@ -206,6 +212,7 @@ PALETTE_ONLY: tuple[tuple[str, str], ...] = (
     ("Repetition penalty up", "adjust('repetition_penalty', 1)"),
     ("Repetition penalty down", "adjust('repetition_penalty', -1)"),
     *((f"Beam search, width {w}", f"beams({w})") for w in range(2, 9)),
+    ("Speculative decoding: prompt lookup", "speculate('prompt-lookup')"),
     ("Export an SVG screenshot", "export_svg"),
     ("Theme: choose a colour theme", "change_theme"),
 )

@@ -257,7 +257,8 @@ class EngineWorker:
             case Start():
                 self._prefill(session, command)
                 self._prompt = command
-                self._step_times.clear()  # tok/s is the new journey's
+                self._step_times.clear()  # tok/s is the new journey's, and so is every view
+                self._inspection = self._verification = self._beams = self._speculation = None
             case _:
                 assert_never(command)
 

@@ -26,7 +26,10 @@ LABEL = 14  # columns for the row labels: the cursor mark, the position, the tok
 
 
 class AttentionPane(Pane, Widget):
-    DEFAULT_CSS = "AttentionPane { border: round $foreground 30%; border-title-color: $primary; }"
+    DEFAULT_CSS = (
+        "AttentionPane { border: round $foreground 30%; border-title-color: $primary; "
+        "border-subtitle-color: $foreground; }"
+    )
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)

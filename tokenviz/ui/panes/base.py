@@ -40,7 +40,7 @@ class ScrollPane(Pane, VerticalScroll):
     """A bordered pane that scrolls one Static body (for content longer than the pane)."""
 
     DEFAULT_CSS = """
-    ScrollPane { border: round $foreground 30%; border-title-color: $primary; }
+    ScrollPane { border: round $foreground 30%; border-title-color: $primary; border-subtitle-color: $foreground; }
     ScrollPane > .body { width: 100%; }
     """
     TITLE = ""
@@ -59,7 +59,9 @@ class ScrollPane(Pane, VerticalScroll):
 class BoxPane(Pane, Static):
     """A bordered pane that is itself one Static."""
 
-    DEFAULT_CSS = "BoxPane { border: round $foreground 30%; border-title-color: $primary; }"
+    DEFAULT_CSS = (
+        "BoxPane { border: round $foreground 30%; border-title-color: $primary; border-subtitle-color: $foreground; }"
+    )
     TITLE = ""
 
     def on_mount(self) -> None:

@@ -8,7 +8,8 @@ from tokenviz.render.pieces import visible
 from tokenviz.ui.panes.base import ScrollPane, pending_note
 from tokenviz.ui.selection import Selection
 
-MARKS = {"kept": "✓", "finished": "★", "pruned": "✗"}
+MARKS = {"kept": "✓", "finished": "★", "at length limit": "⊣", "pruned": "✗"}
+TEXT_TAIL = 24  # characters of each running beam's text shown under its step
 
 
 class BeamPane(ScrollPane):
@@ -24,20 +25,30 @@ class BeamPane(ScrollPane):
         text = Text(no_wrap=True, overflow="crop")
         text.append(
             f"width {result.width}: each step keeps the {2 * result.width} best continuations of all beams "
-            f"by summed log-probability; ✓ survives, ★ finished, ✗ pruned\n",
+            f"by summed log-probability; ✓ survives, ★ finished (end of text), ⊣ stopped at the length limit, "
+            "✗ pruned\n",
             style="bold",
         )
         for step in result.steps:
+            beams = " · ".join(f"b{i + 1} “{_tail(t)}”" for i, t in enumerate(step.texts))
+            if beams:
+                text.append(f"        {beams}\n", style="dim")
             text.append(f"step {step.index + 1:>2} ", style="bold")
             for c in step.candidates:
-                style = {"kept": "", "finished": f"bold {chosen}", "pruned": "dim strike"}[c.fate]
-                text.append(f"b{c.beam + 1}+{visible(c.text)} {c.score:.2f}{MARKS[c.fate]}  ", style=style)
+                style = {"kept": "", "finished": f"bold {chosen}", "at length limit": "", "pruned": "dim strike"}
+                text.append(f"b{c.beam + 1}+{visible(c.text)} {c.score:.2f}{MARKS[c.fate]}  ", style=style[c.fate])
             text.append("\n")
         text.append("final, best first (score = log-prob / length):\n", style="bold")
         for rank, h in enumerate(result.final, 1):
+            ending = "★ end of text" if h.end_of_text else "⊣ length limit"
             text.append(
-                f"{rank}. {visible(h.text)}  log-prob {h.logprob:.3f} · score {h.score:.4f}\n",
+                f"{rank}. {visible(h.text)}  log-prob {h.logprob:.3f} · score {h.score:.4f} · {ending}\n",
                 style=f"bold {chosen}" if rank == 1 else "",
             )
         text.rstrip()
         body.update(text)
+
+
+def _tail(text: str) -> str:
+    shown = visible(text)
+    return shown if len(shown) <= TEXT_TAIL else "…" + shown[-TEXT_TAIL:]

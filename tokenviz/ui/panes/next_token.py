@@ -60,6 +60,8 @@ class NextTokenPane(BoxPane):
             text.append(bar(prob, bar_width) + "\n", style=bar_color)
 
         shown = list(top[:rows])
+        if all(c.id != marked.id for c in shown):
+            shown = shown[: rows - 1]  # leave the last row to the marked token, below the others
         for rank, c in enumerate(shown, 1):
             row(rank, c.text, c.id, f"{c.logit:.2f}", c.prob, c.id == marked.id)
         if all(c.id != marked.id for c in shown):

@@ -63,7 +63,10 @@ class SamplingPane(BoxPane):
         pipeline = Text("logits → softmax", style="bold")
         for st in d.stages:
             pipeline.append(f" → {st.name} {st.detail}: ", style="bold")
-            pipeline.append(f"{st.kept} kept ({st.mass:.1%} of mass)")
+            if st.is_penalty:  # it keeps every token: what it did is the tokens it penalised (↓ below)
+                pipeline.append(f"{st.changed} tokens penalised ↓")
+            else:
+                pipeline.append(f"{st.kept} kept ({st.mass:.1%} of mass)")
         pipeline.append(" → ", style="bold")
         pipeline.append("argmax" if d.mode == "greedy" else ("forced" if d.mode == "forced" else "draw"), style="bold")
 
@@ -71,7 +74,7 @@ class SamplingPane(BoxPane):
         rows = max(self.size.height - pipeline_rows - 2, 2)
         stage_w = 7
         fixed = 1 + 13 + 8 + 1 + len(d.stages) * (stage_w + 1)
-        bar_width = min(16, max((self.size.width - fixed) // 2, 2))
+        bar_width = min(48, max((self.size.width - fixed) // 2, 2))  # wide terminals get longer bars
         table = Text(no_wrap=True, overflow="crop")
         table.append(f" {cell('token', 13)} {'raw':>6} {cell('', bar_width)} ", style="bold")
         for st in d.stages:
@@ -89,7 +92,8 @@ class SamplingPane(BoxPane):
             table.append(bar(d.raw_probs[i], bar_width) + " ", style=bar_color)
             for st in d.stages:
                 value = probability(st.probs[i]) if st.probs[i] > 0 else "—"
-                table.append(cell(value, stage_w, right=True) + " ")
+                penalised = st.is_penalty and i < len(st.changed_watched) and st.changed_watched[i]
+                table.append(cell(value + ("↓" if penalised else ""), stage_w, right=True) + " ")
             table.append(bar(finals[i], bar_width) + "\n", style=final_color)
         table.rstrip()
         decision = Text(decision_line(d), style=f"bold {chosen_color}")

@@ -16,13 +16,16 @@ from rich.text import Text
 from tokenviz.contract.records import TokenChip
 from tokenviz.contract.text import safe_text
 from tokenviz.render.chip_lines import ChipLines
-from tokenviz.render.pieces import visible
+from tokenviz.render.colors import ramp
+from tokenviz.render.pieces import MAX_CHAR_BYTES, spelled, visible
 from tokenviz.render.units import probability
 from tokenviz.ui.panes.base import BoxPane
 from tokenviz.ui.selection import Selection
 
 GENERATION_MARK = "▸ "  # between the last prompt chip and the first generated one
 TEXT_LABEL = "text: "
+SURPRISAL_TOP_BITS = 16.0  # the brightest shade: a token the model gave p <= 2**-16
+SHADES = 16
 
 
 def piece_of(chip: TokenChip) -> str:
@@ -38,12 +41,21 @@ class TokensPane(BoxPane):
         self._prompt_len = 0
         self._lines = ChipLines(self._cells)
         self.show_ids = True  # the # key
+        self.surprisal = False  # the u key: prompt chips shaded by how unexpected each token was
 
     def _cells(self, index: int) -> int:
         chip = self._chips[index]
         mark = len(GENERATION_MARK) if index == self._prompt_len and index else 0
         ids = len(str(chip.id)) + 2 if self.show_ids else 0  # "piece 504  "
-        return mark + cell_len(piece_of(chip)) + ids + 1
+        return mark + cell_len(piece_of(chip) + self._spelled(index)) + ids + 1
+
+    def _spelled(self, index: int) -> str:
+        """`→€` after the last byte chip of a character, so the bytes read as what they spell."""
+        if not self._chips[index].text.startswith("<0x"):
+            return ""
+        start = max(index - MAX_CHAR_BYTES + 1, 0)
+        char = spelled([c.text for c in self._chips[start : index + 1]], index - start)
+        return f"→{char}" if char else ""
 
     def page_lines(self) -> int:
         return max(self.content_size.height - 3, 1)
@@ -80,13 +92,19 @@ class TokensPane(BoxPane):
         self.update(text)
         n_gen = len(s.chips) - s.prompt_len
         lines = f" · lines {first + 1}-{min(first + chip_rows, count)} of {count}" if count > chip_rows else ""
-        self.border_subtitle = f"{s.prompt_len} prompt · {n_gen} generated · cursor at position {cursor}{lines}"
+        shading = f" · shaded by surprisal, 0-{SURPRISAL_TOP_BITS:g} bits (u)" if self.surprisal else ""
+        self.border_subtitle = (
+            f"{s.prompt_len} prompt · {n_gen} generated · cursor at position {cursor}{lines}{shading}"
+        )
 
     def _append_chip(self, text: Text, i: int, cursor: int) -> None:
         chip, colors = self._chips[i], self.colors
         if i == self._prompt_len and i:
             text.append(GENERATION_MARK, Style(color=colors.chip_newest, bold=True))
-        if chip.is_prompt:
+        shade = self._surprisal_shade(i)
+        if shade is not None:
+            style = shade
+        elif chip.is_prompt:
             style = Style(bgcolor=colors.chip_prompt, dim=chip.is_template)
         else:
             style = Style(bgcolor=colors.chip_generated, color=colors.chip_newest, dim=chip.is_template)
@@ -95,10 +113,28 @@ class TokensPane(BoxPane):
         if i == cursor:
             style += Style(color=colors.chip_cursor, bold=True, underline=True)
         text.append(piece_of(chip), style)
+        spelt = self._spelled(i)
+        if spelt:
+            text.append(spelt, Style(bold=True))
         if self.show_ids:
             text.append(f" {chip.id}", Style(dim=True, italic=True))
             text.append(" ")
         text.append(" ")
+
+    def _surprisal_shade(self, i: int) -> Style | None:
+        """With the u key: a prompt chip's background on the heatmap scale, by the surprisal
+        (-log2 p) the prefill gave it at the position before; the first token has none."""
+        selection = self.selection
+        if not self.surprisal or selection is None or not self._chips[i].is_prompt or i == 0:
+            return None
+        records = selection.snapshot.records
+        predictions = records[0].prompt_predictions if records else ()
+        if i - 1 >= len(predictions):
+            return None
+        bits = predictions[i - 1].surprisal
+        level = round(min(bits / SURPRISAL_TOP_BITS, 1.0) * (SHADES - 1))
+        colors = ramp(list(self.colors.heatmap_stops), SHADES)
+        return Style(bgcolor=colors[level], color="black" if level > SHADES // 2 else "white")
 
     @staticmethod
     def _decoded(full_text: str, width: int) -> Text:
