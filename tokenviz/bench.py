@@ -134,7 +134,7 @@ def autoplay_seconds(loaded, tokens: int, prompt: str = PROMPT) -> tuple[float, 
 
     worker = EngineWorker(lambda progress: loaded, SamplingSettings(temperature=0, max_new_tokens=tokens), prompt)
     worker.start(post)
-    while not snapshots or snapshots[-1].state == "loading":
+    while not snapshots or snapshots[-1].state not in ("ready", "error"):  # loaded and prefilled
         time.sleep(0.01)
     started = time.perf_counter()
     worker.submit(Play(on=True))
@@ -145,14 +145,14 @@ def autoplay_seconds(loaded, tokens: int, prompt: str = PROMPT) -> tuple[float, 
     return seconds, [c.id for c in last.chips[last.prompt_len :]]
 
 
-def app_autoplay(loaded, context: int = 2000, tokens: int = 24) -> dict:
+def app_autoplay(loaded, context: int = 2000, tokens: int = 32, rounds: int = 2) -> dict:
     """Autoplay at `context` tokens in the app, every pane drawn at 200x60, against headless
-    autoplay through the same engine thread: what showing it costs the model's pace."""
+    autoplay through the same engine thread: what showing it costs the model's pace (rounds
+    interleaved; medians)."""
     from tokenviz.ui.app import TokenvizApp
 
     text = " ".join(["The Eiffel Tower is located in Paris, the capital of France."] * (context // 8))
     prompt = loaded.tokenizer.decode(loaded.tokenizer(text)["input_ids"][:context])
-    headless = autoplay_seconds(loaded, tokens, prompt)[0]
 
     async def in_app() -> float:
         settings = SamplingSettings(temperature=0, max_new_tokens=tokens)
@@ -162,13 +162,17 @@ def app_autoplay(loaded, context: int = 2000, tokens: int = 24) -> dict:
                 await pilot.pause(0.05)
             started = time.perf_counter()
             app.submit(Play(on=True))
-            await pilot.pause(0.05)
+            await pilot.pause(0.1)
             while app.snapshot.playing or not app.snapshot.stop_reason:
-                await pilot.pause(0.01)
+                await pilot.pause(0.1)  # (a short poll would itself cost the UI thread)
             return time.perf_counter() - started
 
-    shown = asyncio.run(in_app())
-    return {"headless_tok_s": tokens / headless, "app_tok_s": tokens / shown, "ratio": headless / shown}
+    headless, shown = [], []
+    for _ in range(rounds):
+        headless.append(autoplay_seconds(loaded, tokens, prompt)[0])
+        shown.append(asyncio.run(in_app()))
+    h, a = statistics.median(headless), statistics.median(shown)
+    return {"headless_tok_s": tokens / h, "app_tok_s": tokens / a, "ratio": h / a}
 
 
 def autoplay(loaded, bare, device, tokens: int, rounds: int = 3) -> dict:

@@ -235,3 +235,24 @@ async def test_a_new_prompt_clears_every_view_of_the_old_run():
         s = await settle(app, pilot)
         assert s.prompt == "Hello world"
         assert (s.beams, s.speculation, s.verification, s.inspection, s.tokens_per_s) == (None,) * 5
+
+
+async def test_autoplay_spaces_its_frames_and_draws_the_last_at_once():
+    from tokenviz.ui import app as app_module
+
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=30), step_seconds=0.02)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(app, pilot)
+        app._frame_cost = 0.02  # as if every frame took 20 ms: frames at most every 20 ms / UI_SHARE
+        app._measure_frame = lambda seconds: None
+        drawn = []
+        original = app._apply_snapshot
+        app._apply_snapshot = lambda: (drawn.append(time.perf_counter()), original())[-1]
+        await pilot.press("a")
+        await wait_for(lambda: app.snapshot.stop_reason is not None and not app.snapshot.playing, pilot)
+        stopped = time.perf_counter()
+        await wait_for(lambda: not app._repaint_scheduled, pilot)
+        gaps = [b - a for a, b in zip(drawn, drawn[1:-1])]  # (the last frame is drawn at once)
+        assert gaps and min(gaps) >= 0.02 / app_module.UI_SHARE * 0.8
+        assert len(drawn) < 30 and drawn[-1] - stopped < 0.1
+        assert app.query_one(TokensPane).selection.snapshot is app.snapshot  # the final frame is on screen

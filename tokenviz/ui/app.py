@@ -10,6 +10,7 @@ import contextlib
 import os
 import signal
 import threading
+import time
 from datetime import datetime
 from typing import ClassVar
 
@@ -19,6 +20,7 @@ from textual.containers import Horizontal
 from textual.geometry import Size
 from textual.message import Message
 from textual.reactive import reactive
+from textual.timer import Timer
 from textual.widgets import ContentSwitcher, Footer, ProgressBar
 
 from tokenviz.contract.attention import HEAD_MODES, Head
@@ -82,6 +84,7 @@ BEAM_WIDTH = 3  # the B key's width; the palette offers 2-8
 BEAM_STEPS = 10
 SPECULATION_STEPS = 16
 EXPORT_LOCK = threading.Lock()  # two quick exports pick their names one after the other
+UI_SHARE = 0.08  # during autoplay, the most of the time drawing frames may take
 MODEL_ACTIONS = model_actions()  # their keys are off in a recording
 QUIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # quit as q does: the terminal is left sane
 
@@ -113,6 +116,9 @@ class TokenvizApp(App):
         self._inspect_requested: tuple[int, int] | None = None
         self._attention_requested: ShowAttention | None = None
         self._live: bool | None = None
+        self._frame_cost = 0.0  # seconds to draw a frame (a moving average), see _frame_delay
+        self._frame_started = 0.0
+        self._frame_timer: Timer | None = None
         self.beam_width = BEAM_WIDTH
         for t in load_themes().values():
             self.register_theme(t)
@@ -174,15 +180,35 @@ class TokenvizApp(App):
         if s.notice:
             self.notify(s.notice, title="export")
         # Snapshots queued behind this one make it stale: repaint once, after the queue drains.
+        delay = self._frame_delay(s)
+        if self._frame_timer is not None and delay == 0:  # autoplay ended: draw now, not at the next tick
+            self._frame_timer.stop()
+            self._frame_timer, self._repaint_scheduled = None, False
         if not self._repaint_scheduled:
             self._repaint_scheduled = True
-            self.call_later(self._apply_snapshot)
+            if delay > 0:
+                self._frame_timer = self.set_timer(delay, self._apply_snapshot)
+            else:
+                self.call_later(self._apply_snapshot)
+
+    def _frame_delay(self, s: Snapshot) -> float:
+        """While autoplay runs, frames are spaced so drawing takes at most UI_SHARE of the time: on a
+        machine with few cores every frame drawn is time the model does not get."""
+        if not s.playing or s.pace_s:  # at a set pace the engine waits between steps: draw each
+            return 0.0
+        return max(self._frame_cost / UI_SHARE - (time.perf_counter() - self._frame_started), 0.0)
+
+    def _measure_frame(self, seconds: float) -> None:
+        """A frame's whole cost, once the screen is composed (a moving average)."""
+        self._frame_cost = 0.7 * self._frame_cost + 0.3 * seconds
 
     def _apply_snapshot(self) -> None:
-        self._repaint_scheduled = False
+        self._repaint_scheduled, self._frame_timer = False, None
         s = self.snapshot
         if s is None:
             return
+        started = self._frame_started = time.perf_counter()
+        self.call_after_refresh(lambda: self._measure_frame(time.perf_counter() - started))
         if s.state == "error" and s.info is None:
             self.fatal_error = s.error
         bar = self.query_one("#loading", ProgressBar)

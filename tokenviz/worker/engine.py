@@ -18,12 +18,13 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, assert_never
 
-from tokenviz.contract.attention import AttentionView, causal_view
+from tokenviz.contract.attention import AttentionView
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.settings import DEFAULT_SETTINGS, PACES_S, SamplingSettings
 from tokenviz.contract.snapshot import EngineState, Snapshot
 from tokenviz.decoding.nudges import adjust
 from tokenviz.files.journey_file import save_journey
+from tokenviz.worker.attention_rows import AttentionRows
 from tokenviz.worker.commands import (
     Adjust,
     Beams,
@@ -105,6 +106,7 @@ class EngineWorker:
         self._beams: BeamResult | None = None
         self._speculation: Speculation | None = None
         self._attention_request: ShowAttention | None = None
+        self._attention_rows = AttentionRows()
         self._notice: str | None = None
 
     # ---- called from the UI thread ----------------------------------------------------------------
@@ -395,4 +397,4 @@ class EngineWorker:
         if request is None or session is None or not session.records or self._busy:
             return None
         layer, queries = request.resolve(session.runner.kv_len, session.runner.info.layers)
-        return causal_view(layer, queries, session.attention(queries, [layer])[0])
+        return self._attention_rows.view(session, layer, queries)
