@@ -257,3 +257,17 @@ async def test_autoplay_spaces_its_frames_and_draws_the_last_at_once():
         assert gaps and min(gaps) >= 0.02 / app_module.UI_SHARE * 0.8
         assert len(drawn) < 30 and drawn[-1] - stopped < 0.1
         assert app.query_one(TokensPane).selection.snapshot is app.snapshot  # the final frame is on screen
+
+
+@pytest.mark.parametrize("key, view", [("l", "lens"), ("m", "embedding"), ("B", "beams"), ("S", "speculation")])
+async def test_a_recordings_notes_fit_at_80x24(key, view):
+    app = recorded_app(frozen_recording(steps=3))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        app.query_one("#views").current = view  # (B and S are off in a recording; the views are not)
+        app.refresh_panes()
+        await pilot.pause(0.2)
+        pane = app.query_one(f"#{view}")
+        lines = [line.text.strip() for line in pane.body.render_lines(pane.body.region.reset_offset)]
+        shown = " ".join(line for line in lines if line)
+        assert "this view needs the model (tokenviz replay FILE --verify re-runs it)" in shown, shown

@@ -30,6 +30,7 @@ def current_inspection(selection: Selection):
 def inspection_or_note(selection: Selection, body, waiting: str):
     """The cursor's inspection; or, while there is none, a note in `body` saying why."""
     inspection = current_inspection(selection)
+    body.set_class(inspection is None, "-note")  # a note wraps; the table does not
     if inspection is None:
         if selection.snapshot.playing:
             waiting = "this view is computed when autoplay pauses"
@@ -39,7 +40,10 @@ def inspection_or_note(selection: Selection, body, waiting: str):
 
 class LensPane(ScrollPane):
     TITLE = "logit lens"
-    DEFAULT_CSS = "LensPane > .body { text-wrap: nowrap; text-overflow: clip; }"
+    DEFAULT_CSS = """
+    LensPane > .body { text-wrap: nowrap; text-overflow: clip; }
+    LensPane > .body.-note { text-wrap: wrap; }
+    """
 
     def draw(self, selection: Selection) -> None:
         body = self.body
