@@ -306,63 +306,65 @@ def peak_memory(n: int = 4096, source: str | None = None) -> dict:
     }
 
 
-def ui_growth(loaded, long: int = 6000, short: int = 50, steps: int = 12) -> dict:
+def ui_growth(loaded, long: int = 6000, short: int = 50, steps: int = 12, rounds: int = 3) -> dict:
     """The pane update of `frame` at 200x60 with a journey of `long` tokens against one of `short`:
-    drawing follows what is on screen, so the ratio stays near 1."""
+    drawing follows what is on screen, so the ratio stays near 1 (rounds interleaved; medians)."""
     text = " ".join(["The Eiffel Tower is located in Paris, the capital of France."] * (long // 8))
     ids = loaded.tokenizer(text)["input_ids"]
-    times = {
-        n: frame(loaded, sizes=((200, 60),), steps=steps, prompt=ids[: n - steps])["200x60_ms"] for n in (short, long)
-    }
-    return {f"{short}_ms": times[short], f"{long}_ms": times[long], "ratio": times[long] / times[short]}
+    size = (200, 60)
+    journeys = {n: frame_journeys(loaded, size, steps, ids[: n - steps]) for n in (short, long)}
+    times: dict[int, list[float]] = {short: [], long: []}
+    for _ in range(rounds):
+        for n in (short, long):
+            times[n].append(asyncio.run(frame_ms(journeys[n], size)))
+    a, b = statistics.median(times[short]), statistics.median(times[long])
+    return {f"{short}_ms": a, f"{long}_ms": b, "ratio": b / a}
 
 
 def frame(loaded, sizes=((200, 60), (80, 24)), steps: int = 12, prompt: str | list[int] = PROMPT) -> dict:
     """Time for the app to update every pane for one step (panes redrawn, screen composed), with
     the attention rows the pane shows at each size in every snapshot, as the engine sends them."""
+    return {
+        f"{w}x{h}_ms": asyncio.run(frame_ms(frame_journeys(loaded, (w, h), steps, prompt), (w, h))) for w, h in sizes
+    }
+
+
+def frame_journeys(loaded, size: tuple[int, int], steps: int, prompt: str | list[int]) -> list:
+    """`steps` snapshots of a journey from `prompt`, each with the attention rows the pane shows at `size`."""
     from tokenviz.contract.attention import causal_view, window
-    from tokenviz.ui.app import TokenvizApp
-    from tokenviz.worker.recording import RecordingWorker
     from tokenviz.worker.snapshots import snapshot_of
 
     session = Session(ModelRunner(loaded), SamplingSettings(seed=1, max_new_tokens=10**6))
     session.start(prompt)
     layer = loaded.info.layers - 1
-    journeys = []
-    rows = max((h - 3) * 2 for _, h in sizes)
+    rows = (size[1] - 3) * 2
+    snapshots = []
     for i in range(steps):
         session.step()
         n = session.runner.kv_len
-        shown = range(max(n - rows, 0), n)  # the rows the pane shows: the newest
-        weights = session.attention(shown, [layer])[0]
-        journeys.append((snapshot_of(session, seq=i + 1), shown, weights))
-    results = {}
+        queries = window(n - 1, n, rows)  # the newest rows
+        view = causal_view(layer, queries, session.attention(queries, [layer])[0])
+        snapshots.append(dataclasses.replace(snapshot_of(session, seq=i + 1), attention=view))
+    return snapshots
 
-    async def measure(size) -> float:
-        rows = (size[1] - 3) * 2
-        snapshots = []
-        for snap, shown, weights in journeys:
-            n = weights.shape[-1]
-            queries = window(n - 1, n, rows)
-            view = causal_view(layer, queries, weights[:, queries.start - shown.start : queries.stop - shown.start])
-            snapshots.append(dataclasses.replace(snap, attention=view))
-        app = TokenvizApp(RecordingWorker(snapshots[0]))
-        times = []
-        async with app.run_test(size=size) as pilot:
-            await pilot.pause(0.2)
-            for snap in snapshots[1:]:
-                started = time.perf_counter()
-                app.snapshot = snap
-                app._apply_snapshot()
-                # Compose the screen as a real refresh would (Textual's own compositor).
-                app.screen._compositor.render_update(full=True)
-                times.append(time.perf_counter() - started)
-                await pilot.pause()
-        return statistics.median(times) * 1000
 
-    for size in sizes:
-        results[f"{size[0]}x{size[1]}_ms"] = asyncio.run(measure(size))
-    return results
+async def frame_ms(snapshots: list, size: tuple[int, int]) -> float:
+    """The median time to apply each snapshot after the first and compose the screen."""
+    from tokenviz.ui.app import TokenvizApp
+    from tokenviz.worker.recording import RecordingWorker
+
+    app = TokenvizApp(RecordingWorker(snapshots[0]))
+    times = []
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause(0.2)
+        for snap in snapshots[1:]:
+            started = time.perf_counter()
+            app.snapshot = snap
+            app._apply_snapshot()
+            app.screen._compositor.render_update(full=True)  # compose as a real refresh would
+            times.append(time.perf_counter() - started)
+            await pilot.pause()
+    return statistics.median(times) * 1000
 
 
 def cold_start(timeout: float = 60) -> dict:

@@ -24,7 +24,7 @@ def test_bench_measures_run_on_a_tiny_model(tmp_path):
     assert peak["model_run_peak_gb"] > 0 and peak["engine_run_peak_gb"] > 0
     frames = bench.frame(loaded, sizes=((80, 24),), steps=3)
     assert frames["80x24_ms"] > 0
-    ui = bench.ui_growth(loaded, long=300, short=50, steps=3)
+    ui = bench.ui_growth(loaded, long=300, short=50, steps=3, rounds=1)
     assert ui["300_ms"] > 0 and ui["50_ms"] > 0 and ui["ratio"] > 0
     shown = bench.app_autoplay(loaded, context=100, tokens=4)
     assert shown["headless_tok_s"] > 0 and shown["app_tok_s"] > 0 and shown["ratio"] > 0

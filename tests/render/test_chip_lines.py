@@ -66,3 +66,14 @@ def test_a_growing_journey_measures_only_its_new_chips():
     measured.clear()
     lines.update([*keys, 6000], 80)
     assert max(measured) == 6000 and len(measured) <= 80 // 7 + 1  # the last line only
+
+
+def test_a_new_look_lays_out_everything_again():
+    wide = {"on": False}
+    lines = ChipLines(lambda i: 6 if wide["on"] else 3)
+    keys = list(range(10))
+    lines.update(keys, 12, look="ids hidden")
+    assert lines.starts == [0, 4, 8]
+    wide["on"] = True  # the ids shown: every chip is wider, though no key changed
+    lines.update(keys, 12, look="ids shown")
+    assert lines.starts == fresh([6] * 10, 12) == [0, 2, 4, 6, 8]

@@ -59,7 +59,9 @@ async def test_the_attention_pane_shows_the_exact_rows_the_worker_computed_for_i
         assert view is not None and view.layer == app.layer and view.queries.stop == positions
         assert len(view.queries) == min(pane.rows_shown(), positions)
         exact = app.worker.session.attention(view.queries, [view.layer])[0]
-        assert np.array_equal(np.nan_to_num(view.weights, nan=0.0), exact)  # the future's weights are 0
+        # the future's weights are 0; rows kept from earlier snapshots were computed a few at a time,
+        # so they match to float32 rounding rather than bit for bit
+        np.testing.assert_allclose(np.nan_to_num(view.weights, nan=0.0), exact, rtol=0, atol=1e-6)
         assert "attends to" in shown(app, AttentionPane) and "computing" not in shown(app, AttentionPane)
         await pilot.press(*["left"] * 40, "left_square_bracket")  # the first token, another layer: new rows
         s = await settle(app, pilot)

@@ -12,20 +12,26 @@ class ChipLines:
     def __init__(self, cells: Callable[[int], int]):
         self.cells = cells  # a chip's width in cells, by index into the current chips
         self.width = 0
+        self.look: object = None
         self._keys: list[object] = []  # what each laid-out chip was (its id): a change re-lays from there
         self._widths: list[int] = []
         self.starts: list[int] = []  # the index of each line's first chip
 
-    def update(self, keys: Sequence[object], width: int) -> None:
-        """Lay out `keys` (one per chip) in lines of `width` cells, reusing what did not change."""
+    def update(self, keys: Sequence[object], width: int, look: object = None) -> None:
+        """Lay out `keys` (one per chip) in lines of `width` cells, reusing what did not change;
+        a change of `look` (what else sets a chip's width) lays out everything again."""
         width = max(width, 1)
         same = 0
-        if width == self.width:
-            limit = min(len(keys), len(self._keys))
-            while same < limit and keys[same] == self._keys[same]:
-                same += 1
+        if width == self.width and look == self.look:
+            old = self._keys
+            if len(keys) >= len(old) and keys[: len(old)] == old:  # the usual frame: the journey grew
+                same = len(old)
+            else:
+                limit = min(len(keys), len(old))
+                while same < limit and keys[same] == old[same]:
+                    same += 1
         else:
-            self.width = width
+            self.width, self.look = width, look
         # Re-lay from the line before the one holding the first changed chip: a changed first chip of
         # a line may now fit at the end of the line before; earlier lines cannot change.
         line = max(bisect_right(self.starts, same) - 2, 0) if self.starts and same else 0

@@ -7,6 +7,8 @@ is a shade glyph instead, for the larger of its two rows.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from rich.segment import Segment
 from rich.style import Style
@@ -34,20 +36,23 @@ def heatmap_lines(
     if idx.shape[0] % 2:
         idx = np.vstack([idx, np.full((1, idx.shape[1]), -1, dtype=idx.dtype)])
     palette = colors + [masked]  # index -1 picks `masked`
-    styles: dict[tuple[int, int], Style] = {}
     lines = []
     for top, bottom in zip(idx[0::2], idx[1::2]):
         segments: list[Segment] = []
         for a, b in zip(top.tolist(), bottom.tolist()):
-            style = styles.get((a, b))
-            if style is None:
-                style = styles[(a, b)] = Style(color=palette[a], bgcolor=palette[b])
+            style = _style(palette[a], palette[b])
             if segments and segments[-1].style is style:
                 segments[-1] = Segment(segments[-1].text + UPPER_HALF, style)
             else:
                 segments.append(Segment(UPPER_HALF, style))
         lines.append(segments)
     return lines
+
+
+@functools.lru_cache(maxsize=8192)
+def _style(color: str, bgcolor: str) -> Style:
+    """One Style per pair of colours, kept across frames (a long context has one per cell)."""
+    return Style(color=color, bgcolor=bgcolor)
 
 
 def shade_lines(matrix: np.ndarray, gamma: float = 0.5) -> list[list[Segment]]:

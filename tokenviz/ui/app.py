@@ -110,7 +110,8 @@ class TokenvizApp(App):
         super().__init__(ansi_color=True if "NO_COLOR" in os.environ else None)
         self.worker = worker
         self.fatal_error: str | None = None
-        self.snapshot: Snapshot | None = None
+        self.snapshot: Snapshot | None = None  # the newest from the worker
+        self.snapshot_drawn: Snapshot | None = None  # the one on screen
         self._layer_chosen = False
         self._repaint_scheduled = False
         self._inspect_requested: tuple[int, int] | None = None
@@ -194,8 +195,9 @@ class TokenvizApp(App):
     def _frame_delay(self, s: Snapshot) -> float:
         """While autoplay runs, frames are spaced so drawing takes at most UI_SHARE of the time: on a
         machine with few cores every frame drawn is time the model does not get."""
-        if not s.playing or s.pace_s:  # at a set pace the engine waits between steps: draw each
-            return 0.0
+        drawn = self.snapshot_drawn
+        if not s.playing or s.pace_s or drawn is None or not drawn.playing:  # (a set pace: the engine waits)
+            return 0.0  # autoplay starting or ending is shown at once
         return max(self._frame_cost / UI_SHARE - (time.perf_counter() - self._frame_started), 0.0)
 
     def _measure_frame(self, seconds: float) -> None:
@@ -204,7 +206,7 @@ class TokenvizApp(App):
 
     def _apply_snapshot(self) -> None:
         self._repaint_scheduled, self._frame_timer = False, None
-        s = self.snapshot
+        s = self.snapshot_drawn = self.snapshot
         if s is None:
             return
         started = self._frame_started = time.perf_counter()

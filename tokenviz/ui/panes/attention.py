@@ -102,6 +102,7 @@ class AttentionPane(Pane, Widget):
         shades = self.app.no_color
         chips = s.chips
         labelled = -1
+        map_lines: list[list[Segment]] = []
         for r, segments in enumerate(heatmap_lines(matrix, colors, masked, shades=shades)):
             upper, lower = queries.start + (2 * r) // zoom, queries.start + (2 * r + 1) // zoom
             lower = min(lower, queries.stop - 1)
@@ -109,7 +110,7 @@ class AttentionPane(Pane, Widget):
             new = [q for q in (upper, lower) if q > labelled]  # a zoomed row is labelled once
             labelled = max(labelled, upper, lower)
             label = row_label(new, chips, has_cursor)
-            strips.append(Strip([Segment(label, cursor_style if has_cursor else dim), *segments]))
+            map_lines.append([Segment(label, cursor_style if has_cursor else dim), *segments])
         strips.append(Strip([Segment(" " * LABEL), Segment(key_axis(keys, chips, zoom_x), dim)]))
         strips.append(
             Strip(
@@ -133,7 +134,13 @@ class AttentionPane(Pane, Widget):
         scale = legend(colors, min(24, width - 12), shades=shades)
         strips.append(Strip([Segment("0 "), *scale, Segment(" 1  (√ scale)", dim)]))
         style = self.rich_style  # computed from the CSS on each access: once here, not once per line
-        self._strips = [strip.crop(0, width).apply_style(style) for strip in strips]
+        # The map's cells set both their colours; the pane's style goes under the labels and text only.
+        self._strips = [
+            Strip(line).crop(0, width).apply_style(style)
+            if shades
+            else Strip([Segment(line[0].text, style + line[0].style), *line[1:]]).crop(0, width)
+            for line in map_lines
+        ] + [strip.crop(0, width).apply_style(style) for strip in strips]
 
 
 def row_label(queries: list[int], chips, cursor: bool) -> str:

@@ -73,7 +73,7 @@ class TokensPane(BoxPane):
         width, rows = self.content_size.width, self.content_size.height
         if width <= 0 or rows <= 0:
             return
-        self._lines.update([(c.id, self.show_ids, s.prompt_len) for c in s.chips], width)
+        self._lines.update([c.id for c in s.chips], width, look=(self.show_ids, s.prompt_len))
         chip_rows = max(rows - 2, 1)  # then a line of the decoded text, and one of what comes next
         cursor = selection.cursor
         count = len(self._lines.starts)
