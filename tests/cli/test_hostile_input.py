@@ -83,3 +83,17 @@ def test_json_output_is_strict(monkeypatch, capsys, tiny_dir):
     code, out, _ = invoke(monkeypatch, capsys, "trace", "The cat", "--model", tiny_dir, "--steps", "2", "--json")
     assert code == 0
     json.loads(out, parse_constant=lambda name: pytest.fail(f"non-standard JSON constant {name}"))
+
+
+def test_a_model_whose_output_is_not_a_number_is_reported_never_chosen(monkeypatch, capsys, tmp_path):
+    """Damaged weights (here every output weight NaN): one line, exit 2, and no token."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    directory = save_tiny(tmp_path / "nan", "llama", context=64)
+    model = AutoModelForCausalLM.from_pretrained(directory)
+    with torch.no_grad():
+        model.lm_head.weight.fill_(float("nan"))
+    model.save_pretrained(directory)
+    code, out, err = invoke(monkeypatch, capsys, "trace", "hi", "--model", directory, "--steps", "2", "--json")
+    assert code == 2 and "not a number" in one_error(err) and out == ""

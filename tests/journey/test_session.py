@@ -325,3 +325,19 @@ def test_chips_are_kept_between_calls_and_equal_fresh_ones(tiny_llama):
     assert s.chips() == fresh()
     s.start("another prompt")
     assert s.chips() == fresh() and s.chips()[0] is not first[0]
+
+
+def test_a_step_whose_output_is_not_a_number_leaves_the_journey_as_it_was(tiny_llama):
+    s = make(tiny_llama, temperature=0)
+    s.start(PROMPT)
+    s.step()
+    ids, pending, kv = list(s.ids), s.pending, s.runner.kv_len
+    head = s.runner.model.lm_head
+    hook = head.register_forward_hook(lambda module, args, out: out.fill_(float("nan")))
+    try:
+        with pytest.raises(TokenvizError, match="not a number"):
+            s.step()
+    finally:
+        hook.remove()
+    assert s.ids == ids and s.pending is pending and s.runner.kv_len == kv
+    assert s.step() is not None  # and it goes on once the model computes numbers again

@@ -22,6 +22,7 @@ from transformers import (
     TopPLogitsWarper,
 )
 
+from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.records import PRESENCE_FREQUENCY, REPETITION, Candidate, Decision, DecisionMode, Stage
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.model.transfer import DeviceTimer, ids_to_device, to_host
@@ -48,6 +49,12 @@ class PresenceFrequencyPenalty(LogitsProcessor):
         counts.index_add_(0, ids, torch.ones(len(self.generated_ids), dtype=scores.dtype, device=scores.device))
         penalised = scores - self.presence * (counts > 0).to(scores.dtype) - self.frequency * counts
         return penalised  # type: ignore[return-value]  # (transformers types processors with FloatTensor)
+
+
+NOT_A_NUMBER = (
+    "the model's output here is not a number (NaN or infinite logits), so no token can be chosen: its weights "
+    "may be damaged, or the dtype overflows (try --dtype float32)"
+)
 
 
 def build_stages(settings: SamplingSettings, generated_ids: Sequence[int]) -> list[tuple[str, str, LogitsProcessor]]:
@@ -207,6 +214,7 @@ def decide_on_device(
             raw[chosen].double(),
             low,
             high,
+            torch.isfinite(logits).all().double(),  # (read with the rest: no extra wait for the device)
         ]
     )
     tensors = {
@@ -234,7 +242,9 @@ class PendingDecision:
         watch_all = host["decision.watch"].tolist()
         first = [i for i, token in enumerate(watch_all) if token not in watch_all[:i]]
         watch_ids = [watch_all[i] for i in first]
-        chosen, chosen_prob, chosen_rank, raw_rank, raw_prob, low, high = host["decision.scalars"].tolist()
+        chosen, chosen_prob, chosen_rank, raw_rank, raw_prob, low, high, finite = host["decision.scalars"].tolist()
+        if not finite:
+            raise TokenvizError(NOT_A_NUMBER)
         w = len(watch_all)
         stages = tuple(
             Stage(
