@@ -1,5 +1,5 @@
 """The command line: `tokenviz [PROMPT]` opens the app, `tokenviz trace` runs headless,
-`tokenviz replay` opens a saved journey."""
+`tokenviz score` scores a text, `tokenviz replay` opens a saved journey."""
 
 from tokenviz.cli.commands import run
 

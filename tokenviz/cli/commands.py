@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 DEFAULT_PROMPT = "The Eiffel Tower is located in"
 DEFAULT_QUESTION = "What is the capital of France?"  # the first prompt with --chat
-QUIT_WAIT_S = 1.0  # how long quitting waits for the engine thread to finish its forward pass
+QUIT_WAIT_S = 0.1  # how long quitting waits for the engine thread; exit_now then ends it mid-pass
 Theme = Annotated[str, typer.Option(help="Colour theme (see themes/).")]
 
 
@@ -71,6 +71,7 @@ app_cli = _typer()
 
 @app_cli.command(
     epilog="Headless: [bold]tokenviz trace PROMPT --steps N [--json][/] (tokenviz trace --help). "
+    "Score a text: [bold]tokenviz score TEXT [--json][/]. "
     "A saved journey: [bold]tokenviz replay FILE[/] (tokenviz replay --help)."
 )
 @sampling_options()
@@ -217,6 +218,43 @@ def print_document(document: dict, as_json: bool) -> None:
         print_table(document, Console())
 
 
+# ---- tokenviz score TEXT: how likely the model finds a text -----------------------------------------
+
+score_cli = _typer()
+
+
+@score_cli.command()
+def score(
+    text: Annotated[str, typer.Argument(help="The text to score.")],
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    model: Model = None,
+    device: Device = "auto",
+    dtype: Dtype = "auto",
+    trust_remote_code: TrustRemoteCode = False,
+    chat: Chat = False,
+    system: System = None,
+) -> None:
+    """Score a text: each token's log-probability, probability and rank, the entropy and top
+    candidates there, the total log-probability and the perplexity (one forward pass)."""
+    from tokenviz.cli.table import print_score
+    from tokenviz.journey.score import score_text
+    from tokenviz.journey.session import Session
+    from tokenviz.model.loading import load_model
+    from tokenviz.model.runner import ModelRunner
+
+    try:
+        check_chat(chat, system)
+        with stderr_progress() as progress:
+            loaded = load_model(model, device, dtype, trust_remote_code, progress)
+            document = score_text(Session(ModelRunner(loaded)), text, chat=chat, system=system)
+    except TokenvizError as exc:
+        fail(str(exc))
+    if as_json:
+        print_document(document, as_json=True)
+    else:
+        print_score(document, Console())
+
+
 # ---- tokenviz replay FILE: a saved journey ------------------------------------------------------
 
 replay_cli = _typer()
@@ -274,11 +312,13 @@ def verify_recording(journey: "Journey", model: str | None, device: str, dtype: 
 
 
 def run() -> None:
-    """Entry point: route `trace` and `replay` to their own commands, everything else to the app."""
+    """Entry point: route `trace`, `replay` and `score` to their own commands, everything else to the app."""
     args = sys.argv[1:]
     if args and args[0] == "trace":
         trace_cli(args=args[1:], prog_name="tokenviz trace")
     elif args and args[0] == "replay":
         replay_cli(args=args[1:], prog_name="tokenviz replay")
+    elif args and args[0] == "score":
+        score_cli(args=args[1:], prog_name="tokenviz score")
     else:
         app_cli(args=args, prog_name="tokenviz")

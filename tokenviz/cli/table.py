@@ -1,4 +1,5 @@
-"""The trace document as a table on the terminal (`tokenviz trace` without --json).
+"""The trace and score documents as tables on the terminal (`tokenviz trace` and `tokenviz score`
+without --json).
 
 Model output and the prompt are plain text here, never Rich markup: a piece such as "[/]" prints as
 typed. A beam or speculation document lists its output tokens (its own JSON holds the details).
@@ -67,3 +68,36 @@ def _steps(steps: list[dict[str, Any]]) -> Table:
             f"{s['ms']['forward']:.1f}",
         )
     return table
+
+
+def print_score(doc: dict[str, Any], console: Console) -> None:
+    """One row per scored token, then the total log-probability and the perplexity."""
+    from tokenviz.render.units import probability
+
+    m = doc["model"]
+    console.print(Text(safe_text(f"{m['name']} · {m['device']} · {m['dtype']}"), style="bold"))
+    first = doc["first"]
+    console.print(Text(f"first token {visible(first['text'])} ({first['id']}) is read, not predicted", style="dim"))
+    table = Table(header_style="bold")
+    for name in ("#", "token", "id", "logprob", "p", "rank", "entropy", "the model's top 3 there"):
+        table.add_column(name, justify="right" if name in ("#", "id", "logprob", "p", "rank", "entropy") else "left")
+    for t in doc["tokens"]:
+        top = "  ".join(f"{visible(c['text'])} {probability(c['prob'])}" for c in t["top"][:3])
+        table.add_row(
+            str(t["index"]),
+            Text(visible(t["text"]), style="dim" if t.get("template") else ""),
+            str(t["id"]),
+            f"{t['logprob']:.3f}",
+            probability(t["prob"]),
+            str(t["rank"]),
+            f"{t['entropy']:.2f}",
+            Text(top),
+        )
+    console.print(table)
+    console.print(
+        Text(
+            f"total log-probability {doc['logprob']:.3f} over {len(doc['tokens'])} tokens · "
+            f"perplexity {doc['perplexity']:.3f}",
+            style="bold",
+        )
+    )

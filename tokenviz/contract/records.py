@@ -100,11 +100,18 @@ class PromptPrediction:
     next_text: str
     next_prob: float
     next_rank: int  # 1-based
+    # The natural log of next_prob, computed as a log-softmax (exact where the probability is tiny);
+    # journey files do not keep it, so it is not part of a prediction's identity.
+    next_logprob: float | None = field(default=None, compare=False)
+
+    @property
+    def logprob(self) -> float:
+        return self.next_logprob if self.next_logprob is not None else math.log(max(self.next_prob, 1e-300))
 
     @property
     def surprisal(self) -> float:
         """-log2 of the next token's probability, in bits."""
-        return -math.log2(max(self.next_prob, 1e-300))
+        return -self.logprob / math.log(2)
 
 
 @dataclass(frozen=True)

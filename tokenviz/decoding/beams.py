@@ -90,11 +90,7 @@ def beam_search(
                     )
                     for j in range(keep)
                 ),
-                texts=tuple(
-                    "".join(runner.piece(t) for t in ids)
-                    for ids, sc in zip(running, scores.tolist())
-                    if sc > PRUNED / 2
-                ),
+                texts=tuple("".join(runner.piece(t) for t in ids) for ids, _ in alive),
             )
         )
         if last or (

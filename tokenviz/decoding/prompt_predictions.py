@@ -17,14 +17,15 @@ from tokenviz.contract.records import Candidate, PromptPrediction
 from tokenviz.model.transfer import ids_to_device
 
 TOP = 5  # candidates kept per prompt position
-KEYS = ("ids", "logits", "probs", "entropy", "next_prob", "next_rank")
+KEYS = ("ids", "logits", "probs", "entropy", "next_prob", "next_rank", "next_logprob")
 
 
 def predict_positions(
     position_logits: torch.Tensor, next_ids: Sequence[int], top: int = TOP
 ) -> dict[str, torch.Tensor]:
     """On the logits' device: for the first len(next_ids) positions, the raw top candidates, the
-    entropy in bits, and the probability and 1-based rank of `next_ids[i]` after position i."""
+    entropy in bits, and the probability, 1-based rank and log-probability of `next_ids[i]` after
+    position i."""
     m = len(next_ids)
     logits = position_logits[:m].float()
     probs = torch.softmax(logits, -1)
@@ -38,6 +39,7 @@ def predict_positions(
         "entropy": (torch.special.entr(probs).sum(-1) / math.log(2)).double(),  # -p ln p, 0 where p is 0
         "next_prob": next_prob.double(),
         "next_rank": torch.gt(probs, next_prob[:, None]).sum(-1, dtype=torch.int32) + 1,  # int32: twice as fast
+        "next_logprob": (logits.gather(1, following[:, None])[:, 0] - torch.logsumexp(logits, -1)).double(),
     }
 
 
@@ -51,7 +53,9 @@ def read(
 ) -> tuple[PromptPrediction, ...]:
     """The predictions, from the host copies of `join`'s tensors."""
     ids, logits, probs = (host[f"prompt.{k}"].tolist() for k in ("ids", "logits", "probs"))
-    entropy, next_prob, next_rank = (host[f"prompt.{k}"].tolist() for k in ("entropy", "next_prob", "next_rank"))
+    entropy, next_prob, next_rank, next_logprob = (
+        host[f"prompt.{k}"].tolist() for k in ("entropy", "next_prob", "next_rank", "next_logprob")
+    )
     return tuple(
         PromptPrediction(
             position=p,
@@ -63,6 +67,7 @@ def read(
             next_text=piece(prompt_ids[p + 1]),
             next_prob=next_prob[p],
             next_rank=int(next_rank[p]),
+            next_logprob=next_logprob[p],
         )
         for p in range(len(next_prob))
     )

@@ -144,8 +144,9 @@ def _cache_is_fresh(directory: Path, gguf: Path) -> bool:
         return False
 
 
-class CacheNotWritable(Exception):
-    """The model cache cannot be written; the reason is the message."""
+class CacheNotWritable(ModelLoadError):
+    """The model cache cannot be written; the reason is the message (where nothing else can be
+    done, as when a damaged cache cannot be rebuilt, it reaches the user as it is)."""
 
 
 def ensure_converted(gguf: Path, directory: Path, progress: Progress, rebuild: bool = False) -> None:

@@ -459,5 +459,5 @@ class TokenvizApp(App):
         self.call_from_thread(self.notify, f"saved {svg_path}", title="export")
 
     async def action_quit(self) -> None:
-        self.worker.stop(timeout=0.2)
+        self.worker.stop(timeout=0)  # ask it to stop; the command line ends the process (cli.exit_now)
         self.exit()

@@ -1,6 +1,6 @@
 """The command palette: every keyed command, the palette-only ones (from the key table) and the
-theme picker. It is the app's only provider, so the
-palette opens on tokenviz's own commands, in the key table's order, each listed once."""
+theme picker. It is the app's only provider, so the palette opens on tokenviz's own commands, in
+the key table's order, each listed once."""
 
 from __future__ import annotations
 

@@ -201,7 +201,7 @@ KEYS: tuple[KeyRow, ...] = (
         (Press("M", "view('model')", palette="View: model info"),),
     ),
     KeyRow("?", "help: what each pane shows", (Press("question_mark", "help", "help", "Help: what each pane shows"),)),
-    KeyRow("ctrl+p", "command palette: tokenviz's commands first, then themes and Textual's own"),
+    KeyRow("ctrl+p", "command palette: every command above in this order, the palette-only ones, and the theme picker"),
     KeyRow("q, ctrl+c", "quit (also mid-step)", (Press("q", "quit", "quit"), Press("ctrl+c", "quit"))),
 )
 

@@ -41,6 +41,3 @@ class AttentionRows:
         for i, q in enumerate(queries):
             weights[:, i, : q + 1] = self._rows[q]
         return AttentionView(layer=layer, queries=queries, weights=weights)
-
-    def forget(self) -> None:
-        self._layer, self._ids, self._rows = -1, [], {}

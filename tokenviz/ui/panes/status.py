@@ -40,7 +40,7 @@ class StatusLine(Static):
         items += [(5, s.info.name), (1, s.info.device), (1, s.info.dtype)]
         width = self.content_size.width or 10**6  # not laid out yet: keep everything
         while items and cell_len(state) + sum(cell_len(t) + 3 for _, t in items) > width:
-            items.remove(max(items, key=lambda item: item[0]))  # the last of the lowest priority
+            items.remove(max(items, key=lambda item: item[0]))  # the least important goes first
         text.append(state, style="bold")
         text.append("".join(f" · {t}" for _, t in items))
         self.update(text)
