@@ -121,3 +121,15 @@ async def wait_for(predicate, pilot, timeout: float = 10.0) -> None:
 
 
 __all__ = ["PROMPT", "asyncio", "frozen_recording", "frozen_snapshot", "make_app", "settle", "wait_for"]
+
+
+async def enter_prompt(app: TokenvizApp, pilot, text: str) -> None:
+    """Open the prompt editor with e, write `text` and start it with ctrl+s (chat as the editor offers)."""
+    from textual.widgets import TextArea
+
+    from tokenviz.ui.screens import PromptScreen
+
+    await pilot.press("e")
+    await wait_for(lambda: isinstance(app.screen, PromptScreen), pilot)
+    app.screen.query_one(TextArea).text = text
+    await pilot.press("ctrl+s")

@@ -4,7 +4,7 @@ import time
 
 import numpy as np
 import pytest
-from apptools import PROMPT, burst, make_app, settle, wait_for
+from apptools import PROMPT, burst, enter_prompt, make_app, settle, wait_for
 from textual.command import CommandPalette
 from textual.widgets import Checkbox, OptionList, TextArea
 from tiny import tiny_model
@@ -157,10 +157,7 @@ async def test_e_edits_the_prompt_and_bad_prompts_keep_the_journey():
         s = await settle(app, pilot)
         assert s.chips == before.chips  # nothing lost
         assert any("at most 32" in n.message for n in app._notifications)
-        await pilot.press("e")
-        await wait_for(lambda: isinstance(app.screen, PromptScreen), pilot)
-        app.screen.query_one(TextArea).text = "Hello world"
-        await pilot.press("ctrl+s")
+        await enter_prompt(app, pilot, "Hello world")
         s = await settle(app, pilot)
         assert s.prompt == "Hello world" and len(s.chips) == s.prompt_len
         assert "".join(c.text for c in s.chips) == "Hello world"
@@ -675,9 +672,6 @@ async def test_a_slow_command_shows_what_runs_at_once_and_tok_s_counts_steps_onl
         await pilot.press("v")
         await wait_for(lambda: app.snapshot.state == "verifying", pilot)
         await settle(app, pilot)
-        await pilot.press("e")
-        await wait_for(lambda: isinstance(app.screen, PromptScreen), pilot)
-        app.screen.query_one(TextArea).text = "Hello world"
-        await pilot.press("ctrl+s")
+        await enter_prompt(app, pilot, "Hello world")
         s = await settle(app, pilot)
         assert s.prompt == "Hello world" and s.tokens_per_s is None  # a new journey: no old figure

@@ -6,7 +6,7 @@ import itertools
 import time
 
 import pytest
-from apptools import frozen_recording, make_app, recorded_app, settle, text_of, wait_for
+from apptools import enter_prompt, frozen_recording, make_app, recorded_app, settle, text_of, wait_for
 from rich.color import ColorSystem
 from rich.text import Text
 from textual.widgets import Footer
@@ -215,9 +215,6 @@ async def test_u_shades_the_prompt_by_the_surprisal_the_prefill_computed():
 
 
 async def test_a_new_prompt_clears_every_view_of_the_old_run():
-    from textual.widgets import TextArea
-
-    from tokenviz.ui.screens import PromptScreen
 
     app = make_app(SamplingSettings(temperature=0), prompt="The cat sat on the mat. The cat sat on the")
     async with app.run_test(size=(160, 48)) as pilot:
@@ -229,10 +226,7 @@ async def test_a_new_prompt_clears_every_view_of_the_old_run():
         await pilot.press("v")
         await wait_for(lambda: app.snapshot.verification is not None, pilot)
         await settle(app, pilot)
-        await pilot.press("e")
-        await wait_for(lambda: isinstance(app.screen, PromptScreen), pilot)
-        app.screen.query_one(TextArea).text = "Hello world"
-        await pilot.press("ctrl+s")
+        await enter_prompt(app, pilot, "Hello world")
         s = await settle(app, pilot)
         assert s.prompt == "Hello world"
         assert (s.beams, s.speculation, s.verification, s.inspection, s.tokens_per_s) == (None,) * 5

@@ -1,11 +1,10 @@
 """A long prefill in the app: its progress shows at once, Escape cancels it and the journey stays."""
 
-from apptools import make_app, settle, wait_for
-from textual.widgets import ProgressBar, TextArea
+from apptools import enter_prompt, make_app, settle, wait_for
+from textual.widgets import ProgressBar
 
 from tokenviz.journey import session as session_module
 from tokenviz.ui.panes.status import StatusLine
-from tokenviz.ui.screens import PromptScreen
 
 LONG = "The cat sat on the mat. The dog sat on the log. " * 3
 
@@ -17,10 +16,7 @@ async def test_a_long_prefill_shows_progress_and_escape_cancels_it(monkeypatch):
         await settle(app, pilot)
         await pilot.press("space")
         before = await settle(app, pilot)
-        await pilot.press("e")
-        await wait_for(lambda: isinstance(app.screen, PromptScreen), pilot)
-        app.screen.query_one(TextArea).text = LONG
-        await pilot.press("ctrl+s")
+        await enter_prompt(app, pilot, LONG)
         await wait_for(lambda: app.snapshot.state == "prefilling" and app.snapshot.progress > 0.1, pilot)
         await pilot.pause(0.05)
         assert "prefilling:" in str(app.query_one(StatusLine).render())
