@@ -20,7 +20,7 @@ def score_text(session: Session, text: str, chat: bool = False, system: str | No
     predictions = session.records[0].prompt_predictions
     if not predictions:
         raise TokenvizError("the text is a single token: there is nothing to score after the first")
-    template = session.template
+    chips = session.chips()
     tokens = [
         {
             "index": p.position + 1,
@@ -31,15 +31,14 @@ def score_text(session: Session, text: str, chat: bool = False, system: str | No
             "rank": p.next_rank,
             "entropy": p.entropy,
             "top": [{"id": c.id, "text": c.text, "prob": c.prob} for c in p.top],
-            **({"template": True} if p.position + 1 < len(template) and template[p.position + 1] else {}),
+            **({"template": True} if chips[p.position + 1].is_template else {}),
         }
         for p in predictions
     ]
     total = sum(p.logprob for p in predictions)
-    first = session.prompt_ids[0]
     return {
         "model": session.runner.info.to_json(),
-        "first": {"id": first, "text": session.runner.piece(first)},  # read, never predicted
+        "first": {"id": chips[0].id, "text": chips[0].text},  # read, never predicted
         "tokens": tokens,
         "logprob": total,
         "perplexity": math.exp(-total / len(tokens)),

@@ -116,7 +116,6 @@ class TokenvizApp(App):
         self._repaint_scheduled = False
         self._inspect_requested: tuple[int, int] | None = None
         self._attention_requested: ShowAttention | None = None
-        self._live: bool | None = None
         self._frame_cost = 0.0  # seconds to draw a frame (a moving average), see _frame_delay
         self._frame_started = 0.0
         self._frame_timer: Timer | None = None
@@ -206,7 +205,8 @@ class TokenvizApp(App):
 
     def _apply_snapshot(self) -> None:
         self._repaint_scheduled, self._frame_timer = False, None
-        s = self.snapshot_drawn = self.snapshot
+        before, s = self.snapshot_drawn, self.snapshot
+        self.snapshot_drawn = s
         if s is None:
             return
         started = self._frame_started = time.perf_counter()
@@ -220,9 +220,8 @@ class TokenvizApp(App):
             bar.update(total=1.0, progress=s.progress)
         if s.info is not None and not self._layer_chosen:
             self.layer = s.info.layers - 1
-        if self._live is not s.live:  # a recording's footer leaves out the keys that need a model
-            self._live = s.live
-            self.refresh_bindings()
+        if before is None or before.live is not s.live:
+            self.refresh_bindings()  # a recording's footer leaves out the keys that need a model
         self.refresh_panes()
 
     def current_selection(self) -> Selection | None:

@@ -9,6 +9,8 @@ they stay apart on 256- and 16-colour terminals and without colour.
 
 from __future__ import annotations
 
+import functools
+
 from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
@@ -133,8 +135,9 @@ class TokensPane(BoxPane):
             return None
         bits = predictions[i - 1].surprisal
         level = round(min(bits / SURPRISAL_TOP_BITS, 1.0) * (SHADES - 1))
-        colors = ramp(list(self.colors.heatmap_stops), SHADES)
-        return Style(bgcolor=colors[level], color="black" if level > SHADES // 2 else "white")
+        return Style(
+            bgcolor=_shades(self.colors.heatmap_stops)[level], color="black" if level > SHADES // 2 else "white"
+        )
 
     @staticmethod
     def _decoded(full_text: str, width: int) -> Text:
@@ -157,3 +160,9 @@ class TokensPane(BoxPane):
         if s.stop_reason:
             return Text(f"■ stopped: {s.stop_reason}", Style(dim=True, bold=True))
         return Text("")
+
+
+@functools.lru_cache(maxsize=8)
+def _shades(stops: tuple[str, ...]) -> list[str]:
+    """The surprisal scale of a theme, built once (a frame asks for it once per prompt chip)."""
+    return ramp(list(stops), SHADES)
