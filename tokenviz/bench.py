@@ -33,7 +33,7 @@ from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
 from tokenviz.model.loading import LoadedModel, bundled_gguf, convert_gguf, gguf_cache_dir, load_model
 from tokenviz.model.runner import ModelRunner
-from tokenviz.worker.commands import Play
+from tokenviz.worker.commands import Play, Reset
 from tokenviz.worker.engine import EngineWorker
 
 PROMPT = "The Eiffel Tower is located in"
@@ -145,34 +145,70 @@ def autoplay_seconds(loaded, tokens: int, prompt: str = PROMPT) -> tuple[float, 
     return seconds, [c.id for c in last.chips[last.prompt_len :]]
 
 
-def app_autoplay(loaded, context: int = 2000, tokens: int = 32, rounds: int = 2) -> dict:
+class BurstClock(EngineWorker):
+    """An engine worker that notes when each autoplay burst ends, on the engine's own thread: the
+    model's pace, not how soon a poll sees it."""
+
+    def start(self, post) -> None:
+        self.ended, self.started, self.ended_at = threading.Event(), 0.0, 0.0
+
+        def noting(snapshot):
+            if snapshot.stop_reason and not snapshot.playing and not self.ended.is_set():
+                self.ended_at = time.perf_counter()
+                self.ended.set()
+            post(snapshot)
+
+        super().start(noting)
+
+    def begin(self) -> None:
+        """Call just before submitting Play."""
+        self.ended.clear()
+        self.started = time.perf_counter()
+
+    def seconds(self) -> float:
+        self.ended.wait()
+        return self.ended_at - self.started
+
+
+def app_autoplay(loaded, context: int = 2000, tokens: int = 16, rounds: int = 8) -> dict:
     """Autoplay at `context` tokens in the app, every pane drawn at 200x60, against headless
-    autoplay through the same engine thread: what showing it costs the model's pace (rounds
-    interleaved; medians)."""
+    autoplay through another engine thread on the same model. Bursts of `tokens` alternate between
+    the two, each from the same prefilled prompt, and the ratio is the median of the pairs' ratios:
+    this 2-core machine's pace drifts by a third between runs a minute apart."""
     from tokenviz.ui.app import TokenvizApp
 
     text = " ".join(["The Eiffel Tower is located in Paris, the capital of France."] * (context // 8))
     prompt = loaded.tokenizer.decode(loaded.tokenizer(text)["input_ids"][:context])
-
-    async def in_app() -> float:
-        settings = SamplingSettings(temperature=0, max_new_tokens=tokens)
-        app = TokenvizApp(EngineWorker(lambda progress: loaded, settings, prompt))
-        async with app.run_test(size=(200, 60)) as pilot:
-            while app.snapshot is None or app.snapshot.state not in ("ready", "error"):
-                await pilot.pause(0.05)
-            started = time.perf_counter()
-            app.submit(Play(on=True))
-            await pilot.pause(0.1)
-            while app.snapshot.playing or not app.snapshot.stop_reason:
-                await pilot.pause(0.1)  # (a short poll would itself cost the UI thread)
-            return time.perf_counter() - started
-
+    settings = SamplingSettings(temperature=0, max_new_tokens=tokens)
     headless, shown = [], []
-    for _ in range(rounds):
-        headless.append(autoplay_seconds(loaded, tokens, prompt)[0])
-        shown.append(asyncio.run(in_app()))
+
+    async def alternate() -> None:
+        bare = BurstClock(lambda progress: loaded, settings, prompt)
+        ready = threading.Event()
+        bare.start(lambda snapshot: snapshot.state == "ready" and ready.set())
+        app_worker = BurstClock(lambda progress: loaded, settings, prompt)
+        app = TokenvizApp(app_worker)
+        async with app.run_test(size=(200, 60)) as pilot:
+            while app.snapshot is None or app.snapshot.state not in ("ready", "error") or not ready.is_set():
+                await pilot.pause(0.05)
+            await pilot.pause(0.5)  # the first frame drawn
+            for _ in range(rounds):
+                bare.begin()
+                bare.submit(Play(on=True))
+                headless.append(bare.seconds())
+                bare.submit(Reset())  # back to the prompt, its prefill kept
+                app_worker.begin()
+                app.submit(Play(on=True))
+                await asyncio.to_thread(app_worker.ended.wait)
+                shown.append(app_worker.seconds())
+                app.submit(Reset())
+                await pilot.pause(0.3)  # the app draws the reset before the next burst
+        bare.stop()
+
+    asyncio.run(alternate())
     h, a = statistics.median(headless), statistics.median(shown)
-    return {"headless_tok_s": tokens / h, "app_tok_s": tokens / a, "ratio": h / a}
+    ratios = [h_i / a_i for h_i, a_i in zip(headless, shown, strict=True)]
+    return {"headless_tok_s": tokens / h, "app_tok_s": tokens / a, "ratios": ratios, "ratio": statistics.median(ratios)}
 
 
 def autoplay(loaded, bare, device, tokens: int, rounds: int = 3) -> dict:

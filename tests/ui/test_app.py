@@ -613,6 +613,19 @@ async def test_the_first_frame_shows_loading_progress_before_the_model_is_ready(
         assert s.state == "ready" and app.query_one("#loading", ProgressBar).has_class("-hidden")
 
 
+async def test_the_loading_bar_stops_animating_once_hidden():
+    from textual.widgets import ProgressBar
+    from textual.widgets._progress_bar import Bar
+
+    app = make_app()  # a loader that gives no fraction: the bar pulses while it loads
+    async with app.run_test(size=(120, 40)) as pilot:
+        bar = app.query_one("#loading", ProgressBar).query_one(Bar)
+        await settle(app, pilot)
+        await pilot.pause(0.1)
+        # Hidden, it must not animate: an indeterminate bar redraws the screen 15 times a second.
+        assert app.query_one("#loading").has_class("-hidden") and bar.auto_refresh is None
+
+
 async def test_number_keys_inside_the_prompt_change_nothing_and_say_why():
     app = make_app()
     async with app.run_test(size=(140, 40)) as pilot:

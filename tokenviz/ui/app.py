@@ -11,12 +11,14 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Sequence
 from datetime import datetime
 from typing import ClassVar
 
 from textual import events, on, work
 from textual.app import App, ComposeResult
 from textual.containers import Horizontal
+from textual.filter import LineFilter
 from textual.geometry import Size
 from textual.message import Message
 from textual.reactive import reactive
@@ -46,6 +48,7 @@ from tokenviz.ui.panes.tokens import TokensPane
 from tokenviz.ui.screens import HelpScreen, PromptChoice, PromptScreen
 from tokenviz.ui.selection import Selection
 from tokenviz.ui.themes import DEFAULT_THEME, load_themes
+from tokenviz.ui.truecolor import SkipTruecolor, skipping
 from tokenviz.worker.commands import (
     Adjust,
     Beams,
@@ -84,7 +87,7 @@ BEAM_WIDTH = 3  # the B key's width; the palette offers 2-8
 BEAM_STEPS = 10
 SPECULATION_STEPS = 16
 EXPORT_LOCK = threading.Lock()  # two quick exports pick their names one after the other
-UI_SHARE = 0.08  # during autoplay, the most of the time drawing frames may take
+UI_SHARE = 0.05  # during autoplay, the most of the time drawing frames may take
 MODEL_ACTIONS = model_actions()  # their keys are off in a recording
 QUIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # quit as q does: the terminal is left sane
 
@@ -119,10 +122,14 @@ class TokenvizApp(App):
         self._frame_cost = 0.0  # seconds to draw a frame (a moving average), see _frame_delay
         self._frame_started = 0.0
         self._frame_timer: Timer | None = None
+        self._truecolor: dict[int, SkipTruecolor] = {}
         self.beam_width = BEAM_WIDTH
         for t in load_themes().values():
             self.register_theme(t)
         self.theme = theme
+
+    def get_line_filters(self) -> Sequence[LineFilter]:
+        return skipping(list(super().get_line_filters()), self._truecolor)
 
     def compose(self) -> ComposeResult:
         yield ProgressBar(id="loading", show_eta=False)
@@ -202,6 +209,7 @@ class TokenvizApp(App):
     def _measure_frame(self, seconds: float) -> None:
         """A frame's whole cost, once the screen is composed (a moving average)."""
         self._frame_cost = 0.7 * self._frame_cost + 0.3 * seconds
+        self.worker.space_frames(self._frame_cost / UI_SHARE)
 
     def _apply_snapshot(self) -> None:
         self._repaint_scheduled, self._frame_timer = False, None
@@ -216,8 +224,11 @@ class TokenvizApp(App):
         bar = self.query_one("#loading", ProgressBar)
         busy = (s.info is None and s.state != "error") or s.state == "prefilling"
         bar.set_class(not busy, "-hidden")
-        if s.progress is not None:
-            bar.update(total=1.0, progress=s.progress)
+        # An indeterminate bar animates at 15 frames a second, hidden or not: only while busy.
+        if busy and s.progress is None:
+            bar.update(total=None)
+        else:
+            bar.update(total=1.0, progress=s.progress or 0.0)
         if s.info is not None and not self._layer_chosen:
             self.layer = s.info.layers - 1
         if before is None or before.live is not s.live:

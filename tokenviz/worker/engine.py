@@ -54,7 +54,8 @@ if TYPE_CHECKING:
     from tokenviz.contract.results import BeamResult, Inspection, Speculation, Verification
     from tokenviz.journey.session import Session
 
-FRAME_S = 1 / 60  # autoplay publishes at most one frame per FRAME_S (and always the last)
+FRAME_S = 1 / 60  # autoplay publishes at most one frame per FRAME_S (and always the last), unless
+# the app asks for fewer: see space_frames
 ALLOWED_WITHOUT_JOURNEY = (Start, Adjust, ShowAttention)
 BUSY: dict[type, EngineState] = {  # what the status line says while a command runs
     Step: "stepping",
@@ -100,6 +101,7 @@ class EngineWorker:
         self._warm_temperature = settings.temperature or DEFAULT_SETTINGS.temperature  # what greedy-off returns to
         self._start_error: str | None = None
         self._last_publish = 0.0
+        self._frame_s = FRAME_S
         self._last_snapshot: Snapshot | None = None
         self._inspection: Inspection | None = None
         self._verification: Verification | None = None
@@ -118,6 +120,11 @@ class EngineWorker:
     def submit(self, command: Command) -> None:
         self.submitted += 1
         self._queue.put(command)
+
+    def space_frames(self, seconds: float) -> None:
+        """During autoplay publish at most one frame per `seconds`: the app draws no more often, and
+        a snapshot nobody draws still costs the model its time (the attention rows, mostly)."""
+        self._frame_s = max(seconds, FRAME_S)
 
     def cancel(self) -> None:
         """Cancel a long prefill at its next chunk (the journey stays as it was)."""
@@ -161,7 +168,8 @@ class EngineWorker:
             if wait <= 0:
                 self._last_autostep = time.perf_counter()
                 error = self._do(Step(), autoplay=True)
-                if error or not self.playing or time.perf_counter() - self._last_publish >= FRAME_S:
+                due = self.pace_s or time.perf_counter() - self._last_publish >= self._frame_s  # (a pace: each)
+                if error or not self.playing or due:
                     self._publish(error=error)
                 return True
             try:  # a slow pace: wait for the next step, or a command

@@ -99,5 +99,8 @@ class RecordingWorker:
     def cancel(self) -> None:
         pass  # nothing runs
 
+    def space_frames(self, seconds: float) -> None:
+        pass  # nothing plays
+
     def stop(self, timeout: float = 0.0) -> bool:
         return True  # nothing runs
