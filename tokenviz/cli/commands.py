@@ -9,7 +9,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn, Optional
+from typing import TYPE_CHECKING, Annotated, NoReturn, Optional, cast
 
 import typer
 from rich.console import Console
@@ -29,6 +29,7 @@ from tokenviz.cli.options import (
     stderr_progress,
 )
 from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.results import ATTRIBUTION_METHODS, AttributionMethod
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.themes import DEFAULT_THEME, check_theme
 
@@ -141,6 +142,14 @@ def trace(
     lens: Annotated[
         bool, typer.Option("--lens", help="Add each step's logit lens (every layer's top tokens).")
     ] = False,
+    attribution: Annotated[
+        Optional[str],
+        typer.Option(
+            "--attribution",
+            help="Add to each step how much each earlier token led to its chosen token: loo (leave-one-out, "
+            "exact, one forward pass per token of context) or grad (gradient × input, one backward pass).",
+        ),
+    ] = None,
     save: Annotated[
         Optional[str], typer.Option("--save", help="Also write the replayable journey to this .json file.")
     ] = None,
@@ -172,8 +181,10 @@ def trace(
             raise TokenvizError(f"--steps must be at least 1, got {steps}")
         if beams is not None and not 2 <= beams <= 8:
             raise TokenvizError(f"--beams must be 2 to 8, got {beams}")
-        if (beams or speculate) and (save or lens):
-            raise TokenvizError("--beams and --speculate cannot be combined with --save or --lens")
+        if (beams or speculate) and (save or lens or attribution):
+            raise TokenvizError("--beams and --speculate cannot be combined with --save, --lens or --attribution")
+        if attribution is not None and attribution not in ATTRIBUTION_METHODS:
+            raise TokenvizError(f"--attribution must be loo or grad, got {attribution!r}")
         if beams and speculate:
             raise TokenvizError("choose --beams or --speculate, not both")
         if draft_model and not speculate:
@@ -189,6 +200,7 @@ def trace(
                 trust_remote_code=trust_remote_code,
                 progress=progress,
                 lens=lens,
+                attribution=cast(AttributionMethod | None, attribution),
                 save=save,
                 force=force,
                 beams=beams,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.results import AttributionMethod
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.beams import beam_search
 from tokenviz.decoding.speculation import make_drafter, speculative_decode
@@ -43,6 +44,17 @@ def add_lens(session: Session, document: dict[str, Any]) -> None:
     for step, inspection in zip(steps, inspections):
         step["lens"] = [row.to_json() for row in inspection.lens]
         step["lens_first_top1_layer"] = inspection.first_top1_layer
+
+
+def add_attribution(session: Session, document: dict[str, Any], method: AttributionMethod, progress: Progress) -> None:
+    """Each step gains the attribution of its chosen token to every token before it."""
+    chips = session.chips()
+    ids, texts = [c.id for c in chips], [c.text for c in chips]
+    steps = document["steps"]
+    first = len(session.prompt_ids) - 1
+    for i, step in enumerate(steps):
+        progress(f"attribution ({method}): step {i + 1} of {len(steps)}", i / len(steps))
+        step["attribution"] = session.attribute(first + i, method).to_json(texts, ids)
 
 
 def output_document(session: Session, prompt_ids: list[int], generated: list[int], **extra: Any) -> dict[str, Any]:
@@ -100,6 +112,7 @@ def run_trace(
     trust_remote_code: bool = False,
     progress: Progress = lambda message, fraction: None,
     lens: bool = False,
+    attribution: AttributionMethod | None = None,
     save: str | None = None,
     force: bool = False,
     beams: int | None = None,
@@ -126,6 +139,8 @@ def run_trace(
     document = journey_document(run_session(session, prompt, progress, chat, system))
     if lens:
         add_lens(session, document)
+    if attribution:
+        add_attribution(session, document, attribution, progress)
     if save:
         try:
             save_journey(save, snapshot_of(session), session.saved_attention(), document, replace=force)

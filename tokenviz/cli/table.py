@@ -51,10 +51,12 @@ def _steps(steps: list[dict[str, Any]]) -> Table:
         "top 3 (raw softmax)",
         "stages kept",
         "fwd ms",
+        *(("led most by (attribution)",) if "attribution" in steps[0] else ()),
     ):
         table.add_column(col, justify="right" if col in RIGHT else "left")
     for s in steps:
         draw = s["draw"]
+        led = [Text(_strongest(s["attribution"]))] if "attribution" in s else []
         table.add_row(
             str(s["index"]),
             Text(visible(s["chosen"]["text"])),
@@ -66,8 +68,15 @@ def _steps(steps: list[dict[str, Any]]) -> Table:
             Text("  ".join(f"{visible(t['text'])} {t['prob']:.2f}" for t in s["top"][:3])),
             Text(" → ".join(f"{st['name']} {st['kept']}" for st in s["stages"]) or "—"),
             f"{s['ms']['forward']:.1f}",
+            *led,
         )
     return table
+
+
+def _strongest(attribution: list[dict[str, Any]], n: int = 3) -> str:
+    """The n tokens with the largest attribution scores by size, signed."""
+    strongest = sorted(attribution, key=lambda a: -abs(a["score"]))[:n]
+    return "  ".join(f"{visible(a['text'])}@{a['position']} {a['score']:+.2f}" for a in strongest)
 
 
 def print_score(doc: dict[str, Any], console: Console) -> None:

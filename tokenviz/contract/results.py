@@ -1,5 +1,5 @@
 """What the engine's on-demand views compute, as plain data: the logit lens and residual stream,
-the cache check, branches, beam search and speculative decoding."""
+attribution, the cache check, branches, beam search and speculative decoding."""
 
 from __future__ import annotations
 
@@ -49,6 +49,30 @@ class Inspection:
             top1 = row.chosen_rank == 1
             first = (row.layer if first is None else first) if top1 else None
         return first
+
+
+AttributionMethod = Literal["loo", "grad"]
+ATTRIBUTION_METHODS: tuple[AttributionMethod, ...] = ("loo", "grad")  # leave-one-out, gradient × input
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """How much each earlier token led to the token that followed `position` (see model/attribution)."""
+
+    method: AttributionMethod
+    position: int  # the last position of the context: its next-token distribution is explained
+    target_id: int  # the token that followed
+    target_text: str
+    logprob: float  # the target's log-probability in the raw distribution after the whole context
+    scores: tuple[float, ...]  # one per position 0..position; positive: raised the target's log-probability
+
+    def to_json(self, texts: list[str], ids: list[int]) -> list[dict[str, Any]]:
+        """One entry per position: {"position", "id", "text", "score"}."""
+        return [{"position": p, "id": ids[p], "text": texts[p], "score": score} for p, score in enumerate(self.scores)]
+
+    def strongest(self, n: int) -> list[int]:
+        """The positions of the `n` largest scores by size, largest first."""
+        return sorted(range(len(self.scores)), key=lambda p: -abs(self.scores[p]))[:n]
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,15 @@ from typing import Literal
 
 from tokenviz.contract.attention import AttentionView
 from tokenviz.contract.records import ModelInfo, StepRecord, TokenChip
-from tokenviz.contract.results import BeamResult, BranchSummary, CacheEvent, Inspection, Speculation, Verification
+from tokenviz.contract.results import (
+    Attribution,
+    BeamResult,
+    BranchSummary,
+    CacheEvent,
+    Inspection,
+    Speculation,
+    Verification,
+)
 from tokenviz.contract.settings import SamplingSettings
 
 EngineState = Literal[
@@ -21,6 +29,7 @@ EngineState = Literal[
     "verifying",
     "searching beams",
     "speculating",
+    "attributing",
     "playing",
     "stopped",
     "error",
@@ -52,6 +61,7 @@ class Snapshot:
     attention: AttentionView | None = None  # the rows the attention pane asked for (see ShowAttention)
     handled: int = 0  # commands handled before this snapshot (tests wait on it)
     inspection: Inspection | None = None  # of the last inspected position
+    attribution: Attribution | None = None  # of the last attributed position
     verification: Verification | None = None  # of the last verify
     cache_event: CacheEvent | None = None  # of the last rewind or branch switch
     live: bool = True  # False for a recording: nothing can run the model

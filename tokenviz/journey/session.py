@@ -18,16 +18,18 @@ import torch
 from tokenviz.contract.attention import SavedAttention
 from tokenviz.contract.errors import Cancelled, PromptError, TokenvizError
 from tokenviz.contract.records import StepRecord, TokenChip
-from tokenviz.contract.results import BranchSummary, CacheEvent, Inspection
+from tokenviz.contract.results import Attribution, AttributionMethod, BranchSummary, CacheEvent, Inspection
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.prompt_predictions import join, predict_positions
 from tokenviz.decoding.prompt_predictions import read as read_predictions
 from tokenviz.decoding.sampling import decide, decide_on_device, summarise
 from tokenviz.files.journey_file import rows_to_save
 from tokenviz.journey.branches import Branch, BranchStore
-from tokenviz.journey.inspections import Inspections
+from tokenviz.journey.past_results import PastResults
 from tokenviz.journey.stops import stop_reason
+from tokenviz.model.attribution import attribute
 from tokenviz.model.chat import chat_ids
+from tokenviz.model.lens import inspect_positions
 from tokenviz.model.runner import Forward, ModelRunner
 from tokenviz.model.transfer import to_host
 
@@ -51,7 +53,8 @@ class Session:
         self.stop_reason: str | None = None
         self.last_cache_event: CacheEvent | None = None
         self.branches = BranchStore()  # other paths from the same prompt
-        self._inspections = Inspections()
+        self._inspections: PastResults[Inspection] = PastResults()
+        self._attributions: PastResults[Attribution] = PastResults()
         self._pending_logits: torch.Tensor | None = None
         self._prefill_logits: torch.Tensor | None = None
         self._chips: list[TokenChip] = []  # see chips()
@@ -284,10 +287,33 @@ class Session:
 
     def inspect(self, position: int) -> Inspection:
         """Embedding, residual norms and logit lens at `position` (cached: the past does not change)."""
+        context, chosen = self._past(position)
+        return self._inspections.get(
+            (context, chosen), lambda: inspect_positions(self.runner, list(context), [position], [chosen])[0]
+        )
+
+    def attribute(
+        self,
+        position: int,
+        method: AttributionMethod,
+        progress: Callable[[int, int], None] = lambda done, total: None,
+        cancelled: Callable[[], bool] = lambda: False,
+    ) -> Attribution:
+        """How much each token up to `position` led to the token that followed it (cached)."""
+        context, chosen = self._past(position)
+
+        def compute() -> Attribution:
+            logprob, scores = attribute(self.runner, list(context), chosen, method, progress, cancelled)
+            return Attribution(method, position, chosen, self.runner.piece(chosen), logprob, tuple(scores))
+
+        return self._attributions.get((context, chosen, method), compute)
+
+    def _past(self, position: int) -> tuple[tuple[int, ...], int]:
+        """The tokens up to `position` and the token that followed it (or is pending there)."""
         if not 0 <= position < self.runner.kv_len:
             raise TokenvizError(f"position {position} has not been through the model yet")
         chosen = self.ids[position + 1] if position + 1 < len(self.ids) else self.records[-1].decision.chosen_id
-        return self._inspections.get(self.runner, self.ids, position, chosen)
+        return tuple(self.ids[: position + 1]), chosen
 
     def attention(self, rows: range, layers: Sequence[int]) -> np.ndarray:
         """The exact attention weights of positions `rows` of the current path for `layers`:

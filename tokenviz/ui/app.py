@@ -27,11 +27,13 @@ from textual.widgets import ContentSwitcher, Footer, ProgressBar
 
 from tokenviz.contract.attention import HEAD_MODES, Head
 from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.results import AttributionMethod
 from tokenviz.contract.snapshot import Snapshot
 from tokenviz.files.atomic import free_name, write_file
 from tokenviz.ui.command_palette import TokenvizCommands
 from tokenviz.ui.keys import bindings, model_actions
 from tokenviz.ui.panes.attention import AttentionPane
+from tokenviz.ui.panes.attribution import AttributionPane, current_attribution
 from tokenviz.ui.panes.base import Pane, ScrollPane
 from tokenviz.ui.panes.beams import BeamPane
 from tokenviz.ui.panes.branches import BranchPane
@@ -51,6 +53,7 @@ from tokenviz.ui.themes import DEFAULT_THEME, load_themes
 from tokenviz.ui.truecolor import SkipTruecolor, skipping
 from tokenviz.worker.commands import (
     Adjust,
+    Attribute,
     Beams,
     BranchAt,
     Command,
@@ -74,6 +77,7 @@ from tokenviz.worker.commands import (
 # returns to attention.
 VIEWS = {
     "lens": LensPane,
+    "attribution": AttributionPane,
     "embedding": EmbeddingPane,
     "cache": CachePane,
     "timing": TimingPane,
@@ -118,6 +122,8 @@ class TokenvizApp(App):
         self._layer_chosen = False
         self._repaint_scheduled = False
         self._inspect_requested: tuple[int, int] | None = None
+        self._attribute_requested: Attribute | None = None
+        self.attribution_method: AttributionMethod = "loo"  # the A key's; the palette offers both
         self._attention_requested: ShowAttention | None = None
         self._frame_cost = 0.0  # seconds to draw a frame (a moving average), see _frame_delay
         self._frame_started = 0.0
@@ -251,12 +257,15 @@ class TokenvizApp(App):
         if selection is None:
             return
         current = self.query_one("#views", ContentSwitcher).current
+        tokens = self.query_one(TokensPane)
+        tokens.shade_by(current_attribution(selection) if current == "attribution" else None)
         with self.batch_update():
-            self.query_one(TokensPane).show(selection)
+            tokens.show(selection)
             self.query_one(f"#{current}", Pane).show(selection)
             self.query_one(NextTokenPane).show(selection)
             self.query_one(SamplingPane).show(selection)
         self._request_inspection(selection, current)
+        self._request_attribution(selection, current)
         self._request_attention(current)
 
     def _request_attention(self, current: str | None) -> None:
@@ -277,6 +286,17 @@ class TokenvizApp(App):
         if current_inspection(selection) is None and self._inspect_requested != (s.seq, selection.cursor):
             self._inspect_requested = (s.seq, selection.cursor)
             self.submit(Inspect(position=selection.cursor))
+
+    def _request_attribution(self, selection: Selection, current: str | None) -> None:
+        """The attribution view asks the engine for the token after the cursor, by the chosen method."""
+        s = selection.snapshot
+        if current != "attribution" or s.playing or not s.live or selection.following_id is None:
+            return
+        shown = current_attribution(selection)
+        request = Attribute(position=selection.cursor, method=self.attribution_method)
+        if (shown is None or shown.method != request.method) and self._attribute_requested != request:
+            self._attribute_requested = request
+            self.submit(request)
 
     def watch_layer(self) -> None:
         self.refresh_panes()
@@ -401,11 +421,18 @@ class TokenvizApp(App):
         return not (recording and action in MODEL_ACTIONS)
 
     def _open_view(self, name: str) -> None:
+        if name == "attribution":
+            self._attribute_requested = None  # (after an Escape, opening it again asks again)
         self.query_one("#views", ContentSwitcher).current = name
         self.refresh_panes()
 
     def action_view(self, name: str) -> None:
         self._open_view("attention" if self.query_one("#views", ContentSwitcher).current == name else name)
+
+    def action_attribution(self, method: AttributionMethod) -> None:
+        """The attribution view by `method` (the palette's two entries)."""
+        self.attribution_method = method
+        self._open_view("attribution")
 
     def action_beams(self, width: int | None = None) -> None:
         """Beam search from the current tokens (width 3, or the width chosen in the palette)."""

@@ -145,6 +145,12 @@ KEYS: tuple[KeyRow, ...] = (
         (Press("m", "view('embedding')", palette="View: embedding and position"),),
     ),
     KeyRow(
+        "A",
+        "attribution view: which earlier tokens led to the token after the cursor, strongest first, with the chips "
+        "shaded by it; leave-one-out (exact, one forward pass per token) or, from the palette, gradient × input",
+        (Press("A", "view('attribution')", palette="View: attribution"),),
+    ),
+    KeyRow(
         "c",
         "KV cache view: per layer heads × dims × tokens × bytes, bytes per token, growth, what the last rewind kept",
         (Press("c", "view('cache')", palette="View: KV cache"),),
@@ -213,6 +219,8 @@ PALETTE_ONLY: tuple[tuple[str, str], ...] = (
     ("Repetition penalty down", "adjust('repetition_penalty', -1)"),
     *((f"Beam search, width {w}", f"beams({w})") for w in range(2, 9)),
     ("Speculative decoding: prompt lookup", "speculate('prompt-lookup')"),
+    ("Attribution by gradient × input (one backward pass)", "attribution('grad')"),
+    ("Attribution by leave-one-out (exact)", "attribution('loo')"),
     ("Export an SVG screenshot", "export_svg"),
     ("Theme: choose a colour theme", "change_theme"),
 )

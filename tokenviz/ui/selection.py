@@ -39,3 +39,11 @@ class Selection:
     @property
     def is_pending(self) -> bool:
         return self.record is not None and self.record is self.snapshot.pending
+
+    @property
+    def following_id(self) -> int | None:
+        """The token that followed the cursor's (or is pending after it)."""
+        s = self.snapshot
+        if self.cursor + 1 < len(s.chips):
+            return s.chips[self.cursor + 1].id
+        return s.pending.decision.chosen_id if s.pending else None

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tokenviz.contract.attention import window
+from tokenviz.contract.results import AttributionMethod
 from tokenviz.contract.snapshot import Snapshot
 
 
@@ -81,6 +82,14 @@ class Inspect:
 
 
 @dataclass(frozen=True)
+class Attribute:
+    """Which tokens up to `position` led to the token after it (see tokenviz.model.attribution)."""
+
+    position: int
+    method: AttributionMethod = "loo"
+
+
+@dataclass(frozen=True)
 class Verify:
     """Recompute the latest step without the cache and compare."""
 
@@ -132,6 +141,7 @@ Command = (
     | Play
     | Pace
     | Inspect
+    | Attribute
     | Verify
     | Beams
     | Speculate

@@ -27,6 +27,7 @@ from tokenviz.files.journey_file import save_journey
 from tokenviz.worker.attention_rows import AttentionRows
 from tokenviz.worker.commands import (
     Adjust,
+    Attribute,
     Beams,
     BranchAt,
     Command,
@@ -51,7 +52,14 @@ from tokenviz.worker.loader import Loader
 from tokenviz.worker.snapshots import snapshot_of
 
 if TYPE_CHECKING:
-    from tokenviz.contract.results import BeamResult, Inspection, Speculation, Verification
+    from tokenviz.contract.results import (
+        Attribution,
+        AttributionMethod,
+        BeamResult,
+        Inspection,
+        Speculation,
+        Verification,
+    )
     from tokenviz.journey.session import Session
 
 FRAME_S = 1 / 60  # autoplay publishes at most one frame per FRAME_S (and always the last), unless
@@ -66,6 +74,7 @@ BUSY: dict[type, EngineState] = {  # what the status line says while a command r
     Verify: "verifying",
     Beams: "searching beams",
     Speculate: "speculating",
+    Attribute: "attributing",
 }
 
 
@@ -104,6 +113,7 @@ class EngineWorker:
         self._frame_s = FRAME_S
         self._last_snapshot: Snapshot | None = None
         self._inspection: Inspection | None = None
+        self._attribution: Attribution | None = None
         self._verification: Verification | None = None
         self._beams: BeamResult | None = None
         self._speculation: Speculation | None = None
@@ -268,13 +278,12 @@ class EngineWorker:
                 self._prefill(session, command)
                 self._prompt = command
                 self._step_times.clear()  # tok/s is the new journey's, and so is every view
-                self._inspection = self._verification = self._beams = self._speculation = None
+                self._inspection = self._attribution = self._verification = self._beams = self._speculation = None
             case _:
                 assert_never(command)
 
     def _look(self, command: Command, session: Session) -> None:
-        """A command that changes the settings, autoplay or what the views show. (The imports below
-        are deferred like _load's: they import torch, and this module is imported before the first frame.)"""
+        """A command that changes the settings, autoplay or what the views show."""
         match command:
             case Adjust(name=name, direction=direction):
                 if not session.settings.greedy:
@@ -290,8 +299,23 @@ class EngineWorker:
             case Pace(delta=delta):
                 index = PACES_S.index(self.pace_s) + delta
                 self.pace_s = PACES_S[min(max(index, 0), len(PACES_S) - 1)]
+            case ShowAttention():
+                self._attention_request = command if command.rows > 0 else None
+            case Save(path=path):
+                written = save_journey(path, snapshot_of(session), session.saved_attention())
+                self._notice = f"saved {written} (tokenviz replay {written})"
+            case _:
+                self._compute(command, session)
+
+    def _compute(self, command: Command, session: Session) -> None:
+        """A view computed on demand: an inspection, an attribution, a cache check, beams, speculation.
+        (The imports below are deferred like _load's: they import torch, and this module is imported
+        before the first frame.)"""
+        match command:
             case Inspect(position=position):
                 self._inspection = session.inspect(position)
+            case Attribute(position=position, method=method):
+                self._attribute(session, position, method)
             case Verify():
                 from tokenviz.journey.verification import verify_latest
 
@@ -309,13 +333,23 @@ class EngineWorker:
                 self._speculation = speculative_decode(
                     session.runner, session.ids, drafting, steps, session.settings, cancelled=self._cancelled
                 )
-            case ShowAttention():
-                self._attention_request = command if command.rows > 0 else None
-            case Save(path=path):
-                written = save_journey(path, snapshot_of(session), session.saved_attention())
-                self._notice = f"saved {written} (tokenviz replay {written})"
             case _:
                 raise TokenvizError(f"unknown command {command!r}")
+
+    def _attribute(self, session: Session, position: int, method: AttributionMethod) -> None:
+        """Attribute the token after `position`, showing leave-one-out's progress; Escape cancels."""
+
+        def progress(done: int, total: int) -> None:
+            if done < total:
+                self._progress = done / total
+                self._message = f"leaving out each token: {done} of {total} (Escape cancels)"
+                self._publish()
+
+        self._cancel.clear()
+        try:
+            self._attribution = session.attribute(position, method, progress, self._cancelled)
+        finally:
+            self._message, self._progress = "", None
 
     def _prefill(self, session: Session, prompt: Start) -> None:
         """Start `prompt`, showing the prefill's progress chunk by chunk; Escape or quitting cancels it."""
@@ -388,6 +422,7 @@ class EngineWorker:
             error=error,
             handled=self._handled,
             inspection=self._inspection,
+            attribution=self._attribution,
             verification=self._verification,
             beams=self._beams,
             speculation=self._speculation,

@@ -17,12 +17,7 @@ def current_inspection(selection: Selection):
     inspection = s.inspection
     if inspection is None or inspection.position != selection.cursor or selection.cursor >= len(s.chips):
         return None
-    following = (
-        s.chips[selection.cursor + 1].id
-        if selection.cursor + 1 < len(s.chips)
-        else (s.pending.decision.chosen_id if s.pending else None)
-    )
-    if inspection.token_id != s.chips[selection.cursor].id or inspection.chosen_id != following:
+    if inspection.token_id != s.chips[selection.cursor].id or inspection.chosen_id != selection.following_id:
         return None
     return inspection
 

@@ -16,6 +16,7 @@ from rich.style import Style
 from rich.text import Text
 
 from tokenviz.contract.records import TokenChip
+from tokenviz.contract.results import Attribution
 from tokenviz.contract.text import safe_text
 from tokenviz.render.chip_lines import ChipLines
 from tokenviz.render.colors import ramp
@@ -44,6 +45,8 @@ class TokensPane(BoxPane):
         self._lines = ChipLines(self._cells)
         self.show_ids = True  # the # key
         self.surprisal = False  # the u key: prompt chips shaded by how unexpected each token was
+        self.attribution: Attribution | None = None  # while the attribution view shows one: see shade_by
+        self._attribution_top = 1.0
 
     def _cells(self, index: int) -> int:
         chip = self._chips[index]
@@ -95,6 +98,8 @@ class TokensPane(BoxPane):
         n_gen = len(s.chips) - s.prompt_len
         lines = f" · lines {first + 1}-{min(first + chip_rows, count)} of {count}" if count > chip_rows else ""
         shading = f" · shaded by surprisal, 0-{SURPRISAL_TOP_BITS:g} bits (u)" if self.surprisal else ""
+        if self.attribution is not None:
+            shading = f" · shaded by attribution to position {self.attribution.position + 1}"
         self.border_subtitle = (
             f"{s.prompt_len} prompt · {n_gen} generated · cursor at position {cursor}{lines}{shading}"
         )
@@ -103,7 +108,7 @@ class TokensPane(BoxPane):
         chip, colors = self._chips[i], self.colors
         if i == self._prompt_len and i:
             text.append(GENERATION_MARK, Style(color=colors.chip_newest, bold=True))
-        shade = self._surprisal_shade(i)
+        shade = self._attribution_shade(i) or self._surprisal_shade(i)
         if shade is not None:
             style = shade
         elif chip.is_prompt:
@@ -133,8 +138,25 @@ class TokensPane(BoxPane):
         predictions = records[0].prompt_predictions if records else ()
         if i - 1 >= len(predictions):
             return None
-        bits = predictions[i - 1].surprisal
-        level = round(min(bits / SURPRISAL_TOP_BITS, 1.0) * (SHADES - 1))
+        return self._shade(predictions[i - 1].surprisal / SURPRISAL_TOP_BITS)
+
+    def _attribution_shade(self, i: int) -> Style | None:
+        """With the attribution view open: a chip's background by the size of its score, the
+        largest brightest."""
+        a = self.attribution
+        if a is None or i > a.position:
+            return None
+        return self._shade(abs(a.scores[i]) / self._attribution_top)
+
+    def shade_by(self, attribution: Attribution | None) -> None:
+        """Shade the chips by this attribution's scores (None: not)."""
+        if attribution is not self.attribution:
+            self.attribution = attribution
+            scores = attribution.scores if attribution else ()
+            self._attribution_top = max((abs(x) for x in scores), default=0.0) or 1.0
+
+    def _shade(self, fraction: float) -> Style:
+        level = round(min(max(fraction, 0.0), 1.0) * (SHADES - 1))
         return Style(
             bgcolor=_shades(self.colors.heatmap_stops)[level], color="black" if level > SHADES // 2 else "white"
         )

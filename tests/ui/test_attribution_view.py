@@ -1,0 +1,50 @@
+"""The attribution view: A explains the token after the cursor, strongest first, shades the chips
+by it and follows the cursor; the palette switches to gradient × input; a recording says why not."""
+
+import pytest
+from apptools import frozen_recording, make_app, recorded_app, settle, wait_for
+
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.ui.panes.tokens import TokensPane
+
+
+async def test_a_explains_the_token_after_the_cursor_and_shades_the_chips():
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=20))
+    async with app.run_test(size=(120, 36)) as pilot:
+        s = await settle(app, pilot)
+        await pilot.press("A")
+        await wait_for(lambda: app.snapshot.attribution is not None, pilot)
+        await settle(app, pilot)
+        a = app.snapshot.attribution
+        cursor = app.current_selection().cursor
+        assert a.method == "loo" and a.position == cursor and a.target_id == s.pending.decision.chosen_id
+        shown = str(app.query_one("#attribution").body.render())
+        strongest = a.strongest(1)[0]
+        assert "why" in shown and "leave-one-out" in shown and f"@{strongest}" in shown
+        tokens = app.query_one(TokensPane)
+        assert tokens.attribution is a and "shaded by attribution" in str(tokens.border_subtitle)
+        await pilot.press("left")  # the cursor moves: the token after it is explained instead
+        await wait_for(lambda: app.snapshot.attribution.position == cursor - 1, pilot)
+        await app.run_action("attribution('grad')")
+        await wait_for(lambda: app.snapshot.attribution.method == "grad", pilot)
+        await settle(app, pilot)
+        assert "gradient × input" in str(app.query_one("#attribution").body.render())
+        await pilot.press("A")  # again: back to the attention map, and the chips lose the shading
+        await settle(app, pilot)
+        assert app.query_one("#views").current == "attention" and tokens.attribution is None
+
+
+async def test_a_recording_says_attribution_needs_the_model():
+    app = recorded_app(frozen_recording(steps=3))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("A")
+        await pilot.pause(0.2)
+        assert "this view needs the model" in str(app.query_one("#attribution").body.render())
+
+
+@pytest.mark.parametrize("method", ["loo", "grad"])
+def test_both_methods_are_offered_in_the_palette(method):
+    from tokenviz.ui.keys import PALETTE_ONLY
+
+    assert any(action == f"attribution('{method}')" for _, action in PALETTE_ONLY)

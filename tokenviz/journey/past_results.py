@@ -1,0 +1,26 @@
+"""Results about the journey's past (inspections, attributions), each computed once.
+
+The past of a journey never changes, so a result is keyed by the tokens up to its position, the
+token that followed and what was asked; the newest 64 are kept.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
+
+KEEP = 64
+T = TypeVar("T")
+
+
+class PastResults(Generic[T]):
+    def __init__(self) -> None:
+        self._cache: OrderedDict[Hashable, T] = OrderedDict()
+
+    def get(self, key: Hashable, compute: Callable[[], T]) -> T:
+        if key not in self._cache:
+            self._cache[key] = compute()
+            while len(self._cache) > KEEP:
+                self._cache.popitem(last=False)
+        return self._cache[key]

@@ -1,0 +1,66 @@
+"""Attribution pane: which earlier tokens led to the token after the cursor, strongest first."""
+
+from __future__ import annotations
+
+import math
+
+from rich.style import Style
+from rich.text import Text
+
+from tokenviz.contract.results import Attribution
+from tokenviz.render.bars import bar
+from tokenviz.render.columns import cell
+from tokenviz.render.pieces import visible
+from tokenviz.render.units import probability
+from tokenviz.ui.panes.base import ScrollPane, pending_note
+from tokenviz.ui.selection import Selection
+
+EXPLAINED = {
+    "loo": "leave-one-out: the change in log p when that one token is taken out (exact; one forward pass a token)",
+    "grad": "gradient × input: the first-order change in log p from each token's embedding (one backward pass)",
+}
+
+
+def current_attribution(selection: Selection) -> Attribution | None:
+    """The snapshot's attribution if it explains the token after the cursor in this journey, else None."""
+    a = selection.snapshot.attribution
+    if a is None or a.position != selection.cursor or a.target_id != selection.following_id:
+        return None
+    chips = selection.snapshot.chips
+    return a if len(a.scores) == selection.cursor + 1 <= len(chips) else None
+
+
+class AttributionPane(ScrollPane):
+    TITLE = "attribution"
+    DEFAULT_CSS = """
+    AttributionPane > .body { text-wrap: nowrap; text-overflow: clip; }
+    AttributionPane > .body.-note { text-wrap: wrap; }
+    """
+
+    def draw(self, selection: Selection) -> None:
+        body = self.body
+        a = current_attribution(selection)
+        body.set_class(a is None, "-note")
+        if a is None:
+            waiting = "attributing the token after the cursor…"
+            if selection.snapshot.playing:
+                waiting = "this view is computed when autoplay pauses"
+            body.update(pending_note(selection, waiting, "attribution"))
+            return
+        chips = selection.snapshot.chips
+        width = max(self.size.width - 2, 30)
+        bar_w = max(width - 32, 4)
+        top = max(abs(s) for s in a.scores) or 1.0
+        text = Text(no_wrap=True, overflow="crop")
+        text.append(f"why {visible(a.target_text)} after position {a.position}", Style(bold=True))
+        text.append(f"  log p {a.logprob:.3f} (p {probability(math.exp(a.logprob))})\n")
+        text.append(EXPLAINED[a.method] + "\n", Style(dim=True))
+        text.append("+ raised the token's log p   − lowered it   (chips shaded by size)\n", Style(dim=True))
+        raised, lowered = Style(color=self.colors.bar), Style(color=self.colors.bar_final)
+        for p in a.strongest(len(a.scores)):
+            score = a.scores[p]
+            text.append(cell(f"{visible(chips[p].text)}@{p}", 16) + " ")
+            text.append(f"{score:+9.3f} ")
+            text.append(bar(abs(score) / top, bar_w), raised if score >= 0 else lowered)
+            text.append("\n")
+        body.update(text)
