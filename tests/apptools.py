@@ -49,7 +49,7 @@ def make_app(
 
 def recorded_app(recording: Recording, theme: str = "tokenviz-dark") -> TokenvizApp:
     """The app on a recording: every pane works, nothing runs a model."""
-    return TokenvizApp(RecordingWorker(recording.snapshot, recording.attention), theme=theme)
+    return TokenvizApp(RecordingWorker(*recording), theme=theme)
 
 
 async def settle(app: TokenvizApp, pilot, timeout: float = 20.0) -> Snapshot:

@@ -90,7 +90,7 @@ def test_journey_round_trips_every_record(tmp_path, tiny_dir):
     from tokenviz.worker.snapshots import snapshot_of
 
     original, attention = snapshot_of(s), s.saved_attention()
-    restored, kept = recording_of(read_journey(save_journey(tmp_path / "j.json", original, attention)))
+    restored, kept, _ = recording_of(read_journey(save_journey(tmp_path / "j.json", original, attention)))
     assert restored.chips == original.chips and restored.prompt_len == original.prompt_len
     assert restored.info == original.info and restored.settings == original.settings
     assert len(restored.records[0].prompt_predictions) == len(original.chips[: original.prompt_len]) - 1
@@ -157,7 +157,7 @@ def test_a_chat_journey_keeps_its_template_marks_and_mode(tmp_path):
     s.start("Hello there", chat=True, system="Be brief.")
     s.step()
     original = snapshot_of(s)
-    restored, _ = recording_of(read_journey(save_journey(tmp_path / "chat.json", original, s.saved_attention())))
+    restored, _, _ = recording_of(read_journey(save_journey(tmp_path / "chat.json", original, s.saved_attention())))
     assert restored.chips == original.chips and any(c.is_template for c in restored.chips)
     assert (restored.chat, restored.system, restored.prompt) == (True, "Be brief.", "Hello there")
 

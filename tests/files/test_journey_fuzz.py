@@ -69,7 +69,7 @@ def strings_of(value):
 def check(doc) -> None:
     """The property: a clear one-line error, or a journey every pane can draw safely."""
     try:
-        snapshot, attention = recording_of(doc)
+        snapshot, attention, _ = recording_of(doc)
     except TokenvizError as exc:
         assert "\n" not in str(exc) and is_printable(str(exc))
         return

@@ -80,7 +80,7 @@ def test_window_holds_the_cursor():
 
 
 def test_a_saved_journeys_attention_is_every_layers_rows_and_views_mask_the_future():
-    snapshot, attention = frozen_recording(steps=3)
+    snapshot, attention, _ = frozen_recording(steps=3)
     n = snapshot.prompt_len
     positions = n + len(snapshot.records) - 1
     assert sorted(attention.rows) == list(range(positions))  # a short journey keeps every row

@@ -48,3 +48,54 @@ def test_both_methods_are_offered_in_the_palette(method):
     from tokenviz.ui.keys import PALETTE_ONLY
 
     assert any(action == f"attribution('{method}')" for _, action in PALETTE_ONLY)
+
+
+async def test_a_saved_journey_keeps_its_attributions_and_replay_shows_them(tmp_path):
+    from tokenviz.files.journey_file import read_journey, recording_of
+    from tokenviz.worker.commands import Save
+
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=20))
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("space", "space", "A")
+        await wait_for(lambda: app.snapshot.attribution is not None, pilot)
+        await app.run_action("attribution('grad')")
+        await wait_for(lambda: app.snapshot.attribution.method == "grad", pilot)
+        computed = app.snapshot.attribution
+        app.submit(Save(str(tmp_path / "j.json")))
+        await settle(app, pilot)
+    recording = recording_of(read_journey(tmp_path / "j.json"))
+    assert {a.method for a in recording.attributions} == {"loo", "grad"}
+    assert computed in recording.attributions  # every figure as computed
+    replay = recorded_app(recording)
+    async with replay.run_test(size=(120, 36)) as pilot:
+        await settle(replay, pilot)
+        await pilot.press("A")
+        await wait_for(lambda: replay.snapshot.attribution is not None, pilot)
+        await settle(replay, pilot)
+        assert replay.snapshot.attribution.method == "loo" and replay.snapshot.attribution.position == computed.position
+        assert "why" in str(replay.query_one("#attribution").body.render())
+        await replay.run_action("attribution('grad')")
+        await wait_for(lambda: replay.snapshot.attribution == computed, pilot)
+        await pilot.press("left")  # a position nothing was kept for: the view says so, no error
+        await settle(replay, pilot)
+        assert replay.snapshot.attribution is None and replay.snapshot.error is None
+        assert "this view needs the model" in str(replay.query_one("#attribution").body.render())
+
+
+def test_a_damaged_attribution_in_a_file_is_refused_in_one_line(tmp_path):
+    import json
+
+    from apptools import frozen_recording
+
+    from tokenviz.contract.errors import TokenvizError
+    from tokenviz.contract.results import Attribution
+    from tokenviz.files.journey_file import journey_file, parse_journey
+
+    snapshot, attention, _ = frozen_recording(steps=2)
+    good = Attribution("loo", 2, snapshot.chips[3].id, "x", -1.5, (0.1, -0.2, 0.3))
+    doc = json.loads(json.dumps(journey_file(snapshot, attention, [good])))
+    assert parse_journey(doc).replay.attributions[0].scores == [0.1, -0.2, 0.3]
+    doc["replay"]["attributions"][0]["scores"] = [0.1]
+    with pytest.raises(TokenvizError, match="scores"):
+        parse_journey(doc)

@@ -300,7 +300,7 @@ def replay(
     from tokenviz.ui.app import TokenvizApp
     from tokenviz.worker.recording import RecordingWorker
 
-    TokenvizApp(RecordingWorker(recording.snapshot, recording.attention), theme=theme).run()
+    TokenvizApp(RecordingWorker(*recording), theme=theme).run()
 
 
 def verify_recording(journey: "Journey", model: str | None, device: str, dtype: str, trust_remote_code: bool) -> None:

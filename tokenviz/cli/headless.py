@@ -143,7 +143,14 @@ def run_trace(
         add_attribution(session, document, attribution, progress)
     if save:
         try:
-            save_journey(save, snapshot_of(session), session.saved_attention(), document, replace=force)
+            save_journey(
+                save,
+                snapshot_of(session),
+                session.saved_attention(),
+                session.kept_attributions(),
+                document=document,
+                replace=force,
+            )
         except TokenvizError as exc:
             raise SaveFailed(str(exc), document) from None
     return document

@@ -13,6 +13,7 @@ import base64
 import dataclasses
 import json
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -21,7 +22,7 @@ import numpy as np
 from tokenviz.contract.attention import SavedAttention
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.records import Candidate, Decision, ModelInfo, PromptPrediction, Stage, StepRecord, TokenChip
-from tokenviz.contract.results import BranchSummary
+from tokenviz.contract.results import Attribution, BranchSummary
 from tokenviz.contract.snapshot import Snapshot
 from tokenviz.contract.text import safe_text
 from tokenviz.files import journey_schema as schema
@@ -151,10 +152,13 @@ def _blocks(snapshot: Snapshot, attention: SavedAttention) -> list[np.ndarray | 
 
 
 def journey_file(
-    snapshot: Snapshot, attention: SavedAttention | None = None, document: dict[str, Any] | None = None
+    snapshot: Snapshot,
+    attention: SavedAttention | None = None,
+    attributions: Sequence[Attribution] = (),
+    document: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The saveable journey of `snapshot` with the attention rows kept; `document` is the trace
-    document when there is one."""
+    """The saveable journey of `snapshot` with the attention rows and attributions kept; `document`
+    is the trace document when there is one."""
     if snapshot.info is None:
         raise TokenvizError("nothing to save: the model has not loaded")
     doc = dict(document or document_of_snapshot(snapshot))
@@ -169,6 +173,7 @@ def journey_file(
         "records": [_record(r, a) for r, a in zip(snapshot.records, _blocks(snapshot, attention or SavedAttention()))],
         "stop_reason": snapshot.stop_reason,
         "branches": [dataclasses.asdict(b) for b in snapshot.branches],
+        "attributions": [dataclasses.asdict(a) for a in attributions],
     }
     return doc
 
@@ -177,11 +182,12 @@ def save_journey(
     path: str | Path,
     snapshot: Snapshot,
     attention: SavedAttention | None = None,
+    attributions: Sequence[Attribution] = (),
     document: dict[str, Any] | None = None,
     replace: bool = False,
 ) -> Path:
     """Write the journey atomically; an existing file is replaced only with `replace`."""
-    return write_file(path, json.dumps(journey_file(snapshot, attention, document)), replace=replace)
+    return write_file(path, json.dumps(journey_file(snapshot, attention, attributions, document)), replace=replace)
 
 
 def read_journey(path: str | Path) -> dict[str, Any]:
@@ -234,10 +240,11 @@ def _read_json(path: str | Path) -> dict[str, Any]:
 
 
 class Recording(NamedTuple):
-    """A saved journey as the app replays it: the Snapshot and the attention rows kept."""
+    """A saved journey as the app replays it: the Snapshot, the attention rows and attributions kept."""
 
     snapshot: Snapshot
     attention: SavedAttention
+    attributions: tuple[Attribution, ...] = ()
 
 
 def _saved_attention(r: schema.Replay) -> SavedAttention:
@@ -276,4 +283,5 @@ def recording_of(doc: dict[str, Any] | schema.Journey) -> Recording:
         message="a recorded journey: read-only",
         branches=tuple(BranchSummary(**b.model_dump()) for b in r.branches),
     )
-    return Recording(snapshot, _saved_attention(r))
+    attributions = tuple(Attribution(**{**a.model_dump(), "scores": tuple(a.scores)}) for a in r.attributions)
+    return Recording(snapshot, _saved_attention(r), attributions)

@@ -149,6 +149,21 @@ class Branch(Model):
     current: Flag
 
 
+class SavedAttribution(Model):
+    method: Literal["loo", "grad"]
+    position: Count
+    target_id: Id
+    target_text: SafeText
+    logprob: Finite
+    scores: Annotated[list[Finite], Field(max_length=MAX_TOKENS)]
+
+    @model_validator(mode="after")
+    def _one_score_a_position(self) -> SavedAttribution:
+        if len(self.scores) != self.position + 1:
+            raise ValueError(f"{len(self.scores)} scores for the {self.position + 1} positions up to {self.position}")
+        return self
+
+
 class Replay(Model):
     info: Info
     chips: Annotated[
@@ -161,6 +176,7 @@ class Replay(Model):
     records: Annotated[list[Record], Field(min_length=1, max_length=MAX_TOKENS)]
     stop_reason: SafeText | None
     branches: list[Branch] = []
+    attributions: Annotated[list[SavedAttribution], Field(max_length=64)] = []
 
     @model_validator(mode="after")
     def _consistent(self) -> Replay:
@@ -175,6 +191,9 @@ class Replay(Model):
         ids += [c[0] for r in self.records for c in r.top] + [w[0] for r in self.records for w in r.decision.watch]
         if max(ids, default=0) >= info.vocab:
             raise ValueError(f"a token id is outside the vocabulary of {info.vocab}")
+        for a in self.attributions:  # each explains a token of this journey, after a position in it
+            if a.position + 1 > len(self.chips) or a.target_id >= info.vocab:
+                raise ValueError(f"an attribution of position {a.position} does not fit this journey")
         saved = [i for i, record in enumerate(self.records) if record.attention is not None]
         if saved and saved != list(range(saved[0], len(self.records))):
             raise ValueError("the attention rows kept must be the newest, without gaps")

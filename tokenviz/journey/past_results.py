@@ -24,3 +24,6 @@ class PastResults(Generic[T]):
             while len(self._cache) > KEEP:
                 self._cache.popitem(last=False)
         return self._cache[key]
+
+    def items(self) -> list[tuple[Hashable, T]]:
+        return list(self._cache.items())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import numpy as np
 import psutil
@@ -307,6 +308,18 @@ class Session:
             return Attribution(method, position, chosen, self.runner.piece(chosen), logprob, tuple(scores))
 
         return self._attributions.get((context, chosen, method), compute)
+
+    def kept_attributions(self) -> list[Attribution]:
+        """The attributions computed on the current path (a journey file keeps them), oldest first."""
+        ids = tuple(self.ids)
+        pending = self.records[-1].decision.chosen_id if self.pending is not None else None
+        kept = []
+        for key, a in self._attributions.items():
+            context, chosen, _ = cast(tuple[tuple[int, ...], int, str], key)
+            n = len(context)
+            if ids[:n] == context and (ids[n : n + 1] == (chosen,) or (n == len(ids) and chosen == pending)):
+                kept.append(a)
+        return kept
 
     def _past(self, position: int) -> tuple[tuple[int, ...], int]:
         """The tokens up to `position` and the token that followed it (or is pending there)."""

@@ -288,9 +288,10 @@ class TokenvizApp(App):
             self.submit(Inspect(position=selection.cursor))
 
     def _request_attribution(self, selection: Selection, current: str | None) -> None:
-        """The attribution view asks the engine for the token after the cursor, by the chosen method."""
+        """The attribution view asks the worker for the token after the cursor, by the chosen method
+        (a recording answers with the attributions its file kept)."""
         s = selection.snapshot
-        if current != "attribution" or s.playing or not s.live or selection.following_id is None:
+        if current != "attribution" or s.playing or selection.following_id is None:  # (a recording: the kept ones)
             return
         shown = current_attribution(selection)
         request = Attribute(position=selection.cursor, method=self.attribution_method)

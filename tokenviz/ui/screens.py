@@ -39,6 +39,10 @@ stages reshape them; a draw picks one token; it is appended and the loop repeats
 - **lens / embedding / KV cache / timing** (keys l, m, c, i) take the attention pane's place; the
   same key brings attention back. The lens shows, for every layer, what the model would predict if
   it stopped there; ★ marks the layer from which the chosen token stays on top.
+- **attribution** (key A): why the token after the cursor: how much each earlier token raised (+) or
+  lowered (−) its log-probability, strongest first, and the chips shaded by it. Leave-one-out takes
+  each token out in turn and runs the model again (exact; slow on long texts, Escape cancels);
+  gradient × input, from the palette, estimates the same from one backward pass.
 - **status**: model, device, dtype, step, position, forward time, tokens/s, KV cache size, state.
 
 ## Keys

@@ -302,7 +302,9 @@ class EngineWorker:
             case ShowAttention():
                 self._attention_request = command if command.rows > 0 else None
             case Save(path=path):
-                written = save_journey(path, snapshot_of(session), session.saved_attention())
+                written = save_journey(
+                    path, snapshot_of(session), session.saved_attention(), session.kept_attributions()
+                )
                 self._notice = f"saved {written} (tokenviz replay {written})"
             case _:
                 self._compute(command, session)

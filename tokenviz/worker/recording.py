@@ -2,25 +2,30 @@
 
 Used for replaying a saved journey and for deterministic screenshots in tests. The step keys move
 through the recorded steps (space forward, backspace back, r to the prompt); the attention pane gets
-the rows the journey file kept.
+the rows the journey file kept, and the attribution view the attributions it kept.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from tokenviz.contract.attention import AttentionView, SavedAttention
 from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.results import Attribution
 from tokenviz.contract.snapshot import Snapshot
 from tokenviz.files.journey_file import save_journey
-from tokenviz.worker.commands import Command, Post, Reset, Rewind, Save, ShowAttention, Step
+from tokenviz.worker.commands import Attribute, Command, Post, Reset, Rewind, Save, ShowAttention, Step
 
 
 class RecordingWorker:
-    def __init__(self, snapshot: Snapshot, attention: SavedAttention | None = None):
+    def __init__(
+        self, snapshot: Snapshot, attention: SavedAttention | None = None, attributions: Sequence[Attribution] = ()
+    ):
         self.recording = dataclasses.replace(snapshot, live=False)
         self.snapshot = self.recording
         self.attention = attention or SavedAttention()
+        self.attributions = tuple(attributions)
         self._request: ShowAttention | None = None
         self.submitted = 0
         self._post: Post | None = None
@@ -34,6 +39,7 @@ class RecordingWorker:
         error = notice = None
         attention = self.snapshot.attention
         snapshot = self.snapshot
+        attribution = snapshot.attribution
         match command:
             case ShowAttention():
                 self._request = command
@@ -43,10 +49,13 @@ class RecordingWorker:
                 attention = self._view(self._request, snapshot) if self._request else None
             case Save(path=path):
                 try:
-                    written = save_journey(path, self.recording, self.attention)
+                    written = save_journey(path, self.recording, self.attention, self.attributions)
                     notice = f"saved {written} (tokenviz replay {written})"
                 except TokenvizError as exc:
                     error = str(exc)
+            case Attribute(position=position, method=method):
+                kept = [a for a in self.attributions if (a.position, a.method) == (position, method)]
+                attribution = kept[-1] if kept else None  # (the view says the recording has none here)
             case _:
                 error = "this journey is a recording: nothing runs a model here"
         self.snapshot = dataclasses.replace(
@@ -56,6 +65,7 @@ class RecordingWorker:
             error=error,
             notice=notice,
             attention=attention,
+            attribution=attribution,
         )
         if self._post is not None:
             self._post(self.snapshot)
