@@ -70,6 +70,11 @@ class Attribution:
         """One entry per position: {"position", "id", "text", "score"}."""
         return [{"position": p, "id": ids[p], "text": texts[p], "score": score} for p, score in enumerate(self.scores)]
 
+    @property
+    def largest(self) -> float:
+        """The largest score by size (1 where every score is 0): the top of a shading or bar scale."""
+        return max((abs(x) for x in self.scores), default=0.0) or 1.0
+
     def strongest(self, n: int) -> list[int]:
         """The positions of the `n` largest scores by size, largest first."""
         return sorted(range(len(self.scores)), key=lambda p: -abs(self.scores[p]))[:n]

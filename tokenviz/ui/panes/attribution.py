@@ -12,7 +12,7 @@ from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell
 from tokenviz.render.pieces import visible
 from tokenviz.render.units import probability
-from tokenviz.ui.panes.base import ScrollPane, pending_note
+from tokenviz.ui.panes.base import ScrollPane, result_or_note
 from tokenviz.ui.selection import Selection
 
 EXPLAINED = {
@@ -39,18 +39,14 @@ class AttributionPane(ScrollPane):
 
     def draw(self, selection: Selection) -> None:
         body = self.body
-        a = current_attribution(selection)
-        body.set_class(a is None, "-note")
+        waiting = "attributing the token after the cursor…"
+        a = result_or_note(current_attribution(selection), selection, body, waiting, "attribution")
         if a is None:
-            waiting = "attributing the token after the cursor…"
-            if selection.snapshot.playing:
-                waiting = "this view is computed when autoplay pauses"
-            body.update(pending_note(selection, waiting, "attribution"))
             return
         chips = selection.snapshot.chips
         width = max(self.size.width - 2, 30)
         bar_w = max(width - 32, 4)
-        top = max(abs(s) for s in a.scores) or 1.0
+        top = a.largest
         text = Text(no_wrap=True, overflow="crop")
         text.append(f"why {visible(a.target_text)} after position {a.position}", Style(bold=True))
         text.append(f"  log p {a.logprob:.3f} (p {probability(math.exp(a.logprob))})\n")

@@ -3,7 +3,7 @@ and a border with a title."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from rich.text import Text
 from textual.containers import VerticalScroll
@@ -11,6 +11,8 @@ from textual.widgets import Static
 
 from tokenviz.ui.colors import ThemeColors, theme_colors
 from tokenviz.ui.selection import Selection
+
+T = TypeVar("T")
 
 
 class Pane:
@@ -66,6 +68,17 @@ class BoxPane(Pane, Static):
 
     def on_mount(self) -> None:
         self.border_title = self.TITLE
+
+
+def result_or_note(result: T | None, selection: Selection, body: Static, waiting: str, what: str) -> T | None:
+    """A view computed at the cursor's position: `result`; or, while there is none, a note in
+    `body` saying why (waiting for it, autoplay running, or a recording without it)."""
+    body.set_class(result is None, "-note")  # a note wraps; a table does not
+    if result is None:
+        if selection.snapshot.playing:
+            waiting = "this view is computed when autoplay pauses"
+        body.update(pending_note(selection, waiting, what))
+    return result
 
 
 def pending_note(selection: Selection, waiting: str, what: str) -> Text:

@@ -7,7 +7,7 @@ from rich.text import Text
 from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell
 from tokenviz.render.pieces import visible
-from tokenviz.ui.panes.base import ScrollPane, pending_note
+from tokenviz.ui.panes.base import ScrollPane, result_or_note
 from tokenviz.ui.selection import Selection
 
 
@@ -24,13 +24,7 @@ def current_inspection(selection: Selection):
 
 def inspection_or_note(selection: Selection, body, waiting: str):
     """The cursor's inspection; or, while there is none, a note in `body` saying why."""
-    inspection = current_inspection(selection)
-    body.set_class(inspection is None, "-note")  # a note wraps; the table does not
-    if inspection is None:
-        if selection.snapshot.playing:
-            waiting = "this view is computed when autoplay pauses"
-        body.update(pending_note(selection, waiting, "residual stream"))
-    return inspection
+    return result_or_note(current_inspection(selection), selection, body, waiting, "residual stream")
 
 
 class LensPane(ScrollPane):

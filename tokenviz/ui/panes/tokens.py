@@ -46,7 +46,7 @@ class TokensPane(BoxPane):
         self.show_ids = True  # the # key
         self.surprisal = False  # the u key: prompt chips shaded by how unexpected each token was
         self.attribution: Attribution | None = None  # while the attribution view shows one: see shade_by
-        self._attribution_top = 1.0
+        self._attribution_top = 1.0  # its largest score, read once per attribution, not once per chip
 
     def _cells(self, index: int) -> int:
         chip = self._chips[index]
@@ -152,8 +152,7 @@ class TokensPane(BoxPane):
         """Shade the chips by this attribution's scores (None: not)."""
         if attribution is not self.attribution:
             self.attribution = attribution
-            scores = attribution.scores if attribution else ()
-            self._attribution_top = max((abs(x) for x in scores), default=0.0) or 1.0
+            self._attribution_top = attribution.largest if attribution else 1.0
 
     def _shade(self, fraction: float) -> Style:
         level = round(min(max(fraction, 0.0), 1.0) * (SHADES - 1))
