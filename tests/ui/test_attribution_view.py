@@ -65,8 +65,8 @@ async def test_a_saved_journey_keeps_its_attributions_and_replay_shows_them(tmp_
         app.submit(Save(str(tmp_path / "j.json")))
         await settle(app, pilot)
     recording = recording_of(read_journey(tmp_path / "j.json"))
-    assert {a.method for a in recording.attributions} == {"loo", "grad"}
-    assert computed in recording.attributions  # every figure as computed
+    assert {a.method for a in recording.analyses.attributions} == {"loo", "grad"}
+    assert computed in recording.analyses.attributions  # every figure as computed
     replay = recorded_app(recording)
     async with replay.run_test(size=(120, 36)) as pilot:
         await settle(replay, pilot)
@@ -89,12 +89,12 @@ def test_a_damaged_attribution_in_a_file_is_refused_in_one_line(tmp_path):
     from apptools import frozen_recording
 
     from tokenviz.contract.errors import TokenvizError
-    from tokenviz.contract.results import Attribution
+    from tokenviz.contract.results import Analyses, Attribution
     from tokenviz.files.journey_file import journey_file, parse_journey
 
     snapshot, attention, _ = frozen_recording(steps=2)
     good = Attribution("loo", 2, snapshot.chips[3].id, "x", -1.5, (0.1, -0.2, 0.3))
-    doc = json.loads(json.dumps(journey_file(snapshot, attention, [good])))
+    doc = json.loads(json.dumps(journey_file(snapshot, attention, Analyses(attributions=(good,)))))
     assert parse_journey(doc).replay.attributions[0].scores == [0.1, -0.2, 0.3]
     doc["replay"]["attributions"][0]["scores"] = [0.1]
     with pytest.raises(TokenvizError, match="scores"):

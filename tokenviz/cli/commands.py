@@ -150,6 +150,15 @@ def trace(
             "exact, one forward pass per token of context) or grad (gradient × input, one backward pass).",
         ),
     ] = None,
+    watch: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--watch",
+            help="Follow this token at every step (its text, with its leading space, or id:N; up to 4, repeat the "
+            "option): each step gains its raw and final probability and rank; with two, each step also gains their "
+            "logit difference split by layer.",
+        ),
+    ] = None,
     save: Annotated[
         Optional[str], typer.Option("--save", help="Also write the replayable journey to this .json file.")
     ] = None,
@@ -181,8 +190,10 @@ def trace(
             raise TokenvizError(f"--steps must be at least 1, got {steps}")
         if beams is not None and not 2 <= beams <= 8:
             raise TokenvizError(f"--beams must be 2 to 8, got {beams}")
-        if (beams or speculate) and (save or lens or attribution):
-            raise TokenvizError("--beams and --speculate cannot be combined with --save, --lens or --attribution")
+        if (beams or speculate) and (save or lens or attribution or watch):
+            raise TokenvizError(
+                "--beams and --speculate cannot be combined with --save, --lens, --attribution or --watch"
+            )
         if attribution is not None and attribution not in ATTRIBUTION_METHODS:
             raise TokenvizError(f"--attribution must be loo or grad, got {attribution!r}")
         if beams and speculate:
@@ -201,6 +212,7 @@ def trace(
                 progress=progress,
                 lens=lens,
                 attribution=cast(AttributionMethod | None, attribution),
+                watch=tuple(watch or ()),
                 save=save,
                 force=force,
                 beams=beams,

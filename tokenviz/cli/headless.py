@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from tokenviz.contract.errors import TokenvizError
@@ -12,6 +13,7 @@ from tokenviz.decoding.speculation import make_drafter, speculative_decode
 from tokenviz.files.journey_file import save_journey
 from tokenviz.files.trace_document import document_of_snapshot
 from tokenviz.journey.session import Session
+from tokenviz.journey.watching import token_of
 from tokenviz.model.lens import inspect_positions
 from tokenviz.model.loading import load_model
 from tokenviz.model.runner import ModelRunner
@@ -40,7 +42,8 @@ def add_lens(session: Session, document: dict[str, Any]) -> None:
     if not positions:
         return
     chosen = [step["chosen"]["id"] for step in steps]
-    inspections = inspect_positions(session.runner, session.ids[: positions[-1] + 1], positions, chosen)
+    ids = session.ids[: positions[-1] + 1]
+    inspections = inspect_positions(session.runner, ids, positions, chosen, pinned=session.pinned)
     for step, inspection in zip(steps, inspections):
         step["lens"] = [row.to_json() for row in inspection.lens]
         step["lens_first_top1_layer"] = inspection.first_top1_layer
@@ -55,6 +58,13 @@ def add_attribution(session: Session, document: dict[str, Any], method: Attribut
     for i, step in enumerate(steps):
         progress(f"attribution ({method}): step {i + 1} of {len(steps)}", i / len(steps))
         step["attribution"] = session.attribute(first + i, method).to_json(texts, ids)
+
+
+def add_logit_differences(session: Session, document: dict[str, Any]) -> None:
+    """Each step gains the logit difference of the first two watched tokens, split by layer."""
+    first = len(session.prompt_ids) - 1
+    for i, step in enumerate(document["steps"]):
+        step["logit_difference"] = session.logit_difference(first + i).to_json()
 
 
 def output_document(session: Session, prompt_ids: list[int], generated: list[int], **extra: Any) -> dict[str, Any]:
@@ -113,6 +123,7 @@ def run_trace(
     progress: Progress = lambda message, fraction: None,
     lens: bool = False,
     attribution: AttributionMethod | None = None,
+    watch: Sequence[str] = (),
     save: str | None = None,
     force: bool = False,
     beams: int | None = None,
@@ -136,9 +147,12 @@ def run_trace(
                 )
             )
         return speculation_document(session, ids, speculate, draft)
+    session.pin([token_of(session.runner, token) for token in watch])
     document = journey_document(run_session(session, prompt, progress, chat, system))
     if lens:
         add_lens(session, document)
+    if len(watch) >= 2:
+        add_logit_differences(session, document)
     if attribution:
         add_attribution(session, document, attribution, progress)
     if save:
@@ -147,7 +161,7 @@ def run_trace(
                 save,
                 snapshot_of(session),
                 session.saved_attention(),
-                session.kept_attributions(),
+                session.kept_analyses(),
                 document=document,
                 replace=force,
             )

@@ -52,11 +52,13 @@ def _steps(steps: list[dict[str, Any]]) -> Table:
         "stages kept",
         "fwd ms",
         *(("led most by (attribution)",) if "attribution" in steps[0] else ()),
+        *(("watch: p raw/final #rank",) if "watch" in steps[0] else ()),
     ):
         table.add_column(col, justify="right" if col in RIGHT else "left")
     for s in steps:
         draw = s["draw"]
         led = [Text(_strongest(s["attribution"]))] if "attribution" in s else []
+        watched = [Text(_watched(s["watch"]))] if "watch" in s else []
         table.add_row(
             str(s["index"]),
             Text(visible(s["chosen"]["text"])),
@@ -69,8 +71,13 @@ def _steps(steps: list[dict[str, Any]]) -> Table:
             Text(" → ".join(f"{st['name']} {st['kept']}" for st in s["stages"]) or "—"),
             f"{s['ms']['forward']:.1f}",
             *led,
+            *watched,
         )
     return table
+
+
+def _watched(watch: list[dict[str, Any]]) -> str:
+    return "  ".join(f"{visible(w['text'])} {w['prob']:.3f}/{w['final_prob']:.3f} #{w['rank']}" for w in watch)
 
 
 def _strongest(attribution: list[dict[str, Any]], n: int = 3) -> str:

@@ -14,6 +14,7 @@ from tokenviz.contract.settings import SamplingSettings
 DecisionMode = Literal["greedy", "sampled", "forced"]
 REPETITION, PRESENCE_FREQUENCY = "repetition", "presence/frequency"  # the stages that penalise tokens
 PENALTY_STAGES = (REPETITION, PRESENCE_FREQUENCY)
+MAX_PINNED = 4  # tokens watched at once
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,20 @@ class Stage:
 
 
 @dataclass(frozen=True)
+class PinnedToken:
+    """A token the user follows, as the model and the sampling settings saw it at one step."""
+
+    id: int
+    text: str
+    prob: float  # in the model's raw distribution
+    final_prob: float  # after every stage: the probability of being taken (one-hot when greedy)
+    rank: int  # 1-based, in the raw distribution
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "text": self.text, "prob": self.prob, "final_prob": self.final_prob, "rank": self.rank}
+
+
+@dataclass(frozen=True)
 class Decision:
     """How the next token was decided: every stage, the draw, the choice."""
 
@@ -67,6 +82,11 @@ class Decision:
     raw_rank: int  # 1-based rank in the model's raw distribution
     raw_prob: float
     ms: float = field(default=0.0, compare=False)  # timing is not part of the decision
+    pinned: tuple[PinnedToken, ...] = ()  # the tokens the user follows (see Session.pin)
+
+    @property
+    def pinned_ids(self) -> tuple[int, ...]:
+        return tuple(p.id for p in self.pinned)
 
     @property
     def final_probs(self) -> tuple[float, ...]:
@@ -147,6 +167,7 @@ class StepRecord:
             "settings": d.settings.to_json(),
             "ms": {"forward": self.forward_ms, "sampling": d.ms},
             "kv": {"len": self.kv_len, "bytes": self.kv_bytes},
+            **({"watch": [p.to_json() for p in d.pinned]} if d.pinned else {}),
         }
 
 

@@ -16,6 +16,7 @@ class LensLayer:
     chosen_rank: int  # 1-based rank of the token finally chosen
     chosen_prob: float
     residual_norm: float
+    pinned: tuple[tuple[int, float], ...] = ()  # (rank, prob) of each watched token, as Inspection.pinned
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -24,6 +25,7 @@ class LensLayer:
             "chosen_rank": self.chosen_rank,
             "chosen_prob": self.chosen_prob,
             "norm": self.residual_norm,
+            "watch": [{"rank": r, "prob": p} for r, p in self.pinned],
         }
 
 
@@ -40,6 +42,7 @@ class Inspection:
     tied_embeddings: bool
     positions: str
     lens: tuple[LensLayer, ...]
+    pinned: tuple[tuple[int, str], ...] = ()  # the watched tokens (id, text) the lens follows too
 
     @property
     def first_top1_layer(self) -> int | None:
@@ -78,6 +81,49 @@ class Attribution:
     def strongest(self, n: int) -> list[int]:
         """The positions of the `n` largest scores by size, largest first."""
         return sorted(range(len(self.scores)), key=lambda p: -abs(self.scores[p]))[:n]
+
+
+@dataclass(frozen=True)
+class LogitDifference:
+    """logit(a) − logit(b) after `position`, split into the share of each part of the residual
+    stream (direct logit attribution, see model/logit_difference): the shares add up to `total`."""
+
+    position: int
+    a_id: int
+    a_text: str
+    b_id: int
+    b_text: str
+    total: float  # the model's own logit difference
+    embedding: float  # the embeddings' share (with position embeddings and the model's embedding scale)
+    attention: tuple[float, ...]  # each layer's attention's share
+    mlp: tuple[float, ...]  # each layer's MLP's share
+    bias: float  # the final norm's and the output layer's biases
+    softcap: float  # what the final logit soft-capping changed (0 without one)
+
+    @property
+    def shares(self) -> float:
+        """The sum of every share: the model's own logit difference, to rounding."""
+        return self.embedding + sum(self.attention) + sum(self.mlp) + self.bias + self.softcap
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "position": self.position,
+            "a": {"id": self.a_id, "text": self.a_text},
+            "b": {"id": self.b_id, "text": self.b_text},
+            "total": self.total,
+            "embedding": self.embedding,
+            "layers": [{"attention": a, "mlp": m} for a, m in zip(self.attention, self.mlp)],
+            "bias": self.bias,
+            "softcap": self.softcap,
+        }
+
+
+@dataclass(frozen=True)
+class Analyses:
+    """The results computed on demand that a journey file keeps: those about its current path."""
+
+    attributions: tuple[Attribution, ...] = ()
+    logit_differences: tuple[LogitDifference, ...] = ()
 
 
 @dataclass(frozen=True)

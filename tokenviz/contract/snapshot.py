@@ -16,6 +16,7 @@ from tokenviz.contract.results import (
     BranchSummary,
     CacheEvent,
     Inspection,
+    LogitDifference,
     Speculation,
     Verification,
 )
@@ -30,6 +31,7 @@ EngineState = Literal[
     "searching beams",
     "speculating",
     "attributing",
+    "watching",
     "playing",
     "stopped",
     "error",
@@ -62,6 +64,7 @@ class Snapshot:
     handled: int = 0  # commands handled before this snapshot (tests wait on it)
     inspection: Inspection | None = None  # of the last inspected position
     attribution: Attribution | None = None  # of the last attributed position
+    logit_difference: LogitDifference | None = None  # the last one split (see SplitDifference)
     verification: Verification | None = None  # of the last verify
     cache_event: CacheEvent | None = None  # of the last rewind or branch switch
     live: bool = True  # False for a recording: nothing can run the model
@@ -70,6 +73,7 @@ class Snapshot:
     branches: tuple[BranchSummary, ...] = ()  # the current path first, then the others
     text: str = ""  # the generated text, decoded
     full_text: str = ""  # prompt and generated text, decoded
+    pinned: tuple[tuple[int, str], ...] = ()  # the watched tokens (id, text), followed at every step
 
     @property
     def pending(self) -> StepRecord | None:

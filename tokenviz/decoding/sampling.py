@@ -23,7 +23,15 @@ from transformers import (
 )
 
 from tokenviz.contract.errors import TokenvizError
-from tokenviz.contract.records import PRESENCE_FREQUENCY, REPETITION, Candidate, Decision, DecisionMode, Stage
+from tokenviz.contract.records import (
+    PRESENCE_FREQUENCY,
+    REPETITION,
+    Candidate,
+    Decision,
+    DecisionMode,
+    PinnedToken,
+    Stage,
+)
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.model.transfer import DeviceTimer, ids_to_device, to_host
 
@@ -164,8 +172,10 @@ def decide_on_device(
     context_ids: Sequence[int],
     generated_ids: Sequence[int],
     forced_id: int | None = None,
+    pinned: Sequence[int] = (),
 ) -> PendingDecision:
-    """Run every stage on `logits` (vocab,) and choose the next token, all on the logits' device."""
+    """Run every stage on `logits` (vocab,) and choose the next token, all on the logits' device;
+    follow the `pinned` tokens through it."""
     timer = DeviceTimer(logits.device)
     device = logits.device
     raw = torch.softmax(logits.float().reshape(-1), -1)
@@ -222,10 +232,51 @@ def decide_on_device(
         "decision.raw_probs": raw[watch].double(),
         "decision.stages": rows,
         "decision.scalars": scalars,
+        "decision.pinned": pinned_on_device(raw, final, pinned),
     }
     return PendingDecision(
-        tensors, mode, settings, tuple((name, detail) for name, detail, _ in stages), u, timer.stop()
+        tensors, mode, settings, tuple((name, detail) for name, detail, _ in stages), u, timer.stop(), tuple(pinned)
     )
+
+
+def pinned_on_device(raw: torch.Tensor, final: torch.Tensor, pinned: Sequence[int]) -> torch.Tensor:
+    """(len(pinned), 3) float64: each pinned token's raw probability, final probability and raw rank."""
+    ids = ids_to_device(pinned, raw.device)[0]
+    p = raw[ids]
+    rank = (raw[None, :] > p[:, None]).sum(-1) + 1
+    return torch.stack([p.double(), final[ids].double(), rank.double()], -1)
+
+
+def read_pinned(
+    rows: np.ndarray, pinned: Sequence[int], piece: Callable[[int], str], greedy_choice: int | None
+) -> tuple[PinnedToken, ...]:
+    """The PinnedTokens from `pinned_on_device`'s host copy; greedy's final distribution is one-hot."""
+    return tuple(
+        PinnedToken(
+            id=token,
+            text=piece(token),
+            prob=float(prob),
+            final_prob=float(final) if greedy_choice is None else float(token == greedy_choice),
+            rank=int(rank),
+        )
+        for token, (prob, final, rank) in zip(pinned, rows.tolist())
+    )
+
+
+def follow_pinned(
+    logits: torch.Tensor,
+    decision: Decision,
+    context_ids: Sequence[int],
+    generated_ids: Sequence[int],
+    pinned: Sequence[int],
+    piece: Callable[[int], str],
+) -> tuple[PinnedToken, ...]:
+    """The pinned tokens at a step already decided: its logits again through its own settings."""
+    stages = apply_stages(logits, decision.settings, context_ids, generated_ids)
+    raw = torch.softmax(logits.float().reshape(-1), -1)
+    final = torch.softmax(stages[-1][2][0], -1) if stages else raw
+    rows = to_host({"pinned": pinned_on_device(raw, final, pinned)})["pinned"]
+    return read_pinned(rows, pinned, piece, decision.chosen_id if decision.mode == "greedy" else None)
 
 
 @dataclass
@@ -236,6 +287,7 @@ class PendingDecision:
     stages: tuple[tuple[str, str], ...]  # (name, detail) of each active stage
     u: float | None
     timer: DeviceTimer
+    pinned: tuple[int, ...] = ()
 
     def read(self, host: dict[str, np.ndarray], piece: Callable[[int], str]) -> Decision:
         """The Decision, from the host copies of `tensors`."""
@@ -273,6 +325,9 @@ class PendingDecision:
             raw_rank=int(raw_rank),
             raw_prob=raw_prob,
             ms=self.timer.ms(),
+            pinned=read_pinned(
+                host["decision.pinned"], self.pinned, piece, int(chosen) if self.mode == "greedy" else None
+            ),
         )
 
 
@@ -283,7 +338,8 @@ def decide(
     generated_ids: Sequence[int],
     piece: Callable[[int], str],
     forced_id: int | None = None,
+    pinned: Sequence[int] = (),
 ) -> Decision:
     """Run every stage on `logits` (vocab,) and choose the next token: one transfer to the host."""
-    pending = decide_on_device(logits, settings, context_ids, generated_ids, forced_id)
+    pending = decide_on_device(logits, settings, context_ids, generated_ids, forced_id, pinned)
     return pending.read(to_host(pending.tensors), piece)

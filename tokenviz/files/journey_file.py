@@ -13,7 +13,6 @@ import base64
 import dataclasses
 import json
 import stat
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -21,8 +20,17 @@ import numpy as np
 
 from tokenviz.contract.attention import SavedAttention
 from tokenviz.contract.errors import TokenvizError
-from tokenviz.contract.records import Candidate, Decision, ModelInfo, PromptPrediction, Stage, StepRecord, TokenChip
-from tokenviz.contract.results import Attribution, BranchSummary
+from tokenviz.contract.records import (
+    Candidate,
+    Decision,
+    ModelInfo,
+    PinnedToken,
+    PromptPrediction,
+    Stage,
+    StepRecord,
+    TokenChip,
+)
+from tokenviz.contract.results import Analyses, Attribution, BranchSummary, LogitDifference
 from tokenviz.contract.snapshot import Snapshot
 from tokenviz.contract.text import safe_text
 from tokenviz.files import journey_schema as schema
@@ -76,6 +84,7 @@ def _record(r: StepRecord, attention: np.ndarray | None) -> dict[str, Any]:
             "raw_rank": d.raw_rank,
             "raw_prob": d.raw_prob,
             "ms": d.ms,
+            "pinned": [[p.id, p.text, p.prob, p.final_prob, p.rank] for p in d.pinned],
         },
         "prompt_predictions": [
             [
@@ -109,6 +118,7 @@ def _unrecord(r: schema.Record) -> StepRecord:
         raw_rank=d.raw_rank,
         raw_prob=d.raw_prob,
         ms=d.ms,
+        pinned=tuple(PinnedToken(*p) for p in d.pinned),
     )
     return StepRecord(
         index=r.index,
@@ -154,10 +164,10 @@ def _blocks(snapshot: Snapshot, attention: SavedAttention) -> list[np.ndarray | 
 def journey_file(
     snapshot: Snapshot,
     attention: SavedAttention | None = None,
-    attributions: Sequence[Attribution] = (),
+    analyses: Analyses = Analyses(),
     document: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The saveable journey of `snapshot` with the attention rows and attributions kept; `document`
+    """The saveable journey of `snapshot` with the attention rows and analyses kept; `document`
     is the trace document when there is one."""
     if snapshot.info is None:
         raise TokenvizError("nothing to save: the model has not loaded")
@@ -173,7 +183,9 @@ def journey_file(
         "records": [_record(r, a) for r, a in zip(snapshot.records, _blocks(snapshot, attention or SavedAttention()))],
         "stop_reason": snapshot.stop_reason,
         "branches": [dataclasses.asdict(b) for b in snapshot.branches],
-        "attributions": [dataclasses.asdict(a) for a in attributions],
+        "pinned": [list(p) for p in snapshot.pinned],
+        "attributions": [dataclasses.asdict(a) for a in analyses.attributions],
+        "logit_differences": [dataclasses.asdict(d) for d in analyses.logit_differences],
     }
     return doc
 
@@ -182,12 +194,12 @@ def save_journey(
     path: str | Path,
     snapshot: Snapshot,
     attention: SavedAttention | None = None,
-    attributions: Sequence[Attribution] = (),
+    analyses: Analyses = Analyses(),
     document: dict[str, Any] | None = None,
     replace: bool = False,
 ) -> Path:
     """Write the journey atomically; an existing file is replaced only with `replace`."""
-    return write_file(path, json.dumps(journey_file(snapshot, attention, attributions, document)), replace=replace)
+    return write_file(path, json.dumps(journey_file(snapshot, attention, analyses, document)), replace=replace)
 
 
 def read_journey(path: str | Path) -> dict[str, Any]:
@@ -240,11 +252,11 @@ def _read_json(path: str | Path) -> dict[str, Any]:
 
 
 class Recording(NamedTuple):
-    """A saved journey as the app replays it: the Snapshot, the attention rows and attributions kept."""
+    """A saved journey as the app replays it: the Snapshot, the attention rows and analyses kept."""
 
     snapshot: Snapshot
     attention: SavedAttention
-    attributions: tuple[Attribution, ...] = ()
+    analyses: Analyses = Analyses()
 
 
 def _saved_attention(r: schema.Replay) -> SavedAttention:
@@ -282,6 +294,13 @@ def recording_of(doc: dict[str, Any] | schema.Journey) -> Recording:
         stop_reason=r.stop_reason,
         message="a recorded journey: read-only",
         branches=tuple(BranchSummary(**b.model_dump()) for b in r.branches),
+        pinned=tuple(tuple(p) for p in r.pinned),  # type: ignore[misc]
     )
-    attributions = tuple(Attribution(**{**a.model_dump(), "scores": tuple(a.scores)}) for a in r.attributions)
-    return Recording(snapshot, _saved_attention(r), attributions)
+    analyses = Analyses(
+        tuple(Attribution(**{**a.model_dump(), "scores": tuple(a.scores)}) for a in r.attributions),
+        tuple(
+            LogitDifference(**{**d.model_dump(), "attention": tuple(d.attention), "mlp": tuple(d.mlp)})
+            for d in r.logit_differences
+        ),
+    )
+    return Recording(snapshot, _saved_attention(r), analyses)

@@ -17,10 +17,12 @@ import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.records import MAX_PINNED
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.contract.text import safe_text
 
 MAX_TOKENS = 131_072  # chips or records in one journey
+MAX_LAYERS = 4096
 
 
 # Every leaf is strict (no "0.5" for a number, no 1 for a flag); lists may stand for tuples, as in JSON.
@@ -62,7 +64,7 @@ class Info(Model):
     name: SafeText
     device: SafeText
     dtype: SafeText
-    layers: Annotated[int, Field(strict=True, ge=1, le=4096)]
+    layers: Annotated[int, Field(strict=True, ge=1, le=MAX_LAYERS)]
     heads: Annotated[int, Field(strict=True, ge=1, le=4096)]
     kv_heads: Annotated[int, Field(strict=True, ge=1, le=4096)]
     head_dim: Annotated[int, Field(strict=True, ge=1, le=65536)]
@@ -115,6 +117,7 @@ class Decision(Model):
     raw_rank: Positive
     raw_prob: Probability
     ms: NonNegative
+    pinned: Annotated[list[tuple[Id, SafeText, Probability, Probability, Positive]], Field(max_length=MAX_PINNED)] = []
 
     @model_validator(mode="after")
     def _watched(self) -> Decision:
@@ -164,6 +167,26 @@ class SavedAttribution(Model):
         return self
 
 
+class SavedLogitDifference(Model):
+    position: Count
+    a_id: Id
+    a_text: SafeText
+    b_id: Id
+    b_text: SafeText
+    total: Finite
+    embedding: Finite
+    attention: Annotated[list[Finite], Field(max_length=MAX_LAYERS)]
+    mlp: Annotated[list[Finite], Field(max_length=MAX_LAYERS)]
+    bias: Finite
+    softcap: Finite
+
+    @model_validator(mode="after")
+    def _one_share_a_layer(self) -> SavedLogitDifference:
+        if len(self.attention) != len(self.mlp):
+            raise ValueError(f"{len(self.attention)} attention shares but {len(self.mlp)} MLP shares")
+        return self
+
+
 class Replay(Model):
     info: Info
     chips: Annotated[
@@ -176,7 +199,9 @@ class Replay(Model):
     records: Annotated[list[Record], Field(min_length=1, max_length=MAX_TOKENS)]
     stop_reason: SafeText | None
     branches: list[Branch] = []
+    pinned: Annotated[list[tuple[Id, SafeText]], Field(max_length=MAX_PINNED)] = []
     attributions: Annotated[list[SavedAttribution], Field(max_length=64)] = []
+    logit_differences: Annotated[list[SavedLogitDifference], Field(max_length=64)] = []
 
     @model_validator(mode="after")
     def _consistent(self) -> Replay:
@@ -191,9 +216,16 @@ class Replay(Model):
         ids += [c[0] for r in self.records for c in r.top] + [w[0] for r in self.records for w in r.decision.watch]
         if max(ids, default=0) >= info.vocab:
             raise ValueError(f"a token id is outside the vocabulary of {info.vocab}")
+        ids += [p[0] for r in self.records for p in r.decision.pinned] + [p[0] for p in self.pinned]
+        ids += [t for d in self.logit_differences for t in (d.a_id, d.b_id)]
+        if max(ids, default=0) >= info.vocab:
+            raise ValueError(f"a token id is outside the vocabulary of {info.vocab}")
         for a in self.attributions:  # each explains a token of this journey, after a position in it
             if a.position + 1 > len(self.chips) or a.target_id >= info.vocab:
                 raise ValueError(f"an attribution of position {a.position} does not fit this journey")
+        for d in self.logit_differences:
+            if d.position + 1 > len(self.chips) or len(d.mlp) != info.layers:
+                raise ValueError(f"a logit difference at position {d.position} does not fit this journey")
         saved = [i for i, record in enumerate(self.records) if record.attention is not None]
         if saved and saved != list(range(saved[0], len(self.records))):
             raise ValueError("the attention rows kept must be the newest, without gaps")

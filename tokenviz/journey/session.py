@@ -18,19 +18,29 @@ import torch
 
 from tokenviz.contract.attention import SavedAttention
 from tokenviz.contract.errors import Cancelled, PromptError, TokenvizError
-from tokenviz.contract.records import StepRecord, TokenChip
-from tokenviz.contract.results import Attribution, AttributionMethod, BranchSummary, CacheEvent, Inspection
+from tokenviz.contract.records import MAX_PINNED, StepRecord, TokenChip
+from tokenviz.contract.results import (
+    Analyses,
+    Attribution,
+    AttributionMethod,
+    BranchSummary,
+    CacheEvent,
+    Inspection,
+    LogitDifference,
+)
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.prompt_predictions import join, predict_positions
 from tokenviz.decoding.prompt_predictions import read as read_predictions
-from tokenviz.decoding.sampling import decide, decide_on_device, summarise
+from tokenviz.decoding.sampling import decide, decide_on_device, follow_pinned, summarise
 from tokenviz.files.journey_file import rows_to_save
 from tokenviz.journey.branches import Branch, BranchStore
 from tokenviz.journey.past_results import PastResults
 from tokenviz.journey.stops import stop_reason
+from tokenviz.journey.watching import token_of
 from tokenviz.model.attribution import attribute
 from tokenviz.model.chat import chat_ids
 from tokenviz.model.lens import inspect_positions
+from tokenviz.model.logit_difference import logit_difference
 from tokenviz.model.runner import Forward, ModelRunner
 from tokenviz.model.transfer import to_host
 
@@ -54,8 +64,10 @@ class Session:
         self.stop_reason: str | None = None
         self.last_cache_event: CacheEvent | None = None
         self.branches = BranchStore()  # other paths from the same prompt
+        self.pinned: tuple[int, ...] = ()  # the tokens followed at every step (see pin)
         self._inspections: PastResults[Inspection] = PastResults()
         self._attributions: PastResults[Attribution] = PastResults()
+        self._differences: PastResults[LogitDifference] = PastResults()
         self._pending_logits: torch.Tensor | None = None
         self._prefill_logits: torch.Tensor | None = None
         self._chips: list[TokenChip] = []  # see chips()
@@ -279,6 +291,7 @@ class Session:
         self.last_cache_event = CacheEvent(kept=keep, dropped=max(before - keep, 0))
         if self.pending is not None:
             self._redecide()  # the pending decision follows the current settings
+        self._fill_pinned()
 
     def set_settings(self, settings: SamplingSettings) -> None:
         """New settings re-decide the pending step from the logits already computed."""
@@ -286,12 +299,37 @@ class Session:
         if self.pending is not None:
             self._redecide()
 
+    def pin(self, ids: Sequence[int]) -> None:
+        """Follow these tokens at every step: their raw and final probability and raw rank. The
+        steps already taken are filled in from their logits, fed again over the cache."""
+        for token in ids:
+            if not 0 <= token < self.runner.info.vocab:
+                raise TokenvizError(f"token id {token} is outside the vocabulary (0-{self.runner.info.vocab - 1})")
+        if len(set(ids)) > MAX_PINNED:
+            raise TokenvizError(f"at most {MAX_PINNED} tokens can be watched at once: unpin one first")
+        self.pinned = tuple(dict.fromkeys(ids))
+        self._fill_pinned()
+
+    def watch(self, token: int | str) -> int:
+        """Watch the token `token` names (see journey.watching), or stop watching it if it is
+        watched; returns its id."""
+        token_id = token_of(self.runner, token)
+        if token_id in self.pinned:
+            self.pin([t for t in self.pinned if t != token_id])
+        else:
+            self.pin([*self.pinned, token_id])
+        return token_id
+
     def inspect(self, position: int) -> Inspection:
-        """Embedding, residual norms and logit lens at `position` (cached: the past does not change)."""
+        """Embedding, residual norms and logit lens at `position`, the watched tokens followed too
+        (cached: the past does not change)."""
         context, chosen = self._past(position)
-        return self._inspections.get(
-            (context, chosen), lambda: inspect_positions(self.runner, list(context), [position], [chosen])[0]
-        )
+        pinned = self.pinned
+
+        def compute() -> Inspection:
+            return inspect_positions(self.runner, list(context), [position], [chosen], pinned=pinned)[0]
+
+        return self._inspections.get((context, chosen, pinned), compute)
 
     def attribute(
         self,
@@ -308,6 +346,23 @@ class Session:
             return Attribution(method, position, chosen, self.runner.piece(chosen), logprob, tuple(scores))
 
         return self._attributions.get((context, chosen, method), compute)
+
+    def logit_difference(self, position: int) -> LogitDifference:
+        """logit(a) − logit(b) of the first two watched tokens after `position`, split by layer (cached)."""
+        if len(self.pinned) < 2:
+            raise TokenvizError("watch two tokens (w) to split their logit difference by layer")
+        context, _ = self._past(position)
+        a, b = self.pinned[:2]
+        return self._differences.get((context, a, b), lambda: logit_difference(self.runner, list(context), a, b))
+
+    def kept_analyses(self) -> Analyses:
+        """The attributions and logit differences computed on the current path (a journey file keeps them)."""
+        ids, differences = tuple(self.ids), []
+        for key, difference in self._differences.items():
+            context = cast(tuple[tuple[int, ...], int, int], key)[0]
+            if ids[: len(context)] == context:
+                differences.append(difference)
+        return Analyses(tuple(self.kept_attributions()), tuple(differences))
 
     def kept_attributions(self) -> list[Attribution]:
         """The attributions computed on the current path (a journey file keeps them), oldest first."""
@@ -368,9 +423,30 @@ class Session:
     def _redecide(self, forced_id: int | None = None) -> None:
         assert self._pending_logits is not None
         decision = decide(
-            self._pending_logits, self.settings, self.ids, self.generated_ids, self.runner.piece, forced_id
+            self._pending_logits, self.settings, self.ids, self.generated_ids, self.runner.piece, forced_id, self.pinned
         )
         self.records[-1] = dataclasses.replace(self.records[-1], decision=decision)
+
+    def _fill_pinned(self) -> None:
+        """Give every step of the current path the pinned tokens' values, where it lacks them
+        (pinned later, or a branch switched to): one forward pass over those steps' tokens."""
+        stale = [i for i, r in enumerate(self.records) if r.decision.pinned_ids != self.pinned]
+        if not stale:
+            return
+        start = self.records[stale[0]].position - 1
+        logits = self.runner.logits_after(self.ids[: self.records[stale[-1]].position], start)
+        n = len(self.prompt_ids)
+        for i in stale:
+            record = self.records[i]
+            pinned = follow_pinned(
+                logits[record.position - 1 - start],
+                record.decision,
+                self.ids[: record.position],
+                self.ids[n : record.position],
+                self.pinned,
+                self.runner.piece,
+            )
+            self.records[i] = dataclasses.replace(record, decision=dataclasses.replace(record.decision, pinned=pinned))
 
     def _check_memory(self, n: int) -> None:
         """Refuse a prompt whose prefill would not fit in the memory that is free, before it hurts:
@@ -418,7 +494,7 @@ class Session:
         """Record a forward pass and decide on it: the top-n, the decision (and a prefill's
         predictions at every prompt position) reach the host in one transfer."""
         summary = summarise(forward.logits, self.top_n)
-        decision = decide_on_device(forward.logits, self.settings, self.ids, self.generated_ids)
+        decision = decide_on_device(forward.logits, self.settings, self.ids, self.generated_ids, pinned=self.pinned)
         host = to_host({**summary.tensors, **decision.tensors, **(prompt_parts or {})})
         top, entropy = summary.read(host, self.runner.piece)
         record = StepRecord(

@@ -46,22 +46,32 @@ def final_norm(model) -> torch.nn.Module:
     return norm
 
 
-def head_logits(model, hidden: torch.Tensor) -> torch.Tensor:
-    """The model's output logits for final hidden states (after its final norm): the output
-    projection where there is one, the unembedding, then the model's own logit transforms."""
+def softcap(model, logits: torch.Tensor) -> torch.Tensor:
+    """The model's final logit soft-capping (Gemma 2), where it has one."""
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    return logits if cap is None else torch.tanh(logits / cap) * cap
+
+
+def head_logits_before_cap(model, hidden: torch.Tensor) -> torch.Tensor:
+    """The output projection where there is one, the unembedding and the model's logit scaling: an
+    affine map of final hidden states (after the final norm)."""
     project_out = _submodule(model, ("project_out",))  # OPT, when its embedding is narrower
     if project_out is not None:
         hidden = project_out(hidden)
-    logits = model.get_output_embeddings()(hidden).float()
+    logits = model.get_output_embeddings()(hidden)
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # a float64 model stays float64
     config = model.config
     if getattr(config, "logit_scale", None) is not None:  # Cohere
         logits = logits * config.logit_scale
     if getattr(config, "logits_scaling", None) is not None:  # Granite
         logits = logits / config.logits_scaling
-    cap = getattr(config, "final_logit_softcapping", None)  # Gemma 2
-    if cap is not None:
-        logits = torch.tanh(logits / cap) * cap
     return logits
+
+
+def head_logits(model, hidden: torch.Tensor) -> torch.Tensor:
+    """The model's output logits for final hidden states (after its final norm): the output
+    projection where there is one, the unembedding, then the model's own logit transforms."""
+    return softcap(model, head_logits_before_cap(model, hidden))
 
 
 @torch.inference_mode()
@@ -93,10 +103,16 @@ def lens_logits(runner: ModelRunner, residual: torch.Tensor) -> torch.Tensor:
 
 @torch.inference_mode()
 def inspect_positions(
-    runner: ModelRunner, ids: list[int], positions: list[int], chosen: list[int], top: int = 3, embedding_dims: int = 16
+    runner: ModelRunner,
+    ids: list[int],
+    positions: list[int],
+    chosen: list[int],
+    top: int = 3,
+    embedding_dims: int = 16,
+    pinned: tuple[int, ...] = (),
 ) -> list[Inspection]:
     """Inspect several positions of `ids` with one forward pass. `chosen[i]` is the token that
-    followed positions[i] (its rank and probability are followed through the layers)."""
+    followed positions[i]; it and the `pinned` tokens are followed through the layers."""
     stream = residual_stream(runner, ids)  # (L+1, T, H)
     weight = cast(torch.Tensor, runner.model.get_input_embeddings().weight)
     out = []
@@ -105,8 +121,9 @@ def inspect_positions(
         probs = torch.softmax(lens_logits(runner, residual), -1)  # (L+1, V)
         norms = residual.float().norm(dim=-1).tolist()
         top_p, top_i = torch.topk(probs, top, dim=-1)
-        chosen_p = probs[:, chosen_id]
-        ranks = (probs > chosen_p[:, None]).sum(-1) + 1
+        followed = probs[:, [chosen_id, *pinned]]  # (L+1, 1 + pinned)
+        ranks_all = ((probs[:, None, :] > followed[:, :, None]).sum(-1) + 1).tolist()
+        followed_p = followed.tolist()
         rows = tuple(
             LensLayer(
                 layer=layer,
@@ -114,9 +131,10 @@ def inspect_positions(
                     (int(i), runner.piece(int(i)), float(p))
                     for i, p in zip(top_i[layer].tolist(), top_p[layer].tolist())
                 ),
-                chosen_rank=int(ranks[layer]),
-                chosen_prob=float(chosen_p[layer]),
+                chosen_rank=int(ranks_all[layer][0]),
+                chosen_prob=float(followed_p[layer][0]),
                 residual_norm=float(norms[layer]),
+                pinned=tuple(zip(ranks_all[layer][1:], followed_p[layer][1:])),
             )
             for layer in range(probs.shape[0])
         )
@@ -133,6 +151,7 @@ def inspect_positions(
                 tied_embeddings=runner.info.tied_embeddings,
                 positions=runner.info.positions,
                 lens=rows,
+                pinned=tuple((token, runner.piece(token)) for token in pinned),
             )
         )
     return out

@@ -199,6 +199,19 @@ class ModelRunner:
         self._eager_rows = (rows, torch.cat(parts, 2))
         return self._eager_rows[1]
 
+    @torch.inference_mode()
+    def logits_after(self, ids: Sequence[int], start: int) -> torch.Tensor:
+        """The next-token logits after each of `ids[start:]` (positions the cache holds), fed again
+        over the cache cut at `start`; the cache is left as it was. (positions, vocab)."""
+        with self._cut(start):
+            out = self.model(
+                input_ids=ids_to_device(ids[start:], self.device),
+                past_key_values=self.cache,
+                use_cache=True,
+                logits_to_keep=len(ids) - start,
+            )
+        return out.logits[0]
+
     @contextmanager
     def _cut(self, length: int) -> Iterator[None]:
         """Run with the cache cut to its first `length` positions, then put it back as it was."""

@@ -47,7 +47,8 @@ from tokenviz.ui.panes.speculation import SpeculationPane
 from tokenviz.ui.panes.status import StatusLine
 from tokenviz.ui.panes.timing import TimingPane
 from tokenviz.ui.panes.tokens import TokensPane
-from tokenviz.ui.screens import HelpScreen, PromptChoice, PromptScreen
+from tokenviz.ui.panes.watch import WatchPane, current_difference
+from tokenviz.ui.screens import HelpScreen, PromptChoice, PromptScreen, WatchScreen
 from tokenviz.ui.selection import Selection
 from tokenviz.ui.themes import DEFAULT_THEME, load_themes
 from tokenviz.ui.truecolor import SkipTruecolor, skipping
@@ -66,10 +67,12 @@ from tokenviz.worker.commands import (
     Save,
     ShowAttention,
     Speculate,
+    SplitDifference,
     Start,
     Step,
     SwitchBranch,
     Verify,
+    Watch,
     Worker,
 )
 
@@ -85,6 +88,7 @@ VIEWS = {
     "branches": BranchPane,
     "speculation": SpeculationPane,
     "model": ModelPane,
+    "watch": WatchPane,
 }
 INSPECTING_VIEWS = ("lens", "embedding")  # they ask the engine to look inside the cursor's position
 BEAM_WIDTH = 3  # the B key's width; the palette offers 2-8
@@ -123,6 +127,7 @@ class TokenvizApp(App):
         self._repaint_scheduled = False
         self._inspect_requested: tuple[int, int] | None = None
         self._attribute_requested: Attribute | None = None
+        self._difference_requested: tuple[SplitDifference, tuple[tuple[int, str], ...]] | None = None
         self.attribution_method: AttributionMethod = "loo"  # the A key's; the palette offers both
         self._attention_requested: ShowAttention | None = None
         self._frame_cost = 0.0  # seconds to draw a frame (a moving average), see _frame_delay
@@ -266,6 +271,7 @@ class TokenvizApp(App):
             self.query_one(SamplingPane).show(selection)
         self._request_inspection(selection, current)
         self._request_attribution(selection, current)
+        self._request_difference(selection, current)
         self._request_attention(current)
 
     def _request_attention(self, current: str | None) -> None:
@@ -298,6 +304,16 @@ class TokenvizApp(App):
         if (shown is None or shown.method != request.method) and self._attribute_requested != request:
             self._attribute_requested = request
             self.submit(request)
+
+    def _request_difference(self, selection: Selection, current: str | None) -> None:
+        """The watch view splits the logit difference of two watched tokens after the cursor."""
+        s = selection.snapshot
+        if current != "watch" or s.playing or len(s.pinned) < 2 or current_difference(selection) is not None:
+            return
+        request = (SplitDifference(position=selection.cursor), s.pinned[:2])
+        if self._difference_requested != request:
+            self._difference_requested = request
+            self.submit(request[0])
 
     def watch_layer(self) -> None:
         self.refresh_panes()
@@ -466,6 +482,22 @@ class TokenvizApp(App):
                 self.submit(Start(prompt=choice.text, chat=choice.chat, system=system))
 
         self.push_screen(PromptScreen(s.prompt if s else "", can_chat), submitted)
+
+    def action_pin(self) -> None:
+        """The watch dialog: a candidate at the cursor, or a token typed; then the watch view."""
+        selection = self.current_selection()
+        if selection is None:
+            return
+        record, prediction = selection.record, selection.prompt_prediction
+        top = record.top if record is not None else prediction.top if prediction is not None else ()
+
+        def chosen(token: int | str | None) -> None:
+            if token is not None:
+                self.submit(Watch(token=token))
+                self._open_view("watch")
+
+        candidates = [(c.id, c.text) for c in top[:9]]
+        self.push_screen(WatchScreen(candidates, list(selection.snapshot.pinned)), chosen)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())

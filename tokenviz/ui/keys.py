@@ -151,6 +151,18 @@ KEYS: tuple[KeyRow, ...] = (
         (Press("A", "view('attribution')", palette="View: attribution"),),
     ),
     KeyRow(
+        "w",
+        "watch a token at every step: a candidate at the cursor, or typed (its text with its leading space, or id:N); "
+        "up to 4; choosing a watched one stops watching it",
+        (Press("w", "pin", palette="Watch a token", replay=False),),
+    ),
+    KeyRow(
+        "W",
+        "watch view: each watched token's raw and final probability over the steps and its rank; for two, why the "
+        "model prefers one: their logit difference after the cursor split by layer (attention and MLP)",
+        (Press("W", "view('watch')", palette="View: watched tokens"),),
+    ),
+    KeyRow(
         "c",
         "KV cache view: per layer heads × dims × tokens × bytes, bytes per token, growth, what the last rewind kept",
         (Press("c", "view('cache')", palette="View: KV cache"),),

@@ -1,4 +1,5 @@
-"""Modal screens: the help screen (its key table comes from tokenviz.ui.keys) and the prompt editor."""
+"""Modal screens: the help screen (its key table comes from tokenviz.ui.keys), the prompt editor and
+the watch dialog."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Checkbox, Label, Markdown, TextArea
+from textual.widgets import Checkbox, Input, Label, Markdown, OptionList, TextArea
+from textual.widgets.option_list import Option
 
+from tokenviz.render.pieces import visible
 from tokenviz.ui.keys import markdown_table
 
 HELP = f"""\
@@ -43,6 +46,12 @@ stages reshape them; a draw picks one token; it is appended and the loop repeats
   lowered (−) its log-probability, strongest first, and the chips shaded by it. Leave-one-out takes
   each token out in turn and runs the model again (exact; slow on long texts, Escape cancels);
   gradient × input, from the palette, estimates the same from one backward pass.
+- **watched tokens** (w chooses one, W shows them): a token you follow at every step, from the
+  candidates or typed: its raw and final probability over the whole journey and its rank at the
+  cursor's step; the lens gains a ★ column for it. With two watched tokens, why the model prefers
+  one: logit(a) − logit(b) after the cursor split into what the embeddings and each layer's
+  attention and MLP wrote into the residual stream (through the final norm as the forward pass
+  scaled it); the shares add up to the model's own difference.
 - **status**: model, device, dtype, step, position, forward time, tokens/s, KV cache size, state.
 
 ## Keys
@@ -106,6 +115,54 @@ class PromptScreen(ModalScreen[PromptChoice | None]):
     def action_start(self) -> None:
         chat = self.can_chat and self.query_one("#chat", Checkbox).value
         self.dismiss(PromptChoice(self.query_one(TextArea).text, chat))
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class WatchScreen(ModalScreen[int | str | None]):
+    """Choose a token to watch: from the candidates at the cursor, or typed (its text, or id:N).
+    A watched token chosen again stops being watched."""
+
+    BINDINGS: ClassVar = [Binding("escape", "cancel", "cancel")]
+    DEFAULT_CSS = """
+    WatchScreen { align: center middle; }
+    WatchScreen > Vertical { width: 80%; max-width: 90; height: auto; max-height: 90%; border: thick $primary;
+                             background: $surface; padding: 1 2; }
+    WatchScreen OptionList { height: auto; max-height: 16; }
+    """
+
+    def __init__(self, candidates: list[tuple[int, str]], watched: list[tuple[int, str]]):
+        super().__init__()
+        self.candidates = candidates
+        self.watched = watched
+
+    def compose(self) -> ComposeResult:
+        watched = {token for token, _ in self.watched}
+        options = [
+            Option(f"★ {visible(text)}  (id {token}): watched, choose to stop", id=str(token))
+            for token, text in self.watched
+        ]
+        options += [
+            Option(f"{rank}. {visible(text)}  (id {token})", id=str(token))
+            for rank, (token, text) in enumerate(self.candidates, start=1)
+            if token not in watched
+        ]
+        with Vertical():
+            yield Label("Watch a token at every step: type its text (with its leading space) or id:N, then Enter")
+            yield Input(placeholder=" Paris   or   id:7042", id="watch-input")
+            yield Label("or choose one of the candidates at the cursor (Tab, ↑ ↓, Enter); Escape closes")
+            yield OptionList(*options, id="watch-options")
+
+    def on_mount(self) -> None:
+        self.query_one(Input).focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.value:
+            self.dismiss(event.value)
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(int(event.option.id or 0))
 
     def action_cancel(self) -> None:
         self.dismiss(None)

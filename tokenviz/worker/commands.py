@@ -90,6 +90,20 @@ class Attribute:
 
 
 @dataclass(frozen=True)
+class Watch:
+    """Watch a token at every step, or stop watching it (see tokenviz.journey.watching)."""
+
+    token: int | str  # an id, or a text of one token ("id:N" also names an id)
+
+
+@dataclass(frozen=True)
+class SplitDifference:
+    """The logit difference of the first two watched tokens after `position`, split by layer."""
+
+    position: int
+
+
+@dataclass(frozen=True)
 class Verify:
     """Recompute the latest step without the cache and compare."""
 
@@ -142,6 +156,8 @@ Command = (
     | Pace
     | Inspect
     | Attribute
+    | Watch
+    | SplitDifference
     | Verify
     | Beams
     | Speculate

@@ -42,10 +42,12 @@ from tokenviz.worker.commands import (
     Save,
     ShowAttention,
     Speculate,
+    SplitDifference,
     Start,
     Step,
     SwitchBranch,
     Verify,
+    Watch,
 )
 from tokenviz.worker.errorlog import log_exception
 from tokenviz.worker.loader import Loader
@@ -57,6 +59,7 @@ if TYPE_CHECKING:
         AttributionMethod,
         BeamResult,
         Inspection,
+        LogitDifference,
         Speculation,
         Verification,
     )
@@ -75,6 +78,8 @@ BUSY: dict[type, EngineState] = {  # what the status line says while a command r
     Beams: "searching beams",
     Speculate: "speculating",
     Attribute: "attributing",
+    Watch: "watching",
+    SplitDifference: "watching",
 }
 
 
@@ -114,6 +119,7 @@ class EngineWorker:
         self._last_snapshot: Snapshot | None = None
         self._inspection: Inspection | None = None
         self._attribution: Attribution | None = None
+        self._difference: LogitDifference | None = None
         self._verification: Verification | None = None
         self._beams: BeamResult | None = None
         self._speculation: Speculation | None = None
@@ -260,6 +266,8 @@ class EngineWorker:
 
     def _move(self, command: Move, session: Session) -> None:
         """A command that changes the journey."""
+        if not isinstance(command, Step | Force):
+            self._difference = None  # it may be of tokens no longer there (a split knows no more than its position)
         match command:
             case Step():
                 self._timed(session.step)
@@ -278,7 +286,8 @@ class EngineWorker:
                 self._prefill(session, command)
                 self._prompt = command
                 self._step_times.clear()  # tok/s is the new journey's, and so is every view
-                self._inspection = self._attribution = self._verification = self._beams = self._speculation = None
+                self._inspection = self._attribution = self._difference = None
+                self._verification = self._beams = self._speculation = None
             case _:
                 assert_never(command)
 
@@ -301,10 +310,10 @@ class EngineWorker:
                 self.pace_s = PACES_S[min(max(index, 0), len(PACES_S) - 1)]
             case ShowAttention():
                 self._attention_request = command if command.rows > 0 else None
+            case Watch(token=token):
+                session.watch(token)
             case Save(path=path):
-                written = save_journey(
-                    path, snapshot_of(session), session.saved_attention(), session.kept_attributions()
-                )
+                written = save_journey(path, snapshot_of(session), session.saved_attention(), session.kept_analyses())
                 self._notice = f"saved {written} (tokenviz replay {written})"
             case _:
                 self._compute(command, session)
@@ -318,6 +327,8 @@ class EngineWorker:
                 self._inspection = session.inspect(position)
             case Attribute(position=position, method=method):
                 self._attribute(session, position, method)
+            case SplitDifference(position=position):
+                self._difference = session.logit_difference(position)
             case Verify():
                 from tokenviz.journey.verification import verify_latest
 
@@ -425,6 +436,7 @@ class EngineWorker:
             handled=self._handled,
             inspection=self._inspection,
             attribution=self._attribution,
+            logit_difference=self._difference,
             verification=self._verification,
             beams=self._beams,
             speculation=self._speculation,

@@ -2,30 +2,37 @@
 
 Used for replaying a saved journey and for deterministic screenshots in tests. The step keys move
 through the recorded steps (space forward, backspace back, r to the prompt); the attention pane gets
-the rows the journey file kept, and the attribution view the attributions it kept.
+the rows the journey file kept, and the attribution and watch views the analyses it kept.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 
 from tokenviz.contract.attention import AttentionView, SavedAttention
 from tokenviz.contract.errors import TokenvizError
-from tokenviz.contract.results import Attribution
+from tokenviz.contract.results import Analyses
 from tokenviz.contract.snapshot import Snapshot
 from tokenviz.files.journey_file import save_journey
-from tokenviz.worker.commands import Attribute, Command, Post, Reset, Rewind, Save, ShowAttention, Step
+from tokenviz.worker.commands import (
+    Attribute,
+    Command,
+    Post,
+    Reset,
+    Rewind,
+    Save,
+    ShowAttention,
+    SplitDifference,
+    Step,
+)
 
 
 class RecordingWorker:
-    def __init__(
-        self, snapshot: Snapshot, attention: SavedAttention | None = None, attributions: Sequence[Attribution] = ()
-    ):
+    def __init__(self, snapshot: Snapshot, attention: SavedAttention | None = None, analyses: Analyses = Analyses()):
         self.recording = dataclasses.replace(snapshot, live=False)
         self.snapshot = self.recording
         self.attention = attention or SavedAttention()
-        self.attributions = tuple(attributions)
+        self.analyses = analyses
         self._request: ShowAttention | None = None
         self.submitted = 0
         self._post: Post | None = None
@@ -39,7 +46,7 @@ class RecordingWorker:
         error = notice = None
         attention = self.snapshot.attention
         snapshot = self.snapshot
-        attribution = snapshot.attribution
+        attribution, difference = snapshot.attribution, snapshot.logit_difference
         match command:
             case ShowAttention():
                 self._request = command
@@ -49,13 +56,16 @@ class RecordingWorker:
                 attention = self._view(self._request, snapshot) if self._request else None
             case Save(path=path):
                 try:
-                    written = save_journey(path, self.recording, self.attention, self.attributions)
+                    written = save_journey(path, self.recording, self.attention, self.analyses)
                     notice = f"saved {written} (tokenviz replay {written})"
                 except TokenvizError as exc:
                     error = str(exc)
             case Attribute(position=position, method=method):
-                kept = [a for a in self.attributions if (a.position, a.method) == (position, method)]
+                kept = [a for a in self.analyses.attributions if (a.position, a.method) == (position, method)]
                 attribution = kept[-1] if kept else None  # (the view says the recording has none here)
+            case SplitDifference(position=position):
+                split = [d for d in self.analyses.logit_differences if d.position == position]
+                difference = split[-1] if split else None
             case _:
                 error = "this journey is a recording: nothing runs a model here"
         self.snapshot = dataclasses.replace(
@@ -66,6 +76,7 @@ class RecordingWorker:
             notice=notice,
             attention=attention,
             attribution=attribution,
+            logit_difference=difference,
         )
         if self._post is not None:
             self._post(self.snapshot)

@@ -30,5 +30,6 @@ def snapshot_of(session: Session, seq: int = 1, **fields: Any) -> Snapshot:
         text=s.generated_text,
         full_text=s.text,
         branches=tuple(s.branch_summaries()) if len(s.branches) else (),
+        pinned=tuple((t, s.runner.piece(t)) for t in s.pinned),
         **fields,
     )

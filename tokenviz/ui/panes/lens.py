@@ -45,7 +45,9 @@ class LensPane(ScrollPane):
         width = max(self.size.width - 2, 30)
         piece_w = 9 if width < 90 else 12
         n_top = max(1, min(3, (width - 24) // (piece_w + 7)))  # narrow panes show fewer guesses per layer
-        bar_w = max(width - n_top * (piece_w + 7) - 20, 0)
+        watched = inspection.pinned
+        watch_w = 13  # " rank p.ppp" under the watched token's piece
+        bar_w = max(width - n_top * (piece_w + 7) - 20 - watch_w * len(watched), 0)
         text = Text(no_wrap=True, overflow="crop")
         chosen_text = visible(chosen_text_of(selection, inspection))
         text.append(f"@{inspection.position} {visible(inspection.token_text)} → {chosen_text}: ", style="bold")
@@ -54,7 +56,9 @@ class LensPane(ScrollPane):
         )
         text.append(
             "\n" + f"{'layer':>5} {cell(f'top {n_top} (final norm + unembedding)', n_top * (piece_w + 7))}"
-            f" {'rank':>5} {'p(next)':>7}\n",
+            f" {'rank':>5} {'p(next)':>7}"
+            + "".join(" " + cell(f"★{visible(piece)}", watch_w - 1, right=True) for _, piece in watched)
+            + "\n",
             style="bold",
         )
         for row in inspection.lens:
@@ -66,6 +70,8 @@ class LensPane(ScrollPane):
                 text.append(cell(visible(piece), piece_w), style=f"bold {chosen_color}" if mark else "")
                 text.append(f" {prob:5.3f} ")
             text.append(f"{row.chosen_rank:>5} {row.chosen_prob:>7.4f} ")
+            for rank, prob in row.pinned:
+                text.append(f"{rank:>6} {prob:5.3f} ", style=self.colors.bar_final)
             text.append(bar(row.chosen_prob, bar_w) + "\n", style=bar_color)
         text.rstrip()
         self.border_subtitle = "the last row is the model's own output"

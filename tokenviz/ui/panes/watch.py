@@ -1,0 +1,107 @@
+"""Watch pane: the watched tokens over the journey, and why one rather than the other.
+
+Each watched token's raw and final probability at every step (sparklines, the newest on the right)
+with its values and rank at the cursor's step; for two watched tokens, their logit difference after
+the cursor split into the share of the embeddings and of each layer's attention and MLP.
+"""
+
+from __future__ import annotations
+
+from rich.style import Style
+from rich.text import Text
+
+from tokenviz.contract.results import LogitDifference
+from tokenviz.render.bars import bar
+from tokenviz.render.columns import cell
+from tokenviz.render.pieces import visible
+from tokenviz.render.sparkline import sparkline
+from tokenviz.render.units import probability
+from tokenviz.ui.panes.base import ScrollPane, pending_note
+from tokenviz.ui.selection import Selection
+
+
+def current_difference(selection: Selection) -> LogitDifference | None:
+    """The snapshot's split if it is of the first two watched tokens after the cursor, else None."""
+    s = selection.snapshot
+    d = s.logit_difference
+    if d is None or len(s.pinned) < 2 or d.position != selection.cursor:
+        return None
+    return d if (d.a_id, d.b_id) == (s.pinned[0][0], s.pinned[1][0]) else None
+
+
+class WatchPane(ScrollPane):
+    TITLE = "watched tokens"
+    DEFAULT_CSS = """
+    WatchPane > .body { text-wrap: nowrap; text-overflow: clip; }
+    """
+
+    def draw(self, selection: Selection) -> None:
+        s = selection.snapshot
+        text = Text(no_wrap=True, overflow="crop")
+        if not s.pinned:
+            text.append(
+                "no token is watched: press w to choose one (a candidate, or type its text or id); two "
+                "watched tokens also show why the model prefers one: their logit difference split by layer",
+                Style(dim=True),
+            )
+            self.body.update(text)
+            return
+        width = max(self.size.width - 2, 30)
+        spark_w = max(width - 40, 8)
+        record = selection.record or s.records[-1]
+        at = {p.id: p for p in record.decision.pinned}
+        text.append(f"at step {record.index} (the cursor's)  ", Style(bold=True))
+        text.append("sparklines: every step, the newest right; w adds or removes a token\n", Style(dim=True))
+        for token, piece in s.pinned:
+            series = [next((p for p in r.decision.pinned if p.id == token), None) for r in s.records]
+            raw = [p.prob if p else 0.0 for p in series]
+            final = [p.final_prob if p else 0.0 for p in series]
+            now = at.get(token)
+            top = max(raw + final) or 1.0  # one scale for both lines: the token's largest probability
+            label = cell(f"{visible(piece)} ({token})", 18)
+            text.append(label + " raw   ", Style(bold=True))
+            text.append(cell(sparkline(raw, spark_w, top), spark_w), Style(color=self.colors.bar))
+            text.append(f" {probability(now.prob) if now else '—':>7}  rank {now.rank if now else '—'}\n")
+            text.append(" " * 18 + " final ")
+            text.append(cell(sparkline(final, spark_w, top), spark_w), Style(color=self.colors.bar_final))
+            text.append(f" {probability(now.final_prob) if now else '—':>7}")
+            text.append(f"  (full block: p {probability(top)})\n", Style(dim=True))
+        if len(s.pinned) >= 2:
+            text.append("\n")
+            self._split(text, selection, width)
+        self.body.update(text)
+
+    def _split(self, text: Text, selection: Selection, width: int) -> None:
+        d = current_difference(selection)
+        if d is None:
+            waiting = "splitting the logit difference after the cursor…"
+            if selection.snapshot.playing:
+                waiting = "the split is computed when autoplay pauses"
+            text.append_text(pending_note(selection, waiting, "logit difference split"))
+            return
+        a, b = visible(d.a_text), visible(d.b_text)
+        text.append(f"logit({a}) − logit({b}) after position {d.position}: {d.total:+.3f}", Style(bold=True))
+        text.append(f"  ({'prefers ' + a if d.total >= 0 else 'prefers ' + b})\n")
+        text.append(
+            "each part's share, through the final norm as the forward pass scaled it (direct logit attribution)\n",
+            Style(dim=True),
+        )
+        top = max((abs(x) for x in (d.embedding, *d.attention, *d.mlp)), default=0.0) or 1.0
+        bar_w = max((width - 34) // 2, 4)
+        up, down = Style(color=self.colors.bar), Style(color=self.colors.bar_final)
+
+        def share(value: float) -> None:
+            text.append(f"{value:+8.3f} ")
+            text.append(bar(abs(value) / top, bar_w), up if value >= 0 else down)
+
+        text.append(f"{'':>10} {cell('attention', bar_w + 9)} MLP\n", Style(bold=True))
+        text.append(f"{'embedding':>10} ")
+        share(d.embedding)
+        text.append("\n")
+        for layer, (attention, mlp) in enumerate(zip(d.attention, d.mlp), start=1):
+            text.append(f"{'layer ' + str(layer):>10} ")
+            share(attention)
+            text.append(" ")
+            share(mlp)
+            text.append("\n")
+        text.append(f"{'biases':>10} {d.bias:+8.3f}   soft cap {d.softcap:+.3f}   sum {d.shares:+.3f}")
