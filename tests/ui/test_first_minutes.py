@@ -3,6 +3,7 @@ the decoded text, autoplay's pace, the model view, a recording's keys and chips 
 every colour system."""
 
 import itertools
+import math
 import time
 
 import pytest
@@ -13,7 +14,7 @@ from textual.widgets import Footer
 
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.panes.status import StatusLine
-from tokenviz.ui.panes.tokens import TokensPane, piece_of
+from tokenviz.ui.panes.tokens import SURPRISAL_TOP_BITS, TokensPane, piece_of
 
 
 def footer_keys(app) -> list[str]:
@@ -196,7 +197,7 @@ async def test_a_chosen_token_outside_the_top_n_keeps_its_row_on_screen():
         assert len(lines) <= pane.content_size.height and lines[-1].lstrip().startswith("▶250")
 
 
-async def test_u_shades_the_prompt_by_the_surprisal_the_prefill_computed():
+async def test_u_shades_every_token_by_the_surprisal_the_model_computed():
     app = recorded_app(frozen_recording(steps=3))
     async with app.run_test(size=(160, 40)) as pilot:
         s = await settle(app, pilot)
@@ -210,7 +211,10 @@ async def test_u_shades_the_prompt_by_the_surprisal_the_prefill_computed():
         least, most = order[0], order[-1]
         assert predictions[most - 1].surprisal > predictions[least - 1].surprisal
         assert shades[least] != shades[most]  # the scale follows the model's own numbers
-        assert tokens._surprisal_shade(0) is None and tokens._surprisal_shade(s.prompt_len) is None
+        assert tokens._surprisal_shade(0) is None  # the first token is read, not predicted
+        for i in range(s.prompt_len, len(s.chips)):  # a generated token: by its decision's raw probability
+            bits = -math.log2(s.records[i - s.prompt_len].decision.raw_prob)
+            assert tokens._surprisal_shade(i) == tokens._shade(bits / SURPRISAL_TOP_BITS)
         assert "surprisal" in str(tokens.border_subtitle)
 
 

@@ -84,8 +84,9 @@ class ModelRunner:
             return set()
         return set(ids) if isinstance(ids, (list, tuple)) else {int(ids)}
 
-    def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer(text)["input_ids"])
+    def encode(self, text: str, special_tokens: bool = True) -> list[int]:
+        """The text's token ids; with `special_tokens` those the tokenizer adds to a whole text (a BOS)."""
+        return list(self.tokenizer(text, add_special_tokens=special_tokens)["input_ids"])
 
     def decode(self, ids: Iterable[int]) -> str:
         text = self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)

@@ -48,7 +48,7 @@ from tokenviz.ui.panes.status import StatusLine
 from tokenviz.ui.panes.timing import TimingPane
 from tokenviz.ui.panes.tokens import TokensPane
 from tokenviz.ui.panes.watch import WatchPane, current_difference
-from tokenviz.ui.screens import HelpScreen, PromptChoice, PromptScreen, WatchScreen
+from tokenviz.ui.screens import ContinueScreen, HelpScreen, PromptChoice, PromptScreen, WatchScreen
 from tokenviz.ui.selection import Selection
 from tokenviz.ui.themes import DEFAULT_THEME, load_themes
 from tokenviz.ui.truecolor import SkipTruecolor, skipping
@@ -58,6 +58,7 @@ from tokenviz.worker.commands import (
     Beams,
     BranchAt,
     Command,
+    Continue,
     Force,
     Inspect,
     Pace,
@@ -482,6 +483,16 @@ class TokenvizApp(App):
                 self.submit(Start(prompt=choice.text, chat=choice.chat, system=system))
 
         self.push_screen(PromptScreen(s.prompt if s else "", can_chat), submitted)
+
+    def action_continue_with(self) -> None:
+        """Force a text of the user's own through the journey, token by token (see Continue)."""
+
+        def chosen(text: str | None) -> None:
+            if text:
+                self.cursor = None
+                self.submit(Continue(text=text))
+
+        self.push_screen(ContinueScreen(), chosen)
 
     def action_pin(self) -> None:
         """The watch dialog: a candidate at the cursor, or a token typed; then the watch view."""

@@ -68,6 +68,12 @@ KEYS: tuple[KeyRow, ...] = (
         "edit the prompt (a dialog; Enter prefills it, Escape keeps the journey)",
         (Press("e", "edit_prompt", "prompt", "Edit the prompt", replay=False),),
     ),
+    KeyRow(
+        "f",
+        "continue with a text of your own: each of its tokens becomes a forced step, at autoplay's pace, so the "
+        "panes show how likely the model found each one (u shades every chip by it); any move stops it",
+        (Press("f", "continue_with", palette="Continue with this text (forced steps)", replay=False),),
+    ),
     KeyRow("t / T", "temperature down / up by 0.1", _adjust("temperature", "t", "T", "temp±")),
     KeyRow(
         "k / K",
@@ -123,9 +129,9 @@ KEYS: tuple[KeyRow, ...] = (
     ),
     KeyRow(
         "u",
-        "shade the prompt's chips by surprisal: how unexpected each token was to the model there (-log2 p, "
-        "from the prefill; brighter is more surprising); again to turn it off",
-        (Press("u", "toggle_surprisal", palette="Shade the prompt by surprisal"),),
+        "shade the chips by surprisal: how unexpected each token was to the model there (-log2 p in its raw "
+        "distribution, the prompt's from the prefill; brighter is more surprising); again to turn it off",
+        (Press("u", "toggle_surprisal", palette="Shade the tokens by surprisal"),),
     ),
     KeyRow(
         "#",

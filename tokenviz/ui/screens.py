@@ -1,5 +1,5 @@
-"""Modal screens: the help screen (its key table comes from tokenviz.ui.keys), the prompt editor and
-the watch dialog."""
+"""Modal screens: the help screen (its key table comes from tokenviz.ui.keys), the prompt editor, the
+continuation dialog and the watch dialog."""
 
 from __future__ import annotations
 
@@ -46,6 +46,9 @@ stages reshape them; a draw picks one token; it is appended and the loop repeats
   lowered (−) its log-probability, strongest first, and the chips shaded by it. Leave-one-out takes
   each token out in turn and runs the model again (exact; slow on long texts, Escape cancels);
   gradient × input, from the palette, estimates the same from one backward pass.
+- **continue with this text** (key f): type a text of your own and each of its tokens is taken as a
+  forced step, at autoplay's pace; the next-token and sampling panes show how likely the model found
+  each one, and u shades every chip by its surprisal.
 - **watched tokens** (w chooses one, W shows them): a token you follow at every step, from the
   candidates or typed: its raw and final probability over the whole journey and its rank at the
   cursor's step; the lens gains a ★ column for it. With two watched tokens, why the model prefers
@@ -115,6 +118,34 @@ class PromptScreen(ModalScreen[PromptChoice | None]):
     def action_start(self) -> None:
         chat = self.can_chat and self.query_one("#chat", Checkbox).value
         self.dismiss(PromptChoice(self.query_one(TextArea).text, chat))
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class ContinueScreen(ModalScreen[str | None]):
+    """A text of the user's own to force through the journey, token by token."""
+
+    BINDINGS: ClassVar = [Binding("escape", "cancel", "cancel")]
+    DEFAULT_CSS = """
+    ContinueScreen { align: center middle; }
+    ContinueScreen > Vertical { width: 80%; max-width: 100; height: auto; border: thick $primary;
+                                background: $surface; padding: 1 2; }
+    """
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label(
+                "Continue with this text: each of its tokens is taken as a forced step at autoplay's pace, "
+                "so you see how likely the model found each one. Enter starts, Escape closes; any move stops it."
+            )
+            yield Input(placeholder=" Paris, the capital of France", id="continue-input")
+
+    def on_mount(self) -> None:
+        self.query_one(Input).focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value or None)
 
     def action_cancel(self) -> None:
         self.dismiss(None)

@@ -13,7 +13,9 @@ from tokenviz.contract.snapshot import Snapshot
 
 @dataclass(frozen=True)
 class Step:
-    """Take the pending token and run the model once more."""
+    """Take the pending token (or `token` instead: a forced step) and run the model once more."""
+
+    token: int | None = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,14 @@ class Start:
     prompt: str
     chat: bool = False
     system: str | None = None
+
+
+@dataclass(frozen=True)
+class Continue:
+    """Force a text of the user's own through the journey, one forced step a token at autoplay's
+    pace, so each token's probability is the model's surprise at it. Any move takes over."""
+
+    text: str
 
 
 @dataclass(frozen=True)
@@ -151,6 +161,7 @@ Command = (
     | Rewind
     | Reset
     | Start
+    | Continue
     | Adjust
     | Play
     | Pace
@@ -166,7 +177,7 @@ Command = (
 )
 
 # Commands that change the journey pause autoplay first; settings and view changes do not.
-Move = Step | Force | BranchAt | SwitchBranch | Rewind | Reset | Start
+Move = Step | Force | BranchAt | SwitchBranch | Rewind | Reset | Start | Continue
 
 Post = Callable[[Snapshot], object]  # hands a Snapshot to the UI; must be thread-safe
 

@@ -31,6 +31,7 @@ from tokenviz.worker.commands import (
     Beams,
     BranchAt,
     Command,
+    Continue,
     Force,
     Inspect,
     Move,
@@ -74,6 +75,7 @@ BUSY: dict[type, EngineState] = {  # what the status line says while a command r
     BranchAt: "stepping",
     SwitchBranch: "stepping",
     Rewind: "stepping",
+    Continue: "stepping",
     Verify: "verifying",
     Beams: "searching beams",
     Speculate: "speculating",
@@ -126,6 +128,8 @@ class EngineWorker:
         self._attention_request: ShowAttention | None = None
         self._attention_rows = AttentionRows()
         self._notice: str | None = None
+        self._forced: deque[int] = deque()  # a continuation's tokens still to force (see Continue)
+        self._forced_total = 0
 
     # ---- called from the UI thread ----------------------------------------------------------------
 
@@ -183,7 +187,9 @@ class EngineWorker:
             wait = self._last_autostep + self.pace_s - time.perf_counter()
             if wait <= 0:
                 self._last_autostep = time.perf_counter()
-                error = self._do(Step(), autoplay=True)
+                error = self._do(Step(self._forced.popleft() if self._forced else None), autoplay=True)
+                if self._forced_total and (not self._forced or not self.playing):  # through, or stopped
+                    self._end_continuation()
                 due = self.pace_s or time.perf_counter() - self._last_publish >= self._frame_s  # (a pace: each)
                 if error or not self.playing or due:
                     self._publish(error=error)
@@ -234,6 +240,8 @@ class EngineWorker:
         try:
             if isinstance(command, Move) and not autoplay:
                 self.playing = False
+                if self._forced_total:  # a key that moves the journey takes over from a continuation
+                    self._end_continuation()
             if busy is not None and self.session is not None and self.session.records:
                 self._busy = busy
                 with contextlib.suppress(Exception):  # best effort: the frame after the command reports
@@ -269,8 +277,10 @@ class EngineWorker:
         if not isinstance(command, Step | Force):
             self._difference = None  # it may be of tokens no longer there (a split knows no more than its position)
         match command:
-            case Step():
-                self._timed(session.step)
+            case Step(token=token):
+                self._step(session, token)
+            case Continue(text=text):
+                self._continue(session, text)
             case Force(rank=rank):
                 self._timed(lambda: session.force_rank(rank))
             case BranchAt(steps_back=steps_back, rank=rank):
@@ -379,6 +389,27 @@ class EngineWorker:
             session.start(prompt.prompt, progress, self._cancelled, chat=prompt.chat, system=prompt.system)
         finally:
             self._busy, self._message, self._progress = None, message, fraction
+
+    def _step(self, session: Session, token: int | None) -> None:
+        """Take the pending token, or `token` (a continuation's forced step)."""
+        self._timed(lambda: session.step(forced_id=token))
+        if self._forced_total:
+            done = self._forced_total - len(self._forced)
+            self._message = f"continuing with your text: {done} of {self._forced_total} tokens (any move stops it)"
+
+    def _continue(self, session: Session, text: str) -> None:
+        """Queue the text's tokens as forced steps; autoplay takes them at its pace."""
+        if session.pending is None:
+            raise TokenvizError(f"generation has stopped ({session.stop_reason}): rewind to continue from here")
+        self._forced.extend(session.runner.encode(text, special_tokens=False))
+        if not self._forced:
+            raise TokenvizError("type some text to continue with")
+        self._forced_total, self.playing = len(self._forced), True
+
+    def _end_continuation(self) -> None:
+        self.playing = False
+        self._forced.clear()
+        self._forced_total, self._message = 0, ""
 
     def _cancelled(self) -> bool:
         """Asked between the forward passes of a long run: Escape, or quitting, ends it there."""

@@ -10,6 +10,7 @@ they stay apart on 256- and 16-colour terminals and without colour.
 from __future__ import annotations
 
 import functools
+import math
 
 from rich.cells import cell_len
 from rich.style import Style
@@ -129,13 +130,20 @@ class TokensPane(BoxPane):
         text.append(" ")
 
     def _surprisal_shade(self, i: int) -> Style | None:
-        """With the u key: a prompt chip's background on the heatmap scale, by the surprisal
-        (-log2 p) the prefill gave it at the position before; the first token has none."""
+        """With the u key: a chip's background on the heatmap scale, by the surprisal (-log2 p) the
+        model's raw distribution gave it at the position before (a prompt token's from the prefill);
+        the first token has none."""
         selection = self.selection
-        if not self.surprisal or selection is None or not self._chips[i].is_prompt or i == 0:
+        if not self.surprisal or selection is None or i == 0:
             return None
-        records = selection.snapshot.records
-        predictions = records[0].prompt_predictions if records else ()
+        s = selection.snapshot
+        if not self._chips[i].is_prompt:
+            k = i - s.prompt_len  # the record that decided this token
+            if k >= len(s.records):
+                return None
+            bits = -math.log2(max(s.records[k].decision.raw_prob, 1e-300))
+            return self._shade(bits / SURPRISAL_TOP_BITS)
+        predictions = s.records[0].prompt_predictions if s.records else ()
         if i - 1 >= len(predictions):
             return None
         return self._shade(predictions[i - 1].surprisal / SURPRISAL_TOP_BITS)
