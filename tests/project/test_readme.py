@@ -34,6 +34,12 @@ def test_readme_key_table_is_the_apps_key_table():
     assert markdown_table() in readme_section("Keys")
 
 
+def test_readme_compare_key_table_is_the_compare_apps():
+    from tokenviz.ui.keys import COMPARE_KEYS, markdown_table
+
+    assert markdown_table(COMPARE_KEYS) in readme_section("Compare two runs")
+
+
 def test_readme_module_map_matches_the_tree():
     rows = re.findall(r"^\| `([\w/]+)/` \|.*\| ((?:`[\w.]+` ?)+) \|$", readme_section("How it is built"), re.M)
     mapped = {package: set(re.findall(r"`([\w.]+)`", modules)) for package, modules in rows}

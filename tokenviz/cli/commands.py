@@ -1,4 +1,5 @@
 """The commands: `tokenviz [PROMPT]` opens the app; `tokenviz trace PROMPT` runs the journey headless;
+`tokenviz score TEXT` scores a text; `tokenviz compare PROMPT` runs two journeys side by side;
 `tokenviz replay FILE` opens a saved journey.
 
 Every foreseeable mistake ends with one line on stderr and exit code 2, never a traceback.
@@ -73,6 +74,7 @@ app_cli = _typer()
 @app_cli.command(
     epilog="Headless: [bold]tokenviz trace PROMPT --steps N [--json][/] (tokenviz trace --help). "
     "Score a text: [bold]tokenviz score TEXT [--json][/]. "
+    "Two runs side by side: [bold]tokenviz compare PROMPT --against temperature=0[/]. "
     "A saved journey: [bold]tokenviz replay FILE[/] (tokenviz replay --help)."
 )
 @sampling_options()
@@ -279,6 +281,81 @@ def score(
         print_score(document, Console())
 
 
+# ---- tokenviz compare PROMPT: two journeys side by side ------------------------------------------------
+
+compare_cli = _typer()
+
+
+@compare_cli.command()
+@sampling_options(leave_out=("max_new_tokens",))
+def compare(
+    settings: SamplingSettings,
+    prompt: Annotated[str, typer.Argument(help="Text both journeys start from.")] = DEFAULT_PROMPT,
+    against: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--against",
+            help="B's sampling setting NAME=VALUE where it differs from A's (repeatable): temperature=0, top-k=10...",
+        ),
+    ] = None,
+    against_model: Annotated[
+        Optional[str], typer.Option("--against-model", help="B's model (it must share A's tokenizer).")
+    ] = None,
+    against_dtype: Annotated[Optional[str], typer.Option("--against-dtype", help="B's dtype.")] = None,
+    steps: Annotated[int, typer.Option(help="How many tokens each journey takes at most.")] = 32,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Step both to the end and print one JSON document with their diff.")
+    ] = False,
+    model: Model = None,
+    device: Device = "auto",
+    dtype: Dtype = "auto",
+    trust_remote_code: TrustRemoteCode = False,
+    chat: Chat = False,
+    system: System = None,
+    theme: Theme = DEFAULT_THEME,
+) -> None:
+    """Two journeys on one prompt, side by side and stepped together: two sampling settings (A's options
+    and --against), two dtypes (--dtype and --against-dtype) or two models sharing a tokenizer
+    (--model and --against-model). Per step: the KL divergence of their raw distributions, whether
+    their top-1 agree, the rank each gives the other's choice; and where their paths part."""
+    try:
+        if steps < 1:
+            raise TokenvizError(f"--steps must be at least 1, got {steps}")
+        check_chat(chat, system)
+        check_theme(theme)
+        a = settings.replace(max_new_tokens=steps)
+        b = a.changed(against or [])
+    except TokenvizError as exc:
+        fail(str(exc))
+
+    def build(progress):
+        from tokenviz.cli.headless import compare_sessions
+
+        return compare_sessions(a, b, model, against_model, device, dtype, against_dtype, trust_remote_code, progress)
+
+    if as_json:
+        from tokenviz.cli.headless import compare_document
+
+        try:
+            with stderr_progress() as progress:
+                document = compare_document(build(progress), prompt, chat=chat, system=system)
+        except TokenvizError as exc:
+            fail(str(exc))
+        print_document(document, as_json=True)
+        return
+    require_terminal()
+    from tokenviz.ui.compare_app import CompareApp
+    from tokenviz.worker.comparing import CompareWorker
+
+    worker = CompareWorker(build, prompt, chat=chat, system=system)
+    app = CompareApp(worker, theme=theme)
+    app.run()
+    worker.stop(timeout=QUIT_WAIT_S)
+    if app.fatal_error:
+        print_error(app.fatal_error)
+    exit_now(2 if app.fatal_error else 0)
+
+
 # ---- tokenviz replay FILE: a saved journey ------------------------------------------------------
 
 replay_cli = _typer()
@@ -336,7 +413,8 @@ def verify_recording(journey: "Journey", model: str | None, device: str, dtype: 
 
 
 def run() -> None:
-    """Entry point: route `trace`, `replay` and `score` to their own commands, everything else to the app."""
+    """Entry point: route `trace`, `replay`, `score` and `compare` to their own commands, everything else to
+    the app."""
     args = sys.argv[1:]
     if args and args[0] == "trace":
         trace_cli(args=args[1:], prog_name="tokenviz trace")
@@ -344,5 +422,7 @@ def run() -> None:
         replay_cli(args=args[1:], prog_name="tokenviz replay")
     elif args and args[0] == "score":
         score_cli(args=args[1:], prog_name="tokenviz score")
+    elif args and args[0] == "compare":
+        compare_cli(args=args[1:], prog_name="tokenviz compare")
     else:
         app_cli(args=args, prog_name="tokenviz")

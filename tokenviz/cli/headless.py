@@ -12,6 +12,7 @@ from tokenviz.decoding.beams import beam_search
 from tokenviz.decoding.speculation import make_drafter, speculative_decode
 from tokenviz.files.journey_file import save_journey
 from tokenviz.files.trace_document import document_of_snapshot
+from tokenviz.journey.comparison import Comparison
 from tokenviz.journey.session import Session
 from tokenviz.journey.watching import token_of
 from tokenviz.model.lens import inspect_positions
@@ -168,3 +169,50 @@ def run_trace(
         except TokenvizError as exc:
             raise SaveFailed(str(exc), document) from None
     return document
+
+
+def compare_sessions(
+    settings: SamplingSettings,
+    against: SamplingSettings,
+    model: str | None,
+    against_model: str | None,
+    device: str,
+    dtype: str,
+    against_dtype: str | None,
+    trust_remote_code: bool,
+    progress: Progress = lambda message, fraction: None,
+) -> Comparison:
+    """Journeys A and B: B's model is A's unless another model or dtype is asked for."""
+    loaded = load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code, progress=progress)
+    other = loaded
+    if against_model is not None or (against_dtype is not None and against_dtype != dtype):
+        other = load_model(
+            against_model if against_model is not None else model,
+            device=device,
+            dtype=against_dtype or dtype,
+            trust_remote_code=trust_remote_code,
+            progress=progress,
+        )
+    if other is loaded and against == settings:
+        raise TokenvizError(
+            "compare needs the two journeys to differ: --against NAME=VALUE (a sampling setting), "
+            "--against-dtype or --against-model"
+        )
+    return Comparison(Session(ModelRunner(loaded), settings), Session(ModelRunner(other), against))
+
+
+def compare_document(
+    comparison: Comparison, prompt: str, chat: bool = False, system: str | None = None
+) -> dict[str, Any]:
+    """Both journeys stepped together until both stop, as one document with their differences."""
+    comparison.start(prompt, chat=chat, system=system)
+    while comparison.step():
+        pass
+    a, b = (journey_document(session) for session in comparison.sessions)
+    both = min(len(a["steps"]), len(b["steps"]))
+    return {
+        "a": a,
+        "b": b,
+        "diff": [d.to_json() for d in comparison.diffs[:both]],
+        "parted_at": comparison.parted_at if comparison.parted_at is not None and comparison.parted_at < both else None,
+    }

@@ -127,6 +127,26 @@ class Analyses:
 
 
 @dataclass(frozen=True)
+class StepDiff:
+    """How two journeys' next-token distributions differ at one step (see journey/comparison)."""
+
+    index: int
+    kl: float  # bits: KL(A ‖ B) of the two raw distributions
+    top1_agree: bool
+    a_rank_of_b: int  # 1-based rank A's raw distribution gives B's chosen token
+    b_rank_of_a: int  # and B's gives A's
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "kl": self.kl,
+            "top1_agree": self.top1_agree,
+            "a_rank_of_b": self.a_rank_of_b,
+            "b_rank_of_a": self.b_rank_of_a,
+        }
+
+
+@dataclass(frozen=True)
 class Verification:
     """The pending step recomputed without the cache: the largest differences seen."""
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +72,28 @@ class SamplingSettings:
 
     def replace(self, **changes: Any) -> SamplingSettings:
         return dataclasses.replace(self, **changes)
+
+    def changed(self, assignments: Sequence[str]) -> SamplingSettings:
+        """These settings with `NAME=VALUE` assignments applied (`top-k=10`, `temperature=0`,
+        `stop=.`; stop adds a stop string): one clear line for a name or value that is wrong."""
+        fields = {f.name: f for f in dataclasses.fields(self)}
+        changes: dict[str, Any] = {}
+        for assignment in assignments:
+            name, equals, value = assignment.partition("=")
+            key = name.strip().replace("-", "_")
+            if not equals or key not in fields:
+                raise SettingsError(f"{assignment!r} is not NAME=VALUE with a sampling setting: {', '.join(fields)}")
+            if key == "stop":
+                changes["stop"] = (*changes.get("stop", self.stop), value)
+                continue
+            kind = type(getattr(self, key))
+            try:
+                changes[key] = kind(value)
+            except ValueError:
+                raise SettingsError(
+                    f"{name} must be {'an integer' if kind is int else 'a number'}, got {value!r}"
+                ) from None
+        return self.replace(**changes)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> SamplingSettings:

@@ -18,6 +18,7 @@ from tokenviz.contract.results import (
     Inspection,
     LogitDifference,
     Speculation,
+    StepDiff,
     Verification,
 )
 from tokenviz.contract.settings import SamplingSettings
@@ -83,3 +84,19 @@ class Snapshot:
     @property
     def latest(self) -> StepRecord | None:
         return self.records[-1] if self.records else None
+
+
+@dataclass(frozen=True)
+class ComparisonSnapshot:
+    """Two journeys on one prompt, stepped together (tokenviz compare), and how they differ."""
+
+    seq: int
+    state: EngineState
+    message: str = ""
+    a: Snapshot | None = None
+    b: Snapshot | None = None
+    diffs: tuple[StepDiff, ...] = ()  # one per step both have taken or have pending
+    parted_at: int | None = None  # the first step where their chosen tokens differ
+    playing: bool = False
+    error: str | None = None
+    handled: int = 0  # commands handled before this snapshot (tests wait on it)

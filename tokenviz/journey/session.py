@@ -92,6 +92,11 @@ class Session:
         return self.records[-1] if self.records and self.stop_reason is None else None
 
     @property
+    def pending_logits(self) -> torch.Tensor | None:
+        """The model's next-token logits of the pending step, on the device (None after a stop)."""
+        return self._pending_logits if self.pending is not None else None
+
+    @property
     def text(self) -> str:
         return self.runner.decode(self.ids)
 

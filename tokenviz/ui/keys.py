@@ -242,12 +242,25 @@ PALETTE_ONLY: tuple[tuple[str, str], ...] = (
     ("Export an SVG screenshot", "export_svg"),
     ("Theme: choose a colour theme", "change_theme"),
 )
+# tokenviz compare: two journeys side by side, stepped together.
+COMPARE_KEYS: tuple[KeyRow, ...] = (
+    KeyRow("space, n", "both journeys take their next token", (Press("space,n", "step", "step"),)),
+    KeyRow("a", "autoplay on/off: both step until both stop", (Press("a", "autoplay", "play/pause"),)),
+    KeyRow("backspace", "rewind both one step", (Press("backspace", "rewind", "rewind"),)),
+    KeyRow("r", "both back to the prompt", (Press("r", "reset", "reset"),)),
+    KeyRow(
+        "← / →",
+        "move the token cursor in both; the panes follow it",
+        (Press("left", "cursor(-1)"), Press("right", "cursor(1)")),
+    ),
+    KeyRow("q, ctrl+c", "quit", (Press("q", "quit", "quit"), Press("ctrl+c", "quit"))),
+)
 FOOTER_FIRST = ("quit", "help")  # the footer is cut at the right on a narrow terminal: these never are
 
 
-def bindings() -> list[Binding]:
-    """The app's BINDINGS in the footer's order: quit and help first, then the table's order."""
-    pairs = [(row, p) for row in KEYS for p in row.presses]
+def bindings(rows: tuple[KeyRow, ...] = KEYS) -> list[Binding]:
+    """An app's BINDINGS in the footer's order: quit and help first, then the table's order."""
+    pairs = [(row, p) for row in rows for p in row.presses]
     first = [(row, p) for name in FOOTER_FIRST for row, p in pairs if p.action == name and p.footer]
     rest = [pair for pair in pairs if pair not in first]
     return [
@@ -266,8 +279,8 @@ def palette_entries() -> list[tuple[str, str]]:
     return keyed + list(PALETTE_ONLY)
 
 
-def markdown_table() -> str:
-    """The key table as Markdown: the help screen shows it and the README carries it verbatim."""
-    rows = ["| key | does |", "|---|---|"]
-    rows += [f"| {row.label} | {row.does} |" for row in KEYS]
-    return "\n".join(rows)
+def markdown_table(rows: tuple[KeyRow, ...] = KEYS) -> str:
+    """A key table as Markdown: the help screen shows it and the README carries it verbatim."""
+    lines = ["| key | does |", "|---|---|"]
+    lines += [f"| {row.label} | {row.does} |" for row in rows]
+    return "\n".join(lines)

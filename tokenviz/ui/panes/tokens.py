@@ -48,6 +48,7 @@ class TokensPane(BoxPane):
         self.surprisal = False  # the u key: prompt chips shaded by how unexpected each token was
         self.attribution: Attribution | None = None  # while the attribution view shows one: see shade_by
         self._attribution_top = 1.0  # its largest score, read once per attribution, not once per chip
+        self.marked: int | None = None  # a position drawn reversed (compare: where two paths part)
 
     def _cells(self, index: int) -> int:
         chip = self._chips[index]
@@ -120,6 +121,8 @@ class TokensPane(BoxPane):
             style += Style(bold=True)
         if i == cursor:
             style += Style(color=colors.chip_cursor, bold=True, underline=True)
+        if i == self.marked:
+            style += Style(reverse=True, bold=True)
         text.append(piece_of(chip), style)
         spelt = self._spelled(i)
         if spelt:

@@ -1,0 +1,104 @@
+"""Two journeys compared: the KL divergence, top-1 agreement and ranks of every step equal a direct
+computation on the two models' own distributions; the paths part where their tokens first differ;
+different tokenizers are refused in one line; compare --json prints both journeys and the diff."""
+
+import copy
+import dataclasses
+import json
+import math
+
+import pytest
+import torch
+from clitools import invoke
+from tiny import eager_forward, save_tiny, tiny_model
+
+from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.journey.comparison import Comparison
+from tokenviz.journey.session import Session
+from tokenviz.model.runner import ModelRunner
+
+PROMPT = "The Eiffel Tower is located in"
+
+
+def paired(a_loaded, b_loaded, a_settings, b_settings) -> Comparison:
+    return Comparison(Session(ModelRunner(a_loaded), a_settings), Session(ModelRunner(b_loaded), b_settings))
+
+
+def test_every_steps_difference_is_computed_from_the_two_models_own_distributions():
+    a_model, b_model = tiny_model(seed=0), tiny_model(seed=1)  # one tokenizer, two sets of weights
+    sampled = SamplingSettings(temperature=0.9, top_k=0, top_p=1.0, seed=3, max_new_tokens=8)
+    comparison = paired(a_model, b_model, sampled, sampled.replace(seed=4))
+    comparison.start(PROMPT)
+    while comparison.step():
+        pass
+    a, b = comparison.sessions
+    assert len(comparison.diffs) == min(len(a.records), len(b.records))
+    for diff, ra, rb in zip(comparison.diffs, a.records, b.records, strict=False):
+        la = torch.log_softmax(eager_forward(a_model.model, a.ids[: ra.position]).logits[0, -1].double(), -1)
+        lb = torch.log_softmax(eager_forward(b_model.model, b.ids[: rb.position]).logits[0, -1].double(), -1)
+        kl = float((la.exp() * (la - lb)).sum()) / math.log(2)
+        assert diff.kl == pytest.approx(kl, abs=1e-5)
+        assert diff.top1_agree == (int(la.argmax()) == int(lb.argmax()))
+        assert diff.a_rank_of_b == int((la > la[rb.decision.chosen_id]).sum()) + 1
+        assert diff.b_rank_of_a == int((lb > lb[ra.decision.chosen_id]).sum()) + 1
+    chosen = [(ra.decision.chosen_id, rb.decision.chosen_id) for ra, rb in zip(a.records, b.records)]
+    assert comparison.parted_at == next(i for i, (x, y) in enumerate(chosen) if x != y)
+
+
+def test_two_settings_on_one_model_agree_until_their_choices_part_and_rewind_keeps_the_diff():
+    loaded = tiny_model()
+    comparison = paired(
+        loaded, loaded, SamplingSettings(temperature=0), SamplingSettings(temperature=2.0, top_k=0, top_p=1.0, seed=5)
+    )
+    comparison.start(PROMPT)
+    for _ in range(6):
+        comparison.step()
+    parted = comparison.parted_at
+    assert parted is not None
+    for d in comparison.diffs[: parted + 1]:  # the same context and the same model: the same distribution
+        assert d.kl == pytest.approx(0.0, abs=1e-9) and d.top1_agree and d.a_rank_of_b >= 1
+    before = list(comparison.diffs)
+    comparison.rewind(2)
+    assert comparison.diffs == before[: len(before) - 2]
+    comparison.step()
+    comparison.step()
+    assert comparison.diffs == before  # the same steps again: the same differences
+    comparison.reset()
+    assert comparison.diffs == before[:1]
+
+
+def test_models_with_different_tokenizers_are_refused_in_one_line():
+    other = tiny_model()
+    tokenizer = copy.deepcopy(other.tokenizer)
+    tokenizer.add_tokens(["<|new|>"])
+    other = dataclasses.replace(other, tokenizer=tokenizer)
+    with pytest.raises(TokenvizError, match="different tokenizers"):
+        paired(tiny_model(), other, SamplingSettings(), SamplingSettings())
+
+
+def test_compare_json_prints_both_journeys_and_their_diff(tmp_path, monkeypatch, capsys):
+    model = save_tiny(tmp_path / "tiny")
+    args = ("compare", PROMPT, "--model", model, "--temperature", "0", "--steps", "5")
+    code, out, err = invoke(
+        monkeypatch, capsys, *args, "--against", "temperature=1.5", "--against", "top-k=0", "--json"
+    )
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["a"]["settings"]["temperature"] == 0 and doc["b"]["settings"]["temperature"] == 1.5
+    assert doc["b"]["settings"]["top_k"] == 0 and len(doc["a"]["steps"]) == 5
+    assert [d["index"] for d in doc["diff"]] == list(range(min(len(doc["a"]["steps"]), len(doc["b"]["steps"]))))
+    assert set(doc["diff"][0]) == {"index", "kl", "top1_agree", "a_rank_of_b", "b_rank_of_a"}
+    a_ids = [s["chosen"]["id"] for s in doc["a"]["steps"]]
+    b_ids = [s["chosen"]["id"] for s in doc["b"]["steps"]]
+    expected = next((i for i, (x, y) in enumerate(zip(a_ids, b_ids)) if x != y), None)
+    assert doc["parted_at"] == expected
+    code, out, err = invoke(monkeypatch, capsys, *args, "--against-dtype", "bfloat16", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert (doc["a"]["model"]["dtype"], doc["b"]["model"]["dtype"]) == ("float32", "bfloat16")
+    assert 0 < doc["diff"][0]["kl"] < 0.1  # rounding, not another model
+    code, out, err = invoke(monkeypatch, capsys, *args, "--json")
+    assert code == 2 and "to differ" in err
+    code, out, err = invoke(monkeypatch, capsys, *args, "--against", "temp=1", "--json")
+    assert code == 2 and "NAME=VALUE" in err and "Traceback" not in err

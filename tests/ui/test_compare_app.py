@@ -1,0 +1,58 @@
+"""tokenviz compare in the terminal: two journeys side by side step together; the diff pane lists
+every step's KL, top-1 agreement and ranks; the token where the paths part is marked in both."""
+
+from apptools import PROMPT
+from tiny import tiny_model
+
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.journey.comparison import Comparison
+from tokenviz.journey.session import Session
+from tokenviz.model.runner import ModelRunner
+from tokenviz.ui.compare_app import CompareApp, DiffPane
+from tokenviz.ui.panes.tokens import TokensPane
+from tokenviz.worker.comparing import CompareWorker
+
+
+def compare_app() -> CompareApp:
+    def build(progress):
+        loaded = tiny_model()
+        greedy = SamplingSettings(temperature=0)
+        hot = SamplingSettings(temperature=2.0, top_k=0, top_p=1.0, seed=5)
+        return Comparison(Session(ModelRunner(loaded), greedy), Session(ModelRunner(loaded), hot))
+
+    return CompareApp(CompareWorker(build, PROMPT))
+
+
+async def settled(app: CompareApp, pilot):
+    for _ in range(1000):
+        await pilot.pause(0.01)
+        c = app.snapshot
+        if c is not None and c.a is not None and c.handled >= app.worker.submitted and not c.playing:
+            await pilot.pause()
+            return c
+    raise AssertionError("the comparison did not settle")
+
+
+async def test_both_journeys_step_together_and_the_parting_is_marked():
+    app = compare_app()
+    async with app.run_test(size=(140, 40)) as pilot:
+        c = await settled(app, pilot)
+        assert len(c.diffs) == 1 and c.a.records and c.b.records
+        await pilot.press("space", "space", "space", "space", "space", "space")
+        c = await settled(app, pilot)
+        assert len(c.a.records) == len(c.b.records) == 7 and len(c.diffs) == 7
+        assert c.parted_at is not None
+        shown = str(app.query_one(DiffPane).render())
+        assert f"the paths part at step {c.parted_at}" in shown and f"{c.diffs[-1].kl:.4f}" in shown
+        for side, s in (("a", c.a), ("b", c.b)):
+            assert app.query_one(f"#tokens-{side}", TokensPane).marked == s.prompt_len + c.parted_at
+        assert "greedy" in str(app.query_one("#label-a").render()) and "T 2" in str(app.query_one("#label-b").render())
+        await pilot.press("backspace")
+        c = await settled(app, pilot)
+        assert len(c.a.records) == len(c.b.records) == 6 and len(c.diffs) == 6
+        await pilot.press("a")
+        for _ in range(1000):  # autoplay runs both to their end
+            await pilot.pause(0.01)
+            if app.snapshot.a.stop_reason and app.snapshot.b.stop_reason:
+                break
+        assert app.snapshot.a.stop_reason and app.snapshot.b.stop_reason

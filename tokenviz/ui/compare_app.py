@@ -1,0 +1,186 @@
+"""tokenviz compare: two journeys on one prompt side by side, stepped together, and how they differ.
+
+Each side shows its tokens and its next-token candidates (the panes of the main app, drawn from that
+side's Snapshot); below, every step's KL divergence, whether the two top-1 agree and the rank each
+gives the other's choice. The first token where the paths part is marked in both token strips.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.style import Style
+from rich.text import Text
+from textual import on
+from textual.app import App, ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.reactive import reactive
+from textual.widgets import Footer, Static
+
+from tokenviz.contract.snapshot import ComparisonSnapshot, Snapshot
+from tokenviz.render.columns import cell
+from tokenviz.render.pieces import visible
+from tokenviz.render.sparkline import sparkline
+from tokenviz.ui.keys import COMPARE_KEYS, bindings
+from tokenviz.ui.panes.base import BoxPane
+from tokenviz.ui.panes.next_token import NextTokenPane
+from tokenviz.ui.panes.tokens import TokensPane
+from tokenviz.ui.selection import Selection
+from tokenviz.ui.themes import DEFAULT_THEME, load_themes
+from tokenviz.worker.commands import Play, Reset, Rewind, Step
+from tokenviz.worker.comparing import CompareWorker
+
+SIDES = ("a", "b")
+
+
+class ComparisonUpdate(Message):
+    def __init__(self, snapshot: ComparisonSnapshot):
+        super().__init__()
+        self.snapshot = snapshot
+
+
+def describe(s: Snapshot) -> str:
+    """What sets a journey apart: its model, dtype and sampling settings."""
+    settings = s.settings
+    sampling = (
+        "greedy"
+        if settings.greedy
+        else f"T {settings.temperature:g} · top-k {settings.top_k} · top-p {settings.top_p:g}"
+    )
+    if settings.min_p:
+        sampling += f" · min-p {settings.min_p:g}"
+    if settings.repetition_penalty != 1:
+        sampling += f" · repetition ×{settings.repetition_penalty:g}"
+    name = s.info.name if s.info else "?"
+    dtype = s.info.dtype if s.info else "?"
+    return f"{name} · {dtype} · {sampling} · seed {settings.seed}"
+
+
+class DiffPane(BoxPane):
+    TITLE = "how they differ"
+
+    def show_comparison(self, c: ComparisonSnapshot, cursor_step: int | None) -> None:
+        width = max(self.size.width - 2, 30)
+        text = Text(no_wrap=True, overflow="crop")
+        kl = [d.kl for d in c.diffs]
+        text.append("KL(A ‖ B), bits, every step: ", Style(bold=True))
+        text.append(sparkline(kl, max(width - 40, 8)) + "\n", Style(color=self.colors.bar))
+        if c.parted_at is None:
+            text.append("the paths have not parted: both chose the same token at every step\n")
+        elif c.a and c.b:
+            a, b = c.a.records[c.parted_at].decision, c.b.records[c.parted_at].decision
+            text.append(f"▼ the paths part at step {c.parted_at}: ", Style(bold=True, color=self.colors.bar_final))
+            text.append(f"A took {visible(a.chosen_text)}, B took {visible(b.chosen_text)}\n")
+        text.append(f"{'step':>5} {'KL bits':>9} {'top-1':>6} {'A ranks B':>10} {'B ranks A':>10}\n", Style(bold=True))
+        rows = max(self.size.height - 5, 1)
+        shown = [d for d in c.diffs if cursor_step is None or d.index <= cursor_step][-rows:]
+        for d in shown:
+            style = Style(bold=True) if d.index == cursor_step else Style()
+            agree = "same" if d.top1_agree else "differ"
+            text.append(
+                f"{d.index:>5} {d.kl:>9.4f} {cell(agree, 6, right=True)} {d.a_rank_of_b:>10} {d.b_rank_of_a:>10}\n",
+                style,
+            )
+        text.rstrip()
+        self.update(text)
+        self.border_subtitle = f"{c.state}{' · ' + c.message if c.message else ''}"
+
+
+class CompareApp(App):
+    TITLE = "tokenviz compare"
+    BINDINGS: ClassVar = bindings(COMPARE_KEYS)
+    DEFAULT_CSS = """
+    #sides { height: 1fr; }
+    #sides > Vertical { width: 1fr; }
+    .label { height: 1; padding: 0 1; color: $primary; text-style: bold; }
+    CompareApp TokensPane { height: 1fr; }
+    CompareApp NextTokenPane { height: 1fr; width: 100%; }
+    DiffPane { height: 12; }
+    """
+
+    cursor: reactive[int | None] = reactive(None, init=False)  # None: follow the newest token
+
+    def __init__(self, worker: CompareWorker, theme: str = DEFAULT_THEME):
+        super().__init__()
+        self.worker = worker
+        self.snapshot: ComparisonSnapshot | None = None
+        self.fatal_error: str | None = None
+        for t in load_themes().values():
+            self.register_theme(t)
+        self.theme = theme
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="sides"):
+            for side in SIDES:
+                with Vertical(id=f"side-{side}"):
+                    yield Static(f"{side.upper()}: loading…", id=f"label-{side}", classes="label")
+                    yield TokensPane(id=f"tokens-{side}")
+                    yield NextTokenPane(id=f"next-{side}")
+        yield DiffPane()
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.worker.start(lambda snapshot: self.post_message(ComparisonUpdate(snapshot)))
+
+    def on_unmount(self) -> None:
+        self.worker.stop(timeout=0.5)
+
+    @on(ComparisonUpdate)
+    def _update(self, message: ComparisonUpdate) -> None:
+        c = self.snapshot = message.snapshot
+        if c.error:
+            self.notify(c.error, severity="error", timeout=6)
+            if c.state == "error":
+                self.fatal_error = c.error
+        self.refresh_panes()
+
+    def refresh_panes(self) -> None:
+        c = self.snapshot
+        if c is None:
+            return
+        cursor_step = None
+        for side, s in zip(SIDES, (c.a, c.b)):
+            if s is None or not s.records:
+                continue
+            positions = s.prompt_len + len(s.records) - 1
+            cursor = positions - 1 if self.cursor is None else min(self.cursor, positions - 1)
+            selection = Selection(snapshot=s, layer=0, head="mean", cursor=cursor)
+            self.query_one(f"#label-{side}", Static).update(Text(f"{side.upper()}: {describe(s)}"))
+            tokens = self.query_one(f"#tokens-{side}", TokensPane)
+            tokens.marked = None if c.parted_at is None else s.prompt_len + c.parted_at
+            tokens.show(selection)
+            self.query_one(f"#next-{side}", NextTokenPane).show(selection)
+            cursor_step = cursor - s.prompt_len + 1
+        self.query_one(DiffPane).show_comparison(c, cursor_step)
+
+    def watch_cursor(self) -> None:
+        self.refresh_panes()
+
+    def action_step(self) -> None:
+        self.cursor = None
+        self.worker.submit(Step())
+
+    def action_autoplay(self) -> None:
+        self.cursor = None
+        self.worker.submit(Play())
+
+    def action_rewind(self) -> None:
+        self.cursor = None
+        self.worker.submit(Rewind())
+
+    def action_reset(self) -> None:
+        self.cursor = None
+        self.worker.submit(Reset())
+
+    def action_cursor(self, delta: int) -> None:
+        c = self.snapshot
+        if c is None or c.a is None or not c.a.records:
+            return
+        positions = min(s.prompt_len + len(s.records) - 1 for s in (c.a, c.b) if s is not None)
+        current = positions - 1 if self.cursor is None else self.cursor
+        self.cursor = min(max(current + delta, 0), positions - 1)
+
+    async def action_quit(self) -> None:
+        self.worker.stop(timeout=0)
+        self.exit()
