@@ -56,3 +56,27 @@ async def test_both_journeys_step_together_and_the_parting_is_marked():
             if app.snapshot.a.stop_reason and app.snapshot.b.stop_reason:
                 break
         assert app.snapshot.a.stop_reason and app.snapshot.b.stop_reason
+
+
+async def test_x_saves_both_journeys_replayable_and_the_comparison(tmp_path, monkeypatch):
+    import json
+
+    from tokenviz.files.journey_file import read_journey, recording_of
+
+    monkeypatch.chdir(tmp_path)
+    app = compare_app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settled(app, pilot)
+        await pilot.press("space", "space", "space", "x")
+        c = await settled(app, pilot)
+        for _ in range(500):
+            await pilot.pause(0.01)
+            if len(list(tmp_path.glob("*.json"))) == 3:
+                break
+    files = sorted(tmp_path.glob("*.json"))
+    assert len(files) == 3
+    document = json.loads(next(f for f in files if not f.stem.endswith(("-a", "-b"))).read_text())
+    assert document["diff"] == [d.to_json() for d in c.diffs[: len(document["a"]["steps"])]]
+    for side, snapshot in (("a", c.a), ("b", c.b)):
+        saved = recording_of(read_journey(next(f for f in files if f.stem.endswith(f"-{side}")))).snapshot
+        assert saved.records == snapshot.records and saved.chips == snapshot.chips

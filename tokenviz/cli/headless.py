@@ -18,6 +18,7 @@ from tokenviz.journey.watching import token_of
 from tokenviz.model.lens import inspect_positions
 from tokenviz.model.loading import load_model
 from tokenviz.model.runner import ModelRunner
+from tokenviz.worker.comparing import comparison_document
 from tokenviz.worker.loader import Progress
 from tokenviz.worker.snapshots import snapshot_of
 
@@ -208,11 +209,4 @@ def compare_document(
     comparison.start(prompt, chat=chat, system=system)
     while comparison.step():
         pass
-    a, b = (journey_document(session) for session in comparison.sessions)
-    both = min(len(a["steps"]), len(b["steps"]))
-    return {
-        "a": a,
-        "b": b,
-        "diff": [d.to_json() for d in comparison.diffs[:both]],
-        "parted_at": comparison.parted_at if comparison.parted_at is not None and comparison.parted_at < both else None,
-    }
+    return comparison_document(comparison)

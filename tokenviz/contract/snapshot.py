@@ -99,4 +99,5 @@ class ComparisonSnapshot:
     parted_at: int | None = None  # the first step where their chosen tokens differ
     playing: bool = False
     error: str | None = None
+    notice: str | None = None  # one line of news (files saved)
     handled: int = 0  # commands handled before this snapshot (tests wait on it)

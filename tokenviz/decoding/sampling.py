@@ -232,8 +232,9 @@ def decide_on_device(
         "decision.raw_probs": raw[watch].double(),
         "decision.stages": rows,
         "decision.scalars": scalars,
-        "decision.pinned": pinned_on_device(raw, final, pinned),
     }
+    if pinned:  # (nothing to queue on the device when no token is watched)
+        tensors["decision.pinned"] = pinned_on_device(raw, final, pinned)
     return PendingDecision(
         tensors, mode, settings, tuple((name, detail) for name, detail, _ in stages), u, timer.stop(), tuple(pinned)
     )
@@ -327,7 +328,9 @@ class PendingDecision:
             ms=self.timer.ms(),
             pinned=read_pinned(
                 host["decision.pinned"], self.pinned, piece, int(chosen) if self.mode == "greedy" else None
-            ),
+            )
+            if self.pinned
+            else (),
         )
 
 

@@ -7,6 +7,7 @@ gives the other's choice. The first token where the paths part is marked in both
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import ClassVar
 
 from rich.style import Style
@@ -19,6 +20,7 @@ from textual.reactive import reactive
 from textual.widgets import Footer, Static
 
 from tokenviz.contract.snapshot import ComparisonSnapshot, Snapshot
+from tokenviz.files.atomic import free_name
 from tokenviz.render.columns import cell
 from tokenviz.render.pieces import visible
 from tokenviz.render.sparkline import sparkline
@@ -28,7 +30,7 @@ from tokenviz.ui.panes.next_token import NextTokenPane
 from tokenviz.ui.panes.tokens import TokensPane
 from tokenviz.ui.selection import Selection
 from tokenviz.ui.themes import DEFAULT_THEME, load_themes
-from tokenviz.worker.commands import Play, Reset, Rewind, Step
+from tokenviz.worker.commands import Play, Reset, Rewind, Save, Step
 from tokenviz.worker.comparing import CompareWorker
 
 SIDES = ("a", "b")
@@ -133,6 +135,8 @@ class CompareApp(App):
             self.notify(c.error, severity="error", timeout=6)
             if c.state == "error":
                 self.fatal_error = c.error
+        if c.notice:
+            self.notify(c.notice, title="export")
         self.refresh_panes()
 
     def refresh_panes(self) -> None:
@@ -180,6 +184,10 @@ class CompareApp(App):
         positions = min(s.prompt_len + len(s.records) - 1 for s in (c.a, c.b) if s is not None)
         current = positions - 1 if self.cursor is None else self.cursor
         self.cursor = min(max(current + delta, 0), positions - 1)
+
+    def action_export(self) -> None:
+        stem = free_name(f"tokenviz-compare-{datetime.now():%Y%m%d-%H%M%S}", ("-a.json", "-b.json", ".json"))
+        self.worker.submit(Save(path=stem))
 
     async def action_quit(self) -> None:
         self.worker.stop(timeout=0)

@@ -253,6 +253,11 @@ COMPARE_KEYS: tuple[KeyRow, ...] = (
         "move the token cursor in both; the panes follow it",
         (Press("left", "cursor(-1)"), Press("right", "cursor(1)")),
     ),
+    KeyRow(
+        "x",
+        "save both journeys (replayable, NAME-a.json and NAME-b.json) and the comparison (NAME.json) here",
+        (Press("x", "export", "export"),),
+    ),
     KeyRow("q, ctrl+c", "quit", (Press("q", "quit", "quit"), Press("ctrl+c", "quit"))),
 )
 FOOTER_FIRST = ("quit", "help")  # the footer is cut at the right on a narrow terminal: these never are

@@ -7,14 +7,18 @@ arrive through a queue, each turn is guarded, and a ComparisonSnapshot goes out 
 from __future__ import annotations
 
 import dataclasses
+import json
 import queue
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.snapshot import ComparisonSnapshot, EngineState
-from tokenviz.worker.commands import Play, Reset, Rewind, Step
+from tokenviz.files.atomic import write_file
+from tokenviz.files.journey_file import save_journey
+from tokenviz.files.trace_document import document_of_snapshot
+from tokenviz.worker.commands import Play, Reset, Rewind, Save, Step
 from tokenviz.worker.errorlog import log_exception
 from tokenviz.worker.snapshots import snapshot_of
 
@@ -22,8 +26,30 @@ if TYPE_CHECKING:
     from tokenviz.journey.comparison import Comparison
     from tokenviz.worker.loader import Progress
 
-CompareCommand = Step | Rewind | Reset | Play
+CompareCommand = Step | Rewind | Reset | Play | Save
 Build = Callable[["Progress"], "Comparison"]  # loads the models and pairs their sessions
+
+
+def comparison_document(comparison: Comparison) -> dict[str, Any]:
+    """Both journeys as trace documents, with their differences over the steps both have taken."""
+    a, b = (document_of_snapshot(snapshot_of(session)) for session in comparison.sessions)
+    both = min(len(a["steps"]), len(b["steps"]))
+    parted = comparison.parted_at
+    return {
+        "a": a,
+        "b": b,
+        "diff": [d.to_json() for d in comparison.diffs[:both]],
+        "parted_at": parted if parted is not None and parted < both else None,
+    }
+
+
+def save_comparison(comparison: Comparison, stem: str) -> list[str]:
+    """STEM-a.json and STEM-b.json (each journey, replayable) and STEM.json (the comparison document)."""
+    written = [
+        str(save_journey(f"{stem}-{side}.json", snapshot_of(s), s.saved_attention(), s.kept_analyses()))
+        for side, s in zip("ab", comparison.sessions)
+    ]
+    return [*written, str(write_file(f"{stem}.json", json.dumps(comparison_document(comparison))))]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +72,7 @@ class CompareWorker:
         self._seq = 0
         self._state: EngineState = "loading"
         self._message = "loading the models"
+        self._notice: str | None = None
 
     def start(self, post: Callable[[ComparisonSnapshot], object]) -> None:
         self._post = post
@@ -95,21 +122,11 @@ class CompareWorker:
         self._publish()
 
     def _do(self, comparison: Comparison, command: CompareCommand, autoplay: bool) -> str | None:
+        """Run one command; returns a one-line error or None."""
         try:
-            if not autoplay and not isinstance(command, Play):
+            if not autoplay and not isinstance(command, Play | Save):
                 self.playing = False
-            match command:
-                case Step():
-                    if not comparison.step():
-                        self.playing = False
-                        if not autoplay:
-                            raise TokenvizError("both journeys have stopped: rewind (backspace) or reset (r)")
-                case Rewind(n=n):
-                    comparison.rewind(n)
-                case Reset():
-                    comparison.reset()
-                case Play(on=on):
-                    self.playing = not self.playing if on is None else on
+            self._handle(comparison, command, autoplay)
         except TokenvizError as exc:
             self.playing = False
             return str(exc)
@@ -122,6 +139,22 @@ class CompareWorker:
         if all(session.pending is None for session in comparison.sessions):
             self.playing = False
         return None
+
+    def _handle(self, comparison: Comparison, command: CompareCommand, autoplay: bool) -> None:
+        match command:
+            case Step():
+                if not comparison.step():
+                    self.playing = False
+                    if not autoplay:
+                        raise TokenvizError("both journeys have stopped: rewind (backspace) or reset (r)")
+            case Rewind(n=n):
+                comparison.rewind(n)
+            case Reset():
+                comparison.reset()
+            case Play(on=on):
+                self.playing = not self.playing if on is None else on
+            case Save(path=stem):
+                self._notice = "saved " + ", ".join(save_comparison(comparison, stem))
 
     def _publish(self, error: str | None = None) -> None:
         self._seq += 1
@@ -138,6 +171,11 @@ class CompareWorker:
                 parted_at=c.parted_at if c else None,
                 playing=self.playing,
                 error=error,
+                notice=self._take_notice(),
                 handled=self._handled,
             )
         )
+
+    def _take_notice(self) -> str | None:
+        notice, self._notice = self._notice, None
+        return notice
