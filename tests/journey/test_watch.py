@@ -132,3 +132,26 @@ def test_trace_watch_adds_each_steps_watched_tokens_and_their_split(tmp_path, mo
     assert code == 0 and "watch" in out and f"#{doc['steps'][-1]['watch'][0]['rank']}" in out
     code, out, err = invoke(monkeypatch, capsys, *args, "--watch", "id:x")
     assert code == 2 and "id:42" in err and "Traceback" not in err
+
+
+def test_filling_in_goes_by_chunks_with_progress_and_can_be_cancelled(monkeypatch):
+    from tokenviz.contract.errors import Cancelled
+    from tokenviz.journey import session as session_module
+
+    loaded = tiny_model()
+    whole = journey(loaded, steps=9)
+    whole.pin([42])
+    chunked = journey(loaded, steps=9)
+    monkeypatch.setattr(session_module, "PREFILL_CHUNK", 4)  # 10 steps: chunks of 4, 4 and 2
+    seen = []
+    chunked.pin([42], progress=lambda done, total: seen.append((done, total)))
+    assert seen == [(4, 10), (8, 10), (10, 10)]
+    for a, b in zip(chunked.records, whole.records, strict=True):  # the same figures, to rounding
+        (x,), (y,) = a.decision.pinned, b.decision.pinned
+        assert (x.id, x.rank, x.final_prob) == (y.id, y.rank, y.final_prob) and x.prob == pytest.approx(
+            y.prob, rel=1e-5
+        )
+    before = list(chunked.records)
+    with pytest.raises(Cancelled):
+        chunked.pin([42, 7], cancelled=lambda: True)
+    assert chunked.pinned == (42,) and chunked.records == before  # as they were

@@ -304,25 +304,39 @@ class Session:
         if self.pending is not None:
             self._redecide()
 
-    def pin(self, ids: Sequence[int]) -> None:
+    def pin(
+        self,
+        ids: Sequence[int],
+        progress: Callable[[int, int], None] = lambda done, total: None,
+        cancelled: Callable[[], bool] = lambda: False,
+    ) -> None:
         """Follow these tokens at every step: their raw and final probability and raw rank. The
-        steps already taken are filled in from their logits, fed again over the cache."""
+        steps already taken are filled in from their logits, fed again over the cache in chunks:
+        `progress(done, total)` follows them, and `cancelled()` stops between them with Cancelled,
+        leaving the watched tokens as they were."""
         for token in ids:
             if not 0 <= token < self.runner.info.vocab:
                 raise TokenvizError(f"token id {token} is outside the vocabulary (0-{self.runner.info.vocab - 1})")
         if len(set(ids)) > MAX_PINNED:
             raise TokenvizError(f"at most {MAX_PINNED} tokens can be watched at once: unpin one first")
-        self.pinned = tuple(dict.fromkeys(ids))
-        self._fill_pinned()
+        previous, self.pinned = self.pinned, tuple(dict.fromkeys(ids))
+        try:
+            self._fill_pinned(progress, cancelled)
+        except BaseException:
+            self.pinned = previous
+            raise
 
-    def watch(self, token: int | str) -> int:
+    def watch(
+        self,
+        token: int | str,
+        progress: Callable[[int, int], None] = lambda done, total: None,
+        cancelled: Callable[[], bool] = lambda: False,
+    ) -> int:
         """Watch the token `token` names (see journey.watching), or stop watching it if it is
-        watched; returns its id."""
+        watched; returns its id. (See pin for `progress` and `cancelled`.)"""
         token_id = token_of(self.runner, token)
-        if token_id in self.pinned:
-            self.pin([t for t in self.pinned if t != token_id])
-        else:
-            self.pin([*self.pinned, token_id])
+        others = [t for t in self.pinned if t != token_id]
+        self.pin(others if token_id in self.pinned else [*others, token_id], progress, cancelled)
         return token_id
 
     def inspect(self, position: int) -> Inspection:
@@ -432,25 +446,36 @@ class Session:
         )
         self.records[-1] = dataclasses.replace(self.records[-1], decision=decision)
 
-    def _fill_pinned(self) -> None:
+    def _fill_pinned(
+        self,
+        progress: Callable[[int, int], None] = lambda done, total: None,
+        cancelled: Callable[[], bool] = lambda: False,
+    ) -> None:
         """Give every step of the current path the pinned tokens' values, where it lacks them
-        (pinned later, or a branch switched to): one forward pass over those steps' tokens."""
+        (pinned later, or a branch switched to): forward passes over those steps' tokens, a chunk
+        at a time. Nothing changes until all are computed."""
         stale = [i for i, r in enumerate(self.records) if r.decision.pinned_ids != self.pinned]
-        if not stale:
-            return
-        start = self.records[stale[0]].position - 1
-        logits = self.runner.logits_after(self.ids[: self.records[stale[-1]].position], start)
-        n = len(self.prompt_ids)
-        for i in stale:
+        n, filled = len(self.prompt_ids), {}
+        for begin in range(0, len(stale), PREFILL_CHUNK):
+            chunk = stale[begin : begin + PREFILL_CHUNK]
+            start = self.records[chunk[0]].position - 1
+            logits = self.runner.logits_after(self.ids[: self.records[chunk[-1]].position], start)
+            for i in chunk:
+                record = self.records[i]
+                filled[i] = follow_pinned(
+                    logits[record.position - 1 - start],
+                    record.decision,
+                    self.ids[: record.position],
+                    self.ids[n : record.position],
+                    self.pinned,
+                    self.runner.piece,
+                )
+            done = begin + len(chunk)
+            progress(done, len(stale))
+            if done < len(stale) and cancelled():
+                raise Cancelled("watching cancelled: the watched tokens are as they were")
+        for i, pinned in filled.items():
             record = self.records[i]
-            pinned = follow_pinned(
-                logits[record.position - 1 - start],
-                record.decision,
-                self.ids[: record.position],
-                self.ids[n : record.position],
-                self.pinned,
-                self.runner.piece,
-            )
             self.records[i] = dataclasses.replace(record, decision=dataclasses.replace(record.decision, pinned=pinned))
 
     def _check_memory(self, n: int) -> None:

@@ -321,7 +321,7 @@ class EngineWorker:
             case ShowAttention():
                 self._attention_request = command if command.rows > 0 else None
             case Watch(token=token):
-                session.watch(token)
+                self._watch(session, token)
             case Save(path=path):
                 written = save_journey(path, snapshot_of(session), session.saved_attention(), session.kept_analyses())
                 self._notice = f"saved {written} (tokenviz replay {written})"
@@ -371,6 +371,21 @@ class EngineWorker:
         self._cancel.clear()
         try:
             self._attribution = session.attribute(position, method, progress, self._cancelled)
+        finally:
+            self._message, self._progress = "", None
+
+    def _watch(self, session: Session, token: int | str) -> None:
+        """Watch a token (or stop), showing the progress of filling in the steps taken; Escape cancels."""
+
+        def progress(done: int, total: int) -> None:
+            if done < total:
+                self._progress = done / total
+                self._message = f"watching: filling in the steps taken, {done} of {total} (Escape cancels)"
+                self._publish()
+
+        self._cancel.clear()
+        try:
+            session.watch(token, progress, self._cancelled)
         finally:
             self._message, self._progress = "", None
 
