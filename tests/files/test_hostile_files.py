@@ -106,6 +106,7 @@ async def test_two_quick_exports_write_two_journeys(tmp_path, monkeypatch):
         await pilot.press("x", "x")
         await wait_for(lambda: len(list(tmp_path.glob("tokenviz-*.json"))) == 2, pilot)
         await wait_for(lambda: len(list(tmp_path.glob("tokenviz-*.svg"))) == 2, pilot)
+        await wait_for(lambda: len(list(tmp_path.glob("tokenviz-*.html"))) == 2, pilot)
     assert not list(tmp_path.glob(".*.tmp"))
 
 

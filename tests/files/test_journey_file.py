@@ -122,7 +122,10 @@ async def test_x_exports_and_replay_opens_it_without_a_model(tmp_path, monkeypat
         live = await settle(app, pilot)
         await pilot.press("x")
         await wait_for(lambda: list(tmp_path.glob("tokenviz-*.json")) and list(tmp_path.glob("tokenviz-*.svg")), pilot)
+        await wait_for(lambda: list(tmp_path.glob("tokenviz-*.html")), pilot)
     saved = next(tmp_path.glob("tokenviz-*.json"))
+    page = next(tmp_path.glob("tokenviz-*.html")).read_text()
+    assert page.startswith("<!doctype html>") and saved.stem == next(tmp_path.glob("tokenviz-*.html")).stem
     recording = recording_of(read_journey(saved))
     snapshot = recording.snapshot
     assert snapshot.chips == live.chips and len(snapshot.records) == len(live.records)

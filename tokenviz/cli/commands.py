@@ -164,7 +164,11 @@ def trace(
     save: Annotated[
         Optional[str], typer.Option("--save", help="Also write the replayable journey to this .json file.")
     ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Let --save replace an existing file.")] = False,
+    html: Annotated[
+        Optional[str],
+        typer.Option("--html", help="Also write the journey as a self-contained HTML page (any browser, offline)."),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Let --save and --html replace an existing file.")] = False,
     beams: Annotated[
         Optional[int], typer.Option("--beams", help="Beam search of this width (2-8) instead of sampling.")
     ] = None,
@@ -186,15 +190,16 @@ def trace(
     from tokenviz.cli.headless import SaveFailed, run_trace
 
     try:
-        if save and not force and Path(save).expanduser().exists():
-            raise TokenvizError(f"{save} exists already: choose another name (or --force to replace it)")
+        for path in (save, html):
+            if path and not force and Path(path).expanduser().exists():
+                raise TokenvizError(f"{path} exists already: choose another name (or --force to replace it)")
         if steps < 1:
             raise TokenvizError(f"--steps must be at least 1, got {steps}")
         if beams is not None and not 2 <= beams <= 8:
             raise TokenvizError(f"--beams must be 2 to 8, got {beams}")
-        if (beams or speculate) and (save or lens or attribution or watch):
+        if (beams or speculate) and (save or html or lens or attribution or watch):
             raise TokenvizError(
-                "--beams and --speculate cannot be combined with --save, --lens, --attribution or --watch"
+                "--beams and --speculate cannot be combined with --save, --html, --lens, --attribution or --watch"
             )
         if attribution is not None and attribution not in ATTRIBUTION_METHODS:
             raise TokenvizError(f"--attribution must be loo or grad, got {attribution!r}")
@@ -216,6 +221,7 @@ def trace(
                 attribution=cast(AttributionMethod | None, attribution),
                 watch=tuple(watch or ()),
                 save=save,
+                html=(html, default_page_colors()) if html else None,
                 force=force,
                 beams=beams,
                 speculate=speculate,
@@ -229,6 +235,14 @@ def trace(
     except TokenvizError as exc:
         fail(str(exc))
     print_document(document, as_json)
+
+
+def default_page_colors() -> tuple:
+    """The default theme's colours for an HTML page."""
+    from tokenviz.ui.colors import page_colors
+    from tokenviz.ui.themes import load_themes
+
+    return page_colors(load_themes()[DEFAULT_THEME])
 
 
 def print_document(document: dict, as_json: bool) -> None:

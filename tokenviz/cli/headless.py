@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from tokenviz.contract.errors import TokenvizError
@@ -11,6 +11,7 @@ from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.beams import beam_search
 from tokenviz.decoding.speculation import make_drafter, speculative_decode
 from tokenviz.files.journey_file import save_journey
+from tokenviz.files.journey_page import save_page
 from tokenviz.files.trace_document import document_of_snapshot
 from tokenviz.journey.comparison import Comparison
 from tokenviz.journey.session import Session
@@ -127,6 +128,7 @@ def run_trace(
     attribution: AttributionMethod | None = None,
     watch: Sequence[str] = (),
     save: str | None = None,
+    html: tuple[str, Iterable[tuple[str, Any]]] | None = None,
     force: bool = False,
     beams: int | None = None,
     speculate: str | None = None,
@@ -157,6 +159,11 @@ def run_trace(
         add_logit_differences(session, document)
     if attribution:
         add_attribution(session, document, attribution, progress)
+    if html:
+        try:
+            save_page(html[0], snapshot_of(session), session.saved_attention(), html[1], replace=force)
+        except TokenvizError as exc:
+            raise SaveFailed(str(exc), document) from None
     if save:
         try:
             save_journey(

@@ -30,6 +30,7 @@ from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import AttributionMethod
 from tokenviz.contract.snapshot import Snapshot
 from tokenviz.files.atomic import free_name, write_file
+from tokenviz.ui.colors import page_colors
 from tokenviz.ui.command_palette import TokenvizCommands
 from tokenviz.ui.keys import bindings, model_actions
 from tokenviz.ui.panes.attention import AttentionPane
@@ -529,14 +530,16 @@ class TokenvizApp(App):
         """Write the screenshot off the UI thread, atomically, under a name no earlier export holds;
         then ask the worker for the journey under the same name."""
         with EXPORT_LOCK:
-            stem = free_name(f"tokenviz-{datetime.now():%Y%m%d-%H%M%S}", (".json", ".svg"))
+            stem = free_name(f"tokenviz-{datetime.now():%Y%m%d-%H%M%S}", (".json", ".svg", ".html"))
             try:
                 svg_path = write_file(f"{stem}.svg", svg)
             except TokenvizError as exc:
                 self.call_from_thread(self.notify, str(exc), severity="error")
                 return
             if with_journey:
-                self.call_from_thread(self.submit, Save(path=f"{stem}.json"))
+                self.call_from_thread(
+                    self.submit, Save(path=f"{stem}.json", page_colors=page_colors(self.current_theme))
+                )
         self.call_from_thread(self.notify, f"saved {svg_path}", title="export")
 
     async def action_quit(self) -> None:

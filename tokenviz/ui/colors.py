@@ -53,3 +53,21 @@ def theme_colors(theme: Theme) -> ThemeColors:
     if theme.name not in _resolved:
         _resolved[theme.name] = _theme_colors(theme)
     return _resolved[theme.name]
+
+
+def page_colors(theme: Theme) -> tuple[tuple[str, str | tuple[str, ...]], ...]:
+    """The colours of `theme` for a journey's HTML page (see render.journey_page), as pairs."""
+    c = theme_colors(theme)
+    background = theme.background or ("#ffffff" if not theme.dark else "#000000")
+    return (
+        ("background", background),
+        ("foreground", theme.foreground or ("#000000" if not theme.dark else "#ffffff")),
+        ("panel", theme.panel or c.chip_prompt),
+        ("primary", theme.primary),
+        ("bar", c.bar),
+        ("bar_final", c.bar_final),
+        ("chip_prompt", c.chip_prompt),
+        ("chip_generated", c.chip_generated),
+        ("chosen", c.chosen),
+        ("heatmap", c.heatmap_stops),
+    )

@@ -211,8 +211,9 @@ KEYS: tuple[KeyRow, ...] = (
     ),
     KeyRow(
         "x",
-        "export the journey as replayable JSON plus an SVG screenshot, in the current directory",
-        (Press("x", "export", "export", "Export the journey (JSON) and a screenshot (SVG)"),),
+        "export the journey as replayable JSON, a self-contained HTML page (any browser opens it, offline) and an "
+        "SVG screenshot, in the current directory",
+        (Press("x", "export", "export", "Export the journey (JSON and HTML) and a screenshot (SVG)"),),
     ),
     KeyRow(
         "escape",

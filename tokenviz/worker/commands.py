@@ -148,9 +148,11 @@ class ShowAttention:
 
 @dataclass(frozen=True)
 class Save:
-    """Save the journey, with the attention rows a file keeps, as a replayable JSON file."""
+    """Save the journey, with the attention rows a file keeps, as a replayable JSON file; with
+    `page_colors` (a theme's, see ui.colors.page_colors) also as an HTML page beside it."""
 
     path: str
+    page_colors: tuple[tuple[str, str | tuple[str, ...]], ...] = ()
 
 
 Command = (

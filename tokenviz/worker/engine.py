@@ -24,6 +24,7 @@ from tokenviz.contract.settings import DEFAULT_SETTINGS, PACES_S, SamplingSettin
 from tokenviz.contract.snapshot import EngineState, Snapshot
 from tokenviz.decoding.nudges import adjust
 from tokenviz.files.journey_file import save_journey
+from tokenviz.files.journey_page import save_page
 from tokenviz.worker.attention_rows import AttentionRows
 from tokenviz.worker.commands import (
     Adjust,
@@ -322,9 +323,11 @@ class EngineWorker:
                 self._attention_request = command if command.rows > 0 else None
             case Watch(token=token):
                 self._watch(session, token)
-            case Save(path=path):
-                written = save_journey(path, snapshot_of(session), session.saved_attention(), session.kept_analyses())
-                self._notice = f"saved {written} (tokenviz replay {written})"
+            case Save(path=path, page_colors=colors):
+                snapshot, attention = snapshot_of(session), session.saved_attention()
+                written = save_journey(path, snapshot, attention, session.kept_analyses())
+                page = save_page(written.with_suffix(".html"), snapshot, attention, colors) if colors else None
+                self._notice = f"saved {written}{f' and {page}' if page else ''} (tokenviz replay {written})"
             case _:
                 self._compute(command, session)
 

@@ -14,6 +14,7 @@ from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import Analyses
 from tokenviz.contract.snapshot import Snapshot
 from tokenviz.files.journey_file import save_journey
+from tokenviz.files.journey_page import save_page
 from tokenviz.worker.commands import (
     Attribute,
     Command,
@@ -54,10 +55,15 @@ class RecordingWorker:
             case Step() | Rewind() | Reset():
                 snapshot = self._moved(command)
                 attention = self._view(self._request, snapshot) if self._request else None
-            case Save(path=path):
+            case Save(path=path, page_colors=colors):
                 try:
                     written = save_journey(path, self.recording, self.attention, self.analyses)
-                    notice = f"saved {written} (tokenviz replay {written})"
+                    page = (
+                        save_page(written.with_suffix(".html"), self.recording, self.attention, colors)
+                        if colors
+                        else None
+                    )
+                    notice = f"saved {written}{f' and {page}' if page else ''} (tokenviz replay {written})"
                 except TokenvizError as exc:
                     error = str(exc)
             case Attribute(position=position, method=method):

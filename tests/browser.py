@@ -1,0 +1,50 @@
+"""A real headless browser for the tests: Chromium from the system's packages, driven by Selenium.
+
+Where there is none the tests that need it skip, saying how to install one (.ci/run installs it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from contextlib import contextmanager
+
+import pytest
+
+INSTALL = "no Chromium here: apt-get install chromium chromium-driver (the CI script does)"
+SCREENSHOTS = os.environ.get("TOKENVIZ_SCREENSHOTS")  # a folder: the browser tests save the README's pictures
+
+
+def _paths() -> tuple[str, str] | None:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    driver = shutil.which("chromedriver")
+    return (browser, driver) if browser and driver else None
+
+
+needs_browser = pytest.mark.skipif(_paths() is None, reason=INSTALL)
+
+
+@contextmanager
+def chromium(width: int = 1280, height: int = 900):
+    """A headless Chromium that reaches no network: every host name resolves to nothing."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    paths = _paths()
+    assert paths is not None, INSTALL
+    options = webdriver.ChromeOptions()
+    options.binary_location = paths[0]
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        f"--window-size={width},{height}",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+    ):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(executable_path=paths[1]), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()

@@ -1,0 +1,83 @@
+"""The HTML page of a journey is self-contained and says what the journey recorded: no external URL,
+every step's top candidate with its recorded probability, the attention kept within its budget; a
+text from the model cannot break out of the page's data."""
+
+import json
+import re
+
+from apptools import frozen_recording
+
+from tokenviz.contract.attention import SavedAttention
+from tokenviz.files import journey_page as page_module
+from tokenviz.files.journey_page import journey_page
+
+COLORS = {
+    "background": "#000000",
+    "foreground": "#ffffff",
+    "panel": "#1c1c1c",
+    "primary": "#ffd700",
+    "bar": "#56b4e9",
+    "bar_final": "#ffd700",
+    "chip_prompt": "#303030",
+    "chip_generated": "#00315c",
+    "chosen": "#ffd700",
+    "heatmap": ["#00224e", "#fee838"],
+}
+
+
+def data_of(html: str) -> dict:
+    raw = re.search(r'<script type="application/json" id="data">(.*?)</script>', html, re.S).group(1)
+    return json.loads(raw)
+
+
+def test_the_page_carries_every_step_as_recorded_and_no_external_url():
+    snapshot, attention, _ = frozen_recording(steps=6)
+    html = journey_page(snapshot, attention, COLORS)
+    assert not re.search(r"(src|href)\s*=\s*[\"']?\s*(https?:)?//", html, re.I)
+    assert "http://" not in html and "https://" not in html
+    data = data_of(html)
+    assert len(data["steps"]) == len(snapshot.records)
+    for step, record in zip(data["steps"], snapshot.records, strict=True):
+        assert step["top"][0][:3] == [record.top[0].id, record.top[0].text, record.top[0].prob]
+        assert step["chosen"] == [record.decision.chosen_id, record.decision.chosen_text]
+    kept = data["attention"]
+    assert kept["positions"] == sorted(attention.rows) and kept["layers"] == snapshot.info.layers
+    assert "<svg" in html  # the charts, inline
+
+
+def test_a_models_text_cannot_break_out_of_the_data(monkeypatch):
+    import dataclasses
+
+    snapshot, attention, _ = frozen_recording(steps=2)
+    chip = dataclasses.replace(snapshot.chips[0], text="</script><script>alert(1)</script>")
+    snapshot = dataclasses.replace(snapshot, chips=(chip, *snapshot.chips[1:]))
+    html = journey_page(snapshot, attention, {**COLORS, "bar": "red;} body{display:none"})
+    assert "<script>alert" not in html and html.count("</script>") == 2
+    assert data_of(html)["chips"][0][1] == chip.text  # the text itself is kept, as data
+    assert "display:none" not in html
+
+
+def test_the_attention_kept_fits_its_budget(monkeypatch):
+    snapshot, attention, _ = frozen_recording(steps=6)
+    monkeypatch.setattr(page_module, "ATTENTION_BYTES", 300)
+    kept = data_of(journey_page(snapshot, attention, COLORS))["attention"]
+    assert kept is None or (
+        len(kept["positions"]) < len(attention.rows) and kept["positions"][-1] == max(attention.rows)
+    )
+    assert data_of(journey_page(snapshot, SavedAttention(), COLORS))["attention"] is None
+
+
+def test_trace_html_writes_the_page_and_refuses_to_replace_one(tmp_path, monkeypatch, capsys):
+    from clitools import invoke
+    from tiny import save_tiny
+
+    model = save_tiny(tmp_path / "tiny")
+    page = tmp_path / "journey.html"
+    args = ("trace", "The Eiffel Tower", "--model", model, "--steps", "3", "--html", str(page))
+    code, out, err = invoke(monkeypatch, capsys, *args, "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    data = data_of(page.read_text())
+    assert [s["chosen"][0] for s in data["steps"][:3]] == [s["chosen"]["id"] for s in doc["steps"]]
+    code, out, err = invoke(monkeypatch, capsys, *args)
+    assert code == 2 and "exists already" in err

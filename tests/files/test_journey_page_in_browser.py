@@ -1,0 +1,84 @@
+"""The HTML page of a journey in a real browser, offline: clicking the 5th generated token shows that
+step's top candidate with the probability recorded in the journey, the attention heatmap is drawn,
+the arrow keys move between steps, and the page fetched nothing."""
+
+import time
+from pathlib import Path
+
+from apptools import frozen_recording
+from browser import SCREENSHOTS, chromium, needs_browser
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+
+from tokenviz.files.journey_page import save_page
+from tokenviz.ui.colors import page_colors
+from tokenviz.ui.themes import DEFAULT_THEME, load_themes
+
+
+def wait(predicate, timeout: float = 10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("the page did not get there in time")
+
+
+@needs_browser
+def test_the_page_shows_each_step_as_recorded_offline(tmp_path):
+    snapshot, attention, _ = frozen_recording(steps=8)
+    path = save_page(tmp_path / "journey.html", snapshot, attention, page_colors(load_themes()[DEFAULT_THEME]))
+    fifth = snapshot.records[4]  # the step that chose the 5th generated token
+    with chromium() as browser:
+        browser.get(path.resolve().as_uri())
+        chips = browser.find_elements(By.CSS_SELECTOR, ".chip")
+        assert len(chips) == len(snapshot.chips)
+        chips[snapshot.prompt_len + 4].click()
+        heading = wait(lambda: browser.find_element(By.CSS_SELECTOR, "#step h2").text)
+        assert heading.startswith("step 4:")
+        first = browser.find_element(By.CSS_SELECTOR, "#step tr:nth-child(2)")
+        assert first.find_element(By.CSS_SELECTOR, "td.raw").text == f"{fifth.top[0].prob:.4f}"
+        assert first.find_element(By.CSS_SELECTOR, "td.tok").text.replace("·", " ") == fifth.top[0].text
+        wait(lambda: browser.execute_script("return document.getElementById('heatmap').width") > 10)
+        browser.find_element(By.TAG_NAME, "body").send_keys(Keys.ARROW_RIGHT)
+        assert wait(lambda: browser.find_element(By.CSS_SELECTOR, "#step h2").text).startswith("step 5:")
+        assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
+        assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+        if SCREENSHOTS:
+            browser.save_screenshot(str(Path(SCREENSHOTS) / "html-page.png"))
+
+
+@needs_browser
+def test_a_200_step_journey_of_the_bundled_model_makes_a_page_under_2_mb(bundled, tmp_path):
+    from tokenviz.contract.settings import SamplingSettings
+    from tokenviz.journey.session import Session
+    from tokenviz.model.runner import ModelRunner
+    from tokenviz.worker.snapshots import snapshot_of
+
+    session = Session(ModelRunner(bundled), SamplingSettings(seed=3, max_new_tokens=200))
+    session.start("The Eiffel Tower is located in")
+    session.pin([session.runner.encode(" Paris")[0]])
+    eos = session.runner.eos_ids
+    while len(session.generated_ids) < 200:  # past the end of text: the best other candidate instead
+        pending = session.records[-1]
+        if pending.decision.chosen_id in eos:
+            session.step(forced_id=next(c.id for c in pending.top if c.id not in eos))
+        else:
+            session.step()
+    snapshot = snapshot_of(session)
+    assert len(snapshot.chips) - snapshot.prompt_len == 200
+    path = save_page(
+        tmp_path / "bundled.html", snapshot, session.saved_attention(), page_colors(load_themes()[DEFAULT_THEME])
+    )
+    assert path.stat().st_size < 2_000_000
+    with chromium(1280, 1000) as browser:
+        browser.get(path.resolve().as_uri())
+        chips = browser.find_elements(By.CSS_SELECTOR, ".chip")
+        chips[snapshot.prompt_len + 4].click()
+        first = browser.find_element(By.CSS_SELECTOR, "#step tr:nth-child(2)")
+        assert first.find_element(By.CSS_SELECTOR, "td.raw").text == f"{snapshot.records[4].top[0].prob:.4f}"
+        wait(lambda: browser.execute_script("return document.getElementById('heatmap').width") > 10)
+        assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
+        if SCREENSHOTS:
+            browser.save_screenshot(str(Path(SCREENSHOTS) / "html-page-bundled.png"))

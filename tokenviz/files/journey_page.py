@@ -1,0 +1,204 @@
+"""A journey as one self-contained HTML page: data, script and styles inline, no network needed.
+
+Click a token (or use ← →) to see the step that chose it: the model's top candidates with raw and
+final probabilities, every sampling stage, the draw; the attention of any layer and head as a
+heatmap with token labels; charts of the journey over its steps. Text from the model reaches the
+page only as JSON inside a script element (with `<` escaped) and is inserted with textContent.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+from collections.abc import Iterable
+from html import escape
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tokenviz.contract.attention import SavedAttention
+from tokenviz.contract.snapshot import Snapshot
+from tokenviz.files.atomic import write_file
+from tokenviz.files.svg_charts import line_chart
+
+HERE = Path(__file__).parent
+CSS = (HERE / "journey_page.css").read_text(encoding="utf-8")  # the page's styles and script, kept
+SCRIPT = (HERE / "journey_page.js").read_text(encoding="utf-8")  # beside this module as plain files
+ATTENTION_BYTES = 1_200_000  # compressed attention a page carries at most: the newest rows first
+TOP_ROWS = 12  # candidates listed per step (the raw top-12 are followed through every stage)
+DEFAULT_HEATMAP = ("#0d0887", "#6a00a8", "#b12a90", "#e16462", "#fca636", "#f0f921")  # plasma
+
+
+def _attention(snapshot: Snapshot, attention: SavedAttention) -> dict[str, Any] | None:
+    """The saved rows as √weight in uint8, deflated: newest first, as many as ATTENTION_BYTES allows."""
+    if snapshot.info is None or not attention.rows:
+        return None
+    positions = sorted(attention.rows)
+    while positions:
+        parts = [
+            np.rint(np.sqrt(np.clip(attention.rows[p][:, :, : p + 1].astype(np.float32), 0, 1)) * 255).astype(np.uint8)
+            for p in positions
+        ]
+        packed = zlib.compress(b"".join(part.tobytes() for part in parts), 9)
+        if len(packed) <= ATTENTION_BYTES:
+            return {
+                "positions": positions,
+                "layers": snapshot.info.layers,
+                "heads": snapshot.info.heads,
+                "data": base64.b64encode(packed).decode(),
+            }
+        positions = positions[len(positions) // 4 or 1 :]  # drop the oldest quarter
+    return None
+
+
+def _steps(snapshot: Snapshot) -> list[dict[str, Any]]:
+    out = []
+    for r in snapshot.records:
+        d = r.decision
+        final = dict(zip((token for token, _ in d.watch), d.final_probs))
+        out.append(
+            {
+                "index": r.index,
+                "position": r.position,
+                "entropy": r.entropy,
+                "top": [[c.id, c.text, c.prob, final.get(c.id)] for c in r.top[:TOP_ROWS]],
+                "chosen": [d.chosen_id, d.chosen_text],
+                "mode": d.mode,
+                "u": d.u,
+                "band": list(d.band) if d.band else None,
+                "chosen_prob": d.chosen_prob,
+                "chosen_rank": d.chosen_rank,
+                "raw_prob": d.raw_prob,
+                "raw_rank": d.raw_rank,
+                "stages": [[s.name, s.detail, s.kept, s.mass] for s in d.stages],
+                "settings": d.settings.to_json(),
+                "watch": [[p.id, p.text, p.prob, p.final_prob, p.rank] for p in d.pinned],
+            }
+        )
+    return out
+
+
+def _charts(snapshot: Snapshot, colors: dict[str, str]) -> list[str]:
+    records = snapshot.records
+    steps = [float(r.index) for r in records]
+    bar, final = colors["bar"], colors["bar_final"]
+    charts = [
+        line_chart(
+            "entropy (bits) and the chosen token's final probability",
+            steps,
+            [
+                ("entropy", [r.entropy for r in records], bar),
+                ("p chosen", [r.decision.chosen_prob for r in records], final),
+            ],
+            "step",
+        )
+    ]
+    palette = [bar, final, colors["chosen"], colors["primary"]]
+    watched = [
+        (text, [next((p.prob for p in r.decision.pinned if p.id == token), 0.0) for r in records], palette[i % 4])
+        for i, (token, text) in enumerate(snapshot.pinned)
+    ]
+    if watched:
+        charts.append(line_chart("watched tokens: raw probability", steps, watched, "step"))
+    predictions = records[0].prompt_predictions if records else ()
+    if predictions:
+        charts.append(
+            line_chart(
+                "the prompt's surprisal (bits)",
+                [float(p.position + 1) for p in predictions],
+                [("surprisal", [p.surprisal for p in predictions], bar)],
+                "prompt position",
+            )
+        )
+    decoded = records[1:]
+    if decoded:
+        charts.append(
+            line_chart(
+                "decode time per step (ms) against context length",
+                [float(r.kv_len) for r in decoded],
+                [("forward ms", [r.forward_ms for r in decoded], bar)],
+                "tokens in the KV cache",
+            )
+        )
+        charts.append(
+            line_chart(
+                "KV cache (MB) against tokens",
+                [float(r.kv_len) for r in records],
+                [("KV MB", [r.kv_bytes / 2**20 for r in records], final)],
+                "tokens in the KV cache",
+            )
+        )
+    return [c for c in charts if c]
+
+
+def journey_page(snapshot: Snapshot, attention: SavedAttention, colors: dict[str, Any]) -> str:
+    """The page. `colors`: background, foreground, panel, primary, bar, bar_final, chip_prompt,
+    chip_generated, chosen (CSS colours) and heatmap (a list of stops, low to high)."""
+    heatmap = [c for c in colors["heatmap"] if _css_color(c).startswith("#") and len(c) == 7] or list(DEFAULT_HEATMAP)
+    colors = {key: _css_color(value) for key, value in colors.items() if key != "heatmap"}
+    info = snapshot.info
+    data = {
+        "model": info.to_json() if info else {},
+        "settings": snapshot.settings.to_json(),
+        "chips": [[c.id, c.text, c.is_prompt, c.is_special] for c in snapshot.chips],
+        "prompt_len": snapshot.prompt_len,
+        "steps": _steps(snapshot),
+        "predictions": [
+            [p.position, [[c.id, c.text, c.prob] for c in p.top[:TOP_ROWS]], p.next_id, p.next_prob, p.next_rank]
+            for p in (snapshot.records[0].prompt_predictions if snapshot.records else ())
+        ],
+        "attention": _attention(snapshot, attention),
+        "heatmap": heatmap,
+    }
+    payload = json.dumps(data, allow_nan=False, separators=(",", ":")).replace("<", "\\u003c")
+    css = CSS
+    for key in (
+        "background",
+        "foreground",
+        "panel",
+        "primary",
+        "bar",
+        "bar_final",
+        "chip_prompt",
+        "chip_generated",
+        "chosen",
+    ):
+        css = css.replace(f"var(--{key.replace('_', '-')})", colors[key])
+    title = escape(f"tokenviz · {info.name if info else 'journey'}")
+    return (
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width"><title>{title}</title><style>{css}</style></head>'
+        f'<body><header><h1>{title}</h1><div id="facts"></div></header>'
+        '<section id="tokens" aria-label="tokens"></section><div id="text"></div>'
+        '<main><section id="step" aria-live="polite"></section>'
+        '<section id="attention"><div class="controls"><label>layer <select id="layer"></select></label> '
+        '<label>head <select id="head"></select></label> <span id="hover"></span></div>'
+        '<canvas id="heatmap" width="10" height="10"></canvas><p id="attention-note" class="dim"></p></section></main>'
+        f'<section id="charts">{"".join(_charts(snapshot, colors))}</section>'
+        '<footer class="dim">Made by tokenviz: every number is the one the model computed. '
+        "← → move between steps.</footer>"
+        f'<script type="application/json" id="data">{payload}</script><script>{SCRIPT}</script></body></html>\n'
+    )
+
+
+def _css_color(value: str) -> str:
+    """A colour from a theme, kept only if it is a plain hex colour or a name (nothing else reaches the CSS)."""
+    v = value.strip()
+    if (
+        v.startswith("#") and all(ch in "0123456789abcdefABCDEF" for ch in v[1:]) and len(v) in (4, 7, 9)
+    ) or v.isalpha():
+        return v
+    return "inherit"
+
+
+def save_page(
+    path: str | Path,
+    snapshot: Snapshot,
+    attention: SavedAttention,
+    colors: Iterable[tuple[str, Any]],
+    replace: bool = False,
+) -> Path:
+    """Write the page atomically; an existing file is replaced only with `replace`."""
+    return write_file(path, journey_page(snapshot, attention, dict(colors)), replace=replace)

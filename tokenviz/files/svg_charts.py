@@ -1,0 +1,49 @@
+"""Small line charts as inline SVG (for the HTML page of a journey): no script, no external file."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from html import escape
+
+WIDTH, HEIGHT, PAD = 360, 120, 28
+
+
+def line_chart(
+    title: str, xs: Sequence[float], series: Sequence[tuple[str, Sequence[float], str]], y_label: str = ""
+) -> str:
+    """An SVG line chart of one or more `series` (name, values, colour) over `xs`, with its axes'
+    ranges written at their ends. Empty when there is nothing to draw."""
+    points = [(x, y) for _, ys, _ in series for x, y in zip(xs, ys)]
+    if not points:
+        return ""
+    x0, x1 = min(x for x, _ in points), max(x for x, _ in points)
+    y0, y1 = min(0.0, min(y for _, y in points)), max(y for _, y in points)
+    x1, y1 = (x1 if x1 > x0 else x0 + 1), (y1 if y1 > y0 else y0 + 1)
+
+    def at(x: float, y: float) -> str:
+        px = PAD + (x - x0) / (x1 - x0) * (WIDTH - 2 * PAD)
+        py = HEIGHT - PAD + (y0 - y) / (y1 - y0) * (HEIGHT - 2 * PAD)
+        return f"{px:.1f},{py:.1f}"
+
+    lines = [
+        f'<polyline fill="none" stroke="{escape(color)}" stroke-width="1.5" '
+        f'points="{" ".join(at(x, y) for x, y in zip(xs, ys))}"><title>{escape(name)}</title></polyline>'
+        for name, ys, color in series
+        if len(ys)
+    ]
+    legend = " · ".join(f'<tspan fill="{escape(color)}">{escape(name)}</tspan>' for name, _, color in series)
+    return (
+        f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" role="img">'
+        f"<title>{escape(title)}</title>"
+        f'<text x="{PAD}" y="12" class="chart-title">{escape(title)}</text>'
+        f'<text x="{WIDTH - PAD}" y="12" text-anchor="end" class="chart-legend">{legend}</text>'
+        f'<line x1="{PAD}" y1="{HEIGHT - PAD}" x2="{WIDTH - PAD}" y2="{HEIGHT - PAD}" class="axis"/>'
+        f'<line x1="{PAD}" y1="{PAD}" x2="{PAD}" y2="{HEIGHT - PAD}" class="axis"/>'
+        f'<text x="{PAD - 3}" y="{HEIGHT - PAD}" text-anchor="end" class="tick">{y0:g}</text>'
+        f'<text x="{PAD - 3}" y="{PAD + 4}" text-anchor="end" class="tick">{y1:.3g}</text>'
+        f'<text x="{PAD}" y="{HEIGHT - PAD + 12}" class="tick">{x0:g}</text>'
+        f'<text x="{WIDTH - PAD}" y="{HEIGHT - PAD + 12}" text-anchor="end" class="tick">{x1:g}</text>'
+        f'<text x="{WIDTH / 2}" y="{HEIGHT - 4}" text-anchor="middle" class="tick">{escape(y_label)}</text>'
+        + "".join(lines)
+        + "</svg>"
+    )
