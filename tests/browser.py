@@ -26,7 +26,7 @@ needs_browser = pytest.mark.skipif(_paths() is None, reason=INSTALL)
 
 @contextmanager
 def chromium(width: int = 1280, height: int = 900):
-    """A headless Chromium that reaches no network: every host name resolves to nothing."""
+    """A headless Chromium that reaches no network: every host but this machine resolves to nothing."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -40,9 +40,10 @@ def chromium(width: int = 1280, height: int = 900):
         "--disable-gpu",
         "--disable-dev-shm-usage",
         f"--window-size={width},{height}",
-        "--host-resolver-rules=MAP * ~NOTFOUND",
+        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",  # this machine only
     ):
         options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})  # console, websockets
     driver = webdriver.Chrome(service=Service(executable_path=paths[1]), options=options)
     try:
         yield driver

@@ -1,5 +1,6 @@
 """The commands: `tokenviz [PROMPT]` opens the app; `tokenviz trace PROMPT` runs the journey headless;
 `tokenviz score TEXT` scores a text; `tokenviz compare PROMPT` runs two journeys side by side;
+`tokenviz serve` runs the app in a browser;
 `tokenviz replay FILE` opens a saved journey.
 
 Every foreseeable mistake ends with one line on stderr and exit code 2, never a traceback.
@@ -48,8 +49,15 @@ def check_chat(chat: bool, system: str | None) -> None:
         raise TokenvizError("--system needs --chat: a system message comes before a chat message")
 
 
+def served() -> bool:
+    """Running under `tokenviz serve`: textual-serve drives the app through its web driver."""
+    return os.environ.get("TEXTUAL_DRIVER", "").endswith(":WebDriver")
+
+
 def require_terminal() -> None:
     """The app draws full-screen: refuse, in one line, where it cannot."""
+    if served():
+        return
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         fail("tokenviz needs a terminal on stdin and stdout; for scripts use: tokenviz trace PROMPT --json")
     if os.environ.get("TERM") == "dumb":
@@ -75,6 +83,7 @@ app_cli = _typer()
     epilog="Headless: [bold]tokenviz trace PROMPT --steps N [--json][/] (tokenviz trace --help). "
     "Score a text: [bold]tokenviz score TEXT [--json][/]. "
     "Two runs side by side: [bold]tokenviz compare PROMPT --against temperature=0[/]. "
+    "In a browser: [bold]tokenviz serve[/]. "
     "A saved journey: [bold]tokenviz replay FILE[/] (tokenviz replay --help)."
 )
 @sampling_options()
@@ -370,6 +379,70 @@ def compare(
     exit_now(2 if app.fatal_error else 0)
 
 
+# ---- tokenviz serve: the app in a browser ---------------------------------------------------------------
+
+SERVE_OPTIONS = ("--host", "--port")  # serve's own: every other argument goes to the app it serves
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def app_arguments(args: list[str]) -> list[str]:
+    """`args` without serve's own options and their values: what each browser tab's app is given."""
+    out, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in SERVE_OPTIONS:
+            skip = True
+        elif not arg.startswith(tuple(f"{option}=" for option in SERVE_OPTIONS)):
+            out.append(arg)
+    return out
+
+
+serve_cli = _typer()
+
+
+@serve_cli.command()
+@sampling_options()
+def serve(
+    settings: SamplingSettings,
+    prompt: Annotated[Optional[str], typer.Argument(help="Text to start from (as for tokenviz).")] = None,
+    host: Annotated[
+        str, typer.Option(help="Address to listen on. Anyone who can reach it can drive the model: keep it local.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    model: Model = None,
+    device: Device = "auto",
+    dtype: Dtype = "auto",
+    trust_remote_code: TrustRemoteCode = False,
+    chat: Chat = False,
+    system: System = None,
+    theme: Theme = DEFAULT_THEME,
+) -> None:
+    """The same app in a web browser (textual-serve): each tab gets its own journey, and closing the
+    tab ends its process. Takes every option tokenviz takes."""
+    import shlex
+    import socket
+
+    try:
+        check_theme(theme)
+        check_chat(chat, system)
+        if not 0 < port < 65536:
+            raise TokenvizError(f"--port must be 1-65535, got {port}")
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.bind((host, port))
+    except TokenvizError as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+    from textual_serve.server import Server
+
+    command = shlex.join([sys.executable, "-m", "tokenviz", *app_arguments(sys.argv[2:])])
+    if host not in LOOPBACK:
+        print_error(f"listening on {host}: anyone who can reach port {port} can drive the model")
+    err.print(f"tokenviz in a browser: http://{host}:{port} (ctrl+c stops it)", highlight=False)
+    Server(command, host=host, port=port, title="tokenviz").serve()
+
+
 # ---- tokenviz replay FILE: a saved journey ------------------------------------------------------
 
 replay_cli = _typer()
@@ -438,5 +511,7 @@ def run() -> None:
         score_cli(args=args[1:], prog_name="tokenviz score")
     elif args and args[0] == "compare":
         compare_cli(args=args[1:], prog_name="tokenviz compare")
+    elif args and args[0] == "serve":
+        serve_cli(args=args[1:], prog_name="tokenviz serve")
     else:
         app_cli(args=args, prog_name="tokenviz")

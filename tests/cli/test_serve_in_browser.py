@@ -1,0 +1,126 @@
+"""tokenviz serve in a real headless browser, on the bundled model: the page loads, the first frame
+shows the prompt's token ids, a key press steps a token, closing a tab mid-step ends its process,
+and the server goes on (a new tab gets a journey of its own)."""
+
+import base64
+import json
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from browser import SCREENSHOTS, chromium, needs_browser
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.by import By
+
+pytestmark = pytest.mark.bundled
+
+PROMPT = "The Eiffel Tower is located in"
+SEEN: list[str] = []
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def frames(browser) -> str:
+    """Everything the page's websockets received so far, as text: the app's terminal output with its
+    escape sequences taken out. (Selenium hands each log entry over once, so this keeps them all.)"""
+    out = []
+    for entry in browser.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message["method"] == "Network.webSocketFrameReceived":
+            response = message["params"]["response"]
+            data = response["payloadData"]
+            out.append(base64.b64decode(data).decode("utf-8", "replace") if response["opcode"] == 2 else data)
+    SEEN.append(ESCAPES.sub("", "".join(out)))
+    return "".join(SEEN)
+
+
+def until(predicate, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError("not in time")
+
+
+@pytest.fixture
+def server():
+    port = free_port()
+    command = [sys.executable, "-m", "tokenviz", "serve", PROMPT, "--port", str(port), "--temperature", "0"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    until(lambda: process.poll() is not None or socket.socket().connect_ex(("127.0.0.1", port)) == 0, 30)
+    assert process.poll() is None, process.stdout.read().decode() if process.stdout else ""
+    yield process, f"http://127.0.0.1:{port}"
+    process.terminate()
+    process.wait(10)
+
+
+def open_app(browser, url: str) -> str:
+    """Load the page, then wait for the app's first frame with the prompt's first token and its id."""
+    SEEN.clear()
+    browser.get(url)
+    return until(lambda: "The 504" in frames(browser))  # the prompt's first token and its id
+
+
+def press(browser, key: str) -> None:
+    """A key press into the terminal, as a person would: click it, then type."""
+    browser.find_element(By.CSS_SELECTOR, ".xterm").click()
+    ActionChains(browser).send_keys(key).perform()
+
+
+@needs_browser
+def test_served_app_shows_the_prompt_steps_on_a_key_and_survives_a_closed_tab(server):
+    process, url = server
+
+    def apps() -> int:  # the app processes the server runs, one a tab
+        children = psutil.Process(process.pid).children(recursive=True)
+        return sum(1 for c in children if c.cmdline()[1:3] == ["-m", "tokenviz"] and "serve" not in c.cmdline())
+
+    with chromium(1400, 900) as browser:
+        open_app(browser, url)
+        press(browser, " ")
+        until(lambda: "ready · step 1" in frames(browser))
+        if SCREENSHOTS:
+            time.sleep(1)
+            browser.save_screenshot(str(Path(SCREENSHOTS) / "served-app.png"))
+        first = browser.current_window_handle
+        browser.switch_to.new_window("tab")
+        open_app(browser, url)
+        press(browser, "a")  # autoplay: mid-step from here on
+        time.sleep(0.5)
+        assert apps() == 2
+        browser.close()  # the tab goes, its journey mid-step: its process ends
+        until(lambda: apps() == 1, 20)
+        browser.switch_to.window(first)
+        browser.switch_to.new_window("tab")
+        open_app(browser, url)  # the server still serves: a new tab gets a journey of its own
+        assert process.poll() is None and apps() == 2
+
+
+def test_serve_refuses_a_port_in_use_in_one_line_and_passes_the_rest_to_the_app(monkeypatch, capsys):
+    from clitools import invoke
+
+    from tokenviz.cli.commands import app_arguments
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        code, _, err = invoke(monkeypatch, capsys, "serve", "--port", str(taken.getsockname()[1]))
+    assert code == 2 and "cannot listen on 127.0.0.1" in err and "Traceback" not in err
+    code, _, err = invoke(monkeypatch, capsys, "serve", "--port", "0")
+    assert code == 2 and "--port must be" in err
+    args = ["Hello", "--host", "0.0.0.0", "--port=9000", "--temperature", "0", "--port", "8001", "--chat"]
+    assert app_arguments(args) == ["Hello", "--temperature", "0", "--chat"]
