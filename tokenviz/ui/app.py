@@ -39,6 +39,7 @@ from tokenviz.ui.panes.base import Pane, ScrollPane
 from tokenviz.ui.panes.beams import BeamPane
 from tokenviz.ui.panes.branches import BranchPane
 from tokenviz.ui.panes.cache import CachePane
+from tokenviz.ui.panes.charts import ChartsPane
 from tokenviz.ui.panes.embedding import EmbeddingPane
 from tokenviz.ui.panes.lens import LensPane, current_inspection
 from tokenviz.ui.panes.model import ModelPane
@@ -91,6 +92,7 @@ VIEWS = {
     "speculation": SpeculationPane,
     "model": ModelPane,
     "watch": WatchPane,
+    "charts": ChartsPane,
 }
 INSPECTING_VIEWS = ("lens", "embedding")  # they ask the engine to look inside the cursor's position
 BEAM_WIDTH = 3  # the B key's width; the palette offers 2-8

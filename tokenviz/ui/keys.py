@@ -169,6 +169,12 @@ KEYS: tuple[KeyRow, ...] = (
         (Press("W", "view('watch')", palette="View: watched tokens"),),
     ),
     KeyRow(
+        "C",
+        "charts view: entropy and the chosen token's probability by step, the watched tokens' probability, the "
+        "prompt's surprisal, decode time against context length, the KV cache's size against tokens",
+        (Press("C", "view('charts')", palette="View: charts"),),
+    ),
+    KeyRow(
         "c",
         "KV cache view: per layer heads × dims × tokens × bytes, bytes per token, growth, what the last rewind kept",
         (Press("c", "view('cache')", palette="View: KV cache"),),

@@ -55,6 +55,9 @@ stages reshape them; a draw picks one token; it is appended and the loop repeats
   one: logit(a) − logit(b) after the cursor split into what the embeddings and each layer's
   attention and MLP wrote into the residual stream (through the final norm as the forward pass
   scaled it); the shares add up to the model's own difference.
+- **charts** (key C): the journey at a glance: entropy and the chosen token's probability by step,
+  the watched tokens' probability, the prompt's surprisal, decode time against context length, and
+  the KV cache's size against tokens.
 - **status**: model, device, dtype, step, position, forward time, tokens/s, KV cache size, state.
 
 ## Keys
