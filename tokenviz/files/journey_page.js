@@ -112,8 +112,9 @@ function drawHeatmap() {
   const a = D.attention, canvas = $("heatmap"), ctx = canvas.getContext("2d");
   if (!a || !weights) { $("attention-note").textContent = a ? "" : "this journey carries no attention rows"; return; }
   const layer = Number($("layer").value), head = $("head").value, rows = a.positions;
-  const keys = rows[rows.length - 1] + 1, cell = Math.max(2, Math.min(14, Math.floor(560 / keys)));
-  const labels = cell >= 10, left = labels ? 90 : 0, top = labels ? 70 : 0;
+  // Cells wide enough for a label each: a long journey's map is larger than its panel, which scrolls.
+  const keys = rows[rows.length - 1] + 1, cell = Math.max(10, Math.min(14, Math.floor(560 / keys)));
+  const left = 90, top = 70;  // room for the query labels (left) and the key labels (top)
   canvas.width = left + keys * cell; canvas.height = top + rows.length * cell;
   ctx.fillStyle = getComputedStyle(document.body).backgroundColor; ctx.fillRect(0, 0, canvas.width, canvas.height);
   rows.forEach((pos, r) => {
@@ -121,14 +122,14 @@ function drawHeatmap() {
     for (let k = 0; k <= pos; k++) { ctx.fillStyle = color(Math.sqrt(w[k])); ctx.fillRect(left + k * cell, top + r * cell, cell, cell); }
     if (pos === selected - 1 || pos === selected) { ctx.strokeStyle = "white"; ctx.strokeRect(left, top + r * cell, (pos + 1) * cell, cell); }
   });
-  if (labels) {
-    ctx.fillStyle = getComputedStyle(document.body).color; ctx.font = "10px monospace";
-    rows.forEach((pos, r) => ctx.fillText(visible(D.chips[pos][1]).slice(0, 12), 2, top + r * cell + cell - 2));
-    for (let k = 0; k < keys; k++) { ctx.save(); ctx.translate(left + k * cell + cell - 2, top - 2); ctx.rotate(-Math.PI / 2);
-      ctx.fillText(visible(D.chips[k][1]).slice(0, 10), 0, 0); ctx.restore(); }
-  }
+  ctx.fillStyle = getComputedStyle(document.body).color; ctx.font = "10px monospace";
+  rows.forEach((pos, r) => ctx.fillText(visible(D.chips[pos][1]).slice(0, 12), 2, top + r * cell + cell - 2));
+  for (let k = 0; k < keys; k++) { ctx.save(); ctx.translate(left + k * cell + cell - 2, top - 2); ctx.rotate(-Math.PI / 2);
+    ctx.fillText(visible(D.chips[k][1]).slice(0, 10), 0, 0); ctx.restore(); }
   $("attention-note").textContent = `rows: the token reading (query), columns: the token read (key); colour by √weight; `
-    + `${rows.length} of ${D.chips.length} rows kept` + (labels ? "" : "; hover for the tokens");
+    + `${rows.length} of ${D.chips.length} rows kept; hover for a cell's weight`;
+  const row = rows.indexOf(Math.max(selected - 1, rows[0]));  // the selected step's row in view
+  if (row >= 0) $("map").scrollTop = Math.max(0, top + row * cell - 120);
   canvas.onmousemove = (e) => {
     const box = canvas.getBoundingClientRect(), sx = canvas.width / box.width;
     const k = Math.floor(((e.clientX - box.left) * sx - left) / cell), r = Math.floor(((e.clientY - box.top) * sx - top) / cell);

@@ -86,7 +86,7 @@ def _charts(snapshot: Snapshot, colors: dict[str, str]) -> list[str]:
     bar, final = colors["bar"], colors["bar_final"]
     charts = [
         line_chart(
-            "entropy (bits) and the chosen token's final probability",
+            "entropy (bits) and p(chosen) by step",
             steps,
             [
                 ("entropy", [r.entropy for r in records], bar),
@@ -101,7 +101,7 @@ def _charts(snapshot: Snapshot, colors: dict[str, str]) -> list[str]:
         for i, (token, text) in enumerate(snapshot.pinned)
     ]
     if watched:
-        charts.append(line_chart("watched tokens: raw probability", steps, watched, "step"))
+        charts.append(line_chart("watched tokens: raw p by step", steps, watched, "step"))
     predictions = records[0].prompt_predictions if records else ()
     if predictions:
         charts.append(
@@ -116,7 +116,7 @@ def _charts(snapshot: Snapshot, colors: dict[str, str]) -> list[str]:
     if decoded:
         charts.append(
             line_chart(
-                "decode time per step (ms) against context length",
+                "decode ms against context",
                 [float(r.kv_len) for r in decoded],
                 [("forward ms", [r.forward_ms for r in decoded], bar)],
                 "tokens in the KV cache",
@@ -124,7 +124,7 @@ def _charts(snapshot: Snapshot, colors: dict[str, str]) -> list[str]:
         )
         charts.append(
             line_chart(
-                "KV cache (MB) against tokens",
+                "KV cache MB against tokens",
                 [float(r.kv_len) for r in records],
                 [("KV MB", [r.kv_bytes / 2**20 for r in records], final)],
                 "tokens in the KV cache",
@@ -175,7 +175,8 @@ def journey_page(snapshot: Snapshot, attention: SavedAttention, colors: dict[str
         '<main><section id="step" aria-live="polite"></section>'
         '<section id="attention"><div class="controls"><label>layer <select id="layer"></select></label> '
         '<label>head <select id="head"></select></label> <span id="hover"></span></div>'
-        '<canvas id="heatmap" width="10" height="10"></canvas><p id="attention-note" class="dim"></p></section></main>'
+        '<div id="map"><canvas id="heatmap" width="10" height="10"></canvas></div>'
+        '<p id="attention-note" class="dim"></p></section></main>'
         f'<section id="charts">{"".join(_charts(snapshot, colors))}</section>'
         '<footer class="dim">Made by tokenviz: every number is the one the model computed. '
         "← → move between steps.</footer>"

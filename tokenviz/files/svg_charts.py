@@ -36,7 +36,7 @@ def line_chart(
         f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" role="img">'
         f"<title>{escape(title)}</title>"
         f'<text x="{PAD}" y="12" class="chart-title">{escape(title)}</text>'
-        f'<text x="{WIDTH - PAD}" y="12" text-anchor="end" class="chart-legend">{legend}</text>'
+        f'<text x="{WIDTH - PAD}" y="24" text-anchor="end" class="chart-legend">{legend}</text>'
         f'<line x1="{PAD}" y1="{HEIGHT - PAD}" x2="{WIDTH - PAD}" y2="{HEIGHT - PAD}" class="axis"/>'
         f'<line x1="{PAD}" y1="{PAD}" x2="{PAD}" y2="{HEIGHT - PAD}" class="axis"/>'
         f'<text x="{PAD - 3}" y="{HEIGHT - PAD}" text-anchor="end" class="tick">{y0:g}</text>'
