@@ -688,3 +688,22 @@ async def test_a_slow_command_shows_what_runs_at_once_and_tok_s_counts_steps_onl
         await enter_prompt(app, pilot, "Hello world")
         s = await settle(app, pilot)
         assert s.prompt == "Hello world" and s.tokens_per_s is None  # a new journey: no old figure
+
+
+async def test_a_quit_signal_ends_the_process_even_if_the_shutdown_hangs(monkeypatch):
+    """SIGHUP or SIGTERM quits as q does, and arms a last resort: Textual's shutdown has been seen to
+    wait forever on a terminal that is gone, and then the process ends after QUIT_GRACE_S anyway."""
+    import threading as threading_module
+
+    from tokenviz.ui import app as app_module
+
+    ended = threading_module.Event()
+    monkeypatch.setattr(app_module, "QUIT_GRACE_S", 0.2)
+    monkeypatch.setattr(app_module.os, "_exit", lambda code: ended.set())
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(app, pilot)
+        app._signalled()
+        await pilot.pause(0.1)
+    assert app.return_code is not None or not app.is_running  # it quit as q does
+    assert ended.wait(2)

@@ -102,6 +102,7 @@ EXPORT_LOCK = threading.Lock()  # two quick exports pick their names one after t
 UI_SHARE = 0.05  # during autoplay, the most of the time drawing frames may take
 MODEL_ACTIONS = model_actions()  # their keys are off in a recording
 QUIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # quit as q does: the terminal is left sane
+QUIT_GRACE_S = 3.0  # after one of them, the longest the process lives on
 
 
 class EngineUpdate(Message):
@@ -169,7 +170,12 @@ class TokenvizApp(App):
                     loop.add_signal_handler(signum, self._signalled)
 
     def _signalled(self) -> None:
-        """SIGTERM or SIGHUP (the terminal closed): quit as q does, restoring the terminal."""
+        """SIGTERM or SIGHUP (the terminal closed): quit as q does, restoring the terminal. Should
+        the shutdown hang (Textual's writer to a terminal that is gone can wait forever, seen while
+        the engine thread imported torch), the process ends anyway after QUIT_GRACE_S."""
+        ending = threading.Timer(QUIT_GRACE_S, os._exit, args=(0,))
+        ending.daemon = True
+        ending.start()
         self.worker.stop(timeout=0.2)
         self.exit()
 
