@@ -43,7 +43,7 @@ class ComparisonUpdate(Message):
 
 
 def describe(s: Snapshot) -> str:
-    """What sets a journey apart: its model, dtype and sampling settings."""
+    """What sets a journey apart: its sampling settings, dtype and model."""
     settings = s.settings
     sampling = (
         "greedy"
@@ -56,7 +56,7 @@ def describe(s: Snapshot) -> str:
         sampling += f" · repetition ×{settings.repetition_penalty:g}"
     name = s.info.name if s.info else "?"
     dtype = s.info.dtype if s.info else "?"
-    return f"{name} · {dtype} · {sampling} · seed {settings.seed}"
+    return f"{sampling} · seed {settings.seed} · {dtype} · {name}"  # what differs most often first: a label is cut
 
 
 class DiffPane(BoxPane):
