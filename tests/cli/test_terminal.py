@@ -24,6 +24,22 @@ def screen(name: str) -> str:
     return tmux("capture-pane", "-p", "-t", name)
 
 
+def new_session(name: str, size: tuple[int, int], command: str, env: dict) -> None:
+    """tmux new-session, tried again if it meets the previous tmux server on its way out (the server
+    ends with its last session, and a new-session in that moment fails: "server exited unexpectedly")."""
+    for attempt in range(3):
+        result = subprocess.run(
+            ["tmux", "new-session", "-d", "-s", name, "-x", str(size[0]), "-y", str(size[1]), command],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode == 0:
+            return
+        time.sleep(0.5 * (attempt + 1))
+    raise AssertionError(f"tmux could not start a session: {result.stderr.strip()}")
+
+
 def wait_screen(name: str, pattern: str, timeout: float = 120) -> str:
     deadline = time.monotonic() + timeout
     text = ""
@@ -42,7 +58,7 @@ def session():
     name = f"tokenviz-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TERM": "xterm-256color"}
     command = f"{sys.executable} -m tokenviz --temperature 0.7; echo TOKENVIZ-EXITED $?; sleep 30"
-    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "160", "-y", "48", command], check=True, env=env)
+    new_session(name, (160, 48), command, env)
     yield name
     subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
 
@@ -89,7 +105,7 @@ def test_sigterm_and_sighup_leave_a_sane_terminal(signum):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TERM": "xterm-256color"}
     modes = "stty -a | tr ' ' '\\n' | grep -x -e echo -e -echo -e icanon -e -icanon"
     command = f"{sys.executable} -m tokenviz; echo TOKENVIZ-EXITED $?; {modes}; sleep 30"
-    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "160", "-y", "48", command], check=True, env=env)
+    new_session(name, (160, 48), command, env)
     try:
         wait_screen(name, r"ready · step 0")
         shell = tmux("display", "-p", "-t", name, "#{pane_pid}").strip()
@@ -120,7 +136,7 @@ def test_a_hostile_journey_cannot_drive_the_terminal(tmp_path):
     name = f"tokenviz-{uuid.uuid4().hex[:8]}"
     command = f"{sys.executable} -m tokenviz replay {path}; echo TOKENVIZ-EXITED $?; sleep 30"
     env = {**os.environ, "TERM": "xterm-256color"}
-    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "160", "-y", "48", command], check=True, env=env)
+    new_session(name, (160, 48), command, env)
     try:
         text = wait_screen(name, r"attends to", timeout=30)
         assert "tokens" in text and "ready · step 2" in text  # the screen was not cleared
@@ -157,7 +173,7 @@ def test_no_color_draws_without_colour(tmp_path, no_color):
     env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"} | {"TERM": "xterm-256color"}
     prefix = "NO_COLOR=1 " if no_color else ""
     command = f"{prefix}{sys.executable} -m tokenviz replay {path}; echo TOKENVIZ-EXITED $?; sleep 30"
-    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "160", "-y", "48", command], check=True, env=env)
+    new_session(name, (160, 48), command, env)
     try:
         wait_screen(name, r"attends to", timeout=30)
         drawn = tmux("capture-pane", "-p", "-e", "-t", name)
@@ -176,9 +192,7 @@ def start_tmux(args: str, size: tuple[int, int]) -> str:
     name = f"tokenviz-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TERM": "xterm-256color"}
     command = f"{sys.executable} -m tokenviz {args}; echo TOKENVIZ-EXITED $?; sleep 30"
-    subprocess.run(
-        ["tmux", "new-session", "-d", "-s", name, "-x", str(size[0]), "-y", str(size[1]), command], check=True, env=env
-    )
+    new_session(name, size, command, env)
     return name
 
 
