@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from contextlib import contextmanager
 
 import pytest
@@ -49,3 +50,14 @@ def chromium(width: int = 1280, height: int = 900):
         yield driver
     finally:
         driver.quit()
+
+
+def until(predicate, timeout: float = 10.0, every: float = 0.05):
+    """Poll `predicate` until it returns something true (returned), or fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError("not in time")

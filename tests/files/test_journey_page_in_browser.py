@@ -6,23 +6,13 @@ import time
 from pathlib import Path
 
 from apptools import frozen_recording
-from browser import SCREENSHOTS, chromium, needs_browser
+from browser import SCREENSHOTS, chromium, needs_browser, until
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
 from tokenviz.files.journey_page import save_page
 from tokenviz.ui.colors import page_colors
 from tokenviz.ui.themes import DEFAULT_THEME, load_themes
-
-
-def wait(predicate, timeout: float = 10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("the page did not get there in time")
 
 
 @needs_browser
@@ -35,14 +25,14 @@ def test_the_page_shows_each_step_as_recorded_offline(tmp_path):
         chips = browser.find_elements(By.CSS_SELECTOR, ".chip")
         assert len(chips) == len(snapshot.chips)
         chips[snapshot.prompt_len + 4].click()
-        heading = wait(lambda: browser.find_element(By.CSS_SELECTOR, "#step h2").text)
+        heading = until(lambda: browser.find_element(By.CSS_SELECTOR, "#step h2").text)
         assert heading.startswith("step 4:")
         first = browser.find_element(By.CSS_SELECTOR, "#step tr:nth-child(2)")
         assert first.find_element(By.CSS_SELECTOR, "td.raw").text == f"{fifth.top[0].prob:.4f}"
         assert first.find_element(By.CSS_SELECTOR, "td.tok").text.replace("·", " ") == fifth.top[0].text
-        wait(lambda: browser.execute_script("return document.getElementById('heatmap').width") > 10)
+        until(lambda: browser.execute_script("return document.getElementById('heatmap').width") > 10)
         browser.find_element(By.TAG_NAME, "body").send_keys(Keys.ARROW_RIGHT)
-        assert wait(lambda: browser.find_element(By.CSS_SELECTOR, "#step h2").text).startswith("step 5:")
+        assert until(lambda: browser.find_element(By.CSS_SELECTOR, "#step h2").text).startswith("step 5:")
         assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
         assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
         if SCREENSHOTS:
@@ -78,7 +68,7 @@ def test_a_200_step_journey_of_the_bundled_model_makes_a_page_under_2_mb(bundled
         chips[snapshot.prompt_len + 4].click()
         first = browser.find_element(By.CSS_SELECTOR, "#step tr:nth-child(2)")
         assert first.find_element(By.CSS_SELECTOR, "td.raw").text == f"{snapshot.records[4].top[0].prob:.4f}"
-        wait(lambda: browser.execute_script("return document.getElementById('heatmap').width") > 10)
+        until(lambda: browser.execute_script("return document.getElementById('heatmap').width") > 10)
         assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
         if SCREENSHOTS:  # the step and its attention, below the 200 tokens
             browser.execute_script("document.querySelector('main').scrollIntoView()")

@@ -159,23 +159,16 @@ def run_trace(
         add_logit_differences(session, document)
     if attribution:
         add_attribution(session, document, attribution, progress)
-    if html:
-        try:
-            save_page(html[0], snapshot_of(session), session.saved_attention(), html[1], replace=force)
-        except TokenvizError as exc:
-            raise SaveFailed(str(exc), document) from None
-    if save:
-        try:
-            save_journey(
-                save,
-                snapshot_of(session),
-                session.saved_attention(),
-                session.kept_analyses(),
-                document=document,
-                replace=force,
-            )
-        except TokenvizError as exc:
-            raise SaveFailed(str(exc), document) from None
+    if not (html or save):
+        return document
+    snapshot, attention = snapshot_of(session), session.saved_attention()  # (every layer's rows: once for both)
+    try:
+        if html:
+            save_page(html[0], snapshot, attention, html[1], replace=force)
+        if save:
+            save_journey(save, snapshot, attention, session.kept_analyses(), document=document, replace=force)
+    except TokenvizError as exc:
+        raise SaveFailed(str(exc), document) from None
     return document
 
 
