@@ -1,5 +1,7 @@
 """Pure rendering on plain arrays: heatmaps, bars, colour ramps, pieces, attention windows."""
 
+import itertools
+
 import numpy as np
 import pytest
 from apptools import frozen_recording
@@ -75,8 +77,19 @@ def test_pieces_are_made_visible(text, shown):
 def test_window_holds_the_cursor():
     assert window(0, 100, 10) == range(0, 10)
     assert window(50, 100, 10) == range(45, 55)
-    assert window(99, 100, 10) == range(90, 100)
+    assert window(98, 100, 10) == range(90, 100)  # away from the newest: as full as it can be
     assert window(3, 5, 10) == range(0, 5)
+
+
+def test_a_window_following_the_newest_position_moves_by_half_windows():
+    starts = []
+    for length in range(11, 60):
+        shown = window(length - 1, length, 10)
+        assert length - 1 in shown and len(shown) <= 10 and shown.stop == length
+        starts.append(shown.start)
+    jumps = [b - a for a, b in itertools.pairwise(starts) if b != a]
+    assert jumps and set(jumps) == {5}  # the rows on screen stay put between jumps
+    assert window(99, 100, 10) == range(90, 100)
 
 
 def test_a_saved_journeys_attention_is_every_layers_rows_and_views_mask_the_future():

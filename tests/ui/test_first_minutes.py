@@ -33,14 +33,14 @@ async def test_arrow_and_page_keys_scroll_the_open_view_and_move_the_cursor_by_l
         await pilot.press("up")
         await pilot.pause()
         above = app.cursor
-        assert above < newest and tokens._lines.line_of(above) == tokens._lines.line_of(newest) - 1
+        assert above < newest and tokens._chip_lines.line_of(above) == tokens._chip_lines.line_of(newest) - 1
         await pilot.press("home")
         await pilot.pause()
         assert app.cursor == 0
         assert "cursor at position 0" in str(tokens.border_subtitle)  # the pane followed it to the start
         await pilot.press("pagedown")
         await pilot.pause()
-        assert tokens._lines.line_of(app.cursor) == tokens.page_lines()
+        assert tokens._chip_lines.line_of(app.cursor) == tokens.page_lines()
         await pilot.press("end")
         await pilot.pause()
         assert app.cursor is None  # following the newest token again

@@ -22,10 +22,20 @@ def head_label(head: Head, heads: int, kv_heads: int) -> str:
 
 
 def window(cursor: int, length: int, size: int) -> range:
-    """`size` consecutive positions of 0..length-1 that hold `cursor`, as centred as they can be."""
-    size = min(size, length)
-    start = min(max(cursor - size // 2, 0), length - size)
-    return range(start, start + size)
+    """Up to `size` consecutive positions of 0..length-1 that hold `cursor`. Following the newest
+    position (the last), it moves in steps of half its size: while a journey grows, the rows on
+    screen stay where they are (a step draws only the newest), and when the newest reaches the end
+    it jumps to the middle. Anywhere else it is as full as it can be."""
+    start = 0 if length <= size else paged_start(cursor, size)
+    if cursor < length - 1:
+        start = max(min(start, length - size), 0)
+    return range(start, min(start + size, length))
+
+
+def paged_start(cursor: int, size: int) -> int:
+    """Where a window of `size` moving by half-windows starts to hold `cursor` in its second half."""
+    half = max(size // 2, 1)
+    return max(cursor // half - 1, 0) * half
 
 
 @dataclass(frozen=True)

@@ -13,13 +13,16 @@ class ChipLines:
         self.cells = cells  # a chip's width in cells, by index into the current chips
         self.width = 0
         self.look: object = None
-        self._keys: list[object] = []  # what each laid-out chip was (its id): a change re-lays from there
+        self._keys: list[object] = []  # what each laid-out chip was: a change re-lays from there
         self._widths: list[int] = []
         self.starts: list[int] = []  # the index of each line's first chip
 
     def update(self, keys: Sequence[object], width: int, look: object = None) -> None:
         """Lay out `keys` (one per chip) in lines of `width` cells, reusing what did not change;
-        a change of `look` (what else sets a chip's width) lays out everything again."""
+        a change of `look` (what else sets a chip's width) lays out everything again. Keys kept
+        from one journey to the next are compared by identity first (in C), so pass the same
+        objects (the snapshot's chips) rather than new ones each frame."""
+        keys = list(keys)
         width = max(width, 1)
         same = 0
         if width == self.width and look == self.look:
@@ -37,7 +40,7 @@ class ChipLines:
         line = max(bisect_right(self.starts, same) - 2, 0) if self.starts and same else 0
         begin = self.starts[line] if self.starts and same else 0
         del self.starts[line:]
-        self._keys = list(keys)
+        self._keys = keys
         self._widths = self._widths[:same] + [self.cells(i) for i in range(same, len(keys))]
         used = width  # forces a new line at `begin`
         for i in range(begin, len(keys)):

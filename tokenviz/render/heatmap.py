@@ -32,27 +32,41 @@ def heatmap_lines(
     """One list of Segments per terminal row, for a (rows, cols) matrix of values in [0, 1]."""
     if shades:
         return shade_lines(matrix, gamma)
-    idx = quantise(matrix, len(colors), gamma)
+    return [run_segments(row, colors, masked) for row in pair_codes(matrix, len(colors), gamma)]
+
+
+def pair_codes(matrix: np.ndarray, levels: int, gamma: float = 0.5) -> np.ndarray:
+    """(ceil(rows / 2), cols) codes, one per terminal cell: upper * (levels + 1) + lower, where
+    each is a colour index and `levels` stands for masked (NaN, and the padding row below an odd
+    last row)."""
+    idx = quantise(matrix, levels, gamma).astype(np.int32)
     if idx.shape[0] % 2:
         idx = np.vstack([idx, np.full((1, idx.shape[1]), -1, dtype=idx.dtype)])
-    palette = colors + [masked]  # index -1 picks `masked`
-    lines = []
-    for top, bottom in zip(idx[0::2], idx[1::2]):
-        segments: list[Segment] = []
-        for a, b in zip(top.tolist(), bottom.tolist()):
-            style = _style(palette[a], palette[b])
-            if segments and segments[-1].style is style:
-                segments[-1] = Segment(segments[-1].text + UPPER_HALF, style)
-            else:
-                segments.append(Segment(UPPER_HALF, style))
-        lines.append(segments)
-    return lines
+    n = levels + 1
+    return (idx[0::2] % n) * n + idx[1::2] % n
 
 
-@functools.lru_cache(maxsize=8192)
-def _style(color: str, bgcolor: str) -> Style:
-    """One Style per pair of colours, kept across frames (a long context has one per cell)."""
-    return Style(color=color, bgcolor=bgcolor)
+def run_segments(codes: np.ndarray, colors: list[str], masked: str) -> list[Segment]:
+    """One terminal row of pair codes as Segments, neighbouring cells of one colour pair merged:
+    a frame's cost downstream (Textual's filters, the compositor, the terminal) is per Segment."""
+    if not len(codes):
+        return []
+    starts = np.flatnonzero(np.concatenate(([True], codes[1:] != codes[:-1])))
+    lengths = np.diff(np.append(starts, len(codes))).tolist()
+    styles = _pair_styles((*colors, masked))
+    return [Segment(_cells(length), styles[code]) for code, length in zip(codes[starts].tolist(), lengths)]
+
+
+@functools.lru_cache(maxsize=4)
+def _pair_styles(palette: tuple[str, ...]) -> list[Style]:
+    """The Style of every (upper, lower) pair of palette colours, by pair code; kept across frames
+    (a theme has one palette)."""
+    return [Style(color=upper, bgcolor=lower) for upper in palette for lower in palette]
+
+
+@functools.lru_cache(maxsize=512)
+def _cells(length: int) -> str:
+    return UPPER_HALF * length
 
 
 def shade_lines(matrix: np.ndarray, gamma: float = 0.5) -> list[list[Segment]]:

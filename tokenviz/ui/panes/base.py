@@ -5,8 +5,14 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
+from rich.console import Console
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual.containers import VerticalScroll
+from textual.geometry import Region
+from textual.strip import Strip
+from textual.widget import Widget
 from textual.widgets import Static
 
 from tokenviz.ui.colors import ThemeColors, theme_colors
@@ -21,6 +27,10 @@ class Pane:
 
     selection: Selection | None = None
     app: Any  # the Textual app (every widget has one)
+    border_title: Any
+    border_subtitle: Any
+    _title_shown: str | None = None
+    _subtitle_shown: str | None = None
 
     def show(self, selection: Selection) -> None:
         self.selection = selection
@@ -36,6 +46,58 @@ class Pane:
     @property
     def colors(self) -> ThemeColors:
         return theme_colors(self.app.current_theme)
+
+    def set_title(self, title: str) -> None:
+        """The border's title, set only when it changes: setting it repaints the whole pane."""
+        if title != self._title_shown:
+            self._title_shown = title
+            self.border_title = title
+
+    def set_subtitle(self, subtitle: str) -> None:
+        """The border's subtitle, set only when it changes (as set_title)."""
+        if subtitle != self._subtitle_shown:
+            self._subtitle_shown = subtitle
+            self.border_subtitle = subtitle
+
+
+class LinesPane(Pane, Widget):
+    """A bordered pane drawn as Strips (Textual's Line API). `show_lines` repaints only the lines
+    that changed: a step that changes two lines of the pane costs two lines downstream (Textual's
+    filters, the compositor, the terminal), not the whole pane. Lines are drawn for a size and a
+    theme: `redraw` makes them again when either changed since."""
+
+    DEFAULT_CSS = (
+        "LinesPane { border: round $foreground 30%; border-title-color: $primary; border-subtitle-color: $foreground; }"
+    )
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self._strips: list[Strip] = []
+        self._look: tuple[object, ...] | None = None
+
+    def show_lines(self, lines: list[Strip]) -> None:
+        old, self._strips = self._strips, lines
+        self._look = self.look()
+        width = self.size.width
+        for y in range(max(len(old), len(lines))):
+            if y >= len(old) or y >= len(lines) or (lines[y] is not old[y] and lines[y] != old[y]):
+                self.refresh(Region(0, y, width, 1))
+
+    def look(self) -> tuple[object, ...]:
+        """What the lines depend on besides what they show: the size, the theme, colour or none."""
+        return (self.size, self.app.theme, self.app.no_color)
+
+    def redraw(self) -> list[Strip]:
+        """The lines again, for a new look (a theme changed: Textual repaints everything anyway)."""
+        return self._strips
+
+    def render_line(self, y: int) -> Strip:
+        if self._look is not None and self.look() != self._look:
+            self._look = self.look()
+            self._strips = self.redraw()
+        if y < len(self._strips):
+            return self._strips[y]
+        return Strip.blank(self.size.width, self.rich_style)
 
 
 class ScrollPane(Pane, VerticalScroll):
@@ -58,16 +120,48 @@ class ScrollPane(Pane, VerticalScroll):
         return self.query_one(".body", Static)
 
 
-class BoxPane(Pane, Static):
-    """A bordered pane that is itself one Static."""
+class BoxPane(LinesPane):
+    """A bordered pane drawn from one rich Text, as a Static would draw it, but line by line (see
+    LinesPane): `update` is what the pane's `draw` calls."""
 
-    DEFAULT_CSS = (
-        "BoxPane { border: round $foreground 30%; border-title-color: $primary; border-subtitle-color: $foreground; }"
-    )
     TITLE = ""
 
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self._text = Text()
+
     def on_mount(self) -> None:
-        self.border_title = self.TITLE
+        self.set_title(self.TITLE)
+
+    @property
+    def content(self) -> Text:
+        return self._text
+
+    def render(self) -> Text:
+        """The pane's text as one renderable (as a Static's); the screen draws it by lines."""
+        return self._text
+
+    def update(self, text: Text) -> None:
+        self._text = text
+        self.show_lines(self.redraw())
+
+    def redraw(self) -> list[Strip]:
+        return text_strips(self._text, self.content_size.width, self.app.console, self.rich_style)
+
+
+def text_strips(text: Text, width: int, console: Console, style: Style) -> list[Strip]:
+    """`text` as the lines of a pane `width` cells wide: wrapped, or cut (with its overflow) where
+    the text says no_wrap, on the pane's `style`."""
+    if width <= 0:
+        return []
+    if text.no_wrap:
+        lines = text.split("\n", allow_blank=True)
+        for line in lines:
+            line.expand_tabs()
+            line.truncate(width, overflow=text.overflow or "crop")
+    else:
+        lines = text.wrap(console, width)
+    return [Strip(Segment.apply_style(line.render(console), style), line.cell_len) for line in lines]
 
 
 def result_or_note(result: T | None, selection: Selection, body: Static, waiting: str, what: str) -> T | None:

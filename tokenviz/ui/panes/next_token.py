@@ -26,16 +26,16 @@ class NextTokenPane(BoxPane):
             d = record.decision
             self.update(self._table(record.top, Candidate(d.chosen_id, d.chosen_text, 0.0, d.raw_prob), d.raw_rank))
             state = "pending" if selection.is_pending else "taken"
-            self.border_subtitle = f"entropy {record.entropy:.2f} bits · for position {record.position} · {state}"
+            self.set_subtitle(f"entropy {record.entropy:.2f} bits · for position {record.position} · {state}")
         elif prediction is not None:
             p = prediction
             self.update(self._table(p.top, Candidate(p.next_id, p.next_text, 0.0, p.next_prob), p.next_rank))
-            self.border_subtitle = (
+            self.set_subtitle(
                 f"entropy {p.entropy:.2f} bits · for position {p.position + 1} · ▶ the prompt's own next token "
                 f"(raw p {probability(p.next_prob)}, rank {p.next_rank})"
             )
         else:
-            self.border_subtitle = ""
+            self.set_subtitle("")
             self.update(Text("No prediction here yet: the model has not read this position.", style="dim"))
 
     def _table(self, top: Sequence[Candidate], marked: Candidate, marked_rank: int) -> Text:

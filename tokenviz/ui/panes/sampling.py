@@ -52,7 +52,7 @@ class SamplingPane(BoxPane):
         record = selection.record
         settings = selection.snapshot.settings
         if record is None:
-            self.border_subtitle = settings_line(settings)
+            self.set_subtitle(settings_line(settings))
             self.update(Text("No decision at this position: the prompt's tokens were given, not sampled.", style="dim"))
             return
         d = record.decision
@@ -97,5 +97,5 @@ class SamplingPane(BoxPane):
             table.append(bar(finals[i], bar_width) + "\n", style=final_color)
         table.rstrip()
         decision = Text(decision_line(d), style=f"bold {chosen_color}")
-        self.border_subtitle = settings_line(settings)
+        self.set_subtitle(settings_line(settings))
         self.update(Text("\n").join([pipeline, table, decision]))

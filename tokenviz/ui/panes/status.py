@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from rich.cells import cell_len
 from rich.text import Text
+from textual.visual import VisualType
 from textual.widgets import Static
 
 from tokenviz.contract.snapshot import Snapshot
@@ -18,6 +19,10 @@ class StatusLine(Static):
     DEFAULT_CSS = "StatusLine { height: 1; background: $panel; color: $foreground; padding: 0 1; }"
 
     _shown: Snapshot | None = None
+
+    def update(self, content: VisualType = "", *, layout: bool = False) -> None:
+        """One line, sized by the CSS: no layout for a new text."""
+        super().update(content, layout=layout)
 
     def show(self, s: Snapshot) -> None:
         self._shown = s

@@ -23,6 +23,7 @@ from tokenviz.render.chip_lines import ChipLines
 from tokenviz.render.colors import ramp
 from tokenviz.render.pieces import MAX_CHAR_BYTES, spelled, visible
 from tokenviz.render.units import probability
+from tokenviz.ui.colors import ThemeColors
 from tokenviz.ui.panes.base import BoxPane
 from tokenviz.ui.selection import Selection
 
@@ -43,7 +44,7 @@ class TokensPane(BoxPane):
         super().__init__(**kwargs)
         self._chips: tuple[TokenChip, ...] = ()
         self._prompt_len = 0
-        self._lines = ChipLines(self._cells)
+        self._chip_lines = ChipLines(self._cells)
         self.show_ids = True  # the # key
         self.surprisal = False  # the u key: prompt chips shaded by how unexpected each token was
         self.attribution: Attribution | None = None  # while the attribution view shows one: see shade_by
@@ -69,9 +70,9 @@ class TokensPane(BoxPane):
 
     def moved_by_lines(self, index: int, lines: int) -> int:
         """The chip `lines` lines below (above, if negative) `index`, as near its column as there is."""
-        line = self._lines.line_of(index)
-        target = min(max(line + lines, 0), max(len(self._lines.starts) - 1, 0))
-        here, there = self._lines.line(line), self._lines.line(target)
+        line = self._chip_lines.line_of(index)
+        target = min(max(line + lines, 0), max(len(self._chip_lines.starts) - 1, 0))
+        here, there = self._chip_lines.line(line), self._chip_lines.line(target)
         return min(there.start + (index - here.start), there.stop - 1)
 
     def draw(self, selection: Selection) -> None:
@@ -80,16 +81,16 @@ class TokensPane(BoxPane):
         width, rows = self.content_size.width, self.content_size.height
         if width <= 0 or rows <= 0:
             return
-        self._lines.update([c.id for c in s.chips], width, look=(self.show_ids, s.prompt_len))
+        self._chip_lines.update(s.chips, width, look=(self.show_ids, s.prompt_len))
         chip_rows = max(rows - 2, 1)  # then a line of the decoded text, and one of what comes next
         cursor = selection.cursor
-        count = len(self._lines.starts)
-        first = max(0, min(self._lines.line_of(cursor) - chip_rows + 1, count - chip_rows))
+        count = len(self._chip_lines.starts)
+        first = max(0, min(self._chip_lines.line_of(cursor) - chip_rows + 1, count - chip_rows))
         text = Text(no_wrap=True, overflow="ellipsis", end="")
         for number in range(first, min(first + chip_rows, count)):
             if number > first:
                 text.append("\n")
-            for i in self._lines.line(number):
+            for i in self._chip_lines.line(number):
                 self._append_chip(text, i, cursor)
         if rows > 2:
             text.append("\n")
@@ -102,33 +103,21 @@ class TokensPane(BoxPane):
         shading = f" · shaded by surprisal, 0-{SURPRISAL_TOP_BITS:g} bits (u)" if self.surprisal else ""
         if self.attribution is not None:
             shading = f" · shaded by attribution to position {self.attribution.position + 1}"
-        self.border_subtitle = (
-            f"{s.prompt_len} prompt · {n_gen} generated · cursor at position {cursor}{lines}{shading}"
-        )
+        self.set_subtitle(f"{s.prompt_len} prompt · {n_gen} generated · cursor at position {cursor}{lines}{shading}")
 
     def _append_chip(self, text: Text, i: int, cursor: int) -> None:
         chip, colors = self._chips[i], self.colors
         if i == self._prompt_len and i:
             text.append(GENERATION_MARK, Style(color=colors.chip_newest, bold=True))
         shade = self._attribution_shade(i) or self._surprisal_shade(i)
-        if shade is not None:
-            style = shade
-        elif chip.is_prompt:
-            style = Style(bgcolor=colors.chip_prompt, dim=chip.is_template)
-        else:
-            style = Style(bgcolor=colors.chip_generated, color=colors.chip_newest, dim=chip.is_template)
-        if i == len(self._chips) - 1 and not chip.is_prompt:
-            style += Style(bold=True)
-        if i == cursor:
-            style += Style(color=colors.chip_cursor, bold=True, underline=True)
-        if i == self.marked:
-            style += Style(reverse=True, bold=True)
+        newest = i == len(self._chips) - 1 and not chip.is_prompt
+        style = chip_style(colors, chip.is_prompt, chip.is_template, shade, newest, i == cursor, i == self.marked)
         text.append(piece_of(chip), style)
         spelt = self._spelled(i)
         if spelt:
-            text.append(spelt, Style(bold=True))
+            text.append(spelt, BOLD)
         if self.show_ids:
-            text.append(f" {chip.id}", Style(dim=True, italic=True))
+            text.append(f" {chip.id}", ID_STYLE)
             text.append(" ")
         text.append(" ")
 
@@ -167,9 +156,7 @@ class TokensPane(BoxPane):
 
     def _shade(self, fraction: float) -> Style:
         level = round(min(max(fraction, 0.0), 1.0) * (SHADES - 1))
-        return Style(
-            bgcolor=_shades(self.colors.heatmap_stops)[level], color="black" if level > SHADES // 2 else "white"
-        )
+        return _shade_styles(self.colors.heatmap_stops)[level]
 
     @staticmethod
     def _decoded(full_text: str, width: int) -> Text:
@@ -194,7 +181,35 @@ class TokensPane(BoxPane):
         return Text("")
 
 
+BOLD = Style(bold=True)
+ID_STYLE = Style(dim=True, italic=True)
+
+
+@functools.lru_cache(maxsize=1024)
+def chip_style(
+    colors: ThemeColors, prompt: bool, template: bool, shade: Style | None, newest: bool, cursor: bool, marked: bool
+) -> Style:
+    """A chip's style, one object per look: a pane of chips shares a few Styles, and so rich
+    combines each pair once rather than once per chip and frame."""
+    if shade is not None:
+        style = shade
+    elif prompt:
+        style = Style(bgcolor=colors.chip_prompt, dim=template)
+    else:
+        style = Style(bgcolor=colors.chip_generated, color=colors.chip_newest, dim=template)
+    if newest:
+        style += BOLD
+    if cursor:
+        style += Style(color=colors.chip_cursor, bold=True, underline=True)
+    if marked:
+        style += Style(reverse=True, bold=True)
+    return style
+
+
 @functools.lru_cache(maxsize=8)
-def _shades(stops: tuple[str, ...]) -> list[str]:
-    """The surprisal scale of a theme, built once (a frame asks for it once per prompt chip)."""
-    return ramp(list(stops), SHADES)
+def _shade_styles(stops: tuple[str, ...]) -> list[Style]:
+    """The shades of a theme's scale as chip styles, built once (a frame asks once per chip)."""
+    return [
+        Style(bgcolor=color, color="black" if level > SHADES // 2 else "white")
+        for level, color in enumerate(ramp(list(stops), SHADES))
+    ]
