@@ -82,3 +82,20 @@ async def test_a_step_at_the_newest_token_repaints_a_few_attention_lines_and_the
         for kind in (AttentionPane, TokensPane, NextTokenPane, SamplingPane):
             widget = app.query_one(kind)
             assert on_screen(widget) == await full_repaint(widget, pilot)
+
+
+def test_text_becomes_lines_cut_or_wrapped_with_the_panes_style_under_every_span():
+    from rich.console import Console
+    from rich.style import Style
+    from rich.text import Text
+
+    from tokenviz.ui.panes.base import text_strips
+
+    pane = Style(color="#ffffff", bgcolor="#000000")
+    cut = text_strips(Text.assemble(("bold", "bold"), " and plain text", no_wrap=True), 10, Console(), pane)
+    assert [s.text for s in cut] == ["bold and p"]
+    assert [str(seg.style) for seg in cut[0]] == ["bold #ffffff on #000000", "#ffffff on #000000"]
+    wrapped = text_strips(Text("one two three four"), 9, Console(), pane)
+    assert [s.text.rstrip() for s in wrapped] == ["one two", "three", "four"]
+    assert all(seg.style == pane for line in wrapped for seg in line)  # a line without spans is styled too
+    assert all(s.cell_length <= 9 for s in wrapped)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from textual.app import App
 from textual.theme import Theme
 
 DEFAULT_HEATMAP = "#0d0887 #6a00a8 #b12a90 #e16462 #fca636 #f0f921"  # plasma, dark violet to yellow
@@ -53,6 +54,13 @@ def theme_colors(theme: Theme) -> ThemeColors:
     if theme.name not in _resolved:
         _resolved[theme.name] = _theme_colors(theme)
     return _resolved[theme.name]
+
+
+def app_colors(app: App) -> ThemeColors:
+    """The colours of the app's theme, found by its name: App.current_theme copies the table of
+    every registered theme on each call, and the panes ask once per chip and row."""
+    colors = _resolved.get(app.theme)
+    return colors if colors is not None else theme_colors(app.current_theme)
 
 
 def page_colors(theme: Theme) -> tuple[tuple[str, str | tuple[str, ...]], ...]:

@@ -10,6 +10,8 @@ worker's: it computes the rows this pane shows (see rows_shown) and every snapsh
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from rich.segment import Segment
 from rich.style import Style
@@ -92,7 +94,7 @@ class AttentionPane(LinesPane):
         cursor_style = Style(color=self.colors.chip_cursor, bold=True)
         dim = Style(dim=True)
         chips = s.chips
-        colors = ramp(list(self.colors.heatmap_stops), LEVELS)
+        colors = heat_colors(self.colors.heatmap_stops)
         lines = self._map(matrix, queries, zoom, cursor, chips, style, colors)
         lines += [Strip.blank(width, style)] * (map_rows - len(lines))  # the lines below stay put as rows come
         trailer = [
@@ -151,6 +153,12 @@ class AttentionPane(LinesPane):
             self._map_lines[key] = line
             lines.append(line)
         return lines
+
+
+@functools.lru_cache(maxsize=8)
+def heat_colors(stops: tuple[str, ...]) -> list[str]:
+    """A theme's heatmap scale, made once."""
+    return ramp(list(stops), LEVELS)
 
 
 def row_label(queries: list[int], chips, cursor: bool) -> str:

@@ -15,7 +15,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Static
 
-from tokenviz.ui.colors import ThemeColors, theme_colors
+from tokenviz.ui.colors import ThemeColors, app_colors
 from tokenviz.ui.selection import Selection
 
 T = TypeVar("T")
@@ -45,7 +45,7 @@ class Pane:
 
     @property
     def colors(self) -> ThemeColors:
-        return theme_colors(self.app.current_theme)
+        return app_colors(self.app)
 
     def set_title(self, title: str) -> None:
         """The border's title, set only when it changes: setting it repaints the whole pane."""
@@ -74,14 +74,25 @@ class LinesPane(Pane, Widget):
         super().__init__(**kwargs)
         self._strips: list[Strip] = []
         self._look: tuple[object, ...] | None = None
+        self._blank: Strip | None = None  # below the last line
 
     def show_lines(self, lines: list[Strip]) -> None:
         old, self._strips = self._strips, lines
         self._look = self.look()
-        width = self.size.width
-        for y in range(max(len(old), len(lines))):
-            if y >= len(old) or y >= len(lines) or (lines[y] is not old[y] and lines[y] != old[y]):
-                self.refresh(Region(0, y, width, 1))
+        changed = [
+            y
+            for y in range(max(len(old), len(lines)))
+            if y >= len(old) or y >= len(lines) or (lines[y] is not old[y] and lines[y] != old[y])
+        ]
+        runs: list[list[int]] = []  # [first, last] of each run of changed lines: a refresh costs as much as a line
+        for y in changed:
+            if runs and runs[-1][1] == y - 1:
+                runs[-1][1] = y
+            else:
+                runs.append([y, y])
+        if runs:
+            width = self.size.width
+            self.refresh(*(Region(0, first, width, last - first + 1) for first, last in runs))
 
     def look(self) -> tuple[object, ...]:
         """What the lines depend on besides what they show: the size, the theme, colour or none."""
@@ -93,11 +104,13 @@ class LinesPane(Pane, Widget):
 
     def render_line(self, y: int) -> Strip:
         if self._look is not None and self.look() != self._look:
-            self._look = self.look()
+            self._look, self._blank = self.look(), None
             self._strips = self.redraw()
         if y < len(self._strips):
             return self._strips[y]
-        return Strip.blank(self.size.width, self.rich_style)
+        if self._blank is None or self._blank.cell_length != self.size.width:
+            self._blank = Strip.blank(self.size.width, self.rich_style)  # (rich_style is computed anew each time)
+        return self._blank
 
 
 class ScrollPane(Pane, VerticalScroll):
@@ -161,7 +174,15 @@ def text_strips(text: Text, width: int, console: Console, style: Style) -> list[
             line.truncate(width, overflow=text.overflow or "crop")
     else:
         lines = text.wrap(console, width)
-    return [Strip(Segment.apply_style(line.render(console), style), line.cell_len) for line in lines]
+    strips = []
+    for line in lines:
+        base = style + console.get_style(line.style)  # under every span: rich combines it with theirs
+        if line.spans:
+            line.style = base
+            strips.append(Strip(line.render(console), line.cell_len))
+        else:  # (rich renders a line without spans unstyled)
+            strips.append(Strip([Segment(line.plain, base)], line.cell_len))
+    return strips
 
 
 def result_or_note(result: T | None, selection: Selection, body: Static, waiting: str, what: str) -> T | None:
