@@ -245,3 +245,71 @@ def test_quitting_mid_prefill_exits_at_once():
         assert "TOKENVIZ-EXITED 0" in text and "Traceback" not in text
     finally:
         subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+
+
+def footer_and_status(text: str) -> tuple[str, str]:
+    lines = text.rstrip("\n").splitlines()
+    return lines[-1], lines[-2]
+
+
+def test_the_first_five_minutes_key_sequences_at_120x36(tmp_path):
+    """Issue 11's observations 4, 7, 8, 9 and 10, by their key sequences, on the bundled model."""
+    name = f"tokenviz-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TERM": "xterm-256color"}
+    command = f"cd {tmp_path} && {sys.executable} -m tokenviz; echo TOKENVIZ-EXITED $?; sleep 30"
+    new_session(name, (120, 36), command, env)
+    try:
+        text = wait_screen(name, r"ready · step 0")
+        footer, status = footer_and_status(text)
+        assert footer.lstrip().startswith("q quit") and "? help" in footer  # 8: never cut at 120 columns
+        assert "cpu" in status and "float32" in status  # 8: device and dtype kept
+        assert "raw p" in text and "final" in text  # 7: raw and final are named
+        assert not re.search(r"\b0\.000\b", text)  # 7: a tiny p never reads 0 (the sampling pane writes 1.2e-05)
+        for _ in range(2):
+            tmux("send-keys", "-t", name, "Space")
+            time.sleep(0.3)
+        wait_screen(name, r"ready · step 2")
+        tmux("send-keys", "-t", name, "Left")
+        text = wait_screen(name, r"cursor at position 7\b")
+        # 4: a candidate on screen for position 8, not the token taken there (▶), chosen by its number
+        rows = re.findall(r"│\s+(▶?)(\d) (\S+)\s+(\d+)\s", text)
+        rank, piece, token_id = next((r, p, i) for mark, r, p, i in rows if not mark and r != "1")
+        tmux("send-keys", "-t", name, rank)
+        wait_screen(name, rf"(?s){re.escape(piece)} {token_id}\s.*cursor at position 8\b", timeout=30)
+        tmux("send-keys", "-t", name, "Left")
+        assert "forced (a branch)" in wait_screen(name, r"forced \(a branch\)", timeout=10)
+        tmux("send-keys", "-t", name, "h")
+        wait_screen(name, r"largest weight any head gives")  # 7: head max is not called attention weights
+        tmux("send-keys", "-t", name, "?")
+        wait_screen(name, r"watch the model think(?s:.*)Escape")  # 10: the help says how to close it
+        tmux("send-keys", "-t", name, "Escape")
+        deadline = time.monotonic() + 10
+        while "watch the model think" in screen(name) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "watch the model think" not in screen(name)
+        tmux("send-keys", "-t", name, "s")
+        assert re.search(r"seed \d{1,6}\b", wait_screen(name, r"seed \d+"))  # 10: a short seed
+        tmux("send-keys", "-t", name, "x")
+        wait_screen(name, r"saved", timeout=30)
+        tmux("send-keys", "-t", name, "q")
+        assert "TOKENVIZ-EXITED 0" in wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=10)
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+    saved = sorted(tmp_path.glob("*.json"))
+    assert saved, list(tmp_path.iterdir())
+    name = f"tokenviz-{uuid.uuid4().hex[:8]}"
+    replay = f"{sys.executable} -m tokenviz replay {saved[0]}; echo TOKENVIZ-EXITED $?; sleep 30"
+    new_session(name, (120, 36), replay, env)
+    try:  # 9: a replay steps through its recording with the same keys
+        text = wait_screen(name, r"step \d+", timeout=30)
+        footer, _ = footer_and_status(text)
+        assert "play/pause" not in footer and "prompt" not in footer  # only the keys that work here
+        steps = int(re.search(r"step (\d+)", text).group(1))
+        tmux("send-keys", "-t", name, "BSpace")
+        wait_screen(name, rf"step {steps - 1}\b", timeout=10)
+        tmux("send-keys", "-t", name, "Space")
+        wait_screen(name, rf"step {steps}\b", timeout=10)
+        tmux("send-keys", "-t", name, "q")
+        assert "TOKENVIZ-EXITED 0" in wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=10)
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
