@@ -52,3 +52,12 @@ def test_readme_module_map_matches_the_tree():
             if p.suffix in (".py", ".tcss") and p.name != "__init__.py"
         }
     assert mapped == on_disk
+
+
+def test_what_x_writes_into_the_current_directory_is_ignored_by_git():
+    import subprocess
+
+    for suffix in (".json", ".svg", ".html"):  # the journey, the screenshot and the journey's page
+        name = f"tokenviz-20261123-021500{suffix}"
+        assert subprocess.run(["git", "check-ignore", "-q", name], cwd=ROOT).returncode == 0, name
+    assert subprocess.run(["git", "check-ignore", "-q", "tokenviz/ui/app.py"], cwd=ROOT).returncode == 1

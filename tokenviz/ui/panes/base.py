@@ -78,7 +78,9 @@ class LinesPane(Pane, Widget):
 
     def show_lines(self, lines: list[Strip]) -> None:
         old, self._strips = self._strips, lines
-        self._look = self.look()
+        look = self.look()
+        if look != self._look:
+            self._look, self._blank = look, None
         changed = [
             y
             for y in range(max(len(old), len(lines)))
