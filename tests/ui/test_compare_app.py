@@ -80,3 +80,22 @@ async def test_x_saves_both_journeys_replayable_and_the_comparison(tmp_path, mon
     for side, snapshot in (("a", c.a), ("b", c.b)):
         saved = recording_of(read_journey(next(f for f in files if f.stem.endswith(f"-{side}")))).snapshot
         assert saved.records == snapshot.records and saved.chips == snapshot.chips
+
+
+async def test_question_mark_opens_the_compare_help_and_escape_closes_it():
+    from tokenviz.ui.screens import HelpScreen
+
+    app = compare_app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settled(app, pilot)
+        await pilot.press("question_mark")
+        for _ in range(100):
+            await pilot.pause(0.01)
+            if isinstance(app.screen, HelpScreen):
+                break
+        assert isinstance(app.screen, HelpScreen)
+        text = app.screen.query_one("#help").source
+        assert "KL(A ‖ B)" in text and "the paths part" in text and "| x |" in text  # the figures and the keys
+        await pilot.press("escape")
+        await pilot.pause(0.2)
+        assert not isinstance(app.screen, HelpScreen)

@@ -28,6 +28,7 @@ from tokenviz.ui.keys import COMPARE_KEYS, bindings
 from tokenviz.ui.panes.base import BoxPane
 from tokenviz.ui.panes.next_token import NextTokenPane
 from tokenviz.ui.panes.tokens import TokensPane
+from tokenviz.ui.screens import COMPARE_HELP, HelpScreen
 from tokenviz.ui.selection import Selection
 from tokenviz.ui.themes import DEFAULT_THEME, load_themes
 from tokenviz.worker.commands import Play, Reset, Rewind, Save, Step
@@ -86,7 +87,7 @@ class DiffPane(BoxPane):
             )
         text.rstrip()
         self.update(text)
-        self.border_subtitle = f"{c.state}{' · ' + c.message if c.message else ''}"
+        self.set_subtitle(f"{c.state}{' · ' + c.message if c.message else ''}")
 
 
 class CompareApp(App):
@@ -184,6 +185,9 @@ class CompareApp(App):
         positions = min(s.prompt_len + len(s.records) - 1 for s in (c.a, c.b) if s is not None)
         current = positions - 1 if self.cursor is None else self.cursor
         self.cursor = min(max(current + delta, 0), positions - 1)
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(COMPARE_HELP))
 
     def action_export(self) -> None:
         stem = free_name(f"tokenviz-compare-{datetime.now():%Y%m%d-%H%M%S}", ("-a.json", "-b.json", ".json"))

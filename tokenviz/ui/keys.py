@@ -265,6 +265,7 @@ COMPARE_KEYS: tuple[KeyRow, ...] = (
         "save both journeys (replayable, NAME-a.json and NAME-b.json) and the comparison (NAME.json) here",
         (Press("x", "export", "export"),),
     ),
+    KeyRow("?", "help: what the two sides and the figures below them show", (Press("question_mark", "help", "help"),)),
     KeyRow("q, ctrl+c", "quit", (Press("q", "quit", "quit"), Press("ctrl+c", "quit"))),
 )
 FOOTER_FIRST = ("quit", "help")  # the footer is cut at the right on a narrow terminal: these never are

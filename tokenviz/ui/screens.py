@@ -14,7 +14,7 @@ from textual.widgets import Checkbox, Input, Label, Markdown, OptionList, TextAr
 from textual.widgets.option_list import Option
 
 from tokenviz.render.pieces import visible
-from tokenviz.ui.keys import markdown_table
+from tokenviz.ui.keys import COMPARE_KEYS, markdown_table
 
 HELP = f"""\
 # tokenviz: watch the model think
@@ -68,6 +68,29 @@ Settings keys re-decide the pending token from the logits already computed: only
 """
 
 
+COMPARE_HELP = f"""\
+# tokenviz compare: two journeys, one prompt
+
+A and B read the same prompt and step together. B differs from A by its sampling settings, its
+dtype or its model (one tokenizer). Each side shows its tokens and the model's top candidates for
+the next one, after the cursor.
+
+## How they differ
+
+- **KL(A ‖ B)**, in bits: how far B's raw next-token distribution is from A's at each step. Two
+  sampling settings on one model give 0 until their choices part: settings reshape the final
+  distribution, not the raw one the model computed.
+- **top-1**: whether both models' most likely next token is the same.
+- **A ranks B / B ranks A**: the rank each gives the token the other chose.
+- **▼ the paths part at step N**: the first step where A and B took different tokens, marked
+  reversed in both strips.
+
+## Keys
+
+{markdown_table(COMPARE_KEYS)}
+"""
+
+
 class HelpScreen(ModalScreen):
     BINDINGS: ClassVar = [Binding("escape,q,question_mark", "dismiss", "close")]
     DEFAULT_CSS = """
@@ -76,11 +99,15 @@ class HelpScreen(ModalScreen):
                                   background: $surface; padding: 0 1; }
     """
 
+    def __init__(self, text: str = HELP):
+        super().__init__()
+        self.text = text
+
     def compose(self) -> ComposeResult:
         with VerticalScroll() as box:
             box.border_title = "help"
             box.border_subtitle = "Escape, q or ? closes it · ↑ ↓ PgUp PgDn scroll"
-            yield Markdown(HELP, id="help")
+            yield Markdown(self.text, id="help")
 
 
 @dataclass(frozen=True)
