@@ -24,12 +24,14 @@ def screen(name: str) -> str:
     return tmux("capture-pane", "-p", "-t", name)
 
 
-def new_session(name: str, size: tuple[int, int], command: str, env: dict) -> None:
-    """tmux new-session, tried again if it meets the previous tmux server on its way out (the server
-    ends with its last session, and a new-session in that moment fails: "server exited unexpectedly")."""
+def new_session(name: str, size: tuple[int, int], command: str, env: dict, cwd: str | None = None) -> None:
+    """tmux new-session (in `cwd`, if given), tried again if it meets the previous tmux server on its way
+    out (the server ends with its last session, and a new-session in that moment fails: "server exited
+    unexpectedly")."""
+    where = ["-c", cwd] if cwd else []
     for attempt in range(3):
         result = subprocess.run(
-            ["tmux", "new-session", "-d", "-s", name, "-x", str(size[0]), "-y", str(size[1]), command],
+            ["tmux", "new-session", "-d", "-s", name, *where, "-x", str(size[0]), "-y", str(size[1]), command],
             env=env,
             capture_output=True,
             text=True,
@@ -49,6 +51,19 @@ def wait_screen(name: str, pattern: str, timeout: float = 120) -> str:
             return text
         time.sleep(0.2)
     raise AssertionError(f"{pattern!r} never appeared; the screen was:\n{text}")
+
+
+def wait_gone(name: str, text: str, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while text in screen(name) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert text not in screen(name)
+
+
+def quits_cleanly(name: str) -> None:
+    """q, then the shell reports tokenviz's exit status: 0."""
+    tmux("send-keys", "-t", name, "q")
+    assert "TOKENVIZ-EXITED 0" in wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=10)
 
 
 @pytest.fixture
@@ -141,8 +156,7 @@ def test_a_hostile_journey_cannot_drive_the_terminal(tmp_path):
         text = wait_screen(name, r"attends to", timeout=30)
         assert "tokens" in text and "ready · step 2" in text  # the screen was not cleared
         assert "PWNED" not in tmux("display-message", "-p", "-t", name, "#{pane_title}")  # nor the title set
-        tmux("send-keys", "-t", name, "q")
-        assert "TOKENVIZ-EXITED 0" in wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=10)
+        quits_cleanly(name)
     finally:
         subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
 
@@ -182,17 +196,16 @@ def test_no_color_draws_without_colour(tmp_path, no_color):
             assert any(shade in drawn for shade in "░▒▓█")  # the heatmap in shade glyphs
         else:
             assert colour_codes(drawn)  # the check above can fail
-        tmux("send-keys", "-t", name, "q")
-        assert "TOKENVIZ-EXITED 0" in wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=10)
+        quits_cleanly(name)
     finally:
         subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
 
 
-def start_tmux(args: str, size: tuple[int, int]) -> str:
+def start_tmux(args: str, size: tuple[int, int], cwd: str | None = None) -> str:
     name = f"tokenviz-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TERM": "xterm-256color"}
     command = f"{sys.executable} -m tokenviz {args}; echo TOKENVIZ-EXITED $?; sleep 30"
-    new_session(name, size, command, env)
+    new_session(name, size, command, env, cwd)
     return name
 
 
@@ -225,8 +238,7 @@ def test_resizes_during_autoplay_and_the_newest_token_in_view_after_60_steps():
         prompt_len = int(re.search(r"(\d+) prompt · 60 generated", text).group(1))
         # the cursor follows the newest token the model has read (the 60th was taken at the stop, never fed)
         assert f"cursor at position {prompt_len + 58}" in text
-        tmux("send-keys", "-t", name, "q")
-        assert "TOKENVIZ-EXITED 0" in wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=10)
+        quits_cleanly(name)
     finally:
         subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
 
@@ -254,10 +266,7 @@ def footer_and_status(text: str) -> tuple[str, str]:
 
 def test_the_first_five_minutes_key_sequences_at_120x36(tmp_path):
     """Issue 11's observations 4, 7, 8, 9 and 10, by their key sequences, on the bundled model."""
-    name = f"tokenviz-{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TERM": "xterm-256color"}
-    command = f"cd {tmp_path} && {sys.executable} -m tokenviz; echo TOKENVIZ-EXITED $?; sleep 30"
-    new_session(name, (120, 36), command, env)
+    name = start_tmux("", (120, 36), cwd=str(tmp_path))
     try:
         text = wait_screen(name, r"ready · step 0")
         footer, status = footer_and_status(text)
@@ -283,23 +292,17 @@ def test_the_first_five_minutes_key_sequences_at_120x36(tmp_path):
         tmux("send-keys", "-t", name, "?")
         wait_screen(name, r"watch the model think(?s:.*)Escape")  # 10: the help says how to close it
         tmux("send-keys", "-t", name, "Escape")
-        deadline = time.monotonic() + 10
-        while "watch the model think" in screen(name) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert "watch the model think" not in screen(name)
+        wait_gone(name, "watch the model think")
         tmux("send-keys", "-t", name, "s")
         assert re.search(r"seed \d{1,6}\b", wait_screen(name, r"seed \d+"))  # 10: a short seed
         tmux("send-keys", "-t", name, "x")
         wait_screen(name, r"saved", timeout=30)
-        tmux("send-keys", "-t", name, "q")
-        assert "TOKENVIZ-EXITED 0" in wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=10)
+        quits_cleanly(name)
     finally:
         subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
     saved = sorted(tmp_path.glob("*.json"))
     assert saved, list(tmp_path.iterdir())
-    name = f"tokenviz-{uuid.uuid4().hex[:8]}"
-    replay = f"{sys.executable} -m tokenviz replay {saved[0]}; echo TOKENVIZ-EXITED $?; sleep 30"
-    new_session(name, (120, 36), replay, env)
+    name = start_tmux(f"replay {saved[0]}", (120, 36))
     try:  # 9: a replay steps through its recording with the same keys
         text = wait_screen(name, r"step \d+", timeout=30)
         footer, _ = footer_and_status(text)
@@ -309,7 +312,6 @@ def test_the_first_five_minutes_key_sequences_at_120x36(tmp_path):
         wait_screen(name, rf"step {steps - 1}\b", timeout=10)
         tmux("send-keys", "-t", name, "Space")
         wait_screen(name, rf"step {steps}\b", timeout=10)
-        tmux("send-keys", "-t", name, "q")
-        assert "TOKENVIZ-EXITED 0" in wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=10)
+        quits_cleanly(name)
     finally:
         subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
