@@ -9,7 +9,7 @@ from apptools import frozen_recording
 from tokenviz.contract.attention import SavedAttention, head_label, window
 from tokenviz.render.bars import bar
 from tokenviz.render.colors import parse_hex, ramp
-from tokenviz.render.heatmap import UPPER_HALF, heatmap_lines, legend, quantise
+from tokenviz.render.heatmap import UPPER_HALF, legend, pair_codes, quantise, run_segments
 from tokenviz.render.pieces import visible
 
 
@@ -34,7 +34,7 @@ def test_ramp_interpolates_between_stops():
 def test_heatmap_packs_two_rows_per_line_with_half_blocks():
     m = np.array([[0.0, 1.0], [1.0, np.nan], [0.25, 0.0]])
     colors = ["#000000", "#555555", "#aaaaaa", "#ffffff"]
-    lines = heatmap_lines(m, colors, masked="#123456", gamma=1.0)
+    lines = [run_segments(row, colors, "#123456") for row in pair_codes(m, len(colors), gamma=1.0)]
     assert len(lines) == 2  # three rows -> two terminal lines
     first = lines[0]
     assert "".join(s.text for s in first) == UPPER_HALF * 2
@@ -47,7 +47,7 @@ def test_heatmap_packs_two_rows_per_line_with_half_blocks():
 
 def test_heatmap_merges_equal_neighbours():
     m = np.zeros((2, 50))
-    lines = heatmap_lines(m, ["#000000", "#ffffff"], masked="#000000")
+    lines = [run_segments(row, ["#000000", "#ffffff"], "#000000") for row in pair_codes(m, 2)]
     assert len(lines[0]) == 1 and lines[0][0].text == UPPER_HALF * 50
 
 

@@ -26,15 +26,6 @@ def quantise(matrix: np.ndarray, levels: int, gamma: float = 0.5) -> np.ndarray:
     return idx
 
 
-def heatmap_lines(
-    matrix: np.ndarray, colors: list[str], masked: str, gamma: float = 0.5, shades: bool = False
-) -> list[list[Segment]]:
-    """One list of Segments per terminal row, for a (rows, cols) matrix of values in [0, 1]."""
-    if shades:
-        return shade_lines(matrix, gamma)
-    return [run_segments(row, colors, masked) for row in pair_codes(matrix, len(colors), gamma)]
-
-
 def pair_codes(matrix: np.ndarray, levels: int, gamma: float = 0.5) -> np.ndarray:
     """(ceil(rows / 2), cols) codes, one per terminal cell: upper * (levels + 1) + lower, where
     each is a colour index and `levels` stands for masked (NaN, and the padding row below an odd
