@@ -75,9 +75,16 @@ def press(browser, key: str) -> None:
 def test_served_app_shows_the_prompt_steps_on_a_key_and_survives_a_closed_tab(server):
     process, url = server
 
+    def command_line(child: psutil.Process) -> list[str]:
+        try:
+            return child.cmdline()
+        except psutil.NoSuchProcess:  # ended (or a zombie) while we looked: no longer a tab's app
+            return []
+
     def apps() -> int:  # the app processes the server runs, one a tab
         children = psutil.Process(process.pid).children(recursive=True)
-        return sum(1 for c in children if c.cmdline()[1:3] == ["-m", "tokenviz"] and "serve" not in c.cmdline())
+        lines = [command_line(c) for c in children]
+        return sum(1 for line in lines if line[1:3] == ["-m", "tokenviz"] and "serve" not in line)
 
     with chromium(1400, 900) as browser:
         open_app(browser, url)
