@@ -57,17 +57,17 @@ async def settle(app: TokenvizApp, pilot, timeout: float = 20.0) -> Snapshot:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         await pilot.pause(0.01)
-        s = app.snapshot
+        s = app.journey.snapshot
         if (
             s is not None
             and s.records
-            and s.handled >= app.worker.submitted
+            and s.handled >= app.journey.worker.submitted
             and not s.playing
-            and not app._repaint_scheduled
+            and not app.journey._repaint_scheduled
         ):
             await pilot.pause()
             return s
-    raise AssertionError(f"the engine did not settle: {app.snapshot and app.snapshot.state}")
+    raise AssertionError(f"the engine did not settle: {app.journey.snapshot and app.journey.snapshot.state}")
 
 
 def text_of(widget) -> str:

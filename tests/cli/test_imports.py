@@ -27,7 +27,7 @@ def run(self, *args, **kwargs):
     async def briefly():
         async with self.run_test(size=(120, 40)) as pilot:
             await pilot.pause(0.5)
-            seen["chips"] = len(self.snapshot.chips) if self.snapshot else 0
+            seen["chips"] = len(self.journey.snapshot.chips) if self.journey.snapshot else 0
     asyncio.run(briefly())
 
 TokenvizApp.on_mount = on_mount

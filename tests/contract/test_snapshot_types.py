@@ -42,3 +42,15 @@ def test_the_snapshot_and_everything_it_carries_is_concretely_typed():
                     problems.append(f"{name}: {leaf!r}")
     assert problems == []
     assert len(seen) >= 15  # Snapshot, records, settings, results: the walk really went through them
+
+
+def test_a_snapshot_finds_each_views_result_by_the_request_that_asked_for_it():
+    from tokenviz.contract.commands import Beams, Inspect, Verify
+    from tokenviz.contract.results import Verification
+
+    assert (Verify.result_type, Beams.result_type, Inspect.result_type)[0] is Verification
+    verification = Verification(position=3, max_logit_diff=1e-6, max_attention_diff=0.0, argmax_agrees=True)
+    s = Snapshot(seq=1, state="ready", results=(verification,))
+    assert s.result(Verify) is verification
+    assert s.result(Beams) is None and s.result(Inspect) is None
+    assert Snapshot(seq=1, state="ready").result(Verify) is None

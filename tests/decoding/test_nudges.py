@@ -45,3 +45,15 @@ def test_seed_changes_deterministically():
         seen.add(nxt.seed)
         seed = nxt
     assert len(seen) > 40
+
+
+def test_greedy_off_returns_to_the_temperature_before_it_even_after_other_nudges():
+    from tokenviz.decoding.nudges import Nudges
+
+    nudges, s = Nudges(SamplingSettings(temperature=0.7)), SamplingSettings(temperature=0.7)
+    s = nudges.apply(s, "temperature", 1)  # 0.8
+    s = nudges.apply(s, "greedy")
+    assert s.greedy
+    s = nudges.apply(s, "top_k", 1)  # a nudge while greedy does not forget the warm temperature
+    assert nudges.apply(s, "greedy").temperature == 0.8
+    assert Nudges(SamplingSettings(temperature=0)).apply(SamplingSettings(temperature=0), "greedy").temperature > 0

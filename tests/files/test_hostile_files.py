@@ -122,8 +122,8 @@ async def test_an_export_into_a_read_only_directory_says_why_and_the_app_goes_on
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
-        app.action_export_svg()  # the palette's "Export SVG"
+        app.journey.action_export_svg()  # the palette's "Export SVG"
         await wait_for(lambda: any("Read-only file system" in n.message for n in app._notifications), pilot)
         await pilot.press("space")
-        await wait_for(lambda: len(app.snapshot.records) == 2, pilot)
+        await wait_for(lambda: len(app.journey.snapshot.records) == 2, pilot)
     assert list(tmp_path.iterdir()) == []

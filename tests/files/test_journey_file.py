@@ -133,17 +133,19 @@ async def test_x_exports_and_replay_opens_it_without_a_model(tmp_path, monkeypat
 
     replay = recorded_app(recording)
     async with replay.run_test(size=(120, 40)) as pilot:
-        await wait_for(lambda: replay.snapshot is not None, pilot)
+        await wait_for(lambda: replay.journey.snapshot is not None, pilot)
         await pilot.pause(0.2)
         assert replay.query_one(TokensPane).selection.snapshot.chips == live.chips
         await pilot.press("left", "left", "right_square_bracket", "h")  # view keys work on the recording
         await pilot.pause(0.1)
-        assert replay.cursor == len(live.chips) - 3
+        assert replay.journey.cursor == len(live.chips) - 3
         assert "entropy" in replay.query_one(NextTokenPane).border_subtitle
-        settings = replay.snapshot.settings
+        settings = replay.journey.snapshot.settings
         await pilot.press("t")  # keys that would need the model are off in a recording
         await pilot.pause(0.1)
-        assert replay.snapshot.settings == settings and not replay.check_action("adjust", ("temperature", -1))
+        assert replay.journey.snapshot.settings == settings and not replay.journey.check_action(
+            "adjust", ("temperature", -1)
+        )
         await pilot.press("l")
         await pilot.pause(0.1)
         assert replay.query_one("#views").current == "lens"
@@ -172,21 +174,21 @@ async def test_replay_steps_through_the_recording_with_the_step_keys():
     full = recording.snapshot
     replay = recorded_app(recording)
     async with replay.run_test(size=(120, 40)) as pilot:
-        await wait_for(lambda: replay.snapshot is not None, pilot)
+        await wait_for(lambda: replay.journey.snapshot is not None, pilot)
         await pilot.press("backspace", "backspace")
-        await wait_for(lambda: replay.snapshot.handled >= replay.worker.submitted, pilot)
-        s = replay.snapshot
+        await wait_for(lambda: replay.journey.snapshot.handled >= replay.journey.worker.submitted, pilot)
+        s = replay.journey.snapshot
         assert len(s.chips) == len(full.chips) - 2 and s.chips == full.chips[: len(s.chips)]
         assert s.pending == full.records[len(s.chips) - full.prompt_len]  # the decision recorded there
         assert s.error is None and "step 2 of 4" in s.message
         assert s.attention is not None and s.attention.queries.stop == len(s.chips)  # rows of the shorter path
         await pilot.press("space")
-        await wait_for(lambda: replay.snapshot.handled >= replay.worker.submitted, pilot)
-        assert len(replay.snapshot.chips) == len(full.chips) - 1
+        await wait_for(lambda: replay.journey.snapshot.handled >= replay.journey.worker.submitted, pilot)
+        assert len(replay.journey.snapshot.chips) == len(full.chips) - 1
         await pilot.press("r")
-        await wait_for(lambda: replay.snapshot.handled >= replay.worker.submitted, pilot)
-        assert len(replay.snapshot.chips) == full.prompt_len
+        await wait_for(lambda: replay.journey.snapshot.handled >= replay.journey.worker.submitted, pilot)
+        assert len(replay.journey.snapshot.chips) == full.prompt_len
         await pilot.press(*["space"] * 6)  # never past the end
-        await wait_for(lambda: replay.snapshot.handled >= replay.worker.submitted, pilot)
-        s = replay.snapshot
+        await wait_for(lambda: replay.journey.snapshot.handled >= replay.journey.worker.submitted, pilot)
+        s = replay.journey.snapshot
         assert s.chips == full.chips and s.records == full.records and s.stop_reason == full.stop_reason

@@ -84,13 +84,13 @@ def test_trace_reports_the_prefill_progress(small_chunks, tmp_path):
     from tiny import save_tiny
 
     from tokenviz.cli.headless import run_trace
+    from tokenviz.cli.options import ModelChoice
 
     reports = []
     document = run_trace(
         PROMPT,
         SamplingSettings(temperature=0, max_new_tokens=2),
-        model=save_tiny(tmp_path / "tiny"),
-        device="cpu",
+        model=ModelChoice(save_tiny(tmp_path / "tiny"), device="cpu"),
         progress=lambda message, fraction: reports.append((message, fraction)),
     )
     n = len(document["prompt"])

@@ -106,7 +106,7 @@ def test_watch_toggles_names_tokens_by_text_or_id_and_refuses_clearly(tiny_llama
 def test_the_lens_follows_the_watched_tokens_as_the_lens_computes_them(tiny_llama):
     session = journey(tiny_llama, pinned=(42, 7), steps=2)
     position = session.runner.kv_len - 1
-    inspection = session.inspect(position)
+    inspection = session.analyses.inspect(position)
     probs = torch.softmax(lens_logits(session.runner, residual_stream(session.runner, session.ids)[:, position]), -1)
     assert inspection.pinned == ((42, session.runner.piece(42)), (7, session.runner.piece(7)))
     for layer, row in enumerate(inspection.lens):

@@ -104,12 +104,12 @@ def test_the_session_explains_the_token_that_followed_each_position():
     session.start(TEXT)
     session.step()
     prompt = session.prompt_ids
-    inside = session.attribute(3, "loo")
+    inside = session.analyses.attribute(3, "loo")
     assert inside.target_id == prompt[4] and len(inside.scores) == 4
     assert inside.logprob == pytest.approx(session.records[0].prompt_predictions[3].logprob, abs=1e-4)
-    pending = session.attribute(session.runner.kv_len - 1, "grad")
+    pending = session.analyses.attribute(session.runner.kv_len - 1, "grad")
     assert pending.target_id == session.records[-1].decision.chosen_id
-    assert session.attribute(3, "loo") is inside  # the past does not change: computed once
+    assert session.analyses.attribute(3, "loo") is inside  # the past does not change: computed once
 
 
 def test_trace_adds_each_steps_attribution(tmp_path, monkeypatch, capsys):

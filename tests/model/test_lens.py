@@ -26,7 +26,7 @@ def journey(loaded, steps=5, **settings):
 def test_last_layer_lens_equals_the_models_output(tiny):
     s = journey(tiny)
     position = len(s.ids) - 1
-    inspection = s.inspect(position)
+    inspection = s.analyses.inspect(position)
     assert len(inspection.lens) == tiny.info.layers + 1
     last = inspection.lens[-1]
     pending = s.pending
@@ -50,7 +50,7 @@ def test_each_layer_is_normed_and_unembedded_on_its_own(tiny_llama):
         model(torch.tensor([s.ids[: position + 1]]))
     for h in handles:
         h.remove()
-    inspection = s.inspect(position)
+    inspection = s.analyses.inspect(position)
     for layer, out in enumerate(captured, start=1):
         probs = torch.softmax(model.lm_head(final_norm(model)(out[0, position])), -1)
         top = torch.topk(probs, 3)
@@ -61,7 +61,7 @@ def test_each_layer_is_normed_and_unembedded_on_its_own(tiny_llama):
 
 def test_embedding_view_states_the_facts(tiny):
     s = journey(tiny, steps=1)
-    inspection = s.inspect(2)
+    inspection = s.analyses.inspect(2)
     row = tiny.model.get_input_embeddings().weight[s.ids[2]].detach()
     assert inspection.token_id == s.ids[2]
     assert inspection.embedding_head == pytest.approx(row[:16].tolist())
@@ -132,7 +132,7 @@ def test_lens_for_many_positions_in_one_pass_matches_one_by_one(tiny_llama):
     chosen = [s.ids[p + 1] for p in positions]
     together = inspect_positions(s.runner, s.ids[: positions[-1] + 1], positions, chosen)
     for inspection, p in zip(together, positions):
-        alone = s.inspect(p)
+        alone = s.analyses.inspect(p)
         assert [r.top for r in inspection.lens] == [r.top for r in alone.lens] or all(
             [i for i, _, _ in a.top] == [i for i, _, _ in b.top] for a, b in zip(inspection.lens, alone.lens)
         )

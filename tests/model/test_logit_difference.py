@@ -104,12 +104,12 @@ def test_the_session_splits_the_first_two_watched_tokens_and_keeps_them_on_its_p
     session.start(TEXT)
     session.step()
     with pytest.raises(TokenvizError, match="watch two tokens"):
-        session.logit_difference(3)
+        session.analyses.logit_difference(3)
     session.watch(A)
     session.watch("id:77")
-    split = session.logit_difference(3)
+    split = session.analyses.logit_difference(3)
     assert (split.a_id, split.b_id, split.position) == (A, B, 3)
-    assert session.kept_analyses().logit_differences == (split,)
+    assert session.analyses.kept().logit_differences == (split,)
     session.rewind(1)
     session.start("Another prompt altogether")
-    assert session.kept_analyses().logit_differences == ()  # not on this path
+    assert session.analyses.kept().logit_differences == ()  # not on this path

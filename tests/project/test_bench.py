@@ -3,7 +3,7 @@
 import torch
 from tiny import save_tiny
 
-from tokenviz import bench
+from bench import measures as bench
 from tokenviz.model.loading import load_model
 
 

@@ -1,4 +1,4 @@
-"""DESIGN.md's layers, checked with the tools: import-linter's contracts, no import cycle, and a
+"""The layers of docs/ARCHITECTURE.md, checked with the tools: import-linter's contracts, no import cycle, and a
 fresh interpreter for what the first frame and `tokenviz replay` import."""
 
 import subprocess
@@ -37,8 +37,9 @@ def modules_after(code: str) -> set[str]:
 
 def test_the_ui_render_files_and_contract_layers_import_no_torch():
     loaded = modules_after(
-        "import tokenviz.ui.app, tokenviz.files.journey_file, tokenviz.files.trace_document, "
-        "tokenviz.render.heatmap, tokenviz.worker.recording, tokenviz.worker.engine"
+        "import tokenviz.ui.app, tokenviz.files.journey_file, tokenviz.files.documents, "
+        "tokenviz.render.heatmap, tokenviz.worker.recording, tokenviz.worker.engine, tokenviz.worker.comparing, "
+        "tokenviz.contract.worker"
     )
     assert not loaded & {"torch", "transformers"}
 

@@ -34,14 +34,15 @@ def test_readme_key_table_is_the_apps_key_table():
     assert markdown_table() in readme_section("Keys")
 
 
-def test_readme_compare_key_table_is_the_compare_apps():
+def test_readme_compare_key_table_is_the_compare_screens():
     from tokenviz.ui.keys import COMPARE_KEYS, markdown_table
 
     assert markdown_table(COMPARE_KEYS) in readme_section("Compare two runs")
 
 
-def test_readme_module_map_matches_the_tree():
-    rows = re.findall(r"^\| `([\w/]+)/` \|.*\| ((?:`[\w.]+` ?)+) \|$", readme_section("How it is built"), re.M)
+def test_architecture_module_map_matches_the_tree():
+    architecture = (ROOT / "docs/ARCHITECTURE.md").read_text()
+    rows = re.findall(r"^\| `([\w/]+)/` \|.*\| ((?:`[\w.]+` ?)+) \|$", architecture, re.M)
     mapped = {package: set(re.findall(r"`([\w.]+)`", modules)) for package, modules in rows}
     on_disk = {}
     for directory in [ROOT / "tokenviz", *sorted(p.parent for p in (ROOT / "tokenviz").rglob("__init__.py"))]:
@@ -61,3 +62,17 @@ def test_what_x_writes_into_the_current_directory_is_ignored_by_git():
         name = f"tokenviz-20261123-021500{suffix}"
         assert subprocess.run(["git", "check-ignore", "-q", name], cwd=ROOT).returncode == 0, name
     assert subprocess.run(["git", "check-ignore", "-q", "tokenviz/ui/app.py"], cwd=ROOT).returncode == 1
+
+
+def test_every_document_cited_is_in_the_repository():
+    """The README, pyproject.toml, the docs and the tests cite only files the repository holds."""
+    cited = set()
+    for path in [
+        ROOT / "README.md",
+        ROOT / "pyproject.toml",
+        *(ROOT / "docs").glob("*.md"),
+        *(ROOT / "tests").rglob("*.py"),
+    ]:
+        cited |= set(re.findall(r"\b((?:docs/)?[A-Z][A-Z_]+\.md)\b", path.read_text()))
+    assert cited, "nothing cited: the pattern is wrong"
+    assert {name for name in cited if not (ROOT / name).exists()} == set()

@@ -9,6 +9,7 @@ from textual.command import CommandPalette
 from textual.widgets import Checkbox, OptionList, TextArea
 from tiny import tiny_model
 
+from tokenviz.contract.commands import Beams, Inspect, ShowAttention, Speculate
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
 from tokenviz.model.runner import ModelRunner
@@ -18,7 +19,6 @@ from tokenviz.ui.panes.sampling import SamplingPane
 from tokenviz.ui.panes.status import StatusLine
 from tokenviz.ui.panes.tokens import TokensPane
 from tokenviz.ui.screens import HelpScreen, PromptScreen
-from tokenviz.worker.commands import ShowAttention
 
 
 def shown(app, pane) -> str:
@@ -56,16 +56,16 @@ async def test_the_attention_pane_shows_the_exact_rows_the_worker_computed_for_i
         pane = app.query_one(AttentionPane)
         view = s.attention
         positions = s.prompt_len + len(s.records) - 1
-        assert view is not None and view.layer == app.layer and view.queries.stop == positions
+        assert view is not None and view.layer == app.journey.model_layer and view.queries.stop == positions
         assert len(view.queries) == min(pane.rows_shown(), positions)
-        exact = app.worker.session.attention(view.queries, [view.layer])[0]
+        exact = app.journey.worker.session.attention(view.queries, [view.layer])[0]
         # the future's weights are 0; rows kept from earlier snapshots were computed a few at a time,
         # so they match to float32 rounding rather than bit for bit
         np.testing.assert_allclose(np.nan_to_num(view.weights, nan=0.0), exact, rtol=0, atol=1e-6)
         assert "attends to" in shown(app, AttentionPane) and "computing" not in shown(app, AttentionPane)
         await pilot.press(*["left"] * 40, "left_square_bracket")  # the first token, another layer: new rows
         s = await settle(app, pilot)
-        assert s.attention.queries.start == 0 and s.attention.layer == app.layer
+        assert s.attention.queries.start == 0 and s.attention.layer == app.journey.model_layer
         await pilot.resize_terminal(120, 50)
         await pilot.pause(0.2)
         s = await settle(app, pilot)
@@ -90,13 +90,18 @@ async def test_autoplay_runs_until_paused_and_pause_takes_effect():
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         await pilot.press("a")
-        await wait_for(lambda: app.snapshot.playing and len(app.snapshot.chips) > app.snapshot.prompt_len + 3, pilot)
+        await wait_for(
+            lambda: (
+                app.journey.snapshot.playing and len(app.journey.snapshot.chips) > app.journey.snapshot.prompt_len + 3
+            ),
+            pilot,
+        )
         assert "playing" in str(app.query_one(StatusLine).render())
         await pilot.press("a")
         paused = await settle(app, pilot)
-        assert not app.worker.playing
+        assert not app.journey.worker.playing
         await pilot.pause(0.2)
-        assert len(app.snapshot.chips) == len(paused.chips)  # no step after the pause
+        assert len(app.journey.snapshot.chips) == len(paused.chips)  # no step after the pause
 
 
 async def test_autoplay_stops_at_max_tokens():
@@ -104,7 +109,7 @@ async def test_autoplay_stops_at_max_tokens():
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         await pilot.press("a")
-        await wait_for(lambda: app.snapshot.stop_reason is not None, pilot)
+        await wait_for(lambda: app.journey.snapshot.stop_reason is not None, pilot)
         s = await settle(app, pilot)
         assert len(s.chips) - s.prompt_len == 4 and s.state == "stopped"
         assert "stopped: max new tokens (4)" in str(app.query_one(StatusLine).render())
@@ -115,10 +120,10 @@ async def test_a_journey_key_pauses_autoplay_first():
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         await pilot.press("a")
-        await wait_for(lambda: len(app.snapshot.chips) > app.snapshot.prompt_len + 2, pilot)
+        await wait_for(lambda: len(app.journey.snapshot.chips) > app.journey.snapshot.prompt_len + 2, pilot)
         await pilot.press("backspace")
         s = await settle(app, pilot)
-        assert not s.playing and not app.worker.playing
+        assert not s.playing and not app.journey.worker.playing
 
 
 async def test_backspace_rewinds_and_r_resets():
@@ -224,21 +229,21 @@ async def test_brackets_change_layer_and_h_cycles_heads():
         assert "layer 3/3 · head mean of 4" in shown(app, AttentionPane)
         await pilot.press("left_square_bracket")
         await pilot.pause()
-        assert app.layer == 1 and "layer 2/3" in shown(app, AttentionPane)
+        assert app.journey.model_layer == 1 and "layer 2/3" in shown(app, AttentionPane)
         await pilot.press("right_square_bracket", "right_square_bracket")
         await pilot.pause()
-        assert app.layer == 0 and "layer 1/3" in shown(app, AttentionPane)
+        assert app.journey.model_layer == 0 and "layer 1/3" in shown(app, AttentionPane)
         await pilot.press("h")
         await pilot.pause()
-        assert app.head == "max" and "head max of 4" in shown(app, AttentionPane)
+        assert app.journey.head == "max" and "head max of 4" in shown(app, AttentionPane)
         await settle(app, pilot)
         assert "largest weight any head gives" in shown(app, AttentionPane)  # no distribution: not "attends to"
         await pilot.press("h", "h", "h")
         await pilot.pause()
-        assert app.head == 2 and "head 3/4 (kv group 2/2)" in shown(app, AttentionPane)
+        assert app.journey.head == 2 and "head 3/4 (kv group 2/2)" in shown(app, AttentionPane)
         await pilot.press("H")
         await pilot.pause()
-        assert app.head == 1 and "head 2/4 (kv group 1/2)" in shown(app, AttentionPane)
+        assert app.journey.head == 1 and "head 2/4 (kv group 1/2)" in shown(app, AttentionPane)
 
 
 @pytest.mark.parametrize("rank", [1, 2, 5])
@@ -264,7 +269,7 @@ async def test_arrows_move_the_cursor_and_the_panes_follow():
         assert f"cursor at position {last}" in shown(app, TokensPane)
         await pilot.press("left", "left")
         await pilot.pause()
-        assert app.cursor == last - 2
+        assert app.journey.cursor == last - 2
         assert f"cursor at position {last - 2}" in shown(app, TokensPane)
         assert f"@{last - 2} attends to" in shown(app, AttentionPane)
         prediction = s.records[0].prompt_predictions[last - 2]  # inside the prompt: what the prefill predicted
@@ -273,7 +278,7 @@ async def test_arrows_move_the_cursor_and_the_panes_follow():
         assert prediction.next_id == s.chips[last - 1].id and str(prediction.top[0].id) in pane
         await pilot.press("right", "right", "right")
         await pilot.pause()
-        assert app.cursor == last  # clamped to the newest token
+        assert app.journey.cursor == last  # clamped to the newest token
 
 
 async def test_question_mark_opens_help_and_ctrl_p_the_palette():
@@ -318,14 +323,14 @@ async def test_q_quits_and_stops_the_engine():
         await settle(app, pilot)
         await pilot.press("q")
         await wait_for(lambda: not app.is_running, pilot)
-    assert app.worker._stopping.is_set()
+    assert app.journey.worker._stopping.is_set()
 
 
 async def test_quit_during_a_slow_step_is_prompt():
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
-        runner = app.worker.session.runner
+        runner = app.journey.worker.session.runner
         original = runner.forward
         runner.forward = lambda ids: time.sleep(3) or original(ids)
         await pilot.press("space")
@@ -386,9 +391,9 @@ async def test_key_storm_equals_the_same_keys_one_by_one():
     storm = make_app(SamplingSettings(seed=3, max_new_tokens=1000))
     async with storm.run_test(size=(120, 40)) as pilot:
         await settle(storm, pilot)
-        concurrency = Concurrency(storm.worker.session.runner.model)
-        keys, submit = [], storm.worker.submit
-        storm.worker.submit = lambda command: (keys.append(command), submit(command))
+        concurrency = Concurrency(storm.journey.worker.session.runner.model)
+        keys, submit = [], storm.journey.worker.submit
+        storm.journey.worker.submit = lambda command: (keys.append(command), submit(command))
         started = time.monotonic()
         burst(storm, STORM)
         pressed_in = time.monotonic() - started
@@ -398,7 +403,7 @@ async def test_key_storm_equals_the_same_keys_one_by_one():
 
         await wait_for(lambda: len(from_keys()) >= len(STORM), pilot, timeout=60)  # the app read them all
         stormed = await settle(storm, pilot, timeout=120)
-        assert len(from_keys()) == len(STORM) and stormed.handled == storm.worker.submitted  # no key lost
+        assert len(from_keys()) == len(STORM) and stormed.handled == storm.journey.worker.submitted  # no key lost
         assert concurrency.most == 1  # never two forward passes at once
 
     calm = make_app(SamplingSettings(seed=3, max_new_tokens=1000))
@@ -407,7 +412,7 @@ async def test_key_storm_equals_the_same_keys_one_by_one():
         for key in STORM:
             await pilot.press(key)
             await settle(calm, pilot)
-        one_by_one = calm.snapshot
+        one_by_one = calm.journey.snapshot
 
     assert len(STORM) / pressed_in > 100  # the storm really was hundreds of keys a second
     assert [c.id for c in stormed.chips] == [c.id for c in one_by_one.chips]
@@ -427,7 +432,7 @@ async def test_a_model_that_fails_to_load_leaves_one_line_and_a_working_app():
 
     app = TokenvizApp(EngineWorker(failing, SamplingSettings(), PROMPT))
     async with app.run_test(size=(100, 30)) as pilot:
-        await wait_for(lambda: app.snapshot is not None and app.snapshot.state == "error", pilot)
+        await wait_for(lambda: app.journey.snapshot is not None and app.journey.snapshot.state == "error", pilot)
         await pilot.pause(0.1)
         assert app.fatal_error == "no such model path: ./nowhere"
         assert "no such model path" in str(app.query_one(StatusLine).render())
@@ -456,7 +461,7 @@ async def test_views_lens_embedding_cache_timing_and_verify():
         )
         lens = pane_text(app, "lens")
         assert "emb" in lens and f"@{len(s.chips) - 1} " in lens
-        assert app.snapshot.inspection.lens[-1].top[0][0] == s.pending.top[0].id  # last layer = the model
+        assert app.journey.snapshot.result(Inspect).lens[-1].top[0][0] == s.pending.top[0].id  # last layer = the model
         await pilot.press("left")  # the lens follows the cursor
         await wait_for(lambda: f"@{len(s.chips) - 2} " in pane_text(app, "lens"), pilot)
         await pilot.press("m")
@@ -491,14 +496,14 @@ async def test_beam_view_runs_a_beam_search_from_the_current_tokens():
         s = await settle(app, pilot)
         await pilot.press("B")
         await settle(app, pilot)
-        await wait_for(lambda: app.snapshot.beams is not None, pilot)
+        await wait_for(lambda: app.journey.snapshot.result(Beams) is not None, pilot)
         await pilot.pause(0.1)
         text = pane_text(app, "beams")
         assert "width 3" in text and "final, best first" in text and "✓" in text
-        result = app.snapshot.beams
-        expected = beam_search(app.worker.session.runner, [c.id for c in s.chips], 3, 10)
+        result = app.journey.snapshot.result(Beams)
+        expected = beam_search(app.journey.worker.session.runner, [c.id for c in s.chips], 3, 10)
         assert result.final == expected.final
-        assert app.snapshot.chips == s.chips  # the journey and its cache are untouched
+        assert app.journey.snapshot.chips == s.chips  # the journey and its cache are untouched
         await pilot.press("space")
         after = await settle(app, pilot)
         assert after.chips[-1].id == s.pending.decision.chosen_id
@@ -512,17 +517,17 @@ async def test_speculation_view_drafts_and_verifies_from_the_current_tokens():
         s = await settle(app, pilot)
         await pilot.press("S")
         await settle(app, pilot)
-        await wait_for(lambda: app.snapshot.speculation is not None, pilot)
+        await wait_for(lambda: app.journey.snapshot.result(Speculate) is not None, pilot)
         await pilot.pause(0.1)
         text = pane_text(app, "speculation")
         drafter = f"early-exit:{s.info.layers // 2}"  # the default: it drafts on any text
         assert f"drafter: early-exit at layer {s.info.layers // 2}" in text and "round  1:" in text
         assert "output:" in text
-        result = app.snapshot.speculation
-        runner = app.worker.session.runner
+        result = app.journey.snapshot.result(Speculate)
+        runner = app.journey.worker.session.runner
         plain = speculative_decode(runner, [c.id for c in s.chips], make_drafter(drafter, runner), 16, s.settings)
         assert result == plain and result.drafted > 0
-        assert app.snapshot.chips == s.chips  # the journey is untouched
+        assert app.journey.snapshot.chips == s.chips  # the journey is untouched
 
 
 async def test_branching_at_the_cursor_and_switching_branches():
@@ -533,7 +538,7 @@ async def test_branching_at_the_cursor_and_switching_branches():
         first = await settle(app, pilot)
         n = first.prompt_len
         await pilot.press("left", "left")  # from the 4th generated token (position n+3) onto the 2nd
-        assert app.cursor == n + 1
+        assert app.journey.cursor == n + 1
         candidate = first.records[2].top[1].id  # the panes show what was predicted after the cursor's token
         assert str(candidate) in shown(app, NextTokenPane)
         await pilot.press("2")  # take the 2nd candidate on screen instead of the 3rd token
@@ -581,7 +586,12 @@ async def test_the_palette_reaches_every_view(entry, view):
         await pilot.press("enter")
         await wait_for(lambda: app.query_one("#views").current == view, pilot)
         if view == "beams":
-            await wait_for(lambda: app.snapshot.beams is not None and app.snapshot.beams.width == 5, pilot)
+            await wait_for(
+                lambda: (
+                    app.journey.snapshot.result(Beams) is not None and app.journey.snapshot.result(Beams).width == 5
+                ),
+                pilot,
+            )
 
 
 async def test_the_first_frame_shows_loading_progress_before_the_model_is_ready():
@@ -602,7 +612,7 @@ async def test_the_first_frame_shows_loading_progress_before_the_model_is_ready(
 
     app = TokenvizApp(EngineWorker(slow_loader, SamplingSettings(), PROMPT))
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_for(lambda: app.snapshot is not None and app.snapshot.progress == 0.5, pilot)
+        await wait_for(lambda: app.journey.snapshot is not None and app.journey.snapshot.progress == 0.5, pilot)
         await pilot.pause(0.1)
         bar = app.query_one("#loading", ProgressBar)
         assert bar.display and not bar.has_class("-hidden") and bar.progress == 0.5
@@ -678,13 +688,13 @@ async def test_a_slow_command_shows_what_runs_at_once_and_tok_s_counts_steps_onl
         s = await settle(app, pilot)
         assert s.tokens_per_s is None  # the prefill is not a decode step
         await pilot.press("space")
-        await wait_for(lambda: app.snapshot.state == "stepping", pilot)
+        await wait_for(lambda: app.journey.snapshot.state == "stepping", pilot)
         await pilot.pause(0.05)
         assert "stepping" in str(app.query_one(StatusLine).render())
         s = await settle(app, pilot)
         assert s.state == "ready" and 0 < s.tokens_per_s < 1 / 0.8
         await pilot.press("v")
-        await wait_for(lambda: app.snapshot.state == "verifying", pilot)
+        await wait_for(lambda: app.journey.snapshot.state == "verifying", pilot)
         await settle(app, pilot)
         await enter_prompt(app, pilot, "Hello world")
         s = await settle(app, pilot)

@@ -4,6 +4,7 @@ by it and follows the cursor; the palette switches to gradient × input; a recor
 import pytest
 from apptools import frozen_recording, make_app, recorded_app, settle, wait_for
 
+from tokenviz.contract.commands import Attribute
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.panes.tokens import TokensPane
 
@@ -13,10 +14,10 @@ async def test_a_explains_the_token_after_the_cursor_and_shades_the_chips():
     async with app.run_test(size=(120, 36)) as pilot:
         s = await settle(app, pilot)
         await pilot.press("A")
-        await wait_for(lambda: app.snapshot.attribution is not None, pilot)
+        await wait_for(lambda: app.journey.snapshot.result(Attribute) is not None, pilot)
         await settle(app, pilot)
-        a = app.snapshot.attribution
-        cursor = app.current_selection().cursor
+        a = app.journey.snapshot.result(Attribute)
+        cursor = app.journey.current_selection().cursor
         assert a.method == "loo" and a.position == cursor and a.target_id == s.pending.decision.chosen_id
         shown = str(app.query_one("#attribution").body.render())
         strongest = a.strongest(1)[0]
@@ -24,9 +25,9 @@ async def test_a_explains_the_token_after_the_cursor_and_shades_the_chips():
         tokens = app.query_one(TokensPane)
         assert tokens.attribution is a and "shaded by attribution" in str(tokens.border_subtitle)
         await pilot.press("left")  # the cursor moves: the token after it is explained instead
-        await wait_for(lambda: app.snapshot.attribution.position == cursor - 1, pilot)
-        await app.run_action("attribution('grad')")
-        await wait_for(lambda: app.snapshot.attribution.method == "grad", pilot)
+        await wait_for(lambda: app.journey.snapshot.result(Attribute).position == cursor - 1, pilot)
+        await app.journey.run_action("attribution('grad')")
+        await wait_for(lambda: app.journey.snapshot.result(Attribute).method == "grad", pilot)
         await settle(app, pilot)
         assert "gradient × input" in str(app.query_one("#attribution").body.render())
         await pilot.press("A")  # again: back to the attention map, and the chips lose the shading
@@ -51,18 +52,18 @@ def test_both_methods_are_offered_in_the_palette(method):
 
 
 async def test_a_saved_journey_keeps_its_attributions_and_replay_shows_them(tmp_path):
+    from tokenviz.contract.commands import Save
     from tokenviz.files.journey_file import read_journey, recording_of
-    from tokenviz.worker.commands import Save
 
     app = make_app(SamplingSettings(temperature=0, max_new_tokens=20))
     async with app.run_test(size=(120, 36)) as pilot:
         await settle(app, pilot)
         await pilot.press("space", "space", "A")
-        await wait_for(lambda: app.snapshot.attribution is not None, pilot)
-        await app.run_action("attribution('grad')")
-        await wait_for(lambda: app.snapshot.attribution.method == "grad", pilot)
-        computed = app.snapshot.attribution
-        app.submit(Save(str(tmp_path / "j.json")))
+        await wait_for(lambda: app.journey.snapshot.result(Attribute) is not None, pilot)
+        await app.journey.run_action("attribution('grad')")
+        await wait_for(lambda: app.journey.snapshot.result(Attribute).method == "grad", pilot)
+        computed = app.journey.snapshot.result(Attribute)
+        app.journey.submit(Save(str(tmp_path / "j.json")))
         await settle(app, pilot)
     recording = recording_of(read_journey(tmp_path / "j.json"))
     assert {a.method for a in recording.analyses.attributions} == {"loo", "grad"}
@@ -71,15 +72,18 @@ async def test_a_saved_journey_keeps_its_attributions_and_replay_shows_them(tmp_
     async with replay.run_test(size=(120, 36)) as pilot:
         await settle(replay, pilot)
         await pilot.press("A")
-        await wait_for(lambda: replay.snapshot.attribution is not None, pilot)
+        await wait_for(lambda: replay.journey.snapshot.result(Attribute) is not None, pilot)
         await settle(replay, pilot)
-        assert replay.snapshot.attribution.method == "loo" and replay.snapshot.attribution.position == computed.position
+        assert (
+            replay.journey.snapshot.result(Attribute).method == "loo"
+            and replay.journey.snapshot.result(Attribute).position == computed.position
+        )
         assert "why" in str(replay.query_one("#attribution").body.render())
-        await replay.run_action("attribution('grad')")
-        await wait_for(lambda: replay.snapshot.attribution == computed, pilot)
+        await replay.journey.run_action("attribution('grad')")
+        await wait_for(lambda: replay.journey.snapshot.result(Attribute) == computed, pilot)
         await pilot.press("left")  # a position nothing was kept for: the view says so, no error
         await settle(replay, pilot)
-        assert replay.snapshot.attribution is None and replay.snapshot.error is None
+        assert replay.journey.snapshot.result(Attribute) is None and replay.journey.snapshot.error is None
         assert "this view needs the model" in str(replay.query_one("#attribution").body.render())
 
 

@@ -4,16 +4,16 @@ thinned to what a chart can show, the newest point always kept."""
 
 from apptools import make_app, settle
 
+from tokenviz.contract.commands import Watch
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.panes.charts import MAX_POINTS, thinned
-from tokenviz.worker.commands import Watch
 
 
 async def test_c_charts_the_journeys_own_figures():
     app = make_app(SamplingSettings(temperature=0.8, max_new_tokens=40))
     async with app.run_test(size=(160, 44)) as pilot:
         await settle(app, pilot)
-        app.submit(Watch(42))
+        app.journey.submit(Watch(42))
         await pilot.press(*["space"] * 6, "C")
         s = await settle(app, pilot)
         assert app.query_one("#views").current == "charts"

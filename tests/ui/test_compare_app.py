@@ -1,5 +1,6 @@
-"""tokenviz compare in the terminal: two journeys side by side step together; the diff pane lists
-every step's KL, top-1 agreement and ranks; the token where the paths part is marked in both."""
+"""Compare, a mode of the one app: two journeys side by side step together; the diff pane lists
+every step's KL, top-1 agreement and ranks; the token where the paths part is marked in both. Reached
+by `tokenviz compare` and from the journey's palette on the journey's model."""
 
 from apptools import PROMPT
 from tiny import tiny_model
@@ -8,26 +9,29 @@ from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.comparison import Comparison
 from tokenviz.journey.session import Session
 from tokenviz.model.runner import ModelRunner
-from tokenviz.ui.compare_app import CompareApp, DiffPane
+from tokenviz.ui.app import TokenvizApp
+from tokenviz.ui.compare_screen import CompareScreen, DiffPane
 from tokenviz.ui.panes.tokens import TokensPane
 from tokenviz.worker.comparing import CompareWorker
 
 
-def compare_app() -> CompareApp:
+def compare_app() -> TokenvizApp:
     def build(progress):
         loaded = tiny_model()
         greedy = SamplingSettings(temperature=0)
         hot = SamplingSettings(temperature=2.0, top_k=0, top_p=1.0, seed=5)
         return Comparison(Session(ModelRunner(loaded), greedy), Session(ModelRunner(loaded), hot))
 
-    return CompareApp(CompareWorker(build, PROMPT))
+    return TokenvizApp(CompareWorker(build, PROMPT), comparing=True)
 
 
-async def settled(app: CompareApp, pilot):
+async def settled(app: TokenvizApp, pilot):
+    screen = app.screen
+    assert isinstance(screen, CompareScreen)
     for _ in range(1000):
         await pilot.pause(0.01)
-        c = app.snapshot
-        if c is not None and c.a is not None and c.handled >= app.worker.submitted and not c.playing:
+        c = screen.snapshot
+        if c is not None and c.a is not None and c.handled >= screen.worker.submitted and not c.playing:
             await pilot.pause()
             return c
     raise AssertionError("the comparison did not settle")
@@ -53,9 +57,9 @@ async def test_both_journeys_step_together_and_the_parting_is_marked():
         await pilot.press("a")
         for _ in range(1000):  # autoplay runs both to their end
             await pilot.pause(0.01)
-            if app.snapshot.a.stop_reason and app.snapshot.b.stop_reason:
+            if app.screen.snapshot.a.stop_reason and app.screen.snapshot.b.stop_reason:
                 break
-        assert app.snapshot.a.stop_reason and app.snapshot.b.stop_reason
+        assert app.screen.snapshot.a.stop_reason and app.screen.snapshot.b.stop_reason
 
 
 async def test_x_saves_both_journeys_replayable_and_the_comparison(tmp_path, monkeypatch):
@@ -99,3 +103,62 @@ async def test_question_mark_opens_the_compare_help_and_escape_closes_it():
         await pilot.press("escape")
         await pilot.pause(0.2)
         assert not isinstance(app.screen, HelpScreen)
+
+
+async def test_compare_from_the_journeys_palette_runs_on_its_model_and_escape_returns():
+    from apptools import make_app, settle, wait_for
+    from textual.widgets import Input
+
+    from tokenviz.ui.keys import palette_entries
+    from tokenviz.ui.screens import CompareDialog
+
+    assert ("Compare with other settings, side by side, on this model", "compare") in palette_entries()
+    app = make_app(SamplingSettings(temperature=0))
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("space")
+        before = await settle(app, pilot)
+        for typed, error in (("temprature=2", "is not NAME=VALUE"), ("temperature=0", "to differ")):
+            await app.journey.run_action("compare")
+            await wait_for(lambda: isinstance(app.screen, CompareDialog) and app.screen.query(Input), pilot)
+            app.screen.query_one(Input).value = typed
+            await pilot.press("enter")
+            await wait_for(lambda e=error: any(e in str(n.message) for n in app._notifications), pilot)
+            assert app.screen is app.journey  # refused in one line: the journey stays
+        await app.journey.run_action("compare")
+        await wait_for(lambda: isinstance(app.screen, CompareDialog) and app.screen.query(Input), pilot)
+        app.screen.query_one(Input).value = "temperature=2 top-k=0"
+        await pilot.press("enter")
+        await wait_for(lambda: isinstance(app.screen, CompareScreen), pilot)
+        c = await settled(app, pilot)
+        assert "greedy" in str(app.screen.query_one("#label-a").render())
+        assert "T 2" in str(app.screen.query_one("#label-b").render())
+        comparison = app.screen.worker.comparison
+        assert comparison.a.runner.model is app.journey.worker.session.runner.model  # the same weights, loaded once
+        assert comparison.a.prompt_ids == app.journey.worker.session.prompt_ids
+        await pilot.press("space", "space")
+        c = await settled(app, pilot)
+        assert len(c.diffs) == 3
+        await pilot.press("minus")  # the pace keys: autoplay at its pace, as in the journey
+        c = await settled(app, pilot)
+        assert c.pace_s > 0
+        await pilot.press("escape")
+        await wait_for(lambda: app.screen is app.journey, pilot)
+        after = await settle(app, pilot)
+        assert after.chips == before.chips and after.records == before.records  # the journey as it was
+
+
+async def test_a_recording_has_no_model_to_compare_with():
+    from apptools import frozen_recording, recorded_app, wait_for
+    from textual.widgets import Input
+
+    from tokenviz.ui.screens import CompareDialog
+
+    app = recorded_app(frozen_recording())
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for(lambda: app.journey.snapshot is not None, pilot)
+        await app.journey.run_action("compare")
+        await wait_for(lambda: isinstance(app.screen, CompareDialog) and app.screen.query(Input), pilot)
+        app.screen.query_one(Input).value = "temperature=2"
+        await pilot.press("enter")
+        await wait_for(lambda: any("recording" in str(n.message) for n in app._notifications), pilot)
+        assert app.screen is app.journey

@@ -23,10 +23,10 @@ async def test_f_forces_each_token_of_the_text_with_the_models_own_probability()
     app = make_app(SamplingSettings(temperature=0.8, max_new_tokens=64))
     async with app.run_test(size=(120, 36)) as pilot:
         before = await settle(app, pilot)
-        runner = app.worker.session.runner
+        runner = app.journey.worker.session.runner
         expected = runner.encode(TEXT, special_tokens=False)
         await type_continuation(app, pilot, TEXT)
-        await wait_for(lambda: len(app.snapshot.records) == len(before.records) + len(expected), pilot)
+        await wait_for(lambda: len(app.journey.snapshot.records) == len(before.records) + len(expected), pilot)
         s = await settle(app, pilot)
         forced = s.records[len(before.records) - 1 : -1]  # the records that decided the text's tokens
         assert [r.decision.chosen_id for r in forced] == expected
@@ -48,10 +48,10 @@ async def test_a_move_takes_over_from_a_continuation():
     async with app.run_test(size=(120, 36)) as pilot:
         before = await settle(app, pilot)
         await type_continuation(app, pilot, TEXT * 3)
-        await wait_for(lambda: len(app.snapshot.records) >= len(before.records) + 2, pilot)
+        await wait_for(lambda: len(app.journey.snapshot.records) >= len(before.records) + 2, pilot)
         await pilot.press("backspace")
         s = await settle(app, pilot)
         await pilot.pause(0.5)
-        assert app.snapshot.records == s.records and not s.playing  # nothing more was forced
+        assert app.journey.snapshot.records == s.records and not s.playing  # nothing more was forced
         assert "continuing" not in s.message
-        assert app.worker._forced_total == 0 and not app.worker._forced
+        assert app.journey.worker._forced_total == 0 and not app.journey.worker._forced

@@ -6,6 +6,7 @@ import pytest
 from apptools import settle, wait_for
 from families import family_model
 
+from tokenviz.contract.commands import Beams, Inspect, Speculate, Verify
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.app import TokenvizApp
 from tokenviz.worker.engine import EngineWorker
@@ -23,14 +24,14 @@ async def test_every_view_works_on_the_family(kind):
         s = await settle(app, pilot)
         assert len(s.chips) == len(start.chips) + 5 and len(s.branches) == 2  # the 5th token replaced
         for key, view, ready in [
-            ("l", "lens", lambda: app.snapshot.inspection is not None),
-            ("v", "cache", lambda: app.snapshot.verification is not None),
-            ("B", "beams", lambda: app.snapshot.beams is not None),
-            ("S", "speculation", lambda: app.snapshot.speculation is not None),
+            ("l", "lens", lambda: app.journey.snapshot.result(Inspect) is not None),
+            ("v", "cache", lambda: app.journey.snapshot.result(Verify) is not None),
+            ("B", "beams", lambda: app.journey.snapshot.result(Beams) is not None),
+            ("S", "speculation", lambda: app.journey.snapshot.result(Speculate) is not None),
         ]:
             await pilot.press(key)
             await wait_for(ready, pilot)
             await settle(app, pilot)
             assert app.query_one("#views").current == view
-        assert app.snapshot.verification.max_logit_diff < 1e-4
+        assert app.journey.snapshot.result(Verify).max_logit_diff < 1e-4
         assert not [n for n in app._notifications if n.severity == "error"]

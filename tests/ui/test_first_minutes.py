@@ -12,6 +12,7 @@ from rich.color import ColorSystem
 from rich.text import Text
 from textual.widgets import Footer
 
+from tokenviz.contract.commands import Beams, Inspect, Speculate, Verify
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.panes.status import StatusLine
 from tokenviz.ui.panes.tokens import SURPRISAL_TOP_BITS, TokensPane, piece_of
@@ -29,21 +30,21 @@ async def test_arrow_and_page_keys_scroll_the_open_view_and_move_the_cursor_by_l
             await pilot.press("space")
         await settle(app, pilot)
         tokens = app.query_one(TokensPane)
-        newest = app.current_selection().cursor
+        newest = app.journey.current_selection().cursor
         await pilot.press("up")
         await pilot.pause()
-        above = app.cursor
+        above = app.journey.cursor
         assert above < newest and tokens._chip_lines.line_of(above) == tokens._chip_lines.line_of(newest) - 1
         await pilot.press("home")
         await pilot.pause()
-        assert app.cursor == 0
+        assert app.journey.cursor == 0
         assert "cursor at position 0" in str(tokens.border_subtitle)  # the pane followed it to the start
         await pilot.press("pagedown")
         await pilot.pause()
-        assert tokens._chip_lines.line_of(app.cursor) == tokens.page_lines()
+        assert tokens._chip_lines.line_of(app.journey.cursor) == tokens.page_lines()
         await pilot.press("end")
         await pilot.pause()
-        assert app.cursor is None  # following the newest token again
+        assert app.journey.cursor is None  # following the newest token again
 
         await pilot.press("m")  # the embedding view is longer than its pane at 80x24
         await settle(app, pilot)
@@ -92,18 +93,18 @@ async def test_autoplay_keeps_the_pace_chosen():
     async with app.run_test(size=(120, 36)) as pilot:
         await settle(app, pilot)
         await pilot.press("minus", "minus", "minus")  # 0.1, 0.25, 0.5 s between steps
-        await wait_for(lambda: app.snapshot.pace_s == 0.5, pilot)
-        before = len(app.snapshot.records)
+        await wait_for(lambda: app.journey.snapshot.pace_s == 0.5, pilot)
+        before = len(app.journey.snapshot.records)
         await pilot.press("a")
         started = time.monotonic()
         await pilot.pause(1.6)
-        steps = len(app.snapshot.records) - before
+        steps = len(app.journey.snapshot.records) - before
         assert "a step every 0.5 s" in text_of(app.query_one(StatusLine))
         await pilot.press("a")
         assert 1 <= steps <= int((time.monotonic() - started) / 0.5) + 1
         await settle(app, pilot)
         await pilot.press("plus", "plus", "plus", "plus")
-        await wait_for(lambda: app.snapshot.pace_s == 0.0, pilot)
+        await wait_for(lambda: app.journey.snapshot.pace_s == 0.0, pilot)
 
 
 async def test_model_info_is_a_view():
@@ -127,10 +128,10 @@ async def test_a_recording_shows_only_the_keys_that_work_there():
         assert shown[:2] == ["quit", "help"] and "step" in shown and "rewind" in shown
         for model_key in ("play/pause", "prompt", "temp±", "greedy", "seed"):
             assert model_key not in shown
-        records = len(app.snapshot.records)
+        records = len(app.journey.snapshot.records)
         await pilot.press("a", "g", "1")
         await pilot.pause(0.2)
-        assert not app.snapshot.playing and len(app.snapshot.records) == records
+        assert not app.journey.snapshot.playing and len(app.journey.snapshot.records) == records
         assert not app._notifications  # no "this journey is a recording" for keys it does not show
 
 
@@ -224,37 +225,39 @@ async def test_a_new_prompt_clears_every_view_of_the_old_run():
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(app, pilot)
         await pilot.press("B")
-        await wait_for(lambda: app.snapshot.beams is not None, pilot)
+        await wait_for(lambda: app.journey.snapshot.result(Beams) is not None, pilot)
         await pilot.press("S")
-        await wait_for(lambda: app.snapshot.speculation is not None, pilot)
+        await wait_for(lambda: app.journey.snapshot.result(Speculate) is not None, pilot)
         await pilot.press("v")
-        await wait_for(lambda: app.snapshot.verification is not None, pilot)
+        await wait_for(lambda: app.journey.snapshot.result(Verify) is not None, pilot)
         await settle(app, pilot)
         await enter_prompt(app, pilot, "Hello world")
         s = await settle(app, pilot)
         assert s.prompt == "Hello world"
-        assert (s.beams, s.speculation, s.verification, s.inspection, s.tokens_per_s) == (None,) * 5
+        assert (s.result(Beams), s.result(Speculate), s.result(Verify), s.result(Inspect), s.tokens_per_s) == (
+            None,
+        ) * 5
 
 
 async def test_autoplay_spaces_its_frames_and_draws_the_last_at_once():
-    from tokenviz.ui import app as app_module
+    from tokenviz.ui import worker_screen
 
     app = make_app(SamplingSettings(temperature=0, max_new_tokens=30), step_seconds=0.02)
     async with app.run_test(size=(120, 36)) as pilot:
         await settle(app, pilot)
-        app._frame_cost = 0.02  # as if every frame took 20 ms: frames at most every 20 ms / UI_SHARE
-        app._measure_frame = lambda seconds: None
+        app.journey._frame_cost = 0.02  # as if every frame took 20 ms: frames at most every 20 ms / UI_SHARE
+        app.journey._measure_frame = lambda seconds: None
         drawn = []
-        original = app._apply_snapshot
-        app._apply_snapshot = lambda: (drawn.append(time.perf_counter()), original())[-1]
+        original = app.journey._apply_snapshot
+        app.journey._apply_snapshot = lambda: (drawn.append(time.perf_counter()), original())[-1]
         await pilot.press("a")
-        await wait_for(lambda: app.snapshot.stop_reason is not None and not app.snapshot.playing, pilot)
+        await wait_for(lambda: app.journey.snapshot.stop_reason is not None and not app.journey.snapshot.playing, pilot)
         stopped = time.perf_counter()
-        await wait_for(lambda: not app._repaint_scheduled, pilot)
+        await wait_for(lambda: not app.journey._repaint_scheduled, pilot)
         gaps = [b - a for a, b in itertools.pairwise(drawn[:-1])]  # (the last frame is drawn at once)
-        assert gaps and min(gaps) >= 0.02 / app_module.UI_SHARE * 0.8
+        assert gaps and min(gaps) >= 0.02 / worker_screen.UI_SHARE * 0.8
         assert len(drawn) < 30 and drawn[-1] - stopped < 0.1
-        assert app.query_one(TokensPane).selection.snapshot is app.snapshot  # the final frame is on screen
+        assert app.query_one(TokensPane).selection.snapshot is app.journey.snapshot  # the final frame is on screen
 
 
 @pytest.mark.parametrize("key, view", [("l", "lens"), ("m", "embedding"), ("B", "beams"), ("S", "speculation")])
@@ -263,7 +266,7 @@ async def test_a_recordings_notes_fit_at_80x24(key, view):
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(app, pilot)
         app.query_one("#views").current = view  # (B and S are off in a recording; the views are not)
-        app.refresh_panes()
+        app.journey.refresh_panes()
         await pilot.pause(0.2)
         pane = app.query_one(f"#{view}")
         lines = [line.text.strip() for line in pane.body.render_lines(pane.body.region.reset_offset)]

@@ -7,20 +7,29 @@ from textual.theme import BUILTIN_THEMES
 
 from tokenviz.ui.app import TokenvizApp
 from tokenviz.ui.colors import DEFAULT_HEATMAP, theme_colors
-from tokenviz.ui.keys import KEYS, bindings, markdown_table, palette_entries
+from tokenviz.ui.compare_screen import CompareScreen
+from tokenviz.ui.journey_screen import JourneyScreen
+from tokenviz.ui.keys import bindings, markdown_table, palette_entries
 from tokenviz.ui.screens import HELP
 from tokenviz.ui.themes import load_themes
 
 
-def action_name(action: str) -> str:
-    return re.match(r"\w+", action).group(0)
+def action_target(screen: type, action: str) -> object:
+    """The method an action string names: on the app for "app.NAME", else on the screen."""
+    namespace, _, name = action.rpartition(".") if action.startswith("app.") else ("", "", action)
+    owner = TokenvizApp if namespace == "app" else screen
+    method = re.match(r"\w+", name).group(0)
+    return getattr(owner, f"action_{method}", None)
 
 
-def test_every_binding_comes_from_the_table_and_names_a_real_action():
-    pressed = [p for row in KEYS for p in row.presses]
-    assert sorted((b.key, b.action) for b in TokenvizApp.BINDINGS) == sorted((p.key, p.action) for p in pressed)
-    for _, action in [(b.key, b.action) for b in bindings()] + palette_entries():
-        assert callable(getattr(TokenvizApp, f"action_{action_name(action)}", None)), action
+@pytest.mark.parametrize("screen", [JourneyScreen, CompareScreen])
+def test_every_binding_comes_from_the_screens_table_and_names_a_real_action(screen):
+    pressed = [p for row in screen.KEY_ROWS for p in row.presses]
+    assert sorted((b.key, b.action) for b in screen.BINDINGS) == sorted((p.key, p.action) for p in pressed)
+    for _, action in [(b.key, b.action) for b in bindings(screen.KEY_ROWS)] + palette_entries(
+        screen.KEY_ROWS, screen.PALETTE_ONLY
+    ):
+        assert callable(action_target(screen, action)), action
 
 
 def test_the_footer_shows_the_short_labels_and_the_palette_the_long_ones():

@@ -17,7 +17,9 @@ async def test_a_long_prefill_shows_progress_and_escape_cancels_it(monkeypatch):
         await pilot.press("space")
         before = await settle(app, pilot)
         await enter_prompt(app, pilot, LONG)
-        await wait_for(lambda: app.snapshot.state == "prefilling" and app.snapshot.progress > 0.1, pilot)
+        await wait_for(
+            lambda: app.journey.snapshot.state == "prefilling" and app.journey.snapshot.progress > 0.1, pilot
+        )
         await pilot.pause(0.05)
         assert "prefilling:" in str(app.query_one(StatusLine).render())
         assert not app.query_one("#loading", ProgressBar).has_class("-hidden")

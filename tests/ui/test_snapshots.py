@@ -30,6 +30,8 @@ RESIZES = [(80, 24), (200, 60), (80, 24), (120, 36)]  # a teacher plugging into 
 @pytest.mark.parametrize("after", range(1, len(RESIZES) + 1), ids=lambda n: "x".join(map(str, RESIZES[n - 1])))
 def test_a_sequence_of_resizes(snap_compare, after):
     async def resize(pilot):
+        while pilot.app.journey.snapshot_drawn is None:  # the first frame, as a person sees it, then resize
+            await pilot.pause(0.05)
         for width, height in RESIZES[1:after]:
             await pilot.resize_terminal(width, height)
             await pilot.pause(0.2)

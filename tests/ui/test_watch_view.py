@@ -4,6 +4,7 @@ column per watched token; a saved journey keeps it all and replay shows it."""
 
 from apptools import make_app, recorded_app, settle, wait_for
 
+from tokenviz.contract.commands import Inspect, SplitDifference
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.render.pieces import visible
 from tokenviz.ui.screens import WatchScreen
@@ -23,30 +24,30 @@ async def test_w_watches_a_candidate_or_a_typed_token_and_w_shows_the_split():
         await pilot.press("w")
         await wait_for(lambda: isinstance(app.screen, WatchScreen), pilot)
         await pilot.press("tab", "down", "enter")  # the second candidate
-        await wait_for(lambda: len(app.snapshot.pinned) == 1, pilot)
-        assert app.snapshot.pinned[0][0] == second.id
+        await wait_for(lambda: len(app.journey.snapshot.pinned) == 1, pilot)
+        assert app.journey.snapshot.pinned[0][0] == second.id
         assert app.query_one("#views").current == "watch"
         await pilot.press("w")
         await wait_for(lambda: isinstance(app.screen, WatchScreen), pilot)
         await pilot.press(*"id:42", "enter")
-        await wait_for(lambda: len(app.snapshot.pinned) == 2, pilot)
+        await wait_for(lambda: len(app.journey.snapshot.pinned) == 2, pilot)
         await pilot.press("space", "space", "space")
-        await wait_for(lambda: app.snapshot.logit_difference is not None, pilot)
+        await wait_for(lambda: app.journey.snapshot.result(SplitDifference) is not None, pilot)
         s = await settle(app, pilot)
         for record in s.records:  # every step follows both, those before the pin included
             assert [p.id for p in record.decision.pinned] == [second.id, 42]
-        split = s.logit_difference
-        assert split.position == app.current_selection().cursor and (split.a_id, split.b_id) == (second.id, 42)
+        split = s.result(SplitDifference)
+        assert split.position == app.journey.current_selection().cursor and (split.a_id, split.b_id) == (second.id, 42)
         shown = body(app, "watch")
         assert "raw" in shown and "final" in shown and f"{split.total:+.3f}" in shown and "layer 1" in shown
         await pilot.press("left")  # the split follows the cursor
-        await wait_for(lambda: app.snapshot.logit_difference.position == split.position - 1, pilot)
+        await wait_for(lambda: app.journey.snapshot.result(SplitDifference).position == split.position - 1, pilot)
         await pilot.press("l")  # the lens gains a column per watched token
-        await wait_for(lambda: app.snapshot.inspection is not None, pilot)
+        await wait_for(lambda: app.journey.snapshot.result(Inspect) is not None, pilot)
         await settle(app, pilot)
         lens = body(app, "lens")
-        assert all(f"★{visible(piece)}" in lens for _, piece in app.snapshot.pinned)
-        assert len(app.snapshot.inspection.lens[0].pinned) == 2
+        assert all(f"★{visible(piece)}" in lens for _, piece in app.journey.snapshot.pinned)
+        assert len(app.journey.snapshot.result(Inspect).lens[0].pinned) == 2
 
 
 async def test_a_token_of_several_pieces_is_refused_in_one_line():
@@ -57,12 +58,12 @@ async def test_a_token_of_several_pieces_is_refused_in_one_line():
         await wait_for(lambda: isinstance(app.screen, WatchScreen), pilot)
         await pilot.press(*"The", "space", *"Eiffel", "enter")
         await wait_for(lambda: any("not one" in n.message for n in app._notifications), pilot)
-        assert app.snapshot.pinned == ()
+        assert app.journey.snapshot.pinned == ()
 
 
 async def test_the_watch_view_says_how_to_start_and_replay_shows_what_was_kept(tmp_path):
+    from tokenviz.contract.commands import Save, Watch
     from tokenviz.files.journey_file import read_journey, recording_of
-    from tokenviz.worker.commands import Save, Watch
 
     app = make_app(SETTINGS)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -70,12 +71,12 @@ async def test_the_watch_view_says_how_to_start_and_replay_shows_what_was_kept(t
         await pilot.press("W")
         await settle(app, pilot)
         assert "press w" in body(app, "watch")
-        app.submit(Watch(7))
-        app.submit(Watch(42))
+        app.journey.submit(Watch(7))
+        app.journey.submit(Watch(42))
         await pilot.press("space", "space")
-        await wait_for(lambda: app.snapshot.logit_difference is not None, pilot)
-        split = app.snapshot.logit_difference
-        app.submit(Save(str(tmp_path / "j.json")))
+        await wait_for(lambda: app.journey.snapshot.result(SplitDifference) is not None, pilot)
+        split = app.journey.snapshot.result(SplitDifference)
+        app.journey.submit(Save(str(tmp_path / "j.json")))
         s = await settle(app, pilot)
     recording = recording_of(read_journey(tmp_path / "j.json"))
     assert recording.snapshot.pinned == s.pinned
@@ -85,9 +86,9 @@ async def test_the_watch_view_says_how_to_start_and_replay_shows_what_was_kept(t
     async with replay.run_test(size=(120, 40)) as pilot:
         await settle(replay, pilot)
         await pilot.press("W")
-        await wait_for(lambda: replay.snapshot.logit_difference == split, pilot)
+        await wait_for(lambda: replay.journey.snapshot.result(SplitDifference) == split, pilot)
         await settle(replay, pilot)
         assert f"{split.total:+.3f}" in body(replay, "watch")
         await pilot.press("left", "left", "left", "left")  # before any split kept: the view says so, no error
         await settle(replay, pilot)
-        assert replay.snapshot.error is None and "needs the model" in body(replay, "watch")
+        assert replay.journey.snapshot.error is None and "needs the model" in body(replay, "watch")

@@ -8,9 +8,9 @@ import pytest
 from apptools import PROMPT, make_app, settle, wait_for
 from tiny import tiny_model
 
+from tokenviz.contract.commands import Beams, Step
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.worker import engine
-from tokenviz.worker.commands import Step
 from tokenviz.worker.engine import EngineWorker
 
 
@@ -129,7 +129,7 @@ async def test_the_app_shows_an_engine_failure_and_goes_on(monkeypatch):
 def test_stopping_ends_a_long_run_at_its_next_forward_pass():
     from apptools import slowed
 
-    from tokenviz.worker.commands import Beams
+    from tokenviz.contract.commands import Beams
 
     post = Collector()
     worker = EngineWorker(lambda progress: slowed(tiny_model("llama"), 0.05), SamplingSettings(seed=1), PROMPT)
@@ -146,12 +146,12 @@ async def test_escape_cancels_a_beam_search_and_the_journey_goes_on():
     app = make_app(step_seconds=0.05)
     async with app.run_test(size=(120, 40)) as pilot:
         before = await settle(app, pilot)
-        app.action_beams(3)
+        app.journey.action_beams(3)
         await pilot.pause(0.2)
         await pilot.press("escape")
         s = await settle(app, pilot)
         assert any("beam search cancelled" in n.message for n in app._notifications)
-        assert s.beams is None and s.chips == before.chips
+        assert s.result(Beams) is None and s.chips == before.chips
 
 
 def test_the_error_log_rotates(tmp_path, monkeypatch):

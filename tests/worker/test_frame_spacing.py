@@ -6,8 +6,8 @@ import time
 from test_engine_worker import Collector
 from tiny import tiny_model
 
+from tokenviz.contract.commands import Pace, Play
 from tokenviz.contract.settings import SamplingSettings
-from tokenviz.worker.commands import Pace, Play
 from tokenviz.worker.engine import EngineWorker
 
 STEPS = 24

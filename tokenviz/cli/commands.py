@@ -1,7 +1,6 @@
 """The commands: `tokenviz [PROMPT]` opens the app; `tokenviz trace PROMPT` runs the journey headless;
 `tokenviz score TEXT` scores a text; `tokenviz compare PROMPT` runs two journeys side by side;
-`tokenviz serve` runs the app in a browser;
-`tokenviz replay FILE` opens a saved journey.
+`tokenviz serve` runs the app in a browser; `tokenviz replay FILE` opens a saved journey.
 
 Every foreseeable mistake ends with one line on stderr and exit code 2, never a traceback.
 """
@@ -11,7 +10,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn, Optional, cast
+from typing import TYPE_CHECKING, Annotated, NoReturn, Optional
 
 import typer
 from rich.console import Console
@@ -19,23 +18,23 @@ from rich.console import Console
 from tokenviz import __version__
 from tokenviz.cli.options import (
     Chat,
-    Device,
-    Dtype,
-    Model,
+    ModelChoice,
     System,
-    TrustRemoteCode,
     err,
     fail,
+    model_options,
     print_error,
     sampling_options,
     stderr_progress,
 )
 from tokenviz.contract.errors import TokenvizError
-from tokenviz.contract.results import ATTRIBUTION_METHODS, AttributionMethod
+from tokenviz.contract.results import ATTRIBUTION_METHODS
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.themes import DEFAULT_THEME, check_theme
 
 if TYPE_CHECKING:
+    from tokenviz.contract.snapshot import ComparisonSnapshot, Snapshot
+    from tokenviz.contract.worker import Worker
     from tokenviz.files.journey_schema import Journey
 
 DEFAULT_PROMPT = "The Eiffel Tower is located in"
@@ -87,16 +86,14 @@ app_cli = _typer()
     "A saved journey: [bold]tokenviz replay FILE[/] (tokenviz replay --help)."
 )
 @sampling_options()
+@model_options()
 def open_app(
     settings: SamplingSettings,
+    model: ModelChoice,
     prompt: Annotated[
         Optional[str],
         typer.Argument(help=f'Text to start from. Default: "{DEFAULT_PROMPT}" (with --chat: "{DEFAULT_QUESTION}").'),
     ] = None,
-    model: Model = None,
-    device: Device = "auto",
-    dtype: Dtype = "auto",
-    trust_remote_code: TrustRemoteCode = False,
     chat: Chat = False,
     system: System = None,
     theme: Theme = DEFAULT_THEME,
@@ -105,9 +102,7 @@ def open_app(
     ] = False,
 ) -> None:
     """Watch a language model think, one token at a time."""
-    from tokenviz.ui.app import TokenvizApp
     from tokenviz.worker.engine import EngineWorker
-    from tokenviz.worker.loader import model_loader
 
     try:
         check_theme(theme)
@@ -115,10 +110,16 @@ def open_app(
     except TokenvizError as exc:
         fail(str(exc))
     require_terminal()
-    loader = model_loader(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
     text = prompt if prompt is not None else (DEFAULT_QUESTION if chat else DEFAULT_PROMPT)
-    worker = EngineWorker(loader, settings, text, chat=chat, system=system)
-    app = TokenvizApp(worker, theme=theme)
+    run_app(EngineWorker(model.loader(), settings, text, chat=chat, system=system), theme)
+
+
+def run_app(worker: "Worker[Snapshot] | Worker[ComparisonSnapshot]", theme: str, comparing: bool = False) -> NoReturn:
+    """Run the app on `worker` until it quits, then end the process: exit 2 with the error's line
+    when the model could not load, 0 otherwise."""
+    from tokenviz.ui.app import TokenvizApp
+
+    app = TokenvizApp(worker, theme=theme, comparing=comparing)
     app.run()
     worker.stop(timeout=QUIT_WAIT_S)
     if app.fatal_error:
@@ -145,8 +146,10 @@ trace_cli = _typer()
 
 @trace_cli.command()
 @sampling_options(leave_out=("max_new_tokens",))
+@model_options()
 def trace(
     settings: SamplingSettings,
+    model: ModelChoice,
     prompt: Annotated[str, typer.Argument(help="Text to start from.")],
     steps: Annotated[int, typer.Option(help="How many tokens to generate.")] = 16,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
@@ -188,10 +191,6 @@ def trace(
     draft_model: Annotated[
         Optional[str], typer.Option("--draft-model", help="The drafter for --speculate draft-model.")
     ] = None,
-    model: Model = None,
-    device: Device = "auto",
-    dtype: Dtype = "auto",
-    trust_remote_code: TrustRemoteCode = False,
     chat: Chat = False,
     system: System = None,
 ) -> None:
@@ -222,12 +221,9 @@ def trace(
                 prompt,
                 settings.replace(max_new_tokens=steps),
                 model=model,
-                device=device,
-                dtype=dtype,
-                trust_remote_code=trust_remote_code,
                 progress=progress,
                 lens=lens,
-                attribution=cast(AttributionMethod | None, attribution),
+                attribution=attribution,
                 watch=tuple(watch or ()),
                 save=save,
                 html=(html, default_page_colors()) if html else None,
@@ -273,13 +269,11 @@ score_cli = _typer()
 
 
 @score_cli.command()
+@model_options()
 def score(
+    model: ModelChoice,
     text: Annotated[str, typer.Argument(help="The text to score.")],
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
-    model: Model = None,
-    device: Device = "auto",
-    dtype: Dtype = "auto",
-    trust_remote_code: TrustRemoteCode = False,
     chat: Chat = False,
     system: System = None,
 ) -> None:
@@ -288,14 +282,12 @@ def score(
     from tokenviz.cli.table import print_score
     from tokenviz.journey.score import score_text
     from tokenviz.journey.session import Session
-    from tokenviz.model.loading import load_model
     from tokenviz.model.runner import ModelRunner
 
     try:
         check_chat(chat, system)
         with stderr_progress() as progress:
-            loaded = load_model(model, device, dtype, trust_remote_code, progress)
-            document = score_text(Session(ModelRunner(loaded)), text, chat=chat, system=system)
+            document = score_text(Session(ModelRunner(model.load(progress))), text, chat=chat, system=system)
     except TokenvizError as exc:
         fail(str(exc))
     if as_json:
@@ -311,8 +303,10 @@ compare_cli = _typer()
 
 @compare_cli.command()
 @sampling_options(leave_out=("max_new_tokens",))
+@model_options()
 def compare(
     settings: SamplingSettings,
+    model: ModelChoice,
     prompt: Annotated[str, typer.Argument(help="Text both journeys start from.")] = DEFAULT_PROMPT,
     against: Annotated[
         Optional[list[str]],
@@ -329,10 +323,6 @@ def compare(
     as_json: Annotated[
         bool, typer.Option("--json", help="Step both to the end and print one JSON document with their diff.")
     ] = False,
-    model: Model = None,
-    device: Device = "auto",
-    dtype: Dtype = "auto",
-    trust_remote_code: TrustRemoteCode = False,
     chat: Chat = False,
     system: System = None,
     theme: Theme = DEFAULT_THEME,
@@ -354,7 +344,7 @@ def compare(
     def build(progress):
         from tokenviz.cli.headless import compare_sessions
 
-        return compare_sessions(a, b, model, against_model, device, dtype, against_dtype, trust_remote_code, progress)
+        return compare_sessions(a, b, model, against_model, against_dtype, progress)
 
     if as_json:
         from tokenviz.cli.headless import compare_document
@@ -367,16 +357,9 @@ def compare(
         print_document(document, as_json=True)
         return
     require_terminal()
-    from tokenviz.ui.compare_app import CompareApp
     from tokenviz.worker.comparing import CompareWorker
 
-    worker = CompareWorker(build, prompt, chat=chat, system=system)
-    app = CompareApp(worker, theme=theme)
-    app.run()
-    worker.stop(timeout=QUIT_WAIT_S)
-    if app.fatal_error:
-        print_error(app.fatal_error)
-    exit_now(2 if app.fatal_error else 0)
+    run_app(CompareWorker(build, prompt, chat=chat, system=system), theme, comparing=True)
 
 
 # ---- tokenviz serve: the app in a browser ---------------------------------------------------------------
@@ -403,17 +386,15 @@ serve_cli = _typer()
 
 @serve_cli.command()
 @sampling_options()
+@model_options()
 def serve(
     settings: SamplingSettings,
+    model: ModelChoice,
     prompt: Annotated[Optional[str], typer.Argument(help="Text to start from (as for tokenviz).")] = None,
     host: Annotated[
         str, typer.Option(help="Address to listen on. Anyone who can reach it can drive the model: keep it local.")
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
-    model: Model = None,
-    device: Device = "auto",
-    dtype: Dtype = "auto",
-    trust_remote_code: TrustRemoteCode = False,
     chat: Chat = False,
     system: System = None,
     theme: Theme = DEFAULT_THEME,
@@ -449,15 +430,13 @@ replay_cli = _typer()
 
 
 @replay_cli.command()
+@model_options()
 def replay(
+    model: ModelChoice,
     path: Annotated[str, typer.Argument(help="A journey saved with x in the app or trace --save.")],
     verify: Annotated[
         bool, typer.Option("--verify", help="Re-run it with the model; exit 0 only if every token matches.")
     ] = False,
-    model: Model = None,
-    device: Device = "auto",
-    dtype: Dtype = "auto",
-    trust_remote_code: TrustRemoteCode = False,
     theme: Theme = DEFAULT_THEME,
 ) -> None:
     """Open a saved journey read-only, without loading any model (or --verify it against the model)."""
@@ -466,28 +445,26 @@ def replay(
     try:
         journey = open_journey(path)
         if verify:
-            verify_recording(journey, model, device, dtype, trust_remote_code)
+            verify_recording(journey, model)
             return
         recording = recording_of(journey)
         check_theme(theme)
     except TokenvizError as exc:
         fail(str(exc))
     require_terminal()
-    from tokenviz.ui.app import TokenvizApp
     from tokenviz.worker.recording import RecordingWorker
 
-    TokenvizApp(RecordingWorker(*recording), theme=theme).run()
+    run_app(RecordingWorker(*recording), theme)
 
 
-def verify_recording(journey: "Journey", model: str | None, device: str, dtype: str, trust_remote_code: bool) -> None:
+def verify_recording(journey: "Journey", model: ModelChoice) -> None:
     """Re-run a recording with the model; exit 1 at the first token that differs."""
     from tokenviz.journey.reproduce import verify_journey
     from tokenviz.journey.session import Session
-    from tokenviz.model.loading import load_model
     from tokenviz.model.runner import ModelRunner
 
     with stderr_progress() as progress:
-        loaded = load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code, progress=progress)
+        loaded = model.load(progress)
     checked, mismatch = verify_journey(journey, Session(ModelRunner(loaded)))
     if mismatch is not None:
         err.print(
@@ -499,19 +476,14 @@ def verify_recording(journey: "Journey", model: str | None, device: str, dtype: 
     typer.echo(f"verified: all {checked} steps reproduce the recorded tokens")
 
 
+SUBCOMMANDS = {"trace": trace_cli, "replay": replay_cli, "score": score_cli, "compare": compare_cli, "serve": serve_cli}
+
+
 def run() -> None:
-    """Entry point: route `trace`, `replay`, `score` and `compare` to their own commands, everything else to
-    the app."""
+    """Entry point: `tokenviz trace|replay|score|compare|serve ...` go to their own commands, everything
+    else to the app."""
     args = sys.argv[1:]
-    if args and args[0] == "trace":
-        trace_cli(args=args[1:], prog_name="tokenviz trace")
-    elif args and args[0] == "replay":
-        replay_cli(args=args[1:], prog_name="tokenviz replay")
-    elif args and args[0] == "score":
-        score_cli(args=args[1:], prog_name="tokenviz score")
-    elif args and args[0] == "compare":
-        compare_cli(args=args[1:], prog_name="tokenviz compare")
-    elif args and args[0] == "serve":
-        serve_cli(args=args[1:], prog_name="tokenviz serve")
+    if args and args[0] in SUBCOMMANDS:
+        SUBCOMMANDS[args[0]](args=args[1:], prog_name=f"tokenviz {args[0]}")
     else:
         app_cli(args=args, prog_name="tokenviz")

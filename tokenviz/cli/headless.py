@@ -2,24 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from tokenviz.cli.options import ModelChoice
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import AttributionMethod
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.beams import beam_search
 from tokenviz.decoding.speculation import make_drafter, speculative_decode
+from tokenviz.files.documents import comparison_document, output_document, trace_document
 from tokenviz.files.journey_file import save_journey
 from tokenviz.files.journey_page import save_page
-from tokenviz.files.trace_document import document_of_snapshot
 from tokenviz.journey.comparison import Comparison
 from tokenviz.journey.session import Session
 from tokenviz.journey.watching import token_of
 from tokenviz.model.lens import inspect_positions
-from tokenviz.model.loading import load_model
 from tokenviz.model.runner import ModelRunner
-from tokenviz.worker.comparing import comparison_document
 from tokenviz.worker.loader import Progress
 from tokenviz.worker.snapshots import snapshot_of
 
@@ -33,7 +33,7 @@ class SaveFailed(TokenvizError):
 
 
 def journey_document(session: Session) -> dict[str, Any]:
-    return document_of_snapshot(snapshot_of(session))
+    return trace_document(snapshot_of(session))
 
 
 def add_lens(session: Session, document: dict[str, Any]) -> None:
@@ -60,41 +60,41 @@ def add_attribution(session: Session, document: dict[str, Any], method: Attribut
     first = len(session.prompt_ids) - 1
     for i, step in enumerate(steps):
         progress(f"attribution ({method}): step {i + 1} of {len(steps)}", i / len(steps))
-        step["attribution"] = session.attribute(first + i, method).to_json(texts, ids)
+        step["attribution"] = session.analyses.attribute(first + i, method).to_json(texts, ids)
 
 
 def add_logit_differences(session: Session, document: dict[str, Any]) -> None:
     """Each step gains the logit difference of the first two watched tokens, split by layer."""
     first = len(session.prompt_ids) - 1
     for i, step in enumerate(document["steps"]):
-        step["logit_difference"] = session.logit_difference(first + i).to_json()
+        step["logit_difference"] = session.analyses.logit_difference(first + i).to_json()
 
 
-def output_document(session: Session, prompt_ids: list[int], generated: list[int], **extra: Any) -> dict[str, Any]:
+def run_output(session: Session, prompt_ids: list[int], generated: list[int], **extra: Any) -> dict[str, Any]:
     """The trace document of a run that produced `generated` without stepping the journey."""
     runner = session.runner
-    return {
-        "model": runner.info.to_json(),
-        "settings": session.settings.to_json(),
-        "prompt": [{"id": t, "text": runner.piece(t)} for t in prompt_ids],
-        "steps": [{"index": i, "chosen": {"id": t, "text": runner.piece(t)}} for i, t in enumerate(generated)],
+    return output_document(
+        runner.info,
+        session.settings,
+        [(t, runner.piece(t)) for t in prompt_ids],
+        [(t, runner.piece(t)) for t in generated],
+        runner.decode(generated),
+        runner.decode(prompt_ids + generated),
         **extra,
-        "text": runner.decode(generated),
-        "full_text": runner.decode(prompt_ids + generated),
-    }
+    )
 
 
 def beam_document(session: Session, ids: list[int], width: int, steps: int) -> dict[str, Any]:
     """The trace document of a beam search: "beams" holds every step; "text" is the best beam."""
     result = beam_search(session.runner, ids, width, steps)
-    return output_document(session, ids, list(result.final[0].ids), beams=result.to_json())
+    return run_output(session, ids, list(result.final[0].ids), beams=result.to_json())
 
 
 def speculation_document(session: Session, ids: list[int], spec: str, draft: ModelRunner | None) -> dict[str, Any]:
     """The trace document of speculative decoding: the steps are the output tokens."""
     drafter = make_drafter(spec, session.runner, draft)
     result = speculative_decode(session.runner, ids, drafter, session.settings.max_new_tokens, session.settings)
-    return output_document(session, ids, list(result.ids), speculation=result.to_json())
+    return run_output(session, ids, list(result.ids), speculation=result.to_json())
 
 
 def run_session(
@@ -119,10 +119,7 @@ def run_session(
 def run_trace(
     prompt: str,
     settings: SamplingSettings,
-    model: str | None = None,
-    device: str = "auto",
-    dtype: str = "auto",
-    trust_remote_code: bool = False,
+    model: ModelChoice = ModelChoice(),
     progress: Progress = lambda message, fraction: None,
     lens: bool = False,
     attribution: AttributionMethod | None = None,
@@ -136,20 +133,13 @@ def run_trace(
     chat: bool = False,
     system: str | None = None,
 ) -> dict[str, Any]:
-    loaded = load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code, progress=progress)
-    session = Session(ModelRunner(loaded), settings)
+    session = Session(ModelRunner(model.load(progress)), settings)
     if beams or speculate:  # they run on their own cache: no prefill here
         _, ids, _ = session.tokenize(prompt, chat, system)
     if beams:
         return beam_document(session, ids, beams, settings.max_new_tokens)
     if speculate:
-        draft = None
-        if draft_model:
-            draft = ModelRunner(
-                load_model(
-                    draft_model, device=device, dtype=dtype, trust_remote_code=trust_remote_code, progress=progress
-                )
-            )
+        draft = ModelRunner(dataclasses.replace(model, model=draft_model).load(progress)) if draft_model else None
         return speculation_document(session, ids, speculate, draft)
     session.pin([token_of(session.runner, token) for token in watch])
     document = journey_document(run_session(session, prompt, progress, chat, system))
@@ -166,7 +156,7 @@ def run_trace(
         if html:
             save_page(html[0], snapshot, attention, html[1], replace=force)
         if save:
-            save_journey(save, snapshot, attention, session.kept_analyses(), document=document, replace=force)
+            save_journey(save, snapshot, attention, session.analyses.kept(), document=document, replace=force)
     except TokenvizError as exc:
         raise SaveFailed(str(exc), document) from None
     return document
@@ -175,25 +165,17 @@ def run_trace(
 def compare_sessions(
     settings: SamplingSettings,
     against: SamplingSettings,
-    model: str | None,
+    model: ModelChoice,
     against_model: str | None,
-    device: str,
-    dtype: str,
     against_dtype: str | None,
-    trust_remote_code: bool,
     progress: Progress = lambda message, fraction: None,
 ) -> Comparison:
     """Journeys A and B: B's model is A's unless another model or dtype is asked for."""
-    loaded = load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code, progress=progress)
+    loaded = model.load(progress)
     other = loaded
-    if against_model is not None or (against_dtype is not None and against_dtype != dtype):
-        other = load_model(
-            against_model if against_model is not None else model,
-            device=device,
-            dtype=against_dtype or dtype,
-            trust_remote_code=trust_remote_code,
-            progress=progress,
-        )
+    if against_model is not None or (against_dtype is not None and against_dtype != model.dtype):
+        b_model = against_model if against_model is not None else model.model
+        other = dataclasses.replace(model, model=b_model, dtype=against_dtype or model.dtype).load(progress)
     if other is loaded and against == settings:
         raise TokenvizError(
             "compare needs the two journeys to differ: --against NAME=VALUE (a sampling setting), "
@@ -209,4 +191,5 @@ def compare_document(
     comparison.start(prompt, chat=chat, system=system)
     while comparison.step():
         pass
-    return comparison_document(comparison)
+    a, b = (snapshot_of(s) for s in comparison.sessions)
+    return comparison_document(a, b, comparison.diffs)

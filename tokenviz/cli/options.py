@@ -2,14 +2,16 @@
 mistake ends with (exit code 2, never a traceback).
 
 The sampling options come from SamplingSettings itself (its defaults are the only ones) and reach
-a command as one validated `settings` argument.
+a command as one validated `settings` argument; the model options reach it as one `model` argument
+(a ModelChoice).
 """
 
 import contextlib
 import functools
 import inspect
 from collections.abc import Callable, Iterator
-from typing import Annotated, Any, NoReturn, Optional
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
 
 import typer
 from rich.console import Console
@@ -18,6 +20,10 @@ from rich.text import Text
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.settings import DEFAULT_SETTINGS, SamplingSettings
 from tokenviz.contract.text import safe_text
+
+if TYPE_CHECKING:
+    from tokenviz.model.loading import LoadedModel
+    from tokenviz.worker.loader import Loader, Progress
 
 err = Console(stderr=True, highlight=False)
 
@@ -32,15 +38,41 @@ def fail(message: str) -> NoReturn:
     raise typer.Exit(2)
 
 
-Model = Annotated[
-    Optional[str],
-    typer.Option(
-        "--model", "-m", help="Hugging Face id, local model directory or .gguf path. Default: the bundled SmolLM2-135M."
+@dataclass(frozen=True)
+class ModelChoice:
+    """Which model a command loads, and how: the options every such command shares."""
+
+    model: str | None = None  # None: the bundled one
+    device: str = "auto"
+    dtype: str = "auto"
+    trust_remote_code: bool = False
+
+    def load(self, progress: "Progress") -> "LoadedModel":
+        from tokenviz.model.loading import load_model  # deferred: it imports torch
+
+        return load_model(self.model, self.device, self.dtype, self.trust_remote_code, progress)
+
+    def loader(self) -> "Loader":
+        """A loader for a worker's thread (the model loads there, after the app's first frame)."""
+        from tokenviz.worker.loader import model_loader
+
+        return model_loader(self.model, self.device, self.dtype, self.trust_remote_code)
+
+
+# Each ModelChoice field as a command-line option: (type, typer.Option).
+MODEL_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "model": (
+        Optional[str],
+        typer.Option(
+            "--model",
+            "-m",
+            help="Hugging Face id, local model directory or .gguf path. Default: the bundled SmolLM2-135M.",
+        ),
     ),
-]
-Device = Annotated[str, typer.Option(help="auto (GPU if there is one), cpu, cuda or mps.")]
-Dtype = Annotated[str, typer.Option(help="auto, float32, bfloat16 or float16.")]
-TrustRemoteCode = Annotated[bool, typer.Option("--trust-remote-code", help="Allow a model's own Python code to run.")]
+    "device": (str, typer.Option(help="auto (GPU if there is one), cpu, cuda or mps.")),
+    "dtype": (str, typer.Option(help="auto, float32, bfloat16 or float16.")),
+    "trust_remote_code": (bool, typer.Option("--trust-remote-code", help="Allow a model's own Python code to run.")),
+}
 Chat = Annotated[
     bool,
     typer.Option("--chat", help="The prompt is a user message, put through the model's chat template."),
@@ -62,44 +94,60 @@ SAMPLING_OPTIONS: dict[str, tuple[Any, Any]] = {
 }
 
 
-def sampling_options(*, leave_out: tuple[str, ...] = ()) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Give a command every sampling option (but `leave_out`); it receives them as `settings`.
-
-    A value out of range ends the command with one line and exit code 2.
-    """
-    names = [name for name in SAMPLING_OPTIONS if name not in leave_out]
+def option_group(
+    argument: str, options: dict[str, tuple[Any, Any]], make: Callable[[dict[str, Any]], Any]
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Give a command every option of a group (declared once, in `options`, with the defaults of
+    what `make` builds); it receives them as one `argument`. A value `make` refuses ends the command
+    with one line and exit code 2."""
 
     def decorate(command: Callable[..., None]) -> Callable[..., None]:
-        own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "settings"]
+        own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != argument]
+        defaults = make({})
         added = []
-        for name in names:
-            kind, option = SAMPLING_OPTIONS[name]
-            default = getattr(DEFAULT_SETTINGS, name)
+        for name, (kind, option) in options.items():
+            default = getattr(defaults, name)
             added.append(
                 inspect.Parameter(
                     name,
                     inspect.Parameter.KEYWORD_ONLY,
                     annotation=Annotated[kind, option],
-                    default=list(default) or None if name == "stop" else default,
+                    default=list(default) or None if isinstance(default, tuple) else default,
                 )
             )
 
         @functools.wraps(command)
-        def with_settings(**kwargs: Any) -> None:
-            values = {name: kwargs.pop(name) for name in names}
-            values["stop"] = tuple(values.get("stop") or ())
+        def with_group(**kwargs: Any) -> None:
+            values = {name: kwargs.pop(name) for name in options}
             try:
-                settings = SamplingSettings(**values)
+                group = make(values)
             except TokenvizError as exc:
                 fail(str(exc))
-            command(settings=settings, **kwargs)
+            command(**{argument: group}, **kwargs)
 
         parameters = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own] + added
-        with_settings.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
-        with_settings.__annotations__ = {p.name: p.annotation for p in parameters}
-        return with_settings
+        with_group.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+        with_group.__annotations__ = {p.name: p.annotation for p in parameters}
+        return with_group
 
     return decorate
+
+
+def sampling_options(*, leave_out: tuple[str, ...] = ()) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Give a command every sampling option (but `leave_out`); it receives them as `settings`."""
+    options = {name: option for name, option in SAMPLING_OPTIONS.items() if name not in leave_out}
+
+    def make(values: dict[str, Any]) -> SamplingSettings:
+        if not values:
+            return DEFAULT_SETTINGS
+        return SamplingSettings(**{**values, "stop": tuple(values.get("stop") or ())})
+
+    return option_group("settings", options, make)
+
+
+def model_options() -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Give a command the model options; it receives them as `model` (a ModelChoice)."""
+    return option_group("model", MODEL_OPTIONS, lambda values: ModelChoice(**values))
 
 
 @contextlib.contextmanager

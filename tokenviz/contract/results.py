@@ -292,3 +292,8 @@ class Speculation:
             "tokens_per_forward": self.tokens_per_forward,
             "target_forwards": len(self.rounds),
         }
+
+
+# What a view computes on demand (the answer to a Request, see contract.commands): a snapshot carries
+# the newest of each kind.
+ViewResult = Inspection | Attribution | LogitDifference | Verification | BeamResult | Speculation

@@ -6,22 +6,15 @@ The engine thread publishes one after each batch of commands; the UI only ever r
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar, cast
 
 from tokenviz.contract.attention import AttentionView
+from tokenviz.contract.commands import Request
 from tokenviz.contract.records import ModelInfo, StepRecord, TokenChip
-from tokenviz.contract.results import (
-    Attribution,
-    BeamResult,
-    BranchSummary,
-    CacheEvent,
-    Inspection,
-    LogitDifference,
-    Speculation,
-    StepDiff,
-    Verification,
-)
+from tokenviz.contract.results import BranchSummary, CacheEvent, StepDiff, ViewResult
 from tokenviz.contract.settings import SamplingSettings
+
+R = TypeVar("R")
 
 EngineState = Literal[
     "loading",
@@ -63,14 +56,9 @@ class Snapshot:
     notice: str | None = None  # one line of news, for a notification (a file saved)
     attention: AttentionView | None = None  # the rows the attention pane asked for (see ShowAttention)
     handled: int = 0  # commands handled before this snapshot (tests wait on it)
-    inspection: Inspection | None = None  # of the last inspected position
-    attribution: Attribution | None = None  # of the last attributed position
-    logit_difference: LogitDifference | None = None  # the last one split (see SplitDifference)
-    verification: Verification | None = None  # of the last verify
+    results: tuple[ViewResult, ...] = ()  # the newest result of each kind of request (see result)
     cache_event: CacheEvent | None = None  # of the last rewind or branch switch
     live: bool = True  # False for a recording: nothing can run the model
-    beams: BeamResult | None = None  # the last beam search
-    speculation: Speculation | None = None  # the last speculative run
     branches: tuple[BranchSummary, ...] = ()  # the current path first, then the others
     text: str = ""  # the generated text, decoded
     full_text: str = ""  # prompt and generated text, decoded
@@ -85,6 +73,10 @@ class Snapshot:
     def latest(self) -> StepRecord | None:
         return self.records[-1] if self.records else None
 
+    def result(self, kind: type[Request[R]]) -> R | None:
+        """The newest result of a request of this kind (Inspect, Attribute, Beams, ...), if any."""
+        return next((cast(R, value) for value in self.results if isinstance(value, kind.result_type)), None)
+
 
 @dataclass(frozen=True)
 class ComparisonSnapshot:
@@ -98,6 +90,7 @@ class ComparisonSnapshot:
     diffs: tuple[StepDiff, ...] = ()  # one per step both have taken or have pending
     parted_at: int | None = None  # the first step where their chosen tokens differ
     playing: bool = False
+    pace_s: float = 0.0  # autoplay's least time between steps (0: as fast as it runs)
     error: str | None = None
     notice: str | None = None  # one line of news (files saved)
     handled: int = 0  # commands handled before this snapshot (tests wait on it)

@@ -47,3 +47,16 @@ def adjust(
         seed = (s.seed * 7919 + 104_729) % SEEDS
         return s.replace(seed=seed if seed != s.seed else (seed + 1) % SEEDS)
     raise ValueError(f"unknown setting {name!r}")
+
+
+class Nudges:
+    """The settings keys' nudges, applied in order, remembering the temperature that turning greedy
+    off returns to (the last one before greedy was turned on)."""
+
+    def __init__(self, settings: SamplingSettings):
+        self.warm_temperature = settings.temperature or DEFAULT_SETTINGS.temperature
+
+    def apply(self, settings: SamplingSettings, name: str, direction: int = 1) -> SamplingSettings:
+        if not settings.greedy:
+            self.warm_temperature = settings.temperature
+        return adjust(settings, name, direction, restore_temperature=self.warm_temperature)

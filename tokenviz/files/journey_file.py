@@ -35,8 +35,8 @@ from tokenviz.contract.snapshot import Snapshot
 from tokenviz.contract.text import safe_text
 from tokenviz.files import journey_schema as schema
 from tokenviz.files.atomic import write_file
+from tokenviz.files.documents import trace_document
 from tokenviz.files.journey_schema import parse_journey
-from tokenviz.files.trace_document import document_of_snapshot
 
 FORMAT = "tokenviz-journey/1"
 MAX_FILE_BYTES = 1 << 30  # 1 GiB
@@ -171,7 +171,7 @@ def journey_file(
     is the trace document when there is one."""
     if snapshot.info is None:
         raise TokenvizError("nothing to save: the model has not loaded")
-    doc = dict(document or document_of_snapshot(snapshot))
+    doc = dict(document or trace_document(snapshot))
     doc["format"] = FORMAT
     doc["replay"] = {
         "info": snapshot.info.to_json(),

@@ -7,10 +7,10 @@ entropy of that distribution and its top candidates; then the total and the perp
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from tokenviz.contract.errors import TokenvizError
+from tokenviz.files.documents import score_document
 from tokenviz.journey.session import Session
 
 
@@ -20,26 +20,4 @@ def score_text(session: Session, text: str, chat: bool = False, system: str | No
     predictions = session.records[0].prompt_predictions
     if not predictions:
         raise TokenvizError("the text is a single token: there is nothing to score after the first")
-    chips = session.chips()
-    tokens = [
-        {
-            "index": p.position + 1,
-            "id": p.next_id,
-            "text": p.next_text,
-            "logprob": p.logprob,
-            "prob": p.next_prob,
-            "rank": p.next_rank,
-            "entropy": p.entropy,
-            "top": [{"id": c.id, "text": c.text, "prob": c.prob} for c in p.top],
-            **({"template": True} if chips[p.position + 1].is_template else {}),
-        }
-        for p in predictions
-    ]
-    total = sum(p.logprob for p in predictions)
-    return {
-        "model": session.runner.info.to_json(),
-        "first": {"id": chips[0].id, "text": chips[0].text},  # read, never predicted
-        "tokens": tokens,
-        "logprob": total,
-        "perplexity": math.exp(-total / len(tokens)),
-    }
+    return score_document(session.runner.info, session.chips(), predictions)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import cast
 
 import numpy as np
 import psutil
@@ -19,28 +18,17 @@ import torch
 from tokenviz.contract.attention import SavedAttention
 from tokenviz.contract.errors import Cancelled, PromptError, TokenvizError
 from tokenviz.contract.records import MAX_PINNED, StepRecord, TokenChip
-from tokenviz.contract.results import (
-    Analyses,
-    Attribution,
-    AttributionMethod,
-    BranchSummary,
-    CacheEvent,
-    Inspection,
-    LogitDifference,
-)
+from tokenviz.contract.results import BranchSummary, CacheEvent
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.prompt_predictions import join, predict_positions
 from tokenviz.decoding.prompt_predictions import read as read_predictions
 from tokenviz.decoding.sampling import decide, decide_on_device, follow_pinned, summarise
 from tokenviz.files.journey_file import rows_to_save
+from tokenviz.journey.analyses import JourneyAnalyses
 from tokenviz.journey.branches import Branch, BranchStore
-from tokenviz.journey.past_results import PastResults
 from tokenviz.journey.stops import stop_reason
 from tokenviz.journey.watching import token_of
-from tokenviz.model.attribution import attribute
 from tokenviz.model.chat import chat_ids
-from tokenviz.model.lens import inspect_positions
-from tokenviz.model.logit_difference import logit_difference
 from tokenviz.model.runner import Forward, ModelRunner
 from tokenviz.model.transfer import to_host
 
@@ -68,9 +56,7 @@ class Session:
         self.last_cache_event: CacheEvent | None = None
         self.branches = BranchStore()  # other paths from the same prompt
         self.pinned: tuple[int, ...] = ()  # the tokens followed at every step (see pin)
-        self._inspections: PastResults[Inspection] = PastResults()
-        self._attributions: PastResults[Attribution] = PastResults()
-        self._differences: PastResults[LogitDifference] = PastResults()
+        self.analyses = JourneyAnalyses(self)  # what the views compute on demand, kept by context
         self._pending_logits: torch.Tensor | None = None
         self._prefill_logits: torch.Tensor | None = None
         self._chips: list[TokenChip] = []  # see chips()
@@ -341,69 +327,6 @@ class Session:
         others = [t for t in self.pinned if t != token_id]
         self.pin(others if token_id in self.pinned else [*others, token_id], progress, cancelled)
         return token_id
-
-    def inspect(self, position: int) -> Inspection:
-        """Embedding, residual norms and logit lens at `position`, the watched tokens followed too
-        (cached: the past does not change)."""
-        context, chosen = self._past(position)
-        pinned = self.pinned
-
-        def compute() -> Inspection:
-            return inspect_positions(self.runner, list(context), [position], [chosen], pinned=pinned)[0]
-
-        return self._inspections.get((context, chosen, pinned), compute)
-
-    def attribute(
-        self,
-        position: int,
-        method: AttributionMethod,
-        progress: Callable[[int, int], None] = lambda done, total: None,
-        cancelled: Callable[[], bool] = lambda: False,
-    ) -> Attribution:
-        """How much each token up to `position` led to the token that followed it (cached)."""
-        context, chosen = self._past(position)
-
-        def compute() -> Attribution:
-            logprob, scores = attribute(self.runner, list(context), chosen, method, progress, cancelled)
-            return Attribution(method, position, chosen, self.runner.piece(chosen), logprob, tuple(scores))
-
-        return self._attributions.get((context, chosen, method), compute)
-
-    def logit_difference(self, position: int) -> LogitDifference:
-        """logit(a) − logit(b) of the first two watched tokens after `position`, split by layer (cached)."""
-        if len(self.pinned) < 2:
-            raise TokenvizError("watch two tokens (w) to split their logit difference by layer")
-        context, _ = self._past(position)
-        a, b = self.pinned[:2]
-        return self._differences.get((context, a, b), lambda: logit_difference(self.runner, list(context), a, b))
-
-    def kept_analyses(self) -> Analyses:
-        """The attributions and logit differences computed on the current path (a journey file keeps them)."""
-        ids, differences = tuple(self.ids), []
-        for key, difference in self._differences.items():
-            context = cast(tuple[tuple[int, ...], int, int], key)[0]
-            if ids[: len(context)] == context:
-                differences.append(difference)
-        return Analyses(tuple(self.kept_attributions()), tuple(differences))
-
-    def kept_attributions(self) -> list[Attribution]:
-        """The attributions computed on the current path (a journey file keeps them), oldest first."""
-        ids = tuple(self.ids)
-        pending = self.records[-1].decision.chosen_id if self.pending is not None else None
-        kept = []
-        for key, a in self._attributions.items():
-            context, chosen, _ = cast(tuple[tuple[int, ...], int, str], key)
-            n = len(context)
-            if ids[:n] == context and (ids[n : n + 1] == (chosen,) or (n == len(ids) and chosen == pending)):
-                kept.append(a)
-        return kept
-
-    def _past(self, position: int) -> tuple[tuple[int, ...], int]:
-        """The tokens up to `position` and the token that followed it (or is pending there)."""
-        if not 0 <= position < self.runner.kv_len:
-            raise TokenvizError(f"position {position} has not been through the model yet")
-        chosen = self.ids[position + 1] if position + 1 < len(self.ids) else self.records[-1].decision.chosen_id
-        return tuple(self.ids[: position + 1]), chosen
 
     def attention(self, rows: range, layers: Sequence[int]) -> np.ndarray:
         """The exact attention weights of positions `rows` of the current path for `layers`:

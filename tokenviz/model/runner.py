@@ -36,6 +36,7 @@ class Forward:
 
 class ModelRunner:
     def __init__(self, loaded: LoadedModel):
+        self.loaded = loaded  # (another runner may share its weights: a comparison on one model)
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
         self.device = next(self.model.parameters()).device

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 SPARK = " ▁▂▃▄▅▆▇█"
 
 
-def sparkline(values: list[float], width: int, top: float | None = None) -> str:
+def sparkline(values: Sequence[float], width: int, top: float | None = None) -> str:
     """The last `width` values, scaled so `top` (by default the largest) is a full block; a value
     above zero is never drawn as nothing."""
     values = values[-width:]

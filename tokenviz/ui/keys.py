@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
 from tokenviz.contract.settings import PACES_S
 
@@ -246,15 +246,23 @@ PALETTE_ONLY: tuple[tuple[str, str], ...] = (
     ("Speculative decoding: prompt lookup", "speculate('prompt-lookup')"),
     ("Attribution by gradient × input (one backward pass)", "attribution('grad')"),
     ("Attribution by leave-one-out (exact)", "attribution('loo')"),
+    ("Compare with other settings, side by side, on this model", "compare"),
     ("Export an SVG screenshot", "export_svg"),
-    ("Theme: choose a colour theme", "change_theme"),
+    ("Theme: choose a colour theme", "app.change_theme"),
 )
 # tokenviz compare: two journeys side by side, stepped together.
 COMPARE_KEYS: tuple[KeyRow, ...] = (
-    KeyRow("space, n", "both journeys take their next token", (Press("space,n", "step", "step"),)),
-    KeyRow("a", "autoplay on/off: both step until both stop", (Press("a", "autoplay", "play/pause"),)),
-    KeyRow("backspace", "rewind both one step", (Press("backspace", "rewind", "rewind"),)),
-    KeyRow("r", "both back to the prompt", (Press("r", "reset", "reset"),)),
+    KeyRow("space, n", "both journeys take their next token", (Press("space,n", "step", "step", "Step both"),)),
+    KeyRow(
+        "a", "autoplay on/off: both step until both stop", (Press("a", "autoplay", "play/pause", "Autoplay on/off"),)
+    ),
+    KeyRow("backspace", "rewind both one step", (Press("backspace", "rewind", "rewind", "Rewind both one step"),)),
+    KeyRow("r", "both back to the prompt", (Press("r", "reset", "reset", "Reset both to the prompt"),)),
+    KeyRow(
+        "- / +",
+        "autoplay slower / faster: " + ", ".join(PACE_LABELS),
+        (Press("minus", "pace(1)"), Press("plus", "pace(-1)", "pace")),
+    ),
     KeyRow(
         "← / →",
         "move the token cursor in both; the panes follow it",
@@ -262,16 +270,27 @@ COMPARE_KEYS: tuple[KeyRow, ...] = (
     ),
     KeyRow(
         "x",
-        "save both journeys (replayable, NAME-a.json and NAME-b.json) and the comparison (NAME.json) here",
-        (Press("x", "export", "export"),),
+        "save both journeys (replayable, NAME-a.json and NAME-b.json), the comparison (NAME.json) and a "
+        "screenshot (NAME.svg) here",
+        (Press("x", "export", "export", "Export both journeys and the comparison"),),
+    ),
+    KeyRow(
+        "escape",
+        "back to the journey, when the comparison was opened from the app's palette",
+        (Press("escape", "back", palette="Back to the journey"),),
     ),
     KeyRow("?", "help: what the two sides and the figures below them show", (Press("question_mark", "help", "help"),)),
+    KeyRow("ctrl+p", "command palette: every command above, an SVG screenshot and the theme picker"),
     KeyRow("q, ctrl+c", "quit", (Press("q", "quit", "quit"), Press("ctrl+c", "quit"))),
+)
+COMPARE_PALETTE_ONLY: tuple[tuple[str, str], ...] = (
+    ("Export an SVG screenshot", "export_svg"),
+    ("Theme: choose a colour theme", "app.change_theme"),
 )
 FOOTER_FIRST = ("quit", "help")  # the footer is cut at the right on a narrow terminal: these never are
 
 
-def bindings(rows: tuple[KeyRow, ...] = KEYS) -> list[Binding]:
+def bindings(rows: tuple[KeyRow, ...] = KEYS) -> list[BindingType]:
     """An app's BINDINGS in the footer's order: quit and help first, then the table's order."""
     pairs = [(row, p) for row in rows for p in row.presses]
     first = [(row, p) for name in FOOTER_FIRST for row, p in pairs if p.action == name and p.footer]
@@ -286,10 +305,12 @@ def model_actions() -> set[str]:
     return {p.action.split("(")[0] for row in KEYS for p in row.presses if not p.replay}
 
 
-def palette_entries() -> list[tuple[str, str]]:
-    """(label, action) for every command the palette offers, keyed ones first."""
-    keyed = [(p.palette, p.action) for row in KEYS for p in row.presses if p.palette]
-    return keyed + list(PALETTE_ONLY)
+def palette_entries(
+    rows: tuple[KeyRow, ...] = KEYS, palette_only: tuple[tuple[str, str], ...] = PALETTE_ONLY
+) -> list[tuple[str, str]]:
+    """(label, action) for every command a screen's palette offers, keyed ones first."""
+    keyed = [(p.palette, p.action) for row in rows for p in row.presses if p.palette]
+    return keyed + list(palette_only)
 
 
 def markdown_table(rows: tuple[KeyRow, ...] = KEYS) -> str:

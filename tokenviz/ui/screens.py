@@ -1,5 +1,5 @@
 """Modal screens: the help screen (its key table comes from tokenviz.ui.keys), the prompt editor, the
-continuation dialog and the watch dialog."""
+continuation, comparison and watch dialogs."""
 
 from __future__ import annotations
 
@@ -153,23 +153,23 @@ class PromptScreen(ModalScreen[PromptChoice | None]):
         self.dismiss(None)
 
 
-class ContinueScreen(ModalScreen[str | None]):
-    """A text of the user's own to force through the journey, token by token."""
+class AskScreen(ModalScreen[str | None]):
+    """One line of text asked for: Enter gives it, Escape closes."""
 
+    QUESTION: ClassVar[str]
+    PLACEHOLDER: ClassVar[str]
+    INPUT_ID: ClassVar[str]
     BINDINGS: ClassVar = [Binding("escape", "cancel", "cancel")]
     DEFAULT_CSS = """
-    ContinueScreen { align: center middle; }
-    ContinueScreen > Vertical { width: 80%; max-width: 100; height: auto; border: thick $primary;
-                                background: $surface; padding: 1 2; }
+    AskScreen { align: center middle; }
+    AskScreen > Vertical { width: 80%; max-width: 100; height: auto; border: thick $primary;
+                           background: $surface; padding: 1 2; }
     """
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(
-                "Continue with this text: each of its tokens is taken as a forced step at autoplay's pace, "
-                "so you see how likely the model found each one. Enter starts, Escape closes; any move stops it."
-            )
-            yield Input(placeholder=" Paris, the capital of France", id="continue-input")
+            yield Label(self.QUESTION)
+            yield Input(placeholder=self.PLACEHOLDER, id=self.INPUT_ID)
 
     def on_mount(self) -> None:
         self.query_one(Input).focus()
@@ -179,6 +179,28 @@ class ContinueScreen(ModalScreen[str | None]):
 
     def action_cancel(self) -> None:
         self.dismiss(None)
+
+
+class ContinueScreen(AskScreen):
+    """A text of the user's own to force through the journey, token by token."""
+
+    QUESTION = (
+        "Continue with this text: each of its tokens is taken as a forced step at autoplay's pace, "
+        "so you see how likely the model found each one. Enter starts, Escape closes; any move stops it."
+    )
+    PLACEHOLDER = " Paris, the capital of France"
+    INPUT_ID = "continue-input"
+
+
+class CompareDialog(AskScreen):
+    """B's settings for a comparison with this journey's (A's), on the same model."""
+
+    QUESTION = (
+        "Compare with other settings: this prompt runs twice side by side, A with the settings now and B "
+        "with these changes (NAME=VALUE, separated by spaces). Enter starts, Escape closes."
+    )
+    PLACEHOLDER = "temperature=0.7 top-k=10"
+    INPUT_ID = "compare-input"
 
 
 class WatchScreen(ModalScreen[int | str | None]):

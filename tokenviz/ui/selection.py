@@ -5,13 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tokenviz.contract.attention import Head
-from tokenviz.contract.records import PromptPrediction, StepRecord
+from tokenviz.contract.records import ModelInfo, PromptPrediction, StepRecord
 from tokenviz.contract.snapshot import Snapshot
 
 
 @dataclass(frozen=True)
 class Selection:
+    """A journey with its model loaded (`info` is the snapshot's, never None) and what is chosen in it."""
+
     snapshot: Snapshot
+    info: ModelInfo
     layer: int  # 0-based
     head: Head  # an index, "mean" or "max"
     cursor: int  # the selected token position

@@ -8,24 +8,30 @@ the rows the journey file kept, and the attribution and watch views the analyses
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from tokenviz.contract.attention import AttentionView, SavedAttention
-from tokenviz.contract.errors import TokenvizError
-from tokenviz.contract.results import Analyses
-from tokenviz.contract.snapshot import Snapshot
-from tokenviz.files.journey_file import save_journey
-from tokenviz.files.journey_page import save_page
-from tokenviz.worker.commands import (
+from tokenviz.contract.commands import (
     Attribute,
     Command,
-    Post,
+    Request,
     Reset,
     Rewind,
     Save,
     ShowAttention,
     SplitDifference,
+    Start,
     Step,
 )
+from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.results import Analyses, ViewResult
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.contract.snapshot import ComparisonSnapshot, Snapshot
+from tokenviz.contract.worker import Post, Worker
+from tokenviz.files.journey_file import save_journey
+from tokenviz.files.journey_page import save_page
+
+NO_MODEL = "this journey is a recording: nothing runs a model here"
 
 
 class RecordingWorker:
@@ -36,9 +42,9 @@ class RecordingWorker:
         self.analyses = analyses
         self._request: ShowAttention | None = None
         self.submitted = 0
-        self._post: Post | None = None
+        self._post: Post[Snapshot] | None = None
 
-    def start(self, post: Post) -> None:
+    def start(self, post: Post[Snapshot]) -> None:
         self._post = post
         post(self.snapshot)
 
@@ -47,7 +53,10 @@ class RecordingWorker:
         error = notice = None
         attention = self.snapshot.attention
         snapshot = self.snapshot
-        attribution, difference = snapshot.attribution, snapshot.logit_difference
+        results: dict[type[Request[Any]], ViewResult | None] = {
+            Attribute: snapshot.result(Attribute),
+            SplitDifference: snapshot.result(SplitDifference),
+        }
         match command:
             case ShowAttention():
                 self._request = command
@@ -68,12 +77,12 @@ class RecordingWorker:
                     error = str(exc)
             case Attribute(position=position, method=method):
                 kept = [a for a in self.analyses.attributions if (a.position, a.method) == (position, method)]
-                attribution = kept[-1] if kept else None  # (the view says the recording has none here)
+                results[Attribute] = kept[-1] if kept else None  # (the view says the recording has none here)
             case SplitDifference(position=position):
                 split = [d for d in self.analyses.logit_differences if d.position == position]
-                difference = split[-1] if split else None
+                results[SplitDifference] = split[-1] if split else None
             case _:
-                error = "this journey is a recording: nothing runs a model here"
+                error = NO_MODEL
         self.snapshot = dataclasses.replace(
             snapshot,
             seq=self.snapshot.seq + 1,
@@ -81,8 +90,7 @@ class RecordingWorker:
             error=error,
             notice=notice,
             attention=attention,
-            attribution=attribution,
-            logit_difference=difference,
+            results=tuple(value for value in results.values() if value is not None),
         )
         if self._post is not None:
             self._post(self.snapshot)
@@ -131,3 +139,6 @@ class RecordingWorker:
 
     def stop(self, timeout: float = 0.0) -> bool:
         return True  # nothing runs
+
+    def compare(self, a: SamplingSettings, b: SamplingSettings, prompt: Start) -> Worker[ComparisonSnapshot]:
+        raise TokenvizError(NO_MODEL)

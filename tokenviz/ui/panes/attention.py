@@ -39,7 +39,7 @@ class AttentionPane(LinesPane):
         self.set_title("attention")
 
     def draw(self, selection: Selection) -> None:
-        info = selection.snapshot.info
+        info = selection.info
         if info is not None:
             self.set_title(
                 f"attention · layer {selection.layer + 1}/{info.layers} · "
@@ -91,10 +91,10 @@ class AttentionPane(LinesPane):
         matrix = view.window(queries, keys, selection.head)
         matrix = np.repeat(np.repeat(matrix, zoom, axis=0), zoom_x, axis=1)
         style = self.rich_style  # computed from the CSS on each access: once here, not once per line
-        cursor_style = Style(color=self.colors.chip_cursor, bold=True)
+        cursor_style = Style(color=self.theme_colors.chip_cursor, bold=True)
         dim = Style(dim=True)
         chips = s.chips
-        colors = heat_colors(self.colors.heatmap_stops)
+        colors = heat_colors(self.theme_colors.heatmap_stops)
         lines = self._map(matrix, queries, zoom, cursor, chips, style, colors)
         lines += [Strip.blank(width, style)] * (map_rows - len(lines))  # the lines below stay put as rows come
         trailer = [
@@ -128,8 +128,8 @@ class AttentionPane(LinesPane):
     ) -> list[Strip]:
         """The map's lines, each labelled with its rows; a line that shows what it showed in the
         last frame is the same Strip (and so is not repainted)."""
-        width, shades, masked = self.size.width, self.app.no_color, self.colors.heatmap_masked
-        cursor_style = Style(color=self.colors.chip_cursor, bold=True)
+        width, shades, masked = self.size.width, self.app.no_color, self.theme_colors.heatmap_masked
+        cursor_style = Style(color=self.theme_colors.chip_cursor, bold=True)
         dim = Style(dim=True)
         codes = shade_lines(matrix) if shades else pair_codes(matrix, LEVELS)
         kept, lines, labelled = self._map_lines, [], -1

@@ -7,6 +7,7 @@ import math
 from rich.style import Style
 from rich.text import Text
 
+from tokenviz.contract.commands import Attribute
 from tokenviz.contract.results import Attribution
 from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell
@@ -23,7 +24,7 @@ EXPLAINED = {
 
 def current_attribution(selection: Selection) -> Attribution | None:
     """The snapshot's attribution if it explains the token after the cursor in this journey, else None."""
-    a = selection.snapshot.attribution
+    a = selection.snapshot.result(Attribute)
     if a is None or a.position != selection.cursor or a.target_id != selection.following_id:
         return None
     chips = selection.snapshot.chips
@@ -52,7 +53,7 @@ class AttributionPane(ScrollPane):
         text.append(f"  log p {a.logprob:.3f} (p {probability(math.exp(a.logprob))})\n")
         text.append(EXPLAINED[a.method] + "\n", Style(dim=True))
         text.append("+ raised the token's log p   − lowered it   (chips shaded by size)\n", Style(dim=True))
-        raised, lowered = Style(color=self.colors.bar), Style(color=self.colors.bar_final)
+        raised, lowered = Style(color=self.theme_colors.bar), Style(color=self.theme_colors.bar_final)
         for p in a.strongest(len(a.scores)):
             score = a.scores[p]
             text.append(cell(f"{visible(chips[p].text)}@{p}", 16) + " ")

@@ -3,7 +3,7 @@ and a border with a title."""
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from rich.console import Console
 from rich.segment import Segment
@@ -21,14 +21,11 @@ from tokenviz.ui.selection import Selection
 T = TypeVar("T")
 
 
-class Pane:
-    """Mixin for panes drawn from a Selection: keeps the last one and redraws it on resize
-    (the layout depends on the pane's size, which is only known once laid out)."""
+class Pane(Widget):
+    """A widget drawn from a Selection: it keeps the last one and redraws it on resize (the layout
+    depends on the pane's size, which is only known once laid out)."""
 
     selection: Selection | None = None
-    app: Any  # the Textual app (every widget has one)
-    border_title: Any
-    border_subtitle: Any
     _title_shown: str | None = None
     _subtitle_shown: str | None = None
 
@@ -44,7 +41,8 @@ class Pane:
             self.draw(self.selection)
 
     @property
-    def colors(self) -> ThemeColors:
+    def theme_colors(self) -> ThemeColors:
+        """The theme's colours for the panes (chips, bars, heatmap)."""
         return app_colors(self.app)
 
     def set_title(self, title: str) -> None:
@@ -60,7 +58,7 @@ class Pane:
             self.border_subtitle = subtitle
 
 
-class LinesPane(Pane, Widget):
+class LinesPane(Pane):
     """A bordered pane drawn as Strips (Textual's Line API). `show_lines` repaints only the lines
     that changed: a step that changes two lines of the pane costs two lines downstream (Textual's
     filters, the compositor, the terminal), not the whole pane. Lines are drawn for a size and a
@@ -115,7 +113,7 @@ class LinesPane(Pane, Widget):
         return self._blank
 
 
-class ScrollPane(Pane, VerticalScroll):
+class ScrollPane(VerticalScroll, Pane):
     """A bordered pane that scrolls one Static body (for content longer than the pane)."""
 
     DEFAULT_CSS = """

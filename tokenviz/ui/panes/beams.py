@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from tokenviz.contract.commands import Beams
 from tokenviz.render.pieces import visible
 from tokenviz.ui.panes.base import ScrollPane, pending_note
 from tokenviz.ui.selection import Selection
@@ -17,11 +18,11 @@ class BeamPane(ScrollPane):
 
     def draw(self, selection: Selection) -> None:
         body = self.body
-        result = selection.snapshot.beams
+        result = selection.snapshot.result(Beams)
         if result is None:
             body.update(pending_note(selection, "running a beam search from here…", "beam search"))
             return
-        chosen = self.colors.chosen
+        chosen = self.theme_colors.chosen
         text = Text(no_wrap=True, overflow="crop")
         text.append(
             f"width {result.width}: each step keeps the {2 * result.width} best continuations of all beams "

@@ -19,8 +19,8 @@ class BranchPane(ScrollPane):
     def draw(self, selection: Selection) -> None:
         body = self.body
         summaries = selection.snapshot.branches
-        chosen = self.colors.chosen
-        cursor = self.colors.chip_cursor
+        chosen = self.theme_colors.chosen
+        cursor = self.theme_colors.chip_cursor
         if len(summaries) < 2:
             body.update(
                 Text(

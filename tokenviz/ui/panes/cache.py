@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from tokenviz.contract.commands import Verify
 from tokenviz.render.bars import bar
 from tokenviz.render.sparkline import sparkline
 from tokenviz.render.units import human_bytes
@@ -16,10 +17,10 @@ class CachePane(ScrollPane):
     TITLE = "KV cache"
 
     def draw(self, selection: Selection) -> None:
-        s, info, latest = selection.snapshot, selection.snapshot.info, selection.snapshot.latest
+        s, info, latest = selection.snapshot, selection.info, selection.snapshot.latest
         if latest is None:
             return
-        bar_color = self.colors.bar
+        bar_color = self.theme_colors.bar
         tokens, total = latest.kv_len, latest.kv_bytes
         per_layer = total // max(info.layers, 1)
         per_token = total // max(tokens, 1)
@@ -28,7 +29,7 @@ class CachePane(ScrollPane):
         text.append(
             f"{tokens} tokens held · {human_bytes(total)} in all · {human_bytes(per_token)} per token\n", style="bold"
         )
-        v = s.verification
+        v = s.result(Verify)
         if v is None:
             text.append("press v to recompute this step without the cache and compare\n", style="dim")
         else:

@@ -77,10 +77,10 @@ class ChartsPane(Pane, Grid):
             "cache": "KV cache MB against tokens",
         }
         colors = [
-            rgb(self.colors.bar),
-            rgb(self.colors.bar_final),
-            rgb(self.colors.chosen),
-            rgb(self.colors.chip_cursor),
+            rgb(self.theme_colors.bar),
+            rgb(self.theme_colors.bar_final),
+            rgb(self.theme_colors.chosen),
+            rgb(self.theme_colors.chip_cursor),
         ]
         for name in CHARTS:
             widget = self.query_one(f"#chart-{name}", PlotextPlot)

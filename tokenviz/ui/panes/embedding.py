@@ -23,8 +23,8 @@ class EmbeddingPane(ScrollPane):
         if inspection is None:
             return
         i = inspection
-        colors = ramp(list(self.colors.heatmap_stops), 32)
-        bar_color = self.colors.bar
+        colors = ramp(list(self.theme_colors.heatmap_stops), 32)
+        bar_color = self.theme_colors.bar
         text = Text(no_wrap=True, overflow="crop")
         text.append(f"token {visible(i.token_text)} id {i.token_id} at position {i.position}\n", style="bold")
         text.append(f"embedding row {i.token_id} (first {len(i.embedding_head)} dims, norm {i.embedding_norm:.3f}):\n")

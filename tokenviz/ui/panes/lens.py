@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from tokenviz.contract.commands import Inspect
 from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell
 from tokenviz.render.pieces import visible
@@ -14,7 +15,7 @@ from tokenviz.ui.selection import Selection
 def current_inspection(selection: Selection):
     """The snapshot's inspection if it belongs to the cursor's position of this journey, else None."""
     s = selection.snapshot
-    inspection = s.inspection
+    inspection = s.result(Inspect)
     if inspection is None or inspection.position != selection.cursor or selection.cursor >= len(s.chips):
         return None
     if inspection.token_id != s.chips[selection.cursor].id or inspection.chosen_id != selection.following_id:
@@ -39,8 +40,8 @@ class LensPane(ScrollPane):
         inspection = inspection_or_note(selection, body, "computing the lens for this position…")
         if inspection is None:
             return
-        chosen_color = self.colors.chosen
-        bar_color = self.colors.bar
+        chosen_color = self.theme_colors.chosen
+        bar_color = self.theme_colors.bar
         first = inspection.first_top1_layer
         width = max(self.size.width - 2, 30)
         piece_w = 9 if width < 90 else 12
@@ -71,7 +72,7 @@ class LensPane(ScrollPane):
                 text.append(f" {prob:5.3f} ")
             text.append(f"{row.chosen_rank:>5} {row.chosen_prob:>7.4f} ")
             for rank, prob in row.pinned:
-                text.append(f"{rank:>6} {prob:5.3f} ", style=self.colors.bar_final)
+                text.append(f"{rank:>6} {prob:5.3f} ", style=self.theme_colors.bar_final)
             text.append(bar(row.chosen_prob, bar_w) + "\n", style=bar_color)
         text.rstrip()
         self.border_subtitle = "the last row is the model's own output"

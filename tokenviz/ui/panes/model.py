@@ -12,7 +12,7 @@ class ModelPane(ScrollPane):
     TITLE = "model"
 
     def draw(self, selection: Selection) -> None:
-        i = selection.snapshot.info
+        i = selection.info
         if i is None:
             return
         rows = [

@@ -40,8 +40,8 @@ class NextTokenPane(BoxPane):
 
     def _table(self, top: Sequence[Candidate], marked: Candidate, marked_rank: int) -> Text:
         """The candidates with `marked` (the token that followed) shown even outside them."""
-        chosen_color = self.colors.chosen
-        bar_color = self.colors.bar
+        chosen_color = self.theme_colors.chosen
+        bar_color = self.theme_colors.bar
         rows = max(self.size.height - 1, 3)
         width = max(self.size.width, 24)
         show_logit = width >= 46  # narrow panes drop the logit column first

@@ -56,9 +56,9 @@ class SamplingPane(BoxPane):
             self.update(Text("No decision at this position: the prompt's tokens were given, not sampled.", style="dim"))
             return
         d = record.decision
-        chosen_color = self.colors.chosen
-        bar_color = self.colors.bar
-        final_color = self.colors.bar_final
+        chosen_color = self.theme_colors.chosen
+        bar_color = self.theme_colors.bar
+        final_color = self.theme_colors.bar_final
 
         pipeline = Text("logits → softmax", style="bold")
         for st in d.stages:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from tokenviz.contract.commands import Speculate
 from tokenviz.render.pieces import visible
 from tokenviz.ui.panes.base import ScrollPane, pending_note
 from tokenviz.ui.selection import Selection
@@ -14,12 +15,12 @@ class SpeculationPane(ScrollPane):
 
     def draw(self, selection: Selection) -> None:
         body = self.body
-        result = selection.snapshot.speculation
+        result = selection.snapshot.result(Speculate)
         if result is None:
             body.update(pending_note(selection, "drafting and verifying…", "speculation"))
             return
         spec, pieces = result, result.texts
-        ok = self.colors.chosen
+        ok = self.theme_colors.chosen
         text = Text(no_wrap=True, overflow="crop")
         text.append(
             f"drafter: {spec.drafter} · {len(spec.rounds)} target forwards for {len(spec.ids)} tokens "

@@ -18,7 +18,7 @@ class TimingPane(BoxPane):
         s = selection.snapshot
         if not s.records:
             return
-        bar_color = self.colors.bar
+        bar_color = self.theme_colors.bar
         prefill = s.records[0]
         decode = [r.forward_ms for r in s.records[1:]]
         sampling = [r.decision.ms for r in s.records]

@@ -106,7 +106,7 @@ class TokensPane(BoxPane):
         self.set_subtitle(f"{s.prompt_len} prompt · {n_gen} generated · cursor at position {cursor}{lines}{shading}")
 
     def _append_chip(self, text: Text, i: int, cursor: int) -> None:
-        chip, colors = self._chips[i], self.colors
+        chip, colors = self._chips[i], self.theme_colors
         if i == self._prompt_len and i:
             text.append(GENERATION_MARK, Style(color=colors.chip_newest, bold=True))
         shade = self._attribution_shade(i) or self._surprisal_shade(i)
@@ -156,7 +156,7 @@ class TokensPane(BoxPane):
 
     def _shade(self, fraction: float) -> Style:
         level = round(min(max(fraction, 0.0), 1.0) * (SHADES - 1))
-        return _shade_styles(self.colors.heatmap_stops)[level]
+        return _shade_styles(self.theme_colors.heatmap_stops)[level]
 
     @staticmethod
     def _decoded(full_text: str, width: int) -> Text:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from rich.style import Style
 from rich.text import Text
 
+from tokenviz.contract.commands import SplitDifference
 from tokenviz.contract.results import LogitDifference
 from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell
@@ -23,7 +24,7 @@ from tokenviz.ui.selection import Selection
 def current_difference(selection: Selection) -> LogitDifference | None:
     """The snapshot's split if it is of the first two watched tokens after the cursor, else None."""
     s = selection.snapshot
-    d = s.logit_difference
+    d = s.result(SplitDifference)
     if d is None or len(s.pinned) < 2 or d.position != selection.cursor:
         return None
     return d if (d.a_id, d.b_id) == (s.pinned[0][0], s.pinned[1][0]) else None
@@ -60,10 +61,10 @@ class WatchPane(ScrollPane):
             top = max(raw + final) or 1.0  # one scale for both lines: the token's largest probability
             label = cell(f"{visible(piece)} ({token})", 18)
             text.append(label + " raw   ", Style(bold=True))
-            text.append(cell(sparkline(raw, spark_w, top), spark_w), Style(color=self.colors.bar))
+            text.append(cell(sparkline(raw, spark_w, top), spark_w), Style(color=self.theme_colors.bar))
             text.append(f" {probability(now.prob) if now else '—':>7}  rank {now.rank if now else '—'}\n")
             text.append(" " * 18 + " final ")
-            text.append(cell(sparkline(final, spark_w, top), spark_w), Style(color=self.colors.bar_final))
+            text.append(cell(sparkline(final, spark_w, top), spark_w), Style(color=self.theme_colors.bar_final))
             text.append(f" {probability(now.final_prob) if now else '—':>7}")
             text.append(f"  (full block: p {probability(top)})\n", Style(dim=True))
         if len(s.pinned) >= 2:
@@ -88,7 +89,7 @@ class WatchPane(ScrollPane):
         )
         top = max((abs(x) for x in (d.embedding, *d.attention, *d.mlp)), default=0.0) or 1.0
         bar_w = max((width - 34) // 2, 4)
-        up, down = Style(color=self.colors.bar), Style(color=self.colors.bar_final)
+        up, down = Style(color=self.theme_colors.bar), Style(color=self.theme_colors.bar_final)
 
         def share(value: float) -> None:
             text.append(f"{value:+8.3f} ")

@@ -1,46 +1,35 @@
-"""tokenviz compare: two journeys on one prompt side by side, stepped together, and how they differ.
+"""The comparison's screen: two journeys on one prompt side by side, stepped together, and how they
+differ (`tokenviz compare`, or from the app's palette on the journey's model).
 
-Each side shows its tokens and its next-token candidates (the panes of the main app, drawn from that
+Each side shows its tokens and its next-token candidates (the journey's panes, drawn from that
 side's Snapshot); below, every step's KL divergence, whether the two top-1 agree and the rank each
 gives the other's choice. The first token where the paths part is marked in both token strips.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import ClassVar
 
 from rich.style import Style
 from rich.text import Text
-from textual import on
-from textual.app import App, ComposeResult
+from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.message import Message
-from textual.reactive import reactive
 from textual.widgets import Footer, Static
 
+from tokenviz.contract.commands import Command, Save
 from tokenviz.contract.snapshot import ComparisonSnapshot, Snapshot
-from tokenviz.files.atomic import free_name
 from tokenviz.render.columns import cell
 from tokenviz.render.pieces import visible
 from tokenviz.render.sparkline import sparkline
-from tokenviz.ui.keys import COMPARE_KEYS, bindings
+from tokenviz.ui.keys import COMPARE_KEYS, COMPARE_PALETTE_ONLY, bindings
 from tokenviz.ui.panes.base import BoxPane
 from tokenviz.ui.panes.next_token import NextTokenPane
 from tokenviz.ui.panes.tokens import TokensPane
-from tokenviz.ui.screens import COMPARE_HELP, HelpScreen
+from tokenviz.ui.screens import COMPARE_HELP
 from tokenviz.ui.selection import Selection
-from tokenviz.ui.themes import DEFAULT_THEME, load_themes
-from tokenviz.worker.commands import Play, Reset, Rewind, Save, Step
-from tokenviz.worker.comparing import CompareWorker
+from tokenviz.ui.worker_screen import WorkerScreen
 
 SIDES = ("a", "b")
-
-
-class ComparisonUpdate(Message):
-    def __init__(self, snapshot: ComparisonSnapshot):
-        super().__init__()
-        self.snapshot = snapshot
 
 
 def describe(s: Snapshot) -> str:
@@ -68,12 +57,14 @@ class DiffPane(BoxPane):
         text = Text(no_wrap=True, overflow="crop")
         kl = [d.kl for d in c.diffs]
         text.append("KL(A ‖ B), bits, every step: ", Style(bold=True))
-        text.append(sparkline(kl, max(width - 40, 8)) + "\n", Style(color=self.colors.bar))
+        text.append(sparkline(kl, max(width - 40, 8)) + "\n", Style(color=self.theme_colors.bar))
         if c.parted_at is None:
             text.append("the paths have not parted: both chose the same token at every step\n")
         elif c.a and c.b:
             a, b = c.a.records[c.parted_at].decision, c.b.records[c.parted_at].decision
-            text.append(f"▼ the paths part at step {c.parted_at}: ", Style(bold=True, color=self.colors.bar_final))
+            text.append(
+                f"▼ the paths part at step {c.parted_at}: ", Style(bold=True, color=self.theme_colors.bar_final)
+            )
             text.append(f"A took {visible(a.chosen_text)}, B took {visible(b.chosen_text)}\n")
         text.append(f"{'step':>5} {'KL bits':>9} {'top-1':>6} {'A ranks B':>10} {'B ranks A':>10}\n", Style(bold=True))
         rows = max(self.size.height - 5, 1)
@@ -90,28 +81,21 @@ class DiffPane(BoxPane):
         self.set_subtitle(f"{c.state}{' · ' + c.message if c.message else ''}")
 
 
-class CompareApp(App):
-    TITLE = "tokenviz compare"
+class CompareScreen(WorkerScreen[ComparisonSnapshot]):
+    KEY_ROWS = COMPARE_KEYS
+    PALETTE_ONLY = COMPARE_PALETTE_ONLY
     BINDINGS: ClassVar = bindings(COMPARE_KEYS)
+    HELP = COMPARE_HELP
+    EXPORT_NAME = "tokenviz-compare"
+    EXPORT_SUFFIXES = ("-a.json", "-b.json", ".json")
     DEFAULT_CSS = """
-    #sides { height: 1fr; }
-    #sides > Vertical { width: 1fr; }
-    .label { height: 1; padding: 0 1; color: $primary; text-style: bold; }
-    CompareApp TokensPane { height: 1fr; }
-    CompareApp NextTokenPane { height: 1fr; width: 100%; }
-    DiffPane { height: 12; }
+    CompareScreen #sides { height: 1fr; }
+    CompareScreen #sides > Vertical { width: 1fr; }
+    CompareScreen .label { height: 1; padding: 0 1; color: $primary; text-style: bold; }
+    CompareScreen TokensPane { height: 1fr; }
+    CompareScreen NextTokenPane { height: 1fr; width: 100%; }
+    CompareScreen DiffPane { height: 12; }
     """
-
-    cursor: reactive[int | None] = reactive(None, init=False)  # None: follow the newest token
-
-    def __init__(self, worker: CompareWorker, theme: str = DEFAULT_THEME):
-        super().__init__()
-        self.worker = worker
-        self.snapshot: ComparisonSnapshot | None = None
-        self.fatal_error: str | None = None
-        for t in load_themes().values():
-            self.register_theme(t)
-        self.theme = theme
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="sides"):
@@ -123,21 +107,9 @@ class CompareApp(App):
         yield DiffPane()
         yield Footer()
 
-    def on_mount(self) -> None:
-        self.worker.start(lambda snapshot: self.post_message(ComparisonUpdate(snapshot)))
-
-    def on_unmount(self) -> None:
-        self.worker.stop(timeout=0.5)
-
-    @on(ComparisonUpdate)
-    def _update(self, message: ComparisonUpdate) -> None:
-        c = self.snapshot = message.snapshot
-        if c.error:
-            self.notify(c.error, severity="error", timeout=6)
-            if c.state == "error":
-                self.fatal_error = c.error
-        if c.notice:
-            self.notify(c.notice, title="export")
+    def draw(self, before: ComparisonSnapshot | None, c: ComparisonSnapshot) -> None:
+        if c.state == "error" and c.a is None:
+            self.fatal_error = c.error
         self.refresh_panes()
 
     def refresh_panes(self) -> None:
@@ -146,11 +118,11 @@ class CompareApp(App):
             return
         cursor_step = None
         for side, s in zip(SIDES, (c.a, c.b)):
-            if s is None or not s.records:
+            if s is None or not s.records or s.info is None:
                 continue
             positions = s.prompt_len + len(s.records) - 1
             cursor = positions - 1 if self.cursor is None else min(self.cursor, positions - 1)
-            selection = Selection(snapshot=s, layer=0, head="mean", cursor=cursor)
+            selection = Selection(snapshot=s, info=s.info, layer=0, head="mean", cursor=cursor)
             self.query_one(f"#label-{side}", Static).update(Text(f"{side.upper()}: {describe(s)}"))
             tokens = self.query_one(f"#tokens-{side}", TokensPane)
             tokens.marked = None if c.parted_at is None else s.prompt_len + c.parted_at
@@ -162,21 +134,11 @@ class CompareApp(App):
     def watch_cursor(self) -> None:
         self.refresh_panes()
 
-    def action_step(self) -> None:
-        self.cursor = None
-        self.worker.submit(Step())
+    def exportable(self) -> bool:
+        return self.snapshot is not None and self.snapshot.a is not None
 
-    def action_autoplay(self) -> None:
-        self.cursor = None
-        self.worker.submit(Play())
-
-    def action_rewind(self) -> None:
-        self.cursor = None
-        self.worker.submit(Rewind())
-
-    def action_reset(self) -> None:
-        self.cursor = None
-        self.worker.submit(Reset())
+    def export_request(self, stem: str) -> Command:
+        return Save(path=stem)
 
     def action_cursor(self, delta: int) -> None:
         c = self.snapshot
@@ -186,13 +148,9 @@ class CompareApp(App):
         current = positions - 1 if self.cursor is None else self.cursor
         self.cursor = min(max(current + delta, 0), positions - 1)
 
-    def action_help(self) -> None:
-        self.push_screen(HelpScreen(COMPARE_HELP))
-
-    def action_export(self) -> None:
-        stem = free_name(f"tokenviz-compare-{datetime.now():%Y%m%d-%H%M%S}", ("-a.json", "-b.json", ".json"))
-        self.worker.submit(Save(path=stem))
-
-    async def action_quit(self) -> None:
-        self.worker.stop(timeout=0)
-        self.exit()
+    def action_back(self) -> None:
+        """Back to the journey this comparison was opened from (none: `tokenviz compare` alone)."""
+        if len(self.app.screen_stack) > 1:
+            self.app.pop_screen()
+        else:
+            self.notify("this comparison is the whole app: q quits", severity="information")

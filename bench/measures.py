@@ -1,7 +1,7 @@
 """The benchmark: what watching costs over running the model bare, as ratios measured side by side
 in one process on the same model, device and dtype.
 
-    python -m tokenviz.bench [--device auto|cpu|cuda] [--dtype ...] [--quick] [--out bench/results]
+    python -m bench [--device auto|cpu|cuda] [--dtype ...] [--quick] [--out bench/results]
 
 Prints a table and writes bench/results/<device>-<date>.json.
 """
@@ -29,11 +29,11 @@ from pathlib import Path
 import psutil
 import torch
 
+from tokenviz.contract.commands import Play, Reset
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
 from tokenviz.model.loading import LoadedModel, bundled_gguf, convert_gguf, gguf_cache_dir, load_model
 from tokenviz.model.runner import ModelRunner
-from tokenviz.worker.commands import Play, Reset
 from tokenviz.worker.engine import EngineWorker
 
 PROMPT = "The Eiffel Tower is located in"
@@ -68,7 +68,7 @@ def bare_model(loaded: LoadedModel, source: str, device: torch.device):
 
     with _quiet():
         model = AutoModelForCausalLM.from_pretrained(source, dtype=loaded.model.dtype, attn_implementation="sdpa")
-    return model.to(device).eval()
+    return model.to(device).eval()  # type: ignore[arg-type]  # transformers wraps .to
 
 
 @torch.inference_mode()
@@ -185,11 +185,17 @@ def app_autoplay(loaded, context: int = 2000, tokens: int = 16, rounds: int = 8)
     async def alternate() -> None:
         bare = BurstClock(lambda progress: loaded, settings, prompt)
         ready = threading.Event()
-        bare.start(lambda snapshot: snapshot.state == "ready" and ready.set())
+
+        def note_ready(snapshot) -> None:
+            if snapshot.state == "ready":
+                ready.set()
+
+        bare.start(note_ready)
         app_worker = BurstClock(lambda progress: loaded, settings, prompt)
         app = TokenvizApp(app_worker)
         async with app.run_test(size=(200, 60)) as pilot:
-            while app.snapshot is None or app.snapshot.state not in ("ready", "error") or not ready.is_set():
+            journey = app.journey
+            while journey.snapshot is None or journey.snapshot.state not in ("ready", "error") or not ready.is_set():
                 await pilot.pause(0.05)
             await pilot.pause(0.5)  # the first frame drawn
             for _ in range(rounds):
@@ -198,10 +204,10 @@ def app_autoplay(loaded, context: int = 2000, tokens: int = 16, rounds: int = 8)
                 headless.append(bare.seconds())
                 bare.submit(Reset())  # back to the prompt, its prefill kept
                 app_worker.begin()
-                app.submit(Play(on=True))
+                journey.submit(Play(on=True))
                 await asyncio.to_thread(app_worker.ended.wait)
                 shown.append(app_worker.seconds())
-                app.submit(Reset())
+                journey.submit(Reset())
                 await pilot.pause(0.3)  # the app draws the reset before the next burst
         bare.stop()
 
@@ -397,7 +403,7 @@ async def frame_ms(snapshots: list, size: tuple[int, int], rounds: int = 3) -> f
     gc.collect()  # a collection owed by building the journeys is not a frame's cost
     async with app.run_test(size=size) as pilot:
         await pilot.pause(0.2)
-        screen = app.screen
+        screen = app.journey
         composed = screen._compositor_refresh
         written: list[asyncio.Future] = []
 
@@ -406,7 +412,7 @@ async def frame_ms(snapshots: list, size: tuple[int, int], rounds: int = 3) -> f
             if written and not written[-1].done():
                 written[-1].set_result(time.thread_time())
 
-        screen._compositor_refresh = refreshed
+        screen._compositor_refresh = refreshed  # type: ignore[method-assign]  # Textual's own: timed, not changed
         display = app._display
 
         def displayed(screen, update) -> None:  # headless: the terminal's text is made, not sent
@@ -414,7 +420,7 @@ async def frame_ms(snapshots: list, size: tuple[int, int], rounds: int = 3) -> f
             if update is not None:
                 update.render_segments(app.console)
 
-        app._display = displayed
+        app._display = displayed  # type: ignore[method-assign,assignment]  # as above
         seq = snapshots[-1].seq
         for _ in range(rounds):
             for snap in snapshots[1:]:
@@ -422,8 +428,8 @@ async def frame_ms(snapshots: list, size: tuple[int, int], rounds: int = 3) -> f
                 await pilot.pause()
                 written.append(asyncio.get_running_loop().create_future())
                 started = time.thread_time()
-                app.snapshot = dataclasses.replace(snap, seq=seq)
-                app._apply_snapshot()
+                screen.snapshot = dataclasses.replace(snap, seq=seq)
+                screen._apply_snapshot()
                 times.append(await written[-1] - started)
     return statistics.median(times) * 1000
 
@@ -526,7 +532,7 @@ def verdicts(r: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tokenviz.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--quick", action="store_true", help="fewer steps (a smoke run, not for the record)")

@@ -1,14 +1,39 @@
-"""What the UI can ask of a worker: commands as frozen dataclasses, and the Worker interface."""
+"""What the UI can ask of a worker: commands as frozen dataclasses.
+
+A command that asks for a view's result is a Request[R]: the snapshots after it carry its newest
+result, of type R (Snapshot.result(kind)). A new view is one pane, one Request and one result type.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import typing
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Generic, TypeVar
 
 from tokenviz.contract.attention import window
-from tokenviz.contract.results import AttributionMethod
-from tokenviz.contract.snapshot import Snapshot
+from tokenviz.contract.results import (
+    Attribution,
+    AttributionMethod,
+    BeamResult,
+    Inspection,
+    LogitDifference,
+    Speculation,
+    Verification,
+)
+
+R = TypeVar("R")
+
+
+class Request(Generic[R]):
+    """A command whose answer is a view's result of type R, carried by every later snapshot."""
+
+    result_type: ClassVar[type]  # R, at run time
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        for base in getattr(cls, "__orig_bases__", ()):
+            if typing.get_origin(base) is Request:
+                cls.result_type = typing.get_args(base)[0]
 
 
 @dataclass(frozen=True)
@@ -87,12 +112,12 @@ class Play:
 
 
 @dataclass(frozen=True)
-class Inspect:
+class Inspect(Request[Inspection]):
     position: int
 
 
 @dataclass(frozen=True)
-class Attribute:
+class Attribute(Request[Attribution]):
     """Which tokens up to `position` led to the token after it (see tokenviz.model.attribution)."""
 
     position: int
@@ -107,25 +132,25 @@ class Watch:
 
 
 @dataclass(frozen=True)
-class SplitDifference:
+class SplitDifference(Request[LogitDifference]):
     """The logit difference of the first two watched tokens after `position`, split by layer."""
 
     position: int
 
 
 @dataclass(frozen=True)
-class Verify:
+class Verify(Request[Verification]):
     """Recompute the latest step without the cache and compare."""
 
 
 @dataclass(frozen=True)
-class Beams:
+class Beams(Request[BeamResult]):
     width: int
     steps: int = 10
 
 
 @dataclass(frozen=True)
-class Speculate:
+class Speculate(Request[Speculation]):
     drafter: str  # prompt-lookup or early-exit:LAYER
     steps: int = 16
 
@@ -180,21 +205,3 @@ Command = (
 
 # Commands that change the journey pause autoplay first; settings and view changes do not.
 Move = Step | Force | BranchAt | SwitchBranch | Rewind | Reset | Start | Continue
-
-Post = Callable[[Snapshot], object]  # hands a Snapshot to the UI; must be thread-safe
-
-
-class Worker(Protocol):
-    """What the app holds: it starts the worker, submits commands and stops it."""
-
-    submitted: int  # commands submitted so far (a Snapshot's `handled` catches up with it)
-
-    def start(self, post: Post) -> None: ...
-
-    def submit(self, command: Command) -> None: ...
-
-    def cancel(self) -> None: ...
-
-    def space_frames(self, seconds: float) -> None: ...
-
-    def stop(self, timeout: float = 1.0) -> bool: ...

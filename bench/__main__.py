@@ -1,0 +1,5 @@
+import sys
+
+from bench.measures import main
+
+sys.exit(main())

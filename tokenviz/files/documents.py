@@ -1,0 +1,100 @@
+"""Every JSON document tokenviz prints or writes, built from plain data in one place: the trace
+(`tokenviz trace --json`, and the start of a saved journey), a run that did not step a journey
+(beams, speculation), a comparison and a score."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.records import ModelInfo, PromptPrediction, TokenChip
+from tokenviz.contract.results import StepDiff
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.contract.snapshot import Snapshot
+
+
+def trace_document(snapshot: Snapshot) -> dict[str, Any]:
+    """The trace document: model, prompt, every committed step, the text."""
+    if snapshot.info is None:
+        raise TokenvizError("no journey yet: the model has not loaded")
+    committed = len(snapshot.chips) - snapshot.prompt_len
+    return {
+        "model": snapshot.info.to_json(),
+        "settings": snapshot.settings.to_json(),
+        "prompt": [{"id": c.id, "text": c.text} for c in snapshot.chips[: snapshot.prompt_len]],
+        "steps": [r.to_json() for r in snapshot.records[:committed]],
+        "prefill_ms": snapshot.records[0].forward_ms if snapshot.records else None,
+        "stop_reason": snapshot.stop_reason,
+        "text": snapshot.text,
+        "full_text": snapshot.full_text,
+    }
+
+
+def output_document(
+    info: ModelInfo,
+    settings: SamplingSettings,
+    prompt: Sequence[tuple[int, str]],
+    generated: Sequence[tuple[int, str]],
+    text: str,
+    full_text: str,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The trace document of a run that produced `generated` (id, piece) without stepping a journey
+    (beams, speculation): `extra` holds the run's own record."""
+    return {
+        "model": info.to_json(),
+        "settings": settings.to_json(),
+        "prompt": [{"id": t, "text": piece} for t, piece in prompt],
+        "steps": [{"index": i, "chosen": {"id": t, "text": piece}} for i, (t, piece) in enumerate(generated)],
+        **extra,
+        "text": text,
+        "full_text": full_text,
+    }
+
+
+def comparison_document(a: Snapshot, b: Snapshot, diffs: Sequence[StepDiff]) -> dict[str, Any]:
+    """Both journeys as trace documents, with their differences over the steps both have taken and
+    the first of them where their chosen tokens part."""
+    da, db = trace_document(a), trace_document(b)
+    both = min(len(da["steps"]), len(db["steps"]))
+    parted = next(
+        (
+            ra.index
+            for ra, rb in zip(a.records[:both], b.records[:both])
+            if ra.decision.chosen_id != rb.decision.chosen_id
+        ),
+        None,
+    )
+    return {"a": da, "b": db, "diff": [d.to_json() for d in diffs[:both]], "parted_at": parted}
+
+
+def score_document(
+    info: ModelInfo, chips: Sequence[TokenChip], predictions: Sequence[PromptPrediction]
+) -> dict[str, Any]:
+    """How likely the model found each token of a text after the first (read, never predicted):
+    its log-probability, probability, rank, the entropy and top candidates there; the total and the
+    perplexity."""
+    tokens = [
+        {
+            "index": p.position + 1,
+            "id": p.next_id,
+            "text": p.next_text,
+            "logprob": p.logprob,
+            "prob": p.next_prob,
+            "rank": p.next_rank,
+            "entropy": p.entropy,
+            "top": [{"id": c.id, "text": c.text, "prob": c.prob} for c in p.top],
+            **({"template": True} if chips[p.position + 1].is_template else {}),
+        }
+        for p in predictions
+    ]
+    total = sum(p.logprob for p in predictions)
+    return {
+        "model": info.to_json(),
+        "first": {"id": chips[0].id, "text": chips[0].text},
+        "tokens": tokens,
+        "logprob": total,
+        "perplexity": math.exp(-total / len(tokens)),
+    }

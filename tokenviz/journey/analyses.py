@@ -1,0 +1,105 @@
+"""What the views compute about a journey on demand: the logit lens at a position, attribution and
+the split logit difference. Each is kept by the tokens it was computed on (the past does not
+change), so moving the cursor back and forth costs one computation each; a journey file keeps the
+ones about the current path."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol, cast
+
+from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.records import StepRecord
+from tokenviz.contract.results import Analyses, Attribution, AttributionMethod, Inspection, LogitDifference
+from tokenviz.journey.past_results import PastResults
+from tokenviz.model.attribution import attribute
+from tokenviz.model.lens import inspect_positions
+from tokenviz.model.logit_difference import logit_difference
+from tokenviz.model.runner import ModelRunner
+
+
+class Journey(Protocol):
+    """What the analyses read of a journey (a Session is one)."""
+
+    runner: ModelRunner
+    ids: list[int]  # prompt + committed tokens
+    records: list[StepRecord]
+    pinned: tuple[int, ...]  # the watched tokens
+
+    @property
+    def pending(self) -> StepRecord | None: ...
+
+
+class JourneyAnalyses:
+    def __init__(self, session: Journey):
+        self.session = session
+        self._inspections: PastResults[Inspection] = PastResults()
+        self._attributions: PastResults[Attribution] = PastResults()
+        self._differences: PastResults[LogitDifference] = PastResults()
+
+    def inspect(self, position: int) -> Inspection:
+        """Embedding, residual norms and logit lens at `position`, the watched tokens followed too."""
+        context, chosen = self._past(position)
+        pinned, runner = self.session.pinned, self.session.runner
+
+        def compute() -> Inspection:
+            return inspect_positions(runner, list(context), [position], [chosen], pinned=pinned)[0]
+
+        return self._inspections.get((context, chosen, pinned), compute)
+
+    def attribute(
+        self,
+        position: int,
+        method: AttributionMethod,
+        progress: Callable[[int, int], None] = lambda done, total: None,
+        cancelled: Callable[[], bool] = lambda: False,
+    ) -> Attribution:
+        """How much each token up to `position` led to the token that followed it."""
+        context, chosen = self._past(position)
+        runner = self.session.runner
+
+        def compute() -> Attribution:
+            logprob, scores = attribute(runner, list(context), chosen, method, progress, cancelled)
+            return Attribution(method, position, chosen, runner.piece(chosen), logprob, tuple(scores))
+
+        return self._attributions.get((context, chosen, method), compute)
+
+    def logit_difference(self, position: int) -> LogitDifference:
+        """logit(a) − logit(b) of the first two watched tokens after `position`, split by layer."""
+        pinned = self.session.pinned
+        if len(pinned) < 2:
+            raise TokenvizError("watch two tokens (w) to split their logit difference by layer")
+        context, _ = self._past(position)
+        a, b = pinned[:2]
+        runner = self.session.runner
+        return self._differences.get((context, a, b), lambda: logit_difference(runner, list(context), a, b))
+
+    def kept(self) -> Analyses:
+        """The attributions and logit differences computed on the current path (a journey file keeps them)."""
+        ids, differences = tuple(self.session.ids), []
+        for key, difference in self._differences.items():
+            context = cast(tuple[tuple[int, ...], int, int], key)[0]
+            if ids[: len(context)] == context:
+                differences.append(difference)
+        return Analyses(tuple(self.kept_attributions()), tuple(differences))
+
+    def kept_attributions(self) -> list[Attribution]:
+        """The attributions computed on the current path, oldest first."""
+        s = self.session
+        ids = tuple(s.ids)
+        pending = s.records[-1].decision.chosen_id if s.pending is not None else None
+        kept = []
+        for key, a in self._attributions.items():
+            context, chosen, _ = cast(tuple[tuple[int, ...], int, str], key)
+            n = len(context)
+            if ids[:n] == context and (ids[n : n + 1] == (chosen,) or (n == len(ids) and chosen == pending)):
+                kept.append(a)
+        return kept
+
+    def _past(self, position: int) -> tuple[tuple[int, ...], int]:
+        """The tokens up to `position` and the token that followed it (or is pending there)."""
+        s = self.session
+        if not 0 <= position < s.runner.kv_len:
+            raise TokenvizError(f"position {position} has not been through the model yet")
+        chosen = s.ids[position + 1] if position + 1 < len(s.ids) else s.records[-1].decision.chosen_id
+        return tuple(s.ids[: position + 1]), chosen

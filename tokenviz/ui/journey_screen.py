@@ -1,0 +1,414 @@
+"""The journey's screen: it composes the panes, routes the journey's keys to commands and draws
+each snapshot; the tokens, a swappable view beside the next-token pane, the sampling pane below."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual import events, on
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.geometry import Size
+from textual.reactive import reactive
+from textual.widgets import ContentSwitcher, Footer, ProgressBar
+
+from tokenviz.contract.attention import HEAD_MODES, Head
+from tokenviz.contract.commands import (
+    Adjust,
+    Attribute,
+    Beams,
+    BranchAt,
+    Command,
+    Continue,
+    Force,
+    Inspect,
+    Play,
+    Save,
+    ShowAttention,
+    Speculate,
+    SplitDifference,
+    Start,
+    SwitchBranch,
+    Verify,
+    Watch,
+)
+from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.results import AttributionMethod
+from tokenviz.contract.snapshot import Snapshot
+from tokenviz.contract.worker import Worker
+from tokenviz.ui.colors import page_colors
+from tokenviz.ui.compare_screen import CompareScreen
+from tokenviz.ui.keys import KEYS, PALETTE_ONLY, bindings, model_actions
+from tokenviz.ui.panes.attention import AttentionPane
+from tokenviz.ui.panes.attribution import AttributionPane, current_attribution
+from tokenviz.ui.panes.base import Pane, ScrollPane
+from tokenviz.ui.panes.beams import BeamPane
+from tokenviz.ui.panes.branches import BranchPane
+from tokenviz.ui.panes.cache import CachePane
+from tokenviz.ui.panes.charts import ChartsPane
+from tokenviz.ui.panes.embedding import EmbeddingPane
+from tokenviz.ui.panes.lens import LensPane, current_inspection
+from tokenviz.ui.panes.model import ModelPane
+from tokenviz.ui.panes.next_token import NextTokenPane
+from tokenviz.ui.panes.sampling import SamplingPane
+from tokenviz.ui.panes.speculation import SpeculationPane
+from tokenviz.ui.panes.status import StatusLine
+from tokenviz.ui.panes.timing import TimingPane
+from tokenviz.ui.panes.tokens import TokensPane
+from tokenviz.ui.panes.watch import WatchPane, current_difference
+from tokenviz.ui.screens import HELP, CompareDialog, ContinueScreen, PromptChoice, PromptScreen, WatchScreen
+from tokenviz.ui.selection import Selection
+from tokenviz.ui.worker_screen import WorkerScreen
+
+# The views that can take the attention pane's place, by widget id. A view's key pressed again
+# returns to attention.
+VIEWS = {
+    "lens": LensPane,
+    "attribution": AttributionPane,
+    "embedding": EmbeddingPane,
+    "cache": CachePane,
+    "timing": TimingPane,
+    "beams": BeamPane,
+    "branches": BranchPane,
+    "speculation": SpeculationPane,
+    "model": ModelPane,
+    "watch": WatchPane,
+    "charts": ChartsPane,
+}
+INSPECTING_VIEWS = ("lens", "embedding")  # they ask the engine to look inside the cursor's position
+BEAM_WIDTH = 3  # the B key's width; the palette offers 2-8
+BEAM_STEPS = 10
+SPECULATION_STEPS = 16
+MODEL_ACTIONS = model_actions()  # their keys are off in a recording
+
+
+class JourneyScreen(WorkerScreen[Snapshot]):
+    KEY_ROWS = KEYS
+    PALETTE_ONLY = PALETTE_ONLY
+    BINDINGS: ClassVar = bindings(KEYS)
+    HELP = HELP
+    EXPORT_NAME = "tokenviz"
+    EXPORT_SUFFIXES = (".json", ".html")
+
+    model_layer: reactive[int] = reactive(0, init=False)  # the layer the attention map shows (0-based)
+    head: reactive[Head] = reactive("mean", init=False)
+
+    def __init__(self, worker: Worker[Snapshot]):
+        super().__init__(worker)
+        self._layer_chosen = False
+        self._inspect_requested: tuple[int, int] | None = None
+        self._attribute_requested: Attribute | None = None
+        self._difference_requested: tuple[SplitDifference, tuple[tuple[int, str], ...]] | None = None
+        self.attribution_method: AttributionMethod = "loo"  # the A key's; the palette offers both
+        self._attention_requested: ShowAttention | None = None
+        self.beam_width = BEAM_WIDTH
+
+    def compose(self) -> ComposeResult:
+        yield ProgressBar(id="loading", show_eta=False)
+        yield TokensPane()
+        with Horizontal(id="middle"):
+            with ContentSwitcher(initial="attention", id="views"):
+                yield AttentionPane(id="attention")
+                for name, pane in VIEWS.items():
+                    yield pane(id=name)
+            yield NextTokenPane()
+        yield SamplingPane()
+        yield StatusLine()
+        yield Footer()
+
+    def on_mount(self) -> None:  # (Textual calls WorkerScreen's too, after this: it starts the worker)
+        self._fit_layout()
+
+    def draw(self, before: Snapshot | None, s: Snapshot) -> None:
+        if s.state == "error" and s.info is None:
+            self.fatal_error = s.error
+        bar = self.query_one("#loading", ProgressBar)
+        busy = (s.info is None and s.state != "error") or s.state == "prefilling"
+        bar.set_class(not busy, "-hidden")
+        # An indeterminate bar animates at 15 frames a second, hidden or not: only while busy.
+        if busy and s.progress is None:
+            bar.update(total=None)
+        else:
+            bar.update(total=1.0, progress=s.progress or 0.0)
+        if s.info is not None and not self._layer_chosen:
+            self.model_layer = s.info.layers - 1
+        if before is None or before.live is not s.live:
+            self.refresh_bindings()  # a recording's footer leaves out the keys that need a model
+        self.refresh_panes()
+
+    def exportable(self) -> bool:
+        return self.snapshot is not None and bool(self.snapshot.records)
+
+    def export_request(self, stem: str) -> Command:
+        return Save(path=f"{stem}.json", page_colors=page_colors(self.app.current_theme))
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._fit_layout(event.size)  # the app's own size is the old one until the resize is done
+
+    @on(AttentionPane.Resized)
+    def _attention_resized(self) -> None:
+        self._request_attention(self.query_one("#views", ContentSwitcher).current)
+
+    def _fit_layout(self, size: Size | None = None) -> None:
+        size = size or self.size
+        self.set_class(size.width < 120, "-narrow")
+        self.set_class(size.height < 30, "-short")
+
+    def current_selection(self) -> Selection | None:
+        s = self.snapshot
+        if s is None or s.info is None or not s.records:
+            return None
+        positions = s.prompt_len + len(s.records) - 1
+        cursor = positions - 1 if self.cursor is None else min(self.cursor, positions - 1)
+        return Selection(
+            snapshot=s, info=s.info, layer=min(self.model_layer, s.info.layers - 1), head=self.head, cursor=cursor
+        )
+
+    def refresh_panes(self) -> None:
+        if self.snapshot is None:
+            return
+        self.query_one(StatusLine).show(self.snapshot)
+        selection = self.current_selection()
+        if selection is None:
+            return
+        current = self.query_one("#views", ContentSwitcher).current
+        tokens = self.query_one(TokensPane)
+        tokens.shade_by(current_attribution(selection) if current == "attribution" else None)
+        with self.app.batch_update():
+            tokens.show(selection)
+            self.query_one(f"#{current}", Pane).show(selection)
+            self.query_one(NextTokenPane).show(selection)
+            self.query_one(SamplingPane).show(selection)
+        self._request_inspection(selection, current)
+        self._request_attribution(selection, current)
+        self._request_difference(selection, current)
+        self._request_attention(current)
+
+    def _request_attention(self, current: str | None) -> None:
+        """The attention pane's rows are computed by the worker: ask for the layer and the rows it
+        shows (around the cursor, or the newest), once per change; every snapshot then carries them."""
+        pane = self.query_one(AttentionPane)
+        rows = pane.rows_shown() if current == "attention" else 0
+        request = ShowAttention(layer=self.model_layer, rows=rows, cursor=self.cursor)
+        if request != self._attention_requested and (rows or self._attention_requested is not None):
+            self._attention_requested = request
+            self.submit(request)
+
+    def _request_inspection(self, selection: Selection, current: str | None) -> None:
+        """The lens and embedding views need the engine to look inside the cursor's position."""
+        s = selection.snapshot
+        if current not in INSPECTING_VIEWS or s.playing or not s.live:
+            return
+        if current_inspection(selection) is None and self._inspect_requested != (s.seq, selection.cursor):
+            self._inspect_requested = (s.seq, selection.cursor)
+            self.submit(Inspect(position=selection.cursor))
+
+    def _request_attribution(self, selection: Selection, current: str | None) -> None:
+        """The attribution view asks the worker for the token after the cursor, by the chosen method
+        (a recording answers with the attributions its file kept)."""
+        s = selection.snapshot
+        if current != "attribution" or s.playing or selection.following_id is None:  # (a recording: the kept ones)
+            return
+        shown = current_attribution(selection)
+        request = Attribute(position=selection.cursor, method=self.attribution_method)
+        if (shown is None or shown.method != request.method) and self._attribute_requested != request:
+            self._attribute_requested = request
+            self.submit(request)
+
+    def _request_difference(self, selection: Selection, current: str | None) -> None:
+        """The watch view splits the logit difference of two watched tokens after the cursor."""
+        s = selection.snapshot
+        if current != "watch" or s.playing or len(s.pinned) < 2 or current_difference(selection) is not None:
+            return
+        request = (SplitDifference(position=selection.cursor), s.pinned[:2])
+        if self._difference_requested != request:
+            self._difference_requested = request
+            self.submit(request[0])
+
+    def watch_model_layer(self) -> None:
+        self.refresh_panes()
+
+    def watch_head(self) -> None:
+        self.refresh_panes()
+
+    def watch_cursor(self) -> None:
+        self.refresh_panes()
+
+    def action_force(self, rank: int) -> None:
+        """Take the rank-th candidate the panes show: the one for the position after the cursor.
+        With the cursor on an earlier token, the tokens after it give way (a branch: the old path is
+        kept); on the newest token it is the pending step."""
+        selection = self.current_selection()
+        if selection is None or self.cursor is None:
+            self.submit(Force(rank=rank))
+            return
+        if selection.record is None:
+            self.notify("inside the prompt, the next token is the prompt's own: e edits it", severity="warning")
+            return
+        steps_back = len(selection.snapshot.chips) - (selection.cursor + 1)
+        self.cursor = None
+        self.submit(BranchAt(steps_back=steps_back, rank=rank) if steps_back else Force(rank=rank))
+
+    def action_select_branch(self, delta: int) -> None:
+        pane = self.query_one(BranchPane)
+        pane.selected += delta
+        self._open_view("branches")
+
+    def action_open_branch(self) -> None:
+        s = self.snapshot
+        pane = self.query_one(BranchPane)
+        if s is None or len(s.branches) < 2:
+            self.notify("there is no other branch yet", severity="warning")
+            return
+        target = s.branches[min(max(pane.selected, 1), len(s.branches) - 1)]
+        self.cursor = None
+        self.submit(SwitchBranch(index=target.index))
+
+    def action_adjust(self, name: str, direction: int) -> None:
+        self.submit(Adjust(name=name, direction=direction))
+
+    def action_layer(self, delta: int) -> None:
+        if self.snapshot and self.snapshot.info:
+            self._layer_chosen = True
+            self.model_layer = (self.model_layer + delta) % self.snapshot.info.layers
+
+    def action_head(self, delta: int) -> None:
+        if not (self.snapshot and self.snapshot.info):
+            return
+        cycle: list[Head] = [*HEAD_MODES, *range(self.snapshot.info.heads)]
+        self.head = cycle[(cycle.index(self.head) + delta) % len(cycle)]
+
+    def action_cursor(self, delta: int) -> None:
+        selection = self.current_selection()
+        if selection is None:
+            return
+        self.cursor = min(max(selection.cursor + delta, 0), selection.positions - 1)
+
+    def action_scroll(self, kind: str, direction: int) -> None:
+        """Scroll the open view; with the attention map open, move the token cursor by lines."""
+        view = self.query_one(f"#{self.query_one('#views', ContentSwitcher).current}")
+        if isinstance(view, ScrollPane):
+            if kind == "line":
+                view.scroll_relative(y=direction, animate=False)
+            elif kind == "page":
+                (view.scroll_page_down if direction > 0 else view.scroll_page_up)(animate=False)
+            else:
+                (view.scroll_end if direction > 0 else view.scroll_home)(animate=False)
+            return
+        selection = self.current_selection()
+        if selection is None:
+            return
+        if kind == "end":
+            self.cursor = None if direction > 0 else 0
+            return
+        tokens = self.query_one(TokensPane)
+        lines = direction * (1 if kind == "line" else tokens.page_lines())
+        self.cursor = min(tokens.moved_by_lines(selection.cursor, lines), selection.positions - 1)
+
+    def action_toggle_surprisal(self) -> None:
+        tokens = self.query_one(TokensPane)
+        tokens.surprisal = not tokens.surprisal
+        self.refresh_panes()
+
+    def action_toggle_ids(self) -> None:
+        tokens = self.query_one(TokensPane)
+        tokens.show_ids = not tokens.show_ids
+        self.refresh_panes()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """A recording has no model: the keys that need one are off and out of its footer."""
+        recording = self.snapshot is not None and not self.snapshot.live
+        return not (recording and action in MODEL_ACTIONS)
+
+    def _open_view(self, name: str) -> None:
+        if name == "attribution":
+            self._attribute_requested = None  # (after an Escape, opening it again asks again)
+        self.query_one("#views", ContentSwitcher).current = name
+        self.refresh_panes()
+
+    def action_view(self, name: str) -> None:
+        self._open_view("attention" if self.query_one("#views", ContentSwitcher).current == name else name)
+
+    def action_attribution(self, method: AttributionMethod) -> None:
+        """The attribution view by `method` (the palette's two entries)."""
+        self.attribution_method = method
+        self._open_view("attribution")
+
+    def action_beams(self, width: int | None = None) -> None:
+        """Beam search from the current tokens (width 3, or the width chosen in the palette)."""
+        self.beam_width = width or self.beam_width
+        self.submit(Beams(width=self.beam_width, steps=BEAM_STEPS))
+        self._open_view("beams")
+
+    def action_speculate(self, drafter: str | None = None) -> None:
+        """Speculative decoding from the current tokens, with the current settings. The default
+        drafter, early exit at the middle layer, drafts on any text (prompt lookup needs repeats)."""
+        if drafter is None:
+            info = self.snapshot.info if self.snapshot else None
+            drafter = f"early-exit:{info.layers // 2}" if info is not None and info.layers > 1 else "prompt-lookup"
+        self.submit(Speculate(drafter=drafter, steps=SPECULATION_STEPS))
+        self._open_view("speculation")
+
+    def action_verify(self) -> None:
+        self.submit(Verify())
+        self._open_view("cache")
+
+    def action_edit_prompt(self) -> None:
+        """The prompt editor; for a model with a chat template it offers a chat message first."""
+        s = self.snapshot
+        can_chat = bool(s and s.info and s.info.chat_template)
+
+        def submitted(choice: PromptChoice | None) -> None:
+            if choice is not None:
+                self.cursor = None
+                system = s.system if s and choice.chat else None
+                self.submit(Start(prompt=choice.text, chat=choice.chat, system=system))
+
+        self.app.push_screen(PromptScreen(s.prompt if s else "", can_chat), submitted)
+
+    def action_continue_with(self) -> None:
+        """Force a text of the user's own through the journey, token by token (see Continue)."""
+
+        def chosen(text: str | None) -> None:
+            if text:
+                self.cursor = None
+                self.submit(Continue(text=text))
+
+        self.app.push_screen(ContinueScreen(), chosen)
+
+    def action_pin(self) -> None:
+        """The watch dialog: a candidate at the cursor, or a token typed; then the watch view."""
+        selection = self.current_selection()
+        if selection is None:
+            return
+        record, prediction = selection.record, selection.prompt_prediction
+        top = record.top if record is not None else prediction.top if prediction is not None else ()
+
+        def chosen(token: int | str | None) -> None:
+            if token is not None:
+                self.submit(Watch(token=token))
+                self._open_view("watch")
+
+        candidates = [(c.id, c.text) for c in top[:9]]
+        self.app.push_screen(WatchScreen(candidates, list(selection.snapshot.pinned)), chosen)
+
+    def action_compare(self) -> None:
+        """Compare this journey's settings with others, side by side, on this model (the palette's)."""
+        s = self.snapshot
+        if s is None or s.info is None:
+            self.notify("the model has not loaded yet", severity="warning")
+            return
+
+        def chosen(text: str | None) -> None:
+            if not text:
+                return
+            try:
+                against = s.settings.changed(text.split())
+                worker = self.worker.compare(s.settings, against, Start(s.prompt, s.chat, s.system))
+            except TokenvizError as exc:
+                self.notify(str(exc), severity="error")
+                return
+            self.submit(Play(on=False))
+            self.app.push_screen(CompareScreen(worker))
+
+        self.app.push_screen(CompareDialog(), chosen)

@@ -1,0 +1,190 @@
+"""What every screen that shows a worker's journey shares: it starts its worker, receives its
+snapshots, paces the frames during autoplay, shows errors and notices, quits, helps and exports.
+
+The journey's screen and the comparison's are two uses of it; each says how to draw a snapshot.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime
+from typing import Any, ClassVar, Generic, TypeVar
+
+from textual import on, work
+from textual.message import Message
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.timer import Timer
+
+from tokenviz.contract.commands import Command, Pace, Play, Reset, Rewind, Step
+from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.snapshot import ComparisonSnapshot, Snapshot
+from tokenviz.contract.worker import Worker
+from tokenviz.files.atomic import free_name, write_file
+from tokenviz.ui.keys import KeyRow
+from tokenviz.ui.screens import HelpScreen
+
+S = TypeVar("S", Snapshot, ComparisonSnapshot)
+
+UI_SHARE = 0.05  # during autoplay, the most of the time drawing frames may take
+EXPORT_LOCK = threading.Lock()  # two quick exports pick their names one after the other
+
+
+class WorkerUpdate(Message):
+    """A snapshot from the worker (posted from its thread)."""
+
+    def __init__(self, snapshot: Snapshot | ComparisonSnapshot):
+        super().__init__()
+        self.snapshot = snapshot
+
+
+class WorkerScreen(Screen[None], Generic[S]):
+    """A screen that shows one worker's journey (or journeys): see the module's docstring."""
+
+    KEY_ROWS: ClassVar[tuple[KeyRow, ...]]  # this screen's key table (bindings, palette, help)
+    PALETTE_ONLY: ClassVar[tuple[tuple[str, str], ...]]  # (label, action) of the palette's other commands
+    HELP: ClassVar[str]  # the help screen's text
+    EXPORT_NAME: ClassVar[str]  # an export's name starts with this
+    EXPORT_SUFFIXES: ClassVar[tuple[str, ...]]  # what an export writes beside the screenshot
+
+    cursor: reactive[int | None] = reactive(None, init=False)  # the token position chosen; None: the newest
+
+    def __init__(self, worker: Worker[S]):
+        super().__init__()
+        self.worker: Worker[S] = worker
+        self.snapshot: S | None = None  # the newest from the worker
+        self.snapshot_drawn: S | None = None  # the one on screen
+        self.fatal_error: str | None = None  # the worker could not load: the command line prints it, exit 2
+        self._repaint_scheduled = False
+        self._frame_cost = 0.0  # seconds to draw a frame (a moving average), see _frame_delay
+        self._frame_started = 0.0
+        self._frame_timer: Timer | None = None
+
+    def on_mount(self) -> None:
+        self.worker.start(lambda snapshot: self.post_message(WorkerUpdate(snapshot)))  # thread-safe
+
+    def on_unmount(self) -> None:
+        self.worker.stop(timeout=0.5)
+
+    def submit(self, command: Command) -> None:
+        self.worker.submit(command)
+
+    # ---- what a screen gives -------------------------------------------------------------------------
+
+    def draw(self, before: S | None, snapshot: S) -> None:
+        """Show `snapshot` (the one on screen before it was `before`)."""
+        raise NotImplementedError
+
+    def refresh_panes(self) -> None:
+        """Draw the newest snapshot again (the theme or a choice of what to show changed)."""
+        raise NotImplementedError
+
+    def exportable(self) -> bool:
+        """Whether there is a journey to export yet."""
+        raise NotImplementedError
+
+    def export_request(self, stem: str) -> Command:
+        """What the worker writes for an export named `stem` (the screenshot is written here)."""
+        raise NotImplementedError
+
+    # ---- snapshots, paced -----------------------------------------------------------------------------
+
+    @on(WorkerUpdate)
+    def _received(self, message: WorkerUpdate) -> None:
+        s: Any = message.snapshot
+        self.snapshot = s
+        if s.error:
+            self.notify(s.error, severity="error", timeout=6)
+        if s.notice:
+            self.notify(s.notice, title="export")
+        # Snapshots queued behind this one make it stale: repaint once, after the queue drains.
+        delay = self._frame_delay(s)
+        if self._frame_timer is not None and delay == 0:  # autoplay ended: draw now, not at the next tick
+            self._frame_timer.stop()
+            self._frame_timer, self._repaint_scheduled = None, False
+        if not self._repaint_scheduled:
+            self._repaint_scheduled = True
+            if delay > 0:
+                self._frame_timer = self.set_timer(delay, self._apply_snapshot)
+            else:
+                self.call_later(self._apply_snapshot)
+
+    def _frame_delay(self, s: S) -> float:
+        """While autoplay runs, frames are spaced so drawing takes at most UI_SHARE of the time: on a
+        machine with few cores every frame drawn is time the model does not get."""
+        drawn = self.snapshot_drawn
+        if not s.playing or s.pace_s or drawn is None or not drawn.playing:  # (a set pace: the engine waits)
+            return 0.0  # autoplay starting or ending is shown at once
+        return max(self._frame_cost / UI_SHARE - (time.perf_counter() - self._frame_started), 0.0)
+
+    def _measure_frame(self, seconds: float) -> None:
+        """A frame's whole cost, once the screen is composed (a moving average)."""
+        self._frame_cost = 0.7 * self._frame_cost + 0.3 * seconds
+        self.worker.space_frames(self._frame_cost / UI_SHARE)
+
+    def _apply_snapshot(self) -> None:
+        self._repaint_scheduled, self._frame_timer = False, None
+        before, s = self.snapshot_drawn, self.snapshot
+        self.snapshot_drawn = s
+        if s is None:
+            return
+        started = self._frame_started = time.perf_counter()
+        self.call_after_refresh(lambda: self._measure_frame(time.perf_counter() - started))
+        self.draw(before, s)
+
+    # ---- keys every screen has ---------------------------------------------------------------------------
+
+    def action_step(self) -> None:
+        self.cursor = None
+        self.submit(Step())
+
+    def action_autoplay(self) -> None:
+        self.cursor = None
+        self.submit(Play())
+
+    def action_rewind(self) -> None:
+        self.cursor = None
+        self.submit(Rewind())
+
+    def action_reset(self) -> None:
+        self.cursor = None
+        self.submit(Reset())
+
+    def action_pace(self, delta: int) -> None:
+        self.submit(Pace(delta=delta))
+
+    def action_cancel(self) -> None:
+        self.worker.cancel()
+
+    def action_help(self) -> None:
+        self.app.push_screen(HelpScreen(self.HELP))
+
+    async def action_quit(self) -> None:
+        await self.app.action_quit()
+
+    def action_export_svg(self) -> None:
+        self._write_export(self.app.export_screenshot(), with_journey=False)
+
+    def action_export(self) -> None:
+        """Save a screenshot (SVG) here, and ask the worker for what it writes under the same name
+        (the journey's JSON and HTML page, or a comparison's three files): it holds what they need."""
+        if not self.exportable():
+            self.notify("nothing to export yet", severity="warning")
+            return
+        self._write_export(self.app.export_screenshot(), with_journey=True)
+
+    @work(thread=True, group="export", exclusive=False)
+    def _write_export(self, svg: str, with_journey: bool) -> None:
+        """Write the screenshot off the UI thread, atomically, under a name no earlier export holds;
+        then ask the worker for the rest under the same name."""
+        with EXPORT_LOCK:
+            stem = free_name(f"{self.EXPORT_NAME}-{datetime.now():%Y%m%d-%H%M%S}", (".svg", *self.EXPORT_SUFFIXES))
+            try:
+                svg_path = write_file(f"{stem}.svg", svg)
+            except TokenvizError as exc:
+                self.app.call_from_thread(self.notify, str(exc), severity="error")
+                return
+            if with_journey:
+                self.app.call_from_thread(self.submit, self.export_request(stem))
+        self.app.call_from_thread(self.notify, f"saved {svg_path}", title="export")

@@ -1,0 +1,219 @@
+"""The shape every worker shares: one long-lived thread owns the model's state.
+
+Commands arrive through a queue and run one at a time, in order, so a storm of keys can never run
+two forward passes at once or interleave with a half-done step. After the queue is drained the
+thread publishes one frozen snapshot through `post` (Textual's post_message is thread-safe); during
+autoplay it publishes at most one frame per `space_frames` (and always the last). Every turn is
+guarded: an exception becomes a one-line error in a snapshot, the details go to the log, and the
+journey stays usable.
+
+A worker (the journey's, a comparison's) says how to load, how to handle a command, which command
+autoplay repeats and how to build its snapshot; the rest is here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+import time
+from typing import Generic, TypeVar
+
+from tokenviz.contract.commands import Command, Play, Save, Step
+from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.settings import PACES_S
+from tokenviz.contract.snapshot import ComparisonSnapshot, EngineState, Snapshot
+from tokenviz.contract.worker import Post
+from tokenviz.worker.errorlog import log_exception
+
+S = TypeVar("S", Snapshot, ComparisonSnapshot)
+
+FRAME_S = 1 / 60  # autoplay publishes at most one frame per FRAME_S (and always the last), unless
+# the app asks for fewer: see space_frames
+
+
+@dataclasses.dataclass(frozen=True)
+class _Quit:
+    """Ends the loop (sent by stop())."""
+
+
+class CommandThread(Generic[S]):
+    """The thread, the command queue, stop and cancel, the error guard, autoplay at its pace and
+    frame-paced publishing. Subclasses give _load, _handle, _snapshot (and may change _autostep,
+    _pauses, _pause and _ended)."""
+
+    thread_name = "tokenviz-worker"
+
+    def __init__(self) -> None:
+        self._post: Post[S] = lambda snapshot: None
+        self._queue: queue.Queue[Command | _Quit] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
+        self._stopping = threading.Event()
+        self._cancel = threading.Event()
+        self.submitted = 0  # commands sent (UI thread)
+        self._handled = 0  # commands done (engine thread)
+        self.playing = False
+        self.pace_s = PACES_S[0]
+        self._state: EngineState = "loading"
+        self._message = "starting"
+        self._start_error: str | None = None  # shown with the first frame after loading
+        self._notice: str | None = None  # one line of news for the next snapshot (a file saved)
+        self._seq = 0
+        self._last_autostep = 0.0
+        self._last_publish = 0.0
+        self._frame_s = FRAME_S
+        self._last_snapshot: S | None = None
+
+    # ---- called from the UI thread ----------------------------------------------------------------
+
+    def start(self, post: Post[S]) -> None:
+        self._post = post
+        self._thread.start()
+
+    def submit(self, command: Command) -> None:
+        self.submitted += 1
+        self._queue.put(command)
+
+    def space_frames(self, seconds: float) -> None:
+        """During autoplay publish at most one frame per `seconds`: the app draws no more often, and
+        a snapshot nobody draws still costs the model its time (the attention rows, mostly)."""
+        self._frame_s = max(seconds, FRAME_S)
+
+    def cancel(self) -> None:
+        """Cancel a long run at its next chunk (the journey stays as it was)."""
+        self._cancel.set()
+
+    def stop(self, timeout: float = 1.0) -> bool:
+        """Ask the thread to end (a long run stops at its next forward pass); True once it has."""
+        self._stopping.set()
+        self._queue.put(_Quit())
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    # ---- what a worker gives ------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        """Load the model and start the journey (in the thread; raise TokenvizError to refuse)."""
+        raise NotImplementedError
+
+    def _handle(self, command: Command, autoplay: bool) -> None:
+        """Run one command (raise TokenvizError for the user's mistake)."""
+        raise NotImplementedError
+
+    def _snapshot(self, error: str | None) -> S:
+        """Everything the panes show now."""
+        raise NotImplementedError
+
+    def _fallback(self, error: str) -> S:
+        """The snapshot shown when building one failed: the last good one with the error."""
+        raise NotImplementedError
+
+    def _autostep(self) -> Command:
+        """The command autoplay repeats."""
+        return Step()
+
+    def _after_autostep(self) -> None:
+        """After each autoplay step (a continuation ends here)."""
+
+    def _pauses(self, command: Command) -> bool:
+        """Whether `command`, sent by a key, pauses autoplay first (settings and views do not)."""
+        return not isinstance(command, Play | Save)
+
+    def _pause(self) -> None:
+        self.playing = False
+
+    def _ended(self) -> bool:
+        """Whether the journey has stopped (autoplay stops with it)."""
+        return False
+
+    # ---- the thread ----------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self._load()
+        except TokenvizError as exc:
+            self._state, self._message = "error", str(exc)
+            self._publish(error=str(exc))
+            return
+        except Exception as exc:  # not foreseeable: one line, and the traceback in the log
+            self._state = "error"
+            self._message = f"internal error while loading: {exc} ({log_exception()})"
+            self._publish(error=self._message)
+            return
+        self._publish(error=self._start_error)
+        while not self._stopping.is_set():
+            try:
+                if not self._turn():
+                    return
+            except Exception as exc:  # a bug outside any one command (publishing, say): show it, go on
+                self.playing = False
+                self._publish(error=f"internal error: {exc} ({log_exception()})")
+
+    def _turn(self) -> bool:
+        """One turn: an autoplay step, or every queued command; then publish. False: quit."""
+        if self.playing and self._queue.empty():
+            wait = self._last_autostep + self.pace_s - time.perf_counter()
+            if wait <= 0:
+                self._last_autostep = time.perf_counter()
+                error = self._do(self._autostep(), autoplay=True)
+                self._after_autostep()
+                due = self.pace_s or time.perf_counter() - self._last_publish >= self._frame_s  # (a pace: each)
+                if error or not self.playing or due:
+                    self._publish(error=error)
+                return True
+            try:  # a slow pace: wait for the next step, or a command
+                command = self._queue.get(timeout=wait)
+            except queue.Empty:
+                return True
+        else:
+            command = self._queue.get()
+        if isinstance(command, _Quit):
+            return False
+        error = self._do(command)
+        while error is None and not self._queue.empty() and not self._stopping.is_set():
+            command = self._queue.get()
+            if isinstance(command, _Quit):
+                return False
+            error = self._do(command)
+        self._publish(error=error)
+        return True
+
+    def _do(self, command: Command, autoplay: bool = False) -> str | None:
+        """Run one command; returns a one-line error or None."""
+        try:
+            if not autoplay and self._pauses(command):
+                self._pause()
+            self._handle(command, autoplay)
+        except TokenvizError as exc:
+            if autoplay:
+                self.playing = False
+            return str(exc)
+        except Exception as exc:  # a bug, not the user's mistake: keep the app alive, log the details
+            self.playing = False
+            return f"internal error: {exc} ({log_exception()})"
+        finally:
+            if not autoplay:
+                self._handled += 1
+        if self._ended():
+            self.playing = False
+        return None
+
+    def _cancelled(self) -> bool:
+        """Asked between the forward passes of a long run: Escape, or quitting, ends it there."""
+        return self._cancel.is_set() or self._stopping.is_set()
+
+    def _publish(self, error: str | None = None) -> None:
+        self._seq += 1
+        self._last_publish = time.perf_counter()
+        try:
+            snapshot = self._snapshot(error)
+        except Exception as exc:  # the journey is intact: show the last good frame with the error
+            self.playing = False
+            snapshot = self._fallback(f"internal error while drawing: {exc} ({log_exception()})")
+        self._last_snapshot = snapshot
+        self._post(snapshot)
+
+    def _take_notice(self) -> str | None:
+        notice, self._notice = self._notice, None
+        return notice
