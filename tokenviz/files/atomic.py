@@ -12,6 +12,16 @@ from pathlib import Path
 from tokenviz.contract.errors import TokenvizError
 
 
+def _umask() -> int:
+    """The process's umask (read once, at import, before any thread could write a file)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+FILE_MODE = 0o666 & ~_umask()  # as open() would create the file: a temporary file alone is 0600
+
+
 def write_file(path: str | Path, text: str, replace: bool = False) -> Path:
     """Write `text` to `path` atomically. Without `replace`, an existing `path` is an error."""
     path = Path(path).expanduser()
@@ -26,6 +36,7 @@ def write_file(path: str | Path, text: str, replace: bool = False) -> Path:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(temporary, FILE_MODE)
         if replace:
             os.replace(temporary, path)
         else:
@@ -34,6 +45,8 @@ def write_file(path: str | Path, text: str, replace: bool = False) -> Path:
         raise TokenvizError(f"{path} exists already: choose another name (or --force to replace it)") from None
     except OSError as exc:
         raise TokenvizError(f"cannot write {path}: {exc.strerror or exc}") from None
+    except UnicodeEncodeError:  # a lone surrogate: no file can hold it as UTF-8
+        raise TokenvizError(f"cannot write {path}: its text is not valid Unicode") from None
     finally:
         if temporary is not None:
             with contextlib.suppress(OSError):

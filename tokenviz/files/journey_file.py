@@ -40,6 +40,8 @@ from tokenviz.files.journey_schema import parse_journey
 
 FORMAT = "tokenviz-journey/1"
 MAX_FILE_BYTES = 1 << 30  # 1 GiB
+READ_MEMORY = 1 << 30  # the most memory reading a journey may take (its text, and what it parses into)
+BYTES_PER_VALUE = 48  # a parsed number, string or container and its place in a list (34 measured)
 ATTENTION_BYTES = 32 << 20  # float16 attention rows a saved journey keeps, the newest first
 
 
@@ -229,14 +231,7 @@ def _read_json(path: str | Path) -> dict[str, Any]:
             f"{safe_text(str(path))} is {status.st_size / 2**20:.0f} MB; tokenviz reads journeys of up to "
             f"{MAX_FILE_BYTES // 2**20} MB"
         )
-    try:
-        doc = json.loads(path.read_bytes())
-    except OSError as exc:
-        raise TokenvizError(f"cannot read {safe_text(str(path))}: {exc.strerror}") from None
-    except (UnicodeDecodeError, RecursionError):
-        raise TokenvizError(f"{safe_text(str(path))} is not JSON text") from None
-    except json.JSONDecodeError as exc:
-        raise TokenvizError(f"{safe_text(str(path))} is not JSON (line {exc.lineno}: {exc.msg})") from None
+    doc = _parse(path, status.st_size)
     if not isinstance(doc, dict):
         raise TokenvizError(
             f"{safe_text(str(path))} is not a tokenviz journey (save one with x in the app or trace --save)"
@@ -249,6 +244,39 @@ def _read_json(path: str | Path) -> dict[str, Any]:
             f"{safe_text(str(path))} is not a tokenviz journey (save one with x in the app or trace --save)"
         )
     return doc
+
+
+def _parse(path: Path, size: int) -> Any:
+    """The file's JSON, parsed only where its estimated cost fits READ_MEMORY."""
+    try:
+        needed = _reading_cost(path, size)
+        if needed > READ_MEMORY:
+            raise TokenvizError(
+                f"{safe_text(str(path))} would take about {needed / 2**20:.0f} MB to read (it holds about "
+                f"{(needed - 3 * size) // BYTES_PER_VALUE:,} values); tokenviz reads journeys within "
+                f"{READ_MEMORY // 2**20} MB"
+            )
+        doc = json.loads(path.read_bytes())
+    except OSError as exc:
+        raise TokenvizError(f"cannot read {safe_text(str(path))}: {exc.strerror}") from None
+    except (UnicodeDecodeError, RecursionError):
+        raise TokenvizError(f"{safe_text(str(path))} is not JSON text") from None
+    except json.JSONDecodeError as exc:
+        raise TokenvizError(f"{safe_text(str(path))} is not JSON (line {exc.lineno}: {exc.msg})") from None
+    except ValueError as exc:  # what the reader refuses beyond JSON's grammar: a 5,000-digit integer, say
+        reason = str(exc).split(";")[0]  # (Python's advice on its own settings is not the user's)
+        raise TokenvizError(f"{safe_text(str(path))} cannot be read: {safe_text(reason)}") from None
+    return doc
+
+
+def _reading_cost(path: Path, size: int) -> int:
+    """What parsing the file would take, from one pass over it in chunks (so nothing large is built
+    to find out): its bytes and their text, and every value it holds (counted by its separators)."""
+    values = 1
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 24):
+            values += chunk.count(b",") + chunk.count(b"[") + chunk.count(b"{")
+    return 3 * size + BYTES_PER_VALUE * values
 
 
 class Recording(NamedTuple):

@@ -4,6 +4,9 @@ Every field's type, range and shape is checked, and the cross-references the pan
 the vocabulary, one record per generated token, attention blocks as large as the positions they
 cover); every string is made safe to print (control characters become their <0x..> form, so an
 escape sequence in a file can never reach the terminal). A problem names its field.
+
+Checking costs what the file costs: every list has a length bound, and a list stops at its first
+bad element (FailFast), so a file of many bad numbers makes one error, not one per number.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import math
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, FailFast, Field, ValidationError, model_validator
 
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.records import MAX_PINNED
@@ -23,10 +26,24 @@ from tokenviz.contract.text import safe_text
 
 MAX_TOKENS = 131_072  # chips or records in one journey
 MAX_LAYERS = 4096
+MAX_CANDIDATES = 1024  # a top-n list (tokenviz keeps 20)
+MAX_STAGES = 32  # sampling stages of one decision (tokenviz has at most 8)
+MAX_FOLLOWED = 64  # tokens followed through the stages (tokenviz follows at most 25)
+FAIL_FAST = FailFast()  # a list stops at its first bad element
+
+
+def _unicode(text: str) -> str:
+    """Refuse a string JSON can carry but Unicode cannot (a lone surrogate, \\ud800): it could not
+    be printed, exported or saved again."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("the text is not valid Unicode (it holds a lone surrogate)") from None
+    return text
 
 
 # Every leaf is strict (no "0.5" for a number, no 1 for a flag); lists may stand for tuples, as in JSON.
-SafeText = Annotated[str, Field(strict=True), AfterValidator(safe_text)]
+SafeText = Annotated[str, Field(strict=True), AfterValidator(_unicode), AfterValidator(safe_text)]
 Flag = Annotated[bool, Field(strict=True)]
 Count = Annotated[int, Field(strict=True, ge=0)]
 Positive = Annotated[int, Field(strict=True, ge=1)]
@@ -53,6 +70,9 @@ class Settings(Model):
 
     @model_validator(mode="after")
     def _valid(self) -> Settings:
+        for value in self.model_dump().get("stop", ()):
+            if isinstance(value, str):
+                _unicode(value)
         try:
             SamplingSettings.from_json(self.model_dump())
         except (TokenvizError, TypeError) as exc:
@@ -80,7 +100,7 @@ class Info(Model):
 class Array(Model):
     """A float16 array as base64, with its shape: (layers, heads, queries, keys)."""
 
-    shape: Annotated[list[Count], Field(min_length=4, max_length=4)]
+    shape: Annotated[list[Count], FAIL_FAST, Field(min_length=4, max_length=4)]
     float16: Annotated[str, Field(strict=True)]
 
     @model_validator(mode="after")
@@ -98,16 +118,19 @@ class Array(Model):
 
 
 Candidate = tuple[Id, SafeText, Finite, Probability]
-Stage = tuple[SafeText, SafeText, Count, Probability, list[Probability]]
-Prediction = tuple[Count, list[Candidate], NonNegative, Id, SafeText, Probability, Positive]
+Candidates = Annotated[list[Candidate], FAIL_FAST, Field(max_length=MAX_CANDIDATES)]
+Stage = tuple[
+    SafeText, SafeText, Count, Probability, Annotated[list[Probability], FAIL_FAST, Field(max_length=MAX_FOLLOWED)]
+]
+Prediction = tuple[Count, Candidates, NonNegative, Id, SafeText, Probability, Positive]
 
 
 class Decision(Model):
     mode: Literal["greedy", "sampled", "forced"]
     settings: Settings
-    watch: list[tuple[Id, SafeText]]
-    raw_probs: list[Probability]
-    stages: list[Stage]
+    watch: Annotated[list[tuple[Id, SafeText]], FAIL_FAST, Field(max_length=MAX_FOLLOWED)]
+    raw_probs: Annotated[list[Probability], FAIL_FAST, Field(max_length=MAX_FOLLOWED)]
+    stages: Annotated[list[Stage], FAIL_FAST, Field(max_length=MAX_STAGES)]
     u: Annotated[float, Field(strict=True, ge=0.0, lt=1.0)] | None
     band: tuple[Probability, Probability] | None
     chosen_id: Id
@@ -117,7 +140,9 @@ class Decision(Model):
     raw_rank: Positive
     raw_prob: Probability
     ms: NonNegative
-    pinned: Annotated[list[tuple[Id, SafeText, Probability, Probability, Positive]], Field(max_length=MAX_PINNED)] = []
+    pinned: Annotated[
+        list[tuple[Id, SafeText, Probability, Probability, Positive]], FAIL_FAST, Field(max_length=MAX_PINNED)
+    ] = []
 
     @model_validator(mode="after")
     def _watched(self) -> Decision:
@@ -130,16 +155,16 @@ class Decision(Model):
 class Record(Model):
     index: Count
     position: Count
-    input_ids: list[Id]
-    input_texts: list[SafeText]
-    top: list[Candidate]
+    input_ids: Annotated[list[Id], FAIL_FAST, Field(max_length=MAX_TOKENS)]
+    input_texts: Annotated[list[SafeText], FAIL_FAST, Field(max_length=MAX_TOKENS)]
+    top: Candidates
     entropy: NonNegative
     attention: Array | None = None  # rows the file kept (see tokenviz.files.journey_file)
     forward_ms: NonNegative
     kv_len: Count
     kv_bytes: Count
     decision: Decision
-    prompt_predictions: list[Prediction] = []
+    prompt_predictions: Annotated[list[Prediction], FAIL_FAST, Field(max_length=MAX_TOKENS)] = []
 
 
 class Branch(Model):
@@ -158,7 +183,7 @@ class SavedAttribution(Model):
     target_id: Id
     target_text: SafeText
     logprob: Finite
-    scores: Annotated[list[Finite], Field(max_length=MAX_TOKENS)]
+    scores: Annotated[list[Finite], FAIL_FAST, Field(max_length=MAX_TOKENS)]
 
     @model_validator(mode="after")
     def _one_score_a_position(self) -> SavedAttribution:
@@ -175,8 +200,8 @@ class SavedLogitDifference(Model):
     b_text: SafeText
     total: Finite
     embedding: Finite
-    attention: Annotated[list[Finite], Field(max_length=MAX_LAYERS)]
-    mlp: Annotated[list[Finite], Field(max_length=MAX_LAYERS)]
+    attention: Annotated[list[Finite], FAIL_FAST, Field(max_length=MAX_LAYERS)]
+    mlp: Annotated[list[Finite], FAIL_FAST, Field(max_length=MAX_LAYERS)]
     bias: Finite
     softcap: Finite
 
@@ -190,18 +215,20 @@ class SavedLogitDifference(Model):
 class Replay(Model):
     info: Info
     chips: Annotated[
-        list[tuple[Id, SafeText, Flag, Flag] | tuple[Id, SafeText, Flag, Flag, Flag]], Field(max_length=MAX_TOKENS)
+        list[tuple[Id, SafeText, Flag, Flag] | tuple[Id, SafeText, Flag, Flag, Flag]],
+        FAIL_FAST,
+        Field(max_length=MAX_TOKENS),
     ]  # id, text, prompt, special, and (since chat mode) added by the chat template
     chat: Flag = False
     system: SafeText | None = None
     prompt_len: Positive
     prompt_text: SafeText
-    records: Annotated[list[Record], Field(min_length=1, max_length=MAX_TOKENS)]
+    records: Annotated[list[Record], FAIL_FAST, Field(min_length=1, max_length=MAX_TOKENS)]
     stop_reason: SafeText | None
-    branches: list[Branch] = []
-    pinned: Annotated[list[tuple[Id, SafeText]], Field(max_length=MAX_PINNED)] = []
-    attributions: Annotated[list[SavedAttribution], Field(max_length=64)] = []
-    logit_differences: Annotated[list[SavedLogitDifference], Field(max_length=64)] = []
+    branches: Annotated[list[Branch], FAIL_FAST, Field(max_length=MAX_TOKENS)] = []
+    pinned: Annotated[list[tuple[Id, SafeText]], FAIL_FAST, Field(max_length=MAX_PINNED)] = []
+    attributions: Annotated[list[SavedAttribution], FAIL_FAST, Field(max_length=64)] = []
+    logit_differences: Annotated[list[SavedLogitDifference], FAIL_FAST, Field(max_length=64)] = []
 
     @model_validator(mode="after")
     def _consistent(self) -> Replay:
@@ -266,8 +293,8 @@ class Step(Model):
 class Journey(Model):
     format: Annotated[str, Field(strict=True)]
     settings: Settings
-    prompt: Annotated[list[PromptToken], Field(min_length=1, max_length=MAX_TOKENS)]
-    steps: Annotated[list[Step], Field(max_length=MAX_TOKENS)]
+    prompt: Annotated[list[PromptToken], FAIL_FAST, Field(min_length=1, max_length=MAX_TOKENS)]
+    steps: Annotated[list[Step], FAIL_FAST, Field(max_length=MAX_TOKENS)]
     replay: Replay
 
 
