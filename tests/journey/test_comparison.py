@@ -102,3 +102,43 @@ def test_compare_json_prints_both_journeys_and_their_diff(tmp_path, monkeypatch,
     assert code == 2 and "to differ" in err
     code, out, err = invoke(monkeypatch, capsys, *args, "--against", "temp=1", "--json")
     assert code == 2 and "NAME=VALUE" in err and "Traceback" not in err
+
+
+def padded_model(seed: int = 1, extra: int = 64):
+    """A tiny model sharing the tiny tokenizer, its vocabulary padded by `extra` ids, one of which
+    (returned) it always prefers: a choice the other model has no id for."""
+    from tokenviz.model.loading import model_info
+
+    loaded = tiny_model(seed=seed)
+    model = loaded.model
+    n = model.config.vocab_size
+    model.resize_token_embeddings(n + extra, mean_resizing=False)
+    padding = n + extra - 1
+    model.lm_head.register_forward_hook(lambda module, inputs, out: out.index_fill(-1, torch.tensor([padding]), 1e3))
+    return dataclasses.replace(
+        loaded, info=model_info(model, "tiny-padded", torch.device("cpu"), torch.float32)
+    ), padding
+
+
+def test_a_padded_vocabulary_is_compared_in_every_figure_and_saved(tmp_path):
+    from tokenviz.files.journey_file import read_journey, recording_of
+    from tokenviz.worker.comparing import save_comparison
+
+    a_model, (b_model, padding) = tiny_model(seed=0), padded_model()
+    greedy = SamplingSettings(temperature=0, max_new_tokens=4)
+    comparison = paired(a_model, b_model, greedy, greedy)
+    comparison.start(PROMPT)
+    while comparison.step():
+        pass
+    a, b = comparison.sessions
+    assert all(r.decision.chosen_id == padding for r in b.records)  # B picks an id A does not have
+    for diff, ra, rb in zip(comparison.diffs, a.records, b.records, strict=False):
+        lb = eager_forward(b_model.model, b.ids[: rb.position]).logits[0, -1].double()
+        assert diff.a_rank_of_b == a_model.model.config.vocab_size + 1  # past every token A has
+        assert diff.b_rank_of_a == int((lb > lb[ra.decision.chosen_id]).sum()) + 1  # over B's whole vocabulary
+        assert not diff.top1_agree and diff.kl >= 0
+    written = save_comparison(comparison, str(tmp_path / "padded"))
+    document = json.loads((tmp_path / "padded.json").read_text())
+    assert len(written) == 3 and document["diff"][0]["a_rank_of_b"] == a_model.model.config.vocab_size + 1
+    replayed = recording_of(read_journey(tmp_path / "padded-b.json")).snapshot
+    assert replayed.records[-1].decision.chosen_id == padding

@@ -133,7 +133,7 @@ class StepDiff:
     index: int
     kl: float  # bits: KL(A ‖ B) of the two raw distributions
     top1_agree: bool
-    a_rank_of_b: int  # 1-based rank A's raw distribution gives B's chosen token
+    a_rank_of_b: int  # 1-based rank A's raw distribution gives B's chosen token (past A's last: A has no such id)
     b_rank_of_a: int  # and B's gives A's
 
     def to_json(self) -> dict[str, Any]:

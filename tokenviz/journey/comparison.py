@@ -29,19 +29,28 @@ def check_same_tokenizer(a: Session, b: Session) -> None:
         )
 
 
+def rank_in(logits: torch.Tensor, token: int) -> int:
+    """The 1-based rank a model's raw distribution gives `token`; one past its last token where the
+    model has no such id (the other model's vocabulary is padded further)."""
+    if token >= logits.shape[-1]:
+        return logits.shape[-1] + 1
+    return int((logits > logits[token]).sum()) + 1
+
+
 @torch.inference_mode()
 def step_diff(index: int, a_logits: torch.Tensor, b_logits: torch.Tensor, a_choice: int, b_choice: int) -> StepDiff:
-    """The difference of two next-token distributions, computed on the host in float64."""
-    n = min(a_logits.shape[-1], b_logits.shape[-1])
-    la = torch.log_softmax(a_logits.reshape(-1)[:n].double().cpu(), -1)
-    lb = torch.log_softmax(b_logits.reshape(-1)[:n].double().cpu(), -1)
+    """The difference of two next-token distributions, computed on the host in float64: the KL over
+    the ids both models have, the ranks over each model's own."""
+    a_all, b_all = a_logits.reshape(-1).double().cpu(), b_logits.reshape(-1).double().cpu()
+    n = min(a_all.shape[-1], b_all.shape[-1])
+    la, lb = torch.log_softmax(a_all[:n], -1), torch.log_softmax(b_all[:n], -1)
     kl = float((la.exp() * (la - lb)).nan_to_num().sum()) / math.log(2)
     return StepDiff(
         index=index,
         kl=max(kl, 0.0),
-        top1_agree=int(la.argmax()) == int(lb.argmax()),
-        a_rank_of_b=int((la > la[b_choice]).sum()) + 1,
-        b_rank_of_a=int((lb > lb[a_choice]).sum()) + 1,
+        top1_agree=int(a_all.argmax()) == int(b_all.argmax()),
+        a_rank_of_b=rank_in(a_all, b_choice),
+        b_rank_of_a=rank_in(b_all, a_choice),
     )
 
 
