@@ -114,8 +114,8 @@ def test_quitting_mid_run_exits_cleanly(session, keys):
     assert "terminate called" not in text and "Aborted" not in text and "Traceback" not in text
 
 
-@pytest.mark.parametrize("signum", ["TERM", "HUP"])
-def test_sigterm_and_sighup_leave_a_sane_terminal(signum):
+@pytest.mark.parametrize("signum, number", [("TERM", 15), ("HUP", 1), ("INT", 2)])
+def test_sigterm_sighup_and_sigint_leave_a_sane_terminal_and_exit_128_plus_the_signal(signum, number):
     name = f"tokenviz-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TERM": "xterm-256color"}
     modes = "stty -a | tr ' ' '\\n' | grep -x -e echo -e -echo -e icanon -e -icanon"
@@ -129,7 +129,7 @@ def test_sigterm_and_sighup_leave_a_sane_terminal(signum):
         subprocess.run(["kill", f"-{signum}", pid], check=True)
         text = wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=10)
         assert time.monotonic() - started < 1.0
-        assert "TOKENVIZ-EXITED 0" in text and "Traceback" not in text
+        assert f"TOKENVIZ-EXITED {128 + number}" in text and "Traceback" not in text  # a script can tell
         assert tmux("display", "-p", "-t", name, "#{alternate_on} #{cursor_flag}").split() == ["0", "1"]
         text = wait_screen(name, r"icanon", timeout=5)
         lines = text.split()
@@ -315,3 +315,37 @@ def test_the_first_five_minutes_key_sequences_at_120x36(tmp_path):
         quits_cleanly(name)
     finally:
         subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+
+
+@pytest.mark.parametrize("then", ["q", "SIGTERM"])
+def test_x_then_quitting_at_once_leaves_all_three_files_whole(tmp_path, then):
+    """x writes the screenshot, the journey and its page; quitting right after (q in the same burst of
+    keys, or SIGTERM) waits for them: nothing the user asked for is lost."""
+    from tokenviz.files.journey_file import read_journey
+
+    name = f"tokenviz-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TERM": "xterm-256color"}
+    command = f"{sys.executable} -m tokenviz --temperature 0; echo TOKENVIZ-EXITED $?; sleep 30"
+    new_session(name, (120, 36), command, env, cwd=str(tmp_path))
+    try:
+        wait_screen(name, r"ready · step 0")
+        tmux("send-keys", "-t", name, "Space")
+        wait_screen(name, r"ready · step 1")
+        if then == "q":
+            tmux("send-keys", "-t", name, "x", "q")
+        else:
+            shell = tmux("display", "-p", "-t", name, "#{pane_pid}").strip()
+            pid = subprocess.run(["pgrep", "-P", shell, "-f", "tokenviz"], capture_output=True, text=True).stdout
+            tmux("send-keys", "-t", name, "x")
+            time.sleep(0.05)  # the key is read; the journey's write is at most just queued
+            subprocess.run(["kill", "-TERM", pid.split()[0]], check=True)
+        text = wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=60)
+        assert ("TOKENVIZ-EXITED 0" if then == "q" else "TOKENVIZ-EXITED 143") in text, text
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+    written = sorted(p.suffix for p in tmp_path.glob("tokenviz-*"))
+    assert written == [".html", ".json", ".svg"], written
+    journey = read_journey(next(tmp_path.glob("tokenviz-*.json")))  # whole: it validates
+    assert len(journey["steps"]) == 1
+    assert "</html>" in next(tmp_path.glob("tokenviz-*.html")).read_text()
+    assert not list(tmp_path.glob(".*.tmp"))

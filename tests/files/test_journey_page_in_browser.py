@@ -74,3 +74,24 @@ def test_a_200_step_journey_of_the_bundled_model_makes_a_page_under_2_mb(bundled
             browser.execute_script("document.querySelector('main').scrollIntoView()")
             time.sleep(0.3)
             browser.save_screenshot(str(Path(SCREENSHOTS) / "html-page-bundled.png"))
+
+
+@needs_browser
+def test_a_theme_with_fewer_than_two_valid_heatmap_stops_falls_back_to_the_default(tmp_path):
+    from tokenviz.ui.colors import DEFAULT_HEATMAP
+
+    snapshot, attention, _ = frozen_recording(steps=3)
+    colors = dict(page_colors(load_themes()[DEFAULT_THEME]))
+    colors["heatmap"] = ("#112233", "url(https://example.invalid/x)", "#12345g")  # one valid stop of three
+    path = save_page(tmp_path / "one-stop.html", snapshot, attention, colors)
+    assert f'"heatmap":{str(list(DEFAULT_HEATMAP)).replace(" ", "")}'.replace("'", '"') in path.read_text()
+    with chromium() as browser:
+        browser.get(path.resolve().as_uri())
+        until(lambda: browser.execute_script("return document.getElementById('heatmap').width") > 10)
+        painted = browser.execute_script(
+            "const c = document.getElementById('heatmap');"
+            "const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
+            "let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; return n;"
+        )
+        assert painted > 0  # drawn, in the default colours
+        assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]

@@ -1,5 +1,6 @@
 """The app under Pilot: every key, what it changes and what the panes then show."""
 
+import signal
 import time
 
 import numpy as np
@@ -708,13 +709,13 @@ async def test_a_quit_signal_ends_the_process_even_if_the_shutdown_hangs(monkeyp
 
     from tokenviz.ui import app as app_module
 
-    ended = threading_module.Event()
+    ended, codes = threading_module.Event(), []
     monkeypatch.setattr(app_module, "QUIT_GRACE_S", 0.2)
-    monkeypatch.setattr(app_module.os, "_exit", lambda code: ended.set())
+    monkeypatch.setattr(app_module.os, "_exit", lambda code: (codes.append(code), ended.set()))
     app = make_app()
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(app, pilot)
-        app._signalled()
+        app._signalled(signal.SIGTERM)
         await pilot.pause(0.1)
     assert app.return_code is not None or not app.is_running  # it quit as q does
-    assert ended.wait(2)
+    assert ended.wait(2) and codes == [128 + signal.SIGTERM] and app.signalled == signal.SIGTERM

@@ -115,16 +115,20 @@ def open_app(
 
 
 def run_app(worker: "Worker[Snapshot] | Worker[ComparisonSnapshot]", theme: str, comparing: bool = False) -> NoReturn:
-    """Run the app on `worker` until it quits, then end the process: exit 2 with the error's line
-    when the model could not load, 0 otherwise."""
+    """Run the app on `worker` until it quits, then end the process once the writes asked for are
+    done: exit 128 + N after signal N, 2 with the error's line when the model could not load, 1
+    after an error the app did not handle, 0 otherwise."""
     from tokenviz.ui.app import TokenvizApp
 
     app = TokenvizApp(worker, theme=theme, comparing=comparing)
     app.run()
-    worker.stop(timeout=QUIT_WAIT_S)
+    for failure in app.finish(quit_wait_s=QUIT_WAIT_S):
+        print_error(failure)
     if app.fatal_error:
         print_error(app.fatal_error)
-    exit_now(2 if app.fatal_error else 0)
+    if app.signalled is not None:
+        exit_now(128 + app.signalled)
+    exit_now(2 if app.fatal_error else app.return_code or 0)  # (an unhandled error: Textual's 1, not 0)
 
 
 def exit_now(code: int) -> NoReturn:

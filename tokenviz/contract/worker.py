@@ -22,6 +22,14 @@ class Worker(Protocol[S]):
     def submitted(self) -> int:
         """Commands submitted so far (a snapshot's `handled` catches up with it)."""
 
+    @property
+    def writes_pending(self) -> int:
+        """Saves submitted and not yet written: quitting waits for them (see stop)."""
+
+    @property
+    def write_failures(self) -> list[str]:
+        """What the writes finished while stopping could not do, one line each (for the command line)."""
+
     def start(self, post: Callable[[S], object]) -> None: ...
 
     def submit(self, command: Command) -> None: ...
@@ -33,7 +41,7 @@ class Worker(Protocol[S]):
         """During autoplay publish at most one frame per `seconds` (the app draws no more often)."""
 
     def stop(self, timeout: float = 1.0) -> bool:
-        """Ask the thread to end; True once it has."""
+        """Ask the thread to end, after the Saves already submitted; True once it has."""
 
     def compare(self, a: SamplingSettings, b: SamplingSettings, prompt: Start) -> Worker[ComparisonSnapshot]:
         """A worker that runs `prompt` twice on this worker's model, by settings `a` and `b`, stepped

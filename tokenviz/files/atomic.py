@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections.abc import Collection
 from pathlib import Path
 
 from tokenviz.contract.errors import TokenvizError
@@ -54,11 +55,12 @@ def write_file(path: str | Path, text: str, replace: bool = False) -> Path:
     return path
 
 
-def free_name(stem: str, suffixes: tuple[str, ...], directory: str | Path = ".") -> str:
-    """`stem`, or `stem-2`, `stem-3`, ...: the first for which no file with any of `suffixes` exists."""
+def free_name(stem: str, suffixes: tuple[str, ...], directory: str | Path = ".", taken: Collection[str] = ()) -> str:
+    """`stem`, or `stem-2`, `stem-3`, ...: the first not in `taken` for which no file with any of
+    `suffixes` exists."""
     directory = Path(directory)
     candidate, n = stem, 1
-    while any((directory / f"{candidate}{suffix}").exists() for suffix in suffixes):
+    while candidate in taken or any((directory / f"{candidate}{suffix}").exists() for suffix in suffixes):
         n += 1
         candidate = f"{stem}-{n}"
     return candidate

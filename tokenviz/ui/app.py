@@ -15,6 +15,7 @@ import threading
 from collections.abc import Sequence
 from typing import ClassVar
 
+from textual import on
 from textual.app import App
 from textual.filter import LineFilter
 from textual.screen import Screen
@@ -26,10 +27,11 @@ from tokenviz.ui.compare_screen import CompareScreen
 from tokenviz.ui.journey_screen import JourneyScreen
 from tokenviz.ui.themes import DEFAULT_THEME, load_themes
 from tokenviz.ui.truecolor import SkipTruecolor, skipping
-from tokenviz.ui.worker_screen import WorkerScreen
+from tokenviz.ui.worker_screen import WorkerScreen, WorkerStarted
 
-QUIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # quit as q does: the terminal is left sane
-QUIT_GRACE_S = 3.0  # after one of them, the longest the process lives on
+QUIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)  # quit as q does: the terminal is left sane
+QUIT_GRACE_S = 3.0  # after one of them, the longest the process lives on (more while a write is asked for)
+WRITE_WAIT_S = 60.0  # the longest quitting waits for the writes asked for (export, save)
 
 
 class TokenvizApp(App[None]):
@@ -48,6 +50,8 @@ class TokenvizApp(App[None]):
         self.first: WorkerScreen[Snapshot] | WorkerScreen[ComparisonSnapshot] = (
             CompareScreen(worker) if comparing else JourneyScreen(worker)  # type: ignore[arg-type]
         )
+        self.started: list[Worker[Snapshot] | Worker[ComparisonSnapshot]] = []  # every screen's worker
+        self.signalled: int | None = None  # the signal that ended the app (the process exits 128 + it)
         self._truecolor: dict[int, SkipTruecolor] = {}
         for t in load_themes().values():
             self.register_theme(t)
@@ -75,22 +79,38 @@ class TokenvizApp(App[None]):
             loop = asyncio.get_running_loop()
             for signum in QUIT_SIGNALS:
                 with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                    loop.add_signal_handler(signum, self._signalled)
+                    loop.add_signal_handler(signum, self._signalled, signum)
 
-    def _signalled(self) -> None:
-        """SIGTERM or SIGHUP (the terminal closed): quit as q does, restoring the terminal. Should
-        the shutdown hang (Textual's writer to a terminal that is gone can wait forever, seen while
-        the engine thread imported torch), the process ends anyway after QUIT_GRACE_S."""
-        ending = threading.Timer(QUIT_GRACE_S, os._exit, args=(0,))
+    @on(WorkerStarted)
+    def _keep_worker(self, message: WorkerStarted) -> None:
+        self.started.append(message.worker)
+
+    def _signalled(self, signum: int) -> None:
+        """SIGTERM, SIGHUP (the terminal closed) or SIGINT: quit as q does, restoring the terminal;
+        the process then exits 128 + the signal. Should the shutdown hang (Textual's writer to a
+        terminal that is gone can wait forever, seen while the engine thread imported torch), the
+        process ends anyway after QUIT_GRACE_S, or once the writes asked for are done."""
+        self.signalled = signum
+        writing = any(worker.writes_pending for worker in self.started)
+        ending = threading.Timer(QUIT_GRACE_S + (WRITE_WAIT_S if writing else 0), os._exit, args=(128 + signum,))
         ending.daemon = True
         ending.start()
         self._stop_workers(timeout=0.2)
         self.exit()
 
     def _stop_workers(self, timeout: float) -> None:
-        for screen in self.screen_stack:
-            if isinstance(screen, WorkerScreen):
-                screen.worker.stop(timeout=timeout)
+        for worker in self.started:
+            worker.stop(timeout=timeout)
+
+    def finish(self, quit_wait_s: float) -> list[str]:
+        """After the app has ended: stop every worker, waiting up to WRITE_WAIT_S for the writes the
+        user asked for (each worker finishes its queued Saves), else `quit_wait_s`; what they could
+        not write, one line each."""
+        for worker in self.started:
+            worker.stop(timeout=quit_wait_s)
+            if worker.writes_pending:
+                worker.stop(timeout=WRITE_WAIT_S)
+        return [failure for worker in self.started for failure in worker.write_failures]
 
     def watch_theme(self) -> None:
         for screen in self.screen_stack:

@@ -6,12 +6,11 @@ The journey's screen and the comparison's are two uses of it; each says how to d
 
 from __future__ import annotations
 
-import threading
 import time
 from datetime import datetime
 from typing import Any, ClassVar, Generic, TypeVar
 
-from textual import on, work
+from textual import on
 from textual.message import Message
 from textual.reactive import reactive
 from textual.screen import Screen
@@ -28,7 +27,15 @@ from tokenviz.ui.screens import HelpScreen
 S = TypeVar("S", Snapshot, ComparisonSnapshot)
 
 UI_SHARE = 0.05  # during autoplay, the most of the time drawing frames may take
-EXPORT_LOCK = threading.Lock()  # two quick exports pick their names one after the other
+CLAIMED: set[str] = set()  # export names this process has given out (their files may not be written yet)
+
+
+class WorkerStarted(Message):
+    """A screen started its worker: the app keeps it, to stop it and wait for its writes at the end."""
+
+    def __init__(self, worker: Worker[Snapshot] | Worker[ComparisonSnapshot]):
+        super().__init__()
+        self.worker = worker
 
 
 class WorkerUpdate(Message):
@@ -63,6 +70,7 @@ class WorkerScreen(Screen[None], Generic[S]):
 
     def on_mount(self) -> None:
         self.worker.start(lambda snapshot: self.post_message(WorkerUpdate(snapshot)))  # thread-safe
+        self.post_message(WorkerStarted(self.worker))
 
     def on_unmount(self) -> None:
         self.worker.stop(timeout=0.5)
@@ -164,27 +172,29 @@ class WorkerScreen(Screen[None], Generic[S]):
         await self.app.action_quit()
 
     def action_export_svg(self) -> None:
-        self._write_export(self.app.export_screenshot(), with_journey=False)
+        self._export(with_journey=False)
 
     def action_export(self) -> None:
-        """Save a screenshot (SVG) here, and ask the worker for what it writes under the same name
-        (the journey's JSON and HTML page, or a comparison's three files): it holds what they need."""
+        """Save a screenshot (SVG) here, and have the worker write what it holds under the same name
+        (the journey's JSON and HTML page, or a comparison's three files)."""
         if not self.exportable():
             self.notify("nothing to export yet", severity="warning")
             return
-        self._write_export(self.app.export_screenshot(), with_journey=True)
+        self._export(with_journey=True)
 
-    @work(thread=True, group="export", exclusive=False)
-    def _write_export(self, svg: str, with_journey: bool) -> None:
-        """Write the screenshot off the UI thread, atomically, under a name no earlier export holds;
-        then ask the worker for the rest under the same name."""
-        with EXPORT_LOCK:
-            stem = free_name(f"{self.EXPORT_NAME}-{datetime.now():%Y%m%d-%H%M%S}", (".svg", *self.EXPORT_SUFFIXES))
-            try:
-                svg_path = write_file(f"{stem}.svg", svg)
-            except TokenvizError as exc:
-                self.app.call_from_thread(self.notify, str(exc), severity="error")
-                return
-            if with_journey:
-                self.app.call_from_thread(self.submit, self.export_request(stem))
-        self.app.call_from_thread(self.notify, f"saved {svg_path}", title="export")
+    def _export(self, with_journey: bool) -> None:
+        """Name the export and ask the worker for its part before anything else, so a quit right
+        after still finds it queued (a worker finishes its queued writes when it stops); then write
+        the screenshot here, atomically, under a name no earlier export holds or has claimed."""
+        stem = free_name(
+            f"{self.EXPORT_NAME}-{datetime.now():%Y%m%d-%H%M%S}", (".svg", *self.EXPORT_SUFFIXES), taken=CLAIMED
+        )
+        CLAIMED.add(stem)
+        if with_journey:
+            self.submit(self.export_request(stem))
+        try:
+            svg_path = write_file(f"{stem}.svg", self.app.export_screenshot())
+        except TokenvizError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        self.notify(f"saved {svg_path}", title="export")

@@ -42,6 +42,8 @@ class RecordingWorker:
         self.analyses = analyses
         self._request: ShowAttention | None = None
         self.submitted = 0
+        self.writes_pending = 0  # (a recording writes as it is asked, in submit)
+        self.write_failures: list[str] = []
         self._post: Post[Snapshot] | None = None
 
     def start(self, post: Post[Snapshot]) -> None:

@@ -5,7 +5,8 @@ two forward passes at once or interleave with a half-done step. After the queue 
 thread publishes one frozen snapshot through `post` (Textual's post_message is thread-safe); during
 autoplay it publishes at most one frame per `space_frames` (and always the last). Every turn is
 guarded: an exception becomes a one-line error in a snapshot, the details go to the log, and the
-journey stays usable.
+journey stays usable. Quitting ends the loop at the next command, but a write the user asked for
+(Save) that is queued still runs: nothing asked for is lost.
 
 A worker (the journey's, a comparison's) says how to load, how to handle a command, which command
 autoplay repeats and how to build its snapshot; the rest is here.
@@ -48,10 +49,13 @@ class CommandThread(Generic[S]):
         self._post: Post[S] = lambda snapshot: None
         self._queue: queue.Queue[Command | _Quit] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
+        self._writing = threading.Lock()  # guards writes_pending
         self._stopping = threading.Event()
         self._cancel = threading.Event()
         self.submitted = 0  # commands sent (UI thread)
         self._handled = 0  # commands done (engine thread)
+        self.writes_pending = 0  # Saves submitted and not yet done (either thread; see submit)
+        self.write_failures: list[str] = []  # what a write at quitting could not do (the command line prints it)
         self.playing = False
         self.pace_s = PACES_S[0]
         self._state: EngineState = "loading"
@@ -72,6 +76,9 @@ class CommandThread(Generic[S]):
 
     def submit(self, command: Command) -> None:
         self.submitted += 1
+        if isinstance(command, Save):
+            with self._writing:
+                self.writes_pending += 1
         self._queue.put(command)
 
     def space_frames(self, seconds: float) -> None:
@@ -131,6 +138,12 @@ class CommandThread(Generic[S]):
 
     def _run(self) -> None:
         try:
+            self._serve()
+        finally:
+            self._finish_writes()
+
+    def _serve(self) -> None:
+        try:
             self._load()
         except TokenvizError as exc:
             self._state, self._message = "error", str(exc)
@@ -179,6 +192,18 @@ class CommandThread(Generic[S]):
         self._publish(error=error)
         return True
 
+    def _finish_writes(self) -> None:
+        """At quitting: the Saves still queued run (each a journey the user asked to keep); the rest go."""
+        while True:
+            try:
+                command = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(command, Save):
+                error = self._do(command)
+                if error is not None:
+                    self.write_failures.append(error)
+
     def _do(self, command: Command, autoplay: bool = False) -> str | None:
         """Run one command; returns a one-line error or None."""
         try:
@@ -195,6 +220,9 @@ class CommandThread(Generic[S]):
         finally:
             if not autoplay:
                 self._handled += 1
+            if isinstance(command, Save):
+                with self._writing:
+                    self.writes_pending -= 1
         if self._ended():
             self.playing = False
         return None
