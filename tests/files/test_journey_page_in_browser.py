@@ -2,6 +2,7 @@
 step's top candidate with the probability recorded in the journey, the attention heatmap is drawn,
 the arrow keys move between steps, and the page fetched nothing."""
 
+import json
 import time
 from pathlib import Path
 
@@ -78,13 +79,13 @@ def test_a_200_step_journey_of_the_bundled_model_makes_a_page_under_2_mb(bundled
 
 @needs_browser
 def test_a_theme_with_fewer_than_two_valid_heatmap_stops_falls_back_to_the_default(tmp_path):
-    from tokenviz.ui.colors import DEFAULT_HEATMAP
+    from tokenviz.files.journey_page import DEFAULT_HEATMAP
 
     snapshot, attention, _ = frozen_recording(steps=3)
     colors = dict(page_colors(load_themes()[DEFAULT_THEME]))
     colors["heatmap"] = ("#112233", "url(https://example.invalid/x)", "#12345g")  # one valid stop of three
     path = save_page(tmp_path / "one-stop.html", snapshot, attention, colors)
-    assert f'"heatmap":{str(list(DEFAULT_HEATMAP)).replace(" ", "")}'.replace("'", '"') in path.read_text()
+    assert '"heatmap":' + json.dumps(list(DEFAULT_HEATMAP), separators=(",", ":")) in path.read_text()
     with chromium() as browser:
         browser.get(path.resolve().as_uri())
         until(lambda: browser.execute_script("return document.getElementById('heatmap').width") > 10)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import zlib
 from collections.abc import Iterable
 from html import escape
@@ -29,6 +30,9 @@ SCRIPT = (HERE / "journey_page.js").read_text(encoding="utf-8")  # beside this m
 ATTENTION_BYTES = 1_200_000  # compressed attention a page carries at most: the newest rows first
 TOP_ROWS = 12  # candidates listed per step (the raw top-12 are followed through every stage)
 DEFAULT_HEATMAP = ("#0d0887", "#6a00a8", "#b12a90", "#e16462", "#fca636", "#f0f921")  # plasma
+
+
+HEX_COLOR = re.compile(r"#[0-9a-fA-F]{6}")  # a heatmap stop the page can interpolate
 
 
 def _attention(snapshot: Snapshot, attention: SavedAttention) -> dict[str, Any] | None:
@@ -136,7 +140,9 @@ def _charts(snapshot: Snapshot, colors: dict[str, str]) -> list[str]:
 def journey_page(snapshot: Snapshot, attention: SavedAttention, colors: dict[str, Any]) -> str:
     """The page. `colors`: background, foreground, panel, primary, bar, bar_final, chip_prompt,
     chip_generated, chosen (CSS colours) and heatmap (a list of stops, low to high)."""
-    heatmap = [c for c in colors["heatmap"] if _css_color(c).startswith("#") and len(c) == 7] or list(DEFAULT_HEATMAP)
+    heatmap = [c for c in colors["heatmap"] if HEX_COLOR.fullmatch(c)]
+    if len(heatmap) < 2:  # a scale needs both ends: the default, rather than a blank heatmap
+        heatmap = list(DEFAULT_HEATMAP)
     colors = {key: _css_color(value) for key, value in colors.items() if key != "heatmap"}
     info = snapshot.info
     data = {

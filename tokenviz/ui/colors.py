@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from textual.app import App
 from textual.theme import Theme
 
-DEFAULT_HEATMAP = "#0d0887 #6a00a8 #b12a90 #e16462 #fca636 #f0f921"  # plasma, dark violet to yellow
+from tokenviz.files.journey_page import DEFAULT_HEATMAP as PAGE_HEATMAP
+
+DEFAULT_HEATMAP = " ".join(PAGE_HEATMAP)  # as a theme variable: the stops, dark violet to yellow (plasma)
 
 
 @dataclass(frozen=True)
