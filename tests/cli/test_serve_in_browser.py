@@ -122,3 +122,75 @@ def test_serve_refuses_a_port_in_use_in_one_line_and_passes_the_rest_to_the_app(
     assert code == 2 and "--port must be" in err
     args = ["Hello", "--host", "0.0.0.0", "--port=9000", "--temperature", "0", "--port", "8001", "--chat"]
     assert app_arguments(args) == ["Hello", "--temperature", "0", "--chat"]
+
+
+@pytest.fixture
+def one_session_server():
+    port = free_port()
+    command = [sys.executable, "-m", "tokenviz", "serve", PROMPT, "--port", str(port), "--max-sessions", "1"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    until(lambda: process.poll() is not None or socket.socket().connect_ex(("127.0.0.1", port)) == 0, 30, 0.2)
+    assert process.poll() is None, process.stdout.read().decode() if process.stdout else ""
+    yield process, f"http://127.0.0.1:{port}"
+    process.kill()
+    process.wait(10)
+
+
+def app_processes(server: subprocess.Popen) -> int:
+    """The app processes a server runs, one a tab (a child that ends while we look does not count)."""
+    count = 0
+    for child in psutil.Process(server.pid).children(recursive=True):
+        try:
+            line = child.cmdline()
+        except psutil.NoSuchProcess:
+            continue
+        count += line[1:3] == ["-m", "tokenviz"] and "serve" not in line
+    return count
+
+
+@needs_browser
+def test_max_sessions_refuses_the_next_tab_with_a_page_frees_a_closed_tabs_slot_and_sigterm_ends_all(
+    one_session_server,
+):
+    process, url = one_session_server
+    with chromium(1200, 800) as browser:
+        open_app(browser, url)
+        until(lambda: app_processes(process) == 1, 20, 0.2)
+        first = browser.current_window_handle
+        browser.switch_to.new_window("tab")
+        browser.get(url)  # the second tab: the server is full
+        assert "The server is full" in browser.find_element(By.TAG_NAME, "h1").text
+        assert "--max-sessions" in browser.find_element(By.TAG_NAME, "body").text
+        time.sleep(1)
+        assert app_processes(process) == 1  # and no process was started for it
+        full = browser.current_window_handle
+        browser.switch_to.window(first)
+        browser.close()  # the first tab goes: its slot is free at once
+        until(lambda: app_processes(process) == 0, 20, 0.2)
+        browser.switch_to.window(full)
+        browser.switch_to.new_window("tab")
+        open_app(browser, url)  # the next tab is served now
+        until(lambda: app_processes(process) == 1, 20, 0.2)
+        children = psutil.Process(process.pid).children(recursive=True)
+        started = time.monotonic()
+        process.terminate()  # SIGTERM: the server and its tabs' processes end within 2 s
+        process.wait(10)
+        _, alive = psutil.wait_procs(children, timeout=max(2.0 - (time.monotonic() - started), 0.1))
+        assert time.monotonic() - started < 2.0 and alive == []
+    output = process.stdout.read().decode()
+    assert "at most 1 session at once" in output
+
+
+def test_the_default_session_limit_follows_memory_and_the_models_size(tmp_path):
+    from tokenviz.cli.serving import PROCESS_BYTES, default_max_sessions, weights_bytes
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"\0" * 1000)
+    assert weights_bytes(str(model), None) == 1000
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"\0" * 100)
+    assert weights_bytes(None, gguf) == 800  # a quantized file dequantizes to about 8 bytes for each
+    assert weights_bytes("some/hub-id", None) == 0  # not on this machine: the process alone is counted
+    assert default_max_sessions(PROCESS_BYTES + 1000, available=10 * (PROCESS_BYTES + 1000)) == 8
+    assert default_max_sessions(10**12, available=10**9) == 1  # always at least one

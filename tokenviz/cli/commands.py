@@ -368,7 +368,7 @@ def compare(
 
 # ---- tokenviz serve: the app in a browser ---------------------------------------------------------------
 
-SERVE_OPTIONS = ("--host", "--port")  # serve's own: every other argument goes to the app it serves
+SERVE_OPTIONS = ("--host", "--port", "--max-sessions")  # serve's own: every other argument goes to the app
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -399,6 +399,14 @@ def serve(
         str, typer.Option(help="Address to listen on. Anyone who can reach it can drive the model: keep it local.")
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    max_sessions: Annotated[
+        int,
+        typer.Option(
+            "--max-sessions",
+            help="The most browser tabs served at once, each a process with its own model "
+            "(0: as many as the memory available holds).",
+        ),
+    ] = 0,
     chat: Chat = False,
     system: System = None,
     theme: Theme = DEFAULT_THEME,
@@ -413,19 +421,27 @@ def serve(
         check_chat(chat, system)
         if not 0 < port < 65536:
             raise TokenvizError(f"--port must be 1-65535, got {port}")
+        if max_sessions < 0:
+            raise TokenvizError(f"--max-sessions must be 1 or more (0: from the memory available), got {max_sessions}")
         with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
             probe.bind((host, port))
     except TokenvizError as exc:
         fail(str(exc))
     except OSError as exc:
         fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
-    from textual_serve.server import Server
+    from tokenviz.cli.serving import LimitedServer, session_limit
 
     command = shlex.join([sys.executable, "-m", "tokenviz", *app_arguments(sys.argv[2:])])
     if host not in LOOPBACK:
         print_error(f"listening on {host}: anyone who can reach port {port} can drive the model")
-    err.print(f"tokenviz in a browser: http://{host}:{port} (ctrl+c stops it)", highlight=False)
-    Server(command, host=host, port=port, title="tokenviz").serve()
+    limit, why = session_limit(max_sessions, model.model)
+    plural = "" if limit == 1 else "s"
+    err.print(
+        f"tokenviz in a browser: http://{host}:{port} · at most {limit} session{plural} at once ({why}) "
+        "(ctrl+c stops it)",
+        highlight=False,
+    )
+    LimitedServer(command, limit, host=host, port=port, title="tokenviz").serve()
 
 
 # ---- tokenviz replay FILE: a saved journey ------------------------------------------------------

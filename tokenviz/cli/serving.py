@@ -1,0 +1,116 @@
+"""`tokenviz serve`: the app in a browser through textual-serve, each tab its own process with its own
+model, so the server admits at most `max_sessions` tabs at once (the next gets a page saying the
+server is full, and no process), and ends itself and every tab's process promptly when told to."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import psutil
+from aiohttp import web
+from textual_serve.server import Server
+
+from tokenviz.contract.errors import ModelLoadError
+from tokenviz.contract.paths import bundled_gguf
+
+PROCESS_BYTES = 600 << 20  # a tab's process before its model: Python, torch, transformers, textual
+FLOAT32_PER_QUANTIZED_BYTE = 8  # a GGUF's weights as float32: about 8 bytes for each byte of 4-bit ones
+MEMORY_SHARE = 0.8  # of the memory available, the most the tabs may plan to take
+FULL_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>tokenviz: the server is full</title></head>
+<body style="font-family: sans-serif; margin: 3em"><h1>The server is full</h1>
+<p>This tokenviz server runs at most {limit} sessions at once, each with its own model, and all are open.
+Close another tab, or ask whoever runs the server to start it with a larger <code>--max-sessions</code>.</p>
+</body></html>"""
+FULL_CLOSE_CODE = 4008  # the websocket's close code for a full server (4000-4999: an application's own)
+
+
+def weights_bytes(model: str | None, bundled_gguf: Path | None) -> int:
+    """What one session's weights take in memory, from the files alone (0 where they cannot be found
+    on this machine: a Hugging Face id not yet downloaded)."""
+    path = Path(model).expanduser() if model is not None else bundled_gguf
+    if path is None or not path.exists():
+        return 0
+    if path.is_file():
+        size = path.stat().st_size
+        return size * FLOAT32_PER_QUANTIZED_BYTE if path.suffix == ".gguf" else size
+    files = [p for p in path.iterdir() if p.suffix in (".safetensors", ".bin", ".pt")]
+    ggufs = [p for p in path.iterdir() if p.suffix == ".gguf"]
+    return sum(p.stat().st_size for p in files) or sum(p.stat().st_size * FLOAT32_PER_QUANTIZED_BYTE for p in ggufs)
+
+
+def default_max_sessions(session_bytes: int, available: int | None = None) -> int:
+    """How many sessions of `session_bytes` fit in the memory available now (at least one)."""
+    available = psutil.virtual_memory().available if available is None else available
+    return max(1, int(MEMORY_SHARE * available // max(session_bytes, 1)))
+
+
+def session_limit(asked: int, model: str | None) -> tuple[int, str]:
+    """(the most sessions at once, why): `asked`, or what the memory available holds."""
+    if asked:
+        return asked, "--max-sessions"
+    try:
+        bundled = bundled_gguf() if model is None else None
+    except ModelLoadError:
+        bundled = None  # (each tab will say so itself)
+    each = PROCESS_BYTES + weights_bytes(model, bundled)
+    available = psutil.virtual_memory().available
+    return default_max_sessions(each, available), (
+        f"about {each / 2**30:.1f} GB each, {available / 2**30:.1f} GB available; --max-sessions changes it"
+    )
+
+
+class LimitedServer(Server):
+    """textual-serve's server, admitting at most `max_sessions` tabs at once."""
+
+    def __init__(self, command: str, max_sessions: int, **kwargs: Any):
+        super().__init__(command, **kwargs)
+        self.max_sessions = max_sessions
+        self.sessions = 0
+        self.connected: list[web.Request] = []  # the tabs' websocket requests, open now (requests do not hash)
+
+    def full(self) -> web.Response:
+        return web.Response(
+            status=503, text=FULL_PAGE.format(limit=self.max_sessions), content_type="text/html", charset="utf-8"
+        )
+
+    async def handle_index(self, request: web.Request) -> Any:
+        if self.sessions >= self.max_sessions:
+            return self.full()
+        return await super().handle_index(request)
+
+    async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
+        if self.sessions >= self.max_sessions:  # (a tab loaded while another was starting): no process
+            websocket = web.WebSocketResponse()
+            await websocket.prepare(request)
+            await websocket.close(code=FULL_CLOSE_CODE, message=b"the server is full")
+            return websocket
+        self.sessions += 1  # (one event loop: no race between the check and the count)
+        self.connected.append(request)
+        try:
+            return await super().handle_websocket(request)
+        finally:
+            self.sessions -= 1
+            self.connected.remove(request)
+
+    async def on_shutdown(self, app: web.Application) -> None:
+        """Drop every tab's connection, so no handler keeps the server waiting for its browser."""
+        for request in list(self.connected):
+            if request.transport is not None:
+                request.transport.close()
+
+    def request_exit(self) -> None:
+        """SIGTERM or SIGINT: every tab's process is told to end at once (SIGTERM, then SIGKILL what is
+        left after a second), then the server ends."""
+        children = psutil.Process(os.getpid()).children(recursive=True)
+        for child in children:
+            with contextlib.suppress(psutil.Error):
+                child.send_signal(signal.SIGTERM)
+        _, alive = psutil.wait_procs(children, timeout=1.0)
+        for child in alive:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        super().request_exit()
