@@ -14,6 +14,10 @@ import pytest
 pytestmark = pytest.mark.bundled
 
 PROMPT_IDS = [504, 414, 46682, 18669, 314, 3807, 281]  # "The Eiffel Tower is located in"
+# Quitting takes 0.24-0.30 s here (the bench's figure is the one to watch). The tests' bound catches
+# a hang (seen: 20 minutes) or a quit that waits for the run in progress, and leaves a loaded machine
+# room: a test asserts behaviour, not speed.
+QUIT_BOUND_S = 3.0
 
 
 def tmux(*args: str) -> str:
@@ -96,7 +100,7 @@ def test_tokenviz_in_a_real_terminal(session):
     started = time.monotonic()
     tmux("send-keys", "-t", session, "q")
     text = wait_screen(session, r"TOKENVIZ-EXITED 0", timeout=10)
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < QUIT_BOUND_S
     assert "Traceback" not in text
 
 
@@ -109,7 +113,7 @@ def test_quitting_mid_run_exits_cleanly(session, keys):
     started = time.monotonic()
     tmux("send-keys", "-t", session, "q")
     text = wait_screen(session, r"TOKENVIZ-EXITED \d+", timeout=10)
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < QUIT_BOUND_S
     assert "TOKENVIZ-EXITED 0" in text  # not 134: no C++ abort from a thread torn down inside torch
     assert "terminate called" not in text and "Aborted" not in text and "Traceback" not in text
 
@@ -128,7 +132,7 @@ def test_sigterm_sighup_and_sigint_leave_a_sane_terminal_and_exit_128_plus_the_s
         started = time.monotonic()
         subprocess.run(["kill", f"-{signum}", pid], check=True)
         text = wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=10)
-        assert time.monotonic() - started < 1.0
+        assert time.monotonic() - started < QUIT_BOUND_S
         assert f"TOKENVIZ-EXITED {128 + number}" in text and "Traceback" not in text  # a script can tell
         assert tmux("display", "-p", "-t", name, "#{alternate_on} #{cursor_flag}").split() == ["0", "1"]
         text = wait_screen(name, r"icanon", timeout=5)
@@ -252,8 +256,8 @@ def test_quitting_mid_prefill_exits_at_once():
         tmux("send-keys", "-t", name, "q")
         text = wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=10)
         # Measured 0.83-0.94 s on 2 cores (torch's threads busy the while; 2.1 s when quitting waited
-        # for the chunk in progress): the bound leaves room for a loaded CI machine.
-        assert time.monotonic() - started < 1.5
+        # for the chunk in progress); the whole prefill takes several seconds more.
+        assert time.monotonic() - started < QUIT_BOUND_S
         assert "TOKENVIZ-EXITED 0" in text and "Traceback" not in text
     finally:
         subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)

@@ -339,7 +339,7 @@ async def test_quit_during_a_slow_step_is_prompt():
         started = time.monotonic()
         await pilot.press("q")
         await wait_for(lambda: not app.is_running, pilot, timeout=5)
-        assert time.monotonic() - started < 1.0
+        assert time.monotonic() - started < 2.5  # it did not wait for the 3 s step (0.1 s when idle)
 
 
 STORM = (
