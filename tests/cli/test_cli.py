@@ -224,3 +224,27 @@ def test_chat_needs_a_template_and_system_needs_chat(monkeypatch, capsys, tiny_d
     assert code == 2 and len(errors) == 1 and "no chat template" in errors[0] and "Traceback" not in err
     code, _, err = invoke(monkeypatch, capsys, "trace", "hi", "--system", "be brief", "--model", tiny_dir)
     assert code == 2 and "--system needs --chat" in err
+
+
+def test_the_process_exit_code_says_how_the_app_ended(monkeypatch):
+    """0 after q, 1 after an error the app did not handle (Textual's return code), 128 + N after
+    signal N: a script can tell them apart (it read 0 after a crash before)."""
+    from apptools import frozen_snapshot
+
+    from tokenviz.cli import commands
+    from tokenviz.ui.app import TokenvizApp
+    from tokenviz.worker.recording import RecordingWorker
+
+    codes = []
+
+    def exit_now(code):
+        codes.append(code)
+        raise SystemExit(code)
+
+    monkeypatch.setattr(commands, "exit_now", exit_now)
+    endings = [lambda app: None, lambda app: setattr(app, "_return_code", 1), lambda app: setattr(app, "signalled", 15)]
+    for ending in endings:
+        monkeypatch.setattr(TokenvizApp, "run", lambda self, ending=ending: ending(self))
+        with pytest.raises(SystemExit):
+            commands.run_app(RecordingWorker(frozen_snapshot()), "tokenviz-dark")
+    assert codes == [0, 1, 143]

@@ -69,8 +69,12 @@ class LimitedServer(Server):
     def __init__(self, command: str, max_sessions: int, **kwargs: Any):
         super().__init__(command, **kwargs)
         self.max_sessions = max_sessions
-        self.sessions = 0
-        self.connected: list[web.Request] = []  # the tabs' websocket requests, open now (requests do not hash)
+        self.connected: list[web.Request] = []  # the tabs' websocket requests (requests do not hash)
+
+    @property
+    def sessions(self) -> int:
+        """The tabs connected now: a tab closed frees its slot at once, while its process still ends."""
+        return sum(1 for r in self.connected if r.transport is not None and not r.transport.is_closing())
 
     def full(self) -> web.Response:
         return web.Response(
@@ -88,12 +92,10 @@ class LimitedServer(Server):
             await websocket.prepare(request)
             await websocket.close(code=FULL_CLOSE_CODE, message=b"the server is full")
             return websocket
-        self.sessions += 1  # (one event loop: no race between the check and the count)
-        self.connected.append(request)
+        self.connected.append(request)  # (one event loop: no race between the check and the count)
         try:
             return await super().handle_websocket(request)
         finally:
-            self.sessions -= 1
             self.connected.remove(request)
 
     async def on_shutdown(self, app: web.Application) -> None:
@@ -113,4 +115,5 @@ class LimitedServer(Server):
         for child in alive:
             with contextlib.suppress(psutil.Error):
                 child.kill()
+        psutil.wait_procs(alive, timeout=0.3)  # (reaps those that were this process's own)
         super().request_exit()
