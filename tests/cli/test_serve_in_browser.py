@@ -47,14 +47,20 @@ def frames(browser) -> str:
     return "".join(SEEN)
 
 
-@pytest.fixture
-def server():
+def start_server(*options: str) -> tuple[subprocess.Popen, str]:
+    """`tokenviz serve PROMPT --port P OPTIONS...` started and listening: (its process, its address)."""
     port = free_port()
-    command = [sys.executable, "-m", "tokenviz", "serve", PROMPT, "--port", str(port), "--temperature", "0"]
+    command = [sys.executable, "-m", "tokenviz", "serve", PROMPT, "--port", str(port), *options]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     until(lambda: process.poll() is not None or socket.socket().connect_ex(("127.0.0.1", port)) == 0, 30, 0.2)
     assert process.poll() is None, process.stdout.read().decode() if process.stdout else ""
-    yield process, f"http://127.0.0.1:{port}"
+    return process, f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+def server():
+    process, url = start_server("--temperature", "0")
+    yield process, url
     process.terminate()
     process.wait(10)
 
@@ -136,12 +142,8 @@ def test_serve_refuses_a_port_in_use_in_one_line_and_passes_the_rest_to_the_app(
 
 @pytest.fixture
 def one_session_server():
-    port = free_port()
-    command = [sys.executable, "-m", "tokenviz", "serve", PROMPT, "--port", str(port), "--max-sessions", "1"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    until(lambda: process.poll() is not None or socket.socket().connect_ex(("127.0.0.1", port)) == 0, 30, 0.2)
-    assert process.poll() is None, process.stdout.read().decode() if process.stdout else ""
-    yield process, f"http://127.0.0.1:{port}"
+    process, url = start_server("--max-sessions", "1")
+    yield process, url
     process.kill()
     process.wait(10)
 

@@ -70,7 +70,8 @@ class Settings(Model):
 
     @model_validator(mode="after")
     def _valid(self) -> Settings:
-        for value in self.model_dump().get("stop", ()):
+        stops = self.model_dump().get("stop")
+        for value in stops if isinstance(stops, list) else ():  # (anything else: SamplingSettings says)
             if isinstance(value, str):
                 _unicode(value)
         try:
