@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import ClassVar, Generic, TypeVar, cast
 
 from textual import on
 from textual.message import Message
@@ -100,7 +100,7 @@ class WorkerScreen(Screen[None], Generic[S]):
 
     @on(WorkerUpdate)
     def _received(self, message: WorkerUpdate) -> None:
-        s: Any = message.snapshot
+        s = cast(S, message.snapshot)  # (this screen's worker posts only its own kind)
         self.snapshot = s
         if s.error:
             self.notify(s.error, severity="error", timeout=6)

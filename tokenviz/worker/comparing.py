@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from tokenviz.contract.commands import Command, Pace, Play, Reset, Rewind, Save, Start, Step
 from tokenviz.contract.errors import TokenvizError
-from tokenviz.contract.settings import PACES_S, SamplingSettings
+from tokenviz.contract.settings import SamplingSettings
 from tokenviz.contract.snapshot import ComparisonSnapshot
 from tokenviz.files.atomic import write_file
 from tokenviz.files.documents import comparison_document
@@ -88,8 +88,7 @@ class CompareWorker(CommandThread[ComparisonSnapshot]):
             case Play(on=on):
                 self.playing = not self.playing if on is None else on
             case Pace(delta=delta):
-                index = PACES_S.index(self.pace_s) + delta
-                self.pace_s = PACES_S[min(max(index, 0), len(PACES_S) - 1)]
+                self._step_pace(delta)
             case Save(path=stem):
                 self._notice = "saved " + ", ".join(save_comparison(comparison, stem))
             case _:

@@ -40,7 +40,7 @@ from tokenviz.contract.commands import (
     Watch,
 )
 from tokenviz.contract.errors import TokenvizError
-from tokenviz.contract.settings import PACES_S, SamplingSettings
+from tokenviz.contract.settings import SamplingSettings
 from tokenviz.contract.snapshot import EngineState, Snapshot
 from tokenviz.decoding.nudges import Nudges
 from tokenviz.files.journey_file import save_journey
@@ -216,8 +216,7 @@ class EngineWorker(CommandThread[Snapshot]):
                     self.playing = False
                     raise TokenvizError(f"stopped: {session.stop_reason}; rewind or raise the limit to go on")
             case Pace(delta=delta):
-                index = PACES_S.index(self.pace_s) + delta
-                self.pace_s = PACES_S[min(max(index, 0), len(PACES_S) - 1)]
+                self._step_pace(delta)
             case ShowAttention():
                 self._attention_request = command if command.rows > 0 else None
             case Watch(token=token):

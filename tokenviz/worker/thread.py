@@ -227,6 +227,11 @@ class CommandThread(Generic[S]):
             self.playing = False
         return None
 
+    def _step_pace(self, delta: int) -> None:
+        """Autoplay slower (+1) or faster (-1), through PACES_S (kept at its ends)."""
+        index = PACES_S.index(self.pace_s) + delta
+        self.pace_s = PACES_S[min(max(index, 0), len(PACES_S) - 1)]
+
     def _cancelled(self) -> bool:
         """Asked between the forward passes of a long run: Escape, or quitting, ends it there."""
         return self._cancel.is_set() or self._stopping.is_set()
