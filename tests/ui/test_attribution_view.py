@@ -41,7 +41,7 @@ async def test_a_recording_says_attribution_needs_the_model():
         await settle(app, pilot)
         await pilot.press("A")
         await pilot.pause(0.2)
-        assert "this view needs the model" in str(app.query_one("#attribution").body.render())
+        assert "it needs the model" in str(app.query_one("#attribution").body.render())
 
 
 @pytest.mark.parametrize("method", ["loo", "grad"])
@@ -84,7 +84,7 @@ async def test_a_saved_journey_keeps_its_attributions_and_replay_shows_them(tmp_
         await pilot.press("left")  # a position nothing was kept for: the view says so, no error
         await settle(replay, pilot)
         assert replay.journey.snapshot.result(Attribute) is None and replay.journey.snapshot.error is None
-        assert "this view needs the model" in str(replay.query_one("#attribution").body.render())
+        assert "it needs the model" in str(replay.query_one("#attribution").body.render())
 
 
 def test_a_damaged_attribution_in_a_file_is_refused_in_one_line(tmp_path):

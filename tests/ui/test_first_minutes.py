@@ -132,7 +132,9 @@ async def test_a_recording_shows_only_the_keys_that_work_there():
         await pilot.press("a", "g", "1")
         await pilot.pause(0.2)
         assert not app.journey.snapshot.playing and len(app.journey.snapshot.records) == records
-        assert not app._notifications  # no "this journey is a recording" for keys it does not show
+        notes = [n.message for n in app._notifications]  # each key says what it needs, and how to get it
+        assert [note.split(" ")[0] for note in notes] == ["a", "g", "1"]
+        assert all("needs the model" in note and "tokenviz --model" in note for note in notes)
 
 
 @pytest.mark.parametrize("system", [ColorSystem.EIGHT_BIT, ColorSystem.STANDARD])
@@ -279,4 +281,6 @@ async def test_a_recordings_notes_fit_at_80x24(key, view):
         pane = app.query_one(f"#{view}")
         lines = [line.text.strip() for line in pane.body.render_lines(pane.body.region.reset_offset)]
         shown = " ".join(line for line in lines if line)
-        assert "this view needs the model (tokenviz replay FILE --verify re-runs it)" in shown, shown
+        name = app.journey.snapshot.info.name
+        assert f"it needs the model. Run the journey's prompt live with tokenviz --model {name}" in shown, shown
+        assert "(replay --verify only checks the recorded numbers)" in shown, shown

@@ -57,6 +57,7 @@ class Snapshot:
     attention: AttentionView | None = None  # the rows the attention pane asked for (see ShowAttention)
     handled: int = 0  # commands handled before this snapshot (tests wait on it)
     results: tuple[ViewResult, ...] = ()  # the newest result of each kind of request (see result)
+    cancelled: tuple[str, ...] = ()  # the kinds of request (class names) whose last run was cancelled
     cache_event: CacheEvent | None = None  # of the last rewind or branch switch
     live: bool = True  # False for a recording: nothing can run the model
     branches: tuple[BranchSummary, ...] = ()  # the current path first, then the others

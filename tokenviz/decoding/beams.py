@@ -3,7 +3,9 @@
 Follows transformers' generate(num_beams=k, do_sample=False): each step keeps the 2k best
 continuations over all beams (by accumulated log-probability); those ending in EOS, or reaching the
 length limit, become finished hypotheses scored by log-probability / length ** length_penalty; the
-best k unfinished continue. It runs on its own batch-of-k cache, so the journey's cache is untouched.
+best k unfinished continue. It runs on its own batch-of-k cache, so the journey's cache is untouched;
+given the runner's cache of the context (a journey's), it starts from a copy of it instead of feeding
+the whole context again.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import torch
 
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.results import BeamCandidate, BeamFate, BeamResult, BeamStep, Hypothesis
-from tokenviz.model.cache import full_cache
+from tokenviz.model.cache import cache_prefix, full_cache
 from tokenviz.model.runner import ModelRunner
 
 PRUNED = -1.0e9
@@ -29,16 +31,21 @@ def beam_search(
     max_new_tokens: int,
     length_penalty: float = 1.0,
     cancelled: Callable[[], bool] = lambda: False,
+    from_cache: bool = False,
+    progress: Callable[[int, int], None] = lambda done, total: None,
 ) -> BeamResult:
-    """`cancelled()` is asked before each step; a True ends the search with Cancelled."""
+    """`progress(steps done, steps)` is told and `cancelled()` asked before each step (a True ends
+    the search with Cancelled). With `from_cache`, the runner's cache holds at least
+    `prompt_ids[:-1]`, and a copy of it is the start (see cache_prefix)."""
     if not 2 <= width <= 8:
         raise TokenvizError(f"beam width must be 2 to 8, got {width}")
     model, device, vocab = runner.model, runner.device, runner.info.vocab
     eos = torch.tensor(sorted(runner.eos_ids) or [-1], device=device)
     keep = max(2, 1 + len(runner.eos_ids)) * width
-    cache = full_cache()
+    fed = len(prompt_ids) - 1 if from_cache else 0
+    cache = cache_prefix(runner.cache, fed, width) if fed else full_cache()
     out = model(
-        input_ids=torch.tensor([prompt_ids] * width, device=device),
+        input_ids=torch.tensor([prompt_ids[fed:]] * width, device=device),
         past_key_values=cache,
         use_cache=True,
         logits_to_keep=1,
@@ -48,6 +55,7 @@ def beam_search(
     finished: list[Hypothesis] = []
     steps = []
     for step in range(max_new_tokens):
+        progress(step, max_new_tokens)
         if cancelled():
             raise Cancelled("beam search cancelled")
         log_probs = torch.log_softmax(out.logits[:, -1, :].float(), -1)

@@ -19,7 +19,7 @@ from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.results import Round, Speculation
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.sampling import apply_stages, draw_uniform, inverse_cdf
-from tokenviz.model.cache import full_cache
+from tokenviz.model.cache import cache_prefix, full_cache
 from tokenviz.model.lens import decoder_layers
 from tokenviz.model.runner import ModelRunner
 
@@ -54,12 +54,17 @@ class PromptLookup:
 class CachedDrafter:
     """Greedy drafts from a (smaller) causal LM with its own cache, kept in step with the context."""
 
-    def __init__(self, model, name: str):
+    def __init__(self, model, name: str, shared_layers: int | None = None):
         self.model = model
         self.name = name
+        self.shared_layers = shared_layers  # an early exit's: the target's first layers, whose cache it can share
         self.device = next(model.parameters()).device
         self.cache = full_cache()
         self.fed: list[int] = []
+
+    def start_from(self, cache, fed: list[int]) -> None:
+        """Go on from `cache`, which holds `fed` (a copy of the target's, for an early exit)."""
+        self.cache, self.fed = cache, list(fed)
 
     @torch.inference_mode()
     def _feed(self, ids: list[int]) -> torch.Tensor:
@@ -117,8 +122,10 @@ def early_exit_model(model, layers: int):
 
 
 def _detached_copy(module: torch.nn.Module, config) -> torch.nn.Module:
-    """A shallow copy with its own table of submodules (and `config`, where it has one)."""
+    """A shallow copy with its own table of submodules (and `config`, where it has one). A forward
+    set on the instance (a wrapper around the original's) is not copied: it would run the whole model."""
     duplicate = copy.copy(module)
+    duplicate.__dict__.pop("forward", None)
     duplicate._modules = dict(module._modules)
     if hasattr(duplicate, "config"):
         duplicate.config = config
@@ -133,7 +140,7 @@ def make_drafter(spec: str, runner: ModelRunner, draft_runner: ModelRunner | Non
             layers = int(spec.split(":", 1)[1])
         except ValueError:
             raise TokenvizError(f"early-exit needs a layer number, as in early-exit:8; got {spec!r}") from None
-        return CachedDrafter(early_exit_model(runner.model, layers), f"early-exit at layer {layers}")
+        return CachedDrafter(early_exit_model(runner.model, layers), f"early-exit at layer {layers}", layers)
     if spec == "draft-model":
         if draft_runner is None:
             raise TokenvizError("--speculate draft-model needs --draft-model MODEL")
@@ -168,18 +175,24 @@ def speculative_decode(
     settings: SamplingSettings,
     draft_len: int = DRAFT_LEN,
     cancelled: Callable[[], bool] = lambda: False,
+    from_cache: bool = False,
+    progress: Callable[[int, int], None] = lambda done, total: None,
 ) -> Speculation:
-    """`cancelled()` is asked before each round; a True ends the run with Cancelled."""
+    """`cancelled()` is asked before each round; a True ends the run with Cancelled. With
+    `from_cache`, the runner's cache holds at least `prompt_ids[:-1]`: a copy of it is the start."""
     model, device = runner.model, runner.device
-    cache = full_cache()
     ids = list(prompt_ids)
     start = len(ids)
-    if len(ids) > 1:  # the target's cache always holds everything but the last token
+    cache = cache_prefix(runner.cache, len(ids) - 1) if from_cache else full_cache()
+    if from_cache and isinstance(drafter, CachedDrafter) and drafter.shared_layers:
+        drafter.start_from(cache_prefix(runner.cache, len(ids) - 1, layers=drafter.shared_layers), ids[:-1])
+    if len(ids) > 1 and not from_cache:  # the target's cache always holds everything but the last token
         model(
             input_ids=torch.tensor([ids[:-1]], device=device), past_key_values=cache, use_cache=True, logits_to_keep=1
         )
     rounds = []
     while len(ids) - start < max_new_tokens:
+        progress(len(ids) - start, max_new_tokens)
         if cancelled():
             raise Cancelled("speculative decoding cancelled")
         room = min(draft_len, max_new_tokens - (len(ids) - start) - 1)

@@ -64,7 +64,12 @@ class JourneyAnalyses:
 
         return self._attributions.get((context, chosen, method), compute)
 
-    def logit_difference(self, position: int) -> LogitDifference:
+    def logit_difference(
+        self,
+        position: int,
+        progress: Callable[[int, int], None] | None = None,
+        cancelled: Callable[[], bool] = lambda: False,
+    ) -> LogitDifference:
         """logit(a) − logit(b) of the first two watched tokens after `position`, split by layer."""
         pinned = self.session.pinned
         if len(pinned) < 2:
@@ -72,7 +77,9 @@ class JourneyAnalyses:
         context, _ = self._past(position)
         a, b = pinned[:2]
         runner = self.session.runner
-        return self._differences.get((context, a, b), lambda: logit_difference(runner, list(context), a, b))
+        return self._differences.get(
+            (context, a, b), lambda: logit_difference(runner, list(context), a, b, progress, cancelled)
+        )
 
     def kept(self) -> Analyses:
         """The attributions and logit differences computed on the current path (a journey file keeps them)."""

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import Verification
+from tokenviz.journey.session import PREFILL_CHUNK
 from tokenviz.model.runner import ModelRunner
 from tokenviz.model.transfer import to_host
 
 
-def verify_latest(runner: ModelRunner, ids: list[int]) -> Verification:
+def verify_latest(
+    runner: ModelRunner,
+    ids: list[int],
+    progress: Callable[[int, int], None] = lambda done, total: None,
+    cancelled: Callable[[], bool] = lambda: False,
+) -> Verification:
     """Redo the latest cached step and compare it, and the attention row computed for the view,
-    with a full forward pass in eager attention without the cache.
+    with the whole context run again in eager attention, independent of the journey's cache (in
+    chunks of the prefill's size, with `progress`; `cancelled()` ends it between them).
 
     `ids` are the tokens the cache holds. The cache is cropped by one position and the same token
     fed again, which leaves it as it was.
@@ -21,7 +30,7 @@ def verify_latest(runner: ModelRunner, ids: list[int]) -> Verification:
     runner.crop(fed - 1)
     cached = runner.forward([ids[-1]])
     rows = runner.attention(ids, range(fed - 1, fed), range(runner.info.layers))[:, :, 0]
-    logits, full_rows = runner.recompute(ids)
+    logits, full_rows = runner.recompute(ids, PREFILL_CHUNK, progress, cancelled)
     host = to_host(
         {
             "logit_diff": (logits.float() - cached.logits.float()).abs().max(),

@@ -22,6 +22,7 @@ import torch
 
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.results import ATTRIBUTION_METHODS
+from tokenviz.model.interrupt import layer_by_layer
 from tokenviz.model.runner import ModelRunner
 
 BATCH_TOKENS = 4096  # leave-one-out feeds at most this many tokens in one forward pass
@@ -58,18 +59,27 @@ def leave_one_out(
             raise Cancelled("attribution cancelled")
         rows = range(start, min(start + per_batch, n))
         batch = sequence.expand(len(rows), n)[keep[rows.start : rows.stop]].view(len(rows), n - 1)
-        scores += (full - _logprobs(runner, batch, target)).tolist()
+        with layer_by_layer(runner.model, cancelled, what="attribution"):  # Escape within a long batch too
+            scores += (full - _logprobs(runner, batch, target)).tolist()
         progress(rows.stop, n)
     return full, scores
 
 
-def grad_times_input(runner: ModelRunner, ids: list[int], target: int) -> tuple[float, list[float]]:
-    """(log p(target | ids), one score per position: ∂ log p / ∂ embedding · embedding)."""
+def grad_times_input(
+    runner: ModelRunner,
+    ids: list[int],
+    target: int,
+    progress: Callable[[int, int], None] | None = None,
+    cancelled: Callable[[], bool] = lambda: False,
+) -> tuple[float, list[float]]:
+    """(log p(target | ids), one score per position: ∂ log p / ∂ embedding · embedding). The forward
+    pass reports its layers to `progress` and ends at the next one when `cancelled()`."""
     model = runner.model
     with torch.inference_mode(False), torch.enable_grad():
         input_ids = torch.tensor([ids], device=runner.device)
         embeds = model.get_input_embeddings()(input_ids).detach().requires_grad_(True)
-        logits = model(inputs_embeds=embeds, use_cache=False, logits_to_keep=1).logits[0, -1]
+        with layer_by_layer(model, cancelled, progress, what="attribution"):
+            logits = model(inputs_embeds=embeds, use_cache=False, logits_to_keep=1).logits[0, -1]
         logprob = torch.log_softmax(_wide(logits), dim=-1)[target]
         (grad,) = torch.autograd.grad(logprob, embeds)
         scores = (_wide(grad) * _wide(embeds.detach())).sum(-1)[0]
@@ -87,5 +97,5 @@ def attribute(
     if method == "loo":
         return leave_one_out(runner, ids, target, progress, cancelled)
     if method == "grad":
-        return grad_times_input(runner, ids, target)
+        return grad_times_input(runner, ids, target, progress, cancelled)
     raise TokenvizError(f"unknown attribution method {method!r}: choose {' or '.join(ATTRIBUTION_METHODS)}")

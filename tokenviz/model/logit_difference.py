@@ -16,11 +16,13 @@ family has one), and the attention's share is the rest.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 
 import torch
 
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import LogitDifference
+from tokenviz.model.interrupt import layer_by_layer
 from tokenviz.model.lens import decoder_layers, final_norm, head_logits_before_cap, softcap
 from tokenviz.model.runner import ModelRunner
 
@@ -81,9 +83,15 @@ class FrozenNorm:
 
 
 @torch.inference_mode()
-def residual_parts(runner: ModelRunner, ids: list[int]) -> tuple[torch.Tensor, ...]:
+def residual_parts(
+    runner: ModelRunner,
+    ids: list[int],
+    progress: Callable[[int, int], None] | None = None,
+    cancelled: Callable[[], bool] = lambda: False,
+) -> tuple[torch.Tensor, ...]:
     """At the last of `ids`: (each layer's input and the final norm's input: (layers + 1, hidden);
-    what each MLP branch added: (layers, hidden); the final norm's output; the model's logits)."""
+    what each MLP branch added: (layers, hidden); the final norm's output; the model's logits).
+    The pass reports its layers to `progress` and ends at the next one when `cancelled()`."""
     model = runner.model
     layers = decoder_layers(model)
     norm = final_norm(model)
@@ -119,7 +127,8 @@ def residual_parts(runner: ModelRunner, ids: list[int]) -> tuple[torch.Tensor, .
         handles.append(branch.register_forward_hook(mlp_output(i, takes_residual), with_kwargs=True))
     try:
         input_ids = torch.tensor([ids], device=runner.device)
-        logits = model(input_ids=input_ids, use_cache=False, logits_to_keep=1).logits[0, -1]
+        with layer_by_layer(model, cancelled, progress, what="the logit-difference split"):
+            logits = model(input_ids=input_ids, use_cache=False, logits_to_keep=1).logits[0, -1]
     finally:
         for handle in handles:
             handle.remove()
@@ -128,10 +137,17 @@ def residual_parts(runner: ModelRunner, ids: list[int]) -> tuple[torch.Tensor, .
 
 
 @torch.inference_mode()
-def logit_difference(runner: ModelRunner, ids: list[int], a: int, b: int) -> LogitDifference:
+def logit_difference(
+    runner: ModelRunner,
+    ids: list[int],
+    a: int,
+    b: int,
+    progress: Callable[[int, int], None] | None = None,
+    cancelled: Callable[[], bool] = lambda: False,
+) -> LogitDifference:
     """logit(a) − logit(b) after the last of `ids`, split by layer (see the module's docstring)."""
     model = runner.model
-    stream, mlp, normed, logits = residual_parts(runner, ids)
+    stream, mlp, normed, logits = residual_parts(runner, ids, progress, cancelled)
     frozen = FrozenNorm(final_norm(model), stream[-1], normed)
     layer_total = stream[1:].to(torch.float64) - stream[:-1].to(torch.float64)
     mlp = mlp.to(torch.float64)

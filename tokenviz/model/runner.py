@@ -5,7 +5,7 @@ exactly one thread (the engine thread, or a script) may own a runner.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import torch
 
-from tokenviz.contract.errors import ModelLoadError
+from tokenviz.contract.errors import Cancelled, ModelLoadError
 from tokenviz.contract.records import ModelInfo
 from tokenviz.contract.text import safe_text
 from tokenviz.model.attention import IMPLEMENTATION, capturing, exact_weights
@@ -228,13 +228,40 @@ class ModelRunner:
                 layer.keys, layer.values = keys, values
 
     @torch.inference_mode()
-    def recompute(self, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """A full forward pass over `ids` without the cache (the cache is untouched), in the model's
-        eager attention: the next-token logits and the last position's attention row of every layer,
-        (layers, heads, len(ids)) in float32."""
+    def recompute(
+        self,
+        ids: list[int],
+        chunk: int | None = None,
+        progress: Callable[[int, int], None] = lambda done, total: None,
+        cancelled: Callable[[], bool] = lambda: False,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The whole of `ids` again in the model's eager attention, independent of the runner's cache
+        (which is untouched): the next-token logits and the last position's attention row of every
+        layer, (layers, heads, len(ids)) in float32. With `chunk`, the context goes in chunks of that
+        many tokens over a fresh cache (`progress(done, total)` after each, `cancelled()` asked before
+        each): a long context's weights are then one chunk's rows, not the whole square."""
+        step = chunk or len(ids)
+        last = (len(ids) - 1) // step * step  # where the last chunk begins
+        cache = full_cache()
         with capturing(eager=True):
+            for begin in range(0, last, step):
+                if cancelled():
+                    raise Cancelled("the recompute was cancelled")
+                self.model(
+                    input_ids=ids_to_device(ids[begin : begin + step], self.device),
+                    past_key_values=cache,
+                    use_cache=True,
+                    logits_to_keep=1,
+                )
+                progress(begin + step, len(ids))
+            if cancelled():
+                raise Cancelled("the recompute was cancelled")
             out = self.model(
-                input_ids=ids_to_device(ids, self.device), use_cache=False, output_attentions=True, logits_to_keep=1
+                input_ids=ids_to_device(ids[last:], self.device),
+                past_key_values=cache if last else None,
+                use_cache=bool(last),
+                output_attentions=True,
+                logits_to_keep=1,
             )
         return out.logits[0, -1], torch.cat([layer[:, :, -1, :].float() for layer in out.attentions], 0)
 

@@ -16,3 +16,13 @@ def probability(p: float, width: int = 0) -> str:
     """A probability that never reads 0 unless it is 0: 0.483, or 2.8e-05 below a thousandth."""
     text = "0" if p == 0 else f"{p:.3f}" if p >= 0.0005 else f"{p:.1e}"
     return text.rjust(width)
+
+
+def duration(seconds: float) -> str:
+    """A time left, as a person says it: '4 s', '2 min 5 s', '1 h 20 min'."""
+    s = max(round(seconds), 1)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s" if s % 60 else f"{s // 60} min"
+    return f"{s // 3600} h {s % 3600 // 60} min"

@@ -3,7 +3,7 @@ each snapshot; the tokens, a swappable view beside the next-token pane, the samp
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from textual import events, on
 from textual.app import ComposeResult
@@ -23,6 +23,7 @@ from tokenviz.contract.commands import (
     Force,
     Inspect,
     Play,
+    Request,
     Save,
     ShowAttention,
     Speculate,
@@ -36,11 +37,12 @@ from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import AttributionMethod
 from tokenviz.contract.snapshot import Snapshot
 from tokenviz.contract.worker import Worker
+from tokenviz.render.units import duration
 from tokenviz.ui.colors import page_colors
 from tokenviz.ui.compare_screen import CompareScreen
-from tokenviz.ui.keys import KEYS, PALETTE_ONLY, bindings, model_actions
+from tokenviz.ui.keys import KEYS, PALETTE_ONLY, bindings, model_actions, model_keys
 from tokenviz.ui.panes.attention import AttentionPane
-from tokenviz.ui.panes.attribution import AttributionPane, current_attribution
+from tokenviz.ui.panes.attribution import LONG_JOB_S, AttributionPane, current_attribution, estimated_s
 from tokenviz.ui.panes.base import Pane, ScrollPane
 from tokenviz.ui.panes.beams import BeamPane
 from tokenviz.ui.panes.branches import BranchPane
@@ -56,7 +58,15 @@ from tokenviz.ui.panes.status import StatusLine
 from tokenviz.ui.panes.timing import TimingPane
 from tokenviz.ui.panes.tokens import TokensPane
 from tokenviz.ui.panes.watch import WatchPane, current_difference
-from tokenviz.ui.screens import HELP, CompareDialog, ContinueScreen, PromptChoice, PromptScreen, WatchScreen
+from tokenviz.ui.screens import (
+    HELP,
+    CompareDialog,
+    ContinueScreen,
+    LongJobScreen,
+    PromptChoice,
+    PromptScreen,
+    WatchScreen,
+)
 from tokenviz.ui.selection import Selection
 from tokenviz.ui.worker_screen import WorkerScreen
 
@@ -75,11 +85,13 @@ VIEWS = {
     "watch": WatchPane,
     "charts": ChartsPane,
 }
+VIEW_REQUESTS: dict[str, type[Request[Any]]] = {"attribution": Attribute, "watch": SplitDifference}
 INSPECTING_VIEWS = ("lens", "embedding")  # they ask the engine to look inside the cursor's position
 BEAM_WIDTH = 3  # the B key's width; the palette offers 2-8
 BEAM_STEPS = 10
 SPECULATION_STEPS = 16
 MODEL_ACTIONS = model_actions()  # their keys are off in a recording
+MODEL_KEYS = model_keys()
 
 
 class JourneyScreen(WorkerScreen[Snapshot]):
@@ -100,6 +112,7 @@ class JourneyScreen(WorkerScreen[Snapshot]):
         self._attribute_requested: Attribute | None = None
         self._difference_requested: tuple[SplitDifference, tuple[tuple[int, str], ...]] | None = None
         self.attribution_method: AttributionMethod = "loo"  # the A key's; the palette offers both
+        self._long_attribution_ok = False  # the user ran a long leave-one-out: do not ask again
         self._attention_requested: ShowAttention | None = None
         self.beam_width = BEAM_WIDTH
 
@@ -113,7 +126,7 @@ class JourneyScreen(WorkerScreen[Snapshot]):
                     yield pane(id=name)
             yield NextTokenPane()
         yield SamplingPane()
-        yield StatusLine()
+        yield StatusLine(StatusLine.STARTING)
         yield Footer()
 
     def on_mount(self) -> None:  # (Textual calls WorkerScreen's too, after this: it starts the worker)
@@ -205,7 +218,8 @@ class JourneyScreen(WorkerScreen[Snapshot]):
 
     def _request_attribution(self, selection: Selection, current: str | None) -> None:
         """The attribution view asks the worker for the token after the cursor, by the chosen method
-        (a recording answers with the attributions its file kept)."""
+        (a recording answers with the attributions its file kept). Leave-one-out estimated at more
+        than LONG_JOB_S asks first, offering gradient × input, until the user runs one anyway."""
         s = selection.snapshot
         if current != "attribution" or s.playing or selection.following_id is None:  # (a recording: the kept ones)
             return
@@ -213,7 +227,38 @@ class JourneyScreen(WorkerScreen[Snapshot]):
         request = Attribute(position=selection.cursor, method=self.attribution_method)
         if (shown is None or shown.method != request.method) and self._attribute_requested != request:
             self._attribute_requested = request
+            self.query_one(AttributionPane).declined = None
+            loo_s = estimated_s(selection, "loo") if request.method == "loo" and s.live else None
+            if loo_s is not None and loo_s > LONG_JOB_S and not self._long_attribution_ok:
+                self._ask_before_attributing(request, loo_s, estimated_s(selection, "grad") or 0.0)
+                return
             self.submit(request)
+
+    def _ask_before_attributing(self, request: Attribute, loo_s: float, grad_s: float) -> None:
+        n = request.position + 1
+
+        def chosen(answer: str | None) -> None:
+            if answer == "loo":
+                self._long_attribution_ok = True
+                self.submit(request)
+            elif answer == "grad":
+                self.attribution_method = "grad"
+                self._attribute_requested = None
+                self.refresh_panes()
+            else:
+                pane = self.query_one(AttributionPane)
+                pane.declined = f"leave-one-out not run: about {duration(loo_s)} here. Press A twice to be asked again."
+                self.refresh_panes()
+
+        question = (
+            f"Leave-one-out runs the model once for each of the {n} tokens before the cursor: about "
+            f"{duration(loo_s)} on this machine (Escape cancels it midway)."
+        )
+        choices = [
+            (f"gradient × input instead: one forward and one backward pass, about {duration(grad_s)}", "grad"),
+            (f"leave-one-out anyway, about {duration(loo_s)} (exact; not asked again)", "loo"),
+        ]
+        self.app.push_screen(LongJobScreen(question, choices), chosen)
 
     def _request_difference(self, selection: Selection, current: str | None) -> None:
         """The watch view splits the logit difference of two watched tokens after the cursor."""
@@ -320,14 +365,35 @@ class JourneyScreen(WorkerScreen[Snapshot]):
         recording = self.snapshot is not None and not self.snapshot.live
         return not (recording and action in MODEL_ACTIONS)
 
+    def on_key(self, event: events.Key) -> None:
+        """A recording's keys that need a model are off; pressed, they say so and how to get one."""
+        s = self.snapshot
+        if s is not None and not s.live and s.info is not None and event.key in MODEL_KEYS:
+            self.notify(
+                f"{event.key} needs the model: a recording replays what was kept. "
+                f"Run it live with tokenviz --model {s.info.name} and the journey's prompt",
+                severity="warning",
+            )
+
     def _open_view(self, name: str) -> None:
         if name == "attribution":
             self._attribute_requested = None  # (after an Escape, opening it again asks again)
+        if name == "watch":
+            self._difference_requested = None
         self.query_one("#views", ContentSwitcher).current = name
         self.refresh_panes()
 
+    def _showing(self, name: str, kind: type[Request[Any]]) -> bool:
+        """Whether view `name` is open with something to show: its key then returns to attention
+        (every view key toggles). A cancelled run's view stays: its key runs it again."""
+        s = self.snapshot
+        cancelled = s is not None and kind.__name__ in s.cancelled
+        return self.query_one("#views", ContentSwitcher).current == name and not cancelled
+
     def action_view(self, name: str) -> None:
-        self._open_view("attention" if self.query_one("#views", ContentSwitcher).current == name else name)
+        kind = VIEW_REQUESTS.get(name)
+        shown = self._showing(name, kind) if kind else self.query_one("#views", ContentSwitcher).current == name
+        self._open_view("attention" if shown else name)
 
     def action_attribution(self, method: AttributionMethod) -> None:
         """The attribution view by `method` (the palette's two entries)."""
@@ -335,14 +401,22 @@ class JourneyScreen(WorkerScreen[Snapshot]):
         self._open_view("attribution")
 
     def action_beams(self, width: int | None = None) -> None:
-        """Beam search from the current tokens (width 3, or the width chosen in the palette)."""
+        """Beam search from the current tokens (width 3, or the width chosen in the palette). The key
+        pressed again, with the beams shown, returns to attention."""
+        if width is None and self._showing("beams", Beams):
+            self._open_view("attention")
+            return
         self.beam_width = width or self.beam_width
         self.submit(Beams(width=self.beam_width, steps=BEAM_STEPS))
         self._open_view("beams")
 
     def action_speculate(self, drafter: str | None = None) -> None:
         """Speculative decoding from the current tokens, with the current settings. The default
-        drafter, early exit at the middle layer, drafts on any text (prompt lookup needs repeats)."""
+        drafter, early exit at the middle layer, drafts on any text (prompt lookup needs repeats). The
+        key pressed again, with the run shown, returns to attention."""
+        if drafter is None and self._showing("speculation", Speculate):
+            self._open_view("attention")
+            return
         if drafter is None:
             info = self.snapshot.info if self.snapshot else None
             drafter = f"early-exit:{info.layers // 2}" if info is not None and info.layers > 1 else "prompt-lookup"
@@ -350,6 +424,9 @@ class JourneyScreen(WorkerScreen[Snapshot]):
         self._open_view("speculation")
 
     def action_verify(self) -> None:
+        if self._showing("cache", Verify) and self.snapshot is not None and self.snapshot.result(Verify) is not None:
+            self._open_view("attention")
+            return
         self.submit(Verify())
         self._open_view("cache")
 

@@ -223,7 +223,8 @@ KEYS: tuple[KeyRow, ...] = (
     ),
     KeyRow(
         "escape",
-        "cancel a long prefill, a beam search or a speculative run (the journey stays as it was)",
+        "cancel the long job running (prefill, attribution, beams, speculation, verify, watching, the logit split) "
+        "and any asked for before it; the journey stays as it was and the view says how to run it again",
         (Press("escape", "cancel", replay=False),),
     ),
     KeyRow(
@@ -300,9 +301,19 @@ def bindings(rows: tuple[KeyRow, ...] = KEYS) -> list[BindingType]:
     ]
 
 
+def key_of(action: str, rows: tuple[KeyRow, ...] = KEYS) -> str:
+    """The key that runs `action` (by name, as "beams" or "view('attribution')"), as a note names it."""
+    return next(p.key.split(",")[0] for row in rows for p in row.presses if p.action == action)
+
+
 def model_actions() -> set[str]:
     """The actions (by name) that need the model: a recording turns their keys off."""
     return {p.action.split("(")[0] for row in KEYS for p in row.presses if not p.replay}
+
+
+def model_keys() -> set[str]:
+    """The keys (Textual's names) whose actions need the model: a recording says so when one is pressed."""
+    return {key for row in KEYS for p in row.presses if not p.replay for key in p.key.split(",")}
 
 
 def palette_entries(

@@ -249,3 +249,35 @@ class WatchScreen(ModalScreen[int | str | None]):
 
     def action_cancel(self) -> None:
         self.dismiss(None)
+
+
+class LongJobScreen(ModalScreen[str | None]):
+    """A job estimated to take long, said before it starts: run it anyway, or the cheaper choice."""
+
+    BINDINGS: ClassVar = [Binding("escape", "cancel", "cancel")]
+    DEFAULT_CSS = """
+    LongJobScreen { align: center middle; }
+    LongJobScreen > Vertical { width: 80%; max-width: 90; height: auto; border: thick $warning;
+                               background: $surface; padding: 1 2; }
+    LongJobScreen OptionList { height: auto; }
+    """
+
+    def __init__(self, question: str, choices: list[tuple[str, str]]):
+        super().__init__()
+        self.question = question
+        self.choices = choices  # (label, what dismiss gives)
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label(self.question)
+            yield OptionList(*(Option(label, id=answer) for label, answer in self.choices), id="long-job-options")
+            yield Label("↑ ↓ and Enter choose; Escape: neither, for now", classes="dim")
+
+    def on_mount(self) -> None:
+        self.query_one(OptionList).focus()
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(event.option.id)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

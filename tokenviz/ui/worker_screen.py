@@ -105,7 +105,7 @@ class WorkerScreen(Screen[None], Generic[S]):
         if s.error:
             self.notify(s.error, severity="error", timeout=6)
         if s.notice:
-            self.notify(s.notice, title="export")
+            self.notify(s.notice)
         # Snapshots queued behind this one make it stale: repaint once, after the queue drains.
         delay = self._frame_delay(s)
         if self._frame_timer is not None and delay == 0:  # autoplay ended: draw now, not at the next tick
@@ -120,10 +120,13 @@ class WorkerScreen(Screen[None], Generic[S]):
 
     def _frame_delay(self, s: S) -> float:
         """While autoplay runs, frames are spaced so drawing takes at most UI_SHARE of the time: on a
-        machine with few cores every frame drawn is time the model does not get."""
+        machine with few cores every frame drawn is time the model does not get. A frame that answers
+        a key (a setting changed) is drawn at once: a person waits for it."""
         drawn = self.snapshot_drawn
         if not s.playing or s.pace_s or drawn is None or not drawn.playing:  # (a set pace: the engine waits)
             return 0.0  # autoplay starting or ending is shown at once
+        if s.handled != drawn.handled:
+            return 0.0
         return max(self._frame_cost / UI_SHARE - (time.perf_counter() - self._frame_started), 0.0)
 
     def _measure_frame(self, seconds: float) -> None:

@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, assert_never
 
 from tokenviz.contract.attention import AttentionView
@@ -39,12 +39,13 @@ from tokenviz.contract.commands import (
     Verify,
     Watch,
 )
-from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.contract.snapshot import EngineState, Snapshot
 from tokenviz.decoding.nudges import Nudges
 from tokenviz.files.journey_file import save_journey
 from tokenviz.files.journey_page import save_page
+from tokenviz.render.units import duration
 from tokenviz.worker.attention_rows import AttentionRows
 from tokenviz.worker.comparing import CompareWorker
 from tokenviz.worker.loader import Loader
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
     from tokenviz.worker.loader import Progress
 
 ALLOWED_WITHOUT_JOURNEY = (Start, Adjust, ShowAttention)
+RUNS = (Beams, Speculate, Verify)  # searches from the journey as it is: a new run replaces the old one
 BUSY: dict[type, EngineState] = {  # what the status line says while a command runs
     Step: "stepping",
     Force: "stepping",
@@ -90,6 +92,7 @@ class EngineWorker(CommandThread[Snapshot]):
         self._progress: float | None = None
         self._step_times: deque[float] = deque(maxlen=16)
         self._results: dict[type[Request[Any]], ViewResult] = {}  # the newest result of each kind of request
+        self._cancelled_kinds: set[type[Request[Any]]] = set()  # whose last run was cancelled
         self._attention_request: ShowAttention | None = None
         self._attention_rows = AttentionRows()
         self._forced: deque[int] = deque()  # a continuation's tokens still to force (see Continue)
@@ -116,6 +119,8 @@ class EngineWorker(CommandThread[Snapshot]):
     # ---- loading -----------------------------------------------------------------------------------
 
     def _load(self) -> None:
+        self._message = "importing torch and transformers"  # seconds, before the loader can say more
+        self._publish()
         # Deferred: these import torch, which must not delay the app's first frame.
         from tokenviz.journey.session import Session
         from tokenviz.model.runner import ModelRunner
@@ -124,7 +129,6 @@ class EngineWorker(CommandThread[Snapshot]):
             self._message, self._progress = message, fraction
             self._publish()
 
-        self._publish()
         loaded = self._loader(progress)
         self.session = Session(ModelRunner(loaded), self._settings)
         self._message, self._progress = "prefilling the prompt", None
@@ -202,6 +206,7 @@ class EngineWorker(CommandThread[Snapshot]):
                 self._prompt = command
                 self._step_times.clear()  # tok/s is the new journey's, and so is every view
                 self._results.clear()
+                self._cancelled_kinds.clear()
             case _:
                 assert_never(command)
 
@@ -227,84 +232,113 @@ class EngineWorker(CommandThread[Snapshot]):
                 page = save_page(written.with_suffix(".html"), snapshot, attention, colors) if colors else None
                 self._notice = f"saved {written}{f' and {page}' if page else ''} (tokenviz replay {written})"
             case Request():
-                self._results[type(command)] = self._compute(command, session)
+                self._run_request(command, session)
             case _:
                 raise TokenvizError(f"unknown command {command!r}")
 
+    def _run_request(self, request: Request[Any], session: Session) -> None:
+        """Compute a view's result. A search's (beams, speculation, verify) is of the journey as it
+        is now: the old one goes when a new one starts. A cancelled one is marked so its view says so."""
+        kind = type(request)
+        self._cancelled_kinds.discard(kind)
+        if kind in RUNS:
+            self._results.pop(kind, None)
+        try:
+            self._results[kind] = self._compute(request, session)
+        except Cancelled:
+            self._cancelled_kinds.add(kind)
+            raise
+
     def _compute(self, request: Request[Any], session: Session) -> ViewResult:
-        """A view's result, computed on demand. (The imports below are deferred like _load's: they
-        import torch, and this module is imported before the first frame.)"""
+        """A view's result, computed on demand, its progress shown; Escape cancels it. (The imports
+        below are deferred like _load's: they import torch, and this module is imported before the
+        first frame.)"""
         match request:
             case Inspect(position=position):
                 return session.analyses.inspect(position)
             case Attribute(position=position, method=method):
                 return self._attribute(session, position, method)
             case SplitDifference(position=position):
-                return session.analyses.logit_difference(position)
+                with self._job("splitting the logit difference: layer") as progress:
+                    return session.analyses.logit_difference(position, progress, self._cancelled)
             case Verify():
                 from tokenviz.journey.verification import verify_latest
 
-                return verify_latest(session.runner, session.cached_ids)
+                with self._job("verifying: the context again without the cache", unit=" tokens") as progress:
+                    return verify_latest(session.runner, session.cached_ids, progress, self._cancelled)
             case Beams(width=width, steps=steps):
                 from tokenviz.decoding.beams import beam_search
 
-                self._cancel.clear()
-                return beam_search(session.runner, session.ids, width, steps, cancelled=self._cancelled)
+                with self._job("beam search: step") as progress:
+                    return beam_search(
+                        session.runner,
+                        session.ids,
+                        width,
+                        steps,
+                        cancelled=self._cancelled,
+                        from_cache=True,
+                        progress=progress,
+                    )
             case Speculate(drafter=drafter, steps=steps):
                 from tokenviz.decoding.speculation import make_drafter, speculative_decode
 
                 drafting = make_drafter(drafter, session.runner)
-                self._cancel.clear()
-                return speculative_decode(
-                    session.runner, session.ids, drafting, steps, session.settings, cancelled=self._cancelled
-                )
+                with self._job("speculating", unit=" tokens") as progress:
+                    return speculative_decode(
+                        session.runner,
+                        session.ids,
+                        drafting,
+                        steps,
+                        session.settings,
+                        cancelled=self._cancelled,
+                        from_cache=True,
+                        progress=progress,
+                    )
         raise TokenvizError(f"unknown request {request!r}")
 
     def _attribute(self, session: Session, position: int, method: AttributionMethod) -> Attribution:
-        """Attribute the token after `position`, showing leave-one-out's progress; Escape cancels."""
-
-        def progress(done: int, total: int) -> None:
-            if done < total:
-                self._progress = done / total
-                self._message = f"leaving out each token: {done} of {total} (Escape cancels)"
-                self._publish()
-
-        self._cancel.clear()
-        try:
+        """Attribute the token after `position`, showing its progress; Escape cancels."""
+        what = "leaving out each token" if method == "loo" else "gradient × input: layer by layer"
+        with self._job(what) as progress:
             return session.analyses.attribute(position, method, progress, self._cancelled)
-        finally:
-            self._message, self._progress = "", None
 
     def _watch(self, session: Session, token: int | str) -> None:
         """Watch a token (or stop), showing the progress of filling in the steps taken; Escape cancels."""
-
-        def progress(done: int, total: int) -> None:
-            if done < total:
-                self._progress = done / total
-                self._message = f"watching: filling in the steps taken, {done} of {total} (Escape cancels)"
-                self._publish()
-
-        self._cancel.clear()
-        try:
+        with self._job("watching: filling in the steps taken") as progress:
             session.watch(token, progress, self._cancelled)
-        finally:
-            self._message, self._progress = "", None
 
     def _prefill(self, session: Session, prompt: Start) -> None:
         """Start `prompt`, showing the prefill's progress chunk by chunk; Escape or quitting cancels it."""
-
-        def progress(done: int, total: int) -> None:
-            if done < total:  # the last chunk's frame is the journey itself
-                self._busy, self._progress = "prefilling", done / total
-                self._message = f"prefilling: {done} of {total} prompt tokens (Escape cancels)"
-                self._publish()
-
-        self._cancel.clear()
         message, fraction = self._message, self._progress
         try:
-            session.start(prompt.prompt, progress, self._cancelled, chat=prompt.chat, system=prompt.system)
+            with self._job("prefilling", unit=" prompt tokens", busy="prefilling") as progress:
+                session.start(prompt.prompt, progress, self._cancelled, chat=prompt.chat, system=prompt.system)
         finally:
-            self._busy, self._message, self._progress = None, message, fraction
+            self._message, self._progress = message, fraction
+
+    @contextlib.contextmanager
+    def _job(self, what: str, unit: str = "", busy: EngineState | None = None) -> Iterator[Callable[[int, int], None]]:
+        """A long job's progress callback: "what: N of M<unit> · about T left (Escape cancels)", in the
+        status line and the job's view, with `busy` as the state shown meanwhile. The time left is
+        the time so far scaled by what is left."""
+        started = time.perf_counter()
+
+        def progress(done: int, total: int) -> None:
+            if done >= total:  # the frame after the job shows its result
+                return
+            elapsed = time.perf_counter() - started
+            left = f" · about {duration(elapsed / done * (total - done))} left" if done else ""
+            self._busy = busy or self._busy
+            self._progress = done / total
+            self._message = f"{what}: {done} of {total}{unit}{left} (Escape cancels)"
+            self._publish()
+
+        try:
+            yield progress
+        finally:
+            self._message, self._progress = "", None
+            if busy is not None:
+                self._busy = None
 
     def _step(self, session: Session, token: int | None) -> None:
         """Take the pending token, or `token` (a continuation's forced step)."""
@@ -360,6 +394,7 @@ class EngineWorker(CommandThread[Snapshot]):
             error=error,
             handled=self._handled,
             results=tuple(self._results.values()),
+            cancelled=tuple(kind.__name__ for kind in self._cancelled_kinds),
             notice=self._take_notice(),
             attention=self._attention_view(s),
         )

@@ -21,7 +21,7 @@ import time
 from typing import Generic, TypeVar
 
 from tokenviz.contract.commands import Command, Play, Save, Step
-from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.settings import PACES_S
 from tokenviz.contract.snapshot import ComparisonSnapshot, EngineState, Snapshot
 from tokenviz.contract.worker import Post
@@ -51,7 +51,8 @@ class CommandThread(Generic[S]):
         self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
         self._writing = threading.Lock()  # guards writes_pending
         self._stopping = threading.Event()
-        self._cancel = threading.Event()
+        self._cancel_upto = -1  # Escape cancels every command submitted up to this one (see cancel)
+        self._running = 0  # the number of the command being run (0: loading); see _cancelled
         self.submitted = 0  # commands sent (UI thread)
         self._handled = 0  # commands done (engine thread)
         self.writes_pending = 0  # Saves submitted and not yet done (either thread; see submit)
@@ -87,8 +88,9 @@ class CommandThread(Generic[S]):
         self._frame_s = max(seconds, FRAME_S)
 
     def cancel(self) -> None:
-        """Cancel a long run at its next chunk (the journey stays as it was)."""
-        self._cancel.set()
+        """Cancel the long run going on at its next chunk, and any queued behind it (the journey stays
+        as it was): every command submitted so far. One pressed just before its job starts still counts."""
+        self._cancel_upto = self.submitted
 
     def stop(self, timeout: float = 1.0) -> bool:
         """Ask the thread to end (a long run stops at its next forward pass); True once it has."""
@@ -206,10 +208,14 @@ class CommandThread(Generic[S]):
 
     def _do(self, command: Command, autoplay: bool = False) -> str | None:
         """Run one command; returns a one-line error or None."""
+        self._running = self._handled + 1  # (commands are numbered as submitted; autoplay's share the next one's)
         try:
             if not autoplay and self._pauses(command):
                 self._pause()
             self._handle(command, autoplay)
+        except Cancelled as exc:  # the user's choice, not a mistake: news, and the view says so
+            self.playing = False
+            self._notice = str(exc)
         except TokenvizError as exc:
             if autoplay:
                 self.playing = False
@@ -234,7 +240,7 @@ class CommandThread(Generic[S]):
 
     def _cancelled(self) -> bool:
         """Asked between the forward passes of a long run: Escape, or quitting, ends it there."""
-        return self._cancel.is_set() or self._stopping.is_set()
+        return self._cancel_upto >= self._running or self._stopping.is_set()
 
     def _publish(self, error: str | None = None) -> None:
         self._seq += 1

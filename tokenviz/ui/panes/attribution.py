@@ -8,18 +8,33 @@ from rich.style import Style
 from rich.text import Text
 
 from tokenviz.contract.commands import Attribute
-from tokenviz.contract.results import Attribution
+from tokenviz.contract.results import Attribution, AttributionMethod
 from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell
 from tokenviz.render.pieces import visible
 from tokenviz.render.units import probability
-from tokenviz.ui.panes.base import ScrollPane, result_or_note
+from tokenviz.ui.panes.base import Run, ScrollPane, result_or_note
 from tokenviz.ui.selection import Selection
 
 EXPLAINED = {
     "loo": "leave-one-out: the change in log p when that one token is taken out (exact; one forward pass a token)",
     "grad": "gradient × input: the first-order change in log p from each token's embedding (one backward pass)",
 }
+
+RUN = Run(Attribute, "view('attribution')")
+LONG_JOB_S = 10.0  # a job estimated at more than this is said before it starts
+
+
+def estimated_s(selection: Selection, method: AttributionMethod) -> float | None:
+    """About how long attributing the token after the cursor takes, from the prefill's speed (tokens
+    a second through the model): leave-one-out feeds the context once per token, gradient × input
+    once forward and once back (about three passes)."""
+    prefill = selection.snapshot.records[0]
+    if prefill.forward_ms <= 0:
+        return None
+    rate = len(prefill.input_ids) / (prefill.forward_ms / 1000)
+    n = selection.cursor + 1
+    return (n + 1) * n / rate if method == "loo" else 3 * n / rate
 
 
 def current_attribution(selection: Selection) -> Attribution | None:
@@ -38,10 +53,12 @@ class AttributionPane(ScrollPane):
     AttributionPane > .body.-note { text-wrap: wrap; }
     """
 
+    declined: str | None = None  # why leave-one-out was not run here (too long, and the user said not now)
+
     def draw(self, selection: Selection) -> None:
         body = self.body
-        waiting = "attributing the token after the cursor…"
-        a = result_or_note(current_attribution(selection), selection, body, waiting, "attribution")
+        waiting = self.declined or "attributing the token after the cursor…"
+        a = result_or_note(current_attribution(selection), selection, body, waiting, "attribution", RUN)
         if a is None:
             return
         chips = selection.snapshot.chips

@@ -3,7 +3,8 @@ and a border with a title."""
 
 from __future__ import annotations
 
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from rich.console import Console
 from rich.segment import Segment
@@ -15,7 +16,9 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Static
 
+from tokenviz.contract.commands import Request
 from tokenviz.ui.colors import ThemeColors, app_colors
+from tokenviz.ui.keys import key_of
 from tokenviz.ui.selection import Selection
 
 T = TypeVar("T")
@@ -185,23 +188,39 @@ def text_strips(text: Text, width: int, console: Console, style: Style) -> list[
     return strips
 
 
-def result_or_note(result: T | None, selection: Selection, body: Static, waiting: str, what: str) -> T | None:
+def result_or_note(
+    result: T | None, selection: Selection, body: Static, waiting: str, what: str, run: Run | None = None
+) -> T | None:
     """A view computed at the cursor's position: `result`; or, while there is none, a note in
-    `body` saying why (waiting for it, autoplay running, or a recording without it)."""
+    `body` saying why (waiting for it, autoplay running, cancelled, or a recording without it)."""
     body.set_class(result is None, "-note")  # a note wraps; a table does not
     if result is None:
         if selection.snapshot.playing:
             waiting = "this view is computed when autoplay pauses"
-        body.update(pending_note(selection, waiting, what))
+        body.update(pending_note(selection, waiting, what, run))
     return result
 
 
-def pending_note(selection: Selection, waiting: str, what: str) -> Text:
-    """What a model-computed view says before its result arrives, or in a recording (no model)."""
-    if not selection.snapshot.live:
+@dataclass(frozen=True)
+class Run:
+    """What computes a view: its kind of request, and the action of the key that runs it again."""
+
+    kind: type[Request[Any]]
+    action: str
+
+
+def pending_note(selection: Selection, waiting: str, what: str, run: Run | None = None) -> Text:
+    """What a model-computed view says before its result arrives: waiting, with the job's progress
+    while it runs; cancelled, and how to run it again; or, in a recording (no model), what it lacks."""
+    s = selection.snapshot
+    if not s.live:
         return Text(
-            f"a recorded journey carries no {what}: this view needs the model "
-            "(tokenviz replay FILE --verify re-runs it)",
+            f"a recording has no {what}: it needs the model. Run the journey's prompt live with "
+            f"tokenviz --model {selection.info.name} (replay --verify only checks the recorded numbers)",
             style="dim",
         )
+    if run is not None and run.kind.__name__ in s.cancelled:
+        return Text(f"{what}: cancelled (Escape). Press {key_of(run.action)} to run it again.", style="dim")
+    if s.message and s.progress is not None:  # a job is running: how far it is
+        return Text(f"{waiting}\n{s.message}", style="dim")
     return Text(waiting, style="dim")

@@ -6,7 +6,7 @@ from rich.text import Text
 
 from tokenviz.contract.commands import Beams
 from tokenviz.render.pieces import visible
-from tokenviz.ui.panes.base import ScrollPane, pending_note
+from tokenviz.ui.panes.base import Run, ScrollPane, pending_note
 from tokenviz.ui.selection import Selection
 
 MARKS = {"kept": "✓", "finished": "★", "at length limit": "⊣", "pruned": "✗"}
@@ -20,7 +20,7 @@ class BeamPane(ScrollPane):
         body = self.body
         result = selection.snapshot.result(Beams)
         if result is None:
-            body.update(pending_note(selection, "running a beam search from here…", "beam search"))
+            body.update(pending_note(selection, "running a beam search from here…", "beam search", Run(Beams, "beams")))
             return
         chosen = self.theme_colors.chosen
         text = Text(no_wrap=True, overflow="crop")

@@ -9,7 +9,7 @@ from tokenviz.contract.commands import Verify
 from tokenviz.render.bars import bar
 from tokenviz.render.sparkline import sparkline
 from tokenviz.render.units import human_bytes
-from tokenviz.ui.panes.base import ScrollPane
+from tokenviz.ui.panes.base import Run, ScrollPane, pending_note
 from tokenviz.ui.selection import Selection
 
 
@@ -30,9 +30,7 @@ class CachePane(ScrollPane):
             f"{tokens} tokens held · {human_bytes(total)} in all · {human_bytes(per_token)} per token\n", style="bold"
         )
         v = s.result(Verify)
-        if v is None:
-            text.append("press v to recompute this step without the cache and compare\n", style="dim")
-        else:
+        if v is not None:
             verdict = "rounding level: the cache is exact" if v.max_logit_diff < 1e-3 else "LARGER than rounding"
             text.append(
                 f"verify @ position {v.position}: max |Δlogit| {v.max_logit_diff:.2e}, "
@@ -40,6 +38,10 @@ class CachePane(ScrollPane):
                 style="bold",
             )
             text.append(f"same argmax: {'yes' if v.argmax_agrees else 'NO'} · {verdict}\n", style="bold")
+        elif s.live:  # (a recording keeps no verification)
+            waiting = "press v to recompute this step without the cache and compare"
+            text.append_text(pending_note(selection, waiting, "verify", Run(Verify, "verify")))
+            text.append("\n")
         text.append(
             f"per layer: keys + values × {info.kv_heads} KV heads × {info.head_dim} dims × {tokens} tokens"
             f" × {element} B = {human_bytes(per_layer)}  (×{info.layers} layers)\n"

@@ -6,7 +6,7 @@ from rich.text import Text
 
 from tokenviz.contract.commands import Speculate
 from tokenviz.render.pieces import visible
-from tokenviz.ui.panes.base import ScrollPane, pending_note
+from tokenviz.ui.panes.base import Run, ScrollPane, pending_note
 from tokenviz.ui.selection import Selection
 
 
@@ -17,7 +17,7 @@ class SpeculationPane(ScrollPane):
         body = self.body
         result = selection.snapshot.result(Speculate)
         if result is None:
-            body.update(pending_note(selection, "drafting and verifying…", "speculation"))
+            body.update(pending_note(selection, "drafting and verifying…", "speculation", Run(Speculate, "speculate")))
             return
         spec, pieces = result, result.texts
         ok = self.theme_colors.chosen

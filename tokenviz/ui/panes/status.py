@@ -1,7 +1,8 @@
 """Status line: model, device, step, timings, KV cache, engine state.
 
-Items drop by priority when the line is too narrow: the state, step and position stay longest,
-then device and dtype; the model's name goes first.
+While a long job runs (a prefill, attribution, beams, ...), its progress takes the state's place:
+"N of M · about T left (Escape cancels)". Items drop by priority when the line is too narrow: the
+state, step and position stay longest, then device and dtype; the model's name goes first.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from tokenviz.render.units import human_bytes
 
 class StatusLine(Static):
     DEFAULT_CSS = "StatusLine { height: 1; background: $panel; color: $foreground; padding: 0 1; }"
+    STARTING = "starting…"  # before the worker's first frame
 
     _shown: Snapshot | None = None
 
@@ -30,10 +32,12 @@ class StatusLine(Static):
         state = s.state if not s.stop_reason else f"stopped: {s.stop_reason}"
         if s.info is None or s.state == "prefilling":
             bar = f" {s.progress:.0%}" if s.progress is not None else ""
-            text.append(f"{s.state}{bar} · {s.message}")
+            text.append(f"{s.state}{bar} · {s.message}" if s.message else f"{s.state}{bar}")
             self.update(text)
             return
         latest = s.latest
+        if s.message and s.live:  # a job's progress, or a continuation's (a recording's says what a footer does)
+            state = s.message
         if s.playing and s.pace_s:
             state += f" (a step every {s.pace_s:g} s)"
         items = [(0, f"step {len(s.chips) - s.prompt_len}"), (0, f"{len(s.chips)} tokens")]  # (priority, text)

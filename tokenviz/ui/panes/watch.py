@@ -17,7 +17,7 @@ from tokenviz.render.columns import cell
 from tokenviz.render.pieces import visible
 from tokenviz.render.sparkline import sparkline
 from tokenviz.render.units import probability
-from tokenviz.ui.panes.base import ScrollPane, pending_note
+from tokenviz.ui.panes.base import Run, ScrollPane, pending_note
 from tokenviz.ui.selection import Selection
 
 
@@ -78,7 +78,9 @@ class WatchPane(ScrollPane):
             waiting = "splitting the logit difference after the cursor…"
             if selection.snapshot.playing:
                 waiting = "the split is computed when autoplay pauses"
-            text.append_text(pending_note(selection, waiting, "logit difference split"))
+            text.append_text(
+                pending_note(selection, waiting, "logit difference split", Run(SplitDifference, "view('watch')"))
+            )
             return
         a, b = visible(d.a_text), visible(d.b_text)
         text.append(f"logit({a}) − logit({b}) after position {d.position}: {d.total:+.3f}", Style(bold=True))

@@ -1,0 +1,123 @@
+"""Long jobs in the app: their progress and time left in the status line and their view, a cancelled
+view that says so and how to run it again, an Escape pressed before the job starts, a long
+leave-one-out said before it starts, view keys that toggle, keys drawn at once during autoplay, and a
+recording's model keys that say what they need."""
+
+import time
+
+from apptools import frozen_recording, make_app, recorded_app, settle, wait_for
+
+from tokenviz.contract.commands import Attribute, Beams, Speculate
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.ui.panes.status import StatusLine
+from tokenviz.ui.screens import LongJobScreen
+
+LONG = "The cat sat on the mat and looked at the dog on the log. " * 3
+
+
+def status(app) -> str:
+    return str(app.query_one(StatusLine).render())
+
+
+def body(app, view: str) -> str:
+    widget = app.query_one(f"#{view}")
+    lines = widget.body.render_lines(widget.body.region.reset_offset)
+    return " ".join(line.text.strip() for line in lines if line.text.strip())
+
+
+async def test_a_beam_search_shows_its_progress_then_escape_says_cancelled_and_b_runs_it_again():
+    app = make_app(step_seconds=0.15)
+    async with app.run_test(size=(120, 40)) as pilot:
+        before = await settle(app, pilot)
+        await pilot.press("B")
+        await wait_for(lambda: "beam search: step" in (app.journey.snapshot.message or ""), pilot)
+        await wait_for(lambda: "left (Escape cancels)" in status(app), pilot)
+        assert "of 10" in status(app) and "beam search: step" in body(app, "beams")
+        await pilot.press("escape")
+        s = await settle(app, pilot)
+        assert "Beams" in s.cancelled and s.result(Beams) is None and s.chips == before.chips
+        await wait_for(lambda: "cancelled (Escape). Press B to run it again" in body(app, "beams"), pilot)
+        assert not any(n.severity == "error" for n in app._notifications)  # news, not an error
+        assert "(Escape cancels)" not in status(app)  # the status line says ready again
+        await pilot.press("B")  # the key runs it again (the view stays)
+        await wait_for(lambda: app.journey.snapshot.result(Beams) is not None, pilot, 30)
+        assert "Beams" not in app.journey.snapshot.cancelled
+        await settle(app, pilot)
+        await pilot.press("B")  # with the beams shown, the key returns to attention
+        await pilot.pause(0.1)
+        assert app.query_one("#views").current == "attention"
+        assert app.journey.worker.submitted == app.journey.snapshot.handled  # and starts nothing
+
+
+async def test_an_escape_pressed_before_the_job_starts_still_cancels_it():
+    app = make_app(step_seconds=0.1)
+    async with app.run_test(size=(120, 40)) as pilot:
+        before = await settle(app, pilot)
+        app.journey.submit(Beams(width=3, steps=10))  # queued behind...
+        app.journey.worker.submit(Speculate(drafter="prompt-lookup", steps=16))
+        app.journey.action_cancel()  # ...and Escape before either starts
+        s = await settle(app, pilot)
+        assert {"Beams", "Speculate"} <= set(s.cancelled)
+        assert s.result(Beams) is None and s.result(Speculate) is None and s.chips == before.chips
+
+
+async def test_speculation_toggles_and_its_view_says_it_was_cancelled():
+    app = make_app(step_seconds=0.15)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("S")
+        await wait_for(lambda: "speculating:" in status(app), pilot)
+        await pilot.press("escape")
+        await settle(app, pilot)
+        await wait_for(lambda: "Press S to run it again" in body(app, "speculation"), pilot)
+        await pilot.press("S")
+        await wait_for(lambda: app.journey.snapshot.result(Speculate) is not None, pilot, 30)
+        await settle(app, pilot)
+        await pilot.press("S")
+        await pilot.pause(0.1)
+        assert app.query_one("#views").current == "attention"
+
+
+async def test_a_long_leave_one_out_is_said_before_it_starts_and_offers_gradient_times_input():
+    app = make_app(SamplingSettings(temperature=0), prompt=LONG, step_seconds=0.3, context=256)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        sent, submit = [], app.journey.worker.submit
+        app.journey.worker.submit = lambda command: (sent.append(command), submit(command))
+        await pilot.press("A")
+        await wait_for(lambda: isinstance(app.screen, LongJobScreen), pilot)
+        assert not any(isinstance(c, Attribute) for c in sent)  # nothing started yet
+        question = str(app.screen.query_one("Label").render())
+        assert "Leave-one-out runs the model once for each of the" in question and "about" in question
+        await pilot.press("enter")  # the first choice: gradient × input
+        await wait_for(lambda: (app.journey.snapshot.result(Attribute) or None) is not None, pilot, 30)
+        assert app.journey.snapshot.result(Attribute).method == "grad"
+
+
+async def test_a_setting_changed_during_autoplay_is_drawn_at_once():
+    app = make_app(SamplingSettings(max_new_tokens=400), step_seconds=0.03, context=1024)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        before = app.journey.snapshot.settings.temperature
+        app.journey._frame_cost = 0.2  # frames spaced 4 s apart, as on a slow terminal
+        app.journey._measure_frame = lambda seconds: None
+        await pilot.press("a")
+        await wait_for(lambda: app.journey.snapshot_drawn.playing, pilot)
+        await pilot.pause(0.5)
+        pressed = time.monotonic()
+        await pilot.press("T")
+        await wait_for(lambda: app.journey.snapshot_drawn.settings.temperature > before + 0.05, pilot, 3.5)
+        assert time.monotonic() - pressed < 2.0  # not at the next spaced frame, up to 4 s later
+        assert app.journey.snapshot_drawn.playing  # (still playing: a frame that ends autoplay is drawn at once)
+        await pilot.press("a")
+
+
+async def test_a_recordings_model_keys_say_what_they_need():
+    app = recorded_app(frozen_recording(steps=3))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("B")
+        name = app.journey.snapshot.info.name
+        await wait_for(lambda: any("B needs the model" in n.message for n in app._notifications), pilot)
+        note = next(n.message for n in app._notifications if "B needs the model" in n.message)
+        assert f"tokenviz --model {name}" in note

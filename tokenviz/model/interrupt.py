@@ -1,0 +1,44 @@
+"""One long forward pass that reports its progress and can be cancelled between decoder layers.
+
+A single pass over a long context (gradient × input, the logit-difference split, a recompute) takes
+seconds on a CPU; without this, its progress is nothing and Escape waits for the whole pass. The
+hooks exist only inside the context: a plain step runs without them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import torch
+
+from tokenviz.contract.errors import Cancelled
+from tokenviz.model.lens import decoder_layers
+
+
+@contextmanager
+def layer_by_layer(
+    model: torch.nn.Module,
+    cancelled: Callable[[], bool],
+    progress: Callable[[int, int], None] | None = None,
+    what: str = "the computation",
+) -> Iterator[None]:
+    """Inside: before each decoder layer runs, `cancelled()` is asked (True raises Cancelled; use it
+    only for passes that change no cache the journey keeps) and `progress(layer, layers)` is told."""
+    layers = decoder_layers(model)
+
+    def before(index: int):
+        def hook(module, args):
+            if cancelled():
+                raise Cancelled(f"{what} cancelled")
+            if progress is not None:
+                progress(index, len(layers))
+
+        return hook
+
+    handles = [layer.register_forward_pre_hook(before(i)) for i, layer in enumerate(layers)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
