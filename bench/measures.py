@@ -29,7 +29,7 @@ from pathlib import Path
 import psutil
 import torch
 
-from tokenviz.contract.commands import Play, Reset
+from tokenviz.contract.commands import Play, Reset, Start
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
 from tokenviz.model.loading import LoadedModel, bundled_gguf, convert_gguf, gguf_cache_dir, load_model
@@ -51,6 +51,8 @@ BUDGETS = {
     "cold_start_s": ("start to first interactive frame, s", "<=", 2.0),
     "model_ready_s": ("start to model ready (prompt prefilled), s", "<=", 2.0),
     "history_mb_per_1000": ("history MB per 1000 steps", "<=", 64.0),
+    "beams_2000": ("beam search (B), 2000 context / 50 context", "<=", 1.5),
+    "key_frame_ms": ("a settings key during autoplay to its frame, ms", "<=", 100.0),
 }
 VIEW_ROWS = 114  # query rows the attention pane shows at 200x60
 
@@ -215,6 +217,66 @@ def app_autoplay(loaded, context: int = 2000, tokens: int = 16, rounds: int = 8)
     h, a = statistics.median(headless), statistics.median(shown)
     ratios = [h_i / a_i for h_i, a_i in zip(headless, shown, strict=True)]
     return {"headless_tok_s": tokens / h, "app_tok_s": tokens / a, "ratios": ratios, "ratio": statistics.median(ratios)}
+
+
+def beams(loaded, long: int = 2000, short: int = 50, width: int = 3, steps: int = 10, rounds: int = 3) -> dict:
+    """B, the beam search the app runs (from the journey's KV cache), at a `long` context against a
+    `short` one; and, as the before figure, the same search fed the whole long context again."""
+    from tokenviz.decoding.beams import beam_search
+
+    def seconds(n: int, from_cache: bool) -> float:
+        session = Session(ModelRunner(loaded), SamplingSettings(temperature=0))
+        session.start(random_ids(loaded, n))
+        times = []
+        for _ in range(rounds):
+            started = time.perf_counter()
+            beam_search(session.runner, session.ids, width, steps, from_cache=from_cache)
+            times.append(time.perf_counter() - started)
+        return statistics.median(times)
+
+    short_s, long_s = seconds(short, True), seconds(long, True)
+    return {
+        f"{short}_s": short_s,
+        f"{long}_s": long_s,
+        f"{long}_fed_again_s": seconds(long, False),
+        "ratio": long_s / short_s,
+    }
+
+
+def key_frame(loaded, context: int = 500, presses: int = 8) -> dict:
+    """During autoplay in the app at 200x60, from a settings key (T) to the frame that shows its
+    change: the median over `presses`. Frames are spaced during autoplay; one that answers a key is not."""
+    from textual import events
+
+    from tokenviz.ui.app import TokenvizApp
+
+    prompt = random_ids(loaded, context)
+    latencies: list[float] = []
+
+    async def run() -> None:
+        worker = EngineWorker(lambda progress: loaded, SamplingSettings(max_new_tokens=10**6), "")
+        app = TokenvizApp(worker)
+        async with app.run_test(size=(200, 60)) as pilot:
+            journey = app.journey
+            while journey.snapshot is None or journey.snapshot.state not in ("ready", "error"):
+                await pilot.pause(0.05)
+            journey.submit(Start(prompt=loaded.tokenizer.decode(prompt)))
+            while journey.snapshot_drawn is None or journey.snapshot_drawn.handled < worker.submitted:
+                await pilot.pause(0.05)
+            await pilot.press("a")
+            for i in range(presses):
+                await pilot.pause(0.5)
+                temperature = journey.snapshot_drawn.settings.temperature
+                key = "T" if i % 2 == 0 else "t"
+                pressed = time.perf_counter()
+                app._driver.send_message(events.Key(key, key))  # as a terminal delivers it (pilot.press waits for idle)
+                while journey.snapshot_drawn.settings.temperature == temperature:
+                    await pilot.pause(0.002)
+                latencies.append(time.perf_counter() - pressed)
+            await pilot.press("a")
+
+    asyncio.run(run())
+    return {"median_ms": statistics.median(latencies) * 1000, "max_ms": max(latencies) * 1000}
 
 
 def autoplay(loaded, bare, device, tokens: int, rounds: int = 3) -> dict:
@@ -522,6 +584,8 @@ def verdicts(r: dict) -> dict:
         "cold_start_s": r["cold_start"].get("first_frame_s"),
         "model_ready_s": r["cold_start"].get("ready_s"),
         "history_mb_per_1000": r["memory"]["history_mb_per_1000"],
+        "beams_2000": r.get("beams", {}).get("ratio"),
+        "key_frame_ms": r.get("key_frame", {}).get("median_ms"),
     }
     out = {}
     for key, (label, op, limit) in BUDGETS.items():
@@ -571,6 +635,8 @@ def main(argv: list[str] | None = None) -> int:
         ("cold_start", cold_start),
         ("conversion", conversion),
         ("memory", lambda: memory(loaded, 100 if args.quick else 1000)),
+        ("beams", lambda: beams(loaded, long=500 if args.quick else 2000)),
+        ("key_frame", lambda: key_frame(loaded)),
     ]:
         console.print(f"  measuring {name}…")
         results[name] = run()
@@ -600,6 +666,8 @@ def main(argv: list[str] | None = None) -> int:
                     "cold_start",
                     "conversion",
                     "memory",
+                    "beams",
+                    "key_frame",
                 )
             }
         )

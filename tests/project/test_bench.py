@@ -30,6 +30,10 @@ def test_bench_measures_run_on_a_tiny_model(tmp_path):
     assert shown["headless_tok_s"] > 0 and shown["app_tok_s"] > 0 and shown["ratio"] > 0
     memory = bench.memory(loaded, steps=20)
     assert memory["history_mb_per_1000"] > 0 and memory["step_record_kb_mean"] > 0
+    searched = bench.beams(loaded, long=200, short=20, steps=3, rounds=1)
+    assert searched["200_s"] > 0 and searched["200_fed_again_s"] > 0 and searched["ratio"] > 0
+    keyed = bench.key_frame(loaded, context=30, presses=2)
+    assert keyed["median_ms"] > 0 and keyed["max_ms"] >= keyed["median_ms"]
     results = {
         "step_overhead": overhead,
         "autoplay": play,
@@ -39,6 +43,8 @@ def test_bench_measures_run_on_a_tiny_model(tmp_path):
         "frame": {"200x60_ms": 1.0},
         "cold_start": {"first_frame_s": 0.4, "ready_s": None},
         "memory": memory,
+        "beams": searched,
+        "key_frame": keyed,
     }
     results["growth"]["2048"] = growth["64"]  # the verdict reads the 2048-token figures
     verdicts = bench.verdicts(results)

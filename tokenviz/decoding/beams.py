@@ -43,15 +43,18 @@ def beam_search(
     eos = torch.tensor(sorted(runner.eos_ids) or [-1], device=device)
     keep = max(2, 1 + len(runner.eos_ids)) * width
     fed = len(prompt_ids) - 1 if from_cache else 0
-    cache = cache_prefix(runner.cache, fed, width) if fed else full_cache()
+    cache = cache_prefix(runner.cache, fed) if fed else full_cache()
+    # The search starts as one beam (the others would be copies, pruned at once); the first reorder
+    # makes the cache `width` beams wide.
     out = model(
-        input_ids=torch.tensor([prompt_ids[fed:]] * width, device=device),
+        input_ids=torch.tensor([prompt_ids[fed:]], device=device),
         past_key_values=cache,
         use_cache=True,
         logits_to_keep=1,
     )
-    running: list[tuple[int, ...]] = [()] * width
-    scores = torch.tensor([0.0] + [PRUNED] * (width - 1), device=device)
+    running: list[tuple[int, ...]] = [()]
+    scores = torch.zeros(1, device=device)
+    in_order = torch.arange(width, device=device)
     finished: list[Hypothesis] = []
     steps = []
     for step in range(max_new_tokens):
@@ -109,7 +112,8 @@ def beam_search(
         source = beam[chosen]
         running = [running[int(b)] + (int(t),) for b, t in zip(source, token[chosen])]
         scores = running_scores[chosen]
-        cache.reorder_cache(cast(torch.LongTensor, source))
+        if step == 0 or not torch.equal(source, in_order):  # (the beams in their places: nothing to move)
+            cache.reorder_cache(cast(torch.LongTensor, source))
         out = model(input_ids=token[chosen].view(width, 1), past_key_values=cache, use_cache=True)
     return BeamResult(width=width, steps=tuple(steps), final=tuple(finished))
 
