@@ -269,7 +269,9 @@ def key_frame(loaded, context: int = 500, presses: int = 8) -> dict:
                 temperature = journey.snapshot_drawn.settings.temperature
                 key = "T" if i % 2 == 0 else "t"
                 pressed = time.perf_counter()
-                app._driver.send_message(events.Key(key, key))  # as a terminal delivers it (pilot.press waits for idle)
+                driver = app._driver
+                assert driver is not None
+                driver.send_message(events.Key(key, key))  # as a terminal delivers it (pilot.press waits for idle)
                 while journey.snapshot_drawn.settings.temperature == temperature:
                     await pilot.pause(0.002)
                 latencies.append(time.perf_counter() - pressed)

@@ -10,6 +10,7 @@ from textual.command import CommandPalette
 from textual.widgets import Checkbox, OptionList, TextArea
 from tiny import tiny_model
 
+from tokenviz.contract.attention import window
 from tokenviz.contract.commands import Beams, Inspect, ShowAttention, Speculate
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
@@ -58,7 +59,7 @@ async def test_the_attention_pane_shows_the_exact_rows_the_worker_computed_for_i
         view = s.attention
         positions = s.prompt_len + len(s.records) - 1
         assert view is not None and view.layer == app.journey.model_layer and view.queries.stop == positions
-        assert len(view.queries) == min(pane.rows_shown(), positions)
+        assert view.queries == window(positions - 1, positions, pane.rows_shown())  # the rows the pane shows
         exact = app.journey.worker.session.attention(view.queries, [view.layer])[0]
         # the future's weights are 0; rows kept from earlier snapshots were computed a few at a time,
         # so they match to float32 rounding rather than bit for bit
@@ -275,7 +276,7 @@ async def test_arrows_move_the_cursor_and_the_panes_follow():
         assert f"@{last - 2} attends to" in shown(app, AttentionPane)
         prediction = s.records[0].prompt_predictions[last - 2]  # inside the prompt: what the prefill predicted
         pane = shown(app, NextTokenPane)
-        assert "the prompt's own next token" in pane and f"rank {prediction.next_rank}" in pane
+        assert "the prompt's own" in pane and f"▶{prediction.next_rank} " in pane  # (the subtitle fits the pane)
         assert prediction.next_id == s.chips[last - 1].id and str(prediction.top[0].id) in pane
         await pilot.press("right", "right", "right")
         await pilot.pause()
@@ -522,7 +523,7 @@ async def test_speculation_view_drafts_and_verifies_from_the_current_tokens():
         await pilot.pause(0.1)
         text = pane_text(app, "speculation")
         drafter = f"early-exit:{s.info.layers // 2}"  # the default: it drafts on any text
-        assert f"drafter: early-exit at layer {s.info.layers // 2}" in text and "round  1:" in text
+        assert f"early-exit at layer {s.info.layers // 2}" in text and "round  1:" in text
         assert "output:" in text
         result = app.journey.snapshot.result(Speculate)
         runner = app.journey.worker.session.runner
@@ -658,7 +659,7 @@ async def test_the_tokens_pane_follows_the_newest_token_and_the_cursor_at_80x24(
         tokens = shown(app, TokensPane)
         assert len(s.chips) > 50 and "lines" in tokens  # more lines than the pane shows
         newest = s.chips[-1]
-        body = tokens.splitlines()[1:-2]  # the rows on screen, the trailer and subtitle aside
+        body = tokens.splitlines()[1:-3]  # the rows on screen, the text, the trailer and subtitle aside
         assert str(newest.id) in body[-1]  # the newest chip is on the last chip row
         assert "→ next:" in tokens
         await pilot.press(*["left"] * len(s.chips))  # the cursor to the first token

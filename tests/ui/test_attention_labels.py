@@ -8,7 +8,7 @@ CHIPS = [TokenChip(i, text, i < 3, False) for i, text in enumerate(["The", " Eif
 
 def test_a_row_label_names_the_position_and_the_tokens_of_its_two_rows():
     label = row_label([1, 2], CHIPS, cursor=False)
-    assert label == "    1 ·Eiffel " and len(label) == LABEL  # cut to fit
+    assert label == "    1 ·Eiffe… " and len(label) == LABEL  # shortened to fit, and says so
     assert row_label([3, 4], CHIPS, cursor=False) == "    3 ·is/↵   "
     assert row_label([3], CHIPS, cursor=True).startswith("▶   3 ·is")
     assert row_label([], CHIPS, cursor=False) == " " * LABEL  # a zoomed row already labelled

@@ -6,8 +6,20 @@ from rich.cells import cell_len, set_cell_size
 
 
 def cell(text: str, width: int, right: bool = False) -> str:
-    """`text` cut or padded to exactly `width` terminal cells (wide characters counted as two);
-    `right` pads on the left."""
-    if right and cell_len(text) < width:
+    """`text` padded to exactly `width` terminal cells (wide characters counted as two), or
+    shortened with "…": a token piece cut short would read as another real token. `right` pads on
+    the left."""
+    if cell_len(text) > width:
+        return set_cell_size(set_cell_size(text, max(width - 1, 0)) + "…", width) if width > 0 else ""
+    if right:
         return " " * (width - cell_len(text)) + text
     return set_cell_size(text, width)
+
+
+def fitting(variants: tuple[str, ...] | list[str], width: int) -> str:
+    """The first of `variants` (longest and fullest first) that fits in `width` cells; else the
+    last, shortened with "…" (see cell)."""
+    for text in variants:
+        if cell_len(text) <= width:
+            return text
+    return cell(variants[-1], width) if variants else ""

@@ -283,6 +283,14 @@ class JourneyScreen(WorkerScreen[Snapshot]):
         """Take the rank-th candidate the panes show: the one for the position after the cursor.
         With the cursor on an earlier token, the tokens after it give way (a branch: the old path is
         kept); on the newest token it is the pending step."""
+        shown = self.query_one(NextTokenPane).ranks_shown
+        if shown and rank not in shown:
+            self.notify(
+                f"candidate {rank} is not on screen (ranks {', '.join(map(str, sorted(shown)))} are): "
+                "a taller terminal shows more",
+                severity="warning",
+            )
+            return
         selection = self.current_selection()
         if selection is None or self.cursor is None:
             self.submit(Force(rank=rank))
@@ -324,6 +332,11 @@ class JourneyScreen(WorkerScreen[Snapshot]):
         self.head = cycle[(cycle.index(self.head) + delta) % len(cycle)]
 
     def action_cursor(self, delta: int) -> None:
+        """Move the token cursor; with the charts shown one at a time, change the chart instead."""
+        charts = self.query_one(ChartsPane)
+        if self.query_one("#views", ContentSwitcher).current == "charts" and charts.one_at_a_time:
+            charts.turn(delta)
+            return
         selection = self.current_selection()
         if selection is None:
             return

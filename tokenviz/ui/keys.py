@@ -110,7 +110,7 @@ KEYS: tuple[KeyRow, ...] = (
     ),
     KeyRow(
         "← / →",
-        "move the token cursor; the panes follow it",
+        "move the token cursor; the panes follow it (with the charts shown one at a time, change the chart)",
         (Press("left", "cursor(-1)"), Press("right", "cursor(1)")),
     ),
     KeyRow(

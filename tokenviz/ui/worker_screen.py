@@ -10,11 +10,13 @@ import time
 from datetime import datetime
 from typing import ClassVar, Generic, TypeVar, cast
 
-from textual import on
+from textual import events, on
+from textual.geometry import Size
 from textual.message import Message
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.timer import Timer
+from textual.widgets import Static
 
 from tokenviz.contract.commands import Command, Pace, Play, Reset, Rewind, Step
 from tokenviz.contract.errors import TokenvizError
@@ -27,6 +29,7 @@ from tokenviz.ui.screens import HelpScreen
 S = TypeVar("S", Snapshot, ComparisonSnapshot)
 
 UI_SHARE = 0.05  # during autoplay, the most of the time drawing frames may take
+MIN_SIZE = (64, 20)  # columns, rows: below it the panes cannot show their numbers, and one line says so
 CLAIMED: set[str] = set()  # export names this process has given out (their files may not be written yet)
 
 
@@ -44,6 +47,17 @@ class WorkerUpdate(Message):
     def __init__(self, snapshot: Snapshot | ComparisonSnapshot):
         super().__init__()
         self.snapshot = snapshot
+
+
+class TooSmall(Static):
+    """Shown instead of the panes when the terminal is below MIN_SIZE."""
+
+    SCOPED_CSS = False  # its rules hide the screen's other widgets
+    DEFAULT_CSS = """
+    TooSmall { display: none; width: 100%; height: 100%; content-align: center middle; text-style: bold; }
+    WorkerScreen.-too-small > * { display: none; }
+    WorkerScreen.-too-small > TooSmall { display: block; }
+    """
 
 
 class WorkerScreen(Screen[None], Generic[S]):
@@ -71,6 +85,21 @@ class WorkerScreen(Screen[None], Generic[S]):
     def on_mount(self) -> None:
         self.worker.start(lambda snapshot: self.post_message(WorkerUpdate(snapshot)))  # thread-safe
         self.post_message(WorkerStarted(self.worker))
+        self.mount(TooSmall())
+        self._check_size(self.size)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._check_size(event.size)
+
+    def _check_size(self, size: Size) -> None:
+        """Below MIN_SIZE the panes give way to one line: how big the terminal must be."""
+        small = size.width < MIN_SIZE[0] or size.height < MIN_SIZE[1]
+        self.set_class(small, "-too-small")
+        if small and self.query(TooSmall):
+            self.query_one(TooSmall).update(
+                f"tokenviz needs at least {MIN_SIZE[0]}×{MIN_SIZE[1]} (this is {size.width}×{size.height}):\n"
+                "a larger terminal, or a smaller font"
+            )
 
     def on_unmount(self) -> None:
         self.worker.stop(timeout=0.5)

@@ -20,6 +20,7 @@ from textual.strip import Strip
 
 from tokenviz.contract.attention import head_label, paged_start, window
 from tokenviz.render.colors import ramp
+from tokenviz.render.columns import cell, fitting
 from tokenviz.render.heatmap import legend, pair_codes, run_segments, shade_lines
 from tokenviz.render.pieces import visible
 from tokenviz.ui.panes.base import LinesPane
@@ -27,6 +28,17 @@ from tokenviz.ui.selection import Selection
 
 LABEL = 14  # columns for the row labels: the cursor mark, the position, the tokens of the row
 LEVELS = 64  # colours on the heatmap's scale
+UNDER_MAP = ("axis", "range", "focus", "legend")  # the lines under the map, in their order
+KEPT_FIRST = ("legend", "focus", "axis", "range")  # on a short pane, the ones that stay
+MIN_MAP_ROWS = 2
+
+
+def layout(height: int) -> tuple[int, tuple[str, ...]]:
+    """(terminal rows for the map, the lines under it) in a pane `height` rows high: the colour
+    legend and the cursor's row stay longest."""
+    under = min(len(UNDER_MAP), max(height - MIN_MAP_ROWS, 1))
+    kept = set(KEPT_FIRST[:under])
+    return max(height - under, 1), tuple(line for line in UNDER_MAP if line in kept)
 
 
 class AttentionPane(LinesPane):
@@ -41,10 +53,9 @@ class AttentionPane(LinesPane):
     def draw(self, selection: Selection) -> None:
         info = selection.info
         if info is not None:
-            self.set_title(
-                f"attention · layer {selection.layer + 1}/{info.layers} · "
-                f"{head_label(selection.head, info.heads, info.kv_heads)}"
-            )
+            head = head_label(selection.head, info.heads, info.kv_heads)
+            layer = f"{selection.layer + 1}/{info.layers}"
+            self.set_title(f"attention · layer {layer} · {head}", f"attn · L{layer} · {head}", f"L{layer} · {head}")
         self.show_lines(self._build(selection))
 
     class Resized(Message):
@@ -56,7 +67,7 @@ class AttentionPane(LinesPane):
 
     def rows_shown(self) -> int:
         """How many query rows the map can show at this size (two per terminal row)."""
-        return max(self.size.height - 3, 1) * 2
+        return layout(self.size.height)[0] * 2
 
     def redraw(self) -> list[Strip]:
         return self._strips if self.selection is None else self._build(self.selection)
@@ -71,7 +82,7 @@ class AttentionPane(LinesPane):
         s = selection.snapshot
         n = selection.positions
         cursor = min(selection.cursor, n - 1)
-        map_rows = max(height - 3, 1)  # terminal rows for the map; two query rows each
+        map_rows, under = layout(height)  # terminal rows for the map (two query rows each), lines under it
         # A short sequence gets bigger square cells (zoom) so it stays readable.
         zoom_x = max(1, min(3, (width - LABEL) // n))
         zoom = max(1, min(zoom_x, (map_rows * 2) // n))  # rows: as much as fits, never more than x
@@ -97,16 +108,27 @@ class AttentionPane(LinesPane):
         colors = heat_colors(self.theme_colors.heatmap_stops)
         lines = self._map(matrix, queries, zoom, cursor, chips, style, colors)
         lines += [Strip.blank(width, style)] * (map_rows - len(lines))  # the lines below stay put as rows come
-        trailer = [
-            Strip([Segment(" " * LABEL), Segment(key_axis(keys, chips, zoom_x), dim)]),
-            Strip(
+        trailer = {
+            "axis": Strip([Segment(" " * LABEL), Segment(key_axis(keys, chips, zoom_x), dim)]),
+            "range": Strip(
                 [
                     Segment(" " * LABEL),
-                    Segment(f"keys {keys.start}–{min(keys.stop, n) - 1} (each key's first letters above)", dim),
-                    Segment(f" · queries {queries.start}–{queries.stop - 1} of {n}", dim),
+                    Segment(
+                        fitting(
+                            (
+                                f"keys {keys.start}–{min(keys.stop, n) - 1} (each key's first letters above)"
+                                f" · queries {queries.start}–{queries.stop - 1} of {n}",
+                                f"keys {keys.start}–{min(keys.stop, n) - 1} · queries {queries.start}–"
+                                f"{queries.stop - 1} of {n}",
+                                f"keys {keys.start}–{min(keys.stop, n) - 1} of {n}",
+                            ),
+                            width - LABEL,
+                        ),
+                        dim,
+                    ),
                 ]
             ),
-        ]
+        }
         row = np.nan_to_num(view.row(cursor, selection.head), nan=-1.0)
         top = np.argpartition(-row, min(3, len(row) - 1))[:4]
         top = top[np.lexsort((top, -row[top]))]  # strongest first, ties by position
@@ -115,13 +137,13 @@ class AttentionPane(LinesPane):
             focus = view.missing
         # The max over heads is no distribution (its row sums past 1): it is not called attention weights.
         reads = "largest weight any head gives" if selection.head == "max" else "attends to"
-        trailer.append(
-            Strip([Segment(f"{visible(chips[cursor].text)}@{cursor} {reads}: ", cursor_style), Segment(focus)])
+        trailer["focus"] = Strip(
+            [Segment(f"{visible(chips[cursor].text)}@{cursor} {reads}: ", cursor_style), Segment(focus)]
         )
         shades = self.app.no_color
-        scale = legend(colors, min(24, width - 12), shades=shades)
-        trailer.append(Strip([Segment("0 "), *scale, Segment(" 1  (√ scale)", dim)]))
-        return lines + [strip.crop(0, width).apply_style(style) for strip in trailer]
+        scale = legend(colors, min(24, width - 16), shades=shades)
+        trailer["legend"] = Strip([Segment("0 "), *scale, Segment(" 1  (√ scale)", dim)])
+        return lines + [trailer[name].crop(0, width).apply_style(style) for name in under]
 
     def _map(
         self, matrix: np.ndarray, queries: range, zoom: int, cursor: int, chips, style: Style, colors: list[str]
@@ -167,7 +189,7 @@ def row_label(queries: list[int], chips, cursor: bool) -> str:
         return " " * LABEL
     pieces = "/".join(visible(chips[q].text) for q in queries)
     head = f"{'▶' if cursor else ' '}{queries[0]:>4} "
-    return f"{head}{pieces[: LABEL - len(head) - 1]:<{LABEL - len(head) - 1}} "
+    return f"{head}{cell(pieces, LABEL - len(head) - 1)} "
 
 
 def key_axis(keys: range, chips, zoom_x: int) -> str:

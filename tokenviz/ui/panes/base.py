@@ -17,6 +17,7 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from tokenviz.contract.commands import Request
+from tokenviz.render.columns import fitting
 from tokenviz.ui.colors import ThemeColors, app_colors
 from tokenviz.ui.keys import key_of
 from tokenviz.ui.selection import Selection
@@ -48,17 +49,24 @@ class Pane(Widget):
         """The theme's colours for the panes (chips, bars, heatmap)."""
         return app_colors(self.app)
 
-    def set_title(self, title: str) -> None:
-        """The border's title, set only when it changes: setting it repaints the whole pane."""
+    def set_title(self, *variants: str) -> None:
+        """The border's title: the fullest of `variants` that fits the border (titles give way, not
+        chopped), set only when it changes: setting it repaints the whole pane."""
+        title = self._fitting(variants)
         if title != self._title_shown:
             self._title_shown = title
             self.border_title = title
 
-    def set_subtitle(self, subtitle: str) -> None:
-        """The border's subtitle, set only when it changes (as set_title)."""
+    def set_subtitle(self, *variants: str) -> None:
+        """The border's subtitle, chosen and set as set_title."""
+        subtitle = self._fitting(variants)
         if subtitle != self._subtitle_shown:
             self._subtitle_shown = subtitle
             self.border_subtitle = subtitle
+
+    def _fitting(self, variants: tuple[str, ...]) -> str:
+        room = self.size.width - 6  # the border's corners and the spaces around the text
+        return variants[0] if room <= 0 or not variants else fitting(variants, room)
 
 
 class LinesPane(Pane):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from tokenviz.contract.commands import Beams
+from tokenviz.render.columns import fitting
 from tokenviz.render.pieces import visible
 from tokenviz.ui.panes.base import Run, ScrollPane, pending_note
 from tokenviz.ui.selection import Selection
@@ -24,12 +25,15 @@ class BeamPane(ScrollPane):
             return
         chosen = self.theme_colors.chosen
         text = Text(no_wrap=True, overflow="crop")
-        text.append(
+        legend = (
             f"width {result.width}: each step keeps the {2 * result.width} best continuations of all beams "
             f"by summed log-probability; ✓ survives, ★ finished (end of text), ⊣ stopped at the length limit, "
-            "✗ pruned\n",
-            style="bold",
+            "✗ pruned",
+            f"width {result.width} · best {2 * result.width} by summed log p · ✓ kept ★ end ⊣ limit ✗ pruned",
+            f"width {result.width} · ✓ kept ★ end ⊣ limit ✗ pruned",
         )
+        width = self.body.size.width - 3 if self.body.size.width else 10**6  # (the scrollbar)
+        text.append(fitting(legend, width) + "\n", style="bold")
         for step in result.steps:
             beams = " · ".join(f"b{i + 1} “{_tail(t)}”" for i, t in enumerate(step.texts))
             if beams:

@@ -33,22 +33,48 @@ def rgb(color: str) -> tuple[int, int, int]:
     return (int(h[0:2], 16), int(h[2:4], 16), int(h[4:6], 16)) if len(h) >= 6 else (128, 128, 128)
 
 
+def integer_ticks(low: float, high: float, most: int) -> list[int]:
+    """At most `most` whole-number ticks from `low` to `high`, evenly stepped (steps, positions and
+    tokens are counted, so their axes never read 2.5)."""
+    low, high = int(low), int(high)
+    step = max(1, -(-(high - low) // max(most - 1, 1)))
+    return list(range(low, high + 1, step))
+
+
 class ChartsPane(Pane, Grid):
+    """Six charts in a grid on a large terminal; on a smaller one, one at a time, as large as the
+    pane, with its title and range (← → change which)."""
+
     DEFAULT_CSS = """
     ChartsPane { grid-size: 3 2; border: round $foreground 30%; border-title-color: $primary; }
     ChartsPane > PlotextPlot { height: 100%; }
+    ChartsPane.-one { grid-size: 1 1; }
+    ChartsPane.-one > PlotextPlot { display: none; }
+    ChartsPane.-one > PlotextPlot.-shown { display: block; }
     """
+    GRID_SIZE = (150, 34)  # the pane's least columns and rows for all the charts at once
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.series: dict[str, list[tuple[str, list[float], list[float]]]] = {}  # what each chart shows
+        self.shown = 0  # the chart shown alone on a smaller pane (see turn)
+
+    @property
+    def one_at_a_time(self) -> bool:
+        return self.size.width < self.GRID_SIZE[0] or self.size.height < self.GRID_SIZE[1]
+
+    def turn(self, delta: int) -> None:
+        """Show the next (1) or previous (-1) chart, on a pane that shows one at a time."""
+        self.shown = (self.shown + delta) % len(CHARTS)
+        if self.selection is not None:
+            self.draw(self.selection)
 
     def compose(self):
         for name in CHARTS:
             yield PlotextPlot(id=f"chart-{name}")
 
     def on_mount(self) -> None:
-        self.border_title = "charts"
+        self.set_title("charts")
 
     def draw(self, selection: Selection) -> None:
         s = selection.snapshot
@@ -70,10 +96,10 @@ class ChartsPane(Pane, Grid):
             "cache": [("KV MB", [float(r.kv_len) for r in records], [r.kv_bytes / 2**20 for r in records])],
         }
         titles = {
-            "entropy": "entropy and p(chosen) by step",
+            "entropy": "entropy (bits, left) and p(chosen) (right) by step",
             "watched": "watched tokens: raw p by step" if s.pinned else "no token watched (w)",
-            "surprisal": "the prompt's surprisal by position",
-            "decode": "decode ms against context",
+            "surprisal": "the prompt's surprisal (bits) by position",
+            "decode": "decode ms against context (tokens)",
             "cache": "KV cache MB against tokens",
         }
         colors = [
@@ -82,13 +108,51 @@ class ChartsPane(Pane, Grid):
             rgb(self.theme_colors.chosen),
             rgb(self.theme_colors.chip_cursor),
         ]
-        for name in CHARTS:
+        one = self.one_at_a_time
+        self.set_class(one, "-one")
+        for index, name in enumerate(CHARTS):
             widget = self.query_one(f"#chart-{name}", PlotextPlot)
-            plt = widget.plt
-            plt.clear_data()
-            plt.clear_figure()
-            plt.title(titles[name])
-            for i, (label, xs, ys) in enumerate(self.series[name]):
-                if xs:
-                    plt.plot(*thinned(xs, ys), label=label, color=colors[i % len(colors)], marker="braille")
-            widget.refresh()
+            widget.set_class(index == self.shown, "-shown")
+            if one and index != self.shown:
+                continue
+            self._plot(widget, titles[name], self.series[name], colors, name)
+        if one:
+            at, ranges = f"{self.shown + 1}/{len(CHARTS)}", _ranges(self.series[CHARTS[self.shown]])
+            self.set_title(
+                f"charts · {at}: {ranges} · ← → change", f"charts · {at}: {ranges}", f"charts · {at} · ← → change"
+            )
+        else:
+            self.set_title("charts")
+
+    def _plot(self, widget: PlotextPlot, title: str, series, colors, name: str) -> None:
+        plt = widget.plt
+        plt.clear_data()
+        plt.clear_figure()
+        plt.title(title)
+        keyed = widget.size.height >= 14  # a short chart leaves its key to the pane's title
+        for i, (label, xs, ys) in enumerate(series):
+            if not xs:
+                continue
+            side = "right" if name == "entropy" and i == 1 else "left"  # probability on its own axis
+            plt.plot(
+                *thinned(xs, ys),
+                label=label if keyed else None,
+                color=colors[i % len(colors)],
+                marker="braille",
+                yside=side,
+            )
+            if name == "watched" or side == "right":
+                plt.ylim(0, 1, yside=side)  # type: ignore[arg-type]  # (plotext's hint: yside is "left"/"right")
+            else:
+                plt.ylim(0, max(ys) or 1, yside=side)  # type: ignore[arg-type]  # from 0: growth at its true size
+        xs_all = [x for _, xs, _ in series for x in xs]
+        if xs_all:
+            ticks = integer_ticks(min(xs_all), max(xs_all), max(widget.size.width // 10, 2))
+            plt.xticks([float(t) for t in ticks], [str(t) for t in ticks])
+        widget.refresh()
+
+
+def _ranges(series) -> str:
+    """Each line's name and its smallest and largest value: what the title says of a chart shown alone."""
+    parts = [f"{label} {min(ys):.3g}–{max(ys):.3g}" for label, _, ys in series if ys]
+    return " · ".join(parts) or "nothing yet"

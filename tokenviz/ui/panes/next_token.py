@@ -20,19 +20,27 @@ from tokenviz.ui.selection import Selection
 class NextTokenPane(BoxPane):
     TITLE = "next token"
 
+    ranks_shown: frozenset[int] = frozenset()  # the ranks on screen: the number keys take only these
+
     def draw(self, selection: Selection) -> None:
         record, prediction = selection.record, selection.prompt_prediction
         if record is not None:
             d = record.decision
             self.update(self._table(record.top, Candidate(d.chosen_id, d.chosen_text, 0.0, d.raw_prob), d.raw_rank))
             state = "pending" if selection.is_pending else "taken"
-            self.set_subtitle(f"entropy {record.entropy:.2f} bits · for position {record.position} · {state}")
+            self.set_subtitle(
+                f"entropy {record.entropy:.2f} bits · for position {record.position} · {state}",
+                f"entropy {record.entropy:.2f} bits · position {record.position}",
+                f"H {record.entropy:.2f} bits · pos {record.position}",
+            )
         elif prediction is not None:
             p = prediction
             self.update(self._table(p.top, Candidate(p.next_id, p.next_text, 0.0, p.next_prob), p.next_rank))
             self.set_subtitle(
                 f"entropy {p.entropy:.2f} bits · for position {p.position + 1} · ▶ the prompt's own next token "
-                f"(raw p {probability(p.next_prob)}, rank {p.next_rank})"
+                f"(raw p {probability(p.next_prob)}, rank {p.next_rank})",
+                f"entropy {p.entropy:.2f} bits · position {p.position + 1} · ▶ the prompt's own",
+                f"H {p.entropy:.2f} · pos {p.position + 1} · ▶ the prompt's own",
             )
         else:
             self.set_subtitle("")
@@ -64,7 +72,10 @@ class NextTokenPane(BoxPane):
             shown = shown[: rows - 1]  # leave the last row to the marked token, below the others
         for rank, c in enumerate(shown, 1):
             row(rank, c.text, c.id, f"{c.logit:.2f}", c.prob, c.id == marked.id)
+        ranks = set(range(1, len(shown) + 1))
         if all(c.id != marked.id for c in shown):
             row(marked_rank, marked.text, marked.id, "", marked.prob, True)
+            ranks.add(marked_rank)
+        self.ranks_shown = frozenset(ranks)
         text.rstrip()
         return text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from rich.text import Text
 
 from tokenviz.render.bars import bar
@@ -14,35 +15,46 @@ from tokenviz.ui.selection import Selection
 SHORT_NAMES = {"temperature": "temp", "repetition": "repeat", "presence/frequency": "pres/fr"}
 
 
-def settings_line(settings) -> str:
+def settings_lines(settings) -> tuple[str, str]:
+    """Every setting; and, for a narrow border, only those in force and the seed."""
     s = settings
-    parts = [
-        "greedy (T=0)" if s.greedy else f"T {s.temperature:.2f}",
-        f"top-k {s.top_k or 'off'}",
-        f"top-p {s.top_p:.2f}" if s.top_p < 1 else "top-p off",
-        f"min-p {s.min_p:.2f}" if s.min_p else "min-p off",
-        f"rep {s.repetition_penalty:g}",
-        f"pres {s.presence_penalty:g}",
-        f"freq {s.frequency_penalty:g}",
-        f"seed {s.seed}",
+    parts = [  # (text, whether it changes anything)
+        ("greedy (T=0)" if s.greedy else f"T {s.temperature:.2f}", True),
+        (f"top-k {s.top_k or 'off'}", bool(s.top_k)),
+        (f"top-p {s.top_p:.2f}" if s.top_p < 1 else "top-p off", s.top_p < 1),
+        (f"min-p {s.min_p:.2f}" if s.min_p else "min-p off", bool(s.min_p)),
+        (f"rep {s.repetition_penalty:g}", s.repetition_penalty != 1),
+        (f"pres {s.presence_penalty:g}", bool(s.presence_penalty)),
+        (f"freq {s.frequency_penalty:g}", bool(s.frequency_penalty)),
+        (f"seed {s.seed}", True),
     ]
-    return " · ".join(parts)
+    return " · ".join(t for t, _ in parts), " · ".join(t for t, in_force in parts if in_force)
 
 
-def decision_line(d) -> str:
+def decision_line(d, width: int | None = None) -> str:
+    """The decision in words; in `width` cells, a shorter form that keeps every number."""
     token = visible(d.chosen_text)
     if d.mode == "greedy":
         return f"greedy: argmax → {token} (raw p {probability(d.raw_prob)})"
     if d.mode == "forced":
-        return (
+        full = (
             f"forced (a branch): {token} (raw rank {d.raw_rank}, raw p {probability(d.raw_prob)}; "
             f"final p {probability(d.chosen_prob)})"
         )
+        short = (
+            f"forced: {token} · raw #{d.raw_rank} p {probability(d.raw_prob)} · final p {probability(d.chosen_prob)}"
+        )
+        return full if width is None or cell_len(full) <= width else short
     low, high = d.band
-    return (
+    full = (
         f"draw u = {d.u:.4f} fell in [{low:.4f}, {high:.4f}) → sampled {token} "
         f"(final rank {d.chosen_rank}, final p {probability(d.chosen_prob)}; raw rank {d.raw_rank})"
     )
+    short = (
+        f"u {d.u:.4f} ∈ [{low:.4f}, {high:.4f}) → {token} · final #{d.chosen_rank} p {probability(d.chosen_prob)}"
+        f" · raw #{d.raw_rank}"
+    )
+    return full if width is None or cell_len(full) <= width else short
 
 
 class SamplingPane(BoxPane):
@@ -52,7 +64,7 @@ class SamplingPane(BoxPane):
         record = selection.record
         settings = selection.snapshot.settings
         if record is None:
-            self.set_subtitle(settings_line(settings))
+            self.set_subtitle(*settings_lines(settings))
             self.update(Text("No decision at this position: the prompt's tokens were given, not sampled.", style="dim"))
             return
         d = record.decision
@@ -70,8 +82,11 @@ class SamplingPane(BoxPane):
         pipeline.append(" → ", style="bold")
         pipeline.append("argmax" if d.mode == "greedy" else ("forced" if d.mode == "forced" else "draw"), style="bold")
 
-        pipeline_rows = len(pipeline.wrap(self.app.console, max(self.size.width, 1)))
-        rows = max(self.size.height - pipeline_rows - 2, 2)
+        width = max(self.size.width, 1)
+        decision = Text(decision_line(d, width), style=f"bold {chosen_color}")
+        pipeline_rows = len(pipeline.wrap(self.app.console, width))
+        decision_rows = len(decision.wrap(self.app.console, width))
+        rows = max(self.size.height - pipeline_rows - decision_rows - 1, 1)
         stage_w = 7
         fixed = 1 + 13 + 8 + 1 + len(d.stages) * (stage_w + 1)
         bar_width = min(48, max((self.size.width - fixed) // 2, 2))  # wide terminals get longer bars
@@ -96,6 +111,5 @@ class SamplingPane(BoxPane):
                 table.append(cell(value + ("↓" if penalised else ""), stage_w, right=True) + " ")
             table.append(bar(finals[i], bar_width) + "\n", style=final_color)
         table.rstrip()
-        decision = Text(decision_line(d), style=f"bold {chosen_color}")
-        self.set_subtitle(settings_line(settings))
+        self.set_subtitle(*settings_lines(settings))
         self.update(Text("\n").join([pipeline, table, decision]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from tokenviz.contract.commands import Speculate
+from tokenviz.render.columns import fitting
 from tokenviz.render.pieces import visible
 from tokenviz.ui.panes.base import Run, ScrollPane, pending_note
 from tokenviz.ui.selection import Selection
@@ -22,17 +23,21 @@ class SpeculationPane(ScrollPane):
         spec, pieces = result, result.texts
         ok = self.theme_colors.chosen
         text = Text(no_wrap=True, overflow="crop")
-        text.append(
+        width = self.body.size.width - 3 if self.body.size.width else 10**6  # (the scrollbar)
+        summary = (
             f"drafter: {spec.drafter} · {len(spec.rounds)} target forwards for {len(spec.ids)} tokens "
             f"({spec.tokens_per_forward:.2f} per forward) · acceptance {spec.acceptance_rate:.0%} of "
-            f"{spec.drafted} drafted\n",
-            style="bold",
+            f"{spec.drafted} drafted",
+            f"{spec.drafter} · {len(spec.rounds)} forwards, {len(spec.ids)} tokens · "
+            f"{spec.acceptance_rate:.0%} of {spec.drafted} accepted",
         )
-        text.append(
+        legend = (
             "each round: drafts ✓ accepted / ✗ rejected, then → the target's own token "
-            "(a replacement, or a bonus when every draft passed)\n",
-            style="dim",
+            "(a replacement, or a bonus when every draft passed)",
+            "✓ accepted ✗ rejected → the target's own token",
         )
+        text.append(fitting(summary, width) + "\n", style="bold")
+        text.append(fitting(legend, width) + "\n", style="dim")
         for i, r in enumerate(spec.rounds, 1):
             text.append(f"round {i:>2}: ", style="bold")
             if not r.drafted:

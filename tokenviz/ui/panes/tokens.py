@@ -82,7 +82,10 @@ class TokensPane(BoxPane):
         if width <= 0 or rows <= 0:
             return
         self._chip_lines.update(s.chips, width, look=(self.show_ids, s.prompt_len))
-        chip_rows = max(rows - 2, 1)  # then a line of the decoded text, and one of what comes next
+        # Then a line of the decoded text, and one of what comes next: the text keeps its line at any
+        # height above one (a student reads the answer there), what comes next only from three.
+        extra = 2 if rows >= 3 else (1 if rows == 2 else 0)
+        chip_rows = max(rows - extra, 1)
         cursor = selection.cursor
         count = len(self._chip_lines.starts)
         first = max(0, min(self._chip_lines.line_of(cursor) - chip_rows + 1, count - chip_rows))
@@ -92,18 +95,23 @@ class TokensPane(BoxPane):
                 text.append("\n")
             for i in self._chip_lines.line(number):
                 self._append_chip(text, i, cursor)
-        if rows > 2:
+        if extra:
             text.append("\n")
             text.append_text(self._decoded(s.full_text, width))
-        text.append("\n")
-        text.append_text(self._trailer(selection))
+        if extra == 2:
+            text.append("\n")
+            text.append_text(self._trailer(selection))
         self.update(text)
         n_gen = len(s.chips) - s.prompt_len
         lines = f" · lines {first + 1}-{min(first + chip_rows, count)} of {count}" if count > chip_rows else ""
         shading = f" · shaded by surprisal, 0-{SURPRISAL_TOP_BITS:g} bits (u)" if self.surprisal else ""
         if self.attribution is not None:
             shading = f" · shaded by attribution to position {self.attribution.position + 1}"
-        self.set_subtitle(f"{s.prompt_len} prompt · {n_gen} generated · cursor at position {cursor}{lines}{shading}")
+        self.set_subtitle(
+            f"{s.prompt_len} prompt · {n_gen} generated · cursor at position {cursor}{lines}{shading}",
+            f"{s.prompt_len} prompt · {n_gen} generated · cursor {cursor}{shading}",
+            f"{s.prompt_len} + {n_gen} tokens · cursor {cursor}",
+        )
 
     def _append_chip(self, text: Text, i: int, cursor: int) -> None:
         chip, colors = self._chips[i], self.theme_colors

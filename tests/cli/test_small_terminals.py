@@ -1,0 +1,90 @@
+"""A student's 80x24 and a teacher's 120x36, in a real terminal (tmux) on the bundled model: what a
+person sees. The colour legend, the decoded text, pieces shortened with … (never chopped), number keys
+that act only on the rows on screen, the charts one at a time with their title, a cancelled view that
+says so, view keys that toggle, and below the least size one line that says how big it must be."""
+
+import os
+import re
+import sys
+import time
+import uuid
+
+import pytest
+from test_terminal import new_session, screen, tmux, wait_gone, wait_screen
+
+pytestmark = pytest.mark.bundled
+
+QUESTION = "What is the capital of France?"
+
+
+def start(size: tuple[int, int], *args: str) -> str:
+    name = f"tokenviz-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TERM": "xterm-256color"}
+    quoted = " ".join(f"'{a}'" for a in args)
+    new_session(name, size, f"{sys.executable} -m tokenviz {quoted}; echo TOKENVIZ-EXITED $?; sleep 30", env)
+    return name
+
+
+def keys(name: str, *pressed: str, pause: float = 0.3) -> None:
+    for key in pressed:
+        tmux("send-keys", "-t", name, key)
+        time.sleep(pause)
+
+
+def next_token_rows(text: str) -> list[str]:
+    """The token cells of the next-token pane's rows (rank, piece, id)."""
+    return re.findall(r"│\s+▶?\d+ (\S+)\s+\d+\s+\d\.\d{3}", text)
+
+
+def test_a_students_80x24(tmp_path):
+    name = start((80, 24), QUESTION, "--chat", "--seed", "1")
+    try:
+        wait_screen(name, r"ready · step 0")
+        text = wait_screen(name, r"\(√ scale\)")  # the attention pane's colour legend, once its rows come
+        assert "text: " in text and "capital of France?" in text  # the decoded text has its line
+        keys(name, "Space", "Space", "Space", "Space")
+        text = wait_screen(name, r"step 4 ")
+        pieces = next_token_rows(text)
+        assert pieces and all(len(p) <= 8 for p in pieces)
+        assert "Franc " not in text  # a piece cut short ends with …, never chopped into another token
+        for line in text.splitlines():  # no border title or subtitle chopped mid-word without a mark
+            assert not re.search(r"head me\b|for position …", line), line
+        keys(name, "9")
+        text = wait_screen(name, r"candidate 9 is not on screen")
+        keys(name, "C")
+        text = wait_screen(name, r"charts · 1/5")
+        assert "entropy" in text and "← → change" in text
+        keys(name, "Right")
+        wait_screen(name, r"charts · 2/5")
+        keys(name, "C")  # toggles back
+        wait_screen(name, r"\(√ scale\)")
+        tmux("resize-window", "-t", name, "-x", "60", "-y", "15")
+        wait_screen(name, r"at least 64×20 \(this is 60×15\)")
+        tmux("resize-window", "-t", name, "-x", "80", "-y", "24")
+        wait_gone(name, "at least 64×20")
+        keys(name, "q")
+        assert "TOKENVIZ-EXITED 0" in wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=10)
+    finally:
+        tmux("kill-session", "-t", name)
+
+
+def test_a_teachers_120x36_beams_cancelled_and_toggled():
+    name = start((120, 36), "The Eiffel Tower is located in", "--seed", "2")
+    try:
+        wait_screen(name, r"ready · step 0")
+        text = wait_screen(name, r"\(√ scale\)")
+        assert "text: The Eiffel Tower is located in" in text
+        keys(name, "B", pause=0.05)
+        keys(name, "Escape")
+        text = wait_screen(name, r"Press B to run it again")
+        assert "beam search: cancelled" in text
+        keys(name, "B")
+        text = wait_screen(name, r"step  1 b1\+", timeout=120)
+        assert "✗ pruned" in text  # the compact legend, whole
+        keys(name, "B")  # with the beams shown, B returns to the attention map
+        wait_screen(name, r"\(√ scale\)")
+        assert "step  1 b1+" not in screen(name)
+        keys(name, "q")
+        assert "TOKENVIZ-EXITED 0" in wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=10)
+    finally:
+        tmux("kill-session", "-t", name)
