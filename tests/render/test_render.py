@@ -135,3 +135,11 @@ def test_byte_pieces_spell_their_character_at_the_last_one():
     pieces = ["The", "<0xE2>", "<0x82>", "<0xAC>", "5", "<0xF0><0x9F>", "<0x98><0x80>", "<0x0D>", "<0xE2>"]
     assert piece_bytes("<0xE2><0x82>") == b"\xe2\x82" and piece_bytes("Tower") is None
     assert [spelled(pieces, i) for i in range(len(pieces))] == ["", "", "", "€", "", "", "😀", "", ""]
+
+
+def test_a_log_sparkline_puts_every_series_on_one_scale():
+    from tokenviz.render.sparkline import SPARK, log_sparkline
+
+    london, paris = log_sparkline([5.1e-05], 1), log_sparkline([0.318], 1)
+    assert SPARK.index(london) < SPARK.index(paris)  # each scaled on its own, both would be full blocks
+    assert log_sparkline([1.0, 1e-6, 1e-9, 0.0], 4) == "█▁▁ "  # the floor and below: the lowest; 0: none

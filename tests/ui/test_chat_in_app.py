@@ -47,6 +47,17 @@ async def test_chat_from_the_command_line_then_from_the_editor_then_plain_text()
         assert not s.chat and not any(c.is_template for c in s.chips)
         assert "".join(c.text for c in s.chips) == "The cat sat"
 
+        await pilot.press("e")  # the editor opens in the journey's mode: plain text now
+        await wait_for(lambda: isinstance(app.screen, PromptScreen) and app.screen.query(TextArea), pilot)
+        assert not app.screen.query_one(Checkbox).value
+        await pilot.press("ctrl+a", *"A dog")  # select all, then typing replaces the old prompt
+        assert app.screen.query_one(TextArea).text == "A dog"
+        await pilot.press("ctrl+l")
+        assert app.screen.query_one(TextArea).text == ""
+        await pilot.press(*"The dog ran", "ctrl+s")
+        s = await settle(app, pilot)
+        assert not s.chat and "".join(c.text for c in s.chips) == "The dog ran"
+
 
 async def test_r_goes_back_to_the_prompt_without_prefilling_it_again():
     loaded = tiny_chat_model()

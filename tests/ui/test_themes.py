@@ -23,6 +23,17 @@ def test_three_themes_with_heatmap_and_bar_colours():
             parse_hex(theme.variables[name])
 
 
+def test_the_lowest_weights_never_look_like_the_masked_future():
+    from tokenviz.render.colors import ramp
+
+    for name, theme in load_themes().items():
+        masked = parse_hex(theme.variables["heatmap-masked"])
+        lowest = ramp(theme.variables["heatmap-stops"].split(), 64)[:6]  # about the lowest tenth of the scale
+        for color in lowest:
+            distance = sum((a - b) ** 2 for a, b in zip(parse_hex(color), masked)) ** 0.5
+            assert distance > 40, (name, color)
+
+
 def test_a_broken_theme_file_gives_one_line(tmp_path):
     from tokenviz.contract.errors import TokenvizError
 
@@ -55,3 +66,38 @@ def test_the_wheel_carries_the_themes(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     for theme in ("tokenviz-dark", "tokenviz-light", "tokenviz-contrast"):
         assert f"tokenviz/themes/{theme}.toml" in names
+
+
+async def test_a_theme_switch_repaints_every_cell_and_the_palette_finds_themes_by_name():
+    import re
+
+    from apptools import make_app, settle
+    from textual.command import CommandPalette
+
+    from tokenviz.ui.command_palette import ThemePicker, theme_choices
+
+    app = make_app(theme="tokenviz-contrast")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("space", "space")
+        await settle(app, pilot)
+        await pilot.pause(0.2)
+        black = "#000000"  # the contrast theme's background and surface
+        assert app.export_screenshot().count(f'fill="{black}"') > 100
+        app.theme = "tokenviz-light"
+        await pilot.pause(0.5)
+        assert f'fill="{black}"' not in app.export_screenshot()  # no cell kept from the old theme
+        names = [name for name, _ in theme_choices(app)]
+        assert names[:3] == ["tokenviz-contrast", "tokenviz-dark", "tokenviz-light"] and len(names) > 3
+        await pilot.press("ctrl+p")
+        await pilot.pause(0.3)
+        await pilot.press(*"dark")
+        await pilot.pause(0.5)
+        palette = app.screen
+        assert isinstance(palette, CommandPalette)
+        shown = [str(option.prompt) for option in palette.query_one("CommandList").options]
+        assert any(re.search(r"Theme: tokenviz-dark", text) for text in shown), shown
+        await pilot.press("escape")
+        app.search_themes()
+        await pilot.pause(0.2)
+        assert ThemePicker in [type(p) for p in app.screen._providers]

@@ -4,7 +4,7 @@ column per watched token; a saved journey keeps it all and replay shows it."""
 
 from apptools import make_app, recorded_app, settle, wait_for
 
-from tokenviz.contract.commands import Inspect, SplitDifference
+from tokenviz.contract.commands import Inspect, SplitDifference, Watch
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.render.pieces import visible
 from tokenviz.ui.screens import WatchScreen
@@ -92,3 +92,26 @@ async def test_the_watch_view_says_how_to_start_and_replay_shows_what_was_kept(t
         await pilot.press("left", "left", "left", "left")  # before any split kept: the view says so, no error
         await settle(replay, pilot)
         assert replay.journey.snapshot.error is None and "needs the model" in body(replay, "watch")
+
+
+async def test_at_80_columns_every_watched_tokens_rank_shows_and_one_scale_draws_them_all():
+    from tokenviz.render.sparkline import SPARK
+
+    app = make_app(SETTINGS)
+    async with app.run_test(size=(80, 24)) as pilot:
+        s = await settle(app, pilot)
+        likely, unlikely = s.pending.top[0], s.pending.top[-1]
+        for token in (likely.id, unlikely.id):
+            app.journey.submit(Watch(token=token))
+        await pilot.press("W")
+        await wait_for(lambda: len(app.journey.snapshot.pinned) == 2, pilot)
+        s = await settle(app, pilot)
+        await pilot.pause(0.2)
+        lines = body(app, "watch").splitlines()
+        pinned = s.records[-1].decision.pinned
+        for watched in pinned:
+            assert any(f"rank {watched.rank} " in line for line in lines), (watched, lines)
+        raw_lines = [line for line in lines if " raw " in line]
+        assert len(raw_lines) == 2
+        blocks = [SPARK.index(line.rstrip()[-1]) for line in raw_lines]  # the newest step of each
+        assert blocks[0] > blocks[1]  # the likelier token stands higher: one scale for both

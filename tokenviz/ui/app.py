@@ -17,14 +17,16 @@ from typing import ClassVar
 
 from textual import on
 from textual.app import App
+from textual.command import CommandPalette
 from textual.filter import LineFilter
 from textual.screen import Screen
 
 from tokenviz.contract.snapshot import ComparisonSnapshot, Snapshot
 from tokenviz.contract.worker import Worker
-from tokenviz.ui.command_palette import TokenvizCommands
+from tokenviz.ui.command_palette import ThemePicker, TokenvizCommands
 from tokenviz.ui.compare_screen import CompareScreen
 from tokenviz.ui.journey_screen import JourneyScreen
+from tokenviz.ui.panes.base import LinesPane
 from tokenviz.ui.themes import DEFAULT_THEME, load_themes
 from tokenviz.ui.truecolor import SkipTruecolor, skipping
 from tokenviz.ui.worker_screen import WorkerScreen, WorkerStarted
@@ -112,10 +114,22 @@ class TokenvizApp(App[None]):
                 worker.stop(timeout=WRITE_WAIT_S)
         return [failure for worker in self.started for failure in worker.write_failures]
 
+    def search_themes(self) -> None:
+        """The theme picker, tokenviz's own themes first."""
+        self.push_screen(CommandPalette(providers=[ThemePicker], placeholder="Search for themes…"))
+
     def watch_theme(self) -> None:
+        """Every pane drawn again in the new theme, once Textual has restyled for it: a line kept
+        from before (the panes keep their lines between frames) would keep the old colours."""
+        self.call_after_refresh(self._repaint_all)
+
+    def _repaint_all(self) -> None:
         for screen in self.screen_stack:
             if isinstance(screen, WorkerScreen):
+                for pane in screen.query(LinesPane):
+                    pane.forget_look()
                 screen.refresh_panes()
+                screen.refresh(layout=False)
 
     async def action_quit(self) -> None:
         self._stop_workers(timeout=0)  # ask them to stop; the command line ends the process (cli.exit_now)

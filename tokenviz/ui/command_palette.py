@@ -1,14 +1,18 @@
 """The command palette: every keyed command of the screen it opens over, the palette-only ones
 (from the key table) and the theme picker. It is the app's only provider, so the palette opens on
-tokenviz's own commands, in the key table's order, each listed once."""
+tokenviz's own commands, in the key table's order, each listed once; typing a theme's name finds it
+too. The theme picker lists tokenviz's own themes first."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.theme import ThemeProvider
 
 from tokenviz.ui.keys import palette_entries
+from tokenviz.ui.themes import load_themes
 from tokenviz.ui.worker_screen import WorkerScreen
 
 
@@ -27,3 +31,28 @@ class TokenvizCommands(Provider):
             score = matcher.match(label)
             if score > 0:
                 yield Hit(score, matcher.highlight(label), partial(self.screen.run_action, action), help=None)
+
+        for name, choose in theme_choices(self.app):
+            label = f"Theme: {name}"
+            score = matcher.match(label)
+            if score > 0:
+                yield Hit(score, matcher.highlight(label), choose, help=None)
+
+
+def theme_choices(app) -> list[tuple[str, Callable[[], None]]]:
+    """(name, choose it) for every theme: tokenviz's own first, then Textual's, each by name."""
+    own = set(load_themes())
+
+    def choose(name: str) -> None:
+        app.theme = name
+
+    names = sorted(app.available_themes, key=lambda name: (name not in own, name))
+    return [(name, partial(choose, name)) for name in names]
+
+
+class ThemePicker(ThemeProvider):
+    """Textual's theme picker, with tokenviz's themes first."""
+
+    @property
+    def commands(self) -> list[tuple[str, Callable[[], None]]]:
+        return theme_choices(self.app)

@@ -454,7 +454,8 @@ class JourneyScreen(WorkerScreen[Snapshot]):
                 system = s.system if s and choice.chat else None
                 self.submit(Start(prompt=choice.text, chat=choice.chat, system=system))
 
-        self.app.push_screen(PromptScreen(s.prompt if s else "", can_chat), submitted)
+        chat = s.chat if s and s.records else True  # a first prompt is offered as a chat message
+        self.app.push_screen(PromptScreen(s.prompt if s else "", can_chat, chat), submitted)
 
     def action_continue_with(self) -> None:
         """Force a text of the user's own through the journey, token by token (see Continue)."""

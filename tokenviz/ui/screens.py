@@ -118,9 +118,14 @@ class PromptChoice:
 
 class PromptScreen(ModalScreen[PromptChoice | None]):
     """The prompt editor: several lines of text, and for a model with a chat template a switch
-    between a chat message (offered first) and plain text to continue."""
+    between a chat message and plain text to continue, set as the journey is."""
 
-    BINDINGS: ClassVar = [Binding("escape", "cancel", "cancel"), Binding("ctrl+s", "start", "start")]
+    BINDINGS: ClassVar = [
+        Binding("escape", "cancel", "cancel"),
+        Binding("ctrl+s", "start", "start"),
+        Binding("ctrl+a", "select_all", "select all", priority=True),  # (TextArea's own: to the line's start)
+        Binding("ctrl+l", "clear", "clear"),
+    ]
     DEFAULT_CSS = """
     PromptScreen { align: center middle; }
     PromptScreen > Vertical { width: 80%; max-width: 100; height: auto; border: thick $primary;
@@ -128,22 +133,32 @@ class PromptScreen(ModalScreen[PromptChoice | None]):
     PromptScreen TextArea { height: 8; }
     """
 
-    def __init__(self, prompt: str, can_chat: bool):
+    def __init__(self, prompt: str, can_chat: bool, chat: bool = True):
         super().__init__()
         self.prompt = prompt
         self.can_chat = can_chat
+        self.chat = chat  # the journey's mode: the switch starts there
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label("Prompt: ctrl+s starts it, Enter adds a line, Escape keeps the current journey")
+            yield Label(
+                "Prompt: ctrl+s starts it, Enter adds a line, ctrl+a selects all (type or paste to replace it), "
+                "ctrl+l clears, Escape keeps the current journey"
+            )
             yield TextArea(self.prompt, id="prompt-input", soft_wrap=True, show_line_numbers=False)
             if self.can_chat:
-                yield Checkbox("chat: a user message through the model's chat template", True, id="chat")
+                yield Checkbox("chat: a user message through the model's chat template", self.chat, id="chat")
             else:
                 yield Label("plain text to continue (this model has no chat template)", classes="dim")
 
     def on_mount(self) -> None:
         self.query_one(TextArea).focus()
+
+    def action_select_all(self) -> None:
+        self.query_one(TextArea).select_all()
+
+    def action_clear(self) -> None:
+        self.query_one(TextArea).clear()
 
     def action_start(self) -> None:
         chat = self.can_chat and self.query_one("#chat", Checkbox).value

@@ -105,6 +105,13 @@ class LinesPane(Pane):
             width = self.size.width
             self.refresh(*(Region(0, first, width, last - first + 1) for first, last in runs))
 
+    def forget_look(self) -> None:
+        """Draw every line anew at the next frame (the theme changed: the styles under them did too)."""
+        self._blank = None
+        self._strips = self.redraw()
+        self._look = self.look()
+        self.refresh()
+
     def look(self) -> tuple[object, ...]:
         """What the lines depend on besides what they show: the size, the theme, colour or none."""
         return (self.size, self.app.theme, self.app.no_color)

@@ -1,8 +1,9 @@
 """Watch pane: the watched tokens over the journey, and why one rather than the other.
 
-Each watched token's raw and final probability at every step (sparklines, the newest on the right)
-with its values and rank at the cursor's step; for two watched tokens, their logit difference after
-the cursor split into the share of the embeddings and of each layer's attention and MLP.
+Each watched token's rank and raw and final probability at the cursor's step, and at every step on
+one log scale shared by all (a token at p 5e-05 never looks like one at 0.3; the newest on the
+right); for two watched tokens, their logit difference after the cursor split into the share of the
+embeddings and of each layer's attention and MLP.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from tokenviz.contract.results import LogitDifference
 from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell
 from tokenviz.render.pieces import visible
-from tokenviz.render.sparkline import sparkline
+from tokenviz.render.sparkline import LOG_FLOOR, log_sparkline
 from tokenviz.render.units import probability
 from tokenviz.ui.panes.base import Run, ScrollPane, pending_note
 from tokenviz.ui.selection import Selection
@@ -47,26 +48,28 @@ class WatchPane(ScrollPane):
             )
             self.body.update(text)
             return
-        width = max(self.size.width - 2, 30)
-        spark_w = max(width - 40, 8)
+        width = max(self.size.width - 4, 30)  # (the border and the scrollbar)
+        spark_w = max(width - 44, 4)
         record = selection.record or s.records[-1]
         at = {p.id: p for p in record.decision.pinned}
         text.append(f"at step {record.index} (the cursor's)  ", Style(bold=True))
-        text.append("sparklines: every step, the newest right; w adds or removes a token\n", Style(dim=True))
+        text.append(
+            f"every step, the newest right, on one log scale for all: ▁ p {LOG_FLOOR:g} … █ p 1\n", Style(dim=True)
+        )
         for token, piece in s.pinned:
             series = [next((p for p in r.decision.pinned if p.id == token), None) for r in s.records]
             raw = [p.prob if p else 0.0 for p in series]
             final = [p.final_prob if p else 0.0 for p in series]
             now = at.get(token)
-            top = max(raw + final) or 1.0  # one scale for both lines: the token's largest probability
+            # The numbers before the sparkline: a narrow pane cuts the line's end, never its rank.
             label = cell(f"{visible(piece)} ({token})", 18)
-            text.append(label + " raw   ", Style(bold=True))
-            text.append(cell(sparkline(raw, spark_w, top), spark_w), Style(color=self.theme_colors.bar))
-            text.append(f" {probability(now.prob) if now else '—':>7}  rank {now.rank if now else '—'}\n")
-            text.append(" " * 18 + " final ")
-            text.append(cell(sparkline(final, spark_w, top), spark_w), Style(color=self.theme_colors.bar_final))
-            text.append(f" {probability(now.final_prob) if now else '—':>7}")
-            text.append(f"  (full block: p {probability(top)})\n", Style(dim=True))
+            rank = f"rank {now.rank if now else '—':<6}"
+            text.append(label + " ", Style(bold=True))
+            text.append(f"{rank} raw   {probability(now.prob) if now else '—':>7} ")
+            text.append(log_sparkline(raw, spark_w), Style(color=self.theme_colors.bar))
+            text.append("\n" + " " * 19 + " " * len(rank) + " final ")
+            text.append(f"{probability(now.final_prob) if now else '—':>7} ")
+            text.append(log_sparkline(final, spark_w) + "\n", Style(color=self.theme_colors.bar_final))
         if len(s.pinned) >= 2:
             text.append("\n")
             self._split(text, selection, width)
