@@ -108,6 +108,28 @@ def test_trace_table(monkeypatch, capsys, tiny_dir):
     assert "text:" in out and "greedy" in out
 
 
+def test_the_trace_table_fits_80_columns_with_whole_headers_and_pieces_apart_from_ids(monkeypatch, capsys, tiny_dir):
+    import io
+
+    from rich.console import Console
+
+    from tokenviz.cli.table import print_table
+
+    code, out, _ = invoke(monkeypatch, capsys, "trace", "The cat sat", "--model", tiny_dir, "--steps", "3", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    for width in (80, 160):
+        console = Console(file=io.StringIO(), width=width, color_system=None)
+        print_table(doc, console)
+        text = console.file.getvalue()
+        assert all(len(line) <= width for line in text.splitlines())
+        for header in ("step", "chosen", "id", "p(final)", "rank", "mode", "top 3 (raw softmax)"):
+            assert header in text, (width, header)  # whole, not cut to "p(fin…"
+        first = doc["prompt"][0]
+        assert f"{first['text']} {first['id']}" in text.replace("·", " ")  # "The 504", never "The504"
+    assert "stages kept" in text and "fwd ms" in text  # a wide terminal keeps every column
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

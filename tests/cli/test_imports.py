@@ -69,3 +69,34 @@ def test_replay_imports_no_torch_from_start_to_exit(journey_path):
 def test_the_app_paints_its_first_frame_before_importing_torch(tmp_path):
     seen = probe("--model", str(tmp_path / "nowhere"))
     assert seen["at_first_frame"] == []
+
+
+REFUSAL_PROBE = """
+import atexit, sys
+atexit.register(lambda: print("IMPORTED-TORCH" if "torch" in sys.modules else "NO-TORCH", file=sys.stderr))
+sys.argv = ["tokenviz", *sys.argv[1:]]
+from tokenviz.cli import run
+run()
+"""
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["trace", "Hi", "--beams", "9"], "--beams must be 2 to 8"),
+        (["trace", "Hi", "--save", "{existing}"], "exists already"),
+        (["trace", "Hi", "--html", "{existing}"], "exists already"),
+        (["trace", "Hi", "--steps", "0"], "--steps must be at least 1"),
+        (["trace", "Hi", "--attribution", "magic"], "--attribution must be loo or grad"),
+        (["trace", "Hi", "--beams", "3", "--speculate", "prompt-lookup"], "not both"),
+        (["compare", "Hi", "--against", "temperature=-1"], "temperature"),
+    ],
+)
+def test_a_bad_option_is_refused_before_torch_is_imported(tmp_path, args, said):
+    existing = tmp_path / "journey.json"
+    existing.write_text("{}")
+    args = [a.replace("{existing}", str(existing)) for a in args]
+    out = subprocess.run([sys.executable, "-c", REFUSAL_PROBE, *args], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert said in lines[0] and lines[-1] == "NO-TORCH", out.stderr

@@ -39,9 +39,13 @@ def test_trace_save_then_verify(monkeypatch, capsys, tmp_path, tiny_dir):
         "5",
         "--save",
         str(path),
+        "--html",
+        str(tmp_path / "journey.html"),
         "--json",
     )
     assert code == 0, err
+    assert f"wrote {path} (the journey: tokenviz replay {path})" in err  # it says what it wrote, and where
+    assert f"wrote {tmp_path / 'journey.html'} (the page: open it in any browser)" in err
     doc = read_journey(path)
     assert doc["text"] == json.loads(out)["text"]
     assert len(doc["replay"]["records"]) == 6

@@ -52,10 +52,15 @@ def test_a_text_longer_than_one_prefill_chunk_scores_the_same(monkeypatch):
         assert t["logprob"] == pytest.approx(float(logp[t["index"] - 1, t["id"]]), abs=1e-5)
 
 
-def test_a_chat_message_is_scored_with_its_template_marked():
+def test_a_chat_message_is_scored_with_its_template_marked_and_counted_apart():
     doc = score_text(Session(ModelRunner(tiny_chat_model())), "Hello there", chat=True)
     marked = [t for t in doc["tokens"] if t.get("template")]
-    assert marked and len(marked) < len(doc["tokens"])
+    own = [t for t in doc["tokens"] if not t.get("template")]
+    assert marked and own
+    assert doc["scored"] == len(own) and doc["template"]["tokens"] == len(marked)
+    assert doc["logprob"] == pytest.approx(sum(t["logprob"] for t in own), abs=1e-9)  # the text's own
+    assert doc["perplexity"] == pytest.approx(math.exp(-doc["logprob"] / len(own)))
+    assert doc["template"]["logprob"] == pytest.approx(sum(t["logprob"] for t in marked), abs=1e-9)
 
 
 def test_score_on_the_command_line(monkeypatch, capsys, tmp_path):
@@ -63,7 +68,8 @@ def test_score_on_the_command_line(monkeypatch, capsys, tmp_path):
     code, out, err = invoke(monkeypatch, capsys, "score", TEXT, "--model", directory, "--json")
     assert code == 0, err
     doc = json.loads(out)
-    assert set(doc) == {"model", "first", "tokens", "logprob", "perplexity"} and doc["tokens"]
+    assert set(doc) == {"model", "first", "tokens", "scored", "logprob", "perplexity", "template"} and doc["tokens"]
+    assert doc["scored"] == len(doc["tokens"]) and doc["template"] == {"tokens": 0, "logprob": 0}
     code, out, err = invoke(monkeypatch, capsys, "score", TEXT, "--model", directory)
     assert code == 0 and "perplexity" in out and "logprob" in out
     code, _, err = invoke(monkeypatch, capsys, "score", "", "--model", directory)

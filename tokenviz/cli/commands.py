@@ -199,27 +199,17 @@ def trace(
     system: System = None,
 ) -> None:
     """Run the journey headless and print every step (a table, or JSON with --json)."""
+    try:  # every option checked before torch is imported: a mistake is told in a moment
+        check_trace(steps, save, html, force, beams, speculate, lens, attribution, watch)
+        check_chat(chat, system)
+    except TokenvizError as exc:
+        fail(str(exc))
+    if draft_model and not speculate:
+        speculate = "draft-model"
     from tokenviz.cli.headless import SaveFailed, run_trace
 
+    written: list[tuple[str, Path]] = []
     try:
-        for path in (save, html):
-            if path and not force and Path(path).expanduser().exists():
-                raise TokenvizError(f"{path} exists already: choose another name (or --force to replace it)")
-        if steps < 1:
-            raise TokenvizError(f"--steps must be at least 1, got {steps}")
-        if beams is not None and not 2 <= beams <= 8:
-            raise TokenvizError(f"--beams must be 2 to 8, got {beams}")
-        if (beams or speculate) and (save or html or lens or attribution or watch):
-            raise TokenvizError(
-                "--beams and --speculate cannot be combined with --save, --html, --lens, --attribution or --watch"
-            )
-        if attribution is not None and attribution not in ATTRIBUTION_METHODS:
-            raise TokenvizError(f"--attribution must be loo or grad, got {attribution!r}")
-        if beams and speculate:
-            raise TokenvizError("choose --beams or --speculate, not both")
-        if draft_model and not speculate:
-            speculate = "draft-model"
-        check_chat(chat, system)
         with stderr_progress() as progress:
             document = run_trace(
                 prompt,
@@ -227,7 +217,7 @@ def trace(
                 model=model,
                 progress=progress,
                 lens=lens,
-                attribution=attribution,
+                attribution=next((m for m in ATTRIBUTION_METHODS if m == attribution), None),
                 watch=tuple(watch or ()),
                 save=save,
                 html=(html, default_page_colors()) if html else None,
@@ -237,13 +227,45 @@ def trace(
                 draft_model=draft_model,
                 chat=chat,
                 system=system,
+                written=written,
             )
     except SaveFailed as exc:
         print_document(exc.document, as_json)  # the run's output is not lost with the file
         fail(str(exc))
     except TokenvizError as exc:
         fail(str(exc))
+    for what, where in written:  # on stderr: stdout is the document's
+        err.print(f"wrote {where} ({what})", highlight=False, markup=False, soft_wrap=True)
     print_document(document, as_json)
+
+
+def check_trace(
+    steps: int,
+    save: str | None,
+    html: str | None,
+    force: bool,
+    beams: int | None,
+    speculate: str | None,
+    lens: bool,
+    attribution: str | None,
+    watch: list[str] | None,
+) -> None:
+    """Refuse trace's options that cannot work together, in one line, before anything is loaded."""
+    for path in (save, html):
+        if path and not force and Path(path).expanduser().exists():
+            raise TokenvizError(f"{path} exists already: choose another name (or --force to replace it)")
+    if steps < 1:
+        raise TokenvizError(f"--steps must be at least 1, got {steps}")
+    if beams is not None and not 2 <= beams <= 8:
+        raise TokenvizError(f"--beams must be 2 to 8, got {beams}")
+    if (beams or speculate) and (save or html or lens or attribution or watch):
+        raise TokenvizError(
+            "--beams and --speculate cannot be combined with --save, --html, --lens, --attribution or --watch"
+        )
+    if attribution is not None and attribution not in ATTRIBUTION_METHODS:
+        raise TokenvizError(f"--attribution must be loo or grad, got {attribution!r}")
+    if beams and speculate:
+        raise TokenvizError("choose --beams or --speculate, not both")
 
 
 def default_page_colors() -> tuple:

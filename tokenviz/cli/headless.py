@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from tokenviz.cli.options import ModelChoice
@@ -132,7 +133,11 @@ def run_trace(
     draft_model: str | None = None,
     chat: bool = False,
     system: str | None = None,
+    written: list[tuple[str, Path]] | None = None,
 ) -> dict[str, Any]:
+    """The journey's document; with `save` and `html` also its files, each noted in `written` as
+    (what it is, where)."""
+    noted = [] if written is None else written
     session = Session(ModelRunner(model.load(progress)), settings)
     if beams or speculate:  # they run on their own cache: no prefill here
         _, ids, _ = session.tokenize(prompt, chat, system)
@@ -154,9 +159,12 @@ def run_trace(
     snapshot, attention = snapshot_of(session), session.saved_attention()  # (every layer's rows: once for both)
     try:
         if html:
-            save_page(html[0], snapshot, attention, html[1], replace=force)
+            page = save_page(html[0], snapshot, attention, html[1], replace=force)
+            noted.append(("the page: open it in any browser", page))
         if save:
-            save_journey(save, snapshot, attention, session.analyses.kept(), document=document, replace=force)
+            kept = session.analyses.kept()
+            journey = save_journey(save, snapshot, attention, kept, document=document, replace=force)
+            noted.append((f"the journey: tokenviz replay {journey}", journey))
     except TokenvizError as exc:
         raise SaveFailed(str(exc), document) from None
     return document

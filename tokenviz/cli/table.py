@@ -17,6 +17,8 @@ from tokenviz.contract.text import safe_text
 from tokenviz.render.pieces import visible
 
 RIGHT = ("step", "id", "p(final)", "rank", "u", "fwd ms")
+WIDE = 120  # below it (a piped 80 columns, say) the table keeps the columns that say what was chosen and why
+NARROW_COLUMNS = ("step", "chosen", "id", "p(final)", "rank", "mode", "top 3 (raw softmax)")
 
 
 def print_table(doc: dict[str, Any], console: Console) -> None:
@@ -24,23 +26,24 @@ def print_table(doc: dict[str, Any], console: Console) -> None:
     header = f"{m['name']} · {m['device']} · {m['dtype']} · {m['layers']} layers · {m['heads']} heads"
     console.print(Text(safe_text(header), style="bold"))
     prompt = Text("prompt: ")
-    for t in doc["prompt"]:
-        prompt.append(visible(t["text"]), style="cyan").append(str(t["id"]), style="dim").append(" ")
+    for t in doc["prompt"]:  # each piece, then its id: "The 504  ·E 414"
+        prompt.append(visible(t["text"]), style="cyan").append(f" {t['id']}", style="dim").append("  ")
     console.print(prompt)
     if doc["steps"] and "draw" in doc["steps"][0]:
-        console.print(_steps(doc["steps"]))
+        console.print(_steps(doc["steps"], narrow=console.width < WIDE))
     else:
         console.print(
-            Text("output: " + " ".join(f"{visible(s['chosen']['text'])}{s['chosen']['id']}" for s in doc["steps"]))
+            Text("output: " + "  ".join(f"{visible(s['chosen']['text'])} {s['chosen']['id']}" for s in doc["steps"]))
         )
     console.print(Text.assemble(("text: ", "bold"), safe_text(doc["full_text"])))
     if doc.get("stop_reason"):
         console.print(Text(f"stopped: {safe_text(doc['stop_reason'])}", style="dim"))
 
 
-def _steps(steps: list[dict[str, Any]]) -> Table:
+def _steps(steps: list[dict[str, Any]], narrow: bool = False) -> Table:
+    """One row a step; `narrow` keeps NARROW_COLUMNS (and what was asked for: attribution, watch)."""
     table = Table(show_lines=False, header_style="bold")
-    for col in (
+    columns = (
         "step",
         "chosen",
         "id",
@@ -53,26 +56,30 @@ def _steps(steps: list[dict[str, Any]]) -> Table:
         "fwd ms",
         *(("led most by (attribution)",) if "attribution" in steps[0] else ()),
         *(("watch: p raw/final #rank",) if "watch" in steps[0] else ()),
-    ):
-        table.add_column(col, justify="right" if col in RIGHT else "left")
+    )
+    asked = ("led most by (attribution)", "watch: p raw/final #rank")
+    shown = [c for c in columns if not narrow or c in NARROW_COLUMNS or c in asked]
+    for col in shown:
+        table.add_column(col, justify="right" if col in RIGHT else "left", overflow="fold")
     for s in steps:
         draw = s["draw"]
-        led = [Text(_strongest(s["attribution"]))] if "attribution" in s else []
-        watched = [Text(_watched(s["watch"]))] if "watch" in s else []
-        table.add_row(
-            str(s["index"]),
-            Text(visible(s["chosen"]["text"])),
-            str(s["chosen"]["id"]),
-            f"{s['chosen']['prob']:.3f}",
-            str(draw["raw_rank"]),
-            draw["mode"],
-            "" if draw["u"] is None else f"{draw['u']:.3f}",
-            Text("  ".join(f"{visible(t['text'])} {t['prob']:.2f}" for t in s["top"][:3])),
-            Text(" → ".join(f"{st['name']} {st['kept']}" for st in s["stages"]) or "—"),
-            f"{s['ms']['forward']:.1f}",
-            *led,
-            *watched,
-        )
+        cells = {
+            "step": str(s["index"]),
+            "chosen": Text(visible(s["chosen"]["text"])),
+            "id": str(s["chosen"]["id"]),
+            "p(final)": f"{s['chosen']['prob']:.3f}",
+            "rank": str(draw["raw_rank"]),
+            "mode": draw["mode"],
+            "u": "" if draw["u"] is None else f"{draw['u']:.3f}",
+            "top 3 (raw softmax)": Text("  ".join(f"{visible(t['text'])} {t['prob']:.2f}" for t in s["top"][:3])),
+            "stages kept": Text(" → ".join(f"{st['name']} {st['kept']}" for st in s["stages"]) or "—"),
+            "fwd ms": f"{s['ms']['forward']:.1f}",
+        }
+        if "attribution" in s:
+            cells["led most by (attribution)"] = Text(_strongest(s["attribution"]))
+        if "watch" in s:
+            cells["watch: p raw/final #rank"] = Text(_watched(s["watch"]))
+        table.add_row(*(cells[c] for c in shown))
     return table
 
 
@@ -110,10 +117,21 @@ def print_score(doc: dict[str, Any], console: Console) -> None:
             Text(top),
         )
     console.print(table)
+    template = doc["template"]
+    of_text = " of the text" if template["tokens"] else ""
+    perplexity = "—" if doc["perplexity"] is None else f"{doc['perplexity']:.3f}"
     console.print(
         Text(
-            f"total log-probability {doc['logprob']:.3f} over {len(doc['tokens'])} tokens · "
-            f"perplexity {doc['perplexity']:.3f}",
+            f"total log-probability {doc['logprob']:.3f} over the {doc['scored']} tokens{of_text} · "
+            f"perplexity {perplexity}",
             style="bold",
         )
     )
+    if template["tokens"]:
+        console.print(
+            Text(
+                f"the chat template's {template['tokens']} tokens (dimmed above) are not counted: "
+                f"their log-probability is {template['logprob']:.3f}",
+                style="dim",
+            )
+        )

@@ -75,7 +75,8 @@ def score_document(
 ) -> dict[str, Any]:
     """How likely the model found each token of a text after the first (read, never predicted):
     its log-probability, probability, rank, the entropy and top candidates there; the total and the
-    perplexity."""
+    perplexity of the text's own tokens. A chat template's tokens are listed (marked "template") but
+    counted apart: they say how the template reads, not how likely the text is."""
     tokens = [
         {
             "index": p.position + 1,
@@ -90,11 +91,15 @@ def score_document(
         }
         for p in predictions
     ]
-    total = sum(p.logprob for p in predictions)
+    own = [p for p in predictions if not chips[p.position + 1].is_template]
+    template = [p for p in predictions if chips[p.position + 1].is_template]
+    total = sum(p.logprob for p in own)
     return {
         "model": info.to_json(),
         "first": {"id": chips[0].id, "text": chips[0].text},
         "tokens": tokens,
+        "scored": len(own),  # the text's own tokens: the total and the perplexity are theirs
         "logprob": total,
-        "perplexity": math.exp(-total / len(tokens)),
+        "perplexity": math.exp(-total / len(own)) if own else None,
+        "template": {"tokens": len(template), "logprob": sum(p.logprob for p in template)},
     }
