@@ -14,6 +14,7 @@ from tiny import eager_forward, save_tiny, tiny_model
 
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.decoding.sampling import choice_from, final_distribution
 from tokenviz.journey.comparison import Comparison
 from tokenviz.journey.session import Session
 from tokenviz.model.runner import ModelRunner
@@ -34,16 +35,28 @@ def test_every_steps_difference_is_computed_from_the_two_models_own_distribution
         pass
     a, b = comparison.sessions
     assert len(comparison.diffs) == min(len(a.records), len(b.records))
+    chosen = [(ra.decision.chosen_id, rb.decision.chosen_id) for ra, rb in zip(a.records, b.records)]
+    parted = next(i for i, (x, y) in enumerate(chosen) if x != y)
+    assert comparison.parted_at == parted
+    n = len(a.prompt_ids)
     for diff, ra, rb in zip(comparison.diffs, a.records, b.records, strict=False):
-        la = torch.log_softmax(eager_forward(a_model.model, a.ids[: ra.position]).logits[0, -1].double(), -1)
-        lb = torch.log_softmax(eager_forward(b_model.model, b.ids[: rb.position]).logits[0, -1].double(), -1)
+        # Up to the parting both read one context; after it, B is B's model on A's path (teacher-forced).
+        assert diff.teacher_forced == (diff.index > parted)
+        context_a = a.ids[: ra.position]
+        context_b = context_a if diff.teacher_forced else b.ids[: rb.position]
+        logits_a = eager_forward(a_model.model, context_a).logits[0, -1]
+        logits_b = eager_forward(b_model.model, context_b).logits[0, -1]
+        la, lb = torch.log_softmax(logits_a.double(), -1), torch.log_softmax(logits_b.double(), -1)
         kl = float((la.exp() * (la - lb)).sum()) / math.log(2)
         assert diff.kl == pytest.approx(kl, abs=1e-5)
+        fa = final_distribution(logits_a, a.settings, context_a, context_a[n:]).double()
+        fb = final_distribution(logits_b, b.settings, context_b, context_b[n:]).double()
+        final_kl = float((fa * (fa.log() - fb.log())).sum()) / math.log(2)  # (top-k 0, top-p 1: all kept)
+        assert diff.final_kl == pytest.approx(final_kl, abs=1e-5)
+        b_choice = choice_from(fb, b.settings, ra.position) if diff.teacher_forced else rb.decision.chosen_id
         assert diff.top1_agree == (int(la.argmax()) == int(lb.argmax()))
-        assert diff.a_rank_of_b == int((la > la[rb.decision.chosen_id]).sum()) + 1
+        assert diff.a_rank_of_b == int((la > la[b_choice]).sum()) + 1
         assert diff.b_rank_of_a == int((lb > lb[ra.decision.chosen_id]).sum()) + 1
-    chosen = [(ra.decision.chosen_id, rb.decision.chosen_id) for ra, rb in zip(a.records, b.records)]
-    assert comparison.parted_at == next(i for i, (x, y) in enumerate(chosen) if x != y)
 
 
 def test_two_settings_on_one_model_agree_until_their_choices_part_and_rewind_keeps_the_diff():
@@ -55,9 +68,11 @@ def test_two_settings_on_one_model_agree_until_their_choices_part_and_rewind_kee
     for _ in range(6):
         comparison.step()
     parted = comparison.parted_at
-    assert parted is not None
-    for d in comparison.diffs[: parted + 1]:  # the same context and the same model: the same distribution
+    assert parted is not None and len(comparison.diffs) > parted + 1
+    for d in comparison.diffs:  # one model, one context (B on A's path after the parting): one raw distribution
         assert d.kl == pytest.approx(0.0, abs=1e-9) and d.top1_agree and d.a_rank_of_b >= 1
+        assert d.teacher_forced == (d.index > parted)
+        assert 0 < d.final_kl < math.inf  # what the settings change: greedy's one-hot against T=2's draw
     before = list(comparison.diffs)
     comparison.rewind(2)
     assert comparison.diffs == before[: len(before) - 2]
@@ -88,7 +103,15 @@ def test_compare_json_prints_both_journeys_and_their_diff(tmp_path, monkeypatch,
     assert doc["a"]["settings"]["temperature"] == 0 and doc["b"]["settings"]["temperature"] == 1.5
     assert doc["b"]["settings"]["top_k"] == 0 and len(doc["a"]["steps"]) == 5
     assert [d["index"] for d in doc["diff"]] == list(range(min(len(doc["a"]["steps"]), len(doc["b"]["steps"]))))
-    assert set(doc["diff"][0]) == {"index", "kl", "top1_agree", "a_rank_of_b", "b_rank_of_a"}
+    assert set(doc["diff"][0]) == {
+        "index",
+        "kl",
+        "final_kl",
+        "top1_agree",
+        "a_rank_of_b",
+        "b_rank_of_a",
+        "teacher_forced",
+    }
     a_ids = [s["chosen"]["id"] for s in doc["a"]["steps"]]
     b_ids = [s["chosen"]["id"] for s in doc["b"]["steps"]]
     expected = next((i for i, (x, y) in enumerate(zip(a_ids, b_ids)) if x != y), None)
@@ -133,10 +156,12 @@ def test_a_padded_vocabulary_is_compared_in_every_figure_and_saved(tmp_path):
     a, b = comparison.sessions
     assert all(r.decision.chosen_id == padding for r in b.records)  # B picks an id A does not have
     for diff, ra, rb in zip(comparison.diffs, a.records, b.records, strict=False):
-        lb = eager_forward(b_model.model, b.ids[: rb.position]).logits[0, -1].double()
+        context = a.ids[: ra.position] if diff.teacher_forced else b.ids[: rb.position]
+        lb = eager_forward(b_model.model, context).logits[0, -1].double()
         assert diff.a_rank_of_b == a_model.model.config.vocab_size + 1  # past every token A has
         assert diff.b_rank_of_a == int((lb > lb[ra.decision.chosen_id]).sum()) + 1  # over B's whole vocabulary
         assert not diff.top1_agree and diff.kl >= 0
+        assert diff.final_kl == math.inf  # greedy B's whole mass is on the id A has not: no finite KL
     written = save_comparison(comparison, str(tmp_path / "padded"))
     document = json.loads((tmp_path / "padded.json").read_text())
     assert len(written) == 3 and document["diff"][0]["a_rank_of_b"] == a_model.model.config.vocab_size + 1

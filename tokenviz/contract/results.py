@@ -3,6 +3,7 @@ attribution, the cache check, branches, beam search and speculative decoding."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -131,18 +132,23 @@ class StepDiff:
     """How two journeys' next-token distributions differ at one step (see journey/comparison)."""
 
     index: int
-    kl: float  # bits: KL(A ‖ B) of the two raw distributions
+    kl: float  # bits: KL(A ‖ B) of the two raw distributions (the models' own, before any sampling stage)
     top1_agree: bool
     a_rank_of_b: int  # 1-based rank A's raw distribution gives B's chosen token (past A's last: A has no such id)
     b_rank_of_a: int  # and B's gives A's
+    final_kl: float = 0.0  # bits: KL(A ‖ B) of the distributions the two draws are made from (inf: A keeps a
+    # token B's stages removed)
+    teacher_forced: bool = False  # after the paths parted: B's figures are B's on A's path, not on its own
 
     def to_json(self) -> dict[str, Any]:
         return {
             "index": self.index,
             "kl": self.kl,
+            "final_kl": self.final_kl if math.isfinite(self.final_kl) else None,  # (strict JSON: no Infinity)
             "top1_agree": self.top1_agree,
             "a_rank_of_b": self.a_rank_of_b,
             "b_rank_of_a": self.b_rank_of_a,
+            "teacher_forced": self.teacher_forced,
         }
 
 

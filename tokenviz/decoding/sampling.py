@@ -138,6 +138,25 @@ def inverse_cdf(probs: torch.Tensor, u: float) -> tuple[int, int, float, float]:
     return int(token), int(rank), low, high
 
 
+def final_distribution(
+    logits: torch.Tensor, settings: SamplingSettings, context_ids: Sequence[int], generated_ids: Sequence[int]
+) -> torch.Tensor:
+    """The distribution a step's decision draws from, (vocab,): every stage applied, then softmax;
+    greedy's is one-hot on its argmax."""
+    stages = apply_stages(logits, settings, context_ids, generated_ids)
+    scores = stages[-1][2][0] if stages else logits.float().reshape(-1)
+    if settings.greedy:
+        return torch.nn.functional.one_hot(scores.argmax(), scores.numel()).float()
+    return torch.softmax(scores, -1)
+
+
+def choice_from(final: torch.Tensor, settings: SamplingSettings, position: int) -> int:
+    """The token the decision takes from `final` at `position`: the argmax, or the draw of (seed, position)."""
+    if settings.greedy:
+        return int(final.argmax())
+    return inverse_cdf(final, draw_uniform(settings.seed, position))[0]
+
+
 def summarise(logits: torch.Tensor, n: int) -> PendingSummary:
     """Top-n of the model's raw softmax and its entropy in bits, still on the device."""
     logits = logits.float().reshape(-1)

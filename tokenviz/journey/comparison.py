@@ -1,10 +1,15 @@
 """Two journeys on the same prompt, stepped together, and how their next-token distributions differ.
 
 A and B differ in their sampling settings, their dtype or their model, with one tokenizer. Each step
-both take their own next token. Per step: KL(A ‖ B) of the two raw distributions in bits, whether
-their top-1 agree, and the rank each gives the other's chosen token; over the journey, the first
-step where their chosen tokens part. Models whose vocabularies are padded to different sizes are
-compared over the ids they share (each distribution renormalised there).
+both take their own next token. Per step, in bits: KL(A ‖ B) of the two raw distributions (the
+models' own: a sampling setting does not change it) and of the two final ones (what each draw is
+made from: there a sampling setting shows); whether their top-1 agree, and the rank each gives the
+other's chosen token; over the journey, the first step where their chosen tokens part. Once they
+have parted, their contexts differ, and a row of A against B would compare two contexts, not two
+settings or models: from then on B's figures are B's on A's path (teacher-forced: B's model fed A's
+tokens, B's settings applied there), so every row compares like with like. Models whose
+vocabularies are padded to different sizes are compared over the ids they share (each distribution
+renormalised there).
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ import torch
 
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import StepDiff
+from tokenviz.decoding.sampling import choice_from, final_distribution
 from tokenviz.journey.session import Session
+from tokenviz.model.runner import ModelRunner
 
 
 def check_same_tokenizer(a: Session, b: Session) -> None:
@@ -37,20 +44,46 @@ def rank_in(logits: torch.Tensor, token: int) -> int:
     return int((logits > logits[token]).sum()) + 1
 
 
+def kl_bits(p: torch.Tensor, q: torch.Tensor) -> float:
+    """KL(p ‖ q) in bits of two distributions over the same ids, in float64; infinite where p puts
+    mass on an id q rules out."""
+    p, q = p.double(), q.double()
+    kept = p > 0
+    if bool((q[kept] <= 0).any()):
+        return math.inf
+    return max(float((p[kept] * (p[kept].log() - q[kept].log())).sum()) / math.log(2), 0.0)
+
+
 @torch.inference_mode()
-def step_diff(index: int, a_logits: torch.Tensor, b_logits: torch.Tensor, a_choice: int, b_choice: int) -> StepDiff:
-    """The difference of two next-token distributions, computed on the host in float64: the KL over
-    the ids both models have, the ranks over each model's own."""
+def step_diff(
+    index: int,
+    a_logits: torch.Tensor,
+    b_logits: torch.Tensor,
+    a_choice: int,
+    b_choice: int,
+    finals: tuple[torch.Tensor, torch.Tensor] | None = None,
+    teacher_forced: bool = False,
+) -> StepDiff:
+    """The difference of two next-token distributions, computed on the host in float64: the KLs over
+    the ids both models have (of the raw distributions, and of the `finals` the draws are made from),
+    the ranks over each model's own."""
     a_all, b_all = a_logits.reshape(-1).double().cpu(), b_logits.reshape(-1).double().cpu()
     n = min(a_all.shape[-1], b_all.shape[-1])
     la, lb = torch.log_softmax(a_all[:n], -1), torch.log_softmax(b_all[:n], -1)
     kl = float((la.exp() * (la - lb)).nan_to_num().sum()) / math.log(2)
+    final_kl = 0.0
+    if finals is not None:
+        fa, fb = (f.reshape(-1).double().cpu()[:n] for f in finals)
+        shared = float(fa.sum()) > 0 and float(fb.sum()) > 0  # (a padded id may hold one side's whole mass)
+        final_kl = kl_bits(fa / fa.sum(), fb / fb.sum()) if shared else math.inf
     return StepDiff(
         index=index,
         kl=max(kl, 0.0),
         top1_agree=int(a_all.argmax()) == int(b_all.argmax()),
         a_rank_of_b=rank_in(a_all, b_choice),
         b_rank_of_a=rank_in(b_all, a_choice),
+        final_kl=final_kl,
+        teacher_forced=teacher_forced,
     )
 
 
@@ -59,6 +92,9 @@ class Comparison:
         check_same_tokenizer(a, b)
         self.a, self.b = a, b
         self.diffs: list[StepDiff] = []
+        self._b_on_a: ModelRunner | None = None  # B's model kept on A's path, once the paths have parted
+        self._b_on_a_fed: list[int] = []
+        self._b_on_a_logits: torch.Tensor | None = None
 
     @property
     def sessions(self) -> tuple[Session, Session]:
@@ -84,6 +120,7 @@ class Comparison:
         if self.a.prompt_ids != self.b.prompt_ids:
             raise TokenvizError("the two models tokenize the prompt differently: compare needs one tokenizer")
         self.diffs = []
+        self._b_on_a, self._b_on_a_fed, self._b_on_a_logits = None, [], None
         self._diff()
 
     def step(self) -> bool:
@@ -105,21 +142,49 @@ class Comparison:
         for session in self.sessions:
             session.reset()
         del self.diffs[1:]
+        self._b_on_a = None  # (its cache goes: the paths have not parted at the prompt)
+        self._b_on_a_fed, self._b_on_a_logits = [], None
 
     def _diff(self) -> None:
-        """The diff of the newest step both have pending."""
+        """The diff of the newest step both have pending; after the paths have parted, B's side is
+        B's model and settings on A's path."""
         a, b = self.a, self.b
         index = len(self.diffs)
         if a.pending_logits is None or b.pending_logits is None or index != len(a.records) - 1:
             return
         if index != len(b.records) - 1:
             return
+        parted = self.parted_at
+        forced = parted is not None and index > parted
+        b_logits = self._b_logits_on_a_path() if forced else b.pending_logits
+        a_final = final_distribution(a.pending_logits, a.settings, a.ids, a.generated_ids)
+        b_context = a if forced else b
+        b_final = final_distribution(b_logits, b.settings, b_context.ids, b_context.generated_ids)
+        b_choice = choice_from(b_final, b.settings, len(a.ids)) if forced else b.records[-1].decision.chosen_id
         self.diffs.append(
             step_diff(
                 index,
                 a.pending_logits,
-                b.pending_logits,
+                b_logits,
                 a.records[-1].decision.chosen_id,
-                b.records[-1].decision.chosen_id,
+                b_choice,
+                finals=(a_final, b_final),
+                teacher_forced=forced,
             )
         )
+
+    def _b_logits_on_a_path(self) -> torch.Tensor:
+        """B's raw next-token logits after A's tokens: a runner of B's model follows A's path, fed
+        only what it has not seen (a rewind crops it back)."""
+        ids = self.a.ids
+        if self._b_on_a is None:
+            self._b_on_a = ModelRunner(self.b.runner.loaded)
+        runner, fed = self._b_on_a, self._b_on_a_fed
+        common = next((i for i, (x, y) in enumerate(zip(fed, ids)) if x != y), min(len(fed), len(ids)))
+        if common == len(ids) == len(fed) and self._b_on_a_logits is not None:
+            return self._b_on_a_logits
+        keep = min(common, len(ids) - 1)  # at least the last token is fed: its logits are the answer
+        runner.crop(keep)
+        self._b_on_a_logits = runner.forward(ids[keep:]).logits
+        self._b_on_a_fed = list(ids)
+        return self._b_on_a_logits

@@ -8,6 +8,7 @@ gives the other's choice. The first token where the paths part is marked in both
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 from rich.style import Style
@@ -55,9 +56,9 @@ class DiffPane(BoxPane):
     def show_comparison(self, c: ComparisonSnapshot, cursor_step: int | None) -> None:
         width = max(self.size.width - 2, 30)
         text = Text(no_wrap=True, overflow="crop")
-        kl = [d.kl for d in c.diffs]
-        text.append("KL(A ‖ B), bits, every step: ", Style(bold=True))
-        text.append(sparkline(kl, max(width - 40, 8)) + "\n", Style(color=self.theme_colors.bar))
+        kl = [d.final_kl if math.isfinite(d.final_kl) else 0.0 for d in c.diffs]
+        text.append("KL(A ‖ B) of what each draw is made from, bits, every step: ", Style(bold=True))
+        text.append(sparkline(kl, max(width - 64, 8)) + "\n", Style(color=self.theme_colors.bar))
         if c.parted_at is None:
             text.append("the paths have not parted: both chose the same token at every step\n")
         elif c.a and c.b:
@@ -65,15 +66,24 @@ class DiffPane(BoxPane):
             text.append(
                 f"▼ the paths part at step {c.parted_at}: ", Style(bold=True, color=self.theme_colors.bar_final)
             )
-            text.append(f"A took {visible(a.chosen_text)}, B took {visible(b.chosen_text)}\n")
-        text.append(f"{'step':>5} {'KL bits':>9} {'top-1':>6} {'A ranks B':>10} {'B ranks A':>10}\n", Style(bold=True))
+            text.append(
+                f"A took {visible(a.chosen_text)}, B took {visible(b.chosen_text)}; after it, B's figures (†) "
+                "are B's on A's path, so each row compares one context\n"
+            )
+        text.append(
+            f"{'step':>5} {'KL raw':>8} {'KL final':>9} {'top-1':>6} {'A ranks B':>10} {'B ranks A':>10}\n",
+            Style(bold=True),
+        )
         rows = max(self.size.height - 5, 1)
         shown = [d for d in c.diffs if cursor_step is None or d.index <= cursor_step][-rows:]
         for d in shown:
             style = Style(bold=True) if d.index == cursor_step else Style()
             agree = "same" if d.top1_agree else "differ"
+            final = f"{d.final_kl:.4f}" if math.isfinite(d.final_kl) else "∞"
+            mark = "†" if d.teacher_forced else " "
             text.append(
-                f"{d.index:>5} {d.kl:>9.4f} {cell(agree, 6, right=True)} {d.a_rank_of_b:>10} {d.b_rank_of_a:>10}\n",
+                f"{d.index:>4}{mark} {d.kl:>8.4f} {final:>9} {cell(agree, 6, right=True)} "
+                f"{d.a_rank_of_b:>10} {d.b_rank_of_a:>10}\n",
                 style,
             )
         text.rstrip()

@@ -77,9 +77,12 @@ the next one, after the cursor.
 
 ## How they differ
 
-- **KL(A ‖ B)**, in bits: how far B's raw next-token distribution is from A's at each step. Two
-  sampling settings on one model give 0 until their choices part: settings reshape the final
-  distribution, not the raw one the model computed.
+- **KL raw**, KL(A ‖ B) in bits of the two raw next-token distributions: the models' own. Two
+  sampling settings on one model give 0: settings reshape the final distribution, not the raw one.
+- **KL final**, of the two distributions the draws are made from: where a sampling setting shows
+  (∞ where A keeps a token B's stages removed).
+- **†**: after the paths part, B's figures are B's model and settings on A's path (fed A's tokens),
+  so each row compares one context.
 - **top-1**: whether both models' most likely next token is the same.
 - **A ranks B / B ranks A**: the rank each gives the token the other chose.
 - **▼ the paths part at step N**: the first step where A and B took different tokens, marked
