@@ -276,3 +276,24 @@ def test_the_final_distribution_shown_is_one_hot_for_greedy_and_the_last_stage_o
     assert greedy.final_probs == tuple(1.0 if t == 4 else 0.0 for t, _ in greedy.watch)
     sampled = decide(logits, SamplingSettings(temperature=0.8, top_k=3, seed=1), [0], [], str)
     assert sampled.final_probs == sampled.stages[-1].probs and abs(sum(sampled.final_probs) - 1) < 1e-6
+
+
+def test_the_stages_run_on_one_thread_on_a_cpu_and_leave_the_thread_count_as_it_was(monkeypatch):
+    """Sampling is one vocabulary row: on a CPU more threads only contend with the rest of the machine."""
+    from tokenviz.decoding import sampling
+    from tokenviz.decoding.sampling import decide_on_device
+
+    seen, real = [], sampling.apply_stages
+
+    def spying(*args):
+        seen.append(torch.get_num_threads())
+        return real(*args)
+
+    monkeypatch.setattr(sampling, "apply_stages", spying)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        decide_on_device(torch.randn(500), SamplingSettings(seed=1), [1, 2, 3], [3])
+        assert seen == [1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
