@@ -122,14 +122,17 @@ async def test_x_exports_and_replay_opens_it_without_a_model(tmp_path, monkeypat
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
-        await pilot.press("space", "space", "2")
+        await pilot.press("space", "space", "2", "[", "h", "h", "left")  # another layer, head 1, the cursor moved
         live = await settle(app, pilot)
+        where = (app.journey.model_layer, app.journey.head, app.journey.cursor)
         await pilot.press("x")
         await wait_for(lambda: list(tmp_path.glob("tokenviz-*.json")) and list(tmp_path.glob("tokenviz-*.svg")), pilot)
         await wait_for(lambda: list(tmp_path.glob("tokenviz-*.html")), pilot)
     saved = next(tmp_path.glob("tokenviz-*.json"))
     page = next(tmp_path.glob("tokenviz-*.html")).read_text()
     assert page.startswith("<!doctype html>") and saved.stem == next(tmp_path.glob("tokenviz-*.html")).stem
+    layer, head, cursor = where
+    assert f'"view":{{"layer":{layer},"head":"{head}","cursor":{cursor}}}' in page  # the page opens where the app was
     recording = recording_of(read_journey(saved))
     snapshot = recording.snapshot
     assert snapshot.chips == live.chips and len(snapshot.records) == len(live.records)

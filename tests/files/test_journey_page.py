@@ -81,3 +81,18 @@ def test_trace_html_writes_the_page_and_refuses_to_replace_one(tmp_path, monkeyp
     assert [s["chosen"][0] for s in data["steps"][:3]] == [s["chosen"]["id"] for s in doc["steps"]]
     code, out, err = invoke(monkeypatch, capsys, *args)
     assert code == 2 and "exists already" in err
+
+
+def test_chart_labels_fit_their_room():
+    from tokenviz.files.svg_charts import tick
+
+    assert [tick(v) for v in (0, 17, 2265, 12345.0, 0.318, 5.6, 0.00005)] == [
+        "0",
+        "17",
+        "2.27k",
+        "12.3k",
+        "0.318",
+        "5.6",
+        "5e-05",
+    ]
+    assert all(len(tick(v)) <= 6 for v in (0.1234567, 99999.0, 1234.5, 0.00012345))

@@ -27,17 +27,41 @@ def test_the_page_shows_each_step_as_recorded_offline(tmp_path):
         assert len(chips) == len(snapshot.chips)
         chips[snapshot.prompt_len + 4].click()
         heading = until(lambda: browser.find_element(By.CSS_SELECTOR, "#step h2").text)
-        assert heading.startswith("step 4:")
+        assert heading.startswith("step 5:")  # numbered as the app numbers it: the 5th token generated
         first = browser.find_element(By.CSS_SELECTOR, "#step tr:nth-child(2)")
         assert first.find_element(By.CSS_SELECTOR, "td.raw").text == f"{fifth.top[0].prob:.4f}"
         assert first.find_element(By.CSS_SELECTOR, "td.tok").text.replace("·", " ") == fifth.top[0].text
         until(lambda: browser.execute_script("return document.getElementById('heatmap').width") > 10)
         browser.find_element(By.TAG_NAME, "body").send_keys(Keys.ARROW_RIGHT)
-        assert until(lambda: browser.find_element(By.CSS_SELECTOR, "#step h2").text).startswith("step 5:")
+        assert until(lambda: browser.find_element(By.CSS_SELECTOR, "#step h2").text).startswith("step 6:")
         assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
         assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
         if SCREENSHOTS:
             browser.save_screenshot(str(Path(SCREENSHOTS) / "html-page.png"))
+
+
+@needs_browser
+def test_the_page_opens_where_the_app_was_with_a_scale_and_holds_at_800_px(tmp_path):
+    from tokenviz.contract.commands import PageView
+
+    snapshot, attention, _ = frozen_recording(steps=8)
+    cursor = snapshot.prompt_len + 2
+    view = PageView(layer=1, head="2", cursor=cursor)
+    path = save_page(tmp_path / "j.html", snapshot, attention, page_colors(load_themes()[DEFAULT_THEME]), view)
+    with chromium(width=800, height=900) as browser:
+        browser.get(path.resolve().as_uri())
+        until(lambda: browser.execute_script("return document.getElementById('heatmap').width") > 10)
+        assert browser.execute_script("return document.getElementById('layer').value") == "1"
+        assert browser.execute_script("return document.getElementById('head').value") == "2"
+        selected = browser.find_element(By.CSS_SELECTOR, ".chip.sel")
+        assert selected.get_attribute("data-index") == str(cursor)
+        assert browser.find_element(By.CSS_SELECTOR, "#step h2").text.startswith("step 3:")  # the 3rd generated
+        ramp = browser.execute_script("return getComputedStyle(document.getElementById('ramp')).backgroundImage")
+        assert ramp.startswith("linear-gradient")  # the heatmap's colour scale
+        assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
+        header = browser.find_element(By.TAG_NAME, "header").text
+        assert header.count(snapshot.info.name) == 1  # the model's name once
+        assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
 
 
 @needs_browser

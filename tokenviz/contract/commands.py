@@ -172,12 +172,24 @@ class ShowAttention:
 
 
 @dataclass(frozen=True)
+class PageView:
+    """Where a journey's HTML page opens: the app's layer (0-based; None: the last), head ("mean",
+    "max" or a head's number) and cursor (a token position; None: the newest)."""
+
+    layer: int | None = None
+    head: str = "mean"
+    cursor: int | None = None
+
+
+@dataclass(frozen=True)
 class Save:
     """Save the journey, with the attention rows a file keeps, as a replayable JSON file; with
-    `page_colors` (a theme's, see ui.colors.page_colors) also as an HTML page beside it."""
+    `page_colors` (a theme's, see ui.colors.page_colors) also as an HTML page beside it, opening
+    where the app was (`page_view`)."""
 
     path: str
     page_colors: tuple[tuple[str, str | tuple[str, ...]], ...] = ()
+    page_view: PageView = PageView()
 
 
 Command = (

@@ -5,11 +5,14 @@ const el = (tag, text, cls) => { const e = document.createElement(tag); if (text
   if (cls) e.className = cls; return e; };
 const visible = (t) => t === "" ? "∅" : t.replace(/ /g, "·").replace(/\n/g, "↵").replace(/\t/g, "⇥");
 const p4 = (p) => p === null || p === undefined ? "·" : p.toFixed(4);
-let selected = D.chips.length - 1, weights = null;
+const V = D.view || {};
+// Where the app was: its cursor (else the newest token), layer (else the last) and head.
+let selected = V.cursor === null || V.cursor === undefined ? D.chips.length - 1 : Math.min(V.cursor, D.chips.length - 1);
+let weights = null;
 
 function facts() {
   const m = D.model, s = D.settings;
-  $("facts").textContent = `${m.name} · ${m.device} · ${m.dtype} · ${m.layers} layers · ${m.heads} heads · `
+  $("facts").textContent = `${m.device} · ${m.dtype} · ${m.layers} layers · ${m.heads} heads · `
     + (s.temperature === 0 ? "greedy" : `temperature ${s.temperature} · top-k ${s.top_k} · top-p ${s.top_p}`)
     + ` · seed ${s.seed}`;
   $("text").textContent = D.chips.map((c) => c[1]).join("");
@@ -51,7 +54,8 @@ function showStep(i) {
   const box = $("step"); box.replaceChildren();
   const step = D.steps[i - D.prompt_len];
   if (step) {
-    box.appendChild(el("h2", `step ${step.index}: ${visible(step.chosen[1])} (id ${step.chosen[0]})`));
+    // Numbered as the app numbers them: the step that chose the k-th generated token is step k.
+    box.appendChild(el("h2", `step ${step.index + 1}: ${visible(step.chosen[1])} (id ${step.chosen[0]})`));
     box.appendChild(el("p", `${step.mode} · final p ${p4(step.chosen_prob)} (rank ${step.chosen_rank}) · raw p ${p4(step.raw_prob)} `
       + `(rank ${step.raw_rank}) · entropy ${step.entropy.toFixed(2)} bits` + (step.u === null ? "" :
       ` · draw u = ${step.u.toFixed(4)} in band [${step.band[0].toFixed(4)}, ${step.band[1].toFixed(4)})`)));
@@ -144,6 +148,9 @@ async function attention() {
   for (let l = 0; l < a.layers; l++) $("layer").appendChild(new Option(`layer ${l + 1}`, l));
   ["mean", "max"].forEach((h) => $("head").appendChild(new Option(h, h)));
   for (let h = 0; h < a.heads; h++) $("head").appendChild(new Option(`head ${h + 1}`, h));
+  $("layer").value = String(V.layer === null || V.layer === undefined ? a.layers - 1 : Math.min(V.layer, a.layers - 1));
+  if ([...$("head").options].some((o) => o.value === String(V.head))) $("head").value = String(V.head);
+  $("ramp").style.background = `linear-gradient(to right, ${D.heatmap.join(", ")})`;
   const bytes = await inflate(a.data), offsets = {};
   let at = 0;
   a.positions.forEach((p) => { offsets[p] = at; at += a.layers * a.heads * (p + 1); });

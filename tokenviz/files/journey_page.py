@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from tokenviz.contract.attention import SavedAttention
+from tokenviz.contract.commands import PageView
 from tokenviz.contract.snapshot import Snapshot
 from tokenviz.files.atomic import write_file
 from tokenviz.files.svg_charts import line_chart
@@ -137,9 +138,12 @@ def _charts(snapshot: Snapshot, colors: dict[str, str]) -> list[str]:
     return [c for c in charts if c]
 
 
-def journey_page(snapshot: Snapshot, attention: SavedAttention, colors: dict[str, Any]) -> str:
-    """The page. `colors`: background, foreground, panel, primary, bar, bar_final, chip_prompt,
-    chip_generated, chosen (CSS colours) and heatmap (a list of stops, low to high)."""
+def journey_page(
+    snapshot: Snapshot, attention: SavedAttention, colors: dict[str, Any], view: PageView = PageView()
+) -> str:
+    """The page, opening at `view` (the app's layer, head and cursor). `colors`: background,
+    foreground, panel, primary, bar, bar_final, chip_prompt, chip_generated, chosen (CSS colours) and
+    heatmap (a list of stops, low to high)."""
     heatmap = [c for c in colors["heatmap"] if HEX_COLOR.fullmatch(c)]
     if len(heatmap) < 2:  # a scale needs both ends: the default, rather than a blank heatmap
         heatmap = list(DEFAULT_HEATMAP)
@@ -157,6 +161,7 @@ def journey_page(snapshot: Snapshot, attention: SavedAttention, colors: dict[str
         ],
         "attention": _attention(snapshot, attention),
         "heatmap": heatmap,
+        "view": {"layer": view.layer, "head": view.head, "cursor": view.cursor},
     }
     payload = json.dumps(data, allow_nan=False, separators=(",", ":")).replace("<", "\\u003c")
     css = CSS
@@ -172,7 +177,7 @@ def journey_page(snapshot: Snapshot, attention: SavedAttention, colors: dict[str
         "chosen",
     ):
         css = css.replace(f"var(--{key.replace('_', '-')})", colors[key])
-    title = escape(f"tokenviz · {info.name if info else 'journey'}")
+    title = escape(f"tokenviz · {info.name if info else 'journey'}")  # the model's name, once: not in the facts
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta name="viewport" content="width=device-width"><title>{title}</title><style>{css}</style></head>'
@@ -181,6 +186,7 @@ def journey_page(snapshot: Snapshot, attention: SavedAttention, colors: dict[str
         '<main><section id="step" aria-live="polite"></section>'
         '<section id="attention"><div class="controls"><label>layer <select id="layer"></select></label> '
         '<label>head <select id="head"></select></label> <span id="hover"></span></div>'
+        '<div id="scale" class="dim"><span>0</span><span id="ramp"></span><span>1 (colour by √weight)</span></div>'
         '<div id="map"><canvas id="heatmap" width="10" height="10"></canvas></div>'
         '<p id="attention-note" class="dim"></p></section></main>'
         f'<section id="charts">{"".join(_charts(snapshot, colors))}</section>'
@@ -205,7 +211,8 @@ def save_page(
     snapshot: Snapshot,
     attention: SavedAttention,
     colors: Iterable[tuple[str, Any]],
+    view: PageView = PageView(),
     replace: bool = False,
 ) -> Path:
-    """Write the page atomically; an existing file is replaced only with `replace`."""
-    return write_file(path, journey_page(snapshot, attention, dict(colors)), replace=replace)
+    """Write the page atomically, opening at `view`; an existing file is replaced only with `replace`."""
+    return write_file(path, journey_page(snapshot, attention, dict(colors), view), replace=replace)

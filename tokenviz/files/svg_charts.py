@@ -6,6 +6,16 @@ from collections.abc import Sequence
 from html import escape
 
 WIDTH, HEIGHT, PAD = 360, 120, 28
+LEFT = 40  # room for a y label as tick() writes it ("2.26k", "0.000123")
+
+
+def tick(value: float) -> str:
+    """An axis label that fits its room: whole numbers whole, thousands as "12.3k", else 3 figures."""
+    if abs(value) >= 1000:
+        return f"{value / 1000:.3g}k"
+    if value == int(value):
+        return str(int(value))
+    return f"{value:.3g}" if abs(value) >= 1e-3 else f"{value:.0e}"
 
 
 def line_chart(
@@ -21,7 +31,7 @@ def line_chart(
     x1, y1 = (x1 if x1 > x0 else x0 + 1), (y1 if y1 > y0 else y0 + 1)
 
     def at(x: float, y: float) -> str:
-        px = PAD + (x - x0) / (x1 - x0) * (WIDTH - 2 * PAD)
+        px = LEFT + (x - x0) / (x1 - x0) * (WIDTH - LEFT - PAD)
         py = HEIGHT - PAD + (y0 - y) / (y1 - y0) * (HEIGHT - 2 * PAD)
         return f"{px:.1f},{py:.1f}"
 
@@ -35,14 +45,14 @@ def line_chart(
     return (
         f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" role="img">'
         f"<title>{escape(title)}</title>"
-        f'<text x="{PAD}" y="12" class="chart-title">{escape(title)}</text>'
+        f'<text x="{LEFT}" y="12" class="chart-title">{escape(title)}</text>'
         f'<text x="{WIDTH - PAD}" y="24" text-anchor="end" class="chart-legend">{legend}</text>'
-        f'<line x1="{PAD}" y1="{HEIGHT - PAD}" x2="{WIDTH - PAD}" y2="{HEIGHT - PAD}" class="axis"/>'
-        f'<line x1="{PAD}" y1="{PAD}" x2="{PAD}" y2="{HEIGHT - PAD}" class="axis"/>'
-        f'<text x="{PAD - 3}" y="{HEIGHT - PAD}" text-anchor="end" class="tick">{y0:g}</text>'
-        f'<text x="{PAD - 3}" y="{PAD + 4}" text-anchor="end" class="tick">{y1:.3g}</text>'
-        f'<text x="{PAD}" y="{HEIGHT - PAD + 12}" class="tick">{x0:g}</text>'
-        f'<text x="{WIDTH - PAD}" y="{HEIGHT - PAD + 12}" text-anchor="end" class="tick">{x1:g}</text>'
+        f'<line x1="{LEFT}" y1="{HEIGHT - PAD}" x2="{WIDTH - PAD}" y2="{HEIGHT - PAD}" class="axis"/>'
+        f'<line x1="{LEFT}" y1="{PAD}" x2="{LEFT}" y2="{HEIGHT - PAD}" class="axis"/>'
+        f'<text x="{LEFT - 3}" y="{HEIGHT - PAD}" text-anchor="end" class="tick">{tick(y0)}</text>'
+        f'<text x="{LEFT - 3}" y="{PAD + 4}" text-anchor="end" class="tick">{tick(y1)}</text>'
+        f'<text x="{LEFT}" y="{HEIGHT - PAD + 12}" class="tick">{tick(x0)}</text>'
+        f'<text x="{WIDTH - PAD}" y="{HEIGHT - PAD + 12}" text-anchor="end" class="tick">{tick(x1)}</text>'
         f'<text x="{WIDTH / 2}" y="{HEIGHT - 4}" text-anchor="middle" class="tick">{escape(y_label)}</text>'
         + "".join(lines)
         + "</svg>"

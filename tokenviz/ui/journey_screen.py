@@ -22,6 +22,7 @@ from tokenviz.contract.commands import (
     Continue,
     Force,
     Inspect,
+    PageView,
     Play,
     Request,
     Save,
@@ -153,7 +154,8 @@ class JourneyScreen(WorkerScreen[Snapshot]):
         return self.snapshot is not None and bool(self.snapshot.records)
 
     def export_request(self, stem: str) -> Command:
-        return Save(path=f"{stem}.json", page_colors=page_colors(self.app.current_theme))
+        view = PageView(layer=self.model_layer, head=str(self.head), cursor=self.cursor)
+        return Save(path=f"{stem}.json", page_colors=page_colors(self.app.current_theme), page_view=view)
 
     def on_resize(self, event: events.Resize) -> None:
         self._fit_layout(event.size)  # the app's own size is the old one until the resize is done

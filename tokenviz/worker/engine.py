@@ -226,10 +226,10 @@ class EngineWorker(CommandThread[Snapshot]):
                 self._attention_request = command if command.rows > 0 else None
             case Watch(token=token):
                 self._watch(session, token)
-            case Save(path=path, page_colors=colors):
+            case Save(path=path, page_colors=colors, page_view=view):
                 snapshot, attention = snapshot_of(session), session.saved_attention()
                 written = save_journey(path, snapshot, attention, session.analyses.kept())
-                page = save_page(written.with_suffix(".html"), snapshot, attention, colors) if colors else None
+                page = save_page(written.with_suffix(".html"), snapshot, attention, colors, view) if colors else None
                 self._notice = f"saved {written}{f' and {page}' if page else ''} (tokenviz replay {written})"
             case Request():
                 self._run_request(command, session)

@@ -66,11 +66,11 @@ class RecordingWorker:
             case Step() | Rewind() | Reset():
                 snapshot = self._moved(command)
                 attention = self._view(self._request, snapshot) if self._request else None
-            case Save(path=path, page_colors=colors):
+            case Save(path=path, page_colors=colors, page_view=view):
                 try:
                     written = save_journey(path, self.recording, self.attention, self.analyses)
                     page = (
-                        save_page(written.with_suffix(".html"), self.recording, self.attention, colors)
+                        save_page(written.with_suffix(".html"), self.recording, self.attention, colors, view)
                         if colors
                         else None
                     )
