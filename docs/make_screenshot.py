@@ -1,4 +1,6 @@
-"""Export docs/tokenviz.svg: the app on the bundled model after a few steps (run from the repo root)."""
+"""Export the README's screenshots of the app on the bundled model (run from the repo root):
+docs/tokenviz.svg at 160x48, docs/tokenviz-120x36.svg (a teacher's projector) and
+docs/tokenviz-80x24.svg (a student's terminal, a chat question)."""
 
 import asyncio
 import sys
@@ -10,22 +12,39 @@ from tokenviz.ui.app import TokenvizApp
 from tokenviz.worker.engine import EngineWorker
 from tokenviz.worker.loader import model_loader
 
-OUT = Path(__file__).parent / "tokenviz.svg"
+DOCS = Path(__file__).parent
+SHOTS = [  # (file, size, prompt, chat, keys, seed)
+    (
+        "tokenviz.svg",
+        (160, 48),
+        "The Eiffel Tower is located in",
+        False,
+        ["space"] * 6 + ["left_square_bracket"] * 4,
+        1,
+    ),
+    ("tokenviz-120x36.svg", (120, 36), "The Eiffel Tower is located in", False, ["space"] * 6, 1),
+    ("tokenviz-80x24.svg", (80, 24), "What is the capital of France?", True, ["space"] * 6, 3),
+]
+
+
+async def shoot(name: str, size: tuple[int, int], prompt: str, chat: bool, keys: list[str], seed: int) -> None:
+    worker = EngineWorker(model_loader(None, device="cpu"), SamplingSettings(seed=seed), prompt, chat=chat)
+    app = TokenvizApp(worker)
+    async with app.run_test(size=size) as pilot:
+        deadline = time.monotonic() + 120
+        while not (app.journey.snapshot and app.journey.snapshot.records) and time.monotonic() < deadline:
+            await pilot.pause(0.1)
+        for key in keys:
+            await pilot.press(key)
+            await pilot.pause(0.3)
+        await pilot.pause(1.0)  # the attention rows for the last step
+        app.save_screenshot(name, path=str(DOCS))
+    print(f"wrote {DOCS / name}", file=sys.stderr)
 
 
 async def main() -> None:
-    worker = EngineWorker(model_loader(None, device="cpu"), SamplingSettings(seed=1), "The Eiffel Tower is located in")
-    app = TokenvizApp(worker)
-    async with app.run_test(size=(160, 48)) as pilot:
-        deadline = time.monotonic() + 120
-        while not (app.snapshot and app.snapshot.records) and time.monotonic() < deadline:
-            await pilot.pause(0.1)
-        for key in ["space"] * 6 + ["left_square_bracket"] * 4:
-            await pilot.press(key)
-            await pilot.pause(0.3)
-        await pilot.pause(0.5)
-        app.save_screenshot(str(OUT.name), path=str(OUT.parent))
-    print(f"wrote {OUT}", file=sys.stderr)
+    for shot in SHOTS:
+        await shoot(*shot)
 
 
 asyncio.run(main())
