@@ -88,3 +88,27 @@ def test_a_teachers_120x36_beams_cancelled_and_toggled():
         assert "TOKENVIZ-EXITED 0" in wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=10)
     finally:
         tmux("kill-session", "-t", name)
+
+
+def backgrounds(name: str) -> set[str]:
+    """The background colours on screen, as the terminal receives them (capture-pane -e)."""
+    return set(re.findall(r"\x1b\[(?:[0-9;]*;)?48;5;(\d+)", tmux("capture-pane", "-e", "-p", "-t", name)))
+
+
+def test_a_theme_switch_from_the_palette_repaints_every_cell():
+    name = start((120, 36), "--theme", "tokenviz-contrast")
+    try:
+        wait_screen(name, r"ready · step 0")
+        wait_screen(name, r"\(√ scale\)")
+        dark = backgrounds(name) & {"16", "234", "236"}  # the contrast theme's black, surface and panel
+        assert dark
+        keys(name, "C-p", pause=1.0)
+        tmux("send-keys", "-t", name, "Theme: tokenviz-light")
+        time.sleep(1.5)
+        keys(name, "Enter", pause=2.0)
+        assert not backgrounds(name) & dark  # no cell kept from the old theme
+        assert "231" in backgrounds(name)  # the light theme's white
+        keys(name, "q")
+        assert "TOKENVIZ-EXITED 0" in wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=10)
+    finally:
+        tmux("kill-session", "-t", name)
