@@ -73,3 +73,27 @@ def test_a_recompute_in_chunks_equals_one_pass_and_can_be_cancelled(tiny):
     assert seen == [(d, len(ids)) for d in range(4, (len(ids) - 1) // 4 * 4 + 1, 4)]
     with pytest.raises(Cancelled):
         session.runner.recompute(ids, chunk=4, cancelled=lambda: True)
+
+
+def test_a_growing_layer_holds_what_a_dynamic_layer_holds_through_appends_reorders_and_crops():
+    from transformers.cache_utils import DynamicLayer
+
+    from tokenviz.model.cache import GrowingLayer
+
+    torch.manual_seed(0)
+    grown, plain = GrowingLayer(), DynamicLayer()
+    first = torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4)
+    for layer in (grown, plain):
+        layer.update(*first)
+        layer.reorder_cache(torch.tensor([0, 0, 0]))  # one beam becomes three
+    for step in range(GrowingLayer.ROOM + 3):  # past the room reserved: the buffer grows
+        k, v = torch.randn(3, 2, 1, 4), torch.randn(3, 2, 1, 4)
+        order = torch.tensor([step % 3, 0, 2])
+        for layer in (grown, plain):
+            layer.update(k, v)
+            layer.reorder_cache(order)
+        if step % 7 == 6:
+            for layer in (grown, plain):
+                layer.crop(-2)
+        assert grown.get_seq_length() == plain.get_seq_length()
+        assert torch.equal(grown.keys, plain.keys) and torch.equal(grown.values, plain.values)

@@ -117,3 +117,17 @@ def test_beam_search_equals_generate(kind):
     sequences, scores = generate_beams(runner_of(kind), ids, 3, 6)
     assert [list(h.ids) for h in result.final] == sequences
     assert [h.score for h in result.final] == pytest.approx(scores, abs=1e-4)
+
+
+def test_beams_and_speculation_from_the_journeys_cache_equal_them_from_scratch(kind):
+    """The app's B and S go on from a copy of the journey's cache (in growing layers): every family's
+    cache must copy and grow as its own does."""
+    s = greedy_session(kind, steps=3)
+    fresh, cached = (beam_search(s.runner, s.ids, 3, 6, from_cache=flag) for flag in (False, True))
+    assert [h.ids for h in cached.final] == [h.ids for h in fresh.final]
+    assert [h.score for h in cached.final] == pytest.approx([h.score for h in fresh.final], abs=1e-4)
+    runs = [
+        speculative_decode(s.runner, s.ids, make_drafter("early-exit:1", s.runner), 8, GREEDY, from_cache=flag)
+        for flag in (False, True)
+    ]
+    assert runs[0].ids == runs[1].ids

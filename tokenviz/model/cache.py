@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 
 def full_cache() -> DynamicCache:
@@ -19,16 +21,79 @@ def full_cache() -> DynamicCache:
     return DynamicCache()
 
 
+class GrowingLayer(DynamicLayer):
+    """A DynamicLayer whose keys and values live in a buffer with room to grow: a step writes its
+    position in place, where a DynamicLayer copies the whole layer to append one (at 2,000 tokens
+    that copy, every step, was most of a beam search's cost). `keys` and `values` are views of the
+    filled part. Only for a search's own cache (see cache_prefix): the runner's `_cut` swaps a
+    journey cache's tensors and relies on every append making new ones."""
+
+    ROOM = 64  # positions reserved past the filled ones
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.filled = 0
+        self._keys = key_states.new_empty((*key_states.shape[:2], 0, key_states.shape[-1]))
+        self._values = value_states.new_empty((*value_states.shape[:2], 0, value_states.shape[-1]))
+        self.is_initialized = True
+
+    def _room_for(self, batch: int, length: int) -> None:
+        """Buffers for `batch` rows and at least `length` positions, the filled ones kept."""
+        if self._keys.shape[0] == batch and self._keys.shape[2] >= length:
+            return
+        old = (self._keys[:, :, : self.filled], self._values[:, :, : self.filled])
+        buffers = []
+        for filled in old:
+            buffer = filled.new_empty((batch, filled.shape[1], length + self.ROOM, filled.shape[3]))
+            buffer[:, :, : self.filled] = filled.expand(batch, -1, -1, -1) if filled.shape[0] == 1 else filled
+            buffers.append(buffer)
+        self._keys, self._values = buffers
+
+    def _show(self) -> None:
+        self.keys, self.values = self._keys[:, :, : self.filled], self._values[:, :, : self.filled]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        new = key_states.shape[-2]
+        self._room_for(key_states.shape[0], self.filled + new)
+        self._keys[:, :, self.filled : self.filled + new] = key_states
+        self._values[:, :, self.filled : self.filled + new] = value_states
+        self.filled += new
+        self._show()
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.filled if self.is_initialized else 0
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove < 0 and self.is_initialized:  # (transformers 5: a negative count)
+            self.filled = max(self.filled + tokens_to_remove, 0)
+            self._show()
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        if not self.filled:
+            return
+        index = beam_idx.to(self._keys.device)
+        keys = self._keys[:, :, : self.filled].index_select(0, index)
+        values = self._values[:, :, : self.filled].index_select(0, index)
+        self._room_for(len(index), self.filled)
+        self._keys[:, :, : self.filled], self._values[:, :, : self.filled] = keys, values
+        self._show()
+
+
 def cache_prefix(cache: DynamicCache, length: int, batch: int = 1, layers: int | None = None) -> DynamicCache:
     """A new cache holding the first `length` positions of `cache` (a full_cache), repeated `batch`
-    times (of its first `layers` layers only, for a model cut short): a search that starts where the
-    journey is (beams, speculation) goes on from the journey's own cache instead of feeding the whole
-    context again, and leaves it as it was."""
+    times (of its first `layers` layers only, for a model cut short), in GrowingLayers: a search that
+    starts where the journey is (beams, speculation) goes on from the journey's own cache instead of
+    feeding the whole context again, and leaves it as it was."""
     copy = DynamicCache()
-    if length <= 0:
-        return copy
+    copy.layers = []
     kept: list[Any] = list(cache.layers[:layers])  # DynamicLayers: see full_cache
-    for index, layer in enumerate(kept):
-        keys, values = layer.keys[..., :length, :], layer.values[..., :length, :]
-        copy.update(keys.expand(batch, *keys.shape[1:]), values.expand(batch, *values.shape[1:]), index)
+    for layer in kept:
+        grown = GrowingLayer()
+        if length > 0:
+            keys, values = layer.keys[..., :length, :], layer.values[..., :length, :]
+            grown.update(keys.expand(batch, *keys.shape[1:]), values.expand(batch, *values.shape[1:]))
+        copy.layers.append(grown)
     return copy
