@@ -41,3 +41,33 @@ def test_long_series_are_thinned_evenly_keeping_the_newest():
     tx, ty = thinned(xs, [x * 2 for x in xs])
     assert len(tx) <= MAX_POINTS and tx[-1] == 9999.0 and ty == [x * 2 for x in tx]
     assert thinned([1.0, 2.0], [3.0, 4.0]) == ([1.0, 2.0], [3.0, 4.0])
+
+
+def test_integer_axes_get_whole_number_ticks():
+    from tokenviz.ui.panes.charts import integer_ticks
+
+    assert integer_ticks(0, 17, 5) == [0, 5, 10, 15]
+    assert integer_ticks(3, 4, 8) == [3, 4]
+    assert all(isinstance(t, int) for t in integer_ticks(0, 2265, 6))
+
+
+async def test_a_small_pane_shows_one_chart_at_a_time_and_the_arrows_change_it():
+    app = make_app(SamplingSettings(temperature=0.8, max_new_tokens=40))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        await pilot.press(*["space"] * 4, "C")
+        await settle(app, pilot)
+        await pilot.pause(0.2)
+        charts = app.query_one("#charts")
+        assert charts.one_at_a_time and charts.has_class("-one")
+        shown = [plot.id for plot in charts.query("PlotextPlot") if plot.display]
+        assert shown == ["chart-entropy"]
+        assert str(charts.border_title).startswith("charts · 1/5")
+        cursor = app.journey.cursor
+        await pilot.press("right")  # the arrows change the chart, not the token cursor
+        await pilot.pause(0.2)
+        assert [plot.id for plot in charts.query("PlotextPlot") if plot.display] == ["chart-watched"]
+        assert str(charts.border_title).startswith("charts · 2/5") and app.journey.cursor == cursor
+        await pilot.resize_terminal(200, 60)
+        await pilot.pause(0.5)
+        assert not charts.one_at_a_time and len([p for p in charts.query("PlotextPlot") if p.display]) == 5

@@ -52,7 +52,7 @@ class ChartsPane(Pane, Grid):
     ChartsPane.-one > PlotextPlot { display: none; }
     ChartsPane.-one > PlotextPlot.-shown { display: block; }
     """
-    GRID_SIZE = (150, 34)  # the pane's least columns and rows for all the charts at once
+    GRID_SIZE = (120, 30)  # the pane's least columns and rows for all the charts at once (200x60 gives 144x36)
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
