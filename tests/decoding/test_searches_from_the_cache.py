@@ -75,6 +75,11 @@ def test_a_recompute_in_chunks_equals_one_pass_and_can_be_cancelled(tiny):
         session.runner.recompute(ids, chunk=4, cancelled=lambda: True)
 
 
+# Beams staying, copied, swapped, rotated, all from one: a reorder in place must read each source
+# before it is overwritten.
+ORDERS = ([0, 0, 2], [1, 0, 2], [2, 0, 1], [1, 2, 0], [2, 2, 2], [0, 1, 2], [1, 1, 0])
+
+
 def test_a_growing_layer_holds_what_a_dynamic_layer_holds_through_appends_reorders_and_crops():
     from transformers.cache_utils import DynamicLayer
 
@@ -88,7 +93,7 @@ def test_a_growing_layer_holds_what_a_dynamic_layer_holds_through_appends_reorde
         layer.reorder_cache(torch.tensor([0, 0, 0]))  # one beam becomes three
     for step in range(GrowingLayer.ROOM + 3):  # past the room reserved: the buffer grows
         k, v = torch.randn(3, 2, 1, 4), torch.randn(3, 2, 1, 4)
-        order = torch.tensor([step % 3, 0, 2])
+        order = torch.tensor(ORDERS[step % len(ORDERS)])
         for layer in (grown, plain):
             layer.update(k, v)
             layer.reorder_cache(order)
@@ -97,3 +102,7 @@ def test_a_growing_layer_holds_what_a_dynamic_layer_holds_through_appends_reorde
                 layer.crop(-2)
         assert grown.get_seq_length() == plain.get_seq_length()
         assert torch.equal(grown.keys, plain.keys) and torch.equal(grown.values, plain.values)
+    for layer in (grown, plain):  # three beams become two
+        layer.reorder_cache(torch.tensor([2, 1]))
+        layer.update(torch.ones(2, 2, 1, 4), torch.ones(2, 2, 1, 4))
+    assert torch.equal(grown.keys, plain.keys) and torch.equal(grown.values, plain.values)

@@ -9,7 +9,8 @@ import torch
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
 from tokenviz.journey.verification import verify_latest
-from tokenviz.model.lens import decoder_layers, final_norm, inspect_positions
+from tokenviz.model.lens import final_norm, inspect_positions
+from tokenviz.model.parts import decoder_layers
 from tokenviz.model.runner import ModelRunner
 
 PROMPT = "The Eiffel Tower is located in"

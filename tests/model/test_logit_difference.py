@@ -10,8 +10,9 @@ from tiny import eager_forward
 
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.journey.session import Session
-from tokenviz.model.lens import decoder_layers, final_norm
+from tokenviz.model.lens import final_norm
 from tokenviz.model.logit_difference import _mlp_branch_end, logit_difference, residual_parts
+from tokenviz.model.parts import decoder_layers
 from tokenviz.model.runner import ModelRunner
 
 TEXT = "The Eiffel Tower is located in Paris, France"

@@ -17,5 +17,10 @@ class Cancelled(TokenvizError):
     """The user cancelled a long computation; nothing changed."""
 
 
+class GiveWay(Exception):
+    """An autoplay step set aside between layers because a command is waiting (ModelRunner.give_way):
+    nothing it did is kept, and the step runs again after the command. Not an error."""
+
+
 class PromptError(TokenvizError):
     """The prompt cannot be run (empty, or longer than the model's context)."""

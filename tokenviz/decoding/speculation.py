@@ -20,7 +20,7 @@ from tokenviz.contract.results import Round, Speculation
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.sampling import apply_stages, draw_uniform, inverse_cdf
 from tokenviz.model.cache import cache_prefix, full_cache
-from tokenviz.model.lens import decoder_layers
+from tokenviz.model.parts import decoder_layers
 from tokenviz.model.runner import ModelRunner
 
 DRAFT_LEN = 4

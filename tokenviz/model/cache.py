@@ -72,14 +72,25 @@ class GrowingLayer(DynamicLayer):
             self._show()
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        """Row i takes row beam_idx[i]'s keys and values. In place, copying only the rows that change
+        (a beam that keeps its place costs nothing); a source about to be overwritten is saved first."""
         if not self.filled:
             return
-        index = beam_idx.to(self._keys.device)
-        keys = self._keys[:, :, : self.filled].index_select(0, index)
-        values = self._values[:, :, : self.filled].index_select(0, index)
-        self._room_for(len(index), self.filled)
-        self._keys[:, :, : self.filled], self._values[:, :, : self.filled] = keys, values
-        self._show()
+        index = [int(source) for source in beam_idx.tolist()]
+        if len(index) != self._keys.shape[0]:  # the batch changes (one beam becomes `width`): new buffers
+            rows = (self._keys[index, :, : self.filled], self._values[index, :, : self.filled])
+            self._keys, self._values = (
+                r.new_empty((len(index), r.shape[1], self.filled + self.ROOM, r.shape[3])) for r in rows
+            )
+            self._keys[:, :, : self.filled], self._values[:, :, : self.filled] = rows
+            self._show()
+            return
+        moved = [row for row, source in enumerate(index) if source != row]
+        overwritten = {index[row] for row in moved} & set(moved)
+        for buffer in (self._keys[:, :, : self.filled], self._values[:, :, : self.filled]):
+            saved = {row: buffer[row].clone() for row in overwritten}
+            for row in moved:
+                buffer[row].copy_(saved.get(index[row], buffer[index[row]]))
 
 
 def cache_prefix(cache: DynamicCache, length: int, batch: int = 1, layers: int | None = None) -> DynamicCache:

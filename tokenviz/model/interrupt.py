@@ -1,8 +1,9 @@
 """One long forward pass that reports its progress and can be cancelled between decoder layers.
 
 A single pass over a long context (gradient × input, the logit-difference split, a recompute) takes
-seconds on a CPU; without this, its progress is nothing and Escape waits for the whole pass. The
-hooks exist only inside the context: a plain step runs without them.
+seconds on a CPU; without this, its progress is nothing and Escape waits for the whole pass. An
+autoplay step gives way the same way to a key that is waiting (GiveWay). The hooks exist only inside
+the context: a plain step runs without them.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from contextlib import contextmanager
 import torch
 
 from tokenviz.contract.errors import Cancelled
-from tokenviz.model.lens import decoder_layers
+from tokenviz.model.parts import decoder_layers
 
 
 @contextmanager
@@ -22,15 +23,16 @@ def layer_by_layer(
     cancelled: Callable[[], bool],
     progress: Callable[[int, int], None] | None = None,
     what: str = "the computation",
+    stop: type[Exception] = Cancelled,
 ) -> Iterator[None]:
-    """Inside: before each decoder layer runs, `cancelled()` is asked (True raises Cancelled; use it
-    only for passes that change no cache the journey keeps) and `progress(layer, layers)` is told."""
+    """Inside: before each decoder layer runs, `cancelled()` is asked (True raises `stop`; use it only
+    for passes whose partial writes to a cache are undone) and `progress(layer, layers)` is told."""
     layers = decoder_layers(model)
 
     def before(index: int):
         def hook(module, args):
             if cancelled():
-                raise Cancelled(f"{what} cancelled")
+                raise stop(f"{what} cancelled")
             if progress is not None:
                 progress(index, len(layers))
 

@@ -14,17 +14,10 @@ from typing import cast
 import torch
 
 from tokenviz.contract.results import Inspection, LensLayer
+from tokenviz.model.parts import decoder_layers
 from tokenviz.model.runner import ModelRunner
 
 NORM_NAMES = ("norm", "ln_f", "final_layernorm", "final_layer_norm", "norm_f")
-
-
-def decoder_layers(model) -> torch.nn.ModuleList:
-    n = model.config.num_hidden_layers
-    for module in model.modules():
-        if isinstance(module, torch.nn.ModuleList) and len(module) == n:
-            return module
-    raise ValueError("cannot find the decoder layers of this model")
 
 
 def _submodule(model, names: tuple[str, ...]) -> torch.nn.Module | None:

@@ -23,7 +23,8 @@ import torch
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import LogitDifference
 from tokenviz.model.interrupt import layer_by_layer
-from tokenviz.model.lens import decoder_layers, final_norm, head_logits_before_cap, softcap
+from tokenviz.model.lens import final_norm, head_logits_before_cap, softcap
+from tokenviz.model.parts import decoder_layers
 from tokenviz.model.runner import ModelRunner
 
 # Where a decoder layer's MLP branch ends, in the order to look: a post-norm on the MLP's output

@@ -6,19 +6,20 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, cast
 
 import torch
 
-from tokenviz.contract.errors import Cancelled, ModelLoadError
+from tokenviz.contract.errors import Cancelled, GiveWay, ModelLoadError
 from tokenviz.contract.records import ModelInfo
 from tokenviz.contract.text import safe_text
 from tokenviz.model.attention import IMPLEMENTATION, capturing, exact_weights
 from tokenviz.model.cache import full_cache
 from tokenviz.model.chat import has_chat_template
+from tokenviz.model.interrupt import layer_by_layer
 from tokenviz.model.loading import LoadedModel
 from tokenviz.model.query_store import QueryStore
 from tokenviz.model.transfer import DeviceTimer, ids_to_device
@@ -50,6 +51,9 @@ class ModelRunner:
         self.special_ids = set(getattr(self.tokenizer, "all_special_ids", []) or [])
         self.eos_ids = self._eos_ids()
         self.piece = lru_cache(maxsize=65536)(self._piece)
+        # Asked between the layers of `forward` (set by the worker during autoplay): True sets the step
+        # aside (GiveWay, the cache cropped back) so a waiting key is answered now, not after the step.
+        self.give_way: Callable[[], bool] | None = None
 
     @torch.inference_mode()
     def _with_cache_shape(self, info: ModelInfo) -> ModelInfo:
@@ -121,15 +125,20 @@ class ModelRunner:
             self._eager_rows = None
 
     def crop(self, length: int) -> None:
-        """Keep the first `length` positions of the cache (transformers 5 wants a negative count)."""
-        drop = self.kv_len - length
-        if drop < 0:
+        """Keep the first `length` positions of every layer of the cache. Layer by layer: a pass set
+        aside between layers (GiveWay) has fed only the layers before it. (transformers 5 wants a
+        negative count.)"""
+        if self.kv_len < length:
             raise ValueError(f"cannot crop a cache of {self.kv_len} up to {length}")
         if length == 0:
             self.reset()
-        elif drop:
-            self.cache.crop(-drop)
-            self._forget_from(length)
+            return
+        layers: list[Any] = list(self.cache.layers)  # DynamicLayers: see full_cache
+        for layer in layers:
+            drop = layer.get_seq_length() - length
+            if drop > 0:
+                layer.crop(-drop)
+        self._forget_from(length)
 
     @torch.inference_mode()
     def forward(self, ids: list[int], every_position: bool = False) -> Forward:
@@ -138,7 +147,9 @@ class ModelRunner:
         view. Nothing waits for the device."""
         timer = DeviceTimer(self.device)
         start = self.kv_len
-        with capturing(calls=self.queries.calls) as capture:
+        give_way = self.give_way
+        yielding = layer_by_layer(self.model, give_way, stop=GiveWay) if give_way else nullcontext()
+        with capturing(calls=self.queries.calls) as capture, yielding:
             out = self.model(
                 input_ids=ids_to_device(ids, self.device),
                 past_key_values=self.cache,

@@ -39,7 +39,7 @@ from tokenviz.contract.commands import (
     Verify,
     Watch,
 )
-from tokenviz.contract.errors import Cancelled, TokenvizError
+from tokenviz.contract.errors import Cancelled, GiveWay, TokenvizError
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.contract.snapshot import EngineState, Snapshot
 from tokenviz.decoding.nudges import Nudges
@@ -171,13 +171,20 @@ class EngineWorker(CommandThread[Snapshot]):
             self._busy = busy
             with contextlib.suppress(Exception):  # best effort: the frame after the command reports
                 self._publish()
+        if autoplay:  # a key pressed meanwhile is answered between two layers (see ModelRunner.give_way)
+            session.runner.give_way = self._command_waiting
         try:
             if isinstance(command, Move):
                 self._move(command, session)
             else:
                 self._look(command, session)
+        except GiveWay:
+            if isinstance(command, Step) and command.token is not None:  # a continuation's token: again next
+                self._forced.appendleft(command.token)
+            raise
         finally:
             self._busy = None
+            session.runner.give_way = None
 
     # ---- commands ------------------------------------------------------------------------------------
 

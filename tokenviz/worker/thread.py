@@ -21,7 +21,7 @@ import time
 from typing import Generic, TypeVar
 
 from tokenviz.contract.commands import Command, Play, Save, Step
-from tokenviz.contract.errors import Cancelled, TokenvizError
+from tokenviz.contract.errors import Cancelled, GiveWay, TokenvizError
 from tokenviz.contract.settings import PACES_S
 from tokenviz.contract.snapshot import ComparisonSnapshot, EngineState, Snapshot
 from tokenviz.contract.worker import Post
@@ -68,6 +68,7 @@ class CommandThread(Generic[S]):
         self._last_publish = 0.0
         self._frame_s = FRAME_S
         self._last_snapshot: S | None = None
+        self._gave_way = False  # the last autoplay step was set aside for a waiting command (GiveWay)
 
     # ---- called from the UI thread ----------------------------------------------------------------
 
@@ -172,6 +173,9 @@ class CommandThread(Generic[S]):
             if wait <= 0:
                 self._last_autostep = time.perf_counter()
                 error = self._do(self._autostep(), autoplay=True)
+                if self._gave_way:  # the waiting command runs in the next turn, the step after it
+                    self._gave_way = False
+                    return True
                 self._after_autostep()
                 due = self.pace_s or time.perf_counter() - self._last_publish >= self._frame_s  # (a pace: each)
                 if error or not self.playing or due:
@@ -213,6 +217,8 @@ class CommandThread(Generic[S]):
             if not autoplay and self._pauses(command):
                 self._pause()
             self._handle(command, autoplay)
+        except GiveWay:  # only an autoplay step gives way, and it left the journey as it was
+            self._gave_way = True
         except Cancelled as exc:  # the user's choice, not a mistake: news, and the view says so
             self.playing = False
             self._notice = str(exc)
@@ -237,6 +243,10 @@ class CommandThread(Generic[S]):
         """Autoplay slower (+1) or faster (-1), through PACES_S (kept at its ends)."""
         index = PACES_S.index(self.pace_s) + delta
         self.pace_s = PACES_S[min(max(index, 0), len(PACES_S) - 1)]
+
+    def _command_waiting(self) -> bool:
+        """Asked between the layers of an autoplay step: a key is waiting, so the step gives way."""
+        return not self._queue.empty()
 
     def _cancelled(self) -> bool:
         """Asked between the forward passes of a long run: Escape, or quitting, ends it there."""

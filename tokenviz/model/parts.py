@@ -1,0 +1,23 @@
+"""Where a model keeps its decoder layers: hooks between layers (the lens, progress, cancelling, an
+autoplay step giving way) need them, and configs do not name them the same way."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+
+_found: weakref.WeakKeyDictionary[Any, torch.nn.ModuleList] = weakref.WeakKeyDictionary()
+
+
+def decoder_layers(model: Any) -> torch.nn.ModuleList:
+    """The model's list of decoder layers: the ModuleList as long as the config's layer count (found
+    once per model; an autoplay step asks for it)."""
+    if model not in _found:
+        n = model.config.num_hidden_layers
+        layers = next((m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == n), None)
+        if layers is None:
+            raise ValueError("cannot find the decoder layers of this model")
+        _found[model] = layers
+    return _found[model]
