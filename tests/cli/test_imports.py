@@ -90,6 +90,8 @@ run()
         (["trace", "Hi", "--attribution", "magic"], "--attribution must be loo or grad"),
         (["trace", "Hi", "--beams", "3", "--speculate", "prompt-lookup"], "not both"),
         (["compare", "Hi", "--against", "temperature=-1"], "temperature"),
+        (["trace", "Hi", "--max-memory", "cpu=lots"], "is not a size"),
+        (["Hi", "--max-memory", "gpu=2GB"], "write DEVICE=SIZE"),
     ],
 )
 def test_a_bad_option_is_refused_before_torch_is_imported(tmp_path, args, said):

@@ -131,3 +131,17 @@ def test_beams_and_speculation_from_the_journeys_cache_equal_them_from_scratch(k
         for flag in (False, True)
     ]
     assert runs[0].ids == runs[1].ids
+
+
+def test_a_saved_checkpoint_loads_whole_and_its_size_was_counted_before_it_loaded(kind, tmp_path):
+    from tokenviz.model.loading import load_model
+    from tokenviz.model.memory import parameter_count
+
+    saved = family_model(kind)
+    saved.model.save_pretrained(tmp_path)
+    saved.tokenizer.save_pretrained(tmp_path)
+    loaded = load_model(str(tmp_path), device="cpu", dtype="float32")  # refused if a weight were missing or extra
+    assert parameter_count(loaded.model.config) == sum(p.numel() for p in loaded.model.parameters())
+    ids = torch.tensor([reference(kind)[0]])
+    with torch.inference_mode():
+        torch.testing.assert_close(loaded.model(ids).logits, saved.model(ids).logits)

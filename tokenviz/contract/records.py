@@ -199,6 +199,7 @@ class ModelInfo:
     positions: str  # "rotary (base 100000)" or "learned absolute (1024 positions)"
     attention: str = "eager"  # how the forward passes compute attention (see tokenviz.model.attention)
     chat_template: bool = False  # the tokenizer has one: prompts can be chat messages
+    memory: str = ""  # what it needs of what was free when it loaded (see tokenviz.model.memory)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)

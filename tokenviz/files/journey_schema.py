@@ -96,6 +96,7 @@ class Info(Model):
     tied_embeddings: Flag
     positions: SafeText
     attention: SafeText = "eager"
+    memory: SafeText = ""
 
 
 class Array(Model):

@@ -14,21 +14,27 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import socket
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from filelock import FileLock
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from tokenviz.contract.errors import ModelLoadError
+from tokenviz.contract.errors import ModelLoadError, TokenvizError
 from tokenviz.contract.paths import bundled_gguf, cache_root
+from tokenviz.contract.placement import max_memory
 from tokenviz.contract.records import ModelInfo
+from tokenviz.contract.text import safe_text
 from tokenviz.model.attention import IMPLEMENTATION, use_fast_attention
+from tokenviz.model.memory import check_fits, parameter_count
+from tokenviz.model.parts import kv_heads
 
 BUNDLED_NAME = "SmolLM2-135M-Instruct (bundled, Q4_1 GGUF)"
 MANIFEST = "tokenviz-manifest.json"
@@ -305,22 +311,13 @@ def _position_scheme(config) -> str:
     return f"learned absolute ({n} positions)"
 
 
-def _kv_heads(config, heads: int) -> int:
-    """Key/value heads as the config names them (the runner checks them against its cache)."""
-    for name in ("num_key_value_heads", "num_kv_heads"):  # most families; Falcon
-        value = getattr(config, name, None)
-        if value:
-            return int(value)
-    return 1 if getattr(config, "multi_query", False) else heads  # GPTBigCode
-
-
 ATTENTION_LABELS = {
     True: "sdpa; the weights shown are computed exactly when asked",
     False: "eager: transformers has no fast path for this model's attention",
 }
 
 
-def model_info(model, name: str, device: torch.device, dtype: torch.dtype) -> ModelInfo:
+def model_info(model, name: str, device: torch.device, dtype: torch.dtype, memory: str = "") -> ModelInfo:
     c = model.config
     heads = c.num_attention_heads
     hidden = c.hidden_size
@@ -330,7 +327,7 @@ def model_info(model, name: str, device: torch.device, dtype: torch.dtype) -> Mo
         dtype=str(dtype).removeprefix("torch."),
         layers=c.num_hidden_layers,
         heads=heads,
-        kv_heads=_kv_heads(c, heads),
+        kv_heads=kv_heads(c, heads),
         head_dim=getattr(c, "head_dim", None) or hidden // heads,
         hidden=hidden,
         vocab=c.vocab_size,
@@ -339,6 +336,7 @@ def model_info(model, name: str, device: torch.device, dtype: torch.dtype) -> Mo
         tied_embeddings=bool(getattr(c, "tie_word_embeddings", False)),
         positions=_position_scheme(c),
         attention=ATTENTION_LABELS[c._attn_implementation == IMPLEMENTATION],
+        memory=memory,
     )
 
 
@@ -348,10 +346,13 @@ def load_model(
     dtype: str = "auto",
     trust_remote_code: bool = False,
     progress: Progress = lambda message, fraction: None,
+    max_memory: tuple[str, ...] = (),
 ) -> LoadedModel:
-    """Load `spec` (None = the bundled model), ready for inference (see tokenviz.model.attention)."""
+    """Load `spec` (None = the bundled model), ready for inference (see tokenviz.model.attention).
+    `max_memory`: DEVICE=SIZE entries, what each device may give it (see tokenviz.model.memory)."""
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
+    fit = Fit(torch_device, torch_dtype, auto_dtype=dtype == "auto", limits=memory_limits(max_memory))
 
     gguf_file = None
     if spec is None or spec.endswith(".gguf"):
@@ -376,10 +377,10 @@ def load_model(
     else:
         source, name = spec, spec
 
-    progress(f"loading {name} on {torch_device} ({str(torch_dtype).removeprefix('torch.')})", None)
+    progress(f"checking that {name} fits on {torch_device}", None)
     try:
         with _quiet():
-            model, tokenizer = _from_pretrained(source, torch_dtype, trust_remote_code, gguf_file)
+            model, tokenizer = _from_pretrained(source, name, fit, trust_remote_code, progress, gguf_file)
     except ModelLoadError:
         raise
     except Exception as exc:
@@ -387,14 +388,15 @@ def load_model(
             # A cache that passed its manifest check but does not load: rebuild it once.
             ensure_converted(gguf, directory, progress, rebuild=True)
             with _quiet():
-                model, tokenizer = _from_pretrained(source, torch_dtype, trust_remote_code)
+                model, tokenizer = _from_pretrained(source, name, fit, trust_remote_code, progress)
         elif Path(source).is_dir():
             raise ModelLoadError(f"could not load the model directory {spec}: {_one_line(exc)}") from None
         else:
             raise ModelLoadError(_explain(name, exc)) from None
     model.to(torch_device).eval()
     model.generation_config.pad_token_id = model.generation_config.pad_token_id or tokenizer.eos_token_id
-    return LoadedModel(model=model, tokenizer=tokenizer, info=model_info(model, name, torch_device, torch_dtype))
+    info = model_info(model, name, torch_device, fit.dtype, fit.note)
+    return LoadedModel(model=model, tokenizer=tokenizer, info=info)
 
 
 ATTENTION_LAYERS = {"full_attention", "sliding_attention", "chunked_attention"}
@@ -425,7 +427,28 @@ def _check_model_directory(directory: Path, spec: str) -> None:
         )
 
 
-def _from_pretrained(source: str, dtype: torch.dtype, trust_remote_code: bool, gguf_file: str | None = None):
+@dataclass
+class Fit:
+    """Where the model goes and in what dtype; `note` says what it needs of what is free (see
+    tokenviz.model.memory), once the config has been checked."""
+
+    device: torch.device
+    dtype: torch.dtype
+    auto_dtype: bool
+    limits: dict[str, int]
+    note: str = ""
+
+
+def memory_limits(entries: tuple[str, ...]) -> dict[str, int]:
+    try:
+        return max_memory(entries)
+    except TokenvizError as exc:
+        raise ModelLoadError(str(exc)) from None
+
+
+def _from_pretrained(
+    source: str, name: str, fit: Fit, trust_remote_code: bool, progress: Progress, gguf_file: str | None = None
+):
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
@@ -437,12 +460,44 @@ def _from_pretrained(source: str, dtype: torch.dtype, trust_remote_code: bool, g
         if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and not trust_remote_code:
             raise ModelLoadError(f"{source} is a {config.model_type!r} model, not a causal language model")
         require_attention(config, source)
+        parameters = parameter_count(config, trust_remote_code)
+        fit.dtype, fit.note = check_fits(name, config, parameters, fit.device, fit.dtype, fit.auto_dtype, fit.limits)
+        progress(f"loading {name} on {fit.device} ({str(fit.dtype).removeprefix('torch.')}): {fit.note}", None)
         tokenizer = AutoTokenizer.from_pretrained(source, **where)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation="eager", **where)
+        loaded: Any = AutoModelForCausalLM.from_pretrained(
+            source, dtype=fit.dtype, attn_implementation="eager", output_loading_info=True, **where
+        )
+    model, report = loaded
     if gguf_file:  # dequantised in memory: plain floats, as a conversion would have saved them
-        model.hf_quantizer = None  # type: ignore[assignment]
+        model.hf_quantizer = None
+    else:
+        check_weights(name, report)
     use_fast_attention(model)
     return model, tokenizer
+
+
+def check_weights(name: str, report: dict) -> None:
+    """Refuse a checkpoint that lacks weights the architecture needs, or holds ones it does not use:
+    transformers would fill the missing ones with random numbers and say so only in a warning.
+    (Tied weights and the buffers a model makes itself are not in its report.)"""
+    missing, unexpected = set(report.get("missing_keys") or ()), set(report.get("unexpected_keys") or ())
+    mismatched = {entry[0] for entry in report.get("mismatched_keys") or ()}
+    parts = [
+        f"{what} {len(keys)} weight{'s' if len(keys) != 1 else ''} ({_kinds(keys)})"
+        for what, keys in (("lacks", missing), ("has the wrong shape for", mismatched), ("has", unexpected))
+        if keys
+    ]
+    if parts:
+        if unexpected:
+            parts[-1] += " the model does not use"
+        raise ModelLoadError(f"{name}: its checkpoint {' and '.join(parts)}; is it the checkpoint of this config?")
+
+
+def _kinds(keys: set[str], shown: int = 3) -> str:
+    """Weight names with their layer numbers folded: model.layers.*.mlp.up_proj.weight, …"""
+    kinds = sorted({re.sub(r"\.\d+\.", ".*.", key) for key in keys})
+    more = f", and {len(kinds) - shown} more kinds" if len(kinds) > shown else ""
+    return ", ".join(safe_text(kind) for kind in kinds[:shown]) + more
 
 
 def _check_hub(model_id: str) -> None:

@@ -1,5 +1,6 @@
-"""Where a model keeps its decoder layers: hooks between layers (the lens, progress, cancelling, an
-autoplay step giving way) need them, and configs do not name them the same way."""
+"""Where a model keeps its parts, which configs and families name in many ways: its decoder layers
+(hooks between layers: the lens, progress, cancelling, an autoplay step giving way) and its
+key/value heads."""
 
 from __future__ import annotations
 
@@ -21,3 +22,12 @@ def decoder_layers(model: Any) -> torch.nn.ModuleList:
             raise ValueError("cannot find the decoder layers of this model")
         _found[model] = layers
     return _found[model]
+
+
+def kv_heads(config: Any, heads: int) -> int:
+    """Key/value heads as the config names them (the runner checks them against its cache)."""
+    for name in ("num_key_value_heads", "num_kv_heads"):  # most families; Falcon
+        value = getattr(config, name, None)
+        if value:
+            return int(value)
+    return 1 if getattr(config, "multi_query", False) else heads  # GPTBigCode

@@ -13,7 +13,11 @@ Loader = Callable[[Progress], "LoadedModel"]
 
 
 def model_loader(
-    model: str | None, device: str = "auto", dtype: str = "auto", trust_remote_code: bool = False
+    model: str | None,
+    device: str = "auto",
+    dtype: str = "auto",
+    trust_remote_code: bool = False,
+    max_memory: tuple[str, ...] = (),
 ) -> Loader:
     """A loader for `model` (None: the bundled one)."""
 
@@ -21,6 +25,6 @@ def model_loader(
         # Deferred: torch and transformers are imported in the engine thread, after the first frame.
         from tokenviz.model.loading import load_model
 
-        return load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code, progress=progress)
+        return load_model(model, device, dtype, trust_remote_code, progress, max_memory=max_memory)
 
     return load

@@ -28,6 +28,7 @@ class ModelPane(ScrollPane):
             ("chat template", "yes (--chat, or the editor's switch)" if i.chat_template else "none"),
             ("attention runs", i.attention),
             ("device, dtype", f"{i.device}, {i.dtype}"),
+            *([("memory", i.memory)] if i.memory else []),
         ]
         width = max(len(name) for name, _ in rows) + 2
         text = Text()

@@ -1,0 +1,166 @@
+"""A model is checked before it loads: that it fits (from its config alone, in seconds and without
+the process growing), and that its checkpoint holds the weights its architecture needs."""
+
+import json
+import resource
+import struct
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from test_loading import save_random
+
+from tokenviz.model import memory
+from tokenviz.model.loading import load_model
+
+SMALL = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}
+SHAPES = {  # Llama 3's shapes
+    "8B": {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32},
+    "70B": {"hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80, "num_attention_heads": 64},
+}
+
+
+def sparse_checkpoint(directory, shape: dict) -> None:
+    """A config of `shape` and a safetensors file with all its tensors that holds no bytes on disk
+    (a sparse file): what a real checkpoint's header says, at no cost."""
+    from tiny import tiny_tokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model("llama", vocab_size=128256, num_key_value_heads=8, **shape)
+    config.save_pretrained(directory)
+    tiny_tokenizer().save_pretrained(directory)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    header, offset = {}, 0
+    for name, p in model.state_dict().items():
+        size = p.numel() * 2
+        header[name] = {"dtype": "BF16", "shape": list(p.shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    with open(directory / "model.safetensors", "wb") as file:
+        file.write(struct.pack("<Q", len(raw)) + raw)
+        file.truncate(8 + len(raw) + offset)
+
+
+@pytest.mark.parametrize("shape, limit", [("8B", ["--max-memory", "cpu=4GB"]), ("70B", [])])
+def test_a_model_too_large_is_refused_in_one_line_before_anything_grows(tmp_path, shape, limit):
+    sparse_checkpoint(tmp_path, SHAPES[shape])
+    command = [sys.executable, "-m", "tokenviz", "trace", "hi", "--model", str(tmp_path), "--device", "cpu", *limit]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2 and len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "needs" in errors[0] and "of weights in" in errors[0] and "free" in errors[0]
+    if shape == "8B":  # bfloat16 would not fit in 4 GB either, so nothing smaller is offered
+        assert "within --max-memory has 4.0 GB free" in errors[0]
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    assert peak_kib < 1024 * 1024  # 1 GB: the config was counted, nothing was loaded
+
+
+def test_the_count_on_the_meta_device_is_the_loaded_models(tmp_path):
+    from transformers import AutoConfig
+
+    directory = save_random(tmp_path, "llama", tie_word_embeddings=False, **SMALL)
+    loaded = load_model(directory, device="cpu", dtype="float32")
+    count = memory.parameter_count(AutoConfig.from_pretrained(directory))
+    assert count == sum(p.numel() for p in loaded.model.parameters())
+    assert "needs" in loaded.info.memory and "free on cpu" in loaded.info.memory
+
+
+def test_a_model_that_fits_only_in_bfloat16_loads_in_bfloat16_and_says_so(tmp_path, monkeypatch, capsys):
+    from clitools import invoke
+    from transformers import AutoConfig
+
+    directory = save_random(tmp_path, "llama", **SMALL)
+    config, count = AutoConfig.from_pretrained(directory), None
+    count = memory.parameter_count(config)
+    small, large = (memory.need(config, count, dtype).total for dtype in (torch.bfloat16, torch.float32))
+    between = f"cpu={(small + large) // 2}"
+    code, out, err = invoke(
+        monkeypatch,
+        capsys,
+        "trace",
+        "hi",
+        "--model",
+        directory,
+        "--max-memory",
+        between,
+        "--device",
+        "cpu",
+        "--steps",
+        "2",
+        "--json",
+    )
+    assert code == 0, err
+    model = json.loads(out)["model"]
+    assert model["dtype"] == "bfloat16" and "bfloat16 because float32 needs" in model["memory"]
+    code, _, err = invoke(
+        monkeypatch,
+        capsys,
+        "trace",
+        "hi",
+        "--model",
+        directory,
+        "--max-memory",
+        between,
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        "--steps",
+        "2",
+    )
+    assert code == 2 and "try --dtype bfloat16" in err  # asked for by name: refused, with what fits
+
+
+@pytest.mark.parametrize("entry", ["cpu", "cpu=lots", "gpu=2GB", "=3GB"])
+def test_a_bad_max_memory_is_one_line_before_torch(monkeypatch, capsys, entry):
+    from clitools import invoke
+
+    code, _, err = invoke(monkeypatch, capsys, "trace", "hi", "--max-memory", entry)
+    assert code == 2 and ("--max-memory" in err or "is not a size" in err) and len(err.strip().splitlines()) == 1
+
+
+def test_sizes_read_as_people_write_them():
+    from tokenviz.contract.placement import max_memory, size_bytes
+
+    assert size_bytes("20GB") == 20 * 10**9 and size_bytes("8GiB") == 8 * 2**30 and size_bytes("512 mb") == 512 * 10**6
+    assert size_bytes("1.5GB") == 1_500_000_000 and size_bytes("1000") == 1000
+    assert max_memory(["0=20GB", "cpu=8GiB"]) == {"cuda:0": 20 * 10**9, "cpu": 8 * 2**30}
+
+
+def weights_of(directory):
+    return load_file(str(directory / "model.safetensors"))
+
+
+@pytest.mark.parametrize("change", ["missing", "unexpected", "almost all missing"])
+def test_a_checkpoint_without_the_weights_its_config_needs_is_refused(tmp_path, monkeypatch, capsys, change):
+    from clitools import invoke
+
+    directory = tmp_path / "model"
+    save_random(directory, "llama", **SMALL)
+    weights = weights_of(directory)
+    if change == "missing":
+        del weights["model.layers.1.mlp.up_proj.weight"]
+    elif change == "unexpected":
+        weights["model.layers.1.mlp.extra.weight"] = torch.zeros(2)
+    else:
+        weights = {"model.norm.weight": weights["model.norm.weight"]}
+    save_file(weights, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    code, _, err = invoke(monkeypatch, capsys, "trace", "hi", "--model", str(directory), "--steps", "2")
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1, err
+    expected = {
+        "missing": "lacks 1 weight (model.layers.*.mlp.up_proj.weight)",
+        "unexpected": "has 1 weight (model.layers.*.mlp.extra.weight) the model does not use",
+        "almost all missing": "lacks 20 weights (lm_head.weight, model.embed_tokens.weight, model.layers.*.",
+    }[change]
+    assert expected in errors[0]
+
+
+def test_tied_embeddings_are_not_missing(tmp_path):
+    directory = save_random(tmp_path, "llama", tie_word_embeddings=True, **SMALL)
+    assert "lm_head.weight" not in weights_of(tmp_path)
+    loaded = load_model(directory, device="cpu")
+    assert loaded.info.tied_embeddings

@@ -1,0 +1,113 @@
+"""Will the model fit? Asked of its config alone, before a single weight is allocated.
+
+The weights are counted on torch's meta device (the model built without storage), in the dtype they
+will load in; the KV cache for KV_TOKENS positions (or the model's context, if shorter) is added, and
+a share for the working memory (activations, logits, kept query states). That is set against what
+the device has free, within `--max-memory`. A model that does not fit is refused in one line with the
+figures and what would fit, instead of meeting the out-of-memory killer halfway through its loading.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psutil
+import torch
+
+from tokenviz.contract.errors import ModelLoadError
+from tokenviz.model.parts import kv_heads
+
+KV_TOKENS = 4096  # the context whose KV cache is reserved (the model's own, if shorter)
+WORKING_SHARE = 0.10  # on top of the weights and KV cache: activations, logits, kept queries
+SMALLER = {torch.float32: torch.bfloat16}  # auto dtype on a CPU: float32 unless only this fits
+
+
+@dataclass(frozen=True)
+class Need:
+    """What a model needs on its device, in bytes."""
+
+    weights: int
+    kv: int
+    tokens: int
+    dtype: torch.dtype
+
+    @property
+    def total(self) -> int:
+        return int((self.weights + self.kv) * (1 + WORKING_SHARE))
+
+    def describe(self) -> str:
+        return (
+            f"{gigabytes(self.total)} ({gigabytes(self.weights)} of weights in {dtype_name(self.dtype)}, "
+            f"{gigabytes(self.kv)} of KV cache for {self.tokens:,} tokens, {WORKING_SHARE:.0%} to work in)"
+        )
+
+
+def gigabytes(n: int) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def parameter_count(config, trust_remote_code: bool = False) -> int:
+    """The model's parameters (tied ones once), counted on the meta device: no storage, so a 70B
+    config costs what its modules' Python objects cost."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+    return sum(p.numel() for p in model.parameters())
+
+
+def need(config, parameters: int, dtype: torch.dtype) -> Need:
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    heads = text.num_attention_heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
+    context = getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None) or KV_TOKENS
+    tokens = min(KV_TOKENS, int(context))
+    size = torch.empty((), dtype=dtype).element_size()
+    kv = 2 * text.num_hidden_layers * kv_heads(text, heads) * head_dim * tokens * size
+    return Need(weights=parameters * size, kv=kv, tokens=tokens, dtype=dtype)
+
+
+def free_bytes(device: torch.device, limits: dict[str, int]) -> tuple[int, bool]:
+    """What `device` has free now, and whether `--max-memory` is what limits it."""
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        free = torch.cuda.mem_get_info(index)[0]
+        limit = limits.get(f"cuda:{index}", limits.get("cuda"))
+    else:  # the CPU, and MPS's memory shared with it
+        free = psutil.virtual_memory().available
+        limit = limits.get(device.type)
+    return (limit, True) if limit is not None and limit < free else (free, False)
+
+
+def check_fits(
+    name: str,
+    config,
+    parameters: int,
+    device: torch.device,
+    dtype: torch.dtype,
+    auto_dtype: bool,
+    limits: dict[str, int],
+) -> tuple[torch.dtype, str]:
+    """The dtype to load in (with `auto_dtype` on a CPU, the smaller one when only it fits) and a line
+    saying what the model needs of what is free; ModelLoadError when it does not fit."""
+    free, limited = free_bytes(device, limits)
+    where = f"{device}{' within --max-memory' if limited else ''}"
+    wanted = need(config, parameters, dtype)
+    note = ""
+    if wanted.total > free and auto_dtype and dtype in SMALLER and device.type == "cpu":
+        smaller = need(config, parameters, SMALLER[dtype])  # (refused even so: the figures of the smaller)
+        note = f"; {dtype_name(smaller.dtype)} because {dtype_name(dtype)} needs {gigabytes(wanted.total)}"
+        wanted = smaller
+    if wanted.total > free:
+        fits = [
+            f"--dtype {dtype_name(d)} ({gigabytes(need(config, parameters, d).total)})"
+            for d in (torch.bfloat16,)
+            if d != wanted.dtype and need(config, parameters, d).total <= free
+        ]
+        advice = f": try {' or '.join(fits)}" if fits else ": it needs a device with more memory"
+        raise ModelLoadError(f"{name} needs {wanted.describe()}, and {where} has {gigabytes(free)} free{advice}")
+    return wanted.dtype, f"needs {gigabytes(wanted.total)} of {gigabytes(free)} free on {where}{note}"
