@@ -92,6 +92,7 @@ run()
         (["compare", "Hi", "--against", "temperature=-1"], "temperature"),
         (["trace", "Hi", "--max-memory", "cpu=lots"], "is not a size"),
         (["Hi", "--max-memory", "gpu=2GB"], "write DEVICE=SIZE"),
+        (["trace", "Hi", "--device-map", "everywhere"], "--device-map must be"),
     ],
 )
 def test_a_bad_option_is_refused_before_torch_is_imported(tmp_path, args, said):

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.text import Text
 
 from tokenviz.contract.errors import TokenvizError
-from tokenviz.contract.placement import max_memory
+from tokenviz.contract.placement import Placement
 from tokenviz.contract.settings import DEFAULT_SETTINGS, SamplingSettings
 from tokenviz.contract.text import safe_text
 
@@ -47,24 +47,27 @@ class ModelChoice:
     device: str = "auto"
     dtype: str = "auto"
     trust_remote_code: bool = False
+    device_map: str | None = None
     max_memory: tuple[str, ...] = ()  # DEVICE=SIZE entries
+    offload_dir: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "max_memory", tuple(self.max_memory or ()))
-        max_memory(self.max_memory)  # refused here, before torch is imported
+        self.placement()  # refused here, before torch is imported
+
+    def placement(self) -> Placement:
+        return Placement(self.device_map, self.max_memory, self.offload_dir)
 
     def load(self, progress: "Progress") -> "LoadedModel":
         from tokenviz.model.loading import load_model  # deferred: it imports torch
 
-        return load_model(
-            self.model, self.device, self.dtype, self.trust_remote_code, progress, max_memory=self.max_memory
-        )
+        return load_model(self.model, self.device, self.dtype, self.trust_remote_code, progress, self.placement())
 
     def loader(self) -> "Loader":
         """A loader for a worker's thread (the model loads there, after the app's first frame)."""
         from tokenviz.worker.loader import model_loader
 
-        return model_loader(self.model, self.device, self.dtype, self.trust_remote_code, self.max_memory)
+        return model_loader(self.model, self.device, self.dtype, self.trust_remote_code, self.placement())
 
 
 # Each ModelChoice field as a command-line option: (type, typer.Option).
@@ -80,12 +83,24 @@ MODEL_OPTIONS: dict[str, tuple[Any, Any]] = {
     "device": (str, typer.Option(help="auto (GPU if there is one), cpu, cuda or mps.")),
     "dtype": (str, typer.Option(help="auto, float32, bfloat16 or float16.")),
     "trust_remote_code": (bool, typer.Option("--trust-remote-code", help="Allow a model's own Python code to run.")),
+    "device_map": (
+        Optional[str],
+        typer.Option(
+            "--device-map",
+            help="auto, balanced, sequential, cpu or FILE.json: spread the weights over the GPUs, the CPU and "
+            "the disk (accelerate's device map), within --max-memory.",
+        ),
+    ),
     "max_memory": (
         Optional[list[str]],
         typer.Option(
             "--max-memory",
             help="DEVICE=SIZE (repeatable): the most a device may give the model, as cpu=8GB or cuda:0=20GB.",
         ),
+    ),
+    "offload_dir": (
+        Optional[str],
+        typer.Option("--offload-dir", help="With --device-map: where weights offloaded to disk go."),
     ),
 }
 Chat = Annotated[

@@ -1,17 +1,22 @@
-"""Where a model's weights may go and how much each device may hold: `--max-memory DEVICE=SIZE`.
-Plain and validated, free of torch, so a mistake is refused before anything heavy is imported."""
+"""Where a model's weights may go and how much each device may hold: `--device-map`, `--max-memory
+DEVICE=SIZE`, `--offload-dir`. Plain and validated, free of torch, so a mistake is refused before
+anything heavy is imported."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from tokenviz.contract.errors import SettingsError
+from tokenviz.contract.text import safe_text
 
 UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 UNITS |= {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]I?B|B)?\s*$", re.IGNORECASE)
 _DEVICE = re.compile(r"^(cpu|disk|mps|cuda(:\d+)?|\d+)$")
+MAX_MAP_BYTES = 1 << 20  # a device map file is read no further
 
 
 def size_bytes(text: str) -> int:
@@ -32,3 +37,54 @@ def max_memory(entries: Iterable[str]) -> dict[str, int]:
             raise SettingsError(f"--max-memory {entry!r}: write DEVICE=SIZE, as cpu=8GB or cuda:0=20GB")
         limits[f"cuda:{device}" if device.isdigit() else device] = size_bytes(size)
     return limits
+
+
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential", "cpu")  # accelerate's, and all on the CPU
+
+
+def device_map(choice: str | None) -> str | dict[str, str | int] | None:
+    """`--device-map`: one of DEVICE_MAPS, or a JSON file mapping module names to devices
+    ({"model.layers.0": 0, "lm_head": "cpu", "model.layers.9": "disk", ...})."""
+    if choice is None or choice in DEVICE_MAPS:
+        return choice
+    if not choice.endswith(".json"):
+        raise SettingsError(f"--device-map must be {', '.join(DEVICE_MAPS)} or a .json file, got {safe_text(choice)!r}")
+    shown = safe_text(choice)
+    try:
+        with open(choice, encoding="utf-8") as file:
+            mapping = json.loads(file.read(MAX_MAP_BYTES))
+    except (OSError, ValueError) as exc:
+        raise SettingsError(f"--device-map {shown!r} cannot be read as JSON ({type(exc).__name__})") from None
+    if not isinstance(mapping, dict) or not all(isinstance(k, str) and _a_device(v) for k, v in mapping.items()):
+        raise SettingsError(f"--device-map {shown!r} must map module names to devices (0, cpu, disk)")
+    return mapping
+
+
+def _a_device(value: object) -> bool:
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, str) and bool(_DEVICE.match(value)))
+
+
+@dataclass(frozen=True)
+class Placement:
+    """How the weights are placed: by accelerate's device map over the devices and the disk (within
+    `max_memory`, offloading to `offload_dir`), or, without a map, all on the one device."""
+
+    device_map: str | None = None
+    max_memory: tuple[str, ...] = ()
+    offload_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "max_memory", tuple(self.max_memory or ()))
+        device_map(self.device_map)  # refused on creation: before torch is imported
+        max_memory(self.max_memory)
+
+    def limits(self) -> dict[str, int]:
+        return max_memory(self.max_memory)
+
+    def mapping(self) -> str | dict[str, str | int] | None:
+        return device_map(self.device_map)
+
+
+DEFAULT_PLACEMENT = Placement()

@@ -200,6 +200,7 @@ class ModelInfo:
     attention: str = "eager"  # how the forward passes compute attention (see tokenviz.model.attention)
     chat_template: bool = False  # the tokenizer has one: prompts can be chat messages
     memory: str = ""  # what it needs of what was free when it loaded (see tokenviz.model.memory)
+    placement: str = ""  # with a device map: which layers live on which device or the disk, and their bytes
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)

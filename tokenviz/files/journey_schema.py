@@ -97,6 +97,7 @@ class Info(Model):
     positions: SafeText
     attention: SafeText = "eager"
     memory: SafeText = ""
+    placement: SafeText = ""
 
 
 class Array(Model):

@@ -15,6 +15,7 @@ import torch
 
 from tokenviz.contract.results import Inspection, LensLayer
 from tokenviz.model.parts import decoder_layers
+from tokenviz.model.placing import weights_at_hand
 from tokenviz.model.runner import ModelRunner
 
 NORM_NAMES = ("norm", "ln_f", "final_layernorm", "final_layer_norm", "norm_f")
@@ -107,7 +108,7 @@ def inspect_positions(
     """Inspect several positions of `ids` with one forward pass. `chosen[i]` is the token that
     followed positions[i]; it and the `pinned` tokens are followed through the layers."""
     stream = residual_stream(runner, ids)  # (L+1, T, H)
-    weight = cast(torch.Tensor, runner.model.get_input_embeddings().weight)
+    embeddings = runner.model.get_input_embeddings()
     out = []
     for position, chosen_id in zip(positions, chosen):
         residual = stream[:, position]  # (L+1, H)
@@ -132,7 +133,8 @@ def inspect_positions(
             for layer in range(probs.shape[0])
         )
         token_id = ids[position]
-        row = weight[token_id].float()
+        with weights_at_hand(embeddings):  # (it may live on the disk)
+            row = cast(torch.Tensor, embeddings.weight)[token_id].float()
         out.append(
             Inspection(
                 position=position,

@@ -29,12 +29,13 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from tokenviz.contract.errors import ModelLoadError, TokenvizError
 from tokenviz.contract.paths import bundled_gguf, cache_root
-from tokenviz.contract.placement import max_memory
+from tokenviz.contract.placement import DEFAULT_PLACEMENT, Placement
 from tokenviz.contract.records import ModelInfo
 from tokenviz.contract.text import safe_text
 from tokenviz.model.attention import IMPLEMENTATION, use_fast_attention
 from tokenviz.model.memory import check_fits, parameter_count
 from tokenviz.model.parts import kv_heads
+from tokenviz.model.placing import accelerate_limits, offload_dir_for, placed
 
 BUNDLED_NAME = "SmolLM2-135M-Instruct (bundled, Q4_1 GGUF)"
 MANIFEST = "tokenviz-manifest.json"
@@ -317,7 +318,9 @@ ATTENTION_LABELS = {
 }
 
 
-def model_info(model, name: str, device: torch.device, dtype: torch.dtype, memory: str = "") -> ModelInfo:
+def model_info(
+    model, name: str, device: torch.device, dtype: torch.dtype, memory: str = "", placement: str = ""
+) -> ModelInfo:
     c = model.config
     heads = c.num_attention_heads
     hidden = c.hidden_size
@@ -337,6 +340,7 @@ def model_info(model, name: str, device: torch.device, dtype: torch.dtype, memor
         positions=_position_scheme(c),
         attention=ATTENTION_LABELS[c._attn_implementation == IMPLEMENTATION],
         memory=memory,
+        placement=placement,
     )
 
 
@@ -346,13 +350,12 @@ def load_model(
     dtype: str = "auto",
     trust_remote_code: bool = False,
     progress: Progress = lambda message, fraction: None,
-    max_memory: tuple[str, ...] = (),
+    placement: Placement = DEFAULT_PLACEMENT,
 ) -> LoadedModel:
-    """Load `spec` (None = the bundled model), ready for inference (see tokenviz.model.attention).
-    `max_memory`: DEVICE=SIZE entries, what each device may give it (see tokenviz.model.memory)."""
+    """Load `spec` (None = the bundled model), ready for inference (see tokenviz.model.attention),
+    placed as `placement` says (see tokenviz.model.memory and tokenviz.model.placing)."""
     torch_device = resolve_device(device)
-    torch_dtype = resolve_dtype(dtype, torch_device)
-    fit = Fit(torch_device, torch_dtype, auto_dtype=dtype == "auto", limits=memory_limits(max_memory))
+    fit = Fit.of(torch_device, dtype, placement)
 
     gguf_file = None
     if spec is None or spec.endswith(".gguf"):
@@ -378,6 +381,7 @@ def load_model(
         source, name = spec, spec
 
     progress(f"checking that {name} fits on {torch_device}", None)
+    fit.offload_dir = placement.offload_dir or str(offload_dir_for(source if gguf_file is None else gguf_file))
     try:
         with _quiet():
             model, tokenizer = _from_pretrained(source, name, fit, trust_remote_code, progress, gguf_file)
@@ -393,9 +397,11 @@ def load_model(
             raise ModelLoadError(f"could not load the model directory {spec}: {_one_line(exc)}") from None
         else:
             raise ModelLoadError(_explain(name, exc)) from None
-    model.to(torch_device).eval()
+    if fit.mapping is None:  # (a device-mapped model is where accelerate put it)
+        model.to(torch_device)
+    model.eval()
     model.generation_config.pad_token_id = model.generation_config.pad_token_id or tokenizer.eos_token_id
-    info = model_info(model, name, torch_device, fit.dtype, fit.note)
+    info = model_info(model, name, torch_device, fit.dtype, fit.note, placed(model))
     return LoadedModel(model=model, tokenizer=tokenizer, info=info)
 
 
@@ -436,14 +442,24 @@ class Fit:
     dtype: torch.dtype
     auto_dtype: bool
     limits: dict[str, int]
+    mapping: str | dict[str, str | int] | None = None  # a device map (see tokenviz.model.placing)
+    offload_dir: str = ""
     note: str = ""
 
+    @staticmethod
+    def of(device: torch.device, dtype: str, placement: Placement) -> Fit:
+        try:
+            limits, mapping = placement.limits(), placement.mapping()
+        except TokenvizError as exc:
+            raise ModelLoadError(str(exc)) from None
+        return Fit(device, resolve_dtype(dtype, device), dtype == "auto", limits, mapping)
 
-def memory_limits(entries: tuple[str, ...]) -> dict[str, int]:
-    try:
-        return max_memory(entries)
-    except TokenvizError as exc:
-        raise ModelLoadError(str(exc)) from None
+    def placing(self) -> dict[str, Any]:
+        """from_pretrained's arguments for the device map, if there is one."""
+        if self.mapping is None:
+            return {}
+        limits = accelerate_limits(self.limits) or None
+        return {"device_map": self.mapping, "max_memory": limits, "offload_folder": self.offload_dir}
 
 
 def _from_pretrained(
@@ -461,11 +477,13 @@ def _from_pretrained(
             raise ModelLoadError(f"{source} is a {config.model_type!r} model, not a causal language model")
         require_attention(config, source)
         parameters = parameter_count(config, trust_remote_code)
-        fit.dtype, fit.note = check_fits(name, config, parameters, fit.device, fit.dtype, fit.auto_dtype, fit.limits)
+        fit.dtype, fit.note = check_fits(
+            name, config, parameters, fit.device, fit.dtype, fit.auto_dtype, fit.limits, spread=fit.mapping is not None
+        )
         progress(f"loading {name} on {fit.device} ({str(fit.dtype).removeprefix('torch.')}): {fit.note}", None)
         tokenizer = AutoTokenizer.from_pretrained(source, **where)
         loaded: Any = AutoModelForCausalLM.from_pretrained(
-            source, dtype=fit.dtype, attn_implementation="eager", output_loading_info=True, **where
+            source, dtype=fit.dtype, attn_implementation="eager", output_loading_info=True, **fit.placing(), **where
         )
     model, report = loaded
     if gguf_file:  # dequantised in memory: plain floats, as a conversion would have saved them

@@ -9,6 +9,7 @@ figures and what would fit, instead of meeting the out-of-memory killer halfway 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import psutil
@@ -91,9 +92,20 @@ def check_fits(
     dtype: torch.dtype,
     auto_dtype: bool,
     limits: dict[str, int],
+    spread: bool = False,
 ) -> tuple[torch.dtype, str]:
     """The dtype to load in (with `auto_dtype` on a CPU, the smaller one when only it fits) and a line
-    saying what the model needs of what is free; ModelLoadError when it does not fit."""
+    saying what the model needs of what is free; ModelLoadError when it does not fit. `spread`: a
+    device map puts the weights where there is room (the disk last), so only the KV cache must fit."""
+    if spread:  # (--max-memory is then what the map may put on each device: the KV cache comes on top)
+        cache = dataclasses.replace(need(config, parameters, dtype), weights=0)
+        free = free_bytes(device, {})[0]
+        if cache.total > free:
+            raise ModelLoadError(
+                f"{name}'s KV cache for {cache.tokens:,} tokens needs {gigabytes(cache.total)} with room to work, "
+                f"and {device} has {gigabytes(free)} free"
+            )
+        return dtype, f"weights placed by the device map; the KV cache needs {gigabytes(cache.total)} on {device}"
     free, limited = free_bytes(device, limits)
     where = f"{device}{' within --max-memory' if limited else ''}"
     wanted = need(config, parameters, dtype)
@@ -108,6 +120,7 @@ def check_fits(
             for d in (torch.bfloat16,)
             if d != wanted.dtype and need(config, parameters, d).total <= free
         ]
-        advice = f": try {' or '.join(fits)}" if fits else ": it needs a device with more memory"
+        fits.append("--device-map auto (what does not fit goes to the disk: slower)")
+        advice = f": try {' or '.join(fits)}"
         raise ModelLoadError(f"{name} needs {wanted.describe()}, and {where} has {gigabytes(free)} free{advice}")
     return wanted.dtype, f"needs {gigabytes(wanted.total)} of {gigabytes(free)} free on {where}{note}"

@@ -21,6 +21,7 @@ from tokenviz.model.cache import full_cache
 from tokenviz.model.chat import has_chat_template
 from tokenviz.model.interrupt import layer_by_layer
 from tokenviz.model.loading import LoadedModel
+from tokenviz.model.placing import input_device
 from tokenviz.model.query_store import QueryStore
 from tokenviz.model.transfer import DeviceTimer, ids_to_device
 
@@ -40,7 +41,7 @@ class ModelRunner:
         self.loaded = loaded  # (another runner may share its weights: a comparison on one model)
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
-        self.device = next(self.model.parameters()).device
+        self.device = input_device(self.model)  # (a device-mapped model's first parameters may be on the disk)
         info = dataclasses.replace(loaded.info, chat_template=has_chat_template(loaded.tokenizer))
         self.info: ModelInfo = self._with_cache_shape(info)
         self.cache = full_cache()

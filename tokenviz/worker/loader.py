@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from tokenviz.contract.placement import DEFAULT_PLACEMENT, Placement
+
 if TYPE_CHECKING:
     from tokenviz.model.loading import LoadedModel
 
@@ -17,7 +19,7 @@ def model_loader(
     device: str = "auto",
     dtype: str = "auto",
     trust_remote_code: bool = False,
-    max_memory: tuple[str, ...] = (),
+    placement: Placement = DEFAULT_PLACEMENT,
 ) -> Loader:
     """A loader for `model` (None: the bundled one)."""
 
@@ -25,6 +27,6 @@ def model_loader(
         # Deferred: torch and transformers are imported in the engine thread, after the first frame.
         from tokenviz.model.loading import load_model
 
-        return load_model(model, device, dtype, trust_remote_code, progress, max_memory=max_memory)
+        return load_model(model, device, dtype, trust_remote_code, progress, placement)
 
     return load

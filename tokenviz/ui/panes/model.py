@@ -29,6 +29,7 @@ class ModelPane(ScrollPane):
             ("attention runs", i.attention),
             ("device, dtype", f"{i.device}, {i.dtype}"),
             *([("memory", i.memory)] if i.memory else []),
+            *([("placement", i.placement)] if i.placement else []),
         ]
         width = max(len(name) for name, _ in rows) + 2
         text = Text()

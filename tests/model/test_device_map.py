@@ -1,0 +1,162 @@
+"""A model spread by a device map over the CPU and the disk (`--device-map auto --max-memory
+cpu=SIZE` below its size) gives the numbers the model gives whole: steps, the lens, attention rows,
+verify and the command line's trace."""
+
+import json
+
+import pytest
+import torch
+from test_loading import save_random
+
+from tokenviz.contract.placement import Placement
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.journey.session import Session
+from tokenviz.journey.verification import verify_latest
+from tokenviz.model.lens import inspect_positions
+from tokenviz.model.loading import load_model
+from tokenviz.model.runner import ModelRunner
+
+SHAPE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4}
+CPU_SHARE = "cpu=500000"  # of about 0.8 MB of weights: the embedding and one layer; the rest on the disk
+PROMPT = "The cat sat on the mat. The dog"
+STEPS = 8
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("model")
+    save_random(directory, "llama", **SHAPE)
+    whole = load_model(str(directory), device="cpu", dtype="float32")
+    offload = str(tmp_path_factory.mktemp("offload"))
+    spread = load_model(
+        str(directory), device="cpu", dtype="float32", placement=Placement("auto", (CPU_SHARE,), offload)
+    )
+    return str(directory), whole, spread
+
+
+def journey(loaded) -> Session:
+    session = Session(ModelRunner(loaded), SamplingSettings(temperature=0, max_new_tokens=100))
+    session.start(session.runner.encode(PROMPT))
+    for _ in range(STEPS):
+        session.step()
+    return session
+
+
+def test_the_layers_that_do_not_fit_live_on_the_disk(models):
+    _, _, spread = models
+    placed = set(spread.model.hf_device_map.values())
+    assert placed == {"cpu", "disk"}
+    assert "cpu: layer 0" in spread.info.placement and "disk: layers 1-3" in spread.info.placement
+
+
+def test_a_device_map_from_a_file_puts_each_part_where_it_says(models, tmp_path):
+    directory, whole, _ = models
+    parts = {"model.embed_tokens": "cpu", "model.norm": "cpu", "model.rotary_emb": "cpu", "lm_head": "disk"}
+    parts |= {f"model.layers.{i}": "disk" if i % 2 else "cpu" for i in range(4)}
+    (tmp_path / "map.json").write_text(json.dumps(parts))
+    placement = Placement(str(tmp_path / "map.json"), (), str(tmp_path / "offload"))
+    mapped = load_model(directory, device="cpu", dtype="float32", placement=placement)
+    assert mapped.model.hf_device_map == parts
+    assert (
+        mapped.info.placement.startswith("cpu: layers 0, 2, 2 other parts")
+        and "disk: layers 1, 3, 1 other part" in mapped.info.placement
+    )
+    assert journey(mapped).ids == journey(whole).ids
+
+
+def test_steps_lens_attention_rows_and_verify_equal_the_whole_models(models):
+    _, whole, spread = models
+    a, b = journey(whole), journey(spread)
+    assert a.ids == b.ids
+    for x, y in zip(a.records, b.records):
+        assert [t.id for t in x.top] == [t.id for t in y.top]
+        torch.testing.assert_close([t.prob for t in x.top], [t.prob for t in y.top], rtol=0, atol=1e-5)
+    n = len(a.ids) - 1  # (the last id is pending: the cache holds the ones before)
+    layers = range(whole.info.layers)
+    rows_a = a.runner.attention(a.ids[:n], range(n - 4, n), layers)
+    rows_b = b.runner.attention(b.ids[:n], range(n - 4, n), layers)
+    torch.testing.assert_close(rows_b, rows_a, rtol=0, atol=1e-5)
+    _, eager = a.runner.recompute(a.ids[:n])  # eager, without the cache
+    torch.testing.assert_close(rows_b[:, :, -1], eager, rtol=0, atol=1e-5)
+    lens = inspect_positions(b.runner, b.ids[:n], [n - 1], [b.ids[n]])[0]
+    own = inspect_positions(a.runner, a.ids[:n], [n - 1], [a.ids[n]])[0]
+    assert lens.lens[-1].top[0][0] == b.ids[n]  # the last layer's lens is the model's own output
+    for x, y in zip(lens.lens, own.lens):
+        assert abs(x.chosen_prob - y.chosen_prob) < 1e-5 and x.chosen_rank == y.chosen_rank
+    assert lens.embedding_head == pytest.approx(own.embedding_head, abs=1e-6)  # read from the disk
+    check = verify_latest(b.runner, b.ids[:n])
+    assert check.argmax_agrees and check.max_logit_diff < 1e-4 and check.max_attention_diff < 1e-5
+
+
+def test_the_trace_with_a_device_map_is_the_trace_without(models, tmp_path, monkeypatch, capsys):
+    from clitools import invoke
+
+    directory, _, _ = models
+    common = ["trace", PROMPT, "--model", directory, "--device", "cpu", "--steps", "6", "--temperature", "0", "--json"]
+    code, whole, err = invoke(monkeypatch, capsys, *common)
+    assert code == 0, err
+    spread = ["--device-map", "auto", "--max-memory", CPU_SHARE, "--offload-dir", str(tmp_path)]
+    code, out, err = invoke(monkeypatch, capsys, *common, *spread)
+    assert code == 0, err
+    a, b = json.loads(whole), json.loads(out)
+    assert a["text"] == b["text"] and "disk: layers 1-3" in b["model"]["placement"]
+    assert b["model"]["memory"].startswith("weights placed by the device map")
+
+
+@pytest.mark.parametrize(
+    "value, said",
+    [("everywhere", "--device-map must be"), ("{missing}", "cannot be read"), ("{bad}", "must map module names")],
+)
+def test_a_bad_device_map_is_one_line(tmp_path, monkeypatch, capsys, value, said):
+    from clitools import invoke
+
+    (tmp_path / "bad.json").write_text(json.dumps({"model.layers.0": "moon"}))
+    value = value.replace("{missing}", str(tmp_path / "none.json")).replace("{bad}", str(tmp_path / "bad.json"))
+    code, _, err = invoke(monkeypatch, capsys, "trace", "hi", "--device-map", value)
+    assert code == 2 and said in err and len(err.strip().splitlines()) == 1
+
+
+async def test_the_model_view_says_where_the_layers_live(models):
+    from apptools import settle, wait_for
+
+    from tokenviz.ui.app import TokenvizApp
+    from tokenviz.worker.engine import EngineWorker
+
+    _, _, spread = models
+    app = TokenvizApp(EngineWorker(lambda progress: spread, SamplingSettings(), PROMPT))
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("M")
+        await wait_for(lambda: app.query_one("#views").current == "model", pilot)
+        shown = str(app.query_one("#model").body.render())
+        assert "placement" in shown and "disk: layers 1-3" in shown and "weights placed by the device map" in shown
+
+
+def test_every_view_on_a_spread_model_is_the_whole_models(models):
+    from tokenviz.decoding.beams import beam_search
+    from tokenviz.decoding.speculation import make_drafter, speculative_decode
+    from tokenviz.model.attribution import attribute
+    from tokenviz.model.logit_difference import logit_difference
+
+    _, whole, spread = models
+    a, b = journey(whole), journey(spread)
+    n = len(a.ids) - 1
+    ids, target, other = a.ids[:n], a.ids[n], a.records[-2].top[1].id
+    for method in ("loo", "grad"):
+        total_a, parts_a = attribute(a.runner, ids, target, method)
+        total_b, parts_b = attribute(b.runner, ids, target, method)
+        assert total_b == pytest.approx(total_a, abs=1e-5) and parts_b == pytest.approx(parts_a, abs=1e-5)
+    split_a, split_b = logit_difference(a.runner, ids, target, other), logit_difference(b.runner, ids, target, other)
+    assert split_b.total == pytest.approx(split_a.total, abs=1e-5)
+    assert split_b.attention == pytest.approx(split_a.attention, abs=1e-5) and split_b.mlp == pytest.approx(
+        split_a.mlp, abs=1e-5
+    )
+    beams_a, beams_b = (beam_search(s.runner, s.ids, 3, 4, from_cache=True) for s in (a, b))
+    assert beams_b.final == beams_a.final and len(beams_b.steps) == len(beams_a.steps) == 4
+    greedy = SamplingSettings(temperature=0)
+    for spec in ("prompt-lookup", "early-exit:2"):
+        runs = [
+            speculative_decode(s.runner, s.ids, make_drafter(spec, s.runner), 5, greedy, from_cache=True)
+            for s in (a, b)
+        ]
+        assert list(runs[1].ids) == list(runs[0].ids)

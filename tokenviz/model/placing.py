@@ -1,0 +1,93 @@
+"""A model spread by a device map (accelerate's): over GPUs, the CPU and the disk.
+
+transformers loads each weight straight onto the device the map gives it; accelerate's hooks move
+each module's inputs (and, for the disk, its weights) to where it runs. What tokenviz adds: where the
+ids go in, a line saying which layers live where, and a weight read outside a forward pass (the
+lens's embedding row) fetched from wherever it lives.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+from tokenviz.contract.paths import cache_root
+from tokenviz.model.memory import gigabytes
+from tokenviz.model.parts import decoder_layers
+
+
+def accelerate_limits(limits: dict[str, int]) -> dict[str | int, int]:
+    """--max-memory as accelerate names the devices: GPUs by number."""
+    return {int(d.removeprefix("cuda:")) if d.startswith("cuda:") else d: n for d, n in limits.items()}
+
+
+def offload_dir_for(source: str) -> Path:
+    """Where the disk's share of a model's weights goes, unless --offload-dir says: one folder per model."""
+    key = hashlib.sha256(str(source).encode()).hexdigest()[:12]
+    return cache_root() / "offload" / f"{Path(source).name or 'model'}-{key}"
+
+
+def input_device(model) -> torch.device:
+    """Where the ids go in: the input embedding's device (for one offloaded, where its hook runs it)."""
+    embeddings = model.get_input_embeddings()
+    runs_on = getattr(getattr(embeddings, "_hf_hook", None), "execution_device", None)
+    if runs_on is not None:
+        return torch.device(f"cuda:{runs_on}" if isinstance(runs_on, int) else runs_on)
+    return embeddings.weight.device
+
+
+@contextmanager
+def weights_at_hand(module: torch.nn.Module) -> Iterator[None]:
+    """Inside, the module's own weights are real tensors even if it lives on the disk."""
+    from accelerate.utils import align_module_device
+
+    with align_module_device(module):
+        yield
+
+
+def placed(model) -> str:
+    """Which decoder layers (and how many other parts) live on each device or the disk, and their
+    bytes: '' unless a device map spread the model over more than one."""
+    mapping: dict[str, str | int] = getattr(model, "hf_device_map", None) or {}
+    if len(set(mapping.values())) < 2:
+        return ""
+    prefix = next((name for name, module in model.named_modules() if module is decoder_layers(model)), "")
+    layer = re.compile(rf"^{re.escape(prefix)}\.(\d+)$")
+    where: dict[str, tuple[list[int], int, int]] = {}  # device: (layers, other parts, bytes)
+    for name, device in mapping.items():
+        key = f"cuda:{device}" if isinstance(device, int) else str(device)
+        module = model.get_submodule(name) if name else model
+        size = sum(p.numel() * p.element_size() for p in module.parameters())
+        layers, others, total = where.get(key, ([], 0, 0))
+        number = layer.match(name)
+        if number:
+            layers.append(int(number.group(1)))
+        elif module is decoder_layers(model):  # all of them in one place
+            layers.extend(range(len(module)))
+        elif size:  # (a part without weights, as a rotary embedding, is not worth a word)
+            others += 1
+        where[key] = (layers, others, total + size)
+    return " · ".join(
+        f"{device}: {_layer_span(layers)}{', ' if layers and others else ''}"
+        f"{f'{others} other part' + ('s' if others > 1 else '') if others else ''} ({gigabytes(size)})"
+        for device, (layers, others, size) in where.items()
+    )
+
+
+def _layer_span(layers: list[int]) -> str:
+    """[0, 1, 2, 5] -> 'layers 0-2, 5'."""
+    if not layers:
+        return ""
+    runs: list[list[int]] = []
+    for n in sorted(layers):
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    spans = ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+    return f"layer{'s' if len(layers) > 1 else ''} {spans}"
