@@ -5,7 +5,7 @@ attention over the whole sequence, and asking never changes the journey."""
 import pytest
 import torch
 from families import family_model
-from tiny import eager_forward
+from tiny import eager_forward, tiny_model
 
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
@@ -97,3 +97,19 @@ def test_an_eager_only_model_feeds_only_the_new_rows_when_the_window_moves_on():
     assert fed == [10, 1, 1]  # the step's own forward pass, then the one new row
     full = reference(s)
     assert abs(s.attention(range(21, 31), [2])[0] - full[2][:, 21:31, :31]).max() < 1e-5
+
+
+@pytest.mark.parametrize("free_gb", [1, 80, 500])
+def test_the_query_budget_follows_the_free_memory(monkeypatch, free_gb):
+    from tokenviz.model import runner as runner_module
+    from tokenviz.model.query_store import QUERY_CEILING, QUERY_FLOOR, query_budget
+
+    monkeypatch.setattr(runner_module, "free_bytes", lambda device, limits: (free_gb * 10**9, False))
+    runner = ModelRunner(tiny_model("llama"))
+    expected = {1: QUERY_FLOOR, 80: int(0.02 * 80 * 10**9), 500: QUERY_CEILING}[free_gb]
+    assert runner.queries.budget == expected
+    i = runner.info
+    positions = expected // (i.layers * i.heads * i.head_dim * 4)
+    assert i.queries_kept.startswith(f"the last {positions:,} positions")
+    # An 8B model (32 layers x 32 heads x 128, bfloat16) on a GPU with 60 GB free keeps thousands.
+    assert query_budget(60 * 10**9) // (32 * 32 * 128 * 2) > 4000

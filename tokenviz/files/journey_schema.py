@@ -98,6 +98,7 @@ class Info(Model):
     attention: SafeText = "eager"
     memory: SafeText = ""
     placement: SafeText = ""
+    queries_kept: SafeText = ""
 
 
 class Array(Model):

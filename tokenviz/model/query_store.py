@@ -15,7 +15,15 @@ import torch
 
 from tokenviz.model.attention import Capture, LayerCall
 
-QUERY_BUDGET = 32 << 20  # bytes of query states kept (about 470 positions of the bundled model)
+QUERY_SHARE = 0.02  # of the device's free memory when the model loads: the query states' budget,
+QUERY_FLOOR = 32 << 20  # but at least this (about 470 positions of the bundled model)
+QUERY_CEILING = 2 << 30  # and at most this
+
+
+def query_budget(free: int) -> int:
+    """Bytes of query states to keep, given the device's free memory: an 8B model on a GPU keeps
+    thousands of positions, a small machine still a few hundred."""
+    return int(min(max(free * QUERY_SHARE, QUERY_FLOOR), QUERY_CEILING))
 
 
 @dataclass
@@ -26,7 +34,7 @@ class _Block:
 
 
 class QueryStore:
-    def __init__(self, budget: int = QUERY_BUDGET):
+    def __init__(self, budget: int = QUERY_FLOOR):
         self.budget = budget
         self.calls: dict[int, LayerCall] = {}  # each layer's attention call, recorded by capturing()
         self._blocks: dict[int, _Block] = {}  # by age: the oldest first

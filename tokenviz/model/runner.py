@@ -21,8 +21,9 @@ from tokenviz.model.cache import full_cache
 from tokenviz.model.chat import has_chat_template
 from tokenviz.model.interrupt import layer_by_layer
 from tokenviz.model.loading import LoadedModel
+from tokenviz.model.memory import free_bytes, gigabytes
 from tokenviz.model.placing import input_device
-from tokenviz.model.query_store import QueryStore
+from tokenviz.model.query_store import QUERY_CEILING, QUERY_FLOOR, QUERY_SHARE, QueryStore, query_budget
 from tokenviz.model.transfer import DeviceTimer, ids_to_device
 
 
@@ -47,7 +48,8 @@ class ModelRunner:
         self.cache = full_cache()
         # Fast attention with queries kept for exact rows on demand; else eager (see tokenviz.model.attention).
         self.fast_attention = self.model.config._attn_implementation == IMPLEMENTATION
-        self.queries = QueryStore()
+        self.queries = QueryStore(query_budget(free_bytes(self.device, {})[0]))
+        self.info = dataclasses.replace(self.info, queries_kept=self._queries_kept())
         self._eager_rows: tuple[range, torch.Tensor] | None = None  # the last rows an eager pass gave
         self.special_ids = set(getattr(self.tokenizer, "all_special_ids", []) or [])
         self.eos_ids = self._eos_ids()
@@ -70,6 +72,15 @@ class ModelRunner:
         if not isinstance(keys, torch.Tensor):
             raise ModelLoadError(f"{type(self.model).__name__} keeps no key/value cache that tokenviz can read")
         return dataclasses.replace(info, kv_heads=int(keys.shape[1]), head_dim=int(keys.shape[-1]))
+
+    def _queries_kept(self) -> str:
+        """What the query states' budget holds, in positions (see tokenviz.model.query_store)."""
+        i, size = self.info, torch.empty((), dtype=self.model.dtype).element_size()
+        positions = self.queries.budget // (i.layers * i.heads * i.head_dim * size)
+        return (
+            f"the last {positions:,} positions ({gigabytes(self.queries.budget)}: {QUERY_SHARE:.0%} of the free "
+            f"memory, from {gigabytes(QUERY_FLOOR)} to {gigabytes(QUERY_CEILING)})"
+        )
 
     def _piece(self, token_id: int) -> str:
         """The exact text a token adds, safe to print. Byte pieces that are not whole characters, and

@@ -30,6 +30,7 @@ class ModelPane(ScrollPane):
             ("device, dtype", f"{i.device}, {i.dtype}"),
             *([("memory", i.memory)] if i.memory else []),
             *([("placement", i.placement)] if i.placement else []),
+            *([("queries kept", i.queries_kept)] if i.queries_kept else []),
         ]
         width = max(len(name) for name, _ in rows) + 2
         text = Text()
