@@ -64,7 +64,7 @@ def test_the_count_on_the_meta_device_is_the_loaded_models(tmp_path):
     directory = save_random(tmp_path, "llama", tie_word_embeddings=False, **SMALL)
     loaded = load_model(directory, device="cpu", dtype="float32")
     count = memory.parameter_count(AutoConfig.from_pretrained(directory))
-    assert count == sum(p.numel() for p in loaded.model.parameters())
+    assert count.total == sum(p.numel() for p in loaded.model.parameters())
     assert "needs" in loaded.info.memory and "free on cpu" in loaded.info.memory
 
 
@@ -164,3 +164,19 @@ def test_tied_embeddings_are_not_missing(tmp_path):
     assert "lm_head.weight" not in weights_of(tmp_path)
     loaded = load_model(directory, device="cpu")
     assert loaded.info.tied_embeddings
+
+
+def test_quantized_weights_are_counted_smaller_and_offered_when_they_fit(tmp_path, monkeypatch, capsys):
+    from clitools import invoke
+    from transformers import AutoConfig
+
+    wide = {**SMALL, "hidden_size": 128, "intermediate_size": 512, "max_position_embeddings": 64}  # mostly linears
+    directory = save_random(tmp_path, "llama", **wide)
+    config = AutoConfig.from_pretrained(directory)
+    count = memory.parameter_count(config)
+    plain, int8 = memory.need(config, count, torch.float32), memory.need(config, count, torch.float32, "int8")
+    assert plain.weights - int8.weights == count.in_linears * 3  # four bytes become one
+    limit = f"cpu={(int8.total + memory.need(config, count, torch.bfloat16).total) // 2}"
+    code, _, err = invoke(monkeypatch, capsys, "trace", "hi", "--model", directory, "--max-memory", limit,
+                          "--device", "cpu", "--dtype", "float32")  # fmt: skip
+    assert code == 2 and "try --quantize int8" in err and "--dtype bfloat16" not in err

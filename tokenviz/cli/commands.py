@@ -6,6 +6,7 @@ Every foreseeable mistake ends with one line on stderr and exit code 2, never a 
 """
 
 import atexit
+import dataclasses
 import json
 import os
 import sys
@@ -345,6 +346,9 @@ def compare(
         Optional[str], typer.Option("--against-model", help="B's model (it must share A's tokenizer).")
     ] = None,
     against_dtype: Annotated[Optional[str], typer.Option("--against-dtype", help="B's dtype.")] = None,
+    against_quantize: Annotated[
+        Optional[str], typer.Option("--against-quantize", help="B is A's model quantized: int8 or int4.")
+    ] = None,
     steps: Annotated[int, typer.Option(help="How many tokens each journey takes at most.")] = 32,
     as_json: Annotated[
         bool, typer.Option("--json", help="Step both to the end and print one JSON document with their diff.")
@@ -354,9 +358,10 @@ def compare(
     theme: Theme = DEFAULT_THEME,
 ) -> None:
     """Two journeys on one prompt, side by side and stepped together: two sampling settings (A's options
-    and --against), two dtypes (--dtype and --against-dtype) or two models sharing a tokenizer
-    (--model and --against-model). Per step: the KL divergence of their raw distributions, whether
-    their top-1 agree, the rank each gives the other's choice; and where their paths part."""
+    and --against), two dtypes (--dtype and --against-dtype), a model and its quantized self
+    (--against-quantize) or two models sharing a tokenizer (--model and --against-model). Per step:
+    the KL divergence of their raw distributions, whether their top-1 agree, the rank each gives the
+    other's choice; and where their paths part."""
     try:
         if steps < 1:
             raise TokenvizError(f"--steps must be at least 1, got {steps}")
@@ -364,13 +369,19 @@ def compare(
         check_theme(theme)
         a = settings.replace(max_new_tokens=steps)
         b = a.changed(against or [])
+        b_model = dataclasses.replace(
+            model,
+            model=against_model or model.model,
+            dtype=against_dtype or model.dtype,
+            quantize=against_quantize or model.quantize,
+        )
     except TokenvizError as exc:
         fail(str(exc))
 
     def build(progress):
         from tokenviz.cli.headless import compare_sessions
 
-        return compare_sessions(a, b, model, against_model, against_dtype, progress)
+        return compare_sessions(a, b, model, b_model, progress)
 
     if as_json:
         from tokenviz.cli.headless import compare_document

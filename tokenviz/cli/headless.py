@@ -174,21 +174,17 @@ def compare_sessions(
     settings: SamplingSettings,
     against: SamplingSettings,
     model: ModelChoice,
-    against_model: str | None,
-    against_dtype: str | None,
+    b_model: ModelChoice,
     progress: Progress = lambda message, fraction: None,
 ) -> Comparison:
-    """Journeys A and B: B's model is A's unless another model or dtype is asked for."""
-    loaded = model.load(progress)
-    other = loaded
-    if against_model is not None or (against_dtype is not None and against_dtype != model.dtype):
-        b_model = against_model if against_model is not None else model.model
-        other = dataclasses.replace(model, model=b_model, dtype=against_dtype or model.dtype).load(progress)
-    if other is loaded and against == settings:
+    """Journeys A and B: B's model is A's unless another model, dtype or quantization is asked for."""
+    if b_model == model and against == settings:
         raise TokenvizError(
             "compare needs the two journeys to differ: --against NAME=VALUE (a sampling setting), "
-            "--against-dtype or --against-model"
+            "--against-dtype, --against-quantize or --against-model"
         )
+    loaded = model.load(progress)
+    other = loaded if b_model == model else b_model.load(progress)
     return Comparison(Session(ModelRunner(loaded), settings), Session(ModelRunner(other), against))
 
 

@@ -50,13 +50,14 @@ class ModelChoice:
     device_map: str | None = None
     max_memory: tuple[str, ...] = ()  # DEVICE=SIZE entries
     offload_dir: str | None = None
+    quantize: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "max_memory", tuple(self.max_memory or ()))
         self.placement()  # refused here, before torch is imported
 
     def placement(self) -> Placement:
-        return Placement(self.device_map, self.max_memory, self.offload_dir)
+        return Placement(self.device_map, self.max_memory, self.offload_dir, self.quantize)
 
     def load(self, progress: "Progress") -> "LoadedModel":
         from tokenviz.model.loading import load_model  # deferred: it imports torch
@@ -101,6 +102,12 @@ MODEL_OPTIONS: dict[str, tuple[Any, Any]] = {
     "offload_dir": (
         Optional[str],
         typer.Option("--offload-dir", help="With --device-map: where weights offloaded to disk go."),
+    ),
+    "quantize": (
+        Optional[str],
+        typer.Option(
+            "--quantize", help="int8 or int4: quantize the weights as they load (torchao; int4 needs a CUDA GPU)."
+        ),
     ),
 }
 Chat = Annotated[

@@ -1,6 +1,6 @@
-"""Where a model's weights may go and how much each device may hold: `--device-map`, `--max-memory
-DEVICE=SIZE`, `--offload-dir`. Plain and validated, free of torch, so a mistake is refused before
-anything heavy is imported."""
+"""How a model's weights are held: where they may go and how much each device may hold
+(`--device-map`, `--max-memory DEVICE=SIZE`, `--offload-dir`), and in what form (`--quantize`).
+Plain and validated, free of torch, so a mistake is refused before anything heavy is imported."""
 
 from __future__ import annotations
 
@@ -39,6 +39,7 @@ def max_memory(entries: Iterable[str]) -> dict[str, int]:
     return limits
 
 
+QUANTIZE = ("int8", "int4")  # weight-only: torchao's int8 (any device), int4 on a CUDA GPU
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential", "cpu")  # accelerate's, and all on the CPU
 
 
@@ -68,17 +69,21 @@ def _a_device(value: object) -> bool:
 
 @dataclass(frozen=True)
 class Placement:
-    """How the weights are placed: by accelerate's device map over the devices and the disk (within
-    `max_memory`, offloading to `offload_dir`), or, without a map, all on the one device."""
+    """How the weights are held: placed by accelerate's device map over the devices and the disk
+    (within `max_memory`, offloading to `offload_dir`) or, without a map, all on the one device;
+    quantized to `quantize` as they load, or as the checkpoint has them."""
 
     device_map: str | None = None
     max_memory: tuple[str, ...] = ()
     offload_dir: str | None = None
+    quantize: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "max_memory", tuple(self.max_memory or ()))
         device_map(self.device_map)  # refused on creation: before torch is imported
         max_memory(self.max_memory)
+        if self.quantize is not None and self.quantize not in QUANTIZE:
+            raise SettingsError(f"--quantize must be {' or '.join(QUANTIZE)}, got {safe_text(self.quantize)!r}")
 
     def limits(self) -> dict[str, int]:
         return max_memory(self.max_memory)

@@ -201,6 +201,7 @@ class ModelInfo:
     chat_template: bool = False  # the tokenizer has one: prompts can be chat messages
     memory: str = ""  # what it needs of what was free when it loaded (see tokenviz.model.memory)
     placement: str = ""  # with a device map: which layers live on which device or the disk, and their bytes
+    quantization: str = ""  # how the weights are quantized ('' when they are not)
     queries_kept: str = ""  # how many positions' query states the attention view keeps (see model.query_store)
 
     def to_json(self) -> dict[str, Any]:

@@ -98,6 +98,7 @@ class Info(Model):
     attention: SafeText = "eager"
     memory: SafeText = ""
     placement: SafeText = ""
+    quantization: SafeText = ""
     queries_kept: SafeText = ""
 
 

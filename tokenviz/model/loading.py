@@ -36,6 +36,7 @@ from tokenviz.model.attention import IMPLEMENTATION, use_fast_attention
 from tokenviz.model.memory import check_fits, parameter_count
 from tokenviz.model.parts import kv_heads
 from tokenviz.model.placing import accelerate_limits, offload_dir_for, placed
+from tokenviz.model.quantizing import quantization_config, quantized
 
 BUNDLED_NAME = "SmolLM2-135M-Instruct (bundled, Q4_1 GGUF)"
 MANIFEST = "tokenviz-manifest.json"
@@ -319,7 +320,13 @@ ATTENTION_LABELS = {
 
 
 def model_info(
-    model, name: str, device: torch.device, dtype: torch.dtype, memory: str = "", placement: str = ""
+    model,
+    name: str,
+    device: torch.device,
+    dtype: torch.dtype,
+    memory: str = "",
+    placement: str = "",
+    quantization: str = "",
 ) -> ModelInfo:
     c = model.config
     heads = c.num_attention_heads
@@ -341,6 +348,7 @@ def model_info(
         attention=ATTENTION_LABELS[c._attn_implementation == IMPLEMENTATION],
         memory=memory,
         placement=placement,
+        quantization=quantization,
     )
 
 
@@ -397,11 +405,11 @@ def load_model(
             raise ModelLoadError(f"could not load the model directory {spec}: {_one_line(exc)}") from None
         else:
             raise ModelLoadError(_explain(name, exc)) from None
-    if fit.mapping is None:  # (a device-mapped model is where accelerate put it)
+    if "device_map" not in fit.placing():  # (a mapped model is where accelerate put it)
         model.to(torch_device)
     model.eval()
     model.generation_config.pad_token_id = model.generation_config.pad_token_id or tokenizer.eos_token_id
-    info = model_info(model, name, torch_device, fit.dtype, fit.note, placed(model))
+    info = model_info(model, name, torch_device, fit.dtype, fit.note, placed(model), quantized(model))
     return LoadedModel(model=model, tokenizer=tokenizer, info=info)
 
 
@@ -443,6 +451,7 @@ class Fit:
     auto_dtype: bool
     limits: dict[str, int]
     mapping: str | dict[str, str | int] | None = None  # a device map (see tokenviz.model.placing)
+    quantize: str | None = None
     offload_dir: str = ""
     note: str = ""
 
@@ -452,14 +461,20 @@ class Fit:
             limits, mapping = placement.limits(), placement.mapping()
         except TokenvizError as exc:
             raise ModelLoadError(str(exc)) from None
-        return Fit(device, resolve_dtype(dtype, device), dtype == "auto", limits, mapping)
+        return Fit(device, resolve_dtype(dtype, device), dtype == "auto", limits, mapping, placement.quantize)
 
     def placing(self) -> dict[str, Any]:
-        """from_pretrained's arguments for the device map, if there is one."""
-        if self.mapping is None:
-            return {}
-        limits = accelerate_limits(self.limits) or None
-        return {"device_map": self.mapping, "max_memory": limits, "offload_folder": self.offload_dir}
+        """from_pretrained's arguments for the device map and the quantization, if any. Off the CPU
+        the weights go straight onto the device, not through the host first."""
+        where: dict[str, Any] = {}
+        if self.mapping is not None:
+            limits = accelerate_limits(self.limits) or None
+            where = {"device_map": self.mapping, "max_memory": limits, "offload_folder": self.offload_dir}
+        elif self.device.type != "cpu" or self.quantize:
+            where = {"device_map": {"": str(self.device)}}
+        if self.quantize:
+            where["quantization_config"] = quantization_config(self.quantize, self.device)
+        return where
 
 
 def _from_pretrained(
@@ -478,7 +493,15 @@ def _from_pretrained(
         require_attention(config, source)
         parameters = parameter_count(config, trust_remote_code)
         fit.dtype, fit.note = check_fits(
-            name, config, parameters, fit.device, fit.dtype, fit.auto_dtype, fit.limits, spread=fit.mapping is not None
+            name,
+            config,
+            parameters,
+            fit.device,
+            fit.dtype,
+            fit.auto_dtype,
+            fit.limits,
+            fit.mapping is not None,
+            fit.quantize,
         )
         progress(f"loading {name} on {fit.device} ({str(fit.dtype).removeprefix('torch.')}): {fit.note}", None)
         tokenizer = AutoTokenizer.from_pretrained(source, **where)

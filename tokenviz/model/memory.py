@@ -21,6 +21,7 @@ from tokenviz.model.parts import kv_heads
 KV_TOKENS = 4096  # the context whose KV cache is reserved (the model's own, if shorter)
 WORKING_SHARE = 0.10  # on top of the weights and KV cache: activations, logits, kept queries
 SMALLER = {torch.float32: torch.bfloat16}  # auto dtype on a CPU: float32 unless only this fits
+QUANTIZED_BYTES = {"int8": 1.0, "int4": 0.5}  # per weight of a linear layer (scales are the 10% to work in)
 
 
 @dataclass(frozen=True)
@@ -31,14 +32,18 @@ class Need:
     kv: int
     tokens: int
     dtype: torch.dtype
+    quantize: str | None = None
 
     @property
     def total(self) -> int:
         return int((self.weights + self.kv) * (1 + WORKING_SHARE))
 
+    def form(self) -> str:
+        return f"{self.quantize} and {dtype_name(self.dtype)}" if self.quantize else dtype_name(self.dtype)
+
     def describe(self) -> str:
         return (
-            f"{gigabytes(self.total)} ({gigabytes(self.weights)} of weights in {dtype_name(self.dtype)}, "
+            f"{gigabytes(self.total)} ({gigabytes(self.weights)} of weights in {self.form()}, "
             f"{gigabytes(self.kv)} of KV cache for {self.tokens:,} tokens, {WORKING_SHARE:.0%} to work in)"
         )
 
@@ -51,17 +56,27 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def parameter_count(config, trust_remote_code: bool = False) -> int:
-    """The model's parameters (tied ones once), counted on the meta device: no storage, so a 70B
-    config costs what its modules' Python objects cost."""
+@dataclass(frozen=True)
+class Parameters:
+    total: int  # tied ones once
+    in_linears: int  # the weights of linear layers but the output head: what weight-only quantization shrinks
+
+
+def parameter_count(config, trust_remote_code: bool = False) -> Parameters:
+    """The model's parameters, counted on the meta device: no storage, so a 70B config costs what
+    its modules' Python objects cost."""
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
-    return sum(p.numel() for p in model.parameters())
+    head = model.get_output_embeddings()
+    linears = {
+        id(m.weight): m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not head
+    }
+    return Parameters(sum(p.numel() for p in model.parameters()), sum(linears.values()))
 
 
-def need(config, parameters: int, dtype: torch.dtype) -> Need:
+def need(config, parameters: Parameters, dtype: torch.dtype, quantize: str | None = None) -> Need:
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     heads = text.num_attention_heads
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
@@ -69,7 +84,9 @@ def need(config, parameters: int, dtype: torch.dtype) -> Need:
     tokens = min(KV_TOKENS, int(context))
     size = torch.empty((), dtype=dtype).element_size()
     kv = 2 * text.num_hidden_layers * kv_heads(text, heads) * head_dim * tokens * size
-    return Need(weights=parameters * size, kv=kv, tokens=tokens, dtype=dtype)
+    quantized = parameters.in_linears if quantize else 0
+    weights = (parameters.total - quantized) * size + quantized * QUANTIZED_BYTES.get(quantize or "", 0)
+    return Need(weights=int(weights), kv=kv, tokens=tokens, dtype=dtype, quantize=quantize)
 
 
 def free_bytes(device: torch.device, limits: dict[str, int]) -> tuple[int, bool]:
@@ -87,18 +104,19 @@ def free_bytes(device: torch.device, limits: dict[str, int]) -> tuple[int, bool]
 def check_fits(
     name: str,
     config,
-    parameters: int,
+    parameters: Parameters,
     device: torch.device,
     dtype: torch.dtype,
     auto_dtype: bool,
     limits: dict[str, int],
     spread: bool = False,
+    quantize: str | None = None,
 ) -> tuple[torch.dtype, str]:
     """The dtype to load in (with `auto_dtype` on a CPU, the smaller one when only it fits) and a line
     saying what the model needs of what is free; ModelLoadError when it does not fit. `spread`: a
     device map puts the weights where there is room (the disk last), so only the KV cache must fit."""
     if spread:  # (--max-memory is then what the map may put on each device: the KV cache comes on top)
-        cache = dataclasses.replace(need(config, parameters, dtype), weights=0)
+        cache = dataclasses.replace(need(config, parameters, dtype, quantize), weights=0)
         free = free_bytes(device, {})[0]
         if cache.total > free:
             raise ModelLoadError(
@@ -108,17 +126,19 @@ def check_fits(
         return dtype, f"weights placed by the device map; the KV cache needs {gigabytes(cache.total)} on {device}"
     free, limited = free_bytes(device, limits)
     where = f"{device}{' within --max-memory' if limited else ''}"
-    wanted = need(config, parameters, dtype)
+    wanted = need(config, parameters, dtype, quantize)
     note = ""
     if wanted.total > free and auto_dtype and dtype in SMALLER and device.type == "cpu":
-        smaller = need(config, parameters, SMALLER[dtype])  # (refused even so: the figures of the smaller)
+        smaller = need(config, parameters, SMALLER[dtype], quantize)  # (refused even so: the figures of the smaller)
         note = f"; {dtype_name(smaller.dtype)} because {dtype_name(dtype)} needs {gigabytes(wanted.total)}"
         wanted = smaller
     if wanted.total > free:
+        options = {f"--dtype {dtype_name(d)}": need(config, parameters, d, quantize) for d in (torch.bfloat16,)}
+        options |= {f"--quantize {q}": need(config, parameters, wanted.dtype, q) for q in QUANTIZED_BYTES}
         fits = [
-            f"--dtype {dtype_name(d)} ({gigabytes(need(config, parameters, d).total)})"
-            for d in (torch.bfloat16,)
-            if d != wanted.dtype and need(config, parameters, d).total <= free
+            f"{option} ({gigabytes(n.total)})"
+            for option, n in options.items()
+            if (n.dtype, n.quantize) != (wanted.dtype, wanted.quantize) and n.total <= free
         ]
         fits.append("--device-map auto (what does not fit goes to the disk: slower)")
         advice = f": try {' or '.join(fits)}"

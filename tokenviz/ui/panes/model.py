@@ -28,6 +28,7 @@ class ModelPane(ScrollPane):
             ("chat template", "yes (--chat, or the editor's switch)" if i.chat_template else "none"),
             ("attention runs", i.attention),
             ("device, dtype", f"{i.device}, {i.dtype}"),
+            *([("quantization", i.quantization)] if i.quantization else []),
             *([("memory", i.memory)] if i.memory else []),
             *([("placement", i.placement)] if i.placement else []),
             *([("queries kept", i.queries_kept)] if i.queries_kept else []),
