@@ -107,7 +107,7 @@ def test_the_lens_follows_the_watched_tokens_as_the_lens_computes_them(tiny_llam
     session = journey(tiny_llama, pinned=(42, 7), steps=2)
     position = session.runner.kv_len - 1
     inspection = session.analyses.inspect(position)
-    probs = torch.softmax(lens_logits(session.runner, residual_stream(session.runner, session.ids)[:, position]), -1)
+    probs = torch.softmax(lens_logits(session.runner, residual_stream(session.runner, session.ids)[0][:, position]), -1)
     assert inspection.pinned == ((42, session.runner.piece(42)), (7, session.runner.piece(7)))
     for layer, row in enumerate(inspection.lens):
         for token, (rank, prob) in zip((42, 7), row.pinned):

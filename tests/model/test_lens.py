@@ -137,3 +137,56 @@ def test_lens_for_many_positions_in_one_pass_matches_one_by_one(tiny_llama):
         assert [r.top for r in inspection.lens] == [r.top for r in alone.lens] or all(
             [i for i, _, _ in a.top] == [i for i, _, _ in b.top] for a, b in zip(inspection.lens, alone.lens)
         )
+
+
+def save_gemma3n(directory) -> str:
+    """A tiny Gemma 3n: four parallel streams per layer (AltUp), merged after the last layer."""
+    from tiny import tiny_tokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model(
+        "gemma3n_text", vocab_size=300, vocab_size_per_layer_input=300, hidden_size=32, intermediate_size=64,
+        num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=128,
+        hidden_size_per_layer_input=8, laurel_rank=4, altup_num_inputs=4, sliding_window=6,
+        layer_types=["sliding_attention", "full_attention"] * 2, num_kv_shared_layers=0,
+        activation_sparsity_pattern=[0.0] * 4,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(directory)
+    tiny_tokenizer().save_pretrained(directory)
+    return str(directory)
+
+
+def test_gemma3n_lens_follows_its_streams_to_the_models_output(tmp_path, monkeypatch, capsys):
+    from clitools import invoke
+
+    directory = save_gemma3n(tmp_path)
+    capsys.readouterr()
+    code, out, err = invoke(monkeypatch, capsys, "trace", PROMPT, "--model", directory, "--steps", "3",
+                            "--temperature", "0", "--lens", "--json")  # fmt: skip
+    assert code == 0, err
+    doc = json.loads(out)
+    for step in doc["steps"]:
+        lens = step["lens"]
+        assert len(lens) == 5 and lens[-1]["top"][0]["id"] == step["chosen"]["id"]
+        assert lens[-1]["top"][0]["prob"] == pytest.approx(step["top"][0]["prob"], abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    "merge, said",
+    [
+        (lambda model: None, "logit lens cannot follow"),  # as the lens was before it followed AltUp
+        (lambda model: lambda streams: streams[0], "is not exact"),  # one stream only: the wrong numbers
+    ],
+)
+def test_a_lens_that_cannot_be_exact_says_so_in_one_line(tmp_path, monkeypatch, capsys, merge, said):
+    from clitools import invoke
+
+    from tokenviz.model import lens
+
+    directory = save_gemma3n(tmp_path)
+    capsys.readouterr()
+    monkeypatch.setattr(lens, "stream_merge", merge)
+    code, _, err = invoke(monkeypatch, capsys, "trace", PROMPT, "--model", directory, "--steps", "2", "--lens")
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and said in errors[0] and "Traceback" not in err

@@ -9,15 +9,18 @@ stream, so the last layer's lens is exactly the model's output.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import cast
 
 import torch
 
+from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import Inspection, LensLayer
 from tokenviz.model.parts import decoder_layers
 from tokenviz.model.placing import weights_at_hand
 from tokenviz.model.runner import ModelRunner
 
+MERGE_EPSILON = 1e-5  # Gemma 3n's floor under a stream's magnitude
 NORM_NAMES = ("norm", "ln_f", "final_layernorm", "final_layer_norm", "norm_f")
 
 
@@ -68,24 +71,57 @@ def head_logits(model, hidden: torch.Tensor) -> torch.Tensor:
     return softcap(model, head_logits_before_cap(model, hidden))
 
 
+def stream_merge(model) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """For a model whose layers carry parallel streams (Gemma 3n's AltUp: (streams, batch, positions,
+    hidden)), what it does to them after its last layer: streams 1.. projected back, scaled to stream
+    0's magnitude, and all averaged. The lens does the same after every layer, so its last layer is
+    the model's output. None for a model with one stream."""
+    unembed = getattr(model.base_model, "altup_unembed_projections", None)
+    if unembed is None:
+        return None
+
+    def merge(streams: torch.Tensor) -> torch.Tensor:
+        target = torch.mean(streams[0] ** 2, dim=-1, keepdim=True) ** 0.5
+        parts = [streams[0]]
+        for i, project in enumerate(unembed, start=1):
+            part = project(streams[i]).to(dtype=streams[0].dtype)
+            magnitude = torch.sqrt(torch.mean(part**2, dim=-1, keepdim=True).clamp(min=MERGE_EPSILON))
+            parts.append(part * target / magnitude)
+        return torch.stack(parts).mean(0)
+
+    return merge
+
+
 @torch.inference_mode()
-def residual_stream(runner: ModelRunner, ids: list[int]) -> torch.Tensor:
-    """(layers + 1, positions, hidden): the embeddings, then each decoder layer's output."""
+def residual_stream(runner: ModelRunner, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(layers + 1, positions, hidden): the embeddings, then each decoder layer's output (streams
+    merged as the model merges them); and the model's own logits after the last of `ids`."""
     model = runner.model
+    layers = decoder_layers(model)
+    merge = stream_merge(model)
     captured: list[torch.Tensor] = []
 
     def hook(module, args, output):
-        captured.append((output[0] if isinstance(output, tuple) else output)[0])
+        hidden = output[0] if isinstance(output, tuple) else output
+        captured.append(merge(hidden)[0] if merge else hidden[0])
 
-    handles = [layer.register_forward_hook(hook) for layer in decoder_layers(model)]
+    def entering(module, args):  # the streams the first layer receives: the lens's layer 0
+        captured.append(merge(args[0])[0])
+
+    handles = [layer.register_forward_hook(hook) for layer in layers]
+    if merge:
+        handles.append(layers[0].register_forward_pre_hook(entering))
     try:
         input_ids = torch.tensor([ids], device=runner.device)
-        embeddings = model.get_input_embeddings()(input_ids)[0]
-        model(input_ids=input_ids, use_cache=False, logits_to_keep=1)
+        first = [] if merge else [model.get_input_embeddings()(input_ids)[0]]
+        logits = model(input_ids=input_ids, use_cache=False, logits_to_keep=1).logits[0, -1]
     finally:
         for handle in handles:
             handle.remove()
-    return torch.stack([embeddings, *captured])
+    try:
+        return torch.stack([*first, *captured]), logits
+    except RuntimeError as exc:  # a layer whose output is not one residual stream
+        raise TokenvizError(f"the logit lens cannot follow {type(model).__name__}'s layers ({exc})") from None
 
 
 @torch.inference_mode()
@@ -107,7 +143,13 @@ def inspect_positions(
 ) -> list[Inspection]:
     """Inspect several positions of `ids` with one forward pass. `chosen[i]` is the token that
     followed positions[i]; it and the `pinned` tokens are followed through the layers."""
-    stream = residual_stream(runner, ids)  # (L+1, T, H)
+    stream, own = residual_stream(runner, ids)  # (L+1, T, H)
+    last = lens_logits(runner, stream[-1, -1:])[0]
+    if not torch.allclose(last.float(), own.float(), rtol=1e-3, atol=1e-3 * float(own.abs().max())):
+        raise TokenvizError(
+            f"the logit lens of {type(runner.model).__name__} is not exact: its last layer differs from the "
+            f"model's output by {float((last.float() - own.float()).abs().max()):.3g}"
+        )
     embeddings = runner.model.get_input_embeddings()
     out = []
     for position, chosen_id in zip(positions, chosen):
