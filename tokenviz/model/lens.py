@@ -105,11 +105,13 @@ def residual_stream(runner: ModelRunner, ids: list[int]) -> tuple[torch.Tensor, 
         hidden = output[0] if isinstance(output, tuple) else output
         captured.append(merge(hidden)[0] if merge else hidden[0])
 
-    def entering(module, args):  # the streams the first layer receives: the lens's layer 0
-        captured.append(merge(args[0])[0])
-
     handles = [layer.register_forward_hook(hook) for layer in layers]
-    if merge:
+    if merge is not None:
+        joined = merge
+
+        def entering(module, args):  # the streams the first layer receives: the lens's layer 0
+            captured.append(joined(args[0])[0])
+
         handles.append(layers[0].register_forward_pre_hook(entering))
     try:
         input_ids = torch.tensor([ids], device=runner.device)
