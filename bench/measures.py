@@ -53,6 +53,9 @@ BUDGETS = {
     "history_mb_per_1000": ("history MB per 1000 steps", "<=", 64.0),
     "beams_2000": ("beam search (B), 2000 context / 50 context", "<=", 1.5),
     "key_frame_ms": ("a settings key during autoplay to its frame, ms", "<=", 100.0),
+    "offload_same": ("half the layers on the disk: the same tokens (1 = yes)", ">=", 1.0),
+    "refusal_s": ("a 70B config refused, s", "<=", 10.0),
+    "refusal_gb": ("a 70B config refused, peak RSS GB", "<=", 1.0),
 }
 VIEW_ROWS = 114  # query rows the attention pane shows at 200x60
 
@@ -279,6 +282,60 @@ def key_frame(loaded, context: int = 500, presses: int = 8) -> dict:
 
     asyncio.run(run())
     return {"median_ms": statistics.median(latencies) * 1000, "max_ms": max(latencies) * 1000}
+
+
+def offload(source: str | None = None, steps: int = 8) -> dict:
+    """A model with about half its weights given to the CPU by --max-memory and the rest offloaded to
+    the disk, against the same model whole: the cost of a step (medians) and whether the tokens are
+    the same. `source`: a model directory (the bundled model's converted one by default)."""
+    from tokenviz.contract.placement import Placement
+
+    source = source or str(gguf_cache_dir(bundled_gguf()))
+    whole = load_model(source, device="cpu", dtype="float32")
+    size = sum(p.numel() * p.element_size() for p in whole.model.parameters())
+    ids = whole.tokenizer(PROMPT)["input_ids"]
+    with tempfile.TemporaryDirectory() as folder:
+        placement = Placement("auto", (f"cpu={size // 2}",), folder)
+        spread = load_model(source, device="cpu", dtype="float32", placement=placement)
+        on_disk = sum(1 for where in spread.model.hf_device_map.values() if where == "disk")
+        runs = {}
+        for name, loaded in (("whole", whole), ("offloaded", spread)):
+            session = Session(ModelRunner(loaded), SamplingSettings(temperature=0, max_new_tokens=10**6))
+            session.start(ids)
+            times = []
+            for _ in range(steps):
+                started = time.perf_counter()
+                session.step()
+                times.append(time.perf_counter() - started)
+            runs[name] = (statistics.median(times), list(session.ids))
+    return {
+        "parts_on_disk": on_disk,
+        "whole_step_ms": runs["whole"][0] * 1000,
+        "offloaded_step_ms": runs["offloaded"][0] * 1000,
+        "ratio": runs["offloaded"][0] / runs["whole"][0],
+        "same_tokens": runs["whole"][1] == runs["offloaded"][1],
+    }
+
+
+def refusal() -> dict:
+    """A directory holding a Llama-3-70B-shaped config (and no weights worth reading): from start to
+    the one-line refusal, and the process's peak memory."""
+    from bench.checkpoints import SHAPES, sparse_checkpoint
+
+    with tempfile.TemporaryDirectory() as folder:
+        sparse_checkpoint(Path(folder), SHAPES["70B"])
+        trace = [sys.executable, "-m", "tokenviz", "trace", "hi", "--model", folder, "--device", "cpu"]
+        # Run under a small parent that reports its child's peak: this process's other children do not count.
+        probe = (
+            "import resource, subprocess, sys; done = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+        )
+        probe += (
+            "print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, 'needs' in done.stderr)"
+        )
+        started = time.perf_counter()
+        out = subprocess.run([sys.executable, "-c", probe, *trace], capture_output=True, text=True).stdout.split()
+        seconds = time.perf_counter() - started
+    return {"seconds": seconds, "peak_rss_gb": int(out[1]) / 2**20, "refused": out[0] == "2" and out[2] == "True"}
 
 
 def autoplay(loaded, bare, device, tokens: int, rounds: int = 3) -> dict:
@@ -588,6 +645,9 @@ def verdicts(r: dict) -> dict:
         "history_mb_per_1000": r["memory"]["history_mb_per_1000"],
         "beams_2000": r.get("beams", {}).get("ratio"),
         "key_frame_ms": r.get("key_frame", {}).get("median_ms"),
+        "offload_same": (lambda o: None if o is None else float(o["same_tokens"]))(r.get("offload")),
+        "refusal_s": r.get("refusal", {}).get("seconds"),
+        "refusal_gb": r.get("refusal", {}).get("peak_rss_gb"),
     }
     out = {}
     for key, (label, op, limit) in BUDGETS.items():
@@ -639,6 +699,8 @@ def main(argv: list[str] | None = None) -> int:
         ("memory", lambda: memory(loaded, 100 if args.quick else 1000)),
         ("beams", lambda: beams(loaded, long=500 if args.quick else 2000)),
         ("key_frame", lambda: key_frame(loaded)),
+        ("offload", offload),
+        ("refusal", refusal),
     ]:
         console.print(f"  measuring {name}…")
         results[name] = run()

@@ -3,7 +3,6 @@ the process growing), and that its checkpoint holds the weights its architecture
 
 import json
 import resource
-import struct
 import subprocess
 import sys
 
@@ -12,36 +11,11 @@ import torch
 from safetensors.torch import load_file, save_file
 from test_loading import save_random
 
+from bench.checkpoints import SHAPES, sparse_checkpoint
 from tokenviz.model import memory
 from tokenviz.model.loading import load_model
 
 SMALL = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}
-SHAPES = {  # Llama 3's shapes
-    "8B": {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32},
-    "70B": {"hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80, "num_attention_heads": 64},
-}
-
-
-def sparse_checkpoint(directory, shape: dict) -> None:
-    """A config of `shape` and a safetensors file with all its tensors that holds no bytes on disk
-    (a sparse file): what a real checkpoint's header says, at no cost."""
-    from tiny import tiny_tokenizer
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    config = AutoConfig.for_model("llama", vocab_size=128256, num_key_value_heads=8, **shape)
-    config.save_pretrained(directory)
-    tiny_tokenizer().save_pretrained(directory)
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    header, offset = {}, 0
-    for name, p in model.state_dict().items():
-        size = p.numel() * 2
-        header[name] = {"dtype": "BF16", "shape": list(p.shape), "data_offsets": [offset, offset + size]}
-        offset += size
-    raw = json.dumps(header).encode()
-    with open(directory / "model.safetensors", "wb") as file:
-        file.write(struct.pack("<Q", len(raw)) + raw)
-        file.truncate(8 + len(raw) + offset)
 
 
 @pytest.mark.parametrize("shape, limit", [("8B", ["--max-memory", "cpu=4GB"]), ("70B", [])])

@@ -34,6 +34,10 @@ def test_bench_measures_run_on_a_tiny_model(tmp_path):
     assert searched["200_s"] > 0 and searched["200_fed_again_s"] > 0 and searched["ratio"] > 0
     keyed = bench.key_frame(loaded, context=30, presses=2)
     assert keyed["median_ms"] > 0 and keyed["max_ms"] >= keyed["median_ms"]
+    offloaded = bench.offload(source, steps=2)
+    assert offloaded["parts_on_disk"] > 0 and offloaded["same_tokens"] and offloaded["ratio"] > 0
+    refused = bench.refusal()
+    assert refused["refused"] and 0 < refused["peak_rss_gb"] < 1 and refused["seconds"] > 0
     results = {
         "step_overhead": overhead,
         "autoplay": play,
@@ -45,9 +49,12 @@ def test_bench_measures_run_on_a_tiny_model(tmp_path):
         "memory": memory,
         "beams": searched,
         "key_frame": keyed,
+        "offload": offloaded,
+        "refusal": refused,
     }
     results["growth"]["2048"] = growth["64"]  # the verdict reads the 2048-token figures
     verdicts = bench.verdicts(results)
     assert set(verdicts) == set(bench.BUDGETS)
     assert verdicts["cold_start_s"]["met"] is True and verdicts["model_ready_s"]["met"] is None
     assert verdicts["frame_200x60_ms"]["met"] is True
+    assert verdicts["offload_same"]["met"] is True and verdicts["refusal_gb"]["met"] is True

@@ -24,10 +24,10 @@ def to_host(parts: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
     """
     if not parts:
         return {}
-    device = next(iter(parts.values())).device
+    device = next(iter(parts.values())).device  # (a model spread over GPUs: gathered here first, device to device)
     chunks, layout, offset = [], [], 0
     for name, tensor in parts.items():
-        raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
+        raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8).to(device, non_blocking=True)
         padding = -raw.numel() % _ALIGN
         chunks.append(raw)
         if padding:
