@@ -161,6 +161,12 @@ def trace(
     lens: Annotated[
         bool, typer.Option("--lens", help="Add each step's logit lens (every layer's top tokens).")
     ] = False,
+    routing: Annotated[
+        bool,
+        typer.Option(
+            "--routing", help="Add each step's mixture-of-experts routing: every MoE layer's experts and weights."
+        ),
+    ] = False,
     attribution: Annotated[
         Optional[str],
         typer.Option(
@@ -201,7 +207,7 @@ def trace(
 ) -> None:
     """Run the journey headless and print every step (a table, or JSON with --json)."""
     try:  # every option checked before torch is imported: a mistake is told in a moment
-        check_trace(steps, save, html, force, beams, speculate, lens, attribution, watch)
+        check_trace(steps, save, html, force, beams, speculate, lens or routing, attribution, watch)
         check_chat(chat, system)
     except TokenvizError as exc:
         fail(str(exc))
@@ -218,6 +224,7 @@ def trace(
                 model=model,
                 progress=progress,
                 lens=lens,
+                routing=routing,
                 attribution=next((m for m in ATTRIBUTION_METHODS if m == attribution), None),
                 watch=tuple(watch or ()),
                 save=save,
@@ -247,7 +254,7 @@ def check_trace(
     force: bool,
     beams: int | None,
     speculate: str | None,
-    lens: bool,
+    per_step: bool,
     attribution: str | None,
     watch: list[str] | None,
 ) -> None:
@@ -259,9 +266,10 @@ def check_trace(
         raise TokenvizError(f"--steps must be at least 1, got {steps}")
     if beams is not None and not 2 <= beams <= 8:
         raise TokenvizError(f"--beams must be 2 to 8, got {beams}")
-    if (beams or speculate) and (save or html or lens or attribution or watch):
+    if (beams or speculate) and (save or html or per_step or attribution or watch):
         raise TokenvizError(
-            "--beams and --speculate cannot be combined with --save, --html, --lens, --attribution or --watch"
+            "--beams and --speculate cannot be combined with --save, --html, --lens, --routing, --attribution "
+            "or --watch"
         )
     if attribution is not None and attribution not in ATTRIBUTION_METHODS:
         raise TokenvizError(f"--attribution must be loo or grad, got {attribution!r}")

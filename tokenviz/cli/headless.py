@@ -53,6 +53,36 @@ def add_lens(session: Session, document: dict[str, Any]) -> None:
         step["lens_first_top1_layer"] = inspection.first_top1_layer
 
 
+def add_views(
+    session: Session,
+    document: dict[str, Any],
+    lens: bool,
+    routing: bool,
+    differences: bool,
+    attribution: AttributionMethod | None,
+    progress: Progress,
+) -> None:
+    """What the trace's options add to each step, once the journey has run."""
+    if lens:
+        add_lens(session, document)
+    if routing:
+        add_routing(session, document)
+    if differences:
+        add_logit_differences(session, document)
+    if attribution:
+        add_attribution(session, document, attribution, progress)
+
+
+def add_routing(session: Session, document: dict[str, Any]) -> None:
+    """Each step gains the routing of the token whose forward pass gave its distribution (the last
+    prompt token for step 0); the document, every prompt position's under "prompt_routing"."""
+    for step, record in zip(document["steps"], session.records):
+        step["routing"] = [route.to_json() for route in record.routing.at(-1)] if record.routing else []
+    first = session.records[0].routing if session.records else None
+    positions = range(first.positions) if first else range(0)
+    document["prompt_routing"] = [[route.to_json() for route in first.at(i)] for i in positions] if first else []
+
+
 def add_attribution(session: Session, document: dict[str, Any], method: AttributionMethod, progress: Progress) -> None:
     """Each step gains the attribution of its chosen token to every token before it."""
     chips = session.chips()
@@ -123,6 +153,7 @@ def run_trace(
     model: ModelChoice = ModelChoice(),
     progress: Progress = lambda message, fraction: None,
     lens: bool = False,
+    routing: bool = False,
     attribution: AttributionMethod | None = None,
     watch: Sequence[str] = (),
     save: str | None = None,
@@ -146,14 +177,12 @@ def run_trace(
     if speculate:
         draft = ModelRunner(dataclasses.replace(model, model=draft_model).load(progress)) if draft_model else None
         return speculation_document(session, ids, speculate, draft)
+    if routing and not session.runner.routers:
+        name = session.runner.info.name
+        raise TokenvizError(f"{name} has no mixture-of-experts layers: --routing has nothing to show")
     session.pin([token_of(session.runner, token) for token in watch])
     document = journey_document(run_session(session, prompt, progress, chat, system))
-    if lens:
-        add_lens(session, document)
-    if len(watch) >= 2:
-        add_logit_differences(session, document)
-    if attribution:
-        add_attribution(session, document, attribution, progress)
+    add_views(session, document, lens, routing, len(watch) >= 2, attribution, progress)
     if not (html or save):
         return document
     snapshot, attention = snapshot_of(session), session.saved_attention()  # (every layer's rows: once for both)

@@ -6,6 +6,7 @@ Nothing here holds a torch tensor.
 from __future__ import annotations
 
 import math
+from array import array
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -135,6 +136,51 @@ class PromptPrediction:
 
 
 @dataclass(frozen=True)
+class LayerRoute:
+    """One MoE layer's choice for one token: its experts and their weights as the router returned
+    them, and the router's entropy (bits) over all its experts."""
+
+    layer: int
+    experts: tuple[int, ...]
+    weights: tuple[float, ...]
+    entropy: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "layer": self.layer,
+            "experts": list(self.experts),
+            "weights": list(self.weights),
+            "entropy": self.entropy,
+        }
+
+
+@dataclass(frozen=True)
+class Routing:
+    """The routing of every position a forward pass fed, kept compact: a few bytes per layer and
+    position (experts as uint16, weights and entropies as float32, position-major), so a long
+    journey costs what its length costs. See tokenviz.model.routing."""
+
+    layers: tuple[int, ...]  # the MoE layers, in order
+    k: int  # experts per token
+    positions: int
+    experts: bytes
+    weights: bytes
+    entropy: bytes
+
+    def at(self, i: int) -> tuple[LayerRoute, ...]:
+        """The routing of the i-th position fed (negative: from the end)."""
+        i = i % self.positions
+        n, k = len(self.layers), self.k
+        experts = array("H", self.experts)[i * n * k : (i + 1) * n * k]
+        weights = array("f", self.weights)[i * n * k : (i + 1) * n * k]
+        entropy = array("f", self.entropy)[i * n : (i + 1) * n]
+        return tuple(
+            LayerRoute(layer, tuple(experts[j * k : (j + 1) * k]), tuple(weights[j * k : (j + 1) * k]), entropy[j])
+            for j, layer in enumerate(self.layers)
+        )
+
+
+@dataclass(frozen=True)
 class StepRecord:
     """One forward pass and the decision taken on its output.
 
@@ -153,6 +199,7 @@ class StepRecord:
     kv_len: int = 0
     kv_bytes: int = 0
     prompt_predictions: tuple[PromptPrediction, ...] = ()  # the prefill's: one per prompt position but the last
+    routing: Routing | None = field(default=None, compare=False)  # of each input position (an MoE model's)
 
     def to_json(self) -> dict[str, Any]:
         d = self.decision

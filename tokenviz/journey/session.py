@@ -29,6 +29,7 @@ from tokenviz.journey.branches import Branch, BranchStore
 from tokenviz.journey.stops import stop_reason
 from tokenviz.journey.watching import token_of
 from tokenviz.model.chat import chat_ids
+from tokenviz.model.routing import join_routes, read_routing
 from tokenviz.model.runner import Forward, ModelRunner
 from tokenviz.model.transfer import to_host
 
@@ -431,17 +432,21 @@ class Session:
         """Feed the prompt chunk by chunk: (the last chunk's forward pass, every position's prediction
         on the device, milliseconds in all)."""
         n = len(ids)
-        parts, ms = [], 0.0
+        parts, routes, ms = [], [], 0.0
         for begin in range(0, n, self._prefill_chunk):
             end = min(begin + self._prefill_chunk, n)
             forward = self.runner.forward(ids[begin:end], every_position=True)
             assert forward.position_logits is not None
             parts.append(predict_positions(forward.position_logits, ids[begin + 1 : end + 1]))
+            if forward.routes is not None:
+                routes.append(forward.routes)
             ms += forward.timer.wait().ms()
             if progress is not None:
                 progress(end, n)
             if end < n and cancelled():
                 raise Cancelled("prefill cancelled: the journey is as it was")
+        if routes:  # every prompt position's, where the last chunk's pass has its own
+            forward = dataclasses.replace(forward, routes=join_routes(routes))
         return forward, join(parts), ms
 
     def _push(
@@ -455,7 +460,7 @@ class Session:
         predictions at every prompt position) reach the host in one transfer."""
         summary = summarise(forward.logits, self.top_n)
         decision = decide_on_device(forward.logits, self.settings, self.ids, self.generated_ids, pinned=self.pinned)
-        host = to_host({**summary.tensors, **decision.tensors, **(prompt_parts or {})})
+        host = to_host({**summary.tensors, **decision.tensors, **(prompt_parts or {}), **(forward.routes or {})})
         top, entropy = summary.read(host, self.runner.piece)
         record = StepRecord(
             index=len(self.records),
@@ -469,6 +474,7 @@ class Session:
             kv_len=self.runner.kv_len,
             kv_bytes=self.runner.kv_bytes,
             prompt_predictions=read_predictions(host, input_ids, self.runner.piece) if prompt_parts else (),
+            routing=read_routing(host),
         )
         self._pending_logits = forward.logits
         self.records.append(record)

@@ -24,6 +24,7 @@ from tokenviz.model.loading import LoadedModel
 from tokenviz.model.memory import free_bytes, gigabytes
 from tokenviz.model.placing import input_device
 from tokenviz.model.query_store import QUERY_CEILING, QUERY_FLOOR, QUERY_SHARE, QueryStore, query_budget
+from tokenviz.model.routing import recording, route_tensors, routers
 from tokenviz.model.transfer import DeviceTimer, ids_to_device
 
 
@@ -35,6 +36,7 @@ class Forward:
     logits: torch.Tensor  # (vocab,): after the last token fed
     timer: DeviceTimer
     position_logits: torch.Tensor | None = None  # (tokens fed, vocab), when every position's were asked for
+    routes: dict[str, torch.Tensor] | None = None  # an MoE model's routing of the tokens fed (see model.routing)
 
 
 class ModelRunner:
@@ -49,6 +51,7 @@ class ModelRunner:
         # Fast attention with queries kept for exact rows on demand; else eager (see tokenviz.model.attention).
         self.fast_attention = self.model.config._attn_implementation == IMPLEMENTATION
         self.queries = QueryStore(query_budget(free_bytes(self.device, {})[0]))
+        self.routers = routers(self.model)  # an MoE model's, by layer (none: dense)
         self.info = dataclasses.replace(self.info, queries_kept=self._queries_kept())
         self._eager_rows: tuple[range, torch.Tensor] | None = None  # the last rows an eager pass gave
         self.special_ids = set(getattr(self.tokenizer, "all_special_ids", []) or [])
@@ -161,7 +164,7 @@ class ModelRunner:
         start = self.kv_len
         give_way = self.give_way
         yielding = layer_by_layer(self.model, give_way, stop=GiveWay) if give_way else nullcontext()
-        with capturing(calls=self.queries.calls) as capture, yielding:
+        with capturing(calls=self.queries.calls) as capture, yielding, recording(self.routers) as routed:
             out = self.model(
                 input_ids=ids_to_device(ids, self.device),
                 past_key_values=self.cache,
@@ -170,7 +173,10 @@ class ModelRunner:
             )
         self.queries.add(start, capture)
         return Forward(
-            logits=out.logits[0, -1], timer=timer.stop(), position_logits=out.logits[0] if every_position else None
+            logits=out.logits[0, -1],
+            timer=timer.stop(),
+            position_logits=out.logits[0] if every_position else None,
+            routes=route_tensors(routed) if routed else None,
         )
 
     @torch.inference_mode()

@@ -1,0 +1,89 @@
+"""The experts a mixture-of-experts model's routers chose, recorded during the journey's own forward
+passes (the prompt in chunks, then one token a step), equal the routers' outputs for the same tokens
+in one full forward pass without the cache."""
+
+import json
+import math
+
+import pytest
+import torch
+from families import FAMILIES, family_model
+
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.journey.session import Session
+from tokenviz.model.routing import routers
+from tokenviz.model.runner import ModelRunner
+
+MOE = [kind for kind in FAMILIES if kind in ("mixtral", "qwen2_moe", "qwen3_moe")]
+PROMPT = "The cat sat on the mat. The dog sat on the"
+STEPS = 5
+
+
+def routed_without_cache(model, ids: list[int]) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+    """Each router's (experts, weights) for every position of one uncached forward pass."""
+    found, out = routers(model), {}
+    handles = [
+        router.register_forward_hook(lambda m, a, o, layer=layer: out.__setitem__(layer, (o[2], o[1].float())))
+        for layer, router in found.items()
+    ]
+    try:
+        with torch.inference_mode():
+            model(torch.tensor([ids]), use_cache=False)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return out
+
+
+def test_the_moe_families_are_in_the_matrix():
+    assert len(MOE) == 3
+
+
+@pytest.mark.parametrize("kind", MOE)
+def test_recorded_routing_equals_the_routers_without_the_cache(kind, monkeypatch):
+    from tokenviz.journey import session as session_module
+
+    monkeypatch.setattr(session_module, "PREFILL_CHUNK", 4)  # the prompt in chunks: their routing joined in order
+    loaded = family_model(kind)
+    session = Session(ModelRunner(loaded), SamplingSettings(temperature=0, max_new_tokens=100))
+    session.start(session.runner.encode(PROMPT))
+    for _ in range(STEPS):
+        session.step()
+    fed = session.ids  # (the pending decision's token is not among them)
+    expected = routed_without_cache(loaded.model, fed)
+    layers = sorted(expected)
+    assert layers and session.records[0].routing.layers == tuple(layers)
+    prompt = len(session.prompt_ids)
+    recorded = [session.records[0].routing.at(i) for i in range(prompt)]
+    recorded += [record.routing.at(-1) for record in session.records[1:]]
+    assert len(recorded) == len(fed)
+    for position, routes in enumerate(recorded):
+        for route in routes:
+            experts, weights = expected[route.layer]
+            assert route.experts == tuple(experts[position].tolist())
+            assert route.weights == pytest.approx(weights[position].tolist(), abs=1e-5)
+            assert 0 <= route.entropy <= math.log2(routers(loaded.model)[route.layer].num_experts) + 1e-6
+
+
+@pytest.mark.parametrize("kind", ["mixtral", "llama"])
+def test_trace_routing_json_and_a_dense_model(kind, tmp_path, monkeypatch, capsys):
+    from clitools import invoke
+
+    saved = family_model(kind)
+    saved.model.save_pretrained(tmp_path)
+    saved.tokenizer.save_pretrained(tmp_path)
+    args = ["trace", PROMPT, "--model", str(tmp_path), "--steps", "3", "--temperature", "0", "--routing", "--json"]
+    code, out, err = invoke(monkeypatch, capsys, *args)
+    if kind == "llama":
+        assert code == 2 and "has no mixture-of-experts layers" in err
+        return
+    assert code == 0, err
+    doc = json.loads(out)
+    moe_layers = len(routers(saved.model))
+    assert len(doc["prompt_routing"]) == len(doc["prompt"])
+    assert doc["steps"][0]["routing"] == doc["prompt_routing"][-1]  # step 0: the last prompt token's pass
+    for step in doc["steps"]:
+        assert len(step["routing"]) == moe_layers
+        assert all(
+            len(r["experts"]) == len(r["weights"]) == saved.model.config.num_experts_per_tok for r in step["routing"]
+        )

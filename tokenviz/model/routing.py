@@ -1,0 +1,89 @@
+"""Which experts a mixture-of-experts model's routers chose, as the routers returned them.
+
+transformers 5's MoE families (Mixtral, Qwen MoE, OLMoE, DeepSeek V3, gpt-oss, Granite MoE, ...)
+route through a `*TopKRouter` module in each MoE layer that returns (logits, weights, indices):
+the chosen experts and their weights per token, after whatever the family does (a softmax and a
+renormalisation, DeepSeek's group limit and correction bias, gpt-oss's softmax over the top-k).
+Forward hooks read exactly those, and the router's entropy from its logits, during the forward
+passes the journey runs anyway: no pass of its own. A dense model has no routers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+
+from tokenviz.contract.records import Routing
+from tokenviz.model.parts import decoder_layers
+
+
+def routers(model) -> dict[int, torch.nn.Module]:
+    """Each MoE layer's router, by decoder layer: the first module in the layer named ...Router
+    (TopKRouter, TopkRouter) that keeps a top-k. Empty for a dense model."""
+    found = {}
+    for index, layer in enumerate(decoder_layers(model)):
+        for module in layer.modules():
+            if type(module).__name__.lower().endswith("router") and hasattr(module, "top_k"):
+                found[index] = module
+                break
+    return found
+
+
+@contextmanager
+def recording(found: dict[int, torch.nn.Module]) -> Iterator[dict[int, tuple[torch.Tensor, ...]]]:
+    """Inside, each router's (experts, weights, entropy) of the tokens it routed, by layer, on the device."""
+    captured: dict[int, tuple[torch.Tensor, ...]] = {}
+
+    def hook_for(layer: int):
+        def hook(module, args, output):
+            if isinstance(output, tuple) and len(output) == 3:
+                logits, weights, experts = output
+                logprobs = torch.log_softmax(logits.float(), dim=-1)
+                entropy = -(logprobs.exp() * logprobs).sum(-1) / np.log(2)  # bits
+                captured[layer] = (experts, weights.float(), entropy)
+
+        return hook
+
+    handles = [router.register_forward_hook(hook_for(layer)) for layer, router in found.items()]
+    try:
+        yield captured
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def route_tensors(captured: dict[int, tuple[torch.Tensor, ...]]) -> dict[str, torch.Tensor]:
+    """One pass's routing as three tensors for the step's one transfer: experts (tokens, layers, k),
+    weights (tokens, layers, k), entropy (tokens, layers); layers in order."""
+    layers = sorted(captured)
+    return {
+        "route_layers": torch.tensor(layers, dtype=torch.int32, device=captured[layers[0]][0].device),
+        "route_experts": torch.stack([captured[n][0] for n in layers], 1).to(torch.int32),
+        "route_weights": torch.stack([captured[n][1] for n in layers], 1),
+        "route_entropy": torch.stack([captured[n][2] for n in layers], 1),
+    }
+
+
+def join_routes(parts: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Several passes' routing (a prompt fed in chunks) as one, in order of position."""
+    if len(parts) == 1:
+        return parts[0]
+    joined = {name: torch.cat([p[name] for p in parts]) for name in ("route_experts", "route_weights", "route_entropy")}
+    return {"route_layers": parts[0]["route_layers"], **joined}
+
+
+def read_routing(host: dict[str, np.ndarray]) -> Routing | None:
+    if "route_layers" not in host:
+        return None
+    experts = host["route_experts"]
+    return Routing(
+        layers=tuple(int(n) for n in host["route_layers"]),
+        k=int(experts.shape[-1]),
+        positions=int(experts.shape[0]),
+        experts=experts.astype(np.uint16).tobytes(),
+        weights=host["route_weights"].astype(np.float32).tobytes(),
+        entropy=host["route_entropy"].astype(np.float32).tobytes(),
+    )
