@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import torch
@@ -32,3 +34,20 @@ def sparse_checkpoint(directory: Path, shape: dict) -> None:
     with open(directory / "model.safetensors", "wb") as file:
         file.write(struct.pack("<Q", len(raw)) + raw)
         file.truncate(8 + len(raw) + offset)
+
+
+# A small parent that runs a command and reports its peak memory: the caller's other children
+# (a test run's, a bench's) do not count.
+_PEAK_PROBE = (
+    "import json, resource, subprocess, sys\n"
+    "done = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+    "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+    "print(json.dumps([done.returncode, done.stderr, peak]))"
+)
+
+
+def run_with_peak(command: list[str], timeout: float = 300) -> tuple[int, str, int]:
+    """(exit code, stderr, peak resident memory in KiB) of `command`."""
+    out = subprocess.run([sys.executable, "-c", _PEAK_PROBE, *command], capture_output=True, text=True, timeout=timeout)
+    code, stderr, peak = json.loads(out.stdout)
+    return code, stderr, peak

@@ -320,22 +320,16 @@ def offload(source: str | None = None, steps: int = 8) -> dict:
 def refusal() -> dict:
     """A directory holding a Llama-3-70B-shaped config (and no weights worth reading): from start to
     the one-line refusal, and the process's peak memory."""
-    from bench.checkpoints import SHAPES, sparse_checkpoint
+    from bench.checkpoints import SHAPES, run_with_peak, sparse_checkpoint
 
     with tempfile.TemporaryDirectory() as folder:
         sparse_checkpoint(Path(folder), SHAPES["70B"])
-        trace = [sys.executable, "-m", "tokenviz", "trace", "hi", "--model", folder, "--device", "cpu"]
-        # Run under a small parent that reports its child's peak: this process's other children do not count.
-        probe = (
-            "import resource, subprocess, sys; done = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
-        )
-        probe += (
-            "print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, 'needs' in done.stderr)"
-        )
         started = time.perf_counter()
-        out = subprocess.run([sys.executable, "-c", probe, *trace], capture_output=True, text=True).stdout.split()
+        code, stderr, peak = run_with_peak(
+            [sys.executable, "-m", "tokenviz", "trace", "hi", "--model", folder, "--device", "cpu"]
+        )
         seconds = time.perf_counter() - started
-    return {"seconds": seconds, "peak_rss_gb": int(out[1]) / 2**20, "refused": out[0] == "2" and out[2] == "True"}
+    return {"seconds": seconds, "peak_rss_gb": peak / 2**20, "refused": code == 2 and "needs" in stderr}
 
 
 def autoplay(loaded, bare, device, tokens: int, rounds: int = 3) -> dict:

@@ -2,8 +2,6 @@
 the process growing), and that its checkpoint holds the weights its architecture needs."""
 
 import json
-import resource
-import subprocess
 import sys
 
 import pytest
@@ -11,7 +9,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from test_loading import save_random
 
-from bench.checkpoints import SHAPES, sparse_checkpoint
+from bench.checkpoints import SHAPES, run_with_peak, sparse_checkpoint
 from tokenviz.model import memory
 from tokenviz.model.loading import load_model
 
@@ -22,13 +20,12 @@ SMALL = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "nu
 def test_a_model_too_large_is_refused_in_one_line_before_anything_grows(tmp_path, shape, limit):
     sparse_checkpoint(tmp_path, SHAPES[shape])
     command = [sys.executable, "-m", "tokenviz", "trace", "hi", "--model", str(tmp_path), "--device", "cpu", *limit]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert done.returncode == 2 and len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
+    code, stderr, peak_kib = run_with_peak(command)
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "Traceback" not in stderr, stderr
     assert "needs" in errors[0] and "of weights in" in errors[0] and "free" in errors[0]
     if shape == "8B":  # bfloat16 would not fit in 4 GB either, so nothing smaller is offered
         assert "within --max-memory has 4.0 GB free" in errors[0]
-    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     assert peak_kib < 1024 * 1024  # 1 GB: the config was counted, nothing was loaded
 
 

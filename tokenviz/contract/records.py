@@ -6,7 +6,6 @@ Nothing here holds a torch tensor.
 from __future__ import annotations
 
 import math
-from array import array
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -171,9 +170,9 @@ class Routing:
         """The routing of the i-th position fed (negative: from the end)."""
         i = i % self.positions
         n, k = len(self.layers), self.k
-        experts = array("H", self.experts)[i * n * k : (i + 1) * n * k]
-        weights = array("f", self.weights)[i * n * k : (i + 1) * n * k]
-        entropy = array("f", self.entropy)[i * n : (i + 1) * n]
+        experts = memoryview(self.experts).cast("H")[i * n * k : (i + 1) * n * k].tolist()  # (no copy of the rest)
+        weights = memoryview(self.weights).cast("f")[i * n * k : (i + 1) * n * k].tolist()
+        entropy = memoryview(self.entropy).cast("f")[i * n : (i + 1) * n].tolist()
         return tuple(
             LayerRoute(layer, tuple(experts[j * k : (j + 1) * k]), tuple(weights[j * k : (j + 1) * k]), entropy[j])
             for j, layer in enumerate(self.layers)

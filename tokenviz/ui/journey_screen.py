@@ -53,6 +53,7 @@ from tokenviz.ui.panes.embedding import EmbeddingPane
 from tokenviz.ui.panes.lens import LensPane, current_inspection
 from tokenviz.ui.panes.model import ModelPane
 from tokenviz.ui.panes.next_token import NextTokenPane
+from tokenviz.ui.panes.routing import RoutingPane
 from tokenviz.ui.panes.sampling import SamplingPane
 from tokenviz.ui.panes.speculation import SpeculationPane
 from tokenviz.ui.panes.status import StatusLine
@@ -85,6 +86,7 @@ VIEWS = {
     "model": ModelPane,
     "watch": WatchPane,
     "charts": ChartsPane,
+    "routing": RoutingPane,
 }
 VIEW_REQUESTS: dict[str, type[Request[Any]]] = {"attribution": Attribute, "watch": SplitDifference}
 INSPECTING_VIEWS = ("lens", "embedding")  # they ask the engine to look inside the cursor's position

@@ -145,6 +145,12 @@ KEYS: tuple[KeyRow, ...] = (
         (Press("l", "view('lens')", "lens", "View: logit lens"),),
     ),
     KeyRow(
+        "R",
+        "routing view (mixture-of-experts models): the experts each MoE layer's router chose for the token at the "
+        "cursor, their weights and the router's entropy; a strip of each recent token's top expert per layer",
+        (Press("R", "view('routing')", palette="View: expert routing"),),
+    ),
+    KeyRow(
         "m",
         "embedding and position view: the token's embedding row, the position scheme (learned or rotary), "
         "tied embeddings, the residual norm per layer",
