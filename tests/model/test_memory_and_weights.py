@@ -47,41 +47,12 @@ def test_a_model_that_fits_only_in_bfloat16_loads_in_bfloat16_and_says_so(tmp_pa
     config, count = AutoConfig.from_pretrained(directory), None
     count = memory.parameter_count(config)
     small, large = (memory.need(config, count, dtype).total for dtype in (torch.bfloat16, torch.float32))
-    between = f"cpu={(small + large) // 2}"
-    code, out, err = invoke(
-        monkeypatch,
-        capsys,
-        "trace",
-        "hi",
-        "--model",
-        directory,
-        "--max-memory",
-        between,
-        "--device",
-        "cpu",
-        "--steps",
-        "2",
-        "--json",
-    )
+    common = ["trace", "hi", "--model", directory, "--max-memory", f"cpu={(small + large) // 2}", "--device", "cpu"]
+    code, out, err = invoke(monkeypatch, capsys, *common, "--steps", "2", "--json")
     assert code == 0, err
     model = json.loads(out)["model"]
     assert model["dtype"] == "bfloat16" and "bfloat16 because float32 needs" in model["memory"]
-    code, _, err = invoke(
-        monkeypatch,
-        capsys,
-        "trace",
-        "hi",
-        "--model",
-        directory,
-        "--max-memory",
-        between,
-        "--device",
-        "cpu",
-        "--dtype",
-        "float32",
-        "--steps",
-        "2",
-    )
+    code, _, err = invoke(monkeypatch, capsys, *common, "--dtype", "float32", "--steps", "2")
     assert code == 2 and "try --dtype bfloat16" in err  # asked for by name: refused, with what fits
 
 
