@@ -87,3 +87,23 @@ def test_trace_routing_json_and_a_dense_model(kind, tmp_path, monkeypatch, capsy
         assert all(
             len(r["experts"]) == len(r["weights"]) == saved.model.config.num_experts_per_tok for r in step["routing"]
         )
+
+
+def test_a_saved_journey_keeps_its_routing_and_a_damaged_one_is_refused(tmp_path):
+    from tokenviz.contract.errors import TokenvizError
+    from tokenviz.files.journey_file import read_journey, save_journey, snapshot_from_journey
+    from tokenviz.worker.snapshots import snapshot_of
+
+    session = Session(ModelRunner(family_model("mixtral")), SamplingSettings(temperature=0))
+    session.start(session.runner.encode(PROMPT))
+    for _ in range(3):
+        session.step()
+    path = save_journey(tmp_path / "moe.json", snapshot_of(session))
+    replayed = snapshot_from_journey(read_journey(path))
+    assert [r.routing for r in replayed.records] == [r.routing for r in session.records]
+    assert replayed.records[2].routing.at(-1) == session.records[2].routing.at(-1)
+    doc = json.loads(path.read_text())
+    doc["replay"]["records"][1]["routing"]["positions"] = 2  # the record fed one token
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    with pytest.raises(TokenvizError):
+        read_journey(tmp_path / "bad.json")

@@ -26,6 +26,7 @@ from tokenviz.contract.records import (
     ModelInfo,
     PinnedToken,
     PromptPrediction,
+    Routing,
     Stage,
     StepRecord,
     TokenChip,
@@ -100,7 +101,15 @@ def _record(r: StepRecord, attention: np.ndarray | None) -> dict[str, Any]:
             ]
             for p in r.prompt_predictions
         ],
+        "routing": _routing(r.routing),
     }
+
+
+def _routing(routing: Routing | None) -> dict[str, Any] | None:
+    if routing is None:
+        return None
+    encoded = {name: base64.b64encode(getattr(routing, name)).decode() for name in ("experts", "weights", "entropy")}
+    return {"layers": list(routing.layers), "k": routing.k, "positions": routing.positions, **encoded}
 
 
 def _unrecord(r: schema.Record) -> StepRecord:
@@ -145,6 +154,7 @@ def _unrecord(r: schema.Record) -> StepRecord:
             )
             for position, top, entropy, next_id, next_text, next_prob, next_rank in r.prompt_predictions
         ),
+        routing=r.routing.routing() if r.routing is not None else None,
     )
 
 

@@ -20,12 +20,13 @@ import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, FailFast, Field, ValidationError, model_validator
 
 from tokenviz.contract.errors import TokenvizError
-from tokenviz.contract.records import MAX_PINNED
+from tokenviz.contract.records import MAX_PINNED, Routing
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.contract.text import safe_text
 
 MAX_TOKENS = 131_072  # chips or records in one journey
 MAX_LAYERS = 4096
+MAX_EXPERTS_PER_TOKEN = 64
 MAX_CANDIDATES = 1024  # a top-n list (tokenviz keeps 20)
 MAX_STAGES = 32  # sampling stages of one decision (tokenviz has at most 8)
 MAX_FOLLOWED = 64  # tokens followed through the stages (tokenviz follows at most 25)
@@ -122,6 +123,43 @@ class Array(Model):
         return np.frombuffer(base64.b64decode(self.float16), dtype=np.float16).reshape(self.shape)
 
 
+class SavedRouting(Model):
+    """A record's mixture-of-experts routing (tokenviz.contract.records.Routing): its byte arrays as
+    base64, checked against the shape they claim and for values a router can give."""
+
+    layers: Annotated[list[Count], FAIL_FAST, Field(min_length=1, max_length=MAX_LAYERS)]
+    k: Annotated[int, Field(strict=True, ge=1, le=MAX_EXPERTS_PER_TOKEN)]
+    positions: Annotated[int, Field(strict=True, ge=1, le=MAX_TOKENS)]
+    experts: Annotated[str, Field(strict=True)]  # uint16
+    weights: Annotated[str, Field(strict=True)]  # float32
+    entropy: Annotated[str, Field(strict=True)]  # float32
+
+    @model_validator(mode="after")
+    def _sizes(self) -> SavedRouting:
+        per_layer = self.positions * len(self.layers)
+        for name, count, width in (("experts", per_layer * self.k, 2), ("weights", per_layer * self.k, 4),
+                                   ("entropy", per_layer, 4)):  # fmt: skip
+            try:
+                raw = base64.b64decode(getattr(self, name), validate=True)
+            except (binascii.Error, ValueError):
+                raise ValueError(f"the routing's {name} are not base64") from None
+            if len(raw) != count * width:
+                raise ValueError(f"the routing's {name} hold {len(raw) // width} values, not the {count} it says")
+            if width == 4 and not np.isfinite(np.frombuffer(raw, dtype=np.float32)).all():
+                raise ValueError(f"the routing's {name} must be finite numbers")
+        return self
+
+    def routing(self) -> Routing:
+        return Routing(
+            layers=tuple(self.layers),
+            k=self.k,
+            positions=self.positions,
+            experts=base64.b64decode(self.experts),
+            weights=base64.b64decode(self.weights),
+            entropy=base64.b64decode(self.entropy),
+        )
+
+
 Candidate = tuple[Id, SafeText, Finite, Probability]
 Candidates = Annotated[list[Candidate], FAIL_FAST, Field(max_length=MAX_CANDIDATES)]
 Stage = tuple[
@@ -170,6 +208,13 @@ class Record(Model):
     kv_bytes: Count
     decision: Decision
     prompt_predictions: Annotated[list[Prediction], FAIL_FAST, Field(max_length=MAX_TOKENS)] = []
+    routing: SavedRouting | None = None
+
+    @model_validator(mode="after")
+    def _routed_positions(self) -> Record:
+        if self.routing is not None and self.routing.positions != len(self.input_ids):
+            raise ValueError(f"the routing covers {self.routing.positions} positions, the record {len(self.input_ids)}")
+        return self
 
 
 class Branch(Model):
