@@ -405,7 +405,7 @@ def load_model(
             raise ModelLoadError(f"could not load the model directory {spec}: {_one_line(exc)}") from None
         else:
             raise ModelLoadError(_explain(name, exc)) from None
-    if "device_map" not in fit.placing():  # (a mapped model is where accelerate put it)
+    if not fit.placed_as_it_loads:
         model.to(torch_device)
     model.eval()
     model.generation_config.pad_token_id = model.generation_config.pad_token_id or tokenizer.eos_token_id
@@ -463,6 +463,11 @@ class Fit:
             raise ModelLoadError(str(exc)) from None
         return Fit(device, resolve_dtype(dtype, device), dtype == "auto", limits, mapping, placement.quantize)
 
+    @property
+    def placed_as_it_loads(self) -> bool:
+        """Whether transformers puts the weights on their devices (else the model moves after)."""
+        return self.mapping is not None or self.device.type != "cpu" or self.quantize is not None
+
     def placing(self) -> dict[str, Any]:
         """from_pretrained's arguments for the device map and the quantization, if any. Off the CPU
         the weights go straight onto the device, not through the host first."""
@@ -470,7 +475,7 @@ class Fit:
         if self.mapping is not None:
             limits = accelerate_limits(self.limits) or None
             where = {"device_map": self.mapping, "max_memory": limits, "offload_folder": self.offload_dir}
-        elif self.device.type != "cpu" or self.quantize:
+        elif self.placed_as_it_loads:
             where = {"device_map": {"": str(self.device)}}
         if self.quantize:
             where["quantization_config"] = quantization_config(self.quantize, self.device)
