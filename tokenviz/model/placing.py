@@ -72,17 +72,19 @@ def placed(model) -> str:
         elif size:  # (a part without weights, as a rotary embedding, is not worth a word)
             others += 1
         where[key] = (layers, others, total + size)
-    return " · ".join(
-        f"{device}: {_layer_span(layers)}{', ' if layers and others else ''}"
-        f"{f'{others} other part' + ('s' if others > 1 else '') if others else ''} ({gigabytes(size)})"
-        for device, (layers, others, size) in where.items()
-    )
+    return " · ".join(_on_device(device, *held) for device, held in where.items())
+
+
+def _on_device(device: str, layers: list[int], others: int, size: int) -> str:
+    """'disk: layers 1-3, 2 other parts (0.6 MB)'."""
+    parts = [_layer_span(layers)] if layers else []
+    if others:
+        parts.append(f"{others} other part{'s' if others > 1 else ''}")
+    return f"{device}: {', '.join(parts)} ({gigabytes(size)})"
 
 
 def _layer_span(layers: list[int]) -> str:
     """[0, 1, 2, 5] -> 'layers 0-2, 5'."""
-    if not layers:
-        return ""
     runs: list[list[int]] = []
     for n in sorted(layers):
         if runs and n == runs[-1][-1] + 1:
