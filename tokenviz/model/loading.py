@@ -478,7 +478,7 @@ class Fit:
         elif self.placed_as_it_loads:
             where = {"device_map": {"": str(self.device)}}
         if self.quantize:
-            where["quantization_config"] = quantization_config(self.quantize, self.device)
+            where["quantization_config"] = quantization_config(self.quantize, self.device, self.dtype)
         return where
 
 

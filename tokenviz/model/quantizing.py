@@ -12,7 +12,7 @@ import torch
 from tokenviz.contract.errors import ModelLoadError
 
 
-def quantization_config(kind: str, device: torch.device):
+def quantization_config(kind: str, device: torch.device, dtype: torch.dtype):
     from transformers import BitsAndBytesConfig, TorchAoConfig
 
     if kind == "int4" and device.type != "cuda":
@@ -20,7 +20,7 @@ def quantization_config(kind: str, device: torch.device):
             "--quantize int4 needs a CUDA GPU (its kernels are CUDA's); on this device try --quantize int8"
         )
     if kind == "int4" and importlib.util.find_spec("bitsandbytes"):
-        return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.bfloat16)
+        return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=dtype)
     if not importlib.util.find_spec("torchao"):
         raise ModelLoadError(f"--quantize {kind} needs torchao: pip install torchao")
     from torchao.quantization import Int4WeightOnlyConfig, Int8WeightOnlyConfig
