@@ -297,7 +297,8 @@ def offload(source: str | None = None, steps: int = 8) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         placement = Placement("auto", (f"cpu={size // 2}",), folder)
         spread = load_model(source, device="cpu", dtype="float32", placement=placement)
-        on_disk = sum(1 for where in spread.model.hf_device_map.values() if where == "disk")
+        placed: dict[str, str | int] = getattr(spread.model, "hf_device_map", {})
+        on_disk = sum(1 for where in placed.values() if where == "disk")
         runs = {}
         for name, loaded in (("whole", whole), ("offloaded", spread)):
             session = Session(ModelRunner(loaded), SamplingSettings(temperature=0, max_new_tokens=10**6))

@@ -38,7 +38,7 @@ def test_the_snapshot_and_everything_it_carries_is_concretely_typed():
                     problems.append(name)
                 elif dataclasses.is_dataclass(leaf):
                     queue.append(leaf)
-                elif leaf not in (int, float, str, bool, range, types.NoneType, Ellipsis, np.ndarray):
+                elif leaf not in (int, float, str, bool, bytes, range, types.NoneType, Ellipsis, np.ndarray):
                     problems.append(f"{name}: {leaf!r}")
     assert problems == []
     assert len(seen) >= 15  # Snapshot, records, settings, results: the walk really went through them
