@@ -22,8 +22,15 @@ STEPS = 5
 def routed_without_cache(model, ids: list[int]) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
     """Each router's (experts, weights) for every position of one uncached forward pass."""
     found, out = routers(model), {}
+
+    def chosen(module, output) -> tuple[torch.Tensor, torch.Tensor]:
+        if len(output) == 2:  # Llama 4: (scores, logits), its choice the logits' top-k
+            experts = torch.topk(output[1], module.top_k, dim=-1).indices
+            return experts, output[0].float().gather(-1, experts)
+        return output[2], output[1].float()
+
     handles = [
-        router.register_forward_hook(lambda m, a, o, layer=layer: out.__setitem__(layer, (o[2], o[1].float())))
+        router.register_forward_hook(lambda m, a, o, layer=layer: out.__setitem__(layer, chosen(m, o)))
         for layer, router in found.items()
     ]
     try:
@@ -35,16 +42,39 @@ def routed_without_cache(model, ids: list[int]) -> dict[int, tuple[torch.Tensor,
     return out
 
 
+def llama4_model():
+    """A tiny Llama 4 (text): its router returns (every expert's score, logits), MoE every other layer."""
+    from tiny import tiny_tokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from tokenviz.model.attention import use_fast_attention
+    from tokenviz.model.loading import LoadedModel, model_info
+
+    eos = tiny_tokenizer().eos_token_id
+    config = AutoConfig.for_model(
+        "llama4_text", vocab_size=300, hidden_size=32, intermediate_size=64, intermediate_size_mlp=64,
+        num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_local_experts=4,
+        num_experts_per_tok=1, interleave_moe_layer_step=2, max_position_embeddings=128, attention_chunk_size=64,
+        eos_token_id=eos, bos_token_id=eos, pad_token_id=eos,
+    )  # fmt: skip
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    use_fast_attention(model)
+    info = model_info(model, "tiny-llama4", torch.device("cpu"), torch.float32)
+    return LoadedModel(model, tiny_tokenizer(), info)
+
+
 def test_the_moe_families_are_in_the_matrix():
     assert len(MOE) == 3
 
 
-@pytest.mark.parametrize("kind", MOE)
+@pytest.mark.parametrize("kind", [*MOE, "llama4_text"])
 def test_recorded_routing_equals_the_routers_without_the_cache(kind, monkeypatch):
     from tokenviz.journey import session as session_module
 
     monkeypatch.setattr(session_module, "PREFILL_CHUNK", 4)  # the prompt in chunks: their routing joined in order
-    loaded = family_model(kind)
+    loaded = llama4_model() if kind == "llama4_text" else family_model(kind)
     session = Session(ModelRunner(loaded), SamplingSettings(temperature=0, max_new_tokens=100))
     session.start(session.runner.encode(PROMPT))
     for _ in range(STEPS):

@@ -4,6 +4,8 @@ transformers 5's MoE families (Mixtral, Qwen MoE, OLMoE, DeepSeek V3, gpt-oss, G
 route through a `*TopKRouter` module in each MoE layer that returns (logits, weights, indices):
 the chosen experts and their weights per token, after whatever the family does (a softmax and a
 renormalisation, DeepSeek's group limit and correction bias, gpt-oss's softmax over the top-k).
+Llama 4's router returns (every expert's score, logits) instead: its top-k of the logits, with
+their scores, are the same choice.
 Forward hooks read exactly those, and the router's entropy from its logits, during the forward
 passes the journey runs anyway: no pass of its own. A dense model has no routers.
 """
@@ -39,11 +41,17 @@ def recording(found: dict[int, torch.nn.Module]) -> Iterator[dict[int, tuple[tor
 
     def hook_for(layer: int):
         def hook(module, args, output):
-            if isinstance(output, tuple) and len(output) == 3:
+            if isinstance(output, tuple) and len(output) == 3:  # (logits, weights, experts): most families
                 logits, weights, experts = output
-                logprobs = torch.log_softmax(logits.float(), dim=-1)
-                entropy = -(logprobs.exp() * logprobs).sum(-1) / np.log(2)  # bits
-                captured[layer] = (experts, weights.float(), entropy)
+            elif isinstance(output, tuple) and len(output) == 2:  # Llama 4: (scores of every expert, logits)
+                scores, logits = output
+                experts = torch.topk(logits, module.top_k, dim=-1).indices  # as the router picks them
+                weights = scores.gather(-1, experts)
+            else:
+                return
+            logprobs = torch.log_softmax(logits.float(), dim=-1)
+            entropy = -(logprobs.exp() * logprobs).sum(-1) / np.log(2)  # bits
+            captured[layer] = (experts, weights.float(), entropy)
 
         return hook
 
