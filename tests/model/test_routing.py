@@ -11,17 +11,20 @@ from families import FAMILIES, family_model
 
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
-from tokenviz.model.routing import routers
+from tokenviz.model.routing import routers, shared_gates
 from tokenviz.model.runner import ModelRunner
 
+gated: dict[int, torch.Tensor] = {}
 MOE = [kind for kind in FAMILIES if kind in ("mixtral", "qwen2_moe", "qwen3_moe")]
 PROMPT = "The cat sat on the mat. The dog sat on the"
 STEPS = 5
 
 
 def routed_without_cache(model, ids: list[int]) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
-    """Each router's (experts, weights) for every position of one uncached forward pass."""
+    """Each router's (experts, weights) for every position of one uncached forward pass; in `gated`,
+    each shared expert gate's output."""
     found, out = routers(model), {}
+    gated.clear()
 
     def chosen(module, output) -> tuple[torch.Tensor, torch.Tensor]:
         if len(output) == 2:  # Llama 4: (scores, logits), its choice the logits' top-k
@@ -33,6 +36,9 @@ def routed_without_cache(model, ids: list[int]) -> dict[int, tuple[torch.Tensor,
         router.register_forward_hook(lambda m, a, o, layer=layer: out.__setitem__(layer, chosen(m, o)))
         for layer, router in found.items()
     ]
+    for layer, gate in shared_gates(model, found).items():  # Qwen MoE's: sigmoid(gate(x)); others always 1
+        if gate is not None:
+            handles.append(gate.register_forward_hook(lambda m, a, o, layer=layer: gated.__setitem__(layer, o)))
     try:
         with torch.inference_mode():
             model(torch.tensor([ids]), use_cache=False)
@@ -93,6 +99,10 @@ def test_recorded_routing_equals_the_routers_without_the_cache(kind, monkeypatch
             assert route.experts == tuple(experts[position].tolist())
             assert route.weights == pytest.approx(weights[position].tolist(), abs=1e-5)
             assert 0 <= route.entropy <= math.log2(routers(loaded.model)[route.layer].num_experts) + 1e-6
+            if kind == "qwen2_moe":
+                assert route.shared == pytest.approx(torch.sigmoid(gated[route.layer][position]).item(), abs=1e-5)
+            else:  # Llama 4's shared expert always counts in full; Mixtral and Qwen3-MoE have none
+                assert route.shared == (1.0 if kind == "llama4_text" else None)
 
 
 @pytest.mark.parametrize("kind", ["mixtral", "llama"])

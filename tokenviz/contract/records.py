@@ -143,6 +143,7 @@ class LayerRoute:
     experts: tuple[int, ...]
     weights: tuple[float, ...]
     entropy: float
+    shared: float | None = None  # the shared expert's weight (its gate's), where the layer has one
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -150,6 +151,7 @@ class LayerRoute:
             "experts": list(self.experts),
             "weights": list(self.weights),
             "entropy": self.entropy,
+            "shared": self.shared,
         }
 
 
@@ -165,6 +167,7 @@ class Routing:
     experts: bytes
     weights: bytes
     entropy: bytes
+    shared: bytes = b""  # float32 (positions, layers): NaN where a layer has no shared expert
 
     def at(self, i: int) -> tuple[LayerRoute, ...]:
         """The routing of the i-th position fed (negative: from the end)."""
@@ -173,8 +176,15 @@ class Routing:
         experts = memoryview(self.experts).cast("H")[i * n * k : (i + 1) * n * k].tolist()  # (no copy of the rest)
         weights = memoryview(self.weights).cast("f")[i * n * k : (i + 1) * n * k].tolist()
         entropy = memoryview(self.entropy).cast("f")[i * n : (i + 1) * n].tolist()
+        shared = memoryview(self.shared).cast("f")[i * n : (i + 1) * n].tolist() if self.shared else [math.nan] * n
         return tuple(
-            LayerRoute(layer, tuple(experts[j * k : (j + 1) * k]), tuple(weights[j * k : (j + 1) * k]), entropy[j])
+            LayerRoute(
+                layer,
+                tuple(experts[j * k : (j + 1) * k]),
+                tuple(weights[j * k : (j + 1) * k]),
+                entropy[j],
+                None if math.isnan(shared[j]) else shared[j],
+            )
             for j, layer in enumerate(self.layers)
         )
 

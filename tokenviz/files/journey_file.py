@@ -108,7 +108,8 @@ def _record(r: StepRecord, attention: np.ndarray | None) -> dict[str, Any]:
 def _routing(routing: Routing | None) -> dict[str, Any] | None:
     if routing is None:
         return None
-    encoded = {name: base64.b64encode(getattr(routing, name)).decode() for name in ("experts", "weights", "entropy")}
+    names = ("experts", "weights", "entropy", "shared")
+    encoded = {name: base64.b64encode(getattr(routing, name)).decode() for name in names}
     return {"layers": list(routing.layers), "k": routing.k, "positions": routing.positions, **encoded}
 
 

@@ -133,19 +133,21 @@ class SavedRouting(Model):
     experts: Annotated[str, Field(strict=True)]  # uint16
     weights: Annotated[str, Field(strict=True)]  # float32
     entropy: Annotated[str, Field(strict=True)]  # float32
+    shared: Annotated[str, Field(strict=True)] = ""  # float32, NaN where a layer has no shared expert
 
     @model_validator(mode="after")
     def _sizes(self) -> SavedRouting:
         per_layer = self.positions * len(self.layers)
-        for name, count, width in (("experts", per_layer * self.k, 2), ("weights", per_layer * self.k, 4),
-                                   ("entropy", per_layer, 4)):  # fmt: skip
+        sizes = [("experts", per_layer * self.k, 2), ("weights", per_layer * self.k, 4), ("entropy", per_layer, 4)]
+        sizes += [("shared", per_layer, 4)] if self.shared else []  # (NaN where a layer has no shared expert)
+        for name, count, width in sizes:
             try:
                 raw = base64.b64decode(getattr(self, name), validate=True)
             except (binascii.Error, ValueError):
                 raise ValueError(f"the routing's {name} are not base64") from None
             if len(raw) != count * width:
                 raise ValueError(f"the routing's {name} hold {len(raw) // width} values, not the {count} it says")
-            if width == 4 and not np.isfinite(np.frombuffer(raw, dtype=np.float32)).all():
+            if name in ("weights", "entropy") and not np.isfinite(np.frombuffer(raw, dtype=np.float32)).all():
                 raise ValueError(f"the routing's {name} must be finite numbers")
         return self
 
@@ -157,6 +159,7 @@ class SavedRouting(Model):
             experts=base64.b64decode(self.experts),
             weights=base64.b64decode(self.weights),
             entropy=base64.b64decode(self.entropy),
+            shared=base64.b64decode(self.shared),
         )
 
 

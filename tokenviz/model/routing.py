@@ -34,10 +34,30 @@ def routers(model) -> dict[int, torch.nn.Module]:
     return found
 
 
+SHARED_NAMES = ("shared_expert", "shared_experts")  # Qwen MoE and Llama 4; DeepSeek
+SHARED_GATE = "shared_expert_gate"  # Qwen MoE scales its shared expert by sigmoid(gate(x)) per token
+
+
+def shared_gates(model, found: dict[int, torch.nn.Module]) -> dict[int, torch.nn.Module | None]:
+    """For each MoE layer with a shared expert (one every token goes through): its gate, or None
+    where the shared expert always counts in full."""
+    gates: dict[int, torch.nn.Module | None] = {}
+    layers = decoder_layers(model)
+    for index in found:
+        block = next((m for m in layers[index].modules() if any(hasattr(m, n) for n in SHARED_NAMES)), None)
+        if block is not None:
+            gates[index] = getattr(block, SHARED_GATE, None)
+    return gates
+
+
 @contextmanager
-def recording(found: dict[int, torch.nn.Module]) -> Iterator[dict[int, tuple[torch.Tensor, ...]]]:
-    """Inside, each router's (experts, weights, entropy) of the tokens it routed, by layer, on the device."""
+def recording(
+    found: dict[int, torch.nn.Module], gates: dict[int, torch.nn.Module | None]
+) -> Iterator[dict[int, tuple[torch.Tensor, ...]]]:
+    """Inside, each MoE layer's (experts, weights, entropy, shared expert's weight) of the tokens it
+    routed, by layer, on the device. The shared weight is NaN where the layer has no shared expert."""
     captured: dict[int, tuple[torch.Tensor, ...]] = {}
+    shared: dict[int, torch.Tensor] = {}
 
     def hook_for(layer: int):
         def hook(module, args, output):
@@ -55,12 +75,22 @@ def recording(found: dict[int, torch.nn.Module]) -> Iterator[dict[int, tuple[tor
 
         return hook
 
+    def gate_for(layer: int):
+        def hook(module, args, output):
+            shared[layer] = torch.sigmoid(output.float()).reshape(-1)
+
+        return hook
+
     handles = [router.register_forward_hook(hook_for(layer)) for layer, router in found.items()]
+    handles += [gate.register_forward_hook(gate_for(layer)) for layer, gate in gates.items() if gate is not None]
     try:
         yield captured
     finally:
         for handle in handles:
             handle.remove()
+    for layer, (experts, weights, entropy) in list(captured.items()):
+        always = 1.0 if layer in gates else float("nan")
+        captured[layer] = (experts, weights, entropy, shared.get(layer, torch.full_like(entropy, always)))
 
 
 def route_tensors(captured: dict[int, tuple[torch.Tensor, ...]]) -> dict[str, torch.Tensor]:
@@ -72,6 +102,7 @@ def route_tensors(captured: dict[int, tuple[torch.Tensor, ...]]) -> dict[str, to
         "route_experts": torch.stack([captured[n][0] for n in layers], 1).to(torch.int32),
         "route_weights": torch.stack([captured[n][1] for n in layers], 1),
         "route_entropy": torch.stack([captured[n][2] for n in layers], 1),
+        "route_shared": torch.stack([captured[n][3] for n in layers], 1),
     }
 
 
@@ -79,7 +110,8 @@ def join_routes(parts: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]
     """Several passes' routing (a prompt fed in chunks) as one, in order of position."""
     if len(parts) == 1:
         return parts[0]
-    joined = {name: torch.cat([p[name] for p in parts]) for name in ("route_experts", "route_weights", "route_entropy")}
+    names = ("route_experts", "route_weights", "route_entropy", "route_shared")
+    joined = {name: torch.cat([p[name] for p in parts]) for name in names}
     return {"route_layers": parts[0]["route_layers"], **joined}
 
 
@@ -94,4 +126,5 @@ def read_routing(host: dict[str, np.ndarray]) -> Routing | None:
         experts=experts.astype(np.uint16).tobytes(),
         weights=host["route_weights"].astype(np.float32).tobytes(),
         entropy=host["route_entropy"].astype(np.float32).tobytes(),
+        shared=host["route_shared"].astype(np.float32).tobytes(),
     )

@@ -24,7 +24,7 @@ from tokenviz.model.loading import LoadedModel
 from tokenviz.model.memory import free_bytes, gigabytes
 from tokenviz.model.placing import input_device
 from tokenviz.model.query_store import QUERY_CEILING, QUERY_FLOOR, QUERY_SHARE, QueryStore, query_budget
-from tokenviz.model.routing import recording, route_tensors, routers
+from tokenviz.model.routing import recording, route_tensors, routers, shared_gates
 from tokenviz.model.transfer import DeviceTimer, ids_to_device
 
 
@@ -52,6 +52,7 @@ class ModelRunner:
         self.fast_attention = self.model.config._attn_implementation == IMPLEMENTATION
         self.queries = QueryStore(query_budget(free_bytes(self.device, {})[0]))
         self.routers = routers(self.model)  # an MoE model's, by layer (none: dense)
+        self.shared_gates = shared_gates(self.model, self.routers)
         self.info = dataclasses.replace(self.info, queries_kept=self._queries_kept())
         self._eager_rows: tuple[range, torch.Tensor] | None = None  # the last rows an eager pass gave
         self.special_ids = set(getattr(self.tokenizer, "all_special_ids", []) or [])
@@ -164,7 +165,11 @@ class ModelRunner:
         start = self.kv_len
         give_way = self.give_way
         yielding = layer_by_layer(self.model, give_way, stop=GiveWay) if give_way else nullcontext()
-        with capturing(calls=self.queries.calls) as capture, yielding, recording(self.routers) as routed:
+        with (
+            capturing(calls=self.queries.calls) as capture,
+            yielding,
+            recording(self.routers, self.shared_gates) as routed,
+        ):
             out = self.model(
                 input_ids=ids_to_device(ids, self.device),
                 past_key_values=self.cache,

@@ -62,6 +62,8 @@ class RoutingPane(ScrollPane):
                 text.append(f"e{expert:<3}", "bold")
                 text.append(bar(weight, bar_w), self.theme_colors.bar)
                 text.append(f" {weight:4.2f} ")
+            if route.shared is not None:
+                text.append(f"+ shared {route.shared:4.2f} ", "bold")
             text.append(f" H {route.entropy:.2f} bits\n", "dim")
 
     def _strip(self, text: Text, s: Snapshot, cursor: int, width: int) -> None:
