@@ -94,8 +94,8 @@ def recording(
 
 
 def route_tensors(captured: dict[int, tuple[torch.Tensor, ...]]) -> dict[str, torch.Tensor]:
-    """One pass's routing as three tensors for the step's one transfer: experts (tokens, layers, k),
-    weights (tokens, layers, k), entropy (tokens, layers); layers in order."""
+    """One pass's routing as tensors for the step's one transfer, layers in order: experts and weights
+    (tokens, layers, k), entropy and the shared expert's weight (tokens, layers)."""
     layers = sorted(captured)
     return {
         "route_layers": torch.tensor(layers, dtype=torch.int32, device=captured[layers[0]][0].device),
