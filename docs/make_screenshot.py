@@ -1,6 +1,7 @@
-"""Export the README's screenshots of the app on the bundled model (run from the repo root):
+"""Export the README's screenshots of the app (run from the repo root; name files to make only those):
 docs/tokenviz.svg at 160x48, docs/tokenviz-120x36.svg (a teacher's projector) and
-docs/tokenviz-80x24.svg (a student's terminal, a chat question)."""
+docs/tokenviz-80x24.svg (a student's terminal, a chat question) on the bundled model;
+docs/tokenviz-routing.svg, the routing view on a tiny random Qwen2-MoE (tests/families.py)."""
 
 import asyncio
 import sys
@@ -13,7 +14,16 @@ from tokenviz.worker.engine import EngineWorker
 from tokenviz.worker.loader import model_loader
 
 DOCS = Path(__file__).parent
-SHOTS = [  # (file, size, prompt, chat, keys, seed)
+
+
+def tiny_qwen_moe(progress):
+    sys.path.insert(0, str(DOCS.parent / "tests"))
+    from families import family_model
+
+    return family_model("qwen2_moe")
+
+
+SHOTS = [  # (file, size, prompt, chat, keys, seed, model: None for the bundled one)
     (
         "tokenviz.svg",
         (160, 48),
@@ -21,14 +31,25 @@ SHOTS = [  # (file, size, prompt, chat, keys, seed)
         False,
         ["space"] * 6 + ["left_square_bracket"] * 4,
         1,
+        None,
     ),
-    ("tokenviz-120x36.svg", (120, 36), "The Eiffel Tower is located in", False, ["space"] * 6, 1),
-    ("tokenviz-80x24.svg", (80, 24), "What is the capital of France?", True, ["space"] * 6, 3),
+    ("tokenviz-120x36.svg", (120, 36), "The Eiffel Tower is located in", False, ["space"] * 6, 1, None),
+    ("tokenviz-80x24.svg", (80, 24), "What is the capital of France?", True, ["space"] * 6, 3, None),
+    (
+        "tokenviz-routing.svg",
+        (120, 36),
+        "The cat sat on the mat. The dog sat on the",
+        False,
+        ["space"] * 6 + ["R"],
+        1,
+        tiny_qwen_moe,
+    ),
 ]
 
 
-async def shoot(name: str, size: tuple[int, int], prompt: str, chat: bool, keys: list[str], seed: int) -> None:
-    worker = EngineWorker(model_loader(None, device="cpu"), SamplingSettings(seed=seed), prompt, chat=chat)
+async def shoot(name: str, size: tuple[int, int], prompt: str, chat: bool, keys: list[str], seed: int, model) -> None:
+    loader = model or model_loader(None, device="cpu")
+    worker = EngineWorker(loader, SamplingSettings(seed=seed), prompt, chat=chat)
     app = TokenvizApp(worker)
     async with app.run_test(size=size) as pilot:
         deadline = time.monotonic() + 120
@@ -44,7 +65,8 @@ async def shoot(name: str, size: tuple[int, int], prompt: str, chat: bool, keys:
 
 async def main() -> None:
     for shot in SHOTS:
-        await shoot(*shot)
+        if len(sys.argv) < 2 or shot[0] in sys.argv[1:]:
+            await shoot(*shot)
 
 
 asyncio.run(main())

@@ -34,7 +34,7 @@ def test_the_routing_view_in_a_real_terminal(tiny_mixtral, size):
             assert f"L{layer} " in text
         assert "H " in text and "bits" in text
         if size == (200, 60):
-            assert "top expert per token" in text and "busiest: e" in text
+            assert "top expert per layer" in text and "busiest: e" in text
         keys(name, "R")  # toggles back
         wait_gone(name, r"L3 +e\d")
     finally:

@@ -41,7 +41,7 @@ async def test_the_routing_view_shows_the_routers_choice_at_the_cursor(size):
         for route in routes:
             row = next(line for line in shown.splitlines() if line.startswith(f"L{route.layer} "))
             assert f"e{route.experts[0]}" in row and f"{route.weights[0]:4.2f}" in row
-        assert "top expert per token" in shown or size == (80, 24)  # (below the fold at 80x24: it scrolls)
+        assert "top expert per layer" in shown or size == (80, 24)  # (below the fold at 80x24: it scrolls)
         await pilot.press("R")
         await wait_for(lambda: app.query_one("#views").current != "routing", pilot)
 

@@ -44,9 +44,7 @@ class RoutingPane(ScrollPane):
         width = max(self.size.width - 3, 30)
         text = Text(no_wrap=True, overflow="crop")
         piece = visible(s.chips[selection.cursor].text) if selection.cursor < len(s.chips) else ""
-        text.append(
-            f"@{selection.cursor} {piece}: the experts each MoE layer's router chose, as it chose them\n", "bold"
-        )
+        text.append(f"@{selection.cursor} {piece}: each MoE layer's experts for it\n", "bold")
         if routes is not None:
             self._chosen(text, routes, width)
         self._strip(text, s, selection.cursor, width)
@@ -54,7 +52,8 @@ class RoutingPane(ScrollPane):
 
     def _chosen(self, text: Text, routes: tuple[LayerRoute, ...], width: int) -> None:
         k = len(routes[0].experts)
-        slot = max((width - LABEL - 16) // k, 12)  # "e12 ████ 0.62 " per expert
+        tail = 16 + (15 if routes[0].shared is not None else 0)  # " H 1.00 bits", "+ shared 0.51 "
+        slot = max((width - LABEL - tail) // k, 12)  # "e12 ████ 0.62 " per expert
         bar_w = slot - 11
         for route in routes:
             text.append(f"L{route.layer:<{LABEL - 1}}", "bold")
@@ -75,7 +74,7 @@ class RoutingPane(ScrollPane):
         kept = [c for c in columns if c is not None]
         if not kept:
             return
-        text.append(f"\nthe last {len(kept)} tokens: each layer's top expert per token (0-9, a-z, A-Z)\n", "bold")
+        text.append(f"\ntop expert per layer, last {len(kept)} tokens (0-9 a-z A-Z)\n", "bold")
         for j, first in enumerate(kept[0]):
             marks = "".join(EXPERT_MARKS[c[j].experts[0] % len(EXPERT_MARKS)] if c else " " for c in columns)
             shares = Counter(e for c in kept for e in c[j].experts)
