@@ -122,3 +122,20 @@ def test_quantized_weights_are_counted_smaller_and_offered_when_they_fit(tmp_pat
     code, _, err = invoke(monkeypatch, capsys, "trace", "hi", "--model", directory, "--max-memory", limit,
                           "--device", "cpu", "--dtype", "float32")  # fmt: skip
     assert code == 2 and "try --quantize int8" in err and "--dtype bfloat16" not in err
+
+
+@pytest.mark.bundled
+def test_a_gguf_too_large_to_convert_is_refused_before_converting(tmp_path, monkeypatch, capsys):
+    from clitools import invoke
+
+    from tokenviz.contract.paths import bundled_gguf
+    from tokenviz.model import loading
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no conversion yet
+    monkeypatch.setattr(loading, "free_bytes", lambda device, limits: (100 * 10**6, False))  # 100 MB free
+    code, _, err = invoke(monkeypatch, capsys, "trace", "hi", "--device", "cpu")
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "Traceback" not in err
+    assert "dequantises it to 0.5 GB of float32 weights" in errors[0] and "0.1 GB of memory" in errors[0]
+    directory = loading.gguf_cache_dir(bundled_gguf())
+    assert not directory.exists() and not directory.with_name(directory.name + ".partial").exists()

@@ -33,7 +33,7 @@ from tokenviz.contract.placement import DEFAULT_PLACEMENT, Placement
 from tokenviz.contract.records import ModelInfo
 from tokenviz.contract.text import safe_text
 from tokenviz.model.attention import IMPLEMENTATION, use_fast_attention
-from tokenviz.model.memory import check_fits, parameter_count
+from tokenviz.model.memory import WORKING_SHARE, check_fits, free_bytes, gigabytes, parameter_count
 from tokenviz.model.parts import kv_heads
 from tokenviz.model.placing import accelerate_limits, offload_dir_for, placed
 from tokenviz.model.quantizing import quantization_config, quantized
@@ -171,7 +171,10 @@ def convert_gguf(gguf: Path, directory: Path, progress: Progress) -> None:
     try:
         with _reporting_gguf_progress(lambda fraction: progress(message, SAVE_SHARE * fraction)), _gguf_read_once():
             tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            _check_conversion_fits(gguf, directory)
             model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    except ModelLoadError:
+        raise
     except Exception as exc:  # the gguf reader raises many types for a damaged file
         raise ModelLoadError(f"could not read GGUF file {gguf}: {_one_line(exc)}") from None
     # A dequantised model is plain floats: drop the quantizer so save_pretrained accepts it.
@@ -190,6 +193,24 @@ def convert_gguf(gguf: Path, directory: Path, progress: Progress) -> None:
         raise CacheNotWritable(f"the model cache in {directory.parent} could not be written ({exc.strerror})") from None
     prune_orphaned_caches()
     progress("conversion done", 1.0)
+
+
+def _check_conversion_fits(gguf: Path, directory: Path) -> None:
+    """Dequantising holds the whole model in float32 in memory, and saves it so on disk: refuse a
+    GGUF too large for either before it starts (a 4 GB Q4 file of a 7B model becomes 28 GB)."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    size = parameter_count(config).total * torch.empty((), dtype=torch.float32).element_size()
+    memory = free_bytes(torch.device("cpu"), {})[0]
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    disk = shutil.disk_usage(directory.parent).free
+    if size * (1 + WORKING_SHARE) > memory or size > disk:
+        raise ModelLoadError(
+            f"converting {gguf.name} dequantises it to {gigabytes(size)} of float32 weights, in memory and then "
+            f"on disk, and there are {gigabytes(memory)} of memory and {gigabytes(disk)} of disk in "
+            f"{directory.parent} free: a GGUF this large cannot be opened here"
+        )
 
 
 def prune_orphaned_caches() -> list[Path]:
