@@ -474,7 +474,7 @@ class Session:
             kv_len=self.runner.kv_len,
             kv_bytes=self.runner.kv_bytes,
             prompt_predictions=read_predictions(host, input_ids, self.runner.piece) if prompt_parts else (),
-            routing=read_routing(host),
+            routing=read_routing(host, self.runner.routers),
         )
         self._pending_logits = forward.logits
         self.records.append(record)

@@ -98,7 +98,6 @@ def route_tensors(captured: dict[int, tuple[torch.Tensor, ...]]) -> dict[str, to
     (tokens, layers, k), entropy and the shared expert's weight (tokens, layers)."""
     layers = sorted(captured)
     return {
-        "route_layers": torch.tensor(layers, dtype=torch.int32, device=captured[layers[0]][0].device),
         "route_experts": torch.stack([captured[n][0] for n in layers], 1).to(torch.int32),
         "route_weights": torch.stack([captured[n][1] for n in layers], 1),
         "route_entropy": torch.stack([captured[n][2] for n in layers], 1),
@@ -110,17 +109,16 @@ def join_routes(parts: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]
     """Several passes' routing (a prompt fed in chunks) as one, in order of position."""
     if len(parts) == 1:
         return parts[0]
-    names = ("route_experts", "route_weights", "route_entropy", "route_shared")
-    joined = {name: torch.cat([p[name] for p in parts]) for name in names}
-    return {"route_layers": parts[0]["route_layers"], **joined}
+    return {name: torch.cat([p[name] for p in parts]) for name in parts[0]}
 
 
-def read_routing(host: dict[str, np.ndarray]) -> Routing | None:
-    if "route_layers" not in host:
+def read_routing(host: dict[str, np.ndarray], found: dict[int, torch.nn.Module]) -> Routing | None:
+    """The routing in a step's transfer; its layers are the routers' (`found`), known on the host."""
+    if "route_experts" not in host:
         return None
     experts = host["route_experts"]
     return Routing(
-        layers=tuple(int(n) for n in host["route_layers"]),
+        layers=tuple(sorted(found)),
         k=int(experts.shape[-1]),
         positions=int(experts.shape[0]),
         experts=experts.astype(np.uint16).tobytes(),

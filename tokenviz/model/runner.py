@@ -181,7 +181,7 @@ class ModelRunner:
             logits=out.logits[0, -1],
             timer=timer.stop(),
             position_logits=out.logits[0] if every_position else None,
-            routes=route_tensors(routed) if routed else None,
+            routes=route_tensors(routed) if routed and len(routed) == len(self.routers) else None,  # (all read)
         )
 
     @torch.inference_mode()
