@@ -153,8 +153,10 @@ def inspect_positions(
             f"model's output by {float((last.float() - own.float()).abs().max()):.3g}"
         )
     embeddings = runner.model.get_input_embeddings()
+    with weights_at_hand(embeddings):  # (it may live on the disk: fetched once for every position)
+        rows_of = cast(torch.Tensor, embeddings.weight)[[ids[p] for p in positions]].float()
     out = []
-    for position, chosen_id in zip(positions, chosen):
+    for position, chosen_id, row in zip(positions, chosen, rows_of):
         residual = stream[:, position]  # (L+1, H)
         probs = torch.softmax(lens_logits(runner, residual), -1)  # (L+1, V)
         norms = residual.float().norm(dim=-1).tolist()
@@ -177,8 +179,6 @@ def inspect_positions(
             for layer in range(probs.shape[0])
         )
         token_id = ids[position]
-        with weights_at_hand(embeddings):  # (it may live on the disk)
-            row = cast(torch.Tensor, embeddings.weight)[token_id].float()
         out.append(
             Inspection(
                 position=position,
