@@ -201,7 +201,7 @@ def _check_conversion_fits(gguf: Path, directory: Path) -> None:
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    size = parameter_count(config).total * torch.empty((), dtype=torch.float32).element_size()
+    size = parameter_count(config).total * torch.float32.itemsize
     memory = free_bytes(torch.device("cpu"), {})[0]
     directory.parent.mkdir(parents=True, exist_ok=True)
     disk = shutil.disk_usage(directory.parent).free

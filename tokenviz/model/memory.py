@@ -82,7 +82,7 @@ def need(config, parameters: Parameters, dtype: torch.dtype, quantize: str | Non
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
     context = getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None) or KV_TOKENS
     tokens = min(KV_TOKENS, int(context))
-    size = torch.empty((), dtype=dtype).element_size()
+    size = dtype.itemsize
     kv = 2 * text.num_hidden_layers * kv_heads(text, heads) * head_dim * tokens * size
     quantized = parameters.in_linears if quantize else 0
     weights = (parameters.total - quantized) * size + quantized * QUANTIZED_BYTES.get(quantize or "", 0)

@@ -79,7 +79,7 @@ class ModelRunner:
 
     def _queries_kept(self) -> str:
         """What the query states' budget holds, in positions (see tokenviz.model.query_store)."""
-        i, size = self.info, torch.empty((), dtype=self.model.dtype).element_size()
+        i, size = self.info, self.model.dtype.itemsize
         positions = self.queries.budget // (i.layers * i.heads * i.head_dim * size)
         return (
             f"the last {positions:,} positions ({gigabytes(self.queries.budget)}: {QUERY_SHARE:.0%} of the free "
