@@ -10,7 +10,7 @@ import contextlib
 import functools
 import inspect
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
 
 import typer
@@ -52,23 +52,23 @@ class ModelChoice:
     offload_dir: str | None = None
     quantize: str | None = None
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "max_memory", tuple(self.max_memory or ()))
-        self.placement()  # refused here, before torch is imported
+    placement: Placement = field(init=False, compare=False, repr=False)
 
-    def placement(self) -> Placement:
-        return Placement(self.device_map, self.max_memory, self.offload_dir, self.quantize)
+    def __post_init__(self) -> None:  # a mistake in the placement is refused here, before torch is imported
+        placement = Placement(self.device_map, tuple(self.max_memory or ()), self.offload_dir, self.quantize)
+        object.__setattr__(self, "max_memory", placement.max_memory)
+        object.__setattr__(self, "placement", placement)
 
     def load(self, progress: "Progress") -> "LoadedModel":
         from tokenviz.model.loading import load_model  # deferred: it imports torch
 
-        return load_model(self.model, self.device, self.dtype, self.trust_remote_code, progress, self.placement())
+        return load_model(self.model, self.device, self.dtype, self.trust_remote_code, progress, self.placement)
 
     def loader(self) -> "Loader":
         """A loader for a worker's thread (the model loads there, after the app's first frame)."""
         from tokenviz.worker.loader import model_loader
 
-        return model_loader(self.model, self.device, self.dtype, self.trust_remote_code, self.placement())
+        return model_loader(self.model, self.device, self.dtype, self.trust_remote_code, self.placement)
 
 
 # Each ModelChoice field as a command-line option: (type, typer.Option).

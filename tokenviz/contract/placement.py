@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tokenviz.contract.errors import SettingsError
 from tokenviz.contract.text import safe_text
@@ -77,19 +77,16 @@ class Placement:
     max_memory: tuple[str, ...] = ()
     offload_dir: str | None = None
     quantize: str | None = None
+    # Parsed once, on creation (a mistake is refused then, before torch is imported):
+    limits: dict[str, int] = field(init=False, compare=False, repr=False)  # {device: bytes}
+    mapping: str | dict[str, str | int] | None = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "max_memory", tuple(self.max_memory or ()))
-        device_map(self.device_map)  # refused on creation: before torch is imported
-        max_memory(self.max_memory)
+        object.__setattr__(self, "mapping", device_map(self.device_map))
+        object.__setattr__(self, "limits", max_memory(self.max_memory))
         if self.quantize is not None and self.quantize not in QUANTIZE:
             raise SettingsError(f"--quantize must be {' or '.join(QUANTIZE)}, got {safe_text(self.quantize)!r}")
-
-    def limits(self) -> dict[str, int]:
-        return max_memory(self.max_memory)
-
-    def mapping(self) -> str | dict[str, str | int] | None:
-        return device_map(self.device_map)
 
 
 DEFAULT_PLACEMENT = Placement()

@@ -27,7 +27,7 @@ import torch
 from filelock import FileLock
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from tokenviz.contract.errors import ModelLoadError, TokenvizError
+from tokenviz.contract.errors import ModelLoadError
 from tokenviz.contract.paths import bundled_gguf, cache_root
 from tokenviz.contract.placement import DEFAULT_PLACEMENT, Placement
 from tokenviz.contract.records import ModelInfo
@@ -478,11 +478,8 @@ class Fit:
 
     @staticmethod
     def of(device: torch.device, dtype: str, placement: Placement) -> Fit:
-        try:
-            limits, mapping = placement.limits(), placement.mapping()
-        except TokenvizError as exc:
-            raise ModelLoadError(str(exc)) from None
-        return Fit(device, resolve_dtype(dtype, device), dtype == "auto", limits, mapping, placement.quantize)
+        auto = dtype == "auto"
+        return Fit(device, resolve_dtype(dtype, device), auto, placement.limits, placement.mapping, placement.quantize)
 
     @property
     def placed_as_it_loads(self) -> bool:
