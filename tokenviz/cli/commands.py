@@ -21,6 +21,7 @@ from tokenviz.cli.options import (
     Chat,
     ModelChoice,
     System,
+    against_grammar_of,
     err,
     fail,
     model_options,
@@ -357,6 +358,13 @@ def compare(
     against_quantize: Annotated[
         Optional[str], typer.Option("--against-quantize", help="B is A's model quantized: int8 or int4.")
     ] = None,
+    against_grammar: Annotated[
+        Optional[str],
+        typer.Option(
+            "--against-grammar",
+            help="B's grammar: none (B unconstrained), a .json file (a JSON schema) or an EBNF/GBNF/Lark file.",
+        ),
+    ] = None,
     steps: Annotated[int, typer.Option(help="How many tokens each journey takes at most.")] = 32,
     as_json: Annotated[
         bool, typer.Option("--json", help="Step both to the end and print one JSON document with their diff.")
@@ -366,7 +374,8 @@ def compare(
     theme: Theme = DEFAULT_THEME,
 ) -> None:
     """Two journeys on one prompt, side by side and stepped together: two sampling settings (A's options
-    and --against), two dtypes (--dtype and --against-dtype), a model and its quantized self
+    and --against; a grammar and another or none: --against-grammar), two dtypes (--dtype and
+    --against-dtype), a model and its quantized self
     (--against-quantize) or two models sharing a tokenizer (--model and --against-model). Per step:
     the KL divergence of their raw distributions, whether their top-1 agree, the rank each gives the
     other's choice; and where their paths part."""
@@ -377,6 +386,8 @@ def compare(
         check_theme(theme)
         a = settings.replace(max_new_tokens=steps)
         b = a.changed(against or [])
+        if against_grammar is not None:
+            b = b.replace(grammar=against_grammar_of(against_grammar))
         b_model = dataclasses.replace(
             model,
             model=against_model or model.model,

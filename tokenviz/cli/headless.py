@@ -12,6 +12,7 @@ from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import AttributionMethod
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.beams import beam_search
+from tokenviz.decoding.grammar import refuse_grammar
 from tokenviz.decoding.speculation import make_drafter, speculative_decode
 from tokenviz.files.documents import comparison_document, output_document, trace_document
 from tokenviz.files.journey_file import save_journey
@@ -117,6 +118,7 @@ def run_output(session: Session, prompt_ids: list[int], generated: list[int], **
 
 def beam_document(session: Session, ids: list[int], width: int, steps: int) -> dict[str, Any]:
     """The trace document of a beam search: "beams" holds every step; "text" is the best beam."""
+    refuse_grammar(session.settings.grammar, "beam search")
     result = beam_search(session.runner, ids, width, steps)
     return run_output(session, ids, list(result.final[0].ids), beams=result.to_json())
 

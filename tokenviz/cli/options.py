@@ -17,12 +17,13 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.errors import SettingsError, TokenvizError
 from tokenviz.contract.placement import Placement
 from tokenviz.contract.settings import DEFAULT_SETTINGS, SamplingSettings
 from tokenviz.contract.text import safe_text
 
 if TYPE_CHECKING:
+    from tokenviz.contract.grammar import Grammar
     from tokenviz.model.loading import LoadedModel
     from tokenviz.worker.loader import Loader, Progress
 
@@ -129,6 +130,34 @@ SAMPLING_OPTIONS: dict[str, tuple[Any, Any]] = {
     "max_new_tokens": (int, typer.Option(help="Autoplay stops after this many tokens.")),
     "stop": (Optional[list[str]], typer.Option("--stop", help="Stop string (repeatable).")),
 }
+# The grammar the generated text must follow (SamplingSettings.grammar): one of these, by its kind.
+GRAMMAR_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "json_schema": (Optional[str], typer.Option("--json-schema", help="FILE: the text must be JSON valid under it.")),
+    "regex": (Optional[str], typer.Option("--regex", help="PATTERN: the text must match this regular expression.")),
+    "grammar": (Optional[str], typer.Option("--grammar", help="FILE: an EBNF grammar (GBNF or Lark) it follows.")),
+}
+GRAMMAR_KIND_OF_OPTION = {"json_schema": "json-schema", "regex": "regex", "grammar": "grammar"}
+
+
+def against_grammar_of(given: str) -> "Grammar | None":
+    """compare's --against-grammar: none, a .json file (a JSON schema) or a grammar file."""
+    from tokenviz.files.grammar_file import read_grammar
+
+    if given.strip().lower() == "none":
+        return None
+    return read_grammar("json-schema" if given.lower().endswith(".json") else "grammar", given)
+
+
+def grammar_of(values: dict[str, Any]) -> "Grammar | None":
+    """The grammar one of the GRAMMAR_OPTIONS gives (read and checked), or None."""
+    given = {name: value for name, value in values.items() if value is not None}
+    if len(given) > 1:
+        raise SettingsError("give one grammar: --json-schema, --regex or --grammar")
+    for name, value in given.items():
+        from tokenviz.files.grammar_file import read_grammar  # (the engine loads only when asked)
+
+        return read_grammar(GRAMMAR_KIND_OF_OPTION[name], value)  # type: ignore[arg-type]
+    return None
 
 
 def option_group(
@@ -143,7 +172,7 @@ def option_group(
         defaults = make({})
         added = []
         for name, (kind, option) in options.items():
-            default = getattr(defaults, name)
+            default = getattr(defaults, name, None)
             added.append(
                 inspect.Parameter(
                     name,
@@ -171,13 +200,16 @@ def option_group(
 
 
 def sampling_options(*, leave_out: tuple[str, ...] = ()) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Give a command every sampling option (but `leave_out`); it receives them as `settings`."""
+    """Give a command every sampling option (but `leave_out`) and the grammar options; it receives
+    them as `settings`."""
     options = {name: option for name, option in SAMPLING_OPTIONS.items() if name not in leave_out}
+    options.update(GRAMMAR_OPTIONS)
 
     def make(values: dict[str, Any]) -> SamplingSettings:
         if not values:
             return DEFAULT_SETTINGS
-        return SamplingSettings(**{**values, "stop": tuple(values.get("stop") or ())})
+        grammar = grammar_of({name: values.pop(name, None) for name in GRAMMAR_OPTIONS})
+        return SamplingSettings(**{**values, "stop": tuple(values.get("stop") or ()), "grammar": grammar})
 
     return option_group("settings", options, make)
 

@@ -14,6 +14,7 @@ from tokenviz.contract.settings import SamplingSettings
 DecisionMode = Literal["greedy", "sampled", "forced"]
 REPETITION, PRESENCE_FREQUENCY = "repetition", "presence/frequency"  # the stages that penalise tokens
 PENALTY_STAGES = (REPETITION, PRESENCE_FREQUENCY)
+GRAMMAR = "grammar"  # the stage that keeps only the tokens a grammar allows
 MAX_PINNED = 4  # tokens watched at once
 
 
@@ -48,6 +49,15 @@ class Stage:
     @property
     def is_penalty(self) -> bool:
         return self.name in PENALTY_STAGES
+
+    @property
+    def is_grammar(self) -> bool:
+        return self.name == GRAMMAR
+
+    @property
+    def removed(self) -> float:
+        """The share of the previous stage's probability on the tokens this stage ruled out."""
+        return max(1.0 - self.mass, 0.0)
 
 
 @dataclass(frozen=True)
@@ -218,7 +228,15 @@ class StepRecord:
             "chosen": {"id": d.chosen_id, "text": d.chosen_text, "prob": d.chosen_prob},
             "top": [{"id": c.id, "text": c.text, "logit": c.logit, "prob": c.prob} for c in self.top],
             "entropy": self.entropy,
-            "stages": [{"name": s.name, "kept": s.kept, "mass": s.mass} for s in d.stages],
+            "stages": [
+                {
+                    "name": s.name,
+                    "kept": s.kept,
+                    "mass": s.mass,
+                    **({"grammar": s.detail, "allowed": s.kept, "removed": s.removed} if s.is_grammar else {}),
+                }
+                for s in d.stages
+            ],
             "draw": {"greedy": d.mode == "greedy", **d.to_json()},
             "settings": d.settings.to_json(),
             "ms": {"forward": self.forward_ms, "sampling": d.ms},

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tokenviz.contract.errors import SettingsError
+from tokenviz.contract.grammar import Grammar
 
 # Past these, the scaled logits overflow float32 and the distribution is no longer a number.
 MIN_TEMPERATURE = 1e-3
@@ -33,6 +34,7 @@ class SamplingSettings:
     seed: int = 0
     max_new_tokens: int = 256
     stop: tuple[str, ...] = ()
+    grammar: Grammar | None = None  # None = off; the generated text must follow it (tokenviz.decoding.grammar)
 
     def __post_init__(self) -> None:
         checks = [
@@ -60,6 +62,7 @@ class SamplingSettings:
             (self.max_new_tokens >= 1, f"max new tokens must be at least 1, got {self.max_new_tokens}"),
             (0 <= self.seed < 2**63, f"seed must be in [0, 2^63), got {self.seed}"),
             (all(isinstance(s, str) and s for s in self.stop), "stop strings must not be empty, and must be text"),
+            (self.grammar is None or isinstance(self.grammar, Grammar), f"not a grammar: {self.grammar!r}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -76,7 +79,7 @@ class SamplingSettings:
     def changed(self, assignments: Sequence[str]) -> SamplingSettings:
         """These settings with `NAME=VALUE` assignments applied (`top-k=10`, `temperature=0`,
         `stop=.`; stop adds a stop string): one clear line for a name or value that is wrong."""
-        fields = {f.name: f for f in dataclasses.fields(self)}
+        fields = {f.name: f for f in dataclasses.fields(self) if f.name != "grammar"}
         changes: dict[str, Any] = {}
         for assignment in assignments:
             name, equals, value = assignment.partition("=")
@@ -96,14 +99,41 @@ class SamplingSettings:
         return self.replace(**changes)
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> SamplingSettings:
-        """The settings `to_json` wrote (validated like any other)."""
-        return cls(**{**d, "stop": tuple(d.get("stop", ()))})
+    def from_json(cls, d: dict[str, Any], grammars: Mapping[str, Grammar] | None = None) -> SamplingSettings:
+        """The settings `to_json` wrote (validated like any other); their grammar, named by its digest,
+        is one of `grammars` (a file lists each grammar once: see `grammars_json`)."""
+        grammar = None
+        if d.get("grammar") is not None:
+            reference = d["grammar"]
+            digest = reference.get("digest") if isinstance(reference, dict) else None
+            grammar = (grammars or {}).get(digest) if isinstance(digest, str) else None
+            if grammar is None:
+                raise SettingsError(f"the settings name a grammar that is not given: {reference!r:.60}")
+        return cls(**{**d, "stop": tuple(d.get("stop", ())), "grammar": grammar})
 
     def to_json(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
+        """Plain JSON; a grammar by its kind, source and digest, not its text (see `grammars_json`)."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["stop"] = list(self.stop)
+        g = self.grammar
+        d["grammar"] = None if g is None else {"kind": g.kind, "source": g.source, "digest": g.digest}
         return d
+
+
+def grammars_json(settings: Sequence[SamplingSettings]) -> dict[str, dict[str, Any]]:
+    """Each grammar the settings use, once, by digest: what from_json's `grammars` reads back."""
+    return {s.grammar.digest: s.grammar.to_json() for s in settings if s.grammar is not None}
+
+
+def grammars_from_json(d: Mapping[str, Any]) -> dict[str, Grammar]:
+    """The grammars `grammars_json` wrote, each checked against its digest."""
+    grammars = {}
+    for digest, g in d.items():
+        grammar = Grammar.from_json(g)
+        if grammar.digest != digest:
+            raise SettingsError(f"grammar {digest!r:.20} does not match its text")
+        grammars[digest] = grammar
+    return grammars
 
 
 DEFAULT_SETTINGS = SamplingSettings()

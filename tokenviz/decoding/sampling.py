@@ -25,6 +25,7 @@ from transformers import (
 
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.records import (
+    GRAMMAR,
     PRESENCE_FREQUENCY,
     REPETITION,
     Candidate,
@@ -34,6 +35,7 @@ from tokenviz.contract.records import (
     Stage,
 )
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.decoding.grammar import GrammarMask
 from tokenviz.model.transfer import DeviceTimer, ids_to_device, to_host
 
 WATCH_N = 12  # tokens followed through the stages: the raw top-n plus the final top-n
@@ -60,14 +62,19 @@ class PresenceFrequencyPenalty(LogitsProcessor):
         return penalised  # type: ignore[return-value]  # (transformers types processors with FloatTensor)
 
 
+NOTHING_ALLOWED = "the grammar allows no token after this text: it left the grammar earlier"
 NOT_A_NUMBER = (
     "the model's output here is not a number (NaN or infinite logits), so no token can be chosen: its weights "
     "may be damaged, or the dtype overflows (try --dtype float32)"
 )
 
 
-def build_stages(settings: SamplingSettings, generated_ids: Sequence[int]) -> list[tuple[str, str, LogitsProcessor]]:
-    """The active stages in order, as (name, detail, processor)."""
+def build_stages(
+    settings: SamplingSettings, generated_ids: Sequence[int], allowed: torch.Tensor | None = None
+) -> list[tuple[str, str, LogitsProcessor]]:
+    """The active stages in order, as (name, detail, processor). With a grammar, `allowed` is its
+    mask for this context (GrammarMatchers.allowed); it goes where generate() puts a logits processor
+    of the user's: after the penalties, before temperature and the truncations."""
     s = settings
     stages: list[tuple[str, str, LogitsProcessor]] = []
     if s.repetition_penalty != 1.0:
@@ -86,6 +93,10 @@ def build_stages(settings: SamplingSettings, generated_ids: Sequence[int]) -> li
                 PresenceFrequencyPenalty(s.presence_penalty, s.frequency_penalty, generated_ids),
             )
         )
+    if s.grammar is not None:
+        if allowed is None:
+            raise ValueError("a grammar stage needs the grammar's mask for this context")
+        stages.append((GRAMMAR, s.grammar.label, GrammarMask(allowed)))
     if s.greedy:
         return stages
     if s.temperature != 1.0:
@@ -100,13 +111,17 @@ def build_stages(settings: SamplingSettings, generated_ids: Sequence[int]) -> li
 
 
 def apply_stages(
-    logits: torch.Tensor, settings: SamplingSettings, context_ids: Sequence[int], generated_ids: Sequence[int]
+    logits: torch.Tensor,
+    settings: SamplingSettings,
+    context_ids: Sequence[int],
+    generated_ids: Sequence[int],
+    allowed: torch.Tensor | None = None,
 ) -> list[tuple[str, str, torch.Tensor]]:
     """Every active stage's scores, (1, vocab) each, in float32 on the logits' device."""
     scores = logits.reshape(1, -1).float()
     input_ids = ids_to_device(context_ids, scores.device)
     out = []
-    for name, detail, processor in build_stages(settings, generated_ids):
+    for name, detail, processor in build_stages(settings, generated_ids, allowed):
         scores = processor(input_ids, scores)
         out.append((name, detail, scores))
     return out
@@ -140,12 +155,18 @@ def inverse_cdf(probs: torch.Tensor, u: float) -> tuple[int, int, float, float]:
 
 
 def final_distribution(
-    logits: torch.Tensor, settings: SamplingSettings, context_ids: Sequence[int], generated_ids: Sequence[int]
+    logits: torch.Tensor,
+    settings: SamplingSettings,
+    context_ids: Sequence[int],
+    generated_ids: Sequence[int],
+    allowed: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The distribution a step's decision draws from, (vocab,): every stage applied, then softmax;
-    greedy's is one-hot on its argmax."""
-    stages = apply_stages(logits, settings, context_ids, generated_ids)
+    greedy's is one-hot on its argmax; all zeros where a grammar allows nothing."""
+    stages = apply_stages(logits, settings, context_ids, generated_ids, allowed)
     scores = stages[-1][2][0] if stages else logits.float().reshape(-1)
+    if not bool(torch.isfinite(scores).any()):
+        return torch.zeros_like(scores)
     if settings.greedy:
         return torch.nn.functional.one_hot(scores.argmax(), scores.numel()).float()
     return torch.softmax(scores, -1)
@@ -209,11 +230,12 @@ def decide_on_device(
     generated_ids: Sequence[int],
     forced_id: int | None = None,
     pinned: Sequence[int] = (),
+    allowed: torch.Tensor | None = None,
 ) -> PendingDecision:
     """Run every stage on `logits` (vocab,) and choose the next token, all on the logits' device (on
-    one thread on a CPU); follow the `pinned` tokens through it."""
+    one thread on a CPU); follow the `pinned` tokens through it. `allowed`: see build_stages."""
     with one_thread_on_cpu(logits.device):
-        return _decide(logits, settings, context_ids, generated_ids, forced_id, pinned)
+        return _decide(logits, settings, context_ids, generated_ids, forced_id, pinned, allowed)
 
 
 def _decide(
@@ -223,11 +245,12 @@ def _decide(
     generated_ids: Sequence[int],
     forced_id: int | None,
     pinned: Sequence[int],
+    allowed: torch.Tensor | None,
 ) -> PendingDecision:
     timer = DeviceTimer(logits.device)
     device = logits.device
     raw = torch.softmax(logits.float().reshape(-1), -1)
-    stages = apply_stages(logits, settings, context_ids, generated_ids)
+    stages = apply_stages(logits, settings, context_ids, generated_ids, allowed)
     final_scores = stages[-1][2][0] if stages else logits.float().reshape(-1)
     final = torch.softmax(final_scores, -1)
 
@@ -275,6 +298,7 @@ def _decide(
             low,
             high,
             torch.isfinite(logits).all().double(),  # (read with the rest: no extra wait for the device)
+            torch.isfinite(final_scores).any().double(),
         ]
     )
     tensors = {
@@ -321,9 +345,10 @@ def follow_pinned(
     generated_ids: Sequence[int],
     pinned: Sequence[int],
     piece: Callable[[int], str],
+    allowed: torch.Tensor | None = None,
 ) -> tuple[PinnedToken, ...]:
     """The pinned tokens at a step already decided: its logits again through its own settings."""
-    stages = apply_stages(logits, decision.settings, context_ids, generated_ids)
+    stages = apply_stages(logits, decision.settings, context_ids, generated_ids, allowed)
     raw = torch.softmax(logits.float().reshape(-1), -1)
     final = torch.softmax(stages[-1][2][0], -1) if stages else raw
     rows = to_host({"pinned": pinned_on_device(raw, final, pinned)})["pinned"]
@@ -345,9 +370,13 @@ class PendingDecision:
         watch_all = host["decision.watch"].tolist()
         first = [i for i, token in enumerate(watch_all) if token not in watch_all[:i]]
         watch_ids = [watch_all[i] for i in first]
-        chosen, chosen_prob, chosen_rank, raw_rank, raw_prob, low, high, finite = host["decision.scalars"].tolist()
+        chosen, chosen_prob, chosen_rank, raw_rank, raw_prob, low, high, finite, any_left = host[
+            "decision.scalars"
+        ].tolist()
         if not finite:
             raise TokenvizError(NOT_A_NUMBER)
+        if not any_left:
+            raise TokenvizError(NOTHING_ALLOWED)
         w = len(watch_all)
         stages = tuple(
             Stage(
@@ -392,7 +421,8 @@ def decide(
     piece: Callable[[int], str],
     forced_id: int | None = None,
     pinned: Sequence[int] = (),
+    allowed: torch.Tensor | None = None,
 ) -> Decision:
     """Run every stage on `logits` (vocab,) and choose the next token: one transfer to the host."""
-    pending = decide_on_device(logits, settings, context_ids, generated_ids, forced_id, pinned)
+    pending = decide_on_device(logits, settings, context_ids, generated_ids, forced_id, pinned, allowed)
     return pending.read(to_host(pending.tensors), piece)

@@ -18,6 +18,7 @@ import torch
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.results import Round, Speculation
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.decoding.grammar import refuse_grammar
 from tokenviz.decoding.sampling import apply_stages, draw_uniform, inverse_cdf
 from tokenviz.model.cache import cache_prefix, full_cache
 from tokenviz.model.parts import decoder_layers
@@ -180,6 +181,7 @@ def speculative_decode(
 ) -> Speculation:
     """`cancelled()` is asked before each round; a True ends the run with Cancelled. With
     `from_cache`, the runner's cache holds at least `prompt_ids[:-1]`: a copy of it is the start."""
+    refuse_grammar(settings.grammar, "speculative decoding")
     model, device = runner.model, runner.device
     ids = list(prompt_ids)
     start = len(ids)

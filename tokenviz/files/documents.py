@@ -11,7 +11,7 @@ from typing import Any
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.records import ModelInfo, PromptPrediction, TokenChip
 from tokenviz.contract.results import StepDiff
-from tokenviz.contract.settings import SamplingSettings
+from tokenviz.contract.settings import SamplingSettings, grammars_json
 from tokenviz.contract.snapshot import Snapshot
 
 
@@ -29,6 +29,7 @@ def trace_document(snapshot: Snapshot) -> dict[str, Any]:
         "stop_reason": snapshot.stop_reason,
         "text": snapshot.text,
         "full_text": snapshot.full_text,
+        "grammars": grammars_json([snapshot.settings, *(r.decision.settings for r in snapshot.records)]),
     }
 
 
@@ -51,6 +52,7 @@ def output_document(
         **extra,
         "text": text,
         "full_text": full_text,
+        "grammars": grammars_json([settings]),
     }
 
 

@@ -13,6 +13,7 @@ import base64
 import dataclasses
 import json
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -20,6 +21,7 @@ import numpy as np
 
 from tokenviz.contract.attention import SavedAttention
 from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.grammar import Grammar
 from tokenviz.contract.records import (
     Candidate,
     Decision,
@@ -113,11 +115,11 @@ def _routing(routing: Routing | None) -> dict[str, Any] | None:
     return {"layers": list(routing.layers), "k": routing.k, "positions": routing.positions, **encoded}
 
 
-def _unrecord(r: schema.Record) -> StepRecord:
+def _unrecord(r: schema.Record, grammars: Mapping[str, Grammar]) -> StepRecord:
     d = r.decision
     decision = Decision(
         mode=d.mode,
-        settings=d.settings.settings(),
+        settings=d.settings.settings(grammars),
         watch=tuple(d.watch),
         raw_probs=tuple(d.raw_probs),
         stages=tuple(Stage(name=n, detail=t, kept=k, mass=m, probs=tuple(p)) for n, t, k, m, p in d.stages),
@@ -317,19 +319,19 @@ def snapshot_from_journey(doc: dict[str, Any] | schema.Journey) -> Snapshot:
 def recording_of(doc: dict[str, Any] | schema.Journey) -> Recording:
     """The journey as the app can show it without a model (every string made safe to print)."""
     journey = doc if isinstance(doc, schema.Journey) else parse_journey(doc)
-    r = journey.replay
+    r, grammars = journey.replay, journey.grammar_table
     snapshot = Snapshot(
         seq=1,
         state="stopped" if r.stop_reason else "ready",
         info=ModelInfo(**r.info.model_dump()),
-        settings=journey.settings.settings(),
+        settings=journey.settings.settings(grammars),
         prompt=r.prompt_text,
         chips=(chips := tuple(TokenChip(*chip) for chip in r.chips)),
         full_text="".join(chip.text for chip in chips),  # the pieces, each decoded alone
         chat=r.chat,
         system=r.system,
         prompt_len=r.prompt_len,
-        records=tuple(_unrecord(x) for x in r.records),
+        records=tuple(_unrecord(x, grammars) for x in r.records),
         stop_reason=r.stop_reason,
         message="a recorded journey: read-only",
         branches=tuple(BranchSummary(**b.model_dump()) for b in r.branches),

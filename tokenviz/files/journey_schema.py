@@ -14,14 +14,16 @@ from __future__ import annotations
 import base64
 import binascii
 import math
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, FailFast, Field, ValidationError, model_validator
 
 from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.grammar import MAX_GRAMMAR_CHARS, Grammar, GrammarKind
 from tokenviz.contract.records import MAX_PINNED, Routing
-from tokenviz.contract.settings import SamplingSettings
+from tokenviz.contract.settings import SamplingSettings, grammars_from_json
 from tokenviz.contract.text import safe_text
 
 MAX_TOKENS = 131_072  # chips or records in one journey
@@ -54,6 +56,9 @@ Finite = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 NonNegative = Annotated[float, Field(strict=True, ge=0.0, allow_inf_nan=False)]
 
 
+MAX_GRAMMARS = 64  # grammars one journey file may hold
+
+
 class Model(BaseModel):
     """Frozen; fields a newer tokenviz adds are ignored."""
 
@@ -65,9 +70,15 @@ class Settings(Model):
 
     model_config = ConfigDict(frozen=True, extra="allow")
 
-    def settings(self) -> SamplingSettings:
-        settings = SamplingSettings.from_json(self.model_dump())
+    def settings(self, grammars: Mapping[str, Grammar] | None = None) -> SamplingSettings:
+        """The settings; their grammar, if any, from the file's `grammars` (Journey checks it is there)."""
+        settings = SamplingSettings.from_json(self.model_dump(), grammars)
         return settings.replace(stop=tuple(safe_text(stop) for stop in settings.stop))
+
+    @property
+    def grammar_digest(self) -> str | None:
+        reference = self.model_dump().get("grammar")
+        return reference["digest"] if isinstance(reference, dict) else None
 
     @model_validator(mode="after")
     def _valid(self) -> Settings:
@@ -75,8 +86,12 @@ class Settings(Model):
         for value in stops if isinstance(stops, list) else ():  # (anything else: SamplingSettings says)
             if isinstance(value, str):
                 _unicode(value)
+        d = self.model_dump()
+        reference = d.pop("grammar", None)
+        if reference is not None and not (isinstance(reference, dict) and isinstance(reference.get("digest"), str)):
+            raise ValueError("a grammar is named by its digest: {kind, source, digest}")
         try:
-            SamplingSettings.from_json(self.model_dump())
+            SamplingSettings.from_json(d)
         except (TokenvizError, TypeError) as exc:
             raise ValueError(str(exc).splitlines()[0]) from None
         return self
@@ -343,12 +358,35 @@ class Step(Model):
     draw: Draw
 
 
+class SavedGrammar(Model):
+    kind: GrammarKind
+    source: SafeText
+    text: Annotated[str, Field(strict=True, max_length=MAX_GRAMMAR_CHARS), AfterValidator(_unicode)]
+
+
 class Journey(Model):
     format: Annotated[str, Field(strict=True)]
     settings: Settings
     prompt: Annotated[list[PromptToken], FAIL_FAST, Field(min_length=1, max_length=MAX_TOKENS)]
     steps: Annotated[list[Step], FAIL_FAST, Field(max_length=MAX_TOKENS)]
     replay: Replay
+    grammars: Annotated[dict[str, SavedGrammar], Field(max_length=MAX_GRAMMARS)] = {}  # by digest; settings name them
+
+    @property
+    def grammar_table(self) -> dict[str, Grammar]:
+        return grammars_from_json({digest: g.model_dump() for digest, g in self.grammars.items()})
+
+    @model_validator(mode="after")
+    def _grammars_given(self) -> Journey:
+        try:
+            table = self.grammar_table
+        except TokenvizError as exc:
+            raise ValueError(str(exc)) from None
+        every = [self.settings, *(s.settings for s in self.steps), *(r.decision.settings for r in self.replay.records)]
+        missing = sorted({d for s in every if (d := s.grammar_digest) is not None} - set(table))
+        if missing:
+            raise ValueError(f"the settings name a grammar the file does not hold: {missing[0]!r:.20}")
+        return self
 
 
 def parse_journey(doc: Any) -> Journey:

@@ -16,8 +16,9 @@ def verify_journey(doc: dict[str, Any] | Journey, session: Session) -> tuple[int
     journey = doc if isinstance(doc, Journey) else parse_journey(doc)
     steps = journey.steps
     session.start([t.id for t in journey.prompt])
+    grammars = journey.grammar_table
     for i, step in enumerate(steps):
-        settings = step.settings.settings()
+        settings = step.settings.settings(grammars)
         session.set_settings(settings.replace(max_new_tokens=max(settings.max_new_tokens, len(steps))))
         pending = session.pending
         if pending is None:

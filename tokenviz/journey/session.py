@@ -20,6 +20,7 @@ from tokenviz.contract.errors import Cancelled, PromptError, TokenvizError
 from tokenviz.contract.records import MAX_PINNED, StepRecord, TokenChip
 from tokenviz.contract.results import BranchSummary, CacheEvent
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.decoding.grammar import GrammarMatchers
 from tokenviz.decoding.prompt_predictions import join, predict_positions
 from tokenviz.decoding.prompt_predictions import read as read_predictions
 from tokenviz.decoding.sampling import decide, decide_on_device, follow_pinned, summarise
@@ -58,6 +59,7 @@ class Session:
         self.branches = BranchStore()  # other paths from the same prompt
         self.pinned: tuple[int, ...] = ()  # the tokens followed at every step (see pin)
         self.analyses = JourneyAnalyses(self)  # what the views compute on demand, kept by context
+        self._grammars: GrammarMatchers | None = None  # made when a grammar is first used
         self._pending_logits: torch.Tensor | None = None
         self._prefill_logits: torch.Tensor | None = None
         self._chips: list[TokenChip] = []  # see chips()
@@ -206,6 +208,7 @@ class Session:
         if forced_id is not None:
             if not 0 <= forced_id < self.runner.info.vocab:
                 raise TokenvizError(f"token id {forced_id} is outside the vocabulary (0-{self.runner.info.vocab - 1})")
+            self._check_grammar_allows(forced_id)
             self._redecide(forced_id)
         self.ids.append(self.records[-1].decision.chosen_id)
         self.stop_reason = self.check_stop()
@@ -271,6 +274,7 @@ class Session:
         if not 0 <= index < len(self.branches):
             raise TokenvizError(f"there is no branch {index + 1}")
         target = self.branches.paths[index]
+        self._check_grammar_fits(self.settings, list(target.ids[len(self.prompt_ids) :]), f"branch {index + 1}")
         self._keep_path()
         self.branches.remove(target)
         fed = len(target.ids) - (1 if target.stop_reason else 0)
@@ -289,7 +293,10 @@ class Session:
         self._fill_pinned()
 
     def set_settings(self, settings: SamplingSettings) -> None:
-        """New settings re-decide the pending step from the logits already computed."""
+        """New settings re-decide the pending step from the logits already computed. A new grammar
+        must accept the text generated so far: it is refused, in one line, where it does not."""
+        if settings.grammar is not None and settings.grammar != self.settings.grammar:
+            self._check_grammar_fits(settings, self.generated_ids, "the text so far")
         self.settings = settings
         if self.pending is not None:
             self._redecide()
@@ -356,12 +363,46 @@ class Session:
             self.settings,
             self.runner.eos_ids,
             self.runner.info.context,
+            lambda: self._matchers.complete(self.settings.grammar, self.generated_ids),  # type: ignore[arg-type]
         )
+
+    def allowed(self, settings: SamplingSettings, generated_ids: Sequence[int]) -> torch.Tensor | None:
+        """The mask of the tokens `settings`' grammar allows after `generated_ids` (None without one),
+        on the model's device (the stage moves it to the logits' own, where a device map puts them elsewhere)."""
+        if settings.grammar is None:
+            return None
+        return self._matchers.allowed(settings.grammar, generated_ids, self.runner.device)
 
     # ---- internals ----------------------------------------------------------------------------
 
     def _path(self) -> Branch:
         return Branch(tuple(self.ids), tuple(self.records), self.stop_reason)
+
+    @property
+    def _matchers(self) -> GrammarMatchers:
+        if self._grammars is None:
+            self._grammars = GrammarMatchers(self.runner.tokenizer, self.runner.info.vocab, self.runner.eos_ids)
+        return self._grammars
+
+    def _check_grammar_fits(self, settings: SamplingSettings, generated_ids: Sequence[int], what: str) -> None:
+        """Refuse a path that `settings`' grammar does not accept, naming the token where it leaves it."""
+        if settings.grammar is None:
+            return
+        fits = self._matchers.fits(settings.grammar, generated_ids)
+        if fits < len(generated_ids):
+            token = generated_ids[fits]
+            raise TokenvizError(
+                f"{what} leaves the grammar ({settings.grammar.label}) at generated token {fits + 1}, "
+                f"{self.runner.piece(token)!r}: rewind before it, or reset"
+            )
+
+    def _check_grammar_allows(self, token: int) -> None:
+        """Refuse to force a token the grammar does not allow next."""
+        allowed = self.allowed(self.settings, self.generated_ids)
+        if allowed is not None and not bool(allowed[token]):
+            grammar = self.settings.grammar
+            assert grammar is not None
+            raise TokenvizError(f"{self.runner.piece(token)!r} is not allowed here by the grammar ({grammar.label})")
 
     def _keep_path(self) -> None:
         self.branches.keep(self._path(), len(self.prompt_ids))
@@ -369,7 +410,14 @@ class Session:
     def _redecide(self, forced_id: int | None = None) -> None:
         assert self._pending_logits is not None
         decision = decide(
-            self._pending_logits, self.settings, self.ids, self.generated_ids, self.runner.piece, forced_id, self.pinned
+            self._pending_logits,
+            self.settings,
+            self.ids,
+            self.generated_ids,
+            self.runner.piece,
+            forced_id,
+            self.pinned,
+            self.allowed(self.settings, self.generated_ids),
         )
         self.records[-1] = dataclasses.replace(self.records[-1], decision=decision)
 
@@ -396,6 +444,7 @@ class Session:
                     self.ids[n : record.position],
                     self.pinned,
                     self.runner.piece,
+                    self.allowed(record.decision.settings, self.ids[n : record.position]),
                 )
             done = begin + len(chunk)
             progress(done, len(stale))
@@ -459,7 +508,14 @@ class Session:
         """Record a forward pass and decide on it: the top-n, the decision (and a prefill's
         predictions at every prompt position) reach the host in one transfer."""
         summary = summarise(forward.logits, self.top_n)
-        decision = decide_on_device(forward.logits, self.settings, self.ids, self.generated_ids, pinned=self.pinned)
+        decision = decide_on_device(
+            forward.logits,
+            self.settings,
+            self.ids,
+            self.generated_ids,
+            pinned=self.pinned,
+            allowed=self.allowed(self.settings, self.generated_ids),
+        )
         host = to_host({**summary.tensors, **decision.tensors, **(prompt_parts or {}), **(forward.routes or {})})
         top, entropy = summary.read(host, self.runner.piece)
         record = StepRecord(

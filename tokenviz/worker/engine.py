@@ -275,6 +275,9 @@ class EngineWorker(CommandThread[Snapshot]):
                     return verify_latest(session.runner, session.cached_ids, progress, self._cancelled)
             case Beams(width=width, steps=steps):
                 from tokenviz.decoding.beams import beam_search
+                from tokenviz.decoding.grammar import refuse_grammar
+
+                refuse_grammar(session.settings.grammar, "beam search")
 
                 with self._job("beam search: step") as progress:
                     return beam_search(

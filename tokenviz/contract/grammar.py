@@ -1,0 +1,57 @@
+"""A grammar the generated text must follow, as the user gave it: a JSON schema, a regular expression
+or an EBNF/GBNF/Lark grammar. Plain data: the engine that enforces it lives in tokenviz.decoding.grammar.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+from tokenviz.contract.errors import SettingsError
+from tokenviz.contract.text import safe_text
+
+GrammarKind = Literal["json-schema", "regex", "grammar"]
+GRAMMAR_KINDS: tuple[str, ...] = get_args(GrammarKind)
+MAX_GRAMMAR_CHARS = 256_000  # a JSON schema or grammar longer than this is refused, not held per journey
+LABEL_CHARS = 24  # of a source named in the sampling pane's stage
+
+
+@dataclass(frozen=True)
+class Grammar:
+    kind: GrammarKind
+    text: str  # the schema, pattern or grammar, whole
+    source: str  # where it came from: a file's name, or the pattern itself
+
+    def __post_init__(self) -> None:
+        if self.kind not in GRAMMAR_KINDS:
+            raise SettingsError(f"a grammar's kind is one of {', '.join(GRAMMAR_KINDS)}, got {self.kind!r}")
+        object.__setattr__(self, "source", safe_text(self.source))  # it is shown; the text never is
+        if not isinstance(self.text, str) or not self.text.strip():
+            raise SettingsError(f"the {self.kind} {self.source} is empty")
+        if len(self.text) > MAX_GRAMMAR_CHARS:
+            raise SettingsError(
+                f"the {self.kind} {self.source} is {len(self.text):,} characters; at most {MAX_GRAMMAR_CHARS:,}"
+            )
+
+    @property
+    def label(self) -> str:
+        """The grammar in a few words: its kind and source, shortened."""
+        source = self.source if len(self.source) <= LABEL_CHARS else self.source[: LABEL_CHARS - 1] + "…"
+        return f"{self.kind} {source}"
+
+    @property
+    def digest(self) -> str:
+        """Names this grammar in files that list each grammar once (steps refer to it)."""
+        return hashlib.sha256(f"{self.kind}\0{self.text}".encode()).hexdigest()[:16]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "source": self.source, "text": self.text}
+
+    @classmethod
+    def from_json(cls, d: Any) -> Grammar:
+        """The grammar `to_json` wrote; one line where it is not one."""
+        fields = ("kind", "text", "source")
+        if not isinstance(d, dict) or not all(isinstance(d.get(name), str) for name in fields):
+            raise SettingsError(f"a grammar is an object of texts {', '.join(fields)}")
+        return cls(kind=d["kind"], text=d["text"], source=d["source"])

@@ -1,0 +1,131 @@
+"""The grammar stage: which next tokens keep the generated text inside a grammar, as llguidance says.
+
+One matcher per grammar follows the journey's generated tokens: a step consumes one, a rewind or a
+branch rolls back to the tokens both paths share, so the allowed set at any context costs only what
+changed. The mask is computed on the host (a bit per token) and goes to the logits' device once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+
+import llguidance
+import llguidance.hf
+import torch
+from transformers import LogitsProcessor
+
+from tokenviz.contract.errors import SettingsError, TokenvizError
+from tokenviz.contract.grammar import Grammar
+from tokenviz.files.grammar_file import engine_grammar, first_line
+
+KEPT_MATCHERS = 4  # grammars followed at once: the session's, a comparison's, the last few it switched from
+BITS = torch.arange(32, dtype=torch.int32)
+
+
+def refuse_grammar(grammar: Grammar | None, search: str) -> None:
+    """One line for a search that does not follow a grammar, asked for while one is set."""
+    if grammar is not None:
+        raise TokenvizError(f"{search} does not follow a grammar ({grammar.label}): clear it first")
+
+
+class GrammarMask(LogitsProcessor):
+    """Forbids every token the grammar does not allow next (its score becomes -inf), as the engines'
+    logits processors for generate() do."""
+
+    def __init__(self, allowed: torch.Tensor):
+        self.allowed = allowed
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        return scores.masked_fill(~self.allowed.to(scores.device), float("-inf"))  # type: ignore[return-value]
+
+
+def unpack(bitmask: torch.Tensor, vocab: int, device: torch.device) -> torch.Tensor:
+    """(vocab,) bool from llguidance's int32 words, a bit per token, unpacked on `device`."""
+    words = bitmask.reshape(-1).to(device, non_blocking=True)
+    return ((words.unsqueeze(-1) >> BITS.to(device)) & 1).bool().reshape(-1)[:vocab]
+
+
+@dataclass
+class Followed:
+    """One grammar's matcher and the generated tokens it has consumed."""
+
+    matcher: llguidance.LLMatcher
+    consumed: list[int] = field(default_factory=list)
+
+    def follow(self, ids: Sequence[int]) -> int:
+        """Bring the matcher to `ids`, as far as the grammar allows them: how many it took."""
+        shared = 0
+        for a, b in zip(self.consumed, ids):
+            if a != b:
+                break
+            shared += 1
+        if shared < len(self.consumed):
+            self.matcher.rollback(len(self.consumed) - shared)
+            del self.consumed[shared:]
+        rest = list(ids[shared:])
+        fits = self.matcher.validate_tokens(rest) if rest else 0
+        if fits:
+            self.matcher.consume_tokens(rest[:fits])
+            self.consumed.extend(rest[:fits])
+        if self.matcher.is_error():  # (not expected: only validated tokens are consumed)
+            raise TokenvizError(f"the grammar engine failed: {first_line(self.matcher.get_error())}")
+        return shared + fits
+
+
+class GrammarMatchers:
+    """The matchers of one model's tokenizer, one per grammar in use."""
+
+    def __init__(self, tokenizer, vocab: int, eos_ids: Collection[int]):
+        self._hf_tokenizer = tokenizer
+        self.vocab = vocab
+        self._eos_ids = sorted(eos_ids)
+        self._tokenizer: llguidance.LLTokenizer | None = None
+        self._followed: dict[Grammar, Followed] = {}
+
+    def _engine_tokenizer(self) -> llguidance.LLTokenizer:
+        """Made once (about half a second for a 49,152-token vocabulary)."""
+        if self._tokenizer is None:
+            try:
+                self._tokenizer = llguidance.hf.from_tokenizer(
+                    self._hf_tokenizer, n_vocab=self.vocab, eos_token=self._eos_ids or None
+                )
+            except (ValueError, TypeError) as exc:
+                raise TokenvizError(f"this model's tokenizer cannot follow a grammar: {first_line(str(exc))}") from None
+        return self._tokenizer
+
+    def _matcher(self, grammar: Grammar) -> Followed:
+        followed = self._followed.pop(grammar, None)
+        if followed is None:
+            matcher = llguidance.LLMatcher(self._engine_tokenizer(), engine_grammar(grammar), log_level=0)
+            if matcher.is_error():
+                error = first_line(matcher.get_error())
+                raise SettingsError(f"the {grammar.kind} {grammar.source} is not valid: {error}")
+            followed = Followed(matcher)
+        self._followed[grammar] = followed  # the newest last; the oldest goes past KEPT_MATCHERS
+        while len(self._followed) > KEPT_MATCHERS:
+            del self._followed[next(iter(self._followed))]
+        return followed
+
+    def check(self, grammar: Grammar) -> None:
+        """Refuse, in one line, a grammar the engine cannot build for this tokenizer."""
+        self._matcher(grammar)
+
+    def fits(self, grammar: Grammar, ids: Sequence[int]) -> int:
+        """How many of the generated `ids` the grammar accepts, from the first."""
+        return self._matcher(grammar).follow(ids)
+
+    def complete(self, grammar: Grammar, ids: Sequence[int]) -> bool:
+        """Whether, after `ids`, the grammar allows nothing more (only an end of sequence)."""
+        followed = self._matcher(grammar)
+        return followed.follow(ids) == len(ids) and followed.matcher.is_stopped()
+
+    def allowed(self, grammar: Grammar, ids: Sequence[int], device: torch.device) -> torch.Tensor:
+        """(vocab,) bool on `device`: the tokens the grammar allows after the generated `ids`; none
+        where `ids` already left it."""
+        followed = self._matcher(grammar)
+        if followed.follow(ids) < len(ids):
+            return torch.zeros(self.vocab, dtype=torch.bool, device=device)
+        bitmask = torch.full(((self.vocab + 31) // 32,), -1, dtype=torch.int32)
+        followed.matcher.unsafe_compute_mask_ptr(bitmask.data_ptr(), bitmask.numel() * bitmask.element_size())
+        return unpack(bitmask, self.vocab, device)
