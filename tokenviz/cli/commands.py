@@ -21,15 +21,16 @@ from tokenviz.cli.options import (
     Chat,
     ModelChoice,
     System,
-    against_grammar_of,
     err,
     fail,
+    grammar_options,
     model_options,
     print_error,
     sampling_options,
     stderr_progress,
 )
 from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.grammar import Grammar, refuse_grammar
 from tokenviz.contract.results import ATTRIBUTION_METHODS
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.themes import DEFAULT_THEME, check_theme
@@ -209,6 +210,8 @@ def trace(
     """Run the journey headless and print every step (a table, or JSON with --json)."""
     try:  # every option checked before torch is imported: a mistake is told in a moment
         check_trace(steps, save, html, force, beams, speculate, lens or routing, attribution, watch)
+        if beams or speculate:
+            refuse_grammar(settings.grammar, "beam search" if beams else "speculative decoding")
         check_chat(chat, system)
     except TokenvizError as exc:
         fail(str(exc))
@@ -305,16 +308,20 @@ score_cli = _typer()
 
 
 @score_cli.command()
+@grammar_options()
 @model_options()
 def score(
     model: ModelChoice,
+    grammar: Grammar | None,
     text: Annotated[str, typer.Argument(help="The text to score.")],
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
     chat: Chat = False,
     system: System = None,
 ) -> None:
     """Score a text: each token's log-probability, probability and rank, the entropy and top
-    candidates there, the total log-probability and the perplexity (one forward pass)."""
+    candidates there, the total log-probability and the perplexity (one forward pass). With a
+    grammar (--json-schema, --regex, --grammar), which the text follows from its first token, each
+    token's log-probability under it too (one more pass)."""
     from tokenviz.cli.table import print_score
     from tokenviz.journey.score import score_text
     from tokenviz.journey.session import Session
@@ -323,7 +330,8 @@ def score(
     try:
         check_chat(chat, system)
         with stderr_progress() as progress:
-            document = score_text(Session(ModelRunner(model.load(progress))), text, chat=chat, system=system)
+            session = Session(ModelRunner(model.load(progress)))
+            document = score_text(session, text, chat=chat, system=system, grammar=grammar)
     except TokenvizError as exc:
         fail(str(exc))
     if as_json:
@@ -362,7 +370,8 @@ def compare(
         Optional[str],
         typer.Option(
             "--against-grammar",
-            help="B's grammar: none (B unconstrained), a .json file (a JSON schema) or an EBNF/GBNF/Lark file.",
+            help="B's grammar: none (B unconstrained), a .json file (a JSON schema), an EBNF/GBNF/Lark file, "
+            "or 'regex PATTERN'.",
         ),
     ] = None,
     steps: Annotated[int, typer.Option(help="How many tokens each journey takes at most.")] = 32,
@@ -387,7 +396,9 @@ def compare(
         a = settings.replace(max_new_tokens=steps)
         b = a.changed(against or [])
         if against_grammar is not None:
-            b = b.replace(grammar=against_grammar_of(against_grammar))
+            from tokenviz.files.grammar_file import grammar_from_line
+
+            b = b.replace(grammar=grammar_from_line(against_grammar))
         b_model = dataclasses.replace(
             model,
             model=against_model or model.model,

@@ -9,10 +9,10 @@ from typing import Any
 
 from tokenviz.cli.options import ModelChoice
 from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.grammar import refuse_grammar
 from tokenviz.contract.results import AttributionMethod
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.beams import beam_search
-from tokenviz.decoding.grammar import refuse_grammar
 from tokenviz.decoding.speculation import make_drafter, speculative_decode
 from tokenviz.files.documents import comparison_document, output_document, trace_document
 from tokenviz.files.journey_file import save_journey

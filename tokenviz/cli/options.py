@@ -139,15 +139,6 @@ GRAMMAR_OPTIONS: dict[str, tuple[Any, Any]] = {
 GRAMMAR_KIND_OF_OPTION = {"json_schema": "json-schema", "regex": "regex", "grammar": "grammar"}
 
 
-def against_grammar_of(given: str) -> "Grammar | None":
-    """compare's --against-grammar: none, a .json file (a JSON schema) or a grammar file."""
-    from tokenviz.files.grammar_file import read_grammar
-
-    if given.strip().lower() == "none":
-        return None
-    return read_grammar("json-schema" if given.lower().endswith(".json") else "grammar", given)
-
-
 def grammar_of(values: dict[str, Any]) -> "Grammar | None":
     """The grammar one of the GRAMMAR_OPTIONS gives (read and checked), or None."""
     given = {name: value for name, value in values.items() if value is not None}
@@ -212,6 +203,11 @@ def sampling_options(*, leave_out: tuple[str, ...] = ()) -> Callable[[Callable[.
         return SamplingSettings(**{**values, "stop": tuple(values.get("stop") or ()), "grammar": grammar})
 
     return option_group("settings", options, make)
+
+
+def grammar_options() -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Give a command the grammar options alone; it receives them as `grammar` (a Grammar or None)."""
+    return option_group("grammar", GRAMMAR_OPTIONS, lambda values: grammar_of(values) if values else None)
 
 
 def model_options() -> Callable[[Callable[..., None]], Callable[..., None]]:

@@ -101,11 +101,16 @@ def print_score(doc: dict[str, Any], console: Console) -> None:
     console.print(Text(safe_text(f"{m['name']} · {m['device']} · {m['dtype']}"), style="bold"))
     first = doc["first"]
     console.print(Text(f"first token {visible(first['text'])} ({first['id']}) is read, not predicted", style="dim"))
+    grammar = doc.get("grammar")
     table = Table(header_style="bold")
-    for name in ("#", "token", "id", "logprob", "p", "rank", "entropy", "the model's top 3 there"):
-        table.add_column(name, justify="right" if name in ("#", "id", "logprob", "p", "rank", "entropy") else "left")
+    numbers = ("#", "id", "logprob", "p", "rank", "entropy", "allowed", "in grammar")
+    columns = ("#", "token", "id", "logprob", "p", "rank", "entropy", *(("allowed", "in grammar") if grammar else ()))
+    for name in (*columns, "the model's top 3 there"):
+        table.add_column(name, justify="right" if name in numbers else "left")
     for t in doc["tokens"]:
         top = "  ".join(f"{visible(c['text'])} {probability(c['prob'])}" for c in t["top"][:3])
+        constrained = t.get("constrained")
+        in_grammar = (f"{constrained['allowed']:,}", f"{constrained['logprob']:.3f}") if constrained else ("—", "—")
         table.add_row(
             str(t["index"]),
             Text(visible(t["text"]), style="dim" if t.get("template") else ""),
@@ -114,9 +119,19 @@ def print_score(doc: dict[str, Any], console: Console) -> None:
             probability(t["prob"]),
             str(t["rank"]),
             f"{t['entropy']:.2f}",
+            *(in_grammar if grammar else ()),
             Text(top),
         )
     console.print(table)
+    if grammar:
+        console.print(
+            Text(
+                f"under the grammar ({safe_text(grammar['grammar'])}): log-probability {grammar['logprob']:.3f}"
+                if grammar["logprob"] is not None
+                else f"the text leaves the grammar ({safe_text(grammar['grammar'])}) at token {grammar['leaves_at']}",
+                style="bold",
+            )
+        )
     template = doc["template"]
     of_text = " of the text" if template["tokens"] else ""
     perplexity = "—" if doc["perplexity"] is None else f"{doc['perplexity']:.3f}"

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Generic, TypeVar
 
 from tokenviz.contract.attention import window
+from tokenviz.contract.grammar import Grammar
 from tokenviz.contract.results import (
     Attribution,
     AttributionMethod,
@@ -97,6 +98,14 @@ class Adjust:
 
     name: str
     direction: int = 1
+
+
+@dataclass(frozen=True)
+class Constrain:
+    """Set, change or clear (None) the grammar the generated text must follow; the pending token is
+    re-decided under it. One the text so far leaves is refused."""
+
+    grammar: Grammar | None
 
 
 @dataclass(frozen=True)
@@ -202,6 +211,7 @@ Command = (
     | Start
     | Continue
     | Adjust
+    | Constrain
     | Play
     | Pace
     | Inspect

@@ -55,3 +55,9 @@ class Grammar:
         if not isinstance(d, dict) or not all(isinstance(d.get(name), str) for name in fields):
             raise SettingsError(f"a grammar is an object of texts {', '.join(fields)}")
         return cls(kind=d["kind"], text=d["text"], source=d["source"])
+
+
+def refuse_grammar(grammar: Grammar | None, search: str) -> None:
+    """One line for a search that does not follow a grammar, asked for while one is set."""
+    if grammar is not None:
+        raise SettingsError(f"{search} does not follow a grammar ({grammar.label}): clear it first")

@@ -23,12 +23,6 @@ KEPT_MATCHERS = 4  # grammars followed at once: the session's, a comparison's, t
 BITS = torch.arange(32, dtype=torch.int32)
 
 
-def refuse_grammar(grammar: Grammar | None, search: str) -> None:
-    """One line for a search that does not follow a grammar, asked for while one is set."""
-    if grammar is not None:
-        raise TokenvizError(f"{search} does not follow a grammar ({grammar.label}): clear it first")
-
-
 class GrammarMask(LogitsProcessor):
     """Forbids every token the grammar does not allow next (its score becomes -inf), as the engines'
     logits processors for generate() do."""

@@ -16,9 +16,9 @@ from typing import Protocol
 import torch
 
 from tokenviz.contract.errors import Cancelled, TokenvizError
+from tokenviz.contract.grammar import refuse_grammar
 from tokenviz.contract.results import Round, Speculation
 from tokenviz.contract.settings import SamplingSettings
-from tokenviz.decoding.grammar import refuse_grammar
 from tokenviz.decoding.sampling import apply_stages, draw_uniform, inverse_cdf
 from tokenviz.model.cache import cache_prefix, full_cache
 from tokenviz.model.parts import decoder_layers

@@ -10,7 +10,7 @@ from pathlib import Path
 import llguidance
 
 from tokenviz.contract.errors import SettingsError
-from tokenviz.contract.grammar import MAX_GRAMMAR_CHARS, Grammar, GrammarKind
+from tokenviz.contract.grammar import GRAMMAR_KINDS, MAX_GRAMMAR_CHARS, Grammar, GrammarKind
 
 ENGINE_FORMATS = {"json-schema": "json_schema", "regex": "regex", "grammar": "grammar"}
 MAX_GRAMMAR_BYTES = 4 * MAX_GRAMMAR_CHARS  # (UTF-8 takes at most four bytes a character)
@@ -36,6 +36,18 @@ def read_grammar(kind: GrammarKind, given: str) -> Grammar:
         grammar = Grammar(kind, text, path.name)
     engine_grammar(grammar)
     return grammar
+
+
+def grammar_from_line(line: str) -> Grammar | None:
+    """A grammar as typed on one line: `json-schema FILE`, `regex PATTERN`, `grammar FILE`, a file
+    alone (a .json one is a JSON schema, any other an EBNF grammar), or `none` / `off` (None)."""
+    text = line.strip()
+    if text.lower() in ("none", "off", "clear", ""):
+        return None
+    kind, _, rest = text.partition(" ")
+    if kind in GRAMMAR_KINDS and rest.strip():
+        return read_grammar(kind, rest.strip() if kind != "regex" else rest.lstrip(" "))  # type: ignore[arg-type]
+    return read_grammar("json-schema" if text.lower().endswith(".json") else "grammar", text)
 
 
 def engine_grammar(grammar: Grammar) -> str:

@@ -17,6 +17,7 @@ import torch
 
 from tokenviz.contract.attention import SavedAttention
 from tokenviz.contract.errors import Cancelled, PromptError, TokenvizError
+from tokenviz.contract.grammar import Grammar
 from tokenviz.contract.records import MAX_PINNED, StepRecord, TokenChip
 from tokenviz.contract.results import BranchSummary, CacheEvent
 from tokenviz.contract.settings import SamplingSettings
@@ -372,6 +373,10 @@ class Session:
         if settings.grammar is None:
             return None
         return self._matchers.allowed(settings.grammar, generated_ids, self.runner.device)
+
+    def grammar_fits(self, grammar: Grammar, generated_ids: Sequence[int]) -> int:
+        """How many of `generated_ids` the grammar accepts, from the first."""
+        return self._matchers.fits(grammar, generated_ids)
 
     # ---- internals ----------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from tokenviz.contract.commands import (
     Beams,
     BranchAt,
     Command,
+    Constrain,
     Continue,
     Force,
     Inspect,
@@ -64,6 +65,7 @@ from tokenviz.ui.screens import (
     HELP,
     CompareDialog,
     ContinueScreen,
+    GrammarDialog,
     LongJobScreen,
     PromptChoice,
     PromptScreen,
@@ -470,6 +472,22 @@ class JourneyScreen(WorkerScreen[Snapshot]):
                 self.submit(Continue(text=text))
 
         self.app.push_screen(ContinueScreen(), chosen)
+
+    def action_grammar(self) -> None:
+        """Set, change or clear the grammar (see Constrain): the file is read and checked here."""
+        from tokenviz.files.grammar_file import grammar_from_line  # (the engine's import waits until asked)
+
+        def chosen(line: str | None) -> None:
+            if line is None:
+                return
+            try:
+                grammar = grammar_from_line(line)
+            except TokenvizError as exc:
+                self.notify(str(exc), severity="error")
+                return
+            self.submit(Constrain(grammar=grammar))
+
+        self.app.push_screen(GrammarDialog(), chosen)
 
     def action_pin(self) -> None:
         """The watch dialog: a candidate at the cursor, or a token typed; then the watch view."""

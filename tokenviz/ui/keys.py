@@ -88,6 +88,12 @@ KEYS: tuple[KeyRow, ...] = (
     ),
     KeyRow("s", "a new seed", (Press("s", "adjust('seed', 1)", "seed", "New seed", replay=False),)),
     KeyRow(
+        "G",
+        "the grammar the text must follow, a sampling stage (a dialog: json-schema FILE, regex PATTERN, grammar "
+        "FILE for EBNF/GBNF/Lark, or off); set, changed or cleared live, the pending token re-decided at once",
+        (Press("G", "grammar", palette="Grammar: set, change or clear", replay=False),),
+    ),
+    KeyRow(
         "- / +",
         "autoplay slower / faster: " + ", ".join(PACE_LABELS),
         (Press("minus", "pace(1)", replay=False), Press("plus", "pace(-1)", "pace", replay=False)),

@@ -210,6 +210,17 @@ class ContinueScreen(AskScreen):
     INPUT_ID = "continue-input"
 
 
+class GrammarDialog(AskScreen):
+    """The grammar the generated text must follow: set, changed or cleared."""
+
+    QUESTION = (
+        "The grammar the text must follow (a sampling stage): json-schema FILE, regex PATTERN or grammar FILE "
+        "(EBNF, GBNF or Lark); off clears it. Enter sets it, Escape closes."
+    )
+    PLACEHOLDER = "json-schema person.json"
+    INPUT_ID = "grammar-input"
+
+
 class CompareDialog(AskScreen):
     """B's settings for a comparison with this journey's (A's), on the same model."""
 

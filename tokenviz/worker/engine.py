@@ -20,6 +20,7 @@ from tokenviz.contract.commands import (
     Beams,
     BranchAt,
     Command,
+    Constrain,
     Continue,
     Force,
     Inspect,
@@ -40,6 +41,7 @@ from tokenviz.contract.commands import (
     Watch,
 )
 from tokenviz.contract.errors import Cancelled, GiveWay, TokenvizError
+from tokenviz.contract.grammar import refuse_grammar
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.contract.snapshot import EngineState, Snapshot
 from tokenviz.decoding.nudges import Nudges
@@ -58,7 +60,7 @@ if TYPE_CHECKING:
     from tokenviz.journey.session import Session
     from tokenviz.worker.loader import Progress
 
-ALLOWED_WITHOUT_JOURNEY = (Start, Adjust, ShowAttention)
+ALLOWED_WITHOUT_JOURNEY = (Start, Adjust, Constrain, ShowAttention)
 RUNS = (Beams, Speculate, Verify)  # searches from the journey as it is: a new run replaces the old one
 BUSY: dict[type, EngineState] = {  # what the status line says while a command runs
     Step: "stepping",
@@ -222,6 +224,9 @@ class EngineWorker(CommandThread[Snapshot]):
         match command:
             case Adjust(name=name, direction=direction):
                 session.set_settings(self._nudges.apply(session.settings, name, direction))
+            case Constrain(grammar=grammar):
+                session.set_settings(session.settings.replace(grammar=grammar))
+                self._notice = f"grammar: {grammar.label}" if grammar else "grammar cleared"
             case Play(on=on):
                 self.playing = not self.playing if on is None else on
                 if self.playing and session.stop_reason is not None and session.check_stop() is not None:
@@ -275,7 +280,6 @@ class EngineWorker(CommandThread[Snapshot]):
                     return verify_latest(session.runner, session.cached_ids, progress, self._cancelled)
             case Beams(width=width, steps=steps):
                 from tokenviz.decoding.beams import beam_search
-                from tokenviz.decoding.grammar import refuse_grammar
 
                 refuse_grammar(session.settings.grammar, "beam search")
 

@@ -27,6 +27,7 @@ def settings_lines(settings) -> tuple[str, str]:
         (f"pres {s.presence_penalty:g}", bool(s.presence_penalty)),
         (f"freq {s.frequency_penalty:g}", bool(s.frequency_penalty)),
         (f"seed {s.seed}", True),
+        *([(f"grammar {s.grammar.label}", True)] if s.grammar is not None else []),
     ]
     return " · ".join(t for t, _ in parts), " · ".join(t for t, in_force in parts if in_force)
 
@@ -77,6 +78,9 @@ class SamplingPane(BoxPane):
             pipeline.append(f" → {st.name} {st.detail}: ", style="bold")
             if st.is_penalty:  # it keeps every token: what it did is the tokens it penalised (↓ below)
                 pipeline.append(f"{st.changed} tokens penalised ↓")
+            elif st.is_grammar:  # what it forbade is struck through below
+                allowed = "forced: the only token allowed" if st.kept == 1 else f"{st.kept:,} allowed"
+                pipeline.append(f"{allowed}, {st.removed:.1%} of the mass removed")
             else:
                 pipeline.append(f"{st.kept} kept ({st.mass:.1%} of mass)")
         pipeline.append(" → ", style="bold")
@@ -97,12 +101,13 @@ class SamplingPane(BoxPane):
         table.append("final\n", style="bold")
         watched = sorted(range(len(d.watch)), key=lambda i: -d.raw_probs[i])[:rows]
         finals = d.final_probs
+        grammar = next((st for st in d.stages if st.is_grammar), None)
         for i in watched:
             token_id, piece = d.watch[i]
             mark = token_id == d.chosen_id
-            table.append(
-                ("▶" if mark else " ") + cell(visible(piece), 13), style=f"bold {chosen_color}" if mark else ""
-            )
+            forbidden = grammar is not None and grammar.probs[i] == 0
+            style = f"bold {chosen_color}" if mark else "strike dim" if forbidden else ""
+            table.append(("▶" if mark else "✗" if forbidden else " ") + cell(visible(piece), 13), style=style)
             table.append(f" {probability(d.raw_probs[i], 6)} ")
             table.append(bar(d.raw_probs[i], bar_width) + " ", style=bar_color)
             for st in d.stages:

@@ -1,0 +1,70 @@
+"""The grammar in the app: G sets, changes and clears it live; the sampling pane shows its stage (the
+tokens allowed, the mass removed, the forbidden candidates struck through, a forced token)."""
+
+import re
+
+from apptools import make_app, settle, wait_for
+
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.ui.panes.sampling import SamplingPane
+from tokenviz.ui.screens import GrammarDialog
+
+
+async def set_grammar(app, pilot, line: str) -> None:
+    await pilot.press("G")
+    await wait_for(lambda: isinstance(app.screen, GrammarDialog), pilot)
+    await pilot.press(*("space" if ch == " " else ch for ch in line), "enter")
+
+
+def sampling_text(app) -> str:
+    return str(app.query_one(SamplingPane).content)
+
+
+async def test_g_sets_a_grammar_the_pane_shows_its_stage_and_autoplay_stops_when_it_is_complete():
+    app = make_app(SamplingSettings(temperature=0.8, max_new_tokens=30))
+    async with app.run_test(size=(160, 48)) as pilot:
+        before = await settle(app, pilot)
+        assert before.settings.grammar is None and "grammar" not in sampling_text(app)
+        await set_grammar(app, pilot, "regex [0-9]{3}")
+        s = await settle(app, pilot)
+        assert s.settings.grammar is not None and s.settings.grammar.text == "[0-9]{3}"
+        stage = next(st for st in s.records[-1].decision.stages if st.is_grammar)
+        assert stage.kept < s.info.vocab and stage.removed > 0  # a random model puts mass on letters too
+        text = sampling_text(app)
+        assert f"{stage.kept:,} allowed, {stage.removed:.1%} of the mass removed" in text
+        assert "✗" in text  # the model's strongest forbidden candidates, struck through
+        assert s.records[-1].decision.chosen_text.isdigit()
+        await pilot.press("a")
+        await wait_for(lambda: app.journey.snapshot.stop_reason is not None, pilot, timeout=30)
+        s = await settle(app, pilot)
+        assert s.stop_reason == "the grammar is complete" and re.fullmatch("[0-9]{3}", s.text)
+
+
+async def test_a_single_allowed_token_is_shown_as_forced_and_off_clears_the_grammar():
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=30))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(app, pilot)
+        await set_grammar(app, pilot, "regex abc")
+        await settle(app, pilot)
+        assert "forced: the only token allowed" in sampling_text(app)
+        await set_grammar(app, pilot, "off")
+        s = await settle(app, pilot)
+        assert s.settings.grammar is None and not any(st.is_grammar for st in s.records[-1].decision.stages)
+        assert "grammar" not in sampling_text(app)
+
+
+async def test_a_grammar_the_text_leaves_or_a_wrong_file_is_one_message_and_nothing_changes(tmp_path):
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=30))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("space", "space")
+        before = await settle(app, pilot)
+        assert not before.text[:1].isdigit()  # (the tiny model's greedy path: not a digit)
+        await set_grammar(app, pilot, "regex [0-9]+")
+        await wait_for(lambda: any("leaves the grammar" in str(n.message) for n in app._notifications), pilot)
+        s = await settle(app, pilot)
+        assert s.settings == before.settings and s.records == before.records
+        (tmp_path / "bad.json").write_text("{not json")
+        await set_grammar(app, pilot, str(tmp_path / "bad.json"))
+        await wait_for(lambda: any("is not JSON" in str(n.message) for n in app._notifications), pilot)
+        assert app.journey.snapshot.settings == before.settings
