@@ -30,6 +30,7 @@ import psutil
 import torch
 
 from tokenviz.contract.commands import Play, Reset, Start
+from tokenviz.contract.grammar import Grammar
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
 from tokenviz.model.loading import LoadedModel, bundled_gguf, convert_gguf, gguf_cache_dir, load_model
@@ -56,6 +57,7 @@ BUDGETS = {
     "offload_same": ("half the layers on the disk: the same tokens (1 = yes)", ">=", 1.0),
     "refusal_s": ("a 70B config refused, s", "<=", 10.0),
     "refusal_gb": ("a 70B config refused, peak RSS GB", "<=", 1.0),
+    "grammar_step": ("engine step with a JSON-schema grammar / without", "<=", 1.10),
 }
 VIEW_ROWS = 114  # query rows the attention pane shows at 200x60
 
@@ -95,9 +97,11 @@ def bare_steps(model, ids: list[int], steps: int, device: torch.device) -> list[
     return times
 
 
-def engine_steps(loaded: LoadedModel, ids: list[int], steps: int) -> tuple[float, list[float]]:
-    """(prefill seconds, per-step seconds) of the engine, greedy."""
-    session = Session(ModelRunner(loaded), SamplingSettings(temperature=0, max_new_tokens=10**6))
+def engine_steps(
+    loaded: LoadedModel, ids: list[int], steps: int, grammar: Grammar | None = None
+) -> tuple[float, list[float]]:
+    """(prefill seconds, per-step seconds) of the engine, greedy (under `grammar`, if given)."""
+    session = Session(ModelRunner(loaded), SamplingSettings(temperature=0, max_new_tokens=10**6, grammar=grammar))
     started = time.perf_counter()
     session.start(ids)
     prefill = time.perf_counter() - started
@@ -117,6 +121,23 @@ def step_overhead(loaded, bare, device, steps: int) -> dict:
         plain += bare_steps(bare, ids, steps + 2, device)[2:]
     e, b = statistics.median(engine) * 1000, statistics.median(plain) * 1000
     return {"engine_ms": e, "bare_ms": b, "ratio": e / b}
+
+
+# Long enough that a greedy journey does not complete it within the steps measured.
+NAMES_SCHEMA = {"type": "array", "items": {"type": "string", "maxLength": 24}, "minItems": 64}
+
+
+def grammar_step(loaded, steps: int, rounds: int = 3) -> dict:
+    """The engine's step with a JSON-schema grammar stage against the same engine's step without one,
+    rounds interleaved: what following the grammar (the matcher, its mask, the stage) adds to a step."""
+    ids = loaded.tokenizer("Some names, as a JSON list:")["input_ids"]
+    grammar = Grammar("json-schema", json.dumps(NAMES_SCHEMA), "names.json")
+    constrained, plain = [], []
+    for _ in range(rounds):
+        plain += engine_steps(loaded, ids, steps + 2)[1][2:]
+        constrained += engine_steps(loaded, ids, steps + 2, grammar)[1][2:]
+    g, p = statistics.median(constrained) * 1000, statistics.median(plain) * 1000
+    return {"grammar_ms": g, "plain_ms": p, "ratio": g / p, "added_ms": g - p}
 
 
 def generate_seconds(bare, ids, tokens: int, device) -> tuple[float, list[int]]:
@@ -643,6 +664,7 @@ def verdicts(r: dict) -> dict:
         "offload_same": (lambda o: None if o is None else float(o["same_tokens"]))(r.get("offload")),
         "refusal_s": r.get("refusal", {}).get("seconds"),
         "refusal_gb": r.get("refusal", {}).get("peak_rss_gb"),
+        "grammar_step": r.get("grammar_step", {}).get("ratio"),
     }
     out = {}
     for key, (label, op, limit) in BUDGETS.items():
@@ -696,6 +718,7 @@ def main(argv: list[str] | None = None) -> int:
         ("key_frame", lambda: key_frame(loaded)),
         ("offload", offload),
         ("refusal", refusal),
+        ("grammar_step", lambda: grammar_step(loaded, steps)),
     ]:
         console.print(f"  measuring {name}…")
         results[name] = run()
@@ -727,6 +750,7 @@ def main(argv: list[str] | None = None) -> int:
                     "memory",
                     "beams",
                     "key_frame",
+                    "grammar_step",
                 )
             }
         )

@@ -30,14 +30,18 @@ def test_trace_json_lists_the_grammar_stage_with_its_allowed_count_and_removed_m
 
 
 def test_score_gives_each_token_its_log_probability_under_the_grammar(monkeypatch, capsys, tiny_dir):
-    code, out, _ = invoke(monkeypatch, capsys, "score", "12-ab", "--model", tiny_dir, "--regex", "[0-9]+-[a-b]+", "--json")
+    code, out, _ = invoke(
+        monkeypatch, capsys, "score", "12-ab", "--model", tiny_dir, "--regex", "[0-9]+-[a-b]+", "--json"
+    )
     assert code == 0
     doc = json.loads(out)
     assert doc["grammar"]["leaves_at"] is None
     constrained = [t["constrained"] for t in doc["tokens"]]
     assert all(c is not None and c["logprob"] >= t["logprob"] for c, t in zip(constrained, doc["tokens"]))
     assert doc["grammar"]["logprob"] == pytest.approx(sum(c["logprob"] for c in constrained))
-    code, out, _ = invoke(monkeypatch, capsys, "score", "12-xy", "--model", tiny_dir, "--regex", "[0-9]+-[a-b]+", "--json")
+    code, out, _ = invoke(
+        monkeypatch, capsys, "score", "12-xy", "--model", tiny_dir, "--regex", "[0-9]+-[a-b]+", "--json"
+    )
     doc = json.loads(out)
     leaves = doc["grammar"]["leaves_at"]
     assert leaves is not None and doc["grammar"]["logprob"] is None

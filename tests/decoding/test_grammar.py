@@ -288,12 +288,19 @@ def test_a_grammar_file_that_is_missing_binary_or_too_large_is_one_line(tmp_path
 
 
 @pytest.mark.bundled
-def test_a_json_schema_journey_on_the_bundled_model_equals_generate_and_validates(bundled):
-    session = Session(ModelRunner(bundled), SamplingSettings(temperature=0, grammar=JSON_SCHEMA, max_new_tokens=60))
-    session.start("Describe a person as JSON:")
+@pytest.mark.parametrize("grammar", [JSON_SCHEMA, REGEX, GBNF], ids=["json-schema", "regex", "gbnf"])
+def test_a_grammar_journey_on_the_bundled_model_equals_generate_and_follows_it(bundled, grammar):
+    session = Session(ModelRunner(bundled), SamplingSettings(temperature=0, grammar=grammar, max_new_tokens=60))
+    session.start("Describe a person as JSON:" if grammar is JSON_SCHEMA else "Answer:")
     run(session)
     assert session.stop_reason == "the grammar is complete"
-    assert session.generated_ids == generate_greedy(session, JSON_SCHEMA, 61)
+    assert session.generated_ids == generate_greedy(session, grammar, 61)
+    if grammar is REGEX:
+        assert re.fullmatch(r"[0-9]{3}-[a-c]{2}", session.generated_text)
+        return
+    if grammar is GBNF:
+        assert re.fullmatch(r"(yes|no|maybe)\. ?(yes|no)", session.generated_text)
+        return
     value = json.loads(session.generated_text)
     assert set(value) == {"name", "age"} and len(value["name"]) <= 8 and 0 <= value["age"] <= 999
     removed = [next(s for s in r.decision.stages if s.is_grammar).removed for r in session.records]

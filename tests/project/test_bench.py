@@ -38,7 +38,10 @@ def test_bench_measures_run_on_a_tiny_model(tmp_path):
     assert offloaded["parts_on_disk"] > 0 and offloaded["same_tokens"] and offloaded["ratio"] > 0
     refused = bench.refusal()
     assert refused["refused"] and 0 < refused["peak_rss_gb"] < 1 and refused["seconds"] > 0
+    constrained = bench.grammar_step(loaded, steps=3, rounds=1)
+    assert constrained["grammar_ms"] > 0 and constrained["plain_ms"] > 0 and constrained["ratio"] > 0
     results = {
+        "grammar_step": constrained,
         "step_overhead": overhead,
         "autoplay": play,
         "growth": growth,

@@ -68,3 +68,27 @@ async def test_a_grammar_the_text_leaves_or_a_wrong_file_is_one_message_and_noth
         await set_grammar(app, pilot, str(tmp_path / "bad.json"))
         await wait_for(lambda: any("is not JSON" in str(n.message) for n in app._notifications), pilot)
         assert app.journey.snapshot.settings == before.settings
+
+
+async def test_a_saved_journey_keeps_its_grammar_and_replay_shows_the_stage(tmp_path):
+    from apptools import recorded_app
+
+    from tokenviz.contract.commands import Save
+    from tokenviz.files.journey_file import read_journey, recording_of
+
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=20))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(app, pilot)
+        await set_grammar(app, pilot, "regex [0-9]{2}x")
+        await settle(app, pilot)
+        await pilot.press("space")
+        live = await settle(app, pilot)
+        shown = sampling_text(app)
+        app.journey.submit(Save(str(tmp_path / "j.json")))
+        await settle(app, pilot)
+    recording = recording_of(read_journey(tmp_path / "j.json"))
+    assert recording.snapshot.settings.grammar == live.settings.grammar
+    replay = recorded_app(recording)
+    async with replay.run_test(size=(160, 48)) as pilot:
+        await settle(replay, pilot)
+        assert "grammar regex [0-9]{2}x:" in sampling_text(replay) and sampling_text(replay) == shown

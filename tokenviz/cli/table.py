@@ -54,10 +54,11 @@ def _steps(steps: list[dict[str, Any]], narrow: bool = False) -> Table:
         "top 3 (raw softmax)",
         "stages kept",
         "fwd ms",
+        *(("grammar: allowed, mass removed",) if any(st["name"] == "grammar" for st in steps[0]["stages"]) else ()),
         *(("led most by (attribution)",) if "attribution" in steps[0] else ()),
         *(("watch: p raw/final #rank",) if "watch" in steps[0] else ()),
     )
-    asked = ("led most by (attribution)", "watch: p raw/final #rank")
+    asked = ("grammar: allowed, mass removed", "led most by (attribution)", "watch: p raw/final #rank")
     shown = [c for c in columns if not narrow or c in NARROW_COLUMNS or c in asked]
     for col in shown:
         table.add_column(col, justify="right" if col in RIGHT else "left", overflow="fold")
@@ -75,6 +76,9 @@ def _steps(steps: list[dict[str, Any]], narrow: bool = False) -> Table:
             "stages kept": Text(" → ".join(f"{st['name']} {st['kept']}" for st in s["stages"]) or "—"),
             "fwd ms": f"{s['ms']['forward']:.1f}",
         }
+        grammar = next((st for st in s["stages"] if st["name"] == "grammar"), None)
+        if grammar is not None:
+            cells["grammar: allowed, mass removed"] = f"{grammar['allowed']:,}, {grammar['removed']:.1%}"
         if "attribution" in s:
             cells["led most by (attribution)"] = Text(_strongest(s["attribution"]))
         if "watch" in s:

@@ -14,7 +14,7 @@ function facts() {
   const m = D.model, s = D.settings;
   $("facts").textContent = `${m.device} · ${m.dtype} · ${m.layers} layers · ${m.heads} heads · `
     + (s.temperature === 0 ? "greedy" : `temperature ${s.temperature} · top-k ${s.top_k} · top-p ${s.top_p}`)
-    + ` · seed ${s.seed}`;
+    + ` · seed ${s.seed}` + (s.grammar ? ` · grammar ${s.grammar.kind} ${s.grammar.source}` : "");
   $("text").textContent = D.chips.map((c) => c[1]).join("");
 }
 
