@@ -31,6 +31,7 @@ from tokenviz.cli.options import (
 )
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import Grammar, refuse_grammar
+from tokenviz.contract.interventions import parse_ablation, parse_steering
 from tokenviz.contract.results import ATTRIBUTION_METHODS
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.themes import DEFAULT_THEME, check_theme
@@ -204,12 +205,44 @@ def trace(
     draft_model: Annotated[
         Optional[str], typer.Option("--draft-model", help="The drafter for --speculate draft-model.")
     ] = None,
+    ablate: Annotated[
+        Optional[list[str]],
+        typer.Option("--ablate", help="LAYER.HEAD (from 0, repeatable): that head's output set to zero."),
+    ] = None,
+    ablate_mean: Annotated[
+        bool, typer.Option("--ablate-mean", help="With --ablate: the head's mean over the prompt, not zero.")
+    ] = False,
+    steer: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--steer",
+            help="LAYER:SCALE:TOWARD:AWAY (repeatable): SCALE times the residual after LAYER at the last token of "
+            "TOWARD minus that of AWAY (each read alone), added after LAYER at every position.",
+        ),
+    ] = None,
+    steer_tokens: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--steer-tokens",
+            help="LAYER:SCALE:TOKEN_A:TOKEN_B (repeatable): the direction is TOKEN_A's unembedding row minus "
+            "TOKEN_B's (each a token's text, or id:N).",
+        ),
+    ] = None,
     chat: Chat = False,
     system: System = None,
 ) -> None:
-    """Run the journey headless and print every step (a table, or JSON with --json)."""
+    """Run the journey headless and print every step (a table, or JSON with --json). With
+    interventions (--ablate, --steer, --steer-tokens) each step also gives the model's own
+    distribution at the same context and the KL from it ("unsteered")."""
     try:  # every option checked before torch is imported: a mistake is told in a moment
         check_trace(steps, save, html, force, beams, speculate, lens or routing, attribution, watch)
+        interventions = (
+            *(parse_ablation(a, mean=ablate_mean) for a in ablate or ()),
+            *(parse_steering(s) for s in steer or ()),
+            *(parse_steering(s, by="tokens") for s in steer_tokens or ()),
+        )
+        if ablate_mean and not ablate:
+            raise TokenvizError("--ablate-mean goes with --ablate LAYER.HEAD")
         if beams or speculate:
             refuse_grammar(settings.grammar, "beam search" if beams else "speculative decoding")
         check_chat(chat, system)
@@ -240,6 +273,7 @@ def trace(
                 chat=chat,
                 system=system,
                 written=written,
+                interventions=interventions,
             )
     except SaveFailed as exc:
         print_document(exc.document, as_json)  # the run's output is not lost with the file

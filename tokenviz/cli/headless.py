@@ -10,6 +10,7 @@ from typing import Any
 from tokenviz.cli.options import ModelChoice
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import refuse_grammar
+from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.results import AttributionMethod
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.beams import beam_search
@@ -167,11 +168,15 @@ def run_trace(
     chat: bool = False,
     system: str | None = None,
     written: list[tuple[str, Path]] | None = None,
+    interventions: Sequence[Intervention] = (),
 ) -> dict[str, Any]:
     """The journey's document; with `save` and `html` also its files, each noted in `written` as
-    (what it is, where)."""
+    (what it is, where). `interventions` are in force from the prompt on (a mean ablation's mean is
+    over the prompt)."""
     noted = [] if written is None else written
     session = Session(ModelRunner(model.load(progress)), settings)
+    if interventions:
+        session.set_interventions(interventions, context=session.tokenize(prompt, chat, system)[1])
     if beams or speculate:  # they run on their own cache: no prefill here
         _, ids, _ = session.tokenize(prompt, chat, system)
     if beams:

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.settings import SamplingSettings
 
 DecisionMode = Literal["greedy", "sampled", "forced"]
@@ -26,6 +27,21 @@ class Candidate:
     text: str
     logit: float
     prob: float
+
+
+@dataclass(frozen=True)
+class Unsteered:
+    """With interventions on: the model's own distribution at a step's context (its top candidates)
+    and KL(intervened ‖ own) in bits."""
+
+    top: tuple[Candidate, ...]
+    kl: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "top": [{"id": c.id, "text": c.text, "logit": c.logit, "prob": c.prob} for c in self.top],
+            "kl": self.kl,
+        }
 
 
 @dataclass(frozen=True)
@@ -219,6 +235,8 @@ class StepRecord:
     kv_bytes: int = 0
     prompt_predictions: tuple[PromptPrediction, ...] = ()  # the prefill's: one per prompt position but the last
     routing: Routing | None = field(default=None, compare=False)  # of each input position (an MoE model's)
+    interventions: tuple[Intervention, ...] = ()  # in force when its forward pass ran
+    unsteered: Unsteered | None = None  # with interventions: the model's own distribution there
 
     def to_json(self) -> dict[str, Any]:
         d = self.decision
@@ -242,6 +260,8 @@ class StepRecord:
             "ms": {"forward": self.forward_ms, "sampling": d.ms},
             "kv": {"len": self.kv_len, "bytes": self.kv_bytes},
             **({"watch": [p.to_json() for p in d.pinned]} if d.pinned else {}),
+            **({"interventions": [i.label for i in self.interventions]} if self.interventions else {}),
+            **({"unsteered": self.unsteered.to_json()} if self.unsteered else {}),
         }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 
 import numpy as np
 import psutil
@@ -18,6 +19,7 @@ import torch
 from tokenviz.contract.attention import SavedAttention
 from tokenviz.contract.errors import Cancelled, PromptError, TokenvizError
 from tokenviz.contract.grammar import Grammar
+from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.records import MAX_PINNED, StepRecord, TokenChip
 from tokenviz.contract.results import BranchSummary, CacheEvent
 from tokenviz.contract.settings import SamplingSettings
@@ -28,6 +30,7 @@ from tokenviz.decoding.sampling import decide, decide_on_device, follow_pinned, 
 from tokenviz.files.journey_file import rows_to_save
 from tokenviz.journey.analyses import JourneyAnalyses
 from tokenviz.journey.branches import Branch, BranchStore
+from tokenviz.journey.interventions import InterventionState, read_unsteered, unsteered_on_device
 from tokenviz.journey.stops import stop_reason
 from tokenviz.journey.watching import token_of
 from tokenviz.model.chat import chat_ids
@@ -61,6 +64,7 @@ class Session:
         self.pinned: tuple[int, ...] = ()  # the tokens followed at every step (see pin)
         self.analyses = JourneyAnalyses(self)  # what the views compute on demand, kept by context
         self._grammars: GrammarMatchers | None = None  # made when a grammar is first used
+        self.intervening: InterventionState | None = None  # the interventions in force (see set_interventions)
         self._pending_logits: torch.Tensor | None = None
         self._prefill_logits: torch.Tensor | None = None
         self._chips: list[TokenChip] = []  # see chips()
@@ -258,7 +262,10 @@ class Session:
             self.runner.crop(len(self.ids) - 1)
             self._pending_logits = self.runner.forward([self.ids[-1]]).logits
         self.last_cache_event = CacheEvent(kept=self.runner.kv_len, dropped=max(before - self.runner.kv_len, 0))
-        self._redecide()
+        if self.records[-1].interventions != self.interventions:  # made under others: the model has changed
+            self._refresh_pending()
+        else:
+            self._redecide()
         return n
 
     def reset(self) -> None:
@@ -301,6 +308,31 @@ class Session:
         self.settings = settings
         if self.pending is not None:
             self._redecide()
+
+    @property
+    def interventions(self) -> tuple[Intervention, ...]:
+        return self.intervening.interventions if self.intervening else ()
+
+    def set_interventions(self, interventions: Sequence[Intervention], context: Sequence[int] | None = None) -> None:
+        """Change the model while the journey runs: the interventions are resolved on the model's own
+        passes (a mean ablation over `context`, by default the journey's tokens), hooked in, and the KV
+        cache is fed again under them, so the pending token is re-decided at once. Nothing changes
+        where one is refused."""
+        old = self.intervening
+        new = None
+        if interventions:
+            with old.hooks.suspended() if old else nullcontext():
+                new = InterventionState(
+                    self.runner,
+                    interventions,
+                    context if context is not None else self.ids,
+                    lambda spec: token_of(self.runner, spec),
+                )
+        if old:
+            old.remove()
+        self.intervening = new
+        if self.records:
+            self._feed_again()
 
     def pin(
         self,
@@ -388,6 +420,69 @@ class Session:
         if self._grammars is None:
             self._grammars = GrammarMatchers(self.runner.tokenizer, self.runner.info.vocab, self.runner.eos_ids)
         return self._grammars
+
+    def _feed_again(self) -> None:
+        """Feed the cached tokens again, as the model now is (its interventions changed): the prompt's
+        logits for a reset, the pending step's for its decision."""
+        cached = self.cached_ids
+        self.runner.reset()
+        n, begin = len(self.prompt_ids), 0
+        while begin < len(cached):  # in chunks, one ending where the prompt does
+            end = min(begin + self._prefill_chunk, n if begin < n else len(cached))
+            forward = self.runner.forward(cached[begin:end])
+            if end == n:
+                self._prefill_logits = forward.logits
+            begin = end
+        if self.pending is not None:
+            self._pending_logits = forward.logits
+            self._refresh_pending()
+
+    def _refresh_pending(self) -> None:
+        """The pending record from `_pending_logits` again: its top-n, decision and unsteered view."""
+        assert self._pending_logits is not None
+        record = self._decided(self._pending_logits)[0]
+        pending = self.records[-1]
+        self.records[-1] = dataclasses.replace(
+            pending,
+            top=record.top,
+            entropy=record.entropy,
+            decision=record.decision,
+            interventions=record.interventions,
+            unsteered=record.unsteered,
+        )
+
+    def _decided(
+        self, logits: torch.Tensor, extra: dict[str, torch.Tensor] | None = None
+    ) -> tuple[StepRecord, dict[str, np.ndarray]]:
+        """A record of the decision on `logits` (its top-n, decision and, with interventions, the
+        model's own distribution at the same context): everything reaches the host in one transfer,
+        with `extra`. Its place in the journey is the caller's to fill in."""
+        summary = summarise(logits, self.top_n)
+        decision = decide_on_device(
+            logits,
+            self.settings,
+            self.ids,
+            self.generated_ids,
+            pinned=self.pinned,
+            allowed=self.allowed(self.settings, self.generated_ids),
+        )
+        own = {}
+        if self.intervening is not None:
+            own = unsteered_on_device(logits, self.intervening.own_logits(self.cached_ids), self.top_n)
+        host = to_host({**summary.tensors, **decision.tensors, **own, **(extra or {})})
+        top, entropy = summary.read(host, self.runner.piece)
+        record = StepRecord(
+            index=len(self.records),
+            position=len(self.ids),
+            input_ids=(),
+            input_texts=(),
+            top=top,
+            entropy=entropy,
+            decision=decision.read(host, self.runner.piece),
+            interventions=self.interventions,
+            unsteered=read_unsteered(host, self.runner.piece) if own else None,
+        )
+        return record, host
 
     def _check_grammar_fits(self, settings: SamplingSettings, generated_ids: Sequence[int], what: str) -> None:
         """Refuse a path that `settings`' grammar does not accept, naming the token where it leaves it."""
@@ -512,25 +607,11 @@ class Session:
     ) -> StepRecord:
         """Record a forward pass and decide on it: the top-n, the decision (and a prefill's
         predictions at every prompt position) reach the host in one transfer."""
-        summary = summarise(forward.logits, self.top_n)
-        decision = decide_on_device(
-            forward.logits,
-            self.settings,
-            self.ids,
-            self.generated_ids,
-            pinned=self.pinned,
-            allowed=self.allowed(self.settings, self.generated_ids),
-        )
-        host = to_host({**summary.tensors, **decision.tensors, **(prompt_parts or {}), **(forward.routes or {})})
-        top, entropy = summary.read(host, self.runner.piece)
-        record = StepRecord(
-            index=len(self.records),
-            position=len(self.ids),
+        decided, host = self._decided(forward.logits, {**(prompt_parts or {}), **(forward.routes or {})})
+        record = dataclasses.replace(
+            decided,
             input_ids=tuple(input_ids),
             input_texts=tuple(self.runner.piece(t) for t in input_ids),
-            top=top,
-            entropy=entropy,
-            decision=decision.read(host, self.runner.piece),
             forward_ms=forward.timer.ms() if forward_ms is None else forward_ms,
             kv_len=self.runner.kv_len,
             kv_bytes=self.runner.kv_bytes,

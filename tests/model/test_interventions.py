@@ -1,0 +1,228 @@
+"""Interventions against the same change made by a plain PyTorch hook: every step's logits (with the
+KV cache) equal the hooked model's full forward without the cache, greedy tokens equal generate()
+with the hook, and the unsteered distribution is the model's own; on every family of the matrix."""
+
+import math
+
+import pytest
+import torch
+from families import FAMILIES, family_model
+
+from tokenviz.contract.errors import SettingsError
+from tokenviz.contract.interventions import HeadAblation, Steering, parse_ablation, parse_steering
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.journey.session import Session
+from tokenviz.model.parts import decoder_layers
+from tokenviz.model.runner import ModelRunner
+
+# Where each family keeps its attention output projection, named here by hand (not by tokenviz).
+PROJECTION = {
+    "phi": "self_attn.dense",
+    "gpt2": "attn.c_proj",
+    "gpt_neo": "attn.attention.out_proj",
+    "gpt_neox": "attention.dense",
+    "gptj": "attn.out_proj",
+    "opt": "self_attn.out_proj",
+    "bloom": "self_attention.dense",
+    "mpt": "attn.out_proj",
+    "falcon": "self_attention.dense",
+    "gpt_bigcode": "attn.c_proj",
+    "codegen": "attn.out_proj",
+}
+LAYER, HEAD, HEADS, STEPS = 1, 2, 4, 4
+PROMPT = "The cat sat on"
+
+
+def reference_ablation(model, kind: str, value: torch.Tensor | None = None):
+    """A pre-hook on the output projection that sets head HEAD's slice of its input."""
+    projection = decoder_layers(model)[LAYER].get_submodule(PROJECTION.get(kind, "self_attn.o_proj"))
+
+    def pre_hook(module, args):
+        x = args[0].clone()
+        width = x.shape[-1] // HEADS
+        x[..., HEAD * width : (HEAD + 1) * width] = 0 if value is None else value
+        return (x, *args[1:])
+
+    return projection.register_forward_pre_hook(pre_hook)
+
+
+def reference_steering(model, vector: torch.Tensor):
+    def hook(module, args, output):
+        if isinstance(output, tuple):
+            return (output[0] + vector, *output[1:])
+        return output + vector
+
+    return decoder_layers(model)[LAYER].register_forward_hook(hook)
+
+
+def full_logits(model, ids: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        return model(torch.tensor([ids]), use_cache=False).logits[0, -1].float()
+
+
+def journey(kind: str, interventions, steps: int = STEPS) -> Session:
+    session = Session(ModelRunner(family_model(kind)), SamplingSettings(temperature=0, max_new_tokens=steps))
+    _, ids, _ = session.tokenize(PROMPT)
+    session.set_interventions(interventions, context=ids)
+    session.start(PROMPT)
+    while session.step() is not None:
+        pass
+    return session
+
+
+def check_steps(session: Session, reference) -> None:
+    """Each step's top logits equal the full forward at its context of the model with the `reference`
+    hooks (1e-5) and tokenviz's suspended; its unsteered top and KL are the model's own."""
+    model = session.runner.model
+    contexts = [session.ids[: r.position] for r in session.records]
+    with session.intervening.hooks.suspended():
+        owns = [full_logits(model, context) for context in contexts]
+        handles = reference()
+        try:
+            expecteds = [full_logits(model, context) for context in contexts]
+        finally:
+            for handle in handles:
+                handle.remove()
+    for record, expected, own in zip(session.records, expecteds, owns):
+        ids = [c.id for c in record.top]
+        torch.testing.assert_close(torch.tensor([c.logit for c in record.top]), expected[ids], atol=1e-5, rtol=1e-5)
+        assert record.decision.chosen_id == int(expected.argmax())
+        unsteered = record.unsteered
+        torch.testing.assert_close(
+            torch.tensor([c.logit for c in unsteered.top]), own[[c.id for c in unsteered.top]], atol=1e-5, rtol=1e-5
+        )
+        p, q = torch.log_softmax(expected.double(), -1), torch.log_softmax(own.double(), -1)
+        kl = float((p.exp() * (p - q)).sum()) / math.log(2)
+        assert unsteered.kl == pytest.approx(kl, abs=1e-4)
+
+
+@pytest.mark.parametrize("kind", sorted(FAMILIES))
+def test_a_zero_ablated_head_equals_a_plain_pre_hook_with_and_without_the_cache(kind):
+    session = journey(kind, [HeadAblation(LAYER, HEAD)])
+    model = session.runner.model
+    session.intervening.remove()  # only the reference hook from here
+    handle = reference_ablation(model, kind)
+    try:
+        check_steps_against(session, model)
+        generated = model.generate(
+            torch.tensor([session.prompt_ids]),
+            attention_mask=torch.ones(1, len(session.prompt_ids), dtype=torch.long),
+            do_sample=False,
+            max_new_tokens=STEPS,
+        )[0, len(session.prompt_ids) :].tolist()
+    finally:
+        handle.remove()
+    assert session.generated_ids == generated
+
+
+def check_steps_against(session: Session, hooked_model) -> None:
+    for record in session.records:
+        expected = full_logits(hooked_model, session.ids[: record.position])
+        ids = [c.id for c in record.top]
+        torch.testing.assert_close(torch.tensor([c.logit for c in record.top]), expected[ids], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", sorted(FAMILIES))
+def test_steering_by_two_texts_equals_a_plain_forward_hook_and_unsteered_is_the_models_own(kind):
+    steering = Steering(LAYER, 4.0, "cats and kittens", "dogs and puppies")
+    session = journey(kind, [steering])
+    model, runner = session.runner.model, session.runner
+    with session.intervening.hooks.suspended(), torch.no_grad():  # the direction, read the plain way
+        states = [
+            model(torch.tensor([runner.encode(t)]), output_hidden_states=True).hidden_states[LAYER + 1][0, -1]
+            for t in (steering.toward, steering.away)
+        ]
+    vector = 4.0 * (states[0] - states[1])
+    check_steps(session, lambda: [reference_steering(model, vector)])
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2", "gemma2", "olmo2", "gptj", "falcon"])
+def test_a_mean_ablation_and_steering_by_tokens_equal_plain_hooks(kind):
+    loaded = family_model(kind)
+    session = Session(ModelRunner(loaded), SamplingSettings(temperature=0, max_new_tokens=STEPS))
+    _, prompt, _ = session.tokenize(PROMPT)
+    model = loaded.model
+    seen = []
+    projection = decoder_layers(model)[LAYER].get_submodule(PROJECTION.get(kind, "self_attn.o_proj"))
+    handle = projection.register_forward_pre_hook(lambda m, args: seen.append(args[0][0]))
+    full_logits(model, prompt)
+    handle.remove()
+    width = seen[0].shape[-1] // HEADS
+    mean = seen[0][:, HEAD * width : (HEAD + 1) * width].mean(0)
+    toward, away = session.runner.encode("a", False)[0], session.runner.encode("b", False)[0]
+    unembedding = model.get_output_embeddings().weight
+    vector = -2.0 * (unembedding[toward] - unembedding[away])
+    session.set_interventions(
+        [HeadAblation(LAYER, HEAD, mean=True), Steering(LAYER, -2.0, f"id:{toward}", f"id:{away}", by="tokens")],
+        context=prompt,
+    )
+    session.start(PROMPT)
+    while session.step() is not None:
+        pass
+    check_steps(session, lambda: [reference_ablation(model, kind, mean), reference_steering(model, vector)])
+
+
+def no_hooks_on(model) -> bool:
+    return all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_scale_zero_equals_no_intervention_and_turning_them_off_leaves_no_hook(kind):
+    plain = journey(kind, [])
+    zero = journey(kind, [Steering(LAYER, 0.0, "cats", "dogs")])
+    assert [r.top for r in zero.records] == [r.top for r in plain.records]  # exactly: + 0 changes nothing
+    assert all(r.unsteered.kl == 0 for r in zero.records)
+    zero.rewind(1)
+    zero.set_interventions([])  # the pending step is re-decided by the model as it is
+    assert no_hooks_on(zero.runner.model) and no_hooks_on(plain.runner.model)
+    assert zero.pending.unsteered is None and zero.pending.interventions == ()
+    same_top(zero.pending.top, plain.records[-1].top)
+
+
+def same_top(a, b) -> None:
+    """The same candidates, their logits equal to float32 rounding (a cache fed again in other chunks)."""
+    assert [c.id for c in a] == [c.id for c in b]
+    torch.testing.assert_close(torch.tensor([c.logit for c in a]), torch.tensor([c.logit for c in b]))
+
+
+def test_an_intervention_set_mid_journey_re_decides_the_pending_token_and_rewinds_follow_it():
+    session = journey("llama", [], steps=8)
+    session.rewind(4)
+    plain_pending = session.pending
+    session.set_interventions([HeadAblation(LAYER, HEAD)])
+    model = session.runner.model
+    assert session.pending.interventions == (HeadAblation(LAYER, HEAD),)
+    with session.intervening.hooks.suspended():
+        handle = reference_ablation(model, "llama")
+        try:
+            check_steps_against_pending(session, model)
+            for _ in range(3):
+                session.step()  # (the session's hooks are suspended: the reference one stands for them)
+        finally:
+            handle.remove()
+    session.set_interventions([])
+    session.rewind(3)
+    same_top(session.pending.top, plain_pending.top)
+    assert session.pending.unsteered is None
+
+
+def check_steps_against_pending(session: Session, hooked_model) -> None:
+    expected = full_logits(hooked_model, session.ids)
+    top = session.pending.top
+    torch.testing.assert_close(
+        torch.tensor([c.logit for c in top]), expected[[c.id for c in top]], atol=1e-5, rtol=1e-5
+    )
+
+
+def test_interventions_outside_the_model_or_misspelt_are_one_line():
+    session = Session(ModelRunner(family_model("llama")))
+    with pytest.raises(SettingsError, match="layers are 0-3"):
+        session.set_interventions([HeadAblation(7, 0)])
+    with pytest.raises(SettingsError, match="heads are 0-3"):
+        session.set_interventions([HeadAblation(0, 9)])
+    assert session.interventions == () and no_hooks_on(session.runner.model)
+    with pytest.raises(SettingsError, match=r"LAYER\.HEAD"):
+        parse_ablation("5")
+    with pytest.raises(SettingsError, match="LAYER:SCALE:TOWARD:AWAY"):
+        parse_steering("6:4:Love")
+    assert parse_steering("6:-4:a:b:c") == Steering(6, -4.0, "a", "b:c")

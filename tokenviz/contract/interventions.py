@@ -1,0 +1,123 @@
+"""Changes made to the model while it runs, as the user names them: a head ablated, the residual stream
+steered. Plain data; tokenviz.model.interventions turns them into hooks."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from tokenviz.contract.errors import SettingsError
+from tokenviz.contract.text import safe_text
+
+MAX_INTERVENTIONS = 16
+MAX_STEER_TEXT = 2_000  # characters of a steering text (it is read by the model once)
+
+
+@dataclass(frozen=True)
+class HeadAblation:
+    """A head's output, before the attention output projection, set to zero or to its mean over the
+    journey's context when it was set."""
+
+    layer: int
+    head: int
+    mean: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"ablate L{self.layer}.H{self.head} ({'mean' if self.mean else 'zero'})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "ablate", "layer": self.layer, "head": self.head, "mean": self.mean}
+
+
+@dataclass(frozen=True)
+class Steering:
+    """`scale` times a direction added to the residual stream after `layer`, at every position. The
+    direction is, `by` texts, the residual after that layer at the last token of `toward` minus the
+    same for `away`, each read alone (contrastive activation addition); `by` tokens, the difference
+    of the two tokens' unembedding rows (`toward` and `away` each one token's text, or id:N)."""
+
+    layer: int
+    scale: float
+    toward: str
+    away: str
+    by: Literal["texts", "tokens"] = "texts"
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.scale):
+            raise SettingsError(f"a steering scale must be a number, got {self.scale}")
+        if not self.toward or not self.away:
+            raise SettingsError("steering needs two texts: toward and away")
+        if max(len(self.toward), len(self.away)) > MAX_STEER_TEXT:
+            raise SettingsError(f"a steering text is at most {MAX_STEER_TEXT:,} characters")
+        if self.by not in ("texts", "tokens"):
+            raise SettingsError(f"steering is by texts or tokens, got {self.by!r}")
+
+    @property
+    def label(self) -> str:
+        toward, away = (safe_text(t if len(t) <= 16 else t[:15] + "…") for t in (self.toward, self.away))
+        return f"steer L{self.layer} ×{self.scale:g} toward {toward!r} away from {away!r}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": "steer",
+            "layer": self.layer,
+            "scale": self.scale,
+            "toward": self.toward,
+            "away": self.away,
+            "by": self.by,
+        }
+
+
+Intervention = HeadAblation | Steering
+
+
+def intervention_from_json(d: Any) -> Intervention:
+    """The intervention `to_json` wrote; one line where it is not one."""
+    try:
+        if d["kind"] == "ablate":
+            return HeadAblation(layer=int(d["layer"]), head=int(d["head"]), mean=bool(d["mean"]))
+        if d["kind"] == "steer":
+            return Steering(
+                layer=int(d["layer"]), scale=float(d["scale"]), toward=str(d["toward"]), away=str(d["away"]), by=d["by"]
+            )
+    except (KeyError, TypeError, ValueError):
+        pass
+    raise SettingsError(f"not an intervention: {str(d)[:60]!r}")
+
+
+def parse_ablation(text: str, mean: bool = False) -> HeadAblation:
+    """`LAYER.HEAD`, as --ablate takes it (layers and heads from 0)."""
+    layer, dot, head = text.strip().partition(".")
+    try:
+        if not dot:
+            raise ValueError
+        return HeadAblation(layer=int(layer), head=int(head), mean=mean)
+    except ValueError:
+        raise SettingsError(f"--ablate takes LAYER.HEAD (from 0), as 5.3; got {text!r}") from None
+
+
+def parse_steering(text: str, by: Literal["texts", "tokens"] = "texts") -> Steering:
+    """`LAYER:SCALE:TOWARD:AWAY`, as --steer (two texts) and --steer-tokens (two tokens) take it; the
+    texts may hold colons after the third."""
+    option = "--steer" if by == "texts" else "--steer-tokens"
+    parts = text.split(":", 3)
+    if len(parts) != 4:
+        raise SettingsError(f"{option} takes LAYER:SCALE:TOWARD:AWAY, as 6:4:Love:Hate; got {text!r}")
+    layer, scale, toward, away = parts
+    try:
+        return Steering(layer=int(layer), scale=float(scale), toward=toward, away=away, by=by)
+    except ValueError:
+        raise SettingsError(f"{option}: LAYER is an integer and SCALE a number; got {text!r}") from None
+
+
+def check_against(interventions: tuple[Intervention, ...], layers: int, heads: int) -> None:
+    """Refuse, in one line, an intervention outside the model (a layer or head it does not have)."""
+    if len(interventions) > MAX_INTERVENTIONS:
+        raise SettingsError(f"at most {MAX_INTERVENTIONS} interventions at once")
+    for i in interventions:
+        if not 0 <= i.layer < layers:
+            raise SettingsError(f"{i.label}: the model's layers are 0-{layers - 1}")
+        if isinstance(i, HeadAblation) and not 0 <= i.head < heads:
+            raise SettingsError(f"{i.label}: the model's heads are 0-{heads - 1}")

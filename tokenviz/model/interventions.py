@@ -1,0 +1,152 @@
+"""Interventions as plain PyTorch hooks on the model: a head's output replaced before the attention
+output projection (a forward pre-hook on that projection), a direction added to a decoder layer's
+output at every position (a forward hook on the layer). With none in force, no hook is left on the
+model: a step does exactly what it does without this module."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from tokenviz.contract.errors import SettingsError
+from tokenviz.contract.interventions import HeadAblation, Intervention, Steering
+from tokenviz.model.parts import decoder_layers
+from tokenviz.model.transfer import ids_to_device
+
+OUTPUT_PROJECTIONS = ("o_proj", "out_proj", "c_proj", "dense", "wo")  # the families' names for it
+
+
+def output_projection(layer: torch.nn.Module) -> torch.nn.Module:
+    """The decoder layer's attention output projection: its input is every head's output, side by side."""
+    for name, module in layer.named_modules():
+        path = name.split(".")
+        if path[-1] in OUTPUT_PROJECTIONS and any("attn" in part or "attention" in part for part in path[:-1]):
+            return module
+    raise SettingsError("this model's attention output projection is not one tokenviz knows: no head can be ablated")
+
+
+def _first(output: Any) -> torch.Tensor:
+    return output[0] if isinstance(output, tuple) else output
+
+
+@torch.inference_mode()
+def residual_after(model: Any, layer: int, ids: Sequence[int]) -> torch.Tensor:
+    """The residual stream after decoder layer `layer` at the last of `ids`, read alone (no cache)."""
+    seen: list[torch.Tensor] = []
+    handle = decoder_layers(model)[layer].register_forward_hook(lambda m, a, out: seen.append(_first(out)[0, -1]))
+    try:
+        model(input_ids=ids_to_device(ids, next(model.parameters()).device), use_cache=False, logits_to_keep=1)
+    finally:
+        handle.remove()
+    return seen[0].float()
+
+
+@torch.inference_mode()
+def head_outputs_mean(model: Any, layer: int, heads: int, ids: Sequence[int]) -> torch.Tensor:
+    """Every head's output at `layer`, before the output projection, averaged over the positions of
+    `ids`: (heads, width)."""
+    seen: list[torch.Tensor] = []
+    projection = output_projection(decoder_layers(model)[layer])
+    handle = projection.register_forward_pre_hook(lambda m, args: seen.append(args[0][0].float().mean(0)))
+    try:
+        model(input_ids=ids_to_device(ids, next(model.parameters()).device), use_cache=False, logits_to_keep=1)
+    finally:
+        handle.remove()
+    return seen[0].reshape(heads, -1)
+
+
+def steering_direction(model: Any, steering: Steering, encode: Callable[[str], list[int]], token_id) -> torch.Tensor:
+    """The direction `steering` adds (before its scale): of two texts' residuals, or two tokens'
+    unembedding rows. `token_id` turns a token's text (or id:N) into its id."""
+    if steering.by == "tokens":
+        unembedding = model.get_output_embeddings().weight
+        rows = unembedding[[token_id(steering.toward), token_id(steering.away)]].float()
+        return rows[0] - rows[1]
+    toward, away = (residual_after(model, steering.layer, encode(text)) for text in (steering.toward, steering.away))
+    return toward - away
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """An intervention with what its hook needs: an ablated head's replacement (None: zero) or a
+    steering's scaled direction."""
+
+    intervention: Intervention
+    value: torch.Tensor | None
+
+
+def resolve(
+    model: Any,
+    heads: int,
+    interventions: Sequence[Intervention],
+    context: Sequence[int],
+    encode: Callable[[str], list[int]],
+    token_id: Callable[[str], int],
+) -> list[Resolved]:
+    """Each intervention with its value, computed from the model's own forward passes (no hook in force):
+    a mean over `context` for a mean ablation, the direction for a steering."""
+    resolved = []
+    for i in interventions:
+        if isinstance(i, HeadAblation):
+            value = head_outputs_mean(model, i.layer, heads, context)[i.head] if i.mean else None
+        else:
+            value = i.scale * steering_direction(model, i, encode, token_id)
+        resolved.append(Resolved(i, value))
+    return resolved
+
+
+class Hooks:
+    """The interventions in force on a model, as hooks; `suspended()` runs the model's own."""
+
+    def __init__(self, model: Any, heads: int, resolved: Sequence[Resolved]):
+        self.active = True
+        self._handles: list[Any] = []
+        layers = decoder_layers(model)
+        for r in resolved:
+            i = r.intervention
+            if isinstance(i, HeadAblation):
+                hook = self._ablation(i.head, heads, r.value)
+                self._handles.append(output_projection(layers[i.layer]).register_forward_pre_hook(hook))
+            else:
+                assert r.value is not None
+                self._handles.append(layers[i.layer].register_forward_hook(self._steering(r.value)))
+
+    def _ablation(self, head: int, heads: int, value: torch.Tensor | None):
+        def pre_hook(module, args):
+            if not self.active:
+                return None
+            x = args[0]
+            width = x.shape[-1] // heads
+            x = x.clone()
+            x[..., head * width : (head + 1) * width] = 0 if value is None else value.to(x.device, x.dtype)
+            return (x, *args[1:])
+
+        return pre_hook
+
+    def _steering(self, value: torch.Tensor):
+        def hook(module, args, output):
+            if not self.active:
+                return None
+            hidden = _first(output)
+            steered = hidden + value.to(hidden.device, hidden.dtype)
+            return (steered, *output[1:]) if isinstance(output, tuple) else steered
+
+        return hook
+
+    @contextmanager
+    def suspended(self) -> Iterator[None]:
+        """The model as it is, for the passes inside (the unsteered distribution); nests."""
+        was, self.active = self.active, False
+        try:
+            yield
+        finally:
+            self.active = was
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
