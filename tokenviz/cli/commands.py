@@ -31,7 +31,7 @@ from tokenviz.cli.options import (
 )
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import Grammar, refuse_grammar
-from tokenviz.contract.interventions import parse_ablation, parse_steering
+from tokenviz.contract.interventions import Intervention, parse_ablation, parse_steering
 from tokenviz.contract.results import ATTRIBUTION_METHODS
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.themes import DEFAULT_THEME, check_theme
@@ -236,7 +236,7 @@ def trace(
     distribution at the same context and the KL from it ("unsteered")."""
     try:  # every option checked before torch is imported: a mistake is told in a moment
         check_trace(steps, save, html, force, beams, speculate, lens or routing, attribution, watch)
-        interventions = (
+        interventions: tuple[Intervention, ...] = (
             *(parse_ablation(a, mean=ablate_mean) for a in ablate or ()),
             *(parse_steering(s) for s in steer or ()),
             *(parse_steering(s, by="tokens") for s in steer_tokens or ()),
