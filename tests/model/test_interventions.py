@@ -9,7 +9,7 @@ import torch
 from families import FAMILIES, family_model
 
 from tokenviz.contract.errors import SettingsError
-from tokenviz.contract.interventions import HeadAblation, Steering, parse_ablation, parse_steering
+from tokenviz.contract.interventions import HeadAblation, Patch, Steering, parse_ablation, parse_patch, parse_steering
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
 from tokenviz.model.parts import decoder_layers
@@ -226,3 +226,30 @@ def test_interventions_outside_the_model_or_misspelt_are_one_line():
     with pytest.raises(SettingsError, match="LAYER:SCALE:TOWARD:AWAY"):
         parse_steering("6:4:Love")
     assert parse_steering("6:-4:a:b:c") == Steering(6, -4.0, "a", "b:c")
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2", "gemma2", "olmo2", "gptj", "falcon", "bloom", "mistral"])
+def test_a_patch_from_another_prompt_equals_a_plain_forward_hook(kind):
+    source = "The dog ran up"
+    session = journey(kind, [Patch(LAYER, 2, source)])
+    model, runner = session.runner.model, session.runner
+    with session.intervening.hooks.suspended(), torch.no_grad():
+        ids = runner.encode(source)
+        value = model(torch.tensor([ids]), output_hidden_states=True).hidden_states[LAYER + 1][0, 2]
+
+    def replace(module, args, output):
+        hidden = (output[0] if isinstance(output, tuple) else output).clone()
+        hidden[:, 2] = value
+        return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
+
+    check_steps(session, lambda: [decoder_layers(model)[LAYER].register_forward_hook(replace)])
+    assert any(r.unsteered.kl > 0 for r in session.records)  # it did change the model's view
+
+
+def test_a_patch_past_the_source_or_misspelt_is_one_line():
+    session = Session(ModelRunner(family_model("llama")))
+    with pytest.raises(SettingsError, match="no position 40"):
+        session.set_interventions([Patch(1, 40, "short")])
+    with pytest.raises(SettingsError, match="LAYER:POSITION:TEXT"):
+        parse_patch("1:x:text")
+    assert parse_patch("2:3:a:b") == Patch(2, 3, "a:b")

@@ -31,7 +31,7 @@ from tokenviz.cli.options import (
 )
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import Grammar, refuse_grammar
-from tokenviz.contract.interventions import Intervention, parse_ablation, parse_steering
+from tokenviz.contract.interventions import Intervention, parse_ablation, parse_patch, parse_steering
 from tokenviz.contract.results import ATTRIBUTION_METHODS
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.themes import DEFAULT_THEME, check_theme
@@ -228,11 +228,19 @@ def trace(
             "TOKEN_B's (each a token's text, or id:N).",
         ),
     ] = None,
+    patch: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--patch",
+            help="LAYER:POSITION:TEXT (repeatable): the residual after LAYER at POSITION (from 0) replaced by "
+            "TEXT's there, TEXT read alone (another prompt, as long at least).",
+        ),
+    ] = None,
     chat: Chat = False,
     system: System = None,
 ) -> None:
     """Run the journey headless and print every step (a table, or JSON with --json). With
-    interventions (--ablate, --steer, --steer-tokens) each step also gives the model's own
+    interventions (--ablate, --steer, --steer-tokens, --patch) each step also gives the model's own
     distribution at the same context and the KL from it ("unsteered")."""
     try:  # every option checked before torch is imported: a mistake is told in a moment
         check_trace(steps, save, html, force, beams, speculate, lens or routing, attribution, watch)
@@ -240,6 +248,7 @@ def trace(
             *(parse_ablation(a, mean=ablate_mean) for a in ablate or ()),
             *(parse_steering(s) for s in steer or ()),
             *(parse_steering(s, by="tokens") for s in steer_tokens or ()),
+            *(parse_patch(p) for p in patch or ()),
         )
         if ablate_mean and not ablate:
             raise TokenvizError("--ablate-mean goes with --ablate LAYER.HEAD")

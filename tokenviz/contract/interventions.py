@@ -70,7 +70,31 @@ class Steering:
         }
 
 
-Intervention = HeadAblation | Steering
+@dataclass(frozen=True)
+class Patch:
+    """The residual stream after `layer` at `position` replaced by another run's there: `source`'s (a
+    text read alone, its tokens as a prompt would have them) at the same position."""
+
+    layer: int
+    position: int
+    source: str
+
+    def __post_init__(self) -> None:
+        if self.position < 0:
+            raise SettingsError(f"a patch's position counts from 0, got {self.position}")
+        if not self.source or len(self.source) > MAX_STEER_TEXT:
+            raise SettingsError(f"a patch's source is a text of 1 to {MAX_STEER_TEXT:,} characters")
+
+    @property
+    def label(self) -> str:
+        source = safe_text(self.source if len(self.source) <= 16 else self.source[:15] + "…")
+        return f"patch L{self.layer}@{self.position} from {source!r}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "patch", "layer": self.layer, "position": self.position, "source": self.source}
+
+
+Intervention = HeadAblation | Steering | Patch
 
 
 def intervention_from_json(d: Any) -> Intervention:
@@ -82,6 +106,8 @@ def intervention_from_json(d: Any) -> Intervention:
             return Steering(
                 layer=int(d["layer"]), scale=float(d["scale"]), toward=str(d["toward"]), away=str(d["away"]), by=d["by"]
             )
+        if d["kind"] == "patch":
+            return Patch(layer=int(d["layer"]), position=int(d["position"]), source=str(d["source"]))
     except (KeyError, TypeError, ValueError):
         pass
     raise SettingsError(f"not an intervention: {str(d)[:60]!r}")
@@ -110,6 +136,17 @@ def parse_steering(text: str, by: Literal["texts", "tokens"] = "texts") -> Steer
         return Steering(layer=int(layer), scale=float(scale), toward=toward, away=away, by=by)
     except ValueError:
         raise SettingsError(f"{option}: LAYER is an integer and SCALE a number; got {text!r}") from None
+
+
+def parse_patch(text: str) -> Patch:
+    """`LAYER:POSITION:TEXT`, as --patch takes it."""
+    parts = text.split(":", 2)
+    try:
+        if len(parts) != 3:
+            raise ValueError
+        return Patch(layer=int(parts[0]), position=int(parts[1]), source=parts[2])
+    except ValueError:
+        raise SettingsError(f"--patch takes LAYER:POSITION:TEXT (from 0), as 8:3:The dog sat; got {text!r}") from None
 
 
 def check_against(interventions: tuple[Intervention, ...], layers: int, heads: int) -> None:

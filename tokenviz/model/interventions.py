@@ -1,7 +1,8 @@
 """Interventions as plain PyTorch hooks on the model: a head's output replaced before the attention
-output projection (a forward pre-hook on that projection), a direction added to a decoder layer's
-output at every position (a forward hook on the layer). With none in force, no hook is left on the
-model: a step does exactly what it does without this module."""
+output projection (a forward pre-hook on that projection); a direction added to a decoder layer's
+output at every position, or that output replaced at one position (forward hooks on the layer).
+With none in force, no hook is left on the model: a step does exactly what it does without this
+module."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 import torch
 
 from tokenviz.contract.errors import SettingsError
-from tokenviz.contract.interventions import HeadAblation, Intervention, Steering
+from tokenviz.contract.interventions import HeadAblation, Intervention, Patch, Steering
 from tokenviz.model.parts import decoder_layers
 from tokenviz.model.transfer import ids_to_device
 
@@ -59,6 +60,20 @@ def head_outputs_mean(model: Any, layer: int, heads: int, ids: Sequence[int]) ->
     return seen[0].reshape(heads, -1)
 
 
+@torch.inference_mode()
+def residual_at(model: Any, layer: int, ids: Sequence[int], position: int) -> torch.Tensor:
+    """The residual stream after decoder layer `layer` at `position` of `ids`, read alone (no cache)."""
+    if not 0 <= position < len(ids):
+        raise SettingsError(f"the patch's source has {len(ids)} tokens: no position {position}")
+    seen: list[torch.Tensor] = []
+    handle = decoder_layers(model)[layer].register_forward_hook(lambda m, a, out: seen.append(_first(out)[0]))
+    try:
+        model(input_ids=ids_to_device(ids, next(model.parameters()).device), use_cache=False, logits_to_keep=1)
+    finally:
+        handle.remove()
+    return seen[0][position].float()
+
+
 def steering_direction(model: Any, steering: Steering, encode: Callable[[str], list[int]], token_id) -> torch.Tensor:
     """The direction `steering` adds (before its scale): of two texts' residuals, or two tokens'
     unembedding rows. `token_id` turns a token's text (or id:N) into its id."""
@@ -93,6 +108,8 @@ def resolve(
     for i in interventions:
         if isinstance(i, HeadAblation):
             value = head_outputs_mean(model, i.layer, heads, context)[i.head] if i.mean else None
+        elif isinstance(i, Patch):
+            value = residual_at(model, i.layer, encode(i.source), i.position)
         else:
             value = i.scale * steering_direction(model, i, encode, token_id)
         resolved.append(Resolved(i, value))
@@ -105,12 +122,19 @@ class Hooks:
     def __init__(self, model: Any, heads: int, resolved: Sequence[Resolved]):
         self.active = True
         self._handles: list[Any] = []
+        self._start = 0  # the position of the first token the pass in progress feeds
         layers = decoder_layers(model)
+        if any(isinstance(r.intervention, Patch) for r in resolved):
+            self._handles.append(model.register_forward_pre_hook(self._note_start, with_kwargs=True))
         for r in resolved:
             i = r.intervention
+            assert i is not None
             if isinstance(i, HeadAblation):
                 hook = self._ablation(i.head, heads, r.value)
                 self._handles.append(output_projection(layers[i.layer]).register_forward_pre_hook(hook))
+            elif isinstance(i, Patch):
+                assert r.value is not None
+                self._handles.append(layers[i.layer].register_forward_hook(self._patch(i.position, r.value)))
             else:
                 assert r.value is not None
                 self._handles.append(layers[i.layer].register_forward_hook(self._steering(r.value)))
@@ -134,6 +158,23 @@ class Hooks:
             hidden = _first(output)
             steered = hidden + value.to(hidden.device, hidden.dtype)
             return (steered, *output[1:]) if isinstance(output, tuple) else steered
+
+        return hook
+
+    def _note_start(self, module, args, kwargs):
+        """Where the pass starts: after what its cache holds (a pass without one starts at 0)."""
+        cache = kwargs.get("past_key_values")
+        self._start = cache.get_seq_length() if cache is not None else 0
+
+    def _patch(self, position: int, value: torch.Tensor):
+        def hook(module, args, output):
+            hidden = _first(output)
+            at = position - self._start
+            if not self.active or not 0 <= at < hidden.shape[1]:
+                return None
+            patched = hidden.clone()
+            patched[:, at] = value.to(hidden.device, hidden.dtype)
+            return (patched, *output[1:]) if isinstance(output, tuple) else patched
 
         return hook
 
