@@ -8,7 +8,7 @@ import pytest
 import torch
 from families import FAMILIES, family_model
 
-from tokenviz.contract.errors import SettingsError
+from tokenviz.contract.errors import SettingsError, TokenvizError
 from tokenviz.contract.interventions import HeadAblation, Patch, Steering, parse_ablation, parse_patch, parse_steering
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
@@ -253,3 +253,29 @@ def test_a_patch_past_the_source_or_misspelt_is_one_line():
     with pytest.raises(SettingsError, match="LAYER:POSITION:TEXT"):
         parse_patch("1:x:text")
     assert parse_patch("2:3:a:b") == Patch(2, 3, "a:b")
+
+
+def test_a_journey_saves_its_interventions_and_unsteered_views_and_verifies_with_them(tmp_path):
+    import json
+
+    from tokenviz.files.journey_file import open_journey, recording_of, save_journey
+    from tokenviz.journey.reproduce import verify_journey
+    from tokenviz.worker.snapshots import snapshot_of
+
+    session = journey("llama", [HeadAblation(LAYER, HEAD, mean=True), Patch(LAYER, 1, "A dog ran")], steps=3)
+    session.rewind(1)
+    session.set_interventions([Steering(LAYER, 3.0, "cats", "dogs")])  # another set for the last steps
+    session.step()
+    session.step()
+    path = save_journey(tmp_path / "j.json", snapshot_of(session))
+    doc = json.loads(path.read_text())
+    assert len(doc["replay"]["intervention_sets"]) == 2  # each set once, however many steps name it
+    recording = recording_of(open_journey(path))
+    assert [r.interventions for r in recording.snapshot.records] == [r.interventions for r in session.records]
+    assert [r.unsteered for r in recording.snapshot.records] == [r.unsteered for r in session.records]
+    fresh = Session(ModelRunner(family_model("llama")))
+    assert verify_journey(doc, fresh) == (len(session.generated_ids), None)
+    doc["replay"]["records"][1]["interventions"] = 5
+    path.write_text(json.dumps(doc))
+    with pytest.raises(TokenvizError, match="names intervention set 5"):
+        open_journey(path)

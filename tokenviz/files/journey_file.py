@@ -13,7 +13,7 @@ import base64
 import dataclasses
 import json
 import stat
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -22,6 +22,7 @@ import numpy as np
 from tokenviz.contract.attention import SavedAttention
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import Grammar
+from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.records import (
     Candidate,
     Decision,
@@ -32,6 +33,7 @@ from tokenviz.contract.records import (
     Stage,
     StepRecord,
     TokenChip,
+    Unsteered,
 )
 from tokenviz.contract.results import Analyses, Attribution, BranchSummary, LogitDifference
 from tokenviz.contract.snapshot import Snapshot
@@ -61,7 +63,7 @@ def _array(a: np.ndarray) -> dict[str, Any]:
     return {"shape": list(a.shape), "float16": base64.b64encode(a.astype(np.float16).tobytes()).decode()}
 
 
-def _record(r: StepRecord, attention: np.ndarray | None) -> dict[str, Any]:
+def _record(r: StepRecord, attention: np.ndarray | None, sets: list[tuple[Intervention, ...]]) -> dict[str, Any]:
     d = r.decision
     return {
         "index": r.index,
@@ -104,7 +106,20 @@ def _record(r: StepRecord, attention: np.ndarray | None) -> dict[str, Any]:
             for p in r.prompt_predictions
         ],
         "routing": _routing(r.routing),
+        "interventions": _set_index(sets, r.interventions),
+        "unsteered": {"top": [[c.id, c.text, c.logit, c.prob] for c in r.unsteered.top], "kl": r.unsteered.kl}
+        if r.unsteered
+        else None,
     }
+
+
+def _set_index(sets: list[tuple[Intervention, ...]], interventions: tuple[Intervention, ...]) -> int | None:
+    """The index of `interventions` in `sets` (each set a file holds once), added where new."""
+    if not interventions:
+        return None
+    if interventions not in sets:
+        sets.append(interventions)
+    return sets.index(interventions)
 
 
 def _routing(routing: Routing | None) -> dict[str, Any] | None:
@@ -115,7 +130,9 @@ def _routing(routing: Routing | None) -> dict[str, Any] | None:
     return {"layers": list(routing.layers), "k": routing.k, "positions": routing.positions, **encoded}
 
 
-def _unrecord(r: schema.Record, grammars: Mapping[str, Grammar]) -> StepRecord:
+def _unrecord(
+    r: schema.Record, grammars: Mapping[str, Grammar], sets: Sequence[tuple[Intervention, ...]]
+) -> StepRecord:
     d = r.decision
     decision = Decision(
         mode=d.mode,
@@ -158,6 +175,10 @@ def _unrecord(r: schema.Record, grammars: Mapping[str, Grammar]) -> StepRecord:
             for position, top, entropy, next_id, next_text, next_prob, next_rank in r.prompt_predictions
         ),
         routing=r.routing.routing() if r.routing is not None else None,
+        interventions=sets[r.interventions] if r.interventions is not None else (),
+        unsteered=Unsteered(top=tuple(Candidate(*c) for c in r.unsteered.top), kl=r.unsteered.kl)
+        if r.unsteered
+        else None,
     )
 
 
@@ -188,6 +209,7 @@ def journey_file(
         raise TokenvizError("nothing to save: the model has not loaded")
     doc = dict(document or trace_document(snapshot))
     doc["format"] = FORMAT
+    sets: list[tuple[Intervention, ...]] = []  # each set of interventions the records name, once
     doc["replay"] = {
         "info": snapshot.info.to_json(),
         "chips": [[c.id, c.text, c.is_prompt, c.is_special, c.is_template] for c in snapshot.chips],
@@ -195,13 +217,16 @@ def journey_file(
         "system": snapshot.system,
         "prompt_len": snapshot.prompt_len,
         "prompt_text": snapshot.prompt,
-        "records": [_record(r, a) for r, a in zip(snapshot.records, _blocks(snapshot, attention or SavedAttention()))],
+        "records": [
+            _record(r, a, sets) for r, a in zip(snapshot.records, _blocks(snapshot, attention or SavedAttention()))
+        ],
         "stop_reason": snapshot.stop_reason,
         "branches": [dataclasses.asdict(b) for b in snapshot.branches],
         "pinned": [list(p) for p in snapshot.pinned],
         "attributions": [dataclasses.asdict(a) for a in analyses.attributions],
         "logit_differences": [dataclasses.asdict(d) for d in analyses.logit_differences],
     }
+    doc["replay"]["intervention_sets"] = [[i.to_json() for i in interventions] for interventions in sets]
     return doc
 
 
@@ -331,7 +356,7 @@ def recording_of(doc: dict[str, Any] | schema.Journey) -> Recording:
         chat=r.chat,
         system=r.system,
         prompt_len=r.prompt_len,
-        records=tuple(_unrecord(x, grammars) for x in r.records),
+        records=tuple(_unrecord(x, grammars, r.intervention_table) for x in r.records),
         stop_reason=r.stop_reason,
         message="a recorded journey: read-only",
         branches=tuple(BranchSummary(**b.model_dump()) for b in r.branches),

@@ -22,6 +22,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, FailFast, Field, Val
 
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import MAX_GRAMMAR_CHARS, Grammar, GrammarKind
+from tokenviz.contract.interventions import MAX_INTERVENTIONS, Intervention, intervention_from_json
 from tokenviz.contract.records import MAX_PINNED, Routing
 from tokenviz.contract.settings import SamplingSettings, grammars_from_json
 from tokenviz.contract.text import safe_text
@@ -213,6 +214,11 @@ class Decision(Model):
         return self
 
 
+class SavedUnsteered(Model):
+    top: Candidates
+    kl: NonNegative
+
+
 class Record(Model):
     index: Count
     position: Count
@@ -227,6 +233,8 @@ class Record(Model):
     decision: Decision
     prompt_predictions: Annotated[list[Prediction], FAIL_FAST, Field(max_length=MAX_TOKENS)] = []
     routing: SavedRouting | None = None
+    interventions: Count | None = None  # an index into Replay.intervention_sets
+    unsteered: SavedUnsteered | None = None
 
     @model_validator(mode="after")
     def _routed_positions(self) -> Record:
@@ -297,6 +305,31 @@ class Replay(Model):
     pinned: Annotated[list[tuple[Id, SafeText]], FAIL_FAST, Field(max_length=MAX_PINNED)] = []
     attributions: Annotated[list[SavedAttribution], FAIL_FAST, Field(max_length=64)] = []
     logit_differences: Annotated[list[SavedLogitDifference], FAIL_FAST, Field(max_length=64)] = []
+    intervention_sets: Annotated[
+        list[Annotated[list[dict[str, Any]], Field(max_length=MAX_INTERVENTIONS)]],
+        FAIL_FAST,
+        Field(max_length=MAX_TOKENS),
+    ] = []
+
+    @property
+    def intervention_table(self) -> list[tuple[Intervention, ...]]:
+        return [tuple(intervention_from_json(d) for d in group) for group in self.intervention_sets]
+
+    @model_validator(mode="after")
+    def _interventions(self) -> Replay:
+        for group in self.intervention_sets:
+            for d in group:
+                for value in d.values():
+                    if isinstance(value, str):
+                        _unicode(value)
+        try:
+            table = self.intervention_table
+        except TokenvizError as exc:
+            raise ValueError(str(exc)) from None
+        for record in self.records:
+            if record.interventions is not None and record.interventions >= len(table):
+                raise ValueError(f"record {record.index} names intervention set {record.interventions}, not held")
+        return self
 
     @model_validator(mode="after")
     def _consistent(self) -> Replay:

@@ -4,20 +4,32 @@ from __future__ import annotations
 
 from typing import Any
 
+from tokenviz.contract.interventions import Intervention
 from tokenviz.files.journey_schema import Journey, parse_journey
 from tokenviz.journey.session import Session
 
 
 def verify_journey(doc: dict[str, Any] | Journey, session: Session) -> tuple[int, int | None]:
-    """Re-run the journey on `session`'s model: each step with its own settings, forced tokens forced.
+    """Re-run the journey on `session`'s model: each step with its own settings and interventions,
+    forced tokens forced.
 
     Returns (steps checked, the first step whose token differs or None).
     """
     journey = doc if isinstance(doc, Journey) else parse_journey(doc)
-    steps = journey.steps
-    session.start([t.id for t in journey.prompt])
+    steps, records, table = journey.steps, journey.replay.records, journey.replay.intervention_table
+
+    def interventions(i: int) -> tuple[Intervention, ...]:  # those in force at step i's forward pass
+        index = records[i].interventions if i < len(records) else None
+        return table[index] if index is not None else ()
+
+    prompt = [t.id for t in journey.prompt]
+    if interventions(0):
+        session.set_interventions(interventions(0), context=prompt)
+    session.start(prompt)
     grammars = journey.grammar_table
     for i, step in enumerate(steps):
+        if interventions(i) != session.interventions:
+            session.set_interventions(interventions(i))
         settings = step.settings.settings(grammars)
         session.set_settings(settings.replace(max_new_tokens=max(settings.max_new_tokens, len(steps))))
         pending = session.pending
