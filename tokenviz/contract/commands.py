@@ -12,6 +12,7 @@ from typing import ClassVar, Generic, TypeVar
 
 from tokenviz.contract.attention import window
 from tokenviz.contract.grammar import Grammar
+from tokenviz.contract.interventions import Entries
 from tokenviz.contract.results import (
     Attribution,
     AttributionMethod,
@@ -106,6 +107,14 @@ class Constrain:
     re-decided under it. One the text so far leaves is refused."""
 
     grammar: Grammar | None
+
+
+@dataclass(frozen=True)
+class Intervene:
+    """The interventions listed, each on or off: those on change the model from now on (the cache is
+    fed again under them and the pending token re-decided). A list refused leaves the old one."""
+
+    entries: Entries
 
 
 @dataclass(frozen=True)
@@ -212,6 +221,7 @@ Command = (
     | Continue
     | Adjust
     | Constrain
+    | Intervene
     | Play
     | Pace
     | Inspect

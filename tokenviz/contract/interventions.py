@@ -158,3 +158,44 @@ def check_against(interventions: tuple[Intervention, ...], layers: int, heads: i
             raise SettingsError(f"{i.label}: the model's layers are 0-{layers - 1}")
         if isinstance(i, HeadAblation) and not 0 <= i.head < heads:
             raise SettingsError(f"{i.label}: the model's heads are 0-{heads - 1}")
+
+
+Entries = tuple[tuple[Intervention, bool], ...]  # the interventions listed, each on or off
+
+
+def edit_entries(line: str, entries: Entries) -> Entries:
+    """The list after one typed edit: `ablate L.H`, `ablate L.H mean`, `steer L:S:TOWARD:AWAY`,
+    `steer-tokens L:S:A:B`, `patch L:P:TEXT` add one (on); `N` turns entry N (from 1) off or on, `-N`
+    removes it; `clear` removes them all."""
+    text = line.strip()
+    word, _, rest = text.partition(" ")
+    number = text.lstrip("-")
+    if text.lower() == "clear":
+        return ()
+    if number.isdigit():
+        n = int(number)
+        if not 1 <= n <= len(entries):
+            raise SettingsError(f"there is no intervention {n}: {len(entries)} listed")
+        if text.startswith("-"):
+            return entries[: n - 1] + entries[n:]
+        return tuple((i, not on if k == n - 1 else on) for k, (i, on) in enumerate(entries))
+    rest = rest.strip()
+    if word == "ablate":
+        target, _, how = rest.partition(" ")
+        if how.strip() not in ("", "mean", "zero"):
+            raise SettingsError(f"ablate LAYER.HEAD takes zero (the default) or mean after it, not {how.strip()!r}")
+        added: Intervention = parse_ablation(target, mean=how.strip() == "mean")
+    elif word == "steer":
+        added = parse_steering(rest)
+    elif word == "steer-tokens":
+        added = parse_steering(rest, by="tokens")
+    elif word == "patch":
+        added = parse_patch(rest)
+    else:
+        raise SettingsError(
+            "type ablate L.H [mean], steer L:SCALE:TOWARD:AWAY, steer-tokens L:SCALE:A:B, patch L:POS:TEXT, "
+            "N (on/off), -N (remove) or clear"
+        )
+    if len(entries) >= MAX_INTERVENTIONS:
+        raise SettingsError(f"at most {MAX_INTERVENTIONS} interventions at once")
+    return (*entries, (added, True))

@@ -10,6 +10,7 @@ from typing import Literal, TypeVar, cast
 
 from tokenviz.contract.attention import AttentionView
 from tokenviz.contract.commands import Request
+from tokenviz.contract.interventions import Entries
 from tokenviz.contract.records import ModelInfo, StepRecord, TokenChip
 from tokenviz.contract.results import BranchSummary, CacheEvent, StepDiff, ViewResult
 from tokenviz.contract.settings import SamplingSettings
@@ -64,6 +65,7 @@ class Snapshot:
     text: str = ""  # the generated text, decoded
     full_text: str = ""  # prompt and generated text, decoded
     pinned: tuple[tuple[int, str], ...] = ()  # the watched tokens (id, text), followed at every step
+    interventions: Entries = ()  # the interventions listed, each on or off (those on change the model)
 
     @property
     def pending(self) -> StepRecord | None:

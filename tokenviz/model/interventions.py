@@ -107,6 +107,8 @@ def resolve(
     resolved = []
     for i in interventions:
         if isinstance(i, HeadAblation):
+            if i.mean and not context:
+                raise SettingsError(f"{i.label} is a mean over the journey's tokens: start a journey first")
             value = head_outputs_mean(model, i.layer, heads, context)[i.head] if i.mean else None
         elif isinstance(i, Patch):
             value = residual_at(model, i.layer, encode(i.source), i.position)

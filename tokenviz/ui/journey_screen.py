@@ -23,6 +23,7 @@ from tokenviz.contract.commands import (
     Continue,
     Force,
     Inspect,
+    Intervene,
     PageView,
     Play,
     Request,
@@ -36,6 +37,7 @@ from tokenviz.contract.commands import (
     Watch,
 )
 from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.interventions import HeadAblation, edit_entries
 from tokenviz.contract.results import AttributionMethod
 from tokenviz.contract.snapshot import Snapshot
 from tokenviz.contract.worker import Worker
@@ -66,6 +68,7 @@ from tokenviz.ui.screens import (
     CompareDialog,
     ContinueScreen,
     GrammarDialog,
+    InterventionsDialog,
     LongJobScreen,
     PromptChoice,
     PromptScreen,
@@ -488,6 +491,35 @@ class JourneyScreen(WorkerScreen[Snapshot]):
             self.submit(Constrain(grammar=grammar))
 
         self.app.push_screen(GrammarDialog(), chosen)
+
+    def action_interventions(self) -> None:
+        """The interventions dialog: the list, and one edit typed (see Intervene)."""
+        s = self.snapshot
+        entries = s.interventions if s else ()
+
+        def chosen(line: str | None) -> None:
+            if line is None:
+                return
+            try:
+                self.submit(Intervene(edit_entries(line, entries)))
+            except TokenvizError as exc:
+                self.notify(str(exc), severity="error")
+
+        self.app.push_screen(InterventionsDialog(entries), chosen)
+
+    def action_ablate_head(self) -> None:
+        """Zero-ablate the head the attention map shows, or restore it where it is ablated so."""
+        s = self.snapshot
+        if s is None or s.info is None:
+            return
+        if not isinstance(self.head, int):
+            self.notify(
+                "the attention map shows a head's mean or max: choose one head with h first", severity="warning"
+            )
+            return
+        ablation = HeadAblation(layer=min(self.model_layer, s.info.layers - 1), head=self.head)
+        kept = tuple(entry for entry in s.interventions if entry[0] != ablation)
+        self.submit(Intervene(kept if len(kept) < len(s.interventions) else (*kept, (ablation, True))))
 
     def action_pin(self) -> None:
         """The watch dialog: a candidate at the cursor, or a token typed; then the watch view."""

@@ -88,6 +88,19 @@ KEYS: tuple[KeyRow, ...] = (
     ),
     KeyRow("s", "a new seed", (Press("s", "adjust('seed', 1)", "seed", "New seed", replay=False),)),
     KeyRow(
+        "z",
+        "ablate the head the attention map shows (its output set to zero); again to restore it; the model changes "
+        "from here on and the pending token is re-decided",
+        (Press("z", "ablate_head", palette="Ablate the head in view (again: restore it)", replay=False),),
+    ),
+    KeyRow(
+        "I",
+        "interventions (a dialog listing them): add ablate L.H [mean], steer L:SCALE:TOWARD:AWAY, steer-tokens "
+        "L:SCALE:A:B or patch L:POS:TEXT; N turns entry N off or on, -N removes it, clear; while any is on, the "
+        "next-token pane adds the model's own probability and the KL from it",
+        (Press("I", "interventions", palette="Interventions: add, turn off or on, remove", replay=False),),
+    ),
+    KeyRow(
         "G",
         "the grammar the text must follow, a sampling stage (a dialog: json-schema FILE, regex PATTERN, grammar "
         "FILE for EBNF/GBNF/Lark, or off); set, changed or cleared live, the pending token re-decided at once",

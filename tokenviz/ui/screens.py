@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
@@ -13,6 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Checkbox, Input, Label, Markdown, OptionList, TextArea
 from textual.widgets.option_list import Option
 
+from tokenviz.contract.interventions import Entries
 from tokenviz.render.pieces import visible
 from tokenviz.ui.keys import COMPARE_KEYS, markdown_table
 
@@ -219,6 +221,28 @@ class GrammarDialog(AskScreen):
     )
     PLACEHOLDER = "json-schema person.json"
     INPUT_ID = "grammar-input"
+
+
+class InterventionsDialog(AskScreen):
+    """The interventions listed, and one edit typed (see contract.interventions.edit_entries)."""
+
+    QUESTION = (
+        "Change the model while you watch: ablate L.H [mean], steer L:SCALE:TOWARD:AWAY, steer-tokens L:SCALE:A:B, "
+        "patch L:POS:TEXT; N turns entry N off or on, -N removes it, clear removes all. Enter applies, Escape closes."
+    )
+    PLACEHOLDER = "ablate 5.3"
+    INPUT_ID = "interventions-input"
+
+    def __init__(self, entries: Entries):
+        super().__init__()
+        self.entries = entries
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label(self.QUESTION)
+            listed = [f"{n}. [{'on' if on else 'off'}] {i.label}" for n, (i, on) in enumerate(self.entries, 1)]
+            yield Label(Text("\n".join(listed) or "none yet", style="" if listed else "dim"), id="interventions-list")
+            yield Input(placeholder=self.PLACEHOLDER, id=self.INPUT_ID)
 
 
 class CompareDialog(AskScreen):

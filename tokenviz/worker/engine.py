@@ -24,6 +24,7 @@ from tokenviz.contract.commands import (
     Continue,
     Force,
     Inspect,
+    Intervene,
     Move,
     Pace,
     Play,
@@ -42,6 +43,7 @@ from tokenviz.contract.commands import (
 )
 from tokenviz.contract.errors import Cancelled, GiveWay, TokenvizError
 from tokenviz.contract.grammar import refuse_grammar
+from tokenviz.contract.interventions import Entries
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.contract.snapshot import EngineState, Snapshot
 from tokenviz.decoding.nudges import Nudges
@@ -60,7 +62,7 @@ if TYPE_CHECKING:
     from tokenviz.journey.session import Session
     from tokenviz.worker.loader import Progress
 
-ALLOWED_WITHOUT_JOURNEY = (Start, Adjust, Constrain, ShowAttention)
+ALLOWED_WITHOUT_JOURNEY = (Start, Adjust, Constrain, Intervene, ShowAttention)
 RUNS = (Beams, Speculate, Verify)  # searches from the journey as it is: a new run replaces the old one
 BUSY: dict[type, EngineState] = {  # what the status line says while a command runs
     Step: "stepping",
@@ -89,6 +91,7 @@ class EngineWorker(CommandThread[Snapshot]):
         self._prompt = Start(prompt, chat, system)
         self._settings = settings
         self._nudges = Nudges(settings)
+        self._interventions: Entries = ()  # listed, each on or off (see Intervene)
         self._busy: EngineState | None = None  # shown instead of the journey's state while set
         self.session: Session | None = None
         self._progress: float | None = None
@@ -224,6 +227,11 @@ class EngineWorker(CommandThread[Snapshot]):
         match command:
             case Adjust(name=name, direction=direction):
                 session.set_settings(self._nudges.apply(session.settings, name, direction))
+            case Intervene(entries=entries):
+                session.set_interventions([i for i, on in entries if on])
+                self._interventions = entries
+                on = sum(on for _, on in entries)
+                self._notice = f"interventions: {on} on, {len(entries) - on} off" if entries else "no interventions"
             case Constrain(grammar=grammar):
                 session.set_settings(session.settings.replace(grammar=grammar))
                 self._notice = f"grammar: {grammar.label}" if grammar else "grammar cleared"
@@ -411,6 +419,7 @@ class EngineWorker(CommandThread[Snapshot]):
             cancelled=tuple(kind.__name__ for kind in self._cancelled_kinds),
             notice=self._take_notice(),
             attention=self._attention_view(s),
+            interventions=self._interventions,
         )
 
     def _fallback(self, error: str) -> Snapshot:

@@ -26,12 +26,15 @@ class NextTokenPane(BoxPane):
         record, prediction = selection.record, selection.prompt_prediction
         if record is not None:
             d = record.decision
-            self.update(self._table(record.top, Candidate(d.chosen_id, d.chosen_text, 0.0, d.raw_prob), d.raw_rank))
+            own = {c.id: c.prob for c in record.unsteered.top} if record.unsteered else None
+            marked = Candidate(d.chosen_id, d.chosen_text, 0.0, d.raw_prob)
+            self.update(self._table(record.top, marked, d.raw_rank, own))
             state = "pending" if selection.is_pending else "taken"
+            kl = f"KL {record.unsteered.kl:.3f} bits from the model's own · " if record.unsteered else ""
             self.set_subtitle(
-                f"entropy {record.entropy:.2f} bits · for position {record.position} · {state}",
-                f"entropy {record.entropy:.2f} bits · position {record.position}",
-                f"H {record.entropy:.2f} bits · pos {record.position}",
+                f"{kl}entropy {record.entropy:.2f} bits · for position {record.position} · {state}",
+                f"{kl}entropy {record.entropy:.2f} bits · position {record.position}",
+                f"{kl}H {record.entropy:.2f} · pos {record.position}",
             )
         elif prediction is not None:
             p = prediction
@@ -46,25 +49,31 @@ class NextTokenPane(BoxPane):
             self.set_subtitle("")
             self.update(Text("No prediction here yet: the model has not read this position.", style="dim"))
 
-    def _table(self, top: Sequence[Candidate], marked: Candidate, marked_rank: int) -> Text:
-        """The candidates with `marked` (the token that followed) shown even outside them."""
+    def _table(
+        self, top: Sequence[Candidate], marked: Candidate, marked_rank: int, own: dict[int, float] | None = None
+    ) -> Text:
+        """The candidates with `marked` (the token that followed) shown even outside them; with
+        interventions on, `own` holds the model's own probabilities (its top-n) for a column."""
         chosen_color = self.theme_colors.chosen
         bar_color = self.theme_colors.bar
         rows = max(self.size.height - 1, 3)
         width = max(self.size.width, 24)
-        show_logit = width >= 46  # narrow panes drop the logit column first
-        piece_w = min(16, max(6, width - 40 if show_logit else width - 32))
-        fixed = 5 + piece_w + 7 + (8 if show_logit else 0) + 7 + 1
+        own_w = 8 if own is not None else 0
+        show_logit = width >= 46 + own_w  # narrow panes drop the logit column first
+        piece_w = min(16, max(6, (width - 40 if show_logit else width - 32) - own_w))
+        fixed = 5 + piece_w + 7 + (8 if show_logit else 0) + 7 + own_w + 1
         bar_width = max(width - fixed, 2)
         text = Text(no_wrap=True, overflow="crop")
         header = f"{'#':>4} {cell('token', piece_w)} {'id':>6}" + (f" {'logit':>7}" if show_logit else "")
-        text.append(header + f" {'raw p':>7}\n", style="bold")
+        text.append(header + f" {'raw p':>7}" + (f" {'own p':>7}" if own is not None else "") + "\n", style="bold")
 
         def row(rank: int, piece: str, token_id: int, logit: str, prob: float, mark: bool) -> None:
             style = f"bold {chosen_color}" if mark else ""
             text.append(f"{('▶' if mark else '') + str(rank):>4} ", style=style)
             text.append(cell(visible(piece), piece_w), style=style)
             text.append(f" {token_id:>6}" + (f" {logit:>7}" if show_logit else "") + f" {probability(prob, 7)} ")
+            if own is not None:  # the model's own, where it is among its own top-n
+                text.append(f"{probability(own[token_id], 7) if token_id in own else '—':>7} ", style="dim")
             text.append(bar(prob, bar_width) + "\n", style=bar_color)
 
         shown = list(top[:rows])

@@ -41,6 +41,9 @@ class StatusLine(Static):
         if s.playing and s.pace_s:
             state += f" (a step every {s.pace_s:g} s)"
         items = [(0, f"step {len(s.chips) - s.prompt_len}"), (0, f"{len(s.chips)} tokens")]  # (priority, text)
+        on = [i for i, active in s.interventions if active]
+        if on:  # the model is not itself: say so among the first
+            items.append((0, on[0].label + (f" +{len(on) - 1}" if len(on) > 1 else "")))
         if latest is not None:
             items.append((3, f"fwd {latest.forward_ms:.1f} ms"))
             if s.tokens_per_s:

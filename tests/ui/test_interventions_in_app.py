@@ -1,0 +1,66 @@
+"""Interventions in the app: z ablates the head in view (again restores it), I lists them and takes an
+edit; while any is on, the status line says so and the next-token pane adds the model's own
+probabilities and the KL from them."""
+
+from apptools import make_app, settle, wait_for
+
+from tokenviz.contract.interventions import HeadAblation, Steering
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.ui.panes.next_token import NextTokenPane
+from tokenviz.ui.panes.status import StatusLine
+from tokenviz.ui.screens import InterventionsDialog
+
+
+def pane_text(app) -> str:
+    return str(app.query_one(NextTokenPane).content)
+
+
+async def edit(app, pilot, line: str) -> None:
+    await pilot.press("I")
+    await wait_for(lambda: isinstance(app.screen, InterventionsDialog), pilot)
+    await pilot.press(*("space" if ch == " " else ch for ch in line), "enter")
+
+
+async def test_z_ablates_the_head_in_view_and_the_panes_show_both_distributions():
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=30))
+    async with app.run_test(size=(160, 48)) as pilot:
+        before = await settle(app, pilot)
+        await pilot.press("z")  # the map shows the heads' mean: no head to ablate
+        await wait_for(lambda: any("choose one head" in str(n.message) for n in app._notifications), pilot)
+        while not isinstance(app.journey.head, int):
+            await pilot.press("h")
+        await pilot.press("z")
+        s = await settle(app, pilot)
+        ablation = HeadAblation(app.journey.model_layer, app.journey.head)
+        assert s.interventions == ((ablation, True),) and s.pending.interventions == (ablation,)
+        assert s.pending.unsteered is not None and s.pending.unsteered.kl >= 0
+        own, plain = s.pending.unsteered.top, before.pending.top  # the model's own: what it said before
+        assert [c.id for c in own] == [c.id for c in plain]
+        assert all(abs(a.prob - b.prob) < 1e-5 for a, b in zip(own, plain))
+        assert "own p" in pane_text(app) and "from the model's own" in app.query_one(NextTokenPane).border_subtitle
+        assert ablation.label in str(app.query_one(StatusLine).render())
+        await pilot.press("z")  # again: restored
+        s = await settle(app, pilot)
+        assert s.interventions == () and s.pending.unsteered is None and "own p" not in pane_text(app)
+        assert [c.id for c in s.pending.top] == [c.id for c in before.pending.top]
+
+
+async def test_the_interventions_dialog_adds_turns_off_and_removes_and_refuses_a_mistake():
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=30))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(app, pilot)
+        await edit(app, pilot, "steer-tokens 1:6:a:b")
+        s = await settle(app, pilot)
+        steering = Steering(1, 6.0, "a", "b", by="tokens")
+        assert s.interventions == ((steering, True),) and s.pending.unsteered.kl > 0
+        await edit(app, pilot, "1")
+        s = await settle(app, pilot)
+        assert s.interventions == ((steering, False),) and s.pending.unsteered is None
+        await edit(app, pilot, "-1")
+        s = await settle(app, pilot)
+        assert s.interventions == ()
+        await edit(app, pilot, "ablate 9.0")
+        await wait_for(lambda: any("layers are 0-" in str(n.message) for n in app._notifications), pilot)
+        await edit(app, pilot, "sharpen 1")
+        await wait_for(lambda: any("type ablate" in str(n.message) for n in app._notifications), pilot)
+        assert (await settle(app, pilot)).interventions == ()
