@@ -273,6 +273,7 @@ def test_a_journey_saves_its_interventions_and_unsteered_views_and_verifies_with
     recording = recording_of(open_journey(path))
     assert [r.interventions for r in recording.snapshot.records] == [r.interventions for r in session.records]
     assert [r.unsteered for r in recording.snapshot.records] == [r.unsteered for r in session.records]
+    assert recording.snapshot.interventions == ((Steering(LAYER, 3.0, "cats", "dogs"), True),)  # the status line's
     fresh = Session(ModelRunner(family_model("llama")))
     assert verify_journey(doc, fresh) == (len(session.generated_ids), None)
     doc["replay"]["records"][1]["interventions"] = 5

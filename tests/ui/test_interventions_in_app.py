@@ -8,6 +8,7 @@ from tokenviz.contract.interventions import HeadAblation, Steering
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.panes.next_token import NextTokenPane
 from tokenviz.ui.panes.status import StatusLine
+from tokenviz.ui.panes.timing import TimingPane
 from tokenviz.ui.screens import InterventionsDialog
 
 
@@ -39,7 +40,10 @@ async def test_z_ablates_the_head_in_view_and_the_panes_show_both_distributions(
         assert all(abs(a.prob - b.prob) < 1e-5 for a, b in zip(own, plain))
         assert "own p" in pane_text(app) and "from the model's own" in app.query_one(NextTokenPane).border_subtitle
         assert ablation.label in str(app.query_one(StatusLine).render())
-        await pilot.press("z")  # again: restored
+        await pilot.press("space", "i")  # a step under it, and the timing view says what the own pass costs
+        s = await settle(app, pilot)
+        assert "interventions: + " in str(app.query_one(TimingPane).content) and s.records[-2].unsteered.ms > 0
+        await pilot.press("backspace", "z")  # back, and again z: restored
         s = await settle(app, pilot)
         assert s.interventions == () and s.pending.unsteered is None and "own p" not in pane_text(app)
         assert [c.id for c in s.pending.top] == [c.id for c in before.pending.top]

@@ -55,10 +55,16 @@ def _steps(steps: list[dict[str, Any]], narrow: bool = False) -> Table:
         "stages kept",
         "fwd ms",
         *(("grammar: allowed, mass removed",) if any(st["name"] == "grammar" for st in steps[0]["stages"]) else ()),
+        *(("KL from own",) if "unsteered" in steps[0] else ()),
         *(("led most by (attribution)",) if "attribution" in steps[0] else ()),
         *(("watch: p raw/final #rank",) if "watch" in steps[0] else ()),
     )
-    asked = ("grammar: allowed, mass removed", "led most by (attribution)", "watch: p raw/final #rank")
+    asked = (
+        "grammar: allowed, mass removed",
+        "KL from own",
+        "led most by (attribution)",
+        "watch: p raw/final #rank",
+    )
     shown = [c for c in columns if not narrow or c in NARROW_COLUMNS or c in asked]
     for col in shown:
         table.add_column(col, justify="right" if col in RIGHT else "left", overflow="fold")
@@ -79,6 +85,8 @@ def _steps(steps: list[dict[str, Any]], narrow: bool = False) -> Table:
         grammar = next((st for st in s["stages"] if st["name"] == "grammar"), None)
         if grammar is not None:
             cells["grammar: allowed, mass removed"] = f"{grammar['allowed']:,}, {grammar['removed']:.1%}"
+        if "unsteered" in s:
+            cells["KL from own"] = f"{s['unsteered']['kl']:.3f}"
         if "attribution" in s:
             cells["led most by (attribution)"] = Text(_strongest(s["attribution"]))
         if "watch" in s:

@@ -36,11 +36,13 @@ class Unsteered:
 
     top: tuple[Candidate, ...]
     kl: float
+    ms: float = field(default=0.0, compare=False)  # the own pass's time: what keeping it costs a step
 
     def to_json(self) -> dict[str, Any]:
         return {
             "top": [{"id": c.id, "text": c.text, "logit": c.logit, "prob": c.prob} for c in self.top],
             "kl": self.kl,
+            "ms": self.ms,
         }
 
 

@@ -107,7 +107,11 @@ def _record(r: StepRecord, attention: np.ndarray | None, sets: list[tuple[Interv
         ],
         "routing": _routing(r.routing),
         "interventions": _set_index(sets, r.interventions),
-        "unsteered": {"top": [[c.id, c.text, c.logit, c.prob] for c in r.unsteered.top], "kl": r.unsteered.kl}
+        "unsteered": {
+            "top": [[c.id, c.text, c.logit, c.prob] for c in r.unsteered.top],
+            "kl": r.unsteered.kl,
+            "ms": r.unsteered.ms,
+        }
         if r.unsteered
         else None,
     }
@@ -176,7 +180,7 @@ def _unrecord(
         ),
         routing=r.routing.routing() if r.routing is not None else None,
         interventions=sets[r.interventions] if r.interventions is not None else (),
-        unsteered=Unsteered(top=tuple(Candidate(*c) for c in r.unsteered.top), kl=r.unsteered.kl)
+        unsteered=Unsteered(tuple(Candidate(*c) for c in r.unsteered.top), r.unsteered.kl, r.unsteered.ms)
         if r.unsteered
         else None,
     )
@@ -345,6 +349,7 @@ def recording_of(doc: dict[str, Any] | schema.Journey) -> Recording:
     """The journey as the app can show it without a model (every string made safe to print)."""
     journey = doc if isinstance(doc, schema.Journey) else parse_journey(doc)
     r, grammars = journey.replay, journey.grammar_table
+    records = tuple(_unrecord(x, grammars, r.intervention_table) for x in r.records)
     snapshot = Snapshot(
         seq=1,
         state="stopped" if r.stop_reason else "ready",
@@ -356,11 +361,12 @@ def recording_of(doc: dict[str, Any] | schema.Journey) -> Recording:
         chat=r.chat,
         system=r.system,
         prompt_len=r.prompt_len,
-        records=tuple(_unrecord(x, grammars, r.intervention_table) for x in r.records),
+        records=records,
         stop_reason=r.stop_reason,
         message="a recorded journey: read-only",
         branches=tuple(BranchSummary(**b.model_dump()) for b in r.branches),
         pinned=tuple(tuple(p) for p in r.pinned),  # type: ignore[misc]
+        interventions=tuple((i, True) for i in records[-1].interventions),  # those in force at the end
     )
     analyses = Analyses(
         tuple(Attribution(**{**a.model_dump(), "scores": tuple(a.scores)}) for a in r.attributions),

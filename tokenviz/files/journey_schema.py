@@ -217,6 +217,7 @@ class Decision(Model):
 class SavedUnsteered(Model):
     top: Candidates
     kl: NonNegative
+    ms: NonNegative = 0.0
 
 
 class Record(Model):

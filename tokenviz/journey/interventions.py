@@ -20,7 +20,7 @@ from tokenviz.contract.records import Candidate, Unsteered
 from tokenviz.model.cache import full_cache
 from tokenviz.model.interventions import Hooks, resolve
 from tokenviz.model.runner import ModelRunner
-from tokenviz.model.transfer import ids_to_device
+from tokenviz.model.transfer import DeviceTimer, ids_to_device
 
 
 class InterventionState:
@@ -42,7 +42,7 @@ class InterventionState:
         self._fed: list[int] = []
 
     @torch.inference_mode()
-    def own_logits(self, ids: Sequence[int]) -> torch.Tensor:
+    def own_logits(self, ids: Sequence[int]) -> tuple[torch.Tensor, DeviceTimer]:
         """The model's own next-token logits after `ids` (vocab,), its cache brought from the tokens it
         had to these: cropped to what both share, then fed the rest."""
         shared = 0
@@ -58,6 +58,7 @@ class InterventionState:
                 drop = layer.get_seq_length() - keep
                 if drop > 0:
                     layer.crop(-drop)
+        timer = DeviceTimer(self.runner.device)
         with self.hooks.suspended():
             out = self.runner.model(
                 input_ids=ids_to_device(ids[keep:], self.runner.device),
@@ -66,7 +67,7 @@ class InterventionState:
                 logits_to_keep=1,
             )
         self._fed = list(ids)
-        return out.logits[0, -1]
+        return out.logits[0, -1], timer.stop()
 
     def remove(self) -> None:
         self.hooks.remove()
@@ -86,7 +87,7 @@ def unsteered_on_device(logits: torch.Tensor, own: torch.Tensor, n: int) -> dict
     }
 
 
-def read_unsteered(host: dict[str, np.ndarray], piece: Callable[[int], str]) -> Unsteered:
+def read_unsteered(host: dict[str, np.ndarray], piece: Callable[[int], str], timer: DeviceTimer) -> Unsteered:
     ids, logits, probs = (host[f"unsteered.{k}"].tolist() for k in ("ids", "logits", "probs"))
     top = tuple(Candidate(id=i, text=piece(i), logit=lg, prob=p) for i, lg, p in zip(ids, logits, probs))
-    return Unsteered(top=top, kl=float(host["unsteered.kl"][0]))
+    return Unsteered(top=top, kl=float(host["unsteered.kl"][0]), ms=timer.ms())

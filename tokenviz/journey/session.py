@@ -466,9 +466,10 @@ class Session:
             pinned=self.pinned,
             allowed=self.allowed(self.settings, self.generated_ids),
         )
-        own = {}
+        own, own_timer = {}, None
         if self.intervening is not None:
-            own = unsteered_on_device(logits, self.intervening.own_logits(self.cached_ids), self.top_n)
+            own_logits, own_timer = self.intervening.own_logits(self.cached_ids)
+            own = unsteered_on_device(logits, own_logits, self.top_n)
         host = to_host({**summary.tensors, **decision.tensors, **own, **(extra or {})})
         top, entropy = summary.read(host, self.runner.piece)
         record = StepRecord(
@@ -480,7 +481,7 @@ class Session:
             entropy=entropy,
             decision=decision.read(host, self.runner.piece),
             interventions=self.interventions,
-            unsteered=read_unsteered(host, self.runner.piece) if own else None,
+            unsteered=read_unsteered(host, self.runner.piece, own_timer) if own_timer else None,
         )
         return record, host
 

@@ -38,6 +38,12 @@ class TimingPane(BoxPane):
             if s.tokens_per_s:
                 text.append(f"engine rate, all work included: {s.tokens_per_s:.1f} tokens/s\n")
             text.append(f"sampling: {statistics.mean(sampling):.2f} ms per decision (every stage recorded)\n")
+            own = [r.unsteered.ms for r in s.records[1:] if r.unsteered]
+            if own:  # interventions on: the model's own distribution beside them costs a pass of its own
+                text.append(
+                    f"interventions: + {statistics.mean(own):.1f} ms per step for the model's own distribution "
+                    "(one more forward pass of the token fed, over the unhooked model's own KV cache)\n"
+                )
             width = max(self.size.width - 4, 10)
             text.append(
                 f"last {min(len(decode), width)} steps (forward ms, {min(decode[-width:]):.1f}-"
