@@ -31,6 +31,7 @@ import torch
 
 from tokenviz.contract.commands import Play, Reset, Start
 from tokenviz.contract.grammar import Grammar
+from tokenviz.contract.interventions import HeadAblation, Intervention
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
 from tokenviz.model.loading import LoadedModel, bundled_gguf, convert_gguf, gguf_cache_dir, load_model
@@ -58,6 +59,7 @@ BUDGETS = {
     "refusal_s": ("a 70B config refused, s", "<=", 10.0),
     "refusal_gb": ("a 70B config refused, peak RSS GB", "<=", 1.0),
     "grammar_step": ("engine step with a JSON-schema grammar / without", "<=", 1.10),
+    "intervention_step": ("engine step with one head ablated (own distribution kept) / without", "<=", 2.2),
 }
 VIEW_ROWS = 114  # query rows the attention pane shows at 200x60
 
@@ -98,10 +100,17 @@ def bare_steps(model, ids: list[int], steps: int, device: torch.device) -> list[
 
 
 def engine_steps(
-    loaded: LoadedModel, ids: list[int], steps: int, grammar: Grammar | None = None
+    loaded: LoadedModel,
+    ids: list[int],
+    steps: int,
+    grammar: Grammar | None = None,
+    interventions: tuple[Intervention, ...] = (),
 ) -> tuple[float, list[float]]:
-    """(prefill seconds, per-step seconds) of the engine, greedy (under `grammar`, if given)."""
+    """(prefill seconds, per-step seconds) of the engine, greedy (under `grammar` and with
+    `interventions`, if given)."""
     session = Session(ModelRunner(loaded), SamplingSettings(temperature=0, max_new_tokens=10**6, grammar=grammar))
+    if interventions:
+        session.set_interventions(interventions, context=ids)
     started = time.perf_counter()
     session.start(ids)
     prefill = time.perf_counter() - started
@@ -138,6 +147,19 @@ def grammar_step(loaded, steps: int, rounds: int = 3) -> dict:
         constrained += engine_steps(loaded, ids, steps + 2, grammar)[1][2:]
     g, p = statistics.median(constrained) * 1000, statistics.median(plain) * 1000
     return {"grammar_ms": g, "plain_ms": p, "ratio": g / p, "added_ms": g - p}
+
+
+def intervention_step(loaded, steps: int, rounds: int = 3) -> dict:
+    """The engine's step with one head ablated against the same engine's step without: the hook, and
+    the model's own distribution kept beside it (a second pass over its own KV cache), rounds
+    interleaved. After the first step, the unhooked model's own pass alone."""
+    ids = loaded.tokenizer(PROMPT)["input_ids"]
+    ablated, plain = [], []
+    for _ in range(rounds):
+        plain += engine_steps(loaded, ids, steps + 2)[1][2:]
+        ablated += engine_steps(loaded, ids, steps + 2, interventions=(HeadAblation(0, 0),))[1][2:]
+    a, p = statistics.median(ablated) * 1000, statistics.median(plain) * 1000
+    return {"intervened_ms": a, "plain_ms": p, "ratio": a / p}
 
 
 def generate_seconds(bare, ids, tokens: int, device) -> tuple[float, list[int]]:
@@ -665,6 +687,7 @@ def verdicts(r: dict) -> dict:
         "refusal_s": r.get("refusal", {}).get("seconds"),
         "refusal_gb": r.get("refusal", {}).get("peak_rss_gb"),
         "grammar_step": r.get("grammar_step", {}).get("ratio"),
+        "intervention_step": r.get("intervention_step", {}).get("ratio"),
     }
     out = {}
     for key, (label, op, limit) in BUDGETS.items():
@@ -719,6 +742,7 @@ def main(argv: list[str] | None = None) -> int:
         ("offload", offload),
         ("refusal", refusal),
         ("grammar_step", lambda: grammar_step(loaded, steps)),
+        ("intervention_step", lambda: intervention_step(loaded, steps)),
     ]:
         console.print(f"  measuring {name}…")
         results[name] = run()
@@ -751,6 +775,7 @@ def main(argv: list[str] | None = None) -> int:
                     "beams",
                     "key_frame",
                     "grammar_step",
+                    "intervention_step",
                 )
             }
         )

@@ -40,7 +40,10 @@ def test_bench_measures_run_on_a_tiny_model(tmp_path):
     assert refused["refused"] and 0 < refused["peak_rss_gb"] < 1 and refused["seconds"] > 0
     constrained = bench.grammar_step(loaded, steps=3, rounds=1)
     assert constrained["grammar_ms"] > 0 and constrained["plain_ms"] > 0 and constrained["ratio"] > 0
+    intervened = bench.intervention_step(loaded, steps=3, rounds=1)
+    assert intervened["intervened_ms"] > 0 and intervened["plain_ms"] > 0 and intervened["ratio"] > 0
     results = {
+        "intervention_step": intervened,
         "grammar_step": constrained,
         "step_overhead": overhead,
         "autoplay": play,
