@@ -280,3 +280,24 @@ def test_a_journey_saves_its_interventions_and_unsteered_views_and_verifies_with
     path.write_text(json.dumps(doc))
     with pytest.raises(TokenvizError, match="names intervention set 5"):
         open_journey(path)
+
+
+def test_a_branch_made_before_an_intervention_is_shown_as_the_model_now_is():
+    session = journey("llama", [], steps=8)
+    session.rewind(3)  # (the whole path is kept as a branch)
+    session.step(forced_id=session.pending.top[1].id)
+    session.step()
+    unfinished = list(session.ids)  # a path of its own, still pending
+    session.branch(2, 3)  # (it is kept as a branch)
+    session.set_interventions([HeadAblation(LAYER, HEAD)])
+    index = next(i for i, path in enumerate(session.branches.paths) if list(path.ids) == unfinished)
+    session.switch_branch(index)
+    assert session.ids == unfinished and session.pending.interventions == (HeadAblation(LAYER, HEAD),)
+    assert session.pending.unsteered is not None
+    model = session.runner.model
+    with session.intervening.hooks.suspended():
+        handle = reference_ablation(model, "llama")
+        try:
+            check_steps_against_pending(session, model)
+        finally:
+            handle.remove()

@@ -296,7 +296,9 @@ class Session:
         self.ids, self.records, self.stop_reason = list(target.ids), list(target.records), target.stop_reason
         self._pending_logits = None if target.stop_reason else forward.logits
         self.last_cache_event = CacheEvent(kept=keep, dropped=max(before - keep, 0))
-        if self.pending is not None:
+        if self.pending is not None and self.pending.interventions != self.interventions:
+            self._refresh_pending()  # its path ran under other interventions: the model has changed since
+        elif self.pending is not None:
             self._redecide()  # the pending decision follows the current settings
         self._fill_pinned()
 
