@@ -228,7 +228,7 @@ def test_interventions_outside_the_model_or_misspelt_are_one_line():
     assert parse_steering("6:-4:a:b:c") == Steering(6, -4.0, "a", "b:c")
 
 
-@pytest.mark.parametrize("kind", ["llama", "gpt2", "gemma2", "olmo2", "gptj", "falcon", "bloom", "mistral"])
+@pytest.mark.parametrize("kind", sorted(FAMILIES))
 def test_a_patch_from_another_prompt_equals_a_plain_forward_hook(kind):
     source = "The dog ran up"
     session = journey(kind, [Patch(LAYER, 2, source)])
@@ -301,3 +301,21 @@ def test_a_branch_made_before_an_intervention_is_shown_as_the_model_now_is():
             check_steps_against_pending(session, model)
         finally:
             handle.remove()
+
+
+def test_the_lens_shows_the_intervened_model_and_forgets_what_it_showed_before():
+    session = journey("llama", [], steps=6)
+    session.rewind(2)
+    position = len(session.ids) - 1
+    earlier = session.analyses.inspect(position - 1)  # its next token is committed: the same key after
+    before = session.analyses.inspect(position)
+    session.set_interventions([Steering(LAYER, 4.0, "cats", "dogs")])
+    after = session.analyses.inspect(position)
+    again = session.analyses.inspect(position - 1)
+    assert again.lens[-1] != earlier.lens[-1]  # computed again, of the model as it now is
+    rows = [[(row.top, row.residual_norm) for row in inspection.lens] for inspection in (after, before)]
+    assert rows[0][: LAYER + 1] == rows[1][: LAYER + 1]  # the embeddings and the layers before it
+    assert all(a != b for a, b in zip(rows[0][LAYER + 1 :], rows[1][LAYER + 1 :]))
+    last, top = after.lens[-1], session.pending.top  # the lens's last layer is the intervened output
+    assert [i for i, _, _ in last.top] == [c.id for c in top[: len(last.top)]]
+    assert [p for _, _, p in last.top] == pytest.approx([c.prob for c in top[: len(last.top)]], abs=1e-5)

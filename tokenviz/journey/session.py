@@ -333,6 +333,7 @@ class Session:
         if old:
             old.remove()
         self.intervening = new
+        self.analyses = JourneyAnalyses(self)  # what the views computed was of the model as it was
         if self.records:
             self._feed_again()
 

@@ -230,6 +230,7 @@ class EngineWorker(CommandThread[Snapshot]):
             case Intervene(entries=entries):
                 session.set_interventions([i for i, on in entries if on])
                 self._interventions = entries
+                self._results.clear()  # every view's result was of the model as it was
                 on = sum(on for _, on in entries)
                 self._notice = f"interventions: {on} on, {len(entries) - on} off" if entries else "no interventions"
             case Constrain(grammar=grammar):
