@@ -34,7 +34,7 @@ class NextTokenPane(BoxPane):
             self.set_subtitle(
                 f"{kl}entropy {record.entropy:.2f} bits · for position {record.position} · {state}",
                 f"{kl}entropy {record.entropy:.2f} bits · position {record.position}",
-                f"{kl}H {record.entropy:.2f} · pos {record.position}",
+                f"{kl}H {record.entropy:.2f} bits · pos {record.position}",
             )
         elif prediction is not None:
             p = prediction
