@@ -4,7 +4,7 @@ probabilities and the KL from them."""
 
 from apptools import make_app, settle, wait_for
 
-from tokenviz.contract.interventions import HeadAblation, Steering
+from tokenviz.contract.interventions import HeadAblation, Patch, Steering
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.panes.next_token import NextTokenPane
 from tokenviz.ui.panes.status import StatusLine
@@ -68,3 +68,19 @@ async def test_the_interventions_dialog_adds_turns_off_and_removes_and_refuses_a
         await edit(app, pilot, "sharpen 1")
         await wait_for(lambda: any("type ablate" in str(n.message) for n in app._notifications), pilot)
         assert (await settle(app, pilot)).interventions == ()
+
+
+async def test_y_and_j_begin_the_dialog_with_a_steering_or_a_patch():
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=30))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(app, pilot)
+        for key, rest, added in [
+            ("Y", "1:2:cats:dogs", Steering(1, 2.0, "cats", "dogs")),
+            ("J", "1:1:The dog", Patch(1, 1, "The dog")),
+        ]:
+            await pilot.press(key)
+            await wait_for(lambda: isinstance(app.screen, InterventionsDialog), pilot)
+            await pilot.press(*("space" if ch == " " else ch for ch in rest), "enter")
+            s = await settle(app, pilot)
+            assert s.interventions[-1] == (added, True)
+        assert s.pending.interventions == (Steering(1, 2.0, "cats", "dogs"), Patch(1, 1, "The dog"))

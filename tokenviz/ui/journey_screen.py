@@ -492,8 +492,8 @@ class JourneyScreen(WorkerScreen[Snapshot]):
 
         self.app.push_screen(GrammarDialog(), chosen)
 
-    def action_interventions(self) -> None:
-        """The interventions dialog: the list, and one edit typed (see Intervene)."""
+    def action_interventions(self, begun: str = "") -> None:
+        """The interventions dialog: the list, and one edit typed (see Intervene), begun with `begun`."""
         s = self.snapshot
         entries = s.interventions if s else ()
 
@@ -505,7 +505,7 @@ class JourneyScreen(WorkerScreen[Snapshot]):
             except TokenvizError as exc:
                 self.notify(str(exc), severity="error")
 
-        self.app.push_screen(InterventionsDialog(entries), chosen)
+        self.app.push_screen(InterventionsDialog(entries, begun), chosen)
 
     def action_ablate_head(self) -> None:
         """Zero-ablate the head the attention map shows, or restore it where it is ablated so."""

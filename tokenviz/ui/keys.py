@@ -94,11 +94,21 @@ KEYS: tuple[KeyRow, ...] = (
         (Press("z", "ablate_head", palette="Ablate the head in view (again: restore it)", replay=False),),
     ),
     KeyRow(
+        "Y",
+        "steer: the interventions dialog, begun with steer (L:SCALE:TOWARD:AWAY; steer-tokens for two tokens)",
+        (Press("Y", "interventions('steer ')", palette="Steer the residual stream", replay=False),),
+    ),
+    KeyRow(
+        "J",
+        "patch: the interventions dialog, begun with patch (L:POS:TEXT, another prompt's residual there)",
+        (Press("J", "interventions('patch ')", palette="Patch the residual from another prompt", replay=False),),
+    ),
+    KeyRow(
         "I",
         "interventions (a dialog listing them): add ablate L.H [mean], steer L:SCALE:TOWARD:AWAY, steer-tokens "
         "L:SCALE:A:B or patch L:POS:TEXT; N turns entry N off or on, -N removes it, clear; while any is on, the "
         "next-token pane adds the model's own probability and the KL from it",
-        (Press("I", "interventions", palette="Interventions: add, turn off or on, remove", replay=False),),
+        (Press("I", "interventions('')", palette="Interventions: add, turn off or on, remove", replay=False),),
     ),
     KeyRow(
         "G",

@@ -233,16 +233,21 @@ class InterventionsDialog(AskScreen):
     PLACEHOLDER = "ablate 5.3"
     INPUT_ID = "interventions-input"
 
-    def __init__(self, entries: Entries):
+    def __init__(self, entries: Entries, begun: str = ""):
         super().__init__()
         self.entries = entries
+        self.begun = begun  # what the input starts with (a key for one kind of intervention)
 
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Label(self.QUESTION)
             listed = [f"{n}. [{'on' if on else 'off'}] {i.label}" for n, (i, on) in enumerate(self.entries, 1)]
             yield Label(Text("\n".join(listed) or "none yet", style="" if listed else "dim"), id="interventions-list")
-            yield Input(placeholder=self.PLACEHOLDER, id=self.INPUT_ID)
+            yield Input(self.begun, placeholder=self.PLACEHOLDER, id=self.INPUT_ID)
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.query_one(Input).action_end()  # typing goes on after what it was begun with
 
 
 class CompareDialog(AskScreen):
