@@ -319,3 +319,35 @@ def test_the_lens_shows_the_intervened_model_and_forgets_what_it_showed_before()
     last, top = after.lens[-1], session.pending.top  # the lens's last layer is the intervened output
     assert [i for i, _, _ in last.top] == [c.id for c in top[: len(last.top)]]
     assert [p for _, _, p in last.top] == pytest.approx([c.prob for c in top[: len(last.top)]], abs=1e-5)
+
+
+def test_a_patch_from_another_branch_takes_that_paths_residual_and_keeps_its_tokens():
+    session = journey("llama", [], steps=6)
+    n = len(session.prompt_ids)
+    session.rewind(3)  # the whole path is kept: branch 1
+    other = list(session.branches.paths[0].ids)
+    session.step(forced_id=session.pending.top[1].id)  # this path parts from it at position n + 3
+    session.step()
+    at = n + 3
+    assert session.ids[at] != other[at]
+    session.set_interventions([Patch(LAYER, at, "branch 1")])
+    (patch,) = session.interventions
+    assert patch.source_ids == tuple(other)  # the branch's tokens, whatever the branches do later
+    model = session.runner.model
+    with session.intervening.hooks.suspended():
+        with torch.no_grad():
+            value = model(torch.tensor([other]), output_hidden_states=True).hidden_states[LAYER + 1][0, at]
+
+        def replace(module, args, output):
+            hidden = (output[0] if isinstance(output, tuple) else output).clone()
+            hidden[:, at] = value
+            return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
+
+        handle = decoder_layers(model)[LAYER].register_forward_hook(replace)
+        try:
+            check_steps_against_pending(session, model)
+        finally:
+            handle.remove()
+    assert session.pending.unsteered.kl > 0
+    with pytest.raises(TokenvizError, match="no branch 7"):
+        session.set_interventions([Patch(LAYER, at, "branch 7")])

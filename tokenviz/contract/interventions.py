@@ -4,6 +4,7 @@ steered. Plain data; tokenviz.model.interventions turns them into hooks."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -70,14 +71,19 @@ class Steering:
         }
 
 
+BRANCH_SOURCE = re.compile(r"branch (\d+)")  # a patch's source naming a branch of the journey
+
+
 @dataclass(frozen=True)
 class Patch:
     """The residual stream after `layer` at `position` replaced by another run's there: `source`'s (a
-    text read alone, its tokens as a prompt would have them) at the same position."""
+    text read alone, its tokens as a prompt would have them), or, where `source` is `branch N`, that
+    branch's tokens (`source_ids`, filled in when it is set), at the same position."""
 
     layer: int
     position: int
     source: str
+    source_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.position < 0:
@@ -91,7 +97,13 @@ class Patch:
         return f"patch L{self.layer}@{self.position} from {source!r}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": "patch", "layer": self.layer, "position": self.position, "source": self.source}
+        return {
+            "kind": "patch",
+            "layer": self.layer,
+            "position": self.position,
+            "source": self.source,
+            "source_ids": list(self.source_ids),
+        }
 
 
 Intervention = HeadAblation | Steering | Patch
@@ -107,7 +119,8 @@ def intervention_from_json(d: Any) -> Intervention:
                 layer=int(d["layer"]), scale=float(d["scale"]), toward=str(d["toward"]), away=str(d["away"]), by=d["by"]
             )
         if d["kind"] == "patch":
-            return Patch(layer=int(d["layer"]), position=int(d["position"]), source=str(d["source"]))
+            ids = tuple(int(t) for t in d.get("source_ids", ()))
+            return Patch(layer=int(d["layer"]), position=int(d["position"]), source=str(d["source"]), source_ids=ids)
     except (KeyError, TypeError, ValueError):
         pass
     raise SettingsError(f"not an intervention: {str(d)[:60]!r}")
@@ -139,7 +152,7 @@ def parse_steering(text: str, by: Literal["texts", "tokens"] = "texts") -> Steer
 
 
 def parse_patch(text: str) -> Patch:
-    """`LAYER:POSITION:TEXT`, as --patch takes it."""
+    """`LAYER:POSITION:TEXT`, as --patch takes it (TEXT may be `branch N` in the app)."""
     parts = text.split(":", 2)
     try:
         if len(parts) != 3:

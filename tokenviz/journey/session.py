@@ -19,7 +19,7 @@ import torch
 from tokenviz.contract.attention import SavedAttention
 from tokenviz.contract.errors import Cancelled, PromptError, TokenvizError
 from tokenviz.contract.grammar import Grammar
-from tokenviz.contract.interventions import Intervention
+from tokenviz.contract.interventions import BRANCH_SOURCE, Intervention, Patch
 from tokenviz.contract.records import MAX_PINNED, StepRecord, TokenChip
 from tokenviz.contract.results import BranchSummary, CacheEvent
 from tokenviz.contract.settings import SamplingSettings
@@ -322,6 +322,7 @@ class Session:
         where one is refused."""
         old = self.intervening
         new = None
+        interventions = [self.with_source(i) for i in interventions]
         if interventions:
             with old.hooks.suspended() if old else nullcontext():
                 new = InterventionState(
@@ -336,6 +337,19 @@ class Session:
         self.analyses = JourneyAnalyses(self)  # what the views computed was of the model as it was
         if self.records:
             self._feed_again()
+
+    def with_source(self, intervention: Intervention) -> Intervention:
+        """A patch from `branch N` with that branch's tokens in it (they stay with it, whatever the
+        branches do later); any other intervention as it is."""
+        if not isinstance(intervention, Patch) or intervention.source_ids:
+            return intervention
+        named = BRANCH_SOURCE.fullmatch(intervention.source.strip())
+        if named is None:
+            return intervention
+        n = int(named.group(1))
+        if not 1 <= n <= len(self.branches):
+            raise TokenvizError(f"there is no branch {n} to patch from ({len(self.branches)} kept)")
+        return dataclasses.replace(intervention, source_ids=tuple(self.branches.paths[n - 1].ids))
 
     def pin(
         self,

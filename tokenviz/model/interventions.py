@@ -111,7 +111,7 @@ def resolve(
                 raise SettingsError(f"{i.label} is a mean over the journey's tokens: start a journey first")
             value = head_outputs_mean(model, i.layer, heads, context)[i.head] if i.mean else None
         elif isinstance(i, Patch):
-            value = residual_at(model, i.layer, encode(i.source), i.position)
+            value = residual_at(model, i.layer, list(i.source_ids) or encode(i.source), i.position)
         else:
             value = i.scale * steering_direction(model, i, encode, token_id)
         resolved.append(Resolved(i, value))

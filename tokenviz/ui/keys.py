@@ -100,7 +100,8 @@ KEYS: tuple[KeyRow, ...] = (
     ),
     KeyRow(
         "J",
-        "patch: the interventions dialog, begun with patch (L:POS:TEXT, another prompt's residual there)",
+        "patch: the interventions dialog, begun with patch (L:POS:TEXT, another prompt's residual there, or "
+        "L:POS:branch N, a branch's)",
         (Press("J", "interventions('patch ')", palette="Patch the residual from another prompt", replay=False),),
     ),
     KeyRow(

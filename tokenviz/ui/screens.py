@@ -228,7 +228,8 @@ class InterventionsDialog(AskScreen):
 
     QUESTION = (
         "Change the model while you watch: ablate L.H [mean], steer L:SCALE:TOWARD:AWAY, steer-tokens L:SCALE:A:B, "
-        "patch L:POS:TEXT; N turns entry N off or on, -N removes it, clear removes all. Enter applies, Escape closes."
+        "patch L:POS:TEXT (or L:POS:branch N); N turns entry N off or on, -N removes it, clear removes all. Enter "
+        "applies, Escape closes."
     )
     PLACEHOLDER = "ablate 5.3"
     INPUT_ID = "interventions-input"

@@ -228,6 +228,7 @@ class EngineWorker(CommandThread[Snapshot]):
             case Adjust(name=name, direction=direction):
                 session.set_settings(self._nudges.apply(session.settings, name, direction))
             case Intervene(entries=entries):
+                entries = tuple((session.with_source(i), on) for i, on in entries)  # a branch's tokens, once
                 session.set_interventions([i for i, on in entries if on])
                 self._interventions = entries
                 self._results.clear()  # every view's result was of the model as it was
