@@ -351,3 +351,83 @@ def test_a_patch_from_another_branch_takes_that_paths_residual_and_keeps_its_tok
     assert session.pending.unsteered.kl > 0
     with pytest.raises(TokenvizError, match="no branch 7"):
         session.set_interventions([Patch(LAYER, at, "branch 7")])
+
+
+def tiny_deepseek_v3():
+    """Multi-head latent attention (MLA): the output projection takes heads × v_head_dim (4 × 6), not
+    the hidden size; not in the family matrix, so built here."""
+    from tiny import tiny_tokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from tokenviz.model.attention import use_fast_attention
+    from tokenviz.model.loading import LoadedModel, model_info
+
+    tokenizer = tiny_tokenizer()
+    eos = tokenizer.eos_token_id
+    config = AutoConfig.for_model(
+        "deepseek_v3",
+        vocab_size=300,
+        hidden_size=32,
+        intermediate_size=64,
+        moe_intermediate_size=16,
+        num_hidden_layers=3,
+        num_attention_heads=HEADS,
+        num_key_value_heads=HEADS,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        n_group=1,
+        topk_group=1,
+        first_k_dense_replace=1,
+        kv_lora_rank=16,
+        q_lora_rank=24,
+        qk_rope_head_dim=4,
+        qk_nope_head_dim=8,
+        v_head_dim=6,
+        max_position_embeddings=128,
+        eos_token_id=eos,
+        bos_token_id=eos,
+        pad_token_id=eos,
+    )
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(8.0)
+    model.generation_config.eos_token_id = None
+    use_fast_attention(model)
+    info = model_info(model, "tiny-deepseek_v3", torch.device("cpu"), torch.float32)
+    return LoadedModel(model=model, tokenizer=tokenizer, info=info)
+
+
+def test_interventions_on_multi_head_latent_attention_equal_plain_hooks():
+    loaded = tiny_deepseek_v3()
+    session = Session(ModelRunner(loaded), SamplingSettings(temperature=0, max_new_tokens=STEPS))
+    _, prompt, _ = session.tokenize(PROMPT)
+    steering = Steering(LAYER, 3.0, "cats", "dogs")
+    session.set_interventions([HeadAblation(LAYER, HEAD), steering, Patch(LAYER, 1, "A dog ran")], context=prompt)
+    session.start(PROMPT)
+    while session.step() is not None:
+        pass
+    model = loaded.model
+    with session.intervening.hooks.suspended(), torch.no_grad():
+        states = [
+            model(torch.tensor([loaded.tokenizer(t)["input_ids"]]), output_hidden_states=True).hidden_states
+            for t in ("cats", "dogs", "A dog ran")
+        ]
+    vector = 3.0 * (states[0][LAYER + 1][0, -1] - states[1][LAYER + 1][0, -1])
+    patched = states[2][LAYER + 1][0, 1]
+
+    def steer_and_patch(module, args, output):
+        hidden = output[0] if isinstance(output, tuple) else output
+        hidden = hidden + vector
+        if hidden.shape[1] > 1:
+            hidden[:, 1] = patched
+        return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
+
+    check_steps(
+        session,
+        lambda: [
+            reference_ablation(model, "deepseek_v3"),
+            decoder_layers(model)[LAYER].register_forward_hook(steer_and_patch),
+        ],
+    )
