@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 from families import FAMILIES, family_model
+from tiny import eager_forward
 
 from tokenviz.contract.errors import SettingsError, TokenvizError
 from tokenviz.contract.interventions import HeadAblation, Patch, Steering, parse_ablation, parse_patch, parse_steering
@@ -431,3 +432,34 @@ def test_interventions_on_multi_head_latent_attention_equal_plain_hooks():
             decoder_layers(model)[LAYER].register_forward_hook(steer_and_patch),
         ],
     )
+
+
+def test_the_attention_map_and_the_logit_split_show_the_intervened_model():
+    session = journey("llama", [], steps=6)
+    session.rewind(1)
+    session.set_interventions([HeadAblation(LAYER, HEAD), Steering(LAYER, 2.0, "cats", "dogs")])
+    model, ids = session.runner.model, session.cached_ids
+    rows = range(len(ids) - 3, len(ids))
+    mine = session.attention(rows, [LAYER + 1])[0]
+    top = session.pending.top
+    session.pin([top[0].id, top[1].id])
+    split = session.analyses.logit_difference(len(ids) - 1)
+    with session.intervening.hooks.suspended():
+        with torch.no_grad():
+            direction = [
+                model(torch.tensor([session.runner.encode(t)]), output_hidden_states=True).hidden_states[LAYER + 1][
+                    0, -1
+                ]
+                for t in ("cats", "dogs")
+            ]
+        handles = [reference_ablation(model, "llama"), reference_steering(model, 2.0 * (direction[0] - direction[1]))]
+        try:
+            out = eager_forward(model, ids)
+        finally:
+            for handle in handles:
+                handle.remove()
+    expected = out.attentions[LAYER + 1][0][:, rows.start : rows.stop].numpy()
+    assert abs(mine[:, :, : rows.stop] - expected[:, :, : rows.stop]).max() < 1e-5
+    logits = out.logits[0, -1]
+    assert split.total == pytest.approx(float(logits[top[0].id] - logits[top[1].id]), abs=1e-4)
+    assert split.shares == pytest.approx(split.total, abs=1e-4)
