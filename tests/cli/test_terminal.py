@@ -341,8 +341,10 @@ def test_x_then_quitting_at_once_leaves_all_three_files_whole(tmp_path, then):
             shell = tmux("display", "-p", "-t", name, "#{pane_pid}").strip()
             pid = subprocess.run(["pgrep", "-P", shell, "-f", "tokenviz"], capture_output=True, text=True).stdout
             tmux("send-keys", "-t", name, "x")
-            time.sleep(0.05)  # the key is read; the journey's write is at most just queued
-            subprocess.run(["kill", "-TERM", pid.split()[0]], check=True)
+            deadline = time.monotonic() + 30  # (a busy machine may take a while to read the key)
+            while not list(tmp_path.glob("tokenviz-*.svg")) and time.monotonic() < deadline:
+                time.sleep(0.01)  # the app writes the screenshot first, then asks for the journey and its page
+            subprocess.run(["kill", "-TERM", pid.split()[0]], check=True)  # at once: those may be just queued
         text = wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=60)
         assert ("TOKENVIZ-EXITED 0" if then == "q" else "TOKENVIZ-EXITED 143") in text, text
     finally:
