@@ -73,8 +73,12 @@ def family_config(kind: str):
 
 
 def family_model(kind: str, seed: int = 0) -> LoadedModel:
+    return model_of(family_config(kind), f"tiny-{kind}", seed)
+
+
+def model_of(config, name: str, seed: int = 0) -> LoadedModel:
+    """A tiny random-weight model of `config` with the tiny tokenizer, as the family matrix builds one."""
     tokenizer = tiny_tokenizer()
-    config = family_config(kind)
     config._attn_implementation = "eager"
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config)
@@ -85,5 +89,5 @@ def family_model(kind: str, seed: int = 0) -> LoadedModel:
     model.eval()
     use_fast_attention(model)  # as load_model does
     return LoadedModel(
-        model=model, tokenizer=tokenizer, info=model_info(model, f"tiny-{kind}", torch.device("cpu"), torch.float32)
+        model=model, tokenizer=tokenizer, info=model_info(model, name, torch.device("cpu"), torch.float32)
     )

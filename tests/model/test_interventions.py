@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from families import FAMILIES, family_model
+from families import FAMILIES, family_config, family_model
 from tiny import eager_forward
 
 from tokenviz.contract.errors import SettingsError, TokenvizError
@@ -357,14 +357,12 @@ def test_a_patch_from_another_branch_takes_that_paths_residual_and_keeps_its_tok
 def tiny_deepseek_v3():
     """Multi-head latent attention (MLA): the output projection takes heads × v_head_dim (4 × 6), not
     the hidden size; not in the family matrix, so built here."""
-    from tiny import tiny_tokenizer
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from families import model_of
+    from transformers import AutoConfig
 
-    from tokenviz.model.attention import use_fast_attention
-    from tokenviz.model.loading import LoadedModel, model_info
-
-    tokenizer = tiny_tokenizer()
-    eos = tokenizer.eos_token_id
+    eos = family_config("llama").eos_token_id
+    mla = dict(kv_lora_rank=16, q_lora_rank=24, qk_rope_head_dim=4, qk_nope_head_dim=8, v_head_dim=6)
+    experts = dict(n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1, first_k_dense_replace=1)
     config = AutoConfig.for_model(
         "deepseek_v3",
         vocab_size=300,
@@ -374,30 +372,14 @@ def tiny_deepseek_v3():
         num_hidden_layers=3,
         num_attention_heads=HEADS,
         num_key_value_heads=HEADS,
-        n_routed_experts=4,
-        num_experts_per_tok=2,
-        n_group=1,
-        topk_group=1,
-        first_k_dense_replace=1,
-        kv_lora_rank=16,
-        q_lora_rank=24,
-        qk_rope_head_dim=4,
-        qk_nope_head_dim=8,
-        v_head_dim=6,
         max_position_embeddings=128,
         eos_token_id=eos,
         bos_token_id=eos,
         pad_token_id=eos,
+        **mla,
+        **experts,
     )
-    config._attn_implementation = "eager"
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config).eval()
-    with torch.no_grad():
-        model.get_output_embeddings().weight.mul_(8.0)
-    model.generation_config.eos_token_id = None
-    use_fast_attention(model)
-    info = model_info(model, "tiny-deepseek_v3", torch.device("cpu"), torch.float32)
-    return LoadedModel(model=model, tokenizer=tokenizer, info=info)
+    return model_of(config, "tiny-deepseek_v3")
 
 
 def test_interventions_on_multi_head_latent_attention_equal_plain_hooks():
