@@ -101,10 +101,6 @@ class GrammarMatchers:
             del self._followed[next(iter(self._followed))]
         return followed
 
-    def check(self, grammar: Grammar) -> None:
-        """Refuse, in one line, a grammar the engine cannot build for this tokenizer."""
-        self._matcher(grammar)
-
     def fits(self, grammar: Grammar, ids: Sequence[int]) -> int:
         """How many of the generated `ids` the grammar accepts, from the first."""
         return self._matcher(grammar).follow(ids)
