@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from tokenviz.contract.errors import SettingsError
-from tokenviz.contract.text import safe_text
+from tokenviz.contract.text import safe_text, shortened
 
 GrammarKind = Literal["json-schema", "regex", "grammar"]
 GRAMMAR_KINDS: tuple[str, ...] = get_args(GrammarKind)
@@ -37,8 +37,7 @@ class Grammar:
     @property
     def label(self) -> str:
         """The grammar in a few words: its kind and source, shortened."""
-        source = self.source if len(self.source) <= LABEL_CHARS else self.source[: LABEL_CHARS - 1] + "…"
-        return f"{self.kind} {source}"
+        return f"{self.kind} {shortened(self.source, LABEL_CHARS)}"
 
     @property
     def digest(self) -> str:

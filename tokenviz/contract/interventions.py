@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from tokenviz.contract.errors import SettingsError
-from tokenviz.contract.text import safe_text
+from tokenviz.contract.text import safe_text, shortened
 
 MAX_INTERVENTIONS = 16
 MAX_STEER_TEXT = 2_000  # characters of a steering text (it is read by the model once)
+LABEL_CHARS = 16  # of a text quoted in an intervention's label
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ class Steering:
 
     @property
     def label(self) -> str:
-        toward, away = (safe_text(t if len(t) <= 16 else t[:15] + "…") for t in (self.toward, self.away))
+        toward, away = (safe_text(shortened(t, LABEL_CHARS)) for t in (self.toward, self.away))
         return f"steer L{self.layer} ×{self.scale:g} toward {toward!r} away from {away!r}"
 
     def to_json(self) -> dict[str, Any]:
@@ -93,7 +94,7 @@ class Patch:
 
     @property
     def label(self) -> str:
-        source = safe_text(self.source if len(self.source) <= 16 else self.source[:15] + "…")
+        source = safe_text(shortened(self.source, LABEL_CHARS))
         return f"patch L{self.layer}@{self.position} from {source!r}"
 
     def to_json(self) -> dict[str, Any]:

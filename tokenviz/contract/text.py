@@ -21,3 +21,8 @@ def safe_text(text: str) -> str:
 def is_printable(text: str) -> bool:
     """What `safe_text` guarantees: no control character but newline and tab."""
     return not any(_unsafe(ch) for ch in text)
+
+
+def shortened(text: str, most: int) -> str:
+    """`text` in at most `most` characters, ending in "…" where it was cut."""
+    return text if len(text) <= most else text[: most - 1] + "…"

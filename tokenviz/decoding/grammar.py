@@ -18,6 +18,7 @@ from transformers import LogitsProcessor
 from tokenviz.contract.errors import SettingsError, TokenvizError
 from tokenviz.contract.grammar import Grammar
 from tokenviz.files.grammar_file import engine_grammar, first_line
+from tokenviz.model.cache import shared_prefix
 
 KEPT_MATCHERS = 4  # grammars followed at once: the session's, a comparison's, the last few it switched from
 BITS = torch.arange(32, dtype=torch.int32)
@@ -49,11 +50,7 @@ class Followed:
 
     def follow(self, ids: Sequence[int]) -> int:
         """Bring the matcher to `ids`, as far as the grammar allows them: how many it took."""
-        shared = 0
-        for a, b in zip(self.consumed, ids):
-            if a != b:
-                break
-            shared += 1
+        shared = shared_prefix(self.consumed, ids)
         if shared < len(self.consumed):
             self.matcher.rollback(len(self.consumed) - shared)
             del self.consumed[shared:]

@@ -13,6 +13,7 @@ import numpy as np
 
 from tokenviz.contract.records import StepRecord
 from tokenviz.contract.results import BranchSummary
+from tokenviz.model.cache import shared_prefix
 
 
 @dataclass(frozen=True)
@@ -30,13 +31,6 @@ class _Figures:
     tokens: int
     logprob: float
     mean_entropy: float
-
-
-def _shared(a: tuple[int, ...], b: tuple[int, ...]) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
 
 
 class BranchStore:
@@ -89,6 +83,6 @@ class BranchStore:
             tokens=figures.tokens,
             logprob=figures.logprob,
             mean_entropy=figures.mean_entropy,
-            shared=_shared(b.ids, current.ids),
+            shared=shared_prefix(b.ids, current.ids),
             current=index == -1,
         )

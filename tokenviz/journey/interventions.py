@@ -17,7 +17,7 @@ import torch
 
 from tokenviz.contract.interventions import Intervention, check_against
 from tokenviz.contract.records import Candidate, Unsteered
-from tokenviz.model.cache import full_cache
+from tokenviz.model.cache import crop_layers, full_cache, shared_prefix
 from tokenviz.model.interventions import Hooks, resolve
 from tokenviz.model.runner import ModelRunner
 from tokenviz.model.transfer import DeviceTimer, ids_to_device
@@ -45,19 +45,11 @@ class InterventionState:
     def own_logits(self, ids: Sequence[int]) -> tuple[torch.Tensor, DeviceTimer]:
         """The model's own next-token logits after `ids` (vocab,), its cache brought from the tokens it
         had to these: cropped to what both share, then fed the rest."""
-        shared = 0
-        for a, b in zip(self._fed, ids):
-            if a != b:
-                break
-            shared += 1
-        keep = min(shared, len(ids) - 1)
+        keep = min(shared_prefix(self._fed, ids), len(ids) - 1)
         if keep == 0:
             self._cache = full_cache()
         else:
-            for layer in self._cache.layers:
-                drop = layer.get_seq_length() - keep
-                if drop > 0:
-                    layer.crop(-drop)
+            crop_layers(self._cache, keep)
         timer = DeviceTimer(self.runner.device)
         with self.hooks.suspended():
             out = self.runner.model(

@@ -33,6 +33,7 @@ from tokenviz.journey.branches import Branch, BranchStore
 from tokenviz.journey.interventions import InterventionState, read_unsteered, unsteered_on_device
 from tokenviz.journey.stops import stop_reason
 from tokenviz.journey.watching import token_of
+from tokenviz.model.cache import shared_prefix
 from tokenviz.model.chat import chat_ids
 from tokenviz.model.routing import join_routes, read_routing
 from tokenviz.model.runner import Forward, ModelRunner
@@ -286,10 +287,7 @@ class Session:
         self._keep_path()
         self.branches.remove(target)
         fed = len(target.ids) - (1 if target.stop_reason else 0)
-        shared = 0
-        while shared < min(self.runner.kv_len, fed) and self.ids[shared] == target.ids[shared]:
-            shared += 1
-        keep = min(shared, fed - 1)
+        keep = min(shared_prefix(self.ids, target.ids), self.runner.kv_len, fed - 1)
         before = self.runner.kv_len
         self.runner.crop(keep)
         forward = self.runner.forward(list(target.ids[keep:fed]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -19,6 +20,27 @@ def full_cache() -> DynamicCache:
     positions outside it get exactly zero weight and the numbers are the model's own.
     """
     return DynamicCache()
+
+
+def shared_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many tokens two paths share from the first: what a cache (or anything else that followed
+    `a` token by token) can keep when it is brought to `b`."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def crop_layers(cache: DynamicCache, length: int) -> None:
+    """Keep the first `length` positions of every layer, each as long as it is: a pass set aside between
+    layers (GiveWay) has fed only the layers before it. (transformers 5 wants a negative count.)"""
+    layers: list[Any] = list(cache.layers)  # DynamicLayers: see full_cache
+    for layer in layers:
+        drop = layer.get_seq_length() - length
+        if drop > 0:
+            layer.crop(-drop)
 
 
 class GrowingLayer(DynamicLayer):

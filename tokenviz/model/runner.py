@@ -17,7 +17,7 @@ from tokenviz.contract.errors import Cancelled, GiveWay, ModelLoadError
 from tokenviz.contract.records import ModelInfo
 from tokenviz.contract.text import safe_text
 from tokenviz.model.attention import IMPLEMENTATION, capturing, exact_weights
-from tokenviz.model.cache import full_cache
+from tokenviz.model.cache import crop_layers, full_cache
 from tokenviz.model.chat import has_chat_template
 from tokenviz.model.interrupt import layer_by_layer
 from tokenviz.model.loading import LoadedModel
@@ -141,19 +141,13 @@ class ModelRunner:
             self._eager_rows = None
 
     def crop(self, length: int) -> None:
-        """Keep the first `length` positions of every layer of the cache. Layer by layer: a pass set
-        aside between layers (GiveWay) has fed only the layers before it. (transformers 5 wants a
-        negative count.)"""
+        """Keep the first `length` positions of every layer of the cache (see crop_layers)."""
         if self.kv_len < length:
             raise ValueError(f"cannot crop a cache of {self.kv_len} up to {length}")
         if length == 0:
             self.reset()
             return
-        layers: list[Any] = list(self.cache.layers)  # DynamicLayers: see full_cache
-        for layer in layers:
-            drop = layer.get_seq_length() - length
-            if drop > 0:
-                layer.crop(-drop)
+        crop_layers(self.cache, length)
         self._forget_from(length)
 
     @torch.inference_mode()
