@@ -120,7 +120,23 @@ async def wait_for(predicate, pilot, timeout: float = 10.0) -> None:
     raise AssertionError("condition not met in time")
 
 
-__all__ = ["PROMPT", "asyncio", "frozen_recording", "frozen_snapshot", "make_app", "settle", "wait_for"]
+async def answer_dialog(app: TokenvizApp, pilot, key: str, dialog: type, line: str) -> None:
+    """Press `key`, wait for the `dialog` it opens, type `line` and Enter."""
+    await pilot.press(key)
+    await wait_for(lambda: isinstance(app.screen, dialog), pilot)
+    await pilot.press(*("space" if ch == " " else ch for ch in line), "enter")
+
+
+__all__ = [
+    "PROMPT",
+    "answer_dialog",
+    "asyncio",
+    "frozen_recording",
+    "frozen_snapshot",
+    "make_app",
+    "settle",
+    "wait_for",
+]
 
 
 async def enter_prompt(app: TokenvizApp, pilot, text: str) -> None:

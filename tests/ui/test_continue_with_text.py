@@ -3,7 +3,7 @@ recorded as usual with the model's own probability for each; any move takes over
 chip, generated ones included, by its surprisal."""
 
 import torch
-from apptools import make_app, settle, wait_for
+from apptools import answer_dialog, make_app, settle, wait_for
 from tiny import eager_forward
 
 from tokenviz.contract.settings import SamplingSettings
@@ -14,9 +14,7 @@ TEXT = " is a tower of iron"
 
 
 async def type_continuation(app, pilot, text: str) -> None:
-    await pilot.press("f")
-    await wait_for(lambda: isinstance(app.screen, ContinueScreen), pilot)
-    await pilot.press(*("space" if ch == " " else ch for ch in text), "enter")
+    await answer_dialog(app, pilot, "f", ContinueScreen, text)
 
 
 async def test_f_forces_each_token_of_the_text_with_the_models_own_probability():

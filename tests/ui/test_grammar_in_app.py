@@ -3,7 +3,7 @@ tokens allowed, the mass removed, the forbidden candidates struck through, a for
 
 import re
 
-from apptools import make_app, settle, wait_for
+from apptools import answer_dialog, make_app, settle, wait_for
 
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.panes.sampling import SamplingPane
@@ -11,9 +11,7 @@ from tokenviz.ui.screens import GrammarDialog
 
 
 async def set_grammar(app, pilot, line: str) -> None:
-    await pilot.press("G")
-    await wait_for(lambda: isinstance(app.screen, GrammarDialog), pilot)
-    await pilot.press(*("space" if ch == " " else ch for ch in line), "enter")
+    await answer_dialog(app, pilot, "G", GrammarDialog, line)
 
 
 def sampling_text(app) -> str:

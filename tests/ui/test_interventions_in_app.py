@@ -2,7 +2,7 @@
 edit; while any is on, the status line says so and the next-token pane adds the model's own
 probabilities and the KL from them."""
 
-from apptools import make_app, settle, wait_for
+from apptools import answer_dialog, make_app, settle, wait_for
 
 from tokenviz.contract.interventions import HeadAblation, Patch, Steering
 from tokenviz.contract.settings import SamplingSettings
@@ -17,9 +17,7 @@ def pane_text(app) -> str:
 
 
 async def edit(app, pilot, line: str) -> None:
-    await pilot.press("I")
-    await wait_for(lambda: isinstance(app.screen, InterventionsDialog), pilot)
-    await pilot.press(*("space" if ch == " " else ch for ch in line), "enter")
+    await answer_dialog(app, pilot, "I", InterventionsDialog, line)
 
 
 async def test_z_ablates_the_head_in_view_and_the_panes_show_both_distributions():
@@ -78,9 +76,7 @@ async def test_y_and_j_begin_the_dialog_with_a_steering_or_a_patch():
             ("Y", "1:2:cats:dogs", Steering(1, 2.0, "cats", "dogs")),
             ("J", "1:1:The dog", Patch(1, 1, "The dog")),
         ]:
-            await pilot.press(key)
-            await wait_for(lambda: isinstance(app.screen, InterventionsDialog), pilot)
-            await pilot.press(*("space" if ch == " " else ch for ch in rest), "enter")
+            await answer_dialog(app, pilot, key, InterventionsDialog, rest)
             s = await settle(app, pilot)
             assert s.interventions[-1] == (added, True)
         assert s.pending.interventions == (Steering(1, 2.0, "cats", "dogs"), Patch(1, 1, "The dog"))
