@@ -263,10 +263,7 @@ class Session:
             self.runner.crop(len(self.ids) - 1)
             self._pending_logits = self.runner.forward([self.ids[-1]]).logits
         self.last_cache_event = CacheEvent(kept=self.runner.kv_len, dropped=max(before - self.runner.kv_len, 0))
-        if self.records[-1].interventions != self.interventions:  # made under others: the model has changed
-            self._refresh_pending()
-        else:
-            self._redecide()
+        self._decide_pending_again()
         return n
 
     def reset(self) -> None:
@@ -294,10 +291,8 @@ class Session:
         self.ids, self.records, self.stop_reason = list(target.ids), list(target.records), target.stop_reason
         self._pending_logits = None if target.stop_reason else forward.logits
         self.last_cache_event = CacheEvent(kept=keep, dropped=max(before - keep, 0))
-        if self.pending is not None and self.pending.interventions != self.interventions:
-            self._refresh_pending()  # its path ran under other interventions: the model has changed since
-        elif self.pending is not None:
-            self._redecide()  # the pending decision follows the current settings
+        if self.pending is not None:
+            self._decide_pending_again()
         self._fill_pinned()
 
     def set_settings(self, settings: SamplingSettings) -> None:
@@ -451,6 +446,15 @@ class Session:
         if self.pending is not None:
             self._pending_logits = forward.logits
             self._refresh_pending()
+
+    def _decide_pending_again(self) -> None:
+        """After a move back to a step kept from before: its decision follows the current settings; and
+        where its record was made under other interventions (the model has changed since), all of it
+        is made again from the logits the model now gives."""
+        if self.records[-1].interventions != self.interventions:
+            self._refresh_pending()
+        else:
+            self._redecide()
 
     def _refresh_pending(self) -> None:
         """The pending record from `_pending_logits` again: its top-n, decision and unsteered view."""
