@@ -80,3 +80,14 @@ async def test_y_and_j_begin_the_dialog_with_a_steering_or_a_patch():
             s = await settle(app, pilot)
             assert s.interventions[-1] == (added, True)
         assert s.pending.interventions == (Steering(1, 2.0, "cats", "dogs"), Patch(1, 1, "The dog"))
+
+
+async def test_at_80x24_the_next_token_pane_keeps_the_kl_and_the_position():
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=30))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        await edit(app, pilot, "steer-tokens 1:6:a:b")
+        s = await settle(app, pilot)
+        subtitle = str(app.query_one(NextTokenPane).border_subtitle)
+        assert f"KL {s.pending.unsteered.kl:.3f}" in subtitle and f"pos {s.pending.position}" in subtitle
+        assert "own p" in pane_text(app)

@@ -30,11 +30,17 @@ class NextTokenPane(BoxPane):
             marked = Candidate(d.chosen_id, d.chosen_text, 0.0, d.raw_prob)
             self.update(self._table(record.top, marked, d.raw_rank, own))
             state = "pending" if selection.is_pending else "taken"
-            kl = f"KL {record.unsteered.kl:.3f} bits from the model's own · " if record.unsteered else ""
+            kl = f"KL {record.unsteered.kl:.3f}" if record.unsteered else ""
+            from_own = f"{kl} bits from the model's own · " if kl else ""
+            narrower = [
+                f"{from_own}pos {record.position}",
+                f"{kl} · H {record.entropy:.2f} bits · pos {record.position}",
+            ]
             self.set_subtitle(
-                f"{kl}entropy {record.entropy:.2f} bits · for position {record.position} · {state}",
-                f"{kl}entropy {record.entropy:.2f} bits · position {record.position}",
-                f"{kl}H {record.entropy:.2f} bits · pos {record.position}",
+                f"{from_own}entropy {record.entropy:.2f} bits · for position {record.position} · {state}",
+                f"{from_own}entropy {record.entropy:.2f} bits · position {record.position}",
+                f"{from_own}H {record.entropy:.2f} bits · pos {record.position}",
+                *(narrower if kl else []),  # (the KL kept first, down to 80 columns)
             )
         elif prediction is not None:
             p = prediction
