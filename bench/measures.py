@@ -1,9 +1,11 @@
 """The benchmark: what watching costs over running the model bare, as ratios measured side by side
 in one process on the same model, device and dtype.
 
-    python -m bench [--device auto|cpu|cuda] [--dtype ...] [--quick] [--out bench/results]
+    python -m bench [--device auto|cpu|cuda] [--dtype ...] [--shape 8B] [--only M,M] [--quick] [--out bench/results]
 
-Prints a table and writes bench/results/<device>-<date>.json.
+Prints a table and writes bench/results/<device>[-<shape>]-<date>.json. `--shape 8B` measures a
+Llama-3-8B-shaped model with random weights made on the device (bench/shaped.py) instead of the
+bundled one: the engine's step, prefill, autoplay and device memory.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ BUDGETS = {
     "refusal_gb": ("a 70B config refused, peak RSS GB", "<=", 1.0),
     "grammar_step": ("engine step with a JSON-schema grammar / without", "<=", 1.10),
     "intervention_step": ("engine step with one head ablated (own distribution kept) / without", "<=", 2.2),
+    "device_peak": ("peak device memory / (weights + KV cache), 2048-token prefill and steps", "<=", 1.10),
 }
 VIEW_ROWS = 114  # query rows the attention pane shows at 200x60
 
@@ -327,21 +330,24 @@ def key_frame(loaded, context: int = 500, presses: int = 8) -> dict:
     return {"median_ms": statistics.median(latencies) * 1000, "max_ms": max(latencies) * 1000}
 
 
-def offload(source: str | None = None, steps: int = 8) -> dict:
-    """A model with about half its weights given to the CPU by --max-memory and the rest offloaded to
-    the disk, against the same model whole: the cost of a step (medians) and whether the tokens are
-    the same. `source`: a model directory (the bundled model's converted one by default)."""
+def offload(source: str | None = None, steps: int = 8, device: str = "cpu") -> dict:
+    """A model with about half its weights given to the device by --max-memory and the rest
+    offloaded (on the CPU: to the disk; on a GPU: to the CPU), against the same model whole on the
+    device: the cost of a step (medians) and whether the tokens are the same. `source`: a model
+    directory (the bundled model's converted one by default)."""
     from tokenviz.contract.placement import Placement
 
     source = source or str(gguf_cache_dir(bundled_gguf()))
-    whole = load_model(source, device="cpu", dtype="float32")
+    whole = load_model(source, device=device, dtype="float32")
     size = sum(p.numel() * p.element_size() for p in whole.model.parameters())
     ids = whole.tokenizer(PROMPT)["input_ids"]
+    limits = (f"cpu={size // 2}",) if device == "cpu" else (f"0={size // 2}", "cpu=100GB")
     with tempfile.TemporaryDirectory() as folder:
-        placement = Placement("auto", (f"cpu={size // 2}",), folder)
-        spread = load_model(source, device="cpu", dtype="float32", placement=placement)
+        placement = Placement("auto", limits, folder)
+        spread = load_model(source, device=device, dtype="float32", placement=placement)
         placed: dict[str, str | int] = getattr(spread.model, "hf_device_map", {})
         on_disk = sum(1 for where in placed.values() if where == "disk")
+        on_cpu = sum(1 for where in placed.values() if where == "cpu") if device != "cpu" else 0
         runs = {}
         for name, loaded in (("whole", whole), ("offloaded", spread)):
             session = Session(ModelRunner(loaded), SamplingSettings(temperature=0, max_new_tokens=10**6))
@@ -354,6 +360,8 @@ def offload(source: str | None = None, steps: int = 8) -> dict:
             runs[name] = (statistics.median(times), list(session.ids))
     return {
         "parts_on_disk": on_disk,
+        "parts_on_cpu": on_cpu,
+        "placement": spread.info.placement,
         "whole_step_ms": runs["whole"][0] * 1000,
         "offloaded_step_ms": runs["offloaded"][0] * 1000,
         "ratio": runs["offloaded"][0] / runs["whole"][0],
@@ -666,21 +674,47 @@ def memory(loaded, steps: int) -> dict:
     }
 
 
+def device_peak(loaded, n: int = 2048, steps: int = 32) -> dict:
+    """On a GPU: the most device memory allocated while the engine prefills `n` tokens and steps,
+    against the weights plus the KV cache they leave (what the model itself cannot do without)."""
+    import bench.shaped
+
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    session = Session(ModelRunner(loaded), SamplingSettings(temperature=0, max_new_tokens=10**6))
+    session.start(random_ids(loaded, n))
+    for _ in range(steps):
+        session.step()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated()
+    weights, kv = bench.shaped.weights_bytes(loaded.model), session.runner.kv_bytes
+    queries = session.runner.queries.nbytes
+    return {
+        "peak_gb": peak / 1e9,
+        "weights_gb": weights / 1e9,
+        "kv_cache_gb": kv / 1e9,
+        "queries_kept_gb": queries / 1e9,
+        "ratio": peak / (weights + kv),
+    }
+
+
 def verdicts(r: dict) -> dict:
+    growth, view = r.get("growth", {}), r.get("attention_view")
     values = {
-        "step_overhead": r["step_overhead"]["ratio"],
-        "step_2048": r["growth"]["2048"]["step_ratio"],
-        "prefill_2048": r["growth"]["2048"]["prefill_ratio"],
-        "peak_4096_gb": r["peak_memory"]["extra_gb"],
-        "attention_2048_ms": max(r["attention_view"]["newest_rows_ms"], r["attention_view"]["another_layer_ms"]),
-        "autoplay": r["autoplay"]["ratio"],
-        "growth": r["growth"]["ratio"],
-        "frame_200x60_ms": r["frame"]["200x60_ms"],
+        "step_overhead": r.get("step_overhead", {}).get("ratio"),
+        "step_2048": growth.get("2048", {}).get("step_ratio"),
+        "prefill_2048": growth.get("2048", {}).get("prefill_ratio"),
+        "peak_4096_gb": r.get("peak_memory", {}).get("extra_gb"),
+        "attention_2048_ms": max(view["newest_rows_ms"], view["another_layer_ms"]) if view else None,
+        "autoplay": r.get("autoplay", {}).get("ratio"),
+        "growth": growth.get("ratio"),
+        "frame_200x60_ms": r.get("frame", {}).get("200x60_ms"),
         "ui_growth": r.get("ui_growth", {}).get("ratio"),
         "app_autoplay": r.get("app_autoplay", {}).get("ratio"),
-        "cold_start_s": r["cold_start"].get("first_frame_s"),
-        "model_ready_s": r["cold_start"].get("ready_s"),
-        "history_mb_per_1000": r["memory"]["history_mb_per_1000"],
+        "cold_start_s": r.get("cold_start", {}).get("first_frame_s"),
+        "model_ready_s": r.get("cold_start", {}).get("ready_s"),
+        "history_mb_per_1000": r.get("memory", {}).get("history_mb_per_1000"),
         "beams_2000": r.get("beams", {}).get("ratio"),
         "key_frame_ms": r.get("key_frame", {}).get("median_ms"),
         "offload_same": (lambda o: None if o is None else float(o["same_tokens"]))(r.get("offload")),
@@ -688,6 +722,7 @@ def verdicts(r: dict) -> dict:
         "refusal_gb": r.get("refusal", {}).get("peak_rss_gb"),
         "grammar_step": r.get("grammar_step", {}).get("ratio"),
         "intervention_step": r.get("intervention_step", {}).get("ratio"),
+        "device_peak": r.get("device_peak", {}).get("ratio"),
     }
     out = {}
     for key, (label, op, limit) in BUDGETS.items():
@@ -701,6 +736,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto")
+    parser.add_argument(
+        "--shape", choices=["8B"], help="a Llama-3-8B-shaped model made on the device, not the bundled one"
+    )
+    parser.add_argument("--only", default="", help="the measures to run, by name, comma-separated (default: all)")
     parser.add_argument("--quick", action="store_true", help="fewer steps (a smoke run, not for the record)")
     parser.add_argument("--out", default="bench/results")
     args = parser.parse_args(argv)
@@ -709,9 +748,16 @@ def main(argv: list[str] | None = None) -> int:
 
     console = Console(stderr=True)
     torch.manual_seed(0)
-    loaded = load_model(None, device=args.device, dtype=args.dtype)
+    if args.shape:
+        import bench.shaped
+        from tokenviz.model.loading import resolve_device
+
+        loaded, bare = bench.shaped.shaped_model(resolve_device(args.device))
+    else:
+        loaded = load_model(None, device=args.device, dtype=args.dtype)
     device = next(loaded.model.parameters()).device
-    bare = bare_model(loaded, str(gguf_cache_dir(bundled_gguf())), device)
+    if not args.shape:
+        bare = bare_model(loaded, str(gguf_cache_dir(bundled_gguf())), device)
     steps = 8 if args.quick else 32
     results: dict = {
         "date": datetime.date.today().isoformat(),
@@ -725,11 +771,12 @@ def main(argv: list[str] | None = None) -> int:
         "model": loaded.info.to_json(),
     }
     console.print(f"[bold]tokenviz bench[/] on {loaded.info.name}, {device}, {loaded.info.dtype}")
-    for name, run in [  # autoplay first: see autoplay()
+    measures = [  # autoplay first: see autoplay()
         ("autoplay", lambda: autoplay(loaded, bare, device, 32 if args.quick else 128)),
         ("step_overhead", lambda: step_overhead(loaded, bare, device, steps)),
-        ("growth", lambda: growth(loaded, bare, device)),
+        ("growth", lambda: growth(loaded, bare, device, lengths=(32, 2048) if args.shape else (32, 512, 2048))),
         ("attention_view", lambda: attention_view(loaded)),
+        ("device_peak", lambda: device_peak(loaded)),
         ("peak_memory", peak_memory),
         ("frame", lambda: frame(loaded)),
         ("ui_growth", lambda: ui_growth(loaded, long=1000 if args.quick else 6000)),
@@ -739,11 +786,22 @@ def main(argv: list[str] | None = None) -> int:
         ("memory", lambda: memory(loaded, 100 if args.quick else 1000)),
         ("beams", lambda: beams(loaded, long=500 if args.quick else 2000)),
         ("key_frame", lambda: key_frame(loaded)),
-        ("offload", offload),
+        ("offload", lambda: offload(device=device.type)),
         ("refusal", refusal),
         ("grammar_step", lambda: grammar_step(loaded, steps)),
         ("intervention_step", lambda: intervention_step(loaded, steps)),
-    ]:
+    ]
+    chosen = set(filter(None, args.only.split(",")))
+    if args.shape:  # what a model of that size adds to the bundled model's figures: the engine's cost
+        chosen = chosen or {"autoplay", "step_overhead", "growth", "attention_view", "device_peak"}
+    if device.type != "cuda":
+        measures = [m for m in measures if m[0] != "device_peak"]
+    unknown = chosen - {name for name, _ in measures}
+    if unknown:
+        parser.error(f"no such measure: {', '.join(sorted(unknown))}")
+    for name, run in measures:
+        if chosen and name not in chosen:
+            continue
         console.print(f"  measuring {name}…")
         results[name] = run()
     results["budgets"] = verdicts(results)
@@ -752,37 +810,22 @@ def main(argv: list[str] | None = None) -> int:
     for col in ("measure", "value", "budget", "met"):
         table.add_column(col)
     for v in results["budgets"].values():
-        value = "—" if v["value"] is None else f"{v['value']:.3f}"
+        if v["value"] is None:
+            continue
         met = {True: "[green]yes[/]", False: "[red]no[/]", None: "—"}[v["met"]]
-        table.add_row(v["label"], value, v["budget"], met)
+        table.add_row(v["label"], f"{v['value']:.3f}", v["budget"], met)
     Console().print(table)
-    Console().print_json(
-        json.dumps(
-            {
-                k: results[k]
-                for k in (
-                    "step_overhead",
-                    "autoplay",
-                    "growth",
-                    "attention_view",
-                    "peak_memory",
-                    "frame",
-                    "ui_growth",
-                    "app_autoplay",
-                    "cold_start",
-                    "conversion",
-                    "memory",
-                    "beams",
-                    "key_frame",
-                    "grammar_step",
-                    "intervention_step",
-                )
-            }
-        )
-    )
+    Console().print_json(json.dumps({k: v for k, v in results.items() if k not in ("budgets", "machine", "model")}))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{device.type}-{results['date']}{'-quick' if args.quick else ''}.json"
+    parts = [
+        device.type,
+        args.shape,
+        results["date"],
+        "quick" if args.quick else None,
+        "only" if chosen and not args.shape else None,
+    ]
+    path = out / f"{'-'.join(p for p in parts if p)}.json"
     path.write_text(json.dumps(results, indent=2))
     console.print(f"wrote {path}")
     return 0

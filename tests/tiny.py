@@ -35,8 +35,9 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS)
 
 
-def tiny_model(kind: str = "llama", context: int = 128, seed: int = 0) -> LoadedModel:
-    """kind: 'llama' (RoPE, grouped-query attention) or 'gpt2' (learned absolute positions)."""
+def tiny_model(kind: str = "llama", context: int = 128, seed: int = 0, device: str = "cpu") -> LoadedModel:
+    """kind: 'llama' (RoPE, grouped-query attention) or 'gpt2' (learned absolute positions); made
+    on the CPU (the same weights for a seed on any device), then moved to `device`."""
     tokenizer = tiny_tokenizer()
     torch.manual_seed(seed)
     vocab = len(tokenizer)
@@ -77,10 +78,10 @@ def tiny_model(kind: str = "llama", context: int = 128, seed: int = 0) -> Loaded
         model.get_output_embeddings().weight.mul_(8.0)
     model.generation_config.pad_token_id = eos
     model.generation_config.eos_token_id = eos
-    model.eval()
+    model.eval().to(device)
     use_fast_attention(model)  # as load_model does
     return LoadedModel(
-        model=model, tokenizer=tokenizer, info=model_info(model, f"tiny-{kind}", torch.device("cpu"), torch.float32)
+        model=model, tokenizer=tokenizer, info=model_info(model, f"tiny-{kind}", torch.device(device), torch.float32)
     )
 
 
@@ -95,7 +96,7 @@ def eager_forward(model, ids: list[int]):
     """A full forward pass without the cache in the model's eager attention, weights returned:
     the reference every cached number and every attention row shown is held to."""
     with torch.inference_mode(), capturing(eager=True):
-        return model(torch.tensor([ids]), use_cache=False, output_attentions=True)
+        return model(torch.tensor([ids], device=model.device), use_cache=False, output_attentions=True)
 
 
 CHAT_TEMPLATE = (

@@ -34,7 +34,7 @@ def test_cached_steps_equal_a_full_recompute(tiny):
     shown = s.attention(range(len(s.ids) - 1, len(s.ids)), range(tiny.info.layers))
     assert shown.shape == (tiny.info.layers, tiny.info.heads, 1, len(s.ids)) and shown.dtype == np.float32
     for layer, row in enumerate(rows):
-        assert np.allclose(shown[layer, :, 0, :], row.numpy(), atol=1e-5)
+        assert np.allclose(shown[layer, :, 0, :], row.cpu().numpy(), atol=1e-5)
     top_ids = [c.id for c in last.top]
     assert top_ids == torch.topk(logits, len(top_ids)).indices.tolist()
 
@@ -93,7 +93,7 @@ def test_greedy_steps_equal_generate(tiny):
     s.start(PROMPT)
     for _ in range(12):
         s.step()
-    ids = torch.tensor([s.prompt_ids])
+    ids = torch.tensor([s.prompt_ids], device=tiny.model.device)
     out = tiny.model.generate(ids, do_sample=False, max_new_tokens=12, min_new_tokens=12)
     assert s.generated_ids == out[0, len(s.prompt_ids) :].tolist()
 

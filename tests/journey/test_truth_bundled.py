@@ -17,7 +17,7 @@ def test_greedy_matches_generate_token_for_token(bundled):
     s.start(PROMPT)
     while s.step() is not None:
         pass
-    ids = bundled.tokenizer(PROMPT, return_tensors="pt").input_ids
+    ids = bundled.tokenizer(PROMPT, return_tensors="pt").input_ids.to(bundled.model.device)
     with torch.inference_mode():
         out = bundled.model.generate(ids, do_sample=False, max_new_tokens=20)
     assert len(s.generated_ids) == 20
@@ -34,7 +34,7 @@ def test_cached_logits_and_attention_equal_full_forward(bundled):
     n = len(s.ids)
     shown = s.attention(range(n), range(bundled.info.layers))  # every row the pane can show, prompt included
     for layer, full in enumerate(out.attentions):
-        assert abs(shown[layer] - full[0].numpy()).max() < 1e-4
+        assert abs(shown[layer] - full[0].cpu().numpy()).max() < 1e-4
     s.rewind(1)
     s.runner.crop(len(s.ids) - 1)
     fresh = s.runner.forward([s.ids[-1]])

@@ -18,18 +18,21 @@ from tokenviz.model.runner import ModelRunner
 
 SHAPE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4}
 CPU_SHARE = "cpu=500000"  # of about 0.8 MB of weights: the embedding and one layer; the rest on the disk
+# With --device cuda: the GPU takes the embedding and a layer, the CPU a layer, the disk the rest.
+SHARES = {"cpu": (CPU_SHARE,), "cuda": ("0=300000", "cpu=200000")}
+PLACES = {"cpu": {"cpu", "disk"}, "cuda": {0, "cpu", "disk"}}
 PROMPT = "The cat sat on the mat. The dog"
 STEPS = 8
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
+def models(tmp_path_factory, device):
     directory = tmp_path_factory.mktemp("model")
     save_random(directory, "llama", **SHAPE)
-    whole = load_model(str(directory), device="cpu", dtype="float32")
+    whole = load_model(str(directory), device=device, dtype="float32")
     offload = str(tmp_path_factory.mktemp("offload"))
     spread = load_model(
-        str(directory), device="cpu", dtype="float32", placement=Placement("auto", (CPU_SHARE,), offload)
+        str(directory), device=device, dtype="float32", placement=Placement("auto", SHARES[device], offload)
     )
     return str(directory), whole, spread
 
@@ -42,11 +45,14 @@ def journey(loaded) -> Session:
     return session
 
 
-def test_the_layers_that_do_not_fit_live_on_the_disk(models):
+def test_the_layers_that_do_not_fit_live_on_the_disk(models, device):
     _, _, spread = models
     placed = set(spread.model.hf_device_map.values())
-    assert placed == {"cpu", "disk"}
-    assert "cpu: layer 0" in spread.info.placement and "disk: layers 1-3" in spread.info.placement
+    assert placed == PLACES[device], spread.model.hf_device_map
+    if device == "cpu":
+        assert "cpu: layer 0" in spread.info.placement and "disk: layers 1-3" in spread.info.placement
+    else:
+        assert spread.info.placement.startswith("cuda:0: layer") and "disk: layers" in spread.info.placement
 
 
 def test_a_device_map_from_a_file_puts_each_part_where_it_says(models, tmp_path):

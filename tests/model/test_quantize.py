@@ -12,6 +12,12 @@ from tokenviz.model.loading import load_model
 
 SHAPE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4}
 IDS = torch.tensor([[5, 17, 42, 99, 3, 250, 7]])
+INT4_SHAPE = {
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+}  # groups of 128
 
 
 def transformers_own(directory: str):
@@ -79,6 +85,35 @@ def test_int4_without_a_gpu_and_a_bad_choice_are_one_line(tmp_path, monkeypatch,
     assert code == 2 and len(errors) == 1 and "int4 needs a CUDA GPU" in errors[0] and "Traceback" not in err
     code, _, err = invoke(monkeypatch, capsys, "trace", "hi", "--quantize", "int3")
     assert code == 2 and "--quantize must be int8 or int4" in err
+
+
+def test_int4_on_a_gpu_is_transformers_own_quantized_model(tmp_path, device, monkeypatch, capsys):
+    """Run with --device cuda (int4's kernel is CUDA's): on the CPU this test has nothing to run."""
+    if device != "cuda":
+        pytest.skip("int4 needs a CUDA GPU: run the tests with --device cuda")
+    from clitools import invoke
+    from torchao.quantization import Int4WeightOnlyConfig
+    from transformers import AutoModelForCausalLM, TorchAoConfig
+
+    directory = save_random(tmp_path, "llama", **INT4_SHAPE)
+    loaded = load_model(directory, device="cuda", dtype="bfloat16", placement=Placement(quantize="int4"))
+    assert loaded.info.quantization.startswith("int4 weights (torchao Int4WeightOnlyConfig)")
+    config = TorchAoConfig(Int4WeightOnlyConfig(int4_packing_format="tile_packed_to_4d"))
+    theirs = AutoModelForCausalLM.from_pretrained(
+        directory, dtype=torch.bfloat16, quantization_config=config, device_map="cuda"
+    )
+    ids = IDS.to("cuda")
+    with torch.inference_mode():
+        torch.testing.assert_close(loaded.model(ids).logits, theirs(ids).logits, rtol=0, atol=0)
+        whole = load_model(directory, device="cuda", dtype="bfloat16")
+        differ = (loaded.model(ids).logits.float() - whole.model(ids).logits.float()).abs().max()
+    assert 0 < differ < 0.5  # rounding of the weights to 4 bits, not another model
+    args = ["hi", "--model", directory, "--device", "cuda", "--quantize", "int4", "--steps", "3", "--json"]
+    code, out, err = invoke(monkeypatch, capsys, "trace", *args)
+    assert code == 0, err
+    assert json.loads(out)["model"]["quantization"].startswith("int4 weights")
+    code, _, err = invoke(monkeypatch, capsys, "trace", *args, "--dtype", "float16")
+    assert code == 2 and "--quantize int4 computes in bfloat16" in err
 
 
 def test_without_torchao_it_says_how_to_get_it(tmp_path, monkeypatch):

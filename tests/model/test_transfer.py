@@ -111,9 +111,9 @@ def test_a_step_reads_the_device_once(tiny, settings):
 
 
 @pytest.mark.parametrize("kind", ["llama", "gpt2"])
-def test_the_attention_view_reads_the_device_once(kind):
+def test_the_attention_view_reads_the_device_once(kind, device):
     """Rows computed on demand, from kept queries or by feeding their tokens again: one transfer."""
-    session = Session(ModelRunner(tiny_model(kind)), SamplingSettings(seed=1))
+    session = Session(ModelRunner(tiny_model(kind, device=device)), SamplingSettings(seed=1))
     session.start(PROMPT)
     for _ in range(4):
         session.step()

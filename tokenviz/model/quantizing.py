@@ -11,6 +11,8 @@ import torch
 
 from tokenviz.contract.errors import ModelLoadError
 
+INT4_PACKING = "tile_packed_to_4d"
+
 
 def quantization_config(kind: str, device: torch.device, dtype: torch.dtype):
     from transformers import BitsAndBytesConfig, TorchAoConfig
@@ -25,7 +27,14 @@ def quantization_config(kind: str, device: torch.device, dtype: torch.dtype):
         raise ModelLoadError(f"--quantize {kind} needs torchao: pip install torchao")
     from torchao.quantization import Int4WeightOnlyConfig, Int8WeightOnlyConfig
 
-    return TorchAoConfig(Int8WeightOnlyConfig() if kind == "int8" else Int4WeightOnlyConfig())
+    if kind == "int8":
+        return TorchAoConfig(Int8WeightOnlyConfig())
+    # Packed for tinygemm, the int4 kernel inside PyTorch itself (torchao's default packing needs
+    # another package's kernels); it takes bfloat16 activations.
+    if dtype != torch.bfloat16:
+        raise ModelLoadError(f"--quantize int4 computes in bfloat16, not {str(dtype).removeprefix('torch.')}: "
+                             "pass --dtype bfloat16 (or leave --dtype out)")  # fmt: skip
+    return TorchAoConfig(Int4WeightOnlyConfig(int4_packing_format=INT4_PACKING))
 
 
 def quantized(model) -> str:

@@ -1,0 +1,67 @@
+"""A model of a real model's shape with random weights, made straight on the device: Llama 3 8B's
+16 GB of bfloat16 weights cost no download and no disk, and a second copy with transformers' own
+sdpa attention (the bare baseline) shares the same tensors."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from tokenviz.model.attention import use_fast_attention
+from tokenviz.model.loading import LoadedModel, model_info
+
+LLAMA_3_8B = dict(
+    vocab_size=128256,
+    hidden_size=4096,
+    intermediate_size=14336,
+    num_hidden_layers=32,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    max_position_embeddings=8192,
+    rope_theta=500000.0,
+    tie_word_embeddings=False,
+)
+
+
+def word_tokenizer(vocab: int):
+    """A tokenizer of `vocab` words w0, w1, … (one per id), so every id the model draws has a piece."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = {f"w{i}": i for i in range(vocab)}
+    tokenizer = Tokenizer(models.WordLevel(words, unk_token="w0"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer)
+
+
+def shaped_model(device: torch.device, dtype: torch.dtype = torch.bfloat16, shape: dict | None = None):
+    """(the model as tokenviz loads it, the same weights with sdpa attention and nothing else)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model("llama", **(shape or LLAMA_3_8B))
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
+    model.generation_config.eos_token_id = None  # random weights: run every step asked for
+    model.generation_config.pad_token_id = config.vocab_size - 1  # (not 0: the prompt's unknown words are 0)
+    use_fast_attention(model)  # as load_model does
+    with torch.device("meta"):  # (a config of its own: from_config sets the attention on the config)
+        bare = AutoModelForCausalLM.from_config(copy.deepcopy(config), dtype=dtype, attn_implementation="sdpa")
+    bare.eval()
+    bare.load_state_dict(model.state_dict(), assign=True)
+    own = dict(model.named_buffers())
+    for name, buffer in list(bare.named_buffers()):  # (the rotary frequencies are not in the state dict)
+        if buffer.is_meta:
+            module, _, leaf = name.rpartition(".")
+            setattr(bare.get_submodule(module), leaf, own[name])
+    bare.generation_config = model.generation_config
+    name = "llama-3-8b-shaped (random bfloat16 weights)" if shape is None else "shaped model (random weights)"
+    loaded = LoadedModel(
+        model=model, tokenizer=word_tokenizer(config.vocab_size), info=model_info(model, name, device, dtype)
+    )
+    return loaded, bare
+
+
+def weights_bytes(model) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
