@@ -696,6 +696,7 @@ def device_peak(loaded, n: int = 2048, steps: int = 32) -> dict:
         "kv_cache_gb": kv / 1e9,
         "queries_kept_gb": queries / 1e9,
         "ratio": peak / (weights + kv),
+        "ratio_with_queries_kept": peak / (weights + kv + queries),  # the attention view's own budget
     }
 
 

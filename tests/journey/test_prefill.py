@@ -6,6 +6,7 @@ import torch
 
 from tokenviz.contract.errors import Cancelled
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.decoding import prompt_predictions
 from tokenviz.journey import session as session_module
 from tokenviz.journey.session import Session
 from tokenviz.model.runner import ModelRunner
@@ -46,11 +47,14 @@ def test_a_chunked_prefill_equals_one_forward_pass(tiny, small_chunks, monkeypat
     assert chunked.ids == whole.ids
 
 
-def test_every_prompt_position_has_the_models_prediction(tiny):
+@pytest.mark.parametrize("slice_rows", [None, 3])
+def test_every_prompt_position_has_the_models_prediction(tiny, slice_rows, monkeypatch):
+    if slice_rows:  # worked through a few rows at a time, as a large vocabulary is
+        monkeypatch.setattr(prompt_predictions, "SLICE_NUMBERS", slice_rows * tiny.info.vocab)
     s = started(tiny)
     ids = s.prompt_ids
     with torch.inference_mode():
-        probs = torch.softmax(s.runner.model(torch.tensor([ids])).logits[0].float(), -1)
+        probs = torch.softmax(s.runner.model(torch.tensor([ids], device=tiny.model.device)).logits[0].float(), -1)
     predictions = s.records[0].prompt_predictions
     assert [p.position for p in predictions] == list(range(len(ids) - 1))
     for p in predictions:

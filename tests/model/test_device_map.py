@@ -135,7 +135,46 @@ async def test_the_model_view_says_where_the_layers_live(models):
         await pilot.press("M")
         await wait_for(lambda: app.query_one("#views").current == "model", pilot)
         shown = str(app.query_one("#model").body.render())
-        assert "placement" in shown and "disk: layers 1-3" in shown and "weights placed by the device map" in shown
+        assert "placement" in shown and "disk: layers" in shown and "weights placed by the device map" in shown
+
+
+def test_each_step_is_timed_in_each_place_the_weights_live(models, device, tmp_path):
+    from tokenviz.files.journey_file import read_journey, save_journey, snapshot_from_journey
+    from tokenviz.worker.snapshots import snapshot_of
+
+    _, whole, spread = models
+    places = {"cpu": ["cpu", "disk"], "cuda": ["cuda:0", "cpu", "disk"]}[device]
+    session = journey(spread)
+    for record in session.records:  # the prefill (its chunks summed) and every step
+        assert [place for place, _ in record.place_ms] == places
+        assert all(ms > 0 for _, ms in record.place_ms)
+        assert sum(ms for _, ms in record.place_ms) <= record.forward_ms * 1.01 + 0.05  # within the pass
+    assert record.to_json()["ms"]["by_place"] == dict(record.place_ms)
+    assert all(not r.place_ms for r in journey(whole).records)  # one place: no hooks, no figures
+    path = save_journey(tmp_path / "spread.json", snapshot_of(session))
+    replayed = snapshot_from_journey(read_journey(path))
+    assert [r.place_ms for r in replayed.records] == [r.place_ms for r in session.records]
+
+
+async def test_the_timing_view_shows_the_time_in_each_place(models, device):
+    from apptools import settle, wait_for
+
+    from tokenviz.ui.app import TokenvizApp
+    from tokenviz.worker.engine import EngineWorker
+
+    _, _, spread = models
+    app = TokenvizApp(EngineWorker(lambda progress: spread, SamplingSettings(temperature=0), PROMPT))
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(app, pilot)
+        for _ in range(3):
+            await pilot.press("space")
+        await wait_for(lambda: app.screen.snapshot is not None and len(app.screen.snapshot.records) >= 4, pilot)
+        await pilot.press("i")
+        await wait_for(lambda: app.query_one("#views").current == "timing", pilot)
+        shown = str(app.query_one("#timing").content)
+        line = next(line for line in shown.splitlines() if line.startswith("by where the weights live"))
+        places = {"cpu": ["cpu", "disk"], "cuda": ["cuda:0", "cpu", "disk"]}[device]
+        assert [part.split()[0] for part in line.split(": ", 1)[1].split(" · ")] == places
 
 
 def test_every_view_on_a_spread_model_is_the_whole_models(models):

@@ -233,6 +233,9 @@ class StepRecord:
     entropy: float  # bits, of the model's raw distribution
     decision: Decision
     forward_ms: float = field(default=0.0, compare=False)
+    # A model spread by a device map: the forward pass's ms in each place its weights live ('cuda:0',
+    # 'cpu', 'disk'), in the order the pass reached them.
+    place_ms: tuple[tuple[str, float], ...] = field(default=(), compare=False)
     kv_len: int = 0
     kv_bytes: int = 0
     prompt_predictions: tuple[PromptPrediction, ...] = ()  # the prefill's: one per prompt position but the last
@@ -259,7 +262,11 @@ class StepRecord:
             ],
             "draw": {"greedy": d.mode == "greedy", **d.to_json()},
             "settings": d.settings.to_json(),
-            "ms": {"forward": self.forward_ms, "sampling": d.ms},
+            "ms": {
+                "forward": self.forward_ms,
+                "sampling": d.ms,
+                **({"by_place": dict(self.place_ms)} if self.place_ms else {}),
+            },
             "kv": {"len": self.kv_len, "bytes": self.kv_bytes},
             **({"watch": [p.to_json() for p in d.pinned]} if d.pinned else {}),
             **({"interventions": [i.label for i in self.interventions]} if self.interventions else {}),

@@ -21,7 +21,6 @@ from tokenviz.files.grammar_file import engine_grammar, first_line
 from tokenviz.model.cache import shared_prefix
 
 KEPT_MATCHERS = 4  # grammars followed at once: the session's, a comparison's, the last few it switched from
-BITS = torch.arange(32, dtype=torch.int32)
 
 
 class GrammarMask(LogitsProcessor):
@@ -37,8 +36,12 @@ class GrammarMask(LogitsProcessor):
 
 def unpack(bitmask: torch.Tensor, vocab: int, device: torch.device) -> torch.Tensor:
     """(vocab,) bool from llguidance's int32 words, a bit per token, unpacked on `device`."""
-    words = bitmask.reshape(-1).to(device, non_blocking=True)
-    return ((words.unsqueeze(-1) >> BITS.to(device)) & 1).bool().reshape(-1)[:vocab]
+    words = bitmask.reshape(-1)
+    if device.type == "cuda":  # pinned, so the copy does not wait for the work queued (the forward pass)
+        words = words.pin_memory()
+    words = words.to(device, non_blocking=True)
+    bits = torch.arange(32, dtype=torch.int32, device=device)  # (made there: no copy)
+    return ((words.unsqueeze(-1) >> bits) & 1).bool().reshape(-1)[:vocab]
 
 
 @dataclass

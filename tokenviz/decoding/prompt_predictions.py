@@ -25,12 +25,23 @@ def predict_positions(
 ) -> dict[str, torch.Tensor]:
     """On the logits' device: for the first len(next_ids) positions, the raw top candidates, the
     entropy in bits, and the probability, 1-based rank and log-probability of `next_ids[i]` after
-    position i."""
-    m = len(next_ids)
-    logits = position_logits[:m].float()
+    position i. Worked through SLICE_NUMBERS scores at a time: a 2048-token prefill of a 128k
+    vocabulary would otherwise hold about 4 GB of float32 temporaries at once."""
+    logits = position_logits[: len(next_ids)]
+    following = ids_to_device(next_ids, logits.device)[0]
+    rows = max(1, SLICE_NUMBERS // logits.shape[-1])
+    starts = range(0, len(next_ids), rows) or range(1)  # (no position: one empty slice)
+    parts = [_predict(logits[i : i + rows], following[i : i + rows], top) for i in starts]
+    return parts[0] if len(parts) == 1 else {key: torch.cat([part[key] for part in parts]) for key in KEYS}
+
+
+SLICE_NUMBERS = 2**25  # scores per slice: 128 MB of float32
+
+
+def _predict(position_logits: torch.Tensor, following: torch.Tensor, top: int) -> dict[str, torch.Tensor]:
+    logits = position_logits.float()
     probs = torch.softmax(logits, -1)
     top_probs, top_ids = torch.topk(probs, min(top, probs.shape[-1]), -1)
-    following = ids_to_device(next_ids, logits.device)[0]
     next_prob = probs.gather(1, following[:, None])[:, 0]
     return {
         "ids": top_ids,

@@ -118,10 +118,13 @@ def apply_stages(
     allowed: torch.Tensor | None = None,
 ) -> list[tuple[str, str, torch.Tensor]]:
     """Every active stage's scores, (1, vocab) each, in float32 on the logits' device."""
+    stages = build_stages(settings, generated_ids, allowed)
+    if not stages:  # (greedy with no penalty: nothing to queue on the device)
+        return []
     scores = logits.reshape(1, -1).float()
     input_ids = ids_to_device(context_ids, scores.device)
     out = []
-    for name, detail, processor in build_stages(settings, generated_ids, allowed):
+    for name, detail, processor in stages:
         scores = processor(input_ids, scores)
         out.append((name, detail, scores))
     return out
@@ -249,10 +252,11 @@ def _decide(
 ) -> PendingDecision:
     timer = DeviceTimer(logits.device)
     device = logits.device
-    raw = torch.softmax(logits.float().reshape(-1), -1)
+    raw_scores = logits.float().reshape(-1)
+    raw = torch.softmax(raw_scores, -1)
     stages = apply_stages(logits, settings, context_ids, generated_ids, allowed)
-    final_scores = stages[-1][2][0] if stages else logits.float().reshape(-1)
-    final = torch.softmax(final_scores, -1)
+    final_scores = stages[-1][2][0] if stages else raw_scores
+    final = torch.softmax(final_scores, -1) if stages else raw  # (no stage: one distribution, computed once)
 
     u = None
     mode: DecisionMode
@@ -268,12 +272,14 @@ def _decide(
 
     n = min(WATCH_N, raw.numel())
     # The watched tokens, duplicates included: the host keeps each token's first appearance.
-    watch = torch.cat([torch.topk(raw, n).indices, torch.topk(final, n).indices, chosen.reshape(1)])
+    raw_top = torch.topk(raw, n).indices
+    final_top = raw_top if final is raw else torch.topk(final, n).indices
+    watch = torch.cat([raw_top, final_top, chosen.reshape(1)])
     # One row per stage: tokens kept, the previous stage's mass they held, the tokens whose score it
     # changed (what a penalty penalised), the watched probabilities, and whether it changed each.
     w = watch.numel()
     rows = torch.zeros((len(stages), 3 + 2 * w), dtype=torch.float64, device=device)
-    before, before_scores = raw, logits.float().reshape(-1)
+    before, before_scores = raw, raw_scores
     for i, (_, _, scores) in enumerate(stages):
         after = torch.softmax(scores[0], -1)
         finite = torch.isfinite(scores[0])
@@ -287,14 +293,15 @@ def _decide(
         rows[i, 3 + w :] = changed[watch]
         before, before_scores = after, scores[0]
 
-    chosen_prob = final[chosen]
+    chosen_prob, raw_prob = final[chosen], raw[chosen]
+    raw_rank = ((raw > raw_prob).sum() + 1).double()
     scalars = torch.stack(
         [
             chosen.double(),
             chosen_prob.double(),
-            ((final > chosen_prob).sum() + 1).double(),
-            ((raw > raw[chosen]).sum() + 1).double(),
-            raw[chosen].double(),
+            raw_rank if final is raw else ((final > chosen_prob).sum() + 1).double(),
+            raw_rank,
+            raw_prob.double(),
             low,
             high,
             torch.isfinite(logits).all().double(),  # (read with the rest: no extra wait for the device)

@@ -74,6 +74,7 @@ def _record(r: StepRecord, attention: np.ndarray | None, sets: list[tuple[Interv
         "entropy": r.entropy,
         "attention": None if attention is None else _array(attention),
         "forward_ms": r.forward_ms,
+        "place_ms": [list(p) for p in r.place_ms],
         "kv_len": r.kv_len,
         "kv_bytes": r.kv_bytes,
         "decision": {
@@ -164,6 +165,7 @@ def _unrecord(
         entropy=r.entropy,
         decision=decision,
         forward_ms=r.forward_ms,
+        place_ms=tuple((place, ms) for place, ms in r.place_ms),
         kv_len=r.kv_len,
         kv_bytes=r.kv_bytes,
         prompt_predictions=tuple(

@@ -181,6 +181,8 @@ class SavedRouting(Model):
 
 Candidate = tuple[Id, SafeText, Finite, Probability]
 Candidates = Annotated[list[Candidate], FAIL_FAST, Field(max_length=MAX_CANDIDATES)]
+MAX_PLACES = 64  # GPUs, the CPU and the disk
+Place = Annotated[str, Field(strict=True, pattern=r"^[a-z]{2,8}(:\d{1,3})?$")]  # cuda:0, cpu, disk, …
 Stage = tuple[
     SafeText, SafeText, Count, Probability, Annotated[list[Probability], FAIL_FAST, Field(max_length=MAX_FOLLOWED)]
 ]
@@ -229,6 +231,7 @@ class Record(Model):
     entropy: NonNegative
     attention: Array | None = None  # rows the file kept (see tokenviz.files.journey_file)
     forward_ms: NonNegative
+    place_ms: Annotated[list[tuple[Place, NonNegative]], FAIL_FAST, Field(max_length=MAX_PLACES)] = []
     kv_len: Count
     kv_bytes: Count
     decision: Decision

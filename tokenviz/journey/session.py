@@ -35,6 +35,7 @@ from tokenviz.journey.stops import stop_reason
 from tokenviz.journey.watching import token_of
 from tokenviz.model.cache import shared_prefix
 from tokenviz.model.chat import chat_ids
+from tokenviz.model.place_times import PlaceTimes
 from tokenviz.model.routing import join_routes, read_routing
 from tokenviz.model.runner import Forward, ModelRunner
 from tokenviz.model.transfer import to_host
@@ -601,7 +602,7 @@ class Session:
         """Feed the prompt chunk by chunk: (the last chunk's forward pass, every position's prediction
         on the device, milliseconds in all)."""
         n = len(ids)
-        parts, routes, ms = [], [], 0.0
+        parts, routes, places, ms = [], [], [], 0.0
         for begin in range(0, n, self._prefill_chunk):
             end = min(begin + self._prefill_chunk, n)
             forward = self.runner.forward(ids[begin:end], every_position=True)
@@ -609,6 +610,8 @@ class Session:
             parts.append(predict_positions(forward.position_logits, ids[begin + 1 : end + 1]))
             if forward.routes is not None:
                 routes.append(forward.routes)
+            if forward.places is not None:
+                places.append(forward.places)
             ms += forward.timer.wait().ms()
             if progress is not None:
                 progress(end, n)
@@ -616,6 +619,8 @@ class Session:
                 raise Cancelled("prefill cancelled: the journey is as it was")
         if routes:  # every prompt position's, where the last chunk's pass has its own
             forward = dataclasses.replace(forward, routes=join_routes(routes))
+        if places:  # every chunk's time in each place
+            forward = dataclasses.replace(forward, places=PlaceTimes.joined(places))
         return forward, join(parts), ms
 
     def _push(
@@ -628,11 +633,14 @@ class Session:
         """Record a forward pass and decide on it: the top-n, the decision (and a prefill's
         predictions at every prompt position) reach the host in one transfer."""
         decided, host = self._decided(forward.logits, {**(prompt_parts or {}), **(forward.routes or {})})
+        if prompt_parts:  # thousands of candidates' pieces: decoded in one call
+            self.runner.learn_pieces([*input_ids, *host["prompt.ids"].ravel().tolist()])
         record = dataclasses.replace(
             decided,
             input_ids=tuple(input_ids),
             input_texts=tuple(self.runner.piece(t) for t in input_ids),
             forward_ms=forward.timer.ms() if forward_ms is None else forward_ms,
+            place_ms=forward.places.ms() if forward.places else (),
             kv_len=self.runner.kv_len,
             kv_bytes=self.runner.kv_bytes,
             prompt_predictions=read_predictions(host, input_ids, self.runner.piece) if prompt_parts else (),

@@ -59,13 +59,23 @@ def _attend(module, query, key, value, attention_mask, **kwargs):
         return _eager_of(module)(module, query, key, value, _additive(attention_mask, query, key), **kwargs)
     if capture is not None:
         layer = module.layer_idx
-        capture.queries[layer] = query[0].clone()  # a view would keep the whole projection alive
+        capture.queries[layer] = _own(query[0])
         if layer not in capture.calls:
             capture.calls[layer] = LayerCall(module, {k: v for k, v in kwargs.items() if k in CALL_KWARGS})
     if kwargs.get("softcap") is not None or kwargs.get("s_aux") is not None:
         mask = _additive(attention_mask, query, key)
         return _eager_of(module)(module, query, key, value, mask, **kwargs)
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+
+def _own(query: torch.Tensor) -> torch.Tensor:
+    """The query states to keep: themselves where they are all their storage holds (after RoPE, a
+    tensor of their own), a copy where they are a view of more (a fused projection, as GPT-2's), so
+    the rest is not kept alive. (A copy per layer per step is a kernel launch: on a GPU, where a
+    step waits on the host's launches, 30 of them cost the bundled model about 0.6 ms.)"""
+    if query.untyped_storage().nbytes() <= query.numel() * query.element_size():
+        return query
+    return query.clone()
 
 
 def _additive(mask: torch.Tensor | None, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:

@@ -50,17 +50,24 @@ def weights_at_hand(module: torch.nn.Module) -> Iterator[None]:
         yield
 
 
+def places(model) -> dict[str, str]:
+    """Each part of a spread model's device map and where its weights live ('cuda:0', 'cpu',
+    'disk'); empty for a model in one place."""
+    mapping: dict[str, str | int] = getattr(model, "hf_device_map", None) or {}
+    named = {name: f"cuda:{where}" if isinstance(where, int) else str(where) for name, where in mapping.items()}
+    return named if len(set(named.values())) > 1 else {}
+
+
 def placed(model) -> str:
     """Which decoder layers (and how many other parts) live on each device or the disk, and their
     bytes: '' unless a device map spread the model over more than one."""
-    mapping: dict[str, str | int] = getattr(model, "hf_device_map", None) or {}
-    if len(set(mapping.values())) < 2:
+    mapping = places(model)
+    if not mapping:
         return ""
     prefix = next((name for name, module in model.named_modules() if module is decoder_layers(model)), "")
     layer = re.compile(rf"^{re.escape(prefix)}\.(\d+)$")
     where: dict[str, tuple[list[int], int, int]] = {}  # device: (layers, other parts, bytes)
-    for name, device in mapping.items():
-        key = f"cuda:{device}" if isinstance(device, int) else str(device)
+    for name, key in mapping.items():
         module = model.get_submodule(name) if name else model
         size = sum(p.numel() * p.element_size() for p in module.parameters())
         layers, others, total = where.get(key, ([], 0, 0))

@@ -22,6 +22,7 @@ from tokenviz.model.chat import has_chat_template
 from tokenviz.model.interrupt import layer_by_layer
 from tokenviz.model.loading import LoadedModel
 from tokenviz.model.memory import free_bytes, gigabytes
+from tokenviz.model.place_times import PlaceTimes, timed_by_place
 from tokenviz.model.placing import input_device
 from tokenviz.model.query_store import QUERY_CEILING, QUERY_FLOOR, QUERY_SHARE, QueryStore, query_budget
 from tokenviz.model.routing import recording, route_tensors, routers, shared_gates
@@ -37,6 +38,7 @@ class Forward:
     timer: DeviceTimer
     position_logits: torch.Tensor | None = None  # (tokens fed, vocab), when every position's were asked for
     routes: dict[str, torch.Tensor] | None = None  # an MoE model's routing of the tokens fed (see model.routing)
+    places: PlaceTimes | None = None  # a spread model's time in each place its weights live
 
 
 class ModelRunner:
@@ -57,7 +59,7 @@ class ModelRunner:
         self._eager_rows: tuple[range, torch.Tensor] | None = None  # the last rows an eager pass gave
         self.special_ids = set(getattr(self.tokenizer, "all_special_ids", []) or [])
         self.eos_ids = self._eos_ids()
-        self.piece = lru_cache(maxsize=65536)(self._piece)
+        self._pieces: dict[int, str] = {}  # by id: at most the vocabulary
         # Asked between the layers of `forward` (set by the worker during autoplay): True sets the step
         # aside (GiveWay, the cache cropped back) so a waiting key is answered now, not after the step.
         self.give_way: Callable[[], bool] | None = None
@@ -86,10 +88,28 @@ class ModelRunner:
             f"memory, from {gigabytes(QUERY_FLOOR)} to {gigabytes(QUERY_CEILING)})"
         )
 
-    def _piece(self, token_id: int) -> str:
+    def piece(self, token_id: int) -> str:
         """The exact text a token adds, safe to print. Byte pieces that are not whole characters, and
         control characters but newline and tab, show as <0x..>."""
-        text = self.decode([token_id])
+        known = self._pieces.get(token_id)
+        if known is None:
+            known = self._pieces[token_id] = self._piece(token_id, self.decode([token_id]))
+        return known
+
+    def learn_pieces(self, ids: Iterable[int]) -> None:
+        """Decode the pieces of `ids` not known yet in one call to the tokenizer's Rust backend
+        (where it has the plain one): a 2048-token prefill's ten thousand candidates then cost
+        about 20 ms on a CPU, not 100-150 ms one by one."""
+        new = [i for i in dict.fromkeys(ids) if i not in self._pieces]
+        if len(new) < 2:
+            return
+        backend = getattr(self.tokenizer, "_tokenizer", None)
+        if getattr(type(self.tokenizer), "_decode", None) is not _plain_decode() or backend is None:
+            return  # a tokenizer of its own decoding: one by one, as piece() does
+        for token_id, text in zip(new, backend.decode_batch([[i] for i in new], skip_special_tokens=False)):
+            self._pieces[token_id] = self._piece(token_id, text)
+
+    def _piece(self, token_id: int, text: str) -> str:
         if "\ufffd" in text:
             raw = str(self.tokenizer.convert_ids_to_tokens(token_id))
             if raw and "\ufffd" not in raw:
@@ -163,6 +183,7 @@ class ModelRunner:
             capturing(calls=self.queries.calls) as capture,
             yielding,
             recording(self.routers, self.shared_gates) as routed,
+            timed_by_place(self.model) as places,
         ):
             out = self.model(
                 input_ids=ids_to_device(ids, self.device),
@@ -176,6 +197,7 @@ class ModelRunner:
             timer=timer.stop(),
             position_logits=out.logits[0] if every_position else None,
             routes=route_tensors(routed) if routed and len(routed) == len(self.routers) else None,  # (all read)
+            places=places,
         )
 
     @torch.inference_mode()
@@ -294,11 +316,24 @@ class ModelRunner:
         return out.logits[0, -1], torch.cat([layer[:, :, -1, :].float() for layer in out.attentions], 0)
 
 
-def _byte_piece(raw: str) -> str:
-    """Show a byte-level BPE piece that is part of a multi-byte character as its bytes."""
+@lru_cache(maxsize=1)
+def _plain_decode():
+    """The fast tokenizers' decode: their Rust backend's, no more."""
+    from transformers import PreTrainedTokenizerFast
+
+    return getattr(PreTrainedTokenizerFast, "_decode", None)
+
+
+@lru_cache(maxsize=1)
+def _byte_decoder() -> dict[str, int]:
     from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-    decoder = {v: k for k, v in bytes_to_unicode().items()}
+    return {v: k for k, v in bytes_to_unicode().items()}
+
+
+def _byte_piece(raw: str) -> str:
+    """Show a byte-level BPE piece that is part of a multi-byte character as its bytes."""
+    decoder = _byte_decoder()
     if all(ch in decoder for ch in raw):
         data = bytes(decoder[ch] for ch in raw)
         try:

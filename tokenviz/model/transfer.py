@@ -57,9 +57,12 @@ _NUMPY_DTYPES = {
 
 
 def ids_to_device(ids: Sequence[int], device: torch.device) -> torch.Tensor:
-    """Token ids as a (1, n) long tensor on `device`. The copy is queued, not waited for: a plain
-    copy to a GPU would first wait for the work already queued, such as the forward pass."""
-    return torch.tensor([list(ids)], dtype=torch.long).to(device, non_blocking=True)
+    """Token ids as a (1, n) long tensor on `device`. The copy is queued, not waited for: a copy to
+    a GPU from ordinary (pageable) host memory first waits for the work already queued, such as the
+    forward pass, so the ids are put in pinned memory first (PyTorch keeps that block until the copy
+    is done)."""
+    host = torch.tensor([list(ids)], dtype=torch.long, pin_memory=device.type == "cuda")
+    return host.to(device, non_blocking=True)
 
 
 class DeviceTimer:
