@@ -17,6 +17,7 @@ PROMPT = "The cat sat on the mat. The dog sat on the log. The cat sat on the"
 @pytest.fixture
 def small_chunks(monkeypatch):
     monkeypatch.setattr(session_module, "PREFILL_CHUNK", 4)
+    monkeypatch.setattr(session_module, "ACCELERATOR_PREFILL_CHUNK", 4)
 
 
 def started(loaded, **kwargs) -> Session:
@@ -31,6 +32,7 @@ def test_a_chunked_prefill_equals_one_forward_pass(tiny, small_chunks, monkeypat
     n = len(chunked.prompt_ids)
     assert done == [(min(k, n), n) for k in range(4, n + 4, 4)]
     monkeypatch.setattr(session_module, "PREFILL_CHUNK", 10_000)
+    monkeypatch.setattr(session_module, "ACCELERATOR_PREFILL_CHUNK", 10_000)
     whole = started(tiny)
     a, b = chunked.records[0], whole.records[0]
     layers = range(tiny.info.layers)

@@ -18,8 +18,8 @@ from tokenviz.model.runner import ModelRunner
 
 SHAPE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4}
 CPU_SHARE = "cpu=500000"  # of about 0.8 MB of weights: the embedding and one layer; the rest on the disk
-# With --device cuda: the GPU takes the embedding and a layer, the CPU a layer, the disk the rest.
-SHARES = {"cpu": (CPU_SHARE,), "cuda": ("0=300000", "cpu=200000")}
+# With --device cuda: the GPU takes the embedding, the CPU two layers, the disk the rest.
+SHARES = {"cpu": (CPU_SHARE,), "cuda": ("0=300000", CPU_SHARE)}
 PLACES = {"cpu": {"cpu", "disk"}, "cuda": {0, "cpu", "disk"}}
 PROMPT = "The cat sat on the mat. The dog"
 STEPS = 8
@@ -52,7 +52,7 @@ def test_the_layers_that_do_not_fit_live_on_the_disk(models, device):
     if device == "cpu":
         assert "cpu: layer 0" in spread.info.placement and "disk: layers 1-3" in spread.info.placement
     else:
-        assert spread.info.placement.startswith("cuda:0: layer") and "disk: layers" in spread.info.placement
+        assert spread.info.placement.startswith("cuda:0: 1 other part") and "cpu: layers 0-1" in spread.info.placement
 
 
 def test_a_device_map_from_a_file_puts_each_part_where_it_says(models, tmp_path):
@@ -146,7 +146,7 @@ def test_each_step_is_timed_in_each_place_the_weights_live(models, device, tmp_p
     places = {"cpu": ["cpu", "disk"], "cuda": ["cuda:0", "cpu", "disk"]}[device]
     session = journey(spread)
     for record in session.records:  # the prefill (its chunks summed) and every step
-        assert [place for place, _ in record.place_ms] == places
+        assert sorted(place for place, _ in record.place_ms) == sorted(places)  # (in the order the pass met them)
         assert all(ms > 0 for _, ms in record.place_ms)
         assert sum(ms for _, ms in record.place_ms) <= record.forward_ms * 1.01 + 0.05  # within the pass
     assert record.to_json()["ms"]["by_place"] == dict(record.place_ms)
@@ -174,7 +174,7 @@ async def test_the_timing_view_shows_the_time_in_each_place(models, device):
         shown = str(app.query_one("#timing").content)
         line = next(line for line in shown.splitlines() if line.startswith("by where the weights live"))
         places = {"cpu": ["cpu", "disk"], "cuda": ["cuda:0", "cpu", "disk"]}[device]
-        assert [part.split()[0] for part in line.split(": ", 1)[1].split(" · ")] == places
+        assert sorted(part.split()[0] for part in line.split(": ", 1)[1].split(" · ")) == sorted(places)
 
 
 def test_every_view_on_a_spread_model_is_the_whole_models(models):
