@@ -381,7 +381,13 @@ def refusal() -> dict:
             [sys.executable, "-m", "tokenviz", "trace", "hi", "--model", folder, "--device", "cpu"]
         )
         seconds = time.perf_counter() - started
-    return {"seconds": seconds, "peak_rss_gb": peak / 2**20, "refused": code == 2 and "needs" in stderr}
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    return {
+        "seconds": seconds,
+        "peak_rss_gb": peak / 2**20,
+        "refused": code == 2 and len(errors) == 1 and "needs" in errors[0] and "Traceback" not in stderr,
+        "error": errors[0] if errors else stderr[-500:],
+    }
 
 
 def autoplay(loaded, bare, device, tokens: int, rounds: int = 3) -> dict:
