@@ -31,12 +31,20 @@ from pathlib import Path
 import psutil
 import torch
 
+from bench.shaped import shaped_model, weights_bytes
 from tokenviz.contract.commands import Play, Reset, Start
 from tokenviz.contract.grammar import Grammar
 from tokenviz.contract.interventions import HeadAblation, Intervention
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
-from tokenviz.model.loading import LoadedModel, bundled_gguf, convert_gguf, gguf_cache_dir, load_model
+from tokenviz.model.loading import (
+    LoadedModel,
+    bundled_gguf,
+    convert_gguf,
+    gguf_cache_dir,
+    load_model,
+    resolve_device,
+)
 from tokenviz.model.runner import ModelRunner
 from tokenviz.worker.engine import EngineWorker
 
@@ -339,7 +347,7 @@ def offload(source: str | None = None, steps: int = 8, device: str = "cpu") -> d
 
     source = source or str(gguf_cache_dir(bundled_gguf()))
     whole = load_model(source, device=device, dtype="float32")
-    size = sum(p.numel() * p.element_size() for p in whole.model.parameters())
+    size = weights_bytes(whole.model)
     ids = whole.tokenizer(PROMPT)["input_ids"]
     limits = (f"cpu={size // 2}",) if device == "cpu" else (f"0={size // 2}", "cpu=100GB")
     with tempfile.TemporaryDirectory() as folder:
@@ -683,8 +691,6 @@ def memory(loaded, steps: int) -> dict:
 def device_peak(loaded, n: int = 2048, steps: int = 32) -> dict:
     """On a GPU: the most device memory allocated while the engine prefills `n` tokens and steps,
     against the weights plus the KV cache they leave (what the model itself cannot do without)."""
-    import bench.shaped
-
     gc.collect()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
@@ -694,7 +700,7 @@ def device_peak(loaded, n: int = 2048, steps: int = 32) -> dict:
         session.step()
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated()
-    weights, kv = bench.shaped.weights_bytes(loaded.model), session.runner.kv_bytes
+    weights, kv = weights_bytes(loaded.model), session.runner.kv_bytes
     queries = session.runner.queries.nbytes
     return {
         "peak_gb": peak / 1e9,
@@ -756,15 +762,11 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(stderr=True)
     torch.manual_seed(0)
     if args.shape:
-        import bench.shaped
-        from tokenviz.model.loading import resolve_device
-
-        loaded, bare = bench.shaped.shaped_model(resolve_device(args.device))
+        loaded, bare = shaped_model(resolve_device(args.device))
     else:
         loaded = load_model(None, device=args.device, dtype=args.dtype)
+        bare = bare_model(loaded, str(gguf_cache_dir(bundled_gguf())), next(loaded.model.parameters()).device)
     device = next(loaded.model.parameters()).device
-    if not args.shape:
-        bare = bare_model(loaded, str(gguf_cache_dir(bundled_gguf())), device)
     steps = 8 if args.quick else 32
     results: dict = {
         "date": datetime.date.today().isoformat(),

@@ -19,6 +19,7 @@ from tokenviz.contract.errors import SettingsError, TokenvizError
 from tokenviz.contract.grammar import Grammar
 from tokenviz.files.grammar_file import engine_grammar, first_line
 from tokenviz.model.cache import shared_prefix
+from tokenviz.model.transfer import to_device
 
 KEPT_MATCHERS = 4  # grammars followed at once: the session's, a comparison's, the last few it switched from
 
@@ -36,10 +37,7 @@ class GrammarMask(LogitsProcessor):
 
 def unpack(bitmask: torch.Tensor, vocab: int, device: torch.device) -> torch.Tensor:
     """(vocab,) bool from llguidance's int32 words, a bit per token, unpacked on `device`."""
-    words = bitmask.reshape(-1)
-    if device.type == "cuda":  # pinned, so the copy does not wait for the work queued (the forward pass)
-        words = words.pin_memory()
-    words = words.to(device, non_blocking=True)
+    words = to_device(bitmask.reshape(-1), device)
     bits = torch.arange(32, dtype=torch.int32, device=device)  # (made there: no copy)
     return ((words.unsqueeze(-1) >> bits) & 1).bool().reshape(-1)[:vocab]
 

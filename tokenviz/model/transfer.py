@@ -56,13 +56,18 @@ _NUMPY_DTYPES = {
 }
 
 
-def ids_to_device(ids: Sequence[int], device: torch.device) -> torch.Tensor:
-    """Token ids as a (1, n) long tensor on `device`. The copy is queued, not waited for: a copy to
-    a GPU from ordinary (pageable) host memory first waits for the work already queued, such as the
-    forward pass, so the ids are put in pinned memory first (PyTorch keeps that block until the copy
-    is done)."""
-    host = torch.tensor([list(ids)], dtype=torch.long, pin_memory=device.type == "cuda")
+def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on `device`, the copy queued, not waited for: a copy to a GPU from ordinary
+    (pageable) host memory first waits for the work already queued, such as the forward pass, so the
+    tensor goes through pinned memory (PyTorch keeps that block until the copy is done)."""
+    if device.type == "cuda":
+        host = host.pin_memory()
     return host.to(device, non_blocking=True)
+
+
+def ids_to_device(ids: Sequence[int], device: torch.device) -> torch.Tensor:
+    """Token ids as a (1, n) long tensor on `device` (see to_device)."""
+    return to_device(torch.tensor([list(ids)], dtype=torch.long), device)
 
 
 class DeviceTimer:
