@@ -118,3 +118,23 @@ def test_a_prompt_too_large_for_free_memory_is_refused_before_it_runs(tiny, monk
     with pytest.raises(PromptError, match=needs):
         s.start("Hello world! Sampling picks the next token from the distribution")
     assert (list(s.ids), s.runner.kv_len) == before  # nothing ran, nothing lost
+
+
+def test_the_predictions_are_made_when_read_and_equal_the_whole_tuple(tiny):
+    s = Session(ModelRunner(tiny), SamplingSettings(seed=4))
+    s.start(PROMPT)
+    predictions = s.records[0].prompt_predictions
+    decoded = set(s.runner._pieces)
+    # The prefill decoded the prompt's pieces and its decision's; no position's candidates were made.
+    assert decoded <= {*s.prompt_ids, *(c.id for c in s.records[0].top), *(i for i, _ in s.records[0].decision.watch)}
+    shown = predictions[-1]  # one position read: its candidates' pieces, no other
+    assert set(s.runner._pieces) - decoded <= {c.id for c in shown.top} | {shown.next_id}
+    whole = tuple(predictions)
+    assert len(whole) == len(s.prompt_ids) - 1 and whole[-1] is shown  # made once
+    assert predictions == whole and whole == predictions and hash(predictions) == hash(whole)
+    assert predictions[1:3] == whole[1:3] and predictions[-2] == whole[-2]
+    assert predictions != whole[:-1] and predictions != "text"
+    with pytest.raises(IndexError):
+        predictions[len(whole)]
+    fresh = ModelRunner(tiny)  # the pieces, as one-by-one decoding makes them
+    assert all(c.text == fresh.piece(c.id) for p in whole for c in p.top)

@@ -6,6 +6,7 @@ Nothing here holds a torch tensor.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -238,7 +239,8 @@ class StepRecord:
     place_ms: tuple[tuple[str, float], ...] = field(default=(), compare=False)
     kv_len: int = 0
     kv_bytes: int = 0
-    prompt_predictions: tuple[PromptPrediction, ...] = ()  # the prefill's: one per prompt position but the last
+    # The prefill's: one per prompt position but the last (a sequence that makes each when read).
+    prompt_predictions: Sequence[PromptPrediction] = ()
     routing: Routing | None = field(default=None, compare=False)  # of each input position (an MoE model's)
     interventions: tuple[Intervention, ...] = ()  # in force when its forward pass ran
     unsteered: Unsteered | None = None  # with interventions: the model's own distribution there

@@ -8,7 +8,8 @@ own next token was (its surprisal) without holding the whole vocabulary for ever
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import overload
 
 import numpy as np
 import torch
@@ -59,26 +60,67 @@ def join(parts: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     return {f"prompt.{key}": torch.cat([part[key] for part in parts]) for key in KEYS}
 
 
-def read(
-    host: dict[str, np.ndarray], prompt_ids: Sequence[int], piece: Callable[[int], str]
-) -> tuple[PromptPrediction, ...]:
-    """The predictions, from the host copies of `join`'s tensors."""
-    ids, logits, probs = (host[f"prompt.{k}"].tolist() for k in ("ids", "logits", "probs"))
-    entropy, next_prob, next_rank, next_logprob = (
-        host[f"prompt.{k}"].tolist() for k in ("entropy", "next_prob", "next_rank", "next_logprob")
-    )
-    return tuple(
-        PromptPrediction(
+class PromptPredictions(Sequence[PromptPrediction]):
+    """The predictions at every prompt position, made into records only when read: a 2048-token
+    prompt has ten thousand candidates, and building them all (and decoding their pieces) would cost
+    a GPU's prefill more than its forward pass, though a view shows a few at a time. Equal to the
+    tuple of the same records."""
+
+    def __init__(
+        self,
+        host: dict[str, np.ndarray],
+        prompt_ids: Sequence[int],
+        piece: Callable[[int], str],
+        learn: Callable[[list[int]], None] = lambda ids: None,
+    ):
+        self._columns = {key: host[f"prompt.{key}"] for key in KEYS}
+        self._prompt_ids, self._piece, self._learn = tuple(prompt_ids), piece, learn
+        self._made: list[PromptPrediction | None] = [None] * len(self._columns["next_prob"])
+
+    def __len__(self) -> int:
+        return len(self._made)
+
+    @overload
+    def __getitem__(self, index: int) -> PromptPrediction: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[PromptPrediction, ...]: ...
+    def __getitem__(self, index: int | slice) -> PromptPrediction | tuple[PromptPrediction, ...]:
+        if isinstance(index, slice):
+            return tuple(self._made_at(p) for p in range(len(self))[index])
+        return self._made_at(range(len(self))[index])  # (an IndexError past the end, as a tuple's)
+
+    def __iter__(self) -> Iterator[PromptPrediction]:
+        if None in self._made:  # every one: their pieces first, in one call
+            self._learn(self._columns["ids"].ravel().tolist())
+        return (self._made_at(p) for p in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"PromptPredictions({len(self)} positions)"
+
+    def _made_at(self, p: int) -> PromptPrediction:
+        made = self._made[p]
+        if made is None:
+            made = self._made[p] = self._make(p)
+        return made
+
+    def _make(self, p: int) -> PromptPrediction:
+        column, piece, following = self._columns, self._piece, self._prompt_ids[p + 1]
+        ids, logits, probs = (column[key][p].tolist() for key in ("ids", "logits", "probs"))
+        return PromptPrediction(
             position=p,
-            top=tuple(
-                Candidate(id=i, text=piece(i), logit=lg, prob=pr) for i, lg, pr in zip(ids[p], logits[p], probs[p])
-            ),
-            entropy=entropy[p],
-            next_id=prompt_ids[p + 1],
-            next_text=piece(prompt_ids[p + 1]),
-            next_prob=next_prob[p],
-            next_rank=int(next_rank[p]),
-            next_logprob=next_logprob[p],
+            top=tuple(Candidate(id=i, text=piece(i), logit=lg, prob=pr) for i, lg, pr in zip(ids, logits, probs)),
+            entropy=float(column["entropy"][p]),
+            next_id=following,
+            next_text=piece(following),
+            next_prob=float(column["next_prob"][p]),
+            next_rank=int(column["next_rank"][p]),
+            next_logprob=float(column["next_logprob"][p]),
         )
-        for p in range(len(next_prob))
-    )

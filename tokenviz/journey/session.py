@@ -24,8 +24,7 @@ from tokenviz.contract.records import MAX_PINNED, StepRecord, TokenChip
 from tokenviz.contract.results import BranchSummary, CacheEvent
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.grammar import GrammarMatchers
-from tokenviz.decoding.prompt_predictions import join, predict_positions
-from tokenviz.decoding.prompt_predictions import read as read_predictions
+from tokenviz.decoding.prompt_predictions import PromptPredictions, join, predict_positions
 from tokenviz.decoding.sampling import decide, decide_on_device, follow_pinned, summarise
 from tokenviz.files.journey_file import rows_to_save
 from tokenviz.journey.analyses import JourneyAnalyses
@@ -633,8 +632,7 @@ class Session:
         """Record a forward pass and decide on it: the top-n, the decision (and a prefill's
         predictions at every prompt position) reach the host in one transfer."""
         decided, host = self._decided(forward.logits, {**(prompt_parts or {}), **(forward.routes or {})})
-        if prompt_parts:  # thousands of candidates' pieces: decoded in one call
-            self.runner.learn_pieces([*input_ids, *host["prompt.ids"].ravel().tolist()])
+        self.runner.learn_pieces(input_ids)  # a prompt's pieces: in one call
         record = dataclasses.replace(
             decided,
             input_ids=tuple(input_ids),
@@ -643,7 +641,9 @@ class Session:
             place_ms=forward.places.ms() if forward.places else (),
             kv_len=self.runner.kv_len,
             kv_bytes=self.runner.kv_bytes,
-            prompt_predictions=read_predictions(host, input_ids, self.runner.piece) if prompt_parts else (),
+            prompt_predictions=(
+                PromptPredictions(host, input_ids, self.runner.piece, self.runner.learn_pieces) if prompt_parts else ()
+            ),
             routing=read_routing(host, self.runner.routers),
         )
         self._pending_logits = forward.logits
