@@ -30,6 +30,12 @@ def test_trace_json_on_the_bundled_model_as_a_user_runs_it():
         timeout=600,
     )
     assert out.returncode == 0, out.stderr
+    # Only tokenviz's own progress, a line each (no bar to redraw in a log), and nothing printed by a
+    # library it imports (torchao's, say).
+    assert out.stderr.splitlines() == [
+        "checking that SmolLM2-135M-Instruct (bundled, Q4_1 GGUF) fits on cpu",
+        "prefilling the prompt: 7 of 7 tokens",
+    ]
     doc = json.loads(out.stdout)
     assert {"name", "device", "dtype", "layers", "heads"} <= doc["model"].keys()
     assert doc["model"]["layers"] == 30 and doc["model"]["heads"] == 9

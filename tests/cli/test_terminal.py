@@ -1,5 +1,6 @@
 """tokenviz in a real terminal: tmux runs it on the bundled model, send-keys types, capture-pane reads."""
 
+import contextlib
 import json
 import os
 import re
@@ -70,16 +71,33 @@ def quits_cleanly(name: str) -> None:
     assert "TOKENVIZ-EXITED 0" in wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=10)
 
 
-@pytest.fixture
-def session():
+@contextlib.contextmanager
+def sessions(args: str, count: int, size: tuple[int, int] = (160, 48), after: str = "", cwds=None):
+    """`count` terminals running `tokenviz ARGS` at once (their start-ups overlap, which is most of a
+    test's time), each followed by its exit status and `after`; all ended on the way out."""
     if shutil.which("tmux") is None:
         pytest.fail("tmux is needed for the real-terminal test (apt-get install tmux)")
-    name = f"tokenviz-{uuid.uuid4().hex[:8]}"
+    names = [f"tokenviz-{uuid.uuid4().hex[:8]}" for _ in range(count)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TERM": "xterm-256color"}
-    command = f"{sys.executable} -m tokenviz --temperature 0.7; echo TOKENVIZ-EXITED $?; sleep 30"
-    new_session(name, (160, 48), command, env)
-    yield name
-    subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+    command = f"{sys.executable} -m tokenviz {args}; echo TOKENVIZ-EXITED $?; {after}sleep 30"
+    try:
+        for i, name in enumerate(names):
+            new_session(name, size, command, env, cwd=cwds[i] if cwds else None)
+        yield names
+    finally:
+        for name in names:
+            subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+
+
+def tokenviz_pid(name: str) -> str:
+    shell = tmux("display", "-p", "-t", name, "#{pane_pid}").strip()
+    return subprocess.run(["pgrep", "-P", shell, "-f", "tokenviz"], capture_output=True, text=True).stdout.split()[0]
+
+
+@pytest.fixture
+def session():
+    with sessions("--temperature 0.7", 1) as names:
+        yield names[0]
 
 
 def test_tokenviz_in_a_real_terminal(session):
@@ -104,42 +122,38 @@ def test_tokenviz_in_a_real_terminal(session):
     assert "Traceback" not in text
 
 
-@pytest.mark.parametrize("keys", [["B"], ["space"], ["S"]], ids=["mid-beam", "mid-step", "mid-speculation"])
-def test_quitting_mid_run_exits_cleanly(session, keys):
-    wait_screen(session, r"ready · step 0")
-    for key in keys:
-        tmux("send-keys", "-t", session, "Space" if key == "space" else key)
-    time.sleep(0.1)
-    started = time.monotonic()
-    tmux("send-keys", "-t", session, "q")
-    text = wait_screen(session, r"TOKENVIZ-EXITED \d+", timeout=10)
-    assert time.monotonic() - started < QUIT_BOUND_S
-    assert "TOKENVIZ-EXITED 0" in text  # not 134: no C++ abort from a thread torn down inside torch
-    assert "terminate called" not in text and "Aborted" not in text and "Traceback" not in text
+def test_quitting_mid_run_exits_cleanly():
+    runs = {"mid-beam": "B", "mid-step": "Space", "mid-speculation": "S"}
+    with sessions("--temperature 0.7", len(runs)) as names:
+        for name in names:
+            wait_screen(name, r"ready · step 0")
+        for name, (run, key) in zip(names, runs.items()):
+            tmux("send-keys", "-t", name, key)
+            time.sleep(0.1)
+            started = time.monotonic()
+            tmux("send-keys", "-t", name, "q")
+            text = wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=10)
+            assert time.monotonic() - started < QUIT_BOUND_S, run
+            assert "TOKENVIZ-EXITED 0" in text, run  # not 134: no C++ abort from a thread torn down inside torch
+            assert "terminate called" not in text and "Aborted" not in text and "Traceback" not in text, run
 
 
-@pytest.mark.parametrize("signum, number", [("TERM", 15), ("HUP", 1), ("INT", 2)])
-def test_sigterm_sighup_and_sigint_leave_a_sane_terminal_and_exit_128_plus_the_signal(signum, number):
-    name = f"tokenviz-{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TERM": "xterm-256color"}
-    modes = "stty -a | tr ' ' '\\n' | grep -x -e echo -e -echo -e icanon -e -icanon"
-    command = f"{sys.executable} -m tokenviz; echo TOKENVIZ-EXITED $?; {modes}; sleep 30"
-    new_session(name, (160, 48), command, env)
-    try:
-        wait_screen(name, r"ready · step 0")
-        shell = tmux("display", "-p", "-t", name, "#{pane_pid}").strip()
-        pid = subprocess.run(["pgrep", "-P", shell, "-f", "tokenviz"], capture_output=True, text=True).stdout.split()[0]
-        started = time.monotonic()
-        subprocess.run(["kill", f"-{signum}", pid], check=True)
-        text = wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=10)
-        assert time.monotonic() - started < QUIT_BOUND_S
-        assert f"TOKENVIZ-EXITED {128 + number}" in text and "Traceback" not in text  # a script can tell
-        assert tmux("display", "-p", "-t", name, "#{alternate_on} #{cursor_flag}").split() == ["0", "1"]
-        text = wait_screen(name, r"icanon", timeout=5)
-        lines = text.split()
-        assert "echo" in lines and "icanon" in lines and "-echo" not in lines and "-icanon" not in lines
-    finally:
-        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+def test_sigterm_sighup_and_sigint_leave_a_sane_terminal_and_exit_128_plus_the_signal():
+    signals = {"TERM": 15, "HUP": 1, "INT": 2}
+    modes = "stty -a | tr ' ' '\\n' | grep -x -e echo -e -echo -e icanon -e -icanon; "
+    with sessions("", len(signals), after=modes) as names:
+        for name in names:
+            wait_screen(name, r"ready · step 0")
+        for name, (signum, number) in zip(names, signals.items()):
+            started = time.monotonic()
+            subprocess.run(["kill", f"-{signum}", tokenviz_pid(name)], check=True)
+            text = wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=10)
+            assert time.monotonic() - started < QUIT_BOUND_S, signum
+            assert f"TOKENVIZ-EXITED {128 + number}" in text and "Traceback" not in text, signum  # a script can tell
+            assert tmux("display", "-p", "-t", name, "#{alternate_on} #{cursor_flag}").split() == ["0", "1"], signum
+            text = wait_screen(name, r"icanon", timeout=5)
+            lines = text.split()
+            assert "echo" in lines and "icanon" in lines and "-echo" not in lines and "-icanon" not in lines, signum
 
 
 def test_a_hostile_journey_cannot_drive_the_terminal(tmp_path):
@@ -321,37 +335,35 @@ def test_the_first_five_minutes_key_sequences_at_120x36(tmp_path):
         subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
 
 
-@pytest.mark.parametrize("then", ["q", "SIGTERM"])
-def test_x_then_quitting_at_once_leaves_all_three_files_whole(tmp_path, then):
+def test_x_then_quitting_at_once_leaves_all_three_files_whole(tmp_path):
     """x writes the screenshot, the journey and its page; quitting right after (q in the same burst of
     keys, or SIGTERM) waits for them: nothing the user asked for is lost."""
     from tokenviz.files.journey_file import read_journey
 
-    name = f"tokenviz-{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TERM": "xterm-256color"}
-    command = f"{sys.executable} -m tokenviz --temperature 0; echo TOKENVIZ-EXITED $?; sleep 30"
-    new_session(name, (120, 36), command, env, cwd=str(tmp_path))
-    try:
-        wait_screen(name, r"ready · step 0")
-        tmux("send-keys", "-t", name, "Space")
-        wait_screen(name, r"ready · step 1")
-        if then == "q":
-            tmux("send-keys", "-t", name, "x", "q")
-        else:
-            shell = tmux("display", "-p", "-t", name, "#{pane_pid}").strip()
-            pid = subprocess.run(["pgrep", "-P", shell, "-f", "tokenviz"], capture_output=True, text=True).stdout
-            tmux("send-keys", "-t", name, "x")
-            deadline = time.monotonic() + 30  # (a busy machine may take a while to read the key)
-            while not list(tmp_path.glob("tokenviz-*.svg")) and time.monotonic() < deadline:
-                time.sleep(0.01)  # the app writes the screenshot first, then asks for the journey and its page
-            subprocess.run(["kill", "-TERM", pid.split()[0]], check=True)  # at once: those may be just queued
-        text = wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=60)
-        assert ("TOKENVIZ-EXITED 0" if then == "q" else "TOKENVIZ-EXITED 143") in text, text
-    finally:
-        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
-    written = sorted(p.suffix for p in tmp_path.glob("tokenviz-*"))
-    assert written == [".html", ".json", ".svg"], written
-    journey = read_journey(next(tmp_path.glob("tokenviz-*.json")))  # whole: it validates
-    assert len(journey["steps"]) == 1
-    assert "</html>" in next(tmp_path.glob("tokenviz-*.html")).read_text()
-    assert not list(tmp_path.glob(".*.tmp"))
+    folders = {then: tmp_path / then for then in ("q", "SIGTERM")}
+    for folder in folders.values():
+        folder.mkdir()
+    with sessions("--temperature 0", 2, size=(120, 36), cwds=[str(f) for f in folders.values()]) as names:
+        for name in names:
+            wait_screen(name, r"ready · step 0")
+        for name, (then, folder) in zip(names, folders.items()):
+            tmux("send-keys", "-t", name, "Space")
+            wait_screen(name, r"ready · step 1")
+            if then == "q":
+                tmux("send-keys", "-t", name, "x", "q")
+            else:
+                pid = tokenviz_pid(name)
+                tmux("send-keys", "-t", name, "x")
+                deadline = time.monotonic() + 30  # (a busy machine may take a while to read the key)
+                while not list(folder.glob("tokenviz-*.svg")) and time.monotonic() < deadline:
+                    time.sleep(0.01)  # the app writes the screenshot first, then asks for the journey and its page
+                subprocess.run(["kill", "-TERM", pid], check=True)  # at once: those may be just queued
+            text = wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=60)
+            assert ("TOKENVIZ-EXITED 0" if then == "q" else "TOKENVIZ-EXITED 143") in text, text
+    for then, folder in folders.items():
+        written = sorted(p.suffix for p in folder.glob("tokenviz-*"))
+        assert written == [".html", ".json", ".svg"], (then, written)
+        journey = read_journey(next(folder.glob("tokenviz-*.json")))  # whole: it validates
+        assert len(journey["steps"]) == 1
+        assert "</html>" in next(folder.glob("tokenviz-*.html")).read_text()
+        assert not list(folder.glob(".*.tmp"))

@@ -217,19 +217,23 @@ def model_options() -> Callable[[Callable[..., None]], Callable[..., None]]:
 
 @contextlib.contextmanager
 def stderr_progress() -> Iterator[Callable[[str, "float | None"], None]]:
-    """A progress reporter for model loading: a bar while converting, a dim line otherwise."""
+    """A progress reporter for model loading: a bar while converting, a dim line otherwise. Where
+    stderr is no terminal (a script, a log), each message is one line, once: no bar to redraw."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=err, transient=True
-    ) as bar:
-        task = None
+    with contextlib.ExitStack() as stack:
+        bar, task, said = None, None, None
 
         def report(message: str, fraction: float | None) -> None:
-            nonlocal task
-            if fraction is None:
-                err.print(Text(safe_text(message), style="dim"), soft_wrap=True)
+            nonlocal bar, task, said
+            if fraction is None or not err.is_terminal:
+                if message != said:
+                    err.print(Text(safe_text(message), style="dim"), soft_wrap=True)
+                said = message
                 return
+            if bar is None:
+                columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
+                bar = stack.enter_context(Progress(*columns, console=err, transient=True))
             if task is None:
                 task = bar.add_task(message, total=1.0)
             bar.update(task, completed=fraction, description=message)
