@@ -11,6 +11,7 @@ import pytest
 import torch
 from tiny import tiny_model
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.sampling import decide
@@ -36,6 +37,7 @@ READS = {
     "unique",
     "repeat_interleave",
 }
+NUMBER_READS = ("tolist", "item", "__float__", "__int__", "__bool__", "__index__")  # each reads numbers
 EVERY_STAGE = dict(
     temperature=0.8,
     top_k=30,
@@ -48,9 +50,21 @@ EVERY_STAGE = dict(
 
 
 class CountReads(TorchFunctionMode):
+    """Reads seen where Python asks for them, and below: a tensor indexed by a one-number tensor
+    (`probs[chosen]`) reads that number inside torch's C++, which only the dispatcher sees."""
+
     def __init__(self):
         super().__init__()
         self.reads = collections.Counter()
+        self.below = ScalarReads(self.reads)
+
+    def __enter__(self):
+        self.below.__enter__()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        super().__exit__(*exc)
+        self.below.__exit__(*exc)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, "__name__", str(func))
@@ -60,6 +74,22 @@ class CountReads(TorchFunctionMode):
             isinstance(a, torch.Tensor) and a.dtype == torch.bool for a in _flat(args[1:])
         ):
             self.reads["boolean mask"] += 1
+        return func(*args, **(kwargs or {}))
+
+
+class ScalarReads(TorchDispatchMode):
+    """Counts reads of one value that no Python call asked for (see CountReads)."""
+
+    def __init__(self, reads: collections.Counter):
+        super().__init__()
+        self.reads, self.asked = reads, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._local_scalar_dense.default:
+            asked = sum(self.reads[name] for name in NUMBER_READS)
+            if asked == self.asked:  # no Python-level read explains it
+                self.reads["a number read inside torch"] += 1
+            self.asked = asked
         return func(*args, **(kwargs or {}))
 
 

@@ -36,7 +36,7 @@ from tokenviz.contract.records import (
 )
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.grammar import GrammarMask
-from tokenviz.model.transfer import DeviceTimer, ids_to_device, to_host
+from tokenviz.model.transfer import DeviceTimer, at, ids_to_device, to_host
 
 WATCH_N = 12  # tokens followed through the stages: the raw top-n plus the final top-n
 
@@ -144,8 +144,8 @@ def _inverse_cdf_on_device(probs: torch.Tensor, u: float) -> tuple[torch.Tensor,
     cumulative = torch.cumsum(sorted_probs, 0)
     last_possible = (sorted_probs > 0).sum() - 1
     rank = torch.minimum(torch.searchsorted(cumulative, u, right=True), last_possible)
-    high = cumulative[rank]
-    return order[rank], rank, high - sorted_probs[rank], high
+    high = at(cumulative, rank)
+    return at(order, rank), rank, high - at(sorted_probs, rank), high
 
 
 def inverse_cdf(probs: torch.Tensor, u: float) -> tuple[int, int, float, float]:
@@ -293,7 +293,7 @@ def _decide(
         rows[i, 3 + w :] = changed[watch]
         before, before_scores = after, scores[0]
 
-    chosen_prob, raw_prob = final[chosen], raw[chosen]
+    chosen_prob, raw_prob = at(final, chosen), at(raw, chosen)
     raw_rank = ((raw > raw_prob).sum() + 1).double()
     scalars = torch.stack(
         [

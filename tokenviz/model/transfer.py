@@ -65,6 +65,12 @@ def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
     return host.to(device, non_blocking=True)
 
 
+def at(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """values[index] for a one-number device tensor `index`, without reading it: plain indexing
+    reads the number to the host, which on a GPU waits for all the work queued before it."""
+    return values.index_select(0, index.reshape(1)).reshape(())
+
+
 def ids_to_device(ids: Sequence[int], device: torch.device) -> torch.Tensor:
     """Token ids as a (1, n) long tensor on `device` (see to_device)."""
     return to_device(torch.tensor([list(ids)], dtype=torch.long), device)
