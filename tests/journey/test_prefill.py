@@ -1,6 +1,10 @@
 """The prefill, chunk by chunk: the same numbers as one forward pass, progress, cancelling that
 leaves the journey as it was, and what the model predicted at every prompt position."""
 
+import gc
+import pickle
+import types
+
 import pytest
 import torch
 
@@ -124,11 +128,11 @@ def test_the_predictions_are_made_when_read_and_equal_the_whole_tuple(tiny):
     s = Session(ModelRunner(tiny), SamplingSettings(seed=4))
     s.start(PROMPT)
     predictions = s.records[0].prompt_predictions
-    decoded = set(s.runner._pieces)
+    decoded = set(s.runner.pieces.known)
     # The prefill decoded the prompt's pieces and its decision's; no position's candidates were made.
     assert decoded <= {*s.prompt_ids, *(c.id for c in s.records[0].top), *(i for i, _ in s.records[0].decision.watch)}
     shown = predictions[-1]  # one position read: its candidates' pieces, no other
-    assert set(s.runner._pieces) - decoded <= {c.id for c in shown.top} | {shown.next_id}
+    assert set(s.runner.pieces.known) - decoded <= {c.id for c in shown.top} | {shown.next_id}
     whole = tuple(predictions)
     assert len(whole) == len(s.prompt_ids) - 1 and whole[-1] is shown  # made once
     assert predictions == whole and whole == predictions and hash(predictions) == hash(whole)
@@ -138,3 +142,19 @@ def test_the_predictions_are_made_when_read_and_equal_the_whole_tuple(tiny):
         predictions[len(whole)]
     fresh = ModelRunner(tiny)  # the pieces, as one-by-one decoding makes them
     assert all(c.text == fresh.piece(c.id) for p in whole for c in p.top)
+    # A record may outlive its model (a journey kept after the model changed): it holds the tokenizer's
+    # pieces, never the model, and a copy of it is the records themselves.
+    assert not any(isinstance(r, (ModelRunner, torch.nn.Module)) for r in reachable(predictions, depth=6))
+    copied = pickle.loads(pickle.dumps(s.records[0]))
+    assert copied == s.records[0] and isinstance(copied.prompt_predictions, tuple)
+    assert len(pickle.dumps(s.records[0])) < 20 * len(pickle.dumps(whole[0])) * len(whole)
+
+
+def reachable(start, depth: int) -> list:
+    """The objects `start` refers to, up to `depth` references away (classes and modules not followed)."""
+    seen, layer, found = {id(start)}, [start], []
+    for _ in range(depth):
+        layer = [r for o in layer for r in gc.get_referents(o) if not isinstance(r, (type, types.ModuleType))]
+        layer = [r for r in layer if id(r) not in seen and not seen.add(id(r))]
+        found += layer
+    return found

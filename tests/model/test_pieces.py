@@ -11,7 +11,7 @@ def same_pieces(loaded, ids):
     alone = [one_by_one.piece(i) for i in ids]
     runner = ModelRunner(loaded)
     runner.learn_pieces(ids)
-    assert len(runner._pieces) == len(set(ids))  # decoded in the one call
+    assert len(runner.pieces.known) == len(set(ids))  # decoded in the one call
     assert [runner.piece(i) for i in ids] == alone
 
 

@@ -30,6 +30,7 @@ def test_bench_measures_run_on_a_tiny_model(tmp_path):
     assert shown["headless_tok_s"] > 0 and shown["app_tok_s"] > 0 and shown["ratio"] > 0
     memory = bench.memory(loaded, steps=20)
     assert memory["history_mb_per_1000"] > 0 and memory["step_record_kb_mean"] > 0
+    assert 0 < memory["queries_kept_mb"] <= memory["queries_budget_mb"]
     searched = bench.beams(loaded, long=200, short=20, steps=3, rounds=1)
     assert searched["200_s"] > 0 and searched["200_fed_again_s"] > 0 and searched["ratio"] > 0
     keyed = bench.key_frame(loaded, context=30, presses=2)

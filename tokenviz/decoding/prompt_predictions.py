@@ -64,7 +64,8 @@ class PromptPredictions(Sequence[PromptPrediction]):
     """The predictions at every prompt position, made into records only when read: a 2048-token
     prompt has ten thousand candidates, and building them all (and decoding their pieces) would cost
     a GPU's prefill more than its forward pass, though a view shows a few at a time. Equal to the
-    tuple of the same records."""
+    tuple of the same records. `piece` and `learn` should not hold the model (see model.pieces): a
+    record may outlive it."""
 
     def __init__(
         self,
@@ -101,6 +102,9 @@ class PromptPredictions(Sequence[PromptPrediction]):
 
     def __hash__(self) -> int:
         return hash(tuple(self))
+
+    def __reduce__(self):
+        return tuple, (tuple(self),)  # a copy (pickled, say) is the records themselves
 
     def __repr__(self) -> str:
         return f"PromptPredictions({len(self)} positions)"

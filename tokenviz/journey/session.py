@@ -642,7 +642,9 @@ class Session:
             kv_len=self.runner.kv_len,
             kv_bytes=self.runner.kv_bytes,
             prompt_predictions=(
-                PromptPredictions(host, input_ids, self.runner.piece, self.runner.learn_pieces) if prompt_parts else ()
+                PromptPredictions(host, input_ids, self.runner.pieces.piece, self.runner.pieces.learn)
+                if prompt_parts
+                else ()
             ),
             routing=read_routing(host, self.runner.routers),
         )

@@ -8,20 +8,19 @@ import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any, cast
+from typing import Any
 
 import torch
 
 from tokenviz.contract.errors import Cancelled, GiveWay, ModelLoadError
 from tokenviz.contract.records import ModelInfo
-from tokenviz.contract.text import safe_text
 from tokenviz.model.attention import IMPLEMENTATION, capturing, exact_weights
 from tokenviz.model.cache import crop_layers, full_cache
 from tokenviz.model.chat import has_chat_template
 from tokenviz.model.interrupt import layer_by_layer
 from tokenviz.model.loading import LoadedModel
 from tokenviz.model.memory import free_bytes, gigabytes
+from tokenviz.model.pieces import TokenPieces
 from tokenviz.model.place_times import PlaceTimes, timed_by_place
 from tokenviz.model.placing import input_device
 from tokenviz.model.query_store import QUERY_CEILING, QUERY_FLOOR, QUERY_SHARE, QueryStore, query_budget
@@ -59,7 +58,7 @@ class ModelRunner:
         self._eager_rows: tuple[range, torch.Tensor] | None = None  # the last rows an eager pass gave
         self.special_ids = set(getattr(self.tokenizer, "all_special_ids", []) or [])
         self.eos_ids = self._eos_ids()
-        self._pieces: dict[int, str] = {}  # by id: at most the vocabulary
+        self.pieces = TokenPieces(self.tokenizer)  # (see tokenviz.model.pieces)
         # Asked between the layers of `forward` (set by the worker during autoplay): True sets the step
         # aside (GiveWay, the cache cropped back) so a waiting key is answered now, not after the step.
         self.give_way: Callable[[], bool] | None = None
@@ -89,32 +88,10 @@ class ModelRunner:
         )
 
     def piece(self, token_id: int) -> str:
-        """The exact text a token adds, safe to print. Byte pieces that are not whole characters, and
-        control characters but newline and tab, show as <0x..>."""
-        known = self._pieces.get(token_id)
-        if known is None:
-            known = self._pieces[token_id] = self._piece(token_id, self.decode([token_id]))
-        return known
+        return self.pieces.piece(token_id)
 
     def learn_pieces(self, ids: Iterable[int]) -> None:
-        """Decode the pieces of `ids` not known yet in one call to the tokenizer's Rust backend
-        (where it has the plain one): a 2048-token prefill's ten thousand candidates then cost
-        about 20 ms on a CPU, not 100-150 ms one by one."""
-        new = [i for i in dict.fromkeys(ids) if i not in self._pieces]
-        if len(new) < 2:
-            return
-        backend = getattr(self.tokenizer, "_tokenizer", None)
-        if getattr(type(self.tokenizer), "_decode", None) is not _plain_decode() or backend is None:
-            return  # a tokenizer of its own decoding: one by one, as piece() does
-        for token_id, text in zip(new, backend.decode_batch([[i] for i in new], skip_special_tokens=False)):
-            self._pieces[token_id] = self._piece(token_id, text)
-
-    def _piece(self, token_id: int, text: str) -> str:
-        if "\ufffd" in text:
-            raw = str(self.tokenizer.convert_ids_to_tokens(token_id))
-            if raw and "\ufffd" not in raw:
-                return safe_text(_byte_piece(raw))
-        return safe_text(text)
+        self.pieces.learn(ids)
 
     def _eos_ids(self) -> set[int]:
         """The ids that end generation (the generation config's, else the tokenizer's)."""
@@ -130,8 +107,7 @@ class ModelRunner:
         return list(self.tokenizer(text, add_special_tokens=special_tokens)["input_ids"])
 
     def decode(self, ids: Iterable[int]) -> str:
-        text = self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
-        return cast(str, text)  # a list of ids decodes to one string
+        return self.pieces.decode(ids)
 
     @property
     def kv_len(self) -> int:
@@ -314,30 +290,3 @@ class ModelRunner:
                 logits_to_keep=1,
             )
         return out.logits[0, -1], torch.cat([layer[:, :, -1, :].float() for layer in out.attentions], 0)
-
-
-@lru_cache(maxsize=1)
-def _plain_decode():
-    """The fast tokenizers' decode: their Rust backend's, no more."""
-    from transformers import PreTrainedTokenizerFast
-
-    return getattr(PreTrainedTokenizerFast, "_decode", None)
-
-
-@lru_cache(maxsize=1)
-def _byte_decoder() -> dict[str, int]:
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
-
-    return {v: k for k, v in bytes_to_unicode().items()}
-
-
-def _byte_piece(raw: str) -> str:
-    """Show a byte-level BPE piece that is part of a multi-byte character as its bytes."""
-    decoder = _byte_decoder()
-    if all(ch in decoder for ch in raw):
-        data = bytes(decoder[ch] for ch in raw)
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError:
-            return "".join(f"<0x{b:02X}>" for b in data)
-    return raw
