@@ -96,14 +96,16 @@ def bare_steps(model, ids: list[int], steps: int, device: torch.device) -> list[
     """Greedy decode with a DynamicCache and nothing else; per-step seconds."""
     from transformers import DynamicCache
 
+    from tokenviz.model.cache import with_cache
+
     cache = DynamicCache(config=model.config)
-    out = model(torch.tensor([ids], device=device), past_key_values=cache, use_cache=True, logits_to_keep=1)
+    out = model(torch.tensor([ids], device=device), **with_cache(model, cache), use_cache=True, logits_to_keep=1)
     token = out.logits[0, -1].argmax().view(1, 1)
     times = []
     for _ in range(steps):
         sync(device)
         started = time.perf_counter()
-        out = model(token, past_key_values=cache, use_cache=True)
+        out = model(token, **with_cache(model, cache), use_cache=True)
         token = out.logits[0, -1].argmax().view(1, 1)
         sync(device)
         times.append(time.perf_counter() - started)

@@ -17,7 +17,7 @@ import torch
 
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.results import BeamCandidate, BeamFate, BeamResult, BeamStep, Hypothesis
-from tokenviz.model.cache import cache_prefix, full_cache
+from tokenviz.model.cache import cache_prefix, full_cache, with_cache
 from tokenviz.model.runner import ModelRunner
 
 PRUNED = -1.0e9
@@ -48,7 +48,7 @@ def beam_search(
     # makes the cache `width` beams wide.
     out = model(
         input_ids=torch.tensor([prompt_ids[fed:]], device=device),
-        past_key_values=cache,
+        **with_cache(model, cache),
         use_cache=True,
         logits_to_keep=1,
     )
@@ -114,7 +114,7 @@ def beam_search(
         scores = running_scores[chosen]
         if step == 0 or not torch.equal(source, in_order):  # (the beams in their places: nothing to move)
             cache.reorder_cache(cast(torch.LongTensor, source))
-        out = model(input_ids=token[chosen].view(width, 1), past_key_values=cache, use_cache=True)
+        out = model(input_ids=token[chosen].view(width, 1), **with_cache(model, cache), use_cache=True)
     return BeamResult(width=width, steps=tuple(steps), final=tuple(finished))
 
 

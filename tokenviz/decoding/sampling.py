@@ -142,7 +142,7 @@ def _inverse_cdf_on_device(probs: torch.Tensor, u: float) -> tuple[torch.Tensor,
     """(token id, 0-based rank, band low, band high) as device tensors: nothing waits for the device."""
     sorted_probs, order = torch.sort(probs.double(), descending=True, stable=True)
     cumulative = torch.cumsum(sorted_probs, 0)
-    last_possible = (sorted_probs > 0).sum() - 1
+    last_possible = ((sorted_probs > 0).sum() - 1).clamp(min=0)  # (0 when nothing is possible: NaN)
     rank = torch.minimum(torch.searchsorted(cumulative, u, right=True), last_possible)
     high = at(cumulative, rank)
     return at(order, rank), rank, high - at(sorted_probs, rank), high

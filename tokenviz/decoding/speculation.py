@@ -20,7 +20,7 @@ from tokenviz.contract.grammar import refuse_grammar
 from tokenviz.contract.results import Round, Speculation
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.sampling import apply_stages, draw_uniform, inverse_cdf
-from tokenviz.model.cache import cache_prefix, full_cache
+from tokenviz.model.cache import cache_prefix, full_cache, with_cache
 from tokenviz.model.parts import decoder_layers
 from tokenviz.model.runner import ModelRunner
 
@@ -71,7 +71,7 @@ class CachedDrafter:
     def _feed(self, ids: list[int]) -> torch.Tensor:
         out = self.model(
             input_ids=torch.tensor([ids], device=self.device),
-            past_key_values=self.cache,
+            **with_cache(self.model, self.cache),
             use_cache=True,
             logits_to_keep=1,
         )
@@ -190,7 +190,10 @@ def speculative_decode(
         drafter.start_from(cache_prefix(runner.cache, len(ids) - 1, layers=drafter.shared_layers), ids[:-1])
     if len(ids) > 1 and not from_cache:  # the target's cache always holds everything but the last token
         model(
-            input_ids=torch.tensor([ids[:-1]], device=device), past_key_values=cache, use_cache=True, logits_to_keep=1
+            input_ids=torch.tensor([ids[:-1]], device=device),
+            **with_cache(model, cache),
+            use_cache=True,
+            logits_to_keep=1,
         )
     rounds = []
     while len(ids) - start < max_new_tokens:
@@ -202,7 +205,7 @@ def speculative_decode(
         feed = [ids[-1], *drafted]
         logits = model(
             input_ids=torch.tensor([feed], device=device),
-            past_key_values=cache,
+            **with_cache(model, cache),
             use_cache=True,
             logits_to_keep=len(feed),
         ).logits[0]

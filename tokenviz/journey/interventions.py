@@ -17,7 +17,7 @@ import torch
 
 from tokenviz.contract.interventions import Intervention, check_against
 from tokenviz.contract.records import Candidate, Unsteered
-from tokenviz.model.cache import crop_layers, full_cache, shared_prefix
+from tokenviz.model.cache import crop_layers, full_cache, shared_prefix, with_cache
 from tokenviz.model.interventions import Hooks, resolve
 from tokenviz.model.runner import ModelRunner
 from tokenviz.model.transfer import DeviceTimer, ids_to_device
@@ -54,7 +54,7 @@ class InterventionState:
         with self.hooks.suspended():
             out = self.runner.model(
                 input_ids=ids_to_device(ids[keep:], self.runner.device),
-                past_key_values=self._cache,
+                **with_cache(self.runner.model, self._cache),
                 use_cache=True,
                 logits_to_keep=1,
             )

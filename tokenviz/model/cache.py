@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import inspect
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -20,6 +22,24 @@ def full_cache() -> DynamicCache:
     positions outside it get exactly zero weight and the numbers are the model's own.
     """
     return DynamicCache()
+
+
+def with_cache(model: torch.nn.Module, cache: Any) -> dict[str, Any]:
+    """`cache` as the keyword argument `model`'s forward takes it by: `cache` from transformers 5.24,
+    `past_key_values` before it and in families not yet renamed (5.24 warns at the old name, and it
+    goes in 5.40)."""
+    return {_cache_keyword(type(model).forward): cache}
+
+
+@functools.cache
+def _cache_keyword(forward: Callable[..., Any]) -> str:
+    parameters = inspect.signature(forward).parameters  # (follows the renaming decorator)
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
+def passed_cache(kwargs: dict[str, Any]) -> Any:
+    """The cache a forward call was given (a pre-hook's kwargs), by either name, or None."""
+    return next((kwargs[k] for k in ("cache", "past_key_values") if kwargs.get(k) is not None), None)
 
 
 def shared_prefix(a: Sequence[int], b: Sequence[int]) -> int:

@@ -15,6 +15,7 @@ import torch
 
 from tokenviz.contract.errors import SettingsError
 from tokenviz.contract.interventions import HeadAblation, Intervention, Patch, Steering
+from tokenviz.model.cache import passed_cache
 from tokenviz.model.parts import decoder_layers
 from tokenviz.model.transfer import ids_to_device
 
@@ -165,7 +166,7 @@ class Hooks:
 
     def _note_start(self, module, args, kwargs):
         """Where the pass starts: after what its cache holds (a pass without one starts at 0)."""
-        cache = kwargs.get("past_key_values")
+        cache = passed_cache(kwargs)
         self._start = cache.get_seq_length() if cache is not None else 0
 
     def _patch(self, position: int, value: torch.Tensor):

@@ -15,7 +15,7 @@ import torch
 from tokenviz.contract.errors import Cancelled, GiveWay, ModelLoadError
 from tokenviz.contract.records import ModelInfo
 from tokenviz.model.attention import IMPLEMENTATION, capturing, exact_weights
-from tokenviz.model.cache import crop_layers, full_cache
+from tokenviz.model.cache import crop_layers, full_cache, with_cache
 from tokenviz.model.chat import has_chat_template
 from tokenviz.model.interrupt import layer_by_layer
 from tokenviz.model.loading import LoadedModel
@@ -71,7 +71,9 @@ class ModelRunner:
         keeps its speed, and the app's engine thread is that thread."""
         cache = full_cache()
         self.model(
-            input_ids=torch.zeros((1, 1), dtype=torch.long, device=self.device), past_key_values=cache, use_cache=True
+            input_ids=torch.zeros((1, 1), dtype=torch.long, device=self.device),
+            **with_cache(self.model, cache),
+            use_cache=True,
         )
         keys = getattr(cache.layers[0], "keys", None)
         if not isinstance(keys, torch.Tensor):
@@ -163,7 +165,7 @@ class ModelRunner:
         ):
             out = self.model(
                 input_ids=ids_to_device(ids, self.device),
-                past_key_values=self.cache,
+                **with_cache(self.model, self.cache),
                 use_cache=True,
                 logits_to_keep=len(ids) if every_position else 1,
             )
@@ -190,7 +192,7 @@ class ModelRunner:
             with self._cut(rows.start), capturing(calls=self.queries.calls) as capture:
                 self.model(
                     input_ids=ids_to_device(ids[rows.start : rows.stop], self.device),
-                    past_key_values=self.cache,
+                    **with_cache(self.model, self.cache),
                     use_cache=True,
                     logits_to_keep=1,
                 )
@@ -218,7 +220,7 @@ class ModelRunner:
         with self._cut(start):
             out = self.model(
                 input_ids=ids_to_device(ids[start : rows.stop], self.device),
-                past_key_values=self.cache,
+                **with_cache(self.model, self.cache),
                 use_cache=True,
                 output_attentions=True,
                 logits_to_keep=1,
@@ -234,7 +236,7 @@ class ModelRunner:
         with self._cut(start):
             out = self.model(
                 input_ids=ids_to_device(ids[start:], self.device),
-                past_key_values=self.cache,
+                **with_cache(self.model, self.cache),
                 use_cache=True,
                 logits_to_keep=len(ids) - start,
             )
@@ -275,7 +277,7 @@ class ModelRunner:
                     raise Cancelled("the recompute was cancelled")
                 self.model(
                     input_ids=ids_to_device(ids[begin : begin + step], self.device),
-                    past_key_values=cache,
+                    **with_cache(self.model, cache),
                     use_cache=True,
                     logits_to_keep=1,
                 )
@@ -284,7 +286,7 @@ class ModelRunner:
                 raise Cancelled("the recompute was cancelled")
             out = self.model(
                 input_ids=ids_to_device(ids[last:], self.device),
-                past_key_values=cache if last else None,
+                **with_cache(self.model, cache if last else None),
                 use_cache=bool(last),
                 output_attentions=True,
                 logits_to_keep=1,
