@@ -158,6 +158,7 @@ def test_bad_settings_give_one_line_and_exit_2(monkeypatch, capsys, tiny_dir, ar
 
 
 def test_bad_models_give_one_line_and_exit_2(monkeypatch, capsys, tmp_path, tiny_dir):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # (the broken GGUF's lock stays there)
     corrupt = tmp_path / "broken.gguf"
     corrupt.write_bytes(b"GGUF not really")
     empty = tmp_path / "empty-dir"

@@ -10,6 +10,7 @@ from tiny import save_tiny
 
 from tokenviz.contract.errors import ModelLoadError
 from tokenviz.model import loading
+from tokenviz.model.gguf_streaming import SINGLE_FILE
 from tokenviz.model.loading import load_model, resolve_device, resolve_dtype
 
 
@@ -202,7 +203,7 @@ def weights_dir(tmp_path, size: int):
     gguf.write_bytes(b"GGUF")
     directory = tmp_path / "conv"
     directory.mkdir()
-    (directory / loading.WEIGHTS).write_bytes(bytes(range(256)) * (size // 256))
+    (directory / SINGLE_FILE).write_bytes(bytes(range(256)) * (size // 256))
     loading.write_manifest(directory, gguf)
     return gguf, directory
 
@@ -211,11 +212,13 @@ def weights_dir(tmp_path, size: int):
 def test_damaged_weights_behind_a_good_manifest_are_found(tmp_path, size):
     gguf, directory = weights_dir(tmp_path, size)
     assert loading._cache_is_fresh(directory, gguf)
-    weights = directory / loading.WEIGHTS
+    weights = directory / SINGLE_FILE
     with weights.open("r+b") as file:  # overwrite a stretch inside (the size is unchanged)
         file.seek(size // 3)
         file.write(b"\xff" * max(size // 8, 1))
     assert weights.stat().st_size == size and not loading._cache_is_fresh(directory, gguf)
+    weights.unlink()  # and a weights file gone is found too
+    assert not loading._cache_is_fresh(directory, gguf)
 
 
 def test_a_manifest_without_a_digest_is_stale(tmp_path):

@@ -137,6 +137,7 @@ def test_a_gguf_too_large_to_convert_is_refused_before_converting(tmp_path, monk
     code, _, err = invoke(monkeypatch, capsys, "trace", "hi", "--device", "cpu")
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1 and "Traceback" not in err
-    assert "dequantises it to 0.5 GB of float32 weights" in errors[0] and "0.1 GB of memory" in errors[0]
+    assert "dequantises it to 0.5 GB of float32 weights on disk, holding 0.8 GB in memory" in errors[0]
+    assert "0.1 GB of memory free" in errors[0]
     directory = loading.gguf_cache_dir(bundled_gguf())
     assert not directory.exists() and not directory.with_name(directory.name + ".partial").exists()

@@ -1,9 +1,9 @@
 """Find and load a causal language model: the bundled GGUF, a .gguf path, a directory or a hub id.
 
-A .gguf is dequantised once and saved as safetensors in the user's cache directory; a manifest
-written last marks the conversion complete and holds a digest of the weights, so a stale,
-half-written or damaged cache is rebuilt. A cache that cannot be written is skipped: the GGUF is
-then dequantised in memory on every start.
+A .gguf is dequantised once, a tensor at a time (model/gguf_streaming.py), and saved as safetensors
+in the user's cache directory; a manifest written last marks the conversion complete and holds a
+digest of the weights, so a stale, half-written or damaged cache is rebuilt. A cache that cannot be
+written is skipped: the GGUF is then dequantised in memory on every start.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from tokenviz.contract.placement import DEFAULT_PLACEMENT, Placement
 from tokenviz.contract.records import ModelInfo
 from tokenviz.contract.text import safe_text
 from tokenviz.model.attention import IMPLEMENTATION, use_fast_attention
+from tokenviz.model.gguf_streaming import SHARD_BYTES, ShardNotWritten, largest_tensor_bytes, stream_gguf
 from tokenviz.model.memory import WORKING_SHARE, check_fits, free_bytes, gigabytes, parameter_count
 from tokenviz.model.parts import kv_heads
 from tokenviz.model.placing import accelerate_limits, offload_dir_for, placed
@@ -40,8 +41,7 @@ from tokenviz.model.quantizing import quantization_config, quantized
 
 BUNDLED_NAME = "SmolLM2-135M-Instruct (bundled, Q4_1 GGUF)"
 MANIFEST = "tokenviz-manifest.json"
-MANIFEST_VERSION = 2
-WEIGHTS = "model.safetensors"
+MANIFEST_VERSION = 3
 DIGEST_BLOCKS = 64  # blocks of the weights file hashed for the manifest's digest
 DIGEST_BLOCK_BYTES = 1 << 16
 SAVE_SHARE = 0.9  # of the conversion's bar, the tensors' share; saving them takes the rest
@@ -120,8 +120,13 @@ def weights_digest(path: Path) -> str:
     return f"{size}:{digest.hexdigest()[:32]}"
 
 
+def weights_digests(directory: Path) -> dict[str, str]:
+    """Each weights file's digest, by name."""
+    return {path.name: weights_digest(path) for path in sorted(directory.glob("*.safetensors"))}
+
+
 def write_manifest(directory: Path, gguf: Path) -> None:
-    manifest = {**_fingerprint(gguf), "weights": weights_digest(directory / WEIGHTS)}
+    manifest = {**_fingerprint(gguf), "weights": weights_digests(directory)}
     (directory / MANIFEST).write_text(json.dumps(manifest))
 
 
@@ -129,7 +134,7 @@ def _cache_is_fresh(directory: Path, gguf: Path) -> bool:
     try:
         manifest = json.loads((directory / MANIFEST).read_text())
         digest = manifest.pop("weights")
-        return manifest == _fingerprint(gguf) and digest == weights_digest(directory / WEIGHTS)
+        return manifest == _fingerprint(gguf) and bool(digest) and digest == weights_digests(directory)
     except (OSError, ValueError, KeyError, AttributeError):
         return False
 
@@ -160,8 +165,9 @@ def ensure_converted(gguf: Path, directory: Path, progress: Progress, rebuild: b
 
 
 def convert_gguf(gguf: Path, directory: Path, progress: Progress) -> None:
-    """Dequantise a .gguf into safetensors under `directory` (the slow, one-time path)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """Dequantise a .gguf into safetensors under `directory` (the slow, one-time path), a tensor at a
+    time: a GGUF whose float32 form fits on the disk converts, whatever the memory."""
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
     message = f"converting {gguf.name} to safetensors once; later starts skip this"
     progress(f"{message}: reading its tokenizer and metadata", None)  # no fraction yet: the bar pulses
@@ -169,47 +175,56 @@ def convert_gguf(gguf: Path, directory: Path, progress: Progress) -> None:
     partial = directory.with_name(directory.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     try:
-        with _reporting_gguf_progress(lambda fraction: progress(message, SAVE_SHARE * fraction)), _gguf_read_once():
-            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-            _check_conversion_fits(gguf, directory)
-            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    except ModelLoadError:
-        raise
-    except Exception as exc:  # the gguf reader raises many types for a damaged file
-        raise ModelLoadError(f"could not read GGUF file {gguf}: {_one_line(exc)}") from None
-    # A dequantised model is plain floats: drop the quantizer so save_pretrained accepts it.
-    model.hf_quantizer = None  # type: ignore[assignment]
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    progress(f"{message}: saving", SAVE_SHARE)
-    try:
         partial.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(partial)
-        tokenizer.save_pretrained(partial)
-        write_manifest(partial, gguf)
-        partial.rename(directory)
+        with _removed_on_failure(partial):
+            try:
+                with _gguf_read_once():
+                    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+                    config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+                    _check_conversion_fits(gguf, config, directory)
+                    architecture = stream_gguf(gguf, partial, config, lambda f: progress(message, SAVE_SHARE * f))
+            except (ModelLoadError, ShardNotWritten):
+                raise
+            except Exception as exc:  # the gguf reader raises many types for a damaged file
+                raise ModelLoadError(f"could not read GGUF file {gguf}: {_one_line(exc)}") from None
+            progress(f"{message}: saving", SAVE_SHARE)
+            if hasattr(config, "quantization_config"):  # (the weights are plain floats now)
+                del config.quantization_config
+            config.dtype, config.architectures = torch.float32, [architecture]
+            config.save_pretrained(partial)
+            GenerationConfig.from_model_config(config).save_pretrained(partial)
+            tokenizer.save_pretrained(partial)
+            write_manifest(partial, gguf)
+            partial.rename(directory)
     except OSError as exc:  # a full disk, a cache made read-only meanwhile
-        shutil.rmtree(partial, ignore_errors=True)
         raise CacheNotWritable(f"the model cache in {directory.parent} could not be written ({exc.strerror})") from None
     prune_orphaned_caches()
     progress("conversion done", 1.0)
 
 
-def _check_conversion_fits(gguf: Path, directory: Path) -> None:
-    """Dequantising holds the whole model in float32 in memory, and saves it so on disk: refuse a
-    GGUF too large for either before it starts (a 4 GB Q4 file of a 7B model becomes 28 GB)."""
-    from transformers import AutoConfig
+@contextlib.contextmanager
+def _removed_on_failure(partial: Path):
+    try:
+        yield
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
 
-    config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+
+def _check_conversion_fits(gguf: Path, config: Any, directory: Path) -> None:
+    """The conversion saves the whole model in float32 on disk, and holds a shard and a tensor in
+    memory: refuse a GGUF too large for either before it starts (a 4 GB Q4 file of a 7B model
+    becomes 28 GB on disk). Loading it afterwards is checked like any model directory."""
     size = parameter_count(config).total * torch.float32.itemsize
+    held = min(size, SHARD_BYTES) + 2 * largest_tensor_bytes(gguf)  # (dequantised, then copied)
     memory = free_bytes(torch.device("cpu"), {})[0]
     directory.parent.mkdir(parents=True, exist_ok=True)
     disk = shutil.disk_usage(directory.parent).free
-    if size * (1 + WORKING_SHARE) > memory or size > disk:
+    if held * (1 + WORKING_SHARE) > memory or size > disk:
         raise ModelLoadError(
-            f"converting {gguf.name} dequantises it to {gigabytes(size)} of float32 weights, in memory and then "
-            f"on disk, and there are {gigabytes(memory)} of memory and {gigabytes(disk)} of disk in "
-            f"{directory.parent} free: a GGUF this large cannot be opened here"
+            f"converting {gguf.name} dequantises it to {gigabytes(size)} of float32 weights on disk, holding "
+            f"{gigabytes(held)} in memory, and there are {gigabytes(disk)} of disk in {directory.parent} and "
+            f"{gigabytes(memory)} of memory free: a GGUF this large cannot be opened here"
         )
 
 
@@ -278,27 +293,6 @@ def _gguf_read_once():
         yield
     finally:
         gguf.GGUFReader, gguf.get_tensor_name_map, gguf_utils.load_gguf_checkpoint = originals  # type: ignore[misc]
-
-
-@contextlib.contextmanager
-def _reporting_gguf_progress(report: Callable[[float], None]):
-    """transformers' GGUF reader loops under its own module-level `tqdm`; for the length of one
-    conversion that name reports to `report` instead of drawing on the terminal the TUI owns."""
-    from transformers import modeling_gguf_pytorch_utils as gguf_utils
-
-    def reporting(iterable, *args, **kwargs):
-        items = list(iterable)
-        for i, item in enumerate(items):
-            if i % 16 == 0:
-                report(i / max(len(items), 1))
-            yield item
-
-    original = gguf_utils.tqdm
-    gguf_utils.tqdm = reporting
-    try:
-        yield
-    finally:
-        gguf_utils.tqdm = original
 
 
 def _one_line(exc: BaseException) -> str:

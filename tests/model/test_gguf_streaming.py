@@ -1,0 +1,98 @@
+"""A GGUF is dequantised into safetensors a tensor at a time: the weights are transformers' own, and
+the conversion never holds the whole float32 model (which had kept a 7B Q4 GGUF from opening on a
+machine with less memory than its 28 GB of float32)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tokenviz.contract.paths import bundled_gguf
+from tokenviz.model import loading
+
+SHARD = 16 << 20  # small shards: the bundled model's 0.5 GB of float32 becomes dozens
+
+# One process: the conversion, then transformers' own GGUF loader as the baseline (its memory, its
+# weights), each measured from the resident memory just before it.
+CONVERT = f"""
+import gc, json, resource, torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
+from tokenviz.model import gguf_streaming, loading
+from tokenviz.contract.paths import bundled_gguf
+def rss_mb():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
+def peak_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+gguf, directory = bundled_gguf(), loading.gguf_cache_dir(bundled_gguf())
+gguf_streaming.SHARD_BYTES = {SHARD}
+before = rss_mb()
+loading.ensure_converted(gguf, directory, lambda message, fraction: None)
+converting = peak_mb() - before
+gc.collect()
+before, peak = rss_mb(), peak_mb()
+with loading._gguf_read_once():
+    own = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name).state_dict()
+loader = peak_mb() - before
+assert peak_mb() > peak, "the baseline's peak is hidden under the conversion's"
+mine = {{}}
+for shard in directory.glob("*.safetensors"):
+    mine.update(load_file(shard))
+print(json.dumps({{
+    "converting_mb": converting,
+    "loader_mb": loader,
+    "float32_mb": sum(t.nbytes for t in mine.values()) / 2**20,
+    "missing": sorted(set(own) - set(mine)),
+    "extra": sorted(set(mine) - set(own)),
+    "unequal": [name for name in mine if not torch.equal(mine[name], own[name])],
+}}))
+"""
+
+
+@pytest.mark.bundled
+def test_a_gguf_converts_a_tensor_at_a_time_into_transformers_own_weights(tmp_path):
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-c", CONVERT], capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr
+    measured = json.loads(out.stdout.strip().splitlines()[-1])
+    # The same weights, bit for bit (the output layer is tied to the embedding, as the GGUF has it).
+    assert measured["missing"] == ["lm_head.weight"] and measured["extra"] == [] and measured["unequal"] == []
+    # The whole conversion (the GGUF's metadata and tokenizer read, a shard, the tensor being
+    # dequantised, the file's pages) held less than the float32 model, and well under what
+    # transformers' loader holds (all of it, about 1.5 times over).
+    assert measured["converting_mb"] < measured["float32_mb"]
+    assert measured["converting_mb"] < 0.75 * measured["loader_mb"]
+
+    directory = tmp_path / "tokenviz" / "models" / loading.gguf_cache_dir(bundled_gguf()).name
+    shards = sorted(directory.glob("model-*-of-*.safetensors"))
+    index = json.loads((directory / "model.safetensors.index.json").read_text())
+    assert len(shards) > 10 and set(index["weight_map"].values()) == {s.name for s in shards}
+    # Every shard is in the manifest's digest: damage to any one of them is found.
+    assert loading._cache_is_fresh(directory, bundled_gguf())
+    middle = shards[len(shards) // 2]
+    damaged = bytearray(middle.read_bytes())
+    damaged[len(damaged) // 2 : len(damaged) // 2 + 4096] = bytes(4096)
+    middle.unlink()  # (replace, never overwrite in place)
+    middle.write_bytes(bytes(damaged))
+    assert not loading._cache_is_fresh(directory, bundled_gguf())
+
+
+@pytest.mark.bundled
+def test_a_full_disk_while_converting_is_the_caches_failure_and_leaves_nothing(tmp_path, monkeypatch):
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    from tokenviz.model import gguf_streaming
+
+    def full(*args, **kwargs):
+        raise SafetensorError('Error while serializing: I/O error: No space left on device (os error 28) at "x"')
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(gguf_streaming, "SHARD_BYTES", 1 << 20)  # (the first shard fills at once)
+    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    directory = loading.gguf_cache_dir(bundled_gguf())
+    with pytest.raises(loading.CacheNotWritable, match=r"could not be written .*No space left on device"):
+        loading.convert_gguf(bundled_gguf(), directory, lambda message, fraction: None)
+    assert list(directory.parent.iterdir()) == []  # no conversion, no half of one
