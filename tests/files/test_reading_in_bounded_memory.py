@@ -16,21 +16,25 @@ from tokenviz.contract.errors import TokenvizError
 from tokenviz.files import atomic
 from tokenviz.files.journey_file import open_journey
 
+# The peak is the kernel's high-water mark of the child's own memory (VmHWM): getrusage's ru_maxrss
+# would start from the test run's peak, which a child spawned by vfork inherits, and hide the growth.
 CHILD = """
 import json, resource, sys
+from pathlib import Path
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.files.journey_file import open_journey
-with open("/proc/self/status") as status:
-    size_kb = next(int(line.split()[1]) for line in status if line.startswith("VmSize:"))
-limit = size_kb * 1024 + (1 << 30)
+def status_kb(field):
+    line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith(field))
+    return int(line.split()[1])
+limit = status_kb("VmSize:") * 1024 + (1 << 30)
 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+before = status_kb("VmRSS:")
 try:
     open_journey(sys.argv[1])
     outcome = "accepted"
 except TokenvizError as exc:
     outcome = str(exc)
-grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+grown = status_kb("VmHWM:") - before
 print(json.dumps({"outcome": outcome, "grown_mb": grown / 1024}))
 """
 
