@@ -56,7 +56,8 @@ def test_a_chunked_prefill_equals_one_forward_pass(tiny, small_chunks, monkeypat
 @pytest.mark.parametrize("slice_rows", [None, 3])
 def test_every_prompt_position_has_the_models_prediction(tiny, slice_rows, monkeypatch):
     if slice_rows:  # worked through a few rows at a time, as a large vocabulary is
-        monkeypatch.setattr(prompt_predictions, "SLICE_NUMBERS", slice_rows * tiny.info.vocab)
+        for name in ("SLICE_NUMBERS", "CPU_SLICE_NUMBERS"):
+            monkeypatch.setattr(prompt_predictions, name, slice_rows * tiny.info.vocab)
     s = started(tiny)
     ids = s.prompt_ids
     with torch.inference_mode():

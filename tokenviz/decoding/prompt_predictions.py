@@ -26,17 +26,21 @@ def predict_positions(
 ) -> dict[str, torch.Tensor]:
     """On the logits' device: for the first len(next_ids) positions, the raw top candidates, the
     entropy in bits, and the probability, 1-based rank and log-probability of `next_ids[i]` after
-    position i. Worked through SLICE_NUMBERS scores at a time: a 2048-token prefill of a 128k
+    position i. Worked through a slice of scores at a time: a 2048-token prefill of a 128k
     vocabulary would otherwise hold about 4 GB of float32 temporaries at once."""
     logits = position_logits[: len(next_ids)]
     following = ids_to_device(next_ids, logits.device)[0]
-    rows = max(1, SLICE_NUMBERS // logits.shape[-1])
+    numbers = CPU_SLICE_NUMBERS if logits.device.type == "cpu" else SLICE_NUMBERS
+    rows = max(1, numbers // logits.shape[-1])
     starts = range(0, len(next_ids), rows) or range(1)  # (no position: one empty slice)
     parts = [_predict(logits[i : i + rows], following[i : i + rows], top) for i in starts]
     return parts[0] if len(parts) == 1 else {key: torch.cat([part[key] for part in parts]) for key in KEYS}
 
 
-SLICE_NUMBERS = 2**25  # scores per slice: 128 MB of float32
+SLICE_NUMBERS = 2**25  # scores per slice on an accelerator: few launches, 128 MB of float32 at most
+# On a CPU, a slice its caches hold: each pass over a larger one is mostly page faults and memory
+# traffic (the bundled model's 2048-token prefill spent twice as long on its predictions).
+CPU_SLICE_NUMBERS = 2**20
 
 
 def _predict(position_logits: torch.Tensor, following: torch.Tensor, top: int) -> dict[str, torch.Tensor]:
