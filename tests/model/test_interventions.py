@@ -249,7 +249,7 @@ def test_a_patch_from_another_prompt_equals_a_plain_forward_hook(kind):
 
 def test_a_patch_past_the_source_or_misspelt_is_one_line():
     session = Session(ModelRunner(family_model("llama")))
-    with pytest.raises(SettingsError, match="no position 40"):
+    with pytest.raises(SettingsError, match=r"has positions 0-\d+: no position 40"):
         session.set_interventions([Patch(1, 40, "short")])
     with pytest.raises(SettingsError, match="LAYER:POSITION:TEXT"):
         parse_patch("1:x:text")

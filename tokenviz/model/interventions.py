@@ -65,7 +65,8 @@ def head_outputs_mean(model: Any, layer: int, heads: int, ids: Sequence[int]) ->
 def residual_at(model: Any, layer: int, ids: Sequence[int], position: int) -> torch.Tensor:
     """The residual stream after decoder layer `layer` at `position` of `ids`, read alone (no cache)."""
     if not 0 <= position < len(ids):
-        raise SettingsError(f"the patch's source has {len(ids)} tokens: no position {position}")
+        held = {0: "no tokens", 1: "position 0 only"}.get(len(ids), f"positions 0-{len(ids) - 1}")
+        raise SettingsError(f"the patch's source has {held}: no position {position}")
     seen: list[torch.Tensor] = []
     handle = decoder_layers(model)[layer].register_forward_hook(lambda m, a, out: seen.append(_first(out)[0]))
     try:
