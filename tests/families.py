@@ -44,6 +44,8 @@ FAMILIES: dict[str, dict] = {
     "gptj": {"n_embd": 32, "n_layer": 4, "n_head": 4, "rotary_dim": 4},
     "opt": {"ffn_dim": 64, "word_embed_proj_dim": 32},
     "bloom": {"n_layer": 4, "n_head": 4},
+    "xglm": {"d_model": 32, "ffn_dim": 64, "num_layers": 4, "attention_heads": 4},
+    "biogpt": {},
     "mpt": {"d_model": 32, "n_heads": 4, "n_layers": 4, "expansion_ratio": 2},
     "falcon": {"new_decoder_architecture": True, "num_kv_heads": 2},
     "gpt_bigcode": {"n_embd": 32, "n_layer": 4, "n_head": 4},

@@ -25,6 +25,8 @@ PROJECTION = {
     "gptj": "attn.out_proj",
     "opt": "self_attn.out_proj",
     "bloom": "self_attention.dense",
+    "xglm": "self_attn.out_proj",
+    "biogpt": "self_attn.out_proj",
     "mpt": "attn.out_proj",
     "falcon": "self_attention.dense",
     "gpt_bigcode": "attn.c_proj",

@@ -190,3 +190,37 @@ def test_a_lens_that_cannot_be_exact_says_so_in_one_line(tmp_path, monkeypatch, 
     code, _, err = invoke(monkeypatch, capsys, "trace", PROMPT, "--model", directory, "--steps", "2", "--lens")
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1 and said in errors[0] and "Traceback" not in err
+
+
+def tiny_lfm2():
+    """A tiny LFM2 (all its layers attention, as tokenviz opens it): its final norm is `embedding_norm`."""
+    from families import COMMON, KV_HEADS, model_of
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model("lfm2", **COMMON, num_key_value_heads=KV_HEADS, layer_types=["full_attention"] * 4)
+    return model_of(config, "tiny-lfm2")
+
+
+def test_a_final_norm_by_another_name_is_found_and_the_lens_is_exact():
+    loaded = tiny_lfm2()
+    assert final_norm(loaded.model) is loaded.model.model.embedding_norm
+    s = journey(loaded, steps=2, temperature=0)
+    last = s.analyses.inspect(len(s.ids) - 1).lens[-1]
+    assert [i for i, _, _ in last.top] == [c.id for c in s.pending.top[: len(last.top)]]
+    assert [p for _, _, p in last.top] == pytest.approx([c.prob for c in s.pending.top[: len(last.top)]], abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        (lambda base: setattr(base, "embedding_norm", torch.nn.Identity()), "it has no final norm"),
+        (lambda base: setattr(base, "other_norm", type(base.embedding_norm)(8)), "which of its norms"),
+    ],
+)
+def test_a_final_norm_that_cannot_be_told_is_one_line(change, said):
+    from tokenviz.contract.errors import TokenvizError
+
+    model = tiny_lfm2().model
+    change(model.model)
+    with pytest.raises(TokenvizError, match=said):
+        final_norm(model)

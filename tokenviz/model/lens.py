@@ -21,14 +21,18 @@ from tokenviz.model.placing import weights_at_hand
 from tokenviz.model.runner import ModelRunner
 
 MERGE_EPSILON = 1e-5  # Gemma 3n's floor under a stream's magnitude
-NORM_NAMES = ("norm", "ln_f", "final_layernorm", "final_layer_norm", "norm_f")
+NORM_NAMES = ("norm", "ln_f", "final_layernorm", "final_layer_norm", "norm_f", "layer_norm")
+
+
+def _owners(model) -> tuple[torch.nn.Module, ...]:
+    """The base model and its direct children (OPT keeps its final norm at model.decoder)."""
+    base = model.base_model
+    return (base, *base.children())
 
 
 def _submodule(model, names: tuple[str, ...]) -> torch.nn.Module | None:
-    """The first of `names` on the base model, or on one of its direct children (OPT keeps its final
-    norm at model.decoder.final_layer_norm)."""
-    base = model.base_model
-    for owner in (base, *base.children()):
+    """The first of `names` on the base model, or on one of its direct children."""
+    for owner in _owners(model):
         for name in names:
             module = getattr(owner, name, None)
             if isinstance(module, torch.nn.Module):
@@ -37,10 +41,26 @@ def _submodule(model, names: tuple[str, ...]) -> torch.nn.Module | None:
 
 
 def final_norm(model) -> torch.nn.Module:
+    """The norm the model applies after its last layer: by its usual names, else the one norm the base
+    model holds outside its layers, whatever it is called (LFM2's is `embedding_norm`). The lens
+    checks its last layer against the model's output, so a wrong guess is said, never shown."""
     norm = _submodule(model, NORM_NAMES)
-    if norm is None:
-        raise ValueError("cannot find the final norm of this model")
-    return norm
+    if norm is not None:
+        return norm
+    layers = set(map(id, decoder_layers(model)))
+    norms = {
+        id(module): module
+        for owner in _owners(model)
+        if id(owner) not in layers
+        for module in owner.children()
+        if id(module) not in layers and "norm" in type(module).__name__.lower()
+    }
+    if len(norms) != 1:
+        raise TokenvizError(
+            f"the logit lens cannot follow {type(model).__name__}: "
+            f"{'it has no final norm' if not norms else 'which of its norms is the final one is not known'}"
+        )
+    return next(iter(norms.values()))
 
 
 def softcap(model, logits: torch.Tensor) -> torch.Tensor:
