@@ -61,6 +61,23 @@ FAMILIES: dict[str, dict] = {
         "shared_expert_intermediate_size": 32,
     },
     "qwen3_moe": {"num_experts": 2, "num_experts_per_tok": 1, "moe_intermediate_size": 32, "head_dim": 8},
+    # Multi-head latent attention: the cache holds a compressed latent and a shared rotary key.
+    "deepseek_v3": {
+        "num_key_value_heads": 4,
+        "kv_lora_rank": 16,
+        "q_lora_rank": 16,
+        "qk_rope_head_dim": 4,
+        "qk_nope_head_dim": 4,
+        "v_head_dim": 8,
+        "head_dim": 4,
+        "n_routed_experts": 2,
+        "num_experts_per_tok": 1,
+        "moe_intermediate_size": 32,
+        "n_shared_experts": 1,
+        "first_k_dense_replace": 1,
+        "n_group": 1,
+        "topk_group": 1,
+    },
 }
 
 
@@ -69,7 +86,7 @@ def family_config(kind: str):
     eos = tokenizer.eos_token_id
     tokens = {"eos_token_id": eos, "bos_token_id": eos, "pad_token_id": eos}
     config = AutoConfig.for_model(kind, **COMMON, **FAMILIES[kind], **tokens)
-    if getattr(config, "num_key_value_heads", None):
+    if getattr(config, "num_key_value_heads", None) and "num_key_value_heads" not in FAMILIES[kind]:
         config.num_key_value_heads = KV_HEADS
     return config
 

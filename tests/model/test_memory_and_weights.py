@@ -40,6 +40,25 @@ def test_the_count_on_the_meta_device_is_the_loaded_models(tmp_path):
     assert "needs" in loaded.info.memory and "free on cpu" in loaded.info.memory
 
 
+@pytest.mark.parametrize("kind", ["llama", "gpt2", "deepseek_v3"])
+def test_the_kv_cache_counted_from_the_config_is_what_the_cache_holds(kind):
+    """A token's KV cache as the memory check counts it before loading equals what the model's cache
+    holds once it runs: keys and values of every key/value head, or under multi-head latent attention
+    (DeepSeek V3) one latent and one rotary key, far smaller."""
+    from families import family_config, family_model
+
+    from tokenviz.journey.session import Session
+    from tokenviz.model.runner import ModelRunner
+
+    config = family_config(kind)
+    counted = memory.need(config, memory.parameter_count(config), torch.float32)
+    session = Session(ModelRunner(family_model(kind)))
+    session.start("The cat sat on the mat.")
+    runner = session.runner
+    assert counted.kv // counted.tokens == runner.kv_bytes // runner.kv_len
+    assert runner.info.latent_kv == (kind == "deepseek_v3") == memory.parameter_count(config).latent_kv
+
+
 def test_a_model_that_fits_only_in_bfloat16_loads_in_bfloat16_and_says_so(tmp_path, monkeypatch, capsys):
     from clitools import invoke
     from transformers import AutoConfig

@@ -15,7 +15,7 @@ from tokenviz.model.routing import routers, shared_gates
 from tokenviz.model.runner import ModelRunner
 
 gated: dict[int, torch.Tensor] = {}
-MOE = [kind for kind in FAMILIES if kind in ("mixtral", "qwen2_moe", "qwen3_moe")]
+MOE = [kind for kind in FAMILIES if kind in ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3")]
 PROMPT = "The cat sat on the mat. The dog sat on the"
 STEPS = 5
 
@@ -72,7 +72,7 @@ def llama4_model():
 
 
 def test_the_moe_families_are_in_the_matrix():
-    assert len(MOE) == 3
+    assert len(MOE) == 4
 
 
 @pytest.mark.parametrize("kind", [*MOE, "llama4_text"])
@@ -101,8 +101,8 @@ def test_recorded_routing_equals_the_routers_without_the_cache(kind, monkeypatch
             assert 0 <= route.entropy <= math.log2(routers(loaded.model)[route.layer].num_experts) + 1e-6
             if kind == "qwen2_moe":
                 assert route.shared == pytest.approx(torch.sigmoid(gated[route.layer][position]).item(), abs=1e-5)
-            else:  # Llama 4's shared expert always counts in full; Mixtral and Qwen3-MoE have none
-                assert route.shared == (1.0 if kind == "llama4_text" else None)
+            else:  # Llama 4's and DeepSeek's shared experts always count in full; Mixtral and Qwen3-MoE have none
+                assert route.shared == (1.0 if kind in ("llama4_text", "deepseek_v3") else None)
 
 
 @pytest.mark.parametrize("kind", ["mixtral", "llama"])

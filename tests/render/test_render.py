@@ -119,6 +119,7 @@ def test_head_labels_name_the_kv_group():
     assert head_label(0, 9, 3) == "head 1/9 (kv group 1/3)"
     assert head_label(4, 9, 3) == "head 5/9 (kv group 2/3)"
     assert head_label(8, 9, 3) == "head 9/9 (kv group 3/3)"
+    assert head_label(2, 4, 4) == head_label(2, 4, 1) == "head 3/4"  # no groups: one head each, or one for all
 
 
 def test_a_probability_never_reads_zero_unless_it_is():

@@ -35,3 +35,21 @@ async def test_every_view_works_on_the_family(kind):
             assert app.query_one("#views").current == view
         assert app.journey.snapshot.result(Verify).max_logit_diff < 1e-4
         assert not [n for n in app._notifications if n.severity == "error"]
+
+
+async def test_a_latent_cache_is_described_as_one():
+    """DeepSeek V3's cache keeps one latent a position (multi-head latent attention): the model info
+    and the KV cache view say so, not that its query heads share one key/value head."""
+    worker = EngineWorker(lambda progress: family_model("deepseek_v3"), SamplingSettings(seed=2), PROMPT)
+    app = TokenvizApp(worker)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(app, pilot)
+        for key, view, said in [
+            ("M", "model", "4 query heads over one latent of 16 a position (multi-head latent attention)"),
+            ("c", "cache", "multi-head latent attention: each layer expands the latent into its 4 heads"),
+        ]:
+            await pilot.press(key)
+            await wait_for(lambda view=view: app.query_one("#views").current == view, pilot)
+            await settle(app, pilot)
+            text = str(app.query_one(f"#{view}").body.render())
+            assert said in text and "sharing" not in text and "heads share" not in text

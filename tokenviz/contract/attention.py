@@ -17,6 +17,8 @@ HEAD_MODES: tuple[HeadMode, ...] = ("mean", "max")
 def head_label(head: Head, heads: int, kv_heads: int) -> str:
     if isinstance(head, str):
         return f"head {head} of {heads}"
+    if kv_heads in (1, heads):  # no groups to tell apart (multi-query, or latent attention: one latent)
+        return f"head {head + 1}/{heads}"
     group = head // max(heads // kv_heads, 1)
     return f"head {head + 1}/{heads} (kv group {group + 1}/{kv_heads})"
 

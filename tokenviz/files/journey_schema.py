@@ -117,6 +117,7 @@ class Info(Model):
     placement: SafeText = ""
     quantization: SafeText = ""
     queries_kept: SafeText = ""
+    latent_kv: Flag = False
 
 
 class Array(Model):

@@ -146,8 +146,26 @@ def exact_weights(
     """The attention weights (heads, rows, keys) of query states `queries` (heads, rows, head_dim)
     at positions `rows`, over the cached `keys` and `values` (kv heads, positions, head_dim), computed
     by the layer's own eager attention code."""
+    keys, values = attended(call.module, keys, values)
     kwargs = dict(call.kwargs)
     mask = window_mask(rows, keys.shape[-2], kwargs.get("sliding_window"), queries.dtype, queries.device)
     kwargs["dropout"] = 0.0
     _, weights = _eager_of(call.module)(call.module, queries[None], keys[None], values[None], mask, **kwargs)
     return weights[0]
+
+
+def latent_attention(model: torch.nn.Module) -> bool:
+    """Whether the model's cache keeps compressed latents that its layers expand (see `attended`)."""
+    return any(hasattr(module, "expand_kv") for module in model.modules())
+
+
+def attended(module: torch.nn.Module, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The keys and values a layer attends over, from what its cache layer holds (kv heads, positions,
+    dim): the same tensors, except under multi-head latent attention (DeepSeek V2 and V3, and the
+    families built like them), whose cache holds the compressed latent and the shared rotary key,
+    expanded into every head's keys and values by the layer's own `expand_kv`."""
+    expand = getattr(module, "expand_kv", None)
+    if expand is None:
+        return keys, values
+    keys, values = expand(keys[None], values[None])
+    return keys[0], values[0]

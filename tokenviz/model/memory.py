@@ -16,6 +16,7 @@ import psutil
 import torch
 
 from tokenviz.contract.errors import ModelLoadError
+from tokenviz.model.attention import latent_attention
 from tokenviz.model.parts import kv_heads
 
 KV_TOKENS = 4096  # the context whose KV cache is reserved (the model's own, if shorter)
@@ -60,6 +61,7 @@ def dtype_name(dtype: torch.dtype) -> str:
 class Parameters:
     total: int  # tied ones once
     in_linears: int  # the weights of linear layers but the output head: what weight-only quantization shrinks
+    latent_kv: bool = False  # its cache keeps latents, as transformers' code for it does (see attention.attended)
 
 
 def parameter_count(config, trust_remote_code: bool = False) -> Parameters:
@@ -73,7 +75,7 @@ def parameter_count(config, trust_remote_code: bool = False) -> Parameters:
     linears = {
         id(m.weight): m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not head
     }
-    return Parameters(sum(p.numel() for p in model.parameters()), sum(linears.values()))
+    return Parameters(sum(p.numel() for p in model.parameters()), sum(linears.values()), latent_attention(model))
 
 
 def need(config, parameters: Parameters, dtype: torch.dtype, quantize: str | None = None) -> Need:
@@ -83,7 +85,12 @@ def need(config, parameters: Parameters, dtype: torch.dtype, quantize: str | Non
     context = getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None) or KV_TOKENS
     tokens = min(KV_TOKENS, int(context))
     size = dtype.itemsize
-    kv = 2 * text.num_hidden_layers * kv_heads(text, heads) * head_dim * tokens * size
+    latent = getattr(text, "kv_lora_rank", None) if parameters.latent_kv else None
+    if latent:  # a layer keeps one latent and one shared rotary key a position
+        per_position = latent + (getattr(text, "qk_rope_head_dim", None) or 0)
+    else:  # keys and values of every key/value head
+        per_position = 2 * kv_heads(text, heads) * head_dim
+    kv = text.num_hidden_layers * per_position * tokens * size
     quantized = parameters.in_linears if quantize else 0
     weights = (parameters.total - quantized) * size + quantized * QUANTIZED_BYTES.get(quantize or "", 0)
     return Need(weights=int(weights), kv=kv, tokens=tokens, dtype=dtype, quantize=quantize)

@@ -14,7 +14,7 @@ import torch
 
 from tokenviz.contract.errors import Cancelled, GiveWay, ModelLoadError
 from tokenviz.contract.records import ModelInfo
-from tokenviz.model.attention import IMPLEMENTATION, capturing, exact_weights
+from tokenviz.model.attention import IMPLEMENTATION, capturing, exact_weights, latent_attention
 from tokenviz.model.cache import crop_layers, full_cache, with_cache
 from tokenviz.model.chat import has_chat_template
 from tokenviz.model.interrupt import layer_by_layer
@@ -66,24 +66,31 @@ class ModelRunner:
     @torch.inference_mode()
     def _with_cache_shape(self, info: ModelInfo) -> ModelInfo:
         """`info` with the key/value heads and head size the KV cache really holds, from a one-token
-        forward pass: configs name them in many ways (grouped- and multi-query, Falcon's num_kv_heads).
-        It runs here, in the thread that owns the runner: on a CPU, a thread that runs the model first
-        keeps its speed, and the app's engine thread is that thread."""
+        forward pass: configs name them in many ways (grouped- and multi-query, Falcon's num_kv_heads,
+        a latent under multi-head latent attention). The same pass measures one position's query
+        states, every layer's, as the attention view keeps them. It runs here, in the thread that owns
+        the runner: on a CPU, a thread that runs the model first keeps its speed, and the app's engine
+        thread is that thread."""
         cache = full_cache()
-        self.model(
-            input_ids=torch.zeros((1, 1), dtype=torch.long, device=self.device),
-            **with_cache(self.model, cache),
-            use_cache=True,
-        )
+        with capturing() as capture:
+            self.model(
+                input_ids=torch.zeros((1, 1), dtype=torch.long, device=self.device),
+                **with_cache(self.model, cache),
+                use_cache=True,
+            )
         keys = getattr(cache.layers[0], "keys", None)
         if not isinstance(keys, torch.Tensor):
             raise ModelLoadError(f"{type(self.model).__name__} keeps no key/value cache that tokenviz can read")
-        return dataclasses.replace(info, kv_heads=int(keys.shape[1]), head_dim=int(keys.shape[-1]))
+        self._query_bytes = sum(q.numel() * q.element_size() for q in capture.queries.values())
+        return dataclasses.replace(
+            info, kv_heads=int(keys.shape[1]), head_dim=int(keys.shape[-1]), latent_kv=latent_attention(self.model)
+        )
 
     def _queries_kept(self) -> str:
         """What the query states' budget holds, in positions (see tokenviz.model.query_store)."""
-        i, size = self.info, self.model.dtype.itemsize
-        positions = self.queries.budget // (i.layers * i.heads * i.head_dim * size)
+        if not self.fast_attention:
+            return "none: the attention view runs an eager pass of the rows it shows"
+        positions = self.queries.budget // max(1, self._query_bytes)
         return (
             f"the last {positions:,} positions ({gigabytes(self.queries.budget)}: {QUERY_SHARE:.0%} of the free "
             f"memory, from {gigabytes(QUERY_FLOOR)} to {gigabytes(QUERY_CEILING)})"

@@ -42,11 +42,19 @@ class CachePane(ScrollPane):
             waiting = "press v to recompute this step without the cache and compare"
             text.append_text(pending_note(selection, waiting, "verify", Run(Verify, "verify")))
             text.append("\n")
-        text.append(
-            f"per layer: keys + values × {info.kv_heads} KV heads × {info.head_dim} dims × {tokens} tokens"
-            f" × {element} B = {human_bytes(per_layer)}  (×{info.layers} layers)\n"
-        )
-        if info.kv_heads < info.heads:
+        if info.latent_kv:  # (the rotary key's width is not in the info: the sum is the cache's own)
+            text.append(
+                f"per layer: a latent of {info.head_dim} dims and a shared rotary key × {tokens} tokens"
+                f" = {human_bytes(per_layer)}  (×{info.layers} layers)\n"
+                f"multi-head latent attention: each layer expands the latent into its {info.heads} heads' "
+                "keys and values as it attends, so the cache holds far less than one key and value a head\n"
+            )
+        else:
+            text.append(
+                f"per layer: keys + values × {info.kv_heads} KV heads × {info.head_dim} dims × {tokens} tokens"
+                f" × {element} B = {human_bytes(per_layer)}  (×{info.layers} layers)\n"
+            )
+        if info.kv_heads < info.heads and not info.latent_kv:
             text.append(
                 f"grouped-query attention: {info.heads} query heads share {info.kv_heads} KV heads, "
                 f"so the cache is {info.heads // info.kv_heads}× smaller than one KV head per query head\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from tokenviz.contract.records import ModelInfo
 from tokenviz.ui.panes.base import ScrollPane
 from tokenviz.ui.selection import Selection
 
@@ -19,7 +20,7 @@ class ModelPane(ScrollPane):
             ("name", i.name),
             ("architecture", i.architecture),
             ("layers", str(i.layers)),
-            ("attention heads", f"{i.heads} query heads sharing {i.kv_heads} key/value heads of {i.head_dim}"),
+            ("attention heads", attention_heads(i)),
             ("hidden size", str(i.hidden)),
             ("vocabulary", f"{i.vocab} tokens"),
             ("context", f"{i.context} positions"),
@@ -39,3 +40,11 @@ class ModelPane(ScrollPane):
             text.append(f"{name:<{width}}", style="bold")
             text.append(f"{value}\n")
         self.body.update(text)
+
+
+def attention_heads(i: ModelInfo) -> str:
+    """The query heads and what the KV cache keeps for them."""
+    if i.latent_kv:
+        return f"{i.heads} query heads over one latent of {i.head_dim} a position (multi-head latent attention)"
+    shared = f"{i.kv_heads} key/value head{'s' if i.kv_heads != 1 else ''} of {i.head_dim}"
+    return f"{i.heads} query heads sharing {shared}"
