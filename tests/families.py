@@ -110,3 +110,12 @@ def model_of(config, name: str, seed: int = 0) -> LoadedModel:
     return LoadedModel(
         model=model, tokenizer=tokenizer, info=model_info(model, name, torch.device("cpu"), torch.float32)
     )
+
+
+def gemma4_config():
+    """A tiny Gemma 4: a heterogeneous config, its global layers' heads twice its sliding layers'."""
+    return AutoConfig.for_model(
+        "gemma4_text", **COMMON, num_key_value_heads=KV_HEADS, head_dim=8, vocab_size_per_layer_input=300,
+        hidden_size_per_layer_input=8, layer_types=["sliding_attention", "full_attention"] * 2,
+        per_layer_config={"1": {"head_dim": 16}, "3": {"head_dim": 16}},
+    )  # fmt: skip

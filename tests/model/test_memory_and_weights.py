@@ -59,6 +59,33 @@ def test_the_kv_cache_counted_from_the_config_is_what_the_cache_holds(kind):
     assert runner.info.latent_kv == (kind == "deepseek_v3") == memory.parameter_count(config).latent_kv
 
 
+def test_a_config_whose_layers_differ_is_counted_layer_by_layer_and_opens(tmp_path, monkeypatch, capsys):
+    """transformers 5.24 refuses to read Gemma 4's head size from the whole config (it varies by layer):
+    tokenviz reads each layer's, so the model opens, and its KV cache is counted as it is kept."""
+    from clitools import invoke
+    from families import gemma4_config, model_of
+    from tiny import tiny_tokenizer
+    from transformers import AutoModelForCausalLM
+
+    from tokenviz.journey.session import Session
+    from tokenviz.model.runner import ModelRunner
+
+    config = gemma4_config()
+    assert config.is_heterogeneous
+    counted = memory.need(config, memory.parameter_count(config), torch.float32)
+    session = Session(ModelRunner(model_of(config, "tiny-gemma4")))
+    session.start("The cat sat on the mat.")
+    assert counted.kv // counted.tokens == session.runner.kv_bytes // session.runner.kv_len
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path)
+    tiny_tokenizer().save_pretrained(tmp_path)
+    capsys.readouterr()
+    code, out, err = invoke(monkeypatch, capsys, "trace", "The cat sat", "--model", str(tmp_path), "--steps", "2",
+                            "--temperature", "0", "--json")  # fmt: skip
+    assert code == 0, err
+    assert json.loads(out)["model"]["head_dim"] == 8  # the first layer's, as its cache keeps it
+
+
 def test_a_model_that_fits_only_in_bfloat16_loads_in_bfloat16_and_says_so(tmp_path, monkeypatch, capsys):
     from clitools import invoke
     from transformers import AutoConfig

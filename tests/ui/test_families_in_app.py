@@ -4,7 +4,7 @@ that runs the model works and every pane draws."""
 
 import pytest
 from apptools import settle, wait_for
-from families import family_model
+from families import family_model, gemma4_config, model_of
 
 from tokenviz.contract.commands import Beams, Inspect, Speculate, Verify
 from tokenviz.contract.settings import SamplingSettings
@@ -37,19 +37,49 @@ async def test_every_view_works_on_the_family(kind):
         assert not [n for n in app._notifications if n.severity == "error"]
 
 
-async def test_a_latent_cache_is_described_as_one():
-    """DeepSeek V3's cache keeps one latent a position (multi-head latent attention): the model info
-    and the KV cache view say so, not that its query heads share one key/value head."""
-    worker = EngineWorker(lambda progress: family_model("deepseek_v3"), SamplingSettings(seed=2), PROMPT)
+@pytest.mark.parametrize(
+    "kind, described",
+    [
+        (  # DeepSeek V3: one latent a position (multi-head latent attention)
+            "deepseek_v3",
+            [
+                (
+                    "M",
+                    "model",
+                    "4 query heads over one latent of 16 a position (multi-head latent attention)",
+                    "sharing",
+                ),
+                (
+                    "c",
+                    "cache",
+                    "multi-head latent attention: each layer expands the latent into its 4 heads",
+                    "heads share",
+                ),
+            ],
+        ),
+        (  # Gemma 4: global layers with larger heads than the sliding ones
+            "gemma4_text",
+            [
+                (
+                    "c",
+                    "cache",
+                    "its layers differ: the first keeps keys + values × 2 KV heads × 8 dims a token",
+                    "the same",
+                )
+            ],
+        ),
+    ],
+)
+async def test_an_unusual_cache_is_described_as_it_is(kind, described):
+    """The model info and the KV cache view say what the cache holds, not arithmetic that does not add up."""
+    model = (lambda: model_of(gemma4_config(), "tiny-gemma4")) if kind == "gemma4_text" else lambda: family_model(kind)
+    worker = EngineWorker(lambda progress: model(), SamplingSettings(seed=2), PROMPT)
     app = TokenvizApp(worker)
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(app, pilot)
-        for key, view, said in [
-            ("M", "model", "4 query heads over one latent of 16 a position (multi-head latent attention)"),
-            ("c", "cache", "multi-head latent attention: each layer expands the latent into its 4 heads"),
-        ]:
+        for key, view, said, unsaid in described:
             await pilot.press(key)
             await wait_for(lambda view=view: app.query_one("#views").current == view, pilot)
             await settle(app, pilot)
             text = str(app.query_one(f"#{view}").body.render())
-            assert said in text and "sharing" not in text and "heads share" not in text
+            assert said in text and unsaid not in text

@@ -35,7 +35,7 @@ from tokenviz.contract.text import safe_text
 from tokenviz.model.attention import IMPLEMENTATION, use_fast_attention
 from tokenviz.model.gguf_streaming import SHARD_BYTES, ShardNotWritten, largest_tensor_bytes, stream_gguf
 from tokenviz.model.memory import WORKING_SHARE, check_fits, free_bytes, gigabytes, parameter_count
-from tokenviz.model.parts import kv_heads
+from tokenviz.model.parts import kv_heads, layer_configs
 from tokenviz.model.placing import accelerate_limits, offload_dir_for, placed
 from tokenviz.model.quantizing import quantization_config, quantized
 
@@ -344,7 +344,8 @@ def model_info(
     quantization: str = "",
 ) -> ModelInfo:
     c = model.config
-    heads = c.num_attention_heads
+    first = layer_configs(c)[0]  # (the runner reads the first layer's cache shape: the same figures)
+    heads = first.num_attention_heads
     hidden = c.hidden_size
     return ModelInfo(
         name=name,
@@ -352,8 +353,8 @@ def model_info(
         dtype=str(dtype).removeprefix("torch."),
         layers=c.num_hidden_layers,
         heads=heads,
-        kv_heads=kv_heads(c, heads),
-        head_dim=getattr(c, "head_dim", None) or hidden // heads,
+        kv_heads=kv_heads(first, heads),
+        head_dim=getattr(first, "head_dim", None) or hidden // heads,
         hidden=hidden,
         vocab=c.vocab_size,
         context=int(getattr(c, "max_position_embeddings", None) or getattr(c, "n_positions", None) or 2048),

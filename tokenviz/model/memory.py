@@ -17,7 +17,7 @@ import torch
 
 from tokenviz.contract.errors import ModelLoadError
 from tokenviz.model.attention import latent_attention
-from tokenviz.model.parts import kv_heads
+from tokenviz.model.parts import kv_heads, layer_configs
 
 KV_TOKENS = 4096  # the context whose KV cache is reserved (the model's own, if shorter)
 WORKING_SHARE = 0.10  # on top of the weights and KV cache: activations, logits, kept queries
@@ -80,20 +80,23 @@ def parameter_count(config, trust_remote_code: bool = False) -> Parameters:
 
 def need(config, parameters: Parameters, dtype: torch.dtype, quantize: str | None = None) -> Need:
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    heads = text.num_attention_heads
-    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
     context = getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None) or KV_TOKENS
     tokens = min(KV_TOKENS, int(context))
     size = dtype.itemsize
-    latent = getattr(text, "kv_lora_rank", None) if parameters.latent_kv else None
-    if latent:  # a layer keeps one latent and one shared rotary key a position
-        per_position = latent + (getattr(text, "qk_rope_head_dim", None) or 0)
-    else:  # keys and values of every key/value head
-        per_position = 2 * kv_heads(text, heads) * head_dim
-    kv = text.num_hidden_layers * per_position * tokens * size
+    kv = sum(_kv_per_position(layer, parameters.latent_kv) for layer in layer_configs(text)) * tokens * size
     quantized = parameters.in_linears if quantize else 0
     weights = (parameters.total - quantized) * size + quantized * QUANTIZED_BYTES.get(quantize or "", 0)
     return Need(weights=int(weights), kv=kv, tokens=tokens, dtype=dtype, quantize=quantize)
+
+
+def _kv_per_position(layer, latent_kv: bool) -> int:
+    """Numbers one decoder layer's KV cache keeps a position, from that layer's config."""
+    latent = getattr(layer, "kv_lora_rank", None) if latent_kv else None
+    if latent:  # one latent and one shared rotary key
+        return latent + (getattr(layer, "qk_rope_head_dim", None) or 0)
+    heads = layer.num_attention_heads  # keys and values of every key/value head
+    head_dim = getattr(layer, "head_dim", None) or layer.hidden_size // heads
+    return 2 * kv_heads(layer, heads) * head_dim
 
 
 def free_bytes(device: torch.device, limits: dict[str, int]) -> tuple[int, bool]:

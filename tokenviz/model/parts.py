@@ -24,6 +24,15 @@ def decoder_layers(model: Any) -> torch.nn.ModuleList:
     return _found[model]
 
 
+def layer_configs(config: Any) -> list[Any]:
+    """Each decoder layer's config: a heterogeneous config's own per layer (transformers 5.24 refuses
+    to read an attribute that varies by layer, as Gemma 4's head size does, from the whole config),
+    else the config itself for every layer."""
+    if getattr(config, "is_heterogeneous", False):
+        return list(config.per_layer_config)
+    return [config] * config.num_hidden_layers
+
+
 def kv_heads(config: Any, heads: int) -> int:
     """Key/value heads as the config names them (the runner checks them against its cache)."""
     for name in ("num_key_value_heads", "num_kv_heads"):  # most families; Falcon

@@ -12,6 +12,8 @@ from tokenviz.render.units import human_bytes
 from tokenviz.ui.panes.base import Run, ScrollPane, pending_note
 from tokenviz.ui.selection import Selection
 
+ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}  # a cached number, by the model's dtype
+
 
 class CachePane(ScrollPane):
     TITLE = "KV cache"
@@ -24,7 +26,8 @@ class CachePane(ScrollPane):
         tokens, total = latest.kv_len, latest.kv_bytes
         per_layer = total // max(info.layers, 1)
         per_token = total // max(tokens, 1)
-        element = per_token // max(2 * info.layers * info.kv_heads * info.head_dim, 1)
+        element = ELEMENT_BYTES.get(info.dtype) or per_token // max(2 * info.layers * info.kv_heads * info.head_dim, 1)
+        uniform = per_token == 2 * info.layers * info.kv_heads * info.head_dim * element  # every layer alike
         text = Text(no_wrap=True, overflow="crop")
         text.append(
             f"{tokens} tokens held · {human_bytes(total)} in all · {human_bytes(per_token)} per token\n", style="bold"
@@ -49,10 +52,15 @@ class CachePane(ScrollPane):
                 f"multi-head latent attention: each layer expands the latent into its {info.heads} heads' "
                 "keys and values as it attends, so the cache holds far less than one key and value a head\n"
             )
-        else:
+        elif uniform:
             text.append(
                 f"per layer: keys + values × {info.kv_heads} KV heads × {info.head_dim} dims × {tokens} tokens"
                 f" × {element} B = {human_bytes(per_layer)}  (×{info.layers} layers)\n"
+            )
+        else:  # (Gemma 4's global layers have larger heads than its sliding ones)
+            text.append(
+                f"its layers differ: the first keeps keys + values × {info.kv_heads} KV heads × {info.head_dim} "
+                f"dims a token; {human_bytes(per_layer)} a layer on average (×{info.layers} layers)\n"
             )
         if info.kv_heads < info.heads and not info.latent_kv:
             text.append(
@@ -60,11 +68,11 @@ class CachePane(ScrollPane):
                 f"so the cache is {info.heads // info.kv_heads}× smaller than one KV head per query head\n"
             )
         width = max(self.size.width - 14, 10)
-        for layer in range(min(info.layers, 3)):
+        for layer in range(min(info.layers, 3) if uniform or info.latent_kv else 0):
             text.append(f"layer {layer + 1:>3} ")
             text.append(bar(1.0, width // 2), style=bar_color)
             text.append(f" {human_bytes(per_layer)}\n")
-        if info.layers > 3:
+        if info.layers > 3 and (uniform or info.latent_kv):
             text.append(f"… the same for all {info.layers} layers\n", style="dim")
         growth = [r.kv_bytes for r in s.records]
         text.append(f"growth over {len(growth)} forward passes: ")
