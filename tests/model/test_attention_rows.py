@@ -113,3 +113,29 @@ def test_the_query_budget_follows_the_free_memory(monkeypatch, free_gb):
     assert i.queries_kept.startswith(f"the last {positions:,} positions")
     # An 8B model (32 layers x 32 heads x 128, bfloat16) on a GPU with 60 GB free keeps thousands.
     assert query_budget(60 * 10**9) // (32 * 32 * 128 * 2) > 4000
+
+
+def test_layers_that_share_an_earlier_layers_keys_show_their_rows_over_them():
+    """Gemma 3n's last layers attend over the keys of the last layer of their kind before them: the
+    cache holds fewer layers than the model, and each layer's rows are read over the keys it used."""
+    from families import COMMON, KV_HEADS, model_of
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model(
+        "gemma3n_text", **COMMON, num_key_value_heads=KV_HEADS, head_dim=8, vocab_size_per_layer_input=300,
+        hidden_size_per_layer_input=8, laurel_rank=4, altup_num_inputs=4, sliding_window=6,
+        layer_types=["sliding_attention", "full_attention"] * 2, num_kv_shared_layers=2,
+        activation_sparsity_pattern=[0.0] * 4,
+    )  # fmt: skip
+    runner = ModelRunner(model_of(config, "tiny-gemma3n"))
+    runner.eos_ids = set()
+    s = Session(runner, SamplingSettings(temperature=0, max_new_tokens=1000))
+    s.start(list(range(5, 25)))
+    for _ in range(4):
+        s.step()
+    assert len(runner.cache.layers) == 2 < runner.info.layers == 4
+    n = runner.kv_len
+    full = eager_forward(runner.model, s.cached_ids)
+    shown = s.attention(range(n), range(4))
+    for layer, attention in enumerate(full.attentions):
+        assert abs(shown[layer] - attention[0, :, :n, :n].numpy()).max() < 1e-5

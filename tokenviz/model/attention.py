@@ -42,6 +42,9 @@ class Capture:
     eager: bool = False  # run the model's eager code in every layer, so the weights are returned
     queries: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> (heads, tokens fed, head_dim)
     calls: dict[int, LayerCall] = field(default_factory=dict)  # filled once per layer (see capturing)
+    # Where each layer's keys were, as its call was recorded: a layer that shares another's cached keys
+    # (Gemma 3n's last layers) reads that layer's storage (see ModelRunner's cache_layers).
+    key_addresses: dict[int, int] = field(default_factory=dict)
 
 
 def _eager_of(module: torch.nn.Module) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
@@ -62,6 +65,7 @@ def _attend(module, query, key, value, attention_mask, **kwargs):
         capture.queries[layer] = _own(query[0])
         if layer not in capture.calls:
             capture.calls[layer] = LayerCall(module, {k: v for k, v in kwargs.items() if k in CALL_KWARGS})
+            capture.key_addresses[layer] = key.data_ptr()
     if kwargs.get("softcap") is not None or kwargs.get("s_aux") is not None:
         mask = _additive(attention_mask, query, key)
         return _eager_of(module)(module, query, key, value, mask, **kwargs)

@@ -40,6 +40,16 @@ class Forward:
     places: PlaceTimes | None = None  # a spread model's time in each place its weights live
 
 
+def cache_layers(key_addresses: dict[int, int], cache: Any, layers: int) -> list[int]:
+    """For each decoder layer, the cache layer that holds the keys it attends over: itself, or where
+    a model's later layers share an earlier layer's keys (Gemma 3n keeps fewer cache layers than it
+    has layers), the cache layer whose storage its keys were, as one forward pass found them."""
+    if len(cache.layers) == layers:
+        return list(range(layers))
+    held = {layer.keys.data_ptr(): index for index, layer in enumerate(cache.layers)}
+    return [held.get(key_addresses.get(layer, -1), min(layer, len(cache.layers) - 1)) for layer in range(layers)]
+
+
 class ModelRunner:
     def __init__(self, loaded: LoadedModel):
         self.loaded = loaded  # (another runner may share its weights: a comparison on one model)
@@ -82,6 +92,7 @@ class ModelRunner:
         if not isinstance(keys, torch.Tensor):
             raise ModelLoadError(f"{type(self.model).__name__} keeps no key/value cache that tokenviz can read")
         self._query_bytes = sum(q.numel() * q.element_size() for q in capture.queries.values())
+        self._cache_layers = cache_layers(capture.key_addresses, cache, info.layers)
         return dataclasses.replace(
             info, kv_heads=int(keys.shape[1]), head_dim=int(keys.shape[-1]), latent_kv=latent_attention(self.model)
         )
@@ -206,7 +217,7 @@ class ModelRunner:
             self.queries.add(rows.start, capture)
         out = []
         for layer in layers:
-            cached: Any = self.cache.layers[layer]  # a DynamicLayer: see full_cache
+            cached: Any = self.cache.layers[self._cache_layers[layer]]  # a DynamicLayer: see full_cache
             keys, values = cached.keys[0, :, : rows.stop], cached.values[0, :, : rows.stop]
             call = self.queries.calls[layer]
             out.append(exact_weights(call, self.queries.get(layer, rows), rows, keys, values).float())
