@@ -112,10 +112,11 @@ def model_of(config, name: str, seed: int = 0) -> LoadedModel:
     )
 
 
-def gemma4_config():
-    """A tiny Gemma 4: a heterogeneous config, its global layers' heads twice its sliding layers'."""
+def gemma4_config(shared: int = 0):
+    """A tiny Gemma 4: a heterogeneous config, its global layers' heads twice its sliding layers'; its
+    last `shared` layers reuse the keys of the last layer of their kind before them."""
     return AutoConfig.for_model(
         "gemma4_text", **COMMON, num_key_value_heads=KV_HEADS, head_dim=8, vocab_size_per_layer_input=300,
         hidden_size_per_layer_input=8, layer_types=["sliding_attention", "full_attention"] * 2,
-        per_layer_config={"1": {"head_dim": 16}, "3": {"head_dim": 16}},
+        per_layer_config={"1": {"head_dim": 16}, "3": {"head_dim": 16}}, num_kv_shared_layers=shared,
     )  # fmt: skip

@@ -139,3 +139,26 @@ def test_layers_that_share_an_earlier_layers_keys_show_their_rows_over_them():
     shown = s.attention(range(n), range(4))
     for layer, attention in enumerate(full.attentions):
         assert abs(shown[layer] - attention[0, :, :n, :n].numpy()).max() < 1e-5
+
+
+def test_a_model_that_skips_positions_in_its_shared_layers_is_fed_every_position_where_they_are_read():
+    """Gemma 4 feeds only the positions whose logits are kept through its KV-shared layers: rows fed
+    again (the query budget all but empty) and the lens still see every position of every layer."""
+    from families import gemma4_config, model_of
+
+    from tokenviz.model.lens import inspect_positions
+
+    runner = ModelRunner(model_of(gemma4_config(shared=2), "tiny-gemma4"))
+    runner.eos_ids = set()
+    runner.queries = QueryStore(1)  # nothing kept: every row is fed again
+    s = Session(runner, SamplingSettings(temperature=0, max_new_tokens=1000))
+    s.start(list(range(5, 25)))
+    for _ in range(3):
+        s.step()
+    n = runner.kv_len
+    full = eager_forward(runner.model, s.cached_ids)
+    shown = s.attention(range(n), range(4))
+    for layer, attention in enumerate(full.attentions):
+        assert abs(shown[layer] - attention[0, :, :n, :n].numpy()).max() < 1e-5
+    last = inspect_positions(runner, s.ids, [len(s.ids) - 1], [s.pending.decision.chosen_id])[0].lens[-1]
+    assert [i for i, _, _ in last.top] == [c.id for c in s.pending.top[: len(last.top)]]

@@ -16,7 +16,7 @@ import torch
 from tokenviz.contract.errors import SettingsError
 from tokenviz.contract.interventions import HeadAblation, Intervention, Patch, Steering
 from tokenviz.model.cache import passed_cache
-from tokenviz.model.parts import decoder_layers
+from tokenviz.model.parts import decoder_layers, last_logits
 from tokenviz.model.transfer import ids_to_device
 
 OUTPUT_PROJECTIONS = ("o_proj", "out_proj", "c_proj", "dense", "wo")  # the families' names for it
@@ -41,7 +41,8 @@ def residual_after(model: Any, layer: int, ids: Sequence[int]) -> torch.Tensor:
     seen: list[torch.Tensor] = []
     handle = decoder_layers(model)[layer].register_forward_hook(lambda m, a, out: seen.append(_first(out)[0, -1]))
     try:
-        model(input_ids=ids_to_device(ids, next(model.parameters()).device), use_cache=False, logits_to_keep=1)
+        device = next(model.parameters()).device
+        model(input_ids=ids_to_device(ids, device), use_cache=False, logits_to_keep=last_logits(len(ids), device))
     finally:
         handle.remove()
     return seen[0].float()
@@ -55,7 +56,8 @@ def head_outputs_mean(model: Any, layer: int, heads: int, ids: Sequence[int]) ->
     projection = output_projection(decoder_layers(model)[layer])
     handle = projection.register_forward_pre_hook(lambda m, args: seen.append(args[0][0].float().mean(0)))
     try:
-        model(input_ids=ids_to_device(ids, next(model.parameters()).device), use_cache=False, logits_to_keep=1)
+        device = next(model.parameters()).device
+        model(input_ids=ids_to_device(ids, device), use_cache=False, logits_to_keep=last_logits(len(ids), device))
     finally:
         handle.remove()
     return seen[0].reshape(heads, -1)
@@ -70,7 +72,8 @@ def residual_at(model: Any, layer: int, ids: Sequence[int], position: int) -> to
     seen: list[torch.Tensor] = []
     handle = decoder_layers(model)[layer].register_forward_hook(lambda m, a, out: seen.append(_first(out)[0]))
     try:
-        model(input_ids=ids_to_device(ids, next(model.parameters()).device), use_cache=False, logits_to_keep=1)
+        device = next(model.parameters()).device
+        model(input_ids=ids_to_device(ids, device), use_cache=False, logits_to_keep=last_logits(len(ids), device))
     finally:
         handle.remove()
     return seen[0][position].float()

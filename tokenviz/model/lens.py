@@ -16,7 +16,7 @@ import torch
 
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import Inspection, LensLayer
-from tokenviz.model.parts import decoder_layers
+from tokenviz.model.parts import decoder_layers, last_logits
 from tokenviz.model.placing import weights_at_hand
 from tokenviz.model.runner import ModelRunner
 
@@ -136,7 +136,8 @@ def residual_stream(runner: ModelRunner, ids: list[int]) -> tuple[torch.Tensor, 
     try:
         input_ids = torch.tensor([ids], device=runner.device)
         first = [] if merge else [model.get_input_embeddings()(input_ids)[0]]
-        logits = model(input_ids=input_ids, use_cache=False, logits_to_keep=1).logits[0, -1]
+        keep = last_logits(len(ids), runner.device)
+        logits = model(input_ids=input_ids, use_cache=False, logits_to_keep=keep).logits[0, -1]
     finally:
         for handle in handles:
             handle.remove()

@@ -33,6 +33,13 @@ def layer_configs(config: Any) -> list[Any]:
     return [config] * config.num_hidden_layers
 
 
+def last_logits(n: int, device: torch.device | str) -> torch.Tensor:
+    """`logits_to_keep` for a pass of `n` positions whose hooks or kept queries need every layer at
+    every position, though only the last logits are wanted: the last position's index, not the int 1,
+    with which Gemma 4 feeds only the kept positions through its KV-shared layers."""
+    return torch.tensor([n - 1], device=device)
+
+
 def kv_heads(config: Any, heads: int) -> int:
     """Key/value heads as the config names them (the runner checks them against its cache)."""
     for name in ("num_key_value_heads", "num_kv_heads"):  # most families; Falcon

@@ -20,6 +20,7 @@ from tokenviz.model.chat import has_chat_template
 from tokenviz.model.interrupt import layer_by_layer
 from tokenviz.model.loading import LoadedModel
 from tokenviz.model.memory import free_bytes, gigabytes
+from tokenviz.model.parts import last_logits
 from tokenviz.model.pieces import TokenPieces
 from tokenviz.model.place_times import PlaceTimes, timed_by_place
 from tokenviz.model.placing import input_device
@@ -212,7 +213,7 @@ class ModelRunner:
                     input_ids=ids_to_device(ids[rows.start : rows.stop], self.device),
                     **with_cache(self.model, self.cache),
                     use_cache=True,
-                    logits_to_keep=1,
+                    logits_to_keep=last_logits(len(rows), self.device),
                 )
             self.queries.add(rows.start, capture)
         out = []
