@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from tokenviz.contract.errors import Cancelled, GiveWay, ModelLoadError
+from tokenviz.contract.errors import Cancelled, GiveWay, ModelLoadError, TokenvizError
 from tokenviz.contract.records import ModelInfo
 from tokenviz.model.attention import IMPLEMENTATION, capturing, exact_weights, latent_attention
 from tokenviz.model.cache import crop_layers, full_cache, with_cache
@@ -41,14 +41,15 @@ class Forward:
     places: PlaceTimes | None = None  # a spread model's time in each place its weights live
 
 
-def cache_layers(key_addresses: dict[int, int], cache: Any, layers: int) -> list[int]:
+def cache_layers(key_addresses: dict[int, int], cache: Any, layers: int) -> list[int | None]:
     """For each decoder layer, the cache layer that holds the keys it attends over: itself, or where
     a model's later layers share an earlier layer's keys (Gemma 3n keeps fewer cache layers than it
-    has layers), the cache layer whose storage its keys were, as one forward pass found them."""
+    has layers), the cache layer whose storage its keys were, as one forward pass found them (None
+    where none was)."""
     if len(cache.layers) == layers:
         return list(range(layers))
     held = {layer.keys.data_ptr(): index for index, layer in enumerate(cache.layers)}
-    return [held.get(key_addresses.get(layer, -1), min(layer, len(cache.layers) - 1)) for layer in range(layers)]
+    return [held.get(key_addresses.get(layer, -1)) for layer in range(layers)]
 
 
 class ModelRunner:
@@ -218,7 +219,10 @@ class ModelRunner:
             self.queries.add(rows.start, capture)
         out = []
         for layer in layers:
-            cached: Any = self.cache.layers[self._cache_layers[layer]]  # a DynamicLayer: see full_cache
+            held = self._cache_layers[layer]
+            if held is None:
+                raise TokenvizError(f"layer {layer} attends over keys its cache does not hold: no rows to show")
+            cached: Any = self.cache.layers[held]  # a DynamicLayer: see full_cache
             keys, values = cached.keys[0, :, : rows.stop], cached.values[0, :, : rows.stop]
             call = self.queries.calls[layer]
             out.append(exact_weights(call, self.queries.get(layer, rows), rows, keys, values).float())
