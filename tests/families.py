@@ -112,6 +112,17 @@ def model_of(config, name: str, seed: int = 0) -> LoadedModel:
     )
 
 
+def gemma3n_config(shared: int = 0):
+    """A tiny Gemma 3n: four parallel streams per layer (AltUp), merged after the last layer; its last
+    `shared` layers reuse the keys of the last layer of their kind before them."""
+    return AutoConfig.for_model(
+        "gemma3n_text", **COMMON, num_key_value_heads=KV_HEADS, head_dim=8, vocab_size_per_layer_input=300,
+        hidden_size_per_layer_input=8, laurel_rank=4, altup_num_inputs=4, sliding_window=6,
+        layer_types=["sliding_attention", "full_attention"] * 2, num_kv_shared_layers=shared,
+        activation_sparsity_pattern=[0.0] * 4,
+    )  # fmt: skip
+
+
 def gemma4_config(shared: int = 0):
     """A tiny Gemma 4: a heterogeneous config, its global layers' heads twice its sliding layers'; its
     last `shared` layers reuse the keys of the last layer of their kind before them."""

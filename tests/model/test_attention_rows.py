@@ -4,11 +4,12 @@ attention over the whole sequence, and asking never changes the journey."""
 
 import pytest
 import torch
-from families import family_model
+from families import family_model, gemma3n_config, gemma4_config, model_of
 from tiny import eager_forward, tiny_model
 
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
+from tokenviz.model.loading import LoadedModel
 from tokenviz.model.query_store import QueryStore
 from tokenviz.model.runner import ModelRunner
 
@@ -17,14 +18,14 @@ from tokenviz.model.runner import ModelRunner
 KINDS = ["llama", "gemma2", "bloom"]
 
 
-def journey(kind: str, budget: int | None = None) -> Session:
-    runner = ModelRunner(family_model(kind))
+def journey(kind: str | LoadedModel, budget: int | None = None, steps: int = 10) -> Session:
+    runner = ModelRunner(family_model(kind) if isinstance(kind, str) else kind)
     runner.eos_ids = set()
     if budget is not None:
         runner.queries = QueryStore(budget)
     s = Session(runner, SamplingSettings(temperature=0, max_new_tokens=1000))
     s.start(list(range(5, 25)))
-    for _ in range(10):
+    for _ in range(steps):
         s.step()
     return s
 
@@ -115,50 +116,27 @@ def test_the_query_budget_follows_the_free_memory(monkeypatch, free_gb):
     assert query_budget(60 * 10**9) // (32 * 32 * 128 * 2) > 4000
 
 
+def every_row_equals_eager(s: Session) -> None:
+    n = s.runner.kv_len
+    shown = s.attention(range(n), range(s.runner.info.layers))
+    for layer, attention in enumerate(reference(s)):
+        assert abs(shown[layer] - attention[:, :n, :n]).max() < 1e-5
+
+
 def test_layers_that_share_an_earlier_layers_keys_show_their_rows_over_them():
     """Gemma 3n's last layers attend over the keys of the last layer of their kind before them: the
     cache holds fewer layers than the model, and each layer's rows are read over the keys it used."""
-    from families import COMMON, KV_HEADS, model_of
-    from transformers import AutoConfig
-
-    config = AutoConfig.for_model(
-        "gemma3n_text", **COMMON, num_key_value_heads=KV_HEADS, head_dim=8, vocab_size_per_layer_input=300,
-        hidden_size_per_layer_input=8, laurel_rank=4, altup_num_inputs=4, sliding_window=6,
-        layer_types=["sliding_attention", "full_attention"] * 2, num_kv_shared_layers=2,
-        activation_sparsity_pattern=[0.0] * 4,
-    )  # fmt: skip
-    runner = ModelRunner(model_of(config, "tiny-gemma3n"))
-    runner.eos_ids = set()
-    s = Session(runner, SamplingSettings(temperature=0, max_new_tokens=1000))
-    s.start(list(range(5, 25)))
-    for _ in range(4):
-        s.step()
-    assert len(runner.cache.layers) == 2 < runner.info.layers == 4
-    n = runner.kv_len
-    full = eager_forward(runner.model, s.cached_ids)
-    shown = s.attention(range(n), range(4))
-    for layer, attention in enumerate(full.attentions):
-        assert abs(shown[layer] - attention[0, :, :n, :n].numpy()).max() < 1e-5
+    s = journey(model_of(gemma3n_config(shared=2), "tiny-gemma3n"), steps=4)
+    assert len(s.runner.cache.layers) == 2 < s.runner.info.layers == 4
+    every_row_equals_eager(s)
 
 
 def test_a_model_that_skips_positions_in_its_shared_layers_is_fed_every_position_where_they_are_read():
     """Gemma 4 feeds only the positions whose logits are kept through its KV-shared layers: rows fed
     again (the query budget all but empty) and the lens still see every position of every layer."""
-    from families import gemma4_config, model_of
-
     from tokenviz.model.lens import inspect_positions
 
-    runner = ModelRunner(model_of(gemma4_config(shared=2), "tiny-gemma4"))
-    runner.eos_ids = set()
-    runner.queries = QueryStore(1)  # nothing kept: every row is fed again
-    s = Session(runner, SamplingSettings(temperature=0, max_new_tokens=1000))
-    s.start(list(range(5, 25)))
-    for _ in range(3):
-        s.step()
-    n = runner.kv_len
-    full = eager_forward(runner.model, s.cached_ids)
-    shown = s.attention(range(n), range(4))
-    for layer, attention in enumerate(full.attentions):
-        assert abs(shown[layer] - attention[0, :, :n, :n].numpy()).max() < 1e-5
-    last = inspect_positions(runner, s.ids, [len(s.ids) - 1], [s.pending.decision.chosen_id])[0].lens[-1]
+    s = journey(model_of(gemma4_config(shared=2), "tiny-gemma4"), budget=1, steps=3)  # every row fed again
+    every_row_equals_eager(s)
+    last = inspect_positions(s.runner, s.ids, [len(s.ids) - 1], [s.pending.decision.chosen_id])[0].lens[-1]
     assert [i for i, _, _ in last.top] == [c.id for c in s.pending.top[: len(last.top)]]

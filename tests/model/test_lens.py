@@ -141,18 +141,12 @@ def test_lens_for_many_positions_in_one_pass_matches_one_by_one(tiny_llama):
 
 def save_gemma3n(directory) -> str:
     """A tiny Gemma 3n: four parallel streams per layer (AltUp), merged after the last layer."""
+    from families import gemma3n_config
     from tiny import tiny_tokenizer
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    config = AutoConfig.for_model(
-        "gemma3n_text", vocab_size=300, vocab_size_per_layer_input=300, hidden_size=32, intermediate_size=64,
-        num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=128,
-        hidden_size_per_layer_input=8, laurel_rank=4, altup_num_inputs=4, sliding_window=6,
-        layer_types=["sliding_attention", "full_attention"] * 2, num_kv_shared_layers=0,
-        activation_sparsity_pattern=[0.0] * 4,
-    )  # fmt: skip
     torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(config).save_pretrained(directory)
+    AutoModelForCausalLM.from_config(gemma3n_config()).save_pretrained(directory)
     tiny_tokenizer().save_pretrained(directory)
     return str(directory)
 
