@@ -71,6 +71,7 @@ BUDGETS = {
     "grammar_step": ("engine step with a JSON-schema grammar / without", "<=", 1.10),
     "intervention_step": ("engine step with one head ablated (own distribution kept) / without", "<=", 2.2),
     "device_peak": ("peak device memory / (weights + KV cache), 2048-token prefill and steps", "<=", 1.10),
+    "compiled_autoplay": ("autoplay with --compile tok/s / eager generate() tok/s", ">=", 2.0),
 }
 VIEW_ROWS = 114  # query rows the attention pane shows at 200x60
 
@@ -84,9 +85,9 @@ def bare_model(loaded: LoadedModel, source: str, device: torch.device):
     """The same weights with transformers' default fast attention (sdpa), no attention outputs."""
     from transformers import AutoModelForCausalLM
 
-    from tokenviz.model.loading import _quiet
+    from tokenviz.model.loading import quiet
 
-    with _quiet():
+    with quiet():
         model = AutoModelForCausalLM.from_pretrained(source, dtype=loaded.model.dtype, attn_implementation="sdpa")
     return model.to(device).eval()  # type: ignore[arg-type]  # transformers wraps .to
 
@@ -423,6 +424,41 @@ def autoplay(loaded, bare, device, tokens: int, rounds: int = 3) -> dict:
     }
 
 
+def compiled_autoplay(loaded, bare, device, tokens: int, steps: int, rounds: int = 3) -> dict:
+    """--compile: the model's decode step compiled (CUDA graphs on a GPU). Its autoplay against eager
+    generate() (the issue's budget), and its engine step against the bare eager step and the engine's
+    eager step, rounds interleaved; the compile's own seconds, once."""
+    from tokenviz.model.compiled_step import compiled
+
+    started = time.perf_counter()
+    fast = compiled(loaded, lambda message, fraction: None)
+    compile_s = time.perf_counter() - started
+    ids = loaded.tokenizer(PROMPT, return_tensors="pt").input_ids.to(device)
+    autoplay_seconds(fast, 8)  # warm-up
+    played = [autoplay_seconds(fast, tokens) for _ in range(rounds)]
+    generate_seconds(bare, ids, 4, device)  # warm-up
+    generated = [generate_seconds(bare, ids, tokens, device) for _ in range(rounds)]
+    a, g = statistics.median(s for s, _ in played), statistics.median(s for s, _ in generated)
+    prompt = ids[0].tolist()
+    compiled_steps, eager_steps, plain = [], [], []
+    for _ in range(rounds):
+        compiled_steps += engine_steps(fast, prompt, steps + 2)[1][2:]
+        eager_steps += engine_steps(loaded, prompt, steps + 2)[1][2:]
+        plain += bare_steps(bare, prompt, steps + 2, device)[2:]
+    c, e, b = (statistics.median(t) * 1000 for t in (compiled_steps, eager_steps, plain))
+    return {
+        "compile_s": compile_s,
+        "autoplay_tok_s": tokens / a,
+        "generate_tok_s": tokens / g,
+        "ratio": g / a,
+        "same_tokens": played[-1][1] == generated[-1][1],
+        "step_ms": c,
+        "eager_step_ms": e,
+        "bare_step_ms": b,
+        "step_ratio": c / b,
+    }
+
+
 def random_ids(loaded: LoadedModel, n: int) -> list[int]:
     return torch.randint(0, loaded.info.vocab, (n,), generator=torch.Generator().manual_seed(n)).tolist()
 
@@ -742,6 +778,7 @@ def verdicts(r: dict) -> dict:
         "grammar_step": r.get("grammar_step", {}).get("ratio"),
         "intervention_step": r.get("intervention_step", {}).get("ratio"),
         "device_peak": r.get("device_peak", {}).get("ratio"),
+        "compiled_autoplay": r.get("compiled_autoplay", {}).get("ratio"),
     }
     out = {}
     for key, (label, op, limit) in BUDGETS.items():
@@ -805,10 +842,11 @@ def main(argv: list[str] | None = None) -> int:
         ("refusal", refusal),
         ("grammar_step", lambda: grammar_step(loaded, steps)),
         ("intervention_step", lambda: intervention_step(loaded, steps)),
+        ("compiled_autoplay", lambda: compiled_autoplay(loaded, bare, device, 32 if args.quick else 128, steps)),
     ]
     chosen = set(filter(None, args.only.split(",")))
     if args.shape:  # what a model of that size adds to the bundled model's figures: the engine's cost
-        chosen = chosen or {"autoplay", "step_overhead", "growth", "attention_view", "device_peak"}
+        chosen = chosen or {"autoplay", "step_overhead", "growth", "attention_view", "device_peak", "compiled_autoplay"}
     if device.type != "cuda" or not args.shape:  # (a 135M model's prefill logits outweigh its weights)
         measures = [m for m in measures if m[0] != "device_peak"]
     unknown = chosen - {name for name, _ in measures}

@@ -45,7 +45,10 @@ def test_bench_measures_run_on_a_tiny_model(tmp_path):
     assert constrained["grammar_ms"] > 0 and constrained["plain_ms"] > 0 and constrained["ratio"] > 0
     intervened = bench.intervention_step(loaded, steps=3, rounds=1)
     assert intervened["intervened_ms"] > 0 and intervened["plain_ms"] > 0 and intervened["ratio"] > 0
+    fast = bench.compiled_autoplay(loaded, bare, torch.device("cpu"), tokens=8, steps=3, rounds=1)
+    assert fast["same_tokens"] and fast["compile_s"] > 0 and fast["ratio"] > 0 and fast["step_ratio"] > 0
     results = {
+        "compiled_autoplay": fast,
         "intervention_step": intervened,
         "grammar_step": constrained,
         "step_overhead": overhead,

@@ -52,6 +52,7 @@ class ModelChoice:
     max_memory: tuple[str, ...] = ()  # DEVICE=SIZE entries
     offload_dir: str | None = None
     quantize: str | None = None
+    compile: bool = False  # the decode step compiled (see tokenviz.model.compiled_step)
 
     placement: Placement = field(init=False, compare=False, repr=False)
 
@@ -59,17 +60,17 @@ class ModelChoice:
         placement = Placement(self.device_map, tuple(self.max_memory or ()), self.offload_dir, self.quantize)
         object.__setattr__(self, "max_memory", placement.max_memory)
         object.__setattr__(self, "placement", placement)
+        if self.compile and self.device_map is not None:
+            raise SettingsError("--compile runs a model on one device; --device-map spreads it: choose one")
 
     def load(self, progress: "Progress") -> "LoadedModel":
-        from tokenviz.model.loading import load_model  # deferred: it imports torch
-
-        return load_model(self.model, self.device, self.dtype, self.trust_remote_code, progress, self.placement)
+        return self.loader()(progress)
 
     def loader(self) -> "Loader":
         """A loader for a worker's thread (the model loads there, after the app's first frame)."""
         from tokenviz.worker.loader import model_loader
 
-        return model_loader(self.model, self.device, self.dtype, self.trust_remote_code, self.placement)
+        return model_loader(self.model, self.device, self.dtype, self.trust_remote_code, self.placement, self.compile)
 
 
 # Each ModelChoice field as a command-line option: (type, typer.Option).
@@ -108,6 +109,14 @@ MODEL_OPTIONS: dict[str, tuple[Any, Any]] = {
         Optional[str],
         typer.Option(
             "--quantize", help="int8 or int4: quantize the weights as they load (torchao; int4 needs a CUDA GPU)."
+        ),
+    ),
+    "compile": (
+        bool,
+        typer.Option(
+            "--compile",
+            help="Compile the decode step (torch.compile over a static cache; CUDA graphs on a GPU). "
+            "It takes a while once, at start.",
         ),
     ),
 }

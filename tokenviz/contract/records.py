@@ -308,6 +308,7 @@ class ModelInfo:
     placement: str = ""  # with a device map: which layers live on which device or the disk, and their bytes
     quantization: str = ""  # how the weights are quantized ('' when they are not)
     queries_kept: str = ""  # how many positions' query states the attention view keeps (see model.query_store)
+    compiled: str = ""  # with --compile: how the decode step runs (see model.compiled_step); '' when it is not
     # Multi-head latent attention (DeepSeek V2/V3 and their kin): the cache keeps one compressed latent
     # per position, expanded into every head's keys and values in each layer; kv_heads and head_dim are the latent's.
     latent_kv: bool = False

@@ -117,6 +117,7 @@ class Info(Model):
     placement: SafeText = ""
     quantization: SafeText = ""
     queries_kept: SafeText = ""
+    compiled: SafeText = ""
     latent_kv: Flag = False
 
 

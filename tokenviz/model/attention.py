@@ -57,7 +57,7 @@ def _eager_of(module: torch.nn.Module) -> Callable[..., tuple[torch.Tensor, torc
 
 def _attend(module, query, key, value, attention_mask, **kwargs):
     """The registered attention function: sdpa where it serves, the model's eager code elsewhere."""
-    capture = _capture.get()
+    capture = None if torch.compiler.is_compiling() else _capture.get()  # (a compiled step keeps none)
     if capture is not None and capture.eager:
         return _eager_of(module)(module, query, key, value, _additive(attention_mask, query, key), **kwargs)
     if capture is not None:

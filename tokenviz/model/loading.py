@@ -56,6 +56,8 @@ class LoadedModel:
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     info: ModelInfo
+    # With --compile: its decode step compiled, a model.compiled_step.CompiledStep (that module imports this one).
+    compiled: Any = None
 
 
 def resolve_device(device: str) -> torch.device:
@@ -158,7 +160,7 @@ def ensure_converted(gguf: Path, directory: Path, progress: Progress, rebuild: b
         raise CacheNotWritable(f"the model cache in {lock_path.parent} cannot be written ({exc.strerror})") from None
     try:
         if rebuild or not _cache_is_fresh(directory, gguf):  # another process may have converted it
-            with _quiet():
+            with quiet():
                 convert_gguf(gguf, directory, progress)
     finally:
         lock.release()
@@ -301,7 +303,7 @@ def _one_line(exc: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def _quiet():
+def quiet():
     """transformers and tqdm print warnings and bars to the terminal the TUI owns."""
     from transformers.utils import logging as hf_logging
 
@@ -407,7 +409,7 @@ def load_model(
     progress(f"checking that {name} fits on {torch_device}", None)
     fit.offload_dir = placement.offload_dir or str(offload_dir_for(source if gguf_file is None else gguf_file))
     try:
-        with _quiet():
+        with quiet():
             model, tokenizer = _from_pretrained(source, name, fit, trust_remote_code, progress, gguf_file)
     except ModelLoadError:
         raise
@@ -415,7 +417,7 @@ def load_model(
         if (spec is None or spec.endswith(".gguf")) and gguf_file is None:
             # A cache that passed its manifest check but does not load: rebuild it once.
             ensure_converted(gguf, directory, progress, rebuild=True)
-            with _quiet():
+            with quiet():
                 model, tokenizer = _from_pretrained(source, name, fit, trust_remote_code, progress)
         elif Path(source).is_dir():
             raise ModelLoadError(f"could not load the model directory {spec}: {_one_line(exc)}") from None

@@ -17,6 +17,7 @@ from tokenviz.contract.records import ModelInfo
 from tokenviz.model.attention import IMPLEMENTATION, capturing, exact_weights, latent_attention
 from tokenviz.model.cache import crop_layers, full_cache, with_cache
 from tokenviz.model.chat import has_chat_template
+from tokenviz.model.compiled_step import CompiledStep
 from tokenviz.model.interrupt import layer_by_layer
 from tokenviz.model.loading import LoadedModel
 from tokenviz.model.memory import free_bytes, gigabytes
@@ -71,6 +72,7 @@ class ModelRunner:
         self.special_ids = set(getattr(self.tokenizer, "all_special_ids", []) or [])
         self.eos_ids = self._eos_ids()
         self.pieces = TokenPieces(self.tokenizer)  # (see tokenviz.model.pieces)
+        self.compiled: CompiledStep | None = loaded.compiled  # (--compile) shared with the model's other runners
         # Asked between the layers of `forward` (set by the worker during autoplay): True sets the step
         # aside (GiveWay, the cache cropped back) so a waiting key is answered now, not after the step.
         self.give_way: Callable[[], bool] | None = None
@@ -173,6 +175,11 @@ class ModelRunner:
         """Feed `ids` after what the cache holds; return the next-token logits, and with
         `every_position` the logits after each of `ids`. Their query states are kept for the attention
         view. Nothing waits for the device."""
+        if self._compiled_serves(ids, every_position):
+            timer = DeviceTimer(self.device)
+            assert self.compiled is not None
+            logits = self.compiled.step(self.cache, ids_to_device(ids, self.device))
+            return Forward(logits=logits, timer=timer.stop())
         timer = DeviceTimer(self.device)
         start = self.kv_len
         give_way = self.give_way
@@ -196,6 +203,20 @@ class ModelRunner:
             position_logits=out.logits[0] if every_position else None,
             routes=route_tensors(routed) if routed and len(routed) == len(self.routers) else None,  # (all read)
             places=places,
+        )
+
+    def _compiled_serves(self, ids: list[int], every_position: bool) -> bool:
+        """Whether the compiled step can feed `ids`: one token whose pass needs nothing a compiled
+        graph does not give (its query states are not kept: the attention view feeds them again).
+        Hooks of any kind (an intervention, an MoE router's reading) run only outside it."""
+        return (
+            self.compiled is not None
+            and len(ids) == 1
+            and not every_position
+            and not self.routers
+            and len(self.cache.layers) == self.info.layers
+            and self.compiled.serves(self.cache)
+            and not self.compiled.hooked()
         )
 
     @torch.inference_mode()

@@ -20,13 +20,19 @@ def model_loader(
     dtype: str = "auto",
     trust_remote_code: bool = False,
     placement: Placement = DEFAULT_PLACEMENT,
+    compile: bool = False,
 ) -> Loader:
-    """A loader for `model` (None: the bundled one)."""
+    """A loader for `model` (None: the bundled one), its decode step compiled with `compile`."""
 
     def load(progress: Progress) -> LoadedModel:
         # Deferred: torch and transformers are imported in the engine thread, after the first frame.
         from tokenviz.model.loading import load_model
 
-        return load_model(model, device, dtype, trust_remote_code, progress, placement)
+        loaded = load_model(model, device, dtype, trust_remote_code, progress, placement)
+        if not compile:
+            return loaded
+        from tokenviz.model.compiled_step import compiled
+
+        return compiled(loaded, progress)
 
     return load

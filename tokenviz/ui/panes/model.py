@@ -33,6 +33,7 @@ class ModelPane(ScrollPane):
             *([("memory", i.memory)] if i.memory else []),
             *([("placement", i.placement)] if i.placement else []),
             *([("queries kept", i.queries_kept)] if i.queries_kept else []),
+            *([("steps run", i.compiled)] if i.compiled else []),
         ]
         width = max(len(name) for name, _ in rows) + 2
         text = Text()

@@ -1,0 +1,198 @@
+"""--compile: the decode step through torch.compile over a static cache (CUDA graphs on a GPU). Its
+numbers are the model's own: every step equals the eager step within float32 rounding, across the
+buffers' growth, rewinds, journeys that share the step, hooks in force and a pass that fails."""
+
+import dataclasses
+import json
+
+import pytest
+import torch
+from families import family_model
+from test_loading import save_random
+from tiny import tiny_model
+
+from tokenviz.contract.errors import ModelLoadError, TokenvizError
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.journey.session import Session
+from tokenviz.model.compiled_step import CompiledStep, compiled, room_for
+from tokenviz.model.runner import ModelRunner
+
+pytestmark = pytest.mark.compile
+PROMPT = "The Eiffel Tower is located in"
+LEAST = 16  # the buffers' first room: a journey of 60 steps outgrows it twice
+SAMPLED = SamplingSettings(temperature=0.9, top_k=40, top_p=0.95, repetition_penalty=1.3, seed=7, max_new_tokens=500)
+
+
+class Counted:
+    """The compiled call, counting how often it ran."""
+
+    def __init__(self, call):
+        self.call, self.calls = call, 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self.call(*args, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def models(device):
+    """(eager, compiled): one tiny model, its step compiled once for the module (two rooms: see warm_up)."""
+    loaded = tiny_model("llama", context=512, device=device)
+    step = CompiledStep(loaded.model, least=LEAST)
+    step.warm_up(torch.device(device))
+    step.call = Counted(step.call)
+    return loaded, dataclasses.replace(loaded, compiled=step)
+
+
+def journeys(models, settings=SAMPLED):
+    eager, fast = models
+    pair = Session(ModelRunner(eager), settings), Session(ModelRunner(fast), settings)
+    for s in pair:
+        s.start(PROMPT)
+    return pair
+
+
+def same_top(a, b) -> None:
+    assert [c.id for c in a] == [c.id for c in b]
+    torch.testing.assert_close(torch.tensor([c.logit for c in a]), torch.tensor([c.logit for c in b]))
+
+
+def step_both(pair, steps: int) -> None:
+    for _ in range(steps):
+        for s in pair:
+            s.step()
+    assert pair[0].ids == pair[1].ids
+    for a, b in zip(pair[0].records, pair[1].records, strict=True):
+        same_top(a.top, b.top)
+        assert a.decision.chosen_id == b.decision.chosen_id
+
+
+def test_sampled_steps_equal_the_eager_steps_as_the_buffers_grow_and_after_a_rewind(models):
+    eager, fast = journeys(models)
+    counted = fast.runner.compiled.call
+    before = counted.calls
+    step_both((eager, fast), 60)
+    assert counted.calls - before == 60  # every step ran compiled
+    assert fast.runner.compiled.capacity == room_for(fast.runner.kv_len, LEAST) > 4 * LEAST
+    keys = fast.runner.cache.layers[0].keys
+    assert keys.data_ptr() == fast.runner.compiled.static.layers[0].keys.data_ptr()  # a view: nothing copied
+    for s in (eager, fast):
+        s.rewind(7)
+    step_both((eager, fast), 12)
+    for s in (eager, fast):
+        s.reset()
+    step_both((eager, fast), 3)
+
+
+def test_greedy_steps_equal_generate(models):
+    _, fast = journeys(models, SamplingSettings(temperature=0))
+    for _ in range(20):
+        fast.step()
+    model = models[0].model
+    ids = torch.tensor([fast.prompt_ids], device=model.device)
+    out = model.generate(ids, do_sample=False, max_new_tokens=20, min_new_tokens=20)
+    assert fast.generated_ids == out[0, len(fast.prompt_ids) :].tolist()
+
+
+def test_attention_rows_of_compiled_steps_equal_the_eager_journeys(models):
+    """A compiled step keeps no query states: the view feeds those rows again, over the static buffers' views."""
+    eager, fast = journeys(models)
+    step_both((eager, fast), 10)
+    rows = range(fast.runner.kv_len - 6, fast.runner.kv_len)
+    layers = range(fast.runner.info.layers)
+    ours = fast.runner.attention(fast.ids, rows, layers)
+    torch.testing.assert_close(ours, eager.runner.attention(eager.ids, rows, layers))
+    step_both((eager, fast), 4)  # and the journey goes on as it was
+
+
+def test_two_journeys_share_the_compiled_step(models):
+    """As a comparison's two runners do: the buffers follow one cache at a time, the other keeps its own."""
+    a_eager, a_fast = journeys(models)
+    b_eager, b_fast = journeys(models, SAMPLED.replace(seed=8, temperature=1.2))
+    for _ in range(6):
+        step_both((a_eager, a_fast), 3)
+        step_both((b_eager, b_fast), 3)
+
+
+def test_a_hook_in_force_runs_the_step_eager(models):
+    eager, fast = journeys(models)
+    counted = fast.runner.compiled.call
+    layer = models[0].model.model.layers[1]  # (both journeys' model)
+    handle = layer.register_forward_hook(
+        lambda module, args, out: (out[0] * 1.5, *out[1:]) if isinstance(out, tuple) else out * 1.5
+    )
+    try:
+        before = counted.calls
+        step_both((eager, fast), 5)
+        assert counted.calls == before
+    finally:
+        handle.remove()
+    step_both((eager, fast), 5)
+    assert counted.calls == before + 5
+
+
+def test_a_step_that_fails_says_so_and_the_journey_goes_on_eager(models):
+    eager, fast = journeys(models)
+    step_both((eager, fast), 3)
+    step = fast.runner.compiled
+    working = step.call
+
+    def fails_after_running(*args, **kwargs):
+        working(*args, **kwargs)  # the buffers written, their counters moved
+        raise RuntimeError("CUDA out of memory.\nTried to allocate 2.00 GiB")
+
+    step.call = fails_after_running
+    try:
+        with pytest.raises(
+            TokenvizError, match=r"^the compiled step failed \(CUDA out of memory.\): the steps run eager"
+        ):
+            fast.step()
+        assert fast.ids == eager.ids and len(fast.records) == len(eager.records)  # as it was
+        step_both((eager, fast), 4)  # eager now: the failing call is not asked again
+    finally:
+        step.call, step.failed = working, None
+
+
+@pytest.mark.parametrize("kind", ["gemma2", "gpt2"])
+def test_other_families_step_compiled_as_eager(kind):
+    """Gemma 2: sliding-window layers beside global ones, the window shorter than the journey, and
+    soft-capped scores (the model's eager attention inside the graph); GPT-2: learned positions."""
+    loaded = family_model(kind)
+    step = CompiledStep(loaded.model, least=8)
+    step.warm_up(torch.device("cpu"))
+    step.call = Counted(step.call)
+    pair = journeys((loaded, dataclasses.replace(loaded, compiled=step)), SamplingSettings(temperature=0))
+    step_both(pair, 30)
+    assert step.call.calls == 30
+
+
+def test_trace_compile_says_so_and_gives_the_eager_tokens(tmp_path, monkeypatch, capsys):
+    from clitools import invoke
+
+    directory = save_random(tmp_path, "llama", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2)  # fmt: skip
+    args = ["trace", PROMPT, "--model", directory, "--device", "cpu", "--steps", "6", "--json"]
+    code, out, err = invoke(monkeypatch, capsys, *args, "--compile")
+    assert code == 0, err
+    ours = json.loads(out)
+    assert "compiling the decode step" in err
+    assert ours["model"]["compiled"].startswith("the decode step, compiled (inductor's code")
+    code, out, _ = invoke(monkeypatch, capsys, *args)
+    assert code == 0 and json.loads(out)["model"]["compiled"] == ""
+    assert [s["chosen"]["id"] for s in ours["steps"]] == [s["chosen"]["id"] for s in json.loads(out)["steps"]]
+
+
+def test_compile_with_a_device_map_and_a_failed_compile_are_one_line(tmp_path, monkeypatch, capsys):
+    from clitools import invoke
+
+    code, _, err = invoke(monkeypatch, capsys, "trace", "hi", "--compile", "--device-map", "auto")
+    assert code == 2 and "--compile runs a model on one device" in err and len(err.strip().splitlines()) == 1
+
+    def cannot(self, device):
+        raise torch._dynamo.exc.Unsupported("generic_jump TensorVariable()\nfrom user code: ...")
+
+    monkeypatch.setattr(CompiledStep, "warm_up", cannot)
+    with pytest.raises(
+        ModelLoadError, match=r"^--compile: torch.compile could not compile .*\(generic_jump TensorVariable\(\)\)$"
+    ):
+        compiled(tiny_model("llama"), lambda message, fraction: None)

@@ -1,0 +1,192 @@
+"""The decode step compiled (`--compile`): one token through `torch.compile` over a static KV cache.
+
+On a GPU a plain step is mostly the host's time: hundreds of kernel launches from Python, for a
+135M model and an 8B one alike. Compiled with transformers' own compile call (`get_compiled_call`,
+mode "reduce-overhead") over a cache whose tensors never move, the step is captured once as CUDA
+graphs and replayed with one launch; on a CPU the same call runs inductor's code (no graphs).
+
+The journey's cache stays the runner's DynamicCache, which everything else reads and crops: after a
+compiled step each of its layers is a view of the first positions of the static buffers, so nothing
+is copied while steps follow one another. Anything else that grows the cache (a prefill, a pass with
+hooks in force) makes new tensors, and the next compiled step first copies them into the buffers.
+A compiled step keeps no query states (the attention view feeds such rows again when it shows them)
+and runs no hooks, so the runner uses it only for a step that needs neither (see ModelRunner.forward).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.nn.modules import module as hooks
+from transformers import CompileConfig, PreTrainedModel
+from transformers.cache_utils import Cache, DynamicLayer, StaticLayer
+
+from tokenviz.contract.errors import ModelLoadError, TokenvizError
+from tokenviz.contract.text import shortened
+from tokenviz.model.cache import full_cache, with_cache
+from tokenviz.model.loading import LoadedModel, quiet
+from tokenviz.model.placing import input_device
+
+COMPILE = CompileConfig(fullgraph=True)  # mode "reduce-overhead": CUDA graphs on a GPU; one graph, or an error
+# The static buffers' room: the least power-of-two multiple of ROOM that holds the journey, doubled when
+# it is outgrown. Each step attends over the whole room (masked), so the room follows the journey.
+ROOM = 256
+WARM_UP_STEPS = 3  # CUDA graph trees run a new graph eagerly once, record it the next time, replay after that
+# torch.compile's entries for one function (its default is 8): every model compiled in a process takes
+# two of the same transformers wrapper function's, so a comparison of two models, or a test run, needs more.
+RECOMPILE_LIMIT = 64
+
+
+def room_for(length: int, least: int = ROOM) -> int:
+    """The room of buffers that hold `length` positions and the next one."""
+    room = least
+    while room < length + 1:
+        room *= 2
+    return room
+
+
+class CompiledStep:
+    """One model's compiled decode step and the static buffers it writes. Runners that share the
+    model share it: the buffers hold one cache's positions at a time (see `_own`)."""
+
+    def __init__(self, model: PreTrainedModel, least: int = ROOM):
+        self.model = model
+        self.call: Callable[..., Any] = model.get_compiled_call(COMPILE)
+        self.least = least
+        self.failed: str | None = None  # why a step failed: the steps run eager from then on
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+        self._modules = tuple(model.modules())  # (asked for hooks before every step: see `hooked`)
+        self.static: Cache | None = None  # the model's cache argument: `buffers`, one a layer
+        self.buffers: list[StaticLayer] = []
+        self._owner: weakref.ref[Any] | None = None  # the DynamicCache whose layers are views of the buffers
+        self._counted = -1  # the position every static layer's counter holds (-1: not known)
+
+    @property
+    def capacity(self) -> int:
+        return self.buffers[0].max_cache_len if self.buffers else 0
+
+    def serves(self, cache: Any) -> bool:
+        """Whether `cache` is one this step can follow: a filled DynamicCache of plain layers (not a
+        search's growing buffers), with room in the buffers or the means to grow them."""
+        layers = getattr(cache, "layers", None) or []
+        return (
+            not self.failed
+            and bool(layers)
+            and all(type(layer) is DynamicLayer and layer.is_initialized for layer in layers)
+        )
+
+    def hooked(self) -> bool:
+        """Whether any hook would run in a forward pass of the model (a compiled graph runs none)."""
+        if hooks._global_forward_hooks or hooks._global_forward_pre_hooks:
+            return True
+        return any(m._forward_hooks or m._forward_pre_hooks for m in self._modules)
+
+    @torch.inference_mode()
+    def step(self, cache: Any, ids: torch.Tensor) -> torch.Tensor:
+        """Feed one token (`ids`, (1, 1) on the model's device) after what `cache` holds; its layers
+        grow by that position, and the next-token logits come back (vocab,), a tensor of their own."""
+        length = cache.get_seq_length()
+        static = self._own(cache, length)
+        torch.compiler.cudagraph_mark_step_begin()  # the last replay's outputs may be overwritten now
+        try:
+            out = self.call(input_ids=ids, **with_cache(self.model, static), use_cache=True, logits_to_keep=1)
+        except Exception as exc:  # (a recompile torch.compile refuses, the device's memory): not again
+            self.failed = first_line(exc)
+            raise TokenvizError(f"the compiled step failed ({self.failed}): the steps run eager from now on") from None
+        logits = out.logits[0, -1].clone()  # (the graph's output buffer is the next replay's)
+        self._counted = length + 1
+        self._show(cache, length + 1)
+        return logits
+
+    def _own(self, cache: Any, length: int) -> Cache:
+        """The static buffers, holding `cache`'s `length` positions and counting from there."""
+        if self.static is None or length + 1 > self.capacity:
+            self._made(cache, room_for(length, self.least))
+        owner = self._owner() if self._owner is not None else None
+        if owner is not cache:
+            if owner is not None:
+                self._detach(owner)
+            self._owner = weakref.ref(cache)
+        for held, buffer in zip(cache.layers, self.buffers):
+            (keys, values), (room_keys, room_values) = _tensors(held), _tensors(buffer)
+            if keys.data_ptr() != room_keys.data_ptr() or keys.shape[-2] != length:  # grown by a pass of another kind
+                room_keys[:, :, :length].copy_(keys)
+                room_values[:, :, :length].copy_(values)
+        self._show(cache, length)
+        if self._counted != length:
+            for buffer in self.buffers:
+                buffer.cumulative_length.fill_(length)
+            self._counted = length
+        assert self.static is not None
+        return self.static
+
+    def _made(self, cache: Any, room: int) -> None:
+        """New buffers of `room` positions. Nothing writes the old ones again: a cache still viewing
+        them keeps them, and its positions are copied in when it steps."""
+        self.buffers = [StaticLayer(max_cache_len=room) for _ in cache.layers]
+        for held, buffer in zip(cache.layers, self.buffers):
+            buffer.lazy_initialization(*_tensors(held))
+        self.static = Cache(layers=list(self.buffers))
+        self._owner, self._counted = None, -1
+
+    def _show(self, cache: Any, length: int) -> None:
+        """Make `cache`'s layers the first `length` positions of the buffers (views: nothing is copied)."""
+        for held, buffer in zip(cache.layers, self.buffers):
+            keys, values = _tensors(buffer)
+            held.keys, held.values = keys[:, :, :length], values[:, :, :length]
+
+    def _detach(self, cache: Any) -> None:
+        """Give a cache that leaves the buffers tensors of its own (another cache is about to write them)."""
+        for held, buffer in zip(cache.layers, self.buffers):
+            keys, values = _tensors(held)
+            if keys.data_ptr() == _tensors(buffer)[0].data_ptr():
+                held.keys, held.values = keys.clone(), values.clone()
+
+    def warm_up(self, device: torch.device) -> None:
+        """Compile the step now, on a throwaway cache, so a journey's steps take what steps take: in
+        buffers of two rooms, so that torch.compile's second compile makes the room a dynamic size
+        (its automatic dynamic shapes) and a journey that outgrows its buffers compiles nothing more
+        (on a GPU, it records graphs for the new room)."""
+        cache = full_cache()
+        with torch.inference_mode():  # (as a runner's steps are: ids made outside it would be compiled for again)
+            ids = torch.zeros((1, 1), dtype=torch.long, device=device)
+            self.model(input_ids=ids, **with_cache(self.model, cache), use_cache=True)
+            for room in (self.least, 2 * self.least):
+                self._made(cache, room)
+                for _ in range(WARM_UP_STEPS):
+                    self.step(cache, ids)
+        self.static, self.buffers, self._owner = None, [], None  # (a journey's buffers are made for it)
+
+
+def _tensors(layer: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """A filled layer's keys and values (a DynamicLayer that CompiledStep.serves, or a static buffer)."""
+    return layer.keys, layer.values
+
+
+def first_line(exc: Exception) -> str:
+    """What an error of torch.compile's says, in one short line (its messages run to pages)."""
+    text = str(exc).strip()
+    return shortened(text.splitlines()[0] if text else type(exc).__name__, 160)
+
+
+def compiled(loaded: LoadedModel, progress: Callable[[str, float | None], None]) -> LoadedModel:
+    """`loaded` with its decode step compiled and its graphs recorded, before any journey: once per
+    start (seconds on a CPU for a small model, about a minute on a GPU for a large one)."""
+    device = input_device(loaded.model)
+    progress(f"compiling the decode step on {device} (torch.compile, once per start)", None)
+    step = CompiledStep(loaded.model)
+    try:
+        with quiet():  # (the compiler's warnings would land on the terminal the app draws)
+            step.warm_up(device)
+    except Exception as exc:  # (torch.compile's own failures: a model it cannot trace, no C++ compiler)
+        raise ModelLoadError(
+            f"--compile: torch.compile could not compile this model's step ({first_line(exc)})"
+        ) from None
+    how = "CUDA graphs" if device.type == "cuda" else "inductor's code, no graphs off a GPU"
+    rooms = ", ".join(f"{ROOM * 2**k:,}" for k in range(3))
+    note = f"the decode step, compiled ({how}), over a static cache of {rooms} … positions, as the journey needs"
+    return dataclasses.replace(loaded, compiled=step, info=dataclasses.replace(loaded.info, compiled=note))
