@@ -174,13 +174,12 @@ class ModelRunner:
     def forward(self, ids: list[int], every_position: bool = False) -> Forward:
         """Feed `ids` after what the cache holds; return the next-token logits, and with
         `every_position` the logits after each of `ids`. Their query states are kept for the attention
-        view. Nothing waits for the device."""
+        view (but a compiled step's: see `_compiled_serves`). Nothing waits for the device."""
+        timer = DeviceTimer(self.device)
         if self._compiled_serves(ids, every_position):
-            timer = DeviceTimer(self.device)
             assert self.compiled is not None
             logits = self.compiled.step(self.cache, ids_to_device(ids, self.device))
             return Forward(logits=logits, timer=timer.stop())
-        timer = DeviceTimer(self.device)
         start = self.kv_len
         give_way = self.give_way
         yielding = layer_by_layer(self.model, give_way, stop=GiveWay) if give_way else nullcontext()
