@@ -191,6 +191,9 @@ def test_compile_with_a_device_map_and_a_failed_compile_are_one_line(tmp_path, m
     def cannot(self, device):
         raise torch._dynamo.exc.Unsupported("generic_jump TensorVariable()\nfrom user code: ...")
 
+    # GPT-Neo's local attention slices its own mask by the cache's length: transformers says it does not compile.
+    with pytest.raises(ModelLoadError, match=r"^--compile: transformers does not compile GPTNeoForCausalLM's step"):
+        compiled(family_model("gpt_neo"), lambda message, fraction: None)
     monkeypatch.setattr(CompiledStep, "warm_up", cannot)
     with pytest.raises(
         ModelLoadError, match=r"^--compile: torch.compile could not compile .*\(generic_jump TensorVariable\(\)\)$"

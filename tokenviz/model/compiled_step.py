@@ -176,6 +176,11 @@ def first_line(exc: Exception) -> str:
 def compiled(loaded: LoadedModel, progress: Callable[[str, float | None], None]) -> LoadedModel:
     """`loaded` with its decode step compiled and its graphs recorded, before any journey: once per
     start (seconds on a CPU for a small model, about a minute on a GPU for a large one)."""
+    if not getattr(loaded.model, "_can_compile_fullgraph", False):  # (transformers' own word: GPT-Neo, MPT)
+        name = type(loaded.model).__name__
+        raise ModelLoadError(
+            f"--compile: transformers does not compile {name}'s step with a static cache: run without it"
+        )
     device = input_device(loaded.model)
     progress(f"compiling the decode step on {device} (torch.compile, once per start)", None)
     step = CompiledStep(loaded.model)
