@@ -140,3 +140,24 @@ def test_a_model_that_skips_positions_in_its_shared_layers_is_fed_every_position
     every_row_equals_eager(s)
     last = inspect_positions(s.runner, s.ids, [len(s.ids) - 1], [s.pending.decision.chosen_id])[0].lens[-1]
     assert [i for i, _, _ in last.top] == [c.id for c in s.pending.top[: len(last.top)]]
+
+
+def test_the_fast_path_feeds_again_only_from_the_first_row_missing():
+    """As after compiled steps, which keep no query states: the newest rows are fed, not the window."""
+    s = journey("llama")
+    fed = []
+    forward = s.runner.model.forward
+
+    def counted(*args, **kwargs):
+        fed.append(kwargs["input_ids"].shape[1])
+        return forward(*args, **kwargs)
+
+    s.runner.model.forward = counted
+    s.attention(range(20, 30), [0])  # kept from the steps: nothing fed
+    s.runner.queries.drop_from(27)
+    shown = s.attention(range(20, 30), [0, 3])
+    assert fed == [3]
+    s.runner.model.forward = forward
+    full = reference(s)
+    for i, layer in enumerate((0, 3)):
+        assert abs(shown[i] - full[layer][:, 20:30, :30]).max() < 1e-5

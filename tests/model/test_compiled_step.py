@@ -199,3 +199,19 @@ def test_compile_with_a_device_map_and_a_failed_compile_are_one_line(tmp_path, m
         ModelLoadError, match=r"^--compile: torch.compile could not compile .*\(generic_jump TensorVariable\(\)\)$"
     ):
         compiled(tiny_model("llama"), lambda message, fraction: None)
+
+
+def test_a_compiled_step_never_waits_for_the_gpu(models, device):
+    """On a GPU, the compiled step queues its work and returns: no value is read, nothing synchronises
+    (the step's one transfer comes after it, in the session). Only a GPU can tell."""
+    if device != "cuda":
+        pytest.skip("synchronisation is a GPU's: run with --device cuda")
+    _, fast = journeys(models)
+    fast.step()  # (the buffers made for this journey)
+    runner = fast.runner
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for token in (5, 6, 7):
+            runner.forward([token])
+    finally:
+        torch.cuda.set_sync_debug_mode("default")

@@ -228,15 +228,11 @@ class ModelRunner:
             raise ValueError(f"rows {rows.start}-{rows.stop - 1} are not all in the cache of {self.kv_len}")
         if not self.fast_attention:
             return self._eager_attention(ids, rows)[list(layers)]
-        if self.queries.missing(rows):  # all of them again: one block, which the budget never drops first
-            with self._cut(rows.start), capturing(calls=self.queries.calls) as capture:
-                self.model(
-                    input_ids=ids_to_device(ids[rows.start : rows.stop], self.device),
-                    **with_cache(self.model, self.cache),
-                    use_cache=True,
-                    logits_to_keep=last_logits(len(rows), self.device),
-                )
-            self.queries.add(rows.start, capture)
+        missing = self.queries.missing(rows)
+        if missing:  # from the first one missing (the newest steps, as a compiled step keeps none) to the end
+            self._feed_again(ids, range(missing[0], rows.stop))
+            if self.queries.missing(rows):  # the budget dropped older ones for them: all, one block it keeps
+                self._feed_again(ids, rows)
         out = []
         for layer in layers:
             held = self._cache_layers[layer]
@@ -247,6 +243,18 @@ class ModelRunner:
             call = self.queries.calls[layer]
             out.append(exact_weights(call, self.queries.get(layer, rows), rows, keys, values).float())
         return torch.stack(out)
+
+    def _feed_again(self, ids: Sequence[int], span: range) -> None:
+        """Keep the query states of positions `span` of the cached path `ids`, fed again over the cache
+        cut before them (which is left as it was)."""
+        with self._cut(span.start), capturing(calls=self.queries.calls) as capture:
+            self.model(
+                input_ids=ids_to_device(ids[span.start : span.stop], self.device),
+                **with_cache(self.model, self.cache),
+                use_cache=True,
+                logits_to_keep=last_logits(len(span), self.device),
+            )
+        self.queries.add(span.start, capture)
 
     def _eager_attention(self, ids: Sequence[int], rows: range) -> torch.Tensor:
         """Every layer's rows from an eager forward pass of those positions (for models without the
