@@ -143,7 +143,7 @@ def test_a_model_that_skips_positions_in_its_shared_layers_is_fed_every_position
 
 
 def test_the_fast_path_feeds_again_only_from_the_first_row_missing():
-    """As after compiled steps, which keep no query states: the newest rows are fed, not the window."""
+    """The newest rows' queries gone (as after a step whose queries could not be kept): they are fed, not the window."""
     s = journey("llama")
     fed = []
     forward = s.runner.model.forward

@@ -94,13 +94,23 @@ def test_greedy_steps_equal_generate(models):
     assert fast.generated_ids == out[0, len(fast.prompt_ids) :].tolist()
 
 
-def test_attention_rows_of_compiled_steps_equal_the_eager_journeys(models):
-    """A compiled step keeps no query states: the view feeds those rows again, over the static buffers' views."""
+def test_compiled_steps_keep_their_query_states_for_the_attention_view(models):
+    """The queries come out of the graph: the rows are computed from them, nothing is fed again."""
     eager, fast = journeys(models)
     step_both((eager, fast), 10)
     rows = range(fast.runner.kv_len - 6, fast.runner.kv_len)
     layers = range(fast.runner.info.layers)
-    ours = fast.runner.attention(fast.ids, rows, layers)
+    assert fast.runner.queries.missing(rows) == []
+    for layer in layers:
+        torch.testing.assert_close(fast.runner.queries.get(layer, rows), eager.runner.queries.get(layer, rows))
+    model = fast.runner.model
+    fed = []
+    handle = model.register_forward_pre_hook(lambda module, args: fed.append(module))
+    try:
+        ours = fast.runner.attention(fast.ids, rows, layers)
+    finally:
+        handle.remove()
+    assert fed == []
     torch.testing.assert_close(ours, eager.runner.attention(eager.ids, rows, layers))
     step_both((eager, fast), 4)  # and the journey goes on as it was
 
@@ -161,9 +171,14 @@ def test_other_families_step_compiled_as_eager(kind):
     step = CompiledStep(loaded.model, least=8)
     step.warm_up(torch.device("cpu"))
     step.call = Counted(step.call)
-    pair = journeys((loaded, dataclasses.replace(loaded, compiled=step)), SamplingSettings(temperature=0))
-    step_both(pair, 30)
+    eager, fast = journeys((loaded, dataclasses.replace(loaded, compiled=step)), SamplingSettings(temperature=0))
+    step_both((eager, fast), 30)
     assert step.call.calls == 30
+    rows, layers = range(fast.runner.kv_len - 8, fast.runner.kv_len), range(fast.runner.info.layers)
+    assert fast.runner.queries.missing(rows) == []  # kept from the graph
+    torch.testing.assert_close(
+        fast.runner.attention(fast.ids, rows, layers), eager.runner.attention(eager.ids, rows, layers)
+    )
 
 
 def test_trace_compile_says_so_and_gives_the_eager_tokens(tmp_path, monkeypatch, capsys):
@@ -196,7 +211,8 @@ def test_compile_with_a_device_map_and_a_failed_compile_are_one_line(tmp_path, m
         compiled(family_model("gpt_neo"), lambda message, fraction: None)
     monkeypatch.setattr(CompiledStep, "warm_up", cannot)
     with pytest.raises(
-        ModelLoadError, match=r"^--compile: torch.compile could not compile .*\(generic_jump TensorVariable\(\)\)$"
+        ModelLoadError,
+        match=r"^--compile: torch.compile cannot compile .*\(generic_jump TensorVariable\(\)\): run without it$",
     ):
         compiled(tiny_model("llama"), lambda message, fraction: None)
 

@@ -25,6 +25,9 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 IMPLEMENTATION = "tokenviz"
 _capture: ContextVar[Capture | None] = ContextVar("tokenviz_capture", default=None)
+# A compiled step's query states, layer after layer, as torch.compile traces it (a context variable is
+# beyond what it traces): the compiled function takes them as its output (see model.compiled_step).
+compiled_queries: list[torch.Tensor] = []
 
 
 @dataclass
@@ -57,7 +60,11 @@ def _eager_of(module: torch.nn.Module) -> Callable[..., tuple[torch.Tensor, torc
 
 def _attend(module, query, key, value, attention_mask, **kwargs):
     """The registered attention function: sdpa where it serves, the model's eager code elsewhere."""
-    capture = None if torch.compiler.is_compiling() else _capture.get()  # (a compiled step keeps none)
+    if torch.compiler.is_compiling():
+        compiled_queries.append(query[0])
+        capture = None
+    else:
+        capture = _capture.get()
     if capture is not None and capture.eager:
         return _eager_of(module)(module, query, key, value, _additive(attention_mask, query, key), **kwargs)
     if capture is not None:

@@ -1,16 +1,17 @@
 """The decode step compiled (`--compile`): one token through `torch.compile` over a static KV cache.
 
 On a GPU a plain step is mostly the host's time: hundreds of kernel launches from Python, for a
-135M model and an 8B one alike. Compiled with transformers' own compile call (`get_compiled_call`,
-mode "reduce-overhead") over a cache whose tensors never move, the step is captured once as CUDA
-graphs and replayed with one launch; on a CPU the same call runs inductor's code (no graphs).
+135M model and an 8B one alike. Compiled (torch.compile, mode "reduce-overhead", as transformers'
+own `get_compiled_call` does) over a cache whose tensors never move, the step is captured once as
+CUDA graphs and replayed with one launch; on a CPU the same call runs inductor's code (no graphs).
 
 The journey's cache stays the runner's DynamicCache, which everything else reads and crops: after a
 compiled step each of its layers is a view of the first positions of the static buffers, so nothing
 is copied while steps follow one another. Anything else that grows the cache (a prefill, a pass with
 hooks in force) makes new tensors, and the next compiled step first copies them into the buffers.
-A compiled step keeps no query states (the attention view feeds such rows again when it shows them)
-and runs no hooks, so the runner uses it only for a step that needs neither (see ModelRunner.forward).
+The step's query states come out of the graph beside the logits, in one tensor, for the attention
+view to keep. It runs no hooks, so the runner uses it only for a step that needs none (see
+ModelRunner.forward).
 """
 
 from __future__ import annotations
@@ -22,16 +23,17 @@ from typing import Any
 
 import torch
 from torch.nn.modules import module as hooks
-from transformers import CompileConfig, PreTrainedModel
+from transformers import PreTrainedModel
 from transformers.cache_utils import Cache, DynamicLayer, StaticLayer
 
 from tokenviz.contract.errors import ModelLoadError, TokenvizError
 from tokenviz.contract.text import shortened
+from tokenviz.model import attention
 from tokenviz.model.cache import full_cache, with_cache
 from tokenviz.model.loading import LoadedModel, quiet
 from tokenviz.model.placing import input_device
 
-COMPILE = CompileConfig(fullgraph=True)  # mode "reduce-overhead": CUDA graphs on a GPU; one graph, or an error
+MODE = "reduce-overhead"  # torch.compile's mode: CUDA graphs on a GPU (compiled with fullgraph: one graph, or an error)
 # The static buffers' room: the least power-of-two multiple of ROOM that holds the journey, doubled when
 # it is outgrown. Each step attends over the whole room (masked), so the room follows the journey.
 ROOM = 256
@@ -55,7 +57,11 @@ class CompiledStep:
 
     def __init__(self, model: PreTrainedModel, least: int = ROOM):
         self.model = model
-        self.call: Callable[..., Any] = model.get_compiled_call(COMPILE)
+        self.call: Callable[..., tuple[torch.Tensor, torch.Tensor]] = torch.compile(
+            self._pass, mode=MODE, fullgraph=True
+        )
+        self._keyword = next(iter(with_cache(model, None)))  # (the cache's argument name, found before tracing)
+        self.query_shapes: list[tuple[int, int]] = []  # each layer's (heads, head size): see warm_up
         self.least = least
         self.failed: str | None = None  # why a step failed: the steps run eager from then on
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
@@ -71,7 +77,7 @@ class CompiledStep:
 
     def serves(self, cache: Any) -> bool:
         """Whether `cache` is one this step can follow: a filled DynamicCache of plain layers (not a
-        search's growing buffers), with room in the buffers or the means to grow them."""
+        search's growing buffers), and no step of this model has failed."""
         layers = getattr(cache, "layers", None) or []
         return (
             not self.failed
@@ -85,22 +91,41 @@ class CompiledStep:
             return True
         return any(m._forward_hooks or m._forward_pre_hooks for m in self._modules)
 
+    def _pass(self, ids: torch.Tensor, cache: Cache) -> tuple[torch.Tensor, torch.Tensor]:
+        """What is compiled: one forward pass of one token; its next-token logits and every layer's
+        query states, flat, in layer order."""
+        out = self.model(input_ids=ids, **{self._keyword: cache}, use_cache=True, logits_to_keep=1)
+        queries = [q.reshape(-1) for q in attention.compiled_queries]
+        attention.compiled_queries.clear()  # (left empty, so no call adds to it)
+        return out.logits[0, -1], torch.cat(queries) if queries else out.logits.new_empty(0)
+
     @torch.inference_mode()
-    def step(self, cache: Any, ids: torch.Tensor) -> torch.Tensor:
+    def step(self, cache: Any, ids: torch.Tensor) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         """Feed one token (`ids`, (1, 1) on the model's device) after what `cache` holds; its layers
-        grow by that position, and the next-token logits come back (vocab,), a tensor of their own."""
+        grow by that position. The next-token logits (vocab,) come back, and each layer's query states
+        (heads, 1, head size) where they are the attention view's, tensors of their own."""
         length = cache.get_seq_length()
         static = self._own(cache, length)
         torch.compiler.cudagraph_mark_step_begin()  # the last replay's outputs may be overwritten now
         try:
-            out = self.call(input_ids=ids, **with_cache(self.model, static), use_cache=True, logits_to_keep=1)
+            logits, flat = self.call(ids, static)
         except Exception as exc:  # (a recompile torch.compile refuses, the device's memory): not again
             self.failed = first_line(exc)
             raise TokenvizError(f"the compiled step failed ({self.failed}): the steps run eager from now on") from None
-        logits = out.logits[0, -1].clone()  # (the graph's output buffer is the next replay's)
+        logits, flat = logits.clone(), flat.clone()  # (the graph's output buffers are the next replay's)
         self._counted = length + 1
         self._show(cache, length + 1)
-        return logits
+        return logits, self._queries(flat)
+
+    def _queries(self, flat: torch.Tensor) -> dict[int, torch.Tensor]:
+        """Each layer's query states, views of one flat tensor (none where their count is not the layers')."""
+        if flat.numel() != sum(heads * size for heads, size in self.query_shapes):
+            return {}
+        out, at = {}, 0
+        for layer, (heads, size) in enumerate(self.query_shapes):
+            out[layer] = flat[at : at + heads * size].view(heads, 1, size)
+            at += heads * size
+        return out
 
     def _own(self, cache: Any, length: int) -> Cache:
         """The static buffers, holding `cache`'s `length` positions and counting from there."""
@@ -154,7 +179,10 @@ class CompiledStep:
         cache = full_cache()
         with torch.inference_mode():  # (as a runner's steps are: ids made outside it would be compiled for again)
             ids = torch.zeros((1, 1), dtype=torch.long, device=device)
-            self.model(input_ids=ids, **with_cache(self.model, cache), use_cache=True)
+            with attention.capturing() as capture:  # each layer's query shape, as the attention view keeps them
+                self.model(input_ids=ids, **with_cache(self.model, cache), use_cache=True)
+            if sorted(capture.queries) == list(range(len(capture.queries))):
+                self.query_shapes = [(q.shape[0], q.shape[-1]) for _, q in sorted(capture.queries.items())]
             for room in (self.least, 2 * self.least):
                 self._made(cache, room)
                 for _ in range(WARM_UP_STEPS):
@@ -188,8 +216,9 @@ def compiled(loaded: LoadedModel, progress: Callable[[str, float | None], None])
         with quiet():  # (the compiler's warnings would land on the terminal the app draws)
             step.warm_up(device)
     except Exception as exc:  # (torch.compile's own failures: a model it cannot trace, no C++ compiler)
+        reason = step.failed or first_line(exc)  # (a step's own failure is said once)
         raise ModelLoadError(
-            f"--compile: torch.compile could not compile this model's step ({first_line(exc)})"
+            f"--compile: torch.compile cannot compile this model's step ({reason}): run without it"
         ) from None
     how = "CUDA graphs" if device.type == "cuda" else "inductor's code, no graphs off a GPU"
     rooms = ", ".join(f"{ROOM * 2**k:,}" for k in range(3))

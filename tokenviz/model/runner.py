@@ -14,7 +14,7 @@ import torch
 
 from tokenviz.contract.errors import Cancelled, GiveWay, ModelLoadError, TokenvizError
 from tokenviz.contract.records import ModelInfo
-from tokenviz.model.attention import IMPLEMENTATION, capturing, exact_weights, latent_attention
+from tokenviz.model.attention import IMPLEMENTATION, Capture, capturing, exact_weights, latent_attention
 from tokenviz.model.cache import crop_layers, full_cache, with_cache
 from tokenviz.model.chat import has_chat_template
 from tokenviz.model.compiled_step import CompiledStep
@@ -174,13 +174,14 @@ class ModelRunner:
     def forward(self, ids: list[int], every_position: bool = False) -> Forward:
         """Feed `ids` after what the cache holds; return the next-token logits, and with
         `every_position` the logits after each of `ids`. Their query states are kept for the attention
-        view (but a compiled step's: see `_compiled_serves`). Nothing waits for the device."""
+        view. Nothing waits for the device."""
         timer = DeviceTimer(self.device)
+        start = self.kv_len
         if self._compiled_serves(ids, every_position):
             assert self.compiled is not None
-            logits = self.compiled.step(self.cache, ids_to_device(ids, self.device))
+            logits, queries = self.compiled.step(self.cache, ids_to_device(ids, self.device))
+            self.queries.add(start, Capture(queries=queries))
             return Forward(logits=logits, timer=timer.stop())
-        start = self.kv_len
         give_way = self.give_way
         yielding = layer_by_layer(self.model, give_way, stop=GiveWay) if give_way else nullcontext()
         with (
@@ -205,9 +206,8 @@ class ModelRunner:
         )
 
     def _compiled_serves(self, ids: list[int], every_position: bool) -> bool:
-        """Whether the compiled step can feed `ids`: one token whose pass needs nothing a compiled
-        graph does not give (its query states are not kept: the attention view feeds them again).
-        Hooks of any kind (an intervention, an MoE router's reading) run only outside it."""
+        """Whether the compiled step can feed `ids`: one token whose pass needs no hook (an
+        intervention's, an MoE router's reading), since a compiled graph runs none."""
         return (
             self.compiled is not None
             and len(ids) == 1
@@ -229,7 +229,7 @@ class ModelRunner:
         if not self.fast_attention:
             return self._eager_attention(ids, rows)[list(layers)]
         missing = self.queries.missing(rows)
-        if missing:  # from the first one missing (the newest steps, as a compiled step keeps none) to the end
+        if missing:  # from the first one missing to the end (the rows before it are kept)
             self._feed_again(ids, range(missing[0], rows.stop))
             if self.queries.missing(rows):  # the budget dropped older ones for them: all, one block it keeps
                 self._feed_again(ids, rows)
