@@ -38,10 +38,9 @@ class Counted:
 def models(device):
     """(eager, compiled): one tiny model, its step compiled once for the module (two rooms: see warm_up)."""
     loaded = tiny_model("llama", context=512, device=device)
-    step = CompiledStep(loaded.model, least=LEAST)
-    step.warm_up(torch.device(device))
-    step.call = Counted(step.call)
-    return loaded, dataclasses.replace(loaded, compiled=step)
+    fast = compiled(loaded, lambda message, fraction: None, least=LEAST)
+    fast.compiled.call = Counted(fast.compiled.call)
+    return loaded, fast
 
 
 def journeys(models, settings=SAMPLED):
@@ -82,6 +81,44 @@ def test_sampled_steps_equal_the_eager_steps_as_the_buffers_grow_and_after_a_rew
     for s in (eager, fast):
         s.reset()
     step_both((eager, fast), 3)
+
+
+def test_the_model_info_and_a_saved_journey_say_how_the_steps_ran(models, tmp_path):
+    from tokenviz.files.journey_file import read_journey, recording_of, save_journey
+    from tokenviz.worker.snapshots import snapshot_of
+
+    eager, fast = journeys(models)
+    step_both((eager, fast), 3)
+    assert eager.runner.info.compiled == ""
+    assert fast.runner.info.compiled == (
+        "the decode step, compiled (inductor's code, no graphs off a GPU), over a static cache of 16, 32, 64 …"
+        " positions, as the journey needs"
+    ) or fast.runner.info.compiled.startswith("the decode step, compiled (CUDA graphs)")
+    restored = recording_of(read_journey(save_journey(tmp_path / "j.json", snapshot_of(fast))))[0]
+    assert restored.info.compiled == fast.runner.info.compiled
+
+
+async def test_the_app_steps_compiled_and_its_model_view_says_so(models):
+    from apptools import settle, wait_for
+
+    from tokenviz.ui.app import TokenvizApp
+    from tokenviz.worker.engine import EngineWorker
+
+    _, fast = models
+    counted = fast.compiled.call
+    app = TokenvizApp(EngineWorker(lambda progress: fast, SamplingSettings(temperature=0), PROMPT))
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(app, pilot)
+        before = counted.calls
+        await pilot.press("a")  # autoplay, in the engine's own thread
+        await wait_for(lambda: len(app.journey.snapshot.records) > 12, pilot, timeout=30)
+        await pilot.press("a")
+        await settle(app, pilot)
+        assert counted.calls - before == len(app.journey.snapshot.records) - 1  # every step after the prefill
+        await pilot.press("M")
+        await wait_for(lambda: app.query_one("#views").current == "model", pilot)
+        shown = str(app.query_one("#model").body.render())
+        assert "steps run" in shown and "the decode step, compiled" in shown
 
 
 def test_greedy_steps_equal_generate(models):

@@ -201,9 +201,10 @@ def first_line(exc: Exception) -> str:
     return shortened(text.splitlines()[0] if text else type(exc).__name__, 160)
 
 
-def compiled(loaded: LoadedModel, progress: Callable[[str, float | None], None]) -> LoadedModel:
+def compiled(loaded: LoadedModel, progress: Callable[[str, float | None], None], least: int = ROOM) -> LoadedModel:
     """`loaded` with its decode step compiled and its graphs recorded, before any journey: once per
-    start (seconds on a CPU for a small model, about a minute on a GPU for a large one)."""
+    start (seconds on a CPU for a small model, about a minute on a GPU for a large one). Its static
+    buffers hold `least` positions at first."""
     if not getattr(loaded.model, "_can_compile_fullgraph", False):  # (transformers' own word: GPT-Neo, MPT)
         name = type(loaded.model).__name__
         raise ModelLoadError(
@@ -211,7 +212,7 @@ def compiled(loaded: LoadedModel, progress: Callable[[str, float | None], None])
         )
     device = input_device(loaded.model)
     progress(f"compiling the decode step on {device} (torch.compile, once per start)", None)
-    step = CompiledStep(loaded.model)
+    step = CompiledStep(loaded.model, least)
     try:
         with quiet():  # (the compiler's warnings would land on the terminal the app draws)
             step.warm_up(device)
@@ -221,6 +222,6 @@ def compiled(loaded: LoadedModel, progress: Callable[[str, float | None], None])
             f"--compile: torch.compile cannot compile this model's step ({reason}): run without it"
         ) from None
     how = "CUDA graphs" if device.type == "cuda" else "inductor's code, no graphs off a GPU"
-    rooms = ", ".join(f"{ROOM * 2**k:,}" for k in range(3))
+    rooms = ", ".join(f"{least * 2**k:,}" for k in range(3))
     note = f"the decode step, compiled ({how}), over a static cache of {rooms} … positions, as the journey needs"
     return dataclasses.replace(loaded, compiled=step, info=dataclasses.replace(loaded.info, compiled=note))
