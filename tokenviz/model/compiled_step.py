@@ -39,7 +39,7 @@ MODE = "reduce-overhead"  # torch.compile's mode: CUDA graphs on a GPU (compiled
 ROOM = 256
 WARM_UP_STEPS = 3  # CUDA graph trees run a new graph eagerly once, record it the next time, replay after that
 # torch.compile's entries for one function (its default is 8): every model compiled in a process takes
-# two of the same transformers wrapper function's, so a comparison of two models, or a test run, needs more.
+# two of CompiledStep._pass's, so a comparison of two models, or a test run, needs more.
 RECOMPILE_LIMIT = 64
 
 
