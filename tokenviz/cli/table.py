@@ -24,6 +24,8 @@ NARROW_COLUMNS = ("step", "chosen", "id", "p(final)", "rank", "mode", "top 3 (ra
 def print_table(doc: dict[str, Any], console: Console) -> None:
     m = doc["model"]
     header = f"{m['name']} · {m['device']} · {m['dtype']} · {m['layers']} layers · {m['heads']} heads"
+    if m.get("compiled"):
+        header += " · steps compiled"
     console.print(Text(safe_text(header), style="bold"))
     prompt = Text("prompt: ")
     for t in doc["prompt"]:  # each piece, then its id: "The 504  ·E 414"
