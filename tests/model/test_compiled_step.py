@@ -10,6 +10,7 @@ import torch
 from families import family_model
 from test_loading import save_random
 from tiny import tiny_model
+from torch._dynamo.utils import counters
 
 from tokenviz.contract.errors import ModelLoadError, TokenvizError
 from tokenviz.contract.settings import SamplingSettings
@@ -36,7 +37,7 @@ class Counted:
 
 @pytest.fixture(scope="module")
 def models(device):
-    """(eager, compiled): one tiny model, its step compiled once for the module (two rooms: see warm_up)."""
+    """(eager, compiled): one tiny model, its step compiled once for the module."""
     loaded = tiny_model("llama", context=512, device=device)
     fast = compiled(loaded, lambda message, fraction: None, least=LEAST)
     fast.compiled.call = Counted(fast.compiled.call)
@@ -69,9 +70,10 @@ def step_both(pair, steps: int) -> None:
 def test_sampled_steps_equal_the_eager_steps_as_the_buffers_grow_and_after_a_rewind(models):
     eager, fast = journeys(models)
     counted = fast.runner.compiled.call
-    before = counted.calls
+    before, graphs = counted.calls, counters["stats"]["unique_graphs"]
     step_both((eager, fast), 60)
     assert counted.calls - before == 60  # every step ran compiled
+    assert counters["stats"]["unique_graphs"] == graphs  # the room doubled twice: nothing compiled again
     assert fast.runner.compiled.capacity == room_for(fast.runner.kv_len, LEAST) > 4 * LEAST
     keys = fast.runner.cache.layers[0].keys
     assert keys.data_ptr() == fast.runner.compiled.static.layers[0].keys.data_ptr()  # a view: nothing copied

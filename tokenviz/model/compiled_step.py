@@ -39,8 +39,17 @@ MODE = "reduce-overhead"  # torch.compile's mode: CUDA graphs on a GPU (compiled
 ROOM = 256
 WARM_UP_STEPS = 3  # CUDA graph trees run a new graph eagerly once, record it the next time, replay after that
 # torch.compile's entries for one function (its default is 8): every model compiled in a process takes
-# two of CompiledStep._pass's, so a comparison of two models, or a test run, needs more.
+# one of CompiledStep._pass's, so a test run, or a session that compiles model after model, needs more.
 RECOMPILE_LIMIT = 64
+
+
+class RoomLayer(StaticLayer):
+    """A static buffer whose room is read from its tensors' length, which is marked dynamic when they
+    are made: one compile serves every room. (StaticLayer gives the mask its `max_cache_len`, an int
+    torch.compile would specialise on and compile again for at every new room.)"""
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return _tensors(self)[0].shape[-2], 0
 
 
 def room_for(length: int, least: int = ROOM) -> int:
@@ -152,9 +161,11 @@ class CompiledStep:
     def _made(self, cache: Any, room: int) -> None:
         """New buffers of `room` positions. Nothing writes the old ones again: a cache still viewing
         them keeps them, and its positions are copied in when it steps."""
-        self.buffers = [StaticLayer(max_cache_len=room) for _ in cache.layers]
+        self.buffers = [RoomLayer(max_cache_len=room) for _ in cache.layers]
         for held, buffer in zip(cache.layers, self.buffers):
             buffer.lazy_initialization(*_tensors(held))
+            for tensor in _tensors(buffer):
+                torch._dynamo.mark_dynamic(tensor, 2)
         self.static = Cache(layers=list(self.buffers))
         self._owner, self._counted = None, -1
 
@@ -172,10 +183,9 @@ class CompiledStep:
                 held.keys, held.values = keys.clone(), values.clone()
 
     def warm_up(self, device: torch.device) -> None:
-        """Compile the step now, on a throwaway cache, so a journey's steps take what steps take: in
-        buffers of two rooms, so that torch.compile's second compile makes the room a dynamic size
-        (its automatic dynamic shapes) and a journey that outgrows its buffers compiles nothing more
-        (on a GPU, it records graphs for the new room)."""
+        """Compile the step now, on a throwaway cache, so a journey's steps take what steps take. The
+        room is a dynamic size in the one graph (see RoomLayer): a journey that outgrows its buffers
+        compiles nothing more (on a GPU, it records graphs for the new room)."""
         cache = full_cache()
         with torch.inference_mode():  # (as a runner's steps are: ids made outside it would be compiled for again)
             ids = torch.zeros((1, 1), dtype=torch.long, device=device)
@@ -183,10 +193,9 @@ class CompiledStep:
                 self.model(input_ids=ids, **with_cache(self.model, cache), use_cache=True)
             if sorted(capture.queries) == list(range(len(capture.queries))):
                 self.query_shapes = [(q.shape[0], q.shape[-1]) for _, q in sorted(capture.queries.items())]
-            for room in (self.least, 2 * self.least):
-                self._made(cache, room)
-                for _ in range(WARM_UP_STEPS):
-                    self.step(cache, ids)
+            self._made(cache, self.least)
+            for _ in range(WARM_UP_STEPS):
+                self.step(cache, ids)
         self.static, self.buffers, self._owner = None, [], None  # (a journey's buffers are made for it)
 
 
