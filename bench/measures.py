@@ -433,13 +433,8 @@ def compiled_autoplay(loaded, bare, device, tokens: int, steps: int, rounds: int
     started = time.perf_counter()
     fast = compiled(loaded, lambda message, fraction: None)
     compile_s = time.perf_counter() - started
-    ids = loaded.tokenizer(PROMPT, return_tensors="pt").input_ids.to(device)
-    autoplay_seconds(fast, 8)  # warm-up
-    played = [autoplay_seconds(fast, tokens) for _ in range(rounds)]
-    generate_seconds(bare, ids, 4, device)  # warm-up
-    generated = [generate_seconds(bare, ids, tokens, device) for _ in range(rounds)]
-    a, g = statistics.median(s for s, _ in played), statistics.median(s for s, _ in generated)
-    prompt = ids[0].tolist()
+    played = autoplay(fast, bare, device, tokens, rounds)
+    prompt = loaded.tokenizer(PROMPT)["input_ids"]
     compiled_steps, eager_steps, plain = [], [], []
     for _ in range(rounds):
         compiled_steps += engine_steps(fast, prompt, steps + 2)[1][2:]
@@ -448,10 +443,7 @@ def compiled_autoplay(loaded, bare, device, tokens: int, steps: int, rounds: int
     c, e, b = (statistics.median(t) * 1000 for t in (compiled_steps, eager_steps, plain))
     return {
         "compile_s": compile_s,
-        "autoplay_tok_s": tokens / a,
-        "generate_tok_s": tokens / g,
-        "ratio": g / a,
-        "same_tokens": played[-1][1] == generated[-1][1],
+        **played,
         "step_ms": c,
         "eager_step_ms": e,
         "bare_step_ms": b,

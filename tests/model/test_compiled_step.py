@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 from families import family_model
+from test_interventions import same_top
 from test_loading import save_random
 from tiny import tiny_model
 from torch._dynamo.utils import counters
@@ -50,11 +51,6 @@ def journeys(models, settings=SAMPLED):
     for s in pair:
         s.start(PROMPT)
     return pair
-
-
-def same_top(a, b) -> None:
-    assert [c.id for c in a] == [c.id for c in b]
-    torch.testing.assert_close(torch.tensor([c.logit for c in a]), torch.tensor([c.logit for c in b]))
 
 
 def step_both(pair, steps: int) -> None:

@@ -30,7 +30,7 @@ from tokenviz.contract.errors import ModelLoadError, TokenvizError
 from tokenviz.contract.text import shortened
 from tokenviz.model import attention
 from tokenviz.model.cache import full_cache, with_cache
-from tokenviz.model.loading import LoadedModel, quiet
+from tokenviz.model.loading import LoadedModel, one_line, quiet
 from tokenviz.model.placing import input_device
 
 MODE = "reduce-overhead"  # torch.compile's mode: CUDA graphs on a GPU (compiled with fullgraph: one graph, or an error)
@@ -41,6 +41,7 @@ WARM_UP_STEPS = 3  # CUDA graph trees run a new graph eagerly once, record it th
 # torch.compile's entries for one function (its default is 8): every model compiled in a process takes
 # one of CompiledStep._pass's, so a test run, or a session that compiles model after model, needs more.
 RECOMPILE_LIMIT = 64
+REASON_CHARS = 160  # of torch.compile's reason for a failure, in the one line that says it (its messages run to pages)
 
 
 class RoomLayer(StaticLayer):
@@ -119,7 +120,7 @@ class CompiledStep:
         try:
             logits, flat = self.call(ids, static)
         except Exception as exc:  # (a recompile torch.compile refuses, the device's memory): not again
-            self.failed = first_line(exc)
+            self.failed = shortened(one_line(exc), REASON_CHARS)
             raise TokenvizError(f"the compiled step failed ({self.failed}): the steps run eager from now on") from None
         logits, flat = logits.clone(), flat.clone()  # (the graph's output buffers are the next replay's)
         self._counted = length + 1
@@ -150,7 +151,6 @@ class CompiledStep:
             if keys.data_ptr() != room_keys.data_ptr() or keys.shape[-2] != length:  # grown by a pass of another kind
                 room_keys[:, :, :length].copy_(keys)
                 room_values[:, :, :length].copy_(values)
-        self._show(cache, length)
         if self._counted != length:
             for buffer in self.buffers:
                 buffer.cumulative_length.fill_(length)
@@ -204,12 +204,6 @@ def _tensors(layer: Any) -> tuple[torch.Tensor, torch.Tensor]:
     return layer.keys, layer.values
 
 
-def first_line(exc: Exception) -> str:
-    """What an error of torch.compile's says, in one short line (its messages run to pages)."""
-    text = str(exc).strip()
-    return shortened(text.splitlines()[0] if text else type(exc).__name__, 160)
-
-
 def compiled(loaded: LoadedModel, progress: Callable[[str, float | None], None], least: int = ROOM) -> LoadedModel:
     """`loaded` with its decode step compiled and its graphs recorded, before any journey: once per
     start (seconds on a CPU for a small model, about a minute on a GPU for a large one). Its static
@@ -226,7 +220,7 @@ def compiled(loaded: LoadedModel, progress: Callable[[str, float | None], None],
         with quiet():  # (the compiler's warnings would land on the terminal the app draws)
             step.warm_up(device)
     except Exception as exc:  # (torch.compile's own failures: a model it cannot trace, no C++ compiler)
-        reason = step.failed or first_line(exc)  # (a step's own failure is said once)
+        reason = step.failed or shortened(one_line(exc), REASON_CHARS)  # (a step's own failure is said once)
         raise ModelLoadError(
             f"--compile: torch.compile cannot compile this model's step ({reason}): run without it"
         ) from None

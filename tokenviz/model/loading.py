@@ -188,7 +188,7 @@ def convert_gguf(gguf: Path, directory: Path, progress: Progress) -> None:
             except (ModelLoadError, ShardNotWritten):
                 raise
             except Exception as exc:  # the gguf reader raises many types for a damaged file
-                raise ModelLoadError(f"could not read GGUF file {gguf}: {_one_line(exc)}") from None
+                raise ModelLoadError(f"could not read GGUF file {gguf}: {one_line(exc)}") from None
             progress(f"{message}: saving", SAVE_SHARE)
             if hasattr(config, "quantization_config"):  # (the weights are plain floats now)
                 del config.quantization_config
@@ -297,7 +297,8 @@ def _gguf_read_once():
         gguf.GGUFReader, gguf.get_tensor_name_map, gguf_utils.load_gguf_checkpoint = originals  # type: ignore[misc]
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
+    """The first line of what an error says (its name where it says nothing)."""
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
 
@@ -420,7 +421,7 @@ def load_model(
             with quiet():
                 model, tokenizer = _from_pretrained(source, name, fit, trust_remote_code, progress)
         elif Path(source).is_dir():
-            raise ModelLoadError(f"could not load the model directory {spec}: {_one_line(exc)}") from None
+            raise ModelLoadError(f"could not load the model directory {spec}: {one_line(exc)}") from None
         else:
             raise ModelLoadError(_explain(name, exc)) from None
     if not fit.placed_as_it_loads:
@@ -579,7 +580,7 @@ def _check_hub(model_id: str) -> None:
 
 
 def _explain(spec: str, exc: Exception) -> str:
-    text = _one_line(exc)
+    text = one_line(exc)
     lowered = text.lower()
     if "trust_remote_code" in lowered:
         return f"{spec} needs custom code: pass --trust-remote-code if you trust it"
