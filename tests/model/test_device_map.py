@@ -111,7 +111,7 @@ def test_the_trace_with_a_device_map_is_the_trace_without(models, tmp_path, monk
 
 @pytest.mark.parametrize(
     "value, said",
-    [("everywhere", "--device-map must be"), ("{missing}", "cannot be read"), ("{bad}", "must map module names")],
+    [("everywhere", "--device-map must be"), ("{missing}", "cannot read"), ("{bad}", "must map module names")],
 )
 def test_a_bad_device_map_is_one_line(tmp_path, monkeypatch, capsys, value, said):
     from clitools import invoke

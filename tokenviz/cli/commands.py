@@ -366,6 +366,7 @@ def score(
     grammar (--json-schema, --regex, --grammar), which the text follows from its first token, each
     token's log-probability under it too (one more pass)."""
     from tokenviz.cli.table import print_score
+    from tokenviz.journey.before_weights import journey_checks
     from tokenviz.journey.score import score_text
     from tokenviz.journey.session import Session
     from tokenviz.model.runner import ModelRunner
@@ -373,7 +374,7 @@ def score(
     try:
         check_chat(chat, system)
         with stderr_progress() as progress:
-            session = Session(ModelRunner(model.load(progress)))
+            session = Session(ModelRunner(model.load(progress, journey_checks(grammar))))
             document = score_text(session, text, chat=chat, system=system, grammar=grammar)
     except TokenvizError as exc:
         fail(str(exc))

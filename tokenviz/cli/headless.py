@@ -18,6 +18,7 @@ from tokenviz.decoding.speculation import make_drafter, speculative_decode
 from tokenviz.files.documents import comparison_document, output_document, trace_document
 from tokenviz.files.journey_file import save_journey
 from tokenviz.files.journey_page import save_page
+from tokenviz.journey.before_weights import journey_checks
 from tokenviz.journey.comparison import Comparison
 from tokenviz.journey.session import Session
 from tokenviz.journey.watching import token_of
@@ -174,7 +175,7 @@ def run_trace(
     (what it is, where). `interventions` are in force from the prompt on (a mean ablation's mean is
     over the prompt)."""
     noted = [] if written is None else written
-    session = Session(ModelRunner(model.load(progress)), settings)
+    session = Session(ModelRunner(model.load(progress, journey_checks(settings.grammar, interventions))), settings)
     if interventions:
         session.set_interventions(interventions, context=session.tokenize(prompt, chat, system)[1])
     if beams or speculate:  # they run on their own cache: no prefill here
@@ -219,8 +220,10 @@ def compare_sessions(
             "compare needs the two journeys to differ: --against NAME=VALUE (a sampling setting), "
             "--against-dtype, --against-quantize or --against-model"
         )
-    loaded = model.load(progress)
-    other = loaded if b_model == model else b_model.load(progress)
+    loaded = model.load(progress, journey_checks(settings.grammar))
+    other = loaded if b_model == model else b_model.load(progress, journey_checks(against.grammar))
+    if other is loaded and against.grammar is not None:
+        journey_checks(against.grammar)(loaded.model.config, loaded.tokenizer)
     return Comparison(Session(ModelRunner(loaded), settings), Session(ModelRunner(other), against))
 
 

@@ -25,7 +25,7 @@ from tokenviz.contract.text import safe_text
 if TYPE_CHECKING:
     from tokenviz.contract.grammar import Grammar
     from tokenviz.model.loading import LoadedModel
-    from tokenviz.worker.loader import Loader, Progress
+    from tokenviz.worker.loader import BeforeWeights, Loader, Progress
 
 err = Console(stderr=True, highlight=False)
 
@@ -63,14 +63,17 @@ class ModelChoice:
         if self.compile and self.device_map is not None:
             raise SettingsError("--compile runs a model on one device; --device-map spreads it: choose one")
 
-    def load(self, progress: "Progress") -> "LoadedModel":
-        return self.loader()(progress)
+    def load(self, progress: "Progress", before_weights: "BeforeWeights | None" = None) -> "LoadedModel":
+        return self.loader(before_weights)(progress)
 
-    def loader(self) -> "Loader":
-        """A loader for a worker's thread (the model loads there, after the app's first frame)."""
+    def loader(self, before_weights: "BeforeWeights | None" = None) -> "Loader":
+        """A loader for a worker's thread (the model loads there, after the app's first frame);
+        `before_weights` checks the config and tokenizer first (see tokenviz.model.loading.load_model)."""
         from tokenviz.worker.loader import model_loader
 
-        return model_loader(self.model, self.device, self.dtype, self.trust_remote_code, self.placement, self.compile)
+        return model_loader(
+            self.model, self.device, self.dtype, self.trust_remote_code, self.placement, self.compile, before_weights
+        )
 
 
 # Each ModelChoice field as a command-line option: (type, typer.Option).

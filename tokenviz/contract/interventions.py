@@ -140,16 +140,25 @@ def parse_ablation(text: str, mean: bool = False) -> HeadAblation:
 
 def parse_steering(text: str, by: Literal["texts", "tokens"] = "texts") -> Steering:
     """`LAYER:SCALE:TOWARD:AWAY`, as --steer (two texts) and --steer-tokens (two tokens) take it; the
-    texts may hold colons after the third."""
+    texts may hold colons after the third. A token is its text or `id:N`, on either side."""
     option = "--steer" if by == "texts" else "--steer-tokens"
-    parts = text.split(":", 3)
+    parts = text.split(":", 2)
+    pair = _TOKEN_PAIR.match(parts[2]) if len(parts) == 3 and by == "tokens" else None
+    if pair is not None:
+        parts = [parts[0], parts[1], pair.group(1), pair.group(2)]
+    elif by == "texts":
+        parts = text.split(":", 3)
     if len(parts) != 4:
-        raise SettingsError(f"{option} takes LAYER:SCALE:TOWARD:AWAY, as 6:4:Love:Hate; got {text!r}")
+        example = "6:4:Love:Hate" if by == "texts" else "6:4: Paris:id:42"
+        raise SettingsError(f"{option} takes LAYER:SCALE:TOWARD:AWAY, as {example}; got {text!r}")
     layer, scale, toward, away = parts
     try:
         return Steering(layer=int(layer), scale=float(scale), toward=toward, away=away, by=by)
     except ValueError:
         raise SettingsError(f"{option}: LAYER is an integer and SCALE a number; got {text!r}") from None
+
+
+_TOKEN_PAIR = re.compile(r"(id:\d+|[^:]*):(.*)\Z", re.DOTALL)  # two tokens, each its text or id:N
 
 
 def parse_patch(text: str) -> Patch:

@@ -4,12 +4,12 @@ Plain and validated, free of torch, so a mistake is refused before anything heav
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from tokenviz.contract.errors import SettingsError
+from tokenviz.contract.reading import parse_json, read_file
 from tokenviz.contract.text import safe_text
 
 UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
@@ -51,11 +51,8 @@ def device_map(choice: str | None) -> str | dict[str, str | int] | None:
     if not choice.endswith(".json"):
         raise SettingsError(f"--device-map must be {', '.join(DEVICE_MAPS)} or a .json file, got {safe_text(choice)!r}")
     shown = safe_text(choice)
-    try:
-        with open(choice, encoding="utf-8") as file:
-            mapping = json.loads(file.read(MAX_MAP_BYTES))
-    except (OSError, ValueError) as exc:
-        raise SettingsError(f"--device-map {shown!r} cannot be read as JSON ({type(exc).__name__})") from None
+    what = f"--device-map {shown!r}"
+    mapping = parse_json(read_file(choice, MAX_MAP_BYTES, what), what)
     if not isinstance(mapping, dict) or not all(isinstance(k, str) and _a_device(v) for k, v in mapping.items()):
         raise SettingsError(f"--device-map {shown!r} must map module names to devices (0, cpu, disk)")
     return mapping

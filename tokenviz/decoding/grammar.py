@@ -15,12 +15,14 @@ import llguidance.hf
 import torch
 from transformers import LogitsProcessor
 
+from tokenviz.contract.deep_stack import on_deep_stack
 from tokenviz.contract.errors import SettingsError, TokenvizError
 from tokenviz.contract.grammar import Grammar
 from tokenviz.files.grammar_file import engine_grammar, first_line
 from tokenviz.model.cache import shared_prefix
 from tokenviz.model.transfer import to_device
 
+CHECKED_STEPS = 4  # tokens a grammar is followed ahead of the model, to meet the engine's limits early
 KEPT_MATCHERS = 4  # grammars followed at once: the session's, a comparison's, the last few it switched from
 
 
@@ -89,7 +91,10 @@ class GrammarMatchers:
     def _matcher(self, grammar: Grammar) -> Followed:
         followed = self._followed.pop(grammar, None)
         if followed is None:
-            matcher = llguidance.LLMatcher(self._engine_tokenizer(), engine_grammar(grammar), log_level=0)
+            tokenizer, text = self._engine_tokenizer(), engine_grammar(grammar)
+            matcher = on_deep_stack(  # (compiled as engine_grammar checked it: recursively, see there)
+                lambda: llguidance.LLMatcher(tokenizer, text, log_level=0), f"the {grammar.kind} {grammar.source}"
+            )
             if matcher.is_error():
                 error = first_line(matcher.get_error())
                 raise SettingsError(f"the {grammar.kind} {grammar.source} is not valid: {error}")
@@ -98,6 +103,42 @@ class GrammarMatchers:
         while len(self._followed) > KEPT_MATCHERS:
             del self._followed[next(iter(self._followed))]
         return followed
+
+    def check(self, grammar: Grammar) -> None:
+        """Refuse, in one line, a grammar that admits no text at all (not even an empty one), or that
+        this tokenizer's engine cannot follow: its limits are met in its first steps (22,000 alternatives
+        fill a parser row after one token), so the check follows the first token allowed, CHECKED_STEPS
+        times, and rolls the matcher back."""
+        followed = self._matcher(grammar)
+        followed.follow(())
+        matcher, taken = followed.matcher, 0
+        try:
+            for step in range(CHECKED_STEPS):
+                bitmask = torch.zeros(((self.vocab + 31) // 32,), dtype=torch.int32)
+                matcher.unsafe_compute_mask_ptr(bitmask.data_ptr(), bitmask.numel() * bitmask.element_size())
+                self._refuse_failure(grammar, matcher, admits_nothing=step == 0)
+                allowed = unpack(bitmask, self.vocab, torch.device("cpu")).nonzero().flatten().tolist()
+                if step == 0 and not allowed:
+                    raise SettingsError(f"the {grammar.kind} {grammar.source} admits no text at all")
+                token = next((t for t in allowed if t not in self._eos_ids), None)
+                if token is None:
+                    break
+                matcher.consume_token(token)
+                taken += 1
+                self._refuse_failure(grammar, matcher)
+        except SettingsError:
+            del self._followed[grammar]
+            raise
+        matcher.rollback(taken)
+
+    @staticmethod
+    def _refuse_failure(grammar: Grammar, matcher: llguidance.LLMatcher, admits_nothing: bool = False) -> None:
+        if not matcher.is_error():
+            return
+        error = first_line(matcher.get_error())
+        if admits_nothing and error.startswith("NoExtensionBias"):  # (the engine's word for an empty first mask)
+            raise SettingsError(f"the {grammar.kind} {grammar.source} admits no text at all")
+        raise SettingsError(f"the {grammar.kind} {grammar.source} cannot be followed: {error}")
 
     def fits(self, grammar: Grammar, ids: Sequence[int]) -> int:
         """How many of the generated `ids` the grammar accepts, from the first."""

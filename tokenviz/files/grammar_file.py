@@ -1,19 +1,33 @@
 """A grammar the user gives, read and checked before any model loads: a JSON schema or an EBNF/GBNF/
-Lark grammar from a file (bounded, UTF-8), or a regular expression as typed; its syntax checked by
-the engine that will enforce it (llguidance, which needs no tokenizer for that)."""
+Lark grammar from a file (a regular file, bounded, UTF-8), or a regular expression as typed; its syntax
+checked by the engine that will enforce it (llguidance, which needs no tokenizer for that).
+
+llguidance compiles a grammar's rules recursively in native code, as deep as they refer to each
+other: the rules are counted first (at most MAX_GRAMMAR_RULES) and the engine runs on a stack that
+holds that many (tokenviz.contract.deep_stack), so no grammar can overflow it and end the process.
+"""
 
 from __future__ import annotations
 
-import json
+import re
 from pathlib import Path
 
 import llguidance
 
+from tokenviz.contract.deep_stack import on_deep_stack
 from tokenviz.contract.errors import SettingsError
 from tokenviz.contract.grammar import GRAMMAR_KINDS, MAX_GRAMMAR_CHARS, Grammar, GrammarKind
+from tokenviz.contract.reading import parse_json, read_file
+from tokenviz.contract.text import shortened
 
 ENGINE_FORMATS = {"json-schema": "json_schema", "regex": "regex", "grammar": "grammar"}
 MAX_GRAMMAR_BYTES = 4 * MAX_GRAMMAR_CHARS  # (UTF-8 takes at most four bytes a character)
+# Rules of a grammar, or definitions of a JSON schema. The deep stack holds about 80,000 rules that each
+# refer to the next (about 3 KB of stack each, measured with llguidance 1.9): a fourth of that is allowed.
+MAX_GRAMMAR_RULES = 20_000
+_RULE = re.compile(r"^[ \t]*[?!]?[A-Za-z_][\w.-]*[ \t]*(?:\.[0-9]+[ \t]*)?(?::|::=)", re.MULTILINE)
+_DEFINITION = re.compile(r'"\$ref"|"\$defs"|"definitions"|"properties"|"items"')
+ERROR_CHARS = 200  # of an engine's message: it may quote the whole pattern
 
 
 def read_grammar(kind: GrammarKind, given: str) -> Grammar:
@@ -21,19 +35,13 @@ def read_grammar(kind: GrammarKind, given: str) -> Grammar:
     if kind == "regex":
         grammar = Grammar(kind, given, given)
     else:
-        path = Path(given).expanduser()
-        try:
-            with path.open("rb") as file:
-                data = file.read(MAX_GRAMMAR_BYTES + 1)
-        except OSError as exc:
-            raise SettingsError(f"cannot read the {kind} {given}: {exc.strerror or exc}") from None
-        if len(data) > MAX_GRAMMAR_BYTES:
-            raise SettingsError(f"the {kind} {given} is larger than {MAX_GRAMMAR_BYTES:,} bytes")
+        what = f"the {kind} {given}"
+        data = read_file(given, MAX_GRAMMAR_BYTES, what)
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
-            raise SettingsError(f"the {kind} {given} is not UTF-8 text") from None
-        grammar = Grammar(kind, text, path.name)
+            raise SettingsError(f"{what} is not UTF-8 text") from None
+        grammar = Grammar(kind, text, Path(given).expanduser().name)
     engine_grammar(grammar)
     return grammar
 
@@ -50,26 +58,41 @@ def grammar_from_line(line: str) -> Grammar | None:
     return read_grammar("json-schema" if text.lower().endswith(".json") else "grammar", text)
 
 
+def rule_count(grammar: Grammar) -> int:
+    """How many rules the engine will compile, counted from the text: a grammar's rule definitions,
+    a JSON schema's references and nested schemas (a regular expression is one rule)."""
+    if grammar.kind == "grammar":
+        return len(_RULE.findall(grammar.text))
+    if grammar.kind == "json-schema":
+        return len(_DEFINITION.findall(grammar.text))
+    return 1
+
+
 def engine_grammar(grammar: Grammar) -> str:
     """The grammar in llguidance's own form, its syntax checked: one line when it is wrong."""
     if grammar.kind == "json-schema":
+        parse_json(grammar.text, f"the JSON schema {grammar.source}")
+    rules = rule_count(grammar)
+    if rules > MAX_GRAMMAR_RULES:
+        raise SettingsError(f"the {grammar.kind} {grammar.source} has {rules:,} rules; at most {MAX_GRAMMAR_RULES:,}")
+
+    def check() -> str:
         try:
-            json.loads(grammar.text)
-        except json.JSONDecodeError as exc:
-            raise SettingsError(f"the JSON schema {grammar.source} is not JSON: {exc}") from None
-    try:
-        text = llguidance.grammar_from(ENGINE_FORMATS[grammar.kind], grammar.text)  # type: ignore[arg-type]
-    except ValueError as exc:
-        raise SettingsError(f"the {grammar.kind} {grammar.source} is not valid: {first_line(str(exc))}") from None
-    error = llguidance.LLMatcher.validate_grammar(text)
-    if error:
-        raise SettingsError(f"the {grammar.kind} {grammar.source} is not valid: {first_line(error)}")
-    return text
+            text = llguidance.grammar_from(ENGINE_FORMATS[grammar.kind], grammar.text)  # type: ignore[arg-type]
+        except (ValueError, RecursionError) as exc:
+            raise SettingsError(f"the {grammar.kind} {grammar.source} is not valid: {first_line(str(exc))}") from None
+        error = llguidance.LLMatcher.validate_grammar(text)
+        if error:
+            raise SettingsError(f"the {grammar.kind} {grammar.source} is not valid: {first_line(error)}")
+        return text
+
+    return on_deep_stack(check, f"checking the {grammar.kind} {grammar.source}")
 
 
 def first_line(message: str) -> str:
     """An engine's message, which may quote the grammar over lines, in one line: its first, and the
-    line that names the error where that comes later."""
+    line that names the error where that comes later; at most ERROR_CHARS of each."""
     lines = [line.strip() for line in message.splitlines() if line.strip()] or [message]
     error = next((line for line in lines[1:] if line.startswith("error:")), None)
-    return lines[0] if error is None else f"{lines[0]} {error}"
+    first = shortened(lines[0], ERROR_CHARS)
+    return first if error is None else f"{first} {shortened(error, ERROR_CHARS)}"

@@ -297,8 +297,10 @@ class Session:
 
     def set_settings(self, settings: SamplingSettings) -> None:
         """New settings re-decide the pending step from the logits already computed. A new grammar
-        must accept the text generated so far: it is refused, in one line, where it does not."""
+        must be one the engine can follow (GrammarMatchers.check) and accept the text generated so far:
+        it is refused, in one line, where it does not."""
         if settings.grammar is not None and settings.grammar != self.settings.grammar:
+            self._matchers.check(settings.grammar)
             self._check_grammar_fits(settings, self.generated_ids, "the text so far")
         self.settings = settings
         if self.pending is not None:
@@ -322,7 +324,7 @@ class Session:
                     self.runner,
                     interventions,
                     context if context is not None else self.ids,
-                    lambda spec: token_of(self.runner, spec),
+                    lambda spec: token_of(self.runner, spec, "steer by"),
                 )
         if old:
             old.remove()

@@ -9,8 +9,9 @@ from tokenviz.model.runner import ModelRunner
 ID_PREFIX = "id:"
 
 
-def token_of(runner: ModelRunner, spec: int | str) -> int:
-    """The token id `spec` names; one clear line when it names none, or several."""
+def token_of(runner: ModelRunner, spec: int | str, purpose: str = "watch") -> int:
+    """The token id `spec` names; one clear line when it names none, or several. `purpose` is what the
+    token is for, as the line says it ("watch", "steer by")."""
     vocab = runner.info.vocab
     if isinstance(spec, str) and spec.startswith(ID_PREFIX):
         digits = spec[len(ID_PREFIX) :].strip()
@@ -22,11 +23,11 @@ def token_of(runner: ModelRunner, spec: int | str) -> int:
             raise TokenvizError(f"token id {spec} is outside the vocabulary (0-{vocab - 1})")
         return spec
     if not spec:
-        raise TokenvizError("type a token to watch: its text (with its leading space) or id:N")
+        raise TokenvizError(f"type a token to {purpose}: its text (with its leading space) or id:N")
     ids = [t for t in runner.encode(spec) if t not in runner.special_ids or runner.piece(t) == spec]
     if len(ids) != 1:
         pieces = " ".join(repr(runner.piece(t)) for t in ids[:6])
         raise TokenvizError(
-            f"{spec!r} is {len(ids)} tokens ({pieces}), not one: watch a single token, or give its id as id:N"
+            f"{spec!r} is {len(ids)} tokens ({pieces}), not one: {purpose} a single token, or give its id as id:N"
         )
     return ids[0]

@@ -27,7 +27,7 @@ import torch
 from filelock import FileLock
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from tokenviz.contract.errors import ModelLoadError
+from tokenviz.contract.errors import ModelLoadError, TokenvizError
 from tokenviz.contract.paths import bundled_gguf, cache_root
 from tokenviz.contract.placement import DEFAULT_PLACEMENT, Placement
 from tokenviz.contract.records import ModelInfo
@@ -49,6 +49,7 @@ HUB_HOST = ("huggingface.co", 443)
 HUB_TIMEOUT_S = 3.0
 
 Progress = Callable[[str, "float | None"], None]  # (message, fraction done or None)
+BeforeWeights = Callable[[Any, PreTrainedTokenizerBase], None]  # given (config, tokenizer); raises to refuse
 
 
 @dataclass
@@ -378,9 +379,11 @@ def load_model(
     trust_remote_code: bool = False,
     progress: Progress = lambda message, fraction: None,
     placement: Placement = DEFAULT_PLACEMENT,
+    before_weights: BeforeWeights | None = None,
 ) -> LoadedModel:
     """Load `spec` (None = the bundled model), ready for inference (see tokenviz.model.attention),
-    placed as `placement` says (see tokenviz.model.memory and tokenviz.model.placing)."""
+    placed as `placement` says (see tokenviz.model.memory and tokenviz.model.placing). `before_weights`
+    is given the config and the tokenizer before a weight is read: what it refuses costs no load."""
     torch_device = resolve_device(device)
     fit = Fit.of(torch_device, dtype, placement)
 
@@ -411,15 +414,15 @@ def load_model(
     fit.offload_dir = placement.offload_dir or str(offload_dir_for(source if gguf_file is None else gguf_file))
     try:
         with quiet():
-            model, tokenizer = _from_pretrained(source, name, fit, trust_remote_code, progress, gguf_file)
-    except ModelLoadError:
+            model, tokenizer = _from_pretrained(source, name, fit, trust_remote_code, progress, gguf_file, before_weights)
+    except TokenvizError:
         raise
     except Exception as exc:
         if (spec is None or spec.endswith(".gguf")) and gguf_file is None:
             # A cache that passed its manifest check but does not load: rebuild it once.
             ensure_converted(gguf, directory, progress, rebuild=True)
             with quiet():
-                model, tokenizer = _from_pretrained(source, name, fit, trust_remote_code, progress)
+                model, tokenizer = _from_pretrained(source, name, fit, trust_remote_code, progress, None, before_weights)
         elif Path(source).is_dir():
             raise ModelLoadError(f"could not load the model directory {spec}: {one_line(exc)}") from None
         else:
@@ -430,6 +433,17 @@ def load_model(
     model.generation_config.pad_token_id = model.generation_config.pad_token_id or tokenizer.eos_token_id
     info = model_info(model, name, torch_device, fit.dtype, fit.note, placed(model), quantized(model))
     return LoadedModel(model=model, tokenizer=tokenizer, info=info)
+
+
+def check_vocabulary(name: str, config: Any, tokenizer: PreTrainedTokenizerBase) -> None:
+    """Refuse a config whose vocabulary is smaller than its tokenizer's: ids past it have no embedding."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    vocab, tokens = getattr(text, "vocab_size", None), len(tokenizer)
+    if isinstance(vocab, int) and vocab < tokens:
+        raise ModelLoadError(
+            f"{name}'s config has a vocabulary of {vocab:,} and its tokenizer {tokens:,} tokens: ids from "
+            f"{vocab:,} on would have no embedding (a config and a tokenizer that do not belong together?)"
+        )
 
 
 ATTENTION_LAYERS = {"full_attention", "sliding_attention", "chunked_attention"}
@@ -499,7 +513,13 @@ class Fit:
 
 
 def _from_pretrained(
-    source: str, name: str, fit: Fit, trust_remote_code: bool, progress: Progress, gguf_file: str | None = None
+    source: str,
+    name: str,
+    fit: Fit,
+    trust_remote_code: bool,
+    progress: Progress,
+    gguf_file: str | None = None,
+    before_weights: BeforeWeights | None = None,
 ):
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
@@ -526,6 +546,9 @@ def _from_pretrained(
         )
         progress(f"loading {name} on {fit.device} ({str(fit.dtype).removeprefix('torch.')}): {fit.note}", None)
         tokenizer = AutoTokenizer.from_pretrained(source, **where)
+        check_vocabulary(name, config, tokenizer)
+        if before_weights is not None:
+            before_weights(config, tokenizer)
         loaded: Any = AutoModelForCausalLM.from_pretrained(
             source, dtype=fit.dtype, attn_implementation="eager", output_loading_info=True, **fit.placing(), **where
         )

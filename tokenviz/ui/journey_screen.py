@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from textual import events, on
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.geometry import Size
@@ -477,20 +477,25 @@ class JourneyScreen(WorkerScreen[Snapshot]):
         self.app.push_screen(ContinueScreen(), chosen)
 
     def action_grammar(self) -> None:
-        """Set, change or clear the grammar (see Constrain): the file is read and checked here."""
-        from tokenviz.files.grammar_file import grammar_from_line  # (the engine's import waits until asked)
+        """Set, change or clear the grammar (see Constrain): the file is read and checked off the UI's
+        thread (read_grammar), so nothing it turns out to be can hold the app."""
 
         def chosen(line: str | None) -> None:
-            if line is None:
-                return
-            try:
-                grammar = grammar_from_line(line)
-            except TokenvizError as exc:
-                self.notify(str(exc), severity="error")
-                return
-            self.submit(Constrain(grammar=grammar))
+            if line is not None:
+                self.read_grammar(line)
 
         self.app.push_screen(GrammarDialog(), chosen)
+
+    @work(thread=True, group="grammar")
+    def read_grammar(self, line: str) -> None:
+        from tokenviz.files.grammar_file import grammar_from_line  # (the engine's import waits until asked)
+
+        try:
+            grammar = grammar_from_line(line)
+        except TokenvizError as exc:
+            self.app.call_from_thread(self.notify, str(exc), severity="error")
+            return
+        self.app.call_from_thread(self.submit, Constrain(grammar=grammar))
 
     def action_interventions(self, begun: str = "") -> None:
         """The interventions dialog: the list, and one edit typed (see Intervene), begun with `begun`."""

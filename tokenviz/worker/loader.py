@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tokenviz.contract.placement import DEFAULT_PLACEMENT, Placement
 
@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
 Progress = Callable[[str, "float | None"], None]  # (message, fraction done or None)
 Loader = Callable[[Progress], "LoadedModel"]
+BeforeWeights = Callable[[Any, Any], None]  # (config, tokenizer): see tokenviz.model.loading.load_model
 
 
 def model_loader(
@@ -21,14 +22,16 @@ def model_loader(
     trust_remote_code: bool = False,
     placement: Placement = DEFAULT_PLACEMENT,
     compile: bool = False,
+    before_weights: BeforeWeights | None = None,
 ) -> Loader:
-    """A loader for `model` (None: the bundled one), its decode step compiled with `compile`."""
+    """A loader for `model` (None: the bundled one), its decode step compiled with `compile`;
+    `before_weights` checks the config and tokenizer before the weights load (see load_model)."""
 
     def load(progress: Progress) -> LoadedModel:
         # Deferred: torch and transformers are imported in the engine thread, after the first frame.
         from tokenviz.model.loading import load_model
 
-        loaded = load_model(model, device, dtype, trust_remote_code, progress, placement)
+        loaded = load_model(model, device, dtype, trust_remote_code, progress, placement, before_weights)
         if not compile:
             return loaded
         from tokenviz.model.compiled_step import compiled

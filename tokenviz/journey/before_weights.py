@@ -1,0 +1,42 @@
+"""What a journey's settings ask of a model that its config and tokenizer alone can answer, checked
+before the weights load (tokenviz.model.loading.load_model's `before_weights`): a mistake then costs
+seconds, not the minutes a large model takes to load.
+
+- the interventions' layers, heads and number, against the config's figures;
+- a patch's position, against its source text's tokens;
+- the grammar, compiled for the tokenizer and followed a few tokens (the engine's limits, and a
+  grammar that admits no text, are met there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tokenviz.contract.errors import SettingsError
+from tokenviz.contract.grammar import Grammar
+from tokenviz.contract.interventions import Intervention, Patch, check_against
+from tokenviz.decoding.grammar import GrammarMatchers
+from tokenviz.model.loading import BeforeWeights
+from tokenviz.model.parts import layer_configs
+
+
+def journey_checks(grammar: Grammar | None = None, interventions: Sequence[Intervention] = ()) -> BeforeWeights:
+    """The check of `grammar` and `interventions` against a model's config and tokenizer."""
+
+    def check(config: Any, tokenizer: Any) -> None:
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        if interventions:
+            heads = layer_configs(text)[0].num_attention_heads  # (as the model's info gives them: its first layer's)
+            check_against(tuple(interventions), text.num_hidden_layers, heads)
+            for patch in (i for i in interventions if isinstance(i, Patch) and not i.source_ids):
+                held = len(tokenizer(patch.source, add_special_tokens=True)["input_ids"])
+                if patch.position >= held:
+                    raise SettingsError(f"{patch.label}: its source has positions 0-{held - 1} only")
+        if grammar is not None:
+            eos = getattr(config, "eos_token_id", None)
+            eos = tokenizer.eos_token_id if eos is None else eos
+            eos_ids = set(eos) if isinstance(eos, (list, tuple)) else set() if eos is None else {int(eos)}
+            GrammarMatchers(tokenizer, int(text.vocab_size), eos_ids).check(grammar)
+
+    return check
