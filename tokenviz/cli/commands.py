@@ -307,8 +307,8 @@ def check_trace(
 ) -> None:
     """Refuse trace's options that cannot work together, in one line, before anything is loaded."""
     for path in (save, html):
-        if path and not force and Path(path).expanduser().exists():
-            raise TokenvizError(f"{path} exists already: choose another name (or --force to replace it)")
+        if path:
+            check_writable(path, force)
     if steps < 1:
         raise TokenvizError(f"--steps must be at least 1, got {steps}")
     if beams is not None and not 2 <= beams <= 8:
@@ -322,6 +322,19 @@ def check_trace(
         raise TokenvizError(f"--attribution must be loo or grad, got {attribution!r}")
     if beams and speculate:
         raise TokenvizError("choose --beams or --speculate, not both")
+
+
+def check_writable(path: str, force: bool) -> None:
+    """Refuse, before any work, a file that cannot be written where it is asked for: one that exists
+    (without `force`), or one whose directory is missing or closed to writing."""
+    target = Path(path).expanduser()
+    if target.exists() and not force:
+        raise TokenvizError(f"{path} exists already: choose another name (or --force to replace it)")
+    folder = target.parent
+    if not folder.is_dir():
+        raise TokenvizError(f"cannot write {path}: there is no directory {folder}")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise TokenvizError(f"cannot write {path}: the directory {folder} is not writable")
 
 
 def default_page_colors() -> tuple:
@@ -585,18 +598,37 @@ def replay(
 
 
 def verify_recording(journey: "Journey", model: ModelChoice) -> None:
-    """Re-run a recording with the model; exit 1 at the first token that differs."""
+    """Re-run a recording with the model; exit 1 at the first token that differs. Without --model, the
+    model the journey names (the bundled one, a path, a hub id); with it, a line where they differ."""
     from tokenviz.journey.reproduce import verify_journey
     from tokenviz.journey.session import Session
+    from tokenviz.model.loading import BUNDLED_NAME
     from tokenviz.model.runner import ModelRunner
 
+    recorded = journey.replay.info.name
+    if model.model is None and recorded != BUNDLED_NAME:
+        if recorded.endswith(".gguf") and not Path(recorded).expanduser().is_file():
+            raise TokenvizError(f"the journey was recorded on {recorded}, which is not here: name it with --model")
+        model = dataclasses.replace(model, model=recorded)
+        err.print(f"verifying on {recorded}, the model the journey was recorded on", markup=False, highlight=False)
     with stderr_progress() as progress:
         loaded = model.load(progress)
+    differs = loaded.info.name != recorded
+    if differs:
+        err.print(
+            f"note: the journey was recorded on {recorded}; verifying on {loaded.info.name}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     checked, mismatch = verify_journey(journey, Session(ModelRunner(loaded)))
     if mismatch is not None:
+        other = f" (recorded on another model: {recorded})" if differs else ""
         err.print(
-            f"[bold red]mismatch:[/] step {mismatch} differs from the recording "
-            f"({checked} of {len(journey.steps)} steps checked)",
+            f"mismatch: step {mismatch} differs from the recording ({checked} of {len(journey.steps)} steps "
+            f"checked){other}",
+            markup=False,
+            highlight=False,
             soft_wrap=True,
         )
         raise typer.Exit(1)

@@ -15,6 +15,7 @@ GrammarKind = Literal["json-schema", "regex", "grammar"]
 GRAMMAR_KINDS: tuple[str, ...] = get_args(GrammarKind)
 MAX_GRAMMAR_CHARS = 256_000  # a JSON schema or grammar longer than this is refused, not held per journey
 LABEL_CHARS = 24  # of a source named in the sampling pane's stage
+SHOWN_CHARS = 80  # of a source named in a message
 
 
 @dataclass(frozen=True)
@@ -28,11 +29,16 @@ class Grammar:
             raise SettingsError(f"a grammar's kind is one of {', '.join(GRAMMAR_KINDS)}, got {self.kind!r}")
         object.__setattr__(self, "source", safe_text(self.source))  # it is shown; the text never is
         if not isinstance(self.text, str) or not self.text.strip():
-            raise SettingsError(f"the {self.kind} {self.source} is empty")
+            raise SettingsError(f"the {self.kind} {self.shown} is empty")
         if len(self.text) > MAX_GRAMMAR_CHARS:
             raise SettingsError(
-                f"the {self.kind} {self.source} is {len(self.text):,} characters; at most {MAX_GRAMMAR_CHARS:,}"
+                f"the {self.kind} {self.shown} is {len(self.text):,} characters; at most {MAX_GRAMMAR_CHARS:,}"
             )
+
+    @property
+    def shown(self) -> str:
+        """The source as a message names it: a regex is its own source, and may be long."""
+        return shortened(self.source, SHOWN_CHARS)
 
     @property
     def label(self) -> str:

@@ -4,9 +4,12 @@ Plain and validated, free of torch, so a mistake is refused before anything heav
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from tokenviz.contract.errors import SettingsError
 from tokenviz.contract.reading import parse_json, read_file
@@ -64,6 +67,27 @@ def _a_device(value: object) -> bool:
     return isinstance(value, int) or (isinstance(value, str) and bool(_DEVICE.match(value)))
 
 
+def check_offload_dir(folder: str, mapping: str | None) -> None:
+    """`--offload-dir` is where a device map puts the weights it sends to the disk: refused without a
+    map (nothing would go there) and where no file can be written."""
+    if mapping is None:
+        raise SettingsError("--offload-dir goes with --device-map: without a map no weight goes to the disk")
+    path = Path(folder).expanduser()
+    shown = safe_text(folder)
+    if not path.exists():
+        if not path.parent.is_dir() or not os.access(path.parent, os.W_OK | os.X_OK):
+            raise SettingsError(
+                f"--offload-dir {shown!r} cannot be made: {safe_text(str(path.parent))} is not a writable directory"
+            )
+        return
+    if not path.is_dir():
+        raise SettingsError(f"--offload-dir {shown!r} is not a directory")
+    try:
+        tempfile.TemporaryFile(dir=path).close()
+    except OSError as exc:
+        raise SettingsError(f"--offload-dir {shown!r} cannot hold files: {exc.strerror or exc}") from None
+
+
 @dataclass(frozen=True)
 class Placement:
     """How the weights are held: placed by accelerate's device map over the devices and the disk
@@ -82,6 +106,8 @@ class Placement:
         object.__setattr__(self, "max_memory", tuple(self.max_memory or ()))
         object.__setattr__(self, "mapping", device_map(self.device_map))
         object.__setattr__(self, "limits", max_memory(self.max_memory))
+        if self.offload_dir is not None:
+            check_offload_dir(self.offload_dir, self.device_map)
         if self.quantize is not None and self.quantize not in QUANTIZE:
             raise SettingsError(f"--quantize must be {' or '.join(QUANTIZE)}, got {safe_text(self.quantize)!r}")
 

@@ -93,11 +93,11 @@ class GrammarMatchers:
         if followed is None:
             tokenizer, text = self._engine_tokenizer(), engine_grammar(grammar)
             matcher = on_deep_stack(  # (compiled as engine_grammar checked it: recursively, see there)
-                lambda: llguidance.LLMatcher(tokenizer, text, log_level=0), f"the {grammar.kind} {grammar.source}"
+                lambda: llguidance.LLMatcher(tokenizer, text, log_level=0), f"the {grammar.kind} {grammar.shown}"
             )
             if matcher.is_error():
                 error = first_line(matcher.get_error())
-                raise SettingsError(f"the {grammar.kind} {grammar.source} is not valid: {error}")
+                raise SettingsError(f"the {grammar.kind} {grammar.shown} is not valid: {error}")
             followed = Followed(matcher)
         self._followed[grammar] = followed  # the newest last; the oldest goes past KEPT_MATCHERS
         while len(self._followed) > KEPT_MATCHERS:
@@ -119,7 +119,7 @@ class GrammarMatchers:
                 self._refuse_failure(grammar, matcher, admits_nothing=step == 0)
                 allowed = unpack(bitmask, self.vocab, torch.device("cpu")).nonzero().flatten().tolist()
                 if step == 0 and not allowed:
-                    raise SettingsError(f"the {grammar.kind} {grammar.source} admits no text at all")
+                    raise SettingsError(f"the {grammar.kind} {grammar.shown} admits no text at all")
                 token = next((t for t in allowed if t not in self._eos_ids), None)
                 if token is None:
                     break
@@ -137,8 +137,8 @@ class GrammarMatchers:
             return
         error = first_line(matcher.get_error())
         if admits_nothing and error.startswith("NoExtensionBias"):  # (the engine's word for an empty first mask)
-            raise SettingsError(f"the {grammar.kind} {grammar.source} admits no text at all")
-        raise SettingsError(f"the {grammar.kind} {grammar.source} cannot be followed: {error}")
+            raise SettingsError(f"the {grammar.kind} {grammar.shown} admits no text at all")
+        raise SettingsError(f"the {grammar.kind} {grammar.shown} cannot be followed: {error}")
 
     def fits(self, grammar: Grammar, ids: Sequence[int]) -> int:
         """How many of the generated `ids` the grammar accepts, from the first."""

@@ -71,22 +71,22 @@ def rule_count(grammar: Grammar) -> int:
 def engine_grammar(grammar: Grammar) -> str:
     """The grammar in llguidance's own form, its syntax checked: one line when it is wrong."""
     if grammar.kind == "json-schema":
-        parse_json(grammar.text, f"the JSON schema {grammar.source}")
+        parse_json(grammar.text, f"the JSON schema {grammar.shown}")
     rules = rule_count(grammar)
     if rules > MAX_GRAMMAR_RULES:
-        raise SettingsError(f"the {grammar.kind} {grammar.source} has {rules:,} rules; at most {MAX_GRAMMAR_RULES:,}")
+        raise SettingsError(f"the {grammar.kind} {grammar.shown} has {rules:,} rules; at most {MAX_GRAMMAR_RULES:,}")
 
     def check() -> str:
         try:
             text = llguidance.grammar_from(ENGINE_FORMATS[grammar.kind], grammar.text)  # type: ignore[arg-type]
         except (ValueError, RecursionError) as exc:
-            raise SettingsError(f"the {grammar.kind} {grammar.source} is not valid: {first_line(str(exc))}") from None
+            raise SettingsError(f"the {grammar.kind} {grammar.shown} is not valid: {first_line(str(exc))}") from None
         error = llguidance.LLMatcher.validate_grammar(text)
         if error:
-            raise SettingsError(f"the {grammar.kind} {grammar.source} is not valid: {first_line(error)}")
+            raise SettingsError(f"the {grammar.kind} {grammar.shown} is not valid: {first_line(error)}")
         return text
 
-    return on_deep_stack(check, f"checking the {grammar.kind} {grammar.source}")
+    return on_deep_stack(check, f"checking the {grammar.kind} {grammar.shown}")
 
 
 def first_line(message: str) -> str:

@@ -33,10 +33,11 @@ from tokenviz.contract.placement import DEFAULT_PLACEMENT, Placement
 from tokenviz.contract.records import ModelInfo
 from tokenviz.contract.text import safe_text
 from tokenviz.model.attention import IMPLEMENTATION, use_fast_attention
+from tokenviz.model.checkpoint import check_checkpoint
 from tokenviz.model.gguf_streaming import SHARD_BYTES, ShardNotWritten, largest_tensor_bytes, stream_gguf
 from tokenviz.model.memory import WORKING_SHARE, check_fits, free_bytes, gigabytes, parameter_count
 from tokenviz.model.parts import kv_heads, layer_configs
-from tokenviz.model.placing import accelerate_limits, offload_dir_for, placed
+from tokenviz.model.placing import accelerate_limits, check_map_modules, offload_dir_for, placed
 from tokenviz.model.quantizing import quantization_config, quantized
 
 BUNDLED_NAME = "SmolLM2-135M-Instruct (bundled, Q4_1 GGUF)"
@@ -186,7 +187,7 @@ def convert_gguf(gguf: Path, directory: Path, progress: Progress) -> None:
                     config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
                     _check_conversion_fits(gguf, config, directory)
                     architecture = stream_gguf(gguf, partial, config, lambda f: progress(message, SAVE_SHARE * f))
-            except (ModelLoadError, ShardNotWritten):
+            except (ModelLoadError, ShardNotWritten):  # (CacheNotWritable is a ModelLoadError)
                 raise
             except Exception as exc:  # the gguf reader raises many types for a damaged file
                 raise ModelLoadError(f"could not read GGUF file {gguf}: {one_line(exc)}") from None
@@ -223,11 +224,16 @@ def _check_conversion_fits(gguf: Path, config: Any, directory: Path) -> None:
     memory = free_bytes(torch.device("cpu"), {})[0]
     directory.parent.mkdir(parents=True, exist_ok=True)
     disk = shutil.disk_usage(directory.parent).free
-    if held * (1 + WORKING_SHARE) > memory or size > disk:
+    if held * (1 + WORKING_SHARE) > memory:
         raise ModelLoadError(
             f"converting {gguf.name} dequantises it to {gigabytes(size)} of float32 weights on disk, holding "
-            f"{gigabytes(held)} in memory, and there are {gigabytes(disk)} of disk in {directory.parent} and "
-            f"{gigabytes(memory)} of memory free: a GGUF this large cannot be opened here"
+            f"{gigabytes(held)} in memory, and there are {gigabytes(memory)} of memory free: a GGUF this large "
+            "cannot be opened here"
+        )
+    if size > disk:  # (as a cache that cannot be written: the GGUF is read in memory instead, if that fits)
+        raise CacheNotWritable(
+            f"the model cache in {directory.parent} has {gigabytes(disk)} free, and {gguf.name} takes "
+            f"{gigabytes(size)} as float32 safetensors"
         )
 
 
@@ -414,7 +420,9 @@ def load_model(
     fit.offload_dir = placement.offload_dir or str(offload_dir_for(source if gguf_file is None else gguf_file))
     try:
         with quiet():
-            model, tokenizer = _from_pretrained(source, name, fit, trust_remote_code, progress, gguf_file, before_weights)
+            model, tokenizer = _from_pretrained(
+                source, name, fit, trust_remote_code, progress, gguf_file, before_weights
+            )
     except TokenvizError:
         raise
     except Exception as exc:
@@ -422,7 +430,9 @@ def load_model(
             # A cache that passed its manifest check but does not load: rebuild it once.
             ensure_converted(gguf, directory, progress, rebuild=True)
             with quiet():
-                model, tokenizer = _from_pretrained(source, name, fit, trust_remote_code, progress, None, before_weights)
+                model, tokenizer = _from_pretrained(
+                    source, name, fit, trust_remote_code, progress, None, before_weights
+                )
         elif Path(source).is_dir():
             raise ModelLoadError(f"could not load the model directory {spec}: {one_line(exc)}") from None
         else:
@@ -532,7 +542,11 @@ def _from_pretrained(
         if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and not trust_remote_code:
             raise ModelLoadError(f"{source} is a {config.model_type!r} model, not a causal language model")
         require_attention(config, source)
+        if Path(source).is_dir():
+            check_checkpoint(Path(source), name, config)
         parameters = parameter_count(config, trust_remote_code)
+        if isinstance(fit.mapping, dict):
+            check_map_modules(name, config, fit.mapping, trust_remote_code)
         fit.dtype, fit.note = check_fits(
             name,
             config,

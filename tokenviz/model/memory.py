@@ -64,9 +64,39 @@ class Parameters:
     latent_kv: bool = False  # its cache keeps latents, as transformers' code for it does (see attention.attended)
 
 
+BUILT_LAYERS = 256  # more than any released model has: a config with more is counted from two small builds
+
+
 def parameter_count(config, trust_remote_code: bool = False) -> Parameters:
     """The model's parameters, counted on the meta device: no storage, so a 70B config costs what
-    its modules' Python objects cost."""
+    its modules' Python objects cost. A config of more than BUILT_LAYERS layers (20,000 had taken a
+    minute and 2 GB to build) is counted from builds of one and two layers: what a layer adds, times
+    the layers, plus what the rest has (the cost of a config is then bounded, whatever it says)."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    layers = getattr(text, "num_hidden_layers", None)
+    if not isinstance(layers, int) or layers <= BUILT_LAYERS:
+        return _built_count(config, trust_remote_code)
+    one, two = (_built_count(_with_layers(config, n), trust_remote_code) for n in (1, 2))
+    return Parameters(
+        total=one.total + (layers - 1) * (two.total - one.total),
+        in_linears=one.in_linears + (layers - 1) * (two.in_linears - one.in_linears),
+        latent_kv=one.latent_kv,
+    )
+
+
+def _with_layers(config, n: int):
+    """A copy of `config` with `n` decoder layers (its per-layer lists cut to them)."""
+    copy = config.__class__.from_dict(config.to_dict())
+    text = copy.get_text_config() if hasattr(copy, "get_text_config") else copy
+    total = text.num_hidden_layers
+    for name, value in vars(text).items():
+        if isinstance(value, list) and len(value) == total:
+            setattr(text, name, value[:n])
+    text.num_hidden_layers = n
+    return copy
+
+
+def _built_count(config, trust_remote_code: bool) -> Parameters:
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
@@ -83,7 +113,12 @@ def need(config, parameters: Parameters, dtype: torch.dtype, quantize: str | Non
     context = getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None) or KV_TOKENS
     tokens = min(KV_TOKENS, int(context))
     size = dtype.itemsize
-    kv = sum(_kv_per_position(layer, parameters.latent_kv) for layer in layer_configs(text)) * tokens * size
+    kv, per_layer = 0, {}  # (each config's figure once: a uniform model's layers share one, however many)
+    for layer in layer_configs(text):
+        if id(layer) not in per_layer:
+            per_layer[id(layer)] = _kv_per_position(layer, parameters.latent_kv)
+        kv += per_layer[id(layer)]
+    kv *= tokens * size
     quantized = parameters.in_linears if quantize else 0
     weights = (parameters.total - quantized) * size + quantized * QUANTIZED_BYTES.get(quantize or "", 0)
     return Need(weights=int(weights), kv=kv, tokens=tokens, dtype=dtype, quantize=quantize)

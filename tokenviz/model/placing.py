@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from tokenviz.contract.errors import ModelLoadError
 from tokenviz.contract.paths import cache_root
 from tokenviz.model.memory import gigabytes
 from tokenviz.model.parts import decoder_layers
@@ -24,6 +25,25 @@ from tokenviz.model.parts import decoder_layers
 def accelerate_limits(limits: dict[str, int]) -> dict[str | int, int]:
     """--max-memory as accelerate names the devices: GPUs by number."""
     return {int(d.removeprefix("cuda:")) if d.startswith("cuda:") else d: n for d, n in limits.items()}
+
+
+def check_map_modules(name: str, config, mapping: dict[str, str | int], trust_remote_code: bool = False) -> None:
+    """Refuse a device map naming modules the model does not have (built on the meta device, so
+    nothing is allocated), naming them: accelerate would place the model as if they were not there."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+    known = {n for n, _ in model.named_modules()} | {n for n, _ in model.named_parameters()}
+    unknown = [key for key in mapping if key and key not in known]
+    if unknown:
+        shown = ", ".join(repr(key[:60]) for key in unknown[:3]) + (
+            f" and {len(unknown) - 3} more" if unknown[3:] else ""
+        )
+        example = next((n for n in sorted(known) if n.endswith(".0")), min(known, key=len))
+        raise ModelLoadError(
+            f"the device map names {shown}, which {name} does not have (its parts are named like {example!r})"
+        )
 
 
 def offload_dir_for(source: str) -> Path:
