@@ -356,3 +356,38 @@ def test_verify_uses_the_recorded_model_and_says_when_another_is_given(tmp_path,
     code, _, err = invoke(monkeypatch, capsys, "replay", str(journey), "--verify", "--model", str(other))
     assert f"the journey was recorded on {tiny_dir}; verifying on {other}" in err
     assert code == 0 or "recorded on another model" in err
+
+
+def test_a_steering_that_saturates_the_logits_says_so(monkeypatch, capsys, tiny_dir):
+    def first_step(scale: str) -> dict:
+        code, out, err = invoke(monkeypatch, capsys, "trace", "The cat", "--model", tiny_dir, "--steps", "1",
+                                "--json", "--steer", f"1:{scale}:The cat:The dog")  # fmt: skip
+        assert code == 0, err
+        return json.loads(out)["steps"][0]
+
+    drowned = first_step("1e30")
+    assert drowned["saturated"] is True and len({c["logit"] for c in drowned["top"]}) == 1
+    assert "saturated" not in first_step("2")
+
+
+@pytest.mark.bundled
+def test_a_cache_without_room_falls_back_to_memory_and_says_so(tmp_path, monkeypatch):
+    """A cache directory on a full or tiny filesystem is skipped as an unwritable one is (it had refused
+    the bundled model: "cannot be opened here", with gigabytes of memory free)."""
+    from collections import namedtuple
+
+    import torch
+
+    from tokenviz.model import loading
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(loading.shutil, "disk_usage", lambda path: usage(2**20, 0, 2**20))  # 1 MB free
+    messages: list[str] = []
+    loaded = loading.load_model(None, device="cpu", progress=lambda m, f: messages.append(m))
+    said = [m for m in messages if "in memory" in m]
+    assert len(said) == 1 and "has 1.0 MB free" in said[0]
+    assert not any(loading.cache_root().glob("models/*/model*.safetensors"))
+    with torch.inference_mode():
+        logits = loaded.model(torch.tensor([[504, 414, 46682]])).logits
+    assert logits[0, -1].argmax().item() == 18669  # " Tower": the same weights

@@ -147,3 +147,51 @@ def test_a_saved_journey_keeps_its_routing_and_a_damaged_one_is_refused(tmp_path
     (tmp_path / "bad.json").write_text(json.dumps(doc))
     with pytest.raises(TokenvizError):
         read_journey(tmp_path / "bad.json")
+
+
+def _set_expert(doc: dict, record: int, expert: int) -> None:
+    """Name `expert` as the first expert of `record`'s routing, in place (the file's base64 uint16s)."""
+    import base64
+
+    import numpy as np
+
+    routing = doc["replay"]["records"][record]["routing"]
+    experts = np.frombuffer(base64.b64decode(routing["experts"]), dtype=np.uint16).copy()
+    experts[0] = expert
+    routing["experts"] = base64.b64encode(experts.tobytes()).decode()
+
+
+def test_routing_naming_an_expert_the_model_lacks_is_refused_and_verify_compares_the_experts(tmp_path):
+    from tokenviz.contract.errors import TokenvizError
+    from tokenviz.files.journey_file import open_journey, save_journey
+    from tokenviz.journey.reproduce import verify_journey
+    from tokenviz.worker.snapshots import snapshot_of
+
+    session = Session(ModelRunner(family_model("mixtral")), SamplingSettings(temperature=0))
+    experts = session.runner.info.experts
+    assert experts == session.runner.model.config.num_local_experts > 1
+    session.start(session.runner.encode(PROMPT))
+    for _ in range(3):
+        session.step()
+    path = save_journey(tmp_path / "moe.json", snapshot_of(session))
+    doc = json.loads(path.read_text())
+    assert doc["replay"]["info"]["experts"] == experts
+
+    _set_expert(bad := json.loads(path.read_text()), 1, 32_767)
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    with pytest.raises(TokenvizError, match=f"names expert 32767; the model has 0-{experts - 1}"):
+        open_journey(tmp_path / "bad.json")
+
+    fresh = Session(ModelRunner(family_model("mixtral")))
+    assert verify_journey(open_journey(path), fresh) == (3, None)
+    recorded = json.loads(path.read_text())
+    first = recorded["replay"]["records"][2]["routing"]
+    import base64
+
+    import numpy as np
+
+    chosen = int(np.frombuffer(base64.b64decode(first["experts"]), dtype=np.uint16)[0])
+    _set_expert(recorded, 2, (chosen + 1) % experts)  # another expert, one the model has
+    (tmp_path / "rerouted.json").write_text(json.dumps(recorded))
+    fresh = Session(ModelRunner(family_model("mixtral")))
+    assert verify_journey(open_journey(tmp_path / "rerouted.json"), fresh) == (3, 2)  # (it said "verified")

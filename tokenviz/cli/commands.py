@@ -625,8 +625,8 @@ def verify_recording(journey: "Journey", model: ModelChoice) -> None:
     if mismatch is not None:
         other = f" (recorded on another model: {recorded})" if differs else ""
         err.print(
-            f"mismatch: step {mismatch} differs from the recording ({checked} of {len(journey.steps)} steps "
-            f"checked){other}",
+            f"mismatch: step {mismatch} differs from the recording (its token, or the experts it was routed to; "
+            f"{checked} of {len(journey.steps)} steps checked){other}",
             markup=False,
             highlight=False,
             soft_wrap=True,

@@ -245,6 +245,15 @@ class StepRecord:
     interventions: tuple[Intervention, ...] = ()  # in force when its forward pass ran
     unsteered: Unsteered | None = None  # with interventions: the model's own distribution there
 
+    @property
+    def saturated(self) -> bool:
+        """The interventions left every top logit equal where the model's own differ: a steering so
+        strong (a scale of 1e30) that the residual drowns and the distribution is flat."""
+        if self.unsteered is None or len(self.top) < 2:
+            return False
+        flat = len({c.logit for c in self.top}) == 1
+        return flat and len({c.logit for c in self.unsteered.top}) > 1
+
     def to_json(self) -> dict[str, Any]:
         d = self.decision
         return {
@@ -273,6 +282,7 @@ class StepRecord:
             **({"watch": [p.to_json() for p in d.pinned]} if d.pinned else {}),
             **({"interventions": [i.label for i in self.interventions]} if self.interventions else {}),
             **({"unsteered": self.unsteered.to_json()} if self.unsteered else {}),
+            **({"saturated": True} if self.saturated else {}),
         }
 
 
@@ -312,6 +322,7 @@ class ModelInfo:
     # Multi-head latent attention (DeepSeek V2/V3 and their kin): the cache keeps one compressed latent
     # per position, expanded into every head's keys and values in each layer; kv_heads and head_dim are the latent's.
     latent_kv: bool = False
+    experts: int = 0  # routed experts in each mixture-of-experts layer (0: a dense model)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)

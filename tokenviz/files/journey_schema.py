@@ -119,6 +119,7 @@ class Info(Model):
     queries_kept: SafeText = ""
     compiled: SafeText = ""
     latent_kv: Flag = False
+    experts: Annotated[int, Field(strict=True, ge=0, le=65_535)] = 0  # (0: dense, or recorded before it was kept)
 
 
 class Array(Model):
@@ -337,6 +338,21 @@ class Replay(Model):
                 raise ValueError(f"record {record.index} names intervention set {record.interventions}, not held")
         return self
 
+    def _experts_known(self) -> None:
+        """Every expert a routing names is one of the model's (when the file says how many it has)."""
+        experts = self.info.experts
+        for record in self.records:
+            routing = record.routing
+            if routing is None or not experts:
+                continue
+            if routing.k > experts:
+                raise ValueError(f"record {record.index} routes to {routing.k} experts of the model's {experts}")
+            named = np.frombuffer(base64.b64decode(routing.experts), dtype=np.uint16)
+            if named.size and int(named.max()) >= experts:
+                raise ValueError(
+                    f"record {record.index} names expert {int(named.max())}; the model has 0-{experts - 1}"
+                )
+
     @model_validator(mode="after")
     def _consistent(self) -> Replay:
         """What the panes index by: checked here, so no damaged file can make them fail."""
@@ -354,6 +370,7 @@ class Replay(Model):
         ids += [t for d in self.logit_differences for t in (d.a_id, d.b_id)]
         if max(ids, default=0) >= info.vocab:
             raise ValueError(f"a token id is outside the vocabulary of {info.vocab}")
+        self._experts_known()
         for a in self.attributions:  # each explains a token of this journey, after a position in it
             if a.position + 1 > len(self.chips) or a.target_id >= info.vocab:
                 raise ValueError(f"an attribution of position {a.position} does not fit this journey")

@@ -5,15 +5,28 @@ from __future__ import annotations
 from typing import Any
 
 from tokenviz.contract.interventions import Intervention
-from tokenviz.files.journey_schema import Journey, parse_journey
+from tokenviz.contract.records import Routing
+from tokenviz.files.journey_schema import Journey, SavedRouting, parse_journey
 from tokenviz.journey.session import Session
+
+
+def routed_elsewhere(recorded: SavedRouting | None, routing: Routing | None) -> bool:
+    """Whether a recorded routing names other experts (or layers, or positions) than the one computed."""
+    if recorded is None:
+        return False
+    if routing is None:
+        return True
+    kept = recorded.routing()
+    shape = (kept.layers, kept.k, kept.positions)
+    return shape != (routing.layers, routing.k, routing.positions) or kept.experts != routing.experts
 
 
 def verify_journey(doc: dict[str, Any] | Journey, session: Session) -> tuple[int, int | None]:
     """Re-run the journey on `session`'s model: each step with its own settings and interventions,
-    forced tokens forced.
+    forced tokens forced; where the recording kept its routing (an MoE model's), the experts each
+    layer chose must be the same too.
 
-    Returns (steps checked, the first step whose token differs or None).
+    Returns (steps checked, the first step whose token or experts differ, or None).
     """
     journey = doc if isinstance(doc, Journey) else parse_journey(doc)
     steps, records, table = journey.steps, journey.replay.records, journey.replay.intervention_table
@@ -35,6 +48,8 @@ def verify_journey(doc: dict[str, Any] | Journey, session: Session) -> tuple[int
         pending = session.pending
         if pending is None:
             return i, i
+        if routed_elsewhere(records[i].routing, pending.routing):
+            return i + 1, i
         forced = step.chosen.id if step.draw.mode == "forced" else None
         if forced is None and pending.decision.chosen_id != step.chosen.id:
             return i + 1, i

@@ -375,7 +375,21 @@ def model_info(
         memory=memory,
         placement=placement,
         quantization=quantization,
+        experts=routed_experts(c),
     )
+
+
+EXPERT_COUNTS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")  # as families name it
+
+
+def routed_experts(config: Any) -> int:
+    """The routed experts of each mixture-of-experts layer, as the config says (0 for a dense model)."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    for name in EXPERT_COUNTS:
+        value = getattr(text, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return 0
 
 
 def load_model(

@@ -22,6 +22,11 @@ class ModelPane(ScrollPane):
             ("layers", str(i.layers)),
             ("attention heads", attention_heads(i)),
             ("hidden size", str(i.hidden)),
+            *(
+                [("experts", f"{i.experts} in each mixture-of-experts layer (R shows the routing)")]
+                if i.experts
+                else []
+            ),
             ("vocabulary", f"{i.vocab} tokens"),
             ("context", f"{i.context} positions"),
             ("positions", i.positions),

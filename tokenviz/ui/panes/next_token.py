@@ -32,6 +32,8 @@ class NextTokenPane(BoxPane):
             state = "pending" if selection.is_pending else "taken"
             kl = f"KL {record.unsteered.kl:.3f}" if record.unsteered else ""
             from_own = f"{kl} bits from the model's own · " if kl else ""
+            if record.saturated:  # (said first: the flat distribution is the interventions', not the model's)
+                from_own = f"saturated: the interventions made every logit equal · {from_own}"
             narrower = [
                 f"{from_own}pos {record.position}",
                 f"{kl} · H {record.entropy:.2f} bits · pos {record.position}",
