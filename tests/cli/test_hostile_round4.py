@@ -391,3 +391,17 @@ def test_a_cache_without_room_falls_back_to_memory_and_says_so(tmp_path, monkeyp
     with torch.inference_mode():
         logits = loaded.model(torch.tensor([[504, 414, 46682]])).logits
     assert logits[0, -1].argmax().item() == 18669  # " Tower": the same weights
+
+
+def test_a_prompt_holding_a_token_the_embeddings_lack_is_one_line(tmp_path, monkeypatch, capsys):
+    """Qwen2's tokenizer class adds <|endoftext|> past a vocabulary the config keeps at 300: the model
+    loads (its own text never reaches that id), and a prompt that names the token is refused."""
+    from families import family_model
+
+    saved = family_model("qwen2")
+    saved.model.save_pretrained(tmp_path)
+    saved.tokenizer.save_pretrained(tmp_path)
+    code, _, err = invoke(monkeypatch, capsys, "trace", "hi <|endoftext|>", "--model", str(tmp_path), "--steps", "1")
+    assert code == 2 and "past the model's vocabulary of 300" in one_error(err)  # (an IndexError at prefill)
+    code, _, err = invoke(monkeypatch, capsys, "trace", "hi", "--model", str(tmp_path), "--steps", "1")
+    assert code == 0, err

@@ -141,6 +141,13 @@ class Session:
             except UnicodeEncodeError:
                 raise PromptError("the prompt is not valid UTF-8 text") from None
             ids = self.runner.encode(prompt)
+            vocab = self.runner.info.vocab
+            beyond = next((t for t in ids if not 0 <= t < vocab), None)
+            if beyond is not None:  # (a token the tokenizer added past the model's embeddings)
+                raise PromptError(
+                    f"the prompt holds the token {self.runner.piece(beyond)!r} (id {beyond}), past the model's "
+                    f"vocabulary of {vocab:,}: its tokenizer has tokens its embeddings lack"
+                )
         else:
             ids = [int(t) for t in prompt]
             if any(not 0 <= t < self.runner.info.vocab for t in ids):

@@ -460,10 +460,11 @@ def load_model(
 
 
 def check_vocabulary(name: str, config: Any, tokenizer: PreTrainedTokenizerBase) -> None:
-    """Refuse a config whose vocabulary is smaller than its tokenizer's: ids past it have no embedding."""
+    """Refuse a config whose vocabulary is smaller than its tokenizer's own (not counting the tokens
+    added to it, which a model may leave without embeddings: a prompt holding one is refused then)."""
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    vocab, tokens = getattr(text, "vocab_size", None), len(tokenizer)
-    if isinstance(vocab, int) and vocab < tokens:
+    vocab, tokens = getattr(text, "vocab_size", None), getattr(tokenizer, "vocab_size", None)
+    if isinstance(vocab, int) and isinstance(tokens, int) and vocab < tokens:
         raise ModelLoadError(
             f"{name}'s config has a vocabulary of {vocab:,} and its tokenizer {tokens:,} tokens: ids from "
             f"{vocab:,} on would have no embedding (a config and a tokenizer that do not belong together?)"
