@@ -405,3 +405,36 @@ def test_a_prompt_holding_a_token_the_embeddings_lack_is_one_line(tmp_path, monk
     assert code == 2 and "past the model's vocabulary of 300" in one_error(err)  # (an IndexError at prefill)
     code, _, err = invoke(monkeypatch, capsys, "trace", "hi", "--model", str(tmp_path), "--steps", "1")
     assert code == 0, err
+
+
+def test_replay_verify_of_a_journey_holding_the_crashing_grammar_is_one_line(tmp_path, tiny_dir):
+    """A journey file whose grammar is the 3,000-rule chain, its digest correct: replay --verify had
+    died of SIGSEGV; the grammar is now one line (and exit 2) in a child under the limits."""
+    import hashlib
+
+    journey = tmp_path / "j.json"
+    code, err, _ = run_child(tmp_path, "trace", "The cat", "--model", tiny_dir, "--steps", "2", "--regex", "[a-z ]+",
+                             "--save", str(journey))  # fmt: skip
+    assert code == 0, err
+    raw = journey.read_text()
+    old = next(iter(json.loads(raw)["grammars"]))
+    text = chain_grammar(3000)
+    new = hashlib.sha256(f"grammar\0{text}".encode()).hexdigest()[:16]
+    doc = json.loads(raw.replace(old, new))
+    for grammar in doc["grammars"].values():
+        grammar.update(kind="grammar", source="chain.lark", text=text)
+
+    def regrammar(node):  # every settings' grammar names the chain now
+        if isinstance(node, dict):
+            if node.get("digest") == new:
+                node.update(kind="grammar", source="chain.lark")
+            for value in node.values():
+                regrammar(value)
+        elif isinstance(node, list):
+            for value in node:
+                regrammar(value)
+
+    regrammar(doc)
+    journey.write_text(json.dumps(doc))
+    code, err, _ = run_child(tmp_path, "replay", str(journey), "--verify", "--model", tiny_dir)
+    assert code == 2 and "the grammar chain.lark cannot be followed" in one_error(err)
