@@ -18,8 +18,13 @@ from rich.console import Console
 
 from tokenviz import __version__
 from tokenviz.cli.options import (
+    ApiKeyEnv,
+    ApiKeyFile,
     Chat,
+    Endpoint,
+    InsecureHttp,
     ModelChoice,
+    ServedModel,
     System,
     err,
     fail,
@@ -34,6 +39,7 @@ from tokenviz.contract.grammar import Grammar, refuse_grammar
 from tokenviz.contract.interventions import Intervention, parse_ablation, parse_patch, parse_steering
 from tokenviz.contract.results import ATTRIBUTION_METHODS
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.served.endpoint import ApiKey
 from tokenviz.ui.themes import DEFAULT_THEME, check_theme
 
 if TYPE_CHECKING:
@@ -238,10 +244,32 @@ def trace(
     ] = None,
     chat: Chat = False,
     system: System = None,
+    endpoint: Endpoint = None,
+    served_model: ServedModel = None,
+    api_key_env: ApiKeyEnv = None,
+    api_key_file: ApiKeyFile = None,
+    insecure_http: InsecureHttp = False,
 ) -> None:
     """Run the journey headless and print every step (a table, or JSON with --json). With
     interventions (--ablate, --steer, --steer-tokens, --patch) each step also gives the model's own
-    distribution at the same context and the KL from it ("unsteered")."""
+    distribution at the same context and the KL from it ("unsteered"). With --endpoint, the model a
+    server runs (an OpenAI-compatible one, as vLLM's), a request per token."""
+    if endpoint is not None:
+        needs_internals = {
+            "--lens": lens, "--routing": routing, "--attribution": attribution, "--beams": beams,
+            "--speculate": speculate or draft_model, "--ablate": ablate, "--steer": steer,
+            "--steer-tokens": steer_tokens, "--patch": patch, "--watch": watch, "--save": save, "--html": html,
+            "--chat": chat, "--model": model.model, "--device-map": model.device_map, "--quantize": model.quantize,
+            "--compile": model.compile,
+        }  # fmt: skip
+        asked = [name for name, value in needs_internals.items() if value]
+        if asked:
+            fail(f"{asked[0]} is not available on a served model yet (--endpoint): it needs the model in this process")
+        run_served_trace(prompt, settings.replace(max_new_tokens=steps), endpoint, served_model,
+                         ApiKey(api_key_env, api_key_file), insecure_http, as_json)  # fmt: skip
+        return
+    if served_model or api_key_env or api_key_file or insecure_http:
+        fail("--served-model, --api-key-env, --api-key-file and --insecure-http go with --endpoint URL")
     try:  # every option checked before torch is imported: a mistake is told in a moment
         check_trace(steps, save, html, force, beams, speculate, lens or routing, attribution, watch)
         interventions: tuple[Intervention, ...] = (
@@ -292,6 +320,37 @@ def trace(
     for what, where in written:  # on stderr: stdout is the document's
         err.print(f"wrote {where} ({what})", highlight=False, markup=False, soft_wrap=True)
     print_document(document, as_json)
+
+
+def run_served_trace(
+    prompt: str,
+    settings: SamplingSettings,
+    url: str,
+    served_model: str | None,
+    api_key: "ApiKey",
+    insecure_http: bool,
+    as_json: bool,
+) -> None:
+    """trace --endpoint: the journey on the model a server runs (tokenviz.served), torch never imported."""
+    from tokenviz.cli.table import print_served
+    from tokenviz.served.endpoint import connect
+    from tokenviz.served.journey import ServedJourney, served_model_name
+
+    def say(line: str) -> None:
+        err.print(line, style="dim", markup=False, highlight=False, soft_wrap=True)
+
+    try:
+        endpoint = connect(url, api_key, insecure_http, say)
+        journey = ServedJourney(endpoint, served_model_name(endpoint, served_model), settings)
+        journey.start(prompt)
+        journey.run()
+        document = journey.document()
+    except TokenvizError as exc:
+        fail(str(exc))
+    if as_json:
+        print_document(document, as_json=True)
+    else:
+        print_served(document, Console())
 
 
 def check_trace(

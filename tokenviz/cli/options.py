@@ -128,6 +128,25 @@ Chat = Annotated[
     typer.Option("--chat", help="The prompt is a user message, put through the model's chat template."),
 ]
 System = Annotated[Optional[str], typer.Option("--system", help="With --chat: a system message before it.")]
+# A model a server runs (tokenviz.served): where, which, and the token it wants (never on the command line).
+Endpoint = Annotated[
+    Optional[str],
+    typer.Option("--endpoint", help="URL of an OpenAI-compatible server (as vLLM's: http://127.0.0.1:8000/v1)."),
+]
+ServedModel = Annotated[
+    Optional[str],
+    typer.Option("--served-model", help="With --endpoint: the model to ask for (default: the one served)."),
+]
+ApiKeyEnv = Annotated[
+    Optional[str], typer.Option("--api-key-env", help="With --endpoint: the environment variable holding the API key.")
+]
+ApiKeyFile = Annotated[
+    Optional[str], typer.Option("--api-key-file", help="With --endpoint: a file holding the API key (one line).")
+]
+InsecureHttp = Annotated[
+    bool,
+    typer.Option("--insecure-http", help="Send the API key over plain http to a host other than this machine."),
+]
 
 # Each SamplingSettings field as a command-line option: (type, typer.Option).
 SAMPLING_OPTIONS: dict[str, tuple[Any, Any]] = {

@@ -165,3 +165,27 @@ def print_score(doc: dict[str, Any], console: Console) -> None:
                 style="dim",
             )
         )
+
+
+def print_served(doc: dict[str, Any], console: Console) -> None:
+    """A served journey: each step's token with its log-probability and rank in the distribution the
+    server returned, the top candidates, and the request's time (the server's, over the network)."""
+    m, dist = doc["model"], doc["distribution"]
+    console.print(
+        Text(safe_text(f"{m['name']} · served at {m['endpoint']} · top {dist['top_n']} {dist['kind']}"), style="bold")
+    )
+    console.print(Text("prompt ids: " + " ".join(str(i) for i in doc["prompt"]["ids"])))
+    table = Table(show_lines=False, header_style="bold")
+    for name in ("step", "chosen", "id", "logprob", "p", "rank", "top 3 (as the server returned them)", "request ms"):
+        table.add_column(
+            name, justify="right" if name in ("step", "id", "logprob", "p", "rank", "request ms") else "left"
+        )
+    for s in doc["steps"]:
+        c = s["chosen"]
+        top = "  ".join(f"{visible(t['text'])} {t['prob']:.2f}" for t in s["top"][:3])
+        numbers = (str(c["id"]), f"{c['logprob']:.4f}", f"{c['prob']:.3f}", str(c["rank"]))
+        table.add_row(str(s["index"]), Text(visible(c["text"])), *numbers, Text(top), f"{s['ms']['request']:.1f}")
+    console.print(table)
+    console.print(Text.assemble(("text: ", "bold"), safe_text(doc["text"])))
+    if doc.get("stop_reason"):
+        console.print(Text(f"stopped: {safe_text(doc['stop_reason'])} · {doc['requests']} requests", style="dim"))

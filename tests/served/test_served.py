@@ -1,0 +1,150 @@
+"""A journey on the model a real vLLM server runs (tests/served/conftest.py), held to the same model
+run here: its tokens equal, its log-probabilities within SERVED_TOLERANCE; the API key used and never
+shown; every fault one line."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import time
+
+import pytest
+from clitools import invoke
+
+pytestmark = pytest.mark.served
+
+PROMPT = "The Eiffel Tower is located in"
+# vLLM's float32 CPU kernels against transformers' float32 sdpa here: the largest difference seen over
+# every top-20 candidate of 8 greedy steps was 3.9e-05 nats; the bound leaves room for other builds.
+SERVED_TOLERANCE = 1e-3
+KEY_ENV = "TOKENVIZ_TEST_SERVER_KEY"
+
+
+@pytest.fixture
+def served(vllm_server, monkeypatch):
+    monkeypatch.setenv(KEY_ENV, vllm_server.key)
+    return ["--endpoint", vllm_server.url, "--api-key-env", KEY_ENV]
+
+
+def one_error(err: str) -> str:
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in err, err
+    return errors[0]
+
+
+def trace_json(monkeypatch, capsys, *args: str) -> dict:
+    code, out, err = invoke(monkeypatch, capsys, "trace", PROMPT, "--json", *args)
+    assert code == 0, err
+    return json.loads(out)
+
+
+@pytest.mark.bundled
+def test_the_served_journey_is_the_local_one(monkeypatch, capsys, served, vllm_server):
+    """Greedy: the same tokens as the bundled model run here in float32, and every top-20 log-probability
+    the server returned within SERVED_TOLERANCE of the local one; the server's distribution measured raw."""
+    served_doc = trace_json(monkeypatch, capsys, *served, "--steps", "8", "--temperature", "0")
+    local = trace_json(
+        monkeypatch, capsys, "--steps", "8", "--temperature", "0", "--dtype", "float32", "--device", "cpu"
+    )
+    assert [s["chosen"]["id"] for s in served_doc["steps"]] == [s["chosen"]["id"] for s in local["steps"]]
+    assert served_doc["text"] == " the Champ de la Corée, a" and served_doc["prompt"]["ids"] == [
+        t["id"] for t in local["prompt"]
+    ]
+    assert served_doc["distribution"]["kind"].startswith("raw")
+    for mine, theirs in zip(local["steps"], served_doc["steps"]):
+        own = {t["id"]: math.log(t["prob"]) for t in mine["top"]}
+        shared = [t for t in theirs["top"] if t["id"] in own]
+        assert len(shared) >= 15 and theirs["chosen"]["rank"] == 1
+        for t in shared:
+            assert abs(t["logprob"] - own[t["id"]]) < SERVED_TOLERANCE, (t, own[t["id"]])
+    assert vllm_server.key not in json.dumps(served_doc)
+
+
+def test_seeded_sampling_reproduces_and_the_table_names_what_it_shows(monkeypatch, capsys, served):
+    runs = [
+        trace_json(monkeypatch, capsys, *served, "--steps", "6", "--temperature", "1.0", "--seed", "7")
+        for _ in range(2)
+    ]
+    assert [s["chosen"]["id"] for s in runs[0]["steps"]] == [s["chosen"]["id"] for s in runs[1]["steps"]]
+    for step in runs[0]["steps"]:  # the rank from the top-N, or, past it, from the server's prompt_logprobs
+        top = [t["id"] for t in step["top"]]
+        chosen = step["chosen"]["id"]
+        assert step["chosen"]["rank"] == top.index(chosen) + 1 if chosen in top else step["chosen"]["rank"] > len(top)
+        assert step["ms"]["request"] > 0
+    code, out, err = invoke(monkeypatch, capsys, "trace", PROMPT, *served, "--steps", "2", "--temperature", "0")
+    assert code == 0, err
+    assert "served at http://127.0.0.1" in out and "top 20 raw" in out and "request ms" in out
+
+
+def test_a_key_file_works_and_a_wrong_or_missing_key_is_one_line_never_echoed(
+    monkeypatch, capsys, vllm_server, tmp_path
+):
+    key_file = tmp_path / "key"
+    key_file.write_text(vllm_server.key + "\n")
+    doc = trace_json(
+        monkeypatch, capsys, "--endpoint", vllm_server.url, "--api-key-file", str(key_file), "--steps", "1"
+    )
+    assert len(doc["steps"]) == 1
+    wrong = "not-the-key-" + "x" * 12
+    monkeypatch.setenv(KEY_ENV, wrong)
+    for key_args in (["--api-key-env", KEY_ENV], []):
+        code, out, err = invoke(monkeypatch, capsys, "trace", PROMPT, "--endpoint", vllm_server.url, *key_args)
+        assert code == 2 and "refused the API key (HTTP 401)" in one_error(err) and out == ""
+        assert wrong not in err and vllm_server.key not in err
+    os.mkfifo(tmp_path / "pipe")
+    code, _, err = invoke(
+        monkeypatch, capsys, "trace", PROMPT, "--endpoint", vllm_server.url, "--api-key-file", str(tmp_path / "pipe")
+    )
+    assert code == 2 and "not a regular file" in one_error(err)
+
+
+def test_an_unknown_model_lists_the_served_ones(monkeypatch, capsys, served):
+    code, _, err = invoke(monkeypatch, capsys, "trace", PROMPT, *served, "--served-model", "llama-70b")
+    assert code == 2 and "does not serve 'llama-70b'; it serves smollm2" in one_error(err)
+
+
+def test_what_a_served_model_does_not_expose_is_one_line(monkeypatch, capsys, served):
+    for option in (["--lens"], ["--ablate", "1.0"], ["--beams", "2"], ["--save", "x.json"]):
+        code, _, err = invoke(monkeypatch, capsys, "trace", PROMPT, *served, *option)
+        assert code == 2 and f"{option[0]} is not available on a served model" in one_error(err)
+
+
+def test_an_unreachable_server_is_one_line_within_seconds(monkeypatch, capsys):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # (closed when the block ends: nothing listens there)
+    started = time.monotonic()
+    code, _, err = invoke(monkeypatch, capsys, "trace", PROMPT, "--endpoint", f"http://127.0.0.1:{port}/v1")
+    assert code == 2 and "cannot reach the server at 127.0.0.1" in one_error(err)
+    assert time.monotonic() - started < 30
+
+
+def test_a_key_is_not_sent_over_plain_http_to_another_machine(monkeypatch, capsys):
+    monkeypatch.setenv(KEY_ENV, "secret")
+    code, _, err = invoke(
+        monkeypatch, capsys, "trace", PROMPT, "--endpoint", "http://192.0.2.1:8000/v1", "--api-key-env", KEY_ENV
+    )
+    assert code == 2 and "would travel unencrypted to 192.0.2.1" in one_error(err) and "secret" not in err
+    code, _, err = invoke(monkeypatch, capsys, "trace", PROMPT, "--endpoint", "ftp://x", "--api-key-env", KEY_ENV)
+    assert code == 2 and "must be an http:// or https:// URL" in one_error(err)
+
+
+def test_a_served_trace_imports_no_model_code(vllm_server):
+    """The served journey needs neither torch nor transformers here: a thin client to a big model."""
+    import subprocess
+    import sys
+
+    child = (
+        "import sys\n"
+        f"sys.argv = ['tokenviz', 'trace', 'hi', '--endpoint', {vllm_server.url!r}, '--api-key-env', {KEY_ENV!r},"
+        " '--steps', '2', '--json']\n"
+        "from tokenviz.cli import run\n"
+        "try:\n    run()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
+        "print('loaded:', 'torch' in sys.modules or 'transformers' in sys.modules)\n"
+    )
+    env = {**os.environ, KEY_ENV: vllm_server.key}
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("loaded: False")

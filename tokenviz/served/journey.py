@@ -1,0 +1,241 @@
+"""A journey on a model a server runs: one request per token, the journey's tokens sent as ids and the
+sampling settings as the request's fields, the server's own top-N log-probabilities kept as they came.
+
+What a served model shows is labelled for what it is: the top-N the server returned (not the whole
+vocabulary), before or after the sampling settings as measured once at the start (two requests that
+differ only in temperature: equal log-probabilities mean the server returns the raw distribution),
+each request's latency (not a forward pass). The tokens are the server's own (/tokenize, /detokenize).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from tokenviz.contract.errors import PromptError, TokenvizError
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.contract.text import safe_text
+from tokenviz.served.endpoint import Endpoint, EndpointError
+
+TOP_N = 20  # the server's top log-probabilities asked for each step (vLLM allows up to --max-logprobs)
+ID_PREFIX = "token_id:"  # how vLLM names a token with return_tokens_as_token_ids
+RAW_TOLERANCE = 1e-4  # log-probabilities equal at two temperatures within this: the raw distribution
+
+RAW = "raw: the model's distribution before the sampling settings"
+PROCESSED = "processed: after the sampling settings (the server's logprobs mode)"
+
+
+@dataclass(frozen=True)
+class ServedCandidate:
+    id: int
+    text: str
+    logprob: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "text": self.text, "logprob": self.logprob, "prob": math.exp(self.logprob)}
+
+
+@dataclass(frozen=True)
+class ServedStep:
+    index: int
+    position: int
+    chosen: ServedCandidate
+    rank: int  # of the chosen token in the distribution returned (from the top-N, else from prompt_logprobs)
+    top: tuple[ServedCandidate, ...]
+    request_ms: float
+    finish: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "position": self.position,
+            "chosen": {**self.chosen.to_json(), "rank": self.rank},
+            "top": [c.to_json() for c in self.top],
+            "ms": {"request": self.request_ms},
+        }
+
+
+def served_model_name(endpoint: Endpoint, given: str | None) -> str:
+    """The model to ask for: `given` (checked to be served), else the one the server lists."""
+    listed = endpoint.get("/models")
+    entries = listed.get("data", []) if isinstance(listed, dict) else []
+    names: list[str] = [m["id"] for m in entries if isinstance(m, dict) and isinstance(m.get("id"), str)]
+    if not names:
+        raise EndpointError(f"{endpoint.host} lists no model at /v1/models")
+    shown = ", ".join(safe_text(n) for n in names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+    if given is not None and given not in names:
+        raise TokenvizError(f"{endpoint.host} does not serve {safe_text(given)!r}; it serves {shown}")
+    if given is None and len(names) > 1:
+        raise TokenvizError(f"{endpoint.host} serves several models ({shown}): choose one with --served-model")
+    return given or names[0]
+
+
+def sampling_fields(settings: SamplingSettings) -> dict[str, Any]:
+    """The settings as an OpenAI-compatible completion request's fields (vLLM's extensions included)."""
+    return {
+        "temperature": settings.temperature,
+        "top_p": settings.top_p,
+        "top_k": settings.top_k if settings.top_k > 0 else -1,
+        "min_p": settings.min_p,
+        "repetition_penalty": settings.repetition_penalty,
+        "presence_penalty": settings.presence_penalty,
+        "frequency_penalty": settings.frequency_penalty,
+        "seed": settings.seed,
+        **({"stop": list(settings.stop)} if settings.stop else {}),
+    }
+
+
+class ServedJourney:
+    """The journey's tokens and steps on a served model, a request per token."""
+
+    def __init__(self, endpoint: Endpoint, model: str, settings: SamplingSettings, top_n: int = TOP_N):
+        if settings.grammar is not None:
+            raise TokenvizError("a served model's grammar stage is not shown yet: drop the grammar option")
+        self.endpoint, self.model, self.settings, self.top_n = endpoint, model, settings, top_n
+        self.prompt = ""
+        self.prompt_ids: list[int] = []
+        self.ids: list[int] = []
+        self.steps: list[ServedStep] = []
+        self.stop_reason: str | None = None
+        self.distribution = "unknown"
+        self._pieces: dict[int, str] = {}
+
+    # ---- the server's tokenizer ------------------------------------------------------------------
+
+    def encode(self, text: str) -> list[int]:
+        answer = self.endpoint.post("/tokenize", {"model": self.model, "prompt": text}, root=True)
+        tokens = answer.get("tokens") if isinstance(answer, dict) else None
+        if not isinstance(tokens, list) or not all(isinstance(t, int) and t >= 0 for t in tokens):
+            raise EndpointError(f"{self.endpoint.host}'s /tokenize did not answer with token ids")
+        return tokens
+
+    def piece(self, token: int) -> str:
+        """A token's text as the server decodes it alone (asked once per token)."""
+        if token not in self._pieces:
+            answer = self.endpoint.post("/detokenize", {"model": self.model, "tokens": [token]}, root=True)
+            text = answer.get("prompt") if isinstance(answer, dict) else None
+            if not isinstance(text, str):
+                raise EndpointError(f"{self.endpoint.host}'s /detokenize did not answer with text")
+            self._pieces[token] = safe_text(text)
+        return self._pieces[token]
+
+    # ---- the journey -------------------------------------------------------------------------------
+
+    def start(self, prompt: str) -> None:
+        ids = self.encode(prompt)
+        if not ids:
+            raise PromptError("the prompt is empty: type some text to start from")
+        self.prompt, self.prompt_ids, self.ids = prompt, ids, list(ids)
+        self.steps, self.stop_reason = [], None
+        self.distribution = self._measured_distribution()
+
+    def _complete(self, ids: list[int], fields: dict[str, Any], logprobs: int, **extra: Any) -> dict[str, Any]:
+        body = {"model": self.model, "prompt": ids, "max_tokens": 1, "logprobs": logprobs}
+        body |= {"return_tokens_as_token_ids": True, **fields, **extra}
+        answer = self.endpoint.post("/completions", body)
+        try:
+            choice = answer["choices"][0]
+            assert isinstance(choice, dict)
+            return choice
+        except (KeyError, IndexError, TypeError, AssertionError):
+            raise EndpointError(f"{self.endpoint.host} answered /v1/completions without a choice") from None
+
+    def _top(self, choice: dict[str, Any]) -> tuple[int, float, list[tuple[int, float]]]:
+        """(chosen id, its logprob, [(id, logprob)] the top-N, best first) from a completion's choice."""
+        try:
+            logprobs = choice["logprobs"]
+            chosen = _token_id(logprobs["tokens"][0])
+            logprob = float(logprobs["token_logprobs"][0])
+            top = sorted(
+                ((_token_id(k), float(v)) for k, v in logprobs["top_logprobs"][0].items()), key=lambda t: -t[1]
+            )
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+            raise EndpointError(
+                f"{self.endpoint.host} answered without token-id log-probabilities (is it vLLM's OpenAI server?)"
+            ) from None
+        if not all(math.isfinite(lp) or lp == -math.inf for _, lp in top) or math.isnan(logprob):
+            raise EndpointError(f"{self.endpoint.host} answered log-probabilities that are not numbers")
+        return chosen, logprob, top
+
+    def _measured_distribution(self) -> str:
+        """Whether the server's log-probabilities are before the sampling settings or after: asked at
+        two temperatures with everything else the same."""
+        fields = {"seed": 0, "top_p": 1.0, "top_k": -1}
+        warm = self._top(self._complete(self.prompt_ids, {**fields, "temperature": 1.0}, 5))[2]
+        cool = self._top(self._complete(self.prompt_ids, {**fields, "temperature": 0.5}, 5))[2]
+        same = dict(warm).keys() == dict(cool).keys() and all(
+            abs(dict(warm)[t] - lp) <= RAW_TOLERANCE for t, lp in cool
+        )
+        return RAW if same else PROCESSED
+
+    def step(self) -> ServedStep | None:
+        """One token from the server at the journey's context; None once it has stopped."""
+        if self.stop_reason is not None:
+            return None
+        started = time.perf_counter()
+        choice = self._complete(self.ids, sampling_fields(self.settings), self.top_n)
+        request_ms = (time.perf_counter() - started) * 1e3
+        chosen, logprob, top = self._top(choice)
+        rank = next((i for i, (t, _) in enumerate(top, 1) if t == chosen), None)
+        if rank is None:  # sampled outside the top-N: its rank from the same context, as a prompt's last token
+            rank = self._rank_of(chosen)
+        step = ServedStep(
+            index=len(self.steps),
+            position=len(self.ids),
+            chosen=ServedCandidate(chosen, self.piece(chosen), logprob),
+            rank=rank,
+            top=tuple(ServedCandidate(t, self.piece(t), lp) for t, lp in top),
+            request_ms=request_ms,
+            finish=choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None,
+        )
+        self.steps.append(step)
+        self.ids.append(chosen)
+        generated = len(self.ids) - len(self.prompt_ids)
+        if step.finish == "stop":
+            self.stop_reason = "the server stopped (end of sequence or a stop string)"
+        elif generated >= self.settings.max_new_tokens:
+            self.stop_reason = f"max new tokens ({self.settings.max_new_tokens})"
+        return step
+
+    def _rank_of(self, token: int) -> int:
+        choice = self._complete([*self.ids, token], {"temperature": 0}, 1, prompt_logprobs=0)
+        try:
+            entry = choice["prompt_logprobs"][-1]
+            return int(entry[str(token)]["rank"])
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise EndpointError(
+                f"{self.endpoint.host} did not give the chosen token's rank (prompt_logprobs)"
+            ) from None
+
+    def run(self) -> None:
+        while self.step() is not None:
+            pass
+
+    @property
+    def text(self) -> str:
+        return "".join(self.piece(t) for t in self.ids[len(self.prompt_ids) :])
+
+    def document(self) -> dict[str, Any]:
+        """The served journey as a trace document (no trace of the API key anywhere in it)."""
+        return {
+            "model": {"name": self.model, "served": True, "endpoint": self.endpoint.url},
+            "distribution": {
+                "top_n": self.top_n,
+                "of": "the server's top-N log-probabilities",
+                "kind": self.distribution,
+            },
+            "settings": self.settings.to_json(),
+            "prompt": {"text": self.prompt, "ids": self.prompt_ids},
+            "steps": [s.to_json() for s in self.steps],
+            "requests": self.endpoint.requests,
+            "stop_reason": self.stop_reason,
+            "text": self.text,
+        }
+
+
+def _token_id(name: Any) -> int:
+    if not isinstance(name, str) or not name.startswith(ID_PREFIX) or not name[len(ID_PREFIX) :].isdigit():
+        raise ValueError(f"not a token id: {name!r}")
+    return int(name[len(ID_PREFIX) :])
