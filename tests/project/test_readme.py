@@ -76,3 +76,16 @@ def test_every_document_cited_is_in_the_repository():
         cited |= set(re.findall(r"\b((?:docs/)?[A-Z][A-Z_]+\.md)\b", path.read_text()))
     assert cited, "nothing cited: the pattern is wrong"
     assert {name for name in cited if not (ROOT / name).exists()} == set()
+
+
+def test_every_file_the_readme_and_docs_cite_is_tracked_by_git():
+    """An image or script the README shows must be in the repository, not only where it was made (four
+    of the README's pictures had been ignored by git: the export pattern tokenviz-*.svg caught them)."""
+    import subprocess
+
+    cited = set()
+    for path in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]:
+        cited |= set(re.findall(r"\b(docs/[\w.-]+\.(?:svg|png|py|json))\b", path.read_text()))
+    assert len(cited) >= 5, cited
+    tracked = set(subprocess.run(["git", "ls-files", "docs"], cwd=ROOT, capture_output=True, text=True).stdout.split())
+    assert cited - tracked == set()
