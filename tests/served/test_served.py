@@ -148,3 +148,23 @@ def test_a_served_trace_imports_no_model_code(vllm_server):
     done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().endswith("loaded: False")
+
+
+@pytest.mark.bundled
+def test_score_on_the_server_is_the_local_score(monkeypatch, capsys, served):
+    """The server's prompt log-probabilities score a text as the bundled model here does: each token's
+    log-probability within SERVED_TOLERANCE, the same ranks (" E" 730, as the server itself says)."""
+    text = "The Eiffel Tower is located in Paris"
+
+    def scored(*args: str) -> dict:
+        code, out, err = invoke(monkeypatch, capsys, "score", text, "--json", *args)
+        assert code == 0, err
+        return json.loads(out)
+
+    remote, local = scored(*served), scored("--dtype", "float32", "--device", "cpu")
+    assert [(t["id"], t["rank"]) for t in remote["tokens"]] == [(t["id"], t["rank"]) for t in local["tokens"]]
+    assert remote["tokens"][0]["rank"] == 730 and remote["model"]["served"] is True
+    for mine, theirs in zip(local["tokens"], remote["tokens"]):
+        assert abs(mine["logprob"] - theirs["logprob"]) < SERVED_TOLERANCE
+    assert abs(remote["perplexity"] - local["perplexity"]) < 0.01 * local["perplexity"]
+    assert "entropy" not in remote["tokens"][0]  # (a top-N has none)

@@ -353,6 +353,25 @@ def run_served_trace(
         print_served(document, Console())
 
 
+def run_served_score(
+    text: str, url: str, served_model: str | None, api_key: "ApiKey", insecure_http: bool, as_json: bool
+) -> None:
+    """score --endpoint: the text's prompt log-probabilities from the server (tokenviz.served)."""
+    from tokenviz.cli.table import print_score
+    from tokenviz.served.endpoint import connect
+    from tokenviz.served.journey import ServedJourney, served_model_name
+
+    try:
+        endpoint = connect(url, api_key, insecure_http)
+        document = ServedJourney(endpoint, served_model_name(endpoint, served_model), SamplingSettings()).score(text)
+    except TokenvizError as exc:
+        fail(str(exc))
+    if as_json:
+        print_document(document, as_json=True)
+    else:
+        print_score(document, Console())
+
+
 def check_trace(
     steps: int,
     save: str | None,
@@ -432,11 +451,24 @@ def score(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
     chat: Chat = False,
     system: System = None,
+    endpoint: Endpoint = None,
+    served_model: ServedModel = None,
+    api_key_env: ApiKeyEnv = None,
+    api_key_file: ApiKeyFile = None,
+    insecure_http: InsecureHttp = False,
 ) -> None:
     """Score a text: each token's log-probability, probability and rank, the entropy and top
     candidates there, the total log-probability and the perplexity (one forward pass). With a
     grammar (--json-schema, --regex, --grammar), which the text follows from its first token, each
-    token's log-probability under it too (one more pass)."""
+    token's log-probability under it too (one more pass). With --endpoint, on the model a server runs
+    (its prompt log-probabilities: no entropy, the server's top 5)."""
+    if endpoint is not None:
+        if grammar is not None or chat or model.model:
+            fail(
+                "score --endpoint takes no grammar, --chat or --model yet: the server's model scores the text as typed"
+            )
+        run_served_score(text, endpoint, served_model, ApiKey(api_key_env, api_key_file), insecure_http, as_json)
+        return
     from tokenviz.cli.table import print_score
     from tokenviz.journey.before_weights import journey_checks
     from tokenviz.journey.score import score_text

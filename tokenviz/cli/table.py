@@ -113,7 +113,12 @@ def print_score(doc: dict[str, Any], console: Console) -> None:
     from tokenviz.render.units import probability
 
     m = doc["model"]
-    console.print(Text(safe_text(f"{m['name']} · {m['device']} · {m['dtype']}"), style="bold"))
+    where = (
+        f"served at {m['endpoint']} (no entropy: the server gives a top-N)"
+        if m.get("served")
+        else f"{m['device']} · {m['dtype']}"
+    )
+    console.print(Text(safe_text(f"{m['name']} · {where}"), style="bold"))
     first = doc["first"]
     console.print(Text(f"first token {visible(first['text'])} ({first['id']}) is read, not predicted", style="dim"))
     grammar = doc.get("grammar")
@@ -133,7 +138,7 @@ def print_score(doc: dict[str, Any], console: Console) -> None:
             f"{t['logprob']:.3f}",
             probability(t["prob"]),
             str(t["rank"]),
-            f"{t['entropy']:.2f}",
+            f"{t['entropy']:.2f}" if "entropy" in t else "—",
             *(in_grammar if grammar else ()),
             Text(top),
         )
@@ -147,7 +152,7 @@ def print_score(doc: dict[str, Any], console: Console) -> None:
                 style="bold",
             )
         )
-    template = doc["template"]
+    template = doc.get("template") or {"tokens": 0}
     of_text = " of the text" if template["tokens"] else ""
     perplexity = "—" if doc["perplexity"] is None else f"{doc['perplexity']:.3f}"
     console.print(

@@ -209,6 +209,47 @@ class ServedJourney:
                 f"{self.endpoint.host} did not give the chosen token's rank (prompt_logprobs)"
             ) from None
 
+    def score(self, text: str, top_n: int = 5) -> dict[str, Any]:
+        """How likely the served model finds `text`: each token after the first with its log-probability
+        and rank and the server's top candidates there (its prompt_logprobs, one request), the total and
+        the perplexity. No entropy: the server returns a top-N, not the whole distribution."""
+        ids = self.encode(text)
+        if len(ids) < 2:
+            raise TokenvizError("the text is a single token: there is nothing to score after the first")
+        choice = self._complete(ids, {"temperature": 0}, 1, prompt_logprobs=top_n)
+        entries = choice.get("prompt_logprobs")
+        if not isinstance(entries, list) or len(entries) != len(ids):
+            raise EndpointError(f"{self.endpoint.host} did not give the text's prompt_logprobs")
+        tokens: list[dict[str, Any]] = []
+        total = 0.0
+        for index, (token, entry) in enumerate(zip(ids[1:], entries[1:]), 1):
+            try:
+                own = entry[str(token)]
+                logprob, rank = float(own["logprob"]), int(own["rank"])
+                top = sorted(
+                    ((int(k), float(v["logprob"])) for k, v in entry.items() if int(v["rank"]) <= top_n),
+                    key=lambda t: -t[1],
+                )
+            except (KeyError, TypeError, ValueError, AttributeError):
+                raise EndpointError(f"{self.endpoint.host} gave a prompt_logprobs entry tokenviz cannot read") from None
+            if not math.isfinite(logprob):
+                raise EndpointError(f"{self.endpoint.host} answered log-probabilities that are not numbers")
+            tokens.append({
+                "index": index, "id": token, "text": self.piece(token), "logprob": logprob,
+                "prob": math.exp(logprob), "rank": rank,
+                "top": [{"id": t, "text": self.piece(t), "prob": math.exp(lp)} for t, lp in top],
+            })  # fmt: skip
+            total += logprob
+        return {
+            "model": {"name": self.model, "served": True, "endpoint": self.endpoint.url},
+            "first": {"id": ids[0], "text": self.piece(ids[0])},
+            "tokens": tokens,
+            "scored": len(tokens),
+            "logprob": total,
+            "perplexity": math.exp(-total / len(tokens)),
+            "requests": self.endpoint.requests,
+        }
+
     def run(self) -> None:
         while self.step() is not None:
             pass
