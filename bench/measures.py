@@ -72,6 +72,7 @@ BUDGETS = {
     "intervention_step": ("engine step with one head ablated (own distribution kept) / without", "<=", 2.2),
     "device_peak": ("peak device memory / (weights + KV cache), 2048-token prefill and steps", "<=", 1.10),
     "compiled_autoplay": ("autoplay with --compile tok/s / eager generate() tok/s", ">=", 2.0),
+    "served_step": ("a served step / a bare one-token request at the same context (--endpoint)", "<=", 1.2),
 }
 VIEW_ROWS = 114  # query rows the attention pane shows at 200x60
 
@@ -746,6 +747,68 @@ def device_peak(loaded, n: int = 2048, steps: int = 32) -> dict:
     }
 
 
+def served(url: str, key: str | None, tokens: int = 32, rounds: int = 3) -> dict:
+    """A served journey (trace --endpoint) against the same server: its time per token against the
+    server's own streamed generation of the same tokens, and a step against a bare one-token request at
+    the same context (rounds interleaved). The server's, network included: no model runs here."""
+    from tokenviz.served.endpoint import Endpoint
+    from tokenviz.served.journey import ServedJourney, served_model_name
+
+    endpoint = Endpoint(url.rstrip("/"), key)
+    model = served_model_name(endpoint, None)
+    journey = ServedJourney(endpoint, model, SamplingSettings(temperature=0, max_new_tokens=tokens))
+    stepped, bare, streamed, first = [], [], [], []
+    for _ in range(rounds):  # (the first round also asks the server for each new token's text, once)
+        journey.start(PROMPT)
+        t0 = time.perf_counter()
+        journey.run()
+        n = len(journey.steps)  # (fewer than `tokens` where the model ends the text)
+        stepped.append((time.perf_counter() - t0) / n)
+        ids = list(journey.ids)
+        body = {"model": model, "max_tokens": 1, "temperature": 0, "logprobs": journey.top_n}
+        t0 = time.perf_counter()
+        for end in range(len(journey.prompt_ids), len(ids)):  # the same contexts, a bare request each
+            endpoint.post("/completions", {**body, "prompt": ids[:end], "return_tokens_as_token_ids": True})
+        bare.append((time.perf_counter() - t0) / n)
+        seconds, to_first, streamed_ids = _streamed(endpoint, model, journey.prompt_ids, n)
+        streamed.append(seconds / n)
+        first.append(to_first)
+    step_ms, bare_ms, stream_ms = (statistics.median(x) * 1e3 for x in (stepped, bare, streamed))
+    return {
+        "step_ms": step_ms,
+        "bare_request_ms": bare_ms,
+        "streamed_ms_per_token": stream_ms,
+        "time_to_first_token_ms": statistics.median(first) * 1e3,
+        "ratio": step_ms / bare_ms,
+        "stepped_over_streamed": step_ms / stream_ms,
+        "same_tokens": streamed_ids == ids[len(journey.prompt_ids) :],
+    }
+
+
+def _streamed(endpoint, model: str, ids: list[int], tokens: int) -> tuple[float, float, list[int]]:
+    """(seconds, seconds to the first token, the token ids) of the server's own streamed generation."""
+    import urllib.request
+
+    body = {"model": model, "prompt": ids, "max_tokens": tokens, "temperature": 0, "stream": True}
+    body |= {"logprobs": 0, "return_tokens_as_token_ids": True, "ignore_eos": True}
+    headers = {
+        "Content-Type": "application/json",
+        **({"Authorization": f"Bearer {endpoint.key}"} if endpoint.key else {}),
+    }
+    request = urllib.request.Request(endpoint.url + "/completions", json.dumps(body).encode(), headers)
+    got, to_first = [], None
+    t0 = time.perf_counter()
+    with urllib.request.urlopen(request, timeout=300) as response:
+        for line in response:
+            if not line.startswith(b"data: ") or line.strip() == b"data: [DONE]":
+                continue
+            chunk = json.loads(line[len(b"data: ") :])
+            for name in chunk["choices"][0]["logprobs"]["tokens"]:
+                to_first = to_first if to_first is not None else time.perf_counter() - t0
+                got.append(int(name.removeprefix("token_id:")))
+    return time.perf_counter() - t0, to_first or 0.0, got
+
+
 def verdicts(r: dict) -> dict:
     growth, view = r.get("growth", {}), r.get("attention_view")
     values = {
@@ -771,6 +834,7 @@ def verdicts(r: dict) -> dict:
         "intervention_step": r.get("intervention_step", {}).get("ratio"),
         "device_peak": r.get("device_peak", {}).get("ratio"),
         "compiled_autoplay": r.get("compiled_autoplay", {}).get("ratio"),
+        "served_step": r.get("served", {}).get("ratio"),
     }
     out = {}
     for key, (label, op, limit) in BUDGETS.items():
@@ -790,6 +854,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="the measures to run, by name, comma-separated (default: all)")
     parser.add_argument("--quick", action="store_true", help="fewer steps (a smoke run, not for the record)")
     parser.add_argument("--out", default="bench/results")
+    parser.add_argument("--endpoint", help="an OpenAI-compatible server for the served measure (trace --endpoint)")
+    parser.add_argument("--api-key-env", help="with --endpoint: the environment variable holding its API key")
     args = parser.parse_args(argv)
     from rich.console import Console
     from rich.table import Table
@@ -836,6 +902,9 @@ def main(argv: list[str] | None = None) -> int:
         ("intervention_step", lambda: intervention_step(loaded, steps)),
         ("compiled_autoplay", lambda: compiled_autoplay(loaded, bare, device, 32 if args.quick else 128, steps)),
     ]
+    if args.endpoint:  # (the server's model is what it serves: the bundled one, for figures beside these)
+        key = os.environ.get(args.api_key_env) if args.api_key_env else None
+        measures.append(("served", lambda: served(args.endpoint, key, 8 if args.quick else 32)))
     chosen = set(filter(None, args.only.split(",")))
     if args.shape:  # what a model of that size adds to the bundled model's figures: the engine's cost
         chosen = chosen or {"autoplay", "step_overhead", "growth", "attention_view", "device_peak", "compiled_autoplay"}
