@@ -80,6 +80,7 @@ def vllm_server(tmp_path_factory) -> Iterator[Server]:
         str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(directory),
         "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
         "--max-model-len", "2048", "--api-key", key, "--max-logprobs", "50", "--enforce-eager",
+        "--gpu-memory-utilization", "0.3",  # (vLLM refuses to start unless this share of the node is free)
     ]  # fmt: skip
     with log.open("w") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)

@@ -178,3 +178,26 @@ def test_the_bench_measures_a_served_journey(vllm_server):
     assert result["same_tokens"]  # the stepped journey's tokens are the server's own generation's
     assert result["step_ms"] > 0 and result["bare_request_ms"] > 0 and result["streamed_ms_per_token"] > 0
     assert result["ratio"] > 0 and measures.verdicts({"served": result})["served_step"]["value"] == result["ratio"]
+
+
+@pytest.mark.bundled
+def test_compare_against_the_endpoint_finds_the_same_model_and_sees_a_dtype(monkeypatch, capsys, served):
+    """The bundled model here in float32 beside the server's float32 copy: the paths never part, every
+    KL over the server's top 20 is next to nothing, each side ranks the other's choice first. In
+    bfloat16 here, the KL shows the dtype."""
+    endpoint = ["--against-endpoint", *served[1:]]
+
+    def compared(dtype: str) -> dict:
+        code, out, err = invoke(monkeypatch, capsys, "compare", PROMPT, *endpoint, "--steps", "6", "--temperature",
+                                "0", "--dtype", dtype, "--json")  # fmt: skip
+        assert code == 0, err
+        return json.loads(out)
+
+    same = compared("float32")
+    assert same["parted_at"] is None and len(same["steps"]) == 6
+    assert all(
+        s["kl_top"] < 1e-4 and s["a_rank_of_b"] == s["b_rank_of_a"] == 1 and s["top1_agree"] for s in same["steps"]
+    )
+    assert same["a"]["text"] == PROMPT + " the Champ de la Corée"
+    other = compared("bfloat16")
+    assert max(s["kl_top"] for s in other["steps"]) > 10 * max(s["kl_top"] for s in same["steps"])

@@ -372,6 +372,38 @@ def run_served_score(
         print_score(document, Console())
 
 
+def compare_served(
+    prompt: str,
+    settings: SamplingSettings,
+    model: ModelChoice,
+    url: str,
+    served_model: str | None,
+    api_key: "ApiKey",
+    insecure_http: bool,
+    as_json: bool,
+) -> None:
+    """compare --against-endpoint: the model here (A) beside the one a server runs (B), headless."""
+    from tokenviz.cli.table import print_served_comparison
+    from tokenviz.journey.served_comparison import compare_with_server
+    from tokenviz.journey.session import Session
+    from tokenviz.model.runner import ModelRunner
+    from tokenviz.served.endpoint import connect
+    from tokenviz.served.journey import ServedJourney, served_model_name
+
+    try:
+        endpoint = connect(url, api_key, insecure_http)  # (an unreachable server is told before A loads)
+        served = ServedJourney(endpoint, served_model_name(endpoint, served_model), settings)
+        with stderr_progress() as progress:
+            session = Session(ModelRunner(model.load(progress)), settings)
+        document = compare_with_server(session, served, prompt)
+    except TokenvizError as exc:
+        fail(str(exc))
+    if as_json:
+        print_document(document, as_json=True)
+    else:
+        print_served_comparison(document, Console())
+
+
 def check_trace(
     steps: int,
     save: str | None,
@@ -529,6 +561,17 @@ def compare(
     chat: Chat = False,
     system: System = None,
     theme: Theme = DEFAULT_THEME,
+    against_endpoint: Annotated[
+        Optional[str],
+        typer.Option(
+            "--against-endpoint",
+            help="B is the model a server runs at this URL (OpenAI-compatible, as vLLM's): is it what yours computes?",
+        ),
+    ] = None,
+    served_model: ServedModel = None,
+    api_key_env: ApiKeyEnv = None,
+    api_key_file: ApiKeyFile = None,
+    insecure_http: InsecureHttp = False,
 ) -> None:
     """Two journeys on one prompt, side by side and stepped together: two sampling settings (A's options
     and --against; a grammar and another or none: --against-grammar), two dtypes (--dtype and
@@ -536,6 +579,14 @@ def compare(
     (--against-quantize) or two models sharing a tokenizer (--model and --against-model). Per step:
     the KL divergence of their raw distributions, whether their top-1 agree, the rank each gives the
     other's choice; and where their paths part."""
+    if against_endpoint is not None:
+        others = (against, against_model, against_dtype, against_quantize, against_grammar, chat)
+        if any(others) or settings.grammar is not None:
+            fail("--against-endpoint compares the same settings on both sides: it takes no other --against option")
+        key = ApiKey(api_key_env, api_key_file)
+        compare_served(prompt, settings.replace(max_new_tokens=steps), model, against_endpoint, served_model, key,
+                       insecure_http, as_json)  # fmt: skip
+        return
     try:
         if steps < 1:
             raise TokenvizError(f"--steps must be at least 1, got {steps}")

@@ -174,24 +174,9 @@ class ServedJourney:
         """One token from the server at the journey's context; None once it has stopped."""
         if self.stop_reason is not None:
             return None
-        started = time.perf_counter()
-        choice = self._complete(self.ids, sampling_fields(self.settings), self.top_n)
-        request_ms = (time.perf_counter() - started) * 1e3
-        chosen, logprob, top = self._top(choice)
-        rank = next((i for i, (t, _) in enumerate(top, 1) if t == chosen), None)
-        if rank is None:  # sampled outside the top-N: its rank from the same context, as a prompt's last token
-            rank = self._rank_of(chosen)
-        step = ServedStep(
-            index=len(self.steps),
-            position=len(self.ids),
-            chosen=ServedCandidate(chosen, self.piece(chosen), logprob),
-            rank=rank,
-            top=tuple(ServedCandidate(t, self.piece(t), lp) for t, lp in top),
-            request_ms=request_ms,
-            finish=choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None,
-        )
+        step = self.predict(self.ids, len(self.steps))
         self.steps.append(step)
-        self.ids.append(chosen)
+        self.ids.append(step.chosen.id)
         generated = len(self.ids) - len(self.prompt_ids)
         if step.finish == "stop":
             self.stop_reason = "the server stopped (end of sequence or a stop string)"
@@ -199,15 +184,35 @@ class ServedJourney:
             self.stop_reason = f"max new tokens ({self.settings.max_new_tokens})"
         return step
 
-    def _rank_of(self, token: int) -> int:
-        choice = self._complete([*self.ids, token], {"temperature": 0}, 1, prompt_logprobs=0)
+    def predict(self, ids: list[int], index: int = 0) -> ServedStep:
+        """The server's next token after `ids`, with the journey's settings (the journey unchanged)."""
+        started = time.perf_counter()
+        choice = self._complete(ids, sampling_fields(self.settings), self.top_n)
+        request_ms = (time.perf_counter() - started) * 1e3
+        chosen, logprob, top = self._top(choice)
+        rank = self.rank_of(ids, chosen, top)
+        return ServedStep(
+            index=index,
+            position=len(ids),
+            chosen=ServedCandidate(chosen, self.piece(chosen), logprob),
+            rank=rank,
+            top=tuple(ServedCandidate(t, self.piece(t), lp) for t, lp in top),
+            request_ms=request_ms,
+            finish=choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None,
+        )
+
+    def rank_of(self, ids: list[int], token: int, top: list[tuple[int, float]]) -> int:
+        """`token`'s rank after `ids`: from the top-N, else from the server's prompt_logprobs of `ids`
+        and the token (one more request)."""
+        rank = next((i for i, (t, _) in enumerate(top, 1) if t == token), None)
+        if rank is not None:
+            return rank
+        choice = self._complete([*ids, token], {"temperature": 0}, 1, prompt_logprobs=0)
         try:
             entry = choice["prompt_logprobs"][-1]
             return int(entry[str(token)]["rank"])
         except (KeyError, IndexError, TypeError, ValueError):
-            raise EndpointError(
-                f"{self.endpoint.host} did not give the chosen token's rank (prompt_logprobs)"
-            ) from None
+            raise EndpointError(f"{self.endpoint.host} did not give a token's rank (prompt_logprobs)") from None
 
     def score(self, text: str, top_n: int = 5) -> dict[str, Any]:
         """How likely the served model finds `text`: each token after the first with its log-probability
