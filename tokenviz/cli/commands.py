@@ -10,6 +10,7 @@ import dataclasses
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn, Optional
 
@@ -39,13 +40,13 @@ from tokenviz.contract.grammar import Grammar, refuse_grammar
 from tokenviz.contract.interventions import Intervention, parse_ablation, parse_patch, parse_steering
 from tokenviz.contract.results import ATTRIBUTION_METHODS
 from tokenviz.contract.settings import SamplingSettings
-from tokenviz.served.endpoint import ApiKey
 from tokenviz.ui.themes import DEFAULT_THEME, check_theme
 
 if TYPE_CHECKING:
     from tokenviz.contract.snapshot import ComparisonSnapshot, Snapshot
     from tokenviz.contract.worker import Worker
     from tokenviz.files.journey_schema import Journey
+    from tokenviz.served.journey import ServedChoice
 
 DEFAULT_PROMPT = "The Eiffel Tower is located in"
 DEFAULT_QUESTION = "What is the capital of France?"  # the first prompt with --chat
@@ -265,8 +266,8 @@ def trace(
         asked = [name for name, value in needs_internals.items() if value]
         if asked:
             fail(f"{asked[0]} is not available on a served model yet (--endpoint): it needs the model in this process")
-        run_served_trace(prompt, settings.replace(max_new_tokens=steps), endpoint, served_model,
-                         ApiKey(api_key_env, api_key_file), insecure_http, as_json)  # fmt: skip
+        served = served_choice(endpoint, served_model, api_key_env, api_key_file, insecure_http)
+        run_served_trace(prompt, settings.replace(max_new_tokens=steps), served, as_json)
         return
     if served_model or api_key_env or api_key_file or insecure_http:
         fail("--served-model, --api-key-env, --api-key-file and --insecure-http go with --endpoint URL")
@@ -322,86 +323,68 @@ def trace(
     print_document(document, as_json)
 
 
-def run_served_trace(
-    prompt: str,
-    settings: SamplingSettings,
-    url: str,
-    served_model: str | None,
-    api_key: "ApiKey",
-    insecure_http: bool,
-    as_json: bool,
-) -> None:
+def served_choice(
+    url: str, model: str | None, key_env: str | None, key_file: str | None, insecure_http: bool
+) -> "ServedChoice":
+    """The served options as one value (tokenviz.served is imported only when a command is served)."""
+    from tokenviz.served.endpoint import ApiKey
+    from tokenviz.served.journey import ServedChoice
+
+    return ServedChoice(url, model, ApiKey(key_env, key_file), insecure_http)
+
+
+def run_served_trace(prompt: str, settings: SamplingSettings, served: "ServedChoice", as_json: bool) -> None:
     """trace --endpoint: the journey on the model a server runs (tokenviz.served), torch never imported."""
     from tokenviz.cli.table import print_served
-    from tokenviz.served.endpoint import connect
-    from tokenviz.served.journey import ServedJourney, served_model_name
 
     def say(line: str) -> None:
         err.print(line, style="dim", markup=False, highlight=False, soft_wrap=True)
 
     try:
-        endpoint = connect(url, api_key, insecure_http, say)
-        journey = ServedJourney(endpoint, served_model_name(endpoint, served_model), settings)
+        journey = served.open(settings, say)
         journey.start(prompt)
         journey.run()
-        document = journey.document()
     except TokenvizError as exc:
         fail(str(exc))
-    if as_json:
-        print_document(document, as_json=True)
-    else:
-        print_served(document, Console())
+    print_result(journey.document(), as_json, print_served)
 
 
-def run_served_score(
-    text: str, url: str, served_model: str | None, api_key: "ApiKey", insecure_http: bool, as_json: bool
-) -> None:
+def run_served_score(text: str, served: "ServedChoice", as_json: bool) -> None:
     """score --endpoint: the text's prompt log-probabilities from the server (tokenviz.served)."""
     from tokenviz.cli.table import print_score
-    from tokenviz.served.endpoint import connect
-    from tokenviz.served.journey import ServedJourney, served_model_name
 
     try:
-        endpoint = connect(url, api_key, insecure_http)
-        document = ServedJourney(endpoint, served_model_name(endpoint, served_model), SamplingSettings()).score(text)
+        document = served.open(SamplingSettings()).score(text)
     except TokenvizError as exc:
         fail(str(exc))
-    if as_json:
-        print_document(document, as_json=True)
-    else:
-        print_score(document, Console())
+    print_result(document, as_json, print_score)
 
 
 def compare_served(
-    prompt: str,
-    settings: SamplingSettings,
-    model: ModelChoice,
-    url: str,
-    served_model: str | None,
-    api_key: "ApiKey",
-    insecure_http: bool,
-    as_json: bool,
+    prompt: str, settings: SamplingSettings, model: ModelChoice, served: "ServedChoice", as_json: bool
 ) -> None:
     """compare --against-endpoint: the model here (A) beside the one a server runs (B), headless."""
     from tokenviz.cli.table import print_served_comparison
     from tokenviz.journey.served_comparison import compare_with_server
     from tokenviz.journey.session import Session
     from tokenviz.model.runner import ModelRunner
-    from tokenviz.served.endpoint import connect
-    from tokenviz.served.journey import ServedJourney, served_model_name
 
     try:
-        endpoint = connect(url, api_key, insecure_http)  # (an unreachable server is told before A loads)
-        served = ServedJourney(endpoint, served_model_name(endpoint, served_model), settings)
+        journey = served.open(settings)  # (an unreachable server is told before A loads)
         with stderr_progress() as progress:
             session = Session(ModelRunner(model.load(progress)), settings)
-        document = compare_with_server(session, served, prompt)
+        document = compare_with_server(session, journey, prompt)
     except TokenvizError as exc:
         fail(str(exc))
+    print_result(document, as_json, print_served_comparison)
+
+
+def print_result(document: dict, as_json: bool, table: Callable[[dict, Console], None]) -> None:
+    """A headless command's document: strict JSON on stdout, or its table."""
     if as_json:
         print_document(document, as_json=True)
     else:
-        print_served_comparison(document, Console())
+        table(document, Console())
 
 
 def check_trace(
@@ -499,7 +482,7 @@ def score(
             fail(
                 "score --endpoint takes no grammar, --chat or --model yet: the server's model scores the text as typed"
             )
-        run_served_score(text, endpoint, served_model, ApiKey(api_key_env, api_key_file), insecure_http, as_json)
+        run_served_score(text, served_choice(endpoint, served_model, api_key_env, api_key_file, insecure_http), as_json)
         return
     from tokenviz.cli.table import print_score
     from tokenviz.journey.before_weights import journey_checks
@@ -583,9 +566,8 @@ def compare(
         others = (against, against_model, against_dtype, against_quantize, against_grammar, chat)
         if any(others) or settings.grammar is not None:
             fail("--against-endpoint compares the same settings on both sides: it takes no other --against option")
-        key = ApiKey(api_key_env, api_key_file)
-        compare_served(prompt, settings.replace(max_new_tokens=steps), model, against_endpoint, served_model, key,
-                       insecure_http, as_json)  # fmt: skip
+        served = served_choice(against_endpoint, served_model, api_key_env, api_key_file, insecure_http)
+        compare_served(prompt, settings.replace(max_new_tokens=steps), model, served, as_json)
         return
     try:
         if steps < 1:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tokenviz.contract.errors import PromptError, TokenvizError
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.contract.text import safe_text
-from tokenviz.served.endpoint import Endpoint, EndpointError
+from tokenviz.served.endpoint import ApiKey, Endpoint, EndpointError, Say, connect
 
 TOP_N = 20  # the server's top log-probabilities asked for each step (vLLM allows up to --max-logprobs)
 ID_PREFIX = "token_id:"  # how vLLM names a token with return_tokens_as_token_ids
@@ -70,6 +70,21 @@ def served_model_name(endpoint: Endpoint, given: str | None) -> str:
     if given is None and len(names) > 1:
         raise TokenvizError(f"{endpoint.host} serves several models ({shown}): choose one with --served-model")
     return given or names[0]
+
+
+@dataclass(frozen=True)
+class ServedChoice:
+    """Which server, which of its models, and how to prove who asks: the options a served command takes."""
+
+    url: str
+    model: str | None = None  # None: the one the server lists
+    api_key: ApiKey = field(default_factory=ApiKey)
+    insecure_http: bool = False  # the key may go over plain http to another machine
+
+    def open(self, settings: SamplingSettings, say: Say = lambda line: None) -> ServedJourney:
+        """A journey on the served model (the server checked to answer, the model to be served)."""
+        endpoint = connect(self.url, self.api_key, self.insecure_http, say)
+        return ServedJourney(endpoint, served_model_name(endpoint, self.model), settings)
 
 
 def sampling_fields(settings: SamplingSettings) -> dict[str, Any]:
