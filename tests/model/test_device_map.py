@@ -205,3 +205,18 @@ def test_every_view_on_a_spread_model_is_the_whole_models(models):
             for s in (a, b)
         ]
         assert list(runs[1].ids) == list(runs[0].ids)
+
+
+def test_a_model_placed_wholly_on_the_disk_says_so(tmp_path, monkeypatch, capsys):
+    """accelerate puts a whole model on the disk when no device may hold any of it ({'': 'disk'}): the
+    placement line says so (it was empty for a single place, while every layer was read from the disk)."""
+    from clitools import invoke
+    from tiny import save_tiny
+
+    directory = save_tiny(tmp_path / "tiny", "llama", context=64)
+    code, out, err = invoke(monkeypatch, capsys, "trace", "hi", "--model", directory, "--steps", "2", "--json",
+                            "--device-map", "auto", "--max-memory", "cpu=1KB")  # fmt: skip
+    assert code == 0, err
+    assert json.loads(out)["model"]["placement"].startswith("disk: the whole model (")
+    code, out, err = invoke(monkeypatch, capsys, "trace", "hi", "--model", directory, "--steps", "2", "--json")
+    assert code == 0 and json.loads(out)["model"]["placement"] == ""  # (no device map: nothing to say)

@@ -80,10 +80,15 @@ def places(model) -> dict[str, str]:
 
 def placed(model) -> str:
     """Which decoder layers (and how many other parts) live on each device or the disk, and their
-    bytes: '' unless a device map spread the model over more than one."""
-    mapping = places(model)
+    bytes, wherever a device map placed the model: in one place too (accelerate may put a whole model
+    on the disk, and the line is then what says so); '' without a device map."""
+    device_map: dict[str, str | int] = getattr(model, "hf_device_map", None) or {}
+    mapping = {name: f"cuda:{where}" if isinstance(where, int) else str(where) for name, where in device_map.items()}
     if not mapping:
         return ""
+    if set(mapping) == {""}:  # (the whole model, as one part)
+        size = sum(p.numel() * p.element_size() for p in model.parameters())
+        return f"{mapping['']}: the whole model ({gigabytes(size)})"
     prefix = next((name for name, module in model.named_modules() if module is decoder_layers(model)), "")
     layer = re.compile(rf"^{re.escape(prefix)}\.(\d+)$")
     where: dict[str, tuple[list[int], int, int]] = {}  # device: (layers, other parts, bytes)
