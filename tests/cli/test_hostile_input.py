@@ -97,3 +97,22 @@ def test_a_model_whose_output_is_not_a_number_is_reported_never_chosen(monkeypat
     model.save_pretrained(directory)
     code, out, err = invoke(monkeypatch, capsys, "trace", "hi", "--model", directory, "--steps", "2", "--json")
     assert code == 2 and "not a number" in one_error(err) and out == ""
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (
+            ["trace", "hi", "--tempreature", "0"],
+            "No such option: --tempreature (Possible options: --steer, --temperature)",
+        ),
+        (["trace"], "Missing argument 'prompt'"),
+        (["--bogus"], "No such option: --bogus"),
+        (["trace", "hi", "--steps", "x"], "Invalid value for '--steps'"),
+    ],
+)
+def test_a_mistyped_command_line_is_one_line_not_a_box(monkeypatch, capsys, args, said):
+    code, out, err = invoke(monkeypatch, capsys, *args)
+    line = one_error(err)
+    assert code == 2 and said in line and "--help" in line and out == ""
+    assert err.strip() == line and "╭" not in err  # (typer's usage box was three lines and a frame)

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 
 DEFAULT_PROMPT = "The Eiffel Tower is located in"
 DEFAULT_QUESTION = "What is the capital of France?"  # the first prompt with --chat
+USAGE_ERROR = 2  # click's exit code for a mistyped command line, and tokenviz's for any foreseeable mistake
 QUIT_WAIT_S = 0.1  # how long quitting waits for the engine thread; exit_now then ends it mid-pass
 Theme = Annotated[str, typer.Option(help="Colour theme (see themes/).")]
 
@@ -767,6 +768,23 @@ def run() -> None:
     else to the app."""
     args = sys.argv[1:]
     if args and args[0] in SUBCOMMANDS:
-        SUBCOMMANDS[args[0]](args=args[1:], prog_name=f"tokenviz {args[0]}")
+        command(SUBCOMMANDS[args[0]], args[1:], f"tokenviz {args[0]}")
     else:
-        app_cli(args=args, prog_name="tokenviz")
+        command(app_cli, args, "tokenviz")
+
+
+def command(cli: typer.Typer, args: list[str], name: str) -> NoReturn:
+    """Run `cli` on `args`; a mistyped option or argument is one line (click's usage box was three,
+    and a box), with the way to the options."""
+    try:
+        code = cli(args=args, prog_name=name, standalone_mode=False)
+    except Exception as exc:  # (click's exceptions: vendored inside typer by its newer releases)
+        if type(exc).__name__ == "Abort":  # ctrl+c before the command's own handling began
+            print_error("aborted")
+            raise SystemExit(1) from None
+        message = getattr(exc, "format_message", None)
+        if message is None or getattr(exc, "exit_code", None) != USAGE_ERROR:
+            raise
+        print_error(f"{message()} (see {name} --help)")
+        raise SystemExit(USAGE_ERROR) from None
+    raise SystemExit(code if isinstance(code, int) else 0)
