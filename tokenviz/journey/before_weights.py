@@ -18,14 +18,14 @@ from tokenviz.contract.grammar import Grammar
 from tokenviz.contract.interventions import Intervention, Patch, check_against
 from tokenviz.decoding.grammar import GrammarMatchers
 from tokenviz.model.loading import BeforeWeights
-from tokenviz.model.parts import layer_configs
+from tokenviz.model.parts import layer_configs, text_config
 
 
 def journey_checks(grammar: Grammar | None = None, interventions: Sequence[Intervention] = ()) -> BeforeWeights:
     """The check of `grammar` and `interventions` against a model's config and tokenizer."""
 
     def check(config: Any, tokenizer: Any) -> None:
-        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        text = text_config(config)
         if interventions:
             heads = layer_configs(text)[0].num_attention_heads  # (as the model's info gives them: its first layer's)
             check_against(tuple(interventions), text.num_hidden_layers, heads)

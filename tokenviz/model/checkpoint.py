@@ -16,6 +16,7 @@ from safetensors import safe_open
 from tokenviz.contract.errors import ModelLoadError
 from tokenviz.contract.reading import parse_json, read_file
 from tokenviz.contract.text import safe_text, shortened
+from tokenviz.model.parts import text_config
 
 INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 MAX_INDEX_BYTES = 64 << 20
@@ -28,7 +29,7 @@ def check_checkpoint(directory: Path, name: str, config: Any) -> None:
     transformers' loader, which refuses them in its own words."""
     shards = _shards(directory, name)
     names = _tensor_names(directory, shards)
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    text = text_config(config)
     layers = getattr(text, "num_hidden_layers", None)
     held = {int(m.group(1)) for key in names if (m := LAYER_NUMBER.search(key))}
     if isinstance(layers, int) and held and layers > len(held):

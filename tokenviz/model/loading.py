@@ -36,7 +36,7 @@ from tokenviz.model.attention import IMPLEMENTATION, use_fast_attention
 from tokenviz.model.checkpoint import check_checkpoint
 from tokenviz.model.gguf_streaming import SHARD_BYTES, ShardNotWritten, largest_tensor_bytes, stream_gguf
 from tokenviz.model.memory import WORKING_SHARE, check_fits, free_bytes, gigabytes, parameter_count
-from tokenviz.model.parts import kv_heads, layer_configs
+from tokenviz.model.parts import kv_heads, layer_configs, text_config
 from tokenviz.model.placing import accelerate_limits, check_map_modules, offload_dir_for, placed
 from tokenviz.model.quantizing import quantization_config, quantized
 
@@ -384,7 +384,7 @@ EXPERT_COUNTS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_nu
 
 def routed_experts(config: Any) -> int:
     """The routed experts of each mixture-of-experts layer, as the config says (0 for a dense model)."""
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    text = text_config(config)
     for name in EXPERT_COUNTS:
         value = getattr(text, name, None)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
@@ -462,7 +462,7 @@ def load_model(
 def check_vocabulary(name: str, config: Any, tokenizer: PreTrainedTokenizerBase) -> None:
     """Refuse a config whose vocabulary is smaller than its tokenizer's own (not counting the tokens
     added to it, which a model may leave without embeddings: a prompt holding one is refused then)."""
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    text = text_config(config)
     vocab, tokens = getattr(text, "vocab_size", None), getattr(tokenizer, "vocab_size", None)
     if isinstance(vocab, int) and isinstance(tokens, int) and vocab < tokens:
         raise ModelLoadError(

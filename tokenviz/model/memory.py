@@ -17,7 +17,7 @@ import torch
 
 from tokenviz.contract.errors import ModelLoadError
 from tokenviz.model.attention import latent_attention
-from tokenviz.model.parts import kv_heads, layer_configs
+from tokenviz.model.parts import kv_heads, layer_configs, text_config
 
 KV_TOKENS = 4096  # the context whose KV cache is reserved (the model's own, if shorter)
 WORKING_SHARE = 0.10  # on top of the weights and KV cache: activations, logits, kept queries
@@ -72,7 +72,7 @@ def parameter_count(config, trust_remote_code: bool = False) -> Parameters:
     its modules' Python objects cost. A config of more than BUILT_LAYERS layers (20,000 had taken a
     minute and 2 GB to build) is counted from builds of one and two layers: what a layer adds, times
     the layers, plus what the rest has (the cost of a config is then bounded, whatever it says)."""
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    text = text_config(config)
     layers = getattr(text, "num_hidden_layers", None)
     if not isinstance(layers, int) or layers <= BUILT_LAYERS:
         return _built_count(config, trust_remote_code)
@@ -87,7 +87,7 @@ def parameter_count(config, trust_remote_code: bool = False) -> Parameters:
 def _with_layers(config, n: int):
     """A copy of `config` with `n` decoder layers (its per-layer lists cut to them)."""
     copy = config.__class__.from_dict(config.to_dict())
-    text = copy.get_text_config() if hasattr(copy, "get_text_config") else copy
+    text = text_config(copy)
     total = text.num_hidden_layers
     for name, value in vars(text).items():
         if isinstance(value, list) and len(value) == total:
@@ -109,7 +109,7 @@ def _built_count(config, trust_remote_code: bool) -> Parameters:
 
 
 def need(config, parameters: Parameters, dtype: torch.dtype, quantize: str | None = None) -> Need:
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    text = text_config(config)
     context = getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None) or KV_TOKENS
     tokens = min(KV_TOKENS, int(context))
     size = dtype.itemsize

@@ -24,6 +24,11 @@ def decoder_layers(model: Any) -> torch.nn.ModuleList:
     return _found[model]
 
 
+def text_config(config: Any) -> Any:
+    """The config of the language model inside `config` (a multimodal one's text part), or `config`."""
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
 def layer_configs(config: Any) -> list[Any]:
     """Each decoder layer's config: a heterogeneous config's own per layer (transformers 5.24 refuses
     to read an attribute that varies by layer, as Gemma 4's head size does, from the whole config),
