@@ -73,17 +73,21 @@ def weights_at_hand(module: torch.nn.Module) -> Iterator[None]:
 def places(model) -> dict[str, str]:
     """Each part of a spread model's device map and where its weights live ('cuda:0', 'cpu',
     'disk'); empty for a model in one place."""
-    mapping: dict[str, str | int] = getattr(model, "hf_device_map", None) or {}
-    named = {name: f"cuda:{where}" if isinstance(where, int) else str(where) for name, where in mapping.items()}
+    named = device_map_of(model)
     return named if len(set(named.values())) > 1 else {}
+
+
+def device_map_of(model) -> dict[str, str]:
+    """Where accelerate's device map put each part of `model` ('cuda:0', 'cpu', 'disk'); empty without one."""
+    mapping: dict[str, str | int] = getattr(model, "hf_device_map", None) or {}
+    return {name: f"cuda:{where}" if isinstance(where, int) else str(where) for name, where in mapping.items()}
 
 
 def placed(model) -> str:
     """Which decoder layers (and how many other parts) live on each device or the disk, and their
     bytes, wherever a device map placed the model: in one place too (accelerate may put a whole model
     on the disk, and the line is then what says so); '' without a device map."""
-    device_map: dict[str, str | int] = getattr(model, "hf_device_map", None) or {}
-    mapping = {name: f"cuda:{where}" if isinstance(where, int) else str(where) for name, where in device_map.items()}
+    mapping = device_map_of(model)
     if not mapping:
         return ""
     if set(mapping) == {""}:  # (the whole model, as one part)
