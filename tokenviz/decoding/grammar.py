@@ -114,10 +114,9 @@ class GrammarMatchers:
         matcher, taken = followed.matcher, 0
         try:
             for step in range(CHECKED_STEPS):
-                bitmask = torch.zeros(((self.vocab + 31) // 32,), dtype=torch.int32)
-                matcher.unsafe_compute_mask_ptr(bitmask.data_ptr(), bitmask.numel() * bitmask.element_size())
-                self._refuse_failure(grammar, matcher, admits_nothing=step == 0)
-                allowed = unpack(bitmask, self.vocab, torch.device("cpu")).nonzero().flatten().tolist()
+                mask = self._mask(matcher, torch.device("cpu"))
+                self._refuse_failure(grammar, matcher, admits_nothing=step == 0)  # (before the mask is read)
+                allowed = mask.nonzero().flatten().tolist()
                 if step == 0 and not allowed:
                     raise SettingsError(f"the {grammar.kind} {grammar.shown} admits no text at all")
                 token = next((t for t in allowed if t not in self._eos_ids), None)
@@ -155,6 +154,10 @@ class GrammarMatchers:
         followed = self._matcher(grammar)
         if followed.follow(ids) < len(ids):
             return torch.zeros(self.vocab, dtype=torch.bool, device=device)
+        return self._mask(followed.matcher, device)
+
+    def _mask(self, matcher: llguidance.LLMatcher, device: torch.device) -> torch.Tensor:
+        """(vocab,) bool on `device`: the tokens `matcher` allows next, computed on the host."""
         bitmask = torch.full(((self.vocab + 31) // 32,), -1, dtype=torch.int32)
-        followed.matcher.unsafe_compute_mask_ptr(bitmask.data_ptr(), bitmask.numel() * bitmask.element_size())
+        matcher.unsafe_compute_mask_ptr(bitmask.data_ptr(), bitmask.numel() * bitmask.element_size())
         return unpack(bitmask, self.vocab, device)
