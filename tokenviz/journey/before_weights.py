@@ -18,7 +18,7 @@ from tokenviz.contract.grammar import Grammar
 from tokenviz.contract.interventions import Intervention, Patch, check_against
 from tokenviz.decoding.grammar import GrammarMatchers
 from tokenviz.model.loading import BeforeWeights
-from tokenviz.model.parts import layer_configs, text_config
+from tokenviz.model.parts import eos_id_set, layer_configs, text_config
 
 
 def journey_checks(grammar: Grammar | None = None, interventions: Sequence[Intervention] = ()) -> BeforeWeights:
@@ -34,9 +34,7 @@ def journey_checks(grammar: Grammar | None = None, interventions: Sequence[Inter
                 if patch.position >= held:
                     raise SettingsError(f"{patch.label}: its source has positions 0-{held - 1} only")
         if grammar is not None:
-            eos = getattr(config, "eos_token_id", None)
-            eos = tokenizer.eos_token_id if eos is None else eos
-            eos_ids = set(eos) if isinstance(eos, (list, tuple)) else set() if eos is None else {int(eos)}
+            eos_ids = eos_id_set(getattr(config, "eos_token_id", None), tokenizer)
             GrammarMatchers(tokenizer, int(text.vocab_size), eos_ids).check(grammar)
 
     return check

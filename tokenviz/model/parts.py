@@ -29,6 +29,15 @@ def text_config(config: Any) -> Any:
     return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
+def eos_id_set(eos: int | list[int] | None, tokenizer: Any) -> set[int]:
+    """The ids that end generation: `eos` as a config gives it (one id, a list, or None), else the
+    tokenizer's own."""
+    ids = tokenizer.eos_token_id if eos is None else eos
+    if ids is None:
+        return set()
+    return set(ids) if isinstance(ids, (list, tuple)) else {int(ids)}
+
+
 def layer_configs(config: Any) -> list[Any]:
     """Each decoder layer's config: a heterogeneous config's own per layer (transformers 5.24 refuses
     to read an attribute that varies by layer, as Gemma 4's head size does, from the whole config),

@@ -21,7 +21,7 @@ from tokenviz.model.compiled_step import CompiledStep
 from tokenviz.model.interrupt import layer_by_layer
 from tokenviz.model.loading import LoadedModel
 from tokenviz.model.memory import free_bytes, gigabytes
-from tokenviz.model.parts import last_logits
+from tokenviz.model.parts import eos_id_set, last_logits
 from tokenviz.model.pieces import TokenPieces
 from tokenviz.model.place_times import PlaceTimes, timed_by_place
 from tokenviz.model.placing import input_device
@@ -70,7 +70,7 @@ class ModelRunner:
         self.info = dataclasses.replace(self.info, queries_kept=self._queries_kept())
         self._eager_rows: tuple[range, torch.Tensor] | None = None  # the last rows an eager pass gave
         self.special_ids = set(getattr(self.tokenizer, "all_special_ids", []) or [])
-        self.eos_ids = self._eos_ids()
+        self.eos_ids = eos_id_set(self.model.generation_config.eos_token_id, self.tokenizer)
         self.pieces = TokenPieces(self.tokenizer)  # (see tokenviz.model.pieces)
         self.compiled: CompiledStep | None = loaded.compiled  # (--compile) shared with the model's other runners
         # Asked between the layers of `forward` (set by the worker during autoplay): True sets the step
@@ -116,15 +116,6 @@ class ModelRunner:
 
     def learn_pieces(self, ids: Iterable[int]) -> None:
         self.pieces.learn(ids)
-
-    def _eos_ids(self) -> set[int]:
-        """The ids that end generation (the generation config's, else the tokenizer's)."""
-        ids = self.model.generation_config.eos_token_id
-        if ids is None:
-            ids = self.tokenizer.eos_token_id
-        if ids is None:
-            return set()
-        return set(ids) if isinstance(ids, (list, tuple)) else {int(ids)}
 
     def encode(self, text: str, special_tokens: bool = True) -> list[int]:
         """The text's token ids; with `special_tokens` those the tokenizer adds to a whole text (a BOS)."""
