@@ -12,23 +12,22 @@ as `compare` does for two local models.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 
 from tokenviz.contract.errors import TokenvizError
-from tokenviz.journey.comparison import rank_in
+from tokenviz.journey.comparison import kl_bits, rank_in
 from tokenviz.journey.session import Session
 from tokenviz.served.journey import ServedJourney
 
 
 def kl_over(a_logits: torch.Tensor, b_top: dict[int, float]) -> float:
     """KL(A ‖ B) in bits over B's top-N ids, each side renormalised over them."""
-    ids = torch.tensor(sorted(b_top), dtype=torch.long)
-    a = torch.log_softmax(a_logits.reshape(-1).double().cpu()[ids], -1)
-    b = torch.log_softmax(torch.tensor([b_top[i] for i in sorted(b_top)], dtype=torch.float64), -1)
-    return max(float((a.exp() * (a - b)).sum()) / math.log(2), 0.0)
+    ids = sorted(b_top)
+    a = torch.softmax(a_logits.reshape(-1).double().cpu()[torch.tensor(ids)], -1)
+    b = torch.softmax(torch.tensor([b_top[i] for i in ids], dtype=torch.float64), -1)
+    return kl_bits(a, b)
 
 
 def compare_with_server(session: Session, served: ServedJourney, prompt: str) -> dict[str, Any]:
