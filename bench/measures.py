@@ -791,11 +791,7 @@ def _streamed(endpoint, model: str, ids: list[int], tokens: int) -> tuple[float,
 
     body = {"model": model, "prompt": ids, "max_tokens": tokens, "temperature": 0, "stream": True}
     body |= {"logprobs": 0, "return_tokens_as_token_ids": True, "ignore_eos": True}
-    headers = {
-        "Content-Type": "application/json",
-        **({"Authorization": f"Bearer {endpoint.key}"} if endpoint.key else {}),
-    }
-    request = urllib.request.Request(endpoint.url + "/completions", json.dumps(body).encode(), headers)
+    request = urllib.request.Request(endpoint.url + "/completions", json.dumps(body).encode(), endpoint.headers())
     got, to_first = [], None
     t0 = time.perf_counter()
     with urllib.request.urlopen(request, timeout=300) as response:

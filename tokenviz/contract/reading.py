@@ -45,10 +45,15 @@ def read_file(path: str | Path, limit: int, what: str, error: type[TokenvizError
     return data
 
 
-def parse_json(text: str | bytes, what: str, error: type[TokenvizError] = SettingsError) -> Any:
-    """`text` as JSON; one line naming `what` where it is not, or nests deeper than the parser goes."""
+def parse_json(text: str | bytes, what: str, error: type[TokenvizError] = SettingsError, finite: bool = False) -> Any:
+    """`text` as JSON; one line naming `what` where it is not, or nests deeper than the parser goes, or
+    (with `finite`) holds NaN or Infinity, which Python's parser takes and JSON does not."""
+
+    def not_finite(name: str) -> Any:
+        raise ValueError(f"{name} is not a number")
+
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=not_finite if finite else None)
     except RecursionError:
         raise error(f"{what} nests too deeply to be read") from None
     except UnicodeDecodeError:

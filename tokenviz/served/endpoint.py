@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tokenviz.contract.errors import TokenvizError
-from tokenviz.contract.reading import read_file
+from tokenviz.contract.reading import parse_json, read_file
 from tokenviz.contract.text import safe_text, shortened
 
 CONNECT_TIMEOUT_S = 5.0  # an unreachable server is told within this
@@ -128,6 +128,14 @@ class Endpoint:
     def host(self) -> str:
         return urllib.parse.urlsplit(self.url).netloc
 
+    def headers(self) -> dict[str, str]:
+        """A JSON request's headers, the bearer token among them (the only place it is sent)."""
+        return {
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            **({"Authorization": f"Bearer {self.key}"} if self.key else {}),
+        }
+
     def get(self, path: str, root: bool = False) -> Any:
         return self._send("GET", path, None, root)
 
@@ -137,9 +145,7 @@ class Endpoint:
     def _send(self, method: str, path: str, body: dict[str, Any] | None, root: bool) -> Any:
         url = (self.root if root else self.url) + path
         data = None if body is None else json.dumps(body).encode()
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self.key:
-            headers["Authorization"] = f"Bearer {self.key}"
+        headers = self.headers()
         for attempt, wait in enumerate((*RETRIES, None)):
             request = urllib.request.Request(url, data=data, method=method, headers=headers)
             try:
@@ -163,16 +169,7 @@ class Endpoint:
 def _parsed(data: bytes, host: str) -> Any:
     if len(data) > MAX_RESPONSE_BYTES:
         raise EndpointError(f"{host} answered with more than {MAX_RESPONSE_BYTES >> 20} MB: refused")
-
-    def not_finite(name: str) -> Any:
-        raise ValueError(f"{name} is not a number")
-
-    try:
-        return json.loads(data, parse_constant=not_finite)
-    except RecursionError:
-        raise EndpointError(f"{host} answered with JSON nested too deeply") from None
-    except ValueError as exc:  # (JSONDecodeError, UnicodeDecodeError, a non-finite number)
-        raise EndpointError(f"{host} did not answer with JSON an OpenAI-compatible server gives ({exc})") from None
+    return parse_json(data, f"{host}'s answer", EndpointError, finite=True)
 
 
 def _refusal(exc: urllib.error.HTTPError, host: str, path: str) -> str:
