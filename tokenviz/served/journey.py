@@ -178,11 +178,10 @@ class ServedJourney:
         """Whether the server's log-probabilities are before the sampling settings or after: asked at
         two temperatures with everything else the same."""
         fields = {"seed": 0, "top_p": 1.0, "top_k": -1}
-        warm = self._top(self._complete(self.prompt_ids, {**fields, "temperature": 1.0}, 5))[2]
-        cool = self._top(self._complete(self.prompt_ids, {**fields, "temperature": 0.5}, 5))[2]
-        same = dict(warm).keys() == dict(cool).keys() and all(
-            abs(dict(warm)[t] - lp) <= RAW_TOLERANCE for t, lp in cool
+        warm, cool = (
+            dict(self._top(self._complete(self.prompt_ids, {**fields, "temperature": t}, 5))[2]) for t in (1.0, 0.5)
         )
+        same = warm.keys() == cool.keys() and all(abs(warm[t] - lp) <= RAW_TOLERANCE for t, lp in cool.items())
         return RAW if same else PROCESSED
 
     def step(self) -> ServedStep | None:
