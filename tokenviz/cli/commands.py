@@ -38,6 +38,7 @@ from tokenviz.cli.options import (
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import Grammar, refuse_grammar
 from tokenviz.contract.interventions import Intervention, parse_ablation, parse_patch, parse_steering
+from tokenviz.contract.paths import unwritable_folder
 from tokenviz.contract.results import ATTRIBUTION_METHODS
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.themes import DEFAULT_THEME, check_theme
@@ -424,11 +425,9 @@ def check_writable(path: str, force: bool) -> None:
     target = Path(path).expanduser()
     if target.exists() and not force:
         raise TokenvizError(f"{path} exists already: choose another name (or --force to replace it)")
-    folder = target.parent
-    if not folder.is_dir():
-        raise TokenvizError(f"cannot write {path}: there is no directory {folder}")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise TokenvizError(f"cannot write {path}: the directory {folder} is not writable")
+    problem = unwritable_folder(target.parent)
+    if problem:
+        raise TokenvizError(f"cannot write {path}: {problem}")
 
 
 def default_page_colors() -> tuple:

