@@ -172,6 +172,13 @@ def parse_patch(text: str) -> Patch:
         raise SettingsError(f"--patch takes LAYER:POSITION:TEXT (from 0), as 8:3:The dog sat; got {text!r}") from None
 
 
+def check_patch_source(patch: Patch, held: int) -> None:
+    """Refuse, in one line, a patch whose position its source's `held` tokens do not reach."""
+    if not 0 <= patch.position < held:
+        has = {0: "no tokens", 1: "position 0 only"}.get(held, f"positions 0-{held - 1}")
+        raise SettingsError(f"{patch.label}: its source has {has}: no position {patch.position}")
+
+
 def check_against(interventions: tuple[Intervention, ...], layers: int, heads: int) -> None:
     """Refuse, in one line, an intervention outside the model (a layer or head it does not have)."""
     if len(interventions) > MAX_INTERVENTIONS:

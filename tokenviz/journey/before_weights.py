@@ -13,9 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tokenviz.contract.errors import SettingsError
 from tokenviz.contract.grammar import Grammar
-from tokenviz.contract.interventions import Intervention, Patch, check_against
+from tokenviz.contract.interventions import Intervention, Patch, check_against, check_patch_source
 from tokenviz.decoding.grammar import GrammarMatchers
 from tokenviz.model.loading import BeforeWeights
 from tokenviz.model.parts import eos_id_set, layer_configs, text_config
@@ -30,9 +29,7 @@ def journey_checks(grammar: Grammar | None = None, interventions: Sequence[Inter
             heads = layer_configs(text)[0].num_attention_heads  # (as the model's info gives them: its first layer's)
             check_against(tuple(interventions), text.num_hidden_layers, heads)
             for patch in (i for i in interventions if isinstance(i, Patch) and not i.source_ids):
-                held = len(tokenizer(patch.source, add_special_tokens=True)["input_ids"])
-                if patch.position >= held:
-                    raise SettingsError(f"{patch.label}: its source has positions 0-{held - 1} only")
+                check_patch_source(patch, len(tokenizer(patch.source, add_special_tokens=True)["input_ids"]))
         if grammar is not None:
             eos_ids = eos_id_set(getattr(config, "eos_token_id", None), tokenizer)
             GrammarMatchers(tokenizer, int(text.vocab_size), eos_ids).check(grammar)

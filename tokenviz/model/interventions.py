@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from tokenviz.contract.errors import SettingsError
-from tokenviz.contract.interventions import HeadAblation, Intervention, Patch, Steering
+from tokenviz.contract.interventions import HeadAblation, Intervention, Patch, Steering, check_patch_source
 from tokenviz.model.cache import passed_cache
 from tokenviz.model.parts import decoder_layers, last_logits
 from tokenviz.model.transfer import ids_to_device
@@ -65,10 +65,8 @@ def head_outputs_mean(model: Any, layer: int, heads: int, ids: Sequence[int]) ->
 
 @torch.inference_mode()
 def residual_at(model: Any, layer: int, ids: Sequence[int], position: int) -> torch.Tensor:
-    """The residual stream after decoder layer `layer` at `position` of `ids`, read alone (no cache)."""
-    if not 0 <= position < len(ids):
-        held = {0: "no tokens", 1: "position 0 only"}.get(len(ids), f"positions 0-{len(ids) - 1}")
-        raise SettingsError(f"the patch's source has {held}: no position {position}")
+    """The residual stream after decoder layer `layer` at `position` of `ids` (a position they have, see
+    check_patch_source), read alone (no cache)."""
     seen: list[torch.Tensor] = []
     handle = decoder_layers(model)[layer].register_forward_hook(lambda m, a, out: seen.append(_first(out)[0]))
     try:
@@ -116,7 +114,9 @@ def resolve(
                 raise SettingsError(f"{i.label} is a mean over the journey's tokens: start a journey first")
             value = head_outputs_mean(model, i.layer, heads, context)[i.head] if i.mean else None
         elif isinstance(i, Patch):
-            value = residual_at(model, i.layer, list(i.source_ids) or encode(i.source), i.position)
+            ids = list(i.source_ids) or encode(i.source)
+            check_patch_source(i, len(ids))
+            value = residual_at(model, i.layer, ids, i.position)
         else:
             value = i.scale * steering_direction(model, i, encode, token_id)
         resolved.append(Resolved(i, value))
