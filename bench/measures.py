@@ -77,6 +77,12 @@ BUDGETS = {
 VIEW_ROWS = 114  # query rows the attention pane shows at 200x60
 
 
+def transformers_runner(session: Session) -> ModelRunner:
+    """The session's engine as the transformers backend it is here (the bench reads its query store)."""
+    assert isinstance(session.runner, ModelRunner)
+    return session.runner
+
+
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -283,7 +289,7 @@ def app_autoplay(loaded, context: int = 2000, tokens: int = 16, rounds: int = 8)
 def beams(loaded, long: int = 2000, short: int = 50, width: int = 3, steps: int = 10, rounds: int = 3) -> dict:
     """B, the beam search the app runs (from the journey's KV cache), at a `long` context against a
     `short` one; and, as the before figure, the same search fed the whole long context again."""
-    from tokenviz.decoding.beams import beam_search
+    from tokenviz.model.beams import beam_search
 
     def seconds(n: int, from_cache: bool) -> float:
         session = Session(ModelRunner(loaded), SamplingSettings(temperature=0))
@@ -291,7 +297,7 @@ def beams(loaded, long: int = 2000, short: int = 50, width: int = 3, steps: int 
         times = []
         for _ in range(rounds):
             started = time.perf_counter()
-            beam_search(session.runner, session.ids, width, steps, from_cache=from_cache)
+            beam_search(transformers_runner(session), session.ids, width, steps, from_cache=from_cache)
             times.append(time.perf_counter() - started)
         return statistics.median(times)
 
@@ -499,7 +505,7 @@ def attention_view(loaded, n: int = 2048, rounds: int = 5) -> dict:
         times = []
         for _ in range(rounds):
             if fresh:
-                session.runner.queries.drop_from(0)
+                transformers_runner(session).queries.drop_from(0)
             started = time.perf_counter()
             session.attention(rows, [layer])
             times.append(time.perf_counter() - started)
@@ -511,7 +517,7 @@ def attention_view(loaded, n: int = 2048, rounds: int = 5) -> dict:
         "rows_fed_again_ms": ms(oldest, 0, fresh=True),
         "rows": rows,
         "context": n,
-        "queries_kept_mb": session.runner.queries.nbytes / 2**20,
+        "queries_kept_mb": transformers_runner(session).queries.nbytes / 2**20,
     }
 
 
@@ -701,7 +707,7 @@ def memory(loaded, steps: int) -> dict:
     gc.collect()
     grown = process.memory_info().rss - before
     sizes = [len(pickle.dumps(r, protocol=5)) for r in session.records]
-    kept = session.runner.queries.nbytes  # the query states kept for the view: bounded, not per step
+    kept = transformers_runner(session).queries.nbytes  # the query states kept for the view: bounded, not per step
     half = len(sizes) // 2
     kv = session.runner.kv_bytes
     last = session.records[-1]
@@ -716,7 +722,7 @@ def memory(loaded, steps: int) -> dict:
         "records_mb_first_half": sum(sizes[:half]) / 2**20,  # linear: the second half costs the same
         "records_mb_second_half": sum(sizes[half:]) / 2**20,
         "queries_kept_mb": kept / 2**20,
-        "queries_budget_mb": session.runner.queries.budget / 2**20,
+        "queries_budget_mb": transformers_runner(session).queries.budget / 2**20,
         "kv_cache_mb_per_1000": kv * scale / 2**20,
         "step_record_kb_at_end": len(pickle.dumps(last, protocol=5)) / 1024,
         "step_record_kb_mean": sum(sizes) / len(sizes) / 1024,
@@ -736,7 +742,7 @@ def device_peak(loaded, n: int = 2048, steps: int = 32) -> dict:
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated()
     weights, kv = weights_bytes(loaded.model), session.runner.kv_bytes
-    queries = session.runner.queries.nbytes
+    queries = transformers_runner(session).queries.nbytes
     return {
         "peak_gb": peak / 1e9,
         "weights_gb": weights / 1e9,

@@ -7,7 +7,7 @@ import pytest
 from beamtools import generate_beams
 
 from tokenviz.contract.errors import TokenvizError
-from tokenviz.decoding.beams import beam_search
+from tokenviz.model.beams import beam_search
 from tokenviz.model.runner import ModelRunner
 
 PROMPT = "The Eiffel Tower is located in"

@@ -6,10 +6,10 @@ import torch
 
 from tokenviz.contract.errors import Cancelled
 from tokenviz.contract.settings import SamplingSettings
-from tokenviz.decoding.beams import beam_search
-from tokenviz.decoding.speculation import make_drafter, speculative_decode
 from tokenviz.journey.session import Session
+from tokenviz.model.beams import beam_search
 from tokenviz.model.runner import ModelRunner
+from tokenviz.model.speculation import make_drafter, speculative_decode
 
 PROMPT = "The Eiffel Tower is located in the city of"
 

@@ -10,9 +10,9 @@ from tiny import tiny_model
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.sampling import draw_uniform
-from tokenviz.decoding.speculation import PromptLookup, accept_or_replace, make_drafter, speculative_decode
 from tokenviz.journey.session import Session
 from tokenviz.model.runner import ModelRunner
+from tokenviz.model.speculation import PromptLookup, accept_or_replace, make_drafter, speculative_decode
 
 PROMPT = "The cat sat on the mat. The dog sat on the log. The cat sat on the"
 

@@ -125,15 +125,15 @@ def test_a_prompt_too_large_for_free_memory_is_refused_before_it_runs(tiny, monk
     assert (list(s.ids), s.runner.kv_len) == before  # nothing ran, nothing lost
 
 
-def test_the_predictions_are_made_when_read_and_equal_the_whole_tuple(tiny):
+def test_the_predictions_are_made_when_read_from_plain_data_and_equal_the_whole_tuple(tiny, monkeypatch):
     s = Session(ModelRunner(tiny), SamplingSettings(seed=4))
     s.start(PROMPT)
     predictions = s.records[0].prompt_predictions
-    decoded = set(s.runner.pieces.known)
-    # The prefill decoded the prompt's pieces and its decision's; no position's candidates were made.
-    assert decoded <= {*s.prompt_ids, *(c.id for c in s.records[0].top), *(i for i, _ in s.records[0].decision.watch)}
-    shown = predictions[-1]  # one position read: its candidates' pieces, no other
-    assert set(s.runner.pieces.known) - decoded <= {c.id for c in shown.top} | {shown.next_id}
+    # Every piece a position shows was decoded in the prefill (the engine's thread): reading them on
+    # another thread asks the tokenizer nothing.
+    monkeypatch.setattr(s.runner.pieces, "piece", lambda token: pytest.fail("the UI decoded a piece"))
+    monkeypatch.setattr(s.runner.tokenizer, "decode", lambda *a, **k: pytest.fail("the UI decoded a piece"))
+    shown = predictions[-1]
     whole = tuple(predictions)
     assert len(whole) == len(s.prompt_ids) - 1 and whole[-1] is shown  # made once
     assert predictions == whole and whole == predictions and hash(predictions) == hash(whole)
@@ -141,11 +141,14 @@ def test_the_predictions_are_made_when_read_and_equal_the_whole_tuple(tiny):
     assert predictions != whole[:-1] and predictions != "text"
     with pytest.raises(IndexError):
         predictions[len(whole)]
+    monkeypatch.undo()
     fresh = ModelRunner(tiny)  # the pieces, as one-by-one decoding makes them
     assert all(c.text == fresh.piece(c.id) for p in whole for c in p.top)
-    # A record may outlive its model (a journey kept after the model changed): it holds the tokenizer's
-    # pieces, never the model, and a copy of it is the records themselves.
-    assert not any(isinstance(r, (ModelRunner, torch.nn.Module)) for r in reachable(predictions, depth=6))
+    # A record may outlive its model and cross to the UI: it holds plain data, never the model or its
+    # tokenizer, and a copy of it is the records themselves.
+    held = reachable(predictions, depth=6)
+    assert not any(isinstance(r, (ModelRunner, torch.nn.Module, type(s.runner.tokenizer))) for r in held)
+    assert not any(type(r).__name__ == "TokenPieces" for r in held)
     copied = pickle.loads(pickle.dumps(s.records[0]))
     assert copied == s.records[0] and isinstance(copied.prompt_predictions, tuple)
     assert len(pickle.dumps(s.records[0])) < 20 * len(pickle.dumps(whole[0])) * len(whole)

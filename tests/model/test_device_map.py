@@ -178,10 +178,10 @@ async def test_the_timing_view_shows_the_time_in_each_place(models, device):
 
 
 def test_every_view_on_a_spread_model_is_the_whole_models(models):
-    from tokenviz.decoding.beams import beam_search
-    from tokenviz.decoding.speculation import make_drafter, speculative_decode
     from tokenviz.model.attribution import attribute
+    from tokenviz.model.beams import beam_search
     from tokenviz.model.logit_difference import logit_difference
+    from tokenviz.model.speculation import make_drafter, speculative_decode
 
     _, whole, spread = models
     a, b = journey(whole), journey(spread)

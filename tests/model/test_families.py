@@ -11,12 +11,12 @@ from families import FAMILIES, family_model
 from tiny import eager_forward
 
 from tokenviz.contract.settings import SamplingSettings
-from tokenviz.decoding.beams import beam_search
-from tokenviz.decoding.speculation import make_drafter, speculative_decode
 from tokenviz.journey.session import Session
 from tokenviz.journey.verification import verify_latest
+from tokenviz.model.beams import beam_search
 from tokenviz.model.lens import inspect_positions
 from tokenviz.model.runner import ModelRunner
+from tokenviz.model.speculation import make_drafter, speculative_decode
 
 PROMPT = "The cat sat on the mat. The cat sat on the"
 STEPS = 12

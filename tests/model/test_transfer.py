@@ -17,7 +17,7 @@ from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.sampling import decide
 from tokenviz.journey.session import Session
 from tokenviz.model.runner import ModelRunner
-from tokenviz.model.transfer import DeviceTimer, ids_to_device, to_host
+from tokenviz.tensors.transfer import DeviceTimer, ids_to_device, to_host
 
 PROMPT = "The cat sat on the mat"
 # Calls that bring a tensor's values to the host, and calls whose output shape depends on values

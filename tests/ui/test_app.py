@@ -489,7 +489,7 @@ async def test_views_lens_embedding_cache_timing_and_verify():
 
 
 async def test_beam_view_runs_a_beam_search_from_the_current_tokens():
-    from tokenviz.decoding.beams import beam_search
+    from tokenviz.model.beams import beam_search
 
     app = make_app()
     async with app.run_test(size=(160, 48)) as pilot:
@@ -512,7 +512,7 @@ async def test_beam_view_runs_a_beam_search_from_the_current_tokens():
 
 
 async def test_speculation_view_drafts_and_verifies_from_the_current_tokens():
-    from tokenviz.decoding.speculation import make_drafter, speculative_decode
+    from tokenviz.model.speculation import make_drafter, speculative_decode
 
     app = make_app(SamplingSettings(temperature=0), prompt="The cat sat on the mat. The cat sat on the")
     async with app.run_test(size=(160, 48)) as pilot:

@@ -485,9 +485,9 @@ def score(
         run_served_score(text, served_choice(endpoint, served_model, api_key_env, api_key_file, insecure_http), as_json)
         return
     from tokenviz.cli.table import print_score
-    from tokenviz.journey.before_weights import journey_checks
     from tokenviz.journey.score import score_text
     from tokenviz.journey.session import Session
+    from tokenviz.model.before_weights import journey_checks
     from tokenviz.model.runner import ModelRunner
 
     try:

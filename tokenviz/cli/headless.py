@@ -3,28 +3,28 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from tokenviz.cli.options import ModelChoice
+from tokenviz.contract.commands import Attribute, Beams, Inspect, Request, SplitDifference
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import refuse_grammar
 from tokenviz.contract.interventions import Intervention
-from tokenviz.contract.results import AttributionMethod
+from tokenviz.contract.results import AttributionMethod, BeamResult
 from tokenviz.contract.settings import SamplingSettings
-from tokenviz.decoding.beams import beam_search
-from tokenviz.decoding.speculation import make_drafter, speculative_decode
 from tokenviz.files.documents import comparison_document, output_document, trace_document
 from tokenviz.files.journey_file import save_journey
 from tokenviz.files.journey_page import save_page
-from tokenviz.journey.before_weights import journey_checks
 from tokenviz.journey.comparison import Comparison
+from tokenviz.journey.past_results import KEEP
 from tokenviz.journey.session import Session
+from tokenviz.journey.views import compute, trace_entries
 from tokenviz.journey.watching import token_of
-from tokenviz.model.lens import inspect_positions
+from tokenviz.model.before_weights import journey_checks
 from tokenviz.model.runner import ModelRunner
-from tokenviz.worker.loader import Progress
+from tokenviz.worker.loader import Progress, engine_of
 from tokenviz.worker.snapshots import snapshot_of
 
 
@@ -40,20 +40,22 @@ def journey_document(session: Session) -> dict[str, Any]:
     return trace_document(snapshot_of(session))
 
 
+def add_step_views(session: Session, document: dict[str, Any], requests: Callable[[int], Request[Any]]) -> None:
+    """Each step gains the view `requests(position)` asks for at the position whose forward pass
+    gave its distribution (the last prompt token's for step 0), computed as the app computes it."""
+    first = len(session.prompt_ids) - 1
+    for i, step in enumerate(document["steps"]):
+        step.update(trace_entries(session, [requests(first + i)])[0])
+
+
 def add_lens(session: Session, document: dict[str, Any]) -> None:
     """Each step gains its logit lens: one entry per layer (0 = the embeddings), the last being
-    the model's own output. One forward pass serves every step."""
-    n = len(session.prompt_ids)
-    steps = document["steps"]
-    positions = [n - 1 + i for i in range(len(steps))]
-    if not positions:
-        return
-    chosen = [step["chosen"]["id"] for step in steps]
-    ids = session.ids[: positions[-1] + 1]
-    inspections = inspect_positions(session.runner, ids, positions, chosen, pinned=session.pinned)
-    for step, inspection in zip(steps, inspections):
-        step["lens"] = [row.to_json() for row in inspection.lens]
-        step["lens_first_top1_layer"] = inspection.first_top1_layer
+    the model's own output. One forward pass serves every batch of steps."""
+    first, steps = len(session.prompt_ids) - 1, len(document["steps"])
+    for begin in range(0, steps, KEEP):
+        session.analyses.inspect_many([first + i for i in range(begin, min(begin + KEEP, steps))])
+        for i in range(begin, min(begin + KEEP, steps)):
+            document["steps"][i].update(trace_entries(session, [Inspect(first + i)])[0])
 
 
 def add_views(
@@ -71,9 +73,16 @@ def add_views(
     if routing:
         add_routing(session, document)
     if differences:
-        add_logit_differences(session, document)
+        add_step_views(session, document, SplitDifference)
     if attribution:
-        add_attribution(session, document, attribution, progress)
+        steps = len(document["steps"])
+
+        def attribute(position: int) -> Attribute:
+            done = position - len(session.prompt_ids) + 1
+            progress(f"attribution ({attribution}): step {done + 1} of {steps}", done / steps)
+            return Attribute(position, attribution)
+
+        add_step_views(session, document, attribute)
 
 
 def add_routing(session: Session, document: dict[str, Any]) -> None:
@@ -84,24 +93,6 @@ def add_routing(session: Session, document: dict[str, Any]) -> None:
     first = session.records[0].routing if session.records else None
     positions = range(first.positions) if first else range(0)
     document["prompt_routing"] = [[route.to_json() for route in first.at(i)] for i in positions] if first else []
-
-
-def add_attribution(session: Session, document: dict[str, Any], method: AttributionMethod, progress: Progress) -> None:
-    """Each step gains the attribution of its chosen token to every token before it."""
-    chips = session.chips()
-    ids, texts = [c.id for c in chips], [c.text for c in chips]
-    steps = document["steps"]
-    first = len(session.prompt_ids) - 1
-    for i, step in enumerate(steps):
-        progress(f"attribution ({method}): step {i + 1} of {len(steps)}", i / len(steps))
-        step["attribution"] = session.analyses.attribute(first + i, method).to_json(texts, ids)
-
-
-def add_logit_differences(session: Session, document: dict[str, Any]) -> None:
-    """Each step gains the logit difference of the first two watched tokens, split by layer."""
-    first = len(session.prompt_ids) - 1
-    for i, step in enumerate(document["steps"]):
-        step["logit_difference"] = session.analyses.logit_difference(first + i).to_json()
 
 
 def run_output(session: Session, prompt_ids: list[int], generated: list[int], **extra: Any) -> dict[str, Any]:
@@ -119,16 +110,16 @@ def run_output(session: Session, prompt_ids: list[int], generated: list[int], **
 
 
 def beam_document(session: Session, ids: list[int], width: int, steps: int) -> dict[str, Any]:
-    """The trace document of a beam search: "beams" holds every step; "text" is the best beam."""
-    refuse_grammar(session.settings.grammar, "beam search")
-    result = beam_search(session.runner, ids, width, steps)
+    """The trace document of a beam search from the prefilled prompt (as the app's B runs it):
+    "beams" holds every step; "text" is the best beam."""
+    result = compute(session, Beams(width, steps))
+    assert isinstance(result, BeamResult)
     return run_output(session, ids, list(result.final[0].ids), beams=result.to_json())
 
 
 def speculation_document(session: Session, ids: list[int], spec: str, draft: ModelRunner | None) -> dict[str, Any]:
     """The trace document of speculative decoding: the steps are the output tokens."""
-    drafter = make_drafter(spec, session.runner, draft)
-    result = speculative_decode(session.runner, ids, drafter, session.settings.max_new_tokens, session.settings)
+    result = session.runner.speculate(ids, spec, session.settings.max_new_tokens, session.settings, draft)
     return run_output(session, ids, list(result.ids), speculation=result.to_json())
 
 
@@ -175,17 +166,18 @@ def run_trace(
     (what it is, where). `interventions` are in force from the prompt on (a mean ablation's mean is
     over the prompt)."""
     noted = [] if written is None else written
-    session = Session(ModelRunner(model.load(progress, journey_checks(settings.grammar, interventions))), settings)
+    session = Session(engine_of(model.load(progress, journey_checks(settings.grammar, interventions))), settings)
     if interventions:
         session.set_interventions(interventions, context=session.tokenize(prompt, chat, system)[1])
-    if beams or speculate:  # they run on their own cache: no prefill here
-        _, ids, _ = session.tokenize(prompt, chat, system)
     if beams:
-        return beam_document(session, ids, beams, settings.max_new_tokens)
-    if speculate:
+        refuse_grammar(settings.grammar, "beam search")  # (before the prefill)
+        session.start(prompt, chat=chat, system=system)
+        return beam_document(session, session.prompt_ids, beams, settings.max_new_tokens)
+    if speculate:  # it runs on its own cache: no prefill here
+        _, ids, _ = session.tokenize(prompt, chat, system)
         draft = ModelRunner(dataclasses.replace(model, model=draft_model).load(progress)) if draft_model else None
         return speculation_document(session, ids, speculate, draft)
-    if routing and not session.runner.routers:
+    if routing and not session.runner.info.experts:
         name = session.runner.info.name
         raise TokenvizError(f"{name} has no mixture-of-experts layers: --routing has nothing to show")
     session.pin([token_of(session.runner, token) for token in watch])
@@ -224,7 +216,7 @@ def compare_sessions(
     other = loaded if b_model == model else b_model.load(progress, journey_checks(against.grammar))
     if other is loaded and against.grammar is not None:
         journey_checks(against.grammar)(loaded.model.config, loaded.tokenizer)
-    return Comparison(Session(ModelRunner(loaded), settings), Session(ModelRunner(other), against))
+    return Comparison(Session(engine_of(loaded), settings), Session(engine_of(other), against))
 
 
 def compare_document(

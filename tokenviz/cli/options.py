@@ -25,7 +25,7 @@ from tokenviz.contract.text import safe_text
 if TYPE_CHECKING:
     from tokenviz.contract.grammar import Grammar
     from tokenviz.model.loading import LoadedModel
-    from tokenviz.worker.loader import BeforeWeights, Loader, Progress
+    from tokenviz.worker.loader import BeforeWeights, ModelLoader, Progress
 
 err = Console(stderr=True, highlight=False)
 
@@ -66,7 +66,7 @@ class ModelChoice:
     def load(self, progress: "Progress", before_weights: "BeforeWeights | None" = None) -> "LoadedModel":
         return self.loader(before_weights)(progress)
 
-    def loader(self, before_weights: "BeforeWeights | None" = None) -> "Loader":
+    def loader(self, before_weights: "BeforeWeights | None" = None) -> "ModelLoader":
         """A loader for a worker's thread (the model loads there, after the app's first frame);
         `before_weights` checks the config and tokenizer first (see tokenviz.model.loading.load_model)."""
         from tokenviz.worker.loader import model_loader

@@ -323,6 +323,10 @@ class ModelInfo:
     # per position, expanded into every head's keys and values in each layer; kv_heads and head_dim are the latent's.
     latent_kv: bool = False
     experts: int = 0  # routed experts in each mixture-of-experts layer (0: a dense model)
+    # What the engine running it can do (values of contract.engine.Capability; none: a recording) and
+    # what its next-token distribution covers (see contract.engine).
+    capabilities: tuple[str, ...] = ()
+    distribution: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {**self.__dict__, "capabilities": list(self.capabilities)}

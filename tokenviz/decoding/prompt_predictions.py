@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from tokenviz.contract.records import Candidate, PromptPrediction
-from tokenviz.model.transfer import ids_to_device
+from tokenviz.tensors.transfer import ids_to_device
 
 TOP = 5  # candidates kept per prompt position
 KEYS = ("ids", "logits", "probs", "entropy", "next_prob", "next_rank", "next_logprob")
@@ -68,18 +68,17 @@ class PromptPredictions(Sequence[PromptPrediction]):
     """The predictions at every prompt position, made into records only when read: a 2048-token
     prompt has ten thousand candidates, and building them all (and decoding their pieces) would cost
     a GPU's prefill more than its forward pass, though a view shows a few at a time. Equal to the
-    tuple of the same records. `piece` and `learn` should not hold the model (see model.pieces): a
-    record may outlive it."""
+    tuple of the same records. `piece` gives a candidate's text from plain data (the session decodes
+    every piece in the engine's thread first): a record may outlive its model and cross to the UI."""
 
     def __init__(
         self,
         host: dict[str, np.ndarray],
         prompt_ids: Sequence[int],
         piece: Callable[[int], str],
-        learn: Callable[[list[int]], None] = lambda ids: None,
     ):
         self._columns = {key: host[f"prompt.{key}"] for key in KEYS}
-        self._prompt_ids, self._piece, self._learn = tuple(prompt_ids), piece, learn
+        self._prompt_ids, self._piece = tuple(prompt_ids), piece
         self._made: list[PromptPrediction | None] = [None] * len(self._columns["next_prob"])
 
     def __len__(self) -> int:
@@ -95,8 +94,6 @@ class PromptPredictions(Sequence[PromptPrediction]):
         return self._made_at(range(len(self))[index])  # (an IndexError past the end, as a tuple's)
 
     def __iter__(self) -> Iterator[PromptPrediction]:
-        if None in self._made:  # every one: their pieces first, in one call
-            self._learn(self._columns["ids"].ravel().tolist())
         return (self._made_at(p) for p in range(len(self)))
 
     def __eq__(self, other: object) -> bool:

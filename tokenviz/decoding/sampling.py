@@ -36,7 +36,7 @@ from tokenviz.contract.records import (
 )
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.grammar import GrammarMask
-from tokenviz.model.transfer import DeviceTimer, at, ids_to_device, to_host
+from tokenviz.tensors.transfer import DeviceTimer, at, ids_to_device, to_host
 
 WATCH_N = 12  # tokens followed through the stages: the raw top-n plus the final top-n
 

@@ -355,7 +355,7 @@ def recording_of(doc: dict[str, Any] | schema.Journey) -> Recording:
     snapshot = Snapshot(
         seq=1,
         state="stopped" if r.stop_reason else "ready",
-        info=ModelInfo(**r.info.model_dump()),
+        info=ModelInfo(**{**r.info.model_dump(), "capabilities": tuple(r.info.capabilities)}),
         settings=journey.settings.settings(grammars),
         prompt=r.prompt_text,
         chips=(chips := tuple(TokenChip(*chip) for chip in r.chips)),

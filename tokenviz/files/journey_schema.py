@@ -120,6 +120,8 @@ class Info(Model):
     compiled: SafeText = ""
     latent_kv: Flag = False
     experts: Annotated[int, Field(strict=True, ge=0, le=65_535)] = 0  # (0: dense, or recorded before it was kept)
+    capabilities: Annotated[list[SafeText], Field(max_length=64)] = []  # the recording engine's (see contract.engine)
+    distribution: SafeText = ""
 
 
 class Array(Model):

@@ -8,20 +8,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, cast
 
+from tokenviz.contract.engine import InternalsEngine
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.records import StepRecord
 from tokenviz.contract.results import Analyses, Attribution, AttributionMethod, Inspection, LogitDifference
-from tokenviz.journey.past_results import PastResults
-from tokenviz.model.attribution import attribute
-from tokenviz.model.lens import inspect_positions
-from tokenviz.model.logit_difference import logit_difference
-from tokenviz.model.runner import ModelRunner
+from tokenviz.journey.past_results import KEEP, PastResults
 
 
 class Journey(Protocol):
     """What the analyses read of a journey (a Session is one)."""
 
-    runner: ModelRunner
+    runner: InternalsEngine
     ids: list[int]  # prompt + committed tokens
     records: list[StepRecord]
     pinned: tuple[int, ...]  # the watched tokens
@@ -43,9 +40,21 @@ class JourneyAnalyses:
         pinned, runner = self.session.pinned, self.session.runner
 
         def compute() -> Inspection:
-            return inspect_positions(runner, list(context), [position], [chosen], pinned=pinned)[0]
+            inspection: Inspection = runner.inspect(list(context), [position], [chosen], pinned)[0]
+            return inspection
 
         return self._inspections.get((context, chosen, pinned), compute)
+
+    def inspect_many(self, positions: list[int]) -> None:
+        """Inspect several positions of the current path with one forward pass (the trace's lens at
+        every step), each kept as `inspect` keeps it: at most as many as are kept at once."""
+        pasts = [self._past(position) for position in positions[-KEEP:]]
+        if not pasts:
+            return
+        pinned, longest = self.session.pinned, max((context for context, _ in pasts), key=len)
+        found = self.session.runner.inspect(list(longest), positions[-KEEP:], [chosen for _, chosen in pasts], pinned)
+        for (context, chosen), inspection in zip(pasts, found):
+            self._inspections.put((context, chosen, pinned), inspection)
 
     def attribute(
         self,
@@ -59,7 +68,7 @@ class JourneyAnalyses:
         runner = self.session.runner
 
         def compute() -> Attribution:
-            logprob, scores = attribute(runner, list(context), chosen, method, progress, cancelled)
+            logprob, scores = runner.attribute(list(context), chosen, method, progress, cancelled)
             return Attribution(method, position, chosen, runner.piece(chosen), logprob, tuple(scores))
 
         return self._attributions.get((context, chosen, method), compute)
@@ -78,7 +87,7 @@ class JourneyAnalyses:
         a, b = pinned[:2]
         runner = self.session.runner
         return self._differences.get(
-            (context, a, b), lambda: logit_difference(runner, list(context), a, b, progress, cancelled)
+            (context, a, b), lambda: runner.logit_difference(list(context), a, b, progress, cancelled)
         )
 
     def kept(self) -> Analyses:

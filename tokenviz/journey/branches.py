@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tokenviz.contract.engine import shared_prefix
 from tokenviz.contract.records import StepRecord
 from tokenviz.contract.results import BranchSummary
-from tokenviz.model.cache import shared_prefix
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,11 @@ from collections.abc import Callable
 
 import torch
 
+from tokenviz.contract.engine import Engine
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import StepDiff
 from tokenviz.decoding.sampling import choice_from, final_distribution
 from tokenviz.journey.session import Session
-from tokenviz.model.runner import ModelRunner
 
 
 def check_same_tokenizer(a: Session, b: Session) -> None:
@@ -92,7 +92,7 @@ class Comparison:
         check_same_tokenizer(a, b)
         self.a, self.b = a, b
         self.diffs: list[StepDiff] = []
-        self._b_on_a: ModelRunner | None = None  # B's model kept on A's path, once the paths have parted
+        self._b_on_a: Engine | None = None  # B's model kept on A's path, once the paths have parted
         self._b_on_a_fed: list[int] = []
         self._b_on_a_logits: torch.Tensor | None = None
 
@@ -183,7 +183,7 @@ class Comparison:
         only what it has not seen (a rewind crops it back)."""
         ids = self.a.ids
         if self._b_on_a is None:
-            self._b_on_a = ModelRunner(self.b.runner.loaded)
+            self._b_on_a = self.b.runner.twin()
         runner, fed = self._b_on_a, self._b_on_a_fed
         common = next((i for i, (x, y) in enumerate(zip(fed, ids)) if x != y), min(len(fed), len(ids)))
         if common == len(ids) == len(fed) and self._b_on_a_logits is not None:

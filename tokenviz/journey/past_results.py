@@ -20,10 +20,14 @@ class PastResults(Generic[T]):
 
     def get(self, key: Hashable, compute: Callable[[], T]) -> T:
         if key not in self._cache:
-            self._cache[key] = compute()
-            while len(self._cache) > KEEP:
-                self._cache.popitem(last=False)
+            self.put(key, compute())
         return self._cache[key]
+
+    def put(self, key: Hashable, result: T) -> None:
+        """Keep `result` (computed with others, in one pass) as `get` would have."""
+        self._cache[key] = result
+        while len(self._cache) > KEEP:
+            self._cache.popitem(last=False)
 
     def items(self) -> list[tuple[Hashable, T]]:
         return list(self._cache.items())

@@ -11,12 +11,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
+from typing import Any
 
 import numpy as np
 import psutil
 import torch
 
 from tokenviz.contract.attention import SavedAttention
+from tokenviz.contract.engine import InternalsEngine, Intervening, shared_prefix
 from tokenviz.contract.errors import Cancelled, PromptError, TokenvizError
 from tokenviz.contract.grammar import Grammar
 from tokenviz.contract.interventions import BRANCH_SOURCE, Intervention, Patch
@@ -26,18 +28,13 @@ from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.grammar import GrammarMatchers
 from tokenviz.decoding.prompt_predictions import PromptPredictions, join, predict_positions
 from tokenviz.decoding.sampling import decide, decide_on_device, follow_pinned, summarise
+from tokenviz.decoding.unsteered import read_unsteered, unsteered_on_device
 from tokenviz.files.journey_file import rows_to_save
 from tokenviz.journey.analyses import JourneyAnalyses
 from tokenviz.journey.branches import Branch, BranchStore
-from tokenviz.journey.interventions import InterventionState, read_unsteered, unsteered_on_device
 from tokenviz.journey.stops import stop_reason
 from tokenviz.journey.watching import token_of
-from tokenviz.model.cache import shared_prefix
-from tokenviz.model.chat import chat_ids
-from tokenviz.model.place_times import PlaceTimes
-from tokenviz.model.routing import join_routes, read_routing
-from tokenviz.model.runner import Forward, ModelRunner
-from tokenviz.model.transfer import to_host
+from tokenviz.tensors.transfer import to_host
 
 TOP_N = 20
 PREFILL_CHUNK = 256  # prompt tokens per forward pass of the prefill: progress and cancelling go by chunks
@@ -48,7 +45,7 @@ MEMORY_SHARE = 0.8  # of the free memory, the most a prefill may plan to use
 
 
 class Session:
-    def __init__(self, runner: ModelRunner, settings: SamplingSettings | None = None, top_n: int = TOP_N):
+    def __init__(self, runner: InternalsEngine, settings: SamplingSettings | None = None, top_n: int = TOP_N):
         self.runner = runner
         self.settings = settings or SamplingSettings()
         self.top_n = top_n
@@ -65,7 +62,7 @@ class Session:
         self.pinned: tuple[int, ...] = ()  # the tokens followed at every step (see pin)
         self.analyses = JourneyAnalyses(self)  # what the views compute on demand, kept by context
         self._grammars: GrammarMatchers | None = None  # made when a grammar is first used
-        self.intervening: InterventionState | None = None  # the interventions in force (see set_interventions)
+        self.intervening: Intervening | None = None  # the interventions in force (see set_interventions)
         self._pending_logits: torch.Tensor | None = None
         self._prefill_logits: torch.Tensor | None = None
         self._chips: list[TokenChip] = []  # see chips()
@@ -170,7 +167,7 @@ class Session:
         if not isinstance(prompt, str):
             raise PromptError("a chat prompt is text: the user's message")
         self.encode_prompt(prompt)  # the same checks as plain text
-        encoded = chat_ids(self.runner.tokenizer, prompt, system)
+        encoded = self.runner.chat_ids(prompt, system)
         self.encode_prompt(encoded.ids)  # and the template's length against the context
         return prompt, encoded.ids, encoded.template
 
@@ -326,9 +323,8 @@ class Session:
         new = None
         interventions = [self.with_source(i) for i in interventions]
         if interventions:
-            with old.hooks.suspended() if old else nullcontext():
-                new = InterventionState(
-                    self.runner,
+            with old.suspended() if old else nullcontext():
+                new = self.runner.intervene(
                     interventions,
                     context if context is not None else self.ids,
                     lambda spec: token_of(self.runner, spec, "steer by"),
@@ -606,7 +602,7 @@ class Session:
 
     def _prefill(
         self, ids: list[int], progress: Callable[[int, int], None] | None, cancelled: Callable[[], bool]
-    ) -> tuple[Forward, dict[str, torch.Tensor], float]:
+    ) -> tuple[Any, dict[str, torch.Tensor], float]:
         """Feed the prompt chunk by chunk: (the last chunk's forward pass, every position's prediction
         on the device, milliseconds in all)."""
         n = len(ids)
@@ -625,15 +621,12 @@ class Session:
                 progress(end, n)
             if end < n and cancelled():
                 raise Cancelled("prefill cancelled: the journey is as it was")
-        if routes:  # every prompt position's, where the last chunk's pass has its own
-            forward = dataclasses.replace(forward, routes=join_routes(routes))
-        if places:  # every chunk's time in each place
-            forward = dataclasses.replace(forward, places=PlaceTimes.joined(places))
-        return forward, join(parts), ms
+        # every prompt position's routing, where the last chunk's pass has its own; every chunk's time in each place
+        return self.runner.joined(forward, routes, places), join(parts), ms
 
     def _push(
         self,
-        forward: Forward,
+        forward: Any,
         input_ids: list[int],
         prompt_parts: dict[str, torch.Tensor] | None = None,
         forward_ms: float | None = None,
@@ -650,16 +643,20 @@ class Session:
             place_ms=forward.places.ms() if forward.places else (),
             kv_len=self.runner.kv_len,
             kv_bytes=self.runner.kv_bytes,
-            prompt_predictions=(
-                PromptPredictions(host, input_ids, self.runner.pieces.piece, self.runner.pieces.learn)
-                if prompt_parts
-                else ()
-            ),
-            routing=read_routing(host, self.runner.routers),
+            prompt_predictions=self._prompt_predictions(host, input_ids) if prompt_parts else (),
+            routing=self.runner.read_routing(host),
         )
         self._pending_logits = forward.logits
         self.records.append(record)
         return record
+
+    def _prompt_predictions(self, host: dict[str, np.ndarray], input_ids: list[int]) -> PromptPredictions:
+        """The predictions at every prompt position, their pieces decoded here, in the engine's thread
+        and in one call: the records hold plain text, never the tokenizer, and the UI decodes nothing."""
+        shown = {*host["prompt.ids"].ravel().tolist(), *input_ids}
+        self.runner.pieces.learn(shown)
+        texts = {t: self.runner.piece(t) for t in shown}
+        return PromptPredictions(host, input_ids, texts.__getitem__)
 
     def _resume(self) -> StepRecord | None:
         """After a stop whose reason no longer holds (a larger max, a removed stop string), go on."""

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from tokenviz.contract.engine import CachedEngine
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import Verification
 from tokenviz.journey.session import PREFILL_CHUNK
-from tokenviz.model.runner import ModelRunner
-from tokenviz.model.transfer import to_host
+from tokenviz.tensors.transfer import to_host
 
 
 def verify_latest(
-    runner: ModelRunner,
+    runner: CachedEngine,
     ids: list[int],
     progress: Callable[[int, int], None] = lambda done, total: None,
     cancelled: Callable[[], bool] = lambda: False,

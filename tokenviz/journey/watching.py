@@ -3,13 +3,13 @@ tokenizer makes into exactly one token (" Paris", with its leading space)."""
 
 from __future__ import annotations
 
+from tokenviz.contract.engine import Engine
 from tokenviz.contract.errors import TokenvizError
-from tokenviz.model.runner import ModelRunner
 
 ID_PREFIX = "id:"
 
 
-def token_of(runner: ModelRunner, spec: int | str, purpose: str = "watch") -> int:
+def token_of(runner: Engine, spec: int | str, purpose: str = "watch") -> int:
     """The token id `spec` names; one clear line when it names none, or several. `purpose` is what the
     token is for, as the line says it ("watch", "steer by")."""
     vocab = runner.info.vocab

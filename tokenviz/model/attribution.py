@@ -17,13 +17,16 @@ Neither touches the journey's cache.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.results import ATTRIBUTION_METHODS
 from tokenviz.model.interrupt import layer_by_layer
-from tokenviz.model.runner import ModelRunner
+
+if TYPE_CHECKING:  # (the runner imports this module where it uses it: no cycle)
+    from tokenviz.model.runner import ModelRunner
 
 BATCH_TOKENS = 4096  # leave-one-out feeds at most this many tokens in one forward pass
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -40,17 +40,6 @@ def _cache_keyword(forward: Callable[..., Any]) -> str:
 def passed_cache(kwargs: dict[str, Any]) -> Any:
     """The cache a forward call was given (a pre-hook's kwargs), by either name, or None."""
     return next((kwargs[k] for k in ("cache", "past_key_values") if kwargs.get(k) is not None), None)
-
-
-def shared_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many tokens two paths share from the first: what a cache (or anything else that followed
-    `a` token by token) can keep when it is brought to `b`."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def crop_layers(cache: DynamicCache, length: int) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, assert_never
 
 import torch
 
@@ -17,7 +17,7 @@ from tokenviz.contract.errors import SettingsError
 from tokenviz.contract.interventions import HeadAblation, Intervention, Patch, Steering, check_patch_source
 from tokenviz.model.cache import passed_cache
 from tokenviz.model.parts import decoder_layers, last_logits
-from tokenviz.model.transfer import ids_to_device
+from tokenviz.tensors.transfer import ids_to_device
 
 OUTPUT_PROJECTIONS = ("o_proj", "out_proj", "c_proj", "dense", "wo")  # the families' names for it
 
@@ -109,16 +109,19 @@ def resolve(
     a mean over `context` for a mean ablation, the direction for a steering."""
     resolved = []
     for i in interventions:
-        if isinstance(i, HeadAblation):
-            if i.mean and not context:
-                raise SettingsError(f"{i.label} is a mean over the journey's tokens: start a journey first")
-            value = head_outputs_mean(model, i.layer, heads, context)[i.head] if i.mean else None
-        elif isinstance(i, Patch):
-            ids = list(i.source_ids) or encode(i.source)
-            check_patch_source(i, len(ids))
-            value = residual_at(model, i.layer, ids, i.position)
-        else:
-            value = i.scale * steering_direction(model, i, encode, token_id)
+        match i:
+            case HeadAblation():
+                if i.mean and not context:
+                    raise SettingsError(f"{i.label} is a mean over the journey's tokens: start a journey first")
+                value = head_outputs_mean(model, i.layer, heads, context)[i.head] if i.mean else None
+            case Patch():
+                ids = list(i.source_ids) or encode(i.source)
+                check_patch_source(i, len(ids))
+                value = residual_at(model, i.layer, ids, i.position)
+            case Steering():
+                value = i.scale * steering_direction(model, i, encode, token_id)
+            case _:
+                assert_never(i)
         resolved.append(Resolved(i, value))
     return resolved
 
@@ -136,15 +139,18 @@ class Hooks:
         for r in resolved:
             i = r.intervention
             assert i is not None
-            if isinstance(i, HeadAblation):
-                hook = self._ablation(i.head, heads, r.value)
-                self._handles.append(output_projection(layers[i.layer]).register_forward_pre_hook(hook))
-            elif isinstance(i, Patch):
-                assert r.value is not None
-                self._handles.append(layers[i.layer].register_forward_hook(self._patch(i.position, r.value)))
-            else:
-                assert r.value is not None
-                self._handles.append(layers[i.layer].register_forward_hook(self._steering(r.value)))
+            match i:
+                case HeadAblation():
+                    hook = self._ablation(i.head, heads, r.value)
+                    self._handles.append(output_projection(layers[i.layer]).register_forward_pre_hook(hook))
+                case Patch():
+                    assert r.value is not None
+                    self._handles.append(layers[i.layer].register_forward_hook(self._patch(i.position, r.value)))
+                case Steering():
+                    assert r.value is not None
+                    self._handles.append(layers[i.layer].register_forward_hook(self._steering(r.value)))
+                case _:
+                    assert_never(i)
 
     def _ablation(self, head: int, heads: int, value: torch.Tensor | None):
         def pre_hook(module, args):

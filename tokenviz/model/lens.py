@@ -10,7 +10,7 @@ stream, so the last layer's lens is exactly the model's output.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import torch
 
@@ -18,7 +18,9 @@ from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import Inspection, LensLayer
 from tokenviz.model.parts import decoder_layers, last_logits
 from tokenviz.model.placing import weights_at_hand
-from tokenviz.model.runner import ModelRunner
+
+if TYPE_CHECKING:  # (the runner imports this module where it uses it: no cycle)
+    from tokenviz.model.runner import ModelRunner
 
 MERGE_EPSILON = 1e-5  # Gemma 3n's floor under a stream's magnitude
 NORM_NAMES = ("norm", "ln_f", "final_layernorm", "final_layer_norm", "norm_f", "layer_norm")

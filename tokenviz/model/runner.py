@@ -8,15 +8,20 @@ import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
+from tokenviz.contract.engine import INTERNALS, WHOLE_VOCABULARY, in_order
 from tokenviz.contract.errors import Cancelled, GiveWay, ModelLoadError, TokenvizError
-from tokenviz.contract.records import ModelInfo
+from tokenviz.contract.interventions import Intervention
+from tokenviz.contract.records import ModelInfo, Routing
+from tokenviz.contract.results import BeamResult, Inspection, LogitDifference, Speculation
+from tokenviz.contract.settings import SamplingSettings
 from tokenviz.model.attention import IMPLEMENTATION, Capture, capturing, exact_weights, latent_attention
 from tokenviz.model.cache import crop_layers, full_cache, with_cache
-from tokenviz.model.chat import has_chat_template
+from tokenviz.model.chat import ChatIds, chat_ids, has_chat_template
 from tokenviz.model.compiled_step import CompiledStep
 from tokenviz.model.interrupt import layer_by_layer
 from tokenviz.model.loading import LoadedModel
@@ -26,14 +31,25 @@ from tokenviz.model.pieces import TokenPieces
 from tokenviz.model.place_times import PlaceTimes, timed_by_place
 from tokenviz.model.placing import input_device
 from tokenviz.model.query_store import QUERY_CEILING, QUERY_FLOOR, QUERY_SHARE, QueryStore, query_budget
-from tokenviz.model.routing import recording, route_tensors, routers, shared_gates
-from tokenviz.model.transfer import DeviceTimer, ids_to_device
+from tokenviz.model.routing import join_routes, read_routing, recording, route_tensors, routers, shared_gates
+from tokenviz.tensors.transfer import DeviceTimer, ids_to_device
+
+if TYPE_CHECKING:
+    from tokenviz.model.intervening import InterventionState
+
+
+def _no_progress(done: int, total: int) -> None:
+    pass
+
+
+def _not_cancelled() -> bool:
+    return False
 
 
 @dataclass
 class Forward:
     """What one forward pass produced, still on the model's device: the caller copies what it
-    needs to the host in one transfer (see tokenviz.model.transfer)."""
+    needs to the host in one transfer (see tokenviz.tensors.transfer)."""
 
     logits: torch.Tensor  # (vocab,): after the last token fed
     timer: DeviceTimer
@@ -54,6 +70,8 @@ def cache_layers(key_addresses: dict[int, int], cache: Any, layers: int) -> list
 
 
 class ModelRunner:
+    """The transformers backend's engine: every tier of contract.engine (an InternalsEngine)."""
+
     def __init__(self, loaded: LoadedModel):
         self.loaded = loaded  # (another runner may share its weights: a comparison on one model)
         self.model = loaded.model
@@ -67,7 +85,12 @@ class ModelRunner:
         self.queries = QueryStore(query_budget(free_bytes(self.device, {})[0]))
         self.routers = routers(self.model)  # an MoE model's, by layer (none: dense)
         self.shared_gates = shared_gates(self.model, self.routers)
-        self.info = dataclasses.replace(self.info, queries_kept=self._queries_kept())
+        self.info = dataclasses.replace(
+            self.info,
+            queries_kept=self._queries_kept(),
+            capabilities=in_order(INTERNALS),
+            distribution=WHOLE_VOCABULARY,
+        )
         self._eager_rows: tuple[range, torch.Tensor] | None = None  # the last rows an eager pass gave
         self.special_ids = set(getattr(self.tokenizer, "all_special_ids", []) or [])
         self.eos_ids = eos_id_set(self.model.generation_config.eos_token_id, self.tokenizer)
@@ -113,6 +136,115 @@ class ModelRunner:
 
     def piece(self, token_id: int) -> str:
         return self.pieces.piece(token_id)
+
+    def chat_ids(self, user: str, system: str | None = None) -> ChatIds:
+        """The conversation's ids through the tokenizer's chat template (see tokenviz.model.chat)."""
+        return chat_ids(self.tokenizer, user, system)
+
+    def twin(self) -> ModelRunner:
+        """Another runner on the same weights, with a cache of its own (a comparison on one model)."""
+        return ModelRunner(self.loaded)
+
+    def joined(self, last: Forward, routes: list[dict[str, torch.Tensor]], places: list[PlaceTimes]) -> Forward:
+        """The last of several passes over one prompt (a prefill's chunks), with every pass's routing
+        and time in each place joined in order of position."""
+        return dataclasses.replace(
+            last,
+            routes=join_routes(routes) if routes else last.routes,
+            places=PlaceTimes.joined(places) if places else last.places,
+        )
+
+    def read_routing(self, host: dict[str, np.ndarray]) -> Routing | None:
+        """The routing in a step's transfer, by this model's router layers (None for a dense model)."""
+        return read_routing(host, self.routers)
+
+    # ---- the internals tier (contract.engine.InternalsEngine): the views that read the layers ----------
+
+    def inspect(
+        self, ids: list[int], positions: list[int], chosen: list[int], pinned: tuple[int, ...]
+    ) -> list[Inspection]:
+        from tokenviz.model.lens import inspect_positions
+
+        return inspect_positions(self, ids, positions, chosen, pinned=pinned)
+
+    def attribute(
+        self,
+        ids: list[int],
+        target: int,
+        method: str,
+        progress: Callable[[int, int], None] | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> tuple[float, list[float]]:
+        from tokenviz.model.attribution import attribute
+
+        return attribute(self, ids, target, method, progress or _no_progress, cancelled or _not_cancelled)
+
+    def logit_difference(
+        self,
+        ids: list[int],
+        a: int,
+        b: int,
+        progress: Callable[[int, int], None] | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> LogitDifference:
+        from tokenviz.model.logit_difference import logit_difference
+
+        return logit_difference(self, ids, a, b, progress, cancelled or _not_cancelled)
+
+    def beam_search(
+        self,
+        ids: list[int],
+        width: int,
+        steps: int,
+        cancelled: Callable[[], bool] | None = None,
+        from_cache: bool = False,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> BeamResult:
+        from tokenviz.model.beams import beam_search
+
+        return beam_search(
+            self,
+            ids,
+            width,
+            steps,
+            cancelled=cancelled or _not_cancelled,
+            from_cache=from_cache,
+            progress=progress or _no_progress,
+        )
+
+    def speculate(
+        self,
+        ids: list[int],
+        drafter: str,
+        steps: int,
+        settings: SamplingSettings,
+        draft: ModelRunner | None = None,
+        cancelled: Callable[[], bool] | None = None,
+        from_cache: bool = False,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> Speculation:
+        """Speculative decoding from `ids`, drafted as `drafter` says (see model.speculation.make_drafter)."""
+        from tokenviz.model.speculation import make_drafter, speculative_decode
+
+        return speculative_decode(
+            self,
+            ids,
+            make_drafter(drafter, self, draft),
+            steps,
+            settings,
+            cancelled=cancelled or _not_cancelled,
+            from_cache=from_cache,
+            progress=progress or _no_progress,
+        )
+
+    def intervene(
+        self, interventions: Sequence[Intervention], context: Sequence[int], token_id: Callable[[str], int]
+    ) -> InterventionState:
+        """The interventions resolved on this model's own passes (a mean ablation over `context`) and
+        hooked in, with the model's own distribution kept beside them (see model.intervening)."""
+        from tokenviz.model.intervening import InterventionState
+
+        return InterventionState(self, interventions, context, token_id)
 
     def learn_pieces(self, ids: Iterable[int]) -> None:
         self.pieces.learn(ids)

@@ -21,16 +21,26 @@ class TokenvizCommands(Provider):
         screen = self.screen
         return palette_entries(screen.KEY_ROWS, screen.PALETTE_ONLY) if isinstance(screen, WorkerScreen) else []
 
+    def _lacking(self, action: str) -> str | None:
+        """What the command needs that the screen's engine cannot do (see JourneyScreen.lacking)."""
+        lacking = getattr(self.screen, "lacking", None)
+        return lacking(action) if lacking else None
+
     async def discover(self) -> Hits:
         for label, action in self._entries():
-            yield DiscoveryHit(label, partial(self.screen.run_action, action))
+            yield DiscoveryHit(label, partial(self.screen.run_action, action), help=self._lacking(action))
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
         for label, action in self._entries():
             score = matcher.match(label)
             if score > 0:
-                yield Hit(score, matcher.highlight(label), partial(self.screen.run_action, action), help=None)
+                yield Hit(
+                    score,
+                    matcher.highlight(label),
+                    partial(self.screen.run_action, action),
+                    help=self._lacking(action),
+                )
 
         for name, choose in theme_choices(self.app):
             label = f"Theme: {name}"

@@ -36,6 +36,7 @@ from tokenviz.contract.commands import (
     Verify,
     Watch,
 )
+from tokenviz.contract.engine import Capability, lacking
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.interventions import HeadAblation, edit_entries
 from tokenviz.contract.results import AttributionMethod
@@ -44,7 +45,7 @@ from tokenviz.contract.worker import Worker
 from tokenviz.render.units import duration
 from tokenviz.ui.colors import page_colors
 from tokenviz.ui.compare_screen import CompareScreen
-from tokenviz.ui.keys import KEYS, PALETTE_ONLY, bindings, model_actions, model_keys
+from tokenviz.ui.keys import KEYS, PALETTE_ONLY, bindings, model_actions, model_keys, needs_of
 from tokenviz.ui.panes.attention import AttentionPane
 from tokenviz.ui.panes.attribution import LONG_JOB_S, AttributionPane, current_attribution, estimated_s
 from tokenviz.ui.panes.base import Pane, ScrollPane
@@ -68,6 +69,7 @@ from tokenviz.ui.screens import (
     CompareDialog,
     ContinueScreen,
     GrammarDialog,
+    HelpScreen,
     InterventionsDialog,
     LongJobScreen,
     PromptChoice,
@@ -100,6 +102,8 @@ BEAM_STEPS = 10
 SPECULATION_STEPS = 16
 MODEL_ACTIONS = model_actions()  # their keys are off in a recording
 MODEL_KEYS = model_keys()
+KEY_ACTIONS = {key: p.action for row in KEYS for p in row.presses for key in p.key.split(",")}  # Textual's key names
+PALETTE_LABELS = {p.action: p.palette or p.footer for row in KEYS for p in row.presses if p.palette or p.footer}
 
 
 class JourneyScreen(WorkerScreen[Snapshot]):
@@ -383,12 +387,37 @@ class JourneyScreen(WorkerScreen[Snapshot]):
         self.refresh_panes()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """A recording has no model: the keys that need one are off and out of its footer."""
+        """A recording has no model: the keys that need one are off and out of its footer; so are
+        those whose view needs a capability the engine lacks (contract.engine)."""
         recording = self.snapshot is not None and not self.snapshot.live
-        return not (recording and action in MODEL_ACTIONS)
+        if recording and action in MODEL_ACTIONS:
+            return False
+        whole = f"{action}({', '.join(repr(p) for p in parameters)})" if parameters else action
+        return self.lacking(whole) is None
+
+    def lacking(self, action: str) -> str | None:
+        """One line saying what `action` needs that this live engine cannot do; None when it can."""
+        s = self.snapshot
+        needed = needs_of(action)
+        if s is None or not s.live or s.info is None or needed is None:
+            return None
+        return lacking(s.info, needed, PALETTE_LABELS.get(action, action))
+
+    def action_help(self) -> None:
+        """The help, with the keys this engine cannot serve listed at its top by what they need."""
+        s, off = self.snapshot, dict[Capability | None, list[str]]()
+        for key, action in KEY_ACTIONS.items():
+            if self.lacking(action) is not None:
+                off.setdefault(needs_of(action), []).append(key)
+        note = ""
+        if off and s is not None and s.info is not None:
+            listed = "; ".join(f"{', '.join(keys)} ({needed})" for needed, keys in off.items())
+            note = f"**Not on this engine** ({s.info.name} gives {', '.join(s.info.capabilities)}): {listed}\n\n"
+        self.app.push_screen(HelpScreen(note + self.HELP))
 
     def on_key(self, event: events.Key) -> None:
-        """A recording's keys that need a model are off; pressed, they say so and how to get one."""
+        """A recording's keys that need a model are off; pressed, they say so and how to get one. A
+        key whose view needs what the engine cannot do says so in one line."""
         s = self.snapshot
         if s is not None and not s.live and s.info is not None and event.key in MODEL_KEYS:
             self.notify(
@@ -396,6 +425,8 @@ class JourneyScreen(WorkerScreen[Snapshot]):
                 f"Run it live with tokenviz --model {s.info.name} and the journey's prompt",
                 severity="warning",
             )
+        elif event.key in KEY_ACTIONS and (line := self.lacking(KEY_ACTIONS[event.key])) is not None:
+            self.notify(line, severity="warning")
 
     def _open_view(self, name: str) -> None:
         if name == "attribution":

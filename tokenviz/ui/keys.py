@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from textual.binding import Binding, BindingType
 
+from tokenviz.contract.engine import Capability
 from tokenviz.contract.settings import PACES_S
 
 PACE_LABELS = tuple("as fast as it runs" if p == 0 else f"a step every {p:g} s" for p in PACES_S)
@@ -24,6 +25,7 @@ class Press:
     footer: str = ""  # the footer's short label; empty: not shown in the footer
     palette: str = ""  # the command palette's entry; empty: none
     replay: bool = True  # works in a recorded journey (no model): the footer shows it there too
+    needs: Capability | None = None  # what the engine must be able to do (see contract.engine); None: any engine
 
 
 @dataclass(frozen=True)
@@ -91,25 +93,57 @@ KEYS: tuple[KeyRow, ...] = (
         "z",
         "ablate the head the attention map shows (its output set to zero); again to restore it; the model changes "
         "from here on and the pending token is re-decided",
-        (Press("z", "ablate_head", palette="Ablate the head in view (again: restore it)", replay=False),),
+        (
+            Press(
+                "z",
+                "ablate_head",
+                palette="Ablate the head in view (again: restore it)",
+                replay=False,
+                needs=Capability.INTERVENTIONS,
+            ),
+        ),
     ),
     KeyRow(
         "Y",
         "steer: the interventions dialog, begun with steer (L:SCALE:TOWARD:AWAY; steer-tokens for two tokens)",
-        (Press("Y", "interventions('steer ')", palette="Steer the residual stream", replay=False),),
+        (
+            Press(
+                "Y",
+                "interventions('steer ')",
+                palette="Steer the residual stream",
+                replay=False,
+                needs=Capability.INTERVENTIONS,
+            ),
+        ),
     ),
     KeyRow(
         "J",
         "patch: the interventions dialog, begun with patch (L:POS:TEXT, another prompt's residual there, or "
         "L:POS:branch N, a branch's)",
-        (Press("J", "interventions('patch ')", palette="Patch the residual from another prompt", replay=False),),
+        (
+            Press(
+                "J",
+                "interventions('patch ')",
+                palette="Patch the residual from another prompt",
+                replay=False,
+                needs=Capability.INTERVENTIONS,
+            ),
+        ),
     ),
     KeyRow(
         "I",
         "interventions (a dialog listing them): add ablate L.H [mean], steer L:SCALE:TOWARD:AWAY, steer-tokens "
         "L:SCALE:A:B or patch L:POS:TEXT; N turns entry N off or on, -N removes it, clear; while any is on, the "
         "next-token pane adds the model's own probability and the KL from it",
-        (Press("I", "interventions('')", palette="Interventions: add, turn off or on, remove", replay=False),),
+        (
+            Press(
+                "I",
+                "interventions('')",
+                palette="Interventions: add, turn off or on, remove",
+                replay=False,
+                needs=Capability.INTERVENTIONS,
+            ),
+        ),
     ),
     KeyRow(
         "G",
@@ -125,12 +159,18 @@ KEYS: tuple[KeyRow, ...] = (
     KeyRow(
         "[ / ]",
         "previous / next layer",
-        (Press("left_square_bracket", "layer(-1)"), Press("right_square_bracket", "layer(1)", "layer±")),
+        (
+            Press("left_square_bracket", "layer(-1)", needs=Capability.ATTENTION),
+            Press("right_square_bracket", "layer(1)", "layer±", needs=Capability.ATTENTION),
+        ),
     ),
     KeyRow(
         "h / H",
         "next / previous head (mean and max in the cycle)",
-        (Press("h", "head(1)", "head±"), Press("H", "head(-1)")),
+        (
+            Press("h", "head(1)", "head±", needs=Capability.ATTENTION),
+            Press("H", "head(-1)", needs=Capability.ATTENTION),
+        ),
     ),
     KeyRow(
         "1-9",
@@ -172,31 +212,31 @@ KEYS: tuple[KeyRow, ...] = (
         "l",
         "logit lens view: every layer's top-3 guesses for the next token and the chosen token's rank; "
         "★ where it becomes top-1 for good",
-        (Press("l", "view('lens')", "lens", "View: logit lens"),),
+        (Press("l", "view('lens')", "lens", "View: logit lens", needs=Capability.LENS),),
     ),
     KeyRow(
         "R",
         "routing view (mixture-of-experts models): the experts each MoE layer's router chose for the token at the "
         "cursor, their weights and the router's entropy; a strip of each recent token's top expert per layer",
-        (Press("R", "view('routing')", palette="View: expert routing"),),
+        (Press("R", "view('routing')", palette="View: expert routing", needs=Capability.ROUTING),),
     ),
     KeyRow(
         "m",
         "embedding and position view: the token's embedding row, the position scheme (learned or rotary), "
         "tied embeddings, the residual norm per layer",
-        (Press("m", "view('embedding')", palette="View: embedding and position"),),
+        (Press("m", "view('embedding')", palette="View: embedding and position", needs=Capability.LENS),),
     ),
     KeyRow(
         "A",
         "attribution view: which earlier tokens led to the token after the cursor, strongest first, with the chips "
         "shaded by it; leave-one-out (exact, one forward pass per token) or, from the palette, gradient × input",
-        (Press("A", "view('attribution')", palette="View: attribution"),),
+        (Press("A", "view('attribution')", palette="View: attribution", needs=Capability.ATTRIBUTION),),
     ),
     KeyRow(
         "w",
         "watch a token at every step: a candidate at the cursor, or typed (its text with its leading space, or id:N); "
         "up to 4; choosing a watched one stops watching it",
-        (Press("w", "pin", palette="Watch a token", replay=False),),
+        (Press("w", "pin", palette="Watch a token", replay=False, needs=Capability.CACHE),),
     ),
     KeyRow(
         "W",
@@ -213,12 +253,20 @@ KEYS: tuple[KeyRow, ...] = (
     KeyRow(
         "c",
         "KV cache view: per layer heads × dims × tokens × bytes, bytes per token, growth, what the last rewind kept",
-        (Press("c", "view('cache')", palette="View: KV cache"),),
+        (Press("c", "view('cache')", palette="View: KV cache", needs=Capability.CACHE),),
     ),
     KeyRow(
         "v",
         "verify: recompute the latest step without the cache and show the largest logit and attention differences",
-        (Press("v", "verify", palette="Verify the KV cache against a full recompute", replay=False),),
+        (
+            Press(
+                "v",
+                "verify",
+                palette="Verify the KV cache against a full recompute",
+                replay=False,
+                needs=Capability.CACHE,
+            ),
+        ),
     ),
     KeyRow(
         "i",
@@ -243,13 +291,21 @@ KEYS: tuple[KeyRow, ...] = (
         "B",
         "beam search (width 3, 2-8 from the palette) from the current tokens: every beam's candidates, "
         "kept, finished or pruned",
-        (Press("B", "beams", replay=False),),
+        (Press("B", "beams", replay=False, needs=Capability.CACHE),),
     ),
     KeyRow(
         "S",
         "speculative decoding from the current tokens (the model's own middle layer drafts; prompt lookup from "
         "the palette): drafts, accepted, replaced",
-        (Press("S", "speculate", palette="Speculative decoding: early exit at the middle layer", replay=False),),
+        (
+            Press(
+                "S",
+                "speculate",
+                palette="Speculative decoding: early exit at the middle layer",
+                replay=False,
+                needs=Capability.CACHE,
+            ),
+        ),
     ),
     KeyRow(
         "x",
@@ -345,6 +401,17 @@ def key_of(action: str, rows: tuple[KeyRow, ...] = KEYS) -> str:
 def model_actions() -> set[str]:
     """The actions (by name) that need the model: a recording turns their keys off."""
     return {p.action.split("(")[0] for row in KEYS for p in row.presses if not p.replay}
+
+
+def needs_of(action: str, rows: tuple[KeyRow, ...] = KEYS) -> Capability | None:
+    """The engine capability `action` (a key's or the palette's action string) needs, or None. A
+    palette action with its own arguments ("beams(5)", "attribution('grad')") needs what its name does."""
+    needs = {p.action: p.needs for row in rows for p in row.presses}
+    if action in needs:
+        return needs[action]
+    name = action.split("(")[0]
+    by_name = {a.split("(")[0]: n for a, n in needs.items() if n and not a.startswith("view(")}
+    return by_name.get(name, Capability.ATTRIBUTION if name == "attribution" else None)
 
 
 def model_keys() -> set[str]:

@@ -23,7 +23,6 @@ from tokenviz.contract.commands import (
     Constrain,
     Continue,
     Force,
-    Inspect,
     Intervene,
     Move,
     Pace,
@@ -42,7 +41,6 @@ from tokenviz.contract.commands import (
     Watch,
 )
 from tokenviz.contract.errors import Cancelled, GiveWay, TokenvizError
-from tokenviz.contract.grammar import refuse_grammar
 from tokenviz.contract.interventions import Entries
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.contract.snapshot import EngineState, Snapshot
@@ -57,7 +55,7 @@ from tokenviz.worker.snapshots import snapshot_of
 from tokenviz.worker.thread import CommandThread
 
 if TYPE_CHECKING:
-    from tokenviz.contract.results import Attribution, AttributionMethod, ViewResult
+    from tokenviz.contract.results import ViewResult
     from tokenviz.journey.comparison import Comparison
     from tokenviz.journey.session import Session
     from tokenviz.worker.loader import Progress
@@ -110,14 +108,13 @@ class EngineWorker(CommandThread[Snapshot]):
             raise TokenvizError("the model has not loaded yet")
         if a == b:
             raise TokenvizError("compare needs the two journeys to differ: change at least one setting")
-        loaded = session.runner.loaded
+        runner = session.runner
 
         def build(progress: Progress) -> Comparison:
             from tokenviz.journey.comparison import Comparison
             from tokenviz.journey.session import Session
-            from tokenviz.model.runner import ModelRunner
 
-            return Comparison(Session(ModelRunner(loaded), a), Session(ModelRunner(loaded), b))
+            return Comparison(Session(runner.twin(), a), Session(runner.twin(), b))
 
         return CompareWorker(build, prompt.prompt, chat=prompt.chat, system=prompt.system)
 
@@ -128,14 +125,14 @@ class EngineWorker(CommandThread[Snapshot]):
         self._publish()
         # Deferred: these import torch, which must not delay the app's first frame.
         from tokenviz.journey.session import Session
-        from tokenviz.model.runner import ModelRunner
+        from tokenviz.worker.loader import engine_of
 
         def progress(message: str, fraction: float | None) -> None:
             self._message, self._progress = message, fraction
             self._publish()
 
         loaded = self._loader(progress)
-        self.session = Session(ModelRunner(loaded), self._settings)
+        self.session = Session(engine_of(loaded), self._settings)
         self._message, self._progress = "prefilling the prompt", None
         self._publish()
         try:
@@ -272,59 +269,17 @@ class EngineWorker(CommandThread[Snapshot]):
             raise
 
     def _compute(self, request: Request[Any], session: Session) -> ViewResult:
-        """A view's result, computed on demand, its progress shown; Escape cancels it. (The imports
-        below are deferred like _load's: they import torch, and this module is imported before the
-        first frame.)"""
-        match request:
-            case Inspect(position=position):
-                return session.analyses.inspect(position)
-            case Attribute(position=position, method=method):
-                return self._attribute(session, position, method)
-            case SplitDifference(position=position):
-                with self._job("splitting the logit difference: layer") as progress:
-                    return session.analyses.logit_difference(position, progress, self._cancelled)
-            case Verify():
-                from tokenviz.journey.verification import verify_latest
+        """A view's result, computed through its spec (tokenviz.journey.views, as `trace` computes
+        it), its progress shown; Escape cancels it. (The import is deferred like _load's: it imports
+        torch, and this module is imported before the first frame.)"""
+        from tokenviz.journey.views import spec_of
 
-                with self._job("verifying: the context again without the cache", unit=" tokens") as progress:
-                    return verify_latest(session.runner, session.cached_ids, progress, self._cancelled)
-            case Beams(width=width, steps=steps):
-                from tokenviz.decoding.beams import beam_search
-
-                refuse_grammar(session.settings.grammar, "beam search")
-
-                with self._job("beam search: step") as progress:
-                    return beam_search(
-                        session.runner,
-                        session.ids,
-                        width,
-                        steps,
-                        cancelled=self._cancelled,
-                        from_cache=True,
-                        progress=progress,
-                    )
-            case Speculate(drafter=drafter, steps=steps):
-                from tokenviz.decoding.speculation import make_drafter, speculative_decode
-
-                drafting = make_drafter(drafter, session.runner)
-                with self._job("speculating", unit=" tokens") as progress:
-                    return speculative_decode(
-                        session.runner,
-                        session.ids,
-                        drafting,
-                        steps,
-                        session.settings,
-                        cancelled=self._cancelled,
-                        from_cache=True,
-                        progress=progress,
-                    )
-        raise TokenvizError(f"unknown request {request!r}")
-
-    def _attribute(self, session: Session, position: int, method: AttributionMethod) -> Attribution:
-        """Attribute the token after `position`, showing its progress; Escape cancels."""
-        what = "leaving out each token" if method == "loo" else "gradient × input: layer by layer"
-        with self._job(what) as progress:
-            return session.analyses.attribute(position, method, progress, self._cancelled)
+        spec = spec_of(session, request)
+        job = spec.job(request)
+        if not job:
+            return spec.compute(session, request, lambda done, total: None, self._cancelled)
+        with self._job(job, unit=spec.unit) as progress:
+            return spec.compute(session, request, progress, self._cancelled)
 
     def _watch(self, session: Session, token: int | str) -> None:
         """Watch a token (or stop), showing the progress of filling in the steps taken; Escape cancels."""

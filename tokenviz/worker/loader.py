@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING, Any
 from tokenviz.contract.placement import DEFAULT_PLACEMENT, Placement
 
 if TYPE_CHECKING:
+    from tokenviz.contract.engine import InternalsEngine
     from tokenviz.model.loading import LoadedModel
 
 Progress = Callable[[str, "float | None"], None]  # (message, fraction done or None)
-Loader = Callable[[Progress], "LoadedModel"]
+ModelLoader = Callable[[Progress], "LoadedModel"]
+Loader = Callable[[Progress], "LoadedModel | InternalsEngine"]  # what a worker takes: an engine already made, too
 BeforeWeights = Callable[[Any, Any], None]  # (config, tokenizer): see tokenviz.model.loading.load_model
 
 
@@ -23,7 +25,7 @@ def model_loader(
     placement: Placement = DEFAULT_PLACEMENT,
     compile: bool = False,
     before_weights: BeforeWeights | None = None,
-) -> Loader:
+) -> ModelLoader:
     """A loader for `model` (None: the bundled one), its decode step compiled with `compile`;
     `before_weights` checks the config and tokenizer before the weights load (see load_model)."""
 
@@ -39,3 +41,12 @@ def model_loader(
         return compiled(loaded, progress)
 
     return load
+
+
+def engine_of(loaded: LoadedModel | InternalsEngine) -> InternalsEngine:
+    """The engine that runs a loaded model: the one place a backend is chosen (the transformers one,
+    tokenviz.model.runner, for a model loaded here). An engine a loader made already is itself."""
+    from tokenviz.model.loading import LoadedModel
+    from tokenviz.model.runner import ModelRunner
+
+    return ModelRunner(loaded) if isinstance(loaded, LoadedModel) else loaded

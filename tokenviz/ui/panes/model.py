@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from tokenviz.contract.engine import in_order, tier_of
 from tokenviz.contract.records import ModelInfo
 from tokenviz.ui.panes.base import ScrollPane
 from tokenviz.ui.selection import Selection
@@ -39,6 +40,8 @@ class ModelPane(ScrollPane):
             *([("placement", i.placement)] if i.placement else []),
             *([("queries kept", i.queries_kept)] if i.queries_kept else []),
             *([("steps run", i.compiled)] if i.compiled else []),
+            *([("engine", engine_line(i))] if i.capabilities else []),
+            *([("distribution", i.distribution)] if i.distribution else []),
         ]
         width = max(len(name) for name, _ in rows) + 2
         text = Text()
@@ -46,6 +49,11 @@ class ModelPane(ScrollPane):
             text.append(f"{name:<{width}}", style="bold")
             text.append(f"{value}\n")
         self.body.update(text)
+
+
+def engine_line(i: ModelInfo) -> str:
+    """The engine's tier and what it can do (see contract.engine): a key whose view needs more says so."""
+    return f"{tier_of(i.capabilities)} tier: {', '.join(in_order(i.capabilities))}"
 
 
 def attention_heads(i: ModelInfo) -> str:

@@ -1,26 +1,27 @@
-"""The interventions in force on a journey's model, and the model's own distribution beside them.
+"""The interventions in force on a model, and the model's own passes beside them.
 
 With any intervention on, every step keeps two distributions: the intervened one, which the sampling
-stages and the draw use, and the model's own at the same context (with the KL between them). The
-own one comes from a second KV cache the unhooked model keeps along the same tokens: one extra
-forward pass of the tokens each step feeds.
+stages and the draw use, and the model's own at the same context (see decoding.unsteered). The own
+one comes from a second KV cache the unhooked model keeps along the same tokens: one extra forward
+pass of the tokens each step feeds.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 
+from tokenviz.contract.engine import shared_prefix
 from tokenviz.contract.interventions import Intervention, check_against
-from tokenviz.contract.records import Candidate, Unsteered
-from tokenviz.model.cache import crop_layers, full_cache, shared_prefix, with_cache
+from tokenviz.model.cache import crop_layers, full_cache, with_cache
 from tokenviz.model.interventions import Hooks, resolve
-from tokenviz.model.runner import ModelRunner
-from tokenviz.model.transfer import DeviceTimer, ids_to_device
+from tokenviz.tensors.transfer import DeviceTimer, ids_to_device
+
+if TYPE_CHECKING:  # (the runner imports this module where it uses it: no cycle)
+    from tokenviz.model.runner import ModelRunner
 
 
 class InterventionState:
@@ -64,22 +65,8 @@ class InterventionState:
     def remove(self) -> None:
         self.hooks.remove()
 
-
-def unsteered_on_device(logits: torch.Tensor, own: torch.Tensor, n: int) -> dict[str, torch.Tensor]:
-    """The own distribution's top-n and KL(intervened ‖ own) in bits, still on the device."""
-    p = torch.log_softmax(logits.float().reshape(-1), -1)
-    q = torch.log_softmax(own.float().reshape(-1).to(p.device), -1)
-    kl = (p.exp() * (p - q)).nan_to_num().sum().clamp(min=0) / math.log(2)
-    top_logits, top_ids = torch.topk(q, min(n, q.numel()))
-    return {
-        "unsteered.ids": top_ids,
-        "unsteered.logits": own.float().reshape(-1).to(p.device)[top_ids].double(),
-        "unsteered.probs": top_logits.exp().double(),
-        "unsteered.kl": kl.double().reshape(1),
-    }
-
-
-def read_unsteered(host: dict[str, np.ndarray], piece: Callable[[int], str], timer: DeviceTimer) -> Unsteered:
-    ids, logits, probs = (host[f"unsteered.{k}"].tolist() for k in ("ids", "logits", "probs"))
-    top = tuple(Candidate(id=i, text=piece(i), logit=lg, prob=p) for i, lg, p in zip(ids, logits, probs))
-    return Unsteered(top=top, kl=float(host["unsteered.kl"][0]), ms=timer.ms())
+    @contextmanager
+    def suspended(self) -> Iterator[None]:
+        """The model as it is without these interventions, inside the block."""
+        with self.hooks.suspended():
+            yield

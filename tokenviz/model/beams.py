@@ -11,14 +11,16 @@ the whole context again.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import torch
 
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.results import BeamCandidate, BeamFate, BeamResult, BeamStep, Hypothesis
 from tokenviz.model.cache import cache_prefix, full_cache, with_cache
-from tokenviz.model.runner import ModelRunner
+
+if TYPE_CHECKING:  # (the runner imports this module where it uses it: no cycle)
+    from tokenviz.model.runner import ModelRunner
 
 PRUNED = -1.0e9
 

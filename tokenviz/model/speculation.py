@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
@@ -22,7 +22,9 @@ from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.sampling import apply_stages, draw_uniform, inverse_cdf
 from tokenviz.model.cache import cache_prefix, full_cache, with_cache
 from tokenviz.model.parts import decoder_layers
-from tokenviz.model.runner import ModelRunner
+
+if TYPE_CHECKING:  # (the runner imports this module where it uses it: no cycle)
+    from tokenviz.model.runner import ModelRunner
 
 DRAFT_LEN = 4
 

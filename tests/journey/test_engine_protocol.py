@@ -1,0 +1,130 @@
+"""The engine protocol (contract.engine): the transformers backend is an engine of every tier and says
+so; the journey runs on the protocol alone; an engine that lacks a capability makes the keys that
+need it say so in one line, off in the footer, marked in the palette, and the model view lists what
+it can do."""
+
+import dataclasses
+
+import pytest
+from apptools import settle, wait_for
+from families import family_model
+
+from tokenviz.contract.engine import (
+    CACHED,
+    ENGINE,
+    INTERNALS,
+    CachedEngine,
+    Capability,
+    Engine,
+    InternalsEngine,
+    in_order,
+    lacking,
+    shared_prefix,
+    tier_of,
+)
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.journey.session import Session
+from tokenviz.model.runner import ModelRunner
+from tokenviz.ui.app import TokenvizApp
+from tokenviz.ui.keys import needs_of
+from tokenviz.worker.engine import EngineWorker
+
+PROMPT = "The cat sat on the mat. The dog"
+
+
+class CachedOnly(ModelRunner):
+    """The transformers engine declaring the cached tier only: what a backend without the model's
+    layers (a served model with a cache of its own) would declare."""
+
+    def __init__(self, loaded):
+        super().__init__(loaded)
+        self.info = dataclasses.replace(self.info, capabilities=in_order(CACHED), distribution="the top 20")
+
+
+def test_the_transformers_engine_is_every_tier_and_declares_it():
+    runner = ModelRunner(family_model("llama"))
+    for tier in (Engine, CachedEngine, InternalsEngine):
+        assert isinstance(runner, tier)
+    assert runner.info.capabilities == tuple(c.value for c in Capability)
+    assert tier_of(runner.info.capabilities) == "internals" and "whole vocabulary" in runner.info.distribution
+    assert runner.twin().info == runner.info and runner.twin().cache is not runner.cache
+    assert "capabilities" in runner.info.to_json() and runner.info.to_json()["capabilities"][0] == "step"
+
+
+def test_tiers_nest_and_a_lacking_capability_is_one_line():
+    assert ENGINE < CACHED < INTERNALS
+    assert tier_of(in_order(ENGINE)) == "engine" and tier_of(in_order(CACHED)) == "cached" and tier_of(()) == ""
+    info = CachedOnly(family_model("llama")).info
+    assert lacking(info, Capability.CACHE, "verify") is None
+    line = lacking(info, Capability.LENS, "the logit lens")
+    assert line is not None and "\n" not in line and "logit lens" in line and info.name in line
+    assert shared_prefix([1, 2, 3], [1, 2, 4, 5]) == 2 and shared_prefix([], [1]) == 0
+
+
+def test_keys_and_palette_actions_name_the_capability_they_need():
+    assert needs_of("view('lens')") == Capability.LENS
+    assert needs_of("view('attribution')") == needs_of("attribution('grad')") == Capability.ATTRIBUTION
+    assert needs_of("beams(5)") == needs_of("beams") == Capability.CACHE
+    assert needs_of("ablate_head") == Capability.INTERVENTIONS
+    assert needs_of("step") is None and needs_of("view('charts')") is None
+
+
+def test_the_journey_runs_on_an_engine_of_the_cached_tier():
+    session = Session(CachedOnly(family_model("llama")), SamplingSettings(temperature=0, max_new_tokens=3))
+    session.start(PROMPT)
+    while session.step() is not None:
+        pass
+    full = Session(ModelRunner(family_model("llama")), SamplingSettings(temperature=0, max_new_tokens=3))
+    full.start(PROMPT)
+    while full.step() is not None:
+        pass
+    assert session.ids == full.ids and [r.top for r in session.records] == [r.top for r in full.records]
+
+
+async def test_a_key_whose_view_needs_a_capability_the_engine_lacks_says_so():
+    worker = EngineWorker(lambda progress: CachedOnly(family_model("llama")), SamplingSettings(temperature=0), PROMPT)
+    app = TokenvizApp(worker)
+    async with app.run_test(size=(120, 36)) as pilot:
+        s = await settle(app, pilot)
+        assert s.info is not None and tier_of(s.info.capabilities) == "cached"
+        views = app.query_one("#views")
+        shown_before = views.current
+        await pilot.press("l")  # the logit lens: the internals tier
+        await wait_for(lambda: any("logit lens" in str(n.message) for n in app._notifications), pilot)
+        line = next(str(n.message) for n in app._notifications if "logit lens" in str(n.message))
+        assert "needs the engine's logit lens" in line and "\n" not in line
+        assert views.current == shown_before  # the view did not open
+        screen = app.journey
+        assert screen.check_action("view", ("lens",)) is False and screen.check_action("ablate_head", ()) is False
+        assert screen.check_action("verify", ()) is True and screen.check_action("view", ("charts",)) is True
+        await pilot.press("M")
+        await wait_for(lambda: views.current == "model", pilot)
+        pane = app.query_one("#model")
+        await wait_for(lambda: "cached tier" in str(pane.body.render()), pilot)
+        assert "step, kv cache, attention rows" in str(pane.body.render())
+        await pilot.press("question_mark")
+        await wait_for(lambda: app.screen.query("#help"), pilot)
+        help_text = app.screen.text
+        assert help_text.startswith("**Not on this engine**") and "l, m (logit lens)" in help_text.split("\n")[0]
+        assert "b (" not in help_text.split("\n")[0]  # the branch tree needs nothing more than a step
+
+
+@pytest.mark.parametrize("engine", [ModelRunner, CachedOnly])
+async def test_the_palette_marks_what_the_engine_cannot_do(engine):
+    from textual.command import CommandPalette
+
+    from tokenviz.ui.command_palette import TokenvizCommands
+
+    worker = EngineWorker(lambda progress: engine(family_model("llama")), SamplingSettings(temperature=0), PROMPT)
+    app = TokenvizApp(worker)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(app, pilot)
+        provider = TokenvizCommands(app.journey)
+        hits = [hit async for hit in provider.search("logit lens")]
+        assert hits
+        helps = [hit.help or "" for hit in hits]
+        if engine is CachedOnly:
+            assert any("needs the engine's logit lens" in h for h in helps)
+        else:
+            assert not any(helps)
+        assert not isinstance(app.screen, CommandPalette)
