@@ -297,3 +297,33 @@ def test_the_stages_run_on_one_thread_on_a_cpu_and_leave_the_thread_count_as_it_
         assert seen == [1] and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(threads)
+
+
+def test_the_stages_are_one_list_of_kinds_in_generates_order():
+    from tokenviz.contract.grammar import Grammar
+    from tokenviz.decoding.sampling import STAGE_KINDS, build_stages
+
+    names = [kind.name for kind in STAGE_KINDS]
+    assert names == ["repetition", "presence/frequency", "grammar", "temperature", "top-k", "top-p", "min-p"]
+    every = SamplingSettings(
+        temperature=0.7,
+        top_k=40,
+        top_p=0.9,
+        min_p=0.05,
+        repetition_penalty=1.2,
+        presence_penalty=0.5,
+        grammar=Grammar("regex", "[a-z]+", "[a-z]+"),
+    )
+    allowed = torch.ones(10, dtype=torch.bool)
+    assert [name for name, _, _ in build_stages(every, [], allowed)] == names
+    greedy = every.replace(temperature=0.0)
+    assert [name for name, _, _ in build_stages(greedy, [], allowed)] == names[:3]  # greedy: no warper
+    with pytest.raises(ValueError, match="grammar's mask"):
+        build_stages(every, [])
+
+
+def test_an_intervention_of_no_known_kind_is_an_error_never_a_steering():
+    from tokenviz.model.interventions import resolve
+
+    with pytest.raises(AssertionError):
+        resolve(None, 4, [object()], [1, 2], lambda text: [1], lambda text: 1)  # type: ignore[list-item]

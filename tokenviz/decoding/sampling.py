@@ -69,45 +69,86 @@ NOT_A_NUMBER = (
 )
 
 
+@dataclass(frozen=True)
+class StageKind:
+    """One kind of sampling stage: when the settings turn it on, how its detail reads, and the
+    transformers processor that applies it. `sampling` stages are skipped by greedy decoding."""
+
+    name: str
+    active: Callable[[SamplingSettings], bool]
+    detail: Callable[[SamplingSettings], str]
+    processor: Callable[[SamplingSettings, Sequence[int], torch.Tensor | None], LogitsProcessor]
+    sampling: bool = False
+
+
+def _grammar_mask(s: SamplingSettings, generated_ids: Sequence[int], allowed: torch.Tensor | None) -> GrammarMask:
+    if allowed is None:
+        raise ValueError("a grammar stage needs the grammar's mask for this context")
+    return GrammarMask(allowed)
+
+
+# In generate()'s order: the penalties, a logits processor of the user's (the grammar's mask), then
+# temperature and the truncations. A new stage is one entry here (and its setting).
+STAGE_KINDS: tuple[StageKind, ...] = (
+    StageKind(
+        REPETITION,
+        lambda s: s.repetition_penalty != 1.0,
+        lambda s: f"×{s.repetition_penalty:g}",
+        lambda s, g, a: RepetitionPenaltyLogitsProcessor(penalty=float(s.repetition_penalty)),
+    ),
+    StageKind(
+        PRESENCE_FREQUENCY,
+        lambda s: bool(s.presence_penalty or s.frequency_penalty),
+        lambda s: f"{s.presence_penalty:g}/{s.frequency_penalty:g}",
+        lambda s, g, a: PresenceFrequencyPenalty(s.presence_penalty, s.frequency_penalty, g),
+    ),
+    StageKind(
+        GRAMMAR,
+        lambda s: s.grammar is not None,
+        lambda s: s.grammar.label if s.grammar is not None else "",
+        _grammar_mask,
+    ),
+    StageKind(
+        "temperature",
+        lambda s: s.temperature != 1.0,
+        lambda s: f"T={s.temperature:g}",
+        lambda s, g, a: TemperatureLogitsWarper(float(s.temperature)),
+        sampling=True,
+    ),
+    StageKind(
+        "top-k",
+        lambda s: s.top_k > 0,
+        lambda s: f"k={s.top_k}",
+        lambda s, g, a: TopKLogitsWarper(top_k=s.top_k),
+        sampling=True,
+    ),
+    StageKind(
+        "top-p",
+        lambda s: s.top_p < 1.0,
+        lambda s: f"p={s.top_p:g}",
+        lambda s, g, a: TopPLogitsWarper(top_p=float(s.top_p)),
+        sampling=True,
+    ),
+    StageKind(
+        "min-p",
+        lambda s: s.min_p > 0,
+        lambda s: f"min={s.min_p:g}",
+        lambda s, g, a: MinPLogitsWarper(min_p=float(s.min_p)),
+        sampling=True,
+    ),
+)
+
+
 def build_stages(
     settings: SamplingSettings, generated_ids: Sequence[int], allowed: torch.Tensor | None = None
 ) -> list[tuple[str, str, LogitsProcessor]]:
     """The active stages in order, as (name, detail, processor). With a grammar, `allowed` is its
-    mask for this context (GrammarMatchers.allowed); it goes where generate() puts a logits processor
-    of the user's: after the penalties, before temperature and the truncations."""
-    s = settings
-    stages: list[tuple[str, str, LogitsProcessor]] = []
-    if s.repetition_penalty != 1.0:
-        stages.append(
-            (
-                REPETITION,
-                f"×{s.repetition_penalty:g}",
-                RepetitionPenaltyLogitsProcessor(penalty=float(s.repetition_penalty)),
-            )
-        )
-    if s.presence_penalty or s.frequency_penalty:
-        stages.append(
-            (
-                PRESENCE_FREQUENCY,
-                f"{s.presence_penalty:g}/{s.frequency_penalty:g}",
-                PresenceFrequencyPenalty(s.presence_penalty, s.frequency_penalty, generated_ids),
-            )
-        )
-    if s.grammar is not None:
-        if allowed is None:
-            raise ValueError("a grammar stage needs the grammar's mask for this context")
-        stages.append((GRAMMAR, s.grammar.label, GrammarMask(allowed)))
-    if s.greedy:
-        return stages
-    if s.temperature != 1.0:
-        stages.append(("temperature", f"T={s.temperature:g}", TemperatureLogitsWarper(float(s.temperature))))
-    if s.top_k > 0:
-        stages.append(("top-k", f"k={s.top_k}", TopKLogitsWarper(top_k=s.top_k)))
-    if s.top_p < 1.0:
-        stages.append(("top-p", f"p={s.top_p:g}", TopPLogitsWarper(top_p=float(s.top_p))))
-    if s.min_p > 0:
-        stages.append(("min-p", f"min={s.min_p:g}", MinPLogitsWarper(min_p=float(s.min_p))))
-    return stages
+    mask for this context (GrammarMatchers.allowed)."""
+    return [
+        (kind.name, kind.detail(settings), kind.processor(settings, generated_ids, allowed))
+        for kind in STAGE_KINDS
+        if kind.active(settings) and not (settings.greedy and kind.sampling)
+    ]
 
 
 def apply_stages(
