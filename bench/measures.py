@@ -35,11 +35,11 @@ from bench.shaped import shaped_model, weights_bytes
 from tokenviz.contract.commands import Play, Reset, Start
 from tokenviz.contract.grammar import Grammar
 from tokenviz.contract.interventions import HeadAblation, Intervention
+from tokenviz.contract.paths import bundled_gguf
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
 from tokenviz.model.loading import (
     LoadedModel,
-    bundled_gguf,
     convert_gguf,
     gguf_cache_dir,
     load_model,

@@ -28,3 +28,9 @@ def test_mypy_is_clean_over_the_whole_package():
     assert "Success: no issues found" in out.stdout
     checked = int(out.stdout.split("in ")[-1].split()[0])  # "... found in N source files"
     assert checked >= len(list((ROOT / "tokenviz").rglob("*.py")))  # every module, the UI and the CLI included
+
+
+def test_mypy_strict_over_the_package_itself():
+    """--strict on the command line, whatever the configuration relaxes: the torch and transformers code too."""
+    out = run("mypy", "--strict", "tokenviz")
+    assert out.returncode == 0 and "Success: no issues found" in out.stdout, out.stdout + out.stderr

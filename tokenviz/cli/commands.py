@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn, Optional
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
 
 import typer
 from rich.console import Console
@@ -47,7 +47,9 @@ if TYPE_CHECKING:
     from tokenviz.contract.snapshot import ComparisonSnapshot, Snapshot
     from tokenviz.contract.worker import Worker
     from tokenviz.files.journey_schema import Journey
+    from tokenviz.journey.comparison import Comparison
     from tokenviz.served.journey import ServedChoice
+    from tokenviz.worker.loader import Progress
 
 DEFAULT_PROMPT = "The Eiffel Tower is located in"
 DEFAULT_QUESTION = "What is the capital of France?"  # the first prompt with --chat
@@ -381,7 +383,7 @@ def compare_served(
     print_result(document, as_json, print_served_comparison)
 
 
-def print_result(document: dict, as_json: bool, table: Callable[[dict, Console], None]) -> None:
+def print_result(document: dict[str, Any], as_json: bool, table: Callable[[dict[str, Any], Console], None]) -> None:
     """A headless command's document: strict JSON on stdout, or its table."""
     if as_json:
         print_document(document, as_json=True)
@@ -430,7 +432,7 @@ def check_writable(path: str, force: bool) -> None:
         raise TokenvizError(f"cannot write {path}: {problem}")
 
 
-def default_page_colors() -> tuple:
+def default_page_colors() -> tuple[tuple[str, str | tuple[str, ...]], ...]:
     """The default theme's colours for an HTML page."""
     from tokenviz.ui.colors import page_colors
     from tokenviz.ui.themes import load_themes
@@ -438,7 +440,7 @@ def default_page_colors() -> tuple:
     return page_colors(load_themes()[DEFAULT_THEME])
 
 
-def print_document(document: dict, as_json: bool) -> None:
+def print_document(document: dict[str, Any], as_json: bool) -> None:
     from tokenviz.cli.table import print_table
 
     if as_json:
@@ -589,7 +591,7 @@ def compare(
     except TokenvizError as exc:
         fail(str(exc))
 
-    def build(progress):
+    def build(progress: Progress) -> Comparison:
         from tokenviz.cli.headless import compare_sessions
 
         return compare_sessions(a, b, model, b_model, progress)

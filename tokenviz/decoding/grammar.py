@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import llguidance
 import llguidance.hf
@@ -70,7 +71,7 @@ class Followed:
 class GrammarMatchers:
     """The matchers of one model's tokenizer, one per grammar in use."""
 
-    def __init__(self, tokenizer, vocab: int, eos_ids: Collection[int]):
+    def __init__(self, tokenizer: Any, vocab: int, eos_ids: Collection[int]):
         self._hf_tokenizer = tokenizer
         self.vocab = vocab
         self._eos_ids = sorted(eos_ids)

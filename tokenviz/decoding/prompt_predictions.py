@@ -104,7 +104,7 @@ class PromptPredictions(Sequence[PromptPrediction]):
     def __hash__(self) -> int:
         return hash(tuple(self))
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[tuple[PromptPrediction, ...]], tuple[tuple[PromptPrediction, ...]]]:
         return tuple, (tuple(self),)  # a copy (pickled, say) is the records themselves
 
     def __repr__(self) -> str:

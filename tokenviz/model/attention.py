@@ -58,7 +58,14 @@ def _eager_of(module: torch.nn.Module) -> Callable[..., tuple[torch.Tensor, torc
     return cast(Callable[..., tuple[torch.Tensor, torch.Tensor]], eager)
 
 
-def _attend(module, query, key, value, attention_mask, **kwargs):
+def _attend(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The registered attention function: sdpa where it serves, the model's eager code elsewhere."""
     if torch.compiler.is_compiling():
         compiled_queries.append(query[0])
@@ -105,7 +112,7 @@ def _additive(mask: torch.Tensor | None, query: torch.Tensor, key: torch.Tensor)
 CALL_KWARGS = frozenset({"scaling", "softcap", "s_aux", "sliding_window", "dropout"})
 
 
-def use_fast_attention(model) -> bool:
+def use_fast_attention(model: Any) -> bool:
     """Switch `model` to tokenviz's attention function; False (and eager attention) where the
     model's attention does not go through transformers' AttentionInterface."""
     from transformers import AttentionInterface
@@ -138,7 +145,9 @@ def capturing(eager: bool = False, calls: dict[int, LayerCall] | None = None) ->
         _capture.reset(token)
 
 
-def window_mask(queries: range, keys: int, window: int | None, dtype: torch.dtype, device) -> torch.Tensor:
+def window_mask(
+    queries: range, keys: int, window: int | None, dtype: torch.dtype, device: torch.device | str
+) -> torch.Tensor:
     """The additive mask transformers applies: a query at q reads keys k <= q, and within a sliding
     window of w only those with k > q - w. Shape (1, 1, queries, keys)."""
     q = torch.arange(queries.start, queries.stop, device=device)[:, None]

@@ -61,6 +61,9 @@ class GrowingLayer(DynamicLayer):
 
     ROOM = 64  # positions reserved past the filled ones
 
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]  # (transformers leaves its own untyped)
+
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.dtype, self.device = key_states.dtype, key_states.device
         self.filled = 0
@@ -83,7 +86,9 @@ class GrowingLayer(DynamicLayer):
     def _show(self) -> None:
         self.keys, self.values = self._keys[:, :, : self.filled], self._values[:, :, : self.filled]
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         new = key_states.shape[-2]
@@ -92,6 +97,7 @@ class GrowingLayer(DynamicLayer):
         self._values[:, :, self.filled : self.filled + new] = value_states
         self.filled += new
         self._show()
+        assert self.keys is not None and self.values is not None
         return self.keys, self.values
 
     def get_seq_length(self) -> int:

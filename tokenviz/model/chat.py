@@ -4,6 +4,7 @@ chat template, with the generation prompt, and which tokens the template added."
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from tokenviz.contract.errors import PromptError
 
@@ -14,11 +15,11 @@ class ChatIds:
     template: list[bool]  # per token: added by the template (not the user's or system's words)
 
 
-def has_chat_template(tokenizer) -> bool:
+def has_chat_template(tokenizer: Any) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
 
 
-def chat_ids(tokenizer, user: str, system: str | None = None) -> ChatIds:
+def chat_ids(tokenizer: Any, user: str, system: str | None = None) -> ChatIds:
     """The token ids `generate()` would be given for this conversation: exactly
     apply_chat_template(messages, add_generation_prompt=True)."""
     if not has_chat_template(tokenizer):
@@ -31,7 +32,7 @@ def chat_ids(tokenizer, user: str, system: str | None = None) -> ChatIds:
     return ChatIds(ids, _template_mask(tokenizer, text, ids, [user, system or ""]))
 
 
-def _template_mask(tokenizer, text: str, ids: list[int], contents: list[str]) -> list[bool]:
+def _template_mask(tokenizer: Any, text: str, ids: list[int], contents: list[str]) -> list[bool]:
     """Which tokens lie outside the messages' own words. Found from the rendered text's offsets; if
     they do not line up with the template's ids, only the special tokens count as the template's."""
     spans = [(start, start + len(c)) for c in contents if c and (start := text.rfind(c)) >= 0]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 
@@ -29,8 +30,8 @@ def layer_by_layer(
     for passes whose partial writes to a cache are undone) and `progress(layer, layers)` is told."""
     layers = decoder_layers(model)
 
-    def before(index: int):
-        def hook(module, args):
+    def before(index: int) -> Callable[..., Any]:
+        def hook(module: torch.nn.Module, args: Any) -> Any:
             if cancelled():
                 raise stop(f"{what} cancelled")
             if progress is not None:

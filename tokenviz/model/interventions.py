@@ -27,12 +27,14 @@ def output_projection(layer: torch.nn.Module) -> torch.nn.Module:
     for name, module in layer.named_modules():
         path = name.split(".")
         if path[-1] in OUTPUT_PROJECTIONS and any("attn" in part or "attention" in part for part in path[:-1]):
-            return module
+            found: torch.nn.Module = module
+            return found
     raise SettingsError("this model's attention output projection is not one tokenviz knows: no head can be ablated")
 
 
 def _first(output: Any) -> torch.Tensor:
-    return output[0] if isinstance(output, tuple) else output
+    tensor: torch.Tensor = output[0] if isinstance(output, tuple) else output
+    return tensor
 
 
 @torch.inference_mode()
@@ -77,13 +79,16 @@ def residual_at(model: Any, layer: int, ids: Sequence[int], position: int) -> to
     return seen[0][position].float()
 
 
-def steering_direction(model: Any, steering: Steering, encode: Callable[[str], list[int]], token_id) -> torch.Tensor:
+def steering_direction(
+    model: Any, steering: Steering, encode: Callable[[str], list[int]], token_id: Callable[[str], int]
+) -> torch.Tensor:
     """The direction `steering` adds (before its scale): of two texts' residuals, or two tokens'
     unembedding rows. `token_id` turns a token's text (or id:N) into its id."""
     if steering.by == "tokens":
         unembedding = model.get_output_embeddings().weight
         rows = unembedding[[token_id(steering.toward), token_id(steering.away)]].float()
-        return rows[0] - rows[1]
+        difference: torch.Tensor = rows[0] - rows[1]
+        return difference
     toward, away = (residual_after(model, steering.layer, encode(text)) for text in (steering.toward, steering.away))
     return toward - away
 
@@ -152,8 +157,8 @@ class Hooks:
                 case _:
                     assert_never(i)
 
-    def _ablation(self, head: int, heads: int, value: torch.Tensor | None):
-        def pre_hook(module, args):
+    def _ablation(self, head: int, heads: int, value: torch.Tensor | None) -> Callable[..., Any]:
+        def pre_hook(module: torch.nn.Module, args: Any) -> Any:
             if not self.active:
                 return None
             x = args[0]
@@ -164,8 +169,8 @@ class Hooks:
 
         return pre_hook
 
-    def _steering(self, value: torch.Tensor):
-        def hook(module, args, output):
+    def _steering(self, value: torch.Tensor) -> Callable[..., Any]:
+        def hook(module: torch.nn.Module, args: Any, output: Any) -> Any:
             if not self.active:
                 return None
             hidden = _first(output)
@@ -174,13 +179,13 @@ class Hooks:
 
         return hook
 
-    def _note_start(self, module, args, kwargs):
+    def _note_start(self, module: torch.nn.Module, args: Any, kwargs: Any) -> None:
         """Where the pass starts: after what its cache holds (a pass without one starts at 0)."""
         cache = passed_cache(kwargs)
         self._start = cache.get_seq_length() if cache is not None else 0
 
-    def _patch(self, position: int, value: torch.Tensor):
-        def hook(module, args, output):
+    def _patch(self, position: int, value: torch.Tensor) -> Callable[..., Any]:
+        def hook(module: torch.nn.Module, args: Any, output: Any) -> Any:
             hidden = _first(output)
             at = position - self._start
             if not self.active or not 0 <= at < hidden.shape[1]:

@@ -10,7 +10,7 @@ stream, so the last layer's lens is exactly the model's output.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -26,13 +26,13 @@ MERGE_EPSILON = 1e-5  # Gemma 3n's floor under a stream's magnitude
 NORM_NAMES = ("norm", "ln_f", "final_layernorm", "final_layer_norm", "norm_f", "layer_norm")
 
 
-def _owners(model) -> tuple[torch.nn.Module, ...]:
+def _owners(model: Any) -> tuple[torch.nn.Module, ...]:
     """The base model and its direct children (OPT keeps its final norm at model.decoder)."""
     base = model.base_model
     return (base, *base.children())
 
 
-def _submodule(model, names: tuple[str, ...]) -> torch.nn.Module | None:
+def _submodule(model: Any, names: tuple[str, ...]) -> torch.nn.Module | None:
     """The first of `names` on the base model, or on one of its direct children."""
     for owner in _owners(model):
         for name in names:
@@ -42,7 +42,7 @@ def _submodule(model, names: tuple[str, ...]) -> torch.nn.Module | None:
     return None
 
 
-def final_norm(model) -> torch.nn.Module:
+def final_norm(model: Any) -> torch.nn.Module:
     """The norm the model applies after its last layer: by its usual names, else the one norm the base
     model holds outside its layers, whatever it is called (LFM2's is `embedding_norm`). The lens
     checks its last layer against the model's output, so a wrong guess is said, never shown."""
@@ -65,19 +65,19 @@ def final_norm(model) -> torch.nn.Module:
     return next(iter(norms.values()))
 
 
-def softcap(model, logits: torch.Tensor) -> torch.Tensor:
+def softcap(model: Any, logits: torch.Tensor) -> torch.Tensor:
     """The model's final logit soft-capping (Gemma 2), where it has one."""
     cap = getattr(model.config, "final_logit_softcapping", None)
     return logits if cap is None else torch.tanh(logits / cap) * cap
 
 
-def head_logits_before_cap(model, hidden: torch.Tensor) -> torch.Tensor:
+def head_logits_before_cap(model: Any, hidden: torch.Tensor) -> torch.Tensor:
     """The output projection where there is one, the unembedding and the model's logit scaling: an
     affine map of final hidden states (after the final norm)."""
     project_out = _submodule(model, ("project_out",))  # OPT, when its embedding is narrower
     if project_out is not None:
         hidden = project_out(hidden)
-    logits = model.get_output_embeddings()(hidden)
+    logits: torch.Tensor = model.get_output_embeddings()(hidden)
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # a float64 model stays float64
     config = model.config
     if getattr(config, "logit_scale", None) is not None:  # Cohere
@@ -87,13 +87,13 @@ def head_logits_before_cap(model, hidden: torch.Tensor) -> torch.Tensor:
     return logits
 
 
-def head_logits(model, hidden: torch.Tensor) -> torch.Tensor:
+def head_logits(model: Any, hidden: torch.Tensor) -> torch.Tensor:
     """The model's output logits for final hidden states (after its final norm): the output
     projection where there is one, the unembedding, then the model's own logit transforms."""
     return softcap(model, head_logits_before_cap(model, hidden))
 
 
-def stream_merge(model) -> Callable[[torch.Tensor], torch.Tensor] | None:
+def stream_merge(model: Any) -> Callable[[torch.Tensor], torch.Tensor] | None:
     """For a model whose layers carry parallel streams (Gemma 3n's AltUp: (streams, batch, positions,
     hidden)), what it does to them after its last layer: streams 1.. projected back, scaled to stream
     0's magnitude, and all averaged. The lens does the same after every layer, so its last layer is
@@ -123,7 +123,7 @@ def residual_stream(runner: ModelRunner, ids: list[int]) -> tuple[torch.Tensor, 
     merge = stream_merge(model)
     captured: list[torch.Tensor] = []
 
-    def hook(module, args, output):
+    def hook(module: torch.nn.Module, args: Any, output: Any) -> Any:
         hidden = output[0] if isinstance(output, tuple) else output
         captured.append(merge(hidden)[0] if merge else hidden[0])
 
@@ -131,7 +131,9 @@ def residual_stream(runner: ModelRunner, ids: list[int]) -> tuple[torch.Tensor, 
     if merge is not None:
         joined = merge
 
-        def entering(module, args):  # the streams the first layer receives: the lens's layer 0
+        def entering(
+            module: torch.nn.Module, args: Any
+        ) -> Any:  # the streams the first layer receives: the lens's layer 0
             captured.append(joined(args[0])[0])
 
         handles.append(layers[0].register_forward_pre_hook(entering))

@@ -18,7 +18,7 @@ import re
 import shutil
 import socket
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,7 +93,7 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return choices[dtype]
 
 
-def _fingerprint(gguf: Path) -> dict:
+def _fingerprint(gguf: Path) -> dict[str, Any]:
     import transformers
 
     stat = gguf.stat()
@@ -207,7 +207,7 @@ def convert_gguf(gguf: Path, directory: Path, progress: Progress) -> None:
 
 
 @contextlib.contextmanager
-def _removed_on_failure(partial: Path):
+def _removed_on_failure(partial: Path) -> Iterator[None]:
     try:
         yield
     except BaseException:
@@ -268,7 +268,7 @@ def _unlocked(lock_path: Path) -> bool:
 
 
 @contextlib.contextmanager
-def _gguf_read_once():
+def _gguf_read_once() -> Iterator[None]:
     """transformers reads the GGUF's metadata three times (tokenizer, config, weights: about 5 s each
     for the bundled model) and rebuilds gguf's tensor-name map once per module (397 times). For the
     length of one conversion, each is built once and shared."""
@@ -279,20 +279,20 @@ def _gguf_read_once():
 
     originals = (gguf.GGUFReader, gguf.get_tensor_name_map, gguf_utils.load_gguf_checkpoint)
     readers: dict[str, object] = {}
-    metadata: dict[str, dict] = {}
+    metadata: dict[str, dict[str, Any]] = {}
 
-    def reader(path, *args, **kwargs):
+    def reader(path: Any, *args: Any, **kwargs: Any) -> Any:
         if args or kwargs:
             return originals[0](path, *args, **kwargs)
         if str(path) not in readers:
             readers[str(path)] = originals[0](path)
         return readers[str(path)]
 
-    def checkpoint(path, return_tensors=False, **kwargs):
+    def checkpoint(path: Any, return_tensors: bool = False, **kwargs: Any) -> Any:
         if return_tensors or kwargs:
-            return originals[2](path, return_tensors=return_tensors, **kwargs)
+            return originals[2](path, return_tensors=return_tensors, **kwargs)  # type: ignore[no-untyped-call]
         if str(path) not in metadata:
-            metadata[str(path)] = originals[2](path, return_tensors=False)
+            metadata[str(path)] = originals[2](path, return_tensors=False)  # type: ignore[no-untyped-call]
         return copy.deepcopy(metadata[str(path)])  # callers change what they get
 
     gguf.GGUFReader = reader  # type: ignore[misc,assignment]
@@ -311,7 +311,7 @@ def one_line(exc: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def quiet():
+def quiet() -> Iterator[None]:
     """transformers and tqdm print warnings and bars to the terminal the TUI owns."""
     from transformers.utils import logging as hf_logging
 
@@ -328,7 +328,7 @@ def quiet():
         hf_logging.enable_progress_bar()
 
 
-def _position_scheme(config) -> str:
+def _position_scheme(config: Any) -> str:
     rope = getattr(config, "rope_parameters", None) or {}
     theta = rope.get("rope_theta") if isinstance(rope, dict) else None
     theta = theta or getattr(config, "rope_theta", None)
@@ -345,7 +345,7 @@ ATTENTION_LABELS = {
 
 
 def model_info(
-    model,
+    model: Any,
     name: str,
     device: torch.device,
     dtype: torch.dtype,
@@ -474,7 +474,7 @@ def check_vocabulary(name: str, config: Any, tokenizer: PreTrainedTokenizerBase)
 ATTENTION_LAYERS = {"full_attention", "sliding_attention", "chunked_attention"}
 
 
-def require_attention(config, source: str) -> None:
+def require_attention(config: Any, source: str) -> None:
     """Refuse a model whose layers are not all attention (state-space, recurrent or linear-attention
     layers): tokenviz follows attention layer by layer and keeps a KV cache."""
     kinds = set(getattr(config, "layer_types", None) or ())
@@ -545,7 +545,7 @@ def _from_pretrained(
     progress: Progress,
     gguf_file: str | None = None,
     before_weights: BeforeWeights | None = None,
-):
+) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
@@ -590,7 +590,7 @@ def _from_pretrained(
     return model, tokenizer
 
 
-def check_weights(name: str, report: dict) -> None:
+def check_weights(name: str, report: dict[str, Any]) -> None:
     """Refuse a checkpoint that lacks weights the architecture needs, or holds ones it does not use:
     transformers would fill the missing ones with random numbers and say so only in a warning.
     (Tied weights and the buffers a model makes itself are not in its report.)"""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -44,10 +44,11 @@ def _mlp_branch_end(layer: torch.nn.Module) -> torch.nn.Module:
     raise TokenvizError(f"cannot find the MLP of {type(layer).__name__}: its logit difference cannot be split")
 
 
-def _last(output) -> torch.Tensor:
+def _last(output: Any) -> torch.Tensor:
     """The last position's vector of a module's output (OPT's MLP works on (positions, hidden))."""
     tensor = output[0] if isinstance(output, tuple) else output
-    return tensor.reshape(-1, tensor.shape[-1])[-1]
+    last: torch.Tensor = tensor.reshape(-1, tensor.shape[-1])[-1]
+    return last
 
 
 class FrozenNorm:
@@ -80,10 +81,12 @@ class FrozenNorm:
 
     def linear(self, v: torch.Tensor) -> torch.Tensor:
         """The norm's linear part with the frozen scale (no bias)."""
-        return self.gain * self._centre(v.to(torch.float64)) / self.scale
+        normed: torch.Tensor = self.gain * self._centre(v.to(torch.float64)) / self.scale
+        return normed
 
     def __call__(self, v: torch.Tensor) -> torch.Tensor:
-        return self.linear(v) + self.bias
+        mapped: torch.Tensor = self.linear(v) + self.bias
+        return mapped
 
 
 @torch.inference_mode()
@@ -103,14 +106,14 @@ def residual_parts(
     mlps: dict[int, torch.Tensor] = {}
     normed: list[torch.Tensor] = []
 
-    def layer_input(index: int):
-        def hook(module, args, kwargs):
+    def layer_input(index: int) -> Callable[..., Any]:
+        def hook(module: torch.nn.Module, args: Any, kwargs: Any) -> Any:
             inputs[index] = _last(args[0] if args else kwargs["hidden_states"])
 
         return hook
 
-    def mlp_output(index: int, takes_residual: bool):
-        def hook(module, args, kwargs, output):
+    def mlp_output(index: int, takes_residual: bool) -> Callable[..., Any]:
+        def hook(module: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> Any:
             added = _last(output)
             if takes_residual:  # Bloom and MPT add the residual inside their MLP
                 residual = args[1] if len(args) > 1 else kwargs["residual"]
@@ -119,7 +122,7 @@ def residual_parts(
 
         return hook
 
-    def norm_input(module, args, output):
+    def norm_input(module: torch.nn.Module, args: Any, output: Any) -> Any:
         inputs[len(layers)] = _last(args[0])
         normed.append(_last(output))
 

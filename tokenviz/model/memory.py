@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import psutil
 import torch
@@ -67,7 +68,7 @@ class Parameters:
 BUILT_LAYERS = 256  # more than any released model has: a config with more is counted from two small builds
 
 
-def parameter_count(config, trust_remote_code: bool = False) -> Parameters:
+def parameter_count(config: Any, trust_remote_code: bool = False) -> Parameters:
     """The model's parameters, counted on the meta device: no storage, so a 70B config costs what
     its modules' Python objects cost. A config of more than BUILT_LAYERS layers (20,000 had taken a
     minute and 2 GB to build) is counted from builds of one and two layers: what a layer adds, times
@@ -84,7 +85,7 @@ def parameter_count(config, trust_remote_code: bool = False) -> Parameters:
     )
 
 
-def _with_layers(config, n: int):
+def _with_layers(config: Any, n: int) -> Any:
     """A copy of `config` with `n` decoder layers (its per-layer lists cut to them)."""
     copy = config.__class__.from_dict(config.to_dict())
     text = text_config(copy)
@@ -96,7 +97,7 @@ def _with_layers(config, n: int):
     return copy
 
 
-def _built_count(config, trust_remote_code: bool) -> Parameters:
+def _built_count(config: Any, trust_remote_code: bool) -> Parameters:
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
@@ -108,7 +109,7 @@ def _built_count(config, trust_remote_code: bool) -> Parameters:
     return Parameters(sum(p.numel() for p in model.parameters()), sum(linears.values()), latent_attention(model))
 
 
-def need(config, parameters: Parameters, dtype: torch.dtype, quantize: str | None = None) -> Need:
+def need(config: Any, parameters: Parameters, dtype: torch.dtype, quantize: str | None = None) -> Need:
     text = text_config(config)
     context = getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None) or KV_TOKENS
     tokens = min(KV_TOKENS, int(context))
@@ -124,14 +125,14 @@ def need(config, parameters: Parameters, dtype: torch.dtype, quantize: str | Non
     return Need(weights=int(weights), kv=kv, tokens=tokens, dtype=dtype, quantize=quantize)
 
 
-def _kv_per_position(layer, latent_kv: bool) -> int:
+def _kv_per_position(layer: Any, latent_kv: bool) -> int:
     """Numbers one decoder layer's KV cache keeps a position, from that layer's config."""
     latent = getattr(layer, "kv_lora_rank", None) if latent_kv else None
     if latent:  # one latent and one shared rotary key
-        return latent + (getattr(layer, "qk_rope_head_dim", None) or 0)
+        return int(latent + (getattr(layer, "qk_rope_head_dim", None) or 0))
     heads = layer.num_attention_heads  # keys and values of every key/value head
     head_dim = getattr(layer, "head_dim", None) or layer.hidden_size // heads
-    return 2 * kv_heads(layer, heads) * head_dim
+    return int(2 * kv_heads(layer, heads) * head_dim)
 
 
 def free_bytes(device: torch.device, limits: dict[str, int]) -> tuple[int, bool]:
@@ -148,7 +149,7 @@ def free_bytes(device: torch.device, limits: dict[str, int]) -> tuple[int, bool]
 
 def check_fits(
     name: str,
-    config,
+    config: Any,
     parameters: Parameters,
     device: torch.device,
     dtype: torch.dtype,

@@ -6,15 +6,15 @@ prefill's predictions) hold the tokenizer and not the model.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import lru_cache
-from typing import cast
+from typing import Any, cast
 
 from tokenviz.contract.text import safe_text
 
 
 class TokenPieces:
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
         self.known: dict[int, str] = {}  # by id: at most the vocabulary
 
@@ -52,7 +52,7 @@ class TokenPieces:
 
 
 @lru_cache(maxsize=1)
-def _plain_decode():
+def _plain_decode() -> Callable[..., str] | None:
     """The fast tokenizers' decode: their Rust backend's, no more."""
     from transformers import PreTrainedTokenizerFast
 

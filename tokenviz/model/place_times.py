@@ -11,8 +11,9 @@ it too. Read the times after the step's transfer. Without a map there are no hoo
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 
@@ -59,7 +60,7 @@ class PlaceTimes:
 
 
 @contextmanager
-def timed_by_place(model) -> Iterator[PlaceTimes | None]:
+def timed_by_place(model: Any) -> Iterator[PlaceTimes | None]:
     """Inside, a spread model's forward passes are timed by place (None for a model in one place)."""
     parts = places(model)
     if not parts:
@@ -67,7 +68,7 @@ def timed_by_place(model) -> Iterator[PlaceTimes | None]:
         return
     times = PlaceTimes(on_gpu=any(place.startswith("cuda") for place in parts.values()))
 
-    def entering(place: str):
+    def entering(place: str) -> Callable[..., Any]:
         return lambda module, args: times.mark(place)
 
     handles = [model.get_submodule(name).register_forward_pre_hook(entering(place)) for name, place in parts.items()]

@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -27,7 +28,7 @@ def accelerate_limits(limits: dict[str, int]) -> dict[str | int, int]:
     return {int(d.removeprefix("cuda:")) if d.startswith("cuda:") else d: n for d, n in limits.items()}
 
 
-def check_map_modules(name: str, config, mapping: dict[str, str | int], trust_remote_code: bool = False) -> None:
+def check_map_modules(name: str, config: Any, mapping: dict[str, str | int], trust_remote_code: bool = False) -> None:
     """Refuse a device map naming modules the model does not have (built on the meta device, so
     nothing is allocated), naming them: accelerate would place the model as if they were not there."""
     from transformers import AutoModelForCausalLM
@@ -52,13 +53,14 @@ def offload_dir_for(source: str) -> Path:
     return cache_root() / "offload" / f"{Path(source).name or 'model'}-{key}"
 
 
-def input_device(model) -> torch.device:
+def input_device(model: Any) -> torch.device:
     """Where the ids go in: the input embedding's device (for one offloaded, where its hook runs it)."""
     embeddings = model.get_input_embeddings()
     runs_on = getattr(getattr(embeddings, "_hf_hook", None), "execution_device", None)
     if runs_on is not None:
         return torch.device(f"cuda:{runs_on}" if isinstance(runs_on, int) else runs_on)
-    return embeddings.weight.device
+    device: torch.device = embeddings.weight.device
+    return device
 
 
 @contextmanager
@@ -70,20 +72,20 @@ def weights_at_hand(module: torch.nn.Module) -> Iterator[None]:
         yield
 
 
-def places(model) -> dict[str, str]:
+def places(model: Any) -> dict[str, str]:
     """Each part of a spread model's device map and where its weights live ('cuda:0', 'cpu',
     'disk'); empty for a model in one place."""
     named = device_map_of(model)
     return named if len(set(named.values())) > 1 else {}
 
 
-def device_map_of(model) -> dict[str, str]:
+def device_map_of(model: Any) -> dict[str, str]:
     """Where accelerate's device map put each part of `model` ('cuda:0', 'cpu', 'disk'); empty without one."""
     mapping: dict[str, str | int] = getattr(model, "hf_device_map", None) or {}
     return {name: f"cuda:{where}" if isinstance(where, int) else str(where) for name, where in mapping.items()}
 
 
-def placed(model) -> str:
+def placed(model: Any) -> str:
     """Which decoder layers (and how many other parts) live on each device or the disk, and their
     bytes, wherever a device map placed the model: in one place too (accelerate may put a whole model
     on the disk, and the line is then what says so); '' without a device map."""

@@ -6,6 +6,7 @@ loads it. The numbers on screen are the quantized model's own."""
 from __future__ import annotations
 
 import importlib.util
+from typing import Any
 
 import torch
 
@@ -14,7 +15,7 @@ from tokenviz.contract.errors import ModelLoadError
 INT4_PACKING = "tile_packed_to_4d"
 
 
-def quantization_config(kind: str, device: torch.device, dtype: torch.dtype):
+def quantization_config(kind: str, device: torch.device, dtype: torch.dtype) -> Any:
     from transformers import BitsAndBytesConfig, TorchAoConfig
 
     if kind == "int4" and device.type != "cuda":
@@ -37,7 +38,7 @@ def quantization_config(kind: str, device: torch.device, dtype: torch.dtype):
     return TorchAoConfig(Int4WeightOnlyConfig(int4_packing_format=INT4_PACKING))
 
 
-def quantized(model) -> str:
+def quantized(model: Any) -> str:
     """How the model's weights are quantized, in a few words ('' when they are not)."""
     config = getattr(model.config, "quantization_config", None)
     if config is None:

@@ -12,8 +12,9 @@ passes the journey runs anyway: no pass of its own. A dense model has no routers
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import torch
@@ -22,7 +23,7 @@ from tokenviz.contract.records import Routing
 from tokenviz.model.parts import decoder_layers
 
 
-def routers(model) -> dict[int, torch.nn.Module]:
+def routers(model: Any) -> dict[int, torch.nn.Module]:
     """Each MoE layer's router, by decoder layer: the first module in the layer named ...Router
     (TopKRouter, TopkRouter) that keeps a top-k. Empty for a dense model."""
     found = {}
@@ -38,7 +39,7 @@ SHARED_NAMES = ("shared_expert", "shared_experts")  # Qwen MoE and Llama 4; Deep
 SHARED_GATE = "shared_expert_gate"  # Qwen MoE scales its shared expert by sigmoid(gate(x)) per token
 
 
-def shared_gates(model, found: dict[int, torch.nn.Module]) -> dict[int, torch.nn.Module | None]:
+def shared_gates(model: Any, found: dict[int, torch.nn.Module]) -> dict[int, torch.nn.Module | None]:
     """For each MoE layer with a shared expert (one every token goes through): its gate, or None
     where the shared expert always counts in full."""
     gates: dict[int, torch.nn.Module | None] = {}
@@ -59,8 +60,8 @@ def recording(
     captured: dict[int, tuple[torch.Tensor, ...]] = {}
     shared: dict[int, torch.Tensor] = {}
 
-    def hook_for(layer: int):
-        def hook(module, args, output):
+    def hook_for(layer: int) -> Callable[..., Any]:
+        def hook(module: Any, args: Any, output: Any) -> Any:
             if isinstance(output, tuple) and len(output) == 3:  # (logits, weights, experts): most families
                 logits, weights, experts = output
             elif isinstance(output, tuple) and len(output) == 2:  # Llama 4: (scores of every expert, logits)
@@ -75,8 +76,8 @@ def recording(
 
         return hook
 
-    def gate_for(layer: int):
-        def hook(module, args, output):
+    def gate_for(layer: int) -> Callable[..., Any]:
+        def hook(module: Any, args: Any, output: Any) -> Any:
             shared[layer] = torch.sigmoid(output.float()).reshape(-1)
 
         return hook

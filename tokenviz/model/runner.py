@@ -272,7 +272,7 @@ class ModelRunner:
     def reset(self) -> None:
         self.use_cache(full_cache())
 
-    def use_cache(self, cache) -> None:
+    def use_cache(self, cache: Any) -> None:
         """Go on from `cache` (a fresh one, or one kept from before): nothing kept about the old one holds."""
         self.cache = cache
         self._forget_from(0)
@@ -414,7 +414,8 @@ class ModelRunner:
                 use_cache=True,
                 logits_to_keep=len(ids) - start,
             )
-        return out.logits[0]
+        logits: torch.Tensor = out.logits[0]
+        return logits
 
     @contextmanager
     def _cut(self, length: int) -> Iterator[None]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -57,7 +57,7 @@ class PromptLookup:
 class CachedDrafter:
     """Greedy drafts from a (smaller) causal LM with its own cache, kept in step with the context."""
 
-    def __init__(self, model, name: str, shared_layers: int | None = None):
+    def __init__(self, model: Any, name: str, shared_layers: int | None = None) -> None:
         self.model = model
         self.name = name
         self.shared_layers = shared_layers  # an early exit's: the target's first layers, whose cache it can share
@@ -65,7 +65,7 @@ class CachedDrafter:
         self.cache = full_cache()
         self.fed: list[int] = []
 
-    def start_from(self, cache, fed: list[int]) -> None:
+    def start_from(self, cache: Any, fed: list[int]) -> None:
         """Go on from `cache`, which holds `fed` (a copy of the target's, for an early exit)."""
         self.cache, self.fed = cache, list(fed)
 
@@ -78,7 +78,8 @@ class CachedDrafter:
             logits_to_keep=1,
         )
         self.fed += ids
-        return out.logits[0, -1]
+        logits: torch.Tensor = out.logits[0, -1]
+        return logits
 
     def draft(self, ids: list[int], n: int) -> list[int]:
         common = 0
@@ -100,7 +101,7 @@ class CachedDrafter:
         return drafted
 
 
-def early_exit_model(model, layers: int):
+def early_exit_model(model: Any, layers: int) -> Any:
     """The same model cut after `layers` decoder layers, sharing its weights, then its own final
     norm and unembedding: the early-exit drafter."""
     total = model.config.num_hidden_layers
@@ -124,7 +125,7 @@ def early_exit_model(model, layers: int):
     return draft
 
 
-def _detached_copy(module: torch.nn.Module, config) -> torch.nn.Module:
+def _detached_copy(module: torch.nn.Module, config: Any) -> torch.nn.Module:
     """A shallow copy with its own table of submodules (and `config`, where it has one). A forward
     set on the instance (a wrapper around the original's) is not copied: it would run the whole model."""
     duplicate = copy.copy(module)

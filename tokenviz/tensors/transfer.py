@@ -108,6 +108,6 @@ class DeviceTimer:
     def ms(self) -> float:
         """Read after the step's transfer (or any other wait on the device)."""
         if self._events is not None:
-            return self._events[0].elapsed_time(self._events[1])
+            return float(self._events[0].elapsed_time(self._events[1]))
         assert self._ms is not None, "stop() first"
         return self._ms

@@ -58,7 +58,7 @@ def theme_colors(theme: Theme) -> ThemeColors:
     return _resolved[theme.name]
 
 
-def app_colors(app: App) -> ThemeColors:
+def app_colors(app: App[object]) -> ThemeColors:
     """The colours of the app's theme, found by its name: App.current_theme copies the table of
     every registered theme on each call, and the panes ask once per chip and row."""
     colors = _resolved.get(app.theme)

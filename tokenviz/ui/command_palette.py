@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
+from textual.app import App
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.theme import ThemeProvider
 
@@ -49,7 +50,7 @@ class TokenvizCommands(Provider):
                 yield Hit(score, matcher.highlight(label), choose, help=None)
 
 
-def theme_choices(app) -> list[tuple[str, Callable[[], None]]]:
+def theme_choices(app: App[object]) -> list[tuple[str, Callable[[], None]]]:
     """(name, choose it) for every theme: tokenviz's own first, then Textual's, each by name."""
     own = set(load_themes())
 

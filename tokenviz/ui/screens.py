@@ -96,7 +96,7 @@ the next one, after the cursor.
 """
 
 
-class HelpScreen(ModalScreen):
+class HelpScreen(ModalScreen[None]):
     BINDINGS: ClassVar = [Binding("escape,q,question_mark", "dismiss", "close")]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }

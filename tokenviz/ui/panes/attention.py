@@ -11,6 +11,8 @@ worker's: it computes the rows this pane shows (see rows_shown) and every snapsh
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from rich.segment import Segment
@@ -19,6 +21,7 @@ from textual.message import Message
 from textual.strip import Strip
 
 from tokenviz.contract.attention import head_label, paged_start, window
+from tokenviz.contract.records import TokenChip
 from tokenviz.render.colors import ramp
 from tokenviz.render.columns import cell, fitting
 from tokenviz.render.heatmap import legend, pair_codes, run_segments, shade_lines
@@ -42,7 +45,7 @@ def layout(height: int) -> tuple[int, tuple[str, ...]]:
 
 
 class AttentionPane(LinesPane):
-    def __init__(self, **kwargs):
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._map_lines: dict[tuple[object, ...], Strip] = {}  # by what a map line shows, kept a frame
         self._drawn_for: tuple[object, ...] | None = None  # the look the kept map lines were drawn for
@@ -146,7 +149,14 @@ class AttentionPane(LinesPane):
         return lines + [trailer[name].crop(0, width).apply_style(style) for name in under]
 
     def _map(
-        self, matrix: np.ndarray, queries: range, zoom: int, cursor: int, chips, style: Style, colors: list[str]
+        self,
+        matrix: np.ndarray,
+        queries: range,
+        zoom: int,
+        cursor: int,
+        chips: Sequence[TokenChip],
+        style: Style,
+        colors: list[str],
     ) -> list[Strip]:
         """The map's lines, each labelled with its rows; a line that shows what it showed in the
         last frame is the same Strip (and so is not repainted)."""
@@ -183,7 +193,7 @@ def heat_colors(stops: tuple[str, ...]) -> list[str]:
     return ramp(list(stops), LEVELS)
 
 
-def row_label(queries: list[int], chips, cursor: bool) -> str:
+def row_label(queries: list[int], chips: Sequence[TokenChip], cursor: bool) -> str:
     """`▶  12 The/·E`: the cursor mark, the first position and the tokens of one terminal row."""
     if not queries:
         return " " * LABEL
@@ -192,7 +202,7 @@ def row_label(queries: list[int], chips, cursor: bool) -> str:
     return f"{head}{cell(pieces, LABEL - len(head) - 1)} "
 
 
-def key_axis(keys: range, chips, zoom_x: int) -> str:
+def key_axis(keys: range, chips: Sequence[TokenChip], zoom_x: int) -> str:
     """Under each key column, the first letters of its token (as many as the column is wide); a
     column past the newest token is blank."""
     return "".join(

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.geometry import Region
 from textual.strip import Strip
@@ -79,7 +80,7 @@ class LinesPane(Pane):
         "LinesPane { border: round $foreground 30%; border-title-color: $primary; border-subtitle-color: $foreground; }"
     )
 
-    def __init__(self, **kwargs):
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._strips: list[Strip] = []
         self._look: tuple[object, ...] | None = None
@@ -140,7 +141,7 @@ class ScrollPane(VerticalScroll, Pane):
     """
     TITLE = ""
 
-    def compose(self):
+    def compose(self) -> ComposeResult:
         yield Static(classes="body")
 
     def on_mount(self) -> None:
@@ -157,7 +158,7 @@ class BoxPane(LinesPane):
 
     TITLE = ""
 
-    def __init__(self, **kwargs):
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._text = Text()
 

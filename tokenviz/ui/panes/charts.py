@@ -9,7 +9,9 @@ costs what it shows, not the journey's length.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
+from textual.app import ComposeResult
 from textual.containers import Grid
 from textual_plotext import PlotextPlot
 
@@ -18,6 +20,7 @@ from tokenviz.ui.selection import Selection
 
 MAX_POINTS = 240
 CHARTS = ("entropy", "watched", "surprisal", "decode", "cache")
+Series = list[tuple[str, list[float], list[float]]]  # (label, xs, ys) of each line a chart draws
 
 
 def thinned(xs: Sequence[float], ys: Sequence[float]) -> tuple[list[float], list[float]]:
@@ -54,7 +57,7 @@ class ChartsPane(Pane, Grid):
     """
     GRID_SIZE = (120, 30)  # the pane's least columns and rows for all the charts at once (200x60 gives 144x36)
 
-    def __init__(self, **kwargs):
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.series: dict[str, list[tuple[str, list[float], list[float]]]] = {}  # what each chart shows
         self.shown = 0  # the chart shown alone on a smaller pane (see turn)
@@ -69,7 +72,7 @@ class ChartsPane(Pane, Grid):
         if self.selection is not None:
             self.draw(self.selection)
 
-    def compose(self):
+    def compose(self) -> ComposeResult:
         for name in CHARTS:
             yield PlotextPlot(id=f"chart-{name}")
 
@@ -124,7 +127,9 @@ class ChartsPane(Pane, Grid):
         else:
             self.set_title("charts")
 
-    def _plot(self, widget: PlotextPlot, title: str, series, colors, name: str) -> None:
+    def _plot(
+        self, widget: PlotextPlot, title: str, series: Series, colors: Sequence[tuple[int, int, int]], name: str
+    ) -> None:
         plt = widget.plt
         plt.clear_data()
         plt.clear_figure()
@@ -152,7 +157,7 @@ class ChartsPane(Pane, Grid):
         widget.refresh()
 
 
-def _ranges(series) -> str:
+def _ranges(series: Series) -> str:
     """Each line's name and its smallest and largest value: what the title says of a chart shown alone."""
     parts = [f"{label} {min(ys):.3g}–{max(ys):.3g}" for label, _, ys in series if ys]
     return " · ".join(parts) or "nothing yet"

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from rich.text import Text
+from textual.widgets import Static
 
 from tokenviz.contract.commands import Inspect
+from tokenviz.contract.results import Inspection
 from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell
 from tokenviz.render.pieces import visible
@@ -12,7 +14,7 @@ from tokenviz.ui.panes.base import ScrollPane, result_or_note
 from tokenviz.ui.selection import Selection
 
 
-def current_inspection(selection: Selection):
+def current_inspection(selection: Selection) -> Inspection | None:
     """The snapshot's inspection if it belongs to the cursor's position of this journey, else None."""
     s = selection.snapshot
     inspection = s.result(Inspect)
@@ -23,7 +25,7 @@ def current_inspection(selection: Selection):
     return inspection
 
 
-def inspection_or_note(selection: Selection, body, waiting: str):
+def inspection_or_note(selection: Selection, body: Static, waiting: str) -> Inspection | None:
     """The cursor's inspection; or, while there is none, a note in `body` saying why."""
     return result_or_note(current_inspection(selection), selection, body, waiting, "residual stream")
 
@@ -79,7 +81,7 @@ class LensPane(ScrollPane):
         body.update(text)
 
 
-def chosen_text_of(selection: Selection, inspection) -> str:
+def chosen_text_of(selection: Selection, inspection: Inspection) -> str:
     s = selection.snapshot
     return next((c.text for c in s.chips if c.id == inspection.chosen_id), None) or (
         s.pending.decision.chosen_text if s.pending else str(inspection.chosen_id)

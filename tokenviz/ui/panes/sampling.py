@@ -5,6 +5,8 @@ from __future__ import annotations
 from rich.cells import cell_len
 from rich.text import Text
 
+from tokenviz.contract.records import Decision
+from tokenviz.contract.settings import SamplingSettings
 from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell
 from tokenviz.render.pieces import visible
@@ -15,7 +17,7 @@ from tokenviz.ui.selection import Selection
 SHORT_NAMES = {"temperature": "temp", "repetition": "repeat", "presence/frequency": "pres/fr"}
 
 
-def settings_lines(settings) -> tuple[str, str]:
+def settings_lines(settings: SamplingSettings) -> tuple[str, str]:
     """Every setting; and, for a narrow border, only those in force and the seed."""
     s = settings
     parts = [  # (text, whether it changes anything)
@@ -32,7 +34,7 @@ def settings_lines(settings) -> tuple[str, str]:
     return " · ".join(t for t, _ in parts), " · ".join(t for t, in_force in parts if in_force)
 
 
-def decision_line(d, width: int | None = None) -> str:
+def decision_line(d: Decision, width: int | None = None) -> str:
     """The decision in words; in `width` cells, a shorter form that keeps every number."""
     token = visible(d.chosen_text)
     if d.mode == "greedy":
@@ -46,6 +48,7 @@ def decision_line(d, width: int | None = None) -> str:
             f"forced: {token} · raw #{d.raw_rank} p {probability(d.raw_prob)} · final p {probability(d.chosen_prob)}"
         )
         return full if width is None or cell_len(full) <= width else short
+    assert d.band is not None  # (a sampled decision has its band)
     low, high = d.band
     full = (
         f"draw u = {d.u:.4f} fell in [{low:.4f}, {high:.4f}) → sampled {token} "

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterable
 
 from rich.text import Text
 
+from tokenviz.contract.records import StepRecord
 from tokenviz.render.sparkline import sparkline
 from tokenviz.ui.panes.base import BoxPane
 from tokenviz.ui.selection import Selection
@@ -58,7 +60,7 @@ class TimingPane(BoxPane):
         self.update(text)
 
 
-def by_place(records) -> str:
+def by_place(records: Iterable[StepRecord]) -> str:
     """'cuda:0 12.1 ms · cpu 40.3 ms · disk 80.2 ms': a spread model's mean forward time in each place
     over `records` ('' for a model in one place)."""
     totals: dict[str, list[float]] = {}

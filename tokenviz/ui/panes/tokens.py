@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 from rich.cells import cell_len
 from rich.style import Style
@@ -40,7 +41,7 @@ def piece_of(chip: TokenChip) -> str:
 class TokensPane(BoxPane):
     TITLE = "tokens"
 
-    def __init__(self, **kwargs):
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._chips: tuple[TokenChip, ...] = ()
         self._prompt_len = 0
