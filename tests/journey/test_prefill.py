@@ -11,7 +11,7 @@ import torch
 from tokenviz.contract.errors import Cancelled
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding import prompt_predictions
-from tokenviz.journey import session as session_module
+from tokenviz.journey import memory_policy
 from tokenviz.journey.session import Session
 from tokenviz.model.runner import ModelRunner
 
@@ -20,8 +20,8 @@ PROMPT = "The cat sat on the mat. The dog sat on the log. The cat sat on the"
 
 @pytest.fixture
 def small_chunks(monkeypatch):
-    monkeypatch.setattr(session_module, "PREFILL_CHUNK", 4)
-    monkeypatch.setattr(session_module, "ACCELERATOR_PREFILL_CHUNK", 4)
+    monkeypatch.setattr(memory_policy, "PREFILL_CHUNK", 4)
+    monkeypatch.setattr(memory_policy, "ACCELERATOR_PREFILL_CHUNK", 4)
 
 
 def started(loaded, **kwargs) -> Session:
@@ -35,8 +35,8 @@ def test_a_chunked_prefill_equals_one_forward_pass(tiny, small_chunks, monkeypat
     chunked = started(tiny, progress=lambda n, total: done.append((n, total)))
     n = len(chunked.prompt_ids)
     assert done == [(min(k, n), n) for k in range(4, n + 4, 4)]
-    monkeypatch.setattr(session_module, "PREFILL_CHUNK", 10_000)
-    monkeypatch.setattr(session_module, "ACCELERATOR_PREFILL_CHUNK", 10_000)
+    monkeypatch.setattr(memory_policy, "PREFILL_CHUNK", 10_000)
+    monkeypatch.setattr(memory_policy, "ACCELERATOR_PREFILL_CHUNK", 10_000)
     whole = started(tiny)
     a, b = chunked.records[0], whole.records[0]
     layers = range(tiny.info.layers)
@@ -118,7 +118,7 @@ def test_a_prompt_too_large_for_free_memory_is_refused_before_it_runs(tiny, monk
     s = started(tiny)
     s.step()
     before = (list(s.ids), s.runner.kv_len)
-    monkeypatch.setattr(session_module.psutil, "virtual_memory", lambda: SimpleNamespace(available=10_000))
+    monkeypatch.setattr(memory_policy.psutil, "virtual_memory", lambda: SimpleNamespace(available=10_000))
     needs = r"needs about .* GB for its KV cache and working memory, and 0\.0 GB is free"
     with pytest.raises(PromptError, match=needs):
         s.start("Hello world! Sampling picks the next token from the distribution")

@@ -10,7 +10,7 @@ from clitools import invoke
 from families import family_model
 from tiny import eager_forward, save_tiny, tiny_chat_model, tiny_model
 
-from tokenviz.journey import session as session_module
+from tokenviz.journey import memory_policy
 from tokenviz.journey.score import score_text
 from tokenviz.journey.session import Session
 from tokenviz.model.runner import ModelRunner
@@ -42,7 +42,7 @@ def test_every_token_is_scored_as_a_full_forward_pass_scores_it(kind):
 
 
 def test_a_text_longer_than_one_prefill_chunk_scores_the_same(monkeypatch):
-    monkeypatch.setattr(session_module, "PREFILL_CHUNK", 7)  # several chunks for a short text
+    monkeypatch.setattr(memory_policy, "PREFILL_CHUNK", 7)  # several chunks for a short text
     loaded = tiny_model()
     doc = score_text(Session(ModelRunner(loaded)), TEXT)
     ids = [doc["first"]["id"]] + [t["id"] for t in doc["tokens"]]

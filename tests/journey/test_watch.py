@@ -136,13 +136,13 @@ def test_trace_watch_adds_each_steps_watched_tokens_and_their_split(tmp_path, mo
 
 def test_filling_in_goes_by_chunks_with_progress_and_can_be_cancelled(monkeypatch):
     from tokenviz.contract.errors import Cancelled
-    from tokenviz.journey import session as session_module
+    from tokenviz.journey import memory_policy
 
     loaded = tiny_model()
     whole = journey(loaded, steps=9)
     whole.pin([42])
     chunked = journey(loaded, steps=9)
-    monkeypatch.setattr(session_module, "PREFILL_CHUNK", 4)  # 10 steps: chunks of 4, 4 and 2
+    monkeypatch.setattr(memory_policy, "PREFILL_CHUNK", 4)  # 10 steps: chunks of 4, 4 and 2
     seen = []
     chunked.pin([42], progress=lambda done, total: seen.append((done, total)))
     assert seen == [(4, 10), (8, 10), (10, 10)]

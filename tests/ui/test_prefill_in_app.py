@@ -3,14 +3,14 @@
 from apptools import enter_prompt, make_app, settle, wait_for
 from textual.widgets import ProgressBar
 
-from tokenviz.journey import session as session_module
+from tokenviz.journey import memory_policy
 from tokenviz.ui.panes.status import StatusLine
 
 LONG = "The cat sat on the mat. The dog sat on the log. " * 3
 
 
 async def test_a_long_prefill_shows_progress_and_escape_cancels_it(monkeypatch):
-    monkeypatch.setattr(session_module, "PREFILL_CHUNK", 2)
+    monkeypatch.setattr(memory_policy, "PREFILL_CHUNK", 2)
     app = make_app(step_seconds=0.05)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)

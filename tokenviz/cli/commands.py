@@ -591,7 +591,7 @@ def compare(
     except TokenvizError as exc:
         fail(str(exc))
 
-    def build(progress: Progress) -> Comparison:
+    def build(progress: "Progress") -> "Comparison":
         from tokenviz.cli.headless import compare_sessions
 
         return compare_sessions(a, b, model, b_model, progress)

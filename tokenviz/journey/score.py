@@ -18,7 +18,8 @@ import torch
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import Grammar
 from tokenviz.files.documents import score_document
-from tokenviz.journey.session import PREFILL_CHUNK, Session
+from tokenviz.journey import memory_policy
+from tokenviz.journey.session import Session
 
 
 def score_text(
@@ -48,12 +49,12 @@ def constrain(document: dict[str, Any], session: Session, grammar: Grammar) -> N
     while first < len(ids) - 1 and ids[first] in runner.special_ids:
         first += 1  # (a BOS the tokenizer adds is not the text's)
     settings = session.settings.replace(grammar=grammar)
-    fits = session.grammar_fits(grammar, ids[first:])
+    fits = session.grammars.fits(grammar, ids[first:])
     leaves_at = first + fits if first + fits < len(ids) else None  # the first token it does not allow
     total = 0.0
     by_index = {t["index"]: t for t in document["tokens"]}
-    for start in range(0, len(ids) - 1, PREFILL_CHUNK):
-        end = min(start + PREFILL_CHUNK, len(ids) - 1)
+    for start in range(0, len(ids) - 1, memory_policy.PREFILL_CHUNK):
+        end = min(start + memory_policy.PREFILL_CHUNK, len(ids) - 1)
         logits = runner.logits_after(ids[: end + 1], start)[: end - start].float()
         for p in range(start, end):  # the distribution after token p, which token p + 1 is drawn from
             token = by_index[p + 1]

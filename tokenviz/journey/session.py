@@ -14,34 +14,29 @@ from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
-import psutil
 import torch
 
 from tokenviz.contract.attention import SavedAttention
 from tokenviz.contract.engine import InternalsEngine, Intervening, shared_prefix
 from tokenviz.contract.errors import Cancelled, PromptError, TokenvizError
-from tokenviz.contract.grammar import Grammar
 from tokenviz.contract.interventions import BRANCH_SOURCE, Intervention, Patch
 from tokenviz.contract.records import MAX_PINNED, StepRecord, TokenChip
 from tokenviz.contract.results import BranchSummary, CacheEvent
 from tokenviz.contract.settings import SamplingSettings
-from tokenviz.decoding.grammar import GrammarMatchers
 from tokenviz.decoding.prompt_predictions import PromptPredictions, join, predict_positions
-from tokenviz.decoding.sampling import decide, decide_on_device, follow_pinned, summarise
+from tokenviz.decoding.sampling import decide, decide_on_device, summarise
 from tokenviz.decoding.unsteered import read_unsteered, unsteered_on_device
 from tokenviz.files.journey_file import rows_to_save
+from tokenviz.journey import memory_policy
 from tokenviz.journey.analyses import JourneyAnalyses
 from tokenviz.journey.branches import Branch, BranchStore
+from tokenviz.journey.grammar_state import GrammarState
+from tokenviz.journey.memory_policy import check_memory, prefill_chunk
 from tokenviz.journey.stops import stop_reason
-from tokenviz.journey.watching import token_of
+from tokenviz.journey.watching import fill_watched, token_of
 from tokenviz.tensors.transfer import to_host
 
 TOP_N = 20
-PREFILL_CHUNK = 256  # prompt tokens per forward pass of the prefill: progress and cancelling go by chunks
-# On an accelerator a forward pass costs its launches more than its tokens (a 2048-token prefill of the
-# bundled model on an H100: 213 ms in 256-token chunks, 52 ms in one), so the chunks are larger there.
-ACCELERATOR_PREFILL_CHUNK = 2048
-MEMORY_SHARE = 0.8  # of the free memory, the most a prefill may plan to use
 
 
 class Session:
@@ -61,7 +56,7 @@ class Session:
         self.branches = BranchStore()  # other paths from the same prompt
         self.pinned: tuple[int, ...] = ()  # the tokens followed at every step (see pin)
         self.analyses = JourneyAnalyses(self)  # what the views compute on demand, kept by context
-        self._grammars: GrammarMatchers | None = None  # made when a grammar is first used
+        self.grammars = GrammarState(runner)  # the grammars in use (see journey.grammar_state)
         self.intervening: Intervening | None = None  # the interventions in force (see set_interventions)
         self._pending_logits: torch.Tensor | None = None
         self._prefill_logits: torch.Tensor | None = None
@@ -187,7 +182,7 @@ class Session:
         stops between them with Cancelled, leaving the journey as it was.
         """
         prompt, ids, template = self.tokenize(prompt, chat, system)
-        self._check_memory(len(ids))
+        check_memory(self.runner.info, len(ids), self._prefill_chunk)
         previous = self.runner.cache
         self.runner.reset()
         try:
@@ -218,7 +213,7 @@ class Session:
         if forced_id is not None:
             if not 0 <= forced_id < self.runner.info.vocab:
                 raise TokenvizError(f"token id {forced_id} is outside the vocabulary (0-{self.runner.info.vocab - 1})")
-            self._check_grammar_allows(forced_id)
+            self.grammars.check_allows(self.settings, self.generated_ids, forced_id)
             self._redecide(forced_id)
         self.ids.append(self.records[-1].decision.chosen_id)
         self.stop_reason = self.check_stop()
@@ -284,7 +279,7 @@ class Session:
         if not 0 <= index < len(self.branches):
             raise TokenvizError(f"there is no branch {index + 1}")
         target = self.branches.paths[index]
-        self._check_grammar_fits(self.settings, list(target.ids[len(self.prompt_ids) :]), f"branch {index + 1}")
+        self.grammars.check_fits(self.settings, list(target.ids[len(self.prompt_ids) :]), f"branch {index + 1}")
         self._keep_path()
         self.branches.remove(target)
         fed = len(target.ids) - (1 if target.stop_reason else 0)
@@ -303,9 +298,7 @@ class Session:
         """New settings re-decide the pending step from the logits already computed. A new grammar
         must be one the engine can follow (GrammarMatchers.check) and accept the text generated so far:
         it is refused, in one line, where it does not."""
-        if settings.grammar is not None and settings.grammar != self.settings.grammar:
-            self._matchers.check(settings.grammar)
-            self._check_grammar_fits(settings, self.generated_ids, "the text so far")
+        self.grammars.check_new(settings, self.settings, self.generated_ids)
         self.settings = settings
         if self.pending is not None:
             self._redecide()
@@ -396,8 +389,8 @@ class Session:
         """Every layer's rows at the newest positions, as many as a journey file keeps (float16)."""
         info, rows = self.runner.info, {}
         keep = rows_to_save(self.runner.kv_len, info.layers, info.heads)
-        for begin in range(keep.start, keep.stop, PREFILL_CHUNK // 4):
-            chunk = range(begin, min(begin + PREFILL_CHUNK // 4, keep.stop))
+        for begin in range(keep.start, keep.stop, memory_policy.PREFILL_CHUNK // 4):
+            chunk = range(begin, min(begin + memory_policy.PREFILL_CHUNK // 4, keep.stop))
             weights = self.attention(chunk, range(info.layers)).astype(np.float16)
             rows.update({q: weights[:, :, i, : q + 1] for i, q in enumerate(chunk)})
         return SavedAttention(rows)
@@ -411,30 +404,18 @@ class Session:
             self.settings,
             self.runner.eos_ids,
             self.runner.info.context,
-            lambda: self._matchers.complete(self.settings.grammar, self.generated_ids),  # type: ignore[arg-type]
+            lambda: self.grammars.complete(self.settings.grammar, self.generated_ids),
         )
 
     def allowed(self, settings: SamplingSettings, generated_ids: Sequence[int]) -> torch.Tensor | None:
-        """The mask of the tokens `settings`' grammar allows after `generated_ids` (None without one),
-        on the model's device (the stage moves it to the logits' own, where a device map puts them elsewhere)."""
-        if settings.grammar is None:
-            return None
-        return self._matchers.allowed(settings.grammar, generated_ids, self.runner.device)
-
-    def grammar_fits(self, grammar: Grammar, generated_ids: Sequence[int]) -> int:
-        """How many of `generated_ids` the grammar accepts, from the first."""
-        return self._matchers.fits(grammar, generated_ids)
+        """The mask of the tokens `settings`' grammar allows after `generated_ids` (see GrammarState)."""
+        mask: torch.Tensor | None = self.grammars.allowed(settings, generated_ids)
+        return mask
 
     # ---- internals ----------------------------------------------------------------------------
 
     def _path(self) -> Branch:
         return Branch(tuple(self.ids), tuple(self.records), self.stop_reason)
-
-    @property
-    def _matchers(self) -> GrammarMatchers:
-        if self._grammars is None:
-            self._grammars = GrammarMatchers(self.runner.tokenizer, self.runner.info.vocab, self.runner.eos_ids)
-        return self._grammars
 
     def _feed_again(self) -> None:
         """Feed the cached tokens again, as the model now is (its interventions changed): the prompt's
@@ -509,26 +490,6 @@ class Session:
         )
         return record, host
 
-    def _check_grammar_fits(self, settings: SamplingSettings, generated_ids: Sequence[int], what: str) -> None:
-        """Refuse a path that `settings`' grammar does not accept, naming the token where it leaves it."""
-        if settings.grammar is None:
-            return
-        fits = self._matchers.fits(settings.grammar, generated_ids)
-        if fits < len(generated_ids):
-            token = generated_ids[fits]
-            raise TokenvizError(
-                f"{what} leaves the grammar ({settings.grammar.label}) at generated token {fits + 1}, "
-                f"{self.runner.piece(token)!r}: rewind before it, or reset"
-            )
-
-    def _check_grammar_allows(self, token: int) -> None:
-        """Refuse to force a token the grammar does not allow next."""
-        allowed = self.allowed(self.settings, self.generated_ids)
-        if allowed is not None and not bool(allowed[token]):
-            grammar = self.settings.grammar
-            assert grammar is not None
-            raise TokenvizError(f"{self.runner.piece(token)!r} is not allowed here by the grammar ({grammar.label})")
-
     def _keep_path(self) -> None:
         self.branches.keep(self._path(), len(self.prompt_ids))
 
@@ -552,53 +513,17 @@ class Session:
         cancelled: Callable[[], bool] = lambda: False,
     ) -> None:
         """Give every step of the current path the pinned tokens' values, where it lacks them
-        (pinned later, or a branch switched to): forward passes over those steps' tokens, a chunk
-        at a time. Nothing changes until all are computed."""
-        stale = [i for i, r in enumerate(self.records) if r.decision.pinned_ids != self.pinned]
-        n, filled = len(self.prompt_ids), {}
-        for begin in range(0, len(stale), PREFILL_CHUNK):
-            chunk = stale[begin : begin + PREFILL_CHUNK]
-            start = self.records[chunk[0]].position - 1
-            logits = self.runner.logits_after(self.ids[: self.records[chunk[-1]].position], start)
-            for i in chunk:
-                record = self.records[i]
-                filled[i] = follow_pinned(
-                    logits[record.position - 1 - start],
-                    record.decision,
-                    self.ids[: record.position],
-                    self.ids[n : record.position],
-                    self.pinned,
-                    self.runner.piece,
-                    self.allowed(record.decision.settings, self.ids[n : record.position]),
-                )
-            done = begin + len(chunk)
-            progress(done, len(stale))
-            if done < len(stale) and cancelled():
-                raise Cancelled("watching cancelled: the watched tokens are as they were")
+        (pinned later, or a branch switched to). Nothing changes until all are computed."""
+        filled = fill_watched(
+            self.runner, self.records, self.ids, len(self.prompt_ids), self.pinned, self.allowed, progress, cancelled
+        )
         for i, pinned in filled.items():
             record = self.records[i]
             self.records[i] = dataclasses.replace(record, decision=dataclasses.replace(record.decision, pinned=pinned))
 
     @property
     def _prefill_chunk(self) -> int:
-        return PREFILL_CHUNK if self.runner.device.type == "cpu" else max(PREFILL_CHUNK, ACCELERATOR_PREFILL_CHUNK)
-
-    def _check_memory(self, n: int) -> None:
-        """Refuse a prompt whose prefill would not fit in the memory that is free, before it hurts:
-        its KV cache, and per chunk the logits of every position and one layer's attention scores
-        (eager attention computes them; sdpa needs less)."""
-        info = self.runner.info
-        width = 4  # bytes per number, float32 at most
-        cache = 2 * info.layers * info.kv_heads * info.head_dim * n * width
-        chunk = min(n, self._prefill_chunk)
-        working = chunk * (2 * info.vocab + 2 * info.heads * n) * width
-        needed = cache + working
-        free = psutil.virtual_memory().available
-        if needed > MEMORY_SHARE * free:
-            raise PromptError(
-                f"a prompt of {n} tokens needs about {needed / 2**30:.1f} GB for its KV cache and working memory, "
-                f"and {free / 2**30:.1f} GB is free: shorten it"
-            )
+        return prefill_chunk(self.runner.device)
 
     def _prefill(
         self, ids: list[int], progress: Callable[[int, int], None] | None, cancelled: Callable[[], bool]

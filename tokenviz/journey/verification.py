@@ -7,7 +7,7 @@ from collections.abc import Callable
 from tokenviz.contract.engine import CachedEngine
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import Verification
-from tokenviz.journey.session import PREFILL_CHUNK
+from tokenviz.journey import memory_policy
 from tokenviz.tensors.transfer import to_host
 
 
@@ -30,7 +30,7 @@ def verify_latest(
     runner.crop(fed - 1)
     cached = runner.forward([ids[-1]])
     rows = runner.attention(ids, range(fed - 1, fed), range(runner.info.layers))[:, :, 0]
-    logits, full_rows = runner.recompute(ids, PREFILL_CHUNK, progress, cancelled)
+    logits, full_rows = runner.recompute(ids, memory_policy.PREFILL_CHUNK, progress, cancelled)
     host = to_host(
         {
             "logit_diff": (logits.float() - cached.logits.float()).abs().max(),

@@ -1,10 +1,18 @@
-"""Which token a person means when they ask to watch one: an id ("id:7042"), or a text that the
-tokenizer makes into exactly one token (" Paris", with its leading space)."""
+"""Watched tokens: which token a person means when they ask to watch one (an id, "id:7042", or a text
+that the tokenizer makes into exactly one token, " Paris" with its leading space), and their values
+filled in at the steps taken before they were watched."""
 
 from __future__ import annotations
 
-from tokenviz.contract.engine import Engine
-from tokenviz.contract.errors import TokenvizError
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tokenviz.contract.engine import CachedEngine, Engine
+from tokenviz.contract.errors import Cancelled, TokenvizError
+from tokenviz.contract.records import PinnedToken, StepRecord
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.decoding.sampling import follow_pinned
+from tokenviz.journey import memory_policy
 
 ID_PREFIX = "id:"
 
@@ -31,3 +39,41 @@ def token_of(runner: Engine, spec: int | str, purpose: str = "watch") -> int:
             f"{spec!r} is {len(ids)} tokens ({pieces}), not one: {purpose} a single token, or give its id as id:N"
         )
     return ids[0]
+
+
+def fill_watched(
+    engine: CachedEngine,
+    records: Sequence[StepRecord],
+    ids: Sequence[int],
+    prompt_len: int,
+    pinned: tuple[int, ...],
+    allowed: Callable[[SamplingSettings, Sequence[int]], Any],
+    progress: Callable[[int, int], None],
+    cancelled: Callable[[], bool],
+) -> dict[int, tuple[PinnedToken, ...]]:
+    """The watched tokens' values at every step of `records` that lacks them, by index: the steps'
+    logits again, fed over the cache a chunk at a time (`progress(done, total)` after each chunk,
+    `cancelled()` asked between them: Cancelled leaves nothing filled)."""
+    stale = [i for i, r in enumerate(records) if r.decision.pinned_ids != pinned]
+    filled = {}
+    chunk_size = memory_policy.PREFILL_CHUNK
+    for begin in range(0, len(stale), chunk_size):
+        chunk = stale[begin : begin + chunk_size]
+        start = records[chunk[0]].position - 1
+        logits = engine.logits_after(ids[: records[chunk[-1]].position], start)
+        for i in chunk:
+            record = records[i]
+            filled[i] = follow_pinned(
+                logits[record.position - 1 - start],
+                record.decision,
+                ids[: record.position],
+                ids[prompt_len : record.position],
+                pinned,
+                engine.piece,
+                allowed(record.decision.settings, ids[prompt_len : record.position]),
+            )
+        done = begin + len(chunk)
+        progress(done, len(stale))
+        if done < len(stale) and cancelled():
+            raise Cancelled("watching cancelled: the watched tokens are as they were")
+    return filled

@@ -1,0 +1,39 @@
+"""How much of the machine a prefill may take: its chunk size by device, and a prompt refused before it
+runs where its KV cache and working memory would not fit in what is free."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psutil
+
+from tokenviz.contract.errors import PromptError
+from tokenviz.contract.records import ModelInfo
+
+PREFILL_CHUNK = 256  # prompt tokens per forward pass of the prefill: progress and cancelling go by chunks
+# On an accelerator a forward pass costs its launches more than its tokens (a 2048-token prefill of the
+# bundled model on an H100: 213 ms in 256-token chunks, 52 ms in one), so the chunks are larger there.
+ACCELERATOR_PREFILL_CHUNK = 2048
+MEMORY_SHARE = 0.8  # of the free memory, the most a prefill may plan to use
+
+
+def prefill_chunk(device: Any) -> int:
+    """Prompt tokens per forward pass on `device` (a torch.device). Every chunked pass reads the sizes
+    here, as `memory_policy.PREFILL_CHUNK`, when it runs."""
+    return PREFILL_CHUNK if device.type == "cpu" else max(PREFILL_CHUNK, ACCELERATOR_PREFILL_CHUNK)
+
+
+def check_memory(info: ModelInfo, n: int, chunk: int) -> None:
+    """Refuse a prompt of `n` tokens whose prefill would not fit in the memory that is free, before it
+    hurts: its KV cache, and per chunk the logits of every position and one layer's attention scores
+    (eager attention computes them; sdpa needs less)."""
+    width = 4  # bytes per number, float32 at most
+    cache = 2 * info.layers * info.kv_heads * info.head_dim * n * width
+    working = min(n, chunk) * (2 * info.vocab + 2 * info.heads * n) * width
+    needed = cache + working
+    free = psutil.virtual_memory().available
+    if needed > MEMORY_SHARE * free:
+        raise PromptError(
+            f"a prompt of {n} tokens needs about {needed / 2**30:.1f} GB for its KV cache and working memory, "
+            f"and {free / 2**30:.1f} GB is free: shorten it"
+        )
