@@ -125,3 +125,8 @@ def test_an_escape_sequence_in_a_journey_never_reaches_the_screen():
     snapshot = snapshot_from_journey(doc)
     assert "\x1b" not in snapshot.info.name and "\x07" not in snapshot.info.name
     assert snapshot.info.name == "<0x1B>]0;PWNED-TITLE<0x07><0x1B>[2J"
+
+
+def test_a_control_character_in_a_key_the_file_names_is_escaped_in_the_one_line():
+    """Found by the fuzzing above: a grammars key of "\\x1f" reached the error message raw."""
+    check(mutate(copy.deepcopy(VALID), ("grammars",), {"\x1f": None}))

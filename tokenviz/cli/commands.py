@@ -371,12 +371,12 @@ def compare_served(
     from tokenviz.cli.table import print_served_comparison
     from tokenviz.journey.served_comparison import compare_with_server
     from tokenviz.journey.session import Session
-    from tokenviz.model.runner import ModelRunner
+    from tokenviz.worker.loader import engine_of
 
     try:
         journey = served.open(settings)  # (an unreachable server is told before A loads)
         with stderr_progress() as progress:
-            session = Session(ModelRunner(model.load(progress)), settings)
+            session = Session(engine_of(model.load(progress)), settings)
         document = compare_with_server(session, journey, prompt)
     except TokenvizError as exc:
         fail(str(exc))
@@ -490,12 +490,12 @@ def score(
     from tokenviz.journey.score import score_text
     from tokenviz.journey.session import Session
     from tokenviz.model.before_weights import journey_checks
-    from tokenviz.model.runner import ModelRunner
+    from tokenviz.worker.loader import engine_of
 
     try:
         check_chat(chat, system)
         with stderr_progress() as progress:
-            session = Session(ModelRunner(model.load(progress, journey_checks(grammar))))
+            session = Session(engine_of(model.load(progress, journey_checks(grammar))))
             document = score_text(session, text, chat=chat, system=system, grammar=grammar)
     except TokenvizError as exc:
         fail(str(exc))
@@ -729,7 +729,7 @@ def verify_recording(journey: "Journey", model: ModelChoice) -> None:
     from tokenviz.journey.reproduce import verify_journey
     from tokenviz.journey.session import Session
     from tokenviz.model.loading import BUNDLED_NAME
-    from tokenviz.model.runner import ModelRunner
+    from tokenviz.worker.loader import engine_of
 
     recorded = journey.replay.info.name
     if model.model is None and recorded != BUNDLED_NAME:
@@ -747,7 +747,7 @@ def verify_recording(journey: "Journey", model: ModelChoice) -> None:
             highlight=False,
             soft_wrap=True,
         )
-    checked, mismatch = verify_journey(journey, Session(ModelRunner(loaded)))
+    checked, mismatch = verify_journey(journey, Session(engine_of(loaded)))
     if mismatch is not None:
         other = f" (recorded on another model: {recorded})" if differs else ""
         err.print(

@@ -9,6 +9,7 @@ from typing import Any
 
 from tokenviz.cli.options import ModelChoice
 from tokenviz.contract.commands import Attribute, Beams, Inspect, Request, SplitDifference
+from tokenviz.contract.engine import Engine
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import refuse_grammar
 from tokenviz.contract.interventions import Intervention
@@ -23,7 +24,6 @@ from tokenviz.journey.session import Session
 from tokenviz.journey.views import compute, trace_entries
 from tokenviz.journey.watching import token_of
 from tokenviz.model.before_weights import journey_checks
-from tokenviz.model.runner import ModelRunner
 from tokenviz.worker.loader import Progress, engine_of
 from tokenviz.worker.snapshots import snapshot_of
 
@@ -117,7 +117,7 @@ def beam_document(session: Session, ids: list[int], width: int, steps: int) -> d
     return run_output(session, ids, list(result.final[0].ids), beams=result.to_json())
 
 
-def speculation_document(session: Session, ids: list[int], spec: str, draft: ModelRunner | None) -> dict[str, Any]:
+def speculation_document(session: Session, ids: list[int], spec: str, draft: Engine | None) -> dict[str, Any]:
     """The trace document of speculative decoding: the steps are the output tokens."""
     result = session.runner.speculate(ids, spec, session.settings.max_new_tokens, session.settings, draft)
     return run_output(session, ids, list(result.ids), speculation=result.to_json())
@@ -175,7 +175,7 @@ def run_trace(
         return beam_document(session, session.prompt_ids, beams, settings.max_new_tokens)
     if speculate:  # it runs on its own cache: no prefill here
         _, ids, _ = session.tokenize(prompt, chat, system)
-        draft = ModelRunner(dataclasses.replace(model, model=draft_model).load(progress)) if draft_model else None
+        draft = engine_of(dataclasses.replace(model, model=draft_model).load(progress)) if draft_model else None
         return speculation_document(session, ids, speculate, draft)
     if routing and not session.runner.info.experts:
         name = session.runner.info.name

@@ -453,6 +453,6 @@ def parse_journey(doc: Any) -> Journey:
         return Journey.model_validate(doc)
     except ValidationError as exc:
         error = exc.errors()[0]
-        where = ".".join(str(part) for part in error["loc"]) or "the top level"
+        where = safe_text(".".join(str(part) for part in error["loc"])) or "the top level"  # (keys are the file's)
         message = safe_text(str(error["msg"]).removeprefix("Value error, "))
         raise TokenvizError(f"the journey file is damaged at {where}: {message}") from None
