@@ -32,20 +32,20 @@ import psutil
 import torch
 
 from bench.shaped import shaped_model, weights_bytes
-from tokenviz.contract.commands import Play, Reset, Start
-from tokenviz.contract.grammar import Grammar
-from tokenviz.contract.interventions import HeadAblation, Intervention
-from tokenviz.contract.paths import bundled_gguf
-from tokenviz.contract.settings import SamplingSettings
-from tokenviz.journey.session import Session
-from tokenviz.model.loading import (
+from tokenviz.backends.transformers.loading import (
     LoadedModel,
     convert_gguf,
     gguf_cache_dir,
     load_model,
     resolve_device,
 )
-from tokenviz.model.runner import ModelRunner
+from tokenviz.backends.transformers.runner import ModelRunner
+from tokenviz.contract.commands import Play, Reset, Start
+from tokenviz.contract.grammar import Grammar
+from tokenviz.contract.interventions import HeadAblation, Intervention
+from tokenviz.contract.paths import bundled_gguf
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.journey.session import Session
 from tokenviz.worker.engine import EngineWorker
 
 PROMPT = "The Eiffel Tower is located in"
@@ -92,7 +92,7 @@ def bare_model(loaded: LoadedModel, source: str, device: torch.device):
     """The same weights with transformers' default fast attention (sdpa), no attention outputs."""
     from transformers import AutoModelForCausalLM
 
-    from tokenviz.model.loading import quiet
+    from tokenviz.backends.transformers.loading import quiet
 
     with quiet():
         model = AutoModelForCausalLM.from_pretrained(source, dtype=loaded.model.dtype, attn_implementation="sdpa")
@@ -104,7 +104,7 @@ def bare_steps(model, ids: list[int], steps: int, device: torch.device) -> list[
     """Greedy decode with a DynamicCache and nothing else; per-step seconds."""
     from transformers import DynamicCache
 
-    from tokenviz.model.cache import with_cache
+    from tokenviz.backends.transformers.cache import with_cache
 
     cache = DynamicCache(config=model.config)
     out = model(torch.tensor([ids], device=device), **with_cache(model, cache), use_cache=True, logits_to_keep=1)
@@ -289,7 +289,7 @@ def app_autoplay(loaded, context: int = 2000, tokens: int = 16, rounds: int = 8)
 def beams(loaded, long: int = 2000, short: int = 50, width: int = 3, steps: int = 10, rounds: int = 3) -> dict:
     """B, the beam search the app runs (from the journey's KV cache), at a `long` context against a
     `short` one; and, as the before figure, the same search fed the whole long context again."""
-    from tokenviz.model.beams import beam_search
+    from tokenviz.backends.transformers.beams import beam_search
 
     def seconds(n: int, from_cache: bool) -> float:
         session = Session(ModelRunner(loaded), SamplingSettings(temperature=0))
@@ -435,7 +435,7 @@ def compiled_autoplay(loaded, bare, device, tokens: int, steps: int, rounds: int
     """--compile: the model's decode step compiled (CUDA graphs on a GPU). Its autoplay against eager
     generate() (the issue's budget), and its engine step against the bare eager step and the engine's
     eager step, rounds interleaved; the compile's own seconds, once."""
-    from tokenviz.model.compiled_step import compiled
+    from tokenviz.backends.transformers.compiled_step import compiled
 
     started = time.perf_counter()
     fast = compiled(loaded, lambda message, fraction: None)
@@ -524,7 +524,7 @@ def attention_view(loaded, n: int = 2048, rounds: int = 5) -> dict:
 PEAK_SCRIPT = """
 import sys, torch
 from pathlib import Path
-from tokenviz.model.loading import load_model
+from tokenviz.backends.transformers.loading import load_model
 loaded = load_model({source!r}, device="cpu")
 ids = torch.randint(0, loaded.info.vocab, ({n},), generator=torch.Generator().manual_seed(1)).tolist()
 status = Path("/proc/self/status")
@@ -536,7 +536,7 @@ Path("/proc/self/clear_refs").write_text("5")  # the peak starts again from here
 if sys.argv[1] == "engine":
     from tokenviz.contract.settings import SamplingSettings
     from tokenviz.journey.session import Session
-    from tokenviz.model.runner import ModelRunner
+    from tokenviz.backends.transformers.runner import ModelRunner
     Session(ModelRunner(loaded), SamplingSettings(temperature=0)).start(ids)
 else:
     loaded.model.set_attn_implementation("sdpa")

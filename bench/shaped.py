@@ -8,8 +8,8 @@ import copy
 
 import torch
 
-from tokenviz.model.attention import use_fast_attention
-from tokenviz.model.loading import LoadedModel, model_info
+from tokenviz.backends.transformers.attention import use_fast_attention
+from tokenviz.backends.transformers.loading import LoadedModel, model_info
 
 LLAMA_3_8B = dict(
     vocab_size=128256,

@@ -8,11 +8,11 @@ import time
 
 from tiny import tiny_model
 
+from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.contract.snapshot import Snapshot
 from tokenviz.files.journey_file import Recording
 from tokenviz.journey.session import Session
-from tokenviz.model.runner import ModelRunner
 from tokenviz.ui.app import TokenvizApp
 from tokenviz.worker.engine import EngineWorker
 from tokenviz.worker.recording import RecordingWorker

@@ -41,6 +41,6 @@ def tiny_llama(device):
 def bundled(device):
     """The bundled SmolLM2-135M in float32 (converted once into the user cache), on the CPU unless
     `--device` says."""
-    from tokenviz.model.loading import load_model
+    from tokenviz.backends.transformers.loading import load_model
 
     return load_model(None, device=device, dtype="float32")

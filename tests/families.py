@@ -10,8 +10,8 @@ import torch
 from tiny import tiny_tokenizer
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from tokenviz.model.attention import use_fast_attention
-from tokenviz.model.loading import LoadedModel, model_info
+from tokenviz.backends.transformers.attention import use_fast_attention
+from tokenviz.backends.transformers.loading import LoadedModel, model_info
 
 WINDOW = 6
 HYBRID = ["sliding_attention", "full_attention"] * 2

@@ -11,8 +11,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from tokenviz.model.attention import capturing, use_fast_attention
-from tokenviz.model.loading import LoadedModel, model_info
+from tokenviz.backends.transformers.attention import capturing, use_fast_attention
+from tokenviz.backends.transformers.loading import LoadedModel, model_info
 
 CORPUS = [
     "The Eiffel Tower is located in Paris, the capital of France.",

@@ -232,7 +232,7 @@ def test_a_config_past_the_layers_built_is_counted_as_a_build_would_count_it(mon
     for every family of the matrix whose layers are alike (Gemma 4's differ by layer type)."""
     from families import FAMILIES, family_config
 
-    from tokenviz.model import memory
+    from tokenviz.backends.transformers import memory
 
     for kind in FAMILIES:
         config = family_config(kind)
@@ -378,7 +378,7 @@ def test_a_cache_without_room_falls_back_to_memory_and_says_so(tmp_path, monkeyp
 
     import torch
 
-    from tokenviz.model import loading
+    from tokenviz.backends.transformers import loading
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     usage = namedtuple("usage", "total used free")

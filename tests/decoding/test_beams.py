@@ -6,9 +6,9 @@ import sys
 import pytest
 from beamtools import generate_beams
 
+from tokenviz.backends.transformers.beams import beam_search
+from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.errors import TokenvizError
-from tokenviz.model.beams import beam_search
-from tokenviz.model.runner import ModelRunner
 
 PROMPT = "The Eiffel Tower is located in"
 

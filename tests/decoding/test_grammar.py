@@ -13,6 +13,8 @@ import torch
 from tiny import tiny_model
 from transformers import GenerationConfig, LogitsProcessor
 
+from tokenviz.backends.transformers.runner import ModelRunner
+from tokenviz.backends.transformers.speculation import make_drafter, speculative_decode
 from tokenviz.contract.errors import SettingsError, TokenvizError
 from tokenviz.contract.grammar import Grammar
 from tokenviz.contract.settings import SamplingSettings, grammars_from_json, grammars_json
@@ -21,8 +23,6 @@ from tokenviz.files.grammar_file import engine_grammar, read_grammar
 from tokenviz.files.journey_file import open_journey, recording_of, save_journey
 from tokenviz.journey.reproduce import verify_journey
 from tokenviz.journey.session import Session
-from tokenviz.model.runner import ModelRunner
-from tokenviz.model.speculation import make_drafter, speculative_decode
 from tokenviz.worker.snapshots import snapshot_of
 
 SCHEMA = {

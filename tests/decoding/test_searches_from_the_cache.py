@@ -4,12 +4,12 @@ context again in chunks): the same results as from scratch, and the journey's ca
 import pytest
 import torch
 
+from tokenviz.backends.transformers.beams import beam_search
+from tokenviz.backends.transformers.runner import ModelRunner
+from tokenviz.backends.transformers.speculation import make_drafter, speculative_decode
 from tokenviz.contract.errors import Cancelled
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
-from tokenviz.model.beams import beam_search
-from tokenviz.model.runner import ModelRunner
-from tokenviz.model.speculation import make_drafter, speculative_decode
 
 PROMPT = "The Eiffel Tower is located in the city of"
 
@@ -83,7 +83,7 @@ ORDERS = ([0, 0, 2], [1, 0, 2], [2, 0, 1], [1, 2, 0], [2, 2, 2], [0, 1, 2], [1, 
 def test_a_growing_layer_holds_what_a_dynamic_layer_holds_through_appends_reorders_and_crops():
     from transformers.cache_utils import DynamicLayer
 
-    from tokenviz.model.cache import GrowingLayer
+    from tokenviz.backends.transformers.cache import GrowingLayer
 
     torch.manual_seed(0)
     grown, plain = GrowingLayer(), DynamicLayer()

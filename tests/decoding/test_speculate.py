@@ -7,12 +7,12 @@ import pytest
 import torch
 from tiny import tiny_model
 
+from tokenviz.backends.transformers.runner import ModelRunner
+from tokenviz.backends.transformers.speculation import PromptLookup, accept_or_replace, make_drafter, speculative_decode
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.sampling import draw_uniform
 from tokenviz.journey.session import Session
-from tokenviz.model.runner import ModelRunner
-from tokenviz.model.speculation import PromptLookup, accept_or_replace, make_drafter, speculative_decode
 
 PROMPT = "The cat sat on the mat. The dog sat on the log. The cat sat on the"
 
@@ -145,7 +145,7 @@ def test_trace_with_a_draft_model(monkeypatch, capsys, tmp_path):
     spec = doc["speculation"]
     assert spec["drafter"].startswith("draft model") and spec["acceptance_rate"] == 1.0  # its own draft
     assert spec["tokens_per_forward"] > 1
-    from tokenviz.model.loading import load_model
+    from tokenviz.backends.transformers.loading import load_model
 
     assert [s["chosen"]["id"] for s in doc["steps"]] == plain_greedy(load_model(target, device="cpu"), PROMPT, 10)
     code, _, err = invoke(monkeypatch, capsys, "trace", PROMPT, "--model", target, "--speculate", "early-exit:99")

@@ -8,11 +8,11 @@ from apptools import PROMPT, make_app, recorded_app, settle, wait_for
 from clitools import invoke
 from tiny import save_tiny
 
+from tokenviz.backends.transformers.loading import load_model
+from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.files.journey_file import read_journey, recording_of, save_journey, snapshot_from_journey
 from tokenviz.journey.reproduce import verify_journey
 from tokenviz.journey.session import Session
-from tokenviz.model.loading import load_model
-from tokenviz.model.runner import ModelRunner
 from tokenviz.ui.panes.next_token import NextTokenPane
 from tokenviz.ui.panes.tokens import TokensPane
 
@@ -161,8 +161,8 @@ async def test_x_exports_and_replay_opens_it_without_a_model(tmp_path, monkeypat
 def test_a_chat_journey_keeps_its_template_marks_and_mode(tmp_path):
     from tiny import tiny_chat_model
 
+    from tokenviz.backends.transformers.runner import ModelRunner
     from tokenviz.journey.session import Session
-    from tokenviz.model.runner import ModelRunner
     from tokenviz.worker.snapshots import snapshot_of
 
     s = Session(ModelRunner(tiny_chat_model()))

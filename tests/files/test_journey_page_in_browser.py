@@ -66,9 +66,9 @@ def test_the_page_opens_where_the_app_was_with_a_scale_and_holds_at_800_px(tmp_p
 
 @needs_browser
 def test_a_200_step_journey_of_the_bundled_model_makes_a_page_under_2_mb(bundled, tmp_path):
+    from tokenviz.backends.transformers.runner import ModelRunner
     from tokenviz.contract.settings import SamplingSettings
     from tokenviz.journey.session import Session
-    from tokenviz.model.runner import ModelRunner
     from tokenviz.worker.snapshots import snapshot_of
 
     session = Session(ModelRunner(bundled), SamplingSettings(seed=3, max_new_tokens=200))

@@ -12,12 +12,12 @@ import torch
 from clitools import invoke
 from tiny import eager_forward, save_tiny, tiny_model
 
+from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.sampling import choice_from, final_distribution
 from tokenviz.journey.comparison import Comparison
 from tokenviz.journey.session import Session
-from tokenviz.model.runner import ModelRunner
 
 PROMPT = "The Eiffel Tower is located in"
 
@@ -130,7 +130,7 @@ def test_compare_json_prints_both_journeys_and_their_diff(tmp_path, monkeypatch,
 def padded_model(seed: int = 1, extra: int = 64):
     """A tiny model sharing the tiny tokenizer, its vocabulary padded by `extra` ids, one of which
     (returned) it always prefers: a choice the other model has no id for."""
-    from tokenviz.model.loading import model_info
+    from tokenviz.backends.transformers.loading import model_info
 
     loaded = tiny_model(seed=seed)
     model = loaded.model

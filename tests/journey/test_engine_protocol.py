@@ -9,6 +9,7 @@ import pytest
 from apptools import settle, wait_for
 from families import family_model
 
+from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.engine import (
     CACHED,
     ENGINE,
@@ -24,7 +25,6 @@ from tokenviz.contract.engine import (
 )
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
-from tokenviz.model.runner import ModelRunner
 from tokenviz.ui.app import TokenvizApp
 from tokenviz.ui.keys import needs_of
 from tokenviz.worker.engine import EngineWorker

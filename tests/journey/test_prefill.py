@@ -8,12 +8,12 @@ import types
 import pytest
 import torch
 
+from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.errors import Cancelled
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding import prompt_predictions
 from tokenviz.journey import memory_policy
 from tokenviz.journey.session import Session
-from tokenviz.model.runner import ModelRunner
 
 PROMPT = "The cat sat on the mat. The dog sat on the log. The cat sat on the"
 

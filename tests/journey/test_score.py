@@ -10,10 +10,10 @@ from clitools import invoke
 from families import family_model
 from tiny import eager_forward, save_tiny, tiny_chat_model, tiny_model
 
+from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.journey import memory_policy
 from tokenviz.journey.score import score_text
 from tokenviz.journey.session import Session
-from tokenviz.model.runner import ModelRunner
 
 TEXT = "The Eiffel Tower is located in Paris, the capital of France."
 

@@ -5,10 +5,10 @@ import pytest
 import torch
 from tiny import eager_forward, tiny_model
 
+from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.errors import PromptError, TokenvizError
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
-from tokenviz.model.runner import ModelRunner
 
 PROMPT = "The Eiffel Tower is located in"
 

@@ -4,9 +4,9 @@ import pytest
 import torch
 from tiny import eager_forward
 
+from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
-from tokenviz.model.runner import ModelRunner
 
 pytestmark = pytest.mark.bundled
 PROMPT = "The Eiffel Tower is located in"

@@ -11,12 +11,12 @@ from families import family_model
 from tiny import eager_forward, save_tiny, tiny_model
 from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper
 
+from tokenviz.backends.transformers.lens import lens_logits, residual_stream
+from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
 from tokenviz.journey.watching import token_of
-from tokenviz.model.lens import lens_logits, residual_stream
-from tokenviz.model.runner import ModelRunner
 
 PROMPT = "The Eiffel Tower is located in"
 SETTINGS = SamplingSettings(temperature=0.7, top_k=5, top_p=1.0, seed=11)

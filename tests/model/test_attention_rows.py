@@ -7,11 +7,11 @@ import torch
 from families import family_model, gemma3n_config, gemma4_config, model_of
 from tiny import eager_forward, tiny_model
 
+from tokenviz.backends.transformers.loading import LoadedModel
+from tokenviz.backends.transformers.query_store import QueryStore
+from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
-from tokenviz.model.loading import LoadedModel
-from tokenviz.model.query_store import QueryStore
-from tokenviz.model.runner import ModelRunner
 
 # llama: plain; gemma2: hybrid sliding/global layers with soft-capping (eager inside the fast path);
 # bloom: ALiBi, no fast path in transformers (eager throughout).
@@ -102,8 +102,8 @@ def test_an_eager_only_model_feeds_only_the_new_rows_when_the_window_moves_on():
 
 @pytest.mark.parametrize("free_gb", [1, 80, 500])
 def test_the_query_budget_follows_the_free_memory(monkeypatch, free_gb):
-    from tokenviz.model import runner as runner_module
-    from tokenviz.model.query_store import QUERY_CEILING, QUERY_FLOOR, query_budget
+    from tokenviz.backends.transformers import runner as runner_module
+    from tokenviz.backends.transformers.query_store import QUERY_CEILING, QUERY_FLOOR, query_budget
 
     monkeypatch.setattr(runner_module, "free_bytes", lambda device, limits: (free_gb * 10**9, False))
     runner = ModelRunner(tiny_model("llama"))
@@ -134,7 +134,7 @@ def test_layers_that_share_an_earlier_layers_keys_show_their_rows_over_them():
 def test_a_model_that_skips_positions_in_its_shared_layers_is_fed_every_position_where_they_are_read():
     """Gemma 4 feeds only the positions whose logits are kept through its KV-shared layers: rows fed
     again (the query budget all but empty) and the lens still see every position of every layer."""
-    from tokenviz.model.lens import inspect_positions
+    from tokenviz.backends.transformers.lens import inspect_positions
 
     s = journey(model_of(gemma4_config(shared=2), "tiny-gemma4"), budget=1, steps=3)  # every row fed again
     every_row_equals_eager(s)

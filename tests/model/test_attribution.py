@@ -10,11 +10,11 @@ from clitools import invoke
 from families import family_model
 from tiny import eager_forward, save_tiny, tiny_model
 
+from tokenviz.backends.transformers import attribution as attribution_module
+from tokenviz.backends.transformers.attribution import attribute, grad_times_input, leave_one_out
+from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.journey.session import Session
-from tokenviz.model import attribution as attribution_module
-from tokenviz.model.attribution import attribute, grad_times_input, leave_one_out
-from tokenviz.model.runner import ModelRunner
 
 TEXT = "The Eiffel Tower is located in Paris"
 

@@ -4,7 +4,7 @@
 import torch
 
 from tests.tiny import tiny_model
-from tokenviz.model.cache import full_cache, passed_cache, with_cache
+from tokenviz.backends.transformers.cache import full_cache, passed_cache, with_cache
 
 
 class OldName(torch.nn.Module):

@@ -4,8 +4,8 @@ apart from the messages' words, and a clear refusal where there is no template."
 import pytest
 from tiny import tiny_chat_model, tiny_model
 
+from tokenviz.backends.transformers.chat import chat_ids
 from tokenviz.contract.errors import PromptError
-from tokenviz.model.chat import chat_ids
 
 QUESTION = "What is the capital of France?"
 

@@ -13,11 +13,11 @@ from test_loading import save_random
 from tiny import tiny_model
 from torch._dynamo.utils import counters
 
+from tokenviz.backends.transformers.compiled_step import CompiledStep, compiled, room_for
+from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.errors import ModelLoadError, TokenvizError
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
-from tokenviz.model.compiled_step import CompiledStep, compiled, room_for
-from tokenviz.model.runner import ModelRunner
 
 pytestmark = pytest.mark.compile
 PROMPT = "The Eiffel Tower is located in"

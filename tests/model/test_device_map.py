@@ -8,13 +8,13 @@ import pytest
 import torch
 from test_loading import save_random
 
+from tokenviz.backends.transformers.lens import inspect_positions
+from tokenviz.backends.transformers.loading import load_model
+from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.placement import Placement
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
 from tokenviz.journey.verification import verify_latest
-from tokenviz.model.lens import inspect_positions
-from tokenviz.model.loading import load_model
-from tokenviz.model.runner import ModelRunner
 
 SHAPE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4}
 CPU_SHARE = "cpu=500000"  # of about 0.8 MB of weights: the embedding and one layer; the rest on the disk
@@ -178,10 +178,10 @@ async def test_the_timing_view_shows_the_time_in_each_place(models, device):
 
 
 def test_every_view_on_a_spread_model_is_the_whole_models(models):
-    from tokenviz.model.attribution import attribute
-    from tokenviz.model.beams import beam_search
-    from tokenviz.model.logit_difference import logit_difference
-    from tokenviz.model.speculation import make_drafter, speculative_decode
+    from tokenviz.backends.transformers.attribution import attribute
+    from tokenviz.backends.transformers.beams import beam_search
+    from tokenviz.backends.transformers.logit_difference import logit_difference
+    from tokenviz.backends.transformers.speculation import make_drafter, speculative_decode
 
     _, whole, spread = models
     a, b = journey(whole), journey(spread)

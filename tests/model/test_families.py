@@ -10,13 +10,13 @@ from beamtools import generate_beams
 from families import FAMILIES, family_model
 from tiny import eager_forward
 
+from tokenviz.backends.transformers.beams import beam_search
+from tokenviz.backends.transformers.lens import inspect_positions
+from tokenviz.backends.transformers.runner import ModelRunner
+from tokenviz.backends.transformers.speculation import make_drafter, speculative_decode
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
 from tokenviz.journey.verification import verify_latest
-from tokenviz.model.beams import beam_search
-from tokenviz.model.lens import inspect_positions
-from tokenviz.model.runner import ModelRunner
-from tokenviz.model.speculation import make_drafter, speculative_decode
 
 PROMPT = "The cat sat on the mat. The cat sat on the"
 STEPS = 12
@@ -134,8 +134,8 @@ def test_beams_and_speculation_from_the_journeys_cache_equal_them_from_scratch(k
 
 
 def test_a_saved_checkpoint_loads_whole_and_its_size_was_counted_before_it_loaded(kind, tmp_path):
-    from tokenviz.model.loading import load_model
-    from tokenviz.model.memory import parameter_count
+    from tokenviz.backends.transformers.loading import load_model
+    from tokenviz.backends.transformers.memory import parameter_count
 
     saved = family_model(kind)
     saved.model.save_pretrained(tmp_path)

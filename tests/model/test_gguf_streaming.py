@@ -10,8 +10,8 @@ import sys
 import pytest
 import torch
 
+from tokenviz.backends.transformers import loading
 from tokenviz.contract.paths import bundled_gguf
-from tokenviz.model import loading
 
 SHARD = 16 << 20  # small shards: the bundled model's 0.5 GB of float32 becomes dozens
 
@@ -21,7 +21,7 @@ SHARD = 16 << 20  # small shards: the bundled model's 0.5 GB of float32 becomes 
 CONVERT = f"""
 import json
 from pathlib import Path
-from tokenviz.model import gguf_streaming, loading
+from tokenviz.backends.transformers import gguf_streaming, loading
 from tokenviz.contract.paths import bundled_gguf
 def status_mb(field):
     line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith(field))
@@ -76,7 +76,7 @@ def test_a_full_disk_while_converting_is_the_caches_failure_and_leaves_nothing(t
     import safetensors.torch
     from safetensors import SafetensorError
 
-    from tokenviz.model import gguf_streaming
+    from tokenviz.backends.transformers import gguf_streaming
 
     def full(*args, **kwargs):
         raise SafetensorError('Error while serializing: I/O error: No space left on device (os error 28) at "x"')

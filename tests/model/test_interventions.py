@@ -9,12 +9,12 @@ import torch
 from families import FAMILIES, family_config, family_model
 from tiny import eager_forward
 
+from tokenviz.backends.transformers.parts import decoder_layers
+from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.errors import SettingsError, TokenvizError
 from tokenviz.contract.interventions import HeadAblation, Patch, Steering, parse_ablation, parse_patch, parse_steering
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
-from tokenviz.model.parts import decoder_layers
-from tokenviz.model.runner import ModelRunner
 
 # Where each family keeps its attention output projection, named here by hand (not by tokenviz).
 PROJECTION = {

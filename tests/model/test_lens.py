@@ -6,12 +6,12 @@ import sys
 import pytest
 import torch
 
+from tokenviz.backends.transformers.lens import final_norm, inspect_positions
+from tokenviz.backends.transformers.parts import decoder_layers
+from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
 from tokenviz.journey.verification import verify_latest
-from tokenviz.model.lens import final_norm, inspect_positions
-from tokenviz.model.parts import decoder_layers
-from tokenviz.model.runner import ModelRunner
 
 PROMPT = "The Eiffel Tower is located in"
 
@@ -176,7 +176,7 @@ def test_gemma3n_lens_follows_its_streams_to_the_models_output(tmp_path, monkeyp
 def test_a_lens_that_cannot_be_exact_says_so_in_one_line(tmp_path, monkeypatch, capsys, merge, said):
     from clitools import invoke
 
-    from tokenviz.model import lens
+    from tokenviz.backends.transformers import lens
 
     directory = save_gemma3n(tmp_path)
     capsys.readouterr()

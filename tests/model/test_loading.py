@@ -8,10 +8,10 @@ import torch
 from filelock import FileLock
 from tiny import save_tiny
 
+from tokenviz.backends.transformers import loading
+from tokenviz.backends.transformers.gguf_streaming import SINGLE_FILE
+from tokenviz.backends.transformers.loading import load_model, resolve_device, resolve_dtype
 from tokenviz.contract.errors import ModelLoadError
-from tokenviz.model import loading
-from tokenviz.model.gguf_streaming import SINGLE_FILE
-from tokenviz.model.loading import load_model, resolve_device, resolve_dtype
 
 
 def test_device_and_dtype_resolution():

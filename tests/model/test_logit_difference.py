@@ -8,12 +8,12 @@ import torch
 from families import FAMILIES, family_model
 from tiny import eager_forward
 
+from tokenviz.backends.transformers.lens import final_norm
+from tokenviz.backends.transformers.logit_difference import _mlp_branch_end, logit_difference, residual_parts
+from tokenviz.backends.transformers.parts import decoder_layers
+from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.journey.session import Session
-from tokenviz.model.lens import final_norm
-from tokenviz.model.logit_difference import _mlp_branch_end, logit_difference, residual_parts
-from tokenviz.model.parts import decoder_layers
-from tokenviz.model.runner import ModelRunner
 
 TEXT = "The Eiffel Tower is located in Paris, France"
 A, B = 42, 77

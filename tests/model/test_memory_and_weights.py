@@ -10,8 +10,8 @@ from safetensors.torch import load_file, save_file
 from test_loading import save_random
 
 from bench.checkpoints import SHAPES, run_with_peak, sparse_checkpoint
-from tokenviz.model import memory
-from tokenviz.model.loading import load_model
+from tokenviz.backends.transformers import memory
+from tokenviz.backends.transformers.loading import load_model
 
 SMALL = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}
 
@@ -47,8 +47,8 @@ def test_the_kv_cache_counted_from_the_config_is_what_the_cache_holds(kind):
     (DeepSeek V3) one latent and one rotary key, far smaller."""
     from families import family_config, family_model
 
+    from tokenviz.backends.transformers.runner import ModelRunner
     from tokenviz.journey.session import Session
-    from tokenviz.model.runner import ModelRunner
 
     config = family_config(kind)
     counted = memory.need(config, memory.parameter_count(config), torch.float32)
@@ -67,8 +67,8 @@ def test_a_config_whose_layers_differ_is_counted_layer_by_layer_and_opens(tmp_pa
     from tiny import tiny_tokenizer
     from transformers import AutoModelForCausalLM
 
+    from tokenviz.backends.transformers.runner import ModelRunner
     from tokenviz.journey.session import Session
-    from tokenviz.model.runner import ModelRunner
 
     config = gemma4_config()
     assert config.is_heterogeneous
@@ -175,8 +175,8 @@ def test_quantized_weights_are_counted_smaller_and_offered_when_they_fit(tmp_pat
 def test_a_gguf_too_large_to_convert_is_refused_before_converting(tmp_path, monkeypatch, capsys):
     from clitools import invoke
 
+    from tokenviz.backends.transformers import loading
     from tokenviz.contract.paths import bundled_gguf
-    from tokenviz.model import loading
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no conversion yet
     monkeypatch.setattr(loading, "free_bytes", lambda device, limits: (100 * 10**6, False))  # 100 MB free

@@ -3,7 +3,7 @@
 import pytest
 from tiny import tiny_model
 
-from tokenviz.model.runner import ModelRunner
+from tokenviz.backends.transformers.runner import ModelRunner
 
 
 def same_pieces(loaded, ids):

@@ -7,8 +7,8 @@ import pytest
 import torch
 from test_loading import save_random
 
+from tokenviz.backends.transformers.loading import load_model
 from tokenviz.contract.placement import Placement
-from tokenviz.model.loading import load_model
 
 SHAPE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4}
 IDS = torch.tensor([[5, 17, 42, 99, 3, 250, 7]])
@@ -49,8 +49,8 @@ def test_int8_is_transformers_own_quantized_model(tmp_path):
 def test_int8_on_the_bundled_model(monkeypatch, capsys):
     from clitools import invoke
 
+    from tokenviz.backends.transformers.loading import gguf_cache_dir
     from tokenviz.contract.paths import bundled_gguf
-    from tokenviz.model.loading import gguf_cache_dir
 
     args = ["The capital of France is", "--quantize", "int8", "--device", "cpu", "--dtype", "float32"]
     code, out, err = invoke(monkeypatch, capsys, "trace", *args, "--steps", "3", "--temperature", "0", "--json")
@@ -117,8 +117,8 @@ def test_int4_on_a_gpu_is_transformers_own_quantized_model(tmp_path, device, mon
 
 
 def test_without_torchao_it_says_how_to_get_it(tmp_path, monkeypatch):
+    from tokenviz.backends.transformers import quantizing
     from tokenviz.contract.errors import ModelLoadError
-    from tokenviz.model import quantizing
 
     directory = save_random(tmp_path, "llama", **SHAPE)
     real = quantizing.importlib.util.find_spec

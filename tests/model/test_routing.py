@@ -9,10 +9,10 @@ import pytest
 import torch
 from families import FAMILIES, family_model
 
+from tokenviz.backends.transformers.routing import routers, shared_gates
+from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
-from tokenviz.model.routing import routers, shared_gates
-from tokenviz.model.runner import ModelRunner
 
 gated: dict[int, torch.Tensor] = {}
 MOE = [kind for kind in FAMILIES if kind in ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3")]
@@ -53,8 +53,8 @@ def llama4_model():
     from tiny import tiny_tokenizer
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from tokenviz.model.attention import use_fast_attention
-    from tokenviz.model.loading import LoadedModel, model_info
+    from tokenviz.backends.transformers.attention import use_fast_attention
+    from tokenviz.backends.transformers.loading import LoadedModel, model_info
 
     eos = tiny_tokenizer().eos_token_id
     config = AutoConfig.for_model(

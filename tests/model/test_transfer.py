@@ -13,10 +13,10 @@ from tiny import tiny_model
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.sampling import decide
 from tokenviz.journey.session import Session
-from tokenviz.model.runner import ModelRunner
 from tokenviz.tensors.transfer import DeviceTimer, ids_to_device, to_host
 
 PROMPT = "The cat sat on the mat"

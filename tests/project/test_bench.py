@@ -4,7 +4,7 @@ import torch
 from tiny import save_tiny
 
 from bench import measures as bench
-from tokenviz.model.loading import load_model
+from tokenviz.backends.transformers.loading import load_model
 
 
 def test_bench_measures_run_on_a_tiny_model(tmp_path):

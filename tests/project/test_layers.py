@@ -48,8 +48,8 @@ def test_the_ui_render_files_and_contract_layers_import_no_torch():
 
 def test_layers_below_the_ui_import_no_textual():
     loaded = modules_after(
-        "import tokenviz.worker.engine, tokenviz.journey.session, tokenviz.model.beams, "
-        "tokenviz.model.speculation, tokenviz.model.lens, tokenviz.files.journey_file, "
+        "import tokenviz.worker.engine, tokenviz.journey.session, tokenviz.backends.transformers.beams, "
+        "tokenviz.backends.transformers.speculation, tokenviz.backends.transformers.lens, tokenviz.files.journey_file, "
         "tokenviz.render.heatmap, tokenviz.worker.snapshots"
     )
     assert "textual" not in loaded

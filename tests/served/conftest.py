@@ -66,8 +66,8 @@ class Server:
 
 @pytest.fixture(scope="session")
 def vllm_server(tmp_path_factory) -> Iterator[Server]:
+    from tokenviz.backends.transformers.loading import ensure_converted, gguf_cache_dir
     from tokenviz.contract.paths import bundled_gguf
-    from tokenviz.model.loading import ensure_converted, gguf_cache_dir
 
     python = ensure_vllm(vllm_venv())
     gguf = bundled_gguf()

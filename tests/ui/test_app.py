@@ -10,11 +10,11 @@ from textual.command import CommandPalette
 from textual.widgets import Checkbox, OptionList, TextArea
 from tiny import tiny_model
 
+from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.attention import window
 from tokenviz.contract.commands import Beams, Inspect, ShowAttention, Speculate
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
-from tokenviz.model.runner import ModelRunner
 from tokenviz.ui.panes.attention import AttentionPane
 from tokenviz.ui.panes.next_token import NextTokenPane
 from tokenviz.ui.panes.sampling import SamplingPane
@@ -489,7 +489,7 @@ async def test_views_lens_embedding_cache_timing_and_verify():
 
 
 async def test_beam_view_runs_a_beam_search_from_the_current_tokens():
-    from tokenviz.model.beams import beam_search
+    from tokenviz.backends.transformers.beams import beam_search
 
     app = make_app()
     async with app.run_test(size=(160, 48)) as pilot:
@@ -512,7 +512,7 @@ async def test_beam_view_runs_a_beam_search_from_the_current_tokens():
 
 
 async def test_speculation_view_drafts_and_verifies_from_the_current_tokens():
-    from tokenviz.model.speculation import make_drafter, speculative_decode
+    from tokenviz.backends.transformers.speculation import make_drafter, speculative_decode
 
     app = make_app(SamplingSettings(temperature=0), prompt="The cat sat on the mat. The cat sat on the")
     async with app.run_test(size=(160, 48)) as pilot:

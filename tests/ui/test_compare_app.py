@@ -5,10 +5,10 @@ by `tokenviz compare` and from the journey's palette on the journey's model."""
 from apptools import PROMPT
 from tiny import tiny_model
 
+from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.comparison import Comparison
 from tokenviz.journey.session import Session
-from tokenviz.model.runner import ModelRunner
 from tokenviz.ui.app import TokenvizApp
 from tokenviz.ui.compare_screen import CompareScreen, DiffPane
 from tokenviz.ui.panes.tokens import TokensPane

@@ -7,12 +7,12 @@ import pytest
 import torch
 from tiny import tiny_model
 
+from tokenviz.backends.transformers.parts import decoder_layers
+from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.commands import Adjust, Play
 from tokenviz.contract.errors import GiveWay
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
-from tokenviz.model.parts import decoder_layers
-from tokenviz.model.runner import ModelRunner
 from tokenviz.worker.engine import EngineWorker
 
 PROMPT = "The cat sat on the mat."

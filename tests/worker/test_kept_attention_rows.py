@@ -4,10 +4,10 @@ whole window again, after steps, a rewind, a branch and a layer change."""
 import numpy as np
 from tiny import tiny_model
 
+from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.attention import causal_view
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
-from tokenviz.model.runner import ModelRunner
 from tokenviz.worker.attention_rows import AttentionRows
 
 

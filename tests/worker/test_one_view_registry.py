@@ -6,13 +6,13 @@ import time
 
 from tiny import tiny_model
 
+from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.cli.headless import add_views, beam_document, journey_document, run_session
 from tokenviz.contract.commands import Attribute, Beams, Inspect, SplitDifference, Step, Watch
 from tokenviz.contract.results import Attribution, Inspection, LogitDifference
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
 from tokenviz.journey.views import VIEWS, compute
-from tokenviz.model.runner import ModelRunner
 from tokenviz.worker.engine import EngineWorker
 
 PROMPT = "The cat sat on the mat. The dog"

@@ -368,10 +368,10 @@ def compare_served(
     prompt: str, settings: SamplingSettings, model: ModelChoice, served: "ServedChoice", as_json: bool
 ) -> None:
     """compare --against-endpoint: the model here (A) beside the one a server runs (B), headless."""
+    from tokenviz.backends.engines import engine_of
     from tokenviz.cli.table import print_served_comparison
     from tokenviz.journey.served_comparison import compare_with_server
     from tokenviz.journey.session import Session
-    from tokenviz.worker.loader import engine_of
 
     try:
         journey = served.open(settings)  # (an unreachable server is told before A loads)
@@ -486,11 +486,11 @@ def score(
             )
         run_served_score(text, served_choice(endpoint, served_model, api_key_env, api_key_file, insecure_http), as_json)
         return
+    from tokenviz.backends.engines import engine_of
+    from tokenviz.backends.transformers.before_weights import journey_checks
     from tokenviz.cli.table import print_score
     from tokenviz.journey.score import score_text
     from tokenviz.journey.session import Session
-    from tokenviz.model.before_weights import journey_checks
-    from tokenviz.worker.loader import engine_of
 
     try:
         check_chat(chat, system)
@@ -726,10 +726,10 @@ def replay(
 def verify_recording(journey: "Journey", model: ModelChoice) -> None:
     """Re-run a recording with the model; exit 1 at the first token that differs. Without --model, the
     model the journey names (the bundled one, a path, a hub id); with it, a line where they differ."""
+    from tokenviz.backends.engines import engine_of
+    from tokenviz.backends.transformers.loading import BUNDLED_NAME
     from tokenviz.journey.reproduce import verify_journey
     from tokenviz.journey.session import Session
-    from tokenviz.model.loading import BUNDLED_NAME
-    from tokenviz.worker.loader import engine_of
 
     recorded = journey.replay.info.name
     if model.model is None and recorded != BUNDLED_NAME:

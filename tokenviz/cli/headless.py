@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from tokenviz.backends.engines import engine_of
+from tokenviz.backends.transformers.before_weights import journey_checks
 from tokenviz.cli.options import ModelChoice
 from tokenviz.contract.commands import Attribute, Beams, Inspect, Request, SplitDifference
 from tokenviz.contract.engine import Engine
@@ -23,8 +25,7 @@ from tokenviz.journey.past_results import KEEP
 from tokenviz.journey.session import Session
 from tokenviz.journey.views import compute, trace_entries
 from tokenviz.journey.watching import token_of
-from tokenviz.model.before_weights import journey_checks
-from tokenviz.worker.loader import Progress, engine_of
+from tokenviz.worker.loader import Progress
 from tokenviz.worker.snapshots import snapshot_of
 
 

@@ -23,8 +23,8 @@ from tokenviz.contract.settings import DEFAULT_SETTINGS, SamplingSettings
 from tokenviz.contract.text import safe_text
 
 if TYPE_CHECKING:
+    from tokenviz.backends.transformers.loading import LoadedModel
     from tokenviz.contract.grammar import Grammar
-    from tokenviz.model.loading import LoadedModel
     from tokenviz.worker.loader import BeforeWeights, ModelLoader, Progress
 
 err = Console(stderr=True, highlight=False)
@@ -52,7 +52,7 @@ class ModelChoice:
     max_memory: tuple[str, ...] = ()  # DEVICE=SIZE entries
     offload_dir: str | None = None
     quantize: str | None = None
-    compile: bool = False  # the decode step compiled (see tokenviz.model.compiled_step)
+    compile: bool = False  # the decode step compiled (see tokenviz.backends.transformers.compiled_step)
 
     placement: Placement = field(init=False, compare=False, repr=False)
 
@@ -68,7 +68,7 @@ class ModelChoice:
 
     def loader(self, before_weights: "BeforeWeights | None" = None) -> "ModelLoader":
         """A loader for a worker's thread (the model loads there, after the app's first frame);
-        `before_weights` checks the config and tokenizer first (see tokenviz.model.loading.load_model)."""
+        `before_weights` checks the config and tokenizer first (see backends.transformers.loading.load_model)."""
         from tokenviz.worker.loader import model_loader
 
         return model_loader(

@@ -136,7 +136,7 @@ class Inspect(Request[Inspection]):
 
 @dataclass(frozen=True)
 class Attribute(Request[Attribution]):
-    """Which tokens up to `position` led to the token after it (see tokenviz.model.attribution)."""
+    """Which tokens up to `position` led to the token after it (see tokenviz.backends.transformers.attribution)."""
 
     position: int
     method: AttributionMethod = "loo"

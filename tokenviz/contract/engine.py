@@ -1,6 +1,6 @@
 """The engine protocol: what the journey and the views ask of whatever runs the model.
 
-A backend (the transformers one in tokenviz.model; later a served model) declares what it can do as
+A backend (the transformers one in tokenviz.backends.transformers; later a served model) declares what it can do as
 capabilities, in three tiers:
 
 - *engine*: the tokenizer's encode, decode and pieces; one step from the tokens fed to the

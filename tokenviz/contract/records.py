@@ -188,7 +188,7 @@ class LayerRoute:
 class Routing:
     """The routing of every position a forward pass fed, kept compact: a few bytes per layer and
     position (experts as uint16, weights and entropies as float32, position-major), so a long
-    journey costs what its length costs. See tokenviz.model.routing."""
+    journey costs what its length costs. See tokenviz.backends.transformers.routing."""
 
     layers: tuple[int, ...]  # the MoE layers, in order
     k: int  # experts per token
@@ -312,9 +312,9 @@ class ModelInfo:
     architecture: str
     tied_embeddings: bool
     positions: str  # "rotary (base 100000)" or "learned absolute (1024 positions)"
-    attention: str = "eager"  # how the forward passes compute attention (see tokenviz.model.attention)
+    attention: str = "eager"  # how the forward passes compute attention (see tokenviz.backends.transformers.attention)
     chat_template: bool = False  # the tokenizer has one: prompts can be chat messages
-    memory: str = ""  # what it needs of what was free when it loaded (see tokenviz.model.memory)
+    memory: str = ""  # what it needs of what was free when it loaded (see tokenviz.backends.transformers.memory)
     placement: str = ""  # with a device map: which layers live on which device or the disk, and their bytes
     quantization: str = ""  # how the weights are quantized ('' when they are not)
     queries_kept: str = ""  # how many positions' query states the attention view keeps (see model.query_store)

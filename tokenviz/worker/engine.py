@@ -124,8 +124,8 @@ class EngineWorker(CommandThread[Snapshot]):
         self._message = "importing torch and transformers"  # seconds, before the loader can say more
         self._publish()
         # Deferred: these import torch, which must not delay the app's first frame.
+        from tokenviz.backends.engines import engine_of
         from tokenviz.journey.session import Session
-        from tokenviz.worker.loader import engine_of
 
         def progress(message: str, fraction: float | None) -> None:
             self._message, self._progress = message, fraction

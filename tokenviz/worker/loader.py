@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Any
 from tokenviz.contract.placement import DEFAULT_PLACEMENT, Placement
 
 if TYPE_CHECKING:
+    from tokenviz.backends.transformers.loading import LoadedModel
     from tokenviz.contract.engine import InternalsEngine
-    from tokenviz.model.loading import LoadedModel
 
 Progress = Callable[[str, "float | None"], None]  # (message, fraction done or None)
 ModelLoader = Callable[[Progress], "LoadedModel"]
 Loader = Callable[[Progress], "LoadedModel | InternalsEngine"]  # what a worker takes: an engine already made, too
-BeforeWeights = Callable[[Any, Any], None]  # (config, tokenizer): see tokenviz.model.loading.load_model
+BeforeWeights = Callable[[Any, Any], None]  # (config, tokenizer): see tokenviz.backends.transformers.loading.load_model
 
 
 def model_loader(
@@ -31,22 +31,13 @@ def model_loader(
 
     def load(progress: Progress) -> LoadedModel:
         # Deferred: torch and transformers are imported in the engine thread, after the first frame.
-        from tokenviz.model.loading import load_model
+        from tokenviz.backends.transformers.loading import load_model
 
         loaded = load_model(model, device, dtype, trust_remote_code, progress, placement, before_weights)
         if not compile:
             return loaded
-        from tokenviz.model.compiled_step import compiled
+        from tokenviz.backends.transformers.compiled_step import compiled
 
         return compiled(loaded, progress)
 
     return load
-
-
-def engine_of(loaded: LoadedModel | InternalsEngine) -> InternalsEngine:
-    """The engine that runs a loaded model: the one place a backend is chosen (the transformers one,
-    tokenviz.model.runner, for a model loaded here). An engine a loader made already is itself."""
-    from tokenviz.model.loading import LoadedModel
-    from tokenviz.model.runner import ModelRunner
-
-    return ModelRunner(loaded) if isinstance(loaded, LoadedModel) else loaded

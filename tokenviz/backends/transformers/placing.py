@@ -17,10 +17,10 @@ from typing import Any
 
 import torch
 
+from tokenviz.backends.transformers.memory import gigabytes
+from tokenviz.backends.transformers.parts import decoder_layers
 from tokenviz.contract.errors import ModelLoadError
 from tokenviz.contract.paths import cache_root
-from tokenviz.model.memory import gigabytes
-from tokenviz.model.parts import decoder_layers
 
 
 def accelerate_limits(limits: dict[str, int]) -> dict[str | int, int]:

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, cast
 
 import torch
 
+from tokenviz.backends.transformers.cache import cache_prefix, full_cache, with_cache
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.results import BeamCandidate, BeamFate, BeamResult, BeamStep, Hypothesis
-from tokenviz.model.cache import cache_prefix, full_cache, with_cache
 
 if TYPE_CHECKING:  # (the runner imports this module where it uses it: no cycle)
-    from tokenviz.model.runner import ModelRunner
+    from tokenviz.backends.transformers.runner import ModelRunner
 
 PRUNED = -1.0e9
 

@@ -1,5 +1,5 @@
 """What a journey's settings ask of a model that its config and tokenizer alone can answer, checked
-before the weights load (tokenviz.model.loading.load_model's `before_weights`): a mistake then costs
+before the weights load (tokenviz.backends.transformers.loading.load_model's `before_weights`): a mistake then costs
 seconds, not the minutes a large model takes to load.
 
 - the interventions' layers, heads and number, against the config's figures;
@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tokenviz.backends.transformers.loading import BeforeWeights
+from tokenviz.backends.transformers.parts import eos_id_set, layer_configs, text_config
 from tokenviz.contract.grammar import Grammar
 from tokenviz.contract.interventions import Intervention, Patch, check_against, check_patch_source
 from tokenviz.decoding.grammar import GrammarMatchers
-from tokenviz.model.loading import BeforeWeights
-from tokenviz.model.parts import eos_id_set, layer_configs, text_config
 
 
 def journey_checks(grammar: Grammar | None = None, interventions: Sequence[Intervention] = ()) -> BeforeWeights:

@@ -16,9 +16,9 @@ from typing import Any
 import psutil
 import torch
 
+from tokenviz.backends.transformers.attention import latent_attention
+from tokenviz.backends.transformers.parts import kv_heads, layer_configs, text_config
 from tokenviz.contract.errors import ModelLoadError
-from tokenviz.model.attention import latent_attention
-from tokenviz.model.parts import kv_heads, layer_configs, text_config
 
 KV_TOKENS = 4096  # the context whose KV cache is reserved (the model's own, if shorter)
 WORKING_SHARE = 0.10  # on top of the weights and KV cache: activations, logits, kept queries

@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from tokenviz.backends.transformers.interrupt import layer_by_layer
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.results import ATTRIBUTION_METHODS
-from tokenviz.model.interrupt import layer_by_layer
 
 if TYPE_CHECKING:  # (the runner imports this module where it uses it: no cycle)
-    from tokenviz.model.runner import ModelRunner
+    from tokenviz.backends.transformers.runner import ModelRunner
 
 BATCH_TOKENS = 4096  # leave-one-out feeds at most this many tokens in one forward pass
 

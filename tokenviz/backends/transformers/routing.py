@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from tokenviz.backends.transformers.parts import decoder_layers
 from tokenviz.contract.records import Routing
-from tokenviz.model.parts import decoder_layers
 
 
 def routers(model: Any) -> dict[int, torch.nn.Module]:

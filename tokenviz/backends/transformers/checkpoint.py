@@ -13,10 +13,10 @@ from typing import Any
 
 from safetensors import safe_open
 
+from tokenviz.backends.transformers.parts import text_config
 from tokenviz.contract.errors import ModelLoadError
 from tokenviz.contract.reading import parse_json, read_file
 from tokenviz.contract.text import safe_text, shortened
-from tokenviz.model.parts import text_config
 
 INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 MAX_INDEX_BYTES = 64 << 20

@@ -13,29 +13,36 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from tokenviz.backends.transformers.attention import IMPLEMENTATION, Capture, capturing, exact_weights, latent_attention
+from tokenviz.backends.transformers.cache import crop_layers, full_cache, with_cache
+from tokenviz.backends.transformers.chat import ChatIds, chat_ids, has_chat_template
+from tokenviz.backends.transformers.compiled_step import CompiledStep
+from tokenviz.backends.transformers.interrupt import layer_by_layer
+from tokenviz.backends.transformers.loading import LoadedModel
+from tokenviz.backends.transformers.memory import free_bytes, gigabytes
+from tokenviz.backends.transformers.parts import eos_id_set, last_logits
+from tokenviz.backends.transformers.pieces import TokenPieces
+from tokenviz.backends.transformers.place_times import PlaceTimes, timed_by_place
+from tokenviz.backends.transformers.placing import input_device
+from tokenviz.backends.transformers.query_store import QUERY_CEILING, QUERY_FLOOR, QUERY_SHARE, QueryStore, query_budget
+from tokenviz.backends.transformers.routing import (
+    join_routes,
+    read_routing,
+    recording,
+    route_tensors,
+    routers,
+    shared_gates,
+)
 from tokenviz.contract.engine import INTERNALS, WHOLE_VOCABULARY, in_order
 from tokenviz.contract.errors import Cancelled, GiveWay, ModelLoadError, TokenvizError
 from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.records import ModelInfo, Routing
 from tokenviz.contract.results import BeamResult, Inspection, LogitDifference, Speculation
 from tokenviz.contract.settings import SamplingSettings
-from tokenviz.model.attention import IMPLEMENTATION, Capture, capturing, exact_weights, latent_attention
-from tokenviz.model.cache import crop_layers, full_cache, with_cache
-from tokenviz.model.chat import ChatIds, chat_ids, has_chat_template
-from tokenviz.model.compiled_step import CompiledStep
-from tokenviz.model.interrupt import layer_by_layer
-from tokenviz.model.loading import LoadedModel
-from tokenviz.model.memory import free_bytes, gigabytes
-from tokenviz.model.parts import eos_id_set, last_logits
-from tokenviz.model.pieces import TokenPieces
-from tokenviz.model.place_times import PlaceTimes, timed_by_place
-from tokenviz.model.placing import input_device
-from tokenviz.model.query_store import QUERY_CEILING, QUERY_FLOOR, QUERY_SHARE, QueryStore, query_budget
-from tokenviz.model.routing import join_routes, read_routing, recording, route_tensors, routers, shared_gates
 from tokenviz.tensors.transfer import DeviceTimer, ids_to_device
 
 if TYPE_CHECKING:
-    from tokenviz.model.intervening import InterventionState
+    from tokenviz.backends.transformers.intervening import InterventionState
 
 
 def _no_progress(done: int, total: int) -> None:
@@ -80,7 +87,7 @@ class ModelRunner:
         info = dataclasses.replace(loaded.info, chat_template=has_chat_template(loaded.tokenizer))
         self.info: ModelInfo = self._with_cache_shape(info)
         self.cache = full_cache()
-        # Fast attention with queries kept for exact rows on demand; else eager (see tokenviz.model.attention).
+        # Fast attention with queries kept for exact rows on demand; else eager (see this backend's attention).
         self.fast_attention = self.model.config._attn_implementation == IMPLEMENTATION
         self.queries = QueryStore(query_budget(free_bytes(self.device, {})[0]))
         self.routers = routers(self.model)  # an MoE model's, by layer (none: dense)
@@ -94,7 +101,7 @@ class ModelRunner:
         self._eager_rows: tuple[range, torch.Tensor] | None = None  # the last rows an eager pass gave
         self.special_ids = set(getattr(self.tokenizer, "all_special_ids", []) or [])
         self.eos_ids = eos_id_set(self.model.generation_config.eos_token_id, self.tokenizer)
-        self.pieces = TokenPieces(self.tokenizer)  # (see tokenviz.model.pieces)
+        self.pieces = TokenPieces(self.tokenizer)  # (see tokenviz.backends.transformers.pieces)
         self.compiled: CompiledStep | None = loaded.compiled  # (--compile) shared with the model's other runners
         # Asked between the layers of `forward` (set by the worker during autoplay): True sets the step
         # aside (GiveWay, the cache cropped back) so a waiting key is answered now, not after the step.
@@ -125,7 +132,7 @@ class ModelRunner:
         )
 
     def _queries_kept(self) -> str:
-        """What the query states' budget holds, in positions (see tokenviz.model.query_store)."""
+        """What the query states' budget holds, in positions (see tokenviz.backends.transformers.query_store)."""
         if not self.fast_attention:
             return "none: the attention view runs an eager pass of the rows it shows"
         positions = self.queries.budget // max(1, self._query_bytes)
@@ -138,7 +145,7 @@ class ModelRunner:
         return self.pieces.piece(token_id)
 
     def chat_ids(self, user: str, system: str | None = None) -> ChatIds:
-        """The conversation's ids through the tokenizer's chat template (see tokenviz.model.chat)."""
+        """The conversation's ids through the tokenizer's chat template (see tokenviz.backends.transformers.chat)."""
         return chat_ids(self.tokenizer, user, system)
 
     def twin(self) -> ModelRunner:
@@ -163,7 +170,7 @@ class ModelRunner:
     def inspect(
         self, ids: list[int], positions: list[int], chosen: list[int], pinned: tuple[int, ...]
     ) -> list[Inspection]:
-        from tokenviz.model.lens import inspect_positions
+        from tokenviz.backends.transformers.lens import inspect_positions
 
         return inspect_positions(self, ids, positions, chosen, pinned=pinned)
 
@@ -175,7 +182,7 @@ class ModelRunner:
         progress: Callable[[int, int], None] | None = None,
         cancelled: Callable[[], bool] | None = None,
     ) -> tuple[float, list[float]]:
-        from tokenviz.model.attribution import attribute
+        from tokenviz.backends.transformers.attribution import attribute
 
         return attribute(self, ids, target, method, progress or _no_progress, cancelled or _not_cancelled)
 
@@ -187,7 +194,7 @@ class ModelRunner:
         progress: Callable[[int, int], None] | None = None,
         cancelled: Callable[[], bool] | None = None,
     ) -> LogitDifference:
-        from tokenviz.model.logit_difference import logit_difference
+        from tokenviz.backends.transformers.logit_difference import logit_difference
 
         return logit_difference(self, ids, a, b, progress, cancelled or _not_cancelled)
 
@@ -200,7 +207,7 @@ class ModelRunner:
         from_cache: bool = False,
         progress: Callable[[int, int], None] | None = None,
     ) -> BeamResult:
-        from tokenviz.model.beams import beam_search
+        from tokenviz.backends.transformers.beams import beam_search
 
         return beam_search(
             self,
@@ -224,7 +231,7 @@ class ModelRunner:
         progress: Callable[[int, int], None] | None = None,
     ) -> Speculation:
         """Speculative decoding from `ids`, drafted as `drafter` says (see model.speculation.make_drafter)."""
-        from tokenviz.model.speculation import make_drafter, speculative_decode
+        from tokenviz.backends.transformers.speculation import make_drafter, speculative_decode
 
         return speculative_decode(
             self,
@@ -242,7 +249,7 @@ class ModelRunner:
     ) -> InterventionState:
         """The interventions resolved on this model's own passes (a mean ablation over `context`) and
         hooked in, with the model's own distribution kept beside them (see model.intervening)."""
-        from tokenviz.model.intervening import InterventionState
+        from tokenviz.backends.transformers.intervening import InterventionState
 
         return InterventionState(self, interventions, context, token_id)
 

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
+from tokenviz.backends.transformers.parts import decoder_layers, last_logits
+from tokenviz.backends.transformers.placing import weights_at_hand
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import Inspection, LensLayer
-from tokenviz.model.parts import decoder_layers, last_logits
-from tokenviz.model.placing import weights_at_hand
 
 if TYPE_CHECKING:  # (the runner imports this module where it uses it: no cycle)
-    from tokenviz.model.runner import ModelRunner
+    from tokenviz.backends.transformers.runner import ModelRunner
 
 MERGE_EPSILON = 1e-5  # Gemma 3n's floor under a stream's magnitude
 NORM_NAMES = ("norm", "ln_f", "final_layernorm", "final_layer_norm", "norm_f", "layer_norm")

@@ -13,10 +13,10 @@ from typing import Any, assert_never
 
 import torch
 
+from tokenviz.backends.transformers.cache import passed_cache
+from tokenviz.backends.transformers.parts import decoder_layers, last_logits
 from tokenviz.contract.errors import SettingsError
 from tokenviz.contract.interventions import HeadAblation, Intervention, Patch, Steering, check_patch_source
-from tokenviz.model.cache import passed_cache
-from tokenviz.model.parts import decoder_layers, last_logits
 from tokenviz.tensors.transfer import ids_to_device
 
 OUTPUT_PROJECTIONS = ("o_proj", "out_proj", "c_proj", "dense", "wo")  # the families' names for it

@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
+from tokenviz.backends.transformers.parts import decoder_layers
 from tokenviz.contract.errors import Cancelled
-from tokenviz.model.parts import decoder_layers
 
 
 @contextmanager

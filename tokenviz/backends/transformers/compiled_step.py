@@ -26,12 +26,12 @@ from torch.nn.modules import module as hooks
 from transformers import PreTrainedModel
 from transformers.cache_utils import Cache, DynamicLayer, StaticLayer
 
+from tokenviz.backends.transformers import attention
+from tokenviz.backends.transformers.cache import full_cache, with_cache
+from tokenviz.backends.transformers.loading import LoadedModel, one_line, quiet
+from tokenviz.backends.transformers.placing import input_device
 from tokenviz.contract.errors import ModelLoadError, TokenvizError
 from tokenviz.contract.text import shortened
-from tokenviz.model import attention
-from tokenviz.model.cache import full_cache, with_cache
-from tokenviz.model.loading import LoadedModel, one_line, quiet
-from tokenviz.model.placing import input_device
 
 MODE = "reduce-overhead"  # torch.compile's mode: CUDA graphs on a GPU (compiled with fullgraph: one graph, or an error)
 # The static buffers' room: the least power-of-two multiple of ROOM that holds the journey, doubled when

@@ -27,18 +27,23 @@ import torch
 from filelock import FileLock
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from tokenviz.backends.transformers.attention import IMPLEMENTATION, use_fast_attention
+from tokenviz.backends.transformers.checkpoint import check_checkpoint
+from tokenviz.backends.transformers.gguf_streaming import (
+    SHARD_BYTES,
+    ShardNotWritten,
+    largest_tensor_bytes,
+    stream_gguf,
+)
+from tokenviz.backends.transformers.memory import WORKING_SHARE, check_fits, free_bytes, gigabytes, parameter_count
+from tokenviz.backends.transformers.parts import kv_heads, layer_configs, text_config
+from tokenviz.backends.transformers.placing import accelerate_limits, check_map_modules, offload_dir_for, placed
+from tokenviz.backends.transformers.quantizing import quantization_config, quantized
 from tokenviz.contract.errors import ModelLoadError, TokenvizError
 from tokenviz.contract.paths import bundled_gguf, cache_root
 from tokenviz.contract.placement import DEFAULT_PLACEMENT, Placement
 from tokenviz.contract.records import ModelInfo
 from tokenviz.contract.text import safe_text
-from tokenviz.model.attention import IMPLEMENTATION, use_fast_attention
-from tokenviz.model.checkpoint import check_checkpoint
-from tokenviz.model.gguf_streaming import SHARD_BYTES, ShardNotWritten, largest_tensor_bytes, stream_gguf
-from tokenviz.model.memory import WORKING_SHARE, check_fits, free_bytes, gigabytes, parameter_count
-from tokenviz.model.parts import kv_heads, layer_configs, text_config
-from tokenviz.model.placing import accelerate_limits, check_map_modules, offload_dir_for, placed
-from tokenviz.model.quantizing import quantization_config, quantized
 
 BUNDLED_NAME = "SmolLM2-135M-Instruct (bundled, Q4_1 GGUF)"
 MANIFEST = "tokenviz-manifest.json"
@@ -401,9 +406,9 @@ def load_model(
     placement: Placement = DEFAULT_PLACEMENT,
     before_weights: BeforeWeights | None = None,
 ) -> LoadedModel:
-    """Load `spec` (None = the bundled model), ready for inference (see tokenviz.model.attention),
-    placed as `placement` says (see tokenviz.model.memory and tokenviz.model.placing). `before_weights`
-    is given the config and the tokenizer before a weight is read: what it refuses costs no load."""
+    """Load `spec` (None = the bundled model), ready for inference (see this backend's attention),
+    placed as `placement` says (see its memory and placing). `before_weights` is given the config and
+    the tokenizer before a weight is read: what it refuses costs no load."""
     torch_device = resolve_device(device)
     fit = Fit.of(torch_device, dtype, placement)
 
@@ -502,13 +507,13 @@ def _check_model_directory(directory: Path, spec: str) -> None:
 @dataclass
 class Fit:
     """Where the model goes and in what dtype; `note` says what it needs of what is free (see
-    tokenviz.model.memory), once the config has been checked."""
+    tokenviz.backends.transformers.memory), once the config has been checked."""
 
     device: torch.device
     dtype: torch.dtype
     auto_dtype: bool
     limits: dict[str, int]
-    mapping: str | dict[str, str | int] | None = None  # a device map (see tokenviz.model.placing)
+    mapping: str | dict[str, str | int] | None = None  # a device map (see tokenviz.backends.transformers.placing)
     quantize: str | None = None
     offload_dir: str = ""
     note: str = ""

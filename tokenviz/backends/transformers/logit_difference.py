@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from tokenviz.backends.transformers.interrupt import layer_by_layer
+from tokenviz.backends.transformers.lens import final_norm, head_logits_before_cap, softcap
+from tokenviz.backends.transformers.parts import decoder_layers
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import LogitDifference
-from tokenviz.model.interrupt import layer_by_layer
-from tokenviz.model.lens import final_norm, head_logits_before_cap, softcap
-from tokenviz.model.parts import decoder_layers
 
 if TYPE_CHECKING:  # (the runner imports this module where it uses it: no cycle)
-    from tokenviz.model.runner import ModelRunner
+    from tokenviz.backends.transformers.runner import ModelRunner
 
 # Where a decoder layer's MLP branch ends, in the order to look: a post-norm on the MLP's output
 # (Gemma 2 and 3, OLMo 2) before the MLP itself; OPT has no MLP module, only its last projection.

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tokenviz.model.attention import Capture, LayerCall
+from tokenviz.backends.transformers.attention import Capture, LayerCall
 
 QUERY_SHARE = 0.02  # of the device's free memory when the model loads: the query states' budget,
 QUERY_FLOOR = 32 << 20  # but at least this (about 470 positions of the bundled model)

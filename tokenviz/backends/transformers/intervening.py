@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from tokenviz.backends.transformers.cache import crop_layers, full_cache, with_cache
+from tokenviz.backends.transformers.interventions import Hooks, resolve
 from tokenviz.contract.engine import shared_prefix
 from tokenviz.contract.interventions import Intervention, check_against
-from tokenviz.model.cache import crop_layers, full_cache, with_cache
-from tokenviz.model.interventions import Hooks, resolve
 from tokenviz.tensors.transfer import DeviceTimer, ids_to_device
 
 if TYPE_CHECKING:  # (the runner imports this module where it uses it: no cycle)
-    from tokenviz.model.runner import ModelRunner
+    from tokenviz.backends.transformers.runner import ModelRunner
 
 
 class InterventionState:

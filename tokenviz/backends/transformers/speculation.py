@@ -15,16 +15,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
+from tokenviz.backends.transformers.cache import cache_prefix, full_cache, with_cache
+from tokenviz.backends.transformers.parts import decoder_layers
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.grammar import refuse_grammar
 from tokenviz.contract.results import Round, Speculation
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.sampling import apply_stages, draw_uniform, inverse_cdf
-from tokenviz.model.cache import cache_prefix, full_cache, with_cache
-from tokenviz.model.parts import decoder_layers
 
 if TYPE_CHECKING:  # (the runner imports this module where it uses it: no cycle)
-    from tokenviz.model.runner import ModelRunner
+    from tokenviz.backends.transformers.runner import ModelRunner
 
 DRAFT_LEN = 4
 

@@ -1,0 +1,19 @@
+"""Which backend runs a loaded model: the one place an engine (contract.engine) is made."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tokenviz.backends.transformers.loading import LoadedModel
+    from tokenviz.contract.engine import InternalsEngine
+
+
+def engine_of(loaded: LoadedModel | InternalsEngine) -> InternalsEngine:
+    """The engine that runs a loaded model: the transformers backend's runner for a model loaded in
+    this process. An engine a loader made already is itself. (Deferred imports: this module is
+    imported before the app's first frame, and the backend imports torch.)"""
+    from tokenviz.backends.transformers.loading import LoadedModel
+    from tokenviz.backends.transformers.runner import ModelRunner
+
+    return ModelRunner(loaded) if isinstance(loaded, LoadedModel) else loaded
