@@ -20,6 +20,7 @@ from textual.widgets import Static
 
 from tokenviz.contract.commands import Command, Pace, Play, Reset, Rewind, Step
 from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.frames import Frame, FrameReader, FrameWriter
 from tokenviz.contract.snapshot import ComparisonSnapshot, Snapshot
 from tokenviz.contract.worker import Worker
 from tokenviz.files.atomic import free_name, write_file
@@ -42,9 +43,9 @@ class WorkerStarted(Message):
 
 
 class WorkerUpdate(Message):
-    """A snapshot from the worker (posted from its thread)."""
+    """A snapshot from the worker (posted from its thread): a journey's as a Frame of what changed."""
 
-    def __init__(self, snapshot: Snapshot | ComparisonSnapshot):
+    def __init__(self, snapshot: Frame | ComparisonSnapshot):
         super().__init__()
         self.snapshot = snapshot
 
@@ -81,9 +82,16 @@ class WorkerScreen(Screen[None], Generic[S]):
         self._frame_cost = 0.0  # seconds to draw a frame (a moving average), see _frame_delay
         self._frame_started = 0.0
         self._frame_timer: Timer | None = None
+        self._frames = FrameReader()  # the journey's history, kept as frames bring it
 
     def on_mount(self) -> None:
-        self.worker.start(lambda snapshot: self.post_message(WorkerUpdate(snapshot)))  # thread-safe
+        frames = FrameWriter()  # (called in the worker's thread: a journey's history stays there and here)
+
+        def post(snapshot: Snapshot | ComparisonSnapshot) -> None:
+            framed = frames.frame(snapshot) if isinstance(snapshot, Snapshot) else snapshot
+            self.post_message(WorkerUpdate(framed))  # thread-safe
+
+        self.worker.start(post)
         self.post_message(WorkerStarted(self.worker))
         self.mount(TooSmall())
         self._check_size(self.size)
@@ -129,7 +137,8 @@ class WorkerScreen(Screen[None], Generic[S]):
 
     @on(WorkerUpdate)
     def _received(self, message: WorkerUpdate) -> None:
-        s = cast(S, message.snapshot)  # (this screen's worker posts only its own kind)
+        sent = message.snapshot
+        s = cast(S, self._frames.read(sent) if isinstance(sent, Frame) else sent)  # (its worker posts its own kind)
         self.snapshot = s
         if s.error:
             self.notify(s.error, severity="error", timeout=6)
