@@ -289,7 +289,8 @@ def app_autoplay(loaded, context: int = 2000, tokens: int = 16, rounds: int = 8)
 def beams(loaded, long: int = 2000, short: int = 50, width: int = 3, steps: int = 10, rounds: int = 3) -> dict:
     """B, the beam search the app runs (from the journey's KV cache), at a `long` context against a
     `short` one; and, as the before figure, the same search fed the whole long context again."""
-    from tokenviz.backends.transformers.beams import beam_search
+    from tokenviz.contract.commands import Beams
+    from tokenviz.journey.views import compute
 
     def seconds(n: int, from_cache: bool) -> float:
         session = Session(ModelRunner(loaded), SamplingSettings(temperature=0))
@@ -297,7 +298,10 @@ def beams(loaded, long: int = 2000, short: int = 50, width: int = 3, steps: int 
         times = []
         for _ in range(rounds):
             started = time.perf_counter()
-            beam_search(transformers_runner(session), session.ids, width, steps, from_cache=from_cache)
+            if from_cache:  # as the app's B computes it: through the view's spec
+                compute(session, Beams(width, steps))
+            else:
+                session.runner.beam_search(session.ids, width, steps, from_cache=False)
             times.append(time.perf_counter() - started)
         return statistics.median(times)
 
