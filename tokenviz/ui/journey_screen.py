@@ -3,6 +3,7 @@ each snapshot; the tokens, a swappable view beside the next-token pane, the samp
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any, ClassVar
 
 from textual import events, on, work
@@ -22,7 +23,6 @@ from tokenviz.contract.commands import (
     Constrain,
     Continue,
     Force,
-    Inspect,
     Intervene,
     PageView,
     Play,
@@ -30,7 +30,6 @@ from tokenviz.contract.commands import (
     Save,
     ShowAttention,
     Speculate,
-    SplitDifference,
     Start,
     SwitchBranch,
     Verify,
@@ -54,7 +53,7 @@ from tokenviz.ui.panes.branches import BranchPane
 from tokenviz.ui.panes.cache import CachePane
 from tokenviz.ui.panes.charts import ChartsPane
 from tokenviz.ui.panes.embedding import EmbeddingPane
-from tokenviz.ui.panes.lens import LensPane, current_inspection
+from tokenviz.ui.panes.lens import LensPane
 from tokenviz.ui.panes.model import ModelPane
 from tokenviz.ui.panes.next_token import NextTokenPane
 from tokenviz.ui.panes.routing import RoutingPane
@@ -63,7 +62,7 @@ from tokenviz.ui.panes.speculation import SpeculationPane
 from tokenviz.ui.panes.status import StatusLine
 from tokenviz.ui.panes.timing import TimingPane
 from tokenviz.ui.panes.tokens import TokensPane
-from tokenviz.ui.panes.watch import WatchPane, current_difference
+from tokenviz.ui.panes.watch import WatchPane
 from tokenviz.ui.screens import (
     HELP,
     CompareDialog,
@@ -77,6 +76,7 @@ from tokenviz.ui.screens import (
     WatchScreen,
 )
 from tokenviz.ui.selection import Selection
+from tokenviz.ui.view_fetch import VIEW_FETCHES
 from tokenviz.ui.worker_screen import WorkerScreen
 
 # The views that can take the attention pane's place, by widget id. A view's key pressed again
@@ -95,8 +95,6 @@ VIEWS = {
     "charts": ChartsPane,
     "routing": RoutingPane,
 }
-VIEW_REQUESTS: dict[str, type[Request[Any]]] = {"attribution": Attribute, "watch": SplitDifference}
-INSPECTING_VIEWS = ("lens", "embedding")  # they ask the engine to look inside the cursor's position
 BEAM_WIDTH = 3  # the B key's width; the palette offers 2-8
 BEAM_STEPS = 10
 SPECULATION_STEPS = 16
@@ -120,9 +118,7 @@ class JourneyScreen(WorkerScreen[Snapshot]):
     def __init__(self, worker: Worker[Snapshot]):
         super().__init__(worker)
         self._layer_chosen = False
-        self._inspect_requested: tuple[int, int] | None = None
-        self._attribute_requested: Attribute | None = None
-        self._difference_requested: tuple[SplitDifference, tuple[tuple[int, str], ...]] | None = None
+        self._asked: dict[str, Hashable] = {}  # by view: the key of the request it last sent (see view_fetch)
         self.attribution_method: AttributionMethod = "loo"  # the A key's; the palette offers both
         self._long_attribution_ok = False  # the user ran a long leave-one-out: do not ask again
         self._attention_requested: ShowAttention | None = None
@@ -205,9 +201,7 @@ class JourneyScreen(WorkerScreen[Snapshot]):
             self.query_one(f"#{current}", Pane).show(selection)
             self.query_one(NextTokenPane).show(selection)
             self.query_one(SamplingPane).show(selection)
-        self._request_inspection(selection, current)
-        self._request_attribution(selection, current)
-        self._request_difference(selection, current)
+        self._request_view(selection, current)
         self._request_attention(current)
 
     def _request_attention(self, current: str | None) -> None:
@@ -220,32 +214,22 @@ class JourneyScreen(WorkerScreen[Snapshot]):
             self._attention_requested = request
             self.submit(request)
 
-    def _request_inspection(self, selection: Selection, current: str | None) -> None:
-        """The lens and embedding views need the engine to look inside the cursor's position."""
-        s = selection.snapshot
-        if current not in INSPECTING_VIEWS or s.playing or not s.live:
+    def _request_view(self, selection: Selection, current: str | None) -> None:
+        """The open view's result, asked for once while the snapshot lacks it (see ui.view_fetch); a
+        long leave-one-out attribution asks the user first."""
+        fetch = VIEW_FETCHES.get(current or "")
+        wanted = fetch.wanted(selection, self.attribution_method) if fetch else None
+        if current is None or wanted is None or self._asked.get(current) == wanted[1]:
             return
-        if current_inspection(selection) is None and self._inspect_requested != (s.seq, selection.cursor):
-            self._inspect_requested = (s.seq, selection.cursor)
-            self.submit(Inspect(position=selection.cursor))
-
-    def _request_attribution(self, selection: Selection, current: str | None) -> None:
-        """The attribution view asks the worker for the token after the cursor, by the chosen method
-        (a recording answers with the attributions its file kept). Leave-one-out estimated at more
-        than LONG_JOB_S asks first, offering gradient × input, until the user runs one anyway."""
-        s = selection.snapshot
-        if current != "attribution" or s.playing or selection.following_id is None:  # (a recording: the kept ones)
-            return
-        shown = current_attribution(selection)
-        request = Attribute(position=selection.cursor, method=self.attribution_method)
-        if (shown is None or shown.method != request.method) and self._attribute_requested != request:
-            self._attribute_requested = request
+        request, self._asked[current] = wanted
+        if isinstance(request, Attribute):
             self.query_one(AttributionPane).declined = None
+            s = selection.snapshot
             loo_s = estimated_s(selection, "loo") if request.method == "loo" and s.live else None
             if loo_s is not None and loo_s > LONG_JOB_S and not self._long_attribution_ok:
                 self._ask_before_attributing(request, loo_s, estimated_s(selection, "grad") or 0.0)
                 return
-            self.submit(request)
+        self.submit(request)
 
     def _ask_before_attributing(self, request: Attribute, loo_s: float, grad_s: float) -> None:
         n = request.position + 1
@@ -256,7 +240,7 @@ class JourneyScreen(WorkerScreen[Snapshot]):
                 self.submit(request)
             elif answer == "grad":
                 self.attribution_method = "grad"
-                self._attribute_requested = None
+                self._asked.pop("attribution", None)
                 self.refresh_panes()
             else:
                 pane = self.query_one(AttributionPane)
@@ -272,16 +256,6 @@ class JourneyScreen(WorkerScreen[Snapshot]):
             (f"leave-one-out anyway, about {duration(loo_s)} (exact; not asked again)", "loo"),
         ]
         self.app.push_screen(LongJobScreen(question, choices), chosen)
-
-    def _request_difference(self, selection: Selection, current: str | None) -> None:
-        """The watch view splits the logit difference of two watched tokens after the cursor."""
-        s = selection.snapshot
-        if current != "watch" or s.playing or len(s.pinned) < 2 or current_difference(selection) is not None:
-            return
-        request = (SplitDifference(position=selection.cursor), s.pinned[:2])
-        if self._difference_requested != request:
-            self._difference_requested = request
-            self.submit(request[0])
 
     def watch_model_layer(self) -> None:
         self.refresh_panes()
@@ -429,10 +403,7 @@ class JourneyScreen(WorkerScreen[Snapshot]):
             self.notify(line, severity="warning")
 
     def _open_view(self, name: str) -> None:
-        if name == "attribution":
-            self._attribute_requested = None  # (after an Escape, opening it again asks again)
-        if name == "watch":
-            self._difference_requested = None
+        self._asked.pop(name, None)  # (after an Escape, opening it again asks again)
         self.query_one("#views", ContentSwitcher).current = name
         self.refresh_panes()
 
@@ -444,8 +415,8 @@ class JourneyScreen(WorkerScreen[Snapshot]):
         return self.query_one("#views", ContentSwitcher).current == name and not cancelled
 
     def action_view(self, name: str) -> None:
-        kind = VIEW_REQUESTS.get(name)
-        shown = self._showing(name, kind) if kind else self.query_one("#views", ContentSwitcher).current == name
+        fetch = VIEW_FETCHES.get(name)
+        shown = self._showing(name, fetch.kind) if fetch else self.query_one("#views", ContentSwitcher).current == name
         self._open_view("attention" if shown else name)
 
     def action_attribution(self, method: AttributionMethod) -> None:
