@@ -162,3 +162,34 @@ async def test_a_recording_has_no_model_to_compare_with():
         await pilot.press("enter")
         await wait_for(lambda: any("recording" in str(n.message) for n in app._notifications), pilot)
         assert app.screen is app.journey
+
+
+async def test_the_headers_state_every_difference_first_and_marked_and_so_does_the_json():
+    """A grammar, a quantization or an intervention that sets B apart shows in both headers, marked,
+    before what the two share; compare --json carries the same fields under "differences"."""
+    from tokenviz.contract.grammar import Grammar
+    from tokenviz.contract.interventions import HeadAblation
+    from tokenviz.files.documents import comparison_document, setup_differences
+
+    grammar = Grammar("regex", " (Paris|Rome)\\.", " (Paris|Rome)\\.")
+
+    def build(progress):
+        loaded = tiny_model()
+        a = Session(ModelRunner(loaded), SamplingSettings(temperature=0))
+        b = Session(ModelRunner(loaded), SamplingSettings(temperature=0, grammar=grammar))
+        b.set_interventions([HeadAblation(0, 1)], context=[1, 2, 3])
+        return Comparison(a, b)
+
+    app = TokenvizApp(CompareWorker(build, PROMPT), comparing=True)
+    async with app.run_test(size=(200, 40)) as pilot:
+        c = await settled(app, pilot)
+        differences = setup_differences(c.a, c.b)
+        assert set(differences) == {"grammar", "interventions"}
+        assert differences["grammar"] == ("none", grammar.label) and differences["interventions"][0] == "none"
+        for side in ("a", "b"):
+            label = str(app.query_one(f"#label-{side}").render())
+            assert label.index("≠ grammar") < label.index("≠ interventions") < label.index("model ")
+            assert "≠ seed" not in label and "seed 0" in label  # what they share: once, unmarked
+        assert grammar.label in str(app.query_one("#label-b").render())
+        document = comparison_document(c.a, c.b, c.diffs)
+        assert document["differences"] == {name: list(values) for name, values in differences.items()}

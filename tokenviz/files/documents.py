@@ -13,6 +13,7 @@ from tokenviz.contract.records import ModelInfo, PromptPrediction, TokenChip
 from tokenviz.contract.results import StepDiff
 from tokenviz.contract.settings import SamplingSettings, grammars_json
 from tokenviz.contract.snapshot import Snapshot
+from tokenviz.contract.text import safe_text
 
 
 def trace_document(snapshot: Snapshot) -> dict[str, Any]:
@@ -56,9 +57,41 @@ def output_document(
     }
 
 
+def setup(s: Snapshot) -> dict[str, str]:
+    """What a journey runs on and by, field by field, as a comparison's headers show it: the model,
+    how its weights are held, the grammar, the interventions, then every sampling setting."""
+    info, settings = s.info, s.settings
+    latest = s.records[-1] if s.records else None
+    interventions = latest.interventions if latest else tuple(i for i, on in s.interventions if on)
+    fields = {
+        "model": info.name if info else "?",
+        "dtype": info.dtype if info else "?",
+        "quantization": (info.quantization if info else "") or "none",
+        "grammar": settings.grammar.label if settings.grammar else "none",
+        "interventions": ", ".join(i.label for i in interventions) or "none",
+        "sampling": "greedy" if settings.greedy else f"T {settings.temperature:g}",
+        "top-k": str(settings.top_k) if settings.top_k else "off",
+        "top-p": f"{settings.top_p:g}",
+        "min-p": f"{settings.min_p:g}",
+        "repetition": f"×{settings.repetition_penalty:g}",
+        "presence/frequency": f"{settings.presence_penalty:g}/{settings.frequency_penalty:g}",
+        "seed": str(settings.seed),
+        "max new tokens": str(settings.max_new_tokens),
+        "stop": ", ".join(repr(stop) for stop in settings.stop) or "none",
+    }
+    return {name: safe_text(value) for name, value in fields.items()}
+
+
+def setup_differences(a: Snapshot, b: Snapshot) -> dict[str, tuple[str, str]]:
+    """Every field of `setup` where the two journeys differ: (A's, B's)."""
+    sa, sb = setup(a), setup(b)
+    return {name: (sa[name], sb[name]) for name in sa if sa[name] != sb[name]}
+
+
 def comparison_document(a: Snapshot, b: Snapshot, diffs: Sequence[StepDiff]) -> dict[str, Any]:
-    """Both journeys as trace documents, with their differences over the steps both have taken and
-    the first of them where their chosen tokens part."""
+    """Both journeys as trace documents, with what sets them apart ("differences": A's and B's value of
+    every field that differs), their differences over the steps both have taken and the first of
+    them where their chosen tokens part."""
     da, db = trace_document(a), trace_document(b)
     both = min(len(da["steps"]), len(db["steps"]))
     parted = next(
@@ -69,7 +102,14 @@ def comparison_document(a: Snapshot, b: Snapshot, diffs: Sequence[StepDiff]) -> 
         ),
         None,
     )
-    return {"a": da, "b": db, "diff": [d.to_json() for d in diffs[:both]], "parted_at": parted}
+    differences = {name: list(values) for name, values in setup_differences(a, b).items()}
+    return {
+        "a": da,
+        "b": db,
+        "differences": differences,
+        "diff": [d.to_json() for d in diffs[:both]],
+        "parted_at": parted,
+    }
 
 
 def score_document(

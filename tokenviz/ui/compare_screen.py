@@ -19,6 +19,7 @@ from textual.widgets import Footer, Static
 
 from tokenviz.contract.commands import Command, Save
 from tokenviz.contract.snapshot import ComparisonSnapshot, Snapshot
+from tokenviz.files.documents import setup
 from tokenviz.render.columns import cell
 from tokenviz.render.pieces import visible
 from tokenviz.render.sparkline import sparkline
@@ -33,21 +34,17 @@ from tokenviz.ui.worker_screen import WorkerScreen
 SIDES = ("a", "b")
 
 
-def describe(s: Snapshot) -> str:
-    """What sets a journey apart: its sampling settings, dtype and model."""
-    settings = s.settings
-    sampling = (
-        "greedy"
-        if settings.greedy
-        else f"T {settings.temperature:g} · top-k {settings.top_k} · top-p {settings.top_p:g}"
-    )
-    if settings.min_p:
-        sampling += f" · min-p {settings.min_p:g}"
-    if settings.repetition_penalty != 1:
-        sampling += f" · repetition ×{settings.repetition_penalty:g}"
-    name = s.info.name if s.info else "?"
-    dtype = s.info.dtype if s.info else "?"
-    return f"{sampling} · seed {settings.seed} · {dtype} · {name}"  # what differs most often first: a label is cut
+def describe(s: Snapshot, other: Snapshot | None) -> Text:
+    """A side's header: every field where it differs from the other side first, marked (≠), then the
+    rest of what it runs on and by, dim: a header cut at the right keeps what sets it apart."""
+    fields, others = setup(s), setup(other) if other is not None else {}
+    differing = [name for name in fields if others and fields[name] != others[name]]
+    text = Text()
+    for name in differing:
+        text.append(f"≠ {name} {fields[name]}", Style(bold=True)).append(" · ")
+    same = [f"{name} {value}" for name, value in fields.items() if name not in differing]
+    text.append(" · ".join(same), Style(dim=True))
+    return text
 
 
 class DiffPane(BoxPane):
@@ -133,7 +130,8 @@ class CompareScreen(WorkerScreen[ComparisonSnapshot]):
             positions = s.prompt_len + len(s.records) - 1
             cursor = positions - 1 if self.cursor is None else min(self.cursor, positions - 1)
             selection = Selection(snapshot=s, info=s.info, layer=0, head="mean", cursor=cursor)
-            self.query_one(f"#label-{side}", Static).update(Text(f"{side.upper()}: {describe(s)}"))
+            other = c.b if side == "a" else c.a
+            self.query_one(f"#label-{side}", Static).update(Text(f"{side.upper()}: ").append_text(describe(s, other)))
             tokens = self.query_one(f"#tokens-{side}", TokensPane)
             tokens.marked = None if c.parted_at is None else s.prompt_len + c.parted_at
             tokens.show(selection)
