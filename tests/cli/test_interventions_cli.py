@@ -29,6 +29,14 @@ def test_trace_gives_each_step_the_unsteered_distribution_and_its_kl(monkeypatch
     assert [c["logit"] for c in own] == pytest.approx([c["logit"] for c in model], abs=1e-5)
 
 
+def test_the_trace_table_names_the_interventions_in_force(monkeypatch, capsys, tiny_dir):
+    args = ["trace", "The cat sat", "--model", tiny_dir, "-t", "0", "--steps", "2", "--ablate", "1.2"]
+    code, out, _ = invoke(monkeypatch, capsys, *args)
+    assert code == 0 and "interventions in force: ablate L1.H2 (zero)" in out and "KL from own" in out
+    code, out, _ = invoke(monkeypatch, capsys, *args[:-2])
+    assert code == 0 and "interventions in force" not in out
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

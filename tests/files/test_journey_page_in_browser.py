@@ -120,3 +120,39 @@ def test_a_theme_with_fewer_than_two_valid_heatmap_stops_falls_back_to_the_defau
         )
         assert painted > 0  # drawn, in the default colours
         assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+
+
+@needs_browser
+def test_the_page_says_which_interventions_were_in_force_and_shows_the_models_own_distribution(tmp_path):
+    """A steered journey's page must not pass the steered choice off as the model's own: each step
+    names the interventions in force and shows the model's own top candidates and the KL beside them."""
+    from tiny import tiny_model
+
+    from tokenviz.backends.transformers.runner import ModelRunner
+    from tokenviz.contract.interventions import HeadAblation
+    from tokenviz.contract.settings import SamplingSettings
+    from tokenviz.journey.session import Session
+    from tokenviz.worker.snapshots import snapshot_of
+
+    session = Session(ModelRunner(tiny_model("llama")), SamplingSettings(temperature=0))
+    session.start("The cat sat on the mat. The dog")
+    session.set_interventions([HeadAblation(0, 1), HeadAblation(1, 0)])
+    session.step()
+    snapshot = snapshot_of(session)
+    path = save_page(
+        tmp_path / "steered.html", snapshot, session.saved_attention(), page_colors(load_themes()[DEFAULT_THEME])
+    )
+    first = snapshot.records[0]
+    assert first.unsteered is not None
+    with chromium() as browser:
+        browser.get(path.resolve().as_uri())
+        chips = browser.find_elements(By.CSS_SELECTOR, ".chip")
+        chips[snapshot.prompt_len].click()
+        step = until(lambda: browser.find_element(By.ID, "step").text)
+        assert step.startswith("step 1:")
+        assert "interventions in force: " + "; ".join(i.label for i in first.interventions) in step
+        assert f"KL from it: {first.unsteered.kl:.3f} bits" in step
+        own_rows = browser.find_elements(By.CSS_SELECTOR, "#step table")[1].find_elements(By.CSS_SELECTOR, "td.raw")
+        assert own_rows[0].text == f"{first.unsteered.top[0].prob:.4f}"
+        assert "interventions" in browser.find_element(By.ID, "facts").text
+        assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]

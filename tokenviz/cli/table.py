@@ -31,6 +31,9 @@ def print_table(doc: dict[str, Any], console: Console) -> None:
     for t in doc["prompt"]:  # each piece, then its id: "The 504  ·E 414"
         prompt.append(visible(t["text"]), style="cyan").append(f" {t['id']}", style="dim").append("  ")
     console.print(prompt)
+    in_force = list(dict.fromkeys(label for step in doc["steps"] for label in step.get("interventions", ())))
+    if in_force:  # the distributions below are the intervened model's: "KL from own" is the distance
+        console.print(Text(safe_text("interventions in force: " + "; ".join(in_force)), style="bold"))
     if doc["steps"] and "draw" in doc["steps"][0]:
         console.print(_steps(doc["steps"], narrow=console.width < WIDE))
     else:

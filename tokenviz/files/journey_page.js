@@ -14,7 +14,8 @@ function facts() {
   const m = D.model, s = D.settings;
   $("facts").textContent = `${m.device} · ${m.dtype} · ${m.layers} layers · ${m.heads} heads · `
     + (s.temperature === 0 ? "greedy" : `temperature ${s.temperature} · top-k ${s.top_k} · top-p ${s.top_p}`)
-    + ` · seed ${s.seed}` + (s.grammar ? ` · grammar ${s.grammar.kind} ${s.grammar.source}` : "");
+    + ` · seed ${s.seed}` + (s.grammar ? ` · grammar ${s.grammar.kind} ${s.grammar.source}` : "")
+    + (D.steps.some((step) => step.interventions.length) ? " · interventions (see each step)" : "");
   $("text").textContent = D.chips.map((c) => c[1]).join("");
 }
 
@@ -59,7 +60,15 @@ function showStep(i) {
     box.appendChild(el("p", `${step.mode} · final p ${p4(step.chosen_prob)} (rank ${step.chosen_rank}) · raw p ${p4(step.raw_prob)} `
       + `(rank ${step.raw_rank}) · entropy ${step.entropy.toFixed(2)} bits` + (step.u === null ? "" :
       ` · draw u = ${step.u.toFixed(4)} in band [${step.band[0].toFixed(4)}, ${step.band[1].toFixed(4)})`)));
+    if (step.interventions.length) {  // the distribution above is the intervened model's, not its own
+      box.appendChild(el("p", `interventions in force: ${step.interventions.join("; ")}`, "intervened"));
+    }
     box.appendChild(candidates(step.top, step.chosen[0], true));
+    if (step.own) {
+      const kl = step.own.kl === null ? "∞" : step.own.kl.toFixed(3);
+      box.appendChild(el("h3", `the model's own distribution, without the interventions (KL from it: ${kl} bits)`));
+      box.appendChild(candidates(step.own.top, step.chosen[0], false));
+    }
     const stages = el("ol");
     stages.appendChild(el("li", "raw: the model's softmax"));
     step.stages.forEach((s) => stages.appendChild(el("li", `${s[0]} ${s[1]}: ${s[2]} tokens kept, ${(s[3] * 100).toFixed(1)}% of the mass`)));

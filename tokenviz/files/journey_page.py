@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import re
 import zlib
 from collections.abc import Iterable
@@ -80,9 +81,21 @@ def _steps(snapshot: Snapshot) -> list[dict[str, Any]]:
                 "stages": [[s.name, s.detail, s.kept, s.mass] for s in d.stages],
                 "settings": d.settings.to_json(),
                 "watch": [[p.id, p.text, p.prob, p.final_prob, p.rank] for p in d.pinned],
+                # the interventions in force at this step, and the model's own distribution beside them
+                "interventions": [i.label for i in r.interventions],
+                "own": (
+                    {"top": [[c.id, c.text, c.prob] for c in r.unsteered.top[:TOP_ROWS]], "kl": _finite(r.unsteered.kl)}
+                    if r.unsteered
+                    else None
+                ),
             }
         )
     return out
+
+
+def _finite(x: float) -> float | None:
+    """`x`, or None where it is not finite (JSON has no infinity; the page writes ∞)."""
+    return x if math.isfinite(x) else None
 
 
 def _charts(snapshot: Snapshot, colors: dict[str, str]) -> list[str]:
