@@ -486,7 +486,8 @@ class JourneyScreen(WorkerScreen[Snapshot]):
             if line is not None:
                 self.read_grammar(line)
 
-        self.app.push_screen(GrammarDialog(), chosen)
+        s = self.snapshot
+        self.app.push_screen(GrammarDialog(s.settings.grammar if s else None), chosen)
 
     @work(thread=True, group="grammar")
     def read_grammar(self, line: str) -> None:

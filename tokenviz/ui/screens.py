@@ -14,6 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Checkbox, Input, Label, Markdown, OptionList, TextArea
 from textual.widgets.option_list import Option
 
+from tokenviz.contract.grammar import Grammar
 from tokenviz.contract.interventions import Entries
 from tokenviz.render.pieces import visible
 from tokenviz.ui.keys import COMPARE_KEYS, markdown_table
@@ -184,6 +185,7 @@ class AskScreen(ModalScreen[str | None]):
     AskScreen { align: center middle; }
     AskScreen > Vertical { width: 80%; max-width: 100; height: auto; border: thick $primary;
                            background: $surface; padding: 1 2; }
+    AskScreen Label { width: 100%; }  /* wrapped to the dialog: its syntax is never cut */
     """
 
     def compose(self) -> ComposeResult:
@@ -221,6 +223,21 @@ class GrammarDialog(AskScreen):
     )
     PLACEHOLDER = "json-schema person.json"
     INPUT_ID = "grammar-input"
+
+    def __init__(self, in_force: Grammar | None = None):
+        super().__init__()
+        self.in_force = in_force  # reopened, the dialog shows it and begins with it
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label(self.QUESTION)
+            g = self.in_force
+            yield Label(f"in force: {g.label}" if g else "in force: none", id="grammar-in-force", classes="dim")
+            yield Input(f"{g.kind} {g.source}" if g else "", placeholder=self.PLACEHOLDER, id=self.INPUT_ID)
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.query_one(Input).action_end()
 
 
 class InterventionsDialog(AskScreen):
@@ -272,6 +289,7 @@ class WatchScreen(ModalScreen[int | str | None]):
     WatchScreen > Vertical { width: 80%; max-width: 90; height: auto; max-height: 90%; border: thick $primary;
                              background: $surface; padding: 1 2; }
     WatchScreen OptionList { height: auto; max-height: 16; }
+    WatchScreen Label { width: 100%; }
     """
 
     def __init__(self, candidates: list[tuple[int, str]], watched: list[tuple[int, str]]):
@@ -319,6 +337,7 @@ class LongJobScreen(ModalScreen[str | None]):
     LongJobScreen > Vertical { width: 80%; max-width: 90; height: auto; border: thick $warning;
                                background: $surface; padding: 1 2; }
     LongJobScreen OptionList { height: auto; }
+    LongJobScreen Label { width: 100%; }
     """
 
     def __init__(self, question: str, choices: list[tuple[str, str]]):
