@@ -60,6 +60,7 @@ from tokenviz.ui.panes.routing import RoutingPane
 from tokenviz.ui.panes.sampling import SamplingPane
 from tokenviz.ui.panes.speculation import SpeculationPane
 from tokenviz.ui.panes.status import StatusLine
+from tokenviz.ui.panes.text import TextPane
 from tokenviz.ui.panes.timing import TimingPane
 from tokenviz.ui.panes.tokens import TokensPane
 from tokenviz.ui.panes.watch import WatchPane
@@ -94,6 +95,7 @@ VIEWS = {
     "watch": WatchPane,
     "charts": ChartsPane,
     "routing": RoutingPane,
+    "text": TextPane,
 }
 BEAM_WIDTH = 3  # the B key's width; the palette offers 2-8
 BEAM_STEPS = 10

@@ -245,6 +245,12 @@ KEYS: tuple[KeyRow, ...] = (
         (Press("W", "view('watch')", palette="View: watched tokens"),),
     ),
     KeyRow(
+        "D",
+        "text view: the decoded text whole, wrapped and scrollable, the token at the cursor marked (the tokens "
+        "pane's text line shows it up to the cursor)",
+        (Press("D", "view('text')", palette="View: the whole decoded text"),),
+    ),
+    KeyRow(
         "C",
         "charts view: entropy and the chosen token's probability by step, the watched tokens' probability, the "
         "prompt's surprisal, decode time against context length, the KV cache's size against tokens",

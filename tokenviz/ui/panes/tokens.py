@@ -19,6 +19,7 @@ from rich.text import Text
 
 from tokenviz.contract.records import TokenChip
 from tokenviz.contract.results import Attribution
+from tokenviz.contract.snapshot import Snapshot
 from tokenviz.contract.text import safe_text
 from tokenviz.render.chip_lines import ChipLines
 from tokenviz.render.colors import ramp
@@ -98,7 +99,7 @@ class TokensPane(BoxPane):
                 self._append_chip(text, i, cursor)
         if extra:
             text.append("\n")
-            text.append_text(self._decoded(s.full_text, width))
+            text.append_text(self._decoded(self._text_to(s, cursor), width))
         if extra == 2:
             text.append("\n")
             text.append_text(self._trailer(selection))
@@ -166,6 +167,16 @@ class TokensPane(BoxPane):
     def _shade(self, fraction: float) -> Style:
         level = round(min(max(fraction, 0.0), 1.0) * (SHADES - 1))
         return _shade_styles(self.theme_colors.heatmap_stops)[level]
+
+    @staticmethod
+    def _text_to(s: Snapshot, cursor: int) -> str:
+        """The decoded text up to the token at the cursor (all of it at the newest token), where the
+        chips' pieces spell it: moving the cursor back (←, Home) brings the beginning back. The whole
+        text, wrapped, is the text view's (D)."""
+        if cursor >= len(s.chips) - 1:
+            return s.full_text
+        prefix = "".join(c.text for c in s.chips[: cursor + 1])
+        return prefix if s.full_text.startswith(prefix) else s.full_text
 
     @staticmethod
     def _decoded(full_text: str, width: int) -> Text:

@@ -1,0 +1,38 @@
+"""At 80x24 the decoded text is readable whole: the tokens pane's text line shows it up to the cursor
+(Home brings its beginning back), and D opens it all, wrapped, the token at the cursor marked."""
+
+from apptools import make_app, settle, wait_for
+
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.ui.panes.text import TextPane, chip_spans
+from tokenviz.ui.panes.tokens import TEXT_LABEL, TokensPane
+
+
+def text_line(app) -> str:
+    lines = str(app.query_one(TokensPane).render()).splitlines()
+    return next(line for line in lines if line.startswith(TEXT_LABEL))[len(TEXT_LABEL) :]
+
+
+async def test_the_text_is_readable_from_its_beginning_at_80x24():
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=60))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("a")
+        s = await wait_for_stop(app, pilot)
+        full = s.full_text.replace("\n", "↵")
+        assert len(full) > 80 and text_line(app).startswith("…")  # the newest: the tail
+        await pilot.press("home")
+        await settle(app, pilot)
+        first = text_line(app)
+        assert full.startswith(first.rstrip("…").rstrip()) and not first.startswith("…")
+        await pilot.press("D")
+        await wait_for(lambda: app.query_one("#views").current == "text", pilot)
+        body = str(app.query_one(TextPane).body.render())
+        assert body == s.full_text  # all of it, for the pane to wrap and scroll
+        spans = chip_spans([c.text for c in s.chips], s.full_text)
+        assert spans is not None and spans[0] == (0, len(s.chips[0].text))
+
+
+async def wait_for_stop(app, pilot):
+    await wait_for(lambda: app.journey.snapshot is not None and app.journey.snapshot.stop_reason, pilot, timeout=60)
+    return await settle(app, pilot)

@@ -1,0 +1,46 @@
+"""Text view: the journey's decoded text whole, wrapped and scrollable, the token at the cursor marked.
+
+The tokens pane keeps one line of the text (its part up to the cursor); this view is where a long
+answer is read from its beginning, at any terminal size."""
+
+from __future__ import annotations
+
+import itertools
+
+from rich.style import Style
+from rich.text import Text
+
+from tokenviz.contract.text import safe_text
+from tokenviz.ui.panes.base import ScrollPane
+from tokenviz.ui.selection import Selection
+
+
+def chip_spans(texts: list[str], full_text: str) -> list[tuple[int, int]] | None:
+    """Each chip's characters in the decoded text, where the chips' pieces join into it exactly
+    (None where they do not: a byte-level piece is not a character of its own)."""
+    if "".join(texts) != full_text:
+        return None
+    spans, at = [], 0
+    for text in texts:
+        spans.append((at, at + len(text)))
+        at += len(text)
+    return spans
+
+
+class TextPane(ScrollPane):
+    TITLE = "text"
+
+    def draw(self, selection: Selection) -> None:
+        s = selection.snapshot
+        full = s.full_text
+        spans = chip_spans([c.text for c in s.chips], full)
+        prompt_end = spans[s.prompt_len - 1][1] if spans and s.prompt_len else 0
+        marked = spans[selection.cursor] if spans and 0 <= selection.cursor < len(spans) else (len(full), len(full))
+        cuts = sorted({0, prompt_end, *marked, len(full)})
+        text = Text()
+        for start, end in itertools.pairwise(cuts):  # the prompt dim, the cursor's token reversed
+            style = Style(dim=end <= prompt_end, reverse=marked[0] <= start and end <= marked[1])
+            text.append(safe_text(full[start:end]), style)
+        generated = len(s.chips) - s.prompt_len
+        self.border_subtitle = f"{len(full):,} characters · {generated} generated tokens · ↑ ↓ PgUp PgDn scroll"
+        self.body.update(text)
