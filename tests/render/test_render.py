@@ -144,3 +144,10 @@ def test_a_log_sparkline_puts_every_series_on_one_scale():
     london, paris = log_sparkline([5.1e-05], 1), log_sparkline([0.318], 1)
     assert SPARK.index(london) < SPARK.index(paris)  # each scaled on its own, both would be full blocks
     assert log_sparkline([1.0, 1e-6, 1e-9, 0.0], 4) == "█▁▁ "  # the floor and below: the lowest; 0: none
+
+
+def test_a_time_taken_reads_in_the_unit_a_person_reads_it_in():
+    from tokenviz.render.units import elapsed
+
+    assert elapsed(12.34) == "12.3 ms" and elapsed(4200) == "4.2 s"
+    assert elapsed(230692.6) == "3 min 51 s"  # not "230692.6 ms"

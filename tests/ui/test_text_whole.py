@@ -36,3 +36,25 @@ async def test_the_text_is_readable_from_its_beginning_at_80x24():
 async def wait_for_stop(app, pilot):
     await wait_for(lambda: app.journey.snapshot is not None and app.journey.snapshot.stop_reason, pilot, timeout=60)
     return await settle(app, pilot)
+
+
+async def test_the_timing_view_wraps_its_figures_at_80x24():
+    from tokenviz.ui.panes.timing import TimingPane
+
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=4))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("space", "space")
+        await settle(app, pilot)
+        await pilot.press("i")
+        await wait_for(lambda: app.query_one("#views").current == "timing", pilot)
+        pane = app.query_one(TimingPane)
+        await wait_for(
+            lambda: "prefill" in " ".join(str(s.text) for s in pane.render_lines(pane.region.reset_offset)), pilot
+        )
+        shown = " ".join(
+            "".join(seg.text for seg in strip).strip("│ ") for strip in pane.render_lines(pane.region.reset_offset)
+        )
+        assert "ms per token)" in " ".join(shown.split()) and "tokens/s from the forward pass alone" in " ".join(
+            shown.split()
+        )

@@ -18,6 +18,15 @@ def probability(p: float, width: int = 0) -> str:
     return text.rjust(width)
 
 
+def elapsed(ms: float) -> str:
+    """A time taken, in the unit a person reads it in: '12.3 ms', '4.2 s', '3 min 51 s' (not '230692.6 ms')."""
+    if ms < 1000:
+        return f"{ms:.1f} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    return duration(ms / 1000)
+
+
 def duration(seconds: float) -> str:
     """A time left, as a person says it: '4 s', '2 min 5 s', '1 h 20 min'."""
     s = max(round(seconds), 1)

@@ -13,7 +13,7 @@ from textual.visual import VisualType
 from textual.widgets import Static
 
 from tokenviz.contract.snapshot import Snapshot
-from tokenviz.render.units import human_bytes
+from tokenviz.render.units import elapsed, human_bytes
 
 
 class StatusLine(Static):
@@ -45,7 +45,7 @@ class StatusLine(Static):
         if on:  # the model is not itself: say so among the first
             items.append((0, on[0].label + (f" +{len(on) - 1}" if len(on) > 1 else "")))
         if latest is not None:
-            items.append((3, f"fwd {latest.forward_ms:.1f} ms"))
+            items.append((3, f"fwd {elapsed(latest.forward_ms)}"))
             if s.tokens_per_s:
                 items.append((2, f"{s.tokens_per_s:.1f} tok/s decode"))
             items.append((4, f"KV {latest.kv_len} tok {human_bytes(latest.kv_bytes)}"))

@@ -9,6 +9,7 @@ from rich.text import Text
 
 from tokenviz.contract.records import StepRecord
 from tokenviz.render.sparkline import sparkline
+from tokenviz.render.units import elapsed
 from tokenviz.ui.panes.base import BoxPane
 from tokenviz.ui.selection import Selection
 
@@ -24,16 +25,16 @@ class TimingPane(BoxPane):
         prefill = s.records[0]
         decode = [r.forward_ms for r in s.records[1:]]
         sampling = [r.decision.ms for r in s.records]
-        text = Text(no_wrap=True, overflow="crop")
+        text = Text()  # wrapped to the pane: no figure is cut
         text.append(
-            f"prefill: {prefill.forward_ms:.1f} ms for {len(prefill.input_ids)} prompt tokens at once "
+            f"prefill: {elapsed(prefill.forward_ms)} for {len(prefill.input_ids)} prompt tokens at once "
             f"({prefill.forward_ms / max(len(prefill.input_ids), 1):.2f} ms per token)\n",
             style="bold",
         )
         if decode:
             mean = statistics.mean(decode)
             text.append(
-                f"decode: {mean:.1f} ms per step (one token each, reusing the cache), "
+                f"decode: {elapsed(mean)} per step (one token each, reusing the cache), "
                 f"{1000 / mean:.1f} tokens/s from the forward pass alone\n",
                 style="bold",
             )
