@@ -46,10 +46,17 @@ async def test_the_routing_view_shows_the_routers_choice_at_the_cursor(size):
         await wait_for(lambda: app.query_one("#views").current != "routing", pilot)
 
 
-async def test_a_dense_model_says_it_has_no_routing():
+@pytest.mark.parametrize("size", [(80, 24), (120, 36)])
+async def test_a_dense_model_says_it_has_no_routing_in_whole(size):
     app = app_on("llama")
-    async with app.run_test(size=(120, 36)) as pilot:
+    async with app.run_test(size=size) as pilot:
         await settle(app, pilot)
         await pilot.press("R")
         pane = app.query_one("#routing")
         await wait_for(lambda: "no mixture-of-experts layers" in shown_in(pane), pilot)
+        await pilot.pause()
+        body = pane.body
+        lines = body.render_lines(body.region.reset_offset)
+        on_screen = " ".join(" ".join("".join(seg.text for seg in line).split()) for line in lines)
+        assert "so there is no routing to show." in on_screen  # wrapped, not cut at "mixture-of-e"
+        assert body.region.right <= pane.region.right

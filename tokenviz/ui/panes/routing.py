@@ -32,14 +32,17 @@ class RoutingPane(ScrollPane):
     TITLE = "routing"
     DEFAULT_CSS = """
     RoutingPane > .body { text-wrap: nowrap; text-overflow: clip; }
+    RoutingPane > .body.-note { text-wrap: wrap; }
     """
 
     def draw(self, selection: Selection) -> None:
         s = selection.snapshot
         if not s.records or s.records[0].routing is None:
             dense = f"{selection.info.name} has no mixture-of-experts layers: every token goes through the same "
+            self.body.set_class(True, "-note")  # a note wraps; the routing table does not
             self.body.update(Text(dense + "feed-forward network, so there is no routing to show."))
             return
+        self.body.set_class(False, "-note")
         routes = routes_at(s, selection.cursor)
         width = max(self.size.width - 3, 30)
         text = Text(no_wrap=True, overflow="crop")
