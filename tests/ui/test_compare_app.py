@@ -51,6 +51,7 @@ async def test_both_journeys_step_together_and_the_parting_is_marked():
         for side, s in (("a", c.a), ("b", c.b)):
             assert app.query_one(f"#tokens-{side}", TokensPane).marked == s.prompt_len + c.parted_at
         assert "greedy" in str(app.query_one("#label-a").render()) and "T 2" in str(app.query_one("#label-b").render())
+        assert app.screen.check_action("back", ()) is False  # the whole app: no journey to go back to
         await pilot.press("backspace")
         c = await settled(app, pilot)
         assert len(c.a.records) == len(c.b.records) == 6 and len(c.diffs) == 6
@@ -141,6 +142,7 @@ async def test_compare_from_the_journeys_palette_runs_on_its_model_and_escape_re
         await pilot.press("minus")  # the pace keys: autoplay at its pace, as in the journey
         c = await settled(app, pilot)
         assert c.pace_s > 0
+        assert app.screen.check_action("back", ()) is True  # the footer says Escape goes back
         await pilot.press("escape")
         await wait_for(lambda: app.screen is app.journey, pilot)
         after = await settle(app, pilot)

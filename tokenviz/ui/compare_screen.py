@@ -156,6 +156,10 @@ class CompareScreen(WorkerScreen[ComparisonSnapshot]):
         current = positions - 1 if self.cursor is None else self.cursor
         self.cursor = min(max(current + delta, 0), positions - 1)
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Escape's "back" is in the footer only where there is a journey to go back to."""
+        return action != "back" or len(self.app.screen_stack) > 1
+
     def action_back(self) -> None:
         """Back to the journey this comparison was opened from (none: `tokenviz compare` alone)."""
         if len(self.app.screen_stack) > 1:

@@ -376,7 +376,7 @@ COMPARE_KEYS: tuple[KeyRow, ...] = (
     KeyRow(
         "escape",
         "back to the journey, when the comparison was opened from the app's palette",
-        (Press("escape", "back", palette="Back to the journey"),),
+        (Press("escape", "back", "back", "Back to the journey"),),
     ),
     KeyRow("?", "help: what the two sides and the figures below them show", (Press("question_mark", "help", "help"),)),
     KeyRow("ctrl+p", "command palette: every command above, an SVG screenshot and the theme picker"),
