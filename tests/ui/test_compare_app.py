@@ -195,3 +195,23 @@ async def test_the_headers_state_every_difference_first_and_marked_and_so_does_t
         assert grammar.label in str(app.query_one("#label-b").render())
         document = comparison_document(c.a, c.b, c.diffs)
         assert document["differences"] == {name: list(values) for name, values in differences.items()}
+
+
+async def test_an_infinite_kl_is_explained_where_it_is_shown():
+    """A greedy B against a sampling A: B's final distribution is one token, so KL(A ‖ B) is infinite;
+    the diff pane says why under its table instead of leaving a bare ∞."""
+    from tokenviz.ui.compare_screen import INFINITE_KL
+
+    def build(progress):
+        loaded = tiny_model()
+        hot = SamplingSettings(temperature=2.0, top_k=0, top_p=1.0, seed=5)
+        return Comparison(
+            Session(ModelRunner(loaded), hot), Session(ModelRunner(loaded), SamplingSettings(temperature=0))
+        )
+
+    app = TokenvizApp(CompareWorker(build, PROMPT), comparing=True)
+    async with app.run_test(size=(140, 40)) as pilot:
+        c = await settled(app, pilot)
+        assert any(d.final_kl == float("inf") for d in c.diffs)
+        shown = str(app.query_one(DiffPane).render())
+        assert "∞" in shown and INFINITE_KL.strip() in " ".join(shown.split())

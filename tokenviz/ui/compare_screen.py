@@ -32,6 +32,7 @@ from tokenviz.ui.selection import Selection
 from tokenviz.ui.worker_screen import WorkerScreen
 
 SIDES = ("a", "b")
+INFINITE_KL = "∞: B's stages rule out a token A's keep (p 0 in B): KL(A ‖ B) is infinite\n"  # (fits 80 columns)
 
 
 def describe(s: Snapshot, other: Snapshot | None) -> Text:
@@ -83,6 +84,8 @@ class DiffPane(BoxPane):
                 f"{d.a_rank_of_b:>10} {d.b_rank_of_a:>10}\n",
                 style,
             )
+        if any(not math.isfinite(d.final_kl) for d in shown):  # ∞ is a fact, not a failure: say which
+            text.append(INFINITE_KL, Style(dim=True))
         text.rstrip()
         self.update(text)
         self.set_subtitle(f"{c.state}{' · ' + c.message if c.message else ''}")
