@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from tokenviz.contract.attention import SavedAttention
-from tokenviz.contract.engine import InternalsEngine, Intervening, shared_prefix
+from tokenviz.contract.engine import Engine, InternalsEngine, Intervening, shared_prefix
 from tokenviz.contract.errors import Cancelled, PromptError, TokenvizError
 from tokenviz.contract.interventions import BRANCH_SOURCE, Intervention, Patch
 from tokenviz.contract.records import MAX_PINNED, StepRecord, TokenChip
@@ -37,6 +37,24 @@ from tokenviz.journey.watching import fill_watched, token_of
 from tokenviz.tensors.transfer import to_host
 
 TOP_N = 20
+
+
+def token_chips(
+    engine: Engine, ids: Sequence[int], prompt_len: int, template: Sequence[bool], start: int = 0
+) -> list[TokenChip]:
+    """`ids[start:]` as chips: their pieces, which are the prompt's, the tokenizer's specials and the
+    chat template's."""
+    special = engine.special_ids
+    return [
+        TokenChip(
+            id=t,
+            text=engine.piece(t),
+            is_prompt=i < prompt_len,
+            is_special=t in special,
+            is_template=i < len(template) and template[i],
+        )
+        for i, t in enumerate(ids[start:], start=start)
+    ]
 
 
 class Session:
@@ -101,19 +119,7 @@ class Session:
         same = len(kept) if self.ids[: len(kept)] == self._chip_ids[: len(kept)] else 0
         if same == len(kept) == len(self.ids):
             return self._chips_tuple
-        n = len(self.prompt_ids)
-        special = self.runner.special_ids
-        template = self.template
-        self._chips = kept[:same] + [
-            TokenChip(
-                id=t,
-                text=self.runner.piece(t),
-                is_prompt=i < n,
-                is_special=t in special,
-                is_template=i < len(template) and template[i],
-            )
-            for i, t in enumerate(self.ids[same:], start=same)
-        ]
+        self._chips = kept[:same] + token_chips(self.runner, self.ids, len(self.prompt_ids), self.template, same)
         self._chip_ids = list(self.ids)
         self._chips_key = (list(self.prompt_ids), list(self.template))
         self._chips_tuple = tuple(self._chips)

@@ -194,6 +194,7 @@ class JourneyScreen(WorkerScreen[Snapshot]):
         self.query_one(StatusLine).show(self.snapshot)
         selection = self.current_selection()
         if selection is None:
+            self._show_prefilling(self.snapshot)
             return
         current = self.query_one("#views", ContentSwitcher).current
         tokens = self.query_one(TokensPane)
@@ -205,6 +206,12 @@ class JourneyScreen(WorkerScreen[Snapshot]):
             self.query_one(SamplingPane).show(selection)
         self._request_view(selection, current)
         self._request_attention(current)
+
+    def _show_prefilling(self, s: Snapshot) -> None:
+        """A first prompt being prefilled: its tokens are known, the other panes wait for its pass."""
+        if s.info is not None and s.chips and not s.records:
+            last = len(s.chips) - 1
+            self.query_one(TokensPane).show(Selection(snapshot=s, info=s.info, layer=0, head=self.head, cursor=last))
 
     def _request_attention(self, current: str | None) -> None:
         """The attention pane's rows are computed by the worker: ask for the layer and the rows it

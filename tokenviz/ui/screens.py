@@ -233,11 +233,8 @@ class GrammarDialog(AskScreen):
             yield Label(self.QUESTION)
             g = self.in_force
             yield Label(f"in force: {g.label}" if g else "in force: none", id="grammar-in-force", classes="dim")
+            # Selected: Enter keeps it, typing replaces it ("off" clears), → edits it.
             yield Input(f"{g.kind} {g.source}" if g else "", placeholder=self.PLACEHOLDER, id=self.INPUT_ID)
-
-    def on_mount(self) -> None:
-        super().on_mount()
-        self.query_one(Input).action_end()
 
 
 class InterventionsDialog(AskScreen):

@@ -42,6 +42,7 @@ from tokenviz.contract.commands import (
 )
 from tokenviz.contract.errors import Cancelled, GiveWay, TokenvizError
 from tokenviz.contract.interventions import Entries
+from tokenviz.contract.records import TokenChip
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.contract.snapshot import EngineState, Snapshot
 from tokenviz.decoding.nudges import Nudges
@@ -100,6 +101,7 @@ class EngineWorker(CommandThread[Snapshot]):
         self._attention_rows = AttentionRows()
         self._forced: deque[int] = deque()  # a continuation's tokens still to force (see Continue)
         self._forced_total = 0
+        self._prefilling: tuple[TokenChip, ...] = ()  # a first prompt's tokens while it is prefilled
 
     def compare(self, a: SamplingSettings, b: SamplingSettings, prompt: Start) -> CompareWorker:
         """Two journeys of `prompt` on this worker's model (weights shared), by settings `a` and `b`."""
@@ -289,11 +291,18 @@ class EngineWorker(CommandThread[Snapshot]):
     def _prefill(self, session: Session, prompt: Start) -> None:
         """Start `prompt`, showing the prefill's progress chunk by chunk; Escape or quitting cancels it."""
         message, fraction = self._message, self._progress
+        if not session.records:  # nothing on screen yet: the prompt's tokens are, at once
+            from tokenviz.journey.session import token_chips  # (deferred, as _load's)
+
+            _, ids, template = session.tokenize(prompt.prompt, prompt.chat, prompt.system)
+            session.runner.pieces.learn(ids)  # (in one call)
+            self._prefilling = tuple(token_chips(session.runner, ids, len(ids), template))
         try:
             with self._job("prefilling", unit=" prompt tokens", busy="prefilling") as progress:
                 session.start(prompt.prompt, progress, self._cancelled, chat=prompt.chat, system=prompt.system)
         finally:
             self._message, self._progress = message, fraction
+            self._prefilling = ()
 
     @contextlib.contextmanager
     def _job(self, what: str, unit: str = "", busy: EngineState | None = None) -> Iterator[Callable[[int, int], None]]:
@@ -362,6 +371,8 @@ class EngineWorker(CommandThread[Snapshot]):
                 prompt=self._prompt.prompt,
                 chat=self._prompt.chat,
                 system=self._prompt.system,
+                chips=self._prefilling,  # the first prompt's tokens, known before its prefill ends
+                prompt_len=len(self._prefilling),
             )
         return dataclasses.replace(
             journey,
