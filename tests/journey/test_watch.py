@@ -155,3 +155,19 @@ def test_filling_in_goes_by_chunks_with_progress_and_can_be_cancelled(monkeypatc
     with pytest.raises(Cancelled):
         chunked.pin([42, 7], cancelled=lambda: True)
     assert chunked.pinned == (42,) and chunked.records == before  # as they were
+
+
+def test_the_logit_split_follows_the_two_tokens_watched_last():
+    """Watch three tokens: the split is of the second and third, the pair just chosen, not a token
+    watched earlier for another purpose."""
+    from tiny import tiny_model
+
+    from tokenviz.backends.transformers.runner import ModelRunner
+    from tokenviz.contract.settings import SamplingSettings
+    from tokenviz.journey.session import Session
+
+    session = Session(ModelRunner(tiny_model("llama")), SamplingSettings(temperature=0))
+    session.start("The cat sat on the mat. The dog")
+    session.pin([5, 9, 11])
+    split = session.analyses.logit_difference(len(session.prompt_ids) - 1)
+    assert (split.a_id, split.b_id) == (9, 11)

@@ -151,7 +151,7 @@ class Watch:
 
 @dataclass(frozen=True)
 class SplitDifference(Request[LogitDifference]):
-    """The logit difference of the first two watched tokens after `position`, split by layer."""
+    """The logit difference of the two tokens watched last, after `position`, split by layer."""
 
     position: int
 

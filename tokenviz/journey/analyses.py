@@ -79,12 +79,13 @@ class JourneyAnalyses:
         progress: Callable[[int, int], None] | None = None,
         cancelled: Callable[[], bool] = lambda: False,
     ) -> LogitDifference:
-        """logit(a) − logit(b) of the first two watched tokens after `position`, split by layer."""
+        """logit(a) − logit(b) of the two tokens watched last (the pair a person just chose), after
+        `position`, split by layer."""
         pinned = self.session.pinned
         if len(pinned) < 2:
             raise TokenvizError("watch two tokens (w) to split their logit difference by layer")
         context, _ = self._past(position)
-        a, b = pinned[:2]
+        a, b = pinned[-2:]
         runner = self.session.runner
         return self._differences.get(
             (context, a, b), lambda: runner.logit_difference(list(context), a, b, progress, cancelled)

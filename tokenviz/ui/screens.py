@@ -54,7 +54,7 @@ stages reshape them; a draw picks one token; it is appended and the loop repeats
   each one, and u shades every chip by its surprisal.
 - **watched tokens** (w chooses one, W shows them): a token you follow at every step, from the
   candidates or typed: its raw and final probability over the whole journey and its rank at the
-  cursor's step; the lens gains a ★ column for it. With two watched tokens, why the model prefers
+  cursor's step; the lens gains a ★ column for it. With two watched (the two watched last), why the model prefers
   one: logit(a) − logit(b) after the cursor split into what the embeddings and each layer's
   attention and MLP wrote into the residual stream (through the final norm as the forward pass
   scaled it); the shares add up to the model's own difference.

@@ -50,12 +50,12 @@ def _attribution(selection: Selection, method: AttributionMethod) -> Wanted:
 
 
 def _difference(selection: Selection, method: AttributionMethod) -> Wanted:
-    """The logit difference of the first two watched tokens after the cursor, split by layer."""
+    """The logit difference of the two tokens watched last after the cursor, split by layer."""
     s = selection.snapshot
     if s.playing or len(s.pinned) < 2 or current_difference(selection) is not None:
         return None
     request = SplitDifference(position=selection.cursor)
-    return request, (request, s.pinned[:2])
+    return request, (request, s.pinned[-2:])
 
 
 VIEW_FETCHES: dict[str, ViewFetch] = {  # by the view's widget id

@@ -23,12 +23,12 @@ from tokenviz.ui.selection import Selection
 
 
 def current_difference(selection: Selection) -> LogitDifference | None:
-    """The snapshot's split if it is of the first two watched tokens after the cursor, else None."""
+    """The snapshot's split if it is of the two tokens watched last, after the cursor, else None."""
     s = selection.snapshot
     d = s.result(SplitDifference)
     if d is None or len(s.pinned) < 2 or d.position != selection.cursor:
         return None
-    return d if (d.a_id, d.b_id) == (s.pinned[0][0], s.pinned[1][0]) else None
+    return d if (d.a_id, d.b_id) == (s.pinned[-2][0], s.pinned[-1][0]) else None
 
 
 class WatchPane(ScrollPane):
