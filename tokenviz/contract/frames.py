@@ -11,6 +11,7 @@ pickles, so a worker in another process can send it as it is.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,4 +69,5 @@ class FrameReader:
 
 def _same_items(old: tuple[Any, ...], new: tuple[Any, ...]) -> int:
     """How many of `new`'s first items are `old`'s very objects (a record changed is a new object)."""
-    return next((i for i, (a, b) in enumerate(zip(old, new)) if a is not b), min(len(old), len(new)))
+    differ = list(map(operator.is_not, old, new))  # (in C: a 6,000-step journey costs microseconds)
+    return differ.index(True) if True in differ else len(differ)
