@@ -698,7 +698,9 @@ def bare_ready_s(source: str | None = None) -> float:
     torch and transformers alone is most of it on a small CPU: a fixed budget cannot be met, a ratio can."""
     source = source or str(gguf_cache_dir(bundled_gguf()))
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-c", BARE_READY.format(source=source, prompt=PROMPT)], check=True)
+    subprocess.run(
+        [sys.executable, "-c", BARE_READY.format(source=source, prompt=PROMPT)], check=True, capture_output=True
+    )
     return time.perf_counter() - started
 
 
