@@ -262,3 +262,7 @@ def test_a_hub_id_with_no_network_fails_at_once(monkeypatch, capsys):
     code, _, err = invoke(monkeypatch, capsys, "trace", "hi", "--model", "someone/some-model")
     assert code == 2 and "hub cannot be reached" in err and "Retrying" not in err
     assert time.perf_counter() - started < 5
+    said = []
+    with pytest.raises(ModelLoadError, match="hub cannot be reached"):
+        loading.load_model("someone/some-model", progress=lambda message, fraction: said.append(message))
+    assert not any("fits" in line for line in said)  # the hub's answer first, not after a check of fitting

@@ -434,6 +434,7 @@ def load_model(
         raise ModelLoadError(f"no such model path: {spec}")
     else:
         source, name = spec, spec
+        _check_hub(spec)  # (before anything is said of fitting: an unreachable hub is the answer)
 
     progress(f"checking that {name} fits on {torch_device}", None)
     fit.offload_dir = placement.offload_dir or str(offload_dir_for(source if gguf_file is None else gguf_file))
@@ -554,8 +555,6 @@ def _from_pretrained(
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    if not Path(source).is_dir():
-        _check_hub(source)
     where = {"trust_remote_code": trust_remote_code, **({"gguf_file": gguf_file} if gguf_file else {})}
     with _gguf_read_once() if gguf_file else contextlib.nullcontext():
         config = AutoConfig.from_pretrained(source, **where)
