@@ -33,7 +33,9 @@ async def test_a_beam_search_shows_its_progress_then_escape_says_cancelled_and_b
         await wait_for(lambda: "beam search: step" in (app.journey.snapshot.message or ""), pilot)
         await wait_for(lambda: "left (Escape cancels)" in status(app), pilot)
         assert "of 10" in status(app) and "beam search: step" in body(app, "beams")
+        pressed = time.perf_counter()
         await pilot.press("escape")
+        assert "cancelling" in status(app) and time.perf_counter() - pressed < 0.5  # acknowledged at once
         s = await settle(app, pilot)
         assert "Beams" in s.cancelled and s.result(Beams) is None and s.chips == before.chips
         await wait_for(lambda: "cancelled (Escape). Press B to run it again" in body(app, "beams"), pilot)

@@ -16,6 +16,7 @@ from tokenviz.contract.results import BranchSummary, CacheEvent, StepDiff, ViewR
 from tokenviz.contract.settings import SamplingSettings
 
 R = TypeVar("R")
+CANCELS = "(Escape cancels)"  # how a running job's progress line ends (the UI says "cancelling" there)
 
 EngineState = Literal[
     "loading",

@@ -25,6 +25,7 @@ from tokenviz.contract.snapshot import ComparisonSnapshot, Snapshot
 from tokenviz.contract.worker import Worker
 from tokenviz.files.atomic import free_name, write_file
 from tokenviz.ui.keys import KeyRow
+from tokenviz.ui.panes.status import StatusLine
 from tokenviz.ui.screens import HelpScreen
 
 S = TypeVar("S", Snapshot, ComparisonSnapshot)
@@ -205,6 +206,8 @@ class WorkerScreen(Screen[None], Generic[S]):
 
     def action_cancel(self) -> None:
         self.worker.cancel()
+        for line in self.query(StatusLine):  # acknowledged at once: the job stops at its next chunk
+            line.cancelling()
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen(self.HELP))

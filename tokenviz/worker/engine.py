@@ -44,7 +44,7 @@ from tokenviz.contract.errors import Cancelled, GiveWay, TokenvizError
 from tokenviz.contract.interventions import Entries
 from tokenviz.contract.records import TokenChip
 from tokenviz.contract.settings import SamplingSettings
-from tokenviz.contract.snapshot import EngineState, Snapshot
+from tokenviz.contract.snapshot import CANCELS, EngineState, Snapshot
 from tokenviz.decoding.nudges import Nudges
 from tokenviz.files.journey_file import save_journey
 from tokenviz.files.journey_page import save_page
@@ -318,7 +318,7 @@ class EngineWorker(CommandThread[Snapshot]):
             left = f" · about {duration(elapsed / done * (total - done))} left" if done else ""
             self._busy = busy or self._busy
             self._progress = done / total
-            self._message = f"{what}: {done} of {total}{unit}{left} (Escape cancels)"
+            self._message = f"{what}: {done} of {total}{unit}{left} {CANCELS}"
             self._publish()
 
         try:

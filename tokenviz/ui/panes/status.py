@@ -7,12 +7,14 @@ state, step and position stay longest, then device and dtype; the model's name g
 
 from __future__ import annotations
 
+import dataclasses
+
 from rich.cells import cell_len
 from rich.text import Text
 from textual.visual import VisualType
 from textual.widgets import Static
 
-from tokenviz.contract.snapshot import Snapshot
+from tokenviz.contract.snapshot import CANCELS, Snapshot
 from tokenviz.render.units import elapsed, human_bytes
 
 
@@ -21,6 +23,13 @@ class StatusLine(Static):
     STARTING = "starting…"  # before the worker's first frame
 
     _shown: Snapshot | None = None
+    _cancelling = False  # Escape pressed during a job: said at once, until a frame shows the job gone
+
+    def cancelling(self) -> None:
+        """Escape was pressed: if a job is running, say at once that it is being cancelled."""
+        if self._shown is not None and CANCELS in (self._shown.message or ""):
+            self._cancelling = True
+            self.show(self._shown)
 
     def update(self, content: VisualType = "", *, layout: bool = False) -> None:
         """One line, sized by the CSS: no layout for a new text."""
@@ -28,6 +37,10 @@ class StatusLine(Static):
 
     def show(self, s: Snapshot) -> None:
         self._shown = s
+        job = CANCELS in (s.message or "")
+        self._cancelling = self._cancelling and job
+        if self._cancelling:  # (the job's own line would say "Escape cancels" until it stops)
+            s = dataclasses.replace(s, message=s.message.replace(CANCELS, "(cancelling: it stops at its next step)"))
         text = Text(no_wrap=True, overflow="ellipsis")
         state = s.state if not s.stop_reason else f"stopped: {s.stop_reason}"
         if s.info is None or s.state == "prefilling":
