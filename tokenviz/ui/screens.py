@@ -137,6 +137,10 @@ class PromptScreen(ModalScreen[PromptChoice | None]):
     PromptScreen > Vertical { width: 80%; max-width: 100; height: auto; border: thick $primary;
                               background: $surface; padding: 1 2; }
     PromptScreen TextArea { height: 8; }
+    PromptScreen Label { width: 100%; }
+    /* The chat switch reads on a projector, on and off: its mark at least 3:1 on its own background. */
+    PromptScreen Checkbox > .toggle--button { color: $foreground 55%; background: $panel; }
+    PromptScreen Checkbox.-on > .toggle--button { color: $success; }
     """
 
     def __init__(self, prompt: str, can_chat: bool, chat: bool = True):
