@@ -58,3 +58,24 @@ async def test_the_timing_view_wraps_its_figures_at_80x24():
         assert "ms per token)" in " ".join(shown.split()) and "tokens/s from the forward pass alone" in " ".join(
             shown.split()
         )
+
+
+async def test_the_branch_tree_wraps_its_figures_at_80x24():
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=20))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("space", "space", "space")
+        await settle(app, pilot)
+        await pilot.press("backspace")
+        await settle(app, pilot)
+        await pilot.press("2")  # another token there: the old path stays as a branch
+        s = await settle(app, pilot)
+        assert len(s.branches) == 2
+        await pilot.press("b")
+        await wait_for(lambda: app.query_one("#views").current == "branches", pilot)
+        pane = app.query_one("#branches")
+        await pilot.pause()
+        lines = pane.body.render_lines(pane.body.region.reset_offset)
+        shown = " ".join(" ".join("".join(seg.text for seg in line).split()) for line in lines)
+        for b in s.branches:  # every branch's figures, whole
+            assert f"{b.logprob:.2f}" in shown and f"entropy {b.mean_entropy:.2f} bits · shares {b.shared}" in shown

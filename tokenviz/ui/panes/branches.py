@@ -32,7 +32,7 @@ class BranchPane(ScrollPane):
             )
             return
         self.selected = min(max(self.selected, 1), len(summaries) - 1)
-        listing = Text(no_wrap=True, overflow="ellipsis")
+        listing = Text()  # wrapped to the pane: no figure is cut
         listing.append(
             "< and > select, o switches to the selected branch (the cache is rebuilt from the shared prefix)\n",
             style="dim",
