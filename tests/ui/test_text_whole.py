@@ -79,3 +79,16 @@ async def test_the_branch_tree_wraps_its_figures_at_80x24():
         shown = " ".join(" ".join("".join(seg.text for seg in line).split()) for line in lines)
         for b in s.branches:  # every branch's figures, whole
             assert f"{b.logprob:.2f}" in shown and f"entropy {b.mean_entropy:.2f} bits · shares {b.shared}" in shown
+
+
+async def test_the_lens_header_is_whole_at_80x24():
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=4))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("l")
+        await wait_for(lambda: "layer" in str(app.query_one("#lens").body.render()), pilot)
+        pane = app.query_one("#lens")
+        lines = pane.body.render_lines(pane.body.region.reset_offset)
+        texts = ["".join(seg.text for seg in line).strip() for line in lines]
+        header = next(text for text in texts if text.startswith("layer"))
+        assert "…" not in header and "top " in header and "p(next)" in header, texts

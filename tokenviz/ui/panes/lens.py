@@ -58,7 +58,7 @@ class LensPane(ScrollPane):
             f"top-1 from layer {first}" if first is not None else "never settles as top-1", style=f"bold {chosen_color}"
         )
         text.append(
-            "\n" + f"{'layer':>5} {cell(f'top {n_top} (final norm + unembedding)', n_top * (piece_w + 7))}"
+            "\n" + f"{'layer':>5} {cell(f'top {n_top}', n_top * (piece_w + 7))}"
             f" {'rank':>5} {'p(next)':>7}"
             + "".join(" " + cell(f"★{visible(piece)}", watch_w - 1, right=True) for _, piece in watched)
             + "\n",
@@ -77,7 +77,7 @@ class LensPane(ScrollPane):
                 text.append(f"{rank:>6} {prob:5.3f} ", style=self.theme_colors.bar_final)
             text.append(bar(row.chosen_prob, bar_w) + "\n", style=bar_color)
         text.rstrip()
-        self.border_subtitle = "the last row is the model's own output"
+        self.border_subtitle = "each layer through the final norm + unembedding"  # (the last row: the model's own)
         body.update(text)
 
 
