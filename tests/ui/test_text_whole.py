@@ -92,3 +92,22 @@ async def test_the_lens_header_is_whole_at_80x24():
         texts = ["".join(seg.text for seg in line).strip() for line in lines]
         header = next(text for text in texts if text.startswith("layer"))
         assert "…" not in header and "top " in header and "p(next)" in header, texts
+
+
+async def test_the_attention_focus_line_shows_whole_numbers_at_80x24():
+    import re
+
+    from tokenviz.ui.panes.attention import AttentionPane
+
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=4))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        pane = app.query_one(AttentionPane)
+        await wait_for(lambda: "attends to" in str(pane.render_lines(pane.region.reset_offset)), pilot)
+        line = next(
+            "".join(seg.text for seg in strip)
+            for strip in pane.render_lines(pane.region.reset_offset)
+            if "attends to" in "".join(seg.text for seg in strip)
+        )
+        focus = line.split("attends to:", 1)[1].strip(" │")
+        assert "…" not in focus and re.fullmatch(r"(\S+ [01]\.\d\d)(  \S+ [01]\.\d\d)*", focus), focus

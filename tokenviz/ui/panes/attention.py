@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from textual.message import Message
@@ -135,14 +136,15 @@ class AttentionPane(LinesPane):
         row = np.nan_to_num(view.row(cursor, selection.head), nan=-1.0)
         top = np.argpartition(-row, min(3, len(row) - 1))[:4]
         top = top[np.lexsort((top, -row[top]))]  # strongest first, ties by position
-        focus = "  ".join(f"{visible(chips[k].text)} {row[k]:.2f}" for k in top.tolist())
-        if view.missing:
-            focus = view.missing
         # The max over heads is no distribution (its row sums past 1): it is not called attention weights.
         reads = "largest weight any head gives" if selection.head == "max" else "attends to"
-        trailer["focus"] = Strip(
-            [Segment(f"{visible(chips[cursor].text)}@{cursor} {reads}: ", cursor_style), Segment(focus)]
+        lead = f"{visible(chips[cursor].text)}@{cursor} {reads}: "
+        items = [f"{visible(chips[k].text)} {row[k]:.2f}" for k in top.tolist()]
+        # As many of the strongest keys as fit whole: a narrow pane shows fewer, never a cut number.
+        focus = view.missing or fitting(
+            ["  ".join(items[:k]) for k in range(len(items), 0, -1)], width - cell_len(lead)
         )
+        trailer["focus"] = Strip([Segment(lead, cursor_style), Segment(focus)])
         shades = self.app.no_color
         scale = legend(colors, min(24, width - 16), shades=shades)
         trailer["legend"] = Strip([Segment("0 "), *scale, Segment(" 1  (√ scale)", dim)])
