@@ -111,3 +111,29 @@ async def test_the_attention_focus_line_shows_whole_numbers_at_80x24():
         )
         focus = line.split("attends to:", 1)[1].strip(" │")
         assert "…" not in focus and re.fullmatch(r"(\S+ [01]\.\d\d)(  \S+ [01]\.\d\d)*", focus), focus
+
+
+async def test_the_watch_view_says_whole_lines_at_80x24():
+    from textual.widgets import Input
+
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=8))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("W")
+        await wait_for(lambda: app.query_one("#views").current == "watch", pilot)
+        pane = app.query_one("#watch")
+        await pilot.pause()
+
+        def on_screen() -> str:
+            lines = pane.body.render_lines(pane.body.region.reset_offset)
+            return " ".join(" ".join("".join(seg.text for seg in line).split()) for line in lines)
+
+        assert "split by layer" in on_screen()  # the note wraps whole
+        for token in ("id:5", "id:9"):
+            await pilot.press("w")
+            await wait_for(lambda: app.screen.query(Input), pilot)
+            app.screen.query_one(Input).value = token
+            await pilot.press("enter")
+            await settle(app, pilot)
+        await wait_for(lambda: "direct logit attribution" in on_screen(), pilot, timeout=30)
+        assert "█ p 1" in on_screen() and "sum " in on_screen()  # the scale's key, the sum: whole

@@ -8,13 +8,14 @@ embeddings and of each layer's attention and MLP.
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
 
 from tokenviz.contract.commands import SplitDifference
 from tokenviz.contract.results import LogitDifference
 from tokenviz.render.bars import bar
-from tokenviz.render.columns import cell
+from tokenviz.render.columns import cell, fitting
 from tokenviz.render.pieces import visible
 from tokenviz.render.sparkline import LOG_FLOOR, log_sparkline
 from tokenviz.render.units import probability
@@ -35,11 +36,13 @@ class WatchPane(ScrollPane):
     TITLE = "watched tokens"
     DEFAULT_CSS = """
     WatchPane > .body { text-wrap: nowrap; text-overflow: clip; }
+    WatchPane > .body.-note { text-wrap: wrap; }
     """
 
     def draw(self, selection: Selection) -> None:
         s = selection.snapshot
         text = Text(no_wrap=True, overflow="crop")
+        self.body.set_class(not s.pinned, "-note")  # a note wraps; the table does not
         if not s.pinned:
             text.append(
                 "no token is watched: press w to choose one (a candidate, or type its text or id); two "
@@ -49,13 +52,22 @@ class WatchPane(ScrollPane):
             self.body.update(text)
             return
         width = max(self.size.width - 4, 30)  # (the border and the scrollbar)
-        spark_w = max(width - 44, 4)
         record = selection.record or s.records[-1]
         at = {p.id: p for p in record.decision.pinned}
-        text.append(f"at step {record.index} (the cursor's)  ", Style(bold=True))
-        text.append(
-            f"every step, the newest right, on one log scale for all: ▁ p {LOG_FLOOR:g} … █ p 1\n", Style(dim=True)
+        heading = f"at step {record.index} (the cursor's)  "
+        text.append(heading, Style(bold=True))
+        scale = (
+            f"every step, the newest right, on one log scale for all: ▁ p {LOG_FLOOR:g} … █ p 1",
+            f"one log scale for all: ▁ p {LOG_FLOOR:g} … █ p 1",
+            f"▁ p {LOG_FLOOR:g} … █ p 1",
         )
+        if cell_len(heading + scale[-1]) > width:  # the scale's key on a line of its own
+            text.append("\n")
+            heading = ""
+        text.append(fitting(scale, width - len(heading)) + "\n", Style(dim=True))
+        narrow = width < 56  # the piece and its rank on a line of their own, the two rows under them
+        indent = 2 if narrow else 19 + 11
+        spark_w = max(width - indent - 15, 4)
         for token, piece in s.pinned:
             series = [next((p for p in r.decision.pinned if p.id == token), None) for r in s.records]
             raw = [p.prob if p else 0.0 for p in series]
@@ -65,9 +77,10 @@ class WatchPane(ScrollPane):
             label = cell(f"{visible(piece)} ({token})", 18)
             rank = f"rank {now.rank if now else '—':<6}"
             text.append(label + " ", Style(bold=True))
-            text.append(f"{rank} raw   {probability(now.prob) if now else '—':>7} ")
+            text.append(rank + ("\n" + " " * indent if narrow else ""))
+            text.append(f" raw   {probability(now.prob) if now else '—':>7} ")
             text.append(log_sparkline(raw, spark_w), Style(color=self.theme_colors.bar))
-            text.append("\n" + " " * 19 + " " * len(rank) + " final ")
+            text.append("\n" + " " * indent + " final ")
             text.append(f"{probability(now.final_prob) if now else '—':>7} ")
             text.append(log_sparkline(final, spark_w) + "\n", Style(color=self.theme_colors.bar_final))
         if len(s.pinned) >= 2:
@@ -86,12 +99,16 @@ class WatchPane(ScrollPane):
             )
             return
         a, b = visible(d.a_text), visible(d.b_text)
-        text.append(f"logit({a}) − logit({b}) after position {d.position}: {d.total:+.3f}", Style(bold=True))
+        text.append(f"logit({a}) − logit({b}) = {d.total:+.3f} after position {d.position}", Style(bold=True))
         text.append(f"  ({'prefers ' + a if d.total >= 0 else 'prefers ' + b})\n")
-        text.append(
-            "each part's share, through the final norm as the forward pass scaled it (direct logit attribution)\n",
-            Style(dim=True),
+        shares = (
+            "each part's share, through the final norm as the forward pass scaled it (direct logit attribution)",
+            "each part's share, through the final norm (direct logit attribution)",
+            "each part's share (direct logit attribution)",
+            "shares (direct logit attribution)",
+            "each part's share",
         )
+        text.append(fitting(shares, width) + "\n", Style(dim=True))
         top = max((abs(x) for x in (d.embedding, *d.attention, *d.mlp)), default=0.0) or 1.0
         bar_w = max((width - 34) // 2, 4)
         up, down = Style(color=self.theme_colors.bar), Style(color=self.theme_colors.bar_final)
@@ -110,4 +127,9 @@ class WatchPane(ScrollPane):
             text.append(" ")
             share(mlp)
             text.append("\n")
-        text.append(f"{'biases':>10} {d.bias:+8.3f}   soft cap {d.softcap:+.3f}   sum {d.shares:+.3f}")
+        if width < 56:  # one figure a line, in the shares' column
+            text.append(
+                f"{'biases':>10} {d.bias:+8.3f}\n{'soft cap':>10} {d.softcap:+8.3f}\n{'sum':>10} {d.shares:+8.3f}"
+            )
+        else:
+            text.append(f"{'biases':>10} {d.bias:+8.3f}   soft cap {d.softcap:+.3f}   sum {d.shares:+.3f}")
