@@ -548,6 +548,11 @@ async def test_branching_at_the_cursor_and_switching_branches():
         assert [c.id for c in branched.chips[: n + 2]] == [c.id for c in first.chips[: n + 2]]
         assert branched.chips[n + 2].id == candidate and len(branched.chips) == n + 3
         assert len(branched.branches) == 2 and branched.branches[1].tokens == 4
+        await pilot.press("o")  # outside the branch tree: o shows the branches, and switches nothing unseen
+        await wait_for(lambda: app.query_one("#views").current == "branches", pilot)
+        assert (await settle(app, pilot)).chips == branched.chips
+        await pilot.press("b")  # back to attention, as a view key does
+        await pilot.pause(0.1)
         # the same move made at the newest token gives the same journey
         same = Session(ModelRunner(tiny_model("llama")), SamplingSettings(temperature=0))
         same.start(PROMPT)

@@ -309,6 +309,10 @@ class JourneyScreen(WorkerScreen[Snapshot]):
         if s is None or len(s.branches) < 2:
             self.notify("there is no other branch yet", severity="warning")
             return
+        if self.query_one("#views", ContentSwitcher).current != "branches":  # no switch unseen: show them first
+            self._open_view("branches")
+            self.notify("the branches: < and > select one, o switches to it")
+            return
         target = s.branches[min(max(pane.selected, 1), len(s.branches) - 1)]
         self.cursor = None
         self.submit(SwitchBranch(index=target.index))

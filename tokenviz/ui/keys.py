@@ -286,7 +286,8 @@ KEYS: tuple[KeyRow, ...] = (
     ),
     KeyRow(
         "< / >, o",
-        "select a branch, switch to it (the cache is rebuilt from the shared prefix)",
+        "select a branch, switch to it (the cache is rebuilt from the shared prefix); outside the branch tree, o "
+        "opens it first",
         (
             Press("less_than_sign", "select_branch(-1)"),
             Press("greater_than_sign", "select_branch(1)"),
