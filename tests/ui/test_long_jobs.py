@@ -51,6 +51,16 @@ async def test_a_beam_search_shows_its_progress_then_escape_says_cancelled_and_b
         assert app.journey.worker.submitted == app.journey.snapshot.handled  # and starts nothing
 
 
+async def test_a_move_made_during_a_long_job_is_said_to_be_queued():
+    app = make_app(step_seconds=0.15)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("B")
+        await wait_for(lambda: "left (Escape cancels)" in status(app), pilot)
+        await pilot.press("space")
+        assert any("queued: it runs when the job now running ends" in str(n.message) for n in app._notifications)
+
+
 async def test_an_escape_pressed_before_the_job_starts_still_cancels_it():
     app = make_app(step_seconds=0.1)
     async with app.run_test(size=(120, 40)) as pilot:

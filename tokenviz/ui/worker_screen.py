@@ -18,10 +18,10 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Static
 
-from tokenviz.contract.commands import Command, Pace, Play, Reset, Rewind, Step
+from tokenviz.contract.commands import Command, Move, Pace, Play, Reset, Rewind, Step
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.frames import Frame, FrameReader, FrameWriter
-from tokenviz.contract.snapshot import ComparisonSnapshot, Snapshot
+from tokenviz.contract.snapshot import CANCELS, ComparisonSnapshot, Snapshot
 from tokenviz.contract.worker import Worker
 from tokenviz.files.atomic import free_name, write_file
 from tokenviz.ui.keys import KeyRow
@@ -114,6 +114,10 @@ class WorkerScreen(Screen[None], Generic[S]):
         self.worker.stop(timeout=0.5)
 
     def submit(self, command: Command) -> None:
+        """Send `command` to the worker. A move made while a long job runs waits for it: said at once."""
+        s = self.snapshot
+        if s is not None and CANCELS in (s.message or "") and isinstance(command, Move):
+            self.notify("queued: it runs when the job now running ends (Escape cancels the job)")
         self.worker.submit(command)
 
     # ---- what a screen gives -------------------------------------------------------------------------
