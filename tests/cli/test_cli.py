@@ -277,3 +277,21 @@ def test_the_process_exit_code_says_how_the_app_ended(monkeypatch):
         with pytest.raises(SystemExit):
             commands.run_app(RecordingWorker(frozen_snapshot()), "tokenviz-dark")
     assert codes == [0, 1, 143]
+
+
+def test_a_trace_reports_its_steps_as_it_runs(tmp_path):
+    """Work longer than a few seconds says how far it is: the trace reports each step it takes (a bar
+    on a terminal; a log gets the end of each job only)."""
+    from tiny import tiny_model
+
+    from tokenviz.backends.transformers.runner import ModelRunner
+    from tokenviz.cli.headless import run_session
+    from tokenviz.contract.settings import SamplingSettings
+    from tokenviz.journey.session import Session
+
+    said = []
+    session = Session(ModelRunner(tiny_model("llama")), SamplingSettings(temperature=0, max_new_tokens=4))
+    run_session(session, "The cat sat", lambda message, fraction: said.append((message, fraction)))
+    stepping = [(m, f) for m, f in said if m.startswith("stepping")]
+    assert stepping and stepping[0] == ("stepping: 1 of at most 4 tokens", 0.25)
+    assert [f for _, f in stepping] == sorted(f for _, f in stepping)

@@ -601,7 +601,7 @@ def compare(
 
         try:
             with stderr_progress() as progress:
-                document = compare_document(build(progress), prompt, chat=chat, system=system)
+                document = compare_document(build(progress), prompt, chat=chat, system=system, progress=progress)
         except TokenvizError as exc:
             fail(str(exc))
         print_document(document, as_json=True)

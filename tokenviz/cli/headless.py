@@ -138,8 +138,10 @@ def run_session(
         chat=chat,
         system=system,
     )
+    limit = session.settings.max_new_tokens
     while session.step() is not None:
-        pass
+        steps = len(session.generated_ids)
+        progress(f"stepping: {steps} of at most {limit} tokens", min(steps / limit, 1.0))
     return session
 
 
@@ -221,11 +223,17 @@ def compare_sessions(
 
 
 def compare_document(
-    comparison: Comparison, prompt: str, chat: bool = False, system: str | None = None
+    comparison: Comparison,
+    prompt: str,
+    chat: bool = False,
+    system: str | None = None,
+    progress: Progress = lambda message, fraction: None,
 ) -> dict[str, Any]:
     """Both journeys stepped together until both stop, as one document with their differences."""
     comparison.start(prompt, chat=chat, system=system)
+    limit = max(s.settings.max_new_tokens for s in comparison.sessions)
     while comparison.step():
-        pass
+        steps = max(len(s.generated_ids) for s in comparison.sessions)
+        progress(f"stepping both: {steps} of at most {limit} tokens", min(steps / limit, 1.0))
     a, b = (snapshot_of(s) for s in comparison.sessions)
     return comparison_document(a, b, comparison.diffs)

@@ -248,8 +248,9 @@ def model_options() -> Callable[[Callable[..., None]], Callable[..., None]]:
 
 @contextlib.contextmanager
 def stderr_progress() -> Iterator[Callable[[str, "float | None"], None]]:
-    """A progress reporter for model loading: a bar while converting, a dim line otherwise. Where
-    stderr is no terminal (a script, a log), each message is one line, once: no bar to redraw."""
+    """A progress reporter: a bar for work that knows its fraction (converting, prefilling, stepping),
+    a dim line otherwise. Where stderr is no terminal (a script, a log), each message is one line,
+    once, and a job with a fraction says only its end: no bar to redraw, no line per step."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     with contextlib.ExitStack() as stack:
@@ -258,6 +259,8 @@ def stderr_progress() -> Iterator[Callable[[str, "float | None"], None]]:
         def report(message: str, fraction: float | None) -> None:
             nonlocal bar, task, said
             if fraction is None or not err.is_terminal:
+                if fraction is not None and fraction < 1.0:  # (a log gets a job's end, not each of its steps)
+                    return
                 if message != said:
                     err.print(Text(safe_text(message), style="dim"), soft_wrap=True)
                 said = message
