@@ -23,7 +23,7 @@ from tokenviz.files.journey_page import save_page
 from tokenviz.journey.comparison import Comparison
 from tokenviz.journey.past_results import KEEP
 from tokenviz.journey.session import Session
-from tokenviz.journey.views import compute, trace_entries
+from tokenviz.journey.views import compute, trace_entry
 from tokenviz.journey.watching import token_of
 from tokenviz.worker.loader import Progress
 from tokenviz.worker.snapshots import snapshot_of
@@ -41,12 +41,19 @@ def journey_document(session: Session) -> dict[str, Any]:
     return trace_document(snapshot_of(session))
 
 
-def add_step_views(session: Session, document: dict[str, Any], requests: Callable[[int], Request[Any]]) -> None:
-    """Each step gains the view `requests(position)` asks for at the position whose forward pass
-    gave its distribution (the last prompt token's for step 0), computed as the app computes it."""
-    first = len(session.prompt_ids) - 1
-    for i, step in enumerate(document["steps"]):
-        step.update(trace_entries(session, [requests(first + i)])[0])
+def add_step_views(
+    session: Session,
+    document: dict[str, Any],
+    request_at: Callable[[int], Request[Any]],
+    progress: Callable[[int, int], None] = lambda done, total: None,
+) -> None:
+    """Each step gains the view `request_at(position)` asks for at the position whose forward pass
+    gave its distribution (the last prompt token's for step 0), computed as the app computes it;
+    `progress(done, total)` before each step's."""
+    first, steps = len(session.prompt_ids) - 1, document["steps"]
+    for i, step in enumerate(steps):
+        progress(i, len(steps))
+        step.update(trace_entry(session, request_at(first + i)))
 
 
 def add_lens(session: Session, document: dict[str, Any]) -> None:
@@ -56,7 +63,7 @@ def add_lens(session: Session, document: dict[str, Any]) -> None:
     for begin in range(0, steps, KEEP):
         session.analyses.inspect_many([first + i for i in range(begin, min(begin + KEEP, steps))])
         for i in range(begin, min(begin + KEEP, steps)):
-            document["steps"][i].update(trace_entries(session, [Inspect(first + i)])[0])
+            document["steps"][i].update(trace_entry(session, Inspect(first + i)))
 
 
 def add_views(
@@ -76,14 +83,12 @@ def add_views(
     if differences:
         add_step_views(session, document, SplitDifference)
     if attribution:
-        steps = len(document["steps"])
-
-        def attribute(position: int) -> Attribute:
-            done = position - len(session.prompt_ids) + 1
-            progress(f"attribution ({attribution}): step {done + 1} of {steps}", done / steps)
-            return Attribute(position, attribution)
-
-        add_step_views(session, document, attribute)
+        add_step_views(
+            session,
+            document,
+            lambda position: Attribute(position, attribution),
+            lambda done, total: progress(f"attribution ({attribution}): step {done + 1} of {total}", done / total),
+        )
 
 
 def add_routing(session: Session, document: dict[str, Any]) -> None:

@@ -127,11 +127,8 @@ def compute(
     return spec_of(session, request).compute(session, request, progress, cancelled)
 
 
-def trace_entries(session: Session, requests: list[Request[Any]]) -> list[dict[str, Any]]:
-    """Each request's result as its trace entry (the same computation as the app's)."""
-    entries = []
-    for request in requests:
-        spec = spec_of(session, request)
-        assert spec.trace is not None, f"{spec.name} has no trace entry"
-        entries.append(spec.trace(session, spec.compute(session, request, lambda done, total: None, lambda: False)))
-    return entries
+def trace_entry(session: Session, request: Request[Any]) -> dict[str, Any]:
+    """`request`'s result as its entry in a trace step (the same computation as the app's)."""
+    spec = spec_of(session, request)
+    assert spec.trace is not None, f"{spec.name} has no trace entry"
+    return spec.trace(session, spec.compute(session, request, lambda done, total: None, lambda: False))

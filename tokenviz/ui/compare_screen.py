@@ -19,7 +19,7 @@ from textual.widgets import Footer, Static
 
 from tokenviz.contract.commands import Command, Save
 from tokenviz.contract.snapshot import ComparisonSnapshot, Snapshot
-from tokenviz.files.documents import setup
+from tokenviz.files.documents import setup, setup_differences
 from tokenviz.render.columns import cell
 from tokenviz.render.pieces import visible
 from tokenviz.render.sparkline import sparkline
@@ -38,8 +38,8 @@ INFINITE_KL = "∞: B's stages rule out a token A's keep (p 0 in B): KL(A ‖ B)
 def describe(s: Snapshot, other: Snapshot | None) -> Text:
     """A side's header: every field where it differs from the other side first, marked (≠), then the
     rest of what it runs on and by, dim: a header cut at the right keeps what sets it apart."""
-    fields, others = setup(s), setup(other) if other is not None else {}
-    differing = [name for name in fields if others and fields[name] != others[name]]
+    fields = setup(s)
+    differing = setup_differences(s, other) if other is not None else {}
     text = Text()
     for name in differing:
         text.append(f"≠ {name} {fields[name]}", Style(bold=True)).append(" · ")

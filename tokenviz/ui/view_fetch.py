@@ -3,7 +3,7 @@
 A view open on the cursor's position asks for its result when the snapshot lacks it; the spec says
 the request and the key that must change before it asks again (the same request is not sent twice).
 The screen keeps the keys asked and runs the one confirmation a request may need (a long
-leave-one-out attribution asks first: see JourneyScreen._confirm).
+leave-one-out attribution asks first: see JourneyScreen._request_view).
 """
 
 from __future__ import annotations
