@@ -30,7 +30,7 @@ def one_error(err: str) -> str:
     "damage, field",
     [
         (lambda d: d["replay"]["records"][1]["attention"].update(shape=[1, 1, 1, 1]), "replay.records.1.attention"),
-        (lambda d: d["replay"]["info"].update(layers=0), "replay.info.layers"),
+        (lambda d: d["replay"]["info"].update(layers=-1), "replay.info.layers"),
         (lambda d: d["replay"]["info"].update(layers="30"), "replay.info.layers"),
         (lambda d: d["replay"].update(prompt_len=10**6), "replay: Value error"),
         (lambda d: d["replay"]["records"][0]["top"][0].__setitem__(3, "0.5"), "replay.records.0.top.0.3"),

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
     from tokenviz.backends.transformers.loading import LoadedModel
-    from tokenviz.contract.engine import InternalsEngine
+    from tokenviz.contract.engine import Engine, InternalsEngine
 
 
-def engine_of(loaded: LoadedModel | InternalsEngine) -> InternalsEngine:
+def engine_of(loaded: LoadedModel | Engine) -> InternalsEngine:
     """The engine that runs a loaded model: the transformers backend's runner for a model loaded in
-    this process. An engine a loader made already is itself. (Deferred imports: this module is
+    this process. An engine a loader made already (a served model's) is itself: typed as the highest
+    tier, since the journey holds any engine, but what a lower tier lacks is only asked for behind the
+    capabilities it declares (journey.views, the keys' `needs`). (Deferred imports: this module is
     imported before the app's first frame, and the backend imports torch.)"""
     from tokenviz.backends.transformers.loading import LoadedModel
     from tokenviz.backends.transformers.runner import ModelRunner
 
-    return ModelRunner(loaded) if isinstance(loaded, LoadedModel) else loaded
+    return ModelRunner(loaded) if isinstance(loaded, LoadedModel) else cast("InternalsEngine", loaded)

@@ -44,12 +44,13 @@ from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.themes import DEFAULT_THEME, check_theme
 
 if TYPE_CHECKING:
+    from tokenviz.backends.served import ServedEngine
     from tokenviz.contract.snapshot import ComparisonSnapshot, Snapshot
     from tokenviz.contract.worker import Worker
     from tokenviz.files.journey_schema import Journey
     from tokenviz.journey.comparison import Comparison
     from tokenviz.served.journey import ServedChoice
-    from tokenviz.worker.loader import Progress
+    from tokenviz.worker.loader import Loader, Progress
 
 DEFAULT_PROMPT = "The Eiffel Tower is located in"
 DEFAULT_QUESTION = "What is the capital of France?"  # the first prompt with --chat
@@ -112,11 +113,17 @@ def open_app(
     chat: Chat = False,
     system: System = None,
     theme: Theme = DEFAULT_THEME,
+    endpoint: Endpoint = None,
+    served_model: ServedModel = None,
+    api_key_env: ApiKeyEnv = None,
+    api_key_file: ApiKeyFile = None,
+    insecure_http: InsecureHttp = False,
     version: Annotated[
         bool, typer.Option("--version", callback=version_callback, is_eager=True, help="Show the version and exit.")
     ] = False,
 ) -> None:
-    """Watch a language model think, one token at a time."""
+    """Watch a language model think, one token at a time. With --endpoint, the model a server runs (an
+    OpenAI-compatible one, as vLLM's): a request per token, the settings sent with it."""
     from tokenviz.worker.engine import EngineWorker
 
     try:
@@ -126,7 +133,42 @@ def open_app(
         fail(str(exc))
     require_terminal()
     text = prompt if prompt is not None else (DEFAULT_QUESTION if chat else DEFAULT_PROMPT)
-    run_app(EngineWorker(model.loader(), settings, text, chat=chat, system=system), theme)
+    loader = (
+        model.loader()
+        if endpoint is None
+        else served_loader(
+            model, settings, served_choice(endpoint, served_model, api_key_env, api_key_file, insecure_http)
+        )
+    )
+    if endpoint is None and (served_model or api_key_env or api_key_file or insecure_http):
+        fail("--served-model, --api-key-env, --api-key-file and --insecure-http go with --endpoint URL")
+    run_app(EngineWorker(loader, settings, text, chat=chat, system=system), theme)
+
+
+def served_loader(model: ModelChoice, settings: SamplingSettings, served: "ServedChoice") -> "Loader":
+    """The app's loader on a served model: the server checked to answer and to serve the model before
+    the app opens (an unreachable one is one line within seconds); the engine is made in the worker."""
+    from tokenviz.served.journey import served_model_name
+
+    local = {"--model": model.model, "--device-map": model.device_map, "--quantize": model.quantize}
+    asked = [name for name, value in {**local, "--compile": model.compile}.items() if value]
+    if asked:
+        fail(f"{asked[0]} is for a model loaded here: a served model (--endpoint) is the server's")
+    if settings.grammar is not None:
+        fail("a grammar stage needs the model's tokenizer in this process: not with --endpoint")
+    try:
+        endpoint = served.connect()
+        name = served_model_name(endpoint, served.model)
+    except TokenvizError as exc:
+        fail(str(exc))
+
+    def load(progress: "Progress") -> "ServedEngine":
+        from tokenviz.backends.served import ServedEngine
+
+        progress(f"asking {endpoint.host} about {name}", 0.5)
+        return ServedEngine(endpoint, name)
+
+    return load
 
 
 def run_app(worker: "Worker[Snapshot] | Worker[ComparisonSnapshot]", theme: str, comparing: bool = False) -> NoReturn:

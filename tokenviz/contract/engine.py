@@ -1,6 +1,7 @@
 """The engine protocol: what the journey and the views ask of whatever runs the model.
 
-A backend (the transformers one in tokenviz.backends.transformers; later a served model) declares what it can do as
+A backend (the transformers one in tokenviz.backends.transformers, a model server's in
+tokenviz.backends.served) declares what it can do as
 capabilities, in three tiers:
 
 - *engine*: the tokenizer's encode, decode and pieces; one step from the tokens fed to the
@@ -24,7 +25,8 @@ from typing import Any, Protocol, Self, runtime_checkable
 
 from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.records import ModelInfo
-from tokenviz.contract.results import BeamResult, Speculation
+from tokenviz.contract.results import BeamResult, Drawn, Speculation
+from tokenviz.contract.settings import SamplingSettings
 
 Scores = Any  # a backend's tensor of next-token scores (a torch tensor for the transformers backend)
 
@@ -83,7 +85,8 @@ def lacking(info: ModelInfo, needed: Capability, what: str) -> str | None:
     if needed.value in info.capabilities:
         return None
     held = ", ".join(info.capabilities) or "none"
-    return f"{what} needs the engine's {needed.value}, which {info.name} does not give (it gives: {held})"
+    served = ", a served model: its server does not expose it" if info.top_only else ""
+    return f"{what} needs the engine's {needed.value}, which {info.name} does not give{served} (it gives: {held})"
 
 
 class Pieces(Protocol):
@@ -147,7 +150,23 @@ class Engine(Protocol):
 
     def forward(self, ids: list[int], every_position: bool = False) -> Any:
         """Feed `ids` after what it holds: the next-token scores (`.logits`), and with
-        `every_position` the scores after each of `ids` (`.position_logits`)."""
+        `every_position` what it predicted after each of them (`.predictions(next_ids)`, the columns
+        of decoding.prompt_predictions)."""
+
+
+@runtime_checkable
+class DrawingEngine(Engine, Protocol):
+    """An engine that draws the next token itself, with the settings sent to it (a model server). Its
+    distribution is the top-N it returns (`forward` feeds tokens without a request); the stages shown
+    beside its draw are recomputed over that top-N."""
+
+    top_n: int  # log-probabilities asked for at each step
+
+    def draw(self, ids: Sequence[int], settings: SamplingSettings) -> Drawn:
+        """The engine's next token after `ids`, drawn with `settings`."""
+
+    def logprob_of(self, ids: Sequence[int], token: int) -> tuple[float, int]:
+        """(log-probability, 1-based rank) of `token` after `ids` (a forced token outside the top-N)."""
 
 
 @runtime_checkable

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.settings import SamplingSettings
 
-DecisionMode = Literal["greedy", "sampled", "forced"]
+DecisionMode = Literal["greedy", "sampled", "forced", "drawn"]  # drawn: by the engine itself (a server)
 REPETITION, PRESENCE_FREQUENCY = "repetition", "presence/frequency"  # the stages that penalise tokens
 PENALTY_STAGES = (REPETITION, PRESENCE_FREQUENCY)
 GRAMMAR = "grammar"  # the stage that keeps only the tokens a grammar allows
@@ -121,7 +121,7 @@ class Decision:
     def final_probs(self) -> tuple[float, ...]:
         """The probability each watched token had of being taken: after the last stage, or one-hot
         for greedy (argmax takes the top token with certainty)."""
-        if self.mode == "greedy":
+        if self.mode == "greedy" or (self.mode == "drawn" and self.settings.greedy):  # (a server's argmax too)
             return tuple(1.0 if token_id == self.chosen_id else 0.0 for token_id, _ in self.watch)
         return self.stages[-1].probs if self.stages else self.raw_probs
 
@@ -327,6 +327,7 @@ class ModelInfo:
     # what its next-token distribution covers (see contract.engine).
     capabilities: tuple[str, ...] = ()
     distribution: str = ""
+    top_only: int = 0  # its distribution is a top-N the engine returns (a server's), the rest unknown; 0: all of it
 
     def to_json(self) -> dict[str, Any]:
         return {**self.__dict__, "capabilities": list(self.capabilities)}

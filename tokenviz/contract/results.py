@@ -303,3 +303,22 @@ class Speculation:
 # What a view computes on demand (the answer to a Request, see contract.commands): a snapshot carries
 # the newest of each kind.
 ViewResult = Inspection | Attribution | LogitDifference | Verification | BeamResult | Speculation
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """A token an engine drew itself (a server, with the settings sent as the request's fields), and
+    the top of the distribution it returned with it: log-probabilities, as the server gave them."""
+
+    chosen: int
+    logprob: float  # the chosen token's, in the distribution the server returned
+    rank: int  # 1-based, in that distribution (from the top returned, or asked for apart)
+    top: tuple[tuple[int, float], ...]  # (id, logprob), best first: the top-N the server returned
+    raw: bool  # the log-probabilities are the model's own, before the sampling settings
+    ms: float  # the request's latency: what the step cost, not a forward pass
+    finish: str | None = None  # why the server would stop here ("stop": end of sequence or a stop string)
+
+    @property
+    def known(self) -> dict[int, float]:
+        """Every token whose log-probability the server gave: the top-N and the chosen one."""
+        return {**dict(self.top), self.chosen: self.logprob}

@@ -345,7 +345,8 @@ def _decide(
             raw_prob.double(),
             low,
             high,
-            torch.isfinite(logits).all().double(),  # (read with the rest: no extra wait for the device)
+            # No NaN and no +inf (read with the rest: no extra wait); -inf rules a token out (a server's unknown rest)
+            (~(torch.isnan(logits) | (logits == math.inf)).all() & torch.isfinite(logits).any()).double(),
             torch.isfinite(final_scores).any().double(),
         ]
     )

@@ -102,11 +102,12 @@ class Info(Model):
     name: SafeText
     device: SafeText
     dtype: SafeText
-    layers: Annotated[int, Field(strict=True, ge=1, le=MAX_LAYERS)]
-    heads: Annotated[int, Field(strict=True, ge=1, le=4096)]
-    kv_heads: Annotated[int, Field(strict=True, ge=1, le=4096)]
-    head_dim: Annotated[int, Field(strict=True, ge=1, le=65536)]
-    hidden: Positive
+    # 0 where the engine does not expose them (a served model)
+    layers: Annotated[int, Field(strict=True, ge=0, le=MAX_LAYERS)]
+    heads: Annotated[int, Field(strict=True, ge=0, le=4096)]
+    kv_heads: Annotated[int, Field(strict=True, ge=0, le=4096)]
+    head_dim: Annotated[int, Field(strict=True, ge=0, le=65536)]
+    hidden: Annotated[int, Field(strict=True, ge=0)]
     vocab: Annotated[int, Field(strict=True, ge=1, le=100_000_000)]
     context: Positive
     architecture: SafeText
@@ -122,6 +123,7 @@ class Info(Model):
     experts: Annotated[int, Field(strict=True, ge=0, le=65_535)] = 0  # (0: dense, or recorded before it was kept)
     capabilities: Annotated[list[SafeText], Field(max_length=64)] = []  # the recording engine's (see contract.engine)
     distribution: SafeText = ""
+    top_only: Annotated[int, Field(strict=True, ge=0, le=100_000)] = 0
 
 
 class Array(Model):
@@ -195,7 +197,7 @@ Prediction = tuple[Count, Candidates, NonNegative, Id, SafeText, Probability, Po
 
 
 class Decision(Model):
-    mode: Literal["greedy", "sampled", "forced"]
+    mode: Literal["greedy", "sampled", "forced", "drawn"]
     settings: Settings
     watch: Annotated[list[tuple[Id, SafeText]], FAIL_FAST, Field(max_length=MAX_FOLLOWED)]
     raw_probs: Annotated[list[Probability], FAIL_FAST, Field(max_length=MAX_FOLLOWED)]
@@ -405,7 +407,7 @@ class Chosen(Model):
 
 
 class Draw(Model):
-    mode: Literal["greedy", "sampled", "forced"]
+    mode: Literal["greedy", "sampled", "forced", "drawn"]
 
 
 class Step(Model):

@@ -22,6 +22,11 @@ class GrammarState:
     def matchers(self) -> GrammarMatchers:
         if self._matchers is None:
             engine = self._engine
+            if engine.tokenizer is None:
+                raise TokenvizError(
+                    f"a grammar stage needs the model's tokenizer in this process, which {engine.info.name} does not "
+                    "give (a served model): the grammar was not applied"
+                )
             self._matchers = GrammarMatchers(engine.tokenizer, engine.info.vocab, engine.eos_ids)
         return self._matchers
 

@@ -17,13 +17,14 @@ import numpy as np
 import torch
 
 from tokenviz.contract.attention import SavedAttention
-from tokenviz.contract.engine import Engine, InternalsEngine, Intervening, shared_prefix
+from tokenviz.contract.engine import Capability, DrawingEngine, Engine, InternalsEngine, Intervening, shared_prefix
 from tokenviz.contract.errors import Cancelled, PromptError, TokenvizError
 from tokenviz.contract.interventions import BRANCH_SOURCE, Intervention, Patch
 from tokenviz.contract.records import MAX_PINNED, StepRecord, TokenChip
-from tokenviz.contract.results import BranchSummary, CacheEvent
+from tokenviz.contract.results import BranchSummary, CacheEvent, Drawn
 from tokenviz.contract.settings import SamplingSettings
-from tokenviz.decoding.prompt_predictions import PromptPredictions, join, predict_positions
+from tokenviz.decoding.drawn import drawn_decision, drawn_top, forced_figures
+from tokenviz.decoding.prompt_predictions import PromptPredictions, join
 from tokenviz.decoding.sampling import decide, decide_on_device, summarise
 from tokenviz.decoding.unsteered import read_unsteered, unsteered_on_device
 from tokenviz.files.journey_file import rows_to_save
@@ -78,6 +79,7 @@ class Session:
         self.intervening: Intervening | None = None  # the interventions in force (see set_interventions)
         self._pending_logits: torch.Tensor | None = None
         self._prefill_logits: torch.Tensor | None = None
+        self._drawn: Drawn | None = None  # an engine that draws its own tokens: the pending step's draw
         self._chips: list[TokenChip] = []  # see chips()
         self._chip_ids: list[int] = []
         self._chips_key: tuple[list[int], list[bool]] | None = None
@@ -392,8 +394,11 @@ class Session:
         return weights
 
     def saved_attention(self) -> SavedAttention:
-        """Every layer's rows at the newest positions, as many as a journey file keeps (float16)."""
+        """Every layer's rows at the newest positions, as many as a journey file keeps (float16); none
+        where the engine does not give attention (a served model)."""
         info, rows = self.runner.info, {}
+        if Capability.ATTENTION.value not in info.capabilities:
+            return SavedAttention({})
         keep = rows_to_save(self.runner.kv_len, info.layers, info.heads)
         for begin in range(keep.start, keep.stop, memory_policy.PREFILL_CHUNK // 4):
             chunk = range(begin, min(begin + memory_policy.PREFILL_CHUNK // 4, keep.stop))
@@ -467,7 +472,10 @@ class Session:
     ) -> tuple[StepRecord, dict[str, np.ndarray]]:
         """A record of the decision on `logits` (its top-n, decision and, with interventions, the
         model's own distribution at the same context): everything reaches the host in one transfer,
-        with `extra`. Its place in the journey is the caller's to fill in."""
+        with `extra`. Its place in the journey is the caller's to fill in. An engine that draws its own
+        token (a server) is asked for its draw at this context instead."""
+        if isinstance(self.runner, DrawingEngine):
+            return self._drawn_record(self.runner.draw(self.ids, self.settings)), to_host(extra or {})
         summary = summarise(logits, self.top_n)
         decision = decide_on_device(
             logits,
@@ -499,7 +507,38 @@ class Session:
     def _keep_path(self) -> None:
         self.branches.keep(self._path(), len(self.prompt_ids))
 
+    def _drawn_record(self, drawn: Drawn, forced_id: int | None = None) -> StepRecord:
+        """The record of a step an engine drew itself (see decoding.drawn); `forced_id` taken instead."""
+        assert isinstance(self.runner, DrawingEngine)
+        runner, ids = self.runner, list(self.ids)
+        self._drawn = drawn
+        forced = (
+            None if forced_id is None else forced_figures(drawn, forced_id, lambda: runner.logprob_of(ids, forced_id))
+        )
+        top, entropy = drawn_top(drawn, runner.piece, self.top_n)
+        decision = drawn_decision(
+            drawn, self.settings, ids, self.generated_ids, runner.piece, runner.info.vocab, forced, self.pinned
+        )
+        return StepRecord(
+            index=len(self.records),
+            position=len(ids),
+            input_ids=(),
+            input_texts=(),
+            top=top,
+            entropy=entropy,
+            decision=decision,
+            forward_ms=drawn.ms,
+        )
+
     def _redecide(self, forced_id: int | None = None) -> None:
+        if isinstance(self.runner, DrawingEngine):  # its draw, again with these settings; a forced token needs none
+            kept = self._drawn if forced_id is not None else None
+            drawn = kept or self.runner.draw(self.ids, self.settings)
+            record = self._drawn_record(drawn, forced_id)
+            self.records[-1] = dataclasses.replace(
+                self.records[-1], top=record.top, entropy=record.entropy, decision=record.decision
+            )
+            return
         assert self._pending_logits is not None
         decision = decide(
             self._pending_logits,
@@ -541,8 +580,7 @@ class Session:
         for begin in range(0, n, self._prefill_chunk):
             end = min(begin + self._prefill_chunk, n)
             forward = self.runner.forward(ids[begin:end], every_position=True)
-            assert forward.position_logits is not None
-            parts.append(predict_positions(forward.position_logits, ids[begin + 1 : end + 1]))
+            parts.append(forward.predictions(ids[begin + 1 : end + 1]))
             if forward.routes is not None:
                 routes.append(forward.routes)
             if forward.places is not None:
@@ -570,7 +608,7 @@ class Session:
             decided,
             input_ids=tuple(input_ids),
             input_texts=tuple(self.runner.piece(t) for t in input_ids),
-            forward_ms=forward.timer.ms() if forward_ms is None else forward_ms,
+            forward_ms=(forward.timer.ms() if forward_ms is None else forward_ms) + decided.forward_ms,
             place_ms=forward.places.ms() if forward.places else (),
             kv_len=self.runner.kv_len,
             kv_bytes=self.runner.kv_bytes,

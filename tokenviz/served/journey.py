@@ -81,9 +81,13 @@ class ServedChoice:
     api_key: ApiKey = field(default_factory=ApiKey)
     insecure_http: bool = False  # the key may go over plain http to another machine
 
+    def connect(self, say: Say = lambda line: None) -> Endpoint:
+        """The server, checked to answer (within seconds) before anything else waits on it."""
+        return connect(self.url, self.api_key, self.insecure_http, say)
+
     def open(self, settings: SamplingSettings, say: Say = lambda line: None) -> ServedJourney:
         """A journey on the served model (the server checked to answer, the model to be served)."""
-        endpoint = connect(self.url, self.api_key, self.insecure_http, say)
+        endpoint = self.connect(say)
         return ServedJourney(endpoint, served_model_name(endpoint, self.model), settings)
 
 
@@ -161,11 +165,9 @@ class ServedJourney:
         """(chosen id, its logprob, [(id, logprob)] the top-N, best first) from a completion's choice."""
         try:
             logprobs = choice["logprobs"]
-            chosen = _token_id(logprobs["tokens"][0])
+            chosen = token_id(logprobs["tokens"][0])
             logprob = float(logprobs["token_logprobs"][0])
-            top = sorted(
-                ((_token_id(k), float(v)) for k, v in logprobs["top_logprobs"][0].items()), key=lambda t: -t[1]
-            )
+            top = sorted(((token_id(k), float(v)) for k, v in logprobs["top_logprobs"][0].items()), key=lambda t: -t[1])
         except (KeyError, IndexError, TypeError, ValueError, AttributeError):
             raise EndpointError(
                 f"{self.endpoint.host} answered without token-id log-probabilities (is it vLLM's OpenAI server?)"
@@ -295,7 +297,7 @@ class ServedJourney:
         }
 
 
-def _token_id(name: Any) -> int:
+def token_id(name: Any) -> int:
     if not isinstance(name, str) or not name.startswith(ID_PREFIX) or not name[len(ID_PREFIX) :].isdigit():
         raise ValueError(f"not a token id: {name!r}")
     return int(name[len(ID_PREFIX) :])

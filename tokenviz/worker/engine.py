@@ -40,6 +40,7 @@ from tokenviz.contract.commands import (
     Verify,
     Watch,
 )
+from tokenviz.contract.engine import Capability
 from tokenviz.contract.errors import Cancelled, GiveWay, TokenvizError
 from tokenviz.contract.interventions import Entries
 from tokenviz.contract.records import TokenChip
@@ -401,5 +402,7 @@ class EngineWorker(CommandThread[Snapshot]):
         request = self._attention_request
         if request is None or session is None or not session.records or self._busy:
             return None
+        if Capability.ATTENTION.value not in session.runner.info.capabilities:
+            return None  # (the attention pane says why: the engine does not give it)
         layer, queries = request.resolve(session.runner.kv_len, session.runner.info.layers)
         return self._attention_rows.view(session, layer, queries)

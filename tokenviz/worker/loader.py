@@ -9,11 +9,11 @@ from tokenviz.contract.placement import DEFAULT_PLACEMENT, Placement
 
 if TYPE_CHECKING:
     from tokenviz.backends.transformers.loading import LoadedModel
-    from tokenviz.contract.engine import InternalsEngine
+    from tokenviz.contract.engine import Engine
 
 Progress = Callable[[str, "float | None"], None]  # (message, fraction done or None)
 ModelLoader = Callable[[Progress], "LoadedModel"]
-Loader = Callable[[Progress], "LoadedModel | InternalsEngine"]  # what a worker takes: an engine already made, too
+Loader = Callable[[Progress], "LoadedModel | Engine"]  # what a worker takes: an engine already made, too
 BeforeWeights = Callable[[Any, Any], None]  # (config, tokenizer): see tokenviz.backends.transformers.loading.load_model
 
 

@@ -39,6 +39,7 @@ from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.records import ModelInfo, Routing
 from tokenviz.contract.results import BeamResult, Inspection, LogitDifference, Speculation
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.decoding.prompt_predictions import predict_positions
 from tokenviz.tensors.transfer import DeviceTimer, ids_to_device
 
 if TYPE_CHECKING:
@@ -63,6 +64,11 @@ class Forward:
     position_logits: torch.Tensor | None = None  # (tokens fed, vocab), when every position's were asked for
     routes: dict[str, torch.Tensor] | None = None  # an MoE model's routing of the tokens fed (see model.routing)
     places: PlaceTimes | None = None  # a spread model's time in each place its weights live
+
+    def predictions(self, next_ids: Sequence[int]) -> dict[str, torch.Tensor]:
+        """What the model predicted after each position fed, of `next_ids` (see predict_positions)."""
+        assert self.position_logits is not None, "every position's logits were not asked for"
+        return predict_positions(self.position_logits, next_ids)
 
 
 def cache_layers(key_addresses: dict[int, int], cache: Any, layers: int) -> list[int | None]:

@@ -11,6 +11,7 @@ worker's: it computes the rows this pane shows (see rows_shown) and every snapsh
 from __future__ import annotations
 
 import functools
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,6 +23,7 @@ from textual.message import Message
 from textual.strip import Strip
 
 from tokenviz.contract.attention import head_label, paged_start, window
+from tokenviz.contract.engine import Capability, lacking
 from tokenviz.contract.records import TokenChip
 from tokenviz.render.colors import ramp
 from tokenviz.render.columns import cell, fitting
@@ -56,6 +58,13 @@ class AttentionPane(LinesPane):
 
     def draw(self, selection: Selection) -> None:
         info = selection.info
+        line = lacking(info, Capability.ATTENTION, "the attention map") if info is not None else None
+        if line is not None:  # (a served model): said in the pane, where the map would be
+            self.set_title("attention")
+            self.show_lines(
+                [Strip([Segment(part, Style(dim=True))]) for part in textwrap.wrap(line, max(self.size.width, 20))]
+            )
+            return
         if info is not None:
             head = head_label(selection.head, info.heads, info.kv_heads)
             layer = f"{selection.layer + 1}/{info.layers}"

@@ -17,38 +17,58 @@ class ModelPane(ScrollPane):
         i = selection.info
         if i is None:
             return
-        rows = [
-            ("name", i.name),
-            ("architecture", i.architecture),
-            ("layers", str(i.layers)),
-            ("attention heads", attention_heads(i)),
-            ("hidden size", str(i.hidden)),
-            *(
-                [("experts", f"{i.experts} in each mixture-of-experts layer (R shows the routing)")]
-                if i.experts
-                else []
-            ),
-            ("vocabulary", f"{i.vocab} tokens"),
-            ("context", f"{i.context} positions"),
-            ("positions", i.positions),
-            ("embeddings", "input and output tied" if i.tied_embeddings else "input and output separate"),
-            ("chat template", "yes (--chat, or the editor's switch)" if i.chat_template else "none"),
-            ("attention runs", i.attention),
-            ("device, dtype", f"{i.device}, {i.dtype}"),
-            *([("quantization", i.quantization)] if i.quantization else []),
-            *([("memory", i.memory)] if i.memory else []),
-            *([("placement", i.placement)] if i.placement else []),
-            *([("queries kept", i.queries_kept)] if i.queries_kept else []),
-            *([("steps run", i.compiled)] if i.compiled else []),
-            *([("engine", engine_line(i))] if i.capabilities else []),
-            *([("distribution", i.distribution)] if i.distribution else []),
-        ]
+        rows = (
+            served_rows(i)
+            if i.top_only
+            else [
+                ("name", i.name),
+                ("architecture", i.architecture),
+                ("layers", str(i.layers)),
+                ("attention heads", attention_heads(i)),
+                ("hidden size", str(i.hidden)),
+                *(
+                    [("experts", f"{i.experts} in each mixture-of-experts layer (R shows the routing)")]
+                    if i.experts
+                    else []
+                ),
+                ("vocabulary", f"{i.vocab} tokens"),
+                ("context", f"{i.context} positions"),
+                ("positions", i.positions),
+                ("embeddings", "input and output tied" if i.tied_embeddings else "input and output separate"),
+                ("chat template", "yes (--chat, or the editor's switch)" if i.chat_template else "none"),
+                ("attention runs", i.attention),
+                ("device, dtype", f"{i.device}, {i.dtype}"),
+                *([("quantization", i.quantization)] if i.quantization else []),
+                *([("memory", i.memory)] if i.memory else []),
+                *([("placement", i.placement)] if i.placement else []),
+                *([("queries kept", i.queries_kept)] if i.queries_kept else []),
+                *([("steps run", i.compiled)] if i.compiled else []),
+                *([("engine", engine_line(i))] if i.capabilities else []),
+                *([("distribution", i.distribution)] if i.distribution else []),
+            ]
+        )
         width = max(len(name) for name, _ in rows) + 2
         text = Text()
         for name, value in rows:
             text.append(f"{name:<{width}}", style="bold")
             text.append(f"{value}\n")
         self.body.update(text)
+
+
+def served_rows(i: ModelInfo) -> list[tuple[str, str]]:
+    """A served model: what the server exposes, and what it does not."""
+    return [
+        ("name", i.name),
+        ("served", i.architecture),
+        ("where", i.device),
+        ("vocabulary", f"{i.vocab} tokens"),
+        ("context", f"{i.context} positions"),
+        ("chat template", "the server's (--chat, or the editor's switch)" if i.chat_template else "none"),
+        ("distribution", i.distribution),
+        ("each step", "one request: the tokens as ids, the settings as its fields; the server draws"),
+        ("engine", engine_line(i)),
+        ("not exposed", "layers, heads, attention, the KV cache, the residual stream (the server keeps them)"),
+    ]
 
 
 def engine_line(i: ModelInfo) -> str:

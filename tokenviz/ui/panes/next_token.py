@@ -28,12 +28,21 @@ class NextTokenPane(BoxPane):
             d = record.decision
             own = {c.id: c.prob for c in record.unsteered.top} if record.unsteered else None
             marked = Candidate(d.chosen_id, d.chosen_text, 0.0, d.raw_prob)
-            self.update(self._table(record.top, marked, d.raw_rank, own))
+            self.update(self._table(record.top, marked, d.raw_rank, own, selection.info.top_only > 0))
             state = "pending" if selection.is_pending else "taken"
             kl = f"KL {record.unsteered.kl:.3f}" if record.unsteered else ""
             from_own = f"{kl} bits from the model's own · " if kl else ""
             if record.saturated:  # (said first: the flat distribution is the interventions', not the model's)
                 from_own = f"saturated: the interventions made every logit equal · {from_own}"
+            if selection.info.top_only:  # a server's top-N: said first, and the entropy is its floor
+                n, vocab = selection.info.top_only, selection.info.vocab
+                self.set_subtitle(
+                    f"top {n} of {vocab:,} as the server returned them · entropy ≥ {record.entropy:.2f} bits · "
+                    f"position {record.position} · {state}",
+                    f"top {n} of {vocab:,} from the server · H ≥ {record.entropy:.2f} · pos {record.position}",
+                    f"server's top {n} · H ≥ {record.entropy:.2f} · pos {record.position}",
+                )
+                return
             narrower = [
                 f"{from_own}pos {record.position}",
                 f"{kl} · H {record.entropy:.2f} bits · pos {record.position}",
@@ -47,6 +56,13 @@ class NextTokenPane(BoxPane):
         elif prediction is not None:
             p = prediction
             self.update(self._table(p.top, Candidate(p.next_id, p.next_text, 0.0, p.next_prob), p.next_rank))
+            if selection.info.top_only:
+                self.set_subtitle(
+                    f"the server's top {len(p.top)} · entropy ≥ {p.entropy:.2f} bits · position {p.position + 1} · "
+                    f"▶ the prompt's own next token (p {probability(p.next_prob)}, rank {p.next_rank})",
+                    f"server's top {len(p.top)} · H ≥ {p.entropy:.2f} · pos {p.position + 1} · ▶ the prompt's own",
+                )
+                return
             self.set_subtitle(
                 f"entropy {p.entropy:.2f} bits · for position {p.position + 1} · ▶ the prompt's own next token "
                 f"(raw p {probability(p.next_prob)}, rank {p.next_rank})",
@@ -58,10 +74,16 @@ class NextTokenPane(BoxPane):
             self.update(Text("No prediction here yet: the model has not read this position.", style="dim"))
 
     def _table(
-        self, top: Sequence[Candidate], marked: Candidate, marked_rank: int, own: dict[int, float] | None = None
+        self,
+        top: Sequence[Candidate],
+        marked: Candidate,
+        marked_rank: int,
+        own: dict[int, float] | None = None,
+        logprobs: bool = False,
     ) -> Text:
         """The candidates with `marked` (the token that followed) shown even outside them; with
-        interventions on, `own` holds the model's own probabilities (its top-n) for a column."""
+        interventions on, `own` holds the model's own probabilities (its top-n) for a column. With
+        `logprobs`, the scores are a server's log-probabilities, headed so."""
         chosen_color = self.theme_colors.chosen
         bar_color = self.theme_colors.bar
         rows = max(self.size.height - 1, 3)
@@ -72,7 +94,9 @@ class NextTokenPane(BoxPane):
         fixed = 5 + piece_w + 7 + (8 if show_logit else 0) + 7 + own_w + 1
         bar_width = max(width - fixed, 2)
         text = Text(no_wrap=True, overflow="crop")
-        header = f"{'#':>4} {cell('token', piece_w)} {'id':>6}" + (f" {'logit':>7}" if show_logit else "")
+        header = f"{'#':>4} {cell('token', piece_w)} {'id':>6}" + (
+            f" {'logprob' if logprobs else 'logit':>7}" if show_logit else ""
+        )
         text.append(header + f" {'raw p':>7}" + (f" {'own p':>7}" if own is not None else "") + "\n", style="bold")
 
         def row(rank: int, piece: str, token_id: int, logit: str, prob: float, mark: bool) -> None:

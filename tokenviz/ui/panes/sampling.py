@@ -39,6 +39,11 @@ def decision_line(d: Decision, width: int | None = None) -> str:
     token = visible(d.chosen_text)
     if d.mode == "greedy":
         return f"greedy: argmax → {token} (raw p {probability(d.raw_prob)})"
+    if d.mode == "drawn":
+        over = "; final p over its top-N " + probability(d.chosen_prob) if d.stages else ""
+        full = f"the server drew {token} (its rank {d.raw_rank}, p {probability(d.raw_prob)}{over})"
+        short = f"server drew {token} · #{d.raw_rank} p {probability(d.raw_prob)}"
+        return full if width is None or cell_len(full) <= width else short
     if d.mode == "forced":
         full = (
             f"forced (a branch): {token} (raw rank {d.raw_rank}, raw p {probability(d.raw_prob)}; "
@@ -76,7 +81,11 @@ class SamplingPane(BoxPane):
         bar_color = self.theme_colors.bar
         final_color = self.theme_colors.bar_final
 
-        pipeline = Text("logits → softmax", style="bold")
+        top_only = selection.info.top_only
+        served = f"the server's top {top_only} (raw)" if d.stages else f"the server's top {top_only}"
+        pipeline = Text(served if top_only else "logits → softmax", style="bold")
+        if top_only and d.stages:
+            pipeline.append(" · the stages recomputed here over those only", style="dim")
         for st in d.stages:
             pipeline.append(f" → {st.name} {st.detail}: ", style="bold")
             if st.is_penalty:  # it keeps every token: what it did is the tokens it penalised (↓ below)
@@ -87,7 +96,8 @@ class SamplingPane(BoxPane):
             else:
                 pipeline.append(f"{st.kept} kept ({st.mass:.1%} of mass)")
         pipeline.append(" → ", style="bold")
-        pipeline.append("argmax" if d.mode == "greedy" else ("forced" if d.mode == "forced" else "draw"), style="bold")
+        last = {"greedy": "argmax", "forced": "forced", "drawn": "the server's draw"}.get(d.mode, "draw")
+        pipeline.append(last, style="bold")
 
         width = max(self.size.width, 1)
         decision = Text(decision_line(d, width), style=f"bold {chosen_color}")

@@ -193,9 +193,12 @@ class TokensPane(BoxPane):
         pending = s.pending
         if pending is not None:
             d = pending.decision
-            return Text(
-                f"→ next: {visible(d.chosen_text)} ({d.mode}, final p {probability(d.chosen_prob)})", Style(dim=True)
+            how = (
+                f"drawn by the server, p {probability(d.raw_prob)}"
+                if d.mode == "drawn"
+                else f"{d.mode}, final p {probability(d.chosen_prob)}"
             )
+            return Text(f"→ next: {visible(d.chosen_text)} ({how})", Style(dim=True))
         if s.stop_reason:
             return Text(f"■ stopped: {s.stop_reason}", Style(dim=True, bold=True))
         return Text("")

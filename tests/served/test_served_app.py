@@ -1,0 +1,212 @@
+"""The journey and the app on the model a real vLLM server runs (tests/served/conftest.py), through the
+engine protocol (tokenviz.backends.served): the same Session as a local model, a request per step,
+the settings sent as its fields, the server's draw; every number the server's, within SERVED_TOLERANCE
+of the bundled model run here; what a served model does not expose, one line."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+import socket
+
+import pytest
+from apptools import settle, wait_for
+from test_served import KEY_ENV, PROMPT, SERVED_TOLERANCE
+
+from tokenviz.backends.served import ServedEngine
+from tokenviz.contract.engine import DrawingEngine, Engine, tier_of
+from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.journey.session import Session
+from tokenviz.served.endpoint import ApiKey
+from tokenviz.served.journey import ServedChoice
+
+pytestmark = pytest.mark.served
+
+GREEDY = SamplingSettings(temperature=0, max_new_tokens=8)
+
+
+@pytest.fixture
+def engine(vllm_server, monkeypatch) -> ServedEngine:
+    monkeypatch.setenv(KEY_ENV, vllm_server.key)
+    return ServedEngine.open(ServedChoice(vllm_server.url, api_key=ApiKey(env=KEY_ENV)))
+
+
+def run(session: Session) -> None:
+    while session.step() is not None:
+        pass
+
+
+def test_the_served_engine_is_an_engine_that_draws_and_declares_what_it_exposes(engine):
+    assert isinstance(engine, Engine) and isinstance(engine, DrawingEngine)
+    info = engine.info
+    assert tier_of(info.capabilities) == "engine" and info.capabilities == ("step",)
+    assert info.vocab == 49152 and info.context == 2048 and info.top_only == 20 and info.chat_template
+    assert engine.decode(engine.encode(PROMPT)) == PROMPT
+
+
+@pytest.mark.bundled
+def test_a_served_journey_is_the_local_one(engine, bundled):
+    """Greedy on the server and here (float32): the same tokens; each step's top-20 probabilities, the
+    drawn token's rank and the prompt's own log-probabilities within SERVED_TOLERANCE of the local ones."""
+    from tokenviz.backends.transformers.runner import ModelRunner
+
+    served, local = Session(engine, GREEDY), Session(ModelRunner(bundled), GREEDY)
+    for s in (served, local):
+        s.start(PROMPT)
+        run(s)
+    assert served.ids == local.ids and served.generated_text == " the Champ de la Corée, a"
+    for theirs, mine in zip(served.records, local.records):
+        assert theirs.decision.mode == "drawn" and theirs.decision.raw_rank == mine.decision.raw_rank == 1
+        own = {c.id: math.log(c.prob) for c in mine.top}
+        assert [c.id for c in theirs.top][:10] == [c.id for c in mine.top][:10]
+        for c in theirs.top:
+            if c.id in own:
+                assert abs(math.log(c.prob) - own[c.id]) < SERVED_TOLERANCE
+        assert theirs.entropy <= mine.entropy + 1e-3  # the floor of what the top-20 leaves unknown
+        assert theirs.forward_ms > 0  # the request's latency
+    for theirs, mine in zip(served.records[0].prompt_predictions, local.records[0].prompt_predictions):
+        assert theirs.next_rank == mine.next_rank and abs(theirs.logprob - mine.logprob) < SERVED_TOLERANCE
+    assert served.records[0].prompt_predictions[0].next_rank == 730  # " E", as the server says
+
+
+@pytest.mark.bundled
+def test_forcing_rewinding_and_branching_on_the_server(engine, bundled):
+    """A token forced outside the top-20 gets its probability and rank from the server's prompt
+    log-probabilities (the local model's, within the tolerance); rewinding gives the same path back;
+    a branch is kept and switched to."""
+    from tokenviz.backends.transformers.runner import ModelRunner
+
+    served, local = Session(engine, GREEDY), Session(ModelRunner(bundled), GREEDY)
+    for s in (served, local):
+        s.start(PROMPT)
+        s.step()
+    rare = local.records[-1].top[-1].id + 0  # the local top-20's last; then one surely past it
+    far = next(t for t in range(1000, 2000) if t not in {c.id for c in served.records[-1].top})
+    for s in (served, local):
+        s.step(forced_id=far)
+    theirs, mine = served.records[-2].decision, local.records[-2].decision
+    assert theirs.mode == mine.mode == "forced" and theirs.chosen_id == far and theirs.raw_rank == mine.raw_rank
+    assert abs(math.log(theirs.raw_prob) - math.log(mine.raw_prob)) < SERVED_TOLERANCE
+    path = list(served.ids)
+    served.step()
+    served.rewind(2)
+    assert served.ids == path[:-1] and served.pending is not None
+    served.step(forced_id=rare)
+    assert served.branches and served.ids[-1] == rare
+    served.switch_branch(0)
+    assert served.ids[: len(path)] == path
+    served.reset()
+    assert served.generated_ids == [] and served.pending is not None and served.pending.decision.chosen_id == 260
+
+
+def test_settings_are_sent_to_the_server_and_seeded_draws_reproduce(engine):
+    """The settings go with each request: a sampled journey with one seed is the same twice; changing
+    the settings draws again at once (top-k 1 takes the top token); the stages are recomputed over the
+    top-20 only, marked so by their counts."""
+    settings = SamplingSettings(temperature=1.2, top_k=0, top_p=1.0, seed=5, max_new_tokens=6)
+    paths = []
+    for _ in range(2):
+        s = Session(engine.twin(), settings)
+        s.start(PROMPT)
+        run(s)
+        paths.append(s.ids)
+    assert paths[0] == paths[1]
+    s = Session(engine, settings)
+    s.start(PROMPT)
+    s.set_settings(dataclasses.replace(settings, top_k=1, temperature=0.7))
+    d = s.pending.decision
+    assert d.mode == "drawn" and d.chosen_id == s.pending.top[0].id
+    assert [st.name for st in d.stages] == ["temperature", "top-k"] and d.stages[0].kept == 20
+    assert d.stages[1].kept == 1 and math.isclose(d.raw_prob, s.pending.top[0].prob)
+
+
+def test_a_server_that_stops_answering_loses_nothing_and_a_step_retries(engine):
+    s = Session(engine, GREEDY)
+    s.start(PROMPT)
+    s.step()
+    before, url = (list(s.ids), list(s.records)), engine.endpoint.url
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    engine.endpoint.url = f"http://127.0.0.1:{port}/v1"  # as if the server died
+    with pytest.raises(TokenvizError, match=r"cannot reach the server at 127\.0\.0\.1") as failure:
+        s.step()
+    assert "\n" not in str(failure.value)
+    assert (s.ids, s.records) == before  # the journey as it was
+    engine.endpoint.url = url  # the server is back: the same key steps
+    assert s.step() is not None and len(s.ids) == len(before[0]) + 1
+
+
+def test_a_grammar_is_refused_in_one_line_on_a_served_model(engine):
+    from tokenviz.contract.grammar import Grammar
+
+    s = Session(engine, GREEDY)
+    s.start(PROMPT)
+    with pytest.raises(TokenvizError, match="needs the model's tokenizer in this process"):
+        s.set_settings(GREEDY.replace(grammar=Grammar("regex", " (Paris|Rome)", " (Paris|Rome)")))
+    assert s.settings.grammar is None
+
+
+async def test_the_app_on_a_served_model(engine, vllm_server, tmp_path, monkeypatch):
+    """At 80x24: steps and live settings; the next-token pane says what the numbers are; the keys of
+    what a server does not expose say so in one line; an export holds no trace of the key."""
+    from tokenviz.ui.app import TokenvizApp
+    from tokenviz.worker.engine import EngineWorker
+
+    monkeypatch.chdir(tmp_path)
+    worker = EngineWorker(lambda progress: engine, SamplingSettings(temperature=0), PROMPT)
+    app = TokenvizApp(worker)
+    async with app.run_test(size=(80, 24)) as pilot:
+        s = await settle(app, pilot)
+        assert s.info is not None and s.info.top_only == 20 and s.error is None
+        for key in ("space", "space", "T"):
+            await pilot.press(key)
+            s = await settle(app, pilot)
+        assert len(s.chips) - s.prompt_len == 2 and s.settings.temperature == pytest.approx(0.1) and s.error is None
+        assert s.pending is not None and s.pending.decision.settings.temperature == pytest.approx(0.1)
+        from tokenviz.ui.panes.next_token import NextTokenPane
+
+        subtitle = str(app.query_one(NextTokenPane).border_subtitle)
+        assert "server" in subtitle and "H ≥" in subtitle
+        attention = "\n".join(strip.text for strip in app.query_one("#attention")._strips)
+        assert "a served model" in attention
+        for key, words in (("l", "logit lens"), ("A", "attribution"), ("v", "kv cache"), ("z", "interventions")):
+            await pilot.press(key)
+            await wait_for(lambda w=words: any(f"engine's {w}" in str(n.message) for n in app._notifications), pilot)
+        lines = [str(n.message) for n in app._notifications if "served model" in str(n.message)]
+        assert len(lines) >= 4 and all("\n" not in line for line in lines)
+        await pilot.press("x")
+        await wait_for(lambda: len(list(tmp_path.glob("tokenviz-*"))) == 3, pilot, timeout=60)
+    for written in tmp_path.glob("tokenviz-*"):
+        assert vllm_server.key not in written.read_text(errors="replace")
+    page = next(tmp_path.glob("tokenviz-*.json")).read_text()
+    assert re.search(r'"top_only":\s*20', page) and '"drawn"' in page
+
+
+@pytest.mark.terminal
+def test_tokenviz_on_an_endpoint_in_a_real_terminal(vllm_server, monkeypatch):
+    """`tokenviz --endpoint URL --api-key-env VAR` at 80x24 in tmux: it opens on the served model,
+    steps, and a setting changed live is sent with the next request."""
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "cli"))
+    from test_small_terminals import keys, start
+    from test_terminal import tmux, wait_screen
+
+    monkeypatch.setenv(KEY_ENV, vllm_server.key)
+    name = start((80, 24), PROMPT, "--endpoint", vllm_server.url, "--api-key-env", KEY_ENV, "--temperature", "0")
+    try:
+        wait_screen(name, r"ready · step 0")
+        text = wait_screen(name, r"served at 127\.0\.0\.1")
+        assert "server" in text
+        keys(name, "Space", "Space")
+        text = wait_screen(name, r"step 2 ")
+        assert "the Champ" in text
+        keys(name, "T")
+        text = wait_screen(name, r"T 0\.10")
+        assert vllm_server.key not in text
+    finally:
+        tmux("kill-session", "-t", name)

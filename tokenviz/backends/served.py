@@ -1,0 +1,320 @@
+"""The engine of a model a server runs (vLLM's OpenAI-compatible server): contract.engine's engine
+tier, drawing its own tokens (a DrawingEngine).
+
+A step is one request for one token: the journey's tokens as ids, the live settings as the request's
+fields, the top-N log-probabilities asked for. Feeding tokens sends nothing (the server keeps no state
+between requests; its prefix cache makes the next request cheap); rewinding and branching only cut the
+tokens kept here. The tokens are the server's own (/tokenize, /detokenize); the vocabulary's size is
+found by asking /detokenize where the ids end, the context from /v1/models. The internals a server does
+not expose (attention, the lens, the cache, interventions…) are left out of the capabilities, so
+their keys say so in one line.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from tokenviz.contract.engine import ENGINE, in_order
+from tokenviz.contract.records import ModelInfo
+from tokenviz.contract.results import Drawn
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.contract.text import safe_text
+from tokenviz.decoding.drawn import prompt_columns
+from tokenviz.decoding.prompt_predictions import TOP
+from tokenviz.served.endpoint import Endpoint, EndpointError
+from tokenviz.served.journey import RAW_TOLERANCE, TOP_N, ServedChoice, sampling_fields, served_model_name, token_id
+
+MAX_VOCABULARY = 1 << 22  # ids asked past this are not looked for: no tokenizer is that large
+SEED_STRIDE = 1_000_003  # a step's seed: the journey's seed and the position, as the local draw's u
+
+
+@dataclass
+class RequestTimer:
+    """A request's latency, in the shape of a device timer (what a step record reads)."""
+
+    milliseconds: float = 0.0
+
+    def wait(self) -> RequestTimer:
+        return self
+
+    def ms(self) -> float:
+        return self.milliseconds
+
+
+@dataclass
+class ServedForward:
+    """Tokens fed to a served model: no request until a prediction or a draw is asked for."""
+
+    engine: ServedEngine
+    context: tuple[int, ...]  # every token fed, these included
+    start: int  # where these began
+    timer: RequestTimer = field(default_factory=RequestTimer)
+    logits: None = None  # (a served model's distribution comes with its draw)
+    routes: None = None
+    places: None = None
+
+    def predictions(self, next_ids: Sequence[int]) -> dict[str, torch.Tensor]:
+        """The server's predictions after each of these positions, of `next_ids` (one request)."""
+        started = time.perf_counter()
+        ids = [*self.context[: self.start + 1], *next_ids]
+        entries = self.engine.prompt_logprobs(ids, TOP)[self.start + 1 :]
+        self.timer.milliseconds += (time.perf_counter() - started) * 1e3
+        return prompt_columns(entries, next_ids, TOP)
+
+
+@dataclass(frozen=True)
+class ServedChat:
+    ids: list[int]
+    template: list[bool]
+
+
+class ServedPieces:
+    """Token ids as the server decodes each alone (asked once per token, kept)."""
+
+    def __init__(self, engine: ServedEngine):
+        self.engine = engine
+        self.known: dict[int, str] = {}
+
+    def piece(self, token_id: int) -> str:
+        if token_id not in self.known:
+            self.known[token_id] = safe_text(self.engine.detokenize([token_id]))
+        return self.known[token_id]
+
+    def learn(self, ids: Iterable[int]) -> None:
+        for token in set(ids):
+            self.piece(token)
+
+
+class ServedEngine:
+    """A served model as an engine (see the module's docstring). One thread owns it."""
+
+    def __init__(self, endpoint: Endpoint, model: str, top_n: int = TOP_N):
+        self.endpoint, self.model, self.top_n = endpoint, model, top_n
+        self.device = torch.device("cpu")  # where the scores made of its answers live
+        self.tokenizer = None  # the server's is not here: a grammar stage cannot run on it
+        self.cache: tuple[int, ...] = ()  # the tokens fed (the server keeps nothing between requests)
+        self.give_way: Callable[[], bool] | None = None  # (a request is not set aside: it is one step)
+        self.pieces = ServedPieces(self)
+        self.raw: bool | None = None  # its log-probabilities are before the sampling settings (measured once)
+        listed = endpoint.get("/models")
+        entry = next((m for m in listed.get("data", []) if isinstance(m, dict) and m.get("id") == model), {})
+        context = entry.get("max_model_len")
+        bos = self.encode("", special_tokens=True)
+        self.special_ids: set[int] = set(bos)
+        self.eos_ids: set[int] = set()  # learnt: a token the server stopped on without a stop string
+        self.info = ModelInfo(
+            name=model,
+            device=f"served at {endpoint.host}",
+            dtype="as served",
+            layers=0,
+            heads=0,
+            kv_heads=0,
+            head_dim=0,
+            hidden=0,
+            vocab=self._vocabulary(),
+            context=context if isinstance(context, int) and context > 0 else 1 << 20,
+            architecture=f"{model} on an OpenAI-compatible server ({endpoint.url})",
+            tied_embeddings=False,
+            positions="not exposed by the server",
+            attention="the server's",
+            chat_template=self._has_chat_template(),
+            capabilities=in_order(ENGINE),
+            distribution=f"the server's top {top_n} log-probabilities (the rest of the vocabulary unknown)",
+            top_only=top_n,
+        )
+
+    @classmethod
+    def open(cls, choice: ServedChoice) -> ServedEngine:
+        """The engine on the server `choice` names (checked to answer, the model to be served)."""
+        endpoint = choice.connect()
+        return cls(endpoint, served_model_name(endpoint, choice.model))
+
+    # ---- the server's tokenizer ------------------------------------------------------------------
+
+    def encode(self, text: str, special_tokens: bool = True) -> list[int]:
+        body = {"model": self.model, "prompt": text, "add_special_tokens": special_tokens}
+        return _token_list(self.endpoint.post("/tokenize", body, root=True), self.endpoint.host)
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        answer = self.endpoint.post("/detokenize", {"model": self.model, "tokens": list(ids)}, root=True)
+        text = answer.get("prompt") if isinstance(answer, dict) else None
+        if not isinstance(text, str):
+            raise EndpointError(f"{self.endpoint.host}'s /detokenize did not answer with text")
+        return text
+
+    def decode(self, ids: Iterable[int]) -> str:
+        ids = list(ids)
+        return safe_text(self.detokenize(ids)) if ids else ""
+
+    def piece(self, token_id: int) -> str:
+        return self.pieces.piece(token_id)
+
+    def learn_pieces(self, ids: Iterable[int]) -> None:
+        self.pieces.learn(ids)
+
+    def chat_ids(self, user: str, system: str | None = None) -> ServedChat:
+        """The conversation through the server's chat template; the ids outside the messages' own
+        words are the template's."""
+        messages = [*([{"role": "system", "content": system}] if system else []), {"role": "user", "content": user}]
+        body = {"model": self.model, "messages": messages, "add_generation_prompt": True}
+        ids = _token_list(self.endpoint.post("/tokenize", body, root=True), self.endpoint.host)
+        template = [True] * len(ids)
+        for words in (system, user):
+            own = self.encode(words, special_tokens=False) if words else []
+            at = _find(ids, own)
+            if at is not None:
+                template[at : at + len(own)] = [False] * len(own)
+        return ServedChat(ids, template)
+
+    def _has_chat_template(self) -> bool:
+        try:
+            self.endpoint.post(
+                "/tokenize", {"model": self.model, "messages": [{"role": "user", "content": "hi"}]}, True
+            )
+        except EndpointError:
+            return False
+        return True
+
+    def _vocabulary(self) -> int:
+        """How many ids the server's tokenizer has: past the last, /detokenize answers nothing."""
+        high = 1024
+        while self.detokenize([high]) and high < MAX_VOCABULARY:
+            high *= 2
+        low = high // 2 if high > 1024 else 0  # a known id (or 0)
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (middle, high) if self.detokenize([middle]) else (low, middle)
+        return high
+
+    # ---- feeding tokens --------------------------------------------------------------------------
+
+    @property
+    def kv_len(self) -> int:
+        return len(self.cache)
+
+    @property
+    def kv_bytes(self) -> int:
+        return 0  # (the server's cache is its own)
+
+    def use_cache(self, cache: Any) -> None:
+        self.cache = tuple(cache)
+
+    def reset(self) -> None:
+        self.cache = ()
+
+    def crop(self, length: int) -> None:
+        self.cache = self.cache[:length]
+
+    def forward(self, ids: list[int], every_position: bool = False) -> ServedForward:
+        start = len(self.cache)
+        self.cache = (*self.cache, *ids)
+        return ServedForward(self, self.cache, start)
+
+    def joined(self, last: ServedForward, routes: list[Any], places: list[Any]) -> ServedForward:
+        return last
+
+    def read_routing(self, host: dict[str, Any]) -> None:
+        return None
+
+    def twin(self) -> ServedEngine:
+        other = copy.copy(self)
+        other.cache = ()
+        return other
+
+    # ---- requests ----------------------------------------------------------------------------------
+
+    def _complete(self, ids: Sequence[int], fields: dict[str, Any], logprobs: int, **extra: Any) -> dict[str, Any]:
+        body = {"model": self.model, "prompt": list(ids), "max_tokens": 1, "logprobs": logprobs}
+        body |= {"return_tokens_as_token_ids": True, **fields, **extra}
+        answer = self.endpoint.post("/completions", body)
+        try:
+            choice = answer["choices"][0]
+            assert isinstance(choice, dict)
+            return choice
+        except (KeyError, IndexError, TypeError, AssertionError):
+            raise EndpointError(f"{self.endpoint.host} answered /v1/completions without a choice") from None
+
+    def _top(self, choice: dict[str, Any]) -> tuple[int, float, list[tuple[int, float]]]:
+        try:
+            logprobs = choice["logprobs"]
+            chosen = token_id(logprobs["tokens"][0])
+            logprob = float(logprobs["token_logprobs"][0])
+            top = sorted(((token_id(k), float(v)) for k, v in logprobs["top_logprobs"][0].items()), key=lambda t: -t[1])
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+            raise EndpointError(
+                f"{self.endpoint.host} answered without token-id log-probabilities (is it vLLM's OpenAI server?)"
+            ) from None
+        self._check([(chosen, logprob), *top])
+        return chosen, logprob, top
+
+    def _check(self, pairs: Iterable[tuple[int, float]]) -> None:
+        """Refuse what no distribution over this vocabulary holds: an id past it, a NaN, a logprob above 0."""
+        for token, logprob in pairs:
+            if not 0 <= token < self.info.vocab:
+                raise EndpointError(f"{self.endpoint.host} answered token id {token}, past its vocabulary")
+            if math.isnan(logprob) or logprob > 1e-3 or logprob == math.inf:
+                raise EndpointError(f"{self.endpoint.host} answered log-probabilities that are not numbers")
+
+    def _measure_raw(self, ids: Sequence[int]) -> bool:
+        """Whether the server's log-probabilities are before its sampling settings: the same request at
+        two temperatures gives the same ones."""
+        fields = {"seed": 0, "top_p": 1.0, "top_k": -1}
+        warm, cool = (dict(self._top(self._complete(ids, {**fields, "temperature": t}, 5))[2]) for t in (1.0, 0.5))
+        return warm.keys() == cool.keys() and all(abs(warm[t] - lp) <= RAW_TOLERANCE for t, lp in cool.items())
+
+    def draw(self, ids: Sequence[int], settings: SamplingSettings) -> Drawn:
+        if self.raw is None:
+            self.raw = self._measure_raw(ids)
+        fields = sampling_fields(settings) | {"seed": (settings.seed * SEED_STRIDE + len(ids)) % (1 << 31)}
+        started = time.perf_counter()
+        choice = self._complete(ids, fields, self.top_n)
+        ms = (time.perf_counter() - started) * 1e3
+        chosen, logprob, top = self._top(choice)
+        rank = next((i for i, (t, _) in enumerate(top, 1) if t == chosen), None)
+        if rank is None:
+            logprob, rank = self.logprob_of(ids, chosen)
+        finish = choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None
+        if finish == "stop" and not any(s in self.piece(chosen) for s in settings.stop):
+            self.eos_ids.add(chosen)  # the server stopped on this token itself: its end of sequence
+        return Drawn(chosen, logprob, rank, tuple(top), bool(self.raw), ms, finish)
+
+    def logprob_of(self, ids: Sequence[int], token: int) -> tuple[float, int]:
+        entry = self.prompt_logprobs([*ids, token], 0)[-1]
+        return entry[token]
+
+    def prompt_logprobs(self, ids: Sequence[int], top: int) -> list[dict[int, tuple[float, int]]]:
+        """For each token after the first: {id: (logprob, rank)} of its top `top` and itself."""
+        choice = self._complete(ids, {"temperature": 0}, 1, prompt_logprobs=top)
+        entries = choice.get("prompt_logprobs")
+        if not isinstance(entries, list) or len(entries) != len(ids):
+            raise EndpointError(f"{self.endpoint.host} did not give the prompt's log-probabilities")
+        out: list[dict[int, tuple[float, int]]] = [{}]
+        try:
+            for entry, own in zip(entries[1:], ids[1:]):
+                read = {int(k): (float(v["logprob"]), int(v["rank"])) for k, v in entry.items()}
+                assert own in read
+                self._check((t, lp) for t, (lp, _) in read.items())
+                out.append(read)
+        except (KeyError, TypeError, ValueError, AttributeError, AssertionError):
+            raise EndpointError(f"{self.endpoint.host} gave a prompt_logprobs entry tokenviz cannot read") from None
+        return out
+
+
+def _token_list(answer: Any, host: str) -> list[int]:
+    tokens = answer.get("tokens") if isinstance(answer, dict) else None
+    if not isinstance(tokens, list) or not all(isinstance(t, int) and t >= 0 for t in tokens):
+        raise EndpointError(f"{host}'s /tokenize did not answer with token ids")
+    return tokens
+
+
+def _find(ids: Sequence[int], part: Sequence[int]) -> int | None:
+    """Where `part` first occurs in `ids` (None: nowhere, or empty)."""
+    n = len(part)
+    return next((i for i in range(len(ids) - n + 1) if n and list(ids[i : i + n]) == list(part)), None)
