@@ -210,3 +210,28 @@ def test_tokenviz_on_an_endpoint_in_a_real_terminal(vllm_server, monkeypatch):
         assert vllm_server.key not in text
     finally:
         tmux("kill-session", "-t", name)
+
+
+def test_the_app_on_an_endpoint_refuses_at_once_in_one_line(monkeypatch, capsys, vllm_server):
+    """Before the app opens: an unreachable server, a refused key (never echoed), an unknown model, an
+    option for a model loaded here; each one line and exit 2."""
+    from clitools import invoke
+    from test_served import one_error
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    wrong = "not-the-key-" + "y" * 10
+    monkeypatch.setenv(KEY_ENV, wrong)
+    key = ["--api-key-env", KEY_ENV]
+    for args, line in (
+        (["--endpoint", f"http://127.0.0.1:{port}/v1"], "cannot reach the server at 127.0.0.1"),
+        (["--endpoint", vllm_server.url, *key], "refused the API key (HTTP 401)"),
+        (["--endpoint", vllm_server.url, "--model", "gpt2"], "--model is for a model loaded here"),
+        (["--served-model", "x"], "go with --endpoint URL"),
+    ):
+        code, _, err = invoke(monkeypatch, capsys, PROMPT, *args)
+        assert code == 2 and line in one_error(err) and wrong not in err, (args, err)
+    monkeypatch.setenv(KEY_ENV, vllm_server.key)
+    code, _, err = invoke(monkeypatch, capsys, PROMPT, "--endpoint", vllm_server.url, *key, "--served-model", "big")
+    assert code == 2 and "does not serve 'big'; it serves smollm2" in one_error(err)

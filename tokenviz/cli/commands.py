@@ -131,17 +131,17 @@ def open_app(
         check_chat(chat, system)
     except TokenvizError as exc:
         fail(str(exc))
-    require_terminal()
-    text = prompt if prompt is not None else (DEFAULT_QUESTION if chat else DEFAULT_PROMPT)
-    loader = (
+    if endpoint is None and (served_model or api_key_env or api_key_file or insecure_http):
+        fail("--served-model, --api-key-env, --api-key-file and --insecure-http go with --endpoint URL")
+    loader = (  # (a server is asked first: one that cannot answer is told before anything else waits)
         model.loader()
         if endpoint is None
         else served_loader(
             model, settings, served_choice(endpoint, served_model, api_key_env, api_key_file, insecure_http)
         )
     )
-    if endpoint is None and (served_model or api_key_env or api_key_file or insecure_http):
-        fail("--served-model, --api-key-env, --api-key-file and --insecure-http go with --endpoint URL")
+    require_terminal()
+    text = prompt if prompt is not None else (DEFAULT_QUESTION if chat else DEFAULT_PROMPT)
     run_app(EngineWorker(loader, settings, text, chat=chat, system=system), theme)
 
 
