@@ -10,9 +10,11 @@ import math
 import os
 import re
 import socket
+import sys
 
 import pytest
 from apptools import settle, wait_for
+from browser import chromium, needs_browser, until
 from test_served import KEY_ENV, PROMPT, SERVED_TOLERANCE
 
 from tokenviz.backends.served import ServedEngine
@@ -171,6 +173,9 @@ async def test_the_app_on_a_served_model(engine, vllm_server, tmp_path, monkeypa
 
         subtitle = str(app.query_one(NextTokenPane).border_subtitle)
         assert "server" in subtitle and "H ≥" in subtitle
+        await pilot.press("i")  # the timing view: requests, not forward passes
+        await wait_for(lambda: "one request" in str(app.query_one("#timing").render()), pilot)
+        await pilot.press("i")
         attention = "\n".join(strip.text for strip in app.query_one("#attention")._strips)
         assert "a served model" in attention
         for key, words in (("l", "logit lens"), ("A", "attribution"), ("v", "kv cache"), ("z", "interventions")):
@@ -186,13 +191,13 @@ async def test_the_app_on_a_served_model(engine, vllm_server, tmp_path, monkeypa
     assert re.search(r'"top_only":\s*20', page) and '"drawn"' in page
 
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "cli"))  # (the terminal's and browser's helpers)
+
+
 @pytest.mark.terminal
 def test_tokenviz_on_an_endpoint_in_a_real_terminal(vllm_server, monkeypatch):
     """`tokenviz --endpoint URL --api-key-env VAR` at 80x24 in tmux: it opens on the served model,
     steps, and a setting changed live is sent with the next request."""
-    import sys
-
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "cli"))
     from test_small_terminals import keys, start
     from test_terminal import tmux, wait_screen
 
@@ -235,3 +240,23 @@ def test_the_app_on_an_endpoint_refuses_at_once_in_one_line(monkeypatch, capsys,
     monkeypatch.setenv(KEY_ENV, vllm_server.key)
     code, _, err = invoke(monkeypatch, capsys, PROMPT, "--endpoint", vllm_server.url, *key, "--served-model", "big")
     assert code == 2 and "does not serve 'big'; it serves smollm2" in one_error(err)
+
+
+@needs_browser
+def test_serve_on_an_endpoint_in_a_browser(vllm_server, monkeypatch):
+    """`tokenviz serve --endpoint URL --api-key-env VAR`: each tab a client of the model's server; the
+    page opens on the served model and a key steps it."""
+    from test_serve_in_browser import frames, open_app, press, start_server
+
+    monkeypatch.setenv(KEY_ENV, vllm_server.key)
+    process, url = start_server("--endpoint", vllm_server.url, "--api-key-env", KEY_ENV, "--temperature", "0")
+    try:
+        with chromium(1400, 900) as browser:
+            open_app(browser, url)
+            until(lambda: "served at 127.0.0.1" in frames(browser), 60, 0.2)
+            press(browser, " ")
+            until(lambda: "ready · step 1" in frames(browser), 60, 0.2)
+            assert vllm_server.key not in frames(browser)
+    finally:
+        process.terminate()
+        process.wait(10)

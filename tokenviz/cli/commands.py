@@ -698,9 +698,15 @@ def serve(
     chat: Chat = False,
     system: System = None,
     theme: Theme = DEFAULT_THEME,
+    endpoint: Endpoint = None,
+    served_model: ServedModel = None,
+    api_key_env: ApiKeyEnv = None,
+    api_key_file: ApiKeyFile = None,
+    insecure_http: InsecureHttp = False,
 ) -> None:
     """The same app in a web browser (textual-serve): each tab gets its own journey, and closing the
-    tab ends its process. Takes every option tokenviz takes."""
+    tab ends its process. Takes every option tokenviz takes (--endpoint too: each tab a client of the
+    model's server)."""
     import shlex
     import socket
 
@@ -717,12 +723,16 @@ def serve(
         fail(str(exc))
     except OSError as exc:
         fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+    if endpoint is not None:  # asked once here, as each tab will: an unreachable server is told now
+        served_loader(model, settings, served_choice(endpoint, served_model, api_key_env, api_key_file, insecure_http))
+    elif served_model or api_key_env or api_key_file or insecure_http:
+        fail("--served-model, --api-key-env, --api-key-file and --insecure-http go with --endpoint URL")
     from tokenviz.cli.serving import LimitedServer, session_limit
 
     command = shlex.join([sys.executable, "-m", "tokenviz", *app_arguments(sys.argv[2:])])
     if host not in LOOPBACK:
         print_error(f"listening on {host}: anyone who can reach port {port} can drive the model")
-    limit, why = session_limit(max_sessions, model.model)
+    limit, why = session_limit(max_sessions, model.model, served=endpoint is not None)
     plural = "" if limit == 1 else "s"
     err.print(
         f"tokenviz in a browser: http://{host}:{port} · at most {limit} session{plural} at once ({why}) "

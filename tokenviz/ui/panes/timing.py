@@ -26,6 +26,9 @@ class TimingPane(BoxPane):
         decode = [r.forward_ms for r in s.records[1:]]
         sampling = [r.decision.ms for r in s.records]
         text = Text()  # wrapped to the pane: no figure is cut
+        if selection.info.top_only:
+            self.update(served_timing(s.records, s.tokens_per_s, sampling, self.size.width, bar_color))
+            return
         text.append(
             f"prefill: {elapsed(prefill.forward_ms)} for {len(prefill.input_ids)} prompt tokens at once "
             f"({prefill.forward_ms / max(len(prefill.input_ids), 1):.2f} ms per token)\n",
@@ -59,6 +62,31 @@ class TimingPane(BoxPane):
         else:
             text.append("step to see decode times (space)", style="dim")
         self.update(text)
+
+
+def served_timing(
+    records: tuple[StepRecord, ...], tokens_per_s: float | None, sampling: list[float], width: int, color: str
+) -> Text:
+    """A served model's times: each request's latency, network and the server's queue included, not a
+    forward pass (the server's own time is not returned)."""
+    prefill, steps = records[0], [r.forward_ms for r in records[1:]]
+    text = Text()
+    text.append(
+        f"prompt: {elapsed(prefill.forward_ms)} for its {len(prefill.input_ids)} tokens' log-probabilities and the "
+        "first draw (requests to the server, network included; its forward passes are not timed apart)\n",
+        style="bold",
+    )
+    if not steps:
+        text.append("step to see each request's latency (space)", style="dim")
+        return text
+    text.append(f"each step: one request, {elapsed(statistics.mean(steps))} on average (time to its one token)\n")
+    if tokens_per_s:
+        text.append(f"engine rate, all work included: {tokens_per_s:.1f} tokens/s\n")
+    text.append(f"recomputing the stages here: {statistics.mean(sampling):.2f} ms per decision\n")
+    shown = max(width - 4, 10)
+    text.append(f"last {min(len(steps), shown)} requests (ms, {min(steps[-shown:]):.1f}-{max(steps[-shown:]):.1f}):\n")
+    text.append(sparkline(steps, shown), style=color)
+    return text
 
 
 def by_place(records: Iterable[StepRecord]) -> str:
