@@ -63,7 +63,9 @@ def test_tiers_nest_and_a_lacking_capability_is_one_line():
 
 def test_keys_and_palette_actions_name_the_capability_they_need():
     assert needs_of("view('lens')") == Capability.LENS
-    assert needs_of("view('attribution')") == needs_of("attribution('grad')") == Capability.ATTRIBUTION
+    assert needs_of("view('attribution')") == Capability.LEAVE_ONE_OUT
+    assert needs_of("attribution('grad')") == Capability.ATTRIBUTION
+    assert needs_of("attribution('loo')") == Capability.LEAVE_ONE_OUT
     assert needs_of("beams(5)") == needs_of("beams") == Capability.CACHE
     assert needs_of("ablate_head") == Capability.INTERVENTIONS
     assert needs_of("step") is None and needs_of("view('charts')") is None

@@ -20,6 +20,7 @@ from test_served import KEY_ENV, PROMPT, SERVED_TOLERANCE
 from tokenviz.backends.served import ServedEngine
 from tokenviz.contract.engine import DrawingEngine, Engine, tier_of
 from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.results import Attribution
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
 from tokenviz.served.endpoint import ApiKey
@@ -44,7 +45,7 @@ def run(session: Session) -> None:
 def test_the_served_engine_is_an_engine_that_draws_and_declares_what_it_exposes(engine):
     assert isinstance(engine, Engine) and isinstance(engine, DrawingEngine)
     info = engine.info
-    assert tier_of(info.capabilities) == "engine" and info.capabilities == ("step",)
+    assert tier_of(info.capabilities) == "engine" and info.capabilities == ("step", "leave-one-out")
     assert info.vocab == 49152 and info.context == 2048 and info.top_only == 20 and info.chat_template
     assert engine.decode(engine.encode(PROMPT)) == PROMPT
 
@@ -102,6 +103,57 @@ def test_forcing_rewinding_and_branching_on_the_server(engine, bundled):
     assert served.ids[: len(path)] == path
     served.reset()
     assert served.generated_ids == [] and served.pending is not None and served.pending.decision.chosen_id == 260
+
+
+@pytest.mark.bundled
+def test_leave_one_out_on_the_server_is_the_local_one(engine, bundled):
+    """Attribution by leaving out each token, a request each: the local model's scores within the
+    tolerance; gradient × input is refused in one line (it needs the weights)."""
+    from tokenviz.backends.transformers.runner import ModelRunner
+
+    served, local = Session(engine, GREEDY), Session(ModelRunner(bundled), GREEDY)
+    for s in (served, local):
+        s.start(PROMPT)
+        s.step()
+    done = []
+    theirs = served.analyses.attribute(len(served.prompt_ids) - 1, "loo", lambda d, t: done.append((d, t)))
+    mine = local.analyses.attribute(len(local.prompt_ids) - 1, "loo")
+    assert theirs.target_id == mine.target_id == 260 and done[-1] == (7, 7)
+    assert abs(theirs.logprob - mine.logprob) < SERVED_TOLERANCE
+    assert all(abs(a - b) < 2 * SERVED_TOLERANCE for a, b in zip(theirs.scores, mine.scores))
+    with pytest.raises(TokenvizError, match="gradient × input needs the engine's attribution"):
+        from tokenviz.contract.commands import Attribute
+        from tokenviz.journey.views import compute
+
+        compute(served, Attribute(position=3, method="grad"))
+
+
+@pytest.mark.bundled
+def test_a_watched_token_is_followed_within_the_servers_top_n(engine, bundled):
+    """Watching " Paris" after three steps fills the steps taken from the top-20 each kept (no request)
+    and follows it from then on: its probability and rank the local model's where the server returned
+    it, 0 and past the top-20 where it did not."""
+    from tokenviz.backends.transformers.runner import ModelRunner
+
+    served, local = Session(engine, GREEDY), Session(ModelRunner(bundled), GREEDY)
+    for s in (served, local):
+        s.start(PROMPT)
+        for _ in range(3):
+            s.step()
+    requests = engine.endpoint.requests
+    paris = served.watch(" Paris")
+    assert paris == local.watch(" Paris") == 7042 and engine.endpoint.requests <= requests + 1  # (its piece)
+    for s in (served, local):
+        s.step()
+    inside = 0
+    for theirs, mine in zip(served.records, local.records):
+        (t,), (m,) = theirs.decision.pinned, mine.decision.pinned
+        if t.rank <= 20:
+            inside += 1
+            assert t.rank == m.rank and abs(math.log(t.prob) - math.log(m.prob)) < SERVED_TOLERANCE
+        else:
+            assert t.prob == 0 and m.rank > 20
+    assert inside >= 1
 
 
 def test_settings_are_sent_to_the_server_and_seeded_draws_reproduce(engine):
@@ -178,11 +230,13 @@ async def test_the_app_on_a_served_model(engine, vllm_server, tmp_path, monkeypa
         await pilot.press("i")
         attention = "\n".join(strip.text for strip in app.query_one("#attention")._strips)
         assert "a served model" in attention
-        for key, words in (("l", "logit lens"), ("A", "attribution"), ("v", "kv cache"), ("z", "interventions")):
+        for key, words in (("l", "logit lens"), ("v", "kv cache"), ("z", "interventions")):
             await pilot.press(key)
             await wait_for(lambda w=words: any(f"engine's {w}" in str(n.message) for n in app._notifications), pilot)
         lines = [str(n.message) for n in app._notifications if "served model" in str(n.message)]
-        assert len(lines) >= 4 and all("\n" not in line for line in lines)
+        assert len(lines) >= 3 and all("\n" not in line for line in lines)
+        await pilot.press("A")  # leave-one-out: a request per token, its progress shown
+        await wait_for(lambda: any(isinstance(r, Attribution) for r in app.journey.snapshot.results), pilot, timeout=60)
         await pilot.press("x")
         await wait_for(lambda: len(list(tmp_path.glob("tokenviz-*"))) == 3, pilot, timeout=60)
     for written in tmp_path.glob("tokenviz-*"):

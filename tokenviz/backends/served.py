@@ -21,7 +21,8 @@ from typing import Any
 
 import torch
 
-from tokenviz.contract.engine import ENGINE, in_order
+from tokenviz.contract.engine import ENGINE, Capability, in_order
+from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.records import ModelInfo
 from tokenviz.contract.results import Drawn
 from tokenviz.contract.settings import SamplingSettings
@@ -125,7 +126,7 @@ class ServedEngine:
             positions="not exposed by the server",
             attention="the server's",
             chat_template=self._has_chat_template(),
-            capabilities=in_order(ENGINE),
+            capabilities=in_order({*ENGINE, Capability.LEAVE_ONE_OUT}),
             distribution=f"the server's top {top_n} log-probabilities (the rest of the vocabulary unknown)",
             top_only=top_n,
         )
@@ -284,6 +285,30 @@ class ServedEngine:
         if finish == "stop" and not any(s in self.piece(chosen) for s in settings.stop):
             self.eos_ids.add(chosen)  # the server stopped on this token itself: its end of sequence
         return Drawn(chosen, logprob, rank, tuple(top), bool(self.raw), ms, finish)
+
+    def attribute(
+        self,
+        ids: list[int],
+        target: int,
+        method: str,
+        progress: Callable[[int, int], None] | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> tuple[float, list[float]]:
+        """Leave-one-out, as the local backend's: log p(target | ids), and for each position that minus
+        log p(target | ids without it), in the server's own distribution: one request a position."""
+        if method != "loo":
+            raise TokenvizError("gradient × input needs the model's weights: a served model gives leave-one-out only")
+        if len(ids) < 2:
+            raise TokenvizError("leave-one-out needs at least two tokens of context")
+        full = self.logprob_of(ids, target)[0]
+        scores = []
+        for j in range(len(ids)):
+            if cancelled is not None and cancelled():
+                raise Cancelled("attribution cancelled")
+            scores.append(full - self.logprob_of([*ids[:j], *ids[j + 1 :]], target)[0])
+            if progress is not None:
+                progress(j + 1, len(ids))
+        return full, scores
 
     def logprob_of(self, ids: Sequence[int], token: int) -> tuple[float, int]:
         entry = self.prompt_logprobs([*ids, token], 0)[-1]

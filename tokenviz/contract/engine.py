@@ -38,16 +38,18 @@ class Capability(StrEnum):
     CACHE = "kv cache"  # the cache's length and bytes; the logits after any position it holds
     ATTENTION = "attention rows"  # exact attention weights of any cached position
     LENS = "logit lens"  # each layer's residual read through the output head
-    ATTRIBUTION = "attribution"  # gradient × input and leave-one-out over the context
+    LEAVE_ONE_OUT = "leave-one-out"  # each context token's effect on a token, by scoring the context without it
+    ATTRIBUTION = "attribution"  # gradient × input over the context (the model's weights)
     INTERVENTIONS = "interventions"  # ablating heads, steering and patching the residual stream
     ROUTING = "routing"  # a mixture-of-experts model's router decisions
     LOGIT_SPLIT = "logit split"  # a logit difference split by layer (attention and MLP)
 
 
-ENGINE = frozenset({Capability.STEP})
+ENGINE = frozenset({Capability.STEP})  # (a served model adds leave-one-out: a request per token)
 CACHED = ENGINE | {Capability.CACHE, Capability.ATTENTION}
 INTERNALS = CACHED | {
     Capability.LENS,
+    Capability.LEAVE_ONE_OUT,
     Capability.ATTRIBUTION,
     Capability.INTERVENTIONS,
     Capability.ROUTING,
@@ -161,6 +163,7 @@ class DrawingEngine(Engine, Protocol):
     beside its draw are recomputed over that top-N."""
 
     top_n: int  # log-probabilities asked for at each step
+    raw: bool | None  # its log-probabilities are the model's own, before the settings (None: not measured yet)
 
     def draw(self, ids: Sequence[int], settings: SamplingSettings) -> Drawn:
         """The engine's next token after `ids`, drawn with `settings`."""

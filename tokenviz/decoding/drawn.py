@@ -136,3 +136,15 @@ def prompt_columns(
         "next_rank": torch.from_numpy(ranks),
         "next_logprob": torch.from_numpy(columns["next_logprob"]),
     }
+
+
+def drawn_of(record_top: Sequence[Candidate], decision: Decision, raw: bool) -> Drawn:
+    """A past drawn step's draw again, from its record: the top-N it kept and the token taken."""
+    return Drawn(
+        chosen=decision.chosen_id,
+        logprob=math.log(decision.raw_prob) if decision.raw_prob > 0 else -math.inf,
+        rank=decision.raw_rank,
+        top=tuple((c.id, c.logit) for c in record_top),
+        raw=raw,
+        ms=0.0,
+    )

@@ -45,6 +45,11 @@ def _lens_entry(session: Session, inspection: Inspection) -> dict[str, Any]:
 
 
 def _attribute(session: Session, request: Attribute, progress: Progress, cancelled: Cancelled) -> Attribution:
+    line = (
+        lacking(session.runner.info, Capability.ATTRIBUTION, "gradient × input") if request.method == "grad" else None
+    )
+    if line is not None:  # (leave-one-out needs less: the spec's capability)
+        raise TokenvizError(line)
     return session.analyses.attribute(request.position, request.method, progress, cancelled)
 
 
@@ -84,8 +89,12 @@ VIEWS: dict[type[Request[Any]], ViewSpec] = {
     Inspect: ViewSpec("the logit lens", Capability.LENS, lambda r: "", "", _inspect, _lens_entry),
     Attribute: ViewSpec(
         "attribution",
-        Capability.ATTRIBUTION,
-        lambda r: "leaving out each token" if r.method == "loo" else "gradient × input: layer by layer",
+        Capability.LEAVE_ONE_OUT,
+        lambda r: (
+            "leaving out each token (a pass, or a request, each)"
+            if r.method == "loo"
+            else "gradient × input: layer by layer"
+        ),
         "",
         _attribute,
         _attribution_entry,

@@ -4,13 +4,15 @@ filled in at the steps taken before they were watched."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tokenviz.contract.engine import CachedEngine, Engine
+from tokenviz.contract.engine import CachedEngine, DrawingEngine, Engine
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.records import PinnedToken, StepRecord
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.decoding.drawn import drawn_decision, drawn_of
 from tokenviz.decoding.sampling import follow_pinned
 from tokenviz.journey import memory_policy
 
@@ -55,6 +57,8 @@ def fill_watched(
     logits again, fed over the cache a chunk at a time (`progress(done, total)` after each chunk,
     `cancelled()` asked between them: Cancelled leaves nothing filled)."""
     stale = [i for i, r in enumerate(records) if r.decision.pinned_ids != pinned]
+    if isinstance(engine, DrawingEngine):  # a server's steps: from the top-N each record kept
+        return {i: _from_record(engine, records[i], ids, prompt_len, pinned) for i in stale}
     filled = {}
     chunk_size = memory_policy.PREFILL_CHUNK
     for begin in range(0, len(stale), chunk_size):
@@ -77,3 +81,23 @@ def fill_watched(
         if done < len(stale) and cancelled():
             raise Cancelled("watching cancelled: the watched tokens are as they were")
     return filled
+
+
+def _from_record(
+    engine: DrawingEngine, record: StepRecord, ids: Sequence[int], prompt_len: int, pinned: tuple[int, ...]
+) -> tuple[PinnedToken, ...]:
+    """The watched tokens at a step a server drew, from the top-N its record kept (no request): a token
+    outside it has no probability the server returned."""
+    d = record.decision
+    forced = (d.chosen_id, math.log(d.raw_prob) if d.raw_prob > 0 else -math.inf, d.raw_rank)
+    again = drawn_decision(
+        drawn_of(record.top, d, engine.raw is not False),
+        d.settings,
+        ids[: record.position],
+        ids[prompt_len : record.position],
+        engine.piece,
+        engine.info.vocab,
+        forced if d.mode == "forced" else None,
+        pinned,
+    )
+    return again.pinned

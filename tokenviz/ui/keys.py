@@ -230,13 +230,13 @@ KEYS: tuple[KeyRow, ...] = (
         "A",
         "attribution view: which earlier tokens led to the token after the cursor, strongest first, with the chips "
         "shaded by it; leave-one-out (exact, one forward pass per token) or, from the palette, gradient × input",
-        (Press("A", "view('attribution')", palette="View: attribution", needs=Capability.ATTRIBUTION),),
+        (Press("A", "view('attribution')", palette="View: attribution", needs=Capability.LEAVE_ONE_OUT),),
     ),
     KeyRow(
         "w",
         "watch a token at every step: a candidate at the cursor, or typed (its text with its leading space, or id:N); "
         "up to 4; choosing a watched one stops watching it",
-        (Press("w", "pin", palette="Watch a token", replay=False, needs=Capability.CACHE),),
+        (Press("w", "pin", palette="Watch a token", replay=False),),
     ),
     KeyRow(
         "W",
@@ -418,7 +418,9 @@ def needs_of(action: str, rows: tuple[KeyRow, ...] = KEYS) -> Capability | None:
         return needs[action]
     name = action.split("(")[0]
     by_name = {a.split("(")[0]: n for a, n in needs.items() if n and not a.startswith("view(")}
-    return by_name.get(name, Capability.ATTRIBUTION if name == "attribution" else None)
+    if name == "attribution":  # gradient × input needs the weights; leave-one-out, a context scored
+        return Capability.ATTRIBUTION if "grad" in action else Capability.LEAVE_ONE_OUT
+    return by_name.get(name)
 
 
 def model_keys() -> set[str]:

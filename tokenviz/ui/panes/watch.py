@@ -65,6 +65,19 @@ class WatchPane(ScrollPane):
             text.append("\n")
             heading = ""
         text.append(fitting(scale, width - len(heading)) + "\n", Style(dim=True))
+        if selection.info.top_only:  # a server returns its top-N only
+            text.append(
+                fitting(
+                    (
+                        f"served: a token outside the server's top {selection.info.top_only} shows p 0 and "
+                        f"rank >{selection.info.top_only} (its probability is not returned)",
+                        f"outside the server's top {selection.info.top_only}: p 0, rank >{selection.info.top_only}",
+                    ),
+                    width,
+                )
+                + "\n",
+                Style(dim=True),
+            )
         narrow = width < 56  # the piece and its rank on a line of their own, the two rows under them
         indent = 2 if narrow else 19 + 11
         spark_w = max(width - indent - 15, 4)
