@@ -102,6 +102,8 @@ class ServedEngine:
         self.tokenizer = None  # the server's is not here: a grammar stage cannot run on it
         self.cache: tuple[int, ...] = ()  # the tokens fed (the server keeps nothing between requests)
         self.give_way: Callable[[], bool] | None = None  # (a request is not set aside: it is one step)
+        self.say: Callable[[str], None] = lambda line: None  # (the worker shows it: a busy server retried)
+        endpoint.say = lambda line: self.say(line)
         self.pieces = ServedPieces(self)
         self.raw: bool | None = None  # its log-probabilities are before the sampling settings (measured once)
         listed = endpoint.get("/models")

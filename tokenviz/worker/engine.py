@@ -40,7 +40,7 @@ from tokenviz.contract.commands import (
     Verify,
     Watch,
 )
-from tokenviz.contract.engine import Capability
+from tokenviz.contract.engine import Capability, DrawingEngine
 from tokenviz.contract.errors import Cancelled, GiveWay, TokenvizError
 from tokenviz.contract.interventions import Entries
 from tokenviz.contract.records import TokenChip
@@ -136,6 +136,8 @@ class EngineWorker(CommandThread[Snapshot]):
 
         loaded = self._loader(progress)
         self.session = Session(engine_of(loaded), self._settings)
+        if isinstance(self.session.runner, DrawingEngine):  # a server's waits are said in the status line
+            self.session.runner.say = self._say
         self._message, self._progress = "prefilling the prompt", None
         self._publish()
         try:
@@ -304,6 +306,12 @@ class EngineWorker(CommandThread[Snapshot]):
         finally:
             self._message, self._progress = message, fraction
             self._prefilling = ()
+
+    def _say(self, line: str) -> None:
+        """A line in the status line while the engine waits (a busy server, retried): the frame after
+        the command replaces it."""
+        self._message = line
+        self._publish()
 
     @contextlib.contextmanager
     def _job(self, what: str, unit: str = "", busy: EngineState | None = None) -> Iterator[Callable[[int, int], None]]:
