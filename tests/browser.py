@@ -12,16 +12,30 @@ from contextlib import contextmanager
 
 import pytest
 
-INSTALL = "no Chromium here: apt-get install chromium chromium-driver (the CI script does)"
 SCREENSHOTS = os.environ.get("TOKENVIZ_SCREENSHOTS")  # a folder: the browser tests save the README's pictures
 
 
-def _paths() -> tuple[str, str] | None:
+def _found() -> tuple[str | None, str | None]:
     browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-    driver = shutil.which("chromedriver")
+    return browser, shutil.which("chromedriver")
+
+
+def _paths() -> tuple[str, str] | None:
+    browser, driver = _found()
     return (browser, driver) if browser and driver else None
 
 
+def missing() -> str:
+    """What is missing for the browser tests, and how to install it (.ci/run installs both)."""
+    browser, driver = _found()
+    if browser and not driver:
+        return f"Chromium is here ({browser}) but not its driver: apt-get install chromium-driver"
+    if driver and not browser:
+        return f"Chromium's driver is here ({driver}) but not Chromium: apt-get install chromium"
+    return "no Chromium here: apt-get install chromium chromium-driver (the CI script does)"
+
+
+INSTALL = missing()
 needs_browser = pytest.mark.skipif(_paths() is None, reason=INSTALL)
 
 

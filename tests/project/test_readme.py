@@ -21,8 +21,9 @@ def test_readme_run_command_opens_tokenviz_on_the_bundled_model():
     assert "torch==2.13.0" in run_command
 
 
-def readme_section(title: str) -> str:
-    text = (ROOT / "README.md").read_text()
+def readme_section(title: str, page: str = "README.md") -> str:
+    """A section of the README or of a page under docs/ (`page`, from the repository's root)."""
+    text = (ROOT / page).read_text()
     start = text.index(f"## {title}\n")
     end = text.find("\n## ", start + 1)
     return text[start : end if end != -1 else None]
@@ -31,13 +32,13 @@ def readme_section(title: str) -> str:
 def test_readme_key_table_is_the_apps_key_table():
     from tokenviz.ui.keys import markdown_table
 
-    assert markdown_table() in readme_section("Keys")
+    assert markdown_table() in readme_section("Keys", "docs/app.md")
 
 
 def test_readme_compare_key_table_is_the_compare_screens():
     from tokenviz.ui.keys import COMPARE_KEYS, markdown_table
 
-    assert markdown_table(COMPARE_KEYS) in readme_section("Compare two runs")
+    assert markdown_table(COMPARE_KEYS) in readme_section("compare: two runs side by side", "docs/headless.md")
 
 
 def test_architecture_module_map_matches_the_tree():
@@ -85,7 +86,32 @@ def test_every_file_the_readme_and_docs_cite_is_tracked_by_git():
 
     cited = set()
     for path in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]:
-        cited |= set(re.findall(r"\b(docs/[\w.-]+\.(?:svg|png|py|json))\b", path.read_text()))
+        text = path.read_text()
+        cited |= set(re.findall(r"\b(docs/[\w.-]+\.(?:svg|png|py|json|md))\b", text))
+        for target in re.findall(r"\]\(([\w./-]+)\)", text):  # a link, relative to its page
+            cited.add(str((path.parent / target).resolve().relative_to(ROOT.resolve())))
     assert len(cited) >= 5, cited
-    tracked = set(subprocess.run(["git", "ls-files", "docs"], cwd=ROOT, capture_output=True, text=True).stdout.split())
+    tracked = set(subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout.split())
     assert cited - tracked == set()
+
+
+def test_the_readme_is_short_and_every_docs_page_is_linked_from_it():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 250
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")}
+    linked = set(re.findall(r"\(docs/([\w.-]+\.md)\)", readme))
+    assert pages == linked, pages ^ linked
+
+
+def test_a_missing_browser_driver_is_named_as_such(monkeypatch):
+    import shutil
+
+    import browser
+
+    found = {"chromium": "/usr/bin/chromium", "chromedriver": None}
+    monkeypatch.setattr(shutil, "which", lambda name: found.get(name))
+    assert "not its driver: apt-get install chromium-driver" in browser.missing()
+    found.update(chromium=None, chromedriver="/usr/bin/chromedriver")
+    assert "but not Chromium" in browser.missing()
+    found.update(chromedriver=None)
+    assert browser.missing().startswith("no Chromium here")

@@ -22,7 +22,7 @@ from tokenviz.contract.engine import DrawingEngine, Engine, tier_of
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import Attribution
 from tokenviz.contract.settings import SamplingSettings
-from tokenviz.journey.session import Session
+from tokenviz.journey.session import Session, token_chips
 from tokenviz.served.endpoint import ApiKey
 from tokenviz.served.journey import ServedChoice
 
@@ -314,3 +314,27 @@ def test_serve_on_an_endpoint_in_a_browser(vllm_server, monkeypatch):
     finally:
         process.terminate()
         process.wait(10)
+
+
+def test_a_local_tokenizer_is_checked_against_the_servers_once_and_then_used(vllm_server, monkeypatch, engine):
+    """--tokenizer: the served model's own tokenizer here (the converted bundled directory's) tokenizes
+    and decodes as the server does, so pieces cost no request; another model's is refused in one line."""
+    from families import family_model
+
+    from tokenviz.backends.transformers.loading import ensure_converted, gguf_cache_dir, load_tokenizer
+    from tokenviz.contract.paths import bundled_gguf
+
+    directory = gguf_cache_dir(bundled_gguf())
+    ensure_converted(bundled_gguf(), directory, lambda message, fraction: None)
+    local = ServedEngine(engine.endpoint, engine.model, local_tokenizer=load_tokenizer(str(directory)))
+    assert local.info.vocab == engine.info.vocab and local.encode(PROMPT) == engine.encode(PROMPT)
+    s = Session(local, GREEDY)
+    s.start(PROMPT)
+    requests = local.endpoint.requests
+    s.step()
+    assert local.endpoint.requests - requests <= 2  # the draw (and a rank past the top-N): no piece asked
+    assert [c.text for c in s.chips()] == [c.text for c in token_chips(engine, s.ids, len(s.prompt_ids), [])]
+    with pytest.raises(TokenvizError, match="does not tokenize as"):
+        ServedEngine(engine.endpoint, engine.model, local_tokenizer=family_model("gpt2").tokenizer)
+    with pytest.raises(TokenvizError, match="cannot load the tokenizer"):
+        load_tokenizer(str(directory / "nothing-here"))

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from tokenviz.backends.transformers.pieces import TokenPieces
 from tokenviz.contract.engine import ENGINE, Capability, in_order
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.records import ModelInfo
@@ -32,6 +33,7 @@ from tokenviz.decoding.prompt_predictions import TOP
 from tokenviz.served.endpoint import Endpoint, EndpointError
 from tokenviz.served.journey import RAW_TOLERANCE, TOP_N, ServedChoice, sampling_fields, served_model_name, token_id
 
+PROBE = "The Eiffel Tower is located in Paris.\n 1234 naïve 東京 🙂"  # a local tokenizer checked on this
 MAX_VOCABULARY = 1 << 22  # ids asked past this are not looked for: no tokenizer is that large
 SEED_STRIDE = 1_000_003  # a step's seed: the journey's seed and the position, as the local draw's u
 
@@ -96,15 +98,20 @@ class ServedPieces:
 class ServedEngine:
     """A served model as an engine (see the module's docstring). One thread owns it."""
 
-    def __init__(self, endpoint: Endpoint, model: str, top_n: int = TOP_N):
+    def __init__(self, endpoint: Endpoint, model: str, top_n: int = TOP_N, local_tokenizer: Any = None):
+        """`local_tokenizer`: a Hugging Face tokenizer here to tokenize and decode with (no request a
+        piece), checked once to tokenize as the server does; without one, the server's own."""
         self.endpoint, self.model, self.top_n = endpoint, model, top_n
+        self.local = local_tokenizer
         self.device = torch.device("cpu")  # where the scores made of its answers live
         self.tokenizer = None  # the server's is not here: a grammar stage cannot run on it
         self.cache: tuple[int, ...] = ()  # the tokens fed (the server keeps nothing between requests)
         self.give_way: Callable[[], bool] | None = None  # (a request is not set aside: it is one step)
         self.say: Callable[[str], None] = lambda line: None  # (the worker shows it: a busy server retried)
         endpoint.say = lambda line: self.say(line)
-        self.pieces = ServedPieces(self)
+        self.pieces: ServedPieces | TokenPieces = (
+            ServedPieces(self) if local_tokenizer is None else TokenPieces(local_tokenizer)
+        )
         self.raw: bool | None = None  # its log-probabilities are before the sampling settings (measured once)
         listed = endpoint.get("/models")
         entry = next((m for m in listed.get("data", []) if isinstance(m, dict) and m.get("id") == model), {})
@@ -121,7 +128,7 @@ class ServedEngine:
             kv_heads=0,
             head_dim=0,
             hidden=0,
-            vocab=self._vocabulary(),
+            vocab=self._vocabulary() if local_tokenizer is None else self._checked(local_tokenizer),
             context=context if isinstance(context, int) and context > 0 else 1 << 20,
             architecture=f"{model} on an OpenAI-compatible server ({endpoint.url})",
             tied_embeddings=False,
@@ -142,6 +149,8 @@ class ServedEngine:
     # ---- the server's tokenizer ------------------------------------------------------------------
 
     def encode(self, text: str, special_tokens: bool = True) -> list[int]:
+        if self.local is not None:
+            return list(self.local(text, add_special_tokens=special_tokens)["input_ids"])
         body = {"model": self.model, "prompt": text, "add_special_tokens": special_tokens}
         return _token_list(self.endpoint.post("/tokenize", body, root=True), self.endpoint.host)
 
@@ -153,6 +162,8 @@ class ServedEngine:
         return text
 
     def decode(self, ids: Iterable[int]) -> str:
+        if isinstance(self.pieces, TokenPieces):
+            return self.pieces.decode(ids)
         ids = list(ids)
         return safe_text(self.detokenize(ids)) if ids else ""
 
@@ -184,6 +195,23 @@ class ServedEngine:
         except EndpointError:
             return False
         return True
+
+    def _checked(self, tokenizer: Any) -> int:
+        """The local tokenizer's vocabulary, once it is shown to tokenize and decode as the server does."""
+        here = list(tokenizer(PROBE, add_special_tokens=True)["input_ids"])
+        there = _token_list(
+            self.endpoint.post("/tokenize", {"model": self.model, "prompt": PROBE, "add_special_tokens": True}, True),
+            self.endpoint.host,
+        )
+        if here != there:
+            raise TokenvizError(
+                f"--tokenizer does not tokenize as {self.endpoint.host} does: a test text is {len(here)} tokens "
+                f"here and {len(there)} there (first difference at token {_first_difference(here, there)})"
+            )
+        vocab = len(tokenizer)
+        if not self.detokenize([vocab - 1]) or self.detokenize([vocab]):
+            raise TokenvizError(f"--tokenizer has {vocab:,} tokens, and {self.endpoint.host}'s tokenizer does not")
+        return vocab
 
     def _vocabulary(self) -> int:
         """How many ids the server's tokenizer has: past the last, /detokenize answers nothing."""
@@ -339,6 +367,10 @@ def _token_list(answer: Any, host: str) -> list[int]:
     if not isinstance(tokens, list) or not all(isinstance(t, int) and t >= 0 for t in tokens):
         raise EndpointError(f"{host}'s /tokenize did not answer with token ids")
     return tokens
+
+
+def _first_difference(a: Sequence[int], b: Sequence[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
 def _find(ids: Sequence[int], part: Sequence[int]) -> int | None:

@@ -24,6 +24,7 @@ from tokenviz.cli.options import (
     Chat,
     Endpoint,
     InsecureHttp,
+    LocalTokenizer,
     ModelChoice,
     ServedModel,
     System,
@@ -118,6 +119,7 @@ def open_app(
     api_key_env: ApiKeyEnv = None,
     api_key_file: ApiKeyFile = None,
     insecure_http: InsecureHttp = False,
+    tokenizer: LocalTokenizer = None,
     version: Annotated[
         bool, typer.Option("--version", callback=version_callback, is_eager=True, help="Show the version and exit.")
     ] = False,
@@ -131,13 +133,13 @@ def open_app(
         check_chat(chat, system)
     except TokenvizError as exc:
         fail(str(exc))
-    if endpoint is None and (served_model or api_key_env or api_key_file or insecure_http):
-        fail("--served-model, --api-key-env, --api-key-file and --insecure-http go with --endpoint URL")
+    if endpoint is None and (served_model or api_key_env or api_key_file or insecure_http or tokenizer):
+        fail("--served-model, --api-key-env, --api-key-file, --insecure-http and --tokenizer go with --endpoint URL")
     loader = (  # (a server is asked first: one that cannot answer is told before anything else waits)
         model.loader()
         if endpoint is None
         else served_loader(
-            model, settings, served_choice(endpoint, served_model, api_key_env, api_key_file, insecure_http)
+            model, settings, served_choice(endpoint, served_model, api_key_env, api_key_file, insecure_http), tokenizer
         )
     )
     require_terminal()
@@ -145,9 +147,12 @@ def open_app(
     run_app(EngineWorker(loader, settings, text, chat=chat, system=system), theme)
 
 
-def served_loader(model: ModelChoice, settings: SamplingSettings, served: "ServedChoice") -> "Loader":
+def served_loader(
+    model: ModelChoice, settings: SamplingSettings, served: "ServedChoice", tokenizer: str | None = None
+) -> "Loader":
     """The app's loader on a served model: the server checked to answer and to serve the model before
-    the app opens (an unreachable one is one line within seconds); the engine is made in the worker."""
+    the app opens (an unreachable one is one line within seconds); the engine is made in the worker,
+    with `tokenizer` (a Hugging Face id or directory) loaded there and checked against the server's."""
     from tokenviz.served.journey import served_model_name
 
     local = {"--model": model.model, "--device-map": model.device_map, "--quantize": model.quantize}
@@ -165,8 +170,14 @@ def served_loader(model: ModelChoice, settings: SamplingSettings, served: "Serve
     def load(progress: "Progress") -> "ServedEngine":
         from tokenviz.backends.served import ServedEngine
 
+        local = None
+        if tokenizer is not None:
+            from tokenviz.backends.transformers.loading import load_tokenizer
+
+            progress(f"loading the tokenizer {tokenizer}", None)
+            local = load_tokenizer(tokenizer)
         progress(f"asking {endpoint.host} about {name}", 0.5)
-        return ServedEngine(endpoint, name)
+        return ServedEngine(endpoint, name, local_tokenizer=local)
 
     return load
 
@@ -703,6 +714,7 @@ def serve(
     api_key_env: ApiKeyEnv = None,
     api_key_file: ApiKeyFile = None,
     insecure_http: InsecureHttp = False,
+    tokenizer: LocalTokenizer = None,
 ) -> None:
     """The same app in a web browser (textual-serve): each tab gets its own journey, and closing the
     tab ends its process. Takes every option tokenviz takes (--endpoint too: each tab a client of the
@@ -725,8 +737,8 @@ def serve(
         fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
     if endpoint is not None:  # asked once here, as each tab will: an unreachable server is told now
         served_loader(model, settings, served_choice(endpoint, served_model, api_key_env, api_key_file, insecure_http))
-    elif served_model or api_key_env or api_key_file or insecure_http:
-        fail("--served-model, --api-key-env, --api-key-file and --insecure-http go with --endpoint URL")
+    elif served_model or api_key_env or api_key_file or insecure_http or tokenizer:
+        fail("--served-model, --api-key-env, --api-key-file, --insecure-http and --tokenizer go with --endpoint URL")
     from tokenviz.cli.serving import LimitedServer, session_limit
 
     command = shlex.join([sys.executable, "-m", "tokenviz", *app_arguments(sys.argv[2:])])

@@ -143,6 +143,14 @@ ApiKeyEnv = Annotated[
 ApiKeyFile = Annotated[
     Optional[str], typer.Option("--api-key-file", help="With --endpoint: a file holding the API key (one line).")
 ]
+LocalTokenizer = Annotated[
+    Optional[str],
+    typer.Option(
+        "--tokenizer",
+        help="With --endpoint: a Hugging Face tokenizer (id or directory) to tokenize with here, checked "
+        "once against the server's (default: the server's own /tokenize and /detokenize).",
+    ),
+]
 InsecureHttp = Annotated[
     bool,
     typer.Option("--insecure-http", help="Send the API key over plain http to a host other than this machine."),

@@ -663,3 +663,15 @@ def _explain(spec: str, exc: Exception) -> str:
     if "unrecognized" in lowered or "not supported" in lowered or "should contain" in lowered:
         return f"{spec} is not a causal language model transformers can load ({text})"
     return f"could not load model {spec!r}: {text}"
+
+
+def load_tokenizer(source: str) -> Any:
+    """A tokenizer alone (a Hugging Face id or directory): a served model's, to tokenize with here. One
+    line where it cannot load."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError, TypeError) as exc:
+        said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ModelLoadError(f"cannot load the tokenizer {safe_text(source)}: {safe_text(said)[:200]}") from None
