@@ -116,10 +116,10 @@ def test_a_saved_journeys_attention_is_every_layers_rows_and_views_mask_the_futu
 
 def test_head_labels_name_the_kv_group():
     assert head_label("mean", 9, 3) == "head mean of 9"
-    assert head_label(0, 9, 3) == "head 1/9 (kv group 1/3)"
-    assert head_label(4, 9, 3) == "head 5/9 (kv group 2/3)"
-    assert head_label(8, 9, 3) == "head 9/9 (kv group 3/3)"
-    assert head_label(2, 4, 4) == head_label(2, 4, 1) == "head 3/4"  # no groups: one head each, or one for all
+    assert head_label(0, 9, 3) == "head 0 of 9 (kv group 0 of 3)"  # (from 0, as layers, positions and --ablate)
+    assert head_label(4, 9, 3) == "head 4 of 9 (kv group 1 of 3)"
+    assert head_label(8, 9, 3) == "head 8 of 9 (kv group 2 of 3)"
+    assert head_label(2, 4, 4) == head_label(2, 4, 1) == "head 2 of 4"  # no groups: one head each, or one for all
 
 
 def test_a_probability_never_reads_zero_unless_it_is():

@@ -43,7 +43,7 @@ async def test_first_frame_then_prefill(tmp_path):
         for chip in s.chips:
             assert str(chip.id) in tokens
         assert "next:" in tokens
-        assert "layer 3/3" in shown(app, AttentionPane)
+        assert "layer 2 of 3" in shown(app, AttentionPane)
         assert "entropy" in shown(app, NextTokenPane)
         assert "draw u =" in shown(app, SamplingPane)
         assert "ready" in str(app.query_one(StatusLine).render())
@@ -228,13 +228,13 @@ async def test_brackets_change_layer_and_h_cycles_heads():
     app = make_app()
     async with app.run_test(size=(140, 40)) as pilot:
         await settle(app, pilot)
-        assert "layer 3/3 · head mean of 4" in shown(app, AttentionPane)
+        assert "layer 2 of 3 · head mean of 4" in shown(app, AttentionPane)
         await pilot.press("left_square_bracket")
         await pilot.pause()
-        assert app.journey.model_layer == 1 and "layer 2/3" in shown(app, AttentionPane)
+        assert app.journey.model_layer == 1 and "layer 1 of 3" in shown(app, AttentionPane)
         await pilot.press("right_square_bracket", "right_square_bracket")
         await pilot.pause()
-        assert app.journey.model_layer == 0 and "layer 1/3" in shown(app, AttentionPane)
+        assert app.journey.model_layer == 0 and "layer 0 of 3" in shown(app, AttentionPane)
         await pilot.press("h")
         await pilot.pause()
         assert app.journey.head == "max" and "head max of 4" in shown(app, AttentionPane)
@@ -242,10 +242,10 @@ async def test_brackets_change_layer_and_h_cycles_heads():
         assert "largest weight any head gives" in shown(app, AttentionPane)  # no distribution: not "attends to"
         await pilot.press("h", "h", "h")
         await pilot.pause()
-        assert app.journey.head == 2 and "head 3/4 (kv group 2/2)" in shown(app, AttentionPane)
+        assert app.journey.head == 2 and "head 2 of 4 (kv group 1 of 2)" in shown(app, AttentionPane)
         await pilot.press("H")
         await pilot.pause()
-        assert app.journey.head == 1 and "head 2/4 (kv group 1/2)" in shown(app, AttentionPane)
+        assert app.journey.head == 1 and "head 1 of 4 (kv group 0 of 2)" in shown(app, AttentionPane)
 
 
 @pytest.mark.parametrize("rank", [1, 2, 5])
@@ -459,7 +459,7 @@ async def test_views_lens_embedding_cache_timing_and_verify():
         s = await settle(app, pilot)
         await pilot.press("l")
         await wait_for(
-            lambda: "top-1 from layer" in pane_text(app, "lens") or "never settles" in pane_text(app, "lens"), pilot
+            lambda: "top-1 from " in pane_text(app, "lens") or "never settles" in pane_text(app, "lens"), pilot
         )
         lens = pane_text(app, "lens")
         assert "emb" in lens and f"@{len(s.chips) - 1} " in lens

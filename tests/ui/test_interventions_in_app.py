@@ -91,3 +91,30 @@ async def test_at_80x24_the_next_token_pane_keeps_the_kl_and_the_position():
         subtitle = str(app.query_one(NextTokenPane).border_subtitle)
         assert f"KL {s.pending.unsteered.kl:.3f}" in subtitle and f"pos {s.pending.position}" in subtitle
         assert "own p" in pane_text(app)
+
+
+async def test_one_numbering_the_title_names_the_head_z_ablates_and_the_lens_rows_follow_it():
+    """Layers and heads count from 0 everywhere: the attention title's "layer L of N · head H of M" is
+    the head z ablates (ablate LL.HH, as --ablate L.H takes it); the lens's rows are emb, L0, L1, ..."""
+    import re
+
+    from tokenviz.ui.panes.attention import AttentionPane
+
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=30))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("left_square_bracket", "h", "h")  # one layer down from the last; the first head
+        await settle(app, pilot)
+        title = str(app.query_one(AttentionPane).border_title)
+        named = re.search(r"layer (\d+) of (\d+) · head (\d+) of (\d+)", title)
+        assert named is not None, title
+        layer, layers, head, _ = map(int, named.groups())
+        assert (layer, head) == (app.journey.model_layer, app.journey.head) == (layers - 2, 0)
+        await pilot.press("z")
+        s = await settle(app, pilot)
+        assert s.interventions[0][0].label == f"ablate L{layer}.H{head} (zero)"
+        await pilot.press("l")
+        await wait_for(lambda: "emb" in str(app.query_one("#lens").body.content), pilot)
+        lens = str(app.query_one("#lens").body.content)
+        rows = re.findall(r"^[ ★]\s*(emb|L\d+) ", lens, re.M)
+        assert rows == ["emb", *(f"L{i}" for i in range(layers))], rows

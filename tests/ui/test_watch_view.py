@@ -26,11 +26,15 @@ async def test_w_watches_a_candidate_or_a_typed_token_and_w_shows_the_split():
         await pilot.press("tab", "down", "enter")  # the second candidate
         await wait_for(lambda: len(app.journey.snapshot.pinned) == 1, pilot)
         assert app.journey.snapshot.pinned[0][0] == second.id
-        assert app.query_one("#views").current == "watch"
+        assert app.query_one("#views").current != "watch"  # w leaves the views as they are: W shows them
+        assert any("W shows the watched tokens" in str(n.message) for n in app._notifications)
+        await pilot.press("W")
+        await wait_for(lambda: app.query_one("#views").current == "watch", pilot)
         await pilot.press("w")
         await wait_for(lambda: isinstance(app.screen, WatchScreen), pilot)
         await pilot.press(*"id:42", "enter")
         await wait_for(lambda: len(app.journey.snapshot.pinned) == 2, pilot)
+        assert app.query_one("#views").current == "watch"  # the second w did not close it
         await pilot.press("space", "space", "space")
         await wait_for(lambda: app.journey.snapshot.result(SplitDifference) is not None, pilot)
         s = await settle(app, pilot)
@@ -39,7 +43,7 @@ async def test_w_watches_a_candidate_or_a_typed_token_and_w_shows_the_split():
         split = s.result(SplitDifference)
         assert split.position == app.journey.current_selection().cursor and (split.a_id, split.b_id) == (second.id, 42)
         shown = body(app, "watch")
-        assert "raw" in shown and "final" in shown and f"{split.total:+.3f}" in shown and "layer 1" in shown
+        assert "raw" in shown and "final" in shown and f"{split.total:+.3f}" in shown and "layer 0" in shown
         await pilot.press("left")  # the split follows the cursor
         await wait_for(lambda: app.journey.snapshot.result(SplitDifference).position == split.position - 1, pilot)
         await pilot.press("l")  # the lens gains a column per watched token

@@ -15,12 +15,14 @@ HEAD_MODES: tuple[HeadMode, ...] = ("mean", "max")
 
 
 def head_label(head: Head, heads: int, kv_heads: int) -> str:
+    """A head as every view names it: counted from 0, as layers and positions are (and as --ablate
+    L.H takes it), out of how many there are."""
     if isinstance(head, str):
         return f"head {head} of {heads}"
     if kv_heads in (1, heads):  # no groups to tell apart (multi-query, or latent attention: one latent)
-        return f"head {head + 1}/{heads}"
+        return f"head {head} of {heads}"
     group = head // max(heads // kv_heads, 1)
-    return f"head {head + 1}/{heads} (kv group {group + 1}/{kv_heads})"
+    return f"head {head} of {heads} (kv group {group} of {kv_heads})"
 
 
 def window(cursor: int, length: int, size: int) -> range:

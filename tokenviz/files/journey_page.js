@@ -154,9 +154,9 @@ function drawHeatmap() {
 async function attention() {
   const a = D.attention;
   if (!a) { drawHeatmap(); return; }
-  for (let l = 0; l < a.layers; l++) $("layer").appendChild(new Option(`layer ${l + 1}`, l));
+  for (let l = 0; l < a.layers; l++) $("layer").appendChild(new Option(`layer ${l}`, l));
   ["mean", "max"].forEach((h) => $("head").appendChild(new Option(h, h)));
-  for (let h = 0; h < a.heads; h++) $("head").appendChild(new Option(`head ${h + 1}`, h));
+  for (let h = 0; h < a.heads; h++) $("head").appendChild(new Option(`head ${h}`, h));
   $("layer").value = String(V.layer === null || V.layer === undefined ? a.layers - 1 : Math.min(V.layer, a.layers - 1));
   if ([...$("head").options].some((o) => o.value === String(V.head))) $("head").value = String(V.head);
   $("ramp").style.background = `linear-gradient(to right, ${D.heatmap.join(", ")})`;

@@ -543,7 +543,8 @@ class JourneyScreen(WorkerScreen[Snapshot]):
         self.submit(Intervene(kept if len(kept) < len(s.interventions) else (*kept, (ablation, True))))
 
     def action_pin(self) -> None:
-        """The watch dialog: a candidate at the cursor, or a token typed; then the watch view."""
+        """The watch dialog: a candidate at the cursor, or a token typed. The views stay as they are (W
+        shows the watched tokens: it toggles, so w opening it would make the W after it close it)."""
         selection = self.current_selection()
         if selection is None:
             return
@@ -553,7 +554,8 @@ class JourneyScreen(WorkerScreen[Snapshot]):
         def chosen(token: int | str | None) -> None:
             if token is not None:
                 self.submit(Watch(token=token))
-                self._open_view("watch")
+                if self.query_one("#views", ContentSwitcher).current != "watch":
+                    self.notify("watched at every step: W shows the watched tokens over the steps", timeout=4)
 
         candidates = [(c.id, c.text) for c in top[:9]]
         self.app.push_screen(WatchScreen(candidates, list(selection.snapshot.pinned)), chosen)

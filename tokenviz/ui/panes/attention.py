@@ -67,7 +67,7 @@ class AttentionPane(LinesPane):
             return
         if info is not None:
             head = head_label(selection.head, info.heads, info.kv_heads)
-            layer = f"{selection.layer + 1}/{info.layers}"
+            layer = f"{selection.layer} of {info.layers}"  # (from 0: one numbering for layers, heads and positions)
             self.set_title(f"attention · layer {layer} · {head}", f"attn · L{layer} · {head}", f"L{layer} · {head}")
         self.show_lines(self._build(selection))
 

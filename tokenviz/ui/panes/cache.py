@@ -69,7 +69,7 @@ class CachePane(ScrollPane):
             )
         width = max(self.size.width - 14, 10)
         for layer in range(min(info.layers, 3) if uniform or info.latent_kv else 0):
-            text.append(f"layer {layer + 1:>3} ")
+            text.append(f"layer {layer:>3} ")
             text.append(bar(1.0, width // 2), style=bar_color)
             text.append(f" {human_bytes(per_layer)}\n")
         if info.layers > 3 and (uniform or info.latent_kv):

@@ -55,7 +55,8 @@ class LensPane(ScrollPane):
         chosen_text = visible(chosen_text_of(selection, inspection))
         text.append(f"@{inspection.position} {visible(inspection.token_text)} → {chosen_text}: ", style="bold")
         text.append(
-            f"top-1 from layer {first}" if first is not None else "never settles as top-1", style=f"bold {chosen_color}"
+            f"top-1 from {lens_label(first)}" if first is not None else "never settles as top-1",
+            style=f"bold {chosen_color}",
         )
         text.append(
             "\n" + f"{'layer':>5} {cell(f'top {n_top}', n_top * (piece_w + 7))}"
@@ -65,7 +66,7 @@ class LensPane(ScrollPane):
             style="bold",
         )
         for row in inspection.lens:
-            label = "emb" if row.layer == 0 else str(row.layer)
+            label = lens_label(row.layer)
             style = f"bold {chosen_color}" if first is not None and row.layer == first else ""
             text.append(f"{'★' if style else ' '}{label:>4} ", style=style)
             for token_id, piece, prob in row.top[:n_top]:
@@ -79,6 +80,12 @@ class LensPane(ScrollPane):
         text.rstrip()
         self.border_subtitle = "each layer through the final norm + unembedding"  # (the last row: the model's own)
         body.update(text)
+
+
+def lens_label(row: int) -> str:
+    """A lens row's name: 'emb' for the embeddings, else the decoder layer it follows, counted from 0
+    as every view and --ablate count them (row i follows layer i - 1)."""
+    return "emb" if row == 0 else f"L{row - 1}"
 
 
 def chosen_text_of(selection: Selection, inspection: Inspection) -> str:

@@ -134,7 +134,7 @@ class WatchPane(ScrollPane):
         text.append(f"{'embedding':>10} ")
         share(d.embedding)
         text.append("\n")
-        for layer, (attention, mlp) in enumerate(zip(d.attention, d.mlp), start=1):
+        for layer, (attention, mlp) in enumerate(zip(d.attention, d.mlp)):
             text.append(f"{'layer ' + str(layer):>10} ")
             share(attention)
             text.append(" ")
