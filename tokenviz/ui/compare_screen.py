@@ -15,7 +15,7 @@ from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from tokenviz.contract.commands import Command, Save
 from tokenviz.contract.snapshot import ComparisonSnapshot, Snapshot
@@ -23,6 +23,7 @@ from tokenviz.files.documents import setup, setup_differences
 from tokenviz.render.columns import cell
 from tokenviz.render.pieces import visible
 from tokenviz.render.sparkline import sparkline
+from tokenviz.ui.fitting_footer import FittingFooter
 from tokenviz.ui.keys import COMPARE_KEYS, COMPARE_PALETTE_ONLY, bindings
 from tokenviz.ui.panes.base import BoxPane
 from tokenviz.ui.panes.next_token import NextTokenPane
@@ -115,7 +116,7 @@ class CompareScreen(WorkerScreen[ComparisonSnapshot]):
                     yield TokensPane(id=f"tokens-{side}")
                     yield NextTokenPane(id=f"next-{side}")
         yield DiffPane()
-        yield Footer()
+        yield FittingFooter()
 
     def draw(self, before: ComparisonSnapshot | None, c: ComparisonSnapshot) -> None:
         if c.state == "error" and c.a is None:

@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.geometry import Size
 from textual.reactive import reactive
-from textual.widgets import ContentSwitcher, Footer, ProgressBar
+from textual.widgets import ContentSwitcher, ProgressBar
 
 from tokenviz.contract.attention import HEAD_MODES, Head
 from tokenviz.contract.commands import (
@@ -44,6 +44,7 @@ from tokenviz.contract.worker import Worker
 from tokenviz.render.units import duration
 from tokenviz.ui.colors import page_colors
 from tokenviz.ui.compare_screen import CompareScreen
+from tokenviz.ui.fitting_footer import FittingFooter
 from tokenviz.ui.keys import KEYS, PALETTE_ONLY, bindings, model_actions, model_keys, needs_of
 from tokenviz.ui.panes.attention import AttentionPane
 from tokenviz.ui.panes.attribution import LONG_JOB_S, AttributionPane, current_attribution, estimated_s
@@ -137,7 +138,7 @@ class JourneyScreen(WorkerScreen[Snapshot]):
             yield NextTokenPane()
         yield SamplingPane()
         yield StatusLine(StatusLine.STARTING)
-        yield Footer()
+        yield FittingFooter()
 
     def on_mount(self) -> None:  # (Textual calls WorkerScreen's too, after this: it starts the worker)
         self._fit_layout()
