@@ -133,7 +133,7 @@ def engine_steps(
     if interventions:
         session.set_interventions(interventions, context=ids)
     started = time.perf_counter()
-    session.start(ids)
+    session.start(ids, defer_predictions=True)  # as the app's engine does: the prompt's predictions come after
     prefill = time.perf_counter() - started
     times = []
     for _ in range(steps):
@@ -541,7 +541,9 @@ if sys.argv[1] == "engine":
     from tokenviz.contract.settings import SamplingSettings
     from tokenviz.journey.session import Session
     from tokenviz.backends.transformers.runner import ModelRunner
-    Session(ModelRunner(loaded), SamplingSettings(temperature=0)).start(ids)
+    session = Session(ModelRunner(loaded), SamplingSettings(temperature=0))
+    session.start(ids, defer_predictions=True)
+    session.score_prompt()  # (the predictions made afterwards count: the peak is the whole job's)
 else:
     loaded.model.set_attn_implementation("sdpa")
     with torch.inference_mode():

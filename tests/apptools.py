@@ -64,6 +64,8 @@ async def settle(app: TokenvizApp, pilot, timeout: float = 20.0) -> Snapshot:
             and s.handled >= app.journey.worker.submitted
             and not s.playing
             and not app.journey._repaint_scheduled
+            # the prompt's predictions, made while the engine is idle after its prefill (Session.score_prompt)
+            and len(s.records[0].prompt_predictions) >= len(s.records[0].input_ids) - 1
         ):
             await pilot.pause()
             return s

@@ -162,3 +162,41 @@ def reachable(start, depth: int) -> list:
         layer = [r for r in layer if id(r) not in seen and not seen.add(id(r))]
         found += layer
     return found
+
+
+def test_deferred_predictions_equal_the_prefills_own_and_reach_every_kept_path(monkeypatch):
+    """With defer_predictions the prefill runs the model's own pass (the output layer on the last
+    position only: the hidden states kept) and the prompt's predictions come later, chunk by chunk,
+    equal to those made at once, in the prompt's record and in every branch's copy of it. A runner whose
+    output layer, run again, would not give the model's own logits keeps every position's logits."""
+    from families import family_model
+
+    from tokenviz.backends.transformers.runner import ModelRunner
+    from tokenviz.contract.settings import SamplingSettings
+    from tokenviz.journey import memory_policy
+    from tokenviz.journey.session import Session
+
+    monkeypatch.setattr(memory_policy, "PREFILL_CHUNK", 4)
+    prompt = "The cat sat on the mat. The dog ran to the park"
+    settings = SamplingSettings(temperature=0, max_new_tokens=8)
+    eager = Session(ModelRunner(family_model("llama")), settings)
+    eager.start(prompt)
+    runner = ModelRunner(family_model("llama"))
+    deferred = Session(runner, settings)
+    deferred.start(prompt, defer_predictions=True)
+    n = len(deferred.prompt_ids)
+    assert runner.head_reproduces is True and deferred.records[0].prompt_predictions == ()
+    assert deferred.prompt_unscored == n - 1 and deferred.pending.top == eager.pending.top
+    deferred.step()
+    deferred.reset()  # the path left is kept as a branch, holding the prompt's record as it was
+    assert deferred.score_prompt(chunks=1) == n - 1 - 4
+    assert deferred.score_prompt() == 0
+    made, reference = deferred.records[0].prompt_predictions, eager.records[0].prompt_predictions
+    assert len(made) == n - 1 and list(made) == list(reference)
+    assert deferred.branches.paths and deferred.branches.paths[0].records[0].prompt_predictions is made
+
+    checked = ModelRunner(family_model("llama"))
+    checked.head_reproduces = False  # as a family whose output layer does more than tokenviz's head knows
+    fallback = Session(checked, settings)
+    fallback.start(prompt, defer_predictions=True)
+    assert fallback.prompt_unscored == 0 and list(fallback.records[0].prompt_predictions) == list(reference)

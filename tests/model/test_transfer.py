@@ -127,6 +127,9 @@ def test_to_host_round_trips_every_dtype_and_shape():
 @pytest.mark.parametrize("settings", [EVERY_STAGE, dict(temperature=0, repetition_penalty=1.3), dict()])
 def test_a_step_reads_the_device_once(tiny, settings):
     session = Session(ModelRunner(tiny), SamplingSettings(**settings))
+    with CountReads() as counter:  # a model's first prefill also checks its output layer once (one more read)
+        session.start(PROMPT)
+    assert dict(counter.reads) == {**ONE_TRANSFER, "__bool__": 1, "__float__": 1}
     with CountReads() as counter:
         session.start(PROMPT)
     assert dict(counter.reads) == ONE_TRANSFER

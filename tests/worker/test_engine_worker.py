@@ -93,10 +93,16 @@ def test_a_failure_while_building_a_snapshot_shows_the_last_frame_with_the_error
     assert after.error is None and len(after.chips) == len(ready.chips) + 2  # both steps were taken
 
 
+def scored(s) -> bool:
+    """Ready, the prompt's predictions made (the engine makes them while idle after the prefill)."""
+    return s.state == "ready" and bool(s.records) and len(s.records[0].prompt_predictions) >= s.prompt_len - 1
+
+
 def test_a_failure_handing_a_snapshot_over_does_not_end_the_thread(started):
-    post = Collector(fail_on=(5,))  # loading, prefilling, ready, then "stepping"; the 5th is the step's
+    post = Collector()
     worker = started(post)
-    post.wait(lambda s: s.state == "ready")
+    post.wait(scored)
+    post.fail_on = (post.calls + 2,)  # "stepping", then the step's
     worker.submit(Step())
     shown = post.wait(lambda s: s.error is not None)
     assert "the UI went away" in shown.error

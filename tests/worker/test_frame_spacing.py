@@ -3,7 +3,7 @@ model its time. The last one always comes, and a set pace publishes every step."
 
 import time
 
-from test_engine_worker import Collector
+from test_engine_worker import Collector, scored
 from tiny import tiny_model
 
 from tokenviz.contract.commands import Pace, Play
@@ -19,7 +19,7 @@ def autoplay(space_s: float | None, pace: int = 0) -> tuple[list, float]:
     worker = EngineWorker(lambda progress: tiny_model("llama"), settings, "The Eiffel Tower is")
     worker.start(post)
     try:
-        post.wait(lambda s: s.state == "ready")
+        post.wait(scored)
         runner = worker.session.runner
         runner_step = runner.forward
 

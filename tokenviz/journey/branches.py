@@ -6,13 +6,14 @@ paths it contains, so the store holds the leaves of the tree.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from tokenviz.contract.engine import shared_prefix
-from tokenviz.contract.records import StepRecord
+from tokenviz.contract.records import PromptPrediction, StepRecord
 from tokenviz.contract.results import BranchSummary
 
 
@@ -49,6 +50,20 @@ class BranchStore:
         if len(path.ids) <= prompt_len or any(b.ids[: len(path.ids)] == path.ids for b in self.paths):
             return
         self.paths = [b for b in self.paths if path.ids[: len(b.ids)] != b.ids] + [path]
+
+    def fill_prompt_predictions(self, predictions: Sequence[PromptPrediction], input_ids: tuple[int, ...]) -> None:
+        """Every kept path from this prompt whose first record lacks them gets the prompt's predictions
+        (made after the path was kept: see Session.score_prompt)."""
+
+        def filled(b: Branch) -> Branch:
+            first = b.records[0] if b.records else None
+            if first is None or first.prompt_predictions or first.input_ids != input_ids:
+                return b
+            return dataclasses.replace(
+                b, records=(dataclasses.replace(first, prompt_predictions=predictions), *b.records[1:])
+            )
+
+        self.paths = [filled(b) for b in self.paths]
 
     def remove(self, path: Branch) -> None:
         self.paths = [b for b in self.paths if b is not path]

@@ -80,6 +80,10 @@ class Session:
         self._pending_logits: torch.Tensor | None = None
         self._prefill_logits: torch.Tensor | None = None
         self._drawn: Drawn | None = None  # an engine that draws its own tokens: the pending step's draw
+        # A prefill's predictions at every prompt position not made yet (start's `defer_predictions`):
+        # each chunk's pass (its hidden states kept) with the tokens that followed it; None once made.
+        self._unscored: list[tuple[int, Any, list[int]]] = []  # (its place among the chunks, its pass, next ids)
+        self._scored: list[dict[str, torch.Tensor]] = []
         self._chips: list[TokenChip] = []  # see chips()
         self._chip_ids: list[int] = []
         self._chips_key: tuple[list[int], list[bool]] | None = None
@@ -181,10 +185,13 @@ class Session:
         cancelled: Callable[[], bool] = lambda: False,
         chat: bool = False,
         system: str | None = None,
+        defer_predictions: bool = False,
     ) -> StepRecord:
         """Tokenize and prefill `prompt` (text, or token ids as they are); the first decision becomes
         pending. With `chat`, the text is a user message (after `system`, if given) put through the
-        model's chat template.
+        model's chat template. With `defer_predictions`, what the model predicted at every prompt
+        position is made later (`score_prompt`), where the engine can: the prefill costs what the
+        model's own pass does, and the first decision comes sooner.
 
         A long prompt is prefilled in chunks: `progress(done, total)` follows them, and `cancelled()`
         stops between them with Cancelled, leaving the journey as it was.
@@ -194,7 +201,7 @@ class Session:
         previous = self.runner.cache
         self.runner.reset()
         try:
-            forward, predictions, forward_ms = self._prefill(ids, progress, cancelled)
+            forward, predictions, forward_ms = self._prefill(ids, progress, cancelled, defer_predictions)
         except BaseException:
             self.runner.use_cache(previous)
             raise
@@ -571,16 +578,23 @@ class Session:
         return prefill_chunk(self.runner.device)
 
     def _prefill(
-        self, ids: list[int], progress: Callable[[int, int], None] | None, cancelled: Callable[[], bool]
-    ) -> tuple[Any, dict[str, torch.Tensor], float]:
+        self, ids: list[int], progress: Callable[[int, int], None] | None, cancelled: Callable[[], bool], defer: bool
+    ) -> tuple[Any, dict[str, torch.Tensor] | None, float]:
         """Feed the prompt chunk by chunk: (the last chunk's forward pass, every position's prediction
-        on the device, milliseconds in all)."""
+        on the device or, deferred, None, milliseconds in all)."""
         n = len(ids)
-        parts, routes, places, ms = [], [], [], 0.0
+        parts: list[dict[str, torch.Tensor]] = []
+        routes, places, ms = [], [], 0.0
+        unscored: list[tuple[int, Any, list[int]]] = []
         for begin in range(0, n, self._prefill_chunk):
             end = min(begin + self._prefill_chunk, n)
             forward = self.runner.forward(ids[begin:end], every_position=True)
-            parts.append(forward.predictions(ids[begin + 1 : end + 1]))
+            following = ids[begin + 1 : end + 1]  # (none after a last chunk of one token: nothing to make)
+            if defer and following and getattr(forward, "hidden", None) is not None:  # (its logits made later)
+                unscored.append((len(parts), forward, following))
+                parts.append({})
+            else:
+                parts.append(forward.predictions(following))
             if forward.routes is not None:
                 routes.append(forward.routes)
             if forward.places is not None:
@@ -590,8 +604,30 @@ class Session:
                 progress(end, n)
             if end < n and cancelled():
                 raise Cancelled("prefill cancelled: the journey is as it was")
+        self._unscored, self._scored = unscored, parts
+        done = not unscored
         # every prompt position's routing, where the last chunk's pass has its own; every chunk's time in each place
-        return self.runner.joined(forward, routes, places), join(parts), ms
+        return self.runner.joined(forward, routes, places), join(parts) if done else None, ms
+
+    @property
+    def prompt_unscored(self) -> int:
+        """How many prompt positions' predictions are still to be made (see start's `defer_predictions`)."""
+        return sum(len(next_ids) for _, _, next_ids in self._unscored)
+
+    def score_prompt(self, chunks: int | None = None) -> int:
+        """Make the deferred predictions at the prompt's positions, `chunks` of the prefill's chunks at a
+        time (all: None); once all are made, the prompt's record (and every branch's copy of it) holds
+        them. Returns how many positions are left."""
+        while self._unscored and (chunks is None or chunks > 0):
+            place, forward, next_ids = self._unscored.pop(0)
+            self._scored[place] = forward.predictions(next_ids)
+            chunks = None if chunks is None else chunks - 1
+        if not self._unscored and self._scored and self.records and not self.records[0].prompt_predictions:
+            predictions = self._prompt_predictions(to_host(join(self._scored)), self.prompt_ids)
+            self.records[0] = dataclasses.replace(self.records[0], prompt_predictions=predictions)
+            self.branches.fill_prompt_predictions(predictions, self.records[0].input_ids)
+            self._scored = []
+        return self.prompt_unscored
 
     def _push(
         self,

@@ -251,6 +251,7 @@ class EngineWorker(CommandThread[Snapshot]):
             case Watch(token=token):
                 self._watch(session, token)
             case Save(path=path, page_colors=colors, page_view=view):
+                session.score_prompt()  # (a journey file keeps the prompt's predictions)
                 snapshot, attention = snapshot_of(session), session.saved_attention()
                 written = save_journey(path, snapshot, attention, session.analyses.kept())
                 page = save_page(written.with_suffix(".html"), snapshot, attention, colors, view) if colors else None
@@ -302,10 +303,29 @@ class EngineWorker(CommandThread[Snapshot]):
             self._prefilling = tuple(token_chips(session.runner, ids, len(ids), template))
         try:
             with self._job("prefilling", unit=" prompt tokens", busy="prefilling") as progress:
-                session.start(prompt.prompt, progress, self._cancelled, chat=prompt.chat, system=prompt.system)
+                session.start(
+                    prompt.prompt,
+                    progress,
+                    self._cancelled,
+                    chat=prompt.chat,
+                    system=prompt.system,
+                    defer_predictions=True,  # (made when the engine is idle: see _background)
+                )
         finally:
             self._message, self._progress = message, fraction
             self._prefilling = ()
+
+    def _background(self) -> bool:
+        """The prompt's predictions at every position, a prefill chunk at a time between keys: the first
+        decision came without waiting for them; the surprisal shading and the prompt's next-token pane
+        fill in as they come."""
+        session = self.session
+        if session is None or not session.prompt_unscored or self.playing:
+            return False
+        left = session.score_prompt(chunks=1)
+        total = len(session.prompt_ids) - 1
+        self._message = f"the prompt's predictions: {total - left} of {total} positions" if left else ""
+        return True
 
     def _say(self, line: str) -> None:
         """A line in the status line while the engine waits (a busy server, retried): the frame after

@@ -137,6 +137,11 @@ class CommandThread(Generic[S]):
         """Whether the journey has stopped (autoplay stops with it)."""
         return False
 
+    def _background(self) -> bool:
+        """A slice of work no key waits for, done while the engine is idle (a prefill's deferred
+        predictions); False when there is none."""
+        return False
+
     # ---- the thread ----------------------------------------------------------------------------------
 
     def _run(self) -> None:
@@ -185,6 +190,9 @@ class CommandThread(Generic[S]):
                 command = self._queue.get(timeout=wait)
             except queue.Empty:
                 return True
+        elif self._queue.empty() and self._background():  # idle: a slice of background work, then keys again
+            self._publish()
+            return True
         else:
             command = self._queue.get()
         if isinstance(command, _Quit):

@@ -5,6 +5,8 @@ key/value heads."""
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -61,3 +63,24 @@ def kv_heads(config: Any, heads: int) -> int:
         if value:
             return int(value)
     return 1 if getattr(config, "multi_query", False) else heads  # GPTBigCode
+
+
+@contextmanager
+def output_layer_input(model: Any) -> Iterator[list[torch.Tensor]]:
+    """What a pass's output layer reads, at every position: the base model's last hidden state, before
+    the causal LM keeps the positions whose logits it was asked for. Captured into the list yielded
+    (empty where the base model's output is not of that shape)."""
+    read: list[torch.Tensor] = []
+
+    def hook(module: Any, args: Any, output: Any) -> None:
+        state = output[0] if isinstance(output, tuple) else getattr(output, "last_hidden_state", None)
+        if isinstance(state, torch.Tensor) and state.dim() == 3:
+            read.append(state.detach())
+
+    base = model.base_model
+    handle = base.register_forward_hook(hook) if base is not model else None
+    try:
+        yield read
+    finally:
+        if handle is not None:
+            handle.remove()

@@ -5,6 +5,7 @@ exactly one thread (the engine thread, or a script) may own a runner.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from tokenviz.backends.transformers.compiled_step import CompiledStep
 from tokenviz.backends.transformers.interrupt import layer_by_layer
 from tokenviz.backends.transformers.loading import LoadedModel
 from tokenviz.backends.transformers.memory import free_bytes, gigabytes
-from tokenviz.backends.transformers.parts import eos_id_set, last_logits
+from tokenviz.backends.transformers.parts import eos_id_set, last_logits, output_layer_input
 from tokenviz.backends.transformers.pieces import TokenPieces
 from tokenviz.backends.transformers.place_times import PlaceTimes, timed_by_place
 from tokenviz.backends.transformers.placing import input_device
@@ -64,11 +65,28 @@ class Forward:
     position_logits: torch.Tensor | None = None  # (tokens fed, vocab), when every position's were asked for
     routes: dict[str, torch.Tensor] | None = None  # an MoE model's routing of the tokens fed (see model.routing)
     places: PlaceTimes | None = None  # a spread model's time in each place its weights live
+    # Instead of position_logits: what the output layer reads at every position (tokens fed, hidden) and
+    # the output layer itself, run when the predictions are asked for (a prefill's, deferred).
+    hidden: torch.Tensor | None = None
+    head: Callable[[torch.Tensor], torch.Tensor] | None = None
 
     def predictions(self, next_ids: Sequence[int]) -> dict[str, torch.Tensor]:
-        """What the model predicted after each position fed, of `next_ids` (see predict_positions)."""
-        assert self.position_logits is not None, "every position's logits were not asked for"
-        return predict_positions(self.position_logits, next_ids)
+        """What the model predicted after each position fed, of `next_ids` (see predict_positions): from
+        the logits kept, or the output layer run now over the hidden states kept, a slice at a time."""
+        if self.position_logits is not None:
+            return predict_positions(self.position_logits, next_ids)
+        assert self.hidden is not None and self.head is not None, "every position's logits were not asked for"
+        rows = max(1, HEAD_SLICE_NUMBERS // self.logits.numel())
+        parts = [
+            predict_positions(self.head(self.hidden[i : i + rows]), next_ids[i : i + rows])
+            for i in range(0, max(len(next_ids), 1), rows)
+        ]
+        return parts[0] if len(parts) == 1 else {k: torch.cat([part[k] for part in parts]) for k in parts[0]}
+
+
+HEAD_SLICE_NUMBERS = 2**24  # logits made at once from the kept hidden states (64 MB of float32)
+HEAD_TOLERANCE = 1e-4  # the output layer run again on the last position gives the model's logits within this
+HEAD_CHECKED: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()  # by model: see head_reproduces
 
 
 def cache_layers(key_addresses: dict[int, int], cache: Any, layers: int) -> list[int | None]:
@@ -320,26 +338,66 @@ class ModelRunner:
             return Forward(logits=logits, timer=timer.stop())
         give_way = self.give_way
         yielding = layer_by_layer(self.model, give_way, stop=GiveWay) if give_way else nullcontext()
+        # Every position's predictions: the hidden states the output layer reads are kept, its logits made
+        # when asked for (a prefill's, deferred), where the output layer run again gives the model's own.
+        keep_hidden = every_position and self.head_reproduces is not False
         with (
             capturing(calls=self.queries.calls) as capture,
             yielding,
             recording(self.routers, self.shared_gates) as routed,
             timed_by_place(self.model) as places,
+            output_layer_input(self.model) if keep_hidden else nullcontext() as read,
         ):
             out = self.model(
                 input_ids=ids_to_device(ids, self.device),
                 **with_cache(self.model, self.cache),
                 use_cache=True,
-                logits_to_keep=len(ids) if every_position else 1,
+                logits_to_keep=last_logits(len(ids), self.device)
+                if keep_hidden
+                else (len(ids) if every_position else 1),
             )
         self.queries.add(start, capture)
+        hidden = read[-1][0] if keep_hidden and read else None  # (tokens fed, hidden)
+        if keep_hidden and self.head_reproduces is None:  # checked once, on the last position
+            self.head_reproduces = hidden is not None and self._head_reproduces(hidden[-1:], out.logits[0, -1:])
+        if keep_hidden and not self.head_reproduces:  # (a family whose output layer does more): every position's
+            self.crop(start)  # logits, from the same cache as before this pass
+            return self.forward(ids, every_position=True)
         return Forward(
             logits=out.logits[0, -1],
             timer=timer.stop(),
-            position_logits=out.logits[0] if every_position else None,
+            position_logits=out.logits[0] if every_position and hidden is None else None,
             routes=route_tensors(routed) if routed and len(routed) == len(self.routers) else None,  # (all read)
             places=places,
+            hidden=hidden,
+            head=self._head_logits if hidden is not None else None,
         )
+
+    @property
+    def head_reproduces(self) -> bool | None:
+        """Whether the output layer run again over the hidden states it reads gives this model's own
+        logits (see _head_logits): None until a prefill has checked it (once per model: one read of the
+        device, at its first prefill); True lets a prefill keep the hidden states of every position
+        instead of every position's logits."""
+        return HEAD_CHECKED.get(self.model)
+
+    @head_reproduces.setter
+    def head_reproduces(self, value: bool) -> None:
+        HEAD_CHECKED[self.model] = value
+
+    def _head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The model's logits from what its output layer reads (see lens.head_logits)."""
+        from tokenviz.backends.transformers.lens import head_logits
+
+        with torch.inference_mode():
+            return head_logits(self.model, hidden)
+
+    def _head_reproduces(self, hidden: torch.Tensor, logits: torch.Tensor) -> bool:
+        """Whether the output layer run on `hidden` gives `logits`, the model's own (a family whose output
+        does more than tokenviz's head knows keeps every position's logits instead: slower, never wrong)."""
+        again = self._head_logits(hidden).float()
+        scale = max(float(logits.float().abs().max()), 1.0)
+        return bool(again.shape == logits.shape and (again - logits.float()).abs().max() <= HEAD_TOLERANCE * scale)
 
     def _compiled_serves(self, ids: list[int], every_position: bool) -> bool:
         """Whether the compiled step can feed `ids`: one token whose pass needs no hook (an

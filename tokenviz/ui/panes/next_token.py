@@ -71,7 +71,14 @@ class NextTokenPane(BoxPane):
             )
         else:
             self.set_subtitle("")
-            self.update(Text("No prediction here yet: the model has not read this position.", style="dim"))
+            s = selection.snapshot
+            inside = bool(s.records) and selection.cursor < len(s.records[0].input_ids) - 1
+            note = (
+                "The prompt's predictions at each position are being made (the status line says how far)."
+                if inside
+                else "No prediction here yet: the model has not read this position."
+            )
+            self.update(Text(note, style="dim"))
 
     def _table(
         self,
