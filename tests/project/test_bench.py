@@ -16,7 +16,8 @@ def test_bench_measures_run_on_a_tiny_model(tmp_path):
     play = bench.autoplay(loaded, bare, torch.device("cpu"), tokens=8, rounds=1)
     assert play["same_tokens"] and play["ratio"] > 0
     growth = bench.growth(loaded, bare, torch.device("cpu"), lengths=(8, 64), steps=2)
-    assert set(growth) == {"8", "64", "ratio"}
+    assert set(growth) == {"8", "64", "ratio", "bare_ratio", "ratio_over_bare"}
+    assert growth["ratio_over_bare"] == growth["ratio"] / growth["bare_ratio"]  # the model's own growth set apart
     assert all(growth[n]["prefill_ratio"] > 0 and growth[n]["step_ratio"] > 0 for n in ("8", "64"))
     view = bench.attention_view(loaded, n=64, rounds=1)
     assert view["rows"] == 64 and view["newest_rows_ms"] > 0 and view["rows_fed_again_ms"] > 0
@@ -69,7 +70,7 @@ def test_bench_measures_run_on_a_tiny_model(tmp_path):
         "offload": offloaded,
         "refusal": refused,
     }
-    results["growth"]["2048"] = growth["64"]  # the verdict reads the 2048-token figures
+    results["growth"]["2048"] = results["growth"]["4096"] = growth["64"]  # the verdicts read these lengths
     verdicts = bench.verdicts(results)
     assert set(verdicts) == set(bench.BUDGETS)
     assert verdicts["cold_start_s"]["met"] is True and verdicts["model_ready"]["met"] is None

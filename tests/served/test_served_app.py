@@ -156,6 +156,22 @@ def test_a_watched_token_is_followed_within_the_servers_top_n(engine, bundled):
     assert inside >= 1
 
 
+@pytest.mark.bundled
+def test_chat_on_the_server_is_the_local_chat(engine, bundled):
+    """A chat prompt through the server's template: the ids the local template gives, the template's
+    own tokens marked, the user's words not; the server's mode measured at the start and said."""
+    from tokenviz.backends.transformers.runner import ModelRunner
+
+    served, local = Session(engine, GREEDY), Session(ModelRunner(bundled), GREEDY)
+    for s in (served, local):
+        s.start("What is the capital of France?", chat=True)
+    assert served.prompt_ids == local.prompt_ids
+    assert served.template == local.template and any(served.template) and not all(served.template)
+    assert served.pending.decision.chosen_id == local.pending.decision.chosen_id
+    assert engine.raw is True and "before the sampling settings (raw)" in engine.info.distribution
+    assert engine.info.architecture.startswith("smollm2 on vLLM 0.32")
+
+
 def test_settings_are_sent_to_the_server_and_seeded_draws_reproduce(engine):
     """The settings go with each request: a sampled journey with one seed is the same twice; changing
     the settings draws again at once (top-k 1 takes the top token); the stages are recomputed over the

@@ -13,6 +13,7 @@ their keys say so in one line.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -112,11 +113,12 @@ class ServedEngine:
         self.pieces: ServedPieces | TokenPieces = (
             ServedPieces(self) if local_tokenizer is None else TokenPieces(local_tokenizer)
         )
-        self.raw: bool | None = None  # its log-probabilities are before the sampling settings (measured once)
+        self.raw: bool | None = None  # its log-probabilities are before the sampling settings (measured below)
         listed = endpoint.get("/models")
         entry = next((m for m in listed.get("data", []) if isinstance(m, dict) and m.get("id") == model), {})
         context = entry.get("max_model_len")
         bos = self.encode("", special_tokens=True)
+        self.vocab = vocab = self._vocabulary() if local_tokenizer is None else self._checked(local_tokenizer)
         self.special_ids: set[int] = set(bos)
         self.eos_ids: set[int] = set()  # learnt: a token the server stopped on without a stop string
         self.info = ModelInfo(
@@ -128,15 +130,15 @@ class ServedEngine:
             kv_heads=0,
             head_dim=0,
             hidden=0,
-            vocab=self._vocabulary() if local_tokenizer is None else self._checked(local_tokenizer),
+            vocab=vocab,
             context=context if isinstance(context, int) and context > 0 else 1 << 20,
-            architecture=f"{model} on an OpenAI-compatible server ({endpoint.url})",
+            architecture=f"{model} on {self._server_name()} ({endpoint.url})",
             tied_embeddings=False,
             positions="not exposed by the server",
             attention="the server's",
             chat_template=self._has_chat_template(),
             capabilities=in_order({*ENGINE, Capability.LEAVE_ONE_OUT}),
-            distribution=f"the server's top {top_n} log-probabilities (the rest of the vocabulary unknown)",
+            distribution=distribution(top_n, None),
             top_only=top_n,
         )
 
@@ -186,6 +188,15 @@ class ServedEngine:
             if at is not None:
                 template[at : at + len(own)] = [False] * len(own)
         return ServedChat(ids, template)
+
+    def _server_name(self) -> str:
+        """The server and its version where it says (vLLM's /version), else what it is known to be."""
+        try:
+            version = self.endpoint.get("/version", root=True)
+        except EndpointError:
+            return "an OpenAI-compatible server"
+        said = version.get("version") if isinstance(version, dict) else None
+        return f"vLLM {safe_text(said)[:40]}" if isinstance(said, str) else "an OpenAI-compatible server"
 
     def _has_chat_template(self) -> bool:
         try:
@@ -288,7 +299,7 @@ class ServedEngine:
     def _check(self, pairs: Iterable[tuple[int, float]]) -> None:
         """Refuse what no distribution over this vocabulary holds: an id past it, a NaN, a logprob above 0."""
         for token, logprob in pairs:
-            if not 0 <= token < self.info.vocab:
+            if not 0 <= token < self.vocab:
                 raise EndpointError(f"{self.endpoint.host} answered token id {token}, past its vocabulary")
             if math.isnan(logprob) or logprob > 1e-3 or logprob == math.inf:
                 raise EndpointError(f"{self.endpoint.host} answered log-probabilities that are not numbers")
@@ -301,8 +312,9 @@ class ServedEngine:
         return warm.keys() == cool.keys() and all(abs(warm[t] - lp) <= RAW_TOLERANCE for t, lp in cool.items())
 
     def draw(self, ids: Sequence[int], settings: SamplingSettings) -> Drawn:
-        if self.raw is None:
+        if self.raw is None:  # measured once, at the journey's first context; the model view says which
             self.raw = self._measure_raw(ids)
+            self.info = dataclasses.replace(self.info, distribution=distribution(self.top_n, self.raw))
         fields = sampling_fields(settings) | {"seed": (settings.seed * SEED_STRIDE + len(ids)) % (1 << 31)}
         started = time.perf_counter()
         choice = self._complete(ids, fields, self.top_n)
@@ -360,6 +372,14 @@ class ServedEngine:
         except (KeyError, TypeError, ValueError, AttributeError, AssertionError):
             raise EndpointError(f"{self.endpoint.host} gave a prompt_logprobs entry tokenviz cannot read") from None
         return out
+
+
+def distribution(top_n: int, raw: bool | None) -> str:
+    """What a served model's distribution is, as the model view and the next-token pane say it."""
+    mode = {None: "not measured yet", True: "before the sampling settings (raw)"}.get(
+        raw, "after the server's settings"
+    )
+    return f"the server's top {top_n} log-probabilities, {mode}; the rest of the vocabulary unknown"
 
 
 def _token_list(answer: Any, host: str) -> list[int]:

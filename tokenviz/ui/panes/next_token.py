@@ -36,7 +36,10 @@ class NextTokenPane(BoxPane):
                 from_own = f"saturated: the interventions made every logit equal · {from_own}"
             if selection.info.top_only:  # a server's top-N: said first, and the entropy is its floor
                 n, vocab = selection.info.top_only, selection.info.vocab
+                said = selection.info.distribution.split(";")[0]  # (which top-N, before or after the settings)
                 self.set_subtitle(
+                    f"{said}, of {vocab:,} · entropy ≥ {record.entropy:.2f} bits · position {record.position} · "
+                    f"{state}",
                     f"top {n} of {vocab:,} as the server returned them · entropy ≥ {record.entropy:.2f} bits · "
                     f"position {record.position} · {state}",
                     f"top {n} of {vocab:,} from the server · H ≥ {record.entropy:.2f} · pos {record.position}",

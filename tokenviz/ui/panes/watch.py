@@ -13,6 +13,7 @@ from rich.style import Style
 from rich.text import Text
 
 from tokenviz.contract.commands import SplitDifference
+from tokenviz.contract.engine import Capability, lacking
 from tokenviz.contract.results import LogitDifference
 from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell, fitting
@@ -102,6 +103,10 @@ class WatchPane(ScrollPane):
         self.body.update(text)
 
     def _split(self, text: Text, selection: Selection, width: int) -> None:
+        line = lacking(selection.info, Capability.LOGIT_SPLIT, "the split of their logit difference by layer")
+        if line is not None:  # (a served model)
+            text.append(line, Style(dim=True))
+            return
         d = current_difference(selection)
         if d is None:
             waiting = "splitting the logit difference after the cursor…"
