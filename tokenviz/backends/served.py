@@ -113,9 +113,10 @@ class ServedEngine:
         self.pieces: ServedPieces | TokenPieces = (
             ServedPieces(self) if local_tokenizer is None else TokenPieces(local_tokenizer)
         )
-        self.raw: bool | None = None  # its log-probabilities are before the sampling settings (measured below)
+        self.raw: bool | None = None  # its log-probabilities are before the sampling settings (see draw)
         listed = endpoint.get("/models")
-        entry = next((m for m in listed.get("data", []) if isinstance(m, dict) and m.get("id") == model), {})
+        entries = listed.get("data", []) if isinstance(listed, dict) else []
+        entry = next((m for m in entries if isinstance(m, dict) and m.get("id") == model), {})
         context = entry.get("max_model_len")
         bos = self.encode("", special_tokens=True)
         self.vocab = vocab = self._vocabulary() if local_tokenizer is None else self._checked(local_tokenizer)
@@ -226,13 +227,20 @@ class ServedEngine:
 
     def _vocabulary(self) -> int:
         """How many ids the server's tokenizer has: past the last, /detokenize answers nothing."""
+
+        def known(token: int) -> bool:  # (a server that refuses an id past its vocabulary says the same)
+            try:
+                return bool(self.detokenize([token]))
+            except EndpointError:
+                return False
+
         high = 1024
-        while self.detokenize([high]) and high < MAX_VOCABULARY:
+        while known(high) and high < MAX_VOCABULARY:
             high *= 2
         low = high // 2 if high > 1024 else 0  # a known id (or 0)
         while high - low > 1:
             middle = (low + high) // 2
-            low, high = (middle, high) if self.detokenize([middle]) else (low, middle)
+            low, high = (middle, high) if known(middle) else (low, middle)
         return high
 
     # ---- feeding tokens --------------------------------------------------------------------------

@@ -170,14 +170,14 @@ def served_loader(
     def load(progress: "Progress") -> "ServedEngine":
         from tokenviz.backends.served import ServedEngine
 
-        local = None
+        here = None  # (the tokenizer named with --tokenizer, loaded in this thread)
         if tokenizer is not None:
             from tokenviz.backends.transformers.loading import load_tokenizer
 
             progress(f"loading the tokenizer {tokenizer}", None)
-            local = load_tokenizer(tokenizer)
+            here = load_tokenizer(tokenizer)
         progress(f"asking {endpoint.host} about {name}", 0.5)
-        return ServedEngine(endpoint, name, local_tokenizer=local)
+        return ServedEngine(endpoint, name, local_tokenizer=here)
 
     return load
 

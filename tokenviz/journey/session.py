@@ -80,9 +80,10 @@ class Session:
         self._pending_logits: torch.Tensor | None = None
         self._prefill_logits: torch.Tensor | None = None
         self._drawn: Drawn | None = None  # an engine that draws its own tokens: the pending step's draw
-        # A prefill's predictions at every prompt position not made yet (start's `defer_predictions`):
-        # each chunk's pass (its hidden states kept) with the tokens that followed it; None once made.
-        self._unscored: list[tuple[int, Any, list[int]]] = []  # (its place among the chunks, its pass, next ids)
+        # A prefill's predictions at every prompt position not made yet (start's `defer_predictions`): each
+        # chunk's place, its pass (the hidden states kept) and the tokens that followed it; `_scored` holds
+        # every chunk's predictions as they are made (an empty dict: still to make).
+        self._unscored: list[tuple[int, Any, list[int]]] = []
         self._scored: list[dict[str, torch.Tensor]] = []
         self._chips: list[TokenChip] = []  # see chips()
         self._chip_ids: list[int] = []
