@@ -52,7 +52,8 @@ def test_a_students_80x24(tmp_path):
         keys(name, "9")
         text = wait_screen(name, r"candidate 9 is not on screen")
         keys(name, "C")
-        text = wait_screen(name, r"charts · 1/5")
+        # the pane's title, then its chart drawn (a frame apart): both, with the keys that change the chart
+        text = wait_screen(name, r"(?s)(?=.*charts · 1/5)(?=.*entropy)(?=.*← → change)")
         assert "entropy" in text and "← → change" in text
         keys(name, "Right")
         wait_screen(name, r"charts · 2/5")
