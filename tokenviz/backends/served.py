@@ -32,7 +32,15 @@ from tokenviz.contract.text import safe_text
 from tokenviz.decoding.drawn import prompt_columns
 from tokenviz.decoding.prompt_predictions import TOP
 from tokenviz.served.endpoint import Endpoint, EndpointError
-from tokenviz.served.journey import RAW_TOLERANCE, TOP_N, ServedChoice, sampling_fields, served_model_name, token_id
+from tokenviz.served.journey import (
+    TOP_N,
+    ServedChoice,
+    complete,
+    logprobs_are_raw,
+    sampling_fields,
+    served_model_name,
+    top_of,
+)
 
 PROBE = "The Eiffel Tower is located in Paris.\n 1234 naïve 東京 🙂"  # a local tokenizer checked on this
 MAX_VOCABULARY = 1 << 22  # ids asked past this are not looked for: no tokenizer is that large
@@ -281,26 +289,10 @@ class ServedEngine:
     # ---- requests ----------------------------------------------------------------------------------
 
     def _complete(self, ids: Sequence[int], fields: dict[str, Any], logprobs: int, **extra: Any) -> dict[str, Any]:
-        body = {"model": self.model, "prompt": list(ids), "max_tokens": 1, "logprobs": logprobs}
-        body |= {"return_tokens_as_token_ids": True, **fields, **extra}
-        answer = self.endpoint.post("/completions", body)
-        try:
-            choice = answer["choices"][0]
-            assert isinstance(choice, dict)
-            return choice
-        except (KeyError, IndexError, TypeError, AssertionError):
-            raise EndpointError(f"{self.endpoint.host} answered /v1/completions without a choice") from None
+        return complete(self.endpoint, self.model, ids, fields, logprobs, **extra)
 
     def _top(self, choice: dict[str, Any]) -> tuple[int, float, list[tuple[int, float]]]:
-        try:
-            logprobs = choice["logprobs"]
-            chosen = token_id(logprobs["tokens"][0])
-            logprob = float(logprobs["token_logprobs"][0])
-            top = sorted(((token_id(k), float(v)) for k, v in logprobs["top_logprobs"][0].items()), key=lambda t: -t[1])
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
-            raise EndpointError(
-                f"{self.endpoint.host} answered without token-id log-probabilities (is it vLLM's OpenAI server?)"
-            ) from None
+        chosen, logprob, top = top_of(choice, self.endpoint.host)
         self._check([(chosen, logprob), *top])
         return chosen, logprob, top
 
@@ -312,16 +304,9 @@ class ServedEngine:
             if math.isnan(logprob) or logprob > 1e-3 or logprob == math.inf:
                 raise EndpointError(f"{self.endpoint.host} answered log-probabilities that are not numbers")
 
-    def _measure_raw(self, ids: Sequence[int]) -> bool:
-        """Whether the server's log-probabilities are before its sampling settings: the same request at
-        two temperatures gives the same ones."""
-        fields = {"seed": 0, "top_p": 1.0, "top_k": -1}
-        warm, cool = (dict(self._top(self._complete(ids, {**fields, "temperature": t}, 5))[2]) for t in (1.0, 0.5))
-        return warm.keys() == cool.keys() and all(abs(warm[t] - lp) <= RAW_TOLERANCE for t, lp in cool.items())
-
     def draw(self, ids: Sequence[int], settings: SamplingSettings) -> Drawn:
         if self.raw is None:  # measured once, at the journey's first context; the model view says which
-            self.raw = self._measure_raw(ids)
+            self.raw = logprobs_are_raw(self.endpoint, self.model, ids)
             self.info = dataclasses.replace(self.info, distribution=distribution(self.top_n, self.raw))
         fields = sampling_fields(settings) | {"seed": (settings.seed * SEED_STRIDE + len(ids)) % (1 << 31)}
         started = time.perf_counter()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,6 +107,49 @@ def sampling_fields(settings: SamplingSettings) -> dict[str, Any]:
     }
 
 
+def complete(
+    endpoint: Endpoint, model: str, ids: Sequence[int], fields: dict[str, Any], logprobs: int, **extra: Any
+) -> dict[str, Any]:
+    """One completion of one token after `ids` (sent as ids), with `fields`, the top `logprobs` named by
+    token id: the answer's choice. (A served journey's and the served engine's one request.)"""
+    body = {"model": model, "prompt": list(ids), "max_tokens": 1, "logprobs": logprobs}
+    body |= {"return_tokens_as_token_ids": True, **fields, **extra}
+    answer = endpoint.post("/completions", body)
+    try:
+        choice = answer["choices"][0]
+        assert isinstance(choice, dict)
+        return choice
+    except (KeyError, IndexError, TypeError, AssertionError):
+        raise EndpointError(f"{endpoint.host} answered /v1/completions without a choice") from None
+
+
+def top_of(choice: dict[str, Any], host: str) -> tuple[int, float, list[tuple[int, float]]]:
+    """(chosen id, its logprob, [(id, logprob)] the top-N, best first) from a completion's choice."""
+    try:
+        logprobs = choice["logprobs"]
+        chosen = token_id(logprobs["tokens"][0])
+        logprob = float(logprobs["token_logprobs"][0])
+        top = sorted(((token_id(k), float(v)) for k, v in logprobs["top_logprobs"][0].items()), key=lambda t: -t[1])
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        raise EndpointError(
+            f"{host} answered without token-id log-probabilities (is it vLLM's OpenAI server?)"
+        ) from None
+    if not all(math.isfinite(lp) or lp == -math.inf for _, lp in top) or math.isnan(logprob):
+        raise EndpointError(f"{host} answered log-probabilities that are not numbers")
+    return chosen, logprob, top
+
+
+def logprobs_are_raw(endpoint: Endpoint, model: str, ids: Sequence[int]) -> bool:
+    """Whether the server's log-probabilities are before its sampling settings: the same request at
+    two temperatures, everything else the same, gives the same ones."""
+    fields = {"seed": 0, "top_p": 1.0, "top_k": -1}
+    warm, cool = (
+        dict(top_of(complete(endpoint, model, ids, {**fields, "temperature": t}, 5), endpoint.host)[2])
+        for t in (1.0, 0.5)
+    )
+    return warm.keys() == cool.keys() and all(abs(warm[t] - lp) <= RAW_TOLERANCE for t, lp in cool.items())
+
+
 class ServedJourney:
     """The journey's tokens and steps on a served model, a request per token."""
 
@@ -151,40 +195,14 @@ class ServedJourney:
         self.distribution = self._measured_distribution()
 
     def _complete(self, ids: list[int], fields: dict[str, Any], logprobs: int, **extra: Any) -> dict[str, Any]:
-        body = {"model": self.model, "prompt": ids, "max_tokens": 1, "logprobs": logprobs}
-        body |= {"return_tokens_as_token_ids": True, **fields, **extra}
-        answer = self.endpoint.post("/completions", body)
-        try:
-            choice = answer["choices"][0]
-            assert isinstance(choice, dict)
-            return choice
-        except (KeyError, IndexError, TypeError, AssertionError):
-            raise EndpointError(f"{self.endpoint.host} answered /v1/completions without a choice") from None
+        return complete(self.endpoint, self.model, ids, fields, logprobs, **extra)
 
     def _top(self, choice: dict[str, Any]) -> tuple[int, float, list[tuple[int, float]]]:
-        """(chosen id, its logprob, [(id, logprob)] the top-N, best first) from a completion's choice."""
-        try:
-            logprobs = choice["logprobs"]
-            chosen = token_id(logprobs["tokens"][0])
-            logprob = float(logprobs["token_logprobs"][0])
-            top = sorted(((token_id(k), float(v)) for k, v in logprobs["top_logprobs"][0].items()), key=lambda t: -t[1])
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
-            raise EndpointError(
-                f"{self.endpoint.host} answered without token-id log-probabilities (is it vLLM's OpenAI server?)"
-            ) from None
-        if not all(math.isfinite(lp) or lp == -math.inf for _, lp in top) or math.isnan(logprob):
-            raise EndpointError(f"{self.endpoint.host} answered log-probabilities that are not numbers")
-        return chosen, logprob, top
+        return top_of(choice, self.endpoint.host)
 
     def _measured_distribution(self) -> str:
-        """Whether the server's log-probabilities are before the sampling settings or after: asked at
-        two temperatures with everything else the same."""
-        fields = {"seed": 0, "top_p": 1.0, "top_k": -1}
-        warm, cool = (
-            dict(self._top(self._complete(self.prompt_ids, {**fields, "temperature": t}, 5))[2]) for t in (1.0, 0.5)
-        )
-        same = warm.keys() == cool.keys() and all(abs(warm[t] - lp) <= RAW_TOLERANCE for t, lp in cool.items())
-        return RAW if same else PROCESSED
+        """Whether the server's log-probabilities are before the sampling settings or after."""
+        return RAW if logprobs_are_raw(self.endpoint, self.model, self.prompt_ids) else PROCESSED
 
     def step(self) -> ServedStep | None:
         """One token from the server at the journey's context; None once it has stopped."""
