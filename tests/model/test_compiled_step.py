@@ -112,6 +112,7 @@ async def test_the_app_steps_compiled_and_its_model_view_says_so(models):
         await wait_for(lambda: len(app.journey.snapshot.records) > 12, pilot, timeout=30)
         await pilot.press("a")
         await settle(app, pilot)
+        assert fast.compiled.failed is None  # (on a GPU: the engine thread records the graphs of new rooms)
         assert counted.calls - before == len(app.journey.snapshot.records) - 1  # every step after the prefill
         await pilot.press("M")
         await wait_for(lambda: app.query_one("#views").current == "model", pilot)
@@ -265,3 +266,27 @@ def test_a_compiled_step_never_waits_for_the_gpu(models, device):
             runner.forward([token])
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+def test_a_thread_that_did_not_import_cuda_graph_trees_gets_their_state_and_others_keep_theirs():
+    """The app warms the step up in one thread and may record a new room's graphs in another (torch
+    2.11 failed there: cuda-tests-2026-11-26.txt); a thread that has the state keeps it."""
+    import threading
+
+    from torch._inductor import cudagraph_trees as trees
+
+    from tokenviz.backends.transformers.compiled_step import graph_trees_in_this_thread
+
+    here = trees.get_obj(trees.local, "tree_manager_containers")
+    graph_trees_in_this_thread()
+    assert trees.get_obj(trees.local, "tree_manager_containers") is here
+    seen = []
+
+    def other() -> None:
+        graph_trees_in_this_thread()
+        seen.append((trees.get_container(0).device_index, trees.local.tree_manager_containers is here))
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    thread.join()
+    assert seen == [(0, False)]

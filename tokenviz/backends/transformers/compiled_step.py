@@ -16,7 +16,9 @@ ModelRunner.forward).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -116,6 +118,8 @@ class CompiledStep:
         (heads, 1, head size) where they are the attention view's, tensors of their own."""
         length = cache.get_seq_length()
         static = self._own(cache, length)
+        if ids.device.type == "cuda":
+            graph_trees_in_this_thread()
         torch.compiler.cudagraph_mark_step_begin()  # the last replay's outputs may be overwritten now
         try:
             logits, flat = self.call(ids, static)
@@ -197,6 +201,20 @@ class CompiledStep:
             for _ in range(WARM_UP_STEPS):
                 self.step(cache, ids)
         self.static, self.buffers, self._owner = None, [], None  # (a journey's buffers are made for it)
+
+
+def graph_trees_in_this_thread() -> None:
+    """Give this thread CUDA graph trees' state if it has none. Torch keeps that state per thread
+    but, before 2.12 or so, set it up only in the thread that imported the module (and autograd's): a
+    step that must record a new room's graphs in another thread (the app's engine thread, after a
+    warm-up elsewhere) failed there on an assertion. Newer torch sets it up itself, the same way."""
+    from torch._inductor import cudagraph_trees as trees
+
+    if not hasattr(trees.local, "tree_manager_containers") and not torch._C._is_key_in_tls("tree_manager_containers"):
+        trees.local.tree_manager_containers = {}
+        trees.local.tree_manager_locks = collections.defaultdict(threading.Lock)
+        torch._C._stash_obj_in_tls("tree_manager_containers", trees.local.tree_manager_containers)
+        torch._C._stash_obj_in_tls("tree_manager_locks", trees.local.tree_manager_locks)
 
 
 def _tensors(layer: Any) -> tuple[torch.Tensor, torch.Tensor]:
