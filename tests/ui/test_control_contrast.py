@@ -7,21 +7,8 @@ from apptools import make_app, settle, wait_for
 from textual.geometry import Region
 from textual.widgets import Checkbox, Label
 
+from tokenviz.render.colors import contrast
 from tokenviz.ui.screens import PromptScreen
-
-
-def luminance(color) -> float:
-    def channel(c: int) -> float:
-        c = c / 255
-        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
-
-    r, g, b = color.triplet
-    return 0.2126 * channel(r) + 0.7152 * channel(g) + 0.0722 * channel(b)
-
-
-def contrast(a, b) -> float:
-    la, lb = sorted((luminance(a), luminance(b)), reverse=True)
-    return (la + 0.05) / (lb + 0.05)
 
 
 def mark_cell(box: Checkbox):
@@ -49,7 +36,7 @@ async def test_the_chat_switch_stands_3_to_1_on_and_off(theme):
             box.value = value
             await pilot.pause()
             mark = mark_cell(box)
-            assert contrast(mark[1], mark[2]) >= 3.0, (theme, value, mark)
+            assert contrast(mark[1].triplet, mark[2].triplet) >= 3.0, (theme, value, mark)
             marks.append(mark[1])
         assert marks[0] != marks[1]  # on and off tell apart by colour too
         label = app.screen.query_one(Label)

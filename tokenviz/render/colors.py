@@ -16,6 +16,29 @@ def _hex(rgb: Rgb) -> str:
     return "#{:02x}{:02x}{:02x}".format(*rgb)
 
 
+def luminance(rgb: Rgb) -> float:
+    """WCAG's relative luminance of an sRGB colour (0 black … 1 white)."""
+
+    def linear(c: int) -> float:
+        c_ = c / 255
+        return c_ / 12.92 if c_ <= 0.03928 else ((c_ + 0.055) / 1.055) ** 2.4
+
+    r, g, b = rgb
+    return 0.2126 * linear(r) + 0.7152 * linear(g) + 0.0722 * linear(b)
+
+
+def contrast(a: Rgb, b: Rgb) -> float:
+    """WCAG's contrast ratio of two colours, 1 to 21 (text wants 4.5, a control's parts 3)."""
+    light, dark = sorted((luminance(a), luminance(b)), reverse=True)
+    return (light + 0.05) / (dark + 0.05)
+
+
+def legible_on(background: str) -> str:
+    """Black or white, whichever reads better on `background` (at least 4.5:1 on any colour)."""
+    rgb = parse_hex(background)
+    return "#000000" if contrast(rgb, (0, 0, 0)) >= contrast(rgb, (255, 255, 255)) else "#ffffff"
+
+
 def ramp(stops: list[str], n: int = 64) -> list[str]:
     """`n` colours evenly interpolated through `stops` (hex strings), low to high."""
     rgb = [parse_hex(s) for s in stops]

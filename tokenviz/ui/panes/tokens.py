@@ -22,7 +22,7 @@ from tokenviz.contract.results import Attribution
 from tokenviz.contract.snapshot import Snapshot
 from tokenviz.contract.text import safe_text
 from tokenviz.render.chip_lines import ChipLines
-from tokenviz.render.colors import ramp
+from tokenviz.render.colors import legible_on, ramp
 from tokenviz.render.pieces import MAX_CHAR_BYTES, spelled, visible
 from tokenviz.render.units import probability
 from tokenviz.ui.colors import ThemeColors
@@ -232,7 +232,4 @@ def chip_style(
 @functools.lru_cache(maxsize=8)
 def _shade_styles(stops: tuple[str, ...]) -> list[Style]:
     """The shades of a theme's scale as chip styles, built once (a frame asks once per chip)."""
-    return [
-        Style(bgcolor=color, color="black" if level > SHADES // 2 else "white")
-        for level, color in enumerate(ramp(list(stops), SHADES))
-    ]
+    return [Style(bgcolor=color, color=legible_on(color)) for color in ramp(list(stops), SHADES)]
