@@ -725,3 +725,39 @@ async def test_a_quit_signal_ends_the_process_even_if_the_shutdown_hangs(monkeyp
         await pilot.pause(0.1)
     assert app.return_code is not None or not app.is_running  # it quit as q does
     assert ended.wait(2) and codes == [128 + signal.SIGTERM] and app.signalled == signal.SIGTERM
+
+
+async def test_a_load_of_unknown_length_shows_its_elapsed_time_and_escape_says_what_it_can_do():
+    """As --compile's warm-up: no fraction to show, so the seconds go by on the status line; a key
+    pressed meanwhile is said to be queued, and runs once the model is ready; Escape says at once that
+    the load cannot stop part way."""
+    import threading
+
+    from tiny import tiny_model
+
+    from tokenviz.ui.app import TokenvizApp
+    from tokenviz.worker.engine import EngineWorker
+
+    release = threading.Event()
+
+    def compiling_loader(progress):
+        progress("compiling the decode step on cpu (torch.compile, once per start)", None)
+        release.wait(20)
+        return tiny_model("llama")
+
+    app = TokenvizApp(EngineWorker(compiling_loader, SamplingSettings(temperature=0), PROMPT))
+    async with app.run_test(size=(120, 40)) as pilot:
+
+        def status() -> str:
+            return str(app.query_one(StatusLine).render())
+
+        await wait_for(lambda: "compiling the decode step" in status(), pilot)
+        await wait_for(lambda: status().endswith("· 2 s"), pilot, timeout=10)  # (the line ticks by itself)
+        await pilot.press("space")
+        await wait_for(lambda: any("queued" in n.message for n in app._notifications), pilot)
+        await pilot.press("escape")
+        await pilot.pause(0.5)
+        assert any("loading cannot stop part way" in n.message for n in app._notifications)
+        release.set()
+        await settle(app, pilot)
+        await wait_for(lambda: len(app.journey.snapshot.records) == 2, pilot)  # the space, once ready

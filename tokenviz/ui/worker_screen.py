@@ -116,7 +116,9 @@ class WorkerScreen(Screen[None], Generic[S]):
     def submit(self, command: Command) -> None:
         """Send `command` to the worker. A move made while a long job runs waits for it: said at once."""
         s = self.snapshot
-        if s is not None and CANCELS in (s.message or "") and isinstance(command, Move):
+        if isinstance(command, Move) and (s is None or s.state == "loading"):
+            self.notify("queued: it runs once the model is ready")
+        elif s is not None and CANCELS in (s.message or "") and isinstance(command, Move):
             self.notify("queued: it runs when the job now running ends (Escape cancels the job)")
         self.worker.submit(command)
 
@@ -210,6 +212,9 @@ class WorkerScreen(Screen[None], Generic[S]):
 
     def action_cancel(self) -> None:
         self.worker.cancel()
+        s = self.snapshot
+        if s is None or s.state == "loading":  # (a load, or a compile, is one call that cannot stop part way)
+            self.notify("loading cannot stop part way: q quits")
         for line in self.query(StatusLine):  # acknowledged at once: the job stops at its next chunk
             line.cancelling()
 

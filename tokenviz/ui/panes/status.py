@@ -8,6 +8,7 @@ state, step and position stay longest, then device and dtype; the model's name g
 from __future__ import annotations
 
 import dataclasses
+import time
 
 from rich.cells import cell_len
 from rich.text import Text
@@ -15,7 +16,10 @@ from textual.visual import VisualType
 from textual.widgets import Static
 
 from tokenviz.contract.snapshot import CANCELS, Snapshot
-from tokenviz.render.units import elapsed, human_bytes
+from tokenviz.render.units import duration, elapsed, human_bytes
+
+
+BUSY = ("loading", "prefilling")  # states whose work of unknown length shows its elapsed time
 
 
 class StatusLine(Static):
@@ -24,6 +28,19 @@ class StatusLine(Static):
 
     _shown: Snapshot | None = None
     _cancelling = False  # Escape pressed during a job: said at once, until a frame shows the job gone
+    _since: tuple[str, float] = ("", 0.0)  # work of unknown length on the line, and when it began
+
+    def on_mount(self) -> None:
+        self.set_interval(1.0, self._tick)  # (the elapsed time of a load or compile that says no fraction)
+
+    def _tick(self) -> None:
+        if self._shown is not None and self._shown.progress is None and self._shown.state in BUSY:
+            self.show(self._shown)
+
+    def _elapsed(self, message: str) -> str:
+        if message != self._since[0]:
+            self._since = (message, time.monotonic())
+        return duration(time.monotonic() - self._since[1])
 
     def cancelling(self) -> None:
         """Escape was pressed: if a job is running, say at once that it is being cancelled."""
@@ -46,6 +63,8 @@ class StatusLine(Static):
         if s.info is None or s.state == "prefilling":
             bar = f" {s.progress:.0%}" if s.progress is not None else ""
             text.append(f"{s.state}{bar} · {s.message}" if s.message else f"{s.state}{bar}")
+            if s.progress is None and s.state in BUSY:
+                text.append(f" · {self._elapsed(s.message)}")
             self.update(text)
             return
         latest = s.latest
