@@ -761,3 +761,29 @@ async def test_a_load_of_unknown_length_shows_its_elapsed_time_and_escape_says_w
         release.set()
         await settle(app, pilot)
         await wait_for(lambda: len(app.journey.snapshot.records) == 2, pilot)  # the space, once ready
+
+
+async def test_the_prompt_editor_counts_a_pasted_texts_tokens_at_once():
+    """An 11 KB paste lands whole (one event), and the editor counts its tokens with the model's own
+    tokenizer, off the UI thread, and says when the model cannot read that many."""
+    from textual import events
+    from textual.widgets import Label, TextArea
+
+    from tokenviz.ui.screens import PromptScreen
+
+    app = make_app(context=128)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("e")
+        await wait_for(lambda: isinstance(app.screen, PromptScreen), pilot)
+        count = app.screen.query_one("#prompt-count", Label)
+        ids = len(app.journey.worker.session.runner.encode(PROMPT))
+        await wait_for(lambda: str(count.render()).startswith(f"{ids} tokens"), pilot)
+        area = app.screen.query_one(TextArea)
+        area.select_all()
+        text = "The Eiffel Tower is located in Paris. " * 290  # 11 KB
+        app.post_message(events.Paste(text))
+        await wait_for(lambda: area.text == text, pilot)
+        expected = len(app.journey.worker.session.runner.encode(text))
+        await wait_for(lambda: str(count.render()).startswith(f"{expected:,} tokens"), pilot)
+        assert "more than the 128 this model reads" in str(count.render())

@@ -43,6 +43,10 @@ class Worker(Protocol[S]):
     def stop(self, timeout: float = 1.0) -> bool:
         """Ask the thread to end, after the Saves already submitted; True once it has."""
 
+    def count_tokens(self, text: str) -> int | None:
+        """How many tokens the model's tokenizer makes of `text` (the prompt editor's count); None where
+        no tokenizer is here (loading, a recording, a served model's). Called off the UI thread."""
+
     def compare(self, a: SamplingSettings, b: SamplingSettings, prompt: Start) -> Worker[ComparisonSnapshot]:
         """A worker that runs `prompt` twice on this worker's model, by settings `a` and `b`, stepped
         together (TokenvizError where it cannot: a recording has no model)."""

@@ -480,7 +480,9 @@ class JourneyScreen(WorkerScreen[Snapshot]):
                 self.submit(Start(prompt=choice.text, chat=choice.chat, system=system))
 
         chat = s.chat if s and s.records else True  # a first prompt is offered as a chat message
-        self.app.push_screen(PromptScreen(s.prompt if s else "", can_chat, chat), submitted)
+        context = s.info.context if s and s.info else None
+        editor = PromptScreen(s.prompt if s else "", can_chat, chat, count=self.worker.count_tokens, context=context)
+        self.app.push_screen(editor, submitted)
 
     def action_continue_with(self) -> None:
         """Force a text of the user's own through the journey, token by token (see Continue)."""

@@ -3,14 +3,17 @@ continuation, comparison and watch dialogs."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
 from rich.text import Text
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
+from textual.timer import Timer
 from textual.widgets import Checkbox, Input, Label, Markdown, OptionList, TextArea
 from textual.widgets.option_list import Option
 
@@ -143,11 +146,23 @@ class PromptScreen(ModalScreen[PromptChoice | None]):
     PromptScreen Checkbox.-on > .toggle--button { color: $success; }
     """
 
-    def __init__(self, prompt: str, can_chat: bool, chat: bool = True):
+    COUNT_AFTER_S = 0.2  # the token count follows the text this long after the last change (a paste, typing)
+
+    def __init__(
+        self,
+        prompt: str,
+        can_chat: bool,
+        chat: bool = True,
+        count: Callable[[str], int | None] | None = None,
+        context: int | None = None,
+    ):
         super().__init__()
         self.prompt = prompt
         self.can_chat = can_chat
         self.chat = chat  # the journey's mode: the switch starts there
+        self.count = count  # the model's tokenizer's count of a text (None: none here)
+        self.context = context
+        self._count_timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
         with Vertical():
@@ -156,6 +171,7 @@ class PromptScreen(ModalScreen[PromptChoice | None]):
                 "ctrl+l clears, Escape keeps the current journey"
             )
             yield TextArea(self.prompt, id="prompt-input", soft_wrap=True, show_line_numbers=False)
+            yield Label("", id="prompt-count", classes="dim")
             if self.can_chat:
                 yield Checkbox("chat: a user message through the model's chat template", self.chat, id="chat")
             else:
@@ -163,6 +179,27 @@ class PromptScreen(ModalScreen[PromptChoice | None]):
 
     def on_mount(self) -> None:
         self.query_one(TextArea).focus()
+        self._count_later()
+
+    @on(TextArea.Changed)
+    def _count_later(self) -> None:
+        if self.count is None:
+            return
+        if self._count_timer is not None:
+            self._count_timer.stop()
+        self._count_timer = self.set_timer(self.COUNT_AFTER_S, lambda: self._count(self.query_one(TextArea).text))
+
+    @work(thread=True, exclusive=True, group="count")
+    def _count(self, text: str) -> None:
+        """The text's token count, off the UI thread (an 11 KB paste takes the tokenizer milliseconds)."""
+        assert self.count is not None
+        n = self.count(text)
+        if n is None:
+            return
+        line = f"{n:,} tokens" + (", and the chat template's when chat is on" if self.can_chat else "")
+        if self.context is not None and n >= self.context:
+            line += f": more than the {self.context:,} this model reads"
+        self.app.call_from_thread(self.query_one("#prompt-count", Label).update, line)
 
     def action_select_all(self) -> None:
         self.query_one(TextArea).select_all()

@@ -104,6 +104,11 @@ class EngineWorker(CommandThread[Snapshot]):
         self._forced_total = 0
         self._prefilling: tuple[TokenChip, ...] = ()  # a first prompt's tokens while it is prefilled
 
+    def count_tokens(self, text: str) -> int | None:
+        session = self.session  # (a fast tokenizer is safe to call beside the engine's thread)
+        tokenizer = getattr(session.runner, "tokenizer", None) if session is not None else None
+        return None if tokenizer is None else len(tokenizer(text, add_special_tokens=True)["input_ids"])
+
     def compare(self, a: SamplingSettings, b: SamplingSettings, prompt: Start) -> CompareWorker:
         """Two journeys of `prompt` on this worker's model (weights shared), by settings `a` and `b`."""
         session = self.session

@@ -142,5 +142,8 @@ class RecordingWorker:
     def stop(self, timeout: float = 0.0) -> bool:
         return True  # nothing runs
 
+    def count_tokens(self, text: str) -> int | None:
+        return None  # no model
+
     def compare(self, a: SamplingSettings, b: SamplingSettings, prompt: Start) -> Worker[ComparisonSnapshot]:
         raise TokenvizError(NO_MODEL)

@@ -101,6 +101,9 @@ class CommandThread(Generic[S]):
             self._thread.join(timeout)
         return not self._thread.is_alive()
 
+    def count_tokens(self, text: str) -> int | None:
+        return None  # (a worker with a tokenizer says)
+
     # ---- what a worker gives ------------------------------------------------------------------------
 
     def _load(self) -> None:

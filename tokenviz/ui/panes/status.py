@@ -18,7 +18,6 @@ from textual.widgets import Static
 from tokenviz.contract.snapshot import CANCELS, Snapshot
 from tokenviz.render.units import duration, elapsed, human_bytes
 
-
 BUSY = ("loading", "prefilling")  # states whose work of unknown length shows its elapsed time
 
 
