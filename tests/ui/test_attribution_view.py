@@ -1,6 +1,8 @@
 """The attribution view: A explains the token after the cursor, strongest first, shades the chips
 by it and follows the cursor; the palette switches to gradient × input; a recording says why not."""
 
+import dataclasses
+
 import pytest
 from apptools import frozen_recording, make_app, recorded_app, settle, wait_for
 
@@ -111,3 +113,25 @@ def test_a_damaged_attribution_in_a_file_is_refused_in_one_line(tmp_path):
     doc["replay"]["attributions"][0]["scores"] = [0.1]
     with pytest.raises(TokenvizError, match="scores"):
         parse_journey(doc)
+
+
+async def test_the_next_estimate_follows_the_speed_measured_here():
+    """The first estimate is the prefill's speed; once a leave-one-out has run here (long enough to
+    time), the next is that run's seconds scaled by the work: the square of the tokens."""
+    from tokenviz.ui.panes.attribution import estimated_s
+
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=20), step_seconds=0.6)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(app, pilot)
+        screen = app.journey
+        assert screen.attribution_measured == {}
+        await pilot.press("A")
+        await wait_for(lambda: "loo" in screen.attribution_measured, pilot, timeout=60)
+        tokens, seconds = screen.attribution_measured["loo"]
+        selection = screen.current_selection()
+        assert tokens == selection.cursor + 1 and seconds >= 1.0  # two passes of 0.6 s at least
+        fewer = dataclasses.replace(selection, cursor=selection.cursor // 2)
+        n = fewer.cursor + 1
+        expected = seconds * (n + 1) * n / ((tokens + 1) * tokens)
+        assert estimated_s(fewer, "loo", screen.attribution_measured["loo"]) == pytest.approx(expected)
+        assert estimated_s(fewer, "loo", None) != pytest.approx(expected)  # (the prefill's, before)

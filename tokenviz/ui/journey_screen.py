@@ -3,6 +3,7 @@ each snapshot; the tokens, a swappable view beside the next-token pane, the samp
 
 from __future__ import annotations
 
+import time
 from collections.abc import Hashable
 from typing import Any, ClassVar
 
@@ -101,6 +102,7 @@ VIEWS = {
 BEAM_WIDTH = 3  # the B key's width; the palette offers 2-8
 BEAM_STEPS = 10
 SPECULATION_STEPS = 16
+TIMED_FROM_S = 1.0  # an attribution that took this long or more times the next estimate (see estimated_s)
 MODEL_ACTIONS = model_actions()  # their keys are off in a recording
 MODEL_KEYS = model_keys()
 KEY_ACTIONS = {key: p.action for row in KEYS for p in row.presses for key in p.key.split(",")}  # Textual's key names
@@ -126,6 +128,10 @@ class JourneyScreen(WorkerScreen[Snapshot]):
         self._long_attribution_ok = False  # the user ran a long leave-one-out: do not ask again
         self._attention_requested: ShowAttention | None = None
         self.beam_width = BEAM_WIDTH
+        # Attribution's speed here, measured: the request sent (method, position, when), and by method
+        # the (tokens, seconds) of the last run, which the next estimate scales (see estimated_s).
+        self._attribution_sent: tuple[str, int, float] | None = None
+        self.attribution_measured: dict[str, tuple[int, float]] = {}
 
     def compose(self) -> ComposeResult:
         yield ProgressBar(id="loading", show_eta=False)
@@ -146,6 +152,7 @@ class JourneyScreen(WorkerScreen[Snapshot]):
     def draw(self, before: Snapshot | None, s: Snapshot) -> None:
         if s.state == "error" and s.info is None:
             self.fatal_error = s.error
+        self._time_attribution(before, s)
         bar = self.query_one("#loading", ProgressBar)
         busy = (s.info is None and s.state != "error") or s.state == "prefilling"
         bar.set_class(not busy, "-hidden")
@@ -235,11 +242,24 @@ class JourneyScreen(WorkerScreen[Snapshot]):
         if isinstance(request, Attribute):
             self.query_one(AttributionPane).declined = None
             s = selection.snapshot
-            loo_s = estimated_s(selection, "loo") if request.method == "loo" and s.live else None
+            measured = self.attribution_measured.get
+            loo_s = estimated_s(selection, "loo", measured("loo")) if request.method == "loo" and s.live else None
             if loo_s is not None and loo_s > LONG_JOB_S and not self._long_attribution_ok:
-                self._ask_before_attributing(request, loo_s, estimated_s(selection, "grad") or 0.0)
+                self._ask_before_attributing(request, loo_s, estimated_s(selection, "grad", measured("grad")) or 0.0)
                 return
+            self._attribution_sent = (request.method, request.position, time.perf_counter())
         self.submit(request)
+
+    def _time_attribution(self, before: Snapshot | None, s: Snapshot) -> None:
+        """A new attribution for the request sent: how long it took, for the next estimate."""
+        sent, a = self._attribution_sent, s.result(Attribute)
+        if sent is None or a is None or (before is not None and before.result(Attribute) is a):
+            return
+        if (a.method, a.position) == sent[:2]:
+            seconds = time.perf_counter() - sent[2]
+            if seconds >= TIMED_FROM_S:  # (an answer kept from before comes at once: not a speed)
+                self.attribution_measured[a.method] = (a.position + 1, seconds)
+            self._attribution_sent = None
 
     def _ask_before_attributing(self, request: Attribute, loo_s: float, grad_s: float) -> None:
         n = request.position + 1

@@ -25,16 +25,24 @@ RUN = Run(Attribute, "view('attribution')")
 LONG_JOB_S = 10.0  # a job estimated at more than this is said before it starts
 
 
-def estimated_s(selection: Selection, method: AttributionMethod) -> float | None:
-    """About how long attributing the token after the cursor takes, from the prefill's speed (tokens
-    a second through the model): leave-one-out feeds the context once per token, gradient × input
-    once forward and once back (about three passes)."""
+def estimated_s(
+    selection: Selection, method: AttributionMethod, measured: tuple[int, float] | None = None
+) -> float | None:
+    """About how long attributing the token after the cursor takes. Leave-one-out feeds the context
+    once per token (its cost grows with the square of the tokens), gradient × input once forward and
+    once back (with the tokens). From `measured`, (tokens, seconds) of an earlier run of the same
+    method here, where there is one; else from the prefill's speed, which overstates it (the prefill
+    of a long prompt is slower a token than leave-one-out's batches of shorter ones: 2× at 200 and 600
+    tokens of a 3,233-token prompt on the bundled model)."""
+    n = selection.cursor + 1
+    work = (n + 1) * n if method == "loo" else 3 * n
+    if measured is not None:
+        m, seconds = measured
+        return seconds * work / ((m + 1) * m if method == "loo" else 3 * m)
     prefill = selection.snapshot.records[0]
     if prefill.forward_ms <= 0:
         return None
-    rate = len(prefill.input_ids) / (prefill.forward_ms / 1000)
-    n = selection.cursor + 1
-    return (n + 1) * n / rate if method == "loo" else 3 * n / rate
+    return work / (len(prefill.input_ids) / (prefill.forward_ms / 1000))
 
 
 def current_attribution(selection: Selection) -> Attribution | None:
