@@ -133,15 +133,9 @@ def open_app(
         check_chat(chat, system)
     except TokenvizError as exc:
         fail(str(exc))
-    if endpoint is None and (served_model or api_key_env or api_key_file or insecure_http or tokenizer):
-        fail("--served-model, --api-key-env, --api-key-file, --insecure-http and --tokenizer go with --endpoint URL")
-    loader = (  # (a server is asked first: one that cannot answer is told before anything else waits)
-        model.loader()
-        if endpoint is None
-        else served_loader(
-            model, settings, served_choice(endpoint, served_model, api_key_env, api_key_file, insecure_http), tokenizer
-        )
-    )
+    served = served_options(endpoint, served_model, api_key_env, api_key_file, insecure_http, tokenizer)
+    # (a server is asked first: one that cannot answer is told before anything else waits)
+    loader = model.loader() if served is None else served_loader(model, settings, served, tokenizer)
     require_terminal()
     text = prompt if prompt is not None else (DEFAULT_QUESTION if chat else DEFAULT_PROMPT)
     run_app(EngineWorker(loader, settings, text, chat=chat, system=system), theme)
@@ -312,7 +306,8 @@ def trace(
     interventions (--ablate, --steer, --steer-tokens, --patch) each step also gives the model's own
     distribution at the same context and the KL from it ("unsteered"). With --endpoint, the model a
     server runs (an OpenAI-compatible one, as vLLM's), a request per token."""
-    if endpoint is not None:
+    served = served_options(endpoint, served_model, api_key_env, api_key_file, insecure_http, takes_tokenizer=False)
+    if served is not None:
         needs_internals = {
             "--lens": lens, "--routing": routing, "--attribution": attribution, "--beams": beams,
             "--speculate": speculate or draft_model, "--ablate": ablate, "--steer": steer,
@@ -323,11 +318,8 @@ def trace(
         asked = [name for name, value in needs_internals.items() if value]
         if asked:
             fail(f"{asked[0]} is not available on a served model yet (--endpoint): it needs the model in this process")
-        served = served_choice(endpoint, served_model, api_key_env, api_key_file, insecure_http)
         run_served_trace(prompt, settings.replace(max_new_tokens=steps), served, as_json)
         return
-    if served_model or api_key_env or api_key_file or insecure_http:
-        fail("--served-model, --api-key-env, --api-key-file and --insecure-http go with --endpoint URL")
     try:  # every option checked before torch is imported: a mistake is told in a moment
         check_trace(steps, save, html, force, beams, speculate, lens or routing, attribution, watch)
         interventions: tuple[Intervention, ...] = (
@@ -380,10 +372,24 @@ def trace(
     print_document(document, as_json)
 
 
-def served_choice(
-    url: str, model: str | None, key_env: str | None, key_file: str | None, insecure_http: bool
-) -> "ServedChoice":
-    """The served options as one value (tokenviz.served is imported only when a command is served)."""
+def served_options(
+    url: str | None,
+    model: str | None,
+    key_env: str | None,
+    key_file: str | None,
+    insecure_http: bool,
+    tokenizer: str | None = None,
+    url_option: str = "--endpoint",
+    takes_tokenizer: bool = True,
+) -> "ServedChoice | None":
+    """The served options as one value, or None without a server's URL, where any of the others given
+    is refused in one line (tokenviz.served is imported only when a command is served)."""
+    if url is None:
+        if model or key_env or key_file or insecure_http or tokenizer:
+            names = ["--served-model", "--api-key-env", "--api-key-file", "--insecure-http"]
+            names += ["--tokenizer"] if takes_tokenizer else []
+            fail(f"{', '.join(names[:-1])} and {names[-1]} go with {url_option} URL")
+        return None
     from tokenviz.served.endpoint import ApiKey
     from tokenviz.served.journey import ServedChoice
 
@@ -532,12 +538,13 @@ def score(
     grammar (--json-schema, --regex, --grammar), which the text follows from its first token, each
     token's log-probability under it too (one more pass). With --endpoint, on the model a server runs
     (its prompt log-probabilities: no entropy, the server's top 5)."""
-    if endpoint is not None:
+    served = served_options(endpoint, served_model, api_key_env, api_key_file, insecure_http, takes_tokenizer=False)
+    if served is not None:
         if grammar is not None or chat or model.model:
             fail(
                 "score --endpoint takes no grammar, --chat or --model yet: the server's model scores the text as typed"
             )
-        run_served_score(text, served_choice(endpoint, served_model, api_key_env, api_key_file, insecure_http), as_json)
+        run_served_score(text, served, as_json)
         return
     from tokenviz.backends.engines import engine_of
     from tokenviz.backends.transformers.before_weights import journey_checks
@@ -617,11 +624,19 @@ def compare(
     (--against-quantize) or two models sharing a tokenizer (--model and --against-model). Per step:
     the KL divergence of their raw distributions, whether their top-1 agree, the rank each gives the
     other's choice; and where their paths part."""
-    if against_endpoint is not None:
+    served = served_options(
+        against_endpoint,
+        served_model,
+        api_key_env,
+        api_key_file,
+        insecure_http,
+        url_option="--against-endpoint",
+        takes_tokenizer=False,
+    )
+    if served is not None:
         others = (against, against_model, against_dtype, against_quantize, against_grammar, chat)
         if any(others) or settings.grammar is not None:
             fail("--against-endpoint compares the same settings on both sides: it takes no other --against option")
-        served = served_choice(against_endpoint, served_model, api_key_env, api_key_file, insecure_http)
         compare_served(prompt, settings.replace(max_new_tokens=steps), model, served, as_json)
         return
     try:
@@ -735,10 +750,9 @@ def serve(
         fail(str(exc))
     except OSError as exc:
         fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
-    if endpoint is not None:  # asked once here, as each tab will: an unreachable server is told now
-        served_loader(model, settings, served_choice(endpoint, served_model, api_key_env, api_key_file, insecure_http))
-    elif served_model or api_key_env or api_key_file or insecure_http or tokenizer:
-        fail("--served-model, --api-key-env, --api-key-file, --insecure-http and --tokenizer go with --endpoint URL")
+    served = served_options(endpoint, served_model, api_key_env, api_key_file, insecure_http, tokenizer)
+    if served is not None:  # asked once here, as each tab will: an unreachable server is told now
+        served_loader(model, settings, served)
     from tokenviz.cli.serving import LimitedServer, session_limit
 
     command = shlex.join([sys.executable, "-m", "tokenviz", *app_arguments(sys.argv[2:])])

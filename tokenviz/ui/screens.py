@@ -199,7 +199,12 @@ class PromptScreen(ModalScreen[PromptChoice | None]):
         line = f"{n:,} tokens" + (", and the chat template's when chat is on" if self.can_chat else "")
         if self.context is not None and n >= self.context:
             line += f": more than the {self.context:,} this model reads"
-        self.app.call_from_thread(self.query_one("#prompt-count", Label).update, line)
+        self.app.call_from_thread(self._show_count, line)
+
+    def _show_count(self, line: str) -> None:
+        """(On the UI thread: the dialog may have closed while the tokenizer counted.)"""
+        if self.is_mounted:
+            self.query_one("#prompt-count", Label).update(line)
 
     def action_select_all(self) -> None:
         self.query_one(TextArea).select_all()

@@ -116,11 +116,17 @@ class WorkerScreen(Screen[None], Generic[S]):
     def submit(self, command: Command) -> None:
         """Send `command` to the worker. A move made while a long job runs waits for it: said at once."""
         s = self.snapshot
-        if isinstance(command, Move) and (s is None or s.state == "loading"):
-            self.notify("queued: it runs once the model is ready")
-        elif s is not None and CANCELS in (s.message or "") and isinstance(command, Move):
-            self.notify("queued: it runs when the job now running ends (Escape cancels the job)")
+        if isinstance(command, Move):
+            if self.model_loading:
+                self.notify("queued: it runs once the model is ready")
+            elif s is not None and CANCELS in (s.message or ""):
+                self.notify("queued: it runs when the job now running ends (Escape cancels the job)")
         self.worker.submit(command)
+
+    @property
+    def model_loading(self) -> bool:
+        """Whether the worker is still loading (a load, or a compile, is one call that cannot stop part way)."""
+        return self.snapshot is None or self.snapshot.state == "loading"
 
     # ---- what a screen gives -------------------------------------------------------------------------
 
@@ -212,8 +218,7 @@ class WorkerScreen(Screen[None], Generic[S]):
 
     def action_cancel(self) -> None:
         self.worker.cancel()
-        s = self.snapshot
-        if s is None or s.state == "loading":  # (a load, or a compile, is one call that cannot stop part way)
+        if self.model_loading:
             self.notify("loading cannot stop part way: q quits")
         for line in self.query(StatusLine):  # acknowledged at once: the job stops at its next chunk
             line.cancelling()
