@@ -162,6 +162,9 @@ class ServedEngine:
     def encode(self, text: str, special_tokens: bool = True) -> list[int]:
         if self.local is not None:
             return list(self.local(text, add_special_tokens=special_tokens)["input_ids"])
+        return self._server_encode(text, special_tokens)
+
+    def _server_encode(self, text: str, special_tokens: bool = True) -> list[int]:
         body = {"model": self.model, "prompt": text, "add_special_tokens": special_tokens}
         return _token_list(self.endpoint.post("/tokenize", body, root=True), self.endpoint.host)
 
@@ -219,10 +222,7 @@ class ServedEngine:
     def _checked(self, tokenizer: Any) -> int:
         """The local tokenizer's vocabulary, once it is shown to tokenize and decode as the server does."""
         here = list(tokenizer(PROBE, add_special_tokens=True)["input_ids"])
-        there = _token_list(
-            self.endpoint.post("/tokenize", {"model": self.model, "prompt": PROBE, "add_special_tokens": True}, True),
-            self.endpoint.host,
-        )
+        there = self._server_encode(PROBE)
         if here != there:
             raise TokenvizError(
                 f"--tokenizer does not tokenize as {self.endpoint.host} does: a test text is {len(here)} tokens "

@@ -105,9 +105,10 @@ class EngineWorker(CommandThread[Snapshot]):
         self._prefilling: tuple[TokenChip, ...] = ()  # a first prompt's tokens while it is prefilled
 
     def count_tokens(self, text: str) -> int | None:
-        session = self.session  # (a fast tokenizer is safe to call beside the engine's thread)
-        tokenizer = getattr(session.runner, "tokenizer", None) if session is not None else None
-        return None if tokenizer is None else len(tokenizer(text, add_special_tokens=True)["input_ids"])
+        session = self.session  # (a fast tokenizer is safe to call beside the engine's thread; a server is not asked)
+        if session is None or session.runner.tokenizer is None:
+            return None
+        return len(session.runner.encode(text))
 
     def compare(self, a: SamplingSettings, b: SamplingSettings, prompt: Start) -> CompareWorker:
         """Two journeys of `prompt` on this worker's model (weights shared), by settings `a` and `b`."""
