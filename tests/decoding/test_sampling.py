@@ -327,3 +327,26 @@ def test_an_intervention_of_no_known_kind_is_an_error_never_a_steering():
 
     with pytest.raises(AssertionError):
         resolve(None, 4, [object()], [1, 2], lambda text: [1], lambda text: 1)  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize(
+    "bad, settings",
+    [
+        (float("nan"), SamplingSettings(temperature=0)),
+        (float("inf"), SamplingSettings(temperature=0)),
+        (float("nan"), SamplingSettings(seed=1)),
+        (float("inf"), SamplingSettings(seed=1, top_k=5)),
+    ],
+)
+def test_one_nan_or_inf_logit_among_numbers_is_refused_and_minus_inf_is_a_token_ruled_out(bad, settings):
+    from tokenviz.contract.errors import TokenvizError
+    from tokenviz.decoding.sampling import NOT_A_NUMBER
+
+    logits = torch.randn(500)
+    logits[123] = bad
+    with pytest.raises(TokenvizError, match="not a number"):
+        decide(logits, settings, [1, 2, 3], [3], str)
+    logits[123] = -math.inf  # (a server's unknown rest): that token is out, the rest decide
+    assert decide(logits, settings, [1, 2, 3], [3], str).chosen_id != 123
+    with pytest.raises(TokenvizError, match=NOT_A_NUMBER[:20]):
+        decide(torch.full((500,), -math.inf), settings, [1, 2, 3], [3], str)

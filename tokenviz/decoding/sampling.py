@@ -224,12 +224,14 @@ def choice_from(final: torch.Tensor, settings: SamplingSettings, position: int) 
 
 
 def summarise(logits: torch.Tensor, n: int) -> PendingSummary:
-    """Top-n of the model's raw softmax and its entropy in bits, still on the device."""
+    """Top-n of the model's raw softmax and its entropy in bits, still on the device (on one thread
+    on a CPU, as the decision: see one_thread_on_cpu)."""
     logits = logits.float().reshape(-1)
-    log_probs = torch.log_softmax(logits, -1)
-    probs = log_probs.exp()
-    entropy = -(probs * log_probs).nan_to_num().sum() / math.log(2)
-    top_logits, top_ids = torch.topk(logits, min(n, logits.numel()))
+    with one_thread_on_cpu(logits.device):
+        log_probs = torch.log_softmax(logits, -1)
+        probs = log_probs.exp()
+        entropy = -(probs * log_probs).nan_to_num().sum() / math.log(2)
+        top_logits, top_ids = torch.topk(logits, min(n, logits.numel()))
     return PendingSummary(
         {
             "summary.ids": top_ids,
@@ -336,6 +338,10 @@ def _decide(
 
     chosen_prob, raw_prob = at(final, chosen), at(raw, chosen)
     raw_rank = ((raw > raw_prob).sum() + 1).double()
+    # One reduction says whether every logit is a number or -inf (a server's unknown rest) and one is
+    # finite: the largest is NaN where any is, +inf where any is, -inf where none is finite.
+    numbers = torch.isfinite(raw_scores.max())
+    any_left = numbers if final_scores is raw_scores else torch.isfinite(final_scores).any()
     scalars = torch.stack(
         [
             chosen.double(),
@@ -345,9 +351,8 @@ def _decide(
             raw_prob.double(),
             low,
             high,
-            # No NaN and no +inf (read with the rest: no extra wait); -inf rules a token out (a server's unknown rest)
-            (~(torch.isnan(logits) | (logits == math.inf)).all() & torch.isfinite(logits).any()).double(),
-            torch.isfinite(final_scores).any().double(),
+            numbers.double(),  # (read with the rest: no extra wait)
+            any_left.double(),
         ]
     )
     tensors = {
