@@ -100,20 +100,22 @@ def test_an_eager_only_model_feeds_only_the_new_rows_when_the_window_moves_on():
     assert abs(s.attention(range(21, 31), [2])[0] - full[2][:, 21:31, :31]).max() < 1e-5
 
 
-@pytest.mark.parametrize("free_gb", [1, 80, 500])
-def test_the_query_budget_follows_the_free_memory(monkeypatch, free_gb):
+def test_the_query_budget_keeps_the_last_positions_within_a_share_of_the_free_memory(monkeypatch):
     from tokenviz.backends.transformers import runner as runner_module
-    from tokenviz.backends.transformers.query_store import QUERY_CEILING, QUERY_FLOOR, query_budget
+    from tokenviz.backends.transformers.query_store import QUERY_FLOOR, QUERY_POSITIONS, QUERY_SHARE, query_budget
 
-    monkeypatch.setattr(runner_module, "free_bytes", lambda device, limits: (free_gb * 10**9, False))
+    monkeypatch.setattr(runner_module, "free_bytes", lambda device, limits: (80 * 10**9, False))
     runner = ModelRunner(tiny_model("llama"))
-    expected = {1: QUERY_FLOOR, 80: int(0.02 * 80 * 10**9), 500: QUERY_CEILING}[free_gb]
-    assert runner.queries.budget == expected
     i = runner.info
-    positions = expected // (i.layers * i.heads * i.head_dim * 4)
-    assert i.queries_kept.startswith(f"the last {positions:,} positions")
-    # An 8B model (32 layers x 32 heads x 128, bfloat16) on a GPU with 60 GB free keeps thousands.
-    assert query_budget(60 * 10**9) // (32 * 32 * 128 * 2) > 4000
+    per_position = i.layers * i.heads * i.head_dim * 4
+    assert runner.queries.budget == QUERY_POSITIONS * per_position
+    assert i.queries_kept.startswith(f"the last {QUERY_POSITIONS:,} positions")
+    # An 8B model (32 layers x 32 heads x 128, bfloat16) on a GPU with 60 GB free keeps the positions, 268 MB.
+    eight_b = 32 * 32 * 128 * 2
+    assert query_budget(60 * 10**9, eight_b) == QUERY_POSITIONS * eight_b
+    # A position of 4 MB (a 405B model) where 10 GB are free: its share, 200 MB, about 48 positions.
+    assert query_budget(10 * 10**9, 4 << 20) == int(QUERY_SHARE * 10 * 10**9)
+    assert query_budget(10**9, 4 << 20) == QUERY_FLOOR  # (never less than one screen's worth of a small model)
 
 
 def every_row_equals_eager(s: Session) -> None:

@@ -15,15 +15,17 @@ import torch
 
 from tokenviz.backends.transformers.attention import Capture, LayerCall
 
-QUERY_SHARE = 0.02  # of the device's free memory when the model loads: the query states' budget,
-QUERY_FLOOR = 32 << 20  # but at least this (about 470 positions of the bundled model)
-QUERY_CEILING = 2 << 30  # and at most this
+QUERY_POSITIONS = 1024  # positions whose query states are kept: several screens of attention rows,
+QUERY_SHARE = 0.02  # but no more than this share of the device's free memory when the model loads,
+QUERY_FLOOR = 32 << 20  # and at least this (about 470 positions of the bundled model)
 
 
-def query_budget(free: int) -> int:
-    """Bytes of query states to keep, given the device's free memory: an 8B model on a GPU keeps
-    thousands of positions, a small machine still a few hundred."""
-    return int(min(max(free * QUERY_SHARE, QUERY_FLOOR), QUERY_CEILING))
+def query_budget(free: int, per_position: int) -> int:
+    """Bytes of query states to keep, given the device's free memory and one position's query states
+    (every layer's): the last QUERY_POSITIONS positions where they fit in QUERY_SHARE of it. A row
+    further back is fed again when it is shown, so what is kept follows the screen, and memory stays
+    near the model's own (the bundled model keeps 71 MB: at 4,096 tokens every position's would be 0.28 GB)."""
+    return int(min(QUERY_POSITIONS * per_position, max(free * QUERY_SHARE, QUERY_FLOOR)))
 
 
 @dataclass

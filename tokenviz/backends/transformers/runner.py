@@ -25,7 +25,7 @@ from tokenviz.backends.transformers.parts import eos_id_set, last_logits, output
 from tokenviz.backends.transformers.pieces import TokenPieces
 from tokenviz.backends.transformers.place_times import PlaceTimes, timed_by_place
 from tokenviz.backends.transformers.placing import input_device
-from tokenviz.backends.transformers.query_store import QUERY_CEILING, QUERY_FLOOR, QUERY_SHARE, QueryStore, query_budget
+from tokenviz.backends.transformers.query_store import QUERY_SHARE, QueryStore, query_budget
 from tokenviz.backends.transformers.routing import (
     join_routes,
     read_routing,
@@ -113,7 +113,7 @@ class ModelRunner:
         self.cache = full_cache()
         # Fast attention with queries kept for exact rows on demand; else eager (see this backend's attention).
         self.fast_attention = self.model.config._attn_implementation == IMPLEMENTATION
-        self.queries = QueryStore(query_budget(free_bytes(self.device, {})[0]))
+        self.queries = QueryStore(query_budget(free_bytes(self.device, {})[0], self._query_bytes))
         self.routers = routers(self.model)  # an MoE model's, by layer (none: dense)
         self.shared_gates = shared_gates(self.model, self.routers)
         self.info = dataclasses.replace(
@@ -161,8 +161,8 @@ class ModelRunner:
             return "none: the attention view runs an eager pass of the rows it shows"
         positions = self.queries.budget // max(1, self._query_bytes)
         return (
-            f"the last {positions:,} positions ({gigabytes(self.queries.budget)}: {QUERY_SHARE:.0%} of the free "
-            f"memory, from {gigabytes(QUERY_FLOOR)} to {gigabytes(QUERY_CEILING)})"
+            f"the last {positions:,} positions ({gigabytes(self.queries.budget)}, at most {QUERY_SHARE:.0%} of the "
+            "free memory); rows further back are fed again when shown"
         )
 
     def piece(self, token_id: int) -> str:
