@@ -290,3 +290,61 @@ def test_a_thread_that_did_not_import_cuda_graph_trees_gets_their_state_and_othe
     thread.start()
     thread.join()
     assert seen == [(0, False)]
+
+
+def test_a_compile_interrupted_part_way_leaves_the_model_eager_and_saying_so():
+    """Escape during the warm-up (see tokenviz.contract.interruptible): the compile stops in its
+    tracing or code generation, and the model's steps run eager, as the model info says."""
+    import threading
+    import time
+
+    from tokenviz.backends.transformers.compiled_step import COMPILE_CANCELLED
+    from tokenviz.contract.interruptible import inside, interrupt
+
+    loaded, outcome = tiny_model("llama", context=512), {}
+    thread = threading.Thread(target=lambda: outcome.update(fast=compiled(loaded, lambda m, f: None)), daemon=True)
+    thread.start()
+    ends = time.monotonic() + 60
+    while not inside(thread):
+        assert thread.is_alive() and time.monotonic() < ends
+        time.sleep(0.001)
+    assert interrupt(thread)
+    thread.join(120)
+    fast = outcome["fast"]
+    assert fast.compiled is None and fast.info.compiled == COMPILE_CANCELLED
+    eager, again = (Session(ModelRunner(m), SamplingSettings(temperature=0)) for m in (loaded, fast))
+    for s in (eager, again):
+        s.start(PROMPT)
+        for _ in range(5):
+            s.step()
+    assert again.ids == eager.ids
+
+
+async def test_escape_while_the_app_compiles_is_acknowledged_and_the_journey_starts_eager():
+    from apptools import settle, wait_for
+
+    from tokenviz.backends.transformers.compiled_step import COMPILE_CANCELLED
+    from tokenviz.contract.interruptible import inside
+    from tokenviz.ui.app import TokenvizApp
+    from tokenviz.ui.panes.status import StatusLine
+    from tokenviz.worker.engine import EngineWorker
+
+    worker = EngineWorker(
+        lambda progress: compiled(tiny_model("llama", context=512), progress), SamplingSettings(temperature=0), PROMPT
+    )
+    app = TokenvizApp(worker)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for(lambda: inside(worker._thread), pilot, timeout=60)
+        line = app.query_one(StatusLine)
+        assert "Escape cancels" in str(line.render())
+        said, update = [], line.update
+        line.update = lambda content="", **kw: (said.append(str(content)), update(content, **kw))[1]
+        await pilot.press("escape")
+        assert any("cancelling" in text for text in said)  # said at once (the compile may be gone already)
+        await wait_for(lambda: app.journey.snapshot.state == "ready", pilot, timeout=120)
+        await settle(app, pilot)
+        s = app.journey.snapshot
+        assert s.info.compiled == COMPILE_CANCELLED and s.records and s.error is None  # (the prompt still ran)
+        await pilot.press("M")
+        await wait_for(lambda: app.query_one("#views").current == "model", pilot)
+        assert "the compile was cancelled" in str(app.query_one("#model").body.render())

@@ -125,7 +125,7 @@ class WorkerScreen(Screen[None], Generic[S]):
 
     @property
     def model_loading(self) -> bool:
-        """Whether the worker is still loading (a load, or a compile, is one call that cannot stop part way)."""
+        """Whether the worker is still loading (one call that cannot stop part way, except a compile)."""
         return self.snapshot is None or self.snapshot.state == "loading"
 
     # ---- what a screen gives -------------------------------------------------------------------------
@@ -218,7 +218,7 @@ class WorkerScreen(Screen[None], Generic[S]):
 
     def action_cancel(self) -> None:
         self.worker.cancel()
-        if self.model_loading:
+        if self.model_loading and CANCELS not in (self.snapshot.message if self.snapshot else ""):
             self.notify("loading cannot stop part way: q quits")
         for line in self.query(StatusLine):  # acknowledged at once: the job stops at its next chunk
             line.cancelling()

@@ -22,6 +22,7 @@ from typing import Generic, TypeVar
 
 from tokenviz.contract.commands import Command, Play, Save, Step
 from tokenviz.contract.errors import Cancelled, GiveWay, TokenvizError
+from tokenviz.contract.interruptible import interrupt
 from tokenviz.contract.settings import PACES_S
 from tokenviz.contract.snapshot import ComparisonSnapshot, EngineState, Snapshot
 from tokenviz.contract.worker import Post
@@ -90,7 +91,11 @@ class CommandThread(Generic[S]):
 
     def cancel(self) -> None:
         """Cancel the long run going on at its next chunk, and any queued behind it (the journey stays
-        as it was): every command submitted so far. One pressed just before its job starts still counts."""
+        as it was): every command submitted so far. One pressed just before its job starts still counts.
+        While the model loads, a part of the load that may stop part way (a compile) stops now, and the
+        load goes on without it (see contract.interruptible)."""
+        if self._state == "loading" and interrupt(self._thread):
+            return
         self._cancel_upto = self.submitted
 
     def stop(self, timeout: float = 1.0) -> bool:

@@ -33,6 +33,8 @@ from tokenviz.backends.transformers.cache import full_cache, with_cache
 from tokenviz.backends.transformers.loading import LoadedModel, one_line, quiet
 from tokenviz.backends.transformers.placing import input_device
 from tokenviz.contract.errors import ModelLoadError, TokenvizError
+from tokenviz.contract.interruptible import Interrupted, interruptible
+from tokenviz.contract.snapshot import CANCELS
 from tokenviz.contract.text import shortened
 
 MODE = "reduce-overhead"  # torch.compile's mode: CUDA graphs on a GPU (compiled with fullgraph: one graph, or an error)
@@ -43,6 +45,7 @@ WARM_UP_STEPS = 3  # CUDA graph trees run a new graph eagerly once, record it th
 # torch.compile's entries for one function (its default is 8): every model compiled in a process takes
 # one of CompiledStep._pass's, so a test run, or a session that compiles model after model, needs more.
 RECOMPILE_LIMIT = 64
+COMPILE_CANCELLED = "eager: the compile was cancelled (Escape)"
 REASON_CHARS = 160  # of torch.compile's reason for a failure, in the one line that says it (its messages run to pages)
 
 
@@ -232,11 +235,16 @@ def compiled(loaded: LoadedModel, progress: Callable[[str, float | None], None],
             f"--compile: transformers does not compile {name}'s step with a static cache: run without it"
         )
     device = input_device(loaded.model)
-    progress(f"compiling the decode step on {device} (torch.compile, once per start)", None)
+    progress(f"compiling the decode step on {device} (once per start; cancelled, the steps run eager) {CANCELS}", None)
     step = CompiledStep(loaded.model, least)
     try:
-        with quiet():  # (the compiler's warnings would land on the terminal the app draws)
+        with quiet(), interruptible():  # (quiet: the compiler's warnings would land on the terminal the app draws)
             step.warm_up(device)
+    except Interrupted:  # (Escape: see tokenviz.contract.interruptible) the model as it loaded, its steps eager
+        attention.compiled_queries.clear()
+        torch.compiler.reset()  # (what the compile had made so far)
+        progress(COMPILE_CANCELLED, None)
+        return dataclasses.replace(loaded, info=dataclasses.replace(loaded.info, compiled=COMPILE_CANCELLED))
     except Exception as exc:  # (torch.compile's own failures: a model it cannot trace, no C++ compiler)
         reason = step.failed or shortened(one_line(exc), REASON_CHARS)  # (a step's own failure is said once)
         raise ModelLoadError(
