@@ -20,7 +20,7 @@ PROMPT = "The cat sat on the mat. The dog sat on the log. The cat sat on the"
 
 @pytest.fixture
 def small_chunks(monkeypatch):
-    monkeypatch.setattr(memory_policy, "PREFILL_CHUNK", 4)
+    monkeypatch.setattr(memory_policy, "PROMPT_CHUNK", 4)
     monkeypatch.setattr(memory_policy, "ACCELERATOR_PREFILL_CHUNK", 4)
 
 
@@ -34,8 +34,11 @@ def test_a_chunked_prefill_equals_one_forward_pass(tiny, small_chunks, monkeypat
     done = []
     chunked = started(tiny, progress=lambda n, total: done.append((n, total)))
     n = len(chunked.prompt_ids)
-    assert done == [(min(k, n), n) for k in range(4, n + 4, 4)]
-    monkeypatch.setattr(memory_policy, "PREFILL_CHUNK", 10_000)
+    ends = [(min(k, n), n) for k in range(4, n + 4, 4)]
+    assert [d for d in done if d in ends] == ends and done == sorted(done)  # each pass's end, in order
+    for end in range(4, n, 4):  # and within each whole pass, between its layers
+        assert any(end - 4 < k < end for k, _ in done)
+    monkeypatch.setattr(memory_policy, "PROMPT_CHUNK", 10_000)
     monkeypatch.setattr(memory_policy, "ACCELERATOR_PREFILL_CHUNK", 10_000)
     whole = started(tiny)
     a, b = chunked.records[0], whole.records[0]
@@ -84,11 +87,25 @@ def test_cancelling_a_prefill_leaves_the_journey_as_it_was(tiny, small_chunks):
             "Hello world! Sampling picks the next token from the distribution",
             cancelled=lambda: calls.append(1) or True,
         )
-    assert calls == [1]  # stopped after the first chunk
+    assert calls == [1]  # stopped before the first pass's first layer ran
     assert (list(s.ids), list(s.records), s.runner.kv_len, s.pending.decision) == before
     s.step()  # the cache is the journey's own again
     s.rewind(3)
     assert s.ids == before[0][: len(s.prompt_ids)]
+
+
+def test_a_prefill_in_one_pass_is_cancelled_between_its_layers(tiny, monkeypatch):
+    """A long pass (1,024 tokens on a CPU) need not end before Escape takes effect."""
+    monkeypatch.setattr(memory_policy, "PROMPT_CHUNK", 10_000)
+    s = started(tiny)
+    s.step()
+    before = (list(s.ids), list(s.records), s.runner.kv_len, s.pending.decision)
+    calls = []
+    with pytest.raises(Cancelled, match=r"^prefill cancelled: the journey is as it was$"):
+        s.start(PROMPT + " and the cat", cancelled=lambda: calls.append(1) or len(calls) == 2)
+    assert len(calls) == 2  # the pass's first layer ran; its second did not
+    assert (list(s.ids), list(s.records), s.runner.kv_len, s.pending.decision) == before
+    s.step()  # the cache is the journey's own again
 
 
 def test_trace_reports_the_prefill_progress(small_chunks, tmp_path):
@@ -106,7 +123,8 @@ def test_trace_reports_the_prefill_progress(small_chunks, tmp_path):
     )
     n = len(document["prompt"])
     prefill = [(m, f) for m, f in reports if m.startswith("prefilling")]
-    assert prefill[0] == (f"prefilling the prompt: 4 of {n} tokens", 4 / n) and prefill[-1][1] == 1.0
+    assert (f"prefilling the prompt: 4 of {n} tokens", 4 / n) in prefill and prefill[-1][1] == 1.0
+    assert 0 < prefill[0][1] < 4 / n  # (told within the first pass, between its layers)
     assert [f for _, f in prefill] == sorted(f for _, f in prefill)
 
 
@@ -176,7 +194,7 @@ def test_deferred_predictions_equal_the_prefills_own_and_reach_every_kept_path(m
     from tokenviz.journey import memory_policy
     from tokenviz.journey.session import Session
 
-    monkeypatch.setattr(memory_policy, "PREFILL_CHUNK", 4)
+    monkeypatch.setattr(memory_policy, "PROMPT_CHUNK", 4)
     prompt = "The cat sat on the mat. The dog ran to the park"
     settings = SamplingSettings(temperature=0, max_new_tokens=8)
     eager = Session(ModelRunner(family_model("llama")), settings)

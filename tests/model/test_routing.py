@@ -79,7 +79,7 @@ def test_the_moe_families_are_in_the_matrix():
 def test_recorded_routing_equals_the_routers_without_the_cache(kind, monkeypatch):
     from tokenviz.journey import memory_policy
 
-    monkeypatch.setattr(memory_policy, "PREFILL_CHUNK", 4)  # the prompt in chunks: their routing joined in order
+    monkeypatch.setattr(memory_policy, "PROMPT_CHUNK", 4)  # the prompt in chunks: their routing joined in order
     loaded = llama4_model() if kind == "llama4_text" else family_model(kind)
     session = Session(ModelRunner(loaded), SamplingSettings(temperature=0, max_new_tokens=100))
     session.start(session.runner.encode(PROMPT))

@@ -10,7 +10,7 @@ LONG = "The cat sat on the mat. The dog sat on the log. " * 3
 
 
 async def test_a_long_prefill_shows_progress_and_escape_cancels_it(monkeypatch):
-    monkeypatch.setattr(memory_policy, "PREFILL_CHUNK", 2)
+    monkeypatch.setattr(memory_policy, "PROMPT_CHUNK", 2)
     app = make_app(step_seconds=0.05)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
@@ -37,7 +37,7 @@ async def test_the_first_prompts_tokens_show_while_it_is_prefilled(monkeypatch):
     """The tokens are known before the prefill ends: the tokens pane shows them at once, not after."""
     from tokenviz.ui.panes.tokens import TokensPane
 
-    monkeypatch.setattr(memory_policy, "PREFILL_CHUNK", 2)
+    monkeypatch.setattr(memory_policy, "PROMPT_CHUNK", 2)
     app = make_app(prompt=LONG, step_seconds=0.05)
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(

@@ -103,3 +103,22 @@ def test_a_key_pressed_during_an_autoplay_step_is_answered_before_the_step_ends(
     ids = loaded.tokenizer(PROMPT, return_tensors="pt").input_ids
     expected = loaded.model.generate(ids, max_new_tokens=6, do_sample=False)[0].tolist()
     assert [chip.id for chip in done.chips] == expected[: len(done.chips)] and len(done.chips) > len(ready.chips)
+
+
+def test_a_step_asks_before_a_few_layers_spread_through_it_not_every_one():
+    """Each hook costs the step its call: a step asks whether a key waits GIVE_WAY_POINTS times."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from tokenviz.backends.transformers.interrupt import layer_by_layer
+    from tokenviz.backends.transformers.runner import GIVE_WAY_POINTS
+
+    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=30,
+                         num_attention_heads=2, num_key_value_heads=1)  # fmt: skip
+    model = LlamaForCausalLM(config).eval()
+    asked: list[int] = []
+    with torch.inference_mode(), layer_by_layer(model, lambda: False, lambda i, n: asked.append(i), points=4):
+        model(torch.tensor([[1, 2, 3]]))
+    assert asked == [0, 8, 16, 24] and GIVE_WAY_POINTS == 4
+    with torch.inference_mode(), layer_by_layer(model, lambda: False, lambda i, n: asked.append(i)):
+        model(torch.tensor([[1, 2, 3]]))
+    assert asked[4:] == list(range(30))  # (a cancel asks before every layer)

@@ -270,7 +270,14 @@ class ServedEngine:
     def crop(self, length: int) -> None:
         self.cache = self.cache[:length]
 
-    def forward(self, ids: list[int], every_position: bool = False) -> ServedForward:
+    def forward(
+        self,
+        ids: list[int],
+        every_position: bool = False,
+        cancelled: Callable[[], bool] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> ServedForward:
+        """The tokens kept to send with the next request (nothing runs here: no layers to ask between)."""
         start = len(self.cache)
         self.cache = (*self.cache, *ids)
         return ServedForward(self, self.cache, start)

@@ -150,10 +150,18 @@ class Engine(Protocol):
     def crop(self, length: int) -> None:
         """Keep the first `length` tokens fed; the next forward goes on from there."""
 
-    def forward(self, ids: list[int], every_position: bool = False) -> Any:
+    def forward(
+        self,
+        ids: list[int],
+        every_position: bool = False,
+        cancelled: Callable[[], bool] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> Any:
         """Feed `ids` after what it holds: the next-token scores (`.logits`), and with
         `every_position` what it predicted after each of them (`.predictions(next_ids)`, the columns
-        of decoding.prompt_predictions)."""
+        of decoding.prompt_predictions). An engine whose pass has layers asks `cancelled()` before
+        each (True raises Cancelled, the caller undoing what the pass fed) and tells
+        `progress(layer, layers)`."""
 
 
 @runtime_checkable

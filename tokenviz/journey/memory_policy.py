@@ -10,17 +10,21 @@ import psutil
 from tokenviz.contract.errors import PromptError
 from tokenviz.contract.records import ModelInfo
 
-PREFILL_CHUNK = 256  # prompt tokens per forward pass of the prefill: progress and cancelling go by chunks
-# On an accelerator a forward pass costs its launches more than its tokens (a 2048-token prefill of the
-# bundled model on an H100: 213 ms in 256-token chunks, 52 ms in one), so the chunks are larger there.
+PREFILL_CHUNK = 256  # tokens per forward pass of a long computation cancelled between its passes (verify, watch, score)
+# A prompt's prefill is cancelled between the layers of each pass (see Engine.forward), so its passes can
+# be longer: on a CPU, 4,096 tokens in 256-token passes took 11.2-14.2 s, in 1,024-token passes 10.5-11.0
+# and in one 10.9-11.1 (the bundled model; each pass copies the KV cache grown so far). On an accelerator a
+# pass costs its launches more than its tokens (2,048 tokens of the bundled model on an H100: 213 ms in
+# 256-token passes, 52 ms in one).
+PROMPT_CHUNK = 1024
 ACCELERATOR_PREFILL_CHUNK = 2048
 MEMORY_SHARE = 0.8  # of the free memory, the most a prefill may plan to use
 
 
 def prefill_chunk(device: Any) -> int:
-    """Prompt tokens per forward pass on `device` (a torch.device). Every chunked pass reads the sizes
-    here, as `memory_policy.PREFILL_CHUNK`, when it runs."""
-    return PREFILL_CHUNK if device.type == "cpu" else max(PREFILL_CHUNK, ACCELERATOR_PREFILL_CHUNK)
+    """Prompt tokens per forward pass of a prefill on `device` (a torch.device). Every chunked pass reads
+    the sizes here, as `memory_policy.PROMPT_CHUNK`, when it runs."""
+    return PROMPT_CHUNK if device.type == "cpu" else max(PROMPT_CHUNK, ACCELERATOR_PREFILL_CHUNK)
 
 
 def check_memory(info: ModelInfo, n: int, chunk: int) -> None:

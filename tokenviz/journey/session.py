@@ -38,6 +38,8 @@ from tokenviz.journey.watching import fill_watched, token_of
 from tokenviz.tensors.transfer import to_host
 
 TOP_N = 20
+PREFILL_CANCELLED = "prefill cancelled: the journey is as it was"
+PROGRESS_PER_PASS = 4  # a prefill's progress told within each of its passes (between layers)
 
 
 def token_chips(
@@ -61,6 +63,8 @@ def token_chips(
 class Session:
     def __init__(self, runner: InternalsEngine, settings: SamplingSettings | None = None, top_n: int = TOP_N):
         self.runner = runner
+        # An engine that draws its own token (a server), asked once: a protocol's isinstance reads every member.
+        self._drawing: DrawingEngine | None = runner if isinstance(runner, DrawingEngine) else None
         self.settings = settings or SamplingSettings()
         self.top_n = top_n
         self.prompt = ""  # the text given: the whole prompt, or the user's message in chat mode
@@ -482,8 +486,8 @@ class Session:
         model's own distribution at the same context): everything reaches the host in one transfer,
         with `extra`. Its place in the journey is the caller's to fill in. An engine that draws its own
         token (a server) is asked for its draw at this context instead."""
-        if isinstance(self.runner, DrawingEngine):
-            return self._drawn_record(self.runner.draw(self.ids, self.settings)), to_host(extra or {})
+        if self._drawing is not None:
+            return self._drawn_record(self._drawing.draw(self.ids, self.settings)), to_host(extra or {})
         summary = summarise(logits, self.top_n)
         decision = decide_on_device(
             logits,
@@ -517,8 +521,8 @@ class Session:
 
     def _drawn_record(self, drawn: Drawn, forced_id: int | None = None) -> StepRecord:
         """The record of a step an engine drew itself (see decoding.drawn); `forced_id` taken instead."""
-        assert isinstance(self.runner, DrawingEngine)
-        runner, ids = self.runner, list(self.ids)
+        runner, ids = self._drawing, list(self.ids)
+        assert runner is not None
         self._drawn = drawn
         forced = (
             None if forced_id is None else forced_figures(drawn, forced_id, lambda: runner.logprob_of(ids, forced_id))
@@ -539,9 +543,9 @@ class Session:
         )
 
     def _redecide(self, forced_id: int | None = None) -> None:
-        if isinstance(self.runner, DrawingEngine):  # its draw, again with these settings; a forced token needs none
+        if self._drawing is not None:  # its draw, again with these settings; a forced token needs none
             kept = self._drawn if forced_id is not None else None
-            drawn = kept or self.runner.draw(self.ids, self.settings)
+            drawn = kept or self._drawing.draw(self.ids, self.settings)
             record = self._drawn_record(drawn, forced_id)
             self.records[-1] = dataclasses.replace(
                 self.records[-1], top=record.top, entropy=record.entropy, decision=record.decision
@@ -589,7 +593,12 @@ class Session:
         unscored: list[tuple[int, Any, list[int]]] = []
         for begin in range(0, n, self._prefill_chunk):
             end = min(begin + self._prefill_chunk, n)
-            forward = self.runner.forward(ids[begin:end], every_position=True)
+            try:
+                forward = self.runner.forward(
+                    ids[begin:end], True, cancelled, self._between_layers(begin, end, n, progress)
+                )
+            except Cancelled:
+                raise Cancelled(PREFILL_CANCELLED) from None
             following = ids[begin + 1 : end + 1]  # (none after a last chunk of one token: nothing to make)
             if defer and following and getattr(forward, "hidden", None) is not None:  # (its logits made later)
                 unscored.append((len(parts), forward, following))
@@ -604,11 +613,25 @@ class Session:
             if progress is not None:
                 progress(end, n)
             if end < n and cancelled():
-                raise Cancelled("prefill cancelled: the journey is as it was")
+                raise Cancelled(PREFILL_CANCELLED)
         self._unscored, self._scored = unscored, parts
         done = not unscored
         # every prompt position's routing, where the last chunk's pass has its own; every chunk's time in each place
         return self.runner.joined(forward, routes, places), join(parts) if done else None, ms
+
+    @staticmethod
+    def _between_layers(
+        begin: int, end: int, n: int, progress: Callable[[int, int], None] | None
+    ) -> Callable[[int, int], None] | None:
+        """A chunk's progress within its pass, a few times a pass (each is a frame drawn)."""
+        if progress is None:
+            return None
+
+        def between(layer: int, layers: int) -> None:
+            if layer and layer % max(1, layers // PROGRESS_PER_PASS) == 0:
+                progress(begin + (end - begin) * layer // layers, n)
+
+        return between
 
     @property
     def prompt_unscored(self) -> int:

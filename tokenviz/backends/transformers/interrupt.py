@@ -25,10 +25,13 @@ def layer_by_layer(
     progress: Callable[[int, int], None] | None = None,
     what: str = "the computation",
     stop: type[Exception] = Cancelled,
+    points: int | None = None,
 ) -> Iterator[None]:
     """Inside: before each decoder layer runs, `cancelled()` is asked (True raises `stop`; use it only
-    for passes whose partial writes to a cache are undone) and `progress(layer, layers)` is told."""
+    for passes whose partial writes to a cache are undone) and `progress(layer, layers)` is told;
+    with `points`, before that many layers spread evenly instead (each hook costs a pass its call)."""
     layers = decoder_layers(model)
+    every = max(1, -(-len(layers) // points)) if points else 1
 
     def before(index: int) -> Callable[..., Any]:
         def hook(module: torch.nn.Module, args: Any) -> Any:
@@ -39,7 +42,7 @@ def layer_by_layer(
 
         return hook
 
-    handles = [layer.register_forward_pre_hook(before(i)) for i, layer in enumerate(layers)]
+    handles = [layer.register_forward_pre_hook(before(i)) for i, layer in enumerate(layers) if i % every == 0]
     try:
         yield
     finally:

@@ -84,6 +84,10 @@ class Forward:
         return parts[0] if len(parts) == 1 else {k: torch.cat([part[k] for part in parts]) for k in parts[0]}
 
 
+# Where an autoplay step asks whether a key waits (see give_way): so many layers spread through the pass,
+# not every one, since each hook costs the step its call (a step of the bundled model on a CPU: 0.7 ms
+# with all 30 layers asked, nothing measurable with 4), and a key then waits at most a quarter of a step.
+GIVE_WAY_POINTS = 4
 HEAD_SLICE_NUMBERS = 2**24  # logits made at once from the kept hidden states (64 MB of float32)
 HEAD_TOLERANCE = 1e-4  # the output layer run again on the last position gives the model's logits within this
 HEAD_CHECKED: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()  # by model: see head_reproduces
@@ -325,10 +329,18 @@ class ModelRunner:
         self._forget_from(length)
 
     @torch.inference_mode()
-    def forward(self, ids: list[int], every_position: bool = False) -> Forward:
+    def forward(
+        self,
+        ids: list[int],
+        every_position: bool = False,
+        cancelled: Callable[[], bool] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> Forward:
         """Feed `ids` after what the cache holds; return the next-token logits, and with
         `every_position` the logits after each of `ids`. Their query states are kept for the attention
-        view. Nothing waits for the device."""
+        view. Nothing waits for the device. `cancelled` and `progress` are asked and told between the
+        decoder layers (a prefill's chunk: see interrupt.layer_by_layer); Cancelled leaves the cache
+        holding part of the pass, for the caller to undo."""
         timer = DeviceTimer(self.device)
         start = self.kv_len
         if self._compiled_serves(ids, every_position):
@@ -337,7 +349,11 @@ class ModelRunner:
             self.queries.add(start, Capture(queries=queries))
             return Forward(logits=logits, timer=timer.stop())
         give_way = self.give_way
-        yielding = layer_by_layer(self.model, give_way, stop=GiveWay) if give_way else nullcontext()
+        yielding: Any = nullcontext()
+        if give_way:
+            yielding = layer_by_layer(self.model, give_way, stop=GiveWay, points=GIVE_WAY_POINTS)
+        elif cancelled or progress:
+            yielding = layer_by_layer(self.model, cancelled or _not_cancelled, progress, what="the pass")
         # Every position's predictions: the hidden states the output layer reads are kept, its logits made
         # when asked for (a prefill's, deferred), where the output layer run again gives the model's own.
         keep_hidden = every_position and self.head_reproduces is not False
