@@ -146,14 +146,24 @@ def engine_steps(
     return prefill, times
 
 
-def step_overhead(loaded, bare, device, steps: int) -> dict:
+def paired_ratio(pairs: list[tuple[float, float]]) -> float:
+    """The median over rounds of each round's a / b: a round's two measures are taken seconds apart,
+    and this 2-core machine's pace drifts more than that between rounds (medians of all of a's and
+    all of b's moved a ratio by 0.05-0.2 between identical runs)."""
+    return statistics.median(a / b for a, b in pairs)
+
+
+def step_overhead(loaded, bare, device, steps: int, rounds: int = 5) -> dict:
     ids = loaded.tokenizer(PROMPT)["input_ids"]
-    engine, plain = [], []
-    for _ in range(3):  # interleave rounds so drift hits both alike; the first 2 steps warm up
-        engine += engine_steps(loaded, ids, steps + 2)[1][2:]
-        plain += bare_steps(bare, ids, steps + 2, device)[2:]
-    e, b = statistics.median(engine) * 1000, statistics.median(plain) * 1000
-    return {"engine_ms": e, "bare_ms": b, "ratio": e / b}
+    engine: list[float] = []
+    plain: list[float] = []
+    pairs: list[tuple[float, float]] = []
+    for _ in range(rounds):  # interleaved rounds, paired; the first 2 steps warm up
+        e, b = engine_steps(loaded, ids, steps + 2)[1][2:], bare_steps(bare, ids, steps + 2, device)[2:]
+        engine, plain = engine + e, plain + b
+        pairs.append((statistics.median(e), statistics.median(b)))
+    e_ms, b_ms = statistics.median(engine) * 1000, statistics.median(plain) * 1000
+    return {"engine_ms": e_ms, "bare_ms": b_ms, "ratio": paired_ratio(pairs)}
 
 
 # Long enough that a greedy journey does not complete it within the steps measured.
@@ -415,25 +425,23 @@ def refusal() -> dict:
     }
 
 
-def autoplay(loaded, bare, device, tokens: int, rounds: int = 3) -> dict:
-    """Autoplay rounds first, then generate() rounds; medians.
-
-    Measured on this CPU: once any thread has run the sdpa model, a thread created later runs the
-    forward pass on one core (20.1 against 24.2 steps/s; CPU time equals wall time), while threads
-    created after eager-only work keep both cores. The app's engine thread is the only thread that
-    runs the model, so autoplay is measured as the app runs it: before the baseline's sdpa runs.
-    """
+def autoplay(loaded, bare, device, tokens: int, rounds: int = 5) -> dict:
+    """Headless autoplay against generate() of the same tokens, rounds interleaved and paired.
+    (An earlier torch ran a thread created after the main thread's sdpa pass on one core, so autoplay
+    was measured first; with torch 2.13 autoplay after generate() took 59 ms a step, before it 56-72.)"""
     ids = loaded.tokenizer(PROMPT, return_tensors="pt").input_ids.to(device)
     autoplay_seconds(loaded, 8)  # warm-up
-    played = [autoplay_seconds(loaded, tokens) for _ in range(rounds)]
-    generate_seconds(bare, ids, 4, device)  # warm-up
-    generated = [generate_seconds(bare, ids, tokens, device) for _ in range(rounds)]
+    generate_seconds(bare, ids, 4, device)
+    played, generated = [], []
+    for _ in range(rounds):
+        played.append(autoplay_seconds(loaded, tokens))
+        generated.append(generate_seconds(bare, ids, tokens, device))
     ours, reference = played[-1][1], generated[-1][1]
     a, g = statistics.median(s for s, _ in played), statistics.median(s for s, _ in generated)
     return {
         "autoplay_tok_s": tokens / a,
         "generate_tok_s": tokens / g,
-        "ratio": g / a,
+        "ratio": paired_ratio([(g_s, a_s) for (a_s, _), (g_s, _) in zip(played, generated)]),
         "same_tokens": ours == reference,
     }
 
@@ -478,12 +486,15 @@ def growth(loaded, bare, device, lengths=(32, 512, 2048, 4096), steps: int = 12,
     out: dict = {}
     for n in lengths:
         ids = random_ids(loaded, n)
-        engine, plain, prefills, forwards = [], [], [], []
+        engine: list[float] = []
+        plain: list[float] = []
+        prefills, forwards, pairs = [], [], []
         for _ in range(rounds):
             prefill, times = engine_steps(loaded, ids, steps + 2)
-            engine += times[2:]
+            bare_times = bare_steps(bare, ids, steps + 2, device)[2:]
+            engine, plain = engine + times[2:], plain + bare_times
+            pairs.append((statistics.median(times[2:]), statistics.median(bare_times)))
             prefills.append(prefill)
-            plain += bare_steps(bare, ids, steps + 2, device)[2:]
             sync(device)
             started = time.perf_counter()
             bare(torch.tensor([ids], device=device))
@@ -492,7 +503,7 @@ def growth(loaded, bare, device, lengths=(32, 512, 2048, 4096), steps: int = 12,
         out[str(n)] = {
             "step_ms": statistics.median(engine) * 1000,
             "bare_step_ms": statistics.median(plain) * 1000,
-            "step_ratio": statistics.median(engine) / statistics.median(plain),
+            "step_ratio": paired_ratio(pairs),
             "engine_prefill_ms": min(prefills) * 1000,
             "bare_forward_ms": min(forwards) * 1000,
             "prefill_ratio": min(prefills) / min(forwards),
@@ -940,7 +951,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": loaded.info.to_json(),
     }
     console.print(f"[bold]tokenviz bench[/] on {loaded.info.name}, {device}, {loaded.info.dtype}")
-    measures = [  # autoplay first: see autoplay()
+    measures = [
         ("autoplay", lambda: autoplay(loaded, bare, device, 32 if args.quick else 128)),
         ("step_overhead", lambda: step_overhead(loaded, bare, device, steps)),
         ("growth", lambda: growth(loaded, bare, device, lengths=(32, 2048) if args.shape else (32, 512, 2048, 4096))),
