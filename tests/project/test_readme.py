@@ -80,14 +80,16 @@ def test_every_document_cited_is_in_the_repository():
 
 
 def test_every_file_the_readme_and_docs_cite_is_tracked_by_git():
-    """An image or script the README shows must be in the repository, not only where it was made (four
-    of the README's pictures had been ignored by git: the export pattern tokenviz-*.svg caught them)."""
+    """An image, script or bench run the README and docs cite must be in the repository, not only where
+    it was made (four of the README's pictures had been ignored by git: the export pattern
+    tokenviz-*.svg caught them; a page cited a bench run never committed)."""
     import subprocess
 
     cited = set()
     for path in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]:
         text = path.read_text()
         cited |= set(re.findall(r"\b(docs/[\w.-]+\.(?:svg|png|py|json|md))\b", text))
+        cited |= set(re.findall(r"\b(bench/results/[\w./-]+\.(?:json|txt))\b", text))  # (the figures' runs)
         for target in re.findall(r"\]\(([\w./-]+)\)", text):  # a link, relative to its page
             cited.add(str((path.parent / target).resolve().relative_to(ROOT.resolve())))
     assert len(cited) >= 5, cited
