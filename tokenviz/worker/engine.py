@@ -145,6 +145,7 @@ class EngineWorker(CommandThread[Snapshot]):
         if isinstance(self.session.runner, DrawingEngine):  # a server's waits are said in the status line
             self.session.runner.say = self._say
         self._message, self._progress = "prefilling the prompt", None
+        self._cancels_from_now()
         self._publish()
         try:
             self._prefill(self.session, self._prompt)

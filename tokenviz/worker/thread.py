@@ -98,6 +98,11 @@ class CommandThread(Generic[S]):
             return
         self._cancel_upto = self.submitted
 
+    def _cancels_from_now(self) -> None:
+        """Escape pressed before now cancels nothing that starts from here (a load's prefill: Escape during
+        the weights' load was told that it cannot stop them)."""
+        self._cancel_upto = -1
+
     def stop(self, timeout: float = 1.0) -> bool:
         """Ask the thread to end (a long run stops at its next forward pass); True once it has."""
         self._stopping.set()
