@@ -13,7 +13,8 @@ from transformers.cache_utils import DynamicLayer
 
 
 def full_cache() -> DynamicCache:
-    """A DynamicCache whose every layer keeps every position, sliding-window layers included.
+    """The journey's KV cache: a DynamicCache whose every layer keeps every position, sliding-window
+    layers included, in GrowingLayers (a step writes its position in place).
 
     transformers' own sliding-window layers drop what falls out of the window, so they cannot be
     cropped back once the window is full (rewind, branches and speculation need that), and their
@@ -21,7 +22,9 @@ def full_cache() -> DynamicCache:
     every layer's row spans the whole context; the model's mask still applies the window, so the
     positions outside it get exactly zero weight and the numbers are the model's own.
     """
-    return DynamicCache()
+    cache = DynamicCache()
+    cache.layer_class_to_replicate = GrowingLayer  # (a layer is made for each layer as the first pass reaches it)
+    return cache
 
 
 def with_cache(model: torch.nn.Module, cache: Any) -> dict[str, Any]:
@@ -45,35 +48,55 @@ def passed_cache(kwargs: dict[str, Any]) -> Any:
 def crop_layers(cache: DynamicCache, length: int) -> None:
     """Keep the first `length` positions of every layer, each as long as it is: a pass set aside between
     layers (GiveWay) has fed only the layers before it. (transformers 5 wants a negative count.)"""
-    layers: list[Any] = list(cache.layers)  # DynamicLayers: see full_cache
+    layers: list[Any] = list(cache.layers)  # GrowingLayers: see full_cache
     for layer in layers:
         drop = layer.get_seq_length() - length
         if drop > 0:
             layer.crop(-drop)
 
 
+def cut_view(layer: Any, length: int) -> GrowingLayer:
+    """A layer holding the first `length` positions of `layer`: a pass over it appends to tensors of
+    its own, and `layer` is left as it was (ModelRunner._cut)."""
+    cut = GrowingLayer()
+    cut.take(layer.keys[..., :length, :], layer.values[..., :length, :])
+    return cut
+
+
 class GrowingLayer(DynamicLayer):
-    """A DynamicLayer whose keys and values live in a buffer with room to grow: a step writes its
-    position in place, where a DynamicLayer copies the whole layer to append one (at 2,000 tokens
-    that copy, every step, was most of a beam search's cost). `keys` and `values` are views of the
-    filled part. Only for a search's own cache (see cache_prefix): the runner's `_cut` swaps a
-    journey cache's tensors and relies on every append making new ones."""
+    """A DynamicLayer whose keys and values live in buffers with room to grow: a step writes its
+    position in place, where a DynamicLayer copies the whole layer to append one (the bundled model's
+    94 MB, every step, at 2,048 tokens; most of a beam search's cost). `keys` and `values` are views
+    of the buffers' filled part.
+
+    Tensors from outside (the compiled step's static buffers, a cut's shorter views) are held by
+    `take`, or found set as `keys` and `values`: the next write copies them into buffers of the
+    layer's own and never writes into them."""
 
     ROOM = 64  # positions reserved past the filled ones
 
     def __init__(self) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # (transformers leaves its own untyped)
+        self.filled = 0
+        self._owned = False  # whether the buffers are this layer's own, to write into
+        self._shown: tuple[Any, Any] = (None, None)  # the views last set as keys and values
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        self.dtype, self.device = key_states.dtype, key_states.device
-        self.filled = 0
-        self._keys = key_states.new_empty((*key_states.shape[:2], 0, key_states.shape[-1]))
-        self._values = value_states.new_empty((*value_states.shape[:2], 0, value_states.shape[-1]))
-        self.is_initialized = True
+        self.take(key_states[:, :, :0], value_states[:, :, :0])
+
+    def take(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Hold `keys` and `values`, tensors from outside, as they are (the buffers it had are let go)."""
+        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
+        self._keys, self._values, self.filled, self._owned = keys, values, keys.shape[-2], False
+        self._show()
+
+    def _viewed(self) -> bool:
+        """Whether `keys` and `values` are still the views this layer set (nothing replaced them)."""
+        return self.keys is self._shown[0] and self.values is self._shown[1]
 
     def _room_for(self, batch: int, length: int) -> None:
-        """Buffers for `batch` rows and at least `length` positions, the filled ones kept."""
-        if self._keys.shape[0] == batch and self._keys.shape[2] >= length:
+        """Buffers of its own for `batch` rows and at least `length` positions, the filled ones kept."""
+        if self._owned and self._keys.shape[0] == batch and self._keys.shape[2] >= length:
             return
         old = (self._keys[:, :, : self.filled], self._values[:, :, : self.filled])
         buffers = []
@@ -82,15 +105,19 @@ class GrowingLayer(DynamicLayer):
             buffer[:, :, : self.filled] = filled.expand(batch, -1, -1, -1) if filled.shape[0] == 1 else filled
             buffers.append(buffer)
         self._keys, self._values = buffers
+        self._owned = True
 
     def _show(self) -> None:
         self.keys, self.values = self._keys[:, :, : self.filled], self._values[:, :, : self.filled]
+        self._shown = (self.keys, self.values)
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
+        elif not self._viewed():
+            self.take(self.keys, self.values)  # type: ignore[arg-type]  # (initialized: tensors)
         new = key_states.shape[-2]
         self._room_for(key_states.shape[0], self.filled + new)
         self._keys[:, :, self.filled : self.filled + new] = key_states
@@ -100,19 +127,23 @@ class GrowingLayer(DynamicLayer):
         assert self.keys is not None and self.values is not None
         return self.keys, self.values
 
-    def get_seq_length(self) -> int:
-        return self.filled if self.is_initialized else 0
-
     def crop(self, tokens_to_remove: int) -> None:
-        if tokens_to_remove < 0 and self.is_initialized:  # (transformers 5: a negative count)
-            self.filled = max(self.filled + tokens_to_remove, 0)
+        if tokens_to_remove < 0 and self.is_initialized and self._viewed():  # (transformers 5: a negative count)
+            self.filled = max(self.filled + tokens_to_remove, 0)  # (the positions past it are written again)
             self._show()
+        else:
+            super().crop(tokens_to_remove)
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         """Row i takes row beam_idx[i]'s keys and values. In place, copying only the rows that change
         (a beam that keeps its place costs nothing); a source about to be overwritten is saved first."""
-        if not self.filled:
+        if not self.is_initialized or not self.get_seq_length():
             return
+        if not self._viewed():
+            self.take(self.keys, self.values)  # type: ignore[arg-type]  # (initialized: tensors)
+        if not self._owned:  # rows are written in buffers of its own
+            self._room_for(self._keys.shape[0], self.filled)
+            self._show()
         index = [int(source) for source in beam_idx.tolist()]
         if len(index) != self._keys.shape[0]:  # the batch changes (one beam becomes `width`): new buffers
             rows = (self._keys[index, :, : self.filled], self._values[index, :, : self.filled])
@@ -135,13 +166,12 @@ def cache_prefix(cache: DynamicCache, length: int, batch: int = 1, layers: int |
     times (of its first `layers` layers only, for a model cut short), in GrowingLayers: a search that
     starts where the journey is (beams, speculation) goes on from the journey's own cache instead of
     feeding the whole context again, and leaves it as it was."""
-    copy = DynamicCache()
-    copy.layers = []
-    kept: list[Any] = list(cache.layers[:layers])  # DynamicLayers: see full_cache
+    prefix = full_cache()
+    kept: list[Any] = list(cache.layers[:layers])  # GrowingLayers: see full_cache
     for layer in kept:
         grown = GrowingLayer()
         if length > 0:
             keys, values = layer.keys[..., :length, :], layer.values[..., :length, :]
             grown.update(keys.expand(batch, *keys.shape[1:]), values.expand(batch, *values.shape[1:]))
-        copy.layers.append(grown)
-    return copy
+        prefix.layers.append(grown)
+    return prefix

@@ -5,10 +5,11 @@ On a GPU a plain step is mostly the host's time: hundreds of kernel launches fro
 own `get_compiled_call` does) over a cache whose tensors never move, the step is captured once as
 CUDA graphs and replayed with one launch; on a CPU the same call runs inductor's code (no graphs).
 
-The journey's cache stays the runner's DynamicCache, which everything else reads and crops: after a
-compiled step each of its layers is a view of the first positions of the static buffers, so nothing
-is copied while steps follow one another. Anything else that grows the cache (a prefill, a pass with
-hooks in force) makes new tensors, and the next compiled step first copies them into the buffers.
+The journey's cache stays the runner's (see cache.full_cache), which everything else reads and crops:
+after a compiled step each of its layers holds views of the first positions of the static buffers, so
+nothing is copied while steps follow one another. Anything else that grows the cache (a prefill, a
+pass with hooks in force) copies them into buffers of the layer's own, and the next compiled step
+first copies those into the static buffers.
 The step's query states come out of the graph beside the logits, in one tensor, for the attention
 view to keep. It runs no hooks, so the runner uses it only for a step that needs none (see
 ModelRunner.forward).
@@ -26,10 +27,10 @@ from typing import Any
 import torch
 from torch.nn.modules import module as hooks
 from transformers import PreTrainedModel
-from transformers.cache_utils import Cache, DynamicLayer, StaticLayer
+from transformers.cache_utils import Cache, StaticLayer
 
 from tokenviz.backends.transformers import attention
-from tokenviz.backends.transformers.cache import full_cache, with_cache
+from tokenviz.backends.transformers.cache import GrowingLayer, full_cache, with_cache
 from tokenviz.backends.transformers.loading import LoadedModel, one_line, quiet
 from tokenviz.backends.transformers.placing import input_device
 from tokenviz.contract.errors import ModelLoadError, TokenvizError
@@ -91,13 +92,14 @@ class CompiledStep:
         return self.buffers[0].max_cache_len if self.buffers else 0
 
     def serves(self, cache: Any) -> bool:
-        """Whether `cache` is one this step can follow: a filled DynamicCache of plain layers (not a
-        search's growing buffers), and no step of this model has failed."""
+        """Whether `cache` is one this step can follow: a filled cache of one row whose layers keep
+        every position (see full_cache), and no step of this model has failed."""
         layers = getattr(cache, "layers", None) or []
         return (
             not self.failed
             and bool(layers)
-            and all(type(layer) is DynamicLayer and layer.is_initialized for layer in layers)
+            and all(isinstance(layer, GrowingLayer) and layer.is_initialized for layer in layers)
+            and all(layer.keys.shape[0] == 1 for layer in layers)
         )
 
     def hooked(self) -> bool:
@@ -180,14 +182,14 @@ class CompiledStep:
         """Make `cache`'s layers the first `length` positions of the buffers (views: nothing is copied)."""
         for held, buffer in zip(cache.layers, self.buffers):
             keys, values = _tensors(buffer)
-            held.keys, held.values = keys[:, :, :length], values[:, :, :length]
+            held.take(keys[:, :, :length], values[:, :, :length])
 
     def _detach(self, cache: Any) -> None:
         """Give a cache that leaves the buffers tensors of its own (another cache is about to write them)."""
         for held, buffer in zip(cache.layers, self.buffers):
             keys, values = _tensors(held)
             if keys.data_ptr() == _tensors(buffer)[0].data_ptr():
-                held.keys, held.values = keys.clone(), values.clone()
+                held.take(keys.clone(), values.clone())
 
     def warm_up(self, device: torch.device) -> None:
         """Compile the step now, on a throwaway cache, so a journey's steps take what steps take. The
@@ -221,7 +223,7 @@ def graph_trees_in_this_thread() -> None:
 
 
 def _tensors(layer: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """A filled layer's keys and values (a DynamicLayer that CompiledStep.serves, or a static buffer)."""
+    """A filled layer's keys and values (a GrowingLayer that CompiledStep.serves, or a static buffer)."""
     return layer.keys, layer.values
 
 

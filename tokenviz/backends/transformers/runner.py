@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from tokenviz.backends.transformers.attention import IMPLEMENTATION, Capture, capturing, exact_weights, latent_attention
-from tokenviz.backends.transformers.cache import crop_layers, full_cache, with_cache
+from tokenviz.backends.transformers.cache import crop_layers, cut_view, full_cache, with_cache
 from tokenviz.backends.transformers.chat import ChatIds, chat_ids, has_chat_template
 from tokenviz.backends.transformers.compiled_step import CompiledStep
 from tokenviz.backends.transformers.interrupt import layer_by_layer
@@ -448,7 +448,7 @@ class ModelRunner:
             held = self._cache_layers[layer]
             if held is None:
                 raise TokenvizError(f"layer {layer} attends over keys its cache does not hold: no rows to show")
-            cached: Any = self.cache.layers[held]  # a DynamicLayer: see full_cache
+            cached: Any = self.cache.layers[held]  # a GrowingLayer: see full_cache
             keys, values = cached.keys[0, :, : rows.stop], cached.values[0, :, : rows.stop]
             call = self.queries.calls[layer]
             out.append(exact_weights(call, self.queries.get(layer, rows), rows, keys, values).float())
@@ -506,16 +506,15 @@ class ModelRunner:
 
     @contextmanager
     def _cut(self, length: int) -> Iterator[None]:
-        """Run with the cache cut to its first `length` positions, then put it back as it was."""
-        layers: list[Any] = list(self.cache.layers)  # DynamicLayers: see full_cache
-        kept = [(layer.keys, layer.values) for layer in layers]
-        for layer, (keys, values) in zip(layers, kept):
-            layer.keys, layer.values = keys[..., :length, :], values[..., :length, :]
+        """Run with the cache cut to its first `length` positions, then put it back as it was. The
+        cut cache's layers are copies viewing those positions: what the pass appends goes to tensors
+        of their own (see GrowingLayer), never over the positions the journey holds past the cut."""
+        whole: list[Any] = self.cache.layers  # GrowingLayers: see full_cache
+        self.cache.layers = [cut_view(layer, length) for layer in whole]
         try:
             yield
         finally:
-            for layer, (keys, values) in zip(layers, kept):
-                layer.keys, layer.values = keys, values
+            self.cache.layers = whole
 
     @torch.inference_mode()
     def recompute(
