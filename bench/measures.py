@@ -26,7 +26,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import psutil
 import torch
@@ -48,6 +50,7 @@ from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
 from tokenviz.worker.engine import EngineWorker
 
+T = TypeVar("T")
 PROMPT = "The Eiffel Tower is located in"
 BUDGETS = {
     "step_overhead": ("engine step / bare sdpa step, short context", "<=", 1.05),
@@ -78,6 +81,31 @@ BUDGETS = {
 # What only a GPU has (CUDA graphs): shown on a CPU, not judged there (a CPU's step is its matmuls).
 GPU_BUDGETS = frozenset({"compiled_autoplay"})
 VIEW_ROWS = 114  # query rows the attention pane shows at 200x60
+
+
+def in_thread(run: Callable[[], T]) -> T:
+    """`run()` in a thread of its own, joined: every measure, and generate() beside autoplay, so the
+    main thread never runs the model, as in the app, where the engine thread alone does. GNU OpenMP
+    (torch's CPU threads) keeps a team of threads for each thread that has run a parallel region, and
+    its workers wait for the next region spinning only while there are no more of them than cores;
+    past that they sleep, and each region wakes them (sdpa over one token: 0.074 ms in a thread made
+    after the main thread had run it, 0.013 ms before, on this 2-core machine). A thread's team goes
+    with it, so measures run one after another in threads of their own each see one team."""
+    out: list[T] = []
+    failed: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            out.append(run())
+        except BaseException as exc:  # (raised again in the caller's thread)
+            failed.append(exc)
+
+    thread = threading.Thread(target=target, name="bench")
+    thread.start()
+    thread.join()
+    if failed:
+        raise failed[0]
+    return out[0]
 
 
 def transformers_runner(session: Session) -> ModelRunner:
@@ -426,16 +454,15 @@ def refusal() -> dict:
 
 
 def autoplay(loaded, bare, device, tokens: int, rounds: int = 5) -> dict:
-    """Headless autoplay against generate() of the same tokens, rounds interleaved and paired.
-    (An earlier torch ran a thread created after the main thread's sdpa pass on one core, so autoplay
-    was measured first; with torch 2.13 autoplay after generate() took 59 ms a step, before it 56-72.)"""
+    """Headless autoplay against generate() of the same tokens, rounds interleaved and paired, each in
+    a thread of its own (see in_thread)."""
     ids = loaded.tokenizer(PROMPT, return_tensors="pt").input_ids.to(device)
     autoplay_seconds(loaded, 8)  # warm-up
-    generate_seconds(bare, ids, 4, device)
+    in_thread(lambda: generate_seconds(bare, ids, 4, device))
     played, generated = [], []
     for _ in range(rounds):
         played.append(autoplay_seconds(loaded, tokens))
-        generated.append(generate_seconds(bare, ids, tokens, device))
+        generated.append(in_thread(lambda: generate_seconds(bare, ids, tokens, device)))
     ours, reference = played[-1][1], generated[-1][1]
     a, g = statistics.median(s for s, _ in played), statistics.median(s for s, _ in generated)
     return {
@@ -934,10 +961,11 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(stderr=True)
     torch.manual_seed(0)
     if args.shape:
-        loaded, bare = shaped_model(resolve_device(args.device))
+        loaded, bare = in_thread(lambda: shaped_model(resolve_device(args.device)))
     else:
-        loaded = load_model(None, device=args.device, dtype=args.dtype)
-        bare = bare_model(loaded, str(gguf_cache_dir(bundled_gguf())), next(loaded.model.parameters()).device)
+        loaded = in_thread(lambda: load_model(None, device=args.device, dtype=args.dtype))
+        source = str(gguf_cache_dir(bundled_gguf()))
+        bare = in_thread(lambda: bare_model(loaded, source, next(loaded.model.parameters()).device))
     device = next(loaded.model.parameters()).device
     steps = 8 if args.quick else 32
     results: dict = {
@@ -988,7 +1016,7 @@ def main(argv: list[str] | None = None) -> int:
         if chosen and name not in chosen:
             continue
         console.print(f"  measuring {name}…")
-        results[name] = run()
+        results[name] = in_thread(run)
     results["budgets"] = verdicts(results)
 
     table = Table(title="tokenviz bench", header_style="bold")

@@ -1,5 +1,8 @@
 """The benchmark's code runs and reports every measure (on a tiny model; no time is asserted)."""
 
+import threading
+
+import pytest
 import torch
 from tiny import save_tiny
 
@@ -82,3 +85,14 @@ def test_bench_measures_run_on_a_tiny_model(tmp_path):
     assert verdicts["compiled_autoplay"]["value"] == fast["ratio"] and verdicts["compiled_autoplay"]["met"] is None
     fast_on_gpu = bench.verdicts({**results, "machine": {"gpu": "H200"}, "compiled_autoplay": {"ratio": 3.9}})
     assert fast_on_gpu["compiled_autoplay"]["met"] is True
+
+
+def test_a_measure_runs_in_a_thread_of_its_own_and_its_failure_reaches_the_caller():
+    """(So the main thread never runs the model: see bench.measures.in_thread.)"""
+    assert bench.in_thread(threading.current_thread) not in (threading.current_thread(), threading.main_thread())
+
+    def failing() -> None:
+        raise ValueError("the measure failed")
+
+    with pytest.raises(ValueError, match="the measure failed"):
+        bench.in_thread(failing)
