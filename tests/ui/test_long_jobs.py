@@ -26,7 +26,9 @@ def body(app, view: str) -> str:
 
 
 async def test_a_beam_search_shows_its_progress_then_escape_says_cancelled_and_b_runs_it_again():
-    app = make_app(step_seconds=0.15)
+    # Steps slow enough that the search is still running when Escape is pressed, on a busy machine too
+    # (at 0.15 s a step, 1.5 s in all, a loaded run once saw it end before the press).
+    app = make_app(step_seconds=0.4)
     async with app.run_test(size=(120, 40)) as pilot:
         before = await settle(app, pilot)
         await pilot.press("B")
