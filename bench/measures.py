@@ -131,8 +131,9 @@ def bare_model(loaded: LoadedModel, source: str, device: torch.device):
 
 
 @torch.inference_mode()
-def bare_steps(model, ids: list[int], steps: int, device: torch.device) -> list[float]:
-    """Greedy decode with a DynamicCache and nothing else; per-step seconds."""
+def bare_decoder(model, ids: list[int], device: torch.device) -> Callable[[], None]:
+    """The bare model's greedy decode after prefilling `ids`, with a DynamicCache and argmax and
+    nothing else: each call is one step."""
     from transformers import DynamicCache
 
     from tokenviz.backends.transformers.cache import with_cache
@@ -140,15 +141,42 @@ def bare_steps(model, ids: list[int], steps: int, device: torch.device) -> list[
     cache = DynamicCache(config=model.config)
     out = model(torch.tensor([ids], device=device), **with_cache(model, cache), use_cache=True, logits_to_keep=1)
     token = out.logits[0, -1].argmax().view(1, 1)
-    times = []
-    for _ in range(steps):
-        sync(device)
-        started = time.perf_counter()
+
+    @torch.inference_mode()
+    def step() -> None:
+        nonlocal token
         out = model(token, **with_cache(model, cache), use_cache=True)
         token = out.logits[0, -1].argmax().view(1, 1)
-        sync(device)
-        times.append(time.perf_counter() - started)
-    return times
+
+    return step
+
+
+def started_session(
+    loaded: LoadedModel, ids: list[int], grammar: Grammar | None = None, interventions: tuple[Intervention, ...] = ()
+) -> tuple[Session, float]:
+    """A greedy journey on `ids` (under `grammar` and with `interventions`, if given), prefilled as the
+    app's engine does (the prompt's predictions come after), and its prefill's seconds."""
+    session = Session(ModelRunner(loaded), SamplingSettings(temperature=0, max_new_tokens=10**6, grammar=grammar))
+    if interventions:
+        session.set_interventions(interventions, context=ids)
+    started = time.perf_counter()
+    session.start(ids, defer_predictions=True)
+    return session, time.perf_counter() - started
+
+
+def seconds_of(step: Callable[[], object], device: torch.device) -> float:
+    """One call of `step`, the device's queued work included."""
+    sync(device)
+    started = time.perf_counter()
+    step()
+    sync(device)
+    return time.perf_counter() - started
+
+
+def bare_steps(model, ids: list[int], steps: int, device: torch.device) -> list[float]:
+    """Per-step seconds of the bare model's greedy decode (see bare_decoder)."""
+    step = bare_decoder(model, ids, device)
+    return [seconds_of(step, device) for _ in range(steps)]
 
 
 def engine_steps(
@@ -158,20 +186,10 @@ def engine_steps(
     grammar: Grammar | None = None,
     interventions: tuple[Intervention, ...] = (),
 ) -> tuple[float, list[float]]:
-    """(prefill seconds, per-step seconds) of the engine, greedy (under `grammar` and with
-    `interventions`, if given)."""
-    session = Session(ModelRunner(loaded), SamplingSettings(temperature=0, max_new_tokens=10**6, grammar=grammar))
-    if interventions:
-        session.set_interventions(interventions, context=ids)
-    started = time.perf_counter()
-    session.start(ids, defer_predictions=True)  # as the app's engine does: the prompt's predictions come after
-    prefill = time.perf_counter() - started
-    times = []
-    for _ in range(steps):
-        started = time.perf_counter()
-        session.step()
-        times.append(time.perf_counter() - started)
-    return prefill, times
+    """(prefill seconds, per-step seconds) of the engine, greedy (see started_session)."""
+    session, prefill = started_session(loaded, ids, grammar, interventions)
+    device = session.runner.device
+    return prefill, [seconds_of(session.step, device) for _ in range(steps)]
 
 
 def paired_ratio(pairs: list[tuple[float, float]]) -> float:
@@ -188,32 +206,14 @@ def steps_in_turn(loaded: LoadedModel, bare, ids: list[int], steps: int, device:
     pair, the first 2 left out as warm-up, and the engine's prefill. Pairs a step apart see the same
     machine: rounds of many steps each had this 2-core machine's pace drift between them (a bare step at
     2,048 tokens 67 ms in one run and 72 ms, the same as at 32, in the next)."""
-    from transformers import DynamicCache
-
-    from tokenviz.backends.transformers.cache import with_cache
-
-    session = Session(ModelRunner(loaded), SamplingSettings(temperature=0, max_new_tokens=10**6))
-    started = time.perf_counter()
-    session.start(ids, defer_predictions=True)  # as the app's engine does: the prompt's predictions come after
-    prefill = time.perf_counter() - started
-    cache = DynamicCache(config=bare.config)
-    out = bare(torch.tensor([ids], device=device), **with_cache(bare, cache), use_cache=True, logits_to_keep=1)
-    token = out.logits[0, -1].argmax().view(1, 1)
-
-    def bare_step() -> None:
-        nonlocal token
-        out = bare(token, **with_cache(bare, cache), use_cache=True)
-        token = out.logits[0, -1].argmax().view(1, 1)
-
+    session, prefill = started_session(loaded, ids)
+    bare_step = bare_decoder(bare, ids, device)
     pairs = []
     for i in range(steps + 2):
-        seconds = {}
-        for name, step in (("engine", session.step), ("bare", bare_step))[:: 1 if i % 2 else -1]:
-            sync(device)
-            begun = time.perf_counter()
-            step()
-            sync(device)
-            seconds[name] = time.perf_counter() - begun
+        seconds = {
+            name: seconds_of(step, device)
+            for name, step in (("engine", session.step), ("bare", bare_step))[:: 1 if i % 2 else -1]
+        }
         pairs.append((seconds["engine"], seconds["bare"]))
     return {"pairs": pairs[2:], "prefill": prefill}
 
