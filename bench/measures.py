@@ -1001,7 +1001,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="the measures to run, by name, comma-separated (default: all)")
     parser.add_argument("--quick", action="store_true", help="fewer steps (a smoke run, not for the record)")
     parser.add_argument("--out", default="bench/results")
-    parser.add_argument("--endpoint", help="an OpenAI-compatible server for the served measure (trace --endpoint)")
+    parser.add_argument(
+        "--endpoint",
+        help="an OpenAI-compatible server for the served measure (trace --endpoint); "
+        "python -m tokenviz.cli.start_vllm starts one on the bundled model",
+    )
     parser.add_argument("--api-key-env", help="with --endpoint: the environment variable holding its API key")
     args = parser.parse_args(argv)
     from rich.console import Console

@@ -4,8 +4,7 @@ process and a FIFO that froze it are each one message, the journey stays, and q 
 import os
 
 import pytest
-from test_small_terminals import keys, start
-from test_terminal import quits_cleanly, tmux, wait_screen
+from terminals import end, keys, quits_cleanly, start, tmux, wait_screen
 from tiny import save_tiny
 
 pytestmark = pytest.mark.terminal
@@ -25,12 +24,12 @@ def test_the_app_survives_the_crashing_grammar_and_a_fifo_and_quits(tmp_path):
         for line, said in [(f"json-schema {fifo}", "not a regular file"), (str(chain), "chain.lark")]:
             keys(name, "G")
             wait_screen(name, r"grammar", timeout=30)
-            tmux("send-keys", "-t", name, "-l", line)
+            tmux(name, "send-keys", "-t", name, "-l", line)
             keys(name, "Enter")
             wait_screen(name, said, timeout=60)  # (it had frozen the app, or killed it with SIGSEGV)
-            assert "TOKENVIZ-EXITED" not in tmux("capture-pane", "-p", "-t", name)
+            assert "TOKENVIZ-EXITED" not in tmux(name, "capture-pane", "-p", "-t", name)
         keys(name, "Space")
         wait_screen(name, r"ready · step 3")  # the journey went on from where it was
         quits_cleanly(name)
     finally:
-        tmux("kill-session", "-t", name)
+        end(name)

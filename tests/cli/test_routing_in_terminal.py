@@ -2,8 +2,7 @@
 engineer's 200x60: each MoE layer's row for the token at the cursor, and the strip below."""
 
 import pytest
-from test_small_terminals import keys, start
-from test_terminal import tmux, wait_gone, wait_screen
+from terminals import end, keys, start, wait_gone, wait_screen
 
 pytestmark = pytest.mark.terminal
 
@@ -38,4 +37,4 @@ def test_the_routing_view_in_a_real_terminal(tiny_mixtral, size):
         keys(name, "R")  # toggles back
         wait_gone(name, r"L3 +e\d")
     finally:
-        tmux("kill-session", "-t", name)
+        end(name)

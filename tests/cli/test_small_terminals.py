@@ -3,32 +3,15 @@ person sees. The colour legend, the decoded text, pieces shortened with … (nev
 that act only on the rows on screen, the charts one at a time with their title, a cancelled view that
 says so, view keys that toggle, and below the least size one line that says how big it must be."""
 
-import os
 import re
-import sys
 import time
-import uuid
 
 import pytest
-from test_terminal import new_session, screen, tmux, wait_gone, wait_screen
+from terminals import end, keys, screen, start, tmux, wait_gone, wait_screen
 
 pytestmark = pytest.mark.bundled
 
 QUESTION = "What is the capital of France?"
-
-
-def start(size: tuple[int, int], *args: str) -> str:
-    name = f"tokenviz-{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TERM": "xterm-256color"}
-    quoted = " ".join(f"'{a}'" for a in args)
-    new_session(name, size, f"{sys.executable} -m tokenviz {quoted}; echo TOKENVIZ-EXITED $?; sleep 30", env)
-    return name
-
-
-def keys(name: str, *pressed: str, pause: float = 0.3) -> None:
-    for key in pressed:
-        tmux("send-keys", "-t", name, key)
-        time.sleep(pause)
 
 
 def next_token_rows(text: str) -> list[str]:
@@ -59,14 +42,14 @@ def test_a_students_80x24(tmp_path):
         wait_screen(name, r"charts · 2/5")
         keys(name, "C")  # toggles back
         wait_screen(name, r"\(√ scale\)")
-        tmux("resize-window", "-t", name, "-x", "60", "-y", "15")
+        tmux(name, "resize-window", "-t", name, "-x", "60", "-y", "15")
         wait_screen(name, r"at least 64×20 \(this is 60×15\)")
-        tmux("resize-window", "-t", name, "-x", "80", "-y", "24")
+        tmux(name, "resize-window", "-t", name, "-x", "80", "-y", "24")
         wait_gone(name, "at least 64×20")
         keys(name, "q")
         assert "TOKENVIZ-EXITED 0" in wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=10)
     finally:
-        tmux("kill-session", "-t", name)
+        end(name)
 
 
 def test_a_teachers_120x36_beams_cancelled_and_toggled():
@@ -88,12 +71,12 @@ def test_a_teachers_120x36_beams_cancelled_and_toggled():
         keys(name, "q")
         assert "TOKENVIZ-EXITED 0" in wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=10)
     finally:
-        tmux("kill-session", "-t", name)
+        end(name)
 
 
 def backgrounds(name: str) -> set[str]:
     """The background colours on screen, as the terminal receives them (capture-pane -e)."""
-    return set(re.findall(r"\x1b\[(?:[0-9;]*;)?48;5;(\d+)", tmux("capture-pane", "-e", "-p", "-t", name)))
+    return set(re.findall(r"\x1b\[(?:[0-9;]*;)?48;5;(\d+)", tmux(name, "capture-pane", "-e", "-p", "-t", name)))
 
 
 def test_a_theme_switch_from_the_palette_repaints_every_cell():
@@ -104,7 +87,7 @@ def test_a_theme_switch_from_the_palette_repaints_every_cell():
         dark = backgrounds(name) & {"16", "234", "236"}  # the contrast theme's black, surface and panel
         assert dark
         keys(name, "C-p", pause=1.0)
-        tmux("send-keys", "-t", name, "Theme: tokenviz-light")
+        tmux(name, "send-keys", "-t", name, "Theme: tokenviz-light")
         time.sleep(1.5)
         keys(name, "Enter", pause=2.0)
         assert not backgrounds(name) & dark  # no cell kept from the old theme
@@ -112,4 +95,4 @@ def test_a_theme_switch_from_the_palette_repaints_every_cell():
         keys(name, "q")
         assert "TOKENVIZ-EXITED 0" in wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=10)
     finally:
-        tmux("kill-session", "-t", name)
+        end(name)

@@ -1,97 +1,30 @@
 """tokenviz in a real terminal: tmux runs it on the bundled model, send-keys types, capture-pane reads."""
 
-import contextlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
-import uuid
 
 import pytest
+from terminals import (
+    QUIT_BOUND_S,
+    end,
+    new_session,
+    quits_cleanly,
+    sessions,
+    start,
+    tmux,
+    tokenviz_pid,
+    unique_name,
+    wait_gone,
+    wait_screen,
+)
 
 pytestmark = pytest.mark.bundled
 
 PROMPT_IDS = [504, 414, 46682, 18669, 314, 3807, 281]  # "The Eiffel Tower is located in"
-# Quitting takes 0.24-0.30 s here (the bench's figure is the one to watch). The tests' bound catches
-# a hang (seen: 20 minutes) or a quit that waits for the run in progress, and leaves a loaded machine
-# room: a test asserts behaviour, not speed.
-QUIT_BOUND_S = 3.0
-
-
-def tmux(*args: str) -> str:
-    return subprocess.run(["tmux", *args], capture_output=True, text=True, check=True).stdout
-
-
-def screen(name: str) -> str:
-    return tmux("capture-pane", "-p", "-t", name)
-
-
-def new_session(name: str, size: tuple[int, int], command: str, env: dict, cwd: str | None = None) -> None:
-    """tmux new-session (in `cwd`, if given), tried again if it meets the previous tmux server on its way
-    out (the server ends with its last session, and a new-session in that moment fails: "server exited
-    unexpectedly")."""
-    where = ["-c", cwd] if cwd else []
-    for attempt in range(3):
-        result = subprocess.run(
-            ["tmux", "new-session", "-d", "-s", name, *where, "-x", str(size[0]), "-y", str(size[1]), command],
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        if result.returncode == 0:
-            return
-        time.sleep(0.5 * (attempt + 1))
-    raise AssertionError(f"tmux could not start a session: {result.stderr.strip()}")
-
-
-def wait_screen(name: str, pattern: str, timeout: float = 120) -> str:
-    deadline = time.monotonic() + timeout
-    text = ""
-    while time.monotonic() < deadline:
-        text = screen(name)
-        if re.search(pattern, text):
-            return text
-        time.sleep(0.2)
-    raise AssertionError(f"{pattern!r} never appeared; the screen was:\n{text}")
-
-
-def wait_gone(name: str, text: str, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while text in screen(name) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert text not in screen(name)
-
-
-def quits_cleanly(name: str) -> None:
-    """q, then the shell reports tokenviz's exit status: 0."""
-    tmux("send-keys", "-t", name, "q")
-    assert "TOKENVIZ-EXITED 0" in wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=10)
-
-
-@contextlib.contextmanager
-def sessions(args: str, count: int, size: tuple[int, int] = (160, 48), after: str = "", cwds=None):
-    """`count` terminals running `tokenviz ARGS` at once (their start-ups overlap, which is most of a
-    test's time), each followed by its exit status and `after`; all ended on the way out."""
-    if shutil.which("tmux") is None:
-        pytest.fail("tmux is needed for the real-terminal test (apt-get install tmux)")
-    names = [f"tokenviz-{uuid.uuid4().hex[:8]}" for _ in range(count)]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TERM": "xterm-256color"}
-    command = f"{sys.executable} -m tokenviz {args}; echo TOKENVIZ-EXITED $?; {after}sleep 30"
-    try:
-        for i, name in enumerate(names):
-            new_session(name, size, command, env, cwd=cwds[i] if cwds else None)
-        yield names
-    finally:
-        for name in names:
-            subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
-
-
-def tokenviz_pid(name: str) -> str:
-    shell = tmux("display", "-p", "-t", name, "#{pane_pid}").strip()
-    return subprocess.run(["pgrep", "-P", shell, "-f", "tokenviz"], capture_output=True, text=True).stdout.split()[0]
 
 
 @pytest.fixture
@@ -107,16 +40,16 @@ def test_tokenviz_in_a_real_terminal(session):
     assert "T 0.70" in text
 
     for _ in range(3):
-        tmux("send-keys", "-t", session, "Space")
+        tmux(session, "send-keys", "-t", session, "Space")
         time.sleep(0.3)
     text = wait_screen(session, r"step 3 · 10 tokens")
     assert "7 prompt · 3 generated" in text
 
-    tmux("send-keys", "-t", session, "T")
+    tmux(session, "send-keys", "-t", session, "T")
     text = wait_screen(session, r"T 0\.80")
 
     started = time.monotonic()
-    tmux("send-keys", "-t", session, "q")
+    tmux(session, "send-keys", "-t", session, "q")
     text = wait_screen(session, r"TOKENVIZ-EXITED 0", timeout=10)
     assert time.monotonic() - started < QUIT_BOUND_S
     assert "Traceback" not in text
@@ -128,10 +61,10 @@ def test_quitting_mid_run_exits_cleanly():
         for name in names:
             wait_screen(name, r"ready · step 0")
         for name, (run, key) in zip(names, runs.items()):
-            tmux("send-keys", "-t", name, key)
+            tmux(name, "send-keys", "-t", name, key)
             time.sleep(0.1)
             started = time.monotonic()
-            tmux("send-keys", "-t", name, "q")
+            tmux(name, "send-keys", "-t", name, "q")
             text = wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=10)
             assert time.monotonic() - started < QUIT_BOUND_S, run
             assert "TOKENVIZ-EXITED 0" in text, run  # not 134: no C++ abort from a thread torn down inside torch
@@ -150,7 +83,9 @@ def test_sigterm_sighup_and_sigint_leave_a_sane_terminal_and_exit_128_plus_the_s
             text = wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=10)
             assert time.monotonic() - started < QUIT_BOUND_S, signum
             assert f"TOKENVIZ-EXITED {128 + number}" in text and "Traceback" not in text, signum  # a script can tell
-            assert tmux("display", "-p", "-t", name, "#{alternate_on} #{cursor_flag}").split() == ["0", "1"], signum
+            assert tmux(name, "display", "-p", "-t", name, "#{alternate_on} #{cursor_flag}").split() == ["0", "1"], (
+                signum
+            )
             text = wait_screen(name, r"icanon", timeout=5)
             lines = text.split()
             assert "echo" in lines and "icanon" in lines and "-echo" not in lines and "-icanon" not in lines, signum
@@ -166,17 +101,14 @@ def test_a_hostile_journey_cannot_drive_the_terminal(tmp_path):
     doc["replay"]["info"]["name"] = "\x1b]0;PWNED-TITLE\x07\x1b[2J"
     path = tmp_path / "hostile.json"
     path.write_text(json.dumps(doc))
-    name = f"tokenviz-{uuid.uuid4().hex[:8]}"
-    command = f"{sys.executable} -m tokenviz replay {path}; echo TOKENVIZ-EXITED $?; sleep 30"
-    env = {**os.environ, "TERM": "xterm-256color"}
-    new_session(name, (160, 48), command, env)
+    name = start((160, 48), "replay", str(path))
     try:
         text = wait_screen(name, r"attends to", timeout=30)
         assert "tokens" in text and "ready · step 2" in text  # the screen was not cleared
-        assert "PWNED" not in tmux("display-message", "-p", "-t", name, "#{pane_title}")  # nor the title set
+        assert "PWNED" not in tmux(name, "display-message", "-p", "-t", name, "#{pane_title}")  # nor the title set
         quits_cleanly(name)
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+        end(name)
 
 
 SGR = re.compile(r"\x1b\[([0-9;]*)m")
@@ -201,14 +133,14 @@ def test_no_color_draws_without_colour(tmp_path, no_color):
 
     path = tmp_path / "journey.json"
     path.write_text(json.dumps(journey_file(*frozen_recording(steps=2))))
-    name = f"tokenviz-{uuid.uuid4().hex[:8]}"
+    name = unique_name()
     env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"} | {"TERM": "xterm-256color"}
     prefix = "NO_COLOR=1 " if no_color else ""
     command = f"{prefix}{sys.executable} -m tokenviz replay {path}; echo TOKENVIZ-EXITED $?; sleep 30"
     new_session(name, (160, 48), command, env)
     try:
         wait_screen(name, r"attends to", timeout=30)
-        drawn = tmux("capture-pane", "-p", "-e", "-t", name)
+        drawn = tmux(name, "capture-pane", "-p", "-e", "-t", name)
         if no_color:
             assert colour_codes(drawn) == set()
             assert any(shade in drawn for shade in "░▒▓█")  # the heatmap in shade glyphs
@@ -216,36 +148,28 @@ def test_no_color_draws_without_colour(tmp_path, no_color):
             assert colour_codes(drawn)  # the check above can fail
         quits_cleanly(name)
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
-
-
-def start_tmux(args: str, size: tuple[int, int], cwd: str | None = None) -> str:
-    name = f"tokenviz-{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TERM": "xterm-256color"}
-    command = f"{sys.executable} -m tokenviz {args}; echo TOKENVIZ-EXITED $?; sleep 30"
-    new_session(name, size, command, env, cwd)
-    return name
+        end(name)
 
 
 def test_chat_mode_answers_the_question_at_80x24():
-    name = start_tmux("--chat --temperature 0", (80, 24))
+    name = start((80, 24), "--chat", "--temperature", "0")
     try:
         wait_screen(name, r"ready · step 0")
-        tmux("send-keys", "-t", name, "a")
+        tmux(name, "send-keys", "-t", name, "a")
         text = wait_screen(name, r"stopped", timeout=60)
         assert "Paris" in text and "<|im_end|>" in text  # the answer, ended by the template's end of turn
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+        end(name)
 
 
 def test_resizes_during_autoplay_and_the_newest_token_in_view_after_60_steps():
-    name = start_tmux("'1, 2, 3, 4, 5, 6,' --temperature 0 --max-new-tokens 60", (80, 24))
+    name = start((80, 24), "1, 2, 3, 4, 5, 6,", "--temperature", "0", "--max-new-tokens", "60")
     try:
         wait_screen(name, r"ready · step 0")
-        tmux("send-keys", "-t", name, "a")
+        tmux(name, "send-keys", "-t", name, "a")
         for size in ("120x36", "80x24", "200x60", "80x24"):  # while it plays
             width, height = size.split("x")
-            tmux("resize-window", "-t", name, "-x", width, "-y", height)
+            tmux(name, "resize-window", "-t", name, "-x", width, "-y", height)
             time.sleep(0.7)
         text = wait_screen(name, r"stopped: .*· step 60", timeout=90)
         lines = text.splitlines()
@@ -258,23 +182,23 @@ def test_resizes_during_autoplay_and_the_newest_token_in_view_after_60_steps():
         assert f"cursor at position {prompt_len + 58}" in text
         quits_cleanly(name)
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+        end(name)
 
 
 def test_quitting_mid_prefill_exits_at_once():
     prompt = "The Eiffel Tower is located in Paris, the capital of France. " * 150  # about 2,000 tokens
-    name = start_tmux(f"'{prompt}'", (120, 36))
+    name = start((120, 36), prompt)
     try:
         wait_screen(name, r"prefilling: \d+ of \d+ prompt tokens")
         started = time.monotonic()
-        tmux("send-keys", "-t", name, "q")
+        tmux(name, "send-keys", "-t", name, "q")
         text = wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=10)
         # Measured 0.83-0.94 s on 2 cores (torch's threads busy the while; 2.1 s when quitting waited
         # for the chunk in progress); the whole prefill takes several seconds more.
         assert time.monotonic() - started < QUIT_BOUND_S
         assert "TOKENVIZ-EXITED 0" in text and "Traceback" not in text
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+        end(name)
 
 
 def footer_and_status(text: str) -> tuple[str, str]:
@@ -284,7 +208,7 @@ def footer_and_status(text: str) -> tuple[str, str]:
 
 def test_the_first_five_minutes_key_sequences_at_120x36(tmp_path):
     """Issue 11's observations 4, 7, 8, 9 and 10, by their key sequences, on the bundled model."""
-    name = start_tmux("", (120, 36), cwd=str(tmp_path))
+    name = start((120, 36), cwd=str(tmp_path))
     try:
         text = wait_screen(name, r"ready · step 0")
         footer, status = footer_and_status(text)
@@ -293,46 +217,46 @@ def test_the_first_five_minutes_key_sequences_at_120x36(tmp_path):
         assert "raw p" in text and "final" in text  # 7: raw and final are named
         assert not re.search(r"\b0\.000\b", text)  # 7: a tiny p never reads 0 (the sampling pane writes 1.2e-05)
         for _ in range(2):
-            tmux("send-keys", "-t", name, "Space")
+            tmux(name, "send-keys", "-t", name, "Space")
             time.sleep(0.3)
         wait_screen(name, r"ready · step 2")
-        tmux("send-keys", "-t", name, "Left")
+        tmux(name, "send-keys", "-t", name, "Left")
         text = wait_screen(name, r"cursor at position 7\b")
         # 4: a candidate on screen for position 8, not the token taken there (▶), chosen by its number
         rows = re.findall(r"│\s+(▶?)(\d) (\S+)\s+(\d+)\s", text)
         rank, piece, token_id = next((r, p, i) for mark, r, p, i in rows if not mark and r != "1")
-        tmux("send-keys", "-t", name, rank)
+        tmux(name, "send-keys", "-t", name, rank)
         wait_screen(name, rf"(?s){re.escape(piece)} {token_id}\s.*cursor at position 8\b", timeout=30)
-        tmux("send-keys", "-t", name, "Left")
+        tmux(name, "send-keys", "-t", name, "Left")
         assert "forced (a branch)" in wait_screen(name, r"forced \(a branch\)", timeout=10)
-        tmux("send-keys", "-t", name, "h")
+        tmux(name, "send-keys", "-t", name, "h")
         wait_screen(name, r"largest weight any head gives")  # 7: head max is not called attention weights
-        tmux("send-keys", "-t", name, "?")
+        tmux(name, "send-keys", "-t", name, "?")
         wait_screen(name, r"watch the model think(?s:.*)Escape")  # 10: the help says how to close it
-        tmux("send-keys", "-t", name, "Escape")
+        tmux(name, "send-keys", "-t", name, "Escape")
         wait_gone(name, "watch the model think")
-        tmux("send-keys", "-t", name, "s")
+        tmux(name, "send-keys", "-t", name, "s")
         assert re.search(r"seed \d{1,6}\b", wait_screen(name, r"seed \d+"))  # 10: a short seed
-        tmux("send-keys", "-t", name, "x")
+        tmux(name, "send-keys", "-t", name, "x")
         wait_screen(name, r"saved", timeout=30)
         quits_cleanly(name)
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+        end(name)
     saved = sorted(tmp_path.glob("*.json"))
     assert saved, list(tmp_path.iterdir())
-    name = start_tmux(f"replay {saved[0]}", (120, 36))
+    name = start((120, 36), "replay", str(saved[0]))
     try:  # 9: a replay steps through its recording with the same keys
         text = wait_screen(name, r"step \d+", timeout=30)
         footer, _ = footer_and_status(text)
         assert "play/pause" not in footer and "prompt" not in footer  # only the keys that work here
         steps = int(re.search(r"step (\d+)", text).group(1))
-        tmux("send-keys", "-t", name, "BSpace")
+        tmux(name, "send-keys", "-t", name, "BSpace")
         wait_screen(name, rf"step {steps - 1}\b", timeout=10)
-        tmux("send-keys", "-t", name, "Space")
+        tmux(name, "send-keys", "-t", name, "Space")
         wait_screen(name, rf"step {steps}\b", timeout=10)
         quits_cleanly(name)
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+        end(name)
 
 
 def test_x_then_quitting_at_once_leaves_all_three_files_whole(tmp_path):
@@ -347,13 +271,13 @@ def test_x_then_quitting_at_once_leaves_all_three_files_whole(tmp_path):
         for name in names:
             wait_screen(name, r"ready · step 0")
         for name, (then, folder) in zip(names, folders.items()):
-            tmux("send-keys", "-t", name, "Space")
+            tmux(name, "send-keys", "-t", name, "Space")
             wait_screen(name, r"ready · step 1")
             if then == "q":
-                tmux("send-keys", "-t", name, "x", "q")
+                tmux(name, "send-keys", "-t", name, "x", "q")
             else:
                 pid = tokenviz_pid(name)
-                tmux("send-keys", "-t", name, "x")
+                tmux(name, "send-keys", "-t", name, "x")
                 deadline = time.monotonic() + 30  # (a busy machine may take a while to read the key)
                 while not list(folder.glob("tokenviz-*.svg")) and time.monotonic() < deadline:
                     time.sleep(0.01)  # the app writes the screenshot first, then asks for the journey and its page

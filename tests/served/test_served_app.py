@@ -261,18 +261,23 @@ async def test_the_app_on_a_served_model(engine, vllm_server, tmp_path, monkeypa
     assert re.search(r'"top_only":\s*20', page) and '"drawn"' in page
 
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "cli"))  # (the terminal's and browser's helpers)
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "cli"))  # (the browser's helpers)
 
 
 @pytest.mark.terminal
-def test_tokenviz_on_an_endpoint_in_a_real_terminal(vllm_server, monkeypatch):
-    """`tokenviz --endpoint URL --api-key-env VAR` at 80x24 in tmux: it opens on the served model,
-    steps, and a setting changed live is sent with the next request."""
-    from test_small_terminals import keys, start
-    from test_terminal import tmux, wait_screen
+def test_tokenviz_on_an_endpoint_in_a_real_terminal(vllm_server):
+    """The two lines `python -m tokenviz.cli.start_vllm` prints to paste (`export KEY=...`, then
+    `tokenviz PROMPT --endpoint URL --api-key-env KEY`), run at 80x24 in tmux: the app opens on the
+    served model, steps, and a setting changed live is sent with the next request."""
+    from terminals import ENV, end, keys, new_session, unique_name, wait_screen
 
-    monkeypatch.setenv(KEY_ENV, vllm_server.key)
-    name = start((80, 24), PROMPT, "--endpoint", vllm_server.url, "--api-key-env", KEY_ENV, "--temperature", "0")
+    from tokenviz.cli.start_vllm import paste_lines
+
+    port = int(vllm_server.url.rsplit(":", 1)[1].split("/")[0])
+    export, app = paste_lines(port, vllm_server.key)
+    app = app.replace("tokenviz ", f"{sys.executable} -m tokenviz ", 1) + " --temperature 0"
+    name = unique_name()
+    new_session(name, (80, 24), f"{export}; {app}; echo TOKENVIZ-EXITED $?; sleep 30", {**os.environ, **ENV})
     try:
         wait_screen(name, r"ready · step 0")
         text = wait_screen(name, r"served at 127\.0\.0\.1")
@@ -284,7 +289,7 @@ def test_tokenviz_on_an_endpoint_in_a_real_terminal(vllm_server, monkeypatch):
         text = wait_screen(name, r"T 0\.10")
         assert vllm_server.key not in text
     finally:
-        tmux("kill-session", "-t", name)
+        end(name)
 
 
 def test_the_app_on_an_endpoint_refuses_at_once_in_one_line(monkeypatch, capsys, vllm_server):

@@ -4,6 +4,7 @@ app's engine worker answers for the same journey at the same position, view by v
 import threading
 import time
 
+from closeness import assert_close
 from tiny import tiny_model
 
 from tokenviz.backends.transformers.runner import ModelRunner
@@ -79,7 +80,7 @@ def test_the_trace_and_the_app_compute_each_view_the_same_way():
                 result = result_of(answer, kind)
                 assert result is not None, request
                 for key, value in entry(result).items():
-                    assert step[key] == value, (request, key)
+                    assert_close(step[key], value, where=f"{request} {key}")
     finally:
         worker.stop()
 
@@ -90,5 +91,5 @@ def test_the_traces_beam_search_is_the_apps_from_the_prefilled_prompt():
     document = beam_document(session, session.prompt_ids, 2, 3)
     app = Session(ModelRunner(tiny_model("llama")), SETTINGS)
     app.start(PROMPT)
-    assert document["beams"] == compute(app, Beams(2, 3)).to_json()
+    assert_close(document["beams"], compute(app, Beams(2, 3)).to_json())
     assert all(spec.trace is not None for kind, spec in VIEWS.items() if kind in (Inspect, Attribute, SplitDifference))

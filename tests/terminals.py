@@ -1,0 +1,128 @@
+"""tokenviz in a real terminal: tmux runs it, send-keys types, capture-pane reads.
+
+Each terminal is a tmux server of its own, on a socket named after the terminal (`tmux -L NAME`),
+started and ended by the test: no other tmux server on the machine (another user's, another tool's,
+another test's) can disturb it or be disturbed by it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+# Quitting takes 0.24-0.30 s here (the bench's figure is the one to watch). The tests' bound catches
+# a hang (seen: 20 minutes) or a quit that waits for the run in progress, and leaves a loaded machine
+# room: a test asserts behaviour, not speed.
+QUIT_BOUND_S = 3.0
+ENV = {"HF_HUB_OFFLINE": "1", "TERM": "xterm-256color"}
+
+
+def tmux(name: str, *args: str) -> str:
+    """A tmux command to the server of terminal `name`."""
+    return subprocess.run(["tmux", "-L", name, *args], capture_output=True, text=True, check=True).stdout
+
+
+def screen(name: str) -> str:
+    return tmux(name, "capture-pane", "-p", "-t", name)
+
+
+def keys(name: str, *pressed: str, pause: float = 0.3) -> None:
+    for key in pressed:
+        tmux(name, "send-keys", "-t", name, key)
+        time.sleep(pause)
+
+
+def new_session(name: str, size: tuple[int, int], command: str, env: dict, cwd: str | None = None) -> None:
+    """A terminal `name` (its own tmux server) running `command`, in `cwd` if given."""
+    if shutil.which("tmux") is None:
+        pytest.fail("tmux is needed for the real-terminal tests (apt-get install tmux)")
+    where = ["-c", cwd] if cwd else []
+    result = subprocess.run(
+        ["tmux", "-L", name, "new-session", "-d", "-s", name, *where, "-x", str(size[0]), "-y", str(size[1]), command],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        raise AssertionError(f"tmux could not start a session: {result.stderr.strip()}")
+
+
+def end(name: str) -> None:
+    """The terminal's tmux server stopped, with whatever still runs in it."""
+    subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True)
+
+
+def unique_name() -> str:
+    return f"tokenviz-{uuid.uuid4().hex[:8]}"
+
+
+def start(size: tuple[int, int], *args: str, cwd: str | None = None, env: dict | None = None) -> str:
+    """A new terminal running `tokenviz ARGS` (each argument quoted), then its exit status."""
+    name = unique_name()
+    quoted = " ".join(f"'{a}'" for a in args)
+    command = f"{sys.executable} -m tokenviz {quoted}; echo TOKENVIZ-EXITED $?; sleep 30"
+    new_session(name, size, command, {**os.environ, **ENV, **(env or {})}, cwd)
+    return name
+
+
+def wait_screen(name: str, pattern: str, timeout: float = 120) -> str:
+    deadline = time.monotonic() + timeout
+    text = ""
+    while time.monotonic() < deadline:
+        text = screen(name)
+        if re.search(pattern, text):
+            return text
+        time.sleep(0.2)
+    raise AssertionError(f"{pattern!r} never appeared; the screen was:\n{text}")
+
+
+def wait_gone(name: str, text: str, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while text in screen(name) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert text not in screen(name)
+
+
+def quits_cleanly(name: str) -> None:
+    """q, then the shell reports tokenviz's exit status: 0."""
+    tmux(name, "send-keys", "-t", name, "q")
+    assert "TOKENVIZ-EXITED 0" in wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=10)
+
+
+@contextlib.contextmanager
+def sessions(args: str, count: int, size: tuple[int, int] = (160, 48), after: str = "") -> Iterator[list[str]]:
+    """`count` terminals running `tokenviz ARGS` at once (their start-ups overlap, which is most of a
+    test's time), each followed by its exit status and `after`; all ended on the way out."""
+    names = [unique_name() for _ in range(count)]
+    command = f"{sys.executable} -m tokenviz {args}; echo TOKENVIZ-EXITED $?; {after}sleep 30"
+    try:
+        for name in names:
+            new_session(name, size, command, {**os.environ, **ENV})
+        yield names
+    finally:
+        for name in names:
+            end(name)
+
+
+@contextlib.contextmanager
+def terminal(size: tuple[int, int], *args: str, cwd: str | None = None, env: dict | None = None) -> Iterator[str]:
+    """start(), ended on the way out."""
+    name = start(size, *args, cwd=cwd, env=env)
+    try:
+        yield name
+    finally:
+        end(name)
+
+
+def tokenviz_pid(name: str) -> str:
+    shell = tmux(name, "display", "-p", "-t", name, "#{pane_pid}").strip()
+    return subprocess.run(["pgrep", "-P", shell, "-f", "tokenviz"], capture_output=True, text=True).stdout.split()[0]

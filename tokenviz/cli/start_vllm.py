@@ -1,0 +1,65 @@
+"""`python -m tokenviz.cli.start_vllm`: a vLLM server on the bundled model, for trying a served model.
+
+It builds the server's environment when missing (the one the tests use: tokenviz.served.vllm_server),
+converts the bundled model once, starts vLLM on a free port of 127.0.0.1 with a fresh token, waits
+until it answers, and prints the two lines to paste in a second terminal. Ctrl-C stops it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import sys
+
+from tokenviz.backends.transformers.loading import ensure_converted, gguf_cache_dir
+from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.paths import bundled_gguf, cache_root
+from tokenviz.served import vllm_server as vllm
+
+KEY_VARIABLE = "TOKENVIZ_KEY"
+TRY_PROMPT = "The Eiffel Tower is located in"
+
+
+def paste_lines(port: int, key: str) -> list[str]:
+    url = f"http://127.0.0.1:{port}/v1"
+    return [
+        f"export {KEY_VARIABLE}={key}",
+        f'tokenviz "{TRY_PROMPT}" --endpoint {url} --api-key-env {KEY_VARIABLE}',
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tokenviz.cli.start_vllm", description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=0, help="the port on 127.0.0.1 (default: a free one)")
+    args = parser.parse_args(argv)
+    try:
+        python = vllm.ensure_environment(say=lambda step: print(f"building the server's environment: {step}"))
+        gguf = bundled_gguf()
+        model = gguf_cache_dir(gguf)
+        ensure_converted(gguf, model, lambda message, fraction: None)
+        port, key = args.port or vllm.free_port(), secrets.token_hex(16)
+        log = cache_root() / "vllm-server.log"
+        print(f"starting vLLM on 127.0.0.1:{port} (under a minute once warm; its log: {log})", flush=True)
+        process = vllm.start(python, model, port, key, log)
+    except TokenvizError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        vllm.wait_ready(process, f"http://127.0.0.1:{port}/v1", key, log)
+        print("ready. In a second terminal, with tokenviz's environment active, paste:\n")
+        print("\n".join(f"    {line}" for line in paste_lines(port, key)))
+        print("\nCtrl-C here stops the server.", flush=True)
+        process.wait()
+        print(f"error: the vLLM server exited ({process.returncode}); its log: {log}", file=sys.stderr)
+        return 1
+    except TokenvizError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        vllm.stop(process)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
