@@ -220,3 +220,83 @@ def test_the_default_session_limit_follows_memory_and_the_models_size(tmp_path):
     assert weights_bytes("some/hub-id", None) == 0  # not on this machine: the process alone is counted
     assert default_max_sessions(PROCESS_BYTES + 1000, available=10 * (PROCESS_BYTES + 1000)) == 8
     assert default_max_sessions(10**12, available=10**9) == 1  # always at least one
+
+
+def status_of(url: str, headers: dict[str, str], path: str = "/") -> int:
+    """The status `tokenviz serve` at `url` answers a GET of `path` with `headers` (Host set by hand)."""
+    import http.client
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+    try:
+        connection.putrequest("GET", path, skip_host="Host" in headers)
+        for name, value in headers.items():
+            connection.putheader(name, value)
+        connection.endheaders()
+        return connection.getresponse().status
+    finally:
+        connection.close()
+
+
+def test_serve_answers_only_its_own_names_and_origin(server):
+    """A page on another origin, or a name that is not the server's (DNS rebinding: evil.example
+    resolving to 127.0.0.1), gets 403 for the page and the websocket; its own names and origin get in."""
+    process, url = server
+    port = url.rsplit(":", 1)[1]
+    upgrade = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+               "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}  # fmt: skip
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}"):
+        assert status_of(url, {"Host": host}) == 200, host
+        assert status_of(url, {"Host": host, "Origin": f"http://{host}"}) == 200, host
+    for host in (
+        f"evil.example:{port}",
+        f"127.0.0.1:{int(port) + 1}",
+        "evil.example",
+        f"127.0.0.1.evil.example:{port}",
+    ):
+        assert status_of(url, {"Host": host}) == 403, host
+        assert status_of(url, {"Host": host, **upgrade}, "/ws") == 403, host
+    for origin in ("http://evil.example", f"http://evil.example:{port}", "null", f"http://127.0.0.1:{int(port) + 1}"):
+        assert status_of(url, {"Host": f"127.0.0.1:{port}", "Origin": origin}) == 403, origin
+        assert status_of(url, {"Host": f"127.0.0.1:{port}", "Origin": origin, **upgrade}, "/ws") == 403, origin
+    assert app_processes(process) == 0  # no tab's process was started for any of them
+
+
+@needs_browser
+def test_a_page_on_another_origin_cannot_open_serves_websocket(server):
+    """A real browser on a page of another origin (another port of this machine) opens a websocket to
+    `tokenviz serve`: refused, and no app process starts; the server's own page still gets in."""
+    import http.server
+    import threading
+
+    process, url = server
+    ws = url.replace("http://", "ws://") + "/ws"
+    page = f"""<!doctype html><title>waiting</title><script>
+      const socket = new WebSocket({json.dumps(ws)});
+      socket.onopen = () => {{ document.title = "opened"; }};
+      socket.onclose = () => {{ if (document.title !== "opened") document.title = "refused"; }};
+    </script>""".encode()
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    other = http.server.HTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        with chromium(800, 600) as browser:
+            browser.get(f"http://127.0.0.1:{other.server_address[1]}/")
+            assert until(lambda: browser.title in ("opened", "refused") and browser.title, 20, 0.1) == "refused"
+            time.sleep(1)
+            assert app_processes(process) == 0
+            open_app(browser, url)  # its own page, in the same browser
+            until(lambda: app_processes(process) == 1, 20, 0.2)
+    finally:
+        other.shutdown()

@@ -5,8 +5,12 @@ server is full, and no process), and ends itself and every tab's process promptl
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import signal
+import socket
+import urllib.parse
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +30,47 @@ FULL_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>tokenviz:
 Close another tab, or ask whoever runs the server to start it with a larger <code>--max-sessions</code>.</p>
 </body></html>"""
 FULL_CLOSE_CODE = 4008  # the websocket's close code for a full server (4000-4999: an application's own)
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+WILDCARDS = ("0.0.0.0", "::", "")
+FOREIGN = "tokenviz serve answers only pages of its own origin, at the names it listens on"
+
+
+def _bare(host: str) -> str:
+    """A host as the Host header's name part has it, without brackets or a trailing dot, lower case."""
+    return host.strip("[]").rstrip(".").lower()
+
+
+def own_names(bound: str) -> frozenset[str]:
+    """The names a request may give in its Host header: the loopback names and the address `bound`;
+    bound to every interface, this machine's own names too (an IP address is always its own name)."""
+    names = {*LOOPBACK_NAMES, _bare(bound)}
+    if bound in WILDCARDS:
+        names |= {_bare(socket.gethostname()), _bare(socket.getfqdn())}
+    return frozenset(names)
+
+
+def is_own_host(netloc: str, names: frozenset[str], port: int, wildcard: bool) -> bool:
+    """Whether `netloc` (a Host header, or an Origin's host and port) names this server: one of
+    `names` (or, listening on every interface, any IP address) at `port`. A name that is not ours is
+    a page's trick (DNS rebinding: evil.example resolving to 127.0.0.1)."""
+    parts = urllib.parse.urlsplit("//" + netloc)
+    try:
+        given_port = parts.port or 80
+    except ValueError:
+        return False
+    host = _bare(parts.hostname or "")
+    if given_port != port or not host:
+        return False
+    if host in names:
+        return True
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return wildcard
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def weights_bytes(model: str | None, bundled_gguf: Path | None) -> int:
@@ -71,6 +116,27 @@ class LimitedServer(Server):
         super().__init__(command, **kwargs)
         self.max_sessions = max_sessions
         self.connected: list[web.Request] = []  # the tabs' websocket requests (requests do not hash)
+        self.names = own_names(self.host)
+
+    async def _make_app(self) -> web.Application:
+        app = await super()._make_app()
+        app.middlewares.append(self.own_origin_only)
+        return app
+
+    def is_own(self, netloc: str) -> bool:
+        return is_own_host(netloc, self.names, self.port, self.host in WILDCARDS)
+
+    @web.middleware
+    async def own_origin_only(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """403 for a request to a name not ours, or from a page of another origin: a web page the user
+        visits could otherwise open the websocket and drive the model (and the server's token) and
+        read the screen. (A browser always says a websocket's Origin; a page's own loads say none.)"""
+        origin = request.headers.get("Origin")
+        parts = urllib.parse.urlsplit(origin or "")
+        own_origin = origin is None or (parts.scheme in ("http", "https") and self.is_own(parts.netloc))
+        if not self.is_own(request.host) or not own_origin:
+            return web.Response(status=403, text=FOREIGN)
+        return await handler(request)
 
     @property
     def sessions(self) -> int:
