@@ -99,14 +99,17 @@ def quits_cleanly(name: str) -> None:
 
 
 @contextlib.contextmanager
-def sessions(args: str, count: int, size: tuple[int, int] = (160, 48), after: str = "") -> Iterator[list[str]]:
+def sessions(
+    args: str, count: int, size: tuple[int, int] = (160, 48), after: str = "", cwds: list[str] | None = None
+) -> Iterator[list[str]]:
     """`count` terminals running `tokenviz ARGS` at once (their start-ups overlap, which is most of a
-    test's time), each followed by its exit status and `after`; all ended on the way out."""
+    test's time), each followed by its exit status and `after`, each in its folder of `cwds` if given;
+    all ended on the way out."""
     names = [unique_name() for _ in range(count)]
     command = f"{sys.executable} -m tokenviz {args}; echo TOKENVIZ-EXITED $?; {after}sleep 30"
     try:
-        for name in names:
-            new_session(name, size, command, {**os.environ, **ENV})
+        for i, name in enumerate(names):
+            new_session(name, size, command, {**os.environ, **ENV}, cwds[i] if cwds else None)
         yield names
     finally:
         for name in names:
