@@ -895,14 +895,15 @@ def device_peak(loaded, n: int = 2048, steps: int = 32) -> dict:
     }
 
 
-def served(url: str, key: str | None, tokens: int = 32, rounds: int = 3) -> dict:
+def served(url: str, api_key, insecure_http: bool = False, tokens: int = 32, rounds: int = 3) -> dict:
     """A served journey (trace --endpoint) against the same server: its time per token against the
     server's own streamed generation of the same tokens, and a step against a bare one-token request at
-    the same context (rounds interleaved). The server's, network included: no model runs here."""
-    from tokenviz.served.endpoint import Endpoint
+    the same context (rounds interleaved). The server's, network included: no model runs here. Every
+    request goes through the app's own client (`connect`: the token's rules, no redirect, deadlines)."""
+    from tokenviz.served.endpoint import connect
     from tokenviz.served.journey import ServedJourney, served_model_name
 
-    endpoint = Endpoint(url.rstrip("/"), key)
+    endpoint = connect(url, api_key, insecure_http)
     model = served_model_name(endpoint, None)
     journey = ServedJourney(endpoint, model, SamplingSettings(temperature=0, max_new_tokens=tokens))
     stepped, bare, streamed, first = [], [], [], []
@@ -935,21 +936,20 @@ def served(url: str, key: str | None, tokens: int = 32, rounds: int = 3) -> dict
 
 def _streamed(endpoint, model: str, ids: list[int], tokens: int) -> tuple[float, float, list[int]]:
     """(seconds, seconds to the first token, the token ids) of the server's own streamed generation."""
-    import urllib.request
+    from tokenviz.contract.reading import parse_json
+    from tokenviz.served.endpoint import EndpointError
 
     body = {"model": model, "prompt": ids, "max_tokens": tokens, "temperature": 0, "stream": True}
     body |= {"logprobs": 0, "return_tokens_as_token_ids": True, "ignore_eos": True}
-    request = urllib.request.Request(endpoint.url + "/completions", json.dumps(body).encode(), endpoint.headers())
     got, to_first = [], None
     t0 = time.perf_counter()
-    with urllib.request.urlopen(request, timeout=300) as response:
-        for line in response:
-            if not line.startswith(b"data: ") or line.strip() == b"data: [DONE]":
-                continue
-            chunk = json.loads(line[len(b"data: ") :])
-            for name in chunk["choices"][0]["logprobs"]["tokens"]:
-                to_first = to_first if to_first is not None else time.perf_counter() - t0
-                got.append(int(name.removeprefix("token_id:")))
+    for line in endpoint.stream_lines("/completions", body):
+        if not line.startswith(b"data: ") or line.strip() == b"data: [DONE]":
+            continue
+        chunk = parse_json(line[len(b"data: ") :], f"{endpoint.host}'s streamed answer", EndpointError, finite=True)
+        for name in chunk["choices"][0]["logprobs"]["tokens"]:
+            to_first = to_first if to_first is not None else time.perf_counter() - t0
+            got.append(int(name.removeprefix("token_id:")))
     return time.perf_counter() - t0, to_first or 0.0, got
 
 
@@ -1007,6 +1007,9 @@ def main(argv: list[str] | None = None) -> int:
         "python -m tokenviz.cli.start_vllm starts one on the bundled model",
     )
     parser.add_argument("--api-key-env", help="with --endpoint: the environment variable holding its API key")
+    parser.add_argument(
+        "--insecure-http", action="store_true", help="with --endpoint: send the key over plain http to another host"
+    )
     args = parser.parse_args(argv)
     from rich.console import Console
     from rich.table import Table
@@ -1055,8 +1058,10 @@ def main(argv: list[str] | None = None) -> int:
         ("compiled_autoplay", lambda: compiled_autoplay(loaded, bare, device, 32 if args.quick else 128, steps)),
     ]
     if args.endpoint:  # (the server's model is what it serves: the bundled one, for figures beside these)
-        key = os.environ.get(args.api_key_env) if args.api_key_env else None
-        measures.append(("served", lambda: served(args.endpoint, key, 8 if args.quick else 32)))
+        from tokenviz.served.endpoint import ApiKey
+
+        key = ApiKey(env=args.api_key_env)
+        measures.append(("served", lambda: served(args.endpoint, key, args.insecure_http, 8 if args.quick else 32)))
     chosen = set(filter(None, args.only.split(",")))
     if args.shape:  # what a model of that size adds to the bundled model's figures: the engine's cost
         chosen = chosen or {"autoplay", "step_overhead", "growth", "attention_view", "device_peak", "compiled_autoplay"}

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +34,8 @@ from tokenviz.served.endpoint import Endpoint, EndpointError
 from tokenviz.served.journey import (
     TOP_N,
     ServedChoice,
+    checked_logprob,
+    checked_rank,
     complete,
     logprobs_are_raw,
     sampling_fields,
@@ -299,17 +300,15 @@ class ServedEngine:
         return complete(self.endpoint, self.model, ids, fields, logprobs, **extra)
 
     def _top(self, choice: dict[str, Any]) -> tuple[int, float, list[tuple[int, float]]]:
-        chosen, logprob, top = top_of(choice, self.endpoint.host)
-        self._check([(chosen, logprob), *top])
+        chosen, logprob, top = top_of(choice, self.endpoint.host, self.top_n)
+        self._check([chosen, *(t for t, _ in top)])
         return chosen, logprob, top
 
-    def _check(self, pairs: Iterable[tuple[int, float]]) -> None:
-        """Refuse what no distribution over this vocabulary holds: an id past it, a NaN, a logprob above 0."""
-        for token, logprob in pairs:
+    def _check(self, tokens: Iterable[int]) -> None:
+        """Refuse an id past the vocabulary (the numbers are checked as they are read)."""
+        for token in tokens:
             if not 0 <= token < self.vocab:
                 raise EndpointError(f"{self.endpoint.host} answered token id {token}, past its vocabulary")
-            if math.isnan(logprob) or logprob > 1e-3 or logprob == math.inf:
-                raise EndpointError(f"{self.endpoint.host} answered log-probabilities that are not numbers")
 
     def draw(self, ids: Sequence[int], settings: SamplingSettings) -> Drawn:
         if self.raw is None:  # measured once, at the journey's first context; the model view says which
@@ -365,9 +364,13 @@ class ServedEngine:
         out: list[dict[int, tuple[float, int]]] = [{}]
         try:
             for entry, own in zip(entries[1:], ids[1:]):
-                read = {int(k): (float(v["logprob"]), int(v["rank"])) for k, v in entry.items()}
+                host = self.endpoint.host
+                read = {
+                    int(k): (checked_logprob(v["logprob"], host, True), checked_rank(v["rank"], host, self.vocab))
+                    for k, v in entry.items()
+                }
                 assert own in read
-                self._check((t, lp) for t, (lp, _) in read.items())
+                self._check(read)
                 out.append(read)
         except (KeyError, TypeError, ValueError, AttributeError, AssertionError):
             raise EndpointError(f"{self.endpoint.host} gave a prompt_logprobs entry tokenviz cannot read") from None

@@ -33,6 +33,7 @@ from tokenviz.cli.options import (
     grammar_options,
     model_options,
     print_error,
+    print_warning,
     sampling_options,
     stderr_progress,
 )
@@ -393,7 +394,10 @@ def served_options(
     from tokenviz.served.endpoint import ApiKey
     from tokenviz.served.journey import ServedChoice
 
-    return ServedChoice(url, model, ApiKey(key_env, key_file), insecure_http)
+    key = ApiKey(key_env, key_file)
+    if (exposed := key.exposed()) is not None:
+        print_warning(exposed)
+    return ServedChoice(url, model, key, insecure_http)
 
 
 def run_served_trace(prompt: str, settings: SamplingSettings, served: "ServedChoice", as_json: bool) -> None:

@@ -35,6 +35,11 @@ def print_error(message: str) -> None:
     err.print(Text.assemble(("error:", "bold red"), " ", safe_text(message)), soft_wrap=True)
 
 
+def print_warning(message: str) -> None:
+    """One line on stderr that lets the command go on."""
+    err.print(Text.assemble(("warning:", "bold yellow"), " ", safe_text(message)), soft_wrap=True)
+
+
 def fail(message: str) -> NoReturn:
     print_error(message)
     raise typer.Exit(2)

@@ -30,10 +30,11 @@ def read_file(path: str | Path, limit: int, what: str, error: type[TokenvizError
         fd = os.open(Path(path).expanduser(), OPEN_FLAGS)
     except OSError as exc:
         raise error(f"cannot read {what}: {exc.strerror or exc}") from None
+    status = os.fstat(fd)
+    if not stat.S_ISREG(status.st_mode):  # (before fdopen, which refuses a directory with a traceback)
+        os.close(fd)
+        raise error(f"{what} is {'a directory' if stat.S_ISDIR(status.st_mode) else 'not a regular file'}")
     with os.fdopen(fd, "rb") as file:
-        status = os.fstat(fd)
-        if not stat.S_ISREG(status.st_mode):
-            raise error(f"{what} is not a regular file")
         if status.st_size > limit:
             raise error(f"{what} is {size_text(status.st_size)}: larger than the {size_text(limit)} tokenviz reads")
         try:

@@ -46,6 +46,12 @@ def compare_with_server(session: Session, served: ServedJourney, prompt: str) ->
         a_choice = pending.decision.chosen_id
         b = served.predict(list(session.ids), pending.index)
         b_top = {c.id: c.logprob for c in b.top}
+        past = [t for t in (b.chosen.id, *b_top) if not 0 <= t < logits.numel()]
+        if past:
+            raise TokenvizError(
+                f"the server answered token id {past[0]}, past {session.runner.info.name}'s vocabulary "
+                f"({logits.numel():,} tokens): compare needs one tokenizer"
+            )
         if parted_at is None and b.chosen.id != a_choice:
             parted_at = pending.index
         steps.append(

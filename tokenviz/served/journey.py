@@ -24,6 +24,9 @@ TOP_N = 20  # the server's top log-probabilities asked for each step (vLLM allow
 ID_PREFIX = "token_id:"  # how vLLM names a token with return_tokens_as_token_ids
 RAW_TOLERANCE = 1e-4  # log-probabilities equal at two temperatures within this: the raw distribution
 
+LOGPROB_SLACK = 1e-3  # a log-probability above 0 by no more than this is float rounding: taken as 0
+MOST_RANK = 10**8  # a rank past this is past any vocabulary: refused where the vocabulary is unknown
+
 RAW = "raw: the model's distribution before the sampling settings"
 PROCESSED = "processed: after the sampling settings (the server's logprobs mode)"
 
@@ -56,6 +59,25 @@ class ServedStep:
             "top": [c.to_json() for c in self.top],
             "ms": {"request": self.request_ms},
         }
+
+
+def checked_logprob(value: Any, host: str, masked_ok: bool = False) -> float:
+    """A log-probability as a server sent it, refused in one line unless it is a number no greater than
+    0 (LOGPROB_SLACK allowed, taken as 0): finite, or -inf where `masked_ok` (a token a setting ruled out)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise EndpointError(f"{host} answered a log-probability that is not a number")
+    logprob = float(value)
+    if math.isnan(logprob) or logprob > LOGPROB_SLACK or (logprob == -math.inf and not masked_ok):
+        raise EndpointError(f"{host} answered a log-probability of {logprob:g}: not one of a distribution")
+    return min(logprob, 0.0)
+
+
+def checked_rank(value: Any, host: str, most: int | None = None) -> int:
+    """A rank as a server sent it: a positive integer within the vocabulary (`most`, where known)."""
+    limit = most if most is not None else MOST_RANK
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+        raise EndpointError(f"{host} answered a rank of {safe_text(str(value)[:40])}: not one within the vocabulary")
+    return value
 
 
 def served_model_name(endpoint: Endpoint, given: str | None) -> str:
@@ -123,20 +145,21 @@ def complete(
         raise EndpointError(f"{endpoint.host} answered /v1/completions without a choice") from None
 
 
-def top_of(choice: dict[str, Any], host: str) -> tuple[int, float, list[tuple[int, float]]]:
-    """(chosen id, its logprob, [(id, logprob)] the top-N, best first) from a completion's choice."""
+def top_of(choice: dict[str, Any], host: str, top_n: int) -> tuple[int, float, list[tuple[int, float]]]:
+    """(chosen id, its logprob, [(id, logprob)] the top-N, best first) from a completion's choice, every
+    number checked; the top cut to the `top_n` asked and the chosen token (vLLM adds it when it lies
+    past them) before anything is done for each entry."""
     try:
         logprobs = choice["logprobs"]
         chosen = token_id(logprobs["tokens"][0])
-        logprob = float(logprobs["token_logprobs"][0])
-        top = sorted(((token_id(k), float(v)) for k, v in logprobs["top_logprobs"][0].items()), key=lambda t: -t[1])
+        logprob = checked_logprob(logprobs["token_logprobs"][0], host)
+        entries = logprobs["top_logprobs"][0].items()
+        top = sorted(((token_id(k), checked_logprob(v, host, True)) for k, v in entries), key=lambda t: -t[1])
     except (KeyError, IndexError, TypeError, ValueError, AttributeError):
         raise EndpointError(
             f"{host} answered without token-id log-probabilities (is it vLLM's OpenAI server?)"
         ) from None
-    if not all(math.isfinite(lp) or lp == -math.inf for _, lp in top) or math.isnan(logprob):
-        raise EndpointError(f"{host} answered log-probabilities that are not numbers")
-    return chosen, logprob, top
+    return chosen, logprob, top[: top_n + 1]
 
 
 def logprobs_are_raw(endpoint: Endpoint, model: str, ids: Sequence[int]) -> bool:
@@ -144,7 +167,7 @@ def logprobs_are_raw(endpoint: Endpoint, model: str, ids: Sequence[int]) -> bool
     two temperatures, everything else the same, gives the same ones."""
     fields = {"seed": 0, "top_p": 1.0, "top_k": -1}
     warm, cool = (
-        dict(top_of(complete(endpoint, model, ids, {**fields, "temperature": t}, 5), endpoint.host)[2])
+        dict(top_of(complete(endpoint, model, ids, {**fields, "temperature": t}, 5), endpoint.host, 5)[2])
         for t in (1.0, 0.5)
     )
     return warm.keys() == cool.keys() and all(abs(warm[t] - lp) <= RAW_TOLERANCE for t, lp in cool.items())
@@ -170,7 +193,7 @@ class ServedJourney:
     def encode(self, text: str) -> list[int]:
         answer = self.endpoint.post("/tokenize", {"model": self.model, "prompt": text}, root=True)
         tokens = answer.get("tokens") if isinstance(answer, dict) else None
-        if not isinstance(tokens, list) or not all(isinstance(t, int) and t >= 0 for t in tokens):
+        if not isinstance(tokens, list) or not all(type(t) is int and t >= 0 for t in tokens):
             raise EndpointError(f"{self.endpoint.host}'s /tokenize did not answer with token ids")
         return tokens
 
@@ -198,7 +221,7 @@ class ServedJourney:
         return complete(self.endpoint, self.model, ids, fields, logprobs, **extra)
 
     def _top(self, choice: dict[str, Any]) -> tuple[int, float, list[tuple[int, float]]]:
-        return top_of(choice, self.endpoint.host)
+        return top_of(choice, self.endpoint.host, self.top_n)
 
     def _measured_distribution(self) -> str:
         """Whether the server's log-probabilities are before the sampling settings or after."""
@@ -244,7 +267,7 @@ class ServedJourney:
         choice = self._complete([*ids, token], {"temperature": 0}, 1, prompt_logprobs=0)
         try:
             entry = choice["prompt_logprobs"][-1]
-            return int(entry[str(token)]["rank"])
+            return checked_rank(entry[str(token)]["rank"], self.endpoint.host)
         except (KeyError, IndexError, TypeError, ValueError):
             raise EndpointError(f"{self.endpoint.host} did not give a token's rank (prompt_logprobs)") from None
 
@@ -263,16 +286,13 @@ class ServedJourney:
         total = 0.0
         for index, (token, entry) in enumerate(zip(ids[1:], entries[1:]), 1):
             try:
+                host = self.endpoint.host
                 own = entry[str(token)]
-                logprob, rank = float(own["logprob"]), int(own["rank"])
-                top = sorted(
-                    ((int(k), float(v["logprob"])) for k, v in entry.items() if int(v["rank"]) <= top_n),
-                    key=lambda t: -t[1],
-                )
+                logprob, rank = checked_logprob(own["logprob"], host), checked_rank(own["rank"], host)
+                ranked = [(int(k), v) for k, v in entry.items() if checked_rank(v["rank"], host) <= top_n]
+                top = sorted(((t, checked_logprob(v["logprob"], host, True)) for t, v in ranked), key=lambda t: -t[1])
             except (KeyError, TypeError, ValueError, AttributeError):
                 raise EndpointError(f"{self.endpoint.host} gave a prompt_logprobs entry tokenviz cannot read") from None
-            if not math.isfinite(logprob):
-                raise EndpointError(f"{self.endpoint.host} answered log-probabilities that are not numbers")
             tokens.append({
                 "index": index, "id": token, "text": self.piece(token), "logprob": logprob,
                 "prob": math.exp(logprob), "rank": rank,

@@ -430,7 +430,8 @@ class EngineWorker(CommandThread[Snapshot]):
         base = self._last_snapshot or Snapshot(
             seq=0, state=self._state, settings=self._settings, prompt=self._prompt.prompt
         )
-        return dataclasses.replace(base, seq=self._seq, playing=False, handled=self._handled, error=error)
+        state: EngineState = "ready" if base.state == "playing" else base.state  # (autoplay stopped with it)
+        return dataclasses.replace(base, seq=self._seq, state=state, playing=False, handled=self._handled, error=error)
 
     def _attention_view(self, session: Session | None) -> AttentionView | None:
         """The rows the attention pane asked for, computed for the journey as it is now."""

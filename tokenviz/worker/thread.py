@@ -278,6 +278,9 @@ class CommandThread(Generic[S]):
         self._last_publish = time.perf_counter()
         try:
             snapshot = self._snapshot(error)
+        except TokenvizError as exc:  # foreseeable (a server that stopped answering): the journey is intact
+            self.playing = False
+            snapshot = self._fallback(str(exc))
         except Exception as exc:  # the journey is intact: show the last good frame with the error
             self.playing = False
             snapshot = self._fallback(f"internal error while drawing: {exc} ({log_exception()})")

@@ -1,0 +1,288 @@
+"""Hostile servers and hostile keys, fifth round: what a lying, slow or redirecting server, and a key
+that is not one line of text, do to the commands and the bench. Each command runs in a child process
+under a time limit and a 1 GB address-space cap, and must end in one line and exit 2 (never a
+traceback, never the token on the screen), or do what the docs say.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import pytest
+from hostile_server import MODEL, TOP, completion, hostile_server, silent, slow
+
+from tokenviz.contract.errors import TokenvizError
+from tokenviz.served import endpoint as endpoint_module
+from tokenviz.served.endpoint import ApiKey, Endpoint, EndpointError, connect
+
+TOKEN = "tv-secret-token-0123456789"
+KEY_ENV = "TOKENVIZ_HOSTILE_KEY"
+CHILD_LIMIT_S = 60  # a hang guard; the deadlines under test are seconds
+ADDRESS_SPACE = 1 << 30
+
+
+def run(*args: str, key: str = TOKEN, address_space: int = ADDRESS_SPACE) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of `tokenviz ARGS` in a child under the limits, the key in KEY_ENV."""
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "tokenviz", *args],
+        preexec_fn=cap,
+        capture_output=True,
+        text=True,
+        timeout=CHILD_LIMIT_S,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, KEY_ENV: key},
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+def one_line(code: int, out: str, err: str, key: str = TOKEN) -> str:
+    """The one error line of a command that failed as it should: exit 2, no traceback, no token."""
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "Traceback" not in err, (code, err)
+    assert key not in out and key not in err
+    return errors[0]
+
+
+def served(server, *args: str) -> list[str]:
+    return ["--endpoint", server.url, "--api-key-env", KEY_ENV, *args]
+
+
+# ---- the token is never printed --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "key",
+    [TOKEN + "\r\nX-Evil: 1", TOKEN + "\nX-Evil: 1", TOKEN + "\x1b[2J", TOKEN + "é", TOKEN + "\u0100\u4e2d"],
+    ids=["crlf", "lf", "escape", "latin-1", "non-latin-1"],
+)
+def test_a_key_that_is_not_one_line_of_printable_ascii_is_refused_without_showing_it(key):
+    with hostile_server() as server:
+        for command in (["trace", "Hello", "--steps", "1"], ["score", "Hello there"]):
+            line = one_line(*run(*command, *served(server), key=key), key=TOKEN)
+            assert f"--api-key-env {KEY_ENV}" in line and "printable ASCII" in line
+        assert server.log.requests == []  # nothing was sent with it
+
+
+def test_a_key_file_of_several_lines_or_a_directory_is_one_line_and_a_shared_one_warns(tmp_path):
+    with hostile_server() as server:
+        two = tmp_path / "two-lines"
+        two.write_text(f"{TOKEN}\nX-Evil: 1\n")
+        two.chmod(0o600)
+        nul = tmp_path / "nul"
+        nul.write_bytes(TOKEN.encode() + b"\x00X\n")
+        nul.chmod(0o600)
+        folder = tmp_path / "folder"
+        folder.mkdir()
+        for path, said in ((two, "one token on one line"), (nul, "printable ASCII"), (folder, "is a directory")):
+            code, out, err = run("trace", "Hello", "--endpoint", server.url, "--api-key-file", str(path))
+            assert said in one_line(code, out, err)
+        shared = tmp_path / "shared"
+        shared.write_text(TOKEN + "\n")
+        shared.chmod(0o644)
+        code, out, err = run("trace", "Hello", "--endpoint", server.url, "--api-key-file", str(shared), "--steps", "1")
+        assert code == 0 and f"warning: the API key file {shared} can be read by others: chmod 600 it" in err
+        assert TOKEN not in out + err
+
+
+def test_a_server_that_echoes_the_token_has_it_masked():
+    with hostile_server() as server:
+        echo = {"error": {"message": f"bad request from Bearer {TOKEN} at /v1/completions"}}
+        server.routes["/v1/completions"] = lambda h: h.answer(500, echo)
+        line = one_line(*run("trace", "Hello", *served(server)))
+        assert "HTTP 500" in line and "<the API key>" in line
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:8000/v1 x", "http://127.0.0.1:8000/v1\r\nX: 1", "http://é.example/v1"]
+)
+def test_an_endpoint_with_spaces_or_control_characters_is_one_line(url):
+    line = one_line(*run("trace", "Hello", "--endpoint", url, "--api-key-env", KEY_ENV))
+    assert "--endpoint" in line
+
+
+# ---- the token is never forwarded --------------------------------------------------------------------
+
+
+def test_the_bench_follows_no_redirect_and_sends_no_key_over_plain_http_to_another_host(monkeypatch):
+    """The bench's served measure goes through the same client: a 302 to another server is refused
+    (the other server sees nothing), and plain http to a host not this machine needs --insecure-http."""
+    from bench import measures
+
+    monkeypatch.setenv(KEY_ENV, TOKEN)
+    with hostile_server() as server, hostile_server() as elsewhere:
+        moved = {"Location": elsewhere.url + "/completions"}
+        server.routes["/v1/completions"] = lambda h: h.answer(302, b"", moved)
+        with pytest.raises(EndpointError, match="HTTP 302"):
+            measures.served(server.url, ApiKey(env=KEY_ENV), tokens=2, rounds=1)
+        assert elsewhere.log.requests == []
+        assert all(auth == f"Bearer {TOKEN}" for _, auth in server.log.requests)
+    with pytest.raises(TokenvizError, match=r"unencrypted to 192\.0\.2\.1"):  # (refused before any connection)
+        measures.served("http://192.0.2.1:8000/v1", ApiKey(env=KEY_ENV), tokens=2, rounds=1)
+
+
+def test_a_streamed_line_that_never_ends_is_refused_in_bounded_memory(monkeypatch):
+    monkeypatch.setattr(endpoint_module, "MAX_LINE_BYTES", 1 << 16)
+
+    def endless(h) -> None:
+        h.send_response(200)
+        h.send_header("Content-Type", "text/event-stream")
+        h.end_headers()
+        try:
+            for _ in range(10_000):
+                h.wfile.write(b"x" * 4096)
+        except OSError:
+            pass
+
+    with hostile_server() as server:
+        server.routes["/v1/completions"] = endless
+        endpoint = Endpoint(server.url)
+        with pytest.raises(EndpointError, match="streamed a line longer than"):
+            list(endpoint.stream_lines("/completions", {}))
+
+
+# ---- a deadline for every whole request -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("headers_first", [True, False], ids=["headers", "body"])
+def test_a_slow_loris_is_cut_off_at_the_deadline(monkeypatch, headers_first):
+    monkeypatch.setattr(endpoint_module, "METADATA_DEADLINE_S", 1.5)
+    with hostile_server() as server:
+        server.routes["/v1/models"] = slow(headers_first, every=0.2)
+        endpoint = Endpoint(server.url)
+        started = time.monotonic()
+        with pytest.raises(EndpointError, match=r"did not answer /models within 1.5 s"):
+            endpoint.get("/models", deadline=endpoint_module.METADATA_DEADLINE_S)
+        assert time.monotonic() - started < 15  # (cut, not read until the server gives up: 2,000 s)
+
+
+def test_a_server_that_never_answers_is_one_line_at_the_metadata_deadline():
+    with hostile_server() as server:
+        server.routes["/v1/models"] = silent
+        line = one_line(*run("trace", "Hello", *served(server)))
+        assert f"did not answer /models within {endpoint_module.METADATA_DEADLINE_S:g} s" in line
+
+
+# ---- a server's numbers checked before they are used ---------------------------------------------------
+
+
+def top_with(**changes) -> list[tuple[int, float]]:
+    return [(i, changes.get(f"t{i}", lp)) for i, lp in TOP[:20]]
+
+
+@pytest.mark.parametrize(
+    "route, said",
+    [
+        (completion(top_with(t0=800.0)), "log-probability of 800"),
+        (completion(chosen_logprob=800.0), "log-probability of 800"),
+        (completion(chosen_logprob=1.5), "log-probability of 1.5"),
+        (completion(chosen_logprob=b"1e400"), "log-probability of inf"),
+        (completion(top_with(t3="-0.5")), "not a number"),
+    ],
+    ids=["top-800", "chosen-800", "above-0", "1e400", "a-string"],
+)
+def test_a_log_probability_no_distribution_holds_is_one_line(route, said):
+    with hostile_server() as server:
+        server.routes["/v1/completions"] = route
+        for command in (["trace", "Hello", "--steps", "2"], ["trace", "Hello", "--json", "--temperature", "0"]):
+            assert said in one_line(*run(*command, *served(server)))
+
+
+def test_a_rank_past_any_vocabulary_is_one_line_in_score():
+    def rank(h) -> None:
+        asked = h.body()
+        entries = [None] + [{str(t): {"logprob": -1.0, "rank": "__RAW__"}} for t in asked["prompt"][1:]]
+        text = json.dumps({"choices": [{"text": "", "prompt_logprobs": entries, "logprobs": None}]})
+        h.answer(200, text.replace('"__RAW__"', "1e400").encode())  # (JSON's number, past a float)
+
+    with hostile_server() as server:
+        server.routes["/v1/completions"] = rank
+        assert "a rank of inf" in one_line(*run("score", "Hello there", *served(server)))
+
+
+def test_a_top_list_of_a_million_ids_is_cut_to_the_n_asked_before_any_is_looked_up():
+    million = [(i, -20.0 - i * 1e-6) for i in range(10**6)]
+    with hostile_server() as server:
+        server.routes["/v1/completions"] = completion(million)
+        code, out, err = run("trace", "Hello", *served(server), "--steps", "2", "--json")
+        assert code == 0, err
+        document = json.loads(out)
+        assert all(len(step["top"]) <= 21 for step in document["steps"])
+        assert server.log.paths("/detokenize") <= 25  # one a distinct token shown, not a million
+
+
+def test_tokenize_answering_booleans_is_one_line():
+    with hostile_server() as server:
+        server.routes["/tokenize"] = lambda h: h.answer(200, {"tokens": [True, False, True]})
+        assert "did not answer with token ids" in one_line(*run("trace", "Hello", *served(server)))
+
+
+def test_bidirectional_controls_in_a_token_are_written_out():
+    with hostile_server() as server:
+        server.routes["/detokenize"] = lambda h: h.answer(200, {"prompt": "a\u202eevil\u2066b"})
+        code, out, err = run("trace", "Hello", *served(server), "--steps", "1")
+        assert code == 0, err
+        assert "\u202e" not in out and "\u2066" not in out and "<0x202E>" in out
+
+
+def test_compare_against_a_server_whose_ids_pass_the_local_vocabulary_is_one_line(tmp_path):
+    from tiny import save_tiny
+    from transformers import AutoTokenizer
+
+    model = save_tiny(tmp_path / "tiny", "llama", context=64)
+    ids = AutoTokenizer.from_pretrained(model)("Hello", add_special_tokens=True)["input_ids"]
+    with hostile_server() as server:
+        server.routes["/tokenize"] = lambda h: h.answer(200, {"tokens": ids})
+        server.routes["/v1/completions"] = completion([(10**6 + i, lp) for i, lp in TOP[:20]], chosen=10**6)
+        command = ["compare", "Hello", "--model", model, "--against-endpoint", server.url, "--api-key-env", KEY_ENV]
+        line = one_line(*run(*command, "--steps", "2", address_space=6 << 30))  # (torch, here)
+        assert "past" in line and "vocabulary" in line and "compare needs one tokenizer" in line
+
+
+def test_connect_names_the_model_it_serves(monkeypatch):
+    """(The hostile server answers as a tiny vLLM would, where no test scripts it otherwise.)"""
+    monkeypatch.setenv(KEY_ENV, TOKEN)
+    with hostile_server() as server:
+        endpoint = connect(server.url, ApiKey(env=KEY_ENV))
+        assert endpoint.get("/models")["data"][0]["id"] == MODEL
+        assert server.log.requests == [("/v1/models", f"Bearer {TOKEN}")]
+
+
+# ---- a server that dies mid-journey ------------------------------------------------------------------------
+
+
+async def test_a_server_dying_during_autoplay_is_said_and_autoplay_stops_with_the_journey_kept(monkeypatch):
+    from apptools import settle, wait_for
+    from hostile_server import hang_up
+
+    from tokenviz.backends.served import ServedEngine
+    from tokenviz.contract.settings import SamplingSettings
+    from tokenviz.served.journey import ServedChoice
+    from tokenviz.ui.app import TokenvizApp
+    from tokenviz.worker.engine import EngineWorker
+
+    monkeypatch.setenv(KEY_ENV, TOKEN)
+    with hostile_server() as server:
+        engine = ServedEngine.open(ServedChoice(server.url, api_key=ApiKey(env=KEY_ENV)))
+        worker = EngineWorker(lambda progress: engine, SamplingSettings(temperature=0, max_new_tokens=10_000), "Hi")
+        app = TokenvizApp(worker)
+        async with app.run_test(size=(120, 36)) as pilot:
+            s = await settle(app, pilot)
+            assert s.error is None
+            await pilot.press("a")
+            await wait_for(lambda: app.journey.snapshot.playing and len(app.journey.snapshot.chips) > 6, pilot)
+            for path in ("/v1/completions", "/detokenize", "/tokenize", "/v1/models"):
+                server.routes[path] = hang_up
+            await wait_for(lambda: app.journey.snapshot.error is not None, pilot, timeout=30)
+            s = app.journey.snapshot
+            assert "stopped answering" in s.error and "internal error" not in s.error, s.error
+            assert not s.playing and s.state != "playing" and len(s.chips) > 6  # the journey is kept
+            assert TOKEN not in s.error
