@@ -53,6 +53,20 @@ def test_a_damaged_journey_gets_one_line_naming_the_field(
     assert "damaged" in line and field.split(":")[0] in line
 
 
+@pytest.mark.parametrize(
+    "args",
+    [["replay", "{d}"], ["trace", "Hi", "--json-schema", "{d}"], ["trace", "Hi", "--grammar", "{d}"],
+     ["trace", "Hi", "--device-map", "{d}"]],
+    ids=["replay", "json-schema", "grammar", "device-map"],
+)  # fmt: skip
+def test_a_directory_given_as_a_file_is_one_line(monkeypatch, capsys, tmp_path, args):
+    folder = tmp_path / "folder.json"
+    folder.mkdir()
+    code, _, err = invoke(monkeypatch, capsys, *(a.format(d=folder) for a in args))
+    line = one_error(err)  # (it had been an IsADirectoryError traceback)
+    assert code == 2 and ("is a directory" in line or "is not a regular file" in line)
+
+
 def test_special_large_and_future_files_are_refused(monkeypatch, capsys, tmp_path):
     fifo = tmp_path / "pipe.json"
     os.mkfifo(fifo)

@@ -286,3 +286,44 @@ async def test_a_server_dying_during_autoplay_is_said_and_autoplay_stops_with_th
             assert "stopped answering" in s.error and "internal error" not in s.error, s.error
             assert not s.playing and s.state != "playing" and len(s.chips) > 6  # the journey is kept
             assert TOKEN not in s.error
+
+
+# ---- replay --verify of a served journey ----------------------------------------------------------------
+
+
+async def test_replay_verify_of_a_served_journey_asks_the_server_and_checks_its_log_probabilities(
+    monkeypatch, tmp_path
+):
+    """Without --endpoint: one line saying it needs one (not a load of the server's model name). With
+    it: verified while the server answers as recorded; a server whose log-probabilities moved, same
+    tokens, is a mismatch (exit 1)."""
+    from apptools import settle, wait_for
+
+    from tokenviz.backends.served import ServedEngine
+    from tokenviz.contract.settings import SamplingSettings
+    from tokenviz.served.journey import ServedChoice
+    from tokenviz.ui.app import TokenvizApp
+    from tokenviz.worker.engine import EngineWorker
+
+    monkeypatch.setenv(KEY_ENV, TOKEN)
+    monkeypatch.chdir(tmp_path)
+    with hostile_server() as server:
+        engine = ServedEngine.open(ServedChoice(server.url, api_key=ApiKey(env=KEY_ENV)))
+        worker = EngineWorker(lambda progress: engine, SamplingSettings(temperature=0), "Hi")
+        app = TokenvizApp(worker)
+        async with app.run_test(size=(120, 36)) as pilot:
+            await settle(app, pilot)
+            for key in ("space", "space", "x"):
+                await pilot.press(key)
+                await settle(app, pilot)
+            await wait_for(lambda: len(list(tmp_path.glob("tokenviz-*.json"))) == 1, pilot, timeout=30)
+        saved = str(next(tmp_path.glob("tokenviz-*.json")))
+        big = 6 << 30  # (the served engine's session imports torch)
+        line = one_line(*run("replay", saved, "--verify", address_space=big))
+        assert "--endpoint" in line and MODEL in line
+        code, out, err = run("replay", saved, "--verify", *served(server), address_space=big)
+        assert code == 0 and "verified: all 2 steps" in out, err
+        server.routes["/v1/completions"] = completion([(0, -1.2), *TOP[1:20]])  # the same token, p 0.30 not 0.40
+        code, out, err = run("replay", saved, "--verify", *served(server), address_space=big)
+        assert code == 1 and "mismatch: step 0" in err and "log-probability" in err, (out, err)
+        assert TOKEN not in out + err

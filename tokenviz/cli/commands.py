@@ -786,12 +786,24 @@ def replay(
         bool, typer.Option("--verify", help="Re-run it with the model; exit 0 only if every token matches.")
     ] = False,
     theme: Theme = DEFAULT_THEME,
+    endpoint: Endpoint = None,
+    served_model: ServedModel = None,
+    api_key_env: ApiKeyEnv = None,
+    api_key_file: ApiKeyFile = None,
+    insecure_http: InsecureHttp = False,
 ) -> None:
-    """Open a saved journey read-only, without loading any model (or --verify it against the model)."""
+    """Open a saved journey read-only, without loading any model (or --verify it against the model,
+    or against the server with --endpoint for a journey on a served model)."""
     from tokenviz.files.journey_file import open_journey, recording_of
 
+    served = served_options(endpoint, served_model, api_key_env, api_key_file, insecure_http, takes_tokenizer=False)
     try:
         journey = open_journey(path)
+        if verify and (served is not None or journey.replay.info.top_only):
+            verify_served_recording(journey, served)
+            return
+        if served is not None:
+            raise TokenvizError("--endpoint goes with --verify: a replay without it loads no model")
         if verify:
             verify_recording(journey, model)
             return
@@ -803,6 +815,36 @@ def replay(
     from tokenviz.worker.recording import RecordingWorker
 
     run_app(RecordingWorker(*recording), theme)
+
+
+def verify_served_recording(journey: "Journey", served: "ServedChoice | None") -> None:
+    """Re-run a journey recorded on a served model against `served` (the server): its tokens, and each
+    chosen token's log-probability within the served tolerance, for those are all the file holds."""
+    from tokenviz.backends.engines import engine_of
+    from tokenviz.backends.served import ServedEngine
+    from tokenviz.journey.reproduce import verify_journey
+    from tokenviz.journey.session import Session
+    from tokenviz.served.journey import REPRODUCED_WITHIN
+
+    recorded = journey.replay.info
+    if served is None:
+        raise TokenvizError(
+            f"the journey was recorded on {recorded.name}, {recorded.device}: verify it against the server "
+            "with --endpoint URL (and --api-key-env VAR or --api-key-file FILE)"
+        )
+    if not recorded.top_only:
+        raise TokenvizError("the journey was recorded on a model run here: verify it without --endpoint")
+    checked, mismatch = verify_journey(journey, Session(engine_of(ServedEngine.open(served))), REPRODUCED_WITHIN)
+    if mismatch is not None:
+        err.print(
+            f"mismatch: step {mismatch} differs from the recording (its token, or its log-probability by more "
+            f"than {REPRODUCED_WITHIN:g} nats; {checked} of {len(journey.steps)} steps checked)",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(1)
+    typer.echo(f"verified: all {checked} steps reproduce the recorded tokens and log-probabilities")
 
 
 def verify_recording(journey: "Journey", model: ModelChoice) -> None:

@@ -121,7 +121,11 @@ class PromptPredictions(Sequence[PromptPrediction]):
         ids, logits, probs = (column[key][p].tolist() for key in ("ids", "logits", "probs"))
         return PromptPrediction(
             position=p,
-            top=tuple(Candidate(id=i, text=piece(i), logit=lg, prob=pr) for i, lg, pr in zip(ids, logits, probs)),
+            top=tuple(  # (a server that gave fewer than asked leaves rows of -inf: no candidates, not shown)
+                Candidate(id=i, text=piece(i), logit=lg, prob=pr)
+                for i, lg, pr in zip(ids, logits, probs)
+                if lg != -math.inf
+            ),
             entropy=float(column["entropy"][p]),
             next_id=following,
             next_text=piece(following),

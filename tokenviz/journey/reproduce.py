@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import math
+import sys
 from typing import Any
 
 from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.records import Routing
 from tokenviz.files.journey_schema import Journey, SavedRouting, parse_journey
 from tokenviz.journey.session import Session
+
+TINY = sys.float_info.min
 
 
 def routed_elsewhere(recorded: SavedRouting | None, routing: Routing | None) -> bool:
@@ -21,12 +25,20 @@ def routed_elsewhere(recorded: SavedRouting | None, routing: Routing | None) -> 
     return shape != (routing.layers, routing.k, routing.positions) or kept.experts != routing.experts
 
 
-def verify_journey(doc: dict[str, Any] | Journey, session: Session) -> tuple[int, int | None]:
+def logprob_apart(recorded: float, now: float) -> float:
+    """How far apart two probabilities are, in nats of log-probability (a zero as the smallest float)."""
+    return abs(math.log(max(recorded, TINY)) - math.log(max(now, TINY)))
+
+
+def verify_journey(
+    doc: dict[str, Any] | Journey, session: Session, logprob_tolerance: float | None = None
+) -> tuple[int, int | None]:
     """Re-run the journey on `session`'s model: each step with its own settings and interventions,
     forced tokens forced; where the recording kept its routing (an MoE model's), the experts each
-    layer chose must be the same too.
+    layer chose must be the same too; with `logprob_tolerance` (a served model's, whose numbers are
+    all a recording of it holds), the chosen token's log-probability within it too.
 
-    Returns (steps checked, the first step whose token or experts differ, or None).
+    Returns (steps checked, the first step whose token, experts or log-probability differ, or None).
     """
     journey = doc if isinstance(doc, Journey) else parse_journey(doc)
     steps, records, table = journey.steps, journey.replay.records, journey.replay.intervention_table
@@ -52,6 +64,12 @@ def verify_journey(doc: dict[str, Any] | Journey, session: Session) -> tuple[int
             return i + 1, i
         forced = step.chosen.id if step.draw.mode == "forced" else None
         if forced is None and pending.decision.chosen_id != step.chosen.id:
+            return i + 1, i
+        if (
+            logprob_tolerance is not None
+            and i < len(records)
+            and logprob_apart(records[i].decision.raw_prob, pending.decision.raw_prob) > logprob_tolerance
+        ):
             return i + 1, i
         session.step(forced_id=forced)
     return len(steps), None

@@ -24,6 +24,7 @@ TOP_N = 20  # the server's top log-probabilities asked for each step (vLLM allow
 ID_PREFIX = "token_id:"  # how vLLM names a token with return_tokens_as_token_ids
 RAW_TOLERANCE = 1e-4  # log-probabilities equal at two temperatures within this: the raw distribution
 
+REPRODUCED_WITHIN = 1e-3  # nats: a served model's log-probabilities asked again (vLLM's float32 kernels: 4e-5)
 LOGPROB_SLACK = 1e-3  # a log-probability above 0 by no more than this is float rounding: taken as 0
 MOST_RANK = 10**8  # a rank past this is past any vocabulary: refused where the vocabulary is unknown
 
