@@ -835,16 +835,27 @@ def verify_served_recording(journey: "Journey", served: "ServedChoice | None") -
     if not recorded.top_only:
         raise TokenvizError("the journey was recorded on a model run here: verify it without --endpoint")
     checked, mismatch = verify_journey(journey, Session(engine_of(ServedEngine.open(served))), REPRODUCED_WITHIN)
+    verdict(
+        checked,
+        mismatch,
+        len(journey.steps),
+        f"its token, or its log-probability by more than {REPRODUCED_WITHIN:g} nats",
+        "tokens and log-probabilities",
+    )
+
+
+def verdict(checked: int, mismatch: int | None, steps: int, differs: str, reproduced: str, other: str = "") -> None:
+    """A verification's one line: the step that differs (exit 1), or all reproduced."""
     if mismatch is not None:
         err.print(
-            f"mismatch: step {mismatch} differs from the recording (its token, or its log-probability by more "
-            f"than {REPRODUCED_WITHIN:g} nats; {checked} of {len(journey.steps)} steps checked)",
+            f"mismatch: step {mismatch} differs from the recording ({differs}; {checked} of {steps} steps checked)"
+            + other,
             markup=False,
             highlight=False,
             soft_wrap=True,
         )
         raise typer.Exit(1)
-    typer.echo(f"verified: all {checked} steps reproduce the recorded tokens and log-probabilities")
+    typer.echo(f"verified: all {checked} steps reproduce the recorded {reproduced}")
 
 
 def verify_recording(journey: "Journey", model: ModelChoice) -> None:
@@ -872,17 +883,8 @@ def verify_recording(journey: "Journey", model: ModelChoice) -> None:
             soft_wrap=True,
         )
     checked, mismatch = verify_journey(journey, Session(engine_of(loaded)))
-    if mismatch is not None:
-        other = f" (recorded on another model: {recorded})" if differs else ""
-        err.print(
-            f"mismatch: step {mismatch} differs from the recording (its token, or the experts it was routed to; "
-            f"{checked} of {len(journey.steps)} steps checked){other}",
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
-        )
-        raise typer.Exit(1)
-    typer.echo(f"verified: all {checked} steps reproduce the recorded tokens")
+    other = f" (recorded on another model: {recorded})" if differs else ""
+    verdict(checked, mismatch, len(journey.steps), "its token, or the experts it was routed to", "tokens", other)
 
 
 SUBCOMMANDS = {"trace": trace_cli, "replay": replay_cli, "score": score_cli, "compare": compare_cli, "serve": serve_cli}

@@ -281,13 +281,10 @@ class Endpoint:
             self.answered += 1
             if response.status_code != 200:
                 return response.status_code, self._refusal(response, path, clock)
-            data = bytearray()
-            for chunk in response.iter_raw():
-                clock.check()
-                data += chunk
-                if len(data) > MAX_RESPONSE_BYTES:
-                    raise EndpointError(f"{self.host} answered with more than {MAX_RESPONSE_BYTES >> 20} MB: refused")
-            return 200, bytes(data)
+            data = _read(response, clock, MAX_RESPONSE_BYTES)
+            if len(data) > MAX_RESPONSE_BYTES:
+                raise EndpointError(f"{self.host} answered with more than {MAX_RESPONSE_BYTES >> 20} MB: refused")
+            return 200, data
 
     def _failure(self, exc: BaseException, path: str, clock: _Deadline) -> str:
         """One line for a request that did not complete: the deadline, or why it could not."""
@@ -307,20 +304,26 @@ class Endpoint:
             return f"{self.host} refused the API key (HTTP {code}): check --api-key-env or --api-key-file"
         if 300 <= code < 400:
             return f"{self.host} answered {path} with HTTP {code} (a redirect, not followed: it would carry the key)"
-        data = bytearray()
-        for chunk in response.iter_raw():
-            clock.check()
-            data += chunk
-            if len(data) > MAX_ERROR_BYTES:
-                break
         try:
-            detail = json.loads(bytes(data[:MAX_ERROR_BYTES]) or b"{}")
+            detail = json.loads(_read(response, clock, MAX_ERROR_BYTES)[:MAX_ERROR_BYTES] or b"{}")
             message = detail.get("error", {}).get("message") if isinstance(detail.get("error"), dict) else None
             message = message or detail.get("message") or detail.get("detail") or ""
         except (ValueError, AttributeError):
             message = ""
         said = f": {self.masked(shortened(str(message), 200))}" if message else ""
         return f"{self.host} answered {path} with HTTP {code}{said}"
+
+
+def _read(response: httpx.Response, clock: _Deadline, most: int) -> bytes:
+    """The body as it came (never inflated), read no further than one byte past `most`, within the
+    request's deadline."""
+    data = bytearray()
+    for chunk in response.iter_raw():
+        clock.check()
+        data += chunk
+        if len(data) > most:
+            break
+    return bytes(data)
 
 
 def connect(url: str, api_key: ApiKey, insecure_http: bool = False, say: Say = lambda line: None) -> Endpoint:
