@@ -66,7 +66,11 @@ def served(server, *args: str) -> list[str]:
 )
 def test_a_key_that_is_not_one_line_of_printable_ascii_is_refused_without_showing_it(key):
     with hostile_server() as server:
-        for command in (["trace", "Hello", "--steps", "1"], ["score", "Hello there"]):
+        for command in (
+            ["trace", "Hello", "--steps", "1"],
+            ["score", "Hello there"],
+            ["Hello"],
+        ):  # (["Hello"]: the app)
             line = one_line(*run(*command, *served(server), key=key), key=TOKEN)
             assert f"--api-key-env {KEY_ENV}" in line and "printable ASCII" in line
         assert server.log.requests == []  # nothing was sent with it
