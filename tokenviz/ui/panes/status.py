@@ -75,11 +75,13 @@ class StatusLine(Static):
         on = [i for i, active in s.interventions if active]
         if on:  # the model is not itself: say so among the first
             items.append((0, on[0].label + (f" +{len(on) - 1}" if len(on) > 1 else "")))
+        served = s.info.top_only > 0  # (a server's: a step is a request, network included; its cache unknown here)
         if latest is not None:
-            items.append((3, f"fwd {elapsed(latest.forward_ms)}"))
+            items.append((3, f"{'request' if served else 'fwd'} {elapsed(latest.forward_ms)}"))
             if s.tokens_per_s:
                 items.append((2, f"{s.tokens_per_s:.1f} tok/s decode"))
-            items.append((4, f"KV {latest.kv_len} tok {human_bytes(latest.kv_bytes)}"))
+            if not served:
+                items.append((4, f"KV {latest.kv_len} tok {human_bytes(latest.kv_bytes)}"))
         items += [(5, s.info.name), (1, s.info.device), (1, s.info.dtype)]
         width = self.content_size.width or 10**6  # not laid out yet: keep everything
         while items and cell_len(state) + sum(cell_len(t) + 3 for _, t in items) > width:
