@@ -137,3 +137,18 @@ async def test_the_watch_view_says_whole_lines_at_80x24():
             await settle(app, pilot)
         await wait_for(lambda: "direct logit attribution" in on_screen(), pilot, timeout=30)
         assert "█ p 1" in on_screen() and "sum " in on_screen()  # the scale's key, the sum: whole
+
+
+async def test_after_a_stop_the_text_line_ends_with_the_token_the_stop_took():
+    """The cursor rests on the newest token the model read; the token taken at the stop (never fed)
+    is still the text's end, as trace's text is (it had been dropped from the line)."""
+    from tokenviz.contract.text import safe_text
+
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=4))
+    async with app.run_test(size=(200, 60)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("a")
+        s = await wait_for_stop(app, pilot)
+        assert s.stop_reason and s.chips[-1].text
+        assert text_line(app).rstrip() == safe_text(s.full_text.replace("\n", "↵").replace("\t", " ")).rstrip()
+        assert s.full_text.endswith(s.chips[-1].text)

@@ -170,10 +170,12 @@ class TokensPane(BoxPane):
 
     @staticmethod
     def _text_to(s: Snapshot, cursor: int) -> str:
-        """The decoded text up to the token at the cursor (all of it at the newest token), where the
-        chips' pieces spell it: moving the cursor back (←, Home) brings the beginning back. The whole
+        """The decoded text up to the token at the cursor (all of it at the newest token, and after a
+        stop at the newest the model read, so the token the stop took is in it), where the chips' pieces
+        spell it: moving the cursor back (←, Home) brings the beginning back. The whole
         text, wrapped, is the text view's (D)."""
-        if cursor >= len(s.chips) - 1:
+        newest_read = len(s.chips) - (2 if s.stop_reason else 1)  # (the token a stop took is never fed)
+        if cursor >= newest_read:
             return s.full_text
         prefix = "".join(c.text for c in s.chips[: cursor + 1])
         return prefix if s.full_text.startswith(prefix) else s.full_text
