@@ -225,6 +225,21 @@ async def test_s_draws_a_new_seed():
         assert f"seed {s.settings.seed}" in shown(app, SamplingPane)
 
 
+async def test_the_layer_and_head_keys_bring_the_attention_map_back_from_another_view():
+    """With attribution (or any view) in the attention pane's place, ] and h changed the map unseen:
+    now they bring it back, showing the layer and head they chose."""
+    app = make_app()
+    async with app.run_test(size=(140, 40)) as pilot:
+        await settle(app, pilot)
+        views = app.query_one("#views")
+        for key, shows in (("right_square_bracket", "layer 0 of 3"), ("h", "head max of 4")):
+            await pilot.press("c")  # the KV cache view
+            await wait_for(lambda: views.current == "cache", pilot)
+            await pilot.press(key)
+            await wait_for(lambda: views.current == "attention", pilot)
+            assert shows in shown(app, AttentionPane)
+
+
 async def test_brackets_change_layer_and_h_cycles_heads():
     app = make_app()
     async with app.run_test(size=(140, 40)) as pilot:

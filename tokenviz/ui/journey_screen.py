@@ -341,14 +341,22 @@ class JourneyScreen(WorkerScreen[Snapshot]):
     def action_adjust(self, name: str, direction: int) -> None:
         self.submit(Adjust(name=name, direction=direction))
 
+    def _attention_in_view(self) -> None:
+        """The attention map back in its pane, where another view had it: the layer and head keys
+        change what it shows, which must not happen unseen."""
+        if self.query_one("#views", ContentSwitcher).current != "attention":
+            self._open_view("attention")
+
     def action_layer(self, delta: int) -> None:
         if self.snapshot and self.snapshot.info:
+            self._attention_in_view()
             self._layer_chosen = True
             self.model_layer = (self.model_layer + delta) % self.snapshot.info.layers
 
     def action_head(self, delta: int) -> None:
         if not (self.snapshot and self.snapshot.info):
             return
+        self._attention_in_view()
         cycle: list[Head] = [*HEAD_MODES, *range(self.snapshot.info.heads)]
         self.head = cycle[(cycle.index(self.head) + delta) % len(cycle)]
 
