@@ -158,7 +158,7 @@ KEYS: tuple[KeyRow, ...] = (
     ),
     KeyRow(
         "[ / ]",
-        "previous / next layer",
+        "previous / next layer (with another view in the attention map's place, they bring the map back first)",
         (
             Press("left_square_bracket", "layer(-1)", needs=Capability.ATTENTION),
             Press("right_square_bracket", "layer(1)", "layer±", needs=Capability.ATTENTION),
@@ -166,7 +166,7 @@ KEYS: tuple[KeyRow, ...] = (
     ),
     KeyRow(
         "h / H",
-        "next / previous head (mean and max in the cycle)",
+        "next / previous head (mean and max in the cycle; from another view, the map back first)",
         (
             Press("h", "head(1)", "head±", needs=Capability.ATTENTION),
             Press("H", "head(-1)", needs=Capability.ATTENTION),
