@@ -284,10 +284,9 @@ class ServedJourney:
         if not isinstance(entries, list) or len(entries) != len(ids):
             raise EndpointError(f"{self.endpoint.host} did not give the text's prompt_logprobs")
         tokens: list[dict[str, Any]] = []
-        total = 0.0
+        total, host = 0.0, self.endpoint.host
         for index, (token, entry) in enumerate(zip(ids[1:], entries[1:]), 1):
             try:
-                host = self.endpoint.host
                 own = entry[str(token)]
                 logprob, rank = checked_logprob(own["logprob"], host), checked_rank(own["rank"], host)
                 ranked = [(int(k), v) for k, v in entry.items() if checked_rank(v["rank"], host) <= top_n]
