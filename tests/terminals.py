@@ -16,6 +16,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -57,8 +58,10 @@ def new_session(name: str, size: tuple[int, int], command: str, env: dict, cwd: 
 
 
 def end(name: str) -> None:
-    """The terminal's tmux server stopped, with whatever still runs in it."""
+    """The terminal's tmux server stopped, with whatever still runs in it, and its socket file gone."""
     subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True)
+    folder = Path(os.environ.get("TMUX_TMPDIR") or "/tmp") / f"tmux-{os.getuid()}"
+    (folder / name).unlink(missing_ok=True)
 
 
 def unique_name() -> str:
