@@ -77,6 +77,7 @@ BUDGETS = {
     "device_peak": ("peak device memory / (weights + KV cache), 2048-token prefill and steps", "<=", 1.10),
     "compiled_autoplay": ("autoplay with --compile tok/s / eager generate() tok/s", ">=", 2.0),
     "served_step": ("a served step / a bare one-token request at the same context (--endpoint)", "<=", 1.2),
+    "served_lens_step": ("a served step with the lens open / one without (--endpoint, vllm-lens)", "<=", 1.5),
 }
 # What only a GPU has (CUDA graphs): shown on a CPU, not judged there (a CPU's step is its matmuls).
 GPU_BUDGETS = frozenset({"compiled_autoplay"})
@@ -934,6 +935,48 @@ def served(url: str, api_key, insecure_http: bool = False, tokens: int = 32, rou
     }
 
 
+def served_lens(url: str, api_key, model_files: str, insecure_http: bool = False, tokens: int = 16) -> dict:
+    """The app's path on a served model (Session on the served engine): a step with no internal view
+    open against a bare one-token request at the same context, and a step with the lens open (the step
+    and the lens's request at its position, as the app asks it) against the plain step. Needs the
+    vllm-lens plugin on the server and the model's directory (its head)."""
+    from tokenviz.backends.engines import engine_of
+    from tokenviz.backends.served.engine import ServedEngine
+    from tokenviz.journey.session import Session
+    from tokenviz.served.endpoint import connect
+    from tokenviz.served.journey import served_model_name
+
+    endpoint = connect(url, api_key, insecure_http)
+    engine = ServedEngine(endpoint, served_model_name(endpoint, None), model_files=model_files)
+    if engine.internals is None:
+        return {"skipped": engine.info.internals}
+    plain: list[float] = []
+    with_lens: list[float] = []
+    bare: list[float] = []
+    body = {"model": engine.model, "max_tokens": 1, "temperature": 0, "logprobs": engine.top_n}
+    for lens in (False, True, False, True):  # (interleaved: the server's load shared alike)
+        session = Session(engine_of(engine), SamplingSettings(temperature=0, max_new_tokens=10**6))
+        session.start(PROMPT)
+        for _ in range(tokens):
+            t0 = time.perf_counter()
+            session.step()
+            if lens:
+                session.analyses.inspect(len(session.ids) - 2)  # (the lens of the step just taken)
+            (with_lens if lens else plain).append(time.perf_counter() - t0)
+            if not lens:
+                t0 = time.perf_counter()
+                endpoint.post("/completions", {**body, "prompt": session.ids[:-1], "return_tokens_as_token_ids": True})
+                bare.append(time.perf_counter() - t0)
+    step_ms, lens_ms, bare_ms = (statistics.median(x) * 1e3 for x in (plain, with_lens, bare))
+    return {
+        "step_ms": step_ms,
+        "bare_request_ms": bare_ms,
+        "step_with_lens_ms": lens_ms,
+        "step_over_bare": step_ms / bare_ms,
+        "ratio": lens_ms / step_ms,
+    }
+
+
 def _streamed(endpoint, model: str, ids: list[int], tokens: int) -> tuple[float, float, list[int]]:
     """(seconds, seconds to the first token, the token ids) of the server's own streamed generation."""
     from tokenviz.contract.reading import parse_json
@@ -980,6 +1023,7 @@ def verdicts(r: dict) -> dict:
         "device_peak": r.get("device_peak", {}).get("ratio"),
         "compiled_autoplay": r.get("compiled_autoplay", {}).get("ratio"),
         "served_step": r.get("served", {}).get("ratio"),
+        "served_lens_step": r.get("served_lens", {}).get("ratio"),
     }
     out = {}
     on_gpu = bool(r.get("machine", {}).get("gpu"))
@@ -1062,6 +1106,10 @@ def main(argv: list[str] | None = None) -> int:
 
         key = ApiKey(env=args.api_key_env)
         measures.append(("served", lambda: served(args.endpoint, key, args.insecure_http, 8 if args.quick else 32)))
+        files = str(gguf_cache_dir(bundled_gguf()))  # (the server's model: the bundled one's directory)
+        measures.append(
+            ("served_lens", lambda: served_lens(args.endpoint, key, files, args.insecure_http, 8 if args.quick else 16))
+        )
     chosen = set(filter(None, args.only.split(",")))
     if args.shape:  # what a model of that size adds to the bundled model's figures: the engine's cost
         chosen = chosen or {"autoplay", "step_overhead", "growth", "attention_view", "device_peak", "compiled_autoplay"}

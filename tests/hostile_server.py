@@ -171,3 +171,30 @@ def hang_up(h: Handler) -> None:
 
     h.close_connection = True
     h.connection.shutdown(socket.SHUT_RDWR)
+
+
+def proxy(url: str, key: str, tamper: Callable[[dict[str, Any]], None] = lambda answer: None) -> Route:
+    """A route that asks the real server at `url` (…/v1) with its key and answers what it answered, a
+    completion's JSON first passed through `tamper` (a real server's internals, made to lie)."""
+    import httpx
+
+    root = url.removesuffix("/v1")
+
+    def route(h: Handler) -> None:
+        path = h.path.split("?")[0]
+        headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+        got = httpx.request(h.command, root + path, content=h.raw_body or None, headers=headers, timeout=120)
+        if path == "/v1/completions" and got.status_code == 200:
+            answer = got.json()
+            tamper(answer)
+            h.answer(200, answer)
+        else:
+            h.answer(got.status_code, got.content)
+
+    return route
+
+
+def proxying(server: HostileHTTPServer, url: str, key: str, tamper: Callable[[dict[str, Any]], None]) -> None:
+    """Every path `server` knows answered by the real server at `url`, its completions tampered with."""
+    for path in (*DEFAULTS, "/version"):
+        server.routes[path] = proxy(url, key, tamper)

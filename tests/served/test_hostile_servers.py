@@ -268,7 +268,7 @@ async def test_a_server_dying_during_autoplay_is_said_and_autoplay_stops_with_th
     from apptools import settle, wait_for
     from hostile_server import hang_up
 
-    from tokenviz.backends.served import ServedEngine
+    from tokenviz.backends.served.engine import ServedEngine
     from tokenviz.contract.settings import SamplingSettings
     from tokenviz.served.journey import ServedChoice
     from tokenviz.ui.app import TokenvizApp
@@ -304,7 +304,7 @@ async def test_replay_verify_of_a_served_journey_asks_the_server_and_checks_its_
     tokens, is a mismatch (exit 1)."""
     from apptools import settle, wait_for
 
-    from tokenviz.backends.served import ServedEngine
+    from tokenviz.backends.served.engine import ServedEngine
     from tokenviz.contract.settings import SamplingSettings
     from tokenviz.served.journey import ServedChoice
     from tokenviz.ui.app import TokenvizApp

@@ -106,9 +106,24 @@ def test_an_unknown_model_lists_the_served_ones(monkeypatch, capsys, served):
 
 
 def test_what_a_served_model_does_not_expose_is_one_line(monkeypatch, capsys, served):
-    for option in (["--lens"], ["--ablate", "1.0"], ["--beams", "2"], ["--save", "x.json"]):
+    for option in (["--routing"], ["--ablate", "1.0"], ["--beams", "2"]):
         code, _, err = invoke(monkeypatch, capsys, "trace", PROMPT, *served, *option)
         assert code == 2 and f"{option[0]} is not available on a served model" in one_error(err)
+
+
+def test_a_served_trace_saves_its_journey_and_page_watching_a_token_with_no_trace_of_the_key(
+    monkeypatch, capsys, served, vllm_server, tmp_path
+):
+    """--save, --html and --watch run the app's path (the same Session and served engine) headless."""
+    journey, page = tmp_path / "served.json", tmp_path / "served.html"
+    options = ["--steps", "3", "--temperature", "0", "--save", str(journey), "--html", str(page), "--watch", " Paris"]
+    doc = trace_json(monkeypatch, capsys, *served, *options)
+    assert len(doc["steps"]) == 3 and all("watch" in step for step in doc["steps"])
+    assert journey.is_file() and page.is_file()
+    for written in (journey, page):
+        assert vllm_server.key not in written.read_text()
+    code, out, err = invoke(monkeypatch, capsys, "replay", str(journey), "--verify", *served)
+    assert code == 0, out + err  # (the saved journey, stepped again on the server, token for token)
 
 
 def test_an_unreachable_server_is_one_line_within_seconds(monkeypatch, capsys):

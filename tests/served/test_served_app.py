@@ -17,7 +17,7 @@ from apptools import settle, wait_for
 from browser import chromium, needs_browser, until
 from test_served import KEY_ENV, PROMPT, SERVED_TOLERANCE
 
-from tokenviz.backends.served import ServedEngine
+from tokenviz.backends.served.engine import ServedEngine
 from tokenviz.contract.engine import DrawingEngine, Engine, tier_of
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import Attribution

@@ -15,7 +15,7 @@ KEY_ENV = "TOKENVIZ_LABELS_KEY"
 async def test_the_status_line_of_a_served_model_says_request_and_no_kv_cache(monkeypatch, size):
     from apptools import settle
 
-    from tokenviz.backends.served import ServedEngine
+    from tokenviz.backends.served.engine import ServedEngine
     from tokenviz.contract.settings import SamplingSettings
     from tokenviz.served.journey import ServedChoice
     from tokenviz.ui.app import TokenvizApp

@@ -46,7 +46,7 @@ from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.themes import DEFAULT_THEME, check_theme
 
 if TYPE_CHECKING:
-    from tokenviz.backends.served import ServedEngine
+    from tokenviz.backends.served.engine import ServedEngine
     from tokenviz.contract.snapshot import ComparisonSnapshot, Snapshot
     from tokenviz.contract.worker import Worker
     from tokenviz.files.journey_schema import Journey
@@ -163,7 +163,7 @@ def served_loader(
         fail(str(exc))
 
     def load(progress: "Progress") -> "ServedEngine":
-        from tokenviz.backends.served import ServedEngine
+        from tokenviz.backends.served.engine import ServedEngine
 
         here = None  # (the tokenizer named with --tokenizer, loaded in this thread)
         if tokenizer is not None:
@@ -172,7 +172,7 @@ def served_loader(
             progress(f"loading the tokenizer {tokenizer}", None)
             here = load_tokenizer(tokenizer)
         progress(f"asking {endpoint.host} about {name}", 0.5)
-        return ServedEngine(endpoint, name, local_tokenizer=here)
+        return ServedEngine(endpoint, name, local_tokenizer=here, model_files=tokenizer)
 
     return load
 
@@ -295,6 +295,14 @@ def trace(
             "TEXT's there, TEXT read alone (another prompt, as long at least).",
         ),
     ] = None,
+    attention: Annotated[
+        Optional[int],
+        typer.Option(
+            "--attention",
+            help="Add each step's attention row at this layer (from 0): every head's weights over the positions "
+            "before, for the position whose pass gave the step's distribution.",
+        ),
+    ] = None,
     chat: Chat = False,
     system: System = None,
     endpoint: Endpoint = None,
@@ -302,25 +310,29 @@ def trace(
     api_key_env: ApiKeyEnv = None,
     api_key_file: ApiKeyFile = None,
     insecure_http: InsecureHttp = False,
+    tokenizer: LocalTokenizer = None,
 ) -> None:
     """Run the journey headless and print every step (a table, or JSON with --json). With
     interventions (--ablate, --steer, --steer-tokens, --patch) each step also gives the model's own
     distribution at the same context and the KL from it ("unsteered"). With --endpoint, the model a
-    server runs (an OpenAI-compatible one, as vLLM's), a request per token."""
-    served = served_options(endpoint, served_model, api_key_env, api_key_file, insecure_http, takes_tokenizer=False)
+    server runs (an OpenAI-compatible one, as vLLM's), a request per token; with --tokenizer DIR and
+    the vllm-lens plugin on the server, its lens and attention rows too."""
+    served = served_options(endpoint, served_model, api_key_env, api_key_file, insecure_http, tokenizer)
+    loader = None
     if served is not None:
-        needs_internals = {
-            "--lens": lens, "--routing": routing, "--attribution": attribution, "--beams": beams,
-            "--speculate": speculate or draft_model, "--ablate": ablate, "--steer": steer,
-            "--steer-tokens": steer_tokens, "--patch": patch, "--watch": watch, "--save": save, "--html": html,
-            "--chat": chat, "--model": model.model, "--device-map": model.device_map, "--quantize": model.quantize,
-            "--compile": model.compile,
+        not_served = {
+            "--routing": routing, "--beams": beams, "--speculate": speculate or draft_model, "--ablate": ablate,
+            "--steer": steer, "--steer-tokens": steer_tokens, "--patch": patch, "--model": model.model,
+            "--device-map": model.device_map, "--quantize": model.quantize, "--compile": model.compile,
         }  # fmt: skip
-        asked = [name for name, value in needs_internals.items() if value]
+        asked = [name for name, value in not_served.items() if value]
         if asked:
             fail(f"{asked[0]} is not available on a served model yet (--endpoint): it needs the model in this process")
-        run_served_trace(prompt, settings.replace(max_new_tokens=steps), served, as_json)
-        return
+        session_options = (lens, attention is not None, attribution, watch, save, html, chat, tokenizer)
+        if not any(session_options):  # the journey alone: torch-free (tokenviz.served)
+            run_served_trace(prompt, settings.replace(max_new_tokens=steps), served, as_json)
+            return
+        loader = served_loader(model, settings, served, tokenizer)
     try:  # every option checked before torch is imported: a mistake is told in a moment
         check_trace(steps, save, html, force, beams, speculate, lens or routing, attribution, watch)
         interventions: tuple[Intervention, ...] = (
@@ -362,6 +374,8 @@ def trace(
                 system=system,
                 written=written,
                 interventions=interventions,
+                attention=attention,
+                loader=loader,
             )
     except SaveFailed as exc:
         print_document(exc.document, as_json)  # the run's output is not lost with the file
@@ -821,7 +835,7 @@ def verify_served_recording(journey: "Journey", served: "ServedChoice | None") -
     """Re-run a journey recorded on a served model against `served` (the server): its tokens, and each
     chosen token's log-probability within the served tolerance, for those are all the file holds."""
     from tokenviz.backends.engines import engine_of
-    from tokenviz.backends.served import ServedEngine
+    from tokenviz.backends.served.engine import ServedEngine
     from tokenviz.journey.reproduce import verify_journey
     from tokenviz.journey.session import Session
     from tokenviz.served.journey import REPRODUCED_WITHIN

@@ -11,7 +11,7 @@ from tokenviz.backends.engines import engine_of
 from tokenviz.backends.transformers.before_weights import journey_checks
 from tokenviz.cli.options import ModelChoice
 from tokenviz.contract.commands import Attribute, Beams, Inspect, Request, SplitDifference
-from tokenviz.contract.engine import Engine
+from tokenviz.contract.engine import Capability, Engine, lacking
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import refuse_grammar
 from tokenviz.contract.interventions import Intervention
@@ -25,7 +25,7 @@ from tokenviz.journey.past_results import KEEP
 from tokenviz.journey.session import Session
 from tokenviz.journey.views import compute, trace_entry
 from tokenviz.journey.watching import token_of
-from tokenviz.worker.loader import Progress
+from tokenviz.worker.loader import Loader, Progress
 from tokenviz.worker.snapshots import snapshot_of
 
 
@@ -64,6 +64,31 @@ def add_lens(session: Session, document: dict[str, Any]) -> None:
         session.analyses.inspect_many([first + i for i in range(begin, min(begin + KEEP, steps))])
         for i in range(begin, min(begin + KEEP, steps)):
             document["steps"][i].update(trace_entry(session, Inspect(first + i)))
+
+
+def check_views(session: Session, lens: bool, attention: int | None) -> None:
+    """Refuse, before the journey runs, a view its engine cannot give (one line saying what it lacks)."""
+    info = session.runner.info
+    for asked, needs, option in (
+        (lens, Capability.LENS, "--lens"),
+        (attention is not None, Capability.ATTENTION, "--attention"),
+    ):
+        line = lacking(info, needs, option) if asked else None
+        if line is not None:
+            raise TokenvizError(line)
+    if attention is not None and not 0 <= attention < info.layers:
+        raise TokenvizError(f"--attention {attention}: {info.name}'s layers are 0 to {info.layers - 1}")
+
+
+def add_attention(session: Session, document: dict[str, Any], layer: int) -> None:
+    """Each step gains the attention row of the position whose pass gave its distribution (the last
+    prompt token's for step 0) at `layer`: every head's weights over that position and those before."""
+    first, steps = len(session.prompt_ids) - 1, len(document["steps"])
+    if not steps:
+        return
+    rows = session.attention(range(first, first + steps), [layer])[0]  # (heads, steps, keys)
+    for i, step in enumerate(document["steps"]):
+        step["attention"] = {"layer": layer, "heads": rows[:, i, : first + i + 1].tolist()}
 
 
 def add_views(
@@ -169,12 +194,16 @@ def run_trace(
     system: str | None = None,
     written: list[tuple[str, Path]] | None = None,
     interventions: Sequence[Intervention] = (),
+    attention: int | None = None,
+    loader: Loader | None = None,
 ) -> dict[str, Any]:
     """The journey's document; with `save` and `html` also its files, each noted in `written` as
     (what it is, where). `interventions` are in force from the prompt on (a mean ablation's mean is
-    over the prompt)."""
+    over the prompt). `loader` makes the engine (a served model's) where `model` is not loaded here."""
     noted = [] if written is None else written
-    session = Session(engine_of(model.load(progress, journey_checks(settings.grammar, interventions))), settings)
+    engine = loader(progress) if loader else model.load(progress, journey_checks(settings.grammar, interventions))
+    session = Session(engine_of(engine), settings)
+    check_views(session, lens, attention)
     if interventions:
         session.set_interventions(interventions, context=session.tokenize(prompt, chat, system)[1])
     if beams:
@@ -191,16 +220,18 @@ def run_trace(
     session.pin([token_of(session.runner, token) for token in watch])
     document = journey_document(run_session(session, prompt, progress, chat, system))
     add_views(session, document, lens, routing, len(watch) >= 2, attribution, progress)
+    if attention is not None:
+        add_attention(session, document, attention)
     if not (html or save):
         return document
-    snapshot, attention = snapshot_of(session), session.saved_attention()  # (every layer's rows: once for both)
+    snapshot, saved = snapshot_of(session), session.saved_attention()  # (every layer's rows: once for both)
     try:
         if html:
-            page = save_page(html[0], snapshot, attention, html[1], replace=force)
+            page = save_page(html[0], snapshot, saved, html[1], replace=force)
             noted.append(("the page: open it in any browser", page))
         if save:
             kept = session.analyses.kept()
-            journey = save_journey(save, snapshot, attention, kept, document=document, replace=force)
+            journey = save_journey(save, snapshot, saved, kept, document=document, replace=force)
             noted.append((f"the journey: tokenviz replay {journey}", journey))
     except TokenvizError as exc:
         raise SaveFailed(str(exc), document) from None

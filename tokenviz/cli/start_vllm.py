@@ -1,15 +1,18 @@
 """`python -m tokenviz.cli.start_vllm`: a vLLM server on the bundled model, for trying a served model.
 
 It builds the server's environment when missing (the one the tests use: tokenviz.served.vllm_server),
-converts the bundled model once, starts vLLM on a free port of 127.0.0.1 with a fresh token, waits
-until it answers, and prints the two lines to paste in a second terminal. Ctrl-C stops it.
+converts the bundled model once, starts vLLM on a free port of 127.0.0.1 with a fresh token and the
+vllm-lens plugin (the lens and attention rows of the served model), waits until it answers, and prints
+the two lines to paste in a second terminal. Ctrl-C stops it.
 """
 
 from __future__ import annotations
 
 import argparse
 import secrets
+import shlex
 import sys
+from pathlib import Path
 
 from tokenviz.backends.transformers.loading import ensure_converted, gguf_cache_dir
 from tokenviz.contract.errors import TokenvizError
@@ -20,11 +23,13 @@ KEY_VARIABLE = "TOKENVIZ_KEY"
 TRY_PROMPT = "The Eiffel Tower is located in"
 
 
-def paste_lines(port: int, key: str) -> list[str]:
+def paste_lines(port: int, key: str, model: Path | None = None) -> list[str]:
+    """The lines to paste; with `model` (the served directory), tokenviz reads its head there: the lens."""
     url = f"http://127.0.0.1:{port}/v1"
+    files = f" --tokenizer {shlex.quote(str(model))}" if model else ""
     return [
         f"export {KEY_VARIABLE}={key}",
-        f'tokenviz "{TRY_PROMPT}" --endpoint {url} --api-key-env {KEY_VARIABLE}',
+        f'tokenviz "{TRY_PROMPT}" --endpoint {url} --api-key-env {KEY_VARIABLE}{files}',
     ]
 
 
@@ -40,14 +45,14 @@ def main(argv: list[str] | None = None) -> int:
         port, key = args.port or vllm.free_port(), secrets.token_hex(16)
         log = cache_root() / "vllm-server.log"
         print(f"starting vLLM on 127.0.0.1:{port} (under a minute once warm; its log: {log})", flush=True)
-        process = vllm.start(python, model, port, key, log)
+        process = vllm.start(python, model, port, key, log, lens=True)  # (the key goes to no one else)
     except TokenvizError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
         vllm.wait_ready(process, f"http://127.0.0.1:{port}/v1", key, log)
         print("ready. In a second terminal, with tokenviz's environment active, paste:\n")
-        print("\n".join(f"    {line}" for line in paste_lines(port, key)))
+        print("\n".join(f"    {line}" for line in paste_lines(port, key, model)))
         print("\nCtrl-C here stops the server.", flush=True)
         process.wait()
         print(f"error: the vLLM server exited ({process.returncode}); its log: {log}", file=sys.stderr)

@@ -87,7 +87,7 @@ def lacking(info: ModelInfo, needed: Capability, what: str) -> str | None:
     if needed.value in info.capabilities:
         return None
     held = ", ".join(info.capabilities) or "none"
-    served = ", a served model: its server does not expose it" if info.top_only else ""
+    served = f", a served model: {info.internals or 'its server does not expose it'}" if info.top_only else ""
     return f"{what} needs the engine's {needed.value}, which {info.name} does not give{served} (it gives: {held})"
 
 

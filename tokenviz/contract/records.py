@@ -328,6 +328,7 @@ class ModelInfo:
     capabilities: tuple[str, ...] = ()
     distribution: str = ""
     top_only: int = 0  # its distribution is a top-N the engine returns (a server's), the rest unknown; 0: all of it
+    internals: str = ""  # a served model's: why the internals it lacks are lacking, and how to have them
 
     def to_json(self) -> dict[str, Any]:
         return {**self.__dict__, "capabilities": list(self.capabilities)}

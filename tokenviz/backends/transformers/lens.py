@@ -180,10 +180,30 @@ def inspect_positions(
     embeddings = runner.model.get_input_embeddings()
     with weights_at_hand(embeddings):  # (it may live on the disk: fetched once for every position)
         rows_of = cast(torch.Tensor, embeddings.weight)[[ids[p] for p in positions]].float()
+    return inspections(
+        stream, ids, positions, chosen, pinned, lambda r: lens_logits(runner, r), rows_of, runner, top, embedding_dims
+    )
+
+
+@torch.inference_mode()
+def inspections(
+    stream: torch.Tensor,
+    ids: list[int],
+    positions: list[int],
+    chosen: list[int],
+    pinned: tuple[int, ...],
+    lens: Callable[[torch.Tensor], torch.Tensor],
+    embedding_rows: torch.Tensor,
+    engine: Any,
+    top: int = 3,
+    embedding_dims: int = 16,
+) -> list[Inspection]:
+    """Each position's Inspection from the residual `stream` (layers + 1, positions, hidden) of `ids`,
+    read through `lens` (the final norm and head); `engine` gives the pieces and the model's info."""
     out = []
-    for position, chosen_id, row in zip(positions, chosen, rows_of):
+    for position, chosen_id, row in zip(positions, chosen, embedding_rows):
         residual = stream[:, position]  # (L+1, H)
-        probs = torch.softmax(lens_logits(runner, residual), -1)  # (L+1, V)
+        probs = torch.softmax(lens(residual), -1)  # (L+1, V)
         norms = residual.float().norm(dim=-1).tolist()
         top_p, top_i = torch.topk(probs, top, dim=-1)
         followed = probs[:, [chosen_id, *pinned]]  # (L+1, 1 + pinned)
@@ -193,7 +213,7 @@ def inspect_positions(
             LensLayer(
                 layer=layer,
                 top=tuple(
-                    (int(i), runner.piece(int(i)), float(p))
+                    (int(i), engine.piece(int(i)), float(p))
                     for i, p in zip(top_i[layer].tolist(), top_p[layer].tolist())
                 ),
                 chosen_rank=int(ranks_all[layer][0]),
@@ -208,14 +228,14 @@ def inspect_positions(
             Inspection(
                 position=position,
                 token_id=token_id,
-                token_text=runner.piece(token_id),
+                token_text=engine.piece(token_id),
                 chosen_id=chosen_id,
                 embedding_head=tuple(row[:embedding_dims].tolist()),
                 embedding_norm=float(row.norm()),
-                tied_embeddings=runner.info.tied_embeddings,
-                positions=runner.info.positions,
+                tied_embeddings=engine.info.tied_embeddings,
+                positions=engine.info.positions,
                 lens=rows,
-                pinned=tuple((token, runner.piece(token)) for token in pinned),
+                pinned=tuple((token, engine.piece(token)) for token in pinned),
             )
         )
     return out

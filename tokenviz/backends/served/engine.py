@@ -5,9 +5,10 @@ A step is one request for one token: the journey's tokens as ids, the live setti
 fields, the top-N log-probabilities asked for. Feeding tokens sends nothing (the server keeps no state
 between requests; its prefix cache makes the next request cheap); rewinding and branching only cut the
 tokens kept here. The tokens are the server's own (/tokenize, /detokenize); the vocabulary's size is
-found by asking /detokenize where the ids end, the context from /v1/models. The internals a server does
-not expose (attention, the lens, the cache, interventions…) are left out of the capabilities, so
-their keys say so in one line.
+found by asking /detokenize where the ids end, the context from /v1/models. What the server exposes is
+asked at connection (one request, backends.served.internals.probe): with the vllm-lens plugin there and
+the model's directory here, the lens and attention rows are capabilities too; what is not exposed (the
+cache, gradients, interventions…) is left out, so its keys say so in one line (ModelInfo.internals: why).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from typing import Any
 
 import torch
 
+from tokenviz.backends.served.head import OutputHead, load_head
+from tokenviz.backends.served.internals import INSTALL, PLUGIN, Plugin, ServedInternals, probe
 from tokenviz.backends.transformers.pieces import TokenPieces
 from tokenviz.contract.engine import ENGINE, Capability, in_order
 from tokenviz.contract.errors import Cancelled, TokenvizError
@@ -108,9 +111,19 @@ class ServedPieces:
 class ServedEngine:
     """A served model as an engine (see the module's docstring). One thread owns it."""
 
-    def __init__(self, endpoint: Endpoint, model: str, top_n: int = TOP_N, local_tokenizer: Any = None):
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        model: str,
+        top_n: int = TOP_N,
+        local_tokenizer: Any = None,
+        model_files: str | None = None,
+    ):
         """`local_tokenizer`: a Hugging Face tokenizer here to tokenize and decode with (no request a
-        piece), checked once to tokenize as the server does; without one, the server's own."""
+        piece), checked once to tokenize as the server does; without one, the server's own. `model_files`:
+        the model's directory, where its final norm and unembedding are read (backends.served.head) for the
+        lens and attention rows of a server with the vllm-lens plugin (one request at connection asks what
+        the server exposes; the head is read only then)."""
         self.endpoint, self.model, self.top_n = endpoint, model, top_n
         self.local = local_tokenizer
         self.device = torch.device("cpu")  # where the scores made of its answers live
@@ -131,25 +144,35 @@ class ServedEngine:
         self.vocab = vocab = self._vocabulary() if local_tokenizer is None else self._checked(local_tokenizer)
         self.special_ids: set[int] = set(bos)
         self.eos_ids: set[int] = set()  # learnt: a token the server stopped on without a stop string
+        plugin = probe(endpoint, model, bos or self.encode("The", special_tokens=False))
+        head = load_head(model_files) if plugin.residual else None
+        self.internals = ServedInternals(endpoint, model, head, plugin) if plugin.residual and head else None
+        if head is not None and head.vocab != vocab:
+            raise TokenvizError(f"--tokenizer's model has {head.vocab:,} tokens in its head, the server {vocab:,}")
+        capabilities = {*ENGINE, Capability.LEAVE_ONE_OUT}
+        if self.internals is not None:
+            capabilities |= {Capability.LENS, *([Capability.ATTENTION] if plugin.qk else [])}
+        shape = self.internals  # (the model's shape, where it is read)
         self.info = ModelInfo(
             name=model,
             device=f"served at {endpoint.host}",
             dtype="as served",
-            layers=0,
-            heads=0,
-            kv_heads=0,
-            head_dim=0,
-            hidden=0,
+            layers=shape.head.layers if shape else 0,
+            heads=shape.heads if shape else 0,
+            kv_heads=shape.kv_heads if shape else 0,
+            head_dim=shape.head_dim if shape else 0,
+            hidden=shape.head.hidden if shape else 0,
             vocab=vocab,
             context=context if isinstance(context, int) and context > 0 else 1 << 20,
             architecture=f"{model} on {self._server_name()} ({endpoint.url})",
-            tied_embeddings=False,
+            tied_embeddings=bool(head and getattr(head.config, "tie_word_embeddings", False)),
             positions="not exposed by the server",
-            attention="the server's",
+            attention=f"the server's ({PLUGIN}: queries and keys replayed here)" if shape else "the server's",
             chat_template=self._has_chat_template(),
-            capabilities=in_order({*ENGINE, Capability.LEAVE_ONE_OUT}),
+            capabilities=in_order(capabilities),
             distribution=distribution(top_n, None),
             top_only=top_n,
+            internals=missing(plugin, head),
         )
 
     @classmethod
@@ -327,6 +350,16 @@ class ServedEngine:
             self.eos_ids.add(chosen)  # the server stopped on this token itself: its end of sequence
         return Drawn(chosen, logprob, rank, tuple(top), bool(self.raw), ms, finish)
 
+    # ---- internals (the vllm-lens plugin) ----------------------------------------------------------
+
+    def inspect(self, ids: list[int], positions: list[int], chosen: list[int], pinned: tuple[int, ...]) -> list[Any]:
+        assert self.internals is not None  # (asked only behind the lens capability)
+        return self.internals.inspect(self, ids, positions, chosen, pinned)
+
+    def attention(self, ids: Sequence[int], rows: range, layers: Sequence[int]) -> torch.Tensor:
+        assert self.internals is not None  # (asked only behind the attention rows' capability)
+        return self.internals.attention(ids, rows, layers)
+
     def attribute(
         self,
         ids: list[int],
@@ -383,6 +416,15 @@ def distribution(top_n: int, raw: bool | None) -> str:
         raw, "after the server's settings"
     )
     return f"the server's top {top_n} log-probabilities, {mode}; the rest of the vocabulary unknown"
+
+
+def missing(plugin: Plugin, head: OutputHead | None) -> str:
+    """Why a served model's internals are not shown, and how to have them ('' when they are)."""
+    if not plugin.residual:
+        return f"its server has no {PLUGIN} plugin ({INSTALL})"
+    if head is None:
+        return "the lens reads the model's final norm and unembedding here: give --tokenizer DIR, its directory"
+    return "" if plugin.qk else f"its {PLUGIN} sends no queries and keys"
 
 
 def _token_list(answer: Any, host: str) -> list[int]:

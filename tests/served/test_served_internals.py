@@ -1,0 +1,149 @@
+"""Inside a served model: the lens and attention rows of the model a real vLLM server with the vllm-lens
+plugin runs (tests/served/conftest.py), held to transformers' own numbers on the same model; a plain
+server and a server whose activations lie are one line each."""
+
+from __future__ import annotations
+
+import base64
+import json
+import pickle
+
+import pytest
+import zstandard
+from clitools import invoke
+from hostile_server import hostile_server, proxying
+from terminals import keys, quits_cleanly, terminal, wait_screen
+
+pytestmark = pytest.mark.served
+
+PROMPT = "The Eiffel Tower is located in"
+KEY_ENV = "TOKENVIZ_TEST_SERVER_KEY"
+LAYER = 20
+LENS_TOLERANCE = 1e-3  # a probability, the served lens against transformers' (float32 both)
+ATTENTION_TOLERANCE = 1e-4  # a weight, the served rows against transformers' eager attention
+
+
+def served(server, monkeypatch, *more: str) -> list[str]:
+    monkeypatch.setenv(KEY_ENV, server.key)
+    return ["--endpoint", server.url, "--api-key-env", KEY_ENV, *more]
+
+
+def one_error(code: int, err: str) -> str:
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "Traceback" not in err, err
+    return errors[0]
+
+
+@pytest.mark.bundled
+def test_the_served_lens_and_attention_rows_are_transformers_own(monkeypatch, capsys, vllm_lens_server):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    args = served(vllm_lens_server, monkeypatch, "--tokenizer", str(vllm_lens_server.model))
+    options = ["--steps", "6", "--temperature", "0", "--lens", "--attention", str(LAYER), "--json"]
+    code, out, err = invoke(monkeypatch, capsys, "trace", PROMPT, *args, *options)
+    assert code == 0, err
+    doc = json.loads(out)
+    directory = str(vllm_lens_server.model)
+    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, attn_implementation="eager")
+    prompt = AutoTokenizer.from_pretrained(directory)(PROMPT, return_tensors="pt")["input_ids"]
+    greedy = model.generate(prompt, max_new_tokens=6, do_sample=False)[0].tolist()
+    chosen = [s["chosen"]["id"] for s in doc["steps"]]
+    assert chosen == greedy[prompt.shape[1] :]
+    with torch.no_grad():
+        out = model(torch.tensor([greedy[:-1]]), output_hidden_states=True, output_attentions=True)
+    layers = model.config.num_hidden_layers
+    for i, step in enumerate(doc["steps"]):
+        position = prompt.shape[1] - 1 + i
+        assert len(step["lens"]) == layers + 1
+        for row in step["lens"]:
+            layer = row["layer"]
+            if layer < layers:  # (transformers' last hidden state is after the final norm: its logits)
+                with torch.no_grad():
+                    logits = model.lm_head(model.model.norm(out.hidden_states[layer][0, position]))
+            else:
+                logits = out.logits[0, position]
+            probs = torch.softmax(logits, -1)
+            assert row["top"][0]["id"] == int(probs.argmax()), (i, layer)
+            assert abs(row["chosen_prob"] - float(probs[chosen[i]])) < LENS_TOLERANCE, (i, layer)
+        theirs = out.attentions[LAYER][0, :, position, : position + 1]
+        mine = torch.tensor(step["attention"]["heads"])
+        assert step["attention"]["layer"] == LAYER and mine.shape == theirs.shape
+        assert (mine - theirs).abs().max() < ATTENTION_TOLERANCE
+
+
+def test_a_plain_server_or_no_model_directory_refuses_the_lens_in_one_line(
+    monkeypatch, capsys, vllm_server, vllm_lens_server
+):
+    plain = served(vllm_server, monkeypatch, "--tokenizer", str(vllm_server.model))
+    line = one_error(*invoke(monkeypatch, capsys, "trace", PROMPT, *plain, "--lens", "--steps", "1")[::2])
+    assert "no vllm-lens plugin" in line and "pip install --no-deps --ignore-requires-python vllm-lens" in line
+    line = one_error(*invoke(monkeypatch, capsys, "trace", PROMPT, *plain, "--attention", "3")[::2])
+    assert "--attention needs the engine's attention rows" in line and "vllm-lens" in line
+    bare = served(vllm_lens_server, monkeypatch)
+    line = one_error(*invoke(monkeypatch, capsys, "trace", PROMPT, *bare, "--lens", "--steps", "1")[::2])
+    assert "give --tokenizer DIR" in line
+    with_dir = served(vllm_lens_server, monkeypatch, "--tokenizer", str(vllm_lens_server.model))
+    line = one_error(*invoke(monkeypatch, capsys, "trace", PROMPT, *with_dir, "--attention", "30")[::2])
+    assert "layers are 0 to 29" in line
+
+
+class Boom:
+    """What a hostile server's pickle would build: a file written the moment it is unpickled."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def _lie(kind: str, marker: str):
+    def tamper(answer: dict) -> None:
+        activations = answer.get("activations")
+        if not activations:
+            return
+        stream = activations["residual_stream"]
+        if kind == "pickle":
+            evil = base64.b64encode(pickle.dumps(Boom(marker))).decode()
+            activations["residual_stream"] = {"__type__": "cloudpickle", "data": evil}
+        elif kind == "shape":
+            stream["shape"] = [stream["shape"][0], stream["shape"][1], 577]
+        elif kind == "bomb":  # a small frame that inflates far past the shape it claims
+            stream["data"] = base64.b64encode(zstandard.ZstdCompressor().compress(b"\0" * (64 << 20))).decode()
+
+    return tamper
+
+
+@pytest.mark.parametrize(
+    ("kind", "said"),
+    [
+        ("pickle", "in a form tokenviz does not read"),
+        ("shape", "of shape [30, 7, 577], where the model's is 30×7×576"),
+        ("bomb", "where its shape says"),
+    ],
+)
+def test_activations_that_carry_a_pickle_or_lie_are_one_line_and_nothing_is_unpickled(
+    monkeypatch, capsys, vllm_lens_server, tmp_path, kind, said
+):
+    marker = tmp_path / "unpickled"
+    with hostile_server() as server:
+        proxying(server, vllm_lens_server.url, vllm_lens_server.key, _lie(kind, str(marker)))
+        args = ["--endpoint", server.url, "--tokenizer", str(vllm_lens_server.model)]
+        code, out, err = invoke(monkeypatch, capsys, "trace", PROMPT, *args, "--lens", "--steps", "1", "--json")
+    assert said in one_error(code, err) and out == ""
+    assert not marker.exists()
+
+
+@pytest.mark.terminal
+def test_the_app_shows_a_served_models_lens_and_attention_at_80x24(vllm_lens_server):
+    args = ["--endpoint", vllm_lens_server.url, "--api-key-env", KEY_ENV, "--tokenizer", str(vllm_lens_server.model)]
+    with terminal((80, 24), *args, "--temperature", "0", env={KEY_ENV: vllm_lens_server.key}) as name:
+        shown = wait_screen(name, r"·in@6 attends to: The 0\.\d+", timeout=180)  # (from the server's Q and K)
+        assert "served at 127.0.0.1" in shown and "L29 of 30" in shown
+        keys(name, "space")
+        wait_screen(name, r"1 generated")
+        keys(name, "l")
+        lens = wait_screen(name, r"top-1 from L\d+")
+        assert "logit lens" in lens and "emb ·the" in lens and "needs the engine" not in lens
+        quits_cleanly(name)

@@ -1,0 +1,136 @@
+"""A served model's internals through the vllm-lens plugin: the logit lens and attention rows.
+
+Each is one ordinary completion request carrying `vllm_xargs` (the plugin reads them; a server without it
+ignores them): `output_residual_stream` (the residual after each decoder layer, every position) and
+`output_qk` (the post-rotary queries and keys of the layers asked, with the scale, soft-cap, window and
+sinks vLLM hands its kernel). The plugin recomputes the whole prompt for such a request (it skips reading
+vLLM's prefix cache), so what comes back is the model's own pass over these tokens. Nothing of the
+plugin's runs here: tokenviz.served.activations reads its answers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from tokenviz.backends.served.head import OutputHead
+from tokenviz.backends.transformers.lens import inspections
+from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.results import Inspection
+from tokenviz.served.activations import QkMeta, qk_meta, tensor
+from tokenviz.served.endpoint import Endpoint, EndpointError
+from tokenviz.served.journey import answered, checked_logprob, choice_of, top_of
+
+PLUGIN = "vllm-lens"
+INSTALL = (
+    "pip install --no-deps --ignore-requires-python vllm-lens==1.3.0 zstandard into the server's "
+    "environment, then restart it"
+)
+HEAD_CHECK = 0.02  # nats: the lens's last layer against the server's own log-probability (a wrong DIR is far off)
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """What the server's vllm-lens answered to the probe: a residual stream, queries and keys."""
+
+    residual: bool
+    qk: bool
+
+
+def probe(endpoint: Endpoint, model: str, ids: Sequence[int]) -> Plugin:
+    """One request asking for a layer's residual and queries and keys: what comes back says what the
+    server exposes (a server without the plugin answers the completion alone)."""
+    xargs = {"output_residual_stream": [0], "output_qk": "[0]"}
+    answer = answered(endpoint, model, ids, {"temperature": 0}, 0, vllm_xargs=xargs)
+    activations = answer.get("activations")
+    if not isinstance(activations, dict):
+        return Plugin(False, False)
+    return Plugin("residual_stream" in activations, "attn_q" in activations and "attn_k" in activations)
+
+
+class ServedInternals:
+    """The lens and attention rows of the model a server with vllm-lens runs, read through `head`."""
+
+    def __init__(self, endpoint: Endpoint, model: str, head: OutputHead, plugin: Plugin):
+        self.endpoint, self.model, self.head, self.plugin = endpoint, model, head, plugin
+        config = head.config
+        self.heads = int(config.num_attention_heads)
+        self.kv_heads = int(getattr(config, "num_key_value_heads", None) or self.heads)
+        self.head_dim = int(getattr(config, "head_dim", None) or head.hidden // self.heads)
+
+    def _activations(self, ids: Sequence[int], xargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        answer = answered(self.endpoint, self.model, ids, {"temperature": 0}, 1, vllm_xargs=xargs)
+        activations = answer.get("activations")
+        if not isinstance(activations, dict):
+            raise EndpointError(f"{self.endpoint.host} answered without the activations asked ({PLUGIN} gone?)")
+        return activations, choice_of(answer, self.endpoint.host)
+
+    @torch.inference_mode()
+    def inspect(
+        self, engine: Any, ids: list[int], positions: list[int], chosen: list[int], pinned: tuple[int, ...]
+    ) -> list[Inspection]:
+        """Each position's lens (the embeddings, then every layer's residual through the model's own final
+        norm and head), from one request over `ids`."""
+        layers, host = self.head.layers, self.endpoint.host
+        activations, choice = self._activations(ids, {"output_residual_stream": list(range(layers))})
+        residual = tensor(activations, "residual_stream", (layers, len(ids), self.head.hidden), host)
+        stream = torch.cat([self.head.embed(ids)[None], torch.from_numpy(residual)])
+        served, logprob, _ = top_of(choice, host, 1)
+        own = float(torch.log_softmax(self.head.logits(stream[-1, -1]), -1)[served])
+        if engine.raw is not False and abs(own - checked_logprob(logprob, host)) > HEAD_CHECK:
+            raise TokenvizError(
+                f"the lens's head (--tokenizer) does not give {host}'s distribution: the served token's "
+                f"log-probability is {own:.4f} here and {logprob:.4f} there (is it the served model's directory?)"
+            )
+        rows = self.head.embeddings.weight[[ids[p] for p in positions]].float()
+        return inspections(stream, ids, positions, chosen, pinned, self.head.logits, rows, engine)
+
+    @torch.inference_mode()
+    def attention(self, ids: Sequence[int], rows: range, layers: Sequence[int]) -> torch.Tensor:
+        """Exact attention weights of positions `rows` for `layers`: (layers, heads, rows, rows.stop), the
+        server's queries and keys replayed with its own scale, soft-cap, window and sinks."""
+        if not self.plugin.qk:
+            raise TokenvizError(f"{self.endpoint.host}'s {PLUGIN} did not send queries and keys")
+        layers, host, context = list(layers), self.endpoint.host, list(ids[: rows.stop])
+        activations, _ = self._activations(context, {"output_qk": json.dumps(layers)})
+        n = len(context)
+        q = tensor(activations, "attn_q", (len(layers), n, self.heads, self.head_dim), host)
+        k = tensor(activations, "attn_k", (len(layers), n, self.kv_heads, self.head_dim), host)
+        metas = qk_meta(activations, layers, self.heads, host)
+        return torch.stack(
+            [
+                replay(torch.from_numpy(q[i, rows.start : rows.stop]), torch.from_numpy(k[i]), meta, rows.start)
+                for i, meta in enumerate(metas)
+            ]
+        )
+
+
+def replay(q: torch.Tensor, k: torch.Tensor, meta: QkMeta, start: int) -> torch.Tensor:
+    """Attention weights (heads, queries, keys) of queries `q` (queries, heads, dim) at positions from
+    `start` over keys `k` (keys, kv heads, dim), as vLLM's kernel computes them: softmax of the causal,
+    windowed, soft-capped Q·Kᵀ × scale (plus ALiBi), a sink's logit in the denominator where there is one."""
+    heads, kv_heads = q.shape[1], k.shape[1]
+    if heads % kv_heads:
+        raise TokenvizError(f"{heads} query heads cannot share {kv_heads} key heads")
+    k = k.repeat_interleave(heads // kv_heads, dim=1)
+    logits = torch.einsum("qhd,khd->hqk", q.double(), k.double()) * meta.scale
+    if meta.soft_cap > 0:
+        logits = meta.soft_cap * torch.tanh(logits / meta.soft_cap)
+    relative = torch.arange(k.shape[0])[None, :] - torch.arange(start, start + q.shape[0])[:, None]  # key − query
+    if meta.alibi is not None:
+        logits = logits + torch.tensor(meta.alibi, dtype=logits.dtype)[:, None, None] * relative
+    left, right = meta.window
+    hidden = relative > max(right, 0)
+    if left >= 0:
+        hidden |= relative < -left
+    logits = logits.masked_fill(hidden[None], float("-inf"))
+    if meta.sinks is not None:
+        sinks = torch.tensor(meta.sinks, dtype=logits.dtype)[:, None, None].expand(heads, q.shape[0], 1)
+        weights = torch.softmax(torch.cat([logits, sinks], -1), -1)[..., :-1]
+    else:
+        weights = torch.softmax(logits, -1)
+    return weights.float()
