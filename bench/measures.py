@@ -942,12 +942,14 @@ def served_lens(url: str, api_key, model_files: str, insecure_http: bool = False
     vllm-lens plugin on the server and the model's directory (its head)."""
     from tokenviz.backends.engines import engine_of
     from tokenviz.backends.served.engine import ServedEngine
+    from tokenviz.backends.transformers.loading import load_tokenizer
     from tokenviz.journey.session import Session
     from tokenviz.served.endpoint import connect
     from tokenviz.served.journey import served_model_name
 
     endpoint = connect(url, api_key, insecure_http)
-    engine = ServedEngine(endpoint, served_model_name(endpoint, None), model_files=model_files)
+    here = load_tokenizer(model_files)  # (as `--tokenizer DIR` gives it: no request for a token's text)
+    engine = ServedEngine(endpoint, served_model_name(endpoint, None), local_tokenizer=here, model_files=model_files)
     if engine.internals is None:
         return {"skipped": engine.info.internals}
     plain: list[float] = []
