@@ -332,3 +332,25 @@ async def test_replay_verify_of_a_served_journey_asks_the_server_and_checks_its_
         code, out, err = run("replay", saved, "--verify", *served(server), address_space=big)
         assert code == 1 and "mismatch: step 0" in err and "log-probability" in err, (out, err)
         assert TOKEN not in out + err
+
+
+def test_a_server_that_refuses_the_internals_probe_opens_without_them_and_says_why():
+    """A server that is not vLLM may refuse a request's extra fields (vllm_xargs): the engine opens on
+    the journey alone, its lens and attention refused in one line naming the plugin."""
+    from tokenviz.backends.served.engine import ServedEngine
+    from tokenviz.contract.engine import Capability, lacking
+
+    plain = completion()
+
+    def strict(h):
+        if "vllm_xargs" in h.body():
+            h.answer(400, {"error": {"message": "extra fields not permitted"}})
+        else:
+            plain(h)
+
+    with hostile_server() as server:
+        server.routes["/v1/completions"] = strict
+        engine = ServedEngine(Endpoint(server.url, None), MODEL)
+        assert engine.internals is None and Capability.LENS.value not in engine.info.capabilities
+        line = lacking(engine.info, Capability.LENS, "the logit lens")
+        assert line is not None and "no vllm-lens plugin" in line and "pip install" in line

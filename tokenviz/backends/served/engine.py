@@ -147,8 +147,8 @@ class ServedEngine:
         plugin = probe(endpoint, model, bos or self.encode("The", special_tokens=False))
         head = load_head(model_files) if plugin.residual else None
         self.internals = ServedInternals(endpoint, model, head, plugin) if plugin.residual and head else None
-        if head is not None and head.vocab != vocab:
-            raise TokenvizError(f"--tokenizer's model has {head.vocab:,} tokens in its head, the server {vocab:,}")
+        if head is not None and head.vocab < vocab:  # (a head padded past the tokenizer is usual)
+            raise TokenvizError(f"--tokenizer's model has {head.vocab:,} rows in its head, the server {vocab:,} tokens")
         capabilities = {*ENGINE, Capability.LEAVE_ONE_OUT}
         if self.internals is not None:
             capabilities |= {Capability.LENS, *([Capability.ATTENTION] if plugin.qk else [])}

@@ -43,9 +43,13 @@ class Plugin:
 
 def probe(endpoint: Endpoint, model: str, ids: Sequence[int]) -> Plugin:
     """One request asking for a layer's residual and queries and keys: what comes back says what the
-    server exposes (a server without the plugin answers the completion alone)."""
+    server exposes (a server without the plugin answers the completion alone; one that refuses the
+    request's extra fields, as a server that is not vLLM may, exposes nothing)."""
     xargs = {"output_residual_stream": [0], "output_qk": "[0]"}
-    answer = answered(endpoint, model, ids, {"temperature": 0}, 0, vllm_xargs=xargs)
+    try:
+        answer = answered(endpoint, model, ids, {"temperature": 0}, 0, vllm_xargs=xargs)
+    except EndpointError:
+        return Plugin(False, False)
     activations = answer.get("activations")
     if not isinstance(activations, dict):
         return Plugin(False, False)
