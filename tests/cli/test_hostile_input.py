@@ -121,7 +121,7 @@ def test_a_mistyped_command_line_is_one_line_not_a_box(monkeypatch, capsys, args
 @pytest.mark.parametrize(
     "args, line",
     [
-        (["trace", "x", "--served-model", "m"], "--api-key-file and --insecure-http go with --endpoint URL"),
+        (["trace", "x", "--tokenizer", "gpt2"], "--insecure-http and --tokenizer go with --endpoint URL"),
         (["score", "x", "--api-key-env", "K"], "--api-key-file and --insecure-http go with --endpoint URL"),
         (["compare", "x", "--insecure-http"], "--insecure-http go with --against-endpoint URL"),
         (["serve", "--tokenizer", "gpt2"], "--insecure-http and --tokenizer go with --endpoint URL"),
