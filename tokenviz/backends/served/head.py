@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from tokenviz.backends.transformers.checkpoint import weight_files
-from tokenviz.backends.transformers.lens import _submodule, final_norm, head_logits, stream_merge
+from tokenviz.backends.transformers.lens import final_norm, head_logits, stream_merge, submodule
 from tokenviz.backends.transformers.parts import text_config
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.text import safe_text
@@ -45,7 +45,7 @@ class OutputHead:
         self.config = text_config(config)
         self.norm = final_norm(model)
         modules = {"norm": self.norm, "head": model.get_output_embeddings(), "embed": model.get_input_embeddings()}
-        project_out = _submodule(model, ("project_out",))
+        project_out = submodule(model, ("project_out",))
         if project_out is not None:
             modules["project_out"] = project_out
         names = {id(m): n for n, m in model.named_modules(remove_duplicate=False)}

@@ -32,7 +32,7 @@ def _owners(model: Any) -> tuple[torch.nn.Module, ...]:
     return (base, *base.children())
 
 
-def _submodule(model: Any, names: tuple[str, ...]) -> torch.nn.Module | None:
+def submodule(model: Any, names: tuple[str, ...]) -> torch.nn.Module | None:
     """The first of `names` on the base model, or on one of its direct children."""
     for owner in _owners(model):
         for name in names:
@@ -46,7 +46,7 @@ def final_norm(model: Any) -> torch.nn.Module:
     """The norm the model applies after its last layer: by its usual names, else the one norm the base
     model holds outside its layers, whatever it is called (LFM2's is `embedding_norm`). The lens
     checks its last layer against the model's output, so a wrong guess is said, never shown."""
-    norm = _submodule(model, NORM_NAMES)
+    norm = submodule(model, NORM_NAMES)
     if norm is not None:
         return norm
     layers = set(map(id, decoder_layers(model)))
@@ -74,7 +74,7 @@ def softcap(model: Any, logits: torch.Tensor) -> torch.Tensor:
 def head_logits_before_cap(model: Any, hidden: torch.Tensor) -> torch.Tensor:
     """The output projection where there is one, the unembedding and the model's logit scaling: an
     affine map of final hidden states (after the final norm)."""
-    project_out = _submodule(model, ("project_out",))  # OPT, when its embedding is narrower
+    project_out = submodule(model, ("project_out",))  # OPT, when its embedding is narrower
     if project_out is not None:
         hidden = project_out(hidden)
     logits: torch.Tensor = model.get_output_embeddings()(hidden)
