@@ -106,9 +106,11 @@ def test_an_unknown_model_lists_the_served_ones(monkeypatch, capsys, served):
 
 
 def test_what_a_served_model_does_not_expose_is_one_line(monkeypatch, capsys, served):
-    for option in (["--routing"], ["--ablate", "1.0"], ["--beams", "2"]):
+    for option in (["--routing"], ["--beams", "2"]):
         code, _, err = invoke(monkeypatch, capsys, "trace", PROMPT, *served, *option)
         assert code == 2 and f"{option[0]} is not available on a served model" in one_error(err)
+    code, _, err = invoke(monkeypatch, capsys, "trace", PROMPT, *served, "--ablate", "1.0")
+    assert code == 2 and "cannot be ablated: it needs a hook inside the server's attention" in one_error(err)
 
 
 def test_a_served_trace_saves_its_journey_and_page_watching_a_token_with_no_trace_of_the_key(

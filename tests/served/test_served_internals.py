@@ -146,4 +146,9 @@ def test_the_app_shows_a_served_models_lens_and_attention_at_80x24(vllm_lens_ser
         keys(name, "l")
         lens = wait_screen(name, r"top-1 from L\d+")
         assert "logit lens" in lens and "emb ·the" in lens and "needs the engine" not in lens
+        keys(name, "I")
+        wait_screen(name, r"Enter applies")
+        keys(name, "steer-tokens 15:8: Paris: the", "Enter")
+        steered = wait_screen(name, r"KL ≥ \d\.\d{3}", timeout=120)  # (the model's own beside it: a floor)
+        assert "steer L15" in steered or "1 intervention" in steered, steered
         quits_cleanly(name)

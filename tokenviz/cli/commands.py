@@ -321,15 +321,18 @@ def trace(
     loader = None
     if served is not None:
         not_served = {
-            "--routing": routing, "--beams": beams, "--speculate": speculate or draft_model, "--ablate": ablate,
-            "--steer": steer, "--steer-tokens": steer_tokens, "--patch": patch, "--model": model.model,
+            "--routing": routing, "--beams": beams, "--speculate": speculate or draft_model, "--model": model.model,
             "--device-map": model.device_map, "--quantize": model.quantize, "--compile": model.compile,
         }  # fmt: skip
         asked = [name for name, value in not_served.items() if value]
         if asked:
             fail(f"{asked[0]} is not available on a served model yet (--endpoint): it needs the model in this process")
+        if ablate:
+            from tokenviz.backends.served.steering import NO_ABLATION
+
+            fail(f"--ablate: {NO_ABLATION}")
         session_options = (lens, attention is not None, attribution, watch, save, html, chat, tokenizer)
-        if not any(session_options):  # the journey alone: torch-free (tokenviz.served)
+        if not any((*session_options, steer, steer_tokens, patch)):  # the journey alone: torch-free (tokenviz.served)
             run_served_trace(prompt, settings.replace(max_new_tokens=steps), served, as_json)
             return
         loader = served_loader(model, settings, served, tokenizer)
@@ -805,16 +808,18 @@ def replay(
     api_key_env: ApiKeyEnv = None,
     api_key_file: ApiKeyFile = None,
     insecure_http: InsecureHttp = False,
+    tokenizer: LocalTokenizer = None,
 ) -> None:
     """Open a saved journey read-only, without loading any model (or --verify it against the model,
-    or against the server with --endpoint for a journey on a served model)."""
+    or against the server with --endpoint for a journey on a served model: with --tokenizer DIR where it
+    was steered)."""
     from tokenviz.files.journey_file import open_journey, recording_of
 
-    served = served_options(endpoint, served_model, api_key_env, api_key_file, insecure_http, takes_tokenizer=False)
+    served = served_options(endpoint, served_model, api_key_env, api_key_file, insecure_http, tokenizer)
     try:
         journey = open_journey(path)
         if verify and (served is not None or journey.replay.info.top_only):
-            verify_served_recording(journey, served)
+            verify_served_recording(journey, served, tokenizer)
             return
         if served is not None:
             raise TokenvizError("--endpoint goes with --verify: a replay without it loads no model")
@@ -831,9 +836,10 @@ def replay(
     run_app(RecordingWorker(*recording), theme)
 
 
-def verify_served_recording(journey: "Journey", served: "ServedChoice | None") -> None:
+def verify_served_recording(journey: "Journey", served: "ServedChoice | None", tokenizer: str | None = None) -> None:
     """Re-run a journey recorded on a served model against `served` (the server): its tokens, and each
-    chosen token's log-probability within the served tolerance, for those are all the file holds."""
+    chosen token's log-probability within the served tolerance, for those are all the file holds.
+    `tokenizer`: --tokenizer (the model's directory gives the head a steered journey needs)."""
     from tokenviz.backends.engines import engine_of
     from tokenviz.backends.served.engine import ServedEngine
     from tokenviz.journey.reproduce import verify_journey
@@ -848,7 +854,8 @@ def verify_served_recording(journey: "Journey", served: "ServedChoice | None") -
         )
     if not recorded.top_only:
         raise TokenvizError("the journey was recorded on a model run here: verify it without --endpoint")
-    checked, mismatch = verify_journey(journey, Session(engine_of(ServedEngine.open(served))), REPRODUCED_WITHIN)
+    engine = ServedEngine.open(served, tokenizer)
+    checked, mismatch = verify_journey(journey, Session(engine_of(engine)), REPRODUCED_WITHIN)
     verdict(
         checked,
         mismatch,

@@ -66,12 +66,16 @@ def add_lens(session: Session, document: dict[str, Any]) -> None:
             document["steps"][i].update(trace_entry(session, Inspect(first + i)))
 
 
-def check_views(session: Session, lens: bool, attention: int | None) -> None:
-    """Refuse, before the journey runs, a view its engine cannot give (one line saying what it lacks)."""
+def check_views(
+    session: Session, lens: bool, attention: int | None, interventions: Sequence[Intervention] = ()
+) -> None:
+    """Refuse, before the journey runs, a view or intervention its engine cannot give (one line saying
+    what it lacks)."""
     info = session.runner.info
     for asked, needs, option in (
         (lens, Capability.LENS, "--lens"),
         (attention is not None, Capability.ATTENTION, "--attention"),
+        (bool(interventions), Capability.INTERVENTIONS, interventions[0].label if interventions else ""),
     ):
         line = lacking(info, needs, option) if asked else None
         if line is not None:
@@ -203,7 +207,7 @@ def run_trace(
     noted = [] if written is None else written
     engine = loader(progress) if loader else model.load(progress, journey_checks(settings.grammar, interventions))
     session = Session(engine_of(engine), settings)
-    check_views(session, lens, attention)
+    check_views(session, lens, attention, interventions)
     if interventions:
         session.set_interventions(interventions, context=session.tokenize(prompt, chat, system)[1])
     if beams:

@@ -153,7 +153,8 @@ LocalTokenizer = Annotated[
     typer.Option(
         "--tokenizer",
         help="With --endpoint: a Hugging Face tokenizer (id or directory) to tokenize with here, checked "
-        "once against the server's (default: the server's own /tokenize and /detokenize).",
+        "once against the server's (default: the server's own /tokenize and /detokenize); the model's "
+        "directory also gives its lens, attention rows and steering where the server has vllm-lens.",
     ),
 ]
 InsecureHttp = Annotated[

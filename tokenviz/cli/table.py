@@ -92,7 +92,8 @@ def _steps(steps: list[dict[str, Any]], narrow: bool = False) -> Table:
             cells["grammar: allowed, mass removed"] = f"{grammar['allowed']:,}, {grammar['removed']:.1%}"
         if "unsteered" in s:
             saturated = " (saturated: every logit equal)" if s.get("saturated") else ""
-            cells["KL from own"] = f"{s['unsteered']['kl']:.3f}{saturated}"
+            floor = "≥ " if s["unsteered"].get("kl_floor") else ""
+            cells["KL from own"] = f"{floor}{s['unsteered']['kl']:.3f}{saturated}"
         if "attribution" in s:
             cells["led most by (attribution)"] = Text(_strongest(s["attribution"]))
         if "watch" in s:

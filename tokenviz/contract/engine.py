@@ -168,7 +168,8 @@ class Engine(Protocol):
 class DrawingEngine(Engine, Protocol):
     """An engine that draws the next token itself, with the settings sent to it (a model server). Its
     distribution is the top-N it returns (`forward` feeds tokens without a request); the stages shown
-    beside its draw are recomputed over that top-N."""
+    beside its draw are recomputed over that top-N. Its scores are a Drawn: its interventions' own_logits
+    give the model's own top-N so."""
 
     top_n: int  # log-probabilities asked for at each step
     raw: bool | None  # its log-probabilities are the model's own, before the settings (None: not measured yet)

@@ -33,17 +33,19 @@ class Candidate:
 @dataclass(frozen=True)
 class Unsteered:
     """With interventions on: the model's own distribution at a step's context (its top candidates)
-    and KL(intervened ‖ own) in bits."""
+    and KL(intervened ‖ own) in bits: exact, or its floor where only two top-Ns are known (a server's)."""
 
     top: tuple[Candidate, ...]
     kl: float
     ms: float = field(default=0.0, compare=False)  # the own pass's time: what keeping it costs a step
+    kl_floor: bool = False  # the KL is a least value (decoding.drawn.kl_floor), not the whole vocabulary's
 
     def to_json(self) -> dict[str, Any]:
         return {
             "top": [{"id": c.id, "text": c.text, "logit": c.logit, "prob": c.prob} for c in self.top],
             "kl": self.kl,
             "ms": self.ms,
+            **({"kl_floor": True} if self.kl_floor else {}),
         }
 
 

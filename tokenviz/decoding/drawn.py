@@ -16,11 +16,12 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from tokenviz.contract.records import Candidate, Decision, PinnedToken
+from tokenviz.contract.records import Candidate, Decision, PinnedToken, Unsteered
 from tokenviz.contract.results import Drawn
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.sampling import decide
 
+REST_FLOOR = 1e-6  # the least mass kl_floor gives the unknown rest of a distribution (a float sum's error)
 NEUTRAL = SamplingSettings(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)  # no stage: the server's are applied
 
 
@@ -99,6 +100,29 @@ def drawn_decision(
         raw_rank=rank,
         pinned=tuple(_exact_pinned(p, known, drawn.top) for p in decision.pinned),
     )
+
+
+def kl_floor(p: dict[int, float], q: dict[int, float]) -> float:
+    """The least KL(P ‖ Q) in bits two distributions can have of which only some log-probabilities are
+    known (`p`, `q`: id to log-probability): the KL over the tokens both give, each alone, and everything
+    else as one outcome. Merging outcomes never raises a KL (the log-sum inequality), so the whole
+    vocabulary's is at least this. The rest of Q is taken as at least REST_FLOOR: a sum of rounded
+    probabilities near 1 does not know it better, and a larger Q only lowers the bound."""
+    both = p.keys() & q.keys()
+    pi = np.array([math.exp(p[t]) for t in both])
+    qi = np.array([math.exp(q[t]) for t in both])
+    p_rest, q_rest = max(1.0 - float(pi.sum()), 0.0), max(1.0 - float(qi.sum()), 0.0)
+    terms = [float(np.sum(pi * (np.log2(pi) - np.log2(qi)))) if len(both) else 0.0]
+    if p_rest > 0:
+        terms.append(p_rest * (math.log2(p_rest) - math.log2(max(q_rest, REST_FLOOR))))
+    return max(sum(terms), 0.0)
+
+
+def drawn_unsteered(drawn: Drawn, own: Drawn, piece: Callable[[int], str], n: int) -> Unsteered:
+    """With interventions on a drawn step: the model's own top (`own`, a request without them) and the
+    KL from it, a floor (only the two top-Ns are known)."""
+    top = tuple(Candidate(id=t, text=piece(t), logit=lp, prob=math.exp(lp)) for t, lp in own.top[:n])
+    return Unsteered(top=top, kl=kl_floor(drawn.known, own.known), ms=own.ms, kl_floor=True)
 
 
 def _exact_pinned(token: PinnedToken, known: dict[int, float], top: tuple[tuple[int, float], ...]) -> PinnedToken:

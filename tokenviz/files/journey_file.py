@@ -112,6 +112,7 @@ def _record(r: StepRecord, attention: np.ndarray | None, sets: list[tuple[Interv
             "top": [[c.id, c.text, c.logit, c.prob] for c in r.unsteered.top],
             "kl": r.unsteered.kl,
             "ms": r.unsteered.ms,
+            "kl_floor": r.unsteered.kl_floor,
         }
         if r.unsteered
         else None,
@@ -182,7 +183,9 @@ def _unrecord(
         ),
         routing=r.routing.routing() if r.routing is not None else None,
         interventions=sets[r.interventions] if r.interventions is not None else (),
-        unsteered=Unsteered(tuple(Candidate(*c) for c in r.unsteered.top), r.unsteered.kl, r.unsteered.ms)
+        unsteered=Unsteered(
+            tuple(Candidate(*c) for c in r.unsteered.top), r.unsteered.kl, r.unsteered.ms, r.unsteered.kl_floor
+        )
         if r.unsteered
         else None,
     )

@@ -228,6 +228,7 @@ class SavedUnsteered(Model):
     top: Candidates
     kl: NonNegative
     ms: NonNegative = 0.0
+    kl_floor: bool = False
 
 
 class Record(Model):

@@ -23,7 +23,7 @@ from tokenviz.contract.interventions import BRANCH_SOURCE, Intervention, Patch
 from tokenviz.contract.records import MAX_PINNED, StepRecord, TokenChip
 from tokenviz.contract.results import BranchSummary, CacheEvent, Drawn
 from tokenviz.contract.settings import SamplingSettings
-from tokenviz.decoding.drawn import drawn_decision, drawn_top, forced_figures
+from tokenviz.decoding.drawn import drawn_decision, drawn_top, drawn_unsteered, forced_figures
 from tokenviz.decoding.prompt_predictions import PromptPredictions, join
 from tokenviz.decoding.sampling import decide, decide_on_device, summarise
 from tokenviz.decoding.unsteered import read_unsteered, unsteered_on_device
@@ -466,8 +466,9 @@ class Session:
             self._redecide()
 
     def _refresh_pending(self) -> None:
-        """The pending record from `_pending_logits` again: its top-n, decision and unsteered view."""
-        assert self._pending_logits is not None
+        """The pending record from `_pending_logits` again (a drawing engine's draw again): its top-n,
+        decision and unsteered view."""
+        assert self._pending_logits is not None or self._drawing is not None
         record = self._decided(self._pending_logits)[0]
         pending = self.records[-1]
         self.records[-1] = dataclasses.replace(
@@ -480,7 +481,7 @@ class Session:
         )
 
     def _decided(
-        self, logits: torch.Tensor, extra: dict[str, torch.Tensor] | None = None
+        self, logits: torch.Tensor | None, extra: dict[str, torch.Tensor] | None = None
     ) -> tuple[StepRecord, dict[str, np.ndarray]]:
         """A record of the decision on `logits` (its top-n, decision and, with interventions, the
         model's own distribution at the same context): everything reaches the host in one transfer,
@@ -488,6 +489,7 @@ class Session:
         token (a server) is asked for its draw at this context instead."""
         if self._drawing is not None:
             return self._drawn_record(self._drawing.draw(self.ids, self.settings)), to_host(extra or {})
+        assert logits is not None  # (only a drawing engine's forward gives none)
         summary = summarise(logits, self.top_n)
         decision = decide_on_device(
             logits,
@@ -519,8 +521,9 @@ class Session:
     def _keep_path(self) -> None:
         self.branches.keep(self._path(), len(self.prompt_ids))
 
-    def _drawn_record(self, drawn: Drawn, forced_id: int | None = None) -> StepRecord:
-        """The record of a step an engine drew itself (see decoding.drawn); `forced_id` taken instead."""
+    def _drawn_record(self, drawn: Drawn, forced_id: int | None = None, own: bool = True) -> StepRecord:
+        """The record of a step an engine drew itself (see decoding.drawn); `forced_id` taken instead; with
+        `own` and interventions in force, the model's own distribution beside it (one more request)."""
         runner, ids = self._drawing, list(self.ids)
         assert runner is not None
         self._drawn = drawn
@@ -531,6 +534,9 @@ class Session:
         decision = drawn_decision(
             drawn, self.settings, ids, self.generated_ids, runner.piece, runner.info.vocab, forced, self.pinned
         )
+        unsteered = None
+        if own and self.intervening is not None:  # (a drawing engine's scores are its top N: a Drawn)
+            unsteered = drawn_unsteered(drawn, self.intervening.own_logits(ids)[0], runner.piece, self.top_n)
         return StepRecord(
             index=len(self.records),
             position=len(ids),
@@ -540,13 +546,15 @@ class Session:
             entropy=entropy,
             decision=decision,
             forward_ms=drawn.ms,
+            interventions=self.interventions,
+            unsteered=unsteered,
         )
 
     def _redecide(self, forced_id: int | None = None) -> None:
         if self._drawing is not None:  # its draw, again with these settings; a forced token needs none
             kept = self._drawn if forced_id is not None else None
             drawn = kept or self._drawing.draw(self.ids, self.settings)
-            record = self._drawn_record(drawn, forced_id)
+            record = self._drawn_record(drawn, forced_id, own=False)  # (its context, so its own, is the same)
             self.records[-1] = dataclasses.replace(
                 self.records[-1], top=record.top, entropy=record.entropy, decision=record.decision
             )

@@ -7,8 +7,9 @@ between requests; its prefix cache makes the next request cheap); rewinding and 
 tokens kept here. The tokens are the server's own (/tokenize, /detokenize); the vocabulary's size is
 found by asking /detokenize where the ids end, the context from /v1/models. What the server exposes is
 asked at connection (one request, backends.served.internals.probe): with the vllm-lens plugin there and
-the model's directory here, the lens and attention rows are capabilities too; what is not exposed (the
-cache, gradients, interventions…) is left out, so its keys say so in one line (ModelInfo.internals: why).
+the model's directory here, the lens, attention rows and steering (backends.served.steering) are
+capabilities too; what is not exposed (the cache, gradients, a head's ablation…) is left out, so its keys
+say so in one line (ModelInfo.internals: why).
 """
 
 from __future__ import annotations
@@ -24,9 +25,12 @@ import torch
 
 from tokenviz.backends.served.head import OutputHead, load_head
 from tokenviz.backends.served.internals import INSTALL, PLUGIN, Plugin, ServedInternals, probe
+from tokenviz.backends.served.steering import ServedSteering, request_fields
+from tokenviz.backends.served.timing import RequestTimer
 from tokenviz.backends.transformers.pieces import TokenPieces
-from tokenviz.contract.engine import ENGINE, Capability, in_order
+from tokenviz.contract.engine import ENGINE, Capability, in_order, lacking
 from tokenviz.contract.errors import Cancelled, TokenvizError
+from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.records import ModelInfo
 from tokenviz.contract.results import Drawn
 from tokenviz.contract.settings import SamplingSettings
@@ -49,19 +53,6 @@ from tokenviz.served.journey import (
 PROBE = "The Eiffel Tower is located in Paris.\n 1234 naïve 東京 🙂"  # a local tokenizer checked on this
 MAX_VOCABULARY = 1 << 22  # ids asked past this are not looked for: no tokenizer is that large
 SEED_STRIDE = 1_000_003  # a step's seed: the journey's seed and the position, as the local draw's u
-
-
-@dataclass
-class RequestTimer:
-    """A request's latency, in the shape of a device timer (what a step record reads)."""
-
-    milliseconds: float = 0.0
-
-    def wait(self) -> RequestTimer:
-        return self
-
-    def ms(self) -> float:
-        return self.milliseconds
 
 
 @dataclass
@@ -136,6 +127,8 @@ class ServedEngine:
             ServedPieces(self) if local_tokenizer is None else TokenPieces(local_tokenizer)
         )
         self.raw: bool | None = None  # its log-probabilities are before the sampling settings (see draw)
+        self.steering: ServedSteering | None = None  # the interventions in force (see intervene)
+        self._fields: dict[str, Any] = {"temperature": 0}  # the last draw's request fields (see own_top)
         listed = endpoint.get("/models")
         entries = listed.get("data", []) if isinstance(listed, dict) else []
         entry = next((m for m in entries if isinstance(m, dict) and m.get("id") == model), {})
@@ -146,12 +139,14 @@ class ServedEngine:
         self.eos_ids: set[int] = set()  # learnt: a token the server stopped on without a stop string
         plugin = probe(endpoint, model, bos or self.encode("The", special_tokens=False))
         head = load_head(model_files) if plugin.residual else None
-        self.internals = ServedInternals(endpoint, model, head, plugin) if plugin.residual and head else None
+        self.internals = (
+            ServedInternals(endpoint, model, head, plugin, self._steered) if plugin.residual and head else None
+        )
         if head is not None and head.vocab < vocab:  # (a head padded past the tokenizer is usual)
             raise TokenvizError(f"--tokenizer's model has {head.vocab:,} rows in its head, the server {vocab:,} tokens")
         capabilities = {*ENGINE, Capability.LEAVE_ONE_OUT}
         if self.internals is not None:
-            capabilities |= {Capability.LENS, *([Capability.ATTENTION] if plugin.qk else [])}
+            capabilities |= {Capability.LENS, Capability.INTERVENTIONS, *([Capability.ATTENTION] if plugin.qk else [])}
         shape = self.internals  # (the model's shape, where it is read)
         self.info = ModelInfo(
             name=model,
@@ -176,10 +171,14 @@ class ServedEngine:
         )
 
     @classmethod
-    def open(cls, choice: ServedChoice) -> ServedEngine:
-        """The engine on the server `choice` names (checked to answer, the model to be served)."""
+    def open(cls, choice: ServedChoice, files: str | None = None) -> ServedEngine:
+        """The engine on the server `choice` names (checked to answer, the model to be served); with
+        `files` (--tokenizer: an id or the model's directory) its tokenizer here, and its head."""
+        from tokenviz.backends.transformers.loading import load_tokenizer
+
         endpoint = choice.connect()
-        return cls(endpoint, served_model_name(endpoint, choice.model))
+        here = load_tokenizer(files) if files is not None else None
+        return cls(endpoint, served_model_name(endpoint, choice.model), local_tokenizer=here, model_files=files)
 
     # ---- the server's tokenizer ------------------------------------------------------------------
 
@@ -320,7 +319,17 @@ class ServedEngine:
     # ---- requests ----------------------------------------------------------------------------------
 
     def _complete(self, ids: Sequence[int], fields: dict[str, Any], logprobs: int, **extra: Any) -> dict[str, Any]:
-        return complete(self.endpoint, self.model, ids, fields, logprobs, **extra)
+        return complete(self.endpoint, self.model, ids, fields, logprobs, **self._steered(ids, {}), **extra)
+
+    def _steered(self, ids: Sequence[int], xargs: dict[str, Any]) -> dict[str, Any]:
+        """A request's extra fields over `ids`: the plugin's `xargs`, and the steering vectors in force with
+        their cache salt (backends.served.steering)."""
+        steering = self.steering if self.steering is not None and self.steering.active else None
+        vectors = steering.vectors(ids) if steering is not None else []
+        if not vectors:
+            return {"vllm_xargs": xargs} if xargs else {}
+        steer, salt = request_fields(vectors)
+        return {"vllm_xargs": {**xargs, **steer}, "cache_salt": salt}
 
     def _top(self, choice: dict[str, Any]) -> tuple[int, float, list[tuple[int, float]]]:
         chosen, logprob, top = top_of(choice, self.endpoint.host, self.top_n)
@@ -333,11 +342,33 @@ class ServedEngine:
             if not 0 <= token < self.vocab:
                 raise EndpointError(f"{self.endpoint.host} answered token id {token}, past its vocabulary")
 
+    def own_top(self, ids: Sequence[int]) -> Drawn:
+        """The server's top N after `ids` with no intervention sent (the model's own), asked with the last
+        draw's settings: where its log-probabilities are after the settings, both are."""
+        started = time.perf_counter()
+        choice = complete(self.endpoint, self.model, ids, self._fields, self.top_n)
+        ms = (time.perf_counter() - started) * 1e3
+        chosen, logprob, top = self._top(choice)
+        rank = next((i for i, (t, _) in enumerate(top, 1) if t == chosen), 1)
+        return Drawn(chosen, logprob, rank, tuple(top), bool(self.raw), ms)
+
+    def intervene(
+        self, interventions: Sequence[Intervention], context: Sequence[int], token_id: Callable[[str], int]
+    ) -> ServedSteering:
+        """The interventions resolved on the model's own passes and sent with every request from now on
+        (backends.served.steering; a head ablation is refused: it would mean sending code)."""
+        if (line := lacking(self.info, Capability.INTERVENTIONS, interventions[0].label)) is not None:
+            raise TokenvizError(line)
+        steering = ServedSteering(self, interventions, token_id)
+        self.steering = steering
+        return steering
+
     def draw(self, ids: Sequence[int], settings: SamplingSettings) -> Drawn:
         if self.raw is None:  # measured once, at the journey's first context; the model view says which
             self.raw = logprobs_are_raw(self.endpoint, self.model, ids)
             self.info = dataclasses.replace(self.info, distribution=distribution(self.top_n, self.raw))
         fields = sampling_fields(settings) | {"seed": (settings.seed * SEED_STRIDE + len(ids)) % (1 << 31)}
+        self._fields = fields
         started = time.perf_counter()
         choice = self._complete(ids, fields, self.top_n)
         ms = (time.perf_counter() - started) * 1e3

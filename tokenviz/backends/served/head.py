@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from tokenviz.backends.transformers.checkpoint import weight_files
@@ -78,6 +79,12 @@ class OutputHead:
     def logits(self, residual: torch.Tensor) -> torch.Tensor:
         """The model's output logits had it stopped with this residual stream (…, hidden)."""
         return head_logits(self.model, self.norm(residual.float()))
+
+    @torch.inference_mode()
+    def output_rows(self, ids: list[int]) -> np.ndarray:
+        """The unembedding's rows of `ids` (ids, hidden), float32: what steering by tokens adds."""
+        weight: torch.Tensor = self.model.get_output_embeddings().weight
+        return weight[ids].float().numpy()
 
     @torch.inference_mode()
     def embed(self, ids: list[int]) -> torch.Tensor:

@@ -11,10 +11,11 @@ plugin's runs here: tokenviz.served.activations reads its answers.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from tokenviz.backends.served.head import OutputHead
@@ -59,15 +60,33 @@ def probe(endpoint: Endpoint, model: str, ids: Sequence[int]) -> Plugin:
 class ServedInternals:
     """The lens and attention rows of the model a server with vllm-lens runs, read through `head`."""
 
-    def __init__(self, endpoint: Endpoint, model: str, head: OutputHead, plugin: Plugin):
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        model: str,
+        head: OutputHead,
+        plugin: Plugin,
+        steered: Callable[[Sequence[int], dict[str, Any]], dict[str, Any]] = lambda ids, xargs: {"vllm_xargs": xargs},
+    ):
+        """`steered(ids, xargs)`: a request's extra fields with the plugin's `xargs` and the interventions in
+        force (the engine's), so the lens and attention rows are the intervened model's, as locally."""
         self.endpoint, self.model, self.head, self.plugin = endpoint, model, head, plugin
+        self.steered = steered
         config = head.config
         self.heads = int(config.num_attention_heads)
         self.kv_heads = int(getattr(config, "num_key_value_heads", None) or self.heads)
         self.head_dim = int(getattr(config, "head_dim", None) or head.hidden // self.heads)
 
-    def _activations(self, ids: Sequence[int], xargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-        answer = answered(self.endpoint, self.model, ids, {"temperature": 0}, 1, vllm_xargs=xargs)
+    def _activations(
+        self, ids: Sequence[int], xargs: dict[str, Any], extra: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The activations `xargs` ask for over `ids` and the answer's choice; `extra`: the request's other
+        fields (by default the interventions in force)."""
+        if extra is None:
+            extra = self.steered(ids, xargs)
+        else:
+            extra = {**extra, "vllm_xargs": {**extra.get("vllm_xargs", {}), **xargs}}
+        answer = answered(self.endpoint, self.model, ids, {"temperature": 0}, 1, **extra)
         activations = answer.get("activations")
         if not isinstance(activations, dict):
             raise EndpointError(f"{self.endpoint.host} answered without the activations asked ({PLUGIN} gone?)")
@@ -92,6 +111,13 @@ class ServedInternals:
             )
         rows = self.head.embeddings.weight[[ids[p] for p in positions]].float()
         return inspections(stream, ids, positions, chosen, pinned, self.head.logits, rows, engine)
+
+    def residual(self, ids: Sequence[int], layer: int, extra: dict[str, Any]) -> np.ndarray:
+        """The residual stream after decoder layer `layer` at every position of `ids` (positions, hidden),
+        from a request with `extra` fields (the steering vectors it carries: none for the model's own)."""
+        activations, _ = self._activations(ids, {"output_residual_stream": [layer]}, extra)
+        stream = tensor(activations, "residual_stream", (1, len(ids), self.head.hidden), self.endpoint.host)
+        return np.asarray(stream[0])
 
     @torch.inference_mode()
     def attention(self, ids: Sequence[int], rows: range, layers: Sequence[int]) -> torch.Tensor:

@@ -30,7 +30,8 @@ class NextTokenPane(BoxPane):
             marked = Candidate(d.chosen_id, d.chosen_text, 0.0, d.raw_prob)
             self.update(self._table(record.top, marked, d.raw_rank, own, selection.info.top_only > 0))
             state = "pending" if selection.is_pending else "taken"
-            kl = f"KL {record.unsteered.kl:.3f}" if record.unsteered else ""
+            u = record.unsteered
+            kl = f"KL {'≥ ' if u.kl_floor else ''}{u.kl:.3f}" if u else ""
             from_own = f"{kl} bits from the model's own · " if kl else ""
             if record.saturated:  # (said first: the flat distribution is the interventions', not the model's)
                 from_own = f"saturated: the interventions made every logit equal · {from_own}"
@@ -38,12 +39,13 @@ class NextTokenPane(BoxPane):
                 n, vocab = selection.info.top_only, selection.info.vocab
                 said = selection.info.distribution.split(";")[0]  # (which top-N, before or after the settings)
                 self.set_subtitle(
-                    f"{said}, of {vocab:,} · entropy ≥ {record.entropy:.2f} bits · position {record.position} · "
-                    f"{state}",
-                    f"top {n} of {vocab:,} as the server returned them · entropy ≥ {record.entropy:.2f} bits · "
+                    f"{from_own}{said}, of {vocab:,} · entropy ≥ {record.entropy:.2f} bits · "
                     f"position {record.position} · {state}",
-                    f"top {n} of {vocab:,} from the server · H ≥ {record.entropy:.2f} · pos {record.position}",
-                    f"server's top {n} · H ≥ {record.entropy:.2f} · pos {record.position}",
+                    f"{from_own}top {n} of {vocab:,} as the server returned them · entropy ≥ {record.entropy:.2f} "
+                    f"bits · position {record.position} · {state}",
+                    f"{from_own}top {n} of {vocab:,} from the server · H ≥ {record.entropy:.2f} · "
+                    f"pos {record.position}",
+                    f"{kl + ' · ' if kl else ''}server's top {n} · H ≥ {record.entropy:.2f} · pos {record.position}",
                 )
                 return
             narrower = [

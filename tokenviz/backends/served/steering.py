@@ -1,0 +1,170 @@
+"""Interventions on a model a server runs: steering vectors the vllm-lens plugin adds to its residual stream.
+
+Each request sent while they are in force carries them (`apply_steering_vectors` in `vllm_xargs`): a
+steering's scaled direction after its layer at every position; a patch as the difference between its
+source's residual and the journey's at its position (the server adds it: the residual becomes the
+source's). The plugin recomputes a steered request's whole prompt (it does not read vLLM's prefix cache
+for it), but vLLM still stores what it computed: a steered request carries a cache salt of its own, so no
+plain request later reads steered keys and values. The model's own distribution beside them is a plain
+request (the server's top N). A head ablation needs a hook inside attention, which would mean sending
+code to the server: it is refused. The vectors are plain float32 tensors (served.activations.tensor_entry).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, assert_never
+
+import numpy as np
+
+from tokenviz.backends.served.timing import RequestTimer
+from tokenviz.contract.errors import SettingsError
+from tokenviz.contract.interventions import (
+    HeadAblation,
+    Intervention,
+    Patch,
+    Steering,
+    check_against,
+    check_patch_source,
+)
+from tokenviz.contract.results import Drawn
+from tokenviz.served.activations import tensor_entry
+
+if TYPE_CHECKING:  # (only its type: the engine imports this module)
+    from tokenviz.backends.served.engine import ServedEngine
+
+NO_ABLATION = (
+    "a head of a served model cannot be ablated: it needs a hook inside the server's attention, which would "
+    "mean sending it code to run (tokenviz never does); steering and patching work"
+)
+PATCHES_KEPT = 32  # journey residuals kept per patch (one per prefix asked: a step, its rewinds and branches)
+SALT_CHARS = 32  # of the cache salt (vLLM takes up to 128)
+
+
+@dataclass(frozen=True)
+class Vector:
+    """One vector the server adds after `layer`: at every position, or at `position` alone."""
+
+    layer: int
+    values: np.ndarray  # (hidden,) float32
+    position: int | None = None
+
+    def entry(self) -> dict[str, Any]:
+        """As the plugin's SteeringVector takes it (JSON)."""
+        if self.position is None:
+            return {"activations": tensor_entry(self.values[None]), "layer_indices": [self.layer], "scale": 1.0}
+        return {
+            "activations": tensor_entry(self.values[None, None]),
+            "layer_indices": [self.layer],
+            "scale": 1.0,
+            "position_indices": [self.position],
+        }
+
+
+def request_fields(vectors: Sequence[Vector]) -> tuple[dict[str, Any], str]:
+    """(the `vllm_xargs` carrying `vectors`, the cache salt of a request steered by them)."""
+    sent = json.dumps([v.entry() for v in vectors])
+    return {"apply_steering_vectors": sent}, "tokenviz-" + hashlib.sha256(sent.encode()).hexdigest()[:SALT_CHARS]
+
+
+class ServedSteering:
+    """The interventions in force on a served model (contract.engine.Intervening): steering vectors sent
+    with each of its engine's requests while it is active."""
+
+    def __init__(
+        self,
+        engine: ServedEngine,
+        interventions: Sequence[Intervention],
+        token_id: Callable[[str], int],
+    ):
+        """Resolve `interventions` on the model's own passes (no steering in force while they are read)."""
+        info = engine.info
+        self.interventions = tuple(interventions)
+        check_against(self.interventions, info.layers, info.heads)
+        if any(isinstance(i, HeadAblation) for i in self.interventions):
+            raise SettingsError(NO_ABLATION)
+        assert engine.internals is not None  # (asked only behind the interventions' capability)
+        self.engine, self.internals = engine, engine.internals
+        self.active = True
+        self._resolved: list[Vector | tuple[Patch, np.ndarray]] = []  # a patch: its source's residual
+        for i in self.interventions:
+            match i:
+                case Steering():
+                    self._resolved.append(Vector(i.layer, np.float32(i.scale) * self._direction(i, token_id)))
+                case Patch():
+                    ids = list(i.source_ids) or engine.encode(i.source)
+                    check_patch_source(i, len(ids))
+                    self._resolved.append((i, self.internals.residual(ids[: i.position + 1], i.layer, {})[-1]))
+                case HeadAblation():
+                    raise SettingsError(NO_ABLATION)
+                case _:
+                    assert_never(i)
+        self._journey: OrderedDict[tuple[int, tuple[int, ...]], np.ndarray] = OrderedDict()
+
+    def _direction(self, steering: Steering, token_id: Callable[[str], int]) -> np.ndarray:
+        """As the local backend's: two tokens' unembedding rows' difference, or two texts' residuals'
+        after the layer at their last token, each read alone."""
+        if steering.by == "tokens":
+            rows = self.internals.head.output_rows([token_id(steering.toward), token_id(steering.away)])
+            return np.asarray(rows[0] - rows[1])
+        toward, away = (
+            self.internals.residual(self.engine.encode(text), steering.layer, {})[-1]
+            for text in (steering.toward, steering.away)
+        )
+        return np.asarray(toward - away)
+
+    def vectors(self, ids: Sequence[int]) -> list[Vector]:
+        """What a request over `ids` carries: every steering, and each patch whose position `ids` reach."""
+        return self._vectors(ids, len(self._resolved))
+
+    def _vectors(self, ids: Sequence[int], upto: int) -> list[Vector]:
+        out: list[Vector] = []
+        for k, resolved in enumerate(self._resolved[:upto]):
+            if isinstance(resolved, Vector):
+                out.append(resolved)
+                continue
+            patch, source = resolved
+            if patch.position < len(ids):
+                out.append(Vector(patch.layer, source - self._journey_residual(ids, k), patch.position))
+        return out
+
+    def _journey_residual(self, ids: Sequence[int], k: int) -> np.ndarray:
+        """The journey's residual at patch `k`'s layer and position, with the interventions before it in
+        force (those after it cannot reach it: the server adds them in order)."""
+        patch = self._resolved[k]
+        assert isinstance(patch, tuple)
+        prefix = tuple(ids[: patch[0].position + 1])
+        key = (k, prefix)
+        if key not in self._journey:
+            before = self._vectors(prefix, k)
+            xargs, salt = request_fields(before)
+            extra = {"vllm_xargs": xargs, "cache_salt": salt} if before else {}
+            self._journey[key] = self.internals.residual(list(prefix), patch[0].layer, extra)[-1]
+            if len(self._journey) > PATCHES_KEPT:
+                self._journey.popitem(last=False)
+        self._journey.move_to_end(key)
+        return self._journey[key]
+
+    def own_logits(self, ids: Sequence[int]) -> tuple[Drawn, RequestTimer]:
+        """The model's own distribution after `ids`, as the server gives it (its top N, greedy: no draw is
+        kept of it) and the request's time: a served model's scores are its top N (a Drawn)."""
+        drawn = self.engine.own_top(ids)  # (sent without the vectors, whatever is in force)
+        return drawn, RequestTimer(drawn.ms)
+
+    @contextmanager
+    def suspended(self) -> Iterator[None]:
+        """The model as it is, for the requests inside; nests."""
+        was, self.active = self.active, False
+        try:
+            yield
+        finally:
+            self.active = was
+
+    def remove(self) -> None:
+        if self.engine.steering is self:
+            self.engine.steering = None
