@@ -4,6 +4,7 @@ included), not a forward pass; no KV cache, which the server keeps to itself (ne
 from __future__ import annotations
 
 import pytest
+from browser import chromium, needs_browser, until
 from hostile_server import hostile_server
 
 from tokenviz.served.endpoint import ApiKey
@@ -34,3 +35,56 @@ async def test_the_status_line_of_a_served_model_says_request_and_no_kv_cache(mo
             assert "step 1" in line and "fwd" not in line and "KV" not in line and " 0 B" not in line, line
             if size[0] >= 200:
                 assert "request " in line and " ms" in line, line
+
+
+def served_page(tmp_path, monkeypatch):
+    """The page of a three-step journey on a served model (the hostile server playing a tiny vLLM)."""
+    from tokenviz.backends.served.engine import ServedEngine
+    from tokenviz.contract.settings import SamplingSettings
+    from tokenviz.files.journey_page import save_page
+    from tokenviz.journey.session import Session
+    from tokenviz.served.journey import ServedChoice
+    from tokenviz.ui.colors import page_colors
+    from tokenviz.ui.themes import DEFAULT_THEME, load_themes
+    from tokenviz.worker.snapshots import snapshot_of
+
+    monkeypatch.setenv(KEY_ENV, "labels-key")
+    with hostile_server() as server:
+        engine = ServedEngine.open(ServedChoice(server.url, api_key=ApiKey(env=KEY_ENV)))
+        session = Session(engine, SamplingSettings(temperature=0.7, seed=3))
+        session.start("Hi")
+        for _ in range(3):
+            session.step()
+        snapshot = snapshot_of(session)
+    colors = page_colors(load_themes()[DEFAULT_THEME])
+    return snapshot, save_page(tmp_path / "served.html", snapshot, session.saved_attention(), colors)
+
+
+def test_the_page_of_a_served_journey_says_what_the_app_says(tmp_path, monkeypatch):
+    """Issue 51, item 2: no '0 layers', no KV chart at 0 MB, no forward time, and the footer says the
+    numbers are the server's top N or made here from them."""
+    snapshot, path = served_page(tmp_path, monkeypatch)
+    html = path.read_text()
+    assert snapshot.info.top_only == 20 and snapshot.info.layers == 0
+    assert "KV cache MB" not in html and "decode ms" not in html and "request ms against context" in html
+    assert "every number is the one the model computed" not in html
+    assert "one the server returned (its top 20 log-probabilities a step)" in html
+
+
+@needs_browser
+def test_the_served_page_in_a_browser_labels_the_top_n_and_the_entropy_floor(tmp_path, monkeypatch):
+    from selenium.webdriver.common.by import By
+
+    snapshot, path = served_page(tmp_path, monkeypatch)
+    with chromium() as browser:
+        browser.get(path.resolve().as_uri())
+        facts = until(lambda: browser.find_element(By.ID, "facts").text)
+        assert "layers" not in facts and "heads" not in facts and "the server's top 20 log-probabilities" in facts
+        chips = browser.find_elements(By.CSS_SELECTOR, ".chip")
+        chips[snapshot.prompt_len].click()
+        summary = until(lambda: browser.find_element(By.CSS_SELECTOR, "#step p").text)
+        assert "entropy ≥ " in summary, summary
+        stages = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#step ol li")]
+        assert stages[0].startswith("raw: the server's top 20 log-probabilities"), stages
+        assert all("of the top 20's mass" in s for s in stages[1:] if "tokens kept" in s), stages
+        assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]

@@ -12,7 +12,10 @@ let weights = null;
 
 function facts() {
   const m = D.model, s = D.settings;
-  $("facts").textContent = `${m.device} · ${m.dtype} · ${m.layers} layers · ${m.heads} heads · `
+  // A served model's shape is known only where its internals were read; its distribution is a top N.
+  const shape = m.layers ? `${m.layers} layers · ${m.heads} heads · ` : "";
+  const served = m.top_only ? `the server's top ${m.top_only} log-probabilities a step · ` : "";
+  $("facts").textContent = `${m.device} · ${m.dtype} · ${shape}${served}`
     + (s.temperature === 0 ? "greedy" : `temperature ${s.temperature} · top-k ${s.top_k} · top-p ${s.top_p}`)
     + ` · seed ${s.seed}` + (s.grammar ? ` · grammar ${s.grammar.kind} ${s.grammar.source}` : "")
     + (D.steps.some((step) => step.interventions.length) ? " · interventions (see each step)" : "");
@@ -58,20 +61,24 @@ function showStep(i) {
     // Numbered as the app numbers them: the step that chose the k-th generated token is step k.
     box.appendChild(el("h2", `step ${step.index + 1}: ${visible(step.chosen[1])} (id ${step.chosen[0]})`));
     box.appendChild(el("p", `${step.mode} · final p ${p4(step.chosen_prob)} (rank ${step.chosen_rank}) · raw p ${p4(step.raw_prob)} `
-      + `(rank ${step.raw_rank}) · entropy ${step.entropy.toFixed(2)} bits` + (step.u === null ? "" :
+      + `(rank ${step.raw_rank}) · entropy ${D.model.top_only ? "≥ " : ""}${step.entropy.toFixed(2)} bits`
+      + (step.u === null ? "" :
       ` · draw u = ${step.u.toFixed(4)} in band [${step.band[0].toFixed(4)}, ${step.band[1].toFixed(4)})`)));
     if (step.interventions.length) {  // the distribution above is the intervened model's, not its own
       box.appendChild(el("p", `interventions in force: ${step.interventions.join("; ")}`, "intervened"));
     }
     box.appendChild(candidates(step.top, step.chosen[0], true));
     if (step.own) {
-      const kl = step.own.kl === null ? "∞" : step.own.kl.toFixed(3);
+      const kl = (step.own.floor ? "≥ " : "") + (step.own.kl === null ? "∞" : step.own.kl.toFixed(3));
       box.appendChild(el("h3", `the model's own distribution, without the interventions (KL from it: ${kl} bits)`));
       box.appendChild(candidates(step.own.top, step.chosen[0], false));
     }
     const stages = el("ol");
-    stages.appendChild(el("li", "raw: the model's softmax"));
-    step.stages.forEach((s) => stages.appendChild(el("li", `${s[0]} ${s[1]}: ${s[2]} tokens kept, ${(s[3] * 100).toFixed(1)}% of the mass`)));
+    const topN = D.model.top_only;  // a served model: the stages are recomputed here over the server's top N
+    stages.appendChild(el("li", topN ? `raw: the server's top ${topN} log-probabilities (the rest of the vocabulary `
+      + "unknown); the stages below are recomputed here over them, the draw is the server's" : "raw: the model's softmax"));
+    const of = topN ? `of the top ${topN}'s mass` : "of the mass";
+    step.stages.forEach((s) => stages.appendChild(el("li", `${s[0]} ${s[1]}: ${s[2]} tokens kept, ${(s[3] * 100).toFixed(1)}% ${of}`)));
     if (step.mode === "greedy") stages.appendChild(el("li", "greedy: the top token, with certainty"));
     box.appendChild(el("h3", "sampling stages")); box.appendChild(stages);
     if (step.watch.length) {

@@ -22,6 +22,7 @@ import numpy as np
 
 from tokenviz.contract.attention import SavedAttention
 from tokenviz.contract.commands import PageView
+from tokenviz.contract.records import ModelInfo
 from tokenviz.contract.snapshot import Snapshot
 from tokenviz.files.atomic import write_file
 from tokenviz.files.svg_charts import line_chart
@@ -84,7 +85,11 @@ def _steps(snapshot: Snapshot) -> list[dict[str, Any]]:
                 # the interventions in force at this step, and the model's own distribution beside them
                 "interventions": [i.label for i in r.interventions],
                 "own": (
-                    {"top": [[c.id, c.text, c.prob] for c in r.unsteered.top[:TOP_ROWS]], "kl": _finite(r.unsteered.kl)}
+                    {
+                        "top": [[c.id, c.text, c.prob] for c in r.unsteered.top[:TOP_ROWS]],
+                        "kl": _finite(r.unsteered.kl),
+                        "floor": r.unsteered.kl_floor,
+                    }
                     if r.unsteered
                     else None
                 ),
@@ -131,7 +136,17 @@ def _charts(snapshot: Snapshot, colors: dict[str, str]) -> list[str]:
             )
         )
     decoded = records[1:]
-    if decoded:
+    served = snapshot.info is not None and snapshot.info.top_only > 0
+    if decoded and served:  # a request's time, not a forward pass's; the server's KV cache is its own
+        charts.append(
+            line_chart(
+                "request ms against context",
+                [float(r.kv_len) for r in decoded],
+                [("request ms", [r.forward_ms for r in decoded], bar)],
+                "tokens of context",
+            )
+        )
+    elif decoded:
         charts.append(
             line_chart(
                 "decode ms against context",
@@ -203,10 +218,20 @@ def journey_page(
         '<div id="map"><canvas id="heatmap" width="10" height="10"></canvas></div>'
         '<p id="attention-note" class="dim"></p></section></main>'
         f'<section id="charts">{"".join(_charts(snapshot, colors))}</section>'
-        '<footer class="dim">Made by tokenviz: every number is the one the model computed. '
+        f'<footer class="dim">Made by tokenviz: {escape(_provenance(info))} '
         "← → move between steps.</footer>"
         f'<script type="application/json" id="data">{payload}</script><script>{SCRIPT}</script></body></html>\n'
     )
+
+
+def _provenance(info: ModelInfo | None) -> str:
+    """Where the page's numbers come from, as the footer says it."""
+    if info is not None and info.top_only:
+        return (
+            f"every number is one the server returned (its top {info.top_only} log-probabilities a step) or one "
+            "computed here from them; the rest of the vocabulary is unknown."
+        )
+    return "every number is the one the model computed."
 
 
 def _css_color(value: str) -> str:
