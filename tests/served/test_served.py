@@ -122,6 +122,11 @@ def test_a_served_trace_saves_its_journey_and_page_watching_a_token_with_no_trac
     doc = trace_json(monkeypatch, capsys, *served, *options)
     assert len(doc["steps"]) == 3 and all("watch" in step for step in doc["steps"])
     assert journey.is_file() and page.is_file()
+    saved = json.loads(journey.read_text())
+    for step in (*doc["steps"], *saved["steps"]):  # named as the server gives them (issue 51, item 4)
+        assert all("logprob" in c and "logit" not in c for c in step["top"]), step["top"][0]
+        assert "entropy_floor" in step and "entropy" not in step and "kv" not in step
+        assert "request" in step["ms"] and "forward" not in step["ms"]
     for written in (journey, page):
         assert vllm_server.key not in written.read_text()
     code, out, err = invoke(monkeypatch, capsys, "replay", str(journey), "--verify", *served)

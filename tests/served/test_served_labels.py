@@ -88,3 +88,31 @@ def test_the_served_page_in_a_browser_labels_the_top_n_and_the_entropy_floor(tmp
         assert stages[0].startswith("raw: the server's top 20 log-probabilities"), stages
         assert all("of the top 20's mass" in s for s in stages[1:] if "tokens kept" in s), stages
         assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+
+
+async def test_a_key_a_served_model_lacks_is_one_short_line_and_the_model_view_says_why(monkeypatch):
+    """Issue 51, item 4: the lens on a server without vllm-lens answers in one short notification (it was
+    five or six lines at 80 columns); M says what is not exposed and how to have it, and what never is."""
+    from apptools import settle, wait_for
+
+    from tokenviz.backends.served.engine import ServedEngine
+    from tokenviz.contract.settings import SamplingSettings
+    from tokenviz.served.journey import ServedChoice
+    from tokenviz.ui.app import TokenvizApp
+    from tokenviz.worker.engine import EngineWorker
+
+    monkeypatch.setenv(KEY_ENV, "labels-key")
+    with hostile_server() as server:
+        engine = ServedEngine.open(ServedChoice(server.url, api_key=ApiKey(env=KEY_ENV)))
+        app = TokenvizApp(EngineWorker(lambda progress: engine, SamplingSettings(temperature=0), "Hi"))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(app, pilot)
+            await pilot.press("l")
+            await wait_for(lambda: any("logit lens" in str(n.message) for n in app._notifications), pilot)
+            line = next(str(n.message) for n in app._notifications if "logit lens" in str(n.message))
+            assert "\n" not in line and len(line) < 100 and "(it gives:" not in line, line
+            await pilot.press("M")
+            pane = app.query_one("#model")
+            await wait_for(lambda: "not exposed" in str(pane.body.render()), pilot)
+            said = str(pane.body.render())
+            assert "no vllm-lens plugin" in said and "pip install" in said and "a head's ablation" in said

@@ -16,7 +16,7 @@ from rich.text import Text
 from tokenviz.contract.text import safe_text
 from tokenviz.render.pieces import visible
 
-RIGHT = ("step", "id", "p(final)", "rank", "u", "fwd ms")
+RIGHT = ("step", "id", "p(final)", "rank", "u", "fwd ms", "request ms")
 WIDE = 120  # below it (a piped 80 columns, say) the table keeps the columns that say what was chosen and why
 NARROW_COLUMNS = ("step", "chosen", "id", "p(final)", "rank", "mode", "top 3 (raw softmax)")
 
@@ -48,6 +48,7 @@ def print_table(doc: dict[str, Any], console: Console) -> None:
 def _steps(steps: list[dict[str, Any]], narrow: bool = False) -> Table:
     """One row a step; `narrow` keeps NARROW_COLUMNS (and what was asked for: attribution, watch)."""
     table = Table(show_lines=False, header_style="bold")
+    timing = "request ms" if "request" in steps[0]["ms"] else "fwd ms"  # (a served model's: a request's time)
     columns = (
         "step",
         "chosen",
@@ -58,7 +59,7 @@ def _steps(steps: list[dict[str, Any]], narrow: bool = False) -> Table:
         "u",
         "top 3 (raw softmax)",
         "stages kept",
-        "fwd ms",
+        timing,
         *(("grammar: allowed, mass removed",) if any(st["name"] == "grammar" for st in steps[0]["stages"]) else ()),
         *(("KL from own",) if "unsteered" in steps[0] else ()),
         *(("led most by (attribution)",) if "attribution" in steps[0] else ()),
@@ -85,7 +86,7 @@ def _steps(steps: list[dict[str, Any]], narrow: bool = False) -> Table:
             "u": "" if draw["u"] is None else f"{draw['u']:.3f}",
             "top 3 (raw softmax)": Text("  ".join(f"{visible(t['text'])} {t['prob']:.2f}" for t in s["top"][:3])),
             "stages kept": Text(" → ".join(f"{st['name']} {st['kept']}" for st in s["stages"]) or "—"),
-            "fwd ms": f"{s['ms']['forward']:.1f}",
+            timing: f"{s['ms'].get('forward', s['ms'].get('request', 0.0)):.1f}",
         }
         grammar = next((st for st in s["stages"] if st["name"] == "grammar"), None)
         if grammar is not None:

@@ -91,6 +91,13 @@ def lacking(info: ModelInfo, needed: Capability, what: str) -> str | None:
     return f"{what} needs the engine's {needed.value}, which {info.name} does not give{served} (it gives: {held})"
 
 
+def lacking_briefly(info: ModelInfo, needed: Capability, what: str) -> str | None:
+    """`lacking`'s line short enough for a notification: the model view says why and what it gives."""
+    if needed.value in info.capabilities:
+        return None
+    return f"{what} needs the {needed.value}: not on {info.name} (M, the model view, says why)"
+
+
 class Pieces(Protocol):
     """Token ids as text pieces, learnt in batches (a prompt's in one call); holds no engine."""
 

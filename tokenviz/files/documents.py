@@ -21,17 +21,36 @@ def trace_document(snapshot: Snapshot) -> dict[str, Any]:
     if snapshot.info is None:
         raise TokenvizError("no journey yet: the model has not loaded")
     committed = len(snapshot.chips) - snapshot.prompt_len
+    steps = [r.to_json() for r in snapshot.records[:committed]]
     return {
         "model": snapshot.info.to_json(),
         "settings": snapshot.settings.to_json(),
         "prompt": [{"id": c.id, "text": c.text} for c in snapshot.chips[: snapshot.prompt_len]],
-        "steps": [r.to_json() for r in snapshot.records[:committed]],
+        "steps": [served_step(s) for s in steps] if snapshot.info.top_only else steps,
         "prefill_ms": snapshot.records[0].forward_ms if snapshot.records else None,
         "stop_reason": snapshot.stop_reason,
         "text": snapshot.text,
         "full_text": snapshot.full_text,
         "grammars": grammars_json([snapshot.settings, *(r.decision.settings for r in snapshot.records)]),
     }
+
+
+def served_step(step: dict[str, Any]) -> dict[str, Any]:
+    """A step of a served model named for what the server gives, as the torch-free served trace names it:
+    log-probabilities (not logits), the entropy's floor, a request's time (not a forward pass), and no KV
+    cache (the server keeps its own)."""
+    out = {k: v for k, v in step.items() if k != "kv"}
+    out["top"] = [_logprob(c) for c in step["top"]]
+    out["entropy_floor"] = out.pop("entropy")
+    out["ms"] = {("request" if k == "forward" else k): v for k, v in step["ms"].items()}
+    if "unsteered" in step:
+        out["unsteered"] = {**step["unsteered"], "top": [_logprob(c) for c in step["unsteered"]["top"]]}
+    return out
+
+
+def _logprob(candidate: dict[str, Any]) -> dict[str, Any]:
+    """A served candidate: its 'logit' is the server's log-probability."""
+    return {("logprob" if k == "logit" else k): v for k, v in candidate.items()}
 
 
 def output_document(

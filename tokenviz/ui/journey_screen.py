@@ -36,7 +36,7 @@ from tokenviz.contract.commands import (
     Verify,
     Watch,
 )
-from tokenviz.contract.engine import Capability, lacking
+from tokenviz.contract.engine import Capability, lacking, lacking_briefly
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.interventions import HeadAblation, edit_entries
 from tokenviz.contract.results import AttributionMethod
@@ -441,8 +441,12 @@ class JourneyScreen(WorkerScreen[Snapshot]):
                 f"Run it live with tokenviz --model {s.info.name} and the journey's prompt",
                 severity="warning",
             )
-        elif event.key in KEY_ACTIONS and (line := self.lacking(KEY_ACTIONS[event.key])) is not None:
-            self.notify(line, severity="warning")
+        elif event.key in KEY_ACTIONS and self.lacking(KEY_ACTIONS[event.key]) is not None:
+            action = KEY_ACTIONS[event.key]
+            needed = needs_of(action)
+            assert s is not None and s.info is not None and needed is not None  # (lacking said so)
+            line = lacking_briefly(s.info, needed, PALETTE_LABELS.get(action, action))
+            self.notify(line or "", severity="warning")
 
     def _open_view(self, name: str) -> None:
         self._asked.pop(name, None)  # (after an Escape, opening it again asks again)

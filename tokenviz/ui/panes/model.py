@@ -67,8 +67,17 @@ def served_rows(i: ModelInfo) -> list[tuple[str, str]]:
         ("distribution", i.distribution),
         ("each step", "one request: the tokens as ids, the settings as its fields; the server draws"),
         ("engine", engine_line(i)),
-        ("not exposed", "layers, heads, attention, the KV cache, the residual stream (the server keeps them)"),
+        *served_inside(i),
     ]
+
+
+def served_inside(i: ModelInfo) -> list[tuple[str, str]]:
+    """What of a served model's inside is shown here (through vllm-lens), what is not and why."""
+    never = ("never", "its KV cache (the server's own), gradients, a head's ablation (it would mean sending code)")
+    if i.internals:
+        return [("not exposed", f"the lens, attention rows and steering: {i.internals}"), never]
+    shape = f"{i.layers} layers, {i.heads} heads ({i.kv_heads} KV), hidden {i.hidden}"
+    return [("inside", f"{shape}: the lens, attention rows and steering through vllm-lens"), never]
 
 
 def engine_line(i: ModelInfo) -> str:
