@@ -19,6 +19,7 @@ from rich.text import Text
 
 from tokenviz.contract.errors import SettingsError, TokenvizError
 from tokenviz.contract.placement import Placement
+from tokenviz.contract.presets import PRESETS, preset_named
 from tokenviz.contract.settings import DEFAULT_SETTINGS, SamplingSettings
 from tokenviz.contract.text import safe_text
 
@@ -196,16 +197,21 @@ def grammar_of(values: dict[str, Any]) -> "Grammar | None":
     return None
 
 
+GIVEN = "option_group_context"  # the parameter through which a group learns which options were given
+
+
 def option_group(
-    argument: str, options: dict[str, tuple[Any, Any]], make: Callable[[dict[str, Any]], Any]
+    argument: str, options: dict[str, tuple[Any, Any]], make: Callable[[dict[str, Any], frozenset[str]], Any]
 ) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Give a command every option of a group (declared once, in `options`, with the defaults of
-    what `make` builds); it receives them as one `argument`. A value `make` refuses ends the command
-    with one line and exit code 2."""
+    what `make` builds); it receives them as one `argument`. `make` is told the values and which
+    options were given on the command line. A value `make` refuses ends the command with one line and
+    exit code 2."""
 
     def decorate(command: Callable[..., None]) -> Callable[..., None]:
         own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != argument]
-        defaults = make({})
+        defaults = make({}, frozenset())
+        adds_context = GIVEN not in {p.name for p in own}  # (one parameter, however many groups)
         added = []
         for name, (kind, option) in options.items():
             default = getattr(defaults, name, None)
@@ -221,13 +227,16 @@ def option_group(
         @functools.wraps(command)
         def with_group(**kwargs: Any) -> None:
             values = {name: kwargs.pop(name) for name in options}
+            context = kwargs.pop(GIVEN) if adds_context else kwargs[GIVEN]  # (the innermost group's to take)
+            given = frozenset(n for n in options if getattr(context.get_parameter_source(n), "name", "") != "DEFAULT")
             try:
-                group = make(values)
+                group = make(values, given)
             except TokenvizError as exc:
                 fail(str(exc))
             command(**{argument: group}, **kwargs)
 
-        parameters = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own] + added
+        context = [inspect.Parameter(GIVEN, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)]
+        parameters = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own] + added + context * adds_context
         with_group.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
         with_group.__annotations__ = {p.name: p.annotation for p in parameters}
         return with_group
@@ -235,15 +244,30 @@ def option_group(
     return decorate
 
 
+PRESET_OPTION = (
+    Optional[str],
+    typer.Option(
+        "--preset",
+        help="A task's settings, as the source texts give them: "
+        + "; ".join(f"{p.name} ({p.task}: {p.summary})" for p in PRESETS)
+        + ". An option given beside it wins.",
+    ),
+)
+
+
 def sampling_options(*, leave_out: tuple[str, ...] = ()) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Give a command every sampling option (but `leave_out`) and the grammar options; it receives
-    them as `settings`."""
+    """Give a command every sampling option (but `leave_out`), --preset and the grammar options; it
+    receives them as `settings`."""
     options = {name: option for name, option in SAMPLING_OPTIONS.items() if name not in leave_out}
+    options["preset"] = PRESET_OPTION
     options.update(GRAMMAR_OPTIONS)
 
-    def make(values: dict[str, Any]) -> SamplingSettings:
+    def make(values: dict[str, Any], given: frozenset[str]) -> SamplingSettings:
         if not values:
             return DEFAULT_SETTINGS
+        preset = values.pop("preset", None)
+        if preset is not None:  # (its settings, but where an option was given)
+            values |= {k: v for k, v in preset_named(preset).fields.items() if k in values and k not in given}
         grammar = grammar_of({name: values.pop(name, None) for name in GRAMMAR_OPTIONS})
         return SamplingSettings(**{**values, "stop": tuple(values.get("stop") or ()), "grammar": grammar})
 
@@ -252,12 +276,12 @@ def sampling_options(*, leave_out: tuple[str, ...] = ()) -> Callable[[Callable[.
 
 def grammar_options() -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Give a command the grammar options alone; it receives them as `grammar` (a Grammar or None)."""
-    return option_group("grammar", GRAMMAR_OPTIONS, lambda values: grammar_of(values) if values else None)
+    return option_group("grammar", GRAMMAR_OPTIONS, lambda values, given: grammar_of(values) if values else None)
 
 
 def model_options() -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Give a command the model options; it receives them as `model` (a ModelChoice)."""
-    return option_group("model", MODEL_OPTIONS, lambda values: ModelChoice(**values))
+    return option_group("model", MODEL_OPTIONS, lambda values, given: ModelChoice(**values))
 
 
 @contextlib.contextmanager

@@ -6,6 +6,7 @@ and tests can check the ladder without a terminal.
 
 from __future__ import annotations
 
+from tokenviz.contract.presets import BY_NAME, with_preset
 from tokenviz.contract.settings import DEFAULT_SETTINGS, SamplingSettings
 
 TOP_K_LADDER = [0, 1, 2, 3, 5, 10, 20, 40, 50, 100, 200, 500, 1000]  # 0 = off
@@ -25,9 +26,12 @@ def adjust(
 ) -> SamplingSettings:
     """One notch of `name` in `direction` (+1 up, -1 down).
 
-    'greedy' toggles temperature 0 on, or off back to `restore_temperature`; 'seed' draws a new seed.
+    'greedy' toggles temperature 0 on, or off back to `restore_temperature`; 'seed' draws a new seed; a
+    preset's name (contract.presets) sets its task's settings at once.
     """
     s = settings
+    if name in BY_NAME:
+        return with_preset(s, BY_NAME[name])
     if name == "temperature":
         if s.greedy:
             return s.replace(temperature=0.1) if direction > 0 else s

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.presets import preset_in_force
 from tokenviz.contract.records import ModelInfo, PromptPrediction, TokenChip
 from tokenviz.contract.results import StepDiff
 from tokenviz.contract.settings import SamplingSettings, grammars_json
@@ -25,6 +26,7 @@ def trace_document(snapshot: Snapshot) -> dict[str, Any]:
     return {
         "model": snapshot.info.to_json(),
         "settings": snapshot.settings.to_json(),
+        "preset": preset.name if (preset := preset_in_force(snapshot.settings)) else None,
         "prompt": [{"id": c.id, "text": c.text} for c in snapshot.chips[: snapshot.prompt_len]],
         "steps": [served_step(s) for s in steps] if snapshot.info.top_only else steps,
         "prefill_ms": snapshot.records[0].forward_ms if snapshot.records else None,

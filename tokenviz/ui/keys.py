@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from textual.binding import Binding, BindingType
 
 from tokenviz.contract.engine import Capability
+from tokenviz.contract.presets import PRESETS
 from tokenviz.contract.settings import PACES_S
 
 PACE_LABELS = tuple("as fast as it runs" if p == 0 else f"a step every {p:g} s" for p in PACES_S)
@@ -37,10 +38,11 @@ class KeyRow:
     presses: tuple[Press, ...] = ()  # none: handled by Textual itself (the palette)
 
 
-def _adjust(name: str, down: str, up: str, footer: str) -> tuple[Press, ...]:
+def _adjust(name: str, down: str, up: str, footer: str, said: str) -> tuple[Press, ...]:
+    """A setting's two keys, each in the palette by the setting's name (`said`)."""
     return (
-        Press(down, f"adjust('{name}', -1)", replay=False),
-        Press(up, f"adjust('{name}', 1)", footer, replay=False),
+        Press(down, f"adjust('{name}', -1)", palette=f"{said} down ({down})", replay=False),
+        Press(up, f"adjust('{name}', 1)", footer, f"{said} up ({up})", replay=False),
     )
 
 
@@ -76,13 +78,25 @@ KEYS: tuple[KeyRow, ...] = (
         "panes show how likely the model found each one (u shades every chip by it); any move stops it",
         (Press("f", "continue_with", palette="Continue with this text (forced steps)", replay=False),),
     ),
-    KeyRow("t / T", "temperature down / up by 0.1", _adjust("temperature", "t", "T", "temp±")),
+    KeyRow("t / T", "temperature down / up by 0.1", _adjust("temperature", "t", "T", "temp±", "Temperature")),
     KeyRow(
         "k / K",
         "top-k down / up (off, 1, 2, 3, 5, 10, 20, 40, 50, 100, 200, 500, 1000)",
-        _adjust("top_k", "k", "K", "top-k±"),
+        _adjust("top_k", "k", "K", "top-k±", "Top-k"),
     ),
-    KeyRow("p / P", "top-p down / up by 0.05", _adjust("top_p", "p", "P", "top-p±")),
+    KeyRow("p / P", "top-p down / up by 0.05", _adjust("top_p", "p", "P", "top-p±", "Top-p")),
+    KeyRow(
+        "F1 / F2 / F3",
+        "a task's settings at once, as the source texts give them: "
+        + "; ".join(f"{p.name} ({p.task}: {p.summary})" for p in PRESETS)
+        + "; the sampling pane names the preset in force",
+        tuple(
+            Press(
+                f"f{i}", f"adjust('{p.name}', 1)", palette=f"Preset: {p.name}, for {p.task} ({p.summary})", replay=False
+            )
+            for i, p in enumerate(PRESETS, 1)
+        ),
+    ),
     KeyRow(
         "g",
         "greedy on/off (temperature 0, then back)",

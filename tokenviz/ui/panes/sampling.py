@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.cells import cell_len
 from rich.text import Text
 
+from tokenviz.contract.presets import preset_in_force
 from tokenviz.contract.records import Decision
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.render.bars import bar
@@ -30,6 +31,7 @@ def settings_lines(settings: SamplingSettings) -> tuple[str, str]:
         (f"freq {s.frequency_penalty:g}", bool(s.frequency_penalty)),
         (f"seed {s.seed}", True),
         *([(f"grammar {s.grammar.label}", True)] if s.grammar is not None else []),
+        *([(f"preset {preset.name}", True)] if (preset := preset_in_force(s)) else []),
     ]
     return " · ".join(t for t, _ in parts), " · ".join(t for t, in_force in parts if in_force)
 
