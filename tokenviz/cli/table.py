@@ -43,6 +43,8 @@ def print_table(doc: dict[str, Any], console: Console) -> None:
     console.print(Text.assemble(("text: ", "bold"), safe_text(doc["full_text"])))
     if doc.get("stop_reason"):
         console.print(Text(f"stopped: {safe_text(doc['stop_reason'])}", style="dim"))
+    for d in doc.get("diagnosis", ()):  # why the text looks as it does (journey.diagnosis)
+        console.print(Text(f"why {d['symptom']}: {d['cause']}; {d['remedy']}", style="yellow"))
 
 
 def _steps(steps: list[dict[str, Any]], narrow: bool = False) -> Table:

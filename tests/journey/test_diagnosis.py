@@ -1,0 +1,99 @@
+"""Why does the output look like this? (issue 51, item 13): each symptom of the source texts' table, read
+off what the journey measured, with its evidence by position and the remedy the settings offer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from clitools import invoke
+from tiny import tiny_model
+
+from tokenviz.backends.transformers.runner import ModelRunner
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.journey.diagnosis import LOOP, diagnose
+from tokenviz.journey.session import Session
+
+
+def journey(settings: SamplingSettings) -> Session:
+    session = Session(ModelRunner(tiny_model("llama", 128)), settings)
+    session.start("The cat sat on the mat")
+    while session.step() is not None:
+        pass
+    return session
+
+
+def symptoms_of(session: Session) -> dict:
+    text = session.runner.decode(session.ids[len(session.prompt_ids) :])
+    found = diagnose(
+        session.records,
+        session.ids,
+        len(session.prompt_ids),
+        text,
+        session.stop_reason,
+        session.settings,
+        session.runner.piece,
+    )
+    return {s.symptom: s for s in found}
+
+
+def test_a_greedy_loop_is_found_where_it_comes_back_with_the_steps_it_won():
+    session = journey(SamplingSettings(temperature=0, max_new_tokens=60))
+    found = symptoms_of(session)
+    loop = found["repetitive"]
+    assert loop.cause == "a low temperature and no penalty" and "frequency penalty" in loop.remedy
+    at = loop.evidence["at"]
+    runs = {tuple(session.ids[a : a + LOOP]) for a in at}
+    assert len(at) >= 2 and len(runs) == 1  # the same run of tokens at every position named
+    for won in loop.evidence["loop_won"]:
+        record = session.records[won["position"] - len(session.prompt_ids)]
+        assert won["rank"] == record.decision.raw_rank and won["raw_p"] == record.decision.raw_prob
+    penalised = journey(SamplingSettings(temperature=0, max_new_tokens=60, frequency_penalty=1.5))
+    assert symptoms_of(penalised).get("repetitive") is None or (
+        symptoms_of(penalised)["repetitive"].cause == "the model's own loop"
+    )
+
+
+def test_hot_draws_far_down_the_ranking_are_listed_every_one():
+    session = journey(SamplingSettings(temperature=2.0, top_k=0, top_p=1.0, max_new_tokens=30, seed=3))
+    far = symptoms_of(session)["inconsistent or incoherent"]
+    listed = {s["position"] for s in far.evidence["steps"]}
+    expected = {r.position for r in session.records[:30] if r.decision.raw_rank > 10}
+    assert listed == expected and listed
+    assert "lower the temperature" in far.remedy
+    calm = journey(SamplingSettings(temperature=0.7, max_new_tokens=30, seed=3))
+    assert "inconsistent or incoherent" not in symptoms_of(calm)
+
+
+@pytest.mark.bundled
+def test_trace_names_the_new_token_limit_as_the_cause_of_a_cut_text(monkeypatch, capsys):
+    """The issue's done-when, on the bundled model."""
+    args = ("--steps", "8", "--temperature", "0", "--json")
+    code, out, err = invoke(monkeypatch, capsys, "trace", "The Eiffel Tower is located in", *args)
+    assert code == 0, err
+    doc = json.loads(out)
+    cut = [d for d in doc["diagnosis"] if d["symptom"] == "cut off mid-sentence"]
+    assert cut and cut[0]["cause"] == "the new-token limit" and cut[0]["evidence"]["limit"] == 8
+    assert doc["text"].endswith(cut[0]["evidence"]["ends_with"])
+    code, out, err = invoke(
+        monkeypatch,
+        capsys,
+        "trace",
+        "The Eiffel Tower is located in",
+        "--steps",
+        "8",
+        "--stop",
+        ",",
+        "--temperature",
+        "0",
+        "--json",
+    )
+    assert code == 0 and not [d for d in json.loads(out)["diagnosis"] if d["symptom"] == "cut off mid-sentence"]
+
+
+@pytest.mark.bundled
+def test_the_trace_table_says_why_under_the_text(monkeypatch, capsys):
+    code, out, _ = invoke(
+        monkeypatch, capsys, "trace", "The Eiffel Tower is located in", "--steps", "8", "--temperature", "0"
+    )
+    assert code == 0 and "why cut off mid-sentence: the new-token limit; raise the new-token limit" in out, out
