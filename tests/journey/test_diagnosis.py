@@ -97,3 +97,19 @@ def test_the_trace_table_says_why_under_the_text(monkeypatch, capsys):
         monkeypatch, capsys, "trace", "The Eiffel Tower is located in", "--steps", "8", "--temperature", "0"
     )
     assert code == 0 and "why cut off mid-sentence: the new-token limit; raise the new-token limit" in out, out
+
+
+async def test_the_status_line_says_why_once_the_journey_stops():
+    from apptools import make_app, settle, wait_for
+
+    from tokenviz.ui.panes.status import StatusLine
+
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=60))
+    async with app.run_test(size=(200, 60)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("a")
+        await wait_for(lambda: app.journey.snapshot.stop_reason is not None, pilot, timeout=60)
+        await wait_for(lambda: "why: " in str(app.query_one(StatusLine).render()), pilot)
+        line = str(app.query_one(StatusLine).render())
+        why = app.journey.snapshot.why
+        assert f"why: {why[0]}" in line and "repetitive (a low temperature and no penalty)" in why, (line, why)

@@ -21,13 +21,12 @@ from tokenviz.files.documents import comparison_document, output_document, trace
 from tokenviz.files.journey_file import save_journey
 from tokenviz.files.journey_page import save_page
 from tokenviz.journey.comparison import Comparison
-from tokenviz.journey.diagnosis import diagnose
 from tokenviz.journey.past_results import KEEP
 from tokenviz.journey.session import Session
 from tokenviz.journey.views import compute, trace_entry
 from tokenviz.journey.watching import token_of
 from tokenviz.worker.loader import Loader, Progress
-from tokenviz.worker.snapshots import snapshot_of
+from tokenviz.worker.snapshots import snapshot_of, symptoms
 
 
 class SaveFailed(TokenvizError):
@@ -41,16 +40,7 @@ class SaveFailed(TokenvizError):
 def journey_document(session: Session) -> dict[str, Any]:
     """The trace document, with the diagnosis of its text (journey.diagnosis)."""
     document = trace_document(snapshot_of(session))
-    symptoms = diagnose(
-        session.records,
-        session.ids,
-        len(session.prompt_ids),
-        document["text"],
-        session.stop_reason,
-        session.settings,
-        session.runner.piece,
-    )
-    document["diagnosis"] = [s.to_json() for s in symptoms]
+    document["diagnosis"] = [s.to_json() for s in symptoms(session)]
     return document
 
 

@@ -67,6 +67,7 @@ class Snapshot:
     full_text: str = ""  # prompt and generated text, decoded
     pinned: tuple[tuple[int, str], ...] = ()  # the watched tokens (id, text), followed at every step
     interventions: Entries = ()  # the interventions listed, each on or off (those on change the model)
+    why: tuple[str, ...] = ()  # once it has stopped, each symptom of its text as "symptom (cause)" (journey.diagnosis)
 
     @property
     def pending(self) -> StepRecord | None:

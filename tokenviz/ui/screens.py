@@ -64,7 +64,9 @@ stages reshape them; a draw picks one token; it is appended and the loop repeats
 - **charts** (key C): the journey at a glance: entropy and the chosen token's probability by step,
   the watched tokens' probability, the prompt's surprisal, decode time against context length, and
   the KV cache's size against tokens.
-- **status**: model, device, dtype, step, position, forward time, tokens/s, KV cache size, state.
+- **status**: model, device, dtype, step, position, forward time, tokens/s, KV cache size, state; once
+  the journey stops, why its text looks as it does ("why: cut off mid-sentence (the new-token limit)",
+  "repetitive", "inconsistent or incoherent"), as measured (trace --json gives the evidence and remedy).
 
 ## Keys
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from tokenviz.contract.snapshot import Snapshot
 
 if TYPE_CHECKING:
+    from tokenviz.journey.diagnosis import Symptom
     from tokenviz.journey.session import Session
 
 
@@ -31,5 +32,14 @@ def snapshot_of(session: Session, seq: int = 1, **fields: Any) -> Snapshot:
         full_text=s.text,
         branches=tuple(s.branch_summaries()) if len(s.branches) else (),
         pinned=tuple((t, s.runner.piece(t)) for t in s.pinned),
+        why=tuple(f"{d.symptom} ({d.cause})" for d in symptoms(s)) if s.stop_reason else (),
         **fields,
     )
+
+
+def symptoms(session: Session) -> list[Symptom]:
+    """What journey.diagnosis finds in the session's text (asked once it has stopped: the text is whole)."""
+    from tokenviz.journey.diagnosis import diagnose
+
+    s = session
+    return diagnose(s.records, s.ids, len(s.prompt_ids), s.generated_text, s.stop_reason, s.settings, s.runner.piece)
