@@ -351,6 +351,8 @@ def test_a_local_tokenizer_is_checked_against_the_servers_once_and_then_used(vll
     ensure_converted(bundled_gguf(), directory, lambda message, fraction: None)
     local = ServedEngine(engine.endpoint, engine.model, local_tokenizer=load_tokenizer(str(directory)))
     assert local.info.vocab == engine.info.vocab and local.encode(PROMPT) == engine.encode(PROMPT)
+    here = load_tokenizer(str(directory))
+    assert here.convert_tokens_to_ids("<|im_start|>") in local.special_ids  # marked, as on a local model
     s = Session(local, GREEDY)
     s.start(PROMPT)
     requests = local.endpoint.requests

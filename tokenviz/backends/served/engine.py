@@ -135,7 +135,8 @@ class ServedEngine:
         context = entry.get("max_model_len")
         bos = self.encode("", special_tokens=True)
         self.vocab = vocab = self._vocabulary() if local_tokenizer is None else self._checked(local_tokenizer)
-        self.special_ids: set[int] = set(bos)
+        # (the tokenizer here names them all, as a local model's does; the server's says only its BOS)
+        self.special_ids: set[int] = set(bos) | set(getattr(local_tokenizer, "all_special_ids", None) or ())
         self.eos_ids: set[int] = set()  # learnt: a token the server stopped on without a stop string
         plugin = probe(endpoint, model, bos or self.encode("The", special_tokens=False))
         head = load_head(model_files) if plugin.residual else None
