@@ -82,3 +82,20 @@ def test_f1_and_f3_in_a_real_terminal_at_80x24(tiny_dir):
         keys(name, "F1")
         wait_screen(name, r"T 0\.20 .*preset factual")
         quits_cleanly(name)
+
+
+async def test_any_setting_is_typed_with_equals_and_a_mistake_changes_nothing():
+    from apptools import answer_dialog
+
+    from tokenviz.ui.screens import SettingsDialog
+
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=30))
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(app, pilot)
+        await answer_dialog(app, pilot, "equals_sign", SettingsDialog, "temperature=0.3 top-k=0 presence-penalty=0.5")
+        await wait_for(lambda: app.journey.snapshot.settings.temperature == 0.3, pilot)
+        s = app.journey.snapshot.settings
+        assert (s.top_k, s.presence_penalty) == (0, 0.5)
+        await answer_dialog(app, pilot, "equals_sign", SettingsDialog, "temperature=hot")
+        await wait_for(lambda: any("temperature must be a number" in str(n.message) for n in app._notifications), pilot)
+        assert app.journey.snapshot.settings == s

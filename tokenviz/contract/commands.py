@@ -102,6 +102,14 @@ class Adjust:
 
 
 @dataclass(frozen=True)
+class Assign:
+    """Sampling settings typed as NAME=VALUE (SamplingSettings.changed), applied in order with the
+    nudges; the pending token is re-decided under them."""
+
+    assignments: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Constrain:
     """Set, change or clear (None) the grammar the generated text must follow; the pending token is
     re-decided under it. One the text so far leaves is refused."""
@@ -220,6 +228,7 @@ Command = (
     | Start
     | Continue
     | Adjust
+    | Assign
     | Constrain
     | Intervene
     | Play

@@ -17,6 +17,7 @@ from tokenviz.contract.grammar import Grammar
 # Past these, the scaled logits overflow float32 and the distribution is no longer a number.
 MIN_TEMPERATURE = 1e-3
 PENALTY_RANGE = (1e-2, 1e2)
+FIELD_KINDS = {"float": float, "int": int}  # what a typed NAME=VALUE becomes, by the field's annotation
 PACES_S = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0)  # autoplay's least time between steps; 0: as fast as it runs
 
 
@@ -89,7 +90,7 @@ class SamplingSettings:
             if key == "stop":
                 changes["stop"] = (*changes.get("stop", self.stop), value)
                 continue
-            kind = type(getattr(self, key))
+            kind = FIELD_KINDS.get(str(fields[key].type), str)  # (the field's, not its value's: 0 is a float here)
             try:
                 changes[key] = kind(value)
             except ValueError:

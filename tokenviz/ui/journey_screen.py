@@ -17,6 +17,7 @@ from textual.widgets import ContentSwitcher, ProgressBar
 from tokenviz.contract.attention import HEAD_MODES, Head
 from tokenviz.contract.commands import (
     Adjust,
+    Assign,
     Attribute,
     Beams,
     BranchAt,
@@ -76,6 +77,7 @@ from tokenviz.ui.screens import (
     LongJobScreen,
     PromptChoice,
     PromptScreen,
+    SettingsDialog,
     WatchScreen,
 )
 from tokenviz.ui.selection import Selection
@@ -525,6 +527,24 @@ class JourneyScreen(WorkerScreen[Snapshot]):
                 self.submit(Continue(text=text))
 
         self.app.push_screen(ContinueScreen(), chosen)
+
+    def action_assign(self) -> None:
+        """Type any setting (see Assign): checked here against the settings in view, so a mistake is one
+        line and nothing changes."""
+        s = self.snapshot
+
+        def chosen(line: str | None) -> None:
+            if not line or s is None:
+                return
+            assignments = tuple(line.split())
+            try:
+                s.settings.changed(assignments)
+            except TokenvizError as exc:
+                self.notify(str(exc), severity="error")
+                return
+            self.submit(Assign(assignments))
+
+        self.app.push_screen(SettingsDialog(), chosen)
 
     def action_grammar(self) -> None:
         """Set, change or clear the grammar (see Constrain): the file is read and checked off the UI's

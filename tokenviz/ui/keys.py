@@ -98,6 +98,20 @@ KEYS: tuple[KeyRow, ...] = (
         ),
     ),
     KeyRow(
+        "=",
+        "type any setting as NAME=VALUE (a dialog: temperature=0.3 top-k=0 frequency-penalty=0.3 …; stop=TEXT adds a "
+        "stop string)",
+        (
+            Press(
+                "equals_sign",
+                "assign",
+                palette="Type a setting: NAME=VALUE (temperature, top-k, top-p, min-p, "
+                "penalties, seed, max new tokens, stop)",
+                replay=False,
+            ),
+        ),
+    ),
+    KeyRow(
         "g",
         "greedy on/off (temperature 0, then back)",
         (Press("g", "adjust('greedy', 1)", "greedy", "Greedy on/off", replay=False),),

@@ -285,6 +285,18 @@ class GrammarDialog(AskScreen):
             yield Input(f"{g.kind} {g.source}" if g else "", placeholder=self.PLACEHOLDER, id=self.INPUT_ID)
 
 
+class SettingsDialog(AskScreen):
+    """Any sampling setting typed as NAME=VALUE (several apart by spaces)."""
+
+    QUESTION = (
+        "Type settings as NAME=VALUE, apart by spaces: temperature, top-k, top-p, min-p, repetition-penalty, "
+        "presence-penalty, frequency-penalty, seed, max-new-tokens, stop (adds a stop string). Enter applies, "
+        "Escape closes."
+    )
+    PLACEHOLDER = "temperature=0.3 top-k=0"
+    INPUT_ID = "settings-input"
+
+
 class InterventionsDialog(AskScreen):
     """The interventions listed, and one edit typed (see contract.interventions.edit_entries)."""
 

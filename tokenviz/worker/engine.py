@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, assert_never
 from tokenviz.contract.attention import AttentionView
 from tokenviz.contract.commands import (
     Adjust,
+    Assign,
     Attribute,
     Beams,
     BranchAt,
@@ -62,7 +63,7 @@ if TYPE_CHECKING:
     from tokenviz.journey.session import Session
     from tokenviz.worker.loader import Progress
 
-ALLOWED_WITHOUT_JOURNEY = (Start, Adjust, Constrain, Intervene, ShowAttention)
+ALLOWED_WITHOUT_JOURNEY = (Start, Adjust, Assign, Constrain, Intervene, ShowAttention)
 RUNS = (Beams, Speculate, Verify)  # searches from the journey as it is: a new run replaces the old one
 BUSY: dict[type, EngineState] = {  # what the status line says while a command runs
     Step: "stepping",
@@ -236,6 +237,8 @@ class EngineWorker(CommandThread[Snapshot]):
         match command:
             case Adjust(name=name, direction=direction):
                 session.set_settings(self._nudges.apply(session.settings, name, direction))
+            case Assign(assignments=assignments):
+                session.set_settings(session.settings.changed(assignments))
             case Intervene(entries=entries):
                 entries = tuple((session.with_source(i), on) for i, on in entries)  # a branch's tokens, once
                 session.set_interventions([i for i, on in entries if on])
