@@ -251,8 +251,8 @@ async def test_the_app_on_a_served_model(engine, vllm_server, tmp_path, monkeypa
             await wait_for(
                 lambda w=words: any(f"needs the {w}: not on" in str(n.message) for n in app._notifications), pilot
             )
-        lines = [str(n.message) for n in app._notifications if "M, the model view, says why" in str(n.message)]
-        assert len(lines) >= 3 and all("\n" not in line and len(line) < 100 for line in lines)
+        lines = [str(n.message) for n in app._notifications if "(M says why)" in str(n.message)]
+        assert len(lines) >= 3 and all("\n" not in line and len(line) < 120 for line in lines)
         await pilot.press("A")  # leave-one-out: a request per token, its progress shown
         await wait_for(lambda: any(isinstance(r, Attribution) for r in app.journey.snapshot.results), pilot, timeout=60)
         await pilot.press("x")

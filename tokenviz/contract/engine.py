@@ -95,7 +95,7 @@ def lacking_briefly(info: ModelInfo, needed: Capability, what: str) -> str | Non
     """`lacking`'s line short enough for a notification: the model view says why and what it gives."""
     if needed.value in info.capabilities:
         return None
-    return f"{what} needs the {needed.value}: not on {info.name} (M, the model view, says why)"
+    return f"{what} needs the {needed.value}: not on {info.name} (M says why)"
 
 
 class Pieces(Protocol):

@@ -71,9 +71,12 @@ class StatusLine(Static):
             state = s.message
         if s.playing and s.pace_s:
             state += f" (a step every {s.pace_s:g} s)"
-        items = [(0, f"step {len(s.chips) - s.prompt_len}"), (0, f"{len(s.chips)} tokens")]  # (priority, text)
-        if s.why:  # why the text looks as it does, once it has stopped: before the figures
-            items.append((0, f"why: {s.why[0]}" + (f" +{len(s.why) - 1}" if len(s.why) > 1 else "")))
+        items: list[tuple[float, str]] = [
+            (0, f"step {len(s.chips) - s.prompt_len}"),
+            (0, f"{len(s.chips)} tokens"),
+        ]  # (priority, text)
+        if s.why:  # why the text looks as it does, once it has stopped: kept before the figures, not the step
+            items.append((0.5, f"why: {s.why[0]}" + (f" +{len(s.why) - 1}" if len(s.why) > 1 else "")))
         on = [i for i, active in s.interventions if active]
         if on:  # the model is not itself: say so among the first
             items.append((0, on[0].label + (f" +{len(on) - 1}" if len(on) > 1 else "")))
