@@ -39,8 +39,9 @@ class SaveFailed(TokenvizError):
 
 def journey_document(session: Session) -> dict[str, Any]:
     """The trace document, with the diagnosis of its text (journey.diagnosis)."""
-    document = trace_document(snapshot_of(session))
-    document["diagnosis"] = [s.to_json() for s in symptoms(session)]
+    found = symptoms(session)  # (once, for the document and its snapshot)
+    document = trace_document(snapshot_of(session, found=found))
+    document["diagnosis"] = [s.to_json() for s in found]
     return document
 
 

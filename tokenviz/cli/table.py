@@ -50,7 +50,8 @@ def print_table(doc: dict[str, Any], console: Console) -> None:
 def _steps(steps: list[dict[str, Any]], narrow: bool = False) -> Table:
     """One row a step; `narrow` keeps NARROW_COLUMNS (and what was asked for: attribution, watch)."""
     table = Table(show_lines=False, header_style="bold")
-    timing = "request ms" if "request" in steps[0]["ms"] else "fwd ms"  # (a served model's: a request's time)
+    took = "request" if "request" in steps[0]["ms"] else "forward"  # (a served model's: a request's time)
+    timing = "request ms" if took == "request" else "fwd ms"
     columns = (
         "step",
         "chosen",
@@ -88,7 +89,7 @@ def _steps(steps: list[dict[str, Any]], narrow: bool = False) -> Table:
             "u": "" if draw["u"] is None else f"{draw['u']:.3f}",
             "top 3 (raw softmax)": Text("  ".join(f"{visible(t['text'])} {t['prob']:.2f}" for t in s["top"][:3])),
             "stages kept": Text(" → ".join(f"{st['name']} {st['kept']}" for st in s["stages"]) or "—"),
-            timing: f"{s['ms'].get('forward', s['ms'].get('request', 0.0)):.1f}",
+            timing: f"{s['ms'][took]:.1f}",
         }
         grammar = next((st for st in s["stages"] if st["name"] == "grammar"), None)
         if grammar is not None:

@@ -82,20 +82,16 @@ def tier_of(capabilities: Iterable[str]) -> str:
     return next((name for name, tier in reversed(TIERS) if {c.value for c in tier} <= held), "")
 
 
-def lacking(info: ModelInfo, needed: Capability, what: str) -> str | None:
-    """One line saying that `what` needs a capability this engine lacks; None when it has it."""
+def lacking(info: ModelInfo, needed: Capability, what: str, brief: bool = False) -> str | None:
+    """One line saying that `what` needs a capability this engine lacks; None when it has it. `brief`:
+    short enough for a notification (the model view says why and what it gives)."""
     if needed.value in info.capabilities:
         return None
+    if brief:
+        return f"{what} needs the {needed.value}: not on {info.name} (M says why)"
     held = ", ".join(info.capabilities) or "none"
     served = f", a served model: {info.internals or 'its server does not expose it'}" if info.top_only else ""
     return f"{what} needs the engine's {needed.value}, which {info.name} does not give{served} (it gives: {held})"
-
-
-def lacking_briefly(info: ModelInfo, needed: Capability, what: str) -> str | None:
-    """`lacking`'s line short enough for a notification: the model view says why and what it gives."""
-    if needed.value in info.capabilities:
-        return None
-    return f"{what} needs the {needed.value}: not on {info.name} (M says why)"
 
 
 class Pieces(Protocol):

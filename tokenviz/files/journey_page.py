@@ -137,24 +137,17 @@ def _charts(snapshot: Snapshot, colors: dict[str, str]) -> list[str]:
         )
     decoded = records[1:]
     served = snapshot.info is not None and snapshot.info.top_only > 0
-    if decoded and served:  # a request's time, not a forward pass's; the server's KV cache is its own
+    if decoded:  # a served model's: a request's time, not a forward pass's
+        took, over = ("request", "tokens of context") if served else ("decode", "tokens in the KV cache")
         charts.append(
             line_chart(
-                "request ms against context",
+                f"{took} ms against context",
                 [float(r.kv_len) for r in decoded],
-                [("request ms", [r.forward_ms for r in decoded], bar)],
-                "tokens of context",
+                [("request ms" if served else "forward ms", [r.forward_ms for r in decoded], bar)],
+                over,
             )
         )
-    elif decoded:
-        charts.append(
-            line_chart(
-                "decode ms against context",
-                [float(r.kv_len) for r in decoded],
-                [("forward ms", [r.forward_ms for r in decoded], bar)],
-                "tokens in the KV cache",
-            )
-        )
+    if decoded and not served:  # (the server's KV cache is its own)
         charts.append(
             line_chart(
                 "KV cache MB against tokens",

@@ -29,6 +29,11 @@ class Symptom:
     remedy: str
     evidence: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def brief(self) -> str:
+        """As the status line says it."""
+        return f"{self.symptom} ({self.cause})"
+
     def to_json(self) -> dict[str, Any]:
         return {"symptom": self.symptom, "cause": self.cause, "evidence": self.evidence, "remedy": self.remedy}
 

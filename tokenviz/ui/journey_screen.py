@@ -37,7 +37,7 @@ from tokenviz.contract.commands import (
     Verify,
     Watch,
 )
-from tokenviz.contract.engine import Capability, lacking, lacking_briefly
+from tokenviz.contract.engine import Capability, lacking
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.interventions import HeadAblation, edit_entries
 from tokenviz.contract.results import AttributionMethod
@@ -413,13 +413,14 @@ class JourneyScreen(WorkerScreen[Snapshot]):
         whole = f"{action}({', '.join(repr(p) for p in parameters)})" if parameters else action
         return self.lacking(whole) is None
 
-    def lacking(self, action: str) -> str | None:
-        """One line saying what `action` needs that this live engine cannot do; None when it can."""
+    def lacking(self, action: str, brief: bool = False) -> str | None:
+        """One line saying what `action` needs that this live engine cannot do (`brief`: for a
+        notification); None when it can."""
         s = self.snapshot
         needed = needs_of(action)
         if s is None or not s.live or s.info is None or needed is None:
             return None
-        return lacking(s.info, needed, PALETTE_LABELS.get(action, action))
+        return lacking(s.info, needed, PALETTE_LABELS.get(action, action), brief)
 
     def action_help(self) -> None:
         """The help, with the keys this engine cannot serve listed at its top by what they need."""
@@ -443,12 +444,8 @@ class JourneyScreen(WorkerScreen[Snapshot]):
                 f"Run it live with tokenviz --model {s.info.name} and the journey's prompt",
                 severity="warning",
             )
-        elif event.key in KEY_ACTIONS and self.lacking(KEY_ACTIONS[event.key]) is not None:
-            action = KEY_ACTIONS[event.key]
-            needed = needs_of(action)
-            assert s is not None and s.info is not None and needed is not None  # (lacking said so)
-            line = lacking_briefly(s.info, needed, PALETTE_LABELS.get(action, action))
-            self.notify(line or "", severity="warning")
+        elif event.key in KEY_ACTIONS and (line := self.lacking(KEY_ACTIONS[event.key], brief=True)) is not None:
+            self.notify(line, severity="warning")
 
     def _open_view(self, name: str) -> None:
         self._asked.pop(name, None)  # (after an Escape, opening it again asks again)

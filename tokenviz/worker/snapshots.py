@@ -11,9 +11,12 @@ if TYPE_CHECKING:
     from tokenviz.journey.session import Session
 
 
-def snapshot_of(session: Session, seq: int = 1, **fields: Any) -> Snapshot:
-    """The journey of `session` as a Snapshot; `fields` set or override the others."""
+def snapshot_of(session: Session, seq: int = 1, found: list[Symptom] | None = None, **fields: Any) -> Snapshot:
+    """The journey of `session` as a Snapshot; `fields` set or override the others; `found`: its
+    symptoms, where the caller has them (else asked here once it has stopped)."""
     s = session
+    if found is None and s.stop_reason:
+        found = symptoms(s)
     state = "stopped" if s.stop_reason else "ready"
     return Snapshot(
         seq=seq,
@@ -32,7 +35,7 @@ def snapshot_of(session: Session, seq: int = 1, **fields: Any) -> Snapshot:
         full_text=s.text,
         branches=tuple(s.branch_summaries()) if len(s.branches) else (),
         pinned=tuple((t, s.runner.piece(t)) for t in s.pinned),
-        why=tuple(f"{d.symptom} ({d.cause})" for d in symptoms(s)) if s.stop_reason else (),
+        why=tuple(d.brief for d in found or ()),
         **fields,
     )
 

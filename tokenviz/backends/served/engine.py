@@ -326,11 +326,7 @@ class ServedEngine:
         """A request's extra fields over `ids`: the plugin's `xargs`, and the steering vectors in force with
         their cache salt (backends.served.steering)."""
         steering = self.steering if self.steering is not None and self.steering.active else None
-        vectors = steering.vectors(ids) if steering is not None else []
-        if not vectors:
-            return {"vllm_xargs": xargs} if xargs else {}
-        steer, salt = request_fields(vectors)
-        return {"vllm_xargs": {**xargs, **steer}, "cache_salt": salt}
+        return request_fields(steering.vectors(ids) if steering is not None else [], xargs)
 
     def _top(self, choice: dict[str, Any]) -> tuple[int, float, list[tuple[int, float]]]:
         chosen, logprob, top = top_of(choice, self.endpoint.host, self.top_n)

@@ -66,10 +66,15 @@ class Vector:
         }
 
 
-def request_fields(vectors: Sequence[Vector]) -> tuple[dict[str, Any], str]:
-    """(the `vllm_xargs` carrying `vectors`, the cache salt of a request steered by them)."""
+def request_fields(vectors: Sequence[Vector], xargs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A request's extra fields: the plugin's `xargs`, and `vectors` with the cache salt of a request
+    steered by them (none where there are none)."""
+    xargs = dict(xargs or {})
+    if not vectors:
+        return {"vllm_xargs": xargs} if xargs else {}
     sent = json.dumps([v.entry() for v in vectors])
-    return {"apply_steering_vectors": sent}, "tokenviz-" + hashlib.sha256(sent.encode()).hexdigest()[:SALT_CHARS]
+    salt = "tokenviz-" + hashlib.sha256(sent.encode()).hexdigest()[:SALT_CHARS]
+    return {"vllm_xargs": {**xargs, "apply_steering_vectors": sent}, "cache_salt": salt}
 
 
 class ServedSteering:
@@ -141,9 +146,7 @@ class ServedSteering:
         prefix = tuple(ids[: patch[0].position + 1])
         key = (k, prefix)
         if key not in self._journey:
-            before = self._vectors(prefix, k)
-            xargs, salt = request_fields(before)
-            extra = {"vllm_xargs": xargs, "cache_salt": salt} if before else {}
+            extra = request_fields(self._vectors(prefix, k))
             self._journey[key] = self.internals.residual(list(prefix), patch[0].layer, extra)[-1]
             if len(self._journey) > PATCHES_KEPT:
                 self._journey.popitem(last=False)
