@@ -25,6 +25,7 @@ from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session, token_chips
 from tokenviz.served.endpoint import ApiKey
 from tokenviz.served.journey import ServedChoice
+from tokenviz.ui.screens import LongJobScreen
 
 pytestmark = pytest.mark.served
 
@@ -253,8 +254,12 @@ async def test_the_app_on_a_served_model(engine, vllm_server, tmp_path, monkeypa
             )
         lines = [str(n.message) for n in app._notifications if "(M says why)" in str(n.message)]
         assert len(lines) >= 3 and all("\n" not in line and len(line) < 120 for line in lines)
+        app.screen.attribution_measured["loo"] = (2, 60.0)  # as on a slow server: asked before it starts
         await pilot.press("A")  # leave-one-out: a request per token, its progress shown
-        await wait_for(lambda: any(isinstance(r, Attribution) for r in app.journey.snapshot.results), pilot, timeout=60)
+        await wait_for(lambda: isinstance(app.screen, LongJobScreen), pilot)
+        assert [answer for _, answer in app.screen.choices] == ["loo"]  # (no gradient × input on a server)
+        await pilot.press("enter")
+        await wait_for(lambda: any(isinstance(r, Attribution) for r in app.journey.snapshot.results), pilot, timeout=90)
         await pilot.press("x")
         await wait_for(lambda: len(list(tmp_path.glob("tokenviz-*"))) == 3, pilot, timeout=60)
     for written in tmp_path.glob("tokenviz-*"):

@@ -283,10 +283,11 @@ class JourneyScreen(WorkerScreen[Snapshot]):
             f"Leave-one-out runs the model once for each of the {n} tokens before the cursor: about "
             f"{duration(loo_s)} on this machine (Escape cancels it midway)."
         )
-        choices = [
-            (f"gradient × input instead: one forward and one backward pass, about {duration(grad_s)}", "grad"),
-            (f"leave-one-out anyway, about {duration(loo_s)} (exact; not asked again)", "loo"),
-        ]
+        loo = (f"leave-one-out anyway, about {duration(loo_s)} (exact; not asked again)", "loo")
+        grad = (f"gradient × input instead: one forward and one backward pass, about {duration(grad_s)}", "grad")
+        info = self.snapshot.info if self.snapshot else None
+        offers_grad = info is not None and Capability.ATTRIBUTION in info.capabilities  # (not a served model)
+        choices = [grad, loo] if offers_grad else [loo]
         self.app.push_screen(LongJobScreen(question, choices), chosen)
 
     def watch_model_layer(self) -> None:
