@@ -74,6 +74,18 @@ def test_compare_a_model_with_its_int8_self(tmp_path, monkeypatch, capsys):
     assert all(0 <= d["kl"] < 0.05 for d in doc["diff"]) and doc["diff"][0]["kl"] > 0
 
 
+def test_the_trace_table_header_says_the_weights_are_int8(tmp_path, monkeypatch, capsys):
+    from clitools import invoke
+
+    directory = save_random(tmp_path, "llama", **SHAPE)
+    args = ["trace", "The cat", "--model", directory, "--device", "cpu", "--dtype", "float32", "--steps", "2"]
+    code, out, err = invoke(monkeypatch, capsys, *args, "--quantize", "int8")
+    assert code == 0, err
+    assert "· cpu · float32 · int8 weights · 2 layers · 4 heads" in " ".join(out.split())
+    code, out, err = invoke(monkeypatch, capsys, *args)
+    assert code == 0 and "· cpu · float32 · 2 layers" in " ".join(out.split()) and "int8" not in out
+
+
 def test_int4_without_a_gpu_and_a_bad_choice_are_one_line(tmp_path, monkeypatch, capsys):
     from clitools import invoke
 

@@ -21,6 +21,7 @@ from tokenviz.contract.errors import SettingsError, TokenvizError
 from tokenviz.contract.placement import Placement
 from tokenviz.contract.presets import PRESETS, preset_named
 from tokenviz.contract.settings import DEFAULT_SETTINGS, SamplingSettings
+from tokenviz.contract.snapshot import CANCELS
 from tokenviz.contract.text import safe_text
 
 if TYPE_CHECKING:
@@ -296,6 +297,7 @@ def stderr_progress() -> Iterator[Callable[[str, "float | None"], None]]:
 
         def report(message: str, fraction: float | None) -> None:
             nonlocal bar, task, said
+            message = message.replace(f" {CANCELS}", "")  # (the app's key: a command here stops on Ctrl+C)
             if fraction is None or not err.is_terminal:
                 if fraction is not None and fraction < 1.0:  # (a log gets a job's end, not each of its steps)
                     return

@@ -21,9 +21,16 @@ WIDE = 120  # below it (a piped 80 columns, say) the table keeps the columns tha
 NARROW_COLUMNS = ("step", "chosen", "id", "p(final)", "rank", "mode", "top 3 (raw softmax)")
 
 
+def precision(model: dict[str, Any]) -> str:
+    """How the numbers are held: "float32", or "float32 · int8 weights" where the weights are quantized
+    (the activations stay in the dtype)."""
+    quantized = str(model.get("quantization") or "").split(" (")[0]  # ("int8 weights (torchao …); …")
+    return f"{model['dtype']} · {quantized}" if quantized else model["dtype"]
+
+
 def print_table(doc: dict[str, Any], console: Console) -> None:
     m = doc["model"]
-    header = f"{m['name']} · {m['device']} · {m['dtype']} · {m['layers']} layers · {m['heads']} heads"
+    header = f"{m['name']} · {m['device']} · {precision(m)} · {m['layers']} layers · {m['heads']} heads"
     if m.get("compiled"):
         header += " · steps compiled"
     console.print(Text(safe_text(header), style="bold"))
@@ -124,7 +131,7 @@ def print_score(doc: dict[str, Any], console: Console) -> None:
     where = (
         f"served at {m['endpoint']} (no entropy: the server gives a top-N)"
         if m.get("served")
-        else f"{m['device']} · {m['dtype']}"
+        else f"{m['device']} · {precision(m)}"
     )
     console.print(Text(safe_text(f"{m['name']} · {where}"), style="bold"))
     first = doc["first"]

@@ -237,7 +237,7 @@ def compiled(loaded: LoadedModel, progress: Callable[[str, float | None], None],
             f"--compile: transformers does not compile {name}'s step with a static cache: run without it"
         )
     device = input_device(loaded.model)
-    progress(f"compiling the decode step on {device} (once per start; cancelled, the steps run eager) {CANCELS}", None)
+    progress(f"compiling the decode step on {device}, once per start (cancelled, the steps run eager) {CANCELS}", None)
     step = CompiledStep(loaded.model, least)
     try:
         with quiet(), interruptible():  # (quiet: the compiler's warnings would land on the terminal the app draws)
