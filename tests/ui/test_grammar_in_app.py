@@ -90,3 +90,18 @@ async def test_a_saved_journey_keeps_its_grammar_and_replay_shows_the_stage(tmp_
     async with replay.run_test(size=(160, 48)) as pilot:
         await settle(replay, pilot)
         assert "grammar regex [0-9]{2}x:" in sampling_text(replay) and sampling_text(replay) == shown
+
+
+async def test_the_chosen_token_keeps_its_row_below_the_forbidden_candidates():
+    """However few rows the pane has, the chosen token's row is among them (after the strongest
+    candidates, struck through where the grammar forbids them), as the next-token pane pins it."""
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=30))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await settle(app, pilot)
+        await set_grammar(app, pilot, "regex [0-9]{3}")
+        s = await settle(app, pilot)
+        d = s.records[-1].decision
+        assert d.chosen_text.isdigit() and d.raw_rank > 10  # (the tiny model puts its mass on letters)
+        rows = [line for line in sampling_text(app).splitlines() if line[:1] in "▶✗ " and "token" not in line]
+        assert rows and sum(line.startswith("✗") for line in rows) >= 1
+        assert sum(line.startswith("▶") for line in rows) == 1 and rows[-1].startswith(f"▶{d.chosen_text}")

@@ -72,6 +72,16 @@ def decision_line(d: Decision, width: int | None = None) -> str:
     return full if width is None or cell_len(full) <= width else short
 
 
+def pinned_rows(d: Decision, rows: int) -> list[int]:
+    """The watched tokens' indices to show, strongest raw first, in `rows` rows: the chosen token's
+    row kept last where it ranks below them (a grammar's choice, below the candidates it forbade)."""
+    ordered = sorted(range(len(d.watch)), key=lambda i: -d.raw_probs[i])
+    chosen = next((i for i in ordered if d.watch[i][0] == d.chosen_id), None)
+    if chosen is None or chosen in ordered[:rows]:
+        return ordered[:rows]
+    return [*ordered[: rows - 1], chosen]
+
+
 class SamplingPane(BoxPane):
     TITLE = "sampling"
 
@@ -118,7 +128,7 @@ class SamplingPane(BoxPane):
         for st in d.stages:
             table.append(cell(SHORT_NAMES.get(st.name, st.name), stage_w, right=True) + " ", style="bold")
         table.append("final\n", style="bold")
-        watched = sorted(range(len(d.watch)), key=lambda i: -d.raw_probs[i])[:rows]
+        watched = pinned_rows(d, rows)
         finals = d.final_probs
         grammar = next((st for st in d.stages if st.is_grammar), None)
         for i in watched:
