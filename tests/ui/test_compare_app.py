@@ -215,3 +215,37 @@ async def test_an_infinite_kl_is_explained_where_it_is_shown():
         assert any(d.final_kl == float("inf") for d in c.diffs)
         shown = str(app.query_one(DiffPane).render())
         assert "∞" in shown and INFINITE_KL.strip() in " ".join(shown.split())
+
+
+async def test_a_comparison_from_a_journey_under_interventions_says_both_sides_run_under_them():
+    """The journey's interventions are hooked into the weights both sides share: each side's numbers
+    are the intervened model's, and the headers and the next-token panes say so."""
+    from apptools import make_app, settle, wait_for
+    from textual.widgets import Input
+
+    from tokenviz.contract.commands import Intervene
+    from tokenviz.contract.interventions import Steering
+    from tokenviz.ui.panes.next_token import NextTokenPane
+    from tokenviz.ui.screens import CompareDialog
+
+    app = make_app(SamplingSettings(temperature=0))
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(app, pilot)
+        steering = Steering(layer=1, scale=8.0, toward="the", away="a")
+        app.journey.submit(Intervene(((steering, True),)))
+        s = await settle(app, pilot)
+        assert s.pending.interventions == (steering,)
+        await app.journey.run_action("compare")
+        await wait_for(lambda: isinstance(app.screen, CompareDialog) and app.screen.query(Input), pilot)
+        app.screen.query_one(Input).value = "temperature=2 top-k=0"
+        await pilot.press("enter")
+        await wait_for(lambda: isinstance(app.screen, CompareScreen), pilot)
+        c = await settled(app, pilot)
+        a_pending = c.a.pending
+        assert a_pending.interventions == (steering,)
+        assert [x.id for x in a_pending.top] == [x.id for x in s.pending.top]  # the journey's intervened step
+        assert all(abs(x.prob - y.prob) < 1e-5 for x, y in zip(a_pending.top, s.pending.top))
+        for side in ("a", "b"):
+            header = str(app.screen.query_one(f"#label-{side}").render())
+            assert f"interventions {steering.label}" in header and not header.rstrip().endswith("·")
+            assert "under interventions" in str(app.screen.query_one(f"#next-{side}", NextTokenPane).border_subtitle)

@@ -81,6 +81,9 @@ class Session:
         self.analyses = JourneyAnalyses(self)  # what the views compute on demand, kept by context
         self.grammars = GrammarState(runner)  # the grammars in use (see journey.grammar_state)
         self.intervening: Intervening | None = None  # the interventions in force (see set_interventions)
+        # Interventions another session hooked into these same weights (a comparison opened from a
+        # journey with some in force): they act on this session's passes too, so its records say so.
+        self.shared_interventions: tuple[Intervention, ...] = ()
         self._pending_logits: torch.Tensor | None = None
         self._prefill_logits: torch.Tensor | None = None
         self._drawn: Drawn | None = None  # an engine that draws its own tokens: the pending step's draw
@@ -325,7 +328,7 @@ class Session:
 
     @property
     def interventions(self) -> tuple[Intervention, ...]:
-        return self.intervening.interventions if self.intervening else ()
+        return self.intervening.interventions if self.intervening else self.shared_interventions
 
     def set_interventions(self, interventions: Sequence[Intervention], context: Sequence[int] | None = None) -> None:
         """Change the model while the journey runs: the interventions are resolved on the model's own

@@ -41,12 +41,9 @@ def describe(s: Snapshot, other: Snapshot | None) -> Text:
     rest of what it runs on and by, dim: a header cut at the right keeps what sets it apart."""
     fields = setup(s)
     differing = setup_differences(s, other) if other is not None else {}
-    text = Text()
-    for name in differing:
-        text.append(f"≠ {name} {fields[name]}", Style(bold=True)).append(" · ")
-    same = [f"{name} {value}" for name, value in fields.items() if name not in differing]
-    text.append(" · ".join(same), Style(dim=True))
-    return text
+    marked = [(f"≠ {name} {fields[name]}", Style(bold=True)) for name in differing]
+    same = [(f"{name} {value}", Style(dim=True)) for name, value in fields.items() if name not in differing]
+    return Text(" · ").join(Text(words, style) for words, style in [*marked, *same])
 
 
 class DiffPane(BoxPane):

@@ -118,13 +118,16 @@ class EngineWorker(CommandThread[Snapshot]):
             raise TokenvizError("the model has not loaded yet")
         if a == b:
             raise TokenvizError("compare needs the two journeys to differ: change at least one setting")
-        runner = session.runner
+        runner, shared = session.runner, session.interventions  # (hooked into the weights both twins use)
 
         def build(progress: Progress) -> Comparison:
             from tokenviz.journey.comparison import Comparison
             from tokenviz.journey.session import Session
 
-            return Comparison(Session(runner.twin(), a), Session(runner.twin(), b))
+            sides = Session(runner.twin(), a), Session(runner.twin(), b)
+            for side in sides:
+                side.shared_interventions = shared
+            return Comparison(*sides)
 
         return CompareWorker(build, prompt.prompt, chat=prompt.chat, system=prompt.system)
 

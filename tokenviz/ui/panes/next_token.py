@@ -33,6 +33,8 @@ class NextTokenPane(BoxPane):
             u = record.unsteered
             kl = f"KL {'≥ ' if u.kl_floor else ''}{u.kl:.3f}" if u else ""
             from_own = f"{kl} bits from the model's own · " if kl else ""
+            if record.interventions and not u:  # (a comparison's sides: the journey's interventions, no own pass)
+                from_own = "under interventions · "
             if record.saturated:  # (said first: the flat distribution is the interventions', not the model's)
                 from_own = f"saturated: the interventions made every logit equal · {from_own}"
             if selection.info.top_only:  # a server's top-N: said first, and the entropy is its floor
