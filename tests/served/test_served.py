@@ -218,10 +218,13 @@ def test_compare_against_the_endpoint_finds_the_same_model_and_sees_a_dtype(monk
         return json.loads(out)
 
     same = compared("float32")
-    assert same["parted_at"] is None and len(same["steps"]) == 6
-    assert all(
-        s["kl_top"] < 1e-4 and s["a_rank_of_b"] == s["b_rank_of_a"] == 1 and s["top1_agree"] for s in same["steps"]
-    )
-    assert same["a"]["text"] == PROMPT + " the Champ de la Corée"
+    assert same["parted_at"] is None and len(same["diff"]) == 6 and not same["independent_draws"]
+    assert all(s["kl"] < 1e-4 and s["a_rank_of_b"] == s["b_rank_of_a"] == 1 and s["top1_agree"] for s in same["diff"])
+    a = same["a"]  # A's journey as trace --json gives it
+    assert a["full_text"] == PROMPT + " the Champ de la Corée" and len(a["steps"]) == 6 and "prompt" in a
     other = compared("bfloat16")
-    assert max(s["kl_top"] for s in other["steps"]) > 10 * max(s["kl_top"] for s in same["steps"])
+    assert max(s["kl"] for s in other["diff"]) > 10 * max(s["kl"] for s in same["diff"])
+    code, out, err = invoke(monkeypatch, capsys, "compare", PROMPT, *endpoint, "--steps", "6", "--seed", "3",
+                            "--temperature", "1.5", "--top-p", "1.0", "--top-k", "0")  # fmt: skip
+    shown = " ".join(out.split())
+    assert code == 0 and "two independent draws" in shown, err  # (at T 1.5 over 6 steps the draws part)

@@ -450,8 +450,10 @@ def compare_served(
     """compare --against-endpoint: the model here (A) beside the one a server runs (B), headless."""
     from tokenviz.backends.engines import engine_of
     from tokenviz.cli.table import print_served_comparison
+    from tokenviz.files.documents import trace_document
     from tokenviz.journey.served_comparison import compare_with_server
     from tokenviz.journey.session import Session
+    from tokenviz.worker.snapshots import snapshot_of
 
     try:
         journey = served.open(settings)  # (an unreachable server is told before A loads)
@@ -460,6 +462,7 @@ def compare_served(
         document = compare_with_server(session, journey, prompt)
     except TokenvizError as exc:
         fail(str(exc))
+    document["a"] = trace_document(snapshot_of(session))  # (A's journey, as trace --json gives it)
     print_result(document, as_json, print_served_comparison)
 
 

@@ -215,16 +215,23 @@ def print_served_comparison(doc: dict[str, Any], console: Console) -> None:
     """compare --against-endpoint: per step each side's token, the KL over the server's top-N, the
     rank each gives the other's choice; where the paths part."""
     a, b = doc["a"], doc["b"]
-    console.print(Text(safe_text(f"A {a['model']} (here) · B {b['model']} served at {b['endpoint']}"), style="bold"))
+    console.print(
+        Text(safe_text(f"A {a['model']['name']} (here) · B {b['model']} served at {b['endpoint']}"), style="bold")
+    )
     table = Table(header_style="bold")
     for name in ("step", "A chose", "B chose", "KL bits (top-N)", "A's rank of B's", "B's rank of A's", "request ms"):
         table.add_column(name, justify="left" if "chose" in name else "right")
-    for s in doc["steps"]:
+    for s in doc["diff"]:
         forced = " (on A's path)" if s["teacher_forced"] else ""
         chose = (Text(visible(s["a"]["text"])), Text(visible(s["b"]["text"]) + forced))
         ranks = (str(s["a_rank_of_b"]), str(s["b_rank_of_a"]))
-        table.add_row(str(s["index"]), *chose, f"{s['kl_top']:.5f}", *ranks, f"{s['request_ms']:.1f}")
+        table.add_row(str(s["index"]), *chose, f"{s['kl']:.5f}", *ranks, f"{s['request_ms']:.1f}")
     console.print(table)
     parted = doc["parted_at"]
     said = "the paths never part" if parted is None else f"the paths part at step {parted}"
+    if parted is not None and doc["independent_draws"]:
+        said += (
+            " (two independent draws, each side's own: not a difference between the models; the KL is; "
+            "--temperature 0 compares their choices)"
+        )
     console.print(Text(f"{said} · KL over {doc['kl_over']}", style="dim"))

@@ -59,7 +59,7 @@ def compare_with_server(session: Session, served: ServedJourney, prompt: str) ->
                 "index": pending.index,
                 "a": {"id": a_choice, "text": pending.decision.chosen_text},
                 "b": {"id": b.chosen.id, "text": b.chosen.text, "logprob": b.chosen.logprob},
-                "kl_top": kl_over(logits, b_top),
+                "kl": kl_over(logits, b_top),
                 "top1_agree": int(logits.reshape(-1).argmax()) == b.top[0].id,
                 "a_rank_of_b": rank_in(logits.reshape(-1), b.chosen.id),
                 "b_rank_of_a": served.rank_of(list(session.ids), a_choice, list(b_top.items())),
@@ -73,6 +73,9 @@ def compare_with_server(session: Session, served: ServedJourney, prompt: str) ->
         "a": {"model": session.runner.info.name, "text": session.text},
         "b": {"model": served.model, "endpoint": served.endpoint.url, "distribution": served.distribution},
         "kl_over": f"the server's top {served.top_n}, each side renormalised there",
-        "steps": steps,
+        # Sampled, each side draws on its own (the server by its own generator): a parting is two draws,
+        # not two models; greedy, it is the models' choices.
+        "independent_draws": not session.settings.greedy,
+        "diff": steps,
         "parted_at": parted_at,
     }
