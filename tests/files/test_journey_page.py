@@ -96,3 +96,19 @@ def test_chart_labels_fit_their_room():
         "5e-05",
     ]
     assert all(len(tick(v)) <= 6 for v in (0.1234567, 99999.0, 1234.5, 0.00012345))
+
+
+def test_entropy_and_p_chosen_are_charted_each_on_its_own_axis():
+    """Issue 51, item 10: p(chosen) was drawn on the entropy's axis (bits); it has its own, 0 to 1."""
+    snapshot, attention, _ = frozen_recording(steps=6)
+    html = journey_page(snapshot, attention, COLORS)
+    charts = {re.search(r"<title>(.*?)</title>", svg).group(1): svg for svg in re.findall(r"<svg.*?</svg>", html, re.S)}
+    p_chart = next(svg for title, svg in charts.items() if title.startswith("p(chosen) by step"))
+    entropy_chart = next(svg for title, svg in charts.items() if title.startswith("entropy (bits) by step"))
+    ticks = re.findall(r'class="tick">([^<]*)<', p_chart)
+    assert ticks[:2] == ["0", "1"]  # the y axis: a probability's
+    assert "p chosen" in p_chart and "p chosen" not in entropy_chart
+    from tokenviz.files.svg_charts import tick
+
+    top = max(r.entropy for r in snapshot.records)  # the entropy's axis: bits, up to the highest
+    assert re.findall(r'class="tick">([^<]*)<', entropy_chart)[1] == tick(top)

@@ -25,15 +25,19 @@ def test_the_page_shows_each_step_as_recorded_offline(tmp_path):
         browser.get(path.resolve().as_uri())
         chips = browser.find_elements(By.CSS_SELECTOR, ".chip")
         assert len(chips) == len(snapshot.chips)
-        chips[snapshot.prompt_len + 4].click()
+        chips[snapshot.prompt_len + 3].click()  # as in the app, a token shows the step made after it
         heading = until(lambda: browser.find_element(By.CSS_SELECTOR, "#step h2").text)
         assert heading.startswith("step 5:")  # numbered as the app numbers it: the 5th token generated
+        assert f"at position {snapshot.prompt_len + 3}" in heading and "pending" not in heading
         first = browser.find_element(By.CSS_SELECTOR, "#step tr:nth-child(2)")
         assert first.find_element(By.CSS_SELECTOR, "td.raw").text == f"{fifth.top[0].prob:.4f}"
         assert first.find_element(By.CSS_SELECTOR, "td.tok").text.replace("·", " ") == fifth.top[0].text
         until(lambda: browser.execute_script("return document.getElementById('heatmap').width") > 10)
         browser.find_element(By.TAG_NAME, "body").send_keys(Keys.ARROW_RIGHT)
         assert until(lambda: browser.find_element(By.CSS_SELECTOR, "#step h2").text).startswith("step 6:")
+        chips[-1].click()  # the newest token: the step pending after it, which no chip chose yet
+        pending = until(lambda: browser.find_element(By.CSS_SELECTOR, "#step h2").text)
+        assert pending.startswith(f"step {snapshot.pending.index + 1}:") and "pending" in pending
         assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
         assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
         if SCREENSHOTS:
@@ -55,7 +59,8 @@ def test_the_page_opens_where_the_app_was_with_a_scale_and_holds_at_800_px(tmp_p
         assert browser.execute_script("return document.getElementById('head').value") == "2"
         selected = browser.find_element(By.CSS_SELECTOR, ".chip.sel")
         assert selected.get_attribute("data-index") == str(cursor)
-        assert browser.find_element(By.CSS_SELECTOR, "#step h2").text.startswith("step 3:")  # the 3rd generated
+        # The step the app shows at its cursor: the one made after the cursor's token.
+        assert browser.find_element(By.CSS_SELECTOR, "#step h2").text.startswith("step 4:")
         ramp = browser.execute_script("return getComputedStyle(document.getElementById('ramp')).backgroundImage")
         assert ramp.startswith("linear-gradient")  # the heatmap's colour scale
         assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
@@ -90,7 +95,7 @@ def test_a_200_step_journey_of_the_bundled_model_makes_a_page_under_2_mb(bundled
     with chromium(1280, 1000) as browser:
         browser.get(path.resolve().as_uri())
         chips = browser.find_elements(By.CSS_SELECTOR, ".chip")
-        chips[snapshot.prompt_len + 4].click()
+        chips[snapshot.prompt_len + 3].click()  # (the step made after it: the 5th)
         first = browser.find_element(By.CSS_SELECTOR, "#step tr:nth-child(2)")
         assert first.find_element(By.CSS_SELECTOR, "td.raw").text == f"{snapshot.records[4].top[0].prob:.4f}"
         until(lambda: browser.execute_script("return document.getElementById('heatmap').width") > 10)
@@ -147,7 +152,7 @@ def test_the_page_says_which_interventions_were_in_force_and_shows_the_models_ow
     with chromium() as browser:
         browser.get(path.resolve().as_uri())
         chips = browser.find_elements(By.CSS_SELECTOR, ".chip")
-        chips[snapshot.prompt_len].click()
+        chips[snapshot.prompt_len - 1].click()  # (the last prompt token: the first step, made after it)
         step = until(lambda: browser.find_element(By.ID, "step").text)
         assert step.startswith("step 1:")
         assert "interventions in force: " + "; ".join(i.label for i in first.interventions) in step

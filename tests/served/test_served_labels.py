@@ -81,7 +81,7 @@ def test_the_served_page_in_a_browser_labels_the_top_n_and_the_entropy_floor(tmp
         facts = until(lambda: browser.find_element(By.ID, "facts").text)
         assert "layers" not in facts and "heads" not in facts and "the server's top 20 log-probabilities" in facts
         chips = browser.find_elements(By.CSS_SELECTOR, ".chip")
-        chips[snapshot.prompt_len].click()
+        chips[snapshot.prompt_len - 1].click()  # (the last prompt token: the first step, made after it)
         summary = until(lambda: browser.find_element(By.CSS_SELECTOR, "#step p").text)
         assert "entropy ≥ " in summary, summary
         stages = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#step ol li")]

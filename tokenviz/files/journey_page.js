@@ -54,12 +54,16 @@ function candidates(rows, chosenId, withFinal) {
   return t;
 }
 
+// As in the app, a token shows what the model predicted after it: the last prompt token, the first step;
+// the newest token, the step pending (computed, its token not taken yet).
 function showStep(i) {
   const box = $("step"); box.replaceChildren();
-  const step = D.steps[i - D.prompt_len];
+  const step = D.steps[i - D.prompt_len + 1];
   if (step) {
     // Numbered as the app numbers them: the step that chose the k-th generated token is step k.
-    box.appendChild(el("h2", `step ${step.index + 1}: ${visible(step.chosen[1])} (id ${step.chosen[0]})`));
+    const pending = step.index >= D.chips.length - D.prompt_len;
+    box.appendChild(el("h2", `step ${step.index + 1}: ${visible(step.chosen[1])} (id ${step.chosen[0]}), after `
+      + `${visible(D.chips[i][1])} at position ${i}` + (pending ? " · pending: computed, not taken yet" : "")));
     box.appendChild(el("p", `${step.mode} · final p ${p4(step.chosen_prob)} (rank ${step.chosen_rank}) · raw p ${p4(step.raw_prob)} `
       + `(rank ${step.raw_rank}) · entropy ${D.model.top_only ? "≥ " : ""}${step.entropy.toFixed(2)} bits`
       + (step.u === null ? "" :
@@ -86,12 +90,13 @@ function showStep(i) {
       step.watch.forEach((w) => box.appendChild(el("p", `${visible(w[1])} (id ${w[0]}): raw p ${p4(w[2])}, final p ${p4(w[3])}, rank ${w[4]}`)));
     }
   } else {
-    const pred = D.predictions[i - 1];
+    const pred = D.predictions[i];
     if (pred) {
       box.appendChild(el("h2", `prompt token ${i}: ${visible(D.chips[i][1])}`));
-      box.appendChild(el("p", `the prefill's prediction before it: raw p ${p4(pred[3])}, rank ${pred[4]}`));
+      box.appendChild(el("p", `the prefill's prediction after it, of the prompt's next token ${visible(D.chips[i + 1][1])}: `
+        + `raw p ${p4(pred[3])}, rank ${pred[4]}`));
       box.appendChild(candidates(pred[1], pred[2], false));
-    } else box.appendChild(el("p", "the first token is read, not predicted", "dim"));
+    } else box.appendChild(el("p", "no prediction after this token was kept", "dim"));
   }
 }
 
@@ -140,7 +145,7 @@ function drawHeatmap() {
   rows.forEach((pos, r) => {
     const w = rowOf(pos, layer, head);
     for (let k = 0; k <= pos; k++) { ctx.fillStyle = color(Math.sqrt(w[k])); ctx.fillRect(left + k * cell, top + r * cell, cell, cell); }
-    if (pos === selected - 1 || pos === selected) { ctx.strokeStyle = "white"; ctx.strokeRect(left, top + r * cell, (pos + 1) * cell, cell); }
+    if (pos === selected) { ctx.strokeStyle = "white"; ctx.strokeRect(left, top + r * cell, (pos + 1) * cell, cell); }
   });
   ctx.fillStyle = getComputedStyle(document.body).color; ctx.font = "10px monospace";
   rows.forEach((pos, r) => ctx.fillText(visible(D.chips[pos][1]).slice(0, 12), 2, top + r * cell + cell - 2));
@@ -148,7 +153,7 @@ function drawHeatmap() {
     ctx.fillText(visible(D.chips[k][1]).slice(0, 10), 0, 0); ctx.restore(); }
   $("attention-note").textContent = `rows: the token reading (query), columns: the token read (key); colour by √weight; `
     + `${rows.length} of ${D.chips.length} rows kept; hover for a cell's weight`;
-  const row = rows.indexOf(Math.max(selected - 1, rows[0]));  // the selected step's row in view
+  const row = rows.indexOf(Math.max(selected, rows[0]));  // the selected token's row (its query) in view
   if (row >= 0) $("map").scrollTop = Math.max(0, top + row * cell - 120);
   canvas.onmousemove = (e) => {
     const box = canvas.getBoundingClientRect(), sx = canvas.width / box.width;

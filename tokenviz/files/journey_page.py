@@ -1,6 +1,7 @@
 """A journey as one self-contained HTML page: data, script and styles inline, no network needed.
 
-Click a token (or use ← →) to see the step that chose it: the model's top candidates with raw and
+Click a token (or use ← →) to see the step made after it, as the app's cursor shows it (the newest
+token: the pending step): the model's top candidates with raw and
 final probabilities, every sampling stage, the draw; the attention of any layer and head as a
 heatmap with token labels; charts of the journey over its steps. Text from the model reaches the
 page only as JSON inside a script element (with `<` escaped) and is inserted with textContent.
@@ -107,16 +108,17 @@ def _charts(snapshot: Snapshot, colors: dict[str, str]) -> list[str]:
     records = snapshot.records
     steps = [float(r.index) for r in records]
     bar, final = colors["bar"], colors["bar_final"]
-    charts = [
+    served = snapshot.info is not None and snapshot.info.top_only > 0
+    entropy = "entropy ≥ (bits: a floor, from the server's top N)" if served else "entropy (bits)"
+    charts = [  # (each on its own axis: bits, and a probability from 0 to 1)
+        line_chart(f"{entropy} by step", steps, [("entropy", [r.entropy for r in records], bar)], "step"),
         line_chart(
-            "entropy (bits) and p(chosen) by step",
+            "p(chosen) by step: the chosen token's final probability",
             steps,
-            [
-                ("entropy", [r.entropy for r in records], bar),
-                ("p chosen", [r.decision.chosen_prob for r in records], final),
-            ],
+            [("p chosen", [r.decision.chosen_prob for r in records], final)],
             "step",
-        )
+            y_range=(0.0, 1.0),
+        ),
     ]
     palette = [bar, final, colors["chosen"], colors["primary"]]
     watched = [
@@ -136,7 +138,6 @@ def _charts(snapshot: Snapshot, colors: dict[str, str]) -> list[str]:
             )
         )
     decoded = records[1:]
-    served = snapshot.info is not None and snapshot.info.top_only > 0
     if decoded:  # a served model's: a request's time, not a forward pass's
         took, over = ("request", "tokens of context") if served else ("decode", "tokens in the KV cache")
         charts.append(

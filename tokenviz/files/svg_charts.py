@@ -19,15 +19,20 @@ def tick(value: float) -> str:
 
 
 def line_chart(
-    title: str, xs: Sequence[float], series: Sequence[tuple[str, Sequence[float], str]], y_label: str = ""
+    title: str,
+    xs: Sequence[float],
+    series: Sequence[tuple[str, Sequence[float], str]],
+    y_label: str = "",
+    y_range: tuple[float, float] | None = None,
 ) -> str:
     """An SVG line chart of one or more `series` (name, values, colour) over `xs`, with its axes'
-    ranges written at their ends. Empty when there is nothing to draw."""
+    ranges written at their ends; the y axis over `y_range` where given (a probability's 0 to 1),
+    else from 0 to the values'. Empty when there is nothing to draw."""
     points = [(x, y) for _, ys, _ in series for x, y in zip(xs, ys)]
     if not points:
         return ""
     x0, x1 = min(x for x, _ in points), max(x for x, _ in points)
-    y0, y1 = min(0.0, min(y for _, y in points)), max(y for _, y in points)
+    y0, y1 = y_range or (min(0.0, min(y for _, y in points)), max(y for _, y in points))
     x1, y1 = (x1 if x1 > x0 else x0 + 1), (y1 if y1 > y0 else y0 + 1)
 
     def at(x: float, y: float) -> str:
