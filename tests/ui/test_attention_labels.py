@@ -17,3 +17,26 @@ def test_a_row_label_names_the_position_and_the_tokens_of_its_two_rows():
 def test_each_key_column_shows_its_tokens_first_letters():
     assert key_axis(range(5), CHIPS, 1) == "TETi↵"
     assert key_axis(range(1, 3), CHIPS, 3) == "EifTow"
+
+
+async def test_the_marked_row_names_the_cursors_position_when_it_shares_a_terminal_row():
+    """Issue 51, item 11: two query rows share a terminal row; with the cursor on the second, the mark
+    said the first's position (59 with the cursor at 60). It says the cursor's."""
+    from apptools import make_app, settle
+
+    from tokenviz.contract.settings import SamplingSettings
+    from tokenviz.ui.panes.attention import AttentionPane
+
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=60), context=256)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(app, pilot)
+        for _ in range(30):
+            await pilot.press("space")
+        await settle(app, pilot)
+        for _ in range(3):  # the cursor on each row of a pair, in turn
+            await pilot.press("left")
+            await settle(app, pilot)
+            await pilot.pause(0.3)
+            cursor = app.journey.cursor
+            marked = [strip.text for strip in app.query_one(AttentionPane)._strips if strip.text.startswith("▶")]
+            assert len(marked) == 1 and marked[0][1:5].strip() == str(cursor), (marked, cursor)

@@ -101,3 +101,22 @@ async def test_a_theme_switch_repaints_every_cell_and_the_palette_finds_themes_b
         app.search_themes()
         await pilot.pause(0.2)
         assert ThemePicker in [type(p) for p in app.screen._providers]
+
+
+def test_the_help_describes_the_colours_every_theme_draws():
+    """Issue 51, item 11: the help said 'grey chips' and 'brighter = more weight', false in the light
+    theme (heavy attention is dark navy there). What it says now holds in each theme: the heatmap's
+    heavy end is brighter than its light end on a dark theme and darker on a light one."""
+    from tokenviz.ui.screens import HELP
+
+    assert "grey chips" not in HELP and "brighter = more weight" not in HELP
+    assert "brighter on a dark" in HELP and "darker on a light one" in HELP
+
+    def luminance(hex_color: str) -> float:
+        r, g, b = parse_hex(hex_color)
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+    for name, theme in load_themes().items():
+        stops = theme.variables["heatmap-stops"].split()
+        heavier_is_brighter = luminance(stops[-1]) > luminance(stops[0])
+        assert heavier_is_brighter == theme.dark, name

@@ -32,14 +32,15 @@ stages reshape them; a draw picks one token; it is appended and the loop repeats
 
 ## Panes
 
-- **tokens**: the prompt (grey chips) and generated tokens (green), each with its id. `·` is a
+- **tokens**: the prompt and the generated tokens (chips of two colours, the theme's), each with its id. `·` is a
   space, `↵` a newline, `<0x..>` a byte that is only part of a character or a control character,
   `⟨…⟩` a special token.
   The underlined chip is the cursor (←/→); the other panes follow it. "next" is the pending choice.
 - **attention**: the causal attention matrix of one layer: row = the token reading (query), column
-  = the token read (key); brighter = more weight; the future is blank. Two matrix rows per terminal
-  row. `mean`/`max` combine heads; a single head shows its key/value group (heads share K/V in
-  grouped-query attention). The line below names the tokens the cursor attends to most.
+  = the token read (key); more weight = further along the theme's colour scale (brighter on a dark
+  theme, darker on a light one); a row has no cells past its own token (none reads the future).
+  Two matrix rows per terminal row. `mean`/`max` combine heads; a single head shows its key/value
+  group (heads share K/V in grouped-query attention). The line below names the tokens the cursor attends to most.
 - **next token**: the model's own top-n for the position after the cursor: logit, probability, a
   bar. Entropy (bits) says how unsure the model is. ▶ marks the token taken, with its rank.
 - **sampling**: the stages in order (penalties → temperature → top-k → top-p → min-p), how many

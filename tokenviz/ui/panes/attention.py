@@ -183,7 +183,7 @@ class AttentionPane(LinesPane):
             has_cursor = cursor in (upper, lower)
             new = [q for q in dict.fromkeys((upper, lower)) if q > labelled]  # a row is labelled once
             labelled = max(labelled, upper, lower)
-            label = row_label(new, chips, has_cursor)
+            label = row_label([cursor] if has_cursor and cursor in new else new, chips, has_cursor)
             # The map's cells set both their colours; the pane's style goes under the label only.
             key = (label, has_cursor, row[0].text if shades else row.tobytes())
             line = kept.get(key)
@@ -205,7 +205,8 @@ def heat_colors(stops: tuple[str, ...]) -> list[str]:
 
 
 def row_label(queries: list[int], chips: Sequence[TokenChip], cursor: bool) -> str:
-    """`▶  12 The/·E`: the cursor mark, the first position and the tokens of one terminal row."""
+    """`  12 The/·E`: the first position and the tokens of one terminal row (its two query rows); the
+    cursor's row, `▶  13 ·E`: the cursor's own position and token, not its neighbour's."""
     if not queries:
         return " " * LABEL
     pieces = "/".join(visible(chips[q].text) for q in queries)
