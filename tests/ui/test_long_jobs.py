@@ -135,3 +135,22 @@ async def test_a_recordings_model_keys_say_what_they_need():
         await wait_for(lambda: any("B needs the model" in n.message for n in app._notifications), pilot)
         note = next(n.message for n in app._notifications if "B needs the model" in n.message)
         assert f"tokenviz --model {name}" in note
+
+
+async def test_a_recording_says_so_on_the_status_line_and_its_times_are_the_recorded_ones():
+    """Issue 51, item 11: replay said nothing on screen that it is a recording, and its status showed
+    `fwd 412.2 ms` as if a pass had just run."""
+    from tokenviz.render.units import elapsed
+
+    recording = frozen_recording(steps=4)
+    app = recorded_app(recording)
+    async with app.run_test(size=(200, 40)) as pilot:
+        await wait_for(lambda: "recording" in status(app), pilot)
+        line = status(app)
+        assert line.startswith("recording · ")
+        latest = recording[0].latest
+        assert f"recorded fwd {elapsed(latest.forward_ms)}" in line and " fwd" not in line.replace("recorded fwd", "")
+    app = make_app(SamplingSettings(temperature=0))
+    async with app.run_test(size=(200, 40)) as pilot:
+        await settle(app, pilot)
+        assert "recording" not in status(app) and "recorded" not in status(app) and "fwd " in status(app)

@@ -77,8 +77,10 @@ async def test_the_branch_tree_wraps_its_figures_at_80x24():
         await pilot.pause()
         lines = pane.body.render_lines(pane.body.region.reset_offset)
         shown = " ".join(" ".join("".join(seg.text for seg in line).split()) for line in lines)
-        for b in s.branches:  # every branch's figures, whole
-            assert f"{b.logprob:.2f}" in shown and f"entropy {b.mean_entropy:.2f} bits · shares {b.shared}" in shown
+        for b in s.branches:  # every branch's figures, whole, and what the shared count counts
+            said = "" if b.current else f" · same first {b.shared} tok as current"
+            assert f"{b.logprob:.2f}" in shown and f"entropy {b.mean_entropy:.2f} bits{said}" in shown
+        assert "shares" not in shown
 
 
 async def test_the_lens_header_is_whole_at_80x24():

@@ -41,9 +41,11 @@ class BranchPane(ScrollPane):
             mark = "●" if b.current else ("▶" if i == self.selected else " ")
             style = f"bold {chosen}" if b.current else (f"bold {cursor}" if i == self.selected else "")
             label = "current" if b.current else f"branch {i}"
+            # (how far it runs with the current path: the tokens both hold from the first, the prompt's included)
+            shared = "" if b.current else f"same first {b.shared} tok as current · "
             listing.append(
                 f"{mark} {label:<9} {b.tokens:>3} tok · log-prob {b.logprob:8.2f} · "
-                f"entropy {b.mean_entropy:4.2f} bits · shares {b.shared:>3} · ",
+                f"entropy {b.mean_entropy:4.2f} bits · {shared}",
                 style=style,
             )
             listing.append(visible(b.text) + "\n", style=style)

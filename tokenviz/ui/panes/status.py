@@ -66,28 +66,13 @@ class StatusLine(Static):
                 text.append(f" · {self._elapsed(s.message)}")
             self.update(text)
             return
-        latest = s.latest
         if s.message and s.live:  # a job's progress, or a continuation's (a recording's says what a footer does)
             state = s.message
         if s.playing and s.pace_s:
             state += f" (a step every {s.pace_s:g} s)"
-        items: list[tuple[float, str]] = [
-            (0, f"step {len(s.chips) - s.prompt_len}"),
-            (0, f"{len(s.chips)} tokens"),
-        ]  # (priority, text)
-        if s.why:  # why the text looks as it does, once it has stopped: kept before the figures, not the step
-            items.append((0.5, f"why: {s.why[0]}" + (f" +{len(s.why) - 1}" if len(s.why) > 1 else "")))
-        on = [i for i, active in s.interventions if active]
-        if on:  # the model is not itself: say so among the first
-            items.append((0, on[0].label + (f" +{len(on) - 1}" if len(on) > 1 else "")))
-        served = s.info.top_only > 0  # (a server's: a step is a request, network included; its cache unknown here)
-        if latest is not None:
-            items.append((3, f"{'request' if served else 'fwd'} {elapsed(latest.forward_ms)}"))
-            if s.tokens_per_s:
-                items.append((2, f"{s.tokens_per_s:.1f} tok/s decode"))
-            if not served:
-                items.append((4, f"KV {latest.kv_len} tok {human_bytes(latest.kv_bytes)}"))
-        items += [(5, s.info.name), (1, s.info.device), (1, s.info.dtype)]
+        if not s.live:  # a recording: every figure is what was computed when it was made, nothing runs now
+            state = f"recording · {state}"
+        items = status_items(s)
         width = self.content_size.width or 10**6  # not laid out yet: keep everything
         while items and cell_len(state) + sum(cell_len(t) + 3 for _, t in items) > width:
             items.remove(max(items, key=lambda item: item[0]))  # the least important goes first
@@ -98,3 +83,29 @@ class StatusLine(Static):
     def on_resize(self) -> None:
         if self._shown is not None:
             self.show(self._shown)
+
+
+def status_items(s: Snapshot) -> list[tuple[float, str]]:
+    """The status line's items after its state, each with its priority (the highest dropped first
+    where the line is too narrow)."""
+    assert s.info is not None
+    latest = s.latest
+    items: list[tuple[float, str]] = [
+        (0, f"step {len(s.chips) - s.prompt_len}"),
+        (0, f"{len(s.chips)} tokens"),
+    ]  # (priority, text)
+    if s.why:  # why the text looks as it does, once it has stopped: kept before the figures, not the step
+        items.append((0.5, f"why: {s.why[0]}" + (f" +{len(s.why) - 1}" if len(s.why) > 1 else "")))
+    on = [i for i, active in s.interventions if active]
+    if on:  # the model is not itself: say so among the first
+        items.append((0, on[0].label + (f" +{len(on) - 1}" if len(on) > 1 else "")))
+    served = s.info.top_only > 0  # (a server's: a step is a request, network included; its cache unknown here)
+    if latest is not None:
+        then = "" if s.live else "recorded "
+        items.append((3, f"{then}{'request' if served else 'fwd'} {elapsed(latest.forward_ms)}"))
+        if s.tokens_per_s:
+            items.append((2, f"{then}{s.tokens_per_s:.1f} tok/s decode"))
+        if not served:
+            items.append((4, f"KV {latest.kv_len} tok {human_bytes(latest.kv_bytes)}"))
+    items += [(5, s.info.name), (1, s.info.device), (1, s.info.dtype)]
+    return items
