@@ -128,6 +128,15 @@ class PromptChoice:
     chat: bool  # put it through the model's chat template as a user message
 
 
+class OnOffBox(Checkbox):
+    """A checkbox whose mark says its state: ✓ when on, an empty box when off (Textual's draws an X
+    both ways, only its colour changing, and an X reads as ticked)."""
+
+    @property  # (read by ToggleButton where it draws the button)
+    def BUTTON_INNER(self) -> str:  # type: ignore[override]
+        return "✓" if self.value else " "
+
+
 class PromptScreen(ModalScreen[PromptChoice | None]):
     """The prompt editor: several lines of text, and for a model with a chat template a switch
     between a chat message and plain text to continue, set as the journey is."""
@@ -176,7 +185,7 @@ class PromptScreen(ModalScreen[PromptChoice | None]):
             yield TextArea(self.prompt, id="prompt-input", soft_wrap=True, show_line_numbers=False)
             yield Label("", id="prompt-count", classes="dim")
             if self.can_chat:
-                yield Checkbox("chat: a user message through the model's chat template", self.chat, id="chat")
+                yield OnOffBox("chat: a user message through the model's chat template", self.chat, id="chat")
             else:
                 yield Label("plain text to continue (this model has no chat template)", classes="dim")
 
