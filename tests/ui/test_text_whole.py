@@ -154,3 +154,32 @@ async def test_after_a_stop_the_text_line_ends_with_the_token_the_stop_took():
         assert s.stop_reason and s.chips[-1].text
         assert text_line(app).rstrip() == safe_text(s.full_text.replace("\n", "↵").replace("\t", " ")).rstrip()
         assert s.full_text.endswith(s.chips[-1].text)
+
+
+async def test_d_opens_on_the_answer_not_the_top_of_a_long_prompt():
+    """Issue 51, item 11: in chat, D opened on the system prompt; the answer had to be scrolled to.
+    It opens with the answer's first line in view (two lines of the prompt above it), and after a
+    scroll a redraw keeps the reader's place."""
+    prompt = "".join(f"line {i}\n" for i in range(40)) + "And so"
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=4), prompt=prompt, context=1024)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("space", "space")
+        s = await settle(app, pilot)
+        await pilot.press("D")
+        await wait_for(lambda: app.query_one("#views").current == "text", pilot)
+        pane = app.query_one(TextPane)
+        await wait_for(lambda: pane.scroll_y > 0, pilot)
+        top, height = round(pane.scroll_y), pane.scrollable_content_region.height
+        lines = s.full_text.splitlines()
+        answer_line = len(lines) - 1  # the answer continues the prompt's last line ("And so …")
+        assert top <= answer_line < top + height, (top, answer_line)
+        assert answer_line - top == 2 or top == round(pane.max_scroll_y)  # (a short answer: as far as it scrolls)
+        pane.scroll_to(y=0, animate=False)
+        await pilot.pause(0.2)
+        await pilot.press("space")
+        await settle(app, pilot)
+        await pilot.pause(0.2)
+        assert pane.scroll_y == 0  # (a step redraws the view; only opening it again moves it)
+        await pilot.press("D", "D")  # closed and opened again: on the answer again
+        await wait_for(lambda: pane.scroll_y > 0, pilot)

@@ -27,8 +27,16 @@ def chip_spans(texts: list[str], full_text: str) -> list[tuple[int, int]] | None
     return spans
 
 
+ANSWER_CONTEXT = 2  # lines of the prompt kept above the answer where the view opens
+
+
 class TextPane(ScrollPane):
     TITLE = "text"
+
+    _opening = True  # the next draw scrolls to the answer (its first, and the first after it was hidden)
+
+    def on_hide(self) -> None:  # (only the view in front is drawn: its next draw is its opening)
+        self._opening = True
 
     def draw(self, selection: Selection) -> None:
         s = selection.snapshot
@@ -44,3 +52,8 @@ class TextPane(ScrollPane):
         generated = len(s.chips) - s.prompt_len
         self.border_subtitle = f"{len(full):,} characters · {generated} generated tokens · ↑ ↓ PgUp PgDn scroll"
         self.body.update(text)
+        if self._opening:  # where the answer starts (in chat, after the system prompt and template), not the top
+            self._opening = False
+            width = max(self.body.content_size.width or self.size.width - 2, 1)
+            before = len(text[: len(safe_text(full[:prompt_end]))].wrap(self.app.console, width)) if prompt_end else 0
+            self.call_after_refresh(self.scroll_to, y=max(before - 1 - ANSWER_CONTEXT, 0), animate=False)
