@@ -183,3 +183,37 @@ async def test_d_opens_on_the_answer_not_the_top_of_a_long_prompt():
         assert pane.scroll_y == 0  # (a step redraws the view; only opening it again moves it)
         await pilot.press("D", "D")  # closed and opened again: on the answer again
         await wait_for(lambda: pane.scroll_y > 0, pilot)
+
+
+async def test_a_line_too_long_for_its_view_ends_in_an_ellipsis_and_speculations_summary_is_whole():
+    """Issue 51, item 11: the lens cut 'never settles as to', attribution 'the first-order ch', and the
+    speculation view's first line '… · 2% of 50…' mid-figure. A cut line now ends in '…', and the
+    speculation summary is one of its whole variants at 120x36."""
+    from tokenviz.contract.commands import Attribute, Speculate
+    from tokenviz.ui.panes.attribution import AttributionPane
+    from tokenviz.ui.panes.speculation import SpeculationPane
+
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=8), prompt="The cat sat on the mat. The cat sat")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("S")
+        await wait_for(lambda: app.journey.snapshot.result(Speculate) is not None, pilot, timeout=30)
+        await pilot.pause(0.2)
+        pane = app.query_one(SpeculationPane)
+        lines = pane.body.render_lines(pane.body.region.reset_offset)
+        first = "".join(seg.text for seg in lines[0]).rstrip()
+        spec = app.journey.snapshot.result(Speculate)
+        assert "…" not in first and f"{spec.acceptance_rate:.0%}" in first and f"{len(spec.ids)} tok" in first
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=4))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        app.journey.action_attribution("grad")  # (its method line is longer than 80 columns)
+        await wait_for(lambda: app.journey.snapshot.result(Attribute) is not None, pilot, timeout=30)
+        await pilot.pause(0.2)
+        pane = app.query_one(AttributionPane)
+        whole = str(pane.body.render()).splitlines()
+        shown = [
+            "".join(seg.text for seg in line).rstrip() for line in pane.body.render_lines(pane.body.region.reset_offset)
+        ]
+        cut = [(full, line) for full, line in zip(whole, shown) if line.strip() and full.rstrip() != line]
+        assert cut and all(line.endswith("…") for _, line in cut), (cut, whole, shown)

@@ -57,7 +57,7 @@ def current_attribution(selection: Selection) -> Attribution | None:
 class AttributionPane(ScrollPane):
     TITLE = "attribution"
     DEFAULT_CSS = """
-    AttributionPane > .body { text-wrap: nowrap; text-overflow: clip; }
+    AttributionPane > .body { text-wrap: nowrap; text-overflow: ellipsis; }
     AttributionPane > .body.-note { text-wrap: wrap; }
     """
 
@@ -73,7 +73,7 @@ class AttributionPane(ScrollPane):
         width = max(self.size.width - 2, 30)
         bar_w = max(width - 32, 4)
         top = a.largest
-        text = Text(no_wrap=True, overflow="crop")
+        text = Text(no_wrap=True, overflow="ellipsis")
         text.append(f"why {visible(a.target_text)} after position {a.position}", Style(bold=True))
         text.append(f"  log p {a.logprob:.3f} (p {probability(math.exp(a.logprob))})\n")
         text.append(EXPLAINED[a.method] + "\n", Style(dim=True))

@@ -33,7 +33,7 @@ def inspection_or_note(selection: Selection, body: Static, waiting: str) -> Insp
 class LensPane(ScrollPane):
     TITLE = "logit lens"
     DEFAULT_CSS = """
-    LensPane > .body { text-wrap: nowrap; text-overflow: clip; }
+    LensPane > .body { text-wrap: nowrap; text-overflow: ellipsis; }
     LensPane > .body.-note { text-wrap: wrap; }
     """
 
@@ -51,7 +51,7 @@ class LensPane(ScrollPane):
         watched = inspection.pinned
         watch_w = 13  # " rank p.ppp" under the watched token's piece
         bar_w = max(width - n_top * (piece_w + 7) - 20 - watch_w * len(watched), 0)
-        text = Text(no_wrap=True, overflow="crop")
+        text = Text(no_wrap=True, overflow="ellipsis")
         chosen_text = visible(chosen_text_of(selection, inspection))
         text.append(f"@{inspection.position} {visible(inspection.token_text)} → {chosen_text}: ", style="bold")
         text.append(

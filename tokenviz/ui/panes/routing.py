@@ -31,7 +31,7 @@ def routes_at(snapshot: Snapshot, position: int) -> tuple[LayerRoute, ...] | Non
 class RoutingPane(ScrollPane):
     TITLE = "routing"
     DEFAULT_CSS = """
-    RoutingPane > .body { text-wrap: nowrap; text-overflow: clip; }
+    RoutingPane > .body { text-wrap: nowrap; text-overflow: ellipsis; }
     RoutingPane > .body.-note { text-wrap: wrap; }
     """
 
@@ -45,7 +45,7 @@ class RoutingPane(ScrollPane):
         self.body.set_class(False, "-note")
         routes = routes_at(s, selection.cursor)
         width = max(self.size.width - 3, 30)
-        text = Text(no_wrap=True, overflow="crop")
+        text = Text(no_wrap=True, overflow="ellipsis")
         piece = visible(s.chips[selection.cursor].text) if selection.cursor < len(s.chips) else ""
         text.append(f"@{selection.cursor} {piece}: each MoE layer's experts for it\n", "bold")
         if routes is not None:

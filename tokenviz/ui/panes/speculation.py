@@ -30,6 +30,10 @@ class SpeculationPane(ScrollPane):
             f"{spec.drafted} drafted",
             f"{spec.drafter} · {len(spec.rounds)} forwards, {len(spec.ids)} tokens · "
             f"{spec.acceptance_rate:.0%} of {spec.drafted} accepted",
+            # (narrower: every figure whole, the drafter dropped; the title and the legend say what it is)
+            f"{len(spec.rounds)} forwards, {len(spec.ids)} tokens · "
+            f"{spec.acceptance_rate:.0%} of {spec.drafted} accepted",
+            f"{len(spec.rounds)} fwd, {len(spec.ids)} tok · {spec.acceptance_rate:.0%} accepted",
         )
         legend = (
             "each round: drafts ✓ accepted / ✗ rejected, then → the target's own token "

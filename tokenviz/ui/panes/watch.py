@@ -36,13 +36,13 @@ def current_difference(selection: Selection) -> LogitDifference | None:
 class WatchPane(ScrollPane):
     TITLE = "watched tokens"
     DEFAULT_CSS = """
-    WatchPane > .body { text-wrap: nowrap; text-overflow: clip; }
+    WatchPane > .body { text-wrap: nowrap; text-overflow: ellipsis; }
     WatchPane > .body.-note { text-wrap: wrap; }
     """
 
     def draw(self, selection: Selection) -> None:
         s = selection.snapshot
-        text = Text(no_wrap=True, overflow="crop")
+        text = Text(no_wrap=True, overflow="ellipsis")
         self.body.set_class(not s.pinned, "-note")  # a note wraps; the table does not
         if not s.pinned:
             text.append(
