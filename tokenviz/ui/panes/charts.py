@@ -11,8 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rich.cells import cell_len
 from textual.app import ComposeResult
 from textual.containers import Grid
+from textual.markup import escape
 from textual_plotext import PlotextPlot
 
 from tokenviz.ui.panes.base import Pane
@@ -98,19 +100,24 @@ class ChartsPane(Pane, Grid):
             "decode": [("forward ms", [float(r.kv_len) for r in decoded], [r.forward_ms for r in decoded])],
             "cache": [("KV MB", [float(r.kv_len) for r in records], [r.kv_bytes / 2**20 for r in records])],
         }
-        titles = {
-            "entropy": "entropy (bits, left) and p(chosen) (right) by step",
-            "watched": "watched tokens: raw p by step" if s.pinned else "no token watched (w)",
-            "surprisal": "the prompt's surprisal (bits) by position",
-            "decode": "decode ms against context (tokens)",
-            "cache": "KV cache MB against tokens",
+        titles = {  # the fullest that fits the chart is drawn (plotext drops a title too wide for it)
+            "entropy": (
+                "entropy (bits, left) and p(chosen) (right) by step",
+                "entropy (left), p chosen (right)",
+                "entropy, p chosen",
+            ),
+            "watched": ("watched tokens: raw p by step", "watched: raw p") if s.pinned else ("no token watched (w)",),
+            "surprisal": ("the prompt's surprisal (bits) by position", "prompt surprisal (bits)", "surprisal"),
+            "decode": ("decode ms against context (tokens)", "decode ms by context", "decode ms"),
+            "cache": ("KV cache MB against tokens", "KV MB by tokens", "KV MB"),
         }
-        colors = [
-            rgb(self.theme_colors.bar),
-            rgb(self.theme_colors.bar_final),
-            rgb(self.theme_colors.chosen),
-            rgb(self.theme_colors.chip_cursor),
+        hexes = [
+            self.theme_colors.bar,
+            self.theme_colors.bar_final,
+            self.theme_colors.chosen,
+            self.theme_colors.chip_cursor,
         ]
+        colors = [rgb(h) for h in hexes]
         one = self.one_at_a_time
         self.set_class(one, "-one")
         for index, name in enumerate(CHARTS):
@@ -118,14 +125,24 @@ class ChartsPane(Pane, Grid):
             widget.set_class(index == self.shown, "-shown")
             if one and index != self.shown:
                 continue
-            self._plot(widget, titles[name], self.series[name], colors, name)
+            room = (widget.size.width or self.content_size.width) - 2  # (a chart just shown is not laid out yet)
+            title = next((t for t in titles[name] if cell_len(t) <= room), titles[name][-1])
+            self._plot(widget, title, self.series[name], colors, name)
         if one:
-            at, ranges = f"{self.shown + 1}/{len(CHARTS)}", _ranges(self.series[CHARTS[self.shown]])
+            series = self.series[CHARTS[self.shown]]
+            at, ranges = f"{self.shown + 1}/{len(CHARTS)}", _ranges(series)
             self.set_title(
                 f"charts · {at}: {ranges} · ← → change", f"charts · {at}: {ranges}", f"charts · {at} · ← → change"
             )
+            # Which colour is which line: a chart this small has no room for plotext's key.
+            key = " ".join(
+                f"[{hexes[i % len(hexes)]}]━━ {escape(label)}[/]" for i, (label, xs, _) in enumerate(series) if xs
+            )
+            if key != self.border_subtitle:
+                self.border_subtitle = key
         else:
             self.set_title("charts")
+            self.border_subtitle = ""
 
     def _plot(
         self, widget: PlotextPlot, title: str, series: Series, colors: Sequence[tuple[int, int, int]], name: str
@@ -134,7 +151,7 @@ class ChartsPane(Pane, Grid):
         plt.clear_data()
         plt.clear_figure()
         plt.title(title)
-        keyed = widget.size.height >= 14  # a short chart leaves its key to the pane's title
+        keyed = widget.size.height >= 14  # a short chart leaves its key to the pane's subtitle
         for i, (label, xs, ys) in enumerate(series):
             if not xs:
                 continue
