@@ -217,3 +217,27 @@ async def test_a_line_too_long_for_its_view_ends_in_an_ellipsis_and_speculations
         ]
         cut = [(full, line) for full, line in zip(whole, shown) if line.strip() and full.rstrip() != line]
         assert cut and all(line.endswith("…") for _, line in cut), (cut, whole, shown)
+
+
+async def test_the_sampling_pane_at_80x24_gives_its_rows_to_the_kept_tokens():
+    """Issue 51, item 11: at 80x24 the sampling pane's stages took two lines and left rows for 2 of the
+    kept tokens. A short pane says the stages in one compact line (each stage's setting and how many
+    it kept), and the rows go to the tokens."""
+    from tokenviz.ui.panes.sampling import SamplingPane
+
+    app = make_app(SamplingSettings(temperature=0.7, top_k=8, top_p=0.9, seed=1))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("space")
+        s = await settle(app, pilot)
+        await pilot.pause(0.2)
+        d = s.pending.decision
+        lines = str(app.query_one(SamplingPane).content).splitlines()
+        assert lines[0] == "softmax → " + " → ".join(f"{st.detail}: {st.kept}" for st in d.stages) + " → draw"
+        rows = lines[2:-1]  # after the stages and the header, before the draw
+        kept = sum(p > 0 for p in d.final_probs)
+        assert len(rows) >= min(kept, 3), lines
+    app = make_app(SamplingSettings(temperature=0.7, top_k=8, top_p=0.9, seed=1))
+    async with app.run_test(size=(160, 48)) as pilot:  # room enough: the stages in full
+        await settle(app, pilot)
+        assert str(app.query_one(SamplingPane).content).startswith("logits → softmax → temperature")

@@ -82,6 +82,29 @@ def pinned_rows(d: Decision, rows: int) -> list[int]:
     return [*ordered[: rows - 1], chosen]
 
 
+def pipeline_text(d: Decision, top_only: int, compact: bool = False) -> Text:
+    """The stages in order, each with what it kept: `logits → softmax → temperature T=0.7: 300 kept
+    (100.0% of mass) → … → draw`; `compact`, one short line: `softmax → T=0.7: 300 → k=8: 8 → draw`."""
+    served = f"the server's top {top_only} (raw)" if d.stages else f"the server's top {top_only}"
+    start = (f"top {top_only}" if compact else served) if top_only else ("softmax" if compact else "logits → softmax")
+    pipeline = Text(start, style="bold")
+    if top_only and d.stages and not compact:
+        pipeline.append(" · the stages recomputed here over those only", style="dim")
+    for st in d.stages:
+        pipeline.append(f" → {st.detail}: " if compact else f" → {st.name} {st.detail}: ", style="bold")
+        if st.is_penalty:  # it keeps every token: what it did is the tokens it penalised (↓ below)
+            pipeline.append(f"{st.changed}↓" if compact else f"{st.changed} tokens penalised ↓")
+        elif st.is_grammar:  # what it forbade is struck through below
+            allowed = "forced: the only token allowed" if st.kept == 1 else f"{st.kept:,} allowed"
+            pipeline.append(allowed if compact else f"{allowed}, {st.removed:.1%} of the mass removed")
+        else:
+            pipeline.append(f"{st.kept}" if compact else f"{st.kept} kept ({st.mass:.1%} of mass)")
+    pipeline.append(" → ", style="bold")
+    last = {"greedy": "argmax", "forced": "forced", "drawn": "the server's draw"}.get(d.mode, "draw")
+    pipeline.append(last, style="bold")
+    return pipeline
+
+
 class SamplingPane(BoxPane):
     TITLE = "sampling"
 
@@ -97,29 +120,16 @@ class SamplingPane(BoxPane):
         bar_color = self.theme_colors.bar
         final_color = self.theme_colors.bar_final
 
-        top_only = selection.info.top_only
-        served = f"the server's top {top_only} (raw)" if d.stages else f"the server's top {top_only}"
-        pipeline = Text(served if top_only else "logits → softmax", style="bold")
-        if top_only and d.stages:
-            pipeline.append(" · the stages recomputed here over those only", style="dim")
-        for st in d.stages:
-            pipeline.append(f" → {st.name} {st.detail}: ", style="bold")
-            if st.is_penalty:  # it keeps every token: what it did is the tokens it penalised (↓ below)
-                pipeline.append(f"{st.changed} tokens penalised ↓")
-            elif st.is_grammar:  # what it forbade is struck through below
-                allowed = "forced: the only token allowed" if st.kept == 1 else f"{st.kept:,} allowed"
-                pipeline.append(f"{allowed}, {st.removed:.1%} of the mass removed")
-            else:
-                pipeline.append(f"{st.kept} kept ({st.mass:.1%} of mass)")
-        pipeline.append(" → ", style="bold")
-        last = {"greedy": "argmax", "forced": "forced", "drawn": "the server's draw"}.get(d.mode, "draw")
-        pipeline.append(last, style="bold")
-
         width = max(self.size.width, 1)
         decision = Text(decision_line(d, width), style=f"bold {chosen_color}")
-        pipeline_rows = len(pipeline.wrap(self.app.console, width))
         decision_rows = len(decision.wrap(self.app.console, width))
-        rows = max(self.size.height - pipeline_rows - decision_rows - 1, 1)
+        kept = sum(p > 0 for p in d.final_probs)  # the watched tokens the draw could still take
+        for compact in (False, True):  # a short pane gives the pipeline one line, for the kept tokens' rows
+            pipeline = pipeline_text(d, selection.info.top_only, compact)
+            pipeline_rows = len(pipeline.wrap(self.app.console, width))
+            rows = max(self.size.height - pipeline_rows - decision_rows - 1, 1)
+            if rows >= kept:
+                break
         stage_w = 7
         fixed = 1 + 13 + 8 + 1 + len(d.stages) * (stage_w + 1)
         bar_width = min(48, max((self.size.width - fixed) // 2, 2))  # wide terminals get longer bars
