@@ -116,3 +116,26 @@ async def test_a_key_a_served_model_lacks_is_one_short_line_and_the_model_view_s
             await wait_for(lambda: "not exposed" in str(pane.body.render()), pilot)
             said = str(pane.body.render())
             assert "no vllm-lens plugin" in said and "pip install" in said and "a head's ablation" in said
+
+
+async def test_the_footer_at_200x60_offers_no_key_a_served_model_lacks(monkeypatch):
+    """Issue 51, item 4: the 200x60 footer of a served model offered `] layer± h head± l lens`."""
+    from apptools import settle
+    from textual.widgets._footer import FooterKey
+
+    from tokenviz.backends.served.engine import ServedEngine
+    from tokenviz.contract.settings import SamplingSettings
+    from tokenviz.served.journey import ServedChoice
+    from tokenviz.ui.app import TokenvizApp
+    from tokenviz.worker.engine import EngineWorker
+
+    monkeypatch.setenv(KEY_ENV, "labels-key")
+    with hostile_server() as server:
+        engine = ServedEngine.open(ServedChoice(server.url, api_key=ApiKey(env=KEY_ENV)))
+        app = TokenvizApp(EngineWorker(lambda progress: engine, SamplingSettings(temperature=0), "Hi"))
+        async with app.run_test(size=(200, 60)) as pilot:
+            await settle(app, pilot)
+            await pilot.pause(0.3)
+            offered = {key.description for key in app.screen.query(FooterKey)}
+            assert "step" in offered or "play" in offered, offered  # (the footer is drawn)
+            assert not offered & {"layer±", "head±", "lens", "KV cache"}, offered
