@@ -111,5 +111,29 @@ async def test_the_status_line_says_why_once_the_journey_stops():
         await wait_for(lambda: app.journey.snapshot.stop_reason is not None, pilot, timeout=60)
         await wait_for(lambda: "why: " in str(app.query_one(StatusLine).render()), pilot)
         line = str(app.query_one(StatusLine).render())
-        why = app.journey.snapshot.why
+        why = [symptom.brief for symptom in app.journey.snapshot.why]
         assert f"why: {why[0]}" in line and "repetitive (a low temperature and no penalty)" in why, (line, why)
+
+
+async def test_y_opens_every_symptom_with_its_evidence_and_remedy_once_the_journey_stops():
+    """Issue 51, item 13: a view of the diagnosis beside the status line's first symptom: each symptom,
+    its cause, the evidence by position and the remedy, the same trace --json gives."""
+    from apptools import make_app, settle, wait_for
+
+    from tokenviz.ui.panes.why import WhyPane
+
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=60))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("y")
+        pane = app.query_one(WhyPane)
+        await wait_for(lambda: "Once the journey stops" in str(pane.body.render()), pilot)
+        await pilot.press("a")
+        await wait_for(lambda: app.journey.snapshot.stop_reason is not None, pilot, timeout=60)
+        await wait_for(lambda: "remedy:" in str(pane.body.render()), pilot)
+        shown = str(pane.body.render())
+        for symptom in app.journey.snapshot.why:
+            assert f"{symptom.symptom}\n  cause: {symptom.cause}" in shown and f"remedy: {symptom.remedy}" in shown
+        loop = next(s for s in app.journey.snapshot.why if s.symptom == "repetitive")
+        first_win = loop.evidence["loop_won"][0]
+        assert f"@{first_win['position']} #{first_win['rank']} p {first_win['raw_p']:.3f}" in shown

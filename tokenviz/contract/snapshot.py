@@ -14,6 +14,7 @@ from tokenviz.contract.interventions import Entries
 from tokenviz.contract.records import ModelInfo, StepRecord, TokenChip
 from tokenviz.contract.results import BranchSummary, CacheEvent, StepDiff, ViewResult
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.contract.symptoms import Symptom
 
 R = TypeVar("R")
 CANCELS = "(Escape cancels)"  # how a running job's progress line ends (the UI says "cancelling" there)
@@ -67,7 +68,7 @@ class Snapshot:
     full_text: str = ""  # prompt and generated text, decoded
     pinned: tuple[tuple[int, str], ...] = ()  # the watched tokens (id, text), followed at every step
     interventions: Entries = ()  # the interventions listed, each on or off (those on change the model)
-    why: tuple[str, ...] = ()  # once it has stopped, each symptom of its text as "symptom (cause)" (journey.diagnosis)
+    why: tuple[Symptom, ...] = ()  # once it has stopped, each symptom of its text (journey.diagnosis)
 
     @property
     def pending(self) -> StepRecord | None:

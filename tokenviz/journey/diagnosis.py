@@ -9,33 +9,17 @@ Whether a format was followed is the model's (or a grammar's) and is not guessed
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from tokenviz.contract.records import StepRecord
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.contract.symptoms import Symptom
 
 SENTENCE_ENDS = tuple(".!?…\"')]}>`\n") + ("。", "！", "？")  # a text that ends on one of these is not cut mid-sentence
 LOOP = 4  # tokens in a run that counts as repeated when it comes back
 HOT = 1.0  # a temperature above this lets unlikely tokens through
 FAR = 10  # a draw below this raw rank is far down the model's own ranking
 LOW_TEMPERATURE = 0.3  # at or below it (greedy included), a model's loops are kept
-
-
-@dataclass(frozen=True)
-class Symptom:
-    symptom: str
-    cause: str
-    remedy: str
-    evidence: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def brief(self) -> str:
-        """As the status line says it."""
-        return f"{self.symptom} ({self.cause})"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"symptom": self.symptom, "cause": self.cause, "evidence": self.evidence, "remedy": self.remedy}
 
 
 def diagnose(

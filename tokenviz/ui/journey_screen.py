@@ -67,6 +67,7 @@ from tokenviz.ui.panes.text import TextPane
 from tokenviz.ui.panes.timing import TimingPane
 from tokenviz.ui.panes.tokens import TokensPane
 from tokenviz.ui.panes.watch import WatchPane
+from tokenviz.ui.panes.why import WhyPane
 from tokenviz.ui.screens import (
     HELP,
     CompareDialog,
@@ -100,6 +101,7 @@ VIEWS = {
     "charts": ChartsPane,
     "routing": RoutingPane,
     "text": TextPane,
+    "why": WhyPane,
 }
 BEAM_WIDTH = 3  # the B key's width; the palette offers 2-8
 BEAM_STEPS = 10

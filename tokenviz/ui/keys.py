@@ -279,6 +279,12 @@ KEYS: tuple[KeyRow, ...] = (
         (Press("D", "view('text')", palette="View: the whole decoded text"),),
     ),
     KeyRow(
+        "y",
+        "why the text looks as it does, once the journey stops: each symptom measured (cut off mid-sentence, "
+        "repetitive, inconsistent), its cause, the evidence by position and the remedy the settings offer",
+        (Press("y", "view('why')", palette="View: why the text looks as it does"),),
+    ),
+    KeyRow(
         "C",
         "charts view: entropy and the chosen token's probability by step, the watched tokens' probability, the "
         "prompt's surprisal, decode time against context length, the KV cache's size against tokens",

@@ -67,7 +67,8 @@ stages reshape them; a draw picks one token; it is appended and the loop repeats
   the KV cache's size against tokens.
 - **status**: model, device, dtype, step, position, forward time, tokens/s, KV cache size, state; once
   the journey stops, why its text looks as it does ("why: cut off mid-sentence (the new-token limit)",
-  "repetitive", "inconsistent or incoherent"), as measured (trace --json gives the evidence and remedy).
+  "repetitive", "inconsistent or incoherent"), as measured; y opens them all with the evidence by position
+  and the remedy (trace --json gives the same).
 
 ## Keys
 

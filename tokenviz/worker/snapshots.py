@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tokenviz.contract.snapshot import Snapshot
+from tokenviz.contract.symptoms import Symptom
 
 if TYPE_CHECKING:
-    from tokenviz.journey.diagnosis import Symptom
     from tokenviz.journey.session import Session
 
 
@@ -35,7 +35,7 @@ def snapshot_of(session: Session, seq: int = 1, found: list[Symptom] | None = No
         full_text=s.text,
         branches=tuple(s.branch_summaries()) if len(s.branches) else (),
         pinned=tuple((t, s.runner.piece(t)) for t in s.pinned),
-        why=tuple(d.brief for d in found or ()),
+        why=tuple(found or ()),
         **fields,
     )
 

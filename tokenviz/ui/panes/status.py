@@ -95,7 +95,7 @@ def status_items(s: Snapshot) -> list[tuple[float, str]]:
         (0, f"{len(s.chips)} tokens"),
     ]  # (priority, text)
     if s.why:  # why the text looks as it does, once it has stopped: kept before the figures, not the step
-        items.append((0.5, f"why: {s.why[0]}" + (f" +{len(s.why) - 1}" if len(s.why) > 1 else "")))
+        items.append((0.5, f"why: {s.why[0].brief}" + (f" +{len(s.why) - 1}" if len(s.why) > 1 else "")))
     on = [i for i, active in s.interventions if active]
     if on:  # the model is not itself: say so among the first
         items.append((0, on[0].label + (f" +{len(on) - 1}" if len(on) > 1 else "")))
