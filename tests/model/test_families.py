@@ -8,7 +8,7 @@ import pytest
 import torch
 from beamtools import generate_beams
 from families import FAMILIES, family_model
-from tiny import eager_forward
+from stock import saved, stock, stock_forward
 
 from tokenviz.backends.transformers.beams import beam_search
 from tokenviz.backends.transformers.lens import inspect_positions
@@ -25,13 +25,25 @@ GREEDY = SamplingSettings(temperature=0, max_new_tokens=1000)
 pytestmark = pytest.mark.parametrize("kind", list(FAMILIES))
 
 
+NO_SDPA = {"gemma2", "gpt_neo", "bloom", "xglm", "mpt"}  # transformers gives these eager attention only
+
+
+def stock_of(kind: str) -> str:
+    """The family model's weights, saved for transformers to load on its own (see tests/stock.py)."""
+    return saved(kind, family_model(kind).model)
+
+
 @cache
 def reference(kind: str) -> tuple[list[int], list[int]]:
-    """(prompt ids, generate()'s greedy tokens)."""
+    """(prompt ids, generate()'s greedy tokens), from transformers' own model in its sdpa attention
+    (eager where it has no other), loaded afresh: none of tokenviz's attention, capture or mask."""
     loaded = family_model(kind)
     ids = loaded.tokenizer(PROMPT)["input_ids"]
+    model = stock(stock_of(kind), "eager" if kind in NO_SDPA else "sdpa")
+    model.generation_config.pad_token_id = loaded.model.generation_config.pad_token_id
+    model.generation_config.eos_token_id = None  # (as the family models: the whole length)
     with torch.inference_mode():
-        out = loaded.model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=STEPS, min_new_tokens=STEPS)
+        out = model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=STEPS, min_new_tokens=STEPS)
     return ids, out[0, len(ids) :].tolist()
 
 
@@ -54,7 +66,7 @@ def test_greedy_steps_equal_generate_and_a_full_recompute(kind):
     _, generated = reference(kind)
     s = greedy_session(kind)
     assert s.generated_ids == generated
-    full = eager_forward(s.runner.model, s.ids)
+    full = stock_forward(stock_of(kind), s.ids)  # transformers' eager attention, its weights returned
     for record in s.records:
         query = record.position - 1  # the last position this forward pass read
         logits = full.logits[0, query]
