@@ -66,14 +66,14 @@ def check_chat(chat: bool, system: str | None) -> None:
         raise TokenvizError("--system needs --chat: a system message comes before a chat message")
 
 
-def served() -> bool:
+def in_a_browser() -> bool:
     """Running under `tokenviz serve`: textual-serve drives the app through its web driver."""
     return os.environ.get("TEXTUAL_DRIVER", "").endswith(":WebDriver")
 
 
 def require_terminal() -> None:
     """The app draws full-screen: refuse, in one line, where it cannot."""
-    if served():
+    if in_a_browser():
         return
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         fail("tokenviz needs a terminal on stdin and stdout; for scripts use: tokenviz trace PROMPT --json")

@@ -1,5 +1,5 @@
-"""Hostile input, fourth round: grammars that crashed the process, files that never end, configs that
-grew without bound, and the checks that now come before a weight is read.
+"""Inputs that could take the machine down: grammars that crashed the process, files that never end,
+configs that grew without bound, and the checks that come before a weight is read.
 
 The commands that could take the machine down run in a child process, under a time limit and an
 address-space cap; each must end in one line and exit 2, never a signal, a traceback or a hang.
