@@ -5,17 +5,25 @@ any of them shows as a difference, not as the same number on both sides."""
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
 from functools import cache
 
 import torch
 from transformers import AutoModelForCausalLM
 
-_SAVED: dict[str, str] = {}  # a model's key: the directory its weights were saved to
+_SAVED: dict[str, str] = {}  # a model's weights' digest: the directory they were saved to
 
 
-def saved(key: str, model) -> str:
-    """The directory holding `model`'s weights and config, saved the first time `key` is asked."""
+def saved(model) -> str:
+    """The directory holding `model`'s weights and config, saved the first time they are asked for
+    (known by a digest of the config and every tensor: two models of one name may differ, and two
+    families may hold the same weights)."""
+    digest = hashlib.sha256(model.config.to_json_string().encode())  # (two families can share weights)
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    key = digest.hexdigest()[:16]
     if key not in _SAVED:
         directory = tempfile.mkdtemp(prefix=f"tokenviz-stock-{key}-")
         model.save_pretrained(directory)

@@ -5,7 +5,8 @@ attention over the whole sequence, and asking never changes the journey."""
 import pytest
 import torch
 from families import family_model, gemma3n_config, gemma4_config, model_of
-from tiny import eager_forward, tiny_model
+from stock import saved, stock_forward
+from tiny import tiny_model
 
 from tokenviz.backends.transformers.loading import LoadedModel
 from tokenviz.backends.transformers.query_store import QueryStore
@@ -31,7 +32,8 @@ def journey(kind: str | LoadedModel, budget: int | None = None, steps: int = 10)
 
 
 def reference(s: Session):
-    return [a[0].numpy() for a in eager_forward(s.runner.model, s.cached_ids).attentions]
+    """Eager attention over the whole sequence, from transformers' own model of these weights (tests/stock.py)."""
+    return [a[0].numpy() for a in stock_forward(saved(s.runner.model), s.cached_ids).attentions]
 
 
 @pytest.mark.parametrize("kind", KINDS)

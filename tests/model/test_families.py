@@ -30,7 +30,7 @@ NO_SDPA = {"gemma2", "gpt_neo", "bloom", "xglm", "mpt"}  # transformers gives th
 
 def stock_of(kind: str) -> str:
     """The family model's weights, saved for transformers to load on its own (see tests/stock.py)."""
-    return saved(kind, family_model(kind).model)
+    return saved(family_model(kind).model)
 
 
 @cache
