@@ -93,8 +93,9 @@ def save_tiny(directory, kind: str = "llama", context: int = 128) -> str:
 
 
 def eager_forward(model, ids: list[int]):
-    """A full forward pass without the cache in the model's eager attention, weights returned:
-    the reference every cached number and every attention row shown is held to."""
+    """A full forward pass without the cache in the model's eager attention, weights returned, through
+    this model object (its hooks included: a test's own reference ablation, a padded vocabulary's
+    preference). Where the model is plain, tests/stock.py's transformers-alone reference is the one."""
     with torch.inference_mode(), capturing(eager=True):
         return model(torch.tensor([ids], device=model.device), use_cache=False, output_attentions=True)
 

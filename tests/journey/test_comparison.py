@@ -10,6 +10,7 @@ import math
 import pytest
 import torch
 from clitools import invoke
+from stock import saved, stock_forward
 from tiny import eager_forward, save_tiny, tiny_model
 
 from tokenviz.backends.transformers.runner import ModelRunner
@@ -44,8 +45,8 @@ def test_every_steps_difference_is_computed_from_the_two_models_own_distribution
         assert diff.teacher_forced == (diff.index > parted)
         context_a = a.ids[: ra.position]
         context_b = context_a if diff.teacher_forced else b.ids[: rb.position]
-        logits_a = eager_forward(a_model.model, context_a).logits[0, -1]
-        logits_b = eager_forward(b_model.model, context_b).logits[0, -1]
+        logits_a = stock_forward(saved(a_model.model), context_a).logits[0, -1]
+        logits_b = stock_forward(saved(b_model.model), context_b).logits[0, -1]
         la, lb = torch.log_softmax(logits_a.double(), -1), torch.log_softmax(logits_b.double(), -1)
         kl = float((la.exp() * (la - lb)).sum()) / math.log(2)
         assert diff.kl == pytest.approx(kl, abs=1e-5)
@@ -157,6 +158,7 @@ def test_a_padded_vocabulary_is_compared_in_every_figure_and_saved(tmp_path):
     assert all(r.decision.chosen_id == padding for r in b.records)  # B picks an id A does not have
     for diff, ra, rb in zip(comparison.diffs, a.records, b.records, strict=False):
         context = a.ids[: ra.position] if diff.teacher_forced else b.ids[: rb.position]
+        # (B's own forward: its padding's preference is a hook on the model, which a saved copy lacks)
         lb = eager_forward(b_model.model, context).logits[0, -1].double()
         assert diff.a_rank_of_b == a_model.model.config.vocab_size + 1  # past every token A has
         assert diff.b_rank_of_a == int((lb > lb[ra.decision.chosen_id]).sum()) + 1  # over B's whole vocabulary

@@ -8,7 +8,8 @@ import pytest
 import torch
 from clitools import invoke
 from families import family_model
-from tiny import eager_forward, save_tiny, tiny_chat_model, tiny_model
+from stock import saved, stock_forward
+from tiny import save_tiny, tiny_chat_model, tiny_model
 
 from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.journey import memory_policy
@@ -20,7 +21,7 @@ TEXT = "The Eiffel Tower is located in Paris, the capital of France."
 
 def reference(loaded, ids: list[int]) -> torch.Tensor:
     """Log-softmax of one full forward pass without the cache."""
-    return torch.log_softmax(eager_forward(loaded.model, ids).logits[0].double(), -1)
+    return torch.log_softmax(stock_forward(saved(loaded.model), ids).logits[0].double(), -1)
 
 
 @pytest.mark.parametrize("kind", ["llama", "gpt2", "gemma2", "opt", "bloom"])

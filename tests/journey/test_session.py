@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 import torch
-from tiny import eager_forward, tiny_model
+from stock import saved, stock_forward
+from tiny import tiny_model
 
 from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.errors import PromptError, TokenvizError
@@ -18,7 +19,7 @@ def make(loaded, **settings):
 
 
 def full_forward(loaded, ids):
-    out = eager_forward(loaded.model, ids)
+    out = stock_forward(saved(loaded.model), ids)
     return out.logits[0, -1], [a[0, :, -1, :] for a in out.attentions]
 
 

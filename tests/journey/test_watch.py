@@ -8,7 +8,8 @@ import pytest
 import torch
 from clitools import invoke
 from families import family_model
-from tiny import eager_forward, save_tiny, tiny_model
+from stock import saved, stock_forward
+from tiny import save_tiny, tiny_model
 from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper
 
 from tokenviz.backends.transformers.lens import lens_logits, residual_stream
@@ -38,7 +39,7 @@ def test_each_step_follows_the_watched_tokens_with_the_models_own_numbers(kind):
     processors = LogitsProcessorList([TemperatureLogitsWarper(0.7), TopKLogitsWarper(5)])
     for record in session.records:
         context = session.ids[: record.position]
-        logits = eager_forward(loaded.model, context).logits[0, -1].double()
+        logits = stock_forward(saved(loaded.model), context).logits[0, -1].double()
         raw = torch.softmax(logits, -1)
         final = torch.softmax(processors(torch.tensor([context]), logits[None].float())[0].double(), -1)
         assert [p.id for p in record.decision.pinned] == [42, 7, 200]

@@ -8,7 +8,8 @@ import pytest
 import torch
 from clitools import invoke
 from families import family_model
-from tiny import eager_forward, save_tiny, tiny_model
+from stock import saved, stock_forward
+from tiny import save_tiny, tiny_model
 
 from tokenviz.backends.transformers import attribution as attribution_module
 from tokenviz.backends.transformers.attribution import attribute, grad_times_input, leave_one_out
@@ -21,7 +22,7 @@ TEXT = "The Eiffel Tower is located in Paris"
 
 def logprob(model, ids: list[int], target: int) -> float:
     """log p(target | ids) from one full forward pass without the cache, in float64."""
-    return float(torch.log_softmax(eager_forward(model, ids).logits[0, -1].double(), -1)[target])
+    return float(torch.log_softmax(stock_forward(saved(model), ids).logits[0, -1].double(), -1)[target])
 
 
 @pytest.mark.parametrize("kind", ["llama", "gpt2", "gemma2", "cohere", "granite", "opt", "bloom"])

@@ -6,7 +6,7 @@ stream; the bundled model agrees too."""
 import pytest
 import torch
 from families import FAMILIES, family_model
-from tiny import eager_forward
+from stock import saved, stock_forward
 
 from tokenviz.backends.transformers.lens import final_norm
 from tokenviz.backends.transformers.logit_difference import _mlp_branch_end, logit_difference, residual_parts
@@ -43,7 +43,7 @@ def test_the_shares_add_up_to_the_models_own_logit_difference(kind):
     runner = ModelRunner(loaded)
     ids = runner.encode(TEXT)[:12]
     split = logit_difference(runner, ids, A, B)
-    logits = eager_forward(loaded.model, ids).logits[0, -1].double()
+    logits = stock_forward(saved(loaded.model), ids).logits[0, -1].double()
     assert split.total == pytest.approx(float(logits[A] - logits[B]), abs=1e-4)
     assert split.shares == pytest.approx(split.total, abs=1e-4)
     assert len(split.attention) == len(split.mlp) == loaded.info.layers

@@ -4,7 +4,7 @@ chip, generated ones included, by its surprisal."""
 
 import torch
 from apptools import answer_dialog, make_app, settle, wait_for
-from tiny import eager_forward
+from stock import saved, stock_forward
 
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.panes.tokens import TokensPane
@@ -31,7 +31,7 @@ async def test_f_forces_each_token_of_the_text_with_the_models_own_probability()
         assert all(r.decision.mode == "forced" for r in forced) and not s.playing and s.message == ""
         ids = [c.id for c in s.chips]
         for r in forced:  # each probability is the model's own: a full forward without the cache
-            logits = eager_forward(runner.model, ids[: r.position]).logits[0, -1]
+            logits = stock_forward(saved(runner.model), ids[: r.position]).logits[0, -1]
             raw = torch.softmax(logits.double(), -1)[r.decision.chosen_id]
             assert abs(float(raw) - r.decision.raw_prob) < 1e-5
         tokens = app.query_one(TokensPane)
