@@ -99,3 +99,9 @@ async def test_at_80x24_every_chart_keeps_a_title_and_says_which_colour_is_which
                 color = (theme.bar, theme.bar_final, theme.chosen, theme.chip_cursor)[i % 4]
                 assert f"[{color}]━━ {label}" in key, key
             await pilot.press("right")
+
+
+def test_a_watched_tokens_name_in_the_key_is_printable_and_one_line():
+    from tokenviz.ui.panes.charts import one_line
+
+    assert one_line("\n") == "↵" and one_line(" the\t") == " the⇥" and "\x1b" not in one_line("\x1b[31m")

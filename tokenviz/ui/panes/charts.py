@@ -17,12 +17,18 @@ from textual.containers import Grid
 from textual.markup import escape
 from textual_plotext import PlotextPlot
 
+from tokenviz.contract.text import safe_text
 from tokenviz.ui.panes.base import Pane
 from tokenviz.ui.selection import Selection
 
 MAX_POINTS = 240
 CHARTS = ("entropy", "watched", "surprisal", "decode", "cache")
 Series = list[tuple[str, list[float], list[float]]]  # (label, xs, ys) of each line a chart draws
+
+
+def one_line(label: str) -> str:
+    """A line's name as the key shows it: printable, on one line (a watched token may be a newline)."""
+    return safe_text(label).replace("\n", "↵").replace("\t", "⇥")
 
 
 def thinned(xs: Sequence[float], ys: Sequence[float]) -> tuple[list[float], list[float]]:
@@ -136,7 +142,9 @@ class ChartsPane(Pane, Grid):
             )
             # Which colour is which line: a chart this small has no room for plotext's key.
             key = " ".join(
-                f"[{hexes[i % len(hexes)]}]━━ {escape(label)}[/]" for i, (label, xs, _) in enumerate(series) if xs
+                f"[{hexes[i % len(hexes)]}]━━ {escape(one_line(label))}[/]"  # (a watched token's text, too)
+                for i, (label, xs, _) in enumerate(series)
+                if xs
             )
             if key != self.border_subtitle:
                 self.border_subtitle = key
