@@ -3,8 +3,23 @@ the settings offer and the evidence by position. Data only: the snapshot carries
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
+
+
+@dataclass(frozen=True)
+class DrawnAt:
+    """A step the evidence points to: the position its token took, its raw rank and probability."""
+
+    position: int
+    rank: int
+    raw_p: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"position": self.position, "rank": self.rank, "raw_p": self.raw_p}
+
+
+Fact = int | float | str | tuple[int, ...] | tuple[DrawnAt, ...]  # one piece of evidence
 
 
 @dataclass(frozen=True)
@@ -12,12 +27,20 @@ class Symptom:
     symptom: str
     cause: str
     remedy: str
-    evidence: dict[str, Any] = field(default_factory=dict)
+    facts: tuple[tuple[str, Fact], ...] = ()  # the evidence, by name, in order
 
     @property
     def brief(self) -> str:
         """As the status line says it."""
         return f"{self.symptom} ({self.cause})"
+
+    @property
+    def evidence(self) -> dict[str, Any]:
+        """The evidence as JSON gives it: lists for the tuples, a step as its fields."""
+        return {
+            name: [v.to_json() if isinstance(v, DrawnAt) else v for v in value] if isinstance(value, tuple) else value
+            for name, value in self.facts
+        }
 
     def to_json(self) -> dict[str, Any]:
         return {"symptom": self.symptom, "cause": self.cause, "evidence": self.evidence, "remedy": self.remedy}

@@ -13,7 +13,7 @@ from typing import Any
 
 from tokenviz.contract.records import StepRecord
 from tokenviz.contract.settings import SamplingSettings
-from tokenviz.contract.symptoms import Symptom
+from tokenviz.contract.symptoms import DrawnAt, Symptom
 
 SENTENCE_ENDS = tuple(".!?…\"')]}>`\n") + ("。", "！", "？")  # a text that ends on one of these is not cut mid-sentence
 LOOP = 4  # tokens in a run that counts as repeated when it comes back
@@ -50,7 +50,7 @@ def _cut(text: str, stop_reason: str | None, settings: SamplingSettings, end: in
         "cut off mid-sentence",
         "the new-token limit",
         f"raise the new-token limit (max_new_tokens; --steps headless) above {settings.max_new_tokens}",
-        {"limit": settings.max_new_tokens, "stopped_at": end, "ends_with": text[-24:]},
+        (("limit", settings.max_new_tokens), ("stopped_at", end), ("ends_with", text[-24:])),
     )
 
 
@@ -67,11 +67,11 @@ def _repeated(
             continue
         first = seen[run]
         again = [i for i in range(len(generated) - LOOP + 1) if tuple(generated[i : i + LOOP]) == run]
-        won = [
-            {"position": prompt_len + i, "rank": r.decision.raw_rank, "raw_p": r.decision.raw_prob}
+        won = tuple(
+            DrawnAt(prompt_len + i, r.decision.raw_rank, r.decision.raw_prob)
             for i, r in enumerate(taken)
             if any(a <= i < a + LOOP for a in again if a != first)
-        ]
+        )
         penalties = settings.frequency_penalty or settings.presence_penalty or settings.repetition_penalty != 1
         cold = settings.greedy or settings.temperature <= LOW_TEMPERATURE
         cause = "a low temperature and no penalty" if cold and not penalties else "the model's own loop"
@@ -79,11 +79,7 @@ def _repeated(
             "repetitive",
             cause,
             "add a frequency penalty (0.3, as the creative preset) or raise the temperature",
-            {
-                "run": "".join(piece(t) for t in run),
-                "at": [prompt_len + a for a in again],
-                "loop_won": won,
-            },
+            (("run", "".join(piece(t) for t in run)), ("at", tuple(prompt_len + a for a in again)), ("loop_won", won)),
         )
     return None
 
@@ -91,16 +87,14 @@ def _repeated(
 def _far_draws(taken: list[StepRecord], settings: SamplingSettings) -> Symptom | None:
     if settings.greedy or settings.temperature <= HOT:
         return None
-    far = [
-        {"position": r.position, "rank": r.decision.raw_rank, "raw_p": r.decision.raw_prob}
-        for r in taken
-        if r.decision.raw_rank > FAR
-    ]
+    far = tuple(
+        DrawnAt(r.position, r.decision.raw_rank, r.decision.raw_prob) for r in taken if r.decision.raw_rank > FAR
+    )
     if not far:
         return None
     return Symptom(
         "inconsistent or incoherent",
         f"a temperature of {settings.temperature:g}: draws far down the model's own ranking",
         "lower the temperature (0.7 and top-p 0.9, the balanced preset; 0.2 for facts)",
-        {"temperature": settings.temperature, "draws_past_rank": FAR, "steps": far},
+        (("temperature", settings.temperature), ("draws_past_rank", FAR), ("steps", far)),
     )
