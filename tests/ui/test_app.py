@@ -98,6 +98,7 @@ async def test_autoplay_runs_until_paused_and_pause_takes_effect():
                 app.journey.snapshot.playing and len(app.journey.snapshot.chips) > app.journey.snapshot.prompt_len + 3
             ),
             pilot,
+            timeout=60,  # (a state, waited for generously: a loaded full run once took past 10 s)
         )
         assert "playing" in str(app.query_one(StatusLine).render())
         await pilot.press("a")
