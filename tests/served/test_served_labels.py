@@ -90,11 +90,8 @@ def test_the_served_page_in_a_browser_labels_the_top_n_and_the_entropy_floor(tmp
         assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
 
 
-async def test_a_key_a_served_model_lacks_is_one_short_line_and_the_model_view_says_why(monkeypatch):
-    """Issue 51, item 4: the lens on a server without vllm-lens answers in one short notification (it was
-    five or six lines at 80 columns); M says what is not exposed and how to have it, and what never is."""
-    from apptools import settle, wait_for
-
+def app_on(server, monkeypatch):
+    """The app, greedy on "Hi", on the model `server` serves (a stub: no vllm-lens plugin)."""
     from tokenviz.backends.served.engine import ServedEngine
     from tokenviz.contract.settings import SamplingSettings
     from tokenviz.served.journey import ServedChoice
@@ -102,9 +99,17 @@ async def test_a_key_a_served_model_lacks_is_one_short_line_and_the_model_view_s
     from tokenviz.worker.engine import EngineWorker
 
     monkeypatch.setenv(KEY_ENV, "labels-key")
+    engine = ServedEngine.open(ServedChoice(server.url, api_key=ApiKey(env=KEY_ENV)))
+    return TokenvizApp(EngineWorker(lambda progress: engine, SamplingSettings(temperature=0), "Hi"))
+
+
+async def test_a_key_a_served_model_lacks_is_one_short_line_and_the_model_view_says_why(monkeypatch):
+    """Issue 51, item 4: the lens on a server without vllm-lens answers in one short notification (it was
+    five or six lines at 80 columns); M says what is not exposed and how to have it, and what never is."""
+    from apptools import settle, wait_for
+
     with hostile_server() as server:
-        engine = ServedEngine.open(ServedChoice(server.url, api_key=ApiKey(env=KEY_ENV)))
-        app = TokenvizApp(EngineWorker(lambda progress: engine, SamplingSettings(temperature=0), "Hi"))
+        app = app_on(server, monkeypatch)
         async with app.run_test(size=(80, 24)) as pilot:
             await settle(app, pilot)
             await pilot.press("l")
@@ -123,16 +128,8 @@ async def test_the_footer_at_200x60_offers_no_key_a_served_model_lacks(monkeypat
     from apptools import settle
     from textual.widgets._footer import FooterKey
 
-    from tokenviz.backends.served.engine import ServedEngine
-    from tokenviz.contract.settings import SamplingSettings
-    from tokenviz.served.journey import ServedChoice
-    from tokenviz.ui.app import TokenvizApp
-    from tokenviz.worker.engine import EngineWorker
-
-    monkeypatch.setenv(KEY_ENV, "labels-key")
     with hostile_server() as server:
-        engine = ServedEngine.open(ServedChoice(server.url, api_key=ApiKey(env=KEY_ENV)))
-        app = TokenvizApp(EngineWorker(lambda progress: engine, SamplingSettings(temperature=0), "Hi"))
+        app = app_on(server, monkeypatch)
         async with app.run_test(size=(200, 60)) as pilot:
             await settle(app, pilot)
             await pilot.pause(0.3)

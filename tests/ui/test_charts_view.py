@@ -102,6 +102,7 @@ async def test_at_80x24_every_chart_keeps_a_title_and_says_which_colour_is_which
 
 
 def test_a_watched_tokens_name_in_the_key_is_printable_and_one_line():
-    from tokenviz.ui.panes.charts import one_line
+    from tokenviz.render.pieces import visible
 
-    assert one_line("\n") == "↵" and one_line(" the\t") == " the⇥" and "\x1b" not in one_line("\x1b[31m")
+    assert visible("\n", spaces=False) == "↵" and visible(" the\t", spaces=False) == " the⇥"
+    assert "\x1b" not in visible("\x1b[31m", spaces=False)

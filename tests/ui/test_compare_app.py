@@ -25,6 +25,19 @@ def compare_app() -> TokenvizApp:
     return TokenvizApp(CompareWorker(build, PROMPT), comparing=True)
 
 
+async def type_comparison(app: TokenvizApp, pilot, typed: str) -> None:
+    """From the journey's palette, the comparison dialog answered with `typed` (B's NAME=VALUE changes)."""
+    from apptools import wait_for
+    from textual.widgets import Input
+
+    from tokenviz.ui.screens import CompareDialog
+
+    await app.journey.run_action("compare")
+    await wait_for(lambda: isinstance(app.screen, CompareDialog) and app.screen.query(Input), pilot)
+    app.screen.query_one(Input).value = typed
+    await pilot.press("enter")
+
+
 async def settled(app: TokenvizApp, pilot):
     screen = app.screen
     assert isinstance(screen, CompareScreen)
@@ -108,10 +121,8 @@ async def test_question_mark_opens_the_compare_help_and_escape_closes_it():
 
 async def test_compare_from_the_journeys_palette_runs_on_its_model_and_escape_returns():
     from apptools import make_app, settle, wait_for
-    from textual.widgets import Input
 
     from tokenviz.ui.keys import palette_entries
-    from tokenviz.ui.screens import CompareDialog
 
     assert ("Compare with other settings, side by side, on this model", "compare") in palette_entries()
     app = make_app(SamplingSettings(temperature=0))
@@ -119,16 +130,10 @@ async def test_compare_from_the_journeys_palette_runs_on_its_model_and_escape_re
         await pilot.press("space")
         before = await settle(app, pilot)
         for typed, error in (("temprature=2", "is not NAME=VALUE"), ("temperature=0", "to differ")):
-            await app.journey.run_action("compare")
-            await wait_for(lambda: isinstance(app.screen, CompareDialog) and app.screen.query(Input), pilot)
-            app.screen.query_one(Input).value = typed
-            await pilot.press("enter")
+            await type_comparison(app, pilot, typed)
             await wait_for(lambda e=error: any(e in str(n.message) for n in app._notifications), pilot)
             assert app.screen is app.journey  # refused in one line: the journey stays
-        await app.journey.run_action("compare")
-        await wait_for(lambda: isinstance(app.screen, CompareDialog) and app.screen.query(Input), pilot)
-        app.screen.query_one(Input).value = "temperature=2 top-k=0"
-        await pilot.press("enter")
+        await type_comparison(app, pilot, "temperature=2 top-k=0")
         await wait_for(lambda: isinstance(app.screen, CompareScreen), pilot)
         c = await settled(app, pilot)
         assert "greedy" in str(app.screen.query_one("#label-a").render())
@@ -151,17 +156,11 @@ async def test_compare_from_the_journeys_palette_runs_on_its_model_and_escape_re
 
 async def test_a_recording_has_no_model_to_compare_with():
     from apptools import frozen_recording, recorded_app, wait_for
-    from textual.widgets import Input
-
-    from tokenviz.ui.screens import CompareDialog
 
     app = recorded_app(frozen_recording())
     async with app.run_test(size=(120, 36)) as pilot:
         await wait_for(lambda: app.journey.snapshot is not None, pilot)
-        await app.journey.run_action("compare")
-        await wait_for(lambda: isinstance(app.screen, CompareDialog) and app.screen.query(Input), pilot)
-        app.screen.query_one(Input).value = "temperature=2"
-        await pilot.press("enter")
+        await type_comparison(app, pilot, "temperature=2")
         await wait_for(lambda: any("recording" in str(n.message) for n in app._notifications), pilot)
         assert app.screen is app.journey
 
@@ -221,12 +220,10 @@ async def test_a_comparison_from_a_journey_under_interventions_says_both_sides_r
     """The journey's interventions are hooked into the weights both sides share: each side's numbers
     are the intervened model's, and the headers and the next-token panes say so."""
     from apptools import make_app, settle, wait_for
-    from textual.widgets import Input
 
     from tokenviz.contract.commands import Intervene
     from tokenviz.contract.interventions import Steering
     from tokenviz.ui.panes.next_token import NextTokenPane
-    from tokenviz.ui.screens import CompareDialog
 
     app = make_app(SamplingSettings(temperature=0))
     async with app.run_test(size=(160, 40)) as pilot:
@@ -235,10 +232,7 @@ async def test_a_comparison_from_a_journey_under_interventions_says_both_sides_r
         app.journey.submit(Intervene(((steering, True),)))
         s = await settle(app, pilot)
         assert s.pending.interventions == (steering,)
-        await app.journey.run_action("compare")
-        await wait_for(lambda: isinstance(app.screen, CompareDialog) and app.screen.query(Input), pilot)
-        app.screen.query_one(Input).value = "temperature=2 top-k=0"
-        await pilot.press("enter")
+        await type_comparison(app, pilot, "temperature=2 top-k=0")
         await wait_for(lambda: isinstance(app.screen, CompareScreen), pilot)
         c = await settled(app, pilot)
         a_pending = c.a.pending

@@ -10,13 +10,16 @@ MAX_CHAR_BYTES = 4  # a UTF-8 character is at most 4 bytes, so at most 4 byte pi
 _MARKS = {" ": "·", "\n": "↵", "\t": "⇥", "\r": "␍"}
 
 
-def visible(text: str) -> str:
-    """The piece with every invisible character shown (a space as ·, a newline as ↵, ...)."""
+def visible(text: str, spaces: bool = True) -> str:
+    """The piece with every invisible character shown (a space as ·, a newline as ↵, ...); with
+    `spaces` False a space stays a space (a name on one line, not a token's piece)."""
     if text == "":
         return "∅"
     out = []
     for ch in text:
-        if ch in _MARKS:
+        if ch == " " and not spaces:
+            out.append(ch)
+        elif ch in _MARKS:
             out.append(_MARKS[ch])
         elif ord(ch) < 32 or ord(ch) == 127:
             out.append(f"<0x{ord(ch):02X}>")

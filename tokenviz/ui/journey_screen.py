@@ -287,9 +287,7 @@ class JourneyScreen(WorkerScreen[Snapshot]):
         )
         loo = (f"leave-one-out anyway, about {duration(loo_s)} (exact; not asked again)", "loo")
         grad = (f"gradient × input instead: one forward and one backward pass, about {duration(grad_s)}", "grad")
-        info = self.snapshot.info if self.snapshot else None
-        offers_grad = info is not None and Capability.ATTRIBUTION in info.capabilities  # (not a served model)
-        choices = [grad, loo] if offers_grad else [loo]
+        choices = [grad, loo] if self.lacking("attribution('grad')") is None else [loo]  # (a served model: none)
         self.app.push_screen(LongJobScreen(question, choices), chosen)
 
     def watch_model_layer(self) -> None:

@@ -18,17 +18,13 @@ from textual.markup import escape
 from textual_plotext import PlotextPlot
 
 from tokenviz.contract.text import safe_text
+from tokenviz.render.pieces import visible
 from tokenviz.ui.panes.base import Pane
 from tokenviz.ui.selection import Selection
 
 MAX_POINTS = 240
 CHARTS = ("entropy", "watched", "surprisal", "decode", "cache")
 Series = list[tuple[str, list[float], list[float]]]  # (label, xs, ys) of each line a chart draws
-
-
-def one_line(label: str) -> str:
-    """A line's name as the key shows it: printable, on one line (a watched token may be a newline)."""
-    return safe_text(label).replace("\n", "↵").replace("\t", "⇥")
 
 
 def thinned(xs: Sequence[float], ys: Sequence[float]) -> tuple[list[float], list[float]]:
@@ -142,7 +138,8 @@ class ChartsPane(Pane, Grid):
             )
             # Which colour is which line: a chart this small has no room for plotext's key.
             key = " ".join(
-                f"[{hexes[i % len(hexes)]}]━━ {escape(one_line(label))}[/]"  # (a watched token's text, too)
+                # (a watched token's text: printable, on one line)
+                f"[{hexes[i % len(hexes)]}]━━ {escape(visible(safe_text(label), spaces=False))}[/]"
                 for i, (label, xs, _) in enumerate(series)
                 if xs
             )
