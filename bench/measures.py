@@ -27,6 +27,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
@@ -76,11 +77,12 @@ BUDGETS = {
     "intervention_step": ("engine step with one head ablated (own distribution kept) / without", "<=", 2.2),
     "device_peak": ("peak device memory / (weights + KV cache), 2048-token prefill and steps", "<=", 1.10),
     "compiled_autoplay": ("autoplay with --compile tok/s / eager generate() tok/s", ">=", 2.0),
+    "compiled_over_static": ("autoplay with --compile tok/s / static-cache generate() tok/s", ">=", 0.9),
     "served_step": ("a served step / a bare one-token request at the same context (--endpoint)", "<=", 1.2),
     "served_lens_step": ("a served step with the lens open / one without (--endpoint, vllm-lens)", "<=", 1.5),
 }
 # What only a GPU has (CUDA graphs): shown on a CPU, not judged there (a CPU's step is its matmuls).
-GPU_BUDGETS = frozenset({"compiled_autoplay"})
+GPU_BUDGETS = frozenset({"compiled_autoplay", "compiled_over_static"})
 VIEW_ROWS = 114  # query rows the attention pane shows at 200x60
 
 
@@ -258,13 +260,40 @@ def intervention_step(loaded, steps: int, rounds: int = 3) -> dict:
     return {"intervened_ms": a, "plain_ms": p, "ratio": a / p}
 
 
-def generate_seconds(bare, ids, tokens: int, device) -> tuple[float, list[int]]:
+def generate_seconds(bare, ids, tokens: int, device, cache: str = "dynamic") -> tuple[float, list[int]]:
+    """generate() of `tokens` greedy tokens, its prefill in: with transformers' default cache
+    ("dynamic") or its static cache ("static"), whose forward generate() compiles on a GPU (CUDA
+    graphs, transformers' own fastest path) and runs eager on a CPU."""
+    static = {"cache_implementation": "static"} if cache == "static" else {}
     with torch.inference_mode():
         sync(device)
         started = time.perf_counter()
-        out = bare.generate(ids, do_sample=False, max_new_tokens=tokens, min_new_tokens=tokens)
+        out = bare.generate(ids, do_sample=False, max_new_tokens=tokens, min_new_tokens=tokens, **static)
         sync(device)
     return time.perf_counter() - started, out[0, ids.shape[1] :].tolist()
+
+
+class StaticGenerate:
+    """generate() with the static cache, each run in one thread kept for it: on a GPU, torch keeps the
+    CUDA graphs it records per thread (graph trees), so a fresh thread each run would record them
+    again. Made warm: `warm_s` is its first two runs, the compile and the recording on a GPU (once
+    per length and process), which the rounds after do not pay."""
+
+    def __init__(self, bare, ids, tokens: int, device) -> None:
+        from tokenviz.backends.transformers.compiled_step import graph_trees_in_this_thread
+
+        self.run = lambda: generate_seconds(bare, ids, tokens, device, "static")
+        self.pool = ThreadPoolExecutor(1, "bench-static", graph_trees_in_this_thread if device.type == "cuda" else None)
+        started = time.perf_counter()
+        self()
+        self()
+        self.warm_s = time.perf_counter() - started
+
+    def __call__(self) -> tuple[float, list[int]]:
+        return self.pool.submit(self.run).result()
+
+    def close(self) -> None:
+        self.pool.shutdown()
 
 
 def autoplay_seconds(loaded, tokens: int, prompt: str = PROMPT) -> tuple[float, list[int]]:
@@ -488,22 +517,30 @@ def refusal() -> dict:
 
 
 def autoplay(loaded, bare, device, tokens: int, rounds: int = 5) -> dict:
-    """Headless autoplay against generate() of the same tokens, rounds interleaved and paired, each in
-    a thread of its own (see in_thread)."""
+    """Headless autoplay against generate() of the same tokens with the default cache and with the
+    static cache (see generate_seconds), rounds interleaved and paired, each in a thread of its own
+    (see in_thread). `ratio` is over the default cache's; `ratio_over_static` over the static one's."""
     ids = loaded.tokenizer(PROMPT, return_tensors="pt").input_ids.to(device)
     autoplay_seconds(loaded, 8)  # warm-up
     in_thread(lambda: generate_seconds(bare, ids, 4, device))
-    played, generated = [], []
+    static_generate = StaticGenerate(bare, ids, tokens, device)
+    played, generated, static = [], [], []
     for _ in range(rounds):
         played.append(autoplay_seconds(loaded, tokens))
         generated.append(in_thread(lambda: generate_seconds(bare, ids, tokens, device)))
-    ours, reference = played[-1][1], generated[-1][1]
-    a, g = statistics.median(s for s, _ in played), statistics.median(s for s, _ in generated)
+        static.append(static_generate())
+    static_generate.close()
+    ours = played[-1][1]
+    a, g, s = (statistics.median(t for t, _ in runs) for runs in (played, generated, static))
     return {
         "autoplay_tok_s": tokens / a,
         "generate_tok_s": tokens / g,
         "ratio": paired_ratio([(g_s, a_s) for (a_s, _), (g_s, _) in zip(played, generated)]),
-        "same_tokens": ours == reference,
+        "same_tokens": ours == generated[-1][1],
+        "static_generate_tok_s": tokens / s,
+        "ratio_over_static": paired_ratio([(s_s, a_s) for (a_s, _), (s_s, _) in zip(played, static)]),
+        "static_same_tokens": ours == static[-1][1],
+        "static_warm_s": static_generate.warm_s,
     }
 
 
@@ -1024,6 +1061,7 @@ def verdicts(r: dict) -> dict:
         "intervention_step": r.get("intervention_step", {}).get("ratio"),
         "device_peak": r.get("device_peak", {}).get("ratio"),
         "compiled_autoplay": r.get("compiled_autoplay", {}).get("ratio"),
+        "compiled_over_static": r.get("compiled_autoplay", {}).get("ratio_over_static"),
         "served_step": r.get("served", {}).get("ratio"),
         "served_lens_step": r.get("served_lens", {}).get("ratio"),
     }
@@ -1120,11 +1158,22 @@ def main(argv: list[str] | None = None) -> int:
     unknown = chosen - {name for name, _ in measures}
     if unknown:
         parser.error(f"no such measure: {', '.join(sorted(unknown))}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    parts = [
+        device.type,
+        args.shape,
+        results["date"],
+        "quick" if args.quick else None,
+        "only" if chosen and not args.shape else None,
+    ]
+    path = out / f"{'-'.join(p for p in parts if p)}.json"
     for name, run in measures:
         if chosen and name not in chosen:
             continue
         console.print(f"  measuring {name}…")
         results[name] = in_thread(run)
+        path.write_text(json.dumps(results, indent=2))  # (so far: a run stopped part way keeps what it measured)
     results["budgets"] = verdicts(results)
 
     table = Table(title="tokenviz bench", header_style="bold")
@@ -1137,16 +1186,6 @@ def main(argv: list[str] | None = None) -> int:
         table.add_row(v["label"], f"{v['value']:.3f}", v["budget"], met)
     Console().print(table)
     Console().print_json(json.dumps({k: v for k, v in results.items() if k not in ("budgets", "machine", "model")}))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    parts = [
-        device.type,
-        args.shape,
-        results["date"],
-        "quick" if args.quick else None,
-        "only" if chosen and not args.shape else None,
-    ]
-    path = out / f"{'-'.join(p for p in parts if p)}.json"
     path.write_text(json.dumps(results, indent=2))
     console.print(f"wrote {path}")
     return 0

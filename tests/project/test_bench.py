@@ -20,6 +20,9 @@ def test_bench_measures_run_on_a_tiny_model(tmp_path):
     assert overhead["engine_ms"] > 0 and overhead["bare_ms"] > 0 and overhead["ratio"] > 0
     play = bench.autoplay(loaded, bare, torch.device("cpu"), tokens=8, rounds=1)
     assert play["same_tokens"] and play["ratio"] == pytest.approx(play["autoplay_tok_s"] / play["generate_tok_s"])
+    # The static cache's generate() gives the same tokens; the ratio over it is its own quotient.
+    assert play["static_same_tokens"] and play["static_warm_s"] > 0
+    assert play["ratio_over_static"] == pytest.approx(play["autoplay_tok_s"] / play["static_generate_tok_s"])
     growth = bench.growth(loaded, bare, torch.device("cpu"), lengths=(8, 64), steps=2, rounds=1)
     assert set(growth) == {"8", "64", "ratio", "bare_ratio", "ratio_over_bare"}
     # The model's own growth set apart: the engine's ratio to the bare step far over its ratio near.
@@ -88,8 +91,11 @@ def test_bench_measures_run_on_a_tiny_model(tmp_path):
     assert verdicts["offload_same"]["met"] is True and verdicts["refusal_gb"]["met"] is True
     # --compile's budget is a GPU's (CUDA graphs): shown on a CPU, not judged there.
     assert verdicts["compiled_autoplay"]["value"] == fast["ratio"] and verdicts["compiled_autoplay"]["met"] is None
-    fast_on_gpu = bench.verdicts({**results, "machine": {"gpu": "H200"}, "compiled_autoplay": {"ratio": 3.9}})
-    assert fast_on_gpu["compiled_autoplay"]["met"] is True
+    assert verdicts["compiled_over_static"]["value"] == fast["ratio_over_static"]
+    assert verdicts["compiled_over_static"]["met"] is None
+    on_gpu = {"ratio": 3.9, "ratio_over_static": 0.5}
+    fast_on_gpu = bench.verdicts({**results, "machine": {"gpu": "H200"}, "compiled_autoplay": on_gpu})
+    assert fast_on_gpu["compiled_autoplay"]["met"] is True and fast_on_gpu["compiled_over_static"]["met"] is False
 
 
 def test_a_measure_runs_in_a_thread_of_its_own_and_its_failure_reaches_the_caller():
