@@ -78,6 +78,7 @@ BUDGETS = {
     "device_peak": ("peak device memory / (weights + KV cache), 2048-token prefill and steps", "<=", 1.10),
     "compiled_autoplay": ("autoplay with --compile tok/s / eager generate() tok/s", ">=", 2.0),
     "compiled_over_static": ("autoplay with --compile tok/s / static-cache generate() tok/s", ">=", 0.9),
+    "trace_long": ("tokenviz trace, 4,200-token prompt / a bare process's load and forward (processes)", "<=", 1.15),
     "served_step": ("a served step / a bare one-token request at the same context (--endpoint)", "<=", 1.2),
     "served_lens_step": ("a served step with the lens open / one without (--endpoint, vllm-lens)", "<=", 1.5),
 }
@@ -857,6 +858,47 @@ def bare_ready_s(source: str | None = None) -> float:
     return time.perf_counter() - started
 
 
+BARE_TRACE = """
+import sys, torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+model = AutoModelForCausalLM.from_pretrained({source!r}, dtype=torch.float32)
+tokenizer = AutoTokenizer.from_pretrained({source!r})
+ids = tokenizer(open({text!r}).read(), return_tensors="pt").input_ids
+with torch.inference_mode():
+    model(ids, logits_to_keep=1)  # (as generate() prefills: the last position's logits only)
+print(ids.shape[1])
+"""
+
+
+def trace_long(loaded, source: str | None = None, n: int = 4200, rounds: int = 3) -> dict:
+    """`tokenviz trace` of a prompt of about `n` tokens, one step, against a bare process that imports
+    transformers, loads the same model directory and runs one forward over the same text, process
+    start to end, in turn; the median of the rounds' ratios. What trace adds to the model's own pass."""
+    source = source or str(gguf_cache_dir(bundled_gguf()))
+    with tempfile.TemporaryDirectory() as tmp:
+        text = Path(tmp) / "prompt.txt"
+        words = len(loaded.tokenizer(PROMPT)["input_ids"])
+        text.write_text(" ".join([PROMPT] * (n // words + 1)))  # (text an argument can carry)
+        trace = [sys.executable, "-m", "tokenviz", "trace", "--model", source, "--dtype", "float32", "--device", "cpu"]
+        trace += ["--steps", "1", "--temperature", "0", "--json", text.read_text()]
+        bare = [sys.executable, "-c", BARE_TRACE.format(source=source, text=str(text))]
+        pairs, tokens = [], 0
+        for _ in range(rounds):
+            started = time.perf_counter()
+            done = subprocess.run(trace, check=True, capture_output=True, text=True)
+            traced = time.perf_counter() - started
+            started = time.perf_counter()
+            tokens = int(subprocess.run(bare, check=True, capture_output=True, text=True).stdout.split()[-1])
+            pairs.append((traced, time.perf_counter() - started))
+    return {
+        "tokens": tokens,
+        "traced_tokens": len(json.loads(done.stdout)["prompt"]),
+        "trace_s": statistics.median(t for t, _ in pairs),
+        "bare_s": statistics.median(b for _, b in pairs),
+        "ratio": paired_ratio(pairs),
+    }
+
+
 def conversion() -> dict:
     """The one-time GGUF -> safetensors conversion, into a scratch cache."""
     gguf = bundled_gguf()
@@ -1062,6 +1104,7 @@ def verdicts(r: dict) -> dict:
         "device_peak": r.get("device_peak", {}).get("ratio"),
         "compiled_autoplay": r.get("compiled_autoplay", {}).get("ratio"),
         "compiled_over_static": r.get("compiled_autoplay", {}).get("ratio_over_static"),
+        "trace_long": r.get("trace_long", {}).get("ratio"),
         "served_step": r.get("served", {}).get("ratio"),
         "served_lens_step": r.get("served_lens", {}).get("ratio"),
     }
@@ -1139,6 +1182,7 @@ def main(argv: list[str] | None = None) -> int:
         ("refusal", refusal),
         ("grammar_step", lambda: grammar_step(loaded, steps)),
         ("intervention_step", lambda: intervention_step(loaded, steps)),
+        ("trace_long", lambda: trace_long(loaded, n=1000 if args.quick else 4200)),
         ("compiled_autoplay", lambda: compiled_autoplay(loaded, bare, device, 32 if args.quick else 128, steps)),
     ]
     if args.endpoint:  # (the server's model is what it serves: the bundled one, for figures beside these)

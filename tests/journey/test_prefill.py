@@ -1,12 +1,14 @@
 """The prefill, chunk by chunk: the same numbers as one forward pass, progress, cancelling that
 leaves the journey as it was, and what the model predicted at every prompt position."""
 
+import dataclasses
 import gc
 import pickle
 import types
 
 import pytest
 import torch
+from closeness import assert_close
 
 from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.errors import Cancelled
@@ -218,3 +220,32 @@ def test_deferred_predictions_equal_the_prefills_own_and_reach_every_kept_path(m
     fallback = Session(checked, settings)
     fallback.start(prompt, defer_predictions=True)
     assert fallback.prompt_unscored == 0 and list(fallback.records[0].prompt_predictions) == list(reference)
+
+
+def test_trace_makes_the_prompts_predictions_only_for_the_files_that_show_them(tmp_path):
+    """trace's document holds no prediction at a prompt position, so its prefill runs the output layer
+    over the last position alone; with --save the journey keeps every position's, as the app's do."""
+    from tiny import tiny_model
+
+    from tokenviz.cli.headless import run_trace
+    from tokenviz.files.journey_file import read_journey, snapshot_from_journey
+
+    loaded = tiny_model("llama")
+    rows: list[int] = []  # the positions the output layer ran over, call by call
+    hook = loaded.model.lm_head.register_forward_hook(lambda module, args, out: rows.append(args[0].shape[-2]))
+    settings = SamplingSettings(temperature=0, max_new_tokens=2)
+    try:
+        document = run_trace(PROMPT, settings, loader=lambda progress: loaded)
+        n = len(document["prompt"])
+        assert n > 2 and rows and max(rows) == 1
+        rows.clear()
+        run_trace(PROMPT, settings, loader=lambda progress: loaded, save=str(tmp_path / "j.json"))
+        assert sum(rows) >= n - 1
+    finally:
+        hook.remove()
+    kept = snapshot_from_journey(read_journey(tmp_path / "j.json")).records[0].prompt_predictions
+    whole = Session(ModelRunner(loaded), settings)
+    whole.start(PROMPT)  # (every position's prediction made in the prefill)
+    made = whole.records[0].prompt_predictions
+    assert len(kept) == len(made) == n - 1
+    assert_close(list(kept), [dataclasses.replace(p, next_logprob=None) for p in made])  # (files keep no logprob)

@@ -209,3 +209,51 @@ def test_the_bundled_model_step_reads_the_device_once(bundled):
     with CountReads() as counter:
         session.step()
     assert dict(counter.reads) == ONE_TRANSFER
+
+
+# Operators that only make a view (no kernel runs on a GPU), left out of the count below.
+VIEWS = {
+    "view", "_unsafe_view", "reshape", "detach", "alias", "lift_fresh", "as_strided", "expand", "slice", "select",
+    "narrow", "split", "chunk", "unbind", "t", "transpose", "permute", "unsqueeze", "squeeze",
+}  # fmt: skip
+# Kernels a decode step launches beyond the model's own forward pass, measured on 2026-11-27 (torch
+# 2.13, transformers 5.24; the tiny Llama): greedy 41, the app's default sampling 136, every stage
+# 220. Each budget leaves about a sixth of room: a second softmax over the vocabulary, another
+# record built, a stage run twice would pass it. On a GPU every one is a launch the host waits on.
+STEP_KERNELS = {"greedy": 48, "default": 160, "every stage": 256}
+
+
+class CountKernels(TorchDispatchMode):
+    """Every operator torch dispatches that is not a view."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket.__name__ not in VIEWS:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize(
+    "name, settings", [("greedy", dict(temperature=0)), ("default", dict()), ("every stage", EVERY_STAGE)]
+)
+def test_a_step_launches_few_kernels_beyond_the_models_own_pass(tiny_llama, name, settings):
+    """A stand-in on the CPU for a GPU's launches: the kernels of one step (the forward pass, the
+    summary, the decision, the record) less those of transformers' own forward over the same cache."""
+    from transformers import DynamicCache
+
+    session = Session(ModelRunner(tiny_llama), SamplingSettings(**settings))
+    session.start(PROMPT)
+    for _ in range(3):
+        session.step()
+    with CountKernels() as step:
+        session.step()
+    cache = DynamicCache()
+    with torch.inference_mode():
+        tiny_llama.model(torch.tensor([session.ids[:-1]]), cache=cache, use_cache=True)
+        with CountKernels() as bare:
+            tiny_llama.model(torch.tensor([session.ids[-1:]]), cache=cache, use_cache=True)
+    beyond = step.count - bare.count
+    assert 0 < beyond <= STEP_KERNELS[name], f"{name}: {beyond} kernels beyond the model's own pass"

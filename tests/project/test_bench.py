@@ -58,10 +58,14 @@ def test_bench_measures_run_on_a_tiny_model(tmp_path):
     intervened = bench.intervention_step(loaded, steps=3, rounds=1)
     assert intervened["intervened_ms"] > 0 and intervened["plain_ms"] > 0
     assert intervened["ratio"] == pytest.approx(intervened["intervened_ms"] / intervened["plain_ms"])
+    long = bench.trace_long(loaded, source=source, n=64, rounds=1)
+    assert long["traced_tokens"] == long["tokens"] >= 64  # (the same prompt on both sides)
+    assert long["ratio"] == pytest.approx(long["trace_s"] / long["bare_s"])
     fast = bench.compiled_autoplay(loaded, bare, torch.device("cpu"), tokens=8, steps=3, rounds=1)
     assert fast["same_tokens"] and fast["compile_s"] > 0 and fast["ratio"] > 0 and fast["step_ratio"] > 0
     results = {
         "compiled_autoplay": fast,
+        "trace_long": long,
         "intervention_step": intervened,
         "grammar_step": constrained,
         "step_overhead": overhead,

@@ -168,13 +168,17 @@ def run_session(
     progress: Progress = lambda message, fraction: None,
     chat: bool = False,
     system: str | None = None,
+    defer_predictions: bool = False,
 ) -> Session:
-    """Prefill (reporting its progress) and step until a stop condition (max new tokens bounds it)."""
+    """Prefill (reporting its progress) and step until a stop condition (max new tokens bounds it).
+    With `defer_predictions`, the model's prediction at every prompt position is left unmade (see
+    Session.start) until `session.score_prompt()`."""
     session.start(
         prompt,
         lambda done, total: progress(f"prefilling the prompt: {done} of {total} tokens", done / total),
         chat=chat,
         system=system,
+        defer_predictions=defer_predictions,
     )
     limit = session.settings.max_new_tokens
     while session.step() is not None:
@@ -226,12 +230,14 @@ def run_trace(
         name = session.runner.info.name
         raise TokenvizError(f"{name} has no mixture-of-experts layers: --routing has nothing to show")
     session.pin([token_of(session.runner, token) for token in watch])
-    document = journey_document(run_session(session, prompt, progress, chat, system))
+    # The document holds no prediction at a prompt position; a saved journey and a page show them.
+    document = journey_document(run_session(session, prompt, progress, chat, system, defer_predictions=True))
     add_views(session, document, lens, routing, len(watch) >= 2, attribution, progress)
     if attention is not None:
         add_attention(session, document, attention)
     if not (html or save):
         return document
+    session.score_prompt()
     snapshot, saved = snapshot_of(session), session.saved_attention()  # (every layer's rows: once for both)
     try:
         if html:
