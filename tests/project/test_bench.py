@@ -7,61 +7,67 @@ import pytest
 import torch
 from tiny import save_tiny
 
-from bench import measures as bench
+from bench import anchors, app, budgets, engine, processes, timing
 from tokenviz.backends.transformers.loading import load_model
 
 
 def test_bench_measures_run_on_a_tiny_model(tmp_path):
     source = save_tiny(tmp_path / "tiny", "llama", context=2048)
     loaded = load_model(source, device="cpu")
-    bare = bench.bare_model(loaded, source, torch.device("cpu"))
-    overhead = bench.step_overhead(loaded, bare, torch.device("cpu"), steps=3, rounds=1)
-    assert bench.paired_ratio([(2.0, 1.0), (9.0, 3.0), (100.0, 1.0)]) == 3.0  # (a drifted round does not move it)
+    bare = anchors.bare_model(loaded, source, torch.device("cpu"))
+    overhead = engine.step_overhead(loaded, bare, torch.device("cpu"), steps=3, rounds=1)
+    assert timing.paired_ratio([(2.0, 1.0), (9.0, 3.0), (100.0, 1.0)]) == 3.0  # (a drifted round does not move it)
     assert overhead["engine_ms"] > 0 and overhead["bare_ms"] > 0 and overhead["ratio"] > 0
-    play = bench.autoplay(loaded, bare, torch.device("cpu"), tokens=8, rounds=1)
+    assert overhead["engine_p95_ms"] >= overhead["engine_ms"] and overhead["bare_p95_ms"] >= overhead["bare_ms"]
+    assert overhead["p95_ratio"] == pytest.approx(overhead["engine_p95_ms"] / overhead["bare_p95_ms"])
+    assert timing.p95([float(i) for i in range(1, 101)]) == pytest.approx(95.05)
+    play = engine.autoplay(loaded, bare, torch.device("cpu"), tokens=8, rounds=1)
     assert play["same_tokens"] and play["ratio"] == pytest.approx(play["autoplay_tok_s"] / play["generate_tok_s"])
     # The static cache's generate() gives the same tokens; the ratio over it is its own quotient.
     assert play["static_same_tokens"] and play["static_warm_s"] > 0
     assert play["ratio_over_static"] == pytest.approx(play["autoplay_tok_s"] / play["static_generate_tok_s"])
-    growth = bench.growth(loaded, bare, torch.device("cpu"), lengths=(8, 64), steps=2, rounds=1)
+    drawn = engine.autoplay_sampled(loaded, bare, torch.device("cpu"), tokens=8, rounds=1)
+    assert drawn["settings"] == {"temperature": 0.7, "top_k": 50, "top_p": 0.9}  # the app's defaults
+    assert drawn["ratio"] == pytest.approx(drawn["autoplay_tok_s"] / drawn["generate_tok_s"])
+    growth = engine.growth(loaded, bare, torch.device("cpu"), lengths=(8, 64), steps=2, rounds=1)
     assert set(growth) == {"8", "64", "ratio", "bare_ratio", "ratio_over_bare"}
     # The model's own growth set apart: the engine's ratio to the bare step far over its ratio near.
     assert growth["ratio_over_bare"] == growth["64"]["step_ratio"] / growth["8"]["step_ratio"]
     assert all(growth[n]["prefill_ratio"] > 0 and growth[n]["step_ratio"] > 0 for n in ("8", "64"))
-    view = bench.attention_view(loaded, n=64, rounds=1)
+    view = engine.attention_view(loaded, n=64, rounds=1)
     assert view["rows"] == 64 and view["newest_rows_ms"] > 0 and view["rows_fed_again_ms"] > 0
-    peak = bench.peak_memory(n=64, source=source)
+    peak = processes.peak_memory(n=64, source=source)
     assert peak["model_run_peak_gb"] > 0 and peak["engine_run_peak_gb"] > 0
-    frames = bench.frame(loaded, sizes=((80, 24),), steps=3)
+    frames = app.frame(loaded, sizes=((80, 24),), steps=3)
     assert frames["80x24_ms"] > 0
-    ui = bench.ui_growth(loaded, long=300, short=50, steps=3, rounds=1)
+    ui = app.ui_growth(loaded, long=300, short=50, steps=3, rounds=1)
     assert ui["300_ms"] > 0 and ui["50_ms"] > 0 and ui["ratio"] == pytest.approx(ui["300_ms"] / ui["50_ms"])
-    shown = bench.app_autoplay(loaded, context=100, tokens=4)
+    shown = app.app_autoplay(loaded, context=100, tokens=4)
     assert shown["headless_tok_s"] > 0 and shown["app_tok_s"] > 0 and shown["ratio"] > 0
-    memory = bench.memory(loaded, steps=20)
+    memory = engine.memory(loaded, steps=20)
     assert memory["history_mb_per_1000"] > 0 and memory["step_record_kb_mean"] > 0
     assert 0 < memory["queries_kept_mb"] <= memory["queries_budget_mb"]
-    searched = bench.beams(loaded, long=200, short=20, steps=3, rounds=1)
+    searched = engine.beams(loaded, long=200, short=20, steps=3, rounds=1)
     assert searched["200_s"] > 0 and searched["200_fed_again_s"] > 0
     assert searched["ratio"] == pytest.approx(searched["200_s"] / searched["20_s"])
-    keyed = bench.key_frame(loaded, context=30, presses=2)
+    keyed = app.key_frame(loaded, context=30, presses=2)
     assert keyed["median_ms"] > 0 and keyed["max_ms"] >= keyed["median_ms"]
-    offloaded = bench.offload(source, steps=2)
+    offloaded = processes.offload(source, steps=2)
     assert offloaded["parts_on_disk"] > 0 and offloaded["same_tokens"] and offloaded["ratio"] > 0
-    refused = bench.refusal()
+    refused = processes.refusal()
     # A Llama-3-70B-shaped config: one line (with the figures), and the process never grew past 1 GB.
     assert refused["refused"] and 0 < refused["peak_rss_gb"] < 1 and refused["seconds"] > 0
     assert "of weights in" in refused["error"] and "free" in refused["error"]
-    constrained = bench.grammar_step(loaded, steps=3, rounds=1)
+    constrained = engine.grammar_step(loaded, steps=3, rounds=1)
     assert constrained["grammar_ms"] > 0 and constrained["plain_ms"] > 0
     assert constrained["ratio"] == pytest.approx(constrained["grammar_ms"] / constrained["plain_ms"])
-    intervened = bench.intervention_step(loaded, steps=3, rounds=1)
+    intervened = engine.intervention_step(loaded, steps=3, rounds=1)
     assert intervened["intervened_ms"] > 0 and intervened["plain_ms"] > 0
     assert intervened["ratio"] == pytest.approx(intervened["intervened_ms"] / intervened["plain_ms"])
-    long = bench.trace_long(loaded, source=source, n=64, rounds=1)
+    long = processes.trace_long(loaded, source=source, n=64, rounds=1)
     assert long["traced_tokens"] == long["tokens"] >= 64  # (the same prompt on both sides)
     assert long["ratio"] == pytest.approx(long["trace_s"] / long["bare_s"])
-    fast = bench.compiled_autoplay(loaded, bare, torch.device("cpu"), tokens=8, steps=3, rounds=1)
+    fast = engine.compiled_autoplay(loaded, bare, torch.device("cpu"), tokens=8, steps=3, rounds=1)
     assert fast["same_tokens"] and fast["compile_s"] > 0 and fast["ratio"] > 0 and fast["step_ratio"] > 0
     results = {
         "compiled_autoplay": fast,
@@ -70,6 +76,7 @@ def test_bench_measures_run_on_a_tiny_model(tmp_path):
         "grammar_step": constrained,
         "step_overhead": overhead,
         "autoplay": play,
+        "autoplay_sampled": drawn,
         "growth": growth,
         "attention_view": view,
         "peak_memory": peak,
@@ -77,7 +84,7 @@ def test_bench_measures_run_on_a_tiny_model(tmp_path):
         "cold_start": {
             "first_frame_s": 0.4,
             "ready_s": None,
-            "bare_ready_s": bench.bare_ready_s(source),
+            "bare_ready_s": anchors.bare_ready_s(source),
             "ratio": None,
         },
         "memory": memory,
@@ -87,8 +94,8 @@ def test_bench_measures_run_on_a_tiny_model(tmp_path):
         "refusal": refused,
     }
     results["growth"]["2048"] = results["growth"]["4096"] = growth["64"]  # the verdicts read these lengths
-    verdicts = bench.verdicts(results)
-    assert set(verdicts) == set(bench.BUDGETS)
+    verdicts = budgets.verdicts(results)
+    assert set(verdicts) == set(budgets.BUDGETS)
     assert verdicts["cold_start_s"]["met"] is True and verdicts["model_ready"]["met"] is None
     assert results["cold_start"]["bare_ready_s"] > 0
     assert verdicts["frame_200x60_ms"]["met"] is True
@@ -98,16 +105,16 @@ def test_bench_measures_run_on_a_tiny_model(tmp_path):
     assert verdicts["compiled_over_static"]["value"] == fast["ratio_over_static"]
     assert verdicts["compiled_over_static"]["met"] is None
     on_gpu = {"ratio": 3.9, "ratio_over_static": 0.5}
-    fast_on_gpu = bench.verdicts({**results, "machine": {"gpu": "H200"}, "compiled_autoplay": on_gpu})
+    fast_on_gpu = budgets.verdicts({**results, "machine": {"gpu": "H200"}, "compiled_autoplay": on_gpu})
     assert fast_on_gpu["compiled_autoplay"]["met"] is True and fast_on_gpu["compiled_over_static"]["met"] is False
 
 
 def test_a_measure_runs_in_a_thread_of_its_own_and_its_failure_reaches_the_caller():
-    """(So the main thread never runs the model: see bench.measures.in_thread.)"""
-    assert bench.in_thread(threading.current_thread) not in (threading.current_thread(), threading.main_thread())
+    """(So the main thread never runs the model: see bench.timing.in_thread.)"""
+    assert timing.in_thread(threading.current_thread) not in (threading.current_thread(), threading.main_thread())
 
     def failing() -> None:
         raise ValueError("the measure failed")
 
     with pytest.raises(ValueError, match="the measure failed"):
-        bench.in_thread(failing)
+        timing.in_thread(failing)

@@ -119,18 +119,18 @@ def test_an_endpoint_with_spaces_or_control_characters_is_one_line(url):
 def test_the_bench_follows_no_redirect_and_sends_no_key_over_plain_http_to_another_host(monkeypatch):
     """The bench's served measure goes through the same client: a 302 to another server is refused
     (the other server sees nothing), and plain http to a host not this machine needs --insecure-http."""
-    from bench import measures
+    from bench import served as served_measures
 
     monkeypatch.setenv(KEY_ENV, TOKEN)
     with hostile_server() as server, hostile_server() as elsewhere:
         moved = {"Location": elsewhere.url + "/completions"}
         server.routes["/v1/completions"] = lambda h: h.answer(302, b"", moved)
         with pytest.raises(EndpointError, match="HTTP 302"):
-            measures.served(server.url, ApiKey(env=KEY_ENV), tokens=2, rounds=1)
+            served_measures.served(server.url, ApiKey(env=KEY_ENV), tokens=2, rounds=1)
         assert elsewhere.log.requests == []
         assert all(auth == f"Bearer {TOKEN}" for _, auth in server.log.requests)
     with pytest.raises(TokenvizError, match=r"unencrypted to 192\.0\.2\.1"):  # (refused before any connection)
-        measures.served("http://192.0.2.1:8000/v1", ApiKey(env=KEY_ENV), tokens=2, rounds=1)
+        served_measures.served("http://192.0.2.1:8000/v1", ApiKey(env=KEY_ENV), tokens=2, rounds=1)
 
 
 def test_a_streamed_line_that_never_ends_is_refused_in_bounded_memory(monkeypatch):

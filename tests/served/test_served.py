@@ -194,14 +194,15 @@ def test_score_on_the_server_is_the_local_score(monkeypatch, capsys, served):
 
 def test_the_bench_measures_a_served_journey(vllm_server, monkeypatch):
     """The bench's served measure runs against the server and reports its figures (no time asserted)."""
-    from bench import measures
+    from bench import budgets
+    from bench import served as served_measures
     from tokenviz.served.endpoint import ApiKey
 
     monkeypatch.setenv(KEY_ENV, vllm_server.key)
-    result = measures.served(vllm_server.url, ApiKey(env=KEY_ENV), tokens=4, rounds=1)
+    result = served_measures.served(vllm_server.url, ApiKey(env=KEY_ENV), tokens=4, rounds=1)
     assert result["same_tokens"]  # the stepped journey's tokens are the server's own generation's
     assert result["step_ms"] > 0 and result["bare_request_ms"] > 0 and result["streamed_ms_per_token"] > 0
-    assert result["ratio"] > 0 and measures.verdicts({"served": result})["served_step"]["value"] == result["ratio"]
+    assert result["ratio"] > 0 and budgets.verdicts({"served": result})["served_step"]["value"] == result["ratio"]
 
 
 @pytest.mark.bundled

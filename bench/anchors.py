@@ -1,0 +1,136 @@
+"""The bare runs each figure is set against: transformers' own model, generate() with its default
+and its static cache, a bare process that loads and runs the same model."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+from bench.timing import seconds_of, sync
+from tokenviz.backends.transformers.loading import (
+    LoadedModel,
+    gguf_cache_dir,
+)
+from tokenviz.contract.paths import bundled_gguf
+from tokenviz.contract.settings import SamplingSettings
+
+PROMPT = "The Eiffel Tower is located in"
+
+
+def bare_model(loaded: LoadedModel, source: str, device: torch.device):
+    """The same weights with transformers' default fast attention (sdpa), no attention outputs."""
+    from transformers import AutoModelForCausalLM
+
+    from tokenviz.backends.transformers.loading import quiet
+
+    with quiet():
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=loaded.model.dtype, attn_implementation="sdpa")
+    return model.to(device).eval()  # type: ignore[arg-type]  # transformers wraps .to
+
+
+@torch.inference_mode()
+def bare_decoder(model, ids: list[int], device: torch.device) -> Callable[[], None]:
+    """The bare model's greedy decode after prefilling `ids`, with a DynamicCache and argmax and
+    nothing else: each call is one step."""
+    from transformers import DynamicCache
+
+    from tokenviz.backends.transformers.cache import with_cache
+
+    cache = DynamicCache(config=model.config)
+    out = model(torch.tensor([ids], device=device), **with_cache(model, cache), use_cache=True, logits_to_keep=1)
+    token = out.logits[0, -1].argmax().view(1, 1)
+
+    @torch.inference_mode()
+    def step() -> None:
+        nonlocal token
+        out = model(token, **with_cache(model, cache), use_cache=True)
+        token = out.logits[0, -1].argmax().view(1, 1)
+
+    return step
+
+
+def bare_steps(model, ids: list[int], steps: int, device: torch.device) -> list[float]:
+    """Per-step seconds of the bare model's greedy decode (see bare_decoder)."""
+    step = bare_decoder(model, ids, device)
+    return [seconds_of(step, device) for _ in range(steps)]
+
+
+def generate_seconds(
+    bare, ids, tokens: int, device, cache: str = "dynamic", sampled: SamplingSettings | None = None
+) -> tuple[float, list[int]]:
+    """generate() of `tokens` tokens, its prefill in: greedy, or drawn with `sampled`'s temperature,
+    top-k and top-p; with transformers' default cache ("dynamic") or its static cache ("static"),
+    whose forward generate() compiles on a GPU (CUDA graphs, transformers' own fastest path) and runs
+    eager on a CPU."""
+    static = {"cache_implementation": "static"} if cache == "static" else {}
+    drawing: dict = {"do_sample": False}
+    if sampled is not None:
+        drawing = dict(do_sample=True, temperature=sampled.temperature, top_k=sampled.top_k, top_p=sampled.top_p)
+    with torch.inference_mode():
+        sync(device)
+        started = time.perf_counter()
+        out = bare.generate(ids, max_new_tokens=tokens, min_new_tokens=tokens, **drawing, **static)
+        sync(device)
+    return time.perf_counter() - started, out[0, ids.shape[1] :].tolist()
+
+
+class StaticGenerate:
+    """generate() with the static cache, each run in one thread kept for it: on a GPU, torch keeps the
+    CUDA graphs it records per thread (graph trees), so a fresh thread each run would record them
+    again. Made warm: `warm_s` is its first two runs, the compile and the recording on a GPU (once
+    per length and process), which the rounds after do not pay."""
+
+    def __init__(self, bare, ids, tokens: int, device) -> None:
+        from tokenviz.backends.transformers.compiled_step import graph_trees_in_this_thread
+
+        self.run = lambda: generate_seconds(bare, ids, tokens, device, "static")
+        self.pool = ThreadPoolExecutor(1, "bench-static", graph_trees_in_this_thread if device.type == "cuda" else None)
+        started = time.perf_counter()
+        self()
+        self()
+        self.warm_s = time.perf_counter() - started
+
+    def __call__(self) -> tuple[float, list[int]]:
+        return self.pool.submit(self.run).result()
+
+    def close(self) -> None:
+        self.pool.shutdown()
+
+
+BARE_READY = """
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+model = AutoModelForCausalLM.from_pretrained({source!r}, dtype=torch.float32)
+tokenizer = AutoTokenizer.from_pretrained({source!r})
+with torch.inference_mode():
+    model(**tokenizer({prompt!r}, return_tensors="pt"))
+"""
+
+
+def bare_ready_s(source: str | None = None) -> float:
+    """What model ready is measured against: process start to the end of a bare process that imports
+    transformers, loads the same model directory and runs one forward over the same prompt. Importing
+    torch and transformers alone is most of it on a small CPU: a fixed budget cannot be met, a ratio can."""
+    source = source or str(gguf_cache_dir(bundled_gguf()))
+    started = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-c", BARE_READY.format(source=source, prompt=PROMPT)], check=True, capture_output=True
+    )
+    return time.perf_counter() - started
+
+
+BARE_TRACE = """
+import sys, torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+model = AutoModelForCausalLM.from_pretrained({source!r}, dtype=torch.float32)
+tokenizer = AutoTokenizer.from_pretrained({source!r})
+ids = tokenizer(open({text!r}).read(), return_tensors="pt").input_ids
+with torch.inference_mode():
+    model(ids, logits_to_keep=1)  # (as generate() prefills: the last position's logits only)
+print(ids.shape[1])
+"""
