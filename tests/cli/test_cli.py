@@ -260,7 +260,7 @@ def test_the_process_exit_code_says_how_the_app_ended(monkeypatch):
     signal N: a script can tell them apart (it read 0 after a crash before)."""
     from apptools import frozen_snapshot
 
-    from tokenviz.cli import commands
+    from tokenviz.cli.commands import in_terminal
     from tokenviz.ui.app import TokenvizApp
     from tokenviz.worker.recording import RecordingWorker
 
@@ -270,12 +270,12 @@ def test_the_process_exit_code_says_how_the_app_ended(monkeypatch):
         codes.append(code)
         raise SystemExit(code)
 
-    monkeypatch.setattr(commands, "exit_now", exit_now)
+    monkeypatch.setattr(in_terminal, "exit_now", exit_now)
     endings = [lambda app: None, lambda app: setattr(app, "_return_code", 1), lambda app: setattr(app, "signalled", 15)]
     for ending in endings:
         monkeypatch.setattr(TokenvizApp, "run", lambda self, ending=ending: ending(self))
         with pytest.raises(SystemExit):
-            commands.run_app(RecordingWorker(frozen_snapshot()), "tokenviz-dark")
+            in_terminal.run_app(RecordingWorker(frozen_snapshot()), "tokenviz-dark")
     assert codes == [0, 1, 143]
 
 

@@ -33,12 +33,12 @@ def run(self, *args, **kwargs):
 TokenvizApp.on_mount = on_mount
 TokenvizApp.run = run
 sys.argv = ["tokenviz", *sys.argv[1:]]
-from tokenviz.cli import commands
-commands.QUIT_WAIT_S = 60  # let the engine thread finish loading, so the process ends normally
-commands.require_terminal = lambda: None  # the app runs headless here
+from tokenviz.cli.commands import in_terminal
+in_terminal.QUIT_WAIT_S = 60  # let the engine thread finish loading, so the process ends normally
+in_terminal.require_terminal = lambda: None  # the app runs headless here
 def exit_now(code):
     raise SystemExit(code)
-commands.exit_now = exit_now  # end as a test can see, not at once
+in_terminal.exit_now = exit_now  # end as a test can see, not at once
 from tokenviz.cli import run as main
 try:
     main()

@@ -127,7 +127,7 @@ def test_served_app_shows_the_prompt_steps_on_a_key_and_survives_a_closed_tab(se
 def test_serve_refuses_a_port_in_use_in_one_line_and_passes_the_rest_to_the_app(monkeypatch, capsys):
     from clitools import invoke
 
-    from tokenviz.cli.commands import app_arguments
+    from tokenviz.cli.commands.serve import app_arguments
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

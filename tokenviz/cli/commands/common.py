@@ -1,0 +1,162 @@
+"""What the commands share: their defaults, the checks of their options, a served model's options
+and loader, and how a document is printed."""
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+
+from tokenviz import __version__
+from tokenviz.cli.options import (
+    ModelChoice,
+    fail,
+    print_warning,
+)
+from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.paths import unwritable_folder
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.ui.themes import DEFAULT_THEME
+
+if TYPE_CHECKING:
+    from tokenviz.backends.served.engine import ServedEngine
+    from tokenviz.served.journey import ServedChoice
+    from tokenviz.worker.loader import Loader, Progress
+
+
+DEFAULT_PROMPT = "The Eiffel Tower is located in"
+
+
+DEFAULT_QUESTION = "What is the capital of France?"  # the first prompt with --chat
+
+
+USAGE_ERROR = 2  # click's exit code for a mistyped command line, and tokenviz's for any foreseeable mistake
+
+
+Theme = Annotated[str, typer.Option(help="Colour theme (see themes/).")]
+
+
+def check_chat(chat: bool, system: str | None) -> None:
+    if system is not None and not chat:
+        raise TokenvizError("--system needs --chat: a system message comes before a chat message")
+
+
+def in_a_browser() -> bool:
+    """Running under `tokenviz serve`: textual-serve drives the app through its web driver."""
+    return os.environ.get("TEXTUAL_DRIVER", "").endswith(":WebDriver")
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"tokenviz {__version__}")
+        raise typer.Exit()
+
+
+def new_cli() -> typer.Typer:
+    return typer.Typer(add_completion=False, rich_markup_mode="rich", pretty_exceptions_enable=False)
+
+
+def served_options(
+    url: str | None,
+    model: str | None,
+    key_env: str | None,
+    key_file: str | None,
+    insecure_http: bool,
+    tokenizer: str | None = None,
+    url_option: str = "--endpoint",
+    takes_tokenizer: bool = True,
+) -> "ServedChoice | None":
+    """The served options as one value, or None without a server's URL, where any of the others given
+    is refused in one line (tokenviz.served is imported only when a command is served)."""
+    if url is None:
+        if model or key_env or key_file or insecure_http or tokenizer:
+            names = ["--served-model", "--api-key-env", "--api-key-file", "--insecure-http"]
+            names += ["--tokenizer"] if takes_tokenizer else []
+            fail(f"{', '.join(names[:-1])} and {names[-1]} go with {url_option} URL")
+        return None
+    from tokenviz.served.endpoint import ApiKey
+    from tokenviz.served.journey import ServedChoice
+
+    key = ApiKey(key_env, key_file)
+    if (exposed := key.exposed()) is not None:
+        print_warning(exposed)
+    return ServedChoice(url, model, key, insecure_http)
+
+
+def served_loader(
+    model: ModelChoice, settings: SamplingSettings, served: "ServedChoice", tokenizer: str | None = None
+) -> "Loader":
+    """The app's loader on a served model: the server checked to answer and to serve the model before
+    the app opens (an unreachable one is one line within seconds); the engine is made in the worker,
+    with `tokenizer` (a Hugging Face id or directory) loaded there and checked against the server's."""
+    from tokenviz.served.journey import served_model_name
+
+    local = {"--model": model.model, "--device-map": model.device_map, "--quantize": model.quantize}
+    asked = [name for name, value in {**local, "--compile": model.compile}.items() if value]
+    if asked:
+        fail(f"{asked[0]} is for a model loaded here: a served model (--endpoint) is the server's")
+    if settings.grammar is not None:
+        fail("a grammar stage needs the model's tokenizer in this process: not with --endpoint")
+    try:
+        endpoint = served.connect()
+        name = served_model_name(endpoint, served.model)
+    except TokenvizError as exc:
+        fail(str(exc))
+
+    def load(progress: "Progress") -> "ServedEngine":
+        from tokenviz.backends.served.engine import ServedEngine
+
+        here = None  # (the tokenizer named with --tokenizer, loaded in this thread)
+        if tokenizer is not None:
+            from tokenviz.backends.transformers.loading import load_tokenizer
+
+            progress(f"loading the tokenizer {tokenizer}", None)
+            here = load_tokenizer(tokenizer)
+        progress(f"asking {endpoint.host} about {name}", 0.5)
+        return ServedEngine(endpoint, name, local_tokenizer=here, model_files=tokenizer)
+
+    return load
+
+
+def print_result(document: dict[str, Any], as_json: bool, table: Callable[[dict[str, Any], Console], None]) -> None:
+    """A headless command's document: strict JSON on stdout, or its table."""
+    if as_json:
+        print_document(document, as_json=True)
+    else:
+        table(document, Console())
+
+
+def check_writable(path: str, force: bool) -> None:
+    """Refuse, before any work, a file that cannot be written where it is asked for: one that exists
+    (without `force`), or one whose directory is missing or closed to writing."""
+    target = Path(path).expanduser()
+    if target.exists() and not force:
+        raise TokenvizError(f"{path} exists already: choose another name (or --force to replace it)")
+    problem = unwritable_folder(target.parent)
+    if problem:
+        raise TokenvizError(f"cannot write {path}: {problem}")
+
+
+def default_page_colors() -> tuple[tuple[str, str | tuple[str, ...]], ...]:
+    """The default theme's colours for an HTML page."""
+    from tokenviz.ui.colors import page_colors
+    from tokenviz.ui.themes import load_themes
+
+    return page_colors(load_themes()[DEFAULT_THEME])
+
+
+def print_document(document: dict[str, Any], as_json: bool) -> None:
+    from tokenviz.cli.table import print_table
+
+    if as_json:
+        try:
+            text = json.dumps(document, ensure_ascii=False, allow_nan=False)  # strict JSON
+        except ValueError:
+            fail("the run produced numbers that are not finite (NaN or infinity): are the model's weights damaged?")
+        sys.stdout.write(text + "\n")
+    else:
+        print_table(document, Console())

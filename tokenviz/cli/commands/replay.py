@@ -1,0 +1,145 @@
+"""`tokenviz replay FILE`: a saved journey, and its check against the model (--verify)."""
+
+import dataclasses
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from tokenviz.cli.commands import in_terminal
+from tokenviz.cli.commands.common import Theme, new_cli, served_options
+from tokenviz.cli.options import (
+    ApiKeyEnv,
+    ApiKeyFile,
+    Endpoint,
+    InsecureHttp,
+    LocalTokenizer,
+    ModelChoice,
+    ServedModel,
+    err,
+    fail,
+    model_options,
+    stderr_progress,
+)
+from tokenviz.contract.errors import TokenvizError
+from tokenviz.ui.themes import DEFAULT_THEME, check_theme
+
+if TYPE_CHECKING:
+    from tokenviz.files.journey_schema import Journey
+    from tokenviz.served.journey import ServedChoice
+
+replay_cli = new_cli()
+
+
+@replay_cli.command()
+@model_options()
+def replay(
+    model: ModelChoice,
+    path: Annotated[str, typer.Argument(help="A journey saved with x in the app or trace --save.")],
+    verify: Annotated[
+        bool, typer.Option("--verify", help="Re-run it with the model; exit 0 only if every token matches.")
+    ] = False,
+    theme: Theme = DEFAULT_THEME,
+    endpoint: Endpoint = None,
+    served_model: ServedModel = None,
+    api_key_env: ApiKeyEnv = None,
+    api_key_file: ApiKeyFile = None,
+    insecure_http: InsecureHttp = False,
+    tokenizer: LocalTokenizer = None,
+) -> None:
+    """Open a saved journey read-only, without loading any model (or --verify it against the model,
+    or against the server with --endpoint for a journey on a served model: with --tokenizer DIR where it
+    was steered)."""
+    from tokenviz.files.journey_file import open_journey, recording_of
+
+    served = served_options(endpoint, served_model, api_key_env, api_key_file, insecure_http, tokenizer)
+    try:
+        journey = open_journey(path)
+        if verify and (served is not None or journey.replay.info.top_only):
+            verify_served_recording(journey, served, tokenizer)
+            return
+        if served is not None:
+            raise TokenvizError("--endpoint goes with --verify: a replay without it loads no model")
+        if verify:
+            verify_recording(journey, model)
+            return
+        recording = recording_of(journey)
+        check_theme(theme)
+    except TokenvizError as exc:
+        fail(str(exc))
+    in_terminal.require_terminal()
+    from tokenviz.worker.recording import RecordingWorker
+
+    in_terminal.run_app(RecordingWorker(*recording), theme)
+
+
+def verify_served_recording(journey: "Journey", served: "ServedChoice | None", tokenizer: str | None = None) -> None:
+    """Re-run a journey recorded on a served model against `served` (the server): its tokens, and each
+    chosen token's log-probability within the served tolerance, for those are all the file holds.
+    `tokenizer`: --tokenizer (the model's directory gives the head a steered journey needs)."""
+    from tokenviz.backends.engines import engine_of
+    from tokenviz.backends.served.engine import ServedEngine
+    from tokenviz.journey.reproduce import verify_journey
+    from tokenviz.journey.session import Session
+    from tokenviz.served.journey import REPRODUCED_WITHIN
+
+    recorded = journey.replay.info
+    if served is None:
+        raise TokenvizError(
+            f"the journey was recorded on {recorded.name}, {recorded.device}: verify it against the server "
+            "with --endpoint URL (and --api-key-env VAR or --api-key-file FILE)"
+        )
+    if not recorded.top_only:
+        raise TokenvizError("the journey was recorded on a model run here: verify it without --endpoint")
+    engine = ServedEngine.open(served, tokenizer)
+    checked, mismatch = verify_journey(journey, Session(engine_of(engine)), REPRODUCED_WITHIN)
+    verdict(
+        checked,
+        mismatch,
+        len(journey.steps),
+        f"its token, or its log-probability by more than {REPRODUCED_WITHIN:g} nats",
+        "tokens and log-probabilities",
+    )
+
+
+def verdict(checked: int, mismatch: int | None, steps: int, differs: str, reproduced: str, other: str = "") -> None:
+    """A verification's one line: the step that differs (exit 1), or all reproduced."""
+    if mismatch is not None:
+        err.print(
+            f"mismatch: step {mismatch} differs from the recording ({differs}; {checked} of {steps} steps checked)"
+            + other,
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(1)
+    typer.echo(f"verified: all {checked} steps reproduce the recorded {reproduced}")
+
+
+def verify_recording(journey: "Journey", model: ModelChoice) -> None:
+    """Re-run a recording with the model; exit 1 at the first token that differs. Without --model, the
+    model the journey names (the bundled one, a path, a hub id); with it, a line where they differ."""
+    from tokenviz.backends.engines import engine_of
+    from tokenviz.backends.transformers.loading import BUNDLED_NAME
+    from tokenviz.journey.reproduce import verify_journey
+    from tokenviz.journey.session import Session
+
+    recorded = journey.replay.info.name
+    if model.model is None and recorded != BUNDLED_NAME:
+        if recorded.endswith(".gguf") and not Path(recorded).expanduser().is_file():
+            raise TokenvizError(f"the journey was recorded on {recorded}, which is not here: name it with --model")
+        model = dataclasses.replace(model, model=recorded)
+        err.print(f"verifying on {recorded}, the model the journey was recorded on", markup=False, highlight=False)
+    with stderr_progress() as progress:
+        loaded = model.load(progress)
+    differs = loaded.info.name != recorded
+    if differs:
+        err.print(
+            f"note: the journey was recorded on {recorded}; verifying on {loaded.info.name}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+    checked, mismatch = verify_journey(journey, Session(engine_of(loaded)))
+    other = f" (recorded on another model: {recorded})" if differs else ""
+    verdict(checked, mismatch, len(journey.steps), "its token, or the experts it was routed to", "tokens", other)

@@ -1,0 +1,89 @@
+"""`tokenviz score TEXT`: how likely the model finds a text."""
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+
+from tokenviz.cli.commands.common import check_chat, new_cli, print_document, print_result, served_options
+from tokenviz.cli.options import (
+    ApiKeyEnv,
+    ApiKeyFile,
+    Chat,
+    Endpoint,
+    InsecureHttp,
+    ModelChoice,
+    ServedModel,
+    System,
+    fail,
+    grammar_options,
+    model_options,
+    stderr_progress,
+)
+from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.grammar import Grammar
+from tokenviz.contract.settings import SamplingSettings
+
+if TYPE_CHECKING:
+    from tokenviz.served.journey import ServedChoice
+
+score_cli = new_cli()
+
+
+@score_cli.command()
+@grammar_options()
+@model_options()
+def score(
+    model: ModelChoice,
+    grammar: Grammar | None,
+    text: Annotated[str, typer.Argument(help="The text to score.")],
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    chat: Chat = False,
+    system: System = None,
+    endpoint: Endpoint = None,
+    served_model: ServedModel = None,
+    api_key_env: ApiKeyEnv = None,
+    api_key_file: ApiKeyFile = None,
+    insecure_http: InsecureHttp = False,
+) -> None:
+    """Score a text: each token's log-probability, probability and rank, the entropy and top
+    candidates there, the total log-probability and the perplexity (one forward pass). With a
+    grammar (--json-schema, --regex, --grammar), which the text follows from its first token, each
+    token's log-probability under it too (one more pass). With --endpoint, on the model a server runs
+    (its prompt log-probabilities: no entropy, the server's top 5)."""
+    served = served_options(endpoint, served_model, api_key_env, api_key_file, insecure_http, takes_tokenizer=False)
+    if served is not None:
+        if grammar is not None or chat or model.model:
+            fail(
+                "score --endpoint takes no grammar, --chat or --model yet: the server's model scores the text as typed"
+            )
+        run_served_score(text, served, as_json)
+        return
+    from tokenviz.backends.engines import engine_of
+    from tokenviz.backends.transformers.before_weights import journey_checks
+    from tokenviz.cli.table import print_score
+    from tokenviz.journey.score import score_text
+    from tokenviz.journey.session import Session
+
+    try:
+        check_chat(chat, system)
+        with stderr_progress() as progress:
+            session = Session(engine_of(model.load(progress, journey_checks(grammar))))
+            document = score_text(session, text, chat=chat, system=system, grammar=grammar)
+    except TokenvizError as exc:
+        fail(str(exc))
+    if as_json:
+        print_document(document, as_json=True)
+    else:
+        print_score(document, Console())
+
+
+def run_served_score(text: str, served: "ServedChoice", as_json: bool) -> None:
+    """score --endpoint: the text's prompt log-probabilities from the server (tokenviz.served)."""
+    from tokenviz.cli.table import print_score
+
+    try:
+        document = served.open(SamplingSettings()).score(text)
+    except TokenvizError as exc:
+        fail(str(exc))
+    print_result(document, as_json, print_score)

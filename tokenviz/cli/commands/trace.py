@@ -1,0 +1,268 @@
+"""`tokenviz trace PROMPT`: the journey headless, a table or JSON."""
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+
+from tokenviz.cli.commands.common import (
+    check_chat,
+    check_writable,
+    default_page_colors,
+    new_cli,
+    print_document,
+    print_result,
+    served_loader,
+    served_options,
+)
+from tokenviz.cli.options import (
+    ApiKeyEnv,
+    ApiKeyFile,
+    Chat,
+    Endpoint,
+    InsecureHttp,
+    LocalTokenizer,
+    ModelChoice,
+    ServedModel,
+    System,
+    err,
+    fail,
+    model_options,
+    sampling_options,
+    stderr_progress,
+)
+from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.grammar import refuse_grammar
+from tokenviz.contract.interventions import Intervention, parse_ablation, parse_patch, parse_steering
+from tokenviz.contract.results import ATTRIBUTION_METHODS
+from tokenviz.contract.settings import SamplingSettings
+
+if TYPE_CHECKING:
+    from tokenviz.served.journey import ServedChoice
+
+trace_cli = new_cli()
+
+
+@trace_cli.command()
+@sampling_options(leave_out=("max_new_tokens",))
+@model_options()
+def trace(
+    settings: SamplingSettings,
+    model: ModelChoice,
+    prompt: Annotated[str, typer.Argument(help="Text to start from.")],
+    steps: Annotated[int, typer.Option(help="How many tokens to generate.")] = 16,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    lens: Annotated[
+        bool, typer.Option("--lens", help="Add each step's logit lens (every layer's top tokens).")
+    ] = False,
+    routing: Annotated[
+        bool,
+        typer.Option(
+            "--routing", help="Add each step's mixture-of-experts routing: every MoE layer's experts and weights."
+        ),
+    ] = False,
+    attribution: Annotated[
+        Optional[str],
+        typer.Option(
+            "--attribution",
+            help="Add to each step how much each earlier token led to its chosen token: loo (leave-one-out, "
+            "exact, one forward pass per token of context) or grad (gradient × input, one backward pass).",
+        ),
+    ] = None,
+    watch: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--watch",
+            help="Follow this token at every step (its text, with its leading space, or id:N; up to 4, repeat the "
+            "option): each step gains its raw and final probability and rank; with two, each step also gains their "
+            "logit difference split by layer.",
+        ),
+    ] = None,
+    save: Annotated[
+        Optional[str], typer.Option("--save", help="Also write the replayable journey to this .json file.")
+    ] = None,
+    html: Annotated[
+        Optional[str],
+        typer.Option("--html", help="Also write the journey as a self-contained HTML page (any browser, offline)."),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Let --save and --html replace an existing file.")] = False,
+    beams: Annotated[
+        Optional[int], typer.Option("--beams", help="Beam search of this width (2-8) instead of sampling.")
+    ] = None,
+    speculate: Annotated[
+        Optional[str],
+        typer.Option("--speculate", help="Speculative decoding: prompt-lookup, early-exit:LAYER or draft-model."),
+    ] = None,
+    draft_model: Annotated[
+        Optional[str], typer.Option("--draft-model", help="The drafter for --speculate draft-model.")
+    ] = None,
+    ablate: Annotated[
+        Optional[list[str]],
+        typer.Option("--ablate", help="LAYER.HEAD (from 0, repeatable): that head's output set to zero."),
+    ] = None,
+    ablate_mean: Annotated[
+        bool, typer.Option("--ablate-mean", help="With --ablate: the head's mean over the prompt, not zero.")
+    ] = False,
+    steer: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--steer",
+            help="LAYER:SCALE:TOWARD:AWAY (repeatable): SCALE times the residual after LAYER at the last token of "
+            "TOWARD minus that of AWAY (each read alone), added after LAYER at every position.",
+        ),
+    ] = None,
+    steer_tokens: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--steer-tokens",
+            help="LAYER:SCALE:TOKEN_A:TOKEN_B (repeatable): the direction is TOKEN_A's unembedding row minus "
+            "TOKEN_B's (each a token's text, or id:N).",
+        ),
+    ] = None,
+    patch: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--patch",
+            help="LAYER:POSITION:TEXT (repeatable): the residual after LAYER at POSITION (from 0) replaced by "
+            "TEXT's there, TEXT read alone (another prompt, as long at least).",
+        ),
+    ] = None,
+    attention: Annotated[
+        Optional[int],
+        typer.Option(
+            "--attention",
+            help="Add each step's attention row at this layer (from 0): every head's weights over the positions "
+            "before, for the position whose pass gave the step's distribution.",
+        ),
+    ] = None,
+    chat: Chat = False,
+    system: System = None,
+    endpoint: Endpoint = None,
+    served_model: ServedModel = None,
+    api_key_env: ApiKeyEnv = None,
+    api_key_file: ApiKeyFile = None,
+    insecure_http: InsecureHttp = False,
+    tokenizer: LocalTokenizer = None,
+) -> None:
+    """Run the journey headless and print every step (a table, or JSON with --json). With
+    interventions (--ablate, --steer, --steer-tokens, --patch) each step also gives the model's own
+    distribution at the same context and the KL from it ("unsteered"). With --endpoint, the model a
+    server runs (an OpenAI-compatible one, as vLLM's), a request per token; with --tokenizer DIR and
+    the vllm-lens plugin on the server, its lens and attention rows too."""
+    served = served_options(endpoint, served_model, api_key_env, api_key_file, insecure_http, tokenizer)
+    loader = None
+    if served is not None:
+        not_served = {
+            "--routing": routing, "--beams": beams, "--speculate": speculate or draft_model, "--model": model.model,
+            "--device-map": model.device_map, "--quantize": model.quantize, "--compile": model.compile,
+        }  # fmt: skip
+        asked = [name for name, value in not_served.items() if value]
+        if asked:
+            fail(f"{asked[0]} is not available on a served model yet (--endpoint): it needs the model in this process")
+        if ablate:
+            from tokenviz.backends.served.steering import NO_ABLATION
+
+            fail(f"--ablate: {NO_ABLATION}")
+        session_options = (lens, attention is not None, attribution, watch, save, html, chat, tokenizer)
+        if not any((*session_options, steer, steer_tokens, patch)):  # the journey alone: torch-free (tokenviz.served)
+            run_served_trace(prompt, settings.replace(max_new_tokens=steps), served, as_json)
+            return
+        loader = served_loader(model, settings, served, tokenizer)
+    try:  # every option checked before torch is imported: a mistake is told in a moment
+        check_trace(steps, save, html, force, beams, speculate, lens or routing, attribution, watch)
+        interventions: tuple[Intervention, ...] = (
+            *(parse_ablation(a, mean=ablate_mean) for a in ablate or ()),
+            *(parse_steering(s) for s in steer or ()),
+            *(parse_steering(s, by="tokens") for s in steer_tokens or ()),
+            *(parse_patch(p) for p in patch or ()),
+        )
+        if ablate_mean and not ablate:
+            raise TokenvizError("--ablate-mean goes with --ablate LAYER.HEAD")
+        if beams or speculate:
+            refuse_grammar(settings.grammar, "beam search" if beams else "speculative decoding")
+        check_chat(chat, system)
+    except TokenvizError as exc:
+        fail(str(exc))
+    if draft_model and not speculate:
+        speculate = "draft-model"
+    from tokenviz.cli.headless import SaveFailed, run_trace
+
+    written: list[tuple[str, Path]] = []
+    try:
+        with stderr_progress() as progress:
+            document = run_trace(
+                prompt,
+                settings.replace(max_new_tokens=steps),
+                model=model,
+                progress=progress,
+                lens=lens,
+                routing=routing,
+                attribution=next((m for m in ATTRIBUTION_METHODS if m == attribution), None),
+                watch=tuple(watch or ()),
+                save=save,
+                html=(html, default_page_colors()) if html else None,
+                force=force,
+                beams=beams,
+                speculate=speculate,
+                draft_model=draft_model,
+                chat=chat,
+                system=system,
+                written=written,
+                interventions=interventions,
+                attention=attention,
+                loader=loader,
+            )
+    except SaveFailed as exc:
+        print_document(exc.document, as_json)  # the run's output is not lost with the file
+        fail(str(exc))
+    except TokenvizError as exc:
+        fail(str(exc))
+    for what, where in written:  # on stderr: stdout is the document's
+        err.print(f"wrote {where} ({what})", highlight=False, markup=False, soft_wrap=True)
+    print_document(document, as_json)
+
+
+def check_trace(
+    steps: int,
+    save: str | None,
+    html: str | None,
+    force: bool,
+    beams: int | None,
+    speculate: str | None,
+    per_step: bool,
+    attribution: str | None,
+    watch: list[str] | None,
+) -> None:
+    """Refuse trace's options that cannot work together, in one line, before anything is loaded."""
+    for path in (save, html):
+        if path:
+            check_writable(path, force)
+    if steps < 1:
+        raise TokenvizError(f"--steps must be at least 1, got {steps}")
+    if beams is not None and not 2 <= beams <= 8:
+        raise TokenvizError(f"--beams must be 2 to 8, got {beams}")
+    if (beams or speculate) and (save or html or per_step or attribution or watch):
+        raise TokenvizError(
+            "--beams and --speculate cannot be combined with --save, --html, --lens, --routing, --attribution "
+            "or --watch"
+        )
+    if attribution is not None and attribution not in ATTRIBUTION_METHODS:
+        raise TokenvizError(f"--attribution must be loo or grad, got {attribution!r}")
+    if beams and speculate:
+        raise TokenvizError("choose --beams or --speculate, not both")
+
+
+def run_served_trace(prompt: str, settings: SamplingSettings, served: "ServedChoice", as_json: bool) -> None:
+    """trace --endpoint: the journey on the model a server runs (tokenviz.served), torch never imported."""
+    from tokenviz.cli.table import print_served
+
+    def say(line: str) -> None:
+        err.print(line, style="dim", markup=False, highlight=False, soft_wrap=True)
+
+    try:
+        journey = served.open(settings, say)
+        journey.start(prompt)
+        journey.run()
+    except TokenvizError as exc:
+        fail(str(exc))
+    print_result(journey.document(), as_json, print_served)
