@@ -16,8 +16,8 @@ from tokenviz.backends.transformers.loading import (
     LoadedModel,
     gguf_cache_dir,
 )
-from tokenviz.contract.paths import bundled_gguf
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.system.paths import bundled_gguf
 
 PROMPT = "The Eiffel Tower is located in"
 

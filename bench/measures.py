@@ -50,7 +50,7 @@ from tokenviz.backends.transformers.loading import (
     load_model,
     resolve_device,
 )
-from tokenviz.contract.paths import bundled_gguf
+from tokenviz.system.paths import bundled_gguf
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,9 +21,9 @@ from tokenviz.backends.transformers.loading import (
     load_model,
 )
 from tokenviz.backends.transformers.runner import ModelRunner
-from tokenviz.contract.paths import bundled_gguf
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
+from tokenviz.system.paths import bundled_gguf
 
 PEAK_SCRIPT = """
 import sys, torch

@@ -94,8 +94,8 @@ def served_lens(url: str, api_key, model_files: str, insecure_http: bool = False
 
 def _streamed(endpoint, model: str, ids: list[int], tokens: int) -> tuple[float, float, list[int]]:
     """(seconds, seconds to the first token, the token ids) of the server's own streamed generation."""
-    from tokenviz.contract.reading import parse_json
     from tokenviz.served.endpoint import EndpointError
+    from tokenviz.system.reading import parse_json
 
     body = {"model": model, "prompt": ids, "max_tokens": tokens, "temperature": 0, "stream": True}
     body |= {"logprobs": 0, "return_tokens_as_token_ids": True, "ignore_eos": True}

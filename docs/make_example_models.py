@@ -21,7 +21,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, MixtralConfig
 
 from tokenviz.backends.transformers.loading import ensure_converted, gguf_cache_dir
-from tokenviz.contract.paths import bundled_gguf
+from tokenviz.system.paths import bundled_gguf
 
 TINY = {
     "hidden_size": 64,

@@ -4,7 +4,7 @@ raised anywhere else."""
 import threading
 import time
 
-from tokenviz.contract.interruptible import Interrupted, inside, interrupt, interruptible
+from tokenviz.system.interruptible import Interrupted, inside, interrupt, interruptible
 
 WAIT_S = 30.0  # generous: a busy machine delays a thread's next instruction
 

@@ -297,13 +297,13 @@ def test_a_thread_that_did_not_import_cuda_graph_trees_gets_their_state_and_othe
 
 
 def test_a_compile_interrupted_part_way_leaves_the_model_eager_and_saying_so():
-    """Escape during the warm-up (see tokenviz.contract.interruptible): the compile stops in its
+    """Escape during the warm-up (see tokenviz.system.interruptible): the compile stops in its
     tracing or code generation, and the model's steps run eager, as the model info says."""
     import threading
     import time
 
     from tokenviz.backends.transformers.compiled_step import COMPILE_CANCELLED
-    from tokenviz.contract.interruptible import inside, interrupt
+    from tokenviz.system.interruptible import inside, interrupt
 
     loaded, outcome = tiny_model("llama", context=512), {}
     thread = threading.Thread(target=lambda: outcome.update(fast=compiled(loaded, lambda m, f: None)), daemon=True)
@@ -328,7 +328,7 @@ async def test_escape_while_the_app_compiles_is_acknowledged_and_the_journey_sta
     from apptools import settle, wait_for
 
     from tokenviz.backends.transformers.compiled_step import COMPILE_CANCELLED
-    from tokenviz.contract.interruptible import inside
+    from tokenviz.system.interruptible import inside
     from tokenviz.ui.app import TokenvizApp
     from tokenviz.ui.panes.status import StatusLine
     from tokenviz.worker.engine import EngineWorker

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tokenviz.backends.transformers import loading
-from tokenviz.contract.paths import bundled_gguf
+from tokenviz.system.paths import bundled_gguf
 
 SHARD = 16 << 20  # small shards: the bundled model's 0.5 GB of float32 becomes dozens
 
@@ -22,7 +22,7 @@ CONVERT = f"""
 import json
 from pathlib import Path
 from tokenviz.backends.transformers import gguf_streaming, loading
-from tokenviz.contract.paths import bundled_gguf
+from tokenviz.system.paths import bundled_gguf
 def status_mb(field):
     line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith(field))
     return int(line.split()[1]) / 1024

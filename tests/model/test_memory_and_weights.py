@@ -176,7 +176,7 @@ def test_a_gguf_too_large_to_convert_is_refused_before_converting(tmp_path, monk
     from clitools import invoke
 
     from tokenviz.backends.transformers import loading
-    from tokenviz.contract.paths import bundled_gguf
+    from tokenviz.system.paths import bundled_gguf
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no conversion yet
     monkeypatch.setattr(loading, "free_bytes", lambda device, limits: (100 * 10**6, False))  # 100 MB free

@@ -50,7 +50,7 @@ def test_int8_on_the_bundled_model(monkeypatch, capsys):
     from clitools import invoke
 
     from tokenviz.backends.transformers.loading import gguf_cache_dir
-    from tokenviz.contract.paths import bundled_gguf
+    from tokenviz.system.paths import bundled_gguf
 
     args = ["The capital of France is", "--quantize", "int8", "--device", "cpu", "--dtype", "float32"]
     code, out, err = invoke(monkeypatch, capsys, "trace", *args, "--steps", "3", "--temperature", "0", "--json")

@@ -47,7 +47,7 @@ def vllm_environment() -> Built:
 
 def _server(built: Built, tmp_path_factory, lens: bool) -> Iterator[Server]:
     from tokenviz.backends.transformers.loading import ensure_converted, gguf_cache_dir
-    from tokenviz.contract.paths import bundled_gguf
+    from tokenviz.system.paths import bundled_gguf
 
     if built.python is None:
         pytest.skip(f"no vLLM server: its environment could not be built (see {BUILD_TEST})")

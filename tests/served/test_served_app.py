@@ -350,7 +350,7 @@ def test_a_local_tokenizer_is_checked_against_the_servers_once_and_then_used(vll
     from families import family_model
 
     from tokenviz.backends.transformers.loading import ensure_converted, gguf_cache_dir, load_tokenizer
-    from tokenviz.contract.paths import bundled_gguf
+    from tokenviz.system.paths import bundled_gguf
 
     directory = gguf_cache_dir(bundled_gguf())
     ensure_converted(bundled_gguf(), directory, lambda message, fraction: None)

@@ -19,7 +19,7 @@ from aiohttp import web
 from textual_serve.server import Server
 
 from tokenviz.contract.errors import ModelLoadError
-from tokenviz.contract.paths import bundled_gguf
+from tokenviz.system.paths import bundled_gguf
 
 PROCESS_BYTES = 600 << 20  # a tab's process before its model: Python, torch, transformers, textual
 FLOAT32_PER_QUANTIZED_BYTE = 8  # a GGUF's weights as float32: about 8 bytes for each byte of 4-bit ones

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from tokenviz.backends.transformers.loading import ensure_converted, gguf_cache_dir
 from tokenviz.contract.errors import TokenvizError
-from tokenviz.contract.paths import bundled_gguf, cache_root
 from tokenviz.served import vllm_server as vllm
+from tokenviz.system.paths import bundled_gguf, cache_root
 
 KEY_VARIABLE = "TOKENVIZ_KEY"
 TRY_PROMPT = "The Eiffel Tower is located in"

@@ -16,11 +16,11 @@ import llguidance.hf
 import torch
 from transformers import LogitsProcessor
 
-from tokenviz.contract.deep_stack import on_deep_stack
 from tokenviz.contract.engine import shared_prefix
 from tokenviz.contract.errors import SettingsError, TokenvizError
 from tokenviz.contract.grammar import Grammar
 from tokenviz.files.grammar_file import engine_grammar, first_line
+from tokenviz.system.deep_stack import on_deep_stack
 from tokenviz.tensors.transfer import to_device
 
 CHECKED_STEPS = 4  # tokens a grammar is followed ahead of the model, to meet the engine's limits early

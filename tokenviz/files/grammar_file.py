@@ -4,7 +4,7 @@ checked by the engine that will enforce it (llguidance, which needs no tokenizer
 
 llguidance compiles a grammar's rules recursively in native code, as deep as they refer to each
 other: the rules are counted first (at most MAX_GRAMMAR_RULES) and the engine runs on a stack that
-holds that many (tokenviz.contract.deep_stack), so no grammar can overflow it and end the process.
+holds that many (tokenviz.system.deep_stack), so no grammar can overflow it and end the process.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import llguidance
 
-from tokenviz.contract.deep_stack import on_deep_stack
 from tokenviz.contract.errors import SettingsError
 from tokenviz.contract.grammar import GRAMMAR_KINDS, MAX_GRAMMAR_CHARS, Grammar, GrammarKind
-from tokenviz.contract.reading import parse_json, read_file
 from tokenviz.contract.text import shortened
+from tokenviz.system.deep_stack import on_deep_stack
+from tokenviz.system.reading import parse_json, read_file
 
 ENGINE_FORMATS = {"json-schema": "json_schema", "regex": "regex", "grammar": "grammar"}
 MAX_GRAMMAR_BYTES = 4 * MAX_GRAMMAR_CHARS  # (UTF-8 takes at most four bytes a character)

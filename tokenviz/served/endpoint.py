@@ -29,8 +29,8 @@ from typing import Any
 import httpx
 
 from tokenviz.contract.errors import TokenvizError
-from tokenviz.contract.reading import parse_json, read_file
 from tokenviz.contract.text import safe_text, shortened
+from tokenviz.system.reading import parse_json, read_file
 
 CONNECT_TIMEOUT_S = 5.0  # an unreachable server is told within this
 METADATA_DEADLINE_S = 8.0  # a whole request for the server's models, version, tokens or texts

@@ -5,7 +5,7 @@ from __future__ import annotations
 import traceback
 from pathlib import Path
 
-from tokenviz.contract.paths import cache_root
+from tokenviz.system.paths import cache_root
 
 
 def log_path() -> Path:

@@ -22,10 +22,10 @@ from typing import Generic, TypeVar
 
 from tokenviz.contract.commands import Command, Play, Save, Step
 from tokenviz.contract.errors import Cancelled, GiveWay, TokenvizError
-from tokenviz.contract.interruptible import interrupt
 from tokenviz.contract.settings import PACES_S
 from tokenviz.contract.snapshot import ComparisonSnapshot, EngineState, Snapshot
 from tokenviz.contract.worker import Post
+from tokenviz.system.interruptible import interrupt
 from tokenviz.worker.errorlog import log_exception
 
 S = TypeVar("S", Snapshot, ComparisonSnapshot)
@@ -93,7 +93,7 @@ class CommandThread(Generic[S]):
         """Cancel the long run going on at its next chunk, and any queued behind it (the journey stays
         as it was): every command submitted so far. One pressed just before its job starts still counts.
         While the model loads, a part of the load that may stop part way (a compile) stops now, and the
-        load goes on without it (see contract.interruptible)."""
+        load goes on without it (see system.interruptible)."""
         if self._state == "loading" and interrupt(self._thread):
             return
         self._cancel_upto = self.submitted

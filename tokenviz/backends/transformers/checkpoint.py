@@ -15,8 +15,8 @@ from safetensors import safe_open
 
 from tokenviz.backends.transformers.parts import text_config
 from tokenviz.contract.errors import ModelLoadError
-from tokenviz.contract.reading import parse_json, read_file
 from tokenviz.contract.text import safe_text, shortened
+from tokenviz.system.reading import parse_json, read_file
 
 INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 MAX_INDEX_BYTES = 64 << 20

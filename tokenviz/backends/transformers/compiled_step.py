@@ -34,9 +34,9 @@ from tokenviz.backends.transformers.cache import GrowingLayer, full_cache, with_
 from tokenviz.backends.transformers.loading import LoadedModel, one_line, quiet
 from tokenviz.backends.transformers.placing import input_device
 from tokenviz.contract.errors import ModelLoadError, TokenvizError
-from tokenviz.contract.interruptible import Interrupted, interruptible
 from tokenviz.contract.snapshot import CANCELS
 from tokenviz.contract.text import shortened
+from tokenviz.system.interruptible import Interrupted, interruptible
 
 MODE = "reduce-overhead"  # torch.compile's mode: CUDA graphs on a GPU (compiled with fullgraph: one graph, or an error)
 # The static buffers' room: the least power-of-two multiple of ROOM that holds the journey, doubled when
@@ -242,7 +242,7 @@ def compiled(loaded: LoadedModel, progress: Callable[[str, float | None], None],
     try:
         with quiet(), interruptible():  # (quiet: the compiler's warnings would land on the terminal the app draws)
             step.warm_up(device)
-    except Interrupted:  # (Escape: see tokenviz.contract.interruptible) the model as it loaded, its steps eager
+    except Interrupted:  # (Escape: see tokenviz.system.interruptible) the model as it loaded, its steps eager
         attention.compiled_queries.clear()
         torch.compiler.reset()  # (what the compile had made so far)
         progress(COMPILE_CANCELLED, None)

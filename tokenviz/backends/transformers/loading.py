@@ -40,10 +40,11 @@ from tokenviz.backends.transformers.parts import kv_heads, layer_configs, text_c
 from tokenviz.backends.transformers.placing import accelerate_limits, check_map_modules, offload_dir_for, placed
 from tokenviz.backends.transformers.quantizing import quantization_config, quantized
 from tokenviz.contract.errors import ModelLoadError, TokenvizError
-from tokenviz.contract.paths import bundled_gguf, cache_root
 from tokenviz.contract.placement import DEFAULT_PLACEMENT, Placement
 from tokenviz.contract.records import ModelInfo
 from tokenviz.contract.text import safe_text
+from tokenviz.system.paths import bundled_gguf, cache_root
+from tokenviz.system.placement_files import checked_mapping
 
 BUNDLED_NAME = "SmolLM2-135M-Instruct (bundled, Q4_1 GGUF)"
 MANIFEST = "tokenviz-manifest.json"
@@ -522,7 +523,8 @@ class Fit:
     @staticmethod
     def of(device: torch.device, dtype: str, placement: Placement) -> Fit:
         auto = dtype == "auto"
-        return Fit(device, resolve_dtype(dtype, device), auto, placement.limits, placement.mapping, placement.quantize)
+        mapping = checked_mapping(placement)  # (its file read, its offload folder checked)
+        return Fit(device, resolve_dtype(dtype, device), auto, placement.limits, mapping, placement.quantize)
 
     @property
     def placed_as_it_loads(self) -> bool:

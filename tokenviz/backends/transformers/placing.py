@@ -20,7 +20,7 @@ import torch
 from tokenviz.backends.transformers.memory import gigabytes
 from tokenviz.backends.transformers.parts import decoder_layers
 from tokenviz.contract.errors import ModelLoadError
-from tokenviz.contract.paths import cache_root
+from tokenviz.system.paths import cache_root
 
 
 def accelerate_limits(limits: dict[str, int]) -> dict[str | int, int]:

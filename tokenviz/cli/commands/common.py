@@ -18,8 +18,8 @@ from tokenviz.cli.options import (
     print_warning,
 )
 from tokenviz.contract.errors import TokenvizError
-from tokenviz.contract.paths import unwritable_folder
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.system.paths import unwritable_folder
 from tokenviz.ui.themes import DEFAULT_THEME
 
 if TYPE_CHECKING:
