@@ -20,7 +20,7 @@ from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.commands import Play, Reset, Start
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
-from tokenviz.worker.engine import EngineWorker
+from tokenviz.worker.engine_thread import EngineWorker
 
 
 class BurstClock(EngineWorker):

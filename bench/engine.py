@@ -24,7 +24,7 @@ from tokenviz.contract.grammar import Grammar
 from tokenviz.contract.interventions import HeadAblation, Intervention
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
-from tokenviz.worker.engine import EngineWorker
+from tokenviz.worker.engine_thread import EngineWorker
 
 VIEW_ROWS = 114  # query rows the attention pane shows at 200x60
 GREEDY = SamplingSettings(temperature=0)

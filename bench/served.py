@@ -54,7 +54,7 @@ def served_lens(url: str, api_key, model_files: str, insecure_http: bool = False
     open against a bare one-token request at the same context, and a step with the lens open (the step
     and the lens's request at its position, as the app asks it) against the plain step. Needs the
     vllm-lens plugin on the server and the model's directory (its head)."""
-    from tokenviz.backends.engines import engine_of
+    from tokenviz.backends.registry import engine_of
     from tokenviz.backends.served.engine import ServedEngine
     from tokenviz.backends.transformers.loading import load_tokenizer
     from tokenviz.served.endpoint import connect

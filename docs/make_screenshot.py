@@ -12,7 +12,7 @@ from pathlib import Path
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.files.grammar_file import read_grammar
 from tokenviz.ui.app import TokenvizApp
-from tokenviz.worker.engine import EngineWorker
+from tokenviz.worker.engine_thread import EngineWorker
 from tokenviz.worker.loader import model_loader
 
 DOCS = Path(__file__).parent

@@ -14,7 +14,7 @@ from tokenviz.contract.snapshot import Snapshot
 from tokenviz.files.journey_file import Recording
 from tokenviz.journey.session import Session
 from tokenviz.ui.app import TokenvizApp
-from tokenviz.worker.engine import EngineWorker
+from tokenviz.worker.engine_thread import EngineWorker
 from tokenviz.worker.recording import RecordingWorker
 from tokenviz.worker.snapshots import snapshot_of
 

@@ -323,7 +323,7 @@ def test_the_stages_are_one_list_of_kinds_in_generates_order():
 
 
 def test_an_intervention_of_no_known_kind_is_an_error_never_a_steering():
-    from tokenviz.backends.transformers.interventions import resolve
+    from tokenviz.backends.transformers.intervention_hooks import resolve
 
     with pytest.raises(AssertionError):
         resolve(None, 4, [object()], [1, 2], lambda text: [1], lambda text: 1)  # type: ignore[list-item]

@@ -27,7 +27,7 @@ from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
 from tokenviz.ui.app import TokenvizApp
 from tokenviz.ui.keys import needs_of
-from tokenviz.worker.engine import EngineWorker
+from tokenviz.worker.engine_thread import EngineWorker
 
 PROMPT = "The cat sat on the mat. The dog"
 

@@ -100,7 +100,7 @@ async def test_the_app_steps_compiled_and_its_model_view_says_so(models):
     from apptools import settle, wait_for
 
     from tokenviz.ui.app import TokenvizApp
-    from tokenviz.worker.engine import EngineWorker
+    from tokenviz.worker.engine_thread import EngineWorker
 
     _, fast = models
     counted = fast.compiled.call
@@ -331,7 +331,7 @@ async def test_escape_while_the_app_compiles_is_acknowledged_and_the_journey_sta
     from tokenviz.system.interruptible import inside
     from tokenviz.ui.app import TokenvizApp
     from tokenviz.ui.panes.status import StatusLine
-    from tokenviz.worker.engine import EngineWorker
+    from tokenviz.worker.engine_thread import EngineWorker
 
     worker = EngineWorker(
         lambda progress: compiled(tiny_model("llama", context=512), progress), SamplingSettings(temperature=0), PROMPT

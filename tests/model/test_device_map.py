@@ -126,7 +126,7 @@ async def test_the_model_view_says_where_the_layers_live(models):
     from apptools import settle, wait_for
 
     from tokenviz.ui.app import TokenvizApp
-    from tokenviz.worker.engine import EngineWorker
+    from tokenviz.worker.engine_thread import EngineWorker
 
     _, _, spread = models
     app = TokenvizApp(EngineWorker(lambda progress: spread, SamplingSettings(), PROMPT))
@@ -160,7 +160,7 @@ async def test_the_timing_view_shows_the_time_in_each_place(models, device):
     from apptools import settle, wait_for
 
     from tokenviz.ui.app import TokenvizApp
-    from tokenviz.worker.engine import EngineWorker
+    from tokenviz.worker.engine_thread import EngineWorker
 
     _, _, spread = models
     app = TokenvizApp(EngineWorker(lambda progress: spread, SamplingSettings(temperature=0), PROMPT))

@@ -40,7 +40,7 @@ def modules_after(code: str) -> set[str]:
 def test_the_ui_render_files_and_contract_layers_import_no_torch():
     loaded = modules_after(
         "import tokenviz.ui.app, tokenviz.files.journey_file, tokenviz.files.documents, "
-        "tokenviz.render.heatmap, tokenviz.worker.recording, tokenviz.worker.engine, tokenviz.worker.comparing, "
+        "tokenviz.render.heatmap, tokenviz.worker.recording, tokenviz.worker.engine_thread, tokenviz.worker.comparing, "
         "tokenviz.contract.worker"
     )
     assert not loaded & {"torch", "transformers"}
@@ -48,7 +48,7 @@ def test_the_ui_render_files_and_contract_layers_import_no_torch():
 
 def test_layers_below_the_ui_import_no_textual():
     loaded = modules_after(
-        "import tokenviz.worker.engine, tokenviz.journey.session, tokenviz.backends.transformers.beams, "
+        "import tokenviz.worker.engine_thread, tokenviz.journey.session, tokenviz.backends.transformers.beams, "
         "tokenviz.backends.transformers.speculation, tokenviz.backends.transformers.lens, tokenviz.files.journey_file, "
         "tokenviz.render.heatmap, tokenviz.worker.snapshots"
     )

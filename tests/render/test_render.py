@@ -10,7 +10,7 @@ from tokenviz.contract.attention import SavedAttention, head_label, window
 from tokenviz.render.bars import bar
 from tokenviz.render.colors import parse_hex, ramp
 from tokenviz.render.heatmap import UPPER_HALF, legend, pair_codes, quantise, run_segments
-from tokenviz.render.pieces import visible
+from tokenviz.render.visible import visible
 
 
 def test_bars_use_eighth_blocks():
@@ -131,7 +131,7 @@ def test_a_probability_never_reads_zero_unless_it_is():
 
 
 def test_byte_pieces_spell_their_character_at_the_last_one():
-    from tokenviz.render.pieces import piece_bytes, spelled
+    from tokenviz.render.visible import piece_bytes, spelled
 
     pieces = ["The", "<0xE2>", "<0x82>", "<0xAC>", "5", "<0xF0><0x9F>", "<0x98><0x80>", "<0x0D>", "<0xE2>"]
     assert piece_bytes("<0xE2><0x82>") == b"\xe2\x82" and piece_bytes("Tower") is None

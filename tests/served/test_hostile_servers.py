@@ -272,7 +272,7 @@ async def test_a_server_dying_during_autoplay_is_said_and_autoplay_stops_with_th
     from tokenviz.contract.settings import SamplingSettings
     from tokenviz.served.journey import ServedChoice
     from tokenviz.ui.app import TokenvizApp
-    from tokenviz.worker.engine import EngineWorker
+    from tokenviz.worker.engine_thread import EngineWorker
 
     monkeypatch.setenv(KEY_ENV, TOKEN)
     with hostile_server() as server:
@@ -308,7 +308,7 @@ async def test_replay_verify_of_a_served_journey_asks_the_server_and_checks_its_
     from tokenviz.contract.settings import SamplingSettings
     from tokenviz.served.journey import ServedChoice
     from tokenviz.ui.app import TokenvizApp
-    from tokenviz.worker.engine import EngineWorker
+    from tokenviz.worker.engine_thread import EngineWorker
 
     monkeypatch.setenv(KEY_ENV, TOKEN)
     monkeypatch.chdir(tmp_path)

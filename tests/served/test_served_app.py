@@ -225,7 +225,7 @@ async def test_the_app_on_a_served_model(engine, vllm_server, tmp_path, monkeypa
     """At 80x24: steps and live settings; the next-token pane says what the numbers are; the keys of
     what a server does not expose say so in one line; an export holds no trace of the key."""
     from tokenviz.ui.app import TokenvizApp
-    from tokenviz.worker.engine import EngineWorker
+    from tokenviz.worker.engine_thread import EngineWorker
 
     monkeypatch.chdir(tmp_path)
     worker = EngineWorker(lambda progress: engine, SamplingSettings(temperature=0), PROMPT)

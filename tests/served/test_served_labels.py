@@ -21,7 +21,7 @@ async def test_the_status_line_of_a_served_model_says_request_and_no_kv_cache(mo
     from tokenviz.served.journey import ServedChoice
     from tokenviz.ui.app import TokenvizApp
     from tokenviz.ui.panes.status import StatusLine
-    from tokenviz.worker.engine import EngineWorker
+    from tokenviz.worker.engine_thread import EngineWorker
 
     monkeypatch.setenv(KEY_ENV, "labels-key")
     with hostile_server() as server:
@@ -96,7 +96,7 @@ def app_on(server, monkeypatch):
     from tokenviz.contract.settings import SamplingSettings
     from tokenviz.served.journey import ServedChoice
     from tokenviz.ui.app import TokenvizApp
-    from tokenviz.worker.engine import EngineWorker
+    from tokenviz.worker.engine_thread import EngineWorker
 
     monkeypatch.setenv(KEY_ENV, "labels-key")
     engine = ServedEngine.open(ServedChoice(server.url, api_key=ApiKey(env=KEY_ENV)))

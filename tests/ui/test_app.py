@@ -443,7 +443,7 @@ async def test_key_storm_equals_the_same_keys_one_by_one():
 async def test_a_model_that_fails_to_load_leaves_one_line_and_a_working_app():
     from tokenviz.contract.errors import ModelLoadError
     from tokenviz.ui.app import TokenvizApp
-    from tokenviz.worker.engine import EngineWorker
+    from tokenviz.worker.engine_thread import EngineWorker
 
     def failing(progress):
         progress("loading", None)
@@ -626,7 +626,7 @@ async def test_the_first_frame_shows_loading_progress_before_the_model_is_ready(
     from tiny import tiny_model
 
     from tokenviz.ui.app import TokenvizApp
-    from tokenviz.worker.engine import EngineWorker
+    from tokenviz.worker.engine_thread import EngineWorker
 
     release = threading.Event()
 
@@ -754,7 +754,7 @@ async def test_a_load_of_unknown_length_shows_its_elapsed_time_and_escape_says_w
     from tiny import tiny_model
 
     from tokenviz.ui.app import TokenvizApp
-    from tokenviz.worker.engine import EngineWorker
+    from tokenviz.worker.engine_thread import EngineWorker
 
     release = threading.Event()
 

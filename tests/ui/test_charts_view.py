@@ -102,7 +102,7 @@ async def test_at_80x24_every_chart_keeps_a_title_and_says_which_colour_is_which
 
 
 def test_a_watched_tokens_name_in_the_key_is_printable_and_one_line():
-    from tokenviz.render.pieces import visible
+    from tokenviz.render.visible import visible
 
     assert visible("\n", spaces=False) == "↵" and visible(" the\t", spaces=False) == " the⇥"
     assert "\x1b" not in visible("\x1b[31m", spaces=False)

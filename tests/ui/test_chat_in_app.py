@@ -8,7 +8,7 @@ from tiny import tiny_chat_model
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.app import TokenvizApp
 from tokenviz.ui.screens import PromptScreen
-from tokenviz.worker.engine import EngineWorker
+from tokenviz.worker.engine_thread import EngineWorker
 
 QUESTION = "What is the capital of France?"
 

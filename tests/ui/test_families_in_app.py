@@ -9,7 +9,7 @@ from families import family_model, gemma4_config, model_of
 from tokenviz.contract.commands import Beams, Inspect, Speculate, Verify
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.app import TokenvizApp
-from tokenviz.worker.engine import EngineWorker
+from tokenviz.worker.engine_thread import EngineWorker
 
 PROMPT = "The cat sat on the mat. The cat sat on the"
 

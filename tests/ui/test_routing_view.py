@@ -7,7 +7,7 @@ from families import family_model
 
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.app import TokenvizApp
-from tokenviz.worker.engine import EngineWorker
+from tokenviz.worker.engine_thread import EngineWorker
 
 PROMPT = "The cat sat on the mat. The dog"
 

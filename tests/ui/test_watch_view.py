@@ -6,7 +6,7 @@ from apptools import make_app, recorded_app, settle, wait_for
 
 from tokenviz.contract.commands import Inspect, SplitDifference, Watch
 from tokenviz.contract.settings import SamplingSettings
-from tokenviz.render.pieces import visible
+from tokenviz.render.visible import visible
 from tokenviz.ui.screens import WatchScreen
 
 SETTINGS = SamplingSettings(temperature=0, max_new_tokens=20)

@@ -10,8 +10,8 @@ from tiny import tiny_model
 
 from tokenviz.contract.commands import Beams, Step
 from tokenviz.contract.settings import SamplingSettings
-from tokenviz.worker import engine
-from tokenviz.worker.engine import EngineWorker
+from tokenviz.worker import engine_thread
+from tokenviz.worker.engine_thread import EngineWorker
 
 
 class Collector:
@@ -81,13 +81,14 @@ def test_a_failure_while_building_a_snapshot_shows_the_last_frame_with_the_error
     post = Collector()
     worker = started(post)
     ready = post.wait(lambda s: s.state == "ready")
-    real = engine.snapshot_of
-    monkeypatch.setattr(engine, "snapshot_of", lambda *args, **kwargs: (_ for _ in ()).throw(ValueError("bad frame")))
+    real = engine_thread.snapshot_of
+    failing = lambda *args, **kwargs: (_ for _ in ()).throw(ValueError("bad frame"))  # noqa: E731
+    monkeypatch.setattr(engine_thread, "snapshot_of", failing)
     worker.submit(Step())
     failed = post.wait(lambda s: s.handled == 1)
     assert failed.error.startswith("internal error while drawing: bad frame")
     assert failed.chips == ready.chips  # the last good frame, not a blank one
-    monkeypatch.setattr(engine, "snapshot_of", real)
+    monkeypatch.setattr(engine_thread, "snapshot_of", real)
     worker.submit(Step())
     after = post.wait(lambda s: s.handled == 2)
     assert after.error is None and len(after.chips) == len(ready.chips) + 2  # both steps were taken
@@ -115,7 +116,7 @@ async def test_the_app_shows_an_engine_failure_and_goes_on(monkeypatch):
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         before = await settle(app, pilot)
-        real = engine.snapshot_of
+        real = engine_thread.snapshot_of
         calls = []
 
         def failing_once(*args, **kwargs):
@@ -124,7 +125,7 @@ async def test_the_app_shows_an_engine_failure_and_goes_on(monkeypatch):
                 raise ValueError("bad frame")
             return real(*args, **kwargs)
 
-        monkeypatch.setattr(engine, "snapshot_of", failing_once)
+        monkeypatch.setattr(engine_thread, "snapshot_of", failing_once)
         await pilot.press("space")
         await wait_for(lambda: any("bad frame" in n.message for n in app._notifications), pilot)
         await pilot.press("space")

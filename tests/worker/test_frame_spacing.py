@@ -8,7 +8,7 @@ from tiny import tiny_model
 
 from tokenviz.contract.commands import Pace, Play
 from tokenviz.contract.settings import SamplingSettings
-from tokenviz.worker.engine import EngineWorker
+from tokenviz.worker.engine_thread import EngineWorker
 
 STEPS = 24
 

@@ -13,7 +13,7 @@ from tokenviz.contract.commands import Adjust, Play
 from tokenviz.contract.errors import GiveWay
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
-from tokenviz.worker.engine import EngineWorker
+from tokenviz.worker.engine_thread import EngineWorker
 
 PROMPT = "The cat sat on the mat."
 

@@ -14,7 +14,7 @@ from tokenviz.contract.results import Attribution, Inspection, LogitDifference
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
 from tokenviz.journey.views import VIEWS, compute
-from tokenviz.worker.engine import EngineWorker
+from tokenviz.worker.engine_thread import EngineWorker
 
 PROMPT = "The cat sat on the mat. The dog"
 SETTINGS = SamplingSettings(temperature=0, max_new_tokens=3)

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tokenviz.backends.engines import engine_of
+from tokenviz.backends.registry import engine_of
 from tokenviz.backends.transformers.before_weights import journey_checks
 from tokenviz.cli.options import ModelChoice
 from tokenviz.contract.commands import Attribute, Beams, Inspect, Request, SplitDifference

@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tokenviz.contract.text import safe_text
-from tokenviz.render.pieces import visible
+from tokenviz.render.visible import visible
 
 RIGHT = ("step", "id", "p(final)", "rank", "u", "fwd ms", "request ms")
 WIDE = 120  # below it (a piped 80 columns, say) the table keeps the columns that say what was chosen and why

@@ -1,5 +1,5 @@
 """Changes made to the model while it runs, as the user names them: a head ablated, the residual stream
-steered. Plain data; tokenviz.backends.transformers.interventions turns them into hooks."""
+steered. Plain data; tokenviz.backends.transformers.intervention_hooks turns them into hooks."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The views computed on demand, one spec each: the request that asks for it, the engine capability it
 needs, its progress line, how it is computed from a session, and its entry in the trace document.
 
-The app's worker (tokenviz.worker.engine), `tokenviz trace` (tokenviz.cli.headless) and the bench all
+The app's worker (tokenviz.worker.engine_thread), `tokenviz trace` (tokenviz.cli.headless) and the bench all
 compute a view through its spec, so a view is computed one way: a new view is one spec and one pane.
 """
 

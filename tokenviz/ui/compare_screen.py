@@ -21,8 +21,8 @@ from tokenviz.contract.commands import Command, Save
 from tokenviz.contract.snapshot import ComparisonSnapshot, Snapshot
 from tokenviz.files.documents import setup, setup_differences
 from tokenviz.render.columns import cell
-from tokenviz.render.pieces import visible
 from tokenviz.render.sparkline import sparkline
+from tokenviz.render.visible import visible
 from tokenviz.ui.fitting_footer import FittingFooter
 from tokenviz.ui.keys import COMPARE_KEYS, COMPARE_PALETTE_ONLY, bindings
 from tokenviz.ui.panes.base import BoxPane

@@ -19,7 +19,7 @@ from textual.widgets.option_list import Option
 
 from tokenviz.contract.grammar import Grammar
 from tokenviz.contract.interventions import Entries
-from tokenviz.render.pieces import visible
+from tokenviz.render.visible import visible
 from tokenviz.ui.keys import COMPARE_KEYS, markdown_table
 
 HELP = f"""\

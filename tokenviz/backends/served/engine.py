@@ -27,7 +27,7 @@ from tokenviz.backends.served.head import OutputHead, load_head
 from tokenviz.backends.served.internals import INSTALL, PLUGIN, Plugin, ServedInternals, probe
 from tokenviz.backends.served.steering import ServedSteering, request_fields
 from tokenviz.backends.served.timing import RequestTimer
-from tokenviz.backends.transformers.pieces import TokenPieces
+from tokenviz.backends.transformers.token_texts import TokenPieces
 from tokenviz.contract.engine import ENGINE, Capability, in_order, lacking
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.interventions import Intervention

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
+from tokenviz.backends.transformers.device_map import weights_at_hand
 from tokenviz.backends.transformers.parts import decoder_layers, last_logits
-from tokenviz.backends.transformers.placing import weights_at_hand
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import Inspection, LensLayer
 

@@ -29,6 +29,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from tokenviz.backends.transformers.attention import IMPLEMENTATION, use_fast_attention
 from tokenviz.backends.transformers.checkpoint import check_checkpoint
+from tokenviz.backends.transformers.device_map import accelerate_limits, check_map_modules, offload_dir_for, placed
 from tokenviz.backends.transformers.gguf_streaming import (
     SHARD_BYTES,
     ShardNotWritten,
@@ -37,7 +38,6 @@ from tokenviz.backends.transformers.gguf_streaming import (
 )
 from tokenviz.backends.transformers.memory import WORKING_SHARE, check_fits, free_bytes, gigabytes, parameter_count
 from tokenviz.backends.transformers.parts import kv_heads, layer_configs, text_config
-from tokenviz.backends.transformers.placing import accelerate_limits, check_map_modules, offload_dir_for, placed
 from tokenviz.backends.transformers.quantizing import quantization_config, quantized
 from tokenviz.contract.errors import ModelLoadError, TokenvizError
 from tokenviz.contract.placement import DEFAULT_PLACEMENT, Placement
@@ -408,8 +408,8 @@ def load_model(
     before_weights: BeforeWeights | None = None,
 ) -> LoadedModel:
     """Load `spec` (None = the bundled model), ready for inference (see this backend's attention),
-    placed as `placement` says (see its memory and placing). `before_weights` is given the config and
-    the tokenizer before a weight is read: what it refuses costs no load."""
+    placed as `placement` says (see its memory and device_map modules). `before_weights` is given the
+    config and the tokenizer before a weight is read: what it refuses costs no load."""
     torch_device = resolve_device(device)
     fit = Fit.of(torch_device, dtype, placement)
 
@@ -515,7 +515,7 @@ class Fit:
     dtype: torch.dtype
     auto_dtype: bool
     limits: dict[str, int]
-    mapping: str | dict[str, str | int] | None = None  # a device map (see tokenviz.backends.transformers.placing)
+    mapping: str | dict[str, str | int] | None = None  # a device map (see tokenviz.backends.transformers.device_map)
     quantize: str | None = None
     offload_dir: str = ""
     note: str = ""

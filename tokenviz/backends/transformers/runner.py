@@ -18,13 +18,12 @@ from tokenviz.backends.transformers.attention import IMPLEMENTATION, Capture, ca
 from tokenviz.backends.transformers.cache import crop_layers, cut_view, full_cache, with_cache
 from tokenviz.backends.transformers.chat import ChatIds, chat_ids, has_chat_template
 from tokenviz.backends.transformers.compiled_step import CompiledStep
+from tokenviz.backends.transformers.device_map import input_device
+from tokenviz.backends.transformers.device_map_times import PlaceTimes, timed_by_place
 from tokenviz.backends.transformers.interrupt import layer_by_layer
 from tokenviz.backends.transformers.loading import LoadedModel
 from tokenviz.backends.transformers.memory import free_bytes, gigabytes
 from tokenviz.backends.transformers.parts import eos_id_set, last_logits, output_layer_input
-from tokenviz.backends.transformers.pieces import TokenPieces
-from tokenviz.backends.transformers.place_times import PlaceTimes, timed_by_place
-from tokenviz.backends.transformers.placing import input_device
 from tokenviz.backends.transformers.query_store import QUERY_SHARE, QueryStore, query_budget
 from tokenviz.backends.transformers.routing import (
     join_routes,
@@ -34,6 +33,7 @@ from tokenviz.backends.transformers.routing import (
     routers,
     shared_gates,
 )
+from tokenviz.backends.transformers.token_texts import TokenPieces
 from tokenviz.contract.engine import INTERNALS, WHOLE_VOCABULARY, in_order
 from tokenviz.contract.errors import Cancelled, GiveWay, ModelLoadError, TokenvizError
 from tokenviz.contract.interventions import Intervention
@@ -44,7 +44,7 @@ from tokenviz.decoding.prompt_predictions import predict_positions
 from tokenviz.tensors.transfer import DeviceTimer, ids_to_device
 
 if TYPE_CHECKING:
-    from tokenviz.backends.transformers.intervening import InterventionState
+    from tokenviz.backends.transformers.interventions_in_force import InterventionState
 
 
 def _no_progress(done: int, total: int) -> None:
@@ -129,7 +129,7 @@ class ModelRunner:
         self._eager_rows: tuple[range, torch.Tensor] | None = None  # the last rows an eager pass gave
         self.special_ids = set(getattr(self.tokenizer, "all_special_ids", []) or [])
         self.eos_ids = eos_id_set(self.model.generation_config.eos_token_id, self.tokenizer)
-        self.pieces = TokenPieces(self.tokenizer)  # (see tokenviz.backends.transformers.pieces)
+        self.pieces = TokenPieces(self.tokenizer)  # (see tokenviz.backends.transformers.token_texts)
         self.compiled: CompiledStep | None = loaded.compiled  # (--compile) shared with the model's other runners
         # Asked between the layers of `forward` (set by the worker during autoplay): True sets the step
         # aside (GiveWay, the cache cropped back) so a waiting key is answered now, not after the step.
@@ -276,8 +276,8 @@ class ModelRunner:
         self, interventions: Sequence[Intervention], context: Sequence[int], token_id: Callable[[str], int]
     ) -> InterventionState:
         """The interventions resolved on this model's own passes (a mean ablation over `context`) and
-        hooked in, with the model's own distribution kept beside them (see model.intervening)."""
-        from tokenviz.backends.transformers.intervening import InterventionState
+        hooked in, with the model's own distribution kept beside them (see interventions_in_force)."""
+        from tokenviz.backends.transformers.interventions_in_force import InterventionState
 
         return InterventionState(self, interventions, context, token_id)
 

@@ -70,7 +70,7 @@ def open_app(
 ) -> None:
     """Watch a language model think, one token at a time. With --endpoint, the model a server runs (an
     OpenAI-compatible one, as vLLM's): a request per token, the settings sent with it."""
-    from tokenviz.worker.engine import EngineWorker
+    from tokenviz.worker.engine_thread import EngineWorker
 
     try:
         check_theme(theme)

@@ -154,7 +154,7 @@ def compare_served(
     prompt: str, settings: SamplingSettings, model: ModelChoice, served: "ServedChoice", as_json: bool
 ) -> None:
     """compare --against-endpoint: the model here (A) beside the one a server runs (B), headless."""
-    from tokenviz.backends.engines import engine_of
+    from tokenviz.backends.registry import engine_of
     from tokenviz.cli.table import print_served_comparison
     from tokenviz.files.documents import trace_document
     from tokenviz.journey.served_comparison import compare_with_server

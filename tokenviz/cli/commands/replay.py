@@ -77,7 +77,7 @@ def verify_served_recording(journey: "Journey", served: "ServedChoice | None", t
     """Re-run a journey recorded on a served model against `served` (the server): its tokens, and each
     chosen token's log-probability within the served tolerance, for those are all the file holds.
     `tokenizer`: --tokenizer (the model's directory gives the head a steered journey needs)."""
-    from tokenviz.backends.engines import engine_of
+    from tokenviz.backends.registry import engine_of
     from tokenviz.backends.served.engine import ServedEngine
     from tokenviz.journey.reproduce import verify_journey
     from tokenviz.journey.session import Session
@@ -119,7 +119,7 @@ def verdict(checked: int, mismatch: int | None, steps: int, differs: str, reprod
 def verify_recording(journey: "Journey", model: ModelChoice) -> None:
     """Re-run a recording with the model; exit 1 at the first token that differs. Without --model, the
     model the journey names (the bundled one, a path, a hub id); with it, a line where they differ."""
-    from tokenviz.backends.engines import engine_of
+    from tokenviz.backends.registry import engine_of
     from tokenviz.backends.transformers.loading import BUNDLED_NAME
     from tokenviz.journey.reproduce import verify_journey
     from tokenviz.journey.session import Session

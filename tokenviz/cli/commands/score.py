@@ -59,7 +59,7 @@ def score(
             )
         run_served_score(text, served, as_json)
         return
-    from tokenviz.backends.engines import engine_of
+    from tokenviz.backends.registry import engine_of
     from tokenviz.backends.transformers.before_weights import journey_checks
     from tokenviz.cli.table import print_score
     from tokenviz.journey.score import score_text

@@ -28,7 +28,7 @@ from tokenviz.contract.records import TokenChip
 from tokenviz.render.colors import ramp
 from tokenviz.render.columns import cell, fitting
 from tokenviz.render.heatmap import legend, pair_codes, run_segments, shade_lines
-from tokenviz.render.pieces import visible
+from tokenviz.render.visible import visible
 from tokenviz.ui.panes.base import LinesPane
 from tokenviz.ui.selection import Selection
 

@@ -11,8 +11,8 @@ from tokenviz.contract.commands import Attribute
 from tokenviz.contract.results import Attribution, AttributionMethod
 from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell
-from tokenviz.render.pieces import visible
 from tokenviz.render.units import probability
+from tokenviz.render.visible import visible
 from tokenviz.ui.panes.base import Run, ScrollPane, result_or_note
 from tokenviz.ui.selection import Selection
 

@@ -18,7 +18,7 @@ from textual.markup import escape
 from textual_plotext import PlotextPlot
 
 from tokenviz.contract.text import safe_text
-from tokenviz.render.pieces import visible
+from tokenviz.render.visible import visible
 from tokenviz.ui.panes.base import Pane
 from tokenviz.ui.selection import Selection
 

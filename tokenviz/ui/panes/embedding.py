@@ -8,7 +8,7 @@ from rich.text import Text
 
 from tokenviz.render.bars import bar
 from tokenviz.render.colors import ramp
-from tokenviz.render.pieces import visible
+from tokenviz.render.visible import visible
 from tokenviz.ui.panes.base import ScrollPane
 from tokenviz.ui.panes.lens import inspection_or_note, lens_label
 from tokenviz.ui.selection import Selection

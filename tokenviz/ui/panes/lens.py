@@ -9,7 +9,7 @@ from tokenviz.contract.commands import Inspect
 from tokenviz.contract.results import Inspection
 from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell
-from tokenviz.render.pieces import visible
+from tokenviz.render.visible import visible
 from tokenviz.ui.panes.base import ScrollPane, result_or_note
 from tokenviz.ui.selection import Selection
 

@@ -11,8 +11,8 @@ from rich.text import Text
 from tokenviz.contract.records import Candidate
 from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell
-from tokenviz.render.pieces import visible
 from tokenviz.render.units import probability
+from tokenviz.render.visible import visible
 from tokenviz.ui.panes.base import BoxPane
 from tokenviz.ui.selection import Selection
 

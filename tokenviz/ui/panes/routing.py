@@ -11,7 +11,7 @@ from rich.text import Text
 from tokenviz.contract.records import LayerRoute
 from tokenviz.contract.snapshot import Snapshot
 from tokenviz.render.bars import bar
-from tokenviz.render.pieces import visible
+from tokenviz.render.visible import visible
 from tokenviz.ui.panes.base import ScrollPane
 from tokenviz.ui.selection import Selection
 

@@ -10,8 +10,8 @@ from tokenviz.contract.records import Decision
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell
-from tokenviz.render.pieces import visible
 from tokenviz.render.units import probability
+from tokenviz.render.visible import visible
 from tokenviz.ui.panes.base import BoxPane
 from tokenviz.ui.selection import Selection
 

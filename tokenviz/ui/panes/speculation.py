@@ -6,7 +6,7 @@ from rich.text import Text
 
 from tokenviz.contract.commands import Speculate
 from tokenviz.render.columns import fitting
-from tokenviz.render.pieces import visible
+from tokenviz.render.visible import visible
 from tokenviz.ui.panes.base import Run, ScrollPane, pending_note
 from tokenviz.ui.selection import Selection
 

@@ -23,8 +23,8 @@ from tokenviz.contract.snapshot import Snapshot
 from tokenviz.contract.text import safe_text
 from tokenviz.render.chip_lines import ChipLines
 from tokenviz.render.colors import legible_on, ramp
-from tokenviz.render.pieces import MAX_CHAR_BYTES, spelled, visible
 from tokenviz.render.units import probability
+from tokenviz.render.visible import MAX_CHAR_BYTES, spelled, visible
 from tokenviz.ui.colors import ThemeColors
 from tokenviz.ui.panes.base import BoxPane
 from tokenviz.ui.selection import Selection

@@ -17,9 +17,9 @@ from tokenviz.contract.engine import Capability, lacking
 from tokenviz.contract.results import LogitDifference
 from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell, fitting
-from tokenviz.render.pieces import visible
 from tokenviz.render.sparkline import LOG_FLOOR, log_sparkline
 from tokenviz.render.units import probability
+from tokenviz.render.visible import visible
 from tokenviz.ui.panes.base import Run, ScrollPane, pending_note
 from tokenviz.ui.selection import Selection
 

@@ -9,7 +9,7 @@ from typing import Any
 from rich.text import Text
 
 from tokenviz.contract.text import safe_text
-from tokenviz.render.pieces import visible
+from tokenviz.render.visible import visible
 from tokenviz.ui.panes.base import ScrollPane
 from tokenviz.ui.selection import Selection
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from tokenviz.backends.transformers.cache import crop_layers, full_cache, with_cache
-from tokenviz.backends.transformers.interventions import Hooks, resolve
+from tokenviz.backends.transformers.intervention_hooks import Hooks, resolve
 from tokenviz.contract.engine import shared_prefix
 from tokenviz.contract.interventions import Intervention, check_against
 from tokenviz.tensors.transfer import DeviceTimer, ids_to_device

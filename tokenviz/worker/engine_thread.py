@@ -137,7 +137,7 @@ class EngineWorker(CommandThread[Snapshot]):
         self._message = "importing torch and transformers"  # seconds, before the loader can say more
         self._publish()
         # Deferred: these import torch, which must not delay the app's first frame.
-        from tokenviz.backends.engines import engine_of
+        from tokenviz.backends.registry import engine_of
         from tokenviz.journey.session import Session
 
         def progress(message: str, fraction: float | None) -> None:

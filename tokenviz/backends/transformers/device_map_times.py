@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from tokenviz.backends.transformers.placing import places
+from tokenviz.backends.transformers.device_map import places
 
 
 class PlaceTimes:
