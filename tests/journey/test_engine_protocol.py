@@ -32,13 +32,36 @@ from tokenviz.worker.engine_thread import EngineWorker
 PROMPT = "The cat sat on the mat. The dog"
 
 
-class CachedOnly(ModelRunner):
-    """The transformers engine declaring the cached tier only: what a backend without the model's
-    layers (a served model with a cache of its own) would declare."""
+class CachedOnly:
+    """An engine of the cached tier and no more: the transformers engine behind exactly the cached
+    tier's methods (contract.engine.CachedEngine), what a backend without the model's layers (a
+    served model with a cache of its own) offers. The internals tier's methods are not there."""
 
-    def __init__(self, loaded):
-        super().__init__(loaded)
-        self.info = dataclasses.replace(self.info, capabilities=in_order(CACHED), distribution="the top 20")
+    def __init__(self, loaded_or_runner):
+        runner = loaded_or_runner if isinstance(loaded_or_runner, ModelRunner) else ModelRunner(loaded_or_runner)
+        self._runner = runner
+        self.info = dataclasses.replace(runner.info, capabilities=in_order(CACHED), distribution="the top 20")
+        self.special_ids, self.eos_ids = runner.special_ids, runner.eos_ids
+        self.device, self.tokenizer = runner.device, runner.tokenizer
+        for name in CACHED_METHODS:
+            setattr(self, name, getattr(runner, name))
+
+    pieces = property(lambda self: self._runner.pieces)
+    kv_len = property(lambda self: self._runner.kv_len)
+    kv_bytes = property(lambda self: self._runner.kv_bytes)
+    cache = property(lambda self: self._runner.cache)
+    give_way = property(
+        lambda self: self._runner.give_way, lambda self, value: setattr(self._runner, "give_way", value)
+    )
+
+    def twin(self):
+        return CachedOnly(self._runner.twin())
+
+
+CACHED_METHODS = (
+    "use_cache", "chat_ids", "joined", "read_routing", "encode", "decode", "piece", "learn_pieces", "reset",
+    "crop", "forward", "logits_after", "attention", "beam_search", "speculate", "recompute",
+)  # fmt: skip
 
 
 def test_the_transformers_engine_is_every_tier_and_declares_it():
@@ -53,6 +76,9 @@ def test_the_transformers_engine_is_every_tier_and_declares_it():
 
 def test_tiers_nest_and_a_lacking_capability_is_one_line():
     assert ENGINE < CACHED < INTERNALS
+    cached = CachedOnly(family_model("llama"))
+    assert isinstance(cached, CachedEngine) and not isinstance(cached, InternalsEngine)
+    assert not hasattr(cached, "inspect") and not hasattr(cached, "intervene")
     assert tier_of(in_order(ENGINE)) == "engine" and tier_of(in_order(CACHED)) == "cached" and tier_of(()) == ""
     info = CachedOnly(family_model("llama")).info
     assert lacking(info, Capability.CACHE, "verify") is None
