@@ -97,9 +97,11 @@ def lacking(info: ModelInfo, needed: Capability, what: str, brief: bool = False)
 class Pieces(Protocol):
     """Token ids as text pieces, learnt in batches (a prompt's in one call); holds no engine."""
 
-    def piece(self, token_id: int) -> str: ...
+    def piece(self, token_id: int) -> str:
+        """The text `token_id` adds (decoded once, kept): never raises for an id of the vocabulary."""
 
-    def learn(self, ids: Iterable[int]) -> None: ...
+    def learn(self, ids: Iterable[int]) -> None:
+        """Decode every one of `ids` not yet known, in one call."""
 
 
 @runtime_checkable
@@ -136,19 +138,24 @@ class Engine(Protocol):
     def read_routing(self, host: dict[str, Any]) -> Any:
         """The routing in a step's transfer (a Routing), or None."""
 
-    def encode(self, text: str, special_tokens: bool = True) -> list[int]: ...
+    def encode(self, text: str, special_tokens: bool = True) -> list[int]:
+        """`text`'s token ids (with the model's special tokens, a BOS, where `special_tokens`)."""
 
-    def decode(self, ids: Iterable[int]) -> str: ...
+    def decode(self, ids: Iterable[int]) -> str:
+        """The text of `ids`, as the model's tokenizer decodes them together."""
 
-    def piece(self, token_id: int) -> str: ...
+    def piece(self, token_id: int) -> str:
+        """The text one token adds (see Pieces.piece)."""
 
-    def learn_pieces(self, ids: Iterable[int]) -> None: ...
+    def learn_pieces(self, ids: Iterable[int]) -> None:
+        """Decode the pieces of `ids` in one call (see Pieces.learn)."""
 
     @property
     def kv_len(self) -> int:
         """How many tokens the engine has been fed (its cache's length, where it has one)."""
 
-    def reset(self) -> None: ...
+    def reset(self) -> None:
+        """Forget everything fed: the next forward starts a new context."""
 
     def crop(self, length: int) -> None:
         """Keep the first `length` tokens fed; the next forward goes on from there."""
@@ -164,7 +171,8 @@ class Engine(Protocol):
         `every_position` what it predicted after each of them (`.predictions(next_ids)`, the columns
         of decoding.prompt_predictions). An engine whose pass has layers asks `cancelled()` before
         each (True raises Cancelled, the caller undoing what the pass fed) and tells
-        `progress(layer, layers)`."""
+        `progress(layer, layers)`. A failure it can name (a server's, a model's) is a TokenvizError
+        of one line."""
 
 
 @runtime_checkable
@@ -190,13 +198,15 @@ class CachedEngine(Engine, Protocol):
     """The cached tier: a KV cache that can be read and fed again."""
 
     @property
-    def kv_bytes(self) -> int: ...
+    def kv_bytes(self) -> int:
+        """The bytes its KV cache holds now."""
 
     def logits_after(self, ids: Sequence[int], start: int) -> Scores:
         """The next-token scores after each of `ids[start:]`, the cache left as it was."""
 
     def attention(self, ids: Sequence[int], rows: range, layers: Sequence[int]) -> Scores:
-        """Exact attention weights of positions `rows` for `layers`: (layers, heads, rows, keys)."""
+        """Exact attention weights of positions `rows` for `layers`: (layers, heads, rows, keys), the
+        model's own softmax over the keys up to each row (0 past it)."""
 
     def beam_search(
         self,
@@ -237,7 +247,8 @@ class Intervening(Protocol):
     def suspended(self) -> AbstractContextManager[None]:
         """The model without these interventions, inside the block."""
 
-    def remove(self) -> None: ...
+    def remove(self) -> None:
+        """Take every hook off the model: it runs as it would without them."""
 
 
 @runtime_checkable
