@@ -29,6 +29,7 @@ def test_bench_measures_run_on_a_tiny_model(tmp_path):
     drawn = engine.autoplay_sampled(loaded, bare, torch.device("cpu"), tokens=8, rounds=1)
     assert drawn["settings"] == {"temperature": 0.7, "top_k": 50, "top_p": 0.9}  # the app's defaults
     assert drawn["ratio"] == pytest.approx(drawn["autoplay_tok_s"] / drawn["generate_tok_s"])
+    assert 0 <= drawn["seed"] < engine.SEEDS_TRIED and 0 < drawn["tokens"] <= 8
     growth = engine.growth(loaded, bare, torch.device("cpu"), lengths=(8, 64), steps=2, rounds=1)
     assert set(growth) == {"8", "64", "ratio", "bare_ratio", "ratio_over_bare"}
     # The model's own growth set apart: the engine's ratio to the bare step far over its ratio near.
