@@ -23,7 +23,7 @@ from tokenviz.contract.presets import PRESETS, preset_named
 from tokenviz.contract.settings import DEFAULT_SETTINGS, SamplingSettings
 from tokenviz.contract.snapshot import CANCELS
 from tokenviz.contract.text import safe_text
-from tokenviz.system.placement_files import checked_mapping
+from tokenviz.system.placement_files import resolved
 
 if TYPE_CHECKING:
     from tokenviz.backends.transformers.loading import LoadedModel
@@ -65,8 +65,8 @@ class ModelChoice:
     placement: Placement = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:  # a mistake in the placement is refused here, before torch is imported
-        placement = Placement(self.device_map, tuple(self.max_memory or ()), self.offload_dir, self.quantize)
-        checked_mapping(placement)  # (the files it names: read and checked now, not after torch's import)
+        # (the files it names read and checked now, once, not after torch's import)
+        placement = resolved(Placement(self.device_map, tuple(self.max_memory or ()), self.offload_dir, self.quantize))
         object.__setattr__(self, "max_memory", placement.max_memory)
         object.__setattr__(self, "placement", placement)
         if self.compile and self.device_map is not None:

@@ -51,8 +51,10 @@ class Placement:
     max_memory: tuple[str, ...] = ()
     offload_dir: str | None = None
     quantize: str | None = None
-    # Parsed once, on creation (a mistake is refused then, before torch is imported; the files it
-    # names are read and checked by tokenviz.system.placement_files):
+    # The device map as accelerate takes it (a name, or the modules its file maps), once its file is
+    # read and the offload folder checked (tokenviz.system.placement_files.resolved); None before.
+    mapping: str | dict[str, str | int] | None = field(default=None, compare=False, repr=False)
+    # Parsed once, on creation (a mistake is refused then, before torch is imported):
     limits: dict[str, int] = field(init=False, compare=False, repr=False)  # {device: bytes}
 
     def __post_init__(self) -> None:

@@ -3,6 +3,7 @@ JSON file (read with bounds) and the offload folder (it must be able to hold fil
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from pathlib import Path
 
@@ -15,13 +16,16 @@ from tokenviz.system.reading import parse_json, read_file
 MAX_MAP_BYTES = 1 << 20  # a device map file is read no further
 
 
-def checked_mapping(placement: Placement) -> str | dict[str, str | int] | None:
-    """The placement's device map (a name, or the module-to-device mapping its file holds), once its
-    file and its offload folder are checked: a mistake is one line."""
+def resolved(placement: Placement) -> Placement:
+    """`placement` with its device map's `mapping` read (a name, or the module-to-device mapping its
+    file holds) and its offload folder checked: a mistake is one line. A placement resolved already
+    (the command line's, before torch's import) is returned as it is: the files are read once."""
+    if placement.mapping is not None or placement.device_map is None:  # (no map: no offload folder either)
+        return placement
     mapping = device_map(placement.device_map)
     if placement.offload_dir is not None:
         check_offload_dir(placement.offload_dir)
-    return mapping
+    return dataclasses.replace(placement, mapping=mapping)
 
 
 def device_map(choice: str | None) -> str | dict[str, str | int] | None:

@@ -44,7 +44,7 @@ from tokenviz.contract.placement import DEFAULT_PLACEMENT, Placement
 from tokenviz.contract.records import ModelInfo
 from tokenviz.contract.text import safe_text
 from tokenviz.system.paths import bundled_gguf, cache_root
-from tokenviz.system.placement_files import checked_mapping
+from tokenviz.system.placement_files import resolved
 
 BUNDLED_NAME = "SmolLM2-135M-Instruct (bundled, Q4_1 GGUF)"
 MANIFEST = "tokenviz-manifest.json"
@@ -523,8 +523,8 @@ class Fit:
     @staticmethod
     def of(device: torch.device, dtype: str, placement: Placement) -> Fit:
         auto = dtype == "auto"
-        mapping = checked_mapping(placement)  # (its file read, its offload folder checked)
-        return Fit(device, resolve_dtype(dtype, device), auto, placement.limits, mapping, placement.quantize)
+        placement = resolved(placement)  # (its files read and checked, unless the command line did)
+        return Fit(device, resolve_dtype(dtype, device), auto, placement.limits, placement.mapping, placement.quantize)
 
     @property
     def placed_as_it_loads(self) -> bool:
