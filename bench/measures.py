@@ -1,11 +1,12 @@
 """The benchmark: what watching costs over running the model bare, as ratios measured side by side
 in one process on the same model, device and dtype.
 
-    python -m bench [--device auto|cpu|cuda] [--dtype ...] [--shape 8B] [--only M,M] [--quick] [--out bench/results]
+    python -m bench [--device auto|cpu|cuda] [--dtype ...] [--shape 8B|135M] [--only M,M] [--quick] [--out DIR]
 
 Prints a table and writes bench/results/<device>[-<shape>]-<date>.json. `--shape 8B` measures a
 Llama-3-8B-shaped model with random weights made on the device (bench/shaped.py) instead of the
-bundled one: the engine's step, prefill, autoplay and device memory.
+bundled one: the engine's step, prefill, autoplay and device memory. `--shape 135M` is the bundled
+model's shape with random weights, for a machine the bundled model's file does not reach.
 
 This module runs the measures and writes their file; each lives with its kind: bench.engine (the
 step, prefill, autoplay, memory), bench.app (frames, keys, the start), bench.processes (whole
@@ -43,7 +44,7 @@ from bench.engine import (
 )
 from bench.processes import conversion, offload, peak_memory, refusal, trace_long
 from bench.served import served, served_lens
-from bench.shaped import shaped_model
+from bench.shaped import SHAPES, shaped_model
 from bench.timing import in_thread
 from tokenviz.backends.transformers.loading import (
     gguf_cache_dir,
@@ -58,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument(
-        "--shape", choices=["8B"], help="a Llama-3-8B-shaped model made on the device, not the bundled one"
+        "--shape",
+        choices=sorted(SHAPES),
+        help="a model of Llama 3 8B's shape, or the bundled model's (135M), with random weights made on the device",
     )
     parser.add_argument("--only", default="", help="the measures to run, by name, comma-separated (default: all)")
     parser.add_argument("--quick", action="store_true", help="fewer steps (a smoke run, not for the record)")
@@ -79,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(stderr=True)
     torch.manual_seed(0)
     if args.shape:
-        loaded, bare = in_thread(lambda: shaped_model(resolve_device(args.device)))
+        loaded, bare = in_thread(lambda: shaped_model(resolve_device(args.device), shape=SHAPES[args.shape]))
     else:
         loaded = in_thread(lambda: load_model(None, device=args.device, dtype=args.dtype))
         source = str(gguf_cache_dir(bundled_gguf()))
@@ -102,7 +105,10 @@ def main(argv: list[str] | None = None) -> int:
         ("autoplay", lambda: autoplay(loaded, bare, device, 32 if args.quick else 128)),
         ("autoplay_sampled", lambda: autoplay_sampled(loaded, bare, device, 32 if args.quick else 128)),
         ("step_overhead", lambda: step_overhead(loaded, bare, device, steps)),
-        ("growth", lambda: growth(loaded, bare, device, lengths=(32, 2048) if args.shape else (32, 512, 2048, 4096))),
+        (
+            "growth",
+            lambda: growth(loaded, bare, device, lengths=(32, 2048) if args.shape == "8B" else (32, 512, 2048, 4096)),
+        ),
         ("attention_view", lambda: attention_view(loaded)),
         ("device_peak", lambda: device_peak(loaded)),
         ("peak_memory", peak_memory),
@@ -131,9 +137,9 @@ def main(argv: list[str] | None = None) -> int:
             ("served_lens", lambda: served_lens(args.endpoint, key, files, args.insecure_http, 8 if args.quick else 16))
         )
     chosen = set(filter(None, args.only.split(",")))
-    if args.shape:  # what a model of that size adds to the bundled model's figures: the engine's cost
+    if args.shape == "8B":  # what a model of that size adds to the bundled model's figures: the engine's cost
         chosen = chosen or {"autoplay", "step_overhead", "growth", "attention_view", "device_peak", "compiled_autoplay"}
-    if device.type != "cuda" or not args.shape:  # (a 135M model's prefill logits outweigh its weights)
+    if device.type != "cuda" or args.shape != "8B":  # (a 135M model's prefill logits outweigh its weights)
         measures = [m for m in measures if m[0] != "device_peak"]
     unknown = chosen - {name for name, _ in measures}
     if unknown:
@@ -145,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         args.shape,
         results["date"],
         "quick" if args.quick else None,
-        "only" if chosen and not args.shape else None,
+        "only" if chosen and args.shape != "8B" else None,
     ]
     path = out / f"{'-'.join(p for p in parts if p)}.json"
     for name, run in measures:

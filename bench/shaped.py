@@ -22,6 +22,20 @@ LLAMA_3_8B = dict(
     rope_theta=500000.0,
     tie_word_embeddings=False,
 )
+# The bundled model's shape (SmolLM2 135M): its figures on a GPU without carrying its 98 MB file there.
+SMOLLM2_135M = dict(
+    vocab_size=49152,
+    hidden_size=576,
+    intermediate_size=1536,
+    num_hidden_layers=30,
+    num_attention_heads=9,
+    num_key_value_heads=3,
+    head_dim=64,
+    max_position_embeddings=8192,
+    rope_theta=100000.0,
+    tie_word_embeddings=True,
+)
+SHAPES = {"8B": LLAMA_3_8B, "135M": SMOLLM2_135M}
 
 
 def word_tokenizer(vocab: int):
@@ -36,7 +50,8 @@ def word_tokenizer(vocab: int):
 
 
 def shaped_model(device: torch.device, dtype: torch.dtype = torch.bfloat16, shape: dict | None = None):
-    """(the model as tokenviz loads it, the same weights with sdpa attention and nothing else)."""
+    """(the model as tokenviz loads it, the same weights with sdpa attention and nothing else), of
+    `shape` (Llama 3 8B's by default)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.for_model("llama", **(shape or LLAMA_3_8B))
@@ -56,7 +71,12 @@ def shaped_model(device: torch.device, dtype: torch.dtype = torch.bfloat16, shap
             module, _, leaf = name.rpartition(".")
             setattr(bare.get_submodule(module), leaf, own[name])
     bare.generation_config = model.generation_config
-    name = "llama-3-8b-shaped (random bfloat16 weights)" if shape is None else "shaped model (random weights)"
+    named = {id(v): k for k, v in SHAPES.items()}.get(id(shape or LLAMA_3_8B))
+    name = (
+        f"{named}-shaped llama (random {str(dtype).removeprefix('torch.')} weights)"
+        if named
+        else "shaped model (random weights)"
+    )
     loaded = LoadedModel(
         model=model, tokenizer=word_tokenizer(config.vocab_size), info=model_info(model, name, device, dtype)
     )
