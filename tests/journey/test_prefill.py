@@ -145,6 +145,32 @@ def test_a_prompt_too_large_for_free_memory_is_refused_before_it_runs(tiny, monk
     assert (list(s.ids), s.runner.kv_len) == before  # nothing ran, nothing lost
 
 
+def test_the_memory_a_prefill_needs_counts_attention_scores_only_where_eager_attention_makes_them(monkeypatch):
+    """A 4,096-token prompt of the bundled model's shape in one pass: its cache and logits need 1.8 GB;
+    eager attention's scores (9 heads over 4,096 keys per position) 1.2 GB more, sdpa's kernels none."""
+    from types import SimpleNamespace
+
+    from tokenviz.contract.errors import PromptError
+    from tokenviz.contract.records import ModelInfo
+
+    shape = dict(name="m", device="cuda", dtype="bfloat16", layers=30, heads=9, kv_heads=3, head_dim=64, hidden=576)
+    sdpa = ModelInfo(
+        **shape,
+        vocab=49152,
+        context=8192,
+        architecture="llama",
+        tied_embeddings=True,
+        positions="",
+        attention="sdpa; the weights shown are computed exactly when asked",
+    )
+    eager = dataclasses.replace(sdpa, attention="eager: transformers has no fast path for this model's attention")
+    free = 2.5 * 2**30 / memory_policy.MEMORY_SHARE
+    monkeypatch.setattr(memory_policy.psutil, "virtual_memory", lambda: SimpleNamespace(available=free))
+    memory_policy.check_memory(sdpa, 4096, 4096)
+    with pytest.raises(PromptError):
+        memory_policy.check_memory(eager, 4096, 4096)
+
+
 def test_the_predictions_are_made_when_read_from_plain_data_and_equal_the_whole_tuple(tiny, monkeypatch):
     s = Session(ModelRunner(tiny), SamplingSettings(seed=4))
     s.start(PROMPT)

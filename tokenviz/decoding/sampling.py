@@ -163,7 +163,9 @@ def apply_stages(
     if not stages:  # (greedy with no penalty: nothing to queue on the device)
         return []
     scores = logits.reshape(1, -1).float()
-    input_ids = ids_to_device(context_ids, scores.device)
+    # the context's ids: only the repetition penalty reads them (the others' input_ids go unread)
+    reads_context = any(name == REPETITION for name, _, _ in stages)
+    input_ids = ids_to_device(context_ids if reads_context else [], scores.device)
     out = []
     for name, detail, processor in stages:
         scores = processor(input_ids, scores)
@@ -180,8 +182,18 @@ def draw_uniform(seed: int, position: int) -> float:
 
 
 def _inverse_cdf_on_device(probs: torch.Tensor, u: float) -> tuple[torch.Tensor, ...]:
-    """(token id, 0-based rank, band low, band high) as device tensors: nothing waits for the device."""
-    sorted_probs, order = torch.sort(probs.double(), descending=True, stable=True)
+    """(token id, 0-based rank, band low, band high) as device tensors: nothing waits for the device.
+    On a CPU, where reading a number waits for nothing, only the tokens that can be drawn are sorted
+    (after top-k or top-p a few dozen of the vocabulary: the whole one's stable float64 sort took the
+    bundled model 1.2 ms a step); their order, sums and band are the whole sort's first ones."""
+    order = None
+    if probs.device.type == "cpu":
+        possible = probs.nonzero().reshape(-1)  # (ids in ascending order: the stable sort's order of ties)
+        if 0 < possible.numel() < probs.numel():
+            sorted_probs, within = torch.sort(probs[possible].double(), descending=True, stable=True)
+            order = possible[within]
+    if order is None:
+        sorted_probs, order = torch.sort(probs.double(), descending=True, stable=True)
     cumulative = torch.cumsum(sorted_probs, 0)
     last_possible = ((sorted_probs > 0).sum() - 1).clamp(min=0)  # (0 when nothing is possible: NaN)
     rank = torch.minimum(torch.searchsorted(cumulative, u, right=True), last_possible)
@@ -225,26 +237,31 @@ def choice_from(final: torch.Tensor, settings: SamplingSettings, position: int) 
 
 def summarise(logits: torch.Tensor, n: int) -> PendingSummary:
     """Top-n of the model's raw softmax and its entropy in bits, still on the device (on one thread
-    on a CPU, as the decision: see one_thread_on_cpu)."""
+    on a CPU, as the decision: see one_thread_on_cpu). Its softmax and ranking serve the decision too
+    (decide_on_device's `summary`): one of each a step."""
     logits = logits.float().reshape(-1)
     with one_thread_on_cpu(logits.device):
-        log_probs = torch.log_softmax(logits, -1)
-        probs = log_probs.exp()
-        entropy = -(probs * log_probs).nan_to_num().sum() / math.log(2)
-        top_logits, top_ids = torch.topk(logits, min(n, logits.numel()))
+        probs = torch.softmax(logits, -1)
+        entropy = -(probs * probs.log()).nan_to_num().sum() / math.log(2)  # (0 log 0 is NaN: counted 0)
+        top_probs, ranked = torch.topk(probs, min(max(n, WATCH_N), probs.numel()))
+    top_ids = ranked[:n]
     return PendingSummary(
         {
             "summary.ids": top_ids,
-            "summary.logits": top_logits.double(),
-            "summary.probs": probs[top_ids].double(),
+            "summary.logits": logits[top_ids].double(),
+            "summary.probs": top_probs[:n].double(),
             "summary.entropy": entropy.double().reshape(1),
-        }
+        },
+        probs,
+        ranked,
     )
 
 
 @dataclass
 class PendingSummary:
     tensors: dict[str, torch.Tensor]
+    probs: torch.Tensor  # the raw softmax, (vocab,) float32 on the device
+    ranked: torch.Tensor  # the most probable ids, most probable first: at least WATCH_N of them
 
     def read(self, host: dict[str, np.ndarray], piece: Callable[[int], str]) -> tuple[tuple[Candidate, ...], float]:
         """(top candidates, entropy in bits) from the host copies of `tensors`."""
@@ -277,11 +294,13 @@ def decide_on_device(
     forced_id: int | None = None,
     pinned: Sequence[int] = (),
     allowed: torch.Tensor | None = None,
+    summary: PendingSummary | None = None,
 ) -> PendingDecision:
     """Run every stage on `logits` (vocab,) and choose the next token, all on the logits' device (on
-    one thread on a CPU); follow the `pinned` tokens through it. `allowed`: see build_stages."""
+    one thread on a CPU); follow the `pinned` tokens through it. `allowed`: see build_stages. With the
+    `summary` of the same logits, its softmax and ranking are used, not made again."""
     with one_thread_on_cpu(logits.device):
-        return _decide(logits, settings, context_ids, generated_ids, forced_id, pinned, allowed)
+        return _decide(logits, settings, context_ids, generated_ids, forced_id, pinned, allowed, summary)
 
 
 def _decide(
@@ -292,14 +311,16 @@ def _decide(
     forced_id: int | None,
     pinned: Sequence[int],
     allowed: torch.Tensor | None,
+    summary: PendingSummary | None,
 ) -> PendingDecision:
     timer = DeviceTimer(logits.device)
     device = logits.device
     raw_scores = logits.float().reshape(-1)
-    raw = torch.softmax(raw_scores, -1)
+    raw = summary.probs if summary is not None else torch.softmax(raw_scores, -1)
     stages = apply_stages(logits, settings, context_ids, generated_ids, allowed)
     final_scores = stages[-1][2][0] if stages else raw_scores
-    final = torch.softmax(final_scores, -1) if stages else raw  # (no stage: one distribution, computed once)
+    afters = [torch.softmax(scores[0], -1) for _, _, scores in stages]  # each stage's distribution
+    final = afters[-1] if stages else raw
 
     u = None
     mode: DecisionMode
@@ -315,33 +336,33 @@ def _decide(
 
     n = min(WATCH_N, raw.numel())
     # The watched tokens, duplicates included: the host keeps each token's first appearance.
-    raw_top = torch.topk(raw, n).indices
+    raw_top = summary.ranked[:n] if summary is not None else torch.topk(raw, n).indices
     final_top = raw_top if final is raw else torch.topk(final, n).indices
     watch = torch.cat([raw_top, final_top, chosen.reshape(1)])
     # One row per stage: tokens kept, the previous stage's mass they held, the tokens whose score it
     # changed (what a penalty penalised), the watched probabilities, and whether it changed each.
     w = watch.numel()
-    rows = torch.zeros((len(stages), 3 + 2 * w), dtype=torch.float64, device=device)
+    rows = []
     before, before_scores = raw, raw_scores
-    for i, (_, _, scores) in enumerate(stages):
-        after = torch.softmax(scores[0], -1)
-        finite = torch.isfinite(scores[0])
+    for (_, _, scores), after in zip(stages, afters):
+        finite = scores[0] > -math.inf  # (kept: a stage removes a token with -inf; one pass, where isfinite is four)
         changed = scores[0] != before_scores
-        rows[i, 0] = finite.sum()
         # a mask, not indexing: no data-dependent shape. A share of a distribution is at most 1: summed in
         # float32, 49,152 rounded probabilities made 1.0000017, which a journey file rightly refuses.
-        rows[i, 1] = torch.where(finite, before, 0).double().sum().clamp(max=1.0)
-        rows[i, 2] = changed.sum()
-        rows[i, 3 : 3 + w] = after[watch]
-        rows[i, 3 + w :] = changed[watch]
+        mass = torch.where(finite, before, 0).sum(dtype=torch.float64).clamp(max=1.0)
+        counts = torch.stack([finite.sum(), changed.sum()]).double()
+        rows.append(
+            torch.cat([counts[:1], mass.reshape(1), counts[1:], after[watch].double(), changed[watch].double()])
+        )
         before, before_scores = after, scores[0]
+    stage_rows = torch.stack(rows) if rows else torch.zeros((0, 3 + 2 * w), dtype=torch.float64, device=device)
 
     chosen_prob, raw_prob = at(final, chosen), at(raw, chosen)
     raw_rank = ((raw > raw_prob).sum() + 1).double()
     # One reduction says whether every logit is a number or -inf (a server's unknown rest) and one is
     # finite: the largest is NaN where any is, +inf where any is, -inf where none is finite.
     numbers = torch.isfinite(raw_scores.max())
-    any_left = numbers if final_scores is raw_scores else torch.isfinite(final_scores).any()
+    any_left = numbers if final_scores is raw_scores else torch.isfinite(final_scores.max())
     scalars = torch.stack(
         [
             chosen.double(),
@@ -358,7 +379,7 @@ def _decide(
     tensors = {
         "decision.watch": watch,
         "decision.raw_probs": raw[watch].double(),
-        "decision.stages": rows,
+        "decision.stages": stage_rows,
         "decision.scalars": scalars,
     }
     if pinned:  # (nothing to queue on the device when no token is watched)

@@ -501,6 +501,7 @@ class Session:
             self.generated_ids,
             pinned=self.pinned,
             allowed=self.allowed(self.settings, self.generated_ids),
+            summary=summary,
         )
         own, own_timer = {}, None
         if self.intervening is not None:

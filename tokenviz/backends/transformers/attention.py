@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import torch
+from torch.nn.attention.bias import causal_lower_right
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 IMPLEMENTATION = "tokenviz"
@@ -83,7 +84,47 @@ def _attend(
     if kwargs.get("softcap") is not None or kwargs.get("s_aux") is not None:
         mask = _additive(attention_mask, query, key)
         return _eager_of(module)(module, query, key, value, mask, **kwargs)
+    if query.is_cuda and _lower_right(attention_mask, key):
+        attention_mask = causal_lower_right(query.shape[-2], key.shape[-2])
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+
+# Marks a mask that is plainly causal over keys ending at the last query (see _mask).
+LOWER_RIGHT = "tokenviz_lower_right_causal"
+
+
+def _lower_right(mask: torch.Tensor | None, key: torch.Tensor) -> bool:
+    """Whether `mask` is marked causal from the bottom right (see _mask), over these keys."""
+    return mask is not None and getattr(mask, LOWER_RIGHT, False) and mask.shape[-1] == key.shape[-2]
+
+
+def _mask(*args: Any, **kwargs: Any) -> torch.Tensor | None:
+    """sdpa's mask (transformers' own), marked where it is plainly causal over keys that end with the
+    last query: the pass of a prompt's later chunk (or any pass of several tokens) over the cache before
+    it. On a GPU _attend then hands sdpa that mask as a causal bias aligned to the bottom right, which
+    runs the flash kernel, where the mask itself runs the masked kernel (the bundled model's second
+    2,048-token chunk of a 4,096-token prompt on an H200: 9.9 ms against 3.6 ms for the whole prompt).
+    Not marked: a padding mask, a window, an offset, a mask function of the model's own, a static cache
+    (whose keys run past the queries), a traced pass."""
+    from transformers.masking_utils import causal_mask_function, sdpa_mask
+
+    mask: torch.Tensor | None = sdpa_mask(*args, **kwargs)
+    q_length, kv_length, q_offset = kwargs.get("q_length"), kwargs.get("kv_length"), kwargs.get("q_offset", 0)
+    if (
+        isinstance(mask, torch.Tensor)
+        and not args
+        and not torch.compiler.is_compiling()
+        and kwargs.get("mask_function", causal_mask_function) is causal_mask_function
+        and kwargs.get("attention_mask") is None
+        and kwargs.get("local_size") is None
+        and kwargs.get("kv_offset", 0) == 0
+        and type(q_offset) is int
+        and type(q_length) is int
+        and q_length > 1
+        and q_offset + q_length == kv_length
+    ):
+        setattr(mask, LOWER_RIGHT, True)
+    return mask
 
 
 def _own(query: torch.Tensor) -> torch.Tensor:
@@ -116,15 +157,16 @@ def use_fast_attention(model: Any) -> bool:
     """Switch `model` to tokenviz's attention function; False (and eager attention) where the
     model's attention does not go through transformers' AttentionInterface."""
     from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 
     # cuDNN's attention builds an execution plan for every new key length: about 1 ms of host time
     # per layer per step (the bundled model on an H100: a step at 2048 tokens took 64.5 ms with it,
     # 27.2 ms without, the bare forward 29 ms). sdpa's other kernels serve the same calls.
     torch.backends.cuda.enable_cudnn_sdp(False)
     AttentionInterface.register(IMPLEMENTATION, _attend)
-    # sdpa's masks: None where plainly causal, so sdpa runs its causal kernel (see _additive).
-    ALL_MASK_ATTENTION_FUNCTIONS.register(IMPLEMENTATION, sdpa_mask)
+    # sdpa's masks: None where plainly causal, so sdpa runs its causal kernel (see _additive), and
+    # marked where causal from the bottom right (see _mask).
+    ALL_MASK_ATTENTION_FUNCTIONS.register(IMPLEMENTATION, _mask)
     if not getattr(model, "_supports_attention_backend", False):
         model.set_attn_implementation("eager")
         return False
