@@ -11,6 +11,7 @@ count (a GPU's launches), and the top kernels and host operators; then the same 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 from collections.abc import Callable
@@ -45,7 +46,7 @@ def profiled(run: Callable[[], object], device: torch.device, rounds: int = 3) -
 def report(name: str, wall_ms: float, prof, device: torch.device, rows: int) -> None:
     events = prof.key_averages()
     on_device = device.type == "cuda"
-    kernels = [e for e in events if on_device and e.device_type == torch.autograd.DeviceType.CUDA]
+    kernels = [e for e in events if on_device and str(e.device_type).endswith("CUDA")]
     kernel_ms = sum(e.device_time_total for e in kernels) / 1000
     launches = sum(e.count for e in kernels)
     ops = [e for e in events if e.key.startswith("aten::")]
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         report(f"engine decode step ({engine_ms / bare_ms:.2f}×)", engine_ms, engine_prof, device, args.rows)
 
     for n in (int(x) for x in args.lengths.split(",") if x):
-        in_thread(lambda n=n: prefills(n))
+        in_thread(functools.partial(prefills, n))
     in_thread(steps)
     return 0
 
