@@ -95,6 +95,8 @@ class ComparisonSnapshot:
     b: Snapshot | None = None
     diffs: tuple[StepDiff, ...] = ()  # one per step both have taken or have pending
     parted_at: int | None = None  # the first step where their chosen tokens differ
+    kl_over: str = ""  # over what the KL is taken, where not the whole vocabulary (a served B: its top N)
+    independent_draws: bool = False  # each side draws on its own (a served B): a parting may be two draws
     playing: bool = False
     pace_s: float = 0.0  # autoplay's least time between steps (0: as fast as it runs)
     error: str | None = None

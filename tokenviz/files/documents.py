@@ -109,10 +109,10 @@ def setup_differences(a: Snapshot, b: Snapshot) -> dict[str, tuple[str, str]]:
     return {name: (sa[name], sb[name]) for name in sa if sa[name] != sb[name]}
 
 
-def comparison_document(a: Snapshot, b: Snapshot, diffs: Sequence[StepDiff]) -> dict[str, Any]:
+def comparison_document(a: Snapshot, b: Snapshot, diffs: Sequence[StepDiff], kl_over: str = "") -> dict[str, Any]:
     """Both journeys as trace documents, with what sets them apart ("differences": A's and B's value of
     every field that differs), their differences over the steps both have taken and the first of
-    them where their chosen tokens part."""
+    them where their chosen tokens part; `kl_over`, where the KL is not over the whole vocabulary."""
     da, db = trace_document(a), trace_document(b)
     both = min(len(da["steps"]), len(db["steps"]))
     parted = next(
@@ -130,6 +130,7 @@ def comparison_document(a: Snapshot, b: Snapshot, diffs: Sequence[StepDiff]) -> 
         "differences": differences,
         "diff": [d.to_json() for d in diffs[:both]],
         "parted_at": parted,
+        **({"kl_over": kl_over} if kl_over else {}),
     }
 
 

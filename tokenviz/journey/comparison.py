@@ -88,6 +88,8 @@ def step_diff(
 
 
 class Comparison:
+    kl_over = ""  # over what the KL is taken, where not the whole vocabulary (see served_comparison)
+
     def __init__(self, a: Session, b: Session):
         check_same_tokenizer(a, b)
         self.a, self.b = a, b
@@ -99,6 +101,12 @@ class Comparison:
     @property
     def sessions(self) -> tuple[Session, Session]:
         return self.a, self.b
+
+    @property
+    def independent_draws(self) -> bool:
+        """Whether the two sides draw on their own (a parting may be two draws, not two models): here
+        both draw with the same uniform at each position, so a parting is their distributions'."""
+        return False
 
     @property
     def parted_at(self) -> int | None:

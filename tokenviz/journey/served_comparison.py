@@ -12,12 +12,15 @@ as `compare` does for two local models.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 
+from tokenviz.contract.engine import DrawingEngine
 from tokenviz.contract.errors import TokenvizError
-from tokenviz.journey.comparison import kl_bits, rank_in
+from tokenviz.contract.results import StepDiff
+from tokenviz.journey.comparison import Comparison, kl_bits, rank_in
 from tokenviz.journey.session import Session
 from tokenviz.served.journey import ServedJourney
 
@@ -79,3 +82,60 @@ def compare_with_server(session: Session, served: ServedJourney, prompt: str) ->
         "diff": steps,
         "parted_at": parted_at,
     }
+
+
+class ServedComparison(Comparison):
+    """The comparison screen's pair when B is the model a server runs (a Session on the served engine):
+    A's step as any; B's its own draw, or after the paths part one request at A's context. Per step the
+    KL over the server's top N as compare_with_server gives it; the KL of what each draw is made from
+    is unknown here (the server's stages run over its whole vocabulary), so it is NaN, shown as unknown."""
+
+    def __init__(self, a: Session, b: Session):
+        if not isinstance(b.runner, DrawingEngine):
+            raise TypeError("B is a served model's session")
+        self.a, self.b, self.server = a, b, b.runner  # (one tokenizer: checked on the prompt and every id answered)
+        self.diffs = []
+        self.kl_over = f"the server's top {b.runner.info.top_only}, each side renormalised there"
+        self._b_on_a, self._b_on_a_fed, self._b_on_a_logits = None, [], None  # (B on A's path: a request)
+
+    @property
+    def independent_draws(self) -> bool:
+        """Sampled, each side draws on its own (the server by its own generator): a parting is two draws."""
+        return not self.a.settings.greedy
+
+    def _diff(self) -> None:
+        a, b = self.a, self.b
+        index = len(self.diffs)
+        logits, pending_b = a.pending_logits, b.pending
+        if logits is None or pending_b is None or index != len(a.records) - 1 or index != len(b.records) - 1:
+            return
+        parted = self.parted_at
+        forced = parted is not None and index > parted
+        if forced:  # B after A's tokens: one request at A's context, B's settings
+            drawn = self.server.draw(list(a.ids), b.settings)
+            b_choice, b_top = drawn.chosen, dict(drawn.top)
+        else:
+            b_choice, b_top = pending_b.decision.chosen_id, {c.id: c.logit for c in pending_b.top}
+        vocab = logits.numel()
+        past = [t for t in (b_choice, *b_top) if not 0 <= t < vocab]
+        if past:
+            raise TokenvizError(
+                f"the server answered token id {past[0]}, past {a.runner.info.name}'s vocabulary ({vocab:,} "
+                "tokens): compare needs one tokenizer"
+            )
+        a_choice = a.records[-1].decision.chosen_id
+        b_rank_of_a = next((i for i, t in enumerate(b_top, 1) if t == a_choice), None)
+        if b_rank_of_a is None:  # past the server's top N: its rank asked of it (one more request)
+            b_rank_of_a = self.server.logprob_of(list(a.ids), a_choice)[1]
+        scores = logits.reshape(-1)
+        self.diffs.append(
+            StepDiff(
+                index=index,
+                kl=kl_over(scores, b_top),
+                top1_agree=int(scores.argmax()) == max(b_top, key=b_top.__getitem__),
+                a_rank_of_b=rank_in(scores, b_choice),
+                b_rank_of_a=b_rank_of_a,
+                final_kl=math.nan,
+                teacher_forced=forced,
+            )
+        )

@@ -34,6 +34,7 @@ from tokenviz.ui.worker_screen import WorkerScreen
 
 SIDES = ("a", "b")
 INFINITE_KL = "∞: B's stages rule out a token A's keep (p 0 in B): KL(A ‖ B) is infinite\n"  # (fits 80 columns)
+SEPARATE_DRAWS = "sampled: each side draws on its own (the server with its generator): a parting is two draws\n"
 
 
 def describe(s: Snapshot, other: Snapshot | None) -> Text:
@@ -52,9 +53,17 @@ class DiffPane(BoxPane):
     def show_comparison(self, c: ComparisonSnapshot, cursor_step: int | None) -> None:
         width = max(self.size.width - 2, 30)
         text = Text(no_wrap=True, overflow="crop")
-        kl = [d.final_kl if math.isfinite(d.final_kl) else 0.0 for d in c.diffs]
-        text.append("KL(A ‖ B) of what each draw is made from, bits, every step: ", Style(bold=True))
+        if c.kl_over:  # a served B: its top N only, and its draws' distributions are the server's
+            kl = [d.kl for d in c.diffs]
+            text.append("KL(A ‖ B) over B's top N, bits, every step: ", Style(bold=True))
+        else:
+            kl = [d.final_kl if math.isfinite(d.final_kl) else 0.0 for d in c.diffs]
+            text.append("KL(A ‖ B) of what each draw is made from, bits, every step: ", Style(bold=True))
         text.append(sparkline(kl, max(width - 64, 8)) + "\n", Style(color=self.theme_colors.bar))
+        if c.kl_over:
+            text.append(f"KL over {c.kl_over}; what the server draws from is not here (—)\n", Style(dim=True))
+        if c.parted_at is not None and c.independent_draws:
+            text.append(SEPARATE_DRAWS, Style(dim=True))
         if c.parted_at is None:
             text.append("the paths have not parted: both chose the same token at every step\n")
         elif c.a and c.b:
@@ -67,7 +76,8 @@ class DiffPane(BoxPane):
                 "are B's on A's path, so each row compares one context\n"
             )
         text.append(
-            f"{'step':>5} {'KL raw':>8} {'KL final':>9} {'top-1':>6} {'A ranks B':>10} {'B ranks A':>10}\n",
+            f"{'step':>5} {'KL top-N' if c.kl_over else 'KL raw':>8} {'KL final':>9} {'top-1':>6} {'A ranks B':>10} "
+            f"{'B ranks A':>10}\n",
             Style(bold=True),
         )
         rows = max(self.size.height - 5, 1)
@@ -75,14 +85,14 @@ class DiffPane(BoxPane):
         for d in shown:
             style = Style(bold=True) if d.index == cursor_step else Style()
             agree = "same" if d.top1_agree else "differ"
-            final = f"{d.final_kl:.4f}" if math.isfinite(d.final_kl) else "∞"
+            final = f"{d.final_kl:.4f}" if math.isfinite(d.final_kl) else "—" if math.isnan(d.final_kl) else "∞"
             mark = "†" if d.teacher_forced else " "
             text.append(
                 f"{d.index:>4}{mark} {d.kl:>8.4f} {final:>9} {cell(agree, 6, right=True)} "
                 f"{d.a_rank_of_b:>10} {d.b_rank_of_a:>10}\n",
                 style,
             )
-        if any(not math.isfinite(d.final_kl) for d in shown):  # ∞ is a fact, not a failure: say which
+        if any(math.isinf(d.final_kl) for d in shown):  # ∞ is a fact, not a failure: say which
             text.append(INFINITE_KL, Style(dim=True))
         text.rstrip()
         self.update(text)

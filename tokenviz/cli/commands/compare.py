@@ -35,6 +35,7 @@ from tokenviz.ui.themes import DEFAULT_THEME, check_theme
 if TYPE_CHECKING:
     from tokenviz.journey.comparison import Comparison
     from tokenviz.served.journey import ServedChoice
+    from tokenviz.worker.comparing import Build
     from tokenviz.worker.loader import Progress
 
 compare_cli = new_cli()
@@ -107,7 +108,17 @@ def compare(
         others = (against, against_model, against_dtype, against_quantize, against_grammar, chat)
         if any(others) or settings.grammar is not None:
             fail("--against-endpoint compares the same settings on both sides: it takes no other --against option")
-        compare_served(prompt, settings.replace(max_new_tokens=steps), model, served, as_json)
+        b_settings = settings.replace(max_new_tokens=steps)
+        if not as_json and in_terminal.can_draw():  # the comparison screen; elsewhere, a table
+            try:
+                check_theme(theme)
+            except TokenvizError as exc:
+                fail(str(exc))
+            from tokenviz.worker.comparing import CompareWorker
+
+            worker = CompareWorker(served_pair(b_settings, model, served), prompt)
+            in_terminal.run_app(worker, theme, comparing=True)
+        compare_served(prompt, b_settings, model, served, as_json)
         return
     try:
         if steps < 1:
@@ -148,6 +159,30 @@ def compare(
     from tokenviz.worker.comparing import CompareWorker
 
     in_terminal.run_app(CompareWorker(build, prompt, chat=chat, system=system), theme, comparing=True)
+
+
+def served_pair(settings: SamplingSettings, model: ModelChoice, served: "ServedChoice") -> "Build":
+    """The comparison screen's loader with a served B: the server checked to answer and to serve the
+    model before the app opens (an unreachable one is one line within seconds); A loaded, then B asked."""
+    from tokenviz.served.journey import served_model_name
+
+    try:
+        endpoint = served.connect()
+        name = served_model_name(endpoint, served.model)
+    except TokenvizError as exc:
+        fail(str(exc))
+
+    def build(progress: "Progress") -> "Comparison":
+        from tokenviz.backends.registry import engine_of
+        from tokenviz.backends.served.engine import ServedEngine
+        from tokenviz.journey.served_comparison import ServedComparison
+        from tokenviz.journey.session import Session
+
+        a = Session(engine_of(model.load(progress)), settings)
+        progress(f"asking {endpoint.host} about {name}", None)
+        return ServedComparison(a, Session(engine_of(ServedEngine(endpoint, name)), settings))
+
+    return build
 
 
 def compare_served(

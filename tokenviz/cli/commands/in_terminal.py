@@ -25,6 +25,12 @@ def require_terminal() -> None:
         fail("TERM=dumb cannot draw the app; use a full terminal, or: tokenviz trace PROMPT")
 
 
+def can_draw() -> bool:
+    """Whether the app can draw here (see require_terminal): a command with a headless form takes it elsewhere."""
+    terminal = sys.stdin.isatty() and sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
+    return in_a_browser() or terminal
+
+
 def run_app(worker: "Worker[Snapshot] | Worker[ComparisonSnapshot]", theme: str, comparing: bool = False) -> NoReturn:
     """Run the app on `worker` until it quits, then end the process once the writes asked for are
     done: exit 128 + N after signal N, 2 with the error's line when the model could not load, 1
