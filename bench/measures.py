@@ -26,7 +26,6 @@ from pathlib import Path
 
 import torch
 
-from bench.anchors import bare_model
 from bench.app import app_autoplay, cold_start, frame, key_frame, ui_growth
 from bench.budgets import verdicts
 from bench.engine import (
@@ -44,12 +43,10 @@ from bench.engine import (
 )
 from bench.processes import conversion, offload, peak_memory, refusal, trace_long
 from bench.served import served, served_lens
-from bench.shaped import SHAPES, shaped_model
+from bench.shaped import SHAPES, measured_models
 from bench.timing import in_thread
 from tokenviz.backends.transformers.loading import (
     gguf_cache_dir,
-    load_model,
-    resolve_device,
 )
 from tokenviz.system.paths import bundled_gguf
 
@@ -81,12 +78,7 @@ def main(argv: list[str] | None = None) -> int:
 
     console = Console(stderr=True)
     torch.manual_seed(0)
-    if args.shape:
-        loaded, bare = in_thread(lambda: shaped_model(resolve_device(args.device), shape=SHAPES[args.shape]))
-    else:
-        loaded = in_thread(lambda: load_model(None, device=args.device, dtype=args.dtype))
-        source = str(gguf_cache_dir(bundled_gguf()))
-        bare = in_thread(lambda: bare_model(loaded, source, next(loaded.model.parameters()).device))
+    loaded, bare = measured_models(args.device, args.dtype, args.shape)
     device = next(loaded.model.parameters()).device
     steps = 8 if args.quick else 32
     results: dict = {

@@ -19,12 +19,10 @@ from collections.abc import Callable
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from bench.anchors import bare_decoder, bare_model
+from bench.anchors import bare_decoder
 from bench.engine import random_ids, started_session
-from bench.shaped import SHAPES, shaped_model
+from bench.shaped import SHAPES, measured_models
 from bench.timing import in_thread, sync
-from tokenviz.backends.transformers.loading import gguf_cache_dir, load_model, resolve_device
-from tokenviz.system.paths import bundled_gguf
 
 
 def profiled(run: Callable[[], object], device: torch.device, rounds: int = 3) -> tuple[float, object]:
@@ -66,18 +64,13 @@ def report(name: str, wall_ms: float, prof, device: torch.device, rows: int) -> 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--dtype", default=None)
+    parser.add_argument("--dtype", default="auto")
     parser.add_argument("--shape", choices=sorted(SHAPES))
     parser.add_argument("--lengths", default="2048,4096")
     parser.add_argument("--rows", type=int, default=12)
     args = parser.parse_args(argv)
     torch.manual_seed(0)
-    if args.shape:
-        loaded, bare = in_thread(lambda: shaped_model(resolve_device(args.device), shape=SHAPES[args.shape]))
-    else:
-        loaded = in_thread(lambda: load_model(None, device=args.device, dtype=args.dtype))
-        source = str(gguf_cache_dir(bundled_gguf()))
-        bare = in_thread(lambda: bare_model(loaded, source, next(loaded.model.parameters()).device))
+    loaded, bare = measured_models(args.device, args.dtype, args.shape)
     device = next(loaded.model.parameters()).device
     print(f"{loaded.info.name} on {device}, {loaded.info.dtype}")
 

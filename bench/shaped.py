@@ -85,3 +85,19 @@ def shaped_model(device: torch.device, dtype: torch.dtype = torch.bfloat16, shap
 
 def weights_bytes(model) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def measured_models(device: str, dtype: str, shape: str | None):
+    """(the model the bench measures, as tokenviz loads it; the same weights bare, with sdpa): a shape's
+    random weights made on the device, or the bundled model and its bare copy loaded from its directory.
+    Each is made in a thread of its own (see timing.in_thread)."""
+    from bench.anchors import bare_model
+    from bench.timing import in_thread
+    from tokenviz.backends.transformers.loading import gguf_cache_dir, load_model, resolve_device
+    from tokenviz.system.paths import bundled_gguf
+
+    if shape:
+        return in_thread(lambda: shaped_model(resolve_device(device), shape=SHAPES[shape]))
+    loaded = in_thread(lambda: load_model(None, device=device, dtype=dtype))
+    source = str(gguf_cache_dir(bundled_gguf()))
+    return loaded, in_thread(lambda: bare_model(loaded, source, next(loaded.model.parameters()).device))
