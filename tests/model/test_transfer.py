@@ -268,5 +268,4 @@ def test_a_step_launches_few_kernels_beyond_the_models_own_pass(tiny_llama, name
         with CountKernels() as bare:
             tiny_llama.model(torch.tensor([session.ids[-1:]], device=device), cache=cache, use_cache=True)
     beyond = step.count - bare.count
-    print(f"{name}: {beyond} kernels beyond the model's own pass on {device}")
     assert 0 < beyond <= STEP_KERNELS[name], f"{name}: {beyond} kernels beyond the model's own pass"

@@ -91,12 +91,16 @@ class Comparison:
     kl_over = ""  # over what the KL is taken, where not the whole vocabulary (see served_comparison)
 
     def __init__(self, a: Session, b: Session):
-        check_same_tokenizer(a, b)
+        self._check_pair(a, b)
         self.a, self.b = a, b
         self.diffs: list[StepDiff] = []
         self._b_on_a: Engine | None = None  # B's model kept on A's path, once the paths have parted
         self._b_on_a_fed: list[int] = []
         self._b_on_a_logits: torch.Tensor | None = None
+
+    def _check_pair(self, a: Session, b: Session) -> None:
+        """Refuse, in one line, two sessions that cannot be compared."""
+        check_same_tokenizer(a, b)
 
     @property
     def sessions(self) -> tuple[Session, Session]:

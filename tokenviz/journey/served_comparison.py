@@ -13,6 +13,7 @@ as `compare` does for two local models.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -33,6 +34,16 @@ def kl_over(a_logits: torch.Tensor, b_top: dict[int, float]) -> float:
     return kl_bits(a, b)
 
 
+def refuse_past_vocabulary(tokens: Iterable[int], a: Session, vocab: int) -> None:
+    """Refuse, in one line, a token id the server answered that A's model (of `vocab` tokens) has not."""
+    past = [t for t in tokens if not 0 <= t < vocab]
+    if past:
+        raise TokenvizError(
+            f"the server answered token id {past[0]}, past {a.runner.info.name}'s vocabulary ({vocab:,} tokens): "
+            "compare needs one tokenizer"
+        )
+
+
 def compare_with_server(session: Session, served: ServedJourney, prompt: str) -> dict[str, Any]:
     """Both journeys on `prompt` until A stops (its settings' max_new_tokens, or an end), as a document."""
     served.start(prompt)
@@ -49,12 +60,7 @@ def compare_with_server(session: Session, served: ServedJourney, prompt: str) ->
         a_choice = pending.decision.chosen_id
         b = served.predict(list(session.ids), pending.index)
         b_top = {c.id: c.logprob for c in b.top}
-        past = [t for t in (b.chosen.id, *b_top) if not 0 <= t < logits.numel()]
-        if past:
-            raise TokenvizError(
-                f"the server answered token id {past[0]}, past {session.runner.info.name}'s vocabulary "
-                f"({logits.numel():,} tokens): compare needs one tokenizer"
-            )
+        refuse_past_vocabulary((b.chosen.id, *b_top), session, logits.numel())
         if parted_at is None and b.chosen.id != a_choice:
             parted_at = pending.index
         steps.append(
@@ -91,12 +97,15 @@ class ServedComparison(Comparison):
     is unknown here (the server's stages run over its whole vocabulary), so it is NaN, shown as unknown."""
 
     def __init__(self, a: Session, b: Session):
+        super().__init__(a, b)
+        self.kl_over = f"the server's top {b.runner.info.top_only}, each side renormalised there"
+
+    def _check_pair(self, a: Session, b: Session) -> None:
+        """B draws its own tokens (a server); one tokenizer is checked on the prompt's ids (start) and on
+        every id the server answers (_diff), the server's own being there only."""
         if not isinstance(b.runner, DrawingEngine):
             raise TypeError("B is a served model's session")
-        self.a, self.b, self.server = a, b, b.runner  # (one tokenizer: checked on the prompt and every id answered)
-        self.diffs = []
-        self.kl_over = f"the server's top {b.runner.info.top_only}, each side renormalised there"
-        self._b_on_a, self._b_on_a_fed, self._b_on_a_logits = None, [], None  # (B on A's path: a request)
+        self.server: DrawingEngine = b.runner
 
     @property
     def independent_draws(self) -> bool:
@@ -116,13 +125,7 @@ class ServedComparison(Comparison):
             b_choice, b_top = drawn.chosen, dict(drawn.top)
         else:
             b_choice, b_top = pending_b.decision.chosen_id, {c.id: c.logit for c in pending_b.top}
-        vocab = logits.numel()
-        past = [t for t in (b_choice, *b_top) if not 0 <= t < vocab]
-        if past:
-            raise TokenvizError(
-                f"the server answered token id {past[0]}, past {a.runner.info.name}'s vocabulary ({vocab:,} "
-                "tokens): compare needs one tokenizer"
-            )
+        refuse_past_vocabulary((b_choice, *b_top), a, logits.numel())
         a_choice = a.records[-1].decision.chosen_id
         b_rank_of_a = next((i for i, t in enumerate(b_top, 1) if t == a_choice), None)
         if b_rank_of_a is None:  # past the server's top N: its rank asked of it (one more request)

@@ -24,6 +24,7 @@ from tokenviz.ui.themes import DEFAULT_THEME
 
 if TYPE_CHECKING:
     from tokenviz.backends.served.engine import ServedEngine
+    from tokenviz.served.endpoint import Endpoint
     from tokenviz.served.journey import ServedChoice
     from tokenviz.worker.loader import Loader, Progress
 
@@ -87,25 +88,31 @@ def served_options(
     return ServedChoice(url, model, key, insecure_http)
 
 
+def connected(served: "ServedChoice") -> tuple["Endpoint", str]:
+    """The server asked, before anything loads, whether it answers and which model it serves (the one
+    named, or its only one): an unreachable server or a wrong key is one line within seconds."""
+    from tokenviz.served.journey import served_model_name
+
+    try:
+        endpoint = served.connect()
+        return endpoint, served_model_name(endpoint, served.model)
+    except TokenvizError as exc:
+        fail(str(exc))
+
+
 def served_loader(
     model: ModelChoice, settings: SamplingSettings, served: "ServedChoice", tokenizer: str | None = None
 ) -> "Loader":
     """The app's loader on a served model: the server checked to answer and to serve the model before
     the app opens (an unreachable one is one line within seconds); the engine is made in the worker,
     with `tokenizer` (a Hugging Face id or directory) loaded there and checked against the server's."""
-    from tokenviz.served.journey import served_model_name
-
     local = {"--model": model.model, "--device-map": model.device_map, "--quantize": model.quantize}
     asked = [name for name, value in {**local, "--compile": model.compile}.items() if value]
     if asked:
         fail(f"{asked[0]} is for a model loaded here: a served model (--endpoint) is the server's")
     if settings.grammar is not None:
         fail("a grammar stage needs the model's tokenizer in this process: not with --endpoint")
-    try:
-        endpoint = served.connect()
-        name = served_model_name(endpoint, served.model)
-    except TokenvizError as exc:
-        fail(str(exc))
+    endpoint, name = connected(served)
 
     def load(progress: "Progress") -> "ServedEngine":
         from tokenviz.backends.served.engine import ServedEngine

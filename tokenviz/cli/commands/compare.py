@@ -10,6 +10,7 @@ from tokenviz.cli.commands.common import (
     DEFAULT_PROMPT,
     Theme,
     check_chat,
+    connected,
     new_cli,
     print_document,
     print_result,
@@ -164,13 +165,7 @@ def compare(
 def served_pair(settings: SamplingSettings, model: ModelChoice, served: "ServedChoice") -> "Build":
     """The comparison screen's loader with a served B: the server checked to answer and to serve the
     model before the app opens (an unreachable one is one line within seconds); A loaded, then B asked."""
-    from tokenviz.served.journey import served_model_name
-
-    try:
-        endpoint = served.connect()
-        name = served_model_name(endpoint, served.model)
-    except TokenvizError as exc:
-        fail(str(exc))
+    endpoint, name = connected(served)
 
     def build(progress: "Progress") -> "Comparison":
         from tokenviz.backends.registry import engine_of
