@@ -15,7 +15,8 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,9 @@ import pytest
 # a hang (seen: 20 minutes) or a quit that waits for the run in progress, and leaves a loaded machine
 # room: a test asserts behaviour, not speed.
 QUIT_BOUND_S = 3.0
+# The three people of the review (issue 51): a student at 80x24, a teacher at a projector at 120x36,
+# an engineer at 200x60. A screen's finding holds at each.
+SIZES = ((80, 24), (120, 36), (200, 60))
 ENV = {"HF_HUB_OFFLINE": "1", "TERM": "xterm-256color"}
 
 
@@ -132,3 +136,29 @@ def terminal(size: tuple[int, int], *args: str, cwd: str | None = None, env: dic
 def tokenviz_pid(name: str) -> str:
     shell = tmux(name, "display", "-p", "-t", name, "#{pane_pid}").strip()
     return subprocess.run(["pgrep", "-P", shell, "-f", "tokenviz"], capture_output=True, text=True).stdout.split()[0]
+
+
+def at_each_size(check: Callable[[str, tuple[int, int]], None], *args: str, env: dict | None = None) -> None:
+    """`tokenviz ARGS` in a terminal at each of SIZES at once (their start-ups overlap), `check(name,
+    size)` driving and reading each in a thread of its own; a failure is raised naming its size."""
+    names: dict[tuple[int, int], str] = {}
+    try:
+        for size in SIZES:
+            names[size] = start(size, *args, env=env)
+        with ThreadPoolExecutor(len(SIZES)) as pool:
+            done = {size: pool.submit(check, name, size) for size, name in names.items()}
+        for (width, height), future in done.items():
+            try:
+                future.result()
+            except AssertionError as exc:
+                raise AssertionError(f"at {width}x{height}: {exc}") from exc
+    finally:
+        for name in names.values():
+            end(name)
+
+
+def dialog_text(text: str) -> str:
+    """What a dialog drawn over the panes says, its lines joined and its wrapping undone: each line's
+    part between the dialog's borders (█), the panes either side left out."""
+    inside = [line.split("█")[1] for line in text.splitlines() if line.count("█") >= 2]
+    return re.sub(r"\s+", " ", re.sub("[▁-▇]", " ", " ".join(inside)))  # (a scroll bar's blocks left out)

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Sequence
 from typing import ClassVar
 
-from textual import on
+from textual import events, on
 from textual.app import App
 from textual.command import CommandPalette
 from textual.filter import LineFilter
@@ -54,6 +54,7 @@ class TokenvizApp(App[None]):
         )
         self.started: list[Worker[Snapshot] | Worker[ComparisonSnapshot]] = []  # every screen's worker
         self.signalled: int | None = None  # the signal that ended the app (the process exits 128 + it)
+        self.ending = False  # quit asked for (q, ctrl+c, a signal): input is no longer acted on
         self._truecolor: dict[int, SkipTruecolor] = {}
         for t in load_themes().values():
             self.register_theme(t)
@@ -98,7 +99,18 @@ class TokenvizApp(App[None]):
         ending.daemon = True
         ending.start()
         self._stop_workers(timeout=0.2)
+        self._end()
+
+    def _end(self) -> None:
+        self.ending = True
         self.exit()
+
+    async def on_event(self, event: events.Event) -> None:
+        """Once the app is ending, what is typed after q acts no more: `q` then `e` typed at once had
+        opened the prompt editor on an app already taking its widgets down (a traceback, exit 1)."""
+        if self.ending and isinstance(event, events.InputEvent):
+            return
+        await super().on_event(event)
 
     def _stop_workers(self, timeout: float) -> None:
         for worker in self.started:
@@ -133,4 +145,4 @@ class TokenvizApp(App[None]):
 
     async def action_quit(self) -> None:
         self._stop_workers(timeout=0)  # ask them to stop; the command line ends the process (cli.exit_now)
-        self.exit()
+        self._end()

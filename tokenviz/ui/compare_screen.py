@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import ClassVar
 
+from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
@@ -37,14 +38,38 @@ INFINITE_KL = "∞: B's stages rule out a token A's keep (p 0 in B): KL(A ‖ B)
 SEPARATE_DRAWS = "sampled: each side draws on its own (the server with its generator): a parting is two draws\n"
 
 
-def describe(s: Snapshot, other: Snapshot | None) -> Text:
-    """A side's header: every field where it differs from the other side first, marked (≠), then the
-    rest of what it runs on and by, dim: a header cut at the right keeps what sets it apart."""
+def describe(s: Snapshot, other: Snapshot | None, width: int = 10**6) -> Text:
+    """A side's header, within `width` cells: every field where it differs from the other side first,
+    marked (≠), then the interventions both run under (the model is not itself), then the rest of what
+    it runs on and by, dim. Whole fields only: where the rest does not fit, it ends in "…"."""
     fields = setup(s)
     differing = setup_differences(s, other) if other is not None else {}
     marked = [(f"≠ {name} {fields[name]}", Style(bold=True)) for name in differing]
-    same = [(f"{name} {value}", Style(dim=True)) for name, value in fields.items() if name not in differing]
-    return Text(" · ").join(Text(words, style) for words, style in [*marked, *same])
+    shared = "interventions" if fields["interventions"] != "none" and "interventions" not in differing else None
+    first = [(f"interventions {fields['interventions']}", Style(bold=True))] if shared else []
+    same = [(f"{name} {value}", Style(dim=True)) for name, value in fields.items() if name not in {*differing, shared}]
+    parts = [*marked, *first, *same]
+    shown, used = 0, 0
+    for i, (words, style) in enumerate(parts):  # (a part that does not fit whole, and every one after it, left out)
+        if shared and words.startswith("interventions ") and used + cell_len(words) + 7 > width:
+            words = f"interventions {briefly(fields['interventions'])}"  # each as its kind, layer and size
+            parts[i] = (words, style)
+        if used + cell_len(words) + (3 if shown else 0) + (4 if shown + 1 < len(parts) else 0) > width:
+            break
+        used += cell_len(words) + (3 if shown else 0)
+        shown += 1
+    text = Text(" · ").join(Text(words, style) for words, style in parts[: max(shown, 1)])
+    if shown < len(parts):
+        text.append(" · …", Style(dim=True))
+    return text
+
+
+def briefly(interventions: str) -> str:
+    """Each intervention of setup's list by its first three words (its kind, layer and size): "steer L1
+    ×8 toward 'the' away from 'a'" as "steer L1 ×8…"."""
+    return ", ".join(
+        " ".join(label.split()[:3]) + ("…" if len(label.split()) > 3 else "") for label in interventions.split(", ")
+    )
 
 
 class DiffPane(BoxPane):
@@ -142,7 +167,9 @@ class CompareScreen(WorkerScreen[ComparisonSnapshot]):
             cursor = positions - 1 if self.cursor is None else min(self.cursor, positions - 1)
             selection = Selection(snapshot=s, info=s.info, layer=0, head="mean", cursor=cursor)
             other = c.b if side == "a" else c.a
-            self.query_one(f"#label-{side}", Static).update(Text(f"{side.upper()}: ").append_text(describe(s, other)))
+            label = self.query_one(f"#label-{side}", Static)
+            width = label.content_size.width - 3 if label.content_size.width else 10**6  # (3: "A: ")
+            label.update(Text(f"{side.upper()}: ").append_text(describe(s, other, width)))
             tokens = self.query_one(f"#tokens-{side}", TokensPane)
             tokens.marked = None if c.parted_at is None else s.prompt_len + c.parted_at
             tokens.show(selection)

@@ -74,10 +74,14 @@ class StatusLine(Static):
             state = f"recording · {state}"
         items = status_items(s)
         width = self.content_size.width or 10**6  # not laid out yet: keep everything
-        while items and cell_len(state) + sum(cell_len(t) + 3 for _, t in items) > width:
-            items.remove(max(items, key=lambda item: item[0]))  # the least important goes first
+        while items and cell_len(state) + sum(cell_len(said[0]) + 3 for _, said in items) > width:
+            least = max(items, key=lambda item: item[0])  # the least important gives way first:
+            if len(least[1]) > 1:  # to its shorter way of saying it, where it has one
+                items[items.index(least)] = (least[0], least[1][1:])
+            else:
+                items.remove(least)
         text.append(state, style="bold")
-        text.append("".join(f" · {t}" for _, t in items))
+        text.append("".join(f" · {said[0]}" for _, said in items))
         self.update(text)
 
     def on_resize(self) -> None:
@@ -85,27 +89,28 @@ class StatusLine(Static):
             self.show(self._shown)
 
 
-def status_items(s: Snapshot) -> list[tuple[float, str]]:
-    """The status line's items after its state, each with its priority (the highest dropped first
-    where the line is too narrow)."""
+def status_items(s: Snapshot) -> list[tuple[float, tuple[str, ...]]]:
+    """The status line's items after its state, each with its priority (the highest gives way first
+    where the line is too narrow) and its ways of saying it, the fullest first."""
     assert s.info is not None
     latest = s.latest
-    items: list[tuple[float, str]] = [
-        (0, f"step {len(s.chips) - s.prompt_len}"),
-        (0, f"{len(s.chips)} tokens"),
-    ]  # (priority, text)
+    items: list[tuple[float, tuple[str, ...]]] = [
+        (0, (f"step {len(s.chips) - s.prompt_len}",)),
+        (0.75, (f"{len(s.chips)} tokens",)),  # (the tokens pane's subtitle counts them too)
+    ]
     if s.why:  # why the text looks as it does, once it has stopped: kept before the figures, not the step
-        items.append((0.5, f"why: {s.why[0].brief}" + (f" +{len(s.why) - 1}" if len(s.why) > 1 else "")))
+        more = f" +{len(s.why) - 1}" if len(s.why) > 1 else ""
+        items.append((0.5, (f"why: {s.why[0].brief}{more}", f"why: {s.why[0].symptom}{more}")))
     on = [i for i, active in s.interventions if active]
     if on:  # the model is not itself: say so among the first
-        items.append((0, on[0].label + (f" +{len(on) - 1}" if len(on) > 1 else "")))
+        items.append((0, (on[0].label + (f" +{len(on) - 1}" if len(on) > 1 else ""),)))
     served = s.info.top_only > 0  # (a server's: a step is a request, network included; its cache unknown here)
     if latest is not None:
         then = "" if s.live else "recorded "
-        items.append((3, f"{then}{'request' if served else 'fwd'} {elapsed(latest.forward_ms)}"))
+        items.append((3, (f"{then}{'request' if served else 'fwd'} {elapsed(latest.forward_ms)}",)))
         if s.tokens_per_s:
-            items.append((2, f"{then}{s.tokens_per_s:.1f} tok/s decode"))
+            items.append((2, (f"{then}{s.tokens_per_s:.1f} tok/s decode",)))
         if not served:
-            items.append((4, f"KV {latest.kv_len} tok {human_bytes(latest.kv_bytes)}"))
-    items += [(5, s.info.name), (1, s.info.device), (1, s.info.dtype)]
+            items.append((4, (f"KV {latest.kv_len} tok {human_bytes(latest.kv_bytes)}",)))
+    items += [(5, (s.info.name,)), (1, (s.info.device,)), (1, (s.info.dtype,))]
     return items

@@ -1,0 +1,150 @@
+"""The review's screen findings (issue 51) in a real terminal (tmux), at each of its three people's
+sizes (80x24, 120x36, 200x60), on a tiny model: what each person sees, as they saw it."""
+
+import re
+
+import pytest
+from terminals import at_each_size, dialog_text, keys, quits_cleanly, screen, tmux, wait_screen
+from tiny import save_tiny
+
+pytestmark = pytest.mark.terminal
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return save_tiny(tmp_path_factory.mktemp("tiny-review"), "llama", context=256)
+
+
+def left_panes(text: str) -> str:
+    """The text of the panes at the screen's left edge, their lines joined and their wrapping undone."""
+    return re.sub(r"\s+", " ", " ".join(line[1:].split("│")[0] for line in text.splitlines() if line.startswith("│")))
+
+
+def line_of(text: str, pattern: str) -> str:
+    return next(line for line in text.splitlines() if re.search(pattern, line))
+
+
+def test_a_grammar_run_to_its_end(tiny_dir):
+    """Item 8: the chosen token keeps its row in the sampling pane, below the candidates the grammar
+    struck out. Item 9: after the stop the text line ends with the token the stop took. Item 11: the
+    attention pane marks the cursor's own row."""
+
+    def check(name, size):
+        wait_screen(name, r"ready · step 0")
+        keys(name, "a")
+        text = wait_screen(name, r"stopped: the grammar is complete", timeout=60)
+        assert re.search(r"text: The cat sat\d{3}x\s*│", text), text  # the final x, taken at the stop, included
+        rows = [line.strip("│ ") for line in text.splitlines() if re.match(r"│[✗▶]\S", line)]
+        assert rows[-1].startswith("▶x") and rows[0].startswith("✗"), rows
+        cursor = re.search(r"cursor at position (\d+)", text).group(1)
+        assert re.search(rf"│▶ +{cursor} ", text), (cursor, text)
+        quits_cleanly(name)
+
+    at_each_size(check, "The cat sat", "--model", tiny_dir, "--temperature", "0", "--regex", "[0-9]{3}x")
+
+
+def test_a_greedy_run_says_why_and_a_preset_or_a_typed_setting_takes_effect(tiny_dir):
+    """Item 13: once the run stops the status line says why its text looks as it does (at 80x24 too),
+    and y opens the evidence. Item 9: the text line ends with the stop's token. Item 12: F3 sets the
+    creative preset and names it, = takes a typed setting, and the palette finds settings by name.
+    Item 11: the branch tree says what its shared count counts."""
+
+    def check(name, size):
+        wait_screen(name, r"ready · step 0")
+        keys(name, "a")
+        text = wait_screen(name, r"stopped: max new tokens \(8\)", timeout=60)
+        assert re.search(r"text: The cat sat( sat){8}\s*│", text), text  # 8 new tokens, the last one shown
+        status = wait_screen(name, r"why: cut off mid-sentence").splitlines()[-2]
+        assert "why: cut off mid-sentence" in status, status
+        keys(name, "y")
+        wait_screen(name, r"cause: the new-token limit")
+        keys(name, "y", "F3")
+        wait_screen(name, r"T 1\.00 .*preset creative")
+        keys(name, "=")
+        wait_screen(name, r"NAME=VALUE")
+        tmux(name, "send-keys", "-t", name, "-l", "temperature=0.3 top-k=5")
+        keys(name, "Enter")
+        text = wait_screen(name, r"T 0\.30 · top-k 5")
+        assert "preset" not in line_of(text, r"T 0\.30 · top-k 5")  # no longer the preset's settings
+        keys(name, "C-p")
+        tmux(name, "send-keys", "-t", name, "-l", "temperature")
+        wait_screen(name, r"Temperature up")
+        keys(name, "Escape", "Left", "Left", "2", "b")
+        wait_screen(name, r"branch 1 ")
+        keys(name, "Down", "Down", "Down")  # (at 80x24 the second branch's line is below the pane's fold)
+        shown = left_panes(wait_screen(name, r"branch 1 "))
+        assert re.search(r"branch 1 .* same first \d+ tok as current", shown) and "shares" not in shown, shown
+        quits_cleanly(name)
+
+    at_each_size(check, "The cat sat", "--model", tiny_dir, "--temperature", "0", "--max-new-tokens", "8")
+
+
+def test_keys_typed_after_q_do_nothing_and_it_exits_cleanly(tiny_dir):
+    """Found in the review's terminals: q then e typed at once opened the prompt editor on an app already
+    ending (a traceback, exit 1)."""
+
+    def check(name, size):
+        wait_screen(name, r"ready · step 0")
+        tmux(name, "send-keys", "-t", name, "-l", "qe=GIYJ?")
+        text = wait_screen(name, r"TOKENVIZ-EXITED \d+", timeout=20)
+        assert "TOKENVIZ-EXITED 0" in text and "Traceback" not in text, text
+
+    at_each_size(check, "The cat sat", "--model", tiny_dir)
+
+
+def test_the_light_themes_help_says_the_colours_it_draws(tiny_dir):
+    """Item 11: in the light theme the help said 'brighter = more weight' and 'grey chips' (heavy
+    attention is dark navy there)."""
+
+    def check(name, size):
+        wait_screen(name, r"ready · step 0")
+        keys(name, "?")
+        wait_screen(name, r"tokenviz: watch the model think")
+        pages = []
+        for _ in range(40):  # (at 80x24 the colours are a page or two down: a few lines at a time, so
+            pages.append(dialog_text(screen(name)))  # that a page holds each sentence whole)
+            if "darker on a light one" in pages[-1]:
+                break
+            keys(name, "Down", "Down", "Down", pause=0.1)
+        said = " ".join(pages)
+        assert "chips of two colours, the theme's" in said, said
+        assert "darker on a light one" in said and "brighter = more weight" not in said and "grey chips" not in said
+        keys(name, "Escape")
+        quits_cleanly(name)
+
+    at_each_size(check, "The cat sat", "--model", tiny_dir, "--theme", "tokenviz-light")
+
+
+def test_speculation_and_a_comparison_under_steering(tiny_dir):
+    """Item 11: the speculation view's first line is whole (at 120x36 it was cut mid-figure). Item 6: a
+    comparison opened under an intervention names it in both headers, with no dangling separator."""
+
+    def check(name, size):
+        wait_screen(name, r"ready · step 0")
+        keys(name, "Space", "Space", "S")
+        text = wait_screen(name, r"round  1: ", timeout=60)
+        lines = text.splitlines()
+        below = lines[next(i for i, line in enumerate(lines) if "─ speculative decoding" in line) + 1]
+        first = below[1:].split("│")[0].strip()  # the view's first line, in the pane at the left
+        assert re.search(r"\d+ (target )?(fwd|forwards).* \d+%", first) and "…" not in first, first  # (its fullest fit)
+        keys(name, "S", "Y")
+        wait_screen(name, r"Change the model while you watch")
+        tmux(name, "send-keys", "-t", name, "-l", "1:8:the:a")
+        keys(name, "Enter", "Escape")
+        wait_screen(name, r"steer L1 ×8")
+        keys(name, "C-p")
+        tmux(name, "send-keys", "-t", name, "-l", "Compare with other")
+        wait_screen(name, r"Compare with other settings, side by side")
+        keys(name, "Enter")
+        wait_screen(name, r"NAME=VALUE")
+        tmux(name, "send-keys", "-t", name, "-l", "temperature=2 top-k=0")
+        keys(name, "Enter")
+        text = wait_screen(name, r"B: .*T 2", timeout=60)
+        header = line_of(text, r"A: ").strip()
+        for side in re.split(r"\s{3,}", header):  # each side's header: whole fields, a cut one said with …
+            assert not side.endswith("·"), header
+            assert "interventions steer L1 ×8" in side or side.endswith("· …"), header
+        assert text.count("under interventions") == 2, text  # each side's next-token pane says so
+        quits_cleanly(name)
+
+    at_each_size(check, "The cat sat on the mat. The cat sat", "--model", tiny_dir, "--temperature", "0")
