@@ -2,6 +2,7 @@
 sizes (80x24, 120x36, 200x60), on a tiny model: what each person sees, as they saw it."""
 
 import re
+import time
 
 import pytest
 from terminals import at_each_size, dialog_text, keys, quits_cleanly, screen, tmux, wait_screen
@@ -148,3 +149,84 @@ def test_speculation_and_a_comparison_under_steering(tiny_dir):
         quits_cleanly(name)
 
     at_each_size(check, "The cat sat on the mat. The cat sat", "--model", tiny_dir, "--temperature", "0")
+
+
+def test_the_sampling_pane_the_text_view_and_the_charts(tiny_dir):
+    """Item 11: a short sampling pane gives its rows to the kept tokens (at 80x24 it showed 2 of 8); D
+    opens on the answer, not the top of a long prompt; every chart keeps its title and says which
+    colour is which line."""
+    prompt = " ".join(f"w{i}" for i in range(60)) + " And so"
+
+    def check(name, size):
+        wait_screen(name, r"ready · step 0")
+        keys(name, "Space", "Space")
+        text = wait_screen(name, r"ready · step 2 ")
+        lines = text.splitlines()
+        top = next(i for i, line in enumerate(lines) if line.startswith("╭─ sampling"))
+        pane = lines[top + 1 : next(i for i in range(top + 1, len(lines)) if lines[i].startswith("╰"))]
+        kept = int(re.search(r"p=0\.9: (\d+)", " ".join(pane)).group(1))
+        rows = [line for line in pane if re.match(r"│[▶ ]\S.* \d\.\d{3} ", line)]
+        assert len(rows) >= min(kept, 3), pane
+        keys(name, "D")
+        text = wait_screen(name, r"─ text ")
+        assert "And so" in left_panes(text.split("─ text ", 1)[1]), text  # the answer's line in view
+        keys(name, "D", "C")
+        wait_screen(name, r"─ charts")
+        time.sleep(1)  # (laid out: a pane too small for the grid shows one chart at a time)
+        one_at_a_time = "charts · 1/5" in screen(name)
+        for shown in range(1, 6 if one_at_a_time else 2):
+            text = wait_screen(name, rf"charts · {shown}/5" if one_at_a_time else r"─ charts")
+            lines = text.splitlines()
+            title = next(i for i, line in enumerate(lines) if "─ charts" in line)
+            first = lines[title + 1][1:].split("│")[0].strip()
+            assert first and not first.startswith(("┌", "│")), (shown, first)  # a title above the frame
+            bottom = lines[next(i for i in range(title + 1, len(lines)) if lines[i].startswith("╰"))]
+            keyed = "━━ " in bottom or "nothing yet" in lines[title] or not one_at_a_time  # (plotext keys them)
+            assert keyed, (shown, bottom)  # which colour is which line
+            keys(name, "Right")
+        quits_cleanly(name)
+
+    at_each_size(check, prompt, "--model", tiny_dir, "--top-k", "8", "--seed", "1")
+
+
+def test_the_chat_switch_of_the_prompt_editor(tmp_path_factory):
+    """Item 11: the chat switch drew an X when off (read as ticked); its label is cut with …, never bare."""
+    from tiny import tiny_chat_model
+
+    directory = tmp_path_factory.mktemp("tiny-chat")
+    loaded = tiny_chat_model()
+    loaded.model.save_pretrained(directory)
+    loaded.tokenizer.save_pretrained(directory)
+
+    def check(name, size):
+        wait_screen(name, r"ready · step 0")
+        keys(name, "e")
+        switch = line_of(wait_screen(name, r"chat: a user message"), r"chat: a user message")
+        assert "▐ ▌ chat" in switch and "X" not in switch, switch  # off: an empty box
+        assert re.search(r"chat: a user message through the model's chat (template|te?m?p?l?a?t?…)", switch), switch
+        keys(name, "Tab", "Space")  # (the switch, from the text)
+        switch = line_of(wait_screen(name, r"▐✓▌ chat"), r"chat: a user message")
+        assert "X" not in switch, switch
+        keys(name, "Escape")
+        quits_cleanly(name)
+
+    at_each_size(check, "Hi there", "--model", str(directory))
+
+
+def test_a_recording_says_so(tiny_dir, tmp_path, monkeypatch, capsys):
+    """Item 11: replay said nothing on screen that it is a recording, and its status showed `fwd 412.2 ms`
+    as if a pass had just run."""
+    from clitools import invoke
+
+    path = tmp_path / "journey.json"
+    args = ["--model", tiny_dir, "--steps", "4", "--temperature", "0", "--save", str(path)]
+    code, _, err = invoke(monkeypatch, capsys, "trace", "The cat sat", *args)
+    assert code == 0, err
+
+    def check(name, size):
+        status = wait_screen(name, r"recording · ").splitlines()[-2]
+        assert status.strip().startswith("recording · "), status
+        assert " fwd " not in status.replace("recorded fwd", ""), status
+        quits_cleanly(name)
+
+    at_each_size(check, "replay", str(path))
