@@ -70,6 +70,9 @@ def test_a_greedy_run_says_why_and_a_preset_or_a_typed_setting_takes_effect(tiny
         keys(name, "C-p")
         tmux(name, "send-keys", "-t", name, "-l", "temperature")
         wait_screen(name, r"Temperature up")
+        keys(name, "Escape", "C-p")
+        tmux(name, "send-keys", "-t", name, "-l", "creative")
+        wait_screen(name, r"Preset: creative")
         keys(name, "Escape", "Left", "Left", "2", "b")
         wait_screen(name, r"branch 1 ")
         keys(name, "Down", "Down", "Down")  # (at 80x24 the second branch's line is below the pane's fold)
@@ -146,6 +149,8 @@ def test_speculation_and_a_comparison_under_steering(tiny_dir):
             assert not side.endswith("·"), header
             assert "interventions steer L1 ×8" in side or side.endswith("· …"), header
         assert text.count("under interventions") == 2, text  # each side's next-token pane says so
+        part = line_of(wait_screen(name, r"the paths part at step"), r"the paths part at step")
+        assert part.rstrip(" │").endswith(("…", "one context")), part  # (it was cut bare: "so each row compa")
         quits_cleanly(name)
 
     at_each_size(check, "The cat sat on the mat. The cat sat", "--model", tiny_dir, "--temperature", "0")

@@ -24,3 +24,10 @@ def test_a_draw_the_recomputed_stages_cannot_account_for_is_said_so_never_p_0():
 def test_a_draw_within_the_recomputed_stages_gives_its_final_p_there():
     line = decision_line(drawn(0.031))
     assert "final p over its top-N 0.031" in line and "whole vocabulary" not in line
+
+
+def test_the_short_form_at_80_columns_says_it_too():
+    """At 80x24 the short form had dropped it: `server drew ·central · #21 p 0.002`, nothing said."""
+    past, within = decision_line(drawn(0.0), width=60), decision_line(drawn(0.031), width=60)
+    assert past.startswith("server drew ·Is · #21 p 0.005") and "past what the stages here keep" in past, past
+    assert within.endswith("final p over top-N 0.031") and len(within) <= 60, within

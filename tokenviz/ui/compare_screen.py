@@ -40,25 +40,27 @@ SEPARATE_DRAWS = "sampled: each side draws on its own (the server with its gener
 
 def describe(s: Snapshot, other: Snapshot | None, width: int = 10**6) -> Text:
     """A side's header, within `width` cells: every field where it differs from the other side first,
-    marked (≠), then the interventions both run under (the model is not itself), then the rest of what
-    it runs on and by, dim. Whole fields only: where the rest does not fit, it ends in "…"."""
+    marked (≠), then the interventions both run under (the model is not itself: briefly, where they
+    would not fit whole), then the rest of what it runs on and by, dim. Whole fields only: where the
+    rest does not fit, it ends in "…"."""
     fields = setup(s)
     differing = setup_differences(s, other) if other is not None else {}
-    marked = [(f"≠ {name} {fields[name]}", Style(bold=True)) for name in differing]
-    shared = "interventions" if fields["interventions"] != "none" and "interventions" not in differing else None
-    first = [(f"interventions {fields['interventions']}", Style(bold=True))] if shared else []
-    same = [(f"{name} {value}", Style(dim=True)) for name, value in fields.items() if name not in {*differing, shared}]
-    parts = [*marked, *first, *same]
-    shown, used = 0, 0
-    for i, (words, style) in enumerate(parts):  # (a part that does not fit whole, and every one after it, left out)
-        if shared and words.startswith("interventions ") and used + cell_len(words) + 7 > width:
-            words = f"interventions {briefly(fields['interventions'])}"  # each as its kind, layer and size
-            parts[i] = (words, style)
-        if used + cell_len(words) + (3 if shown else 0) + (4 if shown + 1 < len(parts) else 0) > width:
+    rest = {name: value for name, value in fields.items() if name not in differing}
+    under = rest.pop("interventions") if rest.get("interventions", "none") != "none" else None
+    parts = [(f"≠ {name} {fields[name]}", Style(bold=True)) for name in differing]
+    if under is not None:
+        room = width - sum(cell_len(words) + 3 for words, _ in parts) - 4  # (4: " · …" after it)
+        whole = f"interventions {under}"
+        parts.append((whole if cell_len(whole) <= room else f"interventions {briefly(under)}", Style(bold=True)))
+    parts += [(f"{name} {value}", Style(dim=True)) for name, value in rest.items()]
+    shown, used = 1, cell_len(parts[0][0])  # (the first always: a header says at least that)
+    while shown < len(parts):
+        more = cell_len(parts[shown][0]) + 3 + (4 if shown + 1 < len(parts) else 0)
+        if used + more > width:
             break
-        used += cell_len(words) + (3 if shown else 0)
+        used += cell_len(parts[shown][0]) + 3
         shown += 1
-    text = Text(" · ").join(Text(words, style) for words, style in parts[: max(shown, 1)])
+    text = Text(" · ").join(Text(words, style) for words, style in parts[:shown])
     if shown < len(parts):
         text.append(" · …", Style(dim=True))
     return text
@@ -77,7 +79,7 @@ class DiffPane(BoxPane):
 
     def show_comparison(self, c: ComparisonSnapshot, cursor_step: int | None) -> None:
         width = max(self.size.width - 2, 30)
-        text = Text(no_wrap=True, overflow="crop")
+        text = Text(no_wrap=True, overflow="ellipsis")  # (a line too long for the pane ends in …)
         if c.kl_over:  # a served B: its top N only, and its draws' distributions are the server's
             kl = [d.kl for d in c.diffs]
             text.append("KL(A ‖ B) over B's top N, bits, every step: ", Style(bold=True))

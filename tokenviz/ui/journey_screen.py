@@ -113,6 +113,11 @@ KEY_ACTIONS = {key: p.action for row in KEYS for p in row.presses for key in p.k
 PALETTE_LABELS = {p.action: p.palette or p.footer for row in KEYS for p in row.presses if p.palette or p.footer}
 
 
+def capabilities(s: Snapshot) -> tuple[str, ...] | None:
+    """What the engine can do, once it is known (a model loads, a server answers): None before."""
+    return tuple(s.info.capabilities) if s.info is not None else None
+
+
 class JourneyScreen(WorkerScreen[Snapshot]):
     KEY_ROWS = KEYS
     PALETTE_ONLY = PALETTE_ONLY
@@ -167,8 +172,8 @@ class JourneyScreen(WorkerScreen[Snapshot]):
             bar.update(total=1.0, progress=s.progress or 0.0)
         if s.info is not None and not self._layer_chosen:
             self.model_layer = s.info.layers - 1
-        if before is None or before.live is not s.live:
-            self.refresh_bindings()  # a recording's footer leaves out the keys that need a model
+        if before is None or before.live is not s.live or capabilities(before) != capabilities(s):
+            self.refresh_bindings()  # the footer leaves out the keys the engine cannot serve (a recording's: a model)
         self.refresh_panes()
 
     def exportable(self) -> bool:

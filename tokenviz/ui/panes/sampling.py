@@ -42,13 +42,15 @@ def decision_line(d: Decision, width: int | None = None) -> str:
     if d.mode == "greedy":
         return f"greedy: argmax → {token} (raw p {probability(d.raw_prob)})"
     if d.mode == "drawn":
-        over = ""
+        over, briefly = "", ""
         if d.stages and d.chosen_prob > 0:
             over = "; final p over its top-N " + probability(d.chosen_prob)
+            briefly = " · final p over top-N " + probability(d.chosen_prob)
         elif d.stages:  # the stages recomputed here over the top N cannot account for it: never "p 0"
             over = "; past what the stages recomputed here over its top-N keep: the server's see its whole vocabulary"
+            briefly = " · past what the stages here keep"
         full = f"the server drew {token} (its rank {d.raw_rank}, p {probability(d.raw_prob)}{over})"
-        short = f"server drew {token} · #{d.raw_rank} p {probability(d.raw_prob)}"
+        short = f"server drew {token} · #{d.raw_rank} p {probability(d.raw_prob)}{briefly}"
         return full if width is None or cell_len(full) <= width else short
     if d.mode == "forced":
         full = (
