@@ -75,3 +75,23 @@ def test_compare_against_an_endpoint_opens_the_comparison_screen(vllm_server):
 
     args = ("compare", PROMPT, "--against-endpoint", vllm_server.url, "--api-key-env", KEY_ENV)
     at_each_size(check, *args, "--temperature", "0", "--steps", "4", env={KEY_ENV: vllm_server.key})
+
+
+def test_a_served_chats_special_tokens_are_marked(vllm_server):
+    """Item 4: a served model's special tokens read as plain `<|im_start|>`, not marked as on a local
+    model. With its tokenizer here (--tokenizer DIR) they are chips of their own: ⟨<|im_start|>⟩."""
+    from tokenviz.backends.transformers.loading import ensure_converted, gguf_cache_dir
+    from tokenviz.system.paths import bundled_gguf
+
+    directory = gguf_cache_dir(bundled_gguf())
+    ensure_converted(bundled_gguf(), directory, lambda message, fraction: None)
+
+    def check(name, size):
+        text = wait_screen(name, r"ready · step 0", timeout=180)
+        keys(name, "Home")  # (the first tokens: the template's opening)
+        text = wait_screen(name, r"⟨<\|im_start\|>⟩")
+        assert not re.search(r"(?<!⟨)<\|im_start\|>(?!⟩)", text.split("text:")[0]), text  # no chip unmarked
+        quits_cleanly(name)
+
+    args = served(vllm_server, "What is the capital of France?", "--chat", "--tokenizer", str(directory))
+    at_each_size(check, *args, "--temperature", "0", env={KEY_ENV: vllm_server.key})
