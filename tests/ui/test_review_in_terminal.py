@@ -235,3 +235,26 @@ def test_a_recording_says_so(tiny_dir, tmp_path, monkeypatch, capsys):
         quits_cleanly(name)
 
     at_each_size(check, "replay", str(path))
+
+
+def test_a_views_line_too_long_for_it_ends_in_an_ellipsis(tiny_dir):
+    """Item 11: the lens and attribution views cut a long line bare ('the first-order ch'); a line cut
+    now ends in …, and a line that fits is whole."""
+    whole = {
+        "leave-one-out: the change in log p": "(exact; one forward pass a token)",
+        "+ raised the token's log p": "(chips shaded by size)",
+    }
+
+    def check(name, size):
+        wait_screen(name, r"ready · step 0")
+        keys(name, "Space", "Space", "A")
+        rows = r"[-+]\d\.\d{3} █"  # (the attribution's rows: it has run)
+        if "leave-one-out anyway" in wait_screen(name, rf"{rows}|leave-one-out anyway", timeout=60):
+            keys(name, "Down", "Enter")  # (a busy machine's estimate asks first: the exact one, as asked)
+        text = wait_screen(name, rows, timeout=120)
+        for start, end in whole.items():
+            line = line_of(text, re.escape(start))[1:].split("│")[0].rstrip()
+            assert line.endswith(("…", end)), (start, line)
+        quits_cleanly(name)
+
+    at_each_size(check, "The cat sat on the mat", "--model", tiny_dir, "--temperature", "0")
