@@ -5,7 +5,7 @@ import re
 import time
 
 import pytest
-from terminals import at_each_size, dialog_text, keys, quits_cleanly, screen, tmux, wait_screen
+from terminals import at_each_size, dialog_text, keys, quits_cleanly, screen, tmux, wait_gone, wait_screen
 from tiny import save_tiny
 
 pytestmark = pytest.mark.terminal
@@ -19,6 +19,14 @@ def tiny_dir(tmp_path_factory):
 def left_panes(text: str) -> str:
     """The text of the panes at the screen's left edge, their lines joined and their wrapping undone."""
     return re.sub(r"\s+", " ", " ".join(line[1:].split("│")[0] for line in text.splitlines() if line.startswith("│")))
+
+
+def palette(name: str, query: str) -> None:
+    """The command palette opened, then `query` typed into it (typed before it opens, on a busy machine,
+    each letter would be a key of the app's)."""
+    keys(name, "C-p")
+    wait_screen(name, r"Search for commands")
+    tmux(name, "send-keys", "-t", name, "-l", query)
 
 
 def line_of(text: str, pattern: str) -> str:
@@ -67,13 +75,15 @@ def test_a_greedy_run_says_why_and_a_preset_or_a_typed_setting_takes_effect(tiny
         keys(name, "Enter")
         text = wait_screen(name, r"T 0\.30 · top-k 5")
         assert "preset" not in line_of(text, r"T 0\.30 · top-k 5")  # no longer the preset's settings
-        keys(name, "C-p")
-        tmux(name, "send-keys", "-t", name, "-l", "temperature")
+        palette(name, "temperature")
         wait_screen(name, r"Temperature up")
-        keys(name, "Escape", "C-p")
-        tmux(name, "send-keys", "-t", name, "-l", "creative")
+        keys(name, "Escape")
+        wait_gone(name, "Search for commands")
+        palette(name, "creative")
         wait_screen(name, r"Preset: creative")
-        keys(name, "Escape", "Left", "Left", "2", "b")
+        keys(name, "Escape")
+        wait_gone(name, "Search for commands")
+        keys(name, "Left", "Left", "2", "b")
         wait_screen(name, r"branch 1 ")
         keys(name, "Down", "Down", "Down")  # (at 80x24 the second branch's line is below the pane's fold)
         shown = left_panes(wait_screen(name, r"branch 1 "))
@@ -114,6 +124,7 @@ def test_the_light_themes_help_says_the_colours_it_draws(tiny_dir):
         assert "chips of two colours, the theme's" in said, said
         assert "darker on a light one" in said and "brighter = more weight" not in said and "grey chips" not in said
         keys(name, "Escape")
+        wait_gone(name, "tokenviz: watch the model think")  # (q on the help would close it, not the app)
         quits_cleanly(name)
 
     at_each_size(check, "The cat sat", "--model", tiny_dir, "--theme", "tokenviz-light")
@@ -136,8 +147,7 @@ def test_speculation_and_a_comparison_under_steering(tiny_dir):
         tmux(name, "send-keys", "-t", name, "-l", "1:8:the:a")
         keys(name, "Enter", "Escape")
         wait_screen(name, r"steer L1 ×8")
-        keys(name, "C-p")
-        tmux(name, "send-keys", "-t", name, "-l", "Compare with other")
+        palette(name, "Compare with other")
         wait_screen(name, r"Compare with other settings, side by side")
         keys(name, "Enter")
         wait_screen(name, r"NAME=VALUE")
@@ -213,6 +223,7 @@ def test_the_chat_switch_of_the_prompt_editor(tmp_path_factory):
         switch = line_of(wait_screen(name, r"▐✓▌ chat"), r"chat: a user message")
         assert "X" not in switch, switch
         keys(name, "Escape")
+        wait_gone(name, "Prompt: ctrl+s")  # (q in the editor would be typed, not quit)
         quits_cleanly(name)
 
     at_each_size(check, "Hi there", "--model", str(directory))
