@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.presets import preset_in_force
 from tokenviz.contract.records import ModelInfo, PromptPrediction, TokenChip
 from tokenviz.contract.results import StepDiff
@@ -78,12 +79,17 @@ def output_document(
     }
 
 
+def interventions_in_force(s: Snapshot) -> tuple[Intervention, ...]:
+    """The interventions the journey's latest step ran under (before its first, those switched on)."""
+    latest = s.records[-1] if s.records else None
+    return latest.interventions if latest else tuple(i for i, on in s.interventions if on)
+
+
 def setup(s: Snapshot) -> dict[str, str]:
     """What a journey runs on and by, field by field, as a comparison's headers show it: the model,
     how its weights are held, the grammar, the interventions, then every sampling setting."""
     info, settings = s.info, s.settings
-    latest = s.records[-1] if s.records else None
-    interventions = latest.interventions if latest else tuple(i for i, on in s.interventions if on)
+    interventions = interventions_in_force(s)
     fields = {
         "model": info.name if info else "?",
         "dtype": info.dtype if info else "?",

@@ -19,8 +19,9 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 
 from tokenviz.contract.commands import Command, Save
+from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.snapshot import ComparisonSnapshot, Snapshot
-from tokenviz.files.documents import setup, setup_differences
+from tokenviz.files.documents import interventions_in_force, setup, setup_differences
 from tokenviz.render.columns import cell
 from tokenviz.render.sparkline import sparkline
 from tokenviz.render.visible import visible
@@ -51,7 +52,8 @@ def describe(s: Snapshot, other: Snapshot | None, width: int = 10**6) -> Text:
     if under is not None:
         room = width - sum(cell_len(words) + 3 for words, _ in parts) - 4  # (4: " · …" after it)
         whole = f"interventions {under}"
-        parts.append((whole if cell_len(whole) <= room else f"interventions {briefly(under)}", Style(bold=True)))
+        brief = f"interventions {briefly(interventions_in_force(s))}"
+        parts.append((whole if cell_len(whole) <= room else brief, Style(bold=True)))
     parts += [(f"{name} {value}", Style(dim=True)) for name, value in rest.items()]
     shown, used = 1, cell_len(parts[0][0])  # (the first always: a header says at least that)
     while shown < len(parts):
@@ -66,12 +68,11 @@ def describe(s: Snapshot, other: Snapshot | None, width: int = 10**6) -> Text:
     return text
 
 
-def briefly(interventions: str) -> str:
-    """Each intervention of setup's list by its first three words (its kind, layer and size): "steer L1
-    ×8 toward 'the' away from 'a'" as "steer L1 ×8…"."""
-    return ", ".join(
-        " ".join(label.split()[:3]) + ("…" if len(label.split()) > 3 else "") for label in interventions.split(", ")
-    )
+def briefly(interventions: tuple[Intervention, ...]) -> str:
+    """Each intervention by the first three words of its label (its kind, layer and size): "steer L1 ×8
+    toward 'the' away from 'a'" as "steer L1 ×8…"."""
+    words = [i.label.split() for i in interventions]
+    return ", ".join(" ".join(w[:3]) + ("…" if len(w) > 3 else "") for w in words)
 
 
 class DiffPane(BoxPane):

@@ -154,7 +154,7 @@ class PromptScreen(ModalScreen[PromptChoice | None]):
                               background: $surface; padding: 1 2; }
     PromptScreen TextArea { height: 8; }
     PromptScreen Label { width: 100%; }
-    PromptScreen Checkbox { width: 100%; height: auto; }  /* its label wraps on a narrow screen, never cut */
+    PromptScreen Checkbox { width: 100%; }  /* its label, where the dialog is narrower, ends in … (never cut bare) */
     /* The chat switch reads on a projector, on and off: its mark at least 3:1 on its own background. */
     PromptScreen Checkbox > .toggle--button { color: $foreground 55%; background: $panel; }
     PromptScreen Checkbox.-on > .toggle--button { color: $success; }
