@@ -98,6 +98,9 @@ def drawn_decision(
         raw_probs=tuple(math.exp(known[decision.watch[i][0]]) for i in shown),
         raw_prob=math.exp(logprob),
         raw_rank=rank,
+        # With no stage (greedy, or the server's own stages applied) the final distribution is the one the
+        # server gave: its probability, not one renormalised over the top-N.
+        chosen_prob=decision.chosen_prob if decision.stages else math.exp(logprob),
         pinned=tuple(_exact_pinned(p, known, drawn.top) for p in decision.pinned),
     )
 
