@@ -6,36 +6,36 @@ import statistics
 import time
 
 from bench.anchors import PROMPT
+from tokenviz.backends.registry import engine_of
+from tokenviz.backends.served.engine import ServedEngine
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
 
 
 def served(url: str, api_key, insecure_http: bool = False, tokens: int = 32, rounds: int = 3) -> dict:
-    """A served journey (trace --endpoint) against the same server: its time per token against the
-    server's own streamed generation of the same tokens, and a step against a bare one-token request at
-    the same context (rounds interleaved). The server's, network included: no model runs here. Every
-    request goes through the app's own client (`connect`: the token's rules, no redirect, deadlines)."""
-    from tokenviz.served.endpoint import connect
-    from tokenviz.served.journey import ServedJourney, served_model_name
-
-    endpoint = connect(url, api_key, insecure_http)
-    model = served_model_name(endpoint, None)
-    journey = ServedJourney(endpoint, model, SamplingSettings(temperature=0, max_new_tokens=tokens))
+    """A served journey (trace --endpoint: a Session on the served engine, as the app steps it) against
+    the same server: its time per token against the server's own streamed generation of the same tokens,
+    and a step against a bare one-token request at the same context (rounds interleaved). The server's,
+    network included: no model runs here. Every request goes through the app's own client (`connect`: the
+    token's rules, no redirect, deadlines)."""
+    engine = _engine(url, api_key, insecure_http)
     stepped, bare, streamed, first = [], [], [], []
     for _ in range(rounds):  # (the first round also asks the server for each new token's text, once)
-        journey.start(PROMPT)
+        session = Session(engine_of(engine), SamplingSettings(temperature=0, max_new_tokens=tokens))
+        session.start(PROMPT)  # (its first draw: one request)
         t0 = time.perf_counter()
-        journey.run()
-        n = len(journey.steps)  # (fewer than `tokens` where the model ends the text)
+        while session.step() is not None:  # a request each, but the last (its token ends the journey)
+            pass
+        ids, prompt_len = list(session.ids), len(session.prompt_ids)
+        n = len(ids) - prompt_len - 1  # (fewer than `tokens` where the model ends the text)
         stepped.append((time.perf_counter() - t0) / n)
-        ids = list(journey.ids)
-        body = {"model": model, "max_tokens": 1, "temperature": 0, "logprobs": journey.top_n}
+        body = {"model": engine.model, "max_tokens": 1, "temperature": 0, "logprobs": engine.top_n}
         t0 = time.perf_counter()
-        for end in range(len(journey.prompt_ids), len(ids)):  # the same contexts, a bare request each
-            endpoint.post("/completions", {**body, "prompt": ids[:end], "return_tokens_as_token_ids": True})
+        for end in range(prompt_len + 1, len(ids)):  # the same contexts, a bare request each
+            engine.endpoint.post("/completions", {**body, "prompt": ids[:end], "return_tokens_as_token_ids": True})
         bare.append((time.perf_counter() - t0) / n)
-        seconds, to_first, streamed_ids = _streamed(endpoint, model, journey.prompt_ids, n)
-        streamed.append(seconds / n)
+        seconds, to_first, streamed_ids = _streamed(engine.endpoint, engine.model, ids[:prompt_len], n + 1)
+        streamed.append(seconds / (n + 1))
         first.append(to_first)
     step_ms, bare_ms, stream_ms = (statistics.median(x) * 1e3 for x in (stepped, bare, streamed))
     return {
@@ -45,8 +45,15 @@ def served(url: str, api_key, insecure_http: bool = False, tokens: int = 32, rou
         "time_to_first_token_ms": statistics.median(first) * 1e3,
         "ratio": step_ms / bare_ms,
         "stepped_over_streamed": step_ms / stream_ms,
-        "same_tokens": streamed_ids == ids[len(journey.prompt_ids) :],
+        "same_tokens": streamed_ids == ids[prompt_len:],
     }
+
+
+def _engine(url: str, api_key, insecure_http: bool, model_files: str | None = None) -> ServedEngine:
+    """The served engine as `--endpoint URL [--tokenizer DIR]` makes it."""
+    from tokenviz.backends.served.completions import ServedChoice
+
+    return ServedEngine.open(ServedChoice(url, None, api_key, insecure_http), model_files)
 
 
 def served_lens(url: str, api_key, model_files: str, insecure_http: bool = False, tokens: int = 16) -> dict:
@@ -54,15 +61,8 @@ def served_lens(url: str, api_key, model_files: str, insecure_http: bool = False
     open against a bare one-token request at the same context, and a step with the lens open (the step
     and the lens's request at its position, as the app asks it) against the plain step. Needs the
     vllm-lens plugin on the server and the model's directory (its head)."""
-    from tokenviz.backends.registry import engine_of
-    from tokenviz.backends.served.engine import ServedEngine
-    from tokenviz.backends.transformers.loading import load_tokenizer
-    from tokenviz.served.endpoint import connect
-    from tokenviz.served.journey import served_model_name
-
-    endpoint = connect(url, api_key, insecure_http)
-    here = load_tokenizer(model_files)  # (as `--tokenizer DIR` gives it: no request for a token's text)
-    engine = ServedEngine(endpoint, served_model_name(endpoint, None), local_tokenizer=here, model_files=model_files)
+    engine = _engine(url, api_key, insecure_http, model_files)  # (no request for a token's text)
+    endpoint = engine.endpoint
     if engine.internals is None:
         return {"skipped": engine.info.internals}
     plain: list[float] = []
@@ -94,7 +94,7 @@ def served_lens(url: str, api_key, model_files: str, insecure_http: bool = False
 
 def _streamed(endpoint, model: str, ids: list[int], tokens: int) -> tuple[float, float, list[int]]:
     """(seconds, seconds to the first token, the token ids) of the server's own streamed generation."""
-    from tokenviz.served.endpoint import EndpointError
+    from tokenviz.backends.served.endpoint import EndpointError
     from tokenviz.system.reading import parse_json
 
     body = {"model": model, "prompt": ids, "max_tokens": tokens, "temperature": 0, "stream": True}

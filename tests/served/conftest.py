@@ -2,7 +2,7 @@
 float32 on 127.0.0.1 with an API key: started once per test run, stopped at its end; a second one with
 the vllm-lens plugin for the tests of a served model's internals.
 
-Its environment (tokenviz.served.vllm_server: where, the pins, the build) is built here when missing,
+Its environment (tokenviz.backends.served.vllm_server: where, the pins, the build) is built here when missing,
 minutes, once a machine. A build that fails is one failed test, test_the_vllm_environment_builds, with
 pip's own last lines and the commands to build it by hand; every test that needs the server is then
 skipped, naming that test.
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tokenviz.served import vllm_server as vllm
+from tokenviz.backends.served import vllm_server as vllm
 
 BUILD_TEST = "tests/served/test_environment.py::test_the_vllm_environment_builds"
 

@@ -1,4 +1,4 @@
-"""What tokenviz does with a served model's activations (tokenviz.served.activations) and their replay into
+"""What tokenviz does with a served model's activations (tokenviz.backends.served.activations) and their replay into
 attention weights (tokenviz.backends.served.internals.replay), without a server: every lie one line."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 import torch
 import zstandard
 
+from tokenviz.backends.served.activations import QkMeta, qk_meta, tensor, tensor_entry
+from tokenviz.backends.served.endpoint import EndpointError
 from tokenviz.backends.served.internals import replay
-from tokenviz.served.activations import QkMeta, qk_meta, tensor, tensor_entry
-from tokenviz.served.endpoint import EndpointError
 
 
 def test_a_tensor_goes_and_comes_back_and_bfloat16_and_float16_are_read_as_float32():

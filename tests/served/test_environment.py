@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tokenviz.served import vllm_server as vllm
+from tokenviz.backends.served import vllm_server as vllm
 
 
 @pytest.mark.served
@@ -100,7 +100,7 @@ def test_start_vllm_says_a_failed_build_in_one_line_and_exit_2(monkeypatch, caps
 
 def test_the_docs_build_and_start_the_server_as_the_tests_do():
     """The pins, the index, the environment's place and every server flag but the model, port and key
-    stand in docs/big-models.md and docs/testing.md as tokenviz.served.vllm_server defines them."""
+    stand in docs/big-models.md and docs/testing.md as tokenviz.backends.served.vllm_server defines them."""
     from pathlib import Path
 
     root = Path(__file__).parents[2]

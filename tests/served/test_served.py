@@ -49,14 +49,13 @@ def test_the_served_journey_is_the_local_one(monkeypatch, capsys, served, vllm_s
         monkeypatch, capsys, "--steps", "8", "--temperature", "0", "--dtype", "float32", "--device", "cpu"
     )
     assert [s["chosen"]["id"] for s in served_doc["steps"]] == [s["chosen"]["id"] for s in local["steps"]]
-    assert served_doc["text"] == " the Champ de la Corée, a" and served_doc["prompt"]["ids"] == [
-        t["id"] for t in local["prompt"]
-    ]
-    assert served_doc["distribution"]["kind"].startswith("raw")
+    assert served_doc["text"] == " the Champ de la Corée, a" and served_doc["prompt"] == local["prompt"]
+    assert "top 20 log-probabilities, before the sampling settings (raw)" in served_doc["model"]["distribution"]
     for mine, theirs in zip(local["steps"], served_doc["steps"]):
         own = {t["id"]: math.log(t["prob"]) for t in mine["top"]}
         shared = [t for t in theirs["top"] if t["id"] in own]
-        assert len(shared) >= 15 and theirs["chosen"]["rank"] == 1
+        assert len(shared) >= 15 and theirs["draw"]["raw_rank"] == 1
+        assert theirs.keys() - {"entropy_floor"} == mine.keys() - {"entropy", "kv"}  # (one document, named)
         for t in shared:
             assert abs(t["logprob"] - own[t["id"]]) < SERVED_TOLERANCE, (t, own[t["id"]])
     assert vllm_server.key not in json.dumps(served_doc)
@@ -70,12 +69,13 @@ def test_seeded_sampling_reproduces_and_the_table_names_what_it_shows(monkeypatc
     assert [s["chosen"]["id"] for s in runs[0]["steps"]] == [s["chosen"]["id"] for s in runs[1]["steps"]]
     for step in runs[0]["steps"]:  # the rank from the top-N, or, past it, from the server's prompt_logprobs
         top = [t["id"] for t in step["top"]]
-        chosen = step["chosen"]["id"]
-        assert step["chosen"]["rank"] == top.index(chosen) + 1 if chosen in top else step["chosen"]["rank"] > len(top)
+        chosen, rank = step["chosen"]["id"], step["draw"]["raw_rank"]
+        assert rank == top.index(chosen) + 1 if chosen in top else rank > len(top)
         assert step["ms"]["request"] > 0
     code, out, err = invoke(monkeypatch, capsys, "trace", PROMPT, *served, "--steps", "2", "--temperature", "0")
     assert code == 0, err
-    assert "served at http://127.0.0.1" in out and "top 20 raw" in out and "request ms" in out
+    shown = " ".join(out.split())
+    assert "served at 127.0.0.1" in shown and "top 20 log-probabilities, before" in shown and "request ms" in shown
 
 
 def test_a_key_file_works_and_a_wrong_or_missing_key_is_one_line_never_echoed(
@@ -153,25 +153,6 @@ def test_a_key_is_not_sent_over_plain_http_to_another_machine(monkeypatch, capsy
     assert code == 2 and "must be an http:// or https:// URL" in one_error(err)
 
 
-def test_a_served_trace_imports_no_model_code(vllm_server):
-    """The served journey needs neither torch nor transformers here: a thin client to a big model."""
-    import subprocess
-    import sys
-
-    child = (
-        "import sys\n"
-        f"sys.argv = ['tokenviz', 'trace', 'hi', '--endpoint', {vllm_server.url!r}, '--api-key-env', {KEY_ENV!r},"
-        " '--steps', '2', '--json']\n"
-        "from tokenviz.cli import run\n"
-        "try:\n    run()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
-        "print('loaded:', 'torch' in sys.modules or 'transformers' in sys.modules)\n"
-    )
-    env = {**os.environ, KEY_ENV: vllm_server.key}
-    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=env, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().endswith("loaded: False")
-
-
 @pytest.mark.bundled
 def test_score_on_the_server_is_the_local_score(monkeypatch, capsys, served):
     """The server's prompt log-probabilities score a text as the bundled model here does: each token's
@@ -185,18 +166,21 @@ def test_score_on_the_server_is_the_local_score(monkeypatch, capsys, served):
 
     remote, local = scored(*served), scored("--dtype", "float32", "--device", "cpu")
     assert [(t["id"], t["rank"]) for t in remote["tokens"]] == [(t["id"], t["rank"]) for t in local["tokens"]]
-    assert remote["tokens"][0]["rank"] == 730 and remote["model"]["served"] is True
+    assert remote["tokens"][0]["rank"] == 730 and remote["model"]["top_only"] == 20
     for mine, theirs in zip(local["tokens"], remote["tokens"]):
         assert abs(mine["logprob"] - theirs["logprob"]) < SERVED_TOLERANCE
+        assert "entropy" not in theirs and theirs["entropy_floor"] <= mine["entropy"] + 1e-3  # (a floor: top-N)
     assert abs(remote["perplexity"] - local["perplexity"]) < 0.01 * local["perplexity"]
-    assert "entropy" not in remote["tokens"][0]  # (a top-N has none)
+    code, out, err = invoke(monkeypatch, capsys, "score", text, *served)
+    assert code == 0 and "the entropy is a floor" in " ".join(out.split()) and "≥ " in out, err
 
 
 def test_the_bench_measures_a_served_journey(vllm_server, monkeypatch):
-    """The bench's served measure runs against the server and reports its figures (no time asserted)."""
+    """The bench's served measure steps the app's own path (a Session on the served engine) against the
+    server and reports its figures (no time asserted)."""
     from bench import budgets
     from bench import served as served_measures
-    from tokenviz.served.endpoint import ApiKey
+    from tokenviz.backends.served.endpoint import ApiKey
 
     monkeypatch.setenv(KEY_ENV, vllm_server.key)
     result = served_measures.served(vllm_server.url, ApiKey(env=KEY_ENV), tokens=4, rounds=1)

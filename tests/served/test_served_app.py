@@ -17,14 +17,14 @@ from apptools import settle, wait_for
 from browser import chromium, needs_browser, until
 from test_served import KEY_ENV, PROMPT, SERVED_TOLERANCE
 
+from tokenviz.backends.served.completions import ServedChoice
+from tokenviz.backends.served.endpoint import ApiKey
 from tokenviz.backends.served.engine import ServedEngine
 from tokenviz.contract.engine import DrawingEngine, Engine, tier_of
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import Attribution
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session, token_chips
-from tokenviz.served.endpoint import ApiKey
-from tokenviz.served.journey import ServedChoice
 from tokenviz.ui.screens import LongJobScreen
 
 pytestmark = pytest.mark.served

@@ -11,14 +11,14 @@ import pytest
 from clitools import invoke
 from test_served import KEY_ENV, PROMPT
 
+from tokenviz.backends.served.completions import ServedChoice
+from tokenviz.backends.served.endpoint import ApiKey
 from tokenviz.backends.served.engine import ServedEngine
 from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.cli.commands import in_terminal
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.served_comparison import ServedComparison
 from tokenviz.journey.session import Session
-from tokenviz.served.endpoint import ApiKey
-from tokenviz.served.journey import ServedChoice
 
 pytestmark = [pytest.mark.served, pytest.mark.bundled]
 
@@ -56,9 +56,9 @@ def test_after_the_paths_part_b_is_asked_at_as_context(vllm_server, bundled, mon
     """Sampled hot on both sides, the draws part; a row after it is B's top N at A's own context
     (teacher-forced): its KL and ranks those of a request there (asked again: within the server's own
     reproducibility)."""
+    from tokenviz.backends.served.completions import REPRODUCED_WITHIN
     from tokenviz.journey.comparison import rank_in
     from tokenviz.journey.served_comparison import kl_over
-    from tokenviz.served.journey import REPRODUCED_WITHIN
 
     monkeypatch.setenv(KEY_ENV, vllm_server.key)
     hot = SamplingSettings(temperature=1.5, top_k=0, top_p=1.0, seed=3, max_new_tokens=12)

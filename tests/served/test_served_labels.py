@@ -7,7 +7,7 @@ import pytest
 from browser import chromium, needs_browser, until
 from hostile_server import hostile_server
 
-from tokenviz.served.endpoint import ApiKey
+from tokenviz.backends.served.endpoint import ApiKey
 
 KEY_ENV = "TOKENVIZ_LABELS_KEY"
 
@@ -16,9 +16,9 @@ KEY_ENV = "TOKENVIZ_LABELS_KEY"
 async def test_the_status_line_of_a_served_model_says_request_and_no_kv_cache(monkeypatch, size):
     from apptools import settle
 
+    from tokenviz.backends.served.completions import ServedChoice
     from tokenviz.backends.served.engine import ServedEngine
     from tokenviz.contract.settings import SamplingSettings
-    from tokenviz.served.journey import ServedChoice
     from tokenviz.ui.app import TokenvizApp
     from tokenviz.ui.panes.status import StatusLine
     from tokenviz.worker.engine_thread import EngineWorker
@@ -39,11 +39,11 @@ async def test_the_status_line_of_a_served_model_says_request_and_no_kv_cache(mo
 
 def served_page(tmp_path, monkeypatch):
     """The page of a three-step journey on a served model (the hostile server playing a tiny vLLM)."""
+    from tokenviz.backends.served.completions import ServedChoice
     from tokenviz.backends.served.engine import ServedEngine
     from tokenviz.contract.settings import SamplingSettings
     from tokenviz.files.journey_page import save_page
     from tokenviz.journey.session import Session
-    from tokenviz.served.journey import ServedChoice
     from tokenviz.ui.colors import page_colors
     from tokenviz.ui.themes import DEFAULT_THEME, load_themes
     from tokenviz.worker.snapshots import snapshot_of
@@ -92,9 +92,9 @@ def test_the_served_page_in_a_browser_labels_the_top_n_and_the_entropy_floor(tmp
 
 def app_on(server, monkeypatch):
     """The app, greedy on "Hi", on the model `server` serves (a stub: no vllm-lens plugin)."""
+    from tokenviz.backends.served.completions import ServedChoice
     from tokenviz.backends.served.engine import ServedEngine
     from tokenviz.contract.settings import SamplingSettings
-    from tokenviz.served.journey import ServedChoice
     from tokenviz.ui.app import TokenvizApp
     from tokenviz.worker.engine_thread import EngineWorker
 

@@ -138,11 +138,11 @@ def test_the_models_own_distribution_is_never_read_from_steered_cache_blocks(vll
     long prompt would read them (its 'own' distribution steered) unless the steered one is salted apart."""
     import torch
 
+    from tokenviz.backends.served.completions import ServedChoice
+    from tokenviz.backends.served.endpoint import ApiKey
     from tokenviz.backends.served.engine import ServedEngine
     from tokenviz.contract.interventions import parse_steering
     from tokenviz.contract.settings import SamplingSettings
-    from tokenviz.served.endpoint import ApiKey
-    from tokenviz.served.journey import ServedChoice
 
     model, tokenizer = reference
     monkeypatch.setenv(KEY_ENV, vllm_lens_server.key)
@@ -175,12 +175,12 @@ def test_a_head_ablation_or_a_server_without_the_plugin_is_one_line(monkeypatch,
 def test_a_served_journey_steered_midway_redecides_its_pending_token(vllm_lens_server, reference, monkeypatch):
     """The app's way (I, Y, J): interventions set while a served journey runs re-decide the pending token
     at once, with the model's own distribution beside it; cleared, the record is the model's again."""
+    from tokenviz.backends.served.completions import ServedChoice
+    from tokenviz.backends.served.endpoint import ApiKey
     from tokenviz.backends.served.engine import ServedEngine
     from tokenviz.contract.interventions import parse_steering
     from tokenviz.contract.settings import SamplingSettings
     from tokenviz.journey.session import Session
-    from tokenviz.served.endpoint import ApiKey
-    from tokenviz.served.journey import ServedChoice
 
     model, tokenizer = reference
     monkeypatch.setenv(KEY_ENV, vllm_lens_server.key)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
@@ -14,8 +15,11 @@ def engine_of(loaded: LoadedModel | Engine) -> InternalsEngine:
     this process. An engine a loader made already (a served model's) is itself: typed as the highest
     tier, since the journey holds any engine, but what a lower tier lacks is only asked for behind the
     capabilities it declares (journey.views, the keys' `needs`). (Deferred imports: this module is
-    imported before the app's first frame, and the backend imports torch.)"""
-    from tokenviz.backends.transformers.loading import LoadedModel
-    from tokenviz.backends.transformers.runner import ModelRunner
+    imported before the app's first frame, and the backend imports torch; a model loaded here has
+    imported its loader already, so a served model never imports transformers' model code.)"""
+    loading = sys.modules.get("tokenviz.backends.transformers.loading")
+    if loading is not None and isinstance(loaded, loading.LoadedModel):
+        from tokenviz.backends.transformers.runner import ModelRunner
 
-    return ModelRunner(loaded) if isinstance(loaded, LoadedModel) else cast("InternalsEngine", loaded)
+        return ModelRunner(loaded)
+    return cast("InternalsEngine", loaded)

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from tokenviz.backends.registry import engine_of
-from tokenviz.backends.transformers.before_weights import journey_checks
 from tokenviz.cli.options import ModelChoice
 from tokenviz.contract.commands import Attribute, Beams, Inspect, Request, SplitDifference
 from tokenviz.contract.engine import Capability, Engine, lacking
@@ -213,7 +212,11 @@ def run_trace(
     (what it is, where). `interventions` are in force from the prompt on (a mean ablation's mean is
     over the prompt). `loader` makes the engine (a served model's) where `model` is not loaded here."""
     noted = [] if written is None else written
-    engine = loader(progress) if loader else model.load(progress, journey_checks(settings.grammar, interventions))
+    if loader is None:  # (imported here: a served model needs no model code of transformers')
+        from tokenviz.backends.transformers.before_weights import journey_checks
+
+        loader = lambda progress: model.load(progress, journey_checks(settings.grammar, interventions))  # noqa: E731
+    engine = loader(progress)
     session = Session(engine_of(engine), settings)
     check_views(session, lens, attention, interventions)
     if interventions:
@@ -265,6 +268,8 @@ def compare_sessions(
             "compare needs the two journeys to differ: --against NAME=VALUE (a sampling setting), "
             "--against-dtype, --against-quantize or --against-model"
         )
+    from tokenviz.backends.transformers.before_weights import journey_checks
+
     loaded = model.load(progress, journey_checks(settings.grammar))
     other = loaded if b_model == model else b_model.load(progress, journey_checks(against.grammar))
     if other is loaded and against.grammar is not None:
@@ -286,4 +291,4 @@ def compare_document(
         steps = max(len(s.generated_ids) for s in comparison.sessions)
         progress(f"stepping both: {steps} of at most {limit} tokens", min(steps / limit, 1.0))
     a, b = (snapshot_of(s) for s in comparison.sessions)
-    return comparison_document(a, b, comparison.diffs)
+    return comparison_document(a, b, comparison.diffs, comparison.kl_over, comparison.independent_draws)

@@ -1,6 +1,6 @@
 """`python -m tokenviz.cli.start_vllm`: a vLLM server on the bundled model, for trying a served model.
 
-It builds the server's environment when missing (the one the tests use: tokenviz.served.vllm_server),
+It builds the server's environment when missing (the one the tests use: tokenviz.backends.served.vllm_server),
 converts the bundled model once, starts vLLM on a free port of 127.0.0.1 with a fresh token and the
 vllm-lens plugin (the lens and attention rows of the served model), waits until it answers, and prints
 the two lines to paste in a second terminal. Ctrl-C stops it.
@@ -14,9 +14,9 @@ import shlex
 import sys
 from pathlib import Path
 
+from tokenviz.backends.served import vllm_server as vllm
 from tokenviz.backends.transformers.loading import ensure_converted, gguf_cache_dir
 from tokenviz.contract.errors import TokenvizError
-from tokenviz.served import vllm_server as vllm
 from tokenviz.system.paths import bundled_gguf, cache_root
 
 KEY_VARIABLE = "TOKENVIZ_KEY"

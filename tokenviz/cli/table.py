@@ -30,7 +30,11 @@ def precision(model: dict[str, Any]) -> str:
 
 def print_table(doc: dict[str, Any], console: Console) -> None:
     m = doc["model"]
-    header = f"{m['name']} · {m['device']} · {precision(m)} · {m['layers']} layers · {m['heads']} heads"
+    if m.get("top_only"):  # a served model: what the server gives (its top N), its shape where it is read
+        shape = f" · {m['layers']} layers · {m['heads']} heads" if m["layers"] else ""
+        header = f"{m['name']} · {m['device']}{shape} · {m['distribution']}"
+    else:
+        header = f"{m['name']} · {m['device']} · {precision(m)} · {m['layers']} layers · {m['heads']} heads"
     if m.get("compiled"):
         header += " · steps compiled"
     console.print(Text(safe_text(header), style="bold"))
@@ -57,8 +61,9 @@ def print_table(doc: dict[str, Any], console: Console) -> None:
 def _steps(steps: list[dict[str, Any]], narrow: bool = False) -> Table:
     """One row a step; `narrow` keeps NARROW_COLUMNS (and what was asked for: attribution, watch)."""
     table = Table(show_lines=False, header_style="bold")
-    took = "request" if "request" in steps[0]["ms"] else "forward"  # (a served model's: a request's time)
-    timing = "request ms" if took == "request" else "fwd ms"
+    served = "request" in steps[0]["ms"]  # (a served model's time is a request's, its top the server's)
+    took, timing = ("request", "request ms") if served else ("forward", "fwd ms")
+    top = "top 3 (the server's)" if served else "top 3 (raw softmax)"
     columns = (
         "step",
         "chosen",
@@ -67,7 +72,7 @@ def _steps(steps: list[dict[str, Any]], narrow: bool = False) -> Table:
         "rank",
         "mode",
         "u",
-        "top 3 (raw softmax)",
+        top,
         "stages kept",
         timing,
         *(("grammar: allowed, mass removed",) if any(st["name"] == "grammar" for st in steps[0]["stages"]) else ()),
@@ -76,6 +81,7 @@ def _steps(steps: list[dict[str, Any]], narrow: bool = False) -> Table:
         *(("watch: p raw/final #rank",) if "watch" in steps[0] else ()),
     )
     asked = (
+        *((top, timing) if served else ()),
         "grammar: allowed, mass removed",
         "KL from own",
         "led most by (attribution)",
@@ -94,7 +100,7 @@ def _steps(steps: list[dict[str, Any]], narrow: bool = False) -> Table:
             "rank": str(draw["raw_rank"]),
             "mode": draw["mode"],
             "u": "" if draw["u"] is None else f"{draw['u']:.3f}",
-            "top 3 (raw softmax)": Text("  ".join(f"{visible(t['text'])} {t['prob']:.2f}" for t in s["top"][:3])),
+            top: Text("  ".join(f"{visible(t['text'])} {t['prob']:.2f}" for t in s["top"][:3])),
             "stages kept": Text(" → ".join(f"{st['name']} {st['kept']}" for st in s["stages"]) or "—"),
             timing: f"{s['ms'][took]:.1f}",
         }
@@ -129,8 +135,8 @@ def print_score(doc: dict[str, Any], console: Console) -> None:
 
     m = doc["model"]
     where = (
-        f"served at {m['endpoint']} (no entropy: the server gives a top-N)"
-        if m.get("served")
+        f"{m['device']} (its top {m['top_only']}: the entropy is a floor)"
+        if m.get("top_only")
         else f"{m['device']} · {precision(m)}"
     )
     console.print(Text(safe_text(f"{m['name']} · {where}"), style="bold"))
@@ -153,7 +159,7 @@ def print_score(doc: dict[str, Any], console: Console) -> None:
             f"{t['logprob']:.3f}",
             probability(t["prob"]),
             str(t["rank"]),
-            f"{t['entropy']:.2f}" if "entropy" in t else "—",
+            f"{t['entropy']:.2f}" if "entropy" in t else f"≥ {t['entropy_floor']:.2f}",
             *(in_grammar if grammar else ()),
             Text(top),
         )
@@ -187,45 +193,21 @@ def print_score(doc: dict[str, Any], console: Console) -> None:
         )
 
 
-def print_served(doc: dict[str, Any], console: Console) -> None:
-    """A served journey: each step's token with its log-probability and rank in the distribution the
-    server returned, the top candidates, and the request's time (the server's, over the network)."""
-    m, dist = doc["model"], doc["distribution"]
-    console.print(
-        Text(safe_text(f"{m['name']} · served at {m['endpoint']} · top {dist['top_n']} {dist['kind']}"), style="bold")
-    )
-    console.print(Text("prompt ids: " + " ".join(str(i) for i in doc["prompt"]["ids"])))
-    table = Table(show_lines=False, header_style="bold")
-    for name in ("step", "chosen", "id", "logprob", "p", "rank", "top 3 (as the server returned them)", "request ms"):
-        table.add_column(
-            name, justify="right" if name in ("step", "id", "logprob", "p", "rank", "request ms") else "left"
-        )
-    for s in doc["steps"]:
-        c = s["chosen"]
-        top = "  ".join(f"{visible(t['text'])} {t['prob']:.2f}" for t in s["top"][:3])
-        numbers = (str(c["id"]), f"{c['logprob']:.4f}", f"{c['prob']:.3f}", str(c["rank"]))
-        table.add_row(str(s["index"]), Text(visible(c["text"])), *numbers, Text(top), f"{s['ms']['request']:.1f}")
-    console.print(table)
-    console.print(Text.assemble(("text: ", "bold"), safe_text(doc["text"])))
-    if doc.get("stop_reason"):
-        console.print(Text(f"stopped: {safe_text(doc['stop_reason'])} · {doc['requests']} requests", style="dim"))
-
-
 def print_served_comparison(doc: dict[str, Any], console: Console) -> None:
     """compare --against-endpoint: per step each side's token, the KL over the server's top-N, the
-    rank each gives the other's choice; where the paths part."""
+    rank each gives the other's choice, the server's request time; where the paths part."""
     a, b = doc["a"], doc["b"]
     console.print(
-        Text(safe_text(f"A {a['model']['name']} (here) · B {b['model']} served at {b['endpoint']}"), style="bold")
+        Text(safe_text(f"A {a['model']['name']} (here) · B {b['model']['name']} {b['model']['device']}"), style="bold")
     )
     table = Table(header_style="bold")
     for name in ("step", "A chose", "B chose", "KL bits (top-N)", "A's rank of B's", "B's rank of A's", "request ms"):
         table.add_column(name, justify="left" if "chose" in name else "right")
-    for s in doc["diff"]:
-        forced = " (on A's path)" if s["teacher_forced"] else ""
-        chose = (Text(visible(s["a"]["text"])), Text(visible(s["b"]["text"]) + forced))
-        ranks = (str(s["a_rank_of_b"]), str(s["b_rank_of_a"]))
-        table.add_row(str(s["index"]), *chose, f"{s['kl']:.5f}", *ranks, f"{s['request_ms']:.1f}")
+    for s, a_step, b_step in zip(doc["diff"], a["steps"], b["steps"]):
+        forced = "*" if s["teacher_forced"] else ""
+        chose = (Text(visible(a_step["chosen"]["text"])), Text(visible(b_step["chosen"]["text"])))
+        ranks = (f"{s['a_rank_of_b']}{forced}", f"{s['b_rank_of_a']}{forced}")
+        table.add_row(str(s["index"]), *chose, f"{s['kl']:.5f}{forced}", *ranks, f"{b_step['ms']['request']:.1f}")
     console.print(table)
     parted = doc["parted_at"]
     said = "the paths never part" if parted is None else f"the paths part at step {parted}"
@@ -235,3 +217,7 @@ def print_served_comparison(doc: dict[str, Any], console: Console) -> None:
             "--temperature 0 compares their choices)"
         )
     console.print(Text(f"{said} · KL over {doc['kl_over']}", style="dim"))
+    if any(s["teacher_forced"] for s in doc["diff"]):
+        console.print(
+            Text("* after the paths part, B's figures are B's at A's context (one more request)", style="dim")
+        )

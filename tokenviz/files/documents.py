@@ -115,10 +115,13 @@ def setup_differences(a: Snapshot, b: Snapshot) -> dict[str, tuple[str, str]]:
     return {name: (sa[name], sb[name]) for name in sa if sa[name] != sb[name]}
 
 
-def comparison_document(a: Snapshot, b: Snapshot, diffs: Sequence[StepDiff], kl_over: str = "") -> dict[str, Any]:
+def comparison_document(
+    a: Snapshot, b: Snapshot, diffs: Sequence[StepDiff], kl_over: str = "", independent_draws: bool = False
+) -> dict[str, Any]:
     """Both journeys as trace documents, with what sets them apart ("differences": A's and B's value of
     every field that differs), their differences over the steps both have taken and the first of
-    them where their chosen tokens part; `kl_over`, where the KL is not over the whole vocabulary."""
+    them where their chosen tokens part; `kl_over`, where the KL is not over the whole vocabulary;
+    whether each side draws on its own (a served B: a parting may be two draws, not two models)."""
     da, db = trace_document(a), trace_document(b)
     both = min(len(da["steps"]), len(db["steps"]))
     parted = next(
@@ -137,6 +140,7 @@ def comparison_document(a: Snapshot, b: Snapshot, diffs: Sequence[StepDiff], kl_
         "diff": [d.to_json() for d in diffs[:both]],
         "parted_at": parted,
         **({"kl_over": kl_over} if kl_over else {}),
+        "independent_draws": independent_draws,
     }
 
 
@@ -146,7 +150,9 @@ def score_document(
     """How likely the model found each token of a text after the first (read, never predicted):
     its log-probability, probability, rank, the entropy and top candidates there; the total and the
     perplexity of the text's own tokens. A chat template's tokens are listed (marked "template") but
-    counted apart: they say how the template reads, not how likely the text is."""
+    counted apart: they say how the template reads, not how likely the text is. A served model's
+    entropy is a floor (its server gives a top-N: see decoding.drawn), named so."""
+    entropy = "entropy_floor" if info.top_only else "entropy"
     tokens = [
         {
             "index": p.position + 1,
@@ -155,7 +161,7 @@ def score_document(
             "logprob": p.logprob,
             "prob": p.next_prob,
             "rank": p.next_rank,
-            "entropy": p.entropy,
+            entropy: p.entropy,
             "top": [{"id": c.id, "text": c.text, "prob": c.prob} for c in p.top],
             **({"template": True} if chips[p.position + 1].is_template else {}),
         }

@@ -1,20 +1,18 @@
 """The model run here beside the same model a server runs, step by step: the way to see whether a server
 (another kernel, another dtype, a quantized copy) computes what your own copy does.
 
-A is the local journey; B is one request to the server at A's context each step, with the same sampling
-settings. Per step: KL(A ‖ B) in bits over the server's top-N (both distributions renormalised over
-those ids: the server gives no more), whether their top-1 agree, the rank each gives the other's chosen
-token (A's over its whole vocabulary; B's from its top-N, or its prompt_logprobs past them); over the
-journey, the first step where B would have chosen another token. The server keeps no state, so B is
-always asked at A's own context: after the paths part B's figures are B's on A's path (teacher-forced),
-as `compare` does for two local models.
-"""
+A is the local journey; B a Session on the served engine, each drawing its own tokens with the same
+sampling settings. Per step: KL(A ‖ B) in bits over the server's top-N (both distributions
+renormalised over those ids: the server gives no more), whether their top-1 agree, the rank each gives
+the other's chosen token (A's over its whole vocabulary; B's from its top-N, or its prompt_logprobs
+past them); over the journey, the first step where their tokens part. The server keeps no state, so
+after the paths part B is asked at A's own context: B's figures are then B's on A's path
+(teacher-forced), as `compare` does for two local models."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
 
 import torch
 
@@ -23,7 +21,6 @@ from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import StepDiff
 from tokenviz.journey.comparison import Comparison, kl_bits, rank_in
 from tokenviz.journey.session import Session
-from tokenviz.served.journey import ServedJourney
 
 
 def kl_over(a_logits: torch.Tensor, b_top: dict[int, float]) -> float:
@@ -44,57 +41,12 @@ def refuse_past_vocabulary(tokens: Iterable[int], a: Session, vocab: int) -> Non
         )
 
 
-def compare_with_server(session: Session, served: ServedJourney, prompt: str) -> dict[str, Any]:
-    """Both journeys on `prompt` until A stops (its settings' max_new_tokens, or an end), as a document."""
-    served.start(prompt)
-    session.start(prompt)
-    if session.prompt_ids != served.prompt_ids:
-        raise TokenvizError(
-            f"the server tokenizes the prompt as {len(served.prompt_ids)} tokens and {session.runner.info.name} "
-            f"as {len(session.prompt_ids)}: compare needs one tokenizer"
-        )
-    steps, parted_at = [], None
-    while (pending := session.pending) is not None:
-        logits = session.pending_logits
-        assert logits is not None
-        a_choice = pending.decision.chosen_id
-        b = served.predict(list(session.ids), pending.index)
-        b_top = {c.id: c.logprob for c in b.top}
-        refuse_past_vocabulary((b.chosen.id, *b_top), session, logits.numel())
-        if parted_at is None and b.chosen.id != a_choice:
-            parted_at = pending.index
-        steps.append(
-            {
-                "index": pending.index,
-                "a": {"id": a_choice, "text": pending.decision.chosen_text},
-                "b": {"id": b.chosen.id, "text": b.chosen.text, "logprob": b.chosen.logprob},
-                "kl": kl_over(logits, b_top),
-                "top1_agree": int(logits.reshape(-1).argmax()) == b.top[0].id,
-                "a_rank_of_b": rank_in(logits.reshape(-1), b.chosen.id),
-                "b_rank_of_a": served.rank_of(list(session.ids), a_choice, list(b_top.items())),
-                "teacher_forced": parted_at is not None and pending.index > parted_at,
-                "request_ms": b.request_ms,
-            }
-        )
-        if session.step() is None:
-            break
-    return {
-        "a": {"model": session.runner.info.name, "text": session.text},
-        "b": {"model": served.model, "endpoint": served.endpoint.url, "distribution": served.distribution},
-        "kl_over": f"the server's top {served.top_n}, each side renormalised there",
-        # Sampled, each side draws on its own (the server by its own generator): a parting is two draws,
-        # not two models; greedy, it is the models' choices.
-        "independent_draws": not session.settings.greedy,
-        "diff": steps,
-        "parted_at": parted_at,
-    }
-
-
 class ServedComparison(Comparison):
     """The comparison screen's pair when B is the model a server runs (a Session on the served engine):
     A's step as any; B's its own draw, or after the paths part one request at A's context. Per step the
-    KL over the server's top N as compare_with_server gives it; the KL of what each draw is made from
-    is unknown here (the server's stages run over its whole vocabulary), so it is NaN, shown as unknown."""
+    KL over the server's top N (kl_over); the KL of what each draw is made from is unknown here (the
+    server's stages run over its whole vocabulary), so it is NaN, shown as unknown. The screen and
+    `compare --against-endpoint` headless both step this pair."""
 
     def __init__(self, a: Session, b: Session):
         super().__init__(a, b)

@@ -36,7 +36,7 @@ def save_comparison(comparison: Comparison, stem: str) -> list[str]:
         for side, s in zip("ab", comparison.sessions)
     ]
     a, b = (snapshot_of(s) for s in comparison.sessions)
-    document = comparison_document(a, b, comparison.diffs, comparison.kl_over)
+    document = comparison_document(a, b, comparison.diffs, comparison.kl_over, comparison.independent_draws)
     return [*written, str(write_file(f"{stem}.json", json.dumps(document)))]
 
 

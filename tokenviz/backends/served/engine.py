@@ -23,6 +23,18 @@ from typing import Any
 
 import torch
 
+from tokenviz.backends.served.completions import (
+    TOP_N,
+    ServedChoice,
+    checked_logprob,
+    checked_rank,
+    complete,
+    logprobs_are_raw,
+    sampling_fields,
+    served_model_name,
+    top_of,
+)
+from tokenviz.backends.served.endpoint import Endpoint, EndpointError
 from tokenviz.backends.served.head import OutputHead, load_head
 from tokenviz.backends.served.internals import INSTALL, PLUGIN, Plugin, ServedInternals, probe
 from tokenviz.backends.served.steering import ServedSteering, request_fields
@@ -37,18 +49,6 @@ from tokenviz.contract.settings import SamplingSettings
 from tokenviz.contract.text import safe_text
 from tokenviz.decoding.drawn import prompt_columns
 from tokenviz.decoding.prompt_predictions import TOP
-from tokenviz.served.endpoint import Endpoint, EndpointError
-from tokenviz.served.journey import (
-    TOP_N,
-    ServedChoice,
-    checked_logprob,
-    checked_rank,
-    complete,
-    logprobs_are_raw,
-    sampling_fields,
-    served_model_name,
-    top_of,
-)
 
 PROBE = "The Eiffel Tower is located in Paris.\n 1234 naïve 東京 🙂"  # a local tokenizer checked on this
 MAX_VOCABULARY = 1 << 22  # ids asked past this are not looked for: no tokenizer is that large
@@ -322,10 +322,14 @@ class ServedEngine:
     def _complete(self, ids: Sequence[int], fields: dict[str, Any], logprobs: int, **extra: Any) -> dict[str, Any]:
         return complete(self.endpoint, self.model, ids, fields, logprobs, **self._steered(ids, {}), **extra)
 
+    def steering_in_force(self) -> ServedSteering | None:
+        """The interventions sent with each request now (None: none, or set aside for the model's own)."""
+        return self.steering if self.steering is not None and self.steering.active else None
+
     def _steered(self, ids: Sequence[int], xargs: dict[str, Any]) -> dict[str, Any]:
         """A request's extra fields over `ids`: the plugin's `xargs`, and the steering vectors in force with
         their cache salt (backends.served.steering)."""
-        steering = self.steering if self.steering is not None and self.steering.active else None
+        steering = self.steering_in_force()
         return request_fields(steering.vectors(ids) if steering is not None else [], xargs)
 
     def _top(self, choice: dict[str, Any]) -> tuple[int, float, list[tuple[int, float]]]:
@@ -457,7 +461,7 @@ def missing(plugin: Plugin, head: OutputHead | None) -> str:
 
 def _token_list(answer: Any, host: str) -> list[int]:
     tokens = answer.get("tokens") if isinstance(answer, dict) else None
-    if not isinstance(tokens, list) or not all(isinstance(t, int) and t >= 0 for t in tokens):
+    if not isinstance(tokens, list) or not all(type(t) is int and t >= 0 for t in tokens):  # (a bool is an int)
         raise EndpointError(f"{host}'s /tokenize did not answer with token ids")
     return tokens
 

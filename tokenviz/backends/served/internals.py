@@ -5,7 +5,7 @@ ignores them): `output_residual_stream` (the residual after each decoder layer, 
 `output_qk` (the post-rotary queries and keys of the layers asked, with the scale, soft-cap, window and
 sinks vLLM hands its kernel). The plugin recomputes the whole prompt for such a request (it skips reading
 vLLM's prefix cache), so what comes back is the model's own pass over these tokens. Nothing of the
-plugin's runs here: tokenviz.served.activations reads its answers.
+plugin's runs here: tokenviz.backends.served.activations reads its answers.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from tokenviz.backends.served.activations import QkMeta, qk_meta, tensor
+from tokenviz.backends.served.completions import answered, checked_logprob, choice_of, top_of
+from tokenviz.backends.served.endpoint import Endpoint, EndpointError
 from tokenviz.backends.served.head import OutputHead
 from tokenviz.backends.transformers.lens import inspections
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import Inspection
-from tokenviz.served.activations import QkMeta, qk_meta, tensor
-from tokenviz.served.endpoint import Endpoint, EndpointError
-from tokenviz.served.journey import answered, checked_logprob, choice_of, top_of
 
 PLUGIN = "vllm-lens"
 INSTALL = (

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, assert_never
 
 import numpy as np
 
+from tokenviz.backends.served.activations import tensor_entry
 from tokenviz.backends.served.timing import RequestTimer
 from tokenviz.contract.errors import SettingsError
 from tokenviz.contract.interventions import (
@@ -33,7 +34,6 @@ from tokenviz.contract.interventions import (
     check_patch_source,
 )
 from tokenviz.contract.results import Drawn
-from tokenviz.served.activations import tensor_entry
 
 if TYPE_CHECKING:  # (only its type: the engine imports this module)
     from tokenviz.backends.served.engine import ServedEngine

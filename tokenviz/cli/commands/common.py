@@ -23,9 +23,9 @@ from tokenviz.system.paths import unwritable_folder
 from tokenviz.ui.themes import DEFAULT_THEME
 
 if TYPE_CHECKING:
+    from tokenviz.backends.served.completions import ServedChoice
+    from tokenviz.backends.served.endpoint import Endpoint
     from tokenviz.backends.served.engine import ServedEngine
-    from tokenviz.served.endpoint import Endpoint
-    from tokenviz.served.journey import ServedChoice
     from tokenviz.worker.loader import Loader, Progress
 
 
@@ -79,8 +79,8 @@ def served_options(
             names += ["--tokenizer"] if takes_tokenizer else []
             fail(f"{', '.join(names[:-1])} and {names[-1]} go with {url_option} URL")
         return None
-    from tokenviz.served.endpoint import ApiKey
-    from tokenviz.served.journey import ServedChoice
+    from tokenviz.backends.served.completions import ServedChoice
+    from tokenviz.backends.served.endpoint import ApiKey
 
     key = ApiKey(key_env, key_file)
     if (exposed := key.exposed()) is not None:
@@ -91,7 +91,7 @@ def served_options(
 def connected(served: "ServedChoice") -> tuple["Endpoint", str]:
     """The server asked, before anything loads, whether it answers and which model it serves (the one
     named, or its only one): an unreachable server or a wrong key is one line within seconds."""
-    from tokenviz.served.journey import served_model_name
+    from tokenviz.backends.served.completions import served_model_name
 
     try:
         endpoint = served.connect()

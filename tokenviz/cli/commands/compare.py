@@ -34,8 +34,8 @@ from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.themes import DEFAULT_THEME, check_theme
 
 if TYPE_CHECKING:
+    from tokenviz.backends.served.completions import ServedChoice
     from tokenviz.journey.comparison import Comparison
-    from tokenviz.served.journey import ServedChoice
     from tokenviz.worker.comparing import Build
     from tokenviz.worker.loader import Progress
 
@@ -183,20 +183,14 @@ def served_pair(settings: SamplingSettings, model: ModelChoice, served: "ServedC
 def compare_served(
     prompt: str, settings: SamplingSettings, model: ModelChoice, served: "ServedChoice", as_json: bool
 ) -> None:
-    """compare --against-endpoint: the model here (A) beside the one a server runs (B), headless."""
-    from tokenviz.backends.registry import engine_of
+    """compare --against-endpoint headless: the comparison screen's pair (served_pair) stepped to the end."""
+    from tokenviz.cli.headless import compare_document
     from tokenviz.cli.table import print_served_comparison
-    from tokenviz.files.documents import trace_document
-    from tokenviz.journey.served_comparison import compare_with_server
-    from tokenviz.journey.session import Session
-    from tokenviz.worker.snapshots import snapshot_of
 
+    build = served_pair(settings, model, served)  # (an unreachable server is told before A loads)
     try:
-        journey = served.open(settings)  # (an unreachable server is told before A loads)
         with stderr_progress() as progress:
-            session = Session(engine_of(model.load(progress)), settings)
-        document = compare_with_server(session, journey, prompt)
+            document = compare_document(build(progress), prompt, progress=progress)
     except TokenvizError as exc:
         fail(str(exc))
-    document["a"] = trace_document(snapshot_of(session))  # (A's journey, as trace --json gives it)
     print_result(document, as_json, print_served_comparison)

@@ -25,8 +25,8 @@ from tokenviz.contract.errors import TokenvizError
 from tokenviz.ui.themes import DEFAULT_THEME, check_theme
 
 if TYPE_CHECKING:
+    from tokenviz.backends.served.completions import ServedChoice
     from tokenviz.files.journey_schema import Journey
-    from tokenviz.served.journey import ServedChoice
 
 replay_cli = new_cli()
 
@@ -78,10 +78,10 @@ def verify_served_recording(journey: "Journey", served: "ServedChoice | None", t
     chosen token's log-probability within the served tolerance, for those are all the file holds.
     `tokenizer`: --tokenizer (the model's directory gives the head a steered journey needs)."""
     from tokenviz.backends.registry import engine_of
+    from tokenviz.backends.served.completions import REPRODUCED_WITHIN
     from tokenviz.backends.served.engine import ServedEngine
     from tokenviz.journey.reproduce import verify_journey
     from tokenviz.journey.session import Session
-    from tokenviz.served.journey import REPRODUCED_WITHIN
 
     recorded = journey.replay.info
     if served is None:

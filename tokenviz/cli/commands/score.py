@@ -1,11 +1,11 @@
 """`tokenviz score TEXT`: how likely the model finds a text."""
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
-from tokenviz.cli.commands.common import check_chat, new_cli, print_document, print_result, served_options
+from tokenviz.cli.commands.common import check_chat, new_cli, print_document, served_loader, served_options
 from tokenviz.cli.options import (
     ApiKeyEnv,
     ApiKeyFile,
@@ -23,9 +23,6 @@ from tokenviz.cli.options import (
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import Grammar
 from tokenviz.contract.settings import SamplingSettings
-
-if TYPE_CHECKING:
-    from tokenviz.served.journey import ServedChoice
 
 score_cli = new_cli()
 
@@ -50,15 +47,13 @@ def score(
     candidates there, the total log-probability and the perplexity (one forward pass). With a
     grammar (--json-schema, --regex, --grammar), which the text follows from its first token, each
     token's log-probability under it too (one more pass). With --endpoint, on the model a server runs
-    (its prompt log-probabilities: no entropy, the server's top 5)."""
+    (its prompt log-probabilities, one request: the server's top candidates, the entropy's floor)."""
     served = served_options(endpoint, served_model, api_key_env, api_key_file, insecure_http, takes_tokenizer=False)
+    loader = None
     if served is not None:
-        if grammar is not None or chat or model.model:
-            fail(
-                "score --endpoint takes no grammar, --chat or --model yet: the server's model scores the text as typed"
-            )
-        run_served_score(text, served, as_json)
-        return
+        if grammar is not None:
+            fail("score --endpoint takes no grammar: the grammar stage needs the model's tokenizer in this process")
+        loader = served_loader(model, SamplingSettings(), served)
     from tokenviz.backends.registry import engine_of
     from tokenviz.backends.transformers.before_weights import journey_checks
     from tokenviz.cli.table import print_score
@@ -68,7 +63,8 @@ def score(
     try:
         check_chat(chat, system)
         with stderr_progress() as progress:
-            session = Session(engine_of(model.load(progress, journey_checks(grammar))))
+            engine = loader(progress) if loader else model.load(progress, journey_checks(grammar))
+            session = Session(engine_of(engine))
             document = score_text(session, text, chat=chat, system=system, grammar=grammar)
     except TokenvizError as exc:
         fail(str(exc))
@@ -76,14 +72,3 @@ def score(
         print_document(document, as_json=True)
     else:
         print_score(document, Console())
-
-
-def run_served_score(text: str, served: "ServedChoice", as_json: bool) -> None:
-    """score --endpoint: the text's prompt log-probabilities from the server (tokenviz.served)."""
-    from tokenviz.cli.table import print_score
-
-    try:
-        document = served.open(SamplingSettings()).score(text)
-    except TokenvizError as exc:
-        fail(str(exc))
-    print_result(document, as_json, print_score)

@@ -1,7 +1,7 @@
 """`tokenviz trace PROMPT`: the journey headless, a table or JSON."""
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import Annotated, Optional
 
 import typer
 
@@ -11,7 +11,6 @@ from tokenviz.cli.commands.common import (
     default_page_colors,
     new_cli,
     print_document,
-    print_result,
     served_loader,
     served_options,
 )
@@ -36,9 +35,6 @@ from tokenviz.contract.grammar import refuse_grammar
 from tokenviz.contract.interventions import Intervention, parse_ablation, parse_patch, parse_steering
 from tokenviz.contract.results import ATTRIBUTION_METHODS
 from tokenviz.contract.settings import SamplingSettings
-
-if TYPE_CHECKING:
-    from tokenviz.served.journey import ServedChoice
 
 trace_cli = new_cli()
 
@@ -163,10 +159,6 @@ def trace(
             from tokenviz.backends.served.steering import NO_ABLATION
 
             fail(f"--ablate: {NO_ABLATION}")
-        session_options = (lens, attention is not None, attribution, watch, save, html, chat, tokenizer)
-        if not any((*session_options, steer, steer_tokens, patch)):  # the journey alone: torch-free (tokenviz.served)
-            run_served_trace(prompt, settings.replace(max_new_tokens=steps), served, as_json)
-            return
         loader = served_loader(model, settings, served, tokenizer)
     try:  # every option checked before torch is imported: a mistake is told in a moment
         check_trace(steps, save, html, force, beams, speculate, lens or routing, attribution, watch)
@@ -250,19 +242,3 @@ def check_trace(
         raise TokenvizError(f"--attribution must be loo or grad, got {attribution!r}")
     if beams and speculate:
         raise TokenvizError("choose --beams or --speculate, not both")
-
-
-def run_served_trace(prompt: str, settings: SamplingSettings, served: "ServedChoice", as_json: bool) -> None:
-    """trace --endpoint: the journey on the model a server runs (tokenviz.served), torch never imported."""
-    from tokenviz.cli.table import print_served
-
-    def say(line: str) -> None:
-        err.print(line, style="dim", markup=False, highlight=False, soft_wrap=True)
-
-    try:
-        journey = served.open(settings, say)
-        journey.start(prompt)
-        journey.run()
-    except TokenvizError as exc:
-        fail(str(exc))
-    print_result(journey.document(), as_json, print_served)
