@@ -72,6 +72,44 @@ def test_the_served_lens_and_attention_rows_are_transformers_own(monkeypatch, ca
         assert (mine - theirs).abs().max() < ATTENTION_TOLERANCE
 
 
+def test_while_the_lens_is_in_use_a_step_brings_its_stream_and_the_lens_asks_nothing_more(
+    vllm_lens_server, monkeypatch
+):
+    """Cost follows what is on screen: once the lens is asked for, each step's one request also brings
+    the residual stream, and the lens at the new position is read from it (no request of its own), equal
+    to the lens a request of its own gives; once the lens is no longer asked for, steps ask for no stream."""
+    from tokenviz.backends.registry import engine_of
+    from tokenviz.backends.served.completions import ServedChoice
+    from tokenviz.backends.served.endpoint import ApiKey
+    from tokenviz.backends.served.engine import ServedEngine
+    from tokenviz.contract.settings import SamplingSettings
+    from tokenviz.journey.session import Session
+
+    monkeypatch.setenv(KEY_ENV, vllm_lens_server.key)
+    choice = ServedChoice(vllm_lens_server.url, api_key=ApiKey(env=KEY_ENV))
+    engine = ServedEngine.open(choice, str(vllm_lens_server.model))
+    assert engine.internals is not None
+    session = Session(engine_of(engine), SamplingSettings(temperature=0, max_new_tokens=100))
+    session.start(PROMPT)
+    session.analyses.inspect(len(session.ids) - 1)  # (the lens asked for: from the next step on, in its request)
+    for _ in range(3):
+        before = engine.endpoint.requests
+        session.step()
+        position = len(session.ids) - 1
+        shown = session.analyses.inspect(position)
+        assert engine.endpoint.requests - before == 1  # the step's one request carried the stream
+        assert engine.internals.captured is not None
+        engine.internals.captured = None  # the same lens from a request of its own
+        alone = engine.inspect(list(session.ids), [position], [shown.chosen_id], ())[0]
+        assert engine.endpoint.requests - before == 2
+        for a, b in zip(shown.lens, alone.lens, strict=True):
+            assert [t[0] for t in a.top] == [t[0] for t in b.top]
+            assert abs(a.chosen_prob - b.chosen_prob) < 1e-5 and abs(a.residual_norm - b.residual_norm) < 1e-3
+    session.step()  # (the lens asked for since the last step: this one still brings the stream)
+    session.step()
+    assert engine.internals.captured is None  # the lens not asked for: no stream asked
+
+
 def test_a_plain_server_or_no_model_directory_refuses_the_lens_in_one_line(
     monkeypatch, capsys, vllm_server, vllm_lens_server
 ):

@@ -26,8 +26,10 @@ import torch
 from tokenviz.backends.served.completions import (
     TOP_N,
     ServedChoice,
+    answered,
     checked_logprob,
     checked_rank,
+    choice_of,
     complete,
     logprobs_are_raw,
     sampling_fields,
@@ -370,13 +372,17 @@ class ServedEngine:
             self.info = dataclasses.replace(self.info, distribution=distribution(self.top_n, self.raw))
         fields = sampling_fields(settings) | {"seed": (settings.seed * SEED_STRIDE + len(ids)) % (1 << 31)}
         self._fields = fields
+        xargs = self.internals.step_xargs() if self.internals is not None else {}  # (the lens in use: its stream)
         started = time.perf_counter()
-        choice = self._complete(ids, fields, self.top_n)
+        answer = answered(self.endpoint, self.model, ids, fields, self.top_n, **self._steered(ids, xargs))
+        choice = choice_of(answer, self.endpoint.host)
         ms = (time.perf_counter() - started) * 1e3
         chosen, logprob, top = self._top(choice)
         rank = next((i for i, (t, _) in enumerate(top, 1) if t == chosen), None)
         if rank is None:
             logprob, rank = self.logprob_of(ids, chosen)
+        if xargs and self.internals is not None:
+            self.internals.keep(ids, self.steering_in_force(), answer, (chosen, logprob))
         finish = choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None
         if finish == "stop" and not any(s in self.piece(chosen) for s in settings.stop):
             self.eos_ids.add(chosen)  # the server stopped on this token itself: its end of sequence

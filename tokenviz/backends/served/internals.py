@@ -57,8 +57,23 @@ def probe(endpoint: Endpoint, model: str, ids: Sequence[int]) -> Plugin:
     return Plugin("residual_stream" in activations, "attn_q" in activations and "attn_k" in activations)
 
 
+@dataclass(frozen=True)
+class Capture:
+    """The residual stream a step's own request brought back (the lens in use): every layer, every
+    position of `ids`, under the interventions `steering` names; and the token the server gave there."""
+
+    ids: tuple[int, ...]
+    steering: object  # what was in force (the engine's ServedSteering while active, else None)
+    residual: np.ndarray  # (layers, positions, hidden)
+    served: tuple[int, float]  # (token, log-probability) the server returned after `ids`
+
+
 class ServedInternals:
-    """The lens and attention rows of the model a server with vllm-lens runs, read through `head`."""
+    """The lens and attention rows of the model a server with vllm-lens runs, read through `head`.
+
+    While the lens is in use (it was asked for since the last step), a step's own request also asks for
+    the residual stream, so the lens at any position of that context costs no request of its own
+    (`step_xargs`, `keep`); a step after one whose capture went unused asks for none."""
 
     def __init__(
         self,
@@ -76,6 +91,32 @@ class ServedInternals:
         self.heads = int(config.num_attention_heads)
         self.kv_heads = int(getattr(config, "num_key_value_heads", None) or self.heads)
         self.head_dim = int(getattr(config, "head_dim", None) or head.hidden // self.heads)
+        self.wanted = False  # the lens was asked for since the last step: the next step captures
+        self.captured: Capture | None = None
+        self.head_checked = False  # the head gave the server's own log-probability once (see _check_head)
+
+    def step_xargs(self) -> dict[str, Any]:
+        """What a step's request asks of the plugin: the residual stream while the lens is in use."""
+        wanted, self.wanted = self.wanted, False
+        if not wanted:
+            self.captured = None
+        return {"output_residual_stream": list(range(self.head.layers))} if wanted else {}
+
+    def keep(self, ids: Sequence[int], steering: object, answer: dict[str, Any], served: tuple[int, float]) -> None:
+        """Keep the residual stream a step's request (asked with `step_xargs`) brought back."""
+        activations = answer.get("activations")
+        if not isinstance(activations, dict):
+            raise EndpointError(f"{self.endpoint.host} answered without the activations asked ({PLUGIN} gone?)")
+        shape = (self.head.layers, len(ids), self.head.hidden)
+        residual = tensor(activations, "residual_stream", shape, self.endpoint.host)
+        self.captured = Capture(tuple(ids), steering, residual, served)
+
+    def _from_step(self, ids: Sequence[int], steering: object) -> Capture | None:
+        """The last step's capture where it holds `ids` (a prefix of its context, the same interventions)."""
+        c = self.captured
+        if c is None or c.steering is not steering or len(ids) > len(c.ids) or tuple(ids) != c.ids[: len(ids)]:
+            return None
+        return c
 
     def _activations(
         self, ids: Sequence[int], xargs: dict[str, Any], extra: dict[str, Any] | None = None
@@ -98,19 +139,36 @@ class ServedInternals:
     ) -> list[Inspection]:
         """Each position's lens (the embeddings, then every layer's residual through the model's own final
         norm and head), from one request over `ids`."""
+        self.wanted = True
         layers, host = self.head.layers, self.endpoint.host
-        activations, choice = self._activations(ids, {"output_residual_stream": list(range(layers))})
-        residual = tensor(activations, "residual_stream", (layers, len(ids), self.head.hidden), host)
+        step = self._from_step(ids, engine.steering_in_force())
+        if step is not None:  # (the step's own request brought it: no request here)
+            residual, served = step.residual[:, : len(ids)], step.served
+            last = len(step.ids) - 1
+        else:
+            activations, choice = self._activations(ids, {"output_residual_stream": list(range(layers))})
+            residual = tensor(activations, "residual_stream", (layers, len(ids), self.head.hidden), host)
+            token, logprob, _ = top_of(choice, host, 1)
+            served, last = (token, checked_logprob(logprob, host)), len(ids) - 1
+        if not self.head_checked and engine.raw is not False:
+            whole = step.residual if step is not None else residual
+            self._check_head(torch.from_numpy(whole[-1, last]), served)
         stream = torch.cat([self.head.embed(ids)[None], torch.from_numpy(residual)])
-        served, logprob, _ = top_of(choice, host, 1)
-        own = float(torch.log_softmax(self.head.logits(stream[-1, -1]), -1)[served])
-        if engine.raw is not False and abs(own - checked_logprob(logprob, host)) > HEAD_CHECK:
-            raise TokenvizError(
-                f"the lens's head (--tokenizer) does not give {host}'s distribution: the served token's "
-                f"log-probability is {own:.4f} here and {logprob:.4f} there (is it the served model's directory?)"
-            )
         rows = self.head.embeddings.weight[[ids[p] for p in positions]].float()
         return inspections(stream, ids, positions, chosen, pinned, self.head.logits, rows, engine)
+
+    def _check_head(self, last: torch.Tensor, served: tuple[int, float]) -> None:
+        """Refuse a head (--tokenizer DIR) that does not give the server's own log-probability of the token
+        it served from the last layer's residual `last` (checked once: a wrong directory is far off)."""
+        token, logprob = served
+        own = float(torch.log_softmax(self.head.logits(last), -1)[token])
+        if abs(own - logprob) > HEAD_CHECK:
+            raise TokenvizError(
+                f"the lens's head (--tokenizer) does not give {self.endpoint.host}'s distribution: the served "
+                f"token's log-probability is {own:.4f} here and {logprob:.4f} there (is it the served model's "
+                "directory?)"
+            )
+        self.head_checked = True
 
     def residual(self, ids: Sequence[int], layer: int, extra: dict[str, Any]) -> np.ndarray:
         """The residual stream after decoder layer `layer` at every position of `ids` (positions, hidden),
