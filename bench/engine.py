@@ -382,7 +382,8 @@ def beams(loaded, long: int = 2000, short: int = 50, width: int = 3, steps: int 
     from tokenviz.journey.views import compute
 
     def seconds(n: int, from_cache: bool) -> float:
-        session = Session(ModelRunner(loaded), SamplingSettings(temperature=0))
+        runner = ModelRunner(loaded)
+        session = Session(runner, SamplingSettings(temperature=0))
         session.start(random_ids(loaded, n))
         times = []
         for _ in range(rounds):
@@ -390,7 +391,7 @@ def beams(loaded, long: int = 2000, short: int = 50, width: int = 3, steps: int 
             if from_cache:  # as the app's B computes it: through the view's spec
                 compute(session, Beams(width, steps))
             else:
-                session.runner.beam_search(session.ids, width, steps, from_cache=False)
+                runner.beam_search(session.ids, width, steps, from_cache=False)
             times.append(time.perf_counter() - started)
         return statistics.median(times)
 

@@ -1,5 +1,6 @@
-"""The engine protocol (contract.engine): the transformers backend is an engine of every tier and says
-so; the journey runs on the protocol alone; an engine that lacks a capability makes the keys that
+"""The engine protocol (contract.engine): the transformers backend implements every capability and says
+so; capabilities stand side by side (an engine with the lens and no cache is one); the journey runs on
+the protocol alone; an engine that lacks a capability makes the keys that
 need it say so in one line, off in the footer, marked in the palette, and the model view lists what
 it can do."""
 
@@ -11,18 +12,18 @@ from families import family_model
 
 from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.engine import (
-    CACHED,
-    ENGINE,
-    INTERNALS,
-    CachedEngine,
+    PROTOCOLS,
+    AttentionRows,
+    Caching,
     Capability,
-    Engine,
-    InternalsEngine,
+    Intervenable,
+    Lens,
+    able,
     in_order,
     lacking,
     shared_prefix,
-    tier_of,
 )
+from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
 from tokenviz.ui.app import TokenvizApp
@@ -32,10 +33,13 @@ from tokenviz.worker.engine_thread import EngineWorker
 PROMPT = "The cat sat on the mat. The dog"
 
 
+CACHED = (Capability.STEP, Capability.CACHE, Capability.ATTENTION)
+
+
 class CachedOnly:
-    """An engine of the cached tier and no more: the transformers engine behind exactly the cached
-    tier's methods (contract.engine.CachedEngine), what a backend without the model's layers (a
-    served model with a cache of its own) offers. The internals tier's methods are not there."""
+    """An engine with a cache and attention rows and nothing more: the transformers engine behind
+    exactly Engine's, Caching's and AttentionRows' methods, what a backend without the model's layers
+    (a served model with a cache of its own) offers. The lens's and interventions' methods are not there."""
 
     def __init__(self, loaded_or_runner):
         runner = loaded_or_runner if isinstance(loaded_or_runner, ModelRunner) else ModelRunner(loaded_or_runner)
@@ -64,26 +68,44 @@ CACHED_METHODS = (
 )  # fmt: skip
 
 
-def test_the_transformers_engine_is_every_tier_and_declares_it():
+def test_the_transformers_engine_implements_every_capability_and_declares_it():
     runner = ModelRunner(family_model("llama"))
-    for tier in (Engine, CachedEngine, InternalsEngine):
-        assert isinstance(runner, tier)
-    assert runner.info.capabilities == tuple(c.value for c in Capability)
-    assert tier_of(runner.info.capabilities) == "internals" and "whole vocabulary" in runner.info.distribution
+    for protocol in PROTOCOLS.values():
+        assert isinstance(runner, protocol)
+    assert runner.info.capabilities == tuple(c.value for c in Capability) and set(PROTOCOLS) == set(Capability)
+    assert "whole vocabulary" in runner.info.distribution
     assert runner.twin().info == runner.info and runner.twin().cache is not runner.cache
     assert "capabilities" in runner.info.to_json() and runner.info.to_json()["capabilities"][0] == "step"
 
 
-def test_tiers_nest_and_a_lacking_capability_is_one_line():
-    assert ENGINE < CACHED < INTERNALS
+class LensNoCache:
+    """An engine with the lens and attention rows and no cache here (a served model with vllm-lens): the
+    transformers engine behind Engine's, Lens's and AttentionRows' methods alone."""
+
+    def __init__(self, runner: ModelRunner):
+        self.info = dataclasses.replace(
+            runner.info, capabilities=in_order((Capability.STEP, Capability.LENS, Capability.ATTENTION))
+        )
+        self.inspect, self.attention = runner.inspect, runner.attention
+
+
+def test_capabilities_stand_side_by_side_and_a_lacking_one_is_one_line():
     cached = CachedOnly(family_model("llama"))
-    assert isinstance(cached, CachedEngine) and not isinstance(cached, InternalsEngine)
+    assert isinstance(cached, Caching) and isinstance(cached, AttentionRows)
+    assert not isinstance(cached, Lens) and not isinstance(cached, Intervenable)
     assert not hasattr(cached, "inspect") and not hasattr(cached, "intervene")
-    assert tier_of(in_order(ENGINE)) == "engine" and tier_of(in_order(CACHED)) == "cached" and tier_of(()) == ""
-    info = CachedOnly(family_model("llama")).info
-    assert lacking(info, Capability.CACHE, "verify") is None
+    lens_only = LensNoCache(ModelRunner(family_model("llama")))  # (what a tier of a cache could not say)
+    assert isinstance(lens_only, Lens) and isinstance(lens_only, AttentionRows) and not isinstance(lens_only, Caching)
+    info = cached.info
+    assert lacking(info, Capability.CACHE, "verify") is None and able(cached, Capability.CACHE, "verify") is cached
     line = lacking(info, Capability.LENS, "the logit lens")
     assert line is not None and "\n" not in line and "logit lens" in line and info.name in line
+    with pytest.raises(TokenvizError) as refused:
+        able(cached, Capability.LENS, "the logit lens")
+    assert str(refused.value) == line
+    assert able(lens_only, Capability.LENS, "the logit lens") is lens_only
+    with pytest.raises(TokenvizError, match="needs the engine's kv cache"):
+        able(lens_only, Capability.CACHE, "verify")
     assert shared_prefix([1, 2, 3], [1, 2, 4, 5]) == 2 and shared_prefix([], [1]) == 0
 
 
@@ -97,7 +119,7 @@ def test_keys_and_palette_actions_name_the_capability_they_need():
     assert needs_of("step") is None and needs_of("view('charts')") is None
 
 
-def test_the_journey_runs_on_an_engine_of_the_cached_tier():
+def test_the_journey_runs_on_an_engine_with_a_cache_and_no_lens():
     session = Session(CachedOnly(family_model("llama")), SamplingSettings(temperature=0, max_new_tokens=3))
     session.start(PROMPT)
     while session.step() is not None:
@@ -114,10 +136,10 @@ async def test_a_key_whose_view_needs_a_capability_the_engine_lacks_says_so():
     app = TokenvizApp(worker)
     async with app.run_test(size=(120, 36)) as pilot:
         s = await settle(app, pilot)
-        assert s.info is not None and tier_of(s.info.capabilities) == "cached"
+        assert s.info is not None and s.info.capabilities == in_order(CACHED)
         views = app.query_one("#views")
         shown_before = views.current
-        await pilot.press("l")  # the logit lens: the internals tier
+        await pilot.press("l")  # the logit lens: not on this engine
         await wait_for(lambda: any("logit lens" in str(n.message) for n in app._notifications), pilot)
         line = next(str(n.message) for n in app._notifications if "logit lens" in str(n.message))
         assert "needs the logit lens: not on" in line and "\n" not in line and len(line) < 100, line
@@ -128,8 +150,8 @@ async def test_a_key_whose_view_needs_a_capability_the_engine_lacks_says_so():
         await pilot.press("M")
         await wait_for(lambda: views.current == "model", pilot)
         pane = app.query_one("#model")
-        await wait_for(lambda: "cached tier" in str(pane.body.render()), pilot)
-        assert "step, kv cache, attention rows" in str(pane.body.render())
+        await wait_for(lambda: "can: step, kv cache, attention rows" in str(pane.body.render()), pilot)
+        assert "not: logit lens, leave-one-out" in " ".join(str(pane.body.render()).split())
         await pilot.press("question_mark")
         await wait_for(lambda: app.screen.query("#help"), pilot)
         help_text = app.screen.text

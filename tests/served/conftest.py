@@ -67,7 +67,7 @@ def _server(built: Built, tmp_path_factory, lens: bool) -> Iterator[Server]:
 
 @pytest.fixture(scope="session")
 def vllm_server(vllm_environment: Built, tmp_path_factory) -> Iterator[Server]:
-    """A plain vLLM server (its plugins not loaded): a served model's tier without internals."""
+    """A plain vLLM server (its plugins not loaded): a served model without its internals."""
     yield from _server(vllm_environment, tmp_path_factory, lens=False)
 
 

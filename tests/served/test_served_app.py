@@ -20,7 +20,7 @@ from test_served import KEY_ENV, PROMPT, SERVED_TOLERANCE
 from tokenviz.backends.served.completions import ServedChoice
 from tokenviz.backends.served.endpoint import ApiKey
 from tokenviz.backends.served.engine import ServedEngine
-from tokenviz.contract.engine import DrawingEngine, Engine, tier_of
+from tokenviz.contract.engine import Caching, DrawingEngine, Engine
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import Attribution
 from tokenviz.contract.settings import SamplingSettings
@@ -44,9 +44,9 @@ def run(session: Session) -> None:
 
 
 def test_the_served_engine_is_an_engine_that_draws_and_declares_what_it_exposes(engine):
-    assert isinstance(engine, Engine) and isinstance(engine, DrawingEngine)
+    assert isinstance(engine, Engine) and isinstance(engine, DrawingEngine) and not isinstance(engine, Caching)
     info = engine.info
-    assert tier_of(info.capabilities) == "engine" and info.capabilities == ("step", "leave-one-out")
+    assert info.capabilities == ("step", "leave-one-out")  # (a plain server: no lens, attention or steering)
     assert info.vocab == 49152 and info.context == 2048 and info.top_only == 20 and info.chat_template
     assert engine.decode(engine.encode(PROMPT)) == PROMPT
 

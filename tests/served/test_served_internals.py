@@ -82,13 +82,15 @@ def test_while_the_lens_is_in_use_a_step_brings_its_stream_and_the_lens_asks_not
     from tokenviz.backends.served.completions import ServedChoice
     from tokenviz.backends.served.endpoint import ApiKey
     from tokenviz.backends.served.engine import ServedEngine
+    from tokenviz.contract.engine import Caching
     from tokenviz.contract.settings import SamplingSettings
     from tokenviz.journey.session import Session
 
     monkeypatch.setenv(KEY_ENV, vllm_lens_server.key)
     choice = ServedChoice(vllm_lens_server.url, api_key=ApiKey(env=KEY_ENV))
     engine = ServedEngine.open(choice, str(vllm_lens_server.model))
-    assert engine.internals is not None
+    assert engine.internals is not None and not isinstance(engine, Caching)  # the lens with no cache here
+    assert engine.info.capabilities == ("step", "attention rows", "logit lens", "leave-one-out", "interventions")
     session = Session(engine_of(engine), SamplingSettings(temperature=0, max_new_tokens=100))
     session.start(PROMPT)
     session.analyses.inspect(len(session.ids) - 1)  # (the lens asked for: from the next step on, in its request)

@@ -10,7 +10,7 @@ from typing import Any
 from tokenviz.backends.registry import engine_of
 from tokenviz.cli.options import ModelChoice
 from tokenviz.contract.commands import Attribute, Beams, Inspect, Request, SplitDifference
-from tokenviz.contract.engine import Capability, Engine, lacking
+from tokenviz.contract.engine import Caching, Capability, Engine, able, lacking
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import refuse_grammar
 from tokenviz.contract.interventions import Intervention
@@ -70,15 +70,22 @@ def add_lens(session: Session, document: dict[str, Any]) -> None:
 
 
 def check_views(
-    session: Session, lens: bool, attention: int | None, interventions: Sequence[Intervention] = ()
+    session: Session,
+    lens: bool,
+    attention: int | None,
+    interventions: Sequence[Intervention] = (),
+    routing: bool = False,
+    searched: str = "",
 ) -> None:
-    """Refuse, before the journey runs, a view or intervention its engine cannot give (one line saying
-    what it lacks)."""
+    """Refuse, before the journey runs, a view, intervention or search (`searched`: --beams or
+    --speculate) its engine cannot give: one line saying what it lacks."""
     info = session.runner.info
     for asked, needs, option in (
         (lens, Capability.LENS, "--lens"),
         (attention is not None, Capability.ATTENTION, "--attention"),
         (bool(interventions), Capability.INTERVENTIONS, interventions[0].label if interventions else ""),
+        (routing, Capability.ROUTING, "--routing"),
+        (bool(searched), Capability.CACHE, searched),
     ):
         line = lacking(info, needs, option) if asked else None
         if line is not None:
@@ -157,7 +164,8 @@ def beam_document(session: Session, ids: list[int], width: int, steps: int) -> d
 
 def speculation_document(session: Session, ids: list[int], spec: str, draft: Engine | None) -> dict[str, Any]:
     """The trace document of speculative decoding: the steps are the output tokens."""
-    result = session.runner.speculate(ids, spec, session.settings.max_new_tokens, session.settings, draft)
+    cache: Caching = able(session.runner, Capability.CACHE, "--speculate")
+    result = cache.speculate(ids, spec, session.settings.max_new_tokens, session.settings, draft)
     return run_output(session, ids, list(result.ids), speculation=result.to_json())
 
 
@@ -218,7 +226,8 @@ def run_trace(
         loader = lambda progress: model.load(progress, journey_checks(settings.grammar, interventions))  # noqa: E731
     engine = loader(progress)
     session = Session(engine_of(engine), settings)
-    check_views(session, lens, attention, interventions)
+    searched = "--beams" if beams else "--speculate" if speculate else ""
+    check_views(session, lens, attention, interventions, routing, searched)
     if interventions:
         session.set_interventions(interventions, context=session.tokenize(prompt, chat, system)[1])
     if beams:

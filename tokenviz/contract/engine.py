@@ -1,19 +1,18 @@
 """The engine protocol: what the journey and the views ask of whatever runs the model.
 
 A backend (the transformers one in tokenviz.backends.transformers, a model server's in
-tokenviz.backends.served) declares what it can do as
-capabilities, in three tiers:
+tokenviz.backends.served) declares what it can do as capabilities (`Capability`, kept in
+ModelInfo.capabilities), each a protocol of its own that an engine implements or not, side by side:
+`Engine` is what every engine does (the tokenizer's encode, decode and pieces; one step from the
+tokens fed to the next-token distribution; crop and rewind; the model's description); beside it a
+KV cache read and fed again (`Caching`), exact attention rows (`AttentionRows`), the logit lens
+(`Lens`), attribution (`Attributing`), interventions (`Intervenable`) and the split of a logit
+difference by layer (`LogitSplitting`). A served model with the lens and attention rows and no cache
+here is as easy to say as a local model with every one.
 
-- *engine*: the tokenizer's encode, decode and pieces; one step from the tokens fed to the
-  next-token distribution; crop and rewind; the model's description (ModelInfo);
-- *cached*: a KV cache whose length and bytes can be read, the logits after any position it holds
-  (verify, watching past steps, beams, speculation), exact attention rows;
-- *internals*: the logit lens, attribution by gradient or leave-one-out, interventions, routing,
-  the split of a logit difference by layer.
-
-The views name the capability they need (tokenviz.journey.views); a key whose view needs one the
-engine lacks says so in one line. Nothing here imports torch: the scores an engine returns are its
-own tensors, opaque to the contract (`Scores`).
+The journey asks for a capability through `able` (or the view's `needs`, for a key): what the engine
+lacks is one line saying so. Nothing here imports torch: the scores an engine returns are its own
+tensors, opaque to the contract (`Scores`).
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ from contextlib import AbstractContextManager
 from enum import StrEnum
 from typing import Any, Protocol, Self, runtime_checkable
 
+from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.records import ModelInfo
 from tokenviz.contract.results import BeamResult, Drawn, Speculation
@@ -45,17 +45,9 @@ class Capability(StrEnum):
     LOGIT_SPLIT = "logit split"  # a logit difference split by layer (attention and MLP)
 
 
-ENGINE = frozenset({Capability.STEP})  # (a served model adds leave-one-out: a request per token)
-CACHED = ENGINE | {Capability.CACHE, Capability.ATTENTION}
-INTERNALS = CACHED | {
-    Capability.LENS,
-    Capability.LEAVE_ONE_OUT,
-    Capability.ATTRIBUTION,
-    Capability.INTERVENTIONS,
-    Capability.ROUTING,
-    Capability.LOGIT_SPLIT,
-}
-TIERS = (("engine", ENGINE), ("cached", CACHED), ("internals", INTERNALS))
+# What a server may expose of a model's inside (through a plugin); the rest needs the model in this process.
+SERVER_MAY_EXPOSE = frozenset({Capability.ATTENTION, Capability.LENS, Capability.INTERVENTIONS})
+NOT_SERVED = "a server does not expose it (it needs the model in this process)"
 WHOLE_VOCABULARY = "the whole vocabulary, before the sampling settings"  # the transformers backend's distribution
 
 
@@ -76,12 +68,6 @@ def in_order(capabilities: Iterable[str]) -> tuple[str, ...]:
     return tuple(c.value for c in Capability if c.value in held)
 
 
-def tier_of(capabilities: Iterable[str]) -> str:
-    """The highest tier whose every capability is held ('' if not even the engine's)."""
-    held = set(capabilities)
-    return next((name for name, tier in reversed(TIERS) if {c.value for c in tier} <= held), "")
-
-
 def lacking(info: ModelInfo, needed: Capability, what: str, brief: bool = False) -> str | None:
     """One line saying that `what` needs a capability this engine lacks; None when it has it. `brief`:
     short enough for a notification (the model view says why and what it gives)."""
@@ -90,7 +76,8 @@ def lacking(info: ModelInfo, needed: Capability, what: str, brief: bool = False)
     if brief:
         return f"{what} needs the {needed.value}: not on {info.name} (M says why)"
     held = ", ".join(info.capabilities) or "none"
-    served = f", a served model: {info.internals or 'its server does not expose it'}" if info.top_only else ""
+    inside = needed in SERVER_MAY_EXPOSE and info.internals  # (why not, and how to have it: ModelInfo.internals)
+    served = f", a served model: {info.internals if inside else NOT_SERVED}" if info.top_only else ""
     return f"{what} needs the engine's {needed.value}, which {info.name} does not give{served} (it gives: {held})"
 
 
@@ -106,7 +93,8 @@ class Pieces(Protocol):
 
 @runtime_checkable
 class Engine(Protocol):
-    """The engine tier: a model that tokenizes and steps. Not thread-safe: one thread owns it."""
+    """What every engine does (Capability.STEP): a model that tokenizes and steps. Not thread-safe: one
+    thread owns it."""
 
     info: ModelInfo  # its description, capabilities included
     special_ids: set[int]
@@ -154,6 +142,10 @@ class Engine(Protocol):
     def kv_len(self) -> int:
         """How many tokens the engine has been fed (its cache's length, where it has one)."""
 
+    @property
+    def kv_bytes(self) -> int:
+        """The bytes its KV cache holds here now (0: it keeps none here, as a server keeps its own)."""
+
     def reset(self) -> None:
         """Forget everything fed: the next forward starts a new context."""
 
@@ -194,19 +186,12 @@ class DrawingEngine(Engine, Protocol):
 
 
 @runtime_checkable
-class CachedEngine(Engine, Protocol):
-    """The cached tier: a KV cache that can be read and fed again."""
-
-    @property
-    def kv_bytes(self) -> int:
-        """The bytes its KV cache holds now."""
+class Caching(Protocol):
+    """Capability.CACHE: a KV cache that can be read and fed again (verify, watching past steps, beams
+    and speculation from it)."""
 
     def logits_after(self, ids: Sequence[int], start: int) -> Scores:
         """The next-token scores after each of `ids[start:]`, the cache left as it was."""
-
-    def attention(self, ids: Sequence[int], rows: range, layers: Sequence[int]) -> Scores:
-        """Exact attention weights of positions `rows` for `layers`: (layers, heads, rows, keys), the
-        model's own softmax over the keys up to each row (0 past it)."""
 
     def beam_search(
         self,
@@ -236,6 +221,15 @@ class CachedEngine(Engine, Protocol):
         """The whole of `ids` again without the cache: (next-token scores, last row of every layer)."""
 
 
+@runtime_checkable
+class AttentionRows(Protocol):
+    """Capability.ATTENTION: exact attention weights of any position of the journey."""
+
+    def attention(self, ids: Sequence[int], rows: range, layers: Sequence[int]) -> Scores:
+        """Exact attention weights of positions `rows` for `layers`: (layers, heads, rows, keys), the
+        model's own softmax over the keys up to each row (0 past it)."""
+
+
 class Intervening(Protocol):
     """The interventions in force on an engine's model, with the model's own passes beside them."""
 
@@ -252,21 +246,58 @@ class Intervening(Protocol):
 
 
 @runtime_checkable
-class InternalsEngine(CachedEngine, Protocol):
-    """The internals tier: the model's layers can be read and changed."""
+class Lens(Protocol):
+    """Capability.LENS: each layer's residual read through the output head."""
 
     def inspect(self, ids: list[int], positions: list[int], chosen: list[int], pinned: tuple[int, ...]) -> list[Any]:
         """Each position's Inspection (embedding, residual norms, logit lens), one forward pass for all."""
+
+
+@runtime_checkable
+class Attributing(Protocol):
+    """Capability.LEAVE_ONE_OUT, and with the model's weights Capability.ATTRIBUTION (gradient × input)."""
 
     def attribute(
         self, ids: list[int], target: int, method: str, progress: Any = None, cancelled: Any = None
     ) -> tuple[float, list[float]]:
         """log p(target | ids) and each token's attribution to it."""
 
+
+@runtime_checkable
+class LogitSplitting(Protocol):
+    """Capability.LOGIT_SPLIT: a logit difference split by layer."""
+
     def logit_difference(self, ids: list[int], a: int, b: int, progress: Any = None, cancelled: Any = None) -> Any:
         """logit(a) − logit(b) after `ids`, split by layer (a LogitDifference)."""
+
+
+@runtime_checkable
+class Intervenable(Protocol):
+    """Capability.INTERVENTIONS: heads ablated, the residual stream steered or patched."""
 
     def intervene(
         self, interventions: Sequence[Intervention], context: Sequence[int], token_id: Callable[[str], int]
     ) -> Intervening:
         """The interventions resolved (a mean ablation over `context`) and hooked into the model."""
+
+
+PROTOCOLS: dict[Capability, type] = {  # what an engine declaring each capability implements
+    Capability.STEP: Engine,
+    Capability.CACHE: Caching,
+    Capability.ATTENTION: AttentionRows,
+    Capability.LENS: Lens,
+    Capability.LEAVE_ONE_OUT: Attributing,
+    Capability.ATTRIBUTION: Attributing,
+    Capability.INTERVENTIONS: Intervenable,
+    Capability.ROUTING: Engine,  # (read from the passes it runs anyway: Engine.read_routing)
+    Capability.LOGIT_SPLIT: LogitSplitting,
+}
+
+
+def able(engine: Engine, needed: Capability, what: str) -> Any:
+    """`engine`, to be asked for what `needed` gives (the caller types it as that capability's protocol,
+    PROTOCOLS); a TokenvizError of one line (`lacking`) where it does not declare it."""
+    line = lacking(engine.info, needed, what)
+    if line is not None:
+        raise TokenvizError(line)
+    return engine

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, cast
 
-from tokenviz.contract.engine import InternalsEngine
+from tokenviz.contract.engine import Attributing, Capability, Engine, Lens, LogitSplitting, able
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.records import StepRecord
 from tokenviz.contract.results import Analyses, Attribution, AttributionMethod, Inspection, LogitDifference
@@ -18,7 +18,7 @@ from tokenviz.journey.past_results import KEEP, PastResults
 class Journey(Protocol):
     """What the analyses read of a journey (a Session is one)."""
 
-    runner: InternalsEngine
+    runner: Engine
     ids: list[int]  # prompt + committed tokens
     records: list[StepRecord]
     pinned: tuple[int, ...]  # the watched tokens
@@ -38,9 +38,10 @@ class JourneyAnalyses:
         """Embedding, residual norms and logit lens at `position`, the watched tokens followed too."""
         context, chosen = self._past(position)
         pinned, runner = self.session.pinned, self.session.runner
+        lens: Lens = able(runner, Capability.LENS, "the logit lens")
 
         def compute() -> Inspection:
-            inspection: Inspection = runner.inspect(list(context), [position], [chosen], pinned)[0]
+            inspection: Inspection = lens.inspect(list(context), [position], [chosen], pinned)[0]
             return inspection
 
         return self._inspections.get((context, chosen, pinned), compute)
@@ -52,7 +53,8 @@ class JourneyAnalyses:
         if not pasts:
             return
         pinned, longest = self.session.pinned, max((context for context, _ in pasts), key=len)
-        found = self.session.runner.inspect(list(longest), positions[-KEEP:], [chosen for _, chosen in pasts], pinned)
+        lens: Lens = able(self.session.runner, Capability.LENS, "the logit lens")
+        found = lens.inspect(list(longest), positions[-KEEP:], [chosen for _, chosen in pasts], pinned)
         for (context, chosen), inspection in zip(pasts, found):
             self._inspections.put((context, chosen, pinned), inspection)
 
@@ -66,9 +68,11 @@ class JourneyAnalyses:
         """How much each token up to `position` led to the token that followed it."""
         context, chosen = self._past(position)
         runner = self.session.runner
+        needed = Capability.ATTRIBUTION if method == "grad" else Capability.LEAVE_ONE_OUT
+        attributing: Attributing = able(runner, needed, "attribution")
 
         def compute() -> Attribution:
-            logprob, scores = runner.attribute(list(context), chosen, method, progress, cancelled)
+            logprob, scores = attributing.attribute(list(context), chosen, method, progress, cancelled)
             return Attribution(method, position, chosen, runner.piece(chosen), logprob, tuple(scores))
 
         return self._attributions.get((context, chosen, method), compute)
@@ -86,9 +90,9 @@ class JourneyAnalyses:
             raise TokenvizError("watch two tokens (w) to split their logit difference by layer")
         context, _ = self._past(position)
         a, b = pinned[-2:]
-        runner = self.session.runner
+        splitting: LogitSplitting = able(self.session.runner, Capability.LOGIT_SPLIT, "the logit split")
         return self._differences.get(
-            (context, a, b), lambda: runner.logit_difference(list(context), a, b, progress, cancelled)
+            (context, a, b), lambda: splitting.logit_difference(list(context), a, b, progress, cancelled)
         )
 
     def kept(self) -> Analyses:

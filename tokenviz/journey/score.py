@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from tokenviz.contract.engine import Caching, Capability, able
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import Grammar
 from tokenviz.files.documents import score_document
@@ -45,6 +46,7 @@ def constrain(document: dict[str, Any], session: Session, grammar: Grammar) -> N
     """Add to each scored token its log-probability under `grammar` and the count it allows there;
     null from the first token the grammar does not allow (where the text leaves it)."""
     runner, ids = session.runner, session.ids
+    cache: Caching = able(runner, Capability.CACHE, "a grammar's scores")
     first = 0
     while first < len(ids) - 1 and ids[first] in runner.special_ids:
         first += 1  # (a BOS the tokenizer adds is not the text's)
@@ -55,7 +57,7 @@ def constrain(document: dict[str, Any], session: Session, grammar: Grammar) -> N
     by_index = {t["index"]: t for t in document["tokens"]}
     for start in range(0, len(ids) - 1, memory_policy.PREFILL_CHUNK):
         end = min(start + memory_policy.PREFILL_CHUNK, len(ids) - 1)
-        logits = runner.logits_after(ids[: end + 1], start)[: end - start].float()
+        logits = cache.logits_after(ids[: end + 1], start)[: end - start].float()
         for p in range(start, end):  # the distribution after token p, which token p + 1 is drawn from
             token = by_index[p + 1]
             if p + 1 <= first or (leaves_at is not None and p + 1 >= leaves_at):

@@ -17,7 +17,16 @@ import numpy as np
 import torch
 
 from tokenviz.contract.attention import SavedAttention
-from tokenviz.contract.engine import Capability, DrawingEngine, Engine, InternalsEngine, Intervening, shared_prefix
+from tokenviz.contract.engine import (
+    AttentionRows,
+    Capability,
+    DrawingEngine,
+    Engine,
+    Intervenable,
+    Intervening,
+    able,
+    shared_prefix,
+)
 from tokenviz.contract.errors import Cancelled, PromptError, TokenvizError
 from tokenviz.contract.interventions import BRANCH_SOURCE, Intervention, Patch
 from tokenviz.contract.records import MAX_PINNED, StepRecord, TokenChip
@@ -61,7 +70,7 @@ def token_chips(
 
 
 class Session:
-    def __init__(self, runner: InternalsEngine, settings: SamplingSettings | None = None, top_n: int = TOP_N):
+    def __init__(self, runner: Engine, settings: SamplingSettings | None = None, top_n: int = TOP_N):
         self.runner = runner
         # An engine that draws its own token (a server), asked once: a protocol's isinstance reads every member.
         self._drawing: DrawingEngine | None = runner if isinstance(runner, DrawingEngine) else None
@@ -339,8 +348,9 @@ class Session:
         new = None
         interventions = [self.with_source(i) for i in interventions]
         if interventions:
+            engine: Intervenable = able(self.runner, Capability.INTERVENTIONS, interventions[0].label)
             with old.suspended() if old else nullcontext():
-                new = self.runner.intervene(
+                new = engine.intervene(
                     interventions,
                     context if context is not None else self.ids,
                     lambda spec: token_of(self.runner, spec, "steer by"),
@@ -405,7 +415,8 @@ class Session:
         float32 (layers, heads, len(rows), rows.stop); row i covers keys 0..rows.start + i."""
         if not 0 <= rows.start < rows.stop <= self.runner.kv_len:
             raise TokenvizError(f"positions {rows.start}-{rows.stop - 1} have not all been through the model")
-        weights: np.ndarray = to_host({"rows": self.runner.attention(self.cached_ids, rows, layers)})["rows"]
+        engine: AttentionRows = able(self.runner, Capability.ATTENTION, "attention rows")
+        weights: np.ndarray = to_host({"rows": engine.attention(self.cached_ids, rows, layers)})["rows"]
         return weights
 
     def saved_attention(self) -> SavedAttention:

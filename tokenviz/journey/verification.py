@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tokenviz.contract.engine import CachedEngine
+from tokenviz.contract.engine import AttentionRows, Caching, Capability, Engine, able
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import Verification
 from tokenviz.journey import memory_policy
@@ -12,7 +12,7 @@ from tokenviz.tensors.transfer import to_host
 
 
 def verify_latest(
-    runner: CachedEngine,
+    runner: Engine,
     ids: list[int],
     progress: Callable[[int, int], None] = lambda done, total: None,
     cancelled: Callable[[], bool] = lambda: False,
@@ -27,10 +27,12 @@ def verify_latest(
     fed = len(ids)
     if not fed:
         raise TokenvizError("nothing to verify yet")
+    cache: Caching = able(runner, Capability.CACHE, "verify")
+    attention: AttentionRows = able(runner, Capability.ATTENTION, "verify")
     runner.crop(fed - 1)
     cached = runner.forward([ids[-1]])
-    rows = runner.attention(ids, range(fed - 1, fed), range(runner.info.layers))[:, :, 0]
-    logits, full_rows = runner.recompute(ids, memory_policy.PREFILL_CHUNK, progress, cancelled)
+    rows = attention.attention(ids, range(fed - 1, fed), range(runner.info.layers))[:, :, 0]
+    logits, full_rows = cache.recompute(ids, memory_policy.PREFILL_CHUNK, progress, cancelled)
     host = to_host(
         {
             "logit_diff": (logits.float() - cached.logits.float()).abs().max(),

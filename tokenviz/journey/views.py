@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenviz.contract.commands import Attribute, Beams, Inspect, Request, Speculate, SplitDifference, Verify
-from tokenviz.contract.engine import Capability, lacking
+from tokenviz.contract.engine import Caching, Capability, able, lacking
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import refuse_grammar
 from tokenviz.contract.results import Attribution, Inspection, LogitDifference, ViewResult
@@ -68,13 +68,15 @@ def _verify(session: Session, request: Verify, progress: Progress, cancelled: Ca
 
 def _beams(session: Session, request: Beams, progress: Progress, cancelled: Cancelled) -> ViewResult:
     refuse_grammar(session.settings.grammar, "beam search")
-    return session.runner.beam_search(
+    cache: Caching = able(session.runner, Capability.CACHE, "beam search")
+    return cache.beam_search(
         session.ids, request.width, request.steps, cancelled=cancelled, from_cache=True, progress=progress
     )
 
 
 def _speculate(session: Session, request: Speculate, progress: Progress, cancelled: Cancelled) -> ViewResult:
-    return session.runner.speculate(
+    cache: Caching = able(session.runner, Capability.CACHE, "speculative decoding")
+    return cache.speculate(
         session.ids,
         request.drafter,
         request.steps,

@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tokenviz.contract.engine import CachedEngine, DrawingEngine, Engine
+from tokenviz.contract.engine import Caching, Capability, DrawingEngine, Engine, able
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.records import PinnedToken, StepRecord
 from tokenviz.contract.settings import SamplingSettings
@@ -44,7 +44,7 @@ def token_of(runner: Engine, spec: int | str, purpose: str = "watch") -> int:
 
 
 def fill_watched(
-    engine: CachedEngine,
+    engine: Engine,
     records: Sequence[StepRecord],
     ids: Sequence[int],
     prompt_len: int,
@@ -59,12 +59,13 @@ def fill_watched(
     stale = [i for i, r in enumerate(records) if r.decision.pinned_ids != pinned]
     if isinstance(engine, DrawingEngine):  # a server's steps: from the top-N each record kept
         return {i: _from_record(engine, records[i], ids, prompt_len, pinned) for i in stale}
+    cache: Caching = able(engine, Capability.CACHE, "watching a token at the steps before")
     filled = {}
     chunk_size = memory_policy.PREFILL_CHUNK
     for begin in range(0, len(stale), chunk_size):
         chunk = stale[begin : begin + chunk_size]
         start = records[chunk[0]].position - 1
-        logits = engine.logits_after(ids[: records[chunk[-1]].position], start)
+        logits = cache.logits_after(ids[: records[chunk[-1]].position], start)
         for i in chunk:
             record = records[i]
             filled[i] = follow_pinned(

@@ -1,5 +1,6 @@
-"""The engine of a model a server runs (vLLM's OpenAI-compatible server): contract.engine's engine
-tier, drawing its own tokens (a DrawingEngine).
+"""The engine of a model a server runs (vLLM's OpenAI-compatible server): a contract.engine Engine
+drawing its own tokens (a DrawingEngine), with leave-one-out, and where the server exposes them the
+lens, attention rows and interventions (Lens, AttentionRows, Intervenable); no cache here.
 
 A step is one request for one token: the journey's tokens as ids, the live settings as the request's
 fields, the top-N log-probabilities asked for. Feeding tokens sends nothing (the server keeps no state
@@ -42,7 +43,7 @@ from tokenviz.backends.served.internals import INSTALL, PLUGIN, Plugin, ServedIn
 from tokenviz.backends.served.steering import ServedSteering, request_fields
 from tokenviz.backends.served.timing import RequestTimer
 from tokenviz.backends.transformers.token_texts import TokenPieces
-from tokenviz.contract.engine import ENGINE, Capability, in_order, lacking
+from tokenviz.contract.engine import Capability, in_order, lacking
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.records import ModelInfo
@@ -147,7 +148,7 @@ class ServedEngine:
         )
         if head is not None and head.vocab < vocab:  # (a head padded past the tokenizer is usual)
             raise TokenvizError(f"--tokenizer's model has {head.vocab:,} rows in its head, the server {vocab:,} tokens")
-        capabilities = {*ENGINE, Capability.LEAVE_ONE_OUT}
+        capabilities = {Capability.STEP, Capability.LEAVE_ONE_OUT}
         if self.internals is not None:
             capabilities |= {Capability.LENS, Capability.INTERVENTIONS, *([Capability.ATTENTION] if plugin.qk else [])}
         shape = self.internals  # (the model's shape, where it is read)

@@ -34,7 +34,7 @@ from tokenviz.backends.transformers.routing import (
     shared_gates,
 )
 from tokenviz.backends.transformers.token_texts import TokenPieces
-from tokenviz.contract.engine import INTERNALS, WHOLE_VOCABULARY, in_order
+from tokenviz.contract.engine import WHOLE_VOCABULARY, Capability, in_order
 from tokenviz.contract.errors import Cancelled, GiveWay, ModelLoadError, TokenvizError
 from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.records import ModelInfo, Routing
@@ -105,7 +105,7 @@ def cache_layers(key_addresses: dict[int, int], cache: Any, layers: int) -> list
 
 
 class ModelRunner:
-    """The transformers backend's engine: every tier of contract.engine (an InternalsEngine)."""
+    """The transformers backend's engine: every capability of contract.engine."""
 
     def __init__(self, loaded: LoadedModel):
         self.loaded = loaded  # (another runner may share its weights: a comparison on one model)
@@ -123,7 +123,7 @@ class ModelRunner:
         self.info = dataclasses.replace(
             self.info,
             queries_kept=self._queries_kept(),
-            capabilities=in_order(INTERNALS),
+            capabilities=in_order(Capability),
             distribution=WHOLE_VOCABULARY,
         )
         self._eager_rows: tuple[range, torch.Tensor] | None = None  # the last rows an eager pass gave
@@ -193,7 +193,7 @@ class ModelRunner:
         """The routing in a step's transfer, by this model's router layers (None for a dense model)."""
         return read_routing(host, self.routers)
 
-    # ---- the internals tier (contract.engine.InternalsEngine): the views that read the layers ----------
+    # ---- the internals (contract.engine's Lens, Attributing, LogitSplitting, Intervenable) ---------------
 
     def inspect(
         self, ids: list[int], positions: list[int], chosen: list[int], pinned: tuple[int, ...]

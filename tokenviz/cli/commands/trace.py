@@ -148,13 +148,8 @@ def trace(
     served = served_options(endpoint, served_model, api_key_env, api_key_file, insecure_http, tokenizer)
     loader = None
     if served is not None:
-        not_served = {
-            "--routing": routing, "--beams": beams, "--speculate": speculate or draft_model, "--model": model.model,
-            "--device-map": model.device_map, "--quantize": model.quantize, "--compile": model.compile,
-        }  # fmt: skip
-        asked = [name for name, value in not_served.items() if value]
-        if asked:
-            fail(f"{asked[0]} is not available on a served model yet (--endpoint): it needs the model in this process")
+        if draft_model:
+            fail("--draft-model is a model loaded here: a served model (--endpoint) is the server's")
         if ablate:
             from tokenviz.backends.served.steering import NO_ABLATION
 

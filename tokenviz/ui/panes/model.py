@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from tokenviz.contract.engine import in_order, tier_of
+from tokenviz.contract.engine import Capability, in_order
 from tokenviz.contract.records import ModelInfo
 from tokenviz.ui.panes.base import ScrollPane
 from tokenviz.ui.selection import Selection
@@ -81,8 +81,10 @@ def served_inside(i: ModelInfo) -> list[tuple[str, str]]:
 
 
 def engine_line(i: ModelInfo) -> str:
-    """The engine's tier and what it can do (see contract.engine): a key whose view needs more says so."""
-    return f"{tier_of(i.capabilities)} tier: {', '.join(in_order(i.capabilities))}"
+    """What the engine can do and what it cannot (see contract.engine): a key whose view needs more says so."""
+    can = ", ".join(in_order(i.capabilities)) or "nothing"
+    cannot = [c.value for c in Capability if c.value not in i.capabilities]
+    return f"can: {can}" + (f"; not: {', '.join(cannot)}" if cannot else "")
 
 
 def attention_heads(i: ModelInfo) -> str:
