@@ -12,10 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from bench.timing import seconds_of, sync
-from tokenviz.backends.transformers.loading import (
-    LoadedModel,
-    gguf_cache_dir,
-)
+from tokenviz.backends.transformers.gguf_cache import gguf_cache_dir
+from tokenviz.backends.transformers.loading import LoadedModel
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.system.paths import bundled_gguf
 
@@ -26,7 +24,7 @@ def bare_model(loaded: LoadedModel, source: str, device: torch.device):
     """The same weights with transformers' default fast attention (sdpa), no attention outputs."""
     from transformers import AutoModelForCausalLM
 
-    from tokenviz.backends.transformers.loading import quiet
+    from tokenviz.backends.transformers.quiet import quiet
 
     with quiet():
         model = AutoModelForCausalLM.from_pretrained(source, dtype=loaded.model.dtype, attn_implementation="sdpa")

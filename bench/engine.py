@@ -15,9 +15,7 @@ import torch
 from bench.anchors import PROMPT, StaticGenerate, bare_decoder, bare_steps, generate_seconds
 from bench.shaped import weights_bytes
 from bench.timing import in_thread, p95, paired_ratio, seconds_of, sync
-from tokenviz.backends.transformers.loading import (
-    LoadedModel,
-)
+from tokenviz.backends.transformers.loading import LoadedModel
 from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.commands import Play
 from tokenviz.contract.grammar import Grammar

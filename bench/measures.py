@@ -45,9 +45,7 @@ from bench.processes import conversion, offload, peak_memory, refusal, trace_lon
 from bench.served import served, served_lens
 from bench.shaped import SHAPES, measured_models
 from bench.timing import in_thread
-from tokenviz.backends.transformers.loading import (
-    gguf_cache_dir,
-)
+from tokenviz.backends.transformers.gguf_cache import gguf_cache_dir
 from tokenviz.system.paths import bundled_gguf
 
 

@@ -15,11 +15,8 @@ from pathlib import Path
 from bench.anchors import BARE_TRACE, PROMPT
 from bench.shaped import weights_bytes
 from bench.timing import paired_ratio
-from tokenviz.backends.transformers.loading import (
-    convert_gguf,
-    gguf_cache_dir,
-    load_model,
-)
+from tokenviz.backends.transformers.gguf_cache import convert_gguf, gguf_cache_dir
+from tokenviz.backends.transformers.loading import load_model
 from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session

@@ -9,7 +9,8 @@ import copy
 import torch
 
 from tokenviz.backends.transformers.attention import use_fast_attention
-from tokenviz.backends.transformers.loading import LoadedModel, model_info
+from tokenviz.backends.transformers.loading import LoadedModel
+from tokenviz.backends.transformers.model_description import model_info
 
 LLAMA_3_8B = dict(
     vocab_size=128256,
@@ -93,7 +94,8 @@ def measured_models(device: str, dtype: str, shape: str | None):
     Each is made in a thread of its own (see timing.in_thread)."""
     from bench.anchors import bare_model
     from bench.timing import in_thread
-    from tokenviz.backends.transformers.loading import gguf_cache_dir, load_model, resolve_device
+    from tokenviz.backends.transformers.gguf_cache import gguf_cache_dir
+    from tokenviz.backends.transformers.loading import load_model, resolve_device
     from tokenviz.system.paths import bundled_gguf
 
     if shape:

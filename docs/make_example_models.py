@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, MixtralConfig
 
-from tokenviz.backends.transformers.loading import ensure_converted, gguf_cache_dir
+from tokenviz.backends.transformers.gguf_cache import ensure_converted, gguf_cache_dir
 from tokenviz.system.paths import bundled_gguf
 
 TINY = {

@@ -11,7 +11,8 @@ from tiny import tiny_tokenizer
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from tokenviz.backends.transformers.attention import use_fast_attention
-from tokenviz.backends.transformers.loading import LoadedModel, model_info
+from tokenviz.backends.transformers.loading import LoadedModel
+from tokenviz.backends.transformers.model_description import model_info
 
 WINDOW = 6
 HYBRID = ["sliding_attention", "full_attention"] * 2

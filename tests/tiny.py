@@ -12,7 +12,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from tokenviz.backends.transformers.attention import capturing, use_fast_attention
-from tokenviz.backends.transformers.loading import LoadedModel, model_info
+from tokenviz.backends.transformers.loading import LoadedModel
+from tokenviz.backends.transformers.model_description import model_info
 
 CORPUS = [
     "The Eiffel Tower is located in Paris, the capital of France.",

@@ -378,16 +378,16 @@ def test_a_cache_without_room_falls_back_to_memory_and_says_so(tmp_path, monkeyp
 
     import torch
 
-    from tokenviz.backends.transformers import loading
+    from tokenviz.backends.transformers import gguf_cache, loading
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     usage = namedtuple("usage", "total used free")
-    monkeypatch.setattr(loading.shutil, "disk_usage", lambda path: usage(2**20, 0, 2**20))  # 1 MB free
+    monkeypatch.setattr(gguf_cache.shutil, "disk_usage", lambda path: usage(2**20, 0, 2**20))  # 1 MB free
     messages: list[str] = []
     loaded = loading.load_model(None, device="cpu", progress=lambda m, f: messages.append(m))
     said = [m for m in messages if "in memory" in m]
     assert len(said) == 1 and "has 1.0 MB free" in said[0]
-    assert not any(loading.cache_root().glob("models/*/model*.safetensors"))
+    assert not any(gguf_cache.cache_root().glob("models/*/model*.safetensors"))
     with torch.inference_mode():
         logits = loaded.model(torch.tensor([[504, 414, 46682]])).logits
     assert logits[0, -1].argmax().item() == 18669  # " Tower": the same weights

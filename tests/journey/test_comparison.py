@@ -131,7 +131,7 @@ def test_compare_json_prints_both_journeys_and_their_diff(tmp_path, monkeypatch,
 def padded_model(seed: int = 1, extra: int = 64):
     """A tiny model sharing the tiny tokenizer, its vocabulary padded by `extra` ids, one of which
     (returned) it always prefers: a choice the other model has no id for."""
-    from tokenviz.backends.transformers.loading import model_info
+    from tokenviz.backends.transformers.model_description import model_info
 
     loaded = tiny_model(seed=seed)
     model = loaded.model

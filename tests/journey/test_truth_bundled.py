@@ -16,7 +16,7 @@ PROMPT = "The Eiffel Tower is located in"
 
 def checkpoint() -> str:
     """The directory the bundled model was converted into: what transformers loads on its own."""
-    from tokenviz.backends.transformers.loading import gguf_cache_dir
+    from tokenviz.backends.transformers.gguf_cache import gguf_cache_dir
     from tokenviz.system.paths import bundled_gguf
 
     return str(gguf_cache_dir(bundled_gguf()))

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from tokenviz.backends.transformers import loading
+from tokenviz.backends.transformers import gguf_cache
 from tokenviz.system.paths import bundled_gguf
 
 SHARD = 16 << 20  # small shards: the bundled model's 0.5 GB of float32 becomes dozens
@@ -21,14 +21,14 @@ SHARD = 16 << 20  # small shards: the bundled model's 0.5 GB of float32 becomes 
 CONVERT = f"""
 import json
 from pathlib import Path
-from tokenviz.backends.transformers import gguf_streaming, loading
+from tokenviz.backends.transformers import gguf_cache, gguf_streaming, loading  # (loading: what the app imports first)
 from tokenviz.system.paths import bundled_gguf
 def status_mb(field):
     line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith(field))
     return int(line.split()[1]) / 1024
 gguf_streaming.SHARD_BYTES = {SHARD}
 before = status_mb("VmRSS:")
-loading.ensure_converted(bundled_gguf(), loading.gguf_cache_dir(bundled_gguf()), lambda message, fraction: None)
+gguf_cache.ensure_converted(bundled_gguf(), gguf_cache.gguf_cache_dir(bundled_gguf()), lambda message, fraction: None)
 print(json.dumps({{"grew_mb": status_mb("VmHWM:") - before}}))
 """
 
@@ -44,11 +44,11 @@ def test_a_gguf_converts_a_tensor_at_a_time_into_transformers_own_weights(tmp_pa
     grew_mb = json.loads(out.stdout.strip().splitlines()[-1])["grew_mb"]
 
     gguf = bundled_gguf()
-    directory = tmp_path / "tokenviz" / "models" / loading.gguf_cache_dir(gguf).name
+    directory = tmp_path / "tokenviz" / "models" / gguf_cache.gguf_cache_dir(gguf).name
     mine = {}
     for shard in directory.glob("*.safetensors"):
         mine.update(load_file(shard))
-    with loading._gguf_read_once():
+    with gguf_cache.gguf_read_once():
         own = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name).state_dict()
     # The same weights, bit for bit (the output layer is tied to the embedding, as the GGUF has it).
     assert set(mine) == set(own) - {"lm_head.weight"}
@@ -62,13 +62,13 @@ def test_a_gguf_converts_a_tensor_at_a_time_into_transformers_own_weights(tmp_pa
     index = json.loads((directory / "model.safetensors.index.json").read_text())
     assert len(shards) > 10 and set(index["weight_map"].values()) == {s.name for s in shards}
     # Every shard is in the manifest's digest: damage to any one of them is found.
-    assert loading._cache_is_fresh(directory, bundled_gguf())
+    assert gguf_cache._cache_is_fresh(directory, bundled_gguf())
     middle = shards[len(shards) // 2]
     damaged = bytearray(middle.read_bytes())
     damaged[len(damaged) // 2 : len(damaged) // 2 + 4096] = bytes(4096)
     middle.unlink()  # (replace, never overwrite in place)
     middle.write_bytes(bytes(damaged))
-    assert not loading._cache_is_fresh(directory, bundled_gguf())
+    assert not gguf_cache._cache_is_fresh(directory, bundled_gguf())
 
 
 @pytest.mark.bundled
@@ -84,7 +84,7 @@ def test_a_full_disk_while_converting_is_the_caches_failure_and_leaves_nothing(t
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(gguf_streaming, "SHARD_BYTES", 1 << 20)  # (the first shard fills at once)
     monkeypatch.setattr(safetensors.torch, "save_file", full)
-    directory = loading.gguf_cache_dir(bundled_gguf())
-    with pytest.raises(loading.CacheNotWritable, match=r"could not be written .*No space left on device"):
-        loading.convert_gguf(bundled_gguf(), directory, lambda message, fraction: None)
+    directory = gguf_cache.gguf_cache_dir(bundled_gguf())
+    with pytest.raises(gguf_cache.CacheNotWritable, match=r"could not be written .*No space left on device"):
+        gguf_cache.convert_gguf(bundled_gguf(), directory, lambda message, fraction: None)
     assert list(directory.parent.iterdir()) == []  # no conversion, no half of one

@@ -8,7 +8,7 @@ import torch
 from filelock import FileLock
 from tiny import save_tiny
 
-from tokenviz.backends.transformers import loading
+from tokenviz.backends.transformers import gguf_cache, loading
 from tokenviz.backends.transformers.gguf_streaming import SINGLE_FILE
 from tokenviz.backends.transformers.loading import load_model, resolve_device, resolve_dtype
 from tokenviz.contract.errors import ModelLoadError
@@ -50,7 +50,7 @@ def orphaned_conversion(cache_home, name="gone-0123456789ab"):
     directory = cache_home / "tokenviz" / "models" / name
     directory.mkdir(parents=True)
     (directory / "model.safetensors").write_bytes(b"\0" * 64)
-    (directory / loading.MANIFEST).write_text(json.dumps({"source": str(cache_home / "deleted-venv" / "m.gguf")}))
+    (directory / gguf_cache.MANIFEST).write_text(json.dumps({"source": str(cache_home / "deleted-venv" / "m.gguf")}))
     return directory
 
 
@@ -60,13 +60,13 @@ def test_only_conversions_whose_gguf_is_gone_are_pruned(tmp_path, monkeypatch):
     gguf = tmp_path / "present.gguf"
     gguf.write_bytes(b"GGUF")
     alive = orphaned_conversion(tmp_path, "present-aaaaaaaaaaaa")
-    (alive / loading.MANIFEST).write_text(json.dumps({"source": str(gguf)}))
+    (alive / gguf_cache.MANIFEST).write_text(json.dumps({"source": str(gguf)}))
     unfinished = tmp_path / "tokenviz" / "models" / "half.partial"
     unfinished.mkdir()
     with FileLock(str(unfinished.with_suffix(".lock"))):  # a conversion running now
-        assert loading.prune_orphaned_caches() == [orphan]
+        assert gguf_cache.prune_orphaned_caches() == [orphan]
         assert not orphan.exists() and alive.is_dir() and unfinished.is_dir()
-        assert loading.prune_orphaned_caches() == []
+        assert gguf_cache.prune_orphaned_caches() == []
 
 
 @pytest.mark.bundled
@@ -75,10 +75,10 @@ def test_gguf_is_converted_once_and_a_broken_cache_is_rebuilt(tmp_path, monkeypa
     orphan = orphaned_conversion(tmp_path)
     messages = []
     first = load_model(None, device="cpu", progress=lambda m, f: messages.append((m, f)))
-    directory = loading.gguf_cache_dir(loading.bundled_gguf())
+    directory = gguf_cache.gguf_cache_dir(loading.bundled_gguf())
     assert not orphan.exists()  # a conversion clears those whose .gguf is gone
     assert directory.parent.parent == tmp_path / "tokenviz"
-    assert (directory / "model.safetensors").is_file() and (directory / loading.MANIFEST).is_file()
+    assert (directory / "model.safetensors").is_file() and (directory / gguf_cache.MANIFEST).is_file()
     fractions = [f for _, f in messages if f is not None]
     assert fractions[0] == 0.0 and fractions[-1] == 1.0 and len(fractions) > 5  # a real progress bar
     assert first.info.layers == 30 and first.info.tied_embeddings and first.info.positions == "rotary (base 100000)"
@@ -96,11 +96,11 @@ def test_gguf_is_converted_once_and_a_broken_cache_is_rebuilt(tmp_path, monkeypa
     assert first.tokenizer.decode([504, 414, 46682, 18669]) == "The Eiffel Tower"
 
     # A stale manifest (another source file, another transformers) is detected...
-    manifest = json.loads((directory / loading.MANIFEST).read_text())
-    (directory / loading.MANIFEST).write_text(json.dumps({**manifest, "size": 1}))
-    assert not loading._cache_is_fresh(directory, loading.bundled_gguf())
-    (directory / loading.MANIFEST).write_text(json.dumps(manifest))
-    assert loading._cache_is_fresh(directory, loading.bundled_gguf())
+    manifest = json.loads((directory / gguf_cache.MANIFEST).read_text())
+    (directory / gguf_cache.MANIFEST).write_text(json.dumps({**manifest, "size": 1}))
+    assert not gguf_cache._cache_is_fresh(directory, loading.bundled_gguf())
+    (directory / gguf_cache.MANIFEST).write_text(json.dumps(manifest))
+    assert gguf_cache._cache_is_fresh(directory, loading.bundled_gguf())
 
     # ...and a corrupt weights file behind a good manifest is rebuilt on load.
     # (replace the file, never overwrite it in place: the loaded models memory-map it)
@@ -153,7 +153,7 @@ def test_two_starts_on_an_empty_cache_convert_once(tmp_path, monkeypatch):
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     gguf = loading.bundled_gguf()
-    directory = loading.gguf_cache_dir(gguf)
+    directory = gguf_cache.gguf_cache_dir(gguf)
     converted = []
 
     def fake_convert(source, target, progress):
@@ -161,14 +161,14 @@ def test_two_starts_on_an_empty_cache_convert_once(tmp_path, monkeypatch):
         time.sleep(0.5)  # long enough for the other start to arrive meanwhile
         target.mkdir(parents=True, exist_ok=True)
         (target / "model.safetensors").write_bytes(b"weights")
-        loading.write_manifest(target, source)
+        gguf_cache.write_manifest(target, source)
 
-    monkeypatch.setattr(loading, "convert_gguf", fake_convert)
+    monkeypatch.setattr(gguf_cache, "convert_gguf", fake_convert)
     errors = []
 
     def start():
         try:
-            loading.ensure_converted(gguf, directory, lambda m, f: None)
+            gguf_cache.ensure_converted(gguf, directory, lambda m, f: None)
         except Exception as exc:
             errors.append(exc)
 
@@ -177,7 +177,7 @@ def test_two_starts_on_an_empty_cache_convert_once(tmp_path, monkeypatch):
         t.start()
     for t in threads:
         t.join()
-    assert errors == [] and len(converted) == 1 and loading._cache_is_fresh(directory, gguf)
+    assert errors == [] and len(converted) == 1 and gguf_cache._cache_is_fresh(directory, gguf)
 
 
 def test_a_cache_that_cannot_be_written_is_skipped_with_one_line(tmp_path, monkeypatch):
@@ -204,29 +204,29 @@ def weights_dir(tmp_path, size: int):
     directory = tmp_path / "conv"
     directory.mkdir()
     (directory / SINGLE_FILE).write_bytes(bytes(range(256)) * (size // 256))
-    loading.write_manifest(directory, gguf)
+    gguf_cache.write_manifest(directory, gguf)
     return gguf, directory
 
 
 @pytest.mark.parametrize("size", [4096, 40 << 20])
 def test_damaged_weights_behind_a_good_manifest_are_found(tmp_path, size):
     gguf, directory = weights_dir(tmp_path, size)
-    assert loading._cache_is_fresh(directory, gguf)
+    assert gguf_cache._cache_is_fresh(directory, gguf)
     weights = directory / SINGLE_FILE
     with weights.open("r+b") as file:  # overwrite a stretch inside (the size is unchanged)
         file.seek(size // 3)
         file.write(b"\xff" * max(size // 8, 1))
-    assert weights.stat().st_size == size and not loading._cache_is_fresh(directory, gguf)
+    assert weights.stat().st_size == size and not gguf_cache._cache_is_fresh(directory, gguf)
     weights.unlink()  # and a weights file gone is found too
-    assert not loading._cache_is_fresh(directory, gguf)
+    assert not gguf_cache._cache_is_fresh(directory, gguf)
 
 
 def test_a_manifest_without_a_digest_is_stale(tmp_path):
     gguf, directory = weights_dir(tmp_path, 4096)
-    manifest = json.loads((directory / loading.MANIFEST).read_text())
+    manifest = json.loads((directory / gguf_cache.MANIFEST).read_text())
     del manifest["weights"]
-    (directory / loading.MANIFEST).write_text(json.dumps(manifest))
-    assert not loading._cache_is_fresh(directory, gguf)
+    (directory / gguf_cache.MANIFEST).write_text(json.dumps(manifest))
+    assert not gguf_cache._cache_is_fresh(directory, gguf)
 
 
 def test_half_done_conversions_are_pruned_unless_one_is_running(tmp_path, monkeypatch):
@@ -236,7 +236,7 @@ def test_half_done_conversions_are_pruned_unless_one_is_running(tmp_path, monkey
     killed.mkdir(parents=True)
     running.mkdir()
     with FileLock(str(models / "b-222.lock")):
-        assert loading.prune_orphaned_caches() == [killed]
+        assert gguf_cache.prune_orphaned_caches() == [killed]
     assert running.is_dir() and not killed.exists()
 
 

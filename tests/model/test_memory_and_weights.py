@@ -175,15 +175,15 @@ def test_quantized_weights_are_counted_smaller_and_offered_when_they_fit(tmp_pat
 def test_a_gguf_too_large_to_convert_is_refused_before_converting(tmp_path, monkeypatch, capsys):
     from clitools import invoke
 
-    from tokenviz.backends.transformers import loading
+    from tokenviz.backends.transformers import gguf_cache
     from tokenviz.system.paths import bundled_gguf
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no conversion yet
-    monkeypatch.setattr(loading, "free_bytes", lambda device, limits: (100 * 10**6, False))  # 100 MB free
+    monkeypatch.setattr(gguf_cache, "free_bytes", lambda device, limits: (100 * 10**6, False))  # 100 MB free
     code, _, err = invoke(monkeypatch, capsys, "trace", "hi", "--device", "cpu")
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1 and "Traceback" not in err
     assert "dequantises it to 0.5 GB of float32 weights on disk, holding 0.8 GB in memory" in errors[0]
     assert "0.1 GB of memory free" in errors[0]
-    directory = loading.gguf_cache_dir(bundled_gguf())
+    directory = gguf_cache.gguf_cache_dir(bundled_gguf())
     assert not directory.exists() and not directory.with_name(directory.name + ".partial").exists()

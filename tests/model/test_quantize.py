@@ -49,7 +49,7 @@ def test_int8_is_transformers_own_quantized_model(tmp_path):
 def test_int8_on_the_bundled_model(monkeypatch, capsys):
     from clitools import invoke
 
-    from tokenviz.backends.transformers.loading import gguf_cache_dir
+    from tokenviz.backends.transformers.gguf_cache import gguf_cache_dir
     from tokenviz.system.paths import bundled_gguf
 
     args = ["The capital of France is", "--quantize", "int8", "--device", "cpu", "--dtype", "float32"]

@@ -54,7 +54,8 @@ def llama4_model():
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from tokenviz.backends.transformers.attention import use_fast_attention
-    from tokenviz.backends.transformers.loading import LoadedModel, model_info
+    from tokenviz.backends.transformers.loading import LoadedModel
+    from tokenviz.backends.transformers.model_description import model_info
 
     eos = tiny_tokenizer().eos_token_id
     config = AutoConfig.for_model(

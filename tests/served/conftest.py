@@ -46,7 +46,7 @@ def vllm_environment() -> Built:
 
 
 def _server(built: Built, tmp_path_factory, lens: bool) -> Iterator[Server]:
-    from tokenviz.backends.transformers.loading import ensure_converted, gguf_cache_dir
+    from tokenviz.backends.transformers.gguf_cache import ensure_converted, gguf_cache_dir
     from tokenviz.system.paths import bundled_gguf
 
     if built.python is None:

@@ -80,7 +80,7 @@ def test_compare_against_an_endpoint_opens_the_comparison_screen(vllm_server):
 def test_a_served_chats_special_tokens_are_marked(vllm_server):
     """Item 4: a served model's special tokens read as plain `<|im_start|>`, not marked as on a local
     model. With its tokenizer here (--tokenizer DIR) they are chips of their own: ⟨<|im_start|>⟩."""
-    from tokenviz.backends.transformers.loading import ensure_converted, gguf_cache_dir
+    from tokenviz.backends.transformers.gguf_cache import ensure_converted, gguf_cache_dir
     from tokenviz.system.paths import bundled_gguf
 
     directory = gguf_cache_dir(bundled_gguf())

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from tokenviz.backends.served import vllm_server as vllm
-from tokenviz.backends.transformers.loading import ensure_converted, gguf_cache_dir
+from tokenviz.backends.transformers.gguf_cache import ensure_converted, gguf_cache_dir
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.system.paths import bundled_gguf, cache_root
 

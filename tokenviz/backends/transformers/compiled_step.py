@@ -32,7 +32,8 @@ from transformers.cache_utils import Cache, StaticLayer
 from tokenviz.backends.transformers import attention
 from tokenviz.backends.transformers.cache import GrowingLayer, full_cache, with_cache
 from tokenviz.backends.transformers.device_map import input_device
-from tokenviz.backends.transformers.loading import LoadedModel, one_line, quiet
+from tokenviz.backends.transformers.loading import LoadedModel
+from tokenviz.backends.transformers.quiet import one_line, quiet
 from tokenviz.contract.errors import ModelLoadError, TokenvizError
 from tokenviz.contract.snapshot import CANCELS
 from tokenviz.contract.text import shortened
