@@ -16,7 +16,7 @@ from tokenviz.journey.session import Session
 from tokenviz.ui.app import TokenvizApp
 from tokenviz.worker.engine_thread import EngineWorker
 from tokenviz.worker.recording import RecordingWorker
-from tokenviz.worker.snapshots import snapshot_of
+from tokenviz.worker.snapshots import saved_attention_of, snapshot_of
 
 PROMPT = "The Eiffel Tower is located in"
 
@@ -99,7 +99,7 @@ def frozen_recording(
         dataclasses.replace(r, forward_ms=0.0, decision=dataclasses.replace(r.decision, ms=0.0))
         for r in session.records
     )
-    return Recording(dataclasses.replace(snapshot_of(session), records=records), session.saved_attention())
+    return Recording(dataclasses.replace(snapshot_of(session), records=records), saved_attention_of(session))
 
 
 def burst(app: TokenvizApp, keys: list[str]) -> None:

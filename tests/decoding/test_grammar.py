@@ -23,7 +23,7 @@ from tokenviz.files.grammar_file import engine_grammar, read_grammar
 from tokenviz.files.journey_file import open_journey, recording_of, save_journey
 from tokenviz.journey.reproduce import verify_journey
 from tokenviz.journey.session import Session
-from tokenviz.worker.snapshots import snapshot_of
+from tokenviz.worker.snapshots import saved_attention_of, snapshot_of
 
 SCHEMA = {
     "type": "object",
@@ -206,7 +206,7 @@ def test_a_journey_saves_its_grammar_once_and_replays_and_verifies_with_it(tmp_p
     session = Session(ModelRunner(tiny_model("llama")), settings)
     session.start("Answer:")
     run(session)
-    path = save_journey(tmp_path / "j.json", snapshot_of(session), session.saved_attention())
+    path = save_journey(tmp_path / "j.json", snapshot_of(session), saved_attention_of(session))
     raw = path.read_text()
     assert raw.count(json.dumps(GBNF.text)[1:-1]) == 1  # the grammar's text once, whatever the steps
     recording = recording_of(open_journey(path))

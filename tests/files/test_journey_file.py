@@ -15,6 +15,7 @@ from tokenviz.journey.reproduce import verify_journey
 from tokenviz.journey.session import Session
 from tokenviz.ui.panes.next_token import NextTokenPane
 from tokenviz.ui.panes.tokens import TokensPane
+from tokenviz.worker.snapshots import saved_attention_of
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +94,7 @@ def test_journey_round_trips_every_record(tmp_path, tiny_dir):
     from tokenviz.files.journey_file import save_journey
     from tokenviz.worker.snapshots import snapshot_of
 
-    original, attention = snapshot_of(s), s.saved_attention()
+    original, attention = snapshot_of(s), saved_attention_of(s)
     restored, kept, _ = recording_of(read_journey(save_journey(tmp_path / "j.json", original, attention)))
     assert restored.chips == original.chips and restored.prompt_len == original.prompt_len
     assert restored.info == original.info and restored.settings == original.settings
@@ -169,7 +170,7 @@ def test_a_chat_journey_keeps_its_template_marks_and_mode(tmp_path):
     s.start("Hello there", chat=True, system="Be brief.")
     s.step()
     original = snapshot_of(s)
-    restored, _, _ = recording_of(read_journey(save_journey(tmp_path / "chat.json", original, s.saved_attention())))
+    restored, _, _ = recording_of(read_journey(save_journey(tmp_path / "chat.json", original, saved_attention_of(s))))
     assert restored.chips == original.chips and any(c.is_template for c in restored.chips)
     assert (restored.chat, restored.system, restored.prompt) == (True, "Be brief.", "Hello there")
 

@@ -14,6 +14,7 @@ from selenium.webdriver.common.keys import Keys
 from tokenviz.files.journey_page import save_page
 from tokenviz.ui.colors import page_colors
 from tokenviz.ui.themes import DEFAULT_THEME, load_themes
+from tokenviz.worker.snapshots import saved_attention_of
 
 
 @needs_browser
@@ -74,7 +75,7 @@ def test_a_200_step_journey_of_the_bundled_model_makes_a_page_under_2_mb(bundled
     from tokenviz.backends.transformers.runner import ModelRunner
     from tokenviz.contract.settings import SamplingSettings
     from tokenviz.journey.session import Session
-    from tokenviz.worker.snapshots import snapshot_of
+    from tokenviz.worker.snapshots import saved_attention_of, snapshot_of
 
     session = Session(ModelRunner(bundled), SamplingSettings(seed=3, max_new_tokens=200))
     session.start("The Eiffel Tower is located in")
@@ -89,7 +90,7 @@ def test_a_200_step_journey_of_the_bundled_model_makes_a_page_under_2_mb(bundled
     snapshot = snapshot_of(session)
     assert len(snapshot.chips) - snapshot.prompt_len == 200
     path = save_page(
-        tmp_path / "bundled.html", snapshot, session.saved_attention(), page_colors(load_themes()[DEFAULT_THEME])
+        tmp_path / "bundled.html", snapshot, saved_attention_of(session), page_colors(load_themes()[DEFAULT_THEME])
     )
     assert path.stat().st_size < 2_000_000
     with chromium(1280, 1000) as browser:
@@ -145,7 +146,7 @@ def test_the_page_says_which_interventions_were_in_force_and_shows_the_models_ow
     session.step()
     snapshot = snapshot_of(session)
     path = save_page(
-        tmp_path / "steered.html", snapshot, session.saved_attention(), page_colors(load_themes()[DEFAULT_THEME])
+        tmp_path / "steered.html", snapshot, saved_attention_of(session), page_colors(load_themes()[DEFAULT_THEME])
     )
     first = snapshot.records[0]
     assert first.unsteered is not None

@@ -24,7 +24,8 @@ from tokenviz.contract.engine import Caching, DrawingEngine, Engine
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import Attribution
 from tokenviz.contract.settings import SamplingSettings
-from tokenviz.journey.session import Session, token_chips
+from tokenviz.journey.chips import token_chips
+from tokenviz.journey.session import Session
 from tokenviz.ui.screens import LongJobScreen
 
 pytestmark = pytest.mark.served

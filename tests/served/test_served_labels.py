@@ -46,7 +46,7 @@ def served_page(tmp_path, monkeypatch):
     from tokenviz.journey.session import Session
     from tokenviz.ui.colors import page_colors
     from tokenviz.ui.themes import DEFAULT_THEME, load_themes
-    from tokenviz.worker.snapshots import snapshot_of
+    from tokenviz.worker.snapshots import saved_attention_of, snapshot_of
 
     monkeypatch.setenv(KEY_ENV, "labels-key")
     with hostile_server() as server:
@@ -57,7 +57,7 @@ def served_page(tmp_path, monkeypatch):
             session.step()
         snapshot = snapshot_of(session)
     colors = page_colors(load_themes()[DEFAULT_THEME])
-    return snapshot, save_page(tmp_path / "served.html", snapshot, session.saved_attention(), colors)
+    return snapshot, save_page(tmp_path / "served.html", snapshot, saved_attention_of(session), colors)
 
 
 def test_the_page_of_a_served_journey_says_what_the_app_says(tmp_path, monkeypatch):

@@ -25,7 +25,7 @@ from tokenviz.journey.session import Session
 from tokenviz.journey.views import compute, trace_entry
 from tokenviz.journey.watching import token_of
 from tokenviz.worker.loader import Loader, Progress
-from tokenviz.worker.snapshots import snapshot_of, symptoms
+from tokenviz.worker.snapshots import saved_attention_of, snapshot_of, symptoms
 
 
 class SaveFailed(TokenvizError):
@@ -250,7 +250,7 @@ def run_trace(
     if not (html or save):
         return document
     session.score_prompt()
-    snapshot, saved = snapshot_of(session), session.saved_attention()  # (every layer's rows: once for both)
+    snapshot, saved = snapshot_of(session), saved_attention_of(session)  # (every layer's rows: once for both)
     try:
         if html:
             page = save_page(html[0], snapshot, saved, html[1], replace=force)

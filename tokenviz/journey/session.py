@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from tokenviz.contract.attention import SavedAttention
 from tokenviz.contract.engine import (
     AttentionRows,
     Capability,
@@ -27,46 +26,27 @@ from tokenviz.contract.engine import (
     able,
     shared_prefix,
 )
-from tokenviz.contract.errors import Cancelled, PromptError, TokenvizError
+from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.interventions import BRANCH_SOURCE, Intervention, Patch
 from tokenviz.contract.records import MAX_PINNED, StepRecord, TokenChip
 from tokenviz.contract.results import BranchSummary, CacheEvent, Drawn
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.drawn import drawn_decision, drawn_top, drawn_unsteered, forced_figures
-from tokenviz.decoding.prompt_predictions import PromptPredictions, join
+from tokenviz.decoding.prompt_predictions import PromptPredictions
 from tokenviz.decoding.sampling import decide, decide_on_device, summarise
 from tokenviz.decoding.unsteered import read_unsteered, unsteered_on_device
-from tokenviz.files.journey_file import rows_to_save
-from tokenviz.journey import memory_policy
 from tokenviz.journey.analyses import JourneyAnalyses
 from tokenviz.journey.branches import Branch, BranchStore
+from tokenviz.journey.chips import ChipCache
 from tokenviz.journey.grammar_state import GrammarState
 from tokenviz.journey.memory_policy import check_memory, prefill_chunk
+from tokenviz.journey.prefill import DeferredPredictions, prefill
+from tokenviz.journey.prompt import tokenize
 from tokenviz.journey.stops import stop_reason
 from tokenviz.journey.watching import fill_watched, token_of
 from tokenviz.tensors.transfer import to_host
 
 TOP_N = 20
-PREFILL_CANCELLED = "prefill cancelled: the journey is as it was"
-PROGRESS_PER_PASS = 4  # a prefill's progress told within each of its passes (between layers)
-
-
-def token_chips(
-    engine: Engine, ids: Sequence[int], prompt_len: int, template: Sequence[bool], start: int = 0
-) -> list[TokenChip]:
-    """`ids[start:]` as chips: their pieces, which are the prompt's, the tokenizer's specials and the
-    chat template's."""
-    special = engine.special_ids
-    return [
-        TokenChip(
-            id=t,
-            text=engine.piece(t),
-            is_prompt=i < prompt_len,
-            is_special=t in special,
-            is_template=i < len(template) and template[i],
-        )
-        for i, t in enumerate(ids[start:], start=start)
-    ]
 
 
 class Session:
@@ -96,15 +76,8 @@ class Session:
         self._pending_logits: torch.Tensor | None = None
         self._prefill_logits: torch.Tensor | None = None
         self._drawn: Drawn | None = None  # an engine that draws its own tokens: the pending step's draw
-        # A prefill's predictions at every prompt position not made yet (start's `defer_predictions`): each
-        # chunk's place, its pass (the hidden states kept) and the tokens that followed it; `_scored` holds
-        # every chunk's predictions as they are made (an empty dict: still to make).
-        self._unscored: list[tuple[int, Any, list[int]]] = []
-        self._scored: list[dict[str, torch.Tensor]] = []
-        self._chips: list[TokenChip] = []  # see chips()
-        self._chip_ids: list[int] = []
-        self._chips_key: tuple[list[int], list[bool]] | None = None
-        self._chips_tuple: tuple[TokenChip, ...] = ()
+        self._deferred = DeferredPredictions()  # a prefill's predictions not made yet (start's `defer_predictions`)
+        self._chips = ChipCache()  # see chips()
 
     # ---- what the journey is now -------------------------------------------------------------
 
@@ -138,15 +111,7 @@ class Session:
     def chips(self) -> tuple[TokenChip, ...]:
         """The tokens as chips. Kept between calls: a journey that grew by a token makes one chip,
         not all of them again (the engine asks at every snapshot)."""
-        kept = self._chips if self._chips_key == (self.prompt_ids, self.template) else []
-        same = len(kept) if self.ids[: len(kept)] == self._chip_ids[: len(kept)] else 0
-        if same == len(kept) == len(self.ids):
-            return self._chips_tuple
-        self._chips = kept[:same] + token_chips(self.runner, self.ids, len(self.prompt_ids), self.template, same)
-        self._chip_ids = list(self.ids)
-        self._chips_key = (list(self.prompt_ids), list(self.template))
-        self._chips_tuple = tuple(self._chips)
-        return self._chips_tuple
+        return self._chips.of(self.runner, self.ids, self.prompt_ids, self.template)
 
     def branch_summaries(self) -> list[BranchSummary]:
         """The current path first, then every other branch not contained in it."""
@@ -154,46 +119,11 @@ class Session:
 
     # ---- moves ------------------------------------------------------------------------------------
 
-    def encode_prompt(self, prompt: str | list[int]) -> tuple[str, list[int]]:
-        """(text, token ids) of a prompt given as text or as ids; refuses an empty or too long one."""
-        if isinstance(prompt, str):
-            try:
-                prompt.encode("utf-8")
-            except UnicodeEncodeError:
-                raise PromptError("the prompt is not valid UTF-8 text") from None
-            ids = self.runner.encode(prompt)
-            vocab = self.runner.info.vocab
-            beyond = next((t for t in ids if not 0 <= t < vocab), None)
-            if beyond is not None:  # (a token the tokenizer added past the model's embeddings)
-                raise PromptError(
-                    f"the prompt holds the token {self.runner.piece(beyond)!r} (id {beyond}), past the model's "
-                    f"vocabulary of {vocab:,}: its tokenizer has tokens its embeddings lack"
-                )
-        else:
-            ids = [int(t) for t in prompt]
-            if any(not 0 <= t < self.runner.info.vocab for t in ids):
-                raise PromptError(f"prompt token ids must be in 0-{self.runner.info.vocab - 1}")
-            prompt = self.runner.decode(ids)
-        context = self.runner.info.context
-        if not ids:
-            raise PromptError("the prompt is empty: type some text to start from")
-        if len(ids) >= context:
-            raise PromptError(f"the prompt has {len(ids)} tokens but this model reads at most {context}; shorten it")
-        return prompt, ids
-
     def tokenize(
         self, prompt: str | list[int], chat: bool = False, system: str | None = None
     ) -> tuple[str, list[int], list[bool]]:
-        """(text, token ids, which ids the chat template added) of a prompt: plain text or ids, or
-        with `chat` a user message put through the model's chat template."""
-        if not chat:
-            return (*self.encode_prompt(prompt), [])
-        if not isinstance(prompt, str):
-            raise PromptError("a chat prompt is text: the user's message")
-        self.encode_prompt(prompt)  # the same checks as plain text
-        encoded = self.runner.chat_ids(prompt, system)
-        self.encode_prompt(encoded.ids)  # and the template's length against the context
-        return prompt, encoded.ids, encoded.template
+        """(text, token ids, which ids the chat template added) of a prompt (see journey.prompt)."""
+        return tokenize(self.runner, prompt, chat, system)
 
     def start(
         self,
@@ -218,7 +148,9 @@ class Session:
         previous = self.runner.cache
         self.runner.reset()
         try:
-            forward, predictions, forward_ms = self._prefill(ids, progress, cancelled, defer_predictions)
+            forward, predictions, forward_ms, deferred = prefill(
+                self.runner, ids, self._prefill_chunk, progress, cancelled, defer_predictions
+            )
         except BaseException:
             self.runner.use_cache(previous)
             raise
@@ -229,6 +161,7 @@ class Session:
         self.prompt, self.prompt_ids, self.ids = prompt, list(ids), list(ids)
         self.chat, self.system, self.template = chat, system if chat else None, template
         self.records, self.stop_reason = [], None
+        self._deferred = deferred
         self._prefill_logits = forward.logits
         return self._push(forward, ids, predictions, forward_ms)
 
@@ -419,19 +352,6 @@ class Session:
         weights: np.ndarray = to_host({"rows": engine.attention(self.cached_ids, rows, layers)})["rows"]
         return weights
 
-    def saved_attention(self) -> SavedAttention:
-        """Every layer's rows at the newest positions, as many as a journey file keeps (float16); none
-        where the engine does not give attention (a served model)."""
-        info, rows = self.runner.info, {}
-        if Capability.ATTENTION.value not in info.capabilities:
-            return SavedAttention({})
-        keep = rows_to_save(self.runner.kv_len, info.layers, info.heads)
-        for begin in range(keep.start, keep.stop, memory_policy.PREFILL_CHUNK // 4):
-            chunk = range(begin, min(begin + memory_policy.PREFILL_CHUNK // 4, keep.stop))
-            weights = self.attention(chunk, range(info.layers)).astype(np.float16)
-            rows.update({q: weights[:, :, i, : q + 1] for i, q in enumerate(chunk)})
-        return SavedAttention(rows)
-
     def check_stop(self) -> str | None:
         """Why the journey must stop now, or None."""
         return stop_reason(
@@ -605,75 +525,20 @@ class Session:
     def _prefill_chunk(self) -> int:
         return prefill_chunk(self.runner.device)
 
-    def _prefill(
-        self, ids: list[int], progress: Callable[[int, int], None] | None, cancelled: Callable[[], bool], defer: bool
-    ) -> tuple[Any, dict[str, torch.Tensor] | None, float]:
-        """Feed the prompt chunk by chunk: (the last chunk's forward pass, every position's prediction
-        on the device or, deferred, None, milliseconds in all)."""
-        n = len(ids)
-        parts: list[dict[str, torch.Tensor]] = []
-        routes, places, ms = [], [], 0.0
-        unscored: list[tuple[int, Any, list[int]]] = []
-        for begin in range(0, n, self._prefill_chunk):
-            end = min(begin + self._prefill_chunk, n)
-            try:
-                forward = self.runner.forward(
-                    ids[begin:end], True, cancelled, self._between_layers(begin, end, n, progress)
-                )
-            except Cancelled:
-                raise Cancelled(PREFILL_CANCELLED) from None
-            following = ids[begin + 1 : end + 1]  # (none after a last chunk of one token: nothing to make)
-            if defer and following and getattr(forward, "hidden", None) is not None:  # (its logits made later)
-                unscored.append((len(parts), forward, following))
-                parts.append({})
-            else:
-                parts.append(forward.predictions(following))
-            if forward.routes is not None:
-                routes.append(forward.routes)
-            if forward.places is not None:
-                places.append(forward.places)
-            ms += forward.timer.wait().ms()
-            if progress is not None:
-                progress(end, n)
-            if end < n and cancelled():
-                raise Cancelled(PREFILL_CANCELLED)
-        self._unscored, self._scored = unscored, parts
-        done = not unscored
-        # every prompt position's routing, where the last chunk's pass has its own; every chunk's time in each place
-        return self.runner.joined(forward, routes, places), join(parts) if done else None, ms
-
-    @staticmethod
-    def _between_layers(
-        begin: int, end: int, n: int, progress: Callable[[int, int], None] | None
-    ) -> Callable[[int, int], None] | None:
-        """A chunk's progress within its pass, a few times a pass (each is a frame drawn)."""
-        if progress is None:
-            return None
-
-        def between(layer: int, layers: int) -> None:
-            if layer and layer % max(1, layers // PROGRESS_PER_PASS) == 0:
-                progress(begin + (end - begin) * layer // layers, n)
-
-        return between
-
     @property
     def prompt_unscored(self) -> int:
         """How many prompt positions' predictions are still to be made (see start's `defer_predictions`)."""
-        return sum(len(next_ids) for _, _, next_ids in self._unscored)
+        return self._deferred.left
 
     def score_prompt(self, chunks: int | None = None) -> int:
         """Make the deferred predictions at the prompt's positions, `chunks` of the prefill's chunks at a
         time (all: None); once all are made, the prompt's record (and every branch's copy of it) holds
         them. Returns how many positions are left."""
-        while self._unscored and (chunks is None or chunks > 0):
-            place, forward, next_ids = self._unscored.pop(0)
-            self._scored[place] = forward.predictions(next_ids)
-            chunks = None if chunks is None else chunks - 1
-        if not self._unscored and self._scored and self.records and not self.records[0].prompt_predictions:
-            predictions = self._prompt_predictions(to_host(join(self._scored)), self.prompt_ids)
+        made = self._deferred.make(chunks)
+        if made is not None and self.records and not self.records[0].prompt_predictions:
+            predictions = self._prompt_predictions(to_host(made), self.prompt_ids)
             self.records[0] = dataclasses.replace(self.records[0], prompt_predictions=predictions)
             self.branches.fill_prompt_predictions(predictions, self.records[0].input_ids)
-            self._scored = []
         return self.prompt_unscored
 
     def _push(

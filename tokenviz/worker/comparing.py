@@ -17,7 +17,7 @@ from tokenviz.contract.snapshot import ComparisonSnapshot
 from tokenviz.files.atomic import write_file
 from tokenviz.files.documents import comparison_document
 from tokenviz.files.journey_file import save_journey
-from tokenviz.worker.snapshots import snapshot_of
+from tokenviz.worker.snapshots import saved_attention_of, snapshot_of
 from tokenviz.worker.thread import CommandThread
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ def save_comparison(comparison: Comparison, stem: str) -> list[str]:
     import json
 
     written = [
-        str(save_journey(f"{stem}-{side}.json", snapshot_of(s), s.saved_attention(), s.analyses.kept()))
+        str(save_journey(f"{stem}-{side}.json", snapshot_of(s), saved_attention_of(s), s.analyses.kept()))
         for side, s in zip("ab", comparison.sessions)
     ]
     a, b = (snapshot_of(s) for s in comparison.sessions)

@@ -54,7 +54,7 @@ from tokenviz.render.units import duration
 from tokenviz.worker.attention_rows import AttentionRows
 from tokenviz.worker.comparing import CompareWorker
 from tokenviz.worker.loader import Loader
-from tokenviz.worker.snapshots import snapshot_of
+from tokenviz.worker.snapshots import saved_attention_of, snapshot_of
 from tokenviz.worker.thread import CommandThread
 
 if TYPE_CHECKING:
@@ -265,7 +265,7 @@ class EngineWorker(CommandThread[Snapshot]):
                 self._watch(session, token)
             case Save(path=path, page_colors=colors, page_view=view):
                 session.score_prompt()  # (a journey file keeps the prompt's predictions)
-                snapshot, attention = snapshot_of(session), session.saved_attention()
+                snapshot, attention = snapshot_of(session), saved_attention_of(session)
                 written = save_journey(path, snapshot, attention, session.analyses.kept())
                 page = save_page(written.with_suffix(".html"), snapshot, attention, colors, view) if colors else None
                 self._notice = f"saved {written}{f' and {page}' if page else ''} (tokenviz replay {written})"
@@ -309,7 +309,7 @@ class EngineWorker(CommandThread[Snapshot]):
         """Start `prompt`, showing the prefill's progress chunk by chunk; Escape or quitting cancels it."""
         message, fraction = self._message, self._progress
         if not session.records:  # nothing on screen yet: the prompt's tokens are, at once
-            from tokenviz.journey.session import token_chips  # (deferred, as _load's)
+            from tokenviz.journey.chips import token_chips  # (deferred, as _load's)
 
             _, ids, template = session.tokenize(prompt.prompt, prompt.chat, prompt.system)
             session.runner.pieces.learn(ids)  # (in one call)

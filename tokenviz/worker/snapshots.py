@@ -1,11 +1,18 @@
-"""A session's journey as a Snapshot (the engine thread, the headless trace and the tests use it)."""
+"""A session's journey as a Snapshot, and the attention rows a journey file keeps beside it (the engine
+thread, the headless trace and the tests use them)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from tokenviz.contract.attention import SavedAttention
+from tokenviz.contract.engine import Capability
 from tokenviz.contract.snapshot import Snapshot
 from tokenviz.contract.symptoms import Symptom
+from tokenviz.files.journey_file import rows_to_save
+from tokenviz.journey import memory_policy
 
 if TYPE_CHECKING:
     from tokenviz.journey.session import Session
@@ -46,3 +53,17 @@ def symptoms(session: Session) -> list[Symptom]:
 
     s = session
     return diagnose(s.records, s.ids, len(s.prompt_ids), s.generated_text, s.stop_reason, s.settings, s.runner.piece)
+
+
+def saved_attention_of(session: Session) -> SavedAttention:
+    """Every layer's rows at the newest positions, as many as a journey file keeps (float16); none where
+    the engine does not give attention (a served model without the plugin)."""
+    info, rows = session.runner.info, {}
+    if Capability.ATTENTION.value not in info.capabilities:
+        return SavedAttention({})
+    keep, step = rows_to_save(session.runner.kv_len, info.layers, info.heads), memory_policy.PREFILL_CHUNK // 4
+    for begin in range(keep.start, keep.stop, step):
+        chunk = range(begin, min(begin + step, keep.stop))
+        weights = session.attention(chunk, range(info.layers)).astype(np.float16)
+        rows.update({q: weights[:, :, i, : q + 1] for i, q in enumerate(chunk)})
+    return SavedAttention(rows)

@@ -1,0 +1,50 @@
+"""The journey's tokens as chips (their pieces, and which are the prompt's, the tokenizer's specials and
+the chat template's), kept between frames: a journey that grew by a token makes one chip, not all again."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tokenviz.contract.engine import Engine
+from tokenviz.contract.records import TokenChip
+
+
+def token_chips(
+    engine: Engine, ids: Sequence[int], prompt_len: int, template: Sequence[bool], start: int = 0
+) -> list[TokenChip]:
+    """`ids[start:]` as chips: their pieces, which are the prompt's, the tokenizer's specials and the
+    chat template's."""
+    special = engine.special_ids
+    return [
+        TokenChip(
+            id=t,
+            text=engine.piece(t),
+            is_prompt=i < prompt_len,
+            is_special=t in special,
+            is_template=i < len(template) and template[i],
+        )
+        for i, t in enumerate(ids[start:], start=start)
+    ]
+
+
+class ChipCache:
+    """The chips of the last journey asked for, remade only from where the tokens changed."""
+
+    def __init__(self) -> None:
+        self._chips: list[TokenChip] = []
+        self._ids: list[int] = []
+        self._key: tuple[list[int], list[bool]] | None = None
+        self._tuple: tuple[TokenChip, ...] = ()
+
+    def of(
+        self, engine: Engine, ids: Sequence[int], prompt_ids: Sequence[int], template: Sequence[bool]
+    ) -> tuple[TokenChip, ...]:
+        kept = self._chips if self._key == (list(prompt_ids), list(template)) else []
+        same = len(kept) if list(ids[: len(kept)]) == self._ids[: len(kept)] else 0
+        if same == len(kept) == len(ids):
+            return self._tuple
+        self._chips = kept[:same] + token_chips(engine, ids, len(prompt_ids), template, same)
+        self._ids = list(ids)
+        self._key = (list(prompt_ids), list(template))
+        self._tuple = tuple(self._chips)
+        return self._tuple
