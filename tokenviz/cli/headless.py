@@ -220,11 +220,12 @@ def run_trace(
     (what it is, where). `interventions` are in force from the prompt on (a mean ablation's mean is
     over the prompt). `loader` makes the engine (a served model's) where `model` is not loaded here."""
     noted = [] if written is None else written
-    if loader is None:  # (imported here: a served model needs no model code of transformers')
+    if loader is not None:
+        engine = loader(progress)
+    else:  # (imported here: a served model needs no model code of transformers')
         from tokenviz.backends.transformers.before_weights import journey_checks
 
-        loader = lambda progress: model.load(progress, journey_checks(settings.grammar, interventions))  # noqa: E731
-    engine = loader(progress)
+        engine = model.load(progress, journey_checks(settings.grammar, interventions))
     session = Session(engine_of(engine), settings)
     searched = "--beams" if beams else "--speculate" if speculate else ""
     check_views(session, lens, attention, interventions, routing, searched)

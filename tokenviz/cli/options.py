@@ -137,7 +137,7 @@ Chat = Annotated[
     typer.Option("--chat", help="The prompt is a user message, put through the model's chat template."),
 ]
 System = Annotated[Optional[str], typer.Option("--system", help="With --chat: a system message before it.")]
-# A model a server runs (tokenviz.served): where, which, and the token it wants (never on the command line).
+# A model a server runs (tokenviz.backends.served): where, which, and the token it wants (never on the command line).
 Endpoint = Annotated[
     Optional[str],
     typer.Option("--endpoint", help="URL of an OpenAI-compatible server (as vLLM's: http://127.0.0.1:8000/v1)."),

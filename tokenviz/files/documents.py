@@ -39,7 +39,7 @@ def trace_document(snapshot: Snapshot) -> dict[str, Any]:
 
 
 def served_step(step: dict[str, Any]) -> dict[str, Any]:
-    """A step of a served model named for what the server gives, as the torch-free served trace names it:
+    """A step of a served model named for what the server gives:
     log-probabilities (not logits), the entropy's floor, a request's time (not a forward pass), and no KV
     cache (the server keeps its own)."""
     out = {k: v for k, v in step.items() if k != "kv"}

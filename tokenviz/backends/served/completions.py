@@ -93,7 +93,7 @@ def complete(
     endpoint: Endpoint, model: str, ids: Sequence[int], fields: dict[str, Any], logprobs: int, **extra: Any
 ) -> dict[str, Any]:
     """One completion of one token after `ids` (sent as ids), with `fields`, the top `logprobs` named by
-    token id: the answer's choice. (A served journey's and the served engine's one request.)"""
+    token id: the answer's choice."""
     return choice_of(answered(endpoint, model, ids, fields, logprobs, **extra), endpoint.host)
 
 

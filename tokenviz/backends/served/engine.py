@@ -322,8 +322,19 @@ class ServedEngine:
 
     # ---- requests ----------------------------------------------------------------------------------
 
+    def _answered(
+        self,
+        ids: Sequence[int],
+        fields: dict[str, Any],
+        logprobs: int,
+        xargs: dict[str, Any] | None = None,
+        **extra: Any,
+    ) -> dict[str, Any]:
+        """The whole answer to one request over `ids`, with the interventions in force and the plugin's `xargs`."""
+        return answered(self.endpoint, self.model, ids, fields, logprobs, **self._steered(ids, xargs or {}), **extra)
+
     def _complete(self, ids: Sequence[int], fields: dict[str, Any], logprobs: int, **extra: Any) -> dict[str, Any]:
-        return complete(self.endpoint, self.model, ids, fields, logprobs, **self._steered(ids, {}), **extra)
+        return choice_of(self._answered(ids, fields, logprobs, **extra), self.endpoint.host)
 
     def steering_in_force(self) -> ServedSteering | None:
         """The interventions sent with each request now (None: none, or set aside for the model's own)."""
@@ -375,7 +386,7 @@ class ServedEngine:
         self._fields = fields
         xargs = self.internals.step_xargs() if self.internals is not None else {}  # (the lens in use: its stream)
         started = time.perf_counter()
-        answer = answered(self.endpoint, self.model, ids, fields, self.top_n, **self._steered(ids, xargs))
+        answer = self._answered(ids, fields, self.top_n, xargs)
         choice = choice_of(answer, self.endpoint.host)
         ms = (time.perf_counter() - started) * 1e3
         chosen, logprob, top = self._top(choice)

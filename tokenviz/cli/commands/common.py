@@ -72,7 +72,7 @@ def served_options(
     takes_tokenizer: bool = True,
 ) -> "ServedChoice | None":
     """The served options as one value, or None without a server's URL, where any of the others given
-    is refused in one line (tokenviz.served is imported only when a command is served)."""
+    is refused in one line (tokenviz.backends.served is imported only when a command is served)."""
     if url is None:
         if model or key_env or key_file or insecure_http or tokenizer:
             names = ["--served-model", "--api-key-env", "--api-key-file", "--insecure-http"]
