@@ -18,11 +18,12 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, assert_never
+from typing import Any, Protocol, assert_never
 
 import numpy as np
 
 from tokenviz.backends.served.activations import tensor_entry
+from tokenviz.backends.served.internals import ServedInternals
 from tokenviz.backends.served.timing import RequestTimer
 from tokenviz.contract.errors import SettingsError
 from tokenviz.contract.interventions import (
@@ -33,10 +34,8 @@ from tokenviz.contract.interventions import (
     check_against,
     check_patch_source,
 )
+from tokenviz.contract.records import ModelInfo
 from tokenviz.contract.results import Drawn
-
-if TYPE_CHECKING:  # (only its type: the engine imports this module)
-    from tokenviz.backends.served.engine import ServedEngine
 
 NO_ABLATION = (
     "a head of a served model cannot be ablated: it needs a hook inside the server's attention, which would "
@@ -77,13 +76,30 @@ def request_fields(vectors: Sequence[Vector], xargs: dict[str, Any] | None = Non
     return {"vllm_xargs": {**xargs, "apply_steering_vectors": sent}, "cache_salt": salt}
 
 
+class SteeredEngine(Protocol):
+    """What the steering reaches of its served engine (backends.served.engine is one)."""
+
+    steering: ServedSteering | None  # the interventions in force: this while it is
+
+    @property
+    def info(self) -> ModelInfo: ...
+
+    @property
+    def internals(self) -> ServedInternals | None: ...
+
+    def encode(self, text: str, special_tokens: bool = True) -> list[int]: ...
+
+    def own_top(self, ids: Sequence[int]) -> Drawn:
+        """The model's own top N after `ids`, sent without the steering in force."""
+
+
 class ServedSteering:
     """The interventions in force on a served model (contract.engine.Intervening): steering vectors sent
     with each of its engine's requests while it is active."""
 
     def __init__(
         self,
-        engine: ServedEngine,
+        engine: SteeredEngine,
         interventions: Sequence[Intervention],
         token_id: Callable[[str], int],
     ):

@@ -17,16 +17,13 @@ Neither touches the journey's cache.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import torch
 
 from tokenviz.backends.transformers.interrupt import layer_by_layer
+from tokenviz.backends.transformers.loaded_model_access import ModelAccess
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.results import ATTRIBUTION_METHODS
-
-if TYPE_CHECKING:  # (the runner imports this module where it uses it: no cycle)
-    from tokenviz.backends.transformers.runner import ModelRunner
 
 BATCH_TOKENS = 4096  # leave-one-out feeds at most this many tokens in one forward pass
 
@@ -36,14 +33,14 @@ def _wide(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.promote_types(t.dtype, torch.float32))
 
 
-def _logprobs(runner: ModelRunner, batch: torch.Tensor, target: int) -> torch.Tensor:
+def _logprobs(runner: ModelAccess, batch: torch.Tensor, target: int) -> torch.Tensor:
     logits = runner.model(input_ids=batch, use_cache=False, logits_to_keep=1).logits[:, -1]
     return torch.log_softmax(_wide(logits), dim=-1)[:, target]
 
 
 @torch.inference_mode()
 def leave_one_out(
-    runner: ModelRunner,
+    runner: ModelAccess,
     ids: list[int],
     target: int,
     progress: Callable[[int, int], None] = lambda done, total: None,
@@ -69,7 +66,7 @@ def leave_one_out(
 
 
 def grad_times_input(
-    runner: ModelRunner,
+    runner: ModelAccess,
     ids: list[int],
     target: int,
     progress: Callable[[int, int], None] | None = None,
@@ -90,7 +87,7 @@ def grad_times_input(
 
 
 def attribute(
-    runner: ModelRunner,
+    runner: ModelAccess,
     ids: list[int],
     target: int,
     method: str,

@@ -11,23 +11,21 @@ the whole context again.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 import torch
 
 from tokenviz.backends.transformers.cache import cache_prefix, full_cache, with_cache
+from tokenviz.backends.transformers.loaded_model_access import ModelAccess
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.results import BeamCandidate, BeamFate, BeamResult, BeamStep, Hypothesis
-
-if TYPE_CHECKING:  # (the runner imports this module where it uses it: no cycle)
-    from tokenviz.backends.transformers.runner import ModelRunner
 
 PRUNED = -1.0e9
 
 
 @torch.inference_mode()
 def beam_search(
-    runner: ModelRunner,
+    runner: ModelAccess,
     prompt_ids: list[int],
     width: int,
     max_new_tokens: int,

@@ -10,24 +10,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from tokenviz.backends.transformers.cache import crop_layers, full_cache, with_cache
 from tokenviz.backends.transformers.intervention_hooks import Hooks, resolve
+from tokenviz.backends.transformers.loaded_model_access import ModelAccess
 from tokenviz.contract.engine import shared_prefix
 from tokenviz.contract.interventions import Intervention, check_against
 from tokenviz.tensors.transfer import DeviceTimer, ids_to_device
-
-if TYPE_CHECKING:  # (the runner imports this module where it uses it: no cycle)
-    from tokenviz.backends.transformers.runner import ModelRunner
 
 
 class InterventionState:
     def __init__(
         self,
-        runner: ModelRunner,
+        runner: ModelAccess,
         interventions: Sequence[Intervention],
         context: Sequence[int],
         token_id: Callable[[str], int],

@@ -10,17 +10,15 @@ stream, so the last layer's lens is exactly the model's output.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import torch
 
 from tokenviz.backends.transformers.device_map import weights_at_hand
+from tokenviz.backends.transformers.loaded_model_access import ModelAccess
 from tokenviz.backends.transformers.parts import decoder_layers, last_logits
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import Inspection, LensLayer
-
-if TYPE_CHECKING:  # (the runner imports this module where it uses it: no cycle)
-    from tokenviz.backends.transformers.runner import ModelRunner
 
 MERGE_EPSILON = 1e-5  # Gemma 3n's floor under a stream's magnitude
 NORM_NAMES = ("norm", "ln_f", "final_layernorm", "final_layer_norm", "norm_f", "layer_norm")
@@ -115,7 +113,7 @@ def stream_merge(model: Any) -> Callable[[torch.Tensor], torch.Tensor] | None:
 
 
 @torch.inference_mode()
-def residual_stream(runner: ModelRunner, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+def residual_stream(runner: ModelAccess, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """(layers + 1, positions, hidden): the embeddings, then each decoder layer's output (streams
     merged as the model merges them); and the model's own logits after the last of `ids`."""
     model = runner.model
@@ -152,7 +150,7 @@ def residual_stream(runner: ModelRunner, ids: list[int]) -> tuple[torch.Tensor, 
 
 
 @torch.inference_mode()
-def lens_logits(runner: ModelRunner, residual: torch.Tensor) -> torch.Tensor:
+def lens_logits(runner: ModelAccess, residual: torch.Tensor) -> torch.Tensor:
     """The final norm and the model's head applied to each layer's residual: (layers + 1, ..., vocab)."""
     model = runner.model
     return head_logits(model, final_norm(model)(residual))
@@ -160,7 +158,7 @@ def lens_logits(runner: ModelRunner, residual: torch.Tensor) -> torch.Tensor:
 
 @torch.inference_mode()
 def inspect_positions(
-    runner: ModelRunner,
+    runner: ModelAccess,
     ids: list[int],
     positions: list[int],
     chosen: list[int],

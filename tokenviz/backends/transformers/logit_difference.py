@@ -17,18 +17,16 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from tokenviz.backends.transformers.interrupt import layer_by_layer
 from tokenviz.backends.transformers.lens import final_norm, head_logits_before_cap, softcap
+from tokenviz.backends.transformers.loaded_model_access import ModelAccess
 from tokenviz.backends.transformers.parts import decoder_layers
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import LogitDifference
-
-if TYPE_CHECKING:  # (the runner imports this module where it uses it: no cycle)
-    from tokenviz.backends.transformers.runner import ModelRunner
 
 # Where a decoder layer's MLP branch ends, in the order to look: a post-norm on the MLP's output
 # (Gemma 2 and 3, OLMo 2) before the MLP itself; OPT has no MLP module, only its last projection.
@@ -91,7 +89,7 @@ class FrozenNorm:
 
 @torch.inference_mode()
 def residual_parts(
-    runner: ModelRunner,
+    runner: ModelAccess,
     ids: list[int],
     progress: Callable[[int, int], None] | None = None,
     cancelled: Callable[[], bool] = lambda: False,
@@ -145,7 +143,7 @@ def residual_parts(
 
 @torch.inference_mode()
 def logit_difference(
-    runner: ModelRunner,
+    runner: ModelAccess,
     ids: list[int],
     a: int,
     b: int,

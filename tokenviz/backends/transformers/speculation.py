@@ -11,20 +11,18 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import torch
 
 from tokenviz.backends.transformers.cache import cache_prefix, full_cache, with_cache
+from tokenviz.backends.transformers.loaded_model_access import ModelAccess
 from tokenviz.backends.transformers.parts import decoder_layers
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.grammar import refuse_grammar
 from tokenviz.contract.results import Round, Speculation
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.sampling import apply_stages, draw_uniform, inverse_cdf
-
-if TYPE_CHECKING:  # (the runner imports this module where it uses it: no cycle)
-    from tokenviz.backends.transformers.runner import ModelRunner
 
 DRAFT_LEN = 4
 
@@ -136,7 +134,7 @@ def _detached_copy(module: torch.nn.Module, config: Any) -> torch.nn.Module:
     return duplicate
 
 
-def make_drafter(spec: str, runner: ModelRunner, draft_runner: ModelRunner | None = None) -> Drafter:
+def make_drafter(spec: str, runner: ModelAccess, draft_runner: ModelAccess | None = None) -> Drafter:
     if spec == "prompt-lookup":
         return PromptLookup()
     if spec.startswith("early-exit:"):
@@ -172,7 +170,7 @@ def accept_or_replace(probs: torch.Tensor, drafted: int, u_accept: float, u_repl
 
 @torch.inference_mode()
 def speculative_decode(
-    runner: ModelRunner,
+    runner: ModelAccess,
     prompt_ids: list[int],
     drafter: Drafter,
     max_new_tokens: int,
