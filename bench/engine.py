@@ -297,7 +297,7 @@ def attention_view(loaded, n: int = 2048, rounds: int = 5) -> dict:
         times = []
         for _ in range(rounds):
             if fresh:
-                transformers_runner(session).queries.drop_from(0)
+                transformers_runner(session).rows.queries.drop_from(0)
             started = time.perf_counter()
             session.attention(rows, [layer])
             times.append(time.perf_counter() - started)
@@ -309,7 +309,7 @@ def attention_view(loaded, n: int = 2048, rounds: int = 5) -> dict:
         "rows_fed_again_ms": ms(oldest, 0, fresh=True),
         "rows": rows,
         "context": n,
-        "queries_kept_mb": transformers_runner(session).queries.nbytes / 2**20,
+        "queries_kept_mb": transformers_runner(session).rows.queries.nbytes / 2**20,
     }
 
 
@@ -327,7 +327,7 @@ def memory(loaded, steps: int) -> dict:
     gc.collect()
     grown = process.memory_info().rss - before
     sizes = [len(pickle.dumps(r, protocol=5)) for r in session.records]
-    kept = transformers_runner(session).queries.nbytes  # the query states kept for the view: bounded, not per step
+    kept = transformers_runner(session).rows.queries.nbytes  # the query states kept for the view: bounded, not per step
     half = len(sizes) // 2
     kv = session.runner.kv_bytes
     last = session.records[-1]
@@ -342,7 +342,7 @@ def memory(loaded, steps: int) -> dict:
         "records_mb_first_half": sum(sizes[:half]) / 2**20,  # linear: the second half costs the same
         "records_mb_second_half": sum(sizes[half:]) / 2**20,
         "queries_kept_mb": kept / 2**20,
-        "queries_budget_mb": transformers_runner(session).queries.budget / 2**20,
+        "queries_budget_mb": transformers_runner(session).rows.queries.budget / 2**20,
         "kv_cache_mb_per_1000": kv * scale / 2**20,
         "step_record_kb_at_end": len(pickle.dumps(last, protocol=5)) / 1024,
         "step_record_kb_mean": sum(sizes) / len(sizes) / 1024,
@@ -362,7 +362,7 @@ def device_peak(loaded, n: int = 2048, steps: int = 32) -> dict:
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated()
     weights, kv = weights_bytes(loaded.model), session.runner.kv_bytes
-    queries = transformers_runner(session).queries.nbytes
+    queries = transformers_runner(session).rows.queries.nbytes
     return {
         "peak_gb": peak / 1e9,
         "weights_gb": weights / 1e9,

@@ -10,6 +10,7 @@ import pytest
 import torch
 from closeness import assert_close
 
+from tokenviz.backends.transformers.head_check import head_reproduces, settle_head
 from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.errors import Cancelled
 from tokenviz.contract.settings import SamplingSettings
@@ -231,7 +232,7 @@ def test_deferred_predictions_equal_the_prefills_own_and_reach_every_kept_path(m
     deferred = Session(runner, settings)
     deferred.start(prompt, defer_predictions=True)
     n = len(deferred.prompt_ids)
-    assert runner.head_reproduces is True and deferred.records[0].prompt_predictions == ()
+    assert head_reproduces(runner.model) is True and deferred.records[0].prompt_predictions == ()
     assert deferred.prompt_unscored == n - 1 and deferred.pending.top == eager.pending.top
     deferred.step()
     deferred.reset()  # the path left is kept as a branch, holding the prompt's record as it was
@@ -242,7 +243,7 @@ def test_deferred_predictions_equal_the_prefills_own_and_reach_every_kept_path(m
     assert deferred.branches.paths and deferred.branches.paths[0].records[0].prompt_predictions is made
 
     checked = ModelRunner(family_model("llama"))
-    checked.head_reproduces = False  # as a family whose output layer does more than tokenviz's head knows
+    settle_head(checked.model, False)  # as a family whose output layer does more than tokenviz's head knows
     fallback = Session(checked, settings)
     fallback.start(prompt, defer_predictions=True)
     assert fallback.prompt_unscored == 0 and list(fallback.records[0].prompt_predictions) == list(reference)

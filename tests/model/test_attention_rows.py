@@ -23,7 +23,7 @@ def journey(kind: str | LoadedModel, budget: int | None = None, steps: int = 10)
     runner = ModelRunner(family_model(kind) if isinstance(kind, str) else kind)
     runner.eos_ids = set()
     if budget is not None:
-        runner.queries = QueryStore(budget)
+        runner.rows.queries = QueryStore(budget)
     s = Session(runner, SamplingSettings(temperature=0, max_new_tokens=1000))
     s.start(list(range(5, 25)))
     for _ in range(steps):
@@ -39,7 +39,7 @@ def reference(s: Session):
 @pytest.mark.parametrize("kind", KINDS)
 def test_rows_whose_queries_were_dropped_are_fed_again_and_leave_the_journey_as_it_was(kind):
     s = journey(kind, budget=2_000)  # a few positions' queries at most
-    assert s.runner.queries.nbytes <= 2_000 or not s.runner.fast_attention
+    assert s.runner.rows.queries.nbytes <= 2_000 or not s.runner.rows.fast
     full = reference(s)
     keys_before = [layer.keys.clone() for layer in s.runner.cache.layers]
     pending = s._pending_logits.clone()
@@ -69,7 +69,7 @@ def test_after_a_rewind_and_another_token_the_rows_are_the_new_paths(kind):
 
 def test_the_query_store_stays_within_its_budget_and_forgets_cropped_positions():
     s = journey("llama", budget=40_000)
-    store = s.runner.queries
+    store = s.runner.rows.queries
     assert 0 < store.nbytes <= 40_000
     kept = [p for p in range(30) if not store.missing(range(p, p + 1))]
     assert kept and kept[-1] == 29  # the newest are kept
@@ -103,14 +103,14 @@ def test_an_eager_only_model_feeds_only_the_new_rows_when_the_window_moves_on():
 
 
 def test_the_query_budget_keeps_the_last_positions_within_a_share_of_the_free_memory(monkeypatch):
-    from tokenviz.backends.transformers import runner as runner_module
+    from tokenviz.backends.transformers import exact_attention
     from tokenviz.backends.transformers.query_store import QUERY_FLOOR, QUERY_POSITIONS, QUERY_SHARE, query_budget
 
-    monkeypatch.setattr(runner_module, "free_bytes", lambda device, limits: (80 * 10**9, False))
+    monkeypatch.setattr(exact_attention, "free_bytes", lambda device, limits: (80 * 10**9, False))
     runner = ModelRunner(tiny_model("llama"))
     i = runner.info
     per_position = i.layers * i.heads * i.head_dim * 4
-    assert runner.queries.budget == QUERY_POSITIONS * per_position
+    assert runner.rows.queries.budget == QUERY_POSITIONS * per_position
     assert i.queries_kept.startswith(f"the last {QUERY_POSITIONS:,} positions")
     # An 8B model (32 layers x 32 heads x 128, bfloat16) on a GPU with 60 GB free keeps the positions, 268 MB.
     eight_b = 32 * 32 * 128 * 2
@@ -158,7 +158,7 @@ def test_the_fast_path_feeds_again_only_from_the_first_row_missing():
 
     s.runner.model.forward = counted
     s.attention(range(20, 30), [0])  # kept from the steps: nothing fed
-    s.runner.queries.drop_from(27)
+    s.runner.rows.queries.drop_from(27)
     shown = s.attention(range(20, 30), [0, 3])
     assert fed == [3]
     s.runner.model.forward = forward

@@ -136,9 +136,11 @@ def test_compiled_steps_keep_their_query_states_for_the_attention_view(models):
     step_both((eager, fast), 10)
     rows = range(fast.runner.kv_len - 6, fast.runner.kv_len)
     layers = range(fast.runner.info.layers)
-    assert fast.runner.queries.missing(rows) == []
+    assert fast.runner.rows.queries.missing(rows) == []
     for layer in layers:
-        torch.testing.assert_close(fast.runner.queries.get(layer, rows), eager.runner.queries.get(layer, rows))
+        torch.testing.assert_close(
+            fast.runner.rows.queries.get(layer, rows), eager.runner.rows.queries.get(layer, rows)
+        )
     model = fast.runner.model
     fed = []
     handle = model.register_forward_pre_hook(lambda module, args: fed.append(module))
@@ -211,7 +213,7 @@ def test_other_families_step_compiled_as_eager(kind):
     step_both((eager, fast), 30)
     assert step.call.calls == 30
     rows, layers = range(fast.runner.kv_len - 8, fast.runner.kv_len), range(fast.runner.info.layers)
-    assert fast.runner.queries.missing(rows) == []  # kept from the graph
+    assert fast.runner.rows.queries.missing(rows) == []  # kept from the graph
     torch.testing.assert_close(
         fast.runner.attention(fast.ids, rows, layers), eager.runner.attention(eager.ids, rows, layers)
     )

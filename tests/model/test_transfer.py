@@ -162,7 +162,7 @@ def test_the_attention_view_reads_the_device_once(kind, device):
     with CountReads() as counter:
         session.attention(range(n - 5, n), [0])  # the newest rows: their queries are kept
     assert dict(counter.reads) == ONE_TRANSFER
-    session.runner.queries.clear()
+    session.runner.rows.queries.clear()
     with CountReads() as counter:
         session.attention(range(0, 6), [0, 1])  # queries gone: fed again first
     assert dict(counter.reads) == ONE_TRANSFER

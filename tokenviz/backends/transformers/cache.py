@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -55,9 +56,22 @@ def crop_layers(cache: DynamicCache, length: int) -> None:
             layer.crop(-drop)
 
 
+@contextmanager
+def cut_cache(cache: DynamicCache, length: int) -> Iterator[None]:
+    """Run with `cache` cut to its first `length` positions, then put it back as it was. The cut
+    cache's layers are copies viewing those positions: what a pass appends goes to tensors of their own
+    (see GrowingLayer), never over the positions the journey holds past the cut."""
+    whole: list[Any] = cache.layers  # GrowingLayers: see full_cache
+    cache.layers = [cut_view(layer, length) for layer in whole]
+    try:
+        yield
+    finally:
+        cache.layers = whole
+
+
 def cut_view(layer: Any, length: int) -> GrowingLayer:
     """A layer holding the first `length` positions of `layer`: a pass over it appends to tensors of
-    its own, and `layer` is left as it was (ModelRunner._cut)."""
+    its own, and `layer` is left as it was (see cut_cache)."""
     cut = GrowingLayer()
     cut.take(layer.keys[..., :length, :], layer.values[..., :length, :])
     return cut

@@ -5,26 +5,25 @@ exactly one thread (the engine thread, or a script) may own a runner.
 from __future__ import annotations
 
 import dataclasses
-import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from tokenviz.backends.transformers.attention import IMPLEMENTATION, Capture, capturing, exact_weights, latent_attention
-from tokenviz.backends.transformers.cache import crop_layers, cut_view, full_cache, with_cache
+from tokenviz.backends.transformers.attention import Capture, capturing, latent_attention
+from tokenviz.backends.transformers.cache import crop_layers, cut_cache, full_cache, with_cache
 from tokenviz.backends.transformers.chat import ChatIds, chat_ids, has_chat_template
 from tokenviz.backends.transformers.compiled_step import CompiledStep
 from tokenviz.backends.transformers.device_map import input_device
 from tokenviz.backends.transformers.device_map_times import PlaceTimes, timed_by_place
+from tokenviz.backends.transformers.exact_attention import ExactAttention
+from tokenviz.backends.transformers.head_check import check_head, head_reproduces, output_layer, settle_head
 from tokenviz.backends.transformers.interrupt import layer_by_layer
 from tokenviz.backends.transformers.loading import LoadedModel
-from tokenviz.backends.transformers.memory import free_bytes, gigabytes
 from tokenviz.backends.transformers.parts import eos_id_set, last_logits, output_layer_input
-from tokenviz.backends.transformers.query_store import QUERY_SHARE, QueryStore, query_budget
 from tokenviz.backends.transformers.routing import (
     join_routes,
     read_routing,
@@ -35,7 +34,7 @@ from tokenviz.backends.transformers.routing import (
 )
 from tokenviz.backends.transformers.token_texts import TokenPieces
 from tokenviz.contract.engine import WHOLE_VOCABULARY, Capability, in_order
-from tokenviz.contract.errors import Cancelled, GiveWay, ModelLoadError, TokenvizError
+from tokenviz.contract.errors import Cancelled, GiveWay, ModelLoadError
 from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.records import ModelInfo, Routing
 from tokenviz.contract.results import BeamResult, Inspection, LogitDifference, Speculation
@@ -89,8 +88,6 @@ class Forward:
 # with all 30 layers asked, nothing measurable with 4), and a key then waits at most a quarter of a step.
 GIVE_WAY_POINTS = 4
 HEAD_SLICE_NUMBERS = 2**24  # logits made at once from the kept hidden states (64 MB of float32)
-HEAD_TOLERANCE = 1e-4  # the output layer run again on the last position gives the model's logits within this
-HEAD_CHECKED: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()  # by model: see head_reproduces
 
 
 def cache_layers(key_addresses: dict[int, int], cache: Any, layers: int) -> list[int | None]:
@@ -104,6 +101,29 @@ def cache_layers(key_addresses: dict[int, int], cache: Any, layers: int) -> list
     return [held.get(key_addresses.get(layer, -1)) for layer in range(layers)]
 
 
+@torch.inference_mode()
+def measured_shape(model: Any, device: torch.device, info: ModelInfo) -> tuple[ModelInfo, int, list[int | None]]:
+    """`info` with the key/value heads and head size the KV cache really holds, from a one-token
+    forward pass: configs name them in many ways (grouped- and multi-query, Falcon's num_kv_heads,
+    a latent under multi-head latent attention). The same pass measures one position's query states,
+    every layer's, as the attention view keeps them (their bytes), and which cache layer holds each
+    layer's keys (see cache_layers). It runs in the thread that owns the runner: on a CPU, a thread
+    that runs the model first keeps its speed, and the app's engine thread is that thread."""
+    cache = full_cache()
+    with capturing() as capture:
+        model(
+            input_ids=torch.zeros((1, 1), dtype=torch.long, device=device), **with_cache(model, cache), use_cache=True
+        )
+    keys = getattr(cache.layers[0], "keys", None)
+    if not isinstance(keys, torch.Tensor):
+        raise ModelLoadError(f"{type(model).__name__} keeps no key/value cache that tokenviz can read")
+    query_bytes = sum(q.numel() * q.element_size() for q in capture.queries.values())
+    shaped = dataclasses.replace(
+        info, kv_heads=int(keys.shape[1]), head_dim=int(keys.shape[-1]), latent_kv=latent_attention(model)
+    )
+    return shaped, query_bytes, cache_layers(capture.key_addresses, cache, info.layers)
+
+
 class ModelRunner:
     """The transformers backend's engine: every capability of contract.engine."""
 
@@ -113,20 +133,17 @@ class ModelRunner:
         self.tokenizer = loaded.tokenizer
         self.device = input_device(self.model)  # (a device-mapped model's first parameters may be on the disk)
         info = dataclasses.replace(loaded.info, chat_template=has_chat_template(loaded.tokenizer))
-        self.info: ModelInfo = self._with_cache_shape(info)
+        self.info, query_bytes, held = measured_shape(self.model, self.device, info)
         self.cache = full_cache()
-        # Fast attention with queries kept for exact rows on demand; else eager (see this backend's attention).
-        self.fast_attention = self.model.config._attn_implementation == IMPLEMENTATION
-        self.queries = QueryStore(query_budget(free_bytes(self.device, {})[0], self._query_bytes))
+        self.rows = ExactAttention(self, query_bytes, held)  # the attention view's rows, exact
         self.routers = routers(self.model)  # an MoE model's, by layer (none: dense)
         self.shared_gates = shared_gates(self.model, self.routers)
         self.info = dataclasses.replace(
             self.info,
-            queries_kept=self._queries_kept(),
+            queries_kept=self.rows.kept(),
             capabilities=in_order(Capability),
             distribution=WHOLE_VOCABULARY,
         )
-        self._eager_rows: tuple[range, torch.Tensor] | None = None  # the last rows an eager pass gave
         self.special_ids = set(getattr(self.tokenizer, "all_special_ids", []) or [])
         self.eos_ids = eos_id_set(self.model.generation_config.eos_token_id, self.tokenizer)
         self.pieces = TokenPieces(self.tokenizer)  # (see tokenviz.backends.transformers.token_texts)
@@ -134,40 +151,6 @@ class ModelRunner:
         # Asked between the layers of `forward` (set by the worker during autoplay): True sets the step
         # aside (GiveWay, the cache cropped back) so a waiting key is answered now, not after the step.
         self.give_way: Callable[[], bool] | None = None
-
-    @torch.inference_mode()
-    def _with_cache_shape(self, info: ModelInfo) -> ModelInfo:
-        """`info` with the key/value heads and head size the KV cache really holds, from a one-token
-        forward pass: configs name them in many ways (grouped- and multi-query, Falcon's num_kv_heads,
-        a latent under multi-head latent attention). The same pass measures one position's query
-        states, every layer's, as the attention view keeps them. It runs here, in the thread that owns
-        the runner: on a CPU, a thread that runs the model first keeps its speed, and the app's engine
-        thread is that thread."""
-        cache = full_cache()
-        with capturing() as capture:
-            self.model(
-                input_ids=torch.zeros((1, 1), dtype=torch.long, device=self.device),
-                **with_cache(self.model, cache),
-                use_cache=True,
-            )
-        keys = getattr(cache.layers[0], "keys", None)
-        if not isinstance(keys, torch.Tensor):
-            raise ModelLoadError(f"{type(self.model).__name__} keeps no key/value cache that tokenviz can read")
-        self._query_bytes = sum(q.numel() * q.element_size() for q in capture.queries.values())
-        self._cache_layers = cache_layers(capture.key_addresses, cache, info.layers)
-        return dataclasses.replace(
-            info, kv_heads=int(keys.shape[1]), head_dim=int(keys.shape[-1]), latent_kv=latent_attention(self.model)
-        )
-
-    def _queries_kept(self) -> str:
-        """What the query states' budget holds, in positions (see tokenviz.backends.transformers.query_store)."""
-        if not self.fast_attention:
-            return "none: the attention view runs an eager pass of the rows it shows"
-        positions = self.queries.budget // max(1, self._query_bytes)
-        return (
-            f"the last {positions:,} positions ({gigabytes(self.queries.budget)}, at most {QUERY_SHARE:.0%} of the "
-            "free memory); rows further back are fed again when shown"
-        )
 
     def piece(self, token_id: int) -> str:
         return self.pieces.piece(token_id)
@@ -310,13 +293,7 @@ class ModelRunner:
     def use_cache(self, cache: Any) -> None:
         """Go on from `cache` (a fresh one, or one kept from before): nothing kept about the old one holds."""
         self.cache = cache
-        self._forget_from(0)
-
-    def _forget_from(self, position: int) -> None:
-        """Positions from `position` on may be fed differently now: their kept queries and rows go."""
-        self.queries.drop_from(position)
-        if self._eager_rows is not None and self._eager_rows[0].stop > position:
-            self._eager_rows = None
+        self.rows.forget_from(0)
 
     def crop(self, length: int) -> None:
         """Keep the first `length` positions of every layer of the cache (see crop_layers)."""
@@ -326,7 +303,7 @@ class ModelRunner:
             self.reset()
             return
         crop_layers(self.cache, length)
-        self._forget_from(length)
+        self.rows.forget_from(length)
 
     @torch.inference_mode()
     def forward(
@@ -346,7 +323,7 @@ class ModelRunner:
         if self._compiled_serves(ids, every_position):
             assert self.compiled is not None
             logits, queries = self.compiled.step(self.cache, ids_to_device(ids, self.device))
-            self.queries.add(start, Capture(queries=queries))
+            self.rows.queries.add(start, Capture(queries=queries))
             return Forward(logits=logits, timer=timer.stop())
         give_way = self.give_way
         yielding: Any = nullcontext()
@@ -356,9 +333,9 @@ class ModelRunner:
             yielding = layer_by_layer(self.model, cancelled or _not_cancelled, progress, what="the pass")
         # Every position's predictions: the hidden states the output layer reads are kept, its logits made
         # when asked for (a prefill's, deferred), where the output layer run again gives the model's own.
-        keep_hidden = every_position and self.head_reproduces is not False
+        keep_hidden = every_position and head_reproduces(self.model) is not False
         with (
-            capturing(calls=self.queries.calls) as capture,
+            capturing(calls=self.rows.queries.calls) as capture,
             yielding,
             recording(self.routers, self.shared_gates) as routed,
             timed_by_place(self.model) as places,
@@ -372,11 +349,13 @@ class ModelRunner:
                 if keep_hidden
                 else (len(ids) if every_position else 1),
             )
-        self.queries.add(start, capture)
+        self.rows.queries.add(start, capture)
         hidden = read[-1][0] if keep_hidden and read else None  # (tokens fed, hidden)
-        if keep_hidden and self.head_reproduces is None:  # checked once, on the last position
-            self.head_reproduces = hidden is not None and self._head_reproduces(hidden[-1:], out.logits[0, -1:])
-        if keep_hidden and not self.head_reproduces:  # (a family whose output layer does more): every position's
+        reproduces = head_reproduces(self.model)
+        if keep_hidden and reproduces is None:  # checked once, on the last position
+            reproduces = check_head(self.model, hidden[-1:], out.logits[0, -1:]) if hidden is not None else False
+            settle_head(self.model, reproduces)
+        if keep_hidden and not reproduces:  # (a family whose output layer does more): every position's
             self.crop(start)  # logits, from the same cache as before this pass
             return self.forward(ids, every_position=True)
         return Forward(
@@ -386,34 +365,8 @@ class ModelRunner:
             routes=route_tensors(routed) if routed and len(routed) == len(self.routers) else None,  # (all read)
             places=places,
             hidden=hidden,
-            head=self._head_logits if hidden is not None else None,
+            head=output_layer(self.model) if hidden is not None else None,
         )
-
-    @property
-    def head_reproduces(self) -> bool | None:
-        """Whether the output layer run again over the hidden states it reads gives this model's own
-        logits (see _head_logits): None until a prefill has checked it (once per model: one read of the
-        device, at its first prefill); True lets a prefill keep the hidden states of every position
-        instead of every position's logits."""
-        return HEAD_CHECKED.get(self.model)
-
-    @head_reproduces.setter
-    def head_reproduces(self, value: bool) -> None:
-        HEAD_CHECKED[self.model] = value
-
-    def _head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The model's logits from what its output layer reads (see lens.head_logits)."""
-        from tokenviz.backends.transformers.lens import head_logits
-
-        with torch.inference_mode():
-            return head_logits(self.model, hidden)
-
-    def _head_reproduces(self, hidden: torch.Tensor, logits: torch.Tensor) -> bool:
-        """Whether the output layer run on `hidden` gives `logits`, the model's own (a family whose output
-        does more than tokenviz's head knows keeps every position's logits instead: slower, never wrong)."""
-        again = self._head_logits(hidden).float()
-        scale = max(float(logits.float().abs().max()), 1.0)
-        return bool(again.shape == logits.shape and (again - logits.float()).abs().max() <= HEAD_TOLERANCE * scale)
 
     def _compiled_serves(self, ids: list[int], every_position: bool) -> bool:
         """Whether the compiled step can feed `ids`: one token whose pass needs no hook (an
@@ -428,73 +381,16 @@ class ModelRunner:
             and not self.compiled.hooked()
         )
 
-    @torch.inference_mode()
     def attention(self, ids: Sequence[int], rows: range, layers: Sequence[int]) -> torch.Tensor:
         """The exact attention weights of positions `rows` of the cached path `ids`, for `layers`:
-        (layers, heads, len(rows), rows.stop) in float32, on the device. Each row is the model's eager
-        attention computed from the kept query states and the cached keys; positions whose queries are
-        no longer kept are fed again first (over the cache cut before them, which is left as it was)."""
-        if not 0 <= rows.start < rows.stop <= self.kv_len:
-            raise ValueError(f"rows {rows.start}-{rows.stop - 1} are not all in the cache of {self.kv_len}")
-        if not self.fast_attention:
-            return self._eager_attention(ids, rows)[list(layers)]
-        missing = self.queries.missing(rows)
-        if missing:  # from the first one missing to the end (the rows before it are kept)
-            self._feed_again(ids, range(missing[0], rows.stop))
-            if self.queries.missing(rows):  # the budget dropped older ones for them: all, one block it keeps
-                self._feed_again(ids, rows)
-        out = []
-        for layer in layers:
-            held = self._cache_layers[layer]
-            if held is None:
-                raise TokenvizError(f"layer {layer} attends over keys its cache does not hold: no rows to show")
-            cached: Any = self.cache.layers[held]  # a GrowingLayer: see full_cache
-            keys, values = cached.keys[0, :, : rows.stop], cached.values[0, :, : rows.stop]
-            call = self.queries.calls[layer]
-            out.append(exact_weights(call, self.queries.get(layer, rows), rows, keys, values).float())
-        return torch.stack(out)
-
-    def _feed_again(self, ids: Sequence[int], span: range) -> None:
-        """Keep the query states of positions `span` of the cached path `ids`, fed again over the cache
-        cut before them (which is left as it was)."""
-        with self._cut(span.start), capturing(calls=self.queries.calls) as capture:
-            self.model(
-                input_ids=ids_to_device(ids[span.start : span.stop], self.device),
-                **with_cache(self.model, self.cache),
-                use_cache=True,
-                logits_to_keep=last_logits(len(span), self.device),
-            )
-        self.queries.add(span.start, capture)
-
-    def _eager_attention(self, ids: Sequence[int], rows: range) -> torch.Tensor:
-        """Every layer's rows from an eager forward pass of those positions (for models without the
-        fast path). The last answer is kept: a layer switch costs nothing, and when the rows move on
-        by a few positions (autoplay) only the new ones are fed."""
-        kept = self._eager_rows
-        if kept is not None and kept[0].start <= rows.start and rows.stop <= kept[0].stop:
-            return kept[1][:, :, rows.start - kept[0].start : rows.stop - kept[0].start, : rows.stop]
-        start, parts = rows.start, []
-        if kept is not None and kept[0].start <= rows.start < kept[0].stop:
-            old = kept[1][:, :, rows.start - kept[0].start :]
-            parts.append(torch.nn.functional.pad(old, (0, rows.stop - old.shape[-1])))  # the future: 0
-            start = kept[0].stop
-        with self._cut(start):
-            out = self.model(
-                input_ids=ids_to_device(ids[start : rows.stop], self.device),
-                **with_cache(self.model, self.cache),
-                use_cache=True,
-                output_attentions=True,
-                logits_to_keep=1,
-            )
-        parts.append(torch.cat([a.float() for a in out.attentions], 0))
-        self._eager_rows = (rows, torch.cat(parts, 2))
-        return self._eager_rows[1]
+        (layers, heads, len(rows), rows.stop) in float32, on the device (see exact_attention)."""
+        return self.rows.weights(ids, rows, layers)
 
     @torch.inference_mode()
     def logits_after(self, ids: Sequence[int], start: int) -> torch.Tensor:
         """The next-token logits after each of `ids[start:]` (positions the cache holds), fed again
         over the cache cut at `start`; the cache is left as it was. (positions, vocab)."""
-        with self._cut(start):
+        with cut_cache(self.cache, start):
             out = self.model(
                 input_ids=ids_to_device(ids[start:], self.device),
                 **with_cache(self.model, self.cache),
@@ -503,18 +399,6 @@ class ModelRunner:
             )
         logits: torch.Tensor = out.logits[0]
         return logits
-
-    @contextmanager
-    def _cut(self, length: int) -> Iterator[None]:
-        """Run with the cache cut to its first `length` positions, then put it back as it was. The
-        cut cache's layers are copies viewing those positions: what the pass appends goes to tensors
-        of their own (see GrowingLayer), never over the positions the journey holds past the cut."""
-        whole: list[Any] = self.cache.layers  # GrowingLayers: see full_cache
-        self.cache.layers = [cut_view(layer, length) for layer in whole]
-        try:
-            yield
-        finally:
-            self.cache.layers = whole
 
     @torch.inference_mode()
     def recompute(
