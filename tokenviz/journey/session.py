@@ -19,7 +19,6 @@ import torch
 from tokenviz.contract.engine import (
     AttentionRows,
     Capability,
-    DrawingEngine,
     Engine,
     Intervenable,
     Intervening,
@@ -29,15 +28,13 @@ from tokenviz.contract.engine import (
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.interventions import BRANCH_SOURCE, Intervention, Patch
 from tokenviz.contract.records import MAX_PINNED, StepRecord, TokenChip
-from tokenviz.contract.results import BranchSummary, CacheEvent, Drawn
+from tokenviz.contract.results import BranchSummary, CacheEvent
 from tokenviz.contract.settings import SamplingSettings
-from tokenviz.decoding.drawn import drawn_decision, drawn_top, drawn_unsteered, forced_figures
 from tokenviz.decoding.prompt_predictions import PromptPredictions
-from tokenviz.decoding.sampling import decide, decide_on_device, summarise
-from tokenviz.decoding.unsteered import read_unsteered, unsteered_on_device
 from tokenviz.journey.analyses import JourneyAnalyses
 from tokenviz.journey.branches import Branch, BranchStore
 from tokenviz.journey.chips import ChipCache
+from tokenviz.journey.decisions import decision_for
 from tokenviz.journey.grammar_state import GrammarState
 from tokenviz.journey.memory_policy import check_memory, prefill_chunk
 from tokenviz.journey.prefill import DeferredPredictions, prefill
@@ -52,8 +49,7 @@ TOP_N = 20
 class Session:
     def __init__(self, runner: Engine, settings: SamplingSettings | None = None, top_n: int = TOP_N):
         self.runner = runner
-        # An engine that draws its own token (a server), asked once: a protocol's isinstance reads every member.
-        self._drawing: DrawingEngine | None = runner if isinstance(runner, DrawingEngine) else None
+        self.decision = decision_for(runner)  # made here on the logits, or drawn by the engine (a server)
         self.settings = settings or SamplingSettings()
         self.top_n = top_n
         self.prompt = ""  # the text given: the whole prompt, or the user's message in chat mode
@@ -75,7 +71,6 @@ class Session:
         self.shared_interventions: tuple[Intervention, ...] = ()
         self._pending_logits: torch.Tensor | None = None
         self._prefill_logits: torch.Tensor | None = None
-        self._drawn: Drawn | None = None  # an engine that draws its own tokens: the pending step's draw
         self._deferred = DeferredPredictions()  # a prefill's predictions not made yet (start's `defer_predictions`)
         self._chips = ChipCache()  # see chips()
 
@@ -402,8 +397,7 @@ class Session:
     def _refresh_pending(self) -> None:
         """The pending record from `_pending_logits` again (a drawing engine's draw again): its top-n,
         decision and unsteered view."""
-        assert self._pending_logits is not None or self._drawing is not None
-        record = self._decided(self._pending_logits)[0]
+        record = self.decision.record(self, self._pending_logits)[0]
         pending = self.records[-1]
         self.records[-1] = dataclasses.replace(
             pending,
@@ -414,98 +408,11 @@ class Session:
             unsteered=record.unsteered,
         )
 
-    def _decided(
-        self, logits: torch.Tensor | None, extra: dict[str, torch.Tensor] | None = None
-    ) -> tuple[StepRecord, dict[str, np.ndarray]]:
-        """A record of the decision on `logits` (its top-n, decision and, with interventions, the
-        model's own distribution at the same context): everything reaches the host in one transfer,
-        with `extra`. Its place in the journey is the caller's to fill in. An engine that draws its own
-        token (a server) is asked for its draw at this context instead."""
-        if self._drawing is not None:
-            return self._drawn_record(self._drawing.draw(self.ids, self.settings)), to_host(extra or {})
-        assert logits is not None  # (only a drawing engine's forward gives none)
-        summary = summarise(logits, self.top_n)
-        decision = decide_on_device(
-            logits,
-            self.settings,
-            self.ids,
-            self.generated_ids,
-            pinned=self.pinned,
-            allowed=self.allowed(self.settings, self.generated_ids),
-            summary=summary,
-        )
-        own, own_timer = {}, None
-        if self.intervening is not None:
-            own_logits, own_timer = self.intervening.own_logits(self.cached_ids)
-            own = unsteered_on_device(logits, own_logits, self.top_n)
-        host = to_host({**summary.tensors, **decision.tensors, **own, **(extra or {})})
-        top, entropy = summary.read(host, self.runner.piece)
-        record = StepRecord(
-            index=len(self.records),
-            position=len(self.ids),
-            input_ids=(),
-            input_texts=(),
-            top=top,
-            entropy=entropy,
-            decision=decision.read(host, self.runner.piece),
-            interventions=self.interventions,
-            unsteered=read_unsteered(host, self.runner.piece, own_timer) if own_timer else None,
-        )
-        return record, host
-
     def _keep_path(self) -> None:
         self.branches.keep(self._path(), len(self.prompt_ids))
 
-    def _drawn_record(self, drawn: Drawn, forced_id: int | None = None, own: bool = True) -> StepRecord:
-        """The record of a step an engine drew itself (see decoding.drawn); `forced_id` taken instead; with
-        `own` and interventions in force, the model's own distribution beside it (one more request)."""
-        runner, ids = self._drawing, list(self.ids)
-        assert runner is not None
-        self._drawn = drawn
-        forced = (
-            None if forced_id is None else forced_figures(drawn, forced_id, lambda: runner.logprob_of(ids, forced_id))
-        )
-        top, entropy = drawn_top(drawn, runner.piece, self.top_n)
-        decision = drawn_decision(
-            drawn, self.settings, ids, self.generated_ids, runner.piece, runner.info.vocab, forced, self.pinned
-        )
-        unsteered = None
-        if own and self.intervening is not None:  # (a drawing engine's scores are its top N: a Drawn)
-            unsteered = drawn_unsteered(drawn, self.intervening.own_logits(ids)[0], runner.piece, self.top_n)
-        return StepRecord(
-            index=len(self.records),
-            position=len(ids),
-            input_ids=(),
-            input_texts=(),
-            top=top,
-            entropy=entropy,
-            decision=decision,
-            forward_ms=drawn.ms,
-            interventions=self.interventions,
-            unsteered=unsteered,
-        )
-
     def _redecide(self, forced_id: int | None = None) -> None:
-        if self._drawing is not None:  # its draw, again with these settings; a forced token needs none
-            kept = self._drawn if forced_id is not None else None
-            drawn = kept or self._drawing.draw(self.ids, self.settings)
-            record = self._drawn_record(drawn, forced_id, own=False)  # (its context, so its own, is the same)
-            self.records[-1] = dataclasses.replace(
-                self.records[-1], top=record.top, entropy=record.entropy, decision=record.decision
-            )
-            return
-        assert self._pending_logits is not None
-        decision = decide(
-            self._pending_logits,
-            self.settings,
-            self.ids,
-            self.generated_ids,
-            self.runner.piece,
-            forced_id,
-            self.pinned,
-            self.allowed(self.settings, self.generated_ids),
-        )
-        self.records[-1] = dataclasses.replace(self.records[-1], decision=decision)
+        self.records[-1] = self.decision.redecide(self, self._pending_logits, forced_id)
 
     def _fill_pinned(
         self,
@@ -550,7 +457,7 @@ class Session:
     ) -> StepRecord:
         """Record a forward pass and decide on it: the top-n, the decision (and a prefill's
         predictions at every prompt position) reach the host in one transfer."""
-        decided, host = self._decided(forward.logits, {**(prompt_parts or {}), **(forward.routes or {})})
+        decided, host = self.decision.record(self, forward.logits, {**(prompt_parts or {}), **(forward.routes or {})})
         self.runner.learn_pieces(input_ids)  # a prompt's pieces: in one call
         record = dataclasses.replace(
             decided,
