@@ -132,7 +132,9 @@ def test_every_stage_and_the_allowed_set_equal_generates_processors_at_every_ste
         )
         expected = torch.softmax(out.scores[0][0].float(), -1)
         logits = model(torch.tensor([context])).logits[0, -1]
-        mine = final_distribution(logits, settings, context, context[n:], session.allowed(settings, context[n:]))
+        mine = final_distribution(
+            logits, settings, context, context[n:], session.grammars.allowed(settings, context[n:])
+        )
         torch.testing.assert_close(mine, expected, atol=1e-5, rtol=1e-4)
         (stage,) = [s for s in record.decision.stages if s.is_grammar]
         assert stage.kept == int(reference.allowed().sum())
@@ -151,7 +153,7 @@ def test_a_rewind_gives_the_mask_a_fresh_matcher_gives_and_the_journey_goes_on_t
         session.rewind(back)
         fresh = reference_processor(session, JSON_SCHEMA)
         fresh.matcher.consume_tokens(session.generated_ids)
-        mine = session.allowed(settings, session.generated_ids)
+        mine = session.grammars.allowed(settings, session.generated_ids)
         assert np.array_equal(mine.numpy(), fresh.allowed())
         (stage,) = [s for s in session.pending.decision.stages if s.is_grammar]
         assert stage.kept == int(fresh.allowed().sum())

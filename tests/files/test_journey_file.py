@@ -67,14 +67,14 @@ def test_replay_reproduces_settings_changes_and_branches(tmp_path, tiny_dir):
     s.step()
     s.set_settings(s.settings.replace(temperature=1.3, top_k=5, seed=9))
     s.step()
-    s.force_rank(3)  # a branch
+    s.take_rank(3)  # a branch
     s.set_settings(s.settings.replace(temperature=0))
     s.step()
     s.step()
     from tokenviz.files.journey_file import save_journey
     from tokenviz.worker.snapshots import snapshot_of
 
-    s.branch(2, rank=2)  # and another path, kept as a branch
+    s.take_rank(2, steps_back=2)  # and another path, kept as a branch
     s.step()
     path = save_journey(tmp_path / "j.json", snapshot_of(s))
     doc = read_journey(path)

@@ -233,7 +233,7 @@ def test_deferred_predictions_equal_the_prefills_own_and_reach_every_kept_path(m
     deferred.start(prompt, defer_predictions=True)
     n = len(deferred.prompt_ids)
     assert head_reproduces(runner.model) is True and deferred.records[0].prompt_predictions == ()
-    assert deferred.prompt_unscored == n - 1 and deferred.pending.top == eager.pending.top
+    assert deferred.deferred.left == n - 1 and deferred.pending.top == eager.pending.top
     deferred.step()
     deferred.reset()  # the path left is kept as a branch, holding the prompt's record as it was
     assert deferred.score_prompt(chunks=1) == n - 1 - 4
@@ -246,7 +246,7 @@ def test_deferred_predictions_equal_the_prefills_own_and_reach_every_kept_path(m
     settle_head(checked.model, False)  # as a family whose output layer does more than tokenviz's head knows
     fallback = Session(checked, settings)
     fallback.start(prompt, defer_predictions=True)
-    assert fallback.prompt_unscored == 0 and list(fallback.records[0].prompt_predictions) == list(reference)
+    assert fallback.deferred.left == 0 and list(fallback.records[0].prompt_predictions) == list(reference)
 
 
 def test_trace_makes_the_prompts_predictions_only_for_the_files_that_show_them(tmp_path):

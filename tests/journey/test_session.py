@@ -9,6 +9,7 @@ from tiny import tiny_model
 from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.errors import PromptError, TokenvizError
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.journey.chips import chips_of
 from tokenviz.journey.session import Session
 
 PROMPT = "The Eiffel Tower is located in"
@@ -30,7 +31,7 @@ def test_cached_steps_equal_a_full_recompute(tiny):
         s.step()
     assert len(s.generated_ids) == 30 and s.runner.kv_len == len(s.ids)
     logits, rows = full_forward(tiny, s.ids)
-    assert torch.allclose(s._pending_logits.cpu(), logits, atol=1e-4)  # (the recompute runs on the CPU)
+    assert torch.allclose(s.pending_logits.cpu(), logits, atol=1e-4)  # (the recompute runs on the CPU)
     last = s.records[-1]
     shown = s.attention(range(len(s.ids) - 1, len(s.ids)), range(tiny.info.layers))
     assert shown.shape == (tiny.info.layers, tiny.info.heads, 1, len(s.ids)) and shown.dtype == np.float32
@@ -74,7 +75,7 @@ def test_rewind_then_replay_gives_identical_records(tiny):
         assert a.decision.stages == b.decision.stages and a.decision.u == b.decision.u
     n = len(s.ids)
     assert np.allclose(s.attention(range(n), [0, 1]), straight.attention(range(n), [0, 1]), atol=1e-6)
-    assert torch.equal(s._pending_logits, straight._pending_logits)
+    assert torch.equal(s.pending_logits, straight.pending_logits)
 
 
 def test_rewind_to_the_prompt_and_past_it(tiny_llama):
@@ -120,7 +121,7 @@ def test_force_and_branch_take_another_ranked_token(tiny_llama):
     for _ in range(3):
         s.step()
     second = s.records[1].top[1].id
-    s.branch(2, rank=2)
+    s.take_rank(2, steps_back=2)
     assert len(s.generated_ids) == 2 and s.generated_ids[1] == second
     assert s.records[1].decision.mode == "forced" and s.records[1].decision.raw_rank == 2
     s.step(forced_id=5)
@@ -128,7 +129,7 @@ def test_force_and_branch_take_another_ranked_token(tiny_llama):
     with pytest.raises(TokenvizError, match="vocabulary"):
         s.step(forced_id=10**6)
     with pytest.raises(TokenvizError, match="rank"):
-        s.force_rank(99)
+        s.take_rank(99)
 
 
 def test_stops_at_max_new_tokens_and_resumes_when_raised(tiny_llama):
@@ -209,13 +210,13 @@ def test_records_hold_no_tensors(tiny_llama):
 def test_pieces_make_bytes_and_specials_visible(tiny_llama):
     s = make(tiny_llama)
     s.start("é\n")
-    chips = s.chips()
+    chips = chips_of(s)
     # "é" is two byte tokens here, neither a whole character: each shows as its byte
     assert [c.text for c in chips] == ["<0xC3>", "<0xA9>", "\n"]
     assert s.text == "é\n"
     eos = tiny_llama.tokenizer.eos_token_id
     s.step(forced_id=eos)
-    assert s.chips()[-1].is_special and not s.chips()[-1].is_prompt
+    assert chips_of(s)[-1].is_special and not chips_of(s)[-1].is_prompt
 
 
 def test_start_from_token_ids(tiny_llama):
@@ -236,7 +237,7 @@ def test_rewinding_and_stepping_differently_keeps_the_old_path_as_a_branch(tiny_
     for _ in range(5):
         s.step()
     first_path = list(s.ids)
-    s.branch(3, rank=2)  # back 3 tokens, take the 2nd ranked there instead
+    s.take_rank(2, steps_back=3)  # back 3 tokens, take the 2nd ranked there instead
     s.step()
     summaries = s.branch_summaries()
     assert [b.current for b in summaries] == [True, False]
@@ -253,7 +254,7 @@ def test_rewinding_and_stepping_differently_keeps_the_old_path_as_a_branch(tiny_
     assert s.pending.top == straight.pending.top or [c.id for c in s.pending.top] == [
         c.id for c in straight.pending.top
     ]
-    assert torch.allclose(s._pending_logits, straight._pending_logits, atol=1e-4)
+    assert torch.allclose(s.pending_logits, straight.pending_logits, atol=1e-4)
     assert s.last_cache_event.kept == len(s.prompt_ids) + 2
     s.step()
     assert s.generated_ids[:6] == straight.generated_ids[:5] + [s.generated_ids[5]]
@@ -267,7 +268,7 @@ def test_a_stored_branch_is_summarised_once_while_the_current_path_grows(tiny_ll
     s.start(PROMPT)
     for _ in range(4):
         s.step()
-    s.branch(2, rank=2)
+    s.take_rank(2, steps_back=2)
     first = s.branch_summaries()
     decoded = []
     original = s.runner.decode
@@ -314,18 +315,18 @@ def test_chips_are_kept_between_calls_and_equal_fresh_ones(tiny_llama):
         )
 
     s.start(PROMPT)
-    first = s.chips()
+    first = chips_of(s)
     assert first == fresh()
     for _ in range(3):
         s.step()
-        assert s.chips() == fresh()
-    assert s.chips()[0] is first[0]  # a grown journey reuses the chips it had
+        assert chips_of(s) == fresh()
+    assert chips_of(s)[0] is first[0]  # a grown journey reuses the chips it had
     s.rewind()
-    assert s.chips() == fresh()
+    assert chips_of(s) == fresh()
     s.step(forced_id=5)
-    assert s.chips() == fresh()
+    assert chips_of(s) == fresh()
     s.start("another prompt")
-    assert s.chips() == fresh() and s.chips()[0] is not first[0]
+    assert chips_of(s) == fresh() and chips_of(s)[0] is not first[0]
 
 
 def test_a_step_whose_output_is_not_a_number_leaves_the_journey_as_it_was(tiny_llama):

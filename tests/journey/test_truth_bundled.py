@@ -41,7 +41,7 @@ def test_cached_logits_and_attention_equal_full_forward(bundled):
     for _ in range(30):
         s.step()
     out = stock_forward(checkpoint(), s.ids, str(bundled.model.device))
-    assert torch.allclose(s._pending_logits, out.logits[0, -1], atol=1e-4)
+    assert torch.allclose(s.pending_logits, out.logits[0, -1], atol=1e-4)
     n = len(s.ids)
     shown = s.attention(range(n), range(bundled.info.layers))  # every row the pane can show, prompt included
     for layer, full in enumerate(out.attentions):

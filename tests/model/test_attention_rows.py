@@ -42,7 +42,7 @@ def test_rows_whose_queries_were_dropped_are_fed_again_and_leave_the_journey_as_
     assert s.runner.rows.queries.nbytes <= 2_000 or not s.runner.rows.fast
     full = reference(s)
     keys_before = [layer.keys.clone() for layer in s.runner.cache.layers]
-    pending = s._pending_logits.clone()
+    pending = s.pending_logits.clone()
     for rows in (range(0, 7), range(12, 30), range(29, 30)):
         shown = s.attention(rows, [0, 3])
         for i, layer in enumerate((0, 3)):
@@ -51,7 +51,7 @@ def test_rows_whose_queries_were_dropped_are_fed_again_and_leave_the_journey_as_
     assert all(torch.equal(a, b.keys) for a, b in zip(keys_before, s.runner.cache.layers))
     s.step()  # the next step is the one it would have been
     s.rewind(1)
-    assert torch.allclose(s._pending_logits, pending, atol=1e-5)
+    assert torch.allclose(s.pending_logits, pending, atol=1e-5)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -59,7 +59,7 @@ def test_after_a_rewind_and_another_token_the_rows_are_the_new_paths(kind):
     s = journey(kind)
     s.attention(range(20, 30), [1])  # kept for the old path
     s.rewind(4)
-    s.force_rank(3)
+    s.take_rank(3)
     s.step()
     full = reference(s)
     n = s.runner.kv_len

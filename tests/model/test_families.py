@@ -92,7 +92,7 @@ def test_rewind_and_branch_equal_plain_greedy(kind):
     assert s.generated_ids == generated
     s.rewind(STEPS - 3)  # back to 3 generated tokens, then the 2nd ranked token there
     forced = s.pending.top[1].id
-    s.force_rank(2)
+    s.take_rank(2)
     for _ in range(3):
         s.step()
     straight = Session(runner_of(kind), GREEDY)

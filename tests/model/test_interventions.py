@@ -14,6 +14,7 @@ from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.errors import SettingsError, TokenvizError
 from tokenviz.contract.interventions import HeadAblation, Patch, Steering, parse_ablation, parse_patch, parse_steering
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.journey.prompt import tokenize
 from tokenviz.journey.session import Session
 
 # Where each family keeps its attention output projection, named here by hand (not by tokenviz).
@@ -65,7 +66,7 @@ def full_logits(model, ids: list[int]) -> torch.Tensor:
 
 def journey(kind: str, interventions, steps: int = STEPS) -> Session:
     session = Session(ModelRunner(family_model(kind)), SamplingSettings(temperature=0, max_new_tokens=steps))
-    _, ids, _ = session.tokenize(PROMPT)
+    _, ids, _ = tokenize(session.runner, PROMPT)
     session.set_interventions(interventions, context=ids)
     session.start(PROMPT)
     while session.step() is not None:
@@ -143,7 +144,7 @@ def test_steering_by_two_texts_equals_a_plain_forward_hook_and_unsteered_is_the_
 def test_a_mean_ablation_and_steering_by_tokens_equal_plain_hooks(kind):
     loaded = family_model(kind)
     session = Session(ModelRunner(loaded), SamplingSettings(temperature=0, max_new_tokens=STEPS))
-    _, prompt, _ = session.tokenize(PROMPT)
+    _, prompt, _ = tokenize(session.runner, PROMPT)
     model = loaded.model
     seen = []
     projection = decoder_layers(model)[LAYER].get_submodule(PROJECTION.get(kind, "self_attn.o_proj"))
@@ -291,7 +292,7 @@ def test_a_branch_made_before_an_intervention_is_shown_as_the_model_now_is():
     session.step(forced_id=session.pending.top[1].id)
     session.step()
     unfinished = list(session.ids)  # a path of its own, still pending
-    session.branch(2, 3)  # (it is kept as a branch)
+    session.take_rank(3, steps_back=2)  # (it is kept as a branch)
     session.set_interventions([HeadAblation(LAYER, HEAD)])
     index = next(i for i, path in enumerate(session.branches.paths) if list(path.ids) == unfinished)
     session.switch_branch(index)
@@ -387,7 +388,7 @@ def tiny_deepseek_v3():
 def test_interventions_on_multi_head_latent_attention_equal_plain_hooks():
     loaded = tiny_deepseek_v3()
     session = Session(ModelRunner(loaded), SamplingSettings(temperature=0, max_new_tokens=STEPS))
-    _, prompt, _ = session.tokenize(PROMPT)
+    _, prompt, _ = tokenize(session.runner, PROMPT)
     steering = Steering(LAYER, 3.0, "cats", "dogs")
     session.set_interventions([HeadAblation(LAYER, HEAD), steering, Patch(LAYER, 1, "A dog ran")], context=prompt)
     session.start(PROMPT)

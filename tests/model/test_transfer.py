@@ -146,7 +146,7 @@ def test_a_step_reads_the_device_once(tiny, settings):
             session.step()
         assert dict(counter.reads) == reads(1, draws, device)
     with CountReads() as counter:
-        session.force_rank(3)
+        session.take_rank(3)
     # forcing re-decides the pending step (one transfer, no draw), then steps (one more)
     assert dict(counter.reads) == reads(2, draws, device)
 

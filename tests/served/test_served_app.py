@@ -24,7 +24,7 @@ from tokenviz.contract.engine import Caching, DrawingEngine, Engine
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import Attribution
 from tokenviz.contract.settings import SamplingSettings
-from tokenviz.journey.chips import token_chips
+from tokenviz.journey.chips import chips_of, token_chips
 from tokenviz.journey.session import Session
 from tokenviz.ui.screens import LongJobScreen
 
@@ -365,7 +365,7 @@ def test_a_local_tokenizer_is_checked_against_the_servers_once_and_then_used(vll
     requests = local.endpoint.requests
     s.step()
     assert local.endpoint.requests - requests <= 2  # the draw (and a rank past the top-N): no piece asked
-    assert [c.text for c in s.chips()] == [c.text for c in token_chips(engine, s.ids, len(s.prompt_ids), [])]
+    assert [c.text for c in chips_of(s)] == [c.text for c in token_chips(engine, s.ids, len(s.prompt_ids), [])]
     with pytest.raises(TokenvizError, match="does not tokenize as"):
         ServedEngine(engine.endpoint, engine.model, local_tokenizer=family_model("gpt2").tokenizer)
     with pytest.raises(TokenvizError, match="cannot load the tokenizer"):

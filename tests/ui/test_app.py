@@ -576,7 +576,7 @@ async def test_branching_at_the_cursor_and_switching_branches():
         same.start(PROMPT)
         same.step()
         same.step()
-        same.force_rank(2)
+        same.take_rank(2)
         assert [c.id for c in branched.chips] == same.ids
         await pilot.press("b")
         await pilot.pause(0.1)

@@ -21,6 +21,7 @@ from tokenviz.files.journey_file import save_journey
 from tokenviz.files.journey_page import save_page
 from tokenviz.journey.comparison import Comparison
 from tokenviz.journey.past_results import KEEP
+from tokenviz.journey.prompt import tokenize
 from tokenviz.journey.session import Session
 from tokenviz.journey.views import compute, trace_entry
 from tokenviz.journey.watching import token_of
@@ -230,13 +231,13 @@ def run_trace(
     searched = "--beams" if beams else "--speculate" if speculate else ""
     check_views(session, lens, attention, interventions, routing, searched)
     if interventions:
-        session.set_interventions(interventions, context=session.tokenize(prompt, chat, system)[1])
+        session.set_interventions(interventions, context=tokenize(session.runner, prompt, chat, system)[1])
     if beams:
         refuse_grammar(settings.grammar, "beam search")  # (before the prefill)
         session.start(prompt, chat=chat, system=system)
         return beam_document(session, session.prompt_ids, beams, settings.max_new_tokens)
     if speculate:  # it runs on its own cache: no prefill here
-        _, ids, _ = session.tokenize(prompt, chat, system)
+        _, ids, _ = tokenize(session.runner, prompt, chat, system)
         draft = engine_of(dataclasses.replace(model, model=draft_model).load(progress)) if draft_model else None
         return speculation_document(session, ids, speculate, draft)
     if routing and not session.runner.info.experts:

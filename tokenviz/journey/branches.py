@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from tokenviz.contract.engine import shared_prefix
+from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.interventions import BRANCH_SOURCE, Intervention, Patch
 from tokenviz.contract.records import PromptPrediction, StepRecord
 from tokenviz.contract.results import BranchSummary
 
@@ -101,3 +103,17 @@ class BranchStore:
             shared=shared_prefix(b.ids, current.ids),
             current=index == -1,
         )
+
+
+def with_branch_source(intervention: Intervention, branches: BranchStore) -> Intervention:
+    """A patch from `branch N` with that branch's tokens in it (they stay with it, whatever the branches
+    do later); any other intervention as it is."""
+    if not isinstance(intervention, Patch) or intervention.source_ids:
+        return intervention
+    named = BRANCH_SOURCE.fullmatch(intervention.source.strip())
+    if named is None:
+        return intervention
+    n = int(named.group(1))
+    if not 1 <= n <= len(branches):
+        raise TokenvizError(f"there is no branch {n} to patch from ({len(branches)} kept)")
+    return dataclasses.replace(intervention, source_ids=tuple(branches.paths[n - 1].ids))

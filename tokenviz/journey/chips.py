@@ -3,7 +3,9 @@ the chat template's), kept between frames: a journey that grew by a token makes 
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
+from typing import Protocol
 
 from tokenviz.contract.engine import Engine
 from tokenviz.contract.records import TokenChip
@@ -48,3 +50,22 @@ class ChipCache:
         self._key = (list(prompt_ids), list(template))
         self._tuple = tuple(self._chips)
         return self._tuple
+
+
+class Tokens(Protocol):
+    """What the chips are made of (a Session)."""
+
+    runner: Engine
+    ids: list[int]
+    prompt_ids: list[int]
+    template: list[bool]
+
+
+_KEPT: weakref.WeakKeyDictionary[Tokens, ChipCache] = weakref.WeakKeyDictionary()  # by journey
+
+
+def chips_of(journey: Tokens) -> tuple[TokenChip, ...]:
+    """The journey's tokens as chips, kept between calls: a journey that grew by a token makes one chip,
+    not all of them again (the engine thread asks at every snapshot)."""
+    kept = _KEPT.setdefault(journey, ChipCache())
+    return kept.of(journey.runner, journey.ids, journey.prompt_ids, journey.template)

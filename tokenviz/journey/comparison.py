@@ -170,10 +170,10 @@ class Comparison:
         forced = parted is not None and index > parted
         b_logits = self._b_logits_on_a_path() if forced else b.pending_logits
         a_final = final_distribution(
-            a.pending_logits, a.settings, a.ids, a.generated_ids, a.allowed(a.settings, a.generated_ids)
+            a.pending_logits, a.settings, a.ids, a.generated_ids, a.grammars.allowed(a.settings, a.generated_ids)
         )
         b_context = a if forced else b
-        b_allowed = b.allowed(b.settings, b_context.generated_ids)  # (none: A's path left B's grammar)
+        b_allowed = b.grammars.allowed(b.settings, b_context.generated_ids)  # (none: A's path left B's grammar)
         b_final = final_distribution(b_logits, b.settings, b_context.ids, b_context.generated_ids, b_allowed)
         b_choice = b.records[-1].decision.chosen_id
         if forced:  # where B's grammar rules A's path out, B's own top stands for a choice it cannot make

@@ -9,7 +9,6 @@ record in the journey."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
@@ -23,6 +22,7 @@ from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.drawn import drawn_decision, drawn_top, drawn_unsteered, forced_figures
 from tokenviz.decoding.sampling import decide, decide_on_device, summarise
 from tokenviz.decoding.unsteered import read_unsteered, unsteered_on_device
+from tokenviz.journey.grammar_state import GrammarState
 from tokenviz.tensors.transfer import to_host
 
 
@@ -45,8 +45,8 @@ class Journey(Protocol):
     @property
     def interventions(self) -> tuple[Intervention, ...]: ...
 
-    def allowed(self, settings: SamplingSettings, generated_ids: Sequence[int]) -> torch.Tensor | None:
-        """The grammar's mask after `generated_ids`, None where no grammar is in force."""
+    @property
+    def grammars(self) -> GrammarState: ...
 
 
 class Decision(Protocol):
@@ -79,7 +79,7 @@ class LocalDecision:
             journey.ids,
             journey.generated_ids,
             pinned=journey.pinned,
-            allowed=journey.allowed(journey.settings, journey.generated_ids),
+            allowed=journey.grammars.allowed(journey.settings, journey.generated_ids),
             summary=summary,
         )
         own, own_timer = {}, None
@@ -111,7 +111,7 @@ class LocalDecision:
             self.piece,
             forced_id,
             journey.pinned,
-            journey.allowed(journey.settings, journey.generated_ids),
+            journey.grammars.allowed(journey.settings, journey.generated_ids),
         )
         return dataclasses.replace(journey.records[-1], decision=decision)
 
@@ -170,3 +170,26 @@ class DrawnDecision:
 def decision_for(engine: Engine) -> Decision:
     """The engine's strategy, asked once: a protocol's isinstance reads every member."""
     return DrawnDecision(engine) if isinstance(engine, DrawingEngine) else LocalDecision(engine)
+
+
+def refreshed(decision: Decision, journey: Journey, logits: torch.Tensor | None) -> StepRecord:
+    """The pending record made again from `logits` (a drawing engine's draw again): its top-n, decision,
+    interventions and the model's own distribution beside them (the model changed under it)."""
+    record = decision.record(journey, logits)[0]
+    return dataclasses.replace(
+        journey.records[-1],
+        top=record.top,
+        entropy=record.entropy,
+        decision=record.decision,
+        interventions=record.interventions,
+        unsteered=record.unsteered,
+    )
+
+
+def decided_again(decision: Decision, journey: Journey, logits: torch.Tensor | None) -> StepRecord:
+    """The pending record after a move back to a step kept from before: its decision follows the current
+    settings; where it was made under other interventions (the model has changed since), all of it is made
+    again from the logits the model now gives."""
+    if journey.records[-1].interventions != journey.interventions:
+        return refreshed(decision, journey, logits)
+    return decision.redecide(journey, logits)

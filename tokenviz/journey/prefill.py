@@ -8,11 +8,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from tokenviz.contract.engine import Engine
 from tokenviz.contract.errors import Cancelled
-from tokenviz.decoding.prompt_predictions import join
+from tokenviz.decoding.prompt_predictions import PromptPredictions, join
 
 PREFILL_CANCELLED = "prefill cancelled: the journey is as it was"
 PROGRESS_PER_PASS = 4  # a prefill's progress told within each of its passes (between layers)
@@ -100,3 +101,12 @@ def _between_layers(
             progress(begin + (end - begin) * layer // layers, n)
 
     return between
+
+
+def prompt_predictions(engine: Engine, host: dict[str, np.ndarray], input_ids: list[int]) -> PromptPredictions:
+    """The predictions at every prompt position, their pieces decoded here, in the engine's thread and in
+    one call: the records hold plain text, never the tokenizer, and the UI decodes nothing."""
+    shown = {*host["prompt.ids"].ravel().tolist(), *input_ids}
+    engine.learn_pieces(shown)
+    texts = {t: engine.piece(t) for t in shown}
+    return PromptPredictions(host, input_ids, texts.__getitem__)

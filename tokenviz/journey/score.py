@@ -20,6 +20,7 @@ from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import Grammar
 from tokenviz.files.documents import score_document
 from tokenviz.journey import memory_policy
+from tokenviz.journey.chips import chips_of
 from tokenviz.journey.session import Session
 
 
@@ -35,7 +36,7 @@ def score_text(
     predictions = session.records[0].prompt_predictions
     if not predictions:
         raise TokenvizError("the text is a single token: there is nothing to score after the first")
-    document = score_document(session.runner.info, session.chips(), predictions)
+    document = score_document(session.runner.info, chips_of(session), predictions)
     if grammar is not None:
         constrain(document, session, grammar)
     return document
@@ -63,7 +64,7 @@ def constrain(document: dict[str, Any], session: Session, grammar: Grammar) -> N
             if p + 1 <= first or (leaves_at is not None and p + 1 >= leaves_at):
                 token["constrained"] = None
                 continue
-            allowed = session.allowed(settings, ids[first : p + 1])
+            allowed = session.grammars.allowed(settings, ids[first : p + 1])
             assert allowed is not None
             allowed = allowed.to(logits.device)
             logprob = float(torch.log_softmax(logits[p - start].masked_fill(~allowed, -math.inf), -1)[ids[p + 1]])

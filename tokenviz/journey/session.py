@@ -26,21 +26,19 @@ from tokenviz.contract.engine import (
     shared_prefix,
 )
 from tokenviz.contract.errors import TokenvizError
-from tokenviz.contract.interventions import BRANCH_SOURCE, Intervention, Patch
-from tokenviz.contract.records import MAX_PINNED, StepRecord, TokenChip
+from tokenviz.contract.interventions import Intervention
+from tokenviz.contract.records import MAX_PINNED, StepRecord
 from tokenviz.contract.results import BranchSummary, CacheEvent
 from tokenviz.contract.settings import SamplingSettings
-from tokenviz.decoding.prompt_predictions import PromptPredictions
 from tokenviz.journey.analyses import JourneyAnalyses
-from tokenviz.journey.branches import Branch, BranchStore
-from tokenviz.journey.chips import ChipCache
-from tokenviz.journey.decisions import decision_for
+from tokenviz.journey.branches import Branch, BranchStore, with_branch_source
+from tokenviz.journey.decisions import decided_again, decision_for, refreshed
 from tokenviz.journey.grammar_state import GrammarState
 from tokenviz.journey.memory_policy import check_memory, prefill_chunk
-from tokenviz.journey.prefill import DeferredPredictions, prefill
+from tokenviz.journey.prefill import DeferredPredictions, prefill, prompt_predictions
 from tokenviz.journey.prompt import tokenize
 from tokenviz.journey.stops import stop_reason
-from tokenviz.journey.watching import fill_watched, token_of
+from tokenviz.journey.watching import token_of, with_watched
 from tokenviz.tensors.transfer import to_host
 
 TOP_N = 20
@@ -69,10 +67,10 @@ class Session:
         # Interventions another session hooked into these same weights (a comparison opened from a
         # journey with some in force): they act on this session's passes too, so its records say so.
         self.shared_interventions: tuple[Intervention, ...] = ()
-        self._pending_logits: torch.Tensor | None = None
+        self.pending_logits: torch.Tensor | None = None  # the pending step's logits, on the device (None: stopped)
         self._prefill_logits: torch.Tensor | None = None
-        self._deferred = DeferredPredictions()  # a prefill's predictions not made yet (start's `defer_predictions`)
-        self._chips = ChipCache()  # see chips()
+        self.prefill_chunk = prefill_chunk(runner.device)  # the tokens a prefill feeds in one pass
+        self.deferred = DeferredPredictions()  # a prefill's predictions not made yet (start's `defer_predictions`)
 
     # ---- what the journey is now -------------------------------------------------------------
 
@@ -91,11 +89,6 @@ class Session:
         return self.records[-1] if self.records and self.stop_reason is None else None
 
     @property
-    def pending_logits(self) -> torch.Tensor | None:
-        """The model's next-token logits of the pending step, on the device (None after a stop)."""
-        return self._pending_logits if self.pending is not None else None
-
-    @property
     def text(self) -> str:
         return self.runner.decode(self.ids)
 
@@ -103,22 +96,11 @@ class Session:
     def generated_text(self) -> str:
         return self.runner.decode(self.generated_ids)
 
-    def chips(self) -> tuple[TokenChip, ...]:
-        """The tokens as chips. Kept between calls: a journey that grew by a token makes one chip,
-        not all of them again (the engine asks at every snapshot)."""
-        return self._chips.of(self.runner, self.ids, self.prompt_ids, self.template)
-
     def branch_summaries(self) -> list[BranchSummary]:
         """The current path first, then every other branch not contained in it."""
-        return self.branches.summaries(self._path(), len(self.prompt_ids), self.runner.decode)
+        return self.branches.summaries(self._path, len(self.prompt_ids), self.runner.decode)
 
     # ---- moves ------------------------------------------------------------------------------------
-
-    def tokenize(
-        self, prompt: str | list[int], chat: bool = False, system: str | None = None
-    ) -> tuple[str, list[int], list[bool]]:
-        """(text, token ids, which ids the chat template added) of a prompt (see journey.prompt)."""
-        return tokenize(self.runner, prompt, chat, system)
 
     def start(
         self,
@@ -138,13 +120,13 @@ class Session:
         A long prompt is prefilled in chunks: `progress(done, total)` follows them, and `cancelled()`
         stops between them with Cancelled, leaving the journey as it was.
         """
-        prompt, ids, template = self.tokenize(prompt, chat, system)
-        check_memory(self.runner.info, len(ids), self._prefill_chunk)
+        prompt, ids, template = tokenize(self.runner, prompt, chat, system)
+        check_memory(self.runner.info, len(ids), self.prefill_chunk)
         previous = self.runner.cache
         self.runner.reset()
         try:
             forward, predictions, forward_ms, deferred = prefill(
-                self.runner, ids, self._prefill_chunk, progress, cancelled, defer_predictions
+                self.runner, ids, self.prefill_chunk, progress, cancelled, defer_predictions
             )
         except BaseException:
             self.runner.use_cache(previous)
@@ -156,7 +138,7 @@ class Session:
         self.prompt, self.prompt_ids, self.ids = prompt, list(ids), list(ids)
         self.chat, self.system, self.template = chat, system if chat else None, template
         self.records, self.stop_reason = [], None
-        self._deferred = deferred
+        self.deferred = deferred
         self._prefill_logits = forward.logits
         return self._push(forward, ids, predictions, forward_ms)
 
@@ -165,8 +147,11 @@ class Session:
 
         Returns the new pending record, or None once a stop condition holds.
         """
-        if self.stop_reason is not None:
-            return self._resume()
+        if self.stop_reason is not None:  # a stop whose reason no longer holds (a larger max, a removed stop
+            self.stop_reason = self.check_stop()  # string) goes on
+            if self.stop_reason is not None:
+                return None
+            return self._push(self.runner.forward(self.ids[-1:]), self.ids[-1:])
         if not self.records:
             raise TokenvizError("nothing to step: start a prompt first")
         pending, cached = self.records[-1], self.runner.kv_len
@@ -174,11 +159,11 @@ class Session:
             if not 0 <= forced_id < self.runner.info.vocab:
                 raise TokenvizError(f"token id {forced_id} is outside the vocabulary (0-{self.runner.info.vocab - 1})")
             self.grammars.check_allows(self.settings, self.generated_ids, forced_id)
-            self._redecide(forced_id)
+            self.records[-1] = self.decision.redecide(self, self.pending_logits, forced_id)
         self.ids.append(self.records[-1].decision.chosen_id)
         self.stop_reason = self.check_stop()
         if self.stop_reason is not None:
-            self._pending_logits = None
+            self.pending_logits = None
             return None
         token = self.ids[-1]
         try:
@@ -189,19 +174,16 @@ class Session:
             self.runner.crop(cached)
             raise
 
-    def force_rank(self, rank: int) -> StepRecord | None:
-        """Commit the rank-th most likely token of the model's raw distribution (1-based)."""
+    def take_rank(self, rank: int, steps_back: int = 0) -> StepRecord | None:
+        """Commit the rank-th most likely token of the model's raw distribution (1-based), `steps_back`
+        tokens back: those are rewound first (the path left is kept as a branch)."""
+        self.rewind(steps_back)
         pending = self.pending
         if pending is None:
             raise TokenvizError(f"generation has stopped ({self.stop_reason}): rewind first to branch")
         if not 1 <= rank <= len(pending.top):
             raise TokenvizError(f"rank {rank} is outside the top {len(pending.top)}")
         return self.step(forced_id=pending.top[rank - 1].id)
-
-    def branch(self, steps_back: int, rank: int) -> StepRecord | None:
-        """Rewind `steps_back` tokens, then take the rank-th token there instead."""
-        self.rewind(steps_back)
-        return self.force_rank(rank)
 
     def rewind(self, n: int = 1) -> int:
         """Undo the last `n` committed tokens; returns how many were undone."""
@@ -216,13 +198,13 @@ class Session:
         self.stop_reason = None
         if keep == 0:
             self.runner.crop(len(self.ids))
-            self._pending_logits = self._prefill_logits
+            self.pending_logits = self._prefill_logits
         else:
             # The cache keeps everything before the last token; feeding it again restores the logits.
             self.runner.crop(len(self.ids) - 1)
-            self._pending_logits = self.runner.forward([self.ids[-1]]).logits
+            self.pending_logits = self.runner.forward([self.ids[-1]]).logits
         self.last_cache_event = CacheEvent(kept=self.runner.kv_len, dropped=max(before - self.runner.kv_len, 0))
-        self._decide_pending_again()
+        self.records[-1] = decided_again(self.decision, self, self.pending_logits)
         return n
 
     def reset(self) -> None:
@@ -231,8 +213,8 @@ class Session:
             self.rewind(len(self.generated_ids))
         elif self.records:
             self.stop_reason = None
-            self._pending_logits = self._prefill_logits
-            self._redecide()
+            self.pending_logits = self._prefill_logits
+            self.records[-1] = self.decision.redecide(self, self.pending_logits)
 
     def switch_branch(self, index: int) -> None:
         """Make stored branch `index` the current path; the cache is rebuilt from the shared prefix."""
@@ -248,11 +230,11 @@ class Session:
         self.runner.crop(keep)
         forward = self.runner.forward(list(target.ids[keep:fed]))
         self.ids, self.records, self.stop_reason = list(target.ids), list(target.records), target.stop_reason
-        self._pending_logits = None if target.stop_reason else forward.logits
+        self.pending_logits = None if target.stop_reason else forward.logits
         self.last_cache_event = CacheEvent(kept=keep, dropped=max(before - keep, 0))
         if self.pending is not None:
-            self._decide_pending_again()
-        self._fill_pinned()
+            self.records[-1] = decided_again(self.decision, self, self.pending_logits)
+        self.records = with_watched(self)
 
     def set_settings(self, settings: SamplingSettings) -> None:
         """New settings re-decide the pending step from the logits already computed. A new grammar
@@ -261,7 +243,7 @@ class Session:
         self.grammars.check_new(settings, self.settings, self.generated_ids)
         self.settings = settings
         if self.pending is not None:
-            self._redecide()
+            self.records[-1] = self.decision.redecide(self, self.pending_logits)
 
     @property
     def interventions(self) -> tuple[Intervention, ...]:
@@ -274,7 +256,7 @@ class Session:
         where one is refused."""
         old = self.intervening
         new = None
-        interventions = [self.with_source(i) for i in interventions]
+        interventions = [with_branch_source(i, self.branches) for i in interventions]
         if interventions:
             engine: Intervenable = able(self.runner, Capability.INTERVENTIONS, interventions[0].label)
             with old.suspended() if old else nullcontext():
@@ -289,19 +271,6 @@ class Session:
         self.analyses = JourneyAnalyses(self)  # what the views computed was of the model as it was
         if self.records:
             self._feed_again()
-
-    def with_source(self, intervention: Intervention) -> Intervention:
-        """A patch from `branch N` with that branch's tokens in it (they stay with it, whatever the
-        branches do later); any other intervention as it is."""
-        if not isinstance(intervention, Patch) or intervention.source_ids:
-            return intervention
-        named = BRANCH_SOURCE.fullmatch(intervention.source.strip())
-        if named is None:
-            return intervention
-        n = int(named.group(1))
-        if not 1 <= n <= len(self.branches):
-            raise TokenvizError(f"there is no branch {n} to patch from ({len(self.branches)} kept)")
-        return dataclasses.replace(intervention, source_ids=tuple(self.branches.paths[n - 1].ids))
 
     def pin(
         self,
@@ -320,7 +289,7 @@ class Session:
             raise TokenvizError(f"at most {MAX_PINNED} tokens can be watched at once: unpin one first")
         previous, self.pinned = self.pinned, tuple(dict.fromkeys(ids))
         try:
-            self._fill_pinned(progress, cancelled)
+            self.records = with_watched(self, progress, cancelled)
         except BaseException:
             self.pinned = previous
             raise
@@ -359,15 +328,7 @@ class Session:
             lambda: self.grammars.complete(self.settings.grammar, self.generated_ids),
         )
 
-    def allowed(self, settings: SamplingSettings, generated_ids: Sequence[int]) -> torch.Tensor | None:
-        """The mask of the tokens `settings`' grammar allows after `generated_ids` (see GrammarState)."""
-        mask: torch.Tensor | None = self.grammars.allowed(settings, generated_ids)
-        return mask
-
     # ---- internals ----------------------------------------------------------------------------
-
-    def _path(self) -> Branch:
-        return Branch(tuple(self.ids), tuple(self.records), self.stop_reason)
 
     def _feed_again(self) -> None:
         """Feed the cached tokens again, as the model now is (its interventions changed): the prompt's
@@ -376,77 +337,32 @@ class Session:
         self.runner.reset()
         n, begin = len(self.prompt_ids), 0
         while begin < len(cached):  # in chunks, one ending where the prompt does
-            end = min(begin + self._prefill_chunk, n if begin < n else len(cached))
+            end = min(begin + self.prefill_chunk, n if begin < n else len(cached))
             forward = self.runner.forward(cached[begin:end])
             if end == n:
                 self._prefill_logits = forward.logits
             begin = end
         if self.pending is not None:
-            self._pending_logits = forward.logits
-            self._refresh_pending()
+            self.pending_logits = forward.logits
+            self.records[-1] = refreshed(self.decision, self, self.pending_logits)
 
-    def _decide_pending_again(self) -> None:
-        """After a move back to a step kept from before: its decision follows the current settings; and
-        where its record was made under other interventions (the model has changed since), all of it
-        is made again from the logits the model now gives."""
-        if self.records[-1].interventions != self.interventions:
-            self._refresh_pending()
-        else:
-            self._redecide()
-
-    def _refresh_pending(self) -> None:
-        """The pending record from `_pending_logits` again (a drawing engine's draw again): its top-n,
-        decision and unsteered view."""
-        record = self.decision.record(self, self._pending_logits)[0]
-        pending = self.records[-1]
-        self.records[-1] = dataclasses.replace(
-            pending,
-            top=record.top,
-            entropy=record.entropy,
-            decision=record.decision,
-            interventions=record.interventions,
-            unsteered=record.unsteered,
-        )
+    @property
+    def _path(self) -> Branch:
+        return Branch(tuple(self.ids), tuple(self.records), self.stop_reason)
 
     def _keep_path(self) -> None:
-        self.branches.keep(self._path(), len(self.prompt_ids))
-
-    def _redecide(self, forced_id: int | None = None) -> None:
-        self.records[-1] = self.decision.redecide(self, self._pending_logits, forced_id)
-
-    def _fill_pinned(
-        self,
-        progress: Callable[[int, int], None] = lambda done, total: None,
-        cancelled: Callable[[], bool] = lambda: False,
-    ) -> None:
-        """Give every step of the current path the pinned tokens' values, where it lacks them
-        (pinned later, or a branch switched to). Nothing changes until all are computed."""
-        filled = fill_watched(
-            self.runner, self.records, self.ids, len(self.prompt_ids), self.pinned, self.allowed, progress, cancelled
-        )
-        for i, pinned in filled.items():
-            record = self.records[i]
-            self.records[i] = dataclasses.replace(record, decision=dataclasses.replace(record.decision, pinned=pinned))
-
-    @property
-    def _prefill_chunk(self) -> int:
-        return prefill_chunk(self.runner.device)
-
-    @property
-    def prompt_unscored(self) -> int:
-        """How many prompt positions' predictions are still to be made (see start's `defer_predictions`)."""
-        return self._deferred.left
+        self.branches.keep(self._path, len(self.prompt_ids))
 
     def score_prompt(self, chunks: int | None = None) -> int:
         """Make the deferred predictions at the prompt's positions, `chunks` of the prefill's chunks at a
         time (all: None); once all are made, the prompt's record (and every branch's copy of it) holds
         them. Returns how many positions are left."""
-        made = self._deferred.make(chunks)
+        made = self.deferred.make(chunks)
         if made is not None and self.records and not self.records[0].prompt_predictions:
-            predictions = self._prompt_predictions(to_host(made), self.prompt_ids)
+            predictions = prompt_predictions(self.runner, to_host(made), self.prompt_ids)
             self.records[0] = dataclasses.replace(self.records[0], prompt_predictions=predictions)
             self.branches.fill_prompt_predictions(predictions, self.records[0].input_ids)
-        return self.prompt_unscored
+        return self.deferred.left
 
     def _push(
         self,
@@ -467,27 +383,9 @@ class Session:
             place_ms=forward.places.ms() if forward.places else (),
             kv_len=self.runner.kv_len,
             kv_bytes=self.runner.kv_bytes,
-            prompt_predictions=self._prompt_predictions(host, input_ids) if prompt_parts else (),
+            prompt_predictions=prompt_predictions(self.runner, host, input_ids) if prompt_parts else (),
             routing=self.runner.read_routing(host),
         )
-        self._pending_logits = forward.logits
+        self.pending_logits = forward.logits
         self.records.append(record)
         return record
-
-    def _prompt_predictions(self, host: dict[str, np.ndarray], input_ids: list[int]) -> PromptPredictions:
-        """The predictions at every prompt position, their pieces decoded here, in the engine's thread
-        and in one call: the records hold plain text, never the tokenizer, and the UI decodes nothing."""
-        shown = {*host["prompt.ids"].ravel().tolist(), *input_ids}
-        self.runner.pieces.learn(shown)
-        texts = {t: self.runner.piece(t) for t in shown}
-        return PromptPredictions(host, input_ids, texts.__getitem__)
-
-    def _resume(self) -> StepRecord | None:
-        """After a stop whose reason no longer holds (a larger max, a removed stop string), go on."""
-        reason = self.check_stop()
-        if reason is not None:
-            self.stop_reason = reason
-            return None
-        self.stop_reason = None
-        token = self.ids[-1]
-        return self._push(self.runner.forward([token]), [token])

@@ -16,6 +16,7 @@ from tokenviz.contract.engine import Caching, Capability, able, lacking
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import refuse_grammar
 from tokenviz.contract.results import Attribution, Inspection, LogitDifference, ViewResult
+from tokenviz.journey.chips import chips_of
 from tokenviz.journey.session import Session
 from tokenviz.journey.verification import verify_latest
 
@@ -54,7 +55,7 @@ def _attribute(session: Session, request: Attribute, progress: Progress, cancell
 
 
 def _attribution_entry(session: Session, attribution: Attribution) -> dict[str, Any]:
-    chips = session.chips()
+    chips = chips_of(session)
     return {"attribution": attribution.to_json([c.text for c in chips], [c.id for c in chips])}
 
 

@@ -4,9 +4,10 @@ filled in at the steps taken before they were watched."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from tokenviz.contract.engine import Caching, Capability, DrawingEngine, Engine, able
 from tokenviz.contract.errors import Cancelled, TokenvizError
@@ -15,6 +16,7 @@ from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.drawn import drawn_decision, drawn_of
 from tokenviz.decoding.sampling import follow_pinned
 from tokenviz.journey import memory_policy
+from tokenviz.journey.grammar_state import GrammarState
 
 ID_PREFIX = "id:"
 
@@ -43,7 +45,45 @@ def token_of(runner: Engine, spec: int | str, purpose: str = "watch") -> int:
     return ids[0]
 
 
-def fill_watched(
+class Watching(Protocol):
+    """What filling in the watched tokens reads of the journey (a Session)."""
+
+    runner: Engine
+    records: list[StepRecord]
+    ids: list[int]
+    prompt_ids: list[int]
+    pinned: tuple[int, ...]
+
+    @property
+    def grammars(self) -> GrammarState: ...
+
+
+def with_watched(
+    journey: Watching,
+    progress: Callable[[int, int], None] = lambda done, total: None,
+    cancelled: Callable[[], bool] = lambda: False,
+) -> list[StepRecord]:
+    """The journey's records with the watched tokens' values at every step that lacks them (watched later,
+    or a branch switched to): the steps' logits again, fed over the cache a chunk at a time
+    (`progress(done, total)` after each chunk, `cancelled()` asked between them: Cancelled leaves nothing
+    filled)."""
+    filled = _watched(
+        journey.runner,
+        journey.records,
+        journey.ids,
+        len(journey.prompt_ids),
+        journey.pinned,
+        journey.grammars.allowed,
+        progress,
+        cancelled,
+    )
+    records = list(journey.records)
+    for i, pinned in filled.items():
+        records[i] = dataclasses.replace(records[i], decision=dataclasses.replace(records[i].decision, pinned=pinned))
+    return records
+
+
+def _watched(
     engine: Engine,
     records: Sequence[StepRecord],
     ids: Sequence[int],
@@ -53,9 +93,7 @@ def fill_watched(
     progress: Callable[[int, int], None],
     cancelled: Callable[[], bool],
 ) -> dict[int, tuple[PinnedToken, ...]]:
-    """The watched tokens' values at every step of `records` that lacks them, by index: the steps'
-    logits again, fed over the cache a chunk at a time (`progress(done, total)` after each chunk,
-    `cancelled()` asked between them: Cancelled leaves nothing filled)."""
+    """The watched tokens' values at every step of `records` that lacks them, by index."""
     stale = [i for i, r in enumerate(records) if r.decision.pinned_ids != pinned]
     if isinstance(engine, DrawingEngine):  # a server's steps: from the top-N each record kept
         return {i: _from_record(engine, records[i], ids, prompt_len, pinned) for i in stale}

@@ -50,6 +50,8 @@ from tokenviz.contract.snapshot import CANCELS, EngineState, Snapshot
 from tokenviz.decoding.nudges import Nudges
 from tokenviz.files.journey_file import save_journey
 from tokenviz.files.journey_page import save_page
+from tokenviz.journey.branches import with_branch_source
+from tokenviz.journey.prompt import tokenize
 from tokenviz.render.units import duration
 from tokenviz.worker.attention_rows import AttentionRows
 from tokenviz.worker.comparing import CompareWorker
@@ -216,9 +218,9 @@ class EngineWorker(CommandThread[Snapshot]):
             case Continue(text=text):
                 self._continue(session, text)
             case Force(rank=rank):
-                self._timed(lambda: session.force_rank(rank))
+                self._timed(lambda: session.take_rank(rank))
             case BranchAt(steps_back=steps_back, rank=rank):
-                self._timed(lambda: session.branch(steps_back, rank))
+                self._timed(lambda: session.take_rank(rank, steps_back))
             case SwitchBranch(index=index):
                 session.switch_branch(index)
             case Rewind(n=n):
@@ -243,7 +245,9 @@ class EngineWorker(CommandThread[Snapshot]):
             case Assign(assignments=assignments):
                 session.set_settings(session.settings.changed(assignments))
             case Intervene(entries=entries):
-                entries = tuple((session.with_source(i), on) for i, on in entries)  # a branch's tokens, once
+                entries = tuple(
+                    (with_branch_source(i, session.branches), on) for i, on in entries
+                )  # a branch's tokens, once
                 session.set_interventions([i for i, on in entries if on])
                 self._interventions = entries
                 self._results.clear()  # every view's result was of the model as it was
@@ -311,7 +315,7 @@ class EngineWorker(CommandThread[Snapshot]):
         if not session.records:  # nothing on screen yet: the prompt's tokens are, at once
             from tokenviz.journey.chips import token_chips  # (deferred, as _load's)
 
-            _, ids, template = session.tokenize(prompt.prompt, prompt.chat, prompt.system)
+            _, ids, template = tokenize(session.runner, prompt.prompt, prompt.chat, prompt.system)
             session.runner.pieces.learn(ids)  # (in one call)
             self._prefilling = tuple(token_chips(session.runner, ids, len(ids), template))
         try:
@@ -333,7 +337,7 @@ class EngineWorker(CommandThread[Snapshot]):
         decision came without waiting for them; the surprisal shading and the prompt's next-token pane
         fill in as they come."""
         session = self.session
-        if session is None or not session.prompt_unscored or self.playing:
+        if session is None or not session.deferred.left or self.playing:
             return False
         left = session.score_prompt(chunks=1)
         total = len(session.prompt_ids) - 1

@@ -13,6 +13,7 @@ from tokenviz.contract.snapshot import Snapshot
 from tokenviz.contract.symptoms import Symptom
 from tokenviz.files.journey_file import rows_to_save
 from tokenviz.journey import memory_policy
+from tokenviz.journey.chips import chips_of
 
 if TYPE_CHECKING:
     from tokenviz.journey.session import Session
@@ -33,7 +34,7 @@ def snapshot_of(session: Session, seq: int = 1, found: list[Symptom] | None = No
         prompt=s.prompt,
         chat=s.chat,
         system=s.system,
-        chips=s.chips(),
+        chips=chips_of(s),
         prompt_len=len(s.prompt_ids),
         records=tuple(s.records),
         stop_reason=s.stop_reason,
