@@ -26,6 +26,7 @@ from tokenviz.contract.results import Attribution
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.chips import chips_of, token_chips
 from tokenviz.journey.session import Session
+from tokenviz.ui.panes.attribution import AttributionPane
 from tokenviz.ui.screens import LongJobScreen
 
 pytestmark = pytest.mark.served
@@ -255,7 +256,7 @@ async def test_the_app_on_a_served_model(engine, vllm_server, tmp_path, monkeypa
             )
         lines = [str(n.message) for n in app._notifications if "(M says why)" in str(n.message)]
         assert len(lines) >= 3 and all("\n" not in line and len(line) < 120 for line in lines)
-        app.screen.attribution_measured["loo"] = (2, 60.0)  # as on a slow server: asked before it starts
+        app.screen.query_one(AttributionPane).measured["loo"] = (2, 60.0)  # as on a slow server: asked before it starts
         await pilot.press("A")  # leave-one-out: a request per token, its progress shown
         await wait_for(lambda: isinstance(app.screen, LongJobScreen), pilot)
         assert [answer for _, answer in app.screen.choices] == ["loo"]  # (no gradient × input on a server)

@@ -8,7 +8,8 @@ from apptools import frozen_recording, make_app, recorded_app, settle, wait_for
 
 from tokenviz.contract.commands import Attribute
 from tokenviz.contract.settings import SamplingSettings
-from tokenviz.ui import journey_screen
+from tokenviz.ui.keys import JOURNEY_OWNERS, routed
+from tokenviz.ui.panes import attribution
 from tokenviz.ui.panes.tokens import TokensPane
 
 
@@ -16,7 +17,7 @@ from tokenviz.ui.panes.tokens import TokensPane
 def never_too_long(monkeypatch):
     """These tests are of attribution itself: on a loaded machine the estimate from a slow prefill may
     pass the long-job bound, whose question is tested in test_long_jobs."""
-    monkeypatch.setattr(journey_screen, "LONG_JOB_S", float("inf"))
+    monkeypatch.setattr(attribution, "LONG_JOB_S", float("inf"))
 
 
 async def test_a_explains_the_token_after_the_cursor_and_shades_the_chips():
@@ -36,7 +37,7 @@ async def test_a_explains_the_token_after_the_cursor_and_shades_the_chips():
         assert tokens.attribution is a and "shaded by attribution" in str(tokens.border_subtitle)
         await pilot.press("left")  # the cursor moves: the token after it is explained instead
         await wait_for(lambda: app.journey.snapshot.result(Attribute).position == cursor - 1, pilot)
-        await app.journey.run_action("attribution('grad')")
+        await app.journey.run_action(routed("attribution('grad')", JOURNEY_OWNERS))
         await wait_for(lambda: app.journey.snapshot.result(Attribute).method == "grad", pilot)
         await settle(app, pilot)
         assert "gradient × input" in str(app.query_one("#attribution").body.render())
@@ -70,7 +71,7 @@ async def test_a_saved_journey_keeps_its_attributions_and_replay_shows_them(tmp_
         await settle(app, pilot)
         await pilot.press("space", "space", "A")
         await wait_for(lambda: app.journey.snapshot.result(Attribute) is not None, pilot)
-        await app.journey.run_action("attribution('grad')")
+        await app.journey.run_action(routed("attribution('grad')", JOURNEY_OWNERS))
         await wait_for(lambda: app.journey.snapshot.result(Attribute).method == "grad", pilot)
         computed = app.journey.snapshot.result(Attribute)
         app.journey.submit(Save(str(tmp_path / "j.json")))
@@ -89,7 +90,7 @@ async def test_a_saved_journey_keeps_its_attributions_and_replay_shows_them(tmp_
             and replay.journey.snapshot.result(Attribute).position == computed.position
         )
         assert "why" in str(replay.query_one("#attribution").body.render())
-        await replay.journey.run_action("attribution('grad')")
+        await replay.journey.run_action(routed("attribution('grad')", JOURNEY_OWNERS))
         await wait_for(lambda: replay.journey.snapshot.result(Attribute) == computed, pilot)
         await pilot.press("left")  # a position nothing was kept for: the view says so, no error
         await settle(replay, pilot)
@@ -118,20 +119,21 @@ def test_a_damaged_attribution_in_a_file_is_refused_in_one_line(tmp_path):
 async def test_the_next_estimate_follows_the_speed_measured_here():
     """The first estimate is the prefill's speed; once a leave-one-out has run here (long enough to
     time), the next is that run's seconds scaled by the work: the square of the tokens."""
-    from tokenviz.ui.panes.attribution import estimated_s
+    from tokenviz.ui.panes.attribution import AttributionPane, estimated_s
 
     app = make_app(SamplingSettings(temperature=0, max_new_tokens=20), step_seconds=0.6)
     async with app.run_test(size=(120, 36)) as pilot:
         await settle(app, pilot)
         screen = app.journey
-        assert screen.attribution_measured == {}
+        pane = screen.query_one(AttributionPane)
+        assert pane.measured == {}
         await pilot.press("A")
-        await wait_for(lambda: "loo" in screen.attribution_measured, pilot, timeout=60)
-        tokens, seconds = screen.attribution_measured["loo"]
+        await wait_for(lambda: "loo" in pane.measured, pilot, timeout=60)
+        tokens, seconds = pane.measured["loo"]
         selection = screen.current_selection()
         assert tokens == selection.cursor + 1 and seconds >= 1.0  # two passes of 0.6 s at least
         fewer = dataclasses.replace(selection, cursor=selection.cursor // 2)
         n = fewer.cursor + 1
         expected = seconds * (n + 1) * n / ((tokens + 1) * tokens)
-        assert estimated_s(fewer, "loo", screen.attribution_measured["loo"]) == pytest.approx(expected)
+        assert estimated_s(fewer, "loo", pane.measured["loo"]) == pytest.approx(expected)
         assert estimated_s(fewer, "loo", None) != pytest.approx(expected)  # (the prefill's, before)

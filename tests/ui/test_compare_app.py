@@ -11,6 +11,7 @@ from tokenviz.journey.comparison import Comparison
 from tokenviz.journey.session import Session
 from tokenviz.ui.app import TokenvizApp
 from tokenviz.ui.compare_screen import CompareScreen, DiffPane
+from tokenviz.ui.keys import JOURNEY_OWNERS, routed
 from tokenviz.ui.panes.tokens import TokensPane
 from tokenviz.worker.comparing import CompareWorker
 
@@ -32,7 +33,7 @@ async def type_comparison(app: TokenvizApp, pilot, typed: str) -> None:
 
     from tokenviz.ui.screens import CompareDialog
 
-    await app.journey.run_action("compare")
+    await app.journey.run_action(routed("compare", JOURNEY_OWNERS))
     await wait_for(lambda: isinstance(app.screen, CompareDialog) and app.screen.query(Input), pilot)
     app.screen.query_one(Input).value = typed
     await pilot.press("enter")

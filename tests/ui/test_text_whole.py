@@ -207,7 +207,7 @@ async def test_a_line_too_long_for_its_view_ends_in_an_ellipsis_and_speculations
     app = make_app(SamplingSettings(temperature=0, max_new_tokens=4))
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(app, pilot)
-        app.journey.action_attribution("grad")  # (its method line is longer than 80 columns)
+        app.journey.query_one(AttributionPane).action_attribution("grad")  # (its method line is longer than 80 columns)
         await wait_for(lambda: app.journey.snapshot.result(Attribute) is not None, pilot, timeout=30)
         await pilot.pause(0.2)
         pane = app.query_one(AttributionPane)

@@ -10,6 +10,7 @@ from tiny import tiny_model
 
 from tokenviz.contract.commands import Beams, Step
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.ui.panes.beams import BeamPane
 from tokenviz.worker import engine_thread
 from tokenviz.worker.engine_thread import EngineWorker
 
@@ -153,7 +154,7 @@ async def test_escape_cancels_a_beam_search_and_the_journey_goes_on():
     app = make_app(step_seconds=0.05)
     async with app.run_test(size=(120, 40)) as pilot:
         before = await settle(app, pilot)
-        app.journey.action_beams(3)
+        app.journey.query_one(BeamPane).action_beams(3)
         await pilot.pause(0.2)
         await pilot.press("escape")
         s = await settle(app, pilot)

@@ -20,7 +20,9 @@ from tokenviz.ui.worker_screen import WorkerScreen
 class TokenvizCommands(Provider):
     def _entries(self) -> list[tuple[str, str]]:
         screen = self.screen
-        return palette_entries(screen.KEY_ROWS, screen.PALETTE_ONLY) if isinstance(screen, WorkerScreen) else []
+        if not isinstance(screen, WorkerScreen):
+            return []
+        return palette_entries(screen.KEY_ROWS, screen.PALETTE_ONLY, screen.ACTION_OWNERS)
 
     def _lacking(self, action: str) -> str | None:
         """What the command needs that the screen's engine cannot do (see JourneyScreen.lacking)."""

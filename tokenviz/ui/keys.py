@@ -6,8 +6,10 @@ table are all generated from it (a test checks the README against `markdown_tabl
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from textual.actions import parse
 from textual.binding import Binding, BindingType
 
 from tokenviz.contract.engine import Capability
@@ -421,16 +423,46 @@ COMPARE_PALETTE_ONLY: tuple[tuple[str, str], ...] = (
     ("Export an SVG screenshot", "export_svg"),
     ("Theme: choose a colour theme", "app.change_theme"),
 )
+# The pane that owns each of the journey's actions, by the action's name (its widget id): the key runs the
+# pane's own action_NAME, routed by the journey's screen (JourneyScreen.action_route), as Textual runs a
+# widget's; an action not named here is the screen's own.
+JOURNEY_OWNERS: dict[str, str] = {
+    **dict.fromkeys(("force", "pin"), "next-token"),
+    **dict.fromkeys(("toggle_surprisal", "toggle_ids", "edit_prompt", "continue_with"), "tokens"),
+    **dict.fromkeys(("adjust", "assign", "grammar", "compare"), "sampling"),
+    **dict.fromkeys(("layer", "head", "ablate_head"), "attention"),
+    **dict.fromkeys(("select_branch", "open_branch"), "branches"),
+    "beams": "beams",
+    "speculate": "speculation",
+    "verify": "cache",
+    "attribution": "attribution",
+}
 FOOTER_FIRST = ("quit", "help")  # the footer is cut at the right on a narrow terminal: these never are
 
 
-def bindings(rows: tuple[KeyRow, ...] = KEYS) -> list[BindingType]:
-    """An app's BINDINGS in the footer's order: quit and help first, then the table's order."""
+def routed(action: str, owners: Mapping[str, str]) -> str:
+    """`action` as its screen runs it: through `route` to the pane that owns it (see JOURNEY_OWNERS), or
+    as it is."""
+    owner = owners.get(action.split("(")[0])
+    return f"route({owner!r}, {action!r})" if owner else action
+
+
+def unrouted(action: str) -> str:
+    """The action a routed one runs (see routed); any other as it is."""
+    if not action.startswith("route("):
+        return action
+    return str(parse(action)[2][1])
+
+
+def bindings(rows: tuple[KeyRow, ...] = KEYS, owners: Mapping[str, str] | None = None) -> list[BindingType]:
+    """An app's BINDINGS in the footer's order: quit and help first, then the table's order; each action
+    routed to the pane in `owners` that owns it."""
     pairs = [(row, p) for row in rows for p in row.presses]
     first = [(row, p) for name in FOOTER_FIRST for row, p in pairs if p.action == name and p.footer]
     rest = [pair for pair in pairs if pair not in first]
     return [
-        Binding(p.key, p.action, p.footer or p.palette or row.label, show=bool(p.footer)) for row, p in first + rest
+        Binding(p.key, routed(p.action, owners or {}), p.footer or p.palette or row.label, show=bool(p.footer))
+        for row, p in first + rest
     ]
 
 
@@ -463,11 +495,14 @@ def model_keys() -> set[str]:
 
 
 def palette_entries(
-    rows: tuple[KeyRow, ...] = KEYS, palette_only: tuple[tuple[str, str], ...] = PALETTE_ONLY
+    rows: tuple[KeyRow, ...] = KEYS,
+    palette_only: tuple[tuple[str, str], ...] = PALETTE_ONLY,
+    owners: Mapping[str, str] | None = None,
 ) -> list[tuple[str, str]]:
-    """(label, action) for every command a screen's palette offers, keyed ones first."""
+    """(label, action) for every command a screen's palette offers, keyed ones first; each action routed
+    to the pane in `owners` that owns it."""
     keyed = [(p.palette, p.action) for row in rows for p in row.presses if p.palette]
-    return keyed + list(palette_only)
+    return [(label, routed(action, owners or {})) for label, action in keyed + list(palette_only)]
 
 
 def markdown_table(rows: tuple[KeyRow, ...] = KEYS) -> str:

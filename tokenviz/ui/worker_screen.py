@@ -70,6 +70,7 @@ class WorkerScreen(Screen[None], Generic[S]):
 
     KEY_ROWS: ClassVar[tuple[KeyRow, ...]]  # this screen's key table (bindings, palette, help)
     PALETTE_ONLY: ClassVar[tuple[tuple[str, str], ...]]  # (label, action) of the palette's other commands
+    ACTION_OWNERS: ClassVar[dict[str, str]] = {}  # the panes that own actions, by name (see keys.routed)
     HELP: ClassVar[str]  # the help screen's text
     EXPORT_NAME: ClassVar[str]  # an export's name starts with this
     EXPORT_SUFFIXES: ClassVar[tuple[str, ...]]  # what an export writes beside the screenshot

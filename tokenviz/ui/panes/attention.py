@@ -22,8 +22,10 @@ from rich.style import Style
 from textual.message import Message
 from textual.strip import Strip
 
-from tokenviz.contract.attention import head_label, paged_start, window
+from tokenviz.contract.attention import HEAD_MODES, Head, head_label, paged_start, window
+from tokenviz.contract.commands import Intervene
 from tokenviz.contract.engine import Capability, lacking
+from tokenviz.contract.interventions import HeadAblation
 from tokenviz.contract.records import TokenChip
 from tokenviz.render.colors import ramp
 from tokenviz.render.columns import cell, fitting
@@ -52,9 +54,48 @@ class AttentionPane(LinesPane):
         super().__init__(**kwargs)
         self._map_lines: dict[tuple[object, ...], Strip] = {}  # by what a map line shows, kept a frame
         self._drawn_for: tuple[object, ...] | None = None  # the look the kept map lines were drawn for
+        self.layer_chosen = False  # the user chose a layer: a new model keeps it, not its last layer
 
     def on_mount(self) -> None:
         self.set_title("attention")
+
+    # ---- its keys (routed here by the journey's screen: see ui.keys.JOURNEY_OWNERS) ----------------------
+
+    def action_layer(self, delta: int) -> None:
+        journey = self.journey
+        if journey.snapshot and journey.snapshot.info:
+            self._in_view()
+            self.layer_chosen = True
+            journey.model_layer = (journey.model_layer + delta) % journey.snapshot.info.layers
+
+    def action_head(self, delta: int) -> None:
+        journey = self.journey
+        if not (journey.snapshot and journey.snapshot.info):
+            return
+        self._in_view()
+        cycle: list[Head] = [*HEAD_MODES, *range(journey.snapshot.info.heads)]
+        journey.head = cycle[(cycle.index(journey.head) + delta) % len(cycle)]
+
+    def action_ablate_head(self) -> None:
+        """Zero-ablate the head the map shows, or restore it where it is ablated so."""
+        journey = self.journey
+        s = journey.snapshot
+        if s is None or s.info is None:
+            return
+        if not isinstance(journey.head, int):
+            self.notify(
+                "the attention map shows a head's mean or max: choose one head with h first", severity="warning"
+            )
+            return
+        ablation = HeadAblation(layer=min(journey.model_layer, s.info.layers - 1), head=journey.head)
+        kept = tuple(entry for entry in s.interventions if entry[0] != ablation)
+        journey.submit(Intervene(kept if len(kept) < len(s.interventions) else (*kept, (ablation, True))))
+
+    def _in_view(self) -> None:
+        """The map back in its place, where another view had it: the layer and head keys change what it
+        shows, which must not happen unseen."""
+        if self.journey.current_view != "attention":
+            self.journey.open_view("attention")
 
     def draw(self, selection: Selection) -> None:
         info = selection.info

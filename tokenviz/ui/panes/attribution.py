@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import math
+import time
+from typing import Any
 
 from rich.style import Style
 from rich.text import Text
 
 from tokenviz.contract.commands import Attribute
 from tokenviz.contract.results import Attribution, AttributionMethod
+from tokenviz.contract.snapshot import Snapshot
 from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell
-from tokenviz.render.units import probability
+from tokenviz.render.units import duration, probability
 from tokenviz.render.visible import visible
 from tokenviz.ui.panes.base import Run, ScrollPane, result_or_note
+from tokenviz.ui.screens import LongJobScreen
 from tokenviz.ui.selection import Selection
 
 EXPLAINED = {
@@ -23,6 +27,7 @@ EXPLAINED = {
 
 RUN = Run(Attribute, "view('attribution')")
 LONG_JOB_S = 10.0  # a job estimated at more than this is said before it starts
+TIMED_FROM_S = 1.0  # an attribution that took this long or more times the next estimate (see estimated_s)
 
 
 def estimated_s(
@@ -62,6 +67,65 @@ class AttributionPane(ScrollPane):
     """
 
     declined: str | None = None  # why leave-one-out was not run here (too long, and the user said not now)
+    method: AttributionMethod = "loo"  # the A key's; the palette offers both
+    long_ok = False  # the user ran a long leave-one-out: do not ask again
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # This machine's speed, measured: the request sent (method, position, when), and by method the
+        # (tokens, seconds) of the last run, which the next estimate scales (see estimated_s).
+        self._sent: tuple[str, int, float] | None = None
+        self.measured: dict[str, tuple[int, float]] = {}
+
+    def action_attribution(self, method: AttributionMethod) -> None:
+        """The view by `method` (the palette's two entries)."""
+        self.method = method
+        self.journey.open_view("attribution")
+
+    def send_now(self, request: Attribute, selection: Selection) -> bool:
+        """Whether to send `request` at once: a leave-one-out estimated to take long asks the user first
+        (and sends it, or gradient × input instead, as they answer)."""
+        self.declined = None
+        s, measured = selection.snapshot, self.measured.get
+        loo_s = estimated_s(selection, "loo", measured("loo")) if request.method == "loo" and s.live else None
+        if loo_s is not None and loo_s > LONG_JOB_S and not self.long_ok:
+            self._ask(request, loo_s, estimated_s(selection, "grad", measured("grad")) or 0.0)
+            return False
+        self._sent = (request.method, request.position, time.perf_counter())
+        return True
+
+    def timed(self, before: Snapshot | None, s: Snapshot) -> None:
+        """A new attribution for the request sent: how long it took, for the next estimate."""
+        sent, a = self._sent, s.result(Attribute)
+        if sent is None or a is None or (before is not None and before.result(Attribute) is a):
+            return
+        if (a.method, a.position) == sent[:2]:
+            seconds = time.perf_counter() - sent[2]
+            if seconds >= TIMED_FROM_S:  # (an answer kept from before comes at once: not a speed)
+                self.measured[a.method] = (a.position + 1, seconds)
+            self._sent = None
+
+    def _ask(self, request: Attribute, loo_s: float, grad_s: float) -> None:
+        journey, n = self.journey, request.position + 1
+
+        def chosen(answer: str | None) -> None:
+            if answer == "loo":
+                self.long_ok = True
+                journey.submit(request)
+            elif answer == "grad":
+                self.action_attribution("grad")
+            else:
+                self.declined = f"leave-one-out not run: about {duration(loo_s)} here. Press A twice to be asked again."
+                journey.refresh_panes()
+
+        question = (
+            f"Leave-one-out runs the model once for each of the {n} tokens before the cursor: about "
+            f"{duration(loo_s)} on this machine (Escape cancels it midway)."
+        )
+        loo = (f"leave-one-out anyway, about {duration(loo_s)} (exact; not asked again)", "loo")
+        grad = (f"gradient × input instead: one forward and one backward pass, about {duration(grad_s)}", "grad")
+        choices = [grad, loo] if journey.lacking("attribution('grad')") is None else [loo]  # (a served model: none)
+        self.app.push_screen(LongJobScreen(question, choices), chosen)
 
     def draw(self, selection: Selection) -> None:
         body = self.body

@@ -4,7 +4,7 @@ and a border with a title."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from rich.console import Console
 from rich.segment import Segment
@@ -21,6 +21,7 @@ from tokenviz.contract.commands import Request
 from tokenviz.render.columns import fitting
 from tokenviz.ui.colors import ThemeColors, app_colors
 from tokenviz.ui.keys import key_of
+from tokenviz.ui.panes.host import JourneyHost
 from tokenviz.ui.selection import Selection
 
 T = TypeVar("T")
@@ -44,6 +45,11 @@ class Pane(Widget):
     def on_resize(self) -> None:
         if self.selection is not None:
             self.draw(self.selection)
+
+    @property
+    def journey(self) -> JourneyHost:
+        """The journey's screen, for the pane's own actions: only that screen routes keys to a pane."""
+        return cast(JourneyHost, self.screen)
 
     @property
     def theme_colors(self) -> ThemeColors:

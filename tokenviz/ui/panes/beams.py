@@ -14,8 +14,25 @@ MARKS = {"kept": "✓", "finished": "★", "at length limit": "⊣", "pruned": "
 TEXT_TAIL = 24  # characters of each running beam's text shown under its step
 
 
+WIDTH = 3  # the B key's width; the palette offers 2-8
+STEPS = 10
+
+
 class BeamPane(ScrollPane):
     TITLE = "beam search"
+
+    width = WIDTH  # the last width run
+
+    def action_beams(self, width: int | None = None) -> None:
+        """Beam search from the current tokens (the last width, or the width chosen in the palette). The
+        key pressed again, with the beams shown, returns to attention."""
+        journey = self.journey
+        if width is None and journey.showing("beams", Beams):
+            journey.open_view("attention")
+            return
+        self.width = width or self.width
+        journey.submit(Beams(width=self.width, steps=STEPS))
+        journey.open_view("beams")
 
     def draw(self, selection: Selection) -> None:
         body = self.body

@@ -6,6 +6,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from tokenviz.contract.commands import SwitchBranch
 from tokenviz.render.visible import visible
 from tokenviz.ui.panes.base import ScrollPane
 from tokenviz.ui.selection import Selection
@@ -15,6 +16,25 @@ class BranchPane(ScrollPane):
     TITLE = "branches"
 
     selected = 1  # index into the summaries (0 is the current path)
+
+    def action_select_branch(self, delta: int) -> None:
+        self.selected += delta
+        self.journey.open_view("branches")
+
+    def action_open_branch(self) -> None:
+        """Switch to the selected branch; with the branches not shown, show them first (no switch unseen)."""
+        journey = self.journey
+        s = journey.snapshot
+        if s is None or len(s.branches) < 2:
+            self.notify("there is no other branch yet", severity="warning")
+            return
+        if journey.current_view != "branches":
+            journey.open_view("branches")
+            self.notify("the branches: < and > select one, o switches to it")
+            return
+        target = s.branches[min(max(self.selected, 1), len(s.branches) - 1)]
+        journey.cursor = None
+        journey.submit(SwitchBranch(index=target.index))
 
     def draw(self, selection: Selection) -> None:
         body = self.body

@@ -18,6 +18,17 @@ ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}  # a c
 class CachePane(ScrollPane):
     TITLE = "KV cache"
 
+    def action_verify(self) -> None:
+        """Recompute the journey without the cache and compare (see Verify); again, with its answer shown,
+        back to attention."""
+        journey = self.journey
+        s = journey.snapshot
+        if journey.showing("cache", Verify) and s is not None and s.result(Verify) is not None:
+            journey.open_view("attention")
+            return
+        journey.submit(Verify())
+        journey.open_view("cache")
+
     def draw(self, selection: Selection) -> None:
         s, info, latest = selection.snapshot, selection.info, selection.snapshot.latest
         if latest is None:

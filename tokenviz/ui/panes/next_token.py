@@ -8,12 +8,14 @@ from collections.abc import Sequence
 
 from rich.text import Text
 
+from tokenviz.contract.commands import BranchAt, Force, Watch
 from tokenviz.contract.records import Candidate
 from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell
 from tokenviz.render.units import probability
 from tokenviz.render.visible import visible
 from tokenviz.ui.panes.base import BoxPane
+from tokenviz.ui.screens import WatchScreen
 from tokenviz.ui.selection import Selection
 
 
@@ -21,6 +23,48 @@ class NextTokenPane(BoxPane):
     TITLE = "next token"
 
     ranks_shown: frozenset[int] = frozenset()  # the ranks on screen: the number keys take only these
+
+    def action_force(self, rank: int) -> None:
+        """Take the rank-th candidate shown: the one for the position after the cursor. With the cursor on
+        an earlier token, the tokens after it give way (a branch: the old path is kept); on the newest token
+        it is the pending step."""
+        journey, shown = self.journey, self.ranks_shown
+        if shown and rank not in shown:
+            self.notify(
+                f"candidate {rank} is not on screen (ranks {', '.join(map(str, sorted(shown)))} are): "
+                "a taller terminal shows more",
+                severity="warning",
+            )
+            return
+        selection = journey.current_selection()
+        if selection is None or journey.cursor is None:
+            journey.submit(Force(rank=rank))
+            return
+        if selection.record is None:
+            self.notify("inside the prompt, the next token is the prompt's own: e edits it", severity="warning")
+            return
+        steps_back = len(selection.snapshot.chips) - (selection.cursor + 1)
+        journey.cursor = None
+        journey.submit(BranchAt(steps_back=steps_back, rank=rank) if steps_back else Force(rank=rank))
+
+    def action_pin(self) -> None:
+        """The watch dialog: a candidate at the cursor, or a token typed. The views stay as they are (W
+        shows the watched tokens: it toggles, so w opening it would make the W after it close it)."""
+        journey = self.journey
+        selection = journey.current_selection()
+        if selection is None:
+            return
+        record, prediction = selection.record, selection.prompt_prediction
+        top = record.top if record is not None else prediction.top if prediction is not None else ()
+
+        def chosen(token: int | str | None) -> None:
+            if token is not None:
+                journey.submit(Watch(token=token))
+                if journey.current_view != "watch":
+                    self.notify("watched at every step: W shows the watched tokens over the steps", timeout=4)
+
+        candidates = [(c.id, c.text) for c in top[:9]]
+        self.app.push_screen(WatchScreen(candidates, list(selection.snapshot.pinned)), chosen)
 
     def draw(self, selection: Selection) -> None:
         record, prediction = selection.record, selection.prompt_prediction

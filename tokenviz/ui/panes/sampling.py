@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from rich.cells import cell_len
 from rich.text import Text
+from textual import work
 
+from tokenviz.contract.commands import Adjust, Assign, Constrain, Play, Start
+from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.presets import preset_in_force
 from tokenviz.contract.records import Decision
 from tokenviz.contract.settings import SamplingSettings
@@ -12,7 +15,9 @@ from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell
 from tokenviz.render.units import probability
 from tokenviz.render.visible import visible
+from tokenviz.ui.compare_screen import CompareScreen
 from tokenviz.ui.panes.base import BoxPane
+from tokenviz.ui.screens import CompareDialog, GrammarDialog, SettingsDialog
 from tokenviz.ui.selection import Selection
 
 SHORT_NAMES = {"temperature": "temp", "repetition": "repeat", "presence/frequency": "pres/fr"}
@@ -109,6 +114,74 @@ def pipeline_text(d: Decision, top_only: int, compact: bool = False) -> Text:
 
 class SamplingPane(BoxPane):
     TITLE = "sampling"
+
+    # ---- its keys (routed here by the journey's screen: see ui.keys.JOURNEY_OWNERS) ----------------------
+
+    def action_adjust(self, name: str, direction: int) -> None:
+        self.journey.submit(Adjust(name=name, direction=direction))
+
+    def action_assign(self) -> None:
+        """Type any setting (see Assign): checked here against the settings in view, so a mistake is one
+        line and nothing changes."""
+        journey = self.journey
+        s = journey.snapshot
+
+        def chosen(line: str | None) -> None:
+            if not line or s is None:
+                return
+            assignments = tuple(line.split())
+            try:
+                s.settings.changed(assignments)
+            except TokenvizError as exc:
+                self.notify(str(exc), severity="error")
+                return
+            journey.submit(Assign(assignments))
+
+        self.app.push_screen(SettingsDialog(), chosen)
+
+    def action_grammar(self) -> None:
+        """Set, change or clear the grammar (see Constrain): the file is read and checked off the UI's
+        thread (read_grammar), so nothing it turns out to be can hold the app."""
+
+        def chosen(line: str | None) -> None:
+            if line is not None:
+                self.read_grammar(line)
+
+        s = self.journey.snapshot
+        self.app.push_screen(GrammarDialog(s.settings.grammar if s else None), chosen)
+
+    @work(thread=True, group="grammar")
+    def read_grammar(self, line: str) -> None:
+        from tokenviz.files.grammar_file import grammar_from_line  # (the engine's import waits until asked)
+
+        try:
+            grammar = grammar_from_line(line)
+        except TokenvizError as exc:
+            self.app.call_from_thread(self.notify, str(exc), severity="error")
+            return
+        self.app.call_from_thread(self.journey.submit, Constrain(grammar=grammar))
+
+    def action_compare(self) -> None:
+        """Compare this journey's settings with others, side by side, on this model (the palette's)."""
+        journey = self.journey
+        s = journey.snapshot
+        if s is None or s.info is None:
+            self.notify("the model has not loaded yet", severity="warning")
+            return
+
+        def chosen(text: str | None) -> None:
+            if not text:
+                return
+            try:
+                against = s.settings.changed(text.split())
+                worker = journey.worker.compare(s.settings, against, Start(s.prompt, s.chat, s.system))
+            except TokenvizError as exc:
+                self.notify(str(exc), severity="error")
+                return
+            journey.submit(Play(on=False))
+            self.app.push_screen(CompareScreen(worker))
+
+        self.app.push_screen(CompareDialog(), chosen)
 
     def draw(self, selection: Selection) -> None:
         record = selection.record

@@ -10,9 +10,25 @@ from tokenviz.render.visible import visible
 from tokenviz.ui.panes.base import Run, ScrollPane, pending_note
 from tokenviz.ui.selection import Selection
 
+STEPS = 16  # tokens a run decodes
+
 
 class SpeculationPane(ScrollPane):
     TITLE = "speculative decoding"
+
+    def action_speculate(self, drafter: str | None = None) -> None:
+        """Speculative decoding from the current tokens, with the current settings. The default drafter,
+        early exit at the middle layer, drafts on any text (prompt lookup needs repeats). The key pressed
+        again, with the run shown, returns to attention."""
+        journey = self.journey
+        if drafter is None and journey.showing("speculation", Speculate):
+            journey.open_view("attention")
+            return
+        if drafter is None:
+            info = journey.snapshot.info if journey.snapshot else None
+            drafter = f"early-exit:{info.layers // 2}" if info is not None and info.layers > 1 else "prompt-lookup"
+        journey.submit(Speculate(drafter=drafter, steps=STEPS))
+        journey.open_view("speculation")
 
     def draw(self, selection: Selection) -> None:
         body = self.body

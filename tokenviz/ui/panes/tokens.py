@@ -17,6 +17,7 @@ from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
 
+from tokenviz.contract.commands import Continue, Start
 from tokenviz.contract.records import TokenChip
 from tokenviz.contract.results import Attribution
 from tokenviz.contract.snapshot import Snapshot
@@ -27,6 +28,7 @@ from tokenviz.render.units import probability
 from tokenviz.render.visible import MAX_CHAR_BYTES, spelled, visible
 from tokenviz.ui.colors import ThemeColors
 from tokenviz.ui.panes.base import BoxPane
+from tokenviz.ui.screens import ContinueScreen, PromptChoice, PromptScreen
 from tokenviz.ui.selection import Selection
 
 GENERATION_MARK = "▸ "  # between the last prompt chip and the first generated one
@@ -52,6 +54,44 @@ class TokensPane(BoxPane):
         self.attribution: Attribution | None = None  # while the attribution view shows one: see shade_by
         self._attribution_top = 1.0  # its largest score, read once per attribution, not once per chip
         self.marked: int | None = None  # a position drawn reversed (compare: where two paths part)
+
+    # ---- its keys (routed here by the journey's screen: see ui.keys.JOURNEY_OWNERS) ----------------------
+
+    def action_toggle_surprisal(self) -> None:
+        self.surprisal = not self.surprisal
+        self.journey.refresh_panes()
+
+    def action_toggle_ids(self) -> None:
+        self.show_ids = not self.show_ids
+        self.journey.refresh_panes()
+
+    def action_edit_prompt(self) -> None:
+        """The prompt editor; for a model with a chat template it offers a chat message first."""
+        journey = self.journey
+        s = journey.snapshot
+        can_chat = bool(s and s.info and s.info.chat_template)
+
+        def submitted(choice: PromptChoice | None) -> None:
+            if choice is not None:
+                journey.cursor = None
+                system = s.system if s and choice.chat else None
+                journey.submit(Start(prompt=choice.text, chat=choice.chat, system=system))
+
+        chat = s.chat if s and s.records else True  # a first prompt is offered as a chat message
+        context = s.info.context if s and s.info else None
+        editor = PromptScreen(s.prompt if s else "", can_chat, chat, count=journey.worker.count_tokens, context=context)
+        self.app.push_screen(editor, submitted)
+
+    def action_continue_with(self) -> None:
+        """Force a text of the user's own through the journey, token by token (see Continue)."""
+        journey = self.journey
+
+        def chosen(text: str | None) -> None:
+            if text:
+                journey.cursor = None
+                journey.submit(Continue(text=text))
+
+        self.app.push_screen(ContinueScreen(), chosen)
 
     def _cells(self, index: int) -> int:
         chip = self._chips[index]
