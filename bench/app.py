@@ -169,7 +169,7 @@ def frame_journeys(loaded, size: tuple[int, int], steps: int, prompt: str | list
     snapshots = []
     for i in range(steps):
         session.step()
-        n = session.runner.kv_len
+        n = session.engine.kv_len
         queries = window(n - 1, n, rows)  # the newest rows
         view = causal_view(layer, queries, session.attention(queries, [layer])[0])
         snapshots.append(dataclasses.replace(snapshot_of(session, seq=i + 1), attention=view))

@@ -30,8 +30,8 @@ GREEDY = SamplingSettings(temperature=0)
 
 def transformers_runner(session: Session) -> ModelRunner:
     """The session's engine as the transformers backend it is here (the bench reads its query store)."""
-    assert isinstance(session.runner, ModelRunner)
-    return session.runner
+    assert isinstance(session.engine, ModelRunner)
+    return session.engine
 
 
 def started_session(
@@ -56,7 +56,7 @@ def engine_steps(
 ) -> tuple[float, list[float]]:
     """(prefill seconds, per-step seconds) of the engine, greedy (see started_session)."""
     session, prefill = started_session(loaded, ids, grammar, interventions)
-    device = session.runner.device
+    device = session.engine.device
     return prefill, [seconds_of(session.step, device) for _ in range(steps)]
 
 
@@ -329,7 +329,7 @@ def memory(loaded, steps: int) -> dict:
     sizes = [len(pickle.dumps(r, protocol=5)) for r in session.records]
     kept = transformers_runner(session).rows.queries.nbytes  # the query states kept for the view: bounded, not per step
     half = len(sizes) // 2
-    kv = session.runner.kv_bytes
+    kv = session.engine.kv_bytes
     last = session.records[-1]
     scale = 1000 / steps
     return {
@@ -361,7 +361,7 @@ def device_peak(loaded, n: int = 2048, steps: int = 32) -> dict:
         session.step()
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated()
-    weights, kv = weights_bytes(loaded.model), session.runner.kv_bytes
+    weights, kv = weights_bytes(loaded.model), session.engine.kv_bytes
     queries = transformers_runner(session).rows.queries.nbytes
     return {
         "peak_gb": peak / 1e9,

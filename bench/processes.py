@@ -41,7 +41,7 @@ if sys.argv[1] == "engine":
     session = Session(ModelRunner(loaded), SamplingSettings(temperature=0))
     session.start(ids, defer_predictions=True)
     session.score_prompt()  # (the predictions made afterwards count: the peak is the whole job's)
-    print(session.runner.rows.queries.nbytes, session.runner.rows.queries.budget)
+    print(session.engine.rows.queries.nbytes, session.engine.rows.queries.budget)
 else:  # as generate() prefills: sdpa, the cache, the last position's logits
     loaded.model.set_attn_implementation("sdpa")
     with torch.inference_mode():

@@ -69,13 +69,13 @@ def run(session: Session) -> None:
 
 
 def reference_processor(session: Session, grammar: Grammar) -> EngineProcessor:
-    r = session.runner
+    r = session.engine
     return EngineProcessor(r.tokenizer, r.info.vocab, r.eos_ids, grammar, len(session.prompt_ids))
 
 
 def generate_greedy(session: Session, grammar: Grammar, n: int) -> list[int]:
     """generate()'s greedy tokens under the engine's processor, the end of sequence left out."""
-    runner = session.runner
+    runner = session.engine
     out = runner.model.generate(
         torch.tensor([session.prompt_ids]),
         attention_mask=torch.ones(1, len(session.prompt_ids), dtype=torch.long),
@@ -115,7 +115,7 @@ def test_every_stage_and_the_allowed_set_equal_generates_processors_at_every_ste
     session = Session(ModelRunner(tiny_model("llama")), settings)
     session.start("Answer:")
     run(session)
-    n, model = len(session.prompt_ids), session.runner.model
+    n, model = len(session.prompt_ids), session.engine.model
     config = GenerationConfig(
         do_sample=True, temperature=0.8, top_k=40, top_p=0.95, repetition_penalty=1.2, max_new_tokens=1
     )
@@ -167,11 +167,11 @@ def test_a_forbidden_forced_token_is_refused_and_nothing_changes():
     session.start("Answer:")
     session.step()
     before_ids, before_pending = list(session.ids), session.pending
-    letter = session.runner.encode("a")[0]  # a letter where a digit must come
+    letter = session.engine.encode("a")[0]  # a letter where a digit must come
     with pytest.raises(TokenvizError, match="not allowed here by the grammar"):
         session.step(forced_id=letter)
     assert session.ids == before_ids and session.pending == before_pending
-    digit = session.runner.encode("7")[0]
+    digit = session.engine.encode("7")[0]
     session.step(forced_id=digit)  # an allowed one is taken
     assert session.ids[-1] == digit
 
@@ -190,7 +190,7 @@ def test_only_one_allowed_token_is_shown_as_forced_by_the_grammar():
 def test_a_grammar_the_text_so_far_leaves_is_refused_and_clearing_it_resumes():
     session = Session(ModelRunner(tiny_model("llama")), SamplingSettings(temperature=0, max_new_tokens=4))
     session.start("Answer:")
-    session.step(forced_id=session.runner.encode("x")[0])
+    session.step(forced_id=session.engine.encode("x")[0])
     before = session.settings
     with pytest.raises(TokenvizError, match=r"leaves the grammar .* at generated token 1"):
         session.set_settings(before.replace(grammar=REGEX))
@@ -252,9 +252,9 @@ def test_beams_and_speculation_say_they_do_not_follow_a_grammar():
     session.start("Answer:")
     with pytest.raises(TokenvizError, match="beam search does not follow a grammar"):
         beam_document(session, session.ids, 2, 3)
-    drafter = make_drafter("prompt-lookup", session.runner)
+    drafter = make_drafter("prompt-lookup", session.engine)
     with pytest.raises(TokenvizError, match="speculative decoding does not follow a grammar"):
-        speculative_decode(session.runner, session.ids, drafter, 4, session.settings)
+        speculative_decode(session.engine, session.ids, drafter, 4, session.settings)
 
 
 @pytest.mark.parametrize(

@@ -36,13 +36,13 @@ def assert_cache_unchanged(runner, before):
 @pytest.mark.parametrize("width", [2, 4])
 def test_beams_from_the_journeys_cache_equal_beams_from_scratch(tiny, width):
     session = journey(tiny)
-    before = cache_state(session.runner)
+    before = cache_state(session.engine)
     steps = []
     cached = beam_search(
-        session.runner, session.ids, width, 6, from_cache=True, progress=lambda d, t: steps.append((d, t))
+        session.engine, session.ids, width, 6, from_cache=True, progress=lambda d, t: steps.append((d, t))
     )
-    assert_cache_unchanged(session.runner, before)
-    fresh = beam_search(session.runner, session.ids, width, 6)
+    assert_cache_unchanged(session.engine, before)
+    fresh = beam_search(session.engine, session.ids, width, 6)
     assert [h.ids for h in cached.final] == [h.ids for h in fresh.final]
     assert [h.score for h in cached.final] == pytest.approx([h.score for h in fresh.final], abs=1e-4)
     assert steps[0] == (0, 6) and all(total == 6 for _, total in steps)
@@ -51,13 +51,13 @@ def test_beams_from_the_journeys_cache_equal_beams_from_scratch(tiny, width):
 @pytest.mark.parametrize("drafter", ["early-exit:1", "prompt-lookup"])
 def test_speculation_from_the_journeys_cache_equals_speculation_from_scratch(tiny, drafter):
     session = journey(tiny)
-    before = cache_state(session.runner)
+    before = cache_state(session.engine)
     settings = SamplingSettings(temperature=0.8, seed=3)
     cached = speculative_decode(
-        session.runner, session.ids, make_drafter(drafter, session.runner), 12, settings, from_cache=True
+        session.engine, session.ids, make_drafter(drafter, session.engine), 12, settings, from_cache=True
     )
-    assert_cache_unchanged(session.runner, before)
-    fresh = speculative_decode(session.runner, session.ids, make_drafter(drafter, session.runner), 12, settings)
+    assert_cache_unchanged(session.engine, before)
+    fresh = speculative_decode(session.engine, session.ids, make_drafter(drafter, session.engine), 12, settings)
     assert cached.ids == fresh.ids
     assert [(r.drafted, r.accepted) for r in cached.rounds] == [(r.drafted, r.accepted) for r in fresh.rounds]
 
@@ -65,14 +65,14 @@ def test_speculation_from_the_journeys_cache_equals_speculation_from_scratch(tin
 def test_a_recompute_in_chunks_equals_one_pass_and_can_be_cancelled(tiny):
     session = journey(tiny, steps=8)
     ids = session.cached_ids
-    whole_logits, whole_rows = session.runner.recompute(ids)
+    whole_logits, whole_rows = session.engine.recompute(ids)
     seen = []
-    logits, rows = session.runner.recompute(ids, chunk=4, progress=lambda d, t: seen.append((d, t)))
+    logits, rows = session.engine.recompute(ids, chunk=4, progress=lambda d, t: seen.append((d, t)))
     torch.testing.assert_close(logits, whole_logits, atol=1e-4, rtol=0)
     torch.testing.assert_close(rows, whole_rows, atol=1e-5, rtol=0)
     assert seen == [(d, len(ids)) for d in range(4, (len(ids) - 1) // 4 * 4 + 1, 4)]
     with pytest.raises(Cancelled):
-        session.runner.recompute(ids, chunk=4, cancelled=lambda: True)
+        session.engine.recompute(ids, chunk=4, cancelled=lambda: True)
 
 
 # Beams staying, copied, swapped, rotated, all from one: a reorder in place must read each source

@@ -79,8 +79,8 @@ def test_a_200_step_journey_of_the_bundled_model_makes_a_page_under_2_mb(bundled
 
     session = Session(ModelRunner(bundled), SamplingSettings(seed=3, max_new_tokens=200))
     session.start("The Eiffel Tower is located in")
-    session.pin([session.runner.encode(" Paris")[0]])
-    eos = session.runner.eos_ids
+    session.pin([session.engine.encode(" Paris")[0]])
+    eos = session.engine.eos_ids
     while len(session.generated_ids) < 200:  # past the end of text: the best other candidate instead
         pending = session.records[-1]
         if pending.decision.chosen_id in eos:

@@ -24,7 +24,7 @@ def journey(settings: SamplingSettings) -> Session:
 
 
 def symptoms_of(session: Session) -> dict:
-    text = session.runner.decode(session.ids[len(session.prompt_ids) :])
+    text = session.engine.decode(session.ids[len(session.prompt_ids) :])
     found = diagnose(
         session.records,
         session.ids,
@@ -32,7 +32,7 @@ def symptoms_of(session: Session) -> dict:
         text,
         session.stop_reason,
         session.settings,
-        session.runner.piece,
+        session.engine.piece,
     )
     return {s.symptom: s for s in found}
 

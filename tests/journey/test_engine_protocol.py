@@ -116,6 +116,7 @@ def test_keys_and_palette_actions_name_the_capability_they_need():
     assert needs_of("attribution('loo')") == Capability.LEAVE_ONE_OUT
     assert needs_of("beams(5)") == needs_of("beams") == Capability.CACHE
     assert needs_of("ablate_head") == Capability.INTERVENTIONS
+    assert needs_of("grammar") == Capability.TOKENIZER  # (a server's tokenizer is not here: no grammar stage)
     assert needs_of("step") is None and needs_of("view('charts')") is None
 
 

@@ -67,7 +67,7 @@ def test_every_prompt_position_has_the_models_prediction(tiny, slice_rows, monke
     s = started(tiny)
     ids = s.prompt_ids
     with torch.inference_mode():
-        probs = torch.softmax(s.runner.model(torch.tensor([ids], device=tiny.model.device)).logits[0].float(), -1)
+        probs = torch.softmax(s.engine.model(torch.tensor([ids], device=tiny.model.device)).logits[0].float(), -1)
     predictions = s.records[0].prompt_predictions
     assert [p.position for p in predictions] == list(range(len(ids) - 1))
     for p in predictions:
@@ -83,7 +83,7 @@ def test_cancelling_a_prefill_leaves_the_journey_as_it_was(tiny, small_chunks):
     s = started(tiny)
     s.step()
     s.step()
-    before = (list(s.ids), list(s.records), s.runner.kv_len, s.pending.decision)
+    before = (list(s.ids), list(s.records), s.engine.kv_len, s.pending.decision)
     calls = []
     with pytest.raises(Cancelled):
         s.start(
@@ -91,7 +91,7 @@ def test_cancelling_a_prefill_leaves_the_journey_as_it_was(tiny, small_chunks):
             cancelled=lambda: calls.append(1) or True,
         )
     assert calls == [1]  # stopped before the first pass's first layer ran
-    assert (list(s.ids), list(s.records), s.runner.kv_len, s.pending.decision) == before
+    assert (list(s.ids), list(s.records), s.engine.kv_len, s.pending.decision) == before
     s.step()  # the cache is the journey's own again
     s.rewind(3)
     assert s.ids == before[0][: len(s.prompt_ids)]
@@ -102,12 +102,12 @@ def test_a_prefill_in_one_pass_is_cancelled_between_its_layers(tiny, monkeypatch
     monkeypatch.setattr(memory_policy, "PROMPT_CHUNK", 10_000)
     s = started(tiny)
     s.step()
-    before = (list(s.ids), list(s.records), s.runner.kv_len, s.pending.decision)
+    before = (list(s.ids), list(s.records), s.engine.kv_len, s.pending.decision)
     calls = []
     with pytest.raises(Cancelled, match=r"^prefill cancelled: the journey is as it was$"):
         s.start(PROMPT + " and the cat", cancelled=lambda: calls.append(1) or len(calls) == 2)
     assert len(calls) == 2  # the pass's first layer ran; its second did not
-    assert (list(s.ids), list(s.records), s.runner.kv_len, s.pending.decision) == before
+    assert (list(s.ids), list(s.records), s.engine.kv_len, s.pending.decision) == before
     s.step()  # the cache is the journey's own again
 
 
@@ -138,12 +138,12 @@ def test_a_prompt_too_large_for_free_memory_is_refused_before_it_runs(tiny, monk
 
     s = started(tiny)
     s.step()
-    before = (list(s.ids), s.runner.kv_len)
+    before = (list(s.ids), s.engine.kv_len)
     monkeypatch.setattr(memory_policy.psutil, "virtual_memory", lambda: SimpleNamespace(available=10_000))
     needs = r"needs about .* GB for its KV cache and working memory, and 0\.0 GB is free"
     with pytest.raises(PromptError, match=needs):
         s.start("Hello world! Sampling picks the next token from the distribution")
-    assert (list(s.ids), s.runner.kv_len) == before  # nothing ran, nothing lost
+    assert (list(s.ids), s.engine.kv_len) == before  # nothing ran, nothing lost
 
 
 def test_the_memory_a_prefill_needs_counts_attention_scores_only_where_eager_attention_makes_them(monkeypatch):
@@ -178,8 +178,8 @@ def test_the_predictions_are_made_when_read_from_plain_data_and_equal_the_whole_
     predictions = s.records[0].prompt_predictions
     # Every piece a position shows was decoded in the prefill (the engine's thread): reading them on
     # another thread asks the tokenizer nothing.
-    monkeypatch.setattr(s.runner.pieces, "piece", lambda token: pytest.fail("the UI decoded a piece"))
-    monkeypatch.setattr(s.runner.tokenizer, "decode", lambda *a, **k: pytest.fail("the UI decoded a piece"))
+    monkeypatch.setattr(s.engine.pieces, "piece", lambda token: pytest.fail("the UI decoded a piece"))
+    monkeypatch.setattr(s.engine.tokenizer, "decode", lambda *a, **k: pytest.fail("the UI decoded a piece"))
     shown = predictions[-1]
     whole = tuple(predictions)
     assert len(whole) == len(s.prompt_ids) - 1 and whole[-1] is shown  # made once
@@ -194,7 +194,7 @@ def test_the_predictions_are_made_when_read_from_plain_data_and_equal_the_whole_
     # A record may outlive its model and cross to the UI: it holds plain data, never the model or its
     # tokenizer, and a copy of it is the records themselves.
     held = reachable(predictions, depth=6)
-    assert not any(isinstance(r, (ModelRunner, torch.nn.Module, type(s.runner.tokenizer))) for r in held)
+    assert not any(isinstance(r, (ModelRunner, torch.nn.Module, type(s.engine.tokenizer))) for r in held)
     assert not any(type(r).__name__ == "TokenPieces" for r in held)
     copied = pickle.loads(pickle.dumps(s.records[0]))
     assert copied == s.records[0] and isinstance(copied.prompt_predictions, tuple)

@@ -29,7 +29,7 @@ def test_cached_steps_equal_a_full_recompute(tiny):
     s.start(PROMPT)
     for _ in range(30):
         s.step()
-    assert len(s.generated_ids) == 30 and s.runner.kv_len == len(s.ids)
+    assert len(s.generated_ids) == 30 and s.engine.kv_len == len(s.ids)
     logits, rows = full_forward(tiny, s.ids)
     assert torch.allclose(s.pending_logits.cpu(), logits, atol=1e-4)  # (the recompute runs on the CPU)
     last = s.records[-1]
@@ -65,7 +65,7 @@ def test_rewind_then_replay_gives_identical_records(tiny):
         s.step()
     before = s.records[6]
     assert s.rewind(4) == 4
-    assert len(s.generated_ids) == 6 and s.runner.kv_len == len(s.ids) and len(s.records) == 7
+    assert len(s.generated_ids) == 6 and s.engine.kv_len == len(s.ids) and len(s.records) == 7
     assert s.records[-1].decision == before.decision  # same logits, same decision
     for _ in range(4):
         s.step()
@@ -85,7 +85,7 @@ def test_rewind_to_the_prompt_and_past_it(tiny_llama):
     for _ in range(3):
         s.step()
     assert s.rewind(99) == 3  # clamped to what was generated
-    assert s.ids == s.prompt_ids and s.runner.kv_len == len(s.prompt_ids)
+    assert s.ids == s.prompt_ids and s.engine.kv_len == len(s.prompt_ids)
     assert s.records[0].decision == first
     assert s.rewind(1) == 0
 
@@ -104,8 +104,8 @@ def test_settings_change_redecides_without_a_forward(tiny_llama):
     s = make(tiny_llama, temperature=1.0, top_k=0, top_p=1.0, seed=1)
     s.start(PROMPT)
     calls = []
-    original = s.runner.forward
-    s.runner.forward = lambda ids: calls.append(ids) or original(ids)
+    original = s.engine.forward
+    s.engine.forward = lambda ids: calls.append(ids) or original(ids)
     u = s.pending.decision.u
     s.set_settings(s.settings.replace(top_k=1))
     assert calls == []
@@ -221,9 +221,9 @@ def test_pieces_make_bytes_and_specials_visible(tiny_llama):
 
 def test_start_from_token_ids(tiny_llama):
     s = make(tiny_llama, temperature=0)
-    ids = s.runner.encode(PROMPT)
+    ids = s.engine.encode(PROMPT)
     s.start(ids)
-    assert s.prompt_ids == ids and s.prompt == s.runner.decode(ids)
+    assert s.prompt_ids == ids and s.prompt == s.engine.decode(ids)
     text = make(tiny_llama, temperature=0)
     text.start(PROMPT)
     assert s.pending.top == text.pending.top
@@ -243,13 +243,13 @@ def test_rewinding_and_stepping_differently_keeps_the_old_path_as_a_branch(tiny_
     assert [b.current for b in summaries] == [True, False]
     other = summaries[1]
     assert other.tokens == 5 and other.shared == len(s.prompt_ids) + 2
-    assert other.text == s.runner.decode(first_path[len(s.prompt_ids) :])
+    assert other.text == s.engine.decode(first_path[len(s.prompt_ids) :])
     expected = sum(np.log(r.decision.raw_prob) for r in make_and_run(tiny_llama, 5).records[:5])
     assert other.logprob == pytest.approx(expected, abs=1e-4)
     current_ids, current_pending = list(s.ids), s.pending.decision
 
     s.switch_branch(other.index)  # the cache is rebuilt from the shared prefix
-    assert s.ids == first_path and s.runner.kv_len == len(first_path)
+    assert s.ids == first_path and s.engine.kv_len == len(first_path)
     straight = make_and_run(tiny_llama, 5)
     assert s.pending.top == straight.pending.top or [c.id for c in s.pending.top] == [
         c.id for c in straight.pending.top
@@ -271,8 +271,8 @@ def test_a_stored_branch_is_summarised_once_while_the_current_path_grows(tiny_ll
     s.take_rank(2, steps_back=2)
     first = s.branch_summaries()
     decoded = []
-    original = s.runner.decode
-    monkeypatch.setattr(s.runner, "decode", lambda ids: decoded.append(tuple(ids)) or original(ids))
+    original = s.engine.decode
+    monkeypatch.setattr(s.engine, "decode", lambda ids: decoded.append(tuple(ids)) or original(ids))
     s.step()
     again = s.branch_summaries()
     assert decoded == [tuple(s.generated_ids)]  # only the current path is decoded again
@@ -310,7 +310,7 @@ def test_chips_are_kept_between_calls_and_equal_fresh_ones(tiny_llama):
 
     def fresh():
         return tuple(
-            TokenChip(t, s.runner.piece(t), i < len(s.prompt_ids), t in s.runner.special_ids, False)
+            TokenChip(t, s.engine.piece(t), i < len(s.prompt_ids), t in s.engine.special_ids, False)
             for i, t in enumerate(s.ids)
         )
 
@@ -333,13 +333,13 @@ def test_a_step_whose_output_is_not_a_number_leaves_the_journey_as_it_was(tiny_l
     s = make(tiny_llama, temperature=0)
     s.start(PROMPT)
     s.step()
-    ids, pending, kv = list(s.ids), s.pending, s.runner.kv_len
-    head = s.runner.model.lm_head
+    ids, pending, kv = list(s.ids), s.pending, s.engine.kv_len
+    head = s.engine.model.lm_head
     hook = head.register_forward_hook(lambda module, args, out: out.fill_(float("nan")))
     try:
         with pytest.raises(TokenvizError, match="not a number"):
             s.step()
     finally:
         hook.remove()
-    assert s.ids == ids and s.pending is pending and s.runner.kv_len == kv
+    assert s.ids == ids and s.pending is pending and s.engine.kv_len == kv
     assert s.step() is not None  # and it goes on once the model computes numbers again

@@ -47,8 +47,8 @@ def test_cached_logits_and_attention_equal_full_forward(bundled):
     for layer, full in enumerate(out.attentions):
         assert abs(shown[layer] - full[0].cpu().numpy()).max() < 1e-4
     s.rewind(1)
-    s.runner.crop(len(s.ids) - 1)
-    fresh = s.runner.forward([s.ids[-1]])
+    s.engine.crop(len(s.ids) - 1)
+    fresh = s.engine.forward([s.ids[-1]])
     out = stock_forward(checkpoint(), s.ids, str(bundled.model.device))
     assert torch.allclose(fresh.logits, out.logits[0, -1], atol=1e-4)
 

@@ -63,13 +63,13 @@ def test_watching_later_fills_the_steps_taken_with_the_same_figures(kind):
     loaded = tiny_model(kind) if kind == "llama" else family_model(kind)
     from_start = journey(loaded, pinned=(42, 7), steps=9)
     later = journey(loaded, steps=9)
-    cached = later.runner.kv_len
+    cached = later.engine.kv_len
     later.pin([42, 7])
     for a, b in zip(from_start.records, later.records, strict=True):
         for x, y in zip(a.decision.pinned, b.decision.pinned, strict=True):
             assert (x.id, x.rank) == (y.id, y.rank)
             assert x.prob == pytest.approx(y.prob, abs=1e-5) and x.final_prob == pytest.approx(y.final_prob, abs=1e-5)
-    assert later.runner.kv_len == cached  # the cache is left as it was
+    assert later.engine.kv_len == cached  # the cache is left as it was
     later.rewind(2)  # and the steps from it are the ones they would have been
     from_start.rewind(2)
     later.step()
@@ -81,7 +81,7 @@ def test_watching_later_fills_the_steps_taken_with_the_same_figures(kind):
 def test_watch_toggles_names_tokens_by_text_or_id_and_refuses_clearly(tiny_llama):
     session = Session(ModelRunner(tiny_llama))
     session.start(PROMPT)
-    runner = session.runner
+    runner = session.engine
     piece = runner.piece(session.prompt_ids[1])
     one = runner.encode(piece)
     assert len(one) == 1
@@ -106,10 +106,10 @@ def test_watch_toggles_names_tokens_by_text_or_id_and_refuses_clearly(tiny_llama
 
 def test_the_lens_follows_the_watched_tokens_as_the_lens_computes_them(tiny_llama):
     session = journey(tiny_llama, pinned=(42, 7), steps=2)
-    position = session.runner.kv_len - 1
+    position = session.engine.kv_len - 1
     inspection = session.analyses.inspect(position)
-    probs = torch.softmax(lens_logits(session.runner, residual_stream(session.runner, session.ids)[0][:, position]), -1)
-    assert inspection.pinned == ((42, session.runner.piece(42)), (7, session.runner.piece(7)))
+    probs = torch.softmax(lens_logits(session.engine, residual_stream(session.engine, session.ids)[0][:, position]), -1)
+    assert inspection.pinned == ((42, session.engine.piece(42)), (7, session.engine.piece(7)))
     for layer, row in enumerate(inspection.lens):
         for token, (rank, prob) in zip((42, 7), row.pinned):
             assert prob == pytest.approx(float(probs[layer, token]), abs=1e-6)

@@ -33,22 +33,22 @@ def journey(kind: str | LoadedModel, budget: int | None = None, steps: int = 10)
 
 def reference(s: Session):
     """Eager attention over the whole sequence, from transformers' own model of these weights (tests/stock.py)."""
-    return [a[0].numpy() for a in stock_forward(saved(s.runner.model), s.cached_ids).attentions]
+    return [a[0].numpy() for a in stock_forward(saved(s.engine.model), s.cached_ids).attentions]
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_rows_whose_queries_were_dropped_are_fed_again_and_leave_the_journey_as_it_was(kind):
     s = journey(kind, budget=2_000)  # a few positions' queries at most
-    assert s.runner.rows.queries.nbytes <= 2_000 or not s.runner.rows.fast
+    assert s.engine.rows.queries.nbytes <= 2_000 or not s.engine.rows.fast
     full = reference(s)
-    keys_before = [layer.keys.clone() for layer in s.runner.cache.layers]
+    keys_before = [layer.keys.clone() for layer in s.engine.cache.layers]
     pending = s.pending_logits.clone()
     for rows in (range(0, 7), range(12, 30), range(29, 30)):
         shown = s.attention(rows, [0, 3])
         for i, layer in enumerate((0, 3)):
             assert abs(shown[i] - full[layer][:, rows.start : rows.stop, : rows.stop]).max() < 1e-5
-    assert s.runner.kv_len == len(s.ids) == 30
-    assert all(torch.equal(a, b.keys) for a, b in zip(keys_before, s.runner.cache.layers))
+    assert s.engine.kv_len == len(s.ids) == 30
+    assert all(torch.equal(a, b.keys) for a, b in zip(keys_before, s.engine.cache.layers))
     s.step()  # the next step is the one it would have been
     s.rewind(1)
     assert torch.allclose(s.pending_logits, pending, atol=1e-5)
@@ -62,19 +62,19 @@ def test_after_a_rewind_and_another_token_the_rows_are_the_new_paths(kind):
     s.take_rank(3)
     s.step()
     full = reference(s)
-    n = s.runner.kv_len
+    n = s.engine.kv_len
     shown = s.attention(range(n - 6, n), [1])
     assert abs(shown[0] - full[1][:, n - 6 : n, :n]).max() < 1e-5
 
 
 def test_the_query_store_stays_within_its_budget_and_forgets_cropped_positions():
     s = journey("llama", budget=40_000)
-    store = s.runner.rows.queries
+    store = s.engine.rows.queries
     assert 0 < store.nbytes <= 40_000
     kept = [p for p in range(30) if not store.missing(range(p, p + 1))]
     assert kept and kept[-1] == 29  # the newest are kept
     s.rewind(3)
-    assert s.runner.kv_len == 27 and store.missing(range(26, 30)) == [27, 28, 29]
+    assert s.engine.kv_len == 27 and store.missing(range(26, 30)) == [27, 28, 29]
 
 
 def test_the_model_info_says_which_attention_runs():
@@ -85,14 +85,14 @@ def test_the_model_info_says_which_attention_runs():
 def test_an_eager_only_model_feeds_only_the_new_rows_when_the_window_moves_on():
     s = journey("bloom")
     fed = []
-    forward = s.runner.model.forward
+    forward = s.engine.model.forward
 
     def counted(*args, **kwargs):
         ids = kwargs["input_ids"] if "input_ids" in kwargs else args[0]
         fed.append(ids.shape[1])
         return forward(*args, **kwargs)
 
-    s.runner.model.forward = counted
+    s.engine.model.forward = counted
     s.attention(range(20, 30), [0])
     s.attention(range(20, 30), [3])  # another layer: nothing fed
     s.step()
@@ -121,8 +121,8 @@ def test_the_query_budget_keeps_the_last_positions_within_a_share_of_the_free_me
 
 
 def every_row_equals_eager(s: Session) -> None:
-    n = s.runner.kv_len
-    shown = s.attention(range(n), range(s.runner.info.layers))
+    n = s.engine.kv_len
+    shown = s.attention(range(n), range(s.engine.info.layers))
     for layer, attention in enumerate(reference(s)):
         assert abs(shown[layer] - attention[:, :n, :n]).max() < 1e-5
 
@@ -131,7 +131,7 @@ def test_layers_that_share_an_earlier_layers_keys_show_their_rows_over_them():
     """Gemma 3n's last layers attend over the keys of the last layer of their kind before them: the
     cache holds fewer layers than the model, and each layer's rows are read over the keys it used."""
     s = journey(model_of(gemma3n_config(shared=2), "tiny-gemma3n"), steps=4)
-    assert len(s.runner.cache.layers) == 2 < s.runner.info.layers == 4
+    assert len(s.engine.cache.layers) == 2 < s.engine.info.layers == 4
     every_row_equals_eager(s)
 
 
@@ -142,7 +142,7 @@ def test_a_model_that_skips_positions_in_its_shared_layers_is_fed_every_position
 
     s = journey(model_of(gemma4_config(shared=2), "tiny-gemma4"), budget=1, steps=3)  # every row fed again
     every_row_equals_eager(s)
-    last = inspect_positions(s.runner, s.ids, [len(s.ids) - 1], [s.pending.decision.chosen_id])[0].lens[-1]
+    last = inspect_positions(s.engine, s.ids, [len(s.ids) - 1], [s.pending.decision.chosen_id])[0].lens[-1]
     assert [i for i, _, _ in last.top] == [c.id for c in s.pending.top[: len(last.top)]]
 
 
@@ -150,18 +150,18 @@ def test_the_fast_path_feeds_again_only_from_the_first_row_missing():
     """The newest rows' queries gone (as after a step whose queries could not be kept): they are fed, not the window."""
     s = journey("llama")
     fed = []
-    forward = s.runner.model.forward
+    forward = s.engine.model.forward
 
     def counted(*args, **kwargs):
         fed.append(kwargs["input_ids"].shape[1])
         return forward(*args, **kwargs)
 
-    s.runner.model.forward = counted
+    s.engine.model.forward = counted
     s.attention(range(20, 30), [0])  # kept from the steps: nothing fed
-    s.runner.rows.queries.drop_from(27)
+    s.engine.rows.queries.drop_from(27)
     shown = s.attention(range(20, 30), [0, 3])
     assert fed == [3]
-    s.runner.model.forward = forward
+    s.engine.model.forward = forward
     full = reference(s)
     for i, layer in enumerate((0, 3)):
         assert abs(shown[i] - full[layer][:, 20:30, :30]).max() < 1e-5

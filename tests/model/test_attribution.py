@@ -108,7 +108,7 @@ def test_the_session_explains_the_token_that_followed_each_position():
     inside = session.analyses.attribute(3, "loo")
     assert inside.target_id == prompt[4] and len(inside.scores) == 4
     assert inside.logprob == pytest.approx(session.records[0].prompt_predictions[3].logprob, abs=1e-4)
-    pending = session.analyses.attribute(session.runner.kv_len - 1, "grad")
+    pending = session.analyses.attribute(session.engine.kv_len - 1, "grad")
     assert pending.target_id == session.records[-1].decision.chosen_id
     assert session.analyses.attribute(3, "loo") is inside  # the past does not change: computed once
 

@@ -65,14 +65,14 @@ def step_both(pair, steps: int) -> None:
 
 def test_sampled_steps_equal_the_eager_steps_as_the_buffers_grow_and_after_a_rewind(models):
     eager, fast = journeys(models)
-    counted = fast.runner.compiled.call
+    counted = fast.engine.compiled.call
     before, graphs = counted.calls, counters["stats"]["unique_graphs"]
     step_both((eager, fast), 60)
     assert counted.calls - before == 60  # every step ran compiled
     assert counters["stats"]["unique_graphs"] == graphs  # the room doubled twice: nothing compiled again
-    assert fast.runner.compiled.capacity == room_for(fast.runner.kv_len, LEAST) > 4 * LEAST
-    keys = fast.runner.cache.layers[0].keys
-    assert keys.data_ptr() == fast.runner.compiled.static.layers[0].keys.data_ptr()  # a view: nothing copied
+    assert fast.engine.compiled.capacity == room_for(fast.engine.kv_len, LEAST) > 4 * LEAST
+    keys = fast.engine.cache.layers[0].keys
+    assert keys.data_ptr() == fast.engine.compiled.static.layers[0].keys.data_ptr()  # a view: nothing copied
     for s in (eager, fast):
         s.rewind(7)
     step_both((eager, fast), 12)
@@ -87,13 +87,13 @@ def test_the_model_info_and_a_saved_journey_say_how_the_steps_ran(models, tmp_pa
 
     eager, fast = journeys(models)
     step_both((eager, fast), 3)
-    assert eager.runner.info.compiled == ""
-    assert fast.runner.info.compiled == (
+    assert eager.engine.info.compiled == ""
+    assert fast.engine.info.compiled == (
         "the decode step, compiled (inductor's code, no graphs off a GPU), over a static cache of 16, 32, 64 …"
         " positions, as the journey needs"
-    ) or fast.runner.info.compiled.startswith("the decode step, compiled (CUDA graphs)")
+    ) or fast.engine.info.compiled.startswith("the decode step, compiled (CUDA graphs)")
     restored = recording_of(read_journey(save_journey(tmp_path / "j.json", snapshot_of(fast))))[0]
-    assert restored.info.compiled == fast.runner.info.compiled
+    assert restored.info.compiled == fast.engine.info.compiled
 
 
 async def test_the_app_steps_compiled_and_its_model_view_says_so(models):
@@ -134,22 +134,22 @@ def test_compiled_steps_keep_their_query_states_for_the_attention_view(models):
     """The queries come out of the graph: the rows are computed from them, nothing is fed again."""
     eager, fast = journeys(models)
     step_both((eager, fast), 10)
-    rows = range(fast.runner.kv_len - 6, fast.runner.kv_len)
-    layers = range(fast.runner.info.layers)
-    assert fast.runner.rows.queries.missing(rows) == []
+    rows = range(fast.engine.kv_len - 6, fast.engine.kv_len)
+    layers = range(fast.engine.info.layers)
+    assert fast.engine.rows.queries.missing(rows) == []
     for layer in layers:
         torch.testing.assert_close(
-            fast.runner.rows.queries.get(layer, rows), eager.runner.rows.queries.get(layer, rows)
+            fast.engine.rows.queries.get(layer, rows), eager.engine.rows.queries.get(layer, rows)
         )
-    model = fast.runner.model
+    model = fast.engine.model
     fed = []
     handle = model.register_forward_pre_hook(lambda module, args: fed.append(module))
     try:
-        ours = fast.runner.attention(fast.ids, rows, layers)
+        ours = fast.engine.attention(fast.ids, rows, layers)
     finally:
         handle.remove()
     assert fed == []
-    torch.testing.assert_close(ours, eager.runner.attention(eager.ids, rows, layers))
+    torch.testing.assert_close(ours, eager.engine.attention(eager.ids, rows, layers))
     step_both((eager, fast), 4)  # and the journey goes on as it was
 
 
@@ -164,7 +164,7 @@ def test_two_journeys_share_the_compiled_step(models):
 
 def test_a_hook_in_force_runs_the_step_eager(models):
     eager, fast = journeys(models)
-    counted = fast.runner.compiled.call
+    counted = fast.engine.compiled.call
     layer = models[0].model.model.layers[1]  # (both journeys' model)
     handle = layer.register_forward_hook(
         lambda module, args, out: (out[0] * 1.5, *out[1:]) if isinstance(out, tuple) else out * 1.5
@@ -182,7 +182,7 @@ def test_a_hook_in_force_runs_the_step_eager(models):
 def test_a_step_that_fails_says_so_and_the_journey_goes_on_eager(models):
     eager, fast = journeys(models)
     step_both((eager, fast), 3)
-    step = fast.runner.compiled
+    step = fast.engine.compiled
     working = step.call
 
     def fails_after_running(*args, **kwargs):
@@ -212,10 +212,10 @@ def test_other_families_step_compiled_as_eager(kind):
     eager, fast = journeys((loaded, dataclasses.replace(loaded, compiled=step)), SamplingSettings(temperature=0))
     step_both((eager, fast), 30)
     assert step.call.calls == 30
-    rows, layers = range(fast.runner.kv_len - 8, fast.runner.kv_len), range(fast.runner.info.layers)
-    assert fast.runner.rows.queries.missing(rows) == []  # kept from the graph
+    rows, layers = range(fast.engine.kv_len - 8, fast.engine.kv_len), range(fast.engine.info.layers)
+    assert fast.engine.rows.queries.missing(rows) == []  # kept from the graph
     torch.testing.assert_close(
-        fast.runner.attention(fast.ids, rows, layers), eager.runner.attention(eager.ids, rows, layers)
+        fast.engine.attention(fast.ids, rows, layers), eager.engine.attention(eager.ids, rows, layers)
     )
 
 
@@ -265,7 +265,7 @@ def test_a_compiled_step_never_waits_for_the_gpu(models, device):
         pytest.skip("synchronisation is a GPU's: run with --device cuda")
     _, fast = journeys(models)
     fast.step()  # (the buffers made for this journey)
-    runner = fast.runner
+    runner = fast.engine
     torch.cuda.set_sync_debug_mode("error")
     try:
         for token in (5, 6, 7):

@@ -39,7 +39,7 @@ def models(tmp_path_factory, device):
 
 def journey(loaded) -> Session:
     session = Session(ModelRunner(loaded), SamplingSettings(temperature=0, max_new_tokens=100))
-    session.start(session.runner.encode(PROMPT))
+    session.start(session.engine.encode(PROMPT))
     for _ in range(STEPS):
         session.step()
     return session
@@ -79,18 +79,18 @@ def test_steps_lens_attention_rows_and_verify_equal_the_whole_models(models):
         torch.testing.assert_close([t.prob for t in x.top], [t.prob for t in y.top], rtol=0, atol=1e-5)
     n = len(a.ids) - 1  # (the last id is pending: the cache holds the ones before)
     layers = range(whole.info.layers)
-    rows_a = a.runner.attention(a.ids[:n], range(n - 4, n), layers)
-    rows_b = b.runner.attention(b.ids[:n], range(n - 4, n), layers)
+    rows_a = a.engine.attention(a.ids[:n], range(n - 4, n), layers)
+    rows_b = b.engine.attention(b.ids[:n], range(n - 4, n), layers)
     torch.testing.assert_close(rows_b, rows_a, rtol=0, atol=1e-5)
-    _, eager = a.runner.recompute(a.ids[:n])  # eager, without the cache
+    _, eager = a.engine.recompute(a.ids[:n])  # eager, without the cache
     torch.testing.assert_close(rows_b[:, :, -1], eager, rtol=0, atol=1e-5)
-    lens = inspect_positions(b.runner, b.ids[:n], [n - 1], [b.ids[n]])[0]
-    own = inspect_positions(a.runner, a.ids[:n], [n - 1], [a.ids[n]])[0]
+    lens = inspect_positions(b.engine, b.ids[:n], [n - 1], [b.ids[n]])[0]
+    own = inspect_positions(a.engine, a.ids[:n], [n - 1], [a.ids[n]])[0]
     assert lens.lens[-1].top[0][0] == b.ids[n]  # the last layer's lens is the model's own output
     for x, y in zip(lens.lens, own.lens):
         assert abs(x.chosen_prob - y.chosen_prob) < 1e-5 and x.chosen_rank == y.chosen_rank
     assert lens.embedding_head == pytest.approx(own.embedding_head, abs=1e-6)  # read from the disk
-    check = verify_latest(b.runner, b.ids[:n])
+    check = verify_latest(b.engine, b.ids[:n])
     assert check.argmax_agrees and check.max_logit_diff < 1e-4 and check.max_attention_diff < 1e-5
 
 
@@ -188,20 +188,20 @@ def test_every_view_on_a_spread_model_is_the_whole_models(models):
     n = len(a.ids) - 1
     ids, target, other = a.ids[:n], a.ids[n], a.records[-2].top[1].id
     for method in ("loo", "grad"):
-        total_a, parts_a = attribute(a.runner, ids, target, method)
-        total_b, parts_b = attribute(b.runner, ids, target, method)
+        total_a, parts_a = attribute(a.engine, ids, target, method)
+        total_b, parts_b = attribute(b.engine, ids, target, method)
         assert total_b == pytest.approx(total_a, abs=1e-5) and parts_b == pytest.approx(parts_a, abs=1e-5)
-    split_a, split_b = logit_difference(a.runner, ids, target, other), logit_difference(b.runner, ids, target, other)
+    split_a, split_b = logit_difference(a.engine, ids, target, other), logit_difference(b.engine, ids, target, other)
     assert split_b.total == pytest.approx(split_a.total, abs=1e-5)
     assert split_b.attention == pytest.approx(split_a.attention, abs=1e-5) and split_b.mlp == pytest.approx(
         split_a.mlp, abs=1e-5
     )
-    beams_a, beams_b = (beam_search(s.runner, s.ids, 3, 4, from_cache=True) for s in (a, b))
+    beams_a, beams_b = (beam_search(s.engine, s.ids, 3, 4, from_cache=True) for s in (a, b))
     assert beams_b.final == beams_a.final and len(beams_b.steps) == len(beams_a.steps) == 4
     greedy = SamplingSettings(temperature=0)
     for spec in ("prompt-lookup", "early-exit:2"):
         runs = [
-            speculative_decode(s.runner, s.ids, make_drafter(spec, s.runner), 5, greedy, from_cache=True)
+            speculative_decode(s.engine, s.ids, make_drafter(spec, s.engine), 5, greedy, from_cache=True)
             for s in (a, b)
         ]
         assert list(runs[1].ids) == list(runs[0].ids)

@@ -73,14 +73,14 @@ def test_greedy_steps_equal_generate_and_a_full_recompute(kind):
         assert [c.logit for c in record.top] == pytest.approx(logits[[c.id for c in record.top]].tolist(), abs=1e-4)
     # Every row the attention pane can show, prompt rows and decode rows, on every layer (sliding
     # and global): computed on demand, equal to eager attention over the whole sequence.
-    n = s.runner.kv_len
-    shown = s.attention(range(n), range(s.runner.info.layers))
+    n = s.engine.kv_len
+    shown = s.attention(range(n), range(s.engine.info.layers))
     for layer, attention in enumerate(full.attentions):
         assert abs(shown[layer] - attention[0, :, :n, :n].numpy()).max() < 1e-5
-    v = verify_latest(s.runner, s.cached_ids)
+    v = verify_latest(s.engine, s.cached_ids)
     assert v.max_logit_diff < 1e-4 and v.max_attention_diff < 1e-5 and v.argmax_agrees
-    keys = s.runner.cache.layers[0].keys  # the KV cache pane's figures are the cache's own
-    assert (s.runner.info.kv_heads, s.runner.info.head_dim) == (keys.shape[1], keys.shape[-1])
+    keys = s.engine.cache.layers[0].keys  # the KV cache pane's figures are the cache's own
+    assert (s.engine.info.kv_heads, s.engine.info.head_dim) == (keys.shape[1], keys.shape[-1])
 
 
 def test_rewind_and_branch_equal_plain_greedy(kind):
@@ -116,7 +116,7 @@ def test_greedy_speculation_equals_plain_greedy(kind, drafter):
 def test_the_lens_last_layer_is_the_models_output(kind):
     s = greedy_session(kind, steps=2)
     position = len(s.ids) - 1
-    inspection = inspect_positions(s.runner, s.ids, [position], [s.pending.decision.chosen_id])[0]
+    inspection = inspect_positions(s.engine, s.ids, [position], [s.pending.decision.chosen_id])[0]
     output = s.pending.top[:3]
     assert [t[0] for t in inspection.lens[-1].top] == [c.id for c in output]
     assert [t[2] for t in inspection.lens[-1].top] == pytest.approx([c.prob for c in output], abs=1e-5)
@@ -135,11 +135,11 @@ def test_beams_and_speculation_from_the_journeys_cache_equal_them_from_scratch(k
     """The app's B and S go on from a copy of the journey's cache (in growing layers): every family's
     cache must copy and grow as its own does."""
     s = greedy_session(kind, steps=3)
-    fresh, cached = (beam_search(s.runner, s.ids, 3, 6, from_cache=flag) for flag in (False, True))
+    fresh, cached = (beam_search(s.engine, s.ids, 3, 6, from_cache=flag) for flag in (False, True))
     assert [h.ids for h in cached.final] == [h.ids for h in fresh.final]
     assert [h.score for h in cached.final] == pytest.approx([h.score for h in fresh.final], abs=1e-4)
     runs = [
-        speculative_decode(s.runner, s.ids, make_drafter("early-exit:1", s.runner), 8, GREEDY, from_cache=flag)
+        speculative_decode(s.engine, s.ids, make_drafter("early-exit:1", s.engine), 8, GREEDY, from_cache=flag)
         for flag in (False, True)
     ]
     assert runs[0].ids == runs[1].ids

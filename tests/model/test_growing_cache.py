@@ -21,7 +21,7 @@ def filled(layer, positions: int, seed: int = 0):
 def test_a_journeys_steps_write_in_place_and_hold_what_a_dynamic_cache_holds(tiny):
     session = Session(ModelRunner(tiny), SamplingSettings(temperature=0))
     session.start("The Eiffel Tower is located in the city of")
-    layers = session.runner.cache.layers
+    layers = session.engine.cache.layers
     assert all(isinstance(layer, GrowingLayer) for layer in layers)
     storage = [layer.keys.untyped_storage().data_ptr() for layer in layers]
     for _ in range(5):
@@ -29,9 +29,9 @@ def test_a_journeys_steps_write_in_place_and_hold_what_a_dynamic_cache_holds(tin
     assert [layer.keys.untyped_storage().data_ptr() for layer in layers] == storage  # nothing copied
 
     plain = DynamicCache()  # the whole path again, in one pass, through transformers' own cache
-    fed = session.ids[: session.runner.kv_len]
+    fed = session.ids[: session.engine.kv_len]
     with torch.inference_mode():
-        tiny.model(input_ids=torch.tensor([fed], device=session.runner.device), **with_cache(tiny.model, plain))
+        tiny.model(input_ids=torch.tensor([fed], device=session.engine.device), **with_cache(tiny.model, plain))
     for mine, theirs in zip(layers, plain.layers):
         assert mine.keys.shape == theirs.keys.shape
         torch.testing.assert_close(mine.keys, theirs.keys, rtol=1e-5, atol=1e-6)

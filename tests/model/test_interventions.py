@@ -66,7 +66,7 @@ def full_logits(model, ids: list[int]) -> torch.Tensor:
 
 def journey(kind: str, interventions, steps: int = STEPS) -> Session:
     session = Session(ModelRunner(family_model(kind)), SamplingSettings(temperature=0, max_new_tokens=steps))
-    _, ids, _ = tokenize(session.runner, PROMPT)
+    _, ids, _ = tokenize(session.engine, PROMPT)
     session.set_interventions(interventions, context=ids)
     session.start(PROMPT)
     while session.step() is not None:
@@ -77,7 +77,7 @@ def journey(kind: str, interventions, steps: int = STEPS) -> Session:
 def check_steps(session: Session, reference) -> None:
     """Each step's top logits equal the full forward at its context of the model with the `reference`
     hooks (1e-5) and tokenviz's suspended; its unsteered top and KL are the model's own."""
-    model = session.runner.model
+    model = session.engine.model
     contexts = [session.ids[: r.position] for r in session.records]
     with session.intervening.hooks.suspended():
         owns = [full_logits(model, context) for context in contexts]
@@ -103,7 +103,7 @@ def check_steps(session: Session, reference) -> None:
 @pytest.mark.parametrize("kind", sorted(FAMILIES))
 def test_a_zero_ablated_head_equals_a_plain_pre_hook_with_and_without_the_cache(kind):
     session = journey(kind, [HeadAblation(LAYER, HEAD)])
-    model = session.runner.model
+    model = session.engine.model
     session.intervening.remove()  # only the reference hook from here
     handle = reference_ablation(model, kind)
     try:
@@ -130,7 +130,7 @@ def check_steps_against(session: Session, hooked_model) -> None:
 def test_steering_by_two_texts_equals_a_plain_forward_hook_and_unsteered_is_the_models_own(kind):
     steering = Steering(LAYER, 4.0, "cats and kittens", "dogs and puppies")
     session = journey(kind, [steering])
-    model, runner = session.runner.model, session.runner
+    model, runner = session.engine.model, session.engine
     with session.intervening.hooks.suspended(), torch.no_grad():  # the direction, read the plain way
         states = [
             model(torch.tensor([runner.encode(t)]), output_hidden_states=True).hidden_states[LAYER + 1][0, -1]
@@ -144,7 +144,7 @@ def test_steering_by_two_texts_equals_a_plain_forward_hook_and_unsteered_is_the_
 def test_a_mean_ablation_and_steering_by_tokens_equal_plain_hooks(kind):
     loaded = family_model(kind)
     session = Session(ModelRunner(loaded), SamplingSettings(temperature=0, max_new_tokens=STEPS))
-    _, prompt, _ = tokenize(session.runner, PROMPT)
+    _, prompt, _ = tokenize(session.engine, PROMPT)
     model = loaded.model
     seen = []
     projection = decoder_layers(model)[LAYER].get_submodule(PROJECTION.get(kind, "self_attn.o_proj"))
@@ -153,7 +153,7 @@ def test_a_mean_ablation_and_steering_by_tokens_equal_plain_hooks(kind):
     handle.remove()
     width = seen[0].shape[-1] // HEADS
     mean = seen[0][:, HEAD * width : (HEAD + 1) * width].mean(0)
-    toward, away = session.runner.encode("a", False)[0], session.runner.encode("b", False)[0]
+    toward, away = session.engine.encode("a", False)[0], session.engine.encode("b", False)[0]
     unembedding = model.get_output_embeddings().weight
     vector = -2.0 * (unembedding[toward] - unembedding[away])
     session.set_interventions(
@@ -178,7 +178,7 @@ def test_scale_zero_equals_no_intervention_and_turning_them_off_leaves_no_hook(k
     assert all(r.unsteered.kl == 0 for r in zero.records)
     zero.rewind(1)
     zero.set_interventions([])  # the pending step is re-decided by the model as it is
-    assert no_hooks_on(zero.runner.model) and no_hooks_on(plain.runner.model)
+    assert no_hooks_on(zero.engine.model) and no_hooks_on(plain.engine.model)
     assert zero.pending.unsteered is None and zero.pending.interventions == ()
     same_top(zero.pending.top, plain.records[-1].top)
 
@@ -194,7 +194,7 @@ def test_an_intervention_set_mid_journey_re_decides_the_pending_token_and_rewind
     session.rewind(4)
     plain_pending = session.pending
     session.set_interventions([HeadAblation(LAYER, HEAD)])
-    model = session.runner.model
+    model = session.engine.model
     assert session.pending.interventions == (HeadAblation(LAYER, HEAD),)
     with session.intervening.hooks.suspended():
         handle = reference_ablation(model, "llama")
@@ -224,7 +224,7 @@ def test_interventions_outside_the_model_or_misspelt_are_one_line():
         session.set_interventions([HeadAblation(7, 0)])
     with pytest.raises(SettingsError, match="heads are 0-3"):
         session.set_interventions([HeadAblation(0, 9)])
-    assert session.interventions == () and no_hooks_on(session.runner.model)
+    assert session.interventions == () and no_hooks_on(session.engine.model)
     with pytest.raises(SettingsError, match=r"LAYER\.HEAD"):
         parse_ablation("5")
     with pytest.raises(SettingsError, match="LAYER:SCALE:TOWARD:AWAY"):
@@ -236,7 +236,7 @@ def test_interventions_outside_the_model_or_misspelt_are_one_line():
 def test_a_patch_from_another_prompt_equals_a_plain_forward_hook(kind):
     source = "The dog ran up"
     session = journey(kind, [Patch(LAYER, 2, source)])
-    model, runner = session.runner.model, session.runner
+    model, runner = session.engine.model, session.engine
     with session.intervening.hooks.suspended(), torch.no_grad():
         ids = runner.encode(source)
         value = model(torch.tensor([ids]), output_hidden_states=True).hidden_states[LAYER + 1][0, 2]
@@ -298,7 +298,7 @@ def test_a_branch_made_before_an_intervention_is_shown_as_the_model_now_is():
     session.switch_branch(index)
     assert session.ids == unfinished and session.pending.interventions == (HeadAblation(LAYER, HEAD),)
     assert session.pending.unsteered is not None
-    model = session.runner.model
+    model = session.engine.model
     with session.intervening.hooks.suspended():
         handle = reference_ablation(model, "llama")
         try:
@@ -337,7 +337,7 @@ def test_a_patch_from_another_branch_takes_that_paths_residual_and_keeps_its_tok
     session.set_interventions([Patch(LAYER, at, "branch 1")])
     (patch,) = session.interventions
     assert patch.source_ids == tuple(other)  # the branch's tokens, whatever the branches do later
-    model = session.runner.model
+    model = session.engine.model
     with session.intervening.hooks.suspended():
         with torch.no_grad():
             value = model(torch.tensor([other]), output_hidden_states=True).hidden_states[LAYER + 1][0, at]
@@ -388,7 +388,7 @@ def tiny_deepseek_v3():
 def test_interventions_on_multi_head_latent_attention_equal_plain_hooks():
     loaded = tiny_deepseek_v3()
     session = Session(ModelRunner(loaded), SamplingSettings(temperature=0, max_new_tokens=STEPS))
-    _, prompt, _ = tokenize(session.runner, PROMPT)
+    _, prompt, _ = tokenize(session.engine, PROMPT)
     steering = Steering(LAYER, 3.0, "cats", "dogs")
     session.set_interventions([HeadAblation(LAYER, HEAD), steering, Patch(LAYER, 1, "A dog ran")], context=prompt)
     session.start(PROMPT)
@@ -423,7 +423,7 @@ def test_the_attention_map_and_the_logit_split_show_the_intervened_model():
     session = journey("llama", [], steps=6)
     session.rewind(1)
     session.set_interventions([HeadAblation(LAYER, HEAD), Steering(LAYER, 2.0, "cats", "dogs")])
-    model, ids = session.runner.model, session.cached_ids
+    model, ids = session.engine.model, session.cached_ids
     rows = range(len(ids) - 3, len(ids))
     mine = session.attention(rows, [LAYER + 1])[0]
     top = session.pending.top
@@ -432,7 +432,7 @@ def test_the_attention_map_and_the_logit_split_show_the_intervened_model():
     with session.intervening.hooks.suspended():
         with torch.no_grad():
             direction = [
-                model(torch.tensor([session.runner.encode(t)]), output_hidden_states=True).hidden_states[LAYER + 1][
+                model(torch.tensor([session.engine.encode(t)]), output_hidden_states=True).hidden_states[LAYER + 1][
                     0, -1
                 ]
                 for t in ("cats", "dogs")

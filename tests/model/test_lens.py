@@ -88,11 +88,11 @@ def test_first_top1_layer():
 
 def test_verify_finds_cached_and_full_recompute_agree(tiny):
     s = journey(tiny, steps=8)
-    before = (list(s.ids), s.runner.kv_len, s.pending.decision)
-    v = verify_latest(s.runner, s.cached_ids)
+    before = (list(s.ids), s.engine.kv_len, s.pending.decision)
+    v = verify_latest(s.engine, s.cached_ids)
     assert v.position == len(s.ids) - 1 and v.argmax_agrees
     assert v.max_logit_diff < 1e-4 and v.max_attention_diff < 1e-5
-    assert (list(s.ids), s.runner.kv_len, s.pending.decision) == before  # the cache is as it was
+    assert (list(s.ids), s.engine.kv_len, s.pending.decision) == before  # the cache is as it was
     s.step()
     assert s.records[-1].kv_len == len(s.ids)
 
@@ -131,7 +131,7 @@ def test_lens_for_many_positions_in_one_pass_matches_one_by_one(tiny_llama):
     n = len(s.prompt_ids)
     positions = [n - 1 + i for i in range(4)]
     chosen = [s.ids[p + 1] for p in positions]
-    together = inspect_positions(s.runner, s.ids[: positions[-1] + 1], positions, chosen)
+    together = inspect_positions(s.engine, s.ids[: positions[-1] + 1], positions, chosen)
     for inspection, p in zip(together, positions):
         alone = s.analyses.inspect(p)
         assert [r.top for r in inspection.lens] == [r.top for r in alone.lens] or all(

@@ -54,7 +54,7 @@ def test_the_kv_cache_counted_from_the_config_is_what_the_cache_holds(kind):
     counted = memory.need(config, memory.parameter_count(config), torch.float32)
     session = Session(ModelRunner(family_model(kind)))
     session.start("The cat sat on the mat.")
-    runner = session.runner
+    runner = session.engine
     assert counted.kv // counted.tokens == runner.kv_bytes // runner.kv_len
     assert runner.info.latent_kv == (kind == "deepseek_v3") == memory.parameter_count(config).latent_kv
 
@@ -75,7 +75,7 @@ def test_a_config_whose_layers_differ_is_counted_layer_by_layer_and_opens(tmp_pa
     counted = memory.need(config, memory.parameter_count(config), torch.float32)
     session = Session(ModelRunner(model_of(config, "tiny-gemma4")))
     session.start("The cat sat on the mat.")
-    assert counted.kv // counted.tokens == session.runner.kv_bytes // session.runner.kv_len
+    assert counted.kv // counted.tokens == session.engine.kv_bytes // session.engine.kv_len
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path)
     tiny_tokenizer().save_pretrained(tmp_path)

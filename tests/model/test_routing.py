@@ -83,7 +83,7 @@ def test_recorded_routing_equals_the_routers_without_the_cache(kind, monkeypatch
     monkeypatch.setattr(memory_policy, "PROMPT_CHUNK", 4)  # the prompt in chunks: their routing joined in order
     loaded = llama4_model() if kind == "llama4_text" else family_model(kind)
     session = Session(ModelRunner(loaded), SamplingSettings(temperature=0, max_new_tokens=100))
-    session.start(session.runner.encode(PROMPT))
+    session.start(session.engine.encode(PROMPT))
     for _ in range(STEPS):
         session.step()
     fed = session.ids  # (the pending decision's token is not among them)
@@ -136,7 +136,7 @@ def test_a_saved_journey_keeps_its_routing_and_a_damaged_one_is_refused(tmp_path
     from tokenviz.worker.snapshots import snapshot_of
 
     session = Session(ModelRunner(family_model("mixtral")), SamplingSettings(temperature=0))
-    session.start(session.runner.encode(PROMPT))
+    session.start(session.engine.encode(PROMPT))
     for _ in range(3):
         session.step()
     path = save_journey(tmp_path / "moe.json", snapshot_of(session))
@@ -169,9 +169,9 @@ def test_routing_naming_an_expert_the_model_lacks_is_refused_and_verify_compares
     from tokenviz.worker.snapshots import snapshot_of
 
     session = Session(ModelRunner(family_model("mixtral")), SamplingSettings(temperature=0))
-    experts = session.runner.info.experts
-    assert experts == session.runner.model.config.num_local_experts > 1
-    session.start(session.runner.encode(PROMPT))
+    experts = session.engine.info.experts
+    assert experts == session.engine.model.config.num_local_experts > 1
+    session.start(session.engine.encode(PROMPT))
     for _ in range(3):
         session.step()
     path = save_journey(tmp_path / "moe.json", snapshot_of(session))

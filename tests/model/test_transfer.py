@@ -158,11 +158,11 @@ def test_the_attention_view_reads_the_device_once(kind, device):
     session.start(PROMPT)
     for _ in range(4):
         session.step()
-    n = session.runner.kv_len
+    n = session.engine.kv_len
     with CountReads() as counter:
         session.attention(range(n - 5, n), [0])  # the newest rows: their queries are kept
     assert dict(counter.reads) == ONE_TRANSFER
-    session.runner.rows.queries.clear()
+    session.engine.rows.queries.clear()
     with CountReads() as counter:
         session.attention(range(0, 6), [0, 1])  # queries gone: fed again first
     assert dict(counter.reads) == ONE_TRANSFER

@@ -349,7 +349,7 @@ async def test_quit_during_a_slow_step_is_prompt():
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
-        runner = app.journey.worker.session.runner
+        runner = app.journey.worker.session.engine
         original = runner.forward
         runner.forward = lambda ids: time.sleep(3) or original(ids)
         await pilot.press("space")
@@ -410,7 +410,7 @@ async def test_key_storm_equals_the_same_keys_one_by_one():
     storm = make_app(SamplingSettings(seed=3, max_new_tokens=1000))
     async with storm.run_test(size=(120, 40)) as pilot:
         await settle(storm, pilot)
-        concurrency = Concurrency(storm.journey.worker.session.runner.model)
+        concurrency = Concurrency(storm.journey.worker.session.engine.model)
         keys, submit = [], storm.journey.worker.submit
         storm.journey.worker.submit = lambda command: (keys.append(command), submit(command))
         started = time.monotonic()
@@ -520,7 +520,7 @@ async def test_beam_view_runs_a_beam_search_from_the_current_tokens():
         text = pane_text(app, "beams")
         assert "width 3" in text and "final, best first" in text and "✓" in text
         result = app.journey.snapshot.result(Beams)
-        expected = beam_search(app.journey.worker.session.runner, [c.id for c in s.chips], 3, 10)
+        expected = beam_search(app.journey.worker.session.engine, [c.id for c in s.chips], 3, 10)
         assert_close(result.final, expected.final)  # (the app's search and this one: see closeness.py)
         assert app.journey.snapshot.chips == s.chips  # the journey and its cache are untouched
         await pilot.press("space")
@@ -543,7 +543,7 @@ async def test_speculation_view_drafts_and_verifies_from_the_current_tokens():
         assert f"early-exit at layer {s.info.layers // 2}" in text and "round  1:" in text
         assert "output:" in text
         result = app.journey.snapshot.result(Speculate)
-        runner = app.journey.worker.session.runner
+        runner = app.journey.worker.session.engine
         plain = speculative_decode(runner, [c.id for c in s.chips], make_drafter(drafter, runner), 16, s.settings)
         assert_close(result, plain)
         assert result.drafted > 0
@@ -795,13 +795,13 @@ async def test_the_prompt_editor_counts_a_pasted_texts_tokens_at_once():
         await pilot.press("e")
         await wait_for(lambda: isinstance(app.screen, PromptScreen), pilot)
         count = app.screen.query_one("#prompt-count", Label)
-        ids = len(app.journey.worker.session.runner.encode(PROMPT))
+        ids = len(app.journey.worker.session.engine.encode(PROMPT))
         await wait_for(lambda: str(count.render()).startswith(f"{ids} tokens"), pilot)
         area = app.screen.query_one(TextArea)
         area.select_all()
         text = "The Eiffel Tower is located in Paris. " * 290  # 11 KB
         app.post_message(events.Paste(text))
         await wait_for(lambda: area.text == text, pilot)
-        expected = len(app.journey.worker.session.runner.encode(text))
+        expected = len(app.journey.worker.session.engine.encode(text))
         await wait_for(lambda: str(count.render()).startswith(f"{expected:,} tokens"), pilot)
         assert "more than the 128 this model reads" in str(count.render())

@@ -140,7 +140,7 @@ async def test_compare_from_the_journeys_palette_runs_on_its_model_and_escape_re
         assert "greedy" in str(app.screen.query_one("#label-a").render())
         assert "T 2" in str(app.screen.query_one("#label-b").render())
         comparison = app.screen.worker.comparison
-        assert comparison.a.runner.model is app.journey.worker.session.runner.model  # the same weights, loaded once
+        assert comparison.a.engine.model is app.journey.worker.session.engine.model  # the same weights, loaded once
         assert comparison.a.prompt_ids == app.journey.worker.session.prompt_ids
         await pilot.press("space", "space")
         c = await settled(app, pilot)

@@ -21,7 +21,7 @@ async def test_f_forces_each_token_of_the_text_with_the_models_own_probability()
     app = make_app(SamplingSettings(temperature=0.8, max_new_tokens=64))
     async with app.run_test(size=(120, 36)) as pilot:
         before = await settle(app, pilot)
-        runner = app.journey.worker.session.runner
+        runner = app.journey.worker.session.engine
         expected = runner.encode(TEXT, special_tokens=False)
         await type_continuation(app, pilot, TEXT)
         await wait_for(lambda: len(app.journey.snapshot.records) == len(before.records) + len(expected), pilot)

@@ -63,7 +63,7 @@ def test_a_failing_step_is_one_line_and_leaves_the_journey_as_it_was(started):
     post = Collector()
     worker = started(post)
     ready = post.wait(lambda s: s.state == "ready")
-    runner = worker.session.runner
+    runner = worker.session.engine
     forward = runner.forward
     runner.forward = lambda *args, **kwargs: (_ for _ in ()).throw(RuntimeError("boom"))
     worker.submit(Step())

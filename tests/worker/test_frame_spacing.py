@@ -20,7 +20,7 @@ def autoplay(space_s: float | None, pace: int = 0) -> tuple[list, float]:
     worker.start(post)
     try:
         post.wait(scored)
-        runner = worker.session.runner
+        runner = worker.session.engine
         runner_step = runner.forward
 
         def slow_forward(*args, **kwargs):  # each step takes 20 ms, as on a slow machine

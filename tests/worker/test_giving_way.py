@@ -23,12 +23,12 @@ PROMPT = "The cat sat on the mat."
 def test_a_step_set_aside_at_any_layer_leaves_the_journey_as_it_was(kind, where):
     def session() -> Session:
         s = Session(ModelRunner(tiny_model(kind)), SamplingSettings(temperature=0))
-        s.start(s.runner.encode(PROMPT))
+        s.start(s.engine.encode(PROMPT))
         s.step()
         return s
 
     plain, interrupted = session(), session()
-    runner = interrupted.runner
+    runner = interrupted.engine
     before = [(cached.keys.clone(), cached.values.clone()) for cached in runner.cache.layers]
     ids, pending = list(interrupted.ids), interrupted.pending
     layer = 0 if where == "first" else len(decoder_layers(runner.model)) - 1
@@ -52,7 +52,7 @@ def test_a_step_set_aside_at_any_layer_leaves_the_journey_as_it_was(kind, where)
         a, b = plain.step(), interrupted.step()
         assert a.decision.chosen_id == b.decision.chosen_id
         torch.testing.assert_close(
-            plain.runner.attention(plain.ids, range(len(plain.ids) - 1, len(plain.ids)), layers),
+            plain.engine.attention(plain.ids, range(len(plain.ids) - 1, len(plain.ids)), layers),
             runner.attention(interrupted.ids, range(len(interrupted.ids) - 1, len(interrupted.ids)), layers),
         )
     assert plain.ids == interrupted.ids

@@ -20,7 +20,7 @@ def test_kept_rows_equal_the_whole_window_computed_again():
     session.attention = lambda queries, layers: (computed.append(queries), original(queries, layers))[-1]
 
     def check(layer: int, window: int = 6) -> None:
-        n = session.runner.kv_len
+        n = session.engine.kv_len
         queries = range(max(n - window, 0), n)
         shown = rows.view(session, layer, queries)
         whole = causal_view(layer, queries, original(queries, [layer])[0])
@@ -32,7 +32,7 @@ def test_kept_rows_equal_the_whole_window_computed_again():
         session.step()
         computed.clear()
         check(1)
-        assert computed == [range(session.runner.kv_len - 1, session.runner.kv_len)]  # the new row alone
+        assert computed == [range(session.engine.kv_len - 1, session.engine.kv_len)]  # the new row alone
     session.rewind()
     check(1)
     session.step(forced_id=7)  # a branch: the last row differs from what was kept

@@ -80,7 +80,7 @@ def check_views(
 ) -> None:
     """Refuse, before the journey runs, a view, intervention or search (`searched`: --beams or
     --speculate) its engine cannot give: one line saying what it lacks."""
-    info = session.runner.info
+    info = session.engine.info
     for asked, needs, option in (
         (lens, Capability.LENS, "--lens"),
         (attention is not None, Capability.ATTENTION, "--attention"),
@@ -143,7 +143,7 @@ def add_routing(session: Session, document: dict[str, Any]) -> None:
 
 def run_output(session: Session, prompt_ids: list[int], generated: list[int], **extra: Any) -> dict[str, Any]:
     """The trace document of a run that produced `generated` without stepping the journey."""
-    runner = session.runner
+    runner = session.engine
     return output_document(
         runner.info,
         session.settings,
@@ -165,7 +165,7 @@ def beam_document(session: Session, ids: list[int], width: int, steps: int) -> d
 
 def speculation_document(session: Session, ids: list[int], spec: str, draft: Engine | None) -> dict[str, Any]:
     """The trace document of speculative decoding: the steps are the output tokens."""
-    cache: Caching = able(session.runner, Capability.CACHE, "--speculate")
+    cache: Caching = able(session.engine, Capability.CACHE, "--speculate")
     result = cache.speculate(ids, spec, session.settings.max_new_tokens, session.settings, draft)
     return run_output(session, ids, list(result.ids), speculation=result.to_json())
 
@@ -231,19 +231,19 @@ def run_trace(
     searched = "--beams" if beams else "--speculate" if speculate else ""
     check_views(session, lens, attention, interventions, routing, searched)
     if interventions:
-        session.set_interventions(interventions, context=tokenize(session.runner, prompt, chat, system)[1])
+        session.set_interventions(interventions, context=tokenize(session.engine, prompt, chat, system)[1])
     if beams:
         refuse_grammar(settings.grammar, "beam search")  # (before the prefill)
         session.start(prompt, chat=chat, system=system)
         return beam_document(session, session.prompt_ids, beams, settings.max_new_tokens)
     if speculate:  # it runs on its own cache: no prefill here
-        _, ids, _ = tokenize(session.runner, prompt, chat, system)
+        _, ids, _ = tokenize(session.engine, prompt, chat, system)
         draft = engine_of(dataclasses.replace(model, model=draft_model).load(progress)) if draft_model else None
         return speculation_document(session, ids, speculate, draft)
-    if routing and not session.runner.info.experts:
-        name = session.runner.info.name
+    if routing and not session.engine.info.experts:
+        name = session.engine.info.name
         raise TokenvizError(f"{name} has no mixture-of-experts layers: --routing has nothing to show")
-    session.pin([token_of(session.runner, token) for token in watch])
+    session.pin([token_of(session.engine, token) for token in watch])
     # The document holds no prediction at a prompt position; a saved journey and a page show them.
     document = journey_document(run_session(session, prompt, progress, chat, system, defer_predictions=True))
     add_views(session, document, lens, routing, len(watch) >= 2, attribution, progress)

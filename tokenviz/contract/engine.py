@@ -43,6 +43,7 @@ class Capability(StrEnum):
     INTERVENTIONS = "interventions"  # ablating heads, steering and patching the residual stream
     ROUTING = "routing"  # a mixture-of-experts model's router decisions
     LOGIT_SPLIT = "logit split"  # a logit difference split by layer (attention and MLP)
+    TOKENIZER = "local tokenizer"  # the model's own tokenizer in this process (a grammar stage; counting tokens)
 
 
 # What a server may expose of a model's inside (through a plugin); the rest needs the model in this process.
@@ -291,6 +292,7 @@ PROTOCOLS: dict[Capability, type] = {  # what an engine declaring each capabilit
     Capability.INTERVENTIONS: Intervenable,
     Capability.ROUTING: Engine,  # (read from the passes it runs anyway: Engine.read_routing)
     Capability.LOGIT_SPLIT: LogitSplitting,
+    Capability.TOKENIZER: Engine,  # (its `tokenizer`, which an engine without this capability leaves None)
 }
 
 

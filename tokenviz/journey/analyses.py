@@ -18,7 +18,7 @@ from tokenviz.journey.past_results import KEEP, PastResults
 class Journey(Protocol):
     """What the analyses read of a journey (a Session is one)."""
 
-    runner: Engine
+    engine: Engine
     ids: list[int]  # prompt + committed tokens
     records: list[StepRecord]
     pinned: tuple[int, ...]  # the watched tokens
@@ -37,7 +37,7 @@ class JourneyAnalyses:
     def inspect(self, position: int) -> Inspection:
         """Embedding, residual norms and logit lens at `position`, the watched tokens followed too."""
         context, chosen = self._past(position)
-        pinned, runner = self.session.pinned, self.session.runner
+        pinned, runner = self.session.pinned, self.session.engine
         lens: Lens = able(runner, Capability.LENS, "the logit lens")
 
         def compute() -> Inspection:
@@ -53,7 +53,7 @@ class JourneyAnalyses:
         if not pasts:
             return
         pinned, longest = self.session.pinned, max((context for context, _ in pasts), key=len)
-        lens: Lens = able(self.session.runner, Capability.LENS, "the logit lens")
+        lens: Lens = able(self.session.engine, Capability.LENS, "the logit lens")
         found = lens.inspect(list(longest), positions[-KEEP:], [chosen for _, chosen in pasts], pinned)
         for (context, chosen), inspection in zip(pasts, found):
             self._inspections.put((context, chosen, pinned), inspection)
@@ -67,7 +67,7 @@ class JourneyAnalyses:
     ) -> Attribution:
         """How much each token up to `position` led to the token that followed it."""
         context, chosen = self._past(position)
-        runner = self.session.runner
+        runner = self.session.engine
         needed = Capability.ATTRIBUTION if method == "grad" else Capability.LEAVE_ONE_OUT
         attributing: Attributing = able(runner, needed, "attribution")
 
@@ -90,7 +90,7 @@ class JourneyAnalyses:
             raise TokenvizError("watch two tokens (w) to split their logit difference by layer")
         context, _ = self._past(position)
         a, b = pinned[-2:]
-        splitting: LogitSplitting = able(self.session.runner, Capability.LOGIT_SPLIT, "the logit split")
+        splitting: LogitSplitting = able(self.session.engine, Capability.LOGIT_SPLIT, "the logit split")
         return self._differences.get(
             (context, a, b), lambda: splitting.logit_difference(list(context), a, b, progress, cancelled)
         )
@@ -120,7 +120,7 @@ class JourneyAnalyses:
     def _past(self, position: int) -> tuple[tuple[int, ...], int]:
         """The tokens up to `position` and the token that followed it (or is pending there)."""
         s = self.session
-        if not 0 <= position < s.runner.kv_len:
+        if not 0 <= position < s.engine.kv_len:
             raise TokenvizError(f"position {position} has not been through the model yet")
         chosen = s.ids[position + 1] if position + 1 < len(s.ids) else s.records[-1].decision.chosen_id
         return tuple(s.ids[: position + 1]), chosen

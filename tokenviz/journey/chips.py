@@ -55,7 +55,7 @@ class ChipCache:
 class Tokens(Protocol):
     """What the chips are made of (a Session)."""
 
-    runner: Engine
+    engine: Engine
     ids: list[int]
     prompt_ids: list[int]
     template: list[bool]
@@ -68,4 +68,4 @@ def chips_of(journey: Tokens) -> tuple[TokenChip, ...]:
     """The journey's tokens as chips, kept between calls: a journey that grew by a token makes one chip,
     not all of them again (the engine thread asks at every snapshot)."""
     kept = _KEPT.setdefault(journey, ChipCache())
-    return kept.of(journey.runner, journey.ids, journey.prompt_ids, journey.template)
+    return kept.of(journey.engine, journey.ids, journey.prompt_ids, journey.template)

@@ -28,10 +28,10 @@ from tokenviz.journey.session import Session
 
 def check_same_tokenizer(a: Session, b: Session) -> None:
     """Refuse, in one line, two models whose tokenizers differ: their token ids would not line up."""
-    ta, tb = a.runner.tokenizer, b.runner.tokenizer
+    ta, tb = a.engine.tokenizer, b.engine.tokenizer
     if ta.get_vocab() != tb.get_vocab() or ta.all_special_ids != tb.all_special_ids:
         raise TokenvizError(
-            f"{a.runner.info.name} and {b.runner.info.name} have different tokenizers: compare needs one tokenizer, "
+            f"{a.engine.info.name} and {b.engine.info.name} have different tokenizers: compare needs one tokenizer, "
             "so that each token id means the same text in both"
         )
 
@@ -195,7 +195,7 @@ class Comparison:
         only what it has not seen (a rewind crops it back)."""
         ids = self.a.ids
         if self._b_on_a is None:
-            self._b_on_a = self.b.runner.twin()
+            self._b_on_a = self.b.engine.twin()
         runner, fed = self._b_on_a, self._b_on_a_fed
         common = next((i for i, (x, y) in enumerate(zip(fed, ids)) if x != y), min(len(fed), len(ids)))
         if common == len(ids) == len(fed) and self._b_on_a_logits is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tokenviz.contract.engine import Engine
+from tokenviz.contract.engine import Capability, Engine, able
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import Grammar
 from tokenviz.contract.settings import SamplingSettings
@@ -21,12 +21,7 @@ class GrammarState:
     @property
     def matchers(self) -> GrammarMatchers:
         if self._matchers is None:
-            engine = self._engine
-            if engine.tokenizer is None:
-                raise TokenvizError(
-                    f"a grammar stage needs the model's tokenizer in this process, which {engine.info.name} does not "
-                    "give (a served model): the grammar was not applied"
-                )
+            engine = able(self._engine, Capability.TOKENIZER, "a grammar stage")
             self._matchers = GrammarMatchers(engine.tokenizer, engine.info.vocab, engine.eos_ids)
         return self._matchers
 

@@ -36,7 +36,7 @@ def score_text(
     predictions = session.records[0].prompt_predictions
     if not predictions:
         raise TokenvizError("the text is a single token: there is nothing to score after the first")
-    document = score_document(session.runner.info, chips_of(session), predictions)
+    document = score_document(session.engine.info, chips_of(session), predictions)
     if grammar is not None:
         constrain(document, session, grammar)
     return document
@@ -46,7 +46,7 @@ def score_text(
 def constrain(document: dict[str, Any], session: Session, grammar: Grammar) -> None:
     """Add to each scored token its log-probability under `grammar` and the count it allows there;
     null from the first token the grammar does not allow (where the text leaves it)."""
-    runner, ids = session.runner, session.ids
+    runner, ids = session.engine, session.ids
     cache: Caching = able(runner, Capability.CACHE, "a grammar's scores")
     first = 0
     while first < len(ids) - 1 and ids[first] in runner.special_ids:

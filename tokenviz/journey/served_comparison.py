@@ -36,7 +36,7 @@ def refuse_past_vocabulary(tokens: Iterable[int], a: Session, vocab: int) -> Non
     past = [t for t in tokens if not 0 <= t < vocab]
     if past:
         raise TokenvizError(
-            f"the server answered token id {past[0]}, past {a.runner.info.name}'s vocabulary ({vocab:,} tokens): "
+            f"the server answered token id {past[0]}, past {a.engine.info.name}'s vocabulary ({vocab:,} tokens): "
             "compare needs one tokenizer"
         )
 
@@ -50,14 +50,14 @@ class ServedComparison(Comparison):
 
     def __init__(self, a: Session, b: Session):
         super().__init__(a, b)
-        self.kl_over = f"the server's top {b.runner.info.top_only}, each side renormalised there"
+        self.kl_over = f"the server's top {b.engine.info.top_only}, each side renormalised there"
 
     def _check_pair(self, a: Session, b: Session) -> None:
         """B draws its own tokens (a server); one tokenizer is checked on the prompt's ids (start) and on
         every id the server answers (_diff), the server's own being there only."""
-        if not isinstance(b.runner, DrawingEngine):
+        if not isinstance(b.engine, DrawingEngine):
             raise TypeError("B is a served model's session")
-        self.server: DrawingEngine = b.runner
+        self.server: DrawingEngine = b.engine
 
     @property
     def independent_draws(self) -> bool:

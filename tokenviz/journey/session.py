@@ -45,9 +45,9 @@ TOP_N = 20
 
 
 class Session:
-    def __init__(self, runner: Engine, settings: SamplingSettings | None = None, top_n: int = TOP_N):
-        self.runner = runner
-        self.decision = decision_for(runner)  # made here on the logits, or drawn by the engine (a server)
+    def __init__(self, engine: Engine, settings: SamplingSettings | None = None, top_n: int = TOP_N):
+        self.engine = engine
+        self.decision = decision_for(engine)  # made here on the logits, or drawn by the engine (a server)
         self.settings = settings or SamplingSettings()
         self.top_n = top_n
         self.prompt = ""  # the text given: the whole prompt, or the user's message in chat mode
@@ -62,14 +62,14 @@ class Session:
         self.branches = BranchStore()  # other paths from the same prompt
         self.pinned: tuple[int, ...] = ()  # the tokens followed at every step (see pin)
         self.analyses = JourneyAnalyses(self)  # what the views compute on demand, kept by context
-        self.grammars = GrammarState(runner)  # the grammars in use (see journey.grammar_state)
+        self.grammars = GrammarState(engine)  # the grammars in use (see journey.grammar_state)
         self.intervening: Intervening | None = None  # the interventions in force (see set_interventions)
         # Interventions another session hooked into these same weights (a comparison opened from a
         # journey with some in force): they act on this session's passes too, so its records say so.
         self.shared_interventions: tuple[Intervention, ...] = ()
         self.pending_logits: torch.Tensor | None = None  # the pending step's logits, on the device (None: stopped)
         self._prefill_logits: torch.Tensor | None = None
-        self.prefill_chunk = prefill_chunk(runner.device)  # the tokens a prefill feeds in one pass
+        self.prefill_chunk = prefill_chunk(engine.device)  # the tokens a prefill feeds in one pass
         self.deferred = DeferredPredictions()  # a prefill's predictions not made yet (start's `defer_predictions`)
 
     # ---- what the journey is now -------------------------------------------------------------
@@ -82,7 +82,7 @@ class Session:
     def cached_ids(self) -> list[int]:
         """The tokens the KV cache holds: all of them while a decision is pending; after a stop, all
         but the last one taken."""
-        return self.ids[: self.runner.kv_len]
+        return self.ids[: self.engine.kv_len]
 
     @property
     def pending(self) -> StepRecord | None:
@@ -90,15 +90,15 @@ class Session:
 
     @property
     def text(self) -> str:
-        return self.runner.decode(self.ids)
+        return self.engine.decode(self.ids)
 
     @property
     def generated_text(self) -> str:
-        return self.runner.decode(self.generated_ids)
+        return self.engine.decode(self.generated_ids)
 
     def branch_summaries(self) -> list[BranchSummary]:
         """The current path first, then every other branch not contained in it."""
-        return self.branches.summaries(self._path, len(self.prompt_ids), self.runner.decode)
+        return self.branches.summaries(self._path, len(self.prompt_ids), self.engine.decode)
 
     # ---- moves ------------------------------------------------------------------------------------
 
@@ -120,16 +120,16 @@ class Session:
         A long prompt is prefilled in chunks: `progress(done, total)` follows them, and `cancelled()`
         stops between them with Cancelled, leaving the journey as it was.
         """
-        prompt, ids, template = tokenize(self.runner, prompt, chat, system)
-        check_memory(self.runner.info, len(ids), self.prefill_chunk)
-        previous = self.runner.cache
-        self.runner.reset()
+        prompt, ids, template = tokenize(self.engine, prompt, chat, system)
+        check_memory(self.engine.info, len(ids), self.prefill_chunk)
+        previous = self.engine.cache
+        self.engine.reset()
         try:
             forward, predictions, forward_ms, deferred = prefill(
-                self.runner, ids, self.prefill_chunk, progress, cancelled, defer_predictions
+                self.engine, ids, self.prefill_chunk, progress, cancelled, defer_predictions
             )
         except BaseException:
-            self.runner.use_cache(previous)
+            self.engine.use_cache(previous)
             raise
         if ids == self.prompt_ids:
             self._keep_path()  # a reset keeps the path it leaves
@@ -151,13 +151,13 @@ class Session:
             self.stop_reason = self.check_stop()  # string) goes on
             if self.stop_reason is not None:
                 return None
-            return self._push(self.runner.forward(self.ids[-1:]), self.ids[-1:])
+            return self._push(self.engine.forward(self.ids[-1:]), self.ids[-1:])
         if not self.records:
             raise TokenvizError("nothing to step: start a prompt first")
-        pending, cached = self.records[-1], self.runner.kv_len
+        pending, cached = self.records[-1], self.engine.kv_len
         if forced_id is not None:
-            if not 0 <= forced_id < self.runner.info.vocab:
-                raise TokenvizError(f"token id {forced_id} is outside the vocabulary (0-{self.runner.info.vocab - 1})")
+            if not 0 <= forced_id < self.engine.info.vocab:
+                raise TokenvizError(f"token id {forced_id} is outside the vocabulary (0-{self.engine.info.vocab - 1})")
             self.grammars.check_allows(self.settings, self.generated_ids, forced_id)
             self.records[-1] = self.decision.redecide(self, self.pending_logits, forced_id)
         self.ids.append(self.records[-1].decision.chosen_id)
@@ -167,11 +167,11 @@ class Session:
             return None
         token = self.ids[-1]
         try:
-            return self._push(self.runner.forward([token]), [token])
+            return self._push(self.engine.forward([token]), [token])
         except BaseException:  # the journey stays as it was: no token, the same pending decision
             self.ids.pop()
             self.records[-1], self.stop_reason = pending, None
-            self.runner.crop(cached)
+            self.engine.crop(cached)
             raise
 
     def take_rank(self, rank: int, steps_back: int = 0) -> StepRecord | None:
@@ -192,18 +192,18 @@ class Session:
             return 0
         self._keep_path()
         keep = len(self.generated_ids) - n
-        before = self.runner.kv_len
+        before = self.engine.kv_len
         self.ids = self.ids[: len(self.prompt_ids) + keep]
         self.records = self.records[: keep + 1]
         self.stop_reason = None
         if keep == 0:
-            self.runner.crop(len(self.ids))
+            self.engine.crop(len(self.ids))
             self.pending_logits = self._prefill_logits
         else:
             # The cache keeps everything before the last token; feeding it again restores the logits.
-            self.runner.crop(len(self.ids) - 1)
-            self.pending_logits = self.runner.forward([self.ids[-1]]).logits
-        self.last_cache_event = CacheEvent(kept=self.runner.kv_len, dropped=max(before - self.runner.kv_len, 0))
+            self.engine.crop(len(self.ids) - 1)
+            self.pending_logits = self.engine.forward([self.ids[-1]]).logits
+        self.last_cache_event = CacheEvent(kept=self.engine.kv_len, dropped=max(before - self.engine.kv_len, 0))
         self.records[-1] = decided_again(self.decision, self, self.pending_logits)
         return n
 
@@ -225,10 +225,10 @@ class Session:
         self._keep_path()
         self.branches.remove(target)
         fed = len(target.ids) - (1 if target.stop_reason else 0)
-        keep = min(shared_prefix(self.ids, target.ids), self.runner.kv_len, fed - 1)
-        before = self.runner.kv_len
-        self.runner.crop(keep)
-        forward = self.runner.forward(list(target.ids[keep:fed]))
+        keep = min(shared_prefix(self.ids, target.ids), self.engine.kv_len, fed - 1)
+        before = self.engine.kv_len
+        self.engine.crop(keep)
+        forward = self.engine.forward(list(target.ids[keep:fed]))
         self.ids, self.records, self.stop_reason = list(target.ids), list(target.records), target.stop_reason
         self.pending_logits = None if target.stop_reason else forward.logits
         self.last_cache_event = CacheEvent(kept=keep, dropped=max(before - keep, 0))
@@ -258,12 +258,12 @@ class Session:
         new = None
         interventions = [with_branch_source(i, self.branches) for i in interventions]
         if interventions:
-            engine: Intervenable = able(self.runner, Capability.INTERVENTIONS, interventions[0].label)
+            engine: Intervenable = able(self.engine, Capability.INTERVENTIONS, interventions[0].label)
             with old.suspended() if old else nullcontext():
                 new = engine.intervene(
                     interventions,
                     context if context is not None else self.ids,
-                    lambda spec: token_of(self.runner, spec, "steer by"),
+                    lambda spec: token_of(self.engine, spec, "steer by"),
                 )
         if old:
             old.remove()
@@ -283,8 +283,8 @@ class Session:
         `progress(done, total)` follows them, and `cancelled()` stops between them with Cancelled,
         leaving the watched tokens as they were."""
         for token in ids:
-            if not 0 <= token < self.runner.info.vocab:
-                raise TokenvizError(f"token id {token} is outside the vocabulary (0-{self.runner.info.vocab - 1})")
+            if not 0 <= token < self.engine.info.vocab:
+                raise TokenvizError(f"token id {token} is outside the vocabulary (0-{self.engine.info.vocab - 1})")
         if len(set(ids)) > MAX_PINNED:
             raise TokenvizError(f"at most {MAX_PINNED} tokens can be watched at once: unpin one first")
         previous, self.pinned = self.pinned, tuple(dict.fromkeys(ids))
@@ -302,7 +302,7 @@ class Session:
     ) -> int:
         """Watch the token `token` names (see journey.watching), or stop watching it if it is
         watched; returns its id. (See pin for `progress` and `cancelled`.)"""
-        token_id = token_of(self.runner, token)
+        token_id = token_of(self.engine, token)
         others = [t for t in self.pinned if t != token_id]
         self.pin(others if token_id in self.pinned else [*others, token_id], progress, cancelled)
         return token_id
@@ -310,9 +310,9 @@ class Session:
     def attention(self, rows: range, layers: Sequence[int]) -> np.ndarray:
         """The exact attention weights of positions `rows` of the current path for `layers`:
         float32 (layers, heads, len(rows), rows.stop); row i covers keys 0..rows.start + i."""
-        if not 0 <= rows.start < rows.stop <= self.runner.kv_len:
+        if not 0 <= rows.start < rows.stop <= self.engine.kv_len:
             raise TokenvizError(f"positions {rows.start}-{rows.stop - 1} have not all been through the model")
-        engine: AttentionRows = able(self.runner, Capability.ATTENTION, "attention rows")
+        engine: AttentionRows = able(self.engine, Capability.ATTENTION, "attention rows")
         weights: np.ndarray = to_host({"rows": engine.attention(self.cached_ids, rows, layers)})["rows"]
         return weights
 
@@ -323,8 +323,8 @@ class Session:
             lambda: self.generated_text,
             len(self.prompt_ids),
             self.settings,
-            self.runner.eos_ids,
-            self.runner.info.context,
+            self.engine.eos_ids,
+            self.engine.info.context,
             lambda: self.grammars.complete(self.settings.grammar, self.generated_ids),
         )
 
@@ -334,11 +334,11 @@ class Session:
         """Feed the cached tokens again, as the model now is (its interventions changed): the prompt's
         logits for a reset, the pending step's for its decision."""
         cached = self.cached_ids
-        self.runner.reset()
+        self.engine.reset()
         n, begin = len(self.prompt_ids), 0
         while begin < len(cached):  # in chunks, one ending where the prompt does
             end = min(begin + self.prefill_chunk, n if begin < n else len(cached))
-            forward = self.runner.forward(cached[begin:end])
+            forward = self.engine.forward(cached[begin:end])
             if end == n:
                 self._prefill_logits = forward.logits
             begin = end
@@ -359,7 +359,7 @@ class Session:
         them. Returns how many positions are left."""
         made = self.deferred.make(chunks)
         if made is not None and self.records and not self.records[0].prompt_predictions:
-            predictions = prompt_predictions(self.runner, to_host(made), self.prompt_ids)
+            predictions = prompt_predictions(self.engine, to_host(made), self.prompt_ids)
             self.records[0] = dataclasses.replace(self.records[0], prompt_predictions=predictions)
             self.branches.fill_prompt_predictions(predictions, self.records[0].input_ids)
         return self.deferred.left
@@ -374,17 +374,17 @@ class Session:
         """Record a forward pass and decide on it: the top-n, the decision (and a prefill's
         predictions at every prompt position) reach the host in one transfer."""
         decided, host = self.decision.record(self, forward.logits, {**(prompt_parts or {}), **(forward.routes or {})})
-        self.runner.learn_pieces(input_ids)  # a prompt's pieces: in one call
+        self.engine.learn_pieces(input_ids)  # a prompt's pieces: in one call
         record = dataclasses.replace(
             decided,
             input_ids=tuple(input_ids),
-            input_texts=tuple(self.runner.piece(t) for t in input_ids),
+            input_texts=tuple(self.engine.piece(t) for t in input_ids),
             forward_ms=(forward.timer.ms() if forward_ms is None else forward_ms) + decided.forward_ms,
             place_ms=forward.places.ms() if forward.places else (),
-            kv_len=self.runner.kv_len,
-            kv_bytes=self.runner.kv_bytes,
-            prompt_predictions=prompt_predictions(self.runner, host, input_ids) if prompt_parts else (),
-            routing=self.runner.read_routing(host),
+            kv_len=self.engine.kv_len,
+            kv_bytes=self.engine.kv_bytes,
+            prompt_predictions=prompt_predictions(self.engine, host, input_ids) if prompt_parts else (),
+            routing=self.engine.read_routing(host),
         )
         self.pending_logits = forward.logits
         self.records.append(record)

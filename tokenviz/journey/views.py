@@ -47,7 +47,7 @@ def _lens_entry(session: Session, inspection: Inspection) -> dict[str, Any]:
 
 def _attribute(session: Session, request: Attribute, progress: Progress, cancelled: Cancelled) -> Attribution:
     line = (
-        lacking(session.runner.info, Capability.ATTRIBUTION, "gradient × input") if request.method == "grad" else None
+        lacking(session.engine.info, Capability.ATTRIBUTION, "gradient × input") if request.method == "grad" else None
     )
     if line is not None:  # (leave-one-out needs less: the spec's capability)
         raise TokenvizError(line)
@@ -64,19 +64,19 @@ def _split(session: Session, request: SplitDifference, progress: Progress, cance
 
 
 def _verify(session: Session, request: Verify, progress: Progress, cancelled: Cancelled) -> ViewResult:
-    return verify_latest(session.runner, session.cached_ids, progress, cancelled)
+    return verify_latest(session.engine, session.cached_ids, progress, cancelled)
 
 
 def _beams(session: Session, request: Beams, progress: Progress, cancelled: Cancelled) -> ViewResult:
     refuse_grammar(session.settings.grammar, "beam search")
-    cache: Caching = able(session.runner, Capability.CACHE, "beam search")
+    cache: Caching = able(session.engine, Capability.CACHE, "beam search")
     return cache.beam_search(
         session.ids, request.width, request.steps, cancelled=cancelled, from_cache=True, progress=progress
     )
 
 
 def _speculate(session: Session, request: Speculate, progress: Progress, cancelled: Cancelled) -> ViewResult:
-    cache: Caching = able(session.runner, Capability.CACHE, "speculative decoding")
+    cache: Caching = able(session.engine, Capability.CACHE, "speculative decoding")
     return cache.speculate(
         session.ids,
         request.drafter,
@@ -123,7 +123,7 @@ def spec_of(session: Session, request: Request[Any]) -> ViewSpec:
     spec = VIEWS.get(type(request))
     if spec is None:
         raise TokenvizError(f"unknown request {request!r}")
-    line = lacking(session.runner.info, spec.needs, spec.name)
+    line = lacking(session.engine.info, spec.needs, spec.name)
     if line is not None:
         raise TokenvizError(line)
     return spec

@@ -48,7 +48,7 @@ def token_of(runner: Engine, spec: int | str, purpose: str = "watch") -> int:
 class Watching(Protocol):
     """What filling in the watched tokens reads of the journey (a Session)."""
 
-    runner: Engine
+    engine: Engine
     records: list[StepRecord]
     ids: list[int]
     prompt_ids: list[int]
@@ -68,7 +68,7 @@ def with_watched(
     (`progress(done, total)` after each chunk, `cancelled()` asked between them: Cancelled leaves nothing
     filled)."""
     filled = _watched(
-        journey.runner,
+        journey.engine,
         journey.records,
         journey.ids,
         len(journey.prompt_ids),

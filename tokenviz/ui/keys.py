@@ -179,7 +179,7 @@ KEYS: tuple[KeyRow, ...] = (
         "G",
         "the grammar the text must follow, a sampling stage (a dialog: json-schema FILE, regex PATTERN, grammar "
         "FILE for EBNF/GBNF/Lark, or off); set, changed or cleared live, the pending token re-decided at once",
-        (Press("G", "grammar", palette="Grammar: set, change or clear", replay=False),),
+        (Press("G", "grammar", palette="Grammar: set, change or clear", replay=False, needs=Capability.TOKENIZER),),
     ),
     KeyRow(
         "- / +",

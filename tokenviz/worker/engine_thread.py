@@ -109,9 +109,9 @@ class EngineWorker(CommandThread[Snapshot]):
 
     def count_tokens(self, text: str) -> int | None:
         session = self.session  # (a fast tokenizer is safe to call beside the engine's thread; a server is not asked)
-        if session is None or session.runner.tokenizer is None:
+        if session is None or Capability.TOKENIZER.value not in session.engine.info.capabilities:
             return None
-        return len(session.runner.encode(text))
+        return len(session.engine.encode(text))
 
     def compare(self, a: SamplingSettings, b: SamplingSettings, prompt: Start) -> CompareWorker:
         """Two journeys of `prompt` on this worker's model (weights shared), by settings `a` and `b`."""
@@ -120,7 +120,7 @@ class EngineWorker(CommandThread[Snapshot]):
             raise TokenvizError("the model has not loaded yet")
         if a == b:
             raise TokenvizError("compare needs the two journeys to differ: change at least one setting")
-        runner, shared = session.runner, session.interventions  # (hooked into the weights both twins use)
+        runner, shared = session.engine, session.interventions  # (hooked into the weights both twins use)
 
         def build(progress: Progress) -> Comparison:
             from tokenviz.journey.comparison import Comparison
@@ -148,8 +148,8 @@ class EngineWorker(CommandThread[Snapshot]):
 
         loaded = self._loader(progress)
         self.session = Session(engine_of(loaded), self._settings)
-        if isinstance(self.session.runner, DrawingEngine):  # a server's waits are said in the status line
-            self.session.runner.say = self._say
+        if isinstance(self.session.engine, DrawingEngine):  # a server's waits are said in the status line
+            self.session.engine.say = self._say
         self._message, self._progress = "prefilling the prompt", None
         self._cancels_from_now()
         self._publish()
@@ -192,7 +192,7 @@ class EngineWorker(CommandThread[Snapshot]):
             with contextlib.suppress(Exception):  # best effort: the frame after the command reports
                 self._publish()
         if autoplay:  # a key pressed meanwhile is answered between two layers (see ModelRunner.give_way)
-            session.runner.give_way = self._command_waiting
+            session.engine.give_way = self._command_waiting
         try:
             if isinstance(command, Move):
                 self._move(command, session)
@@ -204,7 +204,7 @@ class EngineWorker(CommandThread[Snapshot]):
             raise
         finally:
             self._busy = None
-            session.runner.give_way = None
+            session.engine.give_way = None
 
     # ---- commands ------------------------------------------------------------------------------------
 
@@ -315,9 +315,9 @@ class EngineWorker(CommandThread[Snapshot]):
         if not session.records:  # nothing on screen yet: the prompt's tokens are, at once
             from tokenviz.journey.chips import token_chips  # (deferred, as _load's)
 
-            _, ids, template = tokenize(session.runner, prompt.prompt, prompt.chat, prompt.system)
-            session.runner.pieces.learn(ids)  # (in one call)
-            self._prefilling = tuple(token_chips(session.runner, ids, len(ids), template))
+            _, ids, template = tokenize(session.engine, prompt.prompt, prompt.chat, prompt.system)
+            session.engine.pieces.learn(ids)  # (in one call)
+            self._prefilling = tuple(token_chips(session.engine, ids, len(ids), template))
         try:
             with self._job("prefilling", unit=" prompt tokens", busy="prefilling") as progress:
                 session.start(
@@ -385,7 +385,7 @@ class EngineWorker(CommandThread[Snapshot]):
         """Queue the text's tokens as forced steps; autoplay takes them at its pace."""
         if session.pending is None:
             raise TokenvizError(f"generation has stopped ({session.stop_reason}): rewind to continue from here")
-        self._forced.extend(session.runner.encode(text, special_tokens=False))
+        self._forced.extend(session.engine.encode(text, special_tokens=False))
         if not self._forced:
             raise TokenvizError("type some text to continue with")
         self._forced_total, self.playing = len(self._forced), True
@@ -412,7 +412,7 @@ class EngineWorker(CommandThread[Snapshot]):
             journey = Snapshot(
                 seq=self._seq,
                 state=self._busy or self._state,
-                info=s.runner.info if s else None,
+                info=s.engine.info if s else None,
                 settings=s.settings if s else self._settings,
                 prompt=self._prompt.prompt,
                 chat=self._prompt.chat,
@@ -448,7 +448,7 @@ class EngineWorker(CommandThread[Snapshot]):
         request = self._attention_request
         if request is None or session is None or not session.records or self._busy:
             return None
-        if Capability.ATTENTION.value not in session.runner.info.capabilities:
+        if Capability.ATTENTION.value not in session.engine.info.capabilities:
             return None  # (the attention pane says why: the engine does not give it)
-        layer, queries = request.resolve(session.runner.kv_len, session.runner.info.layers)
+        layer, queries = request.resolve(session.engine.kv_len, session.engine.info.layers)
         return self._attention_rows.view(session, layer, queries)

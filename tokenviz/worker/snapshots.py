@@ -29,7 +29,7 @@ def snapshot_of(session: Session, seq: int = 1, found: list[Symptom] | None = No
     return Snapshot(
         seq=seq,
         state=fields.pop("state", state),
-        info=s.runner.info,
+        info=s.engine.info,
         settings=s.settings,
         prompt=s.prompt,
         chat=s.chat,
@@ -42,7 +42,7 @@ def snapshot_of(session: Session, seq: int = 1, found: list[Symptom] | None = No
         text=s.generated_text,
         full_text=s.text,
         branches=tuple(s.branch_summaries()) if len(s.branches) else (),
-        pinned=tuple((t, s.runner.piece(t)) for t in s.pinned),
+        pinned=tuple((t, s.engine.piece(t)) for t in s.pinned),
         why=tuple(found or ()),
         **fields,
     )
@@ -53,16 +53,16 @@ def symptoms(session: Session) -> list[Symptom]:
     from tokenviz.journey.diagnosis import diagnose
 
     s = session
-    return diagnose(s.records, s.ids, len(s.prompt_ids), s.generated_text, s.stop_reason, s.settings, s.runner.piece)
+    return diagnose(s.records, s.ids, len(s.prompt_ids), s.generated_text, s.stop_reason, s.settings, s.engine.piece)
 
 
 def saved_attention_of(session: Session) -> SavedAttention:
     """Every layer's rows at the newest positions, as many as a journey file keeps (float16); none where
     the engine does not give attention (a served model without the plugin)."""
-    info, rows = session.runner.info, {}
+    info, rows = session.engine.info, {}
     if Capability.ATTENTION.value not in info.capabilities:
         return SavedAttention({})
-    keep, step = rows_to_save(session.runner.kv_len, info.layers, info.heads), memory_policy.PREFILL_CHUNK // 4
+    keep, step = rows_to_save(session.engine.kv_len, info.layers, info.heads), memory_policy.PREFILL_CHUNK // 4
     for begin in range(keep.start, keep.stop, step):
         chunk = range(begin, min(begin + step, keep.stop))
         weights = session.attention(chunk, range(info.layers)).astype(np.float16)
