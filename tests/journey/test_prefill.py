@@ -23,26 +23,25 @@ PROMPT = "The cat sat on the mat. The dog sat on the log. The cat sat on the"
 
 @pytest.fixture
 def small_chunks(monkeypatch):
+    """A headless run's prefill in passes of 4 tokens (its session is made inside it)."""
     monkeypatch.setattr(memory_policy, "PROMPT_CHUNK", 4)
     monkeypatch.setattr(memory_policy, "ACCELERATOR_PREFILL_CHUNK", 4)
 
 
-def started(loaded, **kwargs) -> Session:
-    s = Session(ModelRunner(loaded), SamplingSettings(seed=4))
+def started(loaded, chunk: int = 10_000, **kwargs) -> Session:
+    s = Session(ModelRunner(loaded), SamplingSettings(seed=4), prefill_chunk=chunk)
     s.start(PROMPT, **kwargs)
     return s
 
 
-def test_a_chunked_prefill_equals_one_forward_pass(tiny, small_chunks, monkeypatch):
+def test_a_chunked_prefill_equals_one_forward_pass(tiny):
     done = []
-    chunked = started(tiny, progress=lambda n, total: done.append((n, total)))
+    chunked = started(tiny, 4, progress=lambda n, total: done.append((n, total)))
     n = len(chunked.prompt_ids)
     ends = [(min(k, n), n) for k in range(4, n + 4, 4)]
     assert [d for d in done if d in ends] == ends and done == sorted(done)  # each pass's end, in order
     for end in range(4, n, 4):  # and within each whole pass, between its layers
         assert any(end - 4 < k < end for k, _ in done)
-    monkeypatch.setattr(memory_policy, "PROMPT_CHUNK", 10_000)
-    monkeypatch.setattr(memory_policy, "ACCELERATOR_PREFILL_CHUNK", 10_000)
     whole = started(tiny)
     a, b = chunked.records[0], whole.records[0]
     layers = range(tiny.info.layers)
@@ -79,8 +78,8 @@ def test_every_prompt_position_has_the_models_prediction(tiny, slice_rows, monke
         assert p.surprisal == pytest.approx(-torch.log2(row[p.next_id]).item(), abs=1e-4)
 
 
-def test_cancelling_a_prefill_leaves_the_journey_as_it_was(tiny, small_chunks):
-    s = started(tiny)
+def test_cancelling_a_prefill_leaves_the_journey_as_it_was(tiny):
+    s = started(tiny, 4)
     s.step()
     s.step()
     before = (list(s.ids), list(s.records), s.engine.kv_len, s.pending.decision)
@@ -97,9 +96,8 @@ def test_cancelling_a_prefill_leaves_the_journey_as_it_was(tiny, small_chunks):
     assert s.ids == before[0][: len(s.prompt_ids)]
 
 
-def test_a_prefill_in_one_pass_is_cancelled_between_its_layers(tiny, monkeypatch):
+def test_a_prefill_in_one_pass_is_cancelled_between_its_layers(tiny):
     """A long pass (1,024 tokens on a CPU) need not end before Escape takes effect."""
-    monkeypatch.setattr(memory_policy, "PROMPT_CHUNK", 10_000)
     s = started(tiny)
     s.step()
     before = (list(s.ids), list(s.records), s.engine.kv_len, s.pending.decision)
@@ -220,16 +218,14 @@ def test_deferred_predictions_equal_the_prefills_own_and_reach_every_kept_path(m
 
     from tokenviz.backends.transformers.runner import ModelRunner
     from tokenviz.contract.settings import SamplingSettings
-    from tokenviz.journey import memory_policy
     from tokenviz.journey.session import Session
 
-    monkeypatch.setattr(memory_policy, "PROMPT_CHUNK", 4)
     prompt = "The cat sat on the mat. The dog ran to the park"
     settings = SamplingSettings(temperature=0, max_new_tokens=8)
-    eager = Session(ModelRunner(family_model("llama")), settings)
+    eager = Session(ModelRunner(family_model("llama")), settings, prefill_chunk=4)
     eager.start(prompt)
     runner = ModelRunner(family_model("llama"))
-    deferred = Session(runner, settings)
+    deferred = Session(runner, settings, prefill_chunk=4)
     deferred.start(prompt, defer_predictions=True)
     n = len(deferred.prompt_ids)
     assert head_reproduces(runner.model) is True and deferred.records[0].prompt_predictions == ()
@@ -244,7 +240,7 @@ def test_deferred_predictions_equal_the_prefills_own_and_reach_every_kept_path(m
 
     checked = ModelRunner(family_model("llama"))
     settle_head(checked.model, False)  # as a family whose output layer does more than tokenviz's head knows
-    fallback = Session(checked, settings)
+    fallback = Session(checked, settings, prefill_chunk=4)
     fallback.start(prompt, defer_predictions=True)
     assert fallback.deferred.left == 0 and list(fallback.records[0].prompt_predictions) == list(reference)
 

@@ -77,12 +77,10 @@ def test_the_moe_families_are_in_the_matrix():
 
 
 @pytest.mark.parametrize("kind", [*MOE, "llama4_text"])
-def test_recorded_routing_equals_the_routers_without_the_cache(kind, monkeypatch):
-    from tokenviz.journey import memory_policy
-
-    monkeypatch.setattr(memory_policy, "PROMPT_CHUNK", 4)  # the prompt in chunks: their routing joined in order
+def test_recorded_routing_equals_the_routers_without_the_cache(kind):
     loaded = llama4_model() if kind == "llama4_text" else family_model(kind)
-    session = Session(ModelRunner(loaded), SamplingSettings(temperature=0, max_new_tokens=100))
+    # The prompt in passes of 4 tokens: their routing joined in order.
+    session = Session(ModelRunner(loaded), SamplingSettings(temperature=0, max_new_tokens=100), prefill_chunk=4)
     session.start(session.engine.encode(PROMPT))
     for _ in range(STEPS):
         session.step()

@@ -23,8 +23,8 @@ MEMORY_SHARE = 0.8  # of the free memory, the most a prefill may plan to use
 
 
 def prefill_chunk(device: Any) -> int:
-    """Prompt tokens per forward pass of a prefill on `device` (a torch.device). Every chunked pass reads
-    the sizes here, as `memory_policy.PROMPT_CHUNK`, when it runs."""
+    """Prompt tokens per forward pass of a prefill on `device` (a torch.device): a Session's, unless it is
+    given its own."""
     return PROMPT_CHUNK if device.type == "cpu" else max(PROMPT_CHUNK, ACCELERATOR_PREFILL_CHUNK)
 
 

@@ -30,11 +30,12 @@ from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.records import MAX_PINNED, StepRecord
 from tokenviz.contract.results import BranchSummary, CacheEvent
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.journey import memory_policy
 from tokenviz.journey.analyses import JourneyAnalyses
 from tokenviz.journey.branches import Branch, BranchStore, with_branch_source
 from tokenviz.journey.decisions import decided_again, decision_for, refreshed
 from tokenviz.journey.grammar_state import GrammarState
-from tokenviz.journey.memory_policy import check_memory, prefill_chunk
+from tokenviz.journey.memory_policy import check_memory
 from tokenviz.journey.prefill import DeferredPredictions, prefill, prompt_predictions
 from tokenviz.journey.prompt import tokenize
 from tokenviz.journey.stops import stop_reason
@@ -45,7 +46,15 @@ TOP_N = 20
 
 
 class Session:
-    def __init__(self, engine: Engine, settings: SamplingSettings | None = None, top_n: int = TOP_N):
+    def __init__(
+        self,
+        engine: Engine,
+        settings: SamplingSettings | None = None,
+        top_n: int = TOP_N,
+        prefill_chunk: int | None = None,
+    ):
+        """`prefill_chunk`: the prompt tokens a prefill feeds in one pass (None: memory_policy's for the
+        engine's device)."""
         self.engine = engine
         self.decision = decision_for(engine)  # made here on the logits, or drawn by the engine (a server)
         self.settings = settings or SamplingSettings()
@@ -69,7 +78,7 @@ class Session:
         self.shared_interventions: tuple[Intervention, ...] = ()
         self.pending_logits: torch.Tensor | None = None  # the pending step's logits, on the device (None: stopped)
         self._prefill_logits: torch.Tensor | None = None
-        self.prefill_chunk = prefill_chunk(engine.device)  # the tokens a prefill feeds in one pass
+        self.prefill_chunk = prefill_chunk or memory_policy.prefill_chunk(engine.device)
         self.deferred = DeferredPredictions()  # a prefill's predictions not made yet (start's `defer_predictions`)
 
     # ---- what the journey is now -------------------------------------------------------------
