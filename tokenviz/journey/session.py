@@ -34,11 +34,12 @@ from tokenviz.journey import memory_policy
 from tokenviz.journey.analyses import JourneyAnalyses
 from tokenviz.journey.branches import Branch, BranchStore, with_branch_source
 from tokenviz.journey.decisions import decided_again, decision_for, refreshed
+from tokenviz.journey.decoded_text import DecodedText
 from tokenviz.journey.grammar_state import GrammarState
 from tokenviz.journey.memory_policy import check_memory
 from tokenviz.journey.prefill import DeferredPredictions, prefill, prompt_predictions
 from tokenviz.journey.prompt import tokenize
-from tokenviz.journey.stops import stop_reason
+from tokenviz.journey.stops import StopSearch, stop_reason
 from tokenviz.journey.watching import token_of, with_watched
 from tokenviz.tensors.transfer import to_host
 
@@ -79,6 +80,9 @@ class Session:
         self.pending_logits: torch.Tensor | None = None  # the pending step's logits, on the device (None: stopped)
         self._prefill_logits: torch.Tensor | None = None
         self.prefill_chunk = prefill_chunk or memory_policy.prefill_chunk(engine.device)
+        # The text as it grows, decoded a window at a time, and searched for stop strings as it grows.
+        self._text, self._generated_text = DecodedText(engine.decode), DecodedText(engine.decode)
+        self._stops = StopSearch()
         self.deferred = DeferredPredictions()  # a prefill's predictions not made yet (start's `defer_predictions`)
 
     # ---- what the journey is now -------------------------------------------------------------
@@ -99,11 +103,11 @@ class Session:
 
     @property
     def text(self) -> str:
-        return self.engine.decode(self.ids)
+        return self._text.of(self.ids)
 
     @property
     def generated_text(self) -> str:
-        return self.engine.decode(self.generated_ids)
+        return self._generated_text.of(self.generated_ids)
 
     def branch_summaries(self) -> list[BranchSummary]:
         """The current path first, then every other branch not contained in it."""
@@ -329,7 +333,7 @@ class Session:
         """Why the journey must stop now, or None."""
         return stop_reason(
             self.ids,
-            lambda: self.generated_text,
+            lambda: self._stops.first(self.settings.stop, self.generated_text),
             len(self.prompt_ids),
             self.settings,
             self.engine.eos_ids,

@@ -8,27 +8,44 @@ from collections.abc import Callable, Collection, Sequence
 from tokenviz.contract.settings import SamplingSettings
 
 
+class StopSearch:
+    """The generated text searched for stop strings as it grows: each time only the text that is new since
+    the last search (with the few characters before it where a stop string may begin), when the stop
+    strings and the text before it are the same as then; else all of it."""
+
+    def __init__(self) -> None:
+        self._stops: tuple[str, ...] = ()
+        self._text = ""  # the text searched last, where no stop string was
+
+    def first(self, stops: Sequence[str], text: str) -> str | None:
+        """The first of `stops`, in their order, that `text` holds; None if none does."""
+        start = 0
+        if tuple(stops) == self._stops and text.startswith(self._text):
+            start = max(len(self._text) - max(map(len, stops), default=0) + 1, 0)
+        new = text[start:]
+        found = next((stop for stop in stops if stop in new), None)
+        self._stops, self._text = tuple(stops), "" if found is not None else text  # (found: asked again whole)
+        return found
+
+
 def stop_reason(
     ids: Sequence[int],
-    generated: Callable[[], str],
+    stop_string: Callable[[], str | None],
     prompt_len: int,
     settings: SamplingSettings,
     eos_ids: Collection[int],
     context: int,
     grammar_complete: Callable[[], bool] = lambda: False,
 ) -> str | None:
-    """Why a journey whose tokens are `ids` must stop now, or None. `generated` decodes the generated
-    text (only called when there are stop strings to look for); `grammar_complete` says whether the
-    settings' grammar allows nothing more (only called when there is one)."""
+    """Why a journey whose tokens are `ids` must stop now, or None. `stop_string` finds the first of the
+    settings' stop strings the generated text holds (only called when there are some); `grammar_complete`
+    says whether the settings' grammar allows nothing more (only called when there is one)."""
     if ids[-1] in eos_ids:
         return "end of sequence"
     if len(ids) - prompt_len >= settings.max_new_tokens:
         return f"max new tokens ({settings.max_new_tokens})"
-    if settings.stop:
-        text = generated()
-        for stop in settings.stop:
-            if stop in text:
-                return f"stop string {stop!r}"
+    if settings.stop and (stop := stop_string()) is not None:
+        return f"stop string {stop!r}"
     if settings.grammar is not None and grammar_complete():
         return "the grammar is complete"
     if len(ids) >= context:
