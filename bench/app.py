@@ -149,6 +149,35 @@ def ui_growth(loaded, long: int = 6000, short: int = 50, steps: int = 12, rounds
     return {f"{short}_ms": a, f"{long}_ms": b, "ratio": paired_ratio(list(zip(times[long], times[short])))}
 
 
+def snapshot_growth(loaded, long: int = 6000, short: int = 50, steps: int = 12) -> dict:
+    """The engine thread's snapshot of a journey after each step (snapshot_of: its chips, text, records),
+    with a prompt of `long` tokens against one of `short`: it follows what changed, so the ratio stays near
+    1. Beside it, the whole path's two texts decoded at once at `long`, as each snapshot did before
+    (journey.decoded_text)."""
+    from tokenviz.worker.snapshots import snapshot_of
+
+    text = " ".join(["The Eiffel Tower is located in Paris, the capital of France."] * (long // 8))
+    ids = loaded.tokenizer(text)["input_ids"]
+    times: dict[int, list[float]] = {}
+    for n in (short, long):
+        session = Session(ModelRunner(loaded), SamplingSettings(seed=1, max_new_tokens=10**6))
+        session.start(ids[: n - steps])
+        snapshot_of(session)  # (the chips and texts made once whole, as the first frame does)
+        times[n] = []
+        for _ in range(steps):
+            session.step()
+            start = time.perf_counter()
+            snapshot_of(session)
+            times[n].append(time.perf_counter() - start)
+        if n == long:
+            start = time.perf_counter()
+            for _ in range(steps):
+                session.engine.decode(session.ids), session.engine.decode(session.generated_ids)
+            whole_ms = (time.perf_counter() - start) / steps * 1000
+    a, b = statistics.median(times[short]) * 1000, statistics.median(times[long]) * 1000
+    return {f"{short}_ms": a, f"{long}_ms": b, "ratio": b / a, f"whole_text_{long}_ms": whole_ms}
+
+
 def frame(loaded, sizes=((200, 60), (80, 24)), steps: int = 12, prompt: str | list[int] = PROMPT) -> dict:
     """Time for the app to update every pane for one step (panes redrawn, screen composed), with
     the attention rows the pane shows at each size in every snapshot, as the engine sends them."""

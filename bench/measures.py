@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from bench.app import app_autoplay, cold_start, frame, key_frame, ui_growth
+from bench.app import app_autoplay, cold_start, frame, key_frame, snapshot_growth, ui_growth
 from bench.budgets import verdicts
 from bench.engine import (
     attention_view,
@@ -104,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         ("peak_memory", peak_memory),
         ("frame", lambda: frame(loaded)),
         ("ui_growth", lambda: ui_growth(loaded, long=1000 if args.quick else 6000)),
+        ("snapshot_growth", lambda: snapshot_growth(loaded, long=1000 if args.quick else 6000)),
         ("app_autoplay", lambda: app_autoplay(loaded, context=500 if args.quick else 2000)),
         ("cold_start", cold_start),
         ("conversion", conversion),

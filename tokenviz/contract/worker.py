@@ -30,9 +30,11 @@ class Worker(Protocol[S]):
     def write_failures(self) -> list[str]:
         """What the writes finished while stopping could not do, one line each (for the command line)."""
 
-    def start(self, post: Callable[[S], object]) -> None: ...
+    def start(self, post: Callable[[S], object]) -> None:
+        """Start the thread; it calls `post`, from its own thread, with each snapshot it makes."""
 
-    def submit(self, command: Command) -> None: ...
+    def submit(self, command: Command) -> None:
+        """Queue `command`: the thread runs the commands in order (a refusal is a snapshot's error)."""
 
     def cancel(self) -> None:
         """Cancel a long run (a prefill, beams, speculation, attribution) at its next chunk."""
