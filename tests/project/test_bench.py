@@ -45,6 +45,7 @@ def test_bench_measures_run_on_a_tiny_model(tmp_path):
     assert ui["300_ms"] > 0 and ui["50_ms"] > 0 and ui["ratio"] == pytest.approx(ui["300_ms"] / ui["50_ms"])
     snapped = app.snapshot_growth(loaded, long=300, short=50, steps=3)
     assert snapped["ratio"] == pytest.approx(snapped["300_ms"] / snapped["50_ms"]) and snapped["whole_text_300_ms"] > 0
+    assert snapped["over_whole_text"] == pytest.approx(snapped["300_ms"] / snapped["whole_text_300_ms"])
     shown = app.app_autoplay(loaded, context=100, tokens=4)
     assert shown["headless_tok_s"] > 0 and shown["app_tok_s"] > 0 and shown["ratio"] > 0
     memory = engine.memory(loaded, steps=20)
