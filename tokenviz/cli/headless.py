@@ -143,14 +143,14 @@ def add_routing(session: Session, document: dict[str, Any]) -> None:
 
 def run_output(session: Session, prompt_ids: list[int], generated: list[int], **extra: Any) -> dict[str, Any]:
     """The trace document of a run that produced `generated` without stepping the journey."""
-    runner = session.engine
+    engine = session.engine
     return output_document(
-        runner.info,
+        engine.info,
         session.settings,
-        [(t, runner.piece(t)) for t in prompt_ids],
-        [(t, runner.piece(t)) for t in generated],
-        runner.decode(generated),
-        runner.decode(prompt_ids + generated),
+        [(t, engine.piece(t)) for t in prompt_ids],
+        [(t, engine.piece(t)) for t in generated],
+        engine.decode(generated),
+        engine.decode(prompt_ids + generated),
         **extra,
     )
 

@@ -37,8 +37,8 @@ class JourneyAnalyses:
     def inspect(self, position: int) -> Inspection:
         """Embedding, residual norms and logit lens at `position`, the watched tokens followed too."""
         context, chosen = self._past(position)
-        pinned, runner = self.session.pinned, self.session.engine
-        lens: Lens = able(runner, Capability.LENS, "the logit lens")
+        pinned = self.session.pinned
+        lens: Lens = able(self.session.engine, Capability.LENS, "the logit lens")
 
         def compute() -> Inspection:
             inspection: Inspection = lens.inspect(list(context), [position], [chosen], pinned)[0]
@@ -67,13 +67,13 @@ class JourneyAnalyses:
     ) -> Attribution:
         """How much each token up to `position` led to the token that followed it."""
         context, chosen = self._past(position)
-        runner = self.session.engine
+        engine = self.session.engine
         needed = Capability.ATTRIBUTION if method == "grad" else Capability.LEAVE_ONE_OUT
-        attributing: Attributing = able(runner, needed, "attribution")
+        attributing: Attributing = able(engine, needed, "attribution")
 
         def compute() -> Attribution:
             logprob, scores = attributing.attribute(list(context), chosen, method, progress, cancelled)
-            return Attribution(method, position, chosen, runner.piece(chosen), logprob, tuple(scores))
+            return Attribution(method, position, chosen, engine.piece(chosen), logprob, tuple(scores))
 
         return self._attributions.get((context, chosen, method), compute)
 

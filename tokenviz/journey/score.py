@@ -46,10 +46,10 @@ def score_text(
 def constrain(document: dict[str, Any], session: Session, grammar: Grammar) -> None:
     """Add to each scored token its log-probability under `grammar` and the count it allows there;
     null from the first token the grammar does not allow (where the text leaves it)."""
-    runner, ids = session.engine, session.ids
-    cache: Caching = able(runner, Capability.CACHE, "a grammar's scores")
+    engine, ids = session.engine, session.ids
+    cache: Caching = able(engine, Capability.CACHE, "a grammar's scores")
     first = 0
-    while first < len(ids) - 1 and ids[first] in runner.special_ids:
+    while first < len(ids) - 1 and ids[first] in engine.special_ids:
         first += 1  # (a BOS the tokenizer adds is not the text's)
     settings = session.settings.replace(grammar=grammar)
     fits = session.grammars.fits(grammar, ids[first:])

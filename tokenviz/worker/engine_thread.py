@@ -120,13 +120,13 @@ class EngineWorker(CommandThread[Snapshot]):
             raise TokenvizError("the model has not loaded yet")
         if a == b:
             raise TokenvizError("compare needs the two journeys to differ: change at least one setting")
-        runner, shared = session.engine, session.interventions  # (hooked into the weights both twins use)
+        engine, shared = session.engine, session.interventions  # (hooked into the weights both twins use)
 
         def build(progress: Progress) -> Comparison:
             from tokenviz.journey.comparison import Comparison
             from tokenviz.journey.session import Session
 
-            sides = Session(runner.twin(), a), Session(runner.twin(), b)
+            sides = Session(engine.twin(), a), Session(engine.twin(), b)
             for side in sides:
                 side.shared_interventions = shared
             return Comparison(*sides)
@@ -245,9 +245,8 @@ class EngineWorker(CommandThread[Snapshot]):
             case Assign(assignments=assignments):
                 session.set_settings(session.settings.changed(assignments))
             case Intervene(entries=entries):
-                entries = tuple(
-                    (with_branch_source(i, session.branches), on) for i, on in entries
-                )  # a branch's tokens, once
+                # A patch from a branch takes its tokens, once.
+                entries = tuple((with_branch_source(i, session.branches), on) for i, on in entries)
                 session.set_interventions([i for i, on in entries if on])
                 self._interventions = entries
                 self._results.clear()  # every view's result was of the model as it was
