@@ -38,11 +38,9 @@ class ChipCache:
         self._key: tuple[list[int], list[bool]] | None = None
         self._tuple: tuple[TokenChip, ...] = ()
 
-    def of(
-        self, engine: Engine, ids: Sequence[int], prompt_ids: Sequence[int], template: Sequence[bool]
-    ) -> tuple[TokenChip, ...]:
-        kept = self._chips if self._key == (list(prompt_ids), list(template)) else []
-        same = len(kept) if list(ids[: len(kept)]) == self._ids[: len(kept)] else 0
+    def of(self, engine: Engine, ids: list[int], prompt_ids: list[int], template: list[bool]) -> tuple[TokenChip, ...]:
+        kept = self._chips if self._key == (prompt_ids, template) else []
+        same = len(kept) if ids[: len(kept)] == self._ids[: len(kept)] else 0
         if same == len(kept) == len(ids):
             return self._tuple
         self._chips = kept[:same] + token_chips(engine, ids, len(prompt_ids), template, same)

@@ -28,13 +28,13 @@ class DecodedText:
         self._head = ""  # the text of its last CONTEXT tokens, decoded alone
         self._local = True  # False: this decoder's text is not windowed (see the module's docstring)
 
-    def of(self, ids: Sequence[int]) -> str:
+    def of(self, ids: list[int]) -> str:
         """`ids` decoded: the same text as decoding them all at once."""
-        anchor = len(self._kept)
-        if len(ids) < anchor or list(ids[:anchor]) != self._kept:
-            self._kept, self._text, self._head, anchor = [], "", "", 0
         if not self._local:
             return self._decode(ids)
+        anchor = len(self._kept)
+        if len(ids) < anchor or ids[:anchor] != self._kept:
+            self._kept, self._text, self._head, anchor = [], "", "", 0
         window = self._decode(ids[max(anchor - CONTEXT, 0) :])
         if not window.startswith(self._head):
             self._local = False
