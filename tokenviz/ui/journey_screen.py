@@ -274,8 +274,10 @@ class JourneyScreen(WorkerScreen[Snapshot]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """A recording has no model: the keys that need one are off and out of its footer; so are
         those whose view needs a capability the engine lacks (contract.engine)."""
-        whole = f"{action}({', '.join(repr(p) for p in parameters)})" if parameters else action
-        whole = unrouted(whole)
+        if action == "route":  # a pane's own action (see keys.routed): judged as its action string
+            whole = str(parameters[1])
+        else:
+            whole = f"{action}({', '.join(repr(p) for p in parameters)})" if parameters else action
         recording = self.snapshot is not None and not self.snapshot.live
         if recording and whole.split("(")[0] in MODEL_ACTIONS:
             return False

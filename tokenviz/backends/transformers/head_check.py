@@ -8,6 +8,7 @@ head knows keeps every position's logits instead: slower, never wrong."""
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -28,7 +29,7 @@ def settle_head(model: Any, reproduces: bool) -> None:
     _CHECKED[model] = reproduces
 
 
-def output_layer(model: Any) -> Any:
+def output_layer(model: Any) -> Callable[[torch.Tensor], torch.Tensor]:
     """The model's logits from what its output layer reads (see lens.head_logits)."""
 
     def logits(hidden: torch.Tensor) -> torch.Tensor:
