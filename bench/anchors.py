@@ -3,11 +3,13 @@ and its static cache, a bare process that loads and runs the same model."""
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import torch
 
@@ -32,21 +34,29 @@ def bare_model(loaded: LoadedModel, source: str, device: torch.device):
 
 
 @torch.inference_mode()
-def bare_decoder(model, ids: list[int], device: torch.device) -> Callable[[], None]:
-    """The bare model's greedy decode after prefilling `ids`, with a DynamicCache and argmax and
-    nothing else: each call is one step."""
-    from transformers import DynamicCache
+def bare_decoder(
+    model, ids: list[int], device: torch.device, cache: str = "dynamic", room: int = 0
+) -> Callable[[], None]:
+    """The bare model's greedy decode after prefilling `ids`, with argmax and nothing else, and
+    transformers' default cache ("dynamic", which copies each layer's keys to grow them) or its static
+    cache ("static", `room` steps past the prompt, over which each step attends masked): each call is
+    one step."""
+    from transformers import DynamicCache, StaticCache
 
     from tokenviz.backends.transformers.cache import with_cache
 
-    cache = DynamicCache(config=model.config)
-    out = model(torch.tensor([ids], device=device), **with_cache(model, cache), use_cache=True, logits_to_keep=1)
+    kept = (
+        StaticCache(config=model.config, max_cache_len=len(ids) + room)
+        if cache == "static"
+        else DynamicCache(config=model.config)
+    )
+    out = model(torch.tensor([ids], device=device), **with_cache(model, kept), use_cache=True, logits_to_keep=1)
     token = out.logits[0, -1].argmax().view(1, 1)
 
     @torch.inference_mode()
     def step() -> None:
         nonlocal token
-        out = model(token, **with_cache(model, cache), use_cache=True)
+        out = model(token, **with_cache(model, kept), use_cache=True)
         token = out.logits[0, -1].argmax().view(1, 1)
 
     return step
@@ -58,42 +68,85 @@ def bare_steps(model, ids: list[int], steps: int, device: torch.device) -> list[
     return [seconds_of(step, device) for _ in range(steps)]
 
 
+@dataclass(frozen=True)
+class Run:
+    """One run of tokens, timed from its first token to its last: generate() after its prefill and
+    first decision, autoplay after the engine's (a journey starts prefilled, its first token decided),
+    so each side's seconds hold the same forwards and decisions (127 of each for 128 tokens)."""
+
+    seconds: float
+    ids: list[int]
+    token_seconds: list[float]  # each token's own: one forward and one decision
+
+    @property
+    def tok_s(self) -> float:
+        return len(self.ids) / self.seconds
+
+
+class TokenTimes:
+    """generate()'s stopping criterion that stops nothing: the time each token is made (the first
+    waits for the device: its prefill done)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.times: list[float] = []
+        self.go_on: torch.Tensor | None = None
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
+        if not self.times:
+            sync(self.device)
+        self.times.append(time.perf_counter())
+        if self.go_on is None:
+            self.go_on = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+        return self.go_on
+
+
 def generate_seconds(
     bare, ids, tokens: int, device, cache: str = "dynamic", sampled: SamplingSettings | None = None
-) -> tuple[float, list[int]]:
-    """generate() of `tokens` tokens, its prefill in: greedy, or drawn with `sampled`'s temperature,
+) -> Run:
+    """generate() of `tokens` tokens, timed as Run says: greedy, or drawn with `sampled`'s temperature,
     top-k and top-p; with transformers' default cache ("dynamic") or its static cache ("static"),
     whose forward generate() compiles on a GPU (CUDA graphs, transformers' own fastest path) and runs
     eager on a CPU."""
+    from transformers import StoppingCriteriaList
+
     static = {"cache_implementation": "static"} if cache == "static" else {}
     drawing: dict = {"do_sample": False}
     if sampled is not None:
         drawing = dict(do_sample=True, temperature=sampled.temperature, top_k=sampled.top_k, top_p=sampled.top_p)
+    stamps = TokenTimes(device)
     with torch.inference_mode():
+        out = bare.generate(
+            ids,
+            max_new_tokens=tokens,
+            min_new_tokens=tokens,
+            stopping_criteria=StoppingCriteriaList([stamps]),
+            **drawing,
+            **static,
+        )
         sync(device)
-        started = time.perf_counter()
-        out = bare.generate(ids, max_new_tokens=tokens, min_new_tokens=tokens, **drawing, **static)
-        sync(device)
-    return time.perf_counter() - started, out[0, ids.shape[1] :].tolist()
+    ended = time.perf_counter()
+    gaps = [b - a for a, b in itertools.pairwise(stamps.times)]
+    return Run(ended - stamps.times[0], out[0, ids.shape[1] :].tolist(), gaps)
 
 
 class StaticGenerate:
-    """generate() with the static cache, each run in one thread kept for it: on a GPU, torch keeps the
-    CUDA graphs it records per thread (graph trees), so a fresh thread each run would record them
-    again. Made warm: `warm_s` is its first two runs, the compile and the recording on a GPU (once
-    per length and process), which the rounds after do not pay."""
+    """generate() with the static cache (drawn with `sampled`, if given), each run in one thread kept
+    for it: on a GPU, torch keeps the CUDA graphs it records per thread (graph trees), so a fresh
+    thread each run would record them again. Made warm: `warm_s` is its first two runs, the compile
+    and the recording on a GPU (once per length and process), which the rounds after do not pay."""
 
-    def __init__(self, bare, ids, tokens: int, device) -> None:
+    def __init__(self, bare, ids, tokens: int, device, sampled: SamplingSettings | None = None) -> None:
         from tokenviz.backends.transformers.compiled_step import graph_trees_in_this_thread
 
-        self.run = lambda: generate_seconds(bare, ids, tokens, device, "static")
+        self.run = lambda: generate_seconds(bare, ids, tokens, device, "static", sampled)
         self.pool = ThreadPoolExecutor(1, "bench-static", graph_trees_in_this_thread if device.type == "cuda" else None)
         started = time.perf_counter()
         self()
         self()
         self.warm_s = time.perf_counter() - started
 
-    def __call__(self) -> tuple[float, list[int]]:
+    def __call__(self) -> Run:
         return self.pool.submit(self.run).result()
 
     def close(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import itertools
 import json
 import pickle
 import statistics
@@ -12,7 +13,7 @@ import time
 import psutil
 import torch
 
-from bench.anchors import PROMPT, StaticGenerate, bare_decoder, bare_steps, generate_seconds
+from bench.anchors import PROMPT, Run, StaticGenerate, bare_decoder, bare_steps, generate_seconds
 from bench.shaped import weights_bytes
 from bench.timing import in_thread, p95, paired_ratio, seconds_of, sync
 from tokenviz.backends.transformers.loading import LoadedModel
@@ -60,41 +61,60 @@ def engine_steps(
     return prefill, [seconds_of(session.step, device) for _ in range(steps)]
 
 
+BARE_CACHES = ("dynamic", "static")  # the bare step's caches: the faster is each length's anchor
+
+
 @torch.inference_mode()
 def steps_in_turn(loaded: LoadedModel, bare, ids: list[int], steps: int, device: torch.device) -> dict:
-    """The engine's greedy decode steps and the bare model's (a DynamicCache and argmax, nothing else)
-    taken in turn from the same prompt, which goes first alternating: (engine, bare) seconds of each
-    pair, the first 2 left out as warm-up, and the engine's prefill. Pairs a step apart see the same
-    machine: rounds of many steps each had this 2-core machine's pace drift between them (a bare step at
-    2,048 tokens 67 ms in one run and 72 ms, the same as at 32, in the next)."""
+    """The engine's greedy decode steps and the bare model's with each of BARE_CACHES (argmax, nothing
+    else: see bare_decoder), taken in turn from the same prompt, the order turning each step: seconds
+    of each (the first 2 left out as warm-up) by name, and the engine's prefill. Steps a step apart see
+    the same machine: rounds of many steps each had this 2-core machine's pace drift between them (a
+    bare step at 2,048 tokens 67 ms in one run and 72 ms, the same as at 32, in the next)."""
     session, prefill = started_session(loaded, ids)
-    bare_step = bare_decoder(bare, ids, device)
-    pairs = []
+    runs = {"engine": session.step} | {
+        cache: bare_decoder(bare, ids, device, cache, room=steps + 8) for cache in BARE_CACHES
+    }
+    names = list(runs)
+    seconds: dict[str, list[float]] = {name: [] for name in names}
     for i in range(steps + 2):
-        seconds = {
-            name: seconds_of(step, device)
-            for name, step in (("engine", session.step), ("bare", bare_step))[:: 1 if i % 2 else -1]
-        }
-        pairs.append((seconds["engine"], seconds["bare"]))
-    return {"pairs": pairs[2:], "prefill": prefill}
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            seconds[name].append(seconds_of(runs[name], device))
+    return {"seconds": {name: times[2:] for name, times in seconds.items()}, "prefill": prefill}
+
+
+def versus_bare_steps(seconds: dict[str, list[float]]) -> dict:
+    """The engine's steps against the bare ones (see steps_in_turn): each side's median and p95 in ms,
+    and the ratios (the median of each turn's engine / bare) over the faster bare cache by median, the
+    anchor; its ratio over the other beside."""
+    engine = seconds["engine"]
+    bare = {cache: seconds[cache] for cache in BARE_CACHES}
+    anchor = min(bare, key=lambda cache: statistics.median(bare[cache]))
+    engine_p95, bare_p95 = p95(engine) * 1000, p95(bare[anchor]) * 1000
+    out: dict = {
+        "engine_ms": statistics.median(engine) * 1000,
+        "bare_ms": statistics.median(bare[anchor]) * 1000,
+        "anchor": anchor,
+        "ratio": paired_ratio(list(zip(engine, bare[anchor]))),
+        "engine_p95_ms": engine_p95,
+        "bare_p95_ms": bare_p95,
+        "p95_ratio": engine_p95 / bare_p95,
+    }
+    for cache, times in bare.items():
+        out[f"bare_{cache}_ms"] = statistics.median(times) * 1000
+        out[f"ratio_over_{cache}"] = paired_ratio(list(zip(engine, times)))
+    return out
 
 
 def step_overhead(loaded, bare, device, steps: int, rounds: int = 5) -> dict:
-    """The engine's step against the bare step, short context: steps in turn (see steps_in_turn),
-    the median of the pairs' ratios."""
+    """The engine's step against the bare step, short context: steps in turn (see steps_in_turn and
+    versus_bare_steps)."""
     ids = loaded.tokenizer(PROMPT)["input_ids"]
-    pairs = [pair for _ in range(rounds) for pair in steps_in_turn(loaded, bare, ids, steps, device)["pairs"]]
-    engine, plain = zip(*pairs)
-    e_ms, b_ms = (statistics.median(times) * 1000 for times in (engine, plain))
-    e_p95, b_p95 = (p95(list(times)) * 1000 for times in (engine, plain))
-    return {
-        "engine_ms": e_ms,
-        "bare_ms": b_ms,
-        "ratio": paired_ratio(pairs),
-        "engine_p95_ms": e_p95,
-        "bare_p95_ms": b_p95,
-        "p95_ratio": e_p95 / b_p95,
-    }
+    seconds: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        for name, times in steps_in_turn(loaded, bare, ids, steps, device)["seconds"].items():
+            seconds.setdefault(name, []).extend(times)
+    return versus_bare_steps(seconds)
 
 
 # Long enough that a greedy journey does not complete it within the steps measured.
@@ -127,14 +147,15 @@ def intervention_step(loaded, steps: int, rounds: int = 3) -> dict:
     return {"intervened_ms": a, "plain_ms": p, "ratio": a / p}
 
 
-def autoplay_seconds(
-    loaded, tokens: int, prompt: str = PROMPT, settings: SamplingSettings = GREEDY
-) -> tuple[float, list[int]]:
-    """Headless autoplay through the engine thread, exactly as the app drives it: (seconds, the ids)."""
-    snapshots, done = [], threading.Event()
+def autoplay_run(loaded, tokens: int, prompt: str = PROMPT, settings: SamplingSettings = GREEDY) -> Run:
+    """Headless autoplay through the engine thread, exactly as the app drives it, timed from Play (the
+    journey prefilled, its first token decided) to its last token: see Run. A token's seconds are its
+    frame's share (a step slower than a frame, as on a CPU, publishes each)."""
+    snapshots, frames, done = [], [], threading.Event()
 
     def post(snapshot):
         snapshots.append(snapshot)
+        frames.append((time.perf_counter(), len(snapshot.chips)))
         if snapshot.stop_reason and not snapshot.playing:
             done.set()
 
@@ -142,41 +163,48 @@ def autoplay_seconds(
     worker.start(post)
     while not snapshots or snapshots[-1].state not in ("ready", "error"):  # loaded and prefilled
         time.sleep(0.01)
-    started = time.perf_counter()
+    started, before = time.perf_counter(), len(frames)
     worker.submit(Play(on=True))
     done.wait()
     seconds = time.perf_counter() - started
     worker.stop()
     last = snapshots[-1]
-    return seconds, [c.id for c in last.chips[last.prompt_len :]]
+    shares, points = [], [(started, frames[before - 1][1]), *frames[before:]]
+    for (t0, n0), (t1, n1) in itertools.pairwise(points):
+        shares += [(t1 - t0) / (n1 - n0)] * (n1 - n0) if n1 > n0 else []
+    return Run(seconds, [c.id for c in last.chips[last.prompt_len :]], shares)
+
+
+def versus_anchors(played: list[Run], anchors: dict[str, list[Run]]) -> dict:
+    """Autoplay's rounds against each bare anchor's, paired round by round: tokens a second of each,
+    the ratio over each, whether each made autoplay's tokens, a token's p95 on each side; `ratio` is
+    over the faster anchor by median (`anchor`), the run a user wanting speed would make."""
+    out: dict = {"autoplay_tok_s": statistics.median(run.tok_s for run in played)}
+    out["autoplay_token_p95_ms"] = p95([t for run in played for t in run.token_seconds]) * 1000
+    for name, runs in anchors.items():
+        out[f"{name}_generate_tok_s"] = statistics.median(run.tok_s for run in runs)
+        out[f"ratio_over_{name}"] = paired_ratio([(a.tok_s, g.tok_s) for a, g in zip(played, runs)])
+        out[f"{name}_same_tokens"] = played[-1].ids == runs[-1].ids
+        out[f"{name}_token_p95_ms"] = p95([t for run in runs for t in run.token_seconds]) * 1000
+    anchor = max(anchors, key=lambda name: out[f"{name}_generate_tok_s"])
+    return {"anchor": anchor, "ratio": out[f"ratio_over_{anchor}"], **out}
 
 
 def autoplay(loaded, bare, device, tokens: int, rounds: int = 5) -> dict:
     """Headless autoplay against generate() of the same tokens with the default cache and with the
     static cache (see generate_seconds), rounds interleaved and paired, each in a thread of its own
-    (see in_thread). `ratio` is over the default cache's; `ratio_over_static` over the static one's."""
+    (see in_thread); `ratio` over the faster (see versus_anchors)."""
     ids = loaded.tokenizer(PROMPT, return_tensors="pt").input_ids.to(device)
-    autoplay_seconds(loaded, 8)  # warm-up
+    autoplay_run(loaded, 8)  # warm-up
     in_thread(lambda: generate_seconds(bare, ids, 4, device))
     static_generate = StaticGenerate(bare, ids, tokens, device)
-    played, generated, static = [], [], []
+    played, dynamic, static = [], [], []
     for _ in range(rounds):
-        played.append(autoplay_seconds(loaded, tokens))
-        generated.append(in_thread(lambda: generate_seconds(bare, ids, tokens, device)))
+        played.append(autoplay_run(loaded, tokens))
+        dynamic.append(in_thread(lambda: generate_seconds(bare, ids, tokens, device)))
         static.append(static_generate())
     static_generate.close()
-    ours = played[-1][1]
-    a, g, s = (statistics.median(t for t, _ in runs) for runs in (played, generated, static))
-    return {
-        "autoplay_tok_s": tokens / a,
-        "generate_tok_s": tokens / g,
-        "ratio": paired_ratio([(g_s, a_s) for (a_s, _), (g_s, _) in zip(played, generated)]),
-        "same_tokens": ours == generated[-1][1],
-        "static_generate_tok_s": tokens / s,
-        "ratio_over_static": paired_ratio([(s_s, a_s) for (a_s, _), (s_s, _) in zip(played, static)]),
-        "static_same_tokens": ours == static[-1][1],
-        "static_warm_s": static_generate.warm_s,
-    }
+    return {**versus_anchors(played, {"dynamic": dynamic, "static": static}), "static_warm_s": static_generate.warm_s}
 
 
 SEEDS_TRIED = 20  # seeds tried for a sampled journey that runs every token asked for
@@ -189,31 +217,33 @@ def full_length_seed(loaded, tokens: int, settings: SamplingSettings) -> Samplin
     default seed on the bundled model). Where none does, `settings` as they are."""
     for seed in range(SEEDS_TRIED):
         seeded = settings.replace(seed=seed)
-        if len(autoplay_seconds(loaded, tokens, settings=seeded)[1]) == tokens:
+        if len(autoplay_run(loaded, tokens, settings=seeded).ids) == tokens:
             return seeded
     return settings
 
 
 def autoplay_sampled(loaded, bare, device, tokens: int, rounds: int = 5) -> dict:
     """Autoplay with the app's default sampling settings against generate() sampling with the same
-    settings (transformers' own processors and draw), as many tokens on each side (see
-    full_length_seed), rounds interleaved and paired, tokens a second."""
+    settings (transformers' own processors and draw), with the default and the static cache, as many
+    tokens on each side (see full_length_seed), rounds interleaved and paired (see versus_anchors).
+    The draws differ (each its own generator): tokens a second, not the tokens, are compared."""
     settings = full_length_seed(loaded, tokens, SamplingSettings())  # (and the warm-up)
     ids = loaded.tokenizer(PROMPT, return_tensors="pt").input_ids.to(device)
     in_thread(lambda: generate_seconds(bare, ids, 4, device, sampled=settings))
-    rates: list[tuple[float, float]] = []
-    played: list[int] = []
+    static_generate = StaticGenerate(bare, ids, tokens, device, sampled=settings)
+    played, dynamic, static = [], [], []
     for _ in range(rounds):
-        played_s, played = autoplay_seconds(loaded, tokens, settings=settings)
-        generated_s, generated = in_thread(lambda: generate_seconds(bare, ids, tokens, device, sampled=settings))
-        rates.append((len(played) / played_s, len(generated) / generated_s))
+        played.append(autoplay_run(loaded, tokens, settings=settings))
+        dynamic.append(in_thread(lambda: generate_seconds(bare, ids, tokens, device, sampled=settings)))
+        static.append(static_generate())
+    static_generate.close()
+    compared = versus_anchors(played, {"dynamic": dynamic, "static": static})
     return {
         "settings": {"temperature": settings.temperature, "top_k": settings.top_k, "top_p": settings.top_p},
         "seed": settings.seed,
-        "tokens": len(played),
-        "autoplay_tok_s": statistics.median(a for a, _ in rates),
-        "generate_tok_s": statistics.median(g for _, g in rates),
-        "ratio": paired_ratio(rates),
+        "tokens": len(played[-1].ids),
+        **{k: v for k, v in compared.items() if not k.endswith("same_tokens")},
+        "static_warm_s": static_generate.warm_s,
     }
 
 
@@ -237,6 +267,7 @@ def compiled_autoplay(loaded, bare, device, tokens: int, steps: int, rounds: int
     return {
         "compile_s": compile_s,
         **played,
+        "ratio": played["ratio_over_dynamic"],  # (the budget: against eager generate(); the static one beside it)
         "step_ms": c,
         "eager_step_ms": e,
         "bare_step_ms": b,
@@ -250,29 +281,33 @@ def random_ids(loaded: LoadedModel, n: int) -> list[int]:
 
 @torch.inference_mode()
 def growth(loaded, bare, device, lengths=(32, 512, 2048, 4096), steps: int = 12, rounds: int = 3) -> dict:
-    """Per length of context: the engine's decode step against the bare sdpa step (steps in turn: see
-    steps_in_turn), and the engine's prefill against one bare forward pass of the same prompt (the
-    fastest of the rounds). How the step grows from 32 to 2048 tokens of context is set against how
+    """Per length of context: the engine's decode step against the faster bare sdpa step (see
+    steps_in_turn and versus_bare_steps), and the engine's prefill against one bare forward pass of the
+    same prompt that makes the last position's logits, as generate() prefills (the fastest of the
+    rounds). How the step grows from 32 to 2048 tokens of context is set against how
     the bare step grows (the model's own attention over more keys): the engine's ratio to the bare
     step at 2048 over its ratio at 32, which is `ratio` over `bare_ratio` measured a step apart."""
     out: dict = {}
     for n in lengths:
         ids = random_ids(loaded, n)
-        pairs, prefills, forwards = [], [], []
+        seconds: dict[str, list[float]] = {}
+        prefills, forwards = [], []
         for _ in range(rounds):
             turn = steps_in_turn(loaded, bare, ids, steps, device)
-            pairs += turn["pairs"]
+            for name, times in turn["seconds"].items():
+                seconds.setdefault(name, []).extend(times)
             prefills.append(turn["prefill"])
             sync(device)
             started = time.perf_counter()
-            bare(torch.tensor([ids], device=device))
+            bare(torch.tensor([ids], device=device), logits_to_keep=1)  # (as generate() prefills)
             sync(device)
             forwards.append(time.perf_counter() - started)
-        engine, plain = zip(*pairs)
+        steps_here = versus_bare_steps(seconds)
         out[str(n)] = {
-            "step_ms": statistics.median(engine) * 1000,
-            "bare_step_ms": statistics.median(plain) * 1000,
-            "step_ratio": paired_ratio(pairs),
+            "step_ms": steps_here["engine_ms"],
+            "bare_step_ms": steps_here["bare_ms"],
+            "step_ratio": steps_here["ratio"],
+            **{k: v for k, v in steps_here.items() if k.startswith(("anchor", "bare_dynamic", "bare_static", "ratio_over", "engine_p95", "bare_p95"))},
             "engine_prefill_ms": min(prefills) * 1000,
             "bare_forward_ms": min(forwards) * 1000,
             "prefill_ratio": min(prefills) / min(forwards),

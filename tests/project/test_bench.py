@@ -18,23 +18,44 @@ def test_bench_measures_run_on_a_tiny_model(tmp_path):
     overhead = engine.step_overhead(loaded, bare, torch.device("cpu"), steps=3, rounds=1)
     assert timing.paired_ratio([(2.0, 1.0), (9.0, 3.0), (100.0, 1.0)]) == 3.0  # (a drifted round does not move it)
     assert overhead["engine_ms"] > 0 and overhead["bare_ms"] > 0 and overhead["ratio"] > 0
+    # The anchor is the faster bare cache, and the ratio is the one over it.
+    anchor, other = sorted(engine.BARE_CACHES, key=lambda cache: overhead[f"bare_{cache}_ms"])
+    assert overhead["anchor"] == anchor and overhead["bare_ms"] == overhead[f"bare_{anchor}_ms"]
+    assert overhead["ratio"] == overhead[f"ratio_over_{anchor}"] and overhead[f"ratio_over_{other}"] > 0
     assert overhead["engine_p95_ms"] >= overhead["engine_ms"] and overhead["bare_p95_ms"] >= overhead["bare_ms"]
     assert overhead["p95_ratio"] == pytest.approx(overhead["engine_p95_ms"] / overhead["bare_p95_ms"])
     assert timing.p95([float(i) for i in range(1, 101)]) == pytest.approx(95.05)
+    # Both sides are timed from their first token: generate() after its prefill, autoplay after the
+    # engine's; a token's seconds are the gaps between them (autoplay's from Play to its first token too).
+    ids = loaded.tokenizer(anchors.PROMPT, return_tensors="pt").input_ids
+    made = anchors.generate_seconds(bare, ids, 8, torch.device("cpu"))
+    assert len(made.ids) == 8 and len(made.token_seconds) == 7
+    assert sum(made.token_seconds) <= made.seconds and made.tok_s == 8 / made.seconds
+    played = engine.autoplay_run(loaded, 8)
+    assert played.ids == made.ids and len(played.token_seconds) == 8
+    assert sum(played.token_seconds) == pytest.approx(played.seconds, rel=0.5)
     play = engine.autoplay(loaded, bare, torch.device("cpu"), tokens=8, rounds=1)
-    assert play["same_tokens"] and play["ratio"] == pytest.approx(play["autoplay_tok_s"] / play["generate_tok_s"])
-    # The static cache's generate() gives the same tokens; the ratio over it is its own quotient.
-    assert play["static_same_tokens"] and play["static_warm_s"] > 0
-    assert play["ratio_over_static"] == pytest.approx(play["autoplay_tok_s"] / play["static_generate_tok_s"])
+    # Each cache's generate() gives the same tokens; each ratio is its own quotient, `ratio` the faster's.
+    assert play["dynamic_same_tokens"] and play["static_same_tokens"] and play["static_warm_s"] > 0
+    for cache in engine.BARE_CACHES:
+        quotient = play["autoplay_tok_s"] / play[f"{cache}_generate_tok_s"]
+        assert play[f"ratio_over_{cache}"] == pytest.approx(quotient) and play[f"{cache}_token_p95_ms"] > 0
+    anchor = max(engine.BARE_CACHES, key=lambda cache: play[f"{cache}_generate_tok_s"])
+    assert play["anchor"] == anchor and play["ratio"] == play[f"ratio_over_{anchor}"]
+    assert play["autoplay_token_p95_ms"] > 0
     drawn = engine.autoplay_sampled(loaded, bare, torch.device("cpu"), tokens=8, rounds=1)
     assert drawn["settings"] == {"temperature": 0.7, "top_k": 50, "top_p": 0.9}  # the app's defaults
-    assert drawn["ratio"] == pytest.approx(drawn["autoplay_tok_s"] / drawn["generate_tok_s"])
-    assert 0 <= drawn["seed"] < engine.SEEDS_TRIED and 0 < drawn["tokens"] <= 8
+    anchor = max(engine.BARE_CACHES, key=lambda cache: drawn[f"{cache}_generate_tok_s"])
+    assert drawn["ratio"] == pytest.approx(drawn["autoplay_tok_s"] / drawn[f"{anchor}_generate_tok_s"])
+    assert drawn["anchor"] == anchor and 0 <= drawn["seed"] < engine.SEEDS_TRIED and 0 < drawn["tokens"] <= 8
     growth = engine.growth(loaded, bare, torch.device("cpu"), lengths=(8, 64), steps=2, rounds=1)
     assert set(growth) == {"8", "64", "ratio", "bare_ratio", "ratio_over_bare"}
     # The model's own growth set apart: the engine's ratio to the bare step far over its ratio near.
     assert growth["ratio_over_bare"] == growth["64"]["step_ratio"] / growth["8"]["step_ratio"]
     assert all(growth[n]["prefill_ratio"] > 0 and growth[n]["step_ratio"] > 0 for n in ("8", "64"))
+    far = growth["64"]
+    assert far["bare_step_ms"] == min(far["bare_dynamic_ms"], far["bare_static_ms"])
+    assert far["step_ratio"] == far[f"ratio_over_{far['anchor']}"]
     view = engine.attention_view(loaded, n=64, rounds=1)
     assert view["rows"] == 64 and view["newest_rows_ms"] > 0 and view["rows_fed_again_ms"] > 0
     peak = processes.peak_memory(n=64, source=source)
@@ -72,7 +93,8 @@ def test_bench_measures_run_on_a_tiny_model(tmp_path):
     assert long["traced_tokens"] == long["tokens"] >= 64  # (the same prompt on both sides)
     assert long["ratio"] == pytest.approx(long["trace_s"] / long["bare_s"])
     fast = engine.compiled_autoplay(loaded, bare, torch.device("cpu"), tokens=8, steps=3, rounds=1)
-    assert fast["same_tokens"] and fast["compile_s"] > 0 and fast["ratio"] > 0 and fast["step_ratio"] > 0
+    assert fast["dynamic_same_tokens"] and fast["compile_s"] > 0 and fast["step_ratio"] > 0
+    assert fast["ratio"] == fast["ratio_over_dynamic"] > 0  # (its budget: against eager generate())
     results = {
         "compiled_autoplay": fast,
         "trace_long": long,
