@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from bench.timing import seconds_of, sync
+from bench.timing import in_thread, seconds_of, sync
 from tokenviz.backends.transformers.gguf_cache import gguf_cache_dir
 from tokenviz.backends.transformers.loading import LoadedModel
 from tokenviz.contract.settings import SamplingSettings
@@ -131,26 +131,31 @@ def generate_seconds(
 
 
 class StaticGenerate:
-    """generate() with the static cache (drawn with `sampled`, if given), each run in one thread kept
-    for it: on a GPU, torch keeps the CUDA graphs it records per thread (graph trees), so a fresh
-    thread each run would record them again. Made warm: `warm_s` is its first two runs, the compile
-    and the recording on a GPU (once per length and process), which the rounds after do not pay."""
+    """generate() with the static cache (drawn with `sampled`, if given). On a GPU each run goes to one
+    thread kept for it: torch keeps the CUDA graphs it records per thread (graph trees), so a fresh
+    thread each run would record them again. On a CPU each run has a fresh thread, as every other
+    measure (see in_thread): a thread kept alive keeps its OpenMP workers, and beside them the other
+    measures' workers outnumber the cores and sleep between regions (autoplay measured 4% slower than
+    the static cache's generate() while that thread lived, the same as it once the thread was gone).
+    Made warm: `warm_s` is its first two runs, the compile and the recording on a GPU (once per length
+    and process), which the rounds after do not pay."""
 
     def __init__(self, bare, ids, tokens: int, device, sampled: SamplingSettings | None = None) -> None:
         from tokenviz.backends.transformers.compiled_step import graph_trees_in_this_thread
 
         self.run = lambda: generate_seconds(bare, ids, tokens, device, "static", sampled)
-        self.pool = ThreadPoolExecutor(1, "bench-static", graph_trees_in_this_thread if device.type == "cuda" else None)
+        self.pool = ThreadPoolExecutor(1, "bench-static", graph_trees_in_this_thread) if device.type == "cuda" else None
         started = time.perf_counter()
         self()
         self()
         self.warm_s = time.perf_counter() - started
 
     def __call__(self) -> Run:
-        return self.pool.submit(self.run).result()
+        return in_thread(self.run) if self.pool is None else self.pool.submit(self.run).result()
 
     def close(self) -> None:
-        self.pool.shutdown()
+        if self.pool is not None:
+            self.pool.shutdown()
 
 
 BARE_READY = """
