@@ -135,6 +135,28 @@ def test_bench_measures_run_on_a_tiny_model(tmp_path):
     assert fast_on_gpu["compiled_autoplay"]["met"] is True and fast_on_gpu["compiled_over_static"]["met"] is False
 
 
+def test_autoplay_is_judged_against_the_faster_eligible_generate_round_by_round():
+    def runs(*seconds):
+        return [anchors.Run(s, [1, 2, 3, 4], [s / 4] * 3) for s in seconds]
+
+    played = runs(2.0, 4.0, 2.0)
+    compared = engine.versus_anchors(played, {"dynamic": runs(2.0, 4.0, 2.0), "static": runs(1.0, 2.0, 1.0)})
+    # The static cache's runs are the faster: the ratio is over them, each round's own (a slow round
+    # on both sides is 1 / 2 like the rest).
+    assert compared["anchor"] == "static" and compared["ratio"] == compared["ratio_over_static"] == 0.5
+    assert compared["ratio_over_dynamic"] == 1.0 and compared["autoplay_tok_s"] == 2.0
+    assert compared["static_token_p95_ms"] == pytest.approx(500.0)  # (a token of the slow round: 2 s / 4)
+    # On a GPU, generate() compiles the static cache's forward: an eager autoplay is judged against the
+    # default cache's generate() alone.
+    eager_on_gpu = engine.versus_anchors(
+        played,
+        {"dynamic": runs(2.0, 4.0, 2.0), "static": runs(1.0, 2.0, 1.0)},
+        engine.eager_anchors(torch.device("cuda")),
+    )
+    assert eager_on_gpu["anchor"] == "dynamic" and eager_on_gpu["ratio"] == 1.0
+    assert engine.eager_anchors(torch.device("cpu")) == engine.BARE_CACHES
+
+
 def test_a_measure_runs_in_a_thread_of_its_own_and_its_failure_reaches_the_caller():
     """(So the main thread never runs the model: see bench.timing.in_thread.)"""
     assert timing.in_thread(threading.current_thread) not in (threading.current_thread(), threading.main_thread())
