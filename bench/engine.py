@@ -292,9 +292,9 @@ def growth(loaded, bare, device, lengths=(32, 512, 2048, 4096), steps: int = 12,
     """Per length of context: the engine's decode step against the faster bare sdpa step (see
     steps_in_turn and versus_bare_steps), and the engine's prefill against one bare forward pass of the
     same prompt that makes the last position's logits, as generate() prefills (the fastest of the
-    rounds). How the step grows from 32 to 2048 tokens of context is set against how
-    the bare step grows (the model's own attention over more keys): the engine's ratio to the bare
-    step at 2048 over its ratio at 32, which is `ratio` over `bare_ratio` measured a step apart."""
+    rounds). How the step grows from 32 to 2048 tokens of context is set against how the bare step
+    grows (the model's own attention over more keys): the engine's ratio to the bare step at 2048 over
+    its ratio at 32, which is `ratio` over `bare_ratio` measured a step apart."""
     out: dict = {}
     for n in lengths:
         ids = random_ids(loaded, n)
