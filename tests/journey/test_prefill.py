@@ -25,7 +25,6 @@ PROMPT = "The cat sat on the mat. The dog sat on the log. The cat sat on the"
 def small_chunks(monkeypatch):
     """A headless run's prefill in passes of 4 tokens (its session is made inside it)."""
     monkeypatch.setattr(memory_policy, "PROMPT_CHUNK", 4)
-    monkeypatch.setattr(memory_policy, "ACCELERATOR_PREFILL_CHUNK", 4)
 
 
 def started(loaded, chunk: int = 10_000, **kwargs) -> Session:

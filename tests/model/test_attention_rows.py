@@ -77,6 +77,22 @@ def test_the_query_store_stays_within_its_budget_and_forgets_cropped_positions()
     assert s.engine.kv_len == 27 and store.missing(range(26, 30)) == [27, 28, 29]
 
 
+@pytest.mark.parametrize("kind", ["llama", "gemma2"])
+def test_a_pass_longer_than_the_store_holds_keeps_its_last_positions_and_the_rest_are_fed_again(kind):
+    per_position = journey(kind, steps=0).engine.rows.queries.nbytes // 20  # (its 20-token prompt kept whole)
+    runner = ModelRunner(family_model(kind))
+    runner.eos_ids = set()
+    runner.rows.queries = QueryStore(6 * per_position, per_position)
+    s = Session(runner, SamplingSettings(temperature=0, max_new_tokens=1000))
+    s.start(list(range(5, 25)))  # one pass of 20 positions: only the last 6 are kept, the others never held
+    store = s.engine.rows.queries
+    assert store.missing(range(0, 20)) == list(range(14)) and store.nbytes == 6 * per_position
+    full = reference(s)
+    shown = s.attention(range(0, 20), [0, 1])
+    for i in (0, 1):
+        assert abs(shown[i] - full[i][:, 0:20, :20]).max() < 1e-5
+
+
 def test_the_model_info_says_which_attention_runs():
     assert family_model("llama").info.attention.startswith("sdpa")
     assert family_model("bloom").info.attention.startswith("eager")

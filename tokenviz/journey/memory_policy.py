@@ -1,9 +1,7 @@
-"""How much of the machine a prefill may take: its chunk size by device, and a prompt refused before it
-runs where its KV cache and working memory would not fit in what is free."""
+"""How much of the machine a prefill may take: its passes' size, and a prompt refused before it runs
+where its KV cache and working memory would not fit in what is free."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import psutil
 
@@ -12,20 +10,15 @@ from tokenviz.contract.records import ModelInfo
 
 PREFILL_CHUNK = 256  # tokens per forward pass of a long computation cancelled between its passes (verify, watch, score)
 # A prompt's prefill is cancelled between the layers of each pass (see Engine.forward), so its passes can
-# be longer: on a CPU, 4,096 tokens in 256-token passes took 11.2-14.2 s, in 1,024-token passes 10.5-11.0
-# and in one 10.9-11.1 (the bundled model; each pass copies the KV cache grown so far). On an accelerator a
-# pass costs its launches more than its tokens (2,048 tokens of the bundled model on an H100: 213 ms in
-# 256-token passes, 52 ms in one; 4,096 tokens of its shape on an H200: 70 ms in two passes against
-# 25 ms for the bare model's one), and a later pass runs flash attention too (see attention._mask).
-PROMPT_CHUNK = 1024
-ACCELERATOR_PREFILL_CHUNK = 4096
+# be long, and a pass after the first is slower: sdpa's causal kernel serves one pass alone, and a later
+# one, whose queries come after the cache's keys, takes a mask (on a GPU a causal bias from the bottom
+# right, which runs flash attention: see attention._mask; on a CPU the masked kernel). The bundled model
+# on a 2-core CPU: 2,048 tokens in one pass 3.80 s, in two 4.35 s (the bare forward 3.88 s); 4,096
+# tokens in one 9.69 s, in two or four 11.5 s (9.63 s); on an H100, 2,048 tokens in 256-token passes
+# took 213 ms, in one 52 ms. A longer prompt goes in passes of this many, the working memory they need
+# planned by check_memory.
+PROMPT_CHUNK = 4096
 MEMORY_SHARE = 0.8  # of the free memory, the most a prefill may plan to use
-
-
-def prefill_chunk(device: Any) -> int:
-    """Prompt tokens per forward pass of a prefill on `device` (a torch.device): a Session's, unless it is
-    given its own."""
-    return PROMPT_CHUNK if device.type == "cpu" else max(PROMPT_CHUNK, ACCELERATOR_PREFILL_CHUNK)
 
 
 def check_memory(info: ModelInfo, n: int, chunk: int) -> None:

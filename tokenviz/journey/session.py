@@ -54,8 +54,7 @@ class Session:
         top_n: int = TOP_N,
         prefill_chunk: int | None = None,
     ):
-        """`prefill_chunk`: the prompt tokens a prefill feeds in one pass (None: memory_policy's for the
-        engine's device)."""
+        """`prefill_chunk`: the prompt tokens a prefill feeds in one pass (None: memory_policy's)."""
         self.engine = engine
         self.decision = decision_for(engine)  # made here on the logits, or drawn by the engine (a server)
         self.settings = settings or SamplingSettings()
@@ -79,7 +78,7 @@ class Session:
         self.shared_interventions: tuple[Intervention, ...] = ()
         self.pending_logits: torch.Tensor | None = None  # the pending step's logits, on the device (None: stopped)
         self._prefill_logits: torch.Tensor | None = None
-        self.prefill_chunk = prefill_chunk or memory_policy.prefill_chunk(engine.device)
+        self.prefill_chunk = prefill_chunk or memory_policy.PROMPT_CHUNK
         # The text as it grows, decoded a window at a time, and searched for stop strings as it grows.
         self._text, self._generated_text = DecodedText(engine.decode), DecodedText(engine.decode)
         self._stops = StopSearch()

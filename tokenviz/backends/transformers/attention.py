@@ -43,11 +43,14 @@ class Capture:
     """The query states of one forward pass, layer by layer, and how each layer calls attention."""
 
     eager: bool = False  # run the model's eager code in every layer, so the weights are returned
-    queries: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> (heads, tokens fed, head_dim)
+    queries: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> (heads, positions kept, head_dim)
     calls: dict[int, LayerCall] = field(default_factory=dict)  # filled once per layer (see capturing)
     # Where each layer's keys were, as its call was recorded: a layer that shares another's cached keys
     # (Gemma 3n's last layers) reads that layer's storage (see ModelRunner's cache_layers).
     key_addresses: dict[int, int] = field(default_factory=dict)
+    # The positions of each layer's queries kept, the last ones: a long pass keeps no more than its store's
+    # budget holds, and lets the rest go with the layer (None: all).
+    keep_last: int | None = None
 
 
 def _eager_of(module: torch.nn.Module) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
@@ -76,7 +79,7 @@ def _attend(
         return _eager_of(module)(module, query, key, value, _additive(attention_mask, query, key), **kwargs)
     if capture is not None:
         layer = module.layer_idx
-        capture.queries[layer] = _own(query[0])
+        capture.queries[layer] = _kept(query[0], capture.keep_last)
         if layer not in capture.calls:
             capture.calls[layer] = LayerCall(module, {k: v for k, v in kwargs.items() if k in CALL_KWARGS})
             capture.key_addresses[layer] = key.data_ptr()
@@ -128,6 +131,14 @@ def _mask(*args: Any, **kwargs: Any) -> torch.Tensor | None:
     return mask
 
 
+def _kept(query: torch.Tensor, last: int | None) -> torch.Tensor:
+    """The query states (heads, positions, head_dim) to keep: the `last` positions (a copy of their own,
+    so the rest goes with the layer), or all of them (see _own)."""
+    if last is not None and query.shape[-2] > last:
+        return query[:, -last:].clone()
+    return _own(query)
+
+
 def _own(query: torch.Tensor) -> torch.Tensor:
     """The query states to keep: themselves where they are all their storage holds (after RoPE, a
     tensor of their own), a copy where they are a view of more (a fused projection, as GPT-2's), so
@@ -176,11 +187,14 @@ def use_fast_attention(model: Any) -> bool:
 
 
 @contextmanager
-def capturing(eager: bool = False, calls: dict[int, LayerCall] | None = None) -> Iterator[Capture]:
-    """Keep the query states of the forward passes run inside (in this thread only); with `eager`,
-    run every layer's eager code instead, so `output_attentions` returns the weights. `calls` are
-    the layers' calls known already (a runner's): only the missing ones are recorded into it."""
-    capture = Capture(eager=eager, calls={} if calls is None else calls)
+def capturing(
+    eager: bool = False, calls: dict[int, LayerCall] | None = None, keep_last: int | None = None
+) -> Iterator[Capture]:
+    """Keep the query states of the forward passes run inside (in this thread only), of the `keep_last`
+    positions fed last if given; with `eager`, run every layer's eager code instead, so
+    `output_attentions` returns the weights. `calls` are the layers' calls known already (a runner's):
+    only the missing ones are recorded into it."""
+    capture = Capture(eager=eager, calls={} if calls is None else calls, keep_last=keep_last)
     token = _capture.set(capture)
     try:
         yield capture

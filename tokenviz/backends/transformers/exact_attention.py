@@ -28,8 +28,7 @@ class ExactAttention:
         holds each decoder layer's keys (see runner.cache_layers)."""
         self.access = access
         self.fast = access.model.config._attn_implementation == IMPLEMENTATION
-        self.queries = QueryStore(query_budget(free_bytes(access.device, {})[0], query_bytes))
-        self._query_bytes = query_bytes
+        self.queries = QueryStore(query_budget(free_bytes(access.device, {})[0], query_bytes), query_bytes)
         self._cache_layers = cache_layers
         self._eager_rows: tuple[range, torch.Tensor] | None = None  # the last rows an eager pass gave
 
@@ -37,7 +36,7 @@ class ExactAttention:
         """What the query states' budget holds, in positions (see query_store)."""
         if not self.fast:
             return "none: the attention view runs an eager pass of the rows it shows"
-        positions = self.queries.budget // max(1, self._query_bytes)
+        positions = self.queries.positions
         return (
             f"the last {positions:,} positions ({gigabytes(self.queries.budget)}, at most {QUERY_SHARE:.0%} of the "
             "free memory); rows further back are fed again when shown"

@@ -36,8 +36,10 @@ class _Block:
 
 
 class QueryStore:
-    def __init__(self, budget: int = QUERY_FLOOR):
+    def __init__(self, budget: int = QUERY_FLOOR, position_bytes: int = 1):
+        """`position_bytes`: one position's query states, every layer's."""
         self.budget = budget
+        self.positions = max(1, budget // max(1, position_bytes))  # the most a block holds (see capturing)
         self.calls: dict[int, LayerCall] = {}  # each layer's attention call, recorded by capturing()
         self._blocks: dict[int, _Block] = {}  # by age: the oldest first
         self._where: dict[int, int] = {}  # position -> the newest block holding it
@@ -48,13 +50,16 @@ class QueryStore:
     def nbytes(self) -> int:
         return self._bytes
 
-    def add(self, start: int, capture: Capture) -> None:
-        """Keep the queries of a forward pass that fed positions start, start + 1, ..."""
+    def add(self, start: int, capture: Capture, fed: int | None = None) -> None:
+        """Keep the queries of a forward pass that fed `fed` positions from `start` (the capture may hold
+        the last of them only: see capturing's keep_last; None: as many as it holds)."""
         if not capture.queries:
             return
         size = sum(q.numel() * q.element_size() for q in capture.queries.values())
+        count = next(iter(capture.queries.values())).shape[1]
+        if fed is not None:
+            start += fed - count
         block = _Block(start, dict(capture.queries), size)
-        count = next(iter(block.queries.values())).shape[1]
         key, self._next = self._next, self._next + 1
         self._blocks[key] = block
         self._bytes += size

@@ -335,7 +335,7 @@ class ModelRunner:
         # when asked for (a prefill's, deferred), where the output layer run again gives the model's own.
         keep_hidden = every_position and head_reproduces(self.model) is not False
         with (
-            capturing(calls=self.rows.queries.calls) as capture,
+            capturing(calls=self.rows.queries.calls, keep_last=self.rows.queries.positions) as capture,
             yielding,
             recording(self.routers, self.shared_gates) as routed,
             timed_by_place(self.model) as places,
@@ -349,7 +349,7 @@ class ModelRunner:
                 if keep_hidden
                 else (len(ids) if every_position else 1),
             )
-        self.rows.queries.add(start, capture)
+        self.rows.queries.add(start, capture, fed=len(ids))
         hidden = read[-1][0] if keep_hidden and read else None  # (tokens fed, hidden)
         reproduces = head_reproduces(self.model)
         if keep_hidden and reproduces is None:  # checked once, on the last position
