@@ -315,11 +315,7 @@ def growth(loaded, bare, device, lengths=(32, 512, 2048, 4096), steps: int = 12,
             "step_ms": steps_here["engine_ms"],
             "bare_step_ms": steps_here["bare_ms"],
             "step_ratio": steps_here["ratio"],
-            **{
-                k: v
-                for k, v in steps_here.items()
-                if k.startswith(("anchor", "bare_dynamic", "bare_static", "ratio_over", "engine_p95", "bare_p95"))
-            },
+            **{k: v for k, v in steps_here.items() if k not in ("engine_ms", "bare_ms", "ratio")},  # (named above)
             "engine_prefill_ms": min(prefills) * 1000,
             "bare_forward_ms": min(forwards) * 1000,
             "prefill_ratio": min(prefills) / min(forwards),
