@@ -242,19 +242,15 @@ def summarise(logits: torch.Tensor, n: int) -> PendingSummary:
     logits = logits.float().reshape(-1)
     with one_thread_on_cpu(logits.device):
         probs = torch.softmax(logits, -1)
-        entropy = -(probs * probs.log()).nan_to_num().sum() / math.log(2)  # (0 log 0 is NaN: counted 0)
+        entropy = (probs * probs.log()).nansum() * NATS_TO_MINUS_BITS  # (0 log 0 is NaN: counted 0)
         top_probs, ranked = torch.topk(probs, min(max(n, WATCH_N), probs.numel()))
     top_ids = ranked[:n]
-    return PendingSummary(
-        {
-            "summary.ids": top_ids,
-            "summary.logits": logits[top_ids].double(),
-            "summary.probs": top_probs[:n].double(),
-            "summary.entropy": entropy.double().reshape(1),
-        },
-        probs,
-        ranked,
-    )
+    # (one part for the transfer: each costs a step its operator calls)
+    numbers = torch.cat([logits[top_ids], top_probs[:n], entropy.reshape(1)]).double()
+    return PendingSummary({"summary.ids": top_ids, "summary.numbers": numbers}, probs, ranked)
+
+
+NATS_TO_MINUS_BITS = -1 / math.log(2)  # sum p ln p times this: the entropy in bits
 
 
 @dataclass
@@ -265,9 +261,12 @@ class PendingSummary:
 
     def read(self, host: dict[str, np.ndarray], piece: Callable[[int], str]) -> tuple[tuple[Candidate, ...], float]:
         """(top candidates, entropy in bits) from the host copies of `tensors`."""
-        ids, logits, probs = (host[f"summary.{k}"].tolist() for k in ("ids", "logits", "probs"))
-        top = tuple(Candidate(id=i, text=piece(i), logit=lg, prob=p) for i, lg, p in zip(ids, logits, probs))
-        return top, float(host["summary.entropy"][0])
+        ids, numbers = host["summary.ids"].tolist(), host["summary.numbers"].tolist()
+        n = len(ids)
+        top = tuple(
+            Candidate(id=i, text=piece(i), logit=lg, prob=p) for i, lg, p in zip(ids, numbers[:n], numbers[n : 2 * n])
+        )
+        return top, numbers[2 * n]
 
 
 @contextmanager
@@ -275,10 +274,10 @@ def one_thread_on_cpu(device: torch.device) -> Iterator[None]:
     """Sampling works on one vocabulary row: on a CPU, torch's threads only contend with whatever else
     runs (the app drawing, the machine's other work): beside one busy core, the bundled model's
     stages took 14 ms with two threads and 6 ms with one. (Process-wide, and cheap to set: 0.4 µs.)"""
-    if device.type != "cpu":
+    threads = torch.get_num_threads() if device.type == "cpu" else 1
+    if threads == 1:  # (a GPU's, or inside another: a step sets it once for its summary and decision)
         yield
         return
-    threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         yield
@@ -376,11 +375,10 @@ def _decide(
             any_left.double(),
         ]
     )
+    # The numbers in one part (see summarise): the scalars, the watched raw probabilities, the stages' rows.
     tensors = {
         "decision.watch": watch,
-        "decision.raw_probs": raw[watch].double(),
-        "decision.stages": stage_rows,
-        "decision.scalars": scalars,
+        "decision.numbers": torch.cat([scalars, raw[watch].double(), stage_rows.reshape(-1)]),
     }
     if pinned:  # (nothing to queue on the device when no token is watched)
         tensors["decision.pinned"] = pinned_on_device(raw, final, pinned)
@@ -430,6 +428,9 @@ def follow_pinned(
     return read_pinned(rows, pinned, piece, decision.chosen_id if decision.mode == "greedy" else None)
 
 
+SCALARS = 9  # the decision's scalars, first in its numbers (see _decide)
+
+
 @dataclass
 class PendingDecision:
     tensors: dict[str, torch.Tensor]
@@ -445,14 +446,14 @@ class PendingDecision:
         watch_all = host["decision.watch"].tolist()
         first = [i for i, token in enumerate(watch_all) if token not in watch_all[:i]]
         watch_ids = [watch_all[i] for i in first]
-        chosen, chosen_prob, chosen_rank, raw_rank, raw_prob, low, high, finite, any_left = host[
-            "decision.scalars"
-        ].tolist()
+        w, numbers = len(watch_all), host["decision.numbers"]
+        scalars, raw_probs = numbers[:SCALARS].tolist(), numbers[SCALARS : SCALARS + w]
+        chosen, chosen_prob, chosen_rank, raw_rank, raw_prob, low, high, finite, any_left = scalars
         if not finite:
             raise TokenvizError(NOT_A_NUMBER)
         if not any_left:
             raise TokenvizError(NOTHING_ALLOWED)
-        w = len(watch_all)
+        stage_rows = numbers[SCALARS + w :].reshape(len(self.stages), 3 + 2 * w)
         stages = tuple(
             Stage(
                 name=name,
@@ -463,13 +464,13 @@ class PendingDecision:
                 changed=int(row[2]),
                 changed_watched=tuple(bool(c) for c in row[3 + w :][first]),
             )
-            for (name, detail), row in zip(self.stages, host["decision.stages"])
+            for (name, detail), row in zip(self.stages, stage_rows)
         )
         return Decision(
             mode=self.mode,
             settings=self.settings,
             watch=tuple((i, piece(i)) for i in watch_ids),
-            raw_probs=tuple(float(p) for p in host["decision.raw_probs"][first]),
+            raw_probs=tuple(raw_probs[first].tolist()),
             stages=stages,
             u=self.u,
             band=(low, high) if self.mode == "sampled" else None,

@@ -20,7 +20,7 @@ from tokenviz.contract.records import StepRecord
 from tokenviz.contract.results import Drawn
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.drawn import drawn_decision, drawn_top, drawn_unsteered, forced_figures
-from tokenviz.decoding.sampling import decide, decide_on_device, summarise
+from tokenviz.decoding.sampling import decide, decide_on_device, one_thread_on_cpu, summarise
 from tokenviz.decoding.unsteered import read_unsteered, unsteered_on_device
 from tokenviz.journey.grammar_state import GrammarState
 from tokenviz.tensors.transfer import to_host
@@ -72,16 +72,18 @@ class LocalDecision:
         self, journey: Journey, logits: torch.Tensor | None, extra: dict[str, torch.Tensor] | None = None
     ) -> tuple[StepRecord, dict[str, np.ndarray]]:
         assert logits is not None  # (only a drawing engine's forward gives none)
-        summary = summarise(logits, journey.top_n)
-        decision = decide_on_device(
-            logits,
-            journey.settings,
-            journey.ids,
-            journey.generated_ids,
-            pinned=journey.pinned,
-            allowed=journey.grammars.allowed(journey.settings, journey.generated_ids),
-            summary=summary,
-        )
+        allowed = journey.grammars.allowed(journey.settings, journey.generated_ids)
+        with one_thread_on_cpu(logits.device):  # (once for both)
+            summary = summarise(logits, journey.top_n)
+            decision = decide_on_device(
+                logits,
+                journey.settings,
+                journey.ids,
+                journey.generated_ids,
+                pinned=journey.pinned,
+                allowed=allowed,
+                summary=summary,
+            )
         own, own_timer = {}, None
         if journey.intervening is not None:
             own_logits, own_timer = journey.intervening.own_logits(journey.cached_ids)

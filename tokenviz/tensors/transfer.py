@@ -8,6 +8,7 @@ forward pass adds no wait of its own. Copies the other way (token ids) are queue
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 
@@ -26,8 +27,12 @@ def to_host(parts: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
         return {}
     device = next(iter(parts.values())).device  # (a model spread over GPUs: gathered here first, device to device)
     chunks, layout, offset = [], [], 0
-    for name, tensor in parts.items():
-        raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8).to(device, non_blocking=True)
+    for name, tensor in parts.items():  # (each call below only where it does something: a step's operator calls)
+        if tensor.requires_grad:
+            tensor = tensor.detach()
+        raw = tensor.contiguous().reshape(-1).view(torch.uint8)
+        if raw.device != device:
+            raw = raw.to(device, non_blocking=True)
         padding = -raw.numel() % _ALIGN
         chunks.append(raw)
         if padding:
@@ -37,9 +42,8 @@ def to_host(parts: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
     buffer = torch.cat(chunks).cpu().numpy()
     out: dict[str, np.ndarray] = {}
     for name, start, dtype, shape in layout:
-        np_dtype = _NUMPY_DTYPES[dtype]
-        count = int(np.prod(shape, dtype=np.int64))
-        out[name] = np.frombuffer(buffer, dtype=np_dtype, count=count, offset=start).reshape(shape)
+        count = math.prod(shape)
+        out[name] = np.frombuffer(buffer, dtype=_NUMPY_DTYPES[dtype], count=count, offset=start).reshape(shape)
     return out
 
 

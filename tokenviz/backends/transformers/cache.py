@@ -92,6 +92,8 @@ class GrowingLayer(DynamicLayer):
     def __init__(self) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # (transformers leaves its own untyped)
         self.filled = 0
+        self._keys: Any = None  # the buffers (see take and _room_for)
+        self._values: Any = None
         self._owned = False  # whether the buffers are this layer's own, to write into
         self._shown: tuple[Any, Any] = (None, None)  # the views last set as keys and values
 
@@ -128,18 +130,28 @@ class GrowingLayer(DynamicLayer):
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        elif not self._viewed():
-            self.take(self.keys, self.values)  # type: ignore[arg-type]  # (initialized: tensors)
-        new = key_states.shape[-2]
-        self._room_for(key_states.shape[0], self.filled + new)
-        self._keys[:, :, self.filled : self.filled + new] = key_states
-        self._values[:, :, self.filled : self.filled + new] = value_states
-        self.filled += new
-        self._show()
-        assert self.keys is not None and self.values is not None
-        return self.keys, self.values
+        start, end = self.filled, self.filled + key_states.shape[-2]
+        keys = self._keys
+        if not (  # (the usual step, tested inline: every layer runs this each step)
+            self._owned
+            and self.keys is self._shown[0]
+            and self.values is self._shown[1]
+            and keys.shape[2] >= end
+            and keys.shape[0] == key_states.shape[0]
+        ):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            elif not self._viewed():
+                self.take(self.keys, self.values)  # type: ignore[arg-type]  # (initialized: tensors)
+            start, end = self.filled, self.filled + key_states.shape[-2]
+            self._room_for(key_states.shape[0], end)
+            keys = self._keys
+        keys[:, :, start:end] = key_states
+        self._values[:, :, start:end] = value_states
+        self.filled = end
+        self.keys, self.values = shown = keys[:, :, :end], self._values[:, :, :end]
+        self._shown = shown
+        return shown
 
     def crop(self, tokens_to_remove: int) -> None:
         if tokens_to_remove < 0 and self.is_initialized and self._viewed():  # (transformers 5: a negative count)
