@@ -225,13 +225,14 @@ VIEWS = {
     "view", "_unsafe_view", "reshape", "detach", "alias", "lift_fresh", "as_strided", "expand", "slice", "select",
     "narrow", "split", "chunk", "unbind", "t", "transpose", "permute", "unsqueeze", "squeeze",
 }  # fmt: skip
-# Kernels a decode step launches beyond the model's own forward pass, measured on 2026-11-27 (torch
-# 2.13, transformers 5.24; the tiny Llama): greedy 39, the app's default sampling 124, every stage
-# 196 (were 41, 136 and 220 before the summary's softmax and ranking served the decision, each stage's
-# row was built in one piece and the kept tokens counted in one pass). Each budget leaves about a
-# sixth of room: a second softmax over the vocabulary, another record built, a stage run twice would
-# pass it. On a GPU every one is a launch the host waits on.
-STEP_KERNELS = {"greedy": 45, "default": 144, "every stage": 228}
+# Kernels a decode step launches beyond the model's own forward pass, measured on 2026-11-28 (torch
+# 2.13, transformers 5.24; the tiny Llama): greedy 29, the app's default sampling 114, every stage
+# 186 (were 41, 136 and 220 before the summary's softmax and ranking served the decision, each stage's
+# row was built in one piece and the kept tokens counted in one pass; 39, 124 and 196 before the
+# summary's and the decision's numbers went as one part each and the scalars took one conversion).
+# Each budget leaves about a sixth of room: another record built, a stage run twice would pass it. On
+# a GPU every one is a launch the host waits on.
+STEP_KERNELS = {"greedy": 34, "default": 133, "every stage": 217}
 
 
 class CountKernels(TorchDispatchMode):

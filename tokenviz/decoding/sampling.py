@@ -356,30 +356,29 @@ def _decide(
         before, before_scores = after, scores[0]
     stage_rows = torch.stack(rows) if rows else torch.zeros((0, 3 + 2 * w), dtype=torch.float64, device=device)
 
-    chosen_prob, raw_prob = at(final, chosen), at(raw, chosen)
-    raw_rank = ((raw > raw_prob).sum() + 1).double()
+    chosen_prob = at(final, chosen)
+    raw_prob = chosen_prob if final is raw else at(raw, chosen)
+    raw_rank = (raw > raw_prob).sum() + 1
     # One reduction says whether every logit is a number or -inf (a server's unknown rest) and one is
     # finite: the largest is NaN where any is, +inf where any is, -inf where none is finite.
     numbers = torch.isfinite(raw_scores.max())
     any_left = numbers if final_scores is raw_scores else torch.isfinite(final_scores.max())
+    # (stacked with the float64 band: every one float64, exactly, without a conversion of its own each)
     scalars = torch.stack(
         [
-            chosen.double(),
-            chosen_prob.double(),
-            raw_rank if final is raw else ((final > chosen_prob).sum() + 1).double(),
+            chosen,
+            chosen_prob,
+            raw_rank if final is raw else (final > chosen_prob).sum() + 1,
             raw_rank,
-            raw_prob.double(),
+            raw_prob,
             low,
             high,
-            numbers.double(),  # (read with the rest: no extra wait)
-            any_left.double(),
+            numbers,  # (read with the rest: no extra wait)
+            any_left,
         ]
-    )
+    ).double()
     # The numbers in one part (see summarise): the scalars, the watched raw probabilities, the stages' rows.
-    tensors = {
-        "decision.watch": watch,
-        "decision.numbers": torch.cat([scalars, raw[watch].double(), stage_rows.reshape(-1)]),
-    }
+    tensors = {"decision.watch": watch, "decision.numbers": torch.cat([scalars, raw[watch], stage_rows.reshape(-1)])}
     if pinned:  # (nothing to queue on the device when no token is watched)
         tensors["decision.pinned"] = pinned_on_device(raw, final, pinned)
     return PendingDecision(
