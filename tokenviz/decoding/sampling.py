@@ -317,9 +317,12 @@ def _decide(
     raw_scores = logits.float().reshape(-1)
     raw = summary.probs if summary is not None else torch.softmax(raw_scores, -1)
     stages = apply_stages(logits, settings, context_ids, generated_ids, allowed)
-    final_scores = stages[-1][2][0] if stages else raw_scores
-    afters = [torch.softmax(scores[0], -1) for _, _, scores in stages]  # each stage's distribution
-    final = afters[-1] if stages else raw
+    # Every stage's scores as the rows of one tensor, and each stage's distribution in one softmax: the
+    # stages' rows below are then a few operator calls whatever the number of stages.
+    stage_scores = torch.cat([scores for _, _, scores in stages]) if stages else None
+    afters = torch.softmax(stage_scores, -1) if stage_scores is not None else None
+    final_scores = stage_scores[-1] if stage_scores is not None else raw_scores
+    final = afters[-1] if afters is not None else raw
 
     u = None
     mode: DecisionMode
@@ -341,20 +344,26 @@ def _decide(
     # One row per stage: tokens kept, the previous stage's mass they held, the tokens whose score it
     # changed (what a penalty penalised), the watched probabilities, and whether it changed each.
     w = watch.numel()
-    rows = []
-    before, before_scores = raw, raw_scores
-    for (_, _, scores), after in zip(stages, afters):
-        finite = scores[0] > -math.inf  # (kept: a stage removes a token with -inf; one pass, where isfinite is four)
-        changed = scores[0] != before_scores
+    if stage_scores is not None and afters is not None:
+        before_scores = torch.cat([raw_scores[None], stage_scores[:-1]])  # each stage's input, row by row
+        before = torch.cat([raw[None], afters[:-1]])
+        finite = stage_scores > -math.inf  # (kept: a stage removes a token with -inf; one pass, where isfinite is four)
+        changed = stage_scores != before_scores
         # a mask, not indexing: no data-dependent shape. A share of a distribution is at most 1: summed in
         # float32, 49,152 rounded probabilities made 1.0000017, which a journey file rightly refuses.
-        mass = torch.where(finite, before, 0).sum(dtype=torch.float64).clamp(max=1.0)
-        counts = torch.stack([finite.sum(), changed.sum()]).double()
-        rows.append(
-            torch.cat([counts[:1], mass.reshape(1), counts[1:], after[watch].double(), changed[watch].double()])
+        mass = torch.where(finite, before, 0).sum(-1, dtype=torch.float64).clamp(max=1.0)
+        stage_rows = torch.cat(  # (float64, as `mass`: every part converted, exactly, in the one call)
+            [
+                finite.sum(-1, keepdim=True),
+                mass[:, None],
+                changed.sum(-1, keepdim=True),
+                afters[:, watch],
+                changed[:, watch],
+            ],
+            1,
         )
-        before, before_scores = after, scores[0]
-    stage_rows = torch.stack(rows) if rows else torch.zeros((0, 3 + 2 * w), dtype=torch.float64, device=device)
+    else:
+        stage_rows = torch.zeros((0, 3 + 2 * w), dtype=torch.float64, device=device)
 
     chosen_prob = at(final, chosen)
     raw_prob = chosen_prob if final is raw else at(raw, chosen)
