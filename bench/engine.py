@@ -190,23 +190,30 @@ def versus_anchors(played: list[Run], anchors: dict[str, list[Run]], eligible: t
     return {"anchor": anchor, "ratio": out[f"ratio_over_{anchor}"], **out}
 
 
-def autoplay(loaded, bare, device, tokens: int, rounds: int = 5) -> dict:
-    """Headless autoplay against generate() of the same tokens with the default cache and with the
-    static cache (see generate_seconds), rounds interleaved and paired, each in a thread of its own
-    (see in_thread); `ratio` over the faster (see versus_anchors), on a GPU over the eager one (the
-    static cache's is compiled there: `--compile`'s anchor, see compiled_autoplay)."""
+def against_generate(loaded, bare, device, tokens: int, rounds: int, settings: SamplingSettings = GREEDY) -> dict:
+    """Headless autoplay with `settings` against generate() with the same ones (greedy, or drawn by
+    transformers' own processors and draw) and the default cache and the static cache (see
+    generate_seconds), rounds interleaved and paired, each in a thread of its own (see in_thread);
+    `ratio` over the faster (see versus_anchors), on a GPU over the eager one (the static cache's is
+    compiled there: `--compile`'s anchor, see compiled_autoplay)."""
+    sampled = None if settings.greedy else settings
     ids = loaded.tokenizer(PROMPT, return_tensors="pt").input_ids.to(device)
-    autoplay_run(loaded, 8)  # warm-up
-    in_thread(lambda: generate_seconds(bare, ids, 4, device))
-    static_generate = StaticGenerate(bare, ids, tokens, device)
+    in_thread(lambda: generate_seconds(bare, ids, 4, device, sampled=sampled))  # (warm-up)
+    static_generate = StaticGenerate(bare, ids, tokens, device, sampled=sampled)
     played, dynamic, static = [], [], []
     for _ in range(rounds):
-        played.append(autoplay_run(loaded, tokens))
-        dynamic.append(in_thread(lambda: generate_seconds(bare, ids, tokens, device)))
+        played.append(autoplay_run(loaded, tokens, settings=settings))
+        dynamic.append(in_thread(lambda: generate_seconds(bare, ids, tokens, device, sampled=sampled)))
         static.append(static_generate())
     static_generate.close()
     compared = versus_anchors(played, {"dynamic": dynamic, "static": static}, eager_anchors(device))
-    return {**compared, "static_warm_s": static_generate.warm_s}
+    return {**compared, "tokens": len(played[-1].ids), "static_warm_s": static_generate.warm_s}
+
+
+def autoplay(loaded, bare, device, tokens: int, rounds: int = 5) -> dict:
+    """Greedy autoplay against generate() of the same tokens (see against_generate)."""
+    autoplay_run(loaded, 8)  # warm-up
+    return against_generate(loaded, bare, device, tokens, rounds)
 
 
 def eager_anchors(device: torch.device) -> tuple[str, ...]:
@@ -236,22 +243,11 @@ def autoplay_sampled(loaded, bare, device, tokens: int, rounds: int = 5) -> dict
     tokens on each side (see full_length_seed), rounds interleaved and paired (see versus_anchors).
     The draws differ (each its own generator): tokens a second, not the tokens, are compared."""
     settings = full_length_seed(loaded, tokens, SamplingSettings())  # (and the warm-up)
-    ids = loaded.tokenizer(PROMPT, return_tensors="pt").input_ids.to(device)
-    in_thread(lambda: generate_seconds(bare, ids, 4, device, sampled=settings))
-    static_generate = StaticGenerate(bare, ids, tokens, device, sampled=settings)
-    played, dynamic, static = [], [], []
-    for _ in range(rounds):
-        played.append(autoplay_run(loaded, tokens, settings=settings))
-        dynamic.append(in_thread(lambda: generate_seconds(bare, ids, tokens, device, sampled=settings)))
-        static.append(static_generate())
-    static_generate.close()
-    compared = versus_anchors(played, {"dynamic": dynamic, "static": static}, eager_anchors(device))
+    compared = against_generate(loaded, bare, device, tokens, rounds, settings)
     return {
         "settings": {"temperature": settings.temperature, "top_k": settings.top_k, "top_p": settings.top_p},
         "seed": settings.seed,
-        "tokens": len(played[-1].ids),
         **{k: v for k, v in compared.items() if not k.endswith("same_tokens")},
-        "static_warm_s": static_generate.warm_s,
     }
 
 
