@@ -319,10 +319,11 @@ def _decide(
     stages = apply_stages(logits, settings, context_ids, generated_ids, allowed)
     # Every stage's scores as the rows of one tensor, and each stage's distribution in one softmax: the
     # stages' rows below are then a few operator calls whatever the number of stages.
-    stage_scores = torch.cat([scores for _, _, scores in stages]) if stages else None
-    afters = torch.softmax(stage_scores, -1) if stage_scores is not None else None
-    final_scores = stage_scores[-1] if stage_scores is not None else raw_scores
-    final = afters[-1] if afters is not None else raw
+    staged = None
+    if stages:
+        stage_scores = torch.cat([scores for _, _, scores in stages])
+        staged = (stage_scores, torch.softmax(stage_scores, -1))
+    final_scores, final = (staged[0][-1], staged[1][-1]) if staged else (raw_scores, raw)
 
     u = None
     mode: DecisionMode
@@ -341,29 +342,10 @@ def _decide(
     raw_top = summary.ranked[:n] if summary is not None else torch.topk(raw, n).indices
     final_top = raw_top if final is raw else torch.topk(final, n).indices
     watch = torch.cat([raw_top, final_top, chosen.reshape(1)])
-    # One row per stage: tokens kept, the previous stage's mass they held, the tokens whose score it
-    # changed (what a penalty penalised), the watched probabilities, and whether it changed each.
-    w = watch.numel()
-    if stage_scores is not None and afters is not None:
-        before_scores = torch.cat([raw_scores[None], stage_scores[:-1]])  # each stage's input, row by row
-        before = torch.cat([raw[None], afters[:-1]])
-        finite = stage_scores > -math.inf  # (kept: a stage removes a token with -inf; one pass, where isfinite is four)
-        changed = stage_scores != before_scores
-        # a mask, not indexing: no data-dependent shape. A share of a distribution is at most 1: summed in
-        # float32, 49,152 rounded probabilities made 1.0000017, which a journey file rightly refuses.
-        mass = torch.where(finite, before, 0).sum(-1, dtype=torch.float64).clamp(max=1.0)
-        stage_rows = torch.cat(  # (float64, as `mass`: every part converted, exactly, in the one call)
-            [
-                finite.sum(-1, keepdim=True),
-                mass[:, None],
-                changed.sum(-1, keepdim=True),
-                afters[:, watch],
-                changed[:, watch],
-            ],
-            1,
-        )
+    if staged:  # (one row per stage: see _stage_rows)
+        stage_rows = _stage_rows(*staged, raw_scores, raw, watch)
     else:
-        stage_rows = torch.zeros((0, 3 + 2 * w), dtype=torch.float64, device=device)
+        stage_rows = torch.zeros((0, 3 + 2 * watch.numel()), dtype=torch.float64, device=device)
 
     chosen_prob = at(final, chosen)
     raw_prob = chosen_prob if final is raw else at(raw, chosen)
@@ -392,6 +374,31 @@ def _decide(
         tensors["decision.pinned"] = pinned_on_device(raw, final, pinned)
     return PendingDecision(
         tensors, mode, settings, tuple((name, detail) for name, detail, _ in stages), u, timer.stop(), tuple(pinned)
+    )
+
+
+def _stage_rows(
+    stage_scores: torch.Tensor, afters: torch.Tensor, raw_scores: torch.Tensor, raw: torch.Tensor, watch: torch.Tensor
+) -> torch.Tensor:
+    """One float64 row per stage, from every stage's scores and distribution (stages, vocab): tokens kept,
+    the previous stage's mass they held, the tokens whose score it changed (what a penalty penalised),
+    the watched probabilities, and whether it changed each."""
+    before_scores = torch.cat([raw_scores[None], stage_scores[:-1]])  # each stage's input, row by row
+    before = torch.cat([raw[None], afters[:-1]])
+    finite = stage_scores > -math.inf  # (kept: a stage removes a token with -inf; one pass, where isfinite is four)
+    changed = stage_scores != before_scores
+    # a mask, not indexing: no data-dependent shape. A share of a distribution is at most 1: summed in
+    # float32, 49,152 rounded probabilities made 1.0000017, which a journey file rightly refuses.
+    mass = torch.where(finite, before, 0).sum(-1, dtype=torch.float64).clamp(max=1.0)
+    return torch.cat(  # (float64, as `mass`: every part converted, exactly, in the one call)
+        [
+            finite.sum(-1, keepdim=True),
+            mass[:, None],
+            changed.sum(-1, keepdim=True),
+            afters[:, watch],
+            changed[:, watch],
+        ],
+        1,
     )
 
 
