@@ -5,6 +5,7 @@ every such read the engine makes, inside transformers' model and processors incl
 """
 
 import collections
+import math
 
 import numpy as np
 import pytest
@@ -14,8 +15,9 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tokenviz.backends.transformers.runner import ModelRunner
+from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.settings import SamplingSettings
-from tokenviz.decoding.sampling import decide
+from tokenviz.decoding.sampling import decide, decide_on_device, summarise
 from tokenviz.journey.session import Session
 from tokenviz.tensors.transfer import DeviceTimer, ids_to_device, to_host
 
@@ -198,6 +200,44 @@ def test_the_packed_decision_equals_the_values_read_one_by_one():
     assert record.band[0] <= record.u < record.band[1]
 
 
+def _logits(case: str) -> torch.Tensor:
+    torch.manual_seed(4)
+    logits = torch.randn(300) * 3
+    if case == "masked":  # a model's masked vocabulary, or a server's unknown rest
+        logits[::3] = -math.inf
+    if case == "tied":  # two largest logits, equal: the argmax is the first
+        logits[[40, 7]] = logits.max() + 1
+    return logits
+
+
+@pytest.mark.parametrize("case", ["plain", "masked", "tied"])
+def test_the_summary_and_a_greedy_decision_from_it_equal_the_values_read_one_by_one(case):
+    """The summary ranks the logits (the softmax keeps their order) and hands the decision its largest;
+    greedy's raw rank is 1 without a count: the argmax of the logits is the most probable token."""
+    logits = _logits(case)
+    summary = summarise(logits, 10)
+    pending = decide_on_device(logits, SamplingSettings(temperature=0), [1, 2], [], summary=summary)
+    host = to_host({**summary.tensors, **pending.tensors})
+    top, entropy = summary.read(host, str)
+    decision = pending.read(host, str)
+    raw = torch.softmax(logits.double(), -1)
+    assert [c.prob for c in top] == pytest.approx(sorted(raw.tolist(), reverse=True)[:10], rel=1e-5)
+    assert [c.logit for c in top] == [float(logits[c.id]) for c in top]
+    assert [c.logit for c in top] == sorted((c.logit for c in top), reverse=True)
+    assert entropy == pytest.approx(float(torch.special.entr(raw).sum()) / math.log(2), abs=1e-5)  # bits
+    assert decision.chosen_id == int(logits.argmax()) == (7 if case == "tied" else top[0].id)
+    assert decision.raw_rank == int((raw > raw[decision.chosen_id]).sum()) + 1 == 1
+
+
+def test_a_summary_of_logits_that_are_not_numbers_stops_the_decision():
+    logits = _logits("plain")
+    logits[5] = math.nan
+    summary = summarise(logits, 10)
+    pending = decide_on_device(logits, SamplingSettings(temperature=0), [1, 2], [], summary=summary)
+    with pytest.raises(TokenvizError, match="not a number"):
+        pending.read(to_host({**summary.tensors, **pending.tensors}), str)
+
+
 def test_ids_reach_the_device_as_one_long_row():
     ids = ids_to_device((7, 0, 2**40), torch.device("cpu"))
     assert ids.dtype == torch.long and ids.shape == (1, 3) and ids.tolist() == [[7, 0, 2**40]]
@@ -226,14 +266,15 @@ VIEWS = {
     "narrow", "split", "chunk", "unbind", "t", "transpose", "permute", "unsqueeze", "squeeze",
 }  # fmt: skip
 # Kernels a decode step launches beyond the model's own forward pass, measured on 2026-11-28 (torch
-# 2.13, transformers 5.24; the tiny Llama): greedy 29, the app's default sampling 80, every stage 104
+# 2.13, transformers 5.24; the tiny Llama): greedy 26, the app's default sampling 79, every stage 103
 # (were 41, 136 and 220 before the summary's softmax and ranking served the decision, each stage's
 # row was built in one piece and the kept tokens counted in one pass; 39, 124 and 196 before the
 # summary's and the decision's numbers went as one part each, the scalars took one conversion, and
 # the stages' rows were made together, as the rows of one tensor, in a few calls for any number of
-# stages). Each budget leaves about a sixth of room: another record built, a stage's row made on its
-# own would pass it. On a GPU every one is a launch the host waits on.
-STEP_KERNELS = {"greedy": 34, "default": 93, "every stage": 121}
+# stages; 29, 80 and 104 before the summary's ranking gave the decision the largest logit and greedy's
+# raw rank went uncounted). Each budget leaves about a sixth of room: another record built, a stage's
+# row made on its own would pass it. On a GPU every one is a launch the host waits on.
+STEP_KERNELS = {"greedy": 30, "default": 92, "every stage": 120}
 
 
 class CountKernels(TorchDispatchMode):

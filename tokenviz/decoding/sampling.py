@@ -237,17 +237,18 @@ def choice_from(final: torch.Tensor, settings: SamplingSettings, position: int) 
 
 def summarise(logits: torch.Tensor, n: int) -> PendingSummary:
     """Top-n of the model's raw softmax and its entropy in bits, still on the device (on one thread
-    on a CPU, as the decision: see one_thread_on_cpu). Its softmax and ranking serve the decision too
-    (decide_on_device's `summary`): one of each a step."""
+    on a CPU, as the decision: see one_thread_on_cpu). Its softmax, its ranking (of the logits, whose
+    order the softmax keeps) and the largest logit serve the decision too (decide_on_device's
+    `summary`): one of each a step."""
     logits = logits.float().reshape(-1)
     with one_thread_on_cpu(logits.device):
         probs = torch.softmax(logits, -1)
-        entropy = (probs * probs.log()).nansum() * NATS_TO_MINUS_BITS  # (0 log 0 is NaN: counted 0)
-        top_probs, ranked = torch.topk(probs, min(max(n, WATCH_N), probs.numel()))
+        entropy = probs.log().mul_(probs).nansum() * NATS_TO_MINUS_BITS  # (0 log 0 is NaN: counted 0)
+        top_logits, ranked = torch.topk(logits, min(max(n, WATCH_N), logits.numel()))
     top_ids = ranked[:n]
     # (one part for the transfer: each costs a step its operator calls)
-    numbers = torch.cat([logits[top_ids], top_probs[:n], entropy.reshape(1)]).double()
-    return PendingSummary({"summary.ids": top_ids, "summary.numbers": numbers}, probs, ranked)
+    numbers = torch.cat([top_logits[:n], probs[top_ids], entropy.reshape(1)]).double()
+    return PendingSummary({"summary.ids": top_ids, "summary.numbers": numbers}, probs, ranked, top_logits[0])
 
 
 NATS_TO_MINUS_BITS = -1 / math.log(2)  # sum p ln p times this: the entropy in bits
@@ -258,6 +259,7 @@ class PendingSummary:
     tensors: dict[str, torch.Tensor]
     probs: torch.Tensor  # the raw softmax, (vocab,) float32 on the device
     ranked: torch.Tensor  # the most probable ids, most probable first: at least WATCH_N of them
+    largest: torch.Tensor  # the largest logit, ranked's first (NaN where any is: top-k ranks NaN first)
 
     def read(self, host: dict[str, np.ndarray], piece: Callable[[int], str]) -> tuple[tuple[Candidate, ...], float]:
         """(top candidates, entropy in bits) from the host copies of `tensors`."""
@@ -349,10 +351,13 @@ def _decide(
 
     chosen_prob = at(final, chosen)
     raw_prob = chosen_prob if final is raw else at(raw, chosen)
-    raw_rank = (raw > raw_prob).sum() + 1
+    if mode == "greedy" and final is raw:  # the raw argmax: no probability is above its own
+        raw_rank = torch.ones((), dtype=torch.long, device=device)
+    else:
+        raw_rank = (raw > raw_prob).sum() + 1
     # One reduction says whether every logit is a number or -inf (a server's unknown rest) and one is
     # finite: the largest is NaN where any is, +inf where any is, -inf where none is finite.
-    numbers = torch.isfinite(raw_scores.max())
+    numbers = torch.isfinite(summary.largest if summary is not None else raw_scores.max())
     any_left = numbers if final_scores is raw_scores else torch.isfinite(final_scores.max())
     # (stacked with the float64 band: every one float64, exactly, without a conversion of its own each)
     scalars = torch.stack(
