@@ -92,7 +92,7 @@ def wait_screen(name: str, pattern: str, timeout: float = 120) -> str:
     raise AssertionError(f"{pattern!r} never appeared; the screen was:\n{text}")
 
 
-def wait_gone(name: str, text: str, timeout: float = 10) -> None:
+def wait_gone(name: str, text: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while text in screen(name) and time.monotonic() < deadline:
         time.sleep(0.2)
