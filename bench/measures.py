@@ -46,6 +46,8 @@ from bench.served import served, served_lens
 from bench.shaped import SHAPES, measured_models
 from bench.timing import in_thread
 from tokenviz.backends.transformers.gguf_cache import gguf_cache_dir
+from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.text import safe_text
 from tokenviz.system.paths import bundled_gguf
 
 
@@ -149,7 +151,11 @@ def main(argv: list[str] | None = None) -> int:
         if chosen and name not in chosen:
             continue
         console.print(f"  measuring {name}…")
-        results[name] = in_thread(run)
+        try:
+            results[name] = in_thread(run)
+        except TokenvizError as exc:  # (a server that lies or stops, a model that cannot load: one line)
+            console.print(f"error: {name}: {safe_text(str(exc))}", markup=False, highlight=False, soft_wrap=True)
+            return 2
         path.write_text(json.dumps(results, indent=2))  # (so far: a run stopped part way keeps what it measured)
     results["budgets"] = verdicts(results)
 

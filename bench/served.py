@@ -11,6 +11,8 @@ from tokenviz.backends.served.engine import ServedEngine
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
 
+STREAM_LINES_A_TOKEN = 4  # lines of a streamed answer a token may take (vLLM's: its event and a blank line)
+
 
 def served(url: str, api_key, insecure_http: bool = False, tokens: int = 32, rounds: int = 3) -> dict:
     """A served journey (trace --endpoint: a Session on the served engine, as the app steps it) against
@@ -100,12 +102,19 @@ def _streamed(endpoint, model: str, ids: list[int], tokens: int) -> tuple[float,
     body = {"model": model, "prompt": ids, "max_tokens": tokens, "temperature": 0, "stream": True}
     body |= {"logprobs": 0, "return_tokens_as_token_ids": True, "ignore_eos": True}
     got, to_first = [], None
+    most_lines = STREAM_LINES_A_TOKEN * tokens + 16  # (an event and a blank line each, the last [DONE])
     t0 = time.perf_counter()
-    for line in endpoint.stream_lines("/completions", body):
+    for count, line in enumerate(endpoint.stream_lines("/completions", body), 1):
+        if count > most_lines or len(got) > tokens:
+            raise EndpointError(f"{endpoint.host} streamed more than the {tokens} tokens asked: refused")
         if not line.startswith(b"data: ") or line.strip() == b"data: [DONE]":
             continue
         chunk = parse_json(line[len(b"data: ") :], f"{endpoint.host}'s streamed answer", EndpointError, finite=True)
-        for name in chunk["choices"][0]["logprobs"]["tokens"]:
-            to_first = to_first if to_first is not None else time.perf_counter() - t0
-            got.append(int(name.removeprefix("token_id:")))
+        try:
+            names = chunk["choices"][0]["logprobs"]["tokens"]
+            ids = [int(name.removeprefix("token_id:")) for name in names]
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+            raise EndpointError(f"{endpoint.host} streamed an event without token ids") from None
+        to_first = to_first if to_first is not None or not ids else time.perf_counter() - t0
+        got += ids
     return time.perf_counter() - t0, to_first or 0.0, got

@@ -132,3 +132,11 @@ def test_a_served_option_without_a_server_is_one_line_in_every_command(monkeypat
     options without it, before anything is loaded, rather than ignoring them."""
     code, _, err = invoke(monkeypatch, capsys, *args)
     assert code == 2 and line in one_error(err), err
+
+
+@pytest.mark.parametrize("token", ["id:²", "id:٣", "id:" + "9" * 5000])
+def test_a_watched_id_of_digits_int_cannot_read_is_one_line(monkeypatch, capsys, tiny_dir, token):
+    """(Round 6, finding 13: str.isdigit takes ², int does not: a ValueError traceback, and in the app
+    "internal error".)"""
+    code, _, err = invoke(monkeypatch, capsys, "trace", "hi", "--model", tiny_dir, "--steps", "1", "--watch", token)
+    assert code == 2 and "is not a token id: write id: and a number" in one_error(err)

@@ -28,6 +28,7 @@ class Server:
     key: str
     log: Path
     model: Path  # the served model's directory (what --tokenizer DIR names)
+    pid: int  # the server's process, the leader of its session (its workers are in the same session)
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ def _server(built: Built, tmp_path_factory, lens: bool) -> Iterator[Server]:
     port, key = vllm.free_port(), secrets.token_hex(16)
     log = tmp_path_factory.mktemp("vllm") / "server.log"
     process = vllm.start(built.python, directory, port, key, log, lens=lens)
-    server = Server(f"http://127.0.0.1:{port}/v1", key, log, directory)
+    server = Server(f"http://127.0.0.1:{port}/v1", key, log, directory, process.pid)
     try:
         vllm.wait_ready(process, server.url, key, log)
         yield server

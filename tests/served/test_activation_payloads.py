@@ -99,3 +99,24 @@ def test_the_replay_is_scaled_causal_windowed_capped_and_sunk_as_the_kernel_is()
     assert (capped - plain).abs().max() > 1e-3
     sunk = replay(q, k, QkMeta(0.3, 0.0, (-1, -1), None, (0.0, 1.0, 2.0, 3.0)), 0)
     assert (sunk.sum(-1) < 1).all() and torch.all(sunk.sum(-1)[3] < sunk.sum(-1)[0])
+
+
+@pytest.mark.parametrize(
+    "lie, said",
+    [
+        ({"scale": 1e308}, "scale of 1e+308"),
+        ({"alibi_slopes": [-1e308] * 9}, "ALiBi slope of -1e+308"),
+        ({"sinks": [1e300] * 9}, "sink of 1e+300"),
+        ({"logits_soft_cap": 1e300}, "soft-cap of 1e+300"),
+    ],
+    ids=["scale", "alibi", "sinks", "soft-cap"],
+)
+def test_an_attention_number_no_model_has_blames_the_server_not_the_weights(lie, said):
+    """(Round 6, finding 16: a scale of 1e308 or ALiBi slopes of -1e308 asked whether the model's
+    weights were damaged.)"""
+    meta = {"scale": 0.125, "logits_soft_cap": 0.0, "sliding_window": [-1, -1], "alibi_slopes": None, "sinks": None}
+    answer = {"qk_layers": {"__json__": [3]}, "qk_meta": {"__json__": [meta | lie]}}
+    with pytest.raises(EndpointError) as caught:
+        qk_meta(answer, [3], 9, "h")
+    assert said in str(caught.value) and "the server's answer is wrong" in str(caught.value)
+    assert "weights" not in str(caught.value)

@@ -109,8 +109,8 @@ def test_the_docs_build_and_start_the_server_as_the_tests_do():
         assert vllm.VLLM in text and vllm.TORCH in text and vllm.TORCH_INDEX in text and vllm.LENS in text
         assert "~/.cache/tokenviz-vllm" in text and "$TOKENVIZ_VLLM_VENV" in text
     assert " ".join(vllm.UNLOADABLE) in big and "python -m tokenviz.cli.start_vllm" in big
-    command = vllm.server_command(Path("PYTHON"), Path("MODEL"), 1, "KEY")
+    command = vllm.server_command(Path("PYTHON"), Path("MODEL"), 1)
     for flag, value in itertools.pairwise(command):
-        if flag.startswith("--") and flag not in ("--model", "--port", "--api-key", "--host"):
+        if flag.startswith("--") and flag not in ("--model", "--port", "--host"):
             assert (flag if value.startswith("--") else f"{flag} {value}") in big, flag
     assert "Q4_1-*" not in big  # a glob there also matched the cache's .lock file

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -189,7 +190,7 @@ def top_with(**changes) -> list[tuple[int, float]]:
         (completion(top_with(t0=800.0)), "log-probability of 800"),
         (completion(chosen_logprob=800.0), "log-probability of 800"),
         (completion(chosen_logprob=1.5), "log-probability of 1.5"),
-        (completion(chosen_logprob=b"1e400"), "log-probability of inf"),
+        (completion(chosen_logprob=b"1e400"), "the number 1e400 is past a float's range"),
         (completion(top_with(t3="-0.5")), "not a number"),
     ],
     ids=["top-800", "chosen-800", "above-0", "1e400", "a-string"],
@@ -210,7 +211,7 @@ def test_a_rank_past_any_vocabulary_is_one_line_in_score():
 
     with hostile_server() as server:
         server.routes["/v1/completions"] = rank
-        assert "a rank of inf" in one_line(*run("score", "Hello there", *served(server)))
+        assert "the number 1e400 is past a float's range" in one_line(*run("score", "Hello there", *served(server)))
 
 
 def test_a_top_list_of_100_000_ids_is_cut_to_the_n_asked_before_any_is_looked_up():
@@ -355,3 +356,143 @@ def test_a_server_that_refuses_the_internals_probe_opens_without_them_and_says_w
         assert engine.internals is None and Capability.LENS.value not in engine.info.capabilities
         line = lacking(engine.info, Capability.LENS, "the logit lens")
         assert line is not None and "no vllm-lens plugin" in line and "pip install" in line
+
+
+# ---- sixth round ------------------------------------------------------------------------------------------
+
+HUGE = "9" * 401  # a JSON integer Python holds exactly and no float does
+
+
+def raw_answer(text: str):
+    """A route answering `text` as it is (JSON a test writes by hand: numbers json.dumps cannot)."""
+    return lambda h: h.answer(200, text.encode())
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"choices": [{"logprobs": {"tokens": ["token_id:1"], "token_logprobs": [-%s], "top_logprobs": [{}]}}]}',
+        '{"choices": [{"logprobs": {"tokens": ["token_id:1"], "token_logprobs": [-1.0], '
+        '"top_logprobs": [{"token_id:1": -%s}]}}]}',
+        '{"activations": {"qk_meta": {"__json__": [{"scale": %s}]}}, "choices": []}',
+    ],
+    ids=["logprob", "top-logprob", "qk-scale"],
+)
+def test_a_401_digit_integer_anywhere_in_an_answer_is_one_line(text):
+    """(Finding 3: an OverflowError traceback, exit 1; the app's attention pane waited for ever.)"""
+    with hostile_server() as server:
+        server.routes["/v1/completions"] = raw_answer(text % HUGE)
+        with pytest.raises(EndpointError, match="an integer of 401 digits is past any count or id"):
+            Endpoint(server.url).post("/completions", {})
+        if "qk" not in text:
+            line = one_line(*run("trace", "Hello", *served(server), "--steps", "1"))
+            assert "401 digits" in line
+
+
+def test_score_with_a_prompt_log_probability_past_a_float_is_one_line():
+    """(Finding 10: -1e400 gave a total of -inf and a perplexity of inf, exit 0.)"""
+
+    def prompt_logprobs(h) -> None:
+        asked = h.body()
+        entries = [None] + [{str(t): {"logprob": "__RAW__", "rank": 1}} for t in asked["prompt"][1:]]
+        text = json.dumps({"choices": [{"text": "", "prompt_logprobs": entries, "logprobs": None}]})
+        h.answer(200, text.replace('"__RAW__"', "-1e400").encode())
+
+    with hostile_server() as server:
+        server.routes["/v1/completions"] = prompt_logprobs
+        assert "the number -1e400 is past a float's range" in one_line(*run("score", "Hello there", *served(server)))
+
+
+def test_a_context_claimed_as_a_boolean_is_not_taken_for_one():
+    """(Finding 11: `max_model_len: true` read as a context of 1: "reads at most True".)"""
+    from tokenviz.backends.served.engine import MAX_CONTEXT, ServedEngine
+
+    with hostile_server() as server:
+        server.routes["/v1/models"] = lambda h: h.answer(200, {"data": [{"id": MODEL, "max_model_len": True}]})
+        assert ServedEngine(Endpoint(server.url, None), MODEL).info.context == MAX_CONTEXT
+        code, out, err = run("trace", "Hello", *served(server), "--steps", "1")
+        assert code == 0 and "True" not in out + err, err
+
+
+def test_a_server_listing_the_key_as_its_model_never_shows_or_saves_it(tmp_path):
+    """(Finding 12: the key shown unmasked, and written four times each into --save, --html and --json.)"""
+    with hostile_server() as server:
+        server.routes["/v1/models"] = lambda h: h.answer(200, {"data": [{"id": TOKEN}]})
+        saved, page = tmp_path / "journey.json", tmp_path / "journey.html"
+        code, out, err = run(
+            "trace", "Hello", *served(server), "--steps", "2", "--json", "--save", str(saved), "--html", str(page)
+        )
+        assert code == 0, err
+        written = saved.read_text() + page.read_text()
+        assert TOKEN not in out + err + written and endpoint_module.MASK in json.loads(out)["model"]["name"]
+        code, out, err = run("trace", "Hello", *served(server), "--served-model", "other")
+        assert TOKEN not in out + err and endpoint_module.MASK in one_line(code, out, err)
+        # (the requests still name the model as the server does: the key only in what is shown)
+        assert server.log.paths("/v1/completions") >= 2
+
+
+def test_a_vocabulary_that_differs_is_listed_among_the_comparisons_differences(tmp_path):
+    """(Finding 14: a server claiming 4,194,304 tokens against the local 49,152 gave exit 0 and no word.)"""
+    from tiny import save_tiny
+    from transformers import AutoTokenizer
+
+    model = save_tiny(tmp_path / "tiny", "llama", context=64)
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    ids = tokenizer("Hello", add_special_tokens=True)["input_ids"]
+    vocab = len(tokenizer)
+    with hostile_server() as server:
+        server.routes["/tokenize"] = lambda h: h.answer(200, {"tokens": ids})
+        server.routes["/detokenize"] = lambda h: h.answer(
+            200, {"prompt": "x" if max(h.body().get("tokens", [0])) < 4_194_304 else ""}
+        )
+        server.routes["/v1/completions"] = completion([(i % vocab, lp) for i, lp in TOP[:20]])
+        command = ["compare", "Hello", "--model", model, "--against-endpoint", server.url, "--api-key-env", KEY_ENV]
+        code, out, err = run(*command, "--steps", "2", "--json")
+        assert code == 0, err
+        assert json.loads(out)["differences"]["vocabulary"] == [f"{vocab:,}", "4,194,304"]
+        code, out, err = run(*command, "--steps", "2")
+        assert code == 0 and f"vocabulary {vocab:,} here, 4,194,304 on the server" in out, err
+
+
+def test_a_steering_scale_that_overflows_is_refused_before_any_request():
+    """(Finding 4: 1e39 gave a numpy warning, then an all-inf steering vector was sent to the server.)"""
+    with hostile_server() as server:
+        line = one_line(*run("trace", "Hello", *served(server), "--steer-tokens", "15:1e39: Paris: the"))
+        assert "a steering scale is at most ±10,000" in line and "1e+39" in line
+        assert server.log.paths("/v1/completions") == 0
+
+
+def test_the_bench_against_an_endless_stream_is_one_line(tmp_path):
+    """(Finding 15: an endless server-sent stream ran 154 s, then an EndpointError traceback.)"""
+
+    def endless(h) -> None:
+        if not h.body().get("stream"):
+            completion()(h)
+            return
+        h.send_response(200)
+        h.send_header("Content-Type", "text/event-stream")
+        h.end_headers()
+        event = b'data: {"choices": [{"logprobs": {"tokens": ["token_id:1"]}}]}\n\n'
+        try:
+            for _ in range(100_000):
+                h.wfile.write(event)
+                h.wfile.flush()
+        except OSError:
+            pass  # (the client hung up: what it should do)
+
+    with hostile_server() as server:
+        server.routes["/v1/completions"] = endless
+        done = subprocess.run(
+            [sys.executable, "-m", "bench", "--quick", "--only", "served", "--endpoint", server.url]
+            + ["--api-key-env", KEY_ENV, "--out", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=CHILD_LIMIT_S * 4,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, KEY_ENV: TOKEN},
+        )
+        errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        port = server.server_address[1]
+        said = rf"error: served: 127\.0\.0\.1:{port} streamed more than the \d+ tokens asked: refused"
+        assert len(errors) == 1 and re.fullmatch(said, errors[0]), errors

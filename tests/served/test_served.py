@@ -100,6 +100,28 @@ def test_a_key_file_works_and_a_wrong_or_missing_key_is_one_line_never_echoed(
     assert code == 2 and "not a regular file" in one_error(err)
 
 
+def test_the_servers_key_is_in_no_argument_list_of_its_processes(vllm_server):
+    """(Round 6, finding 8: start_vllm passed --api-key KEY, which any local user reads in
+    /proc/PID/cmdline; with vllm-lens that key runs code on the server.) The server and every worker of
+    its session are searched; the key still works (the test above: a wrong one is refused)."""
+    session = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.getsid(int(entry)) == vllm_server.pid:
+                    session.append(int(entry))
+            except OSError:
+                continue  # (it ended meanwhile)
+    assert vllm_server.pid in session
+    for pid in session:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                arguments = cmdline.read()
+        except OSError:
+            continue
+        assert vllm_server.key.encode() not in arguments and b"--api-key" not in arguments, pid
+
+
 def test_an_unknown_model_lists_the_served_ones(monkeypatch, capsys, served):
     code, _, err = invoke(monkeypatch, capsys, "trace", PROMPT, *served, "--served-model", "llama-70b")
     assert code == 2 and "does not serve 'llama-70b'; it serves smollm2" in one_error(err)

@@ -208,6 +208,9 @@ def print_served_comparison(doc: dict[str, Any], console: Console) -> None:
         chose = (Text(visible(a_step["chosen"]["text"])), Text(visible(b_step["chosen"]["text"])))
         ranks = (f"{s['a_rank_of_b']}{forced}", f"{s['b_rank_of_a']}{forced}")
         table.add_row(str(s["index"]), *chose, f"{s['kl']:.5f}{forced}", *ranks, f"{b_step['ms']['request']:.1f}")
+    differing = [f"{name} {pair[0]} here, {pair[1]} on the server" for name, pair in doc["differences"].items()]
+    if differing:
+        console.print(Text(safe_text("differs: " + " · ".join(differing)), style="bold"))
     console.print(table)
     parted = doc["parted_at"]
     said = "the paths never part" if parted is None else f"the paths part at step {parted}"

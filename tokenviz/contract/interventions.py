@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from tokenviz.contract.errors import SettingsError
-from tokenviz.contract.text import safe_text, shortened
+from tokenviz.contract.text import is_count, safe_text, shortened
 
 MAX_INTERVENTIONS = 16
 MAX_STEER_TEXT = 2_000  # characters of a steering text (it is read by the model once)
@@ -33,6 +33,9 @@ class HeadAblation:
         return {"kind": "ablate", "layer": self.layer, "head": self.head, "mean": self.mean}
 
 
+MAX_STEER_SCALE = 10_000  # a steering scale (residual streams are tens to thousands in norm)
+
+
 @dataclass(frozen=True)
 class Steering:
     """`scale` times a direction added to the residual stream after `layer`, at every position. The
@@ -49,6 +52,11 @@ class Steering:
     def __post_init__(self) -> None:
         if not math.isfinite(self.scale):
             raise SettingsError(f"a steering scale must be a number, got {self.scale}")
+        if abs(self.scale) > MAX_STEER_SCALE:
+            raise SettingsError(
+                f"a steering scale is at most ±{MAX_STEER_SCALE:,} (got {self.scale:g}): past it the direction "
+                "drowns the residual stream, and a float32 vector overflows"
+            )
         if not self.toward or not self.away:
             raise SettingsError("steering needs two texts: toward and away")
         if max(len(self.toward), len(self.away)) > MAX_STEER_TEXT:
@@ -202,7 +210,7 @@ def edit_entries(line: str, entries: Entries) -> Entries:
     number = text.lstrip("-")
     if text.lower() == "clear":
         return ()
-    if number.isdigit():
+    if is_count(number):
         n = int(number)
         if not 1 <= n <= len(entries):
             raise SettingsError(f"there is no intervention {n}: {len(entries)} listed")

@@ -27,6 +27,15 @@ def is_printable(text: str) -> bool:
     return UNSAFE.search(text) is None
 
 
+MAX_COUNT_DIGITS = 18  # a count or an id typed or sent as text: within 64 bits
+
+
+def is_count(text: str) -> bool:
+    """Whether `text` is a whole number `int` reads as one: ASCII digits only (str.isdigit also takes
+    ², which int refuses), few enough that no count or id is past them."""
+    return text.isascii() and text.isdigit() and len(text) <= MAX_COUNT_DIGITS
+
+
 def shortened(text: str, most: int) -> str:
     """`text` in at most `most` characters, ending in "…" where it was cut."""
     return text if len(text) <= most else text[: most - 1] + "…"

@@ -94,6 +94,7 @@ def setup(s: Snapshot) -> dict[str, str]:
         "model": info.name if info else "?",
         "dtype": info.dtype if info else "?",
         "quantization": (info.quantization if info else "") or "none",
+        "vocabulary": f"{info.vocab:,}" if info else "?",
         "grammar": settings.grammar.label if settings.grammar else "none",
         "interventions": ", ".join(i.label for i in interventions) or "none",
         "sampling": "greedy" if settings.greedy else f"T {settings.temperature:g}",

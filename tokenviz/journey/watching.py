@@ -13,6 +13,7 @@ from tokenviz.contract.engine import Caching, Capability, DrawingEngine, Engine,
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.records import PinnedToken, StepRecord
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.contract.text import is_count
 from tokenviz.decoding.drawn import drawn_decision, drawn_of
 from tokenviz.decoding.sampling import follow_pinned
 from tokenviz.journey import memory_policy
@@ -27,7 +28,7 @@ def token_of(runner: Engine, spec: int | str, purpose: str = "watch") -> int:
     vocab = runner.info.vocab
     if isinstance(spec, str) and spec.startswith(ID_PREFIX):
         digits = spec[len(ID_PREFIX) :].strip()
-        if not digits.isdigit():
+        if not is_count(digits):
             raise TokenvizError(f"{spec!r} is not a token id: write id: and a number, like id:42")
         spec = int(digits)
     if isinstance(spec, int):

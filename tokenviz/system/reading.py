@@ -6,6 +6,7 @@ the parser."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 from pathlib import Path
@@ -46,15 +47,33 @@ def read_file(path: str | Path, limit: int, what: str, error: type[TokenvizError
     return data
 
 
+MAX_INTEGER_DIGITS = 19  # an integer a server may send (a count, an id, a rank): within 64 bits
+
+
 def parse_json(text: str | bytes, what: str, error: type[TokenvizError] = SettingsError, finite: bool = False) -> Any:
     """`text` as JSON; one line naming `what` where it is not, or nests deeper than the parser goes, or
-    (with `finite`) holds NaN or Infinity, which Python's parser takes and JSON does not."""
+    (with `finite`) holds a number no float holds: NaN or Infinity (which Python's parser takes and JSON
+    does not), a number past a float's range (1e400) or an integer of more than MAX_INTEGER_DIGITS digits
+    (which Python holds exactly and a float conversion then refuses with a traceback)."""
 
     def not_finite(name: str) -> Any:
         raise ValueError(f"{name} is not a number")
 
+    def real(literal: str) -> float:
+        value = float(literal)
+        if not math.isfinite(value):
+            raise ValueError(f"the number {literal[:24]} is past a float's range")
+        return value
+
+    def integer(literal: str) -> int:
+        digits = len(literal.lstrip("-"))
+        if digits > MAX_INTEGER_DIGITS:
+            raise ValueError(f"an integer of {digits} digits is past any count or id")
+        return int(literal)
+
+    hooks: dict[str, Any] = {"parse_constant": not_finite, "parse_float": real, "parse_int": integer} if finite else {}
     try:
-        return json.loads(text, parse_constant=not_finite if finite else None)
+        return json.loads(text, **hooks)
     except RecursionError:
         raise error(f"{what} nests too deeply to be read") from None
     except UnicodeDecodeError:

@@ -131,18 +131,31 @@ def qk_meta(activations: Any, layers: Sequence[int], heads: int, host: str) -> l
     return [_meta(meta, heads, host) for meta in metas]
 
 
+# Bounds no model's attention comes near (a scale is 1/sqrt(head dim) or a config's multiplier, a slope
+# at most 1, a sink or soft-cap a logit): past them the server's answer is wrong, whatever the weights.
+MAX_SCALE = 100.0
+MAX_SOFT_CAP = 1e6
+MAX_SLOPE = 100.0
+MAX_SINK = 1e6
+
+
 def _meta(meta: Any, heads: int, host: str) -> QkMeta:
-    def number(value: Any, low: float) -> float:
-        if type(value) not in (int, float) or not math.isfinite(value) or value < low:
+    def number(value: Any, low: float, high: float, what: str) -> float:
+        if type(value) not in (int, float) or not math.isfinite(value):
             raise ValueError
+        if not low <= value <= high:
+            raise EndpointError(
+                f"{host} sent an attention layer's {what} of {value:.3g}, where a model's lies within "
+                f"{low:g} to {high:g}: the server's answer is wrong"
+            )
         return float(value)
 
-    def per_head(value: Any) -> tuple[float, ...] | None:
+    def per_head(value: Any, bound: float, what: str) -> tuple[float, ...] | None:
         if value is None:
             return None
         if not isinstance(value, list) or len(value) != heads:
             raise ValueError
-        return tuple(number(v, -math.inf) for v in value)
+        return tuple(number(v, -bound, bound, what) for v in value)
 
     try:
         if meta.get("use_alibi_sqrt"):
@@ -151,11 +164,11 @@ def _meta(meta: Any, heads: int, host: str) -> QkMeta:
         if not isinstance(window, list) or len(window) != 2 or not all(type(w) is int and w >= -1 for w in window):
             raise ValueError
         return QkMeta(
-            scale=number(meta["scale"], 0.0),
-            soft_cap=number(meta.get("logits_soft_cap") or 0.0, 0.0),
+            scale=number(meta["scale"], 0.0, MAX_SCALE, "scale"),
+            soft_cap=number(meta.get("logits_soft_cap") or 0.0, 0.0, MAX_SOFT_CAP, "soft-cap"),
             window=(window[0], window[1]),
-            alibi=per_head(meta.get("alibi_slopes")),
-            sinks=per_head(meta.get("sinks")),
+            alibi=per_head(meta.get("alibi_slopes"), MAX_SLOPE, "ALiBi slope"),
+            sinks=per_head(meta.get("sinks"), MAX_SINK, "sink"),
         )
     except (ValueError, KeyError, TypeError, AttributeError):
         raise EndpointError(f"{host} sent an attention layer's scale, window or sinks tokenviz cannot read") from None

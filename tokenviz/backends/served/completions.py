@@ -15,7 +15,7 @@ from typing import Any
 from tokenviz.backends.served.endpoint import ApiKey, Endpoint, EndpointError, Say, connect
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.settings import SamplingSettings
-from tokenviz.contract.text import safe_text
+from tokenviz.contract.text import is_count, safe_text
 
 TOP_N = 20  # the server's top log-probabilities asked for each step (vLLM allows up to --max-logprobs)
 ID_PREFIX = "token_id:"  # how vLLM names a token with return_tokens_as_token_ids
@@ -52,9 +52,9 @@ def served_model_name(endpoint: Endpoint, given: str | None) -> str:
     names: list[str] = [m["id"] for m in entries if isinstance(m, dict) and isinstance(m.get("id"), str)]
     if not names:
         raise EndpointError(f"{endpoint.host} lists no model at /v1/models")
-    shown = ", ".join(safe_text(n) for n in names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+    shown = ", ".join(endpoint.masked(n) for n in names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
     if given is not None and given not in names:
-        raise TokenvizError(f"{endpoint.host} does not serve {safe_text(given)!r}; it serves {shown}")
+        raise TokenvizError(f"{endpoint.host} does not serve {endpoint.masked(given)!r}; it serves {shown}")
     if given is None and len(names) > 1:
         raise TokenvizError(f"{endpoint.host} serves several models ({shown}): choose one with --served-model")
     return given or names[0]
@@ -148,6 +148,6 @@ def logprobs_are_raw(endpoint: Endpoint, model: str, ids: Sequence[int]) -> bool
 
 
 def token_id(name: Any) -> int:
-    if not isinstance(name, str) or not name.startswith(ID_PREFIX) or not name[len(ID_PREFIX) :].isdigit():
+    if not isinstance(name, str) or not name.startswith(ID_PREFIX) or not is_count(name[len(ID_PREFIX) :]):
         raise ValueError(f"not a token id: {name!r}")
     return int(name[len(ID_PREFIX) :])

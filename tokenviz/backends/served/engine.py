@@ -55,6 +55,7 @@ from tokenviz.decoding.prompt_predictions import TOP
 
 PROBE = "The Eiffel Tower is located in Paris.\n 1234 naïve 東京 🙂"  # a local tokenizer checked on this
 MAX_VOCABULARY = 1 << 22  # ids asked past this are not looked for: no tokenizer is that large
+MAX_CONTEXT = 1 << 20  # a context a server's /v1/models may claim (past it, or none: unknown, taken as this)
 SEED_STRIDE = 1_000_003  # a step's seed: the journey's seed and the position, as the local draw's u
 
 
@@ -152,8 +153,9 @@ class ServedEngine:
         if self.internals is not None:
             capabilities |= {Capability.LENS, Capability.INTERVENTIONS, *([Capability.ATTENTION] if plugin.qk else [])}
         shape = self.internals  # (the model's shape, where it is read)
+        shown = endpoint.masked(model)  # (a server may list the key as its model's id: never shown or saved)
         self.info = ModelInfo(
-            name=model,
+            name=shown,
             device=f"served at {endpoint.host}",
             dtype="as served",
             layers=shape.head.layers if shape else 0,
@@ -162,8 +164,8 @@ class ServedEngine:
             head_dim=shape.head_dim if shape else 0,
             hidden=shape.head.hidden if shape else 0,
             vocab=vocab,
-            context=context if isinstance(context, int) and context > 0 else 1 << 20,
-            architecture=f"{model} on {self._server_name()} ({endpoint.url})",
+            context=context if type(context) is int and 0 < context <= MAX_CONTEXT else MAX_CONTEXT,
+            architecture=f"{shown} on {self._server_name()} ({endpoint.url})",
             tied_embeddings=bool(head and getattr(head.config, "tie_word_embeddings", False)),
             positions="not exposed by the server",
             attention=f"the server's ({PLUGIN}: queries and keys replayed here)" if shape else "the server's",

@@ -189,12 +189,18 @@ class ServedInternals:
         q = tensor(activations, "attn_q", (len(layers), n, self.heads, self.head_dim), host)
         k = tensor(activations, "attn_k", (len(layers), n, self.kv_heads, self.head_dim), host)
         metas = qk_meta(activations, layers, self.heads, host)
-        return torch.stack(
+        weights = torch.stack(
             [
                 replay(torch.from_numpy(q[i, rows.start : rows.stop]), torch.from_numpy(k[i]), meta, rows.start)
                 for i, meta in enumerate(metas)
             ]
         )
+        if not torch.isfinite(weights).all():
+            raise EndpointError(
+                f"{host}'s queries, keys and scale give attention weights that are not numbers: the server's "
+                "answer is wrong"
+            )
+        return weights
 
 
 def replay(q: torch.Tensor, k: torch.Tensor, meta: QkMeta, start: int) -> torch.Tensor:

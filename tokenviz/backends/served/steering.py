@@ -116,7 +116,10 @@ class ServedSteering:
         for i in self.interventions:
             match i:
                 case Steering():
-                    self._resolved.append(Vector(i.layer, np.float32(i.scale) * self._direction(i, token_id)))
+                    vector = Vector(i.layer, np.float32(i.scale) * self._direction(i, token_id))
+                    if not np.isfinite(vector.values).all():  # (never sent: the server would add infinities)
+                        raise SettingsError(f"{i.label}: its vector is not finite in float32; use a smaller scale")
+                    self._resolved.append(vector)
                 case Patch():
                     ids = list(i.source_ids) or engine.encode(i.source)
                     check_patch_source(i, len(ids))

@@ -95,34 +95,42 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def server_command(python: Path, model: Path, port: int, key: str) -> list[str]:
+KEY_VARIABLE = "VLLM_API_KEY"  # where vLLM's server reads the bearer token it wants (never its arguments)
+
+
+def server_command(python: Path, model: Path, port: int) -> list[str]:
     """vLLM's OpenAI-compatible server on 127.0.0.1:`port`, serving the model directory `model` in
-    float32 as SERVED_NAME, wanting the bearer token `key`."""
+    float32 as SERVED_NAME. Its key is not among the arguments (any local user reads a process's
+    arguments in /proc/PID/cmdline, and with vllm-lens the key runs code on the server): the server
+    reads it from KEY_VARIABLE (server_environment)."""
     return [
         str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
         "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-        "--max-model-len", "2048", "--api-key", key, "--max-logprobs", "50", "--enforce-eager",
+        "--max-model-len", "2048", "--max-logprobs", "50", "--enforce-eager",
         "--gpu-memory-utilization", "0.3",  # (vLLM refuses to start unless this share of the node is free)
     ]  # fmt: skip
 
 
-def server_environment(lens: bool = False) -> dict[str, str]:
-    """The process environment for the server: a small KV cache on a CPU, no hub, no usage report; the
-    vllm-lens plugin loaded only with `lens` (VLLM_PLUGINS names the general plugins vLLM loads)."""
+def server_environment(key: str, lens: bool = False) -> dict[str, str]:
+    """The process environment for the server: the bearer token it wants (`key`, readable by its owner
+    alone in /proc/PID/environ), a small KV cache on a CPU, no hub, no usage report; the vllm-lens
+    plugin loaded only with `lens` (VLLM_PLUGINS names the general plugins vLLM loads)."""
     plugins = {} if lens else {"VLLM_PLUGINS": ""}
-    return {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", **plugins}
+    quiet = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
+    return {**os.environ, **quiet, KEY_VARIABLE: key, **plugins}
 
 
 def start(python: Path, model: Path, port: int, key: str, log: Path, lens: bool = False) -> subprocess.Popen[bytes]:
     """The server started in a session of its own (so it and its workers stop together), its output
-    in `log`; with `lens`, the vllm-lens plugin loaded (a served model's internals)."""
+    in `log`, wanting the bearer token `key`; with `lens`, the vllm-lens plugin loaded (a served model's
+    internals)."""
     with log.open("w") as out:
         return subprocess.Popen(
-            server_command(python, model, port, key),
+            server_command(python, model, port),
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=server_environment(lens),
+            env=server_environment(key, lens),
             start_new_session=True,
         )
 
