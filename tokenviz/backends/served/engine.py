@@ -20,6 +20,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -38,7 +39,7 @@ from tokenviz.backends.served.completions import (
     top_of,
 )
 from tokenviz.backends.served.endpoint import Endpoint, EndpointError
-from tokenviz.backends.served.head import OutputHead, load_head
+from tokenviz.backends.served.head import OutputHead, checked_files, load_head
 from tokenviz.backends.served.internals import INSTALL, PLUGIN, Plugin, ServedInternals, probe
 from tokenviz.backends.served.steering import ServedSteering, request_fields
 from tokenviz.backends.served.timing import RequestTimer
@@ -183,6 +184,8 @@ class ServedEngine:
         from tokenviz.backends.transformers.loading import load_tokenizer
 
         endpoint = choice.connect()
+        if files is not None and Path(files).expanduser().is_dir():
+            checked_files(Path(files).expanduser())  # (before the tokenizer, which reads the config too)
         here = load_tokenizer(files) if files is not None else None
         return cls(endpoint, served_model_name(endpoint, choice.model), local_tokenizer=here, model_files=files)
 

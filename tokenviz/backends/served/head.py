@@ -10,9 +10,13 @@ lens's computation (backends.transformers.lens) on the server's residuals.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
+import psutil
 import torch
 
 from tokenviz.backends.transformers.checkpoint import weight_files
@@ -20,26 +24,26 @@ from tokenviz.backends.transformers.lens import final_norm, head_logits, stream_
 from tokenviz.backends.transformers.parts import text_config
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.text import safe_text
+from tokenviz.files.safetensors_header import TensorEntry, read_header
+from tokenviz.system.model_directory import check_model_directory
+from tokenviz.system.reading import parse_json, read_file
+
+# Bounds on a config the lens builds a model from (no released model comes near them): past them a
+# hostile config would divide by zero or build a million layers before a tensor is read.
+MAX_LAYERS = 1024
+MAX_HEADS = 4096
+MAX_HIDDEN = 1 << 17
+MAX_VOCAB = 1 << 22
+MAX_CONFIG_BYTES = 16 << 20
+HEAD_MEMORY_SHARE = 0.5  # of the memory free now: the most the head's float32 tensors may take
 
 
 class OutputHead:
     """The model's final norm, output head and input embeddings (float32, on the CPU)."""
 
     def __init__(self, directory: Path):
-        from accelerate import init_empty_weights
-        from safetensors import safe_open
-        from transformers import AutoConfig, AutoModelForCausalLM
-
         name = safe_text(str(directory))
-        try:
-            config = AutoConfig.from_pretrained(str(directory), local_files_only=True)
-            with init_empty_weights():  # parameters on the meta device: nothing allocated, nothing read
-                model = AutoModelForCausalLM.from_config(config)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise TokenvizError(
-                f"the lens cannot build {name}'s model from its config: {safe_text(said)[:160]}"
-            ) from None
+        config, model = _built(directory, name)
         if stream_merge(model) is not None:
             raise TokenvizError(f"the lens of a served {type(model).__name__} is not read here (its parallel streams)")
         self.model = model
@@ -53,6 +57,7 @@ class OutputHead:
         wanted = {f"{names[id(m)]}.{p}": (m, p) for m in modules.values() for p, _ in m.named_parameters()}
         tied = f"{names[id(modules['embed'])]}.weight"
         found = _located(directory, name)
+        chosen: dict[str, str] = {}  # each parameter's name in the checkpoint
         for key, (module, attribute) in wanted.items():
             stored = next((k for k in _spellings(key) if k in found), None)
             if (
@@ -63,8 +68,17 @@ class OutputHead:
                 stored = next((k for k in _spellings(tied) if k in found), None)  # tied: the embeddings' rows
             if stored is None:
                 raise TokenvizError(f"the lens needs {key} from {name}'s safetensors, which do not hold it")
-            with safe_open(str(directory / found[stored]), framework="pt") as file:
-                value = file.get_tensor(stored).float()
+            expected = tuple(getattr(module, attribute).shape)
+            held = found[stored][1].shape
+            if held != expected:
+                raise TokenvizError(
+                    f"{name}'s {safe_text(stored)[:80]} is {list(held)} where its config makes it {list(expected)}"
+                )
+            chosen[key] = stored
+        _check_memory({found[k][1].shape for k in chosen.values()}, name)
+        for key, (module, attribute) in wanted.items():
+            stored = chosen[key]
+            value = _read_tensor(directory / found[stored][0], stored, name)
             setattr(module, attribute, torch.nn.Parameter(value, requires_grad=False))
         for module in modules.values():
             for buffer_name, buffer in module.named_buffers(recurse=True):  # (real: empty weights keep buffers)
@@ -99,18 +113,98 @@ def _spellings(key: str) -> tuple[str, ...]:
     return (key, rest, f"model.{key}") if head == "model" else (key, f"model.{key}")
 
 
-def _located(directory: Path, name: str) -> dict[str, str]:
-    """Each tensor's name in the directory's safetensors, to its file (read from their headers alone)."""
-    from safetensors import safe_open
+def checked_files(directory: Path) -> Any:
+    """The config of the model in `directory`, its files and its shape checked (before its tokenizer or
+    its model is built from them, either of which reads the config)."""
+    from transformers import AutoConfig
 
+    name = safe_text(str(directory))
+    check_model_directory(directory, f"--tokenizer {name}")
+    raw = parse_json(read_file(directory / "config.json", MAX_CONFIG_BYTES, f"{name}'s config.json"), "config.json")
+    if isinstance(raw, dict):  # (as written, before transformers divides by its numbers)
+        _check_config(SimpleNamespace(**(raw.get("text_config") or raw)), name, given_only=True)
+    try:
+        config = AutoConfig.from_pretrained(str(directory), local_files_only=True)
+    except Exception as exc:  # (a config is the user's file: whatever it makes transformers raise)
+        raise TokenvizError(f"the lens cannot read {name}'s config: {_first_line(exc)}") from None
+    _check_config(text_config(config), name)
+    return config
+
+
+def _built(directory: Path, name: str) -> tuple[Any, Any]:
+    """The config and the model it makes, with no weights (accelerate's empty weights: parameters on the
+    meta device, nothing allocated, nothing read), the config's shape checked first."""
+    from accelerate import init_empty_weights
+    from transformers import AutoModelForCausalLM
+
+    config = checked_files(directory)
+    try:
+        with init_empty_weights():
+            return config, AutoModelForCausalLM.from_config(config)
+    except Exception as exc:  # (a config is the user's file: whatever it makes transformers raise)
+        raise TokenvizError(f"the lens cannot build {name}'s model from its config: {_first_line(exc)}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    return safe_text((str(exc).strip().splitlines() or [type(exc).__name__])[0])[:160]
+
+
+def _located(directory: Path, name: str) -> dict[str, tuple[str, TensorEntry]]:
+    """Each tensor's name in the directory's safetensors, to its file and entry (read from their
+    headers alone, with bounds: files.safetensors_header)."""
     shards = weight_files(directory, name)  # (each checked to lie inside the directory)
     if not shards:
         raise TokenvizError(f"the lens needs {name}'s weights as safetensors, and it has none")
-    located: dict[str, str] = {}
+    located: dict[str, tuple[str, TensorEntry]] = {}
     for shard in shards:
-        with safe_open(str(directory / shard), framework="pt") as file:
-            located.update(dict.fromkeys(file.keys(), shard))
+        header = read_header(directory / shard, f"{name}'s {safe_text(shard)[:80]}")
+        located.update({key: (shard, entry) for key, entry in header.items()})
     return located
+
+
+def _check_config(config: Any, name: str, given_only: bool = False) -> None:
+    """Refuse a config whose shape no model has, before a model is built from it (`given_only`: only
+    the fields it holds, as a config file may leave some to its family's defaults)."""
+    bounds = {
+        "num_hidden_layers": MAX_LAYERS,
+        "num_attention_heads": MAX_HEADS,
+        "hidden_size": MAX_HIDDEN,
+        "vocab_size": MAX_VOCAB,
+    }
+    for field, most in bounds.items():
+        value = getattr(config, field, None)
+        if given_only and value is None:
+            continue
+        if type(value) is not int or not 1 <= value <= most:
+            raise TokenvizError(
+                f"{name}'s config says {field} {safe_text(str(value))[:40]}: a model's lies within 1 to {most:,}"
+            )
+    for field in ("num_key_value_heads", "head_dim"):
+        value = getattr(config, field, None)
+        if value is not None and (type(value) is not int or not 1 <= value <= MAX_HIDDEN):
+            raise TokenvizError(f"{name}'s config says {field} {safe_text(str(value))[:40]}: not a count of heads")
+
+
+def _check_memory(shapes: set[tuple[int, ...]], name: str) -> None:
+    """Refuse tensors whose float32 copies would take more than a share of the memory free now."""
+    need = sum(math.prod(shape) * 4 for shape in shapes)
+    free = psutil.virtual_memory().available
+    if need > free * HEAD_MEMORY_SHARE:
+        raise TokenvizError(
+            f"the lens's head of {name} needs {need / 1e9:.1f} GB as float32 and {free / 1e9:.1f} GB is free: "
+            "free memory, or run without --tokenizer (no lens)"
+        )
+
+
+def _read_tensor(path: Path, key: str, name: str) -> torch.Tensor:
+    """One tensor, as float32 (its header already checked against the config)."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as file:
+            return file.get_tensor(key).float()
+    except (SafetensorError, OSError, RuntimeError) as exc:
+        raise TokenvizError(f"cannot read {safe_text(key)[:80]} of {name}: {_first_line(exc)}") from None
 
 
 def load_head(source: str | None) -> OutputHead | None:

@@ -38,6 +38,7 @@ from tokenviz.contract.errors import ModelLoadError, TokenvizError
 from tokenviz.contract.placement import DEFAULT_PLACEMENT, Placement
 from tokenviz.contract.records import ModelInfo
 from tokenviz.contract.text import safe_text
+from tokenviz.system.model_directory import check_model_directory
 from tokenviz.system.paths import bundled_gguf
 from tokenviz.system.placement_files import resolved
 
@@ -186,6 +187,7 @@ WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.
 
 
 def _check_model_directory(directory: Path, spec: str) -> None:
+    check_model_directory(directory, f"the model directory {safe_text(spec)}")
     if not (directory / "config.json").is_file():
         raise ModelLoadError(
             f"could not load model {spec!r}: the directory has no config.json (not a Hugging Face model directory)"
@@ -362,8 +364,11 @@ def load_tokenizer(source: str) -> Any:
     line where it cannot load."""
     from transformers import AutoTokenizer
 
+    directory = Path(source).expanduser()
+    if directory.is_dir():  # (its files looked at before any is opened: a FIFO there would block)
+        check_model_directory(directory, f"--tokenizer {safe_text(source)}")
     try:
         return AutoTokenizer.from_pretrained(source)
-    except (OSError, ValueError, TypeError) as exc:
+    except Exception as exc:  # (the user's files: whatever they make transformers or tokenizers raise)
         said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ModelLoadError(f"cannot load the tokenizer {safe_text(source)}: {safe_text(said)[:200]}") from None
