@@ -451,7 +451,7 @@ def test_a_vocabulary_that_differs_is_listed_among_the_comparisons_differences(t
         assert code == 0, err
         assert json.loads(out)["differences"]["vocabulary"] == [f"{vocab:,}", "4,194,304"]
         code, out, err = run(*command, "--steps", "2")
-        assert code == 0 and f"vocabulary {vocab:,} here, 4,194,304 on the server" in out, err
+        assert code == 0 and f"vocabulary {vocab:,} here, 4,194,304 on the server" in " ".join(out.split()), out
 
 
 def test_a_steering_scale_that_overflows_is_refused_before_any_request():
@@ -496,3 +496,28 @@ def test_the_bench_against_an_endless_stream_is_one_line(tmp_path):
         port = server.server_address[1]
         said = rf"error: served: 127\.0\.0\.1:{port} streamed more than the \d+ tokens asked: refused"
         assert len(errors) == 1 and re.fullmatch(said, errors[0]), errors
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/detokenize", "/version"])
+def test_a_route_that_never_answers_while_connecting_is_one_line_at_one_deadline(monkeypatch, path):
+    """(Finding 7: a silent /v1/completions gave 252 s of silence, the probe's deadline swallowed and the
+    request made again; a silent /detokenize 344 s, each 8 s deadline swallowed by the vocabulary's
+    search.) A silent route is no answer, never a server lacking something: one line naming it, within
+    one deadline for the whole connection."""
+    from tokenviz.backends.served import engine as engine_module
+    from tokenviz.backends.served.endpoint import NoAnswer
+    from tokenviz.backends.served.engine import ServedEngine
+
+    monkeypatch.setattr(endpoint_module, "METADATA_DEADLINE_S", 1.0)
+    monkeypatch.setattr(endpoint_module, "REQUEST_DEADLINE_S", 2.0)
+    monkeypatch.setattr(engine_module, "CONNECT_PHASE_S", 4.0)
+    with hostile_server() as server:
+        server.routes[path] = silent
+        started = time.monotonic()
+        with pytest.raises(NoAnswer) as caught:
+            ServedEngine(Endpoint(server.url, None), MODEL)
+        waited = time.monotonic() - started
+    route = path.removeprefix("/v1")
+    assert f"did not answer {route} within" in str(caught.value) or f"route it was asked: {route}" in str(caught.value)
+    assert waited < 30, waited  # (before: a deadline swallowed per id asked, or the probe's and the step's)
+    assert sum(1 for p, _ in server.log.requests if p == path) <= 2

@@ -51,6 +51,11 @@ class EndpointError(TokenvizError):
     """The server could not be reached or did not answer as an OpenAI-compatible one does."""
 
 
+class NoAnswer(EndpointError):
+    """The server did not answer at all: unreachable, gone, or past the deadline. Never taken for a
+    server that lacks what was asked (which answers, with an HTTP error): nothing waits on it again."""
+
+
 def checked_key(value: str, source: str) -> str:
     """The token, refused in one line naming `source` (never the value) unless it is one line of
     printable ASCII: CR or LF would add a header of their own, and anything else cannot be sent."""
@@ -186,6 +191,7 @@ class Endpoint:
     requests: int = field(default=0, init=False)
     answered: int = field(default=0, init=False)  # requests the server answered at all
     _client: httpx.Client | None = field(default=None, init=False, repr=False, compare=False)
+    _phase: tuple[float, float, str] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def root(self) -> str:
@@ -233,7 +239,7 @@ class Endpoint:
     def stream_lines(self, path: str, body: dict[str, Any], deadline: float = REQUEST_DEADLINE_S) -> Iterator[bytes]:
         """The lines of a streamed answer (server-sent events), each at most MAX_LINE_BYTES, the
         whole within `deadline` seconds."""
-        with _Deadline(deadline) as clock:
+        with _Deadline(self._within(deadline, path)) as clock:
             try:
                 with self.client().stream(
                     "POST", self.url + path, json=body, headers=self.headers(), extensions={"trace": clock.trace}
@@ -253,16 +259,16 @@ class Endpoint:
                     if pending:
                         yield pending
             except (httpx.HTTPError, TimeoutError, OSError) as exc:
-                raise EndpointError(self._failure(exc, path, clock)) from None
+                raise NoAnswer(self._failure(exc, path, clock)) from None
 
     def _send(self, method: str, path: str, body: dict[str, Any] | None, root: bool, deadline: float) -> Any:
         url = (self.root if root else self.url) + path
         for attempt, wait in enumerate((*RETRIES, None)):
-            with _Deadline(deadline) as clock:
+            with _Deadline(self._within(deadline, path)) as clock:
                 try:
                     status, data = self._once(method, url, body, path, clock)
                 except (httpx.HTTPError, TimeoutError, OSError) as exc:
-                    raise EndpointError(self._failure(exc, path, clock)) from None
+                    raise NoAnswer(self._failure(exc, path, clock)) from None
             if status in BUSY and wait is not None:
                 self.say(f"{self.host} is busy (HTTP {status}): trying again in {wait:g} s ({attempt + 1})")
                 time.sleep(wait)
@@ -271,6 +277,26 @@ class Endpoint:
                 raise EndpointError(data)
             return parse_json(data, f"{self.host}'s answer", EndpointError, finite=True)
         raise AssertionError("unreachable")  # (the last attempt returns or raises)
+
+    @contextlib.contextmanager
+    def phase(self, seconds: float, what: str) -> Iterator[None]:
+        """One deadline over every request made within: `what` (as "connecting") takes at most `seconds`
+        in all, however many requests it makes, each cut to what is left of it."""
+        self._phase = (time.monotonic() + seconds, seconds, what)
+        try:
+            yield
+        finally:
+            self._phase = None
+
+    def _within(self, deadline: float, path: str) -> float:
+        """A request's deadline, cut to what is left of the phase it is part of (none left: NoAnswer)."""
+        if self._phase is None:
+            return deadline
+        ends, seconds, what = self._phase
+        left = ends - time.monotonic()
+        if left <= 0:
+            raise NoAnswer(f"{self.host} took over {seconds:g} s {what} (the last route it was asked: {path})")
+        return min(deadline, left)
 
     def _once(self, method: str, url: str, body: dict[str, Any] | None, path: str, clock: _Deadline) -> tuple[int, Any]:
         """(200, the body's bytes) or (another status, the line saying it)."""
@@ -290,7 +316,8 @@ class Endpoint:
         """One line for a request that did not complete: the deadline, or why it could not."""
         timed_out = isinstance(exc, TimeoutError | httpx.ReadTimeout | httpx.WriteTimeout | httpx.PoolTimeout)
         if clock.passed or timed_out:
-            return f"{self.host} did not answer {path} within {clock.seconds:g} s"
+            within = f" ({self._phase[2]}: {self._phase[1]:g} s in all)" if self._phase is not None else ""
+            return f"{self.host} did not answer {path} within {clock.seconds:.3g} s{within}"
         said = self.masked(shortened(str(exc) or type(exc).__name__, 200))
         if self.answered:  # (it had answered before: it went away, or hung up mid-answer)
             return f"the server at {self.host} stopped answering ({said})"
@@ -338,5 +365,5 @@ def connect(url: str, api_key: ApiKey, insecure_http: bool = False, say: Say = l
             pass
     except OSError as exc:
         said = exc.strerror or type(exc).__name__
-        raise EndpointError(f"cannot reach the server at {endpoint.host}: {safe_text(said)}") from None
+        raise NoAnswer(f"cannot reach the server at {endpoint.host}: {safe_text(said)}") from None
     return endpoint

@@ -38,7 +38,7 @@ from tokenviz.backends.served.completions import (
     served_model_name,
     top_of,
 )
-from tokenviz.backends.served.endpoint import Endpoint, EndpointError
+from tokenviz.backends.served.endpoint import Endpoint, EndpointError, NoAnswer
 from tokenviz.backends.served.head import OutputHead, checked_files, load_head
 from tokenviz.backends.served.internals import INSTALL, PLUGIN, Plugin, ServedInternals, probe
 from tokenviz.backends.served.steering import ServedSteering, request_fields
@@ -56,6 +56,7 @@ from tokenviz.decoding.prompt_predictions import TOP
 
 PROBE = "The Eiffel Tower is located in Paris.\n 1234 naïve 東京 🙂"  # a local tokenizer checked on this
 MAX_VOCABULARY = 1 << 22  # ids asked past this are not looked for: no tokenizer is that large
+CONNECT_PHASE_S = 180.0  # everything asked of a server before its first step (a cold one's first completion is slow)
 MAX_CONTEXT = 1 << 20  # a context a server's /v1/models may claim (past it, or none: unknown, taken as this)
 SEED_STRIDE = 1_000_003  # a step's seed: the journey's seed and the position, as the local draw's u
 
@@ -79,6 +80,16 @@ class ServedForward:
         entries = self.engine.prompt_logprobs(ids, TOP)[self.start + 1 :]
         self.timer.milliseconds += (time.perf_counter() - started) * 1e3
         return prompt_columns(entries, next_ids, TOP)
+
+
+def tokenizer_here(files: str) -> Any:
+    """The tokenizer of --tokenizer (an id or the model's directory), a directory's files and config
+    checked first (backends.served.head.checked_files: the tokenizer reads the config too)."""
+    from tokenviz.backends.transformers.loading import load_tokenizer
+
+    if Path(files).expanduser().is_dir():
+        checked_files(Path(files).expanduser())
+    return load_tokenizer(files)
 
 
 @dataclass(frozen=True)
@@ -134,59 +145,62 @@ class ServedEngine:
         self.raw: bool | None = None  # its log-probabilities are before the sampling settings (see draw)
         self.steering: ServedSteering | None = None  # the interventions in force (see intervene)
         self._fields: dict[str, Any] = {"temperature": 0}  # the last draw's request fields (see own_top)
-        listed = endpoint.get("/models")
-        entries = listed.get("data", []) if isinstance(listed, dict) else []
-        entry = next((m for m in entries if isinstance(m, dict) and m.get("id") == model), {})
-        context = entry.get("max_model_len")
-        bos = self.encode("", special_tokens=True)
-        self.vocab = vocab = self._vocabulary() if local_tokenizer is None else self._checked(local_tokenizer)
-        # (the tokenizer here names them all, as a local model's does; the server's says only its BOS)
-        self.special_ids: set[int] = set(bos) | set(getattr(local_tokenizer, "all_special_ids", None) or ())
-        self.eos_ids: set[int] = set()  # learnt: a token the server stopped on without a stop string
-        plugin = probe(endpoint, model, bos or self.encode("The", special_tokens=False))
-        head = load_head(model_files) if plugin.residual else None
-        self.internals = (
-            ServedInternals(endpoint, model, head, plugin, self._steered) if plugin.residual and head else None
-        )
-        if head is not None and head.vocab < vocab:  # (a head padded past the tokenizer is usual)
-            raise TokenvizError(f"--tokenizer's model has {head.vocab:,} rows in its head, the server {vocab:,} tokens")
-        capabilities = {Capability.STEP, Capability.LEAVE_ONE_OUT}
-        if self.internals is not None:
-            capabilities |= {Capability.LENS, Capability.INTERVENTIONS, *([Capability.ATTENTION] if plugin.qk else [])}
-        shape = self.internals  # (the model's shape, where it is read)
-        shown = endpoint.masked(model)  # (a server may list the key as its model's id: never shown or saved)
-        self.info = ModelInfo(
-            name=shown,
-            device=f"served at {endpoint.host}",
-            dtype="as served",
-            layers=shape.head.layers if shape else 0,
-            heads=shape.heads if shape else 0,
-            kv_heads=shape.kv_heads if shape else 0,
-            head_dim=shape.head_dim if shape else 0,
-            hidden=shape.head.hidden if shape else 0,
-            vocab=vocab,
-            context=context if type(context) is int and 0 < context <= MAX_CONTEXT else MAX_CONTEXT,
-            architecture=f"{shown} on {self._server_name()} ({endpoint.url})",
-            tied_embeddings=bool(head and getattr(head.config, "tie_word_embeddings", False)),
-            positions="not exposed by the server",
-            attention=f"the server's ({PLUGIN}: queries and keys replayed here)" if shape else "the server's",
-            chat_template=self._has_chat_template(),
-            capabilities=in_order(capabilities),
-            distribution=distribution(top_n, None),
-            top_only=top_n,
-            internals=missing(plugin, head),
-        )
+        with endpoint.phase(CONNECT_PHASE_S, "connecting"):  # (one deadline, however many requests)
+            listed = endpoint.get("/models")
+            entries = listed.get("data", []) if isinstance(listed, dict) else []
+            entry = next((m for m in entries if isinstance(m, dict) and m.get("id") == model), {})
+            context = entry.get("max_model_len")
+            bos = self.encode("", special_tokens=True)
+            self.vocab = vocab = self._vocabulary() if local_tokenizer is None else self._checked(local_tokenizer)
+            # (the tokenizer here names them all, as a local model's does; the server's says only its BOS)
+            self.special_ids: set[int] = set(bos) | set(getattr(local_tokenizer, "all_special_ids", None) or ())
+            self.eos_ids: set[int] = set()  # learnt: a token the server stopped on without a stop string
+            plugin = probe(endpoint, model, bos or self.encode("The", special_tokens=False))
+            head = load_head(model_files) if plugin.residual else None
+            self.internals = (
+                ServedInternals(endpoint, model, head, plugin, self._steered) if plugin.residual and head else None
+            )
+            if head is not None and head.vocab < vocab:  # (a head padded past the tokenizer is usual)
+                raise TokenvizError(
+                    f"--tokenizer's model has {head.vocab:,} rows in its head, the server {vocab:,} tokens"
+                )
+            capabilities = {Capability.STEP, Capability.LEAVE_ONE_OUT}
+            if self.internals is not None:
+                capabilities |= {
+                    Capability.LENS,
+                    Capability.INTERVENTIONS,
+                    *([Capability.ATTENTION] if plugin.qk else []),
+                }
+            shape = self.internals  # (the model's shape, where it is read)
+            shown = endpoint.masked(model)  # (a server may list the key as its model's id: never shown or saved)
+            self.info = ModelInfo(
+                name=shown,
+                device=f"served at {endpoint.host}",
+                dtype="as served",
+                layers=shape.head.layers if shape else 0,
+                heads=shape.heads if shape else 0,
+                kv_heads=shape.kv_heads if shape else 0,
+                head_dim=shape.head_dim if shape else 0,
+                hidden=shape.head.hidden if shape else 0,
+                vocab=vocab,
+                context=context if type(context) is int and 0 < context <= MAX_CONTEXT else MAX_CONTEXT,
+                architecture=f"{shown} on {self._server_name()} ({endpoint.url})",
+                tied_embeddings=bool(head and getattr(head.config, "tie_word_embeddings", False)),
+                positions="not exposed by the server",
+                attention=f"the server's ({PLUGIN}: queries and keys replayed here)" if shape else "the server's",
+                chat_template=self._has_chat_template(),
+                capabilities=in_order(capabilities),
+                distribution=distribution(top_n, None),
+                top_only=top_n,
+                internals=missing(plugin, head),
+            )
 
     @classmethod
     def open(cls, choice: ServedChoice, files: str | None = None) -> ServedEngine:
         """The engine on the server `choice` names (checked to answer, the model to be served); with
         `files` (--tokenizer: an id or the model's directory) its tokenizer here, and its head."""
-        from tokenviz.backends.transformers.loading import load_tokenizer
-
         endpoint = choice.connect()
-        if files is not None and Path(files).expanduser().is_dir():
-            checked_files(Path(files).expanduser())  # (before the tokenizer, which reads the config too)
-        here = load_tokenizer(files) if files is not None else None
+        here = tokenizer_here(files) if files is not None else None
         return cls(endpoint, served_model_name(endpoint, choice.model), local_tokenizer=here, model_files=files)
 
     # ---- the server's tokenizer ------------------------------------------------------------------
@@ -237,6 +251,8 @@ class ServedEngine:
         """The server and its version where it says (vLLM's /version), else what it is known to be."""
         try:
             version = self.endpoint.get("/version", root=True)
+        except NoAnswer:
+            raise
         except EndpointError:
             return "an OpenAI-compatible server"
         said = version.get("version") if isinstance(version, dict) else None
@@ -247,6 +263,8 @@ class ServedEngine:
             self.endpoint.post(
                 "/tokenize", {"model": self.model, "messages": [{"role": "user", "content": "hi"}]}, True
             )
+        except NoAnswer:
+            raise
         except EndpointError:
             return False
         return True
@@ -271,6 +289,8 @@ class ServedEngine:
         def known(token: int) -> bool:  # (a server that refuses an id past its vocabulary says the same)
             try:
                 return bool(self.detokenize([token]))
+            except NoAnswer:
+                raise  # (each of a silent server's deadlines was swallowed here: 344 s of silence)
             except EndpointError:
                 return False
 

@@ -20,7 +20,7 @@ import torch
 
 from tokenviz.backends.served.activations import QkMeta, qk_meta, tensor
 from tokenviz.backends.served.completions import answered, checked_logprob, choice_of, top_of
-from tokenviz.backends.served.endpoint import Endpoint, EndpointError
+from tokenviz.backends.served.endpoint import Endpoint, EndpointError, NoAnswer
 from tokenviz.backends.served.head import OutputHead
 from tokenviz.backends.transformers.lens import inspections
 from tokenviz.contract.errors import TokenvizError
@@ -49,6 +49,8 @@ def probe(endpoint: Endpoint, model: str, ids: Sequence[int]) -> Plugin:
     xargs = {"output_residual_stream": [0], "output_qk": "[0]"}
     try:
         answer = answered(endpoint, model, ids, {"temperature": 0}, 0, vllm_xargs=xargs)
+    except NoAnswer:
+        raise  # (a server that does not answer lacks nothing: it is not asked again)
     except EndpointError:
         return Plugin(False, False)
     activations = answer.get("activations")

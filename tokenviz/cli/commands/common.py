@@ -115,14 +115,12 @@ def served_loader(
     endpoint, name = connected(served)
 
     def load(progress: "Progress") -> "ServedEngine":
-        from tokenviz.backends.served.engine import ServedEngine
+        from tokenviz.backends.served.engine import ServedEngine, tokenizer_here
 
         here = None  # (the tokenizer named with --tokenizer, loaded in this thread)
         if tokenizer is not None:
-            from tokenviz.backends.transformers.loading import load_tokenizer
-
             progress(f"loading the tokenizer {tokenizer}", None)
-            here = load_tokenizer(tokenizer)
+            here = tokenizer_here(tokenizer)
         progress(f"asking {endpoint.host} about {name}", 0.5)
         return ServedEngine(endpoint, name, local_tokenizer=here, model_files=tokenizer)
 
