@@ -101,7 +101,8 @@ def _streamed(endpoint, model: str, ids: list[int], tokens: int) -> tuple[float,
 
     body = {"model": model, "prompt": ids, "max_tokens": tokens, "temperature": 0, "stream": True}
     body |= {"logprobs": 0, "return_tokens_as_token_ids": True, "ignore_eos": True}
-    got, to_first = [], None
+    got: list[int] = []
+    to_first: float | None = None
     most_lines = STREAM_LINES_A_TOKEN * tokens + 16  # (an event and a blank line each, the last [DONE])
     t0 = time.perf_counter()
     for count, line in enumerate(endpoint.stream_lines("/completions", body), 1):

@@ -120,3 +120,29 @@ def test_an_attention_number_no_model_has_blames_the_server_not_the_weights(lie,
         qk_meta(answer, [3], 9, "h")
     assert said in str(caught.value) and "the server's answer is wrong" in str(caught.value)
     assert "weights" not in str(caught.value)
+
+
+def test_a_capture_is_bounded_by_what_it_asks_and_refused_past_its_budget_in_one_line():
+    """(Round 6, finding 2.) An 8B shape (32 layers of 4,096) captured whole: 2,000 positions in float32 pass
+    the budget (one line: the size, and what to do), in bfloat16 (the probe saw it) they fit; a step
+    over the budget asks for no stream (the lens then says why)."""
+    from types import SimpleNamespace
+
+    from tokenviz.backends.served.endpoint import Endpoint
+    from tokenviz.backends.served.internals import CAPTURE_BUDGET_BYTES, Plugin, ServedInternals
+
+    config = SimpleNamespace(num_attention_heads=32, num_key_value_heads=8, head_dim=128)
+    head = SimpleNamespace(config=config, layers=32, hidden=4096)
+    everything = {"output_residual_stream": list(range(32))}
+    wide = ServedInternals(Endpoint("http://127.0.0.1:1/v1"), "m", head, Plugin(True, True, 4))
+    narrow = ServedInternals(Endpoint("http://127.0.0.1:1/v1"), "m", head, Plugin(True, True, 2))
+    raw = 32 * 2000 * 4096 * 4
+    assert raw < wide.capture_bytes(everything, 2000) < raw * 1.4  # (as sent: zstd's worst case, base64)
+    line = wide.over_budget(everything, 2000)
+    assert line is not None and "for 32 layers at 2,000 positions" in line and "fewer layers" in line
+    assert f"{CAPTURE_BUDGET_BYTES / 1e6:,.0f} MB" in line and "\n" not in line
+    assert narrow.over_budget(everything, 2000) is None and wide.over_budget(everything, 1000) is None
+    wide.wanted = True
+    assert wide.step_xargs(2000) == {} and wide.captured is None
+    narrow.wanted = True
+    assert narrow.step_xargs(2000) == everything

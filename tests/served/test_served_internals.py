@@ -192,3 +192,23 @@ def test_the_app_shows_a_served_models_lens_and_attention_at_80x24(vllm_lens_ser
         steered = wait_screen(name, r"KL ≥ \d\.\d{3}", timeout=120)  # (the model's own beside it: a floor)
         assert "steer L15" in steered or "1 intervention" in steered, steered
         quits_cleanly(name)
+
+
+@pytest.mark.bundled
+def test_the_served_lens_of_a_600_token_prompt_gives_every_layer_at_each_step(monkeypatch, capsys, vllm_lens_server):
+    """(Round 6, finding 2: past about 400 tokens the capture passed a fixed 32 MB bound on an answer:
+    "answered with more than 32 MB: refused", exit 2, no step.) The bound is now what the request asks
+    (layers × positions × hidden × 4 bytes, as sent), and the whole context's capture fits its budget."""
+    from tokenviz.backends.served.internals import CAPTURE_BUDGET_BYTES, FLOAT_BYTES
+
+    prompt = " ".join(["The Eiffel Tower is located in Paris, the capital of France."] * 46)
+    args = served(vllm_lens_server, monkeypatch, "--tokenizer", str(vllm_lens_server.model))
+    code, out, err = invoke(monkeypatch, capsys, "trace", prompt, *args, "--lens", "--steps", "2", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    positions = len(doc["prompt"])
+    assert positions >= 600, positions
+    layers = doc["model"]["layers"]
+    assert len(doc["steps"]) == 2 and all(len(step["lens"]) == layers + 1 for step in doc["steps"])
+    per_position = layers * doc["model"]["hidden"] * FLOAT_BYTES  # (30 × 576 × 4: 69,120 bytes raw)
+    assert per_position * (positions + 2) < CAPTURE_BUDGET_BYTES

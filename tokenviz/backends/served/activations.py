@@ -99,6 +99,11 @@ def _payload(data: str, compression: Any, size: int, name: str, host: str) -> by
     return raw
 
 
+def wire_bytes(raw: int) -> int:
+    """The most a tensor of `raw` bytes takes in an answer: zstd's worst case, then base64, then its keys."""
+    return (raw + raw // 64 + 4096) * 4 // 3 + 1024
+
+
 def tensor_entry(values: np.ndarray) -> dict[str, Any]:
     """`values` (float32) in the plugin's form, to send (a steering vector)."""
     array = np.ascontiguousarray(values, dtype="<f4")

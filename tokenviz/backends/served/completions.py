@@ -23,6 +23,8 @@ RAW_TOLERANCE = 1e-4  # log-probabilities equal at two temperatures within this:
 
 REPRODUCED_WITHIN = 1e-3  # nats: a served model's log-probabilities asked again (vLLM's float32 kernels: 4e-5)
 LOGPROB_SLACK = 1e-3  # a log-probability above 0 by no more than this is float rounding: taken as 0
+ANSWER_BYTES = 64 << 10  # an answer's JSON beside its entries and activations
+ENTRY_BYTES = 512  # one log-probability entry as vLLM writes it (id, text, number, rank), generously
 MOST_RANK = 10**8  # a rank past this is past any vocabulary: refused where the vocabulary is unknown
 
 
@@ -98,15 +100,35 @@ def complete(
 
 
 def answered(
-    endpoint: Endpoint, model: str, ids: Sequence[int], fields: dict[str, Any], logprobs: int, **extra: Any
+    endpoint: Endpoint,
+    model: str,
+    ids: Sequence[int],
+    fields: dict[str, Any],
+    logprobs: int,
+    activation_bytes: int = 0,
+    **extra: Any,
 ) -> dict[str, Any]:
-    """The whole answer to `complete`'s request (where the plugin's activations are)."""
+    """The whole answer to `complete`'s request (where the plugin's activations are, at most
+    `activation_bytes` of them as sent: internals.capture_bytes), read no further than the request
+    can need (answer_bound)."""
     body = {"model": model, "prompt": list(ids), "max_tokens": 1, "logprobs": logprobs}
     body |= {"return_tokens_as_token_ids": True, **fields, **extra}
-    answer = endpoint.post("/completions", body)
+    answer = endpoint.post("/completions", body, most=answer_bound(body, activation_bytes))
     if not isinstance(answer, dict):
         raise EndpointError(f"{endpoint.host} answered /v1/completions with no object")
     return answer
+
+
+def answer_bound(body: dict[str, Any], activation_bytes: int = 0) -> int:
+    """The most bytes an honest answer to `body` takes: its log-probability entries (the top N of each
+    token, each prompt position's with prompt_logprobs) at a generous size each, the activations asked,
+    and the rest of the JSON. A longer answer is refused unread (a top list of 10^6 entries was parsed
+    and sorted whole: 15 s of CPU an answer)."""
+    entries = int(body.get("max_tokens") or 1) * (int(body.get("logprobs") or 0) + 2)
+    prompt = body.get("prompt_logprobs")
+    if isinstance(prompt, int):
+        entries += len(body.get("prompt") or ()) * (prompt + 2)
+    return ANSWER_BYTES + entries * ENTRY_BYTES + activation_bytes
 
 
 def choice_of(answer: dict[str, Any], host: str) -> dict[str, Any]:

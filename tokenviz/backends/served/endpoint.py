@@ -30,12 +30,12 @@ import httpx
 
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.text import safe_text, shortened
-from tokenviz.system.reading import parse_json, read_file
+from tokenviz.system.reading import parse_json, read_file, size_text
 
 CONNECT_TIMEOUT_S = 5.0  # an unreachable server is told within this
 METADATA_DEADLINE_S = 8.0  # a whole request for the server's models, version, tokens or texts
 REQUEST_DEADLINE_S = 120.0  # a whole completion: a long prompt's log-probabilities on a busy CPU
-MAX_RESPONSE_BYTES = 32 << 20  # a response is read no further: a larger one is refused
+MAX_RESPONSE_BYTES = 32 << 20  # a response whose size its request does not bound is read no further
 MAX_LINE_BYTES = 1 << 20  # a streamed answer's line
 MAX_KEY_BYTES = 4096
 MAX_ERROR_BYTES = 64 << 10  # of an error's body, read for the server's message
@@ -228,13 +228,21 @@ class Endpoint:
         return self._client
 
     def get(self, path: str, root: bool = False, deadline: float = METADATA_DEADLINE_S) -> Any:
-        return self._send("GET", path, None, root, deadline)
+        return self._send("GET", path, None, root, deadline, MAX_RESPONSE_BYTES)
 
-    def post(self, path: str, body: dict[str, Any], root: bool = False, deadline: float | None = None) -> Any:
+    def post(
+        self,
+        path: str,
+        body: dict[str, Any],
+        root: bool = False,
+        deadline: float | None = None,
+        most: int | None = None,
+    ) -> Any:
         """A POST: a completion's deadline unless `deadline` says otherwise (the server's own routes,
-        /tokenize and /detokenize, are metadata)."""
+        /tokenize and /detokenize, are metadata); its answer read no further than `most` bytes (what
+        the request can need: completions.answer_bound; else MAX_RESPONSE_BYTES)."""
         seconds = deadline if deadline is not None else METADATA_DEADLINE_S if root else REQUEST_DEADLINE_S
-        return self._send("POST", path, body, root, seconds)
+        return self._send("POST", path, body, root, seconds, most if most is not None else MAX_RESPONSE_BYTES)
 
     def stream_lines(self, path: str, body: dict[str, Any], deadline: float = REQUEST_DEADLINE_S) -> Iterator[bytes]:
         """The lines of a streamed answer (server-sent events), each at most MAX_LINE_BYTES, the
@@ -261,12 +269,12 @@ class Endpoint:
             except (httpx.HTTPError, TimeoutError, OSError) as exc:
                 raise NoAnswer(self._failure(exc, path, clock)) from None
 
-    def _send(self, method: str, path: str, body: dict[str, Any] | None, root: bool, deadline: float) -> Any:
+    def _send(self, method: str, path: str, body: dict[str, Any] | None, root: bool, deadline: float, most: int) -> Any:
         url = (self.root if root else self.url) + path
         for attempt, wait in enumerate((*RETRIES, None)):
             with _Deadline(self._within(deadline, path)) as clock:
                 try:
-                    status, data = self._once(method, url, body, path, clock)
+                    status, data = self._once(method, url, body, path, clock, most)
                 except (httpx.HTTPError, TimeoutError, OSError) as exc:
                     raise NoAnswer(self._failure(exc, path, clock)) from None
             if status in BUSY and wait is not None:
@@ -298,8 +306,10 @@ class Endpoint:
             raise NoAnswer(f"{self.host} took over {seconds:g} s {what} (the last route it was asked: {path})")
         return min(deadline, left)
 
-    def _once(self, method: str, url: str, body: dict[str, Any] | None, path: str, clock: _Deadline) -> tuple[int, Any]:
-        """(200, the body's bytes) or (another status, the line saying it)."""
+    def _once(
+        self, method: str, url: str, body: dict[str, Any] | None, path: str, clock: _Deadline, most: int
+    ) -> tuple[int, Any]:
+        """(200, the body's bytes, at most `most`) or (another status, the line saying it)."""
         self.requests += 1
         with self.client().stream(
             method, url, json=body, headers=self.headers(), extensions={"trace": clock.trace}
@@ -307,9 +317,11 @@ class Endpoint:
             self.answered += 1
             if response.status_code != 200:
                 return response.status_code, self._refusal(response, path, clock)
-            data = _read(response, clock, MAX_RESPONSE_BYTES)
-            if len(data) > MAX_RESPONSE_BYTES:
-                raise EndpointError(f"{self.host} answered with more than {MAX_RESPONSE_BYTES >> 20} MB: refused")
+            data = _read(response, clock, most)
+            if len(data) > most:
+                raise EndpointError(
+                    f"{self.host} answered {path} with more than the {size_text(most)} the request can need: refused"
+                )
             return 200, data
 
     def _failure(self, exc: BaseException, path: str, clock: _Deadline) -> str:

@@ -356,7 +356,8 @@ class ServedEngine:
         **extra: Any,
     ) -> dict[str, Any]:
         """The whole answer to one request over `ids`, with the interventions in force and the plugin's `xargs`."""
-        return answered(self.endpoint, self.model, ids, fields, logprobs, **self._steered(ids, xargs or {}), **extra)
+        steered = self._steered(ids, xargs or {})
+        return answered(self.endpoint, self.model, ids, fields, logprobs, **steered, **extra)
 
     def _complete(self, ids: Sequence[int], fields: dict[str, Any], logprobs: int, **extra: Any) -> dict[str, Any]:
         return choice_of(self._answered(ids, fields, logprobs, **extra), self.endpoint.host)
@@ -409,9 +410,10 @@ class ServedEngine:
             self.info = dataclasses.replace(self.info, distribution=distribution(self.top_n, self.raw))
         fields = sampling_fields(settings) | {"seed": (settings.seed * SEED_STRIDE + len(ids)) % (1 << 31)}
         self._fields = fields
-        xargs = self.internals.step_xargs() if self.internals is not None else {}  # (the lens in use: its stream)
+        xargs = self.internals.step_xargs(len(ids)) if self.internals is not None else {}  # (the lens in use)
+        size = self.internals.capture_bytes(xargs, len(ids)) if self.internals is not None and xargs else 0
         started = time.perf_counter()
-        answer = self._answered(ids, fields, self.top_n, xargs)
+        answer = self._answered(ids, fields, self.top_n, xargs, activation_bytes=size)
         choice = choice_of(answer, self.endpoint.host)
         ms = (time.perf_counter() - started) * 1e3
         chosen, logprob, top = self._top(choice)

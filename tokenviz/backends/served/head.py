@@ -202,7 +202,8 @@ def _read_tensor(path: Path, key: str, name: str) -> torch.Tensor:
 
     try:
         with safe_open(str(path), framework="pt") as file:
-            return file.get_tensor(key).float()
+            value: torch.Tensor = file.get_tensor(key).float()
+            return value
     except (SafetensorError, OSError, RuntimeError) as exc:
         raise TokenvizError(f"cannot read {safe_text(key)[:80]} of {name}: {_first_line(exc)}") from None
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tokenviz.backends.served.activations import QkMeta, qk_meta, tensor
+from tokenviz.backends.served.activations import BFLOAT16, QkMeta, qk_meta, tensor, wire_bytes
 from tokenviz.backends.served.completions import answered, checked_logprob, choice_of, top_of
 from tokenviz.backends.served.endpoint import Endpoint, EndpointError, NoAnswer
 from tokenviz.backends.served.head import OutputHead
@@ -31,15 +31,20 @@ INSTALL = (
     "pip install --no-deps --ignore-requires-python vllm-lens==1.3.0 zstandard into the server's "
     "environment, then restart it"
 )
+CAPTURE_BUDGET_BYTES = 1 << 30  # what one capture of internals may take as sent (float32: 4 bytes a value)
+FLOAT_BYTES = 4  # a value as the plugin sends a float32 model's (bfloat16 and float16: 2, seen at the probe)
+PROBE_BYTES = 16 << 20  # the probe's one layer over a few tokens, at any width
 HEAD_CHECK = 0.02  # nats: the lens's last layer against the server's own log-probability (a wrong DIR is far off)
 
 
 @dataclass(frozen=True)
 class Plugin:
-    """What the server's vllm-lens answered to the probe: a residual stream, queries and keys."""
+    """What the server's vllm-lens answered to the probe: a residual stream, queries and keys, and the
+    bytes of each value it sends (its model's dtype: 4 for float32, 2 for bfloat16 and float16)."""
 
     residual: bool
     qk: bool
+    value_bytes: int = FLOAT_BYTES
 
 
 def probe(endpoint: Endpoint, model: str, ids: Sequence[int]) -> Plugin:
@@ -48,7 +53,7 @@ def probe(endpoint: Endpoint, model: str, ids: Sequence[int]) -> Plugin:
     request's extra fields, as a server that is not vLLM may, exposes nothing)."""
     xargs = {"output_residual_stream": [0], "output_qk": "[0]"}
     try:
-        answer = answered(endpoint, model, ids, {"temperature": 0}, 0, vllm_xargs=xargs)
+        answer = answered(endpoint, model, ids, {"temperature": 0}, 0, PROBE_BYTES, vllm_xargs=xargs)
     except NoAnswer:
         raise  # (a server that does not answer lacks nothing: it is not asked again)
     except EndpointError:
@@ -56,7 +61,10 @@ def probe(endpoint: Endpoint, model: str, ids: Sequence[int]) -> Plugin:
     activations = answer.get("activations")
     if not isinstance(activations, dict):
         return Plugin(False, False)
-    return Plugin("residual_stream" in activations, "attn_q" in activations and "attn_k" in activations)
+    entry = activations.get("residual_stream")
+    said = (entry.get("dtype"), entry.get("original_dtype")) if isinstance(entry, dict) else None
+    narrow = said is not None and (said[0] == "float16" or said == BFLOAT16)
+    return Plugin(entry is not None, "attn_q" in activations and "attn_k" in activations, 2 if narrow else FLOAT_BYTES)
 
 
 @dataclass(frozen=True)
@@ -97,12 +105,36 @@ class ServedInternals:
         self.captured: Capture | None = None
         self.head_checked = False  # the head gave the server's own log-probability once (see _check_head)
 
-    def step_xargs(self) -> dict[str, Any]:
-        """What a step's request asks of the plugin: the residual stream while the lens is in use."""
+    def step_xargs(self, positions: int) -> dict[str, Any]:
+        """What a step's request over `positions` tokens asks of the plugin: the residual stream while
+        the lens is in use, where it fits the capture budget (else the lens asks, and says why not)."""
         wanted, self.wanted = self.wanted, False
-        if not wanted:
+        xargs = {"output_residual_stream": list(range(self.head.layers))}
+        if not wanted or self.over_budget(xargs, positions) is not None:
             self.captured = None
-        return {"output_residual_stream": list(range(self.head.layers))} if wanted else {}
+            return {}
+        return xargs
+
+    def capture_bytes(self, xargs: dict[str, Any], positions: int) -> int:
+        """The most the activations `xargs` ask for over `positions` tokens take as sent: each layer's
+        residual (hidden values a position), queries and keys (heads and KV heads of head_dim)."""
+        residual = len(xargs.get("output_residual_stream", ())) * positions * self.head.hidden
+        qk = len(json.loads(xargs["output_qk"])) if "output_qk" in xargs else 0
+        keys = qk * positions * (self.heads + self.kv_heads) * self.head_dim
+        return sum(wire_bytes(n * self.plugin.value_bytes) for n in (residual, keys) if n)
+
+    def over_budget(self, xargs: dict[str, Any], positions: int) -> str | None:
+        """One line where the capture `xargs` asks over `positions` tokens passes CAPTURE_BUDGET_BYTES, with
+        its size and what to do; None where it fits."""
+        size = self.capture_bytes(xargs, positions)
+        if size <= CAPTURE_BUDGET_BYTES:
+            return None
+        layers = len(xargs.get("output_residual_stream", ())) or len(json.loads(xargs.get("output_qk", "[]")))
+        return (
+            f"{self.endpoint.host} would send {size / 1e6:,.0f} MB for {layers} layers at {positions:,} positions, "
+            f"over the {CAPTURE_BUDGET_BYTES / 1e6:,.0f} MB a capture may take: ask for fewer layers, or step "
+            "from a shorter context"
+        )
 
     def keep(self, ids: Sequence[int], steering: object, answer: dict[str, Any], served: tuple[int, float]) -> None:
         """Keep the residual stream a step's request (asked with `step_xargs`) brought back."""
@@ -125,11 +157,14 @@ class ServedInternals:
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """The activations `xargs` ask for over `ids` and the answer's choice; `extra`: the request's other
         fields (by default the interventions in force)."""
+        if (refusal := self.over_budget(xargs, len(ids))) is not None:
+            raise TokenvizError(refusal)
         if extra is None:
             extra = self.steered(ids, xargs)
         else:
             extra = {**extra, "vllm_xargs": {**extra.get("vllm_xargs", {}), **xargs}}
-        answer = answered(self.endpoint, self.model, ids, {"temperature": 0}, 1, **extra)
+        size = self.capture_bytes(xargs, len(ids))
+        answer = answered(self.endpoint, self.model, ids, {"temperature": 0}, 1, size, **extra)
         activations = answer.get("activations")
         if not isinstance(activations, dict):
             raise EndpointError(f"{self.endpoint.host} answered without the activations asked ({PLUGIN} gone?)")
