@@ -528,3 +528,80 @@ def test_a_route_that_never_answers_while_connecting_is_one_line_at_one_deadline
     assert f"did not answer {route} within" in str(caught.value) or f"route it was asked: {route}" in str(caught.value)
     assert waited < 30, waited  # (before: a deadline swallowed per id asked, or the probe's and the step's)
     assert sum(1 for p, _ in server.log.requests if p == path) <= 2
+
+
+# ---- replay --verify checks everything a journey shows (round 6, finding 1) ---------------------------------
+
+
+def tamper_chip(doc) -> None:  # a generated chip's id (replay shows its text; the next step's context)
+    doc["replay"]["chips"][-1][0] = (doc["replay"]["chips"][-1][0] + 7) % 100
+
+
+def tamper_text(doc) -> None:
+    doc["text"] = " Rome, Italy"
+
+
+def tamper_top(doc) -> None:  # a top-20 log-probability 0.5 off
+    doc["replay"]["records"][1]["top"][2][2] -= 0.5
+
+
+def tamper_model(doc) -> None:
+    doc["model"]["name"] = doc["replay"]["info"]["name"] = "gpt-4"
+    doc["model"]["device"] = doc["replay"]["info"]["device"] = "served at api.openai.com"
+
+
+def tamper_settings(doc) -> None:
+    doc["replay"]["records"][0]["decision"]["settings"]["top_p"] = 0.5
+
+
+def tamper_piece(doc) -> None:  # a piece of text derived from an id
+    doc["replay"]["records"][1]["top"][0][1] = " Paris"
+
+
+@pytest.mark.parametrize(
+    "tamper, said",
+    [
+        (tamper_chip, "replay.chips["),
+        (tamper_text, "text is ' Rome, Italy' in the journey"),
+        (tamper_top, "replay.records[1].top[2][2]"),
+        (tamper_model, "model.name is 'gpt-4' in the journey"),
+        (tamper_settings, "replay.records[0].decision.settings.top_p is 0.5"),
+        (tamper_piece, "replay.records[1].top[0][1] is ' Paris'"),
+    ],
+    ids=["chip", "text", "top-logprob", "model", "settings", "piece"],
+)
+def test_replay_verify_of_a_tampered_served_journey_names_what_differs(monkeypatch, capsys, tmp_path, tamper, said):
+    """(Finding 1: each of these was "verified", exit 0: only the chosen ids and their probability were read.)"""
+    from clitools import invoke
+
+    monkeypatch.setenv(KEY_ENV, TOKEN)
+    with hostile_server() as server:
+        saved = tmp_path / "served.json"
+        trace = ["trace", "Hello", *served(server), "--steps", "3", "--temperature", "0", "--save", str(saved)]
+        code, _, err = invoke(monkeypatch, capsys, *trace)
+        assert code == 0, err
+        code, out, err = invoke(monkeypatch, capsys, "replay", str(saved), "--verify", *served(server))
+        assert code == 0 and "verified: all 3 steps" in out, err
+        doc = json.loads(saved.read_text())
+        tamper(doc)
+        saved.write_text(json.dumps(doc))
+        code, out, err = invoke(monkeypatch, capsys, "replay", str(saved), "--verify", *served(server))
+    assert code == 1 and said in err and "mismatch" in err, (code, out, err)
+    assert TOKEN not in out + err
+
+
+def test_a_served_journey_with_a_log_probability_above_0_is_refused_by_the_schema(monkeypatch, capsys, tmp_path):
+    from clitools import invoke
+
+    monkeypatch.setenv(KEY_ENV, TOKEN)
+    with hostile_server() as server:
+        saved = tmp_path / "served.json"
+        code, _, err = invoke(
+            monkeypatch, capsys, "trace", "Hello", *served(server), "--steps", "2", "--save", str(saved)
+        )
+        assert code == 0, err
+    doc = json.loads(saved.read_text())
+    doc["replay"]["records"][0]["top"][0][2] = 800.0
+    saved.write_text(json.dumps(doc))
+    code, _, err = invoke(monkeypatch, capsys, "replay", str(saved))
+    assert code == 2 and "damaged at replay" in err and "log-probability of 800, above 0" in err, err

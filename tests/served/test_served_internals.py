@@ -212,3 +212,31 @@ def test_the_served_lens_of_a_600_token_prompt_gives_every_layer_at_each_step(mo
     assert len(doc["steps"]) == 2 and all(len(step["lens"]) == layers + 1 for step in doc["steps"])
     per_position = layers * doc["model"]["hidden"] * FLOAT_BYTES  # (30 × 576 × 4: 69,120 bytes raw)
     assert per_position * (positions + 2) < CAPTURE_BUDGET_BYTES
+
+
+@pytest.mark.bundled
+def test_replay_verify_holds_a_served_journeys_lens_and_attention_rows_to_the_server(
+    monkeypatch, capsys, vllm_lens_server, tmp_path
+):
+    """(Round 6, finding 1: a journey whose lens rows were altered was "verified".) A served trace saved with
+    its lens and an attention row verifies against the server; a lens row 0.01 off, or an attention weight
+    0.001 off, is a mismatch naming its place."""
+    args = served(vllm_lens_server, monkeypatch, "--tokenizer", str(vllm_lens_server.model))
+    saved = tmp_path / "lens.json"
+    options = ["--steps", "3", "--temperature", "0", "--lens", "--attention", "5", "--save", str(saved)]
+    code, _, err = invoke(monkeypatch, capsys, "trace", PROMPT, *args, *options)
+    assert code == 0, err
+    code, out, err = invoke(monkeypatch, capsys, "replay", str(saved), "--verify", *args)
+    assert code == 0 and "verified: all 3 steps" in out, err
+    original = json.loads(saved.read_text())
+    for place, change in (("lens", 0.01), ("attention", 1e-3)):
+        doc = json.loads(json.dumps(original))
+        if place == "lens":
+            doc["steps"][1]["lens"][7]["chosen_prob"] += change
+            where = "steps[1].lens[7].chosen_prob"
+        else:
+            doc["steps"][2]["attention"]["heads"][3][4] += change
+            where = "steps[2].attention.heads[3][4]"
+        saved.write_text(json.dumps(doc))
+        code, out, err = invoke(monkeypatch, capsys, "replay", str(saved), "--verify", *args)
+        assert code == 1 and f"mismatch: {where}" in err, (place, out, err)

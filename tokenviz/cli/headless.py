@@ -14,10 +14,10 @@ from tokenviz.contract.engine import Caching, Capability, Engine, able, lacking
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import refuse_grammar
 from tokenviz.contract.interventions import Intervention
-from tokenviz.contract.results import AttributionMethod, BeamResult
+from tokenviz.contract.results import Analyses, AttributionMethod, BeamResult
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.files.documents import comparison_document, output_document, trace_document
-from tokenviz.files.journey_file import save_journey
+from tokenviz.files.journey_file import journey_file, save_journey
 from tokenviz.files.journey_page import save_page
 from tokenviz.journey.comparison import Comparison
 from tokenviz.journey.past_results import KEEP
@@ -264,6 +264,31 @@ def run_trace(
     except TokenvizError as exc:
         raise SaveFailed(str(exc), document) from None
     return document
+
+
+def remade_journey(recorded: dict[str, Any], session: Session) -> dict[str, Any]:
+    """The journey file of `session`, which has re-run the `recorded` journey file's steps
+    (journey.reproduce.verify_journey), saved as the recording was: the views its steps hold (the
+    lens, an attention row, routing, the watched tokens' split, attribution) made again the same way,
+    the prompt's predictions made, what is in force set back to what the recording ends with."""
+    steps = [s for s in recorded.get("steps", ()) if isinstance(s, dict)]
+    held = {key for step in steps for key in step}
+    document = journey_document(session)
+    attribution = next((s["attribution"].get("method") for s in steps if isinstance(s.get("attribution"), dict)), None)
+    add_views(
+        session,
+        document,
+        "lens" in held,
+        "routing" in held,
+        "logit_difference" in held,
+        attribution if attribution in ("loo", "grad") else None,
+        lambda message, fraction: None,
+    )
+    layer = next((s["attention"].get("layer") for s in steps if isinstance(s.get("attention"), dict)), None)
+    if isinstance(layer, int):
+        add_attention(session, document, layer)
+    session.score_prompt()
+    return journey_file(snapshot_of(session), None, Analyses(), document)
 
 
 def compare_sessions(

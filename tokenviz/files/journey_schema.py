@@ -33,6 +33,7 @@ MAX_EXPERTS_PER_TOKEN = 64
 MAX_CANDIDATES = 1024  # a top-n list (tokenviz keeps 20)
 MAX_STAGES = 32  # sampling stages of one decision (tokenviz has at most 8)
 MAX_FOLLOWED = 64  # tokens followed through the stages (tokenviz follows at most 25)
+LOGPROB_SLACK = 1e-3  # a served log-probability above 0 by float rounding (as the served engine takes them)
 FAIL_FAST = FailFast()  # a list stops at its first bad element
 
 
@@ -358,6 +359,19 @@ class Replay(Model):
                 raise ValueError(
                     f"record {record.index} names expert {int(named.max())}; the model has 0-{experts - 1}"
                 )
+
+    @model_validator(mode="after")
+    def _log_probabilities(self) -> Replay:
+        """A served journey's candidates carry the server's log-probabilities (not logits): none above 0."""
+        for record in self.records if self.info.top_only else ():
+            candidates = [*record.top, *(record.unsteered.top if record.unsteered else ())]
+            candidates += [c for p in record.prompt_predictions for c in p[1]]
+            high = max((c[2] for c in candidates), default=0.0)
+            if high > LOGPROB_SLACK:
+                raise ValueError(
+                    f"record {record.index} holds a log-probability of {high:g}, above 0: no distribution has it"
+                )
+        return self
 
     @model_validator(mode="after")
     def _consistent(self) -> Replay:

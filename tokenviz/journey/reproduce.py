@@ -9,6 +9,7 @@ from typing import Any
 from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.records import Routing
 from tokenviz.files.journey_schema import Journey, SavedRouting, parse_journey
+from tokenviz.journey.prompt import tokenize
 from tokenviz.journey.session import Session
 
 TINY = sys.float_info.min
@@ -50,7 +51,14 @@ def verify_journey(
     prompt = [t.id for t in journey.prompt]
     if interventions(0):
         session.set_interventions(interventions(0), context=prompt)
-    session.start(prompt)
+    replay = journey.replay  # the prompt as typed, where it still gives these ids (its text and chips too)
+    typed = tokenize(session.engine, replay.prompt_text, replay.chat, replay.system)[1] == prompt
+    if typed:
+        session.start(replay.prompt_text, chat=replay.chat, system=replay.system)
+    else:
+        session.start(prompt)
+    if journey.replay.pinned:  # (the watched tokens: their numbers are part of every step's record)
+        session.pin([token for token, _ in journey.replay.pinned])
     grammars = journey.grammar_table
     for i, step in enumerate(steps):
         if interventions(i) != session.interventions:

@@ -2,7 +2,7 @@
 
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -50,13 +50,13 @@ def replay(
     """Open a saved journey read-only, without loading any model (or --verify it against the model,
     or against the server with --endpoint for a journey on a served model: with --tokenizer DIR where it
     was steered)."""
-    from tokenviz.files.journey_file import open_journey, recording_of
+    from tokenviz.files.journey_file import open_journey, read_journey, recording_of
 
     served = served_options(endpoint, served_model, api_key_env, api_key_file, insecure_http, tokenizer)
     try:
         journey = open_journey(path)
         if verify and (served is not None or journey.replay.info.top_only):
-            verify_served_recording(journey, served, tokenizer)
+            verify_served_recording(journey, read_journey(path), served, tokenizer)
             return
         if served is not None:
             raise TokenvizError("--endpoint goes with --verify: a replay without it loads no model")
@@ -73,33 +73,42 @@ def replay(
     in_terminal.run_app(RecordingWorker(*recording), theme)
 
 
-def verify_served_recording(journey: "Journey", served: "ServedChoice | None", tokenizer: str | None = None) -> None:
-    """Re-run a journey recorded on a served model against `served` (the server): its tokens, and each
-    chosen token's log-probability within the served tolerance, for those are all the file holds.
-    `tokenizer`: --tokenizer (the model's directory gives the head a steered journey needs)."""
+def verify_served_recording(
+    journey: "Journey", recorded: dict[str, Any], served: "ServedChoice | None", tokenizer: str | None = None
+) -> None:
+    """Re-run a journey recorded on a served model against `served` (the server), then check that the
+    file is the journey the server gives now: its tokens and each chosen token's log-probability as it
+    runs, then the whole file (`recorded`, its JSON) against the same journey saved again from the re-run
+    (files.journey_diff: every id and text, every number within its tolerance, the model and server it
+    names, the settings). `tokenizer`: --tokenizer (the model's directory gives the head a steered
+    journey, or one with the lens, needs)."""
     from tokenviz.backends.registry import engine_of
     from tokenviz.backends.served.completions import REPRODUCED_WITHIN
     from tokenviz.backends.served.engine import ServedEngine
+    from tokenviz.cli.headless import remade_journey
+    from tokenviz.files.journey_diff import first_difference
     from tokenviz.journey.reproduce import verify_journey
     from tokenviz.journey.session import Session
 
-    recorded = journey.replay.info
+    info = journey.replay.info
     if served is None:
         raise TokenvizError(
-            f"the journey was recorded on {recorded.name}, {recorded.device}: verify it against the server "
+            f"the journey was recorded on {info.name}, {info.device}: verify it against the server "
             "with --endpoint URL (and --api-key-env VAR or --api-key-file FILE)"
         )
-    if not recorded.top_only:
+    if not info.top_only:
         raise TokenvizError("the journey was recorded on a model run here: verify it without --endpoint")
     engine = ServedEngine.open(served, tokenizer)
-    checked, mismatch = verify_journey(journey, Session(engine_of(engine)), REPRODUCED_WITHIN)
-    verdict(
-        checked,
-        mismatch,
-        len(journey.steps),
-        f"its token, or its log-probability by more than {REPRODUCED_WITHIN:g} nats",
-        "tokens and log-probabilities",
-    )
+    session = Session(engine_of(engine))
+    checked, mismatch = verify_journey(journey, session, REPRODUCED_WITHIN)
+    differs = f"its token, or its log-probability by more than {REPRODUCED_WITHIN:g} nats"
+    if mismatch is None:
+        session.set_settings(journey.settings.settings(journey.grammar_table))  # (as the journey ends)
+        found = first_difference(recorded, remade_journey(recorded, session))
+        if found is not None:
+            err.print(f"mismatch: {found}", markup=False, highlight=False, soft_wrap=True)
+            raise typer.Exit(1)
+    verdict(checked, mismatch, len(journey.steps), differs, "journey: every token, text and number")
 
 
 def verdict(checked: int, mismatch: int | None, steps: int, differs: str, reproduced: str, other: str = "") -> None:
