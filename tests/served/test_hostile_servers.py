@@ -605,3 +605,35 @@ def test_a_served_journey_with_a_log_probability_above_0_is_refused_by_the_schem
     saved.write_text(json.dumps(doc))
     code, _, err = invoke(monkeypatch, capsys, "replay", str(saved))
     assert code == 2 and "damaged at replay" in err and "log-probability of 800, above 0" in err, err
+
+
+async def test_a_request_past_a_second_says_in_the_status_line_what_it_waits_on(monkeypatch):
+    """(Finding 7: silent waits; the status line said nothing while a request had not answered.)"""
+    from apptools import settle, wait_for
+
+    from tokenviz.backends.served.completions import ServedChoice
+    from tokenviz.backends.served.engine import ServedEngine
+    from tokenviz.contract.settings import SamplingSettings
+    from tokenviz.ui.app import TokenvizApp
+    from tokenviz.worker.engine_thread import EngineWorker
+
+    plain = completion()
+
+    def slow_answer(h) -> None:
+        time.sleep(4)
+        plain(h)
+
+    monkeypatch.setenv(KEY_ENV, TOKEN)
+    with hostile_server() as server:
+        engine = ServedEngine.open(ServedChoice(server.url, api_key=ApiKey(env=KEY_ENV)))
+        worker = EngineWorker(lambda progress: engine, SamplingSettings(temperature=0, max_new_tokens=100), "Hi")
+        app = TokenvizApp(worker)
+        async with app.run_test(size=(120, 36)) as pilot:
+            await settle(app, pilot)
+            server.routes["/v1/completions"] = slow_answer
+            steps = len(app.journey.snapshot.chips)
+            await pilot.press("space")
+            said = f"waiting on 127.0.0.1:{server.server_address[1]}: /completions has not answered for"
+            await wait_for(lambda: said in app.journey.snapshot.message, pilot, timeout=30)
+            await wait_for(lambda: len(app.journey.snapshot.chips) > steps, pilot, timeout=60)
+            assert said not in app.journey.snapshot.message  # (the step's own frame replaced it)

@@ -150,6 +150,7 @@ class EngineWorker(CommandThread[Snapshot]):
         self.session = Session(engine_of(loaded), self._settings)
         if isinstance(self.session.engine, DrawingEngine):  # a server's waits are said in the status line
             self.session.engine.say = self._say
+            self.session.engine.waiting = self._said_meanwhile
         self._message, self._progress = "prefilling the prompt", None
         self._cancels_from_now()
         self._publish()

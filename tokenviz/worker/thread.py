@@ -51,6 +51,7 @@ class CommandThread(Generic[S]):
         self._queue: queue.Queue[Command | _Quit] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
         self._writing = threading.Lock()  # guards writes_pending
+        self._posting = threading.Lock()  # one frame posted at a time (see _said_meanwhile)
         self._stopping = threading.Event()
         self._cancel_upto = -1  # Escape cancels every command submitted up to this one (see cancel)
         self._running = 0  # the number of the command being run (0: loading); see _cancelled
@@ -274,18 +275,28 @@ class CommandThread(Generic[S]):
         return self._cancel_upto >= self._running or self._stopping.is_set()
 
     def _publish(self, error: str | None = None) -> None:
-        self._seq += 1
-        self._last_publish = time.perf_counter()
-        try:
-            snapshot = self._snapshot(error)
-        except TokenvizError as exc:  # foreseeable (a server that stopped answering): the journey is intact
-            self.playing = False
-            snapshot = self._fallback(str(exc))
-        except Exception as exc:  # the journey is intact: show the last good frame with the error
-            self.playing = False
-            snapshot = self._fallback(f"internal error while drawing: {exc} ({log_exception()})")
-        self._last_snapshot = snapshot
-        self._post(snapshot)
+        with self._posting:
+            self._seq += 1
+            self._last_publish = time.perf_counter()
+            try:
+                snapshot = self._snapshot(error)
+            except TokenvizError as exc:  # foreseeable (a server that stopped answering): the journey is intact
+                self.playing = False
+                snapshot = self._fallback(str(exc))
+            except Exception as exc:  # the journey is intact: show the last good frame with the error
+                self.playing = False
+                snapshot = self._fallback(f"internal error while drawing: {exc} ({log_exception()})")
+            self._last_snapshot = snapshot
+            self._post(snapshot)
+
+    def _said_meanwhile(self, line: str) -> None:
+        """`line` in the status line, said from another thread while this one waits (a server's request
+        past a second): the last frame again with it as its message, the same journey and number (so no
+        view asks again); the engine thread's next frame replaces it."""
+        with self._posting:
+            last = self._last_snapshot
+            if last is not None and not self._stopping.is_set():
+                self._post(dataclasses.replace(last, message=line))
 
     def _take_notice(self) -> str | None:
         notice, self._notice = self._notice, None

@@ -41,6 +41,7 @@ MAX_KEY_BYTES = 4096
 MAX_ERROR_BYTES = 64 << 10  # of an error's body, read for the server's message
 RETRIES = (0.5, 1.0, 2.0, 4.0)  # seconds waited before each retry of a 429 or 503
 BUSY = (429, 503)
+WAITING_SAID_S = 1.0  # a request that has not answered by then is said in the status line
 LOOPBACK_NAMES = ("localhost",)
 MASK = "<the API key>"
 
@@ -144,15 +145,19 @@ def base_url(url: str, insecure_http: bool, with_key: bool) -> str:
 
 class _Deadline:
     """A whole request's deadline: when it passes, the request's socket is shut down, which ends a
-    read blocked on a server that sends a byte at a time (httpx's timeouts are per read)."""
+    read blocked on a server that sends a byte at a time (httpx's timeouts are per read). With
+    `waiting`, what is waited on is said once the request has waited WAITING_SAID_S."""
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, waiting: Callable[[], None] | None = None) -> None:
         self.seconds = seconds
         self.ends = time.monotonic() + seconds
         self.passed = False
         self.socket: socket.socket | None = None
         self._timer = threading.Timer(seconds, self._cut)
         self._timer.daemon = True
+        self._said = threading.Timer(WAITING_SAID_S, waiting) if waiting is not None else None
+        if self._said is not None:
+            self._said.daemon = True
 
     def trace(self, event: str, info: dict[str, Any]) -> None:
         """httpcore's trace extension: the connection's socket, as it is made (or wrapped for TLS)."""
@@ -175,10 +180,14 @@ class _Deadline:
 
     def __enter__(self) -> _Deadline:
         self._timer.start()
+        if self._said is not None:
+            self._said.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._timer.cancel()
+        if self._said is not None:
+            self._said.cancel()
 
 
 @dataclass
@@ -188,6 +197,7 @@ class Endpoint:
     url: str
     key: str | None = None
     say: Say = lambda line: None
+    waiting: Say = lambda line: None  # said from a timer's thread once a request has waited WAITING_SAID_S
     requests: int = field(default=0, init=False)
     answered: int = field(default=0, init=False)  # requests the server answered at all
     _client: httpx.Client | None = field(default=None, init=False, repr=False, compare=False)
@@ -247,7 +257,7 @@ class Endpoint:
     def stream_lines(self, path: str, body: dict[str, Any], deadline: float = REQUEST_DEADLINE_S) -> Iterator[bytes]:
         """The lines of a streamed answer (server-sent events), each at most MAX_LINE_BYTES, the
         whole within `deadline` seconds."""
-        with _Deadline(self._within(deadline, path)) as clock:
+        with _Deadline(self._within(deadline, path), self._waiting_on(path, deadline)) as clock:
             try:
                 with self.client().stream(
                     "POST", self.url + path, json=body, headers=self.headers(), extensions={"trace": clock.trace}
@@ -272,7 +282,7 @@ class Endpoint:
     def _send(self, method: str, path: str, body: dict[str, Any] | None, root: bool, deadline: float, most: int) -> Any:
         url = (self.root if root else self.url) + path
         for attempt, wait in enumerate((*RETRIES, None)):
-            with _Deadline(self._within(deadline, path)) as clock:
+            with _Deadline(self._within(deadline, path), self._waiting_on(path, deadline)) as clock:
                 try:
                     status, data = self._once(method, url, body, path, clock, most)
                 except (httpx.HTTPError, TimeoutError, OSError) as exc:
@@ -295,6 +305,18 @@ class Endpoint:
             yield
         finally:
             self._phase = None
+
+    def _waiting_on(self, path: str, deadline: float) -> Callable[[], None]:
+        """What says, from a timer's thread, that `path` has not answered yet."""
+        started = time.monotonic()
+
+        def said() -> None:
+            within = self._phase[2] if self._phase is not None else f"a deadline of {deadline:g} s"
+            self.waiting(
+                f"waiting on {self.host}: {path} has not answered for {time.monotonic() - started:.0f} s ({within})"
+            )
+
+        return said
 
     def _within(self, deadline: float, path: str) -> float:
         """A request's deadline, cut to what is left of the phase it is part of (none left: NoAnswer)."""

@@ -139,6 +139,8 @@ class ServedEngine:
         self.give_way: Callable[[], bool] | None = None  # (a request is not set aside: it is one step)
         self.say: Callable[[str], None] = lambda line: None  # (the worker shows it: a busy server retried)
         endpoint.say = lambda line: self.say(line)
+        self.waiting: Callable[[str], None] = endpoint.waiting  # (the worker shows it, from the timer's thread)
+        endpoint.waiting = lambda line: self.waiting(line)
         self.pieces: ServedPieces | TokenPieces = (
             ServedPieces(self) if local_tokenizer is None else TokenPieces(local_tokenizer)
         )

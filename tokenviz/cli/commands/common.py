@@ -122,6 +122,7 @@ def served_loader(
             progress(f"loading the tokenizer {tokenizer}", None)
             here = tokenizer_here(tokenizer)
         progress(f"asking {endpoint.host} about {name}", 0.5)
+        endpoint.waiting = lambda line: progress(line, 0.5)  # (a request past a second says what it waits on)
         return ServedEngine(endpoint, name, local_tokenizer=here, model_files=tokenizer)
 
     return load
