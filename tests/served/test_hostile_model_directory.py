@@ -52,8 +52,12 @@ def server(original):
         h.answer(200, {"prompt": tokenizer.decode(ids) if all(0 <= t < vocab for t in ids) else ""})
 
     def completions(h) -> None:
-        if "vllm_xargs" in h.body():
-            h.answer(200, {"choices": [{"logprobs": None}], "activations": {"residual_stream": {}, "attn_q": {}}})
+        xargs = h.body().get("vllm_xargs") or {}
+        if "output_residual_stream" in xargs:  # (the probe: the plugin's sign)
+            activations = {"residual_stream": {}, "attn_q": {}, "attn_k": {}}
+            h.answer(200, {"choices": [{"logprobs": None}], "activations": activations})
+        elif "output_qk" in xargs:  # an attention request: a scale no float holds (round 6, finding 3)
+            h.answer(200, b'{"activations": {"qk_meta": {"__json__": [{"scale": ' + b"9" * 401 + b"}]}}}")
         else:
             plain(h)
 
@@ -198,3 +202,32 @@ def test_a_fifo_as_the_weights_is_refused_and_trace_ends(original, server, tmp_p
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert done.returncode == 2 and len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
     assert "model.safetensors is not a regular file" in errors[0]
+
+
+async def test_attention_rows_a_server_cannot_give_are_a_note_in_the_pane(original, server):
+    """(Round 6, finding 3: a 401-digit scale left the attention pane on "computing attention…" with no
+    note.) The pane says why, and the journey goes on."""
+    from apptools import settle, wait_for
+
+    from tokenviz.contract.settings import SamplingSettings
+    from tokenviz.ui.app import TokenvizApp
+    from tokenviz.worker.engine_thread import EngineWorker
+
+    engine = ServedEngine.open(ServedChoice(server.url), original)
+    worker = EngineWorker(lambda progress: engine, SamplingSettings(temperature=0, max_new_tokens=100), "Hello")
+    app = TokenvizApp(worker)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(app, pilot)
+        said = "an integer of 401 digits is past any count or id"
+
+        def noted() -> bool:
+            view = app.journey.snapshot.attention
+            return view is not None and said in view.missing
+
+        await wait_for(noted, pilot, timeout=30)
+        await pilot.pause(0.5)
+        shown = " ".join(strip.text.strip() for strip in app.query_one("AttentionPane").redraw())
+        assert said in shown and "computing attention" not in shown, shown
+        await pilot.press("space")
+        s = await settle(app, pilot)
+        assert len(s.chips) > 1 and s.error is None

@@ -51,6 +51,7 @@ class AttentionView:
     queries: range
     weights: np.ndarray = field(repr=False, compare=False)  # float32 (heads, len(queries), queries.stop)
     missing: str = ""  # why some rows are NaN (a journey file that did not keep them), else ""
+    failed: bool = False  # every row is NaN: the engine could not give them (`missing` says why)
 
     def covers(self, layer: int, queries: range) -> bool:
         return layer == self.layer and self.queries.start <= queries.start and queries.stop <= self.queries.stop

@@ -13,6 +13,8 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, assert_never
 
+import numpy as np
+
 from tokenviz.contract.attention import AttentionView
 from tokenviz.contract.commands import (
     Adjust,
@@ -102,6 +104,7 @@ class EngineWorker(CommandThread[Snapshot]):
         self._results: dict[type[Request[Any]], ViewResult] = {}  # the newest result of each kind of request
         self._cancelled_kinds: set[type[Request[Any]]] = set()  # whose last run was cancelled
         self._attention_request: ShowAttention | None = None
+        self._attention_failed: tuple[tuple[int, range, tuple[int, ...]], AttentionView] | None = None
         self._attention_rows = AttentionRows()
         self._forced: deque[int] = deque()  # a continuation's tokens still to force (see Continue)
         self._forced_total = 0
@@ -451,4 +454,13 @@ class EngineWorker(CommandThread[Snapshot]):
         if Capability.ATTENTION.value not in session.engine.info.capabilities:
             return None  # (the attention pane says why: the engine does not give it)
         layer, queries = request.resolve(session.engine.kv_len, session.engine.info.layers)
-        return self._attention_rows.view(session, layer, queries)
+        asked = (layer, queries, tuple(session.ids))
+        if self._attention_failed is not None and self._attention_failed[0] == asked:
+            return self._attention_failed[1]  # (asked once: not again each frame)
+        try:
+            return self._attention_rows.view(session, layer, queries)
+        except TokenvizError as exc:  # (a server's rows it cannot give: the pane says why, not "computing…")
+            weights = np.full((session.engine.info.heads, len(queries), queries.stop), np.nan, dtype=np.float32)
+            failed = AttentionView(layer=layer, queries=queries, weights=weights, missing=str(exc), failed=True)
+            self._attention_failed = (asked, failed)
+            return failed

@@ -153,6 +153,8 @@ class AttentionPane(LinesPane):
             if not self._strips or self._strips[0].text.startswith("waiting"):
                 return [Strip([Segment("computing attention…", Style(dim=True))])]
             return self._strips  # the rows asked for are on their way: keep the last map until they come
+        if view.missing and s.live and view.failed:  # (rows the engine could not give: why, in words)
+            return [Strip([Segment(line, Style(dim=True))]) for line in textwrap.wrap(view.missing, max(width, 20))]
         matrix = view.window(queries, keys, selection.head)
         matrix = np.repeat(np.repeat(matrix, zoom, axis=0), zoom_x, axis=1)
         style = self.rich_style  # computed from the CSS on each access: once here, not once per line
