@@ -33,7 +33,7 @@ class HeadAblation:
         return {"kind": "ablate", "layer": self.layer, "head": self.head, "mean": self.mean}
 
 
-MAX_STEER_SCALE = 10_000  # a steering scale (residual streams are tens to thousands in norm)
+MAX_STEER_SCALE = 3.4028234663852886e38  # float32's largest: a larger scale makes the vector infinite
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,8 @@ class Steering:
             raise SettingsError(f"a steering scale must be a number, got {self.scale}")
         if abs(self.scale) > MAX_STEER_SCALE:
             raise SettingsError(
-                f"a steering scale is at most ±{MAX_STEER_SCALE:,} (got {self.scale:g}): past it the direction "
-                "drowns the residual stream, and a float32 vector overflows"
+                f"a steering scale is at most ±{MAX_STEER_SCALE:.3g}, float32's range (got {self.scale:g}): "
+                "past it the vector is infinite"
             )
         if not self.toward or not self.away:
             raise SettingsError("steering needs two texts: toward and away")
