@@ -6,8 +6,9 @@ import sys
 import pytest
 import torch
 
-from tokenviz.backends.transformers.lens import final_norm, inspect_positions
-from tokenviz.backends.transformers.parts import decoder_layers
+from tokenviz.backends.hf.output_head import final_norm
+from tokenviz.backends.hf.parts import decoder_layers
+from tokenviz.backends.transformers.lens import inspect_positions
 from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session

@@ -18,6 +18,21 @@ def test_import_linter_contracts_hold():
     assert " 0 broken" in out.stdout
 
 
+def test_every_backend_package_is_held_independent_of_the_others():
+    """Each package under tokenviz/backends/ that is a backend (not the shared hf, not the registry) is in
+    the independence contract, so a new backend cannot import another without a broken contract."""
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    independent = next(c["modules"] for c in contracts if c["type"] == "independence")
+    packages = {p.parent.name for p in (ROOT / "tokenviz" / "backends").glob("*/__init__.py")} - {"hf"}
+    assert set(independent) == {f"tokenviz.backends.{name}" for name in packages}
+    graph = grimp.build_graph("tokenviz", exclude_type_checking_imports=False)
+    for name in packages:
+        for other in packages - {name}:
+            assert not graph.chain_exists(f"tokenviz.backends.{name}", f"tokenviz.backends.{other}", as_packages=True)
+
+
 def test_no_import_cycle_anywhere_type_checking_imports_included():
     graph = grimp.build_graph("tokenviz", exclude_type_checking_imports=False)  # (a hint's import is design too)
     edges = networkx.DiGraph()

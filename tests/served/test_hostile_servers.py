@@ -465,7 +465,7 @@ def test_a_steering_scale_that_overflows_is_refused_before_any_request():
     """(Finding 4: 1e39 gave a numpy warning, then an all-inf steering vector was sent to the server.)"""
     with hostile_server() as server:
         line = one_line(*run("trace", "Hello", *served(server), "--steer-tokens", "15:1e39: Paris: the"))
-        assert "a steering scale is at most ±10,000" in line and "1e+39" in line
+        assert "a steering scale is at most ±3.4e+38, float32's range (got 1e+39)" in line
         assert server.log.paths("/v1/completions") == 0
 
 
@@ -558,20 +558,19 @@ def tamper_piece(doc) -> None:  # a piece of text derived from an id
     doc["replay"]["records"][1]["top"][0][1] = " Paris"
 
 
-@pytest.mark.parametrize(
-    "tamper, said",
-    [
-        (tamper_chip, "replay.chips["),
-        (tamper_text, "text is ' Rome, Italy' in the journey"),
-        (tamper_top, "replay.records[1].top[2][2]"),
-        (tamper_model, "model.name is 'gpt-4' in the journey"),
-        (tamper_settings, "replay.records[0].decision.settings.top_p is 0.5"),
-        (tamper_piece, "replay.records[1].top[0][1] is ' Paris'"),
-    ],
-    ids=["chip", "text", "top-logprob", "model", "settings", "piece"],
-)
-def test_replay_verify_of_a_tampered_served_journey_names_what_differs(monkeypatch, capsys, tmp_path, tamper, said):
-    """(Finding 1: each of these was "verified", exit 0: only the chosen ids and their probability were read.)"""
+TAMPERED = [
+    (tamper_chip, "replay.chips["),
+    (tamper_text, "text is ' Rome, Italy' in the journey"),
+    (tamper_top, "replay.records[1].top[2][2]"),
+    (tamper_model, "model.name is 'gpt-4' in the journey"),
+    (tamper_settings, "replay.records[0].decision.settings.top_p is 0.5"),
+    (tamper_piece, "replay.records[1].top[0][1] is ' Paris'"),
+]
+
+
+def test_replay_verify_of_a_tampered_served_journey_names_what_differs(monkeypatch, capsys, tmp_path):
+    """(Finding 1: each of these was "verified", exit 0: only the chosen ids and their probability were
+    read.) The journey as saved verifies; each change alone is a mismatch naming its place."""
     from clitools import invoke
 
     monkeypatch.setenv(KEY_ENV, TOKEN)
@@ -582,12 +581,14 @@ def test_replay_verify_of_a_tampered_served_journey_names_what_differs(monkeypat
         assert code == 0, err
         code, out, err = invoke(monkeypatch, capsys, "replay", str(saved), "--verify", *served(server))
         assert code == 0 and "verified: all 3 steps" in out, err
-        doc = json.loads(saved.read_text())
-        tamper(doc)
-        saved.write_text(json.dumps(doc))
-        code, out, err = invoke(monkeypatch, capsys, "replay", str(saved), "--verify", *served(server))
-    assert code == 1 and said in err and "mismatch" in err, (code, out, err)
-    assert TOKEN not in out + err
+        original = saved.read_text()
+        for tamper, said in TAMPERED:
+            doc = json.loads(original)
+            tamper(doc)
+            saved.write_text(json.dumps(doc))
+            code, out, err = invoke(monkeypatch, capsys, "replay", str(saved), "--verify", *served(server))
+            assert code == 1 and said in err and "mismatch" in err, (tamper.__name__, code, out, err)
+            assert TOKEN not in out + err
 
 
 def test_a_served_journey_with_a_log_probability_above_0_is_refused_by_the_schema(monkeypatch, capsys, tmp_path):

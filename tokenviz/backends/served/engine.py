@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from tokenviz.backends.hf.token_texts import TokenPieces
 from tokenviz.backends.served.completions import (
     TOP_N,
     ServedChoice,
@@ -43,7 +44,6 @@ from tokenviz.backends.served.head import OutputHead, checked_files, load_head
 from tokenviz.backends.served.internals import INSTALL, PLUGIN, Plugin, ServedInternals, probe
 from tokenviz.backends.served.steering import ServedSteering, request_fields
 from tokenviz.backends.served.timing import RequestTimer
-from tokenviz.backends.transformers.token_texts import TokenPieces
 from tokenviz.contract.engine import Capability, in_order, lacking
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.interventions import Intervention
@@ -85,7 +85,7 @@ class ServedForward:
 def tokenizer_here(files: str) -> Any:
     """The tokenizer of --tokenizer (an id or the model's directory), a directory's files and config
     checked first (backends.served.head.checked_files: the tokenizer reads the config too)."""
-    from tokenviz.backends.transformers.loading import load_tokenizer
+    from tokenviz.backends.hf.tokenizer import load_tokenizer
 
     if Path(files).expanduser().is_dir():
         checked_files(Path(files).expanduser())

@@ -12,11 +12,11 @@ from typing import Any
 
 import torch
 
+from tokenviz.backends.hf.parts import last_logits
 from tokenviz.backends.transformers.attention import IMPLEMENTATION, capturing, exact_weights
 from tokenviz.backends.transformers.cache import cut_cache, with_cache
 from tokenviz.backends.transformers.loaded_model_access import ModelAccess
 from tokenviz.backends.transformers.memory import free_bytes, gigabytes
-from tokenviz.backends.transformers.parts import last_logits
 from tokenviz.backends.transformers.query_store import QUERY_SHARE, QueryStore, query_budget
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.tensors.transfer import ids_to_device

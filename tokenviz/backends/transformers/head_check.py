@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from tokenviz.backends.transformers.lens import head_logits
+from tokenviz.backends.hf.output_head import head_logits
 
 HEAD_TOLERANCE = 1e-4  # the output layer run again on the last position gives the model's logits within this
 _CHECKED: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()  # by model
@@ -30,7 +30,7 @@ def settle_head(model: Any, reproduces: bool) -> None:
 
 
 def output_layer(model: Any) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The model's logits from what its output layer reads (see lens.head_logits)."""
+    """The model's logits from what its output layer reads (see hf.output_head.head_logits)."""
 
     def logits(hidden: torch.Tensor) -> torch.Tensor:
         with torch.inference_mode():

@@ -13,8 +13,8 @@ from typing import Any, assert_never
 
 import torch
 
+from tokenviz.backends.hf.parts import decoder_layers, last_logits
 from tokenviz.backends.transformers.cache import passed_cache
-from tokenviz.backends.transformers.parts import decoder_layers, last_logits
 from tokenviz.contract.errors import SettingsError
 from tokenviz.contract.interventions import HeadAblation, Intervention, Patch, Steering, check_patch_source
 from tokenviz.tensors.transfer import ids_to_device

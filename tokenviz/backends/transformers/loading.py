@@ -19,8 +19,9 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from tokenviz.backends.hf.checkpoint import check_checkpoint
+from tokenviz.backends.hf.parts import text_config
 from tokenviz.backends.transformers.attention import use_fast_attention
-from tokenviz.backends.transformers.checkpoint import check_checkpoint
 from tokenviz.backends.transformers.device_map import accelerate_limits, check_map_modules, offload_dir_for, placed
 from tokenviz.backends.transformers.gguf_cache import (
     CacheNotWritable,
@@ -31,7 +32,6 @@ from tokenviz.backends.transformers.gguf_cache import (
 )
 from tokenviz.backends.transformers.memory import check_fits, parameter_count
 from tokenviz.backends.transformers.model_description import model_info
-from tokenviz.backends.transformers.parts import text_config
 from tokenviz.backends.transformers.quantizing import quantization_config, quantized
 from tokenviz.backends.transformers.quiet import one_line, quiet
 from tokenviz.contract.errors import ModelLoadError, TokenvizError
@@ -357,18 +357,3 @@ def _explain(spec: str, exc: Exception) -> str:
     if "unrecognized" in lowered or "not supported" in lowered or "should contain" in lowered:
         return f"{spec} is not a causal language model transformers can load ({text})"
     return f"could not load model {spec!r}: {text}"
-
-
-def load_tokenizer(source: str) -> Any:
-    """A tokenizer alone (a Hugging Face id or directory): a served model's, to tokenize with here. One
-    line where it cannot load."""
-    from transformers import AutoTokenizer
-
-    directory = Path(source).expanduser()
-    if directory.is_dir():  # (its files looked at before any is opened: a FIFO there would block)
-        check_model_directory(directory, f"--tokenizer {safe_text(source)}")
-    try:
-        return AutoTokenizer.from_pretrained(source)
-    except Exception as exc:  # (the user's files: whatever they make transformers or tokenizers raise)
-        said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ModelLoadError(f"cannot load the tokenizer {safe_text(source)}: {safe_text(said)[:200]}") from None

@@ -21,10 +21,10 @@ from typing import Any
 
 import torch
 
+from tokenviz.backends.hf.output_head import final_norm, head_logits_before_cap, softcap
+from tokenviz.backends.hf.parts import decoder_layers
 from tokenviz.backends.transformers.interrupt import layer_by_layer
-from tokenviz.backends.transformers.lens import final_norm, head_logits_before_cap, softcap
 from tokenviz.backends.transformers.loaded_model_access import ModelAccess
-from tokenviz.backends.transformers.parts import decoder_layers
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import LogitDifference
 

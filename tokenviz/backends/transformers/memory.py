@@ -16,8 +16,8 @@ from typing import Any
 import psutil
 import torch
 
+from tokenviz.backends.hf.parts import kv_heads, layer_configs, text_config
 from tokenviz.backends.transformers.attention import latent_attention
-from tokenviz.backends.transformers.parts import kv_heads, layer_configs, text_config
 from tokenviz.contract.errors import ModelLoadError
 
 KV_TOKENS = 4096  # the context whose KV cache is reserved (the model's own, if shorter)

@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
+from tokenviz.backends.hf.parts import kv_heads, layer_configs, text_config
 from tokenviz.backends.transformers.attention import IMPLEMENTATION
-from tokenviz.backends.transformers.parts import kv_heads, layer_configs, text_config
 from tokenviz.contract.records import ModelInfo
 
 

@@ -15,9 +15,9 @@ from typing import Any, Protocol
 
 import torch
 
+from tokenviz.backends.hf.parts import decoder_layers
 from tokenviz.backends.transformers.cache import cache_prefix, full_cache, with_cache
 from tokenviz.backends.transformers.loaded_model_access import ModelAccess
-from tokenviz.backends.transformers.parts import decoder_layers
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.grammar import refuse_grammar
 from tokenviz.contract.results import Round, Speculation
