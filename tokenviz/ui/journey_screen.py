@@ -29,6 +29,7 @@ from tokenviz.contract.interventions import edit_entries
 from tokenviz.contract.snapshot import Snapshot
 from tokenviz.contract.worker import Worker
 from tokenviz.ui.colors import page_colors
+from tokenviz.ui.compare_screen import CompareScreen
 from tokenviz.ui.fitting_footer import FittingFooter
 from tokenviz.ui.keys import (
     JOURNEY_OWNERS,
@@ -159,6 +160,10 @@ class JourneyScreen(WorkerScreen[Snapshot]):
 
     def on_resize(self, event: events.Resize) -> None:
         self._fit_layout(event.size)  # the app's own size is the old one until the resize is done
+
+    @on(SamplingPane.CompareAsked)
+    def _open_comparison(self, message: SamplingPane.CompareAsked) -> None:
+        self.app.push_screen(CompareScreen(message.worker))
 
     @on(AttentionPane.Resized)
     def _attention_resized(self) -> None:

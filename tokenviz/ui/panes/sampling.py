@@ -5,17 +5,19 @@ from __future__ import annotations
 from rich.cells import cell_len
 from rich.text import Text
 from textual import work
+from textual.message import Message
 
 from tokenviz.contract.commands import Adjust, Assign, Constrain, Play, Start
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.presets import preset_in_force
 from tokenviz.contract.records import Decision
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.contract.snapshot import ComparisonSnapshot
+from tokenviz.contract.worker import Worker
 from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell
 from tokenviz.render.units import probability
 from tokenviz.render.visible import visible
-from tokenviz.ui.compare_screen import CompareScreen
 from tokenviz.ui.panes.base import BoxPane
 from tokenviz.ui.screens import CompareDialog, GrammarDialog, SettingsDialog
 from tokenviz.ui.selection import Selection
@@ -115,6 +117,13 @@ def pipeline_text(d: Decision, top_only: int, compact: bool = False) -> Text:
 class SamplingPane(BoxPane):
     TITLE = "sampling"
 
+    class CompareAsked(Message):
+        """The comparison the user asked for, its worker made: the screen opens it (a pane opens no screen)."""
+
+        def __init__(self, worker: Worker[ComparisonSnapshot]) -> None:
+            super().__init__()
+            self.worker = worker
+
     # ---- its keys (routed here by the journey's screen: see ui.keys.JOURNEY_OWNERS) ----------------------
 
     def action_adjust(self, name: str, direction: int) -> None:
@@ -179,7 +188,7 @@ class SamplingPane(BoxPane):
                 self.notify(str(exc), severity="error")
                 return
             journey.submit(Play(on=False))
-            self.app.push_screen(CompareScreen(worker))
+            self.post_message(self.CompareAsked(worker))
 
         self.app.push_screen(CompareDialog(), chosen)
 
