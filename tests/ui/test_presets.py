@@ -99,3 +99,21 @@ async def test_any_setting_is_typed_with_equals_and_a_mistake_changes_nothing():
         await answer_dialog(app, pilot, "equals_sign", SettingsDialog, "temperature=hot")
         await wait_for(lambda: any("temperature must be a number" in str(n.message) for n in app._notifications), pilot)
         assert app.journey.snapshot.settings == s
+
+
+@pytest.mark.terminal
+def test_a_past_steps_subtitle_shows_the_settings_it_was_decided_with_at_80x24(tiny_dir):
+    """(Issue 69, finding 1: after F3, the cursor on a step decided before it showed the creative preset's
+    settings in the sampling pane's subtitle, beside a body decided with others.)"""
+    from terminals import keys, quits_cleanly, screen, terminal, wait_screen
+
+    with terminal((80, 24), "The cat sat", "--model", tiny_dir, "--temperature", "0.7") as name:
+        wait_screen(name, r"ready · step 0")
+        keys(name, "Space", "Space")
+        wait_screen(name, r"step 2")
+        keys(name, "F3")
+        wait_screen(name, r"T 1\.00 .*preset creative")
+        keys(name, "Left", "Left")
+        wait_screen(name, r"T 0\.70")
+        assert "preset creative" not in screen(name)
+        quits_cleanly(name)

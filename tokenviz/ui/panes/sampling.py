@@ -239,5 +239,5 @@ class SamplingPane(BoxPane):
                 table.append(cell(value + ("↓" if penalised else ""), stage_w, right=True) + " ")
             table.append(bar(finals[i], bar_width) + "\n", style=final_color)
         table.rstrip()
-        self.set_subtitle(*settings_lines(settings))
+        self.set_subtitle(*settings_lines(d.settings))  # (the step's own: a past step's, not today's)
         self.update(Text("\n").join([pipeline, table, decision]))
