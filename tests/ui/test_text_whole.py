@@ -241,3 +241,32 @@ async def test_the_sampling_pane_at_80x24_gives_its_rows_to_the_kept_tokens():
     async with app.run_test(size=(160, 48)) as pilot:  # room enough: the stages in full
         await settle(app, pilot)
         assert str(app.query_one(SamplingPane).content).startswith("logits → softmax → temperature")
+
+
+async def test_the_timing_views_two_rates_are_of_the_same_steps_and_all_work_is_never_faster():
+    """(Issue 69, finding 2: "1.0 tokens/s from the forward pass alone" beside "engine rate, all work
+    included: 1.1 tokens/s": the forward's rate was over every step, the engine's over the last 16.)"""
+    import re
+
+    from tokenviz.ui.panes.timing import TimingPane
+
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=40))
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(app, pilot)
+        for _ in range(20):  # (more steps than the rate's window)
+            await pilot.press("space")
+        s = await settle(app, pilot)
+        assert s.rate_steps == 16 and s.forward_tokens_per_s >= s.tokens_per_s
+        await pilot.press("i")
+        await wait_for(lambda: app.query_one("#views").current == "timing", pilot)
+        pane = app.query_one(TimingPane)
+        await wait_for(
+            lambda: "last 16 steps" in " ".join(str(x.text) for x in pane.render_lines(pane.region.reset_offset)), pilot
+        )
+        shown = " ".join(
+            " ".join("".join(seg.text for seg in strip).strip("│ ").split())
+            for strip in pane.render_lines(pane.region.reset_offset)
+        )
+        found = re.search(r"the last 16 steps: ([\d.]+) tokens/s from the forward pass alone, ([\d.]+) with all", shown)
+        assert found is not None, shown
+        assert float(found[1]) >= float(found[2])

@@ -54,7 +54,9 @@ class Snapshot:
     stop_reason: str | None = None
     playing: bool = False
     pace_s: float = 0.0  # autoplay's least time between steps (0: as fast as it runs)
-    tokens_per_s: float | None = None
+    tokens_per_s: float | None = None  # the engine's rate, all work included, over the last rate_steps steps
+    forward_tokens_per_s: float | None = None  # the forward passes' alone, over the same steps
+    rate_steps: int = 0
     error: str | None = None  # one line, for a notification
     notice: str | None = None  # one line of news, for a notification (a file saved)
     attention: AttentionView | None = None  # the rows the attention pane asked for (see ShowAttention)

@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, assert_never
 
 import numpy as np
@@ -85,6 +85,12 @@ BUSY: dict[type, EngineState] = {  # what the status line says while a command r
 }
 
 
+def rate(seconds: Iterable[float]) -> float | None:
+    """Steps a second over steps that took `seconds` each (None: none, or no time)."""
+    times = list(seconds)
+    return len(times) / sum(times) if times and sum(times) > 0 else None
+
+
 class EngineWorker(CommandThread[Snapshot]):
     thread_name = "tokenviz-engine"
 
@@ -100,7 +106,7 @@ class EngineWorker(CommandThread[Snapshot]):
         self._busy: EngineState | None = None  # shown instead of the journey's state while set
         self.session: Session | None = None
         self._progress: float | None = None
-        self._step_times: deque[float] = deque(maxlen=16)
+        self._step_times: deque[tuple[float, float]] = deque(maxlen=16)  # (whole, forward pass) seconds
         self._results: dict[type[Request[Any]], ViewResult] = {}  # the newest result of each kind of request
         self._cancelled_kinds: set[type[Request[Any]]] = set()  # whose last run was cancelled
         self._attention_request: ShowAttention | None = None
@@ -399,10 +405,13 @@ class EngineWorker(CommandThread[Snapshot]):
         self._forced_total, self._message = 0, ""
 
     def _timed(self, action: Callable[[], object]) -> None:
-        """Run one decode step and count it in tok/s (prefills and cache rebuilds are not steps)."""
+        """Run one decode step and count it in tok/s (prefills and cache rebuilds are not steps): its
+        whole time and its forward pass's, so both rates are of the same steps."""
         started = time.perf_counter()
         action()
-        self._step_times.append(time.perf_counter() - started)
+        records = self.session.records if self.session is not None else ()
+        forward_s = records[-1].forward_ms / 1e3 if records else 0.0
+        self._step_times.append((time.perf_counter() - started, forward_s))
 
     # ---- snapshots -----------------------------------------------------------------------------------
 
@@ -429,7 +438,9 @@ class EngineWorker(CommandThread[Snapshot]):
             progress=self._progress,
             playing=self.playing,
             pace_s=self.pace_s,
-            tokens_per_s=len(self._step_times) / sum(self._step_times) if self._step_times else None,
+            tokens_per_s=rate(wall for wall, _ in self._step_times),
+            forward_tokens_per_s=rate(forward for _, forward in self._step_times),
+            rate_steps=len(self._step_times),
             error=error,
             handled=self._handled,
             results=tuple(self._results.values()),

@@ -37,12 +37,14 @@ class TimingPane(BoxPane):
         if decode:
             mean = statistics.mean(decode)
             text.append(
-                f"decode: {elapsed(mean)} per step (one token each, reusing the cache), "
-                f"{1000 / mean:.1f} tokens/s from the forward pass alone\n",
+                f"decode: {elapsed(mean)} per step (one token each, reusing the cache)\n",
                 style="bold",
             )
-            if s.tokens_per_s:
-                text.append(f"engine rate, all work included: {s.tokens_per_s:.1f} tokens/s\n")
+            if s.tokens_per_s and s.forward_tokens_per_s:  # (of the same steps: all work is never faster)
+                text.append(
+                    f"the last {s.rate_steps} steps: {s.forward_tokens_per_s:.1f} tokens/s from the forward pass "
+                    f"alone, {s.tokens_per_s:.1f} with all work included (the engine's rate)\n"
+                )
             text.append(f"sampling: {statistics.mean(sampling):.2f} ms per decision (every stage recorded)\n")
             placed = by_place(s.records[1:])
             if placed:
