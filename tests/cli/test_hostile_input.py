@@ -56,10 +56,19 @@ def test_an_invalid_utf8_prompt_gets_one_line(monkeypatch, capsys, tiny_dir):
     assert code == 2 and "not valid UTF-8" in one_error(err)
 
 
-@pytest.mark.parametrize("args, env", [(["replay", "x.json"], {}), ([], {}), ([], {"TERM": "dumb"})])
-def test_the_app_without_a_terminal_refuses_at_once(args, env, tmp_path):
+@pytest.mark.parametrize(
+    "args, env, headless",
+    [
+        (["replay", "x.json"], {}, "tokenviz replay FILE --verify"),
+        ([], {}, "tokenviz trace PROMPT --json"),
+        ([], {"TERM": "dumb"}, "tokenviz trace PROMPT --json"),
+        (["compare", "hi", "--against", "temperature=0.5"], {}, "tokenviz compare PROMPT ... --json"),
+    ],
+)
+def test_the_app_without_a_terminal_refuses_at_once(args, env, headless, tmp_path):
+    """Each command names its own form for a script (issue 69, finding 19: compare piped suggested trace)."""
     journey = tmp_path / "x.json"
-    if args:
+    if args[:1] == ["replay"]:
         from apptools import frozen_recording
 
         from tokenviz.files.journey_file import save_journey
@@ -75,7 +84,7 @@ def test_the_app_without_a_terminal_refuses_at_once(args, env, tmp_path):
         env={**os.environ, **env},
     )
     assert out.returncode == 2 and "Traceback" not in out.stderr
-    assert "trace" in one_error(out.stderr)
+    assert headless in one_error(out.stderr)
     assert out.stdout == ""
 
 

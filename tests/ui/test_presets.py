@@ -65,7 +65,7 @@ async def test_f3_sets_the_creative_preset_and_the_palette_finds_settings_and_pr
         assert {k: getattr(s, k) for k in CREATIVE} == CREATIVE
         await wait_for(lambda: "preset creative" in str(app.query_one(SamplingPane).border_subtitle), pilot)
         provider = TokenvizCommands(app.journey)
-        for query, expected in (("temperature", "Temperature up (T)"), ("creative", "Preset: creative")):
+        for query, expected in (("temperature", "Temperature up (T)"), ("creative", "Preset: creative (F3)")):
             hits = [str(hit.text) async for hit in provider.search(query)]
             assert any(expected in h for h in hits), (query, hits)
 
@@ -104,8 +104,9 @@ async def test_any_setting_is_typed_with_equals_and_a_mistake_changes_nothing():
 @pytest.mark.terminal
 def test_a_past_steps_subtitle_shows_the_settings_it_was_decided_with_at_80x24(tiny_dir):
     """(Issue 69, finding 1: after F3, the cursor on a step decided before it showed the creative preset's
-    settings in the sampling pane's subtitle, beside a body decided with others.)"""
-    from terminals import keys, quits_cleanly, screen, terminal, wait_screen
+    settings in the sampling pane's subtitle as if they had decided it.) They are said to be the settings
+    from now on there; on the pending step, decided with them, they are the step's own."""
+    from terminals import keys, quits_cleanly, terminal, wait_screen
 
     with terminal((80, 24), "The cat sat", "--model", tiny_dir, "--temperature", "0.7") as name:
         wait_screen(name, r"ready · step 0")
@@ -114,6 +115,9 @@ def test_a_past_steps_subtitle_shows_the_settings_it_was_decided_with_at_80x24(t
         keys(name, "F3")
         wait_screen(name, r"T 1\.00 .*preset creative")
         keys(name, "Left", "Left")
-        wait_screen(name, r"T 0\.70")
-        assert "preset creative" not in screen(name)
+        text = wait_screen(name, r"now: T 1\.00")
+        assert all("now: " in line for line in text.splitlines() if "preset creative" in line), text
+        keys(name, "Right", "Right")  # (the pending step, decided with the preset: no "now")
+        text = wait_screen(name, r"─ T 1\.00 .*preset creative")
+        assert "now: " not in text, text
         quits_cleanly(name)

@@ -94,7 +94,10 @@ KEYS: tuple[KeyRow, ...] = (
         + "; the sampling pane names the preset in force",
         tuple(
             Press(
-                f"f{i}", f"adjust('{p.name}', 1)", palette=f"Preset: {p.name}, for {p.task} ({p.summary})", replay=False
+                f"f{i}",
+                f"adjust('{p.name}', 1)",
+                palette=f"Preset: {p.name} (F{i}), for {p.task} ({p.summary})",  # (its key, as every entry's)
+                replay=False,
             )
             for i, p in enumerate(PRESETS, 1)
         ),

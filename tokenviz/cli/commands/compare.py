@@ -156,7 +156,7 @@ def compare(
             fail(str(exc))
         print_document(document, as_json=True)
         return
-    in_terminal.require_terminal()
+    in_terminal.require_terminal("tokenviz compare PROMPT ... --json")
     from tokenviz.worker.comparing import CompareWorker
 
     in_terminal.run_app(CompareWorker(build, prompt, chat=chat, system=system), theme, comparing=True)

@@ -15,14 +15,15 @@ if TYPE_CHECKING:
 QUIT_WAIT_S = 0.1  # how long quitting waits for the engine thread; exit_now then ends it mid-pass
 
 
-def require_terminal() -> None:
-    """The app draws full-screen: refuse, in one line, where it cannot."""
+def require_terminal(headless: str = "tokenviz trace PROMPT --json") -> None:
+    """The app draws full-screen: refuse, in one line, where it cannot, naming the command's own form for
+    a script (`headless`)."""
     if in_a_browser():
         return
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        fail("tokenviz needs a terminal on stdin and stdout; for scripts use: tokenviz trace PROMPT --json")
+        fail(f"tokenviz needs a terminal on stdin and stdout; for scripts use: {headless}")
     if os.environ.get("TERM") == "dumb":
-        fail("TERM=dumb cannot draw the app; use a full terminal, or: tokenviz trace PROMPT")
+        fail(f"TERM=dumb cannot draw the app; use a full terminal, or: {headless}")
 
 
 def can_draw() -> bool:

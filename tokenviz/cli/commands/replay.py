@@ -67,7 +67,7 @@ def replay(
         check_theme(theme)
     except TokenvizError as exc:
         fail(str(exc))
-    in_terminal.require_terminal()
+    in_terminal.require_terminal("tokenviz replay FILE --verify (or read FILE: it is JSON)")
     from tokenviz.worker.recording import RecordingWorker
 
     in_terminal.run_app(RecordingWorker(*recording), theme)

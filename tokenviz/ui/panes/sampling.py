@@ -43,6 +43,14 @@ def settings_lines(settings: SamplingSettings) -> tuple[str, str]:
     return " · ".join(t for t, _ in parts), " · ".join(t for t, in_force in parts if in_force)
 
 
+def subtitle_lines(decided: SamplingSettings, now: SamplingSettings) -> tuple[str, str]:
+    """The pane's subtitle (whole, and for a narrow border): the settings in force, said to be the ones
+    from now on where the step shown was decided with others (a past step's, before F3: never read as
+    the settings that made it)."""
+    full, short = settings_lines(now)
+    return (full, short) if decided == now else (f"now: {full}", f"now: {short}")
+
+
 def decision_line(d: Decision, width: int | None = None) -> str:
     """The decision in words; in `width` cells, a shorter form that keeps every number."""
     token = visible(d.chosen_text)
@@ -239,5 +247,5 @@ class SamplingPane(BoxPane):
                 table.append(cell(value + ("↓" if penalised else ""), stage_w, right=True) + " ")
             table.append(bar(finals[i], bar_width) + "\n", style=final_color)
         table.rstrip()
-        self.set_subtitle(*settings_lines(d.settings))  # (the step's own: a past step's, not today's)
+        self.set_subtitle(*subtitle_lines(d.settings, settings))
         self.update(Text("\n").join([pipeline, table, decision]))
