@@ -270,3 +270,22 @@ async def test_the_timing_views_two_rates_are_of_the_same_steps_and_all_work_is_
         found = re.search(r"the last 16 steps: ([\d.]+) tokens/s from the forward pass alone, ([\d.]+) with all", shown)
         assert found is not None, shown
         assert float(found[1]) >= float(found[2])
+
+
+async def test_after_r_no_decode_rate_is_said_until_a_step_is_taken():
+    """(Issue 69, finding 24: after r, the status line still showed the previous decode rate.)"""
+    from tokenviz.ui.panes.status import StatusLine
+
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=40))
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("space", "space", "space")
+        s = await settle(app, pilot)
+        assert s.tokens_per_s is not None
+        await pilot.press("r")
+        s = await settle(app, pilot)
+        assert s.tokens_per_s is None and len(s.chips) == s.prompt_len
+        assert "tok/s" not in str(app.query_one(StatusLine).render())
+        await pilot.press("space")
+        s = await settle(app, pilot)
+        assert s.tokens_per_s is not None and s.rate_steps == 1

@@ -238,6 +238,7 @@ class EngineWorker(CommandThread[Snapshot]):
                     raise TokenvizError("nothing to rewind: only the prompt is left")
             case Reset():
                 session.reset()
+                self._step_times.clear()  # (the rate said is of steps on screen: none now)
             case Start():
                 self._prefill(session, command)
                 self._prompt = command
