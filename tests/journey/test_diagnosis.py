@@ -74,6 +74,7 @@ def test_trace_names_the_new_token_limit_as_the_cause_of_a_cut_text(monkeypatch,
     doc = json.loads(out)
     cut = [d for d in doc["diagnosis"] if d["symptom"] == "cut off mid-sentence"]
     assert cut and cut[0]["cause"] == "the new-token limit" and cut[0]["evidence"]["limit"] == 8
+    assert cut[0]["evidence"]["new_tokens"] == len(doc["steps"]) == 8  # (issue 69, finding 9: both new tokens)
     assert doc["text"].endswith(cut[0]["evidence"]["ends_with"])
     code, out, err = invoke(
         monkeypatch,

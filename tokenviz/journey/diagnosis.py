@@ -35,13 +35,15 @@ def diagnose(
     the same index), as measured; none where nothing was."""
     generated = list(ids[prompt_len:])
     taken = list(records[: len(generated)])
-    found = [_cut(text, stop_reason, settings, len(ids))]
+    found = [_cut(text, stop_reason, settings, len(generated))]
     found.append(_repeated(generated, taken, prompt_len, settings, piece))
     found.append(_far_draws(taken, settings))
     return [s for s in found if s is not None]
 
 
-def _cut(text: str, stop_reason: str | None, settings: SamplingSettings, end: int) -> Symptom | None:
+def _cut(text: str, stop_reason: str | None, settings: SamplingSettings, new_tokens: int) -> Symptom | None:
+    """Cut off by the new-token limit: the limit and the new tokens it stopped at (both new tokens, the
+    prompt's not counted), and how the text ends."""
     if not (stop_reason or "").startswith("max new tokens") or not text.strip():
         return None
     if text.rstrip(" ").endswith(SENTENCE_ENDS):
@@ -50,7 +52,7 @@ def _cut(text: str, stop_reason: str | None, settings: SamplingSettings, end: in
         "cut off mid-sentence",
         "the new-token limit",
         f"raise the new-token limit (max_new_tokens; --steps headless) above {settings.max_new_tokens}",
-        (("limit", settings.max_new_tokens), ("stopped_at", end), ("ends_with", text[-24:])),
+        (("limit", settings.max_new_tokens), ("new_tokens", new_tokens), ("ends_with", text[-24:])),
     )
 
 
