@@ -86,7 +86,8 @@ class SamplingSettings:
             name, equals, value = assignment.partition("=")
             key = name.strip().replace("-", "_")
             if not equals or key not in fields:
-                raise SettingsError(f"{assignment!r} is not NAME=VALUE with a sampling setting: {', '.join(fields)}")
+                names = ", ".join(name.replace("_", "-") for name in fields)  # (as the dialog and the CLI write them)
+                raise SettingsError(f"{assignment!r} is not NAME=VALUE with a sampling setting: {names}")
             if key == "stop":
                 changes["stop"] = (*changes.get("stop", self.stop), value)
                 continue

@@ -248,15 +248,26 @@ class AskScreen(ModalScreen[str | None]):
     AskScreen Label { width: 100%; }  /* wrapped to the dialog: its syntax is never cut */
     """
 
+    def __init__(self, check: Callable[[str], str | None] | None = None) -> None:
+        """`check(text)`: the one line saying what is wrong with a typed text, or None; a text it refuses
+        keeps the dialog open with the text as typed and the line under it (nothing typed is lost)."""
+        super().__init__()
+        self.check = check
+
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Label(self.QUESTION)
             yield Input(placeholder=self.PLACEHOLDER, id=self.INPUT_ID)
+            yield Label("", id="ask-error", classes="-error")
 
     def on_mount(self) -> None:
         self.query_one(Input).focus()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
+        wrong = self.check(event.value) if self.check is not None and event.value else None
+        if wrong is not None:
+            self.query_one("#ask-error", Label).update(Text(wrong, style="bold red"))
+            return
         self.dismiss(event.value or None)
 
     def action_cancel(self) -> None:

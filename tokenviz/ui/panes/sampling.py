@@ -143,18 +143,18 @@ class SamplingPane(BoxPane):
         journey = self.journey
         s = journey.snapshot
 
-        def chosen(line: str | None) -> None:
-            if not line or s is None:
-                return
-            assignments = tuple(line.split())
+        def wrong(line: str) -> str | None:
             try:
-                s.settings.changed(assignments)
+                s.settings.changed(tuple(line.split())) if s is not None else None
             except TokenvizError as exc:
-                self.notify(str(exc), severity="error")
-                return
-            journey.submit(Assign(assignments))
+                return str(exc)
+            return None
 
-        self.app.push_screen(SettingsDialog(), chosen)
+        def chosen(line: str | None) -> None:
+            if line and s is not None:
+                journey.submit(Assign(tuple(line.split())))
+
+        self.app.push_screen(SettingsDialog(check=wrong), chosen)
 
     def action_grammar(self) -> None:
         """Set, change or clear the grammar (see Constrain): the file is read and checked off the UI's
