@@ -75,11 +75,24 @@ def lacking(info: ModelInfo, needed: Capability, what: str, brief: bool = False)
     if needed.value in info.capabilities:
         return None
     if brief:
-        return f"{what} needs the {needed.value}: not on {info.name} (M says why)"
+        return f"{what}: {why_not(info, needed)}"
     held = ", ".join(info.capabilities) or "none"
     inside = needed in SERVER_MAY_EXPOSE and info.internals  # (why not, and how to have it: ModelInfo.internals)
     served = f", a served model: {info.internals if inside else NOT_SERVED}" if info.top_only else ""
     return f"{what} needs the engine's {needed.value}, which {info.name} does not give{served} (it gives: {held})"
+
+
+def why_not(info: ModelInfo, needed: Capability) -> str:
+    """Why this engine lacks `needed`, and what would give it, in a few words (never the question back)."""
+    if needed is Capability.ROUTING and not info.experts and not info.top_only:  # (a server's are not read)
+        return f"{info.name} has no experts (a dense model): there is no routing to show"
+    if not info.top_only:
+        return f"{info.name} does not give its {needed.value} here (M lists what it gives)"
+    if needed in SERVER_MAY_EXPOSE and info.internals:
+        return f"on a served model, {info.internals}"
+    if needed is Capability.CACHE:
+        return "a server keeps its own KV cache: tokenviz cannot read it"
+    return f"on a served model, {NOT_SERVED}"
 
 
 class Pieces(Protocol):
