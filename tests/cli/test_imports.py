@@ -35,7 +35,7 @@ TokenvizApp.run = run
 sys.argv = ["tokenviz", *sys.argv[1:]]
 from tokenviz.cli.commands import in_terminal
 in_terminal.QUIT_WAIT_S = 60  # let the engine thread finish loading, so the process ends normally
-in_terminal.require_terminal = lambda: None  # the app runs headless here
+in_terminal.require_terminal = lambda *headless: None  # the app runs headless here
 def exit_now(code):
     raise SystemExit(code)
 in_terminal.exit_now = exit_now  # end as a test can see, not at once

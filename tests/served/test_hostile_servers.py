@@ -271,6 +271,17 @@ def test_connect_names_the_model_it_serves(monkeypatch):
         assert server.log.requests == [("/v1/models", f"Bearer {TOKEN}")]
 
 
+def served_app(server, settings):
+    """The app on the hostile server's model, the prompt "Hi", the key in KEY_ENV."""
+    from tokenviz.backends.served.completions import ServedChoice
+    from tokenviz.backends.served.engine import ServedEngine
+    from tokenviz.ui.app import TokenvizApp
+    from tokenviz.worker.engine_thread import EngineWorker
+
+    engine = ServedEngine.open(ServedChoice(server.url, api_key=ApiKey(env=KEY_ENV)))
+    return TokenvizApp(EngineWorker(lambda progress: engine, settings, "Hi"))
+
+
 # ---- a server that dies mid-journey ------------------------------------------------------------------------
 
 
@@ -278,17 +289,11 @@ async def test_a_server_dying_during_autoplay_is_said_and_autoplay_stops_with_th
     from apptools import settle, wait_for
     from hostile_server import hang_up
 
-    from tokenviz.backends.served.completions import ServedChoice
-    from tokenviz.backends.served.engine import ServedEngine
     from tokenviz.contract.settings import SamplingSettings
-    from tokenviz.ui.app import TokenvizApp
-    from tokenviz.worker.engine_thread import EngineWorker
 
     monkeypatch.setenv(KEY_ENV, TOKEN)
     with hostile_server() as server:
-        engine = ServedEngine.open(ServedChoice(server.url, api_key=ApiKey(env=KEY_ENV)))
-        worker = EngineWorker(lambda progress: engine, SamplingSettings(temperature=0, max_new_tokens=10_000), "Hi")
-        app = TokenvizApp(worker)
+        app = served_app(server, SamplingSettings(temperature=0, max_new_tokens=10_000))
         async with app.run_test(size=(120, 36)) as pilot:
             s = await settle(app, pilot)
             assert s.error is None
@@ -314,18 +319,12 @@ async def test_replay_verify_of_a_served_journey_asks_the_server_and_checks_its_
     tokens, is a mismatch (exit 1)."""
     from apptools import settle, wait_for
 
-    from tokenviz.backends.served.completions import ServedChoice
-    from tokenviz.backends.served.engine import ServedEngine
     from tokenviz.contract.settings import SamplingSettings
-    from tokenviz.ui.app import TokenvizApp
-    from tokenviz.worker.engine_thread import EngineWorker
 
     monkeypatch.setenv(KEY_ENV, TOKEN)
     monkeypatch.chdir(tmp_path)
     with hostile_server() as server:
-        engine = ServedEngine.open(ServedChoice(server.url, api_key=ApiKey(env=KEY_ENV)))
-        worker = EngineWorker(lambda progress: engine, SamplingSettings(temperature=0), "Hi")
-        app = TokenvizApp(worker)
+        app = served_app(server, SamplingSettings(temperature=0))
         async with app.run_test(size=(120, 36)) as pilot:
             await settle(app, pilot)
             for key in ("space", "space", "x"):
@@ -612,11 +611,7 @@ async def test_a_request_past_a_second_says_in_the_status_line_what_it_waits_on(
     """(Finding 7: silent waits; the status line said nothing while a request had not answered.)"""
     from apptools import settle, wait_for
 
-    from tokenviz.backends.served.completions import ServedChoice
-    from tokenviz.backends.served.engine import ServedEngine
     from tokenviz.contract.settings import SamplingSettings
-    from tokenviz.ui.app import TokenvizApp
-    from tokenviz.worker.engine_thread import EngineWorker
 
     plain = completion()
 
@@ -626,9 +621,7 @@ async def test_a_request_past_a_second_says_in_the_status_line_what_it_waits_on(
 
     monkeypatch.setenv(KEY_ENV, TOKEN)
     with hostile_server() as server:
-        engine = ServedEngine.open(ServedChoice(server.url, api_key=ApiKey(env=KEY_ENV)))
-        worker = EngineWorker(lambda progress: engine, SamplingSettings(temperature=0, max_new_tokens=100), "Hi")
-        app = TokenvizApp(worker)
+        app = served_app(server, SamplingSettings(temperature=0, max_new_tokens=100))
         async with app.run_test(size=(120, 36)) as pilot:
             await settle(app, pilot)
             server.routes["/v1/completions"] = slow_answer

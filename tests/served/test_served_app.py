@@ -252,7 +252,11 @@ async def test_the_app_on_a_served_model(engine, vllm_server, tmp_path, monkeypa
         await pilot.press("i")
         attention = "\n".join(strip.text for strip in app.query_one("#attention")._strips)
         assert "a served model" in attention
-        for key, words in (("l", "no vllm-lens plugin (pip install"), ("v", "keeps its own KV cache"), ("z", "plugin")):
+        for key, words in (
+            ("l", "no vllm-lens plugin (M says more)"),
+            ("v", "keeps its own KV cache"),
+            ("z", "plugin"),
+        ):
             await pilot.press(key)  # (issue 69, finding 4: each names the reason and the remedy)
             await wait_for(lambda w=words: any(w in str(n.message) for n in app._notifications), pilot)
         lines = [

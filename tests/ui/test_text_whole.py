@@ -39,25 +39,30 @@ async def wait_for_stop(app, pilot):
 
 
 async def test_the_timing_view_wraps_its_figures_at_80x24():
-    from tokenviz.ui.panes.timing import TimingPane
 
     app = make_app(SamplingSettings(temperature=0, max_new_tokens=4))
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(app, pilot)
         await pilot.press("space", "space")
         await settle(app, pilot)
-        await pilot.press("i")
-        await wait_for(lambda: app.query_one("#views").current == "timing", pilot)
-        pane = app.query_one(TimingPane)
-        await wait_for(
-            lambda: "prefill" in " ".join(str(s.text) for s in pane.render_lines(pane.region.reset_offset)), pilot
-        )
-        shown = " ".join(
-            "".join(seg.text for seg in strip).strip("│ ") for strip in pane.render_lines(pane.region.reset_offset)
-        )
-        assert "ms per token)" in " ".join(shown.split()) and "tokens/s from the forward pass alone" in " ".join(
-            shown.split()
-        )
+        shown = await timing_view(app, pilot, "prefill")
+        assert "ms per token)" in shown and "tokens/s from the forward pass alone" in shown
+
+
+async def timing_view(app, pilot, waited: str) -> str:
+    """The timing view opened (i), once it shows `waited`: its text, each line's spaces made one."""
+    from tokenviz.ui.panes.timing import TimingPane
+
+    await pilot.press("i")
+    await wait_for(lambda: app.query_one("#views").current == "timing", pilot)
+    pane = app.query_one(TimingPane)
+
+    def shown() -> str:
+        lines = pane.render_lines(pane.region.reset_offset)
+        return " ".join(" ".join("".join(seg.text for seg in strip).strip("│ ").split()) for strip in lines)
+
+    await wait_for(lambda: waited in shown(), pilot)
+    return shown()
 
 
 async def test_the_branch_tree_wraps_its_figures_at_80x24():
@@ -248,8 +253,6 @@ async def test_the_timing_views_two_rates_are_of_the_same_steps_and_all_work_is_
     included: 1.1 tokens/s": the forward's rate was over every step, the engine's over the last 16.)"""
     import re
 
-    from tokenviz.ui.panes.timing import TimingPane
-
     app = make_app(SamplingSettings(temperature=0, max_new_tokens=40))
     async with app.run_test(size=(120, 36)) as pilot:
         await settle(app, pilot)
@@ -257,16 +260,7 @@ async def test_the_timing_views_two_rates_are_of_the_same_steps_and_all_work_is_
             await pilot.press("space")
         s = await settle(app, pilot)
         assert s.rate_steps == 16 and s.forward_tokens_per_s >= s.tokens_per_s
-        await pilot.press("i")
-        await wait_for(lambda: app.query_one("#views").current == "timing", pilot)
-        pane = app.query_one(TimingPane)
-        await wait_for(
-            lambda: "last 16 steps" in " ".join(str(x.text) for x in pane.render_lines(pane.region.reset_offset)), pilot
-        )
-        shown = " ".join(
-            " ".join("".join(seg.text for seg in strip).strip("│ ").split())
-            for strip in pane.render_lines(pane.region.reset_offset)
-        )
+        shown = await timing_view(app, pilot, "last 16 steps")
         found = re.search(r"the last 16 steps: ([\d.]+) tokens/s from the forward pass alone, ([\d.]+) with all", shown)
         assert found is not None, shown
         assert float(found[1]) >= float(found[2])

@@ -83,16 +83,17 @@ def lacking(info: ModelInfo, needed: Capability, what: str, brief: bool = False)
 
 
 def why_not(info: ModelInfo, needed: Capability) -> str:
-    """Why this engine lacks `needed`, and what would give it, in a few words (never the question back)."""
+    """Why this engine lacks `needed`, and what would give it, in a few words for a notification (never
+    the question back): a reason's aside (an install line) is left to the model view (M)."""
     if needed is Capability.ROUTING and not info.experts and not info.top_only:  # (a server's are not read)
-        return f"{info.name} has no experts (a dense model): there is no routing to show"
+        return f"{info.name} has no experts (a dense model): no routing to show"
     if not info.top_only:
         return f"{info.name} does not give its {needed.value} here (M lists what it gives)"
-    if needed in SERVER_MAY_EXPOSE and info.internals:
-        return f"on a served model, {info.internals}"
     if needed is Capability.CACHE:
         return "a server keeps its own KV cache: tokenviz cannot read it"
-    return f"on a served model, {NOT_SERVED}"
+    reason = info.internals if needed in SERVER_MAY_EXPOSE and info.internals else NOT_SERVED
+    main, aside, _ = reason.partition(" (")
+    return f"on a served model, {main}" + (" (M says more)" if aside else "")
 
 
 class Pieces(Protocol):

@@ -502,7 +502,7 @@ def missing(plugin: Plugin, head: OutputHead | None) -> str:
     if not plugin.residual:
         return f"its server has no {PLUGIN} plugin ({INSTALL})"
     if head is None:
-        return "the lens reads the model's final norm and unembedding here: give --tokenizer DIR, its directory"
+        return "give --tokenizer DIR (the model's directory: the lens reads its final norm and unembedding there)"
     return "" if plugin.qk else f"its {PLUGIN} sends no queries and keys"
 
 
