@@ -130,6 +130,7 @@ def test_a_capture_is_bounded_by_what_it_asks_and_refused_past_its_budget_in_one
 
     from tokenviz.backends.served.endpoint import Endpoint
     from tokenviz.backends.served.internals import CAPTURE_BUDGET_BYTES, Plugin, ServedInternals
+    from tokenviz.contract.errors import TokenvizError
 
     config = SimpleNamespace(num_attention_heads=32, num_key_value_heads=8, head_dim=128)
     head = SimpleNamespace(config=config, layers=32, hidden=4096)
@@ -138,11 +139,14 @@ def test_a_capture_is_bounded_by_what_it_asks_and_refused_past_its_budget_in_one
     narrow = ServedInternals(Endpoint("http://127.0.0.1:1/v1"), "m", head, Plugin(True, True, 2))
     raw = 32 * 2000 * 4096 * 4
     assert raw < wide.capture_bytes(everything, 2000) < raw * 1.4  # (as sent: zstd's worst case, base64)
-    line = wide.over_budget(everything, 2000)
-    assert line is not None and "for 32 layers at 2,000 positions" in line and "fewer layers" in line
+    with pytest.raises(TokenvizError) as refused:
+        wide.checked_capture(everything, 2000)
+    line = str(refused.value)
+    assert "for 32 layers at 2,000 positions" in line and "fewer layers" in line
     assert f"{CAPTURE_BUDGET_BYTES / 1e6:,.0f} MB" in line and "\n" not in line
-    assert narrow.over_budget(everything, 2000) is None and wide.over_budget(everything, 1000) is None
+    assert narrow.checked_capture(everything, 2000) == narrow.capture_bytes(everything, 2000)
+    assert wide.checked_capture(everything, 1000) == wide.capture_bytes(everything, 1000)
     wide.wanted = True
-    assert wide.step_xargs(2000) == {} and wide.captured is None
+    assert wide.step_xargs(2000) == ({}, 0) and wide.captured is None
     narrow.wanted = True
-    assert narrow.step_xargs(2000) == everything
+    assert narrow.step_xargs(2000) == (everything, narrow.capture_bytes(everything, 2000))

@@ -225,9 +225,13 @@ async def test_attention_rows_a_server_cannot_give_are_a_note_in_the_pane(origin
             return view is not None and said in view.missing
 
         await wait_for(noted, pilot, timeout=30)
-        await pilot.pause(0.5)
-        shown = " ".join(strip.text.strip() for strip in app.query_one("AttentionPane").redraw())
-        assert said in shown and "computing attention" not in shown, shown
+        pane = app.query_one("AttentionPane")
+
+        def shown() -> str:
+            return " ".join(strip.text.strip() for strip in pane.redraw())
+
+        await wait_for(lambda: said in shown(), pilot, timeout=30)
+        assert "computing attention" not in shown(), shown()
         await pilot.press("space")
         s = await settle(app, pilot)
         assert len(s.chips) > 1 and s.error is None

@@ -246,6 +246,7 @@ class AskScreen(ModalScreen[str | None]):
     AskScreen > Vertical { width: 80%; max-width: 100; height: auto; border: thick $primary;
                            background: $surface; padding: 1 2; }
     AskScreen Label { width: 100%; }  /* wrapped to the dialog: its syntax is never cut */
+    AskScreen #ask-error { color: $error; text-style: bold; }
     """
 
     def __init__(self, check: Callable[[str], str | None] | None = None) -> None:
@@ -258,7 +259,7 @@ class AskScreen(ModalScreen[str | None]):
         with Vertical():
             yield Label(self.QUESTION)
             yield Input(placeholder=self.PLACEHOLDER, id=self.INPUT_ID)
-            yield Label("", id="ask-error", classes="-error")
+            yield Label("", id="ask-error")
 
     def on_mount(self) -> None:
         self.query_one(Input).focus()
@@ -266,7 +267,7 @@ class AskScreen(ModalScreen[str | None]):
     def on_input_submitted(self, event: Input.Submitted) -> None:
         wrong = self.check(event.value) if self.check is not None and event.value else None
         if wrong is not None:
-            self.query_one("#ask-error", Label).update(Text(wrong, style="bold red"))
+            self.query_one("#ask-error", Label).update(Text(wrong))  # (Text: the line is never read as markup)
             return
         self.dismiss(event.value or None)
 

@@ -33,6 +33,17 @@ TENSOR_KEYS = {"data", "dtype", "original_dtype", "shape", "compression"}
 Shape = Sequence[int | None]  # None: any length there (checked against the others by the caller)
 
 
+def value_bytes(entry: Any) -> int | None:
+    """The bytes of one value of a tensor entry as the plugin sends it (float32 4; float16 and bfloat16 2);
+    None where the entry is not a float tensor."""
+    if not isinstance(entry, dict):
+        return None
+    kind = (str(entry.get("dtype")), str(entry.get("original_dtype")))
+    if kind == BFLOAT16:
+        return 2
+    return FLOATS[kind[0]].itemsize if kind[0] in FLOATS else None
+
+
 def tensor(activations: Any, name: str, shape: Shape, host: str) -> np.ndarray:
     """`activations[name]` as float32 of `shape`, checked as the module says."""
     entry = activations.get(name) if isinstance(activations, dict) else None
@@ -41,7 +52,8 @@ def tensor(activations: Any, name: str, shape: Shape, host: str) -> np.ndarray:
     if not isinstance(entry, dict) or not set(entry) <= TENSOR_KEYS or not isinstance(entry.get("data"), str):
         raise EndpointError(f"{host} sent {name} in a form tokenviz does not read (only plain tensors are read)")
     kind = (str(entry.get("dtype")), str(entry.get("original_dtype")))
-    if kind[0] not in FLOATS and kind != BFLOAT16:
+    itemsize = value_bytes(entry)
+    if itemsize is None:
         raise EndpointError(f"{host} sent {name} as {kind[0][:20]!r}, not a float tensor")
     if entry.get("compression") not in ("zstd", None):
         raise EndpointError(f"{host} sent {name} compressed as {str(entry.get('compression'))[:20]!r}")
@@ -54,7 +66,6 @@ def tensor(activations: Any, name: str, shape: Shape, host: str) -> np.ndarray:
     ):
         wanted = "×".join("?" if n is None else str(n) for n in shape)
         raise EndpointError(f"{host} sent {name} of shape {str(sent)[:60]}, where the model's is {wanted}")
-    itemsize = 2 if kind == BFLOAT16 else FLOATS[kind[0]].itemsize
     size = math.prod(sent) * itemsize
     if size > MAX_TENSOR_BYTES:
         raise EndpointError(f"{host} sent {name} of {size:,} bytes: over the {MAX_TENSOR_BYTES:,} read")

@@ -145,19 +145,17 @@ def base_url(url: str, insecure_http: bool, with_key: bool) -> str:
 
 class _Deadline:
     """A whole request's deadline: when it passes, the request's socket is shut down, which ends a
-    read blocked on a server that sends a byte at a time (httpx's timeouts are per read). With
-    `waiting`, what is waited on is said once the request has waited WAITING_SAID_S."""
+    read blocked on a server that sends a byte at a time (httpx's timeouts are per read); and
+    `waiting()`, which says what is waited on, once the request has waited WAITING_SAID_S."""
 
-    def __init__(self, seconds: float, waiting: Callable[[], None] | None = None) -> None:
+    def __init__(self, seconds: float, waiting: Callable[[], None]) -> None:
         self.seconds = seconds
         self.ends = time.monotonic() + seconds
         self.passed = False
         self.socket: socket.socket | None = None
         self._timer = threading.Timer(seconds, self._cut)
-        self._timer.daemon = True
-        self._said = threading.Timer(WAITING_SAID_S, waiting) if waiting is not None else None
-        if self._said is not None:
-            self._said.daemon = True
+        self._said = threading.Timer(WAITING_SAID_S, waiting)
+        self._timer.daemon = self._said.daemon = True
 
     def trace(self, event: str, info: dict[str, Any]) -> None:
         """httpcore's trace extension: the connection's socket, as it is made (or wrapped for TLS)."""
@@ -180,14 +178,12 @@ class _Deadline:
 
     def __enter__(self) -> _Deadline:
         self._timer.start()
-        if self._said is not None:
-            self._said.start()
+        self._said.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._timer.cancel()
-        if self._said is not None:
-            self._said.cancel()
+        self._said.cancel()
 
 
 @dataclass

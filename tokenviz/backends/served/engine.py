@@ -412,8 +412,7 @@ class ServedEngine:
             self.info = dataclasses.replace(self.info, distribution=distribution(self.top_n, self.raw))
         fields = sampling_fields(settings) | {"seed": (settings.seed * SEED_STRIDE + len(ids)) % (1 << 31)}
         self._fields = fields
-        xargs = self.internals.step_xargs(len(ids)) if self.internals is not None else {}  # (the lens in use)
-        size = self.internals.capture_bytes(xargs, len(ids)) if self.internals is not None and xargs else 0
+        xargs, size = self.internals.step_xargs(len(ids)) if self.internals is not None else ({}, 0)  # (the lens)
         started = time.perf_counter()
         answer = self._answered(ids, fields, self.top_n, xargs, activation_bytes=size)
         choice = choice_of(answer, self.endpoint.host)

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from tokenviz.backends.hf.output_head import inspections
-from tokenviz.backends.served.activations import BFLOAT16, QkMeta, qk_meta, tensor, wire_bytes
+from tokenviz.backends.served.activations import QkMeta, qk_meta, tensor, value_bytes, wire_bytes
 from tokenviz.backends.served.completions import answered, checked_logprob, choice_of, top_of
 from tokenviz.backends.served.endpoint import Endpoint, EndpointError, NoAnswer
 from tokenviz.backends.served.head import OutputHead
@@ -62,9 +62,8 @@ def probe(endpoint: Endpoint, model: str, ids: Sequence[int]) -> Plugin:
     if not isinstance(activations, dict):
         return Plugin(False, False)
     entry = activations.get("residual_stream")
-    said = (entry.get("dtype"), entry.get("original_dtype")) if isinstance(entry, dict) else None
-    narrow = said is not None and (said[0] == "float16" or said == BFLOAT16)
-    return Plugin(entry is not None, "attn_q" in activations and "attn_k" in activations, 2 if narrow else FLOAT_BYTES)
+    qk = "attn_q" in activations and "attn_k" in activations
+    return Plugin(entry is not None, qk, value_bytes(entry) or FLOAT_BYTES)
 
 
 @dataclass(frozen=True)
@@ -105,15 +104,20 @@ class ServedInternals:
         self.captured: Capture | None = None
         self.head_checked = False  # the head gave the server's own log-probability once (see _check_head)
 
-    def step_xargs(self, positions: int) -> dict[str, Any]:
-        """What a step's request over `positions` tokens asks of the plugin: the residual stream while
-        the lens is in use, where it fits the capture budget (else the lens asks, and says why not)."""
+    def step_xargs(self, positions: int) -> tuple[dict[str, Any], int]:
+        """What a step's request over `positions` tokens asks of the plugin, and the most it takes as sent:
+        the residual stream while the lens is in use, where it fits the capture budget (else nothing: the
+        lens then asks, and says why not)."""
         wanted, self.wanted = self.wanted, False
         xargs = {"output_residual_stream": list(range(self.head.layers))}
-        if not wanted or self.over_budget(xargs, positions) is not None:
+        try:
+            size = self.checked_capture(xargs, positions) if wanted else 0
+        except TokenvizError:
+            size = 0
+        if not size:
             self.captured = None
-            return {}
-        return xargs
+            return {}, 0
+        return xargs, size
 
     def capture_bytes(self, xargs: dict[str, Any], positions: int) -> int:
         """The most the activations `xargs` ask for over `positions` tokens take as sent: each layer's
@@ -123,18 +127,17 @@ class ServedInternals:
         keys = qk * positions * (self.heads + self.kv_heads) * self.head_dim
         return sum(wire_bytes(n * self.plugin.value_bytes) for n in (residual, keys) if n)
 
-    def over_budget(self, xargs: dict[str, Any], positions: int) -> str | None:
-        """One line where the capture `xargs` asks over `positions` tokens passes CAPTURE_BUDGET_BYTES, with
-        its size and what to do; None where it fits."""
+    def checked_capture(self, xargs: dict[str, Any], positions: int) -> int:
+        """capture_bytes, refused in one line (its size, and what to do) past CAPTURE_BUDGET_BYTES."""
         size = self.capture_bytes(xargs, positions)
-        if size <= CAPTURE_BUDGET_BYTES:
-            return None
-        layers = len(xargs.get("output_residual_stream", ())) or len(json.loads(xargs.get("output_qk", "[]")))
-        return (
-            f"{self.endpoint.host} would send {size / 1e6:,.0f} MB for {layers} layers at {positions:,} positions, "
-            f"over the {CAPTURE_BUDGET_BYTES / 1e6:,.0f} MB a capture may take: ask for fewer layers, or step "
-            "from a shorter context"
-        )
+        if size > CAPTURE_BUDGET_BYTES:
+            layers = len(xargs.get("output_residual_stream", ())) or len(json.loads(xargs.get("output_qk", "[]")))
+            raise TokenvizError(
+                f"{self.endpoint.host} would send {size / 1e6:,.0f} MB for {layers} layers at {positions:,} "
+                f"positions, over the {CAPTURE_BUDGET_BYTES / 1e6:,.0f} MB a capture may take: ask for fewer "
+                "layers, or step from a shorter context"
+            )
+        return size
 
     def keep(self, ids: Sequence[int], steering: object, answer: dict[str, Any], served: tuple[int, float]) -> None:
         """Keep the residual stream a step's request (asked with `step_xargs`) brought back."""
@@ -157,13 +160,11 @@ class ServedInternals:
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """The activations `xargs` ask for over `ids` and the answer's choice; `extra`: the request's other
         fields (by default the interventions in force)."""
-        if (refusal := self.over_budget(xargs, len(ids))) is not None:
-            raise TokenvizError(refusal)
+        size = self.checked_capture(xargs, len(ids))
         if extra is None:
             extra = self.steered(ids, xargs)
         else:
             extra = {**extra, "vllm_xargs": {**extra.get("vllm_xargs", {}), **xargs}}
-        size = self.capture_bytes(xargs, len(ids))
         answer = answered(self.endpoint, self.model, ids, {"temperature": 0}, 1, size, **extra)
         activations = answer.get("activations")
         if not isinstance(activations, dict):

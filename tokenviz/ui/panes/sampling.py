@@ -144,8 +144,10 @@ class SamplingPane(BoxPane):
         s = journey.snapshot
 
         def wrong(line: str) -> str | None:
+            if s is None:
+                return None
             try:
-                s.settings.changed(tuple(line.split())) if s is not None else None
+                s.settings.changed(tuple(line.split()))
             except TokenvizError as exc:
                 return str(exc)
             return None
