@@ -39,10 +39,16 @@ def make_app(
     kind: str = "llama",
     context: int = 128,
     step_seconds: float = 0.0,
+    lens_layers: str | None = None,
     **kwargs,
 ) -> TokenvizApp:
+    from tokenviz.contract.lens_layers import parse_lens_layers
+
     worker = EngineWorker(
-        lambda progress: slowed(tiny_model(kind, context), step_seconds), settings or SamplingSettings(), prompt
+        lambda progress: slowed(tiny_model(kind, context), step_seconds),
+        settings or SamplingSettings(),
+        prompt,
+        lens_layers=None if lens_layers is None else parse_lens_layers(lens_layers),
     )
     return TokenvizApp(worker, **kwargs)
 

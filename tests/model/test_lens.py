@@ -219,3 +219,45 @@ def test_a_final_norm_that_cannot_be_told_is_one_line(change, said):
     change(model.model)
     with pytest.raises(TokenvizError, match=said):
         final_norm(model)
+
+
+def test_lens_layers_choose_rows_by_the_names_the_panes_use():
+    from tokenviz.contract.errors import TokenvizError
+    from tokenviz.contract.lens_layers import LensLayers, parse_lens_layers
+
+    assert parse_lens_layers("emb,0-29/4,last").rows(30) == (0, 1, 5, 9, 13, 17, 21, 25, 29, 30)
+    assert parse_lens_layers(" 3 , 1-2,emb").rows(4) == (0, 2, 3, 4)
+    assert LensLayers.of_rows([0, 4, 30]).rows(30) == (0, 4, 30)
+    for spec, said in (("5-2", "from the lower layer up"), ("0-9/0", "chooses nothing"), ("x", "give emb, last")):
+        with pytest.raises(TokenvizError, match=said):
+            parse_lens_layers(spec)
+    with pytest.raises(TokenvizError, match="layers are 0 to 3"):
+        parse_lens_layers("emb,4").rows(4)
+
+
+def test_trace_lens_layers_gives_those_rows_of_the_whole_lens(tmp_path, monkeypatch, capsys):
+    """(Round 6, finding 2: a view asks only for the lens rows it shows.) `--lens-layers` gives exactly the rows
+    it names, each equal to the same row of the whole lens; a layer the model lacks is one line, exit 2."""
+    from clitools import invoke
+    from tiny import save_tiny
+
+    directory = save_tiny(tmp_path / "m", "llama")
+    common = ["trace", PROMPT, "--model", directory, "--steps", "3", "--temperature", "0", "--json"]
+    code, out, err = invoke(monkeypatch, capsys, *common, "--lens")
+    assert code == 0, err
+    whole = json.loads(out)
+    layers = whole["model"]["layers"]
+    code, out, err = invoke(monkeypatch, capsys, *common, "--lens-layers", "emb,1,last")
+    assert code == 0, err
+    chosen = json.loads(out)
+    for full, part in zip(whole["steps"], chosen["steps"]):
+        assert [row["layer"] for row in part["lens"]] == [0, 2, layers]
+        for row in part["lens"]:
+            same = full["lens"][row["layer"]]
+            assert row["chosen_prob"] == pytest.approx(same["chosen_prob"], abs=1e-6)
+            assert [t["id"] for t in row["top"]] == [t["id"] for t in same["top"]]
+    code, out, err = invoke(monkeypatch, capsys, *common, "--lens-layers", str(layers))
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and f"layers are 0 to {layers - 1}" in errors[0], err
+    code, out, err = invoke(monkeypatch, capsys, *common, "--lens-layers", "1..3")
+    assert code == 2 and "give emb, last, N, N-M or N-M/K" in err and "Traceback" not in err

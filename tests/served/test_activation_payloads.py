@@ -142,7 +142,7 @@ def test_a_capture_is_bounded_by_what_it_asks_and_refused_past_its_budget_in_one
     with pytest.raises(TokenvizError) as refused:
         wide.checked_capture(everything, 2000)
     line = str(refused.value)
-    assert "for 32 layers at 2,000 positions" in line and "fewer layers" in line
+    assert "for 32 layers at 2,000 positions" in line and "show fewer lens layers (--lens-layers " in line
     assert f"{CAPTURE_BUDGET_BYTES / 1e6:,.0f} MB" in line and "\n" not in line
     assert narrow.checked_capture(everything, 2000) == narrow.capture_bytes(everything, 2000)
     assert wide.checked_capture(everything, 1000) == wide.capture_bytes(everything, 1000)
@@ -150,3 +150,6 @@ def test_a_capture_is_bounded_by_what_it_asks_and_refused_past_its_budget_in_one
     assert wide.step_xargs(2000) == ({}, 0) and wide.captured is None
     narrow.wanted = True
     assert narrow.step_xargs(2000) == (everything, narrow.capture_bytes(everything, 2000))
+    wide.asked, wide.wanted = (0, 8, 16, 24, 31), True  # (the lens asked for these layers: a step captures them)
+    fewer = {"output_residual_stream": [0, 8, 16, 24, 31]}
+    assert wide.step_xargs(2000) == (fewer, wide.capture_bytes(fewer, 2000))

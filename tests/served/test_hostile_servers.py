@@ -558,7 +558,12 @@ def tamper_piece(doc) -> None:  # a piece of text derived from an id
     doc["replay"]["records"][1]["top"][0][1] = " Paris"
 
 
+def tamper_diagnosis(doc) -> None:  # the why view's finding, which is read off the measured steps
+    doc["diagnosis"] = [*doc.get("diagnosis", []), {"symptom": "repetition", "cause": "a lie"}]
+
+
 TAMPERED = [
+    (tamper_diagnosis, "diagnosis holds"),
     (tamper_chip, "replay.chips["),
     (tamper_text, "text is ' Rome, Italy' in the journey"),
     (tamper_top, "replay.records[1].top[2][2]"),
@@ -589,6 +594,12 @@ def test_replay_verify_of_a_tampered_served_journey_names_what_differs(monkeypat
             code, out, err = invoke(monkeypatch, capsys, "replay", str(saved), "--verify", *served(server))
             assert code == 1 and said in err and "mismatch" in err, (tamper.__name__, code, out, err)
             assert TOKEN not in out + err
+        doc = json.loads(original)  # another branch: its summary is kept, its steps are not, and the verdict says so
+        branch = {"index": 0, "text": " Rome", "tokens": 1, "logprob": -1.0, "mean_entropy": 1.0, "shared": 2}
+        doc["replay"]["branches"].append({**branch, "current": False})
+        saved.write_text(json.dumps(doc))
+        code, out, err = invoke(monkeypatch, capsys, "replay", str(saved), "--verify", *served(server))
+        assert code == 0 and "(not its 1 other branch: a file keeps their summaries, not their steps)" in out, err
 
 
 def test_a_served_journey_with_a_log_probability_above_0_is_refused_by_the_schema(monkeypatch, capsys, tmp_path):

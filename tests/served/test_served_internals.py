@@ -8,6 +8,7 @@ import base64
 import json
 import pickle
 
+import numpy as np
 import pytest
 import zstandard
 from clitools import invoke
@@ -215,28 +216,73 @@ def test_the_served_lens_of_a_600_token_prompt_gives_every_layer_at_each_step(mo
 
 
 @pytest.mark.bundled
+def test_the_served_lens_asks_its_server_only_for_the_layers_shown(monkeypatch, capsys, vllm_lens_server):
+    """(Round 6, finding 2: the capture asked for every layer whatever the view showed.) With --lens-layers
+    every request asks the server for those layers (and the last, which the head is checked on) alone, and
+    each row equals the same row of the whole lens."""
+    from tokenviz.backends.served.endpoint import Endpoint
+
+    asked: list[list[int]] = []
+    post = Endpoint.post
+
+    def noted(self, path, body, *more, **kwargs):
+        stream = body.get("vllm_xargs", {}).get("output_residual_stream")
+        if stream is not None:
+            asked.append(list(stream))
+        return post(self, path, body, *more, **kwargs)
+
+    args = served(vllm_lens_server, monkeypatch, "--tokenizer", str(vllm_lens_server.model))
+    options = ["--steps", "3", "--temperature", "0", "--json"]
+    code, out, err = invoke(monkeypatch, capsys, "trace", PROMPT, *args, *options, "--lens")
+    assert code == 0, err
+    whole = json.loads(out)
+    layers = whole["model"]["layers"]
+    monkeypatch.setattr(Endpoint, "post", noted)
+    code, out, err = invoke(monkeypatch, capsys, "trace", PROMPT, *args, *options, "--lens-layers", "emb,3,12")
+    assert code == 0, err
+    assert asked and all(stream == [3, 12, layers - 1] for stream in asked[1:]), asked  # (the probe asks layer 0)
+    for full, part in zip(whole["steps"], json.loads(out)["steps"]):
+        assert [row["layer"] for row in part["lens"]] == [0, 4, 13]
+        for row in part["lens"]:
+            assert row["chosen_prob"] == pytest.approx(full["lens"][row["layer"]]["chosen_prob"], abs=LENS_TOLERANCE)
+
+
+@pytest.mark.bundled
 def test_replay_verify_holds_a_served_journeys_lens_and_attention_rows_to_the_server(
     monkeypatch, capsys, vllm_lens_server, tmp_path
 ):
     """(Round 6, finding 1: a journey whose lens rows were altered was "verified".) A served trace saved with
     its lens and an attention row verifies against the server; a lens row 0.01 off, or an attention weight
-    0.001 off, is a mismatch naming its place."""
+    0.001 off, is a mismatch naming its place; and so are a kept attention row (every layer's, as the file
+    keeps them) and an attribution the journey holds, each made again at its place and compared."""
     args = served(vllm_lens_server, monkeypatch, "--tokenizer", str(vllm_lens_server.model))
     saved = tmp_path / "lens.json"
     options = ["--steps", "3", "--temperature", "0", "--lens", "--attention", "5", "--save", str(saved)]
+    options += ["--lens-layers", "emb,0-29/3,last", "--attribution", "loo"]
     code, _, err = invoke(monkeypatch, capsys, "trace", PROMPT, *args, *options)
     assert code == 0, err
     code, out, err = invoke(monkeypatch, capsys, "replay", str(saved), "--verify", *args)
     assert code == 0 and "verified: all 3 steps" in out, err
     original = json.loads(saved.read_text())
-    for place, change in (("lens", 0.01), ("attention", 1e-3)):
+    kept = [i for i, r in enumerate(original["replay"]["records"]) if r["attention"] is not None]
+    assert kept and original["replay"]["attributions"], "the file keeps attention rows and the attribution"
+    for place, change in (("lens", 0.01), ("attention", 1e-3), ("kept row", 0.01), ("attribution", 0.01)):
         doc = json.loads(json.dumps(original))
         if place == "lens":
-            doc["steps"][1]["lens"][7]["chosen_prob"] += change
-            where = "steps[1].lens[7].chosen_prob"
-        else:
+            doc["steps"][1]["lens"][3]["chosen_prob"] += change
+            where = "steps[1].lens[3].chosen_prob"
+        elif place == "attention":
             doc["steps"][2]["attention"]["heads"][3][4] += change
             where = "steps[2].attention.heads[3][4]"
+        elif place == "kept row":
+            record = doc["replay"]["records"][kept[-1]]["attention"]
+            weights = np.frombuffer(base64.b64decode(record["float16"]), dtype=np.float16).copy()
+            weights[weights.argmax()] -= change
+            record["float16"] = base64.b64encode(weights.tobytes()).decode()
+            where = f"replay.records[{kept[-1]}].attention.float16["
+        else:
+            doc["replay"]["attributions"][0]["scores"][1] += change
+            where = "replay.attributions[0].scores[1]"
         saved.write_text(json.dumps(doc))
         code, out, err = invoke(monkeypatch, capsys, "replay", str(saved), "--verify", *args)
         assert code == 1 and f"mismatch: {where}" in err, (place, out, err)

@@ -505,6 +505,22 @@ async def test_views_lens_embedding_cache_timing_and_verify():
         await wait_for(lambda: "kept the shared prefix" in pane_text(app, "cache"), pilot)
 
 
+async def test_the_lens_view_shows_the_layers_lens_layers_names_and_says_a_layer_the_model_lacks():
+    app = make_app(SamplingSettings(temperature=0), lens_layers="emb,1")
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("l")
+        await wait_for(lambda: app.journey.snapshot.result(Inspect) is not None, pilot)
+        assert [row.layer for row in app.journey.snapshot.result(Inspect).lens] == [0, 2]
+        await wait_for(lambda: " L1 " in pane_text(app, "lens"), pilot)
+        assert " L0 " not in pane_text(app, "lens")
+    app = make_app(SamplingSettings(temperature=0), lens_layers="40")
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("l")
+        await wait_for(lambda: "--lens-layers 40: the model's layers are 0 to" in pane_text(app, "lens"), pilot)
+
+
 async def test_beam_view_runs_a_beam_search_from_the_current_tokens():
     from tokenviz.backends.transformers.beams import beam_search
 

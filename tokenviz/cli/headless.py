@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from tokenviz.backends.registry import engine_of
 from tokenviz.cli.options import ModelChoice
+from tokenviz.contract.attention import SavedAttention
 from tokenviz.contract.commands import Attribute, Beams, Inspect, Request, SplitDifference
 from tokenviz.contract.engine import Caching, Capability, Engine, able, lacking
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import refuse_grammar
 from tokenviz.contract.interventions import Intervention
-from tokenviz.contract.results import Analyses, AttributionMethod, BeamResult
+from tokenviz.contract.lens_layers import LensLayers
+from tokenviz.contract.results import AttributionMethod, BeamResult
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.files.documents import comparison_document, output_document, trace_document
-from tokenviz.files.journey_file import journey_file, save_journey
+from tokenviz.files.journey_file import journey_file, recording_of, save_journey
 from tokenviz.files.journey_page import save_page
 from tokenviz.journey.comparison import Comparison
 from tokenviz.journey.past_results import KEEP
@@ -216,6 +221,7 @@ def run_trace(
     interventions: Sequence[Intervention] = (),
     attention: int | None = None,
     loader: Loader | None = None,
+    lens_layers: LensLayers | None = None,
 ) -> dict[str, Any]:
     """The journey's document; with `save` and `html` also its files, each noted in `written` as
     (what it is, where). `interventions` are in force from the prompt on (a mean ablation's mean is
@@ -230,6 +236,8 @@ def run_trace(
     session = Session(engine_of(engine), settings)
     searched = "--beams" if beams else "--speculate" if speculate else ""
     check_views(session, lens, attention, interventions, routing, searched)
+    session.analyses.lens_layers = lens_layers
+    session.analyses.lens_rows()  # (a layer the model lacks is refused before the journey runs)
     if interventions:
         session.set_interventions(interventions, context=tokenize(session.engine, prompt, chat, system)[1])
     if beams:
@@ -274,21 +282,38 @@ def remade_journey(recorded: dict[str, Any], session: Session) -> dict[str, Any]
     steps = [s for s in recorded.get("steps", ()) if isinstance(s, dict)]
     held = {key for step in steps for key in step}
     document = journey_document(session)
-    attribution = next((s["attribution"].get("method") for s in steps if isinstance(s.get("attribution"), dict)), None)
+    _, kept_rows, kept = recording_of(recorded)
+    methods = [a.method for a in kept.attributions] if "attribution" in held else []
+    attribution = methods[0] if methods else None  # (a step's entry does not name its method: the file's do)
+    lens = next((s["lens"] for s in steps if isinstance(s.get("lens"), list)), None)
+    numbers = [row.get("layer") for row in lens or () if isinstance(row, dict)]
+    rows = sorted({n for n in numbers if type(n) is int and 0 <= n <= session.engine.info.layers})
+    if rows and len(rows) == len(numbers):
+        session.analyses.lens_layers = LensLayers.of_rows(rows)  # (the rows the recording's lens holds)
     add_views(
         session,
         document,
         "lens" in held,
         "routing" in held,
         "logit_difference" in held,
-        attribution if attribution in ("loo", "grad") else None,
+        attribution,
         lambda message, fraction: None,
     )
     layer = next((s["attention"].get("layer") for s in steps if isinstance(s.get("attention"), dict)), None)
     if isinstance(layer, int):
         add_attention(session, document, layer)
     session.score_prompt()
-    return journey_file(snapshot_of(session), None, Analyses(), document)
+    analyses = session.analyses.remade(kept)
+    remade = journey_file(snapshot_of(session), attention_at(session, sorted(kept_rows.rows)), analyses, document)
+    return dict(json.loads(json.dumps(remade)))  # (as a file holds it: lists, not tuples)
+
+
+def attention_at(session: Session, positions: Sequence[int]) -> SavedAttention:
+    """Every layer's attention rows at `positions`, kept as a journey file keeps them (float16)."""
+    layers, rows = range(session.engine.info.layers), {}
+    for q in positions:
+        rows[q] = session.attention(range(q, q + 1), layers).astype(np.float16)[:, :, 0, : q + 1]
+    return SavedAttention(rows)
 
 
 def compare_sessions(

@@ -137,6 +137,14 @@ Chat = Annotated[
     typer.Option("--chat", help="The prompt is a user message, put through the model's chat template."),
 ]
 System = Annotated[Optional[str], typer.Option("--system", help="With --chat: a system message before it.")]
+LensLayersOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--lens-layers",
+        help="The logit lens's rows, as emb,0-29/4,last (emb, last, N, N-M, N-M/K; layers from 0; all by "
+        "default). A served model's lens then asks its server for those layers alone.",
+    ),
+]
 # A model a server runs (tokenviz.backends.served): where, which, and the token it wants (never on the command line).
 Endpoint = Annotated[
     Optional[str],

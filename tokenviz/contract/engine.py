@@ -265,8 +265,16 @@ class Intervening(Protocol):
 class Lens(Protocol):
     """Capability.LENS: each layer's residual read through the output head."""
 
-    def inspect(self, ids: list[int], positions: list[int], chosen: list[int], pinned: tuple[int, ...]) -> list[Any]:
-        """Each position's Inspection (embedding, residual norms, logit lens), one forward pass for all."""
+    def inspect(
+        self,
+        ids: list[int],
+        positions: list[int],
+        chosen: list[int],
+        pinned: tuple[int, ...],
+        rows: tuple[int, ...] | None = None,
+    ) -> list[Any]:
+        """Each position's Inspection (embedding, residual norms, logit lens), one forward pass for all;
+        its lens holds `rows` (0: the embeddings, i: after layer i - 1; None: every one)."""
 
 
 @runtime_checkable

@@ -63,6 +63,7 @@ class Snapshot:
     handled: int = 0  # commands handled before this snapshot (tests wait on it)
     results: tuple[ViewResult, ...] = ()  # the newest result of each kind of request (see result)
     cancelled: tuple[str, ...] = ()  # the kinds of request (class names) whose last run was cancelled
+    failed: tuple[tuple[str, str], ...] = ()  # (kind, its one line) of the requests whose last run was refused
     cache_event: CacheEvent | None = None  # of the last rewind or branch switch
     live: bool = True  # False for a recording: nothing can run the model
     branches: tuple[BranchSummary, ...] = ()  # the current path first, then the others

@@ -5,23 +5,27 @@ Both sides are the journey file's JSON (tokenviz.files.journey_file): the one re
 verifier builds from its own re-run with the same saver. Every id, text, flag and count must be equal;
 every number within a tolerance (the model's or the server's numbers again, on another run of the same
 kernels); what describes the run rather than the model (times, memory, the file's format) is not
-compared, and neither is what a straight re-run does not make (VERIFIER_LEAVES: other branches,
-analyses the user ran on screen, kept attention rows). The first difference is named by its place in
-the file, in one line.
+compared, and neither are the other branches (VERIFIER_LEAVES: a file keeps their summaries, not their
+steps, so they cannot be run again; the verdict says so). The analyses the user ran on screen and the
+attention rows the file keeps are made again at the same places and compared. The first difference is
+named by its place in the file, in one line.
 """
 
 from __future__ import annotations
 
+import base64
 import math
 from typing import Any
+
+import numpy as np
 
 from tokenviz.contract.text import safe_text, shortened
 
 LOGPROB_TOLERANCE = 1e-3  # nats, and probabilities: a log-probability, a lens row's probability, an entropy
 ATTENTION_TOLERANCE = 1e-4  # an attention weight
 RUN_FIELDS = frozenset({"ms", "forward_ms", "prefill_ms", "place_ms", "kv_bytes", "memory", "format"})
-VERIFIER_LEAVES = frozenset({"branches", "attributions", "logit_differences", "diagnosis"})
-KEPT_ROWS = "attention"  # a record's kept rows (replay.records[i].attention): what the screen had computed
+VERIFIER_LEAVES = frozenset({"branches"})
+KEPT_ROWS_TOLERANCE = ATTENTION_TOLERANCE + 2**-11  # a kept row's weight: float16 in the file (its step below 1)
 
 
 def first_difference(recorded: Any, remade: Any, where: str = "") -> str | None:
@@ -57,11 +61,29 @@ def _dicts(recorded: dict[str, Any], remade: dict[str, Any], where: str) -> str 
     for key in keys:
         if key not in remade:
             return f"{_place(where)} holds {safe_text(shortened(key, 40))!r}, which the journey made again has not"
-        if key == KEPT_ROWS and where.startswith(".replay.records") and remade[key] is None:
-            continue  # (rows the screen computed: a straight re-run keeps none)
-        found = first_difference(recorded[key], remade[key], f"{where}.{key}")
+        if key == "float16" and isinstance(recorded[key], str) and isinstance(remade[key], str):
+            found = _kept_rows(recorded[key], remade[key], f"{where}.{key}")
+        else:
+            found = first_difference(recorded[key], remade[key], f"{where}.{key}")
         if found is not None:
             return found
+    return None
+
+
+def _kept_rows(recorded: str, remade: str, where: str) -> str | None:
+    """Kept attention rows (base64 of float16 weights; their shapes are compared beside them)."""
+    try:
+        a = np.frombuffer(base64.b64decode(recorded, validate=True), dtype=np.float16).astype(np.float32)
+    except ValueError:
+        return f"{_place(where)} is not base64 of float16 weights in the journey"
+    b = np.frombuffer(base64.b64decode(remade), dtype=np.float16).astype(np.float32)
+    if a.shape != b.shape:
+        return f"{_place(where)} holds {a.size} weights in the journey and {b.size} when made again"
+    off = np.abs(a - b)
+    off[np.isnan(off)] = np.inf
+    if off.size and float(off.max()) > KEPT_ROWS_TOLERANCE:
+        i = int(off.argmax())
+        return _differs(f"{where}[{i}]", float(a[i]), float(b[i]), f" (beyond {KEPT_ROWS_TOLERANCE:.1e})")
     return None
 
 

@@ -10,6 +10,7 @@ from typing import Protocol, cast
 
 from tokenviz.contract.engine import Attributing, Capability, Engine, Lens, LogitSplitting, able
 from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.lens_layers import LensLayers
 from tokenviz.contract.records import StepRecord
 from tokenviz.contract.results import Analyses, Attribution, AttributionMethod, Inspection, LogitDifference
 from tokenviz.journey.past_results import KEEP, PastResults
@@ -33,18 +34,24 @@ class JourneyAnalyses:
         self._inspections: PastResults[Inspection] = PastResults()
         self._attributions: PastResults[Attribution] = PastResults()
         self._differences: PastResults[LogitDifference] = PastResults()
+        self.lens_layers: LensLayers | None = None  # the lens rows the views show (--lens-layers; None: all)
+
+    def lens_rows(self) -> tuple[int, ...] | None:
+        """The lens rows asked for, resolved against the model's layers (one line where one is not there)."""
+        chosen = self.lens_layers
+        return None if chosen is None else chosen.rows(self.session.engine.info.layers)
 
     def inspect(self, position: int) -> Inspection:
         """Embedding, residual norms and logit lens at `position`, the watched tokens followed too."""
         context, chosen = self._past(position)
-        pinned = self.session.pinned
+        pinned, rows = self.session.pinned, self.lens_rows()
         lens: Lens = able(self.session.engine, Capability.LENS, "the logit lens")
 
         def compute() -> Inspection:
-            inspection: Inspection = lens.inspect(list(context), [position], [chosen], pinned)[0]
+            inspection: Inspection = lens.inspect(list(context), [position], [chosen], pinned, rows)[0]
             return inspection
 
-        return self._inspections.get((context, chosen, pinned), compute)
+        return self._inspections.get((context, chosen, pinned, rows), compute)
 
     def inspect_many(self, positions: list[int]) -> None:
         """Inspect several positions of the current path with one forward pass (the trace's lens at
@@ -52,11 +59,11 @@ class JourneyAnalyses:
         pasts = [self._past(position) for position in positions[-KEEP:]]
         if not pasts:
             return
-        pinned, longest = self.session.pinned, max((context for context, _ in pasts), key=len)
+        pinned, longest, rows = self.session.pinned, max((context for context, _ in pasts), key=len), self.lens_rows()
         lens: Lens = able(self.session.engine, Capability.LENS, "the logit lens")
-        found = lens.inspect(list(longest), positions[-KEEP:], [chosen for _, chosen in pasts], pinned)
+        found = lens.inspect(list(longest), positions[-KEEP:], [chosen for _, chosen in pasts], pinned, rows)
         for (context, chosen), inspection in zip(pasts, found):
-            self._inspections.put((context, chosen, pinned), inspection)
+            self._inspections.put((context, chosen, pinned, rows), inspection)
 
     def attribute(
         self,
@@ -94,6 +101,17 @@ class JourneyAnalyses:
         return self._differences.get(
             (context, a, b), lambda: splitting.logit_difference(list(context), a, b, progress, cancelled)
         )
+
+    def remade(self, kept: Analyses) -> Analyses:
+        """The attributions and logit differences `kept` (a journey file's), computed again on this journey
+        (replay --verify holds them to the model)."""
+        attributions = tuple(self.attribute(a.position, a.method) for a in kept.attributions)
+        splitting: LogitSplitting | None = None
+        differences = []
+        for d in kept.logit_differences:
+            splitting = splitting or able(self.session.engine, Capability.LOGIT_SPLIT, "the logit split")
+            differences.append(splitting.logit_difference(list(self._past(d.position)[0]), d.a_id, d.b_id))
+        return Analyses(attributions, tuple(differences))
 
     def kept(self) -> Analyses:
         """The attributions and logit differences computed on the current path (a journey file keeps them)."""

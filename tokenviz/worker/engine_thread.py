@@ -46,6 +46,7 @@ from tokenviz.contract.commands import (
 from tokenviz.contract.engine import Capability, DrawingEngine
 from tokenviz.contract.errors import Cancelled, GiveWay, TokenvizError
 from tokenviz.contract.interventions import Entries
+from tokenviz.contract.lens_layers import LensLayers
 from tokenviz.contract.records import TokenChip
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.contract.snapshot import CANCELS, EngineState, Snapshot
@@ -95,9 +96,16 @@ class EngineWorker(CommandThread[Snapshot]):
     thread_name = "tokenviz-engine"
 
     def __init__(
-        self, loader: Loader, settings: SamplingSettings, prompt: str, chat: bool = False, system: str | None = None
+        self,
+        loader: Loader,
+        settings: SamplingSettings,
+        prompt: str,
+        chat: bool = False,
+        system: str | None = None,
+        lens_layers: LensLayers | None = None,
     ):
         super().__init__()
+        self._lens_layers = lens_layers
         self._loader = loader
         self._prompt = Start(prompt, chat, system)
         self._settings = settings
@@ -109,6 +117,7 @@ class EngineWorker(CommandThread[Snapshot]):
         self._step_times: deque[tuple[float, float]] = deque(maxlen=16)  # (whole, forward pass) seconds
         self._results: dict[type[Request[Any]], ViewResult] = {}  # the newest result of each kind of request
         self._cancelled_kinds: set[type[Request[Any]]] = set()  # whose last run was cancelled
+        self._failed_kinds: dict[type[Request[Any]], str] = {}  # whose last run was refused, and why
         self._attention_request: ShowAttention | None = None
         self._attention_failed: tuple[tuple[int, range, tuple[int, ...]], AttentionView] | None = None
         self._attention_rows = AttentionRows()
@@ -157,6 +166,7 @@ class EngineWorker(CommandThread[Snapshot]):
 
         loaded = self._loader(progress)
         self.session = Session(engine_of(loaded), self._settings)
+        self.session.analyses.lens_layers = self._lens_layers  # (a layer the model lacks: said in the lens view)
         if isinstance(self.session.engine, DrawingEngine):  # a server's waits are said in the status line
             self.session.engine.say = self._say
             self.session.engine.waiting = self._said_meanwhile
@@ -245,6 +255,7 @@ class EngineWorker(CommandThread[Snapshot]):
                 self._step_times.clear()  # tok/s is the new journey's, and so is every view
                 self._results.clear()
                 self._cancelled_kinds.clear()
+                self._failed_kinds.clear()
             case _:
                 assert_never(command)
 
@@ -290,15 +301,20 @@ class EngineWorker(CommandThread[Snapshot]):
 
     def _run_request(self, request: Request[Any], session: Session) -> None:
         """Compute a view's result. A search's (beams, speculation, verify) is of the journey as it
-        is now: the old one goes when a new one starts. A cancelled one is marked so its view says so."""
+        is now: the old one goes when a new one starts. A cancelled or refused one is marked so its view
+        says so."""
         kind = type(request)
         self._cancelled_kinds.discard(kind)
+        self._failed_kinds.pop(kind, None)
         if kind in RUNS:
             self._results.pop(kind, None)
         try:
             self._results[kind] = self._compute(request, session)
         except Cancelled:
             self._cancelled_kinds.add(kind)
+            raise
+        except TokenvizError as exc:  # (its view says why, not "computing…")
+            self._failed_kinds[kind] = str(exc)
             raise
 
     def _compute(self, request: Request[Any], session: Session) -> ViewResult:
@@ -446,6 +462,7 @@ class EngineWorker(CommandThread[Snapshot]):
             handled=self._handled,
             results=tuple(self._results.values()),
             cancelled=tuple(kind.__name__ for kind in self._cancelled_kinds),
+            failed=tuple((kind.__name__, line) for kind, line in self._failed_kinds.items()),
             notice=self._take_notice(),
             attention=self._attention_view(s),
             interventions=self._interventions,

@@ -5,7 +5,7 @@ here, a server's capture). Shared by every backend that reads a model's head."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -118,31 +118,33 @@ def inspections(
     engine: Any,
     top: int = 3,
     embedding_dims: int = 16,
+    rows: Sequence[int] | None = None,
 ) -> list[Inspection]:
-    """Each position's Inspection from the residual `stream` (layers + 1, positions, hidden) of `ids`,
-    read through `lens` (the final norm and head); `engine` gives the pieces and the model's info."""
+    """Each position's Inspection from the residual `stream` (one row per lens row: `rows`, or every
+    layer + 1, positions, hidden) of `ids`, read through `lens` (the final norm and head); `engine` gives
+    the pieces and the model's info."""
     out = []
+    numbers = list(range(stream.shape[0]) if rows is None else rows)
     for position, chosen_id, row in zip(positions, chosen, embedding_rows):
-        residual = stream[:, position]  # (L+1, H)
+        residual = stream[:, position]  # (rows, H)
         probs = torch.softmax(lens(residual), -1)  # (L+1, V)
         norms = residual.float().norm(dim=-1).tolist()
         top_p, top_i = torch.topk(probs, top, dim=-1)
         followed = probs[:, [chosen_id, *pinned]]  # (L+1, 1 + pinned)
         ranks_all = ((probs[:, None, :] > followed[:, :, None]).sum(-1) + 1).tolist()
         followed_p = followed.tolist()
-        rows = tuple(
+        lens_rows = tuple(
             LensLayer(
                 layer=layer,
                 top=tuple(
-                    (int(i), engine.piece(int(i)), float(p))
-                    for i, p in zip(top_i[layer].tolist(), top_p[layer].tolist())
+                    (int(i), engine.piece(int(i)), float(p)) for i, p in zip(top_i[n].tolist(), top_p[n].tolist())
                 ),
-                chosen_rank=int(ranks_all[layer][0]),
-                chosen_prob=float(followed_p[layer][0]),
-                residual_norm=float(norms[layer]),
-                pinned=tuple(zip(ranks_all[layer][1:], followed_p[layer][1:])),
+                chosen_rank=int(ranks_all[n][0]),
+                chosen_prob=float(followed_p[n][0]),
+                residual_norm=float(norms[n]),
+                pinned=tuple(zip(ranks_all[n][1:], followed_p[n][1:])),
             )
-            for layer in range(probs.shape[0])
+            for n, layer in enumerate(numbers)
         )
         token_id = ids[position]
         out.append(
@@ -155,7 +157,7 @@ def inspections(
                 embedding_norm=float(row.norm()),
                 tied_embeddings=engine.info.tied_embeddings,
                 positions=engine.info.positions,
-                lens=rows,
+                lens=lens_rows,
                 pinned=tuple((token, engine.piece(token)) for token in pinned),
             )
         )

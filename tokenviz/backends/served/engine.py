@@ -430,9 +430,16 @@ class ServedEngine:
 
     # ---- internals (the vllm-lens plugin) ----------------------------------------------------------
 
-    def inspect(self, ids: list[int], positions: list[int], chosen: list[int], pinned: tuple[int, ...]) -> list[Any]:
+    def inspect(
+        self,
+        ids: list[int],
+        positions: list[int],
+        chosen: list[int],
+        pinned: tuple[int, ...],
+        rows: tuple[int, ...] | None = None,
+    ) -> list[Any]:
         assert self.internals is not None  # (asked only behind the lens capability)
-        return self.internals.inspect(self, ids, positions, chosen, pinned)
+        return self.internals.inspect(self, ids, positions, chosen, pinned, rows)
 
     def attention(self, ids: Sequence[int], rows: range, layers: Sequence[int]) -> torch.Tensor:
         assert self.internals is not None  # (asked only behind the attention rows' capability)

@@ -24,6 +24,7 @@ from tokenviz.backends.served.completions import answered, checked_logprob, choi
 from tokenviz.backends.served.endpoint import Endpoint, EndpointError, NoAnswer
 from tokenviz.backends.served.head import OutputHead
 from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.lens_layers import EXAMPLE
 from tokenviz.contract.results import Inspection
 
 PLUGIN = "vllm-lens"
@@ -68,11 +69,13 @@ def probe(endpoint: Endpoint, model: str, ids: Sequence[int]) -> Plugin:
 
 @dataclass(frozen=True)
 class Capture:
-    """The residual stream a step's own request brought back (the lens in use): every layer, every
-    position of `ids`, under the interventions `steering` names; and the token the server gave there."""
+    """The residual stream a step's own request brought back (the lens in use): the decoder layers the
+    lens last asked for, every position of `ids`, under the interventions `steering` names; and the token
+    the server gave there."""
 
     ids: tuple[int, ...]
     steering: object  # what was in force (the engine's ServedSteering while active, else None)
+    layers: tuple[int, ...]  # the decoder layers captured, in order (the last among them)
     residual: np.ndarray  # (layers, positions, hidden)
     served: tuple[int, float]  # (token, log-probability) the server returned after `ids`
 
@@ -102,6 +105,7 @@ class ServedInternals:
         self.head_dim = int(getattr(config, "head_dim", None) or head.hidden // self.heads)
         self.wanted = False  # the lens was asked for since the last step: the next step captures
         self.captured: Capture | None = None
+        self.asked: tuple[int, ...] = tuple(range(head.layers))  # the decoder layers the lens last asked for
         self.head_checked = False  # the head gave the server's own log-probability once (see _check_head)
 
     def step_xargs(self, positions: int) -> tuple[dict[str, Any], int]:
@@ -109,7 +113,7 @@ class ServedInternals:
         the residual stream while the lens is in use, where it fits the capture budget (else nothing: the
         lens then asks, and says why not)."""
         wanted, self.wanted = self.wanted, False
-        xargs = {"output_residual_stream": list(range(self.head.layers))}
+        xargs = {"output_residual_stream": list(self.asked)}
         try:
             size = self.checked_capture(xargs, positions) if wanted else 0
         except TokenvizError:
@@ -132,10 +136,11 @@ class ServedInternals:
         size = self.capture_bytes(xargs, positions)
         if size > CAPTURE_BUDGET_BYTES:
             layers = len(xargs.get("output_residual_stream", ())) or len(json.loads(xargs.get("output_qk", "[]")))
+            fewer = f"show fewer lens layers (--lens-layers {EXAMPLE})" if xargs.get("output_residual_stream") else ""
             raise TokenvizError(
                 f"{self.endpoint.host} would send {size / 1e6:,.0f} MB for {layers} layers at {positions:,} "
-                f"positions, over the {CAPTURE_BUDGET_BYTES / 1e6:,.0f} MB a capture may take: ask for fewer "
-                "layers, or step from a shorter context"
+                f"positions, over the {CAPTURE_BUDGET_BYTES / 1e6:,.0f} MB a capture may take: "
+                f"{fewer + ', or ' if fewer else ''}step from a shorter context"
             )
         return size
 
@@ -144,16 +149,18 @@ class ServedInternals:
         activations = answer.get("activations")
         if not isinstance(activations, dict):
             raise EndpointError(f"{self.endpoint.host} answered without the activations asked ({PLUGIN} gone?)")
-        shape = (self.head.layers, len(ids), self.head.hidden)
+        layers = self.asked  # (what step_xargs asked for)
+        shape = (len(layers), len(ids), self.head.hidden)
         residual = tensor(activations, "residual_stream", shape, self.endpoint.host)
-        self.captured = Capture(tuple(ids), steering, residual, served)
+        self.captured = Capture(tuple(ids), steering, layers, residual, served)
 
-    def _from_step(self, ids: Sequence[int], steering: object) -> Capture | None:
-        """The last step's capture where it holds `ids` (a prefix of its context, the same interventions)."""
+    def _from_step(self, ids: Sequence[int], steering: object, layers: Sequence[int]) -> Capture | None:
+        """The last step's capture where it holds `ids` (a prefix of its context, the same interventions)
+        at `layers`."""
         c = self.captured
         if c is None or c.steering is not steering or len(ids) > len(c.ids) or tuple(ids) != c.ids[: len(ids)]:
             return None
-        return c
+        return c if set(layers) <= set(c.layers) else None
 
     def _activations(
         self, ids: Sequence[int], xargs: dict[str, Any], extra: dict[str, Any] | None = None
@@ -173,27 +180,38 @@ class ServedInternals:
 
     @torch.inference_mode()
     def inspect(
-        self, engine: Any, ids: list[int], positions: list[int], chosen: list[int], pinned: tuple[int, ...]
+        self,
+        engine: Any,
+        ids: list[int],
+        positions: list[int],
+        chosen: list[int],
+        pinned: tuple[int, ...],
+        rows: tuple[int, ...] | None = None,
     ) -> list[Inspection]:
-        """Each position's lens (the embeddings, then every layer's residual through the model's own final
-        norm and head), from one request over `ids`."""
+        """Each position's lens (the embeddings, then the residual after each decoder layer of `rows`, or of
+        every one, through the model's own final norm and head), from one request over `ids` asking for
+        those layers alone (and the last, which the head is checked on)."""
         self.wanted = True
         layers, host = self.head.layers, self.endpoint.host
-        step = self._from_step(ids, engine.steering_in_force())
+        rows = tuple(range(layers + 1)) if rows is None else rows
+        decoder = tuple(sorted({row - 1 for row in rows if row > 0} | {layers - 1}))
+        self.asked = decoder
+        step = self._from_step(ids, engine.steering_in_force(), decoder)
         if step is not None:  # (the step's own request brought it: no request here)
-            residual, served = step.residual[:, : len(ids)], step.served
-            last = len(step.ids) - 1
+            residual = step.residual[[step.layers.index(layer) for layer in decoder], : len(ids)]
+            served, checked = step.served, step.residual[-1, len(step.ids) - 1]
         else:
-            activations, choice = self._activations(ids, {"output_residual_stream": list(range(layers))})
-            residual = tensor(activations, "residual_stream", (layers, len(ids), self.head.hidden), host)
+            activations, choice = self._activations(ids, {"output_residual_stream": list(decoder)})
+            residual = tensor(activations, "residual_stream", (len(decoder), len(ids), self.head.hidden), host)
             token, logprob, _ = top_of(choice, host, 1)
-            served, last = (token, checked_logprob(logprob, host)), len(ids) - 1
+            served, checked = (token, checked_logprob(logprob, host)), residual[-1, len(ids) - 1]
         if not self.head_checked and engine.raw is not False:
-            whole = step.residual if step is not None else residual
-            self._check_head(torch.from_numpy(whole[-1, last]), served)
-        stream = torch.cat([self.head.embed(ids)[None], torch.from_numpy(residual)])
-        rows = self.head.embeddings.weight[[ids[p] for p in positions]].float()
-        return inspections(stream, ids, positions, chosen, pinned, self.head.logits, rows, engine)
+            self._check_head(torch.from_numpy(checked), served)
+        stream = torch.cat([self.head.embed(ids)[None], torch.from_numpy(residual)])  # rows 0, decoder + 1
+        numbering = (0, *(layer + 1 for layer in decoder))
+        shown = stream[[numbering.index(row) for row in rows]]
+        embedding_rows = self.head.embeddings.weight[[ids[p] for p in positions]].float()
+        return inspections(shown, ids, positions, chosen, pinned, self.head.logits, embedding_rows, engine, rows=rows)
 
     def _check_head(self, last: torch.Tensor, served: tuple[int, float]) -> None:
         """Refuse a head (--tokenizer DIR) that does not give the server's own log-probability of the token

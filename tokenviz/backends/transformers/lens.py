@@ -74,9 +74,11 @@ def inspect_positions(
     top: int = 3,
     embedding_dims: int = 16,
     pinned: tuple[int, ...] = (),
+    rows: tuple[int, ...] | None = None,
 ) -> list[Inspection]:
     """Inspect several positions of `ids` with one forward pass. `chosen[i]` is the token that
-    followed positions[i]; it and the `pinned` tokens are followed through the layers."""
+    followed positions[i]; it and the `pinned` tokens are followed through the layers (the lens rows
+    `rows`, or every one)."""
     stream, own = residual_stream(runner, ids)  # (L+1, T, H)
     last = lens_logits(runner, stream[-1, -1:])[0]
     if not torch.allclose(last.float(), own.float(), rtol=1e-3, atol=1e-3 * float(own.abs().max())):
@@ -87,6 +89,17 @@ def inspect_positions(
     embeddings = runner.model.get_input_embeddings()
     with weights_at_hand(embeddings):  # (it may live on the disk: fetched once for every position)
         rows_of = cast(torch.Tensor, embeddings.weight)[[ids[p] for p in positions]].float()
+    shown = stream if rows is None else stream[list(rows)]
     return inspections(
-        stream, ids, positions, chosen, pinned, lambda r: lens_logits(runner, r), rows_of, runner, top, embedding_dims
+        shown,
+        ids,
+        positions,
+        chosen,
+        pinned,
+        lambda r: lens_logits(runner, r),
+        rows_of,
+        runner,
+        top,
+        embedding_dims,
+        rows,
     )

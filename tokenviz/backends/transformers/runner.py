@@ -179,11 +179,16 @@ class ModelRunner:
     # ---- the internals (contract.engine's Lens, Attributing, LogitSplitting, Intervenable) ---------------
 
     def inspect(
-        self, ids: list[int], positions: list[int], chosen: list[int], pinned: tuple[int, ...]
+        self,
+        ids: list[int],
+        positions: list[int],
+        chosen: list[int],
+        pinned: tuple[int, ...],
+        rows: tuple[int, ...] | None = None,
     ) -> list[Inspection]:
         from tokenviz.backends.transformers.lens import inspect_positions
 
-        return inspect_positions(self, ids, positions, chosen, pinned=pinned)
+        return inspect_positions(self, ids, positions, chosen, pinned=pinned, rows=rows)
 
     def attribute(
         self,

@@ -21,6 +21,7 @@ from tokenviz.cli.options import (
     Chat,
     Endpoint,
     InsecureHttp,
+    LensLayersOption,
     LocalTokenizer,
     ModelChoice,
     ServedModel,
@@ -30,6 +31,7 @@ from tokenviz.cli.options import (
     sampling_options,
 )
 from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.lens_layers import parse_lens_layers
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.themes import DEFAULT_THEME, check_theme
 
@@ -55,6 +57,7 @@ def open_app(
         Optional[str],
         typer.Argument(help=f'Text to start from. Default: "{DEFAULT_PROMPT}" (with --chat: "{DEFAULT_QUESTION}").'),
     ] = None,
+    lens_layers: LensLayersOption = None,
     chat: Chat = False,
     system: System = None,
     theme: Theme = DEFAULT_THEME,
@@ -75,6 +78,7 @@ def open_app(
     try:
         check_theme(theme)
         check_chat(chat, system)
+        chosen_rows = None if lens_layers is None else parse_lens_layers(lens_layers)
     except TokenvizError as exc:
         fail(str(exc))
     served = served_options(endpoint, served_model, api_key_env, api_key_file, insecure_http, tokenizer)
@@ -82,4 +86,5 @@ def open_app(
     loader = model.loader() if served is None else served_loader(model, settings, served, tokenizer)
     in_terminal.require_terminal()
     text = prompt if prompt is not None else (DEFAULT_QUESTION if chat else DEFAULT_PROMPT)
-    in_terminal.run_app(EngineWorker(loader, settings, text, chat=chat, system=system), theme)
+    worker = EngineWorker(loader, settings, text, chat=chat, system=system, lens_layers=chosen_rows)
+    in_terminal.run_app(worker, theme)

@@ -108,7 +108,12 @@ def verify_served_recording(
         if found is not None:
             err.print(f"mismatch: {found}", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(1)
-    verdict(checked, mismatch, len(journey.steps), differs, "journey: every token, text and number")
+    others = sum(not b.current for b in journey.replay.branches)
+    left = (
+        f" (not its {others} other branch{'es' if others > 1 else ''}: a file keeps their summaries, not their steps)"
+    )
+    reproduced = "journey: every token, text, number and analysis" + (left if others else "")
+    verdict(checked, mismatch, len(journey.steps), differs, reproduced)
 
 
 def verdict(checked: int, mismatch: int | None, steps: int, differs: str, reproduced: str, other: str = "") -> None:

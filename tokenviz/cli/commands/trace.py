@@ -20,6 +20,7 @@ from tokenviz.cli.options import (
     Chat,
     Endpoint,
     InsecureHttp,
+    LensLayersOption,
     LocalTokenizer,
     ModelChoice,
     ServedModel,
@@ -33,6 +34,7 @@ from tokenviz.cli.options import (
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import refuse_grammar
 from tokenviz.contract.interventions import Intervention, parse_ablation, parse_patch, parse_steering
+from tokenviz.contract.lens_layers import parse_lens_layers
 from tokenviz.contract.results import ATTRIBUTION_METHODS
 from tokenviz.contract.settings import SamplingSettings
 
@@ -51,6 +53,7 @@ def trace(
     lens: Annotated[
         bool, typer.Option("--lens", help="Add each step's logit lens (every layer's top tokens).")
     ] = False,
+    lens_layers: LensLayersOption = None,
     routing: Annotated[
         bool,
         typer.Option(
@@ -156,6 +159,8 @@ def trace(
             fail(f"--ablate: {NO_ABLATION}")
         loader = served_loader(model, settings, served, tokenizer)
     try:  # every option checked before torch is imported: a mistake is told in a moment
+        chosen_rows = None if lens_layers is None else parse_lens_layers(lens_layers)
+        lens = lens or chosen_rows is not None
         check_trace(steps, save, html, force, beams, speculate, lens or routing, attribution, watch)
         interventions: tuple[Intervention, ...] = (
             *(parse_ablation(a, mean=ablate_mean) for a in ablate or ()),
@@ -198,6 +203,7 @@ def trace(
                 interventions=interventions,
                 attention=attention,
                 loader=loader,
+                lens_layers=chosen_rows,
             )
     except SaveFailed as exc:
         print_document(exc.document, as_json)  # the run's output is not lost with the file

@@ -214,7 +214,7 @@ def result_or_note(
     result: T | None, selection: Selection, body: Static, waiting: str, what: str, run: Run | None = None
 ) -> T | None:
     """A view computed at the cursor's position: `result`; or, while there is none, a note in
-    `body` saying why (waiting for it, autoplay running, cancelled, or a recording without it)."""
+    `body` saying why (waiting for it, autoplay running, cancelled or refused, or a recording without it)."""
     body.set_class(result is None, "-note")  # a note wraps; a table does not
     if result is None:
         if selection.snapshot.playing:
@@ -233,7 +233,8 @@ class Run:
 
 def pending_note(selection: Selection, waiting: str, what: str, run: Run | None = None) -> Text:
     """What a model-computed view says before its result arrives: waiting, with the job's progress
-    while it runs; cancelled, and how to run it again; or, in a recording (no model), what it lacks."""
+    while it runs; cancelled, and how to run it again; refused, and why; or, in a recording (no model),
+    what it lacks."""
     s = selection.snapshot
     if not s.live:
         return Text(
@@ -243,6 +244,9 @@ def pending_note(selection: Selection, waiting: str, what: str, run: Run | None 
         )
     if run is not None and run.kind.__name__ in s.cancelled:
         return Text(f"{what}: cancelled (Escape). Press {key_of(run.action)} to run it again.", style="dim")
+    refused = dict(s.failed).get(run.kind.__name__) if run is not None else None
+    if refused is not None:
+        return Text(f"{what}: {refused}", style="dim")
     if s.message and s.progress is not None:  # a job is running: how far it is
         return Text(f"{waiting}\n{s.message}", style="dim")
     return Text(waiting, style="dim")

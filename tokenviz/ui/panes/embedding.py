@@ -19,7 +19,8 @@ class EmbeddingPane(ScrollPane):
 
     def draw(self, selection: Selection) -> None:
         body = self.body
-        inspection = inspection_or_note(selection, body, "reading the embedding and residual stream for this position…")
+        waiting = "reading the embedding and residual stream for this position…"
+        inspection = inspection_or_note(selection, body, waiting, "embedding")
         if inspection is None:
             return
         i = inspection

@@ -10,7 +10,7 @@ from tokenviz.contract.results import Inspection
 from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell
 from tokenviz.render.visible import visible
-from tokenviz.ui.panes.base import ScrollPane, result_or_note
+from tokenviz.ui.panes.base import Run, ScrollPane, result_or_note
 from tokenviz.ui.selection import Selection
 
 
@@ -25,9 +25,11 @@ def current_inspection(selection: Selection) -> Inspection | None:
     return inspection
 
 
-def inspection_or_note(selection: Selection, body: Static, waiting: str) -> Inspection | None:
-    """The cursor's inspection; or, while there is none, a note in `body` saying why."""
-    return result_or_note(current_inspection(selection), selection, body, waiting, "residual stream")
+def inspection_or_note(selection: Selection, body: Static, waiting: str, view: str) -> Inspection | None:
+    """The cursor's inspection; or, while there is none, a note in `body` saying why (`view`: the view
+    whose key asks for it again)."""
+    run = Run(Inspect, f"view('{view}')")
+    return result_or_note(current_inspection(selection), selection, body, waiting, "residual stream", run)
 
 
 class LensPane(ScrollPane):
@@ -39,7 +41,7 @@ class LensPane(ScrollPane):
 
     def draw(self, selection: Selection) -> None:
         body = self.body
-        inspection = inspection_or_note(selection, body, "computing the lens for this position…")
+        inspection = inspection_or_note(selection, body, "computing the lens for this position…", "lens")
         if inspection is None:
             return
         chosen_color = self.theme_colors.chosen
