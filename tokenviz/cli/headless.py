@@ -305,6 +305,8 @@ def remade_journey(recorded: dict[str, Any], session: Session) -> dict[str, Any]
     session.score_prompt()
     analyses = session.analyses.remade(kept)
     remade = journey_file(snapshot_of(session), attention_at(session, sorted(kept_rows.rows)), analyses, document)
+    if "diagnosis" not in recorded:  # (a journey the app saved holds none: its why view measures it when shown)
+        remade.pop("diagnosis", None)
     return dict(json.loads(json.dumps(remade)))  # (as a file holds it: lists, not tuples)
 
 

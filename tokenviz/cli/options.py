@@ -145,29 +145,18 @@ LensLayersOption = Annotated[
         "default). A served model's lens then asks its server for those layers alone.",
     ),
 ]
-# A model a server runs (tokenviz.backends.served): where, which, and the token it wants (never on the command line).
-Endpoint = Annotated[
-    Optional[str],
-    typer.Option("--endpoint", help="URL of an OpenAI-compatible server (as vLLM's: http://127.0.0.1:8000/v1)."),
-]
+# compare's B on a server (--against-endpoint): which model, and the token it wants (never on the command line).
 ServedModel = Annotated[
     Optional[str],
-    typer.Option("--served-model", help="With --endpoint: the model to ask for (default: the one served)."),
+    typer.Option("--served-model", help="With --against-endpoint: the model to ask for (default: the one served)."),
 ]
 ApiKeyEnv = Annotated[
-    Optional[str], typer.Option("--api-key-env", help="With --endpoint: the environment variable holding the API key.")
+    Optional[str],
+    typer.Option("--api-key-env", help="With --against-endpoint: the environment variable holding the API key."),
 ]
 ApiKeyFile = Annotated[
-    Optional[str], typer.Option("--api-key-file", help="With --endpoint: a file holding the API key (one line).")
-]
-LocalTokenizer = Annotated[
     Optional[str],
-    typer.Option(
-        "--tokenizer",
-        help="With --endpoint: a Hugging Face tokenizer (id or directory) to tokenize with here, checked "
-        "once against the server's (default: the server's own /tokenize and /detokenize); the model's "
-        "directory also gives its lens, attention rows and steering where the server has vllm-lens.",
-    ),
+    typer.Option("--api-key-file", help="With --against-endpoint: a file holding the API key (one line)."),
 ]
 InsecureHttp = Annotated[
     bool,

@@ -93,16 +93,16 @@ def default_max_sessions(session_bytes: int, available: int | None = None) -> in
     return max(1, int(MEMORY_SHARE * available // max(session_bytes, 1)))
 
 
-def session_limit(asked: int, model: str | None, served: bool = False) -> tuple[int, str]:
-    """(the most sessions at once, why): `asked`, or what the memory available holds (a `served`
-    model's tabs hold no weights: each is a client of its server)."""
+def session_limit(asked: int, model: str | None, weights_here: bool = True) -> tuple[int, str]:
+    """(the most sessions at once, why): `asked`, or what the memory available holds (without
+    `weights_here`, a served model's, a tab holds no weights: each is a client of its server)."""
     if asked:
         return asked, "--max-sessions"
     try:
-        bundled = bundled_gguf() if model is None and not served else None
+        bundled = bundled_gguf() if model is None and weights_here else None
     except ModelLoadError:
         bundled = None  # (each tab will say so itself)
-    each = PROCESS_BYTES + (0 if served else weights_bytes(model, bundled))
+    each = PROCESS_BYTES + (weights_bytes(model, bundled) if weights_here else 0)
     available = psutil.virtual_memory().available
     return default_max_sessions(each, available), (
         f"about {each / 2**30:.1f} GB each, {available / 2**30:.1f} GB available; --max-sessions changes it"

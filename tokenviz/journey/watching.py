@@ -96,6 +96,8 @@ def _watched(
 ) -> dict[int, tuple[PinnedToken, ...]]:
     """The watched tokens' values at every step of `records` that lacks them, by index."""
     stale = [i for i, r in enumerate(records) if r.decision.pinned_ids != pinned]
+    if not stale:
+        return {}
     if isinstance(engine, DrawingEngine):  # a server's steps: from the top-N each record kept
         return {i: _from_record(engine, records[i], ids, prompt_len, pinned) for i in stale}
     cache: Caching = able(engine, Capability.CACHE, "watching a token at the steps before")

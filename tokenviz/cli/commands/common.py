@@ -1,5 +1,5 @@
-"""What the commands share: their defaults, the checks of their options, a served model's options
-and loader, and how a document is printed."""
+"""What the commands share: their defaults, the checks of their options, compare's served model, and
+how a document is printed."""
 
 import json
 import os
@@ -13,20 +13,16 @@ from rich.console import Console
 
 from tokenviz import __version__
 from tokenviz.cli.options import (
-    ModelChoice,
     fail,
     print_warning,
 )
 from tokenviz.contract.errors import TokenvizError
-from tokenviz.contract.settings import SamplingSettings
 from tokenviz.system.paths import unwritable_folder
 from tokenviz.ui.themes import DEFAULT_THEME
 
 if TYPE_CHECKING:
     from tokenviz.backends.served.completions import ServedChoice
     from tokenviz.backends.served.endpoint import Endpoint
-    from tokenviz.backends.served.engine import ServedEngine
-    from tokenviz.worker.loader import Loader, Progress
 
 
 DEFAULT_PROMPT = "The Eiffel Tower is located in"
@@ -62,22 +58,13 @@ def new_cli() -> typer.Typer:
 
 
 def served_options(
-    url: str | None,
-    model: str | None,
-    key_env: str | None,
-    key_file: str | None,
-    insecure_http: bool,
-    tokenizer: str | None = None,
-    url_option: str = "--endpoint",
-    takes_tokenizer: bool = True,
+    url: str | None, model: str | None, key_env: str | None, key_file: str | None, insecure_http: bool
 ) -> "ServedChoice | None":
-    """The served options as one value, or None without a server's URL, where any of the others given
-    is refused in one line (tokenviz.backends.served is imported only when a command is served)."""
+    """compare's served options (--against-endpoint) as one value, or None without a server's URL, where
+    any of the others given is refused in one line."""
     if url is None:
-        if model or key_env or key_file or insecure_http or tokenizer:
-            names = ["--served-model", "--api-key-env", "--api-key-file", "--insecure-http"]
-            names += ["--tokenizer"] if takes_tokenizer else []
-            fail(f"{', '.join(names[:-1])} and {names[-1]} go with {url_option} URL")
+        if model or key_env or key_file or insecure_http:
+            fail("--served-model, --api-key-env, --api-key-file and --insecure-http go with --against-endpoint URL")
         return None
     from tokenviz.backends.served.completions import ServedChoice
     from tokenviz.backends.served.endpoint import ApiKey
@@ -98,34 +85,6 @@ def connected(served: "ServedChoice") -> tuple["Endpoint", str]:
         return endpoint, served_model_name(endpoint, served.model)
     except TokenvizError as exc:
         fail(str(exc))
-
-
-def served_loader(
-    model: ModelChoice, settings: SamplingSettings, served: "ServedChoice", tokenizer: str | None = None
-) -> "Loader":
-    """The app's loader on a served model: the server checked to answer and to serve the model before
-    the app opens (an unreachable one is one line within seconds); the engine is made in the worker,
-    with `tokenizer` (a Hugging Face id or directory) loaded there and checked against the server's."""
-    local = {"--model": model.model, "--device-map": model.device_map, "--quantize": model.quantize}
-    asked = [name for name, value in {**local, "--compile": model.compile}.items() if value]
-    if asked:
-        fail(f"{asked[0]} is for a model loaded here: a served model (--endpoint) is the server's")
-    if settings.grammar is not None:
-        fail("a grammar stage needs the model's tokenizer in this process: not with --endpoint")
-    endpoint, name = connected(served)
-
-    def load(progress: "Progress") -> "ServedEngine":
-        from tokenviz.backends.served.engine import ServedEngine, tokenizer_here
-
-        here = None  # (the tokenizer named with --tokenizer, loaded in this thread)
-        if tokenizer is not None:
-            progress(f"loading the tokenizer {tokenizer}", None)
-            here = tokenizer_here(tokenizer)
-        progress(f"asking {endpoint.host} about {name}", 0.5)
-        endpoint.waiting = lambda line: progress(line, 0.5)  # (a request past a second says what it waits on)
-        return ServedEngine(endpoint, name, local_tokenizer=here, model_files=tokenizer)
-
-    return load
 
 
 def print_result(document: dict[str, Any], as_json: bool, table: Callable[[dict[str, Any], Console], None]) -> None:

@@ -96,15 +96,7 @@ def compare(
     (--against-quantize) or two models sharing a tokenizer (--model and --against-model). Per step:
     the KL divergence of their raw distributions, whether their top-1 agree, the rank each gives the
     other's choice; and where their paths part."""
-    served = served_options(
-        against_endpoint,
-        served_model,
-        api_key_env,
-        api_key_file,
-        insecure_http,
-        url_option="--against-endpoint",
-        takes_tokenizer=False,
-    )
+    served = served_options(against_endpoint, served_model, api_key_env, api_key_file, insecure_http)
     if served is not None:
         others = (against, against_model, against_dtype, against_quantize, against_grammar, chat)
         if any(others) or settings.grammar is not None:

@@ -6,63 +6,56 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from tokenviz.cli.backend_options import BackendChoice, backend_options
 from tokenviz.cli.commands import in_terminal
-from tokenviz.cli.commands.common import Theme, new_cli, served_options
+from tokenviz.cli.commands.common import Theme, new_cli
 from tokenviz.cli.options import (
-    ApiKeyEnv,
-    ApiKeyFile,
-    Endpoint,
-    InsecureHttp,
-    LocalTokenizer,
     ModelChoice,
-    ServedModel,
     err,
     fail,
     model_options,
     stderr_progress,
 )
 from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.themes import DEFAULT_THEME, check_theme
 
 if TYPE_CHECKING:
-    from tokenviz.backends.served.completions import ServedChoice
     from tokenviz.files.journey_schema import Journey
 
 replay_cli = new_cli()
 
 
 @replay_cli.command()
+@backend_options("replay")
 @model_options()
 def replay(
     model: ModelChoice,
+    backend: BackendChoice,
     path: Annotated[str, typer.Argument(help="A journey saved with x in the app or trace --save.")],
     verify: Annotated[
         bool, typer.Option("--verify", help="Re-run it with the model; exit 0 only if every token matches.")
     ] = False,
     theme: Theme = DEFAULT_THEME,
-    endpoint: Endpoint = None,
-    served_model: ServedModel = None,
-    api_key_env: ApiKeyEnv = None,
-    api_key_file: ApiKeyFile = None,
-    insecure_http: InsecureHttp = False,
-    tokenizer: LocalTokenizer = None,
 ) -> None:
     """Open a saved journey read-only, without loading any model (or --verify it against the model,
     or against the server with --endpoint for a journey on a served model: with --tokenizer DIR where it
     was steered)."""
     from tokenviz.files.journey_file import open_journey, read_journey, recording_of
 
-    served = served_options(endpoint, served_model, api_key_env, api_key_file, insecure_http, tokenizer)
     try:
         journey = open_journey(path)
-        if verify and (served is not None or journey.replay.info.top_only):
-            verify_served_recording(journey, read_journey(path), served, tokenizer)
+        local = backend.backend().local
+        if verify and (not local or journey.replay.info.top_only):
+            verify_served_recording(journey, read_journey(path), model, backend)
             return
-        if served is not None:
-            raise TokenvizError("--endpoint goes with --verify: a replay without it loads no model")
         if verify:
-            verify_recording(journey, model)
+            verify_recording(journey, model, backend)
             return
+        if backend.given:
+            flags = backend.flags()
+            said = f"{', '.join(flags)} go{'es' * (len(flags) == 1)} with --verify"
+            raise TokenvizError(f"{said}: a replay without it loads no model")
         recording = recording_of(journey)
         check_theme(theme)
     except TokenvizError as exc:
@@ -74,32 +67,29 @@ def replay(
 
 
 def verify_served_recording(
-    journey: "Journey", recorded: dict[str, Any], served: "ServedChoice | None", tokenizer: str | None = None
+    journey: "Journey", recorded: dict[str, Any], model: ModelChoice, backend: BackendChoice
 ) -> None:
     """Re-run a journey recorded on a served model against `served` (the server), then check that the
     file is the journey the server gives now: its tokens and each chosen token's log-probability as it
     runs, then the whole file (`recorded`, its JSON) against the same journey saved again from the re-run
     (files.journey_diff: every id and text, every number within its tolerance, the model and server it
-    names, the settings). `tokenizer`: --tokenizer (the model's directory gives the head a steered
-    journey, or one with the lens, needs)."""
-    from tokenviz.backends.registry import engine_of
+    names, the settings). --tokenizer: the model's directory gives the head a steered journey, or one
+    with the lens, needs."""
     from tokenviz.backends.served.completions import REPRODUCED_WITHIN
-    from tokenviz.backends.served.engine import ServedEngine
     from tokenviz.cli.headless import remade_journey
     from tokenviz.files.journey_diff import first_difference
     from tokenviz.journey.reproduce import verify_journey
     from tokenviz.journey.session import Session
 
     info = journey.replay.info
-    if served is None:
+    if backend.backend().local:
         raise TokenvizError(
             f"the journey was recorded on {info.name}, {info.device}: verify it against the server "
             "with --endpoint URL (and --api-key-env VAR or --api-key-file FILE)"
         )
     if not info.top_only:
         raise TokenvizError("the journey was recorded on a model run here: verify it without --endpoint")
-    engine = ServedEngine.open(served, tokenizer)
-    session = Session(engine_of(engine))
+    session = Session(backend.loader(model, SamplingSettings())(lambda message, fraction: None))
     checked, mismatch = verify_journey(journey, session, REPRODUCED_WITHIN)
     differs = f"its token, or its log-probability by more than {REPRODUCED_WITHIN:g} nats"
     if mismatch is None:
@@ -130,10 +120,9 @@ def verdict(checked: int, mismatch: int | None, steps: int, differs: str, reprod
     typer.echo(f"verified: all {checked} steps reproduce the recorded {reproduced}")
 
 
-def verify_recording(journey: "Journey", model: ModelChoice) -> None:
+def verify_recording(journey: "Journey", model: ModelChoice, backend: BackendChoice) -> None:
     """Re-run a recording with the model; exit 1 at the first token that differs. Without --model, the
     model the journey names (the bundled one, a path, a hub id); with it, a line where they differ."""
-    from tokenviz.backends.registry import engine_of
     from tokenviz.backends.transformers.loading import BUNDLED_NAME
     from tokenviz.journey.reproduce import verify_journey
     from tokenviz.journey.session import Session
@@ -145,15 +134,15 @@ def verify_recording(journey: "Journey", model: ModelChoice) -> None:
         model = dataclasses.replace(model, model=recorded)
         err.print(f"verifying on {recorded}, the model the journey was recorded on", markup=False, highlight=False)
     with stderr_progress() as progress:
-        loaded = model.load(progress)
-    differs = loaded.info.name != recorded
+        engine = backend.loader(model, SamplingSettings())(progress)
+    differs = engine.info.name != recorded
     if differs:
         err.print(
-            f"note: the journey was recorded on {recorded}; verifying on {loaded.info.name}",
+            f"note: the journey was recorded on {recorded}; verifying on {engine.info.name}",
             markup=False,
             highlight=False,
             soft_wrap=True,
         )
-    checked, mismatch = verify_journey(journey, Session(engine_of(loaded)))
+    checked, mismatch = verify_journey(journey, Session(engine))
     other = f" (recorded on another model: {recorded})" if differs else ""
     verdict(checked, mismatch, len(journey.steps), "its token, or the experts it was routed to", "tokens", other)

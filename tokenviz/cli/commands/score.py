@@ -5,15 +5,11 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from tokenviz.cli.commands.common import check_chat, new_cli, print_document, served_loader, served_options
+from tokenviz.cli.backend_options import BackendChoice, backend_options
+from tokenviz.cli.commands.common import check_chat, new_cli, print_document
 from tokenviz.cli.options import (
-    ApiKeyEnv,
-    ApiKeyFile,
     Chat,
-    Endpoint,
-    InsecureHttp,
     ModelChoice,
-    ServedModel,
     System,
     fail,
     grammar_options,
@@ -28,34 +24,27 @@ score_cli = new_cli()
 
 
 @score_cli.command()
+@backend_options("score")
 @grammar_options()
 @model_options()
 def score(
     model: ModelChoice,
     grammar: Grammar | None,
+    backend: BackendChoice,
     text: Annotated[str, typer.Argument(help="The text to score.")],
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
     chat: Chat = False,
     system: System = None,
-    endpoint: Endpoint = None,
-    served_model: ServedModel = None,
-    api_key_env: ApiKeyEnv = None,
-    api_key_file: ApiKeyFile = None,
-    insecure_http: InsecureHttp = False,
 ) -> None:
     """Score a text: each token's log-probability, probability and rank, the entropy and top
     candidates there, the total log-probability and the perplexity (one forward pass). With a
     grammar (--json-schema, --regex, --grammar), which the text follows from its first token, each
     token's log-probability under it too (one more pass). With --endpoint, on the model a server runs
     (its prompt log-probabilities, one request: the server's top candidates, the entropy's floor)."""
-    served = served_options(endpoint, served_model, api_key_env, api_key_file, insecure_http, takes_tokenizer=False)
-    loader = None
-    if served is not None:
-        if grammar is not None:
-            fail("score --endpoint takes no grammar: the grammar stage needs the model's tokenizer in this process")
-        loader = served_loader(model, SamplingSettings(), served)
-    from tokenviz.backends.registry import engine_of
-    from tokenviz.backends.transformers.before_weights import journey_checks
+    try:
+        loader = backend.loader(model, SamplingSettings(grammar=grammar))
+    except TokenvizError as exc:
+        fail(str(exc))
     from tokenviz.cli.table import print_score
     from tokenviz.journey.score import score_text
     from tokenviz.journey.session import Session
@@ -63,8 +52,7 @@ def score(
     try:
         check_chat(chat, system)
         with stderr_progress() as progress:
-            engine = loader(progress) if loader else model.load(progress, journey_checks(grammar))
-            session = Session(engine_of(engine))
+            session = Session(loader(progress))
             document = score_text(session, text, chat=chat, system=system, grammar=grammar)
     except TokenvizError as exc:
         fail(str(exc))

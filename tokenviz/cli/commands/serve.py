@@ -1,20 +1,15 @@
 """`tokenviz serve`: the app in a browser."""
 
 import sys
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import Annotated, Optional
 
 import typer
 
-from tokenviz.cli.commands.common import Theme, check_chat, new_cli, served_loader, served_options
+from tokenviz.cli.backend_options import BackendChoice, backend_options
+from tokenviz.cli.commands.common import Theme, check_chat, new_cli
 from tokenviz.cli.options import (
-    ApiKeyEnv,
-    ApiKeyFile,
     Chat,
-    Endpoint,
-    InsecureHttp,
-    LocalTokenizer,
     ModelChoice,
-    ServedModel,
     System,
     err,
     fail,
@@ -25,9 +20,6 @@ from tokenviz.cli.options import (
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.themes import DEFAULT_THEME, check_theme
-
-if TYPE_CHECKING:
-    pass
 
 SERVE_OPTIONS = ("--host", "--port", "--max-sessions")  # serve's own: every other argument goes to the app
 
@@ -52,11 +44,13 @@ serve_cli = new_cli()
 
 
 @serve_cli.command()
+@backend_options("serve")
 @sampling_options()
 @model_options()
 def serve(
     settings: SamplingSettings,
     model: ModelChoice,
+    backend: BackendChoice,
     prompt: Annotated[Optional[str], typer.Argument(help="Text to start from (as for tokenviz).")] = None,
     host: Annotated[
         str, typer.Option(help="Address to listen on. Anyone who can reach it can drive the model: keep it local.")
@@ -73,12 +67,6 @@ def serve(
     chat: Chat = False,
     system: System = None,
     theme: Theme = DEFAULT_THEME,
-    endpoint: Endpoint = None,
-    served_model: ServedModel = None,
-    api_key_env: ApiKeyEnv = None,
-    api_key_file: ApiKeyFile = None,
-    insecure_http: InsecureHttp = False,
-    tokenizer: LocalTokenizer = None,
 ) -> None:
     """The same app in a web browser (textual-serve): each tab gets its own journey, and closing the
     tab ends its process. Takes every option tokenviz takes (--endpoint too: each tab a client of the
@@ -99,15 +87,17 @@ def serve(
         fail(str(exc))
     except OSError as exc:
         fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
-    served = served_options(endpoint, served_model, api_key_env, api_key_file, insecure_http, tokenizer)
-    if served is not None:  # asked once here, as each tab will: an unreachable server is told now
-        served_loader(model, settings, served)
+    try:  # (checked once here, as each tab will: an unreachable server is told now)
+        chosen = backend.backend()
+        backend.loader(model, settings)
+    except TokenvizError as exc:
+        fail(str(exc))
     from tokenviz.cli.serving import LimitedServer, session_limit
 
     command = shlex.join([sys.executable, "-m", "tokenviz", *app_arguments(sys.argv[2:])])
     if host not in LOOPBACK:
         print_error(f"listening on {host}: anyone who can reach port {port} can drive the model")
-    limit, why = session_limit(max_sessions, model.model, served=endpoint is not None)
+    limit, why = session_limit(max_sessions, model.model, weights_here=chosen.local)
     plural = "" if limit == 1 else "s"
     err.print(
         f"tokenviz in a browser: http://{host}:{port} · at most {limit} session{plural} at once ({why}) "

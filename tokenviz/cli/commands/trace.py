@@ -5,25 +5,18 @@ from typing import Annotated, Optional
 
 import typer
 
+from tokenviz.cli.backend_options import BackendChoice, backend_options
 from tokenviz.cli.commands.common import (
     check_chat,
     check_writable,
     default_page_colors,
     new_cli,
     print_document,
-    served_loader,
-    served_options,
 )
 from tokenviz.cli.options import (
-    ApiKeyEnv,
-    ApiKeyFile,
     Chat,
-    Endpoint,
-    InsecureHttp,
     LensLayersOption,
-    LocalTokenizer,
     ModelChoice,
-    ServedModel,
     System,
     err,
     fail,
@@ -42,11 +35,13 @@ trace_cli = new_cli()
 
 
 @trace_cli.command()
+@backend_options("trace")
 @sampling_options(leave_out=("max_new_tokens",))
 @model_options()
 def trace(
     settings: SamplingSettings,
     model: ModelChoice,
+    backend: BackendChoice,
     prompt: Annotated[str, typer.Argument(help="Text to start from.")],
     steps: Annotated[int, typer.Option(help="How many tokens to generate.")] = 16,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
@@ -136,28 +131,12 @@ def trace(
     ] = None,
     chat: Chat = False,
     system: System = None,
-    endpoint: Endpoint = None,
-    served_model: ServedModel = None,
-    api_key_env: ApiKeyEnv = None,
-    api_key_file: ApiKeyFile = None,
-    insecure_http: InsecureHttp = False,
-    tokenizer: LocalTokenizer = None,
 ) -> None:
     """Run the journey headless and print every step (a table, or JSON with --json). With
     interventions (--ablate, --steer, --steer-tokens, --patch) each step also gives the model's own
     distribution at the same context and the KL from it ("unsteered"). With --endpoint, the model a
     server runs (an OpenAI-compatible one, as vLLM's), a request per token; with --tokenizer DIR and
     the vllm-lens plugin on the server, its lens and attention rows too."""
-    served = served_options(endpoint, served_model, api_key_env, api_key_file, insecure_http, tokenizer)
-    loader = None
-    if served is not None:
-        if draft_model:
-            fail("--draft-model is a model loaded here: a served model (--endpoint) is the server's")
-        if ablate:
-            from tokenviz.backends.served.steering import NO_ABLATION
-
-            fail(f"--ablate: {NO_ABLATION}")
-        loader = served_loader(model, settings, served, tokenizer)
     try:  # every option checked before torch is imported: a mistake is told in a moment
         chosen_rows = None if lens_layers is None else parse_lens_layers(lens_layers)
         lens = lens or chosen_rows is not None
@@ -173,6 +152,7 @@ def trace(
         if beams or speculate:
             refuse_grammar(settings.grammar, "beam search" if beams else "speculative decoding")
         check_chat(chat, system)
+        loader = backend.loader(model, settings, interventions)
     except TokenvizError as exc:
         fail(str(exc))
     if draft_model and not speculate:

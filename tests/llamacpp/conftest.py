@@ -1,0 +1,54 @@
+"""llama-cpp-python, the llama.cpp backend's binding: built here when missing (from the package index's
+source with the machine's compiler and CMake: about 12 minutes on 2 cores, once a machine; pip keeps the
+wheel). A build that fails is one failed test, test_llama_cpp_python_builds, with pip's last lines and the
+command to build it by hand; every test that needs it is then skipped, naming that test."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from importlib.metadata import requires
+
+import pytest
+
+BUILD_TEST = "tests/llamacpp/test_build.py::test_llama_cpp_python_builds"
+BUILD_S = 3600  # the most a build may take (about 12 minutes on an idle 2-core machine; a busy one, more)
+
+
+def pin() -> str:
+    """The llama-cpp-python requirement of tokenviz's `llamacpp` extra (pyproject.toml: one place)."""
+    for requirement in requires("tokenviz") or ():
+        if requirement.startswith("llama-cpp-python") and 'extra == "llamacpp"' in requirement:
+            return re.split(r"\s*;", requirement)[0]
+    raise AssertionError("tokenviz declares no llamacpp extra")
+
+
+@dataclass(frozen=True)
+class Built:
+    failure: str | None  # why it could not be built (None: importable)
+
+
+@pytest.fixture(scope="session")
+def llama_cpp_build() -> Built:
+    if importlib.util.find_spec("llama_cpp") is not None:
+        return Built(None)
+    command = [sys.executable, "-m", "pip", "install", pin()]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=BUILD_S)
+    except subprocess.TimeoutExpired:
+        return Built(f"building {pin()} took over {BUILD_S} s; build it by hand: {' '.join(command)}")
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-25:])
+        return Built(f"{' '.join(command)} failed (exit {done.returncode}); its last lines:\n{tail}")
+    importlib.invalidate_caches()
+    return Built(None)
+
+
+@pytest.fixture(scope="session")
+def llama_cpp(llama_cpp_build: Built) -> None:
+    """llama-cpp-python importable, or the test skipped naming the build's test."""
+    if llama_cpp_build.failure is not None:
+        pytest.skip(f"llama-cpp-python could not be built (see {BUILD_TEST})")

@@ -1,0 +1,91 @@
+"""A GGUF whose header lies is one line and exit 2 within seconds and a little memory, before llama.cpp is
+handed the file (files.gguf_header): a tensor count of a billion, data past the end, a vocabulary of a
+billion, a string of 4 GB, a type llama.cpp does not know, a version it does not read."""
+
+from __future__ import annotations
+
+import resource
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tokenviz.files.gguf_header import read_gguf_header
+from tokenviz.system.paths import bundled_gguf
+
+LIMIT_BYTES = 1 << 30  # the address space the command may take
+WITHIN_S = 10
+
+
+def gguf(metadata: list[bytes], tensors: list[bytes] = (), version: int = 3, counts: tuple[int, int] | None = None):
+    tensor_count, metadata_count = counts or (len(tensors), len(metadata))
+    return b"GGUF" + struct.pack("<IQQ", version, tensor_count, metadata_count) + b"".join(metadata) + b"".join(tensors)
+
+
+def text(value: bytes, claimed: int | None = None) -> bytes:
+    return struct.pack("<Q", len(value) if claimed is None else claimed) + value
+
+
+def entry(key: bytes, kind: int, value: bytes) -> bytes:
+    return text(key) + struct.pack("<I", kind) + value
+
+
+ARCH = entry(b"general.architecture", 8, text(b"llama"))
+
+
+def tensor(name: bytes, shape: tuple[int, ...], kind: int, offset: int) -> bytes:
+    return (
+        text(name)
+        + struct.pack("<I", len(shape))
+        + struct.pack(f"<{len(shape)}Q", *shape)
+        + struct.pack("<IQ", kind, offset)
+    )
+
+
+LIES = {
+    "a billion tensors": (gguf([ARCH], counts=(10**9, 1)), "claims 1,000,000,000 tensors"),
+    "data past the end": (gguf([ARCH], [tensor(b"w", (4096, 4096), 0, 0)]), "bytes of data; the file holds"),
+    "a vocabulary of a billion": (
+        gguf([ARCH, entry(b"tokenizer.ggml.tokens", 9, struct.pack("<IQ", 8, 10**9))]),
+        "claims 1,000,000,000 entries",
+    ),
+    "a string of 4 GB": (gguf([entry(b"general.name", 8, text(b"x", 4 << 30))]), "claims 4,294,967,296 bytes"),
+    "an unknown tensor type": (gguf([ARCH], [tensor(b"w", (32,), 999, 0)]) + bytes(64), "unknown type 999"),
+    "version 9": (gguf([ARCH], version=9), "version 9 (llama.cpp reads 2 and 3)"),
+    "a metadata array of arrays": (gguf([entry(b"x", 9, struct.pack("<IQ", 9, 1))]), "an array of type 9"),
+}
+
+
+def test_the_bundled_gguf_header_holds_its_tensors_to_the_last_byte():
+    header = read_gguf_header(bundled_gguf())
+    assert header.version == 3 and header.tensors > 200
+    assert header.data_start + header.data_bytes == bundled_gguf().stat().st_size
+
+
+@pytest.mark.parametrize("lie", sorted(LIES))
+def test_a_gguf_header_that_lies_is_one_line_and_exit_2_in_seconds_and_little_memory(tmp_path, lie):
+    data, said = LIES[lie]
+    path = tmp_path / "model.gguf"
+    path.write_bytes(data)
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (LIMIT_BYTES, LIMIT_BYTES))
+
+    command = [sys.executable, "-m", "tokenviz", "trace", "x", "--backend", "llama.cpp", "--model", str(path)]
+    started = time.monotonic()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, preexec_fn=limited)
+    elapsed = time.monotonic() - started
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2 and len(errors) == 1 and said in errors[0], done.stderr
+    assert "Traceback" not in done.stderr and elapsed < WITHIN_S, elapsed
+
+
+def test_a_truncated_copy_of_the_bundled_gguf_is_one_line(tmp_path):
+    data = Path(bundled_gguf()).read_bytes()
+    path = tmp_path / "cut.gguf"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(Exception, match="claim 96,576,768 bytes of data; the file holds"):
+        read_gguf_header(path)

@@ -1,0 +1,222 @@
+"""The llama.cpp backend's engine (contract.engine): a GGUF stepped in llama.cpp in this process, in its own
+quantization. Each step's logits over the whole vocabulary are llama.cpp's own; tokenviz's sampling stages
+and decision run on them as on any model (decoding/). Its KV cache is llama.cpp's: a rewind cuts it
+(llama_memory_seq_rm), so a step taken again is computed the same way and gives the same logits, bit for
+bit. Tokens and their text are llama.cpp's tokenizer's, as llama.cpp itself runs the model.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from tokenviz.backends.llamacpp.runtime import Runtime, version
+from tokenviz.contract.engine import WHOLE_VOCABULARY, Capability, in_order
+from tokenviz.contract.errors import Cancelled, TokenvizError
+from tokenviz.contract.records import ModelInfo
+from tokenviz.contract.text import safe_text
+from tokenviz.decoding.prompt_predictions import predict_positions
+
+KV_VALUE_BYTES = 2  # llama.cpp's cache keeps keys and values as float16 unless told otherwise
+
+
+@dataclass
+class Timer:
+    """Milliseconds llama.cpp took (the work is done when decode returns), read as a DeviceTimer is."""
+
+    milliseconds: float = 0.0
+
+    def wait(self) -> Timer:
+        return self
+
+    def ms(self) -> float:
+        return self.milliseconds
+
+
+@dataclass
+class LlamaForward:
+    """What one llama_decode gave: the logits after the last token fed, and after each where asked."""
+
+    logits: torch.Tensor  # (vocab,) float32, llama.cpp's
+    timer: Timer
+    position_logits: torch.Tensor | None = None  # (tokens fed, vocab)
+    routes: None = None
+    places: None = None
+
+    def predictions(self, next_ids: Sequence[int]) -> dict[str, torch.Tensor]:
+        assert self.position_logits is not None, "every position's logits were not asked for"
+        return predict_positions(self.position_logits, next_ids)
+
+
+@dataclass(frozen=True)
+class Chat:
+    ids: list[int]
+    template: list[bool]
+
+
+class LlamaPieces:
+    """The text each token adds, from llama.cpp's vocabulary, decoded once per id and kept."""
+
+    def __init__(self, runtime: Runtime):
+        self.runtime = runtime
+        self.known: dict[int, str] = {}
+
+    def piece(self, token_id: int) -> str:
+        known = self.known.get(token_id)
+        if known is None:
+            data = self.runtime.piece_bytes(token_id)
+            try:
+                known = safe_text(data.decode("utf-8"))
+            except UnicodeDecodeError:  # (a byte of a character: shown as its byte)
+                known = "".join(f"<0x{b:02X}>" for b in data)
+            self.known[token_id] = known
+        return known
+
+    def learn(self, ids: Iterable[int]) -> None:
+        for token_id in ids:
+            self.piece(token_id)
+
+
+@dataclass
+class LlamaCppEngine:
+    """A GGUF in llama.cpp as an engine. Not thread-safe: one thread owns it."""
+
+    runtime: Runtime
+    path: Path
+    name: str
+    fed: list[int] = field(default_factory=list)  # the tokens the context holds, in order
+
+    def __post_init__(self) -> None:
+        runtime, shape = self.runtime, self.runtime.shape
+        self.device = torch.device("cpu")  # (the logits are read into the host's memory)
+        self.tokenizer = None  # (no Hugging Face tokenizer here: a grammar stage cannot run)
+        self.give_way: Callable[[], bool] | None = None
+        self.pieces = LlamaPieces(runtime)
+        vocabulary = range(shape.vocab)
+        self.eos_ids = {t for t in vocabulary if runtime.is_end(t)}
+        self.special_ids = {t for t in vocabulary if runtime.is_control(t)} | self.eos_ids
+        architecture = runtime.metadata("general.architecture") or "unknown"
+        head_dim = int(runtime.metadata(f"{architecture}.attention.key_length") or shape.hidden // max(shape.heads, 1))
+        self.kv_head_dim = int(runtime.metadata(f"{architecture}.attention.value_length") or head_dim)
+        base = runtime.metadata(f"{architecture}.rope.freq_base")
+        quantization = shape.description.rsplit(" ", 1)[-1]
+        self.info = ModelInfo(
+            name=self.name,
+            device="cpu (llama.cpp)",
+            dtype=quantization,
+            layers=shape.layers,
+            heads=shape.heads,
+            kv_heads=shape.kv_heads,
+            head_dim=head_dim,
+            hidden=shape.hidden,
+            vocab=shape.vocab,
+            context=runtime.context_size,
+            architecture=f"{architecture} in llama.cpp (llama-cpp-python {version()}): {shape.description}",
+            tied_embeddings=False,
+            positions=f"rotary (base {float(base):g})" if base else "as llama.cpp computes them",
+            attention="llama.cpp's",
+            quantization=f"{quantization} (GGUF, as llama.cpp runs it)",
+            capabilities=in_order({Capability.STEP}),
+            distribution=WHOLE_VOCABULARY,
+        )
+
+    # ---- the tokenizer ------------------------------------------------------------------------------
+
+    def encode(self, text: str, special_tokens: bool = True) -> list[int]:
+        return self.runtime.tokenize(text, special_tokens)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        data = b"".join(self.runtime.piece_bytes(i) for i in ids)
+        return data.decode("utf-8", "replace")
+
+    def piece(self, token_id: int) -> str:
+        return self.pieces.piece(token_id)
+
+    def learn_pieces(self, ids: Iterable[int]) -> None:
+        self.pieces.learn(ids)
+
+    def chat_ids(self, user: str, system: str | None = None) -> Chat:
+        raise TokenvizError("--chat on the llama.cpp backend: its chat template is not read yet")
+
+    # ---- the cache ----------------------------------------------------------------------------------
+
+    @property
+    def cache(self) -> tuple[int, ...]:
+        """The tokens the context holds: what use_cache goes on from."""
+        return tuple(self.fed)
+
+    @cache.setter
+    def cache(self, tokens: Any) -> None:
+        self.use_cache(tokens)
+
+    @property
+    def kv_len(self) -> int:
+        return len(self.fed)
+
+    @property
+    def kv_bytes(self) -> int:
+        """Keys and values of every layer at each position held, as llama.cpp keeps them (float16)."""
+        shape = self.runtime.shape
+        per_position = shape.layers * shape.kv_heads * (self.info.head_dim + self.kv_head_dim) * KV_VALUE_BYTES
+        return len(self.fed) * per_position
+
+    def use_cache(self, cache: Any) -> None:
+        """Go on from the tokens `cache` names: what the context shares with them is kept, the rest fed."""
+        tokens = list(cache)
+        shared = next((i for i, (a, b) in enumerate(zip(self.fed, tokens)) if a != b), min(len(self.fed), len(tokens)))
+        self.crop(shared)
+        if tokens[shared:]:
+            self.forward(tokens[shared:])
+
+    def reset(self) -> None:
+        self.runtime.clear()
+        self.fed = []
+
+    def crop(self, length: int) -> None:
+        if length > len(self.fed):
+            raise ValueError(f"cannot crop a cache of {len(self.fed)} up to {length}")
+        if length == 0:
+            self.reset()
+            return
+        self.runtime.cut(length)
+        del self.fed[length:]
+
+    def twin(self) -> LlamaCppEngine:
+        return LlamaCppEngine(self.runtime.sibling(), self.path, self.name)
+
+    def joined(self, last: LlamaForward, routes: list[Any], places: list[Any]) -> LlamaForward:
+        return last
+
+    def read_routing(self, host: dict[str, Any]) -> None:
+        return None
+
+    # ---- a pass -------------------------------------------------------------------------------------
+
+    def forward(
+        self,
+        ids: list[int],
+        every_position: bool = False,
+        cancelled: Callable[[], bool] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> LlamaForward:
+        """Feed `ids` after what the context holds: llama.cpp's logits after the last (and after each, with
+        `every_position`). `cancelled` is asked before the pass (one llama_decode cannot stop inside)."""
+        if cancelled is not None and cancelled():
+            raise Cancelled()
+        if len(self.fed) + len(ids) > self.runtime.context_size:
+            raise TokenvizError(
+                f"the context is full: {self.runtime.context_size:,} tokens (llama.cpp's context here); rewind"
+            )
+        started = time.perf_counter()
+        rows = self.runtime.decode(ids, len(self.fed), every_position)
+        milliseconds = (time.perf_counter() - started) * 1e3
+        self.fed.extend(ids)
+        logits = torch.from_numpy(np.ascontiguousarray(rows[-1]))
+        every = torch.from_numpy(rows) if every_position else None
+        return LlamaForward(logits, Timer(milliseconds), every)

@@ -1,0 +1,94 @@
+"""The llama.cpp backend as a plugin (contract.backend): `--backend llama.cpp` steps a GGUF (--model
+FILE.gguf, or the bundled model) in llama.cpp in this process, in its own quantization. Imports nothing
+heavy: the command line is built from it before anything loads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tokenviz.contract.backend import BackendOption, OpenEngine, Opening, Progress
+from tokenviz.contract.errors import TokenvizError
+
+if TYPE_CHECKING:
+    from tokenviz.backends.llamacpp.engine import LlamaCppEngine
+
+CONTEXT = 4096  # tokens llama.cpp's context holds unless --context says (at most what the model was trained on)
+NOT_HERE = ("device_map", "quantize", "compile")  # the transformers backend's: a GGUF runs as its file is
+
+
+class LlamaCppBackend:
+    name = "llama.cpp"
+    about = "a GGUF in llama.cpp in this process, in its own quantization (llama-cpp-python)"
+    local = True
+    options = (
+        BackendOption(
+            "context",
+            f"With --backend llama.cpp: the tokens its context holds (default {CONTEXT:,}, at most the model's).",
+            kind="number",
+        ),
+        BackendOption(
+            "gpu_layers",
+            "With --backend llama.cpp: the layers offloaded to the GPU (default 0: all on the CPU; llama-cpp-python "
+            "must be built for the GPU).",
+            kind="number",
+        ),
+        BackendOption(
+            "threads",
+            "With --backend llama.cpp: the CPU threads it computes with (default: every core).",
+            kind="number",
+        ),
+    )
+
+    def asked(self, given: frozenset[str]) -> bool:
+        return False  # (--backend llama.cpp chooses it: its options alone do not)
+
+    def loader(self, opening: Opening) -> OpenEngine:
+        """The GGUF named (checked to be a GGUF file, to fit in memory) loads in the worker's thread."""
+        model, values = opening.model, opening.values
+        for name in NOT_HERE:
+            if getattr(model, name):
+                flag = "--" + name.replace("_", "-")
+                raise TokenvizError(f"{flag} is the transformers backend's: llama.cpp runs a GGUF as its file holds it")
+        if opening.settings.grammar is not None:
+            raise TokenvizError("a grammar stage on the llama.cpp backend needs a Hugging Face tokenizer: not yet")
+        if opening.interventions:
+            raise TokenvizError(f"{opening.interventions[0].label} on the llama.cpp backend: not yet")
+        for name in ("context", "gpu_layers", "threads"):
+            value = values.get(name)
+            if (value is not None and not 0 <= value <= (1 << 24)) or (name != "gpu_layers" and value == 0):
+                raise TokenvizError(f"--{name.replace('_', '-')} {value}: give a whole number from 1")
+        path = gguf_path(model.model)
+        context = values.get("context") or CONTEXT
+
+        def load(progress: Progress) -> LlamaCppEngine:
+            from tokenviz.backends.llamacpp.engine import LlamaCppEngine
+            from tokenviz.backends.llamacpp.runtime import Runtime
+
+            progress(f"loading {path.name} in llama.cpp", None)
+            runtime = Runtime(path, context, values.get("gpu_layers") or 0, values.get("threads"))
+            return LlamaCppEngine(runtime, path, path.name if model.model else BUNDLED_NAME)
+
+        return load
+
+
+BUNDLED_NAME = "SmolLM2-135M-Instruct (bundled, Q4_1 GGUF)"
+
+
+def gguf_path(model: str | None) -> Path:
+    """The GGUF file --model names (None: the bundled one), its header checked (files.gguf_header)."""
+    from tokenviz.files.gguf_header import read_gguf_header
+    from tokenviz.system.paths import bundled_gguf
+
+    if model is None:
+        return bundled_gguf()
+    path = Path(model).expanduser()
+    if not path.name.endswith(".gguf"):
+        raise TokenvizError(f"--model {model}: the llama.cpp backend runs a GGUF file (--model FILE.gguf)")
+    if not path.is_file():
+        raise TokenvizError(f"--model {model}: {'not a regular file' if path.exists() else 'no such file'}")
+    read_gguf_header(path)  # (a header that lies is one line here, before llama.cpp reads it)
+    return path
+
+
+BACKEND = LlamaCppBackend()

@@ -1,0 +1,219 @@
+"""llama.cpp in this process, through llama-cpp-python's bindings of its C API: a model, one context with
+its KV cache, and what the engine asks of them (decode a batch and read its logits, cut the cache, the
+vocabulary). Nothing here knows about journeys; tokenviz.backends.llamacpp.engine is the engine.
+
+The C API is used directly (llama_cpp.llama_cpp), not llama-cpp-python's `Llama` class: the engine needs
+the logits of chosen positions, the cache cut at any position and the evaluation callback, which `Llama`
+keeps to itself.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tokenviz.contract.errors import TokenvizError
+
+BATCH = 512  # tokens decoded in one llama_decode (a longer prompt is fed in batches)
+PIECE_BYTES = 256  # a token's text, as bytes, at most (a longer one is read again at its length)
+
+
+def amx_present() -> bool:
+    """Whether this CPU has Intel AMX, whose llama.cpp matrix kernel (an "extra buffer type") crashes
+    llama-cpp-python 0.3.36 on a Q4_1 model (a segmentation fault in ggml_backend_amx_mul_mat, measured
+    here): such a machine runs without the extra buffer types (the plain CPU kernels, the same numbers
+    as every other CPU's)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return False
+    return "amx_int8" in flags or "amx_tile" in flags
+
+
+_QUIET: list[Any] = []  # the log callback in force (kept alive while llama.cpp holds it)
+
+
+def library() -> Any:
+    """llama-cpp-python's C bindings, llama.cpp's log silenced (it writes to the terminal the app draws
+    on; TOKENVIZ_DEBUG=1 keeps it), or one line saying how to install them."""
+    try:
+        import llama_cpp.llama_cpp as bindings
+    except ImportError as exc:
+        raise TokenvizError(
+            f"the llama.cpp backend needs llama-cpp-python ({exc}): pip install 'tokenviz[llamacpp]' (it is built "
+            "from source with the machine's compiler and CMake: about 12 minutes on 2 cores, once)"
+        ) from None
+    if not _QUIET and not os.environ.get("TOKENVIZ_DEBUG"):
+        callback_type = bindings.llama_log_set.argtypes[0]
+        _QUIET.append(callback_type(lambda level, text, data: None))
+        bindings.llama_log_set(_QUIET[0], None)
+    return bindings
+
+
+def version() -> str:
+    try:
+        import llama_cpp
+
+        return str(llama_cpp.__version__)
+    except (ImportError, AttributeError):
+        return "unknown"
+
+
+@dataclass
+class Shape:
+    """The model's shape as llama.cpp reads it from the GGUF."""
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    vocab: int
+    context: int  # trained
+    size: int  # bytes of its weights
+    description: str  # llama.cpp's: "llama 135M Q4_1"
+
+
+class Runtime:
+    """One model in llama.cpp with one context (sequence 0 is the journey's). Not thread-safe."""
+
+    def __init__(self, path: Path, context: int, gpu_layers: int = 0, threads: int | None = None):
+        self.lib = lib = library()
+        lib.llama_backend_init()
+        params = lib.llama_model_default_params()
+        params.n_gpu_layers = gpu_layers
+        if amx_present():
+            params.use_extra_bufts = False
+        self.model = lib.llama_model_load_from_file(os.fsencode(path), params)
+        if not self.model:
+            raise TokenvizError(f"llama.cpp could not load {path.name} (its log says why: run with TOKENVIZ_DEBUG=1)")
+        self.vocab_ptr = lib.llama_model_get_vocab(self.model)
+        self.shape = Shape(
+            layers=int(lib.llama_model_n_layer(self.model)),
+            hidden=int(lib.llama_model_n_embd(self.model)),
+            heads=int(lib.llama_model_n_head(self.model)),
+            kv_heads=int(lib.llama_model_n_head_kv(self.model)),
+            vocab=int(lib.llama_vocab_n_tokens(self.vocab_ptr)),
+            context=int(lib.llama_model_n_ctx_train(self.model)),
+            size=int(lib.llama_model_size(self.model)),
+            description=self._description(),
+        )
+        self.context_size = min(context, self.shape.context) if self.shape.context > 0 else context
+        self.threads = threads or max(1, os.cpu_count() or 1)
+        self.ctx: Any = None
+        self.cb_eval: Any = None  # the evaluation callback in force (kept alive while the context uses it)
+        self.open_context()
+        self.batch = lib.llama_batch_init(BATCH, 0, 1)
+
+    def sibling(self) -> Runtime:
+        """Another context (a cache of its own) on the same model: a comparison's twin."""
+        other = object.__new__(Runtime)
+        other.lib, other.model, other.vocab_ptr, other.shape = self.lib, self.model, self.vocab_ptr, self.shape
+        other.context_size, other.threads, other.ctx, other.cb_eval = self.context_size, self.threads, None, None
+        other.open_context()
+        other.batch = self.lib.llama_batch_init(BATCH, 0, 1)
+        return other
+
+    def _description(self) -> str:
+        text = ctypes.create_string_buffer(256)
+        self.lib.llama_model_desc(self.model, text, len(text))
+        return text.value.decode("utf-8", "replace")
+
+    def open_context(self, cb_eval: Any = None, flash_attention: bool | None = None) -> None:
+        """A new context (its cache empty), with the evaluation callback `cb_eval` (None: none) and, where
+        `flash_attention` is False, the attention probabilities computed as a tensor of their own."""
+        lib = self.lib
+        if self.ctx is not None:
+            lib.llama_free(self.ctx)
+            self.ctx = None
+        params = lib.llama_context_default_params()
+        params.n_ctx = self.context_size
+        params.n_batch = params.n_ubatch = BATCH
+        params.n_seq_max = 1
+        params.n_threads = params.n_threads_batch = self.threads
+        params.no_perf = True
+        if flash_attention is False:
+            params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        if cb_eval is not None:
+            params.cb_eval = cb_eval
+            params.cb_eval_user_data = None
+        self.cb_eval = cb_eval
+        self.ctx = lib.llama_init_from_model(self.model, params)
+        if not self.ctx:
+            raise TokenvizError(f"llama.cpp could not make a context of {self.context_size:,} tokens")
+
+    # ---- the cache ----------------------------------------------------------------------------------
+
+    def cut(self, start: int) -> None:
+        """Forget positions from `start` on (llama_memory_seq_rm): the cache keeps what was before."""
+        memory = self.lib.llama_get_memory(self.ctx)
+        if not self.lib.llama_memory_seq_rm(memory, 0, start, -1):
+            raise TokenvizError(f"llama.cpp could not cut its cache at {start}")
+
+    def clear(self) -> None:
+        self.lib.llama_memory_clear(self.lib.llama_get_memory(self.ctx), True)
+
+    # ---- decoding -------------------------------------------------------------------------------------
+
+    def decode(self, tokens: list[int], start: int, every_position: bool) -> np.ndarray:
+        """Feed `tokens` at positions from `start`: the logits after each (every_position) or after the
+        last, (rows, vocab) float32 as llama.cpp computed them."""
+        lib, vocab, rows = self.lib, self.shape.vocab, []
+        for first in range(0, len(tokens), BATCH):
+            part = tokens[first : first + BATCH]
+            last_part = first + BATCH >= len(tokens)
+            batch = self.batch
+            batch.n_tokens = len(part)
+            for i, token in enumerate(part):
+                batch.token[i] = token
+                batch.pos[i] = start + first + i
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = 0
+                batch.logits[i] = every_position or (last_part and i == len(part) - 1)
+            code = lib.llama_decode(self.ctx, batch)
+            if code != 0:
+                self.cut(start)
+                raise TokenvizError(f"llama.cpp could not decode {len(part)} tokens at {start + first} (code {code})")
+            for i in range(len(part)) if every_position else ([len(part) - 1] if last_part else []):
+                pointer = lib.llama_get_logits_ith(self.ctx, i)
+                rows.append(np.ctypeslib.as_array(pointer, shape=(vocab,)).copy())
+        return np.stack(rows)
+
+    # ---- the vocabulary -------------------------------------------------------------------------------
+
+    def tokenize(self, text: str, special: bool) -> list[int]:
+        """`text`'s tokens as llama.cpp makes them; `special`: add a BOS where the model wants one and
+        read special tokens written in the text."""
+        data = text.encode("utf-8", "surrogatepass")
+        room = len(data) + 16
+        tokens = (self.lib.llama_token * room)()
+        n = self.lib.llama_tokenize(self.vocab_ptr, data, len(data), tokens, room, special, special)
+        if n < 0:
+            room = -n
+            tokens = (self.lib.llama_token * room)()
+            n = self.lib.llama_tokenize(self.vocab_ptr, data, len(data), tokens, room, special, special)
+        return list(tokens[:n])
+
+    def piece_bytes(self, token: int) -> bytes:
+        """The bytes `token` adds to a text (a special token's own text too)."""
+        text = ctypes.create_string_buffer(PIECE_BYTES)
+        n = self.lib.llama_token_to_piece(self.vocab_ptr, token, text, PIECE_BYTES, 0, True)
+        if n < 0:
+            text = ctypes.create_string_buffer(-n)
+            n = self.lib.llama_token_to_piece(self.vocab_ptr, token, text, -n, 0, True)
+        return text.raw[:n]
+
+    def is_end(self, token: int) -> bool:
+        return bool(self.lib.llama_vocab_is_eog(self.vocab_ptr, token))
+
+    def is_control(self, token: int) -> bool:
+        return bool(self.lib.llama_vocab_is_control(self.vocab_ptr, token))
+
+    def metadata(self, key: str) -> str | None:
+        text = ctypes.create_string_buffer(4096)
+        n = self.lib.llama_model_meta_val_str(self.model, key.encode(), text, len(text))
+        return None if n < 0 else text.value.decode("utf-8", "replace")

@@ -1,0 +1,82 @@
+"""The backends' options on the command line: `--backend NAME` and every option each registered backend
+declares (contract.backend), under the backend's name in `--help`, on the commands it names. A command
+receives them as one `BackendChoice` and asks it for the chosen backend's loader: no command names a
+backend."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import typer
+
+from tokenviz.backends.registry import chosen, registered
+from tokenviz.cli.options import ModelChoice, option_group, print_warning
+from tokenviz.contract.backend import Backend, OpenEngine, Opening
+from tokenviz.contract.interventions import Intervention
+from tokenviz.contract.settings import SamplingSettings
+
+NAME = "backend_name"  # --backend's value among the options (`backend` is the command's argument)
+KINDS: dict[str, Any] = {"text": Optional[str], "flag": bool, "number": Optional[int]}
+BACKEND_HELP = (
+    "Which runtime computes the model's numbers: {names} (default: transformers, or the one whose option is given)."
+)
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    """The backend options of a command line: `--backend` and every backend option's value, and which
+    were given."""
+
+    command: str
+    values: dict[str, Any]
+    given: frozenset[str]
+
+    def __getattr__(self, name: str) -> Any:  # (option_group reads each option's default so)
+        try:
+            return self.values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def flags(self) -> list[str]:
+        """The backend options given, as typed (--backend, --endpoint...)."""
+        return sorted("--backend" if name == NAME else "--" + name.replace("_", "-") for name in self.given)
+
+    def backend(self) -> Backend:
+        """The backend chosen (one line, a TokenvizError, where the options given do not go together)."""
+        return chosen(self.values.get(NAME), self.given - {NAME})
+
+    def loader(
+        self, model: ModelChoice, settings: SamplingSettings, interventions: tuple[Intervention, ...] = ()
+    ) -> OpenEngine:
+        """The chosen backend's loader, what it was given checked first."""
+        backend = self.backend()
+        own = {o.name for o in backend.options}
+        values = {name: value for name, value in self.values.items() if name in own}
+        opening = Opening(self.command, values, self.given & own, model, settings, interventions, warn=print_warning)
+        return backend.loader(opening)
+
+
+def backend_options(command: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Give `command` --backend and the registered backends' options for it; it receives them as
+    `backend` (a BackendChoice)."""
+    table = registered()
+    options: dict[str, tuple[Any, Any]] = {
+        NAME: (Optional[str], typer.Option("--backend", help=BACKEND_HELP.format(names=", ".join(table))))
+    }
+    defaults: dict[str, Any] = {NAME: None}
+    for backend in table.values():
+        for option in backend.options:
+            if command in option.commands and option.name not in options:
+                panel = f"{backend.name} backend"
+                options[option.name] = (
+                    KINDS[option.kind],
+                    typer.Option(option.flag, help=option.help, rich_help_panel=panel),
+                )
+                defaults[option.name] = False if option.kind == "flag" else None
+
+    def make(values: dict[str, Any], given: frozenset[str]) -> BackendChoice:
+        return BackendChoice(command, {**defaults, **values}, given)
+
+    return option_group("backend", options, make)

@@ -1,0 +1,72 @@
+"""A backend as a plugin: what it is called, the options it declares, and how it opens an engine.
+
+Each backend registers one `Backend` under the entry-point group `tokenviz.backends` (the built-in ones
+in tokenviz's pyproject.toml; a separate package adds its own the same way). The command line is built
+from them (tokenviz.cli.backend_options): every option a backend declares, under its name in `--help`,
+on the commands it names; `--backend NAME` chooses one, or a backend's own option does (`asked`). The
+chosen backend's `loader` checks what it was given (one line where something is wrong, before anything
+loads) and returns what the worker calls in its thread to make the engine (contract.engine).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from tokenviz.contract.engine import Engine
+from tokenviz.contract.interventions import Intervention
+from tokenviz.contract.settings import SamplingSettings
+
+Progress = Callable[[str, "float | None"], None]  # (message, fraction done or None)
+OpenEngine = Callable[[Progress], Engine]  # called in the worker's thread
+COMMANDS = frozenset({"app", "trace", "score", "serve", "replay"})  # the commands that open a model
+OptionKind = Literal["text", "flag", "number"]
+
+
+@dataclass(frozen=True)
+class BackendOption:
+    """One command-line option a backend declares: `--name-with-dashes`, a text (None unless given), a
+    flag or a whole number (None unless given), on the `commands` named."""
+
+    name: str  # a Python name: api_key_env is --api-key-env
+    help: str
+    kind: OptionKind = "text"
+    commands: frozenset[str] = COMMANDS
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class Opening:
+    """What a command asks a backend to open: its own options' values (by name, every one, None or False
+    where not given), which of them were given, the model options every command shares (`model.model`:
+    --model, None for the bundled model; the rest are where and how the transformers backend loads it),
+    the sampling settings the journey starts with, and the command."""
+
+    command: str
+    values: Mapping[str, Any]
+    given: frozenset[str]
+    model: Any  # tokenviz.cli.options.ModelChoice (the CLI's: the contract does not import it)
+    settings: SamplingSettings
+    interventions: tuple[Intervention, ...] = ()  # in force from the prompt on (a backend checks it can run them)
+    warn: Callable[[str], None] = lambda line: None  # a warning to the user (a key file others can read)
+
+
+class Backend(Protocol):
+    """A backend: its name (as --backend takes it), one line about it, its options, whether a command
+    line asks for it without --backend, and how it opens an engine."""
+
+    name: str
+    about: str
+    local: bool  # the model's weights are in this process (each browser tab of `serve` loads them)
+    options: tuple[BackendOption, ...]
+
+    def asked(self, given: frozenset[str]) -> bool:
+        """Whether these options of its own, given, choose it (a server's --endpoint does)."""
+
+    def loader(self, opening: Opening) -> OpenEngine:
+        """Check `opening` (a TokenvizError of one line where something does not apply) and return what
+        makes the engine in the worker's thread."""

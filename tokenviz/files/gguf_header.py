@@ -1,0 +1,137 @@
+"""A GGUF file's header, read with bounds before llama.cpp is handed the file: a header that lies (counts
+past what the file can hold, a string of gigabytes, a vocabulary of a billion, a tensor past the end, a
+type llama.cpp does not know) is one line, read in a moment with a little memory, where llama.cpp could
+allocate what the header claims or read past its mapping.
+
+The layout (llama.cpp's docs/gguf.md): "GGUF", a version (2 or 3), the tensor count and the metadata
+count (64-bit), the metadata (a key, a type, a value; arrays of any type but arrays), each tensor's
+name, dimensions, type and offset, then the data from the next multiple of general.alignment.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from gguf import GGML_QUANT_SIZES
+
+from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.text import safe_text, shortened
+
+MAX_TENSORS = 1 << 16  # the largest models hold a few thousand
+MAX_METADATA = 1 << 16
+MAX_ARRAY = 1 << 24  # entries of one metadata array (a vocabulary of 16 million tokens)
+MAX_STRING = 1 << 24  # bytes of one string (a chat template is kilobytes)
+MAX_DIMS = 4
+SCALARS = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # a value type's bytes
+STRING, ARRAY = 8, 9
+UINT32_TYPES = (4, 5)  # general.alignment's
+
+
+@dataclass(frozen=True)
+class GgufHeader:
+    version: int
+    tensors: int
+    metadata: int
+    data_start: int  # where the tensors' data begins
+    data_bytes: int  # what the tensors' data takes, by their shapes and types
+
+
+def _shown(name: bytes) -> str:
+    """A name from the file, safe to print."""
+    return safe_text(shortened(name.decode("utf-8", "replace"), 40))
+
+
+class _Reader:
+    def __init__(self, file: BinaryIO, size: int, name: str):
+        self.file, self.size, self.name = file, size, name
+
+    def lie(self, what: str) -> TokenvizError:
+        return TokenvizError(f"{self.name} is not a GGUF llama.cpp can read: {what}")
+
+    def take(self, n: int, what: str) -> bytes:
+        if n > self.size - self.file.tell():
+            raise self.lie(f"{what} runs past the end of the file")
+        return self.file.read(n)
+
+    def number(self, fmt: str, what: str) -> int:
+        return int(struct.unpack("<" + fmt, self.take(struct.calcsize(fmt), what))[0])
+
+    def string(self, what: str) -> bytes:
+        n = self.number("Q", what)
+        if n > MAX_STRING:
+            raise self.lie(f"{what} claims {n:,} bytes")
+        return self.take(n, what)
+
+    def skip_value(self, kind: int, what: str) -> int | None:
+        """Read past one value of `kind`; a 32-bit integer's value is returned (general.alignment)."""
+        if kind in SCALARS:
+            data = self.take(SCALARS[kind], what)
+            return int(struct.unpack("<I" if kind == 4 else "<i", data)[0]) if kind in UINT32_TYPES else None
+        if kind == STRING:
+            self.string(what)
+            return None
+        if kind == ARRAY:
+            inner, count = self.number("I", what), self.number("Q", what)
+            if count > MAX_ARRAY:
+                raise self.lie(f"{what} claims {count:,} entries")
+            if inner in SCALARS:
+                self.take(count * SCALARS[inner], what)
+            elif inner == STRING:
+                for _ in range(count):
+                    self.string(what)
+            else:
+                raise self.lie(f"{what} is an array of type {inner}")
+            return None
+        raise self.lie(f"{what} has the unknown type {kind}")
+
+
+def _tensor_end(r: _Reader, i: int, alignment: int) -> int:
+    """Read tensor `i`'s entry: where its data ends, counted from the data's start."""
+    name = _shown(r.string(f"tensor {i}'s name"))
+    dims = r.number("I", f"tensor {name!r}'s dimensions")
+    if not 0 < dims <= MAX_DIMS:
+        raise r.lie(f"tensor {name!r} has {dims} dimensions")
+    shape = [r.number("Q", f"tensor {name!r}'s shape") for _ in range(dims)]
+    kind, offset = r.number("I", f"tensor {name!r}'s type"), r.number("Q", f"tensor {name!r}")
+    sizes = next((s for t, s in GGML_QUANT_SIZES.items() if int(t) == kind), None)
+    if sizes is None:
+        raise r.lie(f"tensor {name!r} has the unknown type {kind}")
+    elements = 1
+    for n in shape:
+        elements *= n
+    block, block_bytes = sizes
+    if shape[0] % block or offset % alignment:
+        raise r.lie(f"tensor {name!r}'s shape or offset does not fit its type's blocks")
+    return offset + elements // block * block_bytes
+
+
+def read_gguf_header(path: Path) -> GgufHeader:
+    """The header of the GGUF at `path`, every count and offset checked against the file's size."""
+    size = path.stat().st_size
+    with path.open("rb") as file:
+        r = _Reader(file, size, safe_text(shortened(path.name, 60)))
+        if r.take(4, "the magic") != b"GGUF":
+            raise r.lie("it does not start with GGUF")
+        version = r.number("I", "the version")
+        if version not in (2, 3):
+            raise r.lie(f"version {version} (llama.cpp reads 2 and 3)")
+        tensors, metadata = r.number("Q", "the tensor count"), r.number("Q", "the metadata count")
+        if tensors > MAX_TENSORS or metadata > MAX_METADATA:
+            raise r.lie(f"it claims {tensors:,} tensors and {metadata:,} metadata entries")
+        alignment = 32
+        for i in range(metadata):
+            key = r.string(f"metadata key {i}")
+            value = r.skip_value(r.number("I", f"metadata {i}'s type"), f"metadata {_shown(key)!r}")
+            if key == b"general.alignment" and value is not None:
+                alignment = value
+        if alignment <= 0 or alignment & (alignment - 1) or alignment > 1 << 20:
+            raise r.lie(f"general.alignment is {alignment}")
+        ends = [_tensor_end(r, i, alignment) for i in range(tensors)]
+        start = -(-file.tell() // alignment) * alignment
+        data = max(ends, default=0)
+        if start + data > size:
+            raise r.lie(f"its tensors claim {data:,} bytes of data; the file holds {max(size - start, 0):,}")
+    return GgufHeader(version, tensors, metadata, start, data)
