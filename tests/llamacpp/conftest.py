@@ -21,7 +21,7 @@ BUILD_S = 3600  # the most a build may take (about 12 minutes on an idle 2-core 
 def pin() -> str:
     """The llama-cpp-python requirement of tokenviz's `llamacpp` extra (pyproject.toml: one place)."""
     for requirement in requires("tokenviz") or ():
-        if requirement.startswith("llama-cpp-python") and 'extra == "llamacpp"' in requirement:
+        if requirement.startswith("llama-cpp-python") and re.search(r"extra == [\"']llamacpp[\"']", requirement):
             return re.split(r"\s*;", requirement)[0]
     raise AssertionError("tokenviz declares no llamacpp extra")
 

@@ -118,3 +118,63 @@ def test_what_a_gguf_in_llama_cpp_cannot_take_is_one_line(monkeypatch, capsys, a
 def test_an_unknown_backend_is_one_line_naming_the_ones_here(monkeypatch, capsys):
     code, _, err = invoke(monkeypatch, capsys, "trace", PROMPT, "--backend", "gguf")
     assert code == 2 and "--backend 'gguf': the backends here are transformers, llama.cpp, server" in err, err
+
+
+def test_the_lens_and_attention_rows_of_a_trace(monkeypatch, capsys):
+    """The lens's last layer is the step's own distribution within 1e-3; each attention row sums to 1."""
+    doc = trace(monkeypatch, capsys, "--steps", "3", "--temperature", "0", "--lens", "--attention", "20")
+    for step in doc["steps"]:
+        assert len(step["lens"]) == doc["model"]["layers"] + 1
+        last = {entry["id"]: entry["prob"] for entry in step["lens"][-1]["top"]}
+        for entry in step["top"][:3]:
+            if entry["id"] in last:
+                assert last[entry["id"]] == pytest.approx(entry["prob"], abs=1e-3)
+        assert step["lens"][-1]["top"][0]["id"] == step["top"][0]["id"]
+        sums = np.asarray(step["attention"]["heads"]).sum(-1)
+        assert np.allclose(sums, 1.0, atol=1e-5), sums
+
+
+def test_attention_rows_are_the_softmax_of_llama_cpps_own_queries_and_keys(llama_cpp):
+    """The rows shown (llama.cpp's kq_soft_max) against softmax(QK^T / sqrt(d)) of the post-rotary queries
+    and keys llama.cpp computed (captured from the same pass, rounded to float16 as its kernels multiply
+    them: the KV cache keeps float16), within 1e-4."""
+    import torch
+
+    from tokenviz.backends.llamacpp.plugin import BACKEND
+    from tokenviz.cli.options import ModelChoice
+    from tokenviz.contract.backend import Opening
+    from tokenviz.contract.settings import SamplingSettings
+
+    opening = Opening("trace", {"threads": THREADS}, frozenset(), ModelChoice(), SamplingSettings())
+    engine = BACKEND.loader(opening)(lambda message, fraction: None)
+    info, internals = engine.info, engine.internals
+    ids = engine.encode(PROMPT + " Paris, the capital of France.")
+    n, layer = len(ids), 20
+    _, found = internals._pass(internals.attention_context, ids, [n - 1], {f"Qcur-{layer}", f"Kcur-{layer}"})
+    q = torch.from_numpy(found[f"Qcur-{layer}"][-1].reshape(n, info.heads, info.head_dim)).half().double()
+    k = torch.from_numpy(found[f"Kcur-{layer}"][-1].reshape(n, info.kv_heads, info.head_dim)).half().double()
+    k = k.repeat_interleave(info.heads // info.kv_heads, dim=1)
+    scores = torch.einsum("qhd,khd->hqk", q, k) / info.head_dim**0.5
+    reference = torch.softmax(scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf")), -1)
+    rows = engine.attention(ids, range(n), [layer])[0].double()
+    assert (rows - reference).abs().max() < 1e-4
+    assert torch.allclose(rows.sum(-1), torch.ones(info.heads, n, dtype=torch.float64), atol=1e-5)
+
+
+@pytest.mark.terminal
+def test_the_app_steps_rewinds_branches_and_shows_the_lens_on_llama_cpp_at_80x24():
+    from terminals import keys, quits_cleanly, terminal, wait_screen
+
+    with terminal((80, 24), "--backend", "llama.cpp", "--threads", str(THREADS), "--temperature", "0") as name:
+        shown = wait_screen(name, r"·in@6 attends to: The 0\.\d+", timeout=120)  # (llama.cpp's own rows)
+        assert "cpu (llama.cpp)" in shown and "Q4_1" in shown
+        for generated in (1, 2):
+            keys(name, "space")
+            wait_screen(name, rf"{generated} generated")
+        keys(name, "BSpace")
+        wait_screen(name, r"1 generated")
+        keys(name, "l")
+        assert "emb ·the" in wait_screen(name, r"top-1 from L\d+", timeout=60)
+        keys(name, "b")
+        wait_screen(name, r"2 paths")
+        quits_cleanly(name)

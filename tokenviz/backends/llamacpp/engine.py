@@ -16,10 +16,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from tokenviz.backends.llamacpp.internals import LlamaInternals
 from tokenviz.backends.llamacpp.runtime import Runtime, version
 from tokenviz.contract.engine import WHOLE_VOCABULARY, Capability, in_order
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.records import ModelInfo
+from tokenviz.contract.results import Inspection
 from tokenviz.contract.text import safe_text
 from tokenviz.decoding.prompt_predictions import predict_positions
 
@@ -105,6 +107,8 @@ class LlamaCppEngine:
         head_dim = int(runtime.metadata(f"{architecture}.attention.key_length") or shape.hidden // max(shape.heads, 1))
         self.kv_head_dim = int(runtime.metadata(f"{architecture}.attention.value_length") or head_dim)
         base = runtime.metadata(f"{architecture}.rope.freq_base")
+        eps = runtime.metadata(f"{architecture}.attention.layer_norm_rms_epsilon")
+        self.internals = LlamaInternals(runtime, self.path, architecture, eps)
         quantization = shape.description.rsplit(" ", 1)[-1]
         self.info = ModelInfo(
             name=self.name,
@@ -122,7 +126,7 @@ class LlamaCppEngine:
             positions=f"rotary (base {float(base):g})" if base else "as llama.cpp computes them",
             attention="llama.cpp's",
             quantization=f"{quantization} (GGUF, as llama.cpp runs it)",
-            capabilities=in_order({Capability.STEP}),
+            capabilities=in_order({Capability.STEP, Capability.LENS, Capability.ATTENTION}),
             distribution=WHOLE_VOCABULARY,
         )
 
@@ -186,6 +190,19 @@ class LlamaCppEngine:
             return
         self.runtime.cut(length)
         del self.fed[length:]
+
+    def inspect(
+        self,
+        ids: list[int],
+        positions: list[int],
+        chosen: list[int],
+        pinned: tuple[int, ...],
+        rows: tuple[int, ...] | None = None,
+    ) -> list[Inspection]:
+        return self.internals.inspect(self, ids, positions, chosen, pinned, rows)
+
+    def attention(self, ids: Sequence[int], rows: range, layers: Sequence[int]) -> torch.Tensor:
+        return self.internals.attention(ids, rows, layers)
 
     def twin(self) -> LlamaCppEngine:
         return LlamaCppEngine(self.runtime.sibling(), self.path, self.name)

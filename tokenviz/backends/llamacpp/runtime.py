@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -109,12 +110,13 @@ class Runtime:
         self.open_context()
         self.batch = lib.llama_batch_init(BATCH, 0, 1)
 
-    def sibling(self) -> Runtime:
-        """Another context (a cache of its own) on the same model: a comparison's twin."""
+    def sibling(self, cb_eval: Any = None, flash_attention: bool | None = None) -> Runtime:
+        """Another context (a cache of its own) on the same model: a comparison's twin, or the context the
+        internal views read (with the evaluation callback `cb_eval`, see open_context)."""
         other = object.__new__(Runtime)
         other.lib, other.model, other.vocab_ptr, other.shape = self.lib, self.model, self.vocab_ptr, self.shape
         other.context_size, other.threads, other.ctx, other.cb_eval = self.context_size, self.threads, None, None
-        other.open_context()
+        other.open_context(cb_eval, flash_attention)
         other.batch = self.lib.llama_batch_init(BATCH, 0, 1)
         return other
 
@@ -159,13 +161,16 @@ class Runtime:
 
     # ---- decoding -------------------------------------------------------------------------------------
 
-    def decode(self, tokens: list[int], start: int, every_position: bool) -> np.ndarray:
-        """Feed `tokens` at positions from `start`: the logits after each (every_position) or after the
-        last, (rows, vocab) float32 as llama.cpp computed them."""
+    def decode(
+        self, tokens: Sequence[int], start: int, every_position: bool = False, outputs: Sequence[int] = ()
+    ) -> np.ndarray:
+        """Feed `tokens` at positions from `start`: the logits after each (every_position), after those
+        of `outputs` (indices into `tokens`, ascending) or after the last, (rows, vocab) float32 as
+        llama.cpp computed them. (llama.cpp computes the last layer at those positions alone.)"""
         lib, vocab, rows = self.lib, self.shape.vocab, []
+        wanted = set(range(len(tokens))) if every_position else set(outputs) or {len(tokens) - 1}
         for first in range(0, len(tokens), BATCH):
             part = tokens[first : first + BATCH]
-            last_part = first + BATCH >= len(tokens)
             batch = self.batch
             batch.n_tokens = len(part)
             for i, token in enumerate(part):
@@ -173,12 +178,12 @@ class Runtime:
                 batch.pos[i] = start + first + i
                 batch.n_seq_id[i] = 1
                 batch.seq_id[i][0] = 0
-                batch.logits[i] = every_position or (last_part and i == len(part) - 1)
+                batch.logits[i] = first + i in wanted
             code = lib.llama_decode(self.ctx, batch)
             if code != 0:
                 self.cut(start)
                 raise TokenvizError(f"llama.cpp could not decode {len(part)} tokens at {start + first} (code {code})")
-            for i in range(len(part)) if every_position else ([len(part) - 1] if last_part else []):
+            for i in (i for i in range(len(part)) if first + i in wanted):
                 pointer = lib.llama_get_logits_ith(self.ctx, i)
                 rows.append(np.ctypeslib.as_array(pointer, shape=(vocab,)).copy())
         return np.stack(rows)

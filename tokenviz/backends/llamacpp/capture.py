@@ -1,0 +1,63 @@
+"""Tensors of llama.cpp's graph read as it computes them, through its evaluation callback
+(llama_context_params.cb_eval): llama.cpp asks the callback, node by node, whether it wants a tensor
+(`ask`); for those it wants, the callback is called again once the tensor is computed, and copies it out
+(ggml_backend_tensor_get, wherever the tensor lives). Asked only for what a view shows: the residual after
+each layer (`l_out-L`), the final norm's output (`result_norm`) and, with flash attention off, the
+attention probabilities (`kq_soft_max-L`). llama.cpp's own examples/eval-callback reads tensors this way.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+_GGML: list[Any] = []
+
+
+def ggml() -> Any:
+    """The ggml library llama-cpp-python loaded, with the signatures the callback calls."""
+    if not _GGML:
+        from llama_cpp._ggml import libggml as lib
+
+        lib.ggml_get_name.argtypes, lib.ggml_get_name.restype = [ctypes.c_void_p], ctypes.c_char_p
+        lib.ggml_nbytes.argtypes, lib.ggml_nbytes.restype = [ctypes.c_void_p], ctypes.c_size_t
+        lib.ggml_nelements.argtypes, lib.ggml_nelements.restype = [ctypes.c_void_p], ctypes.c_int64
+        lib.ggml_backend_tensor_get.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t]
+        lib.ggml_backend_tensor_get.restype = None
+        _GGML.append(lib)
+    return _GGML[0]
+
+
+class Capture:
+    """The evaluation callback of a context: the float32 tensors whose names `wanted` accepts, each kept
+    as the list of its parts (one a micro-batch), while `on` is set."""
+
+    def __init__(self, callback_type: Any):
+        self.lib = ggml()
+        self.wanted: Callable[[str], bool] = lambda name: False
+        self.parts: dict[str, list[np.ndarray]] = {}
+        self.callback = callback_type(self._called)  # (kept alive as long as the context holds it)
+
+    def start(self, wanted: Callable[[str], bool]) -> None:
+        self.wanted, self.parts = wanted, {}
+
+    def stop(self) -> dict[str, list[np.ndarray]]:
+        """What was captured since start: each tensor's parts (flat float32, one a micro-batch), in order."""
+        found, self.wanted, self.parts = self.parts, (lambda name: False), {}
+        return found
+
+    def _called(self, tensor: int, ask: bool, user_data: int) -> bool:
+        lib = self.lib
+        name = (lib.ggml_get_name(tensor) or b"").decode("utf-8", "replace")
+        if ask:
+            return self.wanted(name)
+        if self.wanted(name):
+            count, size = lib.ggml_nelements(tensor), lib.ggml_nbytes(tensor)
+            if size == 4 * count:  # (float32: what every tensor asked for is)
+                data = np.empty(count, dtype=np.float32)
+                lib.ggml_backend_tensor_get(tensor, data.ctypes.data, 0, size)
+                self.parts.setdefault(name, []).append(data)
+        return True

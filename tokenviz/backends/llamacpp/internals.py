@@ -1,0 +1,193 @@
+"""Inside a GGUF as llama.cpp runs it: the logit lens and attention rows, read through the evaluation
+callback (capture.py) on contexts of their own (the journey's cache is left alone), asked only while a
+view shows them: a step with no internal view open costs what llama.cpp's own decode costs.
+
+The lens reads each layer's residual (`l_out-L`) through the model's own final norm and head, read from
+the GGUF and dequantized once (float32); its last layer is checked against llama.cpp's own final norm
+(`result_norm`) and distribution, so an architecture whose output does more than an RMS norm and a
+head is refused in one line, not shown wrong. Attention rows are llama.cpp's own probabilities
+(`kq_soft_max-L`) from a pass with flash attention off: the steps' own pass (flash attention on, as
+llama.cpp runs a CPU model by default) fuses them and keeps none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from tokenviz.backends.hf.output_head import inspections
+from tokenviz.backends.llamacpp.capture import Capture
+from tokenviz.backends.llamacpp.runtime import BATCH, Runtime
+from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.results import Inspection
+
+LENS_CHECK = 1e-3  # the lens's last layer against llama.cpp's own distribution (probability)
+NORM_CHECK = 1e-3  # the final norm here against llama.cpp's result_norm (relative to its largest value)
+
+
+def as_multiplied(weight_type: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The activations as llama.cpp's CPU kernels multiply them with weights of `weight_type`: quantized to
+    8 bits in blocks of 32 (the Q4_0 to Q8_0 family's Q8_0/Q8_1) or 256 (the K and IQ quants' Q8_K),
+    rounded to float16 or bfloat16 for those weights, as they are for float32 ones. (The lens's head
+    applied so gives llama.cpp's own distribution within 2e-4 on the bundled Q4_1 model; applied in
+    float32, 0.008 off.)"""
+    name = weight_type.upper()
+    if name in ("F32", "F64"):
+        return lambda x: x
+    if name in ("F16", "BF16"):
+        dtype = torch.float16 if name == "F16" else torch.bfloat16
+        return lambda x: x.to(dtype).float()
+    block = 256 if "_K" in name or (name.startswith("IQ") and name != "IQ4_NL") else 32
+
+    def quantized(x: torch.Tensor) -> torch.Tensor:
+        blocks = x.reshape(*x.shape[:-1], -1, block)
+        scale = blocks.abs().amax(-1, keepdim=True) / 127
+        steps = torch.round(blocks / torch.where(scale == 0, torch.ones_like(scale), scale))
+        return (steps * scale).reshape(x.shape)
+
+    return quantized
+
+
+@dataclass(frozen=True)
+class Head:
+    """The model's final RMS norm and its unembedding, dequantized from the GGUF, applied as llama.cpp
+    applies them (the activations as its kernels multiply them)."""
+
+    norm: torch.Tensor  # (hidden,)
+    eps: float
+    weight: torch.Tensor  # (vocab, hidden) float32
+    embeddings: torch.Tensor  # (vocab, hidden): the token embeddings (the head itself where tied)
+    multiplied: Callable[[torch.Tensor], torch.Tensor]
+
+    def normed(self, residual: torch.Tensor) -> torch.Tensor:
+        r = residual.float()
+        return r * torch.rsqrt(r.pow(2).mean(-1, keepdim=True) + self.eps) * self.norm
+
+    def logits(self, residual: torch.Tensor) -> torch.Tensor:
+        return self.multiplied(self.normed(residual)) @ self.weight.T
+
+
+def read_head(path: Path, architecture: str, eps: str | None) -> Head:
+    from gguf import GGUFReader, dequantize
+
+    tensors = {t.name: t for t in GGUFReader(path).tensors}
+    if "output_norm.weight" not in tensors or "token_embd.weight" not in tensors:
+        raise TokenvizError(f"the lens: {path.name} has no output_norm or token_embd tensor ({architecture})")
+
+    def read(name: str) -> torch.Tensor:
+        t = tensors[name]
+        return torch.from_numpy(np.array(dequantize(t.data, t.tensor_type), dtype=np.float32))
+
+    embeddings = read("token_embd.weight")
+    head = "output.weight" if "output.weight" in tensors else "token_embd.weight"
+    weight = embeddings if head == "token_embd.weight" else read(head)
+    multiplied = as_multiplied(tensors[head].tensor_type.name)
+    return Head(read("output_norm.weight").reshape(-1), float(eps or 1e-5), weight, embeddings, multiplied)
+
+
+class LlamaInternals:
+    """The lens and attention rows of the model `runtime` runs, on a context of their own."""
+
+    def __init__(self, runtime: Runtime, path: Path, architecture: str, eps: str | None):
+        self.runtime, self.path, self.architecture, self.eps = runtime, path, architecture, eps
+        self.capture = Capture(runtime.lib.ggml_backend_sched_eval_callback)
+
+    @cached_property
+    def lens_context(self) -> Runtime:
+        """The lens's: flash attention as the journey's own context has it (so its last layer is the
+        steps' distribution: on this model, flash attention on or off moves a probability by 0.02)."""
+        return self.runtime.sibling(cb_eval=self.capture.callback)
+
+    @cached_property
+    def attention_context(self) -> Runtime:
+        """The attention rows': flash attention off (with it on, llama.cpp keeps no probabilities)."""
+        return self.runtime.sibling(cb_eval=self.capture.callback, flash_attention=False)
+
+    @cached_property
+    def head(self) -> Head:
+        return read_head(self.path, self.architecture, self.eps)
+
+    def _pass(
+        self, context: Runtime, ids: Sequence[int], outputs: Sequence[int], names: set[str]
+    ) -> tuple[np.ndarray, dict[str, list[np.ndarray]]]:
+        """One pass over `ids` on `context` (from an empty cache) with logits at `outputs`, capturing `names`."""
+        context.clear()
+        self.capture.start(lambda name: name in names)
+        try:
+            logits = context.decode(list(ids), 0, outputs=outputs)
+        finally:
+            found = self.capture.stop()
+        return logits, found
+
+    @torch.inference_mode()
+    def inspect(
+        self,
+        engine: Any,
+        ids: list[int],
+        positions: list[int],
+        chosen: list[int],
+        pinned: tuple[int, ...],
+        rows: tuple[int, ...] | None,
+    ) -> list[Inspection]:
+        shape = self.runtime.shape
+        layers, hidden = shape.layers, shape.hidden
+        outs = sorted(set(positions))
+        names = {f"l_out-{i}" for i in range(layers)} | {"result_norm"}
+        logits, found = self._pass(self.lens_context, ids, outs, names)
+        if len(found) != len(names):
+            raise TokenvizError(f"the lens: llama.cpp's graph of {self.architecture} has no l_out or result_norm")
+        at = [outs.index(p) for p in positions]
+        stream = torch.zeros(layers + 1, len(positions), hidden)
+        stream[0] = self.head.embeddings[[ids[p] for p in positions]]
+        for layer in range(layers):
+            values = torch.from_numpy(np.concatenate(found[f"l_out-{layer}"]).reshape(-1, hidden))
+            stream[layer + 1] = values[at] if layer == layers - 1 else values[positions]  # (the last: outputs only)
+        result_norm = torch.from_numpy(np.concatenate(found["result_norm"]).reshape(-1, hidden))
+        self._check(stream[-1], result_norm[at], logits[at])
+        shown = stream if rows is None else stream[list(rows)]
+        here = list(range(len(positions)))
+        local = [ids[p] for p in positions]
+        made = inspections(shown, local, here, chosen, pinned, self.head.logits, stream[0], engine, rows=rows)
+        return [replace(inspection, position=p) for inspection, p in zip(made, positions)]
+
+    def _check(self, last: torch.Tensor, result_norm: torch.Tensor, logits: np.ndarray) -> None:
+        """Refuse a lens that is not llama.cpp's own at its last layer: the norm, then the distribution."""
+        normed = self.head.normed(last)
+        if (normed - result_norm).abs().max() > NORM_CHECK * max(float(result_norm.abs().max()), 1.0):
+            raise TokenvizError(
+                f"the lens of {self.architecture} in llama.cpp is not exact: its final norm is not an RMS norm "
+                "with a weight (its output does more)"
+            )
+        ours = torch.softmax(self.head.logits(last), -1)
+        theirs = torch.softmax(torch.from_numpy(logits), -1)
+        if (ours - theirs).abs().max() > LENS_CHECK:
+            raise TokenvizError(
+                f"the lens of {self.architecture} in llama.cpp is not exact: its last layer is "
+                f"{float((ours - theirs).abs().max()):.2g} from the model's distribution"
+            )
+
+    @torch.inference_mode()
+    def attention(self, ids: Sequence[int], rows: range, layers: Sequence[int]) -> torch.Tensor:
+        """llama.cpp's own attention probabilities of positions `rows` at `layers`:
+        (layers, heads, len(rows), rows.stop), 0 past each row's position."""
+        heads, stop = self.runtime.shape.heads, rows.stop
+        names = {f"kq_soft_max-{layer}": i for i, layer in enumerate(layers)}
+        _, found = self._pass(self.attention_context, list(ids[:stop]), [stop - 1], set(names))
+        if len(found) != len(names):
+            raise TokenvizError(f"llama.cpp's graph of {self.architecture} has no kq_soft_max (its attention rows)")
+        out = torch.zeros(len(layers), heads, len(rows), stop)
+        for name, i in names.items():
+            for part, first in zip(found[name], range(0, stop, BATCH)):
+                queries = min(BATCH, stop - first)
+                keys = part.size // (heads * queries)
+                block = torch.from_numpy(part.reshape(heads, queries, keys))[:, :, :stop]
+                for q in range(first, first + queries):
+                    if q in rows:
+                        out[i, :, q - rows.start, : block.shape[-1]] = block[:, q - first]
+        return out
