@@ -89,3 +89,17 @@ def test_a_truncated_copy_of_the_bundled_gguf_is_one_line(tmp_path):
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(Exception, match="claim 96,576,768 bytes of data; the file holds"):
         read_gguf_header(path)
+
+
+def test_a_gguf_that_does_not_fit_with_its_cache_is_one_line_before_it_loads(monkeypatch, capsys):
+    from types import SimpleNamespace
+
+    import psutil
+    from clitools import invoke
+
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=120 << 20))
+    code, _, err = invoke(monkeypatch, capsys, "trace", "x", "--backend", "llama.cpp", "--context", "8192")
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "Traceback" not in err, err
+    # (30 layers × 3 KV heads × 64 × 2 × 2 bytes a token: 23,040 bytes, 180 MB at 8,192 tokens)
+    assert "its KV cache at 8,192 tokens 0.2 GB); 0.1 GB is available: a smaller --context" in errors[0], err

@@ -10,6 +10,7 @@ name, dimensions, type and offset, then the data from the next multiple of gener
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +26,10 @@ MAX_METADATA = 1 << 16
 MAX_ARRAY = 1 << 24  # entries of one metadata array (a vocabulary of 16 million tokens)
 MAX_STRING = 1 << 24  # bytes of one string (a chat template is kilobytes)
 MAX_DIMS = 4
+SHORT = 256  # a string kept (general.architecture); longer ones are read past
 SCALARS = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # a value type's bytes
 STRING, ARRAY = 8, 9
-UINT32_TYPES = (4, 5)  # general.alignment's
+NUMBER_FORMATS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,13 @@ class GgufHeader:
     metadata: int
     data_start: int  # where the tensors' data begins
     data_bytes: int  # what the tensors' data takes, by their shapes and types
+    numbers: dict[str, float]  # the metadata's numbers by key (block_count, head counts...)
+    strings: dict[str, str]  # its short strings by key (general.architecture...)
+
+    def number(self, *keys: str) -> int | None:
+        """The first of `keys` the metadata holds, as a whole number."""
+        found = (self.numbers[k] for k in keys if k in self.numbers)
+        return next((int(v) for v in found if math.isfinite(v) and 0 <= v < 1 << 62), None)
 
 
 def _shown(name: bytes) -> str:
@@ -65,14 +74,14 @@ class _Reader:
             raise self.lie(f"{what} claims {n:,} bytes")
         return self.take(n, what)
 
-    def skip_value(self, kind: int, what: str) -> int | None:
-        """Read past one value of `kind`; a 32-bit integer's value is returned (general.alignment)."""
+    def skip_value(self, kind: int, what: str) -> float | str | None:
+        """Read past one value of `kind`; a number's value, or a short string's, is returned."""
         if kind in SCALARS:
             data = self.take(SCALARS[kind], what)
-            return int(struct.unpack("<I" if kind == 4 else "<i", data)[0]) if kind in UINT32_TYPES else None
+            return float(struct.unpack("<" + NUMBER_FORMATS[kind], data)[0])
         if kind == STRING:
-            self.string(what)
-            return None
+            text = self.string(what)
+            return _shown(text) if len(text) <= SHORT else None
         if kind == ARRAY:
             inner, count = self.number("I", what), self.number("Q", what)
             if count > MAX_ARRAY:
@@ -121,17 +130,22 @@ def read_gguf_header(path: Path) -> GgufHeader:
         tensors, metadata = r.number("Q", "the tensor count"), r.number("Q", "the metadata count")
         if tensors > MAX_TENSORS or metadata > MAX_METADATA:
             raise r.lie(f"it claims {tensors:,} tensors and {metadata:,} metadata entries")
-        alignment = 32
+        numbers: dict[str, float] = {}
+        strings: dict[str, str] = {}
         for i in range(metadata):
             key = r.string(f"metadata key {i}")
             value = r.skip_value(r.number("I", f"metadata {i}'s type"), f"metadata {_shown(key)!r}")
-            if key == b"general.alignment" and value is not None:
-                alignment = value
-        if alignment <= 0 or alignment & (alignment - 1) or alignment > 1 << 20:
+            if isinstance(value, float):
+                numbers[key.decode("utf-8", "replace")] = value
+            elif isinstance(value, str):
+                strings[key.decode("utf-8", "replace")] = value
+        asked = numbers.get("general.alignment", 32.0)
+        alignment = int(asked) if math.isfinite(asked) and 0 < asked <= 1 << 20 else 0
+        if alignment <= 0 or alignment & (alignment - 1):
             raise r.lie(f"general.alignment is {alignment}")
         ends = [_tensor_end(r, i, alignment) for i in range(tensors)]
         start = -(-file.tell() // alignment) * alignment
         data = max(ends, default=0)
         if start + data > size:
             raise r.lie(f"its tensors claim {data:,} bytes of data; the file holds {max(size - start, 0):,}")
-    return GgufHeader(version, tensors, metadata, start, data)
+    return GgufHeader(version, tensors, metadata, start, data, numbers, strings)

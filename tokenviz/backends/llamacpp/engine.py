@@ -17,15 +17,13 @@ import numpy as np
 import torch
 
 from tokenviz.backends.llamacpp.internals import LlamaInternals
-from tokenviz.backends.llamacpp.runtime import Runtime, version
+from tokenviz.backends.llamacpp.runtime import KV_VALUE_BYTES, Runtime, version
 from tokenviz.contract.engine import WHOLE_VOCABULARY, Capability, in_order
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.records import ModelInfo
 from tokenviz.contract.results import Inspection
 from tokenviz.contract.text import safe_text
 from tokenviz.decoding.prompt_predictions import predict_positions
-
-KV_VALUE_BYTES = 2  # llama.cpp's cache keeps keys and values as float16 unless told otherwise
 
 
 @dataclass

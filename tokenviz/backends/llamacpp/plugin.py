@@ -1,14 +1,16 @@
 """The llama.cpp backend as a plugin (contract.backend): `--backend llama.cpp` steps a GGUF (--model
-FILE.gguf, or the bundled model) in llama.cpp in this process, in its own quantization. Imports nothing
-heavy: the command line is built from it before anything loads."""
+FILE.gguf, ollama:NAME[:TAG], or the bundled model) in llama.cpp in this process, in its own
+quantization. Imports nothing heavy: the command line is built from it before anything loads."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tokenviz.backends.llamacpp.runtime import KV_VALUE_BYTES
 from tokenviz.contract.backend import BackendOption, OpenEngine, Opening, Progress
 from tokenviz.contract.errors import TokenvizError
+from tokenviz.files.gguf_header import GgufHeader
 
 if TYPE_CHECKING:
     from tokenviz.backends.llamacpp.engine import LlamaCppEngine
@@ -58,8 +60,9 @@ class LlamaCppBackend:
             value = values.get(name)
             if (value is not None and not 0 <= value <= (1 << 24)) or (name != "gpu_layers" and value == 0):
                 raise TokenvizError(f"--{name.replace('_', '-')} {value}: give a whole number from 1")
-        path = gguf_path(model.model)
+        path, header = gguf_path(model.model)
         context = values.get("context") or CONTEXT
+        fits(path, header, context)
 
         def load(progress: Progress) -> LlamaCppEngine:
             from tokenviz.backends.llamacpp.engine import LlamaCppEngine
@@ -67,28 +70,61 @@ class LlamaCppBackend:
 
             progress(f"loading {path.name} in llama.cpp", None)
             runtime = Runtime(path, context, values.get("gpu_layers") or 0, values.get("threads"))
-            return LlamaCppEngine(runtime, path, path.name if model.model else BUNDLED_NAME)
+            return LlamaCppEngine(runtime, path, shown_name(model.model, path))
 
         return load
 
 
 BUNDLED_NAME = "SmolLM2-135M-Instruct (bundled, Q4_1 GGUF)"
+PREFIX = "ollama:"  # --model ollama:NAME[:TAG]: the GGUF Ollama keeps (system.ollama)
 
 
-def gguf_path(model: str | None) -> Path:
+def shown_name(model: str | None, path: Path) -> str:
+    """How the model view names the model: the bundled one, Ollama's name as typed, or the file's name."""
+    if model is None:
+        return BUNDLED_NAME
+    return model if model.startswith(PREFIX) else path.name
+
+
+def fits(path: Path, header: GgufHeader, context: int) -> None:
+    """Refuse, before llama.cpp loads it, a GGUF whose weights and KV cache at `context` tokens pass the
+    memory available (as the transformers backend refuses a model that does not fit)."""
+    import psutil
+
+    arch = header.strings.get("general.architecture", "llama")
+    layers = header.number(f"{arch}.block_count") or 0
+    heads = header.number(f"{arch}.attention.head_count") or 1
+    kv_heads = header.number(f"{arch}.attention.head_count_kv") or heads
+    width = header.number(f"{arch}.embedding_length") or 0
+    head_dim = header.number(f"{arch}.attention.key_length") or width // max(heads, 1)
+    trained = header.number(f"{arch}.context_length") or context
+    kv = min(context, trained) * layers * kv_heads * head_dim * 2 * KV_VALUE_BYTES
+    weights, available = path.stat().st_size, psutil.virtual_memory().available
+    if weights + kv > available:
+        raise TokenvizError(
+            f"{path.name} needs about {(weights + kv) / 2**30:.1f} GB (its weights {weights / 2**30:.1f} GB, its "
+            f"KV cache at {min(context, trained):,} tokens {kv / 2**30:.1f} GB); {available / 2**30:.1f} GB is "
+            "available: a smaller --context, or a smaller GGUF"
+        )
+
+
+def gguf_path(model: str | None) -> tuple[Path, GgufHeader]:
     """The GGUF file --model names (None: the bundled one), its header checked (files.gguf_header)."""
     from tokenviz.files.gguf_header import read_gguf_header
+    from tokenviz.system.ollama import ollama_gguf
     from tokenviz.system.paths import bundled_gguf
 
     if model is None:
-        return bundled_gguf()
+        return bundled_gguf(), read_gguf_header(bundled_gguf())
+    if model.startswith(PREFIX):
+        path = ollama_gguf(model)
+        return path, read_gguf_header(path)
     path = Path(model).expanduser()
     if not path.name.endswith(".gguf"):
         raise TokenvizError(f"--model {model}: the llama.cpp backend runs a GGUF file (--model FILE.gguf)")
     if not path.is_file():
         raise TokenvizError(f"--model {model}: {'not a regular file' if path.exists() else 'no such file'}")
-    read_gguf_header(path)  # (a header that lies is one line here, before llama.cpp reads it)
-    return path
+    return path, read_gguf_header(path)  # (a header that lies is one line here, before llama.cpp reads it)
 
 
 BACKEND = LlamaCppBackend()

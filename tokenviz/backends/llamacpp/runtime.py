@@ -21,6 +21,7 @@ import numpy as np
 from tokenviz.contract.errors import TokenvizError
 
 BATCH = 512  # tokens decoded in one llama_decode (a longer prompt is fed in batches)
+KV_VALUE_BYTES = 2  # llama.cpp's cache keeps keys and values as float16 unless told otherwise
 PIECE_BYTES = 256  # a token's text, as bytes, at most (a longer one is read again at its length)
 
 

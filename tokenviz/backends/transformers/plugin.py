@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tokenviz.contract.backend import BackendOption, OpenEngine, Opening, Progress
+from tokenviz.contract.errors import TokenvizError
 
 if TYPE_CHECKING:
     from tokenviz.backends.transformers.runner import ModelRunner
@@ -24,6 +25,8 @@ class TransformersBackend:
         """The model loads in the worker's thread, its config and tokenizer checked first against what the
         journey will ask (its grammar, the interventions in force: see before_weights.journey_checks)."""
         model, grammar, interventions = opening.model, opening.settings.grammar, opening.interventions
+        if (model.model or "").startswith("ollama:"):
+            raise TokenvizError(f"--model {model.model}: Ollama's models run in llama.cpp: add --backend llama.cpp")
 
         def load(progress: Progress) -> ModelRunner:
             from tokenviz.backends.transformers.before_weights import journey_checks
