@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol, Self, runtime_checkable
 
@@ -50,6 +51,20 @@ class Capability(StrEnum):
 SERVER_MAY_EXPOSE = frozenset({Capability.ATTENTION, Capability.LENS, Capability.INTERVENTIONS})
 NOT_SERVED = "a server does not expose it (it needs the model in this process)"
 WHOLE_VOCABULARY = "the whole vocabulary, before the sampling settings"  # the transformers backend's distribution
+
+
+@dataclass
+class Elapsed:
+    """Milliseconds work took that is already done (a request's, network included; a llama.cpp decode's),
+    read as a device timer is (`wait().ms()`): the `timer` of such an engine's forward result."""
+
+    milliseconds: float = 0.0
+
+    def wait(self) -> Elapsed:
+        return self
+
+    def ms(self) -> float:
+        return self.milliseconds
 
 
 def shared_prefix(a: Sequence[int], b: Sequence[int]) -> int:

@@ -18,7 +18,7 @@ import torch
 
 from tokenviz.backends.llamacpp.internals import LlamaInternals
 from tokenviz.backends.llamacpp.runtime import KV_VALUE_BYTES, Runtime, version
-from tokenviz.contract.engine import WHOLE_VOCABULARY, Capability, in_order
+from tokenviz.contract.engine import WHOLE_VOCABULARY, Capability, Elapsed, in_order
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.records import ModelInfo
 from tokenviz.contract.results import Inspection
@@ -27,24 +27,11 @@ from tokenviz.decoding.prompt_predictions import predict_positions
 
 
 @dataclass
-class Timer:
-    """Milliseconds llama.cpp took (the work is done when decode returns), read as a DeviceTimer is."""
-
-    milliseconds: float = 0.0
-
-    def wait(self) -> Timer:
-        return self
-
-    def ms(self) -> float:
-        return self.milliseconds
-
-
-@dataclass
 class LlamaForward:
     """What one llama_decode gave: the logits after the last token fed, and after each where asked."""
 
     logits: torch.Tensor  # (vocab,) float32, llama.cpp's
-    timer: Timer
+    timer: Elapsed
     position_logits: torch.Tensor | None = None  # (tokens fed, vocab)
     routes: None = None
     places: None = None
@@ -234,4 +221,4 @@ class LlamaCppEngine:
         self.fed.extend(ids)
         logits = torch.from_numpy(np.ascontiguousarray(rows[-1]))
         every = torch.from_numpy(rows) if every_position else None
-        return LlamaForward(logits, Timer(milliseconds), every)
+        return LlamaForward(logits, Elapsed(milliseconds), every)

@@ -43,8 +43,7 @@ from tokenviz.backends.served.endpoint import Endpoint, EndpointError, NoAnswer
 from tokenviz.backends.served.head import OutputHead, checked_files, load_head
 from tokenviz.backends.served.internals import INSTALL, PLUGIN, Plugin, ServedInternals, probe
 from tokenviz.backends.served.steering import ServedSteering, request_fields
-from tokenviz.backends.served.timing import RequestTimer
-from tokenviz.contract.engine import Capability, in_order, lacking
+from tokenviz.contract.engine import Capability, Elapsed, in_order, lacking
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.records import ModelInfo
@@ -68,7 +67,7 @@ class ServedForward:
     engine: ServedEngine
     context: tuple[int, ...]  # every token fed, these included
     start: int  # where these began
-    timer: RequestTimer = field(default_factory=RequestTimer)
+    timer: Elapsed = field(default_factory=Elapsed)
     logits: None = None  # (a served model's distribution comes with its draw)
     routes: None = None
     places: None = None

@@ -24,7 +24,7 @@ import numpy as np
 
 from tokenviz.backends.served.activations import tensor_entry
 from tokenviz.backends.served.internals import ServedInternals
-from tokenviz.backends.served.timing import RequestTimer
+from tokenviz.contract.engine import Elapsed
 from tokenviz.contract.errors import SettingsError
 from tokenviz.contract.interventions import (
     HeadAblation,
@@ -172,11 +172,11 @@ class ServedSteering:
         self._journey.move_to_end(key)
         return self._journey[key]
 
-    def own_logits(self, ids: Sequence[int]) -> tuple[Drawn, RequestTimer]:
+    def own_logits(self, ids: Sequence[int]) -> tuple[Drawn, Elapsed]:
         """The model's own distribution after `ids`, as the server gives it (its top N, greedy: no draw is
         kept of it) and the request's time: a served model's scores are its top N (a Drawn)."""
         drawn = self.engine.own_top(ids)  # (sent without the vectors, whatever is in force)
-        return drawn, RequestTimer(drawn.ms)
+        return drawn, Elapsed(drawn.ms)
 
     @contextmanager
     def suspended(self) -> Iterator[None]:
