@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from gguf import GGML_QUANT_SIZES
-
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.text import safe_text, shortened
 
@@ -105,6 +103,8 @@ def _tensor_end(r: _Reader, i: int, alignment: int) -> int:
         raise r.lie(f"tensor {name!r} has {dims} dimensions")
     shape = [r.number("Q", f"tensor {name!r}'s shape") for _ in range(dims)]
     kind, offset = r.number("I", f"tensor {name!r}'s type"), r.number("Q", f"tensor {name!r}")
+    from gguf import GGML_QUANT_SIZES  # (here: the command line imports this module before anything loads)
+
     sizes = next((s for t, s in GGML_QUANT_SIZES.items() if int(t) == kind), None)
     if sizes is None:
         raise r.lie(f"tensor {name!r} has the unknown type {kind}")
