@@ -178,3 +178,20 @@ def test_the_app_steps_rewinds_branches_and_shows_the_lens_on_llama_cpp_at_80x24
         keys(name, "b")
         wait_screen(name, r"2 paths")
         quits_cleanly(name)
+
+
+@pytest.mark.bundled
+def test_compare_puts_llama_cpp_beside_transformers_on_the_same_gguf(monkeypatch, capsys):
+    """The bundled GGUF as transformers dequantizes it (A) and as llama.cpp runs it (B): each step's KL,
+    where their top-1s part (step 4: " Corée" and " Defense"), and B forced along A's path after it."""
+    args = ["compare", PROMPT, "--against-backend", "llama.cpp", "--threads", str(THREADS), "--steps", "6"]
+    code, out, err = invoke(monkeypatch, capsys, *args, "-t", "0", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert (doc["a"]["model"]["device"], doc["b"]["model"]["device"]) == ("cpu", "cpu (llama.cpp)")
+    assert doc["a"]["text"].startswith(" the Champ de la") and doc["b"]["text"] == " the Champ de la Defense La"
+    assert doc["parted_at"] == next(i for i, d in enumerate(doc["diff"]) if not d["top1_agree"])
+    assert all(0 < d["kl"] < 0.1 for d in doc["diff"])  # (quantization's, not another model's)
+    assert [d["teacher_forced"] for d in doc["diff"]] == [i > doc["parted_at"] for i in range(len(doc["diff"]))]
+    code, _, err = invoke(monkeypatch, capsys, "compare", PROMPT, "--against-backend", "gguf", "--json")
+    assert code == 2 and "--against-backend 'gguf': the backends here are" in err and "Traceback" not in err

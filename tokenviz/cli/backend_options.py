@@ -5,6 +5,7 @@ backend."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -14,6 +15,7 @@ import typer
 from tokenviz.backends.registry import chosen, registered
 from tokenviz.cli.options import ModelChoice, option_group, print_warning
 from tokenviz.contract.backend import Backend, OpenEngine, Opening
+from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.settings import SamplingSettings
 
@@ -42,6 +44,20 @@ class BackendChoice:
     def flags(self) -> list[str]:
         """The backend options given, as typed (--backend, --endpoint...)."""
         return sorted("--backend" if name == NAME else "--" + name.replace("_", "-") for name in self.given)
+
+    def sides(self, against: str | None) -> tuple[BackendChoice, BackendChoice]:
+        """compare's two sides: A on --backend's, B on `against` (None: A's); each counts as given only the
+        options its own backend takes, so neither refuses the other's."""
+        if against is None:
+            return self, self
+        table = registered()
+        if against not in table:
+            raise TokenvizError(f"--against-backend {against!r}: the backends here are {', '.join(table)}")
+        b_own = {o.name for o in table[against].options}
+        a_side = dataclasses.replace(self, given=self.given - b_own)
+        a_own = {o.name for o in a_side.backend().options}
+        b_given = (self.given - {NAME} - (a_own - b_own)) | {NAME}
+        return a_side, dataclasses.replace(self, values={**self.values, NAME: against}, given=b_given)
 
     def backend(self) -> Backend:
         """The backend chosen (one line, a TokenvizError, where the options given do not go together)."""

@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from tokenviz.backends.registry import engine_of
+from tokenviz.backends.registry import DEFAULT, engine_of
+from tokenviz.cli.backend_options import BackendChoice
 from tokenviz.cli.options import ModelChoice
 from tokenviz.contract.attention import SavedAttention
 from tokenviz.contract.commands import Attribute, Beams, Inspect, Request, SplitDifference
@@ -324,13 +325,23 @@ def compare_sessions(
     model: ModelChoice,
     b_model: ModelChoice,
     progress: Progress = lambda message, fraction: None,
+    backend: BackendChoice | None = None,
+    against_backend: str | None = None,
 ) -> Comparison:
-    """Journeys A and B: B's model is A's unless another model, dtype or quantization is asked for."""
-    if b_model == model and against == settings:
+    """Journeys A and B: B's model is A's unless another model, dtype or quantization is asked for; B's
+    backend is A's (--backend) unless `against_backend` names another."""
+    sides = backend.sides(against_backend) if backend is not None else None
+    a_name, b_name = (sides[0].backend().name, sides[1].backend().name) if sides else (DEFAULT, DEFAULT)
+    if b_model == model and against == settings and b_name == a_name:
         raise TokenvizError(
             "compare needs the two journeys to differ: --against NAME=VALUE (a sampling setting), "
-            "--against-dtype, --against-quantize or --against-model"
+            "--against-dtype, --against-quantize, --against-model or --against-backend"
         )
+    if sides is not None and not a_name == b_name == DEFAULT:  # (each side opened by its own backend)
+        a_engine = sides[0].loader(model, settings)(progress)
+        same = b_name == a_name and b_model == model
+        b_engine = a_engine.twin() if same else sides[1].loader(b_model, against)(progress)  # (twin: weights shared)
+        return Comparison(Session(a_engine, settings), Session(b_engine, against))
     from tokenviz.backends.transformers.before_weights import journey_checks
 
     loaded = model.load(progress, journey_checks(settings.grammar))

@@ -27,9 +27,17 @@ from tokenviz.journey.session import Session
 
 
 def check_same_tokenizer(a: Session, b: Session) -> None:
-    """Refuse, in one line, two models whose tokenizers differ: their token ids would not line up."""
+    """Refuse, in one line, two models whose tokenizers differ: their token ids would not line up. Where
+    one engine has no Hugging Face tokenizer (llama.cpp's has its own), every id must give the same text."""
     ta, tb = a.engine.tokenizer, b.engine.tokenizer
-    if ta.get_vocab() != tb.get_vocab() or ta.all_special_ids != tb.all_special_ids:
+    if ta is not None and tb is not None:
+        same = ta.get_vocab() == tb.get_vocab() and ta.all_special_ids == tb.all_special_ids
+    else:
+        ids = range(a.engine.info.vocab)
+        a.engine.learn_pieces(ids)
+        b.engine.learn_pieces(ids)
+        same = a.engine.info.vocab == b.engine.info.vocab and all(a.engine.piece(i) == b.engine.piece(i) for i in ids)
+    if not same:
         raise TokenvizError(
             f"{a.engine.info.name} and {b.engine.info.name} have different tokenizers: compare needs one tokenizer, "
             "so that each token id means the same text in both"

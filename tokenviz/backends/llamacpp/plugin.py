@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tokenviz.backends.llamacpp.runtime import KV_VALUE_BYTES
-from tokenviz.contract.backend import BackendOption, OpenEngine, Opening, Progress
+from tokenviz.contract.backend import COMMANDS, BackendOption, OpenEngine, Opening, Progress
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.files.gguf_header import GgufHeader
 
@@ -28,17 +28,20 @@ class LlamaCppBackend:
             "context",
             f"With --backend llama.cpp: the tokens its context holds (default {CONTEXT:,}, at most the model's).",
             kind="number",
+            commands=COMMANDS | {"compare"},
         ),
         BackendOption(
             "gpu_layers",
             "With --backend llama.cpp: the layers offloaded to the GPU (default 0: all on the CPU; llama-cpp-python "
             "must be built for the GPU).",
             kind="number",
+            commands=COMMANDS | {"compare"},
         ),
         BackendOption(
             "threads",
             "With --backend llama.cpp: the CPU threads it computes with (default: every core).",
             kind="number",
+            commands=COMMANDS | {"compare"},
         ),
     )
 

@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
+from tokenviz.cli.backend_options import BackendChoice, backend_options
 from tokenviz.cli.commands import in_terminal
 from tokenviz.cli.commands.common import (
     DEFAULT_PROMPT,
@@ -43,11 +44,13 @@ compare_cli = new_cli()
 
 
 @compare_cli.command()
+@backend_options("compare")
 @sampling_options(leave_out=("max_new_tokens",))
 @model_options()
 def compare(
     settings: SamplingSettings,
     model: ModelChoice,
+    backend: BackendChoice,
     prompt: Annotated[str, typer.Argument(help="Text both journeys start from.")] = DEFAULT_PROMPT,
     against: Annotated[
         Optional[list[str]],
@@ -60,6 +63,14 @@ def compare(
         Optional[str], typer.Option("--against-model", help="B's model (it must share A's tokenizer).")
     ] = None,
     against_dtype: Annotated[Optional[str], typer.Option("--against-dtype", help="B's dtype.")] = None,
+    against_backend: Annotated[
+        Optional[str],
+        typer.Option(
+            "--against-backend",
+            help="B runs on this backend (A on --backend's): the same GGUF in llama.cpp beside transformers' "
+            "float model of it, each step's KL and where their top-1s part.",
+        ),
+    ] = None,
     against_quantize: Annotated[
         Optional[str], typer.Option("--against-quantize", help="B is A's model quantized: int8 or int4.")
     ] = None,
@@ -136,7 +147,7 @@ def compare(
     def build(progress: "Progress") -> "Comparison":
         from tokenviz.cli.headless import compare_sessions
 
-        return compare_sessions(a, b, model, b_model, progress)
+        return compare_sessions(a, b, model, b_model, progress, backend, against_backend)
 
     if as_json:
         from tokenviz.cli.headless import compare_document
