@@ -195,3 +195,19 @@ def test_compare_puts_llama_cpp_beside_transformers_on_the_same_gguf(monkeypatch
     assert [d["teacher_forced"] for d in doc["diff"]] == [i > doc["parted_at"] for i in range(len(doc["diff"]))]
     code, _, err = invoke(monkeypatch, capsys, "compare", PROMPT, "--against-backend", "gguf", "--json")
     assert code == 2 and "--against-backend 'gguf': the backends here are" in err and "Traceback" not in err
+
+
+def test_compare_two_ggufs_in_llama_cpp(tmp_path, monkeypatch, capsys):
+    """Two GGUFs on the llama.cpp backend (here the same file twice): every step's KL is 0."""
+    import os
+
+    from tokenviz.system.paths import bundled_gguf
+
+    other = tmp_path / "copy.gguf"
+    os.symlink(bundled_gguf(), other)
+    args = ["compare", PROMPT, "--backend", "llama.cpp", "--threads", str(THREADS), "--against-model", str(other)]
+    code, out, err = invoke(monkeypatch, capsys, *args, "--steps", "3", "-t", "0", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["b"]["model"]["name"] == "copy.gguf" and doc["parted_at"] is None
+    assert all(d["kl"] == pytest.approx(0.0, abs=1e-9) and d["top1_agree"] for d in doc["diff"])
