@@ -8,12 +8,9 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from tokenviz.backends.registry import DEFAULT, engine_of
 from tokenviz.cli.backend_options import BackendChoice
 from tokenviz.cli.options import ModelChoice
-from tokenviz.contract.attention import SavedAttention
 from tokenviz.contract.commands import Attribute, Beams, Inspect, Request, SplitDifference
 from tokenviz.contract.engine import Caching, Capability, Engine, able, lacking
 from tokenviz.contract.errors import TokenvizError
@@ -305,18 +302,10 @@ def remade_journey(recorded: dict[str, Any], session: Session) -> dict[str, Any]
         add_attention(session, document, layer)
     session.score_prompt()
     analyses = session.analyses.remade(kept)
-    remade = journey_file(snapshot_of(session), attention_at(session, sorted(kept_rows.rows)), analyses, document)
+    remade = journey_file(snapshot_of(session), saved_attention_of(session, sorted(kept_rows.rows)), analyses, document)
     if "diagnosis" not in recorded:  # (a journey the app saved holds none: its why view measures it when shown)
         remade.pop("diagnosis", None)
     return dict(json.loads(json.dumps(remade)))  # (as a file holds it: lists, not tuples)
-
-
-def attention_at(session: Session, positions: Sequence[int]) -> SavedAttention:
-    """Every layer's attention rows at `positions`, kept as a journey file keeps them (float16)."""
-    layers, rows = range(session.engine.info.layers), {}
-    for q in positions:
-        rows[q] = session.attention(range(q, q + 1), layers).astype(np.float16)[:, :, 0, : q + 1]
-    return SavedAttention(rows)
 
 
 def compare_sessions(

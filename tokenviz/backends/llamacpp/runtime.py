@@ -25,6 +25,11 @@ KV_VALUE_BYTES = 2  # llama.cpp's cache keeps keys and values as float16 unless 
 PIECE_BYTES = 256  # a token's text, as bytes, at most (a longer one is read again at its length)
 
 
+def kv_bytes_a_position(layers: int, kv_heads: int, key_dim: int, value_dim: int) -> int:
+    """What llama.cpp's cache keeps for one position: every layer's keys and values (float16)."""
+    return layers * kv_heads * (key_dim + value_dim) * KV_VALUE_BYTES
+
+
 def amx_present() -> bool:
     """Whether this CPU has Intel AMX, whose llama.cpp matrix kernel (an "extra buffer type") crashes
     llama-cpp-python 0.3.36 on a Q4_1 model (a segmentation fault in ggml_backend_amx_mul_mat, measured

@@ -39,10 +39,9 @@ from tokenviz.contract.placement import DEFAULT_PLACEMENT, Placement
 from tokenviz.contract.records import ModelInfo
 from tokenviz.contract.text import safe_text
 from tokenviz.system.model_directory import check_model_directory
-from tokenviz.system.paths import bundled_gguf
+from tokenviz.system.paths import BUNDLED_NAME, bundled_gguf
 from tokenviz.system.placement_files import resolved
 
-BUNDLED_NAME = "SmolLM2-135M-Instruct (bundled, Q4_1 GGUF)"
 HUB_HOST = ("huggingface.co", 443)
 HUB_TIMEOUT_S = 3.0
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from tokenviz.contract.backend import BackendOption, OpenEngine, Opening, Progress
 from tokenviz.contract.errors import TokenvizError
+from tokenviz.system.ollama import PREFIX as OLLAMA
 
 if TYPE_CHECKING:
     from tokenviz.backends.transformers.runner import ModelRunner
@@ -25,7 +26,7 @@ class TransformersBackend:
         """The model loads in the worker's thread, its config and tokenizer checked first against what the
         journey will ask (its grammar, the interventions in force: see before_weights.journey_checks)."""
         model, grammar, interventions = opening.model, opening.settings.grammar, opening.interventions
-        if (model.model or "").startswith("ollama:"):
+        if (model.model or "").startswith(OLLAMA):
             raise TokenvizError(f"--model {model.model}: Ollama's models run in llama.cpp: add --backend llama.cpp")
 
         def load(progress: Progress) -> ModelRunner:

@@ -123,9 +123,9 @@ def verdict(checked: int, mismatch: int | None, steps: int, differs: str, reprod
 def verify_recording(journey: "Journey", model: ModelChoice, backend: BackendChoice) -> None:
     """Re-run a recording with the model; exit 1 at the first token that differs. Without --model, the
     model the journey names (the bundled one, a path, a hub id); with it, a line where they differ."""
-    from tokenviz.backends.transformers.loading import BUNDLED_NAME
     from tokenviz.journey.reproduce import verify_journey
     from tokenviz.journey.session import Session
+    from tokenviz.system.paths import BUNDLED_NAME
 
     recorded = journey.replay.info.name
     if model.model is None and recorded != BUNDLED_NAME:
