@@ -6,7 +6,6 @@ import statistics
 import time
 
 from bench.anchors import PROMPT
-from tokenviz.backends.registry import engine_of
 from tokenviz.backends.served.engine import ServedEngine
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
@@ -23,7 +22,7 @@ def served(url: str, api_key, insecure_http: bool = False, tokens: int = 32, rou
     engine = _engine(url, api_key, insecure_http)
     stepped, bare, streamed, first = [], [], [], []
     for _ in range(rounds):  # (the first round also asks the server for each new token's text, once)
-        session = Session(engine_of(engine), SamplingSettings(temperature=0, max_new_tokens=tokens))
+        session = Session(engine, SamplingSettings(temperature=0, max_new_tokens=tokens))
         session.start(PROMPT)  # (its first draw: one request)
         t0 = time.perf_counter()
         while session.step() is not None:  # a request each, but the last (its token ends the journey)
@@ -72,7 +71,7 @@ def served_lens(url: str, api_key, model_files: str, insecure_http: bool = False
     bare: list[float] = []
     body = {"model": engine.model, "max_tokens": 1, "temperature": 0, "logprobs": engine.top_n}
     for lens in (False, True, False, True):  # (interleaved: the server's load shared alike)
-        session = Session(engine_of(engine), SamplingSettings(temperature=0, max_new_tokens=10**6))
+        session = Session(engine, SamplingSettings(temperature=0, max_new_tokens=10**6))
         session.start(PROMPT)
         for _ in range(tokens):
             t0 = time.perf_counter()

@@ -9,11 +9,12 @@ import sys
 import time
 from pathlib import Path
 
+from tokenviz.backends.transformers.model_loader import model_loader
+from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.files.grammar_file import read_grammar
 from tokenviz.ui.app import TokenvizApp
 from tokenviz.worker.engine_thread import EngineWorker
-from tokenviz.worker.loader import model_loader
 
 DOCS = Path(__file__).parent
 
@@ -77,8 +78,8 @@ SHOTS = [  # (file, size, prompt, chat, keys, settings, model: None for the bund
 async def shoot(
     name: str, size: tuple[int, int], prompt: str, chat: bool, keys: list[str], settings: SamplingSettings, model
 ) -> None:
-    loader = model or model_loader(None, device="cpu")
-    worker = EngineWorker(loader, settings, prompt, chat=chat)
+    load = model or model_loader(None, device="cpu")
+    worker = EngineWorker(lambda progress: ModelRunner(load(progress)), settings, prompt, chat=chat)
     app = TokenvizApp(worker)
     async with app.run_test(size=size) as pilot:
         deadline = time.monotonic() + 120

@@ -45,7 +45,7 @@ def make_app(
     from tokenviz.contract.lens_layers import parse_lens_layers
 
     worker = EngineWorker(
-        lambda progress: slowed(tiny_model(kind, context), step_seconds),
+        lambda progress: ModelRunner(slowed(tiny_model(kind, context), step_seconds)),
         settings or SamplingSettings(),
         prompt,
         lens_layers=None if lens_layers is None else parse_lens_layers(lens_layers),

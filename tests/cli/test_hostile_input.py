@@ -132,12 +132,13 @@ def test_a_mistyped_command_line_is_one_line_not_a_box(monkeypatch, capsys, args
     [
         (["trace", "x", "--tokenizer", "gpt2"], "--insecure-http and --tokenizer go with --endpoint URL"),
         (["score", "x", "--api-key-env", "K"], "--api-key-file and --insecure-http go with --endpoint URL"),
-        (["compare", "x", "--insecure-http"], "--insecure-http go with --against-endpoint URL"),
+        (["compare", "x", "--insecure-http"], "the server backend's options are B's (add --against-backend server)"),
+        (["compare", "x", "--against-backend", "server", "--api-key-env", "K"], "go with --endpoint URL"),
         (["serve", "--tokenizer", "gpt2"], "--insecure-http and --tokenizer go with --endpoint URL"),
     ],
 )
 def test_a_served_option_without_a_server_is_one_line_in_every_command(monkeypatch, capsys, args, line):
-    """Each command that takes --endpoint (compare: --against-endpoint) refuses its other served
+    """Each command that takes --endpoint (compare: with --against-backend server) refuses its other served
     options without it, before anything is loaded, rather than ignoring them."""
     code, _, err = invoke(monkeypatch, capsys, *args)
     assert code == 2 and line in one_error(err), err

@@ -115,10 +115,11 @@ def test_trace_reports_the_prefill_progress(small_chunks, tmp_path):
     from tokenviz.cli.options import ModelChoice
 
     reports = []
+    model = ModelChoice(save_tiny(tmp_path / "tiny"), device="cpu")
     document = run_trace(
         PROMPT,
         SamplingSettings(temperature=0, max_new_tokens=2),
-        model=ModelChoice(save_tiny(tmp_path / "tiny"), device="cpu"),
+        lambda progress: ModelRunner(model.load(progress)),
         progress=lambda message, fraction: reports.append((message, fraction)),
     )
     n = len(document["prompt"])
@@ -257,11 +258,11 @@ def test_trace_makes_the_prompts_predictions_only_for_the_files_that_show_them(t
     hook = loaded.model.lm_head.register_forward_hook(lambda module, args, out: rows.append(args[0].shape[-2]))
     settings = SamplingSettings(temperature=0, max_new_tokens=2)
     try:
-        document = run_trace(PROMPT, settings, loader=lambda progress: loaded)
+        document = run_trace(PROMPT, settings, loader=lambda progress: ModelRunner(loaded))
         n = len(document["prompt"])
         assert n > 2 and rows and max(rows) == 1
         rows.clear()
-        run_trace(PROMPT, settings, loader=lambda progress: loaded, save=str(tmp_path / "j.json"))
+        run_trace(PROMPT, settings, loader=lambda progress: ModelRunner(loaded), save=str(tmp_path / "j.json"))
         assert sum(rows) >= n - 1
     finally:
         hook.remove()

@@ -104,7 +104,7 @@ async def test_the_app_steps_compiled_and_its_model_view_says_so(models):
 
     _, fast = models
     counted = fast.compiled.call
-    app = TokenvizApp(EngineWorker(lambda progress: fast, SamplingSettings(temperature=0), PROMPT))
+    app = TokenvizApp(EngineWorker(lambda progress: ModelRunner(fast), SamplingSettings(temperature=0), PROMPT))
     async with app.run_test(size=(160, 40)) as pilot:
         await settle(app, pilot)
         before = counted.calls
@@ -347,7 +347,9 @@ async def test_escape_while_the_app_compiles_is_acknowledged_and_the_journey_sta
 
     monkeypatch.setattr(CompiledStep, "warm_up", slow_warm_up)
     worker = EngineWorker(
-        lambda progress: compiled(tiny_model("llama", context=512), progress), SamplingSettings(temperature=0), PROMPT
+        lambda progress: ModelRunner(compiled(tiny_model("llama", context=512), progress)),
+        SamplingSettings(temperature=0),
+        PROMPT,
     )
     app = TokenvizApp(worker)
     async with app.run_test(size=(120, 36)) as pilot:

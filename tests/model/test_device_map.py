@@ -129,7 +129,7 @@ async def test_the_model_view_says_where_the_layers_live(models):
     from tokenviz.worker.engine_thread import EngineWorker
 
     _, _, spread = models
-    app = TokenvizApp(EngineWorker(lambda progress: spread, SamplingSettings(), PROMPT))
+    app = TokenvizApp(EngineWorker(lambda progress: ModelRunner(spread), SamplingSettings(), PROMPT))
     async with app.run_test(size=(160, 40)) as pilot:
         await settle(app, pilot)
         await pilot.press("M")
@@ -163,7 +163,7 @@ async def test_the_timing_view_shows_the_time_in_each_place(models, device):
     from tokenviz.worker.engine_thread import EngineWorker
 
     _, _, spread = models
-    app = TokenvizApp(EngineWorker(lambda progress: spread, SamplingSettings(temperature=0), PROMPT))
+    app = TokenvizApp(EngineWorker(lambda progress: ModelRunner(spread), SamplingSettings(temperature=0), PROMPT))
     async with app.run_test(size=(160, 40)) as pilot:
         await settle(app, pilot)
         for _ in range(3):

@@ -222,7 +222,7 @@ def test_compare_against_the_endpoint_finds_the_same_model_and_sees_a_dtype(monk
     """The bundled model here in float32 beside the server's float32 copy: the paths never part, every
     KL over the server's top 20 is next to nothing, each side ranks the other's choice first. In
     bfloat16 here, the KL shows the dtype."""
-    endpoint = ["--against-endpoint", *served[1:]]
+    endpoint = ["--against-backend", "server", *served]
 
     def compared(dtype: str) -> dict:
         code, out, err = invoke(monkeypatch, capsys, "compare", PROMPT, *endpoint, "--steps", "6", "--temperature",

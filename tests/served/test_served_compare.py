@@ -1,4 +1,4 @@
-"""`compare --against-endpoint` in a terminal: the comparison screen with the model a real vLLM server runs
+"""`compare --against-backend server` in a terminal: the comparison screen with the model a real vLLM server runs
 as B (tests/served/conftest.py), its figures those of the headless comparison (`--json`), every number
 labelled for what it is (the KL over the server's top N; what the server draws from, unknown)."""
 
@@ -30,7 +30,7 @@ def pair(vllm_server, bundled, settings: SamplingSettings) -> ServedComparison:
 
 def test_the_screens_figures_are_the_headless_comparisons(vllm_server, bundled, monkeypatch, capsys):
     """Greedy, the bundled model here (float32) beside the server's copy: the steps' KL over the server's
-    top 20, top-1 and ranks equal those `compare --against-endpoint --json` gives; the KL of what the
+    top 20, top-1 and ranks equal those `compare --against-backend server --json` gives; the KL of what the
     draws are made from is unknown (NaN), never 0."""
     monkeypatch.setenv(KEY_ENV, vllm_server.key)
     greedy = SamplingSettings(temperature=0, max_new_tokens=5)
@@ -39,8 +39,9 @@ def test_the_screens_figures_are_the_headless_comparisons(vllm_server, bundled, 
     while comparison.step():
         pass
     assert comparison.parted_at is None and not comparison.independent_draws and "top 20" in comparison.kl_over
-    code, out, err = invoke(monkeypatch, capsys, "compare", PROMPT, "--against-endpoint", vllm_server.url,
-                            "--api-key-env", KEY_ENV, "--steps", "5", "--temperature", "0", "--json")  # fmt: skip
+    code, out, err = invoke(monkeypatch, capsys, "compare", PROMPT, "--against-backend", "server",
+                            "--endpoint", vllm_server.url, "--api-key-env", KEY_ENV, "--steps", "5",
+                            "--temperature", "0", "--json")  # fmt: skip
     assert code == 0, err
     headless = json.loads(out)["diff"]
     assert len(comparison.diffs) == len(headless) == 5
@@ -79,8 +80,8 @@ def test_after_the_paths_part_b_is_asked_at_as_context(vllm_server, bundled, mon
 async def test_compare_against_an_endpoint_in_a_terminal_opens_the_comparison_screen(
     vllm_server, monkeypatch, capsys, tmp_path
 ):
-    """Where the app can draw, `compare --against-endpoint` opens the comparison screen (it had printed a
-    table and ended); the screen says over what its KL is taken and shows the unknown as —, and so does
+    """Where the app can draw, `compare --against-backend server` opens the comparison screen (it had
+    printed a table and ended); the screen says over what its KL is taken and shows the unknown as —, and so does
     the comparison it saves."""
     from apptools import wait_for
 
@@ -96,8 +97,9 @@ async def test_compare_against_an_endpoint_in_a_terminal_opens_the_comparison_sc
 
     monkeypatch.setattr(in_terminal, "can_draw", lambda: True)
     monkeypatch.setattr(in_terminal, "run_app", run_app)
-    code, out, err = invoke(monkeypatch, capsys, "compare", PROMPT, "--against-endpoint", vllm_server.url,
-                            "--api-key-env", KEY_ENV, "--steps", "4", "--temperature", "0")  # fmt: skip
+    code, out, err = invoke(monkeypatch, capsys, "compare", PROMPT, "--against-backend", "server",
+                            "--endpoint", vllm_server.url, "--api-key-env", KEY_ENV, "--steps", "4",
+                            "--temperature", "0")  # fmt: skip
     assert code == 0 and out == "", err  # (no table: the screen)
     ((worker, comparing),) = opened
     assert comparing

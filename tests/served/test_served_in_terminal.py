@@ -63,7 +63,7 @@ def test_a_draw_the_recomputed_stages_cannot_account_for_is_said_so(vllm_server)
 
 
 def test_compare_against_an_endpoint_opens_the_comparison_screen(vllm_server):
-    """Item 5: `compare --against-endpoint` printed a table and ended; it opens the comparison screen,
+    """Item 5: `compare --against-backend server` printed a table and ended; it opens the comparison screen,
     whose KL column says it is over the server's top N."""
 
     def check(name, size):
@@ -73,7 +73,7 @@ def test_compare_against_an_endpoint_opens_the_comparison_screen(vllm_server):
         wait_screen(name, r"(?s)step.*\n.*\b1\b", timeout=60)
         quits_cleanly(name)
 
-    args = ("compare", PROMPT, "--against-endpoint", vllm_server.url, "--api-key-env", KEY_ENV)
+    args = ("compare", PROMPT, "--against-backend", "server", "--endpoint", vllm_server.url, "--api-key-env", KEY_ENV)
     at_each_size(check, *args, "--temperature", "0", "--steps", "4", env={KEY_ENV: vllm_server.key})
 
 

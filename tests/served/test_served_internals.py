@@ -79,7 +79,6 @@ def test_while_the_lens_is_in_use_a_step_brings_its_stream_and_the_lens_asks_not
     """Cost follows what is on screen: once the lens is asked for, each step's one request also brings
     the residual stream, and the lens at the new position is read from it (no request of its own), equal
     to the lens a request of its own gives; once the lens is no longer asked for, steps ask for no stream."""
-    from tokenviz.backends.registry import engine_of
     from tokenviz.backends.served.completions import ServedChoice
     from tokenviz.backends.served.endpoint import ApiKey
     from tokenviz.backends.served.engine import ServedEngine
@@ -92,7 +91,7 @@ def test_while_the_lens_is_in_use_a_step_brings_its_stream_and_the_lens_asks_not
     engine = ServedEngine.open(choice, str(vllm_lens_server.model))
     assert engine.internals is not None and not isinstance(engine, Caching)  # the lens with no cache here
     assert engine.info.capabilities == ("step", "attention rows", "logit lens", "leave-one-out", "interventions")
-    session = Session(engine_of(engine), SamplingSettings(temperature=0, max_new_tokens=100))
+    session = Session(engine, SamplingSettings(temperature=0, max_new_tokens=100))
     session.start(PROMPT)
     session.analyses.inspect(len(session.ids) - 1)  # (the lens asked for: from the next step on, in its request)
     for _ in range(3):

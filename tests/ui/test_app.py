@@ -649,7 +649,7 @@ async def test_the_first_frame_shows_loading_progress_before_the_model_is_ready(
     def slow_loader(progress):
         progress("converting model.gguf to safetensors once", 0.5)
         release.wait(10)
-        return tiny_model("llama")
+        return ModelRunner(tiny_model("llama"))
 
     app = TokenvizApp(EngineWorker(slow_loader, SamplingSettings(), PROMPT))
     async with app.run_test(size=(120, 40)) as pilot:
@@ -777,7 +777,7 @@ async def test_a_load_of_unknown_length_shows_its_elapsed_time_and_escape_says_w
     def compiling_loader(progress):
         progress("compiling the decode step on cpu (torch.compile, once per start)", None)
         release.wait(20)
-        return tiny_model("llama")
+        return ModelRunner(tiny_model("llama"))
 
     app = TokenvizApp(EngineWorker(compiling_loader, SamplingSettings(temperature=0), PROMPT))
     async with app.run_test(size=(120, 40)) as pilot:

@@ -5,6 +5,7 @@ from apptools import settle, wait_for
 from textual.widgets import Checkbox, TextArea
 from tiny import tiny_chat_model
 
+from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.app import TokenvizApp
 from tokenviz.ui.screens import PromptScreen
@@ -20,7 +21,7 @@ def template_ids(tokenizer, text: str) -> list[int]:
 
 async def test_chat_from_the_command_line_then_from_the_editor_then_plain_text():
     loaded = tiny_chat_model()
-    worker = EngineWorker(lambda progress: loaded, SamplingSettings(seed=2), QUESTION, chat=True)
+    worker = EngineWorker(lambda progress: ModelRunner(loaded), SamplingSettings(seed=2), QUESTION, chat=True)
     app = TokenvizApp(worker)
     async with app.run_test(size=(120, 40)) as pilot:
         s = await settle(app, pilot)
@@ -68,7 +69,7 @@ async def test_r_goes_back_to_the_prompt_without_prefilling_it_again():
         fed.append(kwargs["input_ids"].shape[1] if "input_ids" in kwargs else args[0].shape[1])
         return forward(*args, **kwargs)
 
-    worker = EngineWorker(lambda progress: loaded, SamplingSettings(seed=2), QUESTION, chat=True)
+    worker = EngineWorker(lambda progress: ModelRunner(loaded), SamplingSettings(seed=2), QUESTION, chat=True)
     app = TokenvizApp(worker)
     async with app.run_test(size=(120, 40)) as pilot:
         first = await settle(app, pilot)

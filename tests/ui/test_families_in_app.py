@@ -6,6 +6,7 @@ import pytest
 from apptools import settle, wait_for
 from families import family_model, gemma4_config, model_of
 
+from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.commands import Beams, Inspect, Speculate, Verify
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.app import TokenvizApp
@@ -16,7 +17,7 @@ PROMPT = "The cat sat on the mat. The cat sat on the"
 
 @pytest.mark.parametrize("kind", ["gemma2", "opt", "bloom", "gpt_bigcode"])
 async def test_every_view_works_on_the_family(kind):
-    worker = EngineWorker(lambda progress: family_model(kind), SamplingSettings(seed=2), PROMPT)
+    worker = EngineWorker(lambda progress: ModelRunner(family_model(kind)), SamplingSettings(seed=2), PROMPT)
     app = TokenvizApp(worker)
     async with app.run_test(size=(160, 48)) as pilot:
         start = await settle(app, pilot)
@@ -73,7 +74,7 @@ async def test_every_view_works_on_the_family(kind):
 async def test_an_unusual_cache_is_described_as_it_is(kind, described):
     """The model info and the KV cache view say what the cache holds, not arithmetic that does not add up."""
     model = (lambda: model_of(gemma4_config(), "tiny-gemma4")) if kind == "gemma4_text" else lambda: family_model(kind)
-    worker = EngineWorker(lambda progress: model(), SamplingSettings(seed=2), PROMPT)
+    worker = EngineWorker(lambda progress: ModelRunner(model()), SamplingSettings(seed=2), PROMPT)
     app = TokenvizApp(worker)
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(app, pilot)

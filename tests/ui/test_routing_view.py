@@ -5,6 +5,7 @@ import pytest
 from apptools import settle, wait_for
 from families import family_model
 
+from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.app import TokenvizApp
 from tokenviz.worker.engine_thread import EngineWorker
@@ -17,7 +18,7 @@ def shown_in(pane) -> str:
 
 
 def app_on(kind: str) -> TokenvizApp:
-    worker = EngineWorker(lambda progress: family_model(kind), SamplingSettings(temperature=0), PROMPT)
+    worker = EngineWorker(lambda progress: ModelRunner(family_model(kind)), SamplingSettings(temperature=0), PROMPT)
     return TokenvizApp(worker)
 
 

@@ -8,6 +8,7 @@ import pytest
 from apptools import PROMPT, make_app, settle, wait_for
 from tiny import tiny_model
 
+from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.commands import Beams, Step
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.panes.beams import BeamPane
@@ -49,7 +50,7 @@ def started():
     workers = []
 
     def start(post):
-        worker = EngineWorker(lambda progress: tiny_model("llama"), SamplingSettings(seed=1), PROMPT)
+        worker = EngineWorker(lambda progress: ModelRunner(tiny_model("llama")), SamplingSettings(seed=1), PROMPT)
         worker.start(post)
         workers.append(worker)
         return worker
@@ -140,7 +141,9 @@ def test_stopping_ends_a_long_run_at_its_next_forward_pass():
     from tokenviz.contract.commands import Beams
 
     post = Collector()
-    worker = EngineWorker(lambda progress: slowed(tiny_model("llama"), 0.05), SamplingSettings(seed=1), PROMPT)
+    worker = EngineWorker(
+        lambda progress: ModelRunner(slowed(tiny_model("llama"), 0.05)), SamplingSettings(seed=1), PROMPT
+    )
     worker.start(post)
     post.wait(lambda s: s.state == "ready")
     worker.submit(Beams(width=3, steps=100))  # about 5 s of forward passes

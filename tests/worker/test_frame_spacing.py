@@ -6,6 +6,7 @@ import time
 from test_engine_worker import Collector, scored
 from tiny import tiny_model
 
+from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.commands import Pace, Play
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.worker.engine_thread import EngineWorker
@@ -16,7 +17,7 @@ STEPS = 24
 def autoplay(space_s: float | None, pace: int = 0) -> tuple[list, float]:
     post = Collector()
     settings = SamplingSettings(temperature=0, max_new_tokens=STEPS)
-    worker = EngineWorker(lambda progress: tiny_model("llama"), settings, "The Eiffel Tower is")
+    worker = EngineWorker(lambda progress: ModelRunner(tiny_model("llama")), settings, "The Eiffel Tower is")
     worker.start(post)
     try:
         post.wait(scored)

@@ -78,7 +78,7 @@ def test_a_key_pressed_during_an_autoplay_step_is_answered_before_the_step_ends(
     def load(progress):
         loaded = tiny_model("llama")
         decoder_layers(loaded.model)[1].register_forward_pre_hook(gate)
-        return loaded
+        return ModelRunner(loaded)
 
     gate.open.set()  # loading and the prefill pass freely
     post = Collector()

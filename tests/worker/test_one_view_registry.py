@@ -56,7 +56,7 @@ def test_the_trace_and_the_app_compute_each_view_the_same_way():
     first = len(session.prompt_ids) - 1
 
     latest = Latest()
-    worker = EngineWorker(lambda progress: tiny_model("llama"), SETTINGS, PROMPT)
+    worker = EngineWorker(lambda progress: ModelRunner(tiny_model("llama")), SETTINGS, PROMPT)
     worker.start(latest)
     try:
         latest.wait(lambda s: s.state == "ready" and s.records)

@@ -1,19 +1,13 @@
 """The backends registered (contract.backend: each a plugin, found through the entry-point group
-`tokenviz.backends`), which one a command line chooses, and which backend runs a loaded model."""
+`tokenviz.backends`), which one a command line chooses."""
 
 from __future__ import annotations
 
 import functools
-import sys
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, cast
 
 from tokenviz.contract.backend import Backend
 from tokenviz.contract.errors import TokenvizError
-
-if TYPE_CHECKING:
-    from tokenviz.backends.transformers.loading import LoadedModel
-    from tokenviz.contract.engine import Engine
 
 GROUP = "tokenviz.backends"
 DEFAULT = "transformers"
@@ -49,18 +43,3 @@ def chosen(name: str | None, given: frozenset[str]) -> Backend:
         if other is not backend and stray:
             raise TokenvizError(f"{stray[0]} is the {other.name} backend's option: it goes with --backend {other.name}")
     return backend
-
-
-def engine_of(loaded: LoadedModel | Engine) -> Engine:
-    """The engine that runs a loaded model: the transformers backend's runner for a model loaded in
-    this process. An engine a loader made already (a served model's) is itself: what it lacks is only
-    asked for behind the capabilities it declares (contract.engine.able, the keys' `needs`). (Deferred
-    imports: this module is imported before the app's first frame, and the backend imports torch; a
-    model loaded here has imported its loader already, so a served model never imports transformers'
-    model code.)"""
-    loading = sys.modules.get("tokenviz.backends.transformers.loading")
-    if loading is not None and isinstance(loaded, loading.LoadedModel):
-        from tokenviz.backends.transformers.runner import ModelRunner
-
-        return ModelRunner(loaded)
-    return cast("Engine", loaded)  # (not a LoadedModel: an engine)

@@ -8,11 +8,12 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tokenviz.backends.registry import DEFAULT, engine_of
+from tokenviz.backends.registry import DEFAULT, registered
 from tokenviz.cli.backend_options import BackendChoice
 from tokenviz.cli.options import ModelChoice
+from tokenviz.contract.backend import OpenEngine, Opening, Progress
 from tokenviz.contract.commands import Attribute, Beams, Inspect, Request, SplitDifference
-from tokenviz.contract.engine import Caching, Capability, Engine, able, lacking
+from tokenviz.contract.engine import Caching, Capability, DrawingEngine, Engine, able, lacking
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import refuse_grammar
 from tokenviz.contract.interventions import Intervention
@@ -25,10 +26,10 @@ from tokenviz.files.journey_page import save_page
 from tokenviz.journey.comparison import Comparison
 from tokenviz.journey.past_results import KEEP
 from tokenviz.journey.prompt import tokenize
+from tokenviz.journey.served_comparison import ServedComparison
 from tokenviz.journey.session import Session
 from tokenviz.journey.views import compute, trace_entry
 from tokenviz.journey.watching import token_of
-from tokenviz.worker.loader import Loader, Progress
 from tokenviz.worker.snapshots import saved_attention_of, snapshot_of, symptoms
 
 
@@ -201,6 +202,7 @@ def run_session(
 def run_trace(
     prompt: str,
     settings: SamplingSettings,
+    loader: OpenEngine,
     model: ModelChoice = ModelChoice(),
     progress: Progress = lambda message, fraction: None,
     lens: bool = False,
@@ -218,20 +220,13 @@ def run_trace(
     written: list[tuple[str, Path]] | None = None,
     interventions: Sequence[Intervention] = (),
     attention: int | None = None,
-    loader: Loader | None = None,
     lens_layers: LensLayers | None = None,
 ) -> dict[str, Any]:
     """The journey's document; with `save` and `html` also its files, each noted in `written` as
     (what it is, where). `interventions` are in force from the prompt on (a mean ablation's mean is
-    over the prompt). `loader` makes the engine (a served model's) where `model` is not loaded here."""
+    over the prompt). `loader` makes the engine (`model`: what a draft model is loaded beside)."""
     noted = [] if written is None else written
-    if loader is not None:
-        engine = loader(progress)
-    else:  # (imported here: a served model needs no model code of transformers')
-        from tokenviz.backends.transformers.before_weights import journey_checks
-
-        engine = model.load(progress, journey_checks(settings.grammar, interventions))
-    session = Session(engine_of(engine), settings)
+    session = Session(loader(progress), settings)
     searched = "--beams" if beams else "--speculate" if speculate else ""
     check_views(session, lens, attention, interventions, routing, searched)
     session.analyses.lens_layers = lens_layers
@@ -244,7 +239,10 @@ def run_trace(
         return beam_document(session, session.prompt_ids, beams, settings.max_new_tokens)
     if speculate:  # it runs on its own cache: no prefill here
         _, ids, _ = tokenize(session.engine, prompt, chat, system)
-        draft = engine_of(dataclasses.replace(model, model=draft_model).load(progress)) if draft_model else None
+        draft = None
+        if draft_model:  # (on the default backend: speculation needs the model's cache here)
+            opening = Opening("trace", {}, frozenset(), dataclasses.replace(model, model=draft_model), settings)
+            draft = registered()[DEFAULT].loader(opening)(progress)
         return speculation_document(session, ids, speculate, draft)
     if routing and not session.engine.info.experts:
         name = session.engine.info.name
@@ -308,36 +306,42 @@ def remade_journey(recorded: dict[str, Any], session: Session) -> dict[str, Any]
     return dict(json.loads(json.dumps(remade)))  # (as a file holds it: lists, not tuples)
 
 
-def compare_sessions(
+def compare_opener(
     settings: SamplingSettings,
     against: SamplingSettings,
     model: ModelChoice,
     b_model: ModelChoice,
-    progress: Progress = lambda message, fraction: None,
-    backend: BackendChoice | None = None,
+    backend: BackendChoice,
     against_backend: str | None = None,
-) -> Comparison:
-    """Journeys A and B: B's model is A's unless another model, dtype or quantization is asked for; B's
-    backend is A's (--backend) unless `against_backend` names another."""
-    sides = backend.sides(against_backend) if backend is not None else None
-    a_name, b_name = (sides[0].backend().name, sides[1].backend().name) if sides else (DEFAULT, DEFAULT)
-    if b_model == model and against == settings and b_name == a_name:
+) -> Callable[[Progress], Comparison]:
+    """What opens journeys A and B in a worker's thread, both sides' options checked now (a server asked
+    whether it answers): B's model is A's unless another model, dtype or quantization is asked for; B's
+    backend is A's (--backend) unless `against_backend` names another. One backend and one model: B is
+    A's twin (the weights shared). An engine that draws its own tokens (a server's) goes on B, compared
+    over the top N it returns (ServedComparison)."""
+    a_side, b_side = backend.sides(against_backend)
+    a_backend = a_side.backend()
+    if not a_backend.local:
+        raise TokenvizError(
+            f"compare runs A in this process: the {a_backend.name} backend's options are B's "
+            f"(add --against-backend {a_backend.name})"
+        )
+    open_a = a_side.loader(model, settings)  # (what each side was given checked first)
+    same = b_model == model and b_side.backend().name == a_backend.name
+    if same and against == settings:
         raise TokenvizError(
             "compare needs the two journeys to differ: --against NAME=VALUE (a sampling setting), "
             "--against-dtype, --against-quantize, --against-model or --against-backend"
         )
-    if sides is not None and not a_name == b_name == DEFAULT:  # (each side opened by its own backend)
-        a_engine = sides[0].loader(model, settings)(progress)
-        same = b_name == a_name and b_model == model
-        b_engine = a_engine.twin() if same else sides[1].loader(b_model, against)(progress)  # (twin: weights shared)
-        return Comparison(Session(a_engine, settings), Session(b_engine, against))
-    from tokenviz.backends.transformers.before_weights import journey_checks
+    open_b = None if same else b_side.loader(b_model, against)
 
-    loaded = model.load(progress, journey_checks(settings.grammar))
-    other = loaded if b_model == model else b_model.load(progress, journey_checks(against.grammar))
-    if other is loaded and against.grammar is not None:
-        journey_checks(against.grammar)(loaded.model.config, loaded.tokenizer)
-    return Comparison(Session(engine_of(loaded), settings), Session(engine_of(other), against))
+    def build(progress: Progress) -> Comparison:
+        a_engine = open_a(progress)
+        b_engine = a_engine.twin() if open_b is None else open_b(progress)
+        a, b = Session(a_engine, settings), Session(b_engine, against)
+        return ServedComparison(a, b) if isinstance(b_engine, DrawingEngine) else Comparison(a, b)
+
+    return build
 
 
 def compare_document(

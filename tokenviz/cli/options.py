@@ -27,8 +27,9 @@ from tokenviz.system.placement_files import resolved
 
 if TYPE_CHECKING:
     from tokenviz.backends.transformers.loading import LoadedModel
+    from tokenviz.backends.transformers.model_loader import BeforeWeights, ModelLoader
+    from tokenviz.contract.backend import Progress
     from tokenviz.contract.grammar import Grammar
-    from tokenviz.worker.loader import BeforeWeights, ModelLoader, Progress
 
 err = Console(stderr=True, highlight=False)
 
@@ -78,7 +79,7 @@ class ModelChoice:
     def loader(self, before_weights: "BeforeWeights | None" = None) -> "ModelLoader":
         """A loader for a worker's thread (the model loads there, after the app's first frame);
         `before_weights` checks the config and tokenizer first (see backends.transformers.loading.load_model)."""
-        from tokenviz.worker.loader import model_loader
+        from tokenviz.backends.transformers.model_loader import model_loader
 
         return model_loader(
             self.model, self.device, self.dtype, self.trust_remote_code, self.placement, self.compile, before_weights
@@ -145,24 +146,6 @@ LensLayersOption = Annotated[
         "default). A served model's lens then asks its server for those layers alone.",
     ),
 ]
-# compare's B on a server (--against-endpoint): which model, and the token it wants (never on the command line).
-ServedModel = Annotated[
-    Optional[str],
-    typer.Option("--served-model", help="With --against-endpoint: the model to ask for (default: the one served)."),
-]
-ApiKeyEnv = Annotated[
-    Optional[str],
-    typer.Option("--api-key-env", help="With --against-endpoint: the environment variable holding the API key."),
-]
-ApiKeyFile = Annotated[
-    Optional[str],
-    typer.Option("--api-key-file", help="With --against-endpoint: a file holding the API key (one line)."),
-]
-InsecureHttp = Annotated[
-    bool,
-    typer.Option("--insecure-http", help="Send the API key over plain http to a host other than this machine."),
-]
-
 # Each SamplingSettings field as a command-line option: (type, typer.Option).
 SAMPLING_OPTIONS: dict[str, tuple[Any, Any]] = {
     "temperature": (float, typer.Option("--temperature", "-t", help="0 = greedy.")),

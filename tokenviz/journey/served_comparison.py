@@ -46,7 +46,7 @@ class ServedComparison(Comparison):
     A's step as any; B's its own draw, or after the paths part one request at A's context. Per step the
     KL over the server's top N (kl_over); the KL of what each draw is made from is unknown here (the
     server's stages run over its whole vocabulary), so it is NaN, shown as unknown. The screen and
-    `compare --against-endpoint` headless both step this pair."""
+    `compare --against-backend server` headless both step this pair."""
 
     def __init__(self, a: Session, b: Session):
         super().__init__(a, b)

@@ -21,8 +21,8 @@ from tokenviz.worker.snapshots import saved_attention_of, snapshot_of
 from tokenviz.worker.thread import CommandThread
 
 if TYPE_CHECKING:
+    from tokenviz.contract.backend import Progress
     from tokenviz.journey.comparison import Comparison
-    from tokenviz.worker.loader import Progress
 
 Build = Callable[["Progress"], "Comparison"]  # loads the models and pairs their sessions
 

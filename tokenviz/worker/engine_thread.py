@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, assert_never
 import numpy as np
 
 from tokenviz.contract.attention import AttentionView
+from tokenviz.contract.backend import OpenEngine
 from tokenviz.contract.commands import (
     Adjust,
     Assign,
@@ -58,15 +59,14 @@ from tokenviz.journey.prompt import tokenize
 from tokenviz.render.units import duration
 from tokenviz.worker.attention_rows import AttentionRows
 from tokenviz.worker.comparing import CompareWorker
-from tokenviz.worker.loader import Loader
 from tokenviz.worker.snapshots import saved_attention_of, snapshot_of
 from tokenviz.worker.thread import CommandThread
 
 if TYPE_CHECKING:
+    from tokenviz.contract.backend import Progress
     from tokenviz.contract.results import ViewResult
     from tokenviz.journey.comparison import Comparison
     from tokenviz.journey.session import Session
-    from tokenviz.worker.loader import Progress
 
 ALLOWED_WITHOUT_JOURNEY = (Start, Adjust, Assign, Constrain, Intervene, ShowAttention)
 RUNS = (Beams, Speculate, Verify)  # searches from the journey as it is: a new run replaces the old one
@@ -97,7 +97,7 @@ class EngineWorker(CommandThread[Snapshot]):
 
     def __init__(
         self,
-        loader: Loader,
+        loader: OpenEngine,
         settings: SamplingSettings,
         prompt: str,
         chat: bool = False,
@@ -157,15 +157,13 @@ class EngineWorker(CommandThread[Snapshot]):
         self._message = "importing torch and transformers"  # seconds, before the loader can say more
         self._publish()
         # Deferred: these import torch, which must not delay the app's first frame.
-        from tokenviz.backends.registry import engine_of
         from tokenviz.journey.session import Session
 
         def progress(message: str, fraction: float | None) -> None:
             self._message, self._progress = message, fraction
             self._publish()
 
-        loaded = self._loader(progress)
-        self.session = Session(engine_of(loaded), self._settings)
+        self.session = Session(self._loader(progress), self._settings)
         self.session.analyses.lens_layers = self._lens_layers  # (a layer the model lacks: said in the lens view)
         if isinstance(self.session.engine, DrawingEngine):  # a server's waits are said in the status line
             self.session.engine.say = self._say

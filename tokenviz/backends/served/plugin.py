@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tokenviz.contract.backend import BackendOption, OpenEngine, Opening, Progress
+from tokenviz.contract.backend import COMMANDS, BackendOption, OpenEngine, Opening, Progress
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.interventions import HeadAblation
 
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 LOCAL_ONLY = ("device_map", "quantize", "compile")  # model options a served model cannot take (its server's)
 WITH_ENDPOINT = "With --endpoint: "
+TAKING = COMMANDS | {"compare"}  # (compare: B's server, with --against-backend server)
 
 
 class ServedBackend:
@@ -23,12 +24,19 @@ class ServedBackend:
     about = "the model an OpenAI-compatible server runs (vLLM's), a request per token; inside it with vllm-lens"
     local = False
     options = (
-        BackendOption("endpoint", "URL of an OpenAI-compatible server (as vLLM's: http://127.0.0.1:8000/v1)."),
-        BackendOption("served_model", WITH_ENDPOINT + "the model to ask for (default: the one served)."),
-        BackendOption("api_key_env", WITH_ENDPOINT + "the environment variable holding the API key."),
-        BackendOption("api_key_file", WITH_ENDPOINT + "a file holding the API key (one line)."),
         BackendOption(
-            "insecure_http", "Send the API key over plain http to a host other than this machine.", kind="flag"
+            "endpoint", "URL of an OpenAI-compatible server (as vLLM's: http://127.0.0.1:8000/v1).", commands=TAKING
+        ),
+        BackendOption(
+            "served_model", WITH_ENDPOINT + "the model to ask for (default: the one served).", commands=TAKING
+        ),
+        BackendOption("api_key_env", WITH_ENDPOINT + "the environment variable holding the API key.", commands=TAKING),
+        BackendOption("api_key_file", WITH_ENDPOINT + "a file holding the API key (one line).", commands=TAKING),
+        BackendOption(
+            "insecure_http",
+            "Send the API key over plain http to a host other than this machine.",
+            kind="flag",
+            commands=TAKING,
         ),
         BackendOption(
             "tokenizer",

@@ -1,4 +1,4 @@
-"""What the commands share: their defaults, the checks of their options, compare's served model, and
+"""What the commands share: their defaults, the checks of their options and
 how a document is printed."""
 
 import json
@@ -6,7 +6,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -14,16 +14,10 @@ from rich.console import Console
 from tokenviz import __version__
 from tokenviz.cli.options import (
     fail,
-    print_warning,
 )
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.system.paths import unwritable_folder
 from tokenviz.ui.themes import DEFAULT_THEME
-
-if TYPE_CHECKING:
-    from tokenviz.backends.served.completions import ServedChoice
-    from tokenviz.backends.served.endpoint import Endpoint
-
 
 DEFAULT_PROMPT = "The Eiffel Tower is located in"
 
@@ -55,36 +49,6 @@ def version_callback(value: bool) -> None:
 
 def new_cli() -> typer.Typer:
     return typer.Typer(add_completion=False, rich_markup_mode="rich", pretty_exceptions_enable=False)
-
-
-def served_options(
-    url: str | None, model: str | None, key_env: str | None, key_file: str | None, insecure_http: bool
-) -> "ServedChoice | None":
-    """compare's served options (--against-endpoint) as one value, or None without a server's URL, where
-    any of the others given is refused in one line."""
-    if url is None:
-        if model or key_env or key_file or insecure_http:
-            fail("--served-model, --api-key-env, --api-key-file and --insecure-http go with --against-endpoint URL")
-        return None
-    from tokenviz.backends.served.completions import ServedChoice
-    from tokenviz.backends.served.endpoint import ApiKey
-
-    key = ApiKey(key_env, key_file)
-    if (exposed := key.exposed()) is not None:
-        print_warning(exposed)
-    return ServedChoice(url, model, key, insecure_http)
-
-
-def connected(served: "ServedChoice") -> tuple["Endpoint", str]:
-    """The server asked, before anything loads, whether it answers and which model it serves (the one
-    named, or its only one): an unreachable server or a wrong key is one line within seconds."""
-    from tokenviz.backends.served.completions import served_model_name
-
-    try:
-        endpoint = served.connect()
-        return endpoint, served_model_name(endpoint, served.model)
-    except TokenvizError as exc:
-        fail(str(exc))
 
 
 def print_result(document: dict[str, Any], as_json: bool, table: Callable[[dict[str, Any], Console], None]) -> None:

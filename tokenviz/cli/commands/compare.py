@@ -1,7 +1,7 @@
 """`tokenviz compare PROMPT`: two journeys side by side."""
 
 import dataclasses
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import Annotated, Optional
 
 import typer
 
@@ -11,19 +11,12 @@ from tokenviz.cli.commands.common import (
     DEFAULT_PROMPT,
     Theme,
     check_chat,
-    connected,
     new_cli,
-    print_document,
     print_result,
-    served_options,
 )
 from tokenviz.cli.options import (
-    ApiKeyEnv,
-    ApiKeyFile,
     Chat,
-    InsecureHttp,
     ModelChoice,
-    ServedModel,
     System,
     fail,
     model_options,
@@ -33,12 +26,6 @@ from tokenviz.cli.options import (
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.themes import DEFAULT_THEME, check_theme
-
-if TYPE_CHECKING:
-    from tokenviz.backends.served.completions import ServedChoice
-    from tokenviz.journey.comparison import Comparison
-    from tokenviz.worker.comparing import Build
-    from tokenviz.worker.loader import Progress
 
 compare_cli = new_cli()
 
@@ -68,7 +55,7 @@ def compare(
         typer.Option(
             "--against-backend",
             help="B runs on this backend (A on --backend's): the same GGUF in llama.cpp beside transformers' "
-            "float model of it, each step's KL and where their top-1s part.",
+            "float model of it; or the model a server runs (server, with --endpoint URL): is it what yours computes?",
         ),
     ] = None,
     against_quantize: Annotated[
@@ -89,17 +76,6 @@ def compare(
     chat: Chat = False,
     system: System = None,
     theme: Theme = DEFAULT_THEME,
-    against_endpoint: Annotated[
-        Optional[str],
-        typer.Option(
-            "--against-endpoint",
-            help="B is the model a server runs at this URL (OpenAI-compatible, as vLLM's): is it what yours computes?",
-        ),
-    ] = None,
-    served_model: ServedModel = None,
-    api_key_env: ApiKeyEnv = None,
-    api_key_file: ApiKeyFile = None,
-    insecure_http: InsecureHttp = False,
 ) -> None:
     """Two journeys on one prompt, side by side and stepped together: two sampling settings (A's options
     and --against; a grammar and another or none: --against-grammar), two dtypes (--dtype and
@@ -107,23 +83,6 @@ def compare(
     (--against-quantize) or two models sharing a tokenizer (--model and --against-model). Per step:
     the KL divergence of their raw distributions, whether their top-1 agree, the rank each gives the
     other's choice; and where their paths part."""
-    served = served_options(against_endpoint, served_model, api_key_env, api_key_file, insecure_http)
-    if served is not None:
-        others = (against, against_model, against_dtype, against_quantize, against_grammar, chat)
-        if any(others) or settings.grammar is not None:
-            fail("--against-endpoint compares the same settings on both sides: it takes no other --against option")
-        b_settings = settings.replace(max_new_tokens=steps)
-        if not as_json and in_terminal.can_draw():  # the comparison screen; elsewhere, a table
-            try:
-                check_theme(theme)
-            except TokenvizError as exc:
-                fail(str(exc))
-            from tokenviz.worker.comparing import CompareWorker
-
-            worker = CompareWorker(served_pair(b_settings, model, served), prompt)
-            in_terminal.run_app(worker, theme, comparing=True)
-        compare_served(prompt, b_settings, model, served, as_json)
-        return
     try:
         if steps < 1:
             raise TokenvizError(f"--steps must be at least 1, got {steps}")
@@ -135,65 +94,39 @@ def compare(
             from tokenviz.files.grammar_file import grammar_from_line
 
             b = b.replace(grammar=grammar_from_line(against_grammar))
-        b_model = dataclasses.replace(
-            model,
-            model=against_model or model.model,
-            dtype=against_dtype or model.dtype,
-            quantize=against_quantize or model.quantize,
-        )
+        b_side = backend.sides(against_backend)[1].backend()
+        if b_side.local:
+            b_model = dataclasses.replace(
+                model,
+                model=against_model or model.model,
+                dtype=against_dtype or model.dtype,
+                quantize=against_quantize or model.quantize,
+            )
+        elif any((against, against_model, against_dtype, against_quantize, against_grammar, chat)):
+            raise TokenvizError(
+                f"B on the {b_side.name} backend is its model with A's settings: it takes no other --against "
+                "option (nor --chat)"
+            )
+        else:
+            b_model = ModelChoice()  # (B's model is the one its own options name)
+        from tokenviz.cli.headless import compare_opener
+
+        build = compare_opener(a, b, model, b_model, backend, against_backend)  # (a server is asked now)
     except TokenvizError as exc:
         fail(str(exc))
 
-    def build(progress: "Progress") -> "Comparison":
-        from tokenviz.cli.headless import compare_sessions
-
-        return compare_sessions(a, b, model, b_model, progress, backend, against_backend)
-
-    if as_json:
+    if as_json or not (b_side.local or in_terminal.can_draw()):  # (a served B without a terminal: its table)
         from tokenviz.cli.headless import compare_document
+        from tokenviz.cli.table import print_served_comparison
 
         try:
             with stderr_progress() as progress:
                 document = compare_document(build(progress), prompt, chat=chat, system=system, progress=progress)
         except TokenvizError as exc:
             fail(str(exc))
-        print_document(document, as_json=True)
+        print_result(document, as_json, print_served_comparison)
         return
     in_terminal.require_terminal("tokenviz compare PROMPT ... --json")
     from tokenviz.worker.comparing import CompareWorker
 
     in_terminal.run_app(CompareWorker(build, prompt, chat=chat, system=system), theme, comparing=True)
-
-
-def served_pair(settings: SamplingSettings, model: ModelChoice, served: "ServedChoice") -> "Build":
-    """The comparison screen's loader with a served B: the server checked to answer and to serve the
-    model before the app opens (an unreachable one is one line within seconds); A loaded, then B asked."""
-    endpoint, name = connected(served)
-
-    def build(progress: "Progress") -> "Comparison":
-        from tokenviz.backends.registry import engine_of
-        from tokenviz.backends.served.engine import ServedEngine
-        from tokenviz.journey.served_comparison import ServedComparison
-        from tokenviz.journey.session import Session
-
-        a = Session(engine_of(model.load(progress)), settings)
-        progress(f"asking {endpoint.host} about {name}", None)
-        return ServedComparison(a, Session(engine_of(ServedEngine(endpoint, name)), settings))
-
-    return build
-
-
-def compare_served(
-    prompt: str, settings: SamplingSettings, model: ModelChoice, served: "ServedChoice", as_json: bool
-) -> None:
-    """compare --against-endpoint headless: the comparison screen's pair (served_pair) stepped to the end."""
-    from tokenviz.cli.headless import compare_document
-    from tokenviz.cli.table import print_served_comparison
-
-    build = served_pair(settings, model, served)  # (an unreachable server is told before A loads)
-    try:
-        with stderr_progress() as progress:
-            document = compare_document(build(progress), prompt, progress=progress)
-    except TokenvizError as exc:
-        fail(str(exc))
-    print_result(document, as_json, print_served_comparison)

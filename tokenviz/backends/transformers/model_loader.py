@@ -1,19 +1,18 @@
-"""The model loader a worker calls from its own thread."""
+"""The transformers backend's loader, called in a worker's thread: the model loaded (and its decode step
+compiled where asked), then run by a ModelRunner."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from tokenviz.contract.backend import Progress
 from tokenviz.contract.placement import DEFAULT_PLACEMENT, Placement
 
 if TYPE_CHECKING:
     from tokenviz.backends.transformers.loading import LoadedModel
-    from tokenviz.contract.engine import Engine
 
-Progress = Callable[[str, "float | None"], None]  # (message, fraction done or None)
 ModelLoader = Callable[[Progress], "LoadedModel"]
-Loader = Callable[[Progress], "LoadedModel | Engine"]  # what a worker takes: an engine already made, too
 BeforeWeights = Callable[[Any, Any], None]  # (config, tokenizer): see tokenviz.backends.transformers.loading.load_model
 
 
