@@ -10,7 +10,9 @@ from tiny import save_tiny
 
 from tokenviz.backends.transformers.loading import load_model
 from tokenviz.backends.transformers.runner import ModelRunner
+from tokenviz.contract.errors import TokenvizError
 from tokenviz.files.journey_file import read_journey, recording_of, save_journey, snapshot_from_journey
+from tokenviz.files.journey_schema import Info
 from tokenviz.journey.reproduce import verify_journey
 from tokenviz.journey.session import Session
 from tokenviz.ui.panes.next_token import NextTokenPane
@@ -200,3 +202,32 @@ async def test_replay_steps_through_the_recording_with_the_step_keys():
         await wait_for(lambda: replay.journey.snapshot.handled >= replay.journey.worker.submitted, pilot)
         s = replay.journey.snapshot
         assert s.chips == full.chips and s.records == full.records and s.stop_reason == full.stop_reason
+
+
+def test_a_journey_saved_before_covers_reads_its_top_n_as_a_servers(tmp_path, tiny_dir):
+    """A file saved before ModelInfo said its numbers as data named a server's top N `top_only`: it
+    reads as `covers` N on a remote model, so the panes label it as they did; the runtime is said now."""
+    loaded = load_model(tiny_dir, device="cpu")
+    s = Session(ModelRunner(loaded))
+    s.start(PROMPT)
+    s.step()
+    from tokenviz.worker.snapshots import snapshot_of
+
+    saved = json.loads(save_journey(tmp_path / "j.json", snapshot_of(s), saved_attention_of(s)).read_text())
+    info = saved["replay"]["info"]
+    assert info["runtime"].startswith("transformers ") and info["covers"] == 0
+    assert info["remote"] == "" and info["draws"] == ""
+    for name in ("covers", "remote", "draws", "runtime"):
+        info.pop(name)
+
+    def read_with(top_only: int):
+        (old := tmp_path / f"old-{top_only}.json").write_text(
+            json.dumps({**saved, "replay": {**saved["replay"], "info": {**info, "top_only": top_only}}})
+        )
+        return recording_of(read_journey(old))[0].info
+
+    assert read_with(0).covers == 0 and not read_with(0).remote
+    with pytest.raises(TokenvizError, match=r"log-probability of .* above 0"):  # (a top N's: checked as a server's)
+        read_with(20)
+    served = Info.model_validate({**info, "top_only": 20})
+    assert served.covers == 20 and served.remote == "a server"

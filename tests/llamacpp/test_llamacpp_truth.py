@@ -76,6 +76,10 @@ def test_greedy_steps_are_llama_cpp_pythons_own_tokens_and_logits(monkeypatch, c
         assert [entry["prob"] for entry in shown] == pytest.approx(probs[ids].tolist(), abs=1e-5)  # (float32 softmax)
         reference.eval([chosen[i]])
     assert doc["model"]["device"] == "cpu (llama.cpp)" and doc["model"]["dtype"] == "Q4_1"
+    import llama_cpp
+
+    assert doc["model"]["runtime"] == f"llama.cpp (llama-cpp-python {llama_cpp.__version__})"
+    assert doc["model"]["covers"] == 0 and doc["model"]["remote"] == "" and doc["model"]["draws"] == ""
 
 
 def test_a_rewound_step_gives_the_same_logits_bit_for_bit(llama_cpp):

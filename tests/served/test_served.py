@@ -194,7 +194,7 @@ def test_score_on_the_server_is_the_local_score(monkeypatch, capsys, served):
 
     remote, local = scored(*served), scored("--dtype", "float32", "--device", "cpu")
     assert [(t["id"], t["rank"]) for t in remote["tokens"]] == [(t["id"], t["rank"]) for t in local["tokens"]]
-    assert remote["tokens"][0]["rank"] == 730 and remote["model"]["top_only"] == 20
+    assert remote["tokens"][0]["rank"] == 730 and remote["model"]["covers"] == 20
     for mine, theirs in zip(local["tokens"], remote["tokens"]):
         assert abs(mine["logprob"] - theirs["logprob"]) < SERVED_TOLERANCE
         assert "entropy" not in theirs and theirs["entropy_floor"] <= mine["entropy"] + 1e-3  # (a floor: top-N)

@@ -49,7 +49,7 @@ def test_the_served_engine_is_an_engine_that_draws_and_declares_what_it_exposes(
     assert isinstance(engine, Engine) and isinstance(engine, DrawingEngine) and not isinstance(engine, Caching)
     info = engine.info
     assert info.capabilities == ("step", "leave-one-out")  # (a plain server: no lens, attention or steering)
-    assert info.vocab == 49152 and info.context == 2048 and info.top_only == 20 and info.chat_template
+    assert info.vocab == 49152 and info.context == 2048 and info.covers == 20 and info.chat_template
     assert engine.decode(engine.encode(PROMPT)) == PROMPT
 
 
@@ -237,7 +237,7 @@ async def test_the_app_on_a_served_model(engine, vllm_server, tmp_path, monkeypa
     app = TokenvizApp(worker)
     async with app.run_test(size=(80, 24)) as pilot:
         s = await settle(app, pilot)
-        assert s.info is not None and s.info.top_only == 20 and s.error is None
+        assert s.info is not None and s.info.covers == 20 and s.error is None
         for key in ("space", "space", "T"):
             await pilot.press(key)
             s = await settle(app, pilot)
@@ -274,7 +274,7 @@ async def test_the_app_on_a_served_model(engine, vllm_server, tmp_path, monkeypa
     for written in tmp_path.glob("tokenviz-*"):
         assert vllm_server.key not in written.read_text(errors="replace")
     page = next(tmp_path.glob("tokenviz-*.json")).read_text()
-    assert re.search(r'"top_only":\s*20', page) and '"drawn"' in page
+    assert re.search(r'"covers":\s*20', page) and '"drawn"' in page
 
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "cli"))  # (the browser's helpers)

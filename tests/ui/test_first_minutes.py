@@ -115,6 +115,11 @@ async def test_model_info_is_a_view():
         await wait_for(lambda: app.query_one("#views").current == "model", pilot)
         shown = str(app.query_one("#model").body.render())
         assert "architecture" in shown and "LlamaForCausalLM" in shown and "key/value heads" in shown
+        import torch
+        import transformers
+
+        runtime = f"transformers {transformers.__version__} (PyTorch {torch.__version__.split('+')[0]})"
+        assert "runtime" in shown and runtime in shown  # (said as data: ModelInfo.runtime)
         await pilot.pause(2)
         assert app.query_one("#views").current == "model"  # it stays: no toast
 

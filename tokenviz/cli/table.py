@@ -30,7 +30,7 @@ def precision(model: dict[str, Any]) -> str:
 
 def print_table(doc: dict[str, Any], console: Console) -> None:
     m = doc["model"]
-    if m.get("top_only"):  # a served model: what the server gives (its top N), its shape where it is read
+    if m.get("covers"):  # a top N (a server's): what it gives, its shape where it is read
         shape = f" · {m['layers']} layers · {m['heads']} heads" if m["layers"] else ""
         header = f"{m['name']} · {m['device']}{shape} · {m['distribution']}"
     else:
@@ -135,8 +135,8 @@ def print_score(doc: dict[str, Any], console: Console) -> None:
 
     m = doc["model"]
     where = (
-        f"{m['device']} (its top {m['top_only']}: the entropy is a floor)"
-        if m.get("top_only")
+        f"{m['device']} (its top {m['covers']}: the entropy is a floor)"
+        if m.get("covers")
         else f"{m['device']} · {precision(m)}"
     )
     console.print(Text(safe_text(f"{m['name']} · {where}"), style="bold"))

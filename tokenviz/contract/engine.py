@@ -93,16 +93,16 @@ def lacking(info: ModelInfo, needed: Capability, what: str, brief: bool = False)
         return f"{what}: {why_not(info, needed)}"
     held = ", ".join(info.capabilities) or "none"
     inside = needed in SERVER_MAY_EXPOSE and info.internals  # (why not, and how to have it: ModelInfo.internals)
-    served = f", a served model: {info.internals if inside else NOT_SERVED}" if info.top_only else ""
+    served = f", a served model: {info.internals if inside else NOT_SERVED}" if info.remote else ""
     return f"{what} needs the engine's {needed.value}, which {info.name} does not give{served} (it gives: {held})"
 
 
 def why_not(info: ModelInfo, needed: Capability) -> str:
     """Why this engine lacks `needed`, and what would give it, in a few words for a notification (never
     the question back): a reason's aside (an install line) is left to the model view (M)."""
-    if needed is Capability.ROUTING and not info.experts and not info.top_only:  # (a server's are not read)
+    if needed is Capability.ROUTING and not info.experts and not info.remote:  # (a server's are not read)
         return f"{info.name} has no experts (a dense model): no routing to show"
-    if not info.top_only:
+    if not info.remote:
         return f"{info.name} does not give its {needed.value} here (M lists what it gives)"
     if needed is Capability.CACHE:
         return "a server keeps its own KV cache: tokenviz cannot read it"

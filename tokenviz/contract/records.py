@@ -326,11 +326,20 @@ class ModelInfo:
     latent_kv: bool = False
     experts: int = 0  # routed experts in each mixture-of-experts layer (0: a dense model)
     # What the engine running it can do (values of contract.engine.Capability; none: a recording) and
-    # what its next-token distribution covers (see contract.engine).
+    # what its next-token distribution covers (see contract.engine), in words.
     capabilities: tuple[str, ...] = ()
     distribution: str = ""
-    top_only: int = 0  # its distribution is a top-N the engine returns (a server's), the rest unknown; 0: all of it
     internals: str = ""  # a served model's: why the internals it lacks are lacking, and how to have them
+    # Said as data, for the views, the page, the document and the table to read (none asks which backend):
+    runtime: str = ""  # what computes the numbers: "transformers 4.57 (PyTorch 2.13)", "llama.cpp (...)", "vLLM ..."
+    remote: str = ""  # where it runs: "" in this process; else the host of the server that runs it
+    covers: int = 0  # each step's distribution: 0, the whole vocabulary; N, the top N the engine returns
+    draws: str = ""  # who draws each token: "" tokenviz, from these numbers; else who does ("the server")
+
+    @property
+    def giver(self) -> str:
+        """Whose numbers a top N is, in a phrase: "the server" for a remote model, else its name."""
+        return "the server" if self.remote else self.name
 
     def to_json(self) -> dict[str, Any]:
         return {**self.__dict__, "capabilities": list(self.capabilities)}

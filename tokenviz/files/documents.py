@@ -29,7 +29,7 @@ def trace_document(snapshot: Snapshot) -> dict[str, Any]:
         "settings": snapshot.settings.to_json(),
         "preset": preset.name if (preset := preset_in_force(snapshot.settings)) else None,
         "prompt": [{"id": c.id, "text": c.text} for c in snapshot.chips[: snapshot.prompt_len]],
-        "steps": [served_step(s) for s in steps] if snapshot.info.top_only else steps,
+        "steps": [served_step(s) for s in steps] if snapshot.info.covers else steps,
         "prefill_ms": snapshot.records[0].forward_ms if snapshot.records else None,
         "stop_reason": snapshot.stop_reason,
         "text": snapshot.text,
@@ -153,7 +153,7 @@ def score_document(
     perplexity of the text's own tokens. A chat template's tokens are listed (marked "template") but
     counted apart: they say how the template reads, not how likely the text is. A served model's
     entropy is a floor (its server gives a top-N: see decoding.drawn), named so."""
-    entropy = "entropy_floor" if info.top_only else "entropy"
+    entropy = "entropy_floor" if info.covers else "entropy"
     tokens = [
         {
             "index": p.position + 1,

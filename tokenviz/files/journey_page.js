@@ -14,7 +14,8 @@ function facts() {
   const m = D.model, s = D.settings;
   // A served model's shape is known only where its internals were read; its distribution is a top N.
   const shape = m.layers ? `${m.layers} layers · ${m.heads} heads · ` : "";
-  const served = m.top_only ? `the server's top ${m.top_only} log-probabilities a step · ` : "";
+  const giver = m.remote ? "the server" : m.name;  // (ModelInfo.giver)
+  const served = m.covers ? `${giver}'s top ${m.covers} log-probabilities a step · ` : "";
   $("facts").textContent = `${m.device} · ${m.dtype} · ${shape}${served}`
     + (s.temperature === 0 ? "greedy" : `temperature ${s.temperature} · top-k ${s.top_k} · top-p ${s.top_p}`)
     + ` · seed ${s.seed}` + (s.grammar ? ` · grammar ${s.grammar.kind} ${s.grammar.source}` : "")
@@ -65,7 +66,7 @@ function showStep(i) {
     box.appendChild(el("h2", `step ${step.index + 1}: ${visible(step.chosen[1])} (id ${step.chosen[0]}), after `
       + `${visible(D.chips[i][1])} at position ${i}` + (pending ? " · pending: computed, not taken yet" : "")));
     box.appendChild(el("p", `${step.mode} · final p ${p4(step.chosen_prob)} (rank ${step.chosen_rank}) · raw p ${p4(step.raw_prob)} `
-      + `(rank ${step.raw_rank}) · entropy ${D.model.top_only ? "≥ " : ""}${step.entropy.toFixed(2)} bits`
+      + `(rank ${step.raw_rank}) · entropy ${D.model.covers ? "≥ " : ""}${step.entropy.toFixed(2)} bits`
       + (step.u === null ? "" :
       ` · draw u = ${step.u.toFixed(4)} in band [${step.band[0].toFixed(4)}, ${step.band[1].toFixed(4)})`)));
     if (step.interventions.length) {  // the distribution above is the intervened model's, not its own
@@ -78,9 +79,10 @@ function showStep(i) {
       box.appendChild(candidates(step.own.top, step.chosen[0], false));
     }
     const stages = el("ol");
-    const topN = D.model.top_only;  // a served model: the stages are recomputed here over the server's top N
-    stages.appendChild(el("li", topN ? `raw: the server's top ${topN} log-probabilities (the rest of the vocabulary `
-      + "unknown); the stages below are recomputed here over them, the draw is the server's" : "raw: the model's softmax"));
+    const topN = D.model.covers;  // a top N (a server's): the stages are recomputed here over it
+    const giver = D.model.remote ? "the server" : D.model.name;
+    stages.appendChild(el("li", topN ? `raw: ${giver}'s top ${topN} log-probabilities (the rest of the vocabulary `
+      + `unknown); the stages below are recomputed here over them, the draw is ${giver}'s` : "raw: the model's softmax"));
     const of = topN ? `of the top ${topN}'s mass` : "of the mass";
     step.stages.forEach((s) => stages.appendChild(el("li", `${s[0]} ${s[1]}: ${s[2]} tokens kept, ${(s[3] * 100).toFixed(1)}% ${of}`)));
     if (step.mode === "greedy") stages.appendChild(el("li", "greedy: the top token, with certainty"));

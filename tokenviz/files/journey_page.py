@@ -108,8 +108,9 @@ def _charts(snapshot: Snapshot, colors: dict[str, str]) -> list[str]:
     records = snapshot.records
     steps = [float(r.index) for r in records]
     bar, final = colors["bar"], colors["bar_final"]
-    served = snapshot.info is not None and snapshot.info.top_only > 0
-    entropy = "entropy ≥ (bits: a floor, from the server's top N)" if served else "entropy (bits)"
+    info = snapshot.info
+    served = info is not None and bool(info.remote)  # (a step is a request; the server keeps its own cache)
+    entropy = f"entropy ≥ (bits: a floor, from {info.giver}'s top N)" if info and info.covers else "entropy (bits)"
     charts = [  # (each on its own axis: bits, and a probability from 0 to 1)
         line_chart(f"{entropy} by step", steps, [("entropy", [r.entropy for r in records], bar)], "step"),
         line_chart(
@@ -220,9 +221,9 @@ def journey_page(
 
 def _provenance(info: ModelInfo | None) -> str:
     """Where the page's numbers come from, as the footer says it."""
-    if info is not None and info.top_only:
+    if info is not None and info.covers:
         return (
-            f"every number is one the server returned (its top {info.top_only} log-probabilities a step) or one "
+            f"every number is one {info.giver} returned (its top {info.covers} log-probabilities a step) or one "
             "computed here from them; the rest of the vocabulary is unknown."
         )
     return "every number is the one the model computed."

@@ -124,8 +124,21 @@ class Info(Model):
     experts: Annotated[int, Field(strict=True, ge=0, le=65_535)] = 0  # (0: dense, or recorded before it was kept)
     capabilities: Annotated[list[SafeText], Field(max_length=64)] = []  # the recording engine's (see contract.engine)
     distribution: SafeText = ""
-    top_only: Annotated[int, Field(strict=True, ge=0, le=100_000)] = 0
     internals: SafeText = ""
+    runtime: SafeText = ""
+    remote: SafeText = ""
+    covers: Annotated[int, Field(strict=True, ge=0, le=100_000)] = 0
+    draws: SafeText = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _served_before_covers(cls, data: Any) -> Any:
+        """A file saved before `covers` said a server's top N as `top_only` (only a server's was one)."""
+        if isinstance(data, dict) and "top_only" in data and "covers" not in data:
+            data = {k: v for k, v in data.items() if k != "top_only"} | {"covers": data["top_only"]}
+            if data["covers"] and not data.get("remote"):
+                data["remote"] = "a server"
+        return data
 
 
 class Array(Model):
@@ -363,7 +376,7 @@ class Replay(Model):
     @model_validator(mode="after")
     def _log_probabilities(self) -> Replay:
         """A served journey's candidates carry the server's log-probabilities (not logits): none above 0."""
-        for record in self.records if self.info.top_only else ():
+        for record in self.records if self.info.covers else ():
             candidates = [*record.top, *(record.unsteered.top if record.unsteered else ())]
             candidates += [c for p in record.prompt_predictions for c in p[1]]
             high = max((c[2] for c in candidates), default=0.0)

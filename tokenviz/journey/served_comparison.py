@@ -50,7 +50,7 @@ class ServedComparison(Comparison):
 
     def __init__(self, a: Session, b: Session):
         super().__init__(a, b)
-        self.kl_over = f"the server's top {b.engine.info.top_only}, each side renormalised there"
+        self.kl_over = f"the server's top {b.engine.info.covers}, each side renormalised there"
 
     def _check_pair(self, a: Session, b: Session) -> None:
         """B draws its own tokens (a server); one tokenizer is checked on the prompt's ids (start) and on

@@ -107,6 +107,7 @@ class LlamaCppEngine:
             quantization=f"{quantization} (GGUF, as llama.cpp runs it)",
             capabilities=in_order({Capability.STEP, Capability.LENS, Capability.ATTENTION}),
             distribution=WHOLE_VOCABULARY,
+            runtime=f"llama.cpp (llama-cpp-python {version()})",
         )
 
     # ---- the tokenizer ------------------------------------------------------------------------------

@@ -174,6 +174,7 @@ class ServedEngine:
                 }
             shape = self.internals  # (the model's shape, where it is read)
             shown = endpoint.masked(model)  # (a server may list the key as its model's id: never shown or saved)
+            server = self._server_name()
             self.info = ModelInfo(
                 name=shown,
                 device=f"served at {endpoint.host}",
@@ -185,14 +186,17 @@ class ServedEngine:
                 hidden=shape.head.hidden if shape else 0,
                 vocab=vocab,
                 context=context if type(context) is int and 0 < context <= MAX_CONTEXT else MAX_CONTEXT,
-                architecture=f"{shown} on {self._server_name()} ({endpoint.url})",
+                architecture=f"{shown} on {server} ({endpoint.url})",
                 tied_embeddings=bool(head and getattr(head.config, "tie_word_embeddings", False)),
                 positions="not exposed by the server",
                 attention=f"the server's ({PLUGIN}: queries and keys replayed here)" if shape else "the server's",
                 chat_template=self._has_chat_template(),
                 capabilities=in_order(capabilities),
                 distribution=distribution(top_n, None),
-                top_only=top_n,
+                runtime=f"{server}, a request a step" + (f", its insides through {PLUGIN}" if shape else ""),
+                remote=endpoint.host,
+                covers=top_n,
+                draws="the server, with the settings sent",
                 internals=missing(plugin, head),
             )
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import transformers
 
 from tokenviz.backends.hf.parts import kv_heads, layer_configs, text_config
 from tokenviz.backends.transformers.attention import IMPLEMENTATION
@@ -60,6 +61,7 @@ def model_info(
         placement=placement,
         quantization=quantization,
         experts=routed_experts(c),
+        runtime=f"transformers {transformers.__version__} (PyTorch {torch.__version__.split('+')[0]})",
     )
 
 

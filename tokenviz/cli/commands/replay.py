@@ -46,7 +46,7 @@ def replay(
     try:
         journey = open_journey(path)
         local = backend.backend().local
-        if verify and (not local or journey.replay.info.top_only):
+        if verify and (not local or journey.replay.info.remote):
             verify_served_recording(journey, read_journey(path), model, backend)
             return
         if verify:
@@ -87,7 +87,7 @@ def verify_served_recording(
             f"the journey was recorded on {info.name}, {info.device}: verify it against the server "
             "with --endpoint URL (and --api-key-env VAR or --api-key-file FILE)"
         )
-    if not info.top_only:
+    if not info.remote:
         raise TokenvizError("the journey was recorded on a model run here: verify it without --endpoint")
     session = Session(backend.loader(model, SamplingSettings())(lambda message, fraction: None))
     checked, mismatch = verify_journey(journey, session, REPRODUCED_WITHIN)

@@ -19,7 +19,7 @@ class ModelPane(ScrollPane):
             return
         rows = (
             served_rows(i)
-            if i.top_only
+            if i.remote
             else [
                 ("name", i.name),
                 ("architecture", i.architecture),
@@ -38,6 +38,7 @@ class ModelPane(ScrollPane):
                 ("chat template", "yes (--chat, or the editor's switch)" if i.chat_template else "none"),
                 ("attention runs", i.attention),
                 ("device, dtype", f"{i.device}, {i.dtype}"),
+                *([("runtime", i.runtime)] if i.runtime else []),
                 *([("quantization", i.quantization)] if i.quantization else []),
                 *([("memory", i.memory)] if i.memory else []),
                 *([("placement", i.placement)] if i.placement else []),
@@ -64,8 +65,9 @@ def served_rows(i: ModelInfo) -> list[tuple[str, str]]:
         ("vocabulary", f"{i.vocab} tokens"),
         ("context", f"{i.context} positions"),
         ("chat template", "the server's (--chat, or the editor's switch)" if i.chat_template else "none"),
+        *([("runtime", i.runtime)] if i.runtime else []),
         ("distribution", i.distribution),
-        ("each step", "one request: the tokens as ids, the settings as its fields; the server draws"),
+        ("each step", f"one request: the tokens as ids, the settings as its fields; drawn by {i.draws or 'tokenviz'}"),
         ("engine", engine_line(i)),
         *served_inside(i),
     ]
@@ -77,7 +79,7 @@ def served_inside(i: ModelInfo) -> list[tuple[str, str]]:
     if i.internals:
         return [("not exposed", f"the lens, attention rows and steering: {i.internals}"), never]
     shape = f"{i.layers} layers, {i.heads} heads ({i.kv_heads} KV), hidden {i.hidden}"
-    return [("inside", f"{shape}: the lens, attention rows and steering through vllm-lens"), never]
+    return [("inside", f"{shape}: the lens, attention rows and steering, read through the server's plugin"), never]
 
 
 def engine_line(i: ModelInfo) -> str:

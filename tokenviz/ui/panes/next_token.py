@@ -72,7 +72,7 @@ class NextTokenPane(BoxPane):
             d = record.decision
             own = {c.id: c.prob for c in record.unsteered.top} if record.unsteered else None
             marked = Candidate(d.chosen_id, d.chosen_text, 0.0, d.raw_prob)
-            self.update(self._table(record.top, marked, d.raw_rank, own, selection.info.top_only > 0))
+            self.update(self._table(record.top, marked, d.raw_rank, own, selection.info.covers > 0))
             state = "pending" if selection.is_pending else "taken"
             u = record.unsteered
             kl = f"KL {'≥ ' if u.kl_floor else ''}{u.kl:.3f}" if u else ""
@@ -81,17 +81,17 @@ class NextTokenPane(BoxPane):
                 from_own = "under interventions · "
             if record.saturated:  # (said first: the flat distribution is the interventions', not the model's)
                 from_own = f"saturated: the interventions made every logit equal · {from_own}"
-            if selection.info.top_only:  # a server's top-N: said first, and the entropy is its floor
-                n, vocab = selection.info.top_only, selection.info.vocab
+            if selection.info.covers:  # a top N (a server's): said first, and the entropy is its floor
+                n, vocab, giver = selection.info.covers, selection.info.vocab, selection.info.giver
                 said = selection.info.distribution.split(";")[0]  # (which top-N, before or after the settings)
                 self.set_subtitle(
                     f"{from_own}{said}, of {vocab:,} · entropy ≥ {record.entropy:.2f} bits · "
                     f"position {record.position} · {state}",
-                    f"{from_own}top {n} of {vocab:,} as the server returned them · entropy ≥ {record.entropy:.2f} "
+                    f"{from_own}top {n} of {vocab:,} as {giver} returned them · entropy ≥ {record.entropy:.2f} "
                     f"bits · position {record.position} · {state}",
-                    f"{from_own}top {n} of {vocab:,} from the server · H ≥ {record.entropy:.2f} · "
+                    f"{from_own}top {n} of {vocab:,} from {giver} · H ≥ {record.entropy:.2f} · pos {record.position}",
+                    f"{kl + ' · ' if kl else ''}{giver.removeprefix('the ')}'s top {n} · H ≥ {record.entropy:.2f} · "
                     f"pos {record.position}",
-                    f"{kl + ' · ' if kl else ''}server's top {n} · H ≥ {record.entropy:.2f} · pos {record.position}",
                 )
                 return
             narrower = [
@@ -107,11 +107,13 @@ class NextTokenPane(BoxPane):
         elif prediction is not None:
             p = prediction
             self.update(self._table(p.top, Candidate(p.next_id, p.next_text, 0.0, p.next_prob), p.next_rank))
-            if selection.info.top_only:
+            if selection.info.covers:
+                giver = selection.info.giver
                 self.set_subtitle(
-                    f"the server's top {len(p.top)} · entropy ≥ {p.entropy:.2f} bits · position {p.position + 1} · "
+                    f"{giver}'s top {len(p.top)} · entropy ≥ {p.entropy:.2f} bits · position {p.position + 1} · "
                     f"▶ the prompt's own next token (p {probability(p.next_prob)}, rank {p.next_rank})",
-                    f"server's top {len(p.top)} · H ≥ {p.entropy:.2f} · pos {p.position + 1} · ▶ the prompt's own",
+                    f"{giver.removeprefix('the ')}'s top {len(p.top)} · H ≥ {p.entropy:.2f} · pos {p.position + 1} · "
+                    "▶ the prompt's own",
                 )
                 return
             self.set_subtitle(

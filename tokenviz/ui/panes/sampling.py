@@ -10,7 +10,7 @@ from textual.message import Message
 from tokenviz.contract.commands import Adjust, Assign, Constrain, Play, Start
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.presets import preset_in_force
-from tokenviz.contract.records import Decision
+from tokenviz.contract.records import Decision, ModelInfo
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.contract.snapshot import ComparisonSnapshot
 from tokenviz.contract.worker import Worker
@@ -99,13 +99,15 @@ def pinned_rows(d: Decision, rows: int) -> list[int]:
     return [*ordered[: rows - 1], chosen]
 
 
-def pipeline_text(d: Decision, top_only: int, compact: bool = False) -> Text:
+def pipeline_text(d: Decision, info: ModelInfo, compact: bool = False) -> Text:
     """The stages in order, each with what it kept: `logits → softmax → temperature T=0.7: 300 kept
-    (100.0% of mass) → … → draw`; `compact`, one short line: `softmax → T=0.7: 300 → k=8: 8 → draw`."""
-    served = f"the server's top {top_only} (raw)" if d.stages else f"the server's top {top_only}"
-    start = (f"top {top_only}" if compact else served) if top_only else ("softmax" if compact else "logits → softmax")
+    (100.0% of mass) → … → draw`; `compact`, one short line: `softmax → T=0.7: 300 → k=8: 8 → draw`. Over
+    a top N (info.covers), it says whose."""
+    n = info.covers
+    given = f"{info.giver}'s top {n}" + (" (raw)" if d.stages else "")
+    start = (f"top {n}" if compact else given) if n else ("softmax" if compact else "logits → softmax")
     pipeline = Text(start, style="bold")
-    if top_only and d.stages and not compact:
+    if n and d.stages and not compact:
         pipeline.append(" · the stages recomputed here over those only", style="dim")
     for st in d.stages:
         pipeline.append(f" → {st.detail}: " if compact else f" → {st.name} {st.detail}: ", style="bold")
@@ -219,7 +221,7 @@ class SamplingPane(BoxPane):
         decision_rows = len(decision.wrap(self.app.console, width))
         kept = sum(p > 0 for p in d.final_probs)  # the watched tokens the draw could still take
         for compact in (False, True):  # a short pane gives the pipeline one line, for the kept tokens' rows
-            pipeline = pipeline_text(d, selection.info.top_only, compact)
+            pipeline = pipeline_text(d, selection.info, compact)
             pipeline_rows = len(pipeline.wrap(self.app.console, width))
             rows = max(self.size.height - pipeline_rows - decision_rows - 1, 1)
             if rows >= kept:

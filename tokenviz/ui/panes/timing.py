@@ -26,7 +26,7 @@ class TimingPane(BoxPane):
         decode = [r.forward_ms for r in s.records[1:]]
         sampling = [r.decision.ms for r in s.records]
         text = Text()  # wrapped to the pane: no figure is cut
-        if selection.info.top_only:
+        if selection.info.remote:  # (a step is a request: its time and the network's)
             self.update(served_timing(s.records, s.tokens_per_s, sampling, self.size.width, bar_color))
             return
         text.append(

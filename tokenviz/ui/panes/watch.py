@@ -66,13 +66,13 @@ class WatchPane(ScrollPane):
             text.append("\n")
             heading = ""
         text.append(fitting(scale, width - len(heading)) + "\n", Style(dim=True))
-        if selection.info.top_only:  # a server returns its top-N only
+        if n := selection.info.covers:  # an engine that returns its top N only (a server)
+            giver = selection.info.giver
             text.append(
                 fitting(
                     (
-                        f"served: a token outside the server's top {selection.info.top_only} shows p 0 and "
-                        f"rank >{selection.info.top_only} (its probability is not returned)",
-                        f"outside the server's top {selection.info.top_only}: p 0, rank >{selection.info.top_only}",
+                        f"a token outside {giver}'s top {n} shows p 0 and rank >{n} (its probability is not returned)",
+                        f"outside {giver}'s top {n}: p 0, rank >{n}",
                     ),
                     width,
                 )
