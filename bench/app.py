@@ -61,7 +61,7 @@ def app_autoplay(loaded, context: int = 2000, tokens: int = 16, rounds: int = 8)
     headless, shown = [], []
 
     async def alternate() -> None:
-        bare = BurstClock(lambda progress: loaded, settings, prompt)
+        bare = BurstClock(lambda progress: ModelRunner(loaded), settings, prompt)
         ready = threading.Event()
 
         def note_ready(snapshot) -> None:
@@ -69,7 +69,7 @@ def app_autoplay(loaded, context: int = 2000, tokens: int = 16, rounds: int = 8)
                 ready.set()
 
         bare.start(note_ready)
-        app_worker = BurstClock(lambda progress: loaded, settings, prompt)
+        app_worker = BurstClock(lambda progress: ModelRunner(loaded), settings, prompt)
         app = TokenvizApp(app_worker)
         async with app.run_test(size=(200, 60)) as pilot:
             journey = app.journey
@@ -106,7 +106,7 @@ def key_frame(loaded, context: int = 500, presses: int = 8) -> dict:
     latencies: list[float] = []
 
     async def run() -> None:
-        worker = EngineWorker(lambda progress: loaded, SamplingSettings(max_new_tokens=10**6), "")
+        worker = EngineWorker(lambda progress: ModelRunner(loaded), SamplingSettings(max_new_tokens=10**6), "")
         app = TokenvizApp(worker)
         async with app.run_test(size=(200, 60)) as pilot:
             journey = app.journey

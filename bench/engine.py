@@ -159,7 +159,7 @@ def autoplay_run(loaded, tokens: int, prompt: str = PROMPT, settings: SamplingSe
         if snapshot.stop_reason and not snapshot.playing:
             done.set()
 
-    worker = EngineWorker(lambda progress: loaded, settings.replace(max_new_tokens=tokens), prompt)
+    worker = EngineWorker(lambda progress: ModelRunner(loaded), settings.replace(max_new_tokens=tokens), prompt)
     worker.start(post)
     while not snapshots or snapshots[-1].state not in ("ready", "error"):  # loaded and prefilled
         time.sleep(0.01)

@@ -59,7 +59,7 @@ async def test_a_recording_says_attribution_needs_the_model():
 def test_both_methods_are_offered_in_the_palette(method):
     from tokenviz.ui.keys import PALETTE_ONLY
 
-    assert any(action == f"attribution('{method}')" for _, action in PALETTE_ONLY)
+    assert any(entry[1] == f"attribution('{method}')" for entry in PALETTE_ONLY)
 
 
 async def test_a_saved_journey_keeps_its_attributions_and_replay_shows_them(tmp_path):

@@ -273,7 +273,7 @@ class JourneyScreen(WorkerScreen[Snapshot]):
         self.cursor = min(tokens.moved_by_lines(selection.cursor, lines), selection.positions - 1)
 
     async def action_route(self, owner: str, action: str) -> None:
-        """A pane's own action (see keys.JOURNEY_OWNERS), run on the pane as Textual runs a widget's."""
+        """A pane's own action (see keys.Press.owner), run on the pane as Textual runs a widget's."""
         await self.query_one(f"#{owner}").run_action(action)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:

@@ -16,6 +16,7 @@ from tokenviz.contract.engine import Capability
 from tokenviz.contract.presets import PRESETS
 from tokenviz.contract.settings import PACES_S
 
+PaletteCommand = tuple[str, str] | tuple[str, str, str]  # a command only the palette offers: (label, action[, owner])
 PACE_LABELS = tuple("as fast as it runs" if p == 0 else f"a step every {p:g} s" for p in PACES_S)
 
 
@@ -29,6 +30,9 @@ class Press:
     palette: str = ""  # the command palette's entry; empty: none
     replay: bool = True  # works in a recorded journey (no model): the footer shows it there too
     needs: Capability | None = None  # what the engine must be able to do (see contract.engine); None: any engine
+    # The pane that runs the action (its widget id): the key runs the pane's own action_NAME, routed by the
+    # journey's screen (JourneyScreen.action_route), as Textual runs a widget's; "": the screen's own.
+    owner: str = ""
 
 
 @dataclass(frozen=True)
@@ -43,8 +47,8 @@ class KeyRow:
 def _adjust(name: str, down: str, up: str, footer: str, said: str) -> tuple[Press, ...]:
     """A setting's two keys, each in the palette by the setting's name (`said`)."""
     return (
-        Press(down, f"adjust('{name}', -1)", palette=f"{said} down ({down})", replay=False),
-        Press(up, f"adjust('{name}', 1)", footer, f"{said} up ({up})", replay=False),
+        Press(down, f"adjust('{name}', -1)", palette=f"{said} down ({down})", replay=False, owner="sampling"),
+        Press(up, f"adjust('{name}', 1)", footer, f"{said} up ({up})", replay=False, owner="sampling"),
     )
 
 
@@ -72,13 +76,13 @@ KEYS: tuple[KeyRow, ...] = (
     KeyRow(
         "e",
         "edit the prompt (a dialog; Enter prefills it, Escape keeps the journey)",
-        (Press("e", "edit_prompt", "prompt", "Edit the prompt", replay=False),),
+        (Press("e", "edit_prompt", "prompt", "Edit the prompt", replay=False, owner="tokens"),),
     ),
     KeyRow(
         "f",
         "continue with a text of your own: each of its tokens becomes a forced step, at autoplay's pace, so the "
         "panes show how likely the model found each one (u shades every chip by it); any move stops it",
-        (Press("f", "continue_with", palette="Continue with this text (forced steps)", replay=False),),
+        (Press("f", "continue_with", palette="Continue with this text (forced steps)", replay=False, owner="tokens"),),
     ),
     KeyRow("t / T", "temperature down / up by 0.1", _adjust("temperature", "t", "T", "temp±", "Temperature")),
     KeyRow(
@@ -98,6 +102,7 @@ KEYS: tuple[KeyRow, ...] = (
                 f"adjust('{p.name}', 1)",
                 palette=f"Preset: {p.name} (F{i}), for {p.task} ({p.summary})",  # (its key, as every entry's)
                 replay=False,
+                owner="sampling",
             )
             for i, p in enumerate(PRESETS, 1)
         ),
@@ -113,15 +118,16 @@ KEYS: tuple[KeyRow, ...] = (
                 palette="Type a setting: NAME=VALUE (temperature, top-k, top-p, min-p, "
                 "penalties, seed, max new tokens, stop)",
                 replay=False,
+                owner="sampling",
             ),
         ),
     ),
     KeyRow(
         "g",
         "greedy on/off (temperature 0, then back)",
-        (Press("g", "adjust('greedy', 1)", "greedy", "Greedy on/off", replay=False),),
+        (Press("g", "adjust('greedy', 1)", "greedy", "Greedy on/off", replay=False, owner="sampling"),),
     ),
-    KeyRow("s", "a new seed", (Press("s", "adjust('seed', 1)", "seed", "New seed", replay=False),)),
+    KeyRow("s", "a new seed", (Press("s", "adjust('seed', 1)", "seed", "New seed", replay=False, owner="sampling"),)),
     KeyRow(
         "z",
         "ablate the head the attention map shows (its output set to zero); again to restore it; the model changes "
@@ -133,6 +139,7 @@ KEYS: tuple[KeyRow, ...] = (
                 palette="Ablate the head in view (again: restore it)",
                 replay=False,
                 needs=Capability.INTERVENTIONS,
+                owner="attention",
             ),
         ),
     ),
@@ -182,7 +189,16 @@ KEYS: tuple[KeyRow, ...] = (
         "G",
         "the grammar the text must follow, a sampling stage (a dialog: json-schema FILE, regex PATTERN, grammar "
         "FILE for EBNF/GBNF/Lark, or off); set, changed or cleared live, the pending token re-decided at once",
-        (Press("G", "grammar", palette="Grammar: set, change or clear", replay=False, needs=Capability.TOKENIZER),),
+        (
+            Press(
+                "G",
+                "grammar",
+                palette="Grammar: set, change or clear",
+                replay=False,
+                needs=Capability.TOKENIZER,
+                owner="sampling",
+            ),
+        ),
     ),
     KeyRow(
         "- / +",
@@ -193,23 +209,23 @@ KEYS: tuple[KeyRow, ...] = (
         "[ / ]",
         "previous / next layer (with another view in the attention map's place, they bring the map back first)",
         (
-            Press("left_square_bracket", "layer(-1)", needs=Capability.ATTENTION),
-            Press("right_square_bracket", "layer(1)", "layer±", needs=Capability.ATTENTION),
+            Press("left_square_bracket", "layer(-1)", needs=Capability.ATTENTION, owner="attention"),
+            Press("right_square_bracket", "layer(1)", "layer±", needs=Capability.ATTENTION, owner="attention"),
         ),
     ),
     KeyRow(
         "h / H",
         "next / previous head (mean and max in the cycle; from another view, the map back first)",
         (
-            Press("h", "head(1)", "head±", needs=Capability.ATTENTION),
-            Press("H", "head(-1)", needs=Capability.ATTENTION),
+            Press("h", "head(1)", "head±", needs=Capability.ATTENTION, owner="attention"),
+            Press("H", "head(-1)", needs=Capability.ATTENTION, owner="attention"),
         ),
     ),
     KeyRow(
         "1-9",
         "force the n-th candidate shown in the next-token pane instead of the sampled one; with the cursor on an "
         "earlier token, the tokens after it give way (a branch: the old path is kept)",
-        tuple(Press(str(i), f"force({i})", replay=False) for i in range(1, 10)),
+        tuple(Press(str(i), f"force({i})", replay=False, owner="next-token") for i in range(1, 10)),
     ),
     KeyRow(
         "← / →",
@@ -234,12 +250,12 @@ KEYS: tuple[KeyRow, ...] = (
         "u",
         "shade the chips by surprisal: how unexpected each token was to the model there (-log2 p in its raw "
         "distribution, the prompt's from the prefill; brighter is more surprising); again to turn it off",
-        (Press("u", "toggle_surprisal", palette="Shade the tokens by surprisal"),),
+        (Press("u", "toggle_surprisal", palette="Shade the tokens by surprisal", owner="tokens"),),
     ),
     KeyRow(
         "#",
         "show / hide the token ids in the tokens pane (the pieces alone, for a class)",
-        (Press("number_sign", "toggle_ids", palette="Show / hide token ids"),),
+        (Press("number_sign", "toggle_ids", palette="Show / hide token ids", owner="tokens"),),
     ),
     KeyRow(
         "l",
@@ -269,7 +285,7 @@ KEYS: tuple[KeyRow, ...] = (
         "w",
         "watch a token at every step: a candidate at the cursor, or typed (its text with its leading space, or id:N); "
         "up to 4; choosing a watched one stops watching it",
-        (Press("w", "pin", palette="Watch a token", replay=False),),
+        (Press("w", "pin", palette="Watch a token", replay=False, owner="next-token"),),
     ),
     KeyRow(
         "W",
@@ -310,6 +326,7 @@ KEYS: tuple[KeyRow, ...] = (
                 palette="Verify the KV cache against a full recompute",
                 replay=False,
                 needs=Capability.CACHE,
+                owner="cache",
             ),
         ),
     ),
@@ -328,16 +345,16 @@ KEYS: tuple[KeyRow, ...] = (
         "select a branch, switch to it (the cache is rebuilt from the shared prefix); outside the branch tree, o "
         "opens it first",
         (
-            Press("less_than_sign", "select_branch(-1)"),
-            Press("greater_than_sign", "select_branch(1)"),
-            Press("o", "open_branch", palette="Switch to the selected branch", replay=False),
+            Press("less_than_sign", "select_branch(-1)", owner="branches"),
+            Press("greater_than_sign", "select_branch(1)", owner="branches"),
+            Press("o", "open_branch", palette="Switch to the selected branch", replay=False, owner="branches"),
         ),
     ),
     KeyRow(
         "B",
         "beam search (width 3, 2-8 from the palette) from the current tokens: every beam's candidates, "
         "kept, finished or pruned",
-        (Press("B", "beams", replay=False, needs=Capability.CACHE),),
+        (Press("B", "beams", replay=False, needs=Capability.CACHE, owner="beams"),),
     ),
     KeyRow(
         "S",
@@ -350,6 +367,7 @@ KEYS: tuple[KeyRow, ...] = (
                 palette="Speculative decoding: early exit at the middle layer",
                 replay=False,
                 needs=Capability.CACHE,
+                owner="speculation",
             ),
         ),
     ),
@@ -376,16 +394,16 @@ KEYS: tuple[KeyRow, ...] = (
 )
 
 # Commands with no key of their own: the palette alone reaches them.
-PALETTE_ONLY: tuple[tuple[str, str], ...] = (
+PALETTE_ONLY: tuple[PaletteCommand, ...] = (
     ("Min-p up", "adjust('min_p', 1)"),
     ("Min-p down", "adjust('min_p', -1)"),
     ("Repetition penalty up", "adjust('repetition_penalty', 1)"),
     ("Repetition penalty down", "adjust('repetition_penalty', -1)"),
     *((f"Beam search, width {w}", f"beams({w})") for w in range(2, 9)),
     ("Speculative decoding: prompt lookup", "speculate('prompt-lookup')"),
-    ("Attribution by gradient × input (one backward pass)", "attribution('grad')"),
-    ("Attribution by leave-one-out (exact)", "attribution('loo')"),
-    ("Compare with other settings, side by side, on this model", "compare"),
+    ("Attribution by gradient × input (one backward pass)", "attribution('grad')", "attribution"),
+    ("Attribution by leave-one-out (exact)", "attribution('loo')", "attribution"),
+    ("Compare with other settings, side by side, on this model", "compare", "sampling"),
     ("Export an SVG screenshot", "export_svg"),
     ("Theme: choose a colour theme", "app.change_theme"),
 )
@@ -422,29 +440,22 @@ COMPARE_KEYS: tuple[KeyRow, ...] = (
     KeyRow("ctrl+p", "command palette: every command above, an SVG screenshot and the theme picker"),
     KeyRow("q, ctrl+c", "quit", (Press("q", "quit", "quit"), Press("ctrl+c", "quit"))),
 )
-COMPARE_PALETTE_ONLY: tuple[tuple[str, str], ...] = (
+COMPARE_PALETTE_ONLY: tuple[PaletteCommand, ...] = (
     ("Export an SVG screenshot", "export_svg"),
     ("Theme: choose a colour theme", "app.change_theme"),
 )
-# The pane that owns each of the journey's actions, by the action's name (its widget id): the key runs the
-# pane's own action_NAME, routed by the journey's screen (JourneyScreen.action_route), as Textual runs a
-# widget's; an action not named here is the screen's own.
-JOURNEY_OWNERS: dict[str, str] = {
-    **dict.fromkeys(("force", "pin"), "next-token"),
-    **dict.fromkeys(("toggle_surprisal", "toggle_ids", "edit_prompt", "continue_with"), "tokens"),
-    **dict.fromkeys(("adjust", "assign", "grammar", "compare"), "sampling"),
-    **dict.fromkeys(("layer", "head", "ablate_head"), "attention"),
-    **dict.fromkeys(("select_branch", "open_branch"), "branches"),
-    "beams": "beams",
-    "speculate": "speculation",
-    "verify": "cache",
-    "attribution": "attribution",
-}
 FOOTER_FIRST = ("quit", "help")  # the footer is cut at the right on a narrow terminal: these never are
 
 
+def owners_of(rows: tuple[KeyRow, ...], palette_only: tuple[PaletteCommand, ...] = ()) -> dict[str, str]:
+    """The pane that owns each action of a key table and its palette-only commands, by the action's name
+    (as each entry says: Press.owner, a palette command's third field)."""
+    owned = {p.action.split("(")[0]: p.owner for row in rows for p in row.presses if p.owner}
+    return owned | {entry[1].split("(")[0]: entry[2] for entry in palette_only if len(entry) == 3}
+
+
 def routed(action: str, owners: Mapping[str, str]) -> str:
-    """`action` as its screen runs it: through `route` to the pane that owns it (see JOURNEY_OWNERS), or
+    """`action` as its screen runs it: through `route` to the pane that owns it (Press.owner), or
     as it is."""
     owner = owners.get(action.split("(")[0])
     return f"route({owner!r}, {action!r})" if owner else action
@@ -499,13 +510,14 @@ def model_keys() -> set[str]:
 
 def palette_entries(
     rows: tuple[KeyRow, ...] = KEYS,
-    palette_only: tuple[tuple[str, str], ...] = PALETTE_ONLY,
+    palette_only: tuple[PaletteCommand, ...] = PALETTE_ONLY,
     owners: Mapping[str, str] | None = None,
 ) -> list[tuple[str, str]]:
     """(label, action) for every command a screen's palette offers, keyed ones first; each action routed
     to the pane in `owners` that owns it."""
     keyed = [(p.palette, p.action) for row in rows for p in row.presses if p.palette]
-    return [(label, routed(action, owners or {})) for label, action in keyed + list(palette_only)]
+    listed = [(entry[0], entry[1]) for entry in palette_only]
+    return [(label, routed(action, owners or {})) for label, action in keyed + listed]
 
 
 def markdown_table(rows: tuple[KeyRow, ...] = KEYS) -> str:
@@ -513,3 +525,6 @@ def markdown_table(rows: tuple[KeyRow, ...] = KEYS) -> str:
     lines = ["| key | does |", "|---|---|"]
     lines += [f"| {row.label} | {row.does} |" for row in rows]
     return "\n".join(lines)
+
+
+JOURNEY_OWNERS = owners_of(KEYS, PALETTE_ONLY)  # (read from the entries: no table of its own)

@@ -24,7 +24,7 @@ from tokenviz.contract.frames import Frame, FrameReader, FrameWriter
 from tokenviz.contract.snapshot import CANCELS, ComparisonSnapshot, Snapshot
 from tokenviz.contract.worker import Worker
 from tokenviz.files.atomic import free_name, write_file
-from tokenviz.ui.keys import KeyRow
+from tokenviz.ui.keys import KeyRow, PaletteCommand
 from tokenviz.ui.panes.status import StatusLine
 from tokenviz.ui.screens import HelpScreen
 
@@ -69,7 +69,7 @@ class WorkerScreen(Screen[None], Generic[S]):
     """A screen that shows one worker's journey (or journeys): see the module's docstring."""
 
     KEY_ROWS: ClassVar[tuple[KeyRow, ...]]  # this screen's key table (bindings, palette, help)
-    PALETTE_ONLY: ClassVar[tuple[tuple[str, str], ...]]  # (label, action) of the palette's other commands
+    PALETTE_ONLY: ClassVar[tuple[PaletteCommand, ...]]  # (label, action[, owner]) of the palette's other commands
     ACTION_OWNERS: ClassVar[dict[str, str]] = {}  # the panes that own actions, by name (see keys.routed)
     HELP: ClassVar[str]  # the help screen's text
     EXPORT_NAME: ClassVar[str]  # an export's name starts with this

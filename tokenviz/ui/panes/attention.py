@@ -59,7 +59,7 @@ class AttentionPane(LinesPane):
     def on_mount(self) -> None:
         self.set_title("attention")
 
-    # ---- its keys (routed here by the journey's screen: see ui.keys.JOURNEY_OWNERS) ----------------------
+    # ---- its keys (routed here by the journey's screen: see ui.keys.Press.owner) ----------------------
 
     def action_layer(self, delta: int) -> None:
         journey = self.journey

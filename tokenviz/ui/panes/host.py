@@ -1,6 +1,6 @@
 """What a pane's own actions reach of the journey's screen (ui.journey_screen.JourneyScreen): the journey
 on screen, the layer, head and cursor it shows, and the commands it sends. The screen routes a pane's
-keys to the pane (see ui.keys.JOURNEY_OWNERS); the pane acts through this, never the screen's class."""
+keys to the pane (see ui.keys.Press.owner); the pane acts through this, never the screen's class."""
 
 from __future__ import annotations
 

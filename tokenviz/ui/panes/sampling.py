@@ -134,7 +134,7 @@ class SamplingPane(BoxPane):
             super().__init__()
             self.worker = worker
 
-    # ---- its keys (routed here by the journey's screen: see ui.keys.JOURNEY_OWNERS) ----------------------
+    # ---- its keys (routed here by the journey's screen: see ui.keys.Press.owner) ----------------------
 
     def action_adjust(self, name: str, direction: int) -> None:
         self.journey.submit(Adjust(name=name, direction=direction))

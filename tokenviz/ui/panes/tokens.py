@@ -55,7 +55,7 @@ class TokensPane(BoxPane):
         self._attribution_top = 1.0  # its largest score, read once per attribution, not once per chip
         self.marked: int | None = None  # a position drawn reversed (compare: where two paths part)
 
-    # ---- its keys (routed here by the journey's screen: see ui.keys.JOURNEY_OWNERS) ----------------------
+    # ---- its keys (routed here by the journey's screen: see ui.keys.Press.owner) ----------------------
 
     def action_toggle_surprisal(self) -> None:
         self.surprisal = not self.surprisal
