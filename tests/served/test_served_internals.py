@@ -15,6 +15,8 @@ from clitools import invoke
 from hostile_server import hostile_server, proxying
 from terminals import keys, quits_cleanly, terminal, wait_screen
 
+from tokenviz.contract.results import LensAsk
+
 pytestmark = pytest.mark.served
 
 PROMPT = "The Eiffel Tower is located in"
@@ -102,7 +104,7 @@ def test_while_the_lens_is_in_use_a_step_brings_its_stream_and_the_lens_asks_not
         assert engine.endpoint.requests - before == 1  # the step's one request carried the stream
         assert engine.internals.captured is not None
         engine.internals.captured = None  # the same lens from a request of its own
-        alone = engine.inspect(list(session.ids), [position], [shown.chosen_id], ())[0]
+        alone = engine.inspect(LensAsk(tuple(session.ids), (position,), (shown.chosen_id,)))[0]
         assert engine.endpoint.requests - before == 2
         for a, b in zip(shown.lens, alone.lens, strict=True):
             assert [t[0] for t in a.top] == [t[0] for t in b.top]

@@ -26,7 +26,7 @@ from typing import Any, Protocol, Self, runtime_checkable
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.records import ModelInfo
-from tokenviz.contract.results import BeamResult, Drawn, Speculation
+from tokenviz.contract.results import BeamResult, Drawn, Inspection, LensAsk, Speculation
 from tokenviz.contract.settings import SamplingSettings
 
 Scores = Any  # a backend's tensor of next-token scores (a torch tensor for the transformers backend)
@@ -280,16 +280,8 @@ class Intervening(Protocol):
 class Lens(Protocol):
     """Capability.LENS: each layer's residual read through the output head."""
 
-    def inspect(
-        self,
-        ids: list[int],
-        positions: list[int],
-        chosen: list[int],
-        pinned: tuple[int, ...],
-        rows: tuple[int, ...] | None = None,
-    ) -> list[Any]:
-        """Each position's Inspection (embedding, residual norms, logit lens), one forward pass for all;
-        its lens holds `rows` (0: the embeddings, i: after layer i - 1; None: every one)."""
+    def inspect(self, ask: LensAsk) -> list[Inspection]:
+        """Each asked position's Inspection (embedding, residual norms, logit lens), one pass for all."""
 
 
 @runtime_checkable

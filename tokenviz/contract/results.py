@@ -31,6 +31,19 @@ class LensLayer:
 
 
 @dataclass(frozen=True)
+class LensAsk:
+    """What a lens is asked (contract.engine.Lens): the context `ids`, the positions read (one pass for all),
+    the token that followed each, the watched tokens followed too, and its rows (0: the embeddings, i: after
+    layer i - 1; None: every one)."""
+
+    ids: tuple[int, ...]
+    positions: tuple[int, ...]
+    chosen: tuple[int, ...]
+    pinned: tuple[int, ...] = ()
+    rows: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
 class Inspection:
     """Inside one position: its embedding row, the position scheme and the logit lens."""
 

@@ -12,7 +12,7 @@ from tokenviz.contract.engine import Attributing, Capability, Engine, Lens, Logi
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.lens_layers import LensLayers
 from tokenviz.contract.records import StepRecord
-from tokenviz.contract.results import Analyses, Attribution, AttributionMethod, Inspection, LogitDifference
+from tokenviz.contract.results import Analyses, Attribution, AttributionMethod, Inspection, LensAsk, LogitDifference
 from tokenviz.journey.past_results import KEEP, PastResults
 
 
@@ -48,8 +48,7 @@ class JourneyAnalyses:
         lens: Lens = able(self.session.engine, Capability.LENS, "the logit lens")
 
         def compute() -> Inspection:
-            inspection: Inspection = lens.inspect(list(context), [position], [chosen], pinned, rows)[0]
-            return inspection
+            return lens.inspect(LensAsk(tuple(context), (position,), (chosen,), pinned, rows))[0]
 
         return self._inspections.get((context, chosen, pinned, rows), compute)
 
@@ -61,7 +60,8 @@ class JourneyAnalyses:
             return
         pinned, longest, rows = self.session.pinned, max((context for context, _ in pasts), key=len), self.lens_rows()
         lens: Lens = able(self.session.engine, Capability.LENS, "the logit lens")
-        found = lens.inspect(list(longest), positions[-KEEP:], [chosen for _, chosen in pasts], pinned, rows)
+        followed = tuple(chosen for _, chosen in pasts)
+        found = lens.inspect(LensAsk(tuple(longest), tuple(positions[-KEEP:]), followed, pinned, rows))
         for (context, chosen), inspection in zip(pasts, found):
             self._inspections.put((context, chosen, pinned, rows), inspection)
 

@@ -21,7 +21,7 @@ from tokenviz.backends.llamacpp.runtime import Runtime, kv_bytes_a_position, ver
 from tokenviz.contract.engine import WHOLE_VOCABULARY, Capability, Elapsed, in_order, shared_prefix
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.records import ModelInfo
-from tokenviz.contract.results import Inspection
+from tokenviz.contract.results import Inspection, LensAsk
 from tokenviz.contract.text import safe_text
 from tokenviz.decoding.prompt_predictions import predict_positions
 
@@ -170,15 +170,8 @@ class LlamaCppEngine:
         self.runtime.cut(length)
         del self.fed[length:]
 
-    def inspect(
-        self,
-        ids: list[int],
-        positions: list[int],
-        chosen: list[int],
-        pinned: tuple[int, ...],
-        rows: tuple[int, ...] | None = None,
-    ) -> list[Inspection]:
-        return self.internals.inspect(self, ids, positions, chosen, pinned, rows)
+    def inspect(self, ask: LensAsk) -> list[Inspection]:
+        return self.internals.inspect(self, ask)
 
     def attention(self, ids: Sequence[int], rows: range, layers: Sequence[int]) -> torch.Tensor:
         return self.internals.attention(ids, rows, layers)

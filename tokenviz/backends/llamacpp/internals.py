@@ -25,7 +25,7 @@ from tokenviz.backends.hf.output_head import inspections
 from tokenviz.backends.llamacpp.capture import Capture
 from tokenviz.backends.llamacpp.runtime import BATCH, Runtime
 from tokenviz.contract.errors import TokenvizError
-from tokenviz.contract.results import Inspection
+from tokenviz.contract.results import Inspection, LensAsk
 
 LENS_CHECK = 1e-3  # the lens's last layer against llama.cpp's own distribution (probability)
 NORM_CHECK = 1e-3  # the final norm here against llama.cpp's result_norm (relative to its largest value)
@@ -126,15 +126,11 @@ class LlamaInternals:
         return logits, found
 
     @torch.inference_mode()
-    def inspect(
-        self,
-        engine: Any,
-        ids: list[int],
-        positions: list[int],
-        chosen: list[int],
-        pinned: tuple[int, ...],
-        rows: tuple[int, ...] | None,
-    ) -> list[Inspection]:
+    def inspect(self, engine: Any, ask: LensAsk) -> list[Inspection]:
+        """Each asked position's lens from one pass: llama.cpp's residual after every layer (`l_out-L`),
+        checked at the last against its own final norm and distribution."""
+        ids, positions, chosen, rows = list(ask.ids), list(ask.positions), list(ask.chosen), ask.rows
+        pinned = ask.pinned
         shape = self.runtime.shape
         layers, hidden = shape.layers, shape.hidden
         outs = sorted(set(positions))

@@ -47,7 +47,7 @@ from tokenviz.contract.engine import Capability, Elapsed, in_order, lacking
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.records import ModelInfo
-from tokenviz.contract.results import Drawn
+from tokenviz.contract.results import Drawn, Inspection, LensAsk
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.contract.text import safe_text
 from tokenviz.decoding.drawn import prompt_columns
@@ -433,16 +433,9 @@ class ServedEngine:
 
     # ---- internals (the vllm-lens plugin) ----------------------------------------------------------
 
-    def inspect(
-        self,
-        ids: list[int],
-        positions: list[int],
-        chosen: list[int],
-        pinned: tuple[int, ...],
-        rows: tuple[int, ...] | None = None,
-    ) -> list[Any]:
+    def inspect(self, ask: LensAsk) -> list[Inspection]:
         assert self.internals is not None  # (asked only behind the lens capability)
-        return self.internals.inspect(self, ids, positions, chosen, pinned, rows)
+        return self.internals.inspect(self, ask)
 
     def attention(self, ids: Sequence[int], rows: range, layers: Sequence[int]) -> torch.Tensor:
         assert self.internals is not None  # (asked only behind the attention rows' capability)

@@ -25,7 +25,7 @@ from tokenviz.backends.served.endpoint import Endpoint, EndpointError, NoAnswer
 from tokenviz.backends.served.head import OutputHead
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.lens_layers import EXAMPLE
-from tokenviz.contract.results import Inspection
+from tokenviz.contract.results import Inspection, LensAsk
 
 PLUGIN = "vllm-lens"
 INSTALL = (
@@ -179,21 +179,14 @@ class ServedInternals:
         return activations, choice_of(answer, self.endpoint.host)
 
     @torch.inference_mode()
-    def inspect(
-        self,
-        engine: Any,
-        ids: list[int],
-        positions: list[int],
-        chosen: list[int],
-        pinned: tuple[int, ...],
-        rows: tuple[int, ...] | None = None,
-    ) -> list[Inspection]:
-        """Each position's lens (the embeddings, then the residual after each decoder layer of `rows`, or of
-        every one, through the model's own final norm and head), from one request over `ids` asking for
+    def inspect(self, engine: Any, ask: LensAsk) -> list[Inspection]:
+        """Each position's lens (the embeddings, then the residual after each decoder layer of its rows, or of
+        every one, through the model's own final norm and head), from one request over its ids asking for
         those layers alone (and the last, which the head is checked on)."""
         self.wanted = True
+        ids, positions, chosen, pinned = list(ask.ids), list(ask.positions), list(ask.chosen), ask.pinned
         layers, host = self.head.layers, self.endpoint.host
-        rows = tuple(range(layers + 1)) if rows is None else rows
+        rows = tuple(range(layers + 1)) if ask.rows is None else ask.rows
         decoder = tuple(sorted({row - 1 for row in rows if row > 0} | {layers - 1}))
         self.asked = decoder
         step = self._from_step(ids, engine.steering_in_force(), decoder)

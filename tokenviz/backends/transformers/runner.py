@@ -37,7 +37,7 @@ from tokenviz.contract.engine import WHOLE_VOCABULARY, Capability, in_order
 from tokenviz.contract.errors import Cancelled, GiveWay, ModelLoadError
 from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.records import ModelInfo, Routing
-from tokenviz.contract.results import BeamResult, Inspection, LogitDifference, Speculation
+from tokenviz.contract.results import BeamResult, Inspection, LensAsk, LogitDifference, Speculation
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.prompt_predictions import predict_positions
 from tokenviz.tensors.transfer import DeviceTimer, ids_to_device
@@ -178,17 +178,12 @@ class ModelRunner:
 
     # ---- the internals (contract.engine's Lens, Attributing, LogitSplitting, Intervenable) ---------------
 
-    def inspect(
-        self,
-        ids: list[int],
-        positions: list[int],
-        chosen: list[int],
-        pinned: tuple[int, ...],
-        rows: tuple[int, ...] | None = None,
-    ) -> list[Inspection]:
+    def inspect(self, ask: LensAsk) -> list[Inspection]:
         from tokenviz.backends.transformers.lens import inspect_positions
 
-        return inspect_positions(self, ids, positions, chosen, pinned=pinned, rows=rows)
+        return inspect_positions(
+            self, list(ask.ids), list(ask.positions), list(ask.chosen), pinned=ask.pinned, rows=ask.rows
+        )
 
     def attribute(
         self,
