@@ -120,6 +120,19 @@ def test_a_long_path_decodes_a_window_not_the_path():
     assert text.of(ids) == decode(ids)
 
 
+def test_the_same_path_asked_again_is_not_decoded_again():
+    """A frame with no new token (a message, a setting changed) asks the decoder nothing: a served
+    model's decode is a request to its server."""
+    decode, calls = whole("byte-level"), []
+    text = DecodedText(lambda ids: calls.append(list(ids)) or decode(ids))
+    ids = tokenizer("byte-level").encode(" ".join(TEXTS), add_special_tokens=False)
+    first = text.of(ids[:5])
+    asked = len(calls)
+    assert asked >= 1 and text.of(list(ids[:5])) == first and len(calls) == asked
+    assert text.of(ids[:6]) == decode(ids[:6]) and len(calls) > asked  # (a new token: decoded)
+    assert text.of(ids[:5]) == first  # (a rewind: the text of that path again)
+
+
 def test_a_decoder_that_is_not_windowed_decodes_the_whole_path():
     """A decoder whose text of a window does not begin with its first tokens' own text is not windowed."""
     decode = whole("byte-level")

@@ -27,9 +27,19 @@ class DecodedText:
         self._text = ""  # its text
         self._head = ""  # the text of its last CONTEXT tokens, decoded alone
         self._local = True  # False: this decoder's text is not windowed (see the module's docstring)
+        self._last: tuple[list[int], str] | None = None  # the path asked last and its text: a frame with
+        # no new token asks nothing again (a served model's decode is a request)
 
     def of(self, ids: list[int]) -> str:
         """`ids` decoded: the same text as decoding them all at once."""
+        last = self._last
+        if last is not None and len(ids) == len(last[0]) and ids == last[0]:
+            return last[1]
+        text = self._decoded(ids)
+        self._last = (list(ids), text)
+        return text
+
+    def _decoded(self, ids: list[int]) -> str:
         if not self._local:
             return self._decode(ids)
         anchor = len(self._kept)
