@@ -13,6 +13,7 @@ from tokenviz.cli.commands.common import (
     new_cli,
     print_document,
 )
+from tokenviz.cli.intervention_options import InterventionChoice, intervention_options
 from tokenviz.cli.options import (
     Chat,
     LensLayersOption,
@@ -26,7 +27,6 @@ from tokenviz.cli.options import (
 )
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import refuse_grammar
-from tokenviz.contract.interventions import Intervention, parse_ablation, parse_patch, parse_steering
 from tokenviz.contract.lens_layers import parse_lens_layers
 from tokenviz.contract.results import ATTRIBUTION_METHODS
 from tokenviz.contract.settings import SamplingSettings
@@ -38,10 +38,12 @@ trace_cli = new_cli()
 @backend_options("trace")
 @sampling_options(leave_out=("max_new_tokens",))
 @model_options()
+@intervention_options()
 def trace(
     settings: SamplingSettings,
     model: ModelChoice,
     backend: BackendChoice,
+    interventions: InterventionChoice,
     prompt: Annotated[str, typer.Argument(help="Text to start from.")],
     steps: Annotated[int, typer.Option(help="How many tokens to generate.")] = 16,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
@@ -90,37 +92,6 @@ def trace(
     draft_model: Annotated[
         Optional[str], typer.Option("--draft-model", help="The drafter for --speculate draft-model.")
     ] = None,
-    ablate: Annotated[
-        Optional[list[str]],
-        typer.Option("--ablate", help="LAYER.HEAD (from 0, repeatable): that head's output set to zero."),
-    ] = None,
-    ablate_mean: Annotated[
-        bool, typer.Option("--ablate-mean", help="With --ablate: the head's mean over the prompt, not zero.")
-    ] = False,
-    steer: Annotated[
-        Optional[list[str]],
-        typer.Option(
-            "--steer",
-            help="LAYER:SCALE:TOWARD:AWAY (repeatable): SCALE times the residual after LAYER at the last token of "
-            "TOWARD minus that of AWAY (each read alone), added after LAYER at every position.",
-        ),
-    ] = None,
-    steer_tokens: Annotated[
-        Optional[list[str]],
-        typer.Option(
-            "--steer-tokens",
-            help="LAYER:SCALE:TOKEN_A:TOKEN_B (repeatable): the direction is TOKEN_A's unembedding row minus "
-            "TOKEN_B's (each a token's text, or id:N).",
-        ),
-    ] = None,
-    patch: Annotated[
-        Optional[list[str]],
-        typer.Option(
-            "--patch",
-            help="LAYER:POSITION:TEXT (repeatable): the residual after LAYER at POSITION (from 0) replaced by "
-            "TEXT's there, TEXT read alone (another prompt, as long at least).",
-        ),
-    ] = None,
     attention: Annotated[
         Optional[int],
         typer.Option(
@@ -141,18 +112,10 @@ def trace(
         chosen_rows = None if lens_layers is None else parse_lens_layers(lens_layers)
         lens = lens or chosen_rows is not None
         check_trace(steps, save, html, force, beams, speculate, lens or routing, attribution, watch)
-        interventions: tuple[Intervention, ...] = (
-            *(parse_ablation(a, mean=ablate_mean) for a in ablate or ()),
-            *(parse_steering(s) for s in steer or ()),
-            *(parse_steering(s, by="tokens") for s in steer_tokens or ()),
-            *(parse_patch(p) for p in patch or ()),
-        )
-        if ablate_mean and not ablate:
-            raise TokenvizError("--ablate-mean goes with --ablate LAYER.HEAD")
         if beams or speculate:
             refuse_grammar(settings.grammar, "beam search" if beams else "speculative decoding")
         check_chat(chat, system)
-        loader = backend.loader(model, settings, interventions)
+        loader = backend.loader(model, settings, interventions.interventions)
     except TokenvizError as exc:
         fail(str(exc))
     if draft_model and not speculate:
@@ -180,7 +143,7 @@ def trace(
                 chat=chat,
                 system=system,
                 written=written,
-                interventions=interventions,
+                interventions=interventions.interventions,
                 attention=attention,
                 loader=loader,
                 lens_layers=chosen_rows,
