@@ -20,7 +20,6 @@ from textual.widgets import Static
 
 from tokenviz.contract.commands import Command, Move, Pace, Play, Reset, Rewind, Step
 from tokenviz.contract.errors import TokenvizError
-from tokenviz.contract.frames import Frame, FrameReader, FrameWriter
 from tokenviz.contract.snapshot import CANCELS, ComparisonSnapshot, Snapshot
 from tokenviz.contract.worker import Worker
 from tokenviz.files.atomic import free_name, write_file
@@ -47,9 +46,9 @@ class WorkerStarted(Message):
 
 
 class WorkerUpdate(Message):
-    """A snapshot from the worker (posted from its thread): a journey's as a Frame of what changed."""
+    """A snapshot from the worker (posted from its thread), whole: built once there, never copied."""
 
-    def __init__(self, snapshot: Frame | ComparisonSnapshot):
+    def __init__(self, snapshot: Snapshot | ComparisonSnapshot):
         super().__init__()
         self.snapshot = snapshot
 
@@ -87,14 +86,10 @@ class WorkerScreen(Screen[None], Generic[S]):
         self._frame_cost = 0.0  # seconds to draw a frame (a moving average), see _frame_delay
         self._frame_started = 0.0
         self._frame_timer: Timer | None = None
-        self._frames = FrameReader()  # the journey's history, kept as frames bring it
 
     def on_mount(self) -> None:
-        frames = FrameWriter()  # (called in the worker's thread: a journey's history stays there and here)
-
         def post(snapshot: Snapshot | ComparisonSnapshot) -> None:
-            framed = frames.frame(snapshot) if isinstance(snapshot, Snapshot) else snapshot
-            self.post_message(WorkerUpdate(framed))  # thread-safe
+            self.post_message(WorkerUpdate(snapshot))  # thread-safe; the snapshot handed over whole, never copied
 
         self.worker.start(post)
         self.post_message(WorkerStarted(self.worker))
@@ -154,8 +149,7 @@ class WorkerScreen(Screen[None], Generic[S]):
 
     @on(WorkerUpdate)
     def _received(self, message: WorkerUpdate) -> None:
-        sent = message.snapshot
-        s = cast(S, self._frames.read(sent) if isinstance(sent, Frame) else sent)  # (its worker posts its own kind)
+        s = cast(S, message.snapshot)  # (its worker posts its own kind)
         self.snapshot = s
         if s.error:
             self.notify(s.error, severity="error", timeout=6)

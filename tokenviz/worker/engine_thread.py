@@ -431,24 +431,35 @@ class EngineWorker(CommandThread[Snapshot]):
     # ---- snapshots -----------------------------------------------------------------------------------
 
     def _snapshot(self, error: str | None) -> Snapshot:
+        """The frame: the journey and the worker's own fields, built once (the app is handed it whole)."""
         s = self.session
+        worker = self._worker_fields(s, error)
         if s is not None and s.records:
             state: EngineState = "playing" if self.playing else ("stopped" if s.stop_reason else "ready")
-            journey = snapshot_of(s, seq=self._seq, state=self._busy or state)
+            snapshot = snapshot_of(s, seq=self._seq, state=self._busy or state, **worker)
         else:
-            journey = Snapshot(
-                seq=self._seq,
-                state=self._busy or self._state,
-                info=s.engine.info if s else None,
-                settings=s.settings if s else self._settings,
-                prompt=self._prompt.prompt,
-                chat=self._prompt.chat,
-                system=self._prompt.system,
-                chips=self._prefilling,  # the first prompt's tokens, known before its prefill ends
-                prompt_len=len(self._prefilling),
-            )
-        return dataclasses.replace(
-            journey,
+            snapshot = self._before_the_journey(s, worker)
+        self._notice = None  # (said in this frame: a frame that failed to build leaves it for the next)
+        return snapshot
+
+    def _before_the_journey(self, s: Session | None, worker: dict[str, Any]) -> Snapshot:
+        """A frame while the model loads or the prompt's prefill runs: the prompt's tokens where known."""
+        return Snapshot(
+            seq=self._seq,
+            state=self._busy or self._state,
+            info=s.engine.info if s else None,
+            settings=s.settings if s else self._settings,
+            prompt=self._prompt.prompt,
+            chat=self._prompt.chat,
+            system=self._prompt.system,
+            chips=self._prefilling,  # the first prompt's tokens, known before its prefill ends
+            prompt_len=len(self._prefilling),
+            **worker,
+        )
+
+    def _worker_fields(self, s: Session | None, error: str | None) -> dict[str, Any]:
+        """What a frame says of the worker itself: its message, pace, rates, results and notices."""
+        return dict(
             message=self._message,
             progress=self._progress,
             playing=self.playing,
@@ -461,7 +472,7 @@ class EngineWorker(CommandThread[Snapshot]):
             results=tuple(self._results.values()),
             cancelled=tuple(kind.__name__ for kind in self._cancelled_kinds),
             failed=tuple((kind.__name__, line) for kind, line in self._failed_kinds.items()),
-            notice=self._take_notice(),
+            notice=self._notice,
             attention=self._attention_view(s),
             interventions=self._interventions,
         )
