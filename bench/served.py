@@ -2,34 +2,78 @@
 
 from __future__ import annotations
 
+import queue
 import statistics
 import time
+from collections.abc import Callable
 
 from bench.anchors import PROMPT
 from tokenviz.backends.served.engine import ServedEngine
+from tokenviz.contract.commands import Inspect, Step
+from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.settings import SamplingSettings
-from tokenviz.journey.session import Session
+from tokenviz.contract.snapshot import Snapshot
+from tokenviz.worker.engine_thread import EngineWorker
 
 STREAM_LINES_A_TOKEN = 4  # lines of a streamed answer a token may take (vLLM's: its event and a blank line)
+FRAME_WITHIN_S = 120  # the most a frame may take to come (a busy server retried)
+
+
+class AppPath:
+    """The engine thread on a served engine, driven as the app's keys drive it: a command submitted, timed
+    to the first frame that shows its result (the snapshot built, the text decoded: all the app waits on)."""
+
+    def __init__(self, engine: ServedEngine, settings: SamplingSettings):
+        self.frames: queue.Queue[Snapshot] = queue.Queue()
+        self.worker = EngineWorker(lambda progress: engine, settings, PROMPT)
+        self.worker.start(self.frames.put)
+        self.last = self._until(lambda s: s.state in ("ready", "stopped"))
+
+    def _until(self, shows: Callable[[Snapshot], bool]) -> Snapshot:
+        while True:
+            s = self.frames.get(timeout=FRAME_WITHIN_S)
+            if s.error or s.state == "error":  # (the journey's error, as the app shows it)
+                self.stop()
+                raise TokenvizError(s.error or s.message)
+            if shows(s):
+                self.last = s
+                return s
+
+    def step(self) -> float:
+        """Seconds from Step to the frame with the next token decided (or the journey stopped)."""
+        taken, t0 = len(self.last.records), time.perf_counter()
+        self.worker.submit(Step())
+        self._until(lambda s: len(s.records) > taken or s.stop_reason is not None)
+        return time.perf_counter() - t0
+
+    def lens(self, position: int) -> float:
+        """Seconds from the lens's request at `position` (as the lens view asks it) to the frame with it."""
+        t0 = time.perf_counter()
+        self.worker.submit(Inspect(position))
+        self._until(lambda s: (found := s.result(Inspect)) is not None and found.position == position)
+        return time.perf_counter() - t0
+
+    def stop(self) -> None:
+        self.worker.stop()
 
 
 def served(url: str, api_key, insecure_http: bool = False, tokens: int = 32, rounds: int = 3) -> dict:
-    """A served journey (trace --endpoint: a Session on the served engine, as the app steps it) against
-    the same server: its time per token against the server's own streamed generation of the same tokens,
+    """A served journey (the app's path: the engine thread, each step a Step and the frame showing it)
+    against the same server: its time per token against the server's own streamed generation of the same tokens,
     and a step against a bare one-token request at the same context (rounds interleaved). The server's,
     network included: no model runs here. Every request goes through the app's own client (`connect`: the
     token's rules, no redirect, deadlines)."""
     engine = _engine(url, api_key, insecure_http)
     stepped, bare, streamed, first = [], [], [], []
     for _ in range(rounds):  # (the first round also asks the server for each new token's text, once)
-        session = Session(engine, SamplingSettings(temperature=0, max_new_tokens=tokens))
-        session.start(PROMPT)  # (its first draw: one request)
-        t0 = time.perf_counter()
-        while session.step() is not None:  # a request each, but the last (its token ends the journey)
-            pass
-        ids, prompt_len = list(session.ids), len(session.prompt_ids)
+        app = AppPath(engine, SamplingSettings(temperature=0, max_new_tokens=tokens))  # (its first draw: a request)
+        seconds = 0.0
+        while app.last.stop_reason is None:  # a request each, but the last (its token ends the journey)
+            seconds += app.step()
+        app.stop()
+        ids, prompt_len = [c.id for c in app.last.chips], app.last.prompt_len
         n = len(ids) - prompt_len - 1  # (fewer than `tokens` where the model ends the text)
-        stepped.append((time.perf_counter() - t0) / n)
+        stepped.append(seconds / n)
         body = {"model": engine.model, "max_tokens": 1, "temperature": 0, "logprobs": engine.top_n}
         t0 = time.perf_counter()
         for end in range(prompt_len + 1, len(ids)):  # the same contexts, a bare request each
@@ -58,9 +102,10 @@ def _engine(url: str, api_key, insecure_http: bool, model_files: str | None = No
 
 
 def served_lens(url: str, api_key, model_files: str, insecure_http: bool = False, tokens: int = 16) -> dict:
-    """The app's path on a served model (Session on the served engine): a step with no internal view
-    open against a bare one-token request at the same context, and a step with the lens open (the step
-    and the lens's request at its position, as the app asks it) against the plain step. Needs the
+    """The app's path on a served model (the engine thread, as the app's keys drive it): a step with no
+    internal view open against a bare one-token request at the same context, and a step with the lens
+    open (the step and the lens's request at its position, as the lens view asks it) against the plain
+    step. Needs the
     vllm-lens plugin on the server and the model's directory (its head)."""
     engine = _engine(url, api_key, insecure_http, model_files)  # (no request for a token's text)
     endpoint = engine.endpoint
@@ -71,18 +116,18 @@ def served_lens(url: str, api_key, model_files: str, insecure_http: bool = False
     bare: list[float] = []
     body = {"model": engine.model, "max_tokens": 1, "temperature": 0, "logprobs": engine.top_n}
     for lens in (False, True, False, True):  # (interleaved: the server's load shared alike)
-        session = Session(engine, SamplingSettings(temperature=0, max_new_tokens=10**6))
-        session.start(PROMPT)
+        app = AppPath(engine, SamplingSettings(temperature=0, max_new_tokens=10**6))
         for _ in range(tokens):
-            t0 = time.perf_counter()
-            session.step()
+            took = app.step()
+            ids = [c.id for c in app.last.chips]  # (the context, and the pending token after it)
             if lens:
-                session.analyses.inspect(len(session.ids) - 2)  # (the lens of the step just taken)
-            (with_lens if lens else plain).append(time.perf_counter() - t0)
+                took += app.lens(len(ids) - 2)  # (the lens of the step just taken)
+            (with_lens if lens else plain).append(took)
             if not lens:
                 t0 = time.perf_counter()
-                endpoint.post("/completions", {**body, "prompt": session.ids[:-1], "return_tokens_as_token_ids": True})
+                endpoint.post("/completions", {**body, "prompt": ids[:-1], "return_tokens_as_token_ids": True})
                 bare.append(time.perf_counter() - t0)
+        app.stop()
     step_ms, lens_ms, bare_ms = (statistics.median(x) * 1e3 for x in (plain, with_lens, bare))
     return {
         "step_ms": step_ms,

@@ -128,7 +128,7 @@ def test_the_bench_follows_no_redirect_and_sends_no_key_over_plain_http_to_anoth
     with hostile_server() as server, hostile_server() as elsewhere:
         moved = {"Location": elsewhere.url + "/completions"}
         server.routes["/v1/completions"] = lambda h: h.answer(302, b"", moved)
-        with pytest.raises(EndpointError, match="HTTP 302"):
+        with pytest.raises(TokenvizError, match="HTTP 302"):  # (the journey's error, as the app shows it)
             served_measures.served(server.url, ApiKey(env=KEY_ENV), tokens=2, rounds=1)
         assert elsewhere.log.requests == []
         assert all(auth == f"Bearer {TOKEN}" for _, auth in server.log.requests)

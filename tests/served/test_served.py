@@ -204,8 +204,8 @@ def test_score_on_the_server_is_the_local_score(monkeypatch, capsys, served):
 
 
 def test_the_bench_measures_a_served_journey(vllm_server, monkeypatch):
-    """The bench's served measure steps the app's own path (a Session on the served engine) against the
-    server and reports its figures (no time asserted)."""
+    """The bench's served measure steps the app's own path (the engine thread, a Step and the frame that
+    shows it) against the server and reports its figures (no time asserted)."""
     from bench import budgets
     from bench import served as served_measures
     from tokenviz.backends.served.endpoint import ApiKey

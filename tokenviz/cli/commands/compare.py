@@ -126,7 +126,8 @@ def compare(
             fail(str(exc))
         print_result(document, as_json, print_served_comparison)
         return
-    in_terminal.require_terminal("tokenviz compare PROMPT ... --json")
+    if b_side.local:  # (a served B where the app can draw: its screen, checked just above)
+        in_terminal.require_terminal("tokenviz compare PROMPT ... --json")
     from tokenviz.worker.comparing import CompareWorker
 
     in_terminal.run_app(CompareWorker(build, prompt, chat=chat, system=system), theme, comparing=True)
