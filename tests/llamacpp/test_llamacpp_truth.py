@@ -82,6 +82,42 @@ def test_greedy_steps_are_llama_cpp_pythons_own_tokens_and_logits(monkeypatch, c
     assert doc["model"]["covers"] == 0 and doc["model"]["remote"] == "" and doc["model"]["draws"] == ""
 
 
+def test_chat_is_the_ggufs_own_template_as_llama_cpp_python_formats_it(monkeypatch, capsys, reference):
+    """--chat on a GGUF: the prompt's ids are those llama-cpp-python's own Jinja2ChatFormatter and
+    tokenizer give for the GGUF's chat template; the user's words are marked as theirs, the rest as the
+    template's; a greedy step is llama-cpp-python's own on those ids."""
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    from tokenviz.backends.llamacpp.plugin import BACKEND
+    from tokenviz.cli.options import ModelChoice
+    from tokenviz.contract.backend import Opening
+    from tokenviz.contract.settings import SamplingSettings
+
+    question, system = "What is the capital of France?", "Answer in one word."
+    metadata = reference.metadata
+    bos, eos = (
+        reference.detokenize([t], special=True).decode() for t in (reference.token_bos(), reference.token_eos())
+    )
+    formatter = Jinja2ChatFormatter(metadata["tokenizer.chat_template"], eos_token=eos, bos_token=bos)
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
+    prompt = formatter(messages=messages).prompt
+    expected = reference.tokenize(prompt.encode(), add_bos=False, special=True)
+    code, out, err = invoke(monkeypatch, capsys, "trace", question, "--backend", "llama.cpp", "--threads",
+                            str(THREADS), "--chat", "--system", system, "--steps", "1", "--temperature", "0",
+                            "--json")  # fmt: skip
+    assert code == 0, err
+    doc = json.loads(out)
+    assert [t["id"] for t in doc["prompt"]] == expected and doc["model"]["chat_template"]
+    reference.reset()
+    reference.eval(expected)
+    assert doc["steps"][0]["chosen"]["id"] == int(np.argmax(reference.scores[len(expected) - 1]))
+    opening = Opening("trace", {"threads": THREADS}, frozenset(), ModelChoice(), SamplingSettings())
+    engine = BACKEND.loader(opening)(lambda message, fraction: None)
+    chat = engine.chat_ids(question, system)
+    own = [i for i, marked in enumerate(chat.template) if not marked]
+    assert chat.ids == expected and engine.decode([chat.ids[i] for i in own]) == system + question
+
+
 def test_a_rewound_step_gives_the_same_logits_bit_for_bit(llama_cpp):
     import torch
 

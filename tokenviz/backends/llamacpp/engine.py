@@ -11,11 +11,12 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 import torch
 
+from tokenviz.backends.hf.chat_marks import template_marks
 from tokenviz.backends.llamacpp.internals import LlamaInternals
 from tokenviz.backends.llamacpp.runtime import Runtime, kv_bytes_a_position, version
 from tokenviz.contract.engine import WHOLE_VOCABULARY, Capability, Elapsed, in_order, shared_prefix
@@ -64,6 +65,31 @@ class LlamaPieces:
             self.piece(token_id)
 
 
+CHAT_TEMPLATE = "tokenizer.chat_template"  # the GGUF's key for its Jinja chat template
+
+
+@dataclass(frozen=True)
+class ChatIds:
+    ids: list[int]
+    template: list[bool]  # per token: added by the template (not the user's or system's words)
+
+
+def rendered(template: str, messages: list[dict[str, str]], bos: str, eos: str) -> str:
+    """A chat template rendered with the generation prompt, by transformers' own (sandboxed) renderer; a
+    template that fails is one line."""
+    from jinja2 import TemplateError
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    try:
+        result: Any = render_jinja_template(
+            [messages], chat_template=template, add_generation_prompt=True, bos_token=bos, eos_token=eos
+        )
+    except (TemplateError, TypeError, ValueError, LookupError, AttributeError) as exc:  # (the file's template)
+        raise TokenvizError(f"the GGUF's chat template failed: {safe_text(str(exc))[:200]}") from None
+    texts = result[0] if isinstance(result, tuple) else result  # ((texts, indices): transformers' own shape)
+    return str(texts[0])
+
+
 @dataclass
 class LlamaCppEngine:
     """A GGUF in llama.cpp as an engine. Not thread-safe: one thread owns it."""
@@ -88,6 +114,7 @@ class LlamaCppEngine:
         base = runtime.metadata(f"{architecture}.rope.freq_base")
         eps = runtime.metadata(f"{architecture}.attention.layer_norm_rms_epsilon")
         self.internals = LlamaInternals(runtime, self.path, architecture, eps)
+        self.chat_template = runtime.metadata(CHAT_TEMPLATE)
         quantization = shape.description.rsplit(" ", 1)[-1]
         self.info = ModelInfo(
             name=self.name,
@@ -104,6 +131,7 @@ class LlamaCppEngine:
             tied_embeddings=False,
             positions=f"rotary (base {float(base):g})" if base else "as llama.cpp computes them",
             attention="llama.cpp's",
+            chat_template=bool(self.chat_template),
             quantization=f"{quantization} (GGUF, as llama.cpp runs it)",
             capabilities=in_order({Capability.STEP, Capability.LENS, Capability.ATTENTION}),
             distribution=WHOLE_VOCABULARY,
@@ -125,8 +153,23 @@ class LlamaCppEngine:
     def learn_pieces(self, ids: Iterable[int]) -> None:
         self.pieces.learn(ids)
 
-    def chat_ids(self, user: str, system: str | None = None) -> NoReturn:
-        raise TokenvizError("--chat on the llama.cpp backend: its chat template is not read yet")
+    def chat_ids(self, user: str, system: str | None = None) -> ChatIds:
+        """The conversation through the GGUF's own chat template (its Jinja, rendered as transformers renders
+        a tokenizer's, sandboxed), tokenized as llama.cpp does with its special tokens read."""
+        if not self.chat_template:
+            raise TokenvizError(f"{self.name} has no chat template in its GGUF: drop --chat to give it plain text")
+        messages = [*([{"role": "system", "content": system}] if system else []), {"role": "user", "content": user}]
+        text = rendered(self.chat_template, messages, self._named_token("bos"), self._named_token("eos"))
+        ids = self.runtime.tokenize(text, special=False, parse_special=True)
+        contents = [system or "", user]
+        return ChatIds(ids, template_marks(ids, contents, lambda words: self.encode(words, special_tokens=False)))
+
+    def _named_token(self, which: str) -> str:
+        """The text of the GGUF's BOS or EOS token (a template writes it), or '' where it names none."""
+        token = self.runtime.metadata(f"tokenizer.ggml.{which}_token_id")
+        if token is None or not token.isdigit() or int(token) >= self.runtime.shape.vocab:
+            return ""
+        return self.runtime.piece_bytes(int(token)).decode("utf-8", "replace")
 
     # ---- the cache ----------------------------------------------------------------------------------
 

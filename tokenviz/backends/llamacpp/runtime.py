@@ -196,17 +196,18 @@ class Runtime:
 
     # ---- the vocabulary -------------------------------------------------------------------------------
 
-    def tokenize(self, text: str, special: bool) -> list[int]:
-        """`text`'s tokens as llama.cpp makes them; `special`: add a BOS where the model wants one and
-        read special tokens written in the text."""
+    def tokenize(self, text: str, special: bool, parse_special: bool | None = None) -> list[int]:
+        """`text`'s tokens as llama.cpp makes them; `special`: add a BOS where the model wants one and (unless
+        `parse_special` says otherwise) read special tokens written in the text (a chat template's)."""
         data = text.encode("utf-8", "surrogatepass")
+        parse = special if parse_special is None else parse_special
         room = len(data) + 16
         tokens = (self.lib.llama_token * room)()
-        n = self.lib.llama_tokenize(self.vocab_ptr, data, len(data), tokens, room, special, special)
+        n = self.lib.llama_tokenize(self.vocab_ptr, data, len(data), tokens, room, special, parse)
         if n < 0:
             room = -n
             tokens = (self.lib.llama_token * room)()
-            n = self.lib.llama_tokenize(self.vocab_ptr, data, len(data), tokens, room, special, special)
+            n = self.lib.llama_tokenize(self.vocab_ptr, data, len(data), tokens, room, special, parse)
         return list(tokens[:n])
 
     def piece_bytes(self, token: int) -> bytes:
@@ -225,6 +226,10 @@ class Runtime:
         return bool(self.lib.llama_vocab_is_control(self.vocab_ptr, token))
 
     def metadata(self, key: str) -> str | None:
+        """The GGUF's metadata value under `key` as text (a chat template's may be tens of kilobytes)."""
         text = ctypes.create_string_buffer(4096)
         n = self.lib.llama_model_meta_val_str(self.model, key.encode(), text, len(text))
+        if n >= len(text):  # (cut: n is the whole value's length)
+            text = ctypes.create_string_buffer(n + 1)
+            n = self.lib.llama_model_meta_val_str(self.model, key.encode(), text, len(text))
         return None if n < 0 else text.value.decode("utf-8", "replace")

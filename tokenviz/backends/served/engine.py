@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from tokenviz.backends.hf.chat_marks import template_marks
 from tokenviz.backends.hf.token_texts import TokenPieces
 from tokenviz.backends.served.completions import (
     TOP_N,
@@ -244,13 +245,8 @@ class ServedEngine:
         messages = [*([{"role": "system", "content": system}] if system else []), {"role": "user", "content": user}]
         body = {"model": self.model, "messages": messages, "add_generation_prompt": True}
         ids = _token_list(self.endpoint.post("/tokenize", body, root=True), self.endpoint.host)
-        template = [True] * len(ids)
-        for words in (system, user):
-            own = self.encode(words, special_tokens=False) if words else []
-            at = _find(ids, own)
-            if at is not None:
-                template[at : at + len(own)] = [False] * len(own)
-        return ServedChat(ids, template)
+        contents = [system or "", user]
+        return ServedChat(ids, template_marks(ids, contents, lambda words: self.encode(words, special_tokens=False)))
 
     def _server_name(self) -> str:
         """The server and its version where it says (vLLM's /version), else what it is known to be."""
@@ -517,9 +513,3 @@ def _token_list(answer: Any, host: str) -> list[int]:
 
 def _first_difference(a: Sequence[int], b: Sequence[int]) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-
-
-def _find(ids: Sequence[int], part: Sequence[int]) -> int | None:
-    """Where `part` first occurs in `ids` (None: nowhere, or empty)."""
-    n = len(part)
-    return next((i for i in range(len(ids) - n + 1) if n and list(ids[i : i + n]) == list(part)), None)
