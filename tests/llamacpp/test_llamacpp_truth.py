@@ -147,8 +147,12 @@ def test_a_rewound_step_gives_the_same_logits_bit_for_bit(llama_cpp):
         (["--device-map", "auto"], "--device-map is the transformers backend's"),
         (["--context", "0"], "--context 0: give a whole number from 1"),
         (["--endpoint", "http://127.0.0.1:9/v1"], "--endpoint is the server backend's option"),
+        (["--ablate", "0.1"], "ablate L0.H1 (zero): the llama.cpp backend runs no interventions yet; run it on the "
+                              "transformers backend (drop --backend llama.cpp)"),
+        (["--regex", "[0-9]+"], "needs the model's Hugging Face tokenizer, which a GGUF in llama.cpp lacks: run it on "
+                                "the transformers backend"),
     ],
-)
+)  # fmt: skip
 def test_what_a_gguf_in_llama_cpp_cannot_take_is_one_line(monkeypatch, capsys, args, said):
     code, _, err = invoke(monkeypatch, capsys, "trace", PROMPT, "--backend", "llama.cpp", *args)
     errors = [line for line in err.splitlines() if line.startswith("error:")]

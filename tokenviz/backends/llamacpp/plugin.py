@@ -58,9 +58,15 @@ class LlamaCppBackend:
                 flag = "--" + name.replace("_", "-")
                 raise TokenvizError(f"{flag} is the transformers backend's: llama.cpp runs a GGUF as its file holds it")
         if opening.settings.grammar is not None:
-            raise TokenvizError("a grammar stage on the llama.cpp backend needs a Hugging Face tokenizer: not yet")
+            raise TokenvizError(
+                "a grammar stage needs the model's Hugging Face tokenizer, which a GGUF in llama.cpp lacks: run "
+                "it on the transformers backend (drop --backend llama.cpp)"
+            )
         if opening.interventions:
-            raise TokenvizError(f"{opening.interventions[0].label} on the llama.cpp backend: not yet")
+            raise TokenvizError(
+                f"{opening.interventions[0].label}: the llama.cpp backend runs no interventions yet; run it on the "
+                "transformers backend (drop --backend llama.cpp), which dequantizes the same GGUF"
+            )
         for name in ("context", "gpu_layers", "threads"):
             value = values.get(name)
             if (value is not None and not 0 <= value <= (1 << 24)) or (name != "gpu_layers" and value == 0):
