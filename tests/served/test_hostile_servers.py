@@ -59,6 +59,11 @@ def served(server, *args: str) -> list[str]:
     return ["--endpoint", server.url, "--api-key-env", KEY_ENV, *args]
 
 
+def compared_with(server, model: str) -> list[str]:
+    """compare: `model` here (A) beside the model `server` serves (B)."""
+    return ["compare", "Hello", "--model", model, "--against-backend", "server", *served(server)]
+
+
 # ---- the token is never printed --------------------------------------------------------------------
 
 
@@ -258,18 +263,7 @@ def test_compare_against_a_server_whose_ids_pass_the_local_vocabulary_is_one_lin
     with hostile_server() as server:
         server.routes["/tokenize"] = lambda h: h.answer(200, {"tokens": ids})
         server.routes["/v1/completions"] = completion([(10**6 + i, lp) for i, lp in TOP[:20]], chosen=10**6)
-        command = [
-            "compare",
-            "Hello",
-            "--model",
-            model,
-            "--against-backend",
-            "server",
-            "--endpoint",
-            server.url,
-            "--api-key-env",
-            KEY_ENV,
-        ]
+        command = compared_with(server, model)
         line = one_line(*run(*command, "--steps", "2"))
         assert "past" in line and "vocabulary" in line and "compare needs one tokenizer" in line
 
@@ -464,18 +458,7 @@ def test_a_vocabulary_that_differs_is_listed_among_the_comparisons_differences(t
             200, {"prompt": "x" if max(h.body().get("tokens", [0])) < 4_194_304 else ""}
         )
         server.routes["/v1/completions"] = completion([(i % vocab, lp) for i, lp in TOP[:20]])
-        command = [
-            "compare",
-            "Hello",
-            "--model",
-            model,
-            "--against-backend",
-            "server",
-            "--endpoint",
-            server.url,
-            "--api-key-env",
-            KEY_ENV,
-        ]
+        command = compared_with(server, model)
         code, out, err = run(*command, "--steps", "2", "--json")
         assert code == 0, err
         assert json.loads(out)["differences"]["vocabulary"] == [f"{vocab:,}", "4,194,304"]

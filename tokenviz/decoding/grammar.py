@@ -50,6 +50,7 @@ class Followed:
     """One grammar's matcher and the generated tokens it has consumed."""
 
     matcher: llguidance.LLMatcher
+    shown: str = "grammar"  # how a failure names it ("the lark chain.lark")
     consumed: list[int] = field(default_factory=list)
 
     def follow(self, ids: Sequence[int]) -> int:
@@ -64,7 +65,7 @@ class Followed:
             self.matcher.consume_tokens(rest[:fits])
             self.consumed.extend(rest[:fits])
         if self.matcher.is_error():  # (not expected: only validated tokens are consumed)
-            raise TokenvizError(f"the grammar engine failed: {first_line(self.matcher.get_error())}")
+            raise TokenvizError(f"{self.shown}: the grammar engine failed: {first_line(self.matcher.get_error())}")
         return shared + fits
 
 
@@ -99,7 +100,7 @@ class GrammarMatchers:
             if matcher.is_error():
                 error = first_line(matcher.get_error())
                 raise SettingsError(f"the {grammar.kind} {grammar.shown} is not valid: {error}")
-            followed = Followed(matcher)
+            followed = Followed(matcher, f"the {grammar.kind} {grammar.shown}")
         self._followed[grammar] = followed  # the newest last; the oldest goes past KEPT_MATCHERS
         while len(self._followed) > KEPT_MATCHERS:
             del self._followed[next(iter(self._followed))]
