@@ -109,7 +109,7 @@ class CompareWorker(CommandThread[ComparisonSnapshot]):
             playing=self.playing,
             pace_s=self.pace_s,
             error=error,
-            notice=self._take_notice(),
+            notice=self._notice,
             handled=self._handled,
         )
 

@@ -436,11 +436,8 @@ class EngineWorker(CommandThread[Snapshot]):
         worker = self._worker_fields(s, error)
         if s is not None and s.records:
             state: EngineState = "playing" if self.playing else ("stopped" if s.stop_reason else "ready")
-            snapshot = snapshot_of(s, seq=self._seq, state=self._busy or state, **worker)
-        else:
-            snapshot = self._before_the_journey(s, worker)
-        self._notice = None  # (said in this frame: a frame that failed to build leaves it for the next)
-        return snapshot
+            return snapshot_of(s, seq=self._seq, state=self._busy or state, **worker)
+        return self._before_the_journey(s, worker)
 
     def _before_the_journey(self, s: Session | None, worker: dict[str, Any]) -> Snapshot:
         """A frame while the model loads or the prompt's prefill runs: the prompt's tokens where known."""

@@ -280,6 +280,7 @@ class CommandThread(Generic[S]):
             self._last_publish = time.perf_counter()
             try:
                 snapshot = self._snapshot(error)
+                self._notice = None  # (said in this frame; a frame that failed to build leaves it for the next)
             except TokenvizError as exc:  # foreseeable (a server that stopped answering): the journey is intact
                 self.playing = False
                 snapshot = self._fallback(str(exc))
@@ -297,7 +298,3 @@ class CommandThread(Generic[S]):
             last = self._last_snapshot
             if last is not None and not self._stopping.is_set():
                 self._post(dataclasses.replace(last, message=line))
-
-    def _take_notice(self) -> str | None:
-        notice, self._notice = self._notice, None
-        return notice
