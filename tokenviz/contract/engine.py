@@ -111,6 +111,15 @@ def why_not(info: ModelInfo, needed: Capability) -> str:
     return f"on a served model, {main}" + (" (M says more)" if aside else "")
 
 
+@dataclass(frozen=True)
+class ChatIds:
+    """A conversation through a model's chat template: its ids, and per id whether the template added it
+    (not the user's or system's own words)."""
+
+    ids: list[int]
+    template: list[bool]
+
+
 class Pieces(Protocol):
     """Token ids as text pieces, learnt in batches (a prompt's in one call); holds no engine."""
 
@@ -144,8 +153,8 @@ class Engine(Protocol):
     def use_cache(self, cache: Any) -> None:
         """Go on from `cache` (a fresh one, or one kept from before)."""
 
-    def chat_ids(self, user: str, system: str | None = None) -> Any:
-        """The conversation through the model's chat template: `.ids` and `.template` (which ids it added)."""
+    def chat_ids(self, user: str, system: str | None = None) -> ChatIds:
+        """The conversation through the model's chat template, and which ids it added."""
 
     def twin(self) -> Self:
         """Another engine on the same model, with a cache of its own."""

@@ -19,7 +19,7 @@ import torch
 from tokenviz.backends.hf.chat_marks import template_marks
 from tokenviz.backends.llamacpp.internals import LlamaInternals
 from tokenviz.backends.llamacpp.runtime import Runtime, kv_bytes_a_position, version
-from tokenviz.contract.engine import WHOLE_VOCABULARY, Capability, Elapsed, in_order, shared_prefix
+from tokenviz.contract.engine import WHOLE_VOCABULARY, Capability, ChatIds, Elapsed, in_order, shared_prefix
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.records import ModelInfo
 from tokenviz.contract.results import Inspection, LensAsk
@@ -66,12 +66,6 @@ class LlamaPieces:
 
 
 CHAT_TEMPLATE = "tokenizer.chat_template"  # the GGUF's key for its Jinja chat template
-
-
-@dataclass(frozen=True)
-class ChatIds:
-    ids: list[int]
-    template: list[bool]  # per token: added by the template (not the user's or system's words)
 
 
 def rendered(template: str, messages: list[dict[str, str]], bos: str, eos: str) -> str:

@@ -44,7 +44,7 @@ from tokenviz.backends.served.endpoint import Endpoint, EndpointError, NoAnswer
 from tokenviz.backends.served.head import OutputHead, checked_files, load_head
 from tokenviz.backends.served.internals import INSTALL, PLUGIN, Plugin, ServedInternals, probe
 from tokenviz.backends.served.steering import ServedSteering, request_fields
-from tokenviz.contract.engine import Capability, Elapsed, in_order, lacking
+from tokenviz.contract.engine import Capability, ChatIds, Elapsed, in_order, lacking
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.records import ModelInfo
@@ -90,12 +90,6 @@ def tokenizer_here(files: str) -> Any:
     if Path(files).expanduser().is_dir():
         checked_files(Path(files).expanduser())
     return load_tokenizer(files)
-
-
-@dataclass(frozen=True)
-class ServedChat:
-    ids: list[int]
-    template: list[bool]
 
 
 class ServedPieces:
@@ -239,14 +233,14 @@ class ServedEngine:
     def learn_pieces(self, ids: Iterable[int]) -> None:
         self.pieces.learn(ids)
 
-    def chat_ids(self, user: str, system: str | None = None) -> ServedChat:
+    def chat_ids(self, user: str, system: str | None = None) -> ChatIds:
         """The conversation through the server's chat template; the ids outside the messages' own
         words are the template's."""
         messages = [*([{"role": "system", "content": system}] if system else []), {"role": "user", "content": user}]
         body = {"model": self.model, "messages": messages, "add_generation_prompt": True}
         ids = _token_list(self.endpoint.post("/tokenize", body, root=True), self.endpoint.host)
         contents = [system or "", user]
-        return ServedChat(ids, template_marks(ids, contents, lambda words: self.encode(words, special_tokens=False)))
+        return ChatIds(ids, template_marks(ids, contents, lambda words: self.encode(words, special_tokens=False)))
 
     def _server_name(self) -> str:
         """The server and its version where it says (vLLM's /version), else what it is known to be."""

@@ -3,16 +3,10 @@ chat template, with the generation prompt, and which tokens the template added."
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from tokenviz.contract.engine import ChatIds
 from tokenviz.contract.errors import PromptError
-
-
-@dataclass(frozen=True)
-class ChatIds:
-    ids: list[int]
-    template: list[bool]  # per token: added by the template (not the user's or system's words)
 
 
 def has_chat_template(tokenizer: Any) -> bool:

@@ -17,7 +17,7 @@ from tokenviz.backends.hf.parts import eos_id_set, last_logits, output_layer_inp
 from tokenviz.backends.hf.token_texts import TokenPieces
 from tokenviz.backends.transformers.attention import Capture, capturing, latent_attention
 from tokenviz.backends.transformers.cache import crop_layers, cut_cache, full_cache, with_cache
-from tokenviz.backends.transformers.chat import ChatIds, chat_ids, has_chat_template
+from tokenviz.backends.transformers.chat import chat_ids, has_chat_template
 from tokenviz.backends.transformers.compiled_step import CompiledStep
 from tokenviz.backends.transformers.device_map import input_device
 from tokenviz.backends.transformers.device_map_times import PlaceTimes, timed_by_place
@@ -33,7 +33,7 @@ from tokenviz.backends.transformers.routing import (
     routers,
     shared_gates,
 )
-from tokenviz.contract.engine import WHOLE_VOCABULARY, Capability, in_order
+from tokenviz.contract.engine import WHOLE_VOCABULARY, Capability, ChatIds, in_order
 from tokenviz.contract.errors import Cancelled, GiveWay, ModelLoadError
 from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.records import ModelInfo, Routing
