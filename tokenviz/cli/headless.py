@@ -311,15 +311,15 @@ def compare_opener(
     against: SamplingSettings,
     model: ModelChoice,
     b_model: ModelChoice,
-    backend: BackendChoice,
-    against_backend: str | None = None,
+    sides: tuple[BackendChoice, BackendChoice],
 ) -> Callable[[Progress], Comparison]:
     """What opens journeys A and B in a worker's thread, both sides' options checked now (a server asked
-    whether it answers): B's model is A's unless another model, dtype or quantization is asked for; B's
-    backend is A's (--backend) unless `against_backend` names another. One backend and one model: B is
+    whether it answers): B's model is A's unless another model, dtype or quantization is asked for; each
+    side's backend options are `sides` (BackendChoice.sides: B's backend is A's unless --against-backend
+    names another). One backend and one model: B is
     A's twin (the weights shared). An engine that draws its own tokens (a server's) goes on B, compared
     over the top N it returns (ServedComparison)."""
-    a_side, b_side = backend.sides(against_backend)
+    a_side, b_side = sides
     a_backend = a_side.backend()
     if not a_backend.local:
         raise TokenvizError(

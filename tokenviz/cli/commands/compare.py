@@ -94,7 +94,8 @@ def compare(
             from tokenviz.files.grammar_file import grammar_from_line
 
             b = b.replace(grammar=grammar_from_line(against_grammar))
-        b_side = backend.sides(against_backend)[1].backend()
+        sides = backend.sides(against_backend)
+        b_side = sides[1].backend()
         if b_side.local:
             b_model = dataclasses.replace(
                 model,
@@ -111,7 +112,7 @@ def compare(
             b_model = ModelChoice()  # (B's model is the one its own options name)
         from tokenviz.cli.headless import compare_opener
 
-        build = compare_opener(a, b, model, b_model, backend, against_backend)  # (a server is asked now)
+        build = compare_opener(a, b, model, b_model, sides)  # (a server is asked now)
     except TokenvizError as exc:
         fail(str(exc))
 
