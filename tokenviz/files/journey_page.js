@@ -6,6 +6,7 @@ const el = (tag, text, cls) => { const e = document.createElement(tag); if (text
 const visible = (t) => t === "" ? "∅" : t.replace(/ /g, "·").replace(/\n/g, "↵").replace(/\t/g, "⇥");
 const p4 = (p) => p === null || p === undefined ? "·" : p.toFixed(4);
 const V = D.view || {};
+const GIVER = D.model.remote ? "the server" : D.model.name;  // whose top N a step's is (ModelInfo.giver)
 // Where the app was: its cursor (else the newest token), layer (else the last) and head.
 let selected = V.cursor === null || V.cursor === undefined ? D.chips.length - 1 : Math.min(V.cursor, D.chips.length - 1);
 let weights = null;
@@ -14,8 +15,7 @@ function facts() {
   const m = D.model, s = D.settings;
   // A served model's shape is known only where its internals were read; its distribution is a top N.
   const shape = m.layers ? `${m.layers} layers · ${m.heads} heads · ` : "";
-  const giver = m.remote ? "the server" : m.name;  // (ModelInfo.giver)
-  const served = m.covers ? `${giver}'s top ${m.covers} log-probabilities a step · ` : "";
+  const served = m.covers ? `${GIVER}'s top ${m.covers} log-probabilities a step · ` : "";
   $("facts").textContent = `${m.device} · ${m.dtype} · ${shape}${served}`
     + (s.temperature === 0 ? "greedy" : `temperature ${s.temperature} · top-k ${s.top_k} · top-p ${s.top_p}`)
     + ` · seed ${s.seed}` + (s.grammar ? ` · grammar ${s.grammar.kind} ${s.grammar.source}` : "")
@@ -80,9 +80,8 @@ function showStep(i) {
     }
     const stages = el("ol");
     const topN = D.model.covers;  // a top N (a server's): the stages are recomputed here over it
-    const giver = D.model.remote ? "the server" : D.model.name;
-    stages.appendChild(el("li", topN ? `raw: ${giver}'s top ${topN} log-probabilities (the rest of the vocabulary `
-      + `unknown); the stages below are recomputed here over them, the draw is ${giver}'s` : "raw: the model's softmax"));
+    stages.appendChild(el("li", topN ? `raw: ${GIVER}'s top ${topN} log-probabilities (the rest of the vocabulary `
+      + `unknown); the stages below are recomputed here over them, the draw is ${GIVER}'s` : "raw: the model's softmax"));
     const of = topN ? `of the top ${topN}'s mass` : "of the mass";
     step.stages.forEach((s) => stages.appendChild(el("li", `${s[0]} ${s[1]}: ${s[2]} tokens kept, ${(s[3] * 100).toFixed(1)}% ${of}`)));
     if (step.mode === "greedy") stages.appendChild(el("li", "greedy: the top token, with certainty"));

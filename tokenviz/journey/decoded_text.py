@@ -33,7 +33,7 @@ class DecodedText:
     def of(self, ids: list[int]) -> str:
         """`ids` decoded: the same text as decoding them all at once."""
         last = self._last
-        if last is not None and len(ids) == len(last[0]) and ids == last[0]:
+        if last is not None and ids == last[0]:
             return last[1]
         text = self._decoded(ids)
         self._last = (list(ids), text)
