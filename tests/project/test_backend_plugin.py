@@ -4,9 +4,12 @@ are the entry points tokenviz declares."""
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import json
 from collections.abc import Iterable
 from importlib.metadata import entry_points
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +17,7 @@ from apptools import settle, wait_for
 from clitools import invoke
 
 from tokenviz.backends.registry import GROUP, registered
+from tokenviz.contract import engine as engine_contract
 from tokenviz.contract.backend import BackendOption, Opening
 from tokenviz.contract.engine import WHOLE_VOCABULARY, Capability, in_order
 from tokenviz.contract.errors import TokenvizError
@@ -146,3 +150,22 @@ async def test_a_backend_registered_in_the_tests_alone_runs_the_app(fixed):
         await settle(app, pilot)
         await pilot.press("space", "space")
         await wait_for(lambda: "".join(c.text for c in app.journey.snapshot.chips) == "abcde", pilot)
+
+
+def test_a_capability_declared_without_its_protocol_is_one_line_naming_the_backend():
+    from tokenviz.contract.engine import able
+
+    engine = FixedEngine()
+    assert able(engine, Capability.STEP, "a step") is engine
+    engine.info = dataclasses.replace(engine.info, capabilities=in_order({Capability.STEP, Capability.LENS}))
+    with pytest.raises(TokenvizError, match="the logit lens: fixed's backend declares its logit lens without giving"):
+        able(engine, Capability.LENS, "the logit lens")
+
+
+def test_the_engine_contract_is_typed_throughout():
+    """contract/engine.py names no `Any`: what a pass returns, a cache, a tokenizer and a capability are
+    typed, so mypy checks each backend's engine against them (the backends' `conforms`)."""
+    source = Path(engine_contract.__file__).read_text()
+    names = {node.id for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Name)}
+    attributes = {node.attr for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Attribute)}
+    assert "Any" not in names | attributes

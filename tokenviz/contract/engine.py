@@ -21,15 +21,23 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol, Self, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, Self, TypeAlias, overload, runtime_checkable
 
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.interventions import Intervention
-from tokenviz.contract.records import ModelInfo
-from tokenviz.contract.results import BeamResult, Drawn, Inspection, LensAsk, Speculation
+from tokenviz.contract.records import ModelInfo, Routing
+from tokenviz.contract.results import BeamResult, Drawn, Inspection, LensAsk, LogitDifference, Speculation
 from tokenviz.contract.settings import SamplingSettings
 
-Scores = Any  # a backend's tensor of next-token scores (a torch tensor for the transformers backend)
+if TYPE_CHECKING:  # (a type only: the contract imports no torch, numpy or transformers at run time)
+    import numpy as np
+    import torch
+    from transformers import PreTrainedTokenizerBase
+
+Scores: TypeAlias = "torch.Tensor"  # an engine's scores, on its device (the caller moves them to the host)
+Host: TypeAlias = "dict[str, np.ndarray]"  # a step's tensors on the host, by name (one transfer's)
+AskCancelled: TypeAlias = "Callable[[], bool] | None"  # asked between units of work: True stops it
+TellProgress: TypeAlias = "Callable[[int, int], None] | None"  # told (done, of) after each unit of work
 
 
 class Capability(StrEnum):
@@ -120,6 +128,53 @@ class ChatIds:
     template: list[bool]
 
 
+class Timer(Protocol):
+    """How long a pass took, read once its work is done (a device timer; Elapsed for work already done)."""
+
+    def wait(self) -> Timer:
+        """Wait until the timed work is done."""
+
+    def ms(self) -> float:
+        """Milliseconds, read after the step's transfer."""
+
+
+class TimesByPlace(Protocol):
+    """A pass's time in each place a spread model's weights live."""
+
+    def ms(self) -> tuple[tuple[str, float], ...]:
+        """Milliseconds in each place, in the order the pass first reached it."""
+
+
+class Forward(Protocol):
+    """What one forward pass gave: the next-token scores after the last token fed (None where the
+    distribution comes with the engine's own draw: a DrawingEngine's), its timer, a mixture-of-experts
+    model's routing of the tokens fed and a spread model's time by place, where the model has them."""
+
+    @property
+    def logits(self) -> Scores | None: ...
+
+    @property
+    def timer(self) -> Timer: ...
+
+    @property
+    def routes(self) -> dict[str, Scores] | None: ...
+
+    @property
+    def places(self) -> TimesByPlace | None: ...
+
+    def predictions(self, next_ids: Sequence[int]) -> dict[str, Scores]:
+        """What the model predicted after each position fed, of `next_ids` (the columns of
+        decoding.prompt_predictions); asked of a pass with `every_position`."""
+
+
+def scores_of(forward: Forward) -> Scores:
+    """The next-token scores a pass gave: an engine that draws its own token gives them with its draw,
+    so asking a pass of one is the caller's mistake."""
+    if forward.logits is None:
+        raise TypeError("this engine's distribution comes with its own draw, not with a pass")
+    return forward.logits
+
+
 class Pieces(Protocol):
     """Token ids as text pieces, learnt in batches (a prompt's in one call); holds no engine."""
 
@@ -143,15 +198,25 @@ class Engine(Protocol):
     def pieces(self) -> Pieces:
         """Its pieces (what a record's lazy prompt predictions keep: not the engine)."""
 
-    device: Any  # where its scores live (a torch.device): masks and chunk sizes follow it
-    tokenizer: Any  # the Hugging Face tokenizer the grammar engine (llguidance) and a comparison read
-    cache: Any  # what it has been fed, to go back to (see use_cache)
     # Asked between the layers of a forward pass (set by the worker during autoplay): True sets the step
     # aside (GiveWay, the engine as it was) so a waiting key is answered at once.
     give_way: Callable[[], bool] | None
 
-    def use_cache(self, cache: Any) -> None:
-        """Go on from `cache` (a fresh one, or one kept from before)."""
+    @property
+    def tokenizer(self) -> PreTrainedTokenizerBase | None:
+        """The Hugging Face tokenizer the grammar engine (llguidance) and a comparison read (None without
+        Capability.TOKENIZER)."""
+
+    @property
+    def device(self) -> torch.device:
+        """Where its scores live: masks and chunk sizes follow it."""
+
+    @property
+    def cache(self) -> object:
+        """What it has been fed, to go back to: opaque to all but the engine (see use_cache)."""
+
+    def use_cache(self, cache: object) -> None:
+        """Go on from `cache` (one this engine's `cache` gave before)."""
 
     def chat_ids(self, user: str, system: str | None = None) -> ChatIds:
         """The conversation through the model's chat template, and which ids it added."""
@@ -159,11 +224,12 @@ class Engine(Protocol):
     def twin(self) -> Self:
         """Another engine on the same model, with a cache of its own."""
 
-    def joined(self, last: Any, routes: list[Any], places: list[Any]) -> Any:
-        """The last of several passes over one prompt, with the earlier passes' routing and times joined."""
+    def joined(self, last: Forward, routes: Sequence[dict[str, Scores]], places: Sequence[TimesByPlace]) -> Forward:
+        """The last of several passes over one prompt (a prefill's chunks), with every pass's routing and
+        time by place joined in order of position."""
 
-    def read_routing(self, host: dict[str, Any]) -> Any:
-        """The routing in a step's transfer (a Routing), or None."""
+    def read_routing(self, host: Host) -> Routing | None:
+        """The routing in a step's transfer (None for a dense model)."""
 
     def encode(self, text: str, special_tokens: bool = True) -> list[int]:
         """`text`'s token ids (with the model's special tokens, a BOS, where `special_tokens`)."""
@@ -197,7 +263,7 @@ class Engine(Protocol):
         every_position: bool = False,
         cancelled: Callable[[], bool] | None = None,
         progress: Callable[[int, int], None] | None = None,
-    ) -> Any:
+    ) -> Forward:
         """Feed `ids` after what it holds: the next-token scores (`.logits`), and with
         `every_position` what it predicted after each of them (`.predictions(next_ids)`, the columns
         of decoding.prompt_predictions). An engine whose pass has layers asks `cancelled()` before
@@ -238,9 +304,9 @@ class Caching(Protocol):
         ids: list[int],
         width: int,
         steps: int,
-        cancelled: Any = None,
+        cancelled: AskCancelled = None,
         from_cache: bool = False,
-        progress: Any = None,
+        progress: TellProgress = None,
     ) -> BeamResult:
         """Beam search from `ids` (a BeamResult); with `from_cache`, from a copy of the cache."""
 
@@ -249,15 +315,17 @@ class Caching(Protocol):
         ids: list[int],
         drafter: str,
         steps: int,
-        settings: Any,
-        draft: Any = None,
-        cancelled: Any = None,
+        settings: SamplingSettings,
+        draft: Engine | None = None,
+        cancelled: AskCancelled = None,
         from_cache: bool = False,
-        progress: Any = None,
+        progress: TellProgress = None,
     ) -> Speculation:
         """Speculative decoding from `ids` (a Speculation), drafted as `drafter` names."""
 
-    def recompute(self, ids: list[int], chunk: int | None = None, progress: Any = ..., cancelled: Any = ...) -> Any:
+    def recompute(
+        self, ids: list[int], chunk: int | None = None, progress: TellProgress = None, cancelled: AskCancelled = None
+    ) -> tuple[Scores, Scores]:
         """The whole of `ids` again without the cache: (next-token scores, last row of every layer)."""
 
 
@@ -275,8 +343,8 @@ class Intervening(Protocol):
 
     interventions: tuple[Intervention, ...]
 
-    def own_logits(self, ids: Sequence[int]) -> tuple[Scores, Any]:
-        """The model's own next-token scores after `ids`, and the pass's timer."""
+    def own_logits(self, ids: Sequence[int]) -> tuple[Scores | Drawn, Timer]:
+        """The model's own next-token scores after `ids` (a DrawingEngine's own draw), and the pass's timer."""
 
     def suspended(self) -> AbstractContextManager[None]:
         """The model without these interventions, inside the block."""
@@ -298,7 +366,7 @@ class Attributing(Protocol):
     """Capability.LEAVE_ONE_OUT, and with the model's weights Capability.ATTRIBUTION (gradient × input)."""
 
     def attribute(
-        self, ids: list[int], target: int, method: str, progress: Any = None, cancelled: Any = None
+        self, ids: list[int], target: int, method: str, progress: TellProgress = None, cancelled: AskCancelled = None
     ) -> tuple[float, list[float]]:
         """log p(target | ids) and each token's attribution to it."""
 
@@ -307,8 +375,10 @@ class Attributing(Protocol):
 class LogitSplitting(Protocol):
     """Capability.LOGIT_SPLIT: a logit difference split by layer."""
 
-    def logit_difference(self, ids: list[int], a: int, b: int, progress: Any = None, cancelled: Any = None) -> Any:
-        """logit(a) − logit(b) after `ids`, split by layer (a LogitDifference)."""
+    def logit_difference(
+        self, ids: list[int], a: int, b: int, progress: TellProgress = None, cancelled: AskCancelled = None
+    ) -> LogitDifference:
+        """logit(a) − logit(b) after `ids`, split by layer."""
 
 
 @runtime_checkable
@@ -335,10 +405,32 @@ PROTOCOLS: dict[Capability, type] = {  # what an engine declaring each capabilit
 }
 
 
-def able(engine: Engine, needed: Capability, what: str) -> Any:
-    """`engine`, to be asked for what `needed` gives (the caller types it as that capability's protocol,
-    PROTOCOLS); a TokenvizError of one line (`lacking`) where it does not declare it."""
+@overload
+def able(engine: Engine, needed: Literal[Capability.CACHE], what: str) -> Caching: ...
+@overload
+def able(engine: Engine, needed: Literal[Capability.ATTENTION], what: str) -> AttentionRows: ...
+@overload
+def able(engine: Engine, needed: Literal[Capability.LENS], what: str) -> Lens: ...
+@overload
+def able(
+    engine: Engine, needed: Literal[Capability.LEAVE_ONE_OUT, Capability.ATTRIBUTION], what: str
+) -> Attributing: ...
+@overload
+def able(engine: Engine, needed: Literal[Capability.INTERVENTIONS], what: str) -> Intervenable: ...
+@overload
+def able(engine: Engine, needed: Literal[Capability.LOGIT_SPLIT], what: str) -> LogitSplitting: ...
+@overload
+def able(
+    engine: Engine, needed: Literal[Capability.STEP, Capability.ROUTING, Capability.TOKENIZER], what: str
+) -> Engine: ...
+
+
+def able(engine: Engine, needed: Capability, what: str) -> object:
+    """`engine` as the protocol `needed` names (PROTOCOLS); a TokenvizError of one line (`lacking`) where
+    it does not declare it, or declares it without implementing it (a backend's mistake, said so)."""
     line = lacking(engine.info, needed, what)
     if line is not None:
         raise TokenvizError(line)
+    if not isinstance(engine, PROTOCOLS[needed]):
+        raise TokenvizError(f"{what}: {engine.info.name}'s backend declares its {needed.value} without giving it")
     return engine

@@ -8,8 +8,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from tokenviz.contract.engine import Timer
 from tokenviz.contract.records import Candidate, Unsteered
-from tokenviz.tensors.transfer import DeviceTimer
 
 
 def unsteered_on_device(logits: torch.Tensor, own: torch.Tensor, n: int) -> dict[str, torch.Tensor]:
@@ -26,7 +26,7 @@ def unsteered_on_device(logits: torch.Tensor, own: torch.Tensor, n: int) -> dict
     }
 
 
-def read_unsteered(host: dict[str, np.ndarray], piece: Callable[[int], str], timer: DeviceTimer) -> Unsteered:
+def read_unsteered(host: dict[str, np.ndarray], piece: Callable[[int], str], timer: Timer) -> Unsteered:
     ids, logits, probs = (host[f"unsteered.{k}"].tolist() for k in ("ids", "logits", "probs"))
     top = tuple(Candidate(id=i, text=piece(i), logit=lg, prob=p) for i, lg, p in zip(ids, logits, probs))
     return Unsteered(top=top, kl=float(host["unsteered.kl"][0]), ms=timer.ms())

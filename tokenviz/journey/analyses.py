@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, cast
 
-from tokenviz.contract.engine import Attributing, Capability, Engine, Lens, LogitSplitting, able
+from tokenviz.contract.engine import Capability, Engine, Lens, LogitSplitting, able
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.lens_layers import LensLayers
 from tokenviz.contract.records import StepRecord
@@ -75,8 +75,11 @@ class JourneyAnalyses:
         """How much each token up to `position` led to the token that followed it."""
         context, chosen = self._past(position)
         engine = self.session.engine
-        needed = Capability.ATTRIBUTION if method == "grad" else Capability.LEAVE_ONE_OUT
-        attributing: Attributing = able(engine, needed, "attribution")
+        attributing = (
+            able(engine, Capability.ATTRIBUTION, "attribution")
+            if method == "grad"
+            else able(engine, Capability.LEAVE_ONE_OUT, "attribution")
+        )
 
         def compute() -> Attribution:
             logprob, scores = attributing.attribute(list(context), chosen, method, progress, cancelled)

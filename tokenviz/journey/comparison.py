@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import torch
 
-from tokenviz.contract.engine import Engine
+from tokenviz.contract.engine import Engine, scores_of
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import StepDiff
 from tokenviz.decoding.sampling import choice_from, final_distribution
@@ -210,6 +210,6 @@ class Comparison:
             return self._b_on_a_logits
         keep = min(common, len(ids) - 1)  # at least the last token is fed: its logits are the answer
         runner.crop(keep)
-        self._b_on_a_logits = runner.forward(ids[keep:]).logits
+        self._b_on_a_logits = scores_of(runner.forward(ids[keep:]))
         self._b_on_a_fed = list(ids)
         return self._b_on_a_logits

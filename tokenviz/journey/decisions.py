@@ -87,6 +87,7 @@ class LocalDecision:
         own, own_timer = {}, None
         if journey.intervening is not None:
             own_logits, own_timer = journey.intervening.own_logits(journey.cached_ids)
+            assert not isinstance(own_logits, Drawn), "an engine that decides here gives its scores"
             own = unsteered_on_device(logits, own_logits, journey.top_n)
         host = to_host({**summary.tensors, **decision.tensors, **own, **(extra or {})})
         top, entropy = summary.read(host, self.piece)
@@ -154,7 +155,9 @@ class DrawnDecision:
         )
         unsteered = None
         if own and journey.intervening is not None:  # (a drawing engine's scores are its top N: a Drawn)
-            unsteered = drawn_unsteered(drawn, journey.intervening.own_logits(ids)[0], engine.piece, journey.top_n)
+            own_draw = journey.intervening.own_logits(ids)[0]
+            assert isinstance(own_draw, Drawn), "an engine that draws gives its own distribution as a draw"
+            unsteered = drawn_unsteered(drawn, own_draw, engine.piece, journey.top_n)
         return StepRecord(
             index=len(journey.records),
             position=len(ids),

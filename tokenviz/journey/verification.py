@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tokenviz.contract.engine import AttentionRows, Caching, Capability, Engine, able
+from tokenviz.contract.engine import AttentionRows, Caching, Capability, Engine, able, scores_of
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import Verification
 from tokenviz.journey import memory_policy
@@ -30,14 +30,14 @@ def verify_latest(
     cache: Caching = able(runner, Capability.CACHE, "verify")
     attention: AttentionRows = able(runner, Capability.ATTENTION, "verify")
     runner.crop(fed - 1)
-    cached = runner.forward([ids[-1]])
+    cached = scores_of(runner.forward([ids[-1]]))
     rows = attention.attention(ids, range(fed - 1, fed), range(runner.info.layers))[:, :, 0]
     logits, full_rows = cache.recompute(ids, memory_policy.PREFILL_CHUNK, progress, cancelled)
     host = to_host(
         {
-            "logit_diff": (logits.float() - cached.logits.float()).abs().max(),
+            "logit_diff": (logits.float() - cached.float()).abs().max(),
             "attention_diff": (full_rows - rows).abs().max(),
-            "argmax_agrees": logits.argmax() == cached.logits.argmax(),
+            "argmax_agrees": logits.argmax() == cached.argmax(),
         }
     )
     return Verification(

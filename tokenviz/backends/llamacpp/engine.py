@@ -19,7 +19,20 @@ import torch
 from tokenviz.backends.hf.chat_marks import template_marks
 from tokenviz.backends.llamacpp.internals import LlamaInternals
 from tokenviz.backends.llamacpp.runtime import Runtime, kv_bytes_a_position, version
-from tokenviz.contract.engine import WHOLE_VOCABULARY, Capability, ChatIds, Elapsed, in_order, shared_prefix
+from tokenviz.contract.engine import (
+    WHOLE_VOCABULARY,
+    AttentionRows,
+    Capability,
+    ChatIds,
+    Elapsed,
+    Engine,
+    Forward,
+    Host,
+    Lens,
+    TimesByPlace,
+    in_order,
+    shared_prefix,
+)
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.records import ModelInfo
 from tokenviz.contract.results import Inspection, LensAsk
@@ -216,10 +229,12 @@ class LlamaCppEngine:
     def twin(self) -> LlamaCppEngine:
         return LlamaCppEngine(self.runtime.sibling(), self.path, self.name)
 
-    def joined(self, last: LlamaForward, routes: list[Any], places: list[Any]) -> LlamaForward:
-        return last
+    def joined(
+        self, last: Forward, routes: Sequence[dict[str, torch.Tensor]], places: Sequence[TimesByPlace]
+    ) -> Forward:
+        return last  # (no routing read, one place)
 
-    def read_routing(self, host: dict[str, Any]) -> None:
+    def read_routing(self, host: Host) -> None:
         return None
 
     # ---- a pass -------------------------------------------------------------------------------------
@@ -246,3 +261,8 @@ class LlamaCppEngine:
         logits = torch.from_numpy(np.ascontiguousarray(rows[-1]))
         every = torch.from_numpy(rows) if every_position else None
         return LlamaForward(logits, Elapsed(milliseconds), every)
+
+
+def conforms(engine: LlamaCppEngine) -> tuple[Engine, AttentionRows, Lens]:
+    """The contract's protocols a llama.cpp engine declares, checked by mypy here."""
+    return engine, engine, engine

@@ -44,7 +44,21 @@ from tokenviz.backends.served.endpoint import Endpoint, EndpointError, NoAnswer
 from tokenviz.backends.served.head import OutputHead, checked_files, load_head
 from tokenviz.backends.served.internals import INSTALL, PLUGIN, Plugin, ServedInternals, probe
 from tokenviz.backends.served.steering import ServedSteering, request_fields
-from tokenviz.contract.engine import Capability, ChatIds, Elapsed, in_order, lacking
+from tokenviz.contract.engine import (
+    AttentionRows,
+    Attributing,
+    Capability,
+    ChatIds,
+    DrawingEngine,
+    Elapsed,
+    Forward,
+    Host,
+    Intervenable,
+    Lens,
+    TimesByPlace,
+    in_order,
+    lacking,
+)
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.records import ModelInfo
@@ -329,10 +343,12 @@ class ServedEngine:
         self.cache = (*self.cache, *ids)
         return ServedForward(self, self.cache, start)
 
-    def joined(self, last: ServedForward, routes: list[Any], places: list[Any]) -> ServedForward:
-        return last
+    def joined(
+        self, last: Forward, routes: Sequence[dict[str, torch.Tensor]], places: Sequence[TimesByPlace]
+    ) -> Forward:
+        return last  # (no routing read, one place)
 
-    def read_routing(self, host: dict[str, Any]) -> None:
+    def read_routing(self, host: Host) -> None:
         return None
 
     def twin(self) -> ServedEngine:
@@ -507,3 +523,8 @@ def _token_list(answer: Any, host: str) -> list[int]:
 
 def _first_difference(a: Sequence[int], b: Sequence[int]) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def conforms(engine: ServedEngine) -> tuple[DrawingEngine, AttentionRows, Lens, Attributing, Intervenable]:
+    """The contract's protocols a served engine may declare (by what its server gives), checked by mypy here."""
+    return engine, engine, engine, engine, engine

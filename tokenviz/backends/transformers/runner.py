@@ -33,8 +33,22 @@ from tokenviz.backends.transformers.routing import (
     routers,
     shared_gates,
 )
-from tokenviz.contract.engine import WHOLE_VOCABULARY, Capability, ChatIds, in_order
-from tokenviz.contract.errors import Cancelled, GiveWay, ModelLoadError
+from tokenviz.contract.engine import (
+    WHOLE_VOCABULARY,
+    AttentionRows,
+    Attributing,
+    Caching,
+    Capability,
+    ChatIds,
+    Engine,
+    Forward,
+    Intervenable,
+    Lens,
+    LogitSplitting,
+    TimesByPlace,
+    in_order,
+)
+from tokenviz.contract.errors import Cancelled, GiveWay, ModelLoadError, TokenvizError
 from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.records import ModelInfo, Routing
 from tokenviz.contract.results import BeamResult, Inspection, LensAsk, LogitDifference, Speculation
@@ -55,7 +69,7 @@ def _not_cancelled() -> bool:
 
 
 @dataclass
-class Forward:
+class RunnerForward:
     """What one forward pass produced, still on the model's device: the caller copies what it
     needs to the host in one transfer (see tokenviz.tensors.transfer)."""
 
@@ -163,13 +177,16 @@ class ModelRunner:
         """Another runner on the same weights, with a cache of its own (a comparison on one model)."""
         return ModelRunner(self.loaded)
 
-    def joined(self, last: Forward, routes: list[dict[str, torch.Tensor]], places: list[PlaceTimes]) -> Forward:
+    def joined(
+        self, last: Forward, routes: Sequence[dict[str, torch.Tensor]], places: Sequence[TimesByPlace]
+    ) -> RunnerForward:
         """The last of several passes over one prompt (a prefill's chunks), with every pass's routing
         and time in each place joined in order of position."""
+        assert isinstance(last, RunnerForward), "a pass of this runner's"
         return dataclasses.replace(
             last,
-            routes=join_routes(routes) if routes else last.routes,
-            places=PlaceTimes.joined(places) if places else last.places,
+            routes=join_routes(list(routes)) if routes else last.routes,
+            places=PlaceTimes.joined([p for p in places if isinstance(p, PlaceTimes)]) if places else last.places,
         )
 
     def read_routing(self, host: dict[str, np.ndarray]) -> Routing | None:
@@ -236,13 +253,16 @@ class ModelRunner:
         drafter: str,
         steps: int,
         settings: SamplingSettings,
-        draft: ModelRunner | None = None,
+        draft: Engine | None = None,
         cancelled: Callable[[], bool] | None = None,
         from_cache: bool = False,
         progress: Callable[[int, int], None] | None = None,
     ) -> Speculation:
         """Speculative decoding from `ids`, drafted as `drafter` says (see model.speculation.make_drafter)."""
         from tokenviz.backends.transformers.speculation import make_drafter, speculative_decode
+
+        if draft is not None and not isinstance(draft, ModelRunner):
+            raise TokenvizError(f"a draft model runs here in transformers, beside the target: not {draft.info.runtime}")
 
         return speculative_decode(
             self,
@@ -312,7 +332,7 @@ class ModelRunner:
         every_position: bool = False,
         cancelled: Callable[[], bool] | None = None,
         progress: Callable[[int, int], None] | None = None,
-    ) -> Forward:
+    ) -> RunnerForward:
         """Feed `ids` after what the cache holds; return the next-token logits, and with
         `every_position` the logits after each of `ids`. Their query states are kept for the attention
         view. Nothing waits for the device. `cancelled` and `progress` are asked and told between the
@@ -324,7 +344,7 @@ class ModelRunner:
             assert self.compiled is not None
             logits, queries = self.compiled.step(self.cache, ids_to_device(ids, self.device))
             self.rows.queries.add(start, Capture(queries=queries))
-            return Forward(logits=logits, timer=timer.stop())
+            return RunnerForward(logits=logits, timer=timer.stop())
         give_way = self.give_way
         yielding: Any = nullcontext()
         if give_way:
@@ -358,7 +378,7 @@ class ModelRunner:
         if keep_hidden and not reproduces:  # (a family whose output layer does more): every position's
             self.crop(start)  # logits, from the same cache as before this pass
             return self.forward(ids, every_position=True)
-        return Forward(
+        return RunnerForward(
             logits=out.logits[0, -1],
             timer=timer.stop(),
             position_logits=out.logits[0] if every_position and hidden is None else None,
@@ -405,14 +425,15 @@ class ModelRunner:
         self,
         ids: list[int],
         chunk: int | None = None,
-        progress: Callable[[int, int], None] = lambda done, total: None,
-        cancelled: Callable[[], bool] = lambda: False,
+        progress: Callable[[int, int], None] | None = None,
+        cancelled: Callable[[], bool] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The whole of `ids` again in the model's eager attention, independent of the runner's cache
         (which is untouched): the next-token logits and the last position's attention row of every
         layer, (layers, heads, len(ids)) in float32. With `chunk`, the context goes in chunks of that
         many tokens over a fresh cache (`progress(done, total)` after each, `cancelled()` asked before
         each): a long context's weights are then one chunk's rows, not the whole square."""
+        progress, cancelled = progress or _no_progress, cancelled or _not_cancelled
         step = chunk or len(ids)
         last = (len(ids) - 1) // step * step  # where the last chunk begins
         cache = full_cache()
@@ -437,3 +458,10 @@ class ModelRunner:
                 logits_to_keep=1,
             )
         return out.logits[0, -1], torch.cat([layer[:, :, -1, :].float() for layer in out.attentions], 0)
+
+
+def conforms(runner: ModelRunner) -> tuple[
+    Engine, Caching, AttentionRows, Lens, Attributing, LogitSplitting, Intervenable
+]:  # fmt: skip
+    """The contract's protocols a runner declares (Capability: all of them), checked by mypy here."""
+    return runner, runner, runner, runner, runner, runner, runner
