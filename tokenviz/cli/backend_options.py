@@ -13,7 +13,7 @@ from typing import Any, Optional
 import typer
 
 from tokenviz.backends.registry import chosen, registered
-from tokenviz.cli.options import ModelChoice, option_group, print_warning
+from tokenviz.cli.options import ModelChoice, model_options, option_group, print_warning, sampling_options
 from tokenviz.contract.backend import Backend, OpenEngine, Opening
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.interventions import Intervention
@@ -96,3 +96,15 @@ def backend_options(command: str) -> Callable[[Callable[..., None]], Callable[..
         return BackendChoice(command, {**defaults, **values}, given)
 
     return option_group("backend", options, make)
+
+
+def journey_options(
+    command: str, leave_out: tuple[str, ...] = ()
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """What every command that runs a journey takes: the backend and its options (`backend`), the
+    sampling settings but `leave_out` (`settings`) and the model's options (`model`)."""
+
+    def decorate(function: Callable[..., None]) -> Callable[..., None]:
+        return backend_options(command)(sampling_options(leave_out=leave_out)(model_options()(function)))
+
+    return decorate

@@ -36,8 +36,8 @@ if TYPE_CHECKING:  # (a type only: the contract imports no torch, numpy or trans
 
 Scores: TypeAlias = "torch.Tensor"  # an engine's scores, on its device (the caller moves them to the host)
 Host: TypeAlias = "dict[str, np.ndarray]"  # a step's tensors on the host, by name (one transfer's)
-AskCancelled: TypeAlias = "Callable[[], bool] | None"  # asked between units of work: True stops it
-TellProgress: TypeAlias = "Callable[[int, int], None] | None"  # told (done, of) after each unit of work
+IsCancelled: TypeAlias = "Callable[[], bool] | None"  # asked between units of work: True stops it
+OnProgress: TypeAlias = "Callable[[int, int], None] | None"  # told (done, of) after each unit of work
 
 
 class Capability(StrEnum):
@@ -258,11 +258,7 @@ class Engine(Protocol):
         """Keep the first `length` tokens fed; the next forward goes on from there."""
 
     def forward(
-        self,
-        ids: list[int],
-        every_position: bool = False,
-        cancelled: Callable[[], bool] | None = None,
-        progress: Callable[[int, int], None] | None = None,
+        self, ids: list[int], every_position: bool = False, cancelled: IsCancelled = None, progress: OnProgress = None
     ) -> Forward:
         """Feed `ids` after what it holds: the next-token scores (`.logits`), and with
         `every_position` what it predicted after each of them (`.predictions(next_ids)`, the columns
@@ -270,6 +266,17 @@ class Engine(Protocol):
         each (True raises Cancelled, the caller undoing what the pass fed) and tells
         `progress(layer, layers)`. A failure it can name (a server's, a model's) is a TokenvizError
         of one line."""
+
+
+class DenseInOnePlace:
+    """Engine's routing and time by place for a model with neither: no router to read, one place, so a
+    prompt's passes need no joining (an engine that runs its model elsewhere, or whole, inherits it)."""
+
+    def joined(self, last: Forward, routes: Sequence[dict[str, Scores]], places: Sequence[TimesByPlace]) -> Forward:
+        return last
+
+    def read_routing(self, host: Host) -> Routing | None:
+        return None
 
 
 @runtime_checkable
@@ -304,9 +311,9 @@ class Caching(Protocol):
         ids: list[int],
         width: int,
         steps: int,
-        cancelled: AskCancelled = None,
+        cancelled: IsCancelled = None,
         from_cache: bool = False,
-        progress: TellProgress = None,
+        progress: OnProgress = None,
     ) -> BeamResult:
         """Beam search from `ids` (a BeamResult); with `from_cache`, from a copy of the cache."""
 
@@ -317,14 +324,14 @@ class Caching(Protocol):
         steps: int,
         settings: SamplingSettings,
         draft: Engine | None = None,
-        cancelled: AskCancelled = None,
+        cancelled: IsCancelled = None,
         from_cache: bool = False,
-        progress: TellProgress = None,
+        progress: OnProgress = None,
     ) -> Speculation:
         """Speculative decoding from `ids` (a Speculation), drafted as `drafter` names."""
 
     def recompute(
-        self, ids: list[int], chunk: int | None = None, progress: TellProgress = None, cancelled: AskCancelled = None
+        self, ids: list[int], chunk: int | None = None, progress: OnProgress = None, cancelled: IsCancelled = None
     ) -> tuple[Scores, Scores]:
         """The whole of `ids` again without the cache: (next-token scores, last row of every layer)."""
 
@@ -366,7 +373,7 @@ class Attributing(Protocol):
     """Capability.LEAVE_ONE_OUT, and with the model's weights Capability.ATTRIBUTION (gradient × input)."""
 
     def attribute(
-        self, ids: list[int], target: int, method: str, progress: TellProgress = None, cancelled: AskCancelled = None
+        self, ids: list[int], target: int, method: str, progress: OnProgress = None, cancelled: IsCancelled = None
     ) -> tuple[float, list[float]]:
         """log p(target | ids) and each token's attribution to it."""
 
@@ -376,7 +383,7 @@ class LogitSplitting(Protocol):
     """Capability.LOGIT_SPLIT: a logit difference split by layer."""
 
     def logit_difference(
-        self, ids: list[int], a: int, b: int, progress: TellProgress = None, cancelled: AskCancelled = None
+        self, ids: list[int], a: int, b: int, progress: OnProgress = None, cancelled: IsCancelled = None
     ) -> LogitDifference:
         """logit(a) − logit(b) after `ids`, split by layer."""
 

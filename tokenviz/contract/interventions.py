@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from tokenviz.contract.errors import SettingsError
@@ -30,7 +32,7 @@ class HeadAblation:
         return f"ablate L{self.layer}.H{self.head} ({'mean' if self.mean else 'zero'})"
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": "ablate", "layer": self.layer, "head": self.head, "mean": self.mean}
+        return {"kind": "ablate", **asdict(self)}
 
 
 MAX_STEER_SCALE = 3.4028234663852886e38  # float32's largest: a larger scale makes the vector infinite
@@ -70,14 +72,23 @@ class Steering:
         return f"steer L{self.layer} ×{self.scale:g} toward {toward!r} away from {away!r}"
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": "steer",
-            "layer": self.layer,
-            "scale": self.scale,
-            "toward": self.toward,
-            "away": self.away,
-            "by": self.by,
-        }
+        return {"kind": "steer", **asdict(self)}
+
+
+class Suspendable:
+    """Interventions in force that can be set aside: inside `suspended()` they are not (`active` False),
+    and the model runs its own passes."""
+
+    active: bool = True
+
+    @contextmanager
+    def suspended(self) -> Iterator[None]:
+        """The model as it is, for the passes (or requests) inside; nests."""
+        was, self.active = self.active, False
+        try:
+            yield
+        finally:
+            self.active = was
 
 
 BRANCH_SOURCE = re.compile(r"branch (\d+)")  # a patch's source naming a branch of the journey
@@ -106,13 +117,7 @@ class Patch:
         return f"patch L{self.layer}@{self.position} from {source!r}"
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": "patch",
-            "layer": self.layer,
-            "position": self.position,
-            "source": self.source,
-            "source_ids": list(self.source_ids),
-        }
+        return {"kind": "patch", **asdict(self), "source_ids": list(self.source_ids)}
 
 
 Intervention = HeadAblation | Steering | Patch

@@ -36,12 +36,18 @@ EngineState = Literal[
 
 
 @dataclass(frozen=True)
-class Snapshot:
-    """Everything the panes show, as plain data, at one moment."""
+class Frame:
+    """What a worker publishes, in order (`seq`): its state, and a line saying what it does now."""
 
     seq: int
     state: EngineState
     message: str = ""
+
+
+@dataclass(frozen=True)
+class Snapshot(Frame):
+    """Everything the panes show, as plain data, at one moment."""
+
     progress: float | None = None
     info: ModelInfo | None = None
     settings: SamplingSettings = field(default_factory=SamplingSettings)
@@ -88,12 +94,9 @@ class Snapshot:
 
 
 @dataclass(frozen=True)
-class ComparisonSnapshot:
+class ComparisonSnapshot(Frame):
     """Two journeys on one prompt, stepped together (tokenviz compare), and how they differ."""
 
-    seq: int
-    state: EngineState
-    message: str = ""
     a: Snapshot | None = None
     b: Snapshot | None = None
     diffs: tuple[StepDiff, ...] = ()  # one per step both have taken or have pending

@@ -195,21 +195,22 @@ class WorkerScreen(Screen[None], Generic[S]):
 
     # ---- keys every screen has ---------------------------------------------------------------------------
 
-    def action_step(self) -> None:
+    def _moving(self, command: Command) -> None:
+        """`command`, which moves the journey: the selection follows its newest step."""
         self.cursor = None
-        self.submit(Step())
+        self.submit(command)
+
+    def action_step(self) -> None:
+        self._moving(Step())
 
     def action_autoplay(self) -> None:
-        self.cursor = None
-        self.submit(Play())
+        self._moving(Play())
 
     def action_rewind(self) -> None:
-        self.cursor = None
-        self.submit(Rewind())
+        self._moving(Rewind())
 
     def action_reset(self) -> None:
-        self.cursor = None
-        self.submit(Reset())
+        self._moving(Reset())
 
     def action_pace(self, delta: int) -> None:
         self.submit(Pace(delta=delta))

@@ -24,12 +24,12 @@ from tokenviz.contract.engine import (
     AttentionRows,
     Capability,
     ChatIds,
+    DenseInOnePlace,
     Elapsed,
     Engine,
-    Forward,
-    Host,
+    IsCancelled,
     Lens,
-    TimesByPlace,
+    OnProgress,
     in_order,
     shared_prefix,
 )
@@ -98,7 +98,7 @@ def rendered(template: str, messages: list[dict[str, str]], bos: str, eos: str) 
 
 
 @dataclass
-class LlamaCppEngine:
+class LlamaCppEngine(DenseInOnePlace):
     """A GGUF in llama.cpp as an engine. Not thread-safe: one thread owns it."""
 
     runtime: Runtime
@@ -229,22 +229,10 @@ class LlamaCppEngine:
     def twin(self) -> LlamaCppEngine:
         return LlamaCppEngine(self.runtime.sibling(), self.path, self.name)
 
-    def joined(
-        self, last: Forward, routes: Sequence[dict[str, torch.Tensor]], places: Sequence[TimesByPlace]
-    ) -> Forward:
-        return last  # (no routing read, one place)
-
-    def read_routing(self, host: Host) -> None:
-        return None
-
     # ---- a pass -------------------------------------------------------------------------------------
 
     def forward(
-        self,
-        ids: list[int],
-        every_position: bool = False,
-        cancelled: Callable[[], bool] | None = None,
-        progress: Callable[[int, int], None] | None = None,
+        self, ids: list[int], every_position: bool = False, cancelled: IsCancelled = None, progress: OnProgress = None
     ) -> LlamaForward:
         """Feed `ids` after what the context holds: llama.cpp's logits after the last (and after each, with
         `every_position`). `cancelled` is asked before the pass (one llama_decode cannot stop inside)."""

@@ -49,13 +49,13 @@ from tokenviz.contract.engine import (
     Attributing,
     Capability,
     ChatIds,
+    DenseInOnePlace,
     DrawingEngine,
     Elapsed,
-    Forward,
-    Host,
     Intervenable,
+    IsCancelled,
     Lens,
-    TimesByPlace,
+    OnProgress,
     in_order,
     lacking,
 )
@@ -123,7 +123,7 @@ class ServedPieces:
             self.piece(token)
 
 
-class ServedEngine:
+class ServedEngine(DenseInOnePlace):
     """A served model as an engine (see the module's docstring). One thread owns it."""
 
     def __init__(
@@ -332,24 +332,12 @@ class ServedEngine:
         self.cache = self.cache[:length]
 
     def forward(
-        self,
-        ids: list[int],
-        every_position: bool = False,
-        cancelled: Callable[[], bool] | None = None,
-        progress: Callable[[int, int], None] | None = None,
+        self, ids: list[int], every_position: bool = False, cancelled: IsCancelled = None, progress: OnProgress = None
     ) -> ServedForward:
         """The tokens kept to send with the next request (nothing runs here: no layers to ask between)."""
         start = len(self.cache)
         self.cache = (*self.cache, *ids)
         return ServedForward(self, self.cache, start)
-
-    def joined(
-        self, last: Forward, routes: Sequence[dict[str, torch.Tensor]], places: Sequence[TimesByPlace]
-    ) -> Forward:
-        return last  # (no routing read, one place)
-
-    def read_routing(self, host: Host) -> None:
-        return None
 
     def twin(self) -> ServedEngine:
         other = copy.copy(self)
@@ -448,12 +436,7 @@ class ServedEngine:
         return self.internals.attention(ids, rows, layers)
 
     def attribute(
-        self,
-        ids: list[int],
-        target: int,
-        method: str,
-        progress: Callable[[int, int], None] | None = None,
-        cancelled: Callable[[], bool] | None = None,
+        self, ids: list[int], target: int, method: str, progress: OnProgress = None, cancelled: IsCancelled = None
     ) -> tuple[float, list[float]]:
         """Leave-one-out, as the local backend's: log p(target | ids), and for each position that minus
         log p(target | ids without it), in the server's own distribution: one request a position."""

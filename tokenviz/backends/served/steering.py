@@ -15,8 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, assert_never
 
@@ -31,6 +30,7 @@ from tokenviz.contract.interventions import (
     Intervention,
     Patch,
     Steering,
+    Suspendable,
     check_against,
     check_patch_source,
 )
@@ -93,7 +93,7 @@ class SteeredEngine(Protocol):
         """The model's own top N after `ids`, sent without the steering in force."""
 
 
-class ServedSteering:
+class ServedSteering(Suspendable):
     """The interventions in force on a served model (contract.engine.Intervening): steering vectors sent
     with each of its engine's requests while it is active."""
 
@@ -177,15 +177,6 @@ class ServedSteering:
         kept of it) and the request's time: a served model's scores are its top N (a Drawn)."""
         drawn = self.engine.own_top(ids)  # (sent without the vectors, whatever is in force)
         return drawn, Elapsed(drawn.ms)
-
-    @contextmanager
-    def suspended(self) -> Iterator[None]:
-        """The model as it is, for the requests inside; nests."""
-        was, self.active = self.active, False
-        try:
-            yield
-        finally:
-            self.active = was
 
     def remove(self) -> None:
         if self.engine.steering is self:

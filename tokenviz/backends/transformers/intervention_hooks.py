@@ -6,8 +6,7 @@ module."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, assert_never
 
@@ -16,7 +15,7 @@ import torch
 from tokenviz.backends.hf.parts import decoder_layers, last_logits
 from tokenviz.backends.transformers.cache import passed_cache
 from tokenviz.contract.errors import SettingsError
-from tokenviz.contract.interventions import HeadAblation, Intervention, Patch, Steering, check_patch_source
+from tokenviz.contract.interventions import HeadAblation, Intervention, Patch, Steering, Suspendable, check_patch_source
 from tokenviz.tensors.transfer import ids_to_device
 
 OUTPUT_PROJECTIONS = ("o_proj", "out_proj", "c_proj", "dense", "wo")  # the families' names for it
@@ -131,7 +130,7 @@ def resolve(
     return resolved
 
 
-class Hooks:
+class Hooks(Suspendable):
     """The interventions in force on a model, as hooks; `suspended()` runs the model's own."""
 
     def __init__(self, model: Any, heads: int, resolved: Sequence[Resolved]):
@@ -195,15 +194,6 @@ class Hooks:
             return (patched, *output[1:]) if isinstance(output, tuple) else patched
 
         return hook
-
-    @contextmanager
-    def suspended(self) -> Iterator[None]:
-        """The model as it is, for the passes inside (the unsteered distribution); nests."""
-        was, self.active = self.active, False
-        try:
-            yield
-        finally:
-            self.active = was
 
     def remove(self) -> None:
         for handle in self._handles:

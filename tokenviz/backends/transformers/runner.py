@@ -43,8 +43,10 @@ from tokenviz.contract.engine import (
     Engine,
     Forward,
     Intervenable,
+    IsCancelled,
     Lens,
     LogitSplitting,
+    OnProgress,
     TimesByPlace,
     in_order,
 )
@@ -203,24 +205,14 @@ class ModelRunner:
         )
 
     def attribute(
-        self,
-        ids: list[int],
-        target: int,
-        method: str,
-        progress: Callable[[int, int], None] | None = None,
-        cancelled: Callable[[], bool] | None = None,
+        self, ids: list[int], target: int, method: str, progress: OnProgress = None, cancelled: IsCancelled = None
     ) -> tuple[float, list[float]]:
         from tokenviz.backends.transformers.attribution import attribute
 
         return attribute(self, ids, target, method, progress or _no_progress, cancelled or _not_cancelled)
 
     def logit_difference(
-        self,
-        ids: list[int],
-        a: int,
-        b: int,
-        progress: Callable[[int, int], None] | None = None,
-        cancelled: Callable[[], bool] | None = None,
+        self, ids: list[int], a: int, b: int, progress: OnProgress = None, cancelled: IsCancelled = None
     ) -> LogitDifference:
         from tokenviz.backends.transformers.logit_difference import logit_difference
 
@@ -231,9 +223,9 @@ class ModelRunner:
         ids: list[int],
         width: int,
         steps: int,
-        cancelled: Callable[[], bool] | None = None,
+        cancelled: IsCancelled = None,
         from_cache: bool = False,
-        progress: Callable[[int, int], None] | None = None,
+        progress: OnProgress = None,
     ) -> BeamResult:
         from tokenviz.backends.transformers.beams import beam_search
 
@@ -254,9 +246,9 @@ class ModelRunner:
         steps: int,
         settings: SamplingSettings,
         draft: Engine | None = None,
-        cancelled: Callable[[], bool] | None = None,
+        cancelled: IsCancelled = None,
         from_cache: bool = False,
-        progress: Callable[[int, int], None] | None = None,
+        progress: OnProgress = None,
     ) -> Speculation:
         """Speculative decoding from `ids`, drafted as `drafter` says (see model.speculation.make_drafter)."""
         from tokenviz.backends.transformers.speculation import make_drafter, speculative_decode
@@ -327,11 +319,7 @@ class ModelRunner:
 
     @torch.inference_mode()
     def forward(
-        self,
-        ids: list[int],
-        every_position: bool = False,
-        cancelled: Callable[[], bool] | None = None,
-        progress: Callable[[int, int], None] | None = None,
+        self, ids: list[int], every_position: bool = False, cancelled: IsCancelled = None, progress: OnProgress = None
     ) -> RunnerForward:
         """Feed `ids` after what the cache holds; return the next-token logits, and with
         `every_position` the logits after each of `ids`. Their query states are kept for the attention
@@ -422,11 +410,7 @@ class ModelRunner:
 
     @torch.inference_mode()
     def recompute(
-        self,
-        ids: list[int],
-        chunk: int | None = None,
-        progress: Callable[[int, int], None] | None = None,
-        cancelled: Callable[[], bool] | None = None,
+        self, ids: list[int], chunk: int | None = None, progress: OnProgress = None, cancelled: IsCancelled = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The whole of `ids` again in the model's eager attention, independent of the runner's cache
         (which is untouched): the next-token logits and the last position's attention row of every

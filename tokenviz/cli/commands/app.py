@@ -4,7 +4,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from tokenviz.cli.backend_options import BackendChoice, backend_options
+from tokenviz.cli.backend_options import BackendChoice, journey_options
 from tokenviz.cli.commands import in_terminal
 from tokenviz.cli.commands.common import (
     DEFAULT_PROMPT,
@@ -20,8 +20,6 @@ from tokenviz.cli.options import (
     ModelChoice,
     System,
     fail,
-    model_options,
-    sampling_options,
 )
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.lens_layers import parse_lens_layers
@@ -38,9 +36,7 @@ app_cli = new_cli()
     "In a browser: [bold]tokenviz serve[/]. "
     "A saved journey: [bold]tokenviz replay FILE[/] (tokenviz replay --help)."
 )
-@backend_options("app")
-@sampling_options()
-@model_options()
+@journey_options("app")
 def open_app(
     settings: SamplingSettings,
     model: ModelChoice,

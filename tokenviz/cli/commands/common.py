@@ -5,8 +5,9 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -14,6 +15,7 @@ from rich.console import Console
 from tokenviz import __version__
 from tokenviz.cli.options import (
     fail,
+    option_group,
 )
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.system.paths import unwritable_folder
@@ -68,6 +70,79 @@ def check_writable(path: str, force: bool) -> None:
     problem = unwritable_folder(target.parent)
     if problem:
         raise TokenvizError(f"cannot write {path}: {problem}")
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """The files a headless run writes beside its document, each checked writable before any work."""
+
+    save: str | None = None  # the replayable journey
+    html: str | None = None  # the journey as a page
+    force: bool = False  # replace a file that exists
+
+
+OUTPUT_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "save": (Optional[str], typer.Option("--save", help="Also write the replayable journey to this .json file.")),
+    "html": (
+        Optional[str],
+        typer.Option("--html", help="Also write the journey as a self-contained HTML page (any browser, offline)."),
+    ),
+    "force": (bool, typer.Option("--force", help="Let --save and --html replace an existing file.")),
+}
+
+
+def output_options() -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Give a command --save, --html and --force; it receives them as `outputs` (Outputs)."""
+
+    def make(values: dict[str, Any], given: frozenset[str]) -> Outputs:
+        outputs = Outputs(**values)
+        for path in (outputs.save, outputs.html):
+            if path:
+                check_writable(path, outputs.force)
+        return outputs
+
+    return option_group("outputs", OUTPUT_OPTIONS, make)
+
+
+@dataclass(frozen=True)
+class Search:
+    """A search instead of sampling: a beam search of `beams`' width, or speculative decoding drafted
+    as `speculate` names (by `draft_model` for a draft-model, which alone implies it)."""
+
+    beams: int | None = None
+    speculate: str | None = None
+    draft_model: str | None = None
+
+    @property
+    def named(self) -> str:
+        """The option that asked for it ("" for none): what a refusal names."""
+        return "--beams" if self.beams else "--speculate" if self.speculate else ""
+
+
+SEARCH_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "beams": (Optional[int], typer.Option("--beams", help="Beam search of this width (2-8) instead of sampling.")),
+    "speculate": (
+        Optional[str],
+        typer.Option("--speculate", help="Speculative decoding: prompt-lookup, early-exit:LAYER or draft-model."),
+    ),
+    "draft_model": (Optional[str], typer.Option("--draft-model", help="The drafter for --speculate draft-model.")),
+}
+
+
+def search_options() -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Give a command --beams, --speculate and --draft-model; it receives them as `search` (Search)."""
+
+    def make(values: dict[str, Any], given: frozenset[str]) -> Search:
+        search = Search(**values)
+        if search.beams is not None and not 2 <= search.beams <= 8:
+            raise TokenvizError(f"--beams must be 2 to 8, got {search.beams}")
+        if search.beams and search.speculate:
+            raise TokenvizError("choose --beams or --speculate, not both")
+        if search.draft_model and not search.speculate:
+            return Search(search.beams, "draft-model", search.draft_model)
+        return search
+
+    return option_group("search", SEARCH_OPTIONS, make)
 
 
 def default_page_colors() -> tuple[tuple[str, str | tuple[str, ...]], ...]:

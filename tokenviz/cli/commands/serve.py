@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from tokenviz.cli.backend_options import BackendChoice, backend_options
+from tokenviz.cli.backend_options import BackendChoice, journey_options
 from tokenviz.cli.commands.common import Theme, check_chat, new_cli
 from tokenviz.cli.options import (
     Chat,
@@ -13,9 +13,7 @@ from tokenviz.cli.options import (
     System,
     err,
     fail,
-    model_options,
     print_error,
-    sampling_options,
 )
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.settings import SamplingSettings
@@ -44,9 +42,7 @@ serve_cli = new_cli()
 
 
 @serve_cli.command()
-@backend_options("serve")
-@sampling_options()
-@model_options()
+@journey_options("serve")
 def serve(
     settings: SamplingSettings,
     model: ModelChoice,

@@ -5,26 +5,19 @@ from typing import Annotated, Optional
 
 import typer
 
-from tokenviz.cli.backend_options import BackendChoice, backend_options
+from tokenviz.cli.backend_options import BackendChoice, journey_options
 from tokenviz.cli.commands.common import (
+    Outputs,
+    Search,
     check_chat,
-    check_writable,
     default_page_colors,
     new_cli,
+    output_options,
     print_document,
+    search_options,
 )
 from tokenviz.cli.intervention_options import InterventionChoice, intervention_options
-from tokenviz.cli.options import (
-    Chat,
-    LensLayersOption,
-    ModelChoice,
-    System,
-    err,
-    fail,
-    model_options,
-    sampling_options,
-    stderr_progress,
-)
+from tokenviz.cli.options import Chat, LensLayersOption, ModelChoice, System, err, fail, stderr_progress
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import refuse_grammar
 from tokenviz.contract.lens_layers import parse_lens_layers
@@ -35,15 +28,17 @@ trace_cli = new_cli()
 
 
 @trace_cli.command()
-@backend_options("trace")
-@sampling_options(leave_out=("max_new_tokens",))
-@model_options()
+@journey_options("trace", leave_out=("max_new_tokens",))
 @intervention_options()
+@output_options()
+@search_options()
 def trace(
     settings: SamplingSettings,
     model: ModelChoice,
     backend: BackendChoice,
     interventions: InterventionChoice,
+    outputs: Outputs,
+    search: Search,
     prompt: Annotated[str, typer.Argument(help="Text to start from.")],
     steps: Annotated[int, typer.Option(help="How many tokens to generate.")] = 16,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
@@ -74,24 +69,6 @@ def trace(
             "logit difference split by layer.",
         ),
     ] = None,
-    save: Annotated[
-        Optional[str], typer.Option("--save", help="Also write the replayable journey to this .json file.")
-    ] = None,
-    html: Annotated[
-        Optional[str],
-        typer.Option("--html", help="Also write the journey as a self-contained HTML page (any browser, offline)."),
-    ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Let --save and --html replace an existing file.")] = False,
-    beams: Annotated[
-        Optional[int], typer.Option("--beams", help="Beam search of this width (2-8) instead of sampling.")
-    ] = None,
-    speculate: Annotated[
-        Optional[str],
-        typer.Option("--speculate", help="Speculative decoding: prompt-lookup, early-exit:LAYER or draft-model."),
-    ] = None,
-    draft_model: Annotated[
-        Optional[str], typer.Option("--draft-model", help="The drafter for --speculate draft-model.")
-    ] = None,
     attention: Annotated[
         Optional[int],
         typer.Option(
@@ -111,15 +88,13 @@ def trace(
     try:  # every option checked before torch is imported: a mistake is told in a moment
         chosen_rows = None if lens_layers is None else parse_lens_layers(lens_layers)
         lens = lens or chosen_rows is not None
-        check_trace(steps, save, html, force, beams, speculate, lens or routing, attribution, watch)
-        if beams or speculate:
-            refuse_grammar(settings.grammar, "beam search" if beams else "speculative decoding")
+        check_trace(steps, outputs, search, lens or routing, attribution, watch)
+        if search.named:
+            refuse_grammar(settings.grammar, "beam search" if search.beams else "speculative decoding")
         check_chat(chat, system)
         loader = backend.loader(model, settings, interventions.interventions)
     except TokenvizError as exc:
         fail(str(exc))
-    if draft_model and not speculate:
-        speculate = "draft-model"
     from tokenviz.cli.headless import SaveFailed, run_trace
 
     written: list[tuple[str, Path]] = []
@@ -134,12 +109,12 @@ def trace(
                 routing=routing,
                 attribution=next((m for m in ATTRIBUTION_METHODS if m == attribution), None),
                 watch=tuple(watch or ()),
-                save=save,
-                html=(html, default_page_colors()) if html else None,
-                force=force,
-                beams=beams,
-                speculate=speculate,
-                draft_model=draft_model,
+                save=outputs.save,
+                html=(outputs.html, default_page_colors()) if outputs.html else None,
+                force=outputs.force,
+                beams=search.beams,
+                speculate=search.speculate,
+                draft_model=search.draft_model,
                 chat=chat,
                 system=system,
                 written=written,
@@ -160,29 +135,19 @@ def trace(
 
 def check_trace(
     steps: int,
-    save: str | None,
-    html: str | None,
-    force: bool,
-    beams: int | None,
-    speculate: str | None,
+    outputs: Outputs,
+    search: Search,
     per_step: bool,
     attribution: str | None,
     watch: list[str] | None,
 ) -> None:
     """Refuse trace's options that cannot work together, in one line, before anything is loaded."""
-    for path in (save, html):
-        if path:
-            check_writable(path, force)
     if steps < 1:
         raise TokenvizError(f"--steps must be at least 1, got {steps}")
-    if beams is not None and not 2 <= beams <= 8:
-        raise TokenvizError(f"--beams must be 2 to 8, got {beams}")
-    if (beams or speculate) and (save or html or per_step or attribution or watch):
+    if search.named and (outputs.save or outputs.html or per_step or attribution or watch):
         raise TokenvizError(
             "--beams and --speculate cannot be combined with --save, --html, --lens, --routing, --attribution "
             "or --watch"
         )
     if attribution is not None and attribution not in ATTRIBUTION_METHODS:
         raise TokenvizError(f"--attribution must be loo or grad, got {attribution!r}")
-    if beams and speculate:
-        raise TokenvizError("choose --beams or --speculate, not both")

@@ -16,7 +16,7 @@ from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell
 from tokenviz.render.units import duration, probability
 from tokenviz.render.visible import visible
-from tokenviz.ui.panes.base import Run, ScrollPane, result_or_note
+from tokenviz.ui.panes.base import RowsPane, Run, result_or_note
 from tokenviz.ui.screens import LongJobScreen
 from tokenviz.ui.selection import Selection
 
@@ -59,12 +59,8 @@ def current_attribution(selection: Selection) -> Attribution | None:
     return a if len(a.scores) == selection.cursor + 1 <= len(chips) else None
 
 
-class AttributionPane(ScrollPane):
+class AttributionPane(RowsPane):
     TITLE = "attribution"
-    DEFAULT_CSS = """
-    AttributionPane > .body { text-wrap: nowrap; text-overflow: ellipsis; }
-    AttributionPane > .body.-note { text-wrap: wrap; }
-    """
 
     declined: str | None = None  # why leave-one-out was not run here (too long, and the user said not now)
     method: AttributionMethod = "loo"  # the A key's; the palette offers both

@@ -4,7 +4,7 @@ and a border with a title."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 from rich.console import Console
 from rich.segment import Segment
@@ -25,6 +25,7 @@ from tokenviz.ui.panes.host import JourneyHost
 from tokenviz.ui.selection import Selection
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 class Pane(Widget):
@@ -158,6 +159,15 @@ class ScrollPane(VerticalScroll, Pane):
         return self.query_one(".body", Static)
 
 
+class RowsPane(ScrollPane):
+    """A ScrollPane of rows, each cut at the pane's width (a table's); a note in it wraps."""
+
+    DEFAULT_CSS = """
+    RowsPane > .body { text-wrap: nowrap; text-overflow: ellipsis; }
+    RowsPane > .body.-note { text-wrap: wrap; }
+    """
+
+
 class BoxPane(LinesPane):
     """A bordered pane drawn from one rich Text, as a Static would draw it, but line by line (see
     LinesPane): `update` is what the pane's `draw` calls."""
@@ -211,7 +221,7 @@ def text_strips(text: Text, width: int, console: Console, style: Style) -> list[
 
 
 def result_or_note(
-    result: T | None, selection: Selection, body: Static, waiting: str, what: str, run: Run | None = None
+    result: T | None, selection: Selection, body: Static, waiting: str, what: str, run: Run[Any] | None = None
 ) -> T | None:
     """A view computed at the cursor's position: `result`; or, while there is none, a note in
     `body` saying why (waiting for it, autoplay running, cancelled or refused, or a recording without it)."""
@@ -224,14 +234,23 @@ def result_or_note(
 
 
 @dataclass(frozen=True)
-class Run:
+class Run(Generic[R]):
     """What computes a view: its kind of request, and the action of the key that runs it again."""
 
-    kind: type[Request[Any]]
+    kind: type[Request[R]]
     action: str
 
 
-def pending_note(selection: Selection, waiting: str, what: str, run: Run | None = None) -> Text:
+def asked_result(selection: Selection, run: Run[R], body: Static, waiting: str, what: str) -> R | None:
+    """The result of a request a key runs (`run`: a beam search, speculation); while there is none,
+    `body` says why (see pending_note)."""
+    result = selection.snapshot.result(run.kind)
+    if result is None:
+        body.update(pending_note(selection, waiting, what, run))
+    return result
+
+
+def pending_note(selection: Selection, waiting: str, what: str, run: Run[Any] | None = None) -> Text:
     """What a model-computed view says before its result arrives: waiting, with the job's progress
     while it runs; cancelled, and how to run it again; refused, and why; or, in a recording (no model),
     what it lacks."""

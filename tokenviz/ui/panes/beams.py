@@ -7,7 +7,7 @@ from rich.text import Text
 from tokenviz.contract.commands import Beams
 from tokenviz.render.columns import fitting
 from tokenviz.render.visible import visible
-from tokenviz.ui.panes.base import Run, ScrollPane, pending_note
+from tokenviz.ui.panes.base import Run, ScrollPane, asked_result
 from tokenviz.ui.selection import Selection
 
 MARKS = {"kept": "✓", "finished": "★", "at length limit": "⊣", "pruned": "✗"}
@@ -35,10 +35,10 @@ class BeamPane(ScrollPane):
         journey.open_view("beams")
 
     def draw(self, selection: Selection) -> None:
-        body = self.body
-        result = selection.snapshot.result(Beams)
+        result = asked_result(
+            selection, Run(Beams, "beams"), self.body, "running a beam search from here…", "beam search"
+        )
         if result is None:
-            body.update(pending_note(selection, "running a beam search from here…", "beam search", Run(Beams, "beams")))
             return
         chosen = self.theme_colors.chosen
         text = Text(no_wrap=True, overflow="crop")
@@ -68,7 +68,7 @@ class BeamPane(ScrollPane):
                 style=f"bold {chosen}" if rank == 1 else "",
             )
         text.rstrip()
-        body.update(text)
+        self.body.update(text)
 
 
 def _tail(text: str) -> str:

@@ -10,7 +10,7 @@ from tokenviz.contract.results import Inspection
 from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell
 from tokenviz.render.visible import visible
-from tokenviz.ui.panes.base import Run, ScrollPane, result_or_note
+from tokenviz.ui.panes.base import RowsPane, Run, result_or_note
 from tokenviz.ui.selection import Selection
 
 
@@ -32,12 +32,8 @@ def inspection_or_note(selection: Selection, body: Static, waiting: str, view: s
     return result_or_note(current_inspection(selection), selection, body, waiting, "residual stream", run)
 
 
-class LensPane(ScrollPane):
+class LensPane(RowsPane):
     TITLE = "logit lens"
-    DEFAULT_CSS = """
-    LensPane > .body { text-wrap: nowrap; text-overflow: ellipsis; }
-    LensPane > .body.-note { text-wrap: wrap; }
-    """
 
     def draw(self, selection: Selection) -> None:
         body = self.body

@@ -12,7 +12,7 @@ from tokenviz.contract.records import LayerRoute
 from tokenviz.contract.snapshot import Snapshot
 from tokenviz.render.bars import bar
 from tokenviz.render.visible import visible
-from tokenviz.ui.panes.base import ScrollPane
+from tokenviz.ui.panes.base import RowsPane
 from tokenviz.ui.selection import Selection
 
 EXPERT_MARKS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"  # a strip's cell: the top expert
@@ -28,12 +28,8 @@ def routes_at(snapshot: Snapshot, position: int) -> tuple[LayerRoute, ...] | Non
     return record.routing.at(position if position < n else -1)
 
 
-class RoutingPane(ScrollPane):
+class RoutingPane(RowsPane):
     TITLE = "routing"
-    DEFAULT_CSS = """
-    RoutingPane > .body { text-wrap: nowrap; text-overflow: ellipsis; }
-    RoutingPane > .body.-note { text-wrap: wrap; }
-    """
 
     def draw(self, selection: Selection) -> None:
         s = selection.snapshot

@@ -7,7 +7,7 @@ from rich.text import Text
 from tokenviz.contract.commands import Speculate
 from tokenviz.render.columns import fitting
 from tokenviz.render.visible import visible
-from tokenviz.ui.panes.base import Run, ScrollPane, pending_note
+from tokenviz.ui.panes.base import Run, ScrollPane, asked_result
 from tokenviz.ui.selection import Selection
 
 STEPS = 16  # tokens a run decodes
@@ -32,14 +32,12 @@ class SpeculationPane(ScrollPane):
 
     def draw(self, selection: Selection) -> None:
         body = self.body
-        result = selection.snapshot.result(Speculate)
-        if result is None:
-            body.update(pending_note(selection, "drafting and verifying…", "speculation", Run(Speculate, "speculate")))
+        spec = asked_result(selection, Run(Speculate, "speculate"), body, "drafting and verifying…", "speculation")
+        if spec is None:
             return
-        spec, pieces = result, result.texts
-        ok = self.theme_colors.chosen
+        width = body.size.width - 3 if body.size.width else 10**6  # (the scrollbar)
+        pieces, ok = spec.texts, self.theme_colors.chosen
         text = Text(no_wrap=True, overflow="crop")
-        width = self.body.size.width - 3 if self.body.size.width else 10**6  # (the scrollbar)
         summary = (
             f"drafter: {spec.drafter} · {len(spec.rounds)} target forwards for {len(spec.ids)} tokens "
             f"({spec.tokens_per_forward:.2f} per forward) · acceptance {spec.acceptance_rate:.0%} of "

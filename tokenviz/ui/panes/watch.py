@@ -20,7 +20,7 @@ from tokenviz.render.columns import cell, fitting
 from tokenviz.render.sparkline import LOG_FLOOR, log_sparkline
 from tokenviz.render.units import probability
 from tokenviz.render.visible import visible
-from tokenviz.ui.panes.base import Run, ScrollPane, pending_note
+from tokenviz.ui.panes.base import RowsPane, Run, pending_note
 from tokenviz.ui.selection import Selection
 
 
@@ -33,12 +33,8 @@ def current_difference(selection: Selection) -> LogitDifference | None:
     return d if (d.a_id, d.b_id) == (s.pinned[-2][0], s.pinned[-1][0]) else None
 
 
-class WatchPane(ScrollPane):
+class WatchPane(RowsPane):
     TITLE = "watched tokens"
-    DEFAULT_CSS = """
-    WatchPane > .body { text-wrap: nowrap; text-overflow: ellipsis; }
-    WatchPane > .body.-note { text-wrap: wrap; }
-    """
 
     def draw(self, selection: Selection) -> None:
         s = selection.snapshot
