@@ -48,7 +48,7 @@ def test_trace_json_on_the_bundled_model_as_a_user_runs_it():
         assert step["chosen"]["id"] == step["top"][0]["id"]  # greedy: the raw argmax
         probs = [t["prob"] for t in step["top"]]
         assert probs == sorted(probs, reverse=True)
-        assert set(step["ms"]) == {"forward", "sampling"}
+        assert set(step["ms"]) == {"forward", "request", "sampling"} and step["ms"]["request"] is None
         assert isinstance(step["stages"], list)
     assert doc["text"] == "".join(s["chosen"]["text"] for s in doc["steps"])
     assert doc["text"].startswith(" the")

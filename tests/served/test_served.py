@@ -55,7 +55,7 @@ def test_the_served_journey_is_the_local_one(monkeypatch, capsys, served, vllm_s
         own = {t["id"]: math.log(t["prob"]) for t in mine["top"]}
         shared = [t for t in theirs["top"] if t["id"] in own]
         assert len(shared) >= 15 and theirs["draw"]["raw_rank"] == 1
-        assert theirs.keys() - {"entropy_floor"} == mine.keys() - {"entropy", "kv"}  # (one document, named)
+        assert theirs.keys() == mine.keys() and theirs["top"][0].keys() == mine["top"][0].keys()  # (one shape)
         for t in shared:
             assert abs(t["logprob"] - own[t["id"]]) < SERVED_TOLERANCE, (t, own[t["id"]])
     assert vllm_server.key not in json.dumps(served_doc)
@@ -151,10 +151,11 @@ def test_a_served_trace_saves_its_journey_and_page_watching_a_token_with_no_trac
     assert len(doc["steps"]) == 3 and all("watch" in step for step in doc["steps"])
     assert journey.is_file() and page.is_file()
     saved = json.loads(journey.read_text())
-    for step in (*doc["steps"], *saved["steps"]):  # named as the server gives them (issue 51, item 4)
-        assert all("logprob" in c and "logit" not in c for c in step["top"]), step["top"][0]
-        assert "entropy_floor" in step and "entropy" not in step and "kv" not in step
-        assert "request" in step["ms"] and "forward" not in step["ms"]
+    for step in (*doc["steps"], *saved["steps"]):  # one shape: what the server cannot give is null, and said so
+        assert all(c["logprob"] is not None and c["logit"] is None for c in step["top"]), step["top"][0]
+        assert step["entropy_floor"] is not None and step["entropy"] is None and step["kv"] is None
+        assert step["ms"]["request"] > 0 and step["ms"]["forward"] is None
+    assert {"top.logit", "entropy", "ms.forward", "kv"} == doc["not_given"].keys() == saved["not_given"].keys()
     for written in (journey, page):
         assert vllm_server.key not in written.read_text()
     code, out, err = invoke(monkeypatch, capsys, "replay", str(journey), "--verify", *served)
@@ -197,7 +198,8 @@ def test_score_on_the_server_is_the_local_score(monkeypatch, capsys, served):
     assert remote["tokens"][0]["rank"] == 730 and remote["model"]["covers"] == 20
     for mine, theirs in zip(local["tokens"], remote["tokens"]):
         assert abs(mine["logprob"] - theirs["logprob"]) < SERVED_TOLERANCE
-        assert "entropy" not in theirs and theirs["entropy_floor"] <= mine["entropy"] + 1e-3  # (a floor: top-N)
+        assert theirs["entropy"] is None and theirs["entropy_floor"] <= mine["entropy"] + 1e-3  # (a floor: top-N)
+        assert mine["entropy_floor"] == mine["entropy"]  # (the whole vocabulary's: exact)
     assert abs(remote["perplexity"] - local["perplexity"]) < 0.01 * local["perplexity"]
     code, out, err = invoke(monkeypatch, capsys, "score", text, *served)
     assert code == 0 and "the entropy is a floor" in " ".join(out.split()) and "≥ " in out, err

@@ -46,7 +46,7 @@ def print_table(doc: dict[str, Any], console: Console) -> None:
     if in_force:  # the distributions below are the intervened model's: "KL from own" is the distance
         console.print(Text(safe_text("interventions in force: " + "; ".join(in_force)), style="bold"))
     if doc["steps"] and "draw" in doc["steps"][0]:
-        console.print(_steps(doc["steps"], narrow=console.width < WIDE))
+        console.print(_steps(doc["steps"], m, narrow=console.width < WIDE))
     else:
         console.print(
             Text("output: " + "  ".join(f"{visible(s['chosen']['text'])} {s['chosen']['id']}" for s in doc["steps"]))
@@ -58,12 +58,17 @@ def print_table(doc: dict[str, Any], console: Console) -> None:
         console.print(Text(f"why {d['symptom']}: {d['cause']}; {d['remedy']}", style="yellow"))
 
 
-def _steps(steps: list[dict[str, Any]], narrow: bool = False) -> Table:
-    """One row a step; `narrow` keeps NARROW_COLUMNS (and what was asked for: attribution, watch)."""
+def _steps(steps: list[dict[str, Any]], model: dict[str, Any], narrow: bool = False) -> Table:
+    """One row a step; `narrow` keeps NARROW_COLUMNS (and what was asked for: attribution, watch). The
+    model's description says what the numbers are: a request's time (remote), a top N's probabilities."""
     table = Table(show_lines=False, header_style="bold")
-    served = "request" in steps[0]["ms"]  # (a served model's time is a request's, its top the server's)
+    served = bool(model.get("remote"))
     took, timing = ("request", "request ms") if served else ("forward", "fwd ms")
-    top = "top 3 (the server's)" if served else "top 3 (raw softmax)"
+    top = (
+        ("top 3 (the server's)" if served else "top 3 (its own top N)")
+        if model.get("covers")
+        else "top 3 (raw softmax)"
+    )
     columns = (
         "step",
         "chosen",
@@ -81,7 +86,7 @@ def _steps(steps: list[dict[str, Any]], narrow: bool = False) -> Table:
         *(("watch: p raw/final #rank",) if "watch" in steps[0] else ()),
     )
     asked = (
-        *((top, timing) if served else ()),
+        *((top, timing) if model.get("covers") or served else ()),
         "grammar: allowed, mass removed",
         "KL from own",
         "led most by (attribution)",
@@ -159,7 +164,7 @@ def print_score(doc: dict[str, Any], console: Console) -> None:
             f"{t['logprob']:.3f}",
             probability(t["prob"]),
             str(t["rank"]),
-            f"{t['entropy']:.2f}" if "entropy" in t else f"≥ {t['entropy_floor']:.2f}",
+            f"{t['entropy']:.2f}" if t["entropy"] is not None else f"≥ {t['entropy_floor']:.2f}",
             *(in_grammar if grammar else ()),
             Text(top),
         )

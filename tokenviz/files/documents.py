@@ -29,7 +29,8 @@ def trace_document(snapshot: Snapshot) -> dict[str, Any]:
         "settings": snapshot.settings.to_json(),
         "preset": preset.name if (preset := preset_in_force(snapshot.settings)) else None,
         "prompt": [{"id": c.id, "text": c.text} for c in snapshot.chips[: snapshot.prompt_len]],
-        "steps": [served_step(s) for s in steps] if snapshot.info.covers else steps,
+        "not_given": not_given(snapshot.info),
+        "steps": [step_json(s, snapshot.info) for s in steps],
         "prefill_ms": snapshot.records[0].forward_ms if snapshot.records else None,
         "stop_reason": snapshot.stop_reason,
         "text": snapshot.text,
@@ -38,22 +39,43 @@ def trace_document(snapshot: Snapshot) -> dict[str, Any]:
     }
 
 
-def served_step(step: dict[str, Any]) -> dict[str, Any]:
-    """A step of a served model named for what the server gives:
-    log-probabilities (not logits), the entropy's floor, a request's time (not a forward pass), and no KV
-    cache (the server keeps its own)."""
-    out = {k: v for k, v in step.items() if k != "kv"}
-    out["top"] = [_logprob(c) for c in step["top"]]
-    out["entropy_floor"] = out.pop("entropy")
-    out["ms"] = {("request" if k == "forward" else k): v for k, v in step["ms"].items()}
+def not_given(info: ModelInfo) -> dict[str, str]:
+    """The step fields this model's backend cannot give (null in every step), each with why: the
+    document has one shape whatever runs the model."""
+    absent = {}
+    if info.covers:
+        absent["top.logit"] = f"its top {info.covers} come as log-probabilities (logprob), not logits"
+        absent["entropy"] = f"over its top {info.covers} alone, the entropy is a floor (entropy_floor)"
+    if info.remote:
+        absent["ms.forward"] = f"a request's time, network included, is ms.request ({info.remote})"
+        absent["kv"] = "a server keeps its own KV cache"
+    else:
+        absent["ms.request"] = "no request: the pass runs in this process (ms.forward)"
+    return absent
+
+
+def step_json(step: dict[str, Any], info: ModelInfo) -> dict[str, Any]:
+    """A step in the document's one shape: a candidate's logit and log-probability, the entropy and its
+    floor, the pass's or the request's time and the cache, null where this backend cannot give them
+    (`not_given`). A top N's candidate 'logit' is the engine's log-probability."""
+    top_n, remote = bool(info.covers), bool(info.remote)
+    out = dict(step)
+    out["top"] = [_candidate(c, top_n) for c in step["top"]]
+    out["entropy"], out["entropy_floor"] = (None if top_n else step["entropy"]), step["entropy"]
+    ms = dict(step["ms"])
+    took = ms.pop("forward")
+    out["ms"] = {"forward": None if remote else took, "request": took if remote else None, **ms}
+    out["kv"] = None if remote else step["kv"]
     if "unsteered" in step:
-        out["unsteered"] = {**step["unsteered"], "top": [_logprob(c) for c in step["unsteered"]["top"]]}
+        out["unsteered"] = {**step["unsteered"], "top": [_candidate(c, top_n) for c in step["unsteered"]["top"]]}
     return out
 
 
-def _logprob(candidate: dict[str, Any]) -> dict[str, Any]:
-    """A served candidate: its 'logit' is the server's log-probability."""
-    return {("logprob" if k == "logit" else k): v for k, v in candidate.items()}
+def _candidate(candidate: dict[str, Any], top_n: bool) -> dict[str, Any]:
+    """{id, text, logit, logprob, prob}: a top N's 'logit' is its log-probability (no logit given)."""
+    logit, prob = candidate["logit"], candidate["prob"]
+    logprob = logit if top_n else (math.log(prob) if prob > 0 else None)
+    return {**candidate, "logit": None if top_n else logit, "logprob": logprob}
 
 
 def output_document(
@@ -97,6 +119,7 @@ def setup(s: Snapshot) -> dict[str, str]:
         "vocabulary": f"{info.vocab:,}" if info else "?",
         "grammar": settings.grammar.label if settings.grammar else "none",
         "interventions": ", ".join(i.label for i in interventions) or "none",
+        "preset": preset.name if (preset := preset_in_force(settings)) else "none",
         "sampling": "greedy" if settings.greedy else f"T {settings.temperature:g}",
         "top-k": str(settings.top_k) if settings.top_k else "off",
         "top-p": f"{settings.top_p:g}",
@@ -151,9 +174,8 @@ def score_document(
     """How likely the model found each token of a text after the first (read, never predicted):
     its log-probability, probability, rank, the entropy and top candidates there; the total and the
     perplexity of the text's own tokens. A chat template's tokens are listed (marked "template") but
-    counted apart: they say how the template reads, not how likely the text is. A served model's
-    entropy is a floor (its server gives a top-N: see decoding.drawn), named so."""
-    entropy = "entropy_floor" if info.covers else "entropy"
+    counted apart: they say how the template reads, not how likely the text is. Over a top N (a
+    server's: see decoding.drawn) the entropy is only a floor: `entropy` is null, `entropy_floor` given."""
     tokens = [
         {
             "index": p.position + 1,
@@ -162,7 +184,8 @@ def score_document(
             "logprob": p.logprob,
             "prob": p.next_prob,
             "rank": p.next_rank,
-            entropy: p.entropy,
+            "entropy": None if info.covers else p.entropy,  # (a top N's: its floor alone)
+            "entropy_floor": p.entropy,
             "top": [{"id": c.id, "text": c.text, "prob": c.prob} for c in p.top],
             **({"template": True} if chips[p.position + 1].is_template else {}),
         }
@@ -173,6 +196,7 @@ def score_document(
     total = sum(p.logprob for p in own)
     return {
         "model": info.to_json(),
+        "not_given": {"entropy": "over a top N, the entropy is a floor (entropy_floor)"} if info.covers else {},
         "first": {"id": chips[0].id, "text": chips[0].text},
         "tokens": tokens,
         "scored": len(own),  # the text's own tokens: the total and the perplexity are theirs
