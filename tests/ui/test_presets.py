@@ -127,3 +127,16 @@ def test_a_past_steps_subtitle_shows_the_settings_it_was_decided_with_at_80x24(t
         text = wait_screen(name, r"─ T 1\.00 .*preset creative")
         assert "now: " not in text, text
         quits_cleanly(name)
+
+
+def test_preset_equals_a_name_sets_a_tasks_settings_among_typed_ones_and_a_setting_beside_it_wins():
+    from tokenviz.contract.errors import SettingsError
+    from tokenviz.contract.presets import assigned
+
+    creative = assigned(DEFAULT_SETTINGS, ["preset=creative"])
+    assert preset_in_force(creative) is BY_NAME["creative"]
+    assert assigned(DEFAULT_SETTINGS, ["top-p=0.5", "preset=Creative"]).top_p == 0.5  # (named beside it: wins)
+    with pytest.raises(SettingsError, match=r"preset= takes factual, balanced, creative; got 'wild'"):
+        assigned(DEFAULT_SETTINGS, ["preset=wild"])
+    with pytest.raises(SettingsError, match=r"or preset=factual\|balanced\|creative"):
+        assigned(DEFAULT_SETTINGS, ["warmth=2"])

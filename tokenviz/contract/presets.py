@@ -8,6 +8,7 @@ stop strings and a grammar are the journey's, untouched.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +46,22 @@ def preset_named(name: str) -> Preset:
     if found is None:
         raise SettingsError(f"--preset takes {', '.join(BY_NAME)}; got {name!r}")
     return found
+
+
+PRESET_NAME = "preset"  # preset=NAME among NAME=VALUE assignments
+
+
+def assigned(settings: SamplingSettings, assignments: Sequence[str]) -> SamplingSettings:
+    """`settings` with NAME=VALUE assignments applied (SamplingSettings.changed), where `preset=NAME`
+    applies a preset's settings first: a setting named beside it wins, as beside --preset."""
+    presets = [a for a in assignments if a.partition("=")[0].strip().lower() == PRESET_NAME]
+    for assignment in presets:
+        name = assignment.partition("=")[2]
+        if name.strip().lower() not in BY_NAME:
+            raise SettingsError(f"preset= takes {', '.join(BY_NAME)}; got {name!r}")
+        settings = with_preset(settings, BY_NAME[name.strip().lower()])
+    also = f"; or {PRESET_NAME}={'|'.join(BY_NAME)}"
+    return settings.changed([a for a in assignments if a not in presets], also=also)
 
 
 def with_preset(settings: SamplingSettings, preset: Preset) -> SamplingSettings:

@@ -77,9 +77,10 @@ class SamplingSettings:
     def replace(self, **changes: Any) -> SamplingSettings:
         return dataclasses.replace(self, **changes)
 
-    def changed(self, assignments: Sequence[str]) -> SamplingSettings:
+    def changed(self, assignments: Sequence[str], also: str = "") -> SamplingSettings:
         """These settings with `NAME=VALUE` assignments applied (`top-k=10`, `temperature=0`,
-        `stop=.`; stop adds a stop string): one clear line for a name or value that is wrong."""
+        `stop=.`; stop adds a stop string): one clear line for a name or value that is wrong (naming
+        `also`, what else the caller takes: see presets.assigned)."""
         fields = {f.name: f for f in dataclasses.fields(self) if f.name != "grammar"}
         changes: dict[str, Any] = {}
         for assignment in assignments:
@@ -87,7 +88,7 @@ class SamplingSettings:
             key = name.strip().replace("-", "_")
             if not equals or key not in fields:
                 names = ", ".join(name.replace("_", "-") for name in fields)  # (as the dialog and the CLI write them)
-                raise SettingsError(f"{assignment!r} is not NAME=VALUE with a sampling setting: {names}")
+                raise SettingsError(f"{assignment!r} is not NAME=VALUE with a sampling setting: {names}{also}")
             if key == "stop":
                 changes["stop"] = (*changes.get("stop", self.stop), value)
                 continue

@@ -40,10 +40,11 @@ SEPARATE_DRAWS = "sampled: each side draws on its own (the server with its gener
 
 
 def describe(s: Snapshot, other: Snapshot | None, width: int = 10**6) -> Text:
-    """A side's header, within `width` cells: every field where it differs from the other side first,
-    marked (≠), then the interventions both run under (the model is not itself: briefly, where they
-    would not fit whole), then the rest of what it runs on and by, dim. Whole fields only: where the
-    rest does not fit, it ends in "…"."""
+    """A side's header, within `width` cells a line: every field where it differs from the other side
+    first, marked (≠), each whole however many lines they take (the label wraps), then the interventions
+    both run under (the model is not itself: briefly, where they would not fit whole), then the rest of
+    what it runs on and by, dim, while it fits the line. Whole fields only: where the rest does not fit,
+    it ends in "…"."""
     fields = setup(s)
     differing = setup_differences(s, other) if other is not None else {}
     rest = {name: value for name, value in fields.items() if name not in differing}
@@ -55,7 +56,10 @@ def describe(s: Snapshot, other: Snapshot | None, width: int = 10**6) -> Text:
         brief = f"interventions {briefly(interventions_in_force(s))}"
         parts.append((whole if cell_len(whole) <= room else brief, Style(bold=True)))
     parts += [(f"{name} {value}", Style(dim=True)) for name, value in rest.items()]
-    shown, used = 1, cell_len(parts[0][0])  # (the first always: a header says at least that)
+    named = max(len(differing), 1)  # (every difference, and at least one field: a header says that)
+    shown, used = named, sum(cell_len(words) + 3 for words, _ in parts[:named]) - 3
+    if used > width:  # (the differences wrap: the rest would only push them further)
+        width = used
     while shown < len(parts):
         more = cell_len(parts[shown][0]) + 3 + (4 if shown + 1 < len(parts) else 0)
         if used + more > width:
@@ -137,7 +141,7 @@ class CompareScreen(WorkerScreen[ComparisonSnapshot]):
     DEFAULT_CSS = """
     CompareScreen #sides { height: 1fr; }
     CompareScreen #sides > Vertical { width: 1fr; }
-    CompareScreen .label { height: 1; padding: 0 1; color: $primary; text-style: bold; }
+    CompareScreen .label { height: auto; max-height: 4; padding: 0 1; color: $primary; text-style: bold; }
     CompareScreen TokensPane { height: 1fr; }
     CompareScreen NextTokenPane { height: 1fr; width: 100%; }
     CompareScreen DiffPane { height: 12; }

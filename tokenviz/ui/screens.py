@@ -314,8 +314,8 @@ class SettingsDialog(AskScreen):
 
     QUESTION = (
         "Type settings as NAME=VALUE, apart by spaces: temperature, top-k, top-p, min-p, repetition-penalty, "
-        "presence-penalty, frequency-penalty, seed, max-new-tokens, stop (adds a stop string). Enter applies, "
-        "Escape closes."
+        "presence-penalty, frequency-penalty, seed, max-new-tokens, stop (adds a stop string); preset=NAME sets a "
+        "task's (factual, balanced, creative). Enter applies, Escape closes."
     )
     PLACEHOLDER = "temperature=0.3 top-k=0"
     INPUT_ID = "settings-input"
@@ -354,9 +354,10 @@ class CompareDialog(AskScreen):
 
     QUESTION = (
         "Compare with other settings: this prompt runs twice side by side, A with the settings now and B "
-        "with these changes (NAME=VALUE, separated by spaces). Enter starts, Escape closes."
+        "with these changes (NAME=VALUE, separated by spaces; preset=creative for a task's). Enter starts, Escape "
+        "closes."
     )
-    PLACEHOLDER = "temperature=0.7 top-k=10"
+    PLACEHOLDER = "preset=creative"
     INPUT_ID = "compare-input"
 
 

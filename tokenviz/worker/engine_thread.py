@@ -48,6 +48,7 @@ from tokenviz.contract.engine import Capability, DrawingEngine
 from tokenviz.contract.errors import Cancelled, GiveWay, TokenvizError
 from tokenviz.contract.interventions import Entries
 from tokenviz.contract.lens_layers import LensLayers
+from tokenviz.contract.presets import assigned
 from tokenviz.contract.records import TokenChip
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.contract.snapshot import CANCELS, EngineState, Snapshot
@@ -263,7 +264,7 @@ class EngineWorker(CommandThread[Snapshot]):
             case Adjust(name=name, direction=direction):
                 session.set_settings(self._nudges.apply(session.settings, name, direction))
             case Assign(assignments=assignments):
-                session.set_settings(session.settings.changed(assignments))
+                session.set_settings(assigned(session.settings, assignments))
             case Intervene(entries=entries):
                 # A patch from a branch takes its tokens, once.
                 entries = tuple((with_branch_source(i, session.branches), on) for i, on in entries)

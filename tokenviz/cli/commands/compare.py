@@ -5,25 +5,12 @@ from typing import Annotated, Optional
 
 import typer
 
-from tokenviz.cli.backend_options import BackendChoice, backend_options
+from tokenviz.cli.backend_options import BackendChoice, journey_options
 from tokenviz.cli.commands import in_terminal
-from tokenviz.cli.commands.common import (
-    DEFAULT_PROMPT,
-    Theme,
-    check_chat,
-    new_cli,
-    print_result,
-)
-from tokenviz.cli.options import (
-    Chat,
-    ModelChoice,
-    System,
-    fail,
-    model_options,
-    sampling_options,
-    stderr_progress,
-)
+from tokenviz.cli.commands.common import DEFAULT_PROMPT, Theme, check_chat, new_cli, print_result
+from tokenviz.cli.options import Chat, ModelChoice, System, fail, stderr_progress
 from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.presets import assigned
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.themes import DEFAULT_THEME, check_theme
 
@@ -31,9 +18,7 @@ compare_cli = new_cli()
 
 
 @compare_cli.command()
-@backend_options("compare")
-@sampling_options(leave_out=("max_new_tokens",))
-@model_options()
+@journey_options("compare", leave_out=("max_new_tokens",))
 def compare(
     settings: SamplingSettings,
     model: ModelChoice,
@@ -43,7 +28,8 @@ def compare(
         Optional[list[str]],
         typer.Option(
             "--against",
-            help="B's sampling setting NAME=VALUE where it differs from A's (repeatable): temperature=0, top-k=10...",
+            help="B's sampling setting NAME=VALUE where it differs from A's (repeatable): temperature=0, top-k=10, "
+            "or preset=NAME for a task's (factual, balanced, creative; a setting named beside it wins).",
         ),
     ] = None,
     against_model: Annotated[
@@ -89,7 +75,7 @@ def compare(
         check_chat(chat, system)
         check_theme(theme)
         a = settings.replace(max_new_tokens=steps)
-        b = a.changed(against or [])
+        b = assigned(a, against or [])
         if against_grammar is not None:
             from tokenviz.files.grammar_file import grammar_from_line
 

@@ -9,7 +9,7 @@ from textual.message import Message
 
 from tokenviz.contract.commands import Adjust, Assign, Constrain, Play, Start
 from tokenviz.contract.errors import TokenvizError
-from tokenviz.contract.presets import preset_in_force
+from tokenviz.contract.presets import assigned, preset_in_force
 from tokenviz.contract.records import Decision, ModelInfo
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.contract.snapshot import ComparisonSnapshot
@@ -149,7 +149,7 @@ class SamplingPane(BoxPane):
             if s is None:
                 return None
             try:
-                s.settings.changed(tuple(line.split()))
+                assigned(s.settings, tuple(line.split()))
             except TokenvizError as exc:
                 return str(exc)
             return None
@@ -194,7 +194,7 @@ class SamplingPane(BoxPane):
             if not text:
                 return
             try:
-                against = s.settings.changed(text.split())
+                against = assigned(s.settings, text.split())
                 worker = journey.worker.compare(s.settings, against, Start(s.prompt, s.chat, s.system))
             except TokenvizError as exc:
                 self.notify(str(exc), severity="error")

@@ -1,0 +1,43 @@
+"""UX 6's screen findings (issue 69) in a real terminal (tmux, a socket of its own), at the size where
+each was seen, on a tiny model."""
+
+import re
+
+import pytest
+from terminals import quits_cleanly, screen, terminal, wait_screen
+from tiny import save_tiny
+
+pytestmark = pytest.mark.terminal
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return save_tiny(tmp_path_factory.mktemp("tiny-ux6"), "llama", context=256)
+
+
+def header(text: str, side: int, width: int) -> str:
+    """A comparison side's header (the lines above its panes), its wrapping undone."""
+    lines = []
+    for line in text.splitlines():
+        if line.lstrip().startswith("╭"):
+            break
+        lines.append(line[side * width // 2 : (side + 1) * width // 2])
+    return re.sub(r"\s+", " ", " ".join(lines)).strip()
+
+
+def test_presets_side_by_side_name_every_setting_that_differs_at_120_columns(tiny_dir):
+    """Finding 6: `compare --against preset=creative` runs (it was refused as not NAME=VALUE), and each
+    header, at 120 columns, names every setting that differs (the frequency penalty was cut to "…")."""
+    with terminal((120, 36), "compare", "The cat sat", "--model", tiny_dir, "--preset", "factual",
+                  "--against", "preset=creative") as name:  # fmt: skip
+        text = wait_screen(name, r"B: ≠ preset creative")
+        a, b = header(text, 0, 120), header(text, 1, 120)
+        for shown, wanted in (
+            (a, ("A: ≠ preset factual", "≠ sampling T 0.2", "≠ top-p 0.9", "≠ presence/frequency 0/0 ")),
+            (b, ("B: ≠ preset creative", "≠ sampling T 1", "≠ top-p 0.95", "≠ presence/frequency 0/0.3")),
+        ):
+            for words in wanted:
+                assert words in shown + " ", (words, shown)
+        assert "seed" not in a  # (what both share: dim, where it fits, after the differences)
+        quits_cleanly(name)
+        assert "Traceback" not in screen(name)
