@@ -69,7 +69,9 @@ def test_score_on_the_command_line(monkeypatch, capsys, tmp_path):
     code, out, err = invoke(monkeypatch, capsys, "score", TEXT, "--model", directory, "--json")
     assert code == 0, err
     doc = json.loads(out)
-    assert set(doc) == {"model", "first", "tokens", "scored", "logprob", "perplexity", "template"} and doc["tokens"]
+    keys = {"model", "not_given", "first", "tokens", "scored", "logprob", "perplexity", "template"}
+    assert set(doc) == keys and doc["tokens"] and doc["not_given"] == {}  # (a local model gives every field)
+    assert all(t["entropy"] == t["entropy_floor"] for t in doc["tokens"])  # (the whole vocabulary's: exact)
     assert doc["scored"] == len(doc["tokens"]) and doc["template"] == {"tokens": 0, "logprob": 0}
     code, out, err = invoke(monkeypatch, capsys, "score", TEXT, "--model", directory)
     assert code == 0 and "perplexity" in out and "logprob" in out

@@ -8,6 +8,7 @@ from tiny import tiny_model
 
 from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.errors import PromptError, TokenvizError
+from tokenviz.contract.records import StepRecord
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.chips import chips_of
 from tokenviz.journey.session import Session
@@ -343,3 +344,21 @@ def test_a_step_whose_output_is_not_a_number_leaves_the_journey_as_it_was(tiny_l
         hook.remove()
     assert s.ids == ids and s.pending is pending and s.engine.kv_len == kv
     assert s.step() is not None  # and it goes on once the model computes numbers again
+
+
+def test_a_steps_record_is_built_once(monkeypatch):
+    """The decision hands the session what it decided, and the session builds the step's record once
+    with the pass's figures (it was built, then rebuilt by a replace)."""
+    built = []
+    made = StepRecord.__init__
+
+    def counted(self, *args, **kwargs):
+        built.append(1)
+        made(self, *args, **kwargs)
+
+    s = make(tiny_model("llama"), temperature=0.8, seed=1)
+    monkeypatch.setattr(StepRecord, "__init__", counted)
+    s.start(PROMPT)
+    for _ in range(3):
+        s.step()
+    assert len(built) == len(s.records) == 4

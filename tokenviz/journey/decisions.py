@@ -9,14 +9,16 @@ record in the journey."""
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 import torch
 
+from tokenviz.contract import records
 from tokenviz.contract.engine import DrawingEngine, Engine, Intervening
 from tokenviz.contract.interventions import Intervention
-from tokenviz.contract.records import StepRecord
+from tokenviz.contract.records import Candidate, StepRecord, Unsteered
 from tokenviz.contract.results import Drawn
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.drawn import drawn_decision, drawn_top, drawn_unsteered, forced_figures
@@ -49,13 +51,37 @@ class Journey(Protocol):
     def grammars(self) -> GrammarState: ...
 
 
+@dataclass(frozen=True)
+class Decided:
+    """The next token's decision after a journey's ids and what it was made from: the step record's
+    fields of the same names (the session builds the record once, with the pass's)."""
+
+    top: tuple[Candidate, ...]
+    entropy: float
+    decision: records.Decision
+    interventions: tuple[Intervention, ...]
+    unsteered: Unsteered | None = None
+    ms: float = 0.0  # what the decision took beyond the pass (a drawing engine's request)
+
+    def onto(self, record: StepRecord) -> StepRecord:
+        """The pending `record` with this decision in its place (the model changed under it)."""
+        return dataclasses.replace(
+            record,
+            top=self.top,
+            entropy=self.entropy,
+            decision=self.decision,
+            interventions=self.interventions,
+            unsteered=self.unsteered,
+        )
+
+
 class Decision(Protocol):
     def record(
         self, journey: Journey, logits: torch.Tensor | None, extra: dict[str, torch.Tensor] | None = None
-    ) -> tuple[StepRecord, dict[str, np.ndarray]]:
-        """The record of the next token's decision after `journey.ids` (its top-n, decision and, with
-        interventions in force, the model's own distribution there) and the host's copy of the tensors with
-        `extra`, in one transfer. Its place in the journey is the caller's to fill in."""
+    ) -> tuple[Decided, dict[str, np.ndarray]]:
+        """The next token's decision after `journey.ids` (its top-n, decision and, with interventions in
+        force, the model's own distribution there) and the host's copy of the tensors with `extra`, in
+        one transfer."""
 
     def redecide(self, journey: Journey, logits: torch.Tensor | None, forced_id: int | None = None) -> StepRecord:
         """The pending record (`journey.records[-1]`) decided again with the settings now; `forced_id`
@@ -70,7 +96,7 @@ class LocalDecision:
 
     def record(
         self, journey: Journey, logits: torch.Tensor | None, extra: dict[str, torch.Tensor] | None = None
-    ) -> tuple[StepRecord, dict[str, np.ndarray]]:
+    ) -> tuple[Decided, dict[str, np.ndarray]]:
         assert logits is not None  # (only a drawing engine's forward gives none)
         allowed = journey.grammars.allowed(journey.settings, journey.generated_ids)
         with one_thread_on_cpu(logits.device):  # (once for both)
@@ -91,18 +117,8 @@ class LocalDecision:
             own = unsteered_on_device(logits, own_logits, journey.top_n)
         host = to_host({**summary.tensors, **decision.tensors, **own, **(extra or {})})
         top, entropy = summary.read(host, self.piece)
-        record = StepRecord(
-            index=len(journey.records),
-            position=len(journey.ids),
-            input_ids=(),
-            input_texts=(),
-            top=top,
-            entropy=entropy,
-            decision=decision.read(host, self.piece),
-            interventions=journey.interventions,
-            unsteered=read_unsteered(host, self.piece, own_timer) if own_timer else None,
-        )
-        return record, host
+        unsteered = read_unsteered(host, self.piece, own_timer) if own_timer else None
+        return Decided(top, entropy, decision.read(host, self.piece), journey.interventions, unsteered), host
 
     def redecide(self, journey: Journey, logits: torch.Tensor | None, forced_id: int | None = None) -> StepRecord:
         assert logits is not None
@@ -129,20 +145,18 @@ class DrawnDecision:
 
     def record(
         self, journey: Journey, logits: torch.Tensor | None, extra: dict[str, torch.Tensor] | None = None
-    ) -> tuple[StepRecord, dict[str, np.ndarray]]:
-        return self._record(journey, self.engine.draw(journey.ids, journey.settings)), to_host(extra or {})
+    ) -> tuple[Decided, dict[str, np.ndarray]]:
+        return self._decided(journey, self.engine.draw(journey.ids, journey.settings)), to_host(extra or {})
 
     def redecide(self, journey: Journey, logits: torch.Tensor | None, forced_id: int | None = None) -> StepRecord:
         """Its draw again with these settings; a forced token needs none."""
         kept = self._drawn if forced_id is not None else None
         drawn = kept or self.engine.draw(journey.ids, journey.settings)
-        record = self._record(journey, drawn, forced_id, own=False)  # (its context, so its own, is the same)
-        return dataclasses.replace(
-            journey.records[-1], top=record.top, entropy=record.entropy, decision=record.decision
-        )
+        again = self._decided(journey, drawn, forced_id, own=False)  # (its context, so its own, is the same)
+        return dataclasses.replace(journey.records[-1], top=again.top, entropy=again.entropy, decision=again.decision)
 
-    def _record(self, journey: Journey, drawn: Drawn, forced_id: int | None = None, own: bool = True) -> StepRecord:
-        """The record of `drawn`; `forced_id` taken instead; with `own` and interventions in force, the
+    def _decided(self, journey: Journey, drawn: Drawn, forced_id: int | None = None, own: bool = True) -> Decided:
+        """The decision of `drawn`; `forced_id` taken instead; with `own` and interventions in force, the
         model's own distribution beside it (one more request)."""
         engine, ids = self.engine, list(journey.ids)
         self._drawn = drawn
@@ -158,18 +172,7 @@ class DrawnDecision:
             own_draw = journey.intervening.own_logits(ids)[0]
             assert isinstance(own_draw, Drawn), "an engine that draws gives its own distribution as a draw"
             unsteered = drawn_unsteered(drawn, own_draw, engine.piece, journey.top_n)
-        return StepRecord(
-            index=len(journey.records),
-            position=len(ids),
-            input_ids=(),
-            input_texts=(),
-            top=top,
-            entropy=entropy,
-            decision=decision,
-            forward_ms=drawn.ms,
-            interventions=journey.interventions,
-            unsteered=unsteered,
-        )
+        return Decided(top, entropy, decision, journey.interventions, unsteered, ms=drawn.ms)
 
 
 def decision_for(engine: Engine) -> Decision:
@@ -180,15 +183,7 @@ def decision_for(engine: Engine) -> Decision:
 def refreshed(decision: Decision, journey: Journey, logits: torch.Tensor | None) -> StepRecord:
     """The pending record made again from `logits` (a drawing engine's draw again): its top-n, decision,
     interventions and the model's own distribution beside them (the model changed under it)."""
-    record = decision.record(journey, logits)[0]
-    return dataclasses.replace(
-        journey.records[-1],
-        top=record.top,
-        entropy=record.entropy,
-        decision=record.decision,
-        interventions=record.interventions,
-        unsteered=record.unsteered,
-    )
+    return decision.record(journey, logits)[0].onto(journey.records[-1])
 
 
 def decided_again(decision: Decision, journey: Journey, logits: torch.Tensor | None) -> StepRecord:

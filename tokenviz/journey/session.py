@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from typing import Any
 
 import numpy as np
 import torch
@@ -20,6 +19,7 @@ from tokenviz.contract.engine import (
     AttentionRows,
     Capability,
     Engine,
+    Forward,
     Intervenable,
     Intervening,
     able,
@@ -378,7 +378,7 @@ class Session:
 
     def _push(
         self,
-        forward: Any,
+        forward: Forward,
         input_ids: list[int],
         prompt_parts: dict[str, torch.Tensor] | None = None,
         forward_ms: float | None = None,
@@ -387,16 +387,22 @@ class Session:
         predictions at every prompt position) reach the host in one transfer."""
         decided, host = self.decision.record(self, forward.logits, {**(prompt_parts or {}), **(forward.routes or {})})
         self.engine.learn_pieces(input_ids)  # a prompt's pieces: in one call
-        record = dataclasses.replace(
-            decided,
+        record = StepRecord(
+            index=len(self.records),
+            position=len(self.ids),
             input_ids=tuple(input_ids),
             input_texts=tuple(self.engine.piece(t) for t in input_ids),
-            forward_ms=(forward.timer.ms() if forward_ms is None else forward_ms) + decided.forward_ms,
+            top=decided.top,
+            entropy=decided.entropy,
+            decision=decided.decision,
+            forward_ms=(forward.timer.ms() if forward_ms is None else forward_ms) + decided.ms,
             place_ms=forward.places.ms() if forward.places else (),
             kv_len=self.engine.kv_len,
             kv_bytes=self.engine.kv_bytes,
             prompt_predictions=prompt_predictions(self.engine, host, input_ids) if prompt_parts else (),
             routing=self.engine.read_routing(host),
+            interventions=decided.interventions,
+            unsteered=decided.unsteered,
         )
         self.pending_logits = forward.logits
         self.records.append(record)
