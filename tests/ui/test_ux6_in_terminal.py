@@ -4,7 +4,7 @@ each was seen, on a tiny model."""
 import re
 
 import pytest
-from terminals import quits_cleanly, screen, terminal, wait_screen
+from terminals import keys, quits_cleanly, screen, terminal, wait_screen
 from tiny import save_tiny
 
 pytestmark = pytest.mark.terminal
@@ -41,3 +41,16 @@ def test_presets_side_by_side_name_every_setting_that_differs_at_120_columns(tin
         assert "seed" not in a  # (what both share: dim, where it fits, after the differences)
         quits_cleanly(name)
         assert "Traceback" not in screen(name)
+
+
+def test_each_sampling_stage_names_itself_in_words_at_80x24(tiny_dir):
+    """Finding 11: the creative preset's stage line read "softmax → 0/0.3: 4↓ → p=0.95: 11 → draw" under a
+    column "pres/fr"; each stage now says its name in a word, its count what it did."""
+    with terminal((80, 24), "The cat sat", "--model", tiny_dir, "--preset", "creative") as name:
+        wait_screen(name, r"ready · step 0")
+        keys(name, *["Space"] * 6)
+        text = wait_screen(name, r"ready · step 6")
+        assert re.search(r"softmax → freq 0\.3: \d+ lowered → top-p 0\.95: \d+ → draw", text), text
+        header = next(line for line in text.splitlines() if "raw" in line and "final" in line and "top-p" in line)
+        assert " freq " in header and "pres/fr" not in text, header
+        quits_cleanly(name)

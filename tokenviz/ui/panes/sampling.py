@@ -10,7 +10,7 @@ from textual.message import Message
 from tokenviz.contract.commands import Adjust, Assign, Constrain, Play, Start
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.presets import assigned, preset_in_force
-from tokenviz.contract.records import Decision, ModelInfo
+from tokenviz.contract.records import PRESENCE_FREQUENCY, REPETITION, Decision, ModelInfo, Stage
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.contract.snapshot import ComparisonSnapshot
 from tokenviz.contract.worker import Worker
@@ -22,7 +22,33 @@ from tokenviz.ui.panes.base import BoxPane
 from tokenviz.ui.screens import CompareDialog, GrammarDialog, SettingsDialog
 from tokenviz.ui.selection import Selection
 
-SHORT_NAMES = {"temperature": "temp", "repetition": "repeat", "presence/frequency": "pres/fr"}
+SHORT_NAMES = {"temperature": "temp", "repetition": "repeat"}  # a stage's column (7 cells), by its name
+
+
+def short_name(stage: Stage, settings: SamplingSettings) -> str:
+    """A stage's name in a word or two, the penalty by the one it applies ("freq", "pres", "pres+freq")."""
+    if stage.name == PRESENCE_FREQUENCY:
+        named = [w for w, on in (("pres", settings.presence_penalty), ("freq", settings.frequency_penalty)) if on]
+        return "+".join(named) or "penalty"
+    return SHORT_NAMES.get(stage.name, stage.name)
+
+
+def short_stage(stage: Stage, settings: SamplingSettings) -> str:
+    """A stage named and set in words, as a short line gives it: "temp 0.7", "top-p 0.95", "freq 0.3"."""
+    s = settings
+    values = {
+        "temperature": f"{s.temperature:g}",
+        "top-k": f"{s.top_k}",
+        "top-p": f"{s.top_p:g}",
+        "min-p": f"{s.min_p:g}",
+        REPETITION: f"×{s.repetition_penalty:g}",
+    }
+    if stage.name == PRESENCE_FREQUENCY:
+        parts = (("pres", s.presence_penalty), ("freq", s.frequency_penalty))
+        return " ".join(f"{word} {value:g}" for word, value in parts if value)
+    if stage.name in values:
+        return f"{short_name(stage, s)} {values[stage.name]}"
+    return stage.detail  # (a grammar's label names it)
 
 
 def settings_lines(settings: SamplingSettings) -> tuple[str, str]:
@@ -110,9 +136,10 @@ def pipeline_text(d: Decision, info: ModelInfo, compact: bool = False) -> Text:
     if n and d.stages and not compact:
         pipeline.append(" · the stages recomputed here over those only", style="dim")
     for st in d.stages:
-        pipeline.append(f" → {st.detail}: " if compact else f" → {st.name} {st.detail}: ", style="bold")
+        words = short_stage(st, d.settings) if compact else f"{st.name} {st.detail}"
+        pipeline.append(f" → {words}: ", style="bold")
         if st.is_penalty:  # it keeps every token: what it did is the tokens it penalised (↓ below)
-            pipeline.append(f"{st.changed}↓" if compact else f"{st.changed} tokens penalised ↓")
+            pipeline.append(f"{st.changed} lowered" if compact else f"{st.changed} tokens penalised ↓")
         elif st.is_grammar:  # what it forbade is struck through below
             allowed = "forced: the only token allowed" if st.kept == 1 else f"{st.kept:,} allowed"
             pipeline.append(allowed if compact else f"{allowed}, {st.removed:.1%} of the mass removed")
@@ -232,7 +259,7 @@ class SamplingPane(BoxPane):
         table = Text(no_wrap=True, overflow="crop")
         table.append(f" {cell('token', 13)} {'raw':>6} {cell('', bar_width)} ", style="bold")
         for st in d.stages:
-            table.append(cell(SHORT_NAMES.get(st.name, st.name), stage_w, right=True) + " ", style="bold")
+            table.append(cell(short_name(st, d.settings), stage_w, right=True) + " ", style="bold")
         table.append("final\n", style="bold")
         watched = pinned_rows(d, rows)
         finals = d.final_probs
