@@ -109,6 +109,26 @@ def test_capabilities_stand_side_by_side_and_a_lacking_one_is_one_line():
     assert shared_prefix([1, 2, 3], [1, 2, 4, 5]) == 2 and shared_prefix([], [1]) == 0
 
 
+def test_a_grammar_on_an_engine_that_draws_says_so_though_its_tokenizer_is_here():
+    """Issue 69, finding 3: a served model with --tokenizer DIR was said to lack the local tokenizer when G
+    was pressed; it has it (counting tokens), and a grammar stage needs tokenviz to draw the token."""
+    from tokenviz.contract.engine import why_not
+
+    info = dataclasses.replace(
+        ModelRunner(family_model("llama")).info,
+        capabilities=in_order({Capability.STEP, Capability.TOKENIZER, Capability.LENS}),
+        remote="127.0.0.1:8000",
+        covers=20,
+        draws="the server, with the settings sent",
+    )
+    assert lacking(info, Capability.TOKENIZER, "counting tokens") is None
+    brief = why_not(info, Capability.GRAMMAR)
+    assert brief == "the server draws each token itself; a grammar needs tokenviz to draw (M says more)"
+    line = lacking(info, Capability.GRAMMAR, "a grammar stage")
+    assert line is not None and "the server draws each token itself" in line
+    assert "needs the engine's local tokenizer" not in line and line.endswith("local tokenizer)")  # (it gives it)
+
+
 def test_keys_and_palette_actions_name_the_capability_they_need():
     assert needs_of("view('lens')") == Capability.LENS
     assert needs_of("view('attribution')") == Capability.LEAVE_ONE_OUT
@@ -116,7 +136,7 @@ def test_keys_and_palette_actions_name_the_capability_they_need():
     assert needs_of("attribution('loo')") == Capability.LEAVE_ONE_OUT
     assert needs_of("beams(5)") == needs_of("beams") == Capability.CACHE
     assert needs_of("ablate_head") == Capability.INTERVENTIONS
-    assert needs_of("grammar") == Capability.TOKENIZER  # (a server's tokenizer is not here: no grammar stage)
+    assert needs_of("grammar") == Capability.GRAMMAR  # (a tokenizer here, and tokenviz drawing)
     assert needs_of("step") is None and needs_of("view('charts')") is None
 
 

@@ -220,7 +220,8 @@ def test_a_grammar_is_refused_in_one_line_on_a_served_model(engine):
     s.start(PROMPT)
     with pytest.raises(
         TokenvizError,
-        match=r"a grammar stage needs the engine's local tokenizer, which .* does not give, a served model",
+        match=r"a grammar stage needs the engine's grammar stage, which .* does not give: the server draws each "
+        r"token itself, and a grammar stage needs tokenviz to draw",
     ):
         s.set_settings(GREEDY.replace(grammar=Grammar("regex", " (Paris|Rome)", " (Paris|Rome)")))
     assert s.settings.grammar is None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -193,6 +194,23 @@ def test_the_app_shows_a_served_models_lens_and_attention_at_80x24(vllm_lens_ser
         keys(name, "steer-tokens 15:8: Paris: the", "Enter")
         steered = wait_screen(name, r"KL ≥ \d\.\d{3}", timeout=120)  # (the model's own beside it: a floor)
         assert "steer L15" in steered or "1 intervention" in steered, steered
+        quits_cleanly(name)
+
+
+@pytest.mark.terminal
+def test_a_served_model_with_its_tokenizer_has_it_and_a_grammar_says_the_server_draws(vllm_lens_server):
+    """Issue 69, finding 3, at 200x60: with --tokenizer DIR, G answered that the served model lacked the
+    local tokenizer and M listed it under "not"; it has it, and a grammar needs tokenviz to draw."""
+    args = ["--endpoint", vllm_lens_server.url, "--api-key-env", KEY_ENV, "--tokenizer", str(vllm_lens_server.model)]
+    with terminal((200, 60), *args, "--temperature", "0", env={KEY_ENV: vllm_lens_server.key}) as name:
+        wait_screen(name, r"ready · step 0", timeout=180)
+        keys(name, "G")
+        said = wait_screen(name, r"the server draws each token itself")
+        assert "needs the local tokenizer" not in said
+        keys(name, "M")
+        model = re.sub(r"[│\s]+", " ", wait_screen(name, r"not: "))  # (the view's lines joined)
+        can, _, cannot = model.partition("not: ")
+        assert "local tokenizer" in can.rpartition("can: ")[2] and "grammar stage" in cannot, model
         quits_cleanly(name)
 
 

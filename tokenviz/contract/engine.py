@@ -52,7 +52,8 @@ class Capability(StrEnum):
     INTERVENTIONS = "interventions"  # ablating heads, steering and patching the residual stream
     ROUTING = "routing"  # a mixture-of-experts model's router decisions
     LOGIT_SPLIT = "logit split"  # a logit difference split by layer (attention and MLP)
-    TOKENIZER = "local tokenizer"  # the model's own tokenizer in this process (a grammar stage; counting tokens)
+    TOKENIZER = "local tokenizer"  # the model's own tokenizer in this process (counting tokens)
+    GRAMMAR = "grammar stage"  # a grammar's mask over the whole vocabulary, tokenviz drawing: the tokenizer here
 
 
 # What a server may expose of a model's inside (through a plugin); the rest needs the model in this process.
@@ -102,6 +103,8 @@ def lacking(info: ModelInfo, needed: Capability, what: str, brief: bool = False)
     held = ", ".join(info.capabilities) or "none"
     inside = needed in SERVER_MAY_EXPOSE and info.internals  # (why not, and how to have it: ModelInfo.internals)
     served = f", a served model: {info.internals if inside else NOT_SERVED}" if info.remote else ""
+    if needed is Capability.GRAMMAR and info.draws:  # (a tokenizer here does not make the draw tokenviz's)
+        served = f": {info.giver} draws each token itself, and a grammar stage needs tokenviz to draw"
     return f"{what} needs the engine's {needed.value}, which {info.name} does not give{served} (it gives: {held})"
 
 
@@ -110,6 +113,8 @@ def why_not(info: ModelInfo, needed: Capability) -> str:
     the question back): a reason's aside (an install line) is left to the model view (M)."""
     if needed is Capability.ROUTING and not info.experts and not info.remote:  # (a server's are not read)
         return f"{info.name} has no experts (a dense model): no routing to show"
+    if needed is Capability.GRAMMAR and info.draws:
+        return f"{info.giver} draws each token itself; a grammar needs tokenviz to draw (M says more)"
     if not info.remote:
         return f"{info.name} does not give its {needed.value} here (M lists what it gives)"
     if needed is Capability.CACHE:
@@ -409,6 +414,7 @@ PROTOCOLS: dict[Capability, type] = {  # what an engine declaring each capabilit
     Capability.ROUTING: Engine,  # (read from the passes it runs anyway: Engine.read_routing)
     Capability.LOGIT_SPLIT: LogitSplitting,
     Capability.TOKENIZER: Engine,  # (its `tokenizer`, which an engine without this capability leaves None)
+    Capability.GRAMMAR: Engine,  # (its `tokenizer`, and the logits tokenviz draws from)
 }
 
 
@@ -428,7 +434,9 @@ def able(engine: Engine, needed: Literal[Capability.INTERVENTIONS], what: str) -
 def able(engine: Engine, needed: Literal[Capability.LOGIT_SPLIT], what: str) -> LogitSplitting: ...
 @overload
 def able(
-    engine: Engine, needed: Literal[Capability.STEP, Capability.ROUTING, Capability.TOKENIZER], what: str
+    engine: Engine,
+    needed: Literal[Capability.STEP, Capability.ROUTING, Capability.TOKENIZER, Capability.GRAMMAR],
+    what: str,
 ) -> Engine: ...
 
 

@@ -21,7 +21,8 @@ class GrammarState:
     @property
     def matchers(self) -> GrammarMatchers:
         if self._matchers is None:
-            engine = able(self._engine, Capability.TOKENIZER, "a grammar stage")
+            engine = able(self._engine, Capability.GRAMMAR, "a grammar stage")
+            assert engine.tokenizer is not None, "an engine with a grammar stage has its tokenizer here"
             self._matchers = GrammarMatchers(engine.tokenizer, engine.info.vocab, engine.eos_ids)
         return self._matchers
 

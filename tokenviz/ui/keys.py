@@ -195,7 +195,7 @@ KEYS: tuple[KeyRow, ...] = (
                 "grammar",
                 palette="Grammar: set, change or clear",
                 replay=False,
-                needs=Capability.TOKENIZER,
+                needs=Capability.GRAMMAR,
                 owner="sampling",
             ),
         ),

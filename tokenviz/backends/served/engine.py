@@ -142,7 +142,7 @@ class ServedEngine(DenseInOnePlace):
         self.endpoint, self.model, self.top_n = endpoint, model, top_n
         self.local = local_tokenizer
         self.device = torch.device("cpu")  # where the scores made of its answers live
-        self.tokenizer = None  # the server's is not here: a grammar stage cannot run on it
+        self.tokenizer = local_tokenizer  # (--tokenizer's: counting tokens; the server draws, so no grammar stage)
         self.cache: tuple[int, ...] = ()  # the tokens fed (the server keeps nothing between requests)
         self.give_way: Callable[[], bool] | None = None  # (a request is not set aside: it is one step)
         self.say: Callable[[str], None] = lambda line: None  # (the worker shows it: a busy server retried)
@@ -175,6 +175,8 @@ class ServedEngine(DenseInOnePlace):
                     f"--tokenizer's model has {head.vocab:,} rows in its head, the server {vocab:,} tokens"
                 )
             capabilities = {Capability.STEP, Capability.LEAVE_ONE_OUT}
+            if local_tokenizer is not None:
+                capabilities.add(Capability.TOKENIZER)
             if self.internals is not None:
                 capabilities |= {
                     Capability.LENS,

@@ -76,7 +76,9 @@ class ServedBackend:
         if asked:
             raise TokenvizError(f"{asked[0]} is for a model loaded here: a served model (--endpoint) is the server's")
         if opening.settings.grammar is not None:
-            raise TokenvizError("a grammar stage needs the model's tokenizer in this process: not with --endpoint")
+            raise TokenvizError(
+                "a grammar stage needs tokenviz to draw each token: a server draws its own (--endpoint)"
+            )
         if any(isinstance(i, HeadAblation) for i in opening.interventions):
             from tokenviz.backends.served.steering import NO_ABLATION
 
