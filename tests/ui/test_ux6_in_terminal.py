@@ -54,3 +54,19 @@ def test_each_sampling_stage_names_itself_in_words_at_80x24(tiny_dir):
         header = next(line for line in text.splitlines() if "raw" in line and "final" in line and "top-p" in line)
         assert " freq " in header and "pres/fr" not in text, header
         quits_cleanly(name)
+
+
+def test_a_key_that_changes_the_model_says_so_at_once_at_200x60(tiny_dir):
+    """Finding 5: `z` (and an `I` entry) gave no sign until the model had run again under it (12 s on a
+    busy machine): the user pressed it again and turned it back off. The edit is said at once; pressed
+    again, the head is restored, said as such."""
+    with terminal((200, 60), "The cat sat", "--model", tiny_dir) as name:
+        wait_screen(name, r"ready · step 0")
+        keys(name, "h", "h")  # (mean, max, then head 0)
+        wait_screen(name, r"head 0 of 4")
+        keys(name, "z")
+        wait_screen(name, r"ablate L2\.H0 \(zero\): on · the model runs again with it…")
+        wait_screen(name, r"ready · step 0 · 4 tokens · ablate L2\.H0 \(zero\)")
+        keys(name, "z")
+        wait_screen(name, r"ablate L2\.H0 \(zero\): removed · the model runs again")  # (the toast wraps)
+        quits_cleanly(name)

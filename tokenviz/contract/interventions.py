@@ -206,6 +206,20 @@ def check_against(interventions: tuple[Intervention, ...], layers: int, heads: i
 Entries = tuple[tuple[Intervention, bool], ...]  # the interventions listed, each on or off
 
 
+def entries_changed(before: Entries, after: Entries) -> str:
+    """What an edit of the list does, in a few words ("ablate L10.H1 (zero): on"; "2 changed"): said
+    the moment it is asked, before the model has run again under it."""
+    was, now = dict(before), dict(after)
+    changes = [
+        f"{i.label}: {'removed' if i not in now else 'on' if now[i] else 'off'}"
+        for i in dict.fromkeys([*was, *now])
+        if was.get(i) != now.get(i)
+    ]
+    if not changes:
+        return "no change"
+    return changes[0] if len(changes) == 1 else f"{len(changes)} interventions changed"
+
+
 def edit_entries(line: str, entries: Entries) -> Entries:
     """The list after one typed edit: `ablate L.H`, `ablate L.H mean`, `steer L:S:TOWARD:AWAY`,
     `steer-tokens L:S:A:B`, `patch L:P:TEXT` add one (on); `N` turns entry N (from 1) off or on, `-N`

@@ -25,7 +25,7 @@ from tokenviz.contract.commands import (
 )
 from tokenviz.contract.engine import Capability, lacking
 from tokenviz.contract.errors import TokenvizError
-from tokenviz.contract.interventions import edit_entries
+from tokenviz.contract.interventions import edit_entries, entries_changed
 from tokenviz.contract.snapshot import Snapshot
 from tokenviz.contract.worker import Worker
 from tokenviz.ui.colors import page_colors
@@ -342,6 +342,14 @@ class JourneyScreen(WorkerScreen[Snapshot]):
         fetch = VIEW_FETCHES.get(name)
         shown = self.showing(name, fetch.kind) if fetch else self.current_view == name
         self.open_view("attention" if shown else name)
+
+    def submit(self, command: Command) -> None:
+        """As every screen's; an edit of the interventions is said at once (the model runs again under it,
+        which a large model on a busy machine takes seconds to do: a key must not look ignored)."""
+        s = self.snapshot
+        if isinstance(command, Intervene) and s is not None:
+            self.notify(f"{entries_changed(s.interventions, command.entries)} · the model runs again with it…")
+        super().submit(command)
 
     def action_interventions(self, begun: str = "") -> None:
         """The interventions dialog: the list, and one edit typed (see Intervene), begun with `begun`."""
