@@ -70,3 +70,19 @@ def test_a_key_that_changes_the_model_says_so_at_once_at_200x60(tiny_dir):
         keys(name, "z")
         wait_screen(name, r"ablate L2\.H0 \(zero\): removed · the model runs again")  # (the toast wraps)
         quits_cleanly(name)
+
+
+def test_autoplay_at_full_speed_shows_its_first_step_and_says_what_each_frame_skips(tiny_dir):
+    """Finding 7 at 120x36: autoplay at full speed showed "playing · step 0" for 4 s, then step 6, 10, 15
+    (a frame spaced by 40 times its cost). Its first step is drawn at once, no frame waits past a
+    second, and where a frame shows several steps the status says how many."""
+    with terminal((120, 36), "The cat sat", "--model", tiny_dir, "--max-new-tokens", "400") as name:
+        wait_screen(name, r"ready · step 0")
+        keys(name, "a")
+        wait_screen(name, r"playing · step 1 ", timeout=60)
+        shown = wait_screen(name, r"playing \(\+(\d+) since the last frame\) · step \d+", timeout=60)
+        assert int(re.search(r"\+(\d+) since", shown).group(1)) > 1
+        keys(name, "a")
+        wait_screen(name, r"ready · step \d+")
+        assert "since the last frame" not in screen(name)  # (said only while autoplay runs)
+        quits_cleanly(name)

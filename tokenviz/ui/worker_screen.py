@@ -33,6 +33,7 @@ S = TypeVar("S", Snapshot, ComparisonSnapshot)
 # own time on a machine with few cores (the engine waits for the interpreter, and computes the rows it
 # shows): on this project's 2-core machine at 200x60, 5% slowed autoplay by 9-13%, 2.5% by about 5%.
 UI_SHARE = 0.025
+MAX_FRAME_GAP_S = 1.0  # autoplay's frames at least this often, however costly one is (a busy machine)
 MIN_SIZE = (64, 20)  # columns, rows: below it the panes cannot show their numbers, and one line says so
 CLAIMED: set[str] = set()  # export names this process has given out (their files may not be written yet)
 
@@ -84,6 +85,7 @@ class WorkerScreen(Screen[None], Generic[S]):
         self.fatal_error: str | None = None  # the worker could not load: the command line prints it, exit 2
         self._repaint_scheduled = False
         self._frame_cost = 0.0  # seconds to draw a frame (a moving average), see _frame_delay
+        self._playing_frames = 0  # frames drawn since autoplay began (or a key changed it)
         self._frame_started = 0.0
         self._frame_timer: Timer | None = None
 
@@ -174,14 +176,19 @@ class WorkerScreen(Screen[None], Generic[S]):
         drawn = self.snapshot_drawn
         if not s.playing or s.pace_s or drawn is None or not drawn.playing:  # (a set pace: the engine waits)
             return 0.0  # autoplay starting or ending is shown at once
-        if s.handled != drawn.handled:
+        if s.handled != drawn.handled or self._playing_frames < 1:  # (autoplay's first step answers the key)
             return 0.0
-        return max(self._frame_cost / UI_SHARE - (time.perf_counter() - self._frame_started), 0.0)
+        return max(self._frame_gap - (time.perf_counter() - self._frame_started), 0.0)
+
+    @property
+    def _frame_gap(self) -> float:
+        """The time between autoplay's frames: drawing at most UI_SHARE of it, and never a second past."""
+        return min(self._frame_cost / UI_SHARE, MAX_FRAME_GAP_S)
 
     def _measure_frame(self, seconds: float) -> None:
         """A frame's whole cost, once the screen is composed (a moving average)."""
         self._frame_cost = 0.7 * self._frame_cost + 0.3 * seconds
-        self.worker.space_frames(self._frame_cost / UI_SHARE)
+        self.worker.space_frames(self._frame_gap)
 
     def _apply_snapshot(self) -> None:
         self._repaint_scheduled, self._frame_timer = False, None
@@ -189,6 +196,8 @@ class WorkerScreen(Screen[None], Generic[S]):
         self.snapshot_drawn = s
         if s is None:
             return
+        same_play = before is not None and before.playing and s.playing and before.handled == s.handled
+        self._playing_frames = self._playing_frames + 1 if same_play else 0
         started = self._frame_started = time.perf_counter()
         self.call_after_refresh(lambda: self._measure_frame(time.perf_counter() - started))
         self.draw(before, s)

@@ -28,6 +28,7 @@ class StatusLine(Static):
     _shown: Snapshot | None = None
     _cancelling = False  # Escape pressed during a job: said at once, until a frame shows the job gone
     _since: tuple[str, float] = ("", 0.0)  # work of unknown length on the line, and when it began
+    _frame_steps = 0  # the steps autoplay took between the frame before and this one
 
     def on_mount(self) -> None:
         self.set_interval(1.0, self._tick)  # (the elapsed time of a load or compile that says no fraction)
@@ -52,6 +53,10 @@ class StatusLine(Static):
         super().update(content, layout=layout)
 
     def show(self, s: Snapshot) -> None:
+        if s is not self._shown:  # (a new frame: how far autoplay went since the one before)
+            before = self._shown
+            playing = before is not None and before.playing and s.playing
+            self._frame_steps = len(s.chips) - len(before.chips) if playing and before is not None else 0
         self._shown = s
         job = CANCELS in (s.message or "")
         self._cancelling = self._cancelling and job
@@ -70,6 +75,8 @@ class StatusLine(Static):
             state = s.message
         if s.playing and s.pace_s:
             state += f" (a step every {s.pace_s:g} s)"
+        elif s.playing and self._frame_steps > 1:  # (a frame costs more than a step: each shows several)
+            state += f" (+{self._frame_steps} since the last frame)"
         if not s.live:  # a recording: every figure is what was computed when it was made, nothing runs now
             state = f"recording · {state}"
         items = status_items(s)
