@@ -86,3 +86,19 @@ def test_autoplay_at_full_speed_shows_its_first_step_and_says_what_each_frame_sk
         wait_screen(name, r"ready · step \d+")
         assert "since the last frame" not in screen(name)  # (said only while autoplay runs)
         quits_cleanly(name)
+
+
+def test_the_diagnosis_says_what_it_checked_and_where_the_model_was_least_sure_at_80x24(tiny_dir):
+    """Finding 8: `y` said "nothing unexpected measured" of a wrong answer. It now says what it checked,
+    what it cannot judge (a fact), and lists the steps where the model was least sure, each a link."""
+    with terminal((80, 24), "The cat sat", "--model", tiny_dir, "--max-new-tokens", "8", "--temperature", "0") as name:
+        wait_screen(name, r"ready · step 0")
+        keys(name, "a")
+        wait_screen(name, r"stopped: max new tokens")
+        keys(name, "y")
+        wait_screen(name, r"why the text looks as it does")
+        keys(name, "End")
+        shown = wait_screen(name, r"highest entropy: step \d+")
+        left = re.sub(r"\s+", " ", " ".join(line[1:].split("│")[0] for line in shown.splitlines() if line[:1] == "│"))
+        assert re.search(r"highest entropy: step \d+ ·sat p 0\.\d{3} · \d\.\d\d bits", left), left
+        quits_cleanly(name)

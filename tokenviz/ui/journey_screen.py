@@ -240,6 +240,12 @@ class JourneyScreen(WorkerScreen[Snapshot]):
     def watch_cursor(self) -> None:
         self.refresh_panes()
 
+    def action_jump(self, position: int) -> None:
+        """The token cursor to `position` (a link's: the why view's least sure steps)."""
+        selection = self.current_selection()
+        if selection is not None:
+            self.cursor = min(max(position, 0), selection.positions - 1)
+
     def action_cursor(self, delta: int) -> None:
         """Move the token cursor; with the charts shown one at a time, change the chart instead."""
         charts = self.query_one(ChartsPane)

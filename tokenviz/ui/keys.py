@@ -302,7 +302,8 @@ KEYS: tuple[KeyRow, ...] = (
     KeyRow(
         "y",
         "why the text looks as it does, once the journey stops: each symptom measured (cut off mid-sentence, "
-        "repetitive, inconsistent), its cause, the evidence by position and the remedy the settings offer",
+        "repetitive, inconsistent), its cause, the evidence by position and the remedy the settings offer; what "
+        "it cannot judge (a fact), and the steps where the model was least sure, each a link to go there",
         (Press("y", "view('why')", palette="View: why the text looks as it does"),),
     ),
     KeyRow(
