@@ -114,6 +114,14 @@ def test_trace_table(monkeypatch, capsys, tiny_dir):
     assert "text:" in out and "greedy" in out
 
 
+def test_the_trace_table_says_where_the_lens_and_attention_it_cannot_show_are(monkeypatch, capsys, tiny_dir):
+    """Issue 69, finding 10: `trace --lens --attention 20` showed neither in its table, without a word."""
+    args = ("trace", "The cat sat", "--model", tiny_dir, "--steps", "2", "--lens", "--attention", "1")
+    code, out, err = invoke(monkeypatch, capsys, *args)
+    assert code == 0, err
+    assert "--lens and --attention: each step's, in the JSON document (--json)" in " ".join(out.split())
+
+
 def test_the_trace_table_fits_80_columns_with_whole_headers_and_pieces_apart_from_ids(monkeypatch, capsys, tiny_dir):
     import io
 

@@ -162,3 +162,32 @@ def test_the_page_says_which_interventions_were_in_force_and_shows_the_models_ow
         assert own_rows[0].text == f"{first.unsteered.top[0].prob:.4f}"
         assert "interventions" in browser.find_element(By.ID, "facts").text
         assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+
+
+@needs_browser
+def test_the_page_of_a_stopped_journey_opens_on_its_last_step(tmp_path):
+    """Issue 69, finding 10: a stopped journey's page opened on its last token, after which no step was
+    made ("no prediction after this token was kept", an empty panel); it opens, as the app does, on the
+    last step, the one that chose that token."""
+    from tiny import tiny_model
+
+    from tokenviz.backends.transformers.runner import ModelRunner
+    from tokenviz.contract.settings import SamplingSettings
+    from tokenviz.journey.session import Session
+    from tokenviz.worker.snapshots import snapshot_of
+
+    session = Session(ModelRunner(tiny_model("llama")), SamplingSettings(temperature=0, max_new_tokens=4))
+    session.start("The cat sat on the mat")
+    while session.stop_reason is None:
+        session.step()
+    snapshot = snapshot_of(session)
+    path = save_page(
+        tmp_path / "stopped.html", snapshot, saved_attention_of(session), page_colors(load_themes()[DEFAULT_THEME])
+    )
+    with chromium() as browser:
+        browser.get(path.resolve().as_uri())
+        heading = until(lambda: browser.find_element(By.CSS_SELECTOR, "#step h2").text)
+        assert heading.startswith("step 4:") and "pending" not in heading, heading
+        assert browser.find_element(By.CSS_SELECTOR, ".chip.sel").get_attribute("data-index") == str(
+            len(snapshot.chips) - 2
+        )

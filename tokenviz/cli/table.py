@@ -28,6 +28,9 @@ def precision(model: dict[str, Any]) -> str:
     return f"{model['dtype']} · {quantized}" if quantized else model["dtype"]
 
 
+IN_JSON_ONLY = ("lens", "attention", "routing")  # what a step gains that the table does not show
+
+
 def print_table(doc: dict[str, Any], console: Console) -> None:
     m = doc["model"]
     if m.get("covers"):  # a top N (a server's): what it gives, its shape where it is read
@@ -51,6 +54,10 @@ def print_table(doc: dict[str, Any], console: Console) -> None:
         console.print(
             Text("output: " + "  ".join(f"{visible(s['chosen']['text'])} {s['chosen']['id']}" for s in doc["steps"]))
         )
+    kept = [name for name in IN_JSON_ONLY if doc["steps"] and name in doc["steps"][0]]
+    if kept:  # (asked for, and computed: never dropped without a word)
+        said = " and ".join(f"--{name}" for name in kept)
+        console.print(Text(f"{said}: each step's, in the JSON document (--json); a table has no room", style="dim"))
     console.print(Text.assemble(("text: ", "bold"), safe_text(doc["full_text"])))
     if doc.get("stop_reason"):
         console.print(Text(f"stopped: {safe_text(doc['stop_reason'])}", style="dim"))

@@ -7,8 +7,10 @@ const visible = (t) => t === "" ? "∅" : t.replace(/ /g, "·").replace(/\n/g, "
 const p4 = (p) => p === null || p === undefined ? "·" : p.toFixed(4);
 const V = D.view || {};
 const GIVER = D.model.remote ? "the server" : D.model.name;  // whose top N a step's is (ModelInfo.giver)
-// Where the app was: its cursor (else the newest token), layer (else the last) and head.
-let selected = V.cursor === null || V.cursor === undefined ? D.chips.length - 1 : Math.min(V.cursor, D.chips.length - 1);
+// Where the app was: its cursor (else, as the app, the newest token a step was made after: a stopped
+// journey's last token has none), layer (else the last) and head.
+const newest = Math.min(D.chips.length - 1, D.prompt_len - 2 + D.steps.length);
+let selected = V.cursor === null || V.cursor === undefined ? newest : Math.min(V.cursor, D.chips.length - 1);
 let weights = null;
 
 function facts() {
