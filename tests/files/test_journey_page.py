@@ -2,6 +2,7 @@
 every step's top candidate with its recorded probability, the attention kept within its budget; a
 text from the model cannot break out of the page's data."""
 
+import html
 import json
 import re
 
@@ -112,3 +113,21 @@ def test_entropy_and_p_chosen_are_charted_each_on_its_own_axis():
 
     top = max(r.entropy for r in snapshot.records)  # the entropy's axis: bits, up to the highest
     assert re.findall(r'class="tick">([^<]*)<', entropy_chart)[1] == tick(top)
+
+
+def test_every_chart_title_fits_its_chart_local_and_served():
+    """Issue 69, finding 14: a chart's title was cut ("…the chosen token's final probabili")."""
+    import dataclasses
+
+    from tokenviz.files.svg_charts import TITLE_CHARS
+    from tokenviz.ui.colors import page_colors
+    from tokenviz.ui.themes import DEFAULT_THEME, load_themes
+
+    snapshot, _, _ = frozen_recording(steps=6)
+    served = dataclasses.replace(snapshot.info, covers=20, remote="127.0.0.1:8000")
+    colors = page_colors(load_themes()[DEFAULT_THEME])
+    for shown in (snapshot, dataclasses.replace(snapshot, info=served)):
+        titles = [
+            re.search(r'class="chart-title">([^<]*)<', c).group(1) for c in page_module._charts(shown, dict(colors))
+        ]
+        assert len(titles) >= 3 and all(len(html.unescape(t)) <= TITLE_CHARS for t in titles), titles

@@ -191,3 +191,20 @@ def test_the_page_of_a_stopped_journey_opens_on_its_last_step(tmp_path):
         assert browser.find_element(By.CSS_SELECTOR, ".chip.sel").get_attribute("data-index") == str(
             len(snapshot.chips) - 2
         )
+
+
+@needs_browser
+def test_the_page_says_off_and_dropped_as_the_app_does(tmp_path):
+    """Issue 69, finding 14: the page said "top-k 0" where the app says "top-k off", and "0.0000" for a
+    token a stage dropped where the app shows "—"."""
+    import dataclasses
+
+    snapshot, attention, _ = frozen_recording(steps=4)
+    snapshot = dataclasses.replace(snapshot, settings=snapshot.settings.replace(top_k=0))
+    path = save_page(tmp_path / "off.html", snapshot, attention, page_colors(load_themes()[DEFAULT_THEME]))
+    with chromium() as browser:
+        browser.get(path.resolve().as_uri())
+        facts = until(lambda: browser.find_element(By.ID, "facts").text)
+        assert "top-k off" in facts and "top-k 0" not in facts, facts
+        finals = [td.text for td in browser.find_elements(By.CSS_SELECTOR, "#step td.final")]
+        assert "—" in finals and "0.0000" not in finals, finals

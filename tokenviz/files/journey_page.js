@@ -19,7 +19,7 @@ function facts() {
   const shape = m.layers ? `${m.layers} layers · ${m.heads} heads · ` : "";
   const served = m.covers ? `${GIVER}'s top ${m.covers} log-probabilities a step · ` : "";
   $("facts").textContent = `${m.device} · ${m.dtype} · ${shape}${served}`
-    + (s.temperature === 0 ? "greedy" : `temperature ${s.temperature} · top-k ${s.top_k} · top-p ${s.top_p}`)
+    + (s.temperature === 0 ? "greedy" : `temperature ${s.temperature} · top-k ${s.top_k || "off"} · top-p ${s.top_p}`)
     + ` · seed ${s.seed}` + (s.grammar ? ` · grammar ${s.grammar.kind} ${s.grammar.source}` : "")
     + (D.steps.some((step) => step.interventions.length) ? " · interventions (see each step)" : "");
   $("text").textContent = D.chips.map((c) => c[1]).join("");
@@ -47,7 +47,7 @@ function candidates(rows, chosenId, withFinal) {
     tr.appendChild(el("td", visible(r[1]), "tok"));
     tr.appendChild(el("td", String(r[0])));
     tr.appendChild(el("td", p4(r[2]), "raw"));
-    if (withFinal) tr.appendChild(el("td", p4(r[3]), "final"));
+    if (withFinal) tr.appendChild(el("td", r[3] === 0 ? "—" : p4(r[3]), "final"));  // (dropped by a stage: as the app)
     const cell = el("td", undefined, "barcell");
     cell.appendChild(bar(r[2], "bar"));
     if (withFinal) cell.appendChild(bar(r[3], "bar final"));

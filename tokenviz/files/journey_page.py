@@ -110,11 +110,11 @@ def _charts(snapshot: Snapshot, colors: dict[str, str]) -> list[str]:
     bar, final = colors["bar"], colors["bar_final"]
     info = snapshot.info
     served = info is not None and bool(info.remote)  # (a step is a request; the server keeps its own cache)
-    entropy = f"entropy ≥ (bits: a floor, from {info.giver}'s top N)" if info and info.covers else "entropy (bits)"
+    top_n = f", a floor: {info.giver}'s top N" if info and info.covers else ""
     charts = [  # (each on its own axis: bits, and a probability from 0 to 1)
-        line_chart(f"{entropy} by step", steps, [("entropy", [r.entropy for r in records], bar)], "step"),
+        line_chart(f"entropy by step (bits{top_n})", steps, [("entropy", [r.entropy for r in records], bar)], "step"),
         line_chart(
-            "p(chosen) by step: the chosen token's final probability",
+            "p(chosen) by step: the token's final p",
             steps,
             [("p chosen", [r.decision.chosen_prob for r in records], final)],
             "step",

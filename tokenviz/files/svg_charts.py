@@ -7,6 +7,7 @@ from html import escape
 
 WIDTH, HEIGHT, PAD = 360, 120, 28
 LEFT = 40  # room for a y label as tick() writes it ("2.26k", "0.000123")
+TITLE_CHARS = (WIDTH - LEFT) // 6  # a title's characters that fit (10 px monospace: 6 px a character)
 
 
 def tick(value: float) -> str:
