@@ -102,3 +102,17 @@ def test_the_diagnosis_says_what_it_checked_and_where_the_model_was_least_sure_a
         left = re.sub(r"\s+", " ", " ".join(line[1:].split("│")[0] for line in shown.splitlines() if line[:1] == "│"))
         assert re.search(r"highest entropy: step \d+ ·sat p 0\.\d{3} · \d\.\d\d bits", left), left
         quits_cleanly(name)
+
+
+def test_the_branches_view_says_where_the_paths_part_whole_at_80x24(tiny_dir):
+    """Finding 17: at 80x24 the branches view's subtitle was cut ("they part after positio…")."""
+    with terminal((80, 24), "The cat sat", "--model", tiny_dir) as name:
+        wait_screen(name, r"ready · step 0")
+        keys(name, "Space", "Space", "Space")
+        wait_screen(name, r"ready · step 3")
+        keys(name, "BSpace", "BSpace")
+        wait_screen(name, r"ready · step 1")
+        keys(name, "3", "b")  # (another token where a path was: the old one kept as a branch)
+        shown = wait_screen(name, r"2 paths · part after \d+ ─")
+        assert "positio…" not in shown
+        quits_cleanly(name)

@@ -53,10 +53,13 @@ class BranchPane(ScrollPane):
             return
         self.selected = min(max(self.selected, 1), len(summaries) - 1)
         listing = Text()  # wrapped to the pane: no figure is cut
-        listing.append(
-            "< and > select, o switches to the selected branch (the cache is rebuilt from the shared prefix)\n",
-            style="dim",
+        # (a server keeps its own cache: the path's tokens go with the next request)
+        rebuilt = (
+            "its tokens go with the next request"
+            if selection.info.remote
+            else "the cache is rebuilt from the shared prefix"
         )
+        listing.append(f"< and > select, o switches to the selected branch ({rebuilt})\n", style="dim")
         for i, b in enumerate(summaries):
             mark = "●" if b.current else ("▶" if i == self.selected else " ")
             style = f"bold {chosen}" if b.current else (f"bold {cursor}" if i == self.selected else "")
@@ -80,5 +83,10 @@ class BranchPane(ScrollPane):
             )
         )
         table.add_row(*(Text(b.text) for b in (current, other)))
-        self.border_subtitle = f"{len(summaries)} paths · they part after position {other.shared - 1}"
+        part = other.shared - 1
+        self.set_subtitle(
+            f"{len(summaries)} paths · they part after position {part}",
+            f"{len(summaries)} paths · part after {part}",
+            f"part after {part}",
+        )
         body.update(Group(listing, table))
