@@ -135,7 +135,7 @@ def test_keys_and_palette_actions_name_the_capability_they_need():
     assert needs_of("attribution('grad')") == Capability.ATTRIBUTION
     assert needs_of("attribution('loo')") == Capability.LEAVE_ONE_OUT
     assert needs_of("beams(5)") == needs_of("beams") == Capability.CACHE
-    assert needs_of("ablate_head") == Capability.INTERVENTIONS
+    assert needs_of("ablate_head") == Capability.ABLATION  # (a server steers and patches, and ablates no head)
     assert needs_of("grammar") == Capability.GRAMMAR  # (a tokenizer here, and tokenviz drawing)
     assert needs_of("step") is None and needs_of("view('charts')") is None
 
@@ -200,3 +200,23 @@ async def test_the_palette_marks_what_the_engine_cannot_do(engine):
         else:
             assert not any(helps)
         assert not isinstance(app.screen, CommandPalette)
+
+
+def test_a_head_ablation_on_an_engine_without_it_is_refused_before_the_model_runs():
+    """Issue 69, finding 22: on a served model `z` on the mean map asked for a head first, then said it
+    could not ablate one; a head's ablation is a capability of its own, said first."""
+    from tokenviz.contract.engine import why_not
+    from tokenviz.contract.interventions import HeadAblation
+
+    runner = ModelRunner(family_model("llama"))
+    info = dataclasses.replace(runner.info, capabilities=in_order(set(Capability) - {Capability.ABLATION}))
+    assert why_not(dataclasses.replace(info, remote="127.0.0.1:8000"), Capability.ABLATION).startswith(
+        "a head cannot be ablated inside a server"
+    )
+    runner.info = info
+    session = Session(runner, SamplingSettings(temperature=0))
+    session.start(PROMPT)
+    before = session.records[-1]
+    with pytest.raises(TokenvizError, match="needs the engine's head ablation"):
+        session.set_interventions([HeadAblation(0, 1)])
+    assert session.interventions == () and session.records[-1] == before

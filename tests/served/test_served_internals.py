@@ -211,6 +211,11 @@ def test_a_served_model_with_its_tokenizer_has_it_and_a_grammar_says_the_server_
         model = re.sub(r"[│\s]+", " ", wait_screen(name, r"not: "))  # (the view's lines joined)
         can, _, cannot = model.partition("not: ")
         assert "local tokenizer" in can.rpartition("can: ")[2] and "grammar stage" in cannot, model
+        keys(name, "Escape", "h", "h", "z")  # (finding 22: said before "choose one head with h first")
+        wait_screen(name, r"a head cannot be ablated inside a server")
+        keys(name, "I")  # (and the dialog's example is one a server takes)
+        wait_screen(name, r"steer-tokens 5:8: Paris: the")
+        keys(name, "Escape")
         quits_cleanly(name)
 
 

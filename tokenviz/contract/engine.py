@@ -49,7 +49,8 @@ class Capability(StrEnum):
     LENS = "logit lens"  # each layer's residual read through the output head
     LEAVE_ONE_OUT = "leave-one-out"  # each context token's effect on a token, by scoring the context without it
     ATTRIBUTION = "attribution"  # gradient × input over the context (the model's weights)
-    INTERVENTIONS = "interventions"  # ablating heads, steering and patching the residual stream
+    INTERVENTIONS = "interventions"  # steering and patching the residual stream (and ablating heads: ABLATION)
+    ABLATION = "head ablation"  # a head's output zeroed or averaged: a hook inside the model's attention
     ROUTING = "routing"  # a mixture-of-experts model's router decisions
     LOGIT_SPLIT = "logit split"  # a logit difference split by layer (attention and MLP)
     TOKENIZER = "local tokenizer"  # the model's own tokenizer in this process (counting tokens)
@@ -119,6 +120,8 @@ def why_not(info: ModelInfo, needed: Capability) -> str:
         return f"{info.name} does not give its {needed.value} here (M lists what it gives)"
     if needed is Capability.CACHE:
         return "a server keeps its own KV cache: tokenviz cannot read it"
+    if needed is Capability.ABLATION:  # (steering and patching go with a request; a head's hook would not)
+        return "a head cannot be ablated inside a server; steering and patching work (M says more)"
     reason = info.internals if needed in SERVER_MAY_EXPOSE and info.internals else NOT_SERVED
     main, aside, _ = reason.partition(" (")
     return f"on a served model, {main}" + (" (M says more)" if aside else "")
@@ -411,6 +414,7 @@ PROTOCOLS: dict[Capability, type] = {  # what an engine declaring each capabilit
     Capability.LEAVE_ONE_OUT: Attributing,
     Capability.ATTRIBUTION: Attributing,
     Capability.INTERVENTIONS: Intervenable,
+    Capability.ABLATION: Intervenable,
     Capability.ROUTING: Engine,  # (read from the passes it runs anyway: Engine.read_routing)
     Capability.LOGIT_SPLIT: LogitSplitting,
     Capability.TOKENIZER: Engine,  # (its `tokenizer`, which an engine without this capability leaves None)
@@ -429,7 +433,7 @@ def able(
     engine: Engine, needed: Literal[Capability.LEAVE_ONE_OUT, Capability.ATTRIBUTION], what: str
 ) -> Attributing: ...
 @overload
-def able(engine: Engine, needed: Literal[Capability.INTERVENTIONS], what: str) -> Intervenable: ...
+def able(engine: Engine, needed: Literal[Capability.INTERVENTIONS, Capability.ABLATION], what: str) -> Intervenable: ...
 @overload
 def able(engine: Engine, needed: Literal[Capability.LOGIT_SPLIT], what: str) -> LogitSplitting: ...
 @overload

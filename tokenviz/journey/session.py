@@ -26,7 +26,7 @@ from tokenviz.contract.engine import (
     shared_prefix,
 )
 from tokenviz.contract.errors import TokenvizError
-from tokenviz.contract.interventions import Intervention
+from tokenviz.contract.interventions import HeadAblation, Intervention
 from tokenviz.contract.records import MAX_PINNED, StepRecord
 from tokenviz.contract.results import BranchSummary, CacheEvent
 from tokenviz.contract.settings import SamplingSettings
@@ -271,6 +271,8 @@ class Session:
         interventions = [with_branch_source(i, self.branches) for i in interventions]
         if interventions:
             engine: Intervenable = able(self.engine, Capability.INTERVENTIONS, interventions[0].label)
+            for ablation in (i for i in interventions if isinstance(i, HeadAblation)):
+                able(self.engine, Capability.ABLATION, ablation.label)
             with old.suspended() if old else nullcontext():
                 new = engine.intervene(
                     interventions,

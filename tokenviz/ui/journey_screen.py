@@ -370,7 +370,9 @@ class JourneyScreen(WorkerScreen[Snapshot]):
             except TokenvizError as exc:
                 self.notify(str(exc), severity="error")
 
-        self.app.push_screen(InterventionsDialog(entries, begun), chosen)
+        ablates = s is None or s.info is None or Capability.ABLATION.value in s.info.capabilities
+        example = InterventionsDialog.PLACEHOLDER if ablates else "steer-tokens 5:8: Paris: the"
+        self.app.push_screen(InterventionsDialog(entries, begun, example), chosen)
 
 
 def as_host(screen: JourneyScreen) -> JourneyHost:

@@ -138,7 +138,7 @@ KEYS: tuple[KeyRow, ...] = (
                 "ablate_head",
                 palette="Ablate the head in view (again: restore it)",
                 replay=False,
-                needs=Capability.INTERVENTIONS,
+                needs=Capability.ABLATION,
                 owner="attention",
             ),
         ),

@@ -332,8 +332,9 @@ class InterventionsDialog(AskScreen):
     PLACEHOLDER = "ablate 5.3"
     INPUT_ID = "interventions-input"
 
-    def __init__(self, entries: Entries, begun: str = ""):
+    def __init__(self, entries: Entries, begun: str = "", placeholder: str = PLACEHOLDER):
         super().__init__()
+        self.placeholder = placeholder  # (an engine without head ablation: a steering's example)
         self.entries = entries
         self.begun = begun  # what the input starts with (a key for one kind of intervention)
 
@@ -342,7 +343,7 @@ class InterventionsDialog(AskScreen):
             yield Label(self.QUESTION)
             listed = [f"{n}. [{'on' if on else 'off'}] {i.label}" for n, (i, on) in enumerate(self.entries, 1)]
             yield Label(Text("\n".join(listed) or "none yet", style="" if listed else "dim"), id="interventions-list")
-            yield Input(self.begun, placeholder=self.PLACEHOLDER, id=self.INPUT_ID)
+            yield Input(self.begun, placeholder=self.placeholder, id=self.INPUT_ID)
 
     def on_mount(self) -> None:
         super().on_mount()
