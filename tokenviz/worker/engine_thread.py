@@ -93,6 +93,18 @@ def rate(seconds: Iterable[float]) -> float | None:
     return len(times) / sum(times) if times and sum(times) > 0 else None
 
 
+def time_left(marks: list[tuple[int, float]], total: int) -> float | None:
+    """Seconds a job of `total` units has left, from (units done, when) marks, the first its start: the
+    pace since its first unit was done, since the first unit also pays for what the job sets up (a
+    beam search's copy of the cache: 5 s, then 1 s a step); the first unit's pace where it is all."""
+    done, now = marks[-1]
+    if done <= 0:
+        return None
+    first = next(((n, t) for n, t in marks if n > 0), (0, marks[0][1]))
+    since, at = first if done > first[0] else marks[0]
+    return (now - at) / (done - since) * (total - done)
+
+
 class EngineWorker(CommandThread[Snapshot]):
     thread_name = "tokenviz-engine"
 
@@ -379,14 +391,16 @@ class EngineWorker(CommandThread[Snapshot]):
     def _job(self, what: str, unit: str = "", busy: EngineState | None = None) -> Iterator[Callable[[int, int], None]]:
         """A long job's progress callback: "what: N of M<unit> · about T left (Escape cancels)", in the
         status line and the job's view, with `busy` as the state shown meanwhile. The time left is
-        the time so far scaled by what is left."""
-        started = time.perf_counter()
+        the pace since the first unit scaled by what is left (see time_left)."""
+        marks: list[tuple[int, float]] = [(0, time.perf_counter())]
 
         def progress(done: int, total: int) -> None:
             if done >= total:  # the frame after the job shows its result
                 return
-            elapsed = time.perf_counter() - started
-            left = f" · about {duration(elapsed / done * (total - done))} left" if done else ""
+            marks.append((done, time.perf_counter()))
+            del marks[2:-1]  # (the start, the first unit's mark and the latest: all time_left reads)
+            seconds = time_left(marks, total)
+            left = f" · about {duration(seconds)} left" if seconds is not None else ""
             self._busy = busy or self._busy
             self._progress = done / total
             self._message = f"{what}: {done} of {total}{unit}{left} {CANCELS}"
