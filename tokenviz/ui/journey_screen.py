@@ -43,7 +43,7 @@ from tokenviz.ui.keys import (
 )
 from tokenviz.ui.panes.attention import AttentionPane
 from tokenviz.ui.panes.attribution import AttributionPane, current_attribution
-from tokenviz.ui.panes.base import Pane, ScrollPane
+from tokenviz.ui.panes.base import Pane, ScrollPane, live_command
 from tokenviz.ui.panes.beams import BeamPane
 from tokenviz.ui.panes.branches import BranchPane
 from tokenviz.ui.panes.cache import CachePane
@@ -322,7 +322,7 @@ class JourneyScreen(WorkerScreen[Snapshot]):
         if s is not None and not s.live and s.info is not None and event.key in MODEL_KEYS:
             self.notify(
                 f"{event.key} needs the model: a recording replays what was kept. "
-                f"Run it live with tokenviz --model {s.info.name} and the journey's prompt",
+                f"Run it live with {live_command(s.info)} and the journey's prompt",
                 severity="warning",
             )
         elif event.key in KEY_ACTIONS and (line := self.lacking(KEY_ACTIONS[event.key], brief=True)) is not None:

@@ -3,6 +3,7 @@ and a border with a title."""
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
@@ -18,7 +19,9 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from tokenviz.contract.commands import Request
+from tokenviz.contract.records import ModelInfo
 from tokenviz.render.columns import fitting
+from tokenviz.system.paths import BUNDLED_NAME
 from tokenviz.ui.colors import ThemeColors, app_colors
 from tokenviz.ui.keys import key_of
 from tokenviz.ui.panes.host import JourneyHost
@@ -250,6 +253,17 @@ def asked_result(selection: Selection, run: Run[R], body: Static, waiting: str, 
     return result
 
 
+def live_command(info: ModelInfo) -> str:
+    """The command that opens a recording's model live, as a person can run it: the bundled model's by no
+    --model at all (its name is a description), a server's by its address, another by its name."""
+    if info.remote:
+        return f"tokenviz --endpoint URL (the server at {info.remote})"
+    backend = " --backend llama.cpp" if info.runtime.startswith("llama.cpp") else ""
+    if info.name == BUNDLED_NAME:
+        return f"tokenviz{backend}"
+    return f"tokenviz{backend} --model {shlex.quote(info.name)}"
+
+
 def pending_note(selection: Selection, waiting: str, what: str, run: Run[Any] | None = None) -> Text:
     """What a model-computed view says before its result arrives: waiting, with the job's progress
     while it runs; cancelled, and how to run it again; refused, and why; or, in a recording (no model),
@@ -258,7 +272,7 @@ def pending_note(selection: Selection, waiting: str, what: str, run: Run[Any] | 
     if not s.live:
         return Text(
             f"a recording has no {what}: it needs the model. Run the journey's prompt live with "
-            f"tokenviz --model {selection.info.name} (replay --verify only checks the recorded numbers)",
+            f"{live_command(selection.info)} (replay --verify only checks the recorded numbers)",
             style="dim",
         )
     if run is not None and run.kind.__name__ in s.cancelled:
