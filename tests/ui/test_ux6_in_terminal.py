@@ -116,3 +116,15 @@ def test_the_branches_view_says_where_the_paths_part_whole_at_80x24(tiny_dir):
         shown = wait_screen(name, r"2 paths · part after \d+ ─")
         assert "positio…" not in shown
         quits_cleanly(name)
+
+
+def test_the_tokens_pane_says_the_prompt_scrolled_above_at_80x24(tiny_dir):
+    """Finding 28: at 80x24 the tokens pane scrolled the prompt out of view after the first steps and only
+    "lines 2-2 of 2", late in its subtitle, said so; the subtitle now starts with an arrow up."""
+    with terminal((80, 24), "The cat sat", "--model", tiny_dir) as name:
+        wait_screen(name, r"ready · step 0")
+        keys(name, *["Space"] * 6)
+        shown = wait_screen(name, r"ready · step 6")
+        border = next(line for line in shown.splitlines() if "generated" in line and line.startswith("╰"))
+        assert "↑ 4 prompt · 6 generated · cursor at position 9 · lines 2-2 of 2" in border, border
+        quits_cleanly(name)

@@ -149,10 +149,11 @@ class TokensPane(BoxPane):
         shading = f" · shaded by surprisal, 0-{SURPRISAL_TOP_BITS:g} bits (u)" if self.surprisal else ""
         if self.attribution is not None:
             shading = f" · shaded by attribution to position {self.attribution.position + 1}"
+        above = "↑ " if first else ""  # (the prompt's start scrolled above: said first, where it is seen)
         self.set_subtitle(
-            f"{s.prompt_len} prompt · {n_gen} generated · cursor at position {cursor}{lines}{shading}",
-            f"{s.prompt_len} prompt · {n_gen} generated · cursor {cursor}{shading}",
-            f"{s.prompt_len} + {n_gen} tokens · cursor {cursor}",
+            f"{above}{s.prompt_len} prompt · {n_gen} generated · cursor at position {cursor}{lines}{shading}",
+            f"{above}{s.prompt_len} prompt · {n_gen} generated · cursor {cursor}{shading}",
+            f"{above}{s.prompt_len} + {n_gen} tokens · cursor {cursor}",
         )
 
     def _append_chip(self, text: Text, i: int, cursor: int) -> None:
