@@ -11,8 +11,9 @@ difference by layer (`LogitSplitting`). A served model with the lens and attenti
 here is as easy to say as a local model with every one.
 
 The journey asks for a capability through `able` (or the view's `needs`, for a key): what the engine
-lacks is one line saying so. Nothing here imports torch: the scores an engine returns are its own
-tensors, opaque to the contract (`Scores`).
+lacks is one line saying so. Nothing here imports torch at run time: `Scores` (an engine's tensor of
+scores, on its device) names torch's tensor for the type checker alone, and every engine module ends with
+`conforms`, so mypy holds each engine to the protocols it declares.
 """
 
 from __future__ import annotations
