@@ -105,7 +105,7 @@ def test_entropy_and_p_chosen_are_charted_each_on_its_own_axis():
     html = journey_page(snapshot, attention, COLORS)
     charts = {re.search(r"<title>(.*?)</title>", svg).group(1): svg for svg in re.findall(r"<svg.*?</svg>", html, re.S)}
     p_chart = next(svg for title, svg in charts.items() if title.startswith("p(chosen) by step"))
-    entropy_chart = next(svg for title, svg in charts.items() if title.startswith("entropy (bits) by step"))
+    entropy_chart = next(svg for title, svg in charts.items() if title.startswith("entropy by step (bits"))
     ticks = re.findall(r'class="tick">([^<]*)<', p_chart)
     assert ticks[:2] == ["0", "1"]  # the y axis: a probability's
     assert "p chosen" in p_chart and "p chosen" not in entropy_chart
