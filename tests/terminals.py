@@ -92,6 +92,19 @@ def wait_screen(name: str, pattern: str, timeout: float = 120) -> str:
     raise AssertionError(f"{pattern!r} never appeared; the screen was:\n{text}")
 
 
+def wait_toast(name: str, words: str, timeout: float = 120) -> str:
+    """Wait for a notification saying `words`, its wrapped lines joined (a toast's lines start with ▌)."""
+    deadline = time.monotonic() + timeout
+    said = ""
+    while time.monotonic() < deadline:
+        lines = [line.split("▌", 1)[1].strip(" │") for line in screen(name).splitlines() if "▌" in line]
+        said = re.sub(r"\s+", " ", " ".join(lines))
+        if words in said:
+            return said
+        time.sleep(0.2)
+    raise AssertionError(f"{words!r} was never said; the notifications said: {said!r}")
+
+
 def wait_gone(name: str, text: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while text in screen(name) and time.monotonic() < deadline:

@@ -256,12 +256,14 @@ async def test_the_app_on_a_served_model(engine, vllm_server, tmp_path, monkeypa
         for key, words in (
             ("l", "no vllm-lens plugin (M says more)"),
             ("v", "keeps its own KV cache"),
-            ("z", "plugin"),
+            ("z", "a head cannot be ablated inside a server"),  # (finding 22: said first, not "choose a head")
         ):
             await pilot.press(key)  # (issue 69, finding 4: each names the reason and the remedy)
             await wait_for(lambda w=words: any(w in str(n.message) for n in app._notifications), pilot)
         lines = [
-            str(n.message) for n in app._notifications if "served model" in str(n.message) or "KV" in str(n.message)
+            str(n.message)
+            for n in app._notifications
+            if any(w in str(n.message) for w in ("served model", "KV", "server;"))
         ]
         assert len(lines) >= 3 and all("\n" not in line and " needs the " not in line for line in lines), lines
         app.screen.query_one(AttributionPane).measured["loo"] = (2, 60.0)  # as on a slow server: asked before it starts

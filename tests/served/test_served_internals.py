@@ -14,7 +14,7 @@ import pytest
 import zstandard
 from clitools import invoke
 from hostile_server import hostile_server, proxying
-from terminals import keys, quits_cleanly, terminal, wait_screen
+from terminals import keys, quits_cleanly, terminal, wait_screen, wait_toast
 
 from tokenviz.contract.results import LensAsk
 
@@ -206,14 +206,14 @@ def test_a_served_model_with_its_tokenizer_has_it_and_a_grammar_says_the_server_
     with terminal((200, 60), *args, "--temperature", "0", env={KEY_ENV: vllm_lens_server.key}) as name:
         wait_screen(name, r"ready · step 0", timeout=180)
         keys(name, "G")
-        said = wait_screen(name, r"the server draws each token itself")
+        said = wait_toast(name, "the server draws each token itself")
         assert "needs the local tokenizer" not in said
         keys(name, "M")
         model = re.sub(r"[│\s]+", " ", wait_screen(name, r"not: "))  # (the view's lines joined)
         can, _, cannot = model.partition("not: ")
         assert "local tokenizer" in can.rpartition("can: ")[2] and "grammar stage" in cannot, model
         keys(name, "Escape", "h", "h", "z")  # (finding 22: said before "choose one head with h first")
-        wait_screen(name, r"a head cannot be ablated inside a server")
+        wait_toast(name, "a head cannot be ablated inside a server")
         keys(name, "I")  # (and the dialog's example is one a server takes)
         wait_screen(name, r"steer-tokens 5:8: Paris: the")
         keys(name, "Escape")

@@ -158,6 +158,7 @@ def test_speculation_and_a_comparison_under_steering(tiny_dir):
         for side in re.split(r"\s{3,}", header):  # each side's header: whole fields, a cut one said with …
             assert not side.endswith("·"), header
             assert "interventions steer L1 ×8" in side or side.endswith("· …"), header
+        text = wait_screen(name, r"under interventions[\s\S]*under interventions", timeout=60)  # (panes drawn)
         assert text.count("under interventions") == 2, text  # each side's next-token pane says so
         part = line_of(wait_screen(name, r"the paths part at step"), r"the paths part at step")
         assert part.rstrip(" │").endswith(("…", "one context")), part  # (it was cut bare: "so each row compa")

@@ -238,7 +238,7 @@ async def test_the_sampling_pane_at_80x24_gives_its_rows_to_the_kept_tokens():
         await pilot.pause(0.2)
         d = s.pending.decision
         lines = str(app.query_one(SamplingPane).content).splitlines()
-        assert lines[0] == "softmax → " + " → ".join(f"{st.detail}: {st.kept}" for st in d.stages) + " → draw"
+        assert lines[0] == "softmax → temp 0.7: 300 → top-k 8: 8 → top-p 0.9: " + f"{d.stages[-1].kept} → draw"
         rows = lines[2:-1]  # after the stages and the header, before the draw
         kept = sum(p > 0 for p in d.final_probs)
         assert len(rows) >= min(kept, 3), lines

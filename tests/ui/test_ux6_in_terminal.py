@@ -76,7 +76,8 @@ def test_autoplay_at_full_speed_shows_its_first_step_and_says_what_each_frame_sk
     """Finding 7 at 120x36: autoplay at full speed showed "playing · step 0" for 4 s, then step 6, 10, 15
     (a frame spaced by 40 times its cost). Its first step is drawn at once, no frame waits past a
     second, and where a frame shows several steps the status says how many."""
-    with terminal((120, 36), "The cat sat", "--model", tiny_dir, "--max-new-tokens", "400") as name:
+    long_context = save_tiny(tiny_dir + "-4096", "llama", context=4096)  # (a run longer than any pause in the polling)
+    with terminal((120, 36), "The cat sat", "--model", long_context, "--max-new-tokens", "4000") as name:
         wait_screen(name, r"ready · step 0")
         keys(name, "a")
         wait_screen(name, r"playing · step 1 ", timeout=60)
