@@ -57,9 +57,10 @@ def assigned(settings: SamplingSettings, assignments: Sequence[str]) -> Sampling
     presets = [a for a in assignments if a.partition("=")[0].strip().lower() == PRESET_NAME]
     for assignment in presets:
         name = assignment.partition("=")[2]
-        if name.strip().lower() not in BY_NAME:
+        preset = BY_NAME.get(name.strip().lower())
+        if preset is None:
             raise SettingsError(f"preset= takes {', '.join(BY_NAME)}; got {name!r}")
-        settings = with_preset(settings, BY_NAME[name.strip().lower()])
+        settings = with_preset(settings, preset)
     also = f"; or {PRESET_NAME}={'|'.join(BY_NAME)}"
     return settings.changed([a for a in assignments if a not in presets], also=also)
 

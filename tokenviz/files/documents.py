@@ -196,7 +196,7 @@ def score_document(
     total = sum(p.logprob for p in own)
     return {
         "model": info.to_json(),
-        "not_given": {"entropy": "over a top N, the entropy is a floor (entropy_floor)"} if info.covers else {},
+        "not_given": {field: why for field, why in not_given(info).items() if field == "entropy"},
         "first": {"id": chips[0].id, "text": chips[0].text},
         "tokens": tokens,
         "scored": len(own),  # the text's own tokens: the total and the perplexity are theirs

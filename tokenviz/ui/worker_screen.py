@@ -85,7 +85,7 @@ class WorkerScreen(Screen[None], Generic[S]):
         self.fatal_error: str | None = None  # the worker could not load: the command line prints it, exit 2
         self._repaint_scheduled = False
         self._frame_cost = 0.0  # seconds to draw a frame (a moving average), see _frame_delay
-        self._playing_frames = 0  # frames drawn since autoplay began (or a key changed it)
+        self._play_went_on = False  # the frame drawn continues an autoplay drawn before it (no key between)
         self._frame_started = 0.0
         self._frame_timer: Timer | None = None
 
@@ -176,7 +176,7 @@ class WorkerScreen(Screen[None], Generic[S]):
         drawn = self.snapshot_drawn
         if not s.playing or s.pace_s or drawn is None or not drawn.playing:  # (a set pace: the engine waits)
             return 0.0  # autoplay starting or ending is shown at once
-        if s.handled != drawn.handled or self._playing_frames < 1:  # (autoplay's first step answers the key)
+        if s.handled != drawn.handled or not self._play_went_on:  # (autoplay's first step answers the key)
             return 0.0
         return max(self._frame_gap - (time.perf_counter() - self._frame_started), 0.0)
 
@@ -196,8 +196,7 @@ class WorkerScreen(Screen[None], Generic[S]):
         self.snapshot_drawn = s
         if s is None:
             return
-        same_play = before is not None and before.playing and s.playing and before.handled == s.handled
-        self._playing_frames = self._playing_frames + 1 if same_play else 0
+        self._play_went_on = before is not None and before.playing and s.playing and before.handled == s.handled
         started = self._frame_started = time.perf_counter()
         self.call_after_refresh(lambda: self._measure_frame(time.perf_counter() - started))
         self.draw(before, s)

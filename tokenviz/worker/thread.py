@@ -68,7 +68,7 @@ class CommandThread(Generic[S]):
         self._seq = 0
         self._last_autostep = 0.0
         self._last_publish = 0.0
-        self._autosteps = 0  # autoplay's steps since the last command
+        self._first_autostep = True  # no autoplay step since the last command: the next is shown at once
         self._frame_s = FRAME_S
         self._last_snapshot: S | None = None
         self._gave_way = False  # the last autoplay step was set aside for a waiting command (GiveWay)
@@ -197,8 +197,7 @@ class CommandThread(Generic[S]):
                     self._gave_way = False
                     return True
                 self._after_autostep()
-                self._autosteps += 1
-                first = self._autosteps == 1  # (autoplay's first step is shown at once: it answers the key)
+                first, self._first_autostep = self._first_autostep, False  # (it answers the key)
                 due = self.pace_s or first or time.perf_counter() - self._last_publish >= self._frame_s
                 if error or not self.playing or due:
                     self._publish(error=error)
@@ -214,7 +213,7 @@ class CommandThread(Generic[S]):
             command = self._queue.get()
         if isinstance(command, _Quit):
             return False
-        self._autosteps = 0
+        self._first_autostep = True
         error = self._do(command)
         while error is None and not self._queue.empty() and not self._stopping.is_set():
             command = self._queue.get()
