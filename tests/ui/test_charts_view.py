@@ -2,7 +2,13 @@
 step, the watched tokens, the prompt's surprisal, decode time and the KV cache; long series are
 thinned to what a chart can show, the newest point always kept."""
 
+import itertools
+import math
+
+import pytest
 from apptools import make_app, settle
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tokenviz.contract.commands import Watch
 from tokenviz.contract.settings import SamplingSettings
@@ -99,6 +105,42 @@ async def test_at_80x24_every_chart_keeps_a_title_and_says_which_colour_is_which
                 color = (theme.bar, theme.bar_final, theme.chosen, theme.chip_cursor)[i % 4]
                 assert f"[{color}]━━ {label}" in key, key
             await pilot.press("right")
+
+
+@given(st.floats(1e-6, 1e6), st.integers(2, 20))
+def test_value_axes_get_round_evenly_stepped_ticks_every_one_labelled(high, most):
+    """Issue 69, finding 23: plotext's own ticks skipped the middle label (4.82 4.02 3.21 · 1.61 0.80)."""
+    from tokenviz.ui.panes.charts import value_ticks
+
+    ticks, labels = value_ticks(high, most)
+    assert 2 <= len(ticks) <= most and ticks[0] == 0 and ticks[-1] <= high * (1 + 1e-9)
+    step = ticks[1]
+    assert ticks[-1] + step > high * (1 - 1e-9)  # the top tick is the last one under the axis's top
+    assert all(abs(b - a - step) <= step * 1e-9 for a, b in itertools.pairwise(ticks))
+    mantissa = step / 10 ** math.floor(math.log10(step) + 1e-12)
+    assert any(abs(mantissa - m) < 1e-6 for m in (1, 2, 2.5, 5)), step
+    assert len({len(label.split(".")[-1]) for label in labels if "." in label}) <= 1
+    assert [float(label) for label in labels] == pytest.approx(ticks, abs=step * 1e-6)
+
+
+async def test_a_charts_value_axis_labels_every_tick():
+    from textual_plotext import PlotextPlot
+
+    from tokenviz.ui.panes.charts import ChartsPane, value_ticks
+
+    app = make_app(SamplingSettings(temperature=0.8, max_new_tokens=30))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        await pilot.press(*["space"] * 6, "C")
+        await settle(app, pilot)
+        await pilot.pause(0.3)
+        pane = app.query_one(ChartsPane)
+        chart = next(c for c in pane.query(PlotextPlot) if c.has_class("-shown"))
+        rows = ["".join(seg.text for seg in line) for line in chart.render_lines(chart.region.reset_offset)]
+        ((_, _, entropy), _) = pane.series["entropy"]
+        _, labels = value_ticks(max(entropy), max(chart.size.height // 3, 2))
+        left = [row.split("┤")[0].strip() for row in rows if "┤" in row]
+        assert [label for label in left if label] == labels[::-1], rows
 
 
 def test_a_watched_tokens_name_in_the_key_is_printable_and_one_line():

@@ -8,6 +8,7 @@ costs what it shows, not the journey's length.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,6 +47,19 @@ def integer_ticks(low: float, high: float, most: int) -> list[int]:
     low, high = int(low), int(high)
     step = max(1, -(-(high - low) // max(most - 1, 1)))
     return list(range(low, high + 1, step))
+
+
+def value_ticks(high: float, most: int) -> tuple[list[float], list[str]]:
+    """Ticks from 0 towards `high`, at most `most` of them, a round step apart (1, 2, 2.5 or 5 times a
+    power of ten) and every one labelled alike: plotext's own drop a label where two crowd an axis."""
+    if high <= 0 or most < 2:
+        return [0.0], ["0"]
+    least = high / most  # a step over this gives at most `most` ticks
+    power = 10.0 ** math.floor(math.log10(least))
+    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power > least)
+    decimals = next(d for d in range(16) if abs(round(step, d) - step) <= step * 1e-9)
+    ticks = [i * step for i in range(min(most - 1, int(high / step * (1 + 1e-12))) + 1)]
+    return ticks, [f"{t:.{decimals}f}" for t in ticks]
 
 
 class ChartsPane(Pane, Grid):
@@ -168,10 +182,10 @@ class ChartsPane(Pane, Grid):
                 marker="braille",
                 yside=side,
             )
-            if name == "watched" or side == "right":
-                plt.ylim(0, 1, yside=side)  # type: ignore[arg-type]  # (plotext's hint: yside is "left"/"right")
-            else:
-                plt.ylim(0, max(ys) or 1, yside=side)  # type: ignore[arg-type]  # from 0: growth at its true size
+            # From 0: growth at its true size; a probability on 0 to 1. (plotext's hint: yside is "left"/"right")
+            high = 1.0 if name == "watched" or side == "right" else (max(ys) or 1.0)
+            plt.ylim(0, high, yside=side)  # type: ignore[arg-type]
+            plt.yticks(*value_ticks(high, max(widget.size.height // 3, 2)), yside=side)  # type: ignore[arg-type]
         xs_all = [x for _, xs, _ in series for x in xs]
         if xs_all:
             ticks = integer_ticks(min(xs_all), max(xs_all), max(widget.size.width // 10, 2))
