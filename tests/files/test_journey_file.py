@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 import pytest
-from apptools import PROMPT, make_app, recorded_app, settle, wait_for
+from apptools import PROMPT, make_app, recorded_app, settle, text_of, wait_for
 from clitools import invoke
 from tiny import save_tiny
 
@@ -118,6 +118,25 @@ def test_bad_journey_files_give_one_line(monkeypatch, capsys, tmp_path):
     ]:
         code, _, err = invoke(monkeypatch, capsys, "replay", str(tmp_path / name))
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+async def test_x_while_the_lens_computes_saves_the_lens_not_its_note(tmp_path, monkeypatch):
+    """Issue 69, finding 15: `x` pressed while the lens was computing saved "computing the lens for this
+    position…" in the SVG. The screenshot waits until the view has drawn what it was computing."""
+    monkeypatch.chdir(tmp_path)
+    app = make_app(step_seconds=0.5)  # (every forward half a second: the lens's among them)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot, timeout=60)
+        await pilot.press("l")
+        await wait_for(lambda: "computing the lens" in text_of(app.query_one("#lens").body), pilot)
+        await pilot.press("x")
+        await wait_for(lambda: list(tmp_path.glob("tokenviz-*.svg")), pilot, timeout=60)
+        await wait_for(lambda: list(tmp_path.glob("tokenviz-*.html")), pilot, timeout=60)
+        toasts = " ".join(str(n.message) for n in app._notifications)
+    svg = next(tmp_path.glob("tokenviz-*.svg")).read_text()
+    assert "computing&#160;the&#160;lens" not in svg and "computing the lens" not in svg
+    assert "logit&#160;lens" in svg or "logit lens" in svg
+    assert "waits for the view being computed" in toasts and ".svg" in toasts and ".json" in toasts, toasts
 
 
 async def test_x_exports_and_replay_opens_it_without_a_model(tmp_path, monkeypatch):

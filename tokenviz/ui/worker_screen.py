@@ -24,6 +24,7 @@ from tokenviz.contract.snapshot import CANCELS, ComparisonSnapshot, Snapshot
 from tokenviz.contract.worker import Worker
 from tokenviz.files.atomic import free_name, write_file
 from tokenviz.ui.keys import KeyRow, PaletteCommand
+from tokenviz.ui.panes.base import WAITING
 from tokenviz.ui.panes.status import StatusLine
 from tokenviz.ui.screens import HelpScreen
 
@@ -34,6 +35,7 @@ S = TypeVar("S", Snapshot, ComparisonSnapshot)
 # shows): on this project's 2-core machine at 200x60, 5% slowed autoplay by 9-13%, 2.5% by about 5%.
 UI_SHARE = 0.025
 MAX_FRAME_GAP_S = 1.0  # autoplay's frames at least this often, however costly one is (a busy machine)
+EXPORT_WAIT_S = 30.0  # the most a screenshot waits for a view the model is computing
 MIN_SIZE = (64, 20)  # columns, rows: below it the panes cannot show their numbers, and one line says so
 CLAIMED: set[str] = set()  # export names this process has given out (their files may not be written yet)
 
@@ -88,6 +90,7 @@ class WorkerScreen(Screen[None], Generic[S]):
         self._play_went_on = False  # the frame drawn continues an autoplay drawn before it (no key between)
         self._frame_started = 0.0
         self._frame_timer: Timer | None = None
+        self._held_screenshot: str | None = None  # an export's name, its screenshot waiting for a view
 
     def on_mount(self) -> None:
         def post(snapshot: Snapshot | ComparisonSnapshot) -> None:
@@ -200,6 +203,8 @@ class WorkerScreen(Screen[None], Generic[S]):
         started = self._frame_started = time.perf_counter()
         self.call_after_refresh(lambda: self._measure_frame(time.perf_counter() - started))
         self.draw(before, s)
+        if self._held_screenshot is not None:
+            self.call_after_refresh(self._take_held_screenshot)
 
     # ---- keys every screen has ---------------------------------------------------------------------------
 
@@ -250,13 +255,34 @@ class WorkerScreen(Screen[None], Generic[S]):
     def _export(self, with_journey: bool) -> None:
         """Name the export and ask the worker for its part before anything else, so a quit right
         after still finds it queued (a worker finishes its queued writes when it stops); then write
-        the screenshot here, atomically, under a name no earlier export holds or has claimed."""
+        the screenshot here, atomically, under a name no earlier export holds or has claimed: once a
+        view the model is computing has drawn its result (at most EXPORT_WAIT_S later), not its note."""
         stem = free_name(
             f"{self.EXPORT_NAME}-{datetime.now():%Y%m%d-%H%M%S}", (".svg", *self.EXPORT_SUFFIXES), taken=CLAIMED
         )
         CLAIMED.add(stem)
         if with_journey:
             self.submit(self.export_request(stem))
+        if self._held_screenshot is not None:  # (an earlier one still waits: it is taken now)
+            self._screenshot(self._held_screenshot)
+        if not self._computing():
+            self._screenshot(stem)
+            return
+        self._held_screenshot = stem
+        self.notify("the screenshot waits for the view being computed", title="export")
+        self.set_timer(EXPORT_WAIT_S, lambda: self._take_held_screenshot(waited=True))
+
+    def _computing(self) -> bool:
+        """Whether a view on screen shows a note while the model computes its result."""
+        return any(widget.region.area for widget in self.query(f".{WAITING}"))
+
+    def _take_held_screenshot(self, waited: bool = False) -> None:
+        stem = self._held_screenshot
+        if stem is not None and (waited or not self._computing()):
+            self._screenshot(stem)
+
+    def _screenshot(self, stem: str) -> None:
+        self._held_screenshot = None
         try:
             svg_path = write_file(f"{stem}.svg", self.app.export_screenshot())
         except TokenvizError as exc:

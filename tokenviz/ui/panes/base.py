@@ -223,6 +223,18 @@ def text_strips(text: Text, width: int, console: Console, style: Style) -> list[
     return strips
 
 
+WAITING = "-waiting"  # the class of a view's body while the model computes it at the cursor (a screenshot waits)
+
+
+def computing(selection: Selection, run: Run[Any] | None) -> bool:
+    """Whether the model is computing what a view waits for: live, not while autoplay runs (it waits for
+    a pause), not cancelled, not refused."""
+    s = selection.snapshot
+    if not s.live or s.playing:
+        return False
+    return run is None or (run.kind.__name__ not in s.cancelled and run.kind.__name__ not in dict(s.failed))
+
+
 def result_or_note(
     result: T | None, selection: Selection, body: Static, waiting: str, what: str, run: Run[Any] | None = None
 ) -> T | None:
@@ -233,6 +245,7 @@ def result_or_note(
         if selection.snapshot.playing:
             waiting = "this view is computed when autoplay pauses"
         body.update(pending_note(selection, waiting, what, run))
+    body.set_class(result is None and computing(selection, run), WAITING)
     return result
 
 
