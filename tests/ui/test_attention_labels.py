@@ -1,5 +1,7 @@
 """The attention matrix labels its rows with their tokens and its columns with theirs."""
 
+import re
+
 from tokenviz.contract.records import TokenChip
 from tokenviz.ui.panes.attention import LABEL, key_axis, row_label
 
@@ -40,3 +42,31 @@ async def test_the_marked_row_names_the_cursors_position_when_it_shares_a_termin
             cursor = app.journey.cursor
             marked = [strip.text for strip in app.query_one(AttentionPane)._strips if strip.text.startswith("▶")]
             assert len(marked) == 1 and marked[0][1:5].strip() == str(cursor), (marked, cursor)
+
+
+async def test_the_room_left_below_the_newest_row_says_the_next_rows_come_there():
+    """Issue 69, finding 16: following the newest token at 120x36, the map left rows empty under it
+    ("queries 12–18 of 19"), which read as a fault. The rows stay put while the journey grows (a step
+    draws only its own row); the room under them says what fills it."""
+    from apptools import make_app, settle, text_of
+
+    from tokenviz.contract.settings import SamplingSettings
+
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=60), context=256)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(app, pilot)
+        pane = app.query_one("#attention")
+        seen = {"room": 0, "full": 0}
+        for _ in range(12):
+            await pilot.press("space")
+            await settle(app, pilot)
+            lines = text_of(pane).splitlines()
+            newest = next(i for i, line in enumerate(lines) if line.startswith("▶"))
+            (last, n), *_ = (map(int, m.groups()) for line in lines if (m := re.search(r"–(\d+) of (\d+)", line)))
+            assert last == n - 1, lines  # following the newest
+            if "↓ the next tokens' rows come here" in lines[newest + 1]:
+                seen["room"] += 1
+            else:  # a full map: the key axis right under the newest row
+                assert "↓" not in "".join(lines), lines
+                seen["full"] += 1
+        assert seen["room"] and seen["full"], seen

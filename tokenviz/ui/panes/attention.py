@@ -39,6 +39,7 @@ LEVELS = 64  # colours on the heatmap's scale
 UNDER_MAP = ("axis", "range", "focus", "legend")  # the lines under the map, in their order
 KEPT_FIRST = ("legend", "focus", "axis", "range")  # on a short pane, the ones that stay
 MIN_MAP_ROWS = 2
+COMING = ("↓ the next tokens' rows come here", "↓ next rows here", "")  # under the newest row, while there is room
 
 
 def layout(height: int) -> tuple[int, tuple[str, ...]]:
@@ -163,7 +164,10 @@ class AttentionPane(LinesPane):
         chips = s.chips
         colors = heat_colors(self.theme_colors.heatmap_stops)
         lines = self._map(matrix, queries, zoom, cursor, chips, style, colors)
-        lines += [Strip.blank(width, style)] * (map_rows - len(lines))  # the lines below stay put as rows come
+        if len(lines) < map_rows:  # following the newest: the rows stay put and the next ones come below
+            note = fitting(COMING, width - LABEL)
+            room = Strip([Segment(" " * LABEL, style), Segment(note, style + dim)]).extend_cell_length(width, style)
+            lines += [room] + [Strip.blank(width, style)] * (map_rows - len(lines) - 1)
         trailer = {
             "axis": Strip([Segment(" " * LABEL), Segment(key_axis(keys, chips, zoom_x), dim)]),
             "range": Strip(
