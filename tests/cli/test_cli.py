@@ -114,6 +114,31 @@ def test_trace_table(monkeypatch, capsys, tiny_dir):
     assert "text:" in out and "greedy" in out
 
 
+def test_greedy_is_said_one_way_its_final_distribution_one_hot(monkeypatch, capsys, tiny_dir):
+    """Issue 69, finding 20: a greedy trace's p(final) gave the raw p (0.371) where the app shows the
+    final distribution one-hot, and a served greedy step said "greedy": false. Argmax takes its token
+    with certainty: p(final) is 1, the raw p is the top list's, and every backend says greedy."""
+    import dataclasses
+
+    from apptools import frozen_snapshot
+
+    from tokenviz.contract.settings import SamplingSettings
+
+    args = ("trace", "The cat sat", "--model", tiny_dir, "--steps", "3", "--temperature", "0")
+    code, out, err = invoke(monkeypatch, capsys, *args, "--json")
+    assert code == 0, err
+    for step in json.loads(out)["steps"]:
+        assert step["draw"]["greedy"] is True and step["chosen"]["prob"] == 1.0
+        assert step["top"][0]["id"] == step["chosen"]["id"] and step["top"][0]["prob"] < 1
+    code, out, err = invoke(monkeypatch, capsys, *args)
+    assert code == 0, err
+    rows = [line for line in out.splitlines() if "greedy" in line and "│" in line]
+    assert len(rows) == 3 and all("1.000" in row for row in rows), out
+    record = frozen_snapshot(steps=1, settings=SamplingSettings(temperature=0)).records[-1]
+    drawn = dataclasses.replace(record.decision, mode="drawn")  # (a server's draw under greedy settings)
+    assert dataclasses.replace(record, decision=drawn).to_json()["draw"]["greedy"] is True
+
+
 def test_the_trace_table_says_where_the_lens_and_attention_it_cannot_show_are(monkeypatch, capsys, tiny_dir):
     """Issue 69, finding 10: `trace --lens --attention 20` showed neither in its table, without a word."""
     args = ("trace", "The cat sat", "--model", tiny_dir, "--steps", "2", "--lens", "--attention", "1")

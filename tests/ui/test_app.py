@@ -16,6 +16,7 @@ from tokenviz.contract.attention import window
 from tokenviz.contract.commands import Beams, Inspect, ShowAttention, Speculate
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
+from tokenviz.render.units import probability
 from tokenviz.ui.panes.attention import AttentionPane
 from tokenviz.ui.panes.next_token import NextTokenPane
 from tokenviz.ui.panes.sampling import SamplingPane
@@ -705,6 +706,17 @@ async def test_the_tokens_pane_follows_the_newest_token_and_the_cursor_at_80x24(
         await pilot.pause(0.1)
         tokens = shown(app, TokensPane)
         assert "cursor at position 0" in tokens and tokens.splitlines()[1].startswith("The")
+
+
+async def test_the_pending_greedy_step_gives_its_raw_p_not_a_final_one():
+    """Issue 69, finding 20: greedy's final distribution is one-hot; the trailer said "greedy, final p
+    0.371" (the raw p)."""
+    app = make_app(SamplingSettings(temperature=0))
+    async with app.run_test(size=(120, 36)) as pilot:
+        s = await settle(app, pilot)
+        tokens = shown(app, TokensPane)
+        raw = s.pending.decision.raw_prob
+        assert f"greedy: argmax, raw p {probability(raw)}" in tokens and "final p" not in tokens, tokens
 
 
 async def test_any_sequence_of_resizes_keeps_every_pane_and_the_status_line():

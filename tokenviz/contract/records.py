@@ -120,10 +120,21 @@ class Decision:
         return tuple(p.id for p in self.pinned)
 
     @property
+    def greedy(self) -> bool:
+        """Whether argmax took the token (here, or a server's under greedy settings): its final
+        distribution is one-hot."""
+        return self.mode == "greedy" or (self.mode == "drawn" and self.settings.greedy)
+
+    @property
+    def final_prob(self) -> float:
+        """The probability the chosen token had of being taken: 1 where argmax took it."""
+        return 1.0 if self.greedy else self.chosen_prob
+
+    @property
     def final_probs(self) -> tuple[float, ...]:
         """The probability each watched token had of being taken: after the last stage, or one-hot
         for greedy (argmax takes the top token with certainty)."""
-        if self.mode == "greedy" or (self.mode == "drawn" and self.settings.greedy):  # (a server's argmax too)
+        if self.greedy:
             return tuple(1.0 if token_id == self.chosen_id else 0.0 for token_id, _ in self.watch)
         return self.stages[-1].probs if self.stages else self.raw_probs
 
@@ -261,7 +272,7 @@ class StepRecord:
         return {
             "index": self.index,
             "position": self.position,
-            "chosen": {"id": d.chosen_id, "text": d.chosen_text, "prob": d.chosen_prob},
+            "chosen": {"id": d.chosen_id, "text": d.chosen_text, "prob": d.final_prob},
             "top": [{"id": c.id, "text": c.text, "logit": c.logit, "prob": c.prob} for c in self.top],
             "entropy": self.entropy,
             "stages": [
@@ -273,7 +284,7 @@ class StepRecord:
                 }
                 for s in d.stages
             ],
-            "draw": {"greedy": d.mode == "greedy", **d.to_json()},
+            "draw": {"greedy": d.greedy, **d.to_json()},
             "settings": d.settings.to_json(),
             "ms": {
                 "forward": self.forward_ms,

@@ -239,6 +239,8 @@ class TokensPane(BoxPane):
             how = (
                 f"drawn by the server, p {probability(d.raw_prob)}"
                 if d.mode == "drawn"
+                else f"greedy: argmax, raw p {probability(d.raw_prob)}"
+                if d.greedy
                 else f"{d.mode}, final p {probability(d.chosen_prob)}"
             )
             return Text(f"→ next: {visible(d.chosen_text)} ({how})", Style(dim=True))
