@@ -115,6 +115,18 @@ def test_entropy_and_p_chosen_are_charted_each_on_its_own_axis():
     assert re.findall(r'class="tick">([^<]*)<', entropy_chart)[1] == tick(top)
 
 
+def test_a_greedy_steps_final_p_is_one_as_in_the_app():
+    """Issue 69, finding 20 on the page: "final p" gave greedy's raw p where the app shows its final
+    distribution one-hot; the raw p stays beside it."""
+    from tokenviz.contract.settings import SamplingSettings
+
+    snapshot, attention, _ = frozen_recording(steps=3, settings=SamplingSettings(temperature=0))
+    data = data_of(journey_page(snapshot, attention, COLORS))
+    for step, record in zip(data["steps"], snapshot.records, strict=True):
+        assert step["mode"] == "greedy" and step["chosen_prob"] == 1.0
+        assert step["raw_prob"] == record.decision.raw_prob < 1
+
+
 def test_every_chart_title_fits_its_chart_local_and_served():
     """Issue 69, finding 14: a chart's title was cut ("…the chosen token's final probabili")."""
     import dataclasses

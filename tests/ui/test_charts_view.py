@@ -27,7 +27,7 @@ async def test_c_charts_the_journeys_own_figures():
         records = s.records
         (_, steps, entropy), (_, _, chosen) = series["entropy"]
         assert steps == [float(r.index) for r in records] and entropy == [r.entropy for r in records]
-        assert chosen == [r.decision.chosen_prob for r in records]
+        assert chosen == [r.decision.final_prob for r in records]
         ((label, _, watched),) = series["watched"]
         assert label == s.pinned[0][1] and watched == [r.decision.pinned[0].prob for r in records]
         ((_, positions, bits),) = series["surprisal"]

@@ -76,7 +76,7 @@ def _steps(snapshot: Snapshot) -> list[dict[str, Any]]:
                 "mode": d.mode,
                 "u": d.u,
                 "band": list(d.band) if d.band else None,
-                "chosen_prob": d.chosen_prob,
+                "chosen_prob": d.final_prob,  # (1 under greedy: the app shows its final one-hot)
                 "chosen_rank": d.chosen_rank,
                 "raw_prob": d.raw_prob,
                 "raw_rank": d.raw_rank,
@@ -116,7 +116,7 @@ def _charts(snapshot: Snapshot, colors: dict[str, str]) -> list[str]:
         line_chart(
             "p(chosen) by step: the token's final p",
             steps,
-            [("p chosen", [r.decision.chosen_prob for r in records], final)],
+            [("p chosen", [r.decision.final_prob for r in records], final)],
             "step",
             y_range=(0.0, 1.0),
         ),

@@ -106,7 +106,7 @@ class ChartsPane(Pane, Grid):
         self.series = {
             "entropy": [
                 ("entropy bits", steps, [r.entropy for r in records]),
-                ("p chosen", steps, [r.decision.chosen_prob for r in records]),
+                ("p chosen", steps, [r.decision.final_prob for r in records]),
             ],
             "watched": [
                 (text, steps, [next((p.prob for p in r.decision.pinned if p.id == token), 0.0) for r in records])
