@@ -9,7 +9,28 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 sys.path.insert(0, str(Path(__file__).parent))
 
-from tiny import tiny_model
+# pytest-xdist's workers share the machine's cores: each (and each process a test starts) takes its share
+# of threads, so that torch's threads do not outnumber the cores and wait on one another. xdist gives its
+# workers COLUMNS=80 and LINES=24, which a tokenviz started in a tmux terminal would take for its size.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if WORKERS > 1:
+    os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // WORKERS))
+for name in ("COLUMNS", "LINES"):
+    os.environ.pop(name, None)
+
+import workers  # noqa: E402
+from tiny import tiny_model  # noqa: E402  (after the threads are set: it imports torch)
+
+
+def pytest_xdist_auto_num_workers(config):
+    return workers.auto_workers()
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
+def pytest_collection_modifyitems(items):
+    for item in items:
+        for group in workers.groups(item):
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_addoption(parser):

@@ -82,14 +82,19 @@ def start(size: tuple[int, int], *args: str, cwd: str | None = None, env: dict |
 
 
 def wait_screen(name: str, pattern: str, timeout: float = 120) -> str:
+    return wait_until(name, lambda text: re.search(pattern, text) is not None, repr(pattern), timeout)
+
+
+def wait_until(name: str, holds: Callable[[str], bool], what: str, timeout: float = 120) -> str:
+    """The screen once `holds(screen)`: a state that a pattern of one line cannot say (a wrapped line)."""
     deadline = time.monotonic() + timeout
     text = ""
     while time.monotonic() < deadline:
         text = screen(name)
-        if re.search(pattern, text):
+        if holds(text):
             return text
         time.sleep(0.2)
-    raise AssertionError(f"{pattern!r} never appeared; the screen was:\n{text}")
+    raise AssertionError(f"{what} never appeared; the screen was:\n{text}")
 
 
 def wait_toast(name: str, words: str, timeout: float = 120) -> str:

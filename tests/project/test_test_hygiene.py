@@ -54,3 +54,24 @@ def test_two_paths_floats_are_compared_within_one_rounding_and_the_rest_exactly(
     ):
         with pytest.raises(AssertionError):
             assert_close(wrong, {"logits": batched, "id": 5})
+
+
+def test_a_worker_leaves_the_terminal_size_to_the_terminals_it_starts():
+    """pytest-xdist gives its workers COLUMNS=80 and LINES=24: a tokenviz started in a 200x60 tmux terminal
+    took them for its size and drew 80x24 in a corner (seven terminal tests failed so)."""
+    import os
+
+    assert "COLUMNS" not in os.environ and "LINES" not in os.environ
+
+
+def test_the_tests_that_share_a_server_or_a_build_share_a_worker(request):
+    """Each test that needs the vLLM servers (or the llama-cpp-python build) is in that fixture's group:
+    xdist runs a group on one worker, so the servers start once a run, not once a worker."""
+    import workers
+
+    for item in request.session.items:
+        groups = {mark.args[0] for mark in item.iter_markers("xdist_group")}
+        assert groups == workers.groups(item), item.nodeid
+        if "vllm_server" in item.fixturenames or "llama_cpp" in item.fixturenames:
+            assert groups, item.nodeid
+    assert 2 <= workers.auto_workers() <= workers.MOST_WORKERS

@@ -5,7 +5,7 @@ import re
 import time
 
 import pytest
-from terminals import at_each_size, dialog_text, keys, quits_cleanly, screen, tmux, wait_gone, wait_screen
+from terminals import at_each_size, dialog_text, keys, quits_cleanly, screen, tmux, wait_gone, wait_screen, wait_until
 from tiny import save_tiny
 
 pytestmark = pytest.mark.terminal
@@ -86,8 +86,9 @@ def test_a_greedy_run_says_why_and_a_preset_or_a_typed_setting_takes_effect(tiny
         keys(name, "Left", "Left", "2", "b")
         wait_screen(name, r"branch 1 ")
         keys(name, "Down", "Down", "Down")  # (at 80x24 the second branch's line is below the pane's fold)
-        shown = left_panes(wait_screen(name, r"branch 1 "))
-        assert re.search(r"branch 1 .* same first \d+ tok as current", shown) and "shares" not in shown, shown
+        said = re.compile(r"branch 1 .* same first \d+ tok as current")  # (the line drawn whole: it wraps)
+        shown = left_panes(wait_until(name, lambda text: bool(said.search(left_panes(text))), "branch 1's line"))
+        assert "shares" not in shown, shown
         quits_cleanly(name)
 
     at_each_size(check, "The cat sat", "--model", tiny_dir, "--temperature", "0", "--max-new-tokens", "8")
