@@ -85,7 +85,15 @@ def test_a_key_pressed_during_an_autoplay_step_is_answered_before_the_step_ends(
     worker = EngineWorker(load, SamplingSettings(temperature=0, max_new_tokens=6), PROMPT)
     worker.start(post)
     try:
-        ready = post.wait(lambda s: s.state == "ready")
+        # Ready, and the prompt's predictions made (Session.score_prompt, run while the engine is idle after
+        # the prefill): on a busy machine their passes were still running, and the gate held one of them.
+        ready = post.wait(
+            lambda s: (
+                s.state == "ready"
+                and len(s.records[0].prompt_predictions) >= len(s.records[0].input_ids) - 1
+                and s.message == ""
+            )
+        )
         gate.open.clear()
         worker.submit(Play())
         assert gate.inside.wait(10)  # a step is in its second layer, held there
