@@ -9,6 +9,7 @@ from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.comparison import Comparison
 from tokenviz.journey.session import Session
+from tokenviz.render.units import probability
 from tokenviz.ui.app import TokenvizApp
 from tokenviz.ui.compare_screen import CompareScreen, DiffPane
 from tokenviz.ui.keys import JOURNEY_OWNERS, routed
@@ -255,3 +256,28 @@ def test_a_header_says_each_intervention_briefly_by_its_own_label():
 
     said = briefly((Steering(layer=1, scale=8.0, toward="Paris, France", away="a"), HeadAblation(0, 1)))
     assert said == "steer L1 ×8…, ablate L0.H1 (zero)", said
+
+
+async def test_each_side_shows_its_final_distribution_beside_the_raw_one():
+    """Issue 69, finding 6: both next-token panes showed the same raw distribution, so until the paths part
+    the only difference on screen was "KL final". Each side's pane gives every followed candidate's final
+    p: greedy's one-hot on A, the hot temperature's flattened distribution on B."""
+    from apptools import text_of
+
+    from tokenviz.ui.panes.next_token import NextTokenPane
+
+    app = compare_app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        c = await settled(app, pilot)
+        for side, s in (("a", c.a), ("b", c.b)):
+            lines = text_of(app.query_one(f"#next-{side}", NextTokenPane)).splitlines()
+            assert "raw p" in lines[0] and "final p" in lines[0], lines
+            d = s.records[-1].decision
+            final = dict(zip((i for i, _ in d.watch), d.final_probs, strict=True))
+            for candidate in s.records[-1].top[:3]:
+                row = next(line for line in lines if f" {candidate.id} " in line)
+                after = final[candidate.id]
+                said = "—" if after == 0 else probability(after, 7).strip()
+                assert said in row.split(probability(candidate.prob, 7).strip(), 1)[1], (side, row)
+        a_rows = text_of(app.query_one("#next-a", NextTokenPane))
+        assert "1.000" in a_rows and a_rows.count("—") >= 2  # greedy: the argmax certain, the rest dropped

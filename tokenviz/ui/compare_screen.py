@@ -153,7 +153,7 @@ class CompareScreen(WorkerScreen[ComparisonSnapshot]):
                 with Vertical(id=f"side-{side}"):
                     yield Static(f"{side.upper()}: loading…", id=f"label-{side}", classes="label")
                     yield TokensPane(id=f"tokens-{side}")
-                    yield NextTokenPane(id=f"next-{side}")
+                    yield NextTokenPane(final_column=True, id=f"next-{side}")
         yield DiffPane()
         yield FittingFooter()
 

@@ -5,6 +5,7 @@ prompt, ▶ marks the prompt's own next token, which the prefill scored at every
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from rich.text import Text
 
@@ -21,6 +22,10 @@ from tokenviz.ui.selection import Selection
 
 class NextTokenPane(BoxPane):
     TITLE = "next token"
+
+    def __init__(self, final_column: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.final_column = final_column  # a "final p" column: each candidate's p after the settings' stages
 
     ranks_shown: frozenset[int] = frozenset()  # the ranks on screen: the number keys take only these
 
@@ -72,7 +77,8 @@ class NextTokenPane(BoxPane):
             d = record.decision
             own = {c.id: c.prob for c in record.unsteered.top} if record.unsteered else None
             marked = Candidate(d.chosen_id, d.chosen_text, 0.0, d.raw_prob)
-            self.update(self._table(record.top, marked, d.raw_rank, own, selection.info.covers > 0))
+            final = dict(zip((i for i, _ in d.watch), d.final_probs, strict=True)) if self.final_column else None
+            self.update(self._table(record.top, marked, d.raw_rank, own, selection.info.covers > 0, final))
             state = "pending" if selection.is_pending else "taken"
             u = record.unsteered
             kl = f"KL {'≥ ' if u.kl_floor else ''}{u.kl:.3f}" if u else ""
@@ -140,15 +146,18 @@ class NextTokenPane(BoxPane):
         marked_rank: int,
         own: dict[int, float] | None = None,
         logprobs: bool = False,
+        final: dict[int, float] | None = None,
     ) -> Text:
         """The candidates with `marked` (the token that followed) shown even outside them; with
         interventions on, `own` holds the model's own probabilities (its top-n) for a column. With
-        `logprobs`, the scores are a server's log-probabilities, headed so."""
+        `logprobs`, the scores are a server's log-probabilities, headed so. With `final`, the tokens the
+        stages followed have their final probability in a column (— where a stage dropped one), and the
+        bars show it: a comparison's two settings side by side."""
         chosen_color = self.theme_colors.chosen
-        bar_color = self.theme_colors.bar
+        bar_color = self.theme_colors.bar if final is None else self.theme_colors.bar_final
         rows = max(self.size.height - 1, 3)
         width = max(self.size.width, 24)
-        own_w = 8 if own is not None else 0
+        own_w = (8 if own is not None else 0) + (8 if final is not None else 0)
         show_logit = width >= 46 + own_w  # narrow panes drop the logit column first
         piece_w = min(16, max(6, (width - 40 if show_logit else width - 32) - own_w))
         fixed = 5 + piece_w + 7 + (8 if show_logit else 0) + 7 + own_w + 1
@@ -157,7 +166,8 @@ class NextTokenPane(BoxPane):
         header = f"{'#':>4} {cell('token', piece_w)} {'id':>6}" + (
             f" {'logprob' if logprobs else 'logit':>7}" if show_logit else ""
         )
-        text.append(header + f" {'raw p':>7}" + (f" {'own p':>7}" if own is not None else "") + "\n", style="bold")
+        extra = (f" {'own p':>7}" if own is not None else "") + (f" {'final p':>7}" if final is not None else "")
+        text.append(header + f" {'raw p':>7}" + extra + "\n", style="bold")
 
         def row(rank: int, piece: str, token_id: int, logit: str, prob: float, mark: bool) -> None:
             style = f"bold {chosen_color}" if mark else ""
@@ -166,7 +176,10 @@ class NextTokenPane(BoxPane):
             text.append(f" {token_id:>6}" + (f" {logit:>7}" if show_logit else "") + f" {probability(prob, 7)} ")
             if own is not None:  # the model's own, where it is among its own top-n
                 text.append(f"{probability(own[token_id], 7) if token_id in own else '—':>7} ", style="dim")
-            text.append(bar(prob, bar_width) + "\n", style=bar_color)
+            if final is not None:  # (blank: a token the stages did not follow)
+                after = final.get(token_id)
+                text.append(f"{'' if after is None else '—' if after == 0 else probability(after, 7):>7} ", style=style)
+            text.append(bar(prob if final is None else final.get(token_id, 0.0), bar_width) + "\n", style=bar_color)
 
         shown = list(top[:rows])
         if all(c.id != marked.id for c in shown):
