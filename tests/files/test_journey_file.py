@@ -124,7 +124,9 @@ async def test_x_while_the_lens_computes_saves_the_lens_not_its_note(tmp_path, m
     """Issue 69, finding 15: `x` pressed while the lens was computing saved "computing the lens for this
     position…" in the SVG. The screenshot waits until the view has drawn what it was computing."""
     monkeypatch.chdir(tmp_path)
-    app = make_app(step_seconds=0.5)  # (every forward half a second: the lens's among them)
+    app = make_app(step_seconds=2.0)  # (every forward two seconds: the lens's among them)
+    said, notify = [], app.notify
+    app.notify = lambda message, **options: (said.append(str(message)), notify(message, **options))[1]
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot, timeout=60)
         await pilot.press("l")
@@ -132,11 +134,25 @@ async def test_x_while_the_lens_computes_saves_the_lens_not_its_note(tmp_path, m
         await pilot.press("x")
         await wait_for(lambda: list(tmp_path.glob("tokenviz-*.svg")), pilot, timeout=60)
         await wait_for(lambda: list(tmp_path.glob("tokenviz-*.html")), pilot, timeout=60)
-        toasts = " ".join(str(n.message) for n in app._notifications)
+        toasts = " ".join(said)
     svg = next(tmp_path.glob("tokenviz-*.svg")).read_text()
     assert "computing&#160;the&#160;lens" not in svg and "computing the lens" not in svg
     assert "logit&#160;lens" in svg or "logit lens" in svg
     assert "waits for the view being computed" in toasts and ".svg" in toasts and ".json" in toasts, toasts
+
+
+async def test_a_held_screenshot_is_taken_as_it_is_once_it_has_waited_its_longest(tmp_path, monkeypatch):
+    from tokenviz.ui import worker_screen
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(worker_screen, "EXPORT_WAIT_S", 0.5)
+    monkeypatch.setattr(worker_screen.WorkerScreen, "_computing", lambda self: True)  # (a view that never comes)
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("x")
+        await wait_for(lambda: list(tmp_path.glob("tokenviz-*.svg")), pilot, timeout=30)
+        assert any("waits for the view being computed" in str(n.message) for n in app._notifications)
 
 
 async def test_x_exports_and_replay_opens_it_without_a_model(tmp_path, monkeypatch):

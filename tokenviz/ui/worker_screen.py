@@ -270,15 +270,17 @@ class WorkerScreen(Screen[None], Generic[S]):
             return
         self._held_screenshot = stem
         self.notify("the screenshot waits for the view being computed", title="export")
-        self.set_timer(EXPORT_WAIT_S, lambda: self._take_held_screenshot(waited=True))
+        self.set_timer(EXPORT_WAIT_S, lambda: self._take_held_screenshot(waited_for=stem))
 
     def _computing(self) -> bool:
         """Whether a view on screen shows a note while the model computes its result."""
         return any(widget.region.area for widget in self.query(f".{WAITING}"))
 
-    def _take_held_screenshot(self, waited: bool = False) -> None:
+    def _take_held_screenshot(self, waited_for: str | None = None) -> None:
+        """The held screenshot, once no view computes; or as it is, when `waited_for` (its name) has
+        waited its longest."""
         stem = self._held_screenshot
-        if stem is not None and (waited or not self._computing()):
+        if stem is not None and (stem == waited_for or not self._computing()):
             self._screenshot(stem)
 
     def _screenshot(self, stem: str) -> None:
