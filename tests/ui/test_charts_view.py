@@ -15,6 +15,14 @@ from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.panes.charts import MAX_POINTS, thinned
 
 
+async def open_charts(app, pilot, steps: int) -> None:
+    """The charts view, after `steps` steps, drawn."""
+    await settle(app, pilot)
+    await pilot.press(*["space"] * steps, "C")
+    await settle(app, pilot)
+    await pilot.pause(0.3)
+
+
 async def test_c_charts_the_journeys_own_figures():
     app = make_app(SamplingSettings(temperature=0.8, max_new_tokens=40))
     async with app.run_test(size=(160, 44)) as pilot:
@@ -60,10 +68,7 @@ def test_integer_axes_get_whole_number_ticks():
 async def test_a_small_pane_shows_one_chart_at_a_time_and_the_arrows_change_it():
     app = make_app(SamplingSettings(temperature=0.8, max_new_tokens=40))
     async with app.run_test(size=(80, 24)) as pilot:
-        await settle(app, pilot)
-        await pilot.press(*["space"] * 4, "C")
-        await settle(app, pilot)
-        await pilot.pause(0.2)
+        await open_charts(app, pilot, steps=4)
         charts = app.query_one("#charts")
         assert charts.one_at_a_time and charts.has_class("-one")
         shown = [plot.id for plot in charts.query("PlotextPlot") if plot.display]
@@ -130,10 +135,7 @@ async def test_a_charts_value_axis_labels_every_tick():
 
     app = make_app(SamplingSettings(temperature=0.8, max_new_tokens=30))
     async with app.run_test(size=(80, 24)) as pilot:
-        await settle(app, pilot)
-        await pilot.press(*["space"] * 6, "C")
-        await settle(app, pilot)
-        await pilot.pause(0.3)
+        await open_charts(app, pilot, steps=6)
         pane = app.query_one(ChartsPane)
         chart = next(c for c in pane.query(PlotextPlot) if c.has_class("-shown"))
         rows = ["".join(seg.text for seg in line) for line in chart.render_lines(chart.region.reset_offset)]
