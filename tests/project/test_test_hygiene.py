@@ -71,7 +71,7 @@ def test_the_tests_that_share_a_server_or_a_build_share_a_worker(request):
 
     for item in request.session.items:
         groups = {mark.args[0] for mark in item.iter_markers("xdist_group")}
-        assert groups == workers.groups(item), item.nodeid
+        assert workers.groups(item) <= groups, item.nodeid
         if "vllm_server" in item.fixturenames or "llama_cpp" in item.fixturenames:
             assert groups, item.nodeid
     assert 2 <= workers.auto_workers() <= workers.MOST_WORKERS
