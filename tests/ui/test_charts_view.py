@@ -6,7 +6,7 @@ import itertools
 import math
 
 import pytest
-from apptools import make_app, settle
+from apptools import make_app, settle, wait_for
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -15,12 +15,18 @@ from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.panes.charts import MAX_POINTS, thinned
 
 
+def rows_of(chart) -> list[str]:
+    """The lines a chart draws, as text."""
+    return ["".join(seg.text for seg in line) for line in chart.render_lines(chart.region.reset_offset)]
+
+
 async def open_charts(app, pilot, steps: int) -> None:
-    """The charts view, after `steps` steps, drawn."""
+    """The charts view, after `steps` steps, drawn (its shown charts' axes on screen)."""
     await settle(app, pilot)
     await pilot.press(*["space"] * steps, "C")
     await settle(app, pilot)
-    await pilot.pause(0.3)
+    plots = app.query_one("#charts").query("PlotextPlot")
+    await wait_for(lambda: any("┤" in "".join(rows_of(plot)) for plot in plots if plot.display), pilot)
 
 
 async def test_c_charts_the_journeys_own_figures():
@@ -138,7 +144,7 @@ async def test_a_charts_value_axis_labels_every_tick():
         await open_charts(app, pilot, steps=6)
         pane = app.query_one(ChartsPane)
         chart = next(c for c in pane.query(PlotextPlot) if c.has_class("-shown"))
-        rows = ["".join(seg.text for seg in line) for line in chart.render_lines(chart.region.reset_offset)]
+        rows = rows_of(chart)
         ((_, _, entropy), _) = pane.series["entropy"]
         _, labels = value_ticks(max(entropy), max(chart.size.height // 3, 2))
         left = [row.split("┤")[0].strip() for row in rows if "┤" in row]

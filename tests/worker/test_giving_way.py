@@ -71,7 +71,7 @@ class Gate:
 
 
 def test_a_key_pressed_during_an_autoplay_step_is_answered_before_the_step_ends():
-    from test_engine_worker import Collector
+    from test_engine_worker import Collector, scored
 
     gate = Gate()
 
@@ -87,13 +87,7 @@ def test_a_key_pressed_during_an_autoplay_step_is_answered_before_the_step_ends(
     try:
         # Ready, and the prompt's predictions made (Session.score_prompt, run while the engine is idle after
         # the prefill): on a busy machine their passes were still running, and the gate held one of them.
-        ready = post.wait(
-            lambda s: (
-                s.state == "ready"
-                and len(s.records[0].prompt_predictions) >= len(s.records[0].input_ids) - 1
-                and s.message == ""
-            )
-        )
+        ready = post.wait(lambda s: scored(s) and s.message == "")
         gate.open.clear()
         worker.submit(Play())
         assert gate.inside.wait(10)  # a step is in its second layer, held there

@@ -131,6 +131,11 @@ class Decision:
         return 1.0 if self.greedy else self.chosen_prob
 
     @property
+    def final_by_id(self) -> dict[int, float]:
+        """final_probs by token id: each watched token's probability of being taken."""
+        return dict(zip((token_id for token_id, _ in self.watch), self.final_probs, strict=True))
+
+    @property
     def final_probs(self) -> tuple[float, ...]:
         """The probability each watched token had of being taken: after the last stage, or one-hot
         for greedy (argmax takes the top token with certainty)."""

@@ -65,7 +65,7 @@ def _steps(snapshot: Snapshot) -> list[dict[str, Any]]:
     out = []
     for r in snapshot.records:
         d = r.decision
-        final = dict(zip((token for token, _ in d.watch), d.final_probs))
+        final = d.final_by_id
         out.append(
             {
                 "index": r.index,

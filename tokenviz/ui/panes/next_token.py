@@ -77,7 +77,7 @@ class NextTokenPane(BoxPane):
             d = record.decision
             own = {c.id: c.prob for c in record.unsteered.top} if record.unsteered else None
             marked = Candidate(d.chosen_id, d.chosen_text, 0.0, d.raw_prob)
-            final = dict(zip((i for i, _ in d.watch), d.final_probs, strict=True)) if self.final_column else None
+            final = d.final_by_id if self.final_column else None
             self.update(self._table(record.top, marked, d.raw_rank, own, selection.info.covers > 0, final))
             state = "pending" if selection.is_pending else "taken"
             u = record.unsteered
