@@ -52,3 +52,11 @@ def llama_cpp(llama_cpp_build: Built) -> None:
     """llama-cpp-python importable, or the test skipped naming the build's test."""
     if llama_cpp_build.failure is not None:
         pytest.skip(f"llama-cpp-python could not be built (see {BUILD_TEST})")
+
+
+@pytest.fixture(scope="module")
+def reference(llama_cpp):
+    """llama-cpp-python's own Llama on the bundled GGUF (llama_reference.own_llama)."""
+    from llama_reference import own_llama
+
+    yield from own_llama()

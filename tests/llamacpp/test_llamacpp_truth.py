@@ -9,43 +9,9 @@ import json
 import numpy as np
 import pytest
 from clitools import invoke
+from llama_reference import PROMPT, THREADS
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.usefixtures("llama_cpp")]
-
-PROMPT = "The Eiffel Tower is located in"
-THREADS = 2  # both sides compute with the same threads (llama.cpp splits its sums by thread)
-
-
-@pytest.fixture(scope="module")
-def reference(llama_cpp):
-    """llama-cpp-python's own Llama on the bundled GGUF, with the model parameters tokenviz gives it (on a CPU
-    with AMX, llama.cpp's AMX kernel crashes on Q4_1: both run without the extra buffer types)."""
-    import llama_cpp as package
-    import llama_cpp.llama_cpp as bindings
-
-    from tokenviz.backends.llamacpp.runtime import amx_present
-    from tokenviz.system.paths import bundled_gguf
-
-    default = bindings.llama_model_default_params
-
-    def params():
-        p = default()
-        p.use_extra_bufts = not amx_present()
-        return p
-
-    bindings.llama_model_default_params = params
-    try:
-        yield package.Llama(
-            model_path=str(bundled_gguf()),
-            n_ctx=4096,
-            n_threads=THREADS,
-            n_threads_batch=THREADS,
-            logits_all=True,
-            flash_attn=True,
-            verbose=False,  # (llama.cpp's own default on a CPU: auto, on)
-        )
-    finally:
-        bindings.llama_model_default_params = default
 
 
 def trace(monkeypatch, capsys, *more: str) -> dict:
@@ -147,8 +113,7 @@ def test_a_rewound_step_gives_the_same_logits_bit_for_bit(llama_cpp):
         (["--device-map", "auto"], "--device-map is the transformers backend's"),
         (["--context", "0"], "--context 0: give a whole number from 1"),
         (["--endpoint", "http://127.0.0.1:9/v1"], "--endpoint is the server backend's option"),
-        (["--ablate", "0.1"], "ablate L0.H1 (zero): the llama.cpp backend runs no interventions yet; run it on the "
-                              "transformers backend (drop --backend llama.cpp)"),
+        (["--ablate", "0.1"], "ablate L0.H1 (zero): a head of a GGUF in llama.cpp cannot be ablated here"),
         (["--regex", "[0-9]+"], "needs the model's Hugging Face tokenizer, which a GGUF in llama.cpp lacks: run it on "
                                 "the transformers backend"),
     ],
@@ -206,8 +171,8 @@ def test_attention_rows_are_the_softmax_of_llama_cpps_own_queries_and_keys(llama
 
 
 @pytest.mark.terminal
-def test_the_app_steps_rewinds_branches_and_shows_the_lens_on_llama_cpp_at_80x24():
-    from terminals import keys, quits_cleanly, terminal, wait_screen
+def test_the_app_steps_rewinds_branches_shows_the_lens_and_steers_llama_cpp_at_80x24():
+    from terminals import keys, quits_cleanly, terminal, tmux, wait_screen, wait_until
 
     with terminal((80, 24), "--backend", "llama.cpp", "--threads", str(THREADS), "--temperature", "0") as name:
         shown = wait_screen(name, r"·in@6 attends to: The 0\.\d+", timeout=120)  # (llama.cpp's own rows)
@@ -221,6 +186,12 @@ def test_the_app_steps_rewinds_branches_and_shows_the_lens_on_llama_cpp_at_80x24
         assert "emb ·the" in wait_screen(name, r"top-1 from L\d+", timeout=60)
         keys(name, "b")
         wait_screen(name, r"2 paths")
+        keys(name, "I")  # a control vector, from the interventions dialog
+        wait_screen(name, r"Change the model while you watch")
+        tmux(name, "send-keys", "-t", name, "-l", "steer-tokens 15:8: Paris: the")
+        keys(name, "Enter", "Escape")
+        shown = wait_until(name, lambda text: "steer L15 ×8" in text and "Change the model" not in text, "steered")
+        assert "error" not in shown.lower(), shown
         quits_cleanly(name)
 
 

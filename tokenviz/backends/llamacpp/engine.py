@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,10 @@ import numpy as np
 import torch
 
 from tokenviz.backends.hf.chat_marks import template_marks
+from tokenviz.backends.llamacpp.capture import Capture
 from tokenviz.backends.llamacpp.internals import LlamaInternals
-from tokenviz.backends.llamacpp.runtime import Runtime, kv_bytes_a_position, version
+from tokenviz.backends.llamacpp.interventions import LlamaIntervening, OwnModel
+from tokenviz.backends.llamacpp.runtime import NO_EDITS, Edits, Runtime, kv_bytes_a_position, version
 from tokenviz.contract.engine import (
     WHOLE_VOCABULARY,
     AttentionRows,
@@ -27,6 +30,7 @@ from tokenviz.contract.engine import (
     DenseInOnePlace,
     Elapsed,
     Engine,
+    Intervenable,
     IsCancelled,
     Lens,
     OnProgress,
@@ -34,6 +38,7 @@ from tokenviz.contract.engine import (
     shared_prefix,
 )
 from tokenviz.contract.errors import Cancelled, TokenvizError
+from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.records import ModelInfo
 from tokenviz.contract.results import Inspection, LensAsk
 from tokenviz.contract.text import safe_text
@@ -111,6 +116,9 @@ class LlamaCppEngine(DenseInOnePlace):
         self.device = torch.device("cpu")  # (the logits are read into the host's memory)
         self.tokenizer = None  # (no Hugging Face tokenizer here: a grammar stage cannot run)
         self.give_way: Callable[[], bool] | None = None
+        self.intervening: LlamaIntervening | None = None
+        self.edits = NO_EDITS  # what the interventions in force change, as llama.cpp takes it
+        self._reopen = False  # the journey's context to be opened again for them (take_edits)
         self.pieces = LlamaPieces(runtime)
         vocabulary = range(shape.vocab)
         self.eos_ids = {t for t in vocabulary if runtime.is_end(t)}
@@ -140,7 +148,7 @@ class LlamaCppEngine(DenseInOnePlace):
             attention="llama.cpp's",
             chat_template=bool(self.chat_template),
             quantization=f"{quantization} (GGUF, as llama.cpp runs it)",
-            capabilities=in_order({Capability.STEP, Capability.LENS, Capability.ATTENTION}),
+            capabilities=in_order({Capability.STEP, Capability.LENS, Capability.ATTENTION, Capability.INTERVENTIONS}),
             distribution=WHOLE_VOCABULARY,
             runtime=f"llama.cpp (llama-cpp-python {version()})",
         )
@@ -208,6 +216,7 @@ class LlamaCppEngine(DenseInOnePlace):
             self.forward(tokens[shared:])
 
     def reset(self) -> None:
+        self._ready(keep=0)
         self.runtime.clear()
         self.fed = []
 
@@ -217,6 +226,7 @@ class LlamaCppEngine(DenseInOnePlace):
         if length == 0:
             self.reset()
             return
+        self._ready(keep=length)
         self.runtime.cut(length)
         del self.fed[length:]
 
@@ -225,6 +235,48 @@ class LlamaCppEngine(DenseInOnePlace):
 
     def attention(self, ids: Sequence[int], rows: range, layers: Sequence[int]) -> torch.Tensor:
         return self.internals.attention(ids, rows, layers)
+
+    # ---- interventions ------------------------------------------------------------------------------
+
+    def intervene(
+        self, interventions: Sequence[Intervention], context: Sequence[int], token_id: Callable[[str], int]
+    ) -> LlamaIntervening:
+        """Steering as llama.cpp's control vectors and patches as rows written (interventions.py), in force
+        from the next pass on, the model's own distribution kept beside them."""
+        intervening = LlamaIntervening(self, interventions, token_id)
+        self.intervening = intervening
+        intervening.apply()
+        return intervening
+
+    @cached_property
+    def own_model(self) -> OwnModel:
+        return OwnModel(self.runtime.sibling())
+
+    def take_edits(self, edits: Edits) -> None:
+        """The journey's passes and the views' with `edits` from the next pass on. Rows written need the
+        evaluation callback on the journey's context, which it has only while an intervention is in force
+        (without, a pass costs what llama.cpp's own decode costs): where that changes, the context is
+        opened again at its next use (see _ready)."""
+        self.edits = edits
+        self.internals.edits = edits
+        capture = bool(edits.writes) or (self.runtime.capture is not None and self.intervening is not None)
+        self._reopen = capture != (self.runtime.capture is not None)
+        if not self._reopen:
+            self.runtime.edit(edits)
+
+    def _ready(self, keep: int | None = None) -> None:
+        """Where the edits in force need the journey's context opened again: open it, and feed it the first
+        `keep` tokens it held (all: None) under them."""
+        if not self._reopen:
+            return
+        held = self.fed if keep is None else self.fed[:keep]
+        runtime, self._reopen, self.fed = self.runtime, False, []
+        capture = bool(self.edits.writes) or self.intervening is not None
+        runtime.open_context(Capture(runtime.lib.ggml_backend_sched_eval_callback) if capture else None)
+        runtime.edit(self.edits)
+        if held:
+            runtime.decode(held, 0)
+            self.fed = list(held)
 
     def twin(self) -> LlamaCppEngine:
         return LlamaCppEngine(self.runtime.sibling(), self.path, self.name)
@@ -242,6 +294,7 @@ class LlamaCppEngine(DenseInOnePlace):
             raise TokenvizError(
                 f"the context is full: {self.runtime.context_size:,} tokens (llama.cpp's context here); rewind"
             )
+        self._ready()
         started = time.perf_counter()
         rows = self.runtime.decode(ids, len(self.fed), every_position)
         milliseconds = (time.perf_counter() - started) * 1e3
@@ -251,6 +304,6 @@ class LlamaCppEngine(DenseInOnePlace):
         return LlamaForward(logits, Elapsed(milliseconds), every)
 
 
-def conforms(engine: LlamaCppEngine) -> tuple[Engine, AttentionRows, Lens]:
+def conforms(engine: LlamaCppEngine) -> tuple[Engine, AttentionRows, Lens, Intervenable]:
     """The contract's protocols a llama.cpp engine declares, checked by mypy here."""
-    return engine, engine, engine
+    return engine, engine, engine, engine

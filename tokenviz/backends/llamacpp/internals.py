@@ -7,7 +7,8 @@ the GGUF and dequantized once (float32); its last layer is checked against llama
 (`result_norm`) and distribution, so an architecture whose output does more than an RMS norm and a
 head is refused in one line, not shown wrong. Attention rows are llama.cpp's own probabilities
 (`kq_soft_max-L`) from a pass with flash attention off: the steps' own pass (flash attention on, as
-llama.cpp runs a CPU model by default) fuses them and keeps none.
+llama.cpp runs a CPU model by default) fuses them and keeps none. Both see the model as the journey's
+steps do: with the interventions in force (`edits`, set by interventions.py).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import torch
 
 from tokenviz.backends.hf.output_head import inspections
 from tokenviz.backends.llamacpp.capture import Capture
-from tokenviz.backends.llamacpp.runtime import BATCH, Runtime
+from tokenviz.backends.llamacpp.runtime import BATCH, NO_EDITS, Edits, Runtime
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import Inspection, LensAsk
 
@@ -97,33 +98,47 @@ class LlamaInternals:
     def __init__(self, runtime: Runtime, path: Path, architecture: str, eps: str | None):
         self.runtime, self.path, self.architecture, self.eps = runtime, path, architecture, eps
         self.capture = Capture(runtime.lib.ggml_backend_sched_eval_callback)
+        self.edits: Edits = NO_EDITS  # the interventions in force, as llama.cpp takes them
 
     @cached_property
     def lens_context(self) -> Runtime:
         """The lens's: flash attention as the journey's own context has it (so its last layer is the
         steps' distribution: on this model, flash attention on or off moves a probability by 0.02)."""
-        return self.runtime.sibling(cb_eval=self.capture.callback)
+        return self.runtime.sibling(self.capture)
 
     @cached_property
     def attention_context(self) -> Runtime:
         """The attention rows': flash attention off (with it on, llama.cpp keeps no probabilities)."""
-        return self.runtime.sibling(cb_eval=self.capture.callback, flash_attention=False)
+        return self.runtime.sibling(self.capture, flash_attention=False)
 
     @cached_property
     def head(self) -> Head:
         return read_head(self.path, self.architecture, self.eps)
 
     def _pass(
-        self, context: Runtime, ids: Sequence[int], outputs: Sequence[int], names: set[str]
+        self, context: Runtime, ids: Sequence[int], outputs: Sequence[int], names: set[str], edits: Edits | None = None
     ) -> tuple[np.ndarray, dict[str, list[np.ndarray]]]:
-        """One pass over `ids` on `context` (from an empty cache) with logits at `outputs`, capturing `names`."""
+        """One pass over `ids` on `context` (from an empty cache) with logits at `outputs`, capturing `names`,
+        with `edits` (by default those in force)."""
         context.clear()
+        context.edit(self.edits if edits is None else edits)
         self.capture.start(lambda name: name in names)
         try:
             logits = context.decode(list(ids), 0, outputs=outputs)
         finally:
             found = self.capture.stop()
         return logits, found
+
+    @torch.inference_mode()
+    def residual(self, ids: Sequence[int], layer: int, position: int) -> torch.Tensor:
+        """The model's own residual after `layer` at `position` of `ids` (no intervention in force): what
+        a steering by texts and a patch's source read."""
+        name = f"l_out-{layer}"
+        _, found = self._pass(self.lens_context, ids[: position + 1], [position], {name}, NO_EDITS)
+        if name not in found:
+            raise TokenvizError(f"llama.cpp's graph of {self.architecture} has no {name} (the residual after a layer)")
+        values = np.concatenate(found[name]).reshape(-1, self.runtime.shape.hidden)
+        return torch.from_numpy(values[-1].copy())  # (the last layer keeps its output row alone)
 
     @torch.inference_mode()
     def inspect(self, engine: Any, ask: LensAsk) -> list[Inspection]:

@@ -7,9 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tokenviz.backends.llamacpp.refusals import NO_ABLATION
 from tokenviz.backends.llamacpp.runtime import kv_bytes_a_position
 from tokenviz.contract.backend import COMMANDS, BackendOption, OpenEngine, Opening, Progress
 from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.interventions import HeadAblation
 from tokenviz.files.gguf_header import GgufHeader
 from tokenviz.system.ollama import PREFIX, ollama_gguf
 from tokenviz.system.paths import BUNDLED_NAME, bundled_gguf
@@ -62,11 +64,8 @@ class LlamaCppBackend:
                 "a grammar stage needs the model's Hugging Face tokenizer, which a GGUF in llama.cpp lacks: run "
                 "it on the transformers backend (drop --backend llama.cpp)"
             )
-        if opening.interventions:
-            raise TokenvizError(
-                f"{opening.interventions[0].label}: the llama.cpp backend runs no interventions yet; run it on the "
-                "transformers backend (drop --backend llama.cpp), which dequantizes the same GGUF"
-            )
+        for ablation in (i for i in opening.interventions if isinstance(i, HeadAblation)):
+            raise TokenvizError(f"{ablation.label}: {NO_ABLATION}")
         for name in ("context", "gpu_layers", "threads"):
             value = values.get(name)
             if (value is not None and not 0 <= value <= (1 << 24)) or (name != "gpu_layers" and value == 0):

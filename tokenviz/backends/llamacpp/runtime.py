@@ -14,11 +14,14 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tokenviz.contract.errors import TokenvizError
+
+if TYPE_CHECKING:
+    from tokenviz.backends.llamacpp.capture import Capture, Writes
 
 BATCH = 512  # tokens decoded in one llama_decode (a longer prompt is fed in batches)
 KV_VALUE_BYTES = 2  # llama.cpp's cache keeps keys and values as float16 unless told otherwise
@@ -71,6 +74,19 @@ def version() -> str:
         return "unknown"
 
 
+@dataclass(frozen=True)
+class Edits:
+    """What a context changes in the model as it runs: a control vector (llama.cpp adds `control[L - 1]`
+    to the residual after layer L, for L from 1: it keeps none for layer 0) and rows written into tensors
+    as they are computed (capture.Writes: a patch)."""
+
+    control: np.ndarray | None = None  # (layers - 1, hidden) float32
+    writes: Writes | None = None
+
+
+NO_EDITS = Edits()
+
+
 @dataclass
 class Shape:
     """The model's shape as llama.cpp reads it from the GGUF."""
@@ -112,17 +128,17 @@ class Runtime:
         self.context_size = min(context, self.shape.context) if self.shape.context > 0 else context
         self.threads = threads or max(1, os.cpu_count() or 1)
         self.ctx: Any = None
-        self.cb_eval: Any = None  # the evaluation callback in force (kept alive while the context uses it)
+        self.capture: Capture | None = None  # the evaluation callback's owner (kept alive while the context uses it)
         self.open_context()
         self.batch = lib.llama_batch_init(BATCH, 0, 1)
 
-    def sibling(self, cb_eval: Any = None, flash_attention: bool | None = None) -> Runtime:
-        """Another context (a cache of its own) on the same model: a comparison's twin, or the context the
-        internal views read (with the evaluation callback `cb_eval`, see open_context)."""
+    def sibling(self, capture: Capture | None = None, flash_attention: bool | None = None) -> Runtime:
+        """Another context (a cache of its own) on the same model: a comparison's twin, the model's own
+        beside interventions, or the context the internal views read (with `capture`, see open_context)."""
         other = object.__new__(Runtime)
         other.lib, other.model, other.vocab_ptr, other.shape = self.lib, self.model, self.vocab_ptr, self.shape
-        other.context_size, other.threads, other.ctx, other.cb_eval = self.context_size, self.threads, None, None
-        other.open_context(cb_eval, flash_attention)
+        other.context_size, other.threads, other.ctx, other.capture = self.context_size, self.threads, None, None
+        other.open_context(capture, flash_attention)
         other.batch = self.lib.llama_batch_init(BATCH, 0, 1)
         return other
 
@@ -131,9 +147,9 @@ class Runtime:
         self.lib.llama_model_desc(self.model, text, len(text))
         return text.value.decode("utf-8", "replace")
 
-    def open_context(self, cb_eval: Any = None, flash_attention: bool | None = None) -> None:
-        """A new context (its cache empty), with the evaluation callback `cb_eval` (None: none) and, where
-        `flash_attention` is False, the attention probabilities computed as a tensor of their own."""
+    def open_context(self, capture: Capture | None = None, flash_attention: bool | None = None) -> None:
+        """A new context (its cache empty, no edits), with `capture`'s evaluation callback (None: none, and
+        no cost) and, where `flash_attention` is False, the attention probabilities as a tensor of their own."""
         lib = self.lib
         if self.ctx is not None:
             lib.llama_free(self.ctx)
@@ -146,13 +162,30 @@ class Runtime:
         params.no_perf = True
         if flash_attention is False:
             params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        if cb_eval is not None:
-            params.cb_eval = cb_eval
+        if capture is not None:
+            params.cb_eval = capture.callback
             params.cb_eval_user_data = None
-        self.cb_eval = cb_eval
+        self.capture = capture
         self.ctx = lib.llama_init_from_model(self.model, params)
         if not self.ctx:
             raise TokenvizError(f"llama.cpp could not make a context of {self.context_size:,} tokens")
+
+    def edit(self, edits: Edits) -> None:
+        """Run the model with `edits` from the next pass on (NO_EDITS: as it is). Rows written need the
+        context's capture (open_context)."""
+        shape, lib = self.shape, self.lib
+        if edits.control is None:
+            code = lib.llama_set_adapter_cvec(self.ctx, None, 0, shape.hidden, 0, 0)
+        else:
+            control = np.ascontiguousarray(edits.control, dtype=np.float32)
+            data = control.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+            code = lib.llama_set_adapter_cvec(self.ctx, data, control.size, shape.hidden, 1, shape.layers - 1)
+        if code != 0:
+            raise TokenvizError(f"llama.cpp could not take the control vector (code {code})")
+        if self.capture is not None:
+            self.capture.writes = edits.writes or {}
+        elif edits.writes:
+            raise AssertionError("rows are written through a context's capture: open it with one")
 
     # ---- the cache ----------------------------------------------------------------------------------
 
@@ -185,6 +218,9 @@ class Runtime:
                 batch.n_seq_id[i] = 1
                 batch.seq_id[i][0] = 0
                 batch.logits[i] = first + i in wanted
+            if self.capture is not None:
+                outputs = [start + first + i for i in range(len(part)) if first + i in wanted]
+                self.capture.batch(start + first, len(part), outputs)
             code = lib.llama_decode(self.ctx, batch)
             if code != 0:
                 self.cut(start)

@@ -1,0 +1,172 @@
+"""Interventions on a GGUF in llama.cpp (contract.engine.Intervening): a steering is llama.cpp's own control
+vector (llama_set_adapter_cvec: its scaled direction added to the residual after its layer, at every
+position); a patch is its source's residual written over the journey's at its layer and position, through
+the evaluation callback (capture.py) as llama.cpp computes that tensor. Both are in force on the
+journey's context and on the contexts the lens and attention rows read, so every view shows the model the
+steps run. The model's own distribution beside them comes from a context of its own with no edit, which
+keeps its cache along the journey's tokens.
+
+Directions are read from the model as it is, with nothing in force: two tokens' rows of the output head
+(dequantized from the GGUF, as the transformers backend reads its own), or two texts' residuals after the
+layer at their last token. A head's ablation is refused: it would act inside llama.cpp's attention, not on
+the residual stream.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Protocol, assert_never
+
+import numpy as np
+import torch
+
+from tokenviz.backends.llamacpp.capture import Writes
+from tokenviz.backends.llamacpp.internals import LlamaInternals
+from tokenviz.backends.llamacpp.refusals import NO_ABLATION, NO_LAYER_0
+from tokenviz.backends.llamacpp.runtime import NO_EDITS, Edits, Runtime
+from tokenviz.contract.engine import Elapsed, shared_prefix
+from tokenviz.contract.errors import SettingsError
+from tokenviz.contract.interventions import (
+    HeadAblation,
+    Intervention,
+    Patch,
+    Steering,
+    Suspendable,
+    check_against,
+    check_patch_source,
+)
+from tokenviz.contract.records import ModelInfo
+
+
+class OwnModel:
+    """The model as it is, on a context of its own whose cache follows the tokens it was last asked about."""
+
+    def __init__(self, runtime: Runtime):
+        self.runtime = runtime
+        self.fed: list[int] = []
+
+    def logits(self, ids: Sequence[int]) -> tuple[torch.Tensor, Elapsed]:
+        """llama.cpp's logits after `ids` with no edit, its cache cut to what it shares with them, the rest fed."""
+        keep = min(shared_prefix(self.fed, ids), len(ids) - 1)
+        if keep == 0:
+            self.runtime.clear()
+        else:
+            self.runtime.cut(keep)
+        self.fed = list(ids[:keep])
+        started = time.perf_counter()
+        rows = self.runtime.decode(list(ids[keep:]), keep)
+        self.fed = list(ids)
+        return torch.from_numpy(np.ascontiguousarray(rows[-1])), Elapsed((time.perf_counter() - started) * 1e3)
+
+
+class EditedEngine(Protocol):
+    """What the interventions reach of their engine (backends.llamacpp.engine is one)."""
+
+    intervening: LlamaIntervening | None  # the interventions in force: these while they are
+    internals: LlamaInternals
+
+    @property
+    def info(self) -> ModelInfo: ...
+
+    @property
+    def own_model(self) -> OwnModel: ...
+
+    def encode(self, text: str, special_tokens: bool = True) -> list[int]: ...
+
+    def take_edits(self, edits: Edits) -> None:
+        """Run the journey's passes and the views' with `edits` from the next pass on."""
+
+
+class LlamaIntervening(Suspendable):
+    """The interventions in force on a GGUF in llama.cpp, as one control vector and the rows patches write."""
+
+    def __init__(self, engine: EditedEngine, interventions: Sequence[Intervention], token_id: Callable[[str], int]):
+        """Resolve `interventions` on the model as it is (nothing in force while they are read)."""
+        info = engine.info
+        self.interventions = tuple(interventions)
+        check_against(self.interventions, info.layers, info.heads)
+        self.engine, self.internals = engine, engine.internals
+        self.active = True
+        vectors: dict[int, np.ndarray] = {}  # each steering's scaled direction, by its place in the list
+        for k, i in enumerate(self.interventions):
+            match i:
+                case HeadAblation():
+                    raise SettingsError(NO_ABLATION)
+                case Steering():
+                    if i.layer == 0:
+                        raise SettingsError(f"{i.label}: {NO_LAYER_0}")
+                    vectors[k] = np.float32(i.scale) * self._direction(i, token_id)
+                    if not np.isfinite(vectors[k]).all():
+                        raise SettingsError(f"{i.label}: its vector is not finite in float32; use a smaller scale")
+                case Patch():
+                    pass
+                case _:
+                    assert_never(i)
+        self._edits = Edits(self._control(vectors), self._writes(vectors))
+
+    def _direction(self, steering: Steering, token_id: Callable[[str], int]) -> np.ndarray:
+        """As the transformers backend's: two tokens' output head rows' difference, or two texts' residuals'
+        after the layer at their last token, each read alone."""
+        if steering.by == "tokens":
+            rows = self.internals.head.weight[[token_id(steering.toward), token_id(steering.away)]]
+            return np.asarray(rows[0] - rows[1], dtype=np.float32)
+        toward, away = (
+            self.internals.residual(ids, steering.layer, len(ids) - 1)
+            for ids in (self.engine.encode(steering.toward), self.engine.encode(steering.away))
+        )
+        return np.asarray(toward - away, dtype=np.float32)
+
+    def _control(self, vectors: dict[int, np.ndarray]) -> np.ndarray | None:
+        """The control vector: each layer's steerings summed (row L - 1 is added after layer L)."""
+        if not vectors:
+            return None
+        shape = self.internals.runtime.shape
+        control = np.zeros((shape.layers - 1, shape.hidden), dtype=np.float32)
+        for k, vector in vectors.items():
+            control[self.interventions[k].layer - 1] += vector
+        return control
+
+    def _writes(self, vectors: dict[int, np.ndarray]) -> Writes | None:
+        """Each patch's row: its source's residual, read alone, plus the steerings at its layer listed after
+        it (the transformers backend's hooks run in the list's order; llama.cpp adds its control vector
+        before the patch is written)."""
+        writes: dict[str, list[tuple[int, np.ndarray]]] = {}
+        for k, i in enumerate(self.interventions):
+            if not isinstance(i, Patch):
+                continue
+            ids = list(i.source_ids) or self.engine.encode(i.source)
+            check_patch_source(i, len(ids))
+            row = self.internals.residual(ids, i.layer, i.position).numpy()
+            later = [v for j, v in vectors.items() if j > k and self.interventions[j].layer == i.layer]
+            row = np.ascontiguousarray(row + sum(later, np.zeros_like(row)), dtype=np.float32)
+            writes.setdefault(f"l_out-{i.layer}", []).append((i.position, row))
+        return {name: tuple(rows) for name, rows in writes.items()} or None
+
+    @property
+    def edits(self) -> Edits:
+        return self._edits if self.active else NO_EDITS
+
+    def apply(self) -> None:
+        """Put these edits (or none, while suspended) in force, where these are the engine's interventions."""
+        if self.engine.intervening is self:
+            self.engine.take_edits(self.edits)
+
+    def own_logits(self, ids: Sequence[int]) -> tuple[torch.Tensor, Elapsed]:
+        return self.engine.own_model.logits(ids)
+
+    @contextmanager
+    def suspended(self) -> Iterator[None]:
+        """The model as it is inside the block (the journey's context and the views' with no edit)."""
+        try:
+            with super().suspended():
+                self.apply()
+                yield
+        finally:
+            self.apply()
+
+    def remove(self) -> None:
+        if self.engine.intervening is self:
+            self.engine.intervening = None
+            self.engine.take_edits(NO_EDITS)
