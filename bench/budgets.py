@@ -33,6 +33,9 @@ BUDGETS = {
     "trace_long": ("tokenviz trace, 4,200-token prompt / a bare process's load and forward (processes)", "<=", 1.15),
     "served_step": ("a served step / a bare one-token request at the same context (--endpoint)", "<=", 1.2),
     "served_lens_step": ("a served step with the lens open / one without (--endpoint, vllm-lens)", "<=", 1.5),
+    "llamacpp_step": ("a step in llama.cpp / a bare llama_decode of one token, its logits read", "<=", 1.05),
+    "llamacpp_autoplay": ("autoplay in llama.cpp tok/s / llama-cpp-python's own greedy generation", ">=", 0.95),
+    "llamacpp_lens_step": ("a step in llama.cpp with the lens open / one without", "<=", 1.5),
 }
 
 
@@ -73,6 +76,9 @@ def verdicts(r: dict) -> dict:
         "trace_long": r.get("trace_long", {}).get("ratio"),
         "served_step": r.get("served", {}).get("ratio"),
         "served_lens_step": r.get("served_lens", {}).get("ratio"),
+        "llamacpp_step": r.get("llamacpp_step", {}).get("ratio"),
+        "llamacpp_autoplay": r.get("llamacpp_autoplay", {}).get("ratio"),
+        "llamacpp_lens_step": r.get("llamacpp_step", {}).get("lens_ratio"),
     }
     out = {}
     on_gpu = bool(r.get("machine", {}).get("gpu"))

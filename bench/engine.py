@@ -9,6 +9,8 @@ import pickle
 import statistics
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 import psutil
 import torch
@@ -147,10 +149,17 @@ def intervention_step(loaded, steps: int, rounds: int = 3) -> dict:
     return {"intervened_ms": a, "plain_ms": p, "ratio": a / p}
 
 
-def autoplay_run(loaded, tokens: int, prompt: str = PROMPT, settings: SamplingSettings = GREEDY) -> Run:
+def autoplay_run(
+    loaded,
+    tokens: int,
+    prompt: str = PROMPT,
+    settings: SamplingSettings = GREEDY,
+    engine: Callable[[], Any] | None = None,
+) -> Run:
     """Headless autoplay through the engine thread, exactly as the app drives it, timed from Play (the
     journey prefilled, its first token decided) to its last token: see Run. A token's seconds are its
-    frame's share (a step slower than a frame, as on a CPU, publishes each)."""
+    frame's share (a step slower than a frame, as on a CPU, publishes each). The engine is `loaded` on
+    the transformers backend, or what `engine()` opens."""
     snapshots, frames, done = [], [], threading.Event()
 
     def post(snapshot):
@@ -159,7 +168,8 @@ def autoplay_run(loaded, tokens: int, prompt: str = PROMPT, settings: SamplingSe
         if snapshot.stop_reason and not snapshot.playing:
             done.set()
 
-    worker = EngineWorker(lambda progress: ModelRunner(loaded), settings.replace(max_new_tokens=tokens), prompt)
+    opened = engine or (lambda: ModelRunner(loaded))
+    worker = EngineWorker(lambda progress: opened(), settings.replace(max_new_tokens=tokens), prompt)
     worker.start(post)
     while not snapshots or snapshots[-1].state not in ("ready", "error"):  # loaded and prefilled
         time.sleep(0.01)

@@ -10,7 +10,8 @@ model's shape with random weights, for a machine the bundled model's file does n
 
 This module runs the measures and writes their file; each lives with its kind: bench.engine (the
 step, prefill, autoplay, memory), bench.app (frames, keys, the start), bench.processes (whole
-processes), bench.served (--endpoint), against the bare runs of bench.anchors, timed by
+processes), bench.served (--endpoint), bench.llamacpp (--backend llama.cpp, where llama-cpp-python is
+installed), against the bare runs of bench.anchors, timed by
 bench.timing, judged by bench.budgets.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import json
 import os
 import platform
@@ -129,6 +131,13 @@ def main(argv: list[str] | None = None) -> int:
         measures.append(
             ("served_lens", lambda: served_lens(args.endpoint, key, files, args.insecure_http, 8 if args.quick else 16))
         )
+    if importlib.util.find_spec("llama_cpp") is not None:  # (the llamacpp extra: the bundled GGUF as it runs)
+        from bench import llamacpp
+
+        measures.append(("llamacpp_step", lambda: llamacpp.step(steps)))
+        measures.append(("llamacpp_autoplay", lambda: llamacpp.autoplay(32 if args.quick else 128)))
+        if args.shape is None:  # (the same GGUF on both backends)
+            measures.append(("llamacpp_vs_transformers", lambda: llamacpp.versus_transformers(loaded, steps)))
     chosen = set(filter(None, args.only.split(",")))
     if args.shape == "8B":  # what a model of that size adds to the bundled model's figures: the engine's cost
         chosen = chosen or {"autoplay", "step_overhead", "growth", "attention_view", "device_peak", "compiled_autoplay"}

@@ -25,6 +25,7 @@ import torch
 from tokenviz.backends.hf.output_head import inspections
 from tokenviz.backends.llamacpp.capture import Capture
 from tokenviz.backends.llamacpp.runtime import BATCH, NO_EDITS, Edits, Runtime
+from tokenviz.contract.engine import shared_prefix
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import Inspection, LensAsk
 
@@ -99,6 +100,7 @@ class LlamaInternals:
         self.runtime, self.path, self.architecture, self.eps = runtime, path, architecture, eps
         self.capture = Capture(runtime.lib.ggml_backend_sched_eval_callback)
         self.edits: Edits = NO_EDITS  # the interventions in force, as llama.cpp takes them
+        self._edits_of: dict[int, Edits] = {}  # the edits each context's cache was computed under, by id
 
     @cached_property
     def lens_context(self) -> Runtime:
@@ -116,25 +118,42 @@ class LlamaInternals:
         return read_head(self.path, self.architecture, self.eps)
 
     def _pass(
-        self, context: Runtime, ids: Sequence[int], outputs: Sequence[int], names: set[str], edits: Edits | None = None
-    ) -> tuple[np.ndarray, dict[str, list[np.ndarray]]]:
-        """One pass over `ids` on `context` (from an empty cache) with logits at `outputs`, capturing `names`,
-        with `edits` (by default those in force)."""
-        context.clear()
-        context.edit(self.edits if edits is None else edits)
+        self,
+        context: Runtime,
+        ids: Sequence[int],
+        first: int,
+        outputs: Sequence[int],
+        names: set[str],
+        edits: Edits | None = None,
+    ) -> tuple[np.ndarray, dict[str, list[np.ndarray]], int]:
+        """A pass over `ids` on `context` with logits at `outputs` (positions), capturing `names`, with
+        `edits` (by default those in force): from position `first` on, where the context's cache holds
+        `ids` that far under the same edits (a lens at the step just taken feeds that step alone), else
+        from further back. (logits, the tensors captured, the position the pass began at)."""
+        edits = self.edits if edits is None else edits
+        if self._edits_of.get(id(context)) is not edits:  # (a cache computed under other edits is no use)
+            context.clear()
+            context.edit(edits)
+            self._edits_of[id(context)] = edits
+        self.capture.writes = edits.writes or {}  # (the capture is both contexts': its rows are this pass's)
+        start = min(shared_prefix(context.held, ids), first, len(ids) - 1)
+        if start == 0:
+            context.clear()
+        else:
+            context.cut(start)
         self.capture.start(lambda name: name in names)
         try:
-            logits = context.decode(list(ids), 0, outputs=outputs)
+            logits = context.decode(list(ids[start:]), start, outputs=[o - start for o in outputs])
         finally:
             found = self.capture.stop()
-        return logits, found
+        return logits, found, start
 
     @torch.inference_mode()
     def residual(self, ids: Sequence[int], layer: int, position: int) -> torch.Tensor:
         """The model's own residual after `layer` at `position` of `ids` (no intervention in force): what
         a steering by texts and a patch's source read."""
         name = f"l_out-{layer}"
-        _, found = self._pass(self.lens_context, ids[: position + 1], [position], {name}, NO_EDITS)
+        _, found, _ = self._pass(self.lens_context, ids[: position + 1], position, [position], {name}, NO_EDITS)
         if name not in found:
             raise TokenvizError(f"llama.cpp's graph of {self.architecture} has no {name} (the residual after a layer)")
         values = np.concatenate(found[name]).reshape(-1, self.runtime.shape.hidden)
@@ -150,7 +169,7 @@ class LlamaInternals:
         layers, hidden = shape.layers, shape.hidden
         outs = sorted(set(positions))
         names = {f"l_out-{i}" for i in range(layers)} | {"result_norm"}
-        logits, found = self._pass(self.lens_context, ids, outs, names)
+        logits, found, start = self._pass(self.lens_context, ids, outs[0], outs, names)
         if len(found) != len(names):
             raise TokenvizError(f"the lens: llama.cpp's graph of {self.architecture} has no l_out or result_norm")
         at = [outs.index(p) for p in positions]
@@ -158,7 +177,8 @@ class LlamaInternals:
         stream[0] = self.head.embeddings[[ids[p] for p in positions]]
         for layer in range(layers):
             values = torch.from_numpy(np.concatenate(found[f"l_out-{layer}"]).reshape(-1, hidden))
-            stream[layer + 1] = values[at] if layer == layers - 1 else values[positions]  # (the last: outputs only)
+            fed = [p - start for p in positions]  # (the rows of the positions this pass fed)
+            stream[layer + 1] = values[at] if layer == layers - 1 else values[fed]  # (the last: outputs only)
         result_norm = torch.from_numpy(np.concatenate(found["result_norm"]).reshape(-1, hidden))
         self._check(stream[-1], result_norm[at], logits[at])
         shown = stream if rows is None else stream[list(rows)]
@@ -186,10 +206,11 @@ class LlamaInternals:
     @torch.inference_mode()
     def attention(self, ids: Sequence[int], rows: range, layers: Sequence[int]) -> torch.Tensor:
         """llama.cpp's own attention probabilities of positions `rows` at `layers`:
-        (layers, heads, len(rows), rows.stop), 0 past each row's position."""
+        (layers, heads, len(rows), rows.stop), 0 past each row's position. A pass from position 0: the
+        probabilities' columns are the cache's cells, which are positions in a cache filled from empty."""
         heads, stop = self.runtime.shape.heads, rows.stop
         names = {f"kq_soft_max-{layer}": i for i, layer in enumerate(layers)}
-        _, found = self._pass(self.attention_context, list(ids[:stop]), [stop - 1], set(names))
+        _, found, _ = self._pass(self.attention_context, list(ids[:stop]), 0, [stop - 1], set(names))
         if len(found) != len(names):
             raise TokenvizError(f"llama.cpp's graph of {self.architecture} has no kq_soft_max (its attention rows)")
         out = torch.zeros(len(layers), heads, len(rows), stop)

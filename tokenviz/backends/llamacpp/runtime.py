@@ -166,6 +166,7 @@ class Runtime:
             params.cb_eval = capture.callback
             params.cb_eval_user_data = None
         self.capture = capture
+        self.held: list[int] = []  # the tokens its cache holds, from position 0
         self.ctx = lib.llama_init_from_model(self.model, params)
         if not self.ctx:
             raise TokenvizError(f"llama.cpp could not make a context of {self.context_size:,} tokens")
@@ -194,9 +195,11 @@ class Runtime:
         memory = self.lib.llama_get_memory(self.ctx)
         if not self.lib.llama_memory_seq_rm(memory, 0, start, -1):
             raise TokenvizError(f"llama.cpp could not cut its cache at {start}")
+        del self.held[start:]
 
     def clear(self) -> None:
         self.lib.llama_memory_clear(self.lib.llama_get_memory(self.ctx), True)
+        self.held = []
 
     # ---- decoding -------------------------------------------------------------------------------------
 
@@ -207,6 +210,7 @@ class Runtime:
         of `outputs` (indices into `tokens`, ascending) or after the last, (rows, vocab) float32 as
         llama.cpp computed them. (llama.cpp computes the last layer at those positions alone.)"""
         lib, vocab, rows = self.lib, self.shape.vocab, []
+        del self.held[start:]
         wanted = set(range(len(tokens))) if every_position else set(outputs) or {len(tokens) - 1}
         for first in range(0, len(tokens), BATCH):
             part = tokens[first : first + BATCH]
@@ -219,12 +223,13 @@ class Runtime:
                 batch.seq_id[i][0] = 0
                 batch.logits[i] = first + i in wanted
             if self.capture is not None:
-                outputs = [start + first + i for i in range(len(part)) if first + i in wanted]
-                self.capture.batch(start + first, len(part), outputs)
+                asked = [start + first + i for i in range(len(part)) if first + i in wanted]
+                self.capture.batch(start + first, len(part), asked)
             code = lib.llama_decode(self.ctx, batch)
             if code != 0:
                 self.cut(start)
                 raise TokenvizError(f"llama.cpp could not decode {len(part)} tokens at {start + first} (code {code})")
+            self.held.extend(part)
             for i in (i for i in range(len(part)) if first + i in wanted):
                 pointer = lib.llama_get_logits_ith(self.ctx, i)
                 rows.append(np.ctypeslib.as_array(pointer, shape=(vocab,)).copy())

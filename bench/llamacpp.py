@@ -1,0 +1,170 @@
+"""A GGUF in llama.cpp (--backend llama.cpp), measured against llama.cpp's own bare runs on the same file in
+the same process: a step against a bare llama_decode of one token with its logits read, autoplay against
+llama-cpp-python's own greedy generation, a step with the lens open against one without; and its step
+against the transformers backend's on the same GGUF (dequantized), a figure for the docs."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from bench.anchors import PROMPT
+from bench.engine import autoplay_run, started_session
+from bench.timing import in_thread, paired_ratio, seconds_of
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.journey.session import Session
+
+CPU = torch.device("cpu")  # (llama.cpp's logits are read into the host's memory: nothing to wait for)
+
+
+def open_engine():
+    """The bundled GGUF on the llama.cpp backend, as `--backend llama.cpp` opens it."""
+    from tokenviz.backends.llamacpp.plugin import BACKEND
+    from tokenviz.cli.options import ModelChoice
+    from tokenviz.contract.backend import Opening
+
+    opening = Opening("trace", {}, frozenset(), ModelChoice(), SamplingSettings())
+    return BACKEND.loader(opening)(lambda message, fraction: None)
+
+
+def bare_decoder(engine, ids: list[int]) -> Callable[[], None]:
+    """llama.cpp bare, on a context of its own: each call decodes one token (the argmax of the last logits
+    read) with its logits read, nothing else."""
+    runtime = engine.runtime.sibling()
+    last = runtime.decode(ids, 0)[-1]
+    state = {"position": len(ids), "token": int(np.argmax(last))}
+
+    def step() -> None:
+        row = runtime.decode([state["token"]], state["position"])[-1]
+        state["position"] += 1
+        state["token"] = int(np.argmax(row))
+
+    return step
+
+
+def greedy_session(engine, ids: list[int]) -> Session:
+    session = Session(engine, SamplingSettings(temperature=0, max_new_tokens=10**6))
+    session.start(ids, defer_predictions=True)
+    return session
+
+
+def steps_in_turn(runs: dict[str, Callable[[], object]], steps: int) -> dict[str, list[float]]:
+    """Each run's seconds per call, the runs taken in turn (the order turning each step), the first 2 left out."""
+    names = list(runs)
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(steps + 2):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            seconds[name].append(seconds_of(runs[name], CPU))
+    return {name: times[2:] for name, times in seconds.items()}
+
+
+def step(steps: int, rounds: int = 3) -> dict:
+    """The engine's greedy step (the journey's decode, decision and record) against a bare llama_decode of
+    one token with its logits read, in turn; and a step with the lens open (the step, then the lens at its
+    position, as the lens view asks it) against the plain step."""
+    engine = open_engine()
+    ids = engine.encode(PROMPT)
+    plain: list[float] = []
+    bare: list[float] = []
+    lensed: list[float] = []
+    for _ in range(rounds):
+        session = greedy_session(engine, ids)
+        seconds = steps_in_turn({"engine": session.step, "bare": bare_decoder(engine, ids)}, steps)
+        plain += seconds["engine"]
+        bare += seconds["bare"]
+        other = greedy_session(engine.twin(), ids)
+
+        def with_lens(s: Session = other) -> None:
+            s.step()
+            s.analyses.inspect(len(s.ids) - 2)  # (the step just taken)
+
+        lensed += steps_in_turn({"lens": with_lens}, steps)["lens"]
+    step_ms, bare_ms, lens_ms = (statistics.median(x) * 1e3 for x in (plain, bare, lensed))
+    return {
+        "step_ms": step_ms,
+        "bare_decode_ms": bare_ms,
+        "ratio": paired_ratio(list(zip(plain, bare))),
+        "step_with_lens_ms": lens_ms,
+        "lens_ratio": lens_ms / step_ms,
+    }
+
+
+def own_generation(tokens: int) -> tuple[float, list[int]]:
+    """llama-cpp-python's own greedy generation of `tokens` tokens after the prompt on the bundled GGUF:
+    (seconds from the prompt evaluated to the last token, the tokens)."""
+    import llama_cpp
+
+    from tokenviz.backends.llamacpp.runtime import amx_present
+    from tokenviz.system.paths import bundled_gguf
+
+    bindings = llama_cpp.llama_cpp
+    default = bindings.llama_model_default_params
+
+    def params():
+        p = default()
+        p.use_extra_bufts = not amx_present()  # (as tokenviz loads it: see runtime.amx_present)
+        return p
+
+    bindings.llama_model_default_params = params
+    try:
+        threads = max(1, os.cpu_count() or 1)  # (as tokenviz's: llama-cpp-python's default is half the cores)
+        llm = llama_cpp.Llama(
+            model_path=str(bundled_gguf()),
+            n_ctx=4096,
+            n_threads=threads,
+            n_threads_batch=threads,
+            flash_attn=True,  # (llama.cpp's own default on a CPU, as tokenviz runs it; llama-cpp-python's is off)
+            verbose=False,
+        )
+    finally:
+        bindings.llama_model_default_params = default
+    prompt = llm.tokenize(PROMPT.encode(), add_bos=True, special=True)
+    made: list[int] = []
+    started = None
+    for token in llm.generate(prompt, temp=0.0, top_k=1, reset=True):
+        if started is None:  # (the prompt's pass and the first token: autoplay starts after both)
+            started = time.perf_counter()
+        else:
+            made.append(token)
+        if len(made) == tokens:
+            break
+    assert started is not None
+    return time.perf_counter() - started, made
+
+
+def autoplay(tokens: int, rounds: int = 3) -> dict:
+    """Autoplay through the engine thread, as the app drives it, against llama-cpp-python's own greedy
+    generation of as many tokens, rounds paired."""
+    pairs, same = [], []
+    for _ in range(rounds):
+        run = autoplay_run(None, tokens, engine=open_engine)
+        n = len(run.ids) - 1  # (the first token is decided before Play)
+        seconds, made = in_thread(lambda n=n: own_generation(n))
+        pairs.append((run.tok_s, n / seconds))
+        same.append(made == run.ids[1 : n + 1])
+    return {
+        "autoplay_tok_s": statistics.median(a for a, _ in pairs),
+        "own_generate_tok_s": statistics.median(b for _, b in pairs),
+        "ratio": paired_ratio(pairs),
+        "same_tokens": all(same),
+    }
+
+
+def versus_transformers(loaded, steps: int) -> dict:
+    """The bundled model's greedy step in llama.cpp (Q4_1) against the transformers backend's (the same
+    GGUF dequantized, `loaded`), in turn: how much faster the quantized model runs here."""
+    engine = open_engine()
+    ours = greedy_session(engine, engine.encode(PROMPT))
+    theirs, _ = started_session(loaded, loaded.tokenizer(PROMPT)["input_ids"])
+    seconds = steps_in_turn({"llama.cpp": ours.step, "transformers": theirs.step}, steps)
+    llama_ms, transformers_ms = (statistics.median(seconds[name]) * 1e3 for name in ("llama.cpp", "transformers"))
+    return {
+        "llama_cpp_step_ms": llama_ms,
+        "transformers_step_ms": transformers_ms,
+        "transformers_over_llama_cpp": paired_ratio(list(zip(seconds["transformers"], seconds["llama.cpp"]))),
+    }
