@@ -287,7 +287,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "cli"))  # (the
 def test_tokenviz_on_an_endpoint_in_a_real_terminal(vllm_server):
     """The two lines `python -m tokenviz.cli.start_vllm` prints to paste (`export KEY=...`, then
     `tokenviz PROMPT --endpoint URL --api-key-env KEY`), run at 80x24 in tmux: the app opens on the
-    served model, steps, and a setting changed live is sent with the next request."""
+    served model, steps, a setting changed live is sent with the next request, and the branches view
+    says where the paths part, whole, and that a path's tokens go with the next request."""
     from terminals import ENV, end, keys, new_session, unique_name, wait_screen
 
     from tokenviz.cli.start_vllm import paste_lines
@@ -307,6 +308,11 @@ def test_tokenviz_on_an_endpoint_in_a_real_terminal(vllm_server):
         keys(name, "T")
         text = wait_screen(name, r"T 0\.10")
         assert vllm_server.key not in text
+        keys(name, "BSpace", "3", "b")  # (issue 69, finding 17: another token at step 1, the old path a branch)
+        text = wait_screen(name, r"2 paths · part after \d+ ─")
+        flat = " ".join(line.split("││")[0].strip("│ ") for line in text.splitlines())  # (the left pane's)
+        assert "its tokens go with the next request" in " ".join(flat.split()), text  # (a server keeps its cache)
+        assert "rebuilt from the shared prefix" not in flat and "positio…" not in text
     finally:
         end(name)
 
