@@ -63,10 +63,12 @@ function showStep(i) {
   const box = $("step"); box.replaceChildren();
   const step = D.steps[i - D.prompt_len + 1];
   if (step) {
-    // Numbered as the app numbers them: the step that chose the k-th generated token is step k.
+    // Numbered as the app numbers them: the step that chose the k-th generated token is step k, and the
+    // one pending after k tokens (the status line's "step k") is the next, not yet a step of its own.
     const pending = step.index >= D.chips.length - D.prompt_len;
-    box.appendChild(el("h2", `step ${step.index + 1}: ${visible(step.chosen[1])} (id ${step.chosen[0]}), after `
-      + `${visible(D.chips[i][1])} at position ${i}` + (pending ? " · pending: computed, not taken yet" : "")));
+    const named = pending ? `pending, after step ${step.index}` : `step ${step.index + 1}`;
+    box.appendChild(el("h2", `${named}: ${visible(step.chosen[1])} (id ${step.chosen[0]}), after `
+      + `${visible(D.chips[i][1])} at position ${i}` + (pending ? " · computed, not taken yet" : "")));
     box.appendChild(el("p", `${step.mode} · final p ${p4(step.chosen_prob)} (rank ${step.chosen_rank}) · raw p ${p4(step.raw_prob)} `
       + `(rank ${step.raw_rank}) · entropy ${D.model.covers ? "≥ " : ""}${step.entropy.toFixed(2)} bits`
       + (step.u === null ? "" :
