@@ -84,6 +84,33 @@ def test_trace_html_writes_the_page_and_refuses_to_replace_one(tmp_path, monkeyp
     assert code == 2 and "exists already" in err
 
 
+def test_trace_lens_html_puts_each_steps_lens_on_the_page(tmp_path, monkeypatch, capsys):
+    """Issue 69, finding 10: `trace --lens --html` made a page with no lens. Each step's lens is on the page
+    at the position the step was made after: every layer's top-1 and the chosen token's rank and p, as
+    the JSON document has them."""
+    from clitools import invoke
+    from tiny import save_tiny
+
+    model = save_tiny(tmp_path / "tiny")
+    page = tmp_path / "journey.html"
+    args = ("trace", "The Eiffel Tower", "--model", model, "--steps", "3", "--lens", "--html", str(page), "--json")
+    code, out, err = invoke(monkeypatch, capsys, *args)
+    assert code == 0, err
+    doc, lens = json.loads(out), data_of(page.read_text())["lens"]
+    first = len(doc["prompt"]) - 1
+    assert sorted(int(p) for p in lens) == [first + i for i in range(3)]
+    for i, step in enumerate(doc["steps"]):
+        rows = lens[str(first + i)]
+        assert [r[0] for r in rows] == [layer["layer"] for layer in step["lens"]]
+        for row, layer in zip(rows, step["lens"]):
+            assert row[1:4] == [layer["top"][0]["id"], layer["top"][0]["text"], layer["top"][0]["prob"]]
+            assert row[4:] == [layer["chosen_rank"], layer["chosen_prob"]]
+    plain = tmp_path / "plain.html"
+    code, _, err = invoke(monkeypatch, capsys, "trace", "The Eiffel Tower", "--model", model, "--steps", "2",
+                          "--html", str(plain))  # fmt: skip
+    assert code == 0 and data_of(plain.read_text())["lens"] == {}, err
+
+
 def test_chart_labels_fit_their_room():
     from tokenviz.files.svg_charts import tick
 

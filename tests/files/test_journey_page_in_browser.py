@@ -210,3 +210,39 @@ def test_the_page_says_off_and_dropped_as_the_app_does(tmp_path):
         assert "top-k off" in facts and "top-k 0" not in facts, facts
         finals = [td.text for td in browser.find_elements(By.CSS_SELECTOR, "#step td.final")]
         assert "—" in finals and "0.0000" not in finals, finals
+
+
+@needs_browser
+def test_the_page_shows_the_lens_where_the_journey_has_it(tmp_path):
+    """Issue 69, finding 10: the page had no lens. A step whose position the lens was computed at shows
+    each layer's top-1 and the chosen token's rank and p, as computed; a step without one shows none."""
+    from tiny import tiny_model
+
+    from tokenviz.backends.transformers.runner import ModelRunner
+    from tokenviz.contract.settings import SamplingSettings
+    from tokenviz.journey.session import Session
+    from tokenviz.worker.snapshots import snapshot_of
+
+    session = Session(ModelRunner(tiny_model("llama")), SamplingSettings(temperature=0))
+    session.start("The cat sat on the mat")
+    for _ in range(3):
+        session.step()
+    at = len(session.prompt_ids)  # (the second step's position: after the first generated token)
+    inspection = session.analyses.inspect(at)
+    snapshot = snapshot_of(session)
+    colors = page_colors(load_themes()[DEFAULT_THEME])
+    path = save_page(tmp_path / "lens.html", snapshot, saved_attention_of(session), colors, lens=[inspection])
+    with chromium() as browser:
+        browser.get(path.resolve().as_uri())
+        chips = browser.find_elements(By.CSS_SELECTOR, ".chip")
+        chips[at].click()
+        rows = until(lambda: browser.find_elements(By.CSS_SELECTOR, "#step .lens tr")[1:])
+        assert len(rows) == len(inspection.lens)
+        cells = [[td.text for td in row.find_elements(By.TAG_NAME, "td")] for row in rows]
+        assert cells[0][0] == "emb" and cells[-1][0] == f"L{inspection.lens[-1].layer}"
+        for shown, layer in zip(cells, inspection.lens):
+            assert shown[2:] == [f"{layer.top[0][2]:.4f}", str(layer.chosen_rank), f"{layer.chosen_prob:.4f}"]
+        chips[at + 1].click()  # (a step the lens was not computed for)
+        until(lambda: browser.find_element(By.CSS_SELECTOR, "#step h2").text.startswith("step 3:"))
+        assert not browser.find_elements(By.CSS_SELECTOR, "#step .lens")
+        assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]

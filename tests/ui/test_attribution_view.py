@@ -137,3 +137,31 @@ async def test_the_next_estimate_follows_the_speed_measured_here():
         expected = seconds * (n + 1) * n / ((tokens + 1) * tokens)
         assert estimated_s(fewer, "loo", pane.measured["loo"]) == pytest.approx(expected)
         assert estimated_s(fewer, "loo", None) != pytest.approx(expected)  # (the prefill's, before)
+
+
+async def test_the_page_saved_from_the_app_shows_the_lens_where_it_was_computed(tmp_path):
+    """Issue 69, finding 10: the page had no lens. Saved from the app (x, Save with the page's colours),
+    the page holds the lens at each position of the current path it was computed at, as computed."""
+    import json
+    import re
+
+    from tokenviz.contract.commands import Inspect, Save
+    from tokenviz.ui.colors import page_colors
+    from tokenviz.ui.themes import DEFAULT_THEME, load_themes
+
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=20))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("space", "space", "l")
+        await wait_for(lambda: app.journey.snapshot.result(Inspect) is not None, pilot)
+        shown = app.journey.snapshot.result(Inspect)
+        colors = page_colors(load_themes()[DEFAULT_THEME])
+        app.journey.submit(Save(str(tmp_path / "j.json"), page_colors=colors))
+        await wait_for(lambda: (tmp_path / "j.html").exists(), pilot)
+    page = (tmp_path / "j.html").read_text()
+    data = json.loads(re.search(r'<script type="application/json" id="data">(.*?)</script>', page, re.S).group(1))
+    rows = data["lens"][str(shown.position)]
+    assert list(data["lens"]) == [str(shown.position)]  # (the one position it was computed at)
+    assert [r[0] for r in rows] == [layer.layer for layer in shown.lens]
+    assert [r[1] for r in rows] == [layer.top[0][0] for layer in shown.lens]
+    assert [r[4] for r in rows] == [layer.chosen_rank for layer in shown.lens]

@@ -259,7 +259,7 @@ def run_trace(
     snapshot, saved = snapshot_of(session), saved_attention_of(session)  # (every layer's rows: once for both)
     try:
         if html:
-            page = save_page(html[0], snapshot, saved, html[1], replace=force)
+            page = save_page(html[0], snapshot, saved, html[1], replace=force, lens=session.analyses.kept_inspections())
             noted.append(("the page: open it in any browser", page))
         if save:
             kept = session.analyses.kept()

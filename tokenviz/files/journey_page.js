@@ -57,6 +57,26 @@ function candidates(rows, chosenId, withFinal) {
   return t;
 }
 
+// The logit lens the journey kept at a position: each layer's top token and the chosen token's rank and p.
+function lensTable(rows, chosen) {
+  const wrap = el("div", undefined, "lens");
+  wrap.appendChild(el("h3", `logit lens: each layer's residual through the output head (${visible(chosen[1])}'s rank and p)`));
+  const t = el("table"), head = el("tr");
+  ["layer", "top-1", "p", "rank", `p(${visible(chosen[1])})`].forEach((h, k) => head.appendChild(el("th", h, k === 1 ? "tok" : "")));
+  t.appendChild(head);
+  rows.forEach((r) => {
+    const tr = el("tr", undefined, r[1] === chosen[0] ? "chosen" : "");
+    tr.appendChild(el("td", r[0] === 0 ? "emb" : `L${r[0]}`));
+    tr.appendChild(el("td", visible(r[2]), "tok"));
+    tr.appendChild(el("td", p4(r[3])));
+    tr.appendChild(el("td", String(r[4])));
+    tr.appendChild(el("td", p4(r[5])));
+    t.appendChild(tr);
+  });
+  wrap.appendChild(t);
+  return wrap;
+}
+
 // As in the app, a token shows what the model predicted after it: the last prompt token, the first step;
 // the newest token, the step pending (computed, its token not taken yet).
 function showStep(i) {
@@ -90,6 +110,8 @@ function showStep(i) {
     step.stages.forEach((s) => stages.appendChild(el("li", `${s[0]} ${s[1]}: ${s[2]} tokens kept, ${(s[3] * 100).toFixed(1)}% ${of}`)));
     if (step.mode === "greedy") stages.appendChild(el("li", "greedy: the top token, with certainty"));
     box.appendChild(el("h3", "sampling stages")); box.appendChild(stages);
+    const lens = D.lens[String(i)];
+    if (lens) box.appendChild(lensTable(lens, step.chosen));
     if (step.watch.length) {
       box.appendChild(el("h3", "watched tokens"));
       step.watch.forEach((w) => box.appendChild(el("p", `${visible(w[1])} (id ${w[0]}): raw p ${p4(w[2])}, final p ${p4(w[3])}, rank ${w[4]}`)));

@@ -14,7 +14,7 @@ import json
 import math
 import re
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ import numpy as np
 from tokenviz.contract.attention import SavedAttention
 from tokenviz.contract.commands import PageView
 from tokenviz.contract.records import ModelInfo
+from tokenviz.contract.results import Inspection
 from tokenviz.contract.snapshot import Snapshot
 from tokenviz.files.atomic import write_file
 from tokenviz.files.svg_charts import line_chart
@@ -161,12 +162,29 @@ def _charts(snapshot: Snapshot, colors: dict[str, str]) -> list[str]:
     return [c for c in charts if c]
 
 
+def _lens(inspections: Sequence[Inspection]) -> dict[str, list[list[Any]]]:
+    """The logit lens kept at each position: (layer, top-1 id, its text, its p, the chosen token's rank, its p)."""
+    out = {}
+    for inspection in inspections:
+        rows = []
+        for row in inspection.lens:
+            top_id, top_text, top_p = row.top[0] if row.top else (-1, "", math.nan)
+            rows.append([row.layer, top_id, top_text, _finite(top_p), row.chosen_rank, _finite(row.chosen_prob)])
+        out[str(inspection.position)] = rows
+    return out
+
+
 def journey_page(
-    snapshot: Snapshot, attention: SavedAttention, colors: dict[str, Any], view: PageView = PageView()
+    snapshot: Snapshot,
+    attention: SavedAttention,
+    colors: dict[str, Any],
+    view: PageView = PageView(),
+    lens: Sequence[Inspection] = (),
 ) -> str:
-    """The page, opening at `view` (the app's layer, head and cursor). `colors`: background,
-    foreground, panel, primary, bar, bar_final, chip_prompt, chip_generated, chosen (CSS colours) and
-    heatmap (a list of stops, low to high)."""
+    """The page, opening at `view` (the app's layer, head and cursor), with the logit `lens` the journey
+    kept (its positions on the current path). `colors`: background, foreground, panel, primary, bar,
+    bar_final, chip_prompt, chip_generated, chosen (CSS colours) and heatmap (a list of stops, low to
+    high)."""
     heatmap = [c for c in colors["heatmap"] if HEX_COLOR.fullmatch(c)]
     if len(heatmap) < 2:  # a scale needs both ends: the default, rather than a blank heatmap
         heatmap = list(DEFAULT_HEATMAP)
@@ -183,6 +201,7 @@ def journey_page(
             for p in (snapshot.records[0].prompt_predictions if snapshot.records else ())
         ],
         "attention": _attention(snapshot, attention),
+        "lens": _lens(lens),
         "heatmap": heatmap,
         "view": {"layer": view.layer, "head": view.head, "cursor": view.cursor},
     }
@@ -246,6 +265,8 @@ def save_page(
     colors: Iterable[tuple[str, Any]],
     view: PageView = PageView(),
     replace: bool = False,
+    lens: Sequence[Inspection] = (),
 ) -> Path:
-    """Write the page atomically, opening at `view`; an existing file is replaced only with `replace`."""
-    return write_file(path, journey_page(snapshot, attention, dict(colors), view), replace=replace)
+    """Write the page atomically, opening at `view`, with the `lens` kept; an existing file is replaced
+    only with `replace`."""
+    return write_file(path, journey_page(snapshot, attention, dict(colors), view, lens), replace=replace)

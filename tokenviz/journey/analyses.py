@@ -125,18 +125,29 @@ class JourneyAnalyses:
                 differences.append(difference)
         return Analyses(tuple(self.kept_attributions()), tuple(differences))
 
+    def kept_inspections(self) -> list[Inspection]:
+        """The logit lens computed on the current path, by position (the newest where several were): what a
+        page shows."""
+        found = {}
+        for key, inspection in self._inspections.items():
+            if self._on_path(*cast(tuple[tuple[int, ...], int, object, object], key)[:2]):
+                found[inspection.position] = inspection
+        return [found[p] for p in sorted(found)]
+
     def kept_attributions(self) -> list[Attribution]:
         """The attributions computed on the current path, oldest first."""
+        return [
+            a
+            for key, a in self._attributions.items()
+            if self._on_path(*cast(tuple[tuple[int, ...], int, str], key)[:2])
+        ]
+
+    def _on_path(self, context: tuple[int, ...], chosen: int) -> bool:
+        """Whether a result about `context`, followed by `chosen`, is about the current path."""
         s = self.session
-        ids = tuple(s.ids)
+        ids, n = tuple(s.ids), len(context)
         pending = s.records[-1].decision.chosen_id if s.pending is not None else None
-        kept = []
-        for key, a in self._attributions.items():
-            context, chosen, _ = cast(tuple[tuple[int, ...], int, str], key)
-            n = len(context)
-            if ids[:n] == context and (ids[n : n + 1] == (chosen,) or (n == len(ids) and chosen == pending)):
-                kept.append(a)
-        return kept
+        return ids[:n] == context and (ids[n : n + 1] == (chosen,) or (n == len(ids) and chosen == pending))
 
     def _past(self, position: int) -> tuple[tuple[int, ...], int]:
         """The tokens up to `position` and the token that followed it (or is pending there)."""
