@@ -290,3 +290,32 @@ async def test_a_recordings_notes_fit_at_80x24(key, view):
         name = app.journey.snapshot.info.name
         assert f"it needs the model. Run the journey's prompt live with tokenviz --model {name}" in shown, shown
         assert "(replay --verify only checks the recorded numbers)" in shown, shown
+
+
+async def test_no_pane_moves_while_the_model_loads_and_prefills_at_120x36():
+    """Issue 69, finding 27: at 120x36 the first frame showed 8 candidates and an empty row, then 9: the
+    loading bar took a line of its own while the model loaded and prefilled, so the panes below it moved
+    (the next-token pane 9 → 10 → 9 → 10 rows). The bar lies over the tokens pane's border: from the first
+    frame on, the next-token pane keeps its size, and the bar is shown while the model loads."""
+    from tokenviz.ui.panes.next_token import NextTokenPane
+
+    sizes, bar_shown = [], []
+    resized = NextTokenPane.on_resize
+
+    def recorded(pane) -> None:
+        sizes.append(pane.size.height)
+        resized(pane)
+
+    NextTokenPane.on_resize = recorded
+    try:
+        app = make_app(SamplingSettings(temperature=0), step_seconds=0.3)  # (a prefill that takes a while)
+        async with app.run_test(size=(120, 36)) as pilot:
+            while app.journey.snapshot is None or not app.journey.snapshot.records:
+                bar_shown.append(app.screen.query_one("#loading").display)
+                await pilot.pause(0.01)
+            await settle(app, pilot)
+            pane = app.screen.query_one(NextTokenPane)
+            assert set(sizes) == {pane.size.height}, sizes
+            assert True in bar_shown  # (the bar still says the model is loading)
+    finally:
+        NextTokenPane.on_resize = resized
