@@ -5,6 +5,8 @@ against the transformers backend's on the same GGUF (dequantized), a figure for 
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 import statistics
 import time
@@ -144,7 +146,7 @@ def autoplay(tokens: int, rounds: int = 3) -> dict:
     for _ in range(rounds):
         run = autoplay_run(None, tokens, engine=open_engine)
         n = len(run.ids) - 1  # (the first token is decided before Play)
-        seconds, made = in_thread(lambda n=n: own_generation(n))
+        seconds, made = in_thread(functools.partial(own_generation, n))
         pairs.append((run.tok_s, n / seconds))
         same.append(made == run.ids[1 : n + 1])
     return {
@@ -168,3 +170,14 @@ def versus_transformers(loaded, steps: int) -> dict:
         "transformers_step_ms": transformers_ms,
         "transformers_over_llama_cpp": paired_ratio(list(zip(seconds["transformers"], seconds["llama.cpp"]))),
     }
+
+
+def llamacpp_measures(loaded, steps: int, tokens: int) -> list[tuple[str, Callable[[], dict]]]:
+    """The measures above by name, where llama-cpp-python is installed (the llamacpp extra); the step against
+    the transformers backend's where `loaded` is the bundled model there (not a random-weight shape)."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        return []
+    measures = [("llamacpp_step", lambda: step(steps)), ("llamacpp_autoplay", lambda: autoplay(tokens))]
+    if loaded is not None:
+        measures.append(("llamacpp_vs_transformers", lambda: versus_transformers(loaded, steps)))
+    return measures

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.util
 import json
 import os
 import platform
@@ -43,6 +42,7 @@ from bench.engine import (
     memory,
     step_overhead,
 )
+from bench.llamacpp import llamacpp_measures
 from bench.processes import conversion, offload, peak_memory, refusal, trace_long
 from bench.served import served, served_lens
 from bench.shaped import SHAPES, measured_models
@@ -131,13 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         measures.append(
             ("served_lens", lambda: served_lens(args.endpoint, key, files, args.insecure_http, 8 if args.quick else 16))
         )
-    if importlib.util.find_spec("llama_cpp") is not None:  # (the llamacpp extra: the bundled GGUF as it runs)
-        from bench import llamacpp
-
-        measures.append(("llamacpp_step", lambda: llamacpp.step(steps)))
-        measures.append(("llamacpp_autoplay", lambda: llamacpp.autoplay(32 if args.quick else 128)))
-        if args.shape is None:  # (the same GGUF on both backends)
-            measures.append(("llamacpp_vs_transformers", lambda: llamacpp.versus_transformers(loaded, steps)))
+    measures += llamacpp_measures(loaded if args.shape is None else None, steps, 32 if args.quick else 128)
     chosen = set(filter(None, args.only.split(",")))
     if args.shape == "8B":  # what a model of that size adds to the bundled model's figures: the engine's cost
         chosen = chosen or {"autoplay", "step_overhead", "growth", "attention_view", "device_peak", "compiled_autoplay"}
