@@ -111,13 +111,21 @@ def server_command(python: Path, model: Path, port: int) -> list[str]:
     ]  # fmt: skip
 
 
+# vLLM's server leaves two shared-memory segments to Python's resource tracker when it stops (however it
+# is stopped: SIGTERM, SIGINT, to it or its whole session); the tracker removes them and warns that they
+# "leaked", which reads as if they were left behind. The warning alone is filtered; the removal stands.
+TRACKER_WARNING = "ignore:resource_tracker:UserWarning"
+
+
 def server_environment(key: str, lens: bool = False) -> dict[str, str]:
     """The process environment for the server: the bearer token it wants (`key`, readable by its owner
-    alone in /proc/PID/environ), a small KV cache on a CPU, no hub, no usage report; the vllm-lens
-    plugin loaded only with `lens` (VLLM_PLUGINS names the general plugins vLLM loads)."""
+    alone in /proc/PID/environ), a small KV cache on a CPU, no hub, no usage report, no resource tracker
+    warning (TRACKER_WARNING); the vllm-lens plugin loaded only with `lens` (VLLM_PLUGINS names the
+    general plugins vLLM loads)."""
     plugins = {} if lens else {"VLLM_PLUGINS": ""}
     quiet = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
-    return {**os.environ, **quiet, KEY_VARIABLE: key, **plugins}
+    warnings = ",".join(filter(None, (os.environ.get("PYTHONWARNINGS"), TRACKER_WARNING)))
+    return {**os.environ, **quiet, KEY_VARIABLE: key, **plugins, "PYTHONWARNINGS": warnings}
 
 
 def start(python: Path, model: Path, port: int, key: str, log: Path, lens: bool = False) -> subprocess.Popen[bytes]:
