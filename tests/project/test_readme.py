@@ -117,3 +117,17 @@ def test_a_missing_browser_driver_is_named_as_such(monkeypatch):
     assert "but not Chromium" in browser.missing()
     found.update(chromedriver=None)
     assert browser.missing().startswith("no Chromium here")
+
+
+def test_the_readme_names_the_bundled_model_as_the_app_does_and_one_test_time():
+    """Issue 69, finding 26: the README said "a bundled SmolLM2-135M" where the model view says
+    "SmolLM2-135M-Instruct (bundled, Q4_1 GGUF)", and it and docs/testing.md gave two times for the test
+    command."""
+    from tokenviz.system.paths import BUNDLED_NAME
+
+    readme, testing = (ROOT / "README.md").read_text(), (ROOT / "docs" / "testing.md").read_text()
+    intro = " ".join(readme.split("\n\n")[2].split())  # (after the title and the one-line summary)
+    name, kind = BUNDLED_NAME.split(" (bundled, ")
+    assert f"the bundled {name}" in intro and kind.rstrip(")") in intro and "float32" in intro, intro
+    said = [re.search(r"about (\d+) minutes on an idle 2-core machine", text, re.I) for text in (readme, testing)]
+    assert said[0] and said[1] and said[0].group(1) == said[1].group(1), said  # (each file's first: the test command's)
