@@ -129,3 +129,25 @@ def test_the_tokens_pane_says_the_prompt_scrolled_above_at_80x24(tiny_dir):
         border = next(line for line in shown.splitlines() if "generated" in line and line.startswith("╰"))
         assert "↑ 4 prompt · 6 generated · cursor at position 9 · lines 2-2 of 2" in border, border
         quits_cleanly(name)
+
+
+def test_no_pane_moves_while_the_model_loads_at_120x36(tiny_dir):
+    """Finding 27: at 120x36 the first frame showed 8 candidates and an empty row: the loading bar took a
+    line of its own while the model loaded and prefilled, and the panes under it moved when it went. Read
+    every 50 ms from the first frame to ready, the next-token pane's top border stays on one row."""
+    import time
+
+    rows, loading = set(), False
+    with terminal((120, 36), "The cat sat on the mat", "--model", tiny_dir) as name:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            text = screen(name)
+            lines = text.splitlines()
+            rows |= {i for i, line in enumerate(lines) if "─ next token " in line}
+            loading = loading or "%" in lines[0]  # (the bar, over the tokens pane's border)
+            if "ready · step 0" in text:
+                break
+            time.sleep(0.05)
+        assert "ready · step 0" in text and len(rows) == 1, rows
+        assert loading  # (the bar was seen, and still no pane moved)
+        quits_cleanly(name)
