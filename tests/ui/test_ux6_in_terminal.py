@@ -4,7 +4,7 @@ each was seen, on a tiny model."""
 import re
 
 import pytest
-from terminals import keys, quits_cleanly, screen, terminal, wait_screen
+from terminals import keys, quits_cleanly, screen, terminal, tmux, wait_screen
 from tiny import save_tiny
 
 pytestmark = pytest.mark.terminal
@@ -150,4 +150,60 @@ def test_no_pane_moves_while_the_model_loads_at_120x36(tiny_dir):
             time.sleep(0.05)
         assert "ready · step 0" in text and len(rows) == 1, rows
         assert loading  # (the bar was seen, and still no pane moved)
+        quits_cleanly(name)
+
+
+def left_pane(text: str) -> str:
+    """The text of the panes on the left of the middle row (the view), its lines joined."""
+    lines = [line.split("││")[0].lstrip("│") for line in text.splitlines() if "││" in line]
+    return re.sub(r"\s+", " ", " ".join(lines))
+
+
+def test_the_views_numbers_at_120x36_rates_room_greedy_ticks_and_reset(tiny_dir):
+    """Findings 2, 16, 20, 23 and 24 where they were seen, at 120x36: greedy's trailer gives the raw p (it
+    said "final p"); the room under the attention map's newest row says the next rows come there; the
+    timing view's two rates are of the same steps and all work is never faster than the forward pass
+    alone (1.0 beside 1.1); the charts' value axis labels every tick, evenly stepped from 0 (4.82 4.02
+    3.21 · 1.61 0.80); after r the status line says no decode rate until a step is taken."""
+    args = ("The cat sat", "--model", tiny_dir, "--temperature", "0", "--max-new-tokens", "60")
+    with terminal((120, 36), *args) as name:
+        wait_screen(name, r"ready · step 0")
+        keys(name, "Space")
+        text = wait_screen(name, r"ready · step 1 ")
+        assert re.search(r"→ next: \S+ \(greedy: argmax, raw p 0\.\d{3}\)", text), text
+        assert "↓ the next tokens' rows come here" in text, text
+        for _ in range(19):
+            keys(name, "Space", pause=0.1)
+        wait_screen(name, r"ready · step 20 ")
+        keys(name, "i")
+        shown = left_pane(wait_screen(name, r"with all work"))
+        rates = re.search(r"the last 16 steps: ([\d.]+) tokens/s from the forward pass alone, ([\d.]+) with all", shown)
+        assert rates and float(rates[1]) >= float(rates[2]), shown
+        keys(name, "C")
+        text = wait_screen(name, r"entropy \(bits, left\)")
+        ticks = [float(m[1]) for line in text.splitlines() if (m := re.match(r"│\s*([\d.]+)┤", line))]
+        steps = {round(b - a, 6) for a, b in zip(ticks[1:], ticks)}  # (top to bottom: each the one below + step)
+        assert len(ticks) >= 3 and ticks[-1] == 0 and len(steps) == 1, text
+        keys(name, "r")
+        status = wait_screen(name, r"ready · step 0 ").splitlines()[-2]
+        assert "tok/s" not in status, status
+        quits_cleanly(name)
+
+
+def test_a_settings_typo_keeps_the_dialog_and_a_refusal_says_why_at_80x24(tiny_dir):
+    """Finding 12: `=` with a typo closed the dialog and lost the text, and the line named "top_k, top_p"
+    where the dialog and the CLI say "top-k". Finding 4: `R` on a dense model said "expert routing needs the
+    routing"; it says the model has no experts."""
+    with terminal((80, 24), "The cat sat", "--model", tiny_dir) as name:
+        wait_screen(name, r"ready · step 0")
+        keys(name, "=")
+        wait_screen(name, r"NAME=VALUE")
+        tmux(name, "send-keys", "-t", name, "-l", "top_kk=3")
+        keys(name, "Enter")
+        text = wait_screen(name, r"top-k, top-p")
+        assert "top_kk=3" in text and "top_k," not in text, text
+        keys(name, "Escape")
+        keys(name, "R")  # (finding 4: a refusal names the reason, not the question back)
+        text = wait_screen(name, r"has no (experts|mixture-of-experts)")
+        assert "routing needs the routing" not in text, text
         quits_cleanly(name)
