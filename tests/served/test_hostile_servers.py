@@ -1,7 +1,8 @@
 """Hostile servers and hostile keys, fifth round: what a lying, slow or redirecting server, and a key
-that is not one line of text, do to the commands and the bench. Each command runs in a child process
-under a time limit and a 6 GB address-space cap (torch's own mappings take most of it), and must end
-in one line and exit 2 (never a traceback, never the token on the screen), or do what the docs say.
+that is not one line of text, do to the commands and the bench. Each command runs in this process (where
+what a server can make the client hold is under test, in a child process under a time limit and a 6 GB
+address-space cap: torch's own mappings take most of it), and must end in one line and exit 2 (never a
+traceback, never the token on the screen), or do what the docs say.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import threading
 import time
 
 import pytest
+from clitools import invoke_with
 from hostile_server import MODEL, TOP, completion, hostile_server, silent, slow
 
 from tokenviz.backends.served import endpoint as endpoint_module
@@ -30,7 +32,12 @@ ADDRESS_SPACE = 6 << 30  # a bound on what a server can make the client hold (to
 
 
 def run(*args: str, key: str = TOKEN) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of `tokenviz ARGS` in a child under the limits, the key in KEY_ENV."""
+    """(exit code, stdout, stderr) of `tokenviz ARGS` in this process, the key in KEY_ENV."""
+    return invoke_with({KEY_ENV: key}, *args)
+
+
+def run_capped(*args: str, key: str = TOKEN) -> tuple[int, str, str]:
+    """As run, in a child under the limits: where what a server can make the client hold is under test."""
 
     def cap() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
@@ -226,7 +233,7 @@ def test_a_top_list_past_what_the_request_asks_is_refused_unread():
     many = [(i, -20.0 - i * 1e-6) for i in range(1_000_000)]
     with hostile_server() as server:
         server.routes["/v1/completions"] = completion(many)
-        line = one_line(*run("trace", "Hello", *served(server), "--steps", "2", "--json"))
+        line = one_line(*run_capped("trace", "Hello", *served(server), "--steps", "2", "--json"))
         assert "answered /completions with more than the" in line and "the request can need: refused" in line
         assert server.log.paths("/detokenize") <= 2 * MAX_VOCABULARY.bit_length()  # (no id of the list looked up)
 
