@@ -283,3 +283,40 @@ async def test_after_r_no_decode_rate_is_said_until_a_step_is_taken():
         await pilot.press("space")
         s = await settle(app, pilot)
         assert s.tokens_per_s is not None and s.rate_steps == 1
+
+
+async def test_the_timing_view_says_the_lens_own_cost():
+    """Issue 70: the lens's own cost was never shown (the status line and `i` gave the step's time only).
+    The timing view says the lens last computed, where, and its milliseconds, as the journey measured them;
+    a position seen before is shown again at no cost and leaves the figure as it was."""
+    import re
+
+    from tokenviz.contract.commands import Inspect
+
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=40))
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("space", "space")
+        s = await settle(app, pilot)
+        assert s.lens_ms is None  # (no lens yet: the view says nothing of it)
+        await pilot.press("l")
+        await wait_for(lambda: app.journey.snapshot.result(Inspect) is not None, pilot)
+        s = await settle(app, pilot)
+        position, ms = s.lens_ms
+        assert position == s.result(Inspect).position and ms > 0
+        shown = await timing_view(app, pilot, "lens: ")
+        found = re.search(r"lens: ([\d.]+) (ms|s) at position (\d+), its own cost \(its own pass", shown)
+        assert found and int(found[3]) == position, shown
+        await pilot.press("l", "left")  # the lens again, at another position: computed, the figure its
+        await wait_for(lambda: app.journey.snapshot.lens_ms[0] == position - 1, pilot)
+        await pilot.press("right")  # back: kept from before, at no cost, and the figure stays the last computed
+        await settle(app, pilot)
+        assert app.journey.snapshot.lens_ms[0] == position - 1
+
+
+def test_a_served_models_lens_cost_says_where_its_work_is_done():
+    from tokenviz.ui.panes.timing import lens_cost
+
+    assert str(lens_cost(None, remote=True)) == ""
+    said = str(lens_cost((7, 212.5), remote=True))
+    assert "lens: 212.5 ms at position 7" in said and "the server's activations, the head applied here" in said

@@ -5,6 +5,7 @@ ones about the current path."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Protocol, cast
 
@@ -35,6 +36,7 @@ class JourneyAnalyses:
         self._attributions: PastResults[Attribution] = PastResults()
         self._differences: PastResults[LogitDifference] = PastResults()
         self.lens_layers: LensLayers | None = None  # the lens rows the views show (--lens-layers; None: all)
+        self.lens_ms: tuple[int, float] | None = None  # (position, ms) of the lens last computed: its own cost
 
     def lens_rows(self) -> tuple[int, ...] | None:
         """The lens rows asked for, resolved against the model's layers (one line where one is not there)."""
@@ -48,7 +50,10 @@ class JourneyAnalyses:
         lens: Lens = able(self.session.engine, Capability.LENS, "the logit lens")
 
         def compute() -> Inspection:
-            return lens.inspect(LensAsk(tuple(context), (position,), (chosen,), pinned, rows))[0]
+            started = time.perf_counter()
+            found = lens.inspect(LensAsk(tuple(context), (position,), (chosen,), pinned, rows))[0]
+            self.lens_ms = (position, (time.perf_counter() - started) * 1e3)
+            return found
 
         return self._inspections.get((context, chosen, pinned, rows), compute)
 

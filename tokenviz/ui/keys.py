@@ -333,7 +333,7 @@ KEYS: tuple[KeyRow, ...] = (
     ),
     KeyRow(
         "i",
-        "timing view: prefill against per-step decode, tokens/s, a sparkline of the last steps",
+        "timing view: prefill against per-step decode, tokens/s, a sparkline of the last steps, the lens's own cost",
         (Press("i", "view('timing')", palette="View: timing"),),
     ),
     KeyRow(

@@ -45,6 +45,7 @@ def snapshot_of(session: Session, seq: int = 1, found: list[Symptom] | None = No
         branches=tuple(s.branch_summaries()) if len(s.branches) else (),
         pinned=tuple((t, s.engine.piece(t)) for t in s.pinned),
         why=tuple(found or ()),
+        lens_ms=s.analyses.lens_ms,
         **fields,
     )
 

@@ -27,7 +27,8 @@ class TimingPane(BoxPane):
         sampling = [r.decision.ms for r in s.records]
         text = Text()  # wrapped to the pane: no figure is cut
         if selection.info.remote:  # (a step is a request: its time and the network's)
-            self.update(served_timing(s.records, s.tokens_per_s, sampling, self.size.width, bar_color))
+            text = served_timing(s.records, s.tokens_per_s, sampling, self.size.width, bar_color)
+            self.update(text.append_text(lens_cost(s.lens_ms, remote=True)))
             return
         text.append(
             f"prefill: {elapsed(prefill.forward_ms)} for {len(prefill.input_ids)} prompt tokens at once "
@@ -63,7 +64,16 @@ class TimingPane(BoxPane):
             text.append(sparkline(decode, width), style=bar_color)
         else:
             text.append("step to see decode times (space)", style="dim")
-        self.update(text)
+        self.update(text.append_text(lens_cost(s.lens_ms, remote=False)))
+
+
+def lens_cost(lens_ms: tuple[int, float] | None, remote: bool) -> Text:
+    """The logit lens's own cost, last computed (a position seen before is shown again at no cost)."""
+    if lens_ms is None:
+        return Text()
+    position, ms = lens_ms
+    work = "the server's activations, the head applied here" if remote else "its own pass and the head over its layers"
+    return Text(f"\nlens: {elapsed(ms)} at position {position}, its own cost ({work})")
 
 
 def served_timing(
