@@ -2,8 +2,8 @@
 gives the tokens and logits of the same control vector applied through llama-cpp-python (llama_set_adapter_cvec
 on its own Llama), --steer by texts and --patch those of the same residuals read and written through an
 evaluation callback of the test's own; the model's own distribution beside them is the plain model's; the lens
-and attention see the steered model; taking the interventions off gives the first logits back bit for bit; and
-what llama.cpp cannot take is one line."""
+and attention rows see the steered model; taking the interventions off gives the first logits back bit for bit
+(what llama.cpp cannot take: test_llamacpp_truth.py)."""
 
 from __future__ import annotations
 
@@ -249,18 +249,26 @@ def test_taking_the_interventions_off_gives_the_models_own_logits_back_bit_for_b
     assert torch.equal(session.pending_logits, first) and session.engine.runtime.capture is None
 
 
-@pytest.mark.parametrize(
-    ("args", "said"),
-    [
-        (["--ablate", "0.1"], "a head of a GGUF in llama.cpp cannot be ablated here"),
-        (["--steer-tokens", "0:4: Paris: the"], "llama.cpp's control vectors start after layer 1"),
-        (["--steer-tokens", "30:4: Paris: the"], "the model's layers are 0-29"),
-        (["--patch", "10:40:The dog"], "its source has positions 0-"),
-    ],
-)
-def test_what_llama_cpp_cannot_take_is_one_line(monkeypatch, capsys, args, said):
-    code, _, err = invoke(
-        monkeypatch, capsys, "trace", PROMPT, "--backend", "llama.cpp", "--threads", str(THREADS), *args
+def test_attention_rows_see_the_steered_model(llama_cpp):
+    """Attention rows are read from the model the steps run: under a steering after layer 5, a layer before
+    it attends as the model alone does, and a layer after it does not."""
+    import torch
+
+    from tokenviz.backends.llamacpp.plugin import BACKEND
+    from tokenviz.cli.options import ModelChoice
+    from tokenviz.contract.backend import Opening
+    from tokenviz.contract.interventions import parse_steering
+    from tokenviz.contract.settings import SamplingSettings
+
+    opening = Opening("trace", {"threads": THREADS}, frozenset(), ModelChoice(), SamplingSettings())
+    engine = BACKEND.loader(opening)(lambda message, fraction: None)
+    ids = engine.encode(PROMPT)
+    rows = range(len(ids))
+    plain = engine.attention(ids, rows, [3, 20])
+    steering = engine.intervene(
+        [parse_steering("5:8: Paris: the", by="tokens")], ids, lambda t: engine.encode(t, False)[0]
     )
-    errors = [line for line in err.splitlines() if line.startswith("error:")]
-    assert code == 2 and len(errors) == 1 and said in errors[0] and "Traceback" not in err, err
+    steered = engine.attention(ids, rows, [3, 20])
+    assert torch.allclose(steered[0], plain[0], atol=1e-6) and not torch.allclose(steered[1], plain[1], atol=1e-3)
+    steering.remove()
+    assert torch.allclose(engine.attention(ids, rows, [3, 20]), plain, atol=1e-6)

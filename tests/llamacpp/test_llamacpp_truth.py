@@ -114,6 +114,9 @@ def test_a_rewound_step_gives_the_same_logits_bit_for_bit(llama_cpp):
         (["--context", "0"], "--context 0: give a whole number from 1"),
         (["--endpoint", "http://127.0.0.1:9/v1"], "--endpoint is the server backend's option"),
         (["--ablate", "0.1"], "ablate L0.H1 (zero): a head of a GGUF in llama.cpp cannot be ablated here"),
+        (["--steer-tokens", "0:4: Paris: the"], "llama.cpp's control vectors start after layer 1"),
+        (["--steer-tokens", "30:4: Paris: the"], "the model's layers are 0-29"),
+        (["--patch", "10:40:The dog"], "its source has positions 0-"),
         (["--regex", "[0-9]+"], "needs the model's Hugging Face tokenizer, which a GGUF in llama.cpp lacks: run it on "
                                 "the transformers backend"),
     ],
