@@ -117,8 +117,6 @@ def test_a_rewound_step_gives_the_same_logits_bit_for_bit(llama_cpp):
         (["--steer-tokens", "0:4: Paris: the"], "llama.cpp's control vectors start after layer 1"),
         (["--steer-tokens", "30:4: Paris: the"], "the model's layers are 0-29"),
         (["--patch", "10:40:The dog"], "its source has positions 0-"),
-        (["--regex", "[0-9]+"], "needs the model's Hugging Face tokenizer, which a GGUF in llama.cpp lacks: run it on "
-                                "the transformers backend"),
     ],
 )  # fmt: skip
 def test_what_a_gguf_in_llama_cpp_cannot_take_is_one_line(monkeypatch, capsys, args, said):
@@ -265,3 +263,35 @@ def test_the_lens_at_the_step_just_taken_feeds_that_step_alone(llama_cpp):
         assert [t[0] for t in layer_shown.top[:3]] == [t[0] for t in layer_again.top[:3]]
         assert [t[2] for t in layer_shown.top] == pytest.approx([t[2] for t in layer_again.top], abs=1e-4)
         assert layer_shown.chosen_prob == pytest.approx(layer_again.chosen_prob, abs=1e-4)
+
+
+@pytest.mark.filterwarnings("ignore:llama_token_get_attr is deprecated:DeprecationWarning")  # (llguidance's call)
+def test_a_grammar_stage_on_llama_cpp_takes_the_best_token_the_grammar_allows(monkeypatch, capsys, reference):
+    """--regex on a GGUF in llama.cpp: llguidance reads llama.cpp's own vocabulary. Each greedy step is the
+    argmax of llama.cpp's own logits (llama-cpp-python's Llama) over the tokens the grammar allows there, as
+    llguidance itself masks them on that Llama's vocabulary, outside tokenviz; the text is the grammar's."""
+    import re
+
+    import llguidance
+    import llguidance.llamacpp
+    import llguidance.numpy
+
+    pattern = " [0-9]{4}\\."
+    doc = trace(monkeypatch, capsys, "--steps", "6", "--temperature", "0", "--regex", pattern)
+    chosen = [step["chosen"]["id"] for step in doc["steps"]]
+    assert re.fullmatch(pattern, doc["text"]), doc["text"]
+    vocab = reference.n_vocab()
+    tokenizer = llguidance.llamacpp.lltokenizer_from_vocab(reference._model.vocab, n_vocab=vocab)
+    matcher = llguidance.LLMatcher(tokenizer, llguidance.grammar_from("regex", pattern), log_level=0)
+    prompt = reference.tokenize(PROMPT.encode(), add_bos=True, special=True)
+    reference.reset()
+    reference.eval(prompt)
+    for i, token in enumerate(chosen):
+        mask = llguidance.numpy.allocate_token_bitmask(1, vocab)
+        llguidance.numpy.fill_next_token_bitmask(matcher, mask)  # (llguidance's own mask, outside tokenviz)
+        logits = np.asarray(reference.scores[len(prompt) - 1 + i], dtype=np.float32)[None].copy()
+        llguidance.numpy.apply_token_bitmask_inplace(logits, mask)
+        assert token == int(np.argmax(logits)), (i, token)
+        assert matcher.consume_token(token)
+        reference.eval([token])
+    assert matcher.is_accepting()

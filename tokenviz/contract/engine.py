@@ -346,6 +346,15 @@ class Caching(Protocol):
 
 
 @runtime_checkable
+class OwnGrammarVocabulary(Protocol):
+    """An engine whose vocabulary the grammar engine reads from the runtime that runs its model, not from a
+    Hugging Face tokenizer (a GGUF in llama.cpp: llguidance reads llama.cpp's vocabulary itself)."""
+
+    def grammar_vocabulary(self) -> object:
+        """The vocabulary as llguidance reads it (an LLTokenizer: the contract names no grammar engine)."""
+
+
+@runtime_checkable
 class AttentionRows(Protocol):
     """Capability.ATTENTION: exact attention weights of any position of the journey."""
 

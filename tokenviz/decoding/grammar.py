@@ -7,7 +7,7 @@ changed. The mask is computed on the host (a bit per token) and goes to the logi
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,11 +69,18 @@ class Followed:
         return shared + fits
 
 
-class GrammarMatchers:
-    """The matchers of one model's tokenizer, one per grammar in use."""
+def hf_vocabulary(tokenizer: Any, vocab: int, eos_ids: Collection[int]) -> Callable[[], llguidance.LLTokenizer]:
+    """A Hugging Face tokenizer's vocabulary as the grammar engine reads it (made when first asked)."""
+    return lambda: llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab, eos_token=sorted(eos_ids) or None)
 
-    def __init__(self, tokenizer: Any, vocab: int, eos_ids: Collection[int]):
-        self._hf_tokenizer = tokenizer
+
+class GrammarMatchers:
+    """The matchers of one model's vocabulary, one per grammar in use. `vocabulary()` makes the vocabulary
+    as llguidance reads it: from a Hugging Face tokenizer (hf_vocabulary), or from the runtime that runs
+    the model (llama.cpp's own, for a GGUF there)."""
+
+    def __init__(self, vocabulary: Callable[[], llguidance.LLTokenizer], vocab: int, eos_ids: Collection[int]):
+        self._vocabulary = vocabulary
         self.vocab = vocab
         self._eos_ids = sorted(eos_ids)
         self._tokenizer: llguidance.LLTokenizer | None = None
@@ -83,9 +90,7 @@ class GrammarMatchers:
         """Made once (about half a second for a 49,152-token vocabulary)."""
         if self._tokenizer is None:
             try:
-                self._tokenizer = llguidance.hf.from_tokenizer(
-                    self._hf_tokenizer, n_vocab=self.vocab, eos_token=self._eos_ids or None
-                )
+                self._tokenizer = self._vocabulary()
             except (ValueError, TypeError) as exc:
                 raise TokenvizError(f"this model's tokenizer cannot follow a grammar: {first_line(str(exc))}") from None
         return self._tokenizer

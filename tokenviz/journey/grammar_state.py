@@ -3,14 +3,14 @@ the mask of what a grammar allows next, and the refusals of a path or a token it
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
-from tokenviz.contract.engine import Capability, Engine, able
+from tokenviz.contract.engine import Capability, Engine, OwnGrammarVocabulary, able
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import Grammar
 from tokenviz.contract.settings import SamplingSettings
-from tokenviz.decoding.grammar import GrammarMatchers
+from tokenviz.decoding.grammar import GrammarMatchers, hf_vocabulary
 
 
 class GrammarState:
@@ -22,8 +22,13 @@ class GrammarState:
     def matchers(self) -> GrammarMatchers:
         if self._matchers is None:
             engine = able(self._engine, Capability.GRAMMAR, "a grammar stage")
-            assert engine.tokenizer is not None, "an engine with a grammar stage has its tokenizer here"
-            self._matchers = GrammarMatchers(engine.tokenizer, engine.info.vocab, engine.eos_ids)
+            vocab = engine.info.vocab
+            if isinstance(engine, OwnGrammarVocabulary):  # (its runtime's own: a GGUF in llama.cpp)
+                vocabulary = cast(Callable[[], Any], engine.grammar_vocabulary)
+            else:
+                assert engine.tokenizer is not None, "an engine with a grammar stage has its tokenizer here"
+                vocabulary = hf_vocabulary(engine.tokenizer, vocab, engine.eos_ids)
+            self._matchers = GrammarMatchers(vocabulary, vocab, engine.eos_ids)
         return self._matchers
 
     def allowed(self, settings: SamplingSettings, generated_ids: Sequence[int]) -> Any:

@@ -39,8 +39,8 @@ def ggml() -> Any:
 
 class Capture:
     """The evaluation callback of a context: the float32 tensors whose names `wanted` accepts, each kept
-    as the list of its parts (one a micro-batch), while `on` is set; and `writes`, rows written into the
-    tensors they name at the positions they give, in every pass until changed."""
+    as the list of its parts (one a micro-batch), between start and stop; and `writes`, rows written into
+    the tensors they name at the positions they give, in every pass until changed."""
 
     def __init__(self, callback_type: Any):
         self.lib = ggml()

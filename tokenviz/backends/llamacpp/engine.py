@@ -8,6 +8,7 @@ bit. Tokens and their text are llama.cpp's tokenizer's, as llama.cpp itself runs
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -34,6 +35,7 @@ from tokenviz.contract.engine import (
     IsCancelled,
     Lens,
     OnProgress,
+    OwnGrammarVocabulary,
     in_order,
     shared_prefix,
 )
@@ -114,11 +116,12 @@ class LlamaCppEngine(DenseInOnePlace):
     def __post_init__(self) -> None:
         runtime, shape = self.runtime, self.runtime.shape
         self.device = torch.device("cpu")  # (the logits are read into the host's memory)
-        self.tokenizer = None  # (no Hugging Face tokenizer here: a grammar stage cannot run)
+        self.tokenizer = None  # (no Hugging Face tokenizer here: a grammar stage reads llama.cpp's vocabulary)
         self.give_way: Callable[[], bool] | None = None
         self.intervening: LlamaIntervening | None = None
         self.edits = NO_EDITS  # what the interventions in force change, as llama.cpp takes it
-        self._reopen = False  # the journey's context to be opened again for them (take_edits)
+        self._capture = False  # the journey's context to carry the evaluation callback (take_edits)
+        self._reopen = False  # and to be opened again for it
         self.pieces = LlamaPieces(runtime)
         vocabulary = range(shape.vocab)
         self.eos_ids = {t for t in vocabulary if runtime.is_end(t)}
@@ -148,7 +151,9 @@ class LlamaCppEngine(DenseInOnePlace):
             attention="llama.cpp's",
             chat_template=bool(self.chat_template),
             quantization=f"{quantization} (GGUF, as llama.cpp runs it)",
-            capabilities=in_order({Capability.STEP, Capability.LENS, Capability.ATTENTION, Capability.INTERVENTIONS}),
+            capabilities=in_order(
+                {Capability.STEP, Capability.LENS, Capability.ATTENTION, Capability.INTERVENTIONS, Capability.GRAMMAR}
+            ),
             distribution=WHOLE_VOCABULARY,
             runtime=f"llama.cpp (llama-cpp-python {version()})",
         )
@@ -185,6 +190,17 @@ class LlamaCppEngine(DenseInOnePlace):
         if token is None or not token.isdigit() or int(token) >= self.runtime.shape.vocab:
             return ""
         return self.runtime.piece_bytes(int(token)).decode("utf-8", "replace")
+
+    def grammar_vocabulary(self) -> Any:
+        """llama.cpp's vocabulary as llguidance reads it (its own llama.cpp support: each token's bytes, the
+        control tokens marked, llama.cpp's tokenizer for the grammar's text), made once by the grammar stage."""
+        import llguidance.llamacpp
+
+        with warnings.catch_warnings():  # (it asks each token's attributes by a name llama-cpp-python deprecates)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return llguidance.llamacpp.lltokenizer_from_vocab(
+                self.runtime.vocab_ptr, n_vocab=self.info.vocab, eos_token=sorted(self.eos_ids) or None
+            )
 
     # ---- the cache ----------------------------------------------------------------------------------
 
@@ -259,8 +275,9 @@ class LlamaCppEngine(DenseInOnePlace):
         opened again at its next use (see _ready)."""
         self.edits = edits
         self.internals.edits = edits
-        capture = bool(edits.writes) or (self.runtime.capture is not None and self.intervening is not None)
-        self._reopen = capture != (self.runtime.capture is not None)
+        held = self.runtime.capture is not None
+        self._capture = bool(edits.writes) or (held and self.intervening is not None)  # (kept while suspended)
+        self._reopen = self._capture != held
         if not self._reopen:
             self.runtime.edit(edits)
 
@@ -271,8 +288,7 @@ class LlamaCppEngine(DenseInOnePlace):
             return
         held = self.fed if keep is None else self.fed[:keep]
         runtime, self._reopen, self.fed = self.runtime, False, []
-        capture = bool(self.edits.writes) or self.intervening is not None
-        runtime.open_context(Capture(runtime.lib.ggml_backend_sched_eval_callback) if capture else None)
+        runtime.open_context(Capture(runtime.lib.ggml_backend_sched_eval_callback) if self._capture else None)
         runtime.edit(self.edits)
         if held:
             runtime.decode(held, 0)
@@ -304,6 +320,6 @@ class LlamaCppEngine(DenseInOnePlace):
         return LlamaForward(logits, Elapsed(milliseconds), every)
 
 
-def conforms(engine: LlamaCppEngine) -> tuple[Engine, AttentionRows, Lens, Intervenable]:
+def conforms(engine: LlamaCppEngine) -> tuple[Engine, AttentionRows, Lens, Intervenable, OwnGrammarVocabulary]:
     """The contract's protocols a llama.cpp engine declares, checked by mypy here."""
-    return engine, engine, engine, engine
+    return engine, engine, engine, engine, engine

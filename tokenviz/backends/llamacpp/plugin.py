@@ -59,11 +59,6 @@ class LlamaCppBackend:
             if getattr(model, name):
                 flag = "--" + name.replace("_", "-")
                 raise TokenvizError(f"{flag} is the transformers backend's: llama.cpp runs a GGUF as its file holds it")
-        if opening.settings.grammar is not None:
-            raise TokenvizError(
-                "a grammar stage needs the model's Hugging Face tokenizer, which a GGUF in llama.cpp lacks: run "
-                "it on the transformers backend (drop --backend llama.cpp)"
-            )
         for ablation in (i for i in opening.interventions if isinstance(i, HeadAblation)):
             raise TokenvizError(f"{ablation.label}: {NO_ABLATION}")
         for name in ("context", "gpu_layers", "threads"):

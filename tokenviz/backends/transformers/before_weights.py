@@ -17,7 +17,7 @@ from tokenviz.backends.hf.parts import eos_id_set, layer_configs, text_config
 from tokenviz.backends.transformers.loading import BeforeWeights
 from tokenviz.contract.grammar import Grammar
 from tokenviz.contract.interventions import Intervention, Patch, check_against, check_patch_source
-from tokenviz.decoding.grammar import GrammarMatchers
+from tokenviz.decoding.grammar import GrammarMatchers, hf_vocabulary
 
 
 def journey_checks(grammar: Grammar | None = None, interventions: Sequence[Intervention] = ()) -> BeforeWeights:
@@ -32,6 +32,7 @@ def journey_checks(grammar: Grammar | None = None, interventions: Sequence[Inter
                 check_patch_source(patch, len(tokenizer(patch.source, add_special_tokens=True)["input_ids"]))
         if grammar is not None:
             eos_ids = eos_id_set(getattr(config, "eos_token_id", None), tokenizer)
-            GrammarMatchers(tokenizer, int(text.vocab_size), eos_ids).check(grammar)
+            vocab = int(text.vocab_size)
+            GrammarMatchers(hf_vocabulary(tokenizer, vocab, eos_ids), vocab, eos_ids).check(grammar)
 
     return check
