@@ -183,6 +183,32 @@ def test_a_slow_loris_is_cut_off_at_the_deadline(monkeypatch, headers_first):
         assert time.monotonic() - started < 15  # (cut, not read until the server gives up: 2,000 s)
 
 
+def test_a_kept_alive_connection_closed_as_it_was_reused_is_asked_again_once():
+    """vLLM's server (uvicorn) closes a connection idle for 5 s; a request sent on it as it closes gets no
+    answer ("Server disconnected without sending a response": a served test at 200x60 saw "the server ...
+    stopped answering" so, under load). It is sent again once, on a new connection; a server that hangs
+    up on every try is still one line."""
+    from hostile_server import hang_up
+
+    with hostile_server() as server:
+        tries: list[int] = []
+
+        def once_closed(h) -> None:
+            tries.append(1)
+            if len(tries) == 1:
+                hang_up(h)
+            else:
+                h.answer(200, {"data": [{"id": MODEL}]})
+
+        server.routes["/v1/models"] = once_closed
+        endpoint = Endpoint(server.url)
+        assert endpoint.get("/models")["data"][0]["id"] == MODEL and len(tries) == 2
+        server.routes["/v1/models"] = hang_up
+        with pytest.raises(EndpointError, match=r"stopped answering|cannot reach") as raised:
+            endpoint.get("/models")
+        assert "\n" not in str(raised.value) and server.log.paths("/v1/models") == 4, server.log.requests
+
+
 def test_a_server_that_never_answers_is_one_line_at_the_metadata_deadline():
     with hostile_server() as server:
         server.routes["/v1/models"] = silent

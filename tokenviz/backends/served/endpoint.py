@@ -41,6 +41,9 @@ MAX_KEY_BYTES = 4096
 MAX_ERROR_BYTES = 64 << 10  # of an error's body, read for the server's message
 RETRIES = (0.5, 1.0, 2.0, 4.0)  # seconds waited before each retry of a 429 or 503
 BUSY = (429, 503)
+# httpcore's words for a connection closed before any answer: a kept-alive one the server closed as it was
+# reused (uvicorn, vLLM's server, closes one idle for 5 s) races the request sent on it
+STALE = "Server disconnected without sending a response"
 WAITING_SAID_S = 1.0  # a request that has not answered by then is said in the status line
 LOOPBACK_NAMES = ("localhost",)
 MASK = "<the API key>"
@@ -278,11 +281,7 @@ class Endpoint:
     def _send(self, method: str, path: str, body: dict[str, Any] | None, root: bool, deadline: float, most: int) -> Any:
         url = (self.root if root else self.url) + path
         for attempt, wait in enumerate((*RETRIES, None)):
-            with _Deadline(self._within(deadline, path), self._waiting_on(path, deadline)) as clock:
-                try:
-                    status, data = self._once(method, url, body, path, clock, most)
-                except (httpx.HTTPError, TimeoutError, OSError) as exc:
-                    raise NoAnswer(self._failure(exc, path, clock)) from None
+            status, data = self._answer(method, url, body, path, deadline, most)
             if status in BUSY and wait is not None:
                 self.say(f"{self.host} is busy (HTTP {status}): trying again in {wait:g} s ({attempt + 1})")
                 time.sleep(wait)
@@ -291,6 +290,23 @@ class Endpoint:
                 raise EndpointError(data)
             return parse_json(data, f"{self.host}'s answer", EndpointError, finite=True)
         raise AssertionError("unreachable")  # (the last attempt returns or raises)
+
+    def _answer(
+        self, method: str, url: str, body: dict[str, Any] | None, path: str, deadline: float, most: int
+    ) -> tuple[int, Any]:
+        """One request (see _once), sent again once on a new connection where the server closed the one it
+        went on without a word (STALE: a kept-alive connection it closed as it was reused; it never read
+        the request)."""
+        for again in (False, True):
+            with _Deadline(self._within(deadline, path), self._waiting_on(path, deadline)) as clock:
+                try:
+                    return self._once(method, url, body, path, clock, most)
+                except httpx.RemoteProtocolError as exc:
+                    if again or STALE not in str(exc):
+                        raise NoAnswer(self._failure(exc, path, clock)) from None
+                except (httpx.HTTPError, TimeoutError, OSError) as exc:
+                    raise NoAnswer(self._failure(exc, path, clock)) from None
+        raise AssertionError("unreachable")  # (the second try returns or raises)
 
     @contextlib.contextmanager
     def phase(self, seconds: float, what: str) -> Iterator[None]:
