@@ -50,7 +50,7 @@ print(rss("VmHWM:") - before)
 """
 
 
-def peak_memory(n: int = 4096, source: str | None = None) -> dict:
+def peak_memory(n: int = 4096, source: str | None = None, beside_default_malloc: bool = True) -> dict:
     """How far RSS rises above the loaded model while a fresh process prefills `n` tokens through
     the engine (and makes every prompt position's prediction), against one that prefills them as
     generate() does (CPU, Linux). The query states the attention view keeps are counted in the
@@ -59,10 +59,10 @@ def peak_memory(n: int = 4096, source: str | None = None) -> dict:
     Both processes run with glibc's mmap threshold fixed, so a freed large tensor goes back to the
     system and the peak is what the process held: with the threshold glibc moves by itself, freed
     memory stays in the heap, and identical runs of either process peaked up to 0.15 GB apart. The
-    same measure under glibc's default is reported beside it."""
+    same measure under glibc's default is reported beside it (`beside_default_malloc`: two processes more)."""
     peaks, queries = {}, []
     fixed = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(128 << 10)}
-    for malloc, env in (("", fixed), ("default_malloc_", None)):
+    for malloc, env in (("", fixed), ("default_malloc_", None))[: 2 if beside_default_malloc else 1]:
         for kind in ("model", "engine"):
             done = subprocess.run(
                 [sys.executable, "-c", PEAK_SCRIPT.format(n=n, source=source), kind],
@@ -80,7 +80,9 @@ def peak_memory(n: int = 4096, source: str | None = None) -> dict:
         "model_run_peak_gb": peaks["model"],
         "engine_run_peak_gb": peaks["engine"],
         "extra_gb": peaks["engine"] - peaks["model"],
-        "default_malloc_extra_gb": peaks["default_malloc_engine"] - peaks["default_malloc_model"],
+        "default_malloc_extra_gb": (
+            peaks["default_malloc_engine"] - peaks["default_malloc_model"] if beside_default_malloc else None
+        ),
         "queries_kept_gb": queries[0] / 2**30,
         "queries_budget_gb": queries[1] / 2**30,
     }
