@@ -86,10 +86,14 @@ def test_a_theme_switch_from_the_palette_repaints_every_cell():
         wait_screen(name, r"\(√ scale\)")
         dark = backgrounds(name) & {"16", "234", "236"}  # the contrast theme's black, surface and panel
         assert dark
-        keys(name, "C-p", pause=1.0)
-        tmux(name, "send-keys", "-t", name, "Theme: tokenviz-light")
-        time.sleep(1.5)
-        keys(name, "Enter", pause=2.0)
+        keys(name, "C-p")
+        wait_screen(name, r"Search for commands")
+        tmux(name, "send-keys", "-t", name, "-l", "Theme: tokenviz-light")
+        wait_screen(name, r"Theme: tokenviz-light")
+        keys(name, "Enter")
+        deadline = time.monotonic() + 60  # (the state, not a pause: a busy machine repaints later)
+        while (backgrounds(name) & dark or "231" not in backgrounds(name)) and time.monotonic() < deadline:
+            time.sleep(0.2)
         assert not backgrounds(name) & dark  # no cell kept from the old theme
         assert "231" in backgrounds(name)  # the light theme's white
         keys(name, "q")
