@@ -303,12 +303,9 @@ class EngineWorker(CommandThread[Snapshot]):
                 session.score_prompt()  # (a journey file keeps the prompt's predictions)
                 snapshot, attention = snapshot_of(session), saved_attention_of(session)
                 written = save_journey(path, snapshot, attention, session.analyses.kept())
-                lens = session.analyses.kept_inspections()
-                page = (
-                    save_page(written.with_suffix(".html"), snapshot, attention, colors, view, lens=lens)
-                    if colors
-                    else None
-                )
+                lens = session.analyses.kept_inspections  # (asked only where a page is written)
+                html = written.with_suffix(".html")
+                page = save_page(html, snapshot, attention, colors, view, lens=lens()) if colors else None
                 self._notice = f"saved {written}{f' and {page}' if page else ''} (tokenviz replay {written})"
             case Request():
                 self._run_request(command, session)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -111,7 +111,6 @@ class LlamaCppEngine(DenseInOnePlace):
     runtime: Runtime
     path: Path
     name: str
-    fed: list[int] = field(default_factory=list)  # the tokens the context holds, in order
 
     def __post_init__(self) -> None:
         runtime, shape = self.runtime, self.runtime.shape
@@ -205,6 +204,11 @@ class LlamaCppEngine(DenseInOnePlace):
     # ---- the cache ----------------------------------------------------------------------------------
 
     @property
+    def fed(self) -> list[int]:
+        """The tokens the journey's context holds, in order (as its runtime counts them)."""
+        return self.runtime.held
+
+    @property
     def cache(self) -> tuple[int, ...]:
         """The tokens the context holds: what use_cache goes on from."""
         return tuple(self.fed)
@@ -232,19 +236,13 @@ class LlamaCppEngine(DenseInOnePlace):
             self.forward(tokens[shared:])
 
     def reset(self) -> None:
-        self._ready(keep=0)
-        self.runtime.clear()
-        self.fed = []
+        self.crop(0)
 
     def crop(self, length: int) -> None:
         if length > len(self.fed):
             raise ValueError(f"cannot crop a cache of {len(self.fed)} up to {length}")
-        if length == 0:
-            self.reset()
-            return
         self._ready(keep=length)
         self.runtime.cut(length)
-        del self.fed[length:]
 
     def inspect(self, ask: LensAsk) -> list[Inspection]:
         return self.internals.inspect(self, ask)
@@ -286,13 +284,12 @@ class LlamaCppEngine(DenseInOnePlace):
         `keep` tokens it held (all: None) under them."""
         if not self._reopen:
             return
-        held = self.fed if keep is None else self.fed[:keep]
-        runtime, self._reopen, self.fed = self.runtime, False, []
+        held = list(self.fed if keep is None else self.fed[:keep])
+        runtime, self._reopen = self.runtime, False
         runtime.open_context(Capture(runtime.lib.ggml_backend_sched_eval_callback) if self._capture else None)
         runtime.edit(self.edits)
         if held:
             runtime.decode(held, 0)
-            self.fed = list(held)
 
     def twin(self) -> LlamaCppEngine:
         return LlamaCppEngine(self.runtime.sibling(), self.path, self.name)
@@ -314,7 +311,6 @@ class LlamaCppEngine(DenseInOnePlace):
         started = time.perf_counter()
         rows = self.runtime.decode(ids, len(self.fed), every_position)
         milliseconds = (time.perf_counter() - started) * 1e3
-        self.fed.extend(ids)
         logits = torch.from_numpy(np.ascontiguousarray(rows[-1]))
         every = torch.from_numpy(rows) if every_position else None
         return LlamaForward(logits, Elapsed(milliseconds), every)

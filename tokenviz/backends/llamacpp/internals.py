@@ -131,16 +131,13 @@ class LlamaInternals:
         `ids` that far under the same edits (a lens at the step just taken feeds that step alone), else
         from further back. (logits, the tensors captured, the position the pass began at)."""
         edits = self.edits if edits is None else edits
-        if self._edits_of.get(id(context)) is not edits:  # (a cache computed under other edits is no use)
-            context.clear()
+        stale = self._edits_of.get(id(context)) is not edits  # (a cache computed under other edits is no use)
+        if stale:
             context.edit(edits)
             self._edits_of[id(context)] = edits
         self.capture.writes = edits.writes or {}  # (the capture is both contexts': its rows are this pass's)
-        start = min(shared_prefix(context.held, ids), first, len(ids) - 1)
-        if start == 0:
-            context.clear()
-        else:
-            context.cut(start)
+        start = 0 if stale else min(shared_prefix(context.held, ids), first, len(ids) - 1)
+        context.cut(start)
         self.capture.start(lambda name: name in names)
         try:
             logits = context.decode(list(ids[start:]), start, outputs=[o - start for o in outputs])

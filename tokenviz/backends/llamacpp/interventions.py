@@ -49,10 +49,7 @@ class OwnModel:
     def logits(self, ids: Sequence[int]) -> tuple[torch.Tensor, Elapsed]:
         """llama.cpp's logits after `ids` with no edit, its cache cut to what it shares with them, the rest fed."""
         keep = min(shared_prefix(self.runtime.held, ids), len(ids) - 1)
-        if keep == 0:
-            self.runtime.clear()
-        else:
-            self.runtime.cut(keep)
+        self.runtime.cut(keep)
         started = time.perf_counter()
         rows = self.runtime.decode(list(ids[keep:]), keep)
         return torch.from_numpy(np.ascontiguousarray(rows[-1])), Elapsed((time.perf_counter() - started) * 1e3)

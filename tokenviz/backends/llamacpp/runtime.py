@@ -191,7 +191,11 @@ class Runtime:
     # ---- the cache ----------------------------------------------------------------------------------
 
     def cut(self, start: int) -> None:
-        """Forget positions from `start` on (llama_memory_seq_rm): the cache keeps what was before."""
+        """Forget positions from `start` on (llama_memory_seq_rm): the cache keeps what was before (from 0:
+        cleared)."""
+        if start == 0:
+            self.clear()
+            return
         memory = self.lib.llama_get_memory(self.ctx)
         if not self.lib.llama_memory_seq_rm(memory, 0, start, -1):
             raise TokenvizError(f"llama.cpp could not cut its cache at {start}")
