@@ -33,7 +33,7 @@ def one_error(err: str) -> str:
         (lambda d: d["replay"]["info"].update(layers=-1), "replay.info.layers"),
         (lambda d: d["replay"]["info"].update(layers="30"), "replay.info.layers"),
         (lambda d: d["replay"].update(prompt_len=10**6), "replay: Value error"),
-        (lambda d: d["replay"]["records"][0]["top"][0].__setitem__(3, "0.5"), "replay.records.0.top.0.3"),
+        (lambda d: d["replay"]["records"][0]["top"][0].__setitem__(3, "0.5"), "replay.records.0.top.0.prob"),
         (lambda d: d.pop("steps"), "steps"),
         (lambda d: d["steps"][0].pop("settings"), "steps.0.settings"),
     ],

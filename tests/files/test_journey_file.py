@@ -12,7 +12,7 @@ from tokenviz.backends.transformers.loading import load_model
 from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.files.journey_file import read_journey, recording_of, save_journey, snapshot_from_journey
-from tokenviz.files.journey_schema import Info
+from tokenviz.files.journey_schema import covers_from_top_only
 from tokenviz.journey.reproduce import verify_journey
 from tokenviz.journey.session import Session
 from tokenviz.ui.panes.next_token import NextTokenPane
@@ -264,5 +264,5 @@ def test_a_journey_saved_before_covers_reads_its_top_n_as_a_servers(tmp_path, ti
     assert read_with(0).covers == 0 and not read_with(0).remote
     with pytest.raises(TokenvizError, match=r"log-probability of .* above 0"):  # (a top N's: checked as a server's)
         read_with(20)
-    served = Info.model_validate({**info, "top_only": 20})
-    assert served.covers == 20 and served.remote == "a server"
+    served = covers_from_top_only({**info, "top_only": 20})
+    assert served["covers"] == 20 and served["remote"] == "a server" and "top_only" not in served

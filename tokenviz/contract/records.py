@@ -8,10 +8,34 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
+from pydantic import Field, GetPydanticSchema, PlainSerializer, PlainValidator, SerializationInfo, ValidationInfo
+from pydantic.types import Base64Bytes
+
+from tokenviz.contract.bounds import (
+    FAIL_FAST,
+    INTERVENTION_SETS,
+    MAX_CANDIDATES,
+    MAX_EXPERTS_PER_TOKEN,
+    MAX_FOLLOWED,
+    MAX_LAYERS,
+    MAX_PLACES,
+    MAX_STAGES,
+    MAX_TOKENS,
+    Count,
+    Finite,
+    Flag,
+    Id,
+    NonNegative,
+    Place,
+    Positive,
+    Probability,
+    Text,
+    row,
+)
 from tokenviz.contract.interventions import Intervention
-from tokenviz.contract.settings import SamplingSettings
+from tokenviz.contract.settings import SavedSettings
 
 DecisionMode = Literal["greedy", "sampled", "forced", "drawn"]  # drawn: by the engine itself (a server)
 REPETITION, PRESENCE_FREQUENCY = "repetition", "presence/frequency"  # the stages that penalise tokens
@@ -20,14 +44,19 @@ GRAMMAR = "grammar"  # the stage that keeps only the tokens a grammar allows
 MAX_PINNED = 4  # tokens watched at once
 
 
+@row("id", "text", "logit", "prob")
 @dataclass(frozen=True)
 class Candidate:
     """One vocabulary entry as the model scored it."""
 
-    id: int
-    text: str
-    logit: float
-    prob: float
+    id: Id
+    text: Text
+    logit: Finite  # (a served model's: its log-probability)
+    prob: Probability
+
+
+Candidates = Annotated[tuple[Candidate, ...], FAIL_FAST, Field(max_length=MAX_CANDIDATES)]
+Followed = Annotated[tuple[Probability, ...], FAIL_FAST, Field(max_length=MAX_FOLLOWED)]  # one per watched token
 
 
 @dataclass(frozen=True)
@@ -35,10 +64,10 @@ class Unsteered:
     """With interventions on: the model's own distribution at a step's context (its top candidates)
     and KL(intervened ‖ own) in bits: exact, or its floor where only two top-Ns are known (a server's)."""
 
-    top: tuple[Candidate, ...]
-    kl: float
-    ms: float = field(default=0.0, compare=False)  # the own pass's time: what keeping it costs a step
-    kl_floor: bool = False  # the KL is a least value (decoding.drawn.kl_floor), not the whole vocabulary's
+    top: Candidates
+    kl: NonNegative
+    ms: NonNegative = field(default=0.0, compare=False)  # the own pass's time: what keeping it costs a step
+    kl_floor: Flag = False  # the KL is a least value (decoding.drawn.kl_floor), not the whole vocabulary's
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -49,6 +78,7 @@ class Unsteered:
         }
 
 
+@row("name", "detail", "kept", "mass", "probs")
 @dataclass(frozen=True)
 class Stage:
     """The distribution after one sampling stage.
@@ -57,11 +87,11 @@ class Stage:
     probability those tokens held; `probs` follows `Decision.watch` (one probability each).
     """
 
-    name: str
-    detail: str
-    kept: int
-    mass: float
-    probs: tuple[float, ...]
+    name: Text
+    detail: Text
+    kept: Count
+    mass: Probability
+    probs: Followed
     # The tokens whose score this stage changed (a penalty: those it penalised), and which of the
     # watched ones; not saved in journey files, so not part of a stage's identity.
     changed: int = field(default=0, compare=False)
@@ -81,15 +111,16 @@ class Stage:
         return max(1.0 - self.mass, 0.0)
 
 
+@row("id", "text", "prob", "final_prob", "rank")
 @dataclass(frozen=True)
 class PinnedToken:
     """A token the user follows, as the model and the sampling settings saw it at one step."""
 
-    id: int
-    text: str
-    prob: float  # in the model's raw distribution
-    final_prob: float  # after every stage: the probability of being taken (one-hot when greedy)
-    rank: int  # 1-based, in the raw distribution
+    id: Id
+    text: Text
+    prob: Probability  # in the model's raw distribution
+    final_prob: Probability  # after every stage: the probability of being taken (one-hot when greedy)
+    rank: Positive  # 1-based, in the raw distribution
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "text": self.text, "prob": self.prob, "final_prob": self.final_prob, "rank": self.rank}
@@ -100,20 +131,22 @@ class Decision:
     """How the next token was decided: every stage, the draw, the choice."""
 
     mode: DecisionMode
-    settings: SamplingSettings  # the settings in force
-    watch: tuple[tuple[int, str], ...]  # tokens followed through the stages: (id, text)
-    raw_probs: tuple[float, ...]  # the model's own softmax for each watched token
-    stages: tuple[Stage, ...]
-    u: float | None  # the uniform draw (None when greedy or forced)
-    band: tuple[float, float] | None  # cumulative band of the chosen token holding u
-    chosen_id: int
-    chosen_text: str
-    chosen_prob: float  # probability in the final distribution
-    chosen_rank: int  # 1-based rank in the final distribution
-    raw_rank: int  # 1-based rank in the model's raw distribution
-    raw_prob: float
-    ms: float = field(default=0.0, compare=False)  # timing is not part of the decision
-    pinned: tuple[PinnedToken, ...] = ()  # the tokens the user follows (see Session.pin)
+    settings: SavedSettings  # the settings in force
+    # tokens followed through the stages: (id, text)
+    watch: Annotated[tuple[tuple[Id, Text], ...], FAIL_FAST, Field(max_length=MAX_FOLLOWED)]
+    raw_probs: Followed  # the model's own softmax for each watched token
+    stages: Annotated[tuple[Stage, ...], FAIL_FAST, Field(max_length=MAX_STAGES)]
+    u: Annotated[float, Field(strict=True, ge=0.0, lt=1.0)] | None  # the uniform draw (None when greedy or forced)
+    band: tuple[Probability, Probability] | None  # cumulative band of the chosen token holding u
+    chosen_id: Id
+    chosen_text: Text
+    chosen_prob: Probability  # probability in the final distribution
+    chosen_rank: Positive  # 1-based rank in the final distribution
+    raw_rank: Positive  # 1-based rank in the model's raw distribution
+    raw_prob: Probability
+    ms: NonNegative = field(default=0.0, compare=False)  # timing is not part of the decision
+    # the tokens the user follows (see Session.pin)
+    pinned: Annotated[tuple[PinnedToken, ...], FAIL_FAST, Field(max_length=MAX_PINNED)] = ()
 
     @property
     def pinned_ids(self) -> tuple[int, ...]:
@@ -153,6 +186,7 @@ class Decision:
         }
 
 
+@row("position", "top", "entropy", "next_id", "next_text", "next_prob", "next_rank")
 @dataclass(frozen=True)
 class PromptPrediction:
     """What the model predicted after one prompt token: the prefill computes it at every position.
@@ -160,13 +194,13 @@ class PromptPrediction:
     `next_*` is about the prompt's own next token: how likely, and how highly ranked, the model found it.
     """
 
-    position: int
-    top: tuple[Candidate, ...]  # the raw top candidates, best first
-    entropy: float  # bits
-    next_id: int
-    next_text: str
-    next_prob: float
-    next_rank: int  # 1-based
+    position: Count
+    top: Candidates  # the raw top candidates, best first
+    entropy: NonNegative  # bits
+    next_id: Id
+    next_text: Text
+    next_prob: Probability
+    next_rank: Positive  # 1-based
     # The natural log of next_prob, computed as a log-softmax (exact where the probability is tiny);
     # journey files do not keep it, so it is not part of a prediction's identity.
     next_logprob: float | None = field(default=None, compare=False)
@@ -208,13 +242,15 @@ class Routing:
     position (experts as uint16, weights and entropies as float32, position-major), so a long
     journey costs what its length costs. See tokenviz.backends.transformers.routing."""
 
-    layers: tuple[int, ...]  # the MoE layers, in order
-    k: int  # experts per token
-    positions: int
-    experts: bytes
-    weights: bytes
-    entropy: bytes
-    shared: bytes = b""  # float32 (positions, layers): NaN where a layer has no shared expert
+    layers: Annotated[
+        tuple[Count, ...], FAIL_FAST, Field(min_length=1, max_length=MAX_LAYERS)
+    ]  # the MoE layers, in order
+    k: Annotated[int, Field(strict=True, ge=1, le=MAX_EXPERTS_PER_TOKEN)]  # experts per token
+    positions: Annotated[int, Field(strict=True, ge=1, le=MAX_TOKENS)]
+    experts: Base64Bytes  # (a file keeps the bytes as base64)
+    weights: Base64Bytes
+    entropy: Base64Bytes
+    shared: Base64Bytes = b""  # float32 (positions, layers): NaN where a layer has no shared expert
 
     def at(self, i: int) -> tuple[LayerRoute, ...]:
         """The routing of the i-th position fed (negative: from the end)."""
@@ -236,6 +272,35 @@ class Routing:
         )
 
 
+def _interventions_read(index: Any, info: ValidationInfo) -> tuple[Intervention, ...]:
+    """A file names a record's interventions by their index in its list of sets (each set once)."""
+    if index is None:
+        return ()
+    sets = (info.context or {}).get(INTERVENTION_SETS, ())
+    if type(index) is not int or not 0 <= index < len(sets):
+        raise ValueError(f"names intervention set {index!r:.20}; the file holds {len(sets)}")
+    return tuple(sets[index])
+
+
+def _interventions_saved(interventions: tuple[Intervention, ...], info: SerializationInfo) -> int | None:
+    """The index of `interventions` in the file's list of sets, added there where new."""
+    if not interventions:
+        return None
+    sets: list[tuple[Intervention, ...]] = (info.context or {})[INTERVENTION_SETS]
+    if interventions not in sets:
+        sets.append(interventions)
+    return sets.index(interventions)
+
+
+# A file's predictions are a tuple (the prefill's are a sequence that makes each when read).
+READ_AS_TUPLE = GetPydanticSchema(lambda _, handler: handler(tuple[PromptPrediction, ...]))
+SavedInterventions = Annotated[
+    tuple[Intervention, ...],
+    PlainValidator(_interventions_read, json_schema_input_type=int | None),
+    PlainSerializer(_interventions_saved, return_type=int | None),
+]
+
+
 @dataclass(frozen=True)
 class StepRecord:
     """One forward pass and the decision taken on its output.
@@ -244,23 +309,27 @@ class StepRecord:
     step i - 1. `position` is the sequence position of the token being predicted.
     """
 
-    index: int
-    position: int
-    input_ids: tuple[int, ...]
-    input_texts: tuple[str, ...]
-    top: tuple[Candidate, ...]
-    entropy: float  # bits, of the model's raw distribution
+    index: Count
+    position: Count
+    input_ids: Annotated[tuple[Id, ...], FAIL_FAST, Field(max_length=MAX_TOKENS)]
+    input_texts: Annotated[tuple[Text, ...], FAIL_FAST, Field(max_length=MAX_TOKENS)]
+    top: Candidates
+    entropy: NonNegative  # bits, of the model's raw distribution
     decision: Decision
-    forward_ms: float = field(default=0.0, compare=False)
+    forward_ms: NonNegative = field(default=0.0, compare=False)
     # A model spread by a device map: the forward pass's ms in each place its weights live ('cuda:0',
     # 'cpu', 'disk'), in the order the pass reached them.
-    place_ms: tuple[tuple[str, float], ...] = field(default=(), compare=False)
-    kv_len: int = 0
-    kv_bytes: int = 0
+    place_ms: Annotated[tuple[tuple[Place, NonNegative], ...], FAIL_FAST, Field(max_length=MAX_PLACES)] = field(
+        default=(), compare=False
+    )
+    kv_len: Count = 0
+    kv_bytes: Count = 0
     # The prefill's: one per prompt position but the last (a sequence that makes each when read).
-    prompt_predictions: Sequence[PromptPrediction] = ()
+    prompt_predictions: Annotated[
+        Sequence[PromptPrediction], READ_AS_TUPLE, FAIL_FAST, Field(max_length=MAX_TOKENS)
+    ] = ()
     routing: Routing | None = field(default=None, compare=False)  # of each input position (an MoE model's)
-    interventions: tuple[Intervention, ...] = ()  # in force when its forward pass ran
+    interventions: SavedInterventions = ()  # in force when its forward pass ran
     unsteered: Unsteered | None = None  # with interventions: the model's own distribution there
 
     @property
@@ -304,53 +373,57 @@ class StepRecord:
         }
 
 
+@row("id", "text", "is_prompt", "is_special", "is_template")
 @dataclass(frozen=True)
 class TokenChip:
     """A token of the sequence as the tokens pane shows it."""
 
-    id: int
-    text: str
-    is_prompt: bool
-    is_special: bool
-    is_template: bool = False  # added by the chat template around the messages
+    id: Id
+    text: Text
+    is_prompt: Flag
+    is_special: Flag
+    is_template: Flag = False  # added by the chat template around the messages
 
 
 @dataclass(frozen=True)
 class ModelInfo:
-    name: str
-    device: str
-    dtype: str
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    hidden: int
-    vocab: int
-    context: int
-    architecture: str
-    tied_embeddings: bool
-    positions: str  # "rotary (base 100000)" or "learned absolute (1024 positions)"
-    attention: str = "eager"  # how the forward passes compute attention (see tokenviz.backends.transformers.attention)
-    chat_template: bool = False  # the tokenizer has one: prompts can be chat messages
-    memory: str = ""  # what it needs of what was free when it loaded (see tokenviz.backends.transformers.memory)
-    placement: str = ""  # with a device map: which layers live on which device or the disk, and their bytes
-    quantization: str = ""  # how the weights are quantized ('' when they are not)
-    queries_kept: str = ""  # how many positions' query states the attention view keeps (see model.query_store)
-    compiled: str = ""  # with --compile: how the decode step runs (see model.compiled_step); '' when it is not
+    name: Text
+    device: Text
+    dtype: Text
+    # 0 where the engine does not expose them (a served model)
+    layers: Annotated[int, Field(strict=True, ge=0, le=MAX_LAYERS)]
+    heads: Annotated[int, Field(strict=True, ge=0, le=4096)]
+    kv_heads: Annotated[int, Field(strict=True, ge=0, le=4096)]
+    head_dim: Annotated[int, Field(strict=True, ge=0, le=65536)]
+    hidden: Count
+    vocab: Annotated[int, Field(strict=True, ge=1, le=100_000_000)]
+    context: Positive
+    architecture: Text
+    tied_embeddings: Flag
+    positions: Text  # "rotary (base 100000)" or "learned absolute (1024 positions)"
+    attention: Text = "eager"  # how the forward passes compute attention (see tokenviz.backends.transformers.attention)
+    chat_template: Flag = False  # the tokenizer has one: prompts can be chat messages
+    memory: Text = ""  # what it needs of what was free when it loaded (see tokenviz.backends.transformers.memory)
+    placement: Text = ""  # with a device map: which layers live on which device or the disk, and their bytes
+    quantization: Text = ""  # how the weights are quantized ('' when they are not)
+    queries_kept: Text = ""  # how many positions' query states the attention view keeps (see model.query_store)
+    compiled: Text = ""  # with --compile: how the decode step runs (see model.compiled_step); '' when it is not
     # Multi-head latent attention (DeepSeek V2/V3 and their kin): the cache keeps one compressed latent
     # per position, expanded into every head's keys and values in each layer; kv_heads and head_dim are the latent's.
-    latent_kv: bool = False
-    experts: int = 0  # routed experts in each mixture-of-experts layer (0: a dense model)
+    latent_kv: Flag = False
+    # routed experts in each mixture-of-experts layer (0: a dense model, or recorded before it was kept)
+    experts: Annotated[int, Field(strict=True, ge=0, le=65_535)] = 0
     # What the engine running it can do (values of contract.engine.Capability; none: a recording) and
     # what its next-token distribution covers (see contract.engine), in words.
-    capabilities: tuple[str, ...] = ()
-    distribution: str = ""
-    internals: str = ""  # a served model's: why the internals it lacks are lacking, and how to have them
+    capabilities: Annotated[tuple[Text, ...], Field(max_length=64)] = ()
+    distribution: Text = ""
+    internals: Text = ""  # a served model's: why the internals it lacks are lacking, and how to have them
     # Said as data, for the views, the page, the document and the table to read (none asks which backend):
-    runtime: str = ""  # what computes the numbers: "transformers 4.57 (PyTorch 2.13)", "llama.cpp (...)", "vLLM ..."
-    remote: str = ""  # where it runs: "" in this process; else the host of the server that runs it
-    covers: int = 0  # each step's distribution: 0, the whole vocabulary; N, the top N the engine returns
-    draws: str = ""  # who draws each token: "" tokenviz, from these numbers; else who does ("the server")
+    runtime: Text = ""  # what computes the numbers: "transformers 4.57 (PyTorch 2.13)", "llama.cpp (...)", "vLLM ..."
+    remote: Text = ""  # where it runs: "" in this process; else the host of the server that runs it
+    # each step's distribution: 0, the whole vocabulary; N, the top N the engine returns
+    covers: Annotated[int, Field(strict=True, ge=0, le=100_000)] = 0
+    draws: Text = ""  # who draws each token: "" tokenviz, from these numbers; else who does ("the server")
 
     @property
     def giver(self) -> str:

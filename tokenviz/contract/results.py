@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from tokenviz.contract.bounds import FAIL_FAST, MAX_LAYERS, MAX_TOKENS, Count, Finite, Flag, Id, NonNegative, Text
 
 
 @dataclass(frozen=True)
@@ -77,11 +81,12 @@ class Attribution:
     """How much each earlier token led to the token that followed `position` (see model/attribution)."""
 
     method: AttributionMethod
-    position: int  # the last position of the context: its next-token distribution is explained
-    target_id: int  # the token that followed
-    target_text: str
-    logprob: float  # the target's log-probability in the raw distribution after the whole context
-    scores: tuple[float, ...]  # one per position 0..position; positive: raised the target's log-probability
+    position: Count  # the last position of the context: its next-token distribution is explained
+    target_id: Id  # the token that followed
+    target_text: Text
+    logprob: Finite  # the target's log-probability in the raw distribution after the whole context
+    # one per position 0..position; positive: raised the target's log-probability
+    scores: Annotated[tuple[Finite, ...], FAIL_FAST, Field(max_length=MAX_TOKENS)]
 
     def to_json(self, texts: list[str], ids: list[int]) -> list[dict[str, Any]]:
         """One entry per position: {"position", "id", "text", "score"}."""
@@ -102,17 +107,17 @@ class LogitDifference:
     """logit(a) − logit(b) after `position`, split into the share of each part of the residual
     stream (direct logit attribution, see model/logit_difference): the shares add up to `total`."""
 
-    position: int
-    a_id: int
-    a_text: str
-    b_id: int
-    b_text: str
-    total: float  # the model's own logit difference
-    embedding: float  # the embeddings' share (with position embeddings and the model's embedding scale)
-    attention: tuple[float, ...]  # each layer's attention's share
-    mlp: tuple[float, ...]  # each layer's MLP's share
-    bias: float  # the final norm's and the output layer's biases
-    softcap: float  # what the final logit soft-capping changed (0 without one)
+    position: Count
+    a_id: Id
+    a_text: Text
+    b_id: Id
+    b_text: Text
+    total: Finite  # the model's own logit difference
+    embedding: Finite  # the embeddings' share (with position embeddings and the model's embedding scale)
+    attention: Annotated[tuple[Finite, ...], FAIL_FAST, Field(max_length=MAX_LAYERS)]  # each layer's attention's share
+    mlp: Annotated[tuple[Finite, ...], FAIL_FAST, Field(max_length=MAX_LAYERS)]  # each layer's MLP's share
+    bias: Finite  # the final norm's and the output layer's biases
+    softcap: Finite  # what the final logit soft-capping changed (0 without one)
 
     @property
     def shares(self) -> float:
@@ -187,13 +192,15 @@ class CacheEvent:
 class BranchSummary:
     """One path of the branch tree, summed up."""
 
-    index: int  # in the branch store; -1 for the current path
-    text: str  # the generated text
-    tokens: int  # generated tokens
-    logprob: float  # sum of the model's log-probabilities of the generated tokens
-    mean_entropy: float  # bits, over the steps taken
-    shared: int  # positions shared with the current path
-    current: bool
+    index: Annotated[int, Field(strict=True, ge=-1)]  # in the branch store; -1 for the current path
+    text: Text  # the generated text
+    tokens: Count  # generated tokens
+    logprob: Annotated[
+        float, Field(strict=True, le=0, allow_inf_nan=False)
+    ]  # sum of the generated tokens' log-probabilities
+    mean_entropy: NonNegative  # bits, over the steps taken
+    shared: Count  # positions shared with the current path
+    current: Flag
 
 
 BeamFate = Literal["kept", "finished", "at length limit", "pruned"]  # finished: it ended with end of text

@@ -9,10 +9,14 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from tokenviz.contract.errors import SettingsError
+from pydantic import PlainSerializer, PlainValidator, ValidationInfo
+
+from tokenviz.contract.bounds import GRAMMARS, unicode
+from tokenviz.contract.errors import SettingsError, TokenvizError
 from tokenviz.contract.grammar import Grammar
+from tokenviz.contract.text import safe_text
 
 # Past these, the scaled logits overflow float32 and the distribution is no longer a number.
 MIN_TEMPERATURE = 1e-3
@@ -138,5 +142,32 @@ def grammars_from_json(d: Mapping[str, Any]) -> dict[str, Grammar]:
         grammars[digest] = grammar
     return grammars
 
+
+def _settings_read(d: Any, info: ValidationInfo) -> SamplingSettings:
+    """Settings as a file keeps them (`to_json`), validated as any other; their grammar one of the
+    file's (`GRAMMARS` in the context); their stops made safe to print."""
+    if not isinstance(d, dict):
+        raise ValueError("the settings are an object of name: value")
+    reference = d.get("grammar")
+    grammars = (info.context or {}).get(GRAMMARS, {})
+    if reference is not None and not (isinstance(reference, dict) and isinstance(reference.get("digest"), str)):
+        raise ValueError("a grammar is named by its digest: {kind, source, digest}")
+    if reference is not None and reference["digest"] not in grammars:
+        raise ValueError(f"the settings name a grammar the file does not hold: {reference['digest']!r:.20}")
+    for stop in d["stop"] if isinstance(d.get("stop"), list) else ():
+        if isinstance(stop, str):
+            unicode(stop)
+    try:
+        settings = SamplingSettings.from_json(d, grammars)
+    except (TokenvizError, TypeError) as exc:
+        raise ValueError(str(exc).splitlines()[0]) from None
+    return settings.replace(stop=tuple(safe_text(stop) for stop in settings.stop))
+
+
+SavedSettings = Annotated[
+    SamplingSettings,
+    PlainValidator(_settings_read, json_schema_input_type=dict[str, Any]),
+    PlainSerializer(SamplingSettings.to_json, return_type=dict[str, Any]),
+]
 
 DEFAULT_SETTINGS = SamplingSettings()

@@ -9,39 +9,23 @@ later record the row of the token it fed.
 
 from __future__ import annotations
 
-import base64
-import dataclasses
 import json
 import stat
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from tokenviz.contract.attention import SavedAttention
+from tokenviz.contract.bounds import INTERVENTION_SETS
 from tokenviz.contract.errors import TokenvizError
-from tokenviz.contract.grammar import Grammar
 from tokenviz.contract.interventions import Intervention
-from tokenviz.contract.records import (
-    Candidate,
-    Decision,
-    ModelInfo,
-    PinnedToken,
-    PromptPrediction,
-    Routing,
-    Stage,
-    StepRecord,
-    TokenChip,
-    Unsteered,
-)
-from tokenviz.contract.results import Analyses, Attribution, BranchSummary, LogitDifference
+from tokenviz.contract.results import Analyses
 from tokenviz.contract.snapshot import Snapshot
 from tokenviz.contract.text import safe_text
-from tokenviz.files import journey_schema as schema
 from tokenviz.files.atomic import write_file
 from tokenviz.files.documents import trace_document
-from tokenviz.files.journey_schema import parse_journey
+from tokenviz.files.journey_schema import Journey, Replay, SavedStep, parse_journey
 
 FORMAT = "tokenviz-journey/1"
 MAX_FILE_BYTES = 1 << 30  # 1 GiB
@@ -57,138 +41,6 @@ def rows_to_save(positions: int, layers: int, heads: int, budget: int = ATTENTIO
         start -= 1
         total += layers * heads * (start + 1) * 2
     return range(start, positions)
-
-
-def _array(a: np.ndarray) -> dict[str, Any]:
-    return {"shape": list(a.shape), "float16": base64.b64encode(a.astype(np.float16).tobytes()).decode()}
-
-
-def _record(r: StepRecord, attention: np.ndarray | None, sets: list[tuple[Intervention, ...]]) -> dict[str, Any]:
-    d = r.decision
-    return {
-        "index": r.index,
-        "position": r.position,
-        "input_ids": list(r.input_ids),
-        "input_texts": list(r.input_texts),
-        "top": [[c.id, c.text, c.logit, c.prob] for c in r.top],
-        "entropy": r.entropy,
-        "attention": None if attention is None else _array(attention),
-        "forward_ms": r.forward_ms,
-        "place_ms": [list(p) for p in r.place_ms],
-        "kv_len": r.kv_len,
-        "kv_bytes": r.kv_bytes,
-        "decision": {
-            "mode": d.mode,
-            "settings": d.settings.to_json(),
-            "watch": [list(w) for w in d.watch],
-            "raw_probs": list(d.raw_probs),
-            "stages": [[st.name, st.detail, st.kept, st.mass, list(st.probs)] for st in d.stages],
-            "u": d.u,
-            "band": list(d.band) if d.band else None,
-            "chosen_id": d.chosen_id,
-            "chosen_text": d.chosen_text,
-            "chosen_prob": d.chosen_prob,
-            "chosen_rank": d.chosen_rank,
-            "raw_rank": d.raw_rank,
-            "raw_prob": d.raw_prob,
-            "ms": d.ms,
-            "pinned": [[p.id, p.text, p.prob, p.final_prob, p.rank] for p in d.pinned],
-        },
-        "prompt_predictions": [
-            [
-                p.position,
-                [[c.id, c.text, c.logit, c.prob] for c in p.top],
-                p.entropy,
-                p.next_id,
-                p.next_text,
-                p.next_prob,
-                p.next_rank,
-            ]
-            for p in r.prompt_predictions
-        ],
-        "routing": _routing(r.routing),
-        "interventions": _set_index(sets, r.interventions),
-        "unsteered": {
-            "top": [[c.id, c.text, c.logit, c.prob] for c in r.unsteered.top],
-            "kl": r.unsteered.kl,
-            "ms": r.unsteered.ms,
-            "kl_floor": r.unsteered.kl_floor,
-        }
-        if r.unsteered
-        else None,
-    }
-
-
-def _set_index(sets: list[tuple[Intervention, ...]], interventions: tuple[Intervention, ...]) -> int | None:
-    """The index of `interventions` in `sets` (each set a file holds once), added where new."""
-    if not interventions:
-        return None
-    if interventions not in sets:
-        sets.append(interventions)
-    return sets.index(interventions)
-
-
-def _routing(routing: Routing | None) -> dict[str, Any] | None:
-    if routing is None:
-        return None
-    names = ("experts", "weights", "entropy", "shared")
-    encoded = {name: base64.b64encode(getattr(routing, name)).decode() for name in names}
-    return {"layers": list(routing.layers), "k": routing.k, "positions": routing.positions, **encoded}
-
-
-def _unrecord(
-    r: schema.Record, grammars: Mapping[str, Grammar], sets: Sequence[tuple[Intervention, ...]]
-) -> StepRecord:
-    d = r.decision
-    decision = Decision(
-        mode=d.mode,
-        settings=d.settings.settings(grammars),
-        watch=tuple(d.watch),
-        raw_probs=tuple(d.raw_probs),
-        stages=tuple(Stage(name=n, detail=t, kept=k, mass=m, probs=tuple(p)) for n, t, k, m, p in d.stages),
-        u=d.u,
-        band=d.band,
-        chosen_id=d.chosen_id,
-        chosen_text=d.chosen_text,
-        chosen_prob=d.chosen_prob,
-        chosen_rank=d.chosen_rank,
-        raw_rank=d.raw_rank,
-        raw_prob=d.raw_prob,
-        ms=d.ms,
-        pinned=tuple(PinnedToken(*p) for p in d.pinned),
-    )
-    return StepRecord(
-        index=r.index,
-        position=r.position,
-        input_ids=tuple(r.input_ids),
-        input_texts=tuple(r.input_texts),
-        top=tuple(Candidate(id=i, text=t, logit=lg, prob=p) for i, t, lg, p in r.top),
-        entropy=r.entropy,
-        decision=decision,
-        forward_ms=r.forward_ms,
-        place_ms=tuple((place, ms) for place, ms in r.place_ms),
-        kv_len=r.kv_len,
-        kv_bytes=r.kv_bytes,
-        prompt_predictions=tuple(
-            PromptPrediction(
-                position=position,
-                top=tuple(Candidate(id=i, text=t, logit=lg, prob=p) for i, t, lg, p in top),
-                entropy=entropy,
-                next_id=next_id,
-                next_text=next_text,
-                next_prob=next_prob,
-                next_rank=next_rank,
-            )
-            for position, top, entropy, next_id, next_text, next_prob, next_rank in r.prompt_predictions
-        ),
-        routing=r.routing.routing() if r.routing is not None else None,
-        interventions=sets[r.interventions] if r.interventions is not None else (),
-        unsteered=Unsteered(
-            tuple(Candidate(*c) for c in r.unsteered.top), r.unsteered.kl, r.unsteered.ms, r.unsteered.kl_floor
-        )
-        if r.unsteered
-        else None,
-    )
 
 
 def _blocks(snapshot: Snapshot, attention: SavedAttention) -> list[np.ndarray | None]:
@@ -218,23 +70,23 @@ def journey_file(
         raise TokenvizError("nothing to save: the model has not loaded")
     doc = dict(document or trace_document(snapshot))
     doc["format"] = FORMAT
+    blocks = _blocks(snapshot, attention or SavedAttention())
+    replay = Replay.model_construct(
+        info=snapshot.info,
+        chips=snapshot.chips,
+        chat=snapshot.chat,
+        system=snapshot.system,
+        prompt_len=snapshot.prompt_len,
+        prompt_text=snapshot.prompt,
+        records=tuple(SavedStep.of(record, block) for record, block in zip(snapshot.records, blocks)),
+        stop_reason=snapshot.stop_reason,
+        branches=snapshot.branches,
+        pinned=snapshot.pinned,
+        attributions=analyses.attributions,
+        logit_differences=analyses.logit_differences,
+    )
     sets: list[tuple[Intervention, ...]] = []  # each set of interventions the records name, once
-    doc["replay"] = {
-        "info": snapshot.info.to_json(),
-        "chips": [[c.id, c.text, c.is_prompt, c.is_special, c.is_template] for c in snapshot.chips],
-        "chat": snapshot.chat,
-        "system": snapshot.system,
-        "prompt_len": snapshot.prompt_len,
-        "prompt_text": snapshot.prompt,
-        "records": [
-            _record(r, a, sets) for r, a in zip(snapshot.records, _blocks(snapshot, attention or SavedAttention()))
-        ],
-        "stop_reason": snapshot.stop_reason,
-        "branches": [dataclasses.asdict(b) for b in snapshot.branches],
-        "pinned": [list(p) for p in snapshot.pinned],
-        "attributions": [dataclasses.asdict(a) for a in analyses.attributions],
-        "logit_differences": [dataclasses.asdict(d) for d in analyses.logit_differences],
-    }
+    doc["replay"] = replay.model_dump(mode="json", context={INTERVENTION_SETS: sets})
     doc["replay"]["intervention_sets"] = [[i.to_json() for i in interventions] for interventions in sets]
     return doc
 
@@ -258,7 +110,7 @@ def read_journey(path: str | Path) -> dict[str, Any]:
     return doc
 
 
-def open_journey(path: str | Path) -> schema.Journey:
+def open_journey(path: str | Path) -> Journey:
     """The journey file at `path`, read within the limits and validated once."""
     return parse_journey(_read_json(path))
 
@@ -334,7 +186,7 @@ class Recording(NamedTuple):
     analyses: Analyses = Analyses()
 
 
-def _saved_attention(r: schema.Replay) -> SavedAttention:
+def _saved_attention(r: Replay) -> SavedAttention:
     n, rows = r.prompt_len, {}
     for i, record in enumerate(r.records):
         if record.attention is None:
@@ -346,38 +198,31 @@ def _saved_attention(r: schema.Replay) -> SavedAttention:
     return SavedAttention(rows)
 
 
-def snapshot_from_journey(doc: dict[str, Any] | schema.Journey) -> Snapshot:
+def snapshot_from_journey(doc: dict[str, Any] | Journey) -> Snapshot:
     return recording_of(doc).snapshot
 
 
-def recording_of(doc: dict[str, Any] | schema.Journey) -> Recording:
+def recording_of(doc: dict[str, Any] | Journey) -> Recording:
     """The journey as the app can show it without a model (every string made safe to print)."""
-    journey = doc if isinstance(doc, schema.Journey) else parse_journey(doc)
-    r, grammars = journey.replay, journey.grammar_table
-    records = tuple(_unrecord(x, grammars, r.intervention_table) for x in r.records)
+    journey = doc if isinstance(doc, Journey) else parse_journey(doc)
+    r = journey.replay
+    records = tuple(saved.record for saved in r.records)
     snapshot = Snapshot(
         seq=1,
         state="stopped" if r.stop_reason else "ready",
-        info=ModelInfo(**{**r.info.model_dump(), "capabilities": tuple(r.info.capabilities)}),
-        settings=journey.settings.settings(grammars),
+        info=r.info,
+        settings=journey.settings,
         prompt=r.prompt_text,
-        chips=(chips := tuple(TokenChip(*chip) for chip in r.chips)),
-        full_text="".join(chip.text for chip in chips),  # the pieces, each decoded alone
+        chips=r.chips,
+        full_text="".join(chip.text for chip in r.chips),  # the pieces, each decoded alone
         chat=r.chat,
         system=r.system,
         prompt_len=r.prompt_len,
         records=records,
         stop_reason=r.stop_reason,
         message="a recorded journey: read-only",
-        branches=tuple(BranchSummary(**b.model_dump()) for b in r.branches),
-        pinned=tuple(tuple(p) for p in r.pinned),  # type: ignore[misc]
+        branches=r.branches,
+        pinned=r.pinned,
         interventions=tuple((i, True) for i in records[-1].interventions),  # those in force at the end
     )
-    analyses = Analyses(
-        tuple(Attribution(**{**a.model_dump(), "scores": tuple(a.scores)}) for a in r.attributions),
-        tuple(
-            LogitDifference(**{**d.model_dump(), "attention": tuple(d.attention), "mlp": tuple(d.mlp)})
-            for d in r.logit_differences
-        ),
-    )
-    return Recording(snapshot, _saved_attention(r), analyses)
+    return Recording(snapshot, _saved_attention(r), Analyses(r.attributions, r.logit_differences))

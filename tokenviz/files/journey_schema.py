@@ -1,12 +1,11 @@
-"""The journey file's schema: a validating parser for files that may be damaged or hostile.
+"""The journey file's schema: the contract's records themselves (their annotations say what each
+value may be: tokenviz.contract.bounds), inside the file's envelope, read by pydantic from a file that
+may be damaged or hostile.
 
-Every field's type, range and shape is checked, and the cross-references the panes rely on (ids in
-the vocabulary, one record per generated token, attention blocks as large as the positions they
-cover); every string is made safe to print (control characters become their <0x..> form, so an
-escape sequence in a file can never reach the terminal). A problem names its field.
-
-Checking costs what the file costs: every list has a length bound, and a list stops at its first
-bad element (FailFast), so a file of many bad numbers makes one error, not one per number.
+Beyond each value, the envelope checks the cross-references the panes rely on (ids in the vocabulary,
+one record per generated token, attention blocks as large as the positions they cover). A problem
+names its field. Reading is in two passes: the grammars and the intervention sets the records name
+(small), then the rest, which names them.
 """
 
 from __future__ import annotations
@@ -14,131 +13,41 @@ from __future__ import annotations
 import base64
 import binascii
 import math
-from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from dataclasses import dataclass, fields
+from typing import Annotated, Any
 
 import numpy as np
-from pydantic import AfterValidator, BaseModel, ConfigDict, FailFast, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tokenviz.contract.bounds import (
+    FAIL_FAST,
+    GRAMMARS,
+    INTERVENTION_SETS,
+    MAX_TOKENS,
+    Count,
+    Flag,
+    Id,
+    Positive,
+    Text,
+    unicode,
+)
 from tokenviz.contract.errors import TokenvizError
-from tokenviz.contract.grammar import MAX_GRAMMAR_CHARS, Grammar, GrammarKind
-from tokenviz.contract.interventions import MAX_INTERVENTIONS, Intervention, intervention_from_json
-from tokenviz.contract.records import MAX_PINNED, Routing
-from tokenviz.contract.settings import SamplingSettings, grammars_from_json
+from tokenviz.contract.grammar import MAX_GRAMMAR_CHARS, GrammarKind
+from tokenviz.contract.interventions import MAX_INTERVENTIONS, intervention_from_json
+from tokenviz.contract.records import MAX_PINNED, DecisionMode, ModelInfo, StepRecord, TokenChip
+from tokenviz.contract.results import Attribution, BranchSummary, LogitDifference
+from tokenviz.contract.settings import SavedSettings, grammars_from_json
 from tokenviz.contract.text import safe_text
 
-MAX_TOKENS = 131_072  # chips or records in one journey
-MAX_LAYERS = 4096
-MAX_EXPERTS_PER_TOKEN = 64
-MAX_CANDIDATES = 1024  # a top-n list (tokenviz keeps 20)
-MAX_STAGES = 32  # sampling stages of one decision (tokenviz has at most 8)
-MAX_FOLLOWED = 64  # tokens followed through the stages (tokenviz follows at most 25)
 LOGPROB_SLACK = 1e-3  # a served log-probability above 0 by float rounding (as the served engine takes them)
-FAIL_FAST = FailFast()  # a list stops at its first bad element
-
-
-def _unicode(text: str) -> str:
-    """Refuse a string JSON can carry but Unicode cannot (a lone surrogate, \\ud800): it could not
-    be printed, exported or saved again."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("the text is not valid Unicode (it holds a lone surrogate)") from None
-    return text
-
-
-# Every leaf is strict (no "0.5" for a number, no 1 for a flag); lists may stand for tuples, as in JSON.
-SafeText = Annotated[str, Field(strict=True), AfterValidator(_unicode), AfterValidator(safe_text)]
-Flag = Annotated[bool, Field(strict=True)]
-Count = Annotated[int, Field(strict=True, ge=0)]
-Positive = Annotated[int, Field(strict=True, ge=1)]
-Id = Count
-Probability = Annotated[float, Field(strict=True, ge=0.0, le=1.0 + 1e-6, allow_inf_nan=False)]
-Finite = Annotated[float, Field(strict=True, allow_inf_nan=False)]
-NonNegative = Annotated[float, Field(strict=True, ge=0.0, allow_inf_nan=False)]
-
-
 MAX_GRAMMARS = 64  # grammars one journey file may hold
+MAX_ANALYSES = 64  # attributions, and logit differences, one journey file may hold
 
 
 class Model(BaseModel):
     """Frozen; fields a newer tokenviz adds are ignored."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
-
-
-class Settings(Model):
-    """Sampling settings, validated by SamplingSettings itself."""
-
-    model_config = ConfigDict(frozen=True, extra="allow")
-
-    def settings(self, grammars: Mapping[str, Grammar] | None = None) -> SamplingSettings:
-        """The settings; their grammar, if any, from the file's `grammars` (Journey checks it is there)."""
-        settings = SamplingSettings.from_json(self.model_dump(), grammars)
-        return settings.replace(stop=tuple(safe_text(stop) for stop in settings.stop))
-
-    @property
-    def grammar_digest(self) -> str | None:
-        reference = self.model_dump().get("grammar")
-        return reference["digest"] if isinstance(reference, dict) else None
-
-    @model_validator(mode="after")
-    def _valid(self) -> Settings:
-        stops = self.model_dump().get("stop")
-        for value in stops if isinstance(stops, list) else ():  # (anything else: SamplingSettings says)
-            if isinstance(value, str):
-                _unicode(value)
-        d = self.model_dump()
-        reference = d.pop("grammar", None)
-        if reference is not None and not (isinstance(reference, dict) and isinstance(reference.get("digest"), str)):
-            raise ValueError("a grammar is named by its digest: {kind, source, digest}")
-        try:
-            SamplingSettings.from_json(d)
-        except (TokenvizError, TypeError) as exc:
-            raise ValueError(str(exc).splitlines()[0]) from None
-        return self
-
-
-class Info(Model):
-    name: SafeText
-    device: SafeText
-    dtype: SafeText
-    # 0 where the engine does not expose them (a served model)
-    layers: Annotated[int, Field(strict=True, ge=0, le=MAX_LAYERS)]
-    heads: Annotated[int, Field(strict=True, ge=0, le=4096)]
-    kv_heads: Annotated[int, Field(strict=True, ge=0, le=4096)]
-    head_dim: Annotated[int, Field(strict=True, ge=0, le=65536)]
-    hidden: Annotated[int, Field(strict=True, ge=0)]
-    vocab: Annotated[int, Field(strict=True, ge=1, le=100_000_000)]
-    context: Positive
-    architecture: SafeText
-    tied_embeddings: Flag
-    positions: SafeText
-    attention: SafeText = "eager"
-    memory: SafeText = ""
-    placement: SafeText = ""
-    quantization: SafeText = ""
-    queries_kept: SafeText = ""
-    compiled: SafeText = ""
-    latent_kv: Flag = False
-    experts: Annotated[int, Field(strict=True, ge=0, le=65_535)] = 0  # (0: dense, or recorded before it was kept)
-    capabilities: Annotated[list[SafeText], Field(max_length=64)] = []  # the recording engine's (see contract.engine)
-    distribution: SafeText = ""
-    internals: SafeText = ""
-    runtime: SafeText = ""
-    remote: SafeText = ""
-    covers: Annotated[int, Field(strict=True, ge=0, le=100_000)] = 0
-    draws: SafeText = ""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _served_before_covers(cls, data: Any) -> Any:
-        """A file saved before `covers` said a server's top N as `top_only` (only a server's was one)."""
-        if isinstance(data, dict) and "top_only" in data and "covers" not in data:
-            data = {k: v for k, v in data.items() if k != "top_only"} | {"covers": data["top_only"]}
-            if data["covers"] and not data.get("remote"):
-                data["remote"] = "a server"
-        return data
 
 
 class Array(Model):
@@ -160,203 +69,98 @@ class Array(Model):
     def array(self) -> np.ndarray:
         return np.frombuffer(base64.b64decode(self.float16), dtype=np.float16).reshape(self.shape)
 
-
-class SavedRouting(Model):
-    """A record's mixture-of-experts routing (tokenviz.contract.records.Routing): its byte arrays as
-    base64, checked against the shape they claim and for values a router can give."""
-
-    layers: Annotated[list[Count], FAIL_FAST, Field(min_length=1, max_length=MAX_LAYERS)]
-    k: Annotated[int, Field(strict=True, ge=1, le=MAX_EXPERTS_PER_TOKEN)]
-    positions: Annotated[int, Field(strict=True, ge=1, le=MAX_TOKENS)]
-    experts: Annotated[str, Field(strict=True)]  # uint16
-    weights: Annotated[str, Field(strict=True)]  # float32
-    entropy: Annotated[str, Field(strict=True)]  # float32
-    shared: Annotated[str, Field(strict=True)] = ""  # float32, NaN where a layer has no shared expert
-
-    @model_validator(mode="after")
-    def _sizes(self) -> SavedRouting:
-        per_layer = self.positions * len(self.layers)
-        sizes = [("experts", per_layer * self.k, 2), ("weights", per_layer * self.k, 4), ("entropy", per_layer, 4)]
-        sizes += [("shared", per_layer, 4)] if self.shared else []  # (NaN where a layer has no shared expert)
-        for name, count, width in sizes:
-            try:
-                raw = base64.b64decode(getattr(self, name), validate=True)
-            except (binascii.Error, ValueError):
-                raise ValueError(f"the routing's {name} are not base64") from None
-            if len(raw) != count * width:
-                raise ValueError(f"the routing's {name} hold {len(raw) // width} values, not the {count} it says")
-            if name in ("weights", "entropy") and not np.isfinite(np.frombuffer(raw, dtype=np.float32)).all():
-                raise ValueError(f"the routing's {name} must be finite numbers")
-        return self
-
-    def routing(self) -> Routing:
-        return Routing(
-            layers=tuple(self.layers),
-            k=self.k,
-            positions=self.positions,
-            experts=base64.b64decode(self.experts),
-            weights=base64.b64decode(self.weights),
-            entropy=base64.b64decode(self.entropy),
-            shared=base64.b64decode(self.shared),
+    @classmethod
+    def of(cls, a: np.ndarray) -> Array:
+        return cls.model_construct(
+            shape=list(a.shape), float16=base64.b64encode(a.astype(np.float16).tobytes()).decode()
         )
 
 
-Candidate = tuple[Id, SafeText, Finite, Probability]
-Candidates = Annotated[list[Candidate], FAIL_FAST, Field(max_length=MAX_CANDIDATES)]
-MAX_PLACES = 64  # GPUs, the CPU and the disk
-Place = Annotated[str, Field(strict=True, pattern=r"^[a-z]{2,8}(:\d{1,3})?$")]  # cuda:0, cpu, disk, …
-Stage = tuple[
-    SafeText, SafeText, Count, Probability, Annotated[list[Probability], FAIL_FAST, Field(max_length=MAX_FOLLOWED)]
-]
-Prediction = tuple[Count, Candidates, NonNegative, Id, SafeText, Probability, Positive]
+@dataclass(frozen=True)
+class SavedStep(StepRecord):
+    """A step's record as a file keeps it: with the attention rows the file kept (see
+    tokenviz.files.journey_file), and checked for what holds between its fields."""
 
+    attention: Array | None = None
 
-class Decision(Model):
-    mode: Literal["greedy", "sampled", "forced", "drawn"]
-    settings: Settings
-    watch: Annotated[list[tuple[Id, SafeText]], FAIL_FAST, Field(max_length=MAX_FOLLOWED)]
-    raw_probs: Annotated[list[Probability], FAIL_FAST, Field(max_length=MAX_FOLLOWED)]
-    stages: Annotated[list[Stage], FAIL_FAST, Field(max_length=MAX_STAGES)]
-    u: Annotated[float, Field(strict=True, ge=0.0, lt=1.0)] | None
-    band: tuple[Probability, Probability] | None
-    chosen_id: Id
-    chosen_text: SafeText
-    chosen_prob: Probability
-    chosen_rank: Positive
-    raw_rank: Positive
-    raw_prob: Probability
-    ms: NonNegative
-    pinned: Annotated[
-        list[tuple[Id, SafeText, Probability, Probability, Positive]], FAIL_FAST, Field(max_length=MAX_PINNED)
-    ] = []
-
-    @model_validator(mode="after")
-    def _watched(self) -> Decision:
-        n = len(self.watch)
-        if len(self.raw_probs) != n or any(len(stage[4]) != n for stage in self.stages):
+    def __post_init__(self) -> None:
+        d, n = self.decision, len(self.decision.watch)
+        if len(d.raw_probs) != n or any(len(stage.probs) != n for stage in d.stages):
             raise ValueError(f"every stage needs one probability per watched token ({n})")
-        return self
+        if self.routing is not None:
+            _check_routing(self.routing, len(self.input_ids))
+
+    @classmethod
+    def of(cls, record: StepRecord, attention: np.ndarray | None) -> SavedStep:
+        """`record` as a file keeps it, with the attention rows kept of it (`attention`)."""
+        kept = {f.name: getattr(record, f.name) for f in fields(StepRecord)}
+        kept["prompt_predictions"] = tuple(record.prompt_predictions)  # (the prefill's makes each when read)
+        return cls(**kept, attention=None if attention is None else Array.of(attention))
+
+    @property
+    def record(self) -> StepRecord:
+        """The record itself, as the panes hold it."""
+        return StepRecord(**{f.name: getattr(self, f.name) for f in fields(StepRecord)})
 
 
-class SavedUnsteered(Model):
-    top: Candidates
-    kl: NonNegative
-    ms: NonNegative = 0.0
-    kl_floor: bool = False
+def _check_routing(routing: Any, positions: int) -> None:
+    """A routing's byte arrays hold what its shape says, and values a router can give."""
+    if routing.positions != positions:
+        raise ValueError(f"the routing covers {routing.positions} positions, the record {positions}")
+    per_layer = routing.positions * len(routing.layers)
+    sizes = [("experts", per_layer * routing.k, 2), ("weights", per_layer * routing.k, 4), ("entropy", per_layer, 4)]
+    sizes += [("shared", per_layer, 4)] if routing.shared else []  # (NaN where a layer has no shared expert)
+    for name, count, width in sizes:
+        raw = getattr(routing, name)
+        if len(raw) != count * width:
+            raise ValueError(f"the routing's {name} hold {len(raw) // width} values, not the {count} it says")
+        if name in ("weights", "entropy") and not np.isfinite(np.frombuffer(raw, dtype=np.float32)).all():
+            raise ValueError(f"the routing's {name} must be finite numbers")
 
 
-class Record(Model):
-    index: Count
-    position: Count
-    input_ids: Annotated[list[Id], FAIL_FAST, Field(max_length=MAX_TOKENS)]
-    input_texts: Annotated[list[SafeText], FAIL_FAST, Field(max_length=MAX_TOKENS)]
-    top: Candidates
-    entropy: NonNegative
-    attention: Array | None = None  # rows the file kept (see tokenviz.files.journey_file)
-    forward_ms: NonNegative
-    place_ms: Annotated[list[tuple[Place, NonNegative]], FAIL_FAST, Field(max_length=MAX_PLACES)] = []
-    kv_len: Count
-    kv_bytes: Count
-    decision: Decision
-    prompt_predictions: Annotated[list[Prediction], FAIL_FAST, Field(max_length=MAX_TOKENS)] = []
-    routing: SavedRouting | None = None
-    interventions: Count | None = None  # an index into Replay.intervention_sets
-    unsteered: SavedUnsteered | None = None
-
-    @model_validator(mode="after")
-    def _routed_positions(self) -> Record:
-        if self.routing is not None and self.routing.positions != len(self.input_ids):
-            raise ValueError(f"the routing covers {self.routing.positions} positions, the record {len(self.input_ids)}")
-        return self
+def _strings_unicode(group: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    for d in group:
+        for value in d.values():
+            if isinstance(value, str):
+                unicode(value)
+    return group
 
 
-class Branch(Model):
-    index: Annotated[int, Field(strict=True, ge=-1)]
-    text: SafeText
-    tokens: Count
-    logprob: Annotated[float, Field(strict=True, le=0, allow_inf_nan=False)]
-    mean_entropy: NonNegative
-    shared: Count
-    current: Flag
+InterventionSets = Annotated[
+    tuple[Annotated[list[dict[str, Any]], Field(max_length=MAX_INTERVENTIONS), AfterValidator(_strings_unicode)], ...],
+    FAIL_FAST,
+    Field(max_length=MAX_TOKENS),
+]
 
 
-class SavedAttribution(Model):
-    method: Literal["loo", "grad"]
-    position: Count
-    target_id: Id
-    target_text: SafeText
-    logprob: Finite
-    scores: Annotated[list[Finite], FAIL_FAST, Field(max_length=MAX_TOKENS)]
-
-    @model_validator(mode="after")
-    def _one_score_a_position(self) -> SavedAttribution:
-        if len(self.scores) != self.position + 1:
-            raise ValueError(f"{len(self.scores)} scores for the {self.position + 1} positions up to {self.position}")
-        return self
-
-
-class SavedLogitDifference(Model):
-    position: Count
-    a_id: Id
-    a_text: SafeText
-    b_id: Id
-    b_text: SafeText
-    total: Finite
-    embedding: Finite
-    attention: Annotated[list[Finite], FAIL_FAST, Field(max_length=MAX_LAYERS)]
-    mlp: Annotated[list[Finite], FAIL_FAST, Field(max_length=MAX_LAYERS)]
-    bias: Finite
-    softcap: Finite
-
-    @model_validator(mode="after")
-    def _one_share_a_layer(self) -> SavedLogitDifference:
-        if len(self.attention) != len(self.mlp):
-            raise ValueError(f"{len(self.attention)} attention shares but {len(self.mlp)} MLP shares")
-        return self
+def covers_from_top_only(info: Any) -> Any:
+    """A file saved before `covers` said a server's top N as `top_only` (only a server's was one)."""
+    if isinstance(info, dict) and "top_only" in info and "covers" not in info:
+        info = {k: v for k, v in info.items() if k != "top_only"} | {"covers": info["top_only"]}
+        if info["covers"] and not info.get("remote"):
+            info["remote"] = "a server"
+    return info
 
 
 class Replay(Model):
-    info: Info
-    chips: Annotated[
-        list[tuple[Id, SafeText, Flag, Flag] | tuple[Id, SafeText, Flag, Flag, Flag]],
-        FAIL_FAST,
-        Field(max_length=MAX_TOKENS),
-    ]  # id, text, prompt, special, and (since chat mode) added by the chat template
+    info: ModelInfo
+    chips: Annotated[tuple[TokenChip, ...], FAIL_FAST, Field(max_length=MAX_TOKENS)]
     chat: Flag = False
-    system: SafeText | None = None
+    system: Text | None = None
     prompt_len: Positive
-    prompt_text: SafeText
-    records: Annotated[list[Record], FAIL_FAST, Field(min_length=1, max_length=MAX_TOKENS)]
-    stop_reason: SafeText | None
-    branches: Annotated[list[Branch], FAIL_FAST, Field(max_length=MAX_TOKENS)] = []
-    pinned: Annotated[list[tuple[Id, SafeText]], FAIL_FAST, Field(max_length=MAX_PINNED)] = []
-    attributions: Annotated[list[SavedAttribution], FAIL_FAST, Field(max_length=64)] = []
-    logit_differences: Annotated[list[SavedLogitDifference], FAIL_FAST, Field(max_length=64)] = []
-    intervention_sets: Annotated[
-        list[Annotated[list[dict[str, Any]], Field(max_length=MAX_INTERVENTIONS)]],
-        FAIL_FAST,
-        Field(max_length=MAX_TOKENS),
-    ] = []
+    prompt_text: Text
+    records: Annotated[tuple[SavedStep, ...], FAIL_FAST, Field(min_length=1, max_length=MAX_TOKENS)]
+    stop_reason: Text | None
+    branches: Annotated[tuple[BranchSummary, ...], FAIL_FAST, Field(max_length=MAX_TOKENS)] = ()
+    pinned: Annotated[tuple[tuple[Id, Text], ...], FAIL_FAST, Field(max_length=MAX_PINNED)] = ()
+    attributions: Annotated[tuple[Attribution, ...], FAIL_FAST, Field(max_length=MAX_ANALYSES)] = ()
+    logit_differences: Annotated[tuple[LogitDifference, ...], FAIL_FAST, Field(max_length=MAX_ANALYSES)] = ()
+    intervention_sets: InterventionSets = ()  # each set once: the records name them by index
 
-    @property
-    def intervention_table(self) -> list[tuple[Intervention, ...]]:
-        return [tuple(intervention_from_json(d) for d in group) for group in self.intervention_sets]
-
-    @model_validator(mode="after")
-    def _interventions(self) -> Replay:
-        for group in self.intervention_sets:
-            for d in group:
-                for value in d.values():
-                    if isinstance(value, str):
-                        _unicode(value)
-        try:
-            table = self.intervention_table
-        except TokenvizError as exc:
-            raise ValueError(str(exc)) from None
-        for record in self.records:
-            if record.interventions is not None and record.interventions >= len(table):
-                raise ValueError(f"record {record.index} names intervention set {record.interventions}, not held")
-        return self
+    @field_validator("info", mode="before")
+    @classmethod
+    def _served_before_covers(cls, data: Any) -> Any:
+        return covers_from_top_only(data)
 
     def _experts_known(self) -> None:
         """Every expert a routing names is one of the model's (when the file says how many it has)."""
@@ -367,7 +171,7 @@ class Replay(Model):
                 continue
             if routing.k > experts:
                 raise ValueError(f"record {record.index} routes to {routing.k} experts of the model's {experts}")
-            named = np.frombuffer(base64.b64decode(routing.experts), dtype=np.uint16)
+            named = np.frombuffer(routing.experts, dtype=np.uint16)
             if named.size and int(named.max()) >= experts:
                 raise ValueError(
                     f"record {record.index} names expert {int(named.max())}; the model has 0-{experts - 1}"
@@ -378,8 +182,8 @@ class Replay(Model):
         """A served journey's candidates carry the server's log-probabilities (not logits): none above 0."""
         for record in self.records if self.info.covers else ():
             candidates = [*record.top, *(record.unsteered.top if record.unsteered else ())]
-            candidates += [c for p in record.prompt_predictions for c in p[1]]
-            high = max((c[2] for c in candidates), default=0.0)
+            candidates += [c for p in record.prompt_predictions for c in p.top]
+            high = max((c.logit for c in candidates), default=0.0)
             if high > LOGPROB_SLACK:
                 raise ValueError(
                     f"record {record.index} holds a log-probability of {high:g}, above 0: no distribution has it"
@@ -395,21 +199,34 @@ class Replay(Model):
             raise ValueError(f"prompt_len {n} is longer than the {len(self.chips)} tokens")
         if len(self.records) != generated + (0 if self.stop_reason else 1):
             raise ValueError(f"{len(self.records)} records for {generated} generated tokens")
-        ids = [c[0] for c in self.chips] + [r.decision.chosen_id for r in self.records]
-        ids += [c[0] for r in self.records for c in r.top] + [w[0] for r in self.records for w in r.decision.watch]
+        ids = [c.id for c in self.chips] + [r.decision.chosen_id for r in self.records]
+        ids += [c.id for r in self.records for c in r.top] + [w[0] for r in self.records for w in r.decision.watch]
         if max(ids, default=0) >= info.vocab:
             raise ValueError(f"a token id is outside the vocabulary of {info.vocab}")
-        ids += [p[0] for r in self.records for p in r.decision.pinned] + [p[0] for p in self.pinned]
+        ids += [p.id for r in self.records for p in r.decision.pinned] + [p[0] for p in self.pinned]
         ids += [t for d in self.logit_differences for t in (d.a_id, d.b_id)]
         if max(ids, default=0) >= info.vocab:
             raise ValueError(f"a token id is outside the vocabulary of {info.vocab}")
         self._experts_known()
-        for a in self.attributions:  # each explains a token of this journey, after a position in it
+        self._analyses_fit()
+        self._attention_fits()
+        return self
+
+    def _analyses_fit(self) -> None:
+        """Each attribution and logit difference explains a token of this journey, after a position in it."""
+        info = self.info
+        for a in self.attributions:
             if a.position + 1 > len(self.chips) or a.target_id >= info.vocab:
                 raise ValueError(f"an attribution of position {a.position} does not fit this journey")
+            if len(a.scores) != a.position + 1:
+                raise ValueError(f"{len(a.scores)} scores for the {a.position + 1} positions up to {a.position}")
         for d in self.logit_differences:
-            if d.position + 1 > len(self.chips) or len(d.mlp) != info.layers:
+            if d.position + 1 > len(self.chips) or len(d.mlp) != info.layers or len(d.attention) != len(d.mlp):
                 raise ValueError(f"a logit difference at position {d.position} does not fit this journey")
+
+    def _attention_fits(self) -> None:
+        """The attention rows kept are the newest, and each block is as large as the positions it covers."""
+        info, n = self.info, self.prompt_len
         saved = [i for i, record in enumerate(self.records) if record.attention is not None]
         if saved and saved != list(range(saved[0], len(self.records))):
             raise ValueError("the attention rows kept must be the newest, without gaps")
@@ -423,12 +240,11 @@ class Replay(Model):
                     f"record {i}'s attention is {array.shape}; it needs [{info.layers}, {info.heads}, "
                     f"1 to {rows}, at least {columns}]"
                 )
-        return self
 
 
 class PromptToken(Model):
     id: Id
-    text: SafeText
+    text: Text
 
 
 class Chosen(Model):
@@ -436,54 +252,80 @@ class Chosen(Model):
 
 
 class Draw(Model):
-    mode: Literal["greedy", "sampled", "forced", "drawn"]
+    mode: DecisionMode
 
 
 class Step(Model):
     """What `replay --verify` reads of a step."""
 
-    settings: Settings
+    settings: SavedSettings
     chosen: Chosen
     draw: Draw
 
 
 class SavedGrammar(Model):
     kind: GrammarKind
-    source: SafeText
-    text: Annotated[str, Field(strict=True, max_length=MAX_GRAMMAR_CHARS), AfterValidator(_unicode)]
+    source: Text
+    text: Annotated[str, Field(strict=True, max_length=MAX_GRAMMAR_CHARS), AfterValidator(unicode)]
+
+
+Grammars = Annotated[dict[str, SavedGrammar], Field(max_length=MAX_GRAMMARS)]  # by digest; settings name them
 
 
 class Journey(Model):
     format: Annotated[str, Field(strict=True)]
-    settings: Settings
-    prompt: Annotated[list[PromptToken], FAIL_FAST, Field(min_length=1, max_length=MAX_TOKENS)]
-    steps: Annotated[list[Step], FAIL_FAST, Field(max_length=MAX_TOKENS)]
+    settings: SavedSettings
+    prompt: Annotated[tuple[PromptToken, ...], FAIL_FAST, Field(min_length=1, max_length=MAX_TOKENS)]
+    steps: Annotated[tuple[Step, ...], FAIL_FAST, Field(max_length=MAX_TOKENS)]
     replay: Replay
-    grammars: Annotated[dict[str, SavedGrammar], Field(max_length=MAX_GRAMMARS)] = {}  # by digest; settings name them
+    grammars: Grammars = {}
 
-    @property
-    def grammar_table(self) -> dict[str, Grammar]:
-        return grammars_from_json({digest: g.model_dump() for digest, g in self.grammars.items()})
 
-    @model_validator(mode="after")
-    def _grammars_given(self) -> Journey:
+class _Sets(Model):
+    intervention_sets: InterventionSets = ()
+
+
+class _Tables(Model):
+    """What the records name, read first: the grammars and the intervention sets."""
+
+    grammars: Grammars = {}
+    replay: _Sets
+
+    def context(self) -> dict[str, Any]:
+        """The validation context the records read (tokenviz.contract.bounds)."""
         try:
-            table = self.grammar_table
+            grammars = grammars_from_json({digest: g.model_dump() for digest, g in self.grammars.items()})
         except TokenvizError as exc:
-            raise ValueError(str(exc)) from None
-        every = [self.settings, *(s.settings for s in self.steps), *(r.decision.settings for r in self.replay.records)]
-        missing = sorted({d for s in every if (d := s.grammar_digest) is not None} - set(table))
-        if missing:
-            raise ValueError(f"the settings name a grammar the file does not hold: {missing[0]!r:.20}")
-        return self
+            raise _TableError(("grammars",), str(exc)) from None
+        sets = []
+        for i, group in enumerate(self.replay.intervention_sets):
+            try:
+                sets.append(tuple(intervention_from_json(d) for d in group))
+            except TokenvizError as exc:
+                raise _TableError(("replay", "intervention_sets", i), str(exc)) from None
+        return {GRAMMARS: grammars, INTERVENTION_SETS: sets}
+
+
+class _TableError(Exception):
+    def __init__(self, where: tuple[str | int, ...], message: str) -> None:
+        super().__init__(message)
+        self.where = where
 
 
 def parse_journey(doc: Any) -> Journey:
     """The journey in `doc` (parsed JSON), validated; a TokenvizError names the first bad field."""
     try:
-        return Journey.model_validate(doc)
+        context = _Tables.model_validate(doc).context()
+        return Journey.model_validate(doc, context=context)
     except ValidationError as exc:
         error = exc.errors()[0]
-        where = safe_text(".".join(str(part) for part in error["loc"])) or "the top level"  # (keys are the file's)
-        message = safe_text(str(error["msg"]).removeprefix("Value error, "))
-        raise TokenvizError(f"the journey file is damaged at {where}: {message}") from None
+        where, message = tuple(error["loc"]), str(error["msg"]).removeprefix("Value error, ")
+    except _TableError as exc:
+        where, message = exc.where, str(exc)
+    place = safe_text(".".join(str(part) for part in where)) or "the top level"  # (keys are the file's)
+    raise TokenvizError(f"the journey file is damaged at {place}: {safe_text(message)}") from None
+
+
+def journey_json_schema() -> dict[str, Any]:
+    """The journey file's JSON Schema, made from the same types that read it."""
+    return Journey.model_json_schema()

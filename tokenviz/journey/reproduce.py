@@ -8,20 +8,19 @@ from typing import Any
 
 from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.records import Routing
-from tokenviz.files.journey_schema import Journey, SavedRouting, parse_journey
+from tokenviz.files.journey_schema import Journey, parse_journey
 from tokenviz.journey.prompt import tokenize
 from tokenviz.journey.session import Session
 
 TINY = sys.float_info.min
 
 
-def routed_elsewhere(recorded: SavedRouting | None, routing: Routing | None) -> bool:
+def routed_elsewhere(kept: Routing | None, routing: Routing | None) -> bool:
     """Whether a recorded routing names other experts (or layers, or positions) than the one computed."""
-    if recorded is None:
+    if kept is None:
         return False
     if routing is None:
         return True
-    kept = recorded.routing()
     shape = (kept.layers, kept.k, kept.positions)
     return shape != (routing.layers, routing.k, routing.positions) or kept.experts != routing.experts
 
@@ -42,11 +41,10 @@ def verify_journey(
     Returns (steps checked, the first step whose token, experts or log-probability differ, or None).
     """
     journey = doc if isinstance(doc, Journey) else parse_journey(doc)
-    steps, records, table = journey.steps, journey.replay.records, journey.replay.intervention_table
+    steps, records = journey.steps, journey.replay.records
 
     def interventions(i: int) -> tuple[Intervention, ...]:  # those in force at step i's forward pass
-        index = records[i].interventions if i < len(records) else None
-        return table[index] if index is not None else ()
+        return records[i].interventions if i < len(records) else ()
 
     prompt = [t.id for t in journey.prompt]
     if interventions(0):
@@ -59,11 +57,10 @@ def verify_journey(
         session.start(prompt)
     if journey.replay.pinned:  # (the watched tokens: their numbers are part of every step's record)
         session.pin([token for token, _ in journey.replay.pinned])
-    grammars = journey.grammar_table
     for i, step in enumerate(steps):
         if interventions(i) != session.interventions:
             session.set_interventions(interventions(i))
-        settings = step.settings.settings(grammars)
+        settings = step.settings
         session.set_settings(settings.replace(max_new_tokens=max(settings.max_new_tokens, len(steps))))
         pending = session.pending
         if pending is None:

@@ -93,7 +93,7 @@ def verify_served_recording(
     checked, mismatch = verify_journey(journey, session, REPRODUCED_WITHIN)
     differs = f"its token, or its log-probability by more than {REPRODUCED_WITHIN:g} nats"
     if mismatch is None:
-        session.set_settings(journey.settings.settings(journey.grammar_table))  # (as the journey ends)
+        session.set_settings(journey.settings)  # (as the journey ends)
         found = first_difference(recorded, remade_journey(recorded, session))
         if found is not None:
             err.print(f"mismatch: {found}", markup=False, highlight=False, soft_wrap=True)
