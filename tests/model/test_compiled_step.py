@@ -354,8 +354,8 @@ async def test_escape_while_the_app_compiles_is_acknowledged_and_the_journey_sta
     app = TokenvizApp(worker)
     async with app.run_test(size=(120, 36)) as pilot:
         await wait_for(lambda: inside(worker._thread), pilot, timeout=60)
-        line = app.query_one(StatusLine)
-        assert "Escape cancels" in str(line.render())
+        line = app.query_one(StatusLine)  # (the frame that says so can land a moment after the compile starts)
+        await wait_for(lambda: "Escape cancels" in str(line.render()), pilot, timeout=60)
         said, update = [], line.update
         line.update = lambda content="", **kw: (said.append(str(content)), update(content, **kw))[1]
         await pilot.press("escape")
