@@ -1,5 +1,6 @@
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,9 @@ if WORKERS > 1:
     os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // WORKERS))
 for name in ("COLUMNS", "LINES"):
     os.environ.pop(name, None)
+# The app keeps its journey's journal in the user's state folder: each test process (and the apps it
+# starts) has its own, so no test meets a journal another left.
+os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="tokenviz-test-state-")
 
 import workers  # noqa: E402
 from tiny import tiny_model  # noqa: E402  (after the threads are set: it imports torch)

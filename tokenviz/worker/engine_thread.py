@@ -60,6 +60,7 @@ from tokenviz.journey.prompt import tokenize
 from tokenviz.render.units import duration
 from tokenviz.worker.attention_rows import AttentionRows
 from tokenviz.worker.comparing import CompareWorker
+from tokenviz.worker.journaling import Journaling
 from tokenviz.worker.snapshots import saved_attention_of, snapshot_of
 from tokenviz.worker.thread import CommandThread
 
@@ -116,9 +117,11 @@ class EngineWorker(CommandThread[Snapshot]):
         chat: bool = False,
         system: str | None = None,
         lens_layers: LensLayers | None = None,
+        journaling: Journaling | None = None,
     ):
         super().__init__()
         self._lens_layers = lens_layers
+        self._journaling = journaling  # the journey kept in a journal as it goes (None: not kept)
         self._loader = loader
         self._prompt = Start(prompt, chat, system)
         self._settings = settings
@@ -185,12 +188,38 @@ class EngineWorker(CommandThread[Snapshot]):
         self._cancels_from_now()
         self._publish()
         try:
-            self._prefill(self.session, self._prompt)
+            self._start_journey(self.session)
         except TokenvizError as exc:
             self._state, self._message = "ready", "no prompt yet: press e to write one"
             self._start_error = str(exc)
             return
         self._state, self._message = "ready", ""
+
+    def _start_journey(self, session: Session) -> None:
+        """The prompt given, or the journey a journal kept (--restore); then its journal from here."""
+        journaling = self._journaling
+        if journaling is None:
+            self._prefill(session, self._prompt)
+            return
+
+        def prefill(start: Start) -> None:
+            self._prefill(session, start)
+            self._prompt = start
+
+        def say(line: str) -> None:
+            self._busy, self._message = "stepping", line
+            self._publish()
+
+        if not journaling.restore:
+            self._prefill(session, self._prompt)
+        try:
+            self._notice = journaling.open(session, prefill, say)
+        except TokenvizError as exc:  # (nothing to restore: the prompt given instead)
+            journaling.restore = False
+            self._start_error = str(exc)
+            self._start_journey(session)
+        finally:
+            self._busy = None
 
     # ---- the loop's hooks --------------------------------------------------------------------------
 
@@ -229,6 +258,8 @@ class EngineWorker(CommandThread[Snapshot]):
                 self._move(command, session)
             else:
                 self._look(command, session)
+            if self._journaling is not None:  # (a step adds a line; a rewind or a branch compares the path)
+                self._journaling.follow(session, moved=isinstance(command, Move) and not isinstance(command, Step))
         except GiveWay:
             if isinstance(command, Step) and command.token is not None:  # a continuation's token: again next
                 self._forced.appendleft(command.token)

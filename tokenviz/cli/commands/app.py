@@ -49,13 +49,23 @@ def open_app(
     chat: Chat = False,
     system: System = None,
     theme: Theme = DEFAULT_THEME,
+    restore: Annotated[
+        bool,
+        typer.Option(
+            "--restore",
+            help="Reopen the journey of this model that a process left when it died (a crash, a kill): its "
+            "prompt, then each token taken again under the settings of its time. The app says when there is one.",
+        ),
+    ] = False,
     version: Annotated[
         bool, typer.Option("--version", callback=version_callback, is_eager=True, help="Show the version and exit.")
     ] = False,
 ) -> None:
     """Watch a language model think, one token at a time. With --endpoint, the model a server runs (an
     OpenAI-compatible one, as vLLM's): a request per token, the settings sent with it."""
+    from tokenviz.system.paths import journal_folder
     from tokenviz.worker.engine_thread import EngineWorker
+    from tokenviz.worker.journaling import Journaling
 
     try:
         check_theme(theme)
@@ -69,5 +79,6 @@ def open_app(
         fail(str(exc))
     in_terminal.require_terminal()
     text = prompt if prompt is not None else (DEFAULT_QUESTION if chat else DEFAULT_PROMPT)
-    worker = EngineWorker(loader, settings, text, chat=chat, system=system, lens_layers=chosen_rows)
+    journaling = Journaling(journal_folder(), restore)
+    worker = EngineWorker(loader, settings, text, chat, system, chosen_rows, journaling)
     in_terminal.run_app(worker, theme)

@@ -1,0 +1,90 @@
+"""A journey's journal: a line a change, read back as the path it leaves; a journal whose process
+died is found by its free lock; a damaged one is one line."""
+
+import json
+
+import pytest
+
+from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.interventions import HeadAblation
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.files.journal import JournalFollower, JournalWriter, forget, journal_model, orphans, read_journal
+
+GREEDY, WARM = SamplingSettings(temperature=0), SamplingSettings(temperature=0.9, seed=3)
+BEGUN = ("The capital of France is", False, None)
+
+
+def test_the_journal_reads_back_the_path_with_each_tokens_settings(tmp_path):
+    writer = JournalWriter(tmp_path, "tiny")
+    follower = JournalFollower(writer)
+    follower.follow(BEGUN, GREEDY, (), [], moved=True)
+    follower.follow(BEGUN, GREEDY, (), [5, 6], moved=False)
+    follower.follow(BEGUN, WARM, (HeadAblation(1, 2, False),), [5, 6, 7], moved=False)
+    follower.follow(BEGUN, WARM, (HeadAblation(1, 2, False),), [5, 9], moved=True)  # a rewind, then a token
+    lines = writer.path.read_text().splitlines()
+    assert len(lines) == 10  # header, start, settings, 5, 6, settings, ablation, 7, cut, 9
+    assert json.loads(lines[-2]) == {"cut": 1} and json.loads(lines[-1]) == {"token": 9}
+    journal = read_journal(writer.path)
+    assert journal.model == "tiny" and journal.prompt.prompt == BEGUN[0] and journal.settings == GREEDY
+    assert [(t.token, t.settings, t.interventions) for t in journal.taken] == [
+        (5, GREEDY, ()),
+        (9, WARM, (HeadAblation(1, 2, False),)),
+    ]
+    assert journal.final_settings == WARM and journal.final_interventions == (HeadAblation(1, 2, False),)
+    writer.discard()
+    assert not writer.path.exists()
+
+
+def test_a_step_costs_a_line_not_the_journeys_length(tmp_path):
+    writer = JournalWriter(tmp_path, "tiny")
+    follower = JournalFollower(writer)
+    path = list(range(3000))
+    follower.follow(BEGUN, GREEDY, (), path, moved=True)
+    before = writer.path.stat().st_size
+    follower.follow(BEGUN, GREEDY, (), [*path, 7], moved=False)
+    assert writer.path.stat().st_size - before == len('{"token": 7}\n')
+    writer.discard()
+
+
+def test_only_a_dead_processs_journal_is_an_orphan_and_a_cut_off_last_line_is_left_out(tmp_path):
+    live = JournalWriter(tmp_path, "tiny")
+    JournalFollower(live).follow(BEGUN, GREEDY, (), [1], moved=True)
+    assert orphans(tmp_path) == []  # (its lock is held)
+    dead = tmp_path / "20261129-000000-1-1.jsonl"
+    dead.write_text(live.path.read_text() + '{"tok')  # the process died writing a line
+    assert orphans(tmp_path) == [dead] and journal_model(dead) == "tiny"
+    assert [t.token for t in read_journal(dead).taken] == [1]
+    forget(dead)
+    assert orphans(tmp_path) == []
+    live.discard()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "not json\n",
+        '{"format": "tokenviz-journal/1", "model": "m", "started": 1}\n',  # no prompt
+        '{"format": "other", "model": "m", "started": 1}\n',
+        '{"format": "tokenviz-journal/1", "model": "m", "started": 1}\n{"start": {"prompt": "x"}}\n{"token": -1}\n',
+        '{"format": "tokenviz-journal/1", "model": "m", "started": 1}\n{"start": {"prompt": "x"}}\n{"evil": 1}\n',
+        '{"format": "tokenviz-journal/1", "model": "m", "started": 1}\n{"start": {"prompt": "x"}}\n'
+        '{"settings": {"temperature": "hot"}}\n',
+        "[" * 100_000 + "\n",
+    ],
+    ids=["empty", "text", "no-prompt", "format", "negative-token", "unknown-line", "bad-settings", "deep"],
+)
+def test_a_damaged_journal_is_one_line(tmp_path, text):
+    path = tmp_path / "j.jsonl"
+    path.write_text(text)
+    with pytest.raises(TokenvizError, match=r"^the journal j\.jsonl is damaged: ") as caught:
+        read_journal(path)
+    assert "\n" not in str(caught.value)
+
+
+def test_text_from_a_journal_is_made_safe_to_print(tmp_path):
+    path = tmp_path / "j.jsonl"
+    header = {"format": "tokenviz-journal/1", "model": "m\x1b]0;x\x07", "started": 1}
+    path.write_text(json.dumps(header) + "\n" + json.dumps({"start": {"prompt": "a\x1b[2Jb"}}) + "\n")
+    journal = read_journal(path)
+    assert "\x1b" not in journal.model and journal.prompt.prompt == "a<0x1B>[2Jb"

@@ -1,0 +1,47 @@
+"""A crash inside llama.cpp never takes the journey with it: the process dies by a segmentation fault
+(as a fault in llama.cpp's C++ ends it, past anything Python can run), its journal stays, the next
+start says so, and --restore gives back every token, in a real terminal."""
+
+import os
+import re
+import signal
+import time
+
+import pytest
+from llama_reference import THREADS
+
+pytestmark = [pytest.mark.llamacpp, pytest.mark.terminal, pytest.mark.usefixtures("llama_cpp")]
+
+
+def test_a_segfault_inside_llama_cpp_leaves_the_journey_and_restore_takes_it_again(tmp_path):
+    from terminals import keys, quits_cleanly, terminal, tokenviz_pid, wait_screen, wait_until
+
+    env = {"XDG_STATE_HOME": str(tmp_path)}  # (the journals of this test alone)
+    args = ("--backend", "llama.cpp", "--threads", str(THREADS), "--temperature", "0")
+    journals = tmp_path / "tokenviz" / "journals"
+    with terminal((120, 36), *args, env=env) as name:
+        wait_screen(name, r"ready · step 0", timeout=120)
+        for generated in (1, 2, 3):
+            keys(name, "space")
+            wait_screen(name, rf"{generated} generated")
+        keys(name, "BSpace")
+        shown = wait_screen(name, r"2 generated")
+        text = re.search(r"text: (.*?)\s*│", shown).group(1)
+        os.kill(int(tokenviz_pid(name)), signal.SIGSEGV)
+        wait_until(name, lambda screen: "TOKENVIZ-EXITED" in screen, "the process ended", timeout=30)
+    assert len(list(journals.glob("*.jsonl"))) == 1  # (no exit handler ran to remove it)
+
+    with terminal((120, 36), *args, env=env) as name:
+        wait_screen(name, r"ended without tokenviz", timeout=120)  # offered
+        quits_cleanly(name)
+    assert len(list(journals.glob("*.jsonl"))) == 1  # (still there: only --restore takes it)
+
+    with terminal((120, 36), *args, "--restore", env=env) as name:
+        wait_screen(name, r"restored the journey", timeout=120)
+        shown = wait_screen(name, r"2 generated")
+        assert f"text: {text}" in shown, shown
+        quits_cleanly(name)
+    deadline = time.monotonic() + 10
+    while list(journals.glob("*.jsonl")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not list(journals.glob("*.jsonl"))  # the restored one taken, the new one ended with its process

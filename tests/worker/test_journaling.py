@@ -1,0 +1,123 @@
+"""A journey outlives a process that dies: the worker keeps it in a journal as it goes; the next
+start on the same model offers it; --restore takes every token again, under the settings of its time."""
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from apptools import PROMPT
+from tiny import tiny_model
+
+from tokenviz.backends.transformers.runner import ModelRunner
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.files.journal import orphans
+from tokenviz.worker.engine_thread import EngineWorker
+from tokenviz.worker.journaling import Journaling
+
+# A process that takes a journey (steps, a rewind, a setting typed, more steps), says its tokens and
+# settings, and is killed: nothing of Python's runs after (no exit handler removes its journal).
+CHILD = """
+import json, os, signal, sys, time
+sys.path.insert(0, {tests!r})
+from pathlib import Path
+from apptools import PROMPT
+from tiny import tiny_model
+from tokenviz.backends.transformers.runner import ModelRunner
+from tokenviz.contract.commands import Assign, Rewind, Step
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.files.journal import orphans
+from tokenviz.worker.engine_thread import EngineWorker
+from tokenviz.worker.journaling import Journaling
+
+seen = []
+loader = lambda progress: ModelRunner(tiny_model("llama"))
+worker = EngineWorker(loader, SamplingSettings(seed=1), PROMPT, journaling=Journaling(Path({folder!r})))
+worker.start(seen.append)
+commands = [Step(), Step(), Rewind(1), Assign(("temperature=1.3", "top_k=5")), Step(), Step()]
+while not (seen and seen[-1].state == "ready"):
+    time.sleep(0.05)
+for command in commands:
+    worker.submit(command)
+while not (seen[-1].handled == len(commands) and seen[-1].state == "ready"):
+    time.sleep(0.05)
+session = worker.session
+print(json.dumps({{"ids": session.generated_ids, "settings": session.settings.to_json()}}), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def journey_of_a_killed_process(folder: Path) -> dict:
+    tests = str(Path(__file__).parents[1])
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD.format(tests=tests, folder=str(folder))],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+def first_ready(journaling: Journaling):
+    """The worker's first snapshot once its journey has started, and the worker."""
+    arrived, seen = threading.Event(), []
+
+    def post(snapshot):
+        seen.append(snapshot)
+        if snapshot.state == "ready" and snapshot.records:
+            arrived.set()
+
+    loader = lambda progress: ModelRunner(tiny_model("llama"))  # noqa: E731
+    worker = EngineWorker(loader, SamplingSettings(seed=1), PROMPT, journaling=journaling)
+    worker.start(post)
+    assert arrived.wait(120), seen[-1:]
+    return next(s for s in seen if s.state == "ready" and s.records), worker
+
+
+def test_a_killed_process_leaves_its_journey_the_next_start_offers_it_and_restore_takes_it_again(tmp_path):
+    kept = journey_of_a_killed_process(tmp_path)
+    assert len(kept["ids"]) == 3 and len(left := list(tmp_path.glob("*.jsonl"))) == 1
+
+    offered, worker = first_ready(Journaling(tmp_path))
+    assert "ended without tokenviz" in (offered.notice or "") and "--restore" in offered.notice
+    worker.stop()
+
+    restored, worker = first_ready(Journaling(tmp_path, restore=True))
+    try:
+        assert "restored the journey" in (restored.notice or "") and "3 tokens" in restored.notice
+        session = worker.session
+        assert session.generated_ids == kept["ids"] and session.prompt == PROMPT
+        assert session.settings.to_json() == kept["settings"]  # (the settings typed, in force again)
+        taken = session.records[:3]  # (record i decided token i; the last record is pending)
+        assert [r.decision.mode for r in taken] == ["forced"] * 3 and session.records[3].decision.mode == "sampled"
+        assert [r.decision.settings.temperature for r in taken] == [0.7, 1.3, 1.3]  # each under its time's
+    finally:
+        worker.stop()
+    # The journal restored is gone; those the two later workers keep are live (their locks held here).
+    assert not left[0].exists() and len(list(tmp_path.glob("*.jsonl"))) == 2 and orphans(tmp_path) == []
+
+
+def test_restore_with_nothing_to_restore_says_so_and_starts_the_prompt(tmp_path):
+    snapshot, worker = first_ready(Journaling(tmp_path / "none", restore=True))
+    try:
+        assert "no journey of" in (snapshot.error or "") and "to restore" in snapshot.error
+        assert snapshot.prompt == PROMPT and len(snapshot.records) == 1
+    finally:
+        worker.stop()
+
+
+def test_an_orderly_end_removes_the_journal(tmp_path):
+    import atexit
+
+    _, worker = first_ready(Journaling(tmp_path))
+    assert len(list(tmp_path.glob("*.jsonl"))) == 1
+    worker.stop()
+    atexit._run_exitfuncs()  # (as the app's exit runs them)
+    deadline = time.monotonic() + 10
+    while list(tmp_path.glob("*.jsonl")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not list(tmp_path.glob("*.jsonl"))
