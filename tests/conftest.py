@@ -35,6 +35,8 @@ def pytest_collection_modifyitems(items):
     for item in items:
         for group in workers.groups(item):
             item.add_marker(pytest.mark.xdist_group(group))
+        if "bundled" in getattr(item, "fixturenames", ()):  # (a test on the bundled model is one, marked or not)
+            item.add_marker(pytest.mark.bundled)
 
 
 def pytest_addoption(parser):

@@ -26,6 +26,7 @@ from tokenviz.backends.llamacpp.runtime import NO_EDITS, Edits, Runtime, kv_byte
 from tokenviz.contract.engine import (
     WHOLE_VOCABULARY,
     AttentionRows,
+    Caching,
     Capability,
     ChatIds,
     DenseInOnePlace,
@@ -42,7 +43,8 @@ from tokenviz.contract.engine import (
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.records import ModelInfo
-from tokenviz.contract.results import Inspection, LensAsk
+from tokenviz.contract.results import BeamResult, Inspection, LensAsk, Speculation
+from tokenviz.contract.settings import SamplingSettings
 from tokenviz.contract.text import safe_text
 from tokenviz.decoding.prompt_predictions import predict_positions
 
@@ -151,7 +153,14 @@ class LlamaCppEngine(DenseInOnePlace):
             chat_template=bool(self.chat_template),
             quantization=f"{quantization} (GGUF, as llama.cpp runs it)",
             capabilities=in_order(
-                {Capability.STEP, Capability.LENS, Capability.ATTENTION, Capability.INTERVENTIONS, Capability.GRAMMAR}
+                {
+                    Capability.STEP,
+                    Capability.LENS,
+                    Capability.ATTENTION,
+                    Capability.INTERVENTIONS,
+                    Capability.GRAMMAR,
+                    Capability.CACHE,
+                }
             ),
             distribution=WHOLE_VOCABULARY,
             runtime=f"llama.cpp (llama-cpp-python {version()})",
@@ -247,6 +256,50 @@ class LlamaCppEngine(DenseInOnePlace):
     def inspect(self, ask: LensAsk) -> list[Inspection]:
         return self.internals.inspect(self, ask)
 
+    # ---- the cache read and fed again (verify, watching past steps, beams) -----------------------------
+
+    def logits_after(self, ids: Sequence[int], start: int) -> torch.Tensor:
+        return self.internals.logits_after(ids, start)
+
+    def recompute(
+        self, ids: list[int], chunk: int | None = None, progress: OnProgress = None, cancelled: IsCancelled = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The whole of `ids` again from an empty cache (llama.cpp feeds it in batches of its own: `chunk` is
+        a transformers pass's)."""
+        return self.internals.recompute(ids, progress or (lambda done, total: None), cancelled or (lambda: False))
+
+    def beam_search(
+        self,
+        ids: list[int],
+        width: int,
+        steps: int,
+        cancelled: IsCancelled = None,
+        from_cache: bool = False,
+        progress: OnProgress = None,
+    ) -> BeamResult:
+        """Beam search from `ids` on a context of its own (beams.py); `from_cache` changes nothing here: the
+        context is fed again, as fast as llama.cpp's prefill."""
+        from tokenviz.backends.llamacpp.beams import beam_search
+
+        return beam_search(
+            self, ids, width, steps, cancelled or (lambda: False), progress or (lambda done, total: None)
+        )
+
+    def speculate(
+        self,
+        ids: list[int],
+        drafter: str,
+        steps: int,
+        settings: SamplingSettings,
+        draft: Engine | None = None,
+        cancelled: IsCancelled = None,
+        from_cache: bool = False,
+        progress: OnProgress = None,
+    ) -> Speculation:
+        raise TokenvizError(
+            "speculative decoding is not on llama.cpp here yet: run it on the same GGUF with --backend transformers"
+        )
+
     def attention(self, ids: Sequence[int], rows: range, layers: Sequence[int]) -> torch.Tensor:
         return self.internals.attention(ids, rows, layers)
 
@@ -316,6 +369,8 @@ class LlamaCppEngine(DenseInOnePlace):
         return LlamaForward(logits, Elapsed(milliseconds), every)
 
 
-def conforms(engine: LlamaCppEngine) -> tuple[Engine, AttentionRows, Lens, Intervenable, OwnGrammarVocabulary]:
+def conforms(
+    engine: LlamaCppEngine,
+) -> tuple[Engine, AttentionRows, Lens, Intervenable, OwnGrammarVocabulary, Caching]:
     """The contract's protocols a llama.cpp engine declares, checked by mypy here."""
-    return engine, engine, engine, engine, engine
+    return engine, engine, engine, engine, engine, engine

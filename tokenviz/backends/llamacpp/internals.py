@@ -26,7 +26,7 @@ from tokenviz.backends.hf.output_head import inspections
 from tokenviz.backends.llamacpp.capture import Capture
 from tokenviz.backends.llamacpp.runtime import BATCH, NO_EDITS, Edits, Runtime
 from tokenviz.contract.engine import shared_prefix
-from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.results import Inspection, LensAsk
 
 LENS_CHECK = 1e-3  # the lens's last layer against llama.cpp's own distribution (probability)
@@ -129,7 +129,8 @@ class LlamaInternals:
         """A pass over `ids` on `context` with logits at `outputs` (positions), capturing `names`, with
         `edits` (by default those in force): from position `first` on, where the context's cache holds
         `ids` that far under the same edits (a lens at the step just taken feeds that step alone), else
-        from further back. (logits, the tensors captured, the position the pass began at)."""
+        from further back (`first` 0: from an empty cache). (logits, the tensors captured, the position the
+        pass began at)."""
         edits = self.edits if edits is None else edits
         stale = self._edits_of.get(id(context)) is not edits  # (a cache computed under other edits is no use)
         if stale:
@@ -199,6 +200,30 @@ class LlamaInternals:
                 f"the lens of {self.architecture} in llama.cpp is not exact: its last layer is "
                 f"{float((ours - theirs).abs().max()):.2g} from the model's distribution"
             )
+
+    def logits_after(self, ids: Sequence[int], start: int) -> torch.Tensor:
+        """llama.cpp's logits after each of `ids[start:]`, (positions, vocab), from the views' context (the
+        journey's cache is not touched): it feeds what it does not hold of `ids` already."""
+        outputs = list(range(start, len(ids)))
+        logits, _, _ = self._pass(self.lens_context, ids, start, outputs, set())
+        return torch.from_numpy(logits)
+
+    def recompute(
+        self, ids: Sequence[int], progress: Callable[[int, int], None], cancelled: Callable[[], bool]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The whole of `ids` again from an empty cache: llama.cpp's logits after the last, and its attention
+        row of the last position at every layer, (layers, heads, len(ids)). (One pass: llama_decode cannot
+        stop inside one, so `cancelled` is asked before it.)"""
+        if cancelled():
+            raise Cancelled("verify cancelled")
+        progress(0, 2)
+        logits, _, _ = self._pass(self.lens_context, ids, 0, [len(ids) - 1], set())  # (first 0: from empty)
+        progress(1, 2)
+        if cancelled():
+            raise Cancelled("verify cancelled")
+        rows = self.attention(ids, range(len(ids) - 1, len(ids)), range(self.runtime.shape.layers))[:, :, 0]
+        progress(2, 2)
+        return torch.from_numpy(logits[-1].copy()), rows
 
     @torch.inference_mode()
     def attention(self, ids: Sequence[int], rows: range, layers: Sequence[int]) -> torch.Tensor:

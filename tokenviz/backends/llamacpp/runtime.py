@@ -132,13 +132,21 @@ class Runtime:
         self.open_context()
         self.batch = lib.llama_batch_init(BATCH, 0, 1)
 
-    def sibling(self, capture: Capture | None = None, flash_attention: bool | None = None) -> Runtime:
+    def sibling(
+        self,
+        capture: Capture | None = None,
+        flash_attention: bool | None = None,
+        sequences: int = 1,
+        context: int | None = None,
+    ) -> Runtime:
         """Another context (a cache of its own) on the same model: a comparison's twin, the model's own
-        beside interventions, or the context the internal views read (with `capture`, see open_context)."""
+        beside interventions, the context the internal views read (with `capture`, see open_context), or a
+        search's (`sequences` in one cache of `context` positions, see open_context)."""
         other = object.__new__(Runtime)
         other.lib, other.model, other.vocab_ptr, other.shape = self.lib, self.model, self.vocab_ptr, self.shape
-        other.context_size, other.threads, other.ctx, other.capture = self.context_size, self.threads, None, None
-        other.open_context(capture, flash_attention)
+        other.context_size = min(context or self.context_size, self.context_size)
+        other.threads, other.ctx, other.capture = self.threads, None, None
+        other.open_context(capture, flash_attention, sequences)
         other.batch = self.lib.llama_batch_init(BATCH, 0, 1)
         return other
 
@@ -147,9 +155,12 @@ class Runtime:
         self.lib.llama_model_desc(self.model, text, len(text))
         return text.value.decode("utf-8", "replace")
 
-    def open_context(self, capture: Capture | None = None, flash_attention: bool | None = None) -> None:
+    def open_context(
+        self, capture: Capture | None = None, flash_attention: bool | None = None, sequences: int = 1
+    ) -> None:
         """A new context (its cache empty, no edits), with `capture`'s evaluation callback (None: none, and
-        no cost) and, where `flash_attention` is False, the attention probabilities as a tensor of their own."""
+        no cost) and, where `flash_attention` is False, the attention probabilities as a tensor of their own.
+        With several `sequences`, they share the cache's cells (a copied sequence costs no copy)."""
         lib = self.lib
         if self.ctx is not None:
             lib.llama_free(self.ctx)
@@ -157,7 +168,8 @@ class Runtime:
         params = lib.llama_context_default_params()
         params.n_ctx = self.context_size
         params.n_batch = params.n_ubatch = BATCH
-        params.n_seq_max = 1
+        params.n_seq_max = sequences
+        params.kv_unified = sequences > 1
         params.n_threads = params.n_threads_batch = self.threads
         params.no_perf = True
         if flash_attention is False:
@@ -170,6 +182,13 @@ class Runtime:
         self.ctx = lib.llama_init_from_model(self.model, params)
         if not self.ctx:
             raise TokenvizError(f"llama.cpp could not make a context of {self.context_size:,} tokens")
+
+    def close(self) -> None:
+        """Free the context and its batch (a search's, once it is done): the model stays."""
+        if self.ctx is not None:
+            self.lib.llama_free(self.ctx)
+            self.ctx = None
+        self.lib.llama_batch_free(self.batch)
 
     def edit(self, edits: Edits) -> None:
         """Run the model with `edits` from the next pass on (NO_EDITS: as it is). Rows written need the

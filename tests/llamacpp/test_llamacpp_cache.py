@@ -1,0 +1,104 @@
+"""The cache read and fed again on a GGUF in llama.cpp: verify, the watched tokens at past steps and beam
+search, each held to llama-cpp-python's own logits for the same tokens."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from llama_reference import PROMPT, THREADS
+
+pytestmark = [pytest.mark.llamacpp, pytest.mark.usefixtures("llama_cpp")]
+
+
+@pytest.fixture(scope="module")
+def session(llama_cpp):
+    from tokenviz.backends.llamacpp.plugin import BACKEND
+    from tokenviz.cli.options import ModelChoice
+    from tokenviz.contract.backend import Opening
+    from tokenviz.contract.settings import SamplingSettings
+    from tokenviz.journey.session import Session
+
+    opening = Opening("trace", {"threads": THREADS}, frozenset(), ModelChoice(), SamplingSettings(temperature=0))
+    s = Session(BACKEND.loader(opening)(lambda message, fraction: None), SamplingSettings(temperature=0))
+    s.start(PROMPT)
+    for _ in range(4):
+        s.step()
+    return s
+
+
+def test_logits_after_are_llama_cpps_own_and_leave_the_journeys_cache(session, reference):
+    engine, ids = session.engine, list(session.ids)
+    held, pending = list(engine.fed), session.pending
+    start = len(ids) - 3
+    logits = engine.logits_after(ids, start).numpy()
+    reference.reset()
+    reference.eval(ids)
+    own = np.asarray(reference.scores[start : len(ids)], dtype=np.float32)
+    assert logits.shape == own.shape and np.abs(logits - own).max() < 1e-3  # (a batch's sums, as its own)
+    assert list(engine.fed) == held  # the journey's cache as it was
+    session.step()
+    session.rewind(1)
+    assert session.pending.top == pending.top  # and it goes on as before
+
+
+def test_verify_recomputes_from_an_empty_cache_and_agrees(session):
+    from tokenviz.journey.verification import verify_latest
+
+    engine = session.engine
+    told = []
+    found = verify_latest(engine, list(engine.fed), lambda done, total: told.append((done, total)))
+    assert found.argmax_agrees and found.max_logit_diff < 1e-3 and found.max_attention_diff < 1e-4
+    assert told[-1][0] == told[-1][1]
+
+
+def test_a_beam_searchs_hypotheses_score_as_llama_cpp_scores_their_tokens(session, reference):
+    """Each finished hypothesis's log-probability is the sum of llama.cpp's own log-probabilities of its
+    tokens after the context (llama-cpp-python's, fed the same tokens); the best is at least the greedy
+    path's; the journey goes on as it was."""
+    engine, ids = session.engine, list(session.ids[: len(session.prompt_ids)])
+    held = list(engine.fed)
+    result = engine.beam_search(ids, width=3, steps=4)
+    assert len(result.final) == 3 and result.steps[0].beams == (((), 0.0),)
+    for hypothesis in result.final:
+        reference.reset()
+        reference.eval([*ids, *hypothesis.ids])
+        scores = np.asarray(reference.scores[len(ids) - 1 : len(ids) - 1 + len(hypothesis.ids)], dtype=np.float64)
+        logprobs = scores - np.log(np.exp(scores - scores.max(-1, keepdims=True)).sum(-1, keepdims=True))
+        logprobs -= scores.max(-1, keepdims=True)
+        own = float(sum(logprobs[i, token] for i, token in enumerate(hypothesis.ids)))
+        assert hypothesis.logprob == pytest.approx(own, abs=2e-3), hypothesis
+    greedy = session.generated_ids[:4]
+    reference.reset()
+    reference.eval([*ids, *greedy])
+    scores = np.asarray(reference.scores[len(ids) - 1 : len(ids) + 3], dtype=np.float64)
+    greedy_logprob = sum(
+        float(scores[i, t] - scores[i].max() - np.log(np.exp(scores[i] - scores[i].max()).sum()))
+        for i, t in enumerate(greedy)
+    )
+    assert max(h.logprob for h in result.final) >= greedy_logprob - 1e-3
+    assert list(engine.fed) == held
+
+
+def test_speculation_says_it_is_not_here_and_names_the_way(session):
+    from tokenviz.contract.errors import TokenvizError
+
+    with pytest.raises(TokenvizError, match="--backend transformers"):
+        session.engine.speculate(list(session.ids), "prompt-lookup", 4, session.settings)
+
+
+def test_a_token_watched_after_the_steps_has_llama_cpps_own_probability_at_each(session, reference):
+    ids = list(session.ids)
+    token = session.records[0].top[1].id  # (the first step's runner-up)
+    session.pin([token])
+    try:
+        reference.reset()
+        reference.eval(ids)
+        for record in session.records[:-1]:
+            scores = np.asarray(reference.scores[record.position - 1], dtype=np.float64)
+            probs = np.exp(scores - scores.max())
+            probs /= probs.sum()
+            (watched,) = record.decision.pinned
+            assert watched.id == token and watched.prob == pytest.approx(probs[token], abs=1e-4)
+            assert watched.rank == 1 + int((scores > scores[token]).sum())
+    finally:
+        session.pin([])
