@@ -8,10 +8,11 @@ import torch
 from tiny import tiny_model
 
 from tokenviz.backends.transformers.runner import ModelRunner
-from tokenviz.backends.transformers.speculation import PromptLookup, accept_or_replace, make_drafter, speculative_decode
+from tokenviz.backends.transformers.speculation import make_drafter, speculative_decode
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.sampling import draw_uniform
+from tokenviz.decoding.speculation import PromptLookup, accept_or_replace
 from tokenviz.journey.session import Session
 
 PROMPT = "The cat sat on the mat. The dog sat on the log. The cat sat on the"

@@ -79,11 +79,26 @@ def test_a_beam_searchs_hypotheses_score_as_llama_cpp_scores_their_tokens(sessio
     assert list(engine.fed) == held
 
 
-def test_speculation_says_it_is_not_here_and_names_the_way(session):
+def test_greedy_speculation_gives_llama_cpps_own_greedy_tokens_and_a_model_drafter_is_refused(session, reference):
+    """Speculation changes the speed, never the text: greedy, prompt lookup's drafts accepted or not, the
+    tokens are the argmax of llama-cpp-python's own logits, one at a time."""
     from tokenviz.contract.errors import TokenvizError
 
+    engine, ids = session.engine, list(session.ids[: len(session.prompt_ids)])
+    prompt = ids + ids[1:]  # (the prompt twice: prompt lookup has something to draft)
+    held = list(engine.fed)
+    spec = engine.speculate(prompt, "prompt-lookup", 8, session.settings)
+    reference.reset()
+    reference.eval(prompt)
+    greedy = []
+    for _ in range(8):
+        greedy.append(int(np.argmax(reference.scores[len(prompt) - 1 + len(greedy)])))
+        reference.eval(greedy[-1:])
+    assert list(spec.ids) == greedy and spec.drafter == "prompt-lookup"
+    assert sum(len(r.drafted) for r in spec.rounds) > 0  # (it drafted: the prompt repeats)
+    assert list(engine.fed) == held
     with pytest.raises(TokenvizError, match="--backend transformers"):
-        session.engine.speculate(list(session.ids), "prompt-lookup", 4, session.settings)
+        engine.speculate(prompt, "draft-model", 4, session.settings)
 
 
 def test_a_token_watched_after_the_steps_has_llama_cpps_own_probability_at_each(session, reference):

@@ -5,27 +5,24 @@ is not touched; the interventions in force act as on the journey's steps (contro
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Collection
 
 import numpy as np
 import torch
 
+from tokenviz.backends.llamacpp.runtime import Edits, Runtime
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import BeamResult
 from tokenviz.decoding.beams import WIDTHS, beam_search_over
-
-if TYPE_CHECKING:
-    from tokenviz.backends.llamacpp.engine import LlamaCppEngine
 
 
 class LlamaBeamPasses:
     """Two banks of `width` sequences: the beams of a step in one, the next step's copied into the other."""
 
-    def __init__(self, engine: LlamaCppEngine, ids: list[int], width: int, steps: int):
-        self.runtime = engine.runtime.sibling(sequences=2 * width, context=len(ids) + width * (steps + 1))
-        self.runtime.edit(engine.edits)
-        self.lib, self.ids, self.width, self.vocab = self.runtime.lib, ids, width, engine.info.vocab
+    def __init__(self, journeys: Runtime, edits: Edits, ids: list[int], width: int, steps: int):
+        self.runtime = journeys.sibling(sequences=2 * width, context=len(ids) + width * (steps + 1))
+        self.runtime.edit(edits)
+        self.lib, self.ids, self.width, self.vocab = self.runtime.lib, ids, width, journeys.shape.vocab
         self.memory = self.lib.llama_get_memory(self.runtime.ctx)
         self.beams = [0]  # the sequence of each beam: the context's alone, at first
         self.position = len(ids)
@@ -64,24 +61,26 @@ class LlamaBeamPasses:
 
 
 def beam_search(
-    engine: LlamaCppEngine,
+    journeys: Runtime,
+    edits: Edits,
+    eos: Collection[int],
+    piece: Callable[[int], str],
     ids: list[int],
     width: int,
     steps: int,
     cancelled: Callable[[], bool],
     progress: Callable[[int, int], None],
 ) -> BeamResult:
+    """A search from `ids` on a context beside the journey's (`journeys`), under the journey's `edits`."""
     if width not in WIDTHS:
         raise TokenvizError(f"beam width must be {WIDTHS.start} to {WIDTHS.stop - 1}, got {width}")
-    if engine.edits.writes:
+    if edits.writes:
         raise TokenvizError("beam search with a patch in force is not on llama.cpp: take the patch off (I) first")
-    if len(ids) + width * (steps + 1) > engine.runtime.context_size:
-        raise TokenvizError(f"the search would pass llama.cpp's context of {engine.runtime.context_size:,} tokens")
-    passes = LlamaBeamPasses(engine, ids, width, steps)
+    if len(ids) + width * (steps + 1) > journeys.context_size:
+        raise TokenvizError(f"the search would pass llama.cpp's context of {journeys.context_size:,} tokens")
+    passes = LlamaBeamPasses(journeys, edits, ids, width, steps)
     try:
-        info = engine.info
-        return beam_search_over(
-            passes, info.vocab, engine.eos_ids, engine.piece, width, steps, 1.0, cancelled, progress
-        )
+        vocab = journeys.shape.vocab
+        return beam_search_over(passes, vocab, eos, piece, width, steps, 1.0, cancelled, progress)
     finally:
         passes.close()

@@ -281,8 +281,9 @@ class LlamaCppEngine(DenseInOnePlace):
         context is fed again, as fast as llama.cpp's prefill."""
         from tokenviz.backends.llamacpp.beams import beam_search
 
+        told = progress or (lambda done, total: None)
         return beam_search(
-            self, ids, width, steps, cancelled or (lambda: False), progress or (lambda done, total: None)
+            self.runtime, self.edits, self.eos_ids, self.piece, ids, width, steps, cancelled or (lambda: False), told
         )
 
     def speculate(
@@ -296,9 +297,12 @@ class LlamaCppEngine(DenseInOnePlace):
         from_cache: bool = False,
         progress: OnProgress = None,
     ) -> Speculation:
-        raise TokenvizError(
-            "speculative decoding is not on llama.cpp here yet: run it on the same GGUF with --backend transformers"
-        )
+        """Speculative decoding from `ids` on a context of its own (speculation.py), drafted by prompt lookup."""
+        from tokenviz.backends.llamacpp.speculation import speculate
+
+        told = progress or (lambda done, total: None)
+        asked = cancelled or (lambda: False)
+        return speculate(self.runtime, self.edits, self.eos_ids, self.piece, ids, drafter, steps, settings, asked, told)
 
     def attention(self, ids: Sequence[int], rows: range, layers: Sequence[int]) -> torch.Tensor:
         return self.internals.attention(ids, rows, layers)

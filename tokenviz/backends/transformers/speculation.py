@@ -1,55 +1,24 @@
-"""Speculative decoding, every round recorded: a cheap drafter proposes tokens, the target model
-checks them all in one forward pass, accepts a prefix and replaces the first rejected token.
-
-Drafters draft greedily, so their proposal is deterministic (q is one-hot). The accept/reject rule
-is then: accept draft d with probability p(d); on rejection draw from p with d removed. With
-greedy settings that means: accept while d is the target's argmax. Either way the output has
-exactly the target's distribution, so speculation changes the speed, never the text's law.
+"""Speculative decoding on a transformers model (the rounds: tokenviz.decoding.speculation): the target's
+passes over a cache of its own, and the drafters that are models: an early exit of the target (its first
+layers, their cache shared) or a draft model.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
 from tokenviz.backends.hf.parts import decoder_layers
 from tokenviz.backends.transformers.cache import cache_prefix, full_cache, with_cache
 from tokenviz.backends.transformers.loaded_model_access import ModelAccess
-from tokenviz.contract.errors import Cancelled, TokenvizError
+from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import refuse_grammar
-from tokenviz.contract.results import Round, Speculation
+from tokenviz.contract.results import Speculation
 from tokenviz.contract.settings import SamplingSettings
-from tokenviz.decoding.sampling import apply_stages, draw_uniform, inverse_cdf
-
-DRAFT_LEN = 4
-
-
-class Drafter(Protocol):
-    name: str
-
-    def draft(self, ids: list[int], n: int) -> list[int]: ...
-
-
-class PromptLookup:
-    """Propose what followed the last occurrence of the context's final n-gram (n = 3, 2, 1)."""
-
-    name = "prompt-lookup"
-
-    def __init__(self, max_ngram: int = 3):
-        self.max_ngram = max_ngram
-
-    def draft(self, ids: list[int], n: int) -> list[int]:
-        for size in range(min(self.max_ngram, len(ids) - 1), 0, -1):
-            tail = ids[-size:]
-            for start in range(len(ids) - size - 1, -1, -1):
-                if ids[start : start + size] == tail:
-                    follow = ids[start + size : start + size + n]
-                    if follow:
-                        return follow
-        return []
+from tokenviz.decoding.speculation import DRAFT_LEN, Drafter, PromptLookup, speculate_over
 
 
 class CachedDrafter:
@@ -155,17 +124,33 @@ def make_drafter(spec: str, runner: ModelAccess, draft_runner: ModelAccess | Non
     raise TokenvizError(f"unknown drafter {spec!r}: use prompt-lookup, early-exit:L or draft-model")
 
 
-def accept_or_replace(probs: torch.Tensor, drafted: int, u_accept: float, u_replace: float) -> tuple[bool, int]:
-    """The accept/reject rule for a deterministic draft: accept with probability p(drafted); else
-    draw from p with `drafted` removed (renormalised). The result is distributed exactly as p."""
-    if u_accept < float(probs[drafted]):
-        return True, drafted
-    residual = probs.clone()
-    residual[drafted] = 0
-    total = float(residual.sum())
-    if total <= 0:  # p put all its mass on the draft: it is accepted whatever u is
-        return True, drafted
-    return False, inverse_cdf(residual / total, u_replace)[0]
+class _ModelPasses:
+    """The target's passes: the model over a cache of its own (a copy of the runner's, `from_cache`)."""
+
+    def __init__(self, runner: ModelAccess, ids: list[int], from_cache: bool):
+        self.model, self.device = runner.model, runner.device
+        self.cache = cache_prefix(runner.cache, len(ids) - 1) if from_cache else full_cache()
+        if len(ids) > 1 and not from_cache:  # the target's cache always holds everything but the last token
+            self.model(
+                input_ids=torch.tensor([ids[:-1]], device=self.device),
+                **with_cache(self.model, self.cache),
+                use_cache=True,
+                logits_to_keep=1,
+            )
+
+    def verify(self, feed: list[int]) -> torch.Tensor:
+        out = self.model(
+            input_ids=torch.tensor([feed], device=self.device),
+            **with_cache(self.model, self.cache),
+            use_cache=True,
+            logits_to_keep=len(feed),
+        )
+        logits: torch.Tensor = out.logits[0]
+        return logits
+
+    def keep(self, length: int) -> None:
+        if self.cache.get_seq_length() > length:
+            self.cache.crop(length - self.cache.get_seq_length())
 
 
 @torch.inference_mode()
@@ -180,71 +165,11 @@ def speculative_decode(
     from_cache: bool = False,
     progress: Callable[[int, int], None] = lambda done, total: None,
 ) -> Speculation:
-    """`cancelled()` is asked before each round; a True ends the run with Cancelled. With
-    `from_cache`, the runner's cache holds at least `prompt_ids[:-1]`: a copy of it is the start."""
-    refuse_grammar(settings.grammar, "speculative decoding")
-    model, device = runner.model, runner.device
+    """With `from_cache`, the runner's cache holds at least `prompt_ids[:-1]`: a copy of it is the start."""
+    refuse_grammar(settings.grammar, "speculative decoding")  # (before any pass)
     ids = list(prompt_ids)
-    start = len(ids)
-    cache = cache_prefix(runner.cache, len(ids) - 1) if from_cache else full_cache()
     if from_cache and isinstance(drafter, CachedDrafter) and drafter.shared_layers:
         drafter.start_from(cache_prefix(runner.cache, len(ids) - 1, layers=drafter.shared_layers), ids[:-1])
-    if len(ids) > 1 and not from_cache:  # the target's cache always holds everything but the last token
-        model(
-            input_ids=torch.tensor([ids[:-1]], device=device),
-            **with_cache(model, cache),
-            use_cache=True,
-            logits_to_keep=1,
-        )
-    rounds = []
-    while len(ids) - start < max_new_tokens:
-        progress(len(ids) - start, max_new_tokens)
-        if cancelled():
-            raise Cancelled("speculative decoding cancelled")
-        room = min(draft_len, max_new_tokens - (len(ids) - start) - 1)
-        drafted = drafter.draft(ids, room) if room > 0 else []
-        feed = [ids[-1], *drafted]
-        logits = model(
-            input_ids=torch.tensor([feed], device=device),
-            **with_cache(model, cache),
-            use_cache=True,
-            logits_to_keep=len(feed),
-        ).logits[0]
-        accepted, rejected_at, new = 0, None, list[int]()
-        for i in range(len(feed)):
-            context = ids + new
-            stages = apply_stages(logits[i], settings, context, context[start:])
-            scores = stages[-1][2][0] if stages else logits[i].float()
-            position = len(context)
-            if settings.greedy:
-                target = int(scores.argmax())
-                ok = i < len(drafted) and drafted[i] == target
-            elif i < len(drafted):
-                ok, target = accept_or_replace(
-                    torch.softmax(scores, -1),
-                    drafted[i],
-                    draw_uniform(settings.seed, position),
-                    draw_uniform(settings.seed + 1, position),
-                )
-            else:
-                ok, target = False, inverse_cdf(torch.softmax(scores, -1), draw_uniform(settings.seed, position))[0]
-            if ok:
-                accepted += 1
-                new.append(target)
-                continue
-            if i < len(drafted):
-                rejected_at = i
-            new.append(target)
-            break
-        rounds.append(Round(drafted=tuple(drafted), accepted=accepted, next_id=new[-1], rejected_at=rejected_at))
-        ids += new
-        if cache.get_seq_length() > len(ids) - 1:  # drop what the rejected drafts left in the cache
-            cache.crop(len(ids) - 1 - cache.get_seq_length())
-        eos = next((k for k, t in enumerate(ids[start:]) if t in runner.eos_ids), None)
-        if eos is not None:
-            ids = ids[: start + eos + 1]
-            break
-    texts = {t: runner.piece(t) for r in rounds for t in (*r.drafted, r.next_id)}
-    return Speculation(
-        drafter=drafter.name, rounds=tuple(rounds), ids=tuple(ids[start : start + max_new_tokens]), texts=texts
-    )
+    passes = _ModelPasses(runner, ids, from_cache)
+    eos, piece = runner.eos_ids, runner.piece
+    return speculate_over(passes, ids, drafter, max_new_tokens, settings, eos, piece, draft_len, cancelled, progress)
