@@ -117,3 +117,20 @@ def test_a_token_watched_after_the_steps_has_llama_cpps_own_probability_at_each(
             assert watched.rank == 1 + int((scores > scores[token]).sum())
     finally:
         session.pin([])
+
+
+def test_trace_searches_a_gguf_in_llama_cpp_and_refuses_a_model_drafter_in_one_line(monkeypatch, capsys):
+    import json
+
+    from clitools import invoke
+
+    base = ["trace", PROMPT, "--backend", "llama.cpp", "--threads", str(THREADS), "--steps", "4", "--json"]
+    code, out, err = invoke(monkeypatch, capsys, *base, "--beams", "3")
+    assert code == 0, err
+    beams = json.loads(out)["beams"]
+    assert beams["width"] == 3 and len(beams["final"]) == 3
+    code, out, err = invoke(monkeypatch, capsys, *base, "--speculate", "prompt-lookup", "--temperature", "0")
+    assert code == 0, err
+    assert json.loads(out)["speculation"]["drafter"] == "prompt-lookup"
+    code, _, err = invoke(monkeypatch, capsys, *base, "--speculate", "draft-model")
+    assert code == 2 and "--backend transformers" in err and "Traceback" not in err
