@@ -169,3 +169,36 @@ def test_the_engine_contract_is_typed_throughout():
     names = {node.id for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Name)}
     attributes = {node.attr for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Attribute)}
     assert "Any" not in names | attributes
+
+
+PACKAGE = Path(engine_contract.__file__).parents[1]
+
+
+def _trees(folder: Path, leaving_out: Path | None = None) -> Iterable[tuple[Path, ast.AST]]:
+    for path in sorted(folder.rglob("*.py")):
+        if leaving_out is None or leaving_out not in path.parents:
+            yield path, ast.parse(path.read_text())
+
+
+def test_nothing_outside_the_backends_asks_which_backend_it_has():
+    """No module outside tokenviz/backends/ checks an engine's class (isinstance of a class a backend
+    defines) or reads `top_only` (what a distribution covers is ModelInfo.covers, said as data); no
+    command declares a backend's own option (--endpoint, --api-key, --tokenizer: the backends declare them)."""
+    backends = PACKAGE / "backends"
+    theirs = {
+        node.name for _, tree in _trees(backends) for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
+    } - {"Protocol"}
+    asked = []
+    for path, tree in _trees(PACKAGE, leaving_out=backends):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance" and len(node.args) == 2:
+                kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+                named = {getattr(kind, "id", getattr(kind, "attr", None)) for kind in kinds}
+                asked += [f"{path.name}:{node.lineno} isinstance of {name}" for name in named & theirs]
+            if isinstance(node, ast.Attribute) and node.attr == "top_only":
+                asked.append(f"{path.name}:{node.lineno} reads top_only")
+    assert asked == []
+    for path, tree in _trees(PACKAGE / "cli" / "commands"):
+        options = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and node.value in (
+            "--endpoint", "--api-key", "--tokenizer")}  # fmt: skip
+        assert not options, f"{path.name} declares {options}"

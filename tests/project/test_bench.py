@@ -11,6 +11,7 @@ from bench import anchors, app, budgets, engine, processes, timing
 from tokenviz.backends.transformers.loading import load_model
 
 
+@pytest.mark.compile  # (compiled_autoplay compiles the decode step: the slow group it belongs to)
 def test_bench_measures_run_on_a_tiny_model(tmp_path):
     source = save_tiny(tmp_path / "tiny", "llama", context=2048)
     loaded = load_model(source, device="cpu")
