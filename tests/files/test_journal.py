@@ -88,3 +88,24 @@ def test_text_from_a_journal_is_made_safe_to_print(tmp_path):
     path.write_text(json.dumps(header) + "\n" + json.dumps({"start": {"prompt": "a\x1b[2Jb"}}) + "\n")
     journal = read_journal(path)
     assert "\x1b" not in journal.model and journal.prompt.prompt == "a<0x1B>[2Jb"
+
+
+def test_a_write_that_fails_ends_the_journal_rather_than_leave_one_with_a_gap(tmp_path):
+    writer = JournalWriter(tmp_path, "tiny")
+    follower = JournalFollower(writer)
+    follower.follow(BEGUN, GREEDY, (), [1, 2], moved=True)
+
+    class Full:
+        def write(self, text):
+            raise OSError(28, "No space left on device")
+
+        def flush(self):
+            pass
+
+        def close(self):
+            pass
+
+    writer._file = Full()
+    follower.follow(BEGUN, GREEDY, (), [1, 2, 3], moved=False)  # (no exception reaches the journey)
+    follower.follow(BEGUN, GREEDY, (), [1, 2, 3, 4], moved=False)
+    assert not writer.path.exists() and orphans(tmp_path) == []

@@ -83,7 +83,7 @@ def test_a_killed_process_leaves_its_journey_the_next_start_offers_it_and_restor
     assert len(kept["ids"]) == 3 and len(left := list(tmp_path.glob("*.jsonl"))) == 1
 
     offered, worker = first_ready(Journaling(tmp_path))
-    assert "ended without tokenviz" in (offered.notice or "") and "--restore" in offered.notice
+    assert "was left when its process died at " in (offered.notice or "") and "--restore" in offered.notice
     worker.stop()
 
     restored, worker = first_ready(Journaling(tmp_path, restore=True))

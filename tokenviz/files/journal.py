@@ -88,23 +88,30 @@ class JournalWriter:
         self.write({"format": FORMAT, "model": model, "started": time.time()})
 
     def write(self, line: dict[str, Any]) -> None:
+        """Append `line`. A write that fails (a full disk) ends the journal: one with a gap would give
+        back another journey than the one made."""
         with self._guard:
             if self._file is None:
                 return
-            self._file.write(json.dumps(line) + "\n")
-            self._file.flush()  # (in the operating system's hands: a crash of this process loses nothing)
+            try:
+                self._file.write(json.dumps(line) + "\n")
+                self._file.flush()  # (in the operating system's hands: a crash of this process loses nothing)
+            except OSError:
+                self._end()
 
     def discard(self) -> None:
         with self._guard:
-            if self._file is None:
-                return
+            if self._file is not None:
+                self._end()
+
+    def _end(self) -> None:
+        with contextlib.suppress(OSError):
             self._file.close()
-            self._file = None
+        self._file = None
+        for gone in (self.path, Path(self._lock.lock_file)):
             with contextlib.suppress(OSError):
-                self.path.unlink()
-            self._lock.release()
-            with contextlib.suppress(OSError):
-                Path(self._lock.lock_file).unlink()
+                gone.unlink()
+        self._lock.release()
 
 
 class JournalFollower:

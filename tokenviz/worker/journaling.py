@@ -28,8 +28,9 @@ def model_key(info: ModelInfo) -> str:
     return f"{info.name} at {info.remote}" if info.remote else info.name
 
 
-def ended_at(journal_started: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(journal_started))
+def at(seconds: float) -> str:
+    """A moment as the user's clock says it: "at 2026-11-29 08:40"."""
+    return time.strftime("at %Y-%m-%d %H:%M", time.localtime(seconds))
 
 
 class Journaling:
@@ -52,7 +53,7 @@ class Journaling:
             left = []
         line = None
         if self.restore and not left:
-            raise TokenvizError(f"no journey of {safe_text(key)} to restore: none ended without tokenviz")
+            raise TokenvizError(f"no journey of {safe_text(key)} to restore: none was left by a process that died")
         if self.restore:
             journal = read_journal(left[0])
             try:
@@ -62,10 +63,10 @@ class Journaling:
             else:
                 forget(journal.path)
                 taken = len(session.generated_ids)
-                line = f"restored the journey of {ended_at(journal.started)}: {taken} tokens, each taken again"
+                line = f"restored the journey begun {at(journal.started)}: {taken} tokens, each taken again"
         elif left:
             line = (
-                f"a journey of this model ended without tokenviz ({ended_at(left[0].stat().st_mtime)}): "
+                f"a journey on this model was left when its process died {at(left[0].stat().st_mtime)}: "
                 f"start tokenviz with {RESTORE_OPTION} to reopen it"
             )
         try:
