@@ -21,6 +21,7 @@ from bench.timing import in_thread, p95, paired_ratio, seconds_of, sync
 from tokenviz.backends.transformers.loading import LoadedModel
 from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.commands import Play
+from tokenviz.contract.engine import SearchAsk
 from tokenviz.contract.grammar import Grammar
 from tokenviz.contract.interventions import HeadAblation, Intervention
 from tokenviz.contract.settings import SamplingSettings
@@ -438,7 +439,7 @@ def beams(loaded, long: int = 2000, short: int = 50, width: int = 3, steps: int 
             if from_cache:  # as the app's B computes it: through the view's spec
                 compute(session, Beams(width, steps))
             else:
-                runner.beam_search(session.ids, width, steps, from_cache=False)
+                runner.beam_search(SearchAsk(tuple(session.ids), steps), width)
             times.append(time.perf_counter() - started)
         return statistics.median(times)
 

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 from llama_reference import PROMPT, THREADS
 
+from tokenviz.contract.engine import SearchAsk
+
 pytestmark = [pytest.mark.llamacpp, pytest.mark.usefixtures("llama_cpp")]
 
 
@@ -57,7 +59,7 @@ def test_a_beam_searchs_hypotheses_score_as_llama_cpp_scores_their_tokens(sessio
     path's; the journey goes on as it was."""
     engine, ids = session.engine, list(session.ids[: len(session.prompt_ids)])
     held = list(engine.fed)
-    result = engine.beam_search(ids, width=3, steps=4)
+    result = engine.beam_search(SearchAsk(tuple(ids), 4), width=3)
     assert len(result.final) == 3 and result.steps[0].beams == (((), 0.0),)
     for hypothesis in result.final:
         reference.reset()
@@ -87,7 +89,7 @@ def test_greedy_speculation_gives_llama_cpps_own_greedy_tokens_and_a_model_draft
     engine, ids = session.engine, list(session.ids[: len(session.prompt_ids)])
     prompt = ids + ids[1:]  # (the prompt twice: prompt lookup has something to draft)
     held = list(engine.fed)
-    spec = engine.speculate(prompt, "prompt-lookup", 8, session.settings)
+    spec = engine.speculate(SearchAsk(tuple(prompt), 8), "prompt-lookup", session.settings)
     reference.reset()
     reference.eval(prompt)
     greedy = []
@@ -98,7 +100,7 @@ def test_greedy_speculation_gives_llama_cpps_own_greedy_tokens_and_a_model_draft
     assert sum(len(r.drafted) for r in spec.rounds) > 0  # (it drafted: the prompt repeats)
     assert list(engine.fed) == held
     with pytest.raises(TokenvizError, match="--backend transformers"):
-        engine.speculate(prompt, "draft-model", 4, session.settings)
+        engine.speculate(SearchAsk(tuple(prompt), 4), "draft-model", session.settings)
 
 
 def test_a_token_watched_after_the_steps_has_llama_cpps_own_probability_at_each(session, reference):

@@ -13,7 +13,7 @@ from tokenviz.cli.backend_options import BackendChoice
 from tokenviz.cli.options import ModelChoice
 from tokenviz.contract.backend import OpenEngine, Opening, Progress
 from tokenviz.contract.commands import Attribute, Beams, Inspect, Request, SplitDifference
-from tokenviz.contract.engine import Caching, Capability, DrawingEngine, Engine, able, lacking
+from tokenviz.contract.engine import Caching, Capability, DrawingEngine, Engine, SearchAsk, able, lacking
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import refuse_grammar
 from tokenviz.contract.interventions import Intervention
@@ -170,7 +170,7 @@ def beam_document(session: Session, ids: list[int], width: int, steps: int) -> d
 def speculation_document(session: Session, ids: list[int], spec: str, draft: Engine | None) -> dict[str, Any]:
     """The trace document of speculative decoding: the steps are the output tokens."""
     cache: Caching = able(session.engine, Capability.CACHE, "--speculate")
-    result = cache.speculate(ids, spec, session.settings.max_new_tokens, session.settings, draft)
+    result = cache.speculate(SearchAsk(tuple(ids), session.settings.max_new_tokens), spec, session.settings, draft)
     return run_output(session, ids, list(result.ids), speculation=result.to_json())
 
 

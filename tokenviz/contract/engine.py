@@ -307,6 +307,26 @@ class DrawingEngine(Engine, Protocol):
         """(log-probability, 1-based rank) of `token` after `ids` (a forced token outside the top-N)."""
 
 
+@dataclass(frozen=True)
+class SearchAsk:
+    """What a search from the journey asks of an engine's cache (beam search, speculative decoding):
+    `steps` new tokens after `ids`; with `from_cache`, the engine's cache holds `ids[:-1]` and a copy of
+    it may be the start; `cancelled` is asked and `progress` told between the search's units of work."""
+
+    ids: tuple[int, ...]
+    steps: int
+    from_cache: bool = False
+    cancelled: IsCancelled = None
+    progress: OnProgress = None
+
+    def is_cancelled(self) -> bool:
+        return self.cancelled is not None and self.cancelled()
+
+    def tell(self, done: int, total: int) -> None:
+        if self.progress is not None:
+            self.progress(done, total)
+
+
 @runtime_checkable
 class Caching(Protocol):
     """Capability.CACHE: a KV cache that can be read and fed again (verify, watching past steps, beams
@@ -315,29 +335,13 @@ class Caching(Protocol):
     def logits_after(self, ids: Sequence[int], start: int) -> Scores:
         """The next-token scores after each of `ids[start:]`, the cache left as it was."""
 
-    def beam_search(
-        self,
-        ids: list[int],
-        width: int,
-        steps: int,
-        cancelled: IsCancelled = None,
-        from_cache: bool = False,
-        progress: OnProgress = None,
-    ) -> BeamResult:
-        """Beam search from `ids` (a BeamResult); with `from_cache`, from a copy of the cache."""
+    def beam_search(self, ask: SearchAsk, width: int) -> BeamResult:
+        """Beam search of `width` beams from `ask.ids` (a BeamResult)."""
 
     def speculate(
-        self,
-        ids: list[int],
-        drafter: str,
-        steps: int,
-        settings: SamplingSettings,
-        draft: Engine | None = None,
-        cancelled: IsCancelled = None,
-        from_cache: bool = False,
-        progress: OnProgress = None,
+        self, ask: SearchAsk, drafter: str, settings: SamplingSettings, draft: Engine | None = None
     ) -> Speculation:
-        """Speculative decoding from `ids` (a Speculation), drafted as `drafter` names."""
+        """Speculative decoding from `ask.ids` (a Speculation), drafted as `drafter` names."""
 
     def recompute(
         self, ids: list[int], chunk: int | None = None, progress: OnProgress = None, cancelled: IsCancelled = None

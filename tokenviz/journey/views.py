@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenviz.contract.commands import Attribute, Beams, Inspect, Request, Speculate, SplitDifference, Verify
-from tokenviz.contract.engine import Caching, Capability, able, lacking
+from tokenviz.contract.engine import Caching, Capability, SearchAsk, able, lacking
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import refuse_grammar
 from tokenviz.contract.results import Attribution, Inspection, LogitDifference, ViewResult
@@ -70,22 +70,14 @@ def _verify(session: Session, request: Verify, progress: Progress, cancelled: Ca
 def _beams(session: Session, request: Beams, progress: Progress, cancelled: Cancelled) -> ViewResult:
     refuse_grammar(session.settings.grammar, "beam search")
     cache: Caching = able(session.engine, Capability.CACHE, "beam search")
-    return cache.beam_search(
-        session.ids, request.width, request.steps, cancelled=cancelled, from_cache=True, progress=progress
-    )
+    ask = SearchAsk(tuple(session.ids), request.steps, from_cache=True, cancelled=cancelled, progress=progress)
+    return cache.beam_search(ask, request.width)
 
 
 def _speculate(session: Session, request: Speculate, progress: Progress, cancelled: Cancelled) -> ViewResult:
     cache: Caching = able(session.engine, Capability.CACHE, "speculative decoding")
-    return cache.speculate(
-        session.ids,
-        request.drafter,
-        request.steps,
-        session.settings,
-        cancelled=cancelled,
-        from_cache=True,
-        progress=progress,
-    )
+    ask = SearchAsk(tuple(session.ids), request.steps, from_cache=True, cancelled=cancelled, progress=progress)
+    return cache.speculate(ask, request.drafter, session.settings)
 
 
 VIEWS: dict[type[Request[Any]], ViewSpec] = {

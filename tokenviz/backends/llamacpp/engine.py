@@ -37,6 +37,7 @@ from tokenviz.contract.engine import (
     Lens,
     OnProgress,
     OwnGrammarVocabulary,
+    SearchAsk,
     in_order,
     shared_prefix,
 )
@@ -268,41 +269,22 @@ class LlamaCppEngine(DenseInOnePlace):
         a transformers pass's)."""
         return self.internals.recompute(ids, progress or (lambda done, total: None), cancelled or (lambda: False))
 
-    def beam_search(
-        self,
-        ids: list[int],
-        width: int,
-        steps: int,
-        cancelled: IsCancelled = None,
-        from_cache: bool = False,
-        progress: OnProgress = None,
-    ) -> BeamResult:
-        """Beam search from `ids` on a context of its own (beams.py); `from_cache` changes nothing here: the
-        context is fed again, as fast as llama.cpp's prefill."""
+    def beam_search(self, ask: SearchAsk, width: int) -> BeamResult:
+        """Beam search from `ask.ids` on a context of its own (beams.py); `from_cache` changes nothing here:
+        the context is fed again, as fast as llama.cpp's prefill."""
         from tokenviz.backends.llamacpp.beams import beam_search
 
-        told = progress or (lambda done, total: None)
-        return beam_search(
-            self.runtime, self.edits, self.eos_ids, self.piece, ids, width, steps, cancelled or (lambda: False), told
-        )
+        ids, said = list(ask.ids), (self.eos_ids, self.piece)
+        return beam_search(self.runtime, self.edits, *said, ids, width, ask.steps, ask.is_cancelled, ask.tell)
 
     def speculate(
-        self,
-        ids: list[int],
-        drafter: str,
-        steps: int,
-        settings: SamplingSettings,
-        draft: Engine | None = None,
-        cancelled: IsCancelled = None,
-        from_cache: bool = False,
-        progress: OnProgress = None,
+        self, ask: SearchAsk, drafter: str, settings: SamplingSettings, draft: Engine | None = None
     ) -> Speculation:
-        """Speculative decoding from `ids` on a context of its own (speculation.py), drafted by prompt lookup."""
+        """Speculative decoding from `ask.ids` on a context of its own (speculation.py), by prompt lookup."""
         from tokenviz.backends.llamacpp.speculation import speculate
 
-        told = progress or (lambda done, total: None)
-        asked = cancelled or (lambda: False)
-        return speculate(self.runtime, self.edits, self.eos_ids, self.piece, ids, drafter, steps, settings, asked, told)
+        ids, said = list(ask.ids), (self.eos_ids, self.piece)
+        return speculate(self.runtime, self.edits, *said, ids, drafter, ask.steps, settings, ask.is_cancelled, ask.tell)
 
     def attention(self, ids: Sequence[int], rows: range, layers: Sequence[int]) -> torch.Tensor:
         return self.internals.attention(ids, rows, layers)

@@ -47,6 +47,7 @@ from tokenviz.contract.engine import (
     Lens,
     LogitSplitting,
     OnProgress,
+    SearchAsk,
     TimesByPlace,
     in_order,
 )
@@ -218,53 +219,32 @@ class ModelRunner:
 
         return logit_difference(self, ids, a, b, progress, cancelled or _not_cancelled)
 
-    def beam_search(
-        self,
-        ids: list[int],
-        width: int,
-        steps: int,
-        cancelled: IsCancelled = None,
-        from_cache: bool = False,
-        progress: OnProgress = None,
-    ) -> BeamResult:
+    def beam_search(self, ask: SearchAsk, width: int) -> BeamResult:
         from tokenviz.backends.transformers.beams import beam_search
 
+        ids, told = list(ask.ids), ask.tell
         return beam_search(
-            self,
-            ids,
-            width,
-            steps,
-            cancelled=cancelled or _not_cancelled,
-            from_cache=from_cache,
-            progress=progress or _no_progress,
+            self, ids, width, ask.steps, cancelled=ask.is_cancelled, from_cache=ask.from_cache, progress=told
         )
 
     def speculate(
-        self,
-        ids: list[int],
-        drafter: str,
-        steps: int,
-        settings: SamplingSettings,
-        draft: Engine | None = None,
-        cancelled: IsCancelled = None,
-        from_cache: bool = False,
-        progress: OnProgress = None,
+        self, ask: SearchAsk, drafter: str, settings: SamplingSettings, draft: Engine | None = None
     ) -> Speculation:
-        """Speculative decoding from `ids`, drafted as `drafter` says (see model.speculation.make_drafter)."""
+        """Speculative decoding from `ask.ids`, drafted as `drafter` says (see speculation.make_drafter)."""
         from tokenviz.backends.transformers.speculation import make_drafter, speculative_decode
 
         if draft is not None and not isinstance(draft, ModelRunner):
             raise TokenvizError(f"a draft model runs here in transformers, beside the target: not {draft.info.runtime}")
-
+        drafting = make_drafter(drafter, self, draft)
         return speculative_decode(
             self,
-            ids,
-            make_drafter(drafter, self, draft),
-            steps,
+            list(ask.ids),
+            drafting,
+            ask.steps,
             settings,
-            cancelled=cancelled or _not_cancelled,
-            from_cache=from_cache,
-            progress=progress or _no_progress,
+            cancelled=ask.is_cancelled,
+            from_cache=ask.from_cache,
+            progress=ask.tell,
         )
 
     def intervene(
