@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from llama_reference import PROMPT, THREADS
+from llama_reference import PROMPT, THREADS, greedy_session
 
 from tokenviz.contract.engine import SearchAsk
 
@@ -14,18 +14,7 @@ pytestmark = [pytest.mark.llamacpp, pytest.mark.usefixtures("llama_cpp")]
 
 @pytest.fixture(scope="module")
 def session(llama_cpp):
-    from tokenviz.backends.llamacpp.plugin import BACKEND
-    from tokenviz.cli.options import ModelChoice
-    from tokenviz.contract.backend import Opening
-    from tokenviz.contract.settings import SamplingSettings
-    from tokenviz.journey.session import Session
-
-    opening = Opening("trace", {"threads": THREADS}, frozenset(), ModelChoice(), SamplingSettings(temperature=0))
-    s = Session(BACKEND.loader(opening)(lambda message, fraction: None), SamplingSettings(temperature=0))
-    s.start(PROMPT)
-    for _ in range(4):
-        s.step()
-    return s
+    return greedy_session(4)
 
 
 def test_logits_after_are_llama_cpps_own_and_leave_the_journeys_cache(session, reference):

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 from clitools import invoke
-from llama_reference import PROMPT, THREADS
+from llama_reference import PROMPT, THREADS, greedy_session
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.usefixtures("llama_cpp")]
 
@@ -87,17 +87,7 @@ def test_chat_is_the_ggufs_own_template_as_llama_cpp_python_formats_it(monkeypat
 def test_a_rewound_step_gives_the_same_logits_bit_for_bit(llama_cpp):
     import torch
 
-    from tokenviz.backends.llamacpp.plugin import BACKEND
-    from tokenviz.cli.options import ModelChoice
-    from tokenviz.contract.backend import Opening
-    from tokenviz.contract.settings import SamplingSettings
-    from tokenviz.journey.session import Session
-
-    opening = Opening("trace", {"threads": THREADS}, frozenset(), ModelChoice(), SamplingSettings(temperature=0))
-    session = Session(BACKEND.loader(opening)(lambda message, fraction: None), SamplingSettings(temperature=0))
-    session.start(PROMPT)
-    for _ in range(5):
-        session.step()
+    session = greedy_session(5)
     first = session.pending_logits.clone()
     session.rewind(3)
     for _ in range(3):
