@@ -215,6 +215,8 @@ class EngineWorker(CommandThread[Snapshot]):
         try:
             self._notice = journaling.open(session, prefill, say)
         except TokenvizError as exc:  # (nothing to restore: the prompt given instead)
+            if not journaling.restore:
+                raise
             journaling.restore = False
             self._start_error = str(exc)
             self._start_journey(session)
