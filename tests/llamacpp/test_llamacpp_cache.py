@@ -125,3 +125,29 @@ def test_trace_searches_a_gguf_in_llama_cpp_and_refuses_a_model_drafter_in_one_l
     assert json.loads(out)["speculation"]["drafter"] == "prompt-lookup"
     code, _, err = invoke(monkeypatch, capsys, *base, "--speculate", "draft-model")
     assert code == 2 and "--backend transformers" in err and "Traceback" not in err
+
+
+def test_a_search_it_cannot_run_is_one_line_before_any_context_is_made(session, monkeypatch):
+    """Beams and speculation under a patch (its rows are written through the journey's context), past
+    llama.cpp's context, or of a width outside 2-8: each one line, and no context made for it."""
+    from tokenviz.backends.llamacpp.runtime import Edits, Runtime
+    from tokenviz.contract.errors import TokenvizError
+
+    engine, ids = session.engine, tuple(session.ids)
+    made = []
+    monkeypatch.setattr(Runtime, "sibling", lambda self, *a, **k: made.append(k) or pytest.fail("a context made"))
+    monkeypatch.setattr(engine, "edits", Edits(writes={"l_out-3": {}}))
+    with pytest.raises(TokenvizError, match=r"^beam search with a patch in force is not on llama\.cpp"):
+        engine.beam_search(SearchAsk(ids, 4), width=3)
+    with pytest.raises(TokenvizError, match=r"^speculative decoding with a patch in force is not on llama\.cpp"):
+        engine.speculate(SearchAsk(ids, 4), "prompt-lookup", session.settings)
+    monkeypatch.setattr(engine, "edits", Edits())
+    past = engine.runtime.context_size
+    with pytest.raises(TokenvizError, match=rf"^beam search would pass llama\.cpp's context of {past:,} tokens"):
+        engine.beam_search(SearchAsk(ids, past), width=2)
+    with pytest.raises(TokenvizError, match=r"^speculative decoding would pass llama\.cpp's context"):
+        engine.speculate(SearchAsk(ids, past), "prompt-lookup", session.settings)
+    for width in (0, 1, 9):
+        with pytest.raises(TokenvizError, match=rf"^beam width must be 2 to 8, got {width}$"):
+            engine.beam_search(SearchAsk(ids, 4), width=width)
+    assert made == []

@@ -5,7 +5,6 @@
 import os
 import re
 import signal
-import time
 
 import pytest
 from llama_reference import THREADS
@@ -37,7 +36,4 @@ def test_a_segfault_inside_llama_cpp_leaves_the_journey_and_restore_takes_it_aga
         shown = wait_screen(name, r"2 generated")
         assert f"text: {text}" in shown, shown
         quits_cleanly(name)
-    deadline = time.monotonic() + 10
-    while list(journals.glob("*.jsonl")) and time.monotonic() < deadline:
-        time.sleep(0.1)
     assert not list(journals.glob("*.jsonl"))  # the restored one taken, the new one ended with its process

@@ -32,6 +32,12 @@ class BeamPasses(Protocol):
         was): the scores after each, (width, vocab)."""
 
 
+def check_width(width: int) -> None:
+    """Refuse a width outside WIDTHS in one line (before an engine makes room for its beams)."""
+    if width not in WIDTHS:
+        raise TokenvizError(f"beam width must be {WIDTHS.start} to {WIDTHS.stop - 1}, got {width}")
+
+
 def beam_search_over(
     passes: BeamPasses,
     vocab: int,
@@ -45,8 +51,7 @@ def beam_search_over(
 ) -> BeamResult:
     """`progress(steps done, steps)` is told and `cancelled()` asked before each step (a True ends
     the search with Cancelled)."""
-    if width not in WIDTHS:
-        raise TokenvizError(f"beam width must be {WIDTHS.start} to {WIDTHS.stop - 1}, got {width}")
+    check_width(width)
     out = passes.first()
     device = out.device
     eos = torch.tensor(sorted(eos_ids) or [-1], device=device)

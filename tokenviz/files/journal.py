@@ -108,9 +108,7 @@ class JournalWriter:
         with contextlib.suppress(OSError):
             self._file.close()
         self._file = None
-        for gone in (self.path, Path(self._lock.lock_file)):
-            with contextlib.suppress(OSError):
-                gone.unlink()
+        forget(self.path)
         self._lock.release()
 
 

@@ -34,7 +34,7 @@ from tokenviz.contract.bounds import (
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import MAX_GRAMMAR_CHARS, GrammarKind
 from tokenviz.contract.interventions import MAX_INTERVENTIONS, intervention_from_json
-from tokenviz.contract.records import MAX_PINNED, DecisionMode, ModelInfo, StepRecord, TokenChip
+from tokenviz.contract.records import MAX_PINNED, DecisionMode, ModelInfo, Routing, StepRecord, TokenChip
 from tokenviz.contract.results import Attribution, BranchSummary, LogitDifference
 from tokenviz.contract.settings import SavedSettings, grammars_from_json
 from tokenviz.contract.text import safe_text
@@ -103,7 +103,7 @@ class SavedStep(StepRecord):
         return StepRecord(**{f.name: getattr(self, f.name) for f in fields(StepRecord)})
 
 
-def _check_routing(routing: Any, positions: int) -> None:
+def _check_routing(routing: Routing, positions: int) -> None:
     """A routing's byte arrays hold what its shape says, and values a router can give."""
     if routing.positions != positions:
         raise ValueError(f"the routing covers {routing.positions} positions, the record {positions}")

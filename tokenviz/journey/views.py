@@ -67,17 +67,20 @@ def _verify(session: Session, request: Verify, progress: Progress, cancelled: Ca
     return verify_latest(session.engine, session.cached_ids, progress, cancelled)
 
 
+def _search(session: Session, steps: int, progress: Progress, cancelled: Cancelled) -> SearchAsk:
+    """A search from the journey as it is, its cache the start."""
+    return SearchAsk(tuple(session.ids), steps, from_cache=True, cancelled=cancelled, progress=progress)
+
+
 def _beams(session: Session, request: Beams, progress: Progress, cancelled: Cancelled) -> ViewResult:
     refuse_grammar(session.settings.grammar, "beam search")
     cache: Caching = able(session.engine, Capability.CACHE, "beam search")
-    ask = SearchAsk(tuple(session.ids), request.steps, from_cache=True, cancelled=cancelled, progress=progress)
-    return cache.beam_search(ask, request.width)
+    return cache.beam_search(_search(session, request.steps, progress, cancelled), request.width)
 
 
 def _speculate(session: Session, request: Speculate, progress: Progress, cancelled: Cancelled) -> ViewResult:
     cache: Caching = able(session.engine, Capability.CACHE, "speculative decoding")
-    ask = SearchAsk(tuple(session.ids), request.steps, from_cache=True, cancelled=cancelled, progress=progress)
-    return cache.speculate(ask, request.drafter, session.settings)
+    return cache.speculate(_search(session, request.steps, progress, cancelled), request.drafter, session.settings)
 
 
 VIEWS: dict[type[Request[Any]], ViewSpec] = {

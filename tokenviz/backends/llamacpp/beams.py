@@ -13,16 +13,14 @@ import torch
 from tokenviz.backends.llamacpp.runtime import Edits, Runtime
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import BeamResult
-from tokenviz.decoding.beams import WIDTHS, beam_search_over
+from tokenviz.decoding.beams import beam_search_over, check_width
 
 
 class LlamaBeamPasses:
     """Two banks of `width` sequences: the beams of a step in one, the next step's copied into the other."""
 
-    def __init__(self, journeys: Runtime, edits: Edits, ids: list[int], width: int, steps: int):
-        self.runtime = journeys.sibling(sequences=2 * width, context=len(ids) + width * (steps + 1))
-        self.runtime.edit(edits)
-        self.lib, self.ids, self.width, self.vocab = self.runtime.lib, ids, width, journeys.shape.vocab
+    def __init__(self, runtime: Runtime, ids: list[int], width: int):
+        self.runtime, self.lib, self.ids, self.width, self.vocab = runtime, runtime.lib, ids, width, runtime.shape.vocab
         self.memory = self.lib.llama_get_memory(self.runtime.ctx)
         self.beams = [0]  # the sequence of each beam: the context's alone, at first
         self.position = len(ids)
@@ -57,7 +55,6 @@ class LlamaBeamPasses:
 
     def close(self) -> None:
         self.lib.llama_batch_free(self.batch)
-        self.runtime.close()
 
 
 def beam_search(
@@ -72,15 +69,11 @@ def beam_search(
     progress: Callable[[int, int], None],
 ) -> BeamResult:
     """A search from `ids` on a context beside the journey's (`journeys`), under the journey's `edits`."""
-    if width not in WIDTHS:
-        raise TokenvizError(f"beam width must be {WIDTHS.start} to {WIDTHS.stop - 1}, got {width}")
-    if edits.writes:
-        raise TokenvizError("beam search with a patch in force is not on llama.cpp: take the patch off (I) first")
-    if len(ids) + width * (steps + 1) > journeys.context_size:
-        raise TokenvizError(f"the search would pass llama.cpp's context of {journeys.context_size:,} tokens")
-    passes = LlamaBeamPasses(journeys, edits, ids, width, steps)
-    try:
-        vocab = journeys.shape.vocab
-        return beam_search_over(passes, vocab, eos, piece, width, steps, 1.0, cancelled, progress)
-    finally:
-        passes.close()
+    check_width(width)  # (before a context of 2 × width sequences is made)
+    needed = len(ids) + width * (steps + 1)
+    with journeys.beside(edits, "beam search", needed, sequences=2 * width) as runtime:
+        passes = LlamaBeamPasses(runtime, ids, width)
+        try:
+            return beam_search_over(passes, runtime.shape.vocab, eos, piece, width, steps, 1.0, cancelled, progress)
+        finally:
+            passes.close()

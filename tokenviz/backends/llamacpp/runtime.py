@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -182,6 +183,23 @@ class Runtime:
         self.ctx = lib.llama_init_from_model(self.model, params)
         if not self.ctx:
             raise TokenvizError(f"llama.cpp could not make a context of {self.context_size:,} tokens")
+
+    @contextmanager
+    def beside(self, edits: Edits, what: str, needed: int, room: int = 0, sequences: int = 1) -> Iterator[Runtime]:
+        """A context of its own for a search from the journey (`what`: beam search, speculative decoding) of
+        `needed` positions (and `room` more it may use), under the journey's `edits`; freed after. Refused
+        in one line where a patch is in force (its rows are written through the journey's capture) or the
+        search would pass the context."""
+        if edits.writes:
+            raise TokenvizError(f"{what} with a patch in force is not on llama.cpp: take the patch off (I) first")
+        if needed > self.context_size:
+            raise TokenvizError(f"{what} would pass llama.cpp's context of {self.context_size:,} tokens")
+        other = self.sibling(sequences=sequences, context=needed + room)
+        try:
+            other.edit(edits)
+            yield other
+        finally:
+            other.close()
 
     def close(self) -> None:
         """Free the context and its batch (a search's, once it is done): the model stays."""

@@ -51,16 +51,8 @@ def speculate(
             f"{drafter}: a drafter that is a model is transformers' (--backend transformers); on llama.cpp, "
             f"{PromptLookup.name}"
         )
-    if edits.writes:
-        raise TokenvizError("speculative decoding with a patch in force is not on llama.cpp: take the patch off first")
-    if len(ids) + steps + 1 > journeys.context_size:
-        raise TokenvizError(f"the run would pass llama.cpp's context of {journeys.context_size:,} tokens")
-    runtime = journeys.sibling(context=len(ids) + steps + 8)
-    try:
-        runtime.edit(edits)
+    with journeys.beside(edits, "speculative decoding", len(ids) + steps + 1, room=7) as runtime:
         passes = LlamaTargetPasses(runtime, ids)
         return speculate_over(
             passes, ids, PromptLookup(), steps, settings, eos, piece, cancelled=cancelled, progress=progress
         )
-    finally:
-        runtime.close()
