@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -29,6 +30,12 @@ QUIT_BOUND_S = 3.0
 # an engineer at 200x60. A screen's finding holds at each.
 SIZES = ((80, 24), (120, 36), (200, 60))
 ENV = {"HF_HUB_OFFLINE": "1", "TERM": "xterm-256color"}
+
+
+def own_state() -> dict[str, str]:
+    """A state folder of the terminal's own: the app's journals (tokenviz.files.journal) of one test never
+    meet another's (a test that kills the app leaves one, which the next start on the model would offer)."""
+    return {"XDG_STATE_HOME": tempfile.mkdtemp(prefix="tokenviz-terminal-state-")}
 
 
 def tmux(name: str, *args: str) -> str:
@@ -77,7 +84,7 @@ def start(size: tuple[int, int], *args: str, cwd: str | None = None, env: dict |
     name = unique_name()
     quoted = " ".join(f"'{a}'" for a in args)
     command = f"{sys.executable} -m tokenviz {quoted}; echo TOKENVIZ-EXITED $?; sleep 30"
-    new_session(name, size, command, {**os.environ, **ENV, **(env or {})}, cwd)
+    new_session(name, size, command, {**os.environ, **ENV, **own_state(), **(env or {})}, cwd)
     return name
 
 
@@ -134,7 +141,7 @@ def sessions(
     command = f"{sys.executable} -m tokenviz {args}; echo TOKENVIZ-EXITED $?; {after}sleep 30"
     try:
         for i, name in enumerate(names):
-            new_session(name, size, command, {**os.environ, **ENV}, cwds[i] if cwds else None)
+            new_session(name, size, command, {**os.environ, **ENV, **own_state()}, cwds[i] if cwds else None)
         yield names
     finally:
         for name in names:
