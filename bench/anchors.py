@@ -16,10 +16,17 @@ import torch
 from bench.timing import in_thread, seconds_of, sync
 from tokenviz.backends.transformers.gguf_cache import gguf_cache_dir
 from tokenviz.backends.transformers.loading import LoadedModel
+from tokenviz.contract.lens_layers import spread
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.system.paths import bundled_gguf
 
 PROMPT = "The Eiffel Tower is located in"
+LENS_VIEW_ROOM = 5  # the lens rows the lens view of an 80x24 terminal shows (tests/ui/test_lens_rows.py)
+
+
+def lens_view_rows(layers: int) -> tuple[int, ...]:
+    """The lens rows that view asks for on a model of `layers` layers (spread over its depth)."""
+    return spread(range(layers + 1), LENS_VIEW_ROOM)
 
 
 def bare_model(loaded: LoadedModel, source: str, device: torch.device):

@@ -32,10 +32,14 @@ BUDGETS = {
     "compiled_over_static": ("autoplay with --compile tok/s / static-cache generate() tok/s", ">=", 0.9),
     "trace_long": ("tokenviz trace, 4,200-token prompt / a bare process's load and forward (processes)", "<=", 1.15),
     "served_step": ("a served step / a bare one-token request at the same context (--endpoint)", "<=", 1.2),
-    "served_lens_step": ("a served step with the lens open / one without (--endpoint, vllm-lens)", "<=", 1.5),
+    "served_lens_step": (
+        "a served step, lens view open at 80x24 / one without (--endpoint, vllm-lens)",
+        "<=",
+        1.5,
+    ),
     "llamacpp_step": ("a step in llama.cpp / a bare llama_decode of one token, its logits read", "<=", 1.05),
     "llamacpp_autoplay": ("autoplay in llama.cpp tok/s / llama-cpp-python's own greedy generation", ">=", 0.95),
-    "llamacpp_lens_step": ("a step in llama.cpp with the lens open / one without", "<=", 1.5),
+    "llamacpp_lens_step": ("a step in llama.cpp with the lens view open at 80x24 / one without", "<=", 1.5),
 }
 
 

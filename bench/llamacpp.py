@@ -15,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from bench.anchors import PROMPT
+from bench.anchors import PROMPT, lens_view_rows
 from bench.engine import autoplay_run, started_session
 from bench.timing import in_thread, paired_ratio, seconds_of
 from tokenviz.contract.settings import SamplingSettings
@@ -67,32 +67,38 @@ def steps_in_turn(runs: dict[str, Callable[[], object]], steps: int) -> dict[str
 
 def step(steps: int, rounds: int = 3) -> dict:
     """The engine's greedy step (the journey's decode, decision and record) against a bare llama_decode of
-    one token with its logits read, in turn; and a step with the lens open (the step, then the lens at its
-    position, as the lens view asks it) against the plain step."""
+    one token with its logits read, in turn; and a step with the lens view open at 80x24 (the step, then the
+    lens at its position for the rows that view shows) against the plain step, and with every row."""
     engine = open_engine()
     ids = engine.encode(PROMPT)
+    shown = lens_view_rows(engine.info.layers)
     plain: list[float] = []
     bare: list[float] = []
     lensed: list[float] = []
+    every: list[float] = []
     for _ in range(rounds):
         session = greedy_session(engine, ids)
         seconds = steps_in_turn({"engine": session.step, "bare": bare_decoder(engine, ids)}, steps)
         plain += seconds["engine"]
         bare += seconds["bare"]
-        other = greedy_session(engine.twin(), ids)
+        for rows, into in ((shown, lensed), (None, every)):
+            other = greedy_session(engine.twin(), ids)
 
-        def with_lens(s: Session = other) -> None:
-            s.step()
-            s.analyses.inspect(len(s.ids) - 2)  # (the step just taken)
+            def with_lens(s: Session = other, rows: tuple[int, ...] | None = rows) -> None:
+                s.step()
+                s.analyses.inspect(len(s.ids) - 2, rows)  # (the step just taken, as the lens view asks it)
 
-        lensed += steps_in_turn({"lens": with_lens}, steps)["lens"]
-    step_ms, bare_ms, lens_ms = (statistics.median(x) * 1e3 for x in (plain, bare, lensed))
+            into += steps_in_turn({"lens": with_lens}, steps)["lens"]
+    step_ms, bare_ms, lens_ms, every_ms = (statistics.median(x) * 1e3 for x in (plain, bare, lensed, every))
     return {
         "step_ms": step_ms,
         "bare_decode_ms": bare_ms,
         "ratio": paired_ratio(list(zip(plain, bare))),
+        "lens_rows": len(shown),
         "step_with_lens_ms": lens_ms,
         "lens_ratio": lens_ms / step_ms,
+        "step_with_every_row_ms": every_ms,
+        "every_row_ratio": every_ms / step_ms,
     }
 
 

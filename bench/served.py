@@ -7,7 +7,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from bench.anchors import PROMPT
+from bench.anchors import PROMPT, lens_view_rows
 from tokenviz.backends.served.engine import ServedEngine
 from tokenviz.contract.commands import Inspect, Step
 from tokenviz.contract.errors import TokenvizError
@@ -46,10 +46,11 @@ class AppPath:
         self._until(lambda s: len(s.records) > taken or s.stop_reason is not None)
         return time.perf_counter() - t0
 
-    def lens(self, position: int) -> float:
-        """Seconds from the lens's request at `position` (as the lens view asks it) to the frame with it."""
+    def lens(self, position: int, rows: tuple[int, ...] | None) -> float:
+        """Seconds from the lens's request at `position` of `rows` (as the lens view asks it; None: every
+        row, as trace --lens) to the frame with it."""
         t0 = time.perf_counter()
-        self.worker.submit(Inspect(position))
+        self.worker.submit(Inspect(position, rows))
         self._until(lambda s: (found := s.result(Inspect)) is not None and found.position == position)
         return time.perf_counter() - t0
 
@@ -103,38 +104,43 @@ def _engine(url: str, api_key, insecure_http: bool, model_files: str | None = No
 
 def served_lens(url: str, api_key, model_files: str, insecure_http: bool = False, tokens: int = 16) -> dict:
     """The app's path on a served model (the engine thread, as the app's keys drive it): a step with no
-    internal view open against a bare one-token request at the same context, and a step with the lens
-    open (the step and the lens's request at its position, as the lens view asks it) against the plain
-    step. Needs the
+    internal view open against a bare one-token request at the same context; a step with the lens view
+    open at 80x24 (the step and the lens's request at its position for the rows that view shows) against
+    the plain step; and the same with every row (trace --lens, a view tall enough for all). Needs the
     vllm-lens plugin on the server and the model's directory (its head)."""
     engine = _engine(url, api_key, insecure_http, model_files)  # (no request for a token's text)
     endpoint = engine.endpoint
     if engine.internals is None:
         return {"skipped": engine.info.internals}
-    plain: list[float] = []
-    with_lens: list[float] = []
+    shown = lens_view_rows(engine.info.layers)
+    runs: dict[str, list[float]] = {"plain": [], "shown": [], "every": []}
     bare: list[float] = []
     body = {"model": engine.model, "max_tokens": 1, "temperature": 0, "logprobs": engine.top_n}
-    for lens in (False, True, False, True):  # (interleaved: the server's load shared alike)
+    for kind in ("plain", "shown", "every") * 2:  # (interleaved: the server's load shared alike)
         app = AppPath(engine, SamplingSettings(temperature=0, max_new_tokens=10**6))
         for _ in range(tokens):
             took = app.step()
             ids = [c.id for c in app.last.chips]  # (the context, and the pending token after it)
-            if lens:
-                took += app.lens(len(ids) - 2)  # (the lens of the step just taken)
-            (with_lens if lens else plain).append(took)
-            if not lens:
+            if kind != "plain":
+                took += app.lens(len(ids) - 2, shown if kind == "shown" else None)  # (the step just taken)
+            runs[kind].append(took)
+            if kind == "plain":
                 t0 = time.perf_counter()
                 endpoint.post("/completions", {**body, "prompt": ids[:-1], "return_tokens_as_token_ids": True})
                 bare.append(time.perf_counter() - t0)
         app.stop()
-    step_ms, lens_ms, bare_ms = (statistics.median(x) * 1e3 for x in (plain, with_lens, bare))
+    step_ms, lens_ms, every_ms, bare_ms = (
+        statistics.median(x) * 1e3 for x in (runs["plain"], runs["shown"], runs["every"], bare)
+    )
     return {
         "step_ms": step_ms,
         "bare_request_ms": bare_ms,
+        "lens_rows": len(shown),
         "step_with_lens_ms": lens_ms,
+        "step_with_every_row_ms": every_ms,
         "step_over_bare": step_ms / bare_ms,
         "ratio": lens_ms / step_ms,
+        "every_row_ratio": every_ms / step_ms,
     }
 
 

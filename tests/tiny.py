@@ -36,9 +36,11 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS)
 
 
-def tiny_model(kind: str = "llama", context: int = 128, seed: int = 0, device: str = "cpu") -> LoadedModel:
-    """kind: 'llama' (RoPE, grouped-query attention) or 'gpt2' (learned absolute positions); made
-    on the CPU (the same weights for a seed on any device), then moved to `device`."""
+def tiny_model(
+    kind: str = "llama", context: int = 128, seed: int = 0, device: str = "cpu", layers: int = 3
+) -> LoadedModel:
+    """kind: 'llama' (RoPE, grouped-query attention; `layers` of them) or 'gpt2' (learned absolute
+    positions); made on the CPU (the same weights for a seed on any device), then moved to `device`."""
     tokenizer = tiny_tokenizer()
     torch.manual_seed(seed)
     vocab = len(tokenizer)
@@ -48,7 +50,7 @@ def tiny_model(kind: str = "llama", context: int = 128, seed: int = 0, device: s
             vocab_size=vocab,
             hidden_size=32,
             intermediate_size=64,
-            num_hidden_layers=3,
+            num_hidden_layers=layers,
             num_attention_heads=4,
             num_key_value_heads=2,
             max_position_embeddings=context,

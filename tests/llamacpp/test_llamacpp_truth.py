@@ -285,3 +285,44 @@ def test_a_grammar_stage_on_llama_cpp_takes_the_best_token_the_grammar_allows(mo
         assert matcher.consume_token(token)
         reference.eval([token])
     assert matcher.is_accepting()
+
+
+def test_a_lens_of_some_rows_reads_those_layers_alone_and_gives_their_rows(llama_cpp):
+    """A view that shows some rows of the lens (a short pane's, spread over the depth) has llama.cpp's
+    callback copy out those layers' residuals alone (and the last layer's, the check), and gets the rows
+    the whole lens gives at them."""
+    from tokenviz.backends.llamacpp.plugin import BACKEND
+    from tokenviz.cli.options import ModelChoice
+    from tokenviz.contract.backend import Opening
+    from tokenviz.contract.results import LensAsk
+    from tokenviz.contract.settings import SamplingSettings
+    from tokenviz.journey.session import Session
+
+    settings = SamplingSettings(temperature=0)
+    opening = Opening("trace", {"threads": THREADS}, frozenset(), ModelChoice(), settings)
+    session = Session(BACKEND.loader(opening)(lambda message, fraction: None), settings)
+    session.start(PROMPT)
+    session.step()
+    layers = session.engine.info.layers
+    position = len(session.ids) - 2
+    ids, chosen = tuple(session.ids[: position + 1]), (session.ids[position + 1],)
+    whole = session.engine.inspect(LensAsk(ids, (position,), chosen, (), None))[0]
+    capture = session.engine.internals.capture
+    read: list[set[str]] = []
+    stop = capture.stop
+
+    def recorded():
+        found = stop()
+        read.append(set(found))
+        return found
+
+    capture.stop = recorded
+    rows = (0, 5, 17, layers)
+    some = session.engine.inspect(LensAsk(ids, (position,), chosen, (), rows))[0]
+    assert read == [{"l_out-4", "l_out-16", f"l_out-{layers - 1}", "result_norm"}]
+    assert [row.layer for row in some.lens] == list(rows)
+    for row in some.lens:
+        same = whole.lens[row.layer]
+        assert [t[0] for t in row.top] == [t[0] for t in same.top] and row.chosen_rank == same.chosen_rank
+        assert row.chosen_prob == pytest.approx(same.chosen_prob, abs=1e-4)  # (a batch of one against many)
+        assert row.residual_norm == pytest.approx(same.residual_norm, rel=1e-4)

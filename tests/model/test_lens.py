@@ -1,15 +1,19 @@
 """Inside a position: logit lens, embeddings, residual norms; and verifying the cache."""
 
+import itertools
 import json
 import sys
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tokenviz.backends.hf.output_head import final_norm
 from tokenviz.backends.hf.parts import decoder_layers
 from tokenviz.backends.transformers.lens import inspect_positions
 from tokenviz.backends.transformers.runner import ModelRunner
+from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
 from tokenviz.journey.verification import verify_latest
@@ -233,6 +237,44 @@ def test_lens_layers_choose_rows_by_the_names_the_panes_use():
             parse_lens_layers(spec)
     with pytest.raises(TokenvizError, match="layers are 0 to 3"):
         parse_lens_layers("emb,4").rows(4)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 200), st.integers(0, 250))
+def test_a_view_spreads_the_rows_it_has_room_for_over_the_whole_depth(rows, room):
+    from tokenviz.contract.lens_layers import spread
+
+    chosen = spread(range(rows), room)
+    assert list(chosen) == sorted(set(chosen)) and set(chosen) <= set(range(rows))
+    assert len(chosen) == min(rows, room)  # (as many as fit: no row twice)
+    if room >= 2:
+        assert chosen[0] == 0 and chosen[-1] == rows - 1  # the embeddings and the model's own last row
+        gaps = [b - a for a, b in itertools.pairwise(chosen)]
+        assert not gaps or max(gaps) - min(gaps) <= 1  # evenly
+    elif room == 1:
+        assert chosen == (rows - 1,)
+
+
+def test_a_lens_of_some_rows_is_those_rows_of_the_whole_lens_and_kept_ones_cost_nothing(tiny_llama):
+    session = journey(tiny_llama, steps=2)
+    engine = session.engine
+    position = len(session.ids) - 2
+    some = session.analyses.inspect(position, (0, 2, 3))
+    assert [row.layer for row in some.lens] == [0, 2, 3]
+    whole = session.analyses.inspect(position)
+    assert [row.layer for row in whole.lens] == list(range(engine.info.layers + 1))
+    for row in some.lens:
+        same = whole.lens[row.layer]
+        assert [t[0] for t in row.top] == [t[0] for t in same.top] and row.chosen_rank == same.chosen_rank
+        assert max(abs(a[2] - b[2]) for a, b in zip(row.top, same.top)) < 1e-6  # (float32: the rows' matmul)
+        assert abs(row.chosen_prob - same.chosen_prob) < 1e-6
+    asked = []
+    inspect = engine.inspect
+    engine.inspect = lambda ask: asked.append(ask) or inspect(ask)
+    again = session.analyses.inspect(position, (1, 3))  # (rows of the whole lens kept: nothing computed)
+    assert [row.layer for row in again.lens] == [1, 3] and asked == []
+    with pytest.raises(TokenvizError, match="not among the model's"):
+        session.analyses.inspect(position, (0, engine.info.layers + 1))
 
 
 def test_trace_lens_layers_gives_those_rows_of_the_whole_lens(tmp_path, monkeypatch, capsys):

@@ -139,7 +139,11 @@ class Play:
 
 @dataclass(frozen=True)
 class Inspect(Request[Inspection]):
+    """The embedding and logit lens at `position`: of the lens `rows` a view shows (Inspection rows: 0 the
+    embeddings, i after layer i - 1), or of every row the journey's lens may show (Snapshot.lens_rows)."""
+
     position: int
+    rows: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ an Inspection count the embeddings as 0 (row i follows decoder layer i - 1).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from tokenviz.contract.errors import TokenvizError
@@ -48,6 +48,17 @@ class LensLayers:
                 )
             chosen.update(layer + 1 for layer in range(first, end + 1, int(step or 1)))
         return tuple(sorted(chosen))
+
+
+def spread(rows: Sequence[int], room: int) -> tuple[int, ...]:
+    """At most `room` of `rows` (at least their first and last), spaced evenly from the first to the last:
+    what a lens view of `room` lines shows of a model deeper than that, its whole depth at a glance."""
+    if room >= len(rows):
+        return tuple(rows)
+    if room < 2:
+        return (rows[-1],) if room == 1 else ()
+    last = len(rows) - 1
+    return tuple(dict.fromkeys(rows[round(i * last / (room - 1))] for i in range(room)))
 
 
 def parse_lens_layers(spec: str) -> LensLayers:

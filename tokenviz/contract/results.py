@@ -4,6 +4,7 @@ attribution, the cache check, branches, beam search and speculative decoding."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -65,11 +66,17 @@ class Inspection:
     @property
     def first_top1_layer(self) -> int | None:
         """The first layer from which the chosen token stays the lens's top-1."""
-        first = None
-        for row in self.lens:
-            top1 = row.chosen_rank == 1
-            first = (row.layer if first is None else first) if top1 else None
-        return first
+        return first_top1(self.lens)
+
+
+def first_top1(rows: Sequence[LensLayer]) -> int | None:
+    """The first of the lens's `rows` from which the chosen token stays top-1 through the last of them (of
+    a view's rows alone, the first of those: a layer between two of them is not known)."""
+    first = None
+    for row in rows:
+        top1 = row.chosen_rank == 1
+        first = (row.layer if first is None else first) if top1 else None
+    return first
 
 
 AttributionMethod = Literal["loo", "grad"]

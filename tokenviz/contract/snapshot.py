@@ -69,6 +69,7 @@ class Snapshot(Frame):
     handled: int = 0  # commands handled before this snapshot (tests wait on it)
     results: tuple[ViewResult, ...] = ()  # the newest result of each kind of request (see result)
     lens_ms: tuple[int, float] | None = None  # (position, ms) of the logit lens last computed: its own cost
+    lens_rows: tuple[int, ...] | None = None  # the lens rows chosen (--lens-layers); None: every layer's
     cancelled: tuple[str, ...] = ()  # the kinds of request (class names) whose last run was cancelled
     failed: tuple[tuple[str, str], ...] = ()  # (kind, its one line) of the requests whose last run was refused
     cache_event: CacheEvent | None = None  # of the last rewind or branch switch

@@ -8,8 +8,7 @@ The transformations are transformers' own LogitsProcessor classes, applied in ge
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +35,7 @@ from tokenviz.contract.records import (
 )
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.grammar import GrammarMask
+from tokenviz.tensors.threads import one_thread_on_cpu
 from tokenviz.tensors.transfer import DeviceTimer, at, ids_to_device, to_host
 
 WATCH_N = 12  # tokens followed through the stages: the raw top-n plus the final top-n
@@ -269,22 +269,6 @@ class PendingSummary:
             Candidate(id=i, text=piece(i), logit=lg, prob=p) for i, lg, p in zip(ids, numbers[:n], numbers[n : 2 * n])
         )
         return top, numbers[2 * n]
-
-
-@contextmanager
-def one_thread_on_cpu(device: torch.device) -> Iterator[None]:
-    """Sampling works on one vocabulary row: on a CPU, torch's threads only contend with whatever else
-    runs (the app drawing, the machine's other work): beside one busy core, the bundled model's
-    stages took 14 ms with two threads and 6 ms with one. (Process-wide, and cheap to set: 0.4 µs.)"""
-    threads = torch.get_num_threads() if device.type == "cpu" else 1
-    if threads == 1:  # (a GPU's, or inside another: a step sets it once for its summary and decision)
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def decide_on_device(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Protocol, cast
 
 from tokenviz.contract.engine import Capability, Engine, Lens, LogitSplitting, able
@@ -43,11 +44,17 @@ class JourneyAnalyses:
         chosen = self.lens_layers
         return None if chosen is None else chosen.rows(self.session.engine.info.layers)
 
-    def inspect(self, position: int) -> Inspection:
-        """Embedding, residual norms and logit lens at `position`, the watched tokens followed too."""
+    def inspect(self, position: int, rows: tuple[int, ...] | None = None) -> Inspection:
+        """Embedding, residual norms and logit lens at `position` (of the lens `rows` a view shows, or of
+        every row chosen), the watched tokens followed too. Rows of the lens at every row, kept from before,
+        cost nothing."""
         context, chosen = self._past(position)
-        pinned, rows = self.session.pinned, self.lens_rows()
+        pinned, every = self.session.pinned, self.lens_rows()
+        rows = every if rows is None else self._checked(rows)
         lens: Lens = able(self.session.engine, Capability.LENS, "the logit lens")
+        whole = self._inspections.kept((context, chosen, pinned, every))
+        if whole is not None and rows is not None and set(rows) <= {row.layer for row in whole.lens}:
+            return replace(whole, lens=tuple(row for row in whole.lens if row.layer in rows))
 
         def compute() -> Inspection:
             started = time.perf_counter()
@@ -56,6 +63,13 @@ class JourneyAnalyses:
             return found
 
         return self._inspections.get((context, chosen, pinned, rows), compute)
+
+    def _checked(self, rows: tuple[int, ...]) -> tuple[int, ...]:
+        """A view's lens rows, each one the model has (0 to its layers), in order, once each."""
+        layers = self.session.engine.info.layers
+        if not rows or any(not 0 <= row <= layers for row in rows):
+            raise TokenvizError(f"the lens rows asked are not among the model's (0 to {layers})")
+        return tuple(sorted(set(rows)))
 
     def inspect_many(self, positions: list[int]) -> None:
         """Inspect several positions of the current path with one forward pass (the trace's lens at

@@ -22,9 +22,10 @@ from tokenviz.contract.records import Candidate, StepRecord, Unsteered
 from tokenviz.contract.results import Drawn
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.drawn import drawn_decision, drawn_top, drawn_unsteered, forced_figures
-from tokenviz.decoding.sampling import decide, decide_on_device, one_thread_on_cpu, summarise
+from tokenviz.decoding.sampling import decide, decide_on_device, summarise
 from tokenviz.decoding.unsteered import read_unsteered, unsteered_on_device
 from tokenviz.journey.grammar_state import GrammarState
+from tokenviz.tensors.threads import one_thread_on_cpu
 from tokenviz.tensors.transfer import to_host
 
 

@@ -23,6 +23,10 @@ class PastResults(Generic[T]):
             self.put(key, compute())
         return self._cache[key]
 
+    def kept(self, key: Hashable) -> T | None:
+        """The result kept under `key`, if any (nothing computed)."""
+        return self._cache.get(key)
+
     def put(self, key: Hashable, result: T) -> None:
         """Keep `result` (computed with others, in one pass) as `get` would have."""
         self._cache[key] = result

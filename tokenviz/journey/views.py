@@ -38,7 +38,7 @@ class ViewSpec:
 
 
 def _inspect(session: Session, request: Inspect, progress: Progress, cancelled: Cancelled) -> Inspection:
-    return session.analyses.inspect(request.position)
+    return session.analyses.inspect(request.position, request.rows)
 
 
 def _lens_entry(session: Session, inspection: Inspection) -> dict[str, Any]:

@@ -68,7 +68,7 @@ from tokenviz.ui.screens import (
     InterventionsDialog,
 )
 from tokenviz.ui.selection import Selection
-from tokenviz.ui.view_fetch import VIEW_FETCHES
+from tokenviz.ui.view_fetch import VIEW_FETCHES, Room
 from tokenviz.ui.worker_screen import WorkerScreen
 
 # The views that can take the attention pane's place, by widget id. A view's key pressed again
@@ -169,6 +169,12 @@ class JourneyScreen(WorkerScreen[Snapshot]):
     def _attention_resized(self) -> None:
         self._request_attention(self.current_view)
 
+    @on(LensPane.Resized)
+    def _lens_resized(self) -> None:
+        selection = self.current_selection()
+        if selection is not None and self.current_view == "lens":
+            self._request_view(selection, self.current_view)
+
     def _fit_layout(self, size: Size | None = None) -> None:
         size = size or self.size
         self.set_class(size.width < 120, "-narrow")
@@ -224,7 +230,8 @@ class JourneyScreen(WorkerScreen[Snapshot]):
         long leave-one-out attribution asks the user first."""
         attribution = self.query_one(AttributionPane)
         fetch = VIEW_FETCHES.get(current or "")
-        wanted = fetch.wanted(selection, attribution.method) if fetch else None
+        room = Room(attribution.method, self.query_one(LensPane).rows_room())
+        wanted = fetch.wanted(selection, room) if fetch else None
         if current is None or wanted is None or self._asked.get(current) == wanted[1]:
             return
         request, self._asked[current] = wanted

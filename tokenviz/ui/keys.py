@@ -259,8 +259,9 @@ KEYS: tuple[KeyRow, ...] = (
     ),
     KeyRow(
         "l",
-        "logit lens view: every layer's top-3 guesses for the next token and the chosen token's rank; "
-        "★ where it becomes top-1 for good",
+        "logit lens view: each layer's top-3 guesses for the next token and the chosen token's rank, as many "
+        "layers as the pane has room for, spread over the model's depth (--lens-layers chooses them); ★ where "
+        "it becomes top-1 for good",
         (Press("l", "view('lens')", "lens", "View: logit lens", needs=Capability.LENS),),
     ),
     KeyRow(

@@ -16,7 +16,7 @@ from tokenviz.contract.commands import Attribute, Inspect, Request, SplitDiffere
 from tokenviz.contract.engine import Capability, lacking
 from tokenviz.contract.results import AttributionMethod
 from tokenviz.ui.panes.attribution import current_attribution
-from tokenviz.ui.panes.lens import current_inspection
+from tokenviz.ui.panes.lens import covers, current_inspection, lens_rows_shown
 from tokenviz.ui.panes.watch import current_difference
 from tokenviz.ui.selection import Selection
 
@@ -25,32 +25,55 @@ Wanted = tuple[Fetched, Hashable] | None  # the request, and what must change be
 
 
 @dataclass(frozen=True)
+class Room:
+    """What the views' requests depend on besides the selection: the attribution's method, the lens
+    rows the lens pane has room for."""
+
+    method: AttributionMethod = "loo"
+    lens_rows: int = 0
+
+
+@dataclass(frozen=True)
 class ViewFetch:
-    """One view's fetch policy: `wanted(selection, method)` is the request the view needs now, or None."""
+    """One view's fetch policy: `wanted(selection, room)` is the request the view needs now, or None."""
 
     kind: type[Request[Any]]  # the request's kind: a cancelled one leaves the view open, its key runs it again
-    wanted: Callable[[Selection, AttributionMethod], Wanted]
+    wanted: Callable[[Selection, Room], Wanted]
 
 
-def _inspection(selection: Selection, method: AttributionMethod) -> Wanted:
+def _inspection_of(selection: Selection, rows: tuple[int, ...]) -> Wanted:
+    """The inspection at the cursor holding the lens `rows` (every one the lens may show: asked as None)."""
     s = selection.snapshot
-    if s.playing or not s.live or current_inspection(selection) is not None:
+    shown = current_inspection(selection)
+    if s.playing or not s.live or not rows or (shown is not None and covers(shown, rows)):
         return None
-    return Inspect(position=selection.cursor), (s.seq, selection.cursor)
+    every = s.lens_rows or tuple(range(selection.info.layers + 1))
+    request = Inspect(position=selection.cursor, rows=None if rows == every else rows)
+    return request, (s.seq, selection.cursor, request.rows)
 
 
-def _attribution(selection: Selection, method: AttributionMethod) -> Wanted:
+def _lens(selection: Selection, room: Room) -> Wanted:
+    """The rows the lens pane shows (lens_rows_shown): its cost follows the pane's size."""
+    return _inspection_of(selection, lens_rows_shown(selection, room.lens_rows))
+
+
+def _embedding(selection: Selection, room: Room) -> Wanted:
+    """Every row's residual norm (the lens's rows chosen, or every layer's)."""
+    return _inspection_of(selection, selection.snapshot.lens_rows or tuple(range(selection.info.layers + 1)))
+
+
+def _attribution(selection: Selection, room: Room) -> Wanted:
     """The token after the cursor, by the chosen method (a recording answers with what its file kept)."""
     if selection.snapshot.playing or selection.following_id is None:
         return None
     shown = current_attribution(selection)
-    request = Attribute(position=selection.cursor, method=method)
-    if shown is not None and shown.method == method:
+    request = Attribute(position=selection.cursor, method=room.method)
+    if shown is not None and shown.method == room.method:
         return None
     return request, request
 
 
-def _difference(selection: Selection, method: AttributionMethod) -> Wanted:
+def _difference(selection: Selection, room: Room) -> Wanted:
     """The logit difference of the two tokens watched last after the cursor, split by layer."""
     s = selection.snapshot
     if s.playing or len(s.pinned) < 2 or current_difference(selection) is not None:
@@ -62,8 +85,8 @@ def _difference(selection: Selection, method: AttributionMethod) -> Wanted:
 
 
 VIEW_FETCHES: dict[str, ViewFetch] = {  # by the view's widget id
-    "lens": ViewFetch(Inspect, _inspection),
-    "embedding": ViewFetch(Inspect, _inspection),
+    "lens": ViewFetch(Inspect, _lens),
+    "embedding": ViewFetch(Inspect, _embedding),
     "attribution": ViewFetch(Attribute, _attribution),
     "watch": ViewFetch(SplitDifference, _difference),
 }

@@ -10,6 +10,7 @@ import numpy as np
 
 from tokenviz.contract.attention import SavedAttention
 from tokenviz.contract.engine import Capability
+from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.snapshot import Snapshot
 from tokenviz.contract.symptoms import Symptom
 from tokenviz.files.journey_file import rows_to_save
@@ -46,8 +47,18 @@ def snapshot_of(session: Session, seq: int = 1, found: list[Symptom] | None = No
         pinned=tuple((t, s.engine.piece(t)) for t in s.pinned),
         why=tuple(found or ()),
         lens_ms=s.analyses.lens_ms,
+        lens_rows=chosen_lens_rows(s),
         **fields,
     )
+
+
+def chosen_lens_rows(session: Session) -> tuple[int, ...] | None:
+    """The lens rows chosen (--lens-layers), where each is one the model has (else the lens view says why
+    when it asks); None: every layer's."""
+    try:
+        return session.analyses.lens_rows()
+    except TokenvizError:
+        return None
 
 
 def symptoms(session: Session) -> list[Symptom]:

@@ -101,6 +101,7 @@ class LlamaInternals:
         self.capture = Capture(runtime.lib.ggml_backend_sched_eval_callback)
         self.edits: Edits = NO_EDITS  # the interventions in force, as llama.cpp takes them
         self._edits_of: dict[int, Edits] = {}  # the edits each context's cache was computed under, by id
+        self.head_checked = False  # the head gave llama.cpp's own distribution once (see _check)
 
     @cached_property
     def lens_context(self) -> Runtime:
@@ -159,40 +160,46 @@ class LlamaInternals:
 
     @torch.inference_mode()
     def inspect(self, engine: Any, ask: LensAsk) -> list[Inspection]:
-        """Each asked position's lens from one pass: llama.cpp's residual after every layer (`l_out-L`),
-        checked at the last against its own final norm and distribution."""
-        ids, positions, chosen, rows = list(ask.ids), list(ask.positions), list(ask.chosen), ask.rows
-        pinned = ask.pinned
+        """Each asked position's lens from one pass: llama.cpp's residual after each layer of its rows
+        (`l_out-L`, the last layer's always), its final norm checked against llama.cpp's own, and, the first
+        time, its distribution too (the head is the model's: a wrong one is wrong at every step)."""
+        ids, positions, chosen, pinned = list(ask.ids), list(ask.positions), list(ask.chosen), ask.pinned
         shape = self.runtime.shape
         layers, hidden = shape.layers, shape.hidden
+        rows = tuple(range(layers + 1)) if ask.rows is None else ask.rows
+        captured = sorted({row - 1 for row in rows if row > 0} | {layers - 1})
         outs = sorted(set(positions))
-        names = {f"l_out-{i}" for i in range(layers)} | {"result_norm"}
+        names = {f"l_out-{i}" for i in captured} | {"result_norm"}
         logits, found, start = self._pass(self.lens_context, ids, outs[0], outs, names)
         if len(found) != len(names):
             raise TokenvizError(f"the lens: llama.cpp's graph of {self.architecture} has no l_out or result_norm")
         at = [outs.index(p) for p in positions]
-        stream = torch.zeros(layers + 1, len(positions), hidden)
-        stream[0] = self.head.embeddings[[ids[p] for p in positions]]
-        for layer in range(layers):
+        fed = [p - start for p in positions]  # (the rows of the positions this pass fed)
+
+        def after(layer: int) -> torch.Tensor:  # (positions, hidden): the last layer keeps its outputs alone
             values = torch.from_numpy(np.concatenate(found[f"l_out-{layer}"]).reshape(-1, hidden))
-            fed = [p - start for p in positions]  # (the rows of the positions this pass fed)
-            stream[layer + 1] = values[at] if layer == layers - 1 else values[fed]  # (the last: outputs only)
+            return values[at] if layer == layers - 1 else values[fed]
+
+        embedded = self.head.embeddings[[ids[p] for p in positions]]
+        last = after(layers - 1)
         result_norm = torch.from_numpy(np.concatenate(found["result_norm"]).reshape(-1, hidden))
-        self._check(stream[-1], result_norm[at], logits[at])
-        shown = stream if rows is None else stream[list(rows)]
+        self._check(last, result_norm[at], logits[at])
+        shown = torch.stack([embedded if row == 0 else last if row == layers else after(row - 1) for row in rows])
         here = list(range(len(positions)))
         local = [ids[p] for p in positions]
-        made = inspections(shown, local, here, chosen, pinned, self.head.logits, stream[0], engine, rows=rows)
+        made = inspections(shown, local, here, chosen, pinned, self.head.logits, embedded, engine, rows=rows)
         return [replace(inspection, position=p) for inspection, p in zip(made, positions)]
 
     def _check(self, last: torch.Tensor, result_norm: torch.Tensor, logits: np.ndarray) -> None:
-        """Refuse a lens that is not llama.cpp's own at its last layer: the norm, then the distribution."""
+        """Refuse a lens that is not llama.cpp's own at its last layer: the norm, then (once) the distribution."""
         normed = self.head.normed(last)
         if (normed - result_norm).abs().max() > NORM_CHECK * max(float(result_norm.abs().max()), 1.0):
             raise TokenvizError(
                 f"the lens of {self.architecture} in llama.cpp is not exact: its final norm is not an RMS norm "
                 "with a weight (its output does more)"
             )
+        if self.head_checked:
+            return
         ours = torch.softmax(self.head.logits(last), -1)
         theirs = torch.softmax(torch.from_numpy(logits), -1)
         if (ours - theirs).abs().max() > LENS_CHECK:
@@ -200,6 +207,7 @@ class LlamaInternals:
                 f"the lens of {self.architecture} in llama.cpp is not exact: its last layer is "
                 f"{float((ours - theirs).abs().max()):.2g} from the model's distribution"
             )
+        self.head_checked = True
 
     def logits_after(self, ids: Sequence[int], start: int) -> torch.Tensor:
         """llama.cpp's logits after each of `ids[start:]`, (positions, vocab), from the views' context (the

@@ -26,7 +26,9 @@ from tokenviz.backends.served.head import OutputHead
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.lens_layers import EXAMPLE
 from tokenviz.contract.results import Inspection, LensAsk
+from tokenviz.tensors.threads import one_thread_on_cpu
 
+CPU = torch.device("cpu")  # (the head is read into the host's memory)
 PLUGIN = "vllm-lens"
 INSTALL = (
     "pip install --no-deps --ignore-requires-python vllm-lens==1.3.0 zstandard into the server's "
@@ -198,13 +200,17 @@ class ServedInternals:
             residual = tensor(activations, "residual_stream", (len(decoder), len(ids), self.head.hidden), host)
             token, logprob, _ = top_of(choice, host, 1)
             served, checked = (token, checked_logprob(logprob, host)), residual[-1, len(ids) - 1]
-        if not self.head_checked and engine.raw is not False:
-            self._check_head(torch.from_numpy(checked), served)
-        stream = torch.cat([self.head.embed(ids)[None], torch.from_numpy(residual)])  # rows 0, decoder + 1
-        numbering = (0, *(layer + 1 for layer in decoder))
-        shown = stream[[numbering.index(row) for row in rows]]
-        embedding_rows = self.head.embeddings.weight[[ids[p] for p in positions]].float()
-        return inspections(shown, ids, positions, chosen, pinned, self.head.logits, embedding_rows, engine, rows=rows)
+        with one_thread_on_cpu(CPU):  # (a few rows through the head: see one_thread_on_cpu)
+            if not self.head_checked and engine.raw is not False:
+                self._check_head(torch.from_numpy(checked), served)
+            embedded = self.head.embed(ids)  # (row 0; row i follows decoder layer i - 1)
+            shown = torch.stack(
+                [embedded if row == 0 else torch.from_numpy(residual[decoder.index(row - 1)]) for row in rows]
+            )
+            embedding_rows = self.head.embeddings.weight[[ids[p] for p in positions]].float()
+            return inspections(
+                shown, ids, positions, chosen, pinned, self.head.logits, embedding_rows, engine, rows=rows
+            )
 
     def _check_head(self, last: torch.Tensor, served: tuple[int, float]) -> None:
         """Refuse a head (--tokenizer DIR) that does not give the server's own log-probability of the token

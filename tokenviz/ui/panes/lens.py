@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from rich.text import Text
+from textual.message import Message
 from textual.widgets import Static
 
 from tokenviz.contract.commands import Inspect
-from tokenviz.contract.results import Inspection
+from tokenviz.contract.lens_layers import spread
+from tokenviz.contract.results import Inspection, LensLayer, first_top1
 from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell
 from tokenviz.render.visible import visible
@@ -32,17 +34,49 @@ def inspection_or_note(selection: Selection, body: Static, waiting: str, view: s
     return result_or_note(current_inspection(selection), selection, body, waiting, "residual stream", run)
 
 
+def lens_rows_shown(selection: Selection, room: int) -> tuple[int, ...]:
+    """The lens rows a view of `room` lines shows: the rows chosen (--lens-layers) all, scrolled; else
+    every layer's where they fit, or as many as fit spread over the model's depth (the lens is computed
+    for those alone: its cost follows the screen); none before the view has a size."""
+    chosen = selection.snapshot.lens_rows
+    if chosen is not None:
+        return chosen
+    return spread(range(selection.info.layers + 1), max(room, 0))
+
+
+def covers(inspection: Inspection, rows: tuple[int, ...]) -> bool:
+    """Whether `inspection` holds every one of the lens `rows`."""
+    return set(rows) <= {row.layer for row in inspection.lens}
+
+
 class LensPane(RowsPane):
     TITLE = "logit lens"
+    HEADER_LINES = 2  # the position's line and the columns' names, above the rows
+
+    class Resized(Message):
+        """The pane can show more rows or fewer now: the screen asks the worker again."""
+
+    def on_resize(self) -> None:
+        super().on_resize()
+        self.post_message(self.Resized())
+
+    def rows_room(self) -> int:
+        """How many lens rows fit the pane without scrolling."""
+        return self.size.height - self.HEADER_LINES
 
     def draw(self, selection: Selection) -> None:
         body = self.body
         inspection = inspection_or_note(selection, body, "computing the lens for this position…", "lens")
         if inspection is None:
             return
+        wanted = lens_rows_shown(selection, self.rows_room())
+        rows: tuple[LensLayer, ...] = inspection.lens
+        if wanted and covers(inspection, wanted):
+            rows = tuple(row for row in rows if row.layer in wanted)
+        some = len(rows) < selection.info.layers + 1 and selection.snapshot.lens_rows is None
         chosen_color = self.theme_colors.chosen
         bar_color = self.theme_colors.bar
-        first = inspection.first_top1_layer
+        first = first_top1(rows)
         width = max(self.size.width - 2, 30)
         piece_w = 9 if width < 90 else 12
         n_top = max(1, min(3, (width - 24) // (piece_w + 7)))  # narrow panes show fewer guesses per layer
@@ -56,6 +90,8 @@ class LensPane(RowsPane):
             f"top-1 from {lens_label(first)}" if first is not None else "never settles as top-1",
             style=f"bold {chosen_color}",
         )
+        if some and first is not None:
+            text.append(f" (of {len(rows)} shown)", style=chosen_color)
         text.append(
             "\n" + f"{'layer':>5} {cell(f'top {n_top}', n_top * (piece_w + 7))}"
             f" {'rank':>5} {'p(next)':>7}"
@@ -63,7 +99,7 @@ class LensPane(RowsPane):
             + "\n",
             style="bold",
         )
-        for row in inspection.lens:
+        for row in rows:
             label = lens_label(row.layer)
             style = f"bold {chosen_color}" if first is not None and row.layer == first else ""
             text.append(f"{'★' if style else ' '}{label:>4} ", style=style)
@@ -76,7 +112,12 @@ class LensPane(RowsPane):
                 text.append(f"{rank:>6} {prob:5.3f} ", style=self.theme_colors.bar_final)
             text.append(bar(row.chosen_prob, bar_w) + "\n", style=bar_color)
         text.rstrip()
-        self.border_subtitle = "each layer through the final norm + unembedding"  # (the last row: the model's own)
+        through = "each layer through the final norm + unembedding"  # (the last row: the model's own)
+        if some:
+            spaced = f"{len(rows)} of {selection.info.layers + 1} layers, spread: a taller pane shows more"
+            self.set_subtitle(f"{spaced} · {through}", spaced, f"{len(rows)} of {selection.info.layers + 1}")
+        else:
+            self.set_subtitle(through, "through the final norm + unembedding")
         body.update(text)
 
 
