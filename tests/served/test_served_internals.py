@@ -241,6 +241,24 @@ def test_the_served_lens_of_a_600_token_prompt_gives_every_layer_at_each_step(mo
 
 
 @pytest.mark.bundled
+def test_the_bench_measures_the_lens_as_the_80x24_view_asks_it(monkeypatch, vllm_lens_server):
+    """The bench's served lens measure steps the app's path with the lens view's rows at 80x24 (5 of 31,
+    spread over the depth), every row beside, and reports its figures (no time asserted)."""
+    from bench import budgets
+    from bench import served as served_measures
+    from bench.anchors import LENS_VIEW_ROOM
+    from tokenviz.backends.served.endpoint import ApiKey
+
+    monkeypatch.setenv(KEY_ENV, vllm_lens_server.key)
+    result = served_measures.served_lens(
+        vllm_lens_server.url, ApiKey(env=KEY_ENV), str(vllm_lens_server.model), tokens=2
+    )
+    assert result["lens_rows"] == LENS_VIEW_ROOM
+    assert result["ratio"] == pytest.approx(result["step_with_lens_ms"] / result["step_ms"])
+    assert result["every_row_ratio"] == pytest.approx(result["step_with_every_row_ms"] / result["step_ms"])
+    assert budgets.verdicts({"served_lens": result})["served_lens_step"]["value"] == result["ratio"]
+
+
 def test_the_served_lens_asks_its_server_only_for_the_layers_shown(monkeypatch, capsys, vllm_lens_server):
     """(Round 6, finding 2: the capture asked for every layer whatever the view showed.) With --lens-layers
     every request asks the server for those layers (and the last, which the head is checked on) alone, and

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from apptools import PROMPT, burst, enter_prompt, make_app, settle, wait_for
 from closeness import assert_close
-from textual.command import CommandPalette
-from textual.widgets import Checkbox, OptionList, TextArea
+from textual.command import CommandList, CommandPalette
+from textual.widgets import Checkbox, Input, OptionList, TextArea
 from tiny import tiny_model
 
 from tokenviz.backends.transformers.runner import ModelRunner
@@ -616,6 +616,16 @@ PALETTE_VIEWS = {
 }
 
 
+def top_hit(app) -> str | None:
+    """The text of the command the palette has highlighted (what enter runs), if any."""
+    if not isinstance(app.screen, CommandPalette):
+        return None
+    commands = app.screen.query_one(CommandList)
+    if commands.highlighted is None:
+        return None
+    return str(commands.get_option_at_index(commands.highlighted).hit.text)
+
+
 async def test_the_palette_reaches_every_view():
     app = make_app()
     async with app.run_test(size=(140, 40)) as pilot:
@@ -623,8 +633,8 @@ async def test_the_palette_reaches_every_view():
         for entry, view in PALETTE_VIEWS.items():
             await pilot.press("ctrl+p")
             await wait_for(lambda: isinstance(app.screen, CommandPalette), pilot)
-            await pilot.press(*entry)
-            await pilot.pause(0.3)
+            app.screen.query_one(Input).value = entry  # (as typed: the palette searches it)
+            await wait_for(lambda: top_hit(app) == entry, pilot)  # noqa: B023 (awaited here)
             await pilot.press("enter")
             await wait_for(lambda: app.query_one("#views").current == view, pilot)  # noqa: B023 (awaited here)
             if view == "beams":
