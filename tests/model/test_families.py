@@ -22,7 +22,7 @@ PROMPT = "The cat sat on the mat. The cat sat on the"
 STEPS = 12
 GREEDY = SamplingSettings(temperature=0, max_new_tokens=1000)
 
-pytestmark = pytest.mark.parametrize("kind", list(FAMILIES))
+pytestmark = [pytest.mark.families, pytest.mark.parametrize("kind", list(FAMILIES))]
 
 
 NO_SDPA = {"gemma2", "gpt_neo", "bloom", "xglm", "mpt"}  # transformers gives these eager attention only

@@ -14,6 +14,8 @@ from tokenviz.worker.engine_thread import EngineWorker
 
 PROMPT = "The cat sat on the mat. The cat sat on the"
 
+pytestmark = pytest.mark.families
+
 
 @pytest.mark.parametrize("kind", ["gemma2", "opt", "bloom", "gpt_bigcode"])
 async def test_every_view_works_on_the_family(kind):
