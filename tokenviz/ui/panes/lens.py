@@ -61,8 +61,9 @@ class LensPane(RowsPane):
         self.post_message(self.Resized())
 
     def rows_room(self) -> int:
-        """How many lens rows fit the pane without scrolling."""
-        return self.size.height - self.HEADER_LINES
+        """How many lens rows fit the pane without scrolling (at least the embeddings and the last layer,
+        scrolled, in a pane too short for them; none before it has a size)."""
+        return max(self.size.height - self.HEADER_LINES, 2) if self.size.height else 0
 
     def draw(self, selection: Selection) -> None:
         body = self.body
@@ -71,7 +72,8 @@ class LensPane(RowsPane):
             return
         wanted = lens_rows_shown(selection, self.rows_room())
         rows: tuple[LensLayer, ...] = inspection.lens
-        if wanted and covers(inspection, wanted):
+        spread_shown = bool(wanted) and covers(inspection, wanted)
+        if spread_shown:
             rows = tuple(row for row in rows if row.layer in wanted)
         some = len(rows) < selection.info.layers + 1 and selection.snapshot.lens_rows is None
         chosen_color = self.theme_colors.chosen
@@ -114,7 +116,9 @@ class LensPane(RowsPane):
         text.rstrip()
         through = "each layer through the final norm + unembedding"  # (the last row: the model's own)
         if some:
-            spaced = f"{len(rows)} of {selection.info.layers + 1} layers, spread: a taller pane shows more"
+            spaced = f"{len(rows)} of {selection.info.layers + 1} layers" + (
+                ", spread: a taller pane shows more" if spread_shown else ""
+            )
             self.set_subtitle(f"{spaced} · {through}", spaced, f"{len(rows)} of {selection.info.layers + 1}")
         else:
             self.set_subtitle(through, "through the final norm + unembedding")
