@@ -221,7 +221,9 @@ def test_the_chat_switch_of_the_prompt_editor(tmp_path_factory):
         switch = line_of(wait_screen(name, r"chat: a user message"), r"chat: a user message")
         assert "▐ ▌ chat" in switch and "X" not in switch, switch  # off: an empty box
         assert re.search(r"chat: a user message through the model's chat (template|te?m?p?l?a?t?…)", switch), switch
-        keys(name, "End", "!")  # the text has the keys (a Tab sent before the editor took them types a space)
+        # The text has the keys (a Tab sent before the editor took them types a space). Ctrl+E, not End:
+        # End is an escape sequence, and on a loaded machine its ESC read alone is Escape, closing the editor.
+        keys(name, "C-e", "!")
         wait_screen(name, r"Hi there!")
         keys(name, "BSpace", "Tab", "Space")  # (the switch, from the text)
         switch = line_of(wait_screen(name, r"▐✓▌ chat"), r"chat: a user message")
