@@ -66,5 +66,5 @@ async def test_a_short_lens_view_computes_the_rows_it_shows_and_a_tall_one_every
         await wait_for(lambda: " shown)" not in pane_text(app, "lens"), pilot)
         await pilot.resize_terminal(110, 24)  # shorter again: the rows it has are drawn, none computed
         await wait_for(lambda: " shown)" in pane_text(app, "lens") or "never settles" in pane_text(app, "lens"), pilot)
-        await pilot.pause(0.2)
+        await settle(app, pilot)  # (every command sent handled: a request for rows would have been)
         assert len(asked) == 2

@@ -51,8 +51,9 @@ class LensLayers:
 
 
 def spread(rows: Sequence[int], room: int) -> tuple[int, ...]:
-    """At most `room` of `rows` (at least their first and last), spaced evenly from the first to the last:
-    what a lens view of `room` lines shows of a model deeper than that, its whole depth at a glance."""
+    """At most `room` of `rows`, spaced evenly from the first to the last (both among them where there is
+    room for two; the last alone where there is room for one): what a lens view of `room` lines shows of a
+    model deeper than that, its whole depth at a glance."""
     if room >= len(rows):
         return tuple(rows)
     if room < 2:

@@ -4,7 +4,7 @@ attribution, the cache check, branches, beam search and speculative decoding."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -67,6 +67,14 @@ class Inspection:
     def first_top1_layer(self) -> int | None:
         """The first layer from which the chosen token stays the lens's top-1."""
         return first_top1(self.lens)
+
+    def holds(self, rows: Collection[int]) -> bool:
+        """Whether the lens holds every one of `rows` (Inspection rows: 0 the embeddings)."""
+        return set(rows) <= {row.layer for row in self.lens}
+
+    def rows_of(self, rows: Collection[int]) -> tuple[LensLayer, ...]:
+        """The lens's rows among `rows`, in order."""
+        return tuple(row for row in self.lens if row.layer in rows)
 
 
 def first_top1(rows: Sequence[LensLayer]) -> int | None:

@@ -53,8 +53,8 @@ class JourneyAnalyses:
         rows = every if rows is None else self._checked(rows)
         lens: Lens = able(self.session.engine, Capability.LENS, "the logit lens")
         whole = self._inspections.kept((context, chosen, pinned, every))
-        if whole is not None and rows is not None and set(rows) <= {row.layer for row in whole.lens}:
-            return replace(whole, lens=tuple(row for row in whole.lens if row.layer in rows))
+        if whole is not None and rows is not None and whole.holds(rows):
+            return replace(whole, lens=whole.rows_of(rows))
 
         def compute() -> Inspection:
             started = time.perf_counter()

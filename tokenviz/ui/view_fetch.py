@@ -16,7 +16,7 @@ from tokenviz.contract.commands import Attribute, Inspect, Request, SplitDiffere
 from tokenviz.contract.engine import Capability, lacking
 from tokenviz.contract.results import AttributionMethod
 from tokenviz.ui.panes.attribution import current_attribution
-from tokenviz.ui.panes.lens import covers, current_inspection, lens_rows_shown
+from tokenviz.ui.panes.lens import current_inspection, every_lens_row, lens_rows_shown
 from tokenviz.ui.panes.watch import current_difference
 from tokenviz.ui.selection import Selection
 
@@ -45,10 +45,9 @@ def _inspection_of(selection: Selection, rows: tuple[int, ...]) -> Wanted:
     """The inspection at the cursor holding the lens `rows` (every one the lens may show: asked as None)."""
     s = selection.snapshot
     shown = current_inspection(selection)
-    if s.playing or not s.live or not rows or (shown is not None and covers(shown, rows)):
+    if s.playing or not s.live or not rows or (shown is not None and shown.holds(rows)):
         return None
-    every = s.lens_rows or tuple(range(selection.info.layers + 1))
-    request = Inspect(position=selection.cursor, rows=None if rows == every else rows)
+    request = Inspect(position=selection.cursor, rows=None if rows == every_lens_row(selection) else rows)
     return request, (s.seq, selection.cursor, request.rows)
 
 
@@ -59,7 +58,7 @@ def _lens(selection: Selection, room: Room) -> Wanted:
 
 def _embedding(selection: Selection, room: Room) -> Wanted:
     """Every row's residual norm (the lens's rows chosen, or every layer's)."""
-    return _inspection_of(selection, selection.snapshot.lens_rows or tuple(range(selection.info.layers + 1)))
+    return _inspection_of(selection, every_lens_row(selection))
 
 
 def _attribution(selection: Selection, room: Room) -> Wanted:

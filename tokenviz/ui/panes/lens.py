@@ -34,19 +34,18 @@ def inspection_or_note(selection: Selection, body: Static, waiting: str, view: s
     return result_or_note(current_inspection(selection), selection, body, waiting, "residual stream", run)
 
 
+def every_lens_row(selection: Selection) -> tuple[int, ...]:
+    """Every row the journey's lens may show: the rows chosen (--lens-layers), else every layer's."""
+    return selection.snapshot.lens_rows or tuple(range(selection.info.layers + 1))
+
+
 def lens_rows_shown(selection: Selection, room: int) -> tuple[int, ...]:
     """The lens rows a view of `room` lines shows: the rows chosen (--lens-layers) all, scrolled; else
     every layer's where they fit, or as many as fit spread over the model's depth (the lens is computed
     for those alone: its cost follows the screen); none before the view has a size."""
-    chosen = selection.snapshot.lens_rows
-    if chosen is not None:
-        return chosen
-    return spread(range(selection.info.layers + 1), max(room, 0))
-
-
-def covers(inspection: Inspection, rows: tuple[int, ...]) -> bool:
-    """Whether `inspection` holds every one of the lens `rows`."""
-    return set(rows) <= {row.layer for row in inspection.lens}
+    if selection.snapshot.lens_rows is not None:
+        return selection.snapshot.lens_rows
+    return spread(every_lens_row(selection), max(room, 0))
 
 
 class LensPane(RowsPane):
@@ -72,9 +71,9 @@ class LensPane(RowsPane):
             return
         wanted = lens_rows_shown(selection, self.rows_room())
         rows: tuple[LensLayer, ...] = inspection.lens
-        spread_shown = bool(wanted) and covers(inspection, wanted)
+        spread_shown = bool(wanted) and inspection.holds(wanted)
         if spread_shown:
-            rows = tuple(row for row in rows if row.layer in wanted)
+            rows = inspection.rows_of(wanted)
         some = len(rows) < selection.info.layers + 1 and selection.snapshot.lens_rows is None
         chosen_color = self.theme_colors.chosen
         bar_color = self.theme_colors.bar
