@@ -219,42 +219,6 @@ def test_compare_two_ggufs_in_llama_cpp(tmp_path, monkeypatch, capsys):
     assert all(d["kl"] == pytest.approx(0.0, abs=1e-9) and d["top1_agree"] for d in doc["diff"])
 
 
-def test_the_lens_at_the_step_just_taken_feeds_that_step_alone(llama_cpp):
-    """The lens's context keeps its cache along the journey: the lens at each new step feeds that step's
-    token alone (the cost of the lens follows the screen, not the journey's length), and gives what a
-    pass over the whole context from an empty cache gives (within 1e-4 in probability: llama.cpp's
-    kernels sum a batch of one and of many in other orders)."""
-    from tokenviz.backends.llamacpp.plugin import BACKEND
-    from tokenviz.cli.options import ModelChoice
-    from tokenviz.contract.backend import Opening
-    from tokenviz.contract.results import LensAsk
-    from tokenviz.contract.settings import SamplingSettings
-    from tokenviz.journey.session import Session
-
-    settings = SamplingSettings(temperature=0)
-    opening = Opening("trace", {"threads": THREADS}, frozenset(), ModelChoice(), settings)
-    session = Session(BACKEND.loader(opening)(lambda message, fraction: None), settings)
-    session.start(PROMPT)
-    internals = session.engine.internals
-    context = internals.lens_context
-    fed: list[int] = []
-    decode = context.decode
-    context.decode = lambda tokens, start, *a, **k: fed.append(len(tokens)) or decode(tokens, start, *a, **k)
-    for _ in range(4):
-        session.step()
-        shown = session.analyses.inspect(len(session.ids) - 2)
-    assert fed[1:] == [1, 1, 1], fed  # (the first: the whole context)
-    context.clear()
-    position = len(session.ids) - 2
-    ask = LensAsk(tuple(session.ids[: position + 1]), (position,), (session.ids[position + 1],), (), None)
-    again = session.engine.inspect(ask)[0]
-    assert fed[-1] == position + 1  # (from an empty cache: the whole context)
-    for layer_shown, layer_again in zip(shown.lens, again.lens, strict=True):
-        assert [t[0] for t in layer_shown.top[:3]] == [t[0] for t in layer_again.top[:3]]
-        assert [t[2] for t in layer_shown.top] == pytest.approx([t[2] for t in layer_again.top], abs=1e-4)
-        assert layer_shown.chosen_prob == pytest.approx(layer_again.chosen_prob, abs=1e-4)
-
-
 @pytest.mark.filterwarnings("ignore:llama_token_get_attr is deprecated:DeprecationWarning")  # (llguidance's call)
 def test_a_grammar_stage_on_llama_cpp_takes_the_best_token_the_grammar_allows(monkeypatch, capsys, reference):
     """--regex on a GGUF in llama.cpp: llguidance reads llama.cpp's own vocabulary. Each greedy step is the

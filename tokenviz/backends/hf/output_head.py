@@ -107,6 +107,15 @@ def stream_merge(model: Any) -> Callable[[torch.Tensor], torch.Tensor] | None:
 
 
 @torch.inference_mode()
+def _through(
+    lens: Callable[[torch.Tensor], torch.Tensor], residual: torch.Tensor, last: torch.Tensor | None
+) -> torch.Tensor:
+    """`residual`'s rows through `lens`, the last row's logits `last` where given (not computed again)."""
+    if last is None:
+        return lens(residual)
+    return torch.cat([lens(residual[:-1]), last]) if residual.shape[0] > 1 else last
+
+
 def inspections(
     stream: torch.Tensor,
     ids: list[int],
@@ -119,15 +128,20 @@ def inspections(
     top: int = 3,
     embedding_dims: int = 16,
     rows: Sequence[int] | None = None,
+    last_logits: torch.Tensor | None = None,
 ) -> list[Inspection]:
     """Each position's Inspection from the residual `stream` (one row per lens row: `rows`, or every
     layer + 1, positions, hidden) of `ids`, read through `lens` (the final norm and head); `engine` gives
-    the pieces and the model's info."""
+    the pieces and the model's info. `last_logits` (len(positions), vocab): the model's own logits at
+    each, the last layer's row as it is (where the lens's head is the model's own, bit for bit), not
+    computed again."""
     out = []
     numbers = list(range(stream.shape[0]) if rows is None else rows)
-    for position, chosen_id, row in zip(positions, chosen, embedding_rows):
+    own = last_logits is not None and numbers[-1] == engine.info.layers
+    for k, (position, chosen_id, row) in enumerate(zip(positions, chosen, embedding_rows)):
         residual = stream[:, position]  # (rows, H)
-        probs = torch.softmax(lens(residual), -1)  # (L+1, V)
+        logits = _through(lens, residual, last_logits[k : k + 1].float() if own and last_logits is not None else None)
+        probs = torch.softmax(logits, -1)  # (L+1, V)
         norms = residual.float().norm(dim=-1).tolist()
         top_p, top_i = torch.topk(probs, top, dim=-1)
         followed = probs[:, [chosen_id, *pinned]]  # (L+1, 1 + pinned)

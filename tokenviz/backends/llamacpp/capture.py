@@ -10,54 +10,50 @@ own examples/eval-callback reads tensors this way.
 
 from __future__ import annotations
 
-import ctypes
-from collections.abc import Callable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
-_GGML: list[Any] = []
+from tokenviz.backends.llamacpp.ggml import tensors
 
 Writes = dict[str, tuple[tuple[int, np.ndarray], ...]]  # a tensor's name: (position, its row there) each
 
 
-def ggml() -> Any:
-    """The ggml library llama-cpp-python loaded, with the signatures the callback calls."""
-    if not _GGML:
-        from llama_cpp._ggml import libggml as lib
-
-        lib.ggml_get_name.argtypes, lib.ggml_get_name.restype = [ctypes.c_void_p], ctypes.c_char_p
-        lib.ggml_nbytes.argtypes, lib.ggml_nbytes.restype = [ctypes.c_void_p], ctypes.c_size_t
-        lib.ggml_nelements.argtypes, lib.ggml_nelements.restype = [ctypes.c_void_p], ctypes.c_int64
-        for name in ("ggml_backend_tensor_get", "ggml_backend_tensor_set"):
-            function = getattr(lib, name)
-            function.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t]
-            function.restype = None
-        _GGML.append(lib)
-    return _GGML[0]
-
-
 class Capture:
-    """The evaluation callback of a context: the float32 tensors whose names `wanted` accepts, each kept
-    as the list of its parts (one a micro-batch), between start and stop; and `writes`, rows written into
-    the tensors they name at the positions they give, in every pass until changed."""
+    """The evaluation callback of a context: the float32 tensors `wanted` names, each kept as the list of
+    its parts (one a micro-batch), between start and stop; and `writes`, rows written into the tensors they
+    name at the positions they give, in every pass until changed. (llama.cpp asks about each node of its
+    graph, about a thousand a step: names are compared as the bytes ggml gives.)"""
 
     def __init__(self, callback_type: Any):
-        self.lib = ggml()
-        self.wanted: Callable[[str], bool] = lambda name: False
+        self.lib = tensors()
+        self.wanted: frozenset[bytes] = frozenset()
         self.parts: dict[str, list[np.ndarray]] = {}
-        self.writes: Writes = {}
+        self._writes: dict[bytes, tuple[tuple[int, np.ndarray], ...]] = {}
+        self.asked: frozenset[bytes] = frozenset()  # wanted or written
         self.first = 0  # the position of the micro-batch's first token
         self.tokens = 0  # and how many it feeds
         self.outputs: tuple[int, ...] = ()  # the positions in it whose logits are asked (the last layer's rows)
         self.callback = callback_type(self._called)  # (kept alive as long as the context holds it)
 
-    def start(self, wanted: Callable[[str], bool]) -> None:
-        self.wanted, self.parts = wanted, {}
+    @property
+    def writes(self) -> Writes:
+        return {name.decode(): rows for name, rows in self._writes.items()}
+
+    @writes.setter
+    def writes(self, writes: Writes) -> None:
+        self._writes = {name.encode(): rows for name, rows in writes.items()}
+        self.asked = self.wanted | set(self._writes)
+
+    def start(self, wanted: Iterable[str]) -> None:
+        self.wanted, self.parts = frozenset(name.encode() for name in wanted), {}
+        self.asked = self.wanted | set(self._writes)
 
     def stop(self) -> dict[str, list[np.ndarray]]:
         """What was captured since start: each tensor's parts (flat float32, one a micro-batch), in order."""
-        found, self.wanted, self.parts = self.parts, (lambda name: False), {}
+        found, self.parts = self.parts, {}
+        self.wanted, self.asked = frozenset(), frozenset(self._writes)
         return found
 
     def batch(self, first: int, tokens: int, outputs: Sequence[int]) -> None:
@@ -67,18 +63,18 @@ class Capture:
 
     def _called(self, tensor: int, ask: bool, user_data: int) -> bool:
         lib = self.lib
-        name = (lib.ggml_get_name(tensor) or b"").decode("utf-8", "replace")
+        name = lib.ggml_get_name(tensor)
         if ask:
-            return name in self.writes or self.wanted(name)
+            return name in self.asked
         count, size = lib.ggml_nelements(tensor), lib.ggml_nbytes(tensor)
         if size != 4 * count:  # (float32: what every tensor asked for is)
             return True
-        if name in self.writes:
-            self._write(tensor, count, self.writes[name])
-        if self.wanted(name):
+        if name in self._writes:
+            self._write(tensor, count, self._writes[name])
+        if name in self.wanted:
             data = np.empty(count, dtype=np.float32)
             lib.ggml_backend_tensor_get(tensor, data.ctypes.data, 0, size)
-            self.parts.setdefault(name, []).append(data)
+            self.parts.setdefault(name.decode("utf-8", "replace"), []).append(data)
         return True
 
     def _write(self, tensor: int, count: int, rows: tuple[tuple[int, np.ndarray], ...]) -> None:

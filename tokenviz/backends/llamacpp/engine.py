@@ -307,14 +307,14 @@ class LlamaCppEngine(DenseInOnePlace):
 
     def take_edits(self, edits: Edits) -> None:
         """The journey's passes and the views' with `edits` from the next pass on. Rows written need the
-        evaluation callback on the journey's context, which it has only while an intervention is in force
-        (without, a pass costs what llama.cpp's own decode costs): where that changes, the context is
-        opened again at its next use (see _ready)."""
+        evaluation callback on the journey's context, which it has only while a patch is in force or the
+        lens is in use (without, a pass costs what llama.cpp's own decode costs): where it has none, the
+        context is opened again at its next use (see _ready); a callback no longer needed goes at the next
+        step (see _lens_capture)."""
         self.edits = edits
         self.internals.edits = edits
-        held = self.runtime.capture is not None
-        self._capture = bool(edits.writes) or (held and self.intervening is not None)  # (kept while suspended)
-        self._reopen = self._capture != held
+        self._capture = bool(edits.writes) or (self._capture and self.intervening is not None)  # (kept suspended)
+        self._reopen = self._capture and self.runtime.capture is None
         if not self._reopen:
             self.runtime.edit(edits)
 
@@ -329,6 +329,17 @@ class LlamaCppEngine(DenseInOnePlace):
         runtime.edit(self.edits)
         if held:
             runtime.decode(held, 0)
+
+    def _lens_capture(self, wanted: bool) -> Capture | None:
+        """The journey's context with an evaluation callback where the lens is in use (`wanted`: its step
+        reads the lens's rows in its own pass), without one once it is not (unless a patch needs it): the
+        context opened again, its cache kept (Runtime.reopen). The callback to read through, or None."""
+        runtime = self.runtime
+        if wanted and runtime.capture is None:
+            runtime.reopen(Capture(runtime.lib.ggml_backend_sched_eval_callback))
+        elif not wanted and runtime.capture is not None and not self._capture:
+            runtime.reopen(None)
+        return runtime.capture if wanted else None
 
     def twin(self) -> LlamaCppEngine:
         return LlamaCppEngine(self.runtime.sibling(), self.path, self.name)
@@ -347,9 +358,18 @@ class LlamaCppEngine(DenseInOnePlace):
                 f"the context is full: {self.runtime.context_size:,} tokens (llama.cpp's context here); rewind"
             )
         self._ready()
+        names = self.internals.step_names(len(ids))
+        capture = self._lens_capture(bool(names))
+        if capture is not None:
+            capture.start(names)
         started = time.perf_counter()
-        rows = self.runtime.decode(ids, len(self.fed), every_position)
+        try:
+            rows = self.runtime.decode(ids, len(self.fed), every_position)
+        finally:
+            found = capture.stop() if capture is not None else {}
         milliseconds = (time.perf_counter() - started) * 1e3
+        if capture is not None:
+            self.internals.keep(self.fed, found, rows[-1:])
         logits = torch.from_numpy(np.ascontiguousarray(rows[-1]))
         every = torch.from_numpy(rows) if every_position else None
         return LlamaForward(logits, Elapsed(milliseconds), every)

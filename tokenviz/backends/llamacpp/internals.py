@@ -13,6 +13,7 @@ steps do: with the interventions in force (`edits`, set by interventions.py).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -24,6 +25,7 @@ import torch
 
 from tokenviz.backends.hf.output_head import inspections
 from tokenviz.backends.llamacpp.capture import Capture
+from tokenviz.backends.llamacpp.head import Head
 from tokenviz.backends.llamacpp.runtime import BATCH, NO_EDITS, Edits, Runtime
 from tokenviz.contract.engine import shared_prefix
 from tokenviz.contract.errors import Cancelled, TokenvizError
@@ -31,66 +33,19 @@ from tokenviz.contract.results import Inspection, LensAsk
 
 LENS_CHECK = 1e-3  # the lens's last layer against llama.cpp's own distribution (probability)
 NORM_CHECK = 1e-3  # the final norm here against llama.cpp's result_norm (relative to its largest value)
-
-
-def as_multiplied(weight_type: str) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The activations as llama.cpp's CPU kernels multiply them with weights of `weight_type`: quantized to
-    8 bits in blocks of 32 (the Q4_0 to Q8_0 family's Q8_0/Q8_1) or 256 (the K and IQ quants' Q8_K),
-    rounded to float16 or bfloat16 for those weights, as they are for float32 ones. (The lens's head
-    applied so gives llama.cpp's own distribution within 2e-4 on the bundled Q4_1 model; applied in
-    float32, 0.008 off.)"""
-    name = weight_type.upper()
-    if name in ("F32", "F64"):
-        return lambda x: x
-    if name in ("F16", "BF16"):
-        dtype = torch.float16 if name == "F16" else torch.bfloat16
-        return lambda x: x.to(dtype).float()
-    block = 256 if "_K" in name or (name.startswith("IQ") and name != "IQ4_NL") else 32
-
-    def quantized(x: torch.Tensor) -> torch.Tensor:
-        blocks = x.reshape(*x.shape[:-1], -1, block)
-        scale = blocks.abs().amax(-1, keepdim=True) / 127
-        steps = torch.round(blocks / torch.where(scale == 0, torch.ones_like(scale), scale))
-        return (steps * scale).reshape(x.shape)
-
-    return quantized
+LENS_IN_USE_STEPS = 4  # steps a lens asked for captures its rows in the journey's own pass (see step_names)
+STEPS_KEPT = 2  # steps' captures kept: a step feeds the token just chosen, the lens reads the one before too
 
 
 @dataclass(frozen=True)
-class Head:
-    """The model's final RMS norm and its unembedding, dequantized from the GGUF, applied as llama.cpp
-    applies them (the activations as its kernels multiply them)."""
+class StepCapture:
+    """What a step's own pass captured for the lens (LlamaInternals.step_names): the tokens its context
+    held after it, the edits in force, the tensors (one row each: the step fed one token) and its logits."""
 
-    norm: torch.Tensor  # (hidden,)
-    eps: float
-    weight: torch.Tensor  # (vocab, hidden) float32
-    embeddings: torch.Tensor  # (vocab, hidden): the token embeddings (the head itself where tied)
-    multiplied: Callable[[torch.Tensor], torch.Tensor]
-
-    def normed(self, residual: torch.Tensor) -> torch.Tensor:
-        r = residual.float()
-        return r * torch.rsqrt(r.pow(2).mean(-1, keepdim=True) + self.eps) * self.norm
-
-    def logits(self, residual: torch.Tensor) -> torch.Tensor:
-        return self.multiplied(self.normed(residual)) @ self.weight.T
-
-
-def read_head(path: Path, architecture: str, eps: str | None) -> Head:
-    from gguf import GGUFReader, dequantize
-
-    tensors = {t.name: t for t in GGUFReader(path).tensors}
-    if "output_norm.weight" not in tensors or "token_embd.weight" not in tensors:
-        raise TokenvizError(f"the lens: {path.name} has no output_norm or token_embd tensor ({architecture})")
-
-    def read(name: str) -> torch.Tensor:
-        t = tensors[name]
-        return torch.from_numpy(np.array(dequantize(t.data, t.tensor_type), dtype=np.float32))
-
-    embeddings = read("token_embd.weight")
-    head = "output.weight" if "output.weight" in tensors else "token_embd.weight"
-    weight = embeddings if head == "token_embd.weight" else read(head)
-    multiplied = as_multiplied(tensors[head].tensor_type.name)
-    return Head(read("output_norm.weight").reshape(-1), float(eps or 1e-5), weight, embeddings, multiplied)
+    ids: tuple[int, ...]
+    edits: Edits
+    found: dict[str, list[np.ndarray]]
+    logits: np.ndarray  # (1, vocab)
 
 
 class LlamaInternals:
@@ -102,6 +57,9 @@ class LlamaInternals:
         self.edits: Edits = NO_EDITS  # the interventions in force, as llama.cpp takes them
         self._edits_of: dict[int, Edits] = {}  # the edits each context's cache was computed under, by id
         self.head_checked = False  # the head gave llama.cpp's own distribution once (see _check)
+        self.in_use = 0  # steps left whose own pass captures the lens (step_names)
+        self.asked: set[str] = set()  # the tensors the lens last read
+        self.steps: deque[StepCapture] = deque(maxlen=STEPS_KEPT)  # what the last steps' passes captured
 
     @cached_property
     def lens_context(self) -> Runtime:
@@ -116,7 +74,37 @@ class LlamaInternals:
 
     @cached_property
     def head(self) -> Head:
-        return read_head(self.path, self.architecture, self.eps)
+        return Head(self.path, self.architecture, self.eps, self.runtime.threads)
+
+    def names(self, rows: Sequence[int]) -> set[str]:
+        """The tensors a lens of `rows` reads: the residual after each of their layers and the last, and the
+        final norm's output (checked)."""
+        layers = self.runtime.shape.layers
+        return {f"l_out-{row - 1}" for row in rows if row > 0} | {f"l_out-{layers - 1}", "result_norm"}
+
+    def step_names(self, fed: int) -> set[str]:
+        """What a step feeding `fed` tokens captures in its own pass for the lens: while the lens is in use
+        (asked within the last LENS_IN_USE_STEPS steps), the tensors it last read, so the lens at that step
+        costs no pass of its own (see keep); nothing for a prompt or once the lens is closed, so a step
+        costs what llama.cpp's own decode costs."""
+        if fed != 1 or self.in_use <= 0:
+            return set()
+        self.in_use -= 1
+        return self.asked
+
+    def keep(self, ids: Sequence[int], found: dict[str, list[np.ndarray]], logits: np.ndarray) -> None:
+        """Keep what a step's pass captured (asked with step_names)."""
+        if self.asked <= set(found):
+            self.steps.append(StepCapture(tuple(ids), self.edits, found, logits))
+
+    def _from_step(self, ids: Sequence[int], positions: Sequence[int], names: set[str]) -> StepCapture | None:
+        """A step's capture that holds the lens of `ids` at `positions`: the last position alone, under the
+        edits in force, the tensors `names`."""
+        if list(positions) != [len(ids) - 1]:
+            return None
+        return next(
+            (s for s in self.steps if (s.ids, s.edits) == (tuple(ids), self.edits) and names <= set(s.found)), None
+        )
 
     def _pass(
         self,
@@ -140,7 +128,7 @@ class LlamaInternals:
         self.capture.writes = edits.writes or {}  # (the capture is both contexts': its rows are this pass's)
         start = 0 if stale else min(shared_prefix(context.held, ids), first, len(ids) - 1)
         context.cut(start)
-        self.capture.start(lambda name: name in names)
+        self.capture.start(names)
         try:
             logits = context.decode(list(ids[start:]), start, outputs=[o - start for o in outputs])
         finally:
@@ -167,11 +155,15 @@ class LlamaInternals:
         shape = self.runtime.shape
         layers, hidden = shape.layers, shape.hidden
         rows = tuple(range(layers + 1)) if ask.rows is None else ask.rows
-        captured = sorted({row - 1 for row in rows if row > 0} | {layers - 1})
+        names = self.names(rows)
+        self.asked, self.in_use = names, LENS_IN_USE_STEPS
         outs = sorted(set(positions))
-        names = {f"l_out-{i}" for i in captured} | {"result_norm"}
-        logits, found, start = self._pass(self.lens_context, ids, outs[0], outs, names)
-        if len(found) != len(names):
+        step = self._from_step(ids, outs, names)
+        if step is not None:
+            logits, found, start = step.logits, step.found, len(ids) - 1  # (the step's own pass read them)
+        else:
+            logits, found, start = self._pass(self.lens_context, ids, outs[0], outs, names)
+        if not names <= set(found):
             raise TokenvizError(f"the lens: llama.cpp's graph of {self.architecture} has no l_out or result_norm")
         at = [outs.index(p) for p in positions]
         fed = [p - start for p in positions]  # (the rows of the positions this pass fed)
@@ -180,14 +172,17 @@ class LlamaInternals:
             values = torch.from_numpy(np.concatenate(found[f"l_out-{layer}"]).reshape(-1, hidden))
             return values[at] if layer == layers - 1 else values[fed]
 
-        embedded = self.head.embeddings[[ids[p] for p in positions]]
+        embedded = self.head.embeddings([ids[p] for p in positions])
         last = after(layers - 1)
         result_norm = torch.from_numpy(np.concatenate(found["result_norm"]).reshape(-1, hidden))
         self._check(last, result_norm[at], logits[at])
         shown = torch.stack([embedded if row == 0 else last if row == layers else after(row - 1) for row in rows])
         here = list(range(len(positions)))
         local = [ids[p] for p in positions]
-        made = inspections(shown, local, here, chosen, pinned, self.head.logits, embedded, engine, rows=rows)
+        own = torch.from_numpy(logits[at])  # (the last row: llama.cpp's own logits, which its head gives)
+        made = inspections(
+            shown, local, here, chosen, pinned, self.head.logits, embedded, engine, rows=rows, last_logits=own
+        )
         return [replace(inspection, position=p) for inspection, p in zip(made, positions)]
 
     def _check(self, last: torch.Tensor, result_norm: torch.Tensor, logits: np.ndarray) -> None:

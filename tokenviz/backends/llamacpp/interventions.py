@@ -104,7 +104,7 @@ class LlamaIntervening(Suspendable):
         """As the transformers backend's: two tokens' output head rows' difference, or two texts' residuals'
         after the layer at their last token, each read alone."""
         if steering.by == "tokens":
-            rows = self.internals.head.weight[[token_id(steering.toward), token_id(steering.away)]]
+            rows = self.internals.head.unembeddings([token_id(steering.toward), token_id(steering.away)])
             return np.asarray(rows[0] - rows[1], dtype=np.float32)
         toward, away = (
             self.internals.residual(ids, steering.layer, len(ids) - 1)

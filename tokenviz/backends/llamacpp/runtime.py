@@ -179,10 +179,27 @@ class Runtime:
             params.cb_eval = capture.callback
             params.cb_eval_user_data = None
         self.capture = capture
+        self.opened = (flash_attention, sequences)  # (as reopen opens it again)
         self.held: list[int] = []  # the tokens its cache holds, from position 0
+        self.edits = NO_EDITS
         self.ctx = lib.llama_init_from_model(self.model, params)
         if not self.ctx:
             raise TokenvizError(f"llama.cpp could not make a context of {self.context_size:,} tokens")
+
+    def reopen(self, capture: Capture | None) -> None:
+        """Open the context again with `capture` (None: none), its cache kept: sequence 0's cells copied
+        into the new one as they are (llama_state_seq_get_data, then set_data: bit for bit, at the speed
+        of a copy, where feeding them again would recompute them), the edits in force kept."""
+        lib, held, edits = self.lib, list(self.held), self.edits
+        size = lib.llama_state_seq_get_size(self.ctx, 0)
+        state = (ctypes.c_uint8 * max(size, 1))()
+        written = lib.llama_state_seq_get_data(self.ctx, state, size, 0)
+        self.open_context(capture, *self.opened)
+        self.edit(edits)
+        if held and lib.llama_state_seq_set_data(self.ctx, state, written, 0) == 0:
+            self.clear()  # (llama.cpp could not take its own state back: fed again)
+            self.decode(held, 0)
+        self.held = held
 
     @contextmanager
     def beside(self, edits: Edits, what: str, needed: int, room: int = 0, sequences: int = 1) -> Iterator[Runtime]:
@@ -212,6 +229,7 @@ class Runtime:
         """Run the model with `edits` from the next pass on (NO_EDITS: as it is). Rows written need the
         context's capture (open_context)."""
         shape, lib = self.shape, self.lib
+        self.edits = edits
         if edits.control is None:
             code = lib.llama_set_adapter_cvec(self.ctx, None, 0, shape.hidden, 0, 0)
         else:

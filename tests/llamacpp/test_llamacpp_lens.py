@@ -1,0 +1,120 @@
+"""The lens of a GGUF in llama.cpp costs what the screen shows: its head is llama.cpp's own (ggml's kernels on
+the file's quantized head, the same logits bit for bit as llama-cpp-python's own, outside tokenviz), and
+while it is in use a step reads its rows in the step's own pass (no pass of its own), with every step's
+logits what they are without it, bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from llama_reference import PROMPT, THREADS
+
+pytestmark = [pytest.mark.llamacpp, pytest.mark.usefixtures("llama_cpp")]
+
+
+def opened():
+    from tokenviz.backends.llamacpp.plugin import BACKEND
+    from tokenviz.cli.options import ModelChoice
+    from tokenviz.contract.backend import Opening
+    from tokenviz.contract.settings import SamplingSettings
+
+    opening = Opening("trace", {"threads": THREADS}, frozenset(), ModelChoice(), SamplingSettings(temperature=0))
+    return BACKEND.loader(opening)(lambda message, fraction: None)
+
+
+def session_on(engine):
+    from tokenviz.contract.settings import SamplingSettings
+    from tokenviz.journey.session import Session
+
+    session = Session(engine, SamplingSettings(temperature=0))
+    session.start(PROMPT)
+    return session
+
+
+def test_the_lens_head_gives_llama_cpps_own_logits(reference):
+    """The last layer's residual through the lens's head is llama-cpp-python's own logits at that position
+    (measured bit for bit here; held within 1e-5), and the float head kept for a ggml without its CPU graph
+    is within the lens's check of its distribution."""
+    from tokenviz.backends.llamacpp.head import FloatHead, Head
+    from tokenviz.backends.llamacpp.internals import LENS_CHECK
+
+    engine = opened()
+    internals = engine.internals
+    ids = engine.encode(PROMPT)
+    last = f"l_out-{engine.info.layers - 1}"
+    _, found, _ = internals._pass(internals.lens_context, ids, len(ids) - 1, [len(ids) - 1], {last})
+    residual = torch.from_numpy(np.concatenate(found[last]).reshape(-1, engine.info.hidden)[-1:].copy())
+    prompt = reference.tokenize(PROMPT.encode(), add_bos=True, special=True)
+    assert prompt == ids
+    reference.reset()
+    reference.eval(prompt)
+    theirs = torch.from_numpy(np.asarray(reference.scores[len(prompt) - 1], dtype=np.float32).copy())
+    ours = internals.head.logits(residual)[0]
+    assert (ours - theirs).abs().max() <= 1e-5
+    floated = Head(engine.path, "llama", internals.eps, THREADS, ggml_graphs=False)
+    assert isinstance(floated.apply, FloatHead)
+    difference = torch.softmax(floated.logits(residual)[0], -1) - torch.softmax(theirs, -1)
+    assert difference.abs().max() <= LENS_CHECK
+
+
+def test_a_lens_in_use_is_read_in_the_steps_own_pass_and_changes_no_logit():
+    """Stepping with the lens asked at each step (as the app's lens view asks it) gives every step's logits
+    bit for bit as stepping without; after the first two steps the lens's own context feeds nothing (the
+    step's pass read the rows), and what it shows is what a pass over the whole context from an empty cache
+    gives (within 1e-4 in probability: llama.cpp's kernels sum a batch of one and of many in other orders).
+    Once the lens is closed, the journey's context carries no callback again."""
+    from tokenviz.backends.llamacpp.internals import LENS_IN_USE_STEPS
+    from tokenviz.contract.results import LensAsk
+
+    engine = opened()
+    lensed, plain = session_on(engine), session_on(engine.twin())
+    context = engine.internals.lens_context
+    fed: list[int] = []
+    decode = context.decode
+    context.decode = lambda tokens, start, *a, **k: fed.append(len(tokens)) or decode(tokens, start, *a, **k)
+    rows = (0, 7, 14, 21, engine.info.layers)
+    for _ in range(5):
+        lensed.step()
+        plain.step()
+        shown = lensed.analyses.inspect(len(lensed.ids) - 2, rows)
+        assert torch.equal(lensed.pending_logits, plain.pending_logits)
+    assert len(fed) == 2, fed  # (the first lens: the whole context; the second: the step before the capture)
+    assert engine.runtime.capture is not None
+    position = len(lensed.ids) - 2
+    context.clear()
+    engine.internals.steps.clear()  # (the steps' captures forgotten: a pass of the lens's own)
+    ask = LensAsk(tuple(lensed.ids[: position + 1]), (position,), (lensed.ids[position + 1],), (), rows)
+    again = engine.inspect(ask)[0]
+    assert fed[-1] == position + 1  # (from an empty cache: the whole context)
+    for layer_shown, layer_again in zip(shown.lens, again.lens, strict=True):
+        assert layer_shown.layer == layer_again.layer
+        assert [t[0] for t in layer_shown.top[:3]] == [t[0] for t in layer_again.top[:3]]
+        assert [t[2] for t in layer_shown.top] == pytest.approx([t[2] for t in layer_again.top], abs=1e-4)
+        assert layer_shown.chosen_prob == pytest.approx(layer_again.chosen_prob, abs=1e-4)
+    for _ in range(LENS_IN_USE_STEPS + 1):
+        lensed.step()
+        plain.step()
+        assert torch.equal(lensed.pending_logits, plain.pending_logits)
+    assert engine.runtime.capture is None and engine.kv_len == len(lensed.ids)
+
+
+def test_reopening_a_context_keeps_its_cache_bit_for_bit():
+    """A context opened again (with a callback, then without) keeps the cells it held, copied: the next
+    step's logits are those of a context never reopened, bit for bit."""
+    from tokenviz.backends.llamacpp.capture import Capture
+
+    runtime = opened().runtime
+    other = runtime.sibling()
+    ids = other.tokenize(PROMPT, True)
+    for context in (runtime, other):
+        context.decode(ids, 0)
+    runtime.reopen(Capture(runtime.lib.ggml_backend_sched_eval_callback))
+    assert runtime.capture is not None and runtime.held == ids
+    token = 1000
+    for reopened_with in ("capture", None):
+        ours, theirs = runtime.decode([token], len(runtime.held)), other.decode([token], len(other.held))
+        assert np.array_equal(ours, theirs)
+        if reopened_with == "capture":
+            runtime.reopen(None)
+            assert runtime.capture is None
