@@ -15,7 +15,7 @@ from typing import Any
 import psutil
 import torch
 
-from bench.anchors import PROMPT, Run, StaticGenerate, bare_decoder, bare_steps, generate_seconds
+from bench.anchors import PROMPT, Run, StaticGenerate, bare_decoder, bare_steps, generate_seconds, lens_view_rows
 from bench.shaped import weights_bytes
 from bench.timing import in_thread, p95, paired_ratio, seconds_of, sync
 from tokenviz.backends.transformers.loading import LoadedModel
@@ -148,6 +148,30 @@ def intervention_step(loaded, steps: int, rounds: int = 3) -> dict:
         ablated += engine_steps(loaded, ids, steps + 2, interventions=(HeadAblation(0, 0),))[1][2:]
     a, p = statistics.median(ablated) * 1000, statistics.median(plain) * 1000
     return {"intervened_ms": a, "plain_ms": p, "ratio": a / p}
+
+
+def lens_step(loaded, device, steps: int, lengths: tuple[int, ...] = (0, 1000), rounds: int = 2) -> dict:
+    """A step with the lens view open at 80x24 (the step, then the lens at the step just taken for the rows
+    that view shows) against a plain step, after the prompt and after `lengths` tokens more of context:
+    the step's own pass reads the lens's rows, so it costs the head over the rows shown at any length."""
+    rows = lens_view_rows(loaded.info.layers)
+    out: dict = {"lens_rows": len(rows)}
+    for length in lengths:
+        ids = loaded.tokenizer(PROMPT)["input_ids"] + random_ids(loaded, length)
+        plain, lensed = [], []
+        for _ in range(rounds):
+            session, _ = started_session(loaded, ids)
+            plain += [seconds_of(session.step, device) for _ in range(steps + 2)][2:]
+            other, _ = started_session(loaded, ids)
+
+            def with_lens(s: Session = other) -> None:
+                s.step()
+                s.analyses.inspect(len(s.ids) - 2, rows)  # (the step just taken, as the lens view asks it)
+
+            lensed += [seconds_of(with_lens, device) for _ in range(steps + 2)][2:]
+        p, w = statistics.median(plain) * 1000, statistics.median(lensed) * 1000
+        out[f"context_{len(ids)}"] = {"step_ms": p, "step_with_lens_ms": w, "ratio": w / p}
+    return out
 
 
 def autoplay_run(

@@ -303,3 +303,39 @@ def test_trace_lens_layers_gives_those_rows_of_the_whole_lens(tmp_path, monkeypa
     assert code == 2 and len(errors) == 1 and f"layers are 0 to {layers - 1}" in errors[0], err
     code, out, err = invoke(monkeypatch, capsys, *common, "--lens-layers", "1..3")
     assert code == 2 and "give emb, last, N, N-M or N-M/K" in err and "Traceback" not in err
+
+
+def test_the_lens_at_the_step_just_taken_is_read_in_that_steps_own_pass(tiny):
+    """While the lens is in use, a step keeps its token's residual stream: the lens at the step just taken
+    runs no pass of its own (its cost is the head's, not the context's length) and gives what a pass over
+    the whole context gives (within 1e-5 in probability: a cached and an uncached pass sum in other
+    orders); a rewind forgets what was kept, and a closed lens keeps nothing."""
+    from tokenviz.backends.transformers.step_lens import IN_USE_STEPS
+
+    loaded = tiny
+    s = journey(loaded, steps=1)
+    passes: list[int] = []
+    handle = loaded.model.register_forward_pre_hook(lambda m, a, k: passes.append(1), with_kwargs=True)
+    try:
+        for _ in range(4):
+            s.step()
+            before = len(passes)
+            shown = s.analyses.inspect(len(s.ids) - 2)
+            fed_here = len(passes) - before
+        assert fed_here == 0  # (the step's own pass read it)
+        position = len(s.ids) - 2
+        s.engine.step_lens.forget_from(0)
+        again = inspect_positions(s.engine, s.ids[: position + 1], [position], [s.ids[position + 1]])[0]
+        assert again.position == shown.position == position
+        for ours, whole in zip(shown.lens, again.lens, strict=True):
+            assert [t[0] for t in ours.top] == [t[0] for t in whole.top]
+            assert [t[2] for t in ours.top] == pytest.approx([t[2] for t in whole.top], abs=1e-5)
+            assert ours.residual_norm == pytest.approx(whole.residual_norm, rel=1e-4)
+        s.step()
+        s.rewind(1)
+        assert s.engine.step_lens.kept.keys() <= set(range(s.engine.kv_len))
+        for _ in range(IN_USE_STEPS + 1):
+            s.step()
+        assert s.engine.step_lens.kept == {} or max(s.engine.step_lens.kept) < s.engine.kv_len - 1
+    finally:
+        handle.remove()

@@ -90,6 +90,10 @@ def test_bench_measures_run_on_a_tiny_model(tmp_path):
     intervened = engine.intervention_step(loaded, steps=3, rounds=1)
     assert intervened["intervened_ms"] > 0 and intervened["plain_ms"] > 0
     assert intervened["ratio"] == pytest.approx(intervened["intervened_ms"] / intervened["plain_ms"])
+    lensed = engine.lens_step(loaded, torch.device("cpu"), steps=2, lengths=(0, 40), rounds=1)
+    assert lensed["lens_rows"] == len(anchors.lens_view_rows(loaded.info.layers)) and len(lensed) == 3
+    for at in (v for k, v in lensed.items() if k.startswith("context_")):
+        assert at["ratio"] == pytest.approx(at["step_with_lens_ms"] / at["step_ms"])
     long = processes.trace_long(loaded, source=source, n=64, rounds=1)
     assert long["traced_tokens"] == long["tokens"] >= 64  # (the same prompt on both sides)
     assert long["ratio"] == pytest.approx(long["trace_s"] / long["bare_s"])

@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 import torch
 
+from tokenviz.backends.transformers.step_lens import StepLens
 from tokenviz.contract.records import ModelInfo
 
 
@@ -26,6 +27,10 @@ class ModelAccess(Protocol):
 
     @property
     def info(self) -> ModelInfo: ...
+
+    @property
+    def step_lens(self) -> StepLens:
+        """The lens's rows the journey's last steps kept (see step_lens)."""
 
     @property
     def eos_ids(self) -> set[int]:

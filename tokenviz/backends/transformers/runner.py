@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +24,7 @@ from tokenviz.backends.transformers.device_map_times import PlaceTimes, timed_by
 from tokenviz.backends.transformers.exact_attention import ExactAttention
 from tokenviz.backends.transformers.head_check import check_head, head_reproduces, output_layer, settle_head
 from tokenviz.backends.transformers.interrupt import layer_by_layer
+from tokenviz.backends.transformers.lens import layer_streams, stacked
 from tokenviz.backends.transformers.loading import LoadedModel
 from tokenviz.backends.transformers.routing import (
     join_routes,
@@ -33,6 +34,7 @@ from tokenviz.backends.transformers.routing import (
     routers,
     shared_gates,
 )
+from tokenviz.backends.transformers.step_lens import StepLens
 from tokenviz.contract.engine import (
     WHOLE_VOCABULARY,
     AttentionRows,
@@ -153,6 +155,7 @@ class ModelRunner:
         self.info, query_bytes, held = measured_shape(self.model, self.device, info)
         self.cache = full_cache()
         self.rows = ExactAttention(self, query_bytes, held)  # the attention view's rows, exact
+        self.step_lens = StepLens()  # the lens's rows of the last steps, read in their own passes
         self.routers = routers(self.model)  # an MoE model's, by layer (none: dense)
         self.shared_gates = shared_gates(self.model, self.routers)
         self.info = dataclasses.replace(
@@ -286,6 +289,7 @@ class ModelRunner:
         """Go on from `cache` (a fresh one, or one kept from before): nothing kept about the old one holds."""
         self.cache = cache
         self.rows.forget_from(0)
+        self.step_lens.forget_from(0)
 
     def crop(self, length: int) -> None:
         """Keep the first `length` positions of every layer of the cache (see crop_layers)."""
@@ -296,6 +300,7 @@ class ModelRunner:
             return
         crop_layers(self.cache, length)
         self.rows.forget_from(length)
+        self.step_lens.forget_from(length)
 
     @torch.inference_mode()
     def forward(
@@ -308,7 +313,8 @@ class ModelRunner:
         holding part of the pass, for the caller to undo."""
         timer = DeviceTimer(self.device)
         start = self.kv_len
-        if self._compiled_serves(ids, every_position):
+        lens = self.step_lens.wanted(len(ids)) and not every_position
+        if not lens and self._compiled_serves(ids, every_position):
             assert self.compiled is not None
             logits, queries = self.compiled.step(self.cache, ids_to_device(ids, self.device))
             self.rows.queries.add(start, Capture(queries=queries))
@@ -328,9 +334,11 @@ class ModelRunner:
             recording(self.routers, self.shared_gates) as routed,
             timed_by_place(self.model) as places,
             output_layer_input(self.model) if keep_hidden else nullcontext() as read,
+            layer_streams(self.model) if lens else nullcontext() as streams,
         ):
+            input_ids = ids_to_device(ids, self.device)
             out = self.model(
-                input_ids=ids_to_device(ids, self.device),
+                input_ids=input_ids,
                 **with_cache(self.model, self.cache),
                 use_cache=True,
                 logits_to_keep=last_logits(len(ids), self.device)
@@ -338,6 +346,9 @@ class ModelRunner:
                 else (len(ids) if every_position else 1),
             )
         self.rows.queries.add(start, capture, fed=len(ids))
+        if streams is not None:
+            with suppress(TokenvizError):  # (layers the lens cannot follow: its own pass says so, the step goes on)
+                self.step_lens.keep(start, ids[0], stacked(self.model, input_ids, streams), out.logits[0, -1])
         hidden = read[-1][0] if keep_hidden and read else None  # (tokens fed, hidden)
         reproduces = head_reproduces(self.model)
         if keep_hidden and reproduces is None:  # checked once, on the last position
