@@ -26,6 +26,8 @@ CHILD = """
 import json, sys
 out, sys.argv = sys.argv[1], ["tokenviz", *sys.argv[2:]]
 from tokenviz.cli import run
+
+pytestmark = pytest.mark.hostile  # (stub servers, inputs made to break it, capped child processes)
 code = 0
 try:
     run()

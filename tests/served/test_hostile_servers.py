@@ -25,6 +25,8 @@ from tokenviz.backends.served.endpoint import ApiKey, Endpoint, EndpointError, c
 from tokenviz.backends.served.engine import MAX_VOCABULARY
 from tokenviz.contract.errors import TokenvizError
 
+pytestmark = pytest.mark.hostile  # (stub servers, inputs made to break it, capped child processes)
+
 TOKEN = "tv-secret-token-0123456789"
 KEY_ENV = "TOKENVIZ_HOSTILE_KEY"
 CHILD_LIMIT_S = 60  # a hang guard; the deadlines under test are seconds
