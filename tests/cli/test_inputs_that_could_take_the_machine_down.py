@@ -18,6 +18,8 @@ import pytest
 from clitools import invoke
 from tiny import save_tiny
 
+pytestmark = pytest.mark.hostile  # (inputs made to take the machine down, in capped child processes)
+
 CHILD_LIMIT_S = 120  # generous: a busy 2-core machine imports torch in seconds
 ADDRESS_SPACE = 6 << 30  # the child's cap: torch and the grammar's deep stack fit; a runaway does not
 PEAK_MB = 1024  # what judging a config may take
@@ -26,8 +28,6 @@ CHILD = """
 import json, sys
 out, sys.argv = sys.argv[1], ["tokenviz", *sys.argv[2:]]
 from tokenviz.cli import run
-
-pytestmark = pytest.mark.hostile  # (stub servers, inputs made to break it, capped child processes)
 code = 0
 try:
     run()

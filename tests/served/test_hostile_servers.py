@@ -25,7 +25,7 @@ from tokenviz.backends.served.endpoint import ApiKey, Endpoint, EndpointError, c
 from tokenviz.backends.served.engine import MAX_VOCABULARY
 from tokenviz.contract.errors import TokenvizError
 
-pytestmark = pytest.mark.hostile  # (stub servers, inputs made to break it, capped child processes)
+pytestmark = pytest.mark.hostile  # (stub servers that stall, lie or flood)
 
 TOKEN = "tv-secret-token-0123456789"
 KEY_ENV = "TOKENVIZ_HOSTILE_KEY"
