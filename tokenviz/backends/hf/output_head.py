@@ -106,7 +106,6 @@ def stream_merge(model: Any) -> Callable[[torch.Tensor], torch.Tensor] | None:
     return merge
 
 
-@torch.inference_mode()
 def _through(
     lens: Callable[[torch.Tensor], torch.Tensor], residual: torch.Tensor, last: torch.Tensor | None
 ) -> torch.Tensor:
@@ -116,6 +115,7 @@ def _through(
     return torch.cat([lens(residual[:-1]), last]) if residual.shape[0] > 1 else last
 
 
+@torch.inference_mode()
 def inspections(
     stream: torch.Tensor,
     ids: list[int],
@@ -137,10 +137,10 @@ def inspections(
     computed again."""
     out = []
     numbers = list(range(stream.shape[0]) if rows is None else rows)
-    own = last_logits is not None and numbers[-1] == engine.info.layers
+    own = last_logits.float() if last_logits is not None and numbers[-1] == engine.info.layers else None
     for k, (position, chosen_id, row) in enumerate(zip(positions, chosen, embedding_rows)):
         residual = stream[:, position]  # (rows, H)
-        logits = _through(lens, residual, last_logits[k : k + 1].float() if own and last_logits is not None else None)
+        logits = _through(lens, residual, None if own is None else own[k : k + 1])
         probs = torch.softmax(logits, -1)  # (L+1, V)
         norms = residual.float().norm(dim=-1).tolist()
         top_p, top_i = torch.topk(probs, top, dim=-1)
