@@ -64,7 +64,7 @@ def test_a_lens_in_use_is_read_in_the_steps_own_pass_and_changes_no_logit():
     step's pass read the rows), and what it shows is what a pass over the whole context from an empty cache
     gives (within 1e-4 in probability: llama.cpp's kernels sum a batch of one and of many in other orders).
     Once the lens is closed, the journey's context carries no callback again."""
-    from tokenviz.backends.llamacpp.internals import LENS_IN_USE_STEPS
+    from tokenviz.backends.hf.lens_in_use import IN_USE_STEPS
     from tokenviz.contract.results import LensAsk
 
     engine = opened()
@@ -92,7 +92,7 @@ def test_a_lens_in_use_is_read_in_the_steps_own_pass_and_changes_no_logit():
         assert [t[0] for t in layer_shown.top[:3]] == [t[0] for t in layer_again.top[:3]]
         assert [t[2] for t in layer_shown.top] == pytest.approx([t[2] for t in layer_again.top], abs=1e-4)
         assert layer_shown.chosen_prob == pytest.approx(layer_again.chosen_prob, abs=1e-4)
-    for _ in range(LENS_IN_USE_STEPS + 1):
+    for _ in range(IN_USE_STEPS + 1):
         lensed.step()
         plain.step()
         assert torch.equal(lensed.pending_logits, plain.pending_logits)

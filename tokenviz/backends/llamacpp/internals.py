@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from tokenviz.backends.hf.lens_in_use import STEPS_KEPT, LensInUse
 from tokenviz.backends.hf.output_head import inspections
 from tokenviz.backends.llamacpp.capture import Capture
 from tokenviz.backends.llamacpp.head import Head
@@ -33,8 +34,6 @@ from tokenviz.contract.results import Inspection, LensAsk
 
 LENS_CHECK = 1e-3  # the lens's last layer against llama.cpp's own distribution (probability)
 NORM_CHECK = 1e-3  # the final norm here against llama.cpp's result_norm (relative to its largest value)
-LENS_IN_USE_STEPS = 4  # steps a lens asked for captures its rows in the journey's own pass (see step_names)
-STEPS_KEPT = 2  # steps' captures kept: a step feeds the token just chosen, the lens reads the one before too
 
 
 @dataclass(frozen=True)
@@ -55,9 +54,8 @@ class LlamaInternals:
         self.runtime, self.path, self.architecture, self.eps = runtime, path, architecture, eps
         self.capture = Capture(runtime.lib.ggml_backend_sched_eval_callback)
         self.edits: Edits = NO_EDITS  # the interventions in force, as llama.cpp takes them
-        self._edits_of: dict[int, Edits] = {}  # the edits each context's cache was computed under, by id
         self.head_checked = False  # the head gave llama.cpp's own distribution once (see _check)
-        self.in_use = 0  # steps left whose own pass captures the lens (step_names)
+        self.in_use = LensInUse()  # whether steps read the lens's rows in their own pass (step_names)
         self.asked: set[str] = set()  # the tensors the lens last read
         self.steps: deque[StepCapture] = deque(maxlen=STEPS_KEPT)  # what the last steps' passes captured
 
@@ -84,13 +82,10 @@ class LlamaInternals:
 
     def step_names(self, fed: int) -> set[str]:
         """What a step feeding `fed` tokens captures in its own pass for the lens: while the lens is in use
-        (asked within the last LENS_IN_USE_STEPS steps), the tensors it last read, so the lens at that step
-        costs no pass of its own (see keep); nothing for a prompt or once the lens is closed, so a step
-        costs what llama.cpp's own decode costs."""
-        if fed != 1 or self.in_use <= 0:
-            return set()
-        self.in_use -= 1
-        return self.asked
+        (hf.lens_in_use), the tensors it last read, so the lens at that step costs no pass of its own (see
+        keep); nothing for a prompt or once the lens is closed, so a step costs what llama.cpp's own decode
+        costs."""
+        return self.asked if self.in_use.wanted(fed) else set()
 
     def keep(self, ids: Sequence[int], found: dict[str, list[np.ndarray]], logits: np.ndarray) -> None:
         """Keep what a step's pass captured (asked with step_names)."""
@@ -121,10 +116,9 @@ class LlamaInternals:
         from further back (`first` 0: from an empty cache). (logits, the tensors captured, the position the
         pass began at)."""
         edits = self.edits if edits is None else edits
-        stale = self._edits_of.get(id(context)) is not edits  # (a cache computed under other edits is no use)
+        stale = context.edits is not edits  # (a view's context's cache was computed under its edits: else no use)
         if stale:
             context.edit(edits)
-            self._edits_of[id(context)] = edits
         self.capture.writes = edits.writes or {}  # (the capture is both contexts': its rows are this pass's)
         start = 0 if stale else min(shared_prefix(context.held, ids), first, len(ids) - 1)
         context.cut(start)
@@ -156,7 +150,8 @@ class LlamaInternals:
         layers, hidden = shape.layers, shape.hidden
         rows = tuple(range(layers + 1)) if ask.rows is None else ask.rows
         names = self.names(rows)
-        self.asked, self.in_use = names, LENS_IN_USE_STEPS
+        self.asked = names
+        self.in_use.asked()
         outs = sorted(set(positions))
         step = self._from_step(ids, outs, names)
         if step is not None:

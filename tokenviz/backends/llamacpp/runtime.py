@@ -181,7 +181,7 @@ class Runtime:
         self.capture = capture
         self.opened = (flash_attention, sequences)  # (as reopen opens it again)
         self.held: list[int] = []  # the tokens its cache holds, from position 0
-        self.edits = NO_EDITS
+        self.edits = NO_EDITS  # the edits in force (edit): a view's context is cut whenever they change
         self.ctx = lib.llama_init_from_model(self.model, params)
         if not self.ctx:
             raise TokenvizError(f"llama.cpp could not make a context of {self.context_size:,} tokens")

@@ -1,9 +1,8 @@
-"""The lens at the step just taken, read in that step's own pass: while the lens is in use (asked within
-the last IN_USE_STEPS steps), a step feeding one token keeps that token's residual stream (the lens's rows:
-the embeddings, then each decoder layer's output, lens.layer_streams) and the model's own logits after it,
-so the lens there costs the head alone, not a pass over the whole context (whose cost grows with the
-journey). What is kept is by position, of the last KEPT steps, and forgotten where the cache is cut or
-changed, as the attention view's queries are."""
+"""The lens at the step just taken, read in that step's own pass: while the lens is in use (hf.lens_in_use),
+a step feeding one token keeps that token's residual stream (the lens's rows: the embeddings, then each
+decoder layer's output, lens.layer_streams) and the model's own logits after it, so the lens there costs
+the head alone, not a pass over the whole context (whose cost grows with the journey). What is kept is by
+position, and forgotten where the cache is cut or changed, as the attention view's queries are."""
 
 from __future__ import annotations
 
@@ -12,8 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-IN_USE_STEPS = 4  # steps after a lens asked for that keep their stream (the lens view asks at each)
-KEPT = 2  # steps kept: a step feeds the token just chosen; the lens view shows the one before it
+from tokenviz.backends.hf.lens_in_use import STEPS_KEPT, LensInUse
 
 
 @dataclass(frozen=True)
@@ -23,25 +21,14 @@ class StepStream:
     logits: torch.Tensor  # (vocab,): the model's own after it
 
 
-class StepLens:
+class StepLens(LensInUse):
     def __init__(self) -> None:
-        self.in_use = 0  # steps left that keep their stream
+        super().__init__()
         self.kept: dict[int, StepStream] = {}  # by position, the oldest first
-
-    def asked(self) -> None:
-        """The lens was asked for: the next steps keep their streams."""
-        self.in_use = IN_USE_STEPS
-
-    def wanted(self, fed: int) -> bool:
-        """Whether a pass feeding `fed` tokens keeps its stream (and counts one step of the lens's use)."""
-        if fed != 1 or self.in_use <= 0:
-            return False
-        self.in_use -= 1
-        return True
 
     def keep(self, position: int, token: int, stream: torch.Tensor, logits: torch.Tensor) -> None:
         self.kept[position] = StepStream(token, stream, logits)
-        while len(self.kept) > KEPT:
+        while len(self.kept) > STEPS_KEPT:
             del self.kept[next(iter(self.kept))]
 
     def forget_from(self, length: int) -> None:
