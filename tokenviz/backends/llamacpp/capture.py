@@ -22,9 +22,9 @@ Writes = dict[str, tuple[tuple[int, np.ndarray], ...]]  # a tensor's name: (posi
 
 class Capture:
     """The evaluation callback of a context: the float32 tensors `wanted` names, each kept as the list of
-    its parts (one a micro-batch), between start and stop; and `writes`, rows written into the tensors they
-    name at the positions they give, in every pass until changed. (llama.cpp asks about each node of its
-    graph, about a thousand a step: names are compared as the bytes ggml gives.)"""
+    its parts (one a micro-batch), between start and stop; and the rows `write` was given, written into the
+    tensors they name at the positions they give, in every pass until changed. (llama.cpp asks about each
+    node of its graph, about a thousand a step: names are compared as the bytes ggml gives.)"""
 
     def __init__(self, callback_type: Any):
         self.lib = tensors()
@@ -37,12 +37,8 @@ class Capture:
         self.outputs: tuple[int, ...] = ()  # the positions in it whose logits are asked (the last layer's rows)
         self.callback = callback_type(self._called)  # (kept alive as long as the context holds it)
 
-    @property
-    def writes(self) -> Writes:
-        return {name.decode(): rows for name, rows in self._writes.items()}
-
-    @writes.setter
-    def writes(self, writes: Writes) -> None:
+    def write(self, writes: Writes) -> None:
+        """Write these rows in every pass from now on (none: {})."""
         self._writes = {name.encode(): rows for name, rows in writes.items()}
         self.asked = self.wanted | set(self._writes)
 

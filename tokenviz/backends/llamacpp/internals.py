@@ -119,7 +119,7 @@ class LlamaInternals:
         stale = context.edits is not edits  # (a view's context's cache was computed under its edits: else no use)
         if stale:
             context.edit(edits)
-        self.capture.writes = edits.writes or {}  # (the capture is both contexts': its rows are this pass's)
+        self.capture.write(edits.writes or {})  # (the capture is both contexts': its rows are this pass's)
         start = 0 if stale else min(shared_prefix(context.held, ids), first, len(ids) - 1)
         context.cut(start)
         self.capture.start(names)

@@ -239,7 +239,7 @@ class Runtime:
         if code != 0:
             raise TokenvizError(f"llama.cpp could not take the control vector (code {code})")
         if self.capture is not None:
-            self.capture.writes = edits.writes or {}
+            self.capture.write(edits.writes or {})
         elif edits.writes:
             raise AssertionError("rows are written through a context's capture: open it with one")
 
