@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -107,7 +106,7 @@ def own_generation(tokens: int) -> tuple[float, list[int]]:
     (seconds from the prompt evaluated to the last token, the tokens)."""
     import llama_cpp
 
-    from tokenviz.backends.llamacpp.runtime import amx_present
+    from tokenviz.backends.llamacpp.runtime import amx_present, default_threads
     from tokenviz.system.paths import bundled_gguf
 
     bindings = llama_cpp.llama_cpp
@@ -120,7 +119,7 @@ def own_generation(tokens: int) -> tuple[float, list[int]]:
 
     bindings.llama_model_default_params = params
     try:
-        threads = max(1, os.cpu_count() or 1)  # (as tokenviz's: llama-cpp-python's default is half the cores)
+        threads = default_threads()  # (tokenviz's: llama-cpp-python's default is half the cores)
         llm = llama_cpp.Llama(
             model_path=str(bundled_gguf()),
             n_ctx=4096,

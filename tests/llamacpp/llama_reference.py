@@ -6,8 +6,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from tokenviz.backends.llamacpp.runtime import default_threads
+
 PROMPT = "The Eiffel Tower is located in"
-THREADS = 2  # both sides compute with the same threads (llama.cpp splits its sums by thread)
+# Both sides compute with the same threads (llama.cpp splits its sums by thread): tokenviz's default, one
+# a worker under the test command's workers (conftest's OMP_NUM_THREADS), where more would spin-wait.
+THREADS = default_threads()
 
 
 def own_llama() -> Iterator[Any]:

@@ -290,3 +290,22 @@ def test_a_lens_of_some_rows_reads_those_layers_alone_and_gives_their_rows(llama
         assert [t[0] for t in row.top] == [t[0] for t in same.top] and row.chosen_rank == same.chosen_rank
         assert row.chosen_prob == pytest.approx(same.chosen_prob, abs=1e-4)  # (a batch of one against many)
         assert row.residual_norm == pytest.approx(same.residual_norm, rel=1e-4)
+
+
+def test_llama_cpp_computes_with_omp_num_threads_where_set_else_every_core(monkeypatch):
+    import os
+
+    from tokenviz.backends.llamacpp.runtime import Runtime, default_threads
+    from tokenviz.system.paths import bundled_gguf
+
+    for told, threads in (("1", 1), ("3", 3), ("", None), ("0", None), ("4,2", None), ("x", None)):
+        monkeypatch.setenv("OMP_NUM_THREADS", told)
+        assert default_threads() == (threads or os.cpu_count()), told
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert default_threads() == os.cpu_count()
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    runtime = Runtime(bundled_gguf(), 256)  # (no threads given: the default reaches llama.cpp's context)
+    try:
+        assert runtime.lib.llama_n_threads(runtime.ctx) == runtime.lib.llama_n_threads_batch(runtime.ctx) == 3
+    finally:
+        runtime.close()

@@ -43,7 +43,8 @@ class LlamaCppBackend:
         ),
         BackendOption(
             "threads",
-            "With --backend llama.cpp: the CPU threads it computes with (default: every core).",
+            "With --backend llama.cpp: the CPU threads it computes with (default: OMP_NUM_THREADS where set, "
+            "else every core).",
             kind="number",
             commands=COMMANDS | {"compare"},
         ),

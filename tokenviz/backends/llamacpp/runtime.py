@@ -29,6 +29,15 @@ KV_VALUE_BYTES = 2  # llama.cpp's cache keeps keys and values as float16 unless 
 PIECE_BYTES = 256  # a token's text, as bytes, at most (a longer one is read again at its length)
 
 
+def default_threads() -> int:
+    """The CPU threads llama.cpp computes with unless told: OMP_NUM_THREADS where it is set (as torch's
+    threads follow it), else every core. ggml's threads wait for one another by spinning, so more threads
+    than the cores left to the process cost a step several times its time on a machine shared with other
+    work: OMP_NUM_THREADS is how such a machine says so."""
+    told = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(told) if told.isdigit() and int(told) > 0 else max(1, os.cpu_count() or 1)
+
+
 def kv_bytes_a_position(layers: int, kv_heads: int, key_dim: int, value_dim: int) -> int:
     """What llama.cpp's cache keeps for one position: every layer's keys and values (float16)."""
     return layers * kv_heads * (key_dim + value_dim) * KV_VALUE_BYTES
@@ -127,7 +136,7 @@ class Runtime:
             description=self._description(),
         )
         self.context_size = min(context, self.shape.context) if self.shape.context > 0 else context
-        self.threads = threads or max(1, os.cpu_count() or 1)
+        self.threads = threads or default_threads()
         self.ctx: Any = None
         self.capture: Capture | None = None  # the evaluation callback's owner (kept alive while the context uses it)
         self.open_context()
