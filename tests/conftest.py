@@ -18,6 +18,11 @@ if WORKERS > 1:
     os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // WORKERS))
 for name in ("COLUMNS", "LINES"):
     os.environ.pop(name, None)
+# A machine that asks Python not to write bytecode (PYTHONDONTWRITEBYTECODE: CI's does) would have each of
+# the few hundred processes the tests start compile tokenviz from its source again (0.3 s of a core each):
+# they write it once and read it after, as on a user's machine.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 # The app keeps its journey's journal in the user's state folder: each test process (and the apps it
 # starts) has its own, so no test meets a journal another left.
 os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="tokenviz-test-state-")
