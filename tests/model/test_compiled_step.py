@@ -308,14 +308,20 @@ def test_a_compile_interrupted_part_way_leaves_the_model_eager_and_saying_so():
     from tokenviz.system.interruptible import inside, interrupt
 
     loaded, outcome = tiny_model("llama", context=512), {}
-    thread = threading.Thread(target=lambda: outcome.update(fast=compiled(loaded, lambda m, f: None)), daemon=True)
-    thread.start()
-    ends = time.monotonic() + 60
-    while not inside(thread):
-        assert thread.is_alive() and time.monotonic() < ends
-        time.sleep(0.001)
-    assert interrupt(thread)
-    thread.join(120)
+    # The caches of graphs compiled before (this process's, or the disk's) could end the compile before the
+    # loop below sees it inside: without them the code is generated again, seconds.
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    with inductor_config.patch(fx_graph_cache=False), functorch_config.patch(enable_autograd_cache=False):
+        thread = threading.Thread(target=lambda: outcome.update(fast=compiled(loaded, lambda m, f: None)), daemon=True)
+        thread.start()
+        ends = time.monotonic() + 60
+        while not inside(thread):
+            assert thread.is_alive() and time.monotonic() < ends
+            time.sleep(0.001)
+        assert interrupt(thread)
+        thread.join(120)
     fast = outcome["fast"]
     assert fast.compiled is None and fast.info.compiled == COMPILE_CANCELLED
     eager, again = (Session(ModelRunner(m), SamplingSettings(temperature=0)) for m in (loaded, fast))
