@@ -10,12 +10,14 @@ import importlib.util
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from bench.anchors import PROMPT, lens_view_rows
 from bench.engine import autoplay_run, started_session
+from bench.shaped_gguf import GGUF_SHAPES, shaped_gguf
 from bench.timing import in_thread, paired_ratio, seconds_of
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey.session import Session
@@ -23,13 +25,14 @@ from tokenviz.journey.session import Session
 CPU = torch.device("cpu")  # (llama.cpp's logits are read into the host's memory: nothing to wait for)
 
 
-def open_engine():
-    """The bundled GGUF on the llama.cpp backend, as `--backend llama.cpp` opens it."""
+def open_engine(gguf: Path | None = None):
+    """The GGUF `gguf` (the bundled one by default) on the llama.cpp backend, as `--backend llama.cpp` opens it."""
     from tokenviz.backends.llamacpp.plugin import BACKEND
     from tokenviz.cli.options import ModelChoice
     from tokenviz.contract.backend import Opening
 
-    opening = Opening("trace", {}, frozenset(), ModelChoice(), SamplingSettings())
+    model = ModelChoice() if gguf is None else ModelChoice(model=str(gguf))
+    opening = Opening("trace", {}, frozenset(), model, SamplingSettings())
     return BACKEND.loader(opening)(lambda message, fraction: None)
 
 
@@ -64,11 +67,11 @@ def steps_in_turn(runs: dict[str, Callable[[], object]], steps: int) -> dict[str
     return {name: times[2:] for name, times in seconds.items()}
 
 
-def step(steps: int, rounds: int = 3) -> dict:
+def step(steps: int, rounds: int = 3, gguf: Path | None = None) -> dict:
     """The engine's greedy step (the journey's decode, decision and record) against a bare llama_decode of
     one token with its logits read, in turn; and a step with the lens view open at 80x24 (the step, then the
     lens at its position for the rows that view shows) against the plain step, and with every row."""
-    engine = open_engine()
+    engine = open_engine(gguf)
     ids = engine.encode(PROMPT)
     shown = lens_view_rows(engine.info.layers)
     plain: list[float] = []
@@ -90,6 +93,7 @@ def step(steps: int, rounds: int = 3) -> dict:
             into += steps_in_turn({"lens": with_lens}, steps)["lens"]
     step_ms, bare_ms, lens_ms, every_ms = (statistics.median(x) * 1e3 for x in (plain, bare, lensed, every))
     return {
+        "model": f"{engine.path.name}: {engine.runtime.shape.description}, {engine.info.layers} layers",
         "step_ms": step_ms,
         "bare_decode_ms": bare_ms,
         "ratio": paired_ratio(list(zip(plain, bare))),
@@ -101,9 +105,9 @@ def step(steps: int, rounds: int = 3) -> dict:
     }
 
 
-def own_generation(tokens: int) -> tuple[float, list[int]]:
-    """llama-cpp-python's own greedy generation of `tokens` tokens after the prompt on the bundled GGUF:
-    (seconds from the prompt evaluated to the last token, the tokens)."""
+def own_generation(tokens: int, gguf: Path | None = None) -> tuple[float, list[int]]:
+    """llama-cpp-python's own greedy generation of `tokens` tokens after the prompt on `gguf` (the bundled
+    GGUF by default): (seconds from the prompt evaluated to the last token, the tokens)."""
     import llama_cpp
 
     from tokenviz.backends.llamacpp.runtime import amx_present, default_threads
@@ -121,7 +125,7 @@ def own_generation(tokens: int) -> tuple[float, list[int]]:
     try:
         threads = default_threads()  # (tokenviz's: llama-cpp-python's default is half the cores)
         llm = llama_cpp.Llama(
-            model_path=str(bundled_gguf()),
+            model_path=str(gguf or bundled_gguf()),
             n_ctx=4096,
             n_threads=threads,
             n_threads_batch=threads,
@@ -144,14 +148,14 @@ def own_generation(tokens: int) -> tuple[float, list[int]]:
     return time.perf_counter() - started, made
 
 
-def autoplay(tokens: int, rounds: int = 3) -> dict:
+def autoplay(tokens: int, rounds: int = 3, gguf: Path | None = None) -> dict:
     """Autoplay through the engine thread, as the app drives it, against llama-cpp-python's own greedy
     generation of as many tokens, rounds paired."""
     pairs, same = [], []
     for _ in range(rounds):
-        run = autoplay_run(None, tokens, engine=open_engine)
+        run = autoplay_run(None, tokens, engine=functools.partial(open_engine, gguf))
         n = len(run.ids) - 1  # (the first token is decided before Play)
-        seconds, made = in_thread(functools.partial(own_generation, n))
+        seconds, made = in_thread(functools.partial(own_generation, n, gguf))
         pairs.append((run.tok_s, n / seconds))
         same.append(made == run.ids[1 : n + 1])
     return {
@@ -177,12 +181,29 @@ def versus_transformers(loaded, steps: int) -> dict:
     }
 
 
-def llamacpp_measures(loaded, steps: int, tokens: int) -> list[tuple[str, Callable[[], dict]]]:
-    """The measures above by name, where llama-cpp-python is installed (the llamacpp extra); the step against
-    the transformers backend's where `loaded` is the bundled model there (not a random-weight shape)."""
+def gguf_file(choice: str | None) -> Path | None:
+    """`--gguf`: a shape's name (bench.shaped_gguf, made once into the user cache), or a file; None: the
+    bundled GGUF."""
+    if choice is None:
+        return None
+    if choice in GGUF_SHAPES:
+        from tokenviz.system.paths import cache_root
+
+        return shaped_gguf(GGUF_SHAPES[choice], cache_root() / "bench-gguf")
+    return Path(choice)
+
+
+def llamacpp_measures(loaded, steps: int, tokens: int, gguf: str | None = None) -> list[tuple[str, Callable[[], dict]]]:
+    """The measures above by name, where llama-cpp-python is installed (the llamacpp extra), on the GGUF
+    `gguf` names (see gguf_file); the step against the transformers backend's where `loaded` is the bundled
+    model there (not a random-weight shape) and so is the GGUF."""
     if importlib.util.find_spec("llama_cpp") is None:
         return []
-    measures = [("llamacpp_step", lambda: step(steps)), ("llamacpp_autoplay", lambda: autoplay(tokens))]
-    if loaded is not None:
+    file = functools.cache(lambda: gguf_file(gguf))  # (a shape is made when a measure first needs it)
+    measures = [
+        ("llamacpp_step", lambda: step(steps, gguf=file())),
+        ("llamacpp_autoplay", lambda: autoplay(tokens, gguf=file())),
+    ]
+    if loaded is not None and gguf is None:
         measures.append(("llamacpp_vs_transformers", lambda: versus_transformers(loaded, steps)))
     return measures

@@ -6,7 +6,8 @@ in one process on the same model, device and dtype.
 Prints a table and writes bench/results/<device>[-<shape>]-<date>.json. `--shape 8B` measures a
 Llama-3-8B-shaped model with random weights made on the device (bench/shaped.py) instead of the
 bundled one: the engine's step, prefill, autoplay and device memory. `--shape 135M` is the bundled
-model's shape with random weights, for a machine the bundled model's file does not reach.
+model's shape with random weights, for a machine the bundled model's file does not reach. `--gguf 1B`
+(or a GGUF file) runs the llama.cpp measures on a larger model than the bundled one (bench/shaped_gguf.py).
 
 This module runs the measures and writes their file; each lives with its kind: bench.engine (the
 step, prefill, autoplay, memory), bench.app (frames, keys, the start), bench.processes (whole
@@ -47,6 +48,7 @@ from bench.llamacpp import llamacpp_measures
 from bench.processes import conversion, offload, peak_memory, refusal, trace_long
 from bench.served import served, served_lens
 from bench.shaped import SHAPES, measured_models
+from bench.shaped_gguf import GGUF_SHAPES
 from bench.timing import in_thread
 from tokenviz.backends.transformers.gguf_cache import gguf_cache_dir
 from tokenviz.contract.errors import TokenvizError
@@ -75,7 +77,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--insecure-http", action="store_true", help="with --endpoint: send the key over plain http to another host"
     )
+    parser.add_argument(
+        "--gguf",
+        help="the GGUF of the llama.cpp measures: a file, or a shape made from the bundled model's vocabulary "
+        f"with random weights ({', '.join(GGUF_SHAPES)}: bench/shaped_gguf.py); the bundled one by default",
+    )
     args = parser.parse_args(argv)
+    if args.gguf and args.gguf not in GGUF_SHAPES and not Path(args.gguf).is_file():
+        parser.error(f"--gguf {args.gguf}: neither a file nor a shape ({', '.join(GGUF_SHAPES)})")
     from rich.console import Console
     from rich.table import Table
 
@@ -133,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         measures.append(
             ("served_lens", lambda: served_lens(args.endpoint, key, files, args.insecure_http, 8 if args.quick else 16))
         )
-    measures += llamacpp_measures(loaded if args.shape is None else None, steps, 32 if args.quick else 128)
+    measures += llamacpp_measures(loaded if args.shape is None else None, steps, 32 if args.quick else 128, args.gguf)
     chosen = set(filter(None, args.only.split(",")))
     if args.shape == "8B":  # what a model of that size adds to the bundled model's figures: the engine's cost
         chosen = chosen or {"autoplay", "step_overhead", "growth", "attention_view", "device_peak", "compiled_autoplay"}
@@ -147,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     parts = [
         device.type,
         args.shape,
+        args.gguf and f"gguf-{Path(args.gguf).stem}",
         results["date"],
         "quick" if args.quick else None,
         "only" if chosen and args.shape != "8B" else None,

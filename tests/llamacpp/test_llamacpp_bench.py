@@ -5,6 +5,7 @@ the budgets judge them."""
 from __future__ import annotations
 
 import pytest
+from llama_reference import PROMPT
 
 from bench import budgets, llamacpp
 from bench.timing import in_thread
@@ -23,3 +24,41 @@ def test_the_llama_cpp_measures_run_and_are_judged():
     assert judged["llamacpp_step"]["value"] == step["ratio"] and judged["llamacpp_step"]["met"] in (True, False)
     assert judged["llamacpp_lens_step"]["value"] == step["lens_ratio"]
     assert judged["llamacpp_autoplay"]["value"] == played["ratio"]
+
+
+def test_a_shaped_gguf_is_made_once_and_the_measures_run_on_it(tmp_path):
+    """`--gguf SHAPE`: the bundled vocabulary in a body of the shape's layers, quantized by llama.cpp and
+    opened by tokenviz as any GGUF; made once, then taken as it is."""
+    from bench.shaped_gguf import shaped_gguf
+    from tokenviz.backends.llamacpp.runtime import Runtime
+    from tokenviz.system.paths import bundled_gguf
+
+    shape = dict(layers=2, hidden=128, ffn=256, heads=4, kv_heads=2)
+    made = shaped_gguf(shape, tmp_path)
+    assert made.name.endswith(".Q4_1.gguf") and sorted(p.name for p in tmp_path.iterdir()) == [made.name]
+    runtime, bundled = Runtime(made, 256), Runtime(bundled_gguf(), 256)
+    try:
+        assert (runtime.shape.layers, runtime.shape.hidden, runtime.shape.heads) == (2, 128, 4)
+        assert runtime.shape.kv_heads == 2 and runtime.shape.vocab == bundled.shape.vocab
+        assert "Q4_1" in runtime.shape.description
+        assert runtime.tokenize(PROMPT, True) == bundled.tokenize(PROMPT, True)  # (the bundled tokenizer)
+    finally:
+        runtime.close()
+        bundled.close()
+    made_at = made.stat().st_mtime_ns
+    assert shaped_gguf(shape, tmp_path) == made and made.stat().st_mtime_ns == made_at
+    step = in_thread(lambda: llamacpp.step(steps=2, rounds=1, gguf=made))
+    assert step["step_ms"] > 0 and step["ratio"] > 0 and step["lens_rows"] > 0
+    assert step["model"].startswith(made.name) and "Q4_1, 2 layers" in step["model"]
+    assert step["lens_ratio"] == pytest.approx(step["step_with_lens_ms"] / step["step_ms"])
+    played = in_thread(lambda: llamacpp.autoplay(tokens=4, rounds=1, gguf=made))
+    assert played["same_tokens"] and played["ratio"] > 0
+    assert llamacpp.gguf_file(None) is None and llamacpp.gguf_file(str(made)) == made
+
+
+def test_a_gguf_option_naming_nothing_is_one_line(capsys):
+    from bench.measures import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--gguf", "no-such.gguf", "--only", "llamacpp_step"])
+    assert exited.value.code == 2 and "--gguf no-such.gguf: neither a file nor a shape (1B)" in capsys.readouterr().err
