@@ -298,11 +298,18 @@ def test_llama_cpp_computes_with_omp_num_threads_where_set_else_every_core(monke
     from tokenviz.backends.llamacpp.runtime import Runtime, default_threads
     from tokenviz.system.paths import bundled_gguf
 
+    cores = len(os.sched_getaffinity(0))  # (the cores this process may run on)
     for told, threads in (("1", 1), ("3", 3), ("", None), ("0", None), ("4,2", None), ("x", None)):
         monkeypatch.setenv("OMP_NUM_THREADS", told)
-        assert default_threads() == (threads or os.cpu_count()), told
+        assert default_threads() == (threads or cores), told
     monkeypatch.delenv("OMP_NUM_THREADS")
-    assert default_threads() == os.cpu_count()
+    assert default_threads() == cores
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(allowed)})  # (a container or taskset giving it one core of the machine's)
+    try:
+        assert default_threads() == 1
+    finally:
+        os.sched_setaffinity(0, allowed)
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     runtime = Runtime(bundled_gguf(), 256)  # (no threads given: the default reaches llama.cpp's context)
     try:

@@ -31,11 +31,14 @@ PIECE_BYTES = 256  # a token's text, as bytes, at most (a longer one is read aga
 
 def default_threads() -> int:
     """The CPU threads llama.cpp computes with unless told: OMP_NUM_THREADS where it is set (as torch's
-    threads follow it), else every core. ggml's threads wait for one another by spinning, so more threads
-    than the cores left to the process cost a step several times its time on a machine shared with other
-    work: OMP_NUM_THREADS is how such a machine says so."""
+    threads follow it), else every core this process may run on. ggml's threads wait for one another by
+    spinning, so more threads than the cores left to the process cost a step several times its time on a
+    machine shared with other work: OMP_NUM_THREADS is how such a machine says so."""
     told = os.environ.get("OMP_NUM_THREADS", "").strip()
-    return int(told) if told.isdigit() and int(told) > 0 else max(1, os.cpu_count() or 1)
+    if told.isdigit() and int(told) > 0:
+        return int(told)
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None  # (a container's, taskset's)
+    return max(1, len(allowed) if allowed else os.cpu_count() or 1)
 
 
 def kv_bytes_a_position(layers: int, kv_heads: int, key_dim: int, value_dim: int) -> int:
