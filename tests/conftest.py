@@ -1,6 +1,5 @@
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,9 +22,11 @@ for name in ("COLUMNS", "LINES"):
 # they write it once and read it after, as on a user's machine.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
+from scratch import scratch_dir  # noqa: E402
+
 # The app keeps its journey's journal in the user's state folder: each test process (and the apps it
 # starts) has its own, so no test meets a journal another left.
-os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="tokenviz-test-state-")
+os.environ["XDG_STATE_HOME"] = scratch_dir("tokenviz-test-state-")
 
 import workers  # noqa: E402
 from tiny import tiny_model  # noqa: E402  (after the threads are set: it imports torch)

@@ -6,10 +6,10 @@ any of them shows as a difference, not as the same number on both sides."""
 from __future__ import annotations
 
 import hashlib
-import tempfile
 from functools import cache
 
 import torch
+from scratch import scratch_dir
 from transformers import AutoModelForCausalLM
 
 _SAVED: dict[str, str] = {}  # a model's weights' digest: the directory they were saved to
@@ -25,7 +25,7 @@ def saved(model) -> str:
         digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
     key = digest.hexdigest()[:16]
     if key not in _SAVED:
-        directory = tempfile.mkdtemp(prefix=f"tokenviz-stock-{key}-")
+        directory = scratch_dir(f"tokenviz-stock-{key}-")
         model.save_pretrained(directory)
         _SAVED[key] = directory
     return _SAVED[key]

@@ -13,7 +13,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -21,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from scratch import scratch_dir
 
 # Quitting takes 0.24-0.30 s here (the bench's figure is the one to watch). The tests' bound catches
 # a hang (seen: 20 minutes) or a quit that waits for the run in progress, and leaves a loaded machine
@@ -35,7 +35,7 @@ ENV = {"HF_HUB_OFFLINE": "1", "TERM": "xterm-256color"}
 def own_state() -> dict[str, str]:
     """A state folder of the terminal's own: the app's journals (tokenviz.files.journal) of one test never
     meet another's (a test that kills the app leaves one, which the next start on the model would offer)."""
-    return {"XDG_STATE_HOME": tempfile.mkdtemp(prefix="tokenviz-terminal-state-")}
+    return {"XDG_STATE_HOME": scratch_dir("tokenviz-terminal-state-")}
 
 
 def tmux(name: str, *args: str) -> str:
