@@ -18,6 +18,7 @@ from tokenviz.backends.transformers.gguf_cache import gguf_cache_dir
 from tokenviz.backends.transformers.loading import LoadedModel
 from tokenviz.contract.lens_layers import spread
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.journey.session import Session
 from tokenviz.system.paths import bundled_gguf
 
 PROMPT = "The Eiffel Tower is located in"
@@ -27,6 +28,13 @@ LENS_VIEW_ROOM = 5  # the lens rows the lens view of an 80x24 terminal shows (te
 def lens_view_rows(layers: int) -> tuple[int, ...]:
     """The lens rows that view asks for on a model of `layers` layers (spread over its depth)."""
     return spread(range(layers + 1), LENS_VIEW_ROOM)
+
+
+def step_with_lens(session: Session, rows: tuple[int, ...] | None) -> None:
+    """A step with the lens view open: the step, then the lens at the step just taken for `rows` (None:
+    every row), as the lens view asks it."""
+    session.step()
+    session.analyses.inspect(len(session.ids) - 2, rows)
 
 
 def bare_model(loaded: LoadedModel, source: str, device: torch.device):

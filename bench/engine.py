@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 import itertools
 import json
@@ -15,7 +16,16 @@ from typing import Any
 import psutil
 import torch
 
-from bench.anchors import PROMPT, Run, StaticGenerate, bare_decoder, bare_steps, generate_seconds, lens_view_rows
+from bench.anchors import (
+    PROMPT,
+    Run,
+    StaticGenerate,
+    bare_decoder,
+    bare_steps,
+    generate_seconds,
+    lens_view_rows,
+    step_with_lens,
+)
 from bench.shaped import weights_bytes
 from bench.timing import in_thread, p95, paired_ratio, seconds_of, sync
 from tokenviz.backends.transformers.loading import LoadedModel
@@ -162,12 +172,7 @@ def lens_step(loaded, device, steps: int, lengths: tuple[int, ...] = (0, 1000), 
         for _ in range(rounds):
             session, _ = started_session(loaded, ids)
             plain += [seconds_of(session.step, device) for _ in range(steps + 2)][2:]
-            other, _ = started_session(loaded, ids)
-
-            def with_lens(s: Session = other) -> None:
-                s.step()
-                s.analyses.inspect(len(s.ids) - 2, rows)  # (the step just taken, as the lens view asks it)
-
+            with_lens = functools.partial(step_with_lens, started_session(loaded, ids)[0], rows)
             lensed += [seconds_of(with_lens, device) for _ in range(steps + 2)][2:]
         p, w = statistics.median(plain) * 1000, statistics.median(lensed) * 1000
         out[f"context_{len(ids)}"] = {"step_ms": p, "step_with_lens_ms": w, "ratio": w / p}

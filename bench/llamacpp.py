@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.anchors import PROMPT, lens_view_rows
+from bench.anchors import PROMPT, lens_view_rows, step_with_lens
 from bench.engine import autoplay_run, started_session
 from bench.shaped_gguf import GGUF_SHAPES, shaped_gguf
 from bench.timing import in_thread, paired_ratio, seconds_of
@@ -84,12 +84,7 @@ def step(steps: int, rounds: int = 3, gguf: Path | None = None) -> dict:
         plain += seconds["engine"]
         bare += seconds["bare"]
         for rows, into in ((shown, lensed), (None, every)):
-            other = greedy_session(engine.twin(), ids)
-
-            def with_lens(s: Session = other, rows: tuple[int, ...] | None = rows) -> None:
-                s.step()
-                s.analyses.inspect(len(s.ids) - 2, rows)  # (the step just taken, as the lens view asks it)
-
+            with_lens = functools.partial(step_with_lens, greedy_session(engine.twin(), ids), rows)
             into += steps_in_turn({"lens": with_lens}, steps)["lens"]
     step_ms, bare_ms, lens_ms, every_ms = (statistics.median(x) * 1e3 for x in (plain, bare, lensed, every))
     return {

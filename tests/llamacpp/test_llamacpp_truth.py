@@ -5,6 +5,7 @@ gives the same logits again; and the options a GGUF cannot take are one line eac
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -293,8 +294,6 @@ def test_a_lens_of_some_rows_reads_those_layers_alone_and_gives_their_rows(llama
 
 
 def test_llama_cpp_computes_with_omp_num_threads_where_set_else_every_core(monkeypatch):
-    import os
-
     from tokenviz.backends.llamacpp.runtime import Runtime, default_threads
     from tokenviz.system.paths import bundled_gguf
 
