@@ -105,21 +105,12 @@ def test_a_gguf_that_does_not_fit_with_its_cache_is_one_line_before_it_loads(mon
     assert "its KV cache at 8,192 tokens 0.2 GB); 0.1 GB is available: a smaller --context" in errors[0], err
 
 
-@pytest.mark.parametrize(
-    "template, said",
-    [
-        ("{{ raise_exception('This model takes no system message') }}", "This model takes no system message"),
-        ("{% for m in messages %}{{ m.content }}", "the GGUF's chat template failed"),  # (never closed)
-        ("{{ ''.__class__.__mro__[1].__subclasses__() }}", "the GGUF's chat template failed"),  # (sandboxed)
-        ("{{ messages[0].content + 1 }}", "the GGUF's chat template failed"),  # (a TypeError inside)
-    ],
-)
-def test_a_chat_template_that_fails_is_one_line(template, said):
-    """A GGUF's chat template is the file's: rendered in transformers' sandbox, and one that fails (or
-    reaches for Python's insides) is one line, never a traceback."""
-    from tokenviz.backends.llamacpp.engine import rendered
+def test_a_ggufs_chat_template_is_rendered_within_bounds():
+    """The llama.cpp engine renders the GGUF's template through the bounded renderer
+    (tests/model/test_chat_template_bounds.py holds the hostile templates): one that runs on is one line."""
+    from tokenviz.backends.llamacpp import engine
     from tokenviz.contract.errors import TokenvizError
 
-    with pytest.raises(TokenvizError, match="chat template failed") as caught:
-        rendered(template, [{"role": "user", "content": "hi"}], "<s>", "</s>")
-    assert said in str(caught.value) and "\n" not in str(caught.value)
+    fake = type("E", (), {"chat_template": "{{ 'x' * 2000000000 }}", "name": "m.gguf", "_named_token": lambda s, w: ""})
+    with pytest.raises(TokenvizError, match=r"^the chat template makes a value of over"):
+        engine.LlamaCppEngine.chat_ids(fake(), "hi")

@@ -94,9 +94,9 @@ class CommandThread(Generic[S]):
     def cancel(self) -> None:
         """Cancel the long run going on at its next chunk, and any queued behind it (the journey stays
         as it was): every command submitted so far. One pressed just before its job starts still counts.
-        While the model loads, a part of the load that may stop part way (a compile) stops now, and the
-        load goes on without it (see system.interruptible)."""
-        if self._state == "loading" and interrupt(self._thread):
+        Work that may stop part way stops now (see system.interruptible): a compile while the model loads
+        (the load goes on without it), a chat template rendering (the prompt is not started)."""
+        if interrupt(self._thread):
             return
         self._cancel_upto = self.submitted
 

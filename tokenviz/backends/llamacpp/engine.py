@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from tokenviz.backends.hf.chat_marks import template_marks
+from tokenviz.backends.hf.chat_template import render_chat_template
 from tokenviz.backends.llamacpp.capture import Capture
 from tokenviz.backends.llamacpp.internals import LlamaInternals
 from tokenviz.backends.llamacpp.interventions import LlamaIntervening, OwnModel
@@ -89,22 +90,6 @@ class LlamaPieces:
 
 
 CHAT_TEMPLATE = "tokenizer.chat_template"  # the GGUF's key for its Jinja chat template
-
-
-def rendered(template: str, messages: list[dict[str, str]], bos: str, eos: str) -> str:
-    """A chat template rendered with the generation prompt, by transformers' own (sandboxed) renderer; a
-    template that fails is one line."""
-    from jinja2 import TemplateError
-    from transformers.utils.chat_template_utils import render_jinja_template
-
-    try:
-        result: Any = render_jinja_template(
-            [messages], chat_template=template, add_generation_prompt=True, bos_token=bos, eos_token=eos
-        )
-    except (TemplateError, TypeError, ValueError, LookupError, AttributeError) as exc:  # (the file's template)
-        raise TokenvizError(f"the GGUF's chat template failed: {safe_text(str(exc))[:200]}") from None
-    texts = result[0] if isinstance(result, tuple) else result  # ((texts, indices): transformers' own shape)
-    return str(texts[0])
 
 
 @dataclass
@@ -184,11 +169,13 @@ class LlamaCppEngine(DenseInOnePlace):
 
     def chat_ids(self, user: str, system: str | None = None) -> ChatIds:
         """The conversation through the GGUF's own chat template (its Jinja, rendered as transformers renders
-        a tokenizer's, sandboxed), tokenized as llama.cpp does with its special tokens read."""
+        a tokenizer's, sandboxed and bounded: hf.chat_template), tokenized as llama.cpp does with its special
+        tokens read."""
         if not self.chat_template:
             raise TokenvizError(f"{self.name} has no chat template in its GGUF: drop --chat to give it plain text")
         messages = [*([{"role": "system", "content": system}] if system else []), {"role": "user", "content": user}]
-        text = rendered(self.chat_template, messages, self._named_token("bos"), self._named_token("eos"))
+        bos, eos = self._named_token("bos"), self._named_token("eos")
+        text = render_chat_template(self.chat_template, messages, bos_token=bos, eos_token=eos)
         ids = self.runtime.tokenize(text, special=False, parse_special=True)
         contents = [system or "", user]
         return ChatIds(ids, template_marks(ids, contents, lambda words: self.encode(words, special_tokens=False)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tokenviz.backends.hf.chat_template import bounded, render_chat_template
 from tokenviz.contract.engine import ChatIds
 from tokenviz.contract.errors import PromptError
 
@@ -20,9 +21,13 @@ def chat_ids(tokenizer: Any, user: str, system: str | None = None) -> ChatIds:
         raise PromptError("this model's tokenizer has no chat template: drop --chat to give it plain text")
     messages = [{"role": "system", "content": system}] if system else []
     messages.append({"role": "user", "content": user})
-    encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    # (the template is the model's code: rendered within bounds first, where a failure is one line; then
+    # by transformers itself, under the same deadline, for the ids generate() would be given)
+    render_chat_template(tokenizer.chat_template, messages, **tokenizer.special_tokens_map)
+    with bounded():
+        encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     ids = list(encoded["input_ids"] if hasattr(encoded, "keys") else encoded)
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     return ChatIds(ids, _template_mask(tokenizer, text, ids, [user, system or ""]))
 
 
