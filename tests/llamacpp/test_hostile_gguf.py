@@ -4,6 +4,7 @@ billion, a string of 4 GB, a type llama.cpp does not know, a version it does not
 
 from __future__ import annotations
 
+import os
 import resource
 import struct
 import subprocess
@@ -114,3 +115,74 @@ def test_a_ggufs_chat_template_is_rendered_within_bounds():
     fake = type("E", (), {"chat_template": "{{ 'x' * 2000000000 }}", "name": "m.gguf", "_named_token": lambda s, w: ""})
     with pytest.raises(TokenvizError, match=r"^the chat template makes a value of over"):
         engine.LlamaCppEngine.chat_ids(fake(), "hi")
+
+
+MUTANTS = Path(__file__).with_name("mutations_in_one_process.py")
+
+
+@pytest.mark.hostile
+@pytest.mark.llamacpp
+def test_no_gguf_made_from_the_bundled_one_with_one_thing_changed_brings_the_process_down(tmp_path, llama_cpp):
+    """Each hyperparameter llama.cpp reads set to 0, negative, NaN or huge (or added, or of another type),
+    each tensor retyped (gguf_mutations.MUTATIONS): the header's check refuses it in one line, or
+    `tokenviz trace` runs it to a normal end or one line and exit 2 (in one child process, one after
+    another: a mutation that aborts it is the last one it tried)."""
+    from gguf_mutations import MUTATIONS, write_mutation
+
+    from tokenviz.contract.errors import TokenvizError
+
+    assert len(MUTATIONS) >= 40
+    path, run_in_llama_cpp, refused = tmp_path / "mutated.gguf", [], {}
+    for mutation in MUTATIONS:
+        write_mutation(mutation, path)
+        try:
+            read_gguf_header(path)
+        except TokenvizError as exc:
+            refused[mutation.name] = str(exc)
+        else:
+            run_in_llama_cpp.append(mutation.name)
+    assert all("\n" not in line and line.startswith("mutated.gguf is not a GGUF") for line in refused.values())
+    for aborted_before in ("block_count=0", "block_count=513", "expert_used_count=2", "expert_count=2"):
+        assert aborted_before in refused  # (SIGABRT inside llama.cpp before the check)
+    for segfaulted_before in ("blk.0.ffn_down.weight as Q8_K", "token_embd.weight as I32"):
+        assert "which llama.cpp computes no weight in" in refused[segfaulted_before]
+    assert (
+        "llama.attention.layer_norm_rms_epsilon is -1: an epsilon is never negative"
+        in refused["attention.layer_norm_rms_epsilon=-1.0"]
+    )
+
+    done = subprocess.run(
+        [sys.executable, str(MUTANTS), *run_in_llama_cpp],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=MUTANTS.parent,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    results = [line for line in done.stdout.splitlines() if " -> " in line]
+    tried = [line.removeprefix("trying ") for line in done.stdout.splitlines() if line.startswith("trying ")]
+    assert done.returncode == 0, f"{tried[-1] if tried else '?'} ended the process: {done.stderr[-2000:]}"
+    assert len(results) == len(run_in_llama_cpp) >= 20
+    for line in results:
+        code, errors, traceback, _ = line.split(" -> ")[1].split(" | ", 3)
+        assert (code, errors) in {("0", "0"), ("2", "1")} and traceback == "False", line
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("backend", ["llama.cpp", "transformers"])
+def test_block_count_0_is_one_line_and_exit_2_in_either_backend(tmp_path, backend):
+    """llama.cpp aborted (GGML_ASSERT n_layer_all > 0), transformers' loader raised an IndexError."""
+    from gguf_mutations import Mutation, write_mutation
+
+    path = write_mutation(Mutation("block_count=0", "llama.block_count", value=0), tmp_path / "block0.gguf")
+    command = [sys.executable, "-m", "tokenviz", "trace", "The Eiffel Tower is located in", "--steps", "2"]
+    done = subprocess.run(
+        [*command, "--backend", backend, "--model", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")},
+    )
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2 and len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "llama.block_count is 0: llama.cpp takes 1 to 512 layers" in errors[0]

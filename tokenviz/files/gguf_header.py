@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import math
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.text import safe_text, shortened
+from tokenviz.files.gguf_hyperparameters import check_hyperparameters
 
 MAX_TENSORS = 1 << 16  # the largest models hold a few thousand
 MAX_METADATA = 1 << 16
@@ -25,8 +26,12 @@ MAX_ARRAY = 1 << 24  # entries of one metadata array (a vocabulary of 16 million
 MAX_STRING = 1 << 24  # bytes of one string (a chat template is kilobytes)
 MAX_DIMS = 4
 SHORT = 256  # a string kept (general.architecture); longer ones are read past
+SHORT_LIST = 1024  # a list of numbers kept (a count a layer: expert_used_count); longer ones are read past
 SCALARS = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # a value type's bytes
 STRING, ARRAY = 8, 9
+# ggml's types that are never a weight's (what a product's other side is quantized to, indices, doubles):
+# llama.cpp has no kernel that multiplies by them, and ended in a segmentation fault on one
+NO_WEIGHT_TYPES = frozenset({"Q8_1", "Q8_K", "I8", "I16", "I32", "I64", "F64"})
 NUMBER_FORMATS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 
 
@@ -39,6 +44,7 @@ class GgufHeader:
     data_bytes: int  # what the tensors' data takes, by their shapes and types
     numbers: dict[str, float]  # the metadata's numbers by key (block_count, head counts...)
     strings: dict[str, str]  # its short strings by key (general.architecture...)
+    lists: dict[str, tuple[float, ...]] = field(default_factory=dict)  # its short lists of numbers by key
 
     def number(self, *keys: str) -> int | None:
         """The first of `keys` the metadata holds, as a whole number."""
@@ -72,8 +78,9 @@ class _Reader:
             raise self.lie(f"{what} claims {n:,} bytes")
         return self.take(n, what)
 
-    def skip_value(self, kind: int, what: str) -> float | str | None:
-        """Read past one value of `kind`; a number's value, or a short string's, is returned."""
+    def skip_value(self, kind: int, what: str) -> float | str | tuple[float, ...] | None:
+        """Read past one value of `kind`; a number's value, a short string's or a short list of numbers' is
+        returned."""
         if kind in SCALARS:
             data = self.take(SCALARS[kind], what)
             return float(struct.unpack("<" + NUMBER_FORMATS[kind], data)[0])
@@ -85,7 +92,9 @@ class _Reader:
             if count > MAX_ARRAY:
                 raise self.lie(f"{what} claims {count:,} entries")
             if inner in SCALARS:
-                self.take(count * SCALARS[inner], what)
+                data = self.take(count * SCALARS[inner], what)
+                if count <= SHORT_LIST:
+                    return tuple(float(v) for v in struct.unpack(f"<{count}{NUMBER_FORMATS[inner]}", data))
             elif inner == STRING:
                 for _ in range(count):
                     self.string(what)
@@ -105,9 +114,14 @@ def _tensor_end(r: _Reader, i: int, alignment: int) -> int:
     kind, offset = r.number("I", f"tensor {name!r}'s type"), r.number("Q", f"tensor {name!r}")
     from gguf import GGML_QUANT_SIZES  # (here: the command line imports this module before anything loads)
 
-    sizes = next((s for t, s in GGML_QUANT_SIZES.items() if int(t) == kind), None)
-    if sizes is None:
+    known = next((t for t in GGML_QUANT_SIZES if int(t) == kind), None)
+    if known is None:
         raise r.lie(f"tensor {name!r} has the unknown type {kind}")
+    if known.name in NO_WEIGHT_TYPES:
+        raise r.lie(f"tensor {name!r} is of type {known.name}, which llama.cpp computes no weight in")
+    if dims == 1 and known.name != "F32":  # (ggml's binary operations on a CPU: an abort at the first step)
+        raise r.lie(f"tensor {name!r} is a vector (a norm's, a bias's) in {known.name}: llama.cpp takes those in F32")
+    sizes = GGML_QUANT_SIZES[known]
     elements = 1
     for n in shape:
         elements *= n
@@ -132,6 +146,7 @@ def read_gguf_header(path: Path) -> GgufHeader:
             raise r.lie(f"it claims {tensors:,} tensors and {metadata:,} metadata entries")
         numbers: dict[str, float] = {}
         strings: dict[str, str] = {}
+        lists: dict[str, tuple[float, ...]] = {}
         for i in range(metadata):
             key = r.string(f"metadata key {i}")
             value = r.skip_value(r.number("I", f"metadata {i}'s type"), f"metadata {_shown(key)!r}")
@@ -139,13 +154,18 @@ def read_gguf_header(path: Path) -> GgufHeader:
                 numbers[key.decode("utf-8", "replace")] = value
             elif isinstance(value, str):
                 strings[key.decode("utf-8", "replace")] = value
+            elif isinstance(value, tuple):
+                lists[key.decode("utf-8", "replace")] = value
         asked = numbers.get("general.alignment", 32.0)
-        alignment = int(asked) if math.isfinite(asked) and 0 < asked <= 1 << 20 else 0
+        alignment = int(asked) if math.isfinite(asked) and 0 < asked <= 1 << 20 and asked == int(asked) else 0
         if alignment <= 0 or alignment & (alignment - 1):
-            raise r.lie(f"general.alignment is {alignment}")
+            shown = f"{asked:,.0f}" if math.isfinite(asked) and asked == int(asked) else f"{asked:g}"
+            raise r.lie(f"general.alignment is {shown}: a power of two up to {1 << 20:,}")
         ends = [_tensor_end(r, i, alignment) for i in range(tensors)]
         start = -(-file.tell() // alignment) * alignment
         data = max(ends, default=0)
         if start + data > size:
             raise r.lie(f"its tensors claim {data:,} bytes of data; the file holds {max(size - start, 0):,}")
-    return GgufHeader(version, tensors, metadata, start, data, numbers, strings)
+    header = GgufHeader(version, tensors, metadata, start, data, numbers, strings, lists)
+    check_hyperparameters(header, r.lie)
+    return header

@@ -38,6 +38,7 @@ from tokenviz.contract.errors import ModelLoadError, TokenvizError
 from tokenviz.contract.placement import DEFAULT_PLACEMENT, Placement
 from tokenviz.contract.records import ModelInfo
 from tokenviz.contract.text import safe_text
+from tokenviz.files.gguf_header import read_gguf_header
 from tokenviz.system.model_directory import check_model_directory
 from tokenviz.system.paths import BUNDLED_NAME, bundled_gguf
 from tokenviz.system.placement_files import resolved
@@ -88,6 +89,18 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return choices[dtype]
 
 
+def _gguf_file(spec: str | None) -> Path:
+    """The GGUF `spec` names (None: the bundled one); a header that lies, or hyperparameters no model has,
+    is one line here, before a weight is read."""
+    if spec is None:
+        return bundled_gguf()
+    gguf = Path(spec).expanduser()
+    if not gguf.is_file():
+        raise ModelLoadError(f"no such GGUF file: {spec}")
+    read_gguf_header(gguf)
+    return gguf
+
+
 def load_model(
     spec: str | None = None,
     device: str = "auto",
@@ -105,9 +118,7 @@ def load_model(
 
     gguf_file = None
     if spec is None or spec.endswith(".gguf"):
-        gguf = bundled_gguf() if spec is None else Path(spec).expanduser()
-        if not gguf.is_file():
-            raise ModelLoadError(f"no such GGUF file: {spec}")
+        gguf = _gguf_file(spec)
         directory = gguf_cache_dir(gguf)
         name = BUNDLED_NAME if spec is None else gguf.name
         try:
