@@ -13,6 +13,7 @@ from tokenviz.contract.backend import COMMANDS, BackendOption, OpenEngine, Openi
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.interventions import HeadAblation
 from tokenviz.files.gguf_header import GgufHeader
+from tokenviz.system.cpu_threads import THREADS_A_CORE, too_many
 from tokenviz.system.ollama import PREFIX, ollama_gguf
 from tokenviz.system.paths import BUNDLED_NAME, bundled_gguf
 
@@ -44,7 +45,7 @@ class LlamaCppBackend:
         BackendOption(
             "threads",
             "With --backend llama.cpp: the CPU threads it computes with (default: OMP_NUM_THREADS where set, "
-            "else every core).",
+            f"else every core; at most {THREADS_A_CORE} a core).",
             kind="number",
             commands=COMMANDS | {"compare"},
         ),
@@ -66,6 +67,8 @@ class LlamaCppBackend:
             value = values.get(name)
             if (value is not None and not 0 <= value <= (1 << 24)) or (name != "gpu_layers" and value == 0):
                 raise TokenvizError(f"--{name.replace('_', '-')} {value}: give a whole number from 1")
+        if values.get("threads") and (why := too_many(values["threads"])):
+            raise TokenvizError(f"--threads {values['threads']:,}: {why}")
         path, header = gguf_path(model.model)
         context = values.get("context") or CONTEXT
         fits(path, header, context)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tokenviz.contract.errors import TokenvizError
+from tokenviz.system.cpu_threads import cores, told_threads
 
 if TYPE_CHECKING:
     from tokenviz.backends.llamacpp.capture import Capture, Writes
@@ -34,11 +35,7 @@ def default_threads() -> int:
     threads follow it), else every core this process may run on. ggml's threads wait for one another by
     spinning, so more threads than the cores left to the process cost a step several times its time on a
     machine shared with other work: OMP_NUM_THREADS is how such a machine says so."""
-    told = os.environ.get("OMP_NUM_THREADS", "").strip()
-    if told.isdigit() and int(told) > 0:
-        return int(told)
-    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None  # (a container's, taskset's)
-    return max(1, len(allowed) if allowed else os.cpu_count() or 1)
+    return told_threads() or cores()
 
 
 def kv_bytes_a_position(layers: int, kv_heads: int, key_dim: int, value_dim: int) -> int:
@@ -71,6 +68,8 @@ def library() -> Any:
             f"the llama.cpp backend needs llama-cpp-python ({exc}): pip install 'tokenviz[llamacpp]' (it is built "
             "from source with the machine's compiler and CMake: about 12 minutes on 2 cores, once)"
         ) from None
+    if not os.environ.get("TOKENVIZ_DEBUG"):  # (ggml's abort runs a debugger for a backtrace unless told not to)
+        os.environ.setdefault("GGML_NO_BACKTRACE", "1")
     if not _QUIET and not os.environ.get("TOKENVIZ_DEBUG"):
         callback_type = bindings.llama_log_set.argtypes[0]
         _QUIET.append(callback_type(lambda level, text, data: None))

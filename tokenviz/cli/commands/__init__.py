@@ -17,7 +17,8 @@ from tokenviz.cli.commands.replay import replay_cli
 from tokenviz.cli.commands.score import score_cli
 from tokenviz.cli.commands.serve import serve_cli
 from tokenviz.cli.commands.trace import trace_cli
-from tokenviz.cli.options import print_error
+from tokenviz.cli.options import print_error, print_warning
+from tokenviz.system.cpu_threads import tidy_thread_setting
 
 SUBCOMMANDS = {"trace": trace_cli, "replay": replay_cli, "score": score_cli, "compare": compare_cli, "serve": serve_cli}
 
@@ -25,6 +26,7 @@ SUBCOMMANDS = {"trace": trace_cli, "replay": replay_cli, "score": score_cli, "co
 def run() -> None:
     """Entry point: `tokenviz trace|replay|score|compare|serve ...` go to their own commands, everything
     else to the app."""
+    tidy_thread_setting(print_warning)
     args = sys.argv[1:]
     if args and args[0] in SUBCOMMANDS:
         command(SUBCOMMANDS[args[0]], args[1:], f"tokenviz {args[0]}")
