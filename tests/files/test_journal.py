@@ -8,7 +8,17 @@ import pytest
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.interventions import HeadAblation
 from tokenviz.contract.settings import SamplingSettings
-from tokenviz.files.journal import JournalFollower, JournalWriter, forget, journal_model, orphans, read_journal
+from tokenviz.files.journal import (
+    MAX_JOURNAL_BYTES,
+    MAX_LINES,
+    MAX_PROMPT_CHARS,
+    JournalFollower,
+    JournalWriter,
+    forget,
+    journal_model,
+    orphans,
+    read_journal,
+)
 
 GREEDY, WARM = SamplingSettings(temperature=0), SamplingSettings(temperature=0.9, seed=3)
 BEGUN = ("The capital of France is", False, None)
@@ -77,17 +87,90 @@ def test_only_a_dead_processs_journal_is_an_orphan_and_a_cut_off_last_line_is_le
 def test_a_damaged_journal_is_one_line(tmp_path, text):
     path = tmp_path / "j.jsonl"
     path.write_text(text)
-    with pytest.raises(TokenvizError, match=r"^the journal j\.jsonl is damaged: ") as caught:
+    with pytest.raises(TokenvizError, match=r"^the journal j\.jsonl is damaged( at [^:]+)?: ") as caught:
         read_journal(path)
     assert "\n" not in str(caught.value)
 
 
-def test_text_from_a_journal_is_made_safe_to_print(tmp_path):
+def test_a_journals_model_is_made_safe_to_print_and_its_prompt_kept_as_typed(tmp_path):
+    """The model's name is said in lines and notices: made safe. The prompt is the journey's input: kept
+    character for character (made safe, "Hello\x01" came back as 9 more characters and other tokens),
+    and shown only as the app shows any prompt, through its escaped chips."""
     path = tmp_path / "j.jsonl"
     header = {"format": "tokenviz-journal/1", "model": "m\x1b]0;x\x07", "started": 1}
     path.write_text(json.dumps(header) + "\n" + json.dumps({"start": {"prompt": "a\x1b[2Jb"}}) + "\n")
     journal = read_journal(path)
-    assert "\x1b" not in journal.model and journal.prompt.prompt == "a<0x1B>[2Jb"
+    assert "\x1b" not in journal.model and journal.prompt.prompt == "a\x1b[2Jb"
+
+
+def test_a_prompt_with_control_characters_comes_back_as_typed_with_its_ids(tmp_path):
+    begun = ("Hello\x01\tworld\x1b[1m is", True, "be\x07brief")
+    writer = JournalWriter(tmp_path, "tiny")
+    JournalFollower(writer).follow(begun, GREEDY, (), [11, 12, 13, 40], moved=True, prompt_len=3)
+    journal = read_journal(writer.path)
+    assert (journal.prompt.prompt, journal.prompt.chat, journal.prompt.system) == begun
+    assert journal.prompt.ids == [11, 12, 13] and [t.token for t in journal.taken] == [40]
+    writer.discard()
+
+
+def lines(*events: dict, started: float = 1.0) -> str:
+    header = {"format": "tokenviz-journal/1", "model": "m", "started": started}
+    return "".join(json.dumps(line) + "\n" for line in (header, *events))
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        (lines({"start": {"prompt": "x"}}, started=1e300), "started"),
+        (lines({"start": {"prompt": "x" * (MAX_PROMPT_CHARS + 1)}}), "prompt"),
+        (lines({"start": {"prompt": "x", "ids": [-1]}}), "ids"),
+        (lines({"start": {"prompt": "x"}}) + '{"token": 1}\n' * (MAX_LINES + 1), f"holds over {MAX_LINES:,} lines"),
+    ],
+    ids=["started-1e300", "prompt-too-long", "negative-id", "too-many-lines"],
+)
+def test_a_journal_past_its_bounds_is_one_line_naming_why(tmp_path, text, said):
+    path = tmp_path / "j.jsonl"
+    path.write_text(text)
+    with pytest.raises(TokenvizError, match=r"^the journal j\.jsonl is damaged( at [^:]+)?: ") as caught:
+        read_journal(path)
+    assert said in str(caught.value) and "\n" not in str(caught.value), caught.value
+
+
+def test_a_journal_of_millions_of_lines_is_refused_in_bounded_memory(tmp_path):
+    """64 MB of 5.6 million lines took 1.75 GB to read and was called "no header"."""
+    import tracemalloc
+
+    path = tmp_path / "j.jsonl"
+    with path.open("w") as out:
+        out.write(lines({"start": {"prompt": "x"}}))
+        out.write("{}\n" * ((MAX_JOURNAL_BYTES - 200) // 3))
+    tracemalloc.start()
+    try:
+        with pytest.raises(TokenvizError, match="holds over"):
+            read_journal(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < MAX_JOURNAL_BYTES + (32 << 20), peak  # the file's bytes, and little beside them
+
+
+def test_a_fifo_or_a_directory_in_the_journals_folder_is_passed_over(tmp_path):
+    """A FIFO named like a journal held every start at "prefilling" (the worker opened it)."""
+    import os
+    import threading
+
+    os.mkfifo(tmp_path / "20261129-000000-1-fifo.jsonl")
+    (tmp_path / "20261129-000000-1-dir.jsonl").mkdir()
+    dead = tmp_path / "20261129-000000-1-dead.jsonl"
+    dead.write_text(lines({"start": {"prompt": "x"}}))
+    found: list = []
+    looking = threading.Thread(target=lambda: found.append([(p, journal_model(p)) for p in orphans(tmp_path)]))
+    looking.start()
+    looking.join(30)
+    assert found == [[(dead, "m")]]
+    assert journal_model(tmp_path / "20261129-000000-1-fifo.jsonl") is None
+    with pytest.raises(TokenvizError, match="not a regular file"):
+        read_journal(tmp_path / "20261129-000000-1-fifo.jsonl")
 
 
 def test_a_write_that_fails_ends_the_journal_rather_than_leave_one_with_a_gap(tmp_path):

@@ -119,3 +119,66 @@ def test_an_orderly_end_removes_the_journal(tmp_path, monkeypatch):
     worker.stop()
     at_exit[0]()
     assert not list(tmp_path.glob("*.jsonl")) and not list(tmp_path.glob("*.lock"))
+
+
+def tiny_key() -> str:
+    from tokenviz.worker.journaling import model_key
+
+    return model_key(ModelRunner(tiny_model("llama")).info)
+
+
+def left_journal(folder: Path, prompt: dict, tokens=(), key: str | None = None, started: float = 1.0) -> Path:
+    """A journal as a process that died would leave it (its lock free)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "20261129-000000-1-left.jsonl"
+    header = {"format": "tokenviz-journal/1", "model": key or tiny_key(), "started": started}
+    events = [header, {"start": prompt}, *({"token": t} for t in tokens)]
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    return path
+
+
+def test_a_prompt_with_control_characters_is_restored_to_the_same_token_ids(tmp_path):
+    """Made safe on the way back, "Hello\\x01\\tworld\\x1b[1m is" came back as other text, 19 tokens for 9."""
+    from tokenviz.journey.prompt import tokenize
+
+    typed = "Hello\x01\tworld\x1b[1m is"
+    ids = tokenize(ModelRunner(tiny_model("llama")), typed, False, None)[1]
+    left = left_journal(tmp_path, {"prompt": typed, "ids": ids}, tokens=[5, 6])
+    restored, worker = first_ready(Journaling(tmp_path, restore=True))
+    try:
+        assert "restored the journey" in (restored.notice or ""), restored.error
+        assert worker.session.prompt == typed and worker.session.prompt_ids == ids
+        assert worker.session.generated_ids == [5, 6]
+    finally:
+        worker.stop()
+    assert not left.exists()
+
+
+def test_a_journal_whose_prompt_gives_other_tokens_now_is_not_called_restored_and_is_kept(tmp_path):
+    left = left_journal(tmp_path, {"prompt": "Hello world", "ids": [1, 2, 3, 4, 5, 6, 7]}, tokens=[5])
+    restored, worker = first_ready(Journaling(tmp_path, restore=True))
+    worker.stop()
+    said = restored.notice or ""
+    assert "restoring stopped part way: its prompt gives other tokens now (7 then," in said, said
+    assert left.exists()
+
+
+def test_a_journal_that_cannot_be_read_back_is_kept_and_the_prompt_given_starts(tmp_path):
+    """ "started": 1e300 ended the app in "internal error while loading" with the journal already gone."""
+    left = left_journal(tmp_path, {"prompt": "Hello"}, started=1e300)
+    snapshot, worker = first_ready(Journaling(tmp_path, restore=True))
+    worker.stop()
+    assert "is damaged at started" in (snapshot.error or "") and snapshot.prompt == PROMPT
+    assert left.exists()
+
+
+def test_a_journey_of_another_runtime_is_named_and_not_restored_in_this_one(tmp_path):
+    """A llama.cpp journal restored by a plain --restore ran in transformers float32 and was called restored."""
+    other = tiny_key().replace("(transformers,", "(llama.cpp,")
+    assert other != tiny_key()
+    left = left_journal(tmp_path, {"prompt": "Hello"}, tokens=[5], key=other)
+    snapshot, worker = first_ready(Journaling(tmp_path, restore=True))
+    worker.stop()
+    said = snapshot.error or ""
+    assert f"no journey of {tiny_key()} to restore; the journeys left are of {other}" in said, said
+    assert "start tokenviz with that model, backend and dtype" in said and left.exists()

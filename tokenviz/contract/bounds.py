@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar, cast
 
-from pydantic import AfterValidator, FailFast, Field, GetCoreSchemaHandler, GetJsonSchemaHandler
+from pydantic import AfterValidator, FailFast, Field, GetCoreSchemaHandler, GetJsonSchemaHandler, ValidationError
 from pydantic_core import CoreSchema, core_schema
 
 from tokenviz.contract.text import safe_text
@@ -44,6 +44,13 @@ def unicode(text: str) -> str:
     except UnicodeEncodeError:
         raise ValueError("the text is not valid Unicode (it holds a lone surrogate)") from None
     return text
+
+
+def first_error(exc: ValidationError) -> str:
+    """pydantic's first complaint as one line: the field where it is, and what is wrong there."""
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"]) or "the top level"
+    return f"at {safe_text(where)}: {safe_text(str(error['msg']).removeprefix('Value error, '))}"
 
 
 Text = Annotated[str, Field(strict=True), AfterValidator(unicode), AfterValidator(safe_text)]

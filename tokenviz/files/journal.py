@@ -13,25 +13,35 @@ lock is free was left by a process that died. A line the death cut short is left
 from __future__ import annotations
 
 import contextlib
+import io
+import itertools
 import json
 import os
+import stat
 import threading
 import time
 import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, cast
 
 from filelock import FileLock, Timeout
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from tokenviz.contract.bounds import MAX_TOKENS, Count, Flag, Text
+from tokenviz.contract.bounds import MAX_TOKENS, Count, Flag, Text, first_error, unicode
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.interventions import MAX_INTERVENTIONS, Intervention, intervention_from_json
 from tokenviz.contract.settings import SamplingSettings, grammars_from_json, grammars_json
+from tokenviz.contract.text import safe_text
+from tokenviz.system.reading import OPEN_FLAGS, read_file
 
 FORMAT = "tokenviz-journal/1"
 MAX_JOURNAL_BYTES = 64 << 20  # a journal read back: far past any journey's (a line a token)
+MAX_LINES = 4 * MAX_TOKENS  # lines of a journal read back (a token, a cut, a setting or intervention each)
+MAX_LINE_BYTES = 16 << 20  # one line (the prompt's, JSON-escaped, is the longest)
+MAX_PROMPT_CHARS = 8 * MAX_TOKENS  # a prompt of the longest journey's tokens, 8 characters each
+LATEST = 253402300799.0  # the last second of the year 9999: a start time a clock can say
 KEPT_ORPHANS = 8  # journals of dead processes kept, the newest; older ones go
 
 
@@ -39,16 +49,29 @@ class _Line(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class Named(BaseModel):
+    """A journal's header as far as saying whose it is (the rest is checked where it is read whole)."""
+
+    format: Literal["tokenviz-journal/1"]
+    model: Text
+
+
 class Header(_Line):
     format: Literal["tokenviz-journal/1"]
-    model: Text  # the model's name (ModelInfo.name) and, for a server's, where it runs
-    started: Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
+    model: Text  # the model as the journey ran it: its name, runtime and dtype (and a server's address)
+    started: Annotated[float, Field(strict=True, ge=0, le=LATEST, allow_inf_nan=False)]
+
+
+# A prompt as the user typed it, control characters and all (Text would show them as <0x..>, and the
+# prompt taken again would then be another): bounded, and never printed from here.
+Typed = Annotated[str, Field(strict=True, max_length=MAX_PROMPT_CHARS), AfterValidator(unicode)]
 
 
 class Begin(_Line):
-    prompt: Text
+    prompt: Typed
     chat: Flag = False
-    system: Text | None = None
+    system: Typed | None = None
+    ids: Annotated[list[Count], Field(max_length=MAX_TOKENS)] | None = None  # the prompt's tokens then
 
 
 @dataclass(frozen=True)
@@ -134,7 +157,8 @@ class JournalFollower:
     ) -> None:
         """Write what changed: `ids` is the path, its generated tokens from `prompt_len` on."""
         if begun != self._begun:
-            self.writer.write({"start": {"prompt": begun[0], "chat": begun[1], "system": begun[2]}})
+            prompt = {"prompt": begun[0], "chat": begun[1], "system": begun[2], "ids": ids[:prompt_len]}
+            self.writer.write({"start": prompt})
             self._begun, self._written, moved = begun, [], True
         if settings != self._settings:
             self.writer.write({"settings": settings.to_json(), "grammars": grammars_json([settings])})
@@ -154,11 +178,19 @@ class JournalFollower:
             self._written.append(token)
 
 
+def _regular(path: Path) -> bool:
+    """Whether `path` is a regular file (not a FIFO, which opening would wait on forever, nor a device)."""
+    try:
+        return stat.S_ISREG(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
 def orphans(folder: Path) -> list[Path]:
     """The journals in `folder` whose process died (their lock is free), newest first; beyond the
-    newest KEPT_ORPHANS, removed."""
+    newest KEPT_ORPHANS, removed. Only regular files count: anything else there is left alone."""
     found = []
-    for path in sorted(folder.glob("*.jsonl"), reverse=True) if folder.is_dir() else ():
+    for path in sorted(filter(_regular, folder.glob("*.jsonl")), reverse=True) if folder.is_dir() else ():
         lock = FileLock(f"{path}.lock")
         try:
             lock.acquire(timeout=0)
@@ -181,31 +213,45 @@ def forget(path: Path) -> None:
 def journal_model(path: Path) -> str | None:
     """The model a journal is of, from its header line alone (None: not a journal)."""
     try:
-        with path.open("rb") as f:
-            return Header.model_validate(json.loads(f.readline(64 << 10))).model
+        fd = os.open(path, OPEN_FLAGS)  # (without blocking: a FIFO put there never holds the start)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            return Named.model_validate(json.loads(f.readline(64 << 10))).model
     except (OSError, ValueError, ValidationError, RecursionError):
         return None
 
 
+def _lines(data: bytes) -> Iterator[Any]:
+    """Each whole line of a journal, parsed, one at a time (a journal of millions of lines is never all in
+    memory at once); one that the process's death cut short (no newline) is left out."""
+    with io.BytesIO(data) as lines:
+        for count in itertools.count(1):
+            line = lines.readline(MAX_LINE_BYTES + 1)
+            if not line.endswith(b"\n"):
+                if len(line) > MAX_LINE_BYTES:
+                    raise ValueError(f"line {count:,} is over {MAX_LINE_BYTES >> 20} MB")
+                return
+            if count > MAX_LINES + 1:
+                raise ValueError(f"it holds over {MAX_LINES:,} lines (a journey's longest holds fewer)")
+            if line.strip():
+                yield json.loads(line)
+
+
 def read_journal(path: Path) -> Journal:
     """The journal at `path`, checked line by line; one line of TokenvizError where it is not one."""
+    data = read_file(path, MAX_JOURNAL_BYTES, f"the journal {path.name}", TokenvizError)
     try:
-        if path.stat().st_size > MAX_JOURNAL_BYTES:
-            raise TokenvizError(f"the journal {path.name} is over {MAX_JOURNAL_BYTES >> 20} MB")
-        lines = path.read_bytes().split(b"\n")
-    except OSError as exc:
-        raise TokenvizError(f"cannot read the journal {path.name}: {exc.strerror}") from None
-    if lines and lines[-1] != b"":
-        lines = lines[:-1]  # a line the process's death cut short
-    try:
-        parsed = [json.loads(line) for line in lines if line.strip()]
-        if not parsed or len(parsed) > 4 * MAX_TOKENS:
-            raise ValueError("no header")
-        header = Header.model_validate(parsed[0])
-        return _replayed(path, header, parsed[1:])
-    except (ValueError, ValidationError, TokenvizError, TypeError, KeyError, RecursionError) as exc:
+        events = _lines(data)
+        first = next(events, None)
+        if first is None:
+            raise ValueError("it has no header")
+        return _replayed(path, Header.model_validate(first), events)
+    except ValidationError as exc:
+        raise TokenvizError(f"the journal {path.name} is damaged {first_error(exc)[:200]}") from None
+    except (ValueError, TokenvizError, TypeError, KeyError, RecursionError) as exc:
         why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise TokenvizError(f"the journal {path.name} is damaged: {why[:200]}") from None
+        raise TokenvizError(f"the journal {path.name} is damaged: {safe_text(why[:200])}") from None
 
 
 class Event(BaseModel):
@@ -220,7 +266,7 @@ class Event(BaseModel):
     cut: Count | None = None
 
 
-def _replayed(path: Path, header: Header, events: list[Any]) -> Journal:
+def _replayed(path: Path, header: Header, events: Iterable[Any]) -> Journal:
     """The path the events leave: the last prompt started, and each token taken since (cuts applied)."""
     begun: Begin | None = None
     settings, interventions = SamplingSettings(), cast(tuple[Intervention, ...], ())

@@ -29,6 +29,7 @@ from tokenviz.contract.bounds import (
     Id,
     Positive,
     Text,
+    first_error,
     unicode,
 )
 from tokenviz.contract.errors import TokenvizError
@@ -318,12 +319,11 @@ def parse_journey(doc: Any) -> Journey:
         context = _Tables.model_validate(doc).context()
         return Journey.model_validate(doc, context=context)
     except ValidationError as exc:
-        error = exc.errors()[0]
-        where, message = tuple(error["loc"]), str(error["msg"]).removeprefix("Value error, ")
+        why = first_error(exc)
     except _TableError as exc:
-        where, message = exc.where, str(exc)
-    place = safe_text(".".join(str(part) for part in where)) or "the top level"  # (keys are the file's)
-    raise TokenvizError(f"the journey file is damaged at {place}: {safe_text(message)}") from None
+        place = ".".join(str(part) for part in exc.where) or "the top level"
+        why = f"at {safe_text(place)}: {safe_text(str(exc))}"  # (keys are the file's)
+    raise TokenvizError(f"the journey file is damaged {why}") from None
 
 
 def journey_json_schema() -> dict[str, Any]:

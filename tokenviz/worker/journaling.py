@@ -4,6 +4,8 @@ that died offered back: said at the next start on the same model, reopened with 
 from __future__ import annotations
 
 import atexit
+import functools
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,13 +26,42 @@ Prefill = Callable[[Start], None]  # starts a prompt, showing its progress
 
 
 def model_key(info: ModelInfo) -> str:
-    """What makes two runs the same model for a journal: its name, and where a server runs it."""
-    return f"{info.name} at {info.remote}" if info.remote else info.name
+    """What makes two runs the same model for a journal: its name, the runtime and dtype it ran in (the
+    same GGUF in llama.cpp and in transformers gives other numbers), and where a server runs it."""
+    runtime = info.runtime.split(" ", 1)[0] or "unknown"
+    key = f"{info.name} ({runtime}, {info.dtype})"
+    return f"{key} at {info.remote}" if info.remote else key
 
 
 def at(seconds: float) -> str:
     """A moment as the user's clock says it: "at 2026-11-29 08:40"."""
     return time.strftime("at %Y-%m-%d %H:%M", time.localtime(seconds))
+
+
+def _nothing_to_restore(key: str, kept: dict[Path, str | None]) -> str:
+    """Why --restore has nothing to take: no journal left, or those left are of another model or runtime
+    (named, so the user can start tokenviz as that journey was)."""
+    others = sorted({model for model in kept.values() if model is not None})
+    if not others:
+        return f"no journey of {safe_text(key)} to restore: none was left by a process that died"
+    return (
+        f"no journey of {safe_text(key)} to restore; the journeys left are of {safe_text('; '.join(others[:3]))}: "
+        "start tokenviz with that model, backend and dtype, and --restore"
+    )
+
+
+_kept = threading.Event()  # the process ends without the user quitting: its journals stay
+
+
+def keep_journals() -> None:
+    """The process is ending without the user quitting (SIGTERM, SIGHUP: a kill, a closed terminal): its
+    journals stay, each offered at the next start on its model and taken again by --restore."""
+    _kept.set()
+
+
+def _discard_unless_kept(writer: JournalWriter) -> None:
+    if not _kept.is_set():
+        writer.discard()
 
 
 class Journaling:
@@ -48,12 +79,13 @@ class Journaling:
         without, return a line that offers it, or None."""
         key = model_key(session.engine.info)
         try:
-            left = [path for path in orphans(self.folder) if journal_model(path) == key]
+            kept = {path: journal_model(path) for path in orphans(self.folder)}
         except OSError:
-            left = []
-        line = None
+            kept = {}
+        left = [path for path, model in kept.items() if model == key]
+        line, restored = None, None
         if self.restore and not left:
-            raise TokenvizError(f"no journey of {safe_text(key)} to restore: none was left by a process that died")
+            raise TokenvizError(_nothing_to_restore(key, kept))
         if self.restore:
             journal = read_journal(left[0])
             try:
@@ -61,7 +93,7 @@ class Journaling:
             except TokenvizError as exc:  # (what could be taken again stays; the journal too)
                 line = f"restoring stopped part way: {exc}"
             else:
-                forget(journal.path)
+                restored = journal.path
                 taken = len(session.generated_ids)
                 line = f"restored the journey begun {at(journal.started)}: {taken} tokens, each taken again"
         elif left:
@@ -73,9 +105,11 @@ class Journaling:
             writer = JournalWriter(self.folder, key)
         except OSError as exc:  # (a cache that cannot be written: the journey goes on, unjournaled)
             return f"the journey is not kept in a journal: {safe_text(str(exc))}"
-        atexit.register(writer.discard)
+        atexit.register(functools.partial(_discard_unless_kept, writer))
         self._follower = JournalFollower(writer)
         self.follow(session, moved=True)
+        if restored is not None:  # (only now: the journey is in the new journal, and on its way to the screen)
+            forget(restored)
         return line
 
     def follow(self, session: Session, moved: bool) -> None:
@@ -85,6 +119,16 @@ class Journaling:
         begun = (session.prompt, session.chat, session.system)
         ids, prompt_len = session.ids, len(session.prompt_ids)  # (the path as it is: no copy of it)
         self._follower.follow(begun, session.settings, session.interventions, ids, moved, prompt_len)
+
+    @staticmethod
+    def _check_prompt(session: Session, journal: Journal) -> None:
+        """The prompt taken again must give the tokens it gave then (a tokenizer changed since would not)."""
+        then = journal.prompt.ids
+        if then is not None and then != session.prompt_ids:
+            raise TokenvizError(
+                f"its prompt gives other tokens now ({len(then):,} then, {len(session.prompt_ids):,} now): "
+                "the journal is kept as it is"
+            )
 
     @staticmethod
     def _replay(
@@ -98,6 +142,7 @@ class Journaling:
             ids = tokenize(session.engine, begun.prompt, begun.chat, begun.system)[1]
             session.set_interventions(journal.interventions, context=ids)
         prefill(Start(begun.prompt, begun.chat, begun.system))
+        Journaling._check_prompt(session, journal)
         for i, taken in enumerate(journal.taken):
             say(f"restoring the journey: {i} of {len(journal.taken)} tokens")
             if taken.interventions != session.interventions:
