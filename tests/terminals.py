@@ -163,6 +163,27 @@ def tokenviz_pid(name: str) -> str:
     return subprocess.run(["pgrep", "-P", shell, "-f", "tokenviz"], capture_output=True, text=True).stdout.split()[0]
 
 
+def terminal_modes(name: str) -> dict[str, str]:
+    """What the program in the terminal has turned on: the alternate screen, the mouse reported, the cursor
+    shown (tmux's own flags: "1" on, "0" off)."""
+    flags = ("alternate_on", "mouse_any_flag", "mouse_button_flag", "mouse_sgr_flag", "cursor_flag")
+    shown = tmux(name, "display", "-p", "-t", name, " ".join(f"#{{{flag}}}" for flag in flags)).split()
+    return dict(zip(flags, shown))
+
+
+def given_back(name: str, timeout: float = 30) -> dict[str, str]:
+    """Wait for the terminal to be as a shell wants it (the main screen, no mouse reported, the cursor
+    shown); its modes then."""
+    deadline, modes = time.monotonic() + timeout, {}
+    sane = {"alternate_on": "0", "mouse_any_flag": "0", "mouse_button_flag": "0", "mouse_sgr_flag": "0"}
+    while time.monotonic() < deadline:
+        modes = terminal_modes(name)
+        if all(modes.get(flag) == value for flag, value in sane.items()) and modes.get("cursor_flag") == "1":
+            return modes
+        time.sleep(0.2)
+    raise AssertionError(f"the terminal was never given back: {modes}; the screen was:\n{screen(name)}")
+
+
 def at_each_size(check: Callable[[str, tuple[int, int]], None], *args: str, env: dict | None = None) -> None:
     """`tokenviz ARGS` in a terminal at each of SIZES at once (their start-ups overlap), `check(name,
     size)` driving and reading each in a thread of its own; a failure is raised naming its size."""
