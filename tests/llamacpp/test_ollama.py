@@ -60,3 +60,44 @@ def test_a_name_the_store_lacks_is_one_line_naming_what_it_holds(store, monkeypa
 def test_an_ollama_name_without_the_llama_cpp_backend_says_to_add_it(store, monkeypatch, capsys):
     code, _, err = invoke(monkeypatch, capsys, "trace", "x", "--model", "ollama:smollm2")
     assert code == 2 and "Ollama's models run in llama.cpp: add --backend llama.cpp" in err, err
+
+
+def manifest_of(store, tag: str = "latest"):
+    return store / "manifests" / "registry.ollama.ai" / "library" / "smollm2" / tag
+
+
+@pytest.mark.parametrize(
+    ("document", "said"),
+    [
+        ('{"layers": 5}', "its manifest is not Ollama's: at layers: Input should be a valid list"),
+        ("true", "its manifest is not Ollama's: at the top level"),
+        ("1.5", "its manifest is not Ollama's: at the top level"),
+        ('{"layers": [{"mediaType": 3, "digest": "x"}]}', "its manifest is not Ollama's: at layers.0.mediaType"),
+        ('{"layers": []}', "its manifest names no model layer"),
+    ],
+)
+def test_a_manifest_of_another_shape_is_one_line(store, monkeypatch, capsys, document, said):
+    """{"layers": 5} was TypeError: 'int' object is not iterable."""
+    manifest_of(store).write_text(document)
+    code, _, err = invoke(monkeypatch, capsys, "trace", "x", "--backend", "llama.cpp", "--model", "ollama:smollm2")
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and said in errors[0] and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_a_manifest_that_is_not_a_file_is_named_as_such(store, monkeypatch, capsys, kind):
+    """Called "has no fifoman; it has … fifoman:latest" before."""
+    manifest = manifest_of(store, "odd")
+    os.mkfifo(manifest) if kind == "fifo" else manifest.mkdir()
+    code, _, err = invoke(monkeypatch, capsys, "trace", "x", "--backend", "llama.cpp", "--model", "ollama:smollm2:odd")
+    said = "is a directory" if kind == "directory" else "is not a regular file"
+    assert code == 2 and f"--model ollama:smollm2:odd: its manifest {said}" in err and "has no" not in err, err
+
+
+@pytest.mark.parametrize("kind", ["dev-zero", "fifo"])
+def test_a_blob_that_is_not_a_file_is_named_as_such_not_missing(store, monkeypatch, capsys, kind):
+    blob = next((store / "blobs").iterdir())
+    blob.unlink()
+    os.symlink("/dev/zero", blob) if kind == "dev-zero" else os.mkfifo(blob)
+    code, _, err = invoke(monkeypatch, capsys, "trace", "x", "--backend", "llama.cpp", "--model", "ollama:smollm2")
+    assert code == 2 and f"its model layer {blob.name} is not a regular file" in err and "missing" not in err, err

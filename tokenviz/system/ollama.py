@@ -10,6 +10,9 @@ import os
 import re
 from pathlib import Path
 
+from pydantic import BaseModel, Field, ValidationError
+
+from tokenviz.contract.bounds import first_error
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.text import safe_text, shortened
 from tokenviz.system.reading import parse_json, read_file
@@ -37,27 +40,40 @@ def ollama_gguf(spec: str) -> Path:
     namespace, _, base = model.rpartition("/")
     root = store()
     manifest = root / "manifests" / REGISTRY / (namespace or "library") / base / (tag or "latest")
-    if not manifest.is_file():
+    if not (manifest.exists() or manifest.is_symlink()):
         held = names(root)
         listed = ", ".join(held[:SHOWN]) + (f" and {len(held) - SHOWN} more" if len(held) > SHOWN else "")
         raise TokenvizError(
             f"--model {spec}: Ollama's store ({safe_text(str(root))}) has no {name}"
             + (f"; it has {listed}" if held else ": it is empty")
         )
-    document = parse_json(read_file(manifest, MANIFEST_BYTES, "Ollama's manifest"), "Ollama's manifest")
-    layers = document.get("layers") if isinstance(document, dict) else None
-    digests = [
-        layer.get("digest")
-        for layer in layers or ()
-        if isinstance(layer, dict) and layer.get("mediaType") == MODEL_LAYER
-    ]
-    found = DIGEST.fullmatch(digests[0]) if digests and isinstance(digests[0], str) else None
+    what = f"--model {spec}: its manifest"
+    document = parse_json(read_file(manifest, MANIFEST_BYTES, what, TokenvizError), what, TokenvizError)
+    try:
+        layers = Manifest.model_validate(document).layers
+    except ValidationError as exc:
+        raise TokenvizError(f"{what} is not Ollama's: {first_error(exc)}") from None
+    digests = [layer.digest for layer in layers if layer.mediaType == MODEL_LAYER]
+    found = DIGEST.fullmatch(digests[0]) if digests else None
     if found is None:
-        raise TokenvizError(f"--model {spec}: its manifest names no model layer")
+        raise TokenvizError(f"{what} names no model layer")
     blob = root / "blobs" / f"sha256-{found.group(1)}"
-    if not blob.is_file():
+    if not (blob.exists() or blob.is_symlink()):
         raise TokenvizError(f"--model {spec}: its model layer is not in the store ({blob.name} is missing)")
+    if not blob.is_file():  # (a FIFO, a device, a directory: followed through a link)
+        raise TokenvizError(f"--model {spec}: its model layer {blob.name} is not a regular file")
     return blob
+
+
+class Layer(BaseModel):
+    """One layer of a manifest: what it is and where its blob lies (the rest of it is Ollama's)."""
+
+    mediaType: str = Field(strict=True)
+    digest: str = Field(strict=True, max_length=80)
+
+
+class Manifest(BaseModel):
+    layers: list[Layer] = Field(max_length=1024)
 
 
 def names(root: Path) -> list[str]:
