@@ -1,29 +1,101 @@
 """The backends registered (contract.backend: each a plugin, found through the entry-point group
-`tokenviz.backends`), which one a command line chooses."""
+`tokenviz.backends`), which one a command line chooses.
+
+A plugin is another package's code, run as the command line is built: one that fails to import, raises
+(SystemExit too), is not a backend, or takes a built-in backend's name is left out with one line naming
+it and its package (`refused`), and every command goes on with the rest."""
 
 from __future__ import annotations
 
 import functools
-from importlib.metadata import entry_points
+import keyword
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
 
-from tokenviz.contract.backend import Backend
+from tokenviz.contract.backend import Backend, BackendOption
 from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.text import safe_text, shortened
 
 GROUP = "tokenviz.backends"
 DEFAULT = "transformers"
+OWN = "tokenviz"  # the distribution whose entry points are the built-in backends
+NAME_CHARS = 40  # a backend's or option's name, at most
+
+
+def _package(point: EntryPoint) -> str:
+    dist = getattr(point, "dist", None)
+    return safe_text(shortened(str(getattr(dist, "name", None) or "an unknown package"), 60))
+
+
+def _why_not_a_backend(backend: Any) -> str | None:
+    """What the object an entry point names lacks to be a backend (contract.backend.Backend), or None."""
+    name = getattr(backend, "name", None)
+    if not isinstance(name, str) or not name.isprintable() or not 0 < len(name) <= NAME_CHARS:
+        return "it is not a backend (no name of printable text)"
+    if not isinstance(getattr(backend, "about", None), str) or not isinstance(getattr(backend, "local", None), bool):
+        return "it is not a backend (no line about it, or no local flag)"
+    if not (callable(getattr(backend, "asked", None)) and callable(getattr(backend, "loader", None))):
+        return "it is not a backend (no asked() or loader())"
+    options = getattr(backend, "options", None)
+    if not isinstance(options, tuple) or not all(isinstance(o, BackendOption) for o in options):
+        return "its options are not a tuple of BackendOption"
+    for option in options:
+        if not (option.name.isidentifier() and option.name.isascii()) or keyword.iskeyword(option.name):
+            return f"its option {safe_text(shortened(repr(option.name), NAME_CHARS))} is not a Python name"
+    return None
+
+
+def _loaded(point: EntryPoint) -> Backend:
+    """The backend `point` names, or a TokenvizError saying why it is none."""
+    try:
+        backend: Backend = point.load()
+    except (Exception, SystemExit) as exc:  # (another package's import: anything at all)
+        why = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TokenvizError(f"it failed to load: {safe_text(shortened(why, 160))}") from None
+    lacking = _why_not_a_backend(backend)
+    if lacking is not None:
+        raise TokenvizError(lacking)
+    return backend
 
 
 @functools.cache
-def registered() -> dict[str, Backend]:
-    """Every backend of the entry-point group, by its name (the default first). The table itself is
-    returned: a test adds a backend of its own to it."""
+def _registry() -> tuple[dict[str, Backend], list[str]]:
     found: dict[str, Backend] = {}
-    for point in sorted(entry_points(group=GROUP), key=lambda p: (p.name != DEFAULT, p.name)):
-        backend = point.load()
+    refused: list[str] = []
+    points = sorted(entry_points(group=GROUP), key=lambda p: (_package(p) != OWN, p.name != DEFAULT, p.name))
+    for point in points:
+        plugin = f"the backend plugin {safe_text(shortened(point.name, NAME_CHARS))!r} of {_package(point)}"
+        try:
+            backend = _loaded(point)
+        except TokenvizError as exc:
+            refused.append(f"{plugin} is left out: {exc}")
+            continue
+        if backend.name in found:
+            refused.append(f"{plugin} is left out: the name {backend.name!r} is a backend's already")
+            continue
         found[backend.name] = backend
     if DEFAULT not in found:
         raise TokenvizError(f"no {DEFAULT} backend is registered (entry points {GROUP}): reinstall tokenviz")
-    return found
+    return found, refused
+
+
+def registered() -> dict[str, Backend]:
+    """Every backend of the entry-point group, by its name (the built-in ones first, the default first of
+    them). The table itself is returned: a test adds a backend of its own to it."""
+    return _registry()[0]
+
+
+def refused() -> list[str]:
+    """A line for each plugin left out (registered), to be said once."""
+    return _registry()[1]
+
+
+def _asks(backend: Backend, given: frozenset[str]) -> bool:
+    try:
+        return bool(backend.asked(given))
+    except Exception as exc:  # (a plugin's code)
+        why = safe_text(shortened(str(exc) or type(exc).__name__, 160))
+        raise TokenvizError(f"the backend {backend.name!r} failed on its options: {why}") from None
 
 
 def chosen(name: str | None, given: frozenset[str]) -> Backend:
@@ -33,9 +105,9 @@ def chosen(name: str | None, given: frozenset[str]) -> Backend:
     if name is not None:
         backend = table.get(name)
         if backend is None:
-            raise TokenvizError(f"--backend {name!r}: the backends here are {', '.join(table)}")
+            raise TokenvizError(f"--backend {safe_text(name)!r}: the backends here are {', '.join(table)}")
     else:
-        asking = [b for b in table.values() if b.asked(given & {o.name for o in b.options})]
+        asking = [b for b in table.values() if (its := given & {o.name for o in b.options}) and _asks(b, its)]
         backend = asking[0] if asking else table[DEFAULT]
     own = {o.name for o in backend.options}
     for other in table.values():

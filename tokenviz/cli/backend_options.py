@@ -5,7 +5,9 @@ backend."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -14,7 +16,8 @@ import typer
 
 from tokenviz.backends.registry import chosen, registered
 from tokenviz.cli.options import ModelChoice, model_options, option_group, print_warning, sampling_options
-from tokenviz.contract.backend import Backend, OpenEngine, Opening
+from tokenviz.contract.backend import Backend, OpenEngine, Opening, Progress
+from tokenviz.contract.engine import Engine
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.settings import SamplingSettings
@@ -71,20 +74,60 @@ class BackendChoice:
         own = {o.name for o in backend.options}
         values = {name: value for name, value in self.values.items() if name in own}
         opening = Opening(self.command, values, self.given & own, model, settings, interventions, warn=print_warning)
-        return backend.loader(opening)
+        opens = backend.loader(opening)
+
+        def opened(progress: Progress) -> Engine:
+            """The engine, its description made safe to print (a plugin's is its own text)."""
+            engine = opens(progress)
+            with contextlib.suppress(AttributeError):  # (an engine whose info cannot be set keeps its own)
+                engine.info = engine.info.made_safe()
+            return engine
+
+        return opened
+
+
+_left_out: dict[tuple[str, str], list[str]] = {}  # (backend, flag) -> the commands that have that option already
+
+
+def left_out() -> list[str]:
+    """A line for each backend option left out of commands that have an option of its name already."""
+    return [
+        f"the {backend} backend's option {flag} is left out: tokenviz {', '.join(commands)} "
+        f"{'has' if len(commands) == 1 else 'have'} an option of that name"
+        for (backend, flag), commands in _left_out.items()
+    ]
+
+
+def _taken(function: Callable[..., None]) -> set[str]:
+    """The names and flags `function`'s command line has already: a backend's option may take none."""
+    taken = {NAME, "backend", "--backend", "--help"}
+    for parameter in inspect.signature(function, eval_str=True).parameters.values():
+        taken |= {parameter.name, "--" + parameter.name.replace("_", "-")}
+        for meta in getattr(parameter.annotation, "__metadata__", ()):
+            taken |= set(getattr(meta, "param_decls", None) or ())
+            taken |= {meta.default} if isinstance(getattr(meta, "default", None), str) else set()
+    return taken
 
 
 def backend_options(command: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Give `command` --backend and the registered backends' options for it; it receives them as
-    `backend` (a BackendChoice)."""
+    `backend` (a BackendChoice). An option whose name or flag the command has already (a plugin's named
+    `model`, `steps`...) is left out with a line (left_out), and the built-in one kept."""
     table = registered()
-    options: dict[str, tuple[Any, Any]] = {
-        NAME: (Optional[str], typer.Option("--backend", help=BACKEND_HELP.format(names=", ".join(table))))
-    }
-    defaults: dict[str, Any] = {NAME: None}
-    for backend in table.values():
-        for option in backend.options:
-            if command in option.commands and option.name not in options:
+
+    def decorate(function: Callable[..., None]) -> Callable[..., None]:
+        taken = _taken(function)
+        options: dict[str, tuple[Any, Any]] = {
+            NAME: (Optional[str], typer.Option("--backend", help=BACKEND_HELP.format(names=", ".join(table))))
+        }
+        defaults: dict[str, Any] = {NAME: None}
+        for backend in table.values():
+            for option in backend.options:
+                if command not in option.commands or option.name in options:
+                    continue
+                if option.name in taken or option.flag in taken:
+                    _left_out.setdefault((backend.name, option.flag), []).append(command)
+                    continue
                 panel = f"{backend.name} backend"
                 options[option.name] = (
                     KINDS[option.kind],
@@ -92,10 +135,12 @@ def backend_options(command: str) -> Callable[[Callable[..., None]], Callable[..
                 )
                 defaults[option.name] = False if option.kind == "flag" else None
 
-    def make(values: dict[str, Any], given: frozenset[str]) -> BackendChoice:
-        return BackendChoice(command, {**defaults, **values}, given)
+        def make(values: dict[str, Any], given: frozenset[str]) -> BackendChoice:
+            return BackendChoice(command, {**defaults, **values}, given)
 
-    return option_group("backend", options, make)
+        return option_group("backend", options, make)(function)
+
+    return decorate
 
 
 def journey_options(
