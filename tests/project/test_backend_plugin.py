@@ -152,6 +152,51 @@ async def test_a_backend_registered_in_the_tests_alone_runs_the_app(fixed):
         await wait_for(lambda: "".join(c.text for c in app.journey.snapshot.chips) == "abcde", pilot)
 
 
+HOSTILE_NAME = "fixed\x1b]52;c;eA==\x07\x1b[2J\u202etxt.exe"
+
+
+class LoudEngine(FixedEngine):
+    """A plugin's engine whose own words (its name, its refusals) hold escape sequences and a bidirectional
+    control: said through tokenviz, they reach no terminal raw."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.info = dataclasses.replace(self.info, name=HOSTILE_NAME, architecture="\x1b[31mred")
+
+    def chat_ids(self, user, system=None):
+        raise TokenvizError("no chat\x1b[2J here\u202e")
+
+
+def test_a_plugin_engines_own_words_are_made_safe_at_the_boundary(fixed, monkeypatch, capsys):
+    monkeypatch.setattr(FixedBackend, "loader", lambda self, opening: lambda progress: LoudEngine())
+    code, out, err = invoke(monkeypatch, capsys, "trace", "abc", "--backend", "fixed", "--steps", "1", "--json")
+    assert code == 0 and "\x1b" not in out + err and "\u202e" not in out + err, err
+    assert json.loads(out)["model"]["name"] == "fixed<0x1B>]52;c;eA==<0x07><0x1B>[2J<0x202E>txt.exe"
+    code, out, err = invoke(monkeypatch, capsys, "trace", "abc", "--backend", "fixed", "--chat")
+    assert code == 2 and "\x1b" not in out + err and "\u202e" not in out + err and "no chat<0x1B>[2J" in err, err
+
+
+async def test_a_plugin_engines_refusal_reaches_the_app_made_safe(fixed, monkeypatch):
+    from tokenviz.cli.backend_options import BackendChoice
+    from tokenviz.cli.options import ModelChoice
+    from tokenviz.contract.commands import Start
+    from tokenviz.contract.settings import SamplingSettings
+    from tokenviz.ui.app import TokenvizApp
+    from tokenviz.worker.engine_thread import EngineWorker
+
+    monkeypatch.setattr(FixedBackend, "loader", lambda self, opening: lambda progress: LoudEngine())
+    settings = SamplingSettings(temperature=0)
+    choice = BackendChoice("app", {"backend_name": "fixed"}, frozenset({"backend_name"}))
+    worker = EngineWorker(choice.loader(ModelChoice(), settings), settings, "abc")
+    app = TokenvizApp(worker)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(app, pilot)
+        assert app.journey.snapshot.info.name.startswith("fixed<0x1B>]52")
+        worker.submit(Start("hi", chat=True))
+        await wait_for(lambda: "no chat" in (app.journey.snapshot.error or ""), pilot)
+        assert app.journey.snapshot.error == "no chat<0x1B>[2J here<0x202E>"
+
+
 def test_a_capability_declared_without_its_protocol_is_one_line_naming_the_backend():
     from tokenviz.contract.engine import able
 

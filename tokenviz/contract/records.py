@@ -5,6 +5,7 @@ Nothing here holds a torch tensor.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from tokenviz.contract.bounds import (
 )
 from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.settings import SavedSettings
+from tokenviz.contract.text import safe_text
 
 DecisionMode = Literal["greedy", "sampled", "forced", "drawn"]  # drawn: by the engine itself (a server)
 REPETITION, PRESENCE_FREQUENCY = "repetition", "presence/frequency"  # the stages that penalise tokens
@@ -424,6 +426,12 @@ class ModelInfo:
     # each step's distribution: 0, the whole vocabulary; N, the top N the engine returns
     covers: Annotated[int, Field(strict=True, ge=0, le=100_000)] = 0
     draws: Text = ""  # who draws each token: "" tokenviz, from these numbers; else who does ("the server")
+
+    def made_safe(self) -> ModelInfo:
+        """Every text of it safe to print (safe_text): an engine's own (a plugin's) is said as it is built,
+        never validated as a file's is."""
+        texts: dict[str, Any] = {k: safe_text(v) for k, v in self.__dict__.items() if isinstance(v, str)}
+        return dataclasses.replace(self, **texts, capabilities=tuple(safe_text(c) for c in self.capabilities))
 
     @property
     def giver(self) -> str:

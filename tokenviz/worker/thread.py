@@ -24,6 +24,7 @@ from tokenviz.contract.commands import Command, Play, Save, Step
 from tokenviz.contract.errors import Cancelled, GiveWay, TokenvizError
 from tokenviz.contract.settings import PACES_S
 from tokenviz.contract.snapshot import ComparisonSnapshot, EngineState, Snapshot
+from tokenviz.contract.text import safe_text
 from tokenviz.contract.worker import Post
 from tokenviz.system.interruptible import interrupt
 from tokenviz.worker.errorlog import log_exception
@@ -169,12 +170,12 @@ class CommandThread(Generic[S]):
         try:
             self._load()
         except TokenvizError as exc:
-            self._state, self._message = "error", str(exc)
-            self._publish(error=str(exc))
+            self._state, self._message = "error", safe_text(str(exc))
+            self._publish(error=self._message)
             return
         except Exception as exc:  # not foreseeable: one line, and the traceback in the log
             self._state = "error"
-            self._message = f"internal error while loading: {exc} ({log_exception()})"
+            self._message = safe_text(f"internal error while loading: {exc} ({log_exception()})")
             self._publish(error=self._message)
             return
         self._publish(error=self._start_error)
@@ -184,7 +185,7 @@ class CommandThread(Generic[S]):
                     return
             except Exception as exc:  # a bug outside any one command (publishing, say): show it, go on
                 self.playing = False
-                self._publish(error=f"internal error: {exc} ({log_exception()})")
+                self._publish(error=safe_text(f"internal error: {exc} ({log_exception()})"))
 
     def _turn(self) -> bool:
         """One turn: an autoplay step, or every queued command; then publish. False: quit."""
@@ -246,14 +247,14 @@ class CommandThread(Generic[S]):
             self._gave_way = True
         except Cancelled as exc:  # the user's choice, not a mistake: news, and the view says so
             self.playing = False
-            self._notice = str(exc)
-        except TokenvizError as exc:
+            self._notice = safe_text(str(exc))
+        except TokenvizError as exc:  # (an engine's own words, a plugin's among them: made safe to print here)
             if autoplay:
                 self.playing = False
-            return str(exc)
+            return safe_text(str(exc))
         except Exception as exc:  # a bug, not the user's mistake: keep the app alive, log the details
             self.playing = False
-            return f"internal error: {exc} ({log_exception()})"
+            return safe_text(f"internal error: {exc} ({log_exception()})")
         finally:
             if not autoplay:
                 self._handled += 1
@@ -286,10 +287,10 @@ class CommandThread(Generic[S]):
                 self._notice = None  # (said in this frame; a frame that failed to build leaves it for the next)
             except TokenvizError as exc:  # foreseeable (a server that stopped answering): the journey is intact
                 self.playing = False
-                snapshot = self._fallback(str(exc))
+                snapshot = self._fallback(safe_text(str(exc)))
             except Exception as exc:  # the journey is intact: show the last good frame with the error
                 self.playing = False
-                snapshot = self._fallback(f"internal error while drawing: {exc} ({log_exception()})")
+                snapshot = self._fallback(safe_text(f"internal error while drawing: {exc} ({log_exception()})"))
             self._last_snapshot = snapshot
             self._post(snapshot)
 
