@@ -594,6 +594,10 @@ def tamper_settings(doc) -> None:
     doc["replay"]["records"][0]["decision"]["settings"]["top_p"] = 0.5
 
 
+def tamper_top_settings(doc) -> None:  # the settings the journey ends under, and nothing else
+    doc["settings"]["temperature"] = 0.5
+
+
 def tamper_piece(doc) -> None:  # a piece of text derived from an id
     doc["replay"]["records"][1]["top"][0][1] = " Paris"
 
@@ -609,6 +613,7 @@ TAMPERED = [
     (tamper_top, "replay.records[1].top[2][2]"),
     (tamper_model, "model.name is 'gpt-4' in the journey"),
     (tamper_settings, "replay.records[0].decision.settings.top_p is 0.5"),
+    (tamper_top_settings, "settings.temperature is 0.5"),
     (tamper_piece, "replay.records[1].top[0][1] is ' Paris'"),
 ]
 

@@ -93,7 +93,10 @@ def verify_served_recording(
     checked, mismatch = verify_journey(journey, session, REPRODUCED_WITHIN)
     differs = f"its token, or its log-probability by more than {REPRODUCED_WITHIN:g} nats"
     if mismatch is None:
-        session.set_settings(journey.settings)  # (as the journey ends)
+        # As the journey ends: under the settings its last record (the pending step's, or the last step's where
+        # it stopped) was decided under, never the file's own word for them: copied in, settings changed in
+        # the file alone were "verified".
+        session.set_settings(journey.replay.records[-1].decision.settings)
         found = first_difference(recorded, remade_journey(recorded, session))
         if found is not None:
             err.print(f"mismatch: {found}", markup=False, highlight=False, soft_wrap=True)
