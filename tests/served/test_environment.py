@@ -140,3 +140,44 @@ def test_the_servers_shared_memory_is_removed_at_its_end_without_a_leak_warning(
     assert "leaked shared_memory" in said and not (Path("/dev/shm") / name).exists()
     name, said = left({k: v for k, v in vllm.server_environment("k" * 32).items() if k != vllm.KEY_VARIABLE})
     assert "leaked" not in said and not (Path("/dev/shm") / name).exists(), said
+
+
+# start_vllm with the server played by `sleep` in a session of its own (as vllm_server.start starts it): the
+# environment, the conversion and the wait for it to answer stood in for, the signals real.
+STARTS_A_SERVER = """
+import subprocess, sys
+from tokenviz.backends.served import vllm_server as vllm
+from tokenviz.cli import start_vllm
+
+vllm.ensure_environment = lambda say: sys.executable
+start_vllm.ensure_converted = lambda *args: None
+vllm.start = lambda *args, **kwargs: subprocess.Popen(["sleep", "600"], start_new_session=True)
+def ready(process, *args):
+    print(process.pid, flush=True)
+vllm.wait_ready = ready
+sys.exit(start_vllm.main(["--port", "1"]))
+"""
+
+
+@pytest.mark.parametrize("ending", ["SIGTERM", "SIGHUP"])
+def test_start_vllm_stops_its_server_on_sigterm_or_sighup(tmp_path, ending):
+    """Killed by SIGTERM or SIGHUP (a closed terminal), start_vllm left its vLLM server running, with the key:
+    only Ctrl-C reached the code that stops it."""
+    import os
+    import signal
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", STARTS_A_SERVER],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)},
+    )
+    try:
+        lines = iter(child.stdout.readline, "")
+        server = next(int(line) for line in lines if line.strip().isdigit())
+        child.send_signal(getattr(signal, ending))
+        assert child.wait(timeout=60) == 0
+    finally:
+        child.kill()
+    with pytest.raises(ProcessLookupError):  # (stopped, and reaped by start_vllm as it stopped it)
+        os.kill(server, 0)
