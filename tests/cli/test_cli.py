@@ -169,6 +169,25 @@ def test_the_trace_table_fits_80_columns_with_whole_headers_and_pieces_apart_fro
     assert "stages kept" in text and "fwd ms" in text  # a wide terminal keeps every column
 
 
+def test_a_megabyte_token_is_cut_in_the_table_and_whole_in_json(monkeypatch, capsys, tiny_dir):
+    """A 1 MB token (a hostile vocabulary's, a server's) made the trace table 66,698 lines."""
+    import io
+
+    from rich.console import Console
+
+    from tokenviz.cli.table import PIECE_CHARS, print_table
+
+    code, out, _ = invoke(monkeypatch, capsys, "trace", "The cat sat", "--model", tiny_dir, "--steps", "2", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    huge = "x" * (1 << 20)
+    doc["prompt"][0]["text"] = doc["steps"][0]["chosen"]["text"] = doc["steps"][1]["top"][0]["text"] = huge
+    console = Console(file=io.StringIO(), width=120, color_system=None)
+    print_table(doc, console)
+    text = console.file.getvalue()
+    assert len(text.splitlines()) < 60 and "x" * (PIECE_CHARS - 1) + "…" in text, len(text.splitlines())
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -191,7 +210,7 @@ def test_bad_settings_give_one_line_and_exit_2(monkeypatch, capsys, tiny_dir, ar
 
 
 def test_bad_models_give_one_line_and_exit_2(monkeypatch, capsys, tmp_path, tiny_dir):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # (the broken GGUF's lock stays there)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     corrupt = tmp_path / "broken.gguf"
     corrupt.write_bytes(b"GGUF not really")
     empty = tmp_path / "empty-dir"
@@ -201,7 +220,7 @@ def test_bad_models_give_one_line_and_exit_2(monkeypatch, capsys, tmp_path, tiny
     cases = [
         (["--model", str(tmp_path / "missing")], "no such model path"),
         (["--model", str(tmp_path / "missing.gguf")], "no such GGUF file"),
-        (["--model", str(corrupt)], "could not read GGUF file"),
+        (["--model", str(corrupt)], "broken.gguf is not a GGUF llama.cpp can read: version"),
         (["--model", str(empty)], "could not load model"),
         (["--model", str(text_file)], "is a file, not a model directory"),
         (["--model", "nobody-here/no-such-model-xyz"], "not found on the Hugging Face hub or in its local cache"),
@@ -213,6 +232,7 @@ def test_bad_models_give_one_line_and_exit_2(monkeypatch, capsys, tmp_path, tiny
         errors = [line for line in err.splitlines() if line.startswith("error:")]
         assert len(errors) == 1 and message in errors[0], (args, err)
         assert err.strip().splitlines()[-1] == errors[0] and "Traceback" not in err
+    assert not list((tmp_path / "cache").rglob("*.lock"))  # (the broken GGUF is refused before a conversion)
 
 
 def test_prompt_longer_than_the_context_is_refused(monkeypatch, capsys, tiny_dir):

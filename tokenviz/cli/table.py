@@ -13,12 +13,19 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from tokenviz.contract.text import safe_text
+from tokenviz.contract.text import safe_text, shortened
 from tokenviz.render.visible import visible
 
 RIGHT = ("step", "id", "p(final)", "rank", "u", "fwd ms", "request ms")
+PIECE_CHARS = 40  # a piece shown in a table, at most (a token's is a few characters)
 WIDE = 120  # below it (a piped 80 columns, say) the table keeps the columns that say what was chosen and why
 NARROW_COLUMNS = ("step", "chosen", "id", "p(final)", "rank", "mode", "top 3 (raw softmax)")
+
+
+def piece(text: str) -> str:
+    """A token's piece as a table shows it: its invisible characters shown, and a piece longer than any
+    token's cut (a 1 MB token, a hostile vocabulary's, made the table 66,698 lines; --json keeps it whole)."""
+    return visible(shortened(text, PIECE_CHARS))
 
 
 def precision(model: dict[str, Any]) -> str:
@@ -43,7 +50,7 @@ def print_table(doc: dict[str, Any], console: Console) -> None:
     console.print(Text(safe_text(header), style="bold"))
     prompt = Text("prompt: ")
     for t in doc["prompt"]:  # each piece, then its id: "The 504  ·E 414"
-        prompt.append(visible(t["text"]), style="cyan").append(f" {t['id']}", style="dim").append("  ")
+        prompt.append(piece(t["text"]), style="cyan").append(f" {t['id']}", style="dim").append("  ")
     console.print(prompt)
     in_force = list(dict.fromkeys(label for step in doc["steps"] for label in step.get("interventions", ())))
     if in_force:  # the distributions below are the intervened model's: "KL from own" is the distance
@@ -52,7 +59,7 @@ def print_table(doc: dict[str, Any], console: Console) -> None:
         console.print(_steps(doc["steps"], m, narrow=console.width < WIDE))
     else:
         console.print(
-            Text("output: " + "  ".join(f"{visible(s['chosen']['text'])} {s['chosen']['id']}" for s in doc["steps"]))
+            Text("output: " + "  ".join(f"{piece(s['chosen']['text'])} {s['chosen']['id']}" for s in doc["steps"]))
         )
     kept = [name for name in IN_JSON_ONLY if doc["steps"] and name in doc["steps"][0]]
     if kept:  # (asked for, and computed: never dropped without a word)
@@ -106,13 +113,13 @@ def _steps(steps: list[dict[str, Any]], model: dict[str, Any], narrow: bool = Fa
         draw = s["draw"]
         cells = {
             "step": str(s["index"]),
-            "chosen": Text(visible(s["chosen"]["text"])),
+            "chosen": Text(piece(s["chosen"]["text"])),
             "id": str(s["chosen"]["id"]),
             "p(final)": f"{s['chosen']['prob']:.3f}",
             "rank": str(draw["raw_rank"]),
             "mode": draw["mode"],
             "u": "" if draw["u"] is None else f"{draw['u']:.3f}",
-            top: Text("  ".join(f"{visible(t['text'])} {t['prob']:.2f}" for t in s["top"][:3])),
+            top: Text("  ".join(f"{piece(t['text'])} {t['prob']:.2f}" for t in s["top"][:3])),
             "stages kept": Text(" → ".join(f"{st['name']} {st['kept']}" for st in s["stages"]) or "—"),
             timing: f"{s['ms'][took]:.1f}",
         }
@@ -132,13 +139,13 @@ def _steps(steps: list[dict[str, Any]], model: dict[str, Any], narrow: bool = Fa
 
 
 def _watched(watch: list[dict[str, Any]]) -> str:
-    return "  ".join(f"{visible(w['text'])} {w['prob']:.3f}/{w['final_prob']:.3f} #{w['rank']}" for w in watch)
+    return "  ".join(f"{piece(w['text'])} {w['prob']:.3f}/{w['final_prob']:.3f} #{w['rank']}" for w in watch)
 
 
 def _strongest(attribution: list[dict[str, Any]], n: int = 3) -> str:
     """The n tokens with the largest attribution scores by size, signed."""
     strongest = sorted(attribution, key=lambda a: -abs(a["score"]))[:n]
-    return "  ".join(f"{visible(a['text'])}@{a['position']} {a['score']:+.2f}" for a in strongest)
+    return "  ".join(f"{piece(a['text'])}@{a['position']} {a['score']:+.2f}" for a in strongest)
 
 
 def print_score(doc: dict[str, Any], console: Console) -> None:
@@ -153,7 +160,7 @@ def print_score(doc: dict[str, Any], console: Console) -> None:
     )
     console.print(Text(safe_text(f"{m['name']} · {where}"), style="bold"))
     first = doc["first"]
-    console.print(Text(f"first token {visible(first['text'])} ({first['id']}) is read, not predicted", style="dim"))
+    console.print(Text(f"first token {piece(first['text'])} ({first['id']}) is read, not predicted", style="dim"))
     grammar = doc.get("grammar")
     table = Table(header_style="bold")
     numbers = ("#", "id", "logprob", "p", "rank", "entropy", "allowed", "in grammar")
@@ -161,12 +168,12 @@ def print_score(doc: dict[str, Any], console: Console) -> None:
     for name in (*columns, "the model's top 3 there"):
         table.add_column(name, justify="right" if name in numbers else "left")
     for t in doc["tokens"]:
-        top = "  ".join(f"{visible(c['text'])} {probability(c['prob'])}" for c in t["top"][:3])
+        top = "  ".join(f"{piece(c['text'])} {probability(c['prob'])}" for c in t["top"][:3])
         constrained = t.get("constrained")
         in_grammar = (f"{constrained['allowed']:,}", f"{constrained['logprob']:.3f}") if constrained else ("—", "—")
         table.add_row(
             str(t["index"]),
-            Text(visible(t["text"]), style="dim" if t.get("template") else ""),
+            Text(piece(t["text"]), style="dim" if t.get("template") else ""),
             str(t["id"]),
             f"{t['logprob']:.3f}",
             probability(t["prob"]),
@@ -217,7 +224,7 @@ def print_served_comparison(doc: dict[str, Any], console: Console) -> None:
         table.add_column(name, justify="left" if "chose" in name else "right")
     for s, a_step, b_step in zip(doc["diff"], a["steps"], b["steps"]):
         forced = "*" if s["teacher_forced"] else ""
-        chose = (Text(visible(a_step["chosen"]["text"])), Text(visible(b_step["chosen"]["text"])))
+        chose = (Text(piece(a_step["chosen"]["text"])), Text(piece(b_step["chosen"]["text"])))
         ranks = (f"{s['a_rank_of_b']}{forced}", f"{s['b_rank_of_a']}{forced}")
         table.add_row(str(s["index"]), *chose, f"{s['kl']:.5f}{forced}", *ranks, f"{b_step['ms']['request']:.1f}")
     differing = [f"{name} {pair[0]} here, {pair[1]} on the server" for name, pair in doc["differences"].items()]

@@ -166,6 +166,5 @@ def read_gguf_header(path: Path) -> GgufHeader:
         data = max(ends, default=0)
         if start + data > size:
             raise r.lie(f"its tensors claim {data:,} bytes of data; the file holds {max(size - start, 0):,}")
-    header = GgufHeader(version, tensors, metadata, start, data, numbers, strings, lists)
-    check_hyperparameters(header, r.lie)
-    return header
+    check_hyperparameters(numbers, strings, lists, r.lie)
+    return GgufHeader(version, tensors, metadata, start, data, numbers, strings, lists)

@@ -11,14 +11,10 @@ llama-cpp-python pinned in pyproject.toml.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
 
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.text import safe_text
-
-if TYPE_CHECKING:
-    from tokenviz.files.gguf_header import GgufHeader
 
 MAX_LAYERS = 512  # LLAMA_MAX_LAYERS
 MAX_EXPERTS = 1024  # LLAMA_MAX_EXPERTS
@@ -29,28 +25,34 @@ def _shown(value: float) -> str:
     return f"{int(value):,}" if math.isfinite(value) and value == int(value) else f"{value:g}"
 
 
-def check_hyperparameters(header: GgufHeader, refuse: Callable[[str], TokenvizError]) -> None:
-    """Refuse (`refuse(why)`, one line) a hyperparameter llama.cpp would abort on, or that no model has."""
-    arch = header.strings.get("general.architecture")
+def check_hyperparameters(
+    numbers: Mapping[str, float],
+    strings: Mapping[str, str],
+    lists: Mapping[str, tuple[float, ...]],
+    refuse: Callable[[str], TokenvizError],
+) -> None:
+    """Refuse (`refuse(why)`, one line) a hyperparameter llama.cpp would abort on, or that no model has: the
+    metadata's numbers, short strings and short lists of numbers by key (files.gguf_header reads them)."""
+    arch = strings.get("general.architecture")
     if arch is None:
         return  # (not a model's GGUF: llama.cpp refuses it in a line of its own)
     prefix = f"{arch}."
 
     def number(name: str, default: float = 0.0) -> float:
-        return header.numbers.get(prefix + name, default)
+        return numbers.get(prefix + name, default)
 
     def per_layer(name: str) -> tuple[float, ...]:
         """A count llama.cpp takes as one number or one a layer."""
-        if prefix + name in header.lists:
-            return header.lists[prefix + name]
-        return (header.numbers[prefix + name],) if prefix + name in header.numbers else ()
+        if prefix + name in lists:
+            return lists[prefix + name]
+        return (numbers[prefix + name],) if prefix + name in numbers else ()
 
-    for key, value in {**header.numbers, **{k: v for k, vs in header.lists.items() for v in vs}}.items():
+    for key, value in {**numbers, **{k: v for k, vs in lists.items() for v in vs}}.items():
         if key.startswith(prefix) and not math.isfinite(value):
             raise refuse(f"{safe_text(key)} is {value} (a hyperparameter must be a finite number)")
         if key.startswith(prefix) and "epsilon" in key and value < 0:
             raise refuse(f"{safe_text(key)} is {value:g}: an epsilon is never negative")
-    layers = header.numbers.get(prefix + "block_count")
+    layers = numbers.get(prefix + "block_count")
     if layers is None:
         raise refuse(f"it has no {prefix}block_count (its number of layers)")
     if not 1 <= layers <= MAX_LAYERS:
@@ -58,7 +60,7 @@ def check_hyperparameters(header: GgufHeader, refuse: Callable[[str], TokenvizEr
     if number("nextn_predict_layers") > layers:
         raise refuse(f"{prefix}nextn_predict_layers is more than its {_shown(layers)} layers")
     _check_experts(prefix, number, per_layer, refuse)
-    scaling = header.strings.get(prefix + "rope.scaling.type")
+    scaling = strings.get(prefix + "rope.scaling.type")
     if scaling is not None and scaling not in ROPE_SCALINGS:
         raise refuse(f"{prefix}rope.scaling.type is {scaling!r}: llama.cpp knows {', '.join(ROPE_SCALINGS)}")
 
