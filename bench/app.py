@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 from bench.anchors import PROMPT, bare_ready_s
 from bench.engine import random_ids
@@ -297,3 +298,69 @@ def app_start(timeout: float) -> tuple[float | None, float | None]:
     finally:
         subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
     return first, ready
+
+
+# A process in a terminal (a pty) as the app's starts: the command line imported (the baseline), then the
+# terminal's watcher started (system.terminal_guard); what each took, and the memory of each process.
+GUARDED = """
+import json, os, time
+from pathlib import Path
+
+def rss(pid):
+    line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("VmRSS:"))
+    return int(line.split()[1]) * 1024
+
+started = time.perf_counter()
+import tokenviz.cli.commands
+imported = time.perf_counter()
+from tokenviz.system.terminal_guard import guard_terminal, release
+guard_terminal()
+guarded = time.perf_counter()
+children = Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split()
+time.sleep(1.0)  # (the watcher's interpreter started and waiting)
+watcher = rss(children[0]) if children else None
+release()
+print(json.dumps({"import_s": imported - started, "guard_s": guarded - imported, "app_rss": rss(os.getpid()),
+                  "watcher_rss": watcher}), file=open(os.environ["GUARD_OUT"], "w"))
+"""
+
+
+def terminal_guard(rounds: int = 5) -> dict:
+    """What giving the terminal back costs (system.terminal_guard): the time the watcher's start adds to the
+    app's, against the time the app's start spends importing its command line (the same run, the same
+    process), and the watcher's memory against that process's before any model loads (so an upper bound
+    of its share of the app's)."""
+    import json
+    import pty
+    import tempfile
+
+    runs = []
+    for _ in range(rounds):
+        with tempfile.NamedTemporaryFile(suffix=".json") as out:
+            main, terminal = pty.openpty()
+            try:
+                subprocess.run(
+                    [sys.executable, "-c", GUARDED],
+                    stdin=terminal,
+                    stdout=terminal,
+                    stderr=terminal,
+                    env={**os.environ, "GUARD_OUT": out.name},
+                    timeout=120,
+                    check=True,
+                )
+            finally:
+                os.close(main)
+                os.close(terminal)
+            runs.append(json.loads(Path(out.name).read_text()))
+    guard = statistics.median(r["guard_s"] for r in runs)
+    imported = statistics.median(r["import_s"] for r in runs)
+    watcher = statistics.median(r["watcher_rss"] for r in runs if r["watcher_rss"])
+    app = statistics.median(r["app_rss"] for r in runs)
+    return {
+        "guard_ms": guard * 1000,
+        "import_ms": imported * 1000,
+        "ratio": guard / imported,
+        "watcher_mb": watcher / 2**20,
+        "app_before_model_mb": app / 2**20,
+        "memory_ratio": watcher / app,
+    }

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from bench.app import app_autoplay, cold_start, frame, key_frame, snapshot_growth, ui_growth
+from bench.app import app_autoplay, cold_start, frame, key_frame, snapshot_growth, terminal_guard, ui_growth
 from bench.budgets import verdicts
 from bench.engine import (
     attention_view,
@@ -121,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         ("snapshot_growth", lambda: snapshot_growth(loaded, long=1000 if args.quick else 6000)),
         ("app_autoplay", lambda: app_autoplay(loaded, context=500 if args.quick else 2000)),
         ("cold_start", cold_start),
+        ("terminal_guard", terminal_guard),
         ("conversion", conversion),
         ("memory", lambda: memory(loaded, 100 if args.quick else 1000)),
         ("beams", lambda: beams(loaded, long=500 if args.quick else 2000)),

@@ -176,3 +176,12 @@ def test_a_measure_runs_in_a_thread_of_its_own_and_its_failure_reaches_the_calle
 
     with pytest.raises(ValueError, match="the measure failed"):
         timing.in_thread(failing)
+
+
+def test_the_terminal_guards_measure_reports_its_quotients():
+    """bench's terminal_guard: the watcher's start against the command line's import, its memory against a
+    tokenviz process's before a model loads (system.terminal_guard), each ratio its own quotient."""
+    guard = app.terminal_guard(rounds=1)
+    assert guard["guard_ms"] > 0 and guard["import_ms"] > 0 and guard["watcher_mb"] > 0
+    assert guard["ratio"] == pytest.approx(guard["guard_ms"] / guard["import_ms"])
+    assert guard["memory_ratio"] == pytest.approx(guard["watcher_mb"] / guard["app_before_model_mb"])
