@@ -266,3 +266,18 @@ def test_a_hub_id_with_no_network_fails_at_once(monkeypatch, capsys):
     with pytest.raises(ModelLoadError, match="hub cannot be reached"):
         loading.load_model("someone/some-model", progress=lambda message, fraction: said.append(message))
     assert not any("fits" in line for line in said)  # the hub's answer first, not after a check of fitting
+
+
+def test_a_conversion_that_fails_leaves_no_lock_file(tmp_path, monkeypatch):
+    """A GGUF whose header passes but whose conversion fails (an architecture transformers cannot read, a
+    disk gone full) left its .lock in the cache."""
+    from tokenviz.system.paths import bundled_gguf
+
+    def fails(gguf, directory, progress):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(gguf_cache, "convert_gguf", fails)
+    directory = tmp_path / "models" / "model-abc"
+    with pytest.raises(OSError, match="No space left"):
+        gguf_cache.ensure_converted(bundled_gguf(), directory, lambda message, fraction: None)
+    assert list((tmp_path / "models").iterdir()) == []

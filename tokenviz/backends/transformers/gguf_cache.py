@@ -110,6 +110,11 @@ def ensure_converted(gguf: Path, directory: Path, progress: Progress, rebuild: b
         if rebuild or not _cache_is_fresh(directory, gguf):  # another process may have converted it
             with quiet():
                 convert_gguf(gguf, directory, progress)
+    except BaseException:
+        # (a conversion that failed leaves no lock file behind: removed while still held, so a process
+        # waiting on it converts after, as it would have; the next one makes a new file)
+        lock_path.unlink(missing_ok=True)
+        raise
     finally:
         lock.release()
 
