@@ -82,3 +82,30 @@ async def test_r_goes_back_to_the_prompt_without_prefilling_it_again():
         assert s.chips == first.chips and s.pending.decision == first.pending.decision
         assert fed == []  # the prefill was kept
         assert len(s.branches) == 2  # the path left is kept
+
+
+NESTED = "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}"
+
+
+async def test_a_template_that_runs_on_is_stopped_by_escape_and_the_journey_kept():
+    """Nested range(99999) loops in a template held the editor's prompt at "prefilling" forever, and
+    Escape could not cancel it: Escape stops it now, the journey as it was; left alone, its deadline does."""
+    from tokenviz.backends.hf.chat_template import RENDER_S
+    from tokenviz.contract.commands import Start
+    from tokenviz.system.interruptible import inside
+
+    loaded = tiny_chat_model()
+    worker = EngineWorker(lambda progress: ModelRunner(loaded), SamplingSettings(seed=2), QUESTION, chat=True)
+    app = TokenvizApp(worker)
+    async with app.run_test(size=(120, 40)) as pilot:
+        before = await settle(app, pilot)
+        loaded.tokenizer.chat_template = NESTED
+        worker.submit(Start("Hello", chat=True))
+        await wait_for(lambda: inside(worker._thread), pilot)  # (rendering: the deadline is seconds away)
+        await pilot.press("escape")
+        await wait_for(lambda: "was cancelled" in (app.journey.snapshot.notice or ""), pilot, timeout=RENDER_S)
+        assert app.journey.snapshot.chips == before.chips and app.journey.snapshot.state == "ready"
+
+        worker.submit(Start("Hello", chat=True))
+        await wait_for(lambda: "did not finish in" in (app.journey.snapshot.error or ""), pilot, timeout=30)
+        assert app.journey.snapshot.chips == before.chips
