@@ -182,3 +182,19 @@ def test_a_journey_of_another_runtime_is_named_and_not_restored_in_this_one(tmp_
     said = snapshot.error or ""
     assert f"no journey of {tiny_key()} to restore; the journeys left are of {other}" in said, said
     assert "start tokenviz with that model, backend and dtype" in said and left.exists()
+
+
+def test_an_end_without_the_user_quitting_keeps_the_journal_for_the_next_start(tmp_path, monkeypatch):
+    """SIGTERM or SIGHUP (the command line calls keep_journals) deleted the journal, so --restore had nothing."""
+    import atexit
+
+    from tokenviz.worker.journaling import keep_journals
+
+    at_exit = []
+    monkeypatch.setattr(atexit, "register", at_exit.append)
+    _, worker = first_ready(Journaling(tmp_path))
+    worker.stop()
+    keep_journals()
+    at_exit[0]()  # (the exit handler then removes nothing)
+    left = list(tmp_path.glob("*.jsonl"))
+    assert len(left) == 1 and orphans(tmp_path) == left  # (its lock free: offered at the next start)

@@ -40,7 +40,8 @@ def _why_not_a_backend(backend: Any) -> str | None:
     if not isinstance(options, tuple) or not all(isinstance(o, BackendOption) for o in options):
         return "its options are not a tuple of BackendOption"
     for option in options:
-        if not (option.name.isidentifier() and option.name.isascii()) or keyword.iskeyword(option.name):
+        named = isinstance(option.name, str) and option.name.isidentifier() and option.name.isascii()
+        if not named or keyword.iskeyword(option.name):
             return f"its option {safe_text(shortened(repr(option.name), NAME_CHARS))} is not a Python name"
     return None
 

@@ -99,12 +99,13 @@ class Journal:
 
 
 class JournalWriter:
-    """Appends a journey's lines to its journal; `discard` removes it (the process ends as it should)."""
+    """Appends a journey's lines to its journal; `discard` removes it (the process ends as it should),
+    `keep` leaves it (the process ends without the user quitting)."""
 
     def __init__(self, folder: Path, model: str) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.path = folder / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
-        self._lock = FileLock(f"{self.path}.lock")
+        self._lock = FileLock(f"{self.path}.lock", thread_local=False)  # (taken in the worker, let go at exit)
         self._lock.acquire(timeout=0)
         self._guard = threading.Lock()  # (discard may come from the main thread at exit)
         self._file: Any = self.path.open("a", encoding="utf-8")
@@ -126,6 +127,16 @@ class JournalWriter:
         with self._guard:
             if self._file is not None:
                 self._end()
+
+    def keep(self) -> None:
+        """Stop writing and leave the journal where it is (the process ends without the user quitting): the
+        next start on its model offers it, as it would after a crash."""
+        with self._guard:
+            if self._file is not None:
+                with contextlib.suppress(OSError):
+                    self._file.close()
+                self._file = None
+                self._lock.release()
 
     def _end(self) -> None:
         with contextlib.suppress(OSError):

@@ -4,9 +4,8 @@ that died offered back: said at the next start on the same model, reopened with 
 from __future__ import annotations
 
 import atexit
-import functools
-import threading
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -50,18 +49,15 @@ def _nothing_to_restore(key: str, kept: dict[Path, str | None]) -> str:
     )
 
 
-_kept = threading.Event()  # the process ends without the user quitting: its journals stay
+_writing: weakref.WeakSet[JournalWriter] = weakref.WeakSet()  # the journals this process writes
 
 
 def keep_journals() -> None:
     """The process is ending without the user quitting (SIGTERM, SIGHUP: a kill, a closed terminal): its
-    journals stay, each offered at the next start on its model and taken again by --restore."""
-    _kept.set()
-
-
-def _discard_unless_kept(writer: JournalWriter) -> None:
-    if not _kept.is_set():
-        writer.discard()
+    journals stay, each offered at the next start on its model and taken again by --restore (their exit
+    handlers then find nothing to remove)."""
+    for writer in list(_writing):
+        writer.keep()
 
 
 class Journaling:
@@ -105,7 +101,8 @@ class Journaling:
             writer = JournalWriter(self.folder, key)
         except OSError as exc:  # (a cache that cannot be written: the journey goes on, unjournaled)
             return f"the journey is not kept in a journal: {safe_text(str(exc))}"
-        atexit.register(functools.partial(_discard_unless_kept, writer))
+        atexit.register(writer.discard)
+        _writing.add(writer)
         self._follower = JournalFollower(writer)
         self.follow(session, moved=True)
         if restored is not None:  # (only now: the journey is in the new journal, and on its way to the screen)

@@ -9,6 +9,7 @@ keeps to itself.
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import os
 from collections.abc import Iterator, Sequence
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.text import safe_text, shortened
 from tokenviz.system.cpu_threads import cores, told_threads
 
 if TYPE_CHECKING:
@@ -56,11 +58,29 @@ def amx_present() -> bool:
 
 
 _QUIET: list[Any] = []  # the log callback in force (kept alive while llama.cpp holds it)
+LOG_ERROR = 4  # GGML_LOG_LEVEL_ERROR
+_errors: collections.deque[str] = collections.deque(maxlen=4)  # llama.cpp's last error lines, said on a failure
+
+
+def _kept(level: int, text: bytes | None, data: object) -> None:
+    """llama.cpp's log, kept off the terminal: its error lines are kept to say why a load failed."""
+    if level == LOG_ERROR and text:
+        _errors.append(safe_text(shortened(text.decode("utf-8", "replace").strip(), 200)))
+
+
+def why_not_loaded() -> str:
+    """What llama.cpp said first of an error since the load began (its own words: "error loading model
+    hyperparameters: invalid n_rot: 63, expected 64"), or how to see its whole log."""
+    said = next(iter(_errors), None)
+    if said is None:
+        return "its log says why: run with TOKENVIZ_DEBUG=1"
+    return "it says: " + " ".join(said.rsplit("error loading model: ", 1)[-1].split())
 
 
 def library() -> Any:
-    """llama-cpp-python's C bindings, llama.cpp's log silenced (it writes to the terminal the app draws
-    on; TOKENVIZ_DEBUG=1 keeps it), or one line saying how to install them."""
+    """llama-cpp-python's C bindings, llama.cpp's log kept off the terminal the app draws on (its error
+    lines kept to say why a load failed; TOKENVIZ_DEBUG=1 prints it all), or one line saying how to
+    install them."""
     try:
         import llama_cpp.llama_cpp as bindings
     except ImportError as exc:
@@ -72,7 +92,7 @@ def library() -> Any:
         os.environ.setdefault("GGML_NO_BACKTRACE", "1")
     if not _QUIET and not os.environ.get("TOKENVIZ_DEBUG"):
         callback_type = bindings.llama_log_set.argtypes[0]
-        _QUIET.append(callback_type(lambda level, text, data: None))
+        _QUIET.append(callback_type(_kept))
         bindings.llama_log_set(_QUIET[0], None)
     return bindings
 
@@ -123,9 +143,10 @@ class Runtime:
         params.n_gpu_layers = gpu_layers
         if amx_present():
             params.use_extra_bufts = False
+        _errors.clear()
         self.model = lib.llama_model_load_from_file(os.fsencode(path), params)
         if not self.model:
-            raise TokenvizError(f"llama.cpp could not load {path.name} (its log says why: run with TOKENVIZ_DEBUG=1)")
+            raise TokenvizError(f"llama.cpp could not load {safe_text(path.name)}: {why_not_loaded()}")
         self.vocab_ptr = lib.llama_model_get_vocab(self.model)
         self.shape = Shape(
             layers=int(lib.llama_model_n_layer(self.model)),
