@@ -104,7 +104,8 @@ def test_trace_lens_html_puts_each_steps_lens_on_the_page(tmp_path, monkeypatch,
         assert [r[0] for r in rows] == [layer["layer"] for layer in step["lens"]]
         for row, layer in zip(rows, step["lens"]):
             assert row[1:4] == [layer["top"][0]["id"], layer["top"][0]["text"], layer["top"][0]["prob"]]
-            assert row[4:] == [layer["chosen_rank"], layer["chosen_prob"]]
+            assert row[4:] == [layer["chosen_rank"], layer["chosen_prob"], layer["label"]]
+        assert rows[0][6] == "emb" and rows[-1][6] == f"L{rows[-1][0] - 1}"  # (as the app numbers them)
     plain = tmp_path / "plain.html"
     code, _, err = invoke(monkeypatch, capsys, "trace", "The Eiffel Tower", "--model", model, "--steps", "2",
                           "--html", str(plain))  # fmt: skip

@@ -219,6 +219,7 @@ def test_the_page_shows_the_lens_where_the_journey_has_it(tmp_path):
     from tiny import tiny_model
 
     from tokenviz.backends.transformers.runner import ModelRunner
+    from tokenviz.contract.results import lens_row_label
     from tokenviz.contract.settings import SamplingSettings
     from tokenviz.journey.session import Session
     from tokenviz.worker.snapshots import snapshot_of
@@ -239,7 +240,10 @@ def test_the_page_shows_the_lens_where_the_journey_has_it(tmp_path):
         rows = until(lambda: browser.find_elements(By.CSS_SELECTOR, "#step .lens tr")[1:])
         assert len(rows) == len(inspection.lens)
         cells = [[td.text for td in row.find_elements(By.TAG_NAME, "td")] for row in rows]
-        assert cells[0][0] == "emb" and cells[-1][0] == f"L{inspection.lens[-1].layer}"
+        # (one numbering with the app's: the last row follows the last layer, counted from 0; the page said L{row})
+        assert cells[0][0] == "emb" and cells[-1][0] == f"L{inspection.lens[-1].layer - 1}" == lens_row_label(
+            inspection.lens[-1].layer
+        )
         for shown, layer in zip(cells, inspection.lens):
             assert shown[2:] == [f"{layer.top[0][2]:.4f}", str(layer.chosen_rank), f"{layer.chosen_prob:.4f}"]
         chips[at + 1].click()  # (a step the lens was not computed for)

@@ -13,11 +13,18 @@ from pydantic import Field
 from tokenviz.contract.bounds import FAIL_FAST, MAX_LAYERS, MAX_TOKENS, Count, Finite, Flag, Id, NonNegative, Text
 
 
+def lens_row_label(row: int) -> str:
+    """A lens row's name, one numbering everywhere (the app, the page, --json, the docs): 'emb' for the
+    embeddings, else the decoder layer it follows, counted from 0 as every view and --ablate count them
+    (row i follows layer i - 1: 'L29' is a 30-layer model's last)."""
+    return "emb" if row == 0 else f"L{row - 1}"
+
+
 @dataclass(frozen=True)
 class LensLayer:
     """One layer of the logit lens: what the model would predict if it stopped after this layer."""
 
-    layer: int  # 0 = the embeddings, i = after decoder layer i
+    layer: int  # the row: 0 = the embeddings, i = after decoder layer i - 1 (lens_row_label names it)
     top: tuple[tuple[int, str, float], ...]  # (id, text, prob), best first
     chosen_rank: int  # 1-based rank of the token finally chosen
     chosen_prob: float
@@ -27,6 +34,7 @@ class LensLayer:
     def to_json(self) -> dict[str, Any]:
         return {
             "layer": self.layer,
+            "label": lens_row_label(self.layer),
             "top": [{"id": i, "text": t, "prob": p} for i, t, p in self.top],
             "chosen_rank": self.chosen_rank,
             "chosen_prob": self.chosen_prob,

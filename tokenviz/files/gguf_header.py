@@ -10,6 +10,7 @@ name, dimensions, type and offset, then the data from the next multiple of gener
 
 from __future__ import annotations
 
+import collections
 import math
 import struct
 from dataclasses import dataclass, field
@@ -45,11 +46,28 @@ class GgufHeader:
     numbers: dict[str, float]  # the metadata's numbers by key (block_count, head counts...)
     strings: dict[str, str]  # its short strings by key (general.architecture...)
     lists: dict[str, tuple[float, ...]] = field(default_factory=dict)  # its short lists of numbers by key
+    tensor_types: dict[str, int] = field(default_factory=dict)  # how many tensors of each type, most first
 
     def number(self, *keys: str) -> int | None:
         """The first of `keys` the metadata holds, as a whole number."""
         found = (self.numbers[k] for k in keys if k in self.numbers)
         return next((int(v) for v in found if math.isfinite(v) and 0 <= v < 1 << 62), None)
+
+    def file_type(self) -> str | None:
+        """The file's type as people name it (general.file_type: Q4_K_M, Q8_0, F16), or None where it says
+        none a name is known for."""
+        from gguf import LlamaFileType
+
+        number = self.number("general.file_type")
+        known = next((t for t in LlamaFileType if t.value == number and t.name != "GUESSED"), None)
+        return None if known is None else known.name.removeprefix("MOSTLY_").removeprefix("ALL_")
+
+    def types_said(self, most: int = 6) -> str:
+        """Its tensors' types with their counts, most first ("140 Q4_K, 31 Q6_K, 61 F32"): what a K-quant
+        file falls back to on narrow rows shows here."""
+        shown = [f"{count} {name}" for name, count in list(self.tensor_types.items())[:most]]
+        rest = sum(list(self.tensor_types.values())[most:])
+        return ", ".join(shown + ([f"{rest} more"] if rest else []))
 
 
 def _shown(name: bytes) -> str:
@@ -104,8 +122,8 @@ class _Reader:
         raise self.lie(f"{what} has the unknown type {kind}")
 
 
-def _tensor_end(r: _Reader, i: int, alignment: int) -> int:
-    """Read tensor `i`'s entry: where its data ends, counted from the data's start."""
+def _tensor_end(r: _Reader, i: int, alignment: int) -> tuple[int, str]:
+    """Read tensor `i`'s entry: where its data ends, counted from the data's start, and its type's name."""
     name = _shown(r.string(f"tensor {i}'s name"))
     dims = r.number("I", f"tensor {name!r}'s dimensions")
     if not 0 < dims <= MAX_DIMS:
@@ -128,7 +146,7 @@ def _tensor_end(r: _Reader, i: int, alignment: int) -> int:
     block, block_bytes = sizes
     if shape[0] % block or offset % alignment:
         raise r.lie(f"tensor {name!r}'s shape or offset does not fit its type's blocks")
-    return offset + elements // block * block_bytes
+    return offset + elements // block * block_bytes, known.name
 
 
 def read_gguf_header(path: Path) -> GgufHeader:
@@ -161,10 +179,11 @@ def read_gguf_header(path: Path) -> GgufHeader:
         if alignment <= 0 or alignment & (alignment - 1):
             shown = f"{asked:,.0f}" if math.isfinite(asked) and asked == int(asked) else f"{asked:g}"
             raise r.lie(f"general.alignment is {shown}: a power of two up to {1 << 20:,}")
-        ends = [_tensor_end(r, i, alignment) for i in range(tensors)]
+        read = [_tensor_end(r, i, alignment) for i in range(tensors)]
         start = -(-file.tell() // alignment) * alignment
-        data = max(ends, default=0)
+        data = max((end for end, _ in read), default=0)
+        types = collections.Counter(name for _, name in read)
         if start + data > size:
             raise r.lie(f"its tensors claim {data:,} bytes of data; the file holds {max(size - start, 0):,}")
     check_hyperparameters(numbers, strings, lists, r.lie)
-    return GgufHeader(version, tensors, metadata, start, data, numbers, strings, lists)
+    return GgufHeader(version, tensors, metadata, start, data, numbers, strings, lists, dict(types.most_common()))

@@ -66,7 +66,7 @@ function lensTable(rows, chosen) {
   t.appendChild(head);
   rows.forEach((r) => {
     const tr = el("tr", undefined, r[1] === chosen[0] ? "chosen" : "");
-    tr.appendChild(el("td", r[0] === 0 ? "emb" : `L${r[0]}`));
+    tr.appendChild(el("td", r[6]));  // (the row's label as the app shows it: emb, L0, ...)
     tr.appendChild(el("td", visible(r[2]), "tok"));
     tr.appendChild(el("td", p4(r[3])));
     tr.appendChild(el("td", String(r[4])));

@@ -24,7 +24,7 @@ import numpy as np
 from tokenviz.contract.attention import SavedAttention
 from tokenviz.contract.commands import PageView
 from tokenviz.contract.records import ModelInfo
-from tokenviz.contract.results import Inspection
+from tokenviz.contract.results import Inspection, lens_row_label
 from tokenviz.contract.snapshot import Snapshot
 from tokenviz.files.atomic import write_file
 from tokenviz.files.svg_charts import line_chart
@@ -163,13 +163,24 @@ def _charts(snapshot: Snapshot, colors: dict[str, str]) -> list[str]:
 
 
 def _lens(inspections: Sequence[Inspection]) -> dict[str, list[list[Any]]]:
-    """The logit lens kept at each position: (layer, top-1 id, its text, its p, the chosen token's rank, its p)."""
+    """The logit lens kept at each position: (row, top-1 id, its text, its p, the chosen token's rank, its p,
+    the row's label as the app shows it)."""
     out = {}
     for inspection in inspections:
         rows = []
         for row in inspection.lens:
             top_id, top_text, top_p = row.top[0] if row.top else (-1, "", math.nan)
-            rows.append([row.layer, top_id, top_text, _finite(top_p), row.chosen_rank, _finite(row.chosen_prob)])
+            rows.append(
+                [
+                    row.layer,
+                    top_id,
+                    top_text,
+                    _finite(top_p),
+                    row.chosen_rank,
+                    _finite(row.chosen_prob),
+                    lens_row_label(row.layer),
+                ]
+            )
         out[str(inspection.position)] = rows
     return out
 

@@ -49,6 +49,7 @@ from tokenviz.contract.results import BeamResult, Inspection, LensAsk, Speculati
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.contract.text import safe_text
 from tokenviz.decoding.prompt_predictions import predict_positions
+from tokenviz.files.gguf_header import GgufHeader
 
 
 @dataclass
@@ -99,6 +100,7 @@ class LlamaCppEngine(DenseInOnePlace):
     runtime: Runtime
     path: Path
     name: str
+    header: GgufHeader | None = None  # the file's header as read before llama.cpp had it (its types)
 
     def __post_init__(self) -> None:
         runtime, shape = self.runtime, self.runtime.shape
@@ -120,7 +122,11 @@ class LlamaCppEngine(DenseInOnePlace):
         eps = runtime.metadata(f"{architecture}.attention.layer_norm_rms_epsilon")
         self.internals = LlamaInternals(runtime, self.path, architecture, eps)
         self.chat_template = runtime.metadata(CHAT_TEMPLATE)
-        quantization = shape.description.rsplit(" ", 1)[-1]
+        # The file's type as people name it (Q4_K_M; llama.cpp's description says "Q4_K - Medium"), and its
+        # tensors' types, which differ from it (a K-quant file falls back to Q5_0 or Q8_0 on narrow rows).
+        named = self.header.file_type() if self.header else None
+        quantization = named or shape.description.rsplit(" ", 1)[-1]
+        types = f"; tensors: {self.header.types_said()}" if self.header and self.header.tensor_types else ""
         self.info = ModelInfo(
             name=self.name,
             device="cpu (llama.cpp)",
@@ -137,7 +143,7 @@ class LlamaCppEngine(DenseInOnePlace):
             positions=f"rotary (base {float(base):g})" if base else "as llama.cpp computes them",
             attention="llama.cpp's",
             chat_template=bool(self.chat_template),
-            quantization=f"{quantization} (GGUF, as llama.cpp runs it)",
+            quantization=f"{quantization} (GGUF, as llama.cpp runs it{types})",
             capabilities=in_order(
                 {
                     Capability.STEP,
@@ -329,7 +335,7 @@ class LlamaCppEngine(DenseInOnePlace):
         return runtime.capture if wanted else None
 
     def twin(self) -> LlamaCppEngine:
-        return LlamaCppEngine(self.runtime.sibling(), self.path, self.name)
+        return LlamaCppEngine(self.runtime.sibling(), self.path, self.name, self.header)
 
     # ---- a pass -------------------------------------------------------------------------------------
 

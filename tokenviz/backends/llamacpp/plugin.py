@@ -79,7 +79,7 @@ class LlamaCppBackend:
 
             progress(f"loading {path.name} in llama.cpp", None)
             runtime = Runtime(path, context, values.get("gpu_layers") or 0, values.get("threads"))
-            return LlamaCppEngine(runtime, path, shown_name(model.model, path))
+            return LlamaCppEngine(runtime, path, shown_name(model.model, path), header)
 
         return load
 

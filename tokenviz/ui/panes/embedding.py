@@ -6,11 +6,12 @@ from __future__ import annotations
 from rich.style import Style
 from rich.text import Text
 
+from tokenviz.contract.results import lens_row_label
 from tokenviz.render.bars import bar
 from tokenviz.render.colors import ramp
 from tokenviz.render.visible import visible
 from tokenviz.ui.panes.base import ScrollPane
-from tokenviz.ui.panes.lens import inspection_or_note, lens_label
+from tokenviz.ui.panes.lens import inspection_or_note
 from tokenviz.ui.selection import Selection
 
 
@@ -48,7 +49,7 @@ class EmbeddingPane(ScrollPane):
         top = max(row.residual_norm for row in i.lens) or 1.0
         width = max(self.size.width - 18, 8)
         for row in i.lens:
-            label = lens_label(row.layer)
+            label = lens_row_label(row.layer)
             text.append(f"{label:>4} {row.residual_norm:>9.2f} ")
             text.append(bar(row.residual_norm / top, width) + "\n", style=bar_color)
         text.rstrip()

@@ -8,7 +8,7 @@ from textual.widgets import Static
 
 from tokenviz.contract.commands import Inspect
 from tokenviz.contract.lens_layers import spread
-from tokenviz.contract.results import Inspection, LensLayer, first_top1
+from tokenviz.contract.results import Inspection, LensLayer, first_top1, lens_row_label
 from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell
 from tokenviz.render.visible import visible
@@ -88,7 +88,7 @@ class LensPane(RowsPane):
         chosen_text = visible(chosen_text_of(selection, inspection))
         text.append(f"@{inspection.position} {visible(inspection.token_text)} → {chosen_text}: ", style="bold")
         text.append(
-            f"top-1 from {lens_label(first)}" if first is not None else "never settles as top-1",
+            f"top-1 from {lens_row_label(first)}" if first is not None else "never settles as top-1",
             style=f"bold {chosen_color}",
         )
         if some and first is not None:
@@ -101,7 +101,7 @@ class LensPane(RowsPane):
             style="bold",
         )
         for row in rows:
-            label = lens_label(row.layer)
+            label = lens_row_label(row.layer)
             style = f"bold {chosen_color}" if first is not None and row.layer == first else ""
             text.append(f"{'★' if style else ' '}{label:>4} ", style=style)
             for token_id, piece, prob in row.top[:n_top]:
@@ -122,12 +122,6 @@ class LensPane(RowsPane):
         else:
             self.set_subtitle(through, "through the final norm + unembedding")
         body.update(text)
-
-
-def lens_label(row: int) -> str:
-    """A lens row's name: 'emb' for the embeddings, else the decoder layer it follows, counted from 0
-    as every view and --ablate count them (row i follows layer i - 1)."""
-    return "emb" if row == 0 else f"L{row - 1}"
 
 
 def chosen_text_of(selection: Selection, inspection: Inspection) -> str:
