@@ -14,7 +14,7 @@ PROMPT = "The Eiffel Tower is located in"
 THREADS = default_threads()
 
 
-def own_llama() -> Iterator[Any]:
+def own_llama(flash_attn: bool = True) -> Iterator[Any]:
     """llama-cpp-python's own Llama on the bundled GGUF, with the model parameters tokenviz gives it (on a CPU
     with AMX, llama.cpp's AMX kernel crashes on Q4_1: both run without the extra buffer types)."""
     import llama_cpp as package
@@ -38,7 +38,7 @@ def own_llama() -> Iterator[Any]:
             n_threads=THREADS,
             n_threads_batch=THREADS,
             logits_all=True,
-            flash_attn=True,
+            flash_attn=flash_attn,
             verbose=False,  # (llama.cpp's own default on a CPU: auto, on)
         )
     finally:

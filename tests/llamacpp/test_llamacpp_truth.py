@@ -49,6 +49,45 @@ def test_greedy_steps_are_llama_cpp_pythons_own_tokens_and_logits(monkeypatch, c
     assert doc["model"]["covers"] == 0 and doc["model"]["remote"] == "" and doc["model"]["draws"] == ""
 
 
+def same_logits_as(reference, doc) -> None:
+    """Each step's top logits bit for bit those of `reference` fed the journey's passes (the prompt at once,
+    then a token at a time)."""
+    prompt = [t["id"] for t in doc["prompt"]]
+    reference.reset()
+    reference.eval(prompt)
+    for i, step in enumerate(doc["steps"]):
+        logits = np.asarray(reference.scores[len(prompt) - 1 + i], dtype=np.float32)
+        ids = [entry["id"] for entry in step["top"][:20]]
+        assert [entry["logit"] for entry in step["top"][:20]] == logits[ids].tolist(), i  # bit for bit
+        reference.eval([step["chosen"]["id"]])
+
+
+def test_flash_attention_off_gives_llama_cpp_pythons_flash_attn_false_numbers(monkeypatch, capsys):
+    """--flash-attention off is llama-cpp-python's own Llama(flash_attn=False), bit for bit; llama.cpp's
+    default (auto: on for a CPU) is Llama(flash_attn=True) (the test above); the two differ, and the model
+    view says which ran."""
+    from llama_reference import own_llama
+
+    off = trace(monkeypatch, capsys, "--steps", "4", "--temperature", "0", "--flash-attention", "off")
+    auto = trace(monkeypatch, capsys, "--steps", "4", "--temperature", "0")
+    for reference in own_llama(flash_attn=False):
+        same_logits_as(reference, off)
+    assert off["model"]["attention"] == "llama.cpp's own, flash attention off"
+    assert auto["model"]["attention"] == "llama.cpp's own, flash attention auto (llama.cpp's choice)"
+    moved = max(
+        abs(a["prob"] - b["prob"]) for x, y in zip(off["steps"], auto["steps"]) for a, b in zip(x["top"], y["top"])
+        if a["id"] == b["id"]
+    )  # fmt: skip
+    assert moved > 1e-4, moved  # (flash attention sums in another order: 0.026 at most here, measured)
+
+
+@pytest.mark.parametrize("given", ["fast", "ON", ""])
+def test_a_flash_attention_llama_cpp_does_not_take_is_one_line(monkeypatch, capsys, given):
+    code, _, err = invoke(monkeypatch, capsys, "trace", "x", "--backend", "llama.cpp", "--flash-attention", given)
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "give auto, on, off" in errors[0], err
+
+
 def test_chat_is_the_ggufs_own_template_as_llama_cpp_python_formats_it(monkeypatch, capsys, reference):
     """--chat on a GGUF: the prompt's ids are those llama-cpp-python's own Jinja2ChatFormatter and
     tokenizer give for the GGUF's chat template; the user's words are marked as theirs, the rest as the
@@ -315,3 +354,17 @@ def test_llama_cpp_computes_with_omp_num_threads_where_set_else_every_core(monke
         assert runtime.lib.llama_n_threads(runtime.ctx) == runtime.lib.llama_n_threads_batch(runtime.ctx) == 3
     finally:
         runtime.close()
+
+
+def test_replay_verify_says_when_flash_attention_differs_from_the_journeys(monkeypatch, capsys, tmp_path):
+    """A journey keeps the flash attention it ran with (its model's attention); `replay --verify` run with
+    another says so beside its verdict, and with the same says nothing of it."""
+    saved = tmp_path / "journey.json"
+    trace(monkeypatch, capsys, "--steps", "3", "--temperature", "0", "--flash-attention", "off", "--save", str(saved))
+    verify = ["replay", str(saved), "--verify", "--backend", "llama.cpp", "--threads", str(THREADS)]
+    code, out, err = invoke(monkeypatch, capsys, *verify, "--flash-attention", "off")
+    assert code == 0 and "verified: all 3 steps" in out and "note: the journey ran as" not in err, out + err
+    code, out, err = invoke(monkeypatch, capsys, *verify)
+    said = " ".join(err.split())
+    assert "note: the journey ran as llama.cpp, Q4_1, llama.cpp's own, flash attention off; verifying as " in said
+    assert "flash attention auto (llama.cpp's choice)" in said, said

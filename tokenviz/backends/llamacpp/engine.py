@@ -91,6 +91,7 @@ class LlamaPieces:
 
 
 CHAT_TEMPLATE = "tokenizer.chat_template"  # the GGUF's key for its Jinja chat template
+FLASH_SAID = {"auto": "auto (llama.cpp's choice)", "on": "on", "off": "off"}  # (the model view's words)
 
 
 @dataclass
@@ -141,7 +142,7 @@ class LlamaCppEngine(DenseInOnePlace):
             architecture=f"{architecture} in llama.cpp (llama-cpp-python {version()}): {shape.description}",
             tied_embeddings=False,
             positions=f"rotary (base {float(base):g})" if base else "as llama.cpp computes them",
-            attention="llama.cpp's",
+            attention=f"llama.cpp's own, flash attention {FLASH_SAID[runtime.flash]}",
             chat_template=bool(self.chat_template),
             quantization=f"{quantization} (GGUF, as llama.cpp runs it{types})",
             capabilities=in_order(

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tokenviz.backends.llamacpp.refusals import NO_ABLATION
-from tokenviz.backends.llamacpp.runtime import kv_bytes_a_position
+from tokenviz.backends.llamacpp.runtime import FLASH_ATTENTION, kv_bytes_a_position
 from tokenviz.contract.backend import COMMANDS, BackendOption, OpenEngine, Opening, Progress
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.interventions import HeadAblation
+from tokenviz.contract.text import safe_text
 from tokenviz.files.gguf_header import GgufHeader
 from tokenviz.system.cpu_threads import THREADS_A_CORE, too_many
 from tokenviz.system.ollama import PREFIX, ollama_gguf
@@ -43,6 +44,12 @@ class LlamaCppBackend:
             commands=COMMANDS | {"compare"},
         ),
         BackendOption(
+            "flash_attention",
+            "With --backend llama.cpp: flash attention auto (llama.cpp's default: on for a CPU), on or off "
+            "(llama-cpp-python's Llama runs it off unless asked); it moves a probability by up to 0.04.",
+            commands=COMMANDS | {"compare"},
+        ),
+        BackendOption(
             "threads",
             "With --backend llama.cpp: the CPU threads it computes with (default: OMP_NUM_THREADS where set, "
             f"else every core; at most {THREADS_A_CORE} a core).",
@@ -69,6 +76,10 @@ class LlamaCppBackend:
                 raise TokenvizError(f"--{name.replace('_', '-')} {value}: give a whole number from 1")
         if values.get("threads") and (why := too_many(values["threads"])):
             raise TokenvizError(f"--threads {values['threads']:,}: {why}")
+        flash = values.get("flash_attention")
+        flash = FLASH_ATTENTION[0] if flash is None else flash
+        if flash not in FLASH_ATTENTION:
+            raise TokenvizError(f"--flash-attention {safe_text(flash)!r}: give {', '.join(FLASH_ATTENTION)}")
         path, header = gguf_path(model.model)
         context = values.get("context") or CONTEXT
         fits(path, header, context)
@@ -78,7 +89,7 @@ class LlamaCppBackend:
             from tokenviz.backends.llamacpp.runtime import Runtime
 
             progress(f"loading {path.name} in llama.cpp", None)
-            runtime = Runtime(path, context, values.get("gpu_layers") or 0, values.get("threads"))
+            runtime = Runtime(path, context, values.get("gpu_layers") or 0, values.get("threads"), flash)
             return LlamaCppEngine(runtime, path, shown_name(model.model, path), header)
 
         return load

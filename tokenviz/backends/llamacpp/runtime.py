@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from tokenviz.backends.llamacpp.capture import Capture, Writes
 
 BATCH = 512  # tokens decoded in one llama_decode (a longer prompt is fed in batches)
+FLASH_ATTENTION = ("auto", "on", "off")  # --flash-attention: llama.cpp's own choice (its default), or told
 KV_VALUE_BYTES = 2  # llama.cpp's cache keeps keys and values as float16 unless told otherwise
 PIECE_BYTES = 256  # a token's text, as bytes, at most (a longer one is read again at its length)
 
@@ -136,7 +137,7 @@ class Shape:
 class Runtime:
     """One model in llama.cpp with one context (sequence 0 is the journey's). Not thread-safe."""
 
-    def __init__(self, path: Path, context: int, gpu_layers: int = 0, threads: int | None = None):
+    def __init__(self, path: Path, context: int, gpu_layers: int = 0, threads: int | None = None, flash: str = "auto"):
         self.lib = lib = library()
         lib.llama_backend_init()
         params = lib.llama_model_default_params()
@@ -160,6 +161,7 @@ class Runtime:
         )
         self.context_size = min(context, self.shape.context) if self.shape.context > 0 else context
         self.threads = threads or default_threads()
+        self.flash = flash  # flash attention in the journey's contexts (FLASH_ATTENTION)
         self.ctx: Any = None
         self.capture: Capture | None = None  # the evaluation callback's owner (kept alive while the context uses it)
         self.open_context()
@@ -178,7 +180,7 @@ class Runtime:
         other = object.__new__(Runtime)
         other.lib, other.model, other.vocab_ptr, other.shape = self.lib, self.model, self.vocab_ptr, self.shape
         other.context_size = min(context or self.context_size, self.context_size)
-        other.threads, other.ctx, other.capture = self.threads, None, None
+        other.threads, other.flash, other.ctx, other.capture = self.threads, self.flash, None, None
         other.open_context(capture, flash_attention, sequences)
         other.batch = self.lib.llama_batch_init(BATCH, 0, 1)
         return other
@@ -192,7 +194,8 @@ class Runtime:
         self, capture: Capture | None = None, flash_attention: bool | None = None, sequences: int = 1
     ) -> None:
         """A new context (its cache empty, no edits), with `capture`'s evaluation callback (None: none, and
-        no cost) and, where `flash_attention` is False, the attention probabilities as a tensor of their own.
+        no cost), flash attention as `flash_attention` says (None: as the user chose, `flash`) and, where it
+        is False, the attention probabilities as a tensor of their own.
         With several `sequences`, they share the cache's cells (a copied sequence costs no copy)."""
         lib = self.lib
         if self.ctx is not None:
@@ -205,8 +208,9 @@ class Runtime:
         params.kv_unified = sequences > 1
         params.n_threads = params.n_threads_batch = self.threads
         params.no_perf = True
-        if flash_attention is False:
-            params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        chosen = {"on": True, "off": False}.get(self.flash) if flash_attention is None else flash_attention
+        if chosen is not None:  # (None: llama.cpp's own choice, auto)
+            params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if chosen else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
         if capture is not None:
             params.cb_eval = capture.callback
             params.cb_eval_user_data = None

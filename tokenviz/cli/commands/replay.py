@@ -18,9 +18,11 @@ from tokenviz.cli.options import (
 )
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.contract.text import safe_text
 from tokenviz.ui.themes import DEFAULT_THEME, check_theme
 
 if TYPE_CHECKING:
+    from tokenviz.contract.records import ModelInfo
     from tokenviz.files.journey_schema import Journey
 
 replay_cli = new_cli()
@@ -123,6 +125,12 @@ def verdict(checked: int, mismatch: int | None, steps: int, differs: str, reprod
     typer.echo(f"verified: all {checked} steps reproduce the recorded {reproduced}")
 
 
+def how_it_ran(info: "ModelInfo") -> str:
+    """What a model's numbers were computed with, as its description says: its runtime, dtype and
+    attention ("llama.cpp, Q4_1, llama.cpp's own, flash attention off")."""
+    return safe_text(f"{info.runtime.split(' ', 1)[0] or 'unknown'}, {info.dtype}, {info.attention}")
+
+
 def verify_recording(journey: "Journey", model: ModelChoice, backend: BackendChoice) -> None:
     """Re-run a recording with the model; exit 1 at the first token that differs. Without --model, the
     model the journey names (the bundled one, a path, a hub id); with it, a line where they differ."""
@@ -146,6 +154,10 @@ def verify_recording(journey: "Journey", model: ModelChoice, backend: BackendCho
             highlight=False,
             soft_wrap=True,
         )
+    then, now = how_it_ran(journey.replay.info), how_it_ran(engine.info)
+    if then != now:  # (another runtime, dtype or attention: the same model's numbers differ)
+        err.print(f"note: the journey ran as {then}; verifying as {now}", markup=False, highlight=False, soft_wrap=True)
     checked, mismatch = verify_journey(journey, Session(engine))
     other = f" (recorded on another model: {recorded})" if differs else ""
+    other += f" (it ran as {then}, not {now})" if then != now and not other else ""
     verdict(checked, mismatch, len(journey.steps), "its token, or the experts it was routed to", "tokens", other)
