@@ -45,8 +45,28 @@ def test_greedy_steps_are_llama_cpp_pythons_own_tokens_and_logits(monkeypatch, c
     assert doc["model"]["device"] == "cpu (llama.cpp)" and doc["model"]["dtype"] == "Q4_1"
     import llama_cpp
 
-    assert doc["model"]["runtime"] == f"llama.cpp (llama-cpp-python {llama_cpp.__version__})"
+    assert doc["model"]["runtime"] == f"llama.cpp (llama-cpp-python {llama_cpp.__version__}), {THREADS} CPU threads"
     assert doc["model"]["covers"] == 0 and doc["model"]["remote"] == "" and doc["model"]["draws"] == ""
+
+
+def test_the_model_view_on_llama_cpp_says_what_the_file_and_llama_cpp_hold(monkeypatch, capsys, reference):
+    """M on llama.cpp said "embeddings input and output separate" for a GGUF with no output.weight (tied, as
+    transformers' M says for the same file), "llama 256M Q4_1" (llama.cpp's size class) for a 135M model, and
+    neither its threads nor its flash attention."""
+    from tokenviz.files.gguf_header import read_gguf_header
+    from tokenviz.system.paths import bundled_gguf
+
+    model = trace(monkeypatch, capsys, "--steps", "1")["model"]
+    assert "output.weight" not in read_gguf_header(bundled_gguf()).tensor_names and model["tied_embeddings"]
+    import llama_cpp
+
+    counted = llama_cpp.llama_model_n_params(reference.model)  # (llama-cpp-python's own count of the same file)
+    assert (
+        f"{counted / 1e6:,.0f}M parameters (counted)"
+        in model["architecture"]
+        == ("llama, 135M parameters (counted), in llama.cpp")
+    )
+    assert model["runtime"].endswith(f", {THREADS} CPU threads") and "flash attention auto" in model["attention"]
 
 
 def same_logits_as(reference, doc) -> None:

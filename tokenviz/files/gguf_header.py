@@ -47,6 +47,7 @@ class GgufHeader:
     strings: dict[str, str]  # its short strings by key (general.architecture...)
     lists: dict[str, tuple[float, ...]] = field(default_factory=dict)  # its short lists of numbers by key
     tensor_types: dict[str, int] = field(default_factory=dict)  # how many tensors of each type, most first
+    tensor_names: frozenset[str] = frozenset()  # (whether it has an output head of its own: output.weight)
 
     def number(self, *keys: str) -> int | None:
         """The first of `keys` the metadata holds, as a whole number."""
@@ -122,8 +123,9 @@ class _Reader:
         raise self.lie(f"{what} has the unknown type {kind}")
 
 
-def _tensor_end(r: _Reader, i: int, alignment: int) -> tuple[int, str]:
-    """Read tensor `i`'s entry: where its data ends, counted from the data's start, and its type's name."""
+def _tensor_end(r: _Reader, i: int, alignment: int) -> tuple[int, str, str]:
+    """Read tensor `i`'s entry: where its data ends, counted from the data's start, its type's name and its
+    own name."""
     name = _shown(r.string(f"tensor {i}'s name"))
     dims = r.number("I", f"tensor {name!r}'s dimensions")
     if not 0 < dims <= MAX_DIMS:
@@ -146,7 +148,7 @@ def _tensor_end(r: _Reader, i: int, alignment: int) -> tuple[int, str]:
     block, block_bytes = sizes
     if shape[0] % block or offset % alignment:
         raise r.lie(f"tensor {name!r}'s shape or offset does not fit its type's blocks")
-    return offset + elements // block * block_bytes, known.name
+    return offset + elements // block * block_bytes, known.name, name
 
 
 def read_gguf_header(path: Path) -> GgufHeader:
@@ -181,9 +183,12 @@ def read_gguf_header(path: Path) -> GgufHeader:
             raise r.lie(f"general.alignment is {shown}: a power of two up to {1 << 20:,}")
         read = [_tensor_end(r, i, alignment) for i in range(tensors)]
         start = -(-file.tell() // alignment) * alignment
-        data = max((end for end, _ in read), default=0)
-        types = collections.Counter(name for _, name in read)
+        data = max((end for end, _, _ in read), default=0)
+        types = collections.Counter(kind for _, kind, _ in read)
+        names = frozenset(name for _, _, name in read)
         if start + data > size:
             raise r.lie(f"its tensors claim {data:,} bytes of data; the file holds {max(size - start, 0):,}")
     check_hyperparameters(numbers, strings, lists, r.lie)
-    return GgufHeader(version, tensors, metadata, start, data, numbers, strings, lists, dict(types.most_common()))
+    return GgufHeader(
+        version, tensors, metadata, start, data, numbers, strings, lists, dict(types.most_common()), names
+    )

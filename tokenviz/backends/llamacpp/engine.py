@@ -91,6 +91,7 @@ class LlamaPieces:
 
 
 CHAT_TEMPLATE = "tokenizer.chat_template"  # the GGUF's key for its Jinja chat template
+OWN_HEAD = "output.weight"  # a GGUF's output head where it is not the token embeddings (tied: none)
 FLASH_SAID = {"auto": "auto (llama.cpp's choice)", "on": "on", "off": "off"}  # (the model view's words)
 
 
@@ -139,8 +140,8 @@ class LlamaCppEngine(DenseInOnePlace):
             hidden=shape.hidden,
             vocab=shape.vocab,
             context=runtime.context_size,
-            architecture=f"{architecture} in llama.cpp (llama-cpp-python {version()}): {shape.description}",
-            tied_embeddings=False,
+            architecture=f"{architecture}, {shape.parameters / 1e6:,.0f}M parameters (counted), in llama.cpp",
+            tied_embeddings=self.header is not None and OWN_HEAD not in self.header.tensor_names,
             positions=f"rotary (base {float(base):g})" if base else "as llama.cpp computes them",
             attention=f"llama.cpp's own, flash attention {FLASH_SAID[runtime.flash]}",
             chat_template=bool(self.chat_template),
@@ -156,7 +157,7 @@ class LlamaCppEngine(DenseInOnePlace):
                 }
             ),
             distribution=WHOLE_VOCABULARY,
-            runtime=f"llama.cpp (llama-cpp-python {version()})",
+            runtime=f"llama.cpp (llama-cpp-python {version()}), {runtime.threads} CPU threads",
         )
 
     # ---- the tokenizer ------------------------------------------------------------------------------

@@ -131,7 +131,8 @@ class Shape:
     vocab: int
     context: int  # trained
     size: int  # bytes of its weights
-    description: str  # llama.cpp's: "llama 135M Q4_1"
+    parameters: int  # counted, every tensor's elements (llama.cpp's description gives a size class instead)
+    description: str  # llama.cpp's: "llama 256M Q4_1" (its size class, for a 135M model)
 
 
 class Runtime:
@@ -157,6 +158,7 @@ class Runtime:
             vocab=int(lib.llama_vocab_n_tokens(self.vocab_ptr)),
             context=int(lib.llama_model_n_ctx_train(self.model)),
             size=int(lib.llama_model_size(self.model)),
+            parameters=int(lib.llama_model_n_params(self.model)),
             description=self._description(),
         )
         self.context_size = min(context, self.shape.context) if self.shape.context > 0 else context
