@@ -102,6 +102,9 @@ def lacking(info: ModelInfo, needed: Capability, what: str, brief: bool = False)
         return None
     if brief:
         return f"{what}: {why_not(info, needed)}"
+    said = dict(info.lacks_why).get(needed.value)
+    if said is not None:  # (the runtime's own words: why it lacks it, and what gives it)
+        return f"{what} needs the engine's {needed.value}: {said}"
     held = ", ".join(info.capabilities) or "none"
     inside = needed in SERVER_MAY_EXPOSE and info.internals  # (why not, and how to have it: ModelInfo.internals)
     served = f", a served model: {info.internals if inside else NOT_SERVED}" if info.remote else ""
@@ -117,6 +120,9 @@ def why_not(info: ModelInfo, needed: Capability) -> str:
         return f"{info.name} has no experts (a dense model): no routing to show"
     if needed is Capability.GRAMMAR and info.draws:
         return f"{info.giver} draws each token itself; a grammar needs tokenviz to draw (M says more)"
+    said = dict(info.lacks_why).get(needed.value)
+    if said is not None:
+        return said
     if not info.remote:
         return f"{info.name} does not give its {needed.value} here (M lists what it gives)"
     if needed is Capability.CACHE:

@@ -420,6 +420,9 @@ class ModelInfo:
     capabilities: Annotated[tuple[Text, ...], Field(max_length=64)] = ()
     distribution: Text = ""
     internals: Text = ""  # a served model's: why the internals it lacks are lacking, and how to have them
+    # What the runtime says of a capability it lacks: (its value, why, and what gives it), for the refusal
+    # to name the runtime, not the model ("llama.cpp computes a layer's heads together...").
+    lacks_why: Annotated[tuple[tuple[Text, Text], ...], Field(max_length=32)] = ()
     # Said as data, for the views, the page, the document and the table to read (none asks which backend):
     runtime: Text = ""  # what computes the numbers: "transformers 4.57 (PyTorch 2.13)", "llama.cpp (...)", "vLLM ..."
     remote: Text = ""  # where it runs: "" in this process; else the host of the server that runs it
@@ -431,7 +434,9 @@ class ModelInfo:
         """Every text of it safe to print (safe_text): an engine's own (a plugin's) is said as it is built,
         never validated as a file's is."""
         texts: dict[str, Any] = {k: safe_text(v) for k, v in self.__dict__.items() if isinstance(v, str)}
-        return dataclasses.replace(self, **texts, capabilities=tuple(safe_text(c) for c in self.capabilities))
+        texts["capabilities"] = tuple(safe_text(c) for c in self.capabilities)
+        texts["lacks_why"] = tuple((safe_text(c), safe_text(why)) for c, why in self.lacks_why)
+        return dataclasses.replace(self, **texts)
 
     @property
     def giver(self) -> str:
@@ -439,4 +444,8 @@ class ModelInfo:
         return "the server" if self.remote else self.name
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.__dict__, "capabilities": list(self.capabilities)}
+        return {
+            **self.__dict__,
+            "capabilities": list(self.capabilities),
+            "lacks_why": [list(pair) for pair in self.lacks_why],
+        }

@@ -23,6 +23,7 @@ from tokenviz.backends.hf.chat_template import render_chat_template
 from tokenviz.backends.llamacpp.capture import Capture
 from tokenviz.backends.llamacpp.internals import LlamaInternals
 from tokenviz.backends.llamacpp.interventions import LlamaIntervening, OwnModel
+from tokenviz.backends.llamacpp.refusals import LACKS_WHY
 from tokenviz.backends.llamacpp.runtime import NO_EDITS, Edits, Runtime, kv_bytes_a_position, version
 from tokenviz.contract.engine import (
     WHOLE_VOCABULARY,
@@ -158,6 +159,7 @@ class LlamaCppEngine(DenseInOnePlace):
             ),
             distribution=WHOLE_VOCABULARY,
             runtime=f"llama.cpp (llama-cpp-python {version()}), {runtime.threads} CPU threads",
+            lacks_why=tuple(LACKS_WHY.items()),
         )
 
     # ---- the tokenizer ------------------------------------------------------------------------------

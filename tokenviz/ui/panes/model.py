@@ -45,6 +45,7 @@ class ModelPane(ScrollPane):
                 *([("queries kept", i.queries_kept)] if i.queries_kept else []),
                 *([("steps run", i.compiled)] if i.compiled else []),
                 *([("engine", engine_line(i))] if i.capabilities else []),
+                *((f"no {capability}", why) for capability, why in i.lacks_why),
                 *([("distribution", i.distribution)] if i.distribution else []),
             ]
         )

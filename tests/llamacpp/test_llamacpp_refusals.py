@@ -1,0 +1,52 @@
+"""A refusal on llama.cpp names the runtime, why, and what gives it: `z` said "SmolLM2-135M-Instruct (bundled,
+Q4_1 GGUF) does not give its head ablation here", of a model that ablates heads in transformers."""
+
+from __future__ import annotations
+
+import pytest
+from apptools import settle, wait_for
+from llama_reference import THREADS
+
+from tokenviz.contract.engine import Capability, lacking, why_not
+
+pytestmark = [pytest.mark.llamacpp, pytest.mark.usefixtures("llama_cpp")]
+
+
+def llama_cpp_loader():
+    from tokenviz.backends.llamacpp.plugin import BACKEND
+    from tokenviz.cli.options import ModelChoice
+    from tokenviz.contract.backend import Opening
+    from tokenviz.contract.settings import SamplingSettings
+
+    opening = Opening("app", {"threads": THREADS}, frozenset(), ModelChoice(), SamplingSettings(temperature=0))
+    return BACKEND.loader(opening)
+
+
+def test_each_capability_llama_cpp_lacks_is_refused_naming_llama_cpp_and_the_remedy():
+    info = llama_cpp_loader()(lambda message, fraction: None).info
+    for needed in (Capability.ABLATION, Capability.LEAVE_ONE_OUT, Capability.ATTRIBUTION, Capability.LOGIT_SPLIT):
+        assert needed.value not in info.capabilities
+        brief, whole = why_not(info, needed), lacking(info, needed, "the view")
+        assert "llama.cpp" in brief and "--backend transformers runs the same GGUF" in brief, brief
+        assert info.name not in brief and whole == f"the view needs the engine's {needed.value}: {brief}"
+
+
+async def test_z_on_llama_cpp_says_llama_cpp_cannot_and_what_can(tmp_path, monkeypatch):
+    from tokenviz.contract.settings import SamplingSettings
+    from tokenviz.ui.app import TokenvizApp
+    from tokenviz.ui.panes.model import ModelPane
+    from tokenviz.worker.engine_thread import EngineWorker
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    app = TokenvizApp(EngineWorker(llama_cpp_loader(), SamplingSettings(temperature=0), "The Eiffel Tower is"))
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(app, pilot, timeout=120)
+        await pilot.press("z")
+        said = lambda: " ".join(n.message for n in app._notifications)  # noqa: E731
+        await wait_for(lambda: "cannot reach one head" in said(), pilot)
+        assert "llama.cpp computes a layer's heads together" in said() and "M lists" not in said(), said()
+        assert "--backend transformers runs the same GGUF" in said()
+        await pilot.press("M")
+        await wait_for(lambda: app.screen.query(ModelPane), pilot)
+        shown = str(app.screen.query_one(ModelPane).body.render())
+        assert "no head ablation" in shown and "no leave-one-out" in shown, shown
