@@ -65,6 +65,46 @@ def test_hot_draws_far_down_the_ranking_are_listed_every_one():
     assert "inconsistent or incoherent" not in symptoms_of(calm)
 
 
+def test_a_draw_far_down_the_ranking_is_the_symptom_at_any_temperature():
+    """At 1.0 with the creative preset, the text went astray at a token of raw rank 3,916 and p 1.5e-05, and
+    y said none of the symptoms was found: the check fired only above a temperature of 1."""
+    from tokenviz.journey.diagnosis import VERY_FAR
+
+    session = journey(SamplingSettings(temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=40, seed=5))
+    expected = {r.position for r in session.records[:40] if r.decision.raw_rank > VERY_FAR}
+    assert expected, "no draw past rank 100 in this journey: another seed"
+    far = symptoms_of(session)["inconsistent or incoherent"]
+    assert {s["position"] for s in far.evidence["steps"]} == expected
+    assert f"past rank {VERY_FAR}" in far.cause and "top-p 0.9 or top-k 50" in far.remedy
+
+
+def test_the_least_sure_steps_show_the_digits_that_matter():
+    """A step drawn at p 1.5e-05 was listed as p 0.000."""
+    import dataclasses
+
+    from tokenviz.ui.panes.why import least_sure_text
+    from tokenviz.worker.snapshots import snapshot_of
+
+    session = journey(SamplingSettings(temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=10, seed=5))
+    snapshot = snapshot_of(session)
+    first = snapshot.records[0]  # (the tiny model's own probabilities are near 1/V: one made as the review saw it)
+    unlikely = dataclasses.replace(first, decision=dataclasses.replace(first.decision, raw_prob=1.5e-05))
+    snapshot = dataclasses.replace(snapshot, records=(unlikely, *snapshot.records[1:]))
+    shown = least_sure_text(snapshot, "blue").plain
+    assert " p 1.5e-05 · " in shown and " p 0.000 " not in shown, shown
+
+
+@pytest.mark.parametrize(
+    "low, high, digits",
+    [(0.1, 0.5, 4), (0.99931, 0.99937, 5), (0.5, 0.5000004, 7), (0.3, 0.3, 4)],
+)
+def test_a_draws_band_has_the_digits_that_make_it_an_interval(low, high, digits):
+    from tokenviz.render.units import draw_digits
+
+    n = draw_digits(low, high)
+    assert n == digits and (low == high or f"{low:.{n}f}" != f"{high:.{n}f}")
+
+
 @pytest.mark.bundled
 def test_trace_names_the_new_token_limit_as_the_cause_of_a_cut_text(monkeypatch, capsys):
     """The issue's done-when, on the bundled model."""

@@ -2,7 +2,8 @@
 journey measured: each symptom with its evidence by position and the remedy the settings offer.
 
 Only what was measured is said: a text cut by the new-token limit, a repeated run of tokens (and the
-steps where the loop's next token won), draws far down the model's own ranking at a high temperature.
+steps where the loop's next token won), draws far down the model's own ranking (past rank 10 at a high
+temperature, past 100 at any).
 Whether a format was followed is the model's (or a grammar's) and is not guessed at.
 """
 
@@ -18,7 +19,8 @@ from tokenviz.contract.symptoms import DrawnAt, Symptom
 SENTENCE_ENDS = tuple(".!?…\"')]}>`\n") + ("。", "！", "？")  # a text that ends on one of these is not cut mid-sentence
 LOOP = 4  # tokens in a run that counts as repeated when it comes back
 HOT = 1.0  # a temperature above this lets unlikely tokens through
-FAR = 10  # a draw below this raw rank is far down the model's own ranking
+FAR = 10  # a draw below this raw rank is far down the model's own ranking (at a high temperature)
+VERY_FAR = 100  # below this raw rank a draw is the symptom at any temperature (top-k or top-p would cut it)
 LOW_TEMPERATURE = 0.3  # at or below it (greedy included), a model's loops are kept
 
 
@@ -87,16 +89,29 @@ def _repeated(
 
 
 def _far_draws(taken: list[StepRecord], settings: SamplingSettings) -> Symptom | None:
-    if settings.greedy or settings.temperature <= HOT:
+    """Tokens drawn far down the model's own ranking: past FAR at a high temperature; past VERY_FAR at any
+    (at 1.0 with no top-k or top-p, a token of raw rank 3,916 and p 1.5e-05 was drawn, and the text went
+    astray). A branch's forced token is the user's choice, not a draw."""
+    if settings.greedy:
         return None
+    hot = settings.temperature > HOT
+    past = FAR if hot else VERY_FAR
     far = tuple(
-        DrawnAt(r.position, r.decision.raw_rank, r.decision.raw_prob) for r in taken if r.decision.raw_rank > FAR
+        DrawnAt(r.position, r.decision.raw_rank, r.decision.raw_prob)
+        for r in taken
+        if r.decision.raw_rank > past and r.decision.mode != "forced"
     )
     if not far:
         return None
+    if hot:
+        cause = f"a temperature of {settings.temperature:g}: draws far down the model's own ranking"
+        remedy = "lower the temperature (0.7 and top-p 0.9, the balanced preset; 0.2 for facts)"
+    else:
+        cause = f"draws past rank {VERY_FAR} of the model's own ranking, which nothing cut from the draw"
+        remedy = "cut the tail from the draw: top-p 0.9 or top-k 50 (the balanced preset)"
     return Symptom(
         "inconsistent or incoherent",
-        f"a temperature of {settings.temperature:g}: draws far down the model's own ranking",
-        "lower the temperature (0.7 and top-p 0.9, the balanced preset; 0.2 for facts)",
-        (("temperature", settings.temperature), ("draws_past_rank", FAR), ("steps", far)),
+        cause,
+        remedy,
+        (("temperature", settings.temperature), ("draws_past_rank", past), ("steps", far)),
     )

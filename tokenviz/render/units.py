@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 
 def human_bytes(n: float) -> str:
     """1536 -> '1.5 KB' (binary units, up to GB)."""
@@ -16,6 +18,15 @@ def probability(p: float, width: int = 0) -> str:
     """A probability that never reads 0 unless it is 0: 0.483, or 2.8e-05 below a thousandth."""
     text = "0" if p == 0 else f"{p:.3f}" if p >= 0.0005 else f"{p:.1e}"
     return text.rjust(width)
+
+
+def draw_digits(low: float, high: float) -> int:
+    """The decimals a draw's band needs to read as an interval, not a point: 4, or as many as set its ends
+    apart ([0.99931, 0.99937), not [0.9993, 0.9993)), at most 12."""
+    width = high - low
+    if width <= 0 or not math.isfinite(width):
+        return 4
+    return max(4, min(12, math.ceil(-math.log10(width))))
 
 
 def elapsed(ms: float) -> str:

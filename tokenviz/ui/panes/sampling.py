@@ -16,7 +16,7 @@ from tokenviz.contract.snapshot import ComparisonSnapshot
 from tokenviz.contract.worker import Worker
 from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell
-from tokenviz.render.units import probability
+from tokenviz.render.units import draw_digits, probability
 from tokenviz.render.visible import visible
 from tokenviz.ui.panes.base import BoxPane
 from tokenviz.ui.screens import CompareDialog, GrammarDialog, SettingsDialog
@@ -104,12 +104,13 @@ def decision_line(d: Decision, width: int | None = None) -> str:
         return full if width is None or cell_len(full) <= width else short
     assert d.band is not None  # (a sampled decision has its band)
     low, high = d.band
+    n = draw_digits(low, high)  # (enough to show an interval: a band of 6e-05 at 0.9993 needs 5)
     full = (
-        f"draw u = {d.u:.4f} fell in [{low:.4f}, {high:.4f}) → sampled {token} "
+        f"draw u = {d.u:.{n}f} fell in [{low:.{n}f}, {high:.{n}f}) → sampled {token} "
         f"(final rank {d.chosen_rank}, final p {probability(d.chosen_prob)}; raw rank {d.raw_rank})"
     )
     short = (
-        f"u {d.u:.4f} ∈ [{low:.4f}, {high:.4f}) → {token} · final #{d.chosen_rank} p {probability(d.chosen_prob)}"
+        f"u {d.u:.{n}f} ∈ [{low:.{n}f}, {high:.{n}f}) → {token} · final #{d.chosen_rank} p {probability(d.chosen_prob)}"
         f" · raw #{d.raw_rank}"
     )
     return full if width is None or cell_len(full) <= width else short

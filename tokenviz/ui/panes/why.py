@@ -11,6 +11,7 @@ from rich.text import Text
 
 from tokenviz.contract.snapshot import Snapshot
 from tokenviz.contract.text import safe_text
+from tokenviz.render.units import probability
 from tokenviz.render.visible import visible
 from tokenviz.ui.panes.base import ScrollPane
 from tokenviz.ui.selection import Selection
@@ -19,13 +20,15 @@ MAX_LISTED = 8  # of a list of positions or steps, the first shown
 LEAST_SURE = 3  # the steps listed where the model was least sure, by each measure
 CHECKED = (
     "Checked: the new-token limit (cut off), runs of tokens that come back (repetitive), draws far down the "
-    "model's ranking at a high temperature (incoherent). Not judged: whether it is true or what you meant; "
+    "model's ranking (incoherent: past rank 10 above a temperature of 1, past 100 at any). Not judged: "
+    "whether it is true or what you meant; "
     "a fact is the model's to know. Where it was least sure, the steps to read first (click to go there):"
 )
 NOT_YET = (
     "Once the journey stops, this says why its text looks as it does, from what it measured: cut off "
     "mid-sentence (the new-token limit), repetitive (a run of tokens that comes back, and the steps where "
-    "the loop won), inconsistent or incoherent (draws far down the model's ranking at a high temperature). "
+    "the loop won), inconsistent or incoherent (draws far down the model's ranking: past rank 10 above a "
+    "temperature of 1, past 100 at any). "
     "Whether a format was followed is the model's or a grammar's, and is not guessed at."
 )
 
@@ -42,7 +45,7 @@ def shown(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.3g}"
     if isinstance(value, dict) and {"position", "rank", "raw_p"} <= value.keys():
-        return f"@{value['position']} #{value['rank']} p {value['raw_p']:.3f}"
+        return f"@{value['position']} #{value['rank']} p {probability(value['raw_p'])}"
     if isinstance(value, list | tuple):
         more = f", … {len(value)} in all" if len(value) > MAX_LISTED else ""
         return "[" + ", ".join(shown(v) for v in value[:MAX_LISTED]) + more + "]"
@@ -64,7 +67,7 @@ def least_sure_text(s: Snapshot, color: str) -> Text:
             link = Style(color=color, underline=True, meta={"@click": f"screen.jump({r.position - 1})"})
             text.append(" · " if n else "")
             text.append(f"step {r.index} {visible(r.decision.chosen_text)}", style=link)
-            text.append(f" p {r.decision.raw_prob:.3f} · {r.entropy:.2f} bits", style="dim")
+            text.append(f" p {probability(r.decision.raw_prob)} · {r.entropy:.2f} bits", style="dim")
         text.append("\n")
     return text
 
