@@ -120,6 +120,30 @@ async def test_autoplay_stops_at_max_tokens():
         assert "stopped: max new tokens (4)" in str(app.query_one(StatusLine).render())
 
 
+async def test_play_after_a_stop_says_how_this_stop_goes_on():
+    """At an end of sequence the notice said "rewind or raise the limit to go on", where no limit applies."""
+    from tokenviz.contract.commands import Play, Step
+    from tokenviz.journey.stops import GOING_ON, how_to_go_on
+
+    app = make_app(SamplingSettings(max_new_tokens=4))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("a")
+        await wait_for(lambda: app.journey.snapshot.stop_reason is not None, pilot)
+        await settle(app, pilot)
+        app.journey.worker.submit(Play(on=True))
+        await wait_for(lambda: "to go on" in (app.journey.snapshot.error or ""), pilot)
+        assert "raise the limit (max_new_tokens)" in app.journey.snapshot.error
+        await pilot.press("backspace")  # (back one step, then the model's end of sequence taken there)
+        s = await settle(app, pilot)
+        app.journey.worker.submit(Step(next(iter(app.journey.worker.session.engine.eos_ids))))
+        await wait_for(lambda: app.journey.snapshot.stop_reason == "end of sequence", pilot)
+        app.journey.worker.submit(Play(on=True))
+        await wait_for(lambda: "end of sequence; to go on" in (app.journey.snapshot.error or ""), pilot)
+        assert "limit" not in app.journey.snapshot.error and len(s.chips) > s.prompt_len
+    assert [how_to_go_on(start + " (x)") for start, _ in GOING_ON] == [way for _, way in GOING_ON]
+
+
 async def test_a_journey_key_pauses_autoplay_first():
     app = make_app(SamplingSettings(max_new_tokens=500), step_seconds=0.03)
     async with app.run_test(size=(120, 40)) as pilot:

@@ -28,6 +28,20 @@ class StopSearch:
         return found
 
 
+GOING_ON = (  # how a journey stopped for each reason goes on (stop_reason's words, by how they begin)
+    ("end of sequence", "rewind (backspace), or take another token at a step (a number key)"),
+    ("max new tokens", "rewind, or raise the limit (max_new_tokens)"),
+    ("stop string", "rewind, or clear the stop strings"),
+    ("the grammar is complete", "rewind, or clear the grammar"),
+    ("context full", "rewind: the model reads no more"),
+)
+
+
+def how_to_go_on(reason: str) -> str:
+    """What goes on from a stop for `reason` (stop_reason's): the end of sequence has no limit to raise."""
+    return next((way for start, way in GOING_ON if reason.startswith(start)), "rewind")
+
+
 def stop_reason(
     ids: Sequence[int],
     stop_string: Callable[[], str | None],

@@ -57,6 +57,7 @@ from tokenviz.files.journey_file import save_journey
 from tokenviz.files.journey_page import save_page
 from tokenviz.journey.branches import with_branch_source
 from tokenviz.journey.prompt import tokenize
+from tokenviz.journey.stops import how_to_go_on
 from tokenviz.render.units import duration
 from tokenviz.worker.attention_rows import AttentionRows
 from tokenviz.worker.comparing import CompareWorker
@@ -325,7 +326,8 @@ class EngineWorker(CommandThread[Snapshot]):
                 self.playing = not self.playing if on is None else on
                 if self.playing and session.stop_reason is not None and session.check_stop() is not None:
                     self.playing = False
-                    raise TokenvizError(f"stopped: {session.stop_reason}; rewind or raise the limit to go on")
+                    reason = session.stop_reason
+                    raise TokenvizError(f"stopped: {reason}; to go on, {how_to_go_on(reason)}")
             case Pace(delta=delta):
                 self._step_pace(delta)
             case ShowAttention():
