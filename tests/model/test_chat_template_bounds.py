@@ -33,13 +33,16 @@ HOSTILE = {
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 def test_a_hostile_template_is_one_line_within_its_bounds(name):
+    from tokenviz.backends.hf.chat_template import _environment
+
     template, said = HOSTILE[name]
+    _environment()  # (transformers' part imported: what is timed is the template's render)
     started = time.monotonic()
     with pytest.raises(TokenvizError) as caught:
         render_chat_template(template, MESSAGES, bos_token="<s>", eos_token="</s>")
     message = str(caught.value)
     assert said in message and message.startswith("the chat template") and "\n" not in message, message
-    assert time.monotonic() - started < RENDER_S + 5
+    assert time.monotonic() - started < RENDER_S + 30  # (bounded: the deadline, and a busy machine's margin)
 
 
 def test_a_template_renders_as_transformers_renders_it():
@@ -62,9 +65,13 @@ def test_the_transformers_backend_bounds_a_tokenizers_template_too(name):
         chat_ids(tokenizer, "hi")
 
 
-def test_escape_cancels_a_template_that_runs_on():
+def test_escape_cancels_a_template_that_runs_on(monkeypatch):
     """The worker's cancel interrupts the thread inside a render (WorkerThread.cancel): Cancelled, not the
-    deadline's line."""
+    deadline's line (set far off here, so that only the interrupt can end it on a busy machine)."""
+    from tokenviz.backends.hf import chat_template
+    from tokenviz.system.interruptible import inside
+
+    monkeypatch.setattr(chat_template, "RENDER_S", 120.0)
     outcome: list[BaseException] = []
 
     def render() -> None:
@@ -75,8 +82,9 @@ def test_escape_cancels_a_template_that_runs_on():
 
     thread = threading.Thread(target=render)
     thread.start()
-    deadline = time.monotonic() + RENDER_S / 2
-    while not interrupt(thread) and time.monotonic() < deadline:
+    deadline = time.monotonic() + 60
+    while not inside(thread) and time.monotonic() < deadline:  # (the render's section begun)
         time.sleep(0.01)
-    thread.join(RENDER_S + 5)
+    assert interrupt(thread)
+    thread.join(60)
     assert len(outcome) == 1 and isinstance(outcome[0], Cancelled), outcome

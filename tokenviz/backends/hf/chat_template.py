@@ -96,9 +96,10 @@ def bounded(what: str = SAYS) -> Iterator[None]:
 def render_chat_template(template: str, messages: list[dict[str, str]], **variables: Any) -> str:
     """`template` rendered for `messages` with the generation prompt, as transformers renders it (with
     `variables`: bos_token, eos_token...), within the bounds; what fails is one line naming the template."""
+    environment = _environment()  # (importing transformers' part is not the template's time)
     try:
         with bounded():
-            compiled = _environment().from_string(template)
+            compiled = environment.from_string(template)
             parts, length = [], 0
             for part in compiled.generate(
                 messages=messages, tools=None, documents=None, add_generation_prompt=True, **variables
