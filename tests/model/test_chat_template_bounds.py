@@ -88,3 +88,30 @@ def test_escape_cancels_a_template_that_runs_on(monkeypatch):
     assert interrupt(thread)
     thread.join(60)
     assert len(outcome) == 1 and isinstance(outcome[0], Cancelled), outcome
+
+
+def test_an_escape_as_the_render_begins_is_never_lost(monkeypatch):
+    """Escape sent the moment the render's section began landed, 5 times in 200, in the deadline's timer thread
+    as it was being started (CPython gives a thread being started its starter's id), and the render ran on."""
+    from tokenviz.backends.hf import chat_template
+    from tokenviz.system.interruptible import inside
+
+    monkeypatch.setattr(chat_template, "RENDER_S", 120.0)
+    chat_template._environment()
+
+    def render(outcome: list[BaseException]) -> None:
+        try:
+            render_chat_template(NESTED, MESSAGES)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    for _ in range(200):
+        outcome: list[BaseException] = []
+        thread = threading.Thread(target=render, args=(outcome,))
+        thread.start()
+        deadline = time.monotonic() + 60
+        while not inside(thread) and time.monotonic() < deadline:  # (at once: the race is with its first steps)
+            pass
+        assert interrupt(thread)
+        thread.join(60)
+        assert len(outcome) == 1 and isinstance(outcome[0], Cancelled), outcome

@@ -81,9 +81,13 @@ def bounded(what: str = SAYS) -> Iterator[None]:
 
     timer = threading.Timer(RENDER_S, stop)
     timer.daemon = True
+    # (started before the section: while a thread is being started, CPython's new thread state carries its
+    # starter's id, and an interrupt sent then lands in the new thread; seen in a busy run)
+    timer.start()
     try:
         with interruptible():
-            timer.start()
+            if late.is_set():  # (the deadline passed before the section began)
+                raise Interrupted
             yield
     except Interrupted:
         if late.is_set():
