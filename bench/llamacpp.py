@@ -28,11 +28,9 @@ CPU = torch.device("cpu")  # (llama.cpp's logits are read into the host's memory
 def open_engine(gguf: Path | None = None):
     """The GGUF `gguf` (the bundled one by default) on the llama.cpp backend, as `--backend llama.cpp` opens it."""
     from tokenviz.backends.llamacpp.plugin import BACKEND
-    from tokenviz.cli.options import ModelChoice
     from tokenviz.contract.backend import Opening
 
-    model = ModelChoice() if gguf is None else ModelChoice(model=str(gguf))
-    opening = Opening("trace", {}, frozenset(), model, SamplingSettings())
+    opening = Opening("trace", {}, frozenset(), None if gguf is None else str(gguf), SamplingSettings())
     return BACKEND.loader(opening)(lambda message, fraction: None)
 
 

@@ -111,8 +111,8 @@ def test_a_prefill_in_one_pass_is_cancelled_between_its_layers(tiny):
 def test_trace_reports_the_prefill_progress(small_chunks, tmp_path):
     from tiny import save_tiny
 
+    from tokenviz.backends.transformers.model_choice import ModelChoice
     from tokenviz.cli.headless import run_trace
-    from tokenviz.cli.options import ModelChoice
 
     reports = []
     model = ModelChoice(save_tiny(tmp_path / "tiny"), device="cpu")

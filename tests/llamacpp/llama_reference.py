@@ -48,13 +48,12 @@ def own_llama(flash_attn: bool = True) -> Iterator[Any]:
 def greedy_session(steps: int) -> Any:
     """A greedy journey of `steps` tokens on the bundled GGUF in tokenviz's llama.cpp backend."""
     from tokenviz.backends.llamacpp.plugin import BACKEND
-    from tokenviz.cli.options import ModelChoice
     from tokenviz.contract.backend import Opening
     from tokenviz.contract.settings import SamplingSettings
     from tokenviz.journey.session import Session
 
     greedy = SamplingSettings(temperature=0)
-    opening = Opening("trace", {"threads": THREADS}, frozenset(), ModelChoice(), greedy)
+    opening = Opening("trace", {"threads": THREADS}, frozenset(), None, greedy)
     session = Session(BACKEND.loader(opening)(lambda message, fraction: None), greedy)
     session.start(PROMPT)
     for _ in range(steps):

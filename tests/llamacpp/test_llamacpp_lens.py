@@ -15,11 +15,10 @@ pytestmark = [pytest.mark.llamacpp, pytest.mark.usefixtures("llama_cpp")]
 
 def opened():
     from tokenviz.backends.llamacpp.plugin import BACKEND
-    from tokenviz.cli.options import ModelChoice
     from tokenviz.contract.backend import Opening
     from tokenviz.contract.settings import SamplingSettings
 
-    opening = Opening("trace", {"threads": THREADS}, frozenset(), ModelChoice(), SamplingSettings(temperature=0))
+    opening = Opening("trace", {"threads": THREADS}, frozenset(), None, SamplingSettings(temperature=0))
     return BACKEND.loader(opening)(lambda message, fraction: None)
 
 

@@ -14,11 +14,10 @@ pytestmark = [pytest.mark.llamacpp, pytest.mark.usefixtures("llama_cpp")]
 
 def llama_cpp_loader():
     from tokenviz.backends.llamacpp.plugin import BACKEND
-    from tokenviz.cli.options import ModelChoice
     from tokenviz.contract.backend import Opening
     from tokenviz.contract.settings import SamplingSettings
 
-    opening = Opening("app", {"threads": THREADS}, frozenset(), ModelChoice(), SamplingSettings(temperature=0))
+    opening = Opening("app", {"threads": THREADS}, frozenset(), None, SamplingSettings(temperature=0))
     return BACKEND.loader(opening)
 
 

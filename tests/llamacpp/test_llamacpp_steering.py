@@ -221,14 +221,13 @@ def test_taking_the_interventions_off_gives_the_models_own_logits_back_bit_for_b
     import torch
 
     from tokenviz.backends.llamacpp.plugin import BACKEND
-    from tokenviz.cli.options import ModelChoice
     from tokenviz.contract.backend import Opening
     from tokenviz.contract.interventions import parse_patch, parse_steering
     from tokenviz.contract.settings import SamplingSettings
     from tokenviz.journey.session import Session
 
     settings = SamplingSettings(temperature=0)
-    opening = Opening("trace", {"threads": THREADS}, frozenset(), ModelChoice(), settings)
+    opening = Opening("trace", {"threads": THREADS}, frozenset(), None, settings)
     session = Session(BACKEND.loader(opening)(lambda message, fraction: None), settings)
     session.start(PROMPT)
     for _ in range(3):
@@ -255,12 +254,11 @@ def test_attention_rows_see_the_steered_model(llama_cpp):
     import torch
 
     from tokenviz.backends.llamacpp.plugin import BACKEND
-    from tokenviz.cli.options import ModelChoice
     from tokenviz.contract.backend import Opening
     from tokenviz.contract.interventions import parse_steering
     from tokenviz.contract.settings import SamplingSettings
 
-    opening = Opening("trace", {"threads": THREADS}, frozenset(), ModelChoice(), SamplingSettings())
+    opening = Opening("trace", {"threads": THREADS}, frozenset(), None, SamplingSettings())
     engine = BACKEND.loader(opening)(lambda message, fraction: None)
     ids = engine.encode(PROMPT)
     rows = range(len(ids))

@@ -115,7 +115,6 @@ def test_chat_is_the_ggufs_own_template_as_llama_cpp_python_formats_it(monkeypat
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
     from tokenviz.backends.llamacpp.plugin import BACKEND
-    from tokenviz.cli.options import ModelChoice
     from tokenviz.contract.backend import Opening
     from tokenviz.contract.settings import SamplingSettings
 
@@ -137,7 +136,7 @@ def test_chat_is_the_ggufs_own_template_as_llama_cpp_python_formats_it(monkeypat
     reference.reset()
     reference.eval(expected)
     assert doc["steps"][0]["chosen"]["id"] == int(np.argmax(reference.scores[len(expected) - 1]))
-    opening = Opening("trace", {"threads": THREADS}, frozenset(), ModelChoice(), SamplingSettings())
+    opening = Opening("trace", {"threads": THREADS}, frozenset(), None, SamplingSettings())
     engine = BACKEND.loader(opening)(lambda message, fraction: None)
     chat = engine.chat_ids(question, system)
     own = [i for i, marked in enumerate(chat.template) if not marked]
@@ -201,11 +200,10 @@ def test_attention_rows_are_the_softmax_of_llama_cpps_own_queries_and_keys(llama
     import torch
 
     from tokenviz.backends.llamacpp.plugin import BACKEND
-    from tokenviz.cli.options import ModelChoice
     from tokenviz.contract.backend import Opening
     from tokenviz.contract.settings import SamplingSettings
 
-    opening = Opening("trace", {"threads": THREADS}, frozenset(), ModelChoice(), SamplingSettings())
+    opening = Opening("trace", {"threads": THREADS}, frozenset(), None, SamplingSettings())
     engine = BACKEND.loader(opening)(lambda message, fraction: None)
     info, internals = engine.info, engine.internals
     ids = engine.encode(PROMPT + " Paris, the capital of France.")
@@ -316,14 +314,13 @@ def test_a_lens_of_some_rows_reads_those_layers_alone_and_gives_their_rows(llama
     callback copy out those layers' residuals alone (and the last layer's, the check), and gets the rows
     the whole lens gives at them."""
     from tokenviz.backends.llamacpp.plugin import BACKEND
-    from tokenviz.cli.options import ModelChoice
     from tokenviz.contract.backend import Opening
     from tokenviz.contract.results import LensAsk
     from tokenviz.contract.settings import SamplingSettings
     from tokenviz.journey.session import Session
 
     settings = SamplingSettings(temperature=0)
-    opening = Opening("trace", {"threads": THREADS}, frozenset(), ModelChoice(), settings)
+    opening = Opening("trace", {"threads": THREADS}, frozenset(), None, settings)
     session = Session(BACKEND.loader(opening)(lambda message, fraction: None), settings)
     session.start(PROMPT)
     session.step()

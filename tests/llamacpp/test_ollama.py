@@ -59,7 +59,7 @@ def test_a_name_the_store_lacks_is_one_line_naming_what_it_holds(store, monkeypa
 
 def test_an_ollama_name_without_the_llama_cpp_backend_says_to_add_it(store, monkeypatch, capsys):
     code, _, err = invoke(monkeypatch, capsys, "trace", "x", "--model", "ollama:smollm2")
-    assert code == 2 and "Ollama's models run in llama.cpp: add --backend llama.cpp" in err, err
+    assert code == 2 and "an Ollama name goes with the --backend that runs Ollama's GGUFs" in err, err
 
 
 def manifest_of(store, tag: str = "latest"):

@@ -137,14 +137,13 @@ def test_a_backend_registered_in_the_tests_alone_runs_trace(fixed, monkeypatch, 
 
 async def test_a_backend_registered_in_the_tests_alone_runs_the_app(fixed):
     from tokenviz.cli.backend_options import BackendChoice
-    from tokenviz.cli.options import ModelChoice
     from tokenviz.contract.settings import SamplingSettings
     from tokenviz.ui.app import TokenvizApp
     from tokenviz.worker.engine_thread import EngineWorker
 
     settings = SamplingSettings(temperature=0)
     choice = BackendChoice("app", {"backend_name": "fixed"}, frozenset({"backend_name"}))
-    loader = choice.loader(ModelChoice(), settings)
+    loader = choice.loader(settings)
     app = TokenvizApp(EngineWorker(loader, settings, "abc"))
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(app, pilot)
@@ -178,7 +177,6 @@ def test_a_plugin_engines_own_words_are_made_safe_at_the_boundary(fixed, monkeyp
 
 async def test_a_plugin_engines_refusal_reaches_the_app_made_safe(fixed, monkeypatch):
     from tokenviz.cli.backend_options import BackendChoice
-    from tokenviz.cli.options import ModelChoice
     from tokenviz.contract.commands import Start
     from tokenviz.contract.settings import SamplingSettings
     from tokenviz.ui.app import TokenvizApp
@@ -187,7 +185,7 @@ async def test_a_plugin_engines_refusal_reaches_the_app_made_safe(fixed, monkeyp
     monkeypatch.setattr(FixedBackend, "loader", lambda self, opening: lambda progress: LoudEngine())
     settings = SamplingSettings(temperature=0)
     choice = BackendChoice("app", {"backend_name": "fixed"}, frozenset({"backend_name"}))
-    worker = EngineWorker(choice.loader(ModelChoice(), settings), settings, "abc")
+    worker = EngineWorker(choice.loader(settings), settings, "abc")
     app = TokenvizApp(worker)
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(app, pilot)

@@ -101,7 +101,7 @@ def _asks(backend: Backend, given: frozenset[str]) -> bool:
 
 def chosen(name: str | None, given: frozenset[str]) -> Backend:
     """The backend `--backend NAME` names; without it the one whose own options `given` ask for it, else
-    the default. An option of another backend is one line naming the backend it goes with."""
+    the default. An option the backend chosen does not declare is one line naming the backends that do."""
     table = registered()
     if name is not None:
         backend = table.get(name)
@@ -111,8 +111,9 @@ def chosen(name: str | None, given: frozenset[str]) -> Backend:
         asking = [b for b in table.values() if (its := given & {o.name for o in b.options}) and _asks(b, its)]
         backend = asking[0] if asking else table[DEFAULT]
     own = {o.name for o in backend.options}
-    for other in table.values():
-        stray = [o.flag for o in other.options if o.name in given and o.name not in own]
-        if other is not backend and stray:
-            raise TokenvizError(f"{stray[0]} is the {other.name} backend's option: it goes with --backend {other.name}")
+    for name in sorted(given - own):  # (each a registered backend's option: the command line has no other)
+        flag = "--" + name.replace("_", "-")
+        takers = [b.name for b in table.values() if name in {o.name for o in b.options}]
+        whose = f"the {takers[0]} backend's option" if len(takers) == 1 else f"the {', '.join(takers)} backends' option"
+        raise TokenvizError(f"{flag} is {whose}: it goes with --backend {' or '.join(takers)}")
     return backend

@@ -15,15 +15,17 @@ from typing import Any, Optional
 import typer
 
 from tokenviz.backends.registry import chosen, registered
-from tokenviz.cli.options import ModelChoice, model_options, option_group, print_warning, sampling_options
-from tokenviz.contract.backend import Backend, OpenEngine, Opening, Progress
+from tokenviz.cli.options import MODEL_OPTION, option_group, print_warning, sampling_options
+from tokenviz.contract.backend import Backend, BackendOption, OpenEngine, Opening, OptionValue, Progress
 from tokenviz.contract.engine import Engine
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.settings import SamplingSettings
 
 NAME = "backend_name"  # --backend's value among the options (`backend` is the command's argument)
-KINDS: dict[str, Any] = {"text": Optional[str], "flag": bool, "number": Optional[int]}
+MODEL = "model"  # --model's: every backend takes it
+KINDS: dict[str, Any] = {"text": Optional[str], "flag": bool, "number": Optional[int], "texts": Optional[list[str]]}
+UNGIVEN: dict[str, OptionValue] = {"text": None, "flag": False, "number": None, "texts": ()}
 BACKEND_HELP = (
     "Which runtime computes the model's numbers: {names} (default: transformers, or the one whose option is given)."
 )
@@ -31,12 +33,23 @@ BACKEND_HELP = (
 
 @dataclass(frozen=True)
 class BackendChoice:
-    """The backend options of a command line: `--backend` and every backend option's value, and which
-    were given."""
+    """The backend options of a command line: `--backend`, `--model` and every backend option's value,
+    and which were given."""
 
     command: str
     values: dict[str, Any]
     given: frozenset[str]
+
+    @property
+    def model(self) -> str | None:
+        """The model --model names (None: the bundled one)."""
+        model = self.values.get(MODEL)
+        return model if isinstance(model, str) else None
+
+    def with_values(self, **values: OptionValue) -> BackendChoice:
+        """This choice with these options given these values (compare's B, a draft model)."""
+        given = self.given | {name for name, value in values.items() if value not in (None, False, ())}
+        return dataclasses.replace(self, values={**self.values, **values}, given=given)
 
     def __getattr__(self, name: str) -> Any:  # (option_group reads each option's default so)
         try:
@@ -45,7 +58,7 @@ class BackendChoice:
             raise AttributeError(name) from None
 
     def flags(self) -> list[str]:
-        """The backend options given, as typed (--backend, --endpoint...)."""
+        """The backend options given, as typed (--backend, --model, --endpoint...)."""
         return sorted("--backend" if name == NAME else "--" + name.replace("_", "-") for name in self.given)
 
     def sides(self, against: str | None) -> tuple[BackendChoice, BackendChoice]:
@@ -64,16 +77,15 @@ class BackendChoice:
 
     def backend(self) -> Backend:
         """The backend chosen (one line, a TokenvizError, where the options given do not go together)."""
-        return chosen(self.values.get(NAME), self.given - {NAME})
+        return chosen(self.values.get(NAME), self.given - {NAME, MODEL})
 
-    def loader(
-        self, model: ModelChoice, settings: SamplingSettings, interventions: tuple[Intervention, ...] = ()
-    ) -> OpenEngine:
+    def loader(self, settings: SamplingSettings, interventions: tuple[Intervention, ...] = ()) -> OpenEngine:
         """The chosen backend's loader, what it was given checked first."""
         backend = self.backend()
-        own = {o.name for o in backend.options}
-        values = {name: value for name, value in self.values.items() if name in own}
-        opening = Opening(self.command, values, self.given & own, model, settings, interventions, warn=print_warning)
+        own = {o.name: o for o in backend.options}
+        values = {name: self._value(option) for name, option in own.items()}
+        given = self.given & set(own)
+        opening = Opening(self.command, values, given, self.model, settings, interventions, warn=print_warning)
         opens = backend.loader(opening)
 
         def opened(progress: Progress) -> Engine:
@@ -84,6 +96,12 @@ class BackendChoice:
             return engine
 
         return opened
+
+    def _value(self, option: BackendOption) -> OptionValue:
+        value = self.values.get(option.name)
+        if value is None or (option.kind == "flag" and value is False):
+            return UNGIVEN[option.kind]
+        return tuple(value) if isinstance(value, list | tuple) else value
 
 
 _left_out: dict[tuple[str, str], list[str]] = {}  # (backend, flag) -> the commands that have that option already
@@ -100,7 +118,7 @@ def left_out() -> list[str]:
 
 def _taken(function: Callable[..., None]) -> set[str]:
     """The names and flags `function`'s command line has already: a backend's option may take none."""
-    taken = {NAME, "backend", "--backend", "--help"}
+    taken = {NAME, "backend", "--backend", "--help", MODEL, "--model", "-m"}
     for parameter in inspect.signature(function, eval_str=True).parameters.values():
         taken |= {parameter.name, "--" + parameter.name.replace("_", "-")}
         for meta in getattr(parameter.annotation, "__metadata__", ()):
@@ -118,22 +136,25 @@ def backend_options(command: str) -> Callable[[Callable[..., None]], Callable[..
     def decorate(function: Callable[..., None]) -> Callable[..., None]:
         taken = _taken(function)
         options: dict[str, tuple[Any, Any]] = {
-            NAME: (Optional[str], typer.Option("--backend", help=BACKEND_HELP.format(names=", ".join(table))))
+            NAME: (Optional[str], typer.Option("--backend", help=BACKEND_HELP.format(names=", ".join(table)))),
+            MODEL: MODEL_OPTION,
         }
-        defaults: dict[str, Any] = {NAME: None}
+        defaults: dict[str, Any] = {NAME: None, MODEL: None}
         for backend in table.values():
             for option in backend.options:
-                if command not in option.commands or option.name in options:
+                if command not in option.commands:
                     continue
                 if option.name in taken or option.flag in taken:
                     _left_out.setdefault((backend.name, option.flag), []).append(command)
+                    continue
+                if option.name in options:  # (another backend's of that name: one option for both)
                     continue
                 panel = f"{backend.name} backend"
                 options[option.name] = (
                     KINDS[option.kind],
                     typer.Option(option.flag, help=option.help, rich_help_panel=panel),
                 )
-                defaults[option.name] = False if option.kind == "flag" else None
+                defaults[option.name] = UNGIVEN[option.kind]
 
         def make(values: dict[str, Any], given: frozenset[str]) -> BackendChoice:
             return BackendChoice(command, {**defaults, **values}, given)
@@ -146,10 +167,10 @@ def backend_options(command: str) -> Callable[[Callable[..., None]], Callable[..
 def journey_options(
     command: str, leave_out: tuple[str, ...] = ()
 ) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """What every command that runs a journey takes: the backend and its options (`backend`), the
-    sampling settings but `leave_out` (`settings`) and the model's options (`model`)."""
+    """What every command that runs a journey takes: --model, the backend and its options (`backend`) and
+    the sampling settings but `leave_out` (`settings`)."""
 
     def decorate(function: Callable[..., None]) -> Callable[..., None]:
-        return backend_options(command)(sampling_options(leave_out=leave_out)(model_options()(function)))
+        return backend_options(command)(sampling_options(leave_out=leave_out)(function))
 
     return decorate

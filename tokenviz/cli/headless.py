@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tokenviz.backends.registry import DEFAULT, registered
 from tokenviz.cli.backend_options import BackendChoice
-from tokenviz.cli.options import ModelChoice
-from tokenviz.contract.backend import OpenEngine, Opening, Progress
+from tokenviz.contract.backend import OpenEngine, Progress
 from tokenviz.contract.commands import Attribute, Beams, Inspect, Request, SplitDifference
 from tokenviz.contract.engine import Caching, Capability, DrawingEngine, Engine, SearchAsk, able, lacking
 from tokenviz.contract.errors import TokenvizError
@@ -203,7 +200,6 @@ def run_trace(
     prompt: str,
     settings: SamplingSettings,
     loader: OpenEngine,
-    model: ModelChoice = ModelChoice(),
     progress: Progress = lambda message, fraction: None,
     lens: bool = False,
     routing: bool = False,
@@ -214,7 +210,7 @@ def run_trace(
     force: bool = False,
     beams: int | None = None,
     speculate: str | None = None,
-    draft_model: str | None = None,
+    draft: OpenEngine | None = None,
     chat: bool = False,
     system: str | None = None,
     written: list[tuple[str, Path]] | None = None,
@@ -224,7 +220,7 @@ def run_trace(
 ) -> dict[str, Any]:
     """The journey's document; with `save` and `html` also its files, each noted in `written` as
     (what it is, where). `interventions` are in force from the prompt on (a mean ablation's mean is
-    over the prompt). `loader` makes the engine (`model`: what a draft model is loaded beside)."""
+    over the prompt). `loader` makes the engine, `draft` a draft model's (for `speculate`)."""
     noted = [] if written is None else written
     session = Session(loader(progress), settings)
     searched = "--beams" if beams else "--speculate" if speculate else ""
@@ -239,11 +235,7 @@ def run_trace(
         return beam_document(session, session.prompt_ids, beams, settings.max_new_tokens)
     if speculate:  # it runs on its own cache: no prefill here
         _, ids, _ = tokenize(session.engine, prompt, chat, system)
-        draft = None
-        if draft_model:  # (on the default backend: speculation needs the model's cache here)
-            opening = Opening("trace", {}, frozenset(), dataclasses.replace(model, model=draft_model), settings)
-            draft = registered()[DEFAULT].loader(opening)(progress)
-        return speculation_document(session, ids, speculate, draft)
+        return speculation_document(session, ids, speculate, None if draft is None else draft(progress))
     if routing and not session.engine.info.experts:
         name = session.engine.info.name
         raise TokenvizError(f"{name} has no mixture-of-experts layers: --routing has nothing to show")
@@ -309,14 +301,12 @@ def remade_journey(recorded: dict[str, Any], session: Session) -> dict[str, Any]
 def compare_opener(
     settings: SamplingSettings,
     against: SamplingSettings,
-    model: ModelChoice,
-    b_model: ModelChoice,
     sides: tuple[BackendChoice, BackendChoice],
 ) -> Callable[[Progress], Comparison]:
     """What opens journeys A and B in a worker's thread, both sides' options checked now (a server asked
-    whether it answers): B's model is A's unless another model, dtype or quantization is asked for; each
-    side's backend options are `sides` (BackendChoice.sides: B's backend is A's unless --against-backend
-    names another). One backend and one model: B is
+    whether it answers): each side's model and backend options are `sides` (BackendChoice.sides: B's
+    backend is A's unless --against-backend names another, its model and options A's unless another is
+    asked for). One backend and one model: B is
     A's twin (the weights shared). An engine that draws its own tokens (a server's) goes on B, compared
     over the top N it returns (ServedComparison)."""
     a_side, b_side = sides
@@ -326,14 +316,14 @@ def compare_opener(
             f"compare runs A in this process: the {a_backend.name} backend's options are B's "
             f"(add --against-backend {a_backend.name})"
         )
-    open_a = a_side.loader(model, settings)  # (what each side was given checked first)
-    same = b_model == model and b_side.backend().name == a_backend.name
+    open_a = a_side.loader(settings)  # (what each side was given checked first)
+    same = b_side.values == a_side.values
     if same and against == settings:
         raise TokenvizError(
             "compare needs the two journeys to differ: --against NAME=VALUE (a sampling setting), "
             "--against-dtype, --against-quantize, --against-model or --against-backend"
         )
-    open_b = None if same else b_side.loader(b_model, against)
+    open_b = None if same else b_side.loader(against)
 
     def build(progress: Progress) -> Comparison:
         a_engine = open_a(progress)

@@ -2,15 +2,14 @@
 mistake ends with (exit code 2, never a traceback).
 
 The sampling options come from SamplingSettings itself (its defaults are the only ones) and reach
-a command as one validated `settings` argument; the model options reach it as one `model` argument
-(a ModelChoice).
+a command as one validated `settings` argument; --model and the backends' options reach it as one
+`backend` argument (tokenviz.cli.backend_options).
 """
 
 import contextlib
 import functools
 import inspect
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
 
 import typer
@@ -18,17 +17,12 @@ from rich.console import Console
 from rich.text import Text
 
 from tokenviz.contract.errors import SettingsError, TokenvizError
-from tokenviz.contract.placement import Placement
 from tokenviz.contract.presets import PRESETS, preset_named
 from tokenviz.contract.settings import DEFAULT_SETTINGS, SamplingSettings
 from tokenviz.contract.snapshot import CANCELS
 from tokenviz.contract.text import safe_text
-from tokenviz.system.placement_files import resolved
 
 if TYPE_CHECKING:
-    from tokenviz.backends.transformers.loading import LoadedModel
-    from tokenviz.backends.transformers.model_loader import BeforeWeights, ModelLoader
-    from tokenviz.contract.backend import Progress
     from tokenviz.contract.grammar import Grammar
 
 err = Console(stderr=True, highlight=False)
@@ -49,90 +43,15 @@ def fail(message: str) -> NoReturn:
     raise typer.Exit(2)
 
 
-@dataclass(frozen=True)
-class ModelChoice:
-    """Which model a command loads, and how: the options every such command shares."""
-
-    model: str | None = None  # None: the bundled one
-    device: str = "auto"
-    dtype: str = "auto"
-    trust_remote_code: bool = False
-    device_map: str | None = None
-    max_memory: tuple[str, ...] = ()  # DEVICE=SIZE entries
-    offload_dir: str | None = None
-    quantize: str | None = None
-    compile: bool = False  # the decode step compiled (see tokenviz.backends.transformers.compiled_step)
-
-    placement: Placement = field(init=False, compare=False, repr=False)
-
-    def __post_init__(self) -> None:  # a mistake in the placement is refused here, before torch is imported
-        # (the files it names read and checked now, once, not after torch's import)
-        placement = resolved(Placement(self.device_map, tuple(self.max_memory or ()), self.offload_dir, self.quantize))
-        object.__setattr__(self, "max_memory", placement.max_memory)
-        object.__setattr__(self, "placement", placement)
-        if self.compile and self.device_map is not None:
-            raise SettingsError("--compile runs a model on one device; --device-map spreads it: choose one")
-
-    def load(self, progress: "Progress", before_weights: "BeforeWeights | None" = None) -> "LoadedModel":
-        return self.loader(before_weights)(progress)
-
-    def loader(self, before_weights: "BeforeWeights | None" = None) -> "ModelLoader":
-        """A loader for a worker's thread (the model loads there, after the app's first frame);
-        `before_weights` checks the config and tokenizer first (see backends.transformers.loading.load_model)."""
-        from tokenviz.backends.transformers.model_loader import model_loader
-
-        return model_loader(
-            self.model, self.device, self.dtype, self.trust_remote_code, self.placement, self.compile, before_weights
-        )
-
-
-# Each ModelChoice field as a command-line option: (type, typer.Option).
-MODEL_OPTIONS: dict[str, tuple[Any, Any]] = {
-    "model": (
-        Optional[str],
-        typer.Option(
-            "--model",
-            "-m",
-            help="Hugging Face id, local model directory or .gguf path. Default: the bundled SmolLM2-135M.",
-        ),
+MODEL_OPTION = (
+    Optional[str],
+    typer.Option(
+        "--model",
+        "-m",
+        help="Hugging Face id, local model directory or .gguf path (as the backend takes it). Default: the "
+        "bundled SmolLM2-135M.",
     ),
-    "device": (str, typer.Option(help="auto (GPU if there is one), cpu, cuda or mps.")),
-    "dtype": (str, typer.Option(help="auto, float32, bfloat16 or float16.")),
-    "trust_remote_code": (bool, typer.Option("--trust-remote-code", help="Allow a model's own Python code to run.")),
-    "device_map": (
-        Optional[str],
-        typer.Option(
-            "--device-map",
-            help="auto, balanced, sequential, cpu or FILE.json: spread the weights over the GPUs, the CPU and "
-            "the disk (accelerate's device map), within --max-memory.",
-        ),
-    ),
-    "max_memory": (
-        Optional[list[str]],
-        typer.Option(
-            "--max-memory",
-            help="DEVICE=SIZE (repeatable): the most a device may give the model, as cpu=8GB or cuda:0=20GB.",
-        ),
-    ),
-    "offload_dir": (
-        Optional[str],
-        typer.Option("--offload-dir", help="With --device-map: where weights offloaded to disk go."),
-    ),
-    "quantize": (
-        Optional[str],
-        typer.Option(
-            "--quantize", help="int8 or int4: quantize the weights as they load (torchao; int4 needs a CUDA GPU)."
-        ),
-    ),
-    "compile": (
-        bool,
-        typer.Option(
-            "--compile",
-            help="Compile the decode step (torch.compile over a static cache; CUDA graphs on a GPU). "
-            "It takes a while once, at start.",
-        ),
-    ),
-}
+)
 Chat = Annotated[
     bool,
     typer.Option("--chat", help="The prompt is a user message, put through the model's chat template."),
@@ -260,11 +179,6 @@ def sampling_options(*, leave_out: tuple[str, ...] = ()) -> Callable[[Callable[.
 def grammar_options() -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Give a command the grammar options alone; it receives them as `grammar` (a Grammar or None)."""
     return option_group("grammar", GRAMMAR_OPTIONS, lambda values, given: grammar_of(values) if values else None)
-
-
-def model_options() -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Give a command the model options; it receives them as `model` (a ModelChoice)."""
-    return option_group("model", MODEL_OPTIONS, lambda values, given: ModelChoice(**values))
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from tokenviz.contract.engine import Engine
 from tokenviz.contract.interventions import Intervention
@@ -21,13 +21,15 @@ from tokenviz.contract.settings import SamplingSettings
 Progress = Callable[[str, "float | None"], None]  # (message, fraction done or None)
 OpenEngine = Callable[[Progress], Engine]  # called in the worker's thread
 COMMANDS = frozenset({"app", "trace", "score", "serve", "replay"})  # the commands that open a model
-OptionKind = Literal["text", "flag", "number"]
+OptionKind = Literal["text", "flag", "number", "texts"]  # texts: a text given as often as wanted
+OptionValue = str | bool | int | tuple[str, ...] | None
 
 
 @dataclass(frozen=True)
 class BackendOption:
     """One command-line option a backend declares: `--name-with-dashes`, a text (None unless given), a
-    flag or a whole number (None unless given), on the `commands` named."""
+    flag, a whole number (None unless given) or texts (repeatable: () unless given), on the `commands`
+    named."""
 
     name: str  # a Python name: api_key_env is --api-key-env
     help: str
@@ -41,18 +43,35 @@ class BackendOption:
 
 @dataclass(frozen=True)
 class Opening:
-    """What a command asks a backend to open: its own options' values (by name, every one, None or False
-    where not given), which of them were given, the model options every command shares (`model.model`:
-    --model, None for the bundled model; the rest are where and how the transformers backend loads it),
-    the sampling settings the journey starts with, and the command."""
+    """What a command asks a backend to open: its own options' values (by name, every one, None, False
+    or () where not given), which of them were given, the model `--model` names (every backend's option:
+    None for the bundled model), the sampling settings the journey starts with, and the command."""
 
     command: str
-    values: Mapping[str, Any]
+    values: Mapping[str, OptionValue]
     given: frozenset[str]
-    model: Any  # tokenviz.cli.options.ModelChoice (the CLI's: the contract does not import it)
+    model: str | None
     settings: SamplingSettings
     interventions: tuple[Intervention, ...] = ()  # in force from the prompt on (a backend checks it can run them)
     warn: Callable[[str], None] = lambda line: None  # a warning to the user (a key file others can read)
+
+    def text(self, name: str) -> str | None:
+        """The text option `name` was given (None where it was not)."""
+        value = self.values.get(name)
+        return value if isinstance(value, str) else None
+
+    def number(self, name: str) -> int | None:
+        """The whole number option `name` was given (None where it was not)."""
+        value = self.values.get(name)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    def flag(self, name: str) -> bool:
+        return self.values.get(name) is True
+
+    def texts(self, name: str) -> tuple[str, ...]:
+        """The texts a repeatable option `name` was given (() where it was not)."""
+        value = self.values.get(name)
+        return tuple(v for v in value if isinstance(v, str)) if isinstance(value, tuple) else ()
 
 
 class Backend(Protocol):

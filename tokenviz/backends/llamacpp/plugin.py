@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from tokenviz.backends.llamacpp.engine import LlamaCppEngine
 
 CONTEXT = 4096  # tokens llama.cpp's context holds unless --context says (at most what the model was trained on)
-NOT_HERE = ("device_map", "quantize", "compile")  # the transformers backend's: a GGUF runs as its file is
 
 
 class LlamaCppBackend:
@@ -63,25 +62,22 @@ class LlamaCppBackend:
 
     def loader(self, opening: Opening) -> OpenEngine:
         """The GGUF named (checked to be a GGUF file, to fit in memory) loads in the worker's thread."""
-        model, values = opening.model, opening.values
-        for name in NOT_HERE:
-            if getattr(model, name):
-                flag = "--" + name.replace("_", "-")
-                raise TokenvizError(f"{flag} is the transformers backend's: llama.cpp runs a GGUF as its file holds it")
+        model = opening.model
         for ablation in (i for i in opening.interventions if isinstance(i, HeadAblation)):
             raise TokenvizError(f"{ablation.label}: {NO_ABLATION}")
-        for name in ("context", "gpu_layers", "threads"):
-            value = values.get(name)
+        numbers = {name: opening.number(name) for name in ("context", "gpu_layers", "threads")}
+        for name, value in numbers.items():
             if (value is not None and not 0 <= value <= (1 << 24)) or (name != "gpu_layers" and value == 0):
                 raise TokenvizError(f"--{name.replace('_', '-')} {value}: give a whole number from 1")
-        if values.get("threads") and (why := too_many(values["threads"])):
-            raise TokenvizError(f"--threads {values['threads']:,}: {why}")
-        flash = values.get("flash_attention")
+        threads = numbers["threads"]
+        if threads and (why := too_many(threads)):
+            raise TokenvizError(f"--threads {threads:,}: {why}")
+        flash = opening.text("flash_attention")
         flash = FLASH_ATTENTION[0] if flash is None else flash
         if flash not in FLASH_ATTENTION:
             raise TokenvizError(f"--flash-attention {safe_text(flash)!r}: give {', '.join(FLASH_ATTENTION)}")
-        path, header = gguf_path(model.model)
-        context = values.get("context") or CONTEXT
+        path, header = gguf_path(model)
+        context = numbers["context"] or CONTEXT
         fits(path, header, context)
 
         def load(progress: Progress) -> LlamaCppEngine:
@@ -89,8 +85,8 @@ class LlamaCppBackend:
             from tokenviz.backends.llamacpp.runtime import Runtime
 
             progress(f"loading {path.name} in llama.cpp", None)
-            runtime = Runtime(path, context, values.get("gpu_layers") or 0, values.get("threads"), flash)
-            return LlamaCppEngine(runtime, path, shown_name(model.model, path), header)
+            runtime = Runtime(path, context, numbers["gpu_layers"] or 0, threads, flash)
+            return LlamaCppEngine(runtime, path, shown_name(model, path), header)
 
         return load
 

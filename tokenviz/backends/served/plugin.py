@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from tokenviz.backends.served.completions import ServedChoice
     from tokenviz.backends.served.engine import ServedEngine
 
-LOCAL_ONLY = ("device_map", "quantize", "compile")  # model options a served model cannot take (its server's)
 WITH_ENDPOINT = "With --endpoint: "
 TAKING = COMMANDS | {"compare"}  # (compare: B's server, with --against-backend server)
 
@@ -55,14 +54,14 @@ class ServedBackend:
         from tokenviz.backends.served.completions import ServedChoice
         from tokenviz.backends.served.endpoint import ApiKey
 
-        values = opening.values
-        if values.get("endpoint") is None:
+        endpoint = opening.text("endpoint")
+        if endpoint is None:
             names = [o.flag for o in self.options if o.name != "endpoint" and opening.command in o.commands]
             raise TokenvizError(f"{', '.join(names[:-1])} and {names[-1]} go with --endpoint URL")
-        key = ApiKey(values.get("api_key_env"), values.get("api_key_file"))
+        key = ApiKey(opening.text("api_key_env"), opening.text("api_key_file"))
         if (exposed := key.exposed()) is not None:
             opening.warn(exposed)
-        return ServedChoice(values["endpoint"], values.get("served_model"), key, bool(values.get("insecure_http")))
+        return ServedChoice(endpoint, opening.text("served_model"), key, opening.flag("insecure_http"))
 
     def loader(self, opening: Opening) -> OpenEngine:
         """The server checked to answer and to serve the model before anything opens (an unreachable one is
@@ -70,11 +69,8 @@ class ServedBackend:
         checked against the server's."""
         from tokenviz.backends.served.completions import served_model_name
 
-        model = opening.model
-        local = {"--model": model.model, "--device-map": model.device_map, "--quantize": model.quantize}
-        asked = [name for name, value in {**local, "--compile": model.compile}.items() if value]
-        if asked:
-            raise TokenvizError(f"{asked[0]} is for a model loaded here: a served model (--endpoint) is the server's")
+        if opening.model is not None:
+            raise TokenvizError("--model is for a model loaded here: a served model (--endpoint) is the server's")
         if opening.settings.grammar is not None:
             raise TokenvizError(
                 "a grammar stage needs tokenviz to draw each token: a server draws its own (--endpoint)"
@@ -86,7 +82,7 @@ class ServedBackend:
         choice = self.choice(opening)
         endpoint = choice.connect()
         name = served_model_name(endpoint, choice.model)
-        files = opening.values.get("tokenizer")
+        files = opening.text("tokenizer")
 
         def load(progress: Progress) -> ServedEngine:
             from tokenviz.backends.served.engine import ServedEngine, tokenizer_here

@@ -17,7 +17,6 @@ from tokenviz.cli.commands.common import (
 from tokenviz.cli.options import (
     Chat,
     LensLayersOption,
-    ModelChoice,
     System,
     fail,
 )
@@ -39,7 +38,6 @@ app_cli = new_cli()
 @journey_options("app")
 def open_app(
     settings: SamplingSettings,
-    model: ModelChoice,
     backend: BackendChoice,
     prompt: Annotated[
         Optional[str],
@@ -74,7 +72,7 @@ def open_app(
     except TokenvizError as exc:
         fail(str(exc))
     try:  # (a server is asked first: one that cannot answer is told before anything else waits)
-        loader = backend.loader(model, settings)
+        loader = backend.loader(settings)
     except TokenvizError as exc:
         fail(str(exc))
     in_terminal.require_terminal()

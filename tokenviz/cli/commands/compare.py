@@ -1,6 +1,5 @@
 """`tokenviz compare PROMPT`: two journeys side by side."""
 
-import dataclasses
 from typing import Annotated, Optional
 
 import typer
@@ -8,7 +7,7 @@ import typer
 from tokenviz.cli.backend_options import BackendChoice, journey_options
 from tokenviz.cli.commands import in_terminal
 from tokenviz.cli.commands.common import DEFAULT_PROMPT, Theme, check_chat, new_cli, print_result
-from tokenviz.cli.options import Chat, ModelChoice, System, fail, stderr_progress
+from tokenviz.cli.options import Chat, System, fail, stderr_progress
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.presets import assigned
 from tokenviz.contract.settings import SamplingSettings
@@ -21,7 +20,6 @@ compare_cli = new_cli()
 @journey_options("compare", leave_out=("max_new_tokens",))
 def compare(
     settings: SamplingSettings,
-    model: ModelChoice,
     backend: BackendChoice,
     prompt: Annotated[str, typer.Argument(help="Text both journeys start from.")] = DEFAULT_PROMPT,
     against: Annotated[
@@ -80,29 +78,26 @@ def compare(
             from tokenviz.files.grammar_file import grammar_from_line
 
             b = b.replace(grammar=grammar_from_line(against_grammar))
-        sides = backend.sides(against_backend)
-        b_side = sides[1].backend()
-        if b_side.local:
-            b_model = dataclasses.replace(
-                model,
-                model=against_model or model.model,
-                dtype=against_dtype or model.dtype,
-                quantize=against_quantize or model.quantize,
-            )
+        a_side, b_side = backend.sides(against_backend)
+        b_backend = b_side.backend()
+        if b_backend.local:
+            b_side = b_side.with_values(model=against_model or b_side.model)
+            for name, value in {"dtype": against_dtype, "quantize": against_quantize}.items():
+                if value is not None and name not in {o.name for o in b_backend.options}:
+                    raise TokenvizError(f"--against-{name}: B's backend, {b_backend.name}, takes no --{name}")
+                b_side = b_side if value is None else b_side.with_values(**{name: value})
         elif any((against, against_model, against_dtype, against_quantize, against_grammar, chat)):
             raise TokenvizError(
-                f"B on the {b_side.name} backend is its model with A's settings: it takes no other --against "
+                f"B on the {b_backend.name} backend is its model with A's settings: it takes no other --against "
                 "option (nor --chat)"
             )
-        else:
-            b_model = ModelChoice()  # (B's model is the one its own options name)
         from tokenviz.cli.headless import compare_opener
 
-        build = compare_opener(a, b, model, b_model, sides)  # (a server is asked now)
+        build = compare_opener(a, b, (a_side, b_side))  # (a server is asked now)
     except TokenvizError as exc:
         fail(str(exc))
 
-    if as_json or not (b_side.local or in_terminal.can_draw()):  # (a served B without a terminal: its table)
+    if as_json or not (b_backend.local or in_terminal.can_draw()):  # (a served B without a terminal: its table)
         from tokenviz.cli.headless import compare_document
         from tokenviz.cli.table import print_served_comparison
 
@@ -113,7 +108,7 @@ def compare(
             fail(str(exc))
         print_result(document, as_json, print_served_comparison)
         return
-    if b_side.local:  # (a served B where the app can draw: its screen, checked just above)
+    if b_backend.local:  # (a served B where the app can draw: its screen, checked just above)
         in_terminal.require_terminal("tokenviz compare PROMPT ... --json")
     from tokenviz.worker.comparing import CompareWorker
 

@@ -1,6 +1,5 @@
 """`tokenviz replay FILE`: a saved journey, and its check against the model (--verify)."""
 
-import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -10,10 +9,8 @@ from tokenviz.cli.backend_options import BackendChoice, backend_options
 from tokenviz.cli.commands import in_terminal
 from tokenviz.cli.commands.common import Theme, new_cli
 from tokenviz.cli.options import (
-    ModelChoice,
     err,
     fail,
-    model_options,
     stderr_progress,
 )
 from tokenviz.contract.errors import TokenvizError
@@ -30,9 +27,7 @@ replay_cli = new_cli()
 
 @replay_cli.command()
 @backend_options("replay")
-@model_options()
 def replay(
-    model: ModelChoice,
     backend: BackendChoice,
     path: Annotated[str, typer.Argument(help="A journey saved with x in the app or trace --save.")],
     verify: Annotated[
@@ -49,10 +44,10 @@ def replay(
         journey = open_journey(path)
         local = backend.backend().local
         if verify and (not local or journey.replay.info.remote):
-            verify_served_recording(journey, read_journey(path), model, backend)
+            verify_served_recording(journey, read_journey(path), backend)
             return
         if verify:
-            verify_recording(journey, model, backend)
+            verify_recording(journey, backend)
             return
         if backend.given:
             flags = backend.flags()
@@ -68,9 +63,7 @@ def replay(
     in_terminal.run_app(RecordingWorker(*recording), theme)
 
 
-def verify_served_recording(
-    journey: "Journey", recorded: dict[str, Any], model: ModelChoice, backend: BackendChoice
-) -> None:
+def verify_served_recording(journey: "Journey", recorded: dict[str, Any], backend: BackendChoice) -> None:
     """Re-run a journey recorded on a served model against `served` (the server), then check that the
     file is the journey the server gives now: its tokens and each chosen token's log-probability as it
     runs, then the whole file (`recorded`, its JSON) against the same journey saved again from the re-run
@@ -91,7 +84,7 @@ def verify_served_recording(
         )
     if not info.remote:
         raise TokenvizError("the journey was recorded on a model run here: verify it without --endpoint")
-    session = Session(backend.loader(model, SamplingSettings())(lambda message, fraction: None))
+    session = Session(backend.loader(SamplingSettings())(lambda message, fraction: None))
     checked, mismatch = verify_journey(journey, session, REPRODUCED_WITHIN)
     differs = f"its token, or its log-probability by more than {REPRODUCED_WITHIN:g} nats"
     if mismatch is None:
@@ -131,7 +124,7 @@ def how_it_ran(info: "ModelInfo") -> str:
     return safe_text(f"{info.runtime.split(' ', 1)[0] or 'unknown'}, {info.dtype}, {info.attention}")
 
 
-def verify_recording(journey: "Journey", model: ModelChoice, backend: BackendChoice) -> None:
+def verify_recording(journey: "Journey", backend: BackendChoice) -> None:
     """Re-run a recording with the model; exit 1 at the first token that differs. Without --model, the
     model the journey names (the bundled one, a path, a hub id); with it, a line where they differ."""
     from tokenviz.journey.reproduce import verify_journey
@@ -139,13 +132,13 @@ def verify_recording(journey: "Journey", model: ModelChoice, backend: BackendCho
     from tokenviz.system.paths import BUNDLED_NAME
 
     recorded = journey.replay.info.name
-    if model.model is None and recorded != BUNDLED_NAME:
+    if backend.model is None and recorded != BUNDLED_NAME:
         if recorded.endswith(".gguf") and not Path(recorded).expanduser().is_file():
             raise TokenvizError(f"the journey was recorded on {recorded}, which is not here: name it with --model")
-        model = dataclasses.replace(model, model=recorded)
+        backend = backend.with_values(model=recorded)
         err.print(f"verifying on {recorded}, the model the journey was recorded on", markup=False, highlight=False)
     with stderr_progress() as progress:
-        engine = backend.loader(model, SamplingSettings())(progress)
+        engine = backend.loader(SamplingSettings())(progress)
     differs = engine.info.name != recorded
     if differs:
         err.print(

@@ -9,11 +9,9 @@ from tokenviz.cli.backend_options import BackendChoice, backend_options
 from tokenviz.cli.commands.common import check_chat, new_cli, print_document
 from tokenviz.cli.options import (
     Chat,
-    ModelChoice,
     System,
     fail,
     grammar_options,
-    model_options,
     stderr_progress,
 )
 from tokenviz.contract.errors import TokenvizError
@@ -26,9 +24,7 @@ score_cli = new_cli()
 @score_cli.command()
 @backend_options("score")
 @grammar_options()
-@model_options()
 def score(
-    model: ModelChoice,
     grammar: Grammar | None,
     backend: BackendChoice,
     text: Annotated[str, typer.Argument(help="The text to score.")],
@@ -42,7 +38,7 @@ def score(
     token's log-probability under it too (one more pass). With --endpoint, on the model a server runs
     (its prompt log-probabilities, one request: the server's top candidates, the entropy's floor)."""
     try:
-        loader = backend.loader(model, SamplingSettings(grammar=grammar))
+        loader = backend.loader(SamplingSettings(grammar=grammar))
     except TokenvizError as exc:
         fail(str(exc))
     from tokenviz.cli.table import print_score

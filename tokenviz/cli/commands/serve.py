@@ -9,7 +9,6 @@ from tokenviz.cli.backend_options import BackendChoice, journey_options
 from tokenviz.cli.commands.common import Theme, check_chat, new_cli
 from tokenviz.cli.options import (
     Chat,
-    ModelChoice,
     System,
     err,
     fail,
@@ -45,7 +44,6 @@ serve_cli = new_cli()
 @journey_options("serve")
 def serve(
     settings: SamplingSettings,
-    model: ModelChoice,
     backend: BackendChoice,
     prompt: Annotated[Optional[str], typer.Argument(help="Text to start from (as for tokenviz).")] = None,
     host: Annotated[
@@ -85,7 +83,7 @@ def serve(
         fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
     try:  # (checked once here, as each tab will: an unreachable server is told now)
         chosen = backend.backend()
-        backend.loader(model, settings)
+        backend.loader(settings)
     except TokenvizError as exc:
         fail(str(exc))
     from tokenviz.cli.serving import LimitedServer, session_limit
@@ -93,7 +91,7 @@ def serve(
     command = shlex.join([sys.executable, "-m", "tokenviz", *app_arguments(sys.argv[2:])])
     if host not in LOOPBACK:
         print_error(f"listening on {host}: anyone who can reach port {port} can drive the model")
-    limit, why = session_limit(max_sessions, model.model, weights_here=chosen.local)
+    limit, why = session_limit(max_sessions, backend.model, weights_here=chosen.local)
     plural = "" if limit == 1 else "s"
     err.print(
         f"tokenviz in a browser: http://{host}:{port} · at most {limit} session{plural} at once ({why}) "

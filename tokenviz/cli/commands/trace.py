@@ -17,7 +17,7 @@ from tokenviz.cli.commands.common import (
     search_options,
 )
 from tokenviz.cli.intervention_options import InterventionChoice, intervention_options
-from tokenviz.cli.options import Chat, LensLayersOption, ModelChoice, System, err, fail, stderr_progress
+from tokenviz.cli.options import Chat, LensLayersOption, System, err, fail, stderr_progress
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import refuse_grammar
 from tokenviz.contract.lens_layers import parse_lens_layers
@@ -34,7 +34,6 @@ trace_cli = new_cli()
 @search_options()
 def trace(
     settings: SamplingSettings,
-    model: ModelChoice,
     backend: BackendChoice,
     interventions: InterventionChoice,
     outputs: Outputs,
@@ -92,7 +91,8 @@ def trace(
         if search.named:
             refuse_grammar(settings.grammar, "beam search" if search.beams else "speculative decoding")
         check_chat(chat, system)
-        loader = backend.loader(model, settings, interventions.interventions)
+        loader = backend.loader(settings, interventions.interventions)
+        draft = None if search.draft_model is None else backend.with_values(model=search.draft_model).loader(settings)
     except TokenvizError as exc:
         fail(str(exc))
     from tokenviz.cli.headless import SaveFailed, run_trace
@@ -103,7 +103,6 @@ def trace(
             document = run_trace(
                 prompt,
                 settings.replace(max_new_tokens=steps),
-                model=model,
                 progress=progress,
                 lens=lens,
                 routing=routing,
@@ -114,7 +113,7 @@ def trace(
                 force=outputs.force,
                 beams=search.beams,
                 speculate=search.speculate,
-                draft_model=search.draft_model,
+                draft=draft,
                 chat=chat,
                 system=system,
                 written=written,
