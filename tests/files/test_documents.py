@@ -35,7 +35,9 @@ def snapshot(tiny):
 
 def test_a_served_models_document_has_the_local_ones_shape_with_nulls_named(snapshot):
     local = trace_document(snapshot)
-    info = dataclasses.replace(snapshot.info, covers=20, remote="127.0.0.1:8000", draws="the server")
+    info = dataclasses.replace(
+        snapshot.info, covers=20, requests="the server at 127.0.0.1:8000", numbers_of="the server", draws="the server"
+    )
     served = trace_document(dataclasses.replace(snapshot, info=info))
     assert keys(served["steps"]) == {k for k in keys(local["steps"]) if not k.startswith("[].kv.")}  # (kv: null)
     assert local["not_given"] == {"ms.request": "no request: the pass runs in this process (ms.forward)"}

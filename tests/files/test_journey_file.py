@@ -251,8 +251,8 @@ def test_a_journey_saved_before_covers_reads_its_top_n_as_a_servers(tmp_path, ti
     saved = json.loads(save_journey(tmp_path / "j.json", snapshot_of(s), saved_attention_of(s)).read_text())
     info = saved["replay"]["info"]
     assert info["runtime"].startswith("transformers ") and info["covers"] == 0
-    assert info["remote"] == "" and info["draws"] == ""
-    for name in ("covers", "remote", "draws", "runtime"):
+    assert info["requests"] == "" and info["draws"] == ""
+    for name in ("covers", "requests", "numbers_of", "draws", "runtime"):
         info.pop(name)
 
     def read_with(top_only: int):
@@ -261,8 +261,11 @@ def test_a_journey_saved_before_covers_reads_its_top_n_as_a_servers(tmp_path, ti
         )
         return recording_of(read_journey(old))[0].info
 
-    assert read_with(0).covers == 0 and not read_with(0).remote
+    assert read_with(0).covers == 0 and not read_with(0).requests
     with pytest.raises(TokenvizError, match=r"log-probability of .* above 0"):  # (a top N's: checked as a server's)
         read_with(20)
     served = covers_from_top_only({**info, "top_only": 20})
-    assert served["covers"] == 20 and served["remote"] == "a server" and "top_only" not in served
+    assert served["covers"] == 20 and served["requests"] == "a server" and "top_only" not in served
+    hosted = covers_from_top_only({**info, "covers": 20, "remote": "127.0.0.1:8000"})  # (saved before `requests`)
+    assert hosted["requests"] == "the server at 127.0.0.1:8000" and hosted["numbers_of"] == "the server"
+    assert "remote" not in hosted and "remote" not in covers_from_top_only({**info, "remote": ""})

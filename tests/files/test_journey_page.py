@@ -164,7 +164,9 @@ def test_every_chart_title_fits_its_chart_local_and_served():
     from tokenviz.ui.themes import DEFAULT_THEME, load_themes
 
     snapshot, _, _ = frozen_recording(steps=6)
-    served = dataclasses.replace(snapshot.info, covers=20, remote="127.0.0.1:8000")
+    served = dataclasses.replace(
+        snapshot.info, covers=20, requests="the server at 127.0.0.1:8000", numbers_of="the server"
+    )
     colors = page_colors(load_themes()[DEFAULT_THEME])
     for shown in (snapshot, dataclasses.replace(snapshot, info=served)):
         titles = [

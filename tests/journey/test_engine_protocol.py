@@ -117,7 +117,8 @@ def test_a_grammar_on_an_engine_that_draws_says_so_though_its_tokenizer_is_here(
     info = dataclasses.replace(
         ModelRunner(family_model("llama")).info,
         capabilities=in_order({Capability.STEP, Capability.TOKENIZER, Capability.LENS}),
-        remote="127.0.0.1:8000",
+        requests="the server at 127.0.0.1:8000",
+        numbers_of="the server",
         covers=20,
         draws="the server, with the settings sent",
     )
@@ -210,9 +211,10 @@ def test_a_head_ablation_on_an_engine_without_it_is_refused_before_the_model_run
 
     runner = ModelRunner(family_model("llama"))
     info = dataclasses.replace(runner.info, capabilities=in_order(set(Capability) - {Capability.ABLATION}))
-    assert why_not(dataclasses.replace(info, remote="127.0.0.1:8000"), Capability.ABLATION).startswith(
+    said = (("head ablation", "a head cannot be ablated inside a server; steering and patching work"),)
+    assert why_not(dataclasses.replace(info, lacks_why=said), Capability.ABLATION).startswith(
         "a head cannot be ablated inside a server"
-    )
+    )  # (the backend's own words)
     runner.info = info
     session = Session(runner, SamplingSettings(temperature=0))
     session.start(PROMPT)

@@ -49,3 +49,22 @@ async def test_z_on_llama_cpp_says_llama_cpp_cannot_and_what_can(tmp_path, monke
         await wait_for(lambda: app.screen.query(ModelPane), pilot)
         shown = str(app.screen.query_one(ModelPane).body.render())
         assert "no head ablation" in shown and "no leave-one-out" in shown, shown
+
+
+def test_the_backend_writes_how_to_open_its_model_again_with_its_attention():
+    """A recording's hint to run it live is the backend's own command (ModelInfo.reopen): no module outside
+    the backends asks which runtime ran it."""
+    import shlex
+
+    from tokenviz.backends.llamacpp.plugin import BACKEND
+    from tokenviz.contract.backend import Opening
+    from tokenviz.contract.settings import SamplingSettings
+    from tokenviz.system.paths import bundled_gguf
+
+    assert llama_cpp_loader()(lambda message, fraction: None).info.reopen == "tokenviz --backend llama.cpp"
+    values = {"threads": THREADS, "flash_attention": "off"}
+    opening = Opening("app", values, frozenset(values), str(bundled_gguf()), SamplingSettings(temperature=0))
+    reopen = BACKEND.loader(opening)(lambda message, fraction: None).info.reopen
+    assert shlex.split(reopen) == [
+        "tokenviz", "--backend", "llama.cpp", "--model", bundled_gguf().name, "--flash-attention", "off"
+    ]  # fmt: skip

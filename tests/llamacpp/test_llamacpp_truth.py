@@ -46,7 +46,7 @@ def test_greedy_steps_are_llama_cpp_pythons_own_tokens_and_logits(monkeypatch, c
     import llama_cpp
 
     assert doc["model"]["runtime"] == f"llama.cpp (llama-cpp-python {llama_cpp.__version__}), {THREADS} CPU threads"
-    assert doc["model"]["covers"] == 0 and doc["model"]["remote"] == "" and doc["model"]["draws"] == ""
+    assert doc["model"]["covers"] == 0 and doc["model"]["requests"] == "" and doc["model"]["draws"] == ""
 
 
 def test_the_model_view_on_llama_cpp_says_what_the_file_and_llama_cpp_hold(monkeypatch, capsys, reference):

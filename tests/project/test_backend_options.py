@@ -87,3 +87,27 @@ def test_the_transformers_options_reach_its_loader_checked_before_torch(monkeypa
     assert code == 2 and "--compile runs a model on one device; --device-map spreads it: choose one" in err, err
     code, _, err = invoke(monkeypatch, capsys, "trace", "x", "--max-memory", "cpu=lots")
     assert code == 2 and "'lots' is not a size" in err, err
+
+
+def test_no_module_outside_the_backends_asks_where_or_in_which_runtime_a_model_runs():
+    """What differs between backends is said as data by the backend (what a step is, whom its numbers
+    are, how to open it again, why it lacks a capability): nothing outside tokenviz/backends/ reads where a
+    model runs or tests its runtime's name."""
+    asked = []
+    names = {backend.name for backend in registered().values()} | {"vllm", "vLLM", "vllm-lens"}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if PACKAGE / "backends" in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "remote":
+                asked.append(f"{path.name}:{node.lineno} reads remote")
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) in ("startswith", "endswith"):
+                said = [a.value for a in node.args if isinstance(a, ast.Constant)]
+                asked += [f"{path.name}:{node.lineno} asks for {s}" for s in said if s in names]
+            if isinstance(node, ast.Compare) and any(
+                isinstance(c, ast.Constant) and c.value in names - {"transformers"} for c in node.comparators
+            ):
+                asked.append(f"{path.name}:{node.lineno} compares with a backend's name")
+    assert asked == []
+    script = (PACKAGE / "files" / "journey_page.js").read_text()
+    assert ".remote" not in script and "llama.cpp" not in script

@@ -65,7 +65,7 @@ def test_the_page_of_a_served_journey_says_what_the_app_says(tmp_path, monkeypat
     numbers are the server's top N or made here from them."""
     snapshot, path = served_page(tmp_path, monkeypatch)
     html = path.read_text()
-    assert snapshot.info.covers == 20 and snapshot.info.remote and snapshot.info.layers == 0
+    assert snapshot.info.covers == 20 and snapshot.info.requests and snapshot.info.layers == 0
     assert "KV cache MB" not in html and "decode ms" not in html and "request ms against context" in html
     assert "every number is the one the model computed" not in html
     assert "one the server returned (its top 20 log-probabilities a step)" in html

@@ -13,10 +13,9 @@ from tokenviz.ui.panes.base import live_command
 
 def test_the_hint_names_the_model_as_a_command_takes_it():
     info = ModelRunner(tiny_model("llama")).info
-    assert live_command(dataclasses.replace(info, name=BUNDLED_NAME)) == "tokenviz"
-    llama = dataclasses.replace(info, name=BUNDLED_NAME, runtime="llama.cpp (llama-cpp-python 0.3.36)")
-    assert live_command(llama) == "tokenviz --backend llama.cpp"
-    spaced = dataclasses.replace(info, name="my models/a b.gguf")
-    assert shlex.split(live_command(spaced)) == ["tokenviz", "--model", "my models/a b.gguf"]
-    served = dataclasses.replace(info, remote="127.0.0.1:8000")
-    assert live_command(served).startswith("tokenviz --endpoint URL (the server at 127.0.0.1:8000)")
+    assert live_command(dataclasses.replace(info, name=BUNDLED_NAME, reopen="")) == "tokenviz"
+    assert info.reopen == "tokenviz --model tiny-llama"  # (as its backend wrote it)
+    said = dataclasses.replace(info, reopen="tokenviz --backend other --model x.gguf")
+    assert live_command(said) == "tokenviz --backend other --model x.gguf"  # (what a backend writes, whole)
+    before = dataclasses.replace(info, name="my models/a b.gguf", reopen="")  # (a file saved before backends wrote it)
+    assert shlex.split(live_command(before)) == ["tokenviz", "--model", "my models/a b.gguf"]

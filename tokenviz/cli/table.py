@@ -74,15 +74,12 @@ def print_table(doc: dict[str, Any], console: Console) -> None:
 
 def _steps(steps: list[dict[str, Any]], model: dict[str, Any], narrow: bool = False) -> Table:
     """One row a step; `narrow` keeps NARROW_COLUMNS (and what was asked for: attribution, watch). The
-    model's description says what the numbers are: a request's time (remote), a top N's probabilities."""
+    model's description says what the numbers are: a request's time (requests), a top N's probabilities."""
     table = Table(show_lines=False, header_style="bold")
-    served = bool(model.get("remote"))
+    served = bool(model.get("requests"))
     took, timing = ("request", "request ms") if served else ("forward", "fwd ms")
-    top = (
-        ("top 3 (the server's)" if served else "top 3 (its own top N)")
-        if model.get("covers")
-        else "top 3 (raw softmax)"
-    )
+    giver = model.get("numbers_of")
+    top = (f"top 3 ({giver}'s)" if giver else "top 3 (its own top N)") if model.get("covers") else "top 3 (raw softmax)"
     columns = (
         "step",
         "chosen",

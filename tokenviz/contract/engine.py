@@ -58,9 +58,6 @@ class Capability(StrEnum):
     GRAMMAR = "grammar stage"  # a grammar's mask over the whole vocabulary, tokenviz drawing: the tokenizer here
 
 
-# What a server may expose of a model's inside (through a plugin); the rest needs the model in this process.
-SERVER_MAY_EXPOSE = frozenset({Capability.ATTENTION, Capability.LENS, Capability.INTERVENTIONS})
-NOT_SERVED = "a server does not expose it (it needs the model in this process)"
 WHOLE_VOCABULARY = "the whole vocabulary, before the sampling settings"  # the transformers backend's distribution
 
 
@@ -106,32 +103,24 @@ def lacking(info: ModelInfo, needed: Capability, what: str, brief: bool = False)
     if said is not None:  # (the runtime's own words: why it lacks it, and what gives it)
         return f"{what} needs the engine's {needed.value}: {said}"
     held = ", ".join(info.capabilities) or "none"
-    inside = needed in SERVER_MAY_EXPOSE and info.internals  # (why not, and how to have it: ModelInfo.internals)
-    served = f", a served model: {info.internals if inside else NOT_SERVED}" if info.remote else ""
+    drawn = ""
     if needed is Capability.GRAMMAR and info.draws:  # (a tokenizer here does not make the draw tokenviz's)
-        served = f": {info.giver} draws each token itself, and a grammar stage needs tokenviz to draw"
-    return f"{what} needs the engine's {needed.value}, which {info.name} does not give{served} (it gives: {held})"
+        drawn = f": {info.giver} draws each token itself, and a grammar stage needs tokenviz to draw"
+    return f"{what} needs the engine's {needed.value}, which {info.name} does not give{drawn} (it gives: {held})"
 
 
 def why_not(info: ModelInfo, needed: Capability) -> str:
     """Why this engine lacks `needed`, and what would give it, in a few words for a notification (never
-    the question back): a reason's aside (an install line) is left to the model view (M)."""
-    if needed is Capability.ROUTING and not info.experts and not info.remote:  # (a server's are not read)
-        return f"{info.name} has no experts (a dense model): no routing to show"
+    the question back): the backend's own words where it gives them (ModelInfo.lacks_why)."""
     if needed is Capability.GRAMMAR and info.draws:
         return f"{info.giver} draws each token itself; a grammar needs tokenviz to draw (M says more)"
     said = dict(info.lacks_why).get(needed.value)
-    if said is not None:
-        return said
-    if not info.remote:
-        return f"{info.name} does not give its {needed.value} here (M lists what it gives)"
-    if needed is Capability.CACHE:
-        return "a server keeps its own KV cache: tokenviz cannot read it"
-    if needed is Capability.ABLATION:  # (steering and patching go with a request; a head's hook would not)
-        return "a head cannot be ablated inside a server; steering and patching work (M says more)"
-    reason = info.internals if needed in SERVER_MAY_EXPOSE and info.internals else NOT_SERVED
-    main, aside, _ = reason.partition(" (")
-    return f"on a served model, {main}" + (" (M says more)" if aside else "")
+    if said is not None:  # (an aside that ends it, as an install line, is left to the model view)
+        main, aside, _ = said.rpartition(" (") if said.endswith(")") else (said, "", "")
+        return f"{main} (M says more)" if aside else said
+    if needed is Capability.ROUTING and not info.experts:
+        return f"{info.name} has no experts (a dense model): no routing to show"
+    return f"{info.name} does not give its {needed.value} here (M lists what it gives)"
 
 
 @dataclass(frozen=True)

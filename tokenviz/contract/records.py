@@ -425,7 +425,11 @@ class ModelInfo:
     lacks_why: Annotated[tuple[tuple[Text, Text], ...], Field(max_length=32)] = ()
     # Said as data, for the views, the page, the document and the table to read (none asks which backend):
     runtime: Text = ""  # what computes the numbers: "transformers 4.57 (PyTorch 2.13)", "llama.cpp (...)", "vLLM ..."
-    remote: Text = ""  # where it runs: "" in this process; else the host of the server that runs it
+    # What one step is, where it is not a pass in this process: a request, and whom it goes to ("the server at
+    # HOST"); its time is then the request's, network included, and the cache is the one who answers it.
+    requests: Text = ""
+    numbers_of: Text = ""  # whose numbers a step's are, where not the model's own ("the server")
+    reopen: Text = ""  # the command that opens this model live again, as its backend writes it
     # each step's distribution: 0, the whole vocabulary; N, the top N the engine returns
     covers: Annotated[int, Field(strict=True, ge=0, le=100_000)] = 0
     draws: Text = ""  # who draws each token: "" tokenviz, from these numbers; else who does ("the server")
@@ -440,8 +444,8 @@ class ModelInfo:
 
     @property
     def giver(self) -> str:
-        """Whose numbers a top N is, in a phrase: "the server" for a remote model, else its name."""
-        return "the server" if self.remote else self.name
+        """Whose numbers a top N is, in a phrase: "the server" for a served model, else its name."""
+        return self.numbers_of or self.name
 
     def to_json(self) -> dict[str, Any]:
         return {

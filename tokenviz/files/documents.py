@@ -46,8 +46,8 @@ def not_given(info: ModelInfo) -> dict[str, str]:
     if info.covers:
         absent["top.logit"] = f"its top {info.covers} come as log-probabilities (logprob), not logits"
         absent["entropy"] = f"over its top {info.covers} alone, the entropy is a floor (entropy_floor)"
-    if info.remote:
-        absent["ms.forward"] = f"a request's time, network included, is ms.request ({info.remote})"
+    if info.requests:
+        absent["ms.forward"] = f"a request's time, network included, is ms.request ({info.requests})"
         absent["kv"] = "a server keeps its own KV cache"
     else:
         absent["ms.request"] = "no request: the pass runs in this process (ms.forward)"
@@ -58,14 +58,14 @@ def step_json(step: dict[str, Any], info: ModelInfo) -> dict[str, Any]:
     """A step in the document's one shape: a candidate's logit and log-probability, the entropy and its
     floor, the pass's or the request's time and the cache, null where this backend cannot give them
     (`not_given`). A top N's candidate 'logit' is the engine's log-probability."""
-    top_n, remote = bool(info.covers), bool(info.remote)
+    top_n, requested = bool(info.covers), bool(info.requests)
     out = dict(step)
     out["top"] = [_candidate(c, top_n) for c in step["top"]]
     out["entropy"], out["entropy_floor"] = (None if top_n else step["entropy"]), step["entropy"]
     ms = dict(step["ms"])
     took = ms.pop("forward")
-    out["ms"] = {"forward": None if remote else took, "request": took if remote else None, **ms}
-    out["kv"] = None if remote else step["kv"]
+    out["ms"] = {"forward": None if requested else took, "request": took if requested else None, **ms}
+    out["kv"] = None if requested else step["kv"]
     if "unsteered" in step:
         out["unsteered"] = {**step["unsteered"], "top": [_candidate(c, top_n) for c in step["unsteered"]["top"]]}
     return out

@@ -6,7 +6,7 @@ const el = (tag, text, cls) => { const e = document.createElement(tag); if (text
 const visible = (t) => t === "" ? "∅" : t.replace(/ /g, "·").replace(/\n/g, "↵").replace(/\t/g, "⇥");
 const p4 = (p) => p === null || p === undefined ? "·" : p.toFixed(4);
 const V = D.view || {};
-const GIVER = D.model.remote ? "the server" : D.model.name;  // whose top N a step's is (ModelInfo.giver)
+const GIVER = D.model.numbers_of || D.model.name;  // whose top N a step's is (ModelInfo.giver)
 // Where the app was: its cursor (else, as the app, the newest token a step was made after: a stopped
 // journey's last token has none), layer (else the last) and head.
 const newest = Math.min(D.chips.length - 1, D.prompt_len - 2 + D.steps.length);

@@ -110,7 +110,7 @@ def _charts(snapshot: Snapshot, colors: dict[str, str]) -> list[str]:
     steps = [float(r.index) for r in records]
     bar, final = colors["bar"], colors["bar_final"]
     info = snapshot.info
-    served = info is not None and bool(info.remote)  # (a step is a request; the server keeps its own cache)
+    served = info is not None and bool(info.requests)  # (a step is a request; the server keeps its own cache)
     top_n = f", a floor: {info.giver}'s top N" if info and info.covers else ""
     charts = [  # (each on its own axis: bits, and a probability from 0 to 1)
         line_chart(f"entropy by step (bits{top_n})", steps, [("entropy", [r.entropy for r in records], bar)], "step"),

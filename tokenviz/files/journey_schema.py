@@ -135,11 +135,18 @@ InterventionSets = Annotated[
 
 
 def covers_from_top_only(info: Any) -> Any:
-    """A file saved before `covers` said a server's top N as `top_only` (only a server's was one)."""
+    """A file saved before `covers` said a server's top N as `top_only` (only a server's was one), or
+    before its backend said what a step is, where it named the host a served model's steps went to
+    (`remote`)."""
     if isinstance(info, dict) and "top_only" in info and "covers" not in info:
         info = {k: v for k, v in info.items() if k != "top_only"} | {"covers": info["top_only"]}
         if info["covers"] and not info.get("remote"):
-            info["remote"] = "a server"
+            info |= {"requests": "a server", "numbers_of": "the server"}
+    if isinstance(info, dict) and "remote" in info:
+        host = info["remote"]
+        info = {k: v for k, v in info.items() if k != "remote"}
+        if isinstance(host, str) and host:
+            info |= {"requests": f"the server at {host}", "numbers_of": "the server"}
     return info
 
 

@@ -26,10 +26,10 @@ Prefill = Callable[[Start], None]  # starts a prompt, showing its progress
 
 def model_key(info: ModelInfo) -> str:
     """What makes two runs the same model for a journal: its name, the runtime and dtype it ran in (the
-    same GGUF in llama.cpp and in transformers gives other numbers), and where a server runs it."""
+    same GGUF in llama.cpp and in transformers gives other numbers), and whom its steps are requests to."""
     runtime = info.runtime.split(" ", 1)[0] or "unknown"
     key = f"{info.name} ({runtime}, {info.dtype})"
-    return f"{key} at {info.remote}" if info.remote else key
+    return f"{key}, requests to {info.requests}" if info.requests else key
 
 
 def at(seconds: float) -> str:

@@ -7,6 +7,7 @@ bit. Tokens and their text are llama.cpp's tokenizer's, as llama.cpp itself runs
 
 from __future__ import annotations
 
+import shlex
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
@@ -24,7 +25,14 @@ from tokenviz.backends.llamacpp.capture import Capture
 from tokenviz.backends.llamacpp.internals import LlamaInternals
 from tokenviz.backends.llamacpp.interventions import LlamaIntervening, OwnModel
 from tokenviz.backends.llamacpp.refusals import LACKS_WHY
-from tokenviz.backends.llamacpp.runtime import NO_EDITS, Edits, Runtime, kv_bytes_a_position, version
+from tokenviz.backends.llamacpp.runtime import (
+    FLASH_ATTENTION,
+    NO_EDITS,
+    Edits,
+    Runtime,
+    kv_bytes_a_position,
+    version,
+)
 from tokenviz.contract.engine import (
     WHOLE_VOCABULARY,
     AttentionRows,
@@ -51,6 +59,7 @@ from tokenviz.contract.settings import SamplingSettings
 from tokenviz.contract.text import safe_text
 from tokenviz.decoding.prompt_predictions import predict_positions
 from tokenviz.files.gguf_header import GgufHeader
+from tokenviz.system.paths import BUNDLED_NAME
 
 
 @dataclass
@@ -160,7 +169,14 @@ class LlamaCppEngine(DenseInOnePlace):
             distribution=WHOLE_VOCABULARY,
             runtime=f"llama.cpp (llama-cpp-python {version()}), {runtime.threads} CPU threads",
             lacks_why=tuple(LACKS_WHY.items()),
+            reopen=self.reopen_command(),
         )
+
+    def reopen_command(self) -> str:
+        """How a person opens this GGUF in llama.cpp again, its attention as it ran."""
+        model = "" if self.name == BUNDLED_NAME else f" --model {shlex.quote(self.name)}"
+        flash = "" if self.runtime.flash == FLASH_ATTENTION[0] else f" --flash-attention {self.runtime.flash}"
+        return f"tokenviz --backend llama.cpp{model}{flash}"
 
     # ---- the tokenizer ------------------------------------------------------------------------------
 

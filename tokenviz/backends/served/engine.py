@@ -205,10 +205,13 @@ class ServedEngine(DenseInOnePlace):
                 capabilities=in_order(capabilities),
                 distribution=distribution(top_n, None),
                 runtime=f"{server}, a request a step" + (f", its insides through {PLUGIN}" if shape else ""),
-                remote=endpoint.host,
+                requests=f"the server at {endpoint.host}",
+                numbers_of="the server",
+                reopen=f"tokenviz --endpoint URL (the server at {endpoint.host})",
                 covers=top_n,
                 draws="the server, with the settings sent",
                 internals=missing(plugin, head),
+                lacks_why=lacks_why(capabilities, missing(plugin, head)),
             )
 
     @classmethod
@@ -497,6 +500,28 @@ def missing(plugin: Plugin, head: OutputHead | None) -> str:
     if head is None:
         return "give --tokenizer DIR (the model's directory: the lens reads its final norm and unembedding there)"
     return "" if plugin.qk else f"its {PLUGIN} sends no queries and keys"
+
+
+MAY_EXPOSE = frozenset({Capability.ATTENTION, Capability.LENS, Capability.INTERVENTIONS})  # through a plugin
+NOT_SERVED = "a server does not expose it (it needs the model in this process)"
+
+
+def lacks_why(capabilities: set[Capability], internals: str) -> tuple[tuple[str, str], ...]:
+    """Why a served model lacks each capability it lacks (ModelInfo.lacks_why): what its server may
+    expose but does not (`internals`: why not, and what gives it, as an aside) and what no server can.
+    A grammar's is said from who draws (ModelInfo.draws)."""
+    said = []
+    for capability in Capability:
+        if capability in capabilities or capability is Capability.GRAMMAR:
+            continue
+        if capability is Capability.CACHE:
+            why = "a server keeps its own KV cache: tokenviz cannot read it"
+        elif capability is Capability.ABLATION:  # (steering and patching go with a request; a head's hook would not)
+            why = "a head cannot be ablated inside a server; steering and patching work (it would need a hook there)"
+        else:
+            why = f"on a served model, {internals if capability in MAY_EXPOSE and internals else NOT_SERVED}"
+        said.append((capability.value, why))
+    return tuple(said)
 
 
 def _token_list(answer: Any, host: str) -> list[int]:

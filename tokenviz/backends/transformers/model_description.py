@@ -3,6 +3,7 @@ shape, positions, attention path and experts, as its config says."""
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 import torch
@@ -11,6 +12,7 @@ import transformers
 from tokenviz.backends.hf.parts import kv_heads, layer_configs, text_config
 from tokenviz.backends.transformers.attention import IMPLEMENTATION
 from tokenviz.contract.records import ModelInfo
+from tokenviz.system.paths import BUNDLED_NAME
 
 
 def _position_scheme(config: Any) -> str:
@@ -62,6 +64,7 @@ def model_info(
         quantization=quantization,
         experts=routed_experts(c),
         runtime=f"transformers {transformers.__version__} (PyTorch {torch.__version__.split('+')[0]})",
+        reopen="tokenviz" if name == BUNDLED_NAME else f"tokenviz --model {shlex.quote(name)}",
     )
 
 

@@ -43,7 +43,7 @@ def replay(
     try:
         journey = open_journey(path)
         local = backend.backend().local
-        if verify and (not local or journey.replay.info.remote):
+        if verify and (not local or journey.replay.info.requests):
             verify_served_recording(journey, read_journey(path), backend)
             return
         if verify:
@@ -82,7 +82,7 @@ def verify_served_recording(journey: "Journey", recorded: dict[str, Any], backen
             f"the journey was recorded on {info.name}, {info.device}: verify it against the server "
             "with --endpoint URL (and --api-key-env VAR or --api-key-file FILE)"
         )
-    if not info.remote:
+    if not info.requests:
         raise TokenvizError("the journey was recorded on a model run here: verify it without --endpoint")
     session = Session(backend.loader(SamplingSettings())(lambda message, fraction: None))
     checked, mismatch = verify_journey(journey, session, REPRODUCED_WITHIN)

@@ -267,14 +267,12 @@ def asked_result(selection: Selection, run: Run[R], body: Static, waiting: str, 
 
 
 def live_command(info: ModelInfo) -> str:
-    """The command that opens a recording's model live, as a person can run it: the bundled model's by no
-    --model at all (its name is a description), a server's by its address, another by its name."""
-    if info.remote:
-        return f"tokenviz --endpoint URL (the server at {info.remote})"
-    backend = " --backend llama.cpp" if info.runtime.startswith("llama.cpp") else ""
-    if info.name == BUNDLED_NAME:
-        return f"tokenviz{backend}"
-    return f"tokenviz{backend} --model {shlex.quote(info.name)}"
+    """The command that opens a recording's model live, as its backend wrote it; a file saved before
+    backends wrote it: the bundled model's by no --model at all (its name is a description), another by
+    its name."""
+    if info.reopen:
+        return info.reopen
+    return "tokenviz" if info.name == BUNDLED_NAME else f"tokenviz --model {shlex.quote(info.name)}"
 
 
 def pending_note(selection: Selection, waiting: str, what: str, run: Run[Any] | None = None) -> Text:

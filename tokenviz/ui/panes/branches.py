@@ -56,7 +56,7 @@ class BranchPane(ScrollPane):
         # (a server keeps its own cache: the path's tokens go with the next request)
         rebuilt = (
             "its tokens go with the next request"
-            if selection.info.remote
+            if selection.info.requests
             else "the cache is rebuilt from the shared prefix"
         )
         listing.append(f"< and > select, o switches to the selected branch ({rebuilt})\n", style="dim")

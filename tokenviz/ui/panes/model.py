@@ -19,7 +19,7 @@ class ModelPane(ScrollPane):
             return
         rows = (
             served_rows(i)
-            if i.remote
+            if i.requests
             else [
                 ("name", i.name),
                 ("architecture", i.architecture),

@@ -111,7 +111,7 @@ def status_items(s: Snapshot) -> list[tuple[float, tuple[str, ...]]]:
     on = [i for i, active in s.interventions if active]
     if on:  # the model is not itself: say so among the first
         items.append((0, (on[0].label + (f" +{len(on) - 1}" if len(on) > 1 else ""),)))
-    served = bool(s.info.remote)  # (a server's: a step is a request, network included; its cache unknown here)
+    served = bool(s.info.requests)  # (a step is a request, network included; its cache unknown here)
     if latest is not None:
         then = "" if s.live else "recorded "
         items.append((3, (f"{then}{'request' if served else 'fwd'} {elapsed(latest.forward_ms)}",)))

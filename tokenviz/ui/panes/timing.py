@@ -26,7 +26,7 @@ class TimingPane(BoxPane):
         decode = [r.forward_ms for r in s.records[1:]]
         sampling = [r.decision.ms for r in s.records]
         text = Text()  # wrapped to the pane: no figure is cut
-        if selection.info.remote:  # (a step is a request: its time and the network's)
+        if selection.info.requests:  # (a step is a request: its time and the network's)
             text = served_timing(s.records, s.tokens_per_s, sampling, self.size.width, bar_color)
             self.update(text.append_text(lens_cost(s.lens_ms, remote=True)))
             return
