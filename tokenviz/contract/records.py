@@ -430,6 +430,9 @@ class ModelInfo:
     requests: Text = ""
     numbers_of: Text = ""  # whose numbers a step's are, where not the model's own ("the server")
     reopen: Text = ""  # the command that opens this model live again, as its backend writes it
+    # Nats within which a journey re-run on it gives each chosen token's recorded log-probability, where its
+    # recording is all its numbers (a server's: its file is checked whole); None: its tokens and routes.
+    reproduced_within: Annotated[float, Field(strict=True, ge=0.0, le=1.0)] | None = None
     # each step's distribution: 0, the whole vocabulary; N, the top N the engine returns
     covers: Annotated[int, Field(strict=True, ge=0, le=100_000)] = 0
     draws: Text = ""  # who draws each token: "" tokenviz, from these numbers; else who does ("the server")

@@ -28,6 +28,7 @@ import torch
 from tokenviz.backends.hf.chat_marks import template_marks
 from tokenviz.backends.hf.token_texts import TokenPieces
 from tokenviz.backends.served.completions import (
+    REPRODUCED_WITHIN,
     TOP_N,
     ServedChoice,
     answered,
@@ -208,6 +209,7 @@ class ServedEngine(DenseInOnePlace):
                 requests=f"the server at {endpoint.host}",
                 numbers_of="the server",
                 reopen=f"tokenviz --endpoint URL (the server at {endpoint.host})",
+                reproduced_within=REPRODUCED_WITHIN,
                 covers=top_n,
                 draws="the server, with the settings sent",
                 internals=missing(plugin, head),

@@ -21,6 +21,7 @@ from tokenviz.ui.themes import DEFAULT_THEME, check_theme
 if TYPE_CHECKING:
     from tokenviz.contract.records import ModelInfo
     from tokenviz.files.journey_schema import Journey
+    from tokenviz.journey.session import Session
 
 replay_cli = new_cli()
 
@@ -42,12 +43,8 @@ def replay(
 
     try:
         journey = open_journey(path)
-        local = backend.backend().local
-        if verify and (not local or journey.replay.info.requests):
-            verify_served_recording(journey, read_journey(path), backend)
-            return
         if verify:
-            verify_recording(journey, backend)
+            verify_recording(journey, read_journey(path), backend)
             return
         if backend.given:
             flags = backend.flags()
@@ -63,30 +60,70 @@ def replay(
     in_terminal.run_app(RecordingWorker(*recording), theme)
 
 
-def verify_served_recording(journey: "Journey", recorded: dict[str, Any], backend: BackendChoice) -> None:
-    """Re-run a journey recorded on a served model against `served` (the server), then check that the
-    file is the journey the server gives now: its tokens and each chosen token's log-probability as it
-    runs, then the whole file (`recorded`, its JSON) against the same journey saved again from the re-run
-    (files.journey_diff: every id and text, every number within its tolerance, the model and server it
-    names, the settings). --tokenizer: the model's directory gives the head a steered journey, or one
-    with the lens, needs."""
-    from tokenviz.backends.served.completions import REPRODUCED_WITHIN
+def verify_recording(journey: "Journey", recorded: dict[str, Any], backend: BackendChoice) -> None:
+    """Re-run a recording on the model the options open; exit 1 at the first step that differs. Without
+    options, the model the journey names (the bundled one, a path, a hub id), or for one whose steps were
+    requests, a line saying how it was opened. An engine whose recordings are all its numbers
+    (ModelInfo.reproduced_within: a server's) checks each chosen token's log-probability within that, then
+    the whole file (`recorded`, its JSON) against the journey saved again (verify_whole)."""
+    from tokenviz.journey.reproduce import verify_journey
+    from tokenviz.journey.session import Session
+    from tokenviz.system.paths import BUNDLED_NAME
+
+    info = journey.replay.info
+    name = info.name
+    if info.requests and not backend.given:
+        raise TokenvizError(
+            f"the journey's steps were requests to {info.requests}: verify it with the options "
+            f"it was opened with ({info.reopen or 'its server'}) after replay FILE --verify"
+        )
+    if not info.requests and backend.model is None and name != BUNDLED_NAME:
+        if name.endswith(".gguf") and not Path(name).expanduser().is_file():
+            raise TokenvizError(f"the journey was recorded on {name}, which is not here: name it with --model")
+        backend = backend.with_values(model=name)
+        err.print(f"verifying on {name}, the model the journey was recorded on", markup=False, highlight=False)
+    with stderr_progress() as progress:
+        engine = backend.loader(SamplingSettings())(progress)
+    now = engine.info
+    if bool(info.requests) != bool(now.requests):  # (a request's numbers and a pass's are not the same journey)
+        was, runs = (f"requests to {i.requests}" if i.requests else "passes in this process" for i in (info, now))
+        raise TokenvizError(
+            f"the journey's steps were {was}, not {runs}: verify it with "
+            f"the options it was opened with ({info.reopen or 'tokenviz --model ' + name})"
+        )
+    if now.reproduced_within is not None:
+        verify_whole(journey, recorded, Session(engine), now.reproduced_within)
+        return
+    differs = now.name != name
+    if differs:
+        err.print(
+            f"note: the journey was recorded on {name}; verifying on {now.name}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+    then, as_now = how_it_ran(info), how_it_ran(now)
+    if then != as_now:  # (another runtime, dtype or attention: the same model's numbers differ)
+        err.print(
+            f"note: the journey ran as {then}; verifying as {as_now}", markup=False, highlight=False, soft_wrap=True
+        )
+    checked, mismatch = verify_journey(journey, Session(engine))
+    other = f" (recorded on another model: {name})" if differs else ""
+    other += f" (it ran as {then}, not {as_now})" if then != as_now and not other else ""
+    verdict(checked, mismatch, len(journey.steps), "its token, or the experts it was routed to", "tokens", other)
+
+
+def verify_whole(journey: "Journey", recorded: dict[str, Any], session: "Session", within: float) -> None:
+    """Re-run a journey whose file is all its model's numbers, each chosen token's log-probability
+    within `within` nats as it runs, then check the whole file (`recorded`, its JSON) against the same
+    journey saved again from the re-run (files.journey_diff: every id and text, every number within its
+    tolerance, the model and server it names, the settings)."""
     from tokenviz.cli.headless import remade_journey
     from tokenviz.files.journey_diff import first_difference
     from tokenviz.journey.reproduce import verify_journey
-    from tokenviz.journey.session import Session
 
-    info = journey.replay.info
-    if backend.backend().local:
-        raise TokenvizError(
-            f"the journey was recorded on {info.name}, {info.device}: verify it against the server "
-            "with --endpoint URL (and --api-key-env VAR or --api-key-file FILE)"
-        )
-    if not info.requests:
-        raise TokenvizError("the journey was recorded on a model run here: verify it without --endpoint")
-    session = Session(backend.loader(SamplingSettings())(lambda message, fraction: None))
-    checked, mismatch = verify_journey(journey, session, REPRODUCED_WITHIN)
-    differs = f"its token, or its log-probability by more than {REPRODUCED_WITHIN:g} nats"
+    checked, mismatch = verify_journey(journey, session, within)
+    differs = f"its token, or its log-probability by more than {within:g} nats"
     if mismatch is None:
         # As the journey ends: under the settings its last record (the pending step's, or the last step's where
         # it stopped) was decided under, never the file's own word for them: copied in, settings changed in
@@ -122,35 +159,3 @@ def how_it_ran(info: "ModelInfo") -> str:
     """What a model's numbers were computed with, as its description says: its runtime, dtype and
     attention ("llama.cpp, Q4_1, llama.cpp's own, flash attention off")."""
     return safe_text(f"{info.runtime.split(' ', 1)[0] or 'unknown'}, {info.dtype}, {info.attention}")
-
-
-def verify_recording(journey: "Journey", backend: BackendChoice) -> None:
-    """Re-run a recording with the model; exit 1 at the first token that differs. Without --model, the
-    model the journey names (the bundled one, a path, a hub id); with it, a line where they differ."""
-    from tokenviz.journey.reproduce import verify_journey
-    from tokenviz.journey.session import Session
-    from tokenviz.system.paths import BUNDLED_NAME
-
-    recorded = journey.replay.info.name
-    if backend.model is None and recorded != BUNDLED_NAME:
-        if recorded.endswith(".gguf") and not Path(recorded).expanduser().is_file():
-            raise TokenvizError(f"the journey was recorded on {recorded}, which is not here: name it with --model")
-        backend = backend.with_values(model=recorded)
-        err.print(f"verifying on {recorded}, the model the journey was recorded on", markup=False, highlight=False)
-    with stderr_progress() as progress:
-        engine = backend.loader(SamplingSettings())(progress)
-    differs = engine.info.name != recorded
-    if differs:
-        err.print(
-            f"note: the journey was recorded on {recorded}; verifying on {engine.info.name}",
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
-        )
-    then, now = how_it_ran(journey.replay.info), how_it_ran(engine.info)
-    if then != now:  # (another runtime, dtype or attention: the same model's numbers differ)
-        err.print(f"note: the journey ran as {then}; verifying as {now}", markup=False, highlight=False, soft_wrap=True)
-    checked, mismatch = verify_journey(journey, Session(engine))
-    other = f" (recorded on another model: {recorded})" if differs else ""
-    other += f" (it ran as {then}, not {now})" if then != now and not other else ""
-    verdict(checked, mismatch, len(journey.steps), "its token, or the experts it was routed to", "tokens", other)

@@ -1,0 +1,84 @@
+"""What differs between backends is said by the backend as data, so a backend registered in the tests
+alone gets each behaviour by saying it: a replay checks a recording whole where the engine says its
+recordings are all its numbers (ModelInfo.reproduced_within), and a journey whose steps were requests is
+verified only where they are requests again, the line naming how it was opened (ModelInfo.reopen)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+from clitools import invoke
+from fixed_backend import VOCAB, FixedBackend, FixedEngine, FixedForward
+
+from tokenviz.backends.registry import registered
+
+
+class WholeEngine(FixedEngine):
+    """The fixed engine, saying its recordings are all its numbers (as a server's are); its logits fall
+    by a little from token to token, so no two tie (a top N of ties is any N of them)."""
+
+    def __init__(self, requests: str = "", reopen: str = "") -> None:
+        super().__init__()
+        self.info = dataclasses.replace(self.info, reproduced_within=1e-6, requests=requests, reopen=reopen)
+
+    def forward(self, ids, every_position=False, cancelled=None, progress=None):
+        result = super().forward(ids, every_position, cancelled, progress)
+        return FixedForward(result.rows - torch.arange(VOCAB) * 1e-3)
+
+
+def opening(engine: FixedEngine):
+    return lambda self, opening: lambda progress: engine
+
+
+@pytest.fixture
+def fixed(monkeypatch):
+    monkeypatch.setitem(registered(), "fixed", FixedBackend())
+
+
+def recorded(monkeypatch, capsys, tmp_path, name: str = "fixed") -> tuple[str, dict]:
+    path = tmp_path / f"{name}.json"
+    code, _, err = invoke(
+        monkeypatch, capsys, "trace", "abc", "--backend", "fixed", "--steps", "3", "--save", str(path)
+    )
+    assert code == 0, err
+    return str(path), json.loads(path.read_text())
+
+
+def test_an_engine_that_says_its_recordings_are_its_numbers_has_them_checked_whole(
+    fixed, monkeypatch, capsys, tmp_path
+):
+    path, saved = recorded(monkeypatch, capsys, tmp_path)
+    code, out, err = invoke(monkeypatch, capsys, "replay", path, "--verify", "--backend", "fixed")
+    assert code == 0 and out.strip() == "verified: all 3 steps reproduce the recorded tokens", err  # (tokens alone)
+    monkeypatch.setattr(FixedBackend, "loader", opening(WholeEngine()))
+    path, saved = recorded(monkeypatch, capsys, tmp_path, "whole")
+    code, out, err = invoke(monkeypatch, capsys, "replay", path, "--verify", "--backend", "fixed")
+    assert code == 0 and "reproduce the recorded journey: every token, text, number and analysis" in out, err
+    saved["steps"][1]["top"][1]["prob"] += 0.01  # (a number no token check sees)
+    (tmp_path / "edited.json").write_text(json.dumps(saved))
+    code, out, err = invoke(
+        monkeypatch, capsys, "replay", str(tmp_path / "edited.json"), "--verify", "--backend", "fixed"
+    )
+    assert code == 1 and "\nmismatch: steps[1].top[1].prob is 0.0143" in err, err
+
+
+def test_a_journey_of_requests_is_verified_only_where_its_steps_are_requests_again(
+    fixed, monkeypatch, capsys, tmp_path
+):
+    path, _ = recorded(monkeypatch, capsys, tmp_path)
+    asked = "tokenviz --endpoint URL (the server at 127.0.0.1:8000)"
+    monkeypatch.setattr(FixedBackend, "loader", opening(WholeEngine("the fixed server", asked)))
+    code, _, err = invoke(monkeypatch, capsys, "replay", path, "--verify", "--backend", "fixed")
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1, err
+    assert "the journey's steps were passes in this process, not requests to the fixed server" in errors[0]
+    served, _ = recorded(monkeypatch, capsys, tmp_path, "served")
+    code, _, err = invoke(monkeypatch, capsys, "replay", served, "--verify")
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "requests to the fixed server" in errors[0], err
+    assert asked in errors[0] and "Traceback" not in err
+    code, out, err = invoke(monkeypatch, capsys, "replay", served, "--verify", "--backend", "fixed")
+    assert code == 0 and "reproduce the recorded journey" in out, err  # (requests again: checked whole)
