@@ -95,7 +95,8 @@ class FixedEngine:
 
 
 class FixedBackend:
-    name, about, local = "fixed", "one distribution whatever the context (the tests' own)", True
+    name, about = "fixed", "one distribution whatever the context (the tests' own)"
+    weights_here, draws = True, False
     options: tuple[BackendOption, ...] = ()
 
     def asked(self, given: frozenset[str]) -> bool:

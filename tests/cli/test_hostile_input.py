@@ -132,7 +132,7 @@ def test_a_mistyped_command_line_is_one_line_not_a_box(monkeypatch, capsys, args
     [
         (["trace", "x", "--tokenizer", "gpt2"], "--insecure-http and --tokenizer go with --endpoint URL"),
         (["score", "x", "--api-key-env", "K"], "--api-key-file and --insecure-http go with --endpoint URL"),
-        (["compare", "x", "--insecure-http"], "the server backend's options are B's (add --against-backend server)"),
+        (["compare", "x", "--insecure-http"], "draws its own: its options are B's (add --against-backend server)"),
         (["compare", "x", "--against-backend", "server", "--api-key-env", "K"], "go with --endpoint URL"),
         (["serve", "--tokenizer", "gpt2"], "--insecure-http and --tokenizer go with --endpoint URL"),
     ],

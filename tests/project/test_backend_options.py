@@ -21,7 +21,8 @@ LOADING = {"device", "dtype", "trust_remote_code", "device_map", "max_memory", "
 class TakesDtype:
     """A backend of the tests' own that declares an option of transformers' name."""
 
-    name, about, local = "dtyped", "a backend declaring --dtype too (the tests' own)", True
+    name, about = "dtyped", "a backend declaring --dtype too (the tests' own)"
+    weights_here, draws = True, False
     options = (BackendOption("dtype", "its own dtype"),)
 
     def asked(self, given: frozenset[str]) -> bool:
@@ -99,8 +100,8 @@ def test_no_module_outside_the_backends_asks_where_or_in_which_runtime_a_model_r
         if PACKAGE / "backends" in path.parents:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Attribute) and node.attr == "remote":
-                asked.append(f"{path.name}:{node.lineno} reads remote")
+            if isinstance(node, ast.Attribute) and node.attr in ("remote", "local"):
+                asked.append(f"{path.name}:{node.lineno} reads {node.attr}")
             if isinstance(node, ast.Call) and getattr(node.func, "attr", None) in ("startswith", "endswith"):
                 said = [a.value for a in node.args if isinstance(a, ast.Constant)]
                 asked += [f"{path.name}:{node.lineno} asks for {s}" for s in said if s in names]

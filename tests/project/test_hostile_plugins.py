@@ -20,7 +20,7 @@ BACKEND = """
 from tokenviz.contract.backend import BackendOption
 
 class Plugin:
-    name, about, local = {name!r}, "a plugin", True
+    name, about, weights_here, draws = {name!r}, "a plugin", True, False
     options = ({options})
 
     def asked(self, given):

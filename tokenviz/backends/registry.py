@@ -32,8 +32,9 @@ def _why_not_a_backend(backend: Any) -> str | None:
     name = getattr(backend, "name", None)
     if not isinstance(name, str) or not name.isprintable() or not 0 < len(name) <= NAME_CHARS:
         return "it is not a backend (no name of printable text)"
-    if not isinstance(getattr(backend, "about", None), str) or not isinstance(getattr(backend, "local", None), bool):
-        return "it is not a backend (no line about it, or no local flag)"
+    flags = (getattr(backend, flag, None) for flag in ("weights_here", "draws"))
+    if not isinstance(getattr(backend, "about", None), str) or not all(isinstance(f, bool) for f in flags):
+        return "it is not a backend (no line about it, or no weights_here and draws flags)"
     if not (callable(getattr(backend, "asked", None)) and callable(getattr(backend, "loader", None))):
         return "it is not a backend (no asked() or loader())"
     options = getattr(backend, "options", None)

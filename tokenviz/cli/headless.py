@@ -311,9 +311,9 @@ def compare_opener(
     over the top N it returns (ServedComparison)."""
     a_side, b_side = sides
     a_backend = a_side.backend()
-    if not a_backend.local:
+    if a_backend.draws:
         raise TokenvizError(
-            f"compare runs A in this process: the {a_backend.name} backend's options are B's "
+            f"compare draws A's tokens here, and the {a_backend.name} backend draws its own: its options are B's "
             f"(add --against-backend {a_backend.name})"
         )
     open_a = a_side.loader(settings)  # (what each side was given checked first)

@@ -80,7 +80,8 @@ class Backend(Protocol):
 
     name: str
     about: str
-    local: bool  # the model's weights are in this process (each browser tab of `serve` loads them)
+    weights_here: bool  # the model's weights are in this process (each browser tab of `serve` holds them)
+    draws: bool  # its engine draws each token itself (a server): compare sets it as B, over the top N it gives
     options: tuple[BackendOption, ...]
 
     def asked(self, given: frozenset[str]) -> bool:

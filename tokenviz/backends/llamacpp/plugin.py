@@ -27,7 +27,7 @@ CONTEXT = 4096  # tokens llama.cpp's context holds unless --context says (at mos
 class LlamaCppBackend:
     name = "llama.cpp"
     about = "a GGUF in llama.cpp in this process, in its own quantization (llama-cpp-python)"
-    local = True
+    weights_here, draws = True, False
     options = (
         BackendOption(
             "context",

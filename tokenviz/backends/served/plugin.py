@@ -21,7 +21,7 @@ TAKING = COMMANDS | {"compare"}  # (compare: B's server, with --against-backend 
 class ServedBackend:
     name = "server"
     about = "the model an OpenAI-compatible server runs (vLLM's), a request per token; inside it with vllm-lens"
-    local = False
+    weights_here, draws = False, True
     options = (
         BackendOption(
             "endpoint", "URL of an OpenAI-compatible server (as vLLM's: http://127.0.0.1:8000/v1).", commands=TAKING

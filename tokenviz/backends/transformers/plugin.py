@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 class TransformersBackend:
     name = "transformers"
     about = "the model in this process, in PyTorch through Hugging Face transformers (the default)"
-    local = True
+    weights_here, draws = True, False
     options = OPTIONS
 
     def asked(self, given: frozenset[str]) -> bool:

@@ -80,7 +80,7 @@ def compare(
             b = b.replace(grammar=grammar_from_line(against_grammar))
         a_side, b_side = backend.sides(against_backend)
         b_backend = b_side.backend()
-        if b_backend.local:
+        if not b_backend.draws:
             b_side = b_side.with_values(model=against_model or b_side.model)
             for name, value in {"dtype": against_dtype, "quantize": against_quantize}.items():
                 if value is not None and name not in {o.name for o in b_backend.options}:
@@ -97,7 +97,7 @@ def compare(
     except TokenvizError as exc:
         fail(str(exc))
 
-    if as_json or not (b_backend.local or in_terminal.can_draw()):  # (a served B without a terminal: its table)
+    if as_json or (b_backend.draws and not in_terminal.can_draw()):  # (a served B without a terminal: its table)
         from tokenviz.cli.headless import compare_document
         from tokenviz.cli.table import print_served_comparison
 
@@ -108,7 +108,7 @@ def compare(
             fail(str(exc))
         print_result(document, as_json, print_served_comparison)
         return
-    if b_backend.local:  # (a served B where the app can draw: its screen, checked just above)
+    if not b_backend.draws:  # (a served B where the app can draw: its screen, checked just above)
         in_terminal.require_terminal("tokenviz compare PROMPT ... --json")
     from tokenviz.worker.comparing import CompareWorker
 

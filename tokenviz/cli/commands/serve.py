@@ -91,7 +91,7 @@ def serve(
     command = shlex.join([sys.executable, "-m", "tokenviz", *app_arguments(sys.argv[2:])])
     if host not in LOOPBACK:
         print_error(f"listening on {host}: anyone who can reach port {port} can drive the model")
-    limit, why = session_limit(max_sessions, backend.model, weights_here=chosen.local)
+    limit, why = session_limit(max_sessions, backend.model, weights_here=chosen.weights_here)
     plural = "" if limit == 1 else "s"
     err.print(
         f"tokenviz in a browser: http://{host}:{port} · at most {limit} session{plural} at once ({why}) "
