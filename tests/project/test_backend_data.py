@@ -82,3 +82,31 @@ def test_a_journey_of_requests_is_verified_only_where_its_steps_are_requests_aga
     assert asked in errors[0] and "Traceback" not in err
     code, out, err = invoke(monkeypatch, capsys, "replay", served, "--verify", "--backend", "fixed")
     assert code == 0 and "reproduce the recorded journey" in out, err  # (requests again: checked whole)
+
+
+async def test_the_model_view_shows_the_rows_a_backend_says_of_its_model(fixed, monkeypatch):
+    """The model view draws one way for every backend: what is particular to one is its `details` and its
+    `lacks_why`, rows it fills (a server's "each step", llama.cpp's threads), never a branch on which it is."""
+    from apptools import settle, wait_for
+
+    from tokenviz.cli.backend_options import BackendChoice
+    from tokenviz.contract.settings import SamplingSettings
+    from tokenviz.ui.app import TokenvizApp
+    from tokenviz.worker.engine_thread import EngineWorker
+
+    engine = FixedEngine()
+    said = (("each step", "one pigeon\x1b[2J carrying the ids"),)  # (a plugin's words: made safe on the way in)
+    engine.info = dataclasses.replace(engine.info, layers=0, details=said, lacks_why=(("logit lens", "none"),))
+    monkeypatch.setattr(FixedBackend, "loader", opening(engine))
+    settings = SamplingSettings(temperature=0)
+    choice = BackendChoice("app", {"backend_name": "fixed"}, frozenset({"backend_name"}))
+    app = TokenvizApp(EngineWorker(choice.loader(settings), settings, "abc"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("M")
+        pane = app.query_one("#model")
+        await wait_for(lambda: "each step" in str(pane.body.render()), pilot)
+        lines = str(pane.body.render()).splitlines()
+        assert any(line.startswith("each step") and "one pigeon<0x1B>[2J carrying the ids" in line for line in lines)
+        assert any(line.startswith("no logit lens") and line.endswith("none") for line in lines)
+        assert not any(line.startswith("layers") for line in lines)  # (no shape rows: it says it has none)

@@ -118,7 +118,7 @@ async def test_a_key_a_served_model_lacks_is_one_short_line_and_the_model_view_s
             assert "\n" not in line and len(line) < 100 and "(it gives:" not in line, line
             await pilot.press("M")
             pane = app.query_one("#model")
-            await wait_for(lambda: "not exposed" in str(pane.body.render()), pilot)
+            await wait_for(lambda: "no logit lens" in str(pane.body.render()), pilot)
             said = str(pane.body.render())
             assert "no vllm-lens plugin" in said and "pip install" in said and "a head's ablation" in said
 

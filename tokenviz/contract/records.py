@@ -430,6 +430,9 @@ class ModelInfo:
     requests: Text = ""
     numbers_of: Text = ""  # whose numbers a step's are, where not the model's own ("the server")
     reopen: Text = ""  # the command that opens this model live again, as its backend writes it
+    # What the model view shows of it beyond what every model has, as its backend says it: (name, value) rows
+    # ("each step": one request...; what a server's plugin reads inside it).
+    details: Annotated[tuple[tuple[Text, Text], ...], Field(max_length=16)] = ()
     # Nats within which a journey re-run on it gives each chosen token's recorded log-probability, where its
     # recording is all its numbers (a server's: its file is checked whole); None: its tokens and routes.
     reproduced_within: Annotated[float, Field(strict=True, ge=0.0, le=1.0)] | None = None
@@ -443,6 +446,7 @@ class ModelInfo:
         texts: dict[str, Any] = {k: safe_text(v) for k, v in self.__dict__.items() if isinstance(v, str)}
         texts["capabilities"] = tuple(safe_text(c) for c in self.capabilities)
         texts["lacks_why"] = tuple((safe_text(c), safe_text(why)) for c, why in self.lacks_why)
+        texts["details"] = tuple((safe_text(name), safe_text(value)) for name, value in self.details)
         return dataclasses.replace(self, **texts)
 
     @property
@@ -455,4 +459,5 @@ class ModelInfo:
             **self.__dict__,
             "capabilities": list(self.capabilities),
             "lacks_why": [list(pair) for pair in self.lacks_why],
+            "details": [list(pair) for pair in self.details],
         }

@@ -214,6 +214,7 @@ class ServedEngine(DenseInOnePlace):
                 draws="the server, with the settings sent",
                 internals=missing(plugin, head),
                 lacks_why=lacks_why(capabilities, missing(plugin, head)),
+                details=(("each step", EACH_STEP), *seen_inside(shape)),
             )
 
     @classmethod
@@ -502,6 +503,16 @@ def missing(plugin: Plugin, head: OutputHead | None) -> str:
     if head is None:
         return "give --tokenizer DIR (the model's directory: the lens reads its final norm and unembedding there)"
     return "" if plugin.qk else f"its {PLUGIN} sends no queries and keys"
+
+
+EACH_STEP = "one request: the tokens as ids, the settings as its fields; drawn by the server, with the settings sent"
+NEVER = ("never", "its KV cache (the server's own), gradients, a head's ablation (it would mean sending code)")
+
+
+def seen_inside(shape: object | None) -> tuple[tuple[str, str], ...]:
+    """The model view's rows on what of a served model's inside is read here, and what never is."""
+    inside = (("inside", f"the lens, attention rows and steering, read through the server's {PLUGIN}"),)
+    return (*(inside if shape else ()), NEVER)
 
 
 MAY_EXPOSE = frozenset({Capability.ATTENTION, Capability.LENS, Capability.INTERVENTIONS})  # through a plugin

@@ -17,38 +17,27 @@ class ModelPane(ScrollPane):
         i = selection.info
         if i is None:
             return
-        rows = (
-            served_rows(i)
-            if i.requests
-            else [
-                ("name", i.name),
-                ("architecture", i.architecture),
-                ("layers", str(i.layers)),
-                ("attention heads", attention_heads(i)),
-                ("hidden size", str(i.hidden)),
-                *(
-                    [("experts", f"{i.experts} in each mixture-of-experts layer (R shows the routing)")]
-                    if i.experts
-                    else []
-                ),
-                ("vocabulary", f"{i.vocab} tokens"),
-                ("context", f"{i.context} positions"),
-                ("positions", i.positions),
-                ("embeddings", "input and output tied" if i.tied_embeddings else "input and output separate"),
-                ("chat template", "yes (--chat, or the editor's switch)" if i.chat_template else "none"),
-                ("attention runs", i.attention),
-                ("device, dtype", f"{i.device}, {i.dtype}"),
-                *([("runtime", i.runtime)] if i.runtime else []),
-                *([("quantization", i.quantization)] if i.quantization else []),
-                *([("memory", i.memory)] if i.memory else []),
-                *([("placement", i.placement)] if i.placement else []),
-                *([("queries kept", i.queries_kept)] if i.queries_kept else []),
-                *([("steps run", i.compiled)] if i.compiled else []),
-                *([("engine", engine_line(i))] if i.capabilities else []),
-                *((f"no {capability}", why) for capability, why in i.lacks_why),
-                *([("distribution", i.distribution)] if i.distribution else []),
-            ]
-        )
+        rows = [
+            ("name", i.name),
+            ("architecture", i.architecture),
+            *shape_rows(i),
+            ("vocabulary", f"{i.vocab} tokens"),
+            ("context", f"{i.context} positions"),
+            ("positions", i.positions),
+            ("chat template", "yes (--chat, or the editor's switch)" if i.chat_template else "none"),
+            ("attention runs", i.attention),
+            ("device, dtype", f"{i.device}, {i.dtype}"),
+            *([("runtime", i.runtime)] if i.runtime else []),
+            *([("quantization", i.quantization)] if i.quantization else []),
+            *([("memory", i.memory)] if i.memory else []),
+            *([("placement", i.placement)] if i.placement else []),
+            *([("queries kept", i.queries_kept)] if i.queries_kept else []),
+            *([("steps run", i.compiled)] if i.compiled else []),
+            *i.details,
+            *([("engine", engine_line(i))] if i.capabilities else []),
+            *((f"no {capability}", why) for capability, why in i.lacks_why),
+            *([("distribution", i.distribution)] if i.distribution else []),
+        ]
         width = max(len(name) for name, _ in rows) + 2
         text = Text()
         for name, value in rows:
@@ -57,30 +46,18 @@ class ModelPane(ScrollPane):
         self.body.update(text)
 
 
-def served_rows(i: ModelInfo) -> list[tuple[str, str]]:
-    """A served model: what the server exposes, and what it does not."""
+def shape_rows(i: ModelInfo) -> list[tuple[str, str]]:
+    """The model's shape, where its engine knows it (a served model's is known where its insides are read)."""
+    if not i.layers:
+        return []
+    experts = [("experts", f"{i.experts} in each mixture-of-experts layer (R shows the routing)")] if i.experts else []
     return [
-        ("name", i.name),
-        ("served", i.architecture),
-        ("where", i.device),
-        ("vocabulary", f"{i.vocab} tokens"),
-        ("context", f"{i.context} positions"),
-        ("chat template", "the server's (--chat, or the editor's switch)" if i.chat_template else "none"),
-        *([("runtime", i.runtime)] if i.runtime else []),
-        ("distribution", i.distribution),
-        ("each step", f"one request: the tokens as ids, the settings as its fields; drawn by {i.draws or 'tokenviz'}"),
-        ("engine", engine_line(i)),
-        *served_inside(i),
+        ("layers", str(i.layers)),
+        ("attention heads", attention_heads(i)),
+        ("hidden size", str(i.hidden)),
+        *experts,
+        ("embeddings", "input and output tied" if i.tied_embeddings else "input and output separate"),
     ]
-
-
-def served_inside(i: ModelInfo) -> list[tuple[str, str]]:
-    """What of a served model's inside is shown here (through vllm-lens), what is not and why."""
-    never = ("never", "its KV cache (the server's own), gradients, a head's ablation (it would mean sending code)")
-    if i.internals:
-        return [("not exposed", f"the lens, attention rows and steering: {i.internals}"), never]
-    shape = f"{i.layers} layers, {i.heads} heads ({i.kv_heads} KV), hidden {i.hidden}"
-    return [("inside", f"{shape}: the lens, attention rows and steering, read through the server's plugin"), never]
 
 
 def engine_line(i: ModelInfo) -> str:
