@@ -17,15 +17,15 @@ from tokenviz.backends.served.engine import ServedEngine
 from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.cli.commands import in_terminal
 from tokenviz.contract.settings import SamplingSettings
-from tokenviz.journey.served_comparison import ServedComparison
+from tokenviz.journey.drawn_comparison import DrawnComparison
 from tokenviz.journey.session import Session
 
 pytestmark = [pytest.mark.served, pytest.mark.bundled]
 
 
-def pair(vllm_server, bundled, settings: SamplingSettings) -> ServedComparison:
+def pair(vllm_server, bundled, settings: SamplingSettings) -> DrawnComparison:
     server = ServedEngine.open(ServedChoice(vllm_server.url, api_key=ApiKey(env=KEY_ENV)))
-    return ServedComparison(Session(ModelRunner(bundled), settings), Session(server, settings))
+    return DrawnComparison(Session(ModelRunner(bundled), settings), Session(server, settings))
 
 
 def test_the_screens_figures_are_the_headless_comparisons(vllm_server, bundled, monkeypatch, capsys):
@@ -59,7 +59,7 @@ def test_after_the_paths_part_b_is_asked_at_as_context(vllm_server, bundled, mon
     reproducibility)."""
     from tokenviz.backends.served.completions import REPRODUCED_WITHIN
     from tokenviz.journey.comparison import rank_in
-    from tokenviz.journey.served_comparison import kl_over
+    from tokenviz.journey.drawn_comparison import kl_over
 
     monkeypatch.setenv(KEY_ENV, vllm_server.key)
     hot = SamplingSettings(temperature=1.5, top_k=0, top_p=1.0, seed=3, max_new_tokens=12)

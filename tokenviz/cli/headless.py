@@ -21,9 +21,9 @@ from tokenviz.files.documents import comparison_document, output_document, trace
 from tokenviz.files.journey_file import journey_file, recording_of, save_journey
 from tokenviz.files.journey_page import save_page
 from tokenviz.journey.comparison import Comparison
+from tokenviz.journey.drawn_comparison import DrawnComparison
 from tokenviz.journey.past_results import KEEP
 from tokenviz.journey.prompt import tokenize
-from tokenviz.journey.served_comparison import ServedComparison
 from tokenviz.journey.session import Session
 from tokenviz.journey.views import compute, trace_entry
 from tokenviz.journey.watching import token_of
@@ -308,7 +308,7 @@ def compare_opener(
     backend is A's unless --against-backend names another, its model and options A's unless another is
     asked for). One backend and one model: B is
     A's twin (the weights shared). An engine that draws its own tokens (a server's) goes on B, compared
-    over the top N it returns (ServedComparison)."""
+    over the top N it returns (DrawnComparison)."""
     a_side, b_side = sides
     a_backend = a_side.backend()
     if a_backend.draws:
@@ -329,7 +329,7 @@ def compare_opener(
         a_engine = open_a(progress)
         b_engine = a_engine.twin() if open_b is None else open_b(progress)
         a, b = Session(a_engine, settings), Session(b_engine, against)
-        return ServedComparison(a, b) if isinstance(b_engine, DrawingEngine) else Comparison(a, b)
+        return DrawnComparison(a, b) if isinstance(b_engine, DrawingEngine) else Comparison(a, b)
 
     return build
 

@@ -209,7 +209,7 @@ def print_score(doc: dict[str, Any], console: Console) -> None:
         )
 
 
-def print_served_comparison(doc: dict[str, Any], console: Console) -> None:
+def print_drawn_comparison(doc: dict[str, Any], console: Console) -> None:
     """compare --against-backend server: per step each side's token, the KL over the server's top-N, the
     rank each gives the other's choice, the server's request time; where the paths part."""
     a, b = doc["a"], doc["b"]

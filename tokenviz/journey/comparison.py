@@ -96,7 +96,7 @@ def step_diff(
 
 
 class Comparison:
-    kl_over = ""  # over what the KL is taken, where not the whole vocabulary (see served_comparison)
+    kl_over = ""  # over what the KL is taken, where not the whole vocabulary (see drawn_comparison)
 
     def __init__(self, a: Session, b: Session):
         self._check_pair(a, b)

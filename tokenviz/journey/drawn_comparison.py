@@ -41,7 +41,7 @@ def refuse_past_vocabulary(tokens: Iterable[int], a: Session, vocab: int) -> Non
         )
 
 
-class ServedComparison(Comparison):
+class DrawnComparison(Comparison):
     """The comparison screen's pair when B is the model a server runs (a Session on the served engine):
     A's step as any; B's its own draw, or after the paths part one request at A's context. Per step the
     KL over the server's top N (kl_over); the KL of what each draw is made from is unknown here (the
