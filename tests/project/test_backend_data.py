@@ -78,7 +78,7 @@ def test_a_journey_of_requests_is_verified_only_where_its_steps_are_requests_aga
     served, _ = recorded(monkeypatch, capsys, tmp_path, "served")
     code, _, err = invoke(monkeypatch, capsys, "replay", served, "--verify")
     errors = [line for line in err.splitlines() if line.startswith("error:")]
-    assert code == 2 and len(errors) == 1 and "requests to the fixed server" in errors[0], err
+    assert code == 2 and len(errors) == 1 and "the journey on fixed was requests to the fixed server" in errors[0], err
     assert asked in errors[0] and "Traceback" not in err
     code, out, err = invoke(monkeypatch, capsys, "replay", served, "--verify", "--backend", "fixed")
     assert code == 0 and "reproduce the recorded journey" in out, err  # (requests again: checked whole)

@@ -91,6 +91,8 @@ def compare(
                 f"B on the {b_backend.name} backend is its model with A's settings: it takes no other --against "
                 "option (nor --chat)"
             )
+        else:
+            b_side = b_side.with_values(model=None)  # (B's model is the one its own options name)
         from tokenviz.cli.headless import compare_opener
 
         build = compare_opener(a, b, (a_side, b_side))  # (a server is asked now)

@@ -74,7 +74,7 @@ def verify_recording(journey: "Journey", recorded: dict[str, Any], backend: Back
     name = info.name
     if info.requests and not backend.given:
         raise TokenvizError(
-            f"the journey's steps were requests to {info.requests}: verify it with the options "
+            f"the journey on {name} was requests to {info.requests}: verify it with the options "
             f"it was opened with ({info.reopen or 'its server'}) after replay FILE --verify"
         )
     if not info.requests and backend.model is None and name != BUNDLED_NAME:
