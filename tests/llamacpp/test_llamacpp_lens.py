@@ -63,7 +63,7 @@ def test_a_lens_in_use_is_read_in_the_steps_own_pass_and_changes_no_logit():
     step's pass read the rows), and what it shows is what a pass over the whole context from an empty cache
     gives (within 1e-4 in probability: llama.cpp's kernels sum a batch of one and of many in other orders).
     Once the lens is closed, the journey's context carries no callback again."""
-    from tokenviz.backends.hf.lens_in_use import IN_USE_STEPS
+    from tokenviz.backends.shared.lens_in_use import IN_USE_STEPS
     from tokenviz.contract.results import LensAsk
 
     engine = opened()

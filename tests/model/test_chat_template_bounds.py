@@ -8,7 +8,7 @@ import time
 import pytest
 from tiny import tiny_chat_model
 
-from tokenviz.backends.hf.chat_template import RENDER_S, render_chat_template
+from tokenviz.backends.shared.chat_template import RENDER_S, render_chat_template
 from tokenviz.backends.transformers.chat import chat_ids
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.system.interruptible import interrupt
@@ -33,7 +33,7 @@ HOSTILE = {
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 def test_a_hostile_template_is_one_line_within_its_bounds(name):
-    from tokenviz.backends.hf.chat_template import _environment
+    from tokenviz.backends.shared.chat_template import _environment
 
     template, said = HOSTILE[name]
     _environment()  # (transformers' part imported: what is timed is the template's render)
@@ -68,7 +68,7 @@ def test_the_transformers_backend_bounds_a_tokenizers_template_too(name):
 def test_escape_cancels_a_template_that_runs_on(monkeypatch):
     """The worker's cancel interrupts the thread inside a render (WorkerThread.cancel): Cancelled, not the
     deadline's line (set far off here, so that only the interrupt can end it on a busy machine)."""
-    from tokenviz.backends.hf import chat_template
+    from tokenviz.backends.shared import chat_template
     from tokenviz.system.interruptible import inside
 
     monkeypatch.setattr(chat_template, "RENDER_S", 120.0)
@@ -93,7 +93,7 @@ def test_escape_cancels_a_template_that_runs_on(monkeypatch):
 def test_an_escape_as_the_render_begins_is_never_lost(monkeypatch):
     """Escape sent the moment the render's section began landed, 5 times in 200, in the deadline's timer thread
     as it was being started (CPython gives a thread being started its starter's id), and the render ran on."""
-    from tokenviz.backends.hf import chat_template
+    from tokenviz.backends.shared import chat_template
     from tokenviz.system.interruptible import inside
 
     monkeypatch.setattr(chat_template, "RENDER_S", 120.0)

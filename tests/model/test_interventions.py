@@ -9,7 +9,7 @@ import torch
 from families import FAMILIES, family_config, family_model
 from tiny import eager_forward
 
-from tokenviz.backends.hf.parts import decoder_layers
+from tokenviz.backends.shared.parts import decoder_layers
 from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.errors import SettingsError, TokenvizError
 from tokenviz.contract.interventions import HeadAblation, Patch, Steering, parse_ablation, parse_patch, parse_steering

@@ -9,8 +9,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenviz.backends.hf.output_head import final_norm
-from tokenviz.backends.hf.parts import decoder_layers
+from tokenviz.backends.shared.output_head import final_norm
+from tokenviz.backends.shared.parts import decoder_layers
 from tokenviz.backends.transformers.lens import inspect_positions
 from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.errors import TokenvizError
@@ -310,7 +310,7 @@ def test_the_lens_at_the_step_just_taken_is_read_in_that_steps_own_pass(tiny):
     runs no pass of its own (its cost is the head's, not the context's length) and gives what a pass over
     the whole context gives (within 1e-5 in probability: a cached and an uncached pass sum in other
     orders); a rewind forgets what was kept, and a closed lens keeps nothing."""
-    from tokenviz.backends.hf.lens_in_use import IN_USE_STEPS
+    from tokenviz.backends.shared.lens_in_use import IN_USE_STEPS
 
     loaded = tiny
     s = journey(loaded, steps=1)

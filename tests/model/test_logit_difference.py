@@ -8,8 +8,8 @@ import torch
 from families import FAMILIES, family_model
 from stock import saved, stock_forward
 
-from tokenviz.backends.hf.output_head import final_norm
-from tokenviz.backends.hf.parts import decoder_layers
+from tokenviz.backends.shared.output_head import final_norm
+from tokenviz.backends.shared.parts import decoder_layers
 from tokenviz.backends.transformers.logit_difference import _mlp_branch_end, logit_difference, residual_parts
 from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.errors import TokenvizError

@@ -19,13 +19,13 @@ def test_import_linter_contracts_hold():
 
 
 def test_every_backend_package_is_held_independent_of_the_others():
-    """Each package under tokenviz/backends/ that is a backend (not the shared hf, not the registry) is in
+    """Each package under tokenviz/backends/ that is a backend (not the shared code, not the registry) is in
     the independence contract, so a new backend cannot import another without a broken contract."""
     import tomllib
 
     contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
     independent = next(c["modules"] for c in contracts if c["type"] == "independence")
-    packages = {p.parent.name for p in (ROOT / "tokenviz" / "backends").glob("*/__init__.py")} - {"hf"}
+    packages = {p.parent.name for p in (ROOT / "tokenviz" / "backends").glob("*/__init__.py")} - {"shared"}
     assert set(independent) == {f"tokenviz.backends.{name}" for name in packages}
     graph = grimp.build_graph("tokenviz", exclude_type_checking_imports=False)
     for name in packages:

@@ -368,7 +368,7 @@ def test_a_local_tokenizer_is_checked_against_the_servers_once_and_then_used(vll
     and decodes as the server does, so pieces cost no request; another model's is refused in one line."""
     from families import family_model
 
-    from tokenviz.backends.hf.tokenizer import load_tokenizer
+    from tokenviz.backends.shared.tokenizer import load_tokenizer
     from tokenviz.backends.transformers.gguf_cache import ensure_converted, gguf_cache_dir
     from tokenviz.system.paths import bundled_gguf
 

@@ -90,7 +90,7 @@ NESTED = "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% e
 async def test_a_template_that_runs_on_is_stopped_by_escape_and_the_journey_kept(monkeypatch):
     """Nested range(99999) loops in a template held the editor's prompt at "prefilling" forever, and
     Escape could not cancel it: Escape stops it now, the journey as it was; left alone, its deadline does."""
-    from tokenviz.backends.hf import chat_template
+    from tokenviz.backends.shared import chat_template
     from tokenviz.contract.commands import Start
     from tokenviz.system.interruptible import inside
 

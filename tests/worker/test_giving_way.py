@@ -7,7 +7,7 @@ import pytest
 import torch
 from tiny import tiny_model
 
-from tokenviz.backends.hf.parts import decoder_layers
+from tokenviz.backends.shared.parts import decoder_layers
 from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.commands import Adjust, Play
 from tokenviz.contract.errors import GiveWay

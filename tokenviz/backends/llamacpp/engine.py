@@ -19,8 +19,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from tokenviz.backends.hf.chat_marks import template_marks
-from tokenviz.backends.hf.chat_template import render_chat_template
 from tokenviz.backends.llamacpp.capture import Capture
 from tokenviz.backends.llamacpp.internals import LlamaInternals
 from tokenviz.backends.llamacpp.interventions import LlamaIntervening, OwnModel
@@ -33,6 +31,8 @@ from tokenviz.backends.llamacpp.runtime import (
     kv_bytes_a_position,
     version,
 )
+from tokenviz.backends.shared.chat_marks import template_marks
+from tokenviz.backends.shared.chat_template import render_chat_template
 from tokenviz.contract.engine import (
     WHOLE_VOCABULARY,
     AttentionRows,

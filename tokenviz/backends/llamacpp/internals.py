@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from tokenviz.backends.hf.lens_in_use import STEPS_KEPT, LensInUse
-from tokenviz.backends.hf.output_head import inspections
 from tokenviz.backends.llamacpp.capture import Capture
 from tokenviz.backends.llamacpp.head import Head
 from tokenviz.backends.llamacpp.runtime import BATCH, NO_EDITS, Edits, Runtime
+from tokenviz.backends.shared.lens_in_use import STEPS_KEPT, LensInUse
+from tokenviz.backends.shared.output_head import inspections
 from tokenviz.contract.engine import shared_prefix
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.results import Inspection, LensAsk

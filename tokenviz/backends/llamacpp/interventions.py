@@ -26,6 +26,7 @@ from tokenviz.backends.llamacpp.capture import Writes
 from tokenviz.backends.llamacpp.internals import LlamaInternals
 from tokenviz.backends.llamacpp.refusals import NO_ABLATION, NO_LAYER_0
 from tokenviz.backends.llamacpp.runtime import NO_EDITS, Edits, Runtime
+from tokenviz.backends.shared.steering_direction import steering_direction
 from tokenviz.contract.engine import Elapsed, shared_prefix
 from tokenviz.contract.errors import SettingsError
 from tokenviz.contract.interventions import (
@@ -101,16 +102,17 @@ class LlamaIntervening(Suspendable):
         self._edits = Edits(self._control(vectors), self._writes(vectors))
 
     def _direction(self, steering: Steering, token_id: Callable[[str], int]) -> np.ndarray:
-        """As the transformers backend's: two tokens' output head rows' difference, or two texts' residuals'
-        after the layer at their last token, each read alone."""
-        if steering.by == "tokens":
-            rows = self.internals.head.unembeddings([token_id(steering.toward), token_id(steering.away)])
-            return np.asarray(rows[0] - rows[1], dtype=np.float32)
-        toward, away = (
-            self.internals.residual(ids, steering.layer, len(ids) - 1)
-            for ids in (self.engine.encode(steering.toward), self.engine.encode(steering.away))
-        )
-        return np.asarray(toward - away, dtype=np.float32)
+        """As every backend's (backends.shared.steering_direction), from llama.cpp's head and residuals."""
+
+        def head_rows(toward: str, away: str) -> tuple[np.ndarray, np.ndarray]:
+            rows = self.internals.head.unembeddings([token_id(toward), token_id(away)])
+            return np.asarray(rows[0], dtype=np.float32), np.asarray(rows[1], dtype=np.float32)
+
+        def residual(text: str) -> np.ndarray:
+            ids = self.engine.encode(text)
+            return np.asarray(self.internals.residual(ids, steering.layer, len(ids) - 1), dtype=np.float32)
+
+        return steering_direction(steering, head_rows, residual)
 
     def _control(self, vectors: dict[int, np.ndarray]) -> np.ndarray | None:
         """The control vector: each layer's steerings summed (row L - 1 is added after layer L)."""

@@ -25,8 +25,6 @@ from typing import Any
 
 import torch
 
-from tokenviz.backends.hf.chat_marks import template_marks
-from tokenviz.backends.hf.token_texts import TokenPieces
 from tokenviz.backends.served.completions import (
     REPRODUCED_WITHIN,
     TOP_N,
@@ -45,6 +43,8 @@ from tokenviz.backends.served.endpoint import Endpoint, EndpointError, NoAnswer
 from tokenviz.backends.served.head import OutputHead, checked_files, load_head
 from tokenviz.backends.served.internals import INSTALL, PLUGIN, Plugin, ServedInternals, probe
 from tokenviz.backends.served.steering import ServedSteering, request_fields
+from tokenviz.backends.shared.chat_marks import template_marks
+from tokenviz.backends.shared.token_texts import TokenPieces
 from tokenviz.contract.engine import (
     AttentionRows,
     Attributing,
@@ -100,7 +100,7 @@ class ServedForward:
 def tokenizer_here(files: str) -> Any:
     """The tokenizer of --tokenizer (an id or the model's directory), a directory's files and config
     checked first (backends.served.head.checked_files: the tokenizer reads the config too)."""
-    from tokenviz.backends.hf.tokenizer import load_tokenizer
+    from tokenviz.backends.shared.tokenizer import load_tokenizer
 
     if Path(files).expanduser().is_dir():
         checked_files(Path(files).expanduser())

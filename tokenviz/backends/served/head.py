@@ -5,7 +5,7 @@ unembedding. The server does not send those, so they come from the model's direc
 its config builds the model with no weights (accelerate's empty weights), and only the tensors of those
 modules are read from its safetensors, never the rest. The modules are the model's own (transformers'
 code for its family: Gemma's 1 + weight norm, soft-capping, logit scales), so the lens is the local
-lens's computation (backends.hf.output_head) on the server's residuals.
+lens's computation (backends.shared.output_head) on the server's residuals.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import numpy as np
 import psutil
 import torch
 
-from tokenviz.backends.hf.checkpoint import weight_files
-from tokenviz.backends.hf.output_head import final_norm, head_logits, stream_merge, submodule
-from tokenviz.backends.hf.parts import text_config
+from tokenviz.backends.shared.checkpoint import weight_files
+from tokenviz.backends.shared.output_head import final_norm, head_logits, stream_merge, submodule
+from tokenviz.backends.shared.parts import text_config
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.text import safe_text
 from tokenviz.files.safetensors_header import TensorEntry, read_header

@@ -23,6 +23,7 @@ import numpy as np
 
 from tokenviz.backends.served.activations import tensor_entry
 from tokenviz.backends.served.internals import ServedInternals
+from tokenviz.backends.shared.steering_direction import steering_direction
 from tokenviz.contract.engine import Elapsed
 from tokenviz.contract.errors import SettingsError
 from tokenviz.contract.interventions import (
@@ -131,16 +132,17 @@ class ServedSteering(Suspendable):
         self._journey: OrderedDict[tuple[int, tuple[int, ...]], np.ndarray] = OrderedDict()
 
     def _direction(self, steering: Steering, token_id: Callable[[str], int]) -> np.ndarray:
-        """As the local backend's: two tokens' unembedding rows' difference, or two texts' residuals'
-        after the layer at their last token, each read alone."""
-        if steering.by == "tokens":
-            rows = self.internals.head.output_rows([token_id(steering.toward), token_id(steering.away)])
-            return np.asarray(rows[0] - rows[1])
-        toward, away = (
-            self.internals.residual(self.engine.encode(text), steering.layer, {})[-1]
-            for text in (steering.toward, steering.away)
-        )
-        return np.asarray(toward - away)
+        """As every backend's (backends.shared.steering_direction), from the server's residuals and the
+        model's head read here."""
+
+        def head_rows(toward: str, away: str) -> tuple[np.ndarray, np.ndarray]:
+            rows = self.internals.head.output_rows([token_id(toward), token_id(away)])
+            return np.asarray(rows[0]), np.asarray(rows[1])
+
+        def residual(text: str) -> np.ndarray:
+            return np.asarray(self.internals.residual(self.engine.encode(text), steering.layer, {})[-1])
+
+        return steering_direction(steering, head_rows, residual)
 
     def vectors(self, ids: Sequence[int]) -> list[Vector]:
         """What a request over `ids` carries: every steering, and each patch whose position `ids` reach."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tokenviz.backends.hf.parts import eos_id_set, layer_configs, text_config
+from tokenviz.backends.shared.parts import eos_id_set, layer_configs, text_config
 from tokenviz.backends.transformers.loading import BeforeWeights
 from tokenviz.contract.grammar import Grammar
 from tokenviz.contract.interventions import Intervention, Patch, check_against, check_patch_source

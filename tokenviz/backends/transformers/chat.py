@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tokenviz.backends.hf.chat_template import bounded, render_chat_template
+from tokenviz.backends.shared.chat_template import bounded, render_chat_template
 from tokenviz.contract.engine import ChatIds
 from tokenviz.contract.errors import PromptError
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from tokenviz.backends.hf.parts import decoder_layers
+from tokenviz.backends.shared.parts import decoder_layers
 from tokenviz.backends.transformers.memory import gigabytes
 from tokenviz.contract.errors import ModelLoadError
 from tokenviz.system.paths import cache_root

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from tokenviz.backends.hf.parts import last_logits
+from tokenviz.backends.shared.parts import last_logits
 from tokenviz.backends.transformers.attention import IMPLEMENTATION, capturing, exact_weights
 from tokenviz.backends.transformers.cache import cut_cache, with_cache
 from tokenviz.backends.transformers.loaded_model_access import ModelAccess

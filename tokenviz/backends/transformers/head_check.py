@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from tokenviz.backends.hf.output_head import head_logits
+from tokenviz.backends.shared.output_head import head_logits
 
 HEAD_TOLERANCE = 1e-4  # the output layer run again on the last position gives the model's logits within this
 _CHECKED: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()  # by model

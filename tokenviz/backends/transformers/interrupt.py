@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from tokenviz.backends.hf.parts import decoder_layers
+from tokenviz.backends.shared.parts import decoder_layers
 from tokenviz.contract.errors import Cancelled
 
 

@@ -12,7 +12,8 @@ from typing import Any, assert_never
 
 import torch
 
-from tokenviz.backends.hf.parts import decoder_layers, last_logits
+from tokenviz.backends.shared.parts import decoder_layers, last_logits
+from tokenviz.backends.shared.steering_direction import steering_direction as shared_direction
 from tokenviz.backends.transformers.cache import passed_cache
 from tokenviz.contract.errors import SettingsError
 from tokenviz.contract.interventions import HeadAblation, Intervention, Patch, Steering, Suspendable, check_patch_source
@@ -81,15 +82,14 @@ def residual_at(model: Any, layer: int, ids: Sequence[int], position: int) -> to
 def steering_direction(
     model: Any, steering: Steering, encode: Callable[[str], list[int]], token_id: Callable[[str], int]
 ) -> torch.Tensor:
-    """The direction `steering` adds (before its scale): of two texts' residuals, or two tokens'
-    unembedding rows. `token_id` turns a token's text (or id:N) into its id."""
-    if steering.by == "tokens":
-        unembedding = model.get_output_embeddings().weight
-        rows = unembedding[[token_id(steering.toward), token_id(steering.away)]].float()
-        difference: torch.Tensor = rows[0] - rows[1]
-        return difference
-    toward, away = (residual_after(model, steering.layer, encode(text)) for text in (steering.toward, steering.away))
-    return toward - away
+    """The direction `steering` adds (before its scale), as every backend's (backends.shared.steering_direction).
+    `token_id` turns a token's text (or id:N) into its id."""
+
+    def head_rows(toward: str, away: str) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = model.get_output_embeddings().weight[[token_id(toward), token_id(away)]].float()
+        return rows[0], rows[1]
+
+    return shared_direction(steering, head_rows, lambda text: residual_after(model, steering.layer, encode(text)))
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from typing import Any, cast
 
 import torch
 
-from tokenviz.backends.hf.output_head import final_norm, head_logits, inspections, stream_merge
-from tokenviz.backends.hf.parts import decoder_layers, last_logits
+from tokenviz.backends.shared.output_head import final_norm, head_logits, inspections, stream_merge
+from tokenviz.backends.shared.parts import decoder_layers, last_logits
 from tokenviz.backends.transformers.device_map import weights_at_hand
 from tokenviz.backends.transformers.loaded_model_access import ModelAccess
 from tokenviz.contract.errors import TokenvizError

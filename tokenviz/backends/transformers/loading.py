@@ -19,8 +19,8 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from tokenviz.backends.hf.checkpoint import check_checkpoint
-from tokenviz.backends.hf.parts import text_config
+from tokenviz.backends.shared.checkpoint import check_checkpoint
+from tokenviz.backends.shared.parts import text_config
 from tokenviz.backends.transformers.attention import use_fast_attention
 from tokenviz.backends.transformers.device_map import accelerate_limits, check_map_modules, offload_dir_for, placed
 from tokenviz.backends.transformers.gguf_cache import (

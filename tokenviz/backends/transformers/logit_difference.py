@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from tokenviz.backends.hf.output_head import final_norm, head_logits_before_cap, softcap
-from tokenviz.backends.hf.parts import decoder_layers
+from tokenviz.backends.shared.output_head import final_norm, head_logits_before_cap, softcap
+from tokenviz.backends.shared.parts import decoder_layers
 from tokenviz.backends.transformers.interrupt import layer_by_layer
 from tokenviz.backends.transformers.loaded_model_access import ModelAccess
 from tokenviz.contract.errors import TokenvizError

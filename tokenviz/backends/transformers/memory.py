@@ -16,7 +16,7 @@ from typing import Any
 import psutil
 import torch
 
-from tokenviz.backends.hf.parts import kv_heads, layer_configs, text_config
+from tokenviz.backends.shared.parts import kv_heads, layer_configs, text_config
 from tokenviz.backends.transformers.attention import latent_attention
 from tokenviz.contract.errors import ModelLoadError
 

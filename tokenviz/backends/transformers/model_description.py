@@ -9,7 +9,7 @@ from typing import Any
 import torch
 import transformers
 
-from tokenviz.backends.hf.parts import kv_heads, layer_configs, text_config
+from tokenviz.backends.shared.parts import kv_heads, layer_configs, text_config
 from tokenviz.backends.transformers.attention import IMPLEMENTATION
 from tokenviz.contract.records import ModelInfo
 from tokenviz.system.paths import BUNDLED_NAME

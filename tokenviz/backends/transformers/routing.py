@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tokenviz.backends.hf.parts import decoder_layers
+from tokenviz.backends.shared.parts import decoder_layers
 from tokenviz.contract.records import Routing
 
 

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from tokenviz.backends.hf.parts import eos_id_set, last_logits, output_layer_input
-from tokenviz.backends.hf.token_texts import TokenPieces
+from tokenviz.backends.shared.parts import eos_id_set, last_logits, output_layer_input
+from tokenviz.backends.shared.token_texts import TokenPieces
 from tokenviz.backends.transformers.attention import Capture, capturing, latent_attention
 from tokenviz.backends.transformers.cache import crop_layers, cut_cache, full_cache, with_cache
 from tokenviz.backends.transformers.chat import chat_ids, has_chat_template
@@ -166,7 +166,7 @@ class ModelRunner:
         )
         self.special_ids = set(getattr(self.tokenizer, "all_special_ids", []) or [])
         self.eos_ids = eos_id_set(self.model.generation_config.eos_token_id, self.tokenizer)
-        self.pieces = TokenPieces(self.tokenizer)  # (see tokenviz.backends.hf.token_texts)
+        self.pieces = TokenPieces(self.tokenizer)  # (see tokenviz.backends.shared.token_texts)
         self.compiled: CompiledStep | None = loaded.compiled  # (--compile) shared with the model's other runners
         # Asked between the layers of `forward` (set by the worker during autoplay): True sets the step
         # aside (GiveWay, the cache cropped back) so a waiting key is answered now, not after the step.

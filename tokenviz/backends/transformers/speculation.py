@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from tokenviz.backends.hf.parts import decoder_layers
+from tokenviz.backends.shared.parts import decoder_layers
 from tokenviz.backends.transformers.cache import cache_prefix, full_cache, with_cache
 from tokenviz.backends.transformers.loaded_model_access import ModelAccess
 from tokenviz.contract.errors import TokenvizError

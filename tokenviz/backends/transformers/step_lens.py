@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tokenviz.backends.hf.lens_in_use import STEPS_KEPT, LensInUse
+from tokenviz.backends.shared.lens_in_use import STEPS_KEPT, LensInUse
 
 
 @dataclass(frozen=True)

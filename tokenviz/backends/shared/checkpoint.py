@@ -13,7 +13,7 @@ from typing import Any
 
 from safetensors import safe_open
 
-from tokenviz.backends.hf.parts import text_config
+from tokenviz.backends.shared.parts import text_config
 from tokenviz.contract.errors import ModelLoadError
 from tokenviz.contract.text import safe_text, shortened
 from tokenviz.system.reading import parse_json, read_file
