@@ -186,6 +186,16 @@ class Speculate(Request[Speculation]):
 
 
 @dataclass(frozen=True)
+class ShowLens:
+    """From now on, the frame after each step carries the lens and embedding (an Inspection) at the newest
+    position, of the lens `rows` (Inspection rows; None: every row the journey's lens may show; (): none,
+    which stops it), read in the step's own pass where the engine can: during autoplay too, and no
+    Inspect asked after the frame."""
+
+    rows: tuple[int, ...] | None = ()
+
+
+@dataclass(frozen=True)
 class ShowAttention:
     """From now on, every snapshot carries one layer's attention for `rows` query rows around
     `cursor` (None: the newest position); rows=0 stops it."""
@@ -245,6 +255,7 @@ Command = (
     | Beams
     | Speculate
     | ShowAttention
+    | ShowLens
     | Save
 )
 

@@ -17,11 +17,13 @@ from tokenviz.contract.attention import Head
 from tokenviz.contract.commands import (
     Attribute,
     Command,
+    Inspect,
     Intervene,
     PageView,
     Request,
     Save,
     ShowAttention,
+    ShowLens,
 )
 from tokenviz.contract.engine import Capability, lacking
 from tokenviz.contract.errors import TokenvizError
@@ -50,7 +52,7 @@ from tokenviz.ui.panes.cache import CachePane
 from tokenviz.ui.panes.charts import ChartsPane
 from tokenviz.ui.panes.embedding import EmbeddingPane
 from tokenviz.ui.panes.host import JourneyHost
-from tokenviz.ui.panes.lens import LensPane
+from tokenviz.ui.panes.lens import LensPane, every_lens_row, lens_rows_shown
 from tokenviz.ui.panes.model import ModelPane
 from tokenviz.ui.panes.next_token import NextTokenPane
 from tokenviz.ui.panes.routing import RoutingPane
@@ -116,6 +118,7 @@ class JourneyScreen(WorkerScreen[Snapshot]):
         super().__init__(worker)
         self._asked: dict[str, Hashable] = {}  # by view: the key of the request it last sent (see view_fetch)
         self._attention_requested: ShowAttention | None = None
+        self._lens_requested = ShowLens()  # the lens kept at the newest position, standing (none yet)
 
     def compose(self) -> ComposeResult:
         yield ProgressBar(id="loading", show_eta=False)
@@ -173,6 +176,7 @@ class JourneyScreen(WorkerScreen[Snapshot]):
     def _lens_resized(self) -> None:
         selection = self.current_selection()
         if selection is not None and self.current_view == "lens":
+            self._request_lens(selection, self.current_view)
             self._request_view(selection, self.current_view)
 
     def _fit_layout(self, size: Size | None = None) -> None:
@@ -206,6 +210,7 @@ class JourneyScreen(WorkerScreen[Snapshot]):
             self.query_one(f"#{current}", Pane).show(selection)
             self.query_one(NextTokenPane).show(selection)
             self.query_one(SamplingPane).show(selection)
+        self._request_lens(selection, current)
         self._request_view(selection, current)
         self._request_attention(current)
 
@@ -225,6 +230,19 @@ class JourneyScreen(WorkerScreen[Snapshot]):
             self._attention_requested = request
             self.submit(request)
 
+    def _request_lens(self, selection: Selection, current: str | None) -> None:
+        """The lens and embedding views open on the newest position stand as one request (ShowLens): each
+        step's frame then carries its rows, during autoplay too, and no Inspect follows the frame. On an
+        earlier position, or closed, none stands (an earlier position's is asked once: _request_view)."""
+        rows: tuple[int, ...] = ()
+        if current in ("lens", "embedding") and self.cursor is None and selection.snapshot.live:
+            every = every_lens_row(selection)
+            rows = every if current == "embedding" else lens_rows_shown(selection, self.query_one(LensPane).rows_room())
+        request = ShowLens(None if rows and rows == every_lens_row(selection) else rows)
+        if request != self._lens_requested:
+            self._lens_requested = request
+            self.submit(request)
+
     def _request_view(self, selection: Selection, current: str | None) -> None:
         """The open view's result, asked for once while the snapshot lacks it (see ui.view_fetch); a
         long leave-one-out attribution asks the user first."""
@@ -234,6 +252,8 @@ class JourneyScreen(WorkerScreen[Snapshot]):
         wanted = fetch.wanted(selection, room) if fetch else None
         if current is None or wanted is None or self._asked.get(current) == wanted[1]:
             return
+        if isinstance(wanted[0], Inspect) and self._lens_requested.rows != ():
+            return  # (the standing lens brings it with the frame)
         request, self._asked[current] = wanted
         if not isinstance(request, Attribute) or attribution.send_now(request, selection):
             self.submit(request)

@@ -27,6 +27,7 @@ from tokenviz.contract.commands import (
     Constrain,
     Continue,
     Force,
+    Inspect,
     Intervene,
     Move,
     Pace,
@@ -36,6 +37,7 @@ from tokenviz.contract.commands import (
     Rewind,
     Save,
     ShowAttention,
+    ShowLens,
     Speculate,
     SplitDifference,
     Start,
@@ -71,7 +73,7 @@ if TYPE_CHECKING:
     from tokenviz.journey.comparison import Comparison
     from tokenviz.journey.session import Session
 
-ALLOWED_WITHOUT_JOURNEY = (Start, Adjust, Assign, Constrain, Intervene, ShowAttention)
+ALLOWED_WITHOUT_JOURNEY = (Start, Adjust, Assign, Constrain, Intervene, ShowAttention, ShowLens)
 RUNS = (Beams, Speculate, Verify)  # searches from the journey as it is: a new run replaces the old one
 BUSY: dict[type, EngineState] = {  # what the status line says while a command runs
     Step: "stepping",
@@ -136,6 +138,7 @@ class EngineWorker(CommandThread[Snapshot]):
         self._cancelled_kinds: set[type[Request[Any]]] = set()  # whose last run was cancelled
         self._failed_kinds: dict[type[Request[Any]], str] = {}  # whose last run was refused, and why
         self._attention_request: ShowAttention | None = None
+        self._lens_request: ShowLens | None = None  # the lens kept at the newest position (see _standing_lens)
         self._attention_failed: tuple[tuple[int, range, tuple[int, ...]], AttentionView] | None = None
         self._attention_rows = AttentionRows()
         self._forced: deque[int] = deque()  # a continuation's tokens still to force (see Continue)
@@ -261,6 +264,7 @@ class EngineWorker(CommandThread[Snapshot]):
                 self._move(command, session)
             else:
                 self._look(command, session)
+            self._standing_lens(session)
             if self._journaling is not None:  # (a step adds a line; a rewind or a branch compares the path)
                 self._journaling.follow(session, moved=isinstance(command, Move) and not isinstance(command, Step))
         except GiveWay:
@@ -330,8 +334,8 @@ class EngineWorker(CommandThread[Snapshot]):
                     raise TokenvizError(f"stopped: {reason}; to go on, {how_to_go_on(reason)}")
             case Pace(delta=delta):
                 self._step_pace(delta)
-            case ShowAttention():
-                self._attention_request = command if command.rows > 0 else None
+            case ShowAttention() | ShowLens():
+                self._stand(command)
             case Watch(token=token):
                 self._watch(session, token)
             case Save(path=path, page_colors=colors, page_view=view):
@@ -364,6 +368,29 @@ class EngineWorker(CommandThread[Snapshot]):
         except TokenvizError as exc:  # (its view says why, not "computing…")
             self._failed_kinds[kind] = str(exc)
             raise
+
+    def _stand(self, request: ShowAttention | ShowLens) -> None:
+        """A view's standing request: each frame (ShowAttention) or each step's (ShowLens) carries its rows."""
+        if isinstance(request, ShowAttention):
+            self._attention_request = request if request.rows > 0 else None
+        else:
+            self._lens_request = request if request.rows != () else None
+
+    def _standing_lens(self, session: Session) -> None:
+        """The lens the open view shows at the newest position, after each command while it stands
+        (ShowLens): read in the step's own pass where the engine can (and kept: asked again, it is no
+        work), so the frame after a step carries it, during autoplay too. Its refusal is its view's to say."""
+        request = self._lens_request
+        newest = len(session.ids) - 1  # (the view's cursor where it follows the journey)
+        if request is None or not session.records or newest < 0:
+            return
+        give_way, session.engine.give_way = session.engine.give_way, None  # (the step is taken: not undone)
+        try:
+            self._run_request(Inspect(newest, request.rows), session)
+        except TokenvizError:
+            pass  # (marked failed: the lens view says why)
+        finally:
+            session.engine.give_way = give_way
 
     def _compute(self, request: Request[Any], session: Session) -> ViewResult:
         """A view's result, computed through its spec (tokenviz.journey.views, as `trace` computes
