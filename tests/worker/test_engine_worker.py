@@ -178,3 +178,29 @@ def test_the_error_log_rotates(tmp_path, monkeypatch):
     log = tmp_path / "tokenviz" / "tokenviz.log"
     assert line == f"details in {log}"
     assert log.stat().st_size <= 2000 + 1000 and (tmp_path / "tokenviz" / "tokenviz.log.1").exists()
+
+
+def test_the_first_prompt_is_tokenized_once():
+    """Its tokens are on screen before its prefill ends, and the prefill takes those same ids: the engine
+    was asked to tokenize the prompt twice."""
+    encoded: list[str] = []
+
+    def load(progress):
+        runner = ModelRunner(tiny_model("llama"))
+        encode = runner.encode
+
+        def counted(text, special_tokens=True):
+            encoded.append(text)
+            return encode(text, special_tokens)
+
+        runner.encode = counted
+        return runner
+
+    worker = EngineWorker(load, SamplingSettings(seed=1), PROMPT)
+    post = Collector()
+    worker.start(post)
+    try:
+        post.wait(lambda s: bool(s.records))
+    finally:
+        worker.stop()
+    assert encoded.count(PROMPT) == 1, encoded

@@ -35,9 +35,10 @@ def encode_prompt(engine: Engine, prompt: str | list[int]) -> tuple[str, list[in
     return prompt, ids
 
 
-def tokenize(
-    engine: Engine, prompt: str | list[int], chat: bool = False, system: str | None = None
-) -> tuple[str, list[int], list[bool]]:
+Tokenized = tuple[str, list[int], list[bool]]  # (text, token ids, which ids the chat template added)
+
+
+def tokenize(engine: Engine, prompt: str | list[int], chat: bool = False, system: str | None = None) -> Tokenized:
     """(text, token ids, which ids the chat template added) of a prompt: plain text or ids, or
     with `chat` a user message put through the model's chat template."""
     if not chat:

@@ -38,7 +38,7 @@ from tokenviz.journey.decoded_text import DecodedText
 from tokenviz.journey.grammar_state import GrammarState
 from tokenviz.journey.memory_policy import check_memory
 from tokenviz.journey.prefill import DeferredPredictions, prefill, prompt_predictions
-from tokenviz.journey.prompt import tokenize
+from tokenviz.journey.prompt import Tokenized, tokenize
 from tokenviz.journey.stops import StopSearch, stop_reason
 from tokenviz.journey.watching import token_of, with_watched
 from tokenviz.tensors.transfer import to_host
@@ -122,8 +122,10 @@ class Session:
         chat: bool = False,
         system: str | None = None,
         defer_predictions: bool = False,
+        tokenized: Tokenized | None = None,
     ) -> StepRecord:
-        """Tokenize and prefill `prompt` (text, or token ids as they are); the first decision becomes
+        """Tokenize and prefill `prompt` (text, or token ids as they are; `tokenized`: as journey.prompt's
+        tokenize made it already, for the same prompt); the first decision becomes
         pending. With `chat`, the text is a user message (after `system`, if given) put through the
         model's chat template. With `defer_predictions`, what the model predicted at every prompt
         position is made later (`score_prompt`), where the engine can: the prefill costs what the
@@ -132,7 +134,7 @@ class Session:
         A long prompt is prefilled in chunks: `progress(done, total)` follows them, and `cancelled()`
         stops between them with Cancelled, leaving the journey as it was.
         """
-        prompt, ids, template = tokenize(self.engine, prompt, chat, system)
+        prompt, ids, template = tokenized or tokenize(self.engine, prompt, chat, system)
         check_memory(self.engine.info, len(ids), self.prefill_chunk)
         previous = self.engine.cache
         self.engine.reset()

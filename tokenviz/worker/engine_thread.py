@@ -413,10 +413,12 @@ class EngineWorker(CommandThread[Snapshot]):
     def _prefill(self, session: Session, prompt: Start) -> None:
         """Start `prompt`, showing the prefill's progress chunk by chunk; Escape or quitting cancels it."""
         message, fraction = self._message, self._progress
+        tokenized = None
         if not session.records:  # nothing on screen yet: the prompt's tokens are, at once
             from tokenviz.journey.chips import token_chips  # (deferred, as _load's)
 
-            _, ids, template = tokenize(session.engine, prompt.prompt, prompt.chat, prompt.system)
+            tokenized = tokenize(session.engine, prompt.prompt, prompt.chat, prompt.system)
+            _, ids, template = tokenized
             session.engine.pieces.learn(ids)  # (in one call)
             self._prefilling = tuple(token_chips(session.engine, ids, len(ids), template))
         try:
@@ -428,6 +430,7 @@ class EngineWorker(CommandThread[Snapshot]):
                     chat=prompt.chat,
                     system=prompt.system,
                     defer_predictions=True,  # (made when the engine is idle: see _background)
+                    tokenized=tokenized,  # (tokenized once)
                 )
         finally:
             self._message, self._progress = message, fraction
