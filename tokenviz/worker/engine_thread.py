@@ -141,6 +141,7 @@ class EngineWorker(CommandThread[Snapshot]):
         self._lens_request: ShowLens | None = None  # the lens kept at the newest position (see _standing_lens)
         self._attention_failed: tuple[tuple[int, range, tuple[int, ...]], AttentionView] | None = None
         self._attention_rows = AttentionRows()
+        self._attention_shown: AttentionView | None = None  # computed after each command, read by each frame
         self._forced: deque[int] = deque()  # a continuation's tokens still to force (see Continue)
         self._forced_total = 0
         self._prefilling: tuple[TokenChip, ...] = ()  # a first prompt's tokens while it is prefilled
@@ -197,6 +198,7 @@ class EngineWorker(CommandThread[Snapshot]):
             self._state, self._message = "ready", "no prompt yet: press e to write one"
             self._start_error = str(exc)
             return
+        self._attention_shown = self._attention_view(self.session)
         self._state, self._message = "ready", ""
 
     def _start_journey(self, session: Session) -> None:
@@ -265,6 +267,7 @@ class EngineWorker(CommandThread[Snapshot]):
             else:
                 self._look(command, session)
             self._standing_lens(session)
+            self._attention_shown = self._attention_view(session)  # (the model's work here: a frame only reads it)
             if self._journaling is not None:  # (a step adds a line; a rewind or a branch compares the path)
                 self._journaling.follow(session, moved=isinstance(command, Move) and not isinstance(command, Step))
         except GiveWay:
@@ -552,7 +555,7 @@ class EngineWorker(CommandThread[Snapshot]):
             cancelled=tuple(kind.__name__ for kind in self._cancelled_kinds),
             failed=tuple((kind.__name__, line) for kind, line in self._failed_kinds.items()),
             notice=self._notice,
-            attention=self._attention_view(s),
+            attention=None if self._busy else self._attention_shown,
             interventions=self._interventions,
         )
 
@@ -563,10 +566,11 @@ class EngineWorker(CommandThread[Snapshot]):
         state: EngineState = "ready" if base.state == "playing" else base.state  # (autoplay stopped with it)
         return dataclasses.replace(base, seq=self._seq, state=state, playing=False, handled=self._handled, error=error)
 
-    def _attention_view(self, session: Session | None) -> AttentionView | None:
-        """The rows the attention pane asked for, computed for the journey as it is now."""
+    def _attention_view(self, session: Session) -> AttentionView | None:
+        """The rows the attention pane asked for, computed for the journey as it is now (after a command:
+        a frame reads them, and builds nothing)."""
         request = self._attention_request
-        if request is None or session is None or not session.records or self._busy:
+        if request is None or not session.records:
             return None
         if Capability.ATTENTION.value not in session.engine.info.capabilities:
             return None  # (the attention pane says why: the engine does not give it)

@@ -1,6 +1,8 @@
-"""The lens view open on the newest position is a standing request (ShowLens): each step's frame carries
-its rows, during autoplay too, with no Inspect sent after the frame and no second snapshot for it (the
-lens view showed nothing new while autoplay ran, and each step cost a frame, an Inspect and a frame)."""
+"""A step's open views come in its own frame: the lens view open on the newest position is a standing
+request (ShowLens), so each step's frame carries its rows, during autoplay too, with no Inspect sent after
+the frame and no second snapshot for it (the lens view showed nothing new while autoplay ran, and each
+step cost a frame, an Inspect and a frame); and no frame is model work (the attention rows were computed
+while a frame was built)."""
 
 from __future__ import annotations
 
@@ -43,3 +45,37 @@ async def test_autoplay_with_the_lens_open_carries_each_steps_rows_in_its_own_fr
         assert fed and all(position == tokens - 1 for tokens, position in fed), during  # (each its own step's rows)
         assert len(during) <= STEPS + 2, during  # (a frame a step at most: none built again for the lens)
         assert len(app.journey.snapshot.chips) == start + STEPS
+
+
+async def test_a_frame_is_built_without_the_model(monkeypatch):
+    """The attention rows the pane shows are computed after the command that changed them, not while a
+    frame is built (a frame was model work: a snapshot during a job's progress computed rows again)."""
+    from tokenviz.journey.session import Session
+
+    building: list[bool] = [False]
+    during: list[bool] = []
+    snapshot, attention = EngineWorker._snapshot, Session.attention
+
+    def built(self, error):
+        building[0] = True
+        try:
+            return snapshot(self, error)
+        finally:
+            building[0] = False
+
+    def watched(self, queries, layers):
+        during.append(building[0])
+        return attention(self, queries, layers)
+
+    monkeypatch.setattr(EngineWorker, "_snapshot", built)
+    monkeypatch.setattr(Session, "attention", watched)
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=STEPS))
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("space", "space", "left", "left")
+        await settle(app, pilot)
+        await wait_for(lambda: app.journey.snapshot.attention is not None, pilot)
+        await pilot.press("a")
+        await wait_for(lambda: app.journey.snapshot.stop_reason is not None, pilot, timeout=60)
+        await settle(app, pilot)
+    assert during and not any(during), during  # (rows computed, none of them while a frame was built)
