@@ -112,13 +112,12 @@ def test_trace_reports_the_prefill_progress(small_chunks, tmp_path):
     from tiny import save_tiny
 
     from tokenviz.backends.transformers.model_choice import ModelChoice
-    from tokenviz.cli.headless import run_trace
+    from tokenviz.cli.headless import TraceRequest, run_trace
 
     reports = []
     model = ModelChoice(save_tiny(tmp_path / "tiny"), device="cpu")
     document = run_trace(
-        PROMPT,
-        SamplingSettings(temperature=0, max_new_tokens=2),
+        TraceRequest(PROMPT, SamplingSettings(temperature=0, max_new_tokens=2)),
         lambda progress: ModelRunner(model.load(progress)),
         progress=lambda message, fraction: reports.append((message, fraction)),
     )
@@ -250,7 +249,7 @@ def test_trace_makes_the_prompts_predictions_only_for_the_files_that_show_them(t
     over the last position alone; with --save the journey keeps every position's, as the app's do."""
     from tiny import tiny_model
 
-    from tokenviz.cli.headless import run_trace
+    from tokenviz.cli.headless import TraceRequest, run_trace
     from tokenviz.files.journey_file import read_journey, snapshot_from_journey
 
     loaded = tiny_model("llama")
@@ -258,11 +257,12 @@ def test_trace_makes_the_prompts_predictions_only_for_the_files_that_show_them(t
     hook = loaded.model.lm_head.register_forward_hook(lambda module, args, out: rows.append(args[0].shape[-2]))
     settings = SamplingSettings(temperature=0, max_new_tokens=2)
     try:
-        document = run_trace(PROMPT, settings, loader=lambda progress: ModelRunner(loaded))
+        document = run_trace(TraceRequest(PROMPT, settings), loader=lambda progress: ModelRunner(loaded))
         n = len(document["prompt"])
         assert n > 2 and rows and max(rows) == 1
         rows.clear()
-        run_trace(PROMPT, settings, loader=lambda progress: ModelRunner(loaded), save=str(tmp_path / "j.json"))
+        asked = TraceRequest(PROMPT, settings, save=str(tmp_path / "j.json"))
+        run_trace(asked, loader=lambda progress: ModelRunner(loaded))
         assert sum(rows) >= n - 1
     finally:
         hook.remove()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -196,70 +197,86 @@ def run_session(
     return session
 
 
+@dataclass(frozen=True)
+class TraceRequest:
+    """What `tokenviz trace` asks, as one value from its command line to its run: the journey (its
+    prompt, settings and chat), what each step adds (the lens of `lens_layers`, routing, attribution, the
+    watched tokens, an attention row), the interventions in force from the prompt on (a mean ablation's
+    mean is over the prompt), a search run instead of the journey (beams, speculation), and the files it
+    writes (`save`, the `html` page with its colours, over files there with `force`)."""
+
+    prompt: str
+    settings: SamplingSettings
+    chat: bool = False
+    system: str | None = None
+    lens: bool = False
+    lens_layers: LensLayers | None = None
+    routing: bool = False
+    attribution: AttributionMethod | None = None
+    watch: tuple[str, ...] = ()
+    attention: int | None = None
+    interventions: tuple[Intervention, ...] = ()
+    beams: int | None = None
+    speculate: str | None = None
+    save: str | None = None
+    html: tuple[str, Iterable[tuple[str, Any]]] | None = None
+    force: bool = False
+
+
 def run_trace(
-    prompt: str,
-    settings: SamplingSettings,
+    asked: TraceRequest,
     loader: OpenEngine,
-    progress: Progress = lambda message, fraction: None,
-    lens: bool = False,
-    routing: bool = False,
-    attribution: AttributionMethod | None = None,
-    watch: Sequence[str] = (),
-    save: str | None = None,
-    html: tuple[str, Iterable[tuple[str, Any]]] | None = None,
-    force: bool = False,
-    beams: int | None = None,
-    speculate: str | None = None,
     draft: OpenEngine | None = None,
-    chat: bool = False,
-    system: str | None = None,
+    progress: Progress = lambda message, fraction: None,
     written: list[tuple[str, Path]] | None = None,
-    interventions: Sequence[Intervention] = (),
-    attention: int | None = None,
-    lens_layers: LensLayers | None = None,
 ) -> dict[str, Any]:
     """The journey's document; with `save` and `html` also its files, each noted in `written` as
-    (what it is, where). `interventions` are in force from the prompt on (a mean ablation's mean is
-    over the prompt). `loader` makes the engine, `draft` a draft model's (for `speculate`)."""
+    (what it is, where). `loader` makes the engine, `draft` a draft model's (for `speculate`)."""
     noted = [] if written is None else written
+    prompt, settings, chat, system = asked.prompt, asked.settings, asked.chat, asked.system
     session = Session(loader(progress), settings)
-    searched = "--beams" if beams else "--speculate" if speculate else ""
-    check_views(session, lens, attention, interventions, routing, searched)
-    session.analyses.lens_layers = lens_layers
+    searched = "--beams" if asked.beams else "--speculate" if asked.speculate else ""
+    check_views(session, asked.lens, asked.attention, asked.interventions, asked.routing, searched)
+    session.analyses.lens_layers = asked.lens_layers
     session.analyses.lens_rows()  # (a layer the model lacks is refused before the journey runs)
-    if interventions:
-        session.set_interventions(interventions, context=tokenize(session.engine, prompt, chat, system)[1])
-    if beams:
+    if asked.interventions:
+        session.set_interventions(asked.interventions, context=tokenize(session.engine, prompt, chat, system)[1])
+    if asked.beams:
         refuse_grammar(settings.grammar, "beam search")  # (before the prefill)
         session.start(prompt, chat=chat, system=system)
-        return beam_document(session, session.prompt_ids, beams, settings.max_new_tokens)
-    if speculate:  # it runs on its own cache: no prefill here
+        return beam_document(session, session.prompt_ids, asked.beams, settings.max_new_tokens)
+    if asked.speculate:  # it runs on its own cache: no prefill here
         _, ids, _ = tokenize(session.engine, prompt, chat, system)
-        return speculation_document(session, ids, speculate, None if draft is None else draft(progress))
-    if routing and not session.engine.info.experts:
+        return speculation_document(session, ids, asked.speculate, None if draft is None else draft(progress))
+    if asked.routing and not session.engine.info.experts:
         name = session.engine.info.name
         raise TokenvizError(f"{name} has no mixture-of-experts layers: --routing has nothing to show")
-    session.pin([token_of(session.engine, token) for token in watch])
+    session.pin([token_of(session.engine, token) for token in asked.watch])
     # The document holds no prediction at a prompt position; a saved journey and a page show them.
     document = journey_document(run_session(session, prompt, progress, chat, system, defer_predictions=True))
-    add_views(session, document, lens, routing, len(watch) >= 2, attribution, progress)
-    if attention is not None:
-        add_attention(session, document, attention)
-    if not (html or save):
-        return document
+    add_views(session, document, asked.lens, asked.routing, len(asked.watch) >= 2, asked.attribution, progress)
+    if asked.attention is not None:
+        add_attention(session, document, asked.attention)
+    if asked.html or asked.save:
+        write_files(session, document, asked, noted)
+    return document
+
+
+def write_files(session: Session, document: dict[str, Any], asked: TraceRequest, noted: list[tuple[str, Path]]) -> None:
+    """The trace's page and journey file, as `asked`; each noted as (what it is, where)."""
     session.score_prompt()
     snapshot, saved = snapshot_of(session), saved_attention_of(session)  # (every layer's rows: once for both)
     try:
-        if html:
-            page = save_page(html[0], snapshot, saved, html[1], replace=force, lens=session.analyses.kept_inspections())
+        if asked.html:
+            lens = session.analyses.kept_inspections()
+            page = save_page(asked.html[0], snapshot, saved, asked.html[1], replace=asked.force, lens=lens)
             noted.append(("the page: open it in any browser", page))
-        if save:
+        if asked.save:
             kept = session.analyses.kept()
-            journey = save_journey(save, snapshot, saved, kept, document=document, replace=force)
+            journey = save_journey(asked.save, snapshot, saved, kept, document=document, replace=asked.force)
             noted.append((f"the journey: tokenviz replay {journey}", journey))
     except TokenvizError as exc:
         raise SaveFailed(str(exc), document) from None
-    return document
 
 
 def remade_journey(recorded: dict[str, Any], session: Session) -> dict[str, Any]:

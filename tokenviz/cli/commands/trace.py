@@ -95,33 +95,30 @@ def trace(
         draft = None if search.draft_model is None else backend.with_values(model=search.draft_model).loader(settings)
     except TokenvizError as exc:
         fail(str(exc))
-    from tokenviz.cli.headless import SaveFailed, run_trace
+    from tokenviz.cli.headless import SaveFailed, TraceRequest, run_trace
 
+    asked = TraceRequest(
+        prompt,
+        settings.replace(max_new_tokens=steps),
+        chat=chat,
+        system=system,
+        lens=lens,
+        lens_layers=chosen_rows,
+        routing=routing,
+        attribution=next((m for m in ATTRIBUTION_METHODS if m == attribution), None),
+        watch=tuple(watch or ()),
+        attention=attention,
+        interventions=interventions.interventions,
+        beams=search.beams,
+        speculate=search.speculate,
+        save=outputs.save,
+        html=(outputs.html, default_page_colors()) if outputs.html else None,
+        force=outputs.force,
+    )
     written: list[tuple[str, Path]] = []
     try:
         with stderr_progress() as progress:
-            document = run_trace(
-                prompt,
-                settings.replace(max_new_tokens=steps),
-                progress=progress,
-                lens=lens,
-                routing=routing,
-                attribution=next((m for m in ATTRIBUTION_METHODS if m == attribution), None),
-                watch=tuple(watch or ()),
-                save=outputs.save,
-                html=(outputs.html, default_page_colors()) if outputs.html else None,
-                force=outputs.force,
-                beams=search.beams,
-                speculate=search.speculate,
-                draft=draft,
-                chat=chat,
-                system=system,
-                written=written,
-                interventions=interventions.interventions,
-                attention=attention,
-                loader=loader,
-                lens_layers=chosen_rows,
-            )
+            document = run_trace(asked, loader, draft, progress, written)
     except SaveFailed as exc:
         print_document(exc.document, as_json)  # the run's output is not lost with the file
         fail(str(exc))
