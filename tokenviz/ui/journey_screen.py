@@ -25,7 +25,7 @@ from tokenviz.contract.commands import (
     ShowAttention,
     ShowLens,
 )
-from tokenviz.contract.engine import Capability, lacking
+from tokenviz.contract.engine import Capability
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.interventions import edit_entries, entries_changed
 from tokenviz.contract.snapshot import Snapshot
@@ -33,19 +33,16 @@ from tokenviz.contract.worker import Worker
 from tokenviz.ui.colors import page_colors
 from tokenviz.ui.compare_screen import CompareScreen
 from tokenviz.ui.fitting_footer import FittingFooter
+from tokenviz.ui.key_gating import action_on, key_refusal, keys_off, what_it_lacks
 from tokenviz.ui.keys import (
     JOURNEY_OWNERS,
     KEYS,
     PALETTE_ONLY,
     bindings,
-    model_actions,
-    model_keys,
-    needs_of,
-    unrouted,
 )
 from tokenviz.ui.panes.attention import AttentionPane
 from tokenviz.ui.panes.attribution import AttributionPane, current_attribution
-from tokenviz.ui.panes.base import Pane, ScrollPane, live_command
+from tokenviz.ui.panes.base import Pane, ScrollPane
 from tokenviz.ui.panes.beams import BeamPane
 from tokenviz.ui.panes.branches import BranchPane
 from tokenviz.ui.panes.cache import CachePane
@@ -91,10 +88,6 @@ VIEWS = {
     "text": TextPane,
     "why": WhyPane,
 }
-MODEL_ACTIONS = model_actions()  # their keys are off in a recording
-MODEL_KEYS = model_keys()
-KEY_ACTIONS = {key: p.action for row in KEYS for p in row.presses for key in p.key.split(",")}  # Textual's key names
-PALETTE_LABELS = {p.action: p.palette or p.footer for row in KEYS for p in row.presses if p.palette or p.footer}
 
 
 def capabilities(s: Snapshot) -> tuple[str, ...] | None:
@@ -310,49 +303,19 @@ class JourneyScreen(WorkerScreen[Snapshot]):
         await self.query_one(f"#{owner}").run_action(action)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """A recording has no model: the keys that need one are off and out of its footer; so are
-        those whose view needs a capability the engine lacks (contract.engine)."""
-        if action == "route":  # a pane's own action (see keys.routed): judged as its action string
-            whole = str(parameters[1])
-        else:
-            whole = f"{action}({', '.join(repr(p) for p in parameters)})" if parameters else action
-        recording = self.snapshot is not None and not self.snapshot.live
-        if recording and whole.split("(")[0] in MODEL_ACTIONS:
-            return False
-        return self.lacking(whole) is None
+        return action_on(self.snapshot, action, parameters)  # (see ui.key_gating)
 
     def lacking(self, action: str, brief: bool = False) -> str | None:
-        """One line saying what `action` needs that this live engine cannot do (`brief`: for a
-        notification); None when it can."""
-        s, action = self.snapshot, unrouted(action)
-        needed = needs_of(action)
-        if s is None or not s.live or s.info is None or needed is None:
-            return None
-        return lacking(s.info, needed, PALETTE_LABELS.get(action, action), brief)
+        return what_it_lacks(self.snapshot, action, brief)
 
     def action_help(self) -> None:
         """The help, with the keys this engine cannot serve listed at its top by what they need."""
-        s, off = self.snapshot, dict[Capability | None, list[str]]()
-        for key, action in KEY_ACTIONS.items():
-            if self.lacking(action) is not None:
-                off.setdefault(needs_of(action), []).append(key)
-        note = ""
-        if off and s is not None and s.info is not None:
-            listed = "; ".join(f"{', '.join(keys)} ({needed})" for needed, keys in off.items())
-            note = f"**Not on this engine** ({s.info.name} gives {', '.join(s.info.capabilities)}): {listed}\n\n"
-        self.app.push_screen(HelpScreen(note + self.HELP))
+        self.app.push_screen(HelpScreen(keys_off(self.snapshot) + self.HELP))
 
     def on_key(self, event: events.Key) -> None:
-        """A recording's keys that need a model are off; pressed, they say so and how to get one. A
-        key whose view needs what the engine cannot do says so in one line."""
-        s = self.snapshot
-        if s is not None and not s.live and s.info is not None and event.key in MODEL_KEYS:
-            self.notify(
-                f"{event.key} needs the model: a recording replays what was kept. "
-                f"Run it live with {live_command(s.info)} and the journey's prompt",
-                severity="warning",
-            )
-        elif event.key in KEY_ACTIONS and (line := self.lacking(KEY_ACTIONS[event.key], brief=True)) is not None:
+        """A key that is off says so, and why, in one line (see ui.key_gating)."""
+        line = key_refusal(self.snapshot, event.key)
+        if line is not None:
             self.notify(line, severity="warning")
 
     @property
