@@ -13,9 +13,6 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, assert_never
 
-import numpy as np
-
-from tokenviz.contract.attention import AttentionView
 from tokenviz.contract.backend import OpenEngine
 from tokenviz.contract.commands import (
     Adjust,
@@ -27,7 +24,6 @@ from tokenviz.contract.commands import (
     Constrain,
     Continue,
     Force,
-    Inspect,
     Intervene,
     Move,
     Pace,
@@ -47,7 +43,7 @@ from tokenviz.contract.commands import (
     Watch,
 )
 from tokenviz.contract.engine import Capability, DrawingEngine
-from tokenviz.contract.errors import Cancelled, GiveWay, TokenvizError
+from tokenviz.contract.errors import GiveWay, TokenvizError
 from tokenviz.contract.interventions import Entries
 from tokenviz.contract.lens_layers import LensLayers
 from tokenviz.contract.presets import assigned
@@ -61,11 +57,11 @@ from tokenviz.journey.branches import with_branch_source
 from tokenviz.journey.prompt import tokenize
 from tokenviz.journey.stops import how_to_go_on
 from tokenviz.render.units import duration
-from tokenviz.worker.attention_rows import AttentionRows
 from tokenviz.worker.comparing import CompareWorker
 from tokenviz.worker.journaling import Journaling
 from tokenviz.worker.snapshots import saved_attention_of, snapshot_of
 from tokenviz.worker.thread import CommandThread
+from tokenviz.worker.view_results import ViewResults
 
 if TYPE_CHECKING:
     from tokenviz.contract.backend import Progress
@@ -74,7 +70,6 @@ if TYPE_CHECKING:
     from tokenviz.journey.session import Session
 
 ALLOWED_WITHOUT_JOURNEY = (Start, Adjust, Assign, Constrain, Intervene, ShowAttention, ShowLens)
-RUNS = (Beams, Speculate, Verify)  # searches from the journey as it is: a new run replaces the old one
 BUSY: dict[type, EngineState] = {  # what the status line says while a command runs
     Step: "stepping",
     Force: "stepping",
@@ -134,14 +129,7 @@ class EngineWorker(CommandThread[Snapshot]):
         self.session: Session | None = None
         self._progress: float | None = None
         self._step_times: deque[tuple[float, float]] = deque(maxlen=16)  # (whole, forward pass) seconds
-        self._results: dict[type[Request[Any]], ViewResult] = {}  # the newest result of each kind of request
-        self._cancelled_kinds: set[type[Request[Any]]] = set()  # whose last run was cancelled
-        self._failed_kinds: dict[type[Request[Any]], str] = {}  # whose last run was refused, and why
-        self._attention_request: ShowAttention | None = None
-        self._lens_request: ShowLens | None = None  # the lens kept at the newest position (see _standing_lens)
-        self._attention_failed: tuple[tuple[int, range, tuple[int, ...]], AttentionView] | None = None
-        self._attention_rows = AttentionRows()
-        self._attention_shown: AttentionView | None = None  # computed after each command, read by each frame
+        self._views = ViewResults(self._compute)  # what the views show that this thread computes
         self._forced: deque[int] = deque()  # a continuation's tokens still to force (see Continue)
         self._forced_total = 0
         self._prefilling: tuple[TokenChip, ...] = ()  # a first prompt's tokens while it is prefilled
@@ -198,7 +186,7 @@ class EngineWorker(CommandThread[Snapshot]):
             self._state, self._message = "ready", "no prompt yet: press e to write one"
             self._start_error = str(exc)
             return
-        self._attention_shown = self._attention_view(self.session)
+        self._views.after(self.session)
         self._state, self._message = "ready", ""
 
     def _start_journey(self, session: Session) -> None:
@@ -266,8 +254,7 @@ class EngineWorker(CommandThread[Snapshot]):
                 self._move(command, session)
             else:
                 self._look(command, session)
-            self._standing_lens(session)
-            self._attention_shown = self._attention_view(session)  # (the model's work here: a frame only reads it)
+            self._views.after(session)  # (the standing views' work is here: a frame only reads it)
             if self._journaling is not None:  # (a step adds a line; a rewind or a branch compares the path)
                 self._journaling.follow(session, moved=isinstance(command, Move) and not isinstance(command, Step))
         except GiveWay:
@@ -283,7 +270,7 @@ class EngineWorker(CommandThread[Snapshot]):
     def _move(self, command: Move, session: Session) -> None:
         """A command that changes the journey."""
         if not isinstance(command, Step | Force):
-            self._results.pop(SplitDifference, None)  # it may be of tokens no longer there
+            self._views.results.pop(SplitDifference, None)  # it may be of tokens no longer there
         match command:
             case Step(token=token):
                 self._step(session, token)
@@ -305,9 +292,7 @@ class EngineWorker(CommandThread[Snapshot]):
                 self._prefill(session, command)
                 self._prompt = command
                 self._step_times.clear()  # tok/s is the new journey's, and so is every view
-                self._results.clear()
-                self._cancelled_kinds.clear()
-                self._failed_kinds.clear()
+                self._views.forget()
             case _:
                 assert_never(command)
 
@@ -323,7 +308,7 @@ class EngineWorker(CommandThread[Snapshot]):
                 entries = tuple((with_branch_source(i, session.branches), on) for i, on in entries)
                 session.set_interventions([i for i, on in entries if on])
                 self._interventions = entries
-                self._results.clear()  # every view's result was of the model as it was
+                self._views.results.clear()  # every view's result was of the model as it was
                 on = sum(on for _, on in entries)
                 self._notice = f"interventions: {on} on, {len(entries) - on} off" if entries else "no interventions"
             case Constrain(grammar=grammar):
@@ -338,7 +323,7 @@ class EngineWorker(CommandThread[Snapshot]):
             case Pace(delta=delta):
                 self._step_pace(delta)
             case ShowAttention() | ShowLens():
-                self._stand(command)
+                self._views.stand(command)
             case Watch(token=token):
                 self._watch(session, token)
             case Save(path=path, page_colors=colors, page_view=view):
@@ -350,50 +335,9 @@ class EngineWorker(CommandThread[Snapshot]):
                 page = save_page(html, snapshot, attention, colors, view, lens=lens()) if colors else None
                 self._notice = f"saved {written}{f' and {page}' if page else ''} (tokenviz replay {written})"
             case Request():
-                self._run_request(command, session)
+                self._views.run(command, session)
             case _:
                 raise TokenvizError(f"unknown command {command!r}")
-
-    def _run_request(self, request: Request[Any], session: Session) -> None:
-        """Compute a view's result. A search's (beams, speculation, verify) is of the journey as it
-        is now: the old one goes when a new one starts. A cancelled or refused one is marked so its view
-        says so."""
-        kind = type(request)
-        self._cancelled_kinds.discard(kind)
-        self._failed_kinds.pop(kind, None)
-        if kind in RUNS:
-            self._results.pop(kind, None)
-        try:
-            self._results[kind] = self._compute(request, session)
-        except Cancelled:
-            self._cancelled_kinds.add(kind)
-            raise
-        except TokenvizError as exc:  # (its view says why, not "computing…")
-            self._failed_kinds[kind] = str(exc)
-            raise
-
-    def _stand(self, request: ShowAttention | ShowLens) -> None:
-        """A view's standing request: each frame (ShowAttention) or each step's (ShowLens) carries its rows."""
-        if isinstance(request, ShowAttention):
-            self._attention_request = request if request.rows > 0 else None
-        else:
-            self._lens_request = request if request.rows != () else None
-
-    def _standing_lens(self, session: Session) -> None:
-        """The lens the open view shows at the newest position, after each command while it stands
-        (ShowLens): read in the step's own pass where the engine can (and kept: asked again, it is no
-        work), so the frame after a step carries it, during autoplay too. Its refusal is its view's to say."""
-        request = self._lens_request
-        newest = len(session.ids) - 1  # (the view's cursor where it follows the journey)
-        if request is None or not session.records or newest < 0:
-            return
-        give_way, session.engine.give_way = session.engine.give_way, None  # (the step is taken: not undone)
-        try:
-            self._run_request(Inspect(newest, request.rows), session)
-        except TokenvizError:
-            pass  # (marked failed: the lens view says why)
-        finally:
-            session.engine.give_way = give_way
 
     def _compute(self, request: Request[Any], session: Session) -> ViewResult:
         """A view's result, computed through its spec (tokenviz.journey.views, as `trace` computes
@@ -551,11 +495,8 @@ class EngineWorker(CommandThread[Snapshot]):
             rate_steps=len(self._step_times),
             error=error,
             handled=self._handled,
-            results=tuple(self._results.values()),
-            cancelled=tuple(kind.__name__ for kind in self._cancelled_kinds),
-            failed=tuple((kind.__name__, line) for kind, line in self._failed_kinds.items()),
             notice=self._notice,
-            attention=None if self._busy else self._attention_shown,
+            **self._views.fields(bool(self._busy)),
             interventions=self._interventions,
         )
 
@@ -565,23 +506,3 @@ class EngineWorker(CommandThread[Snapshot]):
         )
         state: EngineState = "ready" if base.state == "playing" else base.state  # (autoplay stopped with it)
         return dataclasses.replace(base, seq=self._seq, state=state, playing=False, handled=self._handled, error=error)
-
-    def _attention_view(self, session: Session) -> AttentionView | None:
-        """The rows the attention pane asked for, computed for the journey as it is now (after a command:
-        a frame reads them, and builds nothing)."""
-        request = self._attention_request
-        if request is None or not session.records:
-            return None
-        if Capability.ATTENTION.value not in session.engine.info.capabilities:
-            return None  # (the attention pane says why: the engine does not give it)
-        layer, queries = request.resolve(session.engine.kv_len, session.engine.info.layers)
-        asked = (layer, queries, tuple(session.ids))
-        if self._attention_failed is not None and self._attention_failed[0] == asked:
-            return self._attention_failed[1]  # (asked once: not again each frame)
-        try:
-            return self._attention_rows.view(session, layer, queries)
-        except TokenvizError as exc:  # (a server's rows it cannot give: the pane says why, not "computing…")
-            weights = np.full((session.engine.info.heads, len(queries), queries.stop), np.nan, dtype=np.float32)
-            failed = AttentionView(layer=layer, queries=queries, weights=weights, missing=str(exc), failed=True)
-            self._attention_failed = (asked, failed)
-            return failed
