@@ -18,9 +18,9 @@ from tokenviz.contract.engine import (
     Capability,
     Intervenable,
     Lens,
-    able,
     in_order,
-    lacking,
+    refusal_of,
+    require,
     shared_prefix,
 )
 from tokenviz.contract.errors import TokenvizError
@@ -97,15 +97,17 @@ def test_capabilities_stand_side_by_side_and_a_lacking_one_is_one_line():
     lens_only = LensNoCache(ModelRunner(family_model("llama")))  # (what a tier of a cache could not say)
     assert isinstance(lens_only, Lens) and isinstance(lens_only, AttentionRows) and not isinstance(lens_only, Caching)
     info = cached.info
-    assert lacking(info, Capability.CACHE, "verify") is None and able(cached, Capability.CACHE, "verify") is cached
-    line = lacking(info, Capability.LENS, "the logit lens")
+    assert (
+        refusal_of(info, Capability.CACHE, "verify") is None and require(cached, Capability.CACHE, "verify") is cached
+    )
+    line = refusal_of(info, Capability.LENS, "the logit lens")
     assert line is not None and "\n" not in line and "logit lens" in line and info.name in line
     with pytest.raises(TokenvizError) as refused:
-        able(cached, Capability.LENS, "the logit lens")
+        require(cached, Capability.LENS, "the logit lens")
     assert str(refused.value) == line
-    assert able(lens_only, Capability.LENS, "the logit lens") is lens_only
+    assert require(lens_only, Capability.LENS, "the logit lens") is lens_only
     with pytest.raises(TokenvizError, match="needs the engine's kv cache"):
-        able(lens_only, Capability.CACHE, "verify")
+        require(lens_only, Capability.CACHE, "verify")
     assert shared_prefix([1, 2, 3], [1, 2, 4, 5]) == 2 and shared_prefix([], [1]) == 0
 
 
@@ -122,10 +124,10 @@ def test_a_grammar_on_an_engine_that_draws_says_so_though_its_tokenizer_is_here(
         covers=20,
         draws="the server, with the settings sent",
     )
-    assert lacking(info, Capability.TOKENIZER, "counting tokens") is None
+    assert refusal_of(info, Capability.TOKENIZER, "counting tokens") is None
     brief = why_not(info, Capability.GRAMMAR)
     assert brief == "the server draws each token itself; a grammar needs tokenviz to draw (M says more)"
-    line = lacking(info, Capability.GRAMMAR, "a grammar stage")
+    line = refusal_of(info, Capability.GRAMMAR, "a grammar stage")
     assert line is not None and "the server draws each token itself" in line
     assert "needs the engine's local tokenizer" not in line and line.endswith("local tokenizer)")  # (it gives it)
 

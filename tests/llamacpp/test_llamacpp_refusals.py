@@ -7,7 +7,7 @@ import pytest
 from apptools import settle, wait_for
 from llama_reference import THREADS
 
-from tokenviz.contract.engine import Capability, lacking, why_not
+from tokenviz.contract.engine import Capability, refusal_of, why_not
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.usefixtures("llama_cpp")]
 
@@ -25,7 +25,7 @@ def test_each_capability_llama_cpp_lacks_is_refused_naming_llama_cpp_and_the_rem
     info = llama_cpp_loader()(lambda message, fraction: None).info
     for needed in (Capability.ABLATION, Capability.LEAVE_ONE_OUT, Capability.ATTRIBUTION, Capability.LOGIT_SPLIT):
         assert needed.value not in info.capabilities
-        brief, whole = why_not(info, needed), lacking(info, needed, "the view")
+        brief, whole = why_not(info, needed), refusal_of(info, needed, "the view")
         assert "llama.cpp" in brief and "--backend transformers runs the same GGUF" in brief, brief
         assert info.name not in brief and whole == f"the view needs the engine's {needed.value}: {brief}"
 

@@ -13,7 +13,7 @@ import torch
 from clitools import invoke
 from fixed_backend import VOCAB, FixedBackend, FixedEngine, FixedForward
 
-from tokenviz.backends.registry import registered
+from tokenviz.backends.registry import registered_backends
 
 
 class WholeEngine(FixedEngine):
@@ -35,7 +35,7 @@ def opening(engine: FixedEngine):
 
 @pytest.fixture
 def fixed(monkeypatch):
-    monkeypatch.setitem(registered(), "fixed", FixedBackend())
+    monkeypatch.setitem(registered_backends(), "fixed", FixedBackend())
 
 
 def recorded(monkeypatch, capsys, tmp_path, name: str = "fixed") -> tuple[str, dict]:

@@ -11,7 +11,7 @@ import pytest
 from clitools import invoke
 
 import tokenviz
-from tokenviz.backends.registry import registered
+from tokenviz.backends.registry import registered_backends
 from tokenviz.contract.backend import BackendOption, Opening
 
 PACKAGE = Path(tokenviz.__file__).parent
@@ -33,13 +33,13 @@ class TakesDtype:
 
 
 def test_transformers_declares_its_loading_options_as_every_backend_declares_its_own():
-    assert {o.name for o in registered()["transformers"].options} == LOADING
-    assert {o.kind for o in registered()["transformers"].options if o.name == "max_memory"} == {"texts"}
+    assert {o.name for o in registered_backends()["transformers"].options} == LOADING
+    assert {o.kind for o in registered_backends()["transformers"].options if o.name == "max_memory"} == {"texts"}
 
 
 def test_no_module_outside_the_backends_declares_a_backends_option():
     """The CLI builds each backend's options from what the backend declares: none is written out in it."""
-    flags = {o.flag for backend in registered().values() for o in backend.options}
+    flags = {o.flag for backend in registered_backends().values() for o in backend.options}
     written = []
     for path in sorted(PACKAGE.rglob("*.py")):
         if PACKAGE / "backends" in path.parents:
@@ -73,7 +73,7 @@ def test_an_option_the_chosen_backend_lacks_is_one_line_naming_the_backends_that
 
 
 def test_an_option_two_backends_declare_names_both_and_goes_with_either(monkeypatch, capsys):
-    monkeypatch.setitem(registered(), "dtyped", TakesDtype())
+    monkeypatch.setitem(registered_backends(), "dtyped", TakesDtype())
     code, _, err = invoke(monkeypatch, capsys, "trace", "x", "--backend", "llama.cpp", "--dtype", "float16")
     assert (
         code == 2
@@ -95,7 +95,7 @@ def test_no_module_outside_the_backends_asks_where_or_in_which_runtime_a_model_r
     are, how to open it again, why it lacks a capability): nothing outside tokenviz/backends/ reads where a
     model runs or tests its runtime's name."""
     asked = []
-    names = {backend.name for backend in registered().values()} | {"vllm", "vLLM", "vllm-lens"}
+    names = {backend.name for backend in registered_backends().values()} | {"vllm", "vLLM", "vllm-lens"}
     for path in sorted(PACKAGE.rglob("*.py")):
         if PACKAGE / "backends" in path.parents:
             continue

@@ -17,7 +17,7 @@ from apptools import settle, wait_for
 from clitools import invoke
 from fixed_backend import PEAK, VOCAB, FixedBackend, FixedEngine
 
-from tokenviz.backends.registry import GROUP, registered
+from tokenviz.backends.registry import GROUP, registered_backends
 from tokenviz.contract import engine as engine_contract
 from tokenviz.contract.engine import Capability, in_order
 from tokenviz.contract.errors import TokenvizError
@@ -25,12 +25,12 @@ from tokenviz.contract.errors import TokenvizError
 
 @pytest.fixture
 def fixed(monkeypatch):
-    monkeypatch.setitem(registered(), "fixed", FixedBackend())
+    monkeypatch.setitem(registered_backends(), "fixed", FixedBackend())
 
 
 def test_the_built_in_backends_are_the_entry_points_tokenviz_declares():
     assert {e.name for e in entry_points(group=GROUP)} >= {"transformers", "server", "llama.cpp"}
-    assert next(iter(registered())) == "transformers"
+    assert next(iter(registered_backends())) == "transformers"
 
 
 def test_a_backend_registered_in_the_tests_alone_runs_trace(fixed, monkeypatch, capsys):
@@ -103,13 +103,13 @@ async def test_a_plugin_engines_refusal_reaches_the_app_made_safe(fixed, monkeyp
 
 
 def test_a_capability_declared_without_its_protocol_is_one_line_naming_the_backend():
-    from tokenviz.contract.engine import able
+    from tokenviz.contract.engine import require
 
     engine = FixedEngine()
-    assert able(engine, Capability.STEP, "a step") is engine
+    assert require(engine, Capability.STEP, "a step") is engine
     engine.info = dataclasses.replace(engine.info, capabilities=in_order({Capability.STEP, Capability.LENS}))
     with pytest.raises(TokenvizError, match="the logit lens: fixed's backend declares its logit lens without giving"):
-        able(engine, Capability.LENS, "the logit lens")
+        require(engine, Capability.LENS, "the logit lens")
 
 
 def test_the_engine_contract_is_typed_throughout():

@@ -387,7 +387,7 @@ def test_a_server_that_refuses_the_internals_probe_opens_without_them_and_says_w
     """A server that is not vLLM may refuse a request's extra fields (vllm_xargs): the engine opens on
     the journey alone, its lens and attention refused in one line naming the plugin."""
     from tokenviz.backends.served.engine import ServedEngine
-    from tokenviz.contract.engine import Capability, lacking
+    from tokenviz.contract.engine import Capability, refusal_of
 
     plain = completion()
 
@@ -401,7 +401,7 @@ def test_a_server_that_refuses_the_internals_probe_opens_without_them_and_says_w
         server.routes["/v1/completions"] = strict
         engine = ServedEngine(Endpoint(server.url, None), MODEL)
         assert engine.internals is None and Capability.LENS.value not in engine.info.capabilities
-        line = lacking(engine.info, Capability.LENS, "the logit lens")
+        line = refusal_of(engine.info, Capability.LENS, "the logit lens")
         assert line is not None and "no vllm-lens plugin" in line and "pip install" in line
 
 

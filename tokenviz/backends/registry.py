@@ -81,13 +81,13 @@ def _registry() -> tuple[dict[str, Backend], list[str]]:
     return found, refused
 
 
-def registered() -> dict[str, Backend]:
+def registered_backends() -> dict[str, Backend]:
     """Every backend of the entry-point group, by its name (the built-in ones first, the default first of
     them). The table itself is returned: a test adds a backend of its own to it."""
     return _registry()[0]
 
 
-def refused() -> list[str]:
+def refusals() -> list[str]:
     """A line for each plugin left out (registered), to be said once."""
     return _registry()[1]
 
@@ -100,10 +100,10 @@ def _asks(backend: Backend, given: frozenset[str]) -> bool:
         raise TokenvizError(f"the backend {backend.name!r} failed on its options: {why}") from None
 
 
-def chosen(name: str | None, given: frozenset[str]) -> Backend:
+def choose_backend(name: str | None, given: frozenset[str]) -> Backend:
     """The backend `--backend NAME` names; without it the one whose own options `given` ask for it, else
     the default. An option the backend chosen does not declare is one line naming the backends that do."""
-    table = registered()
+    table = registered_backends()
     if name is not None:
         backend = table.get(name)
         if backend is None:

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import typer
 
-from tokenviz.backends.registry import chosen, registered
+from tokenviz.backends.registry import choose_backend, registered_backends
 from tokenviz.cli.options import MODEL_OPTION, option_group, print_warning, sampling_options
 from tokenviz.contract.backend import Backend, BackendOption, OpenEngine, Opening, OptionValue, Progress
 from tokenviz.contract.engine import Engine
@@ -66,7 +66,7 @@ class BackendChoice:
         options its own backend takes, so neither refuses the other's."""
         if against is None:
             return self, self
-        table = registered()
+        table = registered_backends()
         if against not in table:
             raise TokenvizError(f"--against-backend {against!r}: the backends here are {', '.join(table)}")
         b_own = {o.name for o in table[against].options}
@@ -77,7 +77,7 @@ class BackendChoice:
 
     def backend(self) -> Backend:
         """The backend chosen (one line, a TokenvizError, where the options given do not go together)."""
-        return chosen(self.values.get(NAME), self.given - {NAME, MODEL})
+        return choose_backend(self.values.get(NAME), self.given - {NAME, MODEL})
 
     def loader(self, settings: SamplingSettings, interventions: tuple[Intervention, ...] = ()) -> OpenEngine:
         """The chosen backend's loader, what it was given checked first."""
@@ -131,7 +131,7 @@ def backend_options(command: str) -> Callable[[Callable[..., None]], Callable[..
     """Give `command` --backend and the registered backends' options for it; it receives them as
     `backend` (a BackendChoice). An option whose name or flag the command has already (a plugin's named
     `model`, `steps`...) is left out with a line (left_out), and the built-in one kept."""
-    table = registered()
+    table = registered_backends()
 
     def decorate(function: Callable[..., None]) -> Callable[..., None]:
         taken = _taken(function)

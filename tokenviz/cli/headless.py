@@ -11,7 +11,7 @@ from typing import Any
 from tokenviz.cli.backend_options import BackendChoice
 from tokenviz.contract.backend import OpenEngine, Progress
 from tokenviz.contract.commands import Attribute, Beams, Inspect, Request, SplitDifference
-from tokenviz.contract.engine import Caching, Capability, DrawingEngine, Engine, SearchAsk, able, lacking
+from tokenviz.contract.engine import Caching, Capability, DrawingEngine, Engine, SearchAsk, refusal_of, require
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import refuse_grammar
 from tokenviz.contract.interventions import Intervention
@@ -90,7 +90,7 @@ def check_views(
         (routing, Capability.ROUTING, "--routing"),
         (bool(searched), Capability.CACHE, searched),
     ):
-        line = lacking(info, needs, option) if asked else None
+        line = refusal_of(info, needs, option) if asked else None
         if line is not None:
             raise TokenvizError(line)
     if attention is not None and not 0 <= attention < info.layers:
@@ -167,7 +167,7 @@ def beam_document(session: Session, ids: list[int], width: int, steps: int) -> d
 
 def speculation_document(session: Session, ids: list[int], spec: str, draft: Engine | None) -> dict[str, Any]:
     """The trace document of speculative decoding: the steps are the output tokens."""
-    cache: Caching = able(session.engine, Capability.CACHE, "--speculate")
+    cache: Caching = require(session.engine, Capability.CACHE, "--speculate")
     result = cache.speculate(SearchAsk(tuple(ids), session.settings.max_new_tokens), spec, session.settings, draft)
     return run_output(session, ids, list(result.ids), speculation=result.to_json())
 

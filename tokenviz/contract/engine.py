@@ -10,7 +10,7 @@ KV cache read and fed again (`Caching`), exact attention rows (`AttentionRows`),
 difference by layer (`LogitSplitting`). A served model with the lens and attention rows and no cache
 here is as easy to say as a local model with every one.
 
-The journey asks for a capability through `able` (or the view's `needs`, for a key): what the engine
+The journey asks for a capability through `require` (or the view's `needs`, for a key): what the engine
 lacks is one line saying so. Nothing here imports torch at run time: `Scores` (an engine's tensor of
 scores, on its device) names torch's tensor for the type checker alone, and every engine module ends with
 `conforms`, so mypy holds each engine to the protocols it declares.
@@ -92,7 +92,7 @@ def in_order(capabilities: Iterable[str]) -> tuple[str, ...]:
     return tuple(c.value for c in Capability if c.value in held)
 
 
-def lacking(info: ModelInfo, needed: Capability, what: str, brief: bool = False) -> str | None:
+def refusal_of(info: ModelInfo, needed: Capability, what: str, brief: bool = False) -> str | None:
     """One line saying that `what` needs a capability this engine lacks; None when it has it. `brief`:
     short enough for a notification (the model view says why and what it gives)."""
     if needed.value in info.capabilities:
@@ -432,31 +432,33 @@ PROTOCOLS: dict[Capability, type] = {  # what an engine declaring each capabilit
 
 
 @overload
-def able(engine: Engine, needed: Literal[Capability.CACHE], what: str) -> Caching: ...
+def require(engine: Engine, needed: Literal[Capability.CACHE], what: str) -> Caching: ...
 @overload
-def able(engine: Engine, needed: Literal[Capability.ATTENTION], what: str) -> AttentionRows: ...
+def require(engine: Engine, needed: Literal[Capability.ATTENTION], what: str) -> AttentionRows: ...
 @overload
-def able(engine: Engine, needed: Literal[Capability.LENS], what: str) -> Lens: ...
+def require(engine: Engine, needed: Literal[Capability.LENS], what: str) -> Lens: ...
 @overload
-def able(
+def require(
     engine: Engine, needed: Literal[Capability.LEAVE_ONE_OUT, Capability.ATTRIBUTION], what: str
 ) -> Attributing: ...
 @overload
-def able(engine: Engine, needed: Literal[Capability.INTERVENTIONS, Capability.ABLATION], what: str) -> Intervenable: ...
+def require(
+    engine: Engine, needed: Literal[Capability.INTERVENTIONS, Capability.ABLATION], what: str
+) -> Intervenable: ...
 @overload
-def able(engine: Engine, needed: Literal[Capability.LOGIT_SPLIT], what: str) -> LogitSplitting: ...
+def require(engine: Engine, needed: Literal[Capability.LOGIT_SPLIT], what: str) -> LogitSplitting: ...
 @overload
-def able(
+def require(
     engine: Engine,
     needed: Literal[Capability.STEP, Capability.ROUTING, Capability.TOKENIZER, Capability.GRAMMAR],
     what: str,
 ) -> Engine: ...
 
 
-def able(engine: Engine, needed: Capability, what: str) -> object:
-    """`engine` as the protocol `needed` names (PROTOCOLS); a TokenvizError of one line (`lacking`) where
+def require(engine: Engine, needed: Capability, what: str) -> object:
+    """`engine` as the protocol `needed` names (PROTOCOLS); a TokenvizError of one line (`refusal_of`) where
     it does not declare it, or declares it without implementing it (a backend's mistake, said so)."""
-    line = lacking(engine.info, needed, what)
+    line = refusal_of(engine.info, needed, what)
     if line is not None:
         raise TokenvizError(line)
     if not isinstance(engine, PROTOCOLS[needed]):

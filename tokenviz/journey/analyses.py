@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol, cast
 
-from tokenviz.contract.engine import Capability, Engine, Lens, LogitSplitting, able
+from tokenviz.contract.engine import Capability, Engine, Lens, LogitSplitting, require
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.lens_layers import LensLayers
 from tokenviz.contract.records import StepRecord
@@ -51,7 +51,7 @@ class JourneyAnalyses:
         context, chosen = self._past(position)
         pinned, every = self.session.pinned, self.lens_rows()
         rows = every if rows is None else self._checked(rows)
-        lens: Lens = able(self.session.engine, Capability.LENS, "the logit lens")
+        lens: Lens = require(self.session.engine, Capability.LENS, "the logit lens")
         whole = self._inspections.kept((context, chosen, pinned, every))
         if whole is not None and rows is not None and whole.holds(rows):
             return replace(whole, lens=whole.rows_of(rows))
@@ -78,7 +78,7 @@ class JourneyAnalyses:
         if not pasts:
             return
         pinned, longest, rows = self.session.pinned, max((context for context, _ in pasts), key=len), self.lens_rows()
-        lens: Lens = able(self.session.engine, Capability.LENS, "the logit lens")
+        lens: Lens = require(self.session.engine, Capability.LENS, "the logit lens")
         followed = tuple(chosen for _, chosen in pasts)
         found = lens.inspect(LensAsk(tuple(longest), tuple(positions[-KEEP:]), followed, pinned, rows))
         for (context, chosen), inspection in zip(pasts, found):
@@ -95,9 +95,9 @@ class JourneyAnalyses:
         context, chosen = self._past(position)
         engine = self.session.engine
         attributing = (
-            able(engine, Capability.ATTRIBUTION, "attribution")
+            require(engine, Capability.ATTRIBUTION, "attribution")
             if method == "grad"
-            else able(engine, Capability.LEAVE_ONE_OUT, "attribution")
+            else require(engine, Capability.LEAVE_ONE_OUT, "attribution")
         )
 
         def compute() -> Attribution:
@@ -119,7 +119,7 @@ class JourneyAnalyses:
             raise TokenvizError("watch two tokens (w) to split their logit difference by layer")
         context, _ = self._past(position)
         a, b = pinned[-2:]
-        splitting: LogitSplitting = able(self.session.engine, Capability.LOGIT_SPLIT, "the logit split")
+        splitting: LogitSplitting = require(self.session.engine, Capability.LOGIT_SPLIT, "the logit split")
         return self._differences.get(
             (context, a, b), lambda: splitting.logit_difference(list(context), a, b, progress, cancelled)
         )
@@ -131,7 +131,7 @@ class JourneyAnalyses:
         splitting: LogitSplitting | None = None
         differences = []
         for d in kept.logit_differences:
-            splitting = splitting or able(self.session.engine, Capability.LOGIT_SPLIT, "the logit split")
+            splitting = splitting or require(self.session.engine, Capability.LOGIT_SPLIT, "the logit split")
             differences.append(splitting.logit_difference(list(self._past(d.position)[0]), d.a_id, d.b_id))
         return Analyses(attributions, tuple(differences))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from tokenviz.contract.engine import Capability, Engine, OwnGrammarVocabulary, able
+from tokenviz.contract.engine import Capability, Engine, OwnGrammarVocabulary, require
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import Grammar
 from tokenviz.contract.settings import SamplingSettings
@@ -21,7 +21,7 @@ class GrammarState:
     @property
     def matchers(self) -> GrammarMatchers:
         if self._matchers is None:
-            engine = able(self._engine, Capability.GRAMMAR, "a grammar stage")
+            engine = require(self._engine, Capability.GRAMMAR, "a grammar stage")
             vocab = engine.info.vocab
             if isinstance(engine, OwnGrammarVocabulary):  # (its runtime's own: a GGUF in llama.cpp)
                 vocabulary = cast(Callable[[], Any], engine.grammar_vocabulary)

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from tokenviz.contract.engine import Caching, Capability, able
+from tokenviz.contract.engine import Caching, Capability, require
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import Grammar
 from tokenviz.files.documents import score_document
@@ -47,7 +47,7 @@ def constrain(document: dict[str, Any], session: Session, grammar: Grammar) -> N
     """Add to each scored token its log-probability under `grammar` and the count it allows there;
     null from the first token the grammar does not allow (where the text leaves it)."""
     engine, ids = session.engine, session.ids
-    cache: Caching = able(engine, Capability.CACHE, "a grammar's scores")
+    cache: Caching = require(engine, Capability.CACHE, "a grammar's scores")
     first = 0
     while first < len(ids) - 1 and ids[first] in engine.special_ids:
         first += 1  # (a BOS the tokenizer adds is not the text's)

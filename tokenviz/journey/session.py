@@ -22,7 +22,7 @@ from tokenviz.contract.engine import (
     Forward,
     Intervenable,
     Intervening,
-    able,
+    require,
     shared_prefix,
 )
 from tokenviz.contract.errors import TokenvizError
@@ -272,9 +272,9 @@ class Session:
         new = None
         interventions = [with_branch_source(i, self.branches) for i in interventions]
         if interventions:
-            engine: Intervenable = able(self.engine, Capability.INTERVENTIONS, interventions[0].label)
+            engine: Intervenable = require(self.engine, Capability.INTERVENTIONS, interventions[0].label)
             for ablation in (i for i in interventions if isinstance(i, HeadAblation)):
-                able(self.engine, Capability.ABLATION, ablation.label)
+                require(self.engine, Capability.ABLATION, ablation.label)
             with old.suspended() if old else nullcontext():
                 new = engine.intervene(
                     interventions,
@@ -328,7 +328,7 @@ class Session:
         float32 (layers, heads, len(rows), rows.stop); row i covers keys 0..rows.start + i."""
         if not 0 <= rows.start < rows.stop <= self.engine.kv_len:
             raise TokenvizError(f"positions {rows.start}-{rows.stop - 1} have not all been through the model")
-        engine: AttentionRows = able(self.engine, Capability.ATTENTION, "attention rows")
+        engine: AttentionRows = require(self.engine, Capability.ATTENTION, "attention rows")
         weights: np.ndarray = to_host({"rows": engine.attention(self.cached_ids, rows, layers)})["rows"]
         return weights
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tokenviz.contract.engine import AttentionRows, Caching, Capability, Engine, able, scores_of
+from tokenviz.contract.engine import AttentionRows, Caching, Capability, Engine, require, scores_of
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import Verification
 from tokenviz.journey import memory_policy
@@ -27,8 +27,8 @@ def verify_latest(
     fed = len(ids)
     if not fed:
         raise TokenvizError("nothing to verify yet")
-    cache: Caching = able(runner, Capability.CACHE, "verify")
-    attention: AttentionRows = able(runner, Capability.ATTENTION, "verify")
+    cache: Caching = require(runner, Capability.CACHE, "verify")
+    attention: AttentionRows = require(runner, Capability.ATTENTION, "verify")
     runner.crop(fed - 1)
     cached = scores_of(runner.forward([ids[-1]]))
     rows = attention.attention(ids, range(fed - 1, fed), range(runner.info.layers))[:, :, 0]

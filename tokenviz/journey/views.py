@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenviz.contract.commands import Attribute, Beams, Inspect, Request, Speculate, SplitDifference, Verify
-from tokenviz.contract.engine import Caching, Capability, SearchAsk, able, lacking
+from tokenviz.contract.engine import Caching, Capability, SearchAsk, refusal_of, require
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import refuse_grammar
 from tokenviz.contract.results import Attribution, Inspection, LogitDifference, ViewResult
@@ -47,7 +47,9 @@ def _lens_entry(session: Session, inspection: Inspection) -> dict[str, Any]:
 
 def _attribute(session: Session, request: Attribute, progress: Progress, cancelled: Cancelled) -> Attribution:
     line = (
-        lacking(session.engine.info, Capability.ATTRIBUTION, "gradient × input") if request.method == "grad" else None
+        refusal_of(session.engine.info, Capability.ATTRIBUTION, "gradient × input")
+        if request.method == "grad"
+        else None
     )
     if line is not None:  # (leave-one-out needs less: the spec's capability)
         raise TokenvizError(line)
@@ -74,12 +76,12 @@ def _search(session: Session, steps: int, progress: Progress, cancelled: Cancell
 
 def _beams(session: Session, request: Beams, progress: Progress, cancelled: Cancelled) -> ViewResult:
     refuse_grammar(session.settings.grammar, "beam search")
-    cache: Caching = able(session.engine, Capability.CACHE, "beam search")
+    cache: Caching = require(session.engine, Capability.CACHE, "beam search")
     return cache.beam_search(_search(session, request.steps, progress, cancelled), request.width)
 
 
 def _speculate(session: Session, request: Speculate, progress: Progress, cancelled: Cancelled) -> ViewResult:
-    cache: Caching = able(session.engine, Capability.CACHE, "speculative decoding")
+    cache: Caching = require(session.engine, Capability.CACHE, "speculative decoding")
     return cache.speculate(_search(session, request.steps, progress, cancelled), request.drafter, session.settings)
 
 
@@ -118,7 +120,7 @@ def spec_of(session: Session, request: Request[Any]) -> ViewSpec:
     spec = VIEWS.get(type(request))
     if spec is None:
         raise TokenvizError(f"unknown request {request!r}")
-    line = lacking(session.engine.info, spec.needs, spec.name)
+    line = refusal_of(session.engine.info, spec.needs, spec.name)
     if line is not None:
         raise TokenvizError(line)
     return spec

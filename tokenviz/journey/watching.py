@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from tokenviz.contract.engine import Caching, Capability, DrawingEngine, Engine, able
+from tokenviz.contract.engine import Caching, Capability, DrawingEngine, Engine, require
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.records import PinnedToken, StepRecord
 from tokenviz.contract.settings import SamplingSettings
@@ -100,7 +100,7 @@ def _watched(
         return {}
     if isinstance(engine, DrawingEngine):  # a server's steps: from the top-N each record kept
         return {i: _from_record(engine, records[i], ids, prompt_len, pinned) for i in stale}
-    cache: Caching = able(engine, Capability.CACHE, "watching a token at the steps before")
+    cache: Caching = require(engine, Capability.CACHE, "watching a token at the steps before")
     filled = {}
     chunk_size = memory_policy.PREFILL_CHUNK
     for begin in range(0, len(stale), chunk_size):

@@ -24,14 +24,14 @@ class TokenvizCommands(Provider):
             return []
         return palette_entries(screen.KEY_ROWS, screen.PALETTE_ONLY, screen.ACTION_OWNERS)
 
-    def _lacking(self, action: str) -> str | None:
-        """What the command needs that the screen's engine cannot do (see JourneyScreen.lacking)."""
-        lacking = getattr(self.screen, "lacking", None)
-        return lacking(action) if lacking else None
+    def _refusal(self, action: str) -> str | None:
+        """What the command needs that the screen's engine cannot do (see JourneyScreen.refusal_of)."""
+        refusal_of = getattr(self.screen, "refusal_of", None)
+        return refusal_of(action) if refusal_of else None
 
     async def discover(self) -> Hits:
         for label, action in self._entries():
-            yield DiscoveryHit(label, partial(self.screen.run_action, action), help=self._lacking(action))
+            yield DiscoveryHit(label, partial(self.screen.run_action, action), help=self._refusal(action))
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
@@ -42,7 +42,7 @@ class TokenvizCommands(Provider):
                     score,
                     matcher.highlight(label),
                     partial(self.screen.run_action, action),
-                    help=self._lacking(action),
+                    help=self._refusal(action),
                 )
 
         for name, choose in theme_choices(self.app):

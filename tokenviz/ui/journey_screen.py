@@ -305,7 +305,7 @@ class JourneyScreen(WorkerScreen[Snapshot]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         return action_on(self.snapshot, action, parameters)  # (see ui.key_gating)
 
-    def lacking(self, action: str, brief: bool = False) -> str | None:
+    def refusal_of(self, action: str, brief: bool = False) -> str | None:
         return what_it_lacks(self.snapshot, action, brief)
 
     def action_help(self) -> None:

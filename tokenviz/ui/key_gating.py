@@ -4,7 +4,7 @@ in one line, and the help lists them at its top by what they need."""
 
 from __future__ import annotations
 
-from tokenviz.contract.engine import Capability, lacking
+from tokenviz.contract.engine import Capability, refusal_of
 from tokenviz.contract.snapshot import Snapshot
 from tokenviz.ui.keys import KEYS, model_actions, model_keys, needs_of, unrouted
 from tokenviz.ui.panes.base import live_command
@@ -22,7 +22,7 @@ def what_it_lacks(s: Snapshot | None, action: str, brief: bool = False) -> str |
     needed = needs_of(action)
     if s is None or not s.live or s.info is None or needed is None:
         return None
-    return lacking(s.info, needed, PALETTE_LABELS.get(action, action), brief)
+    return refusal_of(s.info, needed, PALETTE_LABELS.get(action, action), brief)
 
 
 def action_on(s: Snapshot | None, action: str, parameters: tuple[object, ...]) -> bool:

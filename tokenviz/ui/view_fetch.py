@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenviz.contract.commands import Attribute, Inspect, Request, SplitDifference
-from tokenviz.contract.engine import Capability, lacking
+from tokenviz.contract.engine import Capability, refusal_of
 from tokenviz.contract.results import AttributionMethod
 from tokenviz.ui.panes.attribution import current_attribution
 from tokenviz.ui.panes.lens import current_inspection, every_lens_row, lens_rows_shown
@@ -77,7 +77,7 @@ def _difference(selection: Selection, room: Room) -> Wanted:
     s = selection.snapshot
     if s.playing or len(s.pinned) < 2 or current_difference(selection) is not None:
         return None
-    if lacking(selection.info, Capability.LOGIT_SPLIT, "the logit split") is not None:
+    if refusal_of(selection.info, Capability.LOGIT_SPLIT, "the logit split") is not None:
         return None  # (the watch view says so: a served model's layers are the server's)
     request = SplitDifference(position=selection.cursor)
     return request, (request, s.pinned[-2:])

@@ -58,7 +58,7 @@ from tokenviz.contract.engine import (
     Lens,
     OnProgress,
     in_order,
-    lacking,
+    refusal_of,
 )
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.interventions import Intervention
@@ -405,7 +405,7 @@ class ServedEngine(DenseInOnePlace):
     ) -> ServedSteering:
         """The interventions resolved on the model's own passes and sent with every request from now on
         (backends.served.steering; a head ablation is refused: it would mean sending code)."""
-        if (line := lacking(self.info, Capability.INTERVENTIONS, interventions[0].label)) is not None:
+        if (line := refusal_of(self.info, Capability.INTERVENTIONS, interventions[0].label)) is not None:
             raise TokenvizError(line)
         steering = ServedSteering(self, interventions, token_id)
         self.steering = steering

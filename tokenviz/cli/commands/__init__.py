@@ -10,7 +10,7 @@ from typing import NoReturn
 
 import typer
 
-from tokenviz.backends.registry import refused
+from tokenviz.backends.registry import refusals
 from tokenviz.cli.backend_options import left_out
 from tokenviz.cli.commands.app import app_cli
 from tokenviz.cli.commands.common import USAGE_ERROR
@@ -29,7 +29,7 @@ def run() -> None:
     """Entry point: `tokenviz trace|replay|score|compare|serve ...` go to their own commands, everything
     else to the app."""
     tidy_thread_setting(print_warning)
-    for line in (*refused(), *left_out()):  # (plugins left out as the command line was built: said once)
+    for line in (*refusals(), *left_out()):  # (plugins left out as the command line was built: said once)
         print_warning(line)
     args = sys.argv[1:]
     if args and args[0] in SUBCOMMANDS:

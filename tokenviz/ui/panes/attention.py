@@ -24,7 +24,7 @@ from textual.strip import Strip
 
 from tokenviz.contract.attention import HEAD_MODES, Head, head_label, paged_start, window
 from tokenviz.contract.commands import Intervene
-from tokenviz.contract.engine import Capability, lacking
+from tokenviz.contract.engine import Capability, refusal_of
 from tokenviz.contract.interventions import HeadAblation
 from tokenviz.contract.records import TokenChip
 from tokenviz.render.colors import ramp
@@ -100,7 +100,7 @@ class AttentionPane(LinesPane):
 
     def draw(self, selection: Selection) -> None:
         info = selection.info
-        line = lacking(info, Capability.ATTENTION, "the attention map") if info is not None else None
+        line = refusal_of(info, Capability.ATTENTION, "the attention map") if info is not None else None
         if line is not None:  # (a served model): said in the pane, where the map would be
             self.set_title("attention")
             self.show_lines(

@@ -120,7 +120,7 @@ class AttributionPane(RowsPane):
         )
         loo = (f"leave-one-out anyway, about {duration(loo_s)} (exact; not asked again)", "loo")
         grad = (f"gradient × input instead: one forward and one backward pass, about {duration(grad_s)}", "grad")
-        choices = [grad, loo] if journey.lacking("attribution('grad')") is None else [loo]  # (a served model: none)
+        choices = [grad, loo] if journey.refusal_of("attribution('grad')") is None else [loo]  # (a served model: none)
         self.app.push_screen(LongJobScreen(question, choices), chosen)
 
     def draw(self, selection: Selection) -> None:

@@ -37,5 +37,5 @@ class JourneyHost(Protocol):
     def showing(self, name: str, kind: type[Request[Any]]) -> bool:
         """Whether view `name` is open with something to show (its key then returns to attention)."""
 
-    def lacking(self, action: str, brief: bool = False) -> str | None:
+    def refusal_of(self, action: str, brief: bool = False) -> str | None:
         """What `action` needs that the engine cannot do, in one line; None when it can."""

@@ -13,7 +13,7 @@ from rich.style import Style
 from rich.text import Text
 
 from tokenviz.contract.commands import SplitDifference
-from tokenviz.contract.engine import Capability, lacking
+from tokenviz.contract.engine import Capability, refusal_of
 from tokenviz.contract.results import LogitDifference
 from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell, fitting
@@ -99,7 +99,7 @@ class WatchPane(RowsPane):
         self.body.update(text)
 
     def _split(self, text: Text, selection: Selection, width: int) -> None:
-        line = lacking(selection.info, Capability.LOGIT_SPLIT, "the split of their logit difference by layer")
+        line = refusal_of(selection.info, Capability.LOGIT_SPLIT, "the split of their logit difference by layer")
         if line is not None:  # (a served model)
             text.append(line, Style(dim=True))
             return
