@@ -11,11 +11,14 @@ name, dimensions, type and offset, then the data from the next multiple of gener
 from __future__ import annotations
 
 import collections
+import functools
 import math
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
+
+import numpy as np
 
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.text import safe_text, shortened
@@ -28,12 +31,9 @@ MAX_STRING = 1 << 24  # bytes of one string (a chat template is kilobytes)
 MAX_DIMS = 4
 SHORT = 256  # a string kept (general.architecture); longer ones are read past
 SHORT_LIST = 1024  # a list of numbers kept (a count a layer: expert_used_count); longer ones are read past
-SCALARS = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # a value type's bytes
-STRING, ARRAY = 8, 9
 # ggml's types that are never a weight's (what a product's other side is quantized to, indices, doubles):
 # llama.cpp has no kernel that multiplies by them, and ended in a segmentation fault on one
 NO_WEIGHT_TYPES = frozenset({"Q8_1", "Q8_K", "I8", "I16", "I32", "I64", "F64"})
-NUMBER_FORMATS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,18 @@ class GgufHeader:
         return ", ".join(shown + ([f"{rest} more"] if rest else []))
 
 
+@functools.cache
+def value_types() -> tuple[dict[int, np.dtype[Any]], int, int]:
+    """The gguf package's own tables of the metadata's value types: each number type's numpy type (its
+    size and how it reads, little-endian), and the string and array types' numbers. (Imported when a
+    file is read: the command line imports this module before anything loads.)"""
+    from gguf import GGUFValueType
+    from gguf.gguf_reader import GGUFReader
+
+    numbers = {int(t): np.dtype(d).newbyteorder("<") for t, d in GGUFReader.gguf_scalar_to_np.items()}
+    return numbers, int(GGUFValueType.STRING), int(GGUFValueType.ARRAY)
+
+
 def _shown(name: bytes) -> str:
     """A name from the file, safe to print."""
     return safe_text(shortened(name.decode("utf-8", "replace"), 40))
@@ -100,21 +112,21 @@ class _Reader:
     def skip_value(self, kind: int, what: str) -> float | str | tuple[float, ...] | None:
         """Read past one value of `kind`; a number's value, a short string's or a short list of numbers' is
         returned."""
-        if kind in SCALARS:
-            data = self.take(SCALARS[kind], what)
-            return float(struct.unpack("<" + NUMBER_FORMATS[kind], data)[0])
-        if kind == STRING:
+        numbers, string, array = value_types()
+        if kind in numbers:
+            return float(np.frombuffer(self.take(numbers[kind].itemsize, what), numbers[kind])[0])
+        if kind == string:
             text = self.string(what)
             return _shown(text) if len(text) <= SHORT else None
-        if kind == ARRAY:
+        if kind == array:
             inner, count = self.number("I", what), self.number("Q", what)
             if count > MAX_ARRAY:
                 raise self.lie(f"{what} claims {count:,} entries")
-            if inner in SCALARS:
-                data = self.take(count * SCALARS[inner], what)
+            if inner in numbers:
+                data = self.take(count * numbers[inner].itemsize, what)
                 if count <= SHORT_LIST:
-                    return tuple(float(v) for v in struct.unpack(f"<{count}{NUMBER_FORMATS[inner]}", data))
-            elif inner == STRING:
+                    return tuple(float(v) for v in np.frombuffer(data, numbers[inner]))
+            elif inner == string:
                 for _ in range(count):
                     self.string(what)
             else:
