@@ -8,6 +8,8 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
+from tokenviz.backends.llamacpp import pinned
+
 _BOUND: dict[str, Any] = {}
 
 POINTER = ctypes.c_void_p
@@ -48,8 +50,7 @@ _GRAPHS: Signatures = {  # and what a graph of tokenviz's own takes
 
 def _bound(which: str, signatures: Signatures) -> Any:
     if which not in _BOUND:
-        from llama_cpp._ggml import libggml as lib
-
+        lib = pinned.ggml_library(signatures)
         for name, (arguments, result) in signatures.items():
             function = getattr(lib, name)
             function.argtypes, function.restype = arguments, result

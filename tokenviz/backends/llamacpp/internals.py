@@ -25,6 +25,7 @@ import torch
 
 from tokenviz.backends.llamacpp.capture import Capture
 from tokenviz.backends.llamacpp.head import Head
+from tokenviz.backends.llamacpp.pinned import RESULT_NORM, attention_probabilities, layer_output
 from tokenviz.backends.llamacpp.runtime import BATCH, NO_EDITS, Edits, Runtime
 from tokenviz.backends.shared.lens_in_use import STEPS_KEPT, LensInUse
 from tokenviz.backends.shared.output_head import inspections
@@ -78,7 +79,7 @@ class LlamaInternals:
         """The tensors a lens of `rows` reads: the residual after each of their layers and the last, and the
         final norm's output (checked)."""
         layers = self.runtime.shape.layers
-        return {f"l_out-{row - 1}" for row in rows if row > 0} | {f"l_out-{layers - 1}", "result_norm"}
+        return {layer_output(row - 1) for row in rows if row > 0} | {layer_output(layers - 1), RESULT_NORM}
 
     def step_names(self, fed: int) -> set[str]:
         """What a step feeding `fed` tokens captures in its own pass for the lens: while the lens is in use
@@ -133,7 +134,7 @@ class LlamaInternals:
     def residual(self, ids: Sequence[int], layer: int, position: int) -> torch.Tensor:
         """The model's own residual after `layer` at `position` of `ids` (no intervention in force): what
         a steering by texts and a patch's source read."""
-        name = f"l_out-{layer}"
+        name = layer_output(layer)
         _, found, _ = self._pass(self.lens_context, ids[: position + 1], position, [position], {name}, NO_EDITS)
         if name not in found:
             raise TokenvizError(f"llama.cpp's graph of {self.architecture} has no {name} (the residual after a layer)")
@@ -164,12 +165,12 @@ class LlamaInternals:
         fed = [p - start for p in positions]  # (the rows of the positions this pass fed)
 
         def after(layer: int) -> torch.Tensor:  # (positions, hidden): the last layer keeps its outputs alone
-            values = torch.from_numpy(np.concatenate(found[f"l_out-{layer}"]).reshape(-1, hidden))
+            values = torch.from_numpy(np.concatenate(found[layer_output(layer)]).reshape(-1, hidden))
             return values[at] if layer == layers - 1 else values[fed]
 
         embedded = self.head.embeddings([ids[p] for p in positions])
         last = after(layers - 1)
-        result_norm = torch.from_numpy(np.concatenate(found["result_norm"]).reshape(-1, hidden))
+        result_norm = torch.from_numpy(np.concatenate(found[RESULT_NORM]).reshape(-1, hidden))
         self._check(last, result_norm[at], logits[at])
         shown = torch.stack([embedded if row == 0 else last if row == layers else after(row - 1) for row in rows])
         here = list(range(len(positions)))
@@ -229,7 +230,7 @@ class LlamaInternals:
         (layers, heads, len(rows), rows.stop), 0 past each row's position. A pass from position 0: the
         probabilities' columns are the cache's cells, which are positions in a cache filled from empty."""
         heads, stop = self.runtime.shape.heads, rows.stop
-        names = {f"kq_soft_max-{layer}": i for i, layer in enumerate(layers)}
+        names = {attention_probabilities(layer): i for i, layer in enumerate(layers)}
         _, found, _ = self._pass(self.attention_context, list(ids[:stop]), 0, [stop - 1], set(names))
         if len(found) != len(names):
             raise TokenvizError(f"llama.cpp's graph of {self.architecture} has no kq_soft_max (its attention rows)")

@@ -24,6 +24,7 @@ import torch
 
 from tokenviz.backends.llamacpp.capture import Writes
 from tokenviz.backends.llamacpp.internals import LlamaInternals
+from tokenviz.backends.llamacpp.pinned import layer_output
 from tokenviz.backends.llamacpp.refusals import NO_ABLATION, NO_LAYER_0
 from tokenviz.backends.llamacpp.runtime import NO_EDITS, Edits, Runtime
 from tokenviz.backends.shared.steering_direction import steering_direction
@@ -137,7 +138,7 @@ class LlamaIntervening(Suspendable):
             row = self.internals.residual(ids, i.layer, i.position).numpy()
             later = [v for j, v in vectors.items() if j > k and self.interventions[j].layer == i.layer]
             row = np.ascontiguousarray(row + sum(later, np.zeros_like(row)), dtype=np.float32)
-            writes.setdefault(f"l_out-{i.layer}", []).append((i.position, row))
+            writes.setdefault(layer_output(i.layer), []).append((i.position, row))
         return {name: tuple(rows) for name, rows in writes.items()} or None
 
     @property

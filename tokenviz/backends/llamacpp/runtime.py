@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tokenviz.backends.llamacpp import pinned
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.text import safe_text, shortened
 from tokenviz.system.cpu_threads import cores, told_threads
@@ -83,7 +84,7 @@ def library() -> Any:
     lines kept to say why a load failed; TOKENVIZ_DEBUG=1 prints it all), or one line saying how to
     install them."""
     try:
-        import llama_cpp.llama_cpp as bindings
+        bindings = pinned.bindings()
     except ImportError as exc:
         raise TokenvizError(
             f"the llama.cpp backend needs llama-cpp-python ({exc}): pip install 'tokenviz[llamacpp]' (it is built "
@@ -98,13 +99,7 @@ def library() -> Any:
     return bindings
 
 
-def version() -> str:
-    try:
-        import llama_cpp
-
-        return str(llama_cpp.__version__)
-    except (ImportError, AttributeError):
-        return "unknown"
+version = pinned.version
 
 
 @dataclass(frozen=True)
