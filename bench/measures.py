@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         ("compiled_autoplay", lambda: compiled_autoplay(loaded, bare, device, 32 if args.quick else 128, steps)),
     ]
     if args.endpoint:  # (the server's model is what it serves: the bundled one, for figures beside these)
-        from tokenviz.backends.served.endpoint import ApiKey
+        from tokenviz.backends.shared.endpoint import ApiKey
 
         key = ApiKey(env=args.api_key_env)
         measures.append(("served", lambda: served(args.endpoint, key, args.insecure_http, 8 if args.quick else 32)))

@@ -146,7 +146,7 @@ def served_lens(url: str, api_key, model_files: str, insecure_http: bool = False
 
 def _streamed(endpoint, model: str, ids: list[int], tokens: int) -> tuple[float, float, list[int]]:
     """(seconds, seconds to the first token, the token ids) of the server's own streamed generation."""
-    from tokenviz.backends.served.endpoint import EndpointError
+    from tokenviz.backends.shared.endpoint import EndpointError
     from tokenviz.system.reading import parse_json
 
     body = {"model": model, "prompt": ids, "max_tokens": tokens, "temperature": 0, "stream": True}

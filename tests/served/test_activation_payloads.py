@@ -11,8 +11,8 @@ import torch
 import zstandard
 
 from tokenviz.backends.served.activations import QkMeta, qk_meta, tensor, tensor_entry
-from tokenviz.backends.served.endpoint import EndpointError
 from tokenviz.backends.served.internals import replay
+from tokenviz.backends.shared.endpoint import EndpointError
 
 
 def test_a_tensor_goes_and_comes_back_and_bfloat16_and_float16_are_read_as_float32():
@@ -128,8 +128,8 @@ def test_a_capture_is_bounded_by_what_it_asks_and_refused_past_its_budget_in_one
     over the budget asks for no stream (the lens then says why)."""
     from types import SimpleNamespace
 
-    from tokenviz.backends.served.endpoint import Endpoint
     from tokenviz.backends.served.internals import CAPTURE_BUDGET_BYTES, Plugin, ServedInternals
+    from tokenviz.backends.shared.endpoint import Endpoint
     from tokenviz.contract.errors import TokenvizError
 
     config = SimpleNamespace(num_attention_heads=32, num_key_value_heads=8, head_dim=128)

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tokenviz.backends.served import endpoint as endpoint_module
-from tokenviz.backends.served.endpoint import ApiKey, EndpointError, connect
+from tokenviz.backends.shared import endpoint as endpoint_module
+from tokenviz.backends.shared.endpoint import ApiKey, EndpointError, connect
 
 KEY = "faults-test-key-123"
 

@@ -20,9 +20,9 @@ import pytest
 from clitools import invoke_with
 from hostile_server import MODEL, TOP, completion, hostile_server, silent, slow
 
-from tokenviz.backends.served import endpoint as endpoint_module
-from tokenviz.backends.served.endpoint import ApiKey, Endpoint, EndpointError, connect
 from tokenviz.backends.served.engine import MAX_VOCABULARY
+from tokenviz.backends.shared import endpoint as endpoint_module
+from tokenviz.backends.shared.endpoint import ApiKey, Endpoint, EndpointError, connect
 from tokenviz.contract.errors import TokenvizError
 
 pytestmark = pytest.mark.hostile  # (stub servers that stall, lie or flood)
@@ -552,8 +552,8 @@ def test_a_route_that_never_answers_while_connecting_is_one_line_at_one_deadline
     search.) A silent route is no answer, never a server lacking something: one line naming it, within
     one deadline for the whole connection."""
     from tokenviz.backends.served import engine as engine_module
-    from tokenviz.backends.served.endpoint import NoAnswer
     from tokenviz.backends.served.engine import ServedEngine
+    from tokenviz.backends.shared.endpoint import NoAnswer
 
     monkeypatch.setattr(endpoint_module, "METADATA_DEADLINE_S", 1.0)
     monkeypatch.setattr(endpoint_module, "REQUEST_DEADLINE_S", 2.0)

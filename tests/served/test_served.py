@@ -209,7 +209,7 @@ def test_the_bench_measures_a_served_journey(vllm_server, monkeypatch):
     shows it) against the server and reports its figures (no time asserted)."""
     from bench import budgets
     from bench import served as served_measures
-    from tokenviz.backends.served.endpoint import ApiKey
+    from tokenviz.backends.shared.endpoint import ApiKey
 
     monkeypatch.setenv(KEY_ENV, vllm_server.key)
     result = served_measures.served(vllm_server.url, ApiKey(env=KEY_ENV), tokens=4, rounds=1)

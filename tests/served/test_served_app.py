@@ -18,8 +18,8 @@ from browser import chromium, needs_browser, until
 from test_served import KEY_ENV, PROMPT, SERVED_TOLERANCE
 
 from tokenviz.backends.served.completions import ServedChoice
-from tokenviz.backends.served.endpoint import ApiKey
 from tokenviz.backends.served.engine import ServedEngine
+from tokenviz.backends.shared.endpoint import ApiKey
 from tokenviz.contract.engine import Caching, DrawingEngine, Engine
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import Attribution

@@ -12,8 +12,8 @@ from clitools import invoke
 from test_served import KEY_ENV, PROMPT
 
 from tokenviz.backends.served.completions import ServedChoice
-from tokenviz.backends.served.endpoint import ApiKey
 from tokenviz.backends.served.engine import ServedEngine
+from tokenviz.backends.shared.endpoint import ApiKey
 from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.cli.commands import in_terminal
 from tokenviz.contract.settings import SamplingSettings

@@ -83,8 +83,8 @@ def test_while_the_lens_is_in_use_a_step_brings_its_stream_and_the_lens_asks_not
     the residual stream, and the lens at the new position is read from it (no request of its own), equal
     to the lens a request of its own gives; once the lens is no longer asked for, steps ask for no stream."""
     from tokenviz.backends.served.completions import ServedChoice
-    from tokenviz.backends.served.endpoint import ApiKey
     from tokenviz.backends.served.engine import ServedEngine
+    from tokenviz.backends.shared.endpoint import ApiKey
     from tokenviz.contract.engine import Caching
     from tokenviz.contract.settings import SamplingSettings
     from tokenviz.journey.session import Session
@@ -247,7 +247,7 @@ def test_the_bench_measures_the_lens_as_the_80x24_view_asks_it(monkeypatch, vllm
     from bench import budgets
     from bench import served as served_measures
     from bench.anchors import LENS_VIEW_ROOM
-    from tokenviz.backends.served.endpoint import ApiKey
+    from tokenviz.backends.shared.endpoint import ApiKey
 
     monkeypatch.setenv(KEY_ENV, vllm_lens_server.key)
     result = served_measures.served_lens(
@@ -263,7 +263,7 @@ def test_the_served_lens_asks_its_server_only_for_the_layers_shown(monkeypatch, 
     """(Round 6, finding 2: the capture asked for every layer whatever the view showed.) With --lens-layers
     every request asks the server for those layers (and the last, which the head is checked on) alone, and
     each row equals the same row of the whole lens."""
-    from tokenviz.backends.served.endpoint import Endpoint
+    from tokenviz.backends.shared.endpoint import Endpoint
 
     asked: list[list[int]] = []
     post = Endpoint.post

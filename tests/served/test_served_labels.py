@@ -7,7 +7,7 @@ import pytest
 from browser import chromium, needs_browser, until
 from hostile_server import hostile_server
 
-from tokenviz.backends.served.endpoint import ApiKey
+from tokenviz.backends.shared.endpoint import ApiKey
 
 KEY_ENV = "TOKENVIZ_LABELS_KEY"
 

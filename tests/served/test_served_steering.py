@@ -139,8 +139,8 @@ def test_the_models_own_distribution_is_never_read_from_steered_cache_blocks(vll
     import torch
 
     from tokenviz.backends.served.completions import ServedChoice
-    from tokenviz.backends.served.endpoint import ApiKey
     from tokenviz.backends.served.engine import ServedEngine
+    from tokenviz.backends.shared.endpoint import ApiKey
     from tokenviz.contract.interventions import parse_steering
     from tokenviz.contract.settings import SamplingSettings
 
@@ -176,8 +176,8 @@ def test_a_served_journey_steered_midway_redecides_its_pending_token(vllm_lens_s
     """The app's way (I, Y, J): interventions set while a served journey runs re-decide the pending token
     at once, with the model's own distribution beside it; cleared, the record is the model's again."""
     from tokenviz.backends.served.completions import ServedChoice
-    from tokenviz.backends.served.endpoint import ApiKey
     from tokenviz.backends.served.engine import ServedEngine
+    from tokenviz.backends.shared.endpoint import ApiKey
     from tokenviz.contract.interventions import parse_steering
     from tokenviz.contract.settings import SamplingSettings
     from tokenviz.journey.session import Session

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import zstandard
 
-from tokenviz.backends.served.endpoint import EndpointError
+from tokenviz.backends.shared.endpoint import EndpointError
 
 MAX_TENSOR_BYTES = 1 << 30  # one tensor of a step: a 405B model's every layer at 2,000 positions is 4 GB
 FLOATS: dict[str, np.dtype[Any]] = {"float32": np.dtype("<f4"), "float16": np.dtype("<f2")}

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tokenviz.backends.served.endpoint import ApiKey, Endpoint, EndpointError, Say, connect
+from tokenviz.backends.shared.endpoint import ApiKey, Endpoint, EndpointError, Say, connect
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.contract.text import is_count, safe_text

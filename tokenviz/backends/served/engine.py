@@ -39,11 +39,11 @@ from tokenviz.backends.served.completions import (
     served_model_name,
     top_of,
 )
-from tokenviz.backends.served.endpoint import Endpoint, EndpointError, NoAnswer
 from tokenviz.backends.served.head import OutputHead, checked_files, load_head
 from tokenviz.backends.served.internals import INSTALL, PLUGIN, Plugin, ServedInternals, probe
 from tokenviz.backends.served.steering import ServedSteering, request_fields
 from tokenviz.backends.shared.chat_marks import template_marks
+from tokenviz.backends.shared.endpoint import Endpoint, EndpointError, NoAnswer
 from tokenviz.backends.shared.token_texts import TokenPieces
 from tokenviz.contract.engine import (
     AttentionRows,

@@ -20,8 +20,8 @@ import torch
 
 from tokenviz.backends.served.activations import QkMeta, qk_meta, tensor, value_bytes, wire_bytes
 from tokenviz.backends.served.completions import answered, checked_logprob, choice_of, top_of
-from tokenviz.backends.served.endpoint import Endpoint, EndpointError, NoAnswer
 from tokenviz.backends.served.head import OutputHead
+from tokenviz.backends.shared.endpoint import Endpoint, EndpointError, NoAnswer
 from tokenviz.backends.shared.output_head import inspections
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.lens_layers import EXAMPLE

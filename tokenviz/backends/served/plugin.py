@@ -52,7 +52,7 @@ class ServedBackend:
     def choice(self, opening: Opening) -> ServedChoice:
         """The server's options as one value (the key's file checked to be its owner's alone)."""
         from tokenviz.backends.served.completions import ServedChoice
-        from tokenviz.backends.served.endpoint import ApiKey
+        from tokenviz.backends.shared.endpoint import ApiKey
 
         endpoint = opening.text("endpoint")
         if endpoint is None:

