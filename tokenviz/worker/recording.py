@@ -19,7 +19,6 @@ from tokenviz.contract.commands import (
     Rewind,
     Save,
     ShowAttention,
-    ShowLens,
     SplitDifference,
     Start,
     Step,
@@ -64,8 +63,6 @@ class RecordingWorker:
             case ShowAttention():
                 self._request = command
                 attention = self._view(command, snapshot)
-            case ShowLens():  # (a recording's lens is the one its file kept, at the positions it kept it)
-                pass
             case Step() | Rewind() | Reset():
                 snapshot = self._moved(command)
                 attention = self._view(self._request, snapshot) if self._request else None
