@@ -14,6 +14,7 @@ from clitools import invoke
 from fixed_backend import VOCAB, FixedBackend, FixedEngine, FixedForward
 
 from tokenviz.backends.registry import registered_backends
+from tokenviz.contract.errors import TokenvizError
 
 
 class WholeEngine(FixedEngine):
@@ -110,3 +111,28 @@ async def test_the_model_view_shows_the_rows_a_backend_says_of_its_model(fixed, 
         assert any(line.startswith("each step") and "one pigeon<0x1B>[2J carrying the ids" in line for line in lines)
         assert any(line.startswith("no logit lens") and line.endswith("none") for line in lines)
         assert not any(line.startswith("layers") for line in lines)  # (no shape rows: it says it has none)
+
+
+class FixedServer(FixedBackend):
+    """A backend of the tests' own whose weights are not here, which (as a server's) takes no --model."""
+
+    name, weights_here = "fixed-server", False
+
+    def loader(self, opening):
+        if opening.model is not None:
+            raise TokenvizError("--model is for a model loaded here")
+        return lambda progress: WholeEngine("the fixed server")
+
+
+def test_a_journey_run_here_verified_on_a_backend_without_weights_is_told_how_it_ran(
+    fixed, monkeypatch, capsys, tmp_path
+):
+    """It was named by its model for the check (--model), which such a backend refuses: the line said so,
+    not how the journey ran."""
+    monkeypatch.setitem(registered_backends(), "fixed-server", FixedServer())
+    path, _ = recorded(monkeypatch, capsys, tmp_path)
+    code, _, err = invoke(monkeypatch, capsys, "replay", path, "--verify", "--backend", "fixed-server")
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1, err
+    assert "the journey's steps were passes in this process, not requests to the fixed server" in errors[0]
+    assert "--model is for a model loaded here" not in err  # (it was not given: nothing to refuse)

@@ -77,7 +77,8 @@ def verify_recording(journey: "Journey", recorded: dict[str, Any], backend: Back
             f"the journey on {name} was requests to {info.requests}: verify it with the options "
             f"it was opened with ({info.reopen or 'its server'}) after replay FILE --verify"
         )
-    if not info.requests and backend.model is None and name != BUNDLED_NAME:
+    here = backend.backend().weights_here  # (a model whose weights load here is named by --model)
+    if not info.requests and here and backend.model is None and name != BUNDLED_NAME:
         if name.endswith(".gguf") and not Path(name).expanduser().is_file():
             raise TokenvizError(f"the journey was recorded on {name}, which is not here: name it with --model")
         backend = backend.with_values(model=name)
