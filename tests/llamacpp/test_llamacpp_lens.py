@@ -35,7 +35,7 @@ def test_the_lens_head_gives_llama_cpps_own_logits(reference):
     """The last layer's residual through the lens's head is llama-cpp-python's own logits at that position
     (measured bit for bit here; held within 1e-5), and the float head kept for a ggml without its CPU graph
     is within the lens's check of its distribution."""
-    from tokenviz.backends.llamacpp.head import FloatHead, Head
+    from tokenviz.backends.llamacpp.ggml_head import FloatHead, Head
     from tokenviz.backends.llamacpp.internals import LENS_CHECK
 
     engine = opened()

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from tokenviz.backends.llamacpp.capture import Capture
-from tokenviz.backends.llamacpp.head import Head
+from tokenviz.backends.llamacpp.ggml_head import Head
 from tokenviz.backends.llamacpp.pinned import RESULT_NORM, attention_probabilities, layer_output
 from tokenviz.backends.llamacpp.runtime import BATCH, NO_EDITS, Edits, Runtime
 from tokenviz.backends.shared.lens_in_use import STEPS_KEPT, LensInUse

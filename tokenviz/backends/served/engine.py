@@ -39,7 +39,7 @@ from tokenviz.backends.served.completions import (
     served_model_name,
     top_of,
 )
-from tokenviz.backends.served.head import OutputHead, checked_files, load_head
+from tokenviz.backends.served.head_from_files import OutputHead, checked_files, load_head
 from tokenviz.backends.served.internals import INSTALL, PLUGIN, Plugin, ServedInternals, probe
 from tokenviz.backends.served.steering import ServedSteering, request_fields
 from tokenviz.backends.shared.chat_marks import template_marks
@@ -99,7 +99,7 @@ class ServedForward:
 
 def tokenizer_here(files: str) -> Any:
     """The tokenizer of --tokenizer (an id or the model's directory), a directory's files and config
-    checked first (backends.served.head.checked_files: the tokenizer reads the config too)."""
+    checked first (backends.served.head_from_files.checked_files: the tokenizer reads the config too)."""
     from tokenviz.backends.shared.tokenizer import load_tokenizer
 
     if Path(files).expanduser().is_dir():
@@ -137,7 +137,7 @@ class ServedEngine(DenseInOnePlace):
     ):
         """`local_tokenizer`: a Hugging Face tokenizer here to tokenize and decode with (no request a
         piece), checked once to tokenize as the server does; without one, the server's own. `model_files`:
-        the model's directory, where its final norm and unembedding are read (backends.served.head) for the
+        the model's directory, where its final norm and unembedding are read (backends.served.head_from_files) for the
         lens and attention rows of a server with the vllm-lens plugin (one request at connection asks what
         the server exposes; the head is read only then)."""
         self.endpoint, self.model, self.top_n = endpoint, model, top_n

@@ -20,7 +20,7 @@ import torch
 
 from tokenviz.backends.served.activations import QkMeta, qk_meta, tensor, value_bytes, wire_bytes
 from tokenviz.backends.served.completions import answered, checked_logprob, choice_of, top_of
-from tokenviz.backends.served.head import OutputHead
+from tokenviz.backends.served.head_from_files import OutputHead
 from tokenviz.backends.shared.endpoint import Endpoint, EndpointError, NoAnswer
 from tokenviz.backends.shared.output_head import inspections
 from tokenviz.contract.errors import TokenvizError
