@@ -112,9 +112,9 @@ def choose_backend(name: str | None, given: frozenset[str]) -> Backend:
         asking = [b for b in table.values() if (its := given & {o.name for o in b.options}) and _asks(b, its)]
         backend = asking[0] if asking else table[DEFAULT]
     own = {o.name for o in backend.options}
-    for name in sorted(given - own):  # (each a registered backend's option: the command line has no other)
-        flag = "--" + name.replace("_", "-")
-        takers = [b.name for b in table.values() if name in {o.name for o in b.options}]
+    for option in sorted(given - own):  # (each a registered backend's option: the command line has no other)
+        flag = "--" + option.replace("_", "-")
+        takers = [b.name for b in table.values() if option in {o.name for o in b.options}]
         whose = f"the {takers[0]} backend's option" if len(takers) == 1 else f"the {', '.join(takers)} backends' option"
         raise TokenvizError(f"{flag} is {whose}: it goes with --backend {' or '.join(takers)}")
     return backend
