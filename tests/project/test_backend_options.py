@@ -112,3 +112,12 @@ def test_no_module_outside_the_backends_asks_where_or_in_which_runtime_a_model_r
     assert asked == []
     script = (PACKAGE / "files" / "journey_page.js").read_text()
     assert ".remote" not in script and "llama.cpp" not in script
+
+
+def test_compares_b_option_its_backend_lacks_is_one_line(monkeypatch, capsys):
+    """--against-dtype and --against-quantize set B's --dtype and --quantize: a backend that declares neither
+    says so before anything loads."""
+    args = ("compare", "x", "--against-backend", "llama.cpp", "--against-dtype", "float16")
+    code, _, err = invoke(monkeypatch, capsys, *args)
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and errors == ["error: --against-dtype: B's backend, llama.cpp, takes no --dtype"], err
