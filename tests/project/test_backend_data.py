@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import json
 
-import pytest
 import torch
 from clitools import invoke
 from fixed_backend import VOCAB, FixedBackend, FixedEngine, FixedForward
@@ -32,11 +31,6 @@ class WholeEngine(FixedEngine):
 
 def opening(engine: FixedEngine):
     return lambda self, opening: lambda progress: engine
-
-
-@pytest.fixture
-def fixed(monkeypatch):
-    monkeypatch.setitem(registered_backends(), "fixed", FixedBackend())
 
 
 def recorded(monkeypatch, capsys, tmp_path, name: str = "fixed") -> tuple[str, dict]:

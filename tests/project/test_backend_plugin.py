@@ -23,11 +23,6 @@ from tokenviz.contract.engine import Capability, in_order
 from tokenviz.contract.errors import TokenvizError
 
 
-@pytest.fixture
-def fixed(monkeypatch):
-    monkeypatch.setitem(registered_backends(), "fixed", FixedBackend())
-
-
 def test_the_built_in_backends_are_the_entry_points_tokenviz_declares():
     assert {e.name for e in entry_points(group=GROUP)} >= {"transformers", "server", "llama.cpp"}
     assert next(iter(registered_backends())) == "transformers"

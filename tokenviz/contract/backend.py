@@ -21,6 +21,7 @@ from tokenviz.contract.settings import SamplingSettings
 Progress = Callable[[str, "float | None"], None]  # (message, fraction done or None)
 OpenEngine = Callable[[Progress], Engine]  # called in the worker's thread
 COMMANDS = frozenset({"app", "trace", "score", "serve", "replay"})  # the commands that open a model
+WITH_COMPARE = COMMANDS | {"compare"}  # and compare, which opens one for each side (an option of A's or B's)
 OptionKind = Literal["text", "flag", "number", "texts"]  # texts: a text given as often as wanted
 OptionValue = str | bool | int | tuple[str, ...] | None
 

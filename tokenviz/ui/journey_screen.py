@@ -228,10 +228,10 @@ class JourneyScreen(WorkerScreen[Snapshot]):
         step's frame then carries its rows, during autoplay too, and no Inspect follows the frame. On an
         earlier position, or closed, none stands (an earlier position's is asked once: _request_view)."""
         rows: tuple[int, ...] = ()
+        every = every_lens_row(selection)
         if current in ("lens", "embedding") and self.cursor is None and selection.snapshot.live:
-            every = every_lens_row(selection)
             rows = every if current == "embedding" else lens_rows_shown(selection, self.query_one(LensPane).rows_room())
-        request = ShowLens(None if rows and rows == every_lens_row(selection) else rows)
+        request = ShowLens(None if rows and rows == every else rows)
         if request != self._lens_requested:
             self._lens_requested = request
             self.submit(request)

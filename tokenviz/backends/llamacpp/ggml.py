@@ -50,7 +50,7 @@ _GRAPHS: Signatures = {  # and what a graph of tokenviz's own takes
 
 def _bound(which: str, signatures: Signatures) -> Any:
     if which not in _BOUND:
-        lib = pinned.ggml_library(signatures)
+        lib = pinned.ggml_library()
         for name, (arguments, result) in signatures.items():
             function = getattr(lib, name)
             function.argtypes, function.restype = arguments, result

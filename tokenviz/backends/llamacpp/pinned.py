@@ -66,11 +66,9 @@ def bindings() -> Any:
     return checked(llama_cpp.llama_cpp, LLAMA_FUNCTIONS)
 
 
-def ggml_library(names: Iterable[str]) -> Any:
-    """ggml's library as llama-cpp-python loads it, where it has every one of `names` (AttributeError where a
-    build keeps them out of reach: one that loads its CPU backend at run time)."""
+def ggml_library() -> Any:
+    """ggml's library as llama-cpp-python loads it (a function a build keeps out of reach, as one that
+    loads its CPU backend at run time, is an AttributeError where it is bound: ggml._bound)."""
     from llama_cpp._ggml import libggml
 
-    for name in names:
-        getattr(libggml, name)
     return libggml

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from tokenviz.backends.llamacpp.refusals import NO_ABLATION
 from tokenviz.backends.llamacpp.runtime import FLASH_ATTENTION, kv_bytes_a_position
-from tokenviz.contract.backend import COMMANDS, BackendOption, OpenEngine, Opening, Progress
+from tokenviz.contract.backend import WITH_COMPARE, BackendOption, OpenEngine, Opening, Progress
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.interventions import HeadAblation
 from tokenviz.contract.text import safe_text
@@ -33,27 +33,27 @@ class LlamaCppBackend:
             "context",
             f"With --backend llama.cpp: the tokens its context holds (default {CONTEXT:,}, at most the model's).",
             kind="number",
-            commands=COMMANDS | {"compare"},
+            commands=WITH_COMPARE,
         ),
         BackendOption(
             "gpu_layers",
             "With --backend llama.cpp: the layers offloaded to the GPU (default 0: all on the CPU; llama-cpp-python "
             "must be built for the GPU).",
             kind="number",
-            commands=COMMANDS | {"compare"},
+            commands=WITH_COMPARE,
         ),
         BackendOption(
             "flash_attention",
             "With --backend llama.cpp: flash attention auto (llama.cpp's default: on for a CPU), on or off "
             "(llama-cpp-python's Llama runs it off unless asked); it moves a probability by up to 0.04.",
-            commands=COMMANDS | {"compare"},
+            commands=WITH_COMPARE,
         ),
         BackendOption(
             "threads",
             "With --backend llama.cpp: the CPU threads it computes with (default: OMP_NUM_THREADS where set, "
             f"else every core; at most {THREADS_A_CORE} a core).",
             kind="number",
-            commands=COMMANDS | {"compare"},
+            commands=WITH_COMPARE,
         ),
     )
 

@@ -185,6 +185,7 @@ class ServedEngine(DenseInOnePlace):
                     *([Capability.ATTENTION] if plugin.qk else []),
                 }
             shape = self.internals  # (the model's shape, where it is read)
+            lacking_internals = missing(plugin, head)  # (why its insides are not read, and what reads them)
             shown = endpoint.masked(model)  # (a server may list the key as its model's id: never shown or saved)
             server = self._server_name()
             self.info = ModelInfo(
@@ -212,8 +213,8 @@ class ServedEngine(DenseInOnePlace):
                 reproduced_within=REPRODUCED_WITHIN,
                 covers=top_n,
                 draws="the server, with the settings sent",
-                internals=missing(plugin, head),
-                lacks_why=lacks_why(capabilities, missing(plugin, head)),
+                internals=lacking_internals,
+                lacks_why=lacks_why(capabilities, lacking_internals),
                 details=(("each step", EACH_STEP), *seen_inside(shape)),
             )
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tokenviz.contract.backend import COMMANDS, BackendOption, OpenEngine, Opening, Progress
+from tokenviz.contract.backend import WITH_COMPARE, BackendOption, OpenEngine, Opening, Progress
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.interventions import HeadAblation
 
@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     from tokenviz.backends.served.engine import ServedEngine
 
 WITH_ENDPOINT = "With --endpoint: "
-TAKING = COMMANDS | {"compare"}  # (compare: B's server, with --against-backend server)
 
 
 class ServedBackend:
@@ -24,18 +23,30 @@ class ServedBackend:
     weights_here, draws = False, True
     options = (
         BackendOption(
-            "endpoint", "URL of an OpenAI-compatible server (as vLLM's: http://127.0.0.1:8000/v1).", commands=TAKING
+            "endpoint",
+            "URL of an OpenAI-compatible server (as vLLM's: http://127.0.0.1:8000/v1).",
+            commands=WITH_COMPARE,
         ),
         BackendOption(
-            "served_model", WITH_ENDPOINT + "the model to ask for (default: the one served).", commands=TAKING
+            "served_model",
+            WITH_ENDPOINT + "the model to ask for (default: the one served).",
+            commands=WITH_COMPARE,
         ),
-        BackendOption("api_key_env", WITH_ENDPOINT + "the environment variable holding the API key.", commands=TAKING),
-        BackendOption("api_key_file", WITH_ENDPOINT + "a file holding the API key (one line).", commands=TAKING),
+        BackendOption(
+            "api_key_env",
+            WITH_ENDPOINT + "the environment variable holding the API key.",
+            commands=WITH_COMPARE,
+        ),
+        BackendOption(
+            "api_key_file",
+            WITH_ENDPOINT + "a file holding the API key (one line).",
+            commands=WITH_COMPARE,
+        ),
         BackendOption(
             "insecure_http",
             "Send the API key over plain http to a host other than this machine.",
             kind="flag",
-            commands=TAKING,
+            commands=WITH_COMPARE,
         ),
         BackendOption(
             "tokenizer",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tokenviz.contract.backend import COMMANDS, BackendOption, Opening, Progress
+from tokenviz.contract.backend import WITH_COMPARE, BackendOption, Opening, Progress
 from tokenviz.contract.errors import SettingsError
 from tokenviz.contract.placement import Placement
 from tokenviz.system.placement_files import resolved
@@ -15,33 +15,51 @@ if TYPE_CHECKING:
     from tokenviz.backends.transformers.loading import LoadedModel
     from tokenviz.backends.transformers.model_loader import BeforeWeights, ModelLoader
 
-TAKING = COMMANDS | {"compare"}
 OPTIONS = (
-    BackendOption("device", "auto (GPU if there is one, the default), cpu, cuda or mps.", commands=TAKING),
-    BackendOption("dtype", "auto (the default), float32, bfloat16 or float16.", commands=TAKING),
-    BackendOption("trust_remote_code", "Allow a model's own Python code to run.", kind="flag", commands=TAKING),
+    BackendOption(
+        "device",
+        "auto (GPU if there is one, the default), cpu, cuda or mps.",
+        commands=WITH_COMPARE,
+    ),
+    BackendOption(
+        "dtype",
+        "auto (the default), float32, bfloat16 or float16.",
+        commands=WITH_COMPARE,
+    ),
+    BackendOption(
+        "trust_remote_code",
+        "Allow a model's own Python code to run.",
+        kind="flag",
+        commands=WITH_COMPARE,
+    ),
     BackendOption(
         "device_map",
         "auto, balanced, sequential, cpu or FILE.json: spread the weights over the GPUs, the CPU and the disk "
         "(accelerate's device map), within --max-memory.",
-        commands=TAKING,
+        commands=WITH_COMPARE,
     ),
     BackendOption(
         "max_memory",
         "DEVICE=SIZE (repeatable): the most a device may give the model, as cpu=8GB or cuda:0=20GB.",
         kind="texts",
-        commands=TAKING,
+        commands=WITH_COMPARE,
     ),
-    BackendOption("offload_dir", "With --device-map: where weights offloaded to disk go.", commands=TAKING),
     BackendOption(
-        "quantize", "int8 or int4: quantize the weights as they load (torchao; int4 needs a CUDA GPU).", commands=TAKING
+        "offload_dir",
+        "With --device-map: where weights offloaded to disk go.",
+        commands=WITH_COMPARE,
+    ),
+    BackendOption(
+        "quantize",
+        "int8 or int4: quantize the weights as they load (torchao; int4 needs a CUDA GPU).",
+        commands=WITH_COMPARE,
     ),
     BackendOption(
         "compile",
         "Compile the decode step (torch.compile over a static cache; CUDA graphs on a GPU). It takes a while "
         "once, at start.",
         kind="flag",
-        commands=TAKING,
+        commands=WITH_COMPARE,
     ),
 )
 

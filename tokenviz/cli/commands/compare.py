@@ -83,9 +83,11 @@ def compare(
         if not b_backend.draws:
             b_side = b_side.with_values(model=against_model or b_side.model)
             for name, value in {"dtype": against_dtype, "quantize": against_quantize}.items():
-                if value is not None and name not in {o.name for o in b_backend.options}:
+                if value is None:
+                    continue
+                if name not in {o.name for o in b_backend.options}:
                     raise TokenvizError(f"--against-{name}: B's backend, {b_backend.name}, takes no --{name}")
-                b_side = b_side if value is None else b_side.with_values(**{name: value})
+                b_side = b_side.with_values(**{name: value})
         elif any((against, against_model, against_dtype, against_quantize, against_grammar, chat)):
             raise TokenvizError(
                 f"B on the {b_backend.name} backend is its model with A's settings: it takes no other --against "

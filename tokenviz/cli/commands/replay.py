@@ -69,6 +69,7 @@ def verify_recording(journey: "Journey", recorded: dict[str, Any], backend: Back
     from tokenviz.journey.reproduce import verify_journey
     from tokenviz.journey.session import Session
     from tokenviz.system.paths import BUNDLED_NAME
+    from tokenviz.ui.panes.base import live_command
 
     info = journey.replay.info
     name = info.name
@@ -90,7 +91,7 @@ def verify_recording(journey: "Journey", recorded: dict[str, Any], backend: Back
         was, runs = (f"requests to {i.requests}" if i.requests else "passes in this process" for i in (info, now))
         raise TokenvizError(
             f"the journey's steps were {was}, not {runs}: verify it with "
-            f"the options it was opened with ({info.reopen or 'tokenviz --model ' + name})"
+            f"the options it was opened with ({live_command(info)})"
         )
     if now.reproduced_within is not None:
         verify_whole(journey, recorded, Session(engine), now.reproduced_within)
