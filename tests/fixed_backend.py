@@ -43,7 +43,7 @@ class FixedEngine:
         )  # fmt: skip
         self.special_ids: set[int] = set()
         self.eos_ids: set[int] = set()
-        self.device, self.tokenizer, self.cache, self.give_way = torch.device("cpu"), None, (), None
+        self.device, self.tokenizer, self.cache = torch.device("cpu"), None, ()
         self.pieces = self
 
     def piece(self, token_id: int) -> str:

@@ -54,9 +54,6 @@ class CachedOnly:
     kv_len = property(lambda self: self._runner.kv_len)
     kv_bytes = property(lambda self: self._runner.kv_bytes)
     cache = property(lambda self: self._runner.cache)
-    give_way = property(
-        lambda self: self._runner.give_way, lambda self, value: setattr(self._runner, "give_way", value)
-    )
 
     def twin(self):
         return CachedOnly(self._runner.twin())

@@ -39,10 +39,8 @@ def test_a_step_set_aside_at_any_layer_leaves_the_journey_as_it_was(kind, where)
         asked.append(True)
         return len(asked) > layer  # before layer `layer` runs
 
-    runner.give_way = give_way
     with pytest.raises(GiveWay):
-        interrupted.step()
-    runner.give_way = None
+        interrupted.step(give_way=give_way)
     assert interrupted.ids == ids and interrupted.pending == pending
     for cached, (keys, values) in zip(runner.cache.layers, before):
         assert torch.equal(cached.keys, keys) and torch.equal(cached.values, values)
@@ -112,11 +110,11 @@ def test_a_key_pressed_during_an_autoplay_step_is_answered_before_the_step_ends(
 
 
 def test_a_step_asks_before_a_few_layers_spread_through_it_not_every_one():
-    """Each hook costs the step its call: a step asks whether a key waits GIVE_WAY_POINTS times."""
+    """Each hook costs the step its call: a step asks whether a key waits CANCEL_POINTS times."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from tokenviz.backends.transformers.interrupt import layer_by_layer
-    from tokenviz.backends.transformers.runner import GIVE_WAY_POINTS
+    from tokenviz.backends.transformers.runner import CANCEL_POINTS
 
     config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=30,
                          num_attention_heads=2, num_key_value_heads=1)  # fmt: skip
@@ -124,7 +122,7 @@ def test_a_step_asks_before_a_few_layers_spread_through_it_not_every_one():
     asked: list[int] = []
     with torch.inference_mode(), layer_by_layer(model, lambda: False, lambda i, n: asked.append(i), points=4):
         model(torch.tensor([[1, 2, 3]]))
-    assert asked == [0, 8, 16, 24] and GIVE_WAY_POINTS == 4
+    assert asked == [0, 8, 16, 24] and CANCEL_POINTS == 4
     with torch.inference_mode(), layer_by_layer(model, lambda: False, lambda i, n: asked.append(i)):
         model(torch.tensor([[1, 2, 3]]))
     assert asked[4:] == list(range(30))  # (a cancel asks before every layer)

@@ -202,10 +202,6 @@ class Engine(Protocol):
     def pieces(self) -> Pieces:
         """Its pieces (what a record's lazy prompt predictions keep: not the engine)."""
 
-    # Asked between the layers of a forward pass (set by the worker during autoplay): True sets the step
-    # aside (GiveWay, the engine as it was) so a waiting key is answered at once.
-    give_way: Callable[[], bool] | None
-
     @property
     def tokenizer(self) -> PreTrainedTokenizerBase | None:
         """The Hugging Face tokenizer the grammar engine (llguidance) and a comparison read (None without

@@ -18,7 +18,7 @@ class Cancelled(TokenvizError):
 
 
 class GiveWay(Exception):
-    """An autoplay step set aside between layers because a command is waiting (ModelRunner.give_way):
+    """An autoplay step set aside between layers because a command is waiting (Session.step's give_way):
     nothing it did is kept, and the step runs again after the command. Not an error."""
 
 

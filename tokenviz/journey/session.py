@@ -22,10 +22,11 @@ from tokenviz.contract.engine import (
     Forward,
     Intervenable,
     Intervening,
+    IsCancelled,
     require,
     shared_prefix,
 )
-from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.errors import Cancelled, GiveWay, TokenvizError
 from tokenviz.contract.interventions import HeadAblation, Intervention
 from tokenviz.contract.records import MAX_PINNED, StepRecord
 from tokenviz.contract.results import BranchSummary, CacheEvent
@@ -156,8 +157,10 @@ class Session:
         self._prefill_logits = forward.logits
         return self._push(forward, ids, predictions, forward_ms)
 
-    def step(self, forced_id: int | None = None) -> StepRecord | None:
-        """Commit the pending decision (or `forced_id` instead) and run the next forward pass.
+    def step(self, forced_id: int | None = None, give_way: IsCancelled = None) -> StepRecord | None:
+        """Commit the pending decision (or `forced_id` instead) and run the next forward pass. `give_way()`
+        is asked inside the pass (an autoplay step's: a key waits): True sets the step aside (GiveWay),
+        the journey and the engine as they were.
 
         Returns the new pending record, or None once a stop condition holds.
         """
@@ -181,11 +184,13 @@ class Session:
             return None
         token = self.ids[-1]
         try:
-            return self._push(self.engine.forward([token]), [token])
-        except BaseException:  # the journey stays as it was: no token, the same pending decision
+            return self._push(self.engine.forward([token], cancelled=give_way), [token])
+        except BaseException as exc:  # the journey stays as it was: no token, the same pending decision
             self.ids.pop()
             self.records[-1], self.stop_reason = pending, None
             self.engine.crop(cached)
+            if isinstance(exc, Cancelled):  # (only give_way cancels a step)
+                raise GiveWay("a command is waiting") from None
             raise
 
     def take_rank(self, rank: int, steps_back: int = 0) -> StepRecord | None:

@@ -133,6 +133,7 @@ class EngineWorker(CommandThread[Snapshot]):
         self._forced: deque[int] = deque()  # a continuation's tokens still to force (see Continue)
         self._forced_total = 0
         self._prefilling: tuple[TokenChip, ...] = ()  # a first prompt's tokens while it is prefilled
+        self._give_way: Callable[[], bool] | None = None  # asked inside an autoplay step (see _handle)
 
     def count_tokens(self, text: str) -> int | None:
         session = self.session  # (a fast tokenizer is safe to call beside the engine's thread; a server is not asked)
@@ -247,8 +248,8 @@ class EngineWorker(CommandThread[Snapshot]):
             self._busy = busy
             with contextlib.suppress(Exception):  # best effort: the frame after the command reports
                 self._publish()
-        if autoplay:  # a key pressed meanwhile is answered between two layers (see ModelRunner.give_way)
-            session.engine.give_way = self._command_waiting
+        # An autoplay step gives way to a key pressed meanwhile, between two of its layers (Session.step).
+        self._give_way = self._command_waiting if autoplay else None
         try:
             if isinstance(command, Move):
                 self._move(command, session)
@@ -263,7 +264,7 @@ class EngineWorker(CommandThread[Snapshot]):
             raise
         finally:
             self._busy = None
-            session.engine.give_way = None
+            self._give_way = None
 
     # ---- commands ------------------------------------------------------------------------------------
 
@@ -429,7 +430,7 @@ class EngineWorker(CommandThread[Snapshot]):
 
     def _step(self, session: Session, token: int | None) -> None:
         """Take the pending token, or `token` (a continuation's forced step)."""
-        self._timed(lambda: session.step(forced_id=token))
+        self._timed(lambda: session.step(forced_id=token, give_way=self._give_way))
         if self._forced_total:
             done = self._forced_total - len(self._forced)
             self._message = f"continuing with your text: {done} of {self._forced_total} tokens (any move stops it)"

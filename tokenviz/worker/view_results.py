@@ -5,6 +5,7 @@ frame only reads them."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -89,13 +90,8 @@ class ViewResults:
         newest = len(session.ids) - 1  # (the view's cursor where it follows the journey)
         if request is None or not session.records or newest < 0:
             return
-        give_way, session.engine.give_way = session.engine.give_way, None  # (the step is taken: not undone)
-        try:
+        with contextlib.suppress(TokenvizError):  # (marked failed: the lens view says why)
             self.run(Inspect(newest, request.rows), session)
-        except TokenvizError:
-            pass  # (marked failed: the lens view says why)
-        finally:
-            session.engine.give_way = give_way
 
     def _attention_view(self, session: Session) -> AttentionView | None:
         """The rows the attention pane asked for, computed for the journey as it is now."""

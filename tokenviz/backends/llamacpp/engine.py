@@ -118,7 +118,6 @@ class LlamaCppEngine(DenseInOnePlace):
         runtime, shape = self.runtime, self.runtime.shape
         self.device = torch.device("cpu")  # (the logits are read into the host's memory)
         self.tokenizer = None  # (no Hugging Face tokenizer here: a grammar stage reads llama.cpp's vocabulary)
-        self.give_way: Callable[[], bool] | None = None
         self.intervening: LlamaIntervening | None = None
         self.edits = NO_EDITS  # what the interventions in force change, as llama.cpp takes it
         self._capture = False  # the journey's context to carry the evaluation callback (take_edits)

@@ -145,7 +145,6 @@ class ServedEngine(DenseInOnePlace):
         self.device = torch.device("cpu")  # where the scores made of its answers live
         self.tokenizer = local_tokenizer  # (--tokenizer's: counting tokens; the server draws, so no grammar stage)
         self.cache: tuple[int, ...] = ()  # the tokens fed (the server keeps nothing between requests)
-        self.give_way: Callable[[], bool] | None = None  # (a request is not set aside: it is one step)
         self.say: Callable[[str], None] = lambda line: None  # (the worker shows it: a busy server retried)
         endpoint.say = lambda line: self.say(line)
         self.waiting: Callable[[str], None] = endpoint.waiting  # (the worker shows it, from the timer's thread)

@@ -53,7 +53,7 @@ from tokenviz.contract.engine import (
     TimesByPlace,
     in_order,
 )
-from tokenviz.contract.errors import Cancelled, GiveWay, ModelLoadError, TokenvizError
+from tokenviz.contract.errors import Cancelled, ModelLoadError, TokenvizError
 from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.records import ModelInfo, Routing
 from tokenviz.contract.results import BeamResult, Inspection, LensAsk, LogitDifference, Speculation
@@ -102,10 +102,11 @@ class RunnerForward:
         return parts[0] if len(parts) == 1 else {k: torch.cat([part[k] for part in parts]) for k in parts[0]}
 
 
-# Where an autoplay step asks whether a key waits (see give_way): so many layers spread through the pass,
-# not every one, since each hook costs the step its call (a step of the bundled model on a CPU: 0.7 ms
-# with all 30 layers asked, nothing measurable with 4), and a key then waits at most a quarter of a step.
-GIVE_WAY_POINTS = 4
+# Where a pass cancelled with no progress to tell (an autoplay step giving way to a key: Session.step) asks:
+# so many layers spread through the pass, not every one, since each hook costs the step its call (a step
+# of the bundled model on a CPU: 0.7 ms with all 30 layers asked, nothing measurable with 4), and a key
+# then waits at most a quarter of a step.
+CANCEL_POINTS = 4
 HEAD_SLICE_NUMBERS = 2**24  # logits made at once from the kept hidden states (64 MB of float32)
 
 
@@ -168,9 +169,6 @@ class ModelRunner:
         self.eos_ids = eos_id_set(self.model.generation_config.eos_token_id, self.tokenizer)
         self.pieces = TokenPieces(self.tokenizer)  # (see tokenviz.backends.shared.token_texts)
         self.compiled: CompiledStep | None = loaded.compiled  # (--compile) shared with the model's other runners
-        # Asked between the layers of `forward` (set by the worker during autoplay): True sets the step
-        # aside (GiveWay, the cache cropped back) so a waiting key is answered now, not after the step.
-        self.give_way: Callable[[], bool] | None = None
 
     def piece(self, token_id: int) -> str:
         return self.pieces.piece(token_id)
@@ -319,12 +317,10 @@ class ModelRunner:
             logits, queries = self.compiled.step(self.cache, ids_to_device(ids, self.device))
             self.rows.queries.add(start, Capture(queries=queries))
             return RunnerForward(logits=logits, timer=timer.stop())
-        give_way = self.give_way
         yielding: Any = nullcontext()
-        if give_way:
-            yielding = layer_by_layer(self.model, give_way, stop=GiveWay, points=GIVE_WAY_POINTS)
-        elif cancelled or progress:
-            yielding = layer_by_layer(self.model, cancelled or _not_cancelled, progress, what="the pass")
+        if cancelled or progress:  # (a step's cancel, with no progress to tell, asks before a few layers)
+            points = None if progress else CANCEL_POINTS
+            yielding = layer_by_layer(self.model, cancelled or _not_cancelled, progress, what="the pass", points=points)
         # Every position's predictions: the hidden states the output layer reads are kept, its logits made
         # when asked for (a prefill's, deferred), where the output layer run again gives the model's own.
         keep_hidden = every_position and head_reproduces(self.model) is not False
