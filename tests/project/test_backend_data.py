@@ -8,15 +8,14 @@ from __future__ import annotations
 import dataclasses
 import json
 
-import torch
 from clitools import invoke
-from fixed_backend import VOCAB, FixedBackend, FixedEngine, FixedForward
+from fixed_backend import FixedBackend, FixedModel
 
 from tokenviz.backends.registry import registered_backends
 from tokenviz.contract.errors import TokenvizError
 
 
-class WholeEngine(FixedEngine):
+class WholeEngine(FixedModel):
     """The fixed engine, saying its recordings are all its numbers (as a server's are); its logits fall
     by a little from token to token, so no two tie (a top N of ties is any N of them)."""
 
@@ -24,12 +23,11 @@ class WholeEngine(FixedEngine):
         super().__init__()
         self.info = dataclasses.replace(self.info, reproduced_within=1e-6, requests=requests, reopen=reopen)
 
-    def forward(self, ids, every_position=False, cancelled=None, progress=None):
-        result = super().forward(ids, every_position, cancelled, progress)
-        return FixedForward(result.rows - torch.arange(VOCAB) * 1e-3)
+    def forward(self, ids):
+        return [logit - i * 1e-3 for i, logit in enumerate(super().forward(ids))]
 
 
-def opening(engine: FixedEngine):
+def opening(engine: FixedModel):
     return lambda self, opening: lambda progress: engine
 
 
@@ -89,7 +87,7 @@ async def test_the_model_view_shows_the_rows_a_backend_says_of_its_model(fixed, 
     from tokenviz.ui.app import TokenvizApp
     from tokenviz.worker.engine_thread import EngineWorker
 
-    engine = FixedEngine()
+    engine = FixedModel()
     said = (("each step", "one pigeon\x1b[2J carrying the ids"),)  # (a plugin's words: made safe on the way in)
     engine.info = dataclasses.replace(engine.info, layers=0, details=said, lacks_why=(("logit lens", "none"),))
     monkeypatch.setattr(FixedBackend, "loader", opening(engine))

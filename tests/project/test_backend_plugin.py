@@ -15,7 +15,7 @@ import pytest
 import torch
 from apptools import settle, wait_for
 from clitools import invoke
-from fixed_backend import PEAK, VOCAB, FixedBackend, FixedEngine
+from fixed_backend import PEAK, VOCAB, FixedBackend, FixedModel
 
 from tokenviz.backends.registry import GROUP, registered_backends
 from tokenviz.contract import engine as engine_contract
@@ -56,7 +56,7 @@ async def test_a_backend_registered_in_the_tests_alone_runs_the_app(fixed):
 HOSTILE_NAME = "fixed\x1b]52;c;eA==\x07\x1b[2J\u202etxt.exe"
 
 
-class LoudEngine(FixedEngine):
+class LoudEngine(FixedModel):
     """A plugin's engine whose own words (its name, its refusals) hold escape sequences and a bidirectional
     control: said through tokenviz, they reach no terminal raw."""
 
@@ -99,8 +99,9 @@ async def test_a_plugin_engines_refusal_reaches_the_app_made_safe(fixed, monkeyp
 
 def test_a_capability_declared_without_its_protocol_is_one_line_naming_the_backend():
     from tokenviz.contract.engine import require
+    from tokenviz.journey.stepped_engine import as_engine
 
-    engine = FixedEngine()
+    engine = as_engine(FixedModel())
     assert require(engine, Capability.STEP, "a step") is engine
     engine.info = dataclasses.replace(engine.info, capabilities=in_order({Capability.STEP, Capability.LENS}))
     with pytest.raises(TokenvizError, match="the logit lens: fixed's backend declares its logit lens without giving"):

@@ -90,7 +90,9 @@ class BackendChoice:
 
         def opened(progress: Progress) -> Engine:
             """The engine, its description made safe to print (a plugin's is its own text)."""
-            engine = opens(progress)
+            from tokenviz.journey.stepped_engine import as_engine  # (in the worker's thread: it imports torch)
+
+            engine = as_engine(opens(progress))
             with contextlib.suppress(AttributeError):  # (an engine whose info cannot be set keeps its own)
                 engine.info = engine.info.made_safe()
             return engine

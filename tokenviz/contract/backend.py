@@ -5,7 +5,8 @@ in tokenviz's pyproject.toml; a separate package adds its own the same way). The
 from them (tokenviz.cli.backend_options): every option a backend declares, under its name in `--help`,
 on the commands it names; `--backend NAME` chooses one, or a backend's own option does (`asked`). The
 chosen backend's `loader` checks what it was given (one line where something is wrong, before anything
-loads) and returns what the worker calls in its thread to make the engine (contract.engine).
+loads) and returns what the worker calls in its thread to make the model: the least a backend gives (a
+Stepping, contract.stepping) or a whole engine (contract.engine).
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from typing import Literal, Protocol
 from tokenviz.contract.engine import Engine
 from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.contract.stepping import Stepping
 
 Progress = Callable[[str, "float | None"], None]  # (message, fraction done or None)
-OpenEngine = Callable[[Progress], Engine]  # called in the worker's thread
+OpenModel = Callable[[Progress], "Engine | Stepping"]  # what a backend's loader returns: called in the worker's thread
+OpenEngine = Callable[[Progress], Engine]  # the same, the model made an Engine (tokenviz.journey.stepped_engine)
 COMMANDS = frozenset({"app", "trace", "score", "serve", "replay"})  # the commands that open a model
 WITH_COMPARE = COMMANDS | {"compare"}  # and compare, which opens one for each side (an option of A's or B's)
 OptionKind = Literal["text", "flag", "number", "texts"]  # texts: a text given as often as wanted
@@ -88,6 +91,6 @@ class Backend(Protocol):
     def asked(self, given: frozenset[str]) -> bool:
         """Whether these options of its own, given, choose it (a server's --endpoint does)."""
 
-    def loader(self, opening: Opening) -> OpenEngine:
+    def loader(self, opening: Opening) -> OpenModel:
         """Check `opening` (a TokenvizError of one line where something does not apply) and return what
-        makes the engine in the worker's thread."""
+        makes the model in the worker's thread: a Stepping (contract.stepping) or a whole Engine."""

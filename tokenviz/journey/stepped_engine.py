@@ -1,0 +1,183 @@
+"""A Stepping (contract.stepping: the least a backend gives) made a whole Engine (contract.engine).
+
+What a Stepping leaves out is made here from what it gives: the tokens fed are its cache (going back to
+one is cropping to the shared start and feeding the rest again); every position's predictions are one
+pass per position; a token's piece is it decoded alone. What a Stepping offers beyond the least is found
+by asking: the small protocols of contract.stepping, and each capability's own protocol, whose members
+reach the Stepping itself (`CAPABILITY_MEMBERS`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+
+from tokenviz.contract.engine import (
+    ChatIds,
+    DenseInOnePlace,
+    Elapsed,
+    Engine,
+    IsCancelled,
+    OnProgress,
+    shared_prefix,
+)
+from tokenviz.contract.errors import Cancelled, TokenvizError
+from tokenviz.contract.stepping import Chats, Logits, MarksSpecialTokens, NamesPieces, Stepping, Twins
+from tokenviz.contract.text import safe_text
+from tokenviz.decoding.prompt_predictions import predict_positions
+
+# The members of contract.engine's capability protocols (Caching, AttentionRows, Lens, Attributing,
+# LogitSplitting, Intervenable, OwnGrammarVocabulary): a Stepping that has them gives them as they are.
+CAPABILITY_MEMBERS = frozenset(
+    {"logits_after", "beam_search", "speculate", "recompute", "attention", "inspect", "attribute",
+     "logit_difference", "intervene", "grammar_vocabulary"}
+)  # fmt: skip
+
+
+def as_engine(opened: Engine | Stepping) -> Engine:
+    """What a backend's loader made, as the journey speaks to it."""
+    if isinstance(opened, Engine):
+        return opened
+    if not isinstance(opened, Stepping):
+        raise TokenvizError(f"the backend made a {type(opened).__name__}, neither an engine nor a stepping model")
+    return stepped(opened)
+
+
+def stepped(stepping: Stepping) -> SteppedEngine:
+    """`stepping` as an Engine, with the capabilities' members it has."""
+    has_more = any(hasattr(stepping, name) for name in CAPABILITY_MEMBERS)
+    return SteppedEngineWithMore(stepping) if has_more else SteppedEngine(stepping)
+
+
+class SteppedForward:
+    """One pass's logits: after the last token fed, and after each where every position was asked."""
+
+    def __init__(self, rows: torch.Tensor, milliseconds: float):
+        self.rows, self.logits = rows, rows[-1]
+        self.timer, self.routes, self.places = Elapsed(milliseconds), None, None
+
+    def predictions(self, next_ids: Sequence[int]) -> dict[str, torch.Tensor]:
+        return predict_positions(self.rows, next_ids)
+
+
+class SteppedPieces:
+    """Each token's text, asked of the Stepping once per id and kept, safe to print."""
+
+    def __init__(self, stepping: Stepping):
+        self.stepping, self.known = stepping, dict[int, str]()
+
+    def piece(self, token_id: int) -> str:
+        known = self.known.get(token_id)
+        if known is None:
+            text = self.stepping.piece(token_id) if isinstance(self.stepping, NamesPieces) else None
+            known = self.known[token_id] = safe_text(text if text is not None else self.stepping.decode([token_id]))
+        return known
+
+    def learn(self, ids: Iterable[int]) -> None:
+        for token_id in ids:
+            self.piece(token_id)
+
+
+class SteppedEngine(DenseInOnePlace):
+    """A Stepping as an Engine: the tokens it was fed are its cache, and it runs on the CPU's tensors."""
+
+    device = torch.device("cpu")  # (the logits it gives are made a tensor here)
+    tokenizer = None  # (no Hugging Face tokenizer: no Capability.TOKENIZER or GRAMMAR)
+    kv_bytes = 0  # (what it keeps is its own)
+
+    def __init__(self, stepping: Stepping):
+        self.stepping, self.info, self.eos_ids = stepping, stepping.info, set(stepping.eos_ids)
+        self.special_ids = set(stepping.special_ids if isinstance(stepping, MarksSpecialTokens) else self.eos_ids)
+        self.pieces = SteppedPieces(stepping)
+        self.fed: list[int] = []
+
+    def encode(self, text: str, special_tokens: bool = True) -> list[int]:
+        return self.stepping.encode(text, special_tokens)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self.stepping.decode(list(ids))
+
+    def piece(self, token_id: int) -> str:
+        return self.pieces.piece(token_id)
+
+    def learn_pieces(self, ids: Iterable[int]) -> None:
+        self.pieces.learn(ids)
+
+    def chat_ids(self, user: str, system: str | None = None) -> ChatIds:
+        if not isinstance(self.stepping, Chats):
+            raise TokenvizError(f"{self.info.name} has no chat template here (its backend gives none)")
+        return self.stepping.chat_ids(user, system)
+
+    def twin(self) -> SteppedEngine:
+        if not isinstance(self.stepping, Twins):
+            raise TokenvizError(f"{self.info.name} runs one journey at a time (its backend opens no second)")
+        return stepped(self.stepping.twin())
+
+    @property
+    def cache(self) -> tuple[int, ...]:
+        return tuple(self.fed)
+
+    def use_cache(self, cache: object) -> None:
+        ids = [int(i) for i in cache] if isinstance(cache, tuple) else []
+        keep = shared_prefix(self.fed, ids)
+        self.crop(keep)
+        if keep < len(ids):
+            self.forward(ids[keep:])
+
+    @property
+    def kv_len(self) -> int:
+        return len(self.fed)
+
+    def reset(self) -> None:
+        self.crop(0)
+
+    def crop(self, length: int) -> None:
+        self.stepping.crop(length)
+        del self.fed[length:]
+
+    def forward(
+        self, ids: list[int], every_position: bool = False, cancelled: IsCancelled = None, progress: OnProgress = None
+    ) -> SteppedForward:
+        """Feed `ids` in one call to the Stepping, or one call per token where every position's
+        predictions are asked; `cancelled` is asked before each call (Cancelled leaves what was fed, for
+        the caller to undo) and `progress` told after it."""
+        started = time.perf_counter()
+        calls = [[token] for token in ids] if every_position else [ids]
+        rows = []
+        for done, call in enumerate(calls, 1):
+            if cancelled is not None and cancelled():
+                raise Cancelled("the pass cancelled")
+            rows.append(self._scores(self.stepping.forward(call)))
+            self.fed.extend(call)
+            if progress is not None:
+                progress(done, len(calls))
+        return SteppedForward(torch.stack(rows), (time.perf_counter() - started) * 1e3)
+
+    def _scores(self, logits: Logits) -> torch.Tensor:
+        """The logits a Stepping gave, as a tensor: one line where they are not one per token."""
+        try:
+            scores = torch.as_tensor(logits, dtype=torch.float32).reshape(-1)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise TokenvizError(f"{self.info.name}'s backend gave logits that are not numbers: {exc}") from None
+        if scores.numel() != self.info.vocab:
+            raise TokenvizError(
+                f"{self.info.name}'s backend gave {scores.numel():,} logits for a vocabulary of {self.info.vocab:,}"
+            )
+        return scores
+
+
+class SteppedEngineWithMore(SteppedEngine):
+    """A SteppedEngine whose Stepping gives capabilities' members too: asked of it, they are its own."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name in CAPABILITY_MEMBERS:
+            return getattr(self.__dict__["stepping"], name)
+        raise AttributeError(name)
+
+
+def conforms(engine: SteppedEngine) -> Engine:
+    """A SteppedEngine is a whole Engine, checked by mypy here."""
+    return engine
