@@ -5,8 +5,12 @@ Where there is none the tests that need it skip, saying how to install one (.ci/
 
 from __future__ import annotations
 
+import base64
+import json
 import os
+import re
 import shutil
+import socket
 import time
 from contextlib import contextmanager
 
@@ -75,3 +79,48 @@ def until(predicate, timeout: float = 10.0, every: float = 0.05):
             return value
         time.sleep(every)
     raise AssertionError("not in time")
+
+
+SEEN: list[str] = []  # what the page's websockets received, as text (see frames)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def frames(browser) -> str:
+    """Everything the page's websockets received so far, as text: the app's terminal output with its
+    escape sequences taken out. (Selenium hands each log entry over once, so this keeps them all.)"""
+    out = []
+    for entry in browser.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message["method"] == "Network.webSocketFrameReceived":
+            response = message["params"]["response"]
+            data = response["payloadData"]
+            out.append(base64.b64decode(data).decode("utf-8", "replace") if response["opcode"] == 2 else data)
+    SEEN.append(ESCAPES.sub("", "".join(out)))
+    return "".join(SEEN)
+
+
+def press(browser, key: str) -> None:
+    """A key press into the terminal, as a person would: click it, then type. While the page's
+    overlay still covers the terminal (a loaded machine starts a tab's process slowly), wait for it."""
+
+    from selenium.common.exceptions import ElementClickInterceptedException
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    def clicked() -> bool:
+        try:
+            browser.find_element(By.CSS_SELECTOR, ".xterm").click()
+        except ElementClickInterceptedException:
+            return False
+        return True
+
+    until(clicked, 60, 0.2)
+    ActionChains(browser).send_keys(key).perform()

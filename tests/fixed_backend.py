@@ -1,5 +1,4 @@
-"""A backend of the tests' own (registered in the tests alone), the least a backend gives (contract.stepping):
-one distribution whatever the context, peaked at the character after the last; token i is chr(32 + i)."""
+"""The tests' own backend that steps (contract.stepping): its next token is the character after the last."""
 
 from __future__ import annotations
 
@@ -9,18 +8,16 @@ from tokenviz.contract.backend import BackendOption, Opening
 from tokenviz.contract.engine import WHOLE_VOCABULARY
 from tokenviz.contract.records import ModelInfo
 
-VOCAB = 96  # token i is the character chr(32 + i)
-PEAK = 5.0  # the logit of the character after the last
+VOCAB, PEAK = 96, 5.0  # token i is the character chr(32 + i); PEAK is the logit of the next character
 
 
 class FixedModel:
-    def __init__(self) -> None:
-        self.info = ModelInfo(
-            name="fixed", device="here", dtype="float32", layers=1, heads=1, kv_heads=1, head_dim=1, hidden=1,
-            vocab=VOCAB, context=256, architecture="fixed logits", tied_embeddings=False, positions="none",
-            capabilities=("step",), distribution=WHOLE_VOCABULARY,
-        )  # fmt: skip
-        self.eos_ids: set[int] = set()
+    info = ModelInfo(
+        name="fixed", device="here", dtype="float32", layers=1, heads=1, kv_heads=1, head_dim=1, hidden=1,
+        vocab=VOCAB, context=256, architecture="fixed logits", tied_embeddings=False, positions="none",
+        capabilities=("step",), distribution=WHOLE_VOCABULARY,
+    )  # fmt: skip
+    eos_ids = frozenset[int]()
 
     def encode(self, text: str, special_tokens: bool = True) -> list[int]:
         return [(ord(c) - 32) % VOCAB for c in text]
@@ -48,3 +45,6 @@ class FixedBackend:
 
     def loader(self, opening: Opening):
         return lambda progress: FixedModel()
+
+
+BACKEND = FixedBackend()

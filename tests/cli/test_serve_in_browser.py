@@ -2,9 +2,7 @@
 shows the prompt's token ids, a key press steps a token, closing a tab mid-step ends its process,
 and the server goes on (a new tab gets a journey of its own)."""
 
-import base64
 import json
-import re
 import socket
 import subprocess
 import sys
@@ -13,38 +11,12 @@ from pathlib import Path
 
 import psutil
 import pytest
-from browser import SCREENSHOTS, chromium, needs_browser, until
-from selenium.common.exceptions import ElementClickInterceptedException
-from selenium.webdriver.common.action_chains import ActionChains
+from browser import SCREENSHOTS, SEEN, chromium, frames, free_port, needs_browser, press, until
 from selenium.webdriver.common.by import By
 
 pytestmark = pytest.mark.bundled
 
 PROMPT = "The Eiffel Tower is located in"
-SEEN: list[str] = []
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-
-
-def frames(browser) -> str:
-    """Everything the page's websockets received so far, as text: the app's terminal output with its
-    escape sequences taken out. (Selenium hands each log entry over once, so this keeps them all.)"""
-    out = []
-    for entry in browser.get_log("performance"):
-        message = json.loads(entry["message"])["message"]
-        if message["method"] == "Network.webSocketFrameReceived":
-            response = message["params"]["response"]
-            data = response["payloadData"]
-            out.append(base64.b64decode(data).decode("utf-8", "replace") if response["opcode"] == 2 else data)
-    SEEN.append(ESCAPES.sub("", "".join(out)))
-    return "".join(SEEN)
 
 
 def start_server(*options: str) -> tuple[subprocess.Popen, str]:
@@ -70,21 +42,6 @@ def open_app(browser, url: str) -> str:
     SEEN.clear()
     browser.get(url)
     return until(lambda: "The 504" in frames(browser), 60, 0.2)  # the prompt's first token and its id
-
-
-def press(browser, key: str) -> None:
-    """A key press into the terminal, as a person would: click it, then type. While the page's
-    overlay still covers the terminal (a loaded machine starts a tab's process slowly), wait for it."""
-
-    def clicked() -> bool:
-        try:
-            browser.find_element(By.CSS_SELECTOR, ".xterm").click()
-        except ElementClickInterceptedException:
-            return False
-        return True
-
-    until(clicked, 60, 0.2)
-    ActionChains(browser).send_keys(key).perform()
 
 
 @needs_browser

@@ -18,10 +18,12 @@ from typing import Literal, Protocol
 from tokenviz.contract.engine import Engine
 from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.settings import SamplingSettings
-from tokenviz.contract.stepping import Stepping
+from tokenviz.contract.stepping import DrawingModel, Stepping
 
 Progress = Callable[[str, "float | None"], None]  # (message, fraction done or None)
-OpenModel = Callable[[Progress], "Engine | Stepping"]  # what a backend's loader returns: called in the worker's thread
+OpenModel = Callable[
+    [Progress], "Engine | Stepping | DrawingModel"
+]  # what a loader returns: called in the worker's thread
 OpenEngine = Callable[[Progress], Engine]  # the same, the model made an Engine (tokenviz.journey.stepped_engine)
 COMMANDS = frozenset({"app", "trace", "score", "serve", "replay"})  # the commands that open a model
 WITH_COMPARE = COMMANDS | {"compare"}  # and compare, which opens one for each side (an option of A's or B's)
