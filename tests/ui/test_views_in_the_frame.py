@@ -6,7 +6,10 @@ while a frame was built)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from apptools import make_app, settle, wait_for
+from fixed_backend import VOCAB, FixedModel
 
 from tokenviz.contract.commands import Inspect, ShowLens
 from tokenviz.contract.settings import SamplingSettings
@@ -79,3 +82,37 @@ async def test_a_frame_is_built_without_the_model(monkeypatch):
         await wait_for(lambda: app.journey.snapshot.stop_reason is not None, pilot, timeout=60)
         await settle(app, pilot)
     assert during and not any(during), during  # (rows computed, none of them while a frame was built)
+
+
+class Counted(FixedModel):
+    """The tests' stepping model, counting every token its tokenizer is asked to decode."""
+
+    decoded = 0
+
+    def decode(self, ids):
+        Counted.decoded += len(ids)
+        return super().decode(ids)
+
+
+def test_a_snapshots_work_is_the_same_at_50_tokens_as_at_6000():
+    """A snapshot after a step decodes what the step added, not the journey (its texts and chips kept
+    between frames: journey.decoded_text, journey.chips): its work is flat in the journey's length, as
+    bench's snapshot_growth measures its time."""
+    from tokenviz.journey.session import Session
+    from tokenviz.journey.stepped_engine import as_engine
+    from tokenviz.worker.snapshots import snapshot_of
+
+    work = {}
+    for length in (50, 6000):
+        session = Session(as_engine(Counted()), SamplingSettings(temperature=0, max_new_tokens=10**6))
+        session.engine.info = dataclasses.replace(session.engine.info, context=8192)
+        session.start([i % VOCAB for i in range(length)])
+        snapshot_of(session)  # (the first frame makes the chips and texts whole)
+        work[length] = []
+        for _ in range(3):
+            session.step()
+            Counted.decoded = 0
+            frame = snapshot_of(session)
+            work[length].append(Counted.decoded)
+        assert len(frame.chips) == length + 3 and frame.full_text.endswith(session.engine.decode(session.ids[-8:]))
+    assert work[50] == work[6000] and max(work[6000]) < 50, work
