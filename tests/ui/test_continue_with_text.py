@@ -52,4 +52,4 @@ async def test_a_move_takes_over_from_a_continuation():
         await pilot.pause(0.5)
         assert app.journey.snapshot.records == s.records and not s.playing  # nothing more was forced
         assert "continuing" not in s.message
-        assert app.journey.worker._forced_total == 0 and not app.journey.worker._forced
+        assert not app.journey.worker._continuation.active and app.journey.worker._continuation.through

@@ -3,7 +3,7 @@ at its first step (which also copied the cache) and, 45 s later, "step 8 of 10 Â
 
 import pytest
 
-from tokenviz.worker.engine_thread import time_left
+from tokenviz.worker.step_times import time_left
 
 
 def test_the_estimate_follows_the_pace_after_the_first_unit():

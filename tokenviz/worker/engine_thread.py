@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import time
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, assert_never
 
 from tokenviz.contract.backend import OpenEngine
@@ -58,8 +56,10 @@ from tokenviz.journey.prompt import tokenize
 from tokenviz.journey.stops import how_to_go_on
 from tokenviz.render.units import duration
 from tokenviz.worker.comparing import CompareWorker
+from tokenviz.worker.continuation import Continuation
 from tokenviz.worker.journaling import Journaling
 from tokenviz.worker.snapshots import saved_attention_of, snapshot_of
+from tokenviz.worker.step_times import JobPace, StepTimes
 from tokenviz.worker.thread import CommandThread
 from tokenviz.worker.view_results import ViewResults
 
@@ -86,24 +86,6 @@ BUSY: dict[type, EngineState] = {  # what the status line says while a command r
 }
 
 
-def rate(seconds: Iterable[float]) -> float | None:
-    """Steps a second over steps that took `seconds` each (None: none, or no time)."""
-    times = list(seconds)
-    return len(times) / sum(times) if times and sum(times) > 0 else None
-
-
-def time_left(marks: list[tuple[int, float]], total: int) -> float | None:
-    """Seconds a job of `total` units has left, from (units done, when) marks, the first its start: the
-    pace since its first unit was done, since the first unit also pays for what the job sets up (a
-    beam search's copy of the cache: 5 s, then 1 s a step); the first unit's pace where it is all."""
-    done, now = marks[-1]
-    if done <= 0:
-        return None
-    first = next(((n, t) for n, t in marks if n > 0), (0, marks[0][1]))
-    since, at = first if done > first[0] else marks[0]
-    return (now - at) / (done - since) * (total - done)
-
-
 class EngineWorker(CommandThread[Snapshot]):
     thread_name = "tokenviz-engine"
 
@@ -128,10 +110,9 @@ class EngineWorker(CommandThread[Snapshot]):
         self._busy: EngineState | None = None  # shown instead of the journey's state while set
         self.session: Session | None = None
         self._progress: float | None = None
-        self._step_times: deque[tuple[float, float]] = deque(maxlen=16)  # (whole, forward pass) seconds
+        self._step_times = StepTimes()  # tok/s, of the last steps
         self._views = ViewResults(self._compute)  # what the views show that this thread computes
-        self._forced: deque[int] = deque()  # a continuation's tokens still to force (see Continue)
-        self._forced_total = 0
+        self._continuation = Continuation()  # a text's tokens forced at autoplay's pace (see Continue)
         self._prefilling: tuple[TokenChip, ...] = ()  # a first prompt's tokens while it is prefilled
         self._give_way: Callable[[], bool] | None = None  # asked inside an autoplay step (see _handle)
 
@@ -221,10 +202,10 @@ class EngineWorker(CommandThread[Snapshot]):
     # ---- the loop's hooks --------------------------------------------------------------------------
 
     def _autostep(self) -> Command:
-        return Step(self._forced.popleft() if self._forced else None)
+        return Step(self._continuation.next_token())
 
     def _after_autostep(self) -> None:
-        if self._forced_total and (not self._forced or not self.playing):  # through, or stopped
+        if self._continuation.active and (self._continuation.through or not self.playing):  # through, or stopped
             self._end_continuation()
 
     def _pauses(self, command: Command) -> bool:
@@ -232,7 +213,7 @@ class EngineWorker(CommandThread[Snapshot]):
 
     def _pause(self) -> None:
         self.playing = False
-        if self._forced_total:  # a key that moves the journey takes over from a continuation
+        if self._continuation.active:  # a key that moves the journey takes over from a continuation
             self._end_continuation()
 
     def _ended(self) -> bool:
@@ -260,7 +241,7 @@ class EngineWorker(CommandThread[Snapshot]):
                 self._journaling.follow(session, moved=isinstance(command, Move) and not isinstance(command, Step))
         except GiveWay:
             if isinstance(command, Step) and command.token is not None:  # a continuation's token: again next
-                self._forced.appendleft(command.token)
+                self._continuation.again(command.token)
             raise
         finally:
             self._busy = None
@@ -407,14 +388,12 @@ class EngineWorker(CommandThread[Snapshot]):
         """A long job's progress callback: "what: N of M<unit> · about T left (Escape cancels)", in the
         status line and the job's view, with `busy` as the state shown meanwhile. The time left is
         the pace since the first unit scaled by what is left (see time_left)."""
-        marks: list[tuple[int, float]] = [(0, time.perf_counter())]
+        pace = JobPace()
 
         def progress(done: int, total: int) -> None:
             if done >= total:  # the frame after the job shows its result
                 return
-            marks.append((done, time.perf_counter()))
-            del marks[2:-1]  # (the start, the first unit's mark and the latest: all time_left reads)
-            seconds = time_left(marks, total)
+            seconds = pace.left_after(done, total)
             left = f" · about {duration(seconds)} left" if seconds is not None else ""
             self._busy = busy or self._busy
             self._progress = done / total
@@ -431,32 +410,24 @@ class EngineWorker(CommandThread[Snapshot]):
     def _step(self, session: Session, token: int | None) -> None:
         """Take the pending token, or `token` (a continuation's forced step)."""
         self._timed(lambda: session.step(forced_id=token, give_way=self._give_way))
-        if self._forced_total:
-            done = self._forced_total - len(self._forced)
-            self._message = f"continuing with your text: {done} of {self._forced_total} tokens (any move stops it)"
+        if self._continuation.active:
+            self._message = self._continuation.line()
 
     def _continue(self, session: Session, text: str) -> None:
         """Queue the text's tokens as forced steps; autoplay takes them at its pace."""
         if session.pending is None:
             raise TokenvizError(f"generation has stopped ({session.stop_reason}): rewind to continue from here")
-        self._forced.extend(session.engine.encode(text, special_tokens=False))
-        if not self._forced:
-            raise TokenvizError("type some text to continue with")
-        self._forced_total, self.playing = len(self._forced), True
+        self._continuation.begin(session.engine.encode(text, special_tokens=False))
+        self.playing = True
 
     def _end_continuation(self) -> None:
         self.playing = False
-        self._forced.clear()
-        self._forced_total, self._message = 0, ""
+        self._continuation.end()
+        self._message = ""
 
     def _timed(self, action: Callable[[], object]) -> None:
-        """Run one decode step and count it in tok/s (prefills and cache rebuilds are not steps): its
-        whole time and its forward pass's, so both rates are of the same steps."""
-        started = time.perf_counter()
-        action()
-        records = self.session.records if self.session is not None else ()
-        forward_s = records[-1].forward_ms / 1e3 if records else 0.0
-        self._step_times.append((time.perf_counter() - started, forward_s))
+        """Run one decode step and count it in tok/s (see StepTimes)."""
+        self._step_times.timed(action, lambda: self.session.records if self.session is not None else ())
 
     # ---- snapshots -----------------------------------------------------------------------------------
 
@@ -491,9 +462,7 @@ class EngineWorker(CommandThread[Snapshot]):
             progress=self._progress,
             playing=self.playing,
             pace_s=self.pace_s,
-            tokens_per_s=rate(wall for wall, _ in self._step_times),
-            forward_tokens_per_s=rate(forward for _, forward in self._step_times),
-            rate_steps=len(self._step_times),
+            **self._step_times.fields(),
             error=error,
             handled=self._handled,
             notice=self._notice,
