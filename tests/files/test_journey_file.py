@@ -142,11 +142,11 @@ async def test_x_while_the_lens_computes_saves_the_lens_not_its_note(tmp_path, m
 
 
 async def test_a_held_screenshot_is_taken_as_it_is_once_it_has_waited_its_longest(tmp_path, monkeypatch):
-    from tokenviz.ui import worker_screen
+    from tokenviz.ui import screen_export, worker_screen
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(worker_screen, "EXPORT_WAIT_S", 0.5)
-    monkeypatch.setattr(worker_screen.WorkerScreen, "_computing", lambda self: True)  # (a view that never comes)
+    monkeypatch.setattr(screen_export, "EXPORT_WAIT_S", 0.5)
+    monkeypatch.setattr(worker_screen.WorkerScreen, "computing", lambda self: True)  # (a view that never comes)
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)

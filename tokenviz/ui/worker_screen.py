@@ -1,5 +1,6 @@
 """What every screen that shows a worker's journey shares: it starts its worker, receives its
-snapshots, paces the frames during autoplay, shows errors and notices, quits, helps and exports.
+snapshots, paces the frames during autoplay, shows errors and notices, quits, helps and exports (an
+export's work is ui/screen_export's).
 
 The journey's screen and the comparison's are two uses of it; each says how to draw a snapshot.
 """
@@ -7,7 +8,7 @@ The journey's screen and the comparison's are two uses of it; each says how to d
 from __future__ import annotations
 
 import time
-from datetime import datetime
+from collections.abc import Callable
 from typing import ClassVar, Generic, TypeVar, cast
 
 from textual import events, on
@@ -19,13 +20,12 @@ from textual.timer import Timer
 from textual.widgets import Static
 
 from tokenviz.contract.commands import Command, Move, Pace, Play, Reset, Rewind, Step
-from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.snapshot import CANCELS, ComparisonSnapshot, Snapshot
 from tokenviz.contract.worker import Worker
-from tokenviz.files.atomic import free_name, write_file
 from tokenviz.ui.keys import KeyRow, PaletteCommand
 from tokenviz.ui.panes.base import WAITING
 from tokenviz.ui.panes.status import StatusLine
+from tokenviz.ui.screen_export import ScreenExport
 from tokenviz.ui.screens import HelpScreen
 
 S = TypeVar("S", Snapshot, ComparisonSnapshot)
@@ -35,9 +35,7 @@ S = TypeVar("S", Snapshot, ComparisonSnapshot)
 # shows): on this project's 2-core machine at 200x60, 5% slowed autoplay by 9-13%, 2.5% by about 5%.
 UI_SHARE = 0.025
 MAX_FRAME_GAP_S = 1.0  # autoplay's frames at least this often, however costly one is (a busy machine)
-EXPORT_WAIT_S = 30.0  # the most a screenshot waits for a view the model is computing
 MIN_SIZE = (64, 20)  # columns, rows: below it the panes cannot show their numbers, and one line says so
-CLAIMED: set[str] = set()  # export names this process has given out (their files may not be written yet)
 
 
 class WorkerStarted(Message):
@@ -90,7 +88,7 @@ class WorkerScreen(Screen[None], Generic[S]):
         self._play_went_on = False  # the frame drawn continues an autoplay drawn before it (no key between)
         self._frame_started = 0.0
         self._frame_timer: Timer | None = None
-        self._held_screenshot: str | None = None  # an export's name, its screenshot waiting for a view
+        self._exports = ScreenExport(self)
 
     def on_mount(self) -> None:
         def post(snapshot: Snapshot | ComparisonSnapshot) -> None:
@@ -203,8 +201,8 @@ class WorkerScreen(Screen[None], Generic[S]):
         started = self._frame_started = time.perf_counter()
         self.call_after_refresh(lambda: self._measure_frame(time.perf_counter() - started))
         self.draw(before, s)
-        if self._held_screenshot is not None:
-            self.call_after_refresh(self._take_held_screenshot)
+        if self._exports.held is not None:
+            self.call_after_refresh(self._exports.take_held)
 
     # ---- keys every screen has ---------------------------------------------------------------------------
 
@@ -242,52 +240,24 @@ class WorkerScreen(Screen[None], Generic[S]):
         await self.app.action_quit()
 
     def action_export_svg(self) -> None:
-        self._export(with_journey=False)
+        self._exports.export(with_journey=False)
 
     def action_export(self) -> None:
-        """Save a screenshot (SVG) here, and have the worker write what it holds under the same name
-        (the journey's JSON and HTML page, or a comparison's three files)."""
-        if not self.exportable():
-            self.notify("nothing to export yet", severity="warning")
-            return
-        self._export(with_journey=True)
+        self._exports.export(with_journey=True)
 
-    def _export(self, with_journey: bool) -> None:
-        """Name the export and ask the worker for its part before anything else, so a quit right
-        after still finds it queued (a worker finishes its queued writes when it stops); then write
-        the screenshot here, atomically, under a name no earlier export holds or has claimed: once a
-        view the model is computing has drawn its result (at most EXPORT_WAIT_S later), not its note."""
-        stem = free_name(
-            f"{self.EXPORT_NAME}-{datetime.now():%Y%m%d-%H%M%S}", (".svg", *self.EXPORT_SUFFIXES), taken=CLAIMED
-        )
-        CLAIMED.add(stem)
-        if with_journey:
-            self.submit(self.export_request(stem))
-        if self._held_screenshot is not None:  # (an earlier one still waits: it is taken now)
-            self._screenshot(self._held_screenshot)
-        if not self._computing():
-            self._screenshot(stem)
-            return
-        self._held_screenshot = stem
-        self.notify("the screenshot waits for the view being computed", title="export")
-        self.set_timer(EXPORT_WAIT_S, lambda: self._take_held_screenshot(waited_for=stem))
+    # ---- what an export asks of the screen (ui/screen_export.Exporting) ---------------------------------
 
-    def _computing(self) -> bool:
-        """Whether a view on screen shows a note while the model computes its result."""
+    def computing(self) -> bool:
         return any(widget.region.area for widget in self.query(f".{WAITING}"))
 
-    def _take_held_screenshot(self, waited_for: str | None = None) -> None:
-        """The held screenshot, once no view computes; or as it is, when `waited_for` (its name) has
-        waited its longest."""
-        stem = self._held_screenshot
-        if stem is not None and (stem == waited_for or not self._computing()):
-            self._screenshot(stem)
+    def screenshot(self) -> str:
+        return self.app.export_screenshot()
 
-    def _screenshot(self, stem: str) -> None:
-        self._held_screenshot = None
-        try:
-            svg_path = write_file(f"{stem}.svg", self.app.export_screenshot())
-        except TokenvizError as exc:
-            self.notify(str(exc), severity="error")
-            return
-        self.notify(f"saved {svg_path}", title="export")
+    def say(self, line: str, warning: bool = False, error: bool = False) -> None:
+        if error or warning:
+            self.notify(line, severity="error" if error else "warning")
+        else:
+            self.notify(line, title="export")
+
+    def later(self, seconds: float, then: Callable[[], None]) -> None:
+        self.set_timer(seconds, then)
