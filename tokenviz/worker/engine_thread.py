@@ -457,18 +457,18 @@ class EngineWorker(CommandThread[Snapshot]):
 
     def _worker_fields(self, s: Session | None, error: str | None) -> dict[str, Any]:
         """What a frame says of the worker itself: its message, pace, rates, results and notices."""
-        return dict(
-            message=self._message,
-            progress=self._progress,
-            playing=self.playing,
-            pace_s=self.pace_s,
+        return {
+            "message": self._message,
+            "progress": self._progress,
+            "playing": self.playing,
+            "pace_s": self.pace_s,
             **self._step_times.fields(),
-            error=error,
-            handled=self._handled,
-            notice=self._notice,
+            "error": error,
+            "handled": self._handled,
+            "notice": self._notice,
             **self._views.fields(bool(self._busy)),
-            interventions=self._interventions,
-        )
+            "interventions": self._interventions,
+        }
 
     def _fallback(self, error: str) -> Snapshot:
         base = self._last_snapshot or Snapshot(
