@@ -100,7 +100,7 @@ def test_what_a_stepping_gets_wrong_or_lacks_is_one_line():
     engine = as_engine(ContextModel())
     with pytest.raises(TokenvizError, match="fixed has no chat template here"):
         engine.chat_ids("hi")
-    with pytest.raises(TokenvizError, match="the backend made a str, neither an engine nor a stepping model"):
+    with pytest.raises(TokenvizError, match="the backend made a str: no engine, Stepping or DrawingModel"):
         as_engine("a model")  # type: ignore[arg-type]
     assert isinstance(engine.twin(), SteppedEngine) and engine.twin().kv_len == 0  # (FixedModel twins)
 
@@ -132,3 +132,17 @@ def test_a_capability_a_stepping_gives_is_found_by_asking_and_one_it_lacks_is_re
     plain.info = WithLens().info  # (declared, not given: the backend's mistake, said so)
     with pytest.raises(TokenvizError, match="fixed's backend declares its logit lens without giving it"):
         require(plain, Capability.LENS, "the lens")
+
+
+def test_a_drawing_models_token_outside_its_vocabulary_is_one_line():
+    from drawn_backend import DrawingFixed
+
+    from tokenviz.contract.results import Drawn
+
+    class Outside(DrawingFixed):
+        def draw(self, ids, settings):
+            return Drawn(chosen=3, logprob=-1.0, rank=1, top=((3, -1.0), (500, -2.0)), raw=True, ms=0.0)
+
+    engine = as_engine(Outside())
+    with pytest.raises(TokenvizError, match="drawn's backend gave token 500, outside its vocabulary"):
+        engine.draw([1, 2], SamplingSettings())

@@ -59,10 +59,10 @@ def as_engine(opened: Engine | Stepping | DrawingModel) -> Engine:
         return DrawnEngine(opened)
     if not isinstance(opened, Stepping):
         raise TokenvizError(f"the backend made a {type(opened).__name__}: no engine, Stepping or DrawingModel")
-    return stepped(opened)
+    return engine_of(opened)
 
 
-def stepped(stepping: Stepping) -> SteppedEngine:
+def engine_of(stepping: Stepping) -> SteppedEngine:
     """`stepping` as an Engine, with the capabilities' members it has."""
     has_more = any(hasattr(stepping, name) for name in CAPABILITY_MEMBERS)
     return SteppedEngineWithMore(stepping) if has_more else SteppedEngine(stepping)
@@ -99,14 +99,14 @@ class DrawnForward:
 class SteppedPieces:
     """Each token's text, asked of the model once per id and kept, safe to print."""
 
-    def __init__(self, stepping: Tokenizes):
-        self.stepping, self.known = stepping, dict[int, str]()
+    def __init__(self, model: Tokenizes):
+        self.model, self.known = model, dict[int, str]()
 
     def piece(self, token_id: int) -> str:
         known = self.known.get(token_id)
         if known is None:
-            text = self.stepping.piece(token_id) if isinstance(self.stepping, NamesPieces) else None
-            known = self.known[token_id] = safe_text(text if text is not None else self.stepping.decode([token_id]))
+            text = self.model.piece(token_id) if isinstance(self.model, NamesPieces) else self.model.decode([token_id])
+            known = self.known[token_id] = safe_text(text)
         return known
 
     def learn(self, ids: Iterable[int]) -> None:
@@ -181,7 +181,7 @@ class SteppedEngine(FedTokens):
     def twin(self) -> SteppedEngine:
         if not isinstance(self.stepping, Twins):
             raise TokenvizError(f"{self.info.name} runs one journey at a time (its backend opens no second)")
-        return stepped(self.stepping.twin())
+        return engine_of(self.stepping.twin())
 
     def crop(self, length: int) -> None:
         self.stepping.crop(length)
@@ -243,8 +243,9 @@ class DrawnEngine(FedTokens):
 
     def draw(self, ids: Sequence[int], settings: SamplingSettings) -> Drawn:
         drawn = self.drawing.draw(ids, settings)
-        if not 0 <= drawn.chosen < self.info.vocab:
-            raise TokenvizError(f"{self.info.name}'s backend drew token {drawn.chosen}, outside its vocabulary")
+        outside = [t for t in (drawn.chosen, *(token for token, _ in drawn.top)) if not 0 <= t < self.info.vocab]
+        if outside:
+            raise TokenvizError(f"{self.info.name}'s backend gave token {outside[0]}, outside its vocabulary")
         self.raw = drawn.raw
         return drawn
 
