@@ -51,7 +51,7 @@ def _loaded(point: EntryPoint) -> Backend:
     """The backend `point` names, or a TokenvizError saying why it is none."""
     try:
         backend: Backend = point.load()
-    except (Exception, SystemExit) as exc:  # (another package's import: anything at all)
+    except (Exception, SystemExit) as exc:  # another package's import: anything at all
         why = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise TokenvizError(f"it failed to load: {safe_text(shortened(why, 160))}") from None
     lacking = _why_not_a_backend(backend)
@@ -95,7 +95,7 @@ def refusals() -> list[str]:
 def _asks(backend: Backend, given: frozenset[str]) -> bool:
     try:
         return bool(backend.asked(given))
-    except Exception as exc:  # (a plugin's code)
+    except Exception as exc:  # a plugin's code
         why = safe_text(shortened(str(exc) or type(exc).__name__, 160))
         raise TokenvizError(f"the backend {backend.name!r} failed on its options: {why}") from None
 
@@ -112,7 +112,7 @@ def choose_backend(name: str | None, given: frozenset[str]) -> Backend:
         asking = [b for b in table.values() if (its := given & {o.name for o in b.options}) and _asks(b, its)]
         backend = asking[0] if asking else table[DEFAULT]
     own = {o.name for o in backend.options}
-    for option in sorted(given - own):  # (each a registered backend's option: the command line has no other)
+    for option in sorted(given - own):  # each a registered backend's option: the command line has no other
         flag = "--" + option.replace("_", "-")
         takers = [b.name for b in table.values() if option in {o.name for o in b.options}]
         whose = f"the {takers[0]} backend's option" if len(takers) == 1 else f"the {', '.join(takers)} backends' option"

@@ -51,7 +51,7 @@ class BackendChoice:
         given = self.given | {name for name, value in values.items() if value not in (None, False, ())}
         return dataclasses.replace(self, values={**self.values, **values}, given=given)
 
-    def __getattr__(self, name: str) -> Any:  # (option_group reads each option's default so)
+    def __getattr__(self, name: str) -> Any:  # option_group reads each option's default so
         try:
             return self.values[name]
         except KeyError:
@@ -90,10 +90,10 @@ class BackendChoice:
 
         def opened(progress: Progress) -> Engine:
             """The engine, its description made safe to print (a plugin's is its own text)."""
-            from tokenviz.journey.stepped_engine import as_engine  # (in the worker's thread: it imports torch)
+            from tokenviz.journey.stepped_engine import as_engine  # in the worker's thread: it imports torch
 
             engine = as_engine(opens(progress))
-            with contextlib.suppress(AttributeError):  # (an engine whose info cannot be set keeps its own)
+            with contextlib.suppress(AttributeError):  # an engine whose info cannot be set keeps its own
                 engine.info = engine.info.made_safe()
             return engine
 
@@ -149,7 +149,7 @@ def backend_options(command: str) -> Callable[[Callable[..., None]], Callable[..
                 if option.name in taken or option.flag in taken:
                     _left_out.setdefault((backend.name, option.flag), []).append(command)
                     continue
-                if option.name in options:  # (another backend's of that name: one option for both)
+                if option.name in options:  # another backend's of that name: one option for both
                     continue
                 panel = f"{backend.name} backend"
                 options[option.name] = (

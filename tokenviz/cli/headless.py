@@ -41,7 +41,7 @@ class SaveFailed(TokenvizError):
 
 def journey_document(session: Session) -> dict[str, Any]:
     """The trace document, with the diagnosis of its text (journey.diagnosis)."""
-    found = symptoms(session)  # (once, for the document and its snapshot)
+    found = symptoms(session)  # once, for the document and its snapshot
     document = trace_document(snapshot_of(session, found=found))
     document["diagnosis"] = [s.to_json() for s in found]
     return document
@@ -238,11 +238,11 @@ def run_trace(
     searched = "--beams" if asked.beams else "--speculate" if asked.speculate else ""
     check_views(session, asked.lens, asked.attention, asked.interventions, asked.routing, searched)
     session.analyses.lens_layers = asked.lens_layers
-    session.analyses.lens_rows()  # (a layer the model lacks is refused before the journey runs)
+    session.analyses.lens_rows()  # a layer the model lacks is refused before the journey runs
     if asked.interventions:
         session.set_interventions(asked.interventions, context=tokenize(session.engine, prompt, chat, system)[1])
     if asked.beams:
-        refuse_grammar(settings.grammar, "beam search")  # (before the prefill)
+        refuse_grammar(settings.grammar, "beam search")  # before the prefill
         session.start(prompt, chat=chat, system=system)
         return beam_document(session, session.prompt_ids, asked.beams, settings.max_new_tokens)
     if asked.speculate:  # it runs on its own cache: no prefill here
@@ -265,7 +265,7 @@ def run_trace(
 def write_files(session: Session, document: dict[str, Any], asked: TraceRequest, noted: list[tuple[str, Path]]) -> None:
     """The trace's page and journey file, as `asked`; each noted as (what it is, where)."""
     session.score_prompt()
-    snapshot, saved = snapshot_of(session), saved_attention_of(session)  # (every layer's rows: once for both)
+    snapshot, saved = snapshot_of(session), saved_attention_of(session)  # every layer's rows: once for both
     try:
         if asked.html:
             lens = session.analyses.kept_inspections()
@@ -289,12 +289,12 @@ def remade_journey(recorded: dict[str, Any], session: Session) -> dict[str, Any]
     document = journey_document(session)
     _, kept_rows, kept = recording_of(recorded)
     methods = [a.method for a in kept.attributions] if "attribution" in held else []
-    attribution = methods[0] if methods else None  # (a step's entry does not name its method: the file's do)
+    attribution = methods[0] if methods else None  # a step's entry does not name its method: the file's do
     lens = next((s["lens"] for s in steps if isinstance(s.get("lens"), list)), None)
     numbers = [row.get("layer") for row in lens or () if isinstance(row, dict)]
     rows = sorted({n for n in numbers if type(n) is int and 0 <= n <= session.engine.info.layers})
     if rows and len(rows) == len(numbers):
-        session.analyses.lens_layers = LensLayers.of_rows(rows)  # (the rows the recording's lens holds)
+        session.analyses.lens_layers = LensLayers.of_rows(rows)  # the rows the recording's lens holds
     add_views(
         session,
         document,
@@ -310,9 +310,9 @@ def remade_journey(recorded: dict[str, Any], session: Session) -> dict[str, Any]
     session.score_prompt()
     analyses = session.analyses.remade(kept)
     remade = journey_file(snapshot_of(session), saved_attention_of(session, sorted(kept_rows.rows)), analyses, document)
-    if "diagnosis" not in recorded:  # (a journey the app saved holds none: its why view measures it when shown)
+    if "diagnosis" not in recorded:  # a journey the app saved holds none: its why view measures it when shown
         remade.pop("diagnosis", None)
-    return dict(json.loads(json.dumps(remade)))  # (as a file holds it: lists, not tuples)
+    return dict(json.loads(json.dumps(remade)))  # as a file holds it: lists, not tuples
 
 
 def compare_opener(
@@ -333,7 +333,7 @@ def compare_opener(
             f"compare draws A's tokens here, and the {a_backend.name} backend draws its own: its options are B's "
             f"(add --against-backend {a_backend.name})"
         )
-    open_a = a_side.loader(settings)  # (what each side was given checked first)
+    open_a = a_side.loader(settings)  # what each side was given checked first
     same = b_side.values == a_side.values
     if same and against == settings:
         raise TokenvizError(

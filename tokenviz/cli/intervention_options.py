@@ -14,7 +14,7 @@ from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.interventions import Intervention, parse_ablation, parse_patch, parse_steering
 
 PANEL = "Interventions"
-REPEATED = Optional[list[str]]  # (each option but --ablate-mean is given once per intervention)
+REPEATED = Optional[list[str]]  # each option but --ablate-mean is given once per intervention
 
 
 def _option(kind: Any, flag: str, help: str) -> tuple[Any, Any]:

@@ -93,7 +93,7 @@ def grammar_of(values: dict[str, Any]) -> "Grammar | None":
     if len(given) > 1:
         raise SettingsError("give one grammar: --json-schema, --regex or --grammar")
     for name, value in given.items():
-        from tokenviz.files.grammar_file import read_grammar  # (the engine loads only when asked)
+        from tokenviz.files.grammar_file import read_grammar  # the engine loads only when asked
 
         return read_grammar(GRAMMAR_KIND_OF_OPTION[name], value)  # type: ignore[arg-type]
     return None
@@ -113,7 +113,7 @@ def option_group(
     def decorate(command: Callable[..., None]) -> Callable[..., None]:
         own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != argument]
         defaults = make({}, frozenset())
-        adds_context = GIVEN not in {p.name for p in own}  # (one parameter, however many groups)
+        adds_context = GIVEN not in {p.name for p in own}  # one parameter, however many groups
         added = []
         for name, (kind, option) in options.items():
             default = getattr(defaults, name, None)
@@ -129,7 +129,7 @@ def option_group(
         @functools.wraps(command)
         def with_group(**kwargs: Any) -> None:
             values = {name: kwargs.pop(name) for name in options}
-            context = kwargs.pop(GIVEN) if adds_context else kwargs[GIVEN]  # (the innermost group's to take)
+            context = kwargs.pop(GIVEN) if adds_context else kwargs[GIVEN]  # the innermost group's to take
             given = frozenset(n for n in options if getattr(context.get_parameter_source(n), "name", "") != "DEFAULT")
             try:
                 group = make(values, given)
@@ -168,7 +168,7 @@ def sampling_options(*, leave_out: tuple[str, ...] = ()) -> Callable[[Callable[.
         if not values:
             return DEFAULT_SETTINGS
         preset = values.pop("preset", None)
-        if preset is not None:  # (its settings, but where an option was given)
+        if preset is not None:  # its settings, but where an option was given
             values |= {k: v for k, v in preset_named(preset).fields.items() if k in values and k not in given}
         grammar = grammar_of({name: values.pop(name, None) for name in GRAMMAR_OPTIONS})
         return SamplingSettings(**{**values, "stop": tuple(values.get("stop") or ()), "grammar": grammar})
@@ -193,9 +193,9 @@ def stderr_progress() -> Iterator[Callable[[str, "float | None"], None]]:
 
         def report(message: str, fraction: float | None) -> None:
             nonlocal bar, task, said
-            message = message.replace(f" {CANCELS}", "")  # (the app's key: a command here stops on Ctrl+C)
+            message = message.replace(f" {CANCELS}", "")  # the app's key: a command here stops on Ctrl+C
             if fraction is None or not err.is_terminal:
-                if fraction is not None and fraction < 1.0:  # (a log gets a job's end, not each of its steps)
+                if fraction is not None and fraction < 1.0:  # a log gets a job's end, not each of its steps
                     return
                 if message != said:
                     err.print(Text(safe_text(message), style="dim"), soft_wrap=True)

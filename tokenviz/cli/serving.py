@@ -101,7 +101,7 @@ def session_limit(asked: int, model: str | None, weights_here: bool = True) -> t
     try:
         bundled = bundled_gguf() if model is None and weights_here else None
     except ModelLoadError:
-        bundled = None  # (each tab will say so itself)
+        bundled = None  # each tab will say so itself
     each = PROCESS_BYTES + (weights_bytes(model, bundled) if weights_here else 0)
     available = psutil.virtual_memory().available
     return default_max_sessions(each, available), (
@@ -159,7 +159,7 @@ class LimitedServer(Server):
             await websocket.prepare(request)
             await websocket.close(code=FULL_CLOSE_CODE, message=b"the server is full")
             return websocket
-        self.connected.append(request)  # (one event loop: no race between the check and the count)
+        self.connected.append(request)  # one event loop: no race between the check and the count
         try:
             return await super().handle_websocket(request)
         finally:
@@ -182,5 +182,5 @@ class LimitedServer(Server):
         for child in alive:
             with contextlib.suppress(psutil.Error):
                 child.kill()
-        psutil.wait_procs(alive, timeout=0.3)  # (reaps those that were this process's own)
+        psutil.wait_procs(alive, timeout=0.3)  # reaps those that were this process's own
         super().request_exit()

@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         port, key = args.port or vllm.free_port(), secrets.token_hex(16)
         log = cache_root() / "vllm-server.log"
         print(f"starting vLLM on 127.0.0.1:{port} (under a minute once warm; its log: {log})", flush=True)
-        process = vllm.start(python, model, port, key, log, lens=True)  # (the key goes to no one else)
+        process = vllm.start(python, model, port, key, log, lens=True)  # the key goes to no one else
         vllm.wait_ready(process, f"http://127.0.0.1:{port}/v1", key, log)
         print("ready. In a second terminal, with tokenviz's environment active, paste:\n")
         print("\n".join(f"    {line}" for line in paste_lines(port, key, model)))

@@ -31,7 +31,7 @@ def piece(text: str) -> str:
 def precision(model: dict[str, Any]) -> str:
     """How the numbers are held: "float32", or "float32 · int8 weights" where the weights are quantized
     (the activations stay in the dtype)."""
-    quantized = str(model.get("quantization") or "").split(" (")[0]  # ("int8 weights (torchao …); …")
+    quantized = str(model.get("quantization") or "").split(" (")[0]  # "int8 weights (torchao …); …"
     return f"{model['dtype']} · {quantized}" if quantized else model["dtype"]
 
 
@@ -62,7 +62,7 @@ def print_table(doc: dict[str, Any], console: Console) -> None:
             Text("output: " + "  ".join(f"{piece(s['chosen']['text'])} {s['chosen']['id']}" for s in doc["steps"]))
         )
     kept = [name for name in IN_JSON_ONLY if doc["steps"] and name in doc["steps"][0]]
-    if kept:  # (asked for, and computed: never dropped without a word)
+    if kept:  # asked for, and computed: never dropped without a word
         said = " and ".join(f"--{name}" for name in kept)
         console.print(Text(f"{said}: each step's, in the JSON document (--json); a table has no room", style="dim"))
     console.print(Text.assemble(("text: ", "bold"), safe_text(doc["full_text"])))

@@ -77,7 +77,7 @@ def row(*names: str) -> Callable[[type[T]], type[T]]:
 
         def fields_of(value: Any) -> Any:
             if not isinstance(value, list | tuple):
-                return value  # (the dataclass's own schema says what is wrong with it)
+                return value  # the dataclass's own schema says what is wrong with it
             if not needed <= len(value) <= len(names):
                 span = f"{needed} to {len(names)}" if needed < len(names) else str(len(names))
                 raise ValueError(f"a {called} is a list of {span} values, not {len(value)}")
@@ -89,7 +89,7 @@ def row(*names: str) -> Callable[[type[T]], type[T]]:
 
         def core(source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
             fields = dict(handler(source))
-            ref = fields.pop("ref", None)  # (where the class is used again, the reference is to the row)
+            ref = fields.pop("ref", None)  # where the class is used again, the reference is to the row
             return core_schema.no_info_before_validator_function(
                 fields_of,
                 cast(CoreSchema, fields),
@@ -99,7 +99,7 @@ def row(*names: str) -> Callable[[type[T]], type[T]]:
 
         def json_schema(schema: CoreSchema, handler: GetJsonSchemaHandler) -> dict[str, Any]:
             whole = handler.resolve_ref_schema(handler(schema))
-            if "properties" not in whole:  # (made already: a type used twice)
+            if "properties" not in whole:  # made already: a type used twice
                 return whole
             items = [whole["properties"][name] for name in names]
             return {"type": "array", "prefixItems": items, "minItems": needed, "maxItems": len(names)}

@@ -30,7 +30,7 @@ from tokenviz.contract.records import ModelInfo, Routing
 from tokenviz.contract.results import BeamResult, Drawn, Inspection, LensAsk, LogitDifference, Speculation
 from tokenviz.contract.settings import SamplingSettings
 
-if TYPE_CHECKING:  # (a type only: the contract imports no torch, numpy or transformers at run time)
+if TYPE_CHECKING:  # a type only: the contract imports no torch, numpy or transformers at run time
     import numpy as np
     import torch
     from transformers import PreTrainedTokenizerBase
@@ -100,11 +100,11 @@ def refusal_of(info: ModelInfo, needed: Capability, what: str, brief: bool = Fal
     if brief:
         return f"{what}: {why_not(info, needed)}"
     said = dict(info.lacks_why).get(needed.value)
-    if said is not None:  # (the runtime's own words: why it lacks it, and what gives it)
+    if said is not None:  # the runtime's own words: why it lacks it, and what gives it
         return f"{what} needs the engine's {needed.value}: {said}"
     held = ", ".join(info.capabilities) or "none"
     drawn = ""
-    if needed is Capability.GRAMMAR and info.draws:  # (a tokenizer here does not make the draw tokenviz's)
+    if needed is Capability.GRAMMAR and info.draws:  # a tokenizer here does not make the draw tokenviz's
         drawn = f": {info.giver} draws each token itself, and a grammar stage needs tokenviz to draw"
     return f"{what} needs the engine's {needed.value}, which {info.name} does not give{drawn} (it gives: {held})"
 
@@ -115,7 +115,7 @@ def why_not(info: ModelInfo, needed: Capability) -> str:
     if needed is Capability.GRAMMAR and info.draws:
         return f"{info.giver} draws each token itself; a grammar needs tokenviz to draw (M says more)"
     said = dict(info.lacks_why).get(needed.value)
-    if said is not None:  # (an aside that ends it, as an install line, is left to the model view)
+    if said is not None:  # an aside that ends it, as an install line, is left to the model view
         main, aside, _ = said.rpartition(" (") if said.endswith(")") else (said, "", "")
         return f"{main} (M says more)" if aside else said
     if needed is Capability.ROUTING and not info.experts:
@@ -420,10 +420,10 @@ PROTOCOLS: dict[Capability, type] = {  # what an engine declaring each capabilit
     Capability.ATTRIBUTION: Attributing,
     Capability.INTERVENTIONS: Intervenable,
     Capability.ABLATION: Intervenable,
-    Capability.ROUTING: Engine,  # (read from the passes it runs anyway: Engine.read_routing)
+    Capability.ROUTING: Engine,  # read from the passes it runs anyway: Engine.read_routing
     Capability.LOGIT_SPLIT: LogitSplitting,
-    Capability.TOKENIZER: Engine,  # (its `tokenizer`, which an engine without this capability leaves None)
-    Capability.GRAMMAR: Engine,  # (its `tokenizer`, and the logits tokenviz draws from)
+    Capability.TOKENIZER: Engine,  # its `tokenizer`, which an engine without this capability leaves None
+    Capability.GRAMMAR: Engine,  # its `tokenizer`, and the logits tokenviz draws from
 }
 
 

@@ -35,7 +35,7 @@ class LensLayers:
         chosen: set[int] = set()
         for item in self.spec.split(","):
             found = _ITEM.fullmatch(item.strip())
-            assert found is not None  # (parse_lens_layers checked the spec)
+            assert found is not None  # parse_lens_layers checked the spec
             emb, last, start, stop, step = found.groups()
             if emb or last:
                 chosen.add(0 if emb else layers)

@@ -53,7 +53,7 @@ class Candidate:
 
     id: Id
     text: Text
-    logit: Finite  # (a served model's: its log-probability)
+    logit: Finite  # a served model's: its log-probability
     prob: Probability
 
 
@@ -249,7 +249,7 @@ class Routing:
     ]  # the MoE layers, in order
     k: Annotated[int, Field(strict=True, ge=1, le=MAX_EXPERTS_PER_TOKEN)]  # experts per token
     positions: Annotated[int, Field(strict=True, ge=1, le=MAX_TOKENS)]
-    experts: Base64Bytes  # (a file keeps the bytes as base64)
+    experts: Base64Bytes  # a file keeps the bytes as base64
     weights: Base64Bytes
     entropy: Base64Bytes
     shared: Base64Bytes = b""  # float32 (positions, layers): NaN where a layer has no shared expert
@@ -258,7 +258,7 @@ class Routing:
         """The routing of the i-th position fed (negative: from the end)."""
         i = i % self.positions
         n, k = len(self.layers), self.k
-        experts = memoryview(self.experts).cast("H")[i * n * k : (i + 1) * n * k].tolist()  # (no copy of the rest)
+        experts = memoryview(self.experts).cast("H")[i * n * k : (i + 1) * n * k].tolist()  # no copy of the rest
         weights = memoryview(self.weights).cast("f")[i * n * k : (i + 1) * n * k].tolist()
         entropy = memoryview(self.entropy).cast("f")[i * n : (i + 1) * n].tolist()
         shared = memoryview(self.shared).cast("f")[i * n : (i + 1) * n].tolist() if self.shared else [math.nan] * n

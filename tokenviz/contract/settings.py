@@ -91,12 +91,12 @@ class SamplingSettings:
             name, equals, value = assignment.partition("=")
             key = name.strip().replace("-", "_")
             if not equals or key not in fields:
-                names = ", ".join(name.replace("_", "-") for name in fields)  # (as the dialog and the CLI write them)
+                names = ", ".join(name.replace("_", "-") for name in fields)  # as the dialog and the CLI write them
                 raise SettingsError(f"{assignment!r} is not NAME=VALUE with a sampling setting: {names}{also}")
             if key == "stop":
                 changes["stop"] = (*changes.get("stop", self.stop), value)
                 continue
-            kind = FIELD_KINDS.get(str(fields[key].type), str)  # (the field's, not its value's: 0 is a float here)
+            kind = FIELD_KINDS.get(str(fields[key].type), str)  # the field's, not its value's: 0 is a float here
             try:
                 changes[key] = kind(value)
             except ValueError:

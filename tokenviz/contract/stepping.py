@@ -20,7 +20,7 @@ from tokenviz.contract.records import ModelInfo
 from tokenviz.contract.results import Drawn
 from tokenviz.contract.settings import SamplingSettings
 
-if TYPE_CHECKING:  # (a type only: the contract imports no numpy at run time)
+if TYPE_CHECKING:  # a type only: the contract imports no numpy at run time
     import numpy as np
 
     from tokenviz.contract.engine import ChatIds

@@ -80,7 +80,7 @@ def drawn_decision(
     scores = drawn_scores(known, vocab)
     staged = settings if drawn.raw else dataclasses.replace(NEUTRAL, seed=settings.seed)
     decision = decide(scores, staged, context_ids, generated_ids, piece, chosen, pinned)
-    shown = [i for i, (t, _) in enumerate(decision.watch) if t in known]  # (not the unknown rest's)
+    shown = [i for i, (t, _) in enumerate(decision.watch) if t in known]  # not the unknown rest's
     stages = tuple(
         dataclasses.replace(
             st,

@@ -41,7 +41,7 @@ class GrammarMask(LogitsProcessor):
 def unpack(bitmask: torch.Tensor, vocab: int, device: torch.device) -> torch.Tensor:
     """(vocab,) bool from llguidance's int32 words, a bit per token, unpacked on `device`."""
     words = to_device(bitmask.reshape(-1), device)
-    bits = torch.arange(32, dtype=torch.int32, device=device)  # (made there: no copy)
+    bits = torch.arange(32, dtype=torch.int32, device=device)  # made there: no copy
     return ((words.unsqueeze(-1) >> bits) & 1).bool().reshape(-1)[:vocab]
 
 
@@ -64,7 +64,7 @@ class Followed:
         if fits:
             self.matcher.consume_tokens(rest[:fits])
             self.consumed.extend(rest[:fits])
-        if self.matcher.is_error():  # (not expected: only validated tokens are consumed)
+        if self.matcher.is_error():  # not expected: only validated tokens are consumed
             raise TokenvizError(f"{self.shown}: the grammar engine failed: {first_line(self.matcher.get_error())}")
         return shared + fits
 
@@ -99,7 +99,7 @@ class GrammarMatchers:
         followed = self._followed.pop(grammar, None)
         if followed is None:
             tokenizer, text = self._engine_tokenizer(), engine_grammar(grammar)
-            matcher = on_deep_stack(  # (compiled as engine_grammar checked it: recursively, see there)
+            matcher = on_deep_stack(  # compiled as engine_grammar checked it: recursively, see there
                 lambda: llguidance.LLMatcher(tokenizer, text, log_level=0), f"the {grammar.kind} {grammar.shown}"
             )
             if matcher.is_error():
@@ -122,7 +122,7 @@ class GrammarMatchers:
         try:
             for step in range(CHECKED_STEPS):
                 mask = self._mask(matcher, torch.device("cpu"))
-                self._refuse_failure(grammar, matcher, admits_nothing=step == 0)  # (before the mask is read)
+                self._refuse_failure(grammar, matcher, admits_nothing=step == 0)  # before the mask is read
                 allowed = mask.nonzero().flatten().tolist()
                 if step == 0 and not allowed:
                     raise SettingsError(f"the {grammar.kind} {grammar.shown} admits no text at all")
@@ -142,7 +142,7 @@ class GrammarMatchers:
         if not matcher.is_error():
             return
         error = first_line(matcher.get_error())
-        if admits_nothing and error.startswith("NoExtensionBias"):  # (the engine's word for an empty first mask)
+        if admits_nothing and error.startswith("NoExtensionBias"):  # the engine's word for an empty first mask
             raise SettingsError(f"the {grammar.kind} {grammar.shown} admits no text at all")
         raise SettingsError(f"the {grammar.kind} {grammar.shown} cannot be followed: {error}")
 

@@ -32,7 +32,7 @@ def predict_positions(
     following = ids_to_device(next_ids, logits.device)[0]
     numbers = CPU_SLICE_NUMBERS if logits.device.type == "cpu" else SLICE_NUMBERS
     rows = max(1, numbers // logits.shape[-1])
-    starts = range(0, len(next_ids), rows) or range(1)  # (no position: one empty slice)
+    starts = range(0, len(next_ids), rows) or range(1)  # no position: one empty slice
     parts = [_predict(logits[i : i + rows], following[i : i + rows], top) for i in starts]
     return parts[0] if len(parts) == 1 else {key: torch.cat([part[key] for part in parts]) for key in KEYS}
 
@@ -91,7 +91,7 @@ class PromptPredictions(Sequence[PromptPrediction]):
     def __getitem__(self, index: int | slice) -> PromptPrediction | tuple[PromptPrediction, ...]:
         if isinstance(index, slice):
             return tuple(self._made_at(p) for p in range(len(self))[index])
-        return self._made_at(range(len(self))[index])  # (an IndexError past the end, as a tuple's)
+        return self._made_at(range(len(self))[index])  # an IndexError past the end, as a tuple's
 
     def __iter__(self) -> Iterator[PromptPrediction]:
         return (self._made_at(p) for p in range(len(self)))
@@ -121,7 +121,7 @@ class PromptPredictions(Sequence[PromptPrediction]):
         ids, logits, probs = (column[key][p].tolist() for key in ("ids", "logits", "probs"))
         return PromptPrediction(
             position=p,
-            top=tuple(  # (a server that gave fewer than asked leaves rows of -inf: no candidates, not shown)
+            top=tuple(  # a server that gave fewer than asked leaves rows of -inf: no candidates, not shown
                 Candidate(id=i, text=piece(i), logit=lg, prob=pr)
                 for i, lg, pr in zip(ids, logits, probs)
                 if lg != -math.inf

@@ -59,7 +59,7 @@ class PresenceFrequencyPenalty(LogitsProcessor):
         ids = ids_to_device(self.generated_ids, scores.device)[0]
         counts.index_add_(0, ids, torch.ones(len(self.generated_ids), dtype=scores.dtype, device=scores.device))
         penalised = scores - self.presence * (counts > 0).to(scores.dtype) - self.frequency * counts
-        return penalised  # type: ignore[return-value]  # (transformers types processors with FloatTensor)
+        return penalised  # type: ignore[return-value]  # transformers types processors with FloatTensor
 
 
 NOTHING_ALLOWED = "the grammar allows no token after this text: it left the grammar earlier"
@@ -160,7 +160,7 @@ def apply_stages(
 ) -> list[tuple[str, str, torch.Tensor]]:
     """Every active stage's scores, (1, vocab) each, in float32 on the logits' device."""
     stages = build_stages(settings, generated_ids, allowed)
-    if not stages:  # (greedy with no penalty: nothing to queue on the device)
+    if not stages:  # greedy with no penalty: nothing to queue on the device
         return []
     scores = logits.reshape(1, -1).float()
     # the context's ids: only the repetition penalty reads them (the others' input_ids go unread)
@@ -188,14 +188,14 @@ def _inverse_cdf_on_device(probs: torch.Tensor, u: float) -> tuple[torch.Tensor,
     bundled model 1.2 ms a step); their order, sums and band are the whole sort's first ones."""
     order = None
     if probs.device.type == "cpu":
-        possible = probs.nonzero().reshape(-1)  # (ids in ascending order: the stable sort's order of ties)
+        possible = probs.nonzero().reshape(-1)  # ids in ascending order: the stable sort's order of ties
         if 0 < possible.numel() < probs.numel():
             sorted_probs, within = torch.sort(probs[possible].double(), descending=True, stable=True)
             order = possible[within]
     if order is None:
         sorted_probs, order = torch.sort(probs.double(), descending=True, stable=True)
     cumulative = torch.cumsum(sorted_probs, 0)
-    last_possible = ((sorted_probs > 0).sum() - 1).clamp(min=0)  # (0 when nothing is possible: NaN)
+    last_possible = ((sorted_probs > 0).sum() - 1).clamp(min=0)  # 0 when nothing is possible: NaN
     rank = torch.minimum(torch.searchsorted(cumulative, u, right=True), last_possible)
     high = at(cumulative, rank)
     return at(order, rank), rank, high - at(sorted_probs, rank), high
@@ -243,10 +243,10 @@ def summarise(logits: torch.Tensor, n: int) -> PendingSummary:
     logits = logits.float().reshape(-1)
     with one_thread_on_cpu(logits.device):
         probs = torch.softmax(logits, -1)
-        entropy = probs.log().mul_(probs).nansum() * NATS_TO_MINUS_BITS  # (0 log 0 is NaN: counted 0)
+        entropy = probs.log().mul_(probs).nansum() * NATS_TO_MINUS_BITS  # 0 log 0 is NaN: counted 0
         top_logits, ranked = torch.topk(logits, min(max(n, WATCH_N), logits.numel()))
     top_ids = ranked[:n]
-    # (one part for the transfer: each costs a step its operator calls)
+    # one part for the transfer: each costs a step its operator calls
     numbers = torch.cat([top_logits[:n], probs[top_ids], entropy.reshape(1)]).double()
     return PendingSummary({"summary.ids": top_ids, "summary.numbers": numbers}, probs, ranked, top_logits[0])
 
@@ -328,7 +328,7 @@ def _decide(
     raw_top = summary.ranked[:n] if summary is not None else torch.topk(raw, n).indices
     final_top = raw_top if final is raw else torch.topk(final, n).indices
     watch = torch.cat([raw_top, final_top, chosen.reshape(1)])
-    if staged:  # (one row per stage: see _stage_rows)
+    if staged:  # one row per stage: see _stage_rows
         stage_rows = _stage_rows(*staged, raw_scores, raw, watch)
     else:
         stage_rows = torch.zeros((0, 3 + 2 * watch.numel()), dtype=torch.float64, device=device)
@@ -343,7 +343,7 @@ def _decide(
     # finite: the largest is NaN where any is, +inf where any is, -inf where none is finite.
     numbers = torch.isfinite(summary.largest if summary is not None else raw_scores.max())
     any_left = numbers if final_scores is raw_scores else torch.isfinite(final_scores.max())
-    # (stacked with the float64 band: every one float64, exactly, without a conversion of its own each)
+    # stacked with the float64 band: every one float64, exactly, without a conversion of its own each
     scalars = torch.stack(
         [
             chosen,
@@ -353,13 +353,13 @@ def _decide(
             raw_prob,
             low,
             high,
-            numbers,  # (read with the rest: no extra wait)
+            numbers,  # read with the rest: no extra wait
             any_left,
         ]
     ).double()
     # The numbers in one part (see summarise): the scalars, the watched raw probabilities, the stages' rows.
     tensors = {"decision.watch": watch, "decision.numbers": torch.cat([scalars, raw[watch], stage_rows.reshape(-1)])}
-    if pinned:  # (nothing to queue on the device when no token is watched)
+    if pinned:  # nothing to queue on the device when no token is watched
         tensors["decision.pinned"] = pinned_on_device(raw, final, pinned)
     return PendingDecision(
         tensors, mode, settings, tuple((name, detail) for name, detail, _ in stages), u, timer.stop(), tuple(pinned)
@@ -374,12 +374,12 @@ def _stage_rows(
     the watched probabilities, and whether it changed each."""
     before_scores = torch.cat([raw_scores[None], stage_scores[:-1]])  # each stage's input, row by row
     before = torch.cat([raw[None], afters[:-1]])
-    finite = stage_scores > -math.inf  # (kept: a stage removes a token with -inf; one pass, where isfinite is four)
+    finite = stage_scores > -math.inf  # kept: a stage removes a token with -inf; one pass, where isfinite is four
     changed = stage_scores != before_scores
     # a mask, not indexing: no data-dependent shape. A share of a distribution is at most 1: summed in
     # float32, 49,152 rounded probabilities made 1.0000017, which a journey file rightly refuses.
     mass = torch.where(finite, before, 0).sum(-1, dtype=torch.float64).clamp(max=1.0)
-    return torch.cat(  # (float64, as `mass`: every part converted, exactly, in the one call)
+    return torch.cat(  # float64, as `mass`: every part converted, exactly, in the one call
         [
             finite.sum(-1, keepdim=True),
             mass[:, None],

@@ -125,7 +125,7 @@ def speculate_over(
             break
         rounds.append(Round(drafted=tuple(drafted), accepted=accepted, next_id=new[-1], rejected_at=rejected_at))
         ids += new
-        passes.keep(len(ids) - 1)  # (what the rejected drafts left in the cache goes)
+        passes.keep(len(ids) - 1)  # what the rejected drafts left in the cache goes
         eos = next((k for k, t in enumerate(ids[start:]) if t in eos_ids), None)
         if eos is not None:
             ids = ids[: start + eos + 1]

@@ -47,7 +47,7 @@ class GgufHeader:
     strings: dict[str, str]  # its short strings by key (general.architecture...)
     lists: dict[str, tuple[float, ...]] = field(default_factory=dict)  # its short lists of numbers by key
     tensor_types: dict[str, int] = field(default_factory=dict)  # how many tensors of each type, most first
-    tensor_names: frozenset[str] = frozenset()  # (whether it has an output head of its own: output.weight)
+    tensor_names: frozenset[str] = frozenset()  # whether it has an output head of its own: output.weight
 
     def number(self, *keys: str) -> int | None:
         """The first of `keys` the metadata holds, as a whole number."""
@@ -144,14 +144,14 @@ def _tensor_end(r: _Reader, i: int, alignment: int) -> tuple[int, str, str]:
         raise r.lie(f"tensor {name!r} has {dims} dimensions")
     shape = [r.number("Q", f"tensor {name!r}'s shape") for _ in range(dims)]
     kind, offset = r.number("I", f"tensor {name!r}'s type"), r.number("Q", f"tensor {name!r}")
-    from gguf import GGML_QUANT_SIZES  # (here: the command line imports this module before anything loads)
+    from gguf import GGML_QUANT_SIZES  # here: the command line imports this module before anything loads
 
     known = next((t for t in GGML_QUANT_SIZES if int(t) == kind), None)
     if known is None:
         raise r.lie(f"tensor {name!r} has the unknown type {kind}")
     if known.name in NO_WEIGHT_TYPES:
         raise r.lie(f"tensor {name!r} is of type {known.name}, which llama.cpp computes no weight in")
-    if dims == 1 and known.name != "F32":  # (ggml's binary operations on a CPU: an abort at the first step)
+    if dims == 1 and known.name != "F32":  # ggml's binary operations on a CPU: an abort at the first step
         raise r.lie(f"tensor {name!r} is a vector (a norm's, a bias's) in {known.name}: llama.cpp takes those in F32")
     sizes = GGML_QUANT_SIZES[known]
     elements = 1

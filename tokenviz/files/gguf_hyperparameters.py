@@ -35,7 +35,7 @@ def check_hyperparameters(
     metadata's numbers, short strings and short lists of numbers by key (files.gguf_header reads them)."""
     arch = strings.get("general.architecture")
     if arch is None:
-        return  # (not a model's GGUF: llama.cpp refuses it in a line of its own)
+        return  # not a model's GGUF: llama.cpp refuses it in a line of its own
     prefix = f"{arch}."
 
     def number(name: str, default: float = 0.0) -> float:

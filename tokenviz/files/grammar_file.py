@@ -21,7 +21,7 @@ from tokenviz.system.deep_stack import on_deep_stack
 from tokenviz.system.reading import parse_json, read_file
 
 ENGINE_FORMATS = {"json-schema": "json_schema", "regex": "regex", "grammar": "grammar"}
-MAX_GRAMMAR_BYTES = 4 * MAX_GRAMMAR_CHARS  # (UTF-8 takes at most four bytes a character)
+MAX_GRAMMAR_BYTES = 4 * MAX_GRAMMAR_CHARS  # UTF-8 takes at most four bytes a character
 # Rules of a grammar, or definitions of a JSON schema. The deep stack holds about 80,000 rules that each
 # refer to the next (about 3 KB of stack each, measured with llguidance 1.9): a fourth of that is allowed.
 MAX_GRAMMAR_RULES = 20_000

@@ -105,9 +105,9 @@ class JournalWriter:
     def __init__(self, folder: Path, model: str) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.path = folder / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
-        self._lock = FileLock(f"{self.path}.lock", thread_local=False)  # (taken in the worker, let go at exit)
+        self._lock = FileLock(f"{self.path}.lock", thread_local=False)  # taken in the worker, let go at exit
         self._lock.acquire(timeout=0)
-        self._guard = threading.Lock()  # (discard may come from the main thread at exit)
+        self._guard = threading.Lock()  # discard may come from the main thread at exit
         self._file: Any = self.path.open("a", encoding="utf-8")
         self.write({"format": FORMAT, "model": model, "started": time.time()})
 
@@ -119,7 +119,7 @@ class JournalWriter:
                 return
             try:
                 self._file.write(json.dumps(line) + "\n")
-                self._file.flush()  # (in the operating system's hands: a crash of this process loses nothing)
+                self._file.flush()  # in the operating system's hands: a crash of this process loses nothing
             except OSError:
                 self._end()
 
@@ -154,7 +154,7 @@ class JournalFollower:
         self.writer = writer
         self._begun: tuple[str, bool, str | None] | None = None
         self._settings: SamplingSettings | None = None
-        self._interventions: tuple[Intervention, ...] = ()  # (none, until a line says otherwise)
+        self._interventions: tuple[Intervention, ...] = ()  # none, until a line says otherwise
         self._written: list[int] = []
 
     def follow(
@@ -206,7 +206,7 @@ def orphans(folder: Path) -> list[Path]:
         try:
             lock.acquire(timeout=0)
         except (Timeout, OSError):
-            continue  # (a live process's)
+            continue  # a live process's
         lock.release()
         found.append(path)
     for old in found[KEPT_ORPHANS:]:
@@ -224,7 +224,7 @@ def forget(path: Path) -> None:
 def journal_model(path: Path) -> str | None:
     """The model a journal is of, from its header line alone (None: not a journal)."""
     try:
-        fd = os.open(path, OPEN_FLAGS)  # (without blocking: a FIFO put there never holds the start)
+        fd = os.open(path, OPEN_FLAGS)  # without blocking: a FIFO put there never holds the start
         with os.fdopen(fd, "rb") as f:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 return None

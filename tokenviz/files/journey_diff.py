@@ -41,7 +41,7 @@ def first_difference(recorded: Any, remade: Any, where: str = "") -> str | None:
             if found is not None:
                 return found
         return None
-    exact = ".settings" in where  # (what the user set is not a computed number)
+    exact = ".settings" in where  # what the user set is not a computed number
     if _is_number(recorded) and _is_number(remade) and not exact and not (type(recorded) is int is type(remade)):
         tolerance = ATTENTION_TOLERANCE if ".attention" in where else LOGPROB_TOLERANCE
         if not math.isclose(float(recorded), float(remade), rel_tol=0.0, abs_tol=tolerance):

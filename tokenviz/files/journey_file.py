@@ -163,7 +163,7 @@ def _parse(path: Path, size: int) -> Any:
     except json.JSONDecodeError as exc:
         raise TokenvizError(f"{safe_text(str(path))} is not JSON (line {exc.lineno}: {exc.msg})") from None
     except ValueError as exc:  # what the reader refuses beyond JSON's grammar: a 5,000-digit integer, say
-        reason = str(exc).split(";")[0]  # (Python's advice on its own settings is not the user's)
+        reason = str(exc).split(";")[0]  # Python's advice on its own settings is not the user's
         raise TokenvizError(f"{safe_text(str(path))} cannot be read: {safe_text(reason)}") from None
     return doc
 

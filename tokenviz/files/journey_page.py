@@ -110,9 +110,9 @@ def _charts(snapshot: Snapshot, colors: dict[str, str]) -> list[str]:
     steps = [float(r.index) for r in records]
     bar, final = colors["bar"], colors["bar_final"]
     info = snapshot.info
-    served = info is not None and bool(info.requests)  # (a step is a request; the server keeps its own cache)
+    served = info is not None and bool(info.requests)  # a step is a request; the server keeps its own cache
     top_n = f", a floor: {info.giver}'s top N" if info and info.covers else ""
-    charts = [  # (each on its own axis: bits, and a probability from 0 to 1)
+    charts = [  # each on its own axis: bits, and a probability from 0 to 1
         line_chart(f"entropy by step (bits{top_n})", steps, [("entropy", [r.entropy for r in records], bar)], "step"),
         line_chart(
             "p(chosen) by step: the token's final p",
@@ -150,7 +150,7 @@ def _charts(snapshot: Snapshot, colors: dict[str, str]) -> list[str]:
                 over,
             )
         )
-    if decoded and not served:  # (the server's KV cache is its own)
+    if decoded and not served:  # the server's KV cache is its own
         charts.append(
             line_chart(
                 "KV cache MB against tokens",

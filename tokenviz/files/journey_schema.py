@@ -95,7 +95,7 @@ class SavedStep(StepRecord):
     def of(cls, record: StepRecord, attention: np.ndarray | None) -> SavedStep:
         """`record` as a file keeps it, with the attention rows kept of it (`attention`)."""
         kept = {f.name: getattr(record, f.name) for f in fields(StepRecord)}
-        kept["prompt_predictions"] = tuple(record.prompt_predictions)  # (the prefill's makes each when read)
+        kept["prompt_predictions"] = tuple(record.prompt_predictions)  # the prefill's makes each when read
         return cls(**kept, attention=None if attention is None else Array.of(attention))
 
     @property
@@ -110,7 +110,7 @@ def _check_routing(routing: Routing, positions: int) -> None:
         raise ValueError(f"the routing covers {routing.positions} positions, the record {positions}")
     per_layer = routing.positions * len(routing.layers)
     sizes = [("experts", per_layer * routing.k, 2), ("weights", per_layer * routing.k, 4), ("entropy", per_layer, 4)]
-    sizes += [("shared", per_layer, 4)] if routing.shared else []  # (NaN where a layer has no shared expert)
+    sizes += [("shared", per_layer, 4)] if routing.shared else []  # NaN where a layer has no shared expert
     for name, count, width in sizes:
         raw = getattr(routing, name)
         if len(raw) != count * width:
@@ -329,7 +329,7 @@ def parse_journey(doc: Any) -> Journey:
         why = first_error(exc)
     except _TableError as exc:
         place = ".".join(str(part) for part in exc.where) or "the top level"
-        why = f"at {safe_text(place)}: {safe_text(str(exc))}"  # (keys are the file's)
+        why = f"at {safe_text(place)}: {safe_text(str(exc))}"  # keys are the file's
     raise TokenvizError(f"the journey file is damaged {why}") from None
 
 

@@ -82,7 +82,7 @@ def step_diff(
     final_kl = 0.0
     if finals is not None:
         fa, fb = (f.reshape(-1).double().cpu()[:n] for f in finals)
-        shared = float(fa.sum()) > 0 and float(fb.sum()) > 0  # (a padded id may hold one side's whole mass)
+        shared = float(fa.sum()) > 0 and float(fb.sum()) > 0  # a padded id may hold one side's whole mass
         final_kl = kl_bits(fa / fa.sum(), fb / fb.sum()) if shared else math.inf
     return StepDiff(
         index=index,
@@ -162,7 +162,7 @@ class Comparison:
         for session in self.sessions:
             session.reset()
         del self.diffs[1:]
-        self._b_on_a = None  # (its cache goes: the paths have not parted at the prompt)
+        self._b_on_a = None  # its cache goes: the paths have not parted at the prompt
         self._b_on_a_fed, self._b_on_a_logits = [], None
 
     def _diff(self) -> None:
@@ -181,7 +181,7 @@ class Comparison:
             a.pending_logits, a.settings, a.ids, a.generated_ids, a.grammars.allowed(a.settings, a.generated_ids)
         )
         b_context = a if forced else b
-        b_allowed = b.grammars.allowed(b.settings, b_context.generated_ids)  # (none: A's path left B's grammar)
+        b_allowed = b.grammars.allowed(b.settings, b_context.generated_ids)  # none: A's path left B's grammar
         b_final = final_distribution(b_logits, b.settings, b_context.ids, b_context.generated_ids, b_allowed)
         b_choice = b.records[-1].decision.chosen_id
         if forced:  # where B's grammar rules A's path out, B's own top stands for a choice it cannot make

@@ -98,9 +98,9 @@ class LocalDecision:
     def record(
         self, journey: Journey, logits: torch.Tensor | None, extra: dict[str, torch.Tensor] | None = None
     ) -> tuple[Decided, dict[str, np.ndarray]]:
-        assert logits is not None  # (only a drawing engine's forward gives none)
+        assert logits is not None  # only a drawing engine's forward gives none
         allowed = journey.grammars.allowed(journey.settings, journey.generated_ids)
-        with one_thread_on_cpu(logits.device):  # (once for both)
+        with one_thread_on_cpu(logits.device):  # once for both
             summary = summarise(logits, journey.top_n)
             decision = decide_on_device(
                 logits,
@@ -153,7 +153,7 @@ class DrawnDecision:
         """Its draw again with these settings; a forced token needs none."""
         kept = self._drawn if forced_id is not None else None
         drawn = kept or self.engine.draw(journey.ids, journey.settings)
-        again = self._decided(journey, drawn, forced_id, own=False)  # (its context, so its own, is the same)
+        again = self._decided(journey, drawn, forced_id, own=False)  # its context, so its own, is the same
         return dataclasses.replace(journey.records[-1], top=again.top, entropy=again.entropy, decision=again.decision)
 
     def _decided(self, journey: Journey, drawn: Drawn, forced_id: int | None = None, own: bool = True) -> Decided:
@@ -169,7 +169,7 @@ class DrawnDecision:
             drawn, journey.settings, ids, journey.generated_ids, engine.piece, engine.info.vocab, forced, journey.pinned
         )
         unsteered = None
-        if own and journey.intervening is not None:  # (a drawing engine's scores are its top N: a Drawn)
+        if own and journey.intervening is not None:  # a drawing engine's scores are its top N: a Drawn
             own_draw = journey.intervening.own_logits(ids)[0]
             assert isinstance(own_draw, Drawn), "an engine that draws gives its own distribution as a draw"
             unsteered = drawn_unsteered(drawn, own_draw, engine.piece, journey.top_n)

@@ -23,7 +23,7 @@ class GrammarState:
         if self._matchers is None:
             engine = require(self._engine, Capability.GRAMMAR, "a grammar stage")
             vocab = engine.info.vocab
-            if isinstance(engine, OwnGrammarVocabulary):  # (its runtime's own: a GGUF in llama.cpp)
+            if isinstance(engine, OwnGrammarVocabulary):  # its runtime's own: a GGUF in llama.cpp
                 vocabulary = cast(Callable[[], Any], engine.grammar_vocabulary)
             else:
                 assert engine.tokenizer is not None, "an engine with a grammar stage has its tokenizer here"

@@ -67,8 +67,8 @@ def prefill(
             forward = engine.forward(ids[begin:end], True, cancelled, _between_layers(begin, end, n, progress))
         except Cancelled:
             raise Cancelled(PREFILL_CANCELLED) from None
-        following = ids[begin + 1 : end + 1]  # (none after a last chunk of one token: nothing to make)
-        if defer and following and getattr(forward, "hidden", None) is not None:  # (its logits made later)
+        following = ids[begin + 1 : end + 1]  # none after a last chunk of one token: nothing to make
+        if defer and following and getattr(forward, "hidden", None) is not None:  # its logits made later
             unscored.append((len(parts), forward, following))
             parts.append({})
         else:

@@ -17,7 +17,7 @@ def encode_prompt(engine: Engine, prompt: str | list[int]) -> tuple[str, list[in
         ids = engine.encode(prompt)
         vocab = engine.info.vocab
         beyond = next((t for t in ids if not 0 <= t < vocab), None)
-        if beyond is not None:  # (a token the tokenizer added past the model's embeddings)
+        if beyond is not None:  # a token the tokenizer added past the model's embeddings
             raise PromptError(
                 f"the prompt holds the token {engine.piece(beyond)!r} (id {beyond}), past the model's "
                 f"vocabulary of {vocab:,}: its tokenizer has tokens its embeddings lack"
@@ -35,7 +35,7 @@ def encode_prompt(engine: Engine, prompt: str | list[int]) -> tuple[str, list[in
     return prompt, ids
 
 
-Tokenized = tuple[str, list[int], list[bool]]  # (text, token ids, which ids the chat template added)
+Tokenized = tuple[str, list[int], list[bool]]  # text, token ids, which ids the chat template added
 
 
 def tokenize(engine: Engine, prompt: str | list[int], chat: bool = False, system: str | None = None) -> Tokenized:

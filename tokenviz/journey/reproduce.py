@@ -55,7 +55,7 @@ def verify_journey(
         session.start(replay.prompt_text, chat=replay.chat, system=replay.system)
     else:
         session.start(prompt)
-    if journey.replay.pinned:  # (the watched tokens: their numbers are part of every step's record)
+    if journey.replay.pinned:  # the watched tokens: their numbers are part of every step's record
         session.pin([token for token, _ in journey.replay.pinned])
     for i, step in enumerate(steps):
         if interventions(i) != session.interventions:

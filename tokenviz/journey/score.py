@@ -50,7 +50,7 @@ def constrain(document: dict[str, Any], session: Session, grammar: Grammar) -> N
     cache: Caching = require(engine, Capability.CACHE, "a grammar's scores")
     first = 0
     while first < len(ids) - 1 and ids[first] in engine.special_ids:
-        first += 1  # (a BOS the tokenizer adds is not the text's)
+        first += 1  # a BOS the tokenizer adds is not the text's
     settings = session.settings.replace(grammar=grammar)
     fits = session.grammars.fits(grammar, ids[first:])
     leaves_at = first + fits if first + fits < len(ids) else None  # the first token it does not allow

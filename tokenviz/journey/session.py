@@ -189,7 +189,7 @@ class Session:
             self.ids.pop()
             self.records[-1], self.stop_reason = pending, None
             self.engine.crop(cached)
-            if isinstance(exc, Cancelled):  # (only give_way cancels a step)
+            if isinstance(exc, Cancelled):  # only give_way cancels a step
                 raise GiveWay("a command is waiting") from None
             raise
 

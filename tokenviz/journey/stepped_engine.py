@@ -117,9 +117,9 @@ class SteppedPieces:
 class FedTokens(DenseInOnePlace):
     """What a Stepping and a DrawingModel are given alike: the tokens fed, on the CPU's tensors."""
 
-    device = torch.device("cpu")  # (the logits it gives are made a tensor here)
-    tokenizer = None  # (no Hugging Face tokenizer: no Capability.TOKENIZER or GRAMMAR)
-    kv_bytes = 0  # (what it keeps is its own)
+    device = torch.device("cpu")  # the logits it gives are made a tensor here
+    tokenizer = None  # no Hugging Face tokenizer: no Capability.TOKENIZER or GRAMMAR
+    kv_bytes = 0  # what it keeps is its own
 
     def __init__(self, model: Tokenizes):
         self.model, self.info, self.eos_ids = model, model.info, set(model.eos_ids)
@@ -224,12 +224,12 @@ class DrawnEngine(FedTokens):
     def __init__(self, drawing: DrawingModel):
         super().__init__(drawing)
         self.drawing, self.top_n = drawing, drawing.top_n
-        self.raw: bool | None = None  # (what its last draw said)
+        self.raw: bool | None = None  # what its last draw said
         self.say: Callable[[str], None] = lambda line: None
         self.waiting: Callable[[str], None] = lambda line: None
 
     def twin(self) -> DrawnEngine:
-        return DrawnEngine(self.drawing)  # (the model keeps nothing of a context: the new one is fed nothing)
+        return DrawnEngine(self.drawing)  # the model keeps nothing of a context: the new one is fed nothing
 
     def forward(
         self, ids: list[int], every_position: bool = False, cancelled: IsCancelled = None, progress: OnProgress = None

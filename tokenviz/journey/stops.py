@@ -24,7 +24,7 @@ class StopSearch:
             start = max(len(self._text) - max(map(len, stops), default=0) + 1, 0)
         new = text[start:]
         found = next((stop for stop in stops if stop in new), None)
-        self._stops, self._text = tuple(stops), "" if found is not None else text  # (found: asked again whole)
+        self._stops, self._text = tuple(stops), "" if found is not None else text  # found: asked again whole
         return found
 
 

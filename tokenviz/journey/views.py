@@ -51,7 +51,7 @@ def _attribute(session: Session, request: Attribute, progress: Progress, cancell
         if request.method == "grad"
         else None
     )
-    if line is not None:  # (leave-one-out needs less: the spec's capability)
+    if line is not None:  # leave-one-out needs less: the spec's capability
         raise TokenvizError(line)
     return session.analyses.attribute(request.position, request.method, progress, cancelled)
 

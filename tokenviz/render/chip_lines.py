@@ -45,7 +45,7 @@ class ChipLines:
         used = width  # forces a new line at `begin`
         for i in range(begin, len(keys)):
             w = self._widths[i]
-            if used > 0 and used + w > width:  # (a chip wider than a line gets a line of its own)
+            if used > 0 and used + w > width:  # a chip wider than a line gets a line of its own
                 self.starts.append(i)
                 used = 0
             used += w

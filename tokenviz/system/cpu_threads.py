@@ -36,7 +36,7 @@ def _whole(text: str) -> int | None:
     digits = text.lstrip("0")
     if not digits:
         return None
-    return int(digits) if len(digits) < 19 else 1 << 62  # (more digits: more threads than any machine runs)
+    return int(digits) if len(digits) < 19 else 1 << 62  # more digits: more threads than any machine runs
 
 
 def told_threads(environ: MutableMapping[str, str] = os.environ) -> int | None:

@@ -41,7 +41,7 @@ def interruptible() -> Iterator[None]:
     finally:
         with _lock:
             sent = _inside.pop(me)
-            if sent:  # (raised already, or still pending: taken back, so nothing lands after the section)
+            if sent:  # raised already, or still pending: taken back, so nothing lands after the section
                 _set_async(me, None)
     if sent:  # it came as the section's work ended: still the user's choice
         raise Interrupted

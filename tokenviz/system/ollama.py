@@ -60,7 +60,7 @@ def ollama_gguf(spec: str) -> Path:
     blob = root / "blobs" / f"sha256-{found.group(1)}"
     if not (blob.exists() or blob.is_symlink()):
         raise TokenvizError(f"--model {spec}: its model layer is not in the store ({blob.name} is missing)")
-    if not blob.is_file():  # (a FIFO, a device, a directory: followed through a link)
+    if not blob.is_file():  # a FIFO, a device, a directory: followed through a link
         raise TokenvizError(f"--model {spec}: its model layer {blob.name} is not a regular file")
     return blob
 

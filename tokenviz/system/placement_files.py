@@ -20,7 +20,7 @@ def resolved(placement: Placement) -> Placement:
     """`placement` with its device map's `mapping` read (a name, or the module-to-device mapping its
     file holds) and its offload folder checked: a mistake is one line. A placement resolved already
     (the command line's, before torch's import) is returned as it is: the files are read once."""
-    if placement.mapping is not None or placement.device_map is None:  # (no map: no offload folder either)
+    if placement.mapping is not None or placement.device_map is None:  # no map: no offload folder either
         return placement
     mapping = device_map(placement.device_map)
     if placement.offload_dir is not None:

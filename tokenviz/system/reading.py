@@ -32,7 +32,7 @@ def read_file(path: str | Path, limit: int, what: str, error: type[TokenvizError
     except OSError as exc:
         raise error(f"cannot read {what}: {exc.strerror or exc}") from None
     status = os.fstat(fd)
-    if not stat.S_ISREG(status.st_mode):  # (before fdopen, which refuses a directory with a traceback)
+    if not stat.S_ISREG(status.st_mode):  # before fdopen, which refuses a directory with a traceback
         os.close(fd)
         raise error(f"{what} is {'a directory' if stat.S_ISDIR(status.st_mode) else 'not a regular file'}")
     with os.fdopen(fd, "rb") as file:
@@ -42,7 +42,7 @@ def read_file(path: str | Path, limit: int, what: str, error: type[TokenvizError
             data = file.read(limit + 1)
         except OSError as exc:
             raise error(f"cannot read {what}: {exc.strerror or exc}") from None
-    if len(data) > limit:  # (it grew since)
+    if len(data) > limit:  # it grew since
         raise error(f"{what} is larger than the {size_text(limit)} tokenviz reads")
     return data
 

@@ -46,12 +46,12 @@ def guard_terminal() -> None:
         subprocess.Popen(
             [sys.executable, "-m", __name__],
             stdin=read,
-            start_new_session=True,  # (ctrl+c and a closed terminal's SIGHUP reach the app alone)
+            start_new_session=True,  # ctrl+c and a closed terminal's SIGHUP reach the app alone
             close_fds=True,
         )
     except OSError:
         os.close(write)
-        return  # (no process to be had: the app runs unguarded, as before)
+        return  # no process to be had: the app runs unguarded, as before
     finally:
         os.close(read)
     _pipes.append(write)
@@ -72,7 +72,7 @@ def watch() -> None:
     """The watcher: wait for the pipe on stdin to close; unless the app said it quit, restore stdout's
     terminal and say so on stderr."""
     for quiet in (signal.SIGINT, signal.SIGHUP, signal.SIGTTOU, signal.SIGTSTP):
-        signal.signal(quiet, signal.SIG_IGN)  # (SIGTTOU: the line settings are set from outside the foreground)
+        signal.signal(quiet, signal.SIG_IGN)  # SIGTTOU: the line settings are set from outside the foreground
     terminal = sys.stdout.fileno()
     try:
         saved = termios.tcgetattr(terminal)

@@ -17,7 +17,7 @@ def one_thread_on_cpu(device: torch.device) -> Iterator[None]:
     server that polls a core for a second after each request, 105 ms and 23 ms. (Process-wide, and cheap
     to set: 0.4 µs.)"""
     threads = torch.get_num_threads() if device.type == "cpu" else 1
-    if threads == 1:  # (a GPU's, or inside another: a step sets it once for its summary and decision)
+    if threads == 1:  # a GPU's, or inside another: a step sets it once for its summary and decision
         yield
         return
     torch.set_num_threads(1)

@@ -25,9 +25,9 @@ def to_host(parts: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
     """
     if not parts:
         return {}
-    device = next(iter(parts.values())).device  # (a model spread over GPUs: gathered here first, device to device)
+    device = next(iter(parts.values())).device  # a model spread over GPUs: gathered here first, device to device
     chunks, layout, offset = [], [], 0
-    for name, tensor in parts.items():  # (each call below only where it does something: a step's operator calls)
+    for name, tensor in parts.items():  # each call below only where it does something: a step's operator calls
         if tensor.requires_grad:
             tensor = tensor.detach()
         raw = tensor.contiguous().reshape(-1).view(torch.uint8)

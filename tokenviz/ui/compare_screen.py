@@ -35,7 +35,7 @@ from tokenviz.ui.selection import Selection
 from tokenviz.ui.worker_screen import WorkerScreen
 
 SIDES = ("a", "b")
-INFINITE_KL = "∞: B's stages rule out a token A's keep (p 0 in B): KL(A ‖ B) is infinite\n"  # (fits 80 columns)
+INFINITE_KL = "∞: B's stages rule out a token A's keep (p 0 in B): KL(A ‖ B) is infinite\n"  # fits 80 columns
 SEPARATE_DRAWS = "sampled: each side draws on its own (the server with its generator): a parting is two draws\n"
 
 
@@ -51,14 +51,14 @@ def describe(s: Snapshot, other: Snapshot | None, width: int = 10**6) -> Text:
     under = rest.pop("interventions") if rest.get("interventions", "none") != "none" else None
     parts = [(f"≠ {name} {fields[name]}", Style(bold=True)) for name in differing]
     if under is not None:
-        room = width - sum(cell_len(words) + 3 for words, _ in parts) - 4  # (4: " · …" after it)
+        room = width - sum(cell_len(words) + 3 for words, _ in parts) - 4  # 4: " · …" after it
         whole = f"interventions {under}"
         brief = f"interventions {briefly(interventions_in_force(s))}"
         parts.append((whole if cell_len(whole) <= room else brief, Style(bold=True)))
     parts += [(f"{name} {value}", Style(dim=True)) for name, value in rest.items()]
-    named = max(len(differing), 1)  # (every difference, and at least one field: a header says that)
+    named = max(len(differing), 1)  # every difference, and at least one field: a header says that
     shown, used = named, sum(cell_len(words) + 3 for words, _ in parts[:named]) - 3
-    if used > width:  # (the differences wrap: the rest would only push them further)
+    if used > width:  # the differences wrap: the rest would only push them further
         width = used
     while shown < len(parts):
         more = cell_len(parts[shown][0]) + 3 + (4 if shown + 1 < len(parts) else 0)
@@ -84,7 +84,7 @@ class DiffPane(BoxPane):
 
     def show_comparison(self, c: ComparisonSnapshot, cursor_step: int | None) -> None:
         width = max(self.size.width - 2, 30)
-        text = Text(no_wrap=True, overflow="ellipsis")  # (a line too long for the pane ends in …)
+        text = Text(no_wrap=True, overflow="ellipsis")  # a line too long for the pane ends in …
         if c.kl_over:  # a served B: its top N only, and its draws' distributions are the server's
             kl = [d.kl for d in c.diffs]
             text.append("KL(A ‖ B) over B's top N, bits, every step: ", Style(bold=True))
@@ -175,7 +175,7 @@ class CompareScreen(WorkerScreen[ComparisonSnapshot]):
             selection = Selection(snapshot=s, info=s.info, layer=0, head="mean", cursor=cursor)
             other = c.b if side == "a" else c.a
             label = self.query_one(f"#label-{side}", Static)
-            width = label.content_size.width - 3 if label.content_size.width else 10**6  # (3: "A: ")
+            width = label.content_size.width - 3 if label.content_size.width else 10**6  # 3: "A: "
             label.update(Text(f"{side.upper()}: ").append_text(describe(s, other, width)))
             tokens = self.query_one(f"#tokens-{side}", TokensPane)
             tokens.marked = None if c.parted_at is None else s.prompt_len + c.parted_at

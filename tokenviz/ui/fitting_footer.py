@@ -20,7 +20,7 @@ def key_cells(key: FooterKey) -> int:
 class FittingFooter(Footer):
     def compose(self) -> ComposeResult:
         items: list[Widget] = list(super().compose())
-        if not all(isinstance(item, FooterKey) for item in items):  # (grouped keys: Textual's own layout)
+        if not all(isinstance(item, FooterKey) for item in items):  # grouped keys: Textual's own layout
             yield from items
             return
         keys = [item for item in items if isinstance(item, FooterKey)]

@@ -126,7 +126,7 @@ class JourneyScreen(WorkerScreen[Snapshot]):
         yield StatusLine(StatusLine.STARTING)
         yield FittingFooter()
 
-    def on_mount(self) -> None:  # (Textual calls WorkerScreen's too, after this: it starts the worker)
+    def on_mount(self) -> None:  # Textual calls WorkerScreen's too, after this: it starts the worker
         self._fit_layout()
 
     def draw(self, before: Snapshot | None, s: Snapshot) -> None:
@@ -246,7 +246,7 @@ class JourneyScreen(WorkerScreen[Snapshot]):
         if current is None or wanted is None or self._asked.get(current) == wanted[1]:
             return
         if isinstance(wanted[0], Inspect) and self._lens_requested.rows != ():
-            return  # (the standing lens brings it with the frame)
+            return  # the standing lens brings it with the frame
         request, self._asked[current] = wanted
         if not isinstance(request, Attribute) or attribution.send_now(request, selection):
             self.submit(request)
@@ -303,7 +303,7 @@ class JourneyScreen(WorkerScreen[Snapshot]):
         await self.query_one(f"#{owner}").run_action(action)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        return action_on(self.snapshot, action, parameters)  # (see ui.key_gating)
+        return action_on(self.snapshot, action, parameters)  # see ui.key_gating
 
     def refusal_of(self, action: str, brief: bool = False) -> str | None:
         return what_it_lacks(self.snapshot, action, brief)
@@ -323,7 +323,7 @@ class JourneyScreen(WorkerScreen[Snapshot]):
         return self.query_one("#views", ContentSwitcher).current
 
     def open_view(self, name: str) -> None:
-        self._asked.pop(name, None)  # (after an Escape, opening it again asks again)
+        self._asked.pop(name, None)  # after an Escape, opening it again asks again
         self.query_one("#views", ContentSwitcher).current = name
         self.refresh_panes()
 

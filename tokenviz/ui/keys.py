@@ -100,7 +100,7 @@ KEYS: tuple[KeyRow, ...] = (
             Press(
                 f"f{i}",
                 f"adjust('{p.name}', 1)",
-                palette=f"Preset: {p.name} (F{i}), for {p.task} ({p.summary})",  # (its key, as every entry's)
+                palette=f"Preset: {p.name} (F{i}), for {p.task} ({p.summary})",  # its key, as every entry's
                 replay=False,
                 owner="sampling",
             )
@@ -529,4 +529,4 @@ def markdown_table(rows: tuple[KeyRow, ...] = KEYS) -> str:
     return "\n".join(lines)
 
 
-JOURNEY_OWNERS = owners_of(KEYS, PALETTE_ONLY)  # (read from the entries: no table of its own)
+JOURNEY_OWNERS = owners_of(KEYS, PALETTE_ONLY)  # read from the entries: no table of its own

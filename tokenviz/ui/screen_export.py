@@ -64,7 +64,7 @@ class ScreenExport:
         CLAIMED.add(stem)
         if with_journey:
             screen.submit(screen.export_request(stem))
-        if self.held is not None:  # (an earlier one still waits: it is taken now)
+        if self.held is not None:  # an earlier one still waits: it is taken now
             self._write(self.held)
         if not screen.computing():
             self._write(stem)

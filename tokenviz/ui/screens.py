@@ -133,7 +133,7 @@ class OnOffBox(Checkbox):
     """A checkbox whose mark says its state: ✓ when on, an empty box when off (Textual's draws an X
     both ways, only its colour changing, and an X reads as ticked)."""
 
-    @property  # (read by ToggleButton where it draws the button)
+    @property  # read by ToggleButton where it draws the button
     def BUTTON_INNER(self) -> str:  # type: ignore[override]
         return "✓" if self.value else " "
 
@@ -145,7 +145,7 @@ class PromptScreen(ModalScreen[PromptChoice | None]):
     BINDINGS: ClassVar = [
         Binding("escape", "cancel", "cancel"),
         Binding("ctrl+s", "start", "start"),
-        Binding("ctrl+a", "select_all", "select all", priority=True),  # (TextArea's own: to the line's start)
+        Binding("ctrl+a", "select_all", "select all", priority=True),  # TextArea's own: to the line's start
         Binding("ctrl+l", "clear", "clear"),
     ]
     DEFAULT_CSS = """
@@ -267,7 +267,7 @@ class AskScreen(ModalScreen[str | None]):
     def on_input_submitted(self, event: Input.Submitted) -> None:
         wrong = self.check(event.value) if self.check is not None and event.value else None
         if wrong is not None:
-            self.query_one("#ask-error", Label).update(Text(wrong))  # (Text: the line is never read as markup)
+            self.query_one("#ask-error", Label).update(Text(wrong))  # Text: the line is never read as markup
             return
         self.dismiss(event.value or None)
 
@@ -334,7 +334,7 @@ class InterventionsDialog(AskScreen):
 
     def __init__(self, entries: Entries, begun: str = "", placeholder: str = PLACEHOLDER):
         super().__init__()
-        self.placeholder = placeholder  # (an engine without head ablation: a steering's example)
+        self.placeholder = placeholder  # an engine without head ablation: a steering's example
         self.entries = entries
         self.begun = begun  # what the input starts with (a key for one kind of intervention)
 

@@ -78,7 +78,7 @@ def _difference(selection: Selection, room: Room) -> Wanted:
     if s.playing or len(s.pinned) < 2 or current_difference(selection) is not None:
         return None
     if refusal_of(selection.info, Capability.LOGIT_SPLIT, "the logit split") is not None:
-        return None  # (the watch view says so: a served model's layers are the server's)
+        return None  # the watch view says so: a served model's layers are the server's
     request = SplitDifference(position=selection.cursor)
     return request, (request, s.pinned[-2:])
 

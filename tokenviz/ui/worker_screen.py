@@ -152,7 +152,7 @@ class WorkerScreen(Screen[None], Generic[S]):
 
     @on(WorkerUpdate)
     def _received(self, message: WorkerUpdate) -> None:
-        s = cast(S, message.snapshot)  # (its worker posts its own kind)
+        s = cast(S, message.snapshot)  # its worker posts its own kind
         self.snapshot = s
         if s.error:
             self.notify(s.error, severity="error", timeout=6)
@@ -175,9 +175,9 @@ class WorkerScreen(Screen[None], Generic[S]):
         machine with few cores every frame drawn is time the model does not get. A frame that answers
         a key (a setting changed) is drawn at once: a person waits for it."""
         drawn = self.snapshot_drawn
-        if not s.playing or s.pace_s or drawn is None or not drawn.playing:  # (a set pace: the engine waits)
+        if not s.playing or s.pace_s or drawn is None or not drawn.playing:  # a set pace: the engine waits
             return 0.0  # autoplay starting or ending is shown at once
-        if s.handled != drawn.handled or not self._play_went_on:  # (autoplay's first step answers the key)
+        if s.handled != drawn.handled or not self._play_went_on:  # autoplay's first step answers the key
             return 0.0
         return max(self._frame_gap - (time.perf_counter() - self._frame_started), 0.0)
 

@@ -62,7 +62,7 @@ class CompareWorker(CommandThread[ComparisonSnapshot]):
         self.comparison = comparison
         self._state, self._message = "ready", ""
 
-    def _progress(self, message: str, fraction: float | None) -> None:  # (a Progress)
+    def _progress(self, message: str, fraction: float | None) -> None:  # a Progress
         self._message = message
         self._publish()
 
@@ -74,7 +74,7 @@ class CompareWorker(CommandThread[ComparisonSnapshot]):
 
     def _handle(self, command: Command, autoplay: bool) -> None:
         comparison = self.comparison
-        assert comparison is not None  # (commands are handled once loaded)
+        assert comparison is not None  # commands are handled once loaded
         match command:
             case Step():
                 if not comparison.step():

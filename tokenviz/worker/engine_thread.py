@@ -117,7 +117,7 @@ class EngineWorker(CommandThread[Snapshot]):
         self._give_way: Callable[[], bool] | None = None  # asked inside an autoplay step (see _handle)
 
     def count_tokens(self, text: str) -> int | None:
-        session = self.session  # (a fast tokenizer is safe to call beside the engine's thread; a server is not asked)
+        session = self.session  # a fast tokenizer is safe to call beside the engine's thread; a server is not asked
         if session is None or Capability.TOKENIZER.value not in session.engine.info.capabilities:
             return None
         return len(session.engine.encode(text))
@@ -129,7 +129,7 @@ class EngineWorker(CommandThread[Snapshot]):
             raise TokenvizError("the model has not loaded yet")
         if a == b:
             raise TokenvizError("compare needs the two journeys to differ: change at least one setting")
-        engine, shared = session.engine, session.interventions  # (hooked into the weights both twins use)
+        engine, shared = session.engine, session.interventions  # hooked into the weights both twins use
 
         def build(progress: Progress) -> Comparison:
             from tokenviz.journey.comparison import Comparison
@@ -155,7 +155,7 @@ class EngineWorker(CommandThread[Snapshot]):
             self._publish()
 
         self.session = Session(self._loader(progress), self._settings)
-        self.session.analyses.lens_layers = self._lens_layers  # (a layer the model lacks: said in the lens view)
+        self.session.analyses.lens_layers = self._lens_layers  # a layer the model lacks: said in the lens view
         if isinstance(self.session.engine, DrawingEngine):  # a server's waits are said in the status line
             self.session.engine.say = self._say
             self.session.engine.waiting = self._said_meanwhile
@@ -190,7 +190,7 @@ class EngineWorker(CommandThread[Snapshot]):
             self._prefill(session, self._prompt)
         try:
             self._notice = journaling.open(session, prefill, say)
-        except TokenvizError as exc:  # (nothing to restore: the prompt given instead)
+        except TokenvizError as exc:  # nothing to restore: the prompt given instead
             if not journaling.restore:
                 raise
             journaling.restore = False
@@ -236,8 +236,8 @@ class EngineWorker(CommandThread[Snapshot]):
                 self._move(command, session)
             else:
                 self._look(command, session)
-            self._views.after(session)  # (the standing views' work is here: a frame only reads it)
-            if self._journaling is not None:  # (a step adds a line; a rewind or a branch compares the path)
+            self._views.after(session)  # the standing views' work is here: a frame only reads it
+            if self._journaling is not None:  # a step adds a line; a rewind or a branch compares the path
                 self._journaling.follow(session, moved=isinstance(command, Move) and not isinstance(command, Step))
         except GiveWay:
             if isinstance(command, Step) and command.token is not None:  # a continuation's token: again next
@@ -269,7 +269,7 @@ class EngineWorker(CommandThread[Snapshot]):
                     raise TokenvizError("nothing to rewind: only the prompt is left")
             case Reset():
                 session.reset()
-                self._step_times.clear()  # (the rate said is of steps on screen: none now)
+                self._step_times.clear()  # the rate said is of steps on screen: none now
             case Start():
                 self._prefill(session, command)
                 self._prompt = command
@@ -309,10 +309,10 @@ class EngineWorker(CommandThread[Snapshot]):
             case Watch(token=token):
                 self._watch(session, token)
             case Save(path=path, page_colors=colors, page_view=view):
-                session.score_prompt()  # (a journey file keeps the prompt's predictions)
+                session.score_prompt()  # a journey file keeps the prompt's predictions
                 snapshot, attention = snapshot_of(session), saved_attention_of(session)
                 written = save_journey(path, snapshot, attention, session.analyses.kept())
-                lens = session.analyses.kept_inspections  # (asked only where a page is written)
+                lens = session.analyses.kept_inspections  # asked only where a page is written
                 html = written.with_suffix(".html")
                 page = save_page(html, snapshot, attention, colors, view, lens=lens()) if colors else None
                 self._notice = f"saved {written}{f' and {page}' if page else ''} (tokenviz replay {written})"
@@ -344,11 +344,11 @@ class EngineWorker(CommandThread[Snapshot]):
         message, fraction = self._message, self._progress
         tokenized = None
         if not session.records:  # nothing on screen yet: the prompt's tokens are, at once
-            from tokenviz.journey.chips import token_chips  # (deferred, as _load's)
+            from tokenviz.journey.chips import token_chips  # deferred, as _load's
 
             tokenized = tokenize(session.engine, prompt.prompt, prompt.chat, prompt.system)
             _, ids, template = tokenized
-            session.engine.pieces.learn(ids)  # (in one call)
+            session.engine.pieces.learn(ids)  # in one call
             self._prefilling = tuple(token_chips(session.engine, ids, len(ids), template))
         try:
             with self._job("prefilling", unit=" prompt tokens", busy="prefilling") as progress:
@@ -358,8 +358,8 @@ class EngineWorker(CommandThread[Snapshot]):
                     self._cancelled,
                     chat=prompt.chat,
                     system=prompt.system,
-                    defer_predictions=True,  # (made when the engine is idle: see _background)
-                    tokenized=tokenized,  # (tokenized once)
+                    defer_predictions=True,  # made when the engine is idle: see _background
+                    tokenized=tokenized,  # tokenized once
                 )
         finally:
             self._message, self._progress = message, fraction
@@ -474,5 +474,5 @@ class EngineWorker(CommandThread[Snapshot]):
         base = self._last_snapshot or Snapshot(
             seq=0, state=self._state, settings=self._settings, prompt=self._prompt.prompt
         )
-        state: EngineState = "ready" if base.state == "playing" else base.state  # (autoplay stopped with it)
+        state: EngineState = "ready" if base.state == "playing" else base.state  # autoplay stopped with it
         return dataclasses.replace(base, seq=self._seq, state=state, playing=False, handled=self._handled, error=error)

@@ -86,7 +86,7 @@ class Journaling:
             journal = read_journal(left[0])
             try:
                 self._replay(session, journal, prefill, say)
-            except TokenvizError as exc:  # (what could be taken again stays; the journal too)
+            except TokenvizError as exc:  # what could be taken again stays; the journal too
                 line = f"restoring stopped part way: {exc}"
             else:
                 restored = journal.path
@@ -99,13 +99,13 @@ class Journaling:
             )
         try:
             writer = JournalWriter(self.folder, key)
-        except OSError as exc:  # (a cache that cannot be written: the journey goes on, unjournaled)
+        except OSError as exc:  # a cache that cannot be written: the journey goes on, unjournaled
             return f"the journey is not kept in a journal: {safe_text(str(exc))}"
         atexit.register(writer.discard)
         _writing.add(writer)
         self._follower = JournalFollower(writer)
         self.follow(session, moved=True)
-        if restored is not None:  # (only now: the journey is in the new journal, and on its way to the screen)
+        if restored is not None:  # only now: the journey is in the new journal, and on its way to the screen
             forget(restored)
         return line
 
@@ -114,7 +114,7 @@ class Journaling:
         if self._follower is None or not session.records:
             return
         begun = (session.prompt, session.chat, session.system)
-        ids, prompt_len = session.ids, len(session.prompt_ids)  # (the path as it is: no copy of it)
+        ids, prompt_len = session.ids, len(session.prompt_ids)  # the path as it is: no copy of it
         self._follower.follow(begun, session.settings, session.interventions, ids, moved, prompt_len)
 
     @staticmethod
@@ -147,7 +147,7 @@ class Journaling:
             if taken.settings != session.settings:
                 session.set_settings(taken.settings)
             if session.pending is None:
-                break  # (it had stopped there)
+                break  # it had stopped there
             session.step(forced_id=taken.token)
         session.set_settings(journal.final_settings)
         if journal.final_interventions != session.interventions:

@@ -42,7 +42,7 @@ class RecordingWorker:
         self.analyses = analyses
         self._request: ShowAttention | None = None
         self.submitted = 0
-        self.writes_pending = 0  # (a recording writes as it is asked, in submit)
+        self.writes_pending = 0  # a recording writes as it is asked, in submit
         self.write_failures: list[str] = []
         self._post: Post[Snapshot] | None = None
 
@@ -79,7 +79,7 @@ class RecordingWorker:
                     error = str(exc)
             case Attribute(position=position, method=method):
                 kept = [a for a in self.analyses.attributions if (a.position, a.method) == (position, method)]
-                results[Attribute] = kept[-1] if kept else None  # (the view says the recording has none here)
+                results[Attribute] = kept[-1] if kept else None  # the view says the recording has none here
             case SplitDifference(position=position):
                 split = [d for d in self.analyses.logit_differences if d.position == position]
                 results[SplitDifference] = split[-1] if split else None

@@ -115,7 +115,7 @@ class CommandThread(Generic[S]):
         return not self._thread.is_alive()
 
     def count_tokens(self, text: str) -> int | None:
-        return None  # (a worker with a tokenizer says)
+        return None  # a worker with a tokenizer says
 
     # ---- what a worker gives ------------------------------------------------------------------------
 
@@ -198,7 +198,7 @@ class CommandThread(Generic[S]):
                     self._gave_way = False
                     return True
                 self._after_autostep()
-                first, self._first_autostep = self._first_autostep, False  # (it answers the key)
+                first, self._first_autostep = self._first_autostep, False  # it answers the key
                 due = self.pace_s or first or time.perf_counter() - self._last_publish >= self._frame_s
                 if error or not self.playing or due:
                     self._publish(error=error)
@@ -238,7 +238,7 @@ class CommandThread(Generic[S]):
 
     def _do(self, command: Command, autoplay: bool = False) -> str | None:
         """Run one command; returns a one-line error or None."""
-        self._running = self._handled + 1  # (commands are numbered as submitted; autoplay's share the next one's)
+        self._running = self._handled + 1  # commands are numbered as submitted; autoplay's share the next one's
         try:
             if not autoplay and self._pauses(command):
                 self._pause()
@@ -248,7 +248,7 @@ class CommandThread(Generic[S]):
         except Cancelled as exc:  # the user's choice, not a mistake: news, and the view says so
             self.playing = False
             self._notice = safe_text(str(exc))
-        except TokenvizError as exc:  # (an engine's own words, a plugin's among them: made safe to print here)
+        except TokenvizError as exc:  # an engine's own words, a plugin's among them: made safe to print here
             if autoplay:
                 self.playing = False
             return safe_text(str(exc))
@@ -284,7 +284,7 @@ class CommandThread(Generic[S]):
             self._last_publish = time.perf_counter()
             try:
                 snapshot = self._snapshot(error)
-                self._notice = None  # (said in this frame; a frame that failed to build leaves it for the next)
+                self._notice = None  # said in this frame; a frame that failed to build leaves it for the next
             except TokenvizError as exc:  # foreseeable (a server that stopped answering): the journey is intact
                 self.playing = False
                 snapshot = self._fallback(safe_text(str(exc)))

@@ -51,7 +51,7 @@ class ViewResults:
         except Cancelled:
             self.cancelled.add(kind)
             raise
-        except TokenvizError as exc:  # (its view says why, not "computing…")
+        except TokenvizError as exc:  # its view says why, not "computing…"
             self.failed[kind] = str(exc)
             raise
 
@@ -87,10 +87,10 @@ class ViewResults:
         step's own pass where the engine can (and kept: asked again, it is no work), so the frame after a
         step carries it, during autoplay too. Its refusal is its view's to say."""
         request = self._lens_request
-        newest = len(session.ids) - 1  # (the view's cursor where it follows the journey)
+        newest = len(session.ids) - 1  # the view's cursor where it follows the journey
         if request is None or not session.records or newest < 0:
             return
-        with contextlib.suppress(TokenvizError):  # (marked failed: the lens view says why)
+        with contextlib.suppress(TokenvizError):  # marked failed: the lens view says why
             self.run(Inspect(newest, request.rows), session)
 
     def _attention_view(self, session: Session) -> AttentionView | None:
@@ -99,14 +99,14 @@ class ViewResults:
         if request is None or not session.records:
             return None
         if Capability.ATTENTION.value not in session.engine.info.capabilities:
-            return None  # (the attention pane says why: the engine does not give it)
+            return None  # the attention pane says why: the engine does not give it
         layer, queries = request.resolve(session.engine.kv_len, session.engine.info.layers)
         asked = (layer, queries, tuple(session.ids))
         if self._attention_failed is not None and self._attention_failed[0] == asked:
-            return self._attention_failed[1]  # (asked once: not again each frame)
+            return self._attention_failed[1]  # asked once: not again each frame
         try:
             return self._attention_rows.view(session, layer, queries)
-        except TokenvizError as exc:  # (a server's rows it cannot give: the pane says why, not "computing…")
+        except TokenvizError as exc:  # a server's rows it cannot give: the pane says why, not "computing…"
             weights = np.full((session.engine.info.heads, len(queries), queries.stop), np.nan, dtype=np.float32)
             failed = AttentionView(layer=layer, queries=queries, weights=weights, missing=str(exc), failed=True)
             self._attention_failed = (asked, failed)

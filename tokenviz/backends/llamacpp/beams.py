@@ -69,7 +69,7 @@ def beam_search(
     progress: Callable[[int, int], None],
 ) -> BeamResult:
     """A search from `ids` on a context beside the journey's (`journeys`), under the journey's `edits`."""
-    check_width(width)  # (before a context of 2 × width sequences is made)
+    check_width(width)  # before a context of 2 × width sequences is made
     needed = len(ids) + width * (steps + 1)
     with journeys.beside(edits, "beam search", needed, sequences=2 * width) as runtime:
         passes = LlamaBeamPasses(runtime, ids, width)

@@ -35,7 +35,7 @@ class Capture:
         self.first = 0  # the position of the micro-batch's first token
         self.tokens = 0  # and how many it feeds
         self.outputs: tuple[int, ...] = ()  # the positions in it whose logits are asked (the last layer's rows)
-        self.callback = callback_type(self._called)  # (kept alive as long as the context holds it)
+        self.callback = callback_type(self._called)  # kept alive as long as the context holds it
 
     def write(self, writes: Writes) -> None:
         """Write these rows in every pass from now on (none: {})."""
@@ -63,7 +63,7 @@ class Capture:
         if ask:
             return name in self.asked
         count, size = lib.ggml_nelements(tensor), lib.ggml_nbytes(tensor)
-        if size != 4 * count:  # (float32: what every tensor asked for is)
+        if size != 4 * count:  # float32: what every tensor asked for is
             return True
         if name in self._writes:
             self._write(tensor, count, self._writes[name])

@@ -90,7 +90,7 @@ class LlamaPieces:
             data = self.runtime.piece_bytes(token_id)
             try:
                 known = safe_text(data.decode("utf-8"))
-            except UnicodeDecodeError:  # (a byte of a character: shown as its byte)
+            except UnicodeDecodeError:  # a byte of a character: shown as its byte
                 known = "".join(f"<0x{b:02X}>" for b in data)
             self.known[token_id] = known
         return known
@@ -116,8 +116,8 @@ class LlamaCppEngine(DenseInOnePlace):
 
     def __post_init__(self) -> None:
         runtime, shape = self.runtime, self.runtime.shape
-        self.device = torch.device("cpu")  # (the logits are read into the host's memory)
-        self.tokenizer = None  # (no Hugging Face tokenizer here: a grammar stage reads llama.cpp's vocabulary)
+        self.device = torch.device("cpu")  # the logits are read into the host's memory
+        self.tokenizer = None  # no Hugging Face tokenizer here: a grammar stage reads llama.cpp's vocabulary
         self.intervening: LlamaIntervening | None = None
         self.edits = NO_EDITS  # what the interventions in force change, as llama.cpp takes it
         self._capture = False  # the journey's context to carry the evaluation callback (take_edits)
@@ -217,7 +217,7 @@ class LlamaCppEngine(DenseInOnePlace):
         control tokens marked, llama.cpp's tokenizer for the grammar's text), made once by the grammar stage."""
         import llguidance.llamacpp
 
-        with warnings.catch_warnings():  # (it asks each token's attributes by a name llama-cpp-python deprecates)
+        with warnings.catch_warnings():  # it asks each token's attributes by a name llama-cpp-python deprecates
             warnings.simplefilter("ignore", DeprecationWarning)
             return llguidance.llamacpp.lltokenizer_from_vocab(
                 self.runtime.vocab_ptr, n_vocab=self.info.vocab, eos_token=sorted(self.eos_ids) or None
@@ -325,7 +325,7 @@ class LlamaCppEngine(DenseInOnePlace):
         step (see _lens_capture)."""
         self.edits = edits
         self.internals.edits = edits
-        self._capture = bool(edits.writes) or (self._capture and self.intervening is not None)  # (kept suspended)
+        self._capture = bool(edits.writes) or (self._capture and self.intervening is not None)  # kept suspended
         self._reopen = self._capture and self.runtime.capture is None
         if not self._reopen:
             self.runtime.edit(edits)

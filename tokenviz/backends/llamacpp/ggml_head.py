@@ -122,11 +122,11 @@ class Head:
     def __init__(self, path: Path, architecture: str, eps: str | None, threads: int, ggml_graphs: bool = True):
         from gguf import GGUFReader
 
-        tensors = {t.name: t for t in GGUFReader(path).tensors}  # (the file mapped, not read)
+        tensors = {t.name: t for t in GGUFReader(path).tensors}  # the file mapped, not read
         if "output_norm.weight" not in tensors or "token_embd.weight" not in tensors:
             raise TokenvizError(f"the lens: {path.name} has no output_norm or token_embd tensor ({architecture})")
         self.embedding = tensors["token_embd.weight"]
-        self.matrix = tensors.get("output.weight", self.embedding)  # (the embeddings themselves where tied)
+        self.matrix = tensors.get("output.weight", self.embedding)  # the embeddings themselves where tied
         norm = np.array(tensors["output_norm.weight"].data, dtype=np.float32).reshape(-1)
         self.norm, self.eps = torch.from_numpy(norm), float(eps or 1e-5)
         lib = graphs() if ggml_graphs else None

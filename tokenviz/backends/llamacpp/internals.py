@@ -117,10 +117,10 @@ class LlamaInternals:
         from further back (`first` 0: from an empty cache). (logits, the tensors captured, the position the
         pass began at)."""
         edits = self.edits if edits is None else edits
-        stale = context.edits is not edits  # (a view's context's cache was computed under its edits: else no use)
+        stale = context.edits is not edits  # a view's context's cache was computed under its edits: else no use
         if stale:
             context.edit(edits)
-        self.capture.write(edits.writes or {})  # (the capture is both contexts': its rows are this pass's)
+        self.capture.write(edits.writes or {})  # the capture is both contexts': its rows are this pass's
         start = 0 if stale else min(shared_prefix(context.held, ids), first, len(ids) - 1)
         context.cut(start)
         self.capture.start(names)
@@ -139,7 +139,7 @@ class LlamaInternals:
         if name not in found:
             raise TokenvizError(f"llama.cpp's graph of {self.architecture} has no {name} (the residual after a layer)")
         values = np.concatenate(found[name]).reshape(-1, self.runtime.shape.hidden)
-        return torch.from_numpy(values[-1].copy())  # (the last layer keeps its output row alone)
+        return torch.from_numpy(values[-1].copy())  # the last layer keeps its output row alone
 
     @torch.inference_mode()
     def inspect(self, engine: Any, ask: LensAsk) -> list[Inspection]:
@@ -156,13 +156,13 @@ class LlamaInternals:
         outs = sorted(set(positions))
         step = self._from_step(ids, outs, names)
         if step is not None:
-            logits, found, start = step.logits, step.found, len(ids) - 1  # (the step's own pass read them)
+            logits, found, start = step.logits, step.found, len(ids) - 1  # the step's own pass read them
         else:
             logits, found, start = self._pass(self.lens_context, ids, outs[0], outs, names)
         if not names <= set(found):
             raise TokenvizError(f"the lens: llama.cpp's graph of {self.architecture} has no l_out or result_norm")
         at = [outs.index(p) for p in positions]
-        fed = [p - start for p in positions]  # (the rows of the positions this pass fed)
+        fed = [p - start for p in positions]  # the rows of the positions this pass fed
 
         def after(layer: int) -> torch.Tensor:  # (positions, hidden): the last layer keeps its outputs alone
             values = torch.from_numpy(np.concatenate(found[layer_output(layer)]).reshape(-1, hidden))
@@ -175,7 +175,7 @@ class LlamaInternals:
         shown = torch.stack([embedded if row == 0 else last if row == layers else after(row - 1) for row in rows])
         here = list(range(len(positions)))
         local = [ids[p] for p in positions]
-        own = torch.from_numpy(logits[at])  # (the last row: llama.cpp's own logits, which its head gives)
+        own = torch.from_numpy(logits[at])  # the last row: llama.cpp's own logits, which its head gives
         made = inspections(
             shown, local, here, chosen, pinned, self.head.logits, embedded, engine, rows=rows, last_logits=own
         )
@@ -216,7 +216,7 @@ class LlamaInternals:
         if cancelled():
             raise Cancelled("verify cancelled")
         progress(0, 2)
-        logits, _, _ = self._pass(self.lens_context, ids, 0, [len(ids) - 1], set())  # (first 0: from empty)
+        logits, _, _ = self._pass(self.lens_context, ids, 0, [len(ids) - 1], set())  # first 0: from empty
         progress(1, 2)
         if cancelled():
             raise Cancelled("verify cancelled")

@@ -58,7 +58,7 @@ class LlamaCppBackend:
     )
 
     def asked(self, given: frozenset[str]) -> bool:
-        return False  # (--backend llama.cpp chooses it: its options alone do not)
+        return False  # --backend llama.cpp chooses it: its options alone do not
 
     def loader(self, opening: Opening) -> OpenEngine:
         """The GGUF named (checked to be a GGUF file, to fit in memory) loads in the worker's thread."""
@@ -135,7 +135,7 @@ def gguf_path(model: str | None) -> tuple[Path, GgufHeader]:
         raise TokenvizError(f"--model {model}: the llama.cpp backend runs a GGUF file (--model FILE.gguf)")
     if not path.is_file():
         raise TokenvizError(f"--model {model}: {'not a regular file' if path.exists() else 'no such file'}")
-    return path, read_gguf_header(path)  # (a header that lies is one line here, before llama.cpp reads it)
+    return path, read_gguf_header(path)  # a header that lies is one line here, before llama.cpp reads it
 
 
 BACKEND = LlamaCppBackend()

@@ -90,7 +90,7 @@ def library() -> Any:
             f"the llama.cpp backend needs llama-cpp-python ({exc}): pip install 'tokenviz[llamacpp]' (it is built "
             "from source with the machine's compiler and CMake: about 12 minutes on 2 cores, once)"
         ) from None
-    if not os.environ.get("TOKENVIZ_DEBUG"):  # (ggml's abort runs a debugger for a backtrace unless told not to)
+    if not os.environ.get("TOKENVIZ_DEBUG"):  # ggml's abort runs a debugger for a backtrace unless told not to
         os.environ.setdefault("GGML_NO_BACKTRACE", "1")
     if not _QUIET and not os.environ.get("TOKENVIZ_DEBUG"):
         callback_type = bindings.llama_log_set.argtypes[0]
@@ -206,13 +206,13 @@ class Runtime:
         params.n_threads = params.n_threads_batch = self.threads
         params.no_perf = True
         chosen = {"on": True, "off": False}.get(self.flash) if flash_attention is None else flash_attention
-        if chosen is not None:  # (None: llama.cpp's own choice, auto)
+        if chosen is not None:  # None: llama.cpp's own choice, auto
             params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if chosen else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
         if capture is not None:
             params.cb_eval = capture.callback
             params.cb_eval_user_data = None
         self.capture = capture
-        self.opened = (flash_attention, sequences)  # (as reopen opens it again)
+        self.opened = (flash_attention, sequences)  # as reopen opens it again
         self.held: list[int] = []  # the tokens its cache holds, from position 0
         self.edits = NO_EDITS  # the edits in force (edit): a view's context is cut whenever they change
         self.ctx = lib.llama_init_from_model(self.model, params)
@@ -230,7 +230,7 @@ class Runtime:
         self.open_context(capture, *self.opened)
         self.edit(edits)
         if held and lib.llama_state_seq_set_data(self.ctx, state, written, 0) == 0:
-            self.clear()  # (llama.cpp could not take its own state back: fed again)
+            self.clear()  # llama.cpp could not take its own state back: fed again
             self.decode(held, 0)
         self.held = held
 
@@ -362,7 +362,7 @@ class Runtime:
         """The GGUF's metadata value under `key` as text (a chat template's may be tens of kilobytes)."""
         text = ctypes.create_string_buffer(4096)
         n = self.lib.llama_model_meta_val_str(self.model, key.encode(), text, len(text))
-        if n >= len(text):  # (cut: n is the whole value's length)
+        if n >= len(text):  # cut: n is the whole value's length
             text = ctypes.create_string_buffer(n + 1)
             n = self.lib.llama_model_meta_val_str(self.model, key.encode(), text, len(text))
         return None if n < 0 else text.value.decode("utf-8", "replace")

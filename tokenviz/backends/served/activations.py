@@ -102,7 +102,7 @@ def _payload(data: str, compression: Any, size: int, name: str, host: str) -> by
     else:
         try:
             with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(packed)) as reader:
-                raw = reader.read(size + 1)  # (one byte more shows a frame that holds more than it says)
+                raw = reader.read(size + 1)  # one byte more shows a frame that holds more than it says
         except zstandard.ZstdError:
             raise EndpointError(f"{host} sent {name} that is not a zstd frame") from None
     if len(raw) != size:

@@ -84,7 +84,7 @@ class ServedForward:
     context: tuple[int, ...]  # every token fed, these included
     start: int  # where these began
     timer: Elapsed = field(default_factory=Elapsed)
-    logits: None = None  # (a served model's distribution comes with its draw)
+    logits: None = None  # a served model's distribution comes with its draw
     routes: None = None
     places: None = None
 
@@ -143,11 +143,11 @@ class ServedEngine(DenseInOnePlace):
         self.endpoint, self.model, self.top_n = endpoint, model, top_n
         self.local = local_tokenizer
         self.device = torch.device("cpu")  # where the scores made of its answers live
-        self.tokenizer = local_tokenizer  # (--tokenizer's: counting tokens; the server draws, so no grammar stage)
+        self.tokenizer = local_tokenizer  # --tokenizer's: counting tokens; the server draws, so no grammar stage
         self.cache: tuple[int, ...] = ()  # the tokens fed (the server keeps nothing between requests)
-        self.say: Callable[[str], None] = lambda line: None  # (the worker shows it: a busy server retried)
+        self.say: Callable[[str], None] = lambda line: None  # the worker shows it: a busy server retried
         endpoint.say = lambda line: self.say(line)
-        self.waiting: Callable[[str], None] = endpoint.waiting  # (the worker shows it, from the timer's thread)
+        self.waiting: Callable[[str], None] = endpoint.waiting  # the worker shows it, from the timer's thread
         endpoint.waiting = lambda line: self.waiting(line)
         self.pieces: ServedPieces | TokenPieces = (
             ServedPieces(self) if local_tokenizer is None else TokenPieces(local_tokenizer)
@@ -155,14 +155,14 @@ class ServedEngine(DenseInOnePlace):
         self.raw: bool | None = None  # its log-probabilities are before the sampling settings (see draw)
         self.steering: ServedSteering | None = None  # the interventions in force (see intervene)
         self._fields: dict[str, Any] = {"temperature": 0}  # the last draw's request fields (see own_top)
-        with endpoint.phase(CONNECT_PHASE_S, "connecting"):  # (one deadline, however many requests)
+        with endpoint.phase(CONNECT_PHASE_S, "connecting"):  # one deadline, however many requests
             listed = endpoint.get("/models")
             entries = listed.get("data", []) if isinstance(listed, dict) else []
             entry = next((m for m in entries if isinstance(m, dict) and m.get("id") == model), {})
             context = entry.get("max_model_len")
             bos = self.encode("", special_tokens=True)
             self.vocab = vocab = self._vocabulary() if local_tokenizer is None else self._checked(local_tokenizer)
-            # (the tokenizer here names them all, as a local model's does; the server's says only its BOS)
+            # the tokenizer here names them all, as a local model's does; the server's says only its BOS
             self.special_ids: set[int] = set(bos) | set(getattr(local_tokenizer, "all_special_ids", None) or ())
             self.eos_ids: set[int] = set()  # learnt: a token the server stopped on without a stop string
             plugin = probe(endpoint, model, bos or self.encode("The", special_tokens=False))
@@ -170,7 +170,7 @@ class ServedEngine(DenseInOnePlace):
             self.internals = (
                 ServedInternals(endpoint, model, head, plugin, self._steered) if plugin.residual and head else None
             )
-            if head is not None and head.vocab < vocab:  # (a head padded past the tokenizer is usual)
+            if head is not None and head.vocab < vocab:  # a head padded past the tokenizer is usual
                 raise TokenvizError(
                     f"--tokenizer's model has {head.vocab:,} rows in its head, the server {vocab:,} tokens"
                 )
@@ -183,9 +183,9 @@ class ServedEngine(DenseInOnePlace):
                     Capability.INTERVENTIONS,
                     *([Capability.ATTENTION] if plugin.qk else []),
                 }
-            shape = self.internals  # (the model's shape, where it is read)
-            lacking_internals = missing(plugin, head)  # (why its insides are not read, and what reads them)
-            shown = endpoint.masked(model)  # (a server may list the key as its model's id: never shown or saved)
+            shape = self.internals  # the model's shape, where it is read
+            lacking_internals = missing(plugin, head)  # why its insides are not read, and what reads them
+            shown = endpoint.masked(model)  # a server may list the key as its model's id: never shown or saved
             server = self._server_name()
             self.info = ModelInfo(
                 name=shown,
@@ -303,11 +303,11 @@ class ServedEngine(DenseInOnePlace):
     def _vocabulary(self) -> int:
         """How many ids the server's tokenizer has: past the last, /detokenize answers nothing."""
 
-        def known(token: int) -> bool:  # (a server that refuses an id past its vocabulary says the same)
+        def known(token: int) -> bool:  # a server that refuses an id past its vocabulary says the same
             try:
                 return bool(self.detokenize([token]))
             except NoAnswer:
-                raise  # (each of a silent server's deadlines was swallowed here: 344 s of silence)
+                raise  # each of a silent server's deadlines was swallowed here: 344 s of silence
             except EndpointError:
                 return False
 
@@ -328,7 +328,7 @@ class ServedEngine(DenseInOnePlace):
 
     @property
     def kv_bytes(self) -> int:
-        return 0  # (the server's cache is its own)
+        return 0  # the server's cache is its own
 
     def use_cache(self, cache: Any) -> None:
         self.cache = tuple(cache)
@@ -417,7 +417,7 @@ class ServedEngine(DenseInOnePlace):
             self.info = dataclasses.replace(self.info, distribution=distribution(self.top_n, self.raw))
         fields = sampling_fields(settings) | {"seed": (settings.seed * SEED_STRIDE + len(ids)) % (1 << 31)}
         self._fields = fields
-        xargs, size = self.internals.step_xargs(len(ids)) if self.internals is not None else ({}, 0)  # (the lens)
+        xargs, size = self.internals.step_xargs(len(ids)) if self.internals is not None else ({}, 0)  # the lens
         started = time.perf_counter()
         answer = self._answered(ids, fields, self.top_n, xargs, activation_bytes=size)
         choice = choice_of(answer, self.endpoint.host)
@@ -436,11 +436,11 @@ class ServedEngine(DenseInOnePlace):
     # ---- internals (the vllm-lens plugin) ----------------------------------------------------------
 
     def inspect(self, ask: LensAsk) -> list[Inspection]:
-        assert self.internals is not None  # (asked only behind the lens capability)
+        assert self.internals is not None  # asked only behind the lens capability
         return self.internals.inspect(self, ask)
 
     def attention(self, ids: Sequence[int], rows: range, layers: Sequence[int]) -> torch.Tensor:
-        assert self.internals is not None  # (asked only behind the attention rows' capability)
+        assert self.internals is not None  # asked only behind the attention rows' capability
         return self.internals.attention(ids, rows, layers)
 
     def attribute(
@@ -529,7 +529,7 @@ def lacks_why(capabilities: set[Capability], internals: str) -> tuple[tuple[str,
             continue
         if capability is Capability.CACHE:
             why = "a server keeps its own KV cache: tokenviz cannot read it"
-        elif capability is Capability.ABLATION:  # (steering and patching go with a request; a head's hook would not)
+        elif capability is Capability.ABLATION:  # steering and patching go with a request; a head's hook would not
             why = "a head cannot be ablated inside a server; steering and patching work (it would need a hook there)"
         else:
             why = f"on a served model, {internals if capability in MAY_EXPOSE and internals else NOT_SERVED}"
@@ -539,7 +539,7 @@ def lacks_why(capabilities: set[Capability], internals: str) -> tuple[tuple[str,
 
 def _token_list(answer: Any, host: str) -> list[int]:
     tokens = answer.get("tokens") if isinstance(answer, dict) else None
-    if not isinstance(tokens, list) or not all(type(t) is int and t >= 0 for t in tokens):  # (a bool is an int)
+    if not isinstance(tokens, list) or not all(type(t) is int and t >= 0 for t in tokens):  # a bool is an int
         raise EndpointError(f"{host}'s /tokenize did not answer with token ids")
     return tokens
 

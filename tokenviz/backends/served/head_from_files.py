@@ -81,7 +81,7 @@ class OutputHead:
             value = _read_tensor(directory / found[stored][0], stored, name)
             setattr(module, attribute, torch.nn.Parameter(value, requires_grad=False))
         for module in modules.values():
-            for buffer_name, buffer in module.named_buffers(recurse=True):  # (real: empty weights keep buffers)
+            for buffer_name, buffer in module.named_buffers(recurse=True):  # real: empty weights keep buffers
                 if buffer.is_meta:
                     raise TokenvizError(f"the lens cannot rebuild {buffer_name} of {name}'s model here")
         self.layers = int(self.config.num_hidden_layers)
@@ -121,11 +121,11 @@ def checked_files(directory: Path) -> Any:
     name = safe_text(str(directory))
     check_model_directory(directory, f"--tokenizer {name}")
     raw = parse_json(read_file(directory / "config.json", MAX_CONFIG_BYTES, f"{name}'s config.json"), "config.json")
-    if isinstance(raw, dict):  # (as written, before transformers divides by its numbers)
+    if isinstance(raw, dict):  # as written, before transformers divides by its numbers
         _check_config(SimpleNamespace(**(raw.get("text_config") or raw)), name, given_only=True)
     try:
         config = AutoConfig.from_pretrained(str(directory), local_files_only=True)
-    except Exception as exc:  # (a config is the user's file: whatever it makes transformers raise)
+    except Exception as exc:  # a config is the user's file: whatever it makes transformers raise
         raise TokenvizError(f"the lens cannot read {name}'s config: {_first_line(exc)}") from None
     _check_config(text_config(config), name)
     return config
@@ -141,7 +141,7 @@ def _built(directory: Path, name: str) -> tuple[Any, Any]:
     try:
         with init_empty_weights():
             return config, AutoModelForCausalLM.from_config(config)
-    except Exception as exc:  # (a config is the user's file: whatever it makes transformers raise)
+    except Exception as exc:  # a config is the user's file: whatever it makes transformers raise
         raise TokenvizError(f"the lens cannot build {name}'s model from its config: {_first_line(exc)}") from None
 
 
@@ -152,7 +152,7 @@ def _first_line(exc: BaseException) -> str:
 def _located(directory: Path, name: str) -> dict[str, tuple[str, TensorEntry]]:
     """Each tensor's name in the directory's safetensors, to its file and entry (read from their
     headers alone, with bounds: files.safetensors_header)."""
-    shards = weight_files(directory, name)  # (each checked to lie inside the directory)
+    shards = weight_files(directory, name)  # each checked to lie inside the directory
     if not shards:
         raise TokenvizError(f"the lens needs {name}'s weights as safetensors, and it has none")
     located: dict[str, tuple[str, TensorEntry]] = {}

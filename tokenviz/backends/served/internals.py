@@ -28,7 +28,7 @@ from tokenviz.contract.lens_layers import EXAMPLE
 from tokenviz.contract.results import Inspection, LensAsk
 from tokenviz.tensors.threads import one_thread_on_cpu
 
-CPU = torch.device("cpu")  # (the head is read into the host's memory)
+CPU = torch.device("cpu")  # the head is read into the host's memory
 PLUGIN = "vllm-lens"
 INSTALL = (
     "pip install --no-deps --ignore-requires-python vllm-lens==1.3.0 zstandard into the server's "
@@ -58,7 +58,7 @@ def probe(endpoint: Endpoint, model: str, ids: Sequence[int]) -> Plugin:
     try:
         answer = answered(endpoint, model, ids, {"temperature": 0}, 0, PROBE_BYTES, vllm_xargs=xargs)
     except NoAnswer:
-        raise  # (a server that does not answer lacks nothing: it is not asked again)
+        raise  # a server that does not answer lacks nothing: it is not asked again
     except EndpointError:
         return Plugin(False, False)
     activations = answer.get("activations")
@@ -151,7 +151,7 @@ class ServedInternals:
         activations = answer.get("activations")
         if not isinstance(activations, dict):
             raise EndpointError(f"{self.endpoint.host} answered without the activations asked ({PLUGIN} gone?)")
-        layers = self.asked  # (what step_xargs asked for)
+        layers = self.asked  # what step_xargs asked for
         shape = (len(layers), len(ids), self.head.hidden)
         residual = tensor(activations, "residual_stream", shape, self.endpoint.host)
         self.captured = Capture(tuple(ids), steering, layers, residual, served)
@@ -192,7 +192,7 @@ class ServedInternals:
         decoder = tuple(sorted({row - 1 for row in rows if row > 0} | {layers - 1}))
         self.asked = decoder
         step = self._from_step(ids, engine.steering_in_force(), decoder)
-        if step is not None:  # (the step's own request brought it: no request here)
+        if step is not None:  # the step's own request brought it: no request here
             residual = step.residual[[step.layers.index(layer) for layer in decoder], : len(ids)]
             served, checked = step.served, step.residual[-1, len(step.ids) - 1]
         else:
@@ -200,10 +200,10 @@ class ServedInternals:
             residual = tensor(activations, "residual_stream", (len(decoder), len(ids), self.head.hidden), host)
             token, logprob, _ = top_of(choice, host, 1)
             served, checked = (token, checked_logprob(logprob, host)), residual[-1, len(ids) - 1]
-        with one_thread_on_cpu(CPU):  # (a few rows through the head: see one_thread_on_cpu)
+        with one_thread_on_cpu(CPU):  # a few rows through the head: see one_thread_on_cpu
             if not self.head_checked and engine.raw is not False:
                 self._check_head(torch.from_numpy(checked), served)
-            embedded = self.head.embed(ids)  # (row 0; row i follows decoder layer i - 1)
+            embedded = self.head.embed(ids)  # row 0; row i follows decoder layer i - 1
             shown = torch.stack(
                 [embedded if row == 0 else torch.from_numpy(residual[decoder.index(row - 1)]) for row in rows]
             )

@@ -58,7 +58,7 @@ class ServedBackend:
     )
 
     def asked(self, given: frozenset[str]) -> bool:
-        return bool(given)  # (any of its options: without --endpoint, choice says what they go with)
+        return bool(given)  # any of its options: without --endpoint, choice says what they go with
 
     def choice(self, opening: Opening) -> ServedChoice:
         """The server's options as one value (the key's file checked to be its owner's alone)."""
@@ -98,12 +98,12 @@ class ServedBackend:
         def load(progress: Progress) -> ServedEngine:
             from tokenviz.backends.served.engine import ServedEngine, tokenizer_here
 
-            here = None  # (the tokenizer named with --tokenizer, loaded in this thread)
+            here = None  # the tokenizer named with --tokenizer, loaded in this thread
             if files is not None:
                 progress(f"loading the tokenizer {files}", None)
                 here = tokenizer_here(files)
             progress(f"asking {endpoint.host} about {name}", 0.5)
-            endpoint.waiting = lambda line: progress(line, 0.5)  # (a request past a second says what it waits on)
+            endpoint.waiting = lambda line: progress(line, 0.5)  # a request past a second says what it waits on
             return ServedEngine(endpoint, name, local_tokenizer=here, model_files=files)
 
         return load

@@ -110,7 +110,7 @@ class ServedSteering(Suspendable):
         check_against(self.interventions, info.layers, info.heads)
         if any(isinstance(i, HeadAblation) for i in self.interventions):
             raise SettingsError(NO_ABLATION)
-        assert engine.internals is not None  # (asked only behind the interventions' capability)
+        assert engine.internals is not None  # asked only behind the interventions' capability
         self.engine, self.internals = engine, engine.internals
         self.active = True
         self._resolved: list[Vector | tuple[Patch, np.ndarray]] = []  # a patch: its source's residual
@@ -118,7 +118,7 @@ class ServedSteering(Suspendable):
             match i:
                 case Steering():
                     vector = Vector(i.layer, np.float32(i.scale) * self._direction(i, token_id))
-                    if not np.isfinite(vector.values).all():  # (never sent: the server would add infinities)
+                    if not np.isfinite(vector.values).all():  # never sent: the server would add infinities
                         raise SettingsError(f"{i.label}: its vector is not finite in float32; use a smaller scale")
                     self._resolved.append(vector)
                 case Patch():
@@ -177,7 +177,7 @@ class ServedSteering(Suspendable):
     def own_logits(self, ids: Sequence[int]) -> tuple[Drawn, Elapsed]:
         """The model's own distribution after `ids`, as the server gives it (its top N, greedy: no draw is
         kept of it) and the request's time: a served model's scores are its top N (a Drawn)."""
-        drawn = self.engine.own_top(ids)  # (sent without the vectors, whatever is in force)
+        drawn = self.engine.own_top(ids)  # sent without the vectors, whatever is in force
         return drawn, Elapsed(drawn.ms)
 
     def remove(self) -> None:

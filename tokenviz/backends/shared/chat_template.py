@@ -86,7 +86,7 @@ def bounded(what: str = SAYS) -> Iterator[None]:
     timer.start()
     try:
         with interruptible():
-            if late.is_set():  # (the deadline passed before the section began)
+            if late.is_set():  # the deadline passed before the section began
                 raise Interrupted
             yield
     except Interrupted:
@@ -100,7 +100,7 @@ def bounded(what: str = SAYS) -> Iterator[None]:
 def render_chat_template(template: str, messages: list[dict[str, str]], **variables: Any) -> str:
     """`template` rendered for `messages` with the generation prompt, as transformers renders it (with
     `variables`: bos_token, eos_token...), within the bounds; what fails is one line naming the template."""
-    environment = _environment()  # (importing transformers' part is not the template's time)
+    environment = _environment()  # importing transformers' part is not the template's time
     try:
         with bounded():
             compiled = environment.from_string(template)
@@ -115,6 +115,6 @@ def render_chat_template(template: str, messages: list[dict[str, str]], **variab
             return "".join(parts)
     except TokenvizError:
         raise
-    except Exception as exc:  # (the file's code: any error it raises, RecursionError and MemoryError among them)
+    except Exception as exc:  # the file's code: any error it raises, RecursionError and MemoryError among them
         why = safe_text(str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__)
         raise TokenvizError(f"{SAYS} failed: {why[:200]}") from None

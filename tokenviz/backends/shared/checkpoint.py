@@ -67,6 +67,6 @@ def _tensor_names(directory: Path, shards: list[str]) -> set[str]:
         try:
             with safe_open(str(directory / shard), framework="pt") as file:
                 names.update(file.keys())
-        except Exception:  # (unreadable or damaged: transformers' loader says so)
+        except Exception:  # unreadable or damaged: transformers' loader says so
             return set()
     return names

@@ -87,7 +87,7 @@ class ApiKey:
         try:
             mode = os.stat(os.path.expanduser(self.file)).st_mode
         except OSError:
-            return None  # (read() says why it cannot be read)
+            return None  # read() says why it cannot be read
         if stat.S_ISREG(mode) and mode & (stat.S_IRWXG | stat.S_IRWXO):
             return f"the API key file {safe_text(self.file)} can be read by others: chmod 600 it"
         return None
@@ -171,7 +171,7 @@ class _Deadline:
     def _cut(self) -> None:
         self.passed = True
         if self.socket is not None:
-            with contextlib.suppress(OSError):  # (it may be closed already)
+            with contextlib.suppress(OSError):  # it may be closed already
                 self.socket.shutdown(socket.SHUT_RDWR)
 
     def check(self) -> None:
@@ -289,7 +289,7 @@ class Endpoint:
             if status != 200:
                 raise EndpointError(data)
             return parse_json(data, f"{self.host}'s answer", EndpointError, finite=True)
-        raise AssertionError("unreachable")  # (the last attempt returns or raises)
+        raise AssertionError("unreachable")  # the last attempt returns or raises
 
     def _answer(
         self, method: str, url: str, body: dict[str, Any] | None, path: str, deadline: float, most: int
@@ -306,7 +306,7 @@ class Endpoint:
                         raise NoAnswer(self._failure(exc, path, clock)) from None
                 except (httpx.HTTPError, TimeoutError, OSError) as exc:
                     raise NoAnswer(self._failure(exc, path, clock)) from None
-        raise AssertionError("unreachable")  # (the second try returns or raises)
+        raise AssertionError("unreachable")  # the second try returns or raises
 
     @contextlib.contextmanager
     def phase(self, seconds: float, what: str) -> Iterator[None]:
@@ -365,7 +365,7 @@ class Endpoint:
             within = f" ({self._phase[2]}: {self._phase[1]:g} s in all)" if self._phase is not None else ""
             return f"{self.host} did not answer {path} within {clock.seconds:.3g} s{within}"
         said = self.masked(shortened(str(exc) or type(exc).__name__, 200))
-        if self.answered:  # (it had answered before: it went away, or hung up mid-answer)
+        if self.answered:  # it had answered before: it went away, or hung up mid-answer
             return f"the server at {self.host} stopped answering ({said})"
         return f"cannot reach the server at {self.host}: {said}"
 

@@ -17,10 +17,10 @@ def load_tokenizer(source: str) -> Any:
     from transformers import AutoTokenizer
 
     directory = Path(source).expanduser()
-    if directory.is_dir():  # (its files looked at before any is opened: a FIFO there would block)
+    if directory.is_dir():  # its files looked at before any is opened: a FIFO there would block
         check_model_directory(directory, f"--tokenizer {safe_text(source)}")
     try:
         return AutoTokenizer.from_pretrained(source)
-    except Exception as exc:  # (the user's files: whatever they make transformers or tokenizers raise)
+    except Exception as exc:  # the user's files: whatever they make transformers or tokenizers raise
         said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ModelLoadError(f"cannot load the tokenizer {safe_text(source)}: {safe_text(said)[:200]}") from None

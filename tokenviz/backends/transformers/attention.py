@@ -87,7 +87,7 @@ def _attend(
         mask = _additive(attention_mask, query, key)
         return _eager_of(module)(module, query, key, value, mask, **kwargs)
     if query.is_cuda and _lower_right(attention_mask, key):
-        from torch.nn.attention.bias import causal_lower_right  # (here: importing it imports torch._dynamo, 1 s)
+        from torch.nn.attention.bias import causal_lower_right  # here: importing it imports torch._dynamo, 1 s
 
         attention_mask = causal_lower_right(query.shape[-2], key.shape[-2])
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)

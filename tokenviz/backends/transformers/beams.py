@@ -36,7 +36,7 @@ class _ModelPasses:
         return logits
 
     def advance(self, source: torch.Tensor, tokens: torch.Tensor, moved: bool) -> torch.Tensor:
-        if moved:  # (the beams in their places: nothing to move)
+        if moved:  # the beams in their places: nothing to move
             self.cache.reorder_cache(cast(torch.LongTensor, source))
         out = self.model(input_ids=tokens.view(-1, 1), **with_cache(self.model, self.cache), use_cache=True)
         logits: torch.Tensor = out.logits[:, -1, :]

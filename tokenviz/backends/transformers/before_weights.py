@@ -26,7 +26,7 @@ def journey_checks(grammar: Grammar | None = None, interventions: Sequence[Inter
     def check(config: Any, tokenizer: Any) -> None:
         text = text_config(config)
         if interventions:
-            heads = layer_configs(text)[0].num_attention_heads  # (as the model's info gives them: its first layer's)
+            heads = layer_configs(text)[0].num_attention_heads  # as the model's info gives them: its first layer's
             check_against(tuple(interventions), text.num_hidden_layers, heads)
             for patch in (i for i in interventions if isinstance(i, Patch) and not i.source_ids):
                 check_patch_source(patch, len(tokenizer(patch.source, add_special_tokens=True)["input_ids"]))

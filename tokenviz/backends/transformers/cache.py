@@ -24,7 +24,7 @@ def full_cache() -> DynamicCache:
     positions outside it get exactly zero weight and the numbers are the model's own.
     """
     cache = DynamicCache()
-    cache.layer_class_to_replicate = GrowingLayer  # (a layer is made for each layer as the first pass reaches it)
+    cache.layer_class_to_replicate = GrowingLayer  # a layer is made for each layer as the first pass reaches it
     return cache
 
 
@@ -37,7 +37,7 @@ def with_cache(model: torch.nn.Module, cache: Any) -> dict[str, Any]:
 
 @functools.cache
 def _cache_keyword(forward: Callable[..., Any]) -> str:
-    parameters = inspect.signature(forward).parameters  # (follows the renaming decorator)
+    parameters = inspect.signature(forward).parameters  # follows the renaming decorator
     return "cache" if "cache" in parameters else "past_key_values"
 
 
@@ -90,7 +90,7 @@ class GrowingLayer(DynamicLayer):
     ROOM = 64  # positions reserved past the filled ones
 
     def __init__(self) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]  # (transformers leaves its own untyped)
+        super().__init__()  # type: ignore[no-untyped-call]  # transformers leaves its own untyped
         self.filled = 0
         self._keys: Any = None  # the buffers (see take and _room_for)
         self._values: Any = None
@@ -132,7 +132,7 @@ class GrowingLayer(DynamicLayer):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         start, end = self.filled, self.filled + key_states.shape[-2]
         keys = self._keys
-        if not (  # (the usual step, tested inline: every layer runs this each step)
+        if not (  # the usual step, tested inline: every layer runs this each step
             self._owned
             and self.keys is self._shown[0]
             and self.values is self._shown[1]
@@ -142,7 +142,7 @@ class GrowingLayer(DynamicLayer):
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
             elif not self._viewed():
-                self.take(self.keys, self.values)  # type: ignore[arg-type]  # (initialized: tensors)
+                self.take(self.keys, self.values)  # type: ignore[arg-type]  # initialized: tensors
             start, end = self.filled, self.filled + key_states.shape[-2]
             self._room_for(key_states.shape[0], end)
             keys = self._keys
@@ -154,8 +154,8 @@ class GrowingLayer(DynamicLayer):
         return shown
 
     def crop(self, tokens_to_remove: int) -> None:
-        if tokens_to_remove < 0 and self.is_initialized and self._viewed():  # (transformers 5: a negative count)
-            self.filled = max(self.filled + tokens_to_remove, 0)  # (the positions past it are written again)
+        if tokens_to_remove < 0 and self.is_initialized and self._viewed():  # transformers 5: a negative count
+            self.filled = max(self.filled + tokens_to_remove, 0)  # the positions past it are written again
             self._show()
         else:
             super().crop(tokens_to_remove)
@@ -166,7 +166,7 @@ class GrowingLayer(DynamicLayer):
         if not self.is_initialized or not self.get_seq_length():
             return
         if not self._viewed():
-            self.take(self.keys, self.values)  # type: ignore[arg-type]  # (initialized: tensors)
+            self.take(self.keys, self.values)  # type: ignore[arg-type]  # initialized: tensors
         if not self._owned:  # rows are written in buffers of its own
             self._room_for(self._keys.shape[0], self.filled)
             self._show()

@@ -77,12 +77,12 @@ class CompiledStep:
         self.call: Callable[..., tuple[torch.Tensor, torch.Tensor]] = torch.compile(
             self._pass, mode=MODE, fullgraph=True
         )
-        self._keyword = next(iter(with_cache(model, None)))  # (the cache's argument name, found before tracing)
+        self._keyword = next(iter(with_cache(model, None)))  # the cache's argument name, found before tracing
         self.query_shapes: list[tuple[int, int]] = []  # each layer's (heads, head size): see warm_up
         self.least = least
         self.failed: str | None = None  # why a step failed: the steps run eager from then on
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
-        self._modules = tuple(model.modules())  # (asked for hooks before every step: see `hooked`)
+        self._modules = tuple(model.modules())  # asked for hooks before every step: see `hooked`
         self.static: Cache | None = None  # the model's cache argument: `buffers`, one a layer
         self.buffers: list[StaticLayer] = []
         self._owner: weakref.ref[Any] | None = None  # the DynamicCache whose layers are views of the buffers
@@ -114,7 +114,7 @@ class CompiledStep:
         query states, flat, in layer order."""
         out = self.model(input_ids=ids, **{self._keyword: cache}, use_cache=True, logits_to_keep=1)
         queries = [q.reshape(-1) for q in attention.compiled_queries]
-        attention.compiled_queries.clear()  # (left empty, so no call adds to it)
+        attention.compiled_queries.clear()  # left empty, so no call adds to it
         return out.logits[0, -1], torch.cat(queries) if queries else out.logits.new_empty(0)
 
     @torch.inference_mode()
@@ -132,7 +132,7 @@ class CompiledStep:
         except Exception as exc:  # (a recompile torch.compile refuses, the device's memory): not again
             self.failed = shortened(one_line(exc), REASON_CHARS)
             raise TokenvizError(f"the compiled step failed ({self.failed}): the steps run eager from now on") from None
-        logits, flat = logits.clone(), flat.clone()  # (the graph's output buffers are the next replay's)
+        logits, flat = logits.clone(), flat.clone()  # the graph's output buffers are the next replay's
         self._counted = length + 1
         self._show(cache, length + 1)
         return logits, self._queries(flat)
@@ -197,7 +197,7 @@ class CompiledStep:
         room is a dynamic size in the one graph (see RoomLayer): a journey that outgrows its buffers
         compiles nothing more (on a GPU, it records graphs for the new room)."""
         cache = full_cache()
-        with torch.inference_mode():  # (as a runner's steps are: ids made outside it would be compiled for again)
+        with torch.inference_mode():  # as a runner's steps are: ids made outside it would be compiled for again
             ids = torch.zeros((1, 1), dtype=torch.long, device=device)
             with attention.capturing() as capture:  # each layer's query shape, as the attention view keeps them
                 self.model(input_ids=ids, **with_cache(self.model, cache), use_cache=True)
@@ -206,7 +206,7 @@ class CompiledStep:
             self._made(cache, self.least)
             for _ in range(WARM_UP_STEPS):
                 self.step(cache, ids)
-        self.static, self.buffers, self._owner = None, [], None  # (a journey's buffers are made for it)
+        self.static, self.buffers, self._owner = None, [], None  # a journey's buffers are made for it
 
 
 def graph_trees_in_this_thread() -> None:
@@ -232,7 +232,7 @@ def compiled(loaded: LoadedModel, progress: Callable[[str, float | None], None],
     """`loaded` with its decode step compiled and its graphs recorded, before any journey: once per
     start (seconds on a CPU for a small model, about a minute on a GPU for a large one). Its static
     buffers hold `least` positions at first."""
-    if not getattr(loaded.model, "_can_compile_fullgraph", False):  # (transformers' own word: GPT-Neo, MPT)
+    if not getattr(loaded.model, "_can_compile_fullgraph", False):  # transformers' own word: GPT-Neo, MPT
         name = type(loaded.model).__name__
         raise ModelLoadError(
             f"--compile: transformers does not compile {name}'s step with a static cache: run without it"
@@ -241,15 +241,15 @@ def compiled(loaded: LoadedModel, progress: Callable[[str, float | None], None],
     progress(f"compiling the decode step on {device}, once per start (cancelled, the steps run eager) {CANCELS}", None)
     step = CompiledStep(loaded.model, least)
     try:
-        with quiet(), interruptible():  # (quiet: the compiler's warnings would land on the terminal the app draws)
+        with quiet(), interruptible():  # quiet: the compiler's warnings would land on the terminal the app draws
             step.warm_up(device)
     except Interrupted:  # (Escape: see tokenviz.system.interruptible) the model as it loaded, its steps eager
         attention.compiled_queries.clear()
-        torch.compiler.reset()  # (what the compile had made so far)
+        torch.compiler.reset()  # what the compile had made so far
         progress(COMPILE_CANCELLED, None)
         return dataclasses.replace(loaded, info=dataclasses.replace(loaded.info, compiled=COMPILE_CANCELLED))
-    except Exception as exc:  # (torch.compile's own failures: a model it cannot trace, no C++ compiler)
-        reason = step.failed or shortened(one_line(exc), REASON_CHARS)  # (a step's own failure is said once)
+    except Exception as exc:  # torch.compile's own failures: a model it cannot trace, no C++ compiler
+        reason = step.failed or shortened(one_line(exc), REASON_CHARS)  # a step's own failure is said once
         raise ModelLoadError(
             f"--compile: torch.compile cannot compile this model's step ({reason}): run without it"
         ) from None

@@ -92,7 +92,7 @@ def placed(model: Any) -> str:
     mapping = device_map_of(model)
     if not mapping:
         return ""
-    if set(mapping) == {""}:  # (the whole model, as one part)
+    if set(mapping) == {""}:  # the whole model, as one part
         size = sum(p.numel() * p.element_size() for p in model.parameters())
         return f"{mapping['']}: the whole model ({gigabytes(size)})"
     prefix = next((name for name, module in model.named_modules() if module is decoder_layers(model)), "")
@@ -107,7 +107,7 @@ def placed(model: Any) -> str:
             layers.append(int(number.group(1)))
         elif module is decoder_layers(model):  # all of them in one place
             layers.extend(range(len(module)))
-        elif size:  # (a part without weights, as a rotary embedding, is not worth a word)
+        elif size:  # a part without weights, as a rotary embedding, is not worth a word
             others += 1
         where[key] = (layers, others, total + size)
     return " · ".join(_on_device(device, *held) for device, held in where.items())

@@ -138,12 +138,12 @@ def convert_gguf(gguf: Path, directory: Path, progress: Progress) -> None:
                     config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
                     _check_conversion_fits(gguf, config, directory)
                     architecture = stream_gguf(gguf, partial, config, lambda f: progress(message, SAVE_SHARE * f))
-            except (ModelLoadError, ShardNotWritten):  # (CacheNotWritable is a ModelLoadError)
+            except (ModelLoadError, ShardNotWritten):  # CacheNotWritable is a ModelLoadError
                 raise
             except Exception as exc:  # the gguf reader raises many types for a damaged file
                 raise ModelLoadError(f"could not read GGUF file {gguf}: {one_line(exc)}") from None
             progress(f"{message}: saving", SAVE_SHARE)
-            if hasattr(config, "quantization_config"):  # (the weights are plain floats now)
+            if hasattr(config, "quantization_config"):  # the weights are plain floats now
                 del config.quantization_config
             config.dtype, config.architectures = torch.float32, [architecture]
             config.save_pretrained(partial)
@@ -171,7 +171,7 @@ def _check_conversion_fits(gguf: Path, config: Any, directory: Path) -> None:
     memory: refuse a GGUF too large for either before it starts (a 4 GB Q4 file of a 7B model
     becomes 28 GB on disk). Loading it afterwards is checked like any model directory."""
     size = parameter_count(config).total * torch.float32.itemsize
-    held = min(size, SHARD_BYTES) + 2 * largest_tensor_bytes(gguf)  # (dequantised, then copied)
+    held = min(size, SHARD_BYTES) + 2 * largest_tensor_bytes(gguf)  # dequantised, then copied
     memory = free_bytes(torch.device("cpu"), {})[0]
     directory.parent.mkdir(parents=True, exist_ok=True)
     disk = shutil.disk_usage(directory.parent).free
@@ -181,7 +181,7 @@ def _check_conversion_fits(gguf: Path, config: Any, directory: Path) -> None:
             f"{gigabytes(held)} in memory, and there are {gigabytes(memory)} of memory free: a GGUF this large "
             "cannot be opened here"
         )
-    if size > disk:  # (as a cache that cannot be written: the GGUF is read in memory instead, if that fits)
+    if size > disk:  # as a cache that cannot be written: the GGUF is read in memory instead, if that fits
         raise CacheNotWritable(
             f"the model cache in {directory.parent} has {gigabytes(disk)} free, and {gguf.name} takes "
             f"{gigabytes(size)} as float32 safetensors"

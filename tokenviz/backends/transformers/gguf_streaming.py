@@ -49,7 +49,7 @@ def stream_gguf(gguf: Path, directory: Path, config: Any, progress: Callable[[fl
 
     reader = GGUFReader(gguf)
     architecture = read_field(reader, "general.architecture")[0]
-    metadata = load_gguf_checkpoint(str(gguf))["config"]  # (what the processors read: head counts)
+    metadata = load_gguf_checkpoint(str(gguf))["config"]  # what the processors read: head counts
     processor_class: Any = TENSOR_PROCESSORS.get(architecture, TensorProcessor)
     processor = processor_class(config=metadata)
     with torch.device("meta"):  # the model's names, with no weights made

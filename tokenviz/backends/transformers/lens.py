@@ -98,7 +98,7 @@ def inspect_positions(
     kept it (step_lens), else from a pass over `ids` of its own."""
     runner.step_lens.asked()
     kept = runner.step_lens.at(ids, positions)
-    if kept is not None:  # (the stream of the last position alone: inspected as the only one)
+    if kept is not None:  # the stream of the last position alone: inspected as the only one
         stream, own = kept
         found = inspect_positions_of(runner, stream, own, [ids[-1]], [0], chosen, top, embedding_dims, pinned, rows)
         return [dataclasses.replace(found[0], position=positions[0])]
@@ -127,7 +127,7 @@ def inspect_positions_of(
             f"model's output by {float((last.float() - own.float()).abs().max()):.3g}"
         )
     embeddings = runner.model.get_input_embeddings()
-    with weights_at_hand(embeddings):  # (it may live on the disk: fetched once for every position)
+    with weights_at_hand(embeddings):  # it may live on the disk: fetched once for every position
         rows_of = cast(torch.Tensor, embeddings.weight)[[ids[p] for p in positions]].float()
     shown = stream if rows is None else stream[list(rows)]
     return inspections(

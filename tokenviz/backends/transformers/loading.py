@@ -136,7 +136,7 @@ def load_model(
         raise ModelLoadError(f"no such model path: {spec}")
     else:
         source, name = spec, spec
-        _check_hub(spec)  # (before anything is said of fitting: an unreachable hub is the answer)
+        _check_hub(spec)  # before anything is said of fitting: an unreachable hub is the answer
 
     progress(f"checking that {name} fits on {torch_device}", None)
     fit.offload_dir = placement.offload_dir or str(offload_dir_for(source if gguf_file is None else gguf_file))
@@ -225,7 +225,7 @@ class Fit:
     @staticmethod
     def of(device: torch.device, dtype: str, placement: Placement) -> Fit:
         auto = dtype == "auto"
-        placement = resolved(placement)  # (its files read and checked, unless the command line did)
+        placement = resolved(placement)  # its files read and checked, unless the command line did
         return Fit(device, resolve_dtype(dtype, device), auto, placement.limits, placement.mapping, placement.quantize)
 
     @property

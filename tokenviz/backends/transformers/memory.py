@@ -114,7 +114,7 @@ def need(config: Any, parameters: Parameters, dtype: torch.dtype, quantize: str 
     context = getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None) or KV_TOKENS
     tokens = min(KV_TOKENS, int(context))
     size = dtype.itemsize
-    kv, per_layer = 0, {}  # (each config's figure once: a uniform model's layers share one, however many)
+    kv, per_layer = 0, {}  # each config's figure once: a uniform model's layers share one, however many
     for layer in layer_configs(text):
         if id(layer) not in per_layer:
             per_layer[id(layer)] = _kv_per_position(layer, parameters.latent_kv)
@@ -161,7 +161,7 @@ def check_fits(
     """The dtype to load in (with `auto_dtype` on a CPU, the smaller one when only it fits) and a line
     saying what the model needs of what is free; ModelLoadError when it does not fit. `spread`: a
     device map puts the weights where there is room (the disk last), so only the KV cache must fit."""
-    if spread:  # (--max-memory is then what the map may put on each device: the KV cache comes on top)
+    if spread:  # --max-memory is then what the map may put on each device: the KV cache comes on top
         cache = dataclasses.replace(need(config, parameters, dtype, quantize), weights=0)
         free = free_bytes(device, {})[0]
         if cache.total > free:
@@ -175,7 +175,7 @@ def check_fits(
     wanted = need(config, parameters, dtype, quantize)
     note = ""
     if wanted.total > free and auto_dtype and dtype in SMALLER and device.type == "cpu":
-        smaller = need(config, parameters, SMALLER[dtype], quantize)  # (refused even so: the figures of the smaller)
+        smaller = need(config, parameters, SMALLER[dtype], quantize)  # refused even so: the figures of the smaller
         note = f"; {dtype_name(smaller.dtype)} because {dtype_name(dtype)} needs {gigabytes(wanted.total)}"
         wanted = smaller
     if wanted.total > free:

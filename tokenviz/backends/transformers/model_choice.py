@@ -81,7 +81,7 @@ class ModelChoice:
     placement: Placement = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:  # a mistake in the placement is refused here, before torch is imported
-        # (the files it names read and checked now, once, not after torch's import)
+        # the files it names read and checked now, once, not after torch's import
         placement = resolved(Placement(self.device_map, tuple(self.max_memory or ()), self.offload_dir, self.quantize))
         object.__setattr__(self, "max_memory", placement.max_memory)
         object.__setattr__(self, "placement", placement)

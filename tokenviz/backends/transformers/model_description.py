@@ -41,7 +41,7 @@ def model_info(
     quantization: str = "",
 ) -> ModelInfo:
     c = model.config
-    first = layer_configs(c)[0]  # (the runner reads the first layer's cache shape: the same figures)
+    first = layer_configs(c)[0]  # the runner reads the first layer's cache shape: the same figures
     heads = first.num_attention_heads
     hidden = c.hidden_size
     return ModelInfo(

@@ -21,12 +21,12 @@ class TransformersBackend:
     options = OPTIONS
 
     def asked(self, given: frozenset[str]) -> bool:
-        return False  # (the default: chosen when no other is)
+        return False  # the default: chosen when no other is
 
     def loader(self, opening: Opening) -> OpenEngine:
         """The model loads in the worker's thread, its config and tokenizer checked first against what the
         journey will ask (its grammar, the interventions in force: see before_weights.journey_checks)."""
-        model = ModelChoice.of(opening)  # (its placement checked here)
+        model = ModelChoice.of(opening)  # its placement checked here
         grammar, interventions = opening.settings.grammar, opening.interventions
         if (model.model or "").startswith(OLLAMA):
             raise TokenvizError(

@@ -148,10 +148,10 @@ class ModelRunner:
     """The transformers backend's engine: every capability of contract.engine."""
 
     def __init__(self, loaded: LoadedModel):
-        self.loaded = loaded  # (another runner may share its weights: a comparison on one model)
+        self.loaded = loaded  # another runner may share its weights: a comparison on one model
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
-        self.device = input_device(self.model)  # (a device-mapped model's first parameters may be on the disk)
+        self.device = input_device(self.model)  # a device-mapped model's first parameters may be on the disk
         info = dataclasses.replace(loaded.info, chat_template=has_chat_template(loaded.tokenizer))
         self.info, query_bytes, held = measured_shape(self.model, self.device, info)
         self.cache = full_cache()
@@ -167,7 +167,7 @@ class ModelRunner:
         )
         self.special_ids = set(getattr(self.tokenizer, "all_special_ids", []) or [])
         self.eos_ids = eos_id_set(self.model.generation_config.eos_token_id, self.tokenizer)
-        self.pieces = TokenPieces(self.tokenizer)  # (see tokenviz.backends.shared.token_texts)
+        self.pieces = TokenPieces(self.tokenizer)  # see tokenviz.backends.shared.token_texts
         self.compiled: CompiledStep | None = loaded.compiled  # (--compile) shared with the model's other runners
 
     def piece(self, token_id: int) -> str:
@@ -318,7 +318,7 @@ class ModelRunner:
             self.rows.queries.add(start, Capture(queries=queries))
             return RunnerForward(logits=logits, timer=timer.stop())
         yielding: Any = nullcontext()
-        if cancelled or progress:  # (a step's cancel, with no progress to tell, asks before a few layers)
+        if cancelled or progress:  # a step's cancel, with no progress to tell, asks before a few layers
             points = None if progress else CANCEL_POINTS
             yielding = layer_by_layer(self.model, cancelled or _not_cancelled, progress, what="the pass", points=points)
         # Every position's predictions: the hidden states the output layer reads are kept, its logits made
@@ -343,7 +343,7 @@ class ModelRunner:
             )
         self.rows.queries.add(start, capture, fed=len(ids))
         if streams is not None:
-            with suppress(TokenvizError):  # (layers the lens cannot follow: its own pass says so, the step goes on)
+            with suppress(TokenvizError):  # layers the lens cannot follow: its own pass says so, the step goes on
                 self.step_lens.keep(start, ids[0], stacked(self.model, input_ids, streams), out.logits[0, -1])
         hidden = read[-1][0] if keep_hidden and read else None  # (tokens fed, hidden)
         reproduces = head_reproduces(self.model)
@@ -357,7 +357,7 @@ class ModelRunner:
             logits=out.logits[0, -1],
             timer=timer.stop(),
             position_logits=out.logits[0] if every_position and hidden is None else None,
-            routes=route_tensors(routed) if routed and len(routed) == len(self.routers) else None,  # (all read)
+            routes=route_tensors(routed) if routed and len(routed) == len(self.routers) else None,  # all read
             places=places,
             hidden=hidden,
             head=output_layer(self.model) if hidden is not None else None,

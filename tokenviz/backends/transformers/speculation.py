@@ -166,7 +166,7 @@ def speculative_decode(
     progress: Callable[[int, int], None] = lambda done, total: None,
 ) -> Speculation:
     """With `from_cache`, the runner's cache holds at least `prompt_ids[:-1]`: a copy of it is the start."""
-    refuse_grammar(settings.grammar, "speculative decoding")  # (before any pass)
+    refuse_grammar(settings.grammar, "speculative decoding")  # before any pass
     ids = list(prompt_ids)
     if from_cache and isinstance(drafter, CachedDrafter) and drafter.shared_layers:
         drafter.start_from(cache_prefix(runner.cache, len(ids) - 1, layers=drafter.shared_layers), ids[:-1])

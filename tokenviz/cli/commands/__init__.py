@@ -29,7 +29,7 @@ def run() -> None:
     """Entry point: `tokenviz trace|replay|score|compare|serve ...` go to their own commands, everything
     else to the app."""
     tidy_thread_setting(print_warning)
-    for line in (*refusals(), *left_out()):  # (plugins left out as the command line was built: said once)
+    for line in (*refusals(), *left_out()):  # plugins left out as the command line was built: said once
         print_warning(line)
     args = sys.argv[1:]
     if args and args[0] in SUBCOMMANDS:
@@ -43,7 +43,7 @@ def command(cli: typer.Typer, args: list[str], name: str) -> NoReturn:
     and a box), with the way to the options."""
     try:
         code = cli(args=args, prog_name=name, standalone_mode=False)
-    except Exception as exc:  # (click's exceptions: vendored inside typer by its newer releases)
+    except Exception as exc:  # click's exceptions: vendored inside typer by its newer releases
         if type(exc).__name__ == "Abort":  # ctrl+c before the command's own handling began
             print_error("aborted")
             raise SystemExit(1) from None

@@ -71,7 +71,7 @@ def open_app(
         chosen_rows = None if lens_layers is None else parse_lens_layers(lens_layers)
     except TokenvizError as exc:
         fail(str(exc))
-    try:  # (a server is asked first: one that cannot answer is told before anything else waits)
+    try:  # a server is asked first: one that cannot answer is told before anything else waits
         loader = backend.loader(settings)
     except TokenvizError as exc:
         fail(str(exc))

@@ -94,14 +94,14 @@ def compare(
                 "option (nor --chat)"
             )
         else:
-            b_side = b_side.with_values(model=None)  # (B's model is the one its own options name)
+            b_side = b_side.with_values(model=None)  # B's model is the one its own options name
         from tokenviz.cli.headless import compare_opener
 
-        build = compare_opener(a, b, (a_side, b_side))  # (a server is asked now)
+        build = compare_opener(a, b, (a_side, b_side))  # a server is asked now
     except TokenvizError as exc:
         fail(str(exc))
 
-    if as_json or (b_backend.draws and not in_terminal.can_draw()):  # (a served B without a terminal: its table)
+    if as_json or (b_backend.draws and not in_terminal.can_draw()):  # a served B without a terminal: its table
         from tokenviz.cli.headless import compare_document
         from tokenviz.cli.table import print_drawn_comparison
 
@@ -112,7 +112,7 @@ def compare(
             fail(str(exc))
         print_result(document, as_json, print_drawn_comparison)
         return
-    if not b_backend.draws:  # (a served B where the app can draw: its screen, checked just above)
+    if not b_backend.draws:  # a served B where the app can draw: its screen, checked just above
         in_terminal.require_terminal("tokenviz compare PROMPT ... --json")
     from tokenviz.worker.comparing import CompareWorker
 

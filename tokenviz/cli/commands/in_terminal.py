@@ -42,19 +42,19 @@ def run_app(worker: "Worker[Snapshot] | Worker[ComparisonSnapshot]", theme: str,
 
     app = TokenvizApp(worker, theme=theme, comparing=comparing)
     if not in_a_browser():
-        guard_terminal()  # (the terminal given back should the process die where no Python runs)
+        guard_terminal()  # the terminal given back should the process die where no Python runs
     app.run()
     for failure in app.finish(quit_wait_s=QUIT_WAIT_S):
         print_error(failure)
     if app.fatal_error:
         print_error(app.fatal_error)
     if app.signalled is not None:
-        if app.signalled != signal.SIGINT:  # (SIGTERM, SIGHUP: not the user's quitting, so not its journey's end)
+        if app.signalled != signal.SIGINT:  # SIGTERM, SIGHUP: not the user's quitting, so not its journey's end
             from tokenviz.worker.journaling import keep_journals
 
             keep_journals()
         exit_now(128 + app.signalled)
-    exit_now(2 if app.fatal_error else app.return_code or 0)  # (an unhandled error: Textual's 1, not 0)
+    exit_now(2 if app.fatal_error else app.return_code or 0)  # an unhandled error: Textual's 1, not 0
 
 
 def exit_now(code: int) -> NoReturn:

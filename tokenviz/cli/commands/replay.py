@@ -78,7 +78,7 @@ def verify_recording(journey: "Journey", recorded: dict[str, Any], backend: Back
             f"the journey on {name} was requests to {info.requests}: verify it with the options "
             f"it was opened with ({info.reopen or 'its server'}) after replay FILE --verify"
         )
-    here = backend.backend().weights_here  # (a model whose weights load here is named by --model)
+    here = backend.backend().weights_here  # a model whose weights load here is named by --model
     if not info.requests and here and backend.model is None and name != BUNDLED_NAME:
         if name.endswith(".gguf") and not Path(name).expanduser().is_file():
             raise TokenvizError(f"the journey was recorded on {name}, which is not here: name it with --model")
@@ -87,7 +87,7 @@ def verify_recording(journey: "Journey", recorded: dict[str, Any], backend: Back
     with stderr_progress() as progress:
         engine = backend.loader(SamplingSettings())(progress)
     now = engine.info
-    if bool(info.requests) != bool(now.requests):  # (a request's numbers and a pass's are not the same journey)
+    if bool(info.requests) != bool(now.requests):  # a request's numbers and a pass's are not the same journey
         was, runs = (f"requests to {i.requests}" if i.requests else "passes in this process" for i in (info, now))
         raise TokenvizError(
             f"the journey's steps were {was}, not {runs}: verify it with "
@@ -105,7 +105,7 @@ def verify_recording(journey: "Journey", recorded: dict[str, Any], backend: Back
             soft_wrap=True,
         )
     then, as_now = how_it_ran(info), how_it_ran(now)
-    if then != as_now:  # (another runtime, dtype or attention: the same model's numbers differ)
+    if then != as_now:  # another runtime, dtype or attention: the same model's numbers differ
         err.print(
             f"note: the journey ran as {then}; verifying as {as_now}", markup=False, highlight=False, soft_wrap=True
         )

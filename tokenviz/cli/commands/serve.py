@@ -81,7 +81,7 @@ def serve(
         fail(str(exc))
     except OSError as exc:
         fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
-    try:  # (checked once here, as each tab will: an unreachable server is told now)
+    try:  # checked once here, as each tab will: an unreachable server is told now
         chosen = backend.backend()
         backend.loader(settings)
     except TokenvizError as exc:

@@ -109,7 +109,7 @@ class AttentionPane(LinesPane):
             return
         if info is not None:
             head = head_label(selection.head, info.heads, info.kv_heads)
-            layer = f"{selection.layer} of {info.layers}"  # (from 0: one numbering for layers, heads and positions)
+            layer = f"{selection.layer} of {info.layers}"  # from 0: one numbering for layers, heads and positions
             self.set_title(f"attention · layer {layer} · {head}", f"attn · L{layer} · {head}", f"L{layer} · {head}")
         self.show_lines(self._build(selection))
 
@@ -145,7 +145,7 @@ class AttentionPane(LinesPane):
         key_cols = (width - LABEL) // zoom_x  # past the newest token: the masked future, filled in as it comes
         start = paged_start(queries.stop - 1, key_cols) if n > key_cols else 0
         if cursor < n - 1:
-            start = max(min(start, queries.stop - key_cols), 0)  # (as window: full unless following)
+            start = max(min(start, queries.stop - key_cols), 0)  # as window: full unless following
         if key_cols >= len(queries):
             start = min(start, queries.start)  # every row shown keeps its own diagonal in view
         keys = range(start, start + key_cols)
@@ -154,7 +154,7 @@ class AttentionPane(LinesPane):
             if not self._strips or self._strips[0].text.startswith("waiting"):
                 return [Strip([Segment("computing attention…", Style(dim=True))])]
             return self._strips  # the rows asked for are on their way: keep the last map until they come
-        if view.missing and s.live and view.failed:  # (rows the engine could not give: why, in words)
+        if view.missing and s.live and view.failed:  # rows the engine could not give: why, in words
             return [Strip([Segment(line, Style(dim=True))]) for line in textwrap.wrap(view.missing, max(width, 20))]
         matrix = view.window(queries, keys, selection.head)
         matrix = np.repeat(np.repeat(matrix, zoom, axis=0), zoom_x, axis=1)

@@ -97,7 +97,7 @@ class AttributionPane(RowsPane):
             return
         if (a.method, a.position) == sent[:2]:
             seconds = time.perf_counter() - sent[2]
-            if seconds >= TIMED_FROM_S:  # (an answer kept from before comes at once: not a speed)
+            if seconds >= TIMED_FROM_S:  # an answer kept from before comes at once: not a speed
                 self.measured[a.method] = (a.position + 1, seconds)
             self._sent = None
 
@@ -120,7 +120,7 @@ class AttributionPane(RowsPane):
         )
         loo = (f"leave-one-out anyway, about {duration(loo_s)} (exact; not asked again)", "loo")
         grad = (f"gradient × input instead: one forward and one backward pass, about {duration(grad_s)}", "grad")
-        choices = [grad, loo] if journey.refusal_of("attribution('grad')") is None else [loo]  # (a served model: none)
+        choices = [grad, loo] if journey.refusal_of("attribution('grad')") is None else [loo]  # a served model: none
         self.app.push_screen(LongJobScreen(question, choices), chosen)
 
     def draw(self, selection: Selection) -> None:

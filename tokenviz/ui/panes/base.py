@@ -138,7 +138,7 @@ class LinesPane(Pane):
         if y < len(self._strips):
             return self._strips[y]
         if self._blank is None or self._blank.cell_length != self.size.width:
-            self._blank = Strip.blank(self.size.width, self.rich_style)  # (rich_style is computed anew each time)
+            self._blank = Strip.blank(self.size.width, self.rich_style)  # rich_style is computed anew each time
         return self._blank
 
 
@@ -218,7 +218,7 @@ def text_strips(text: Text, width: int, console: Console, style: Style) -> list[
         if line.spans:
             line.style = base
             strips.append(Strip(line.render(console), line.cell_len))
-        else:  # (rich renders a line without spans unstyled)
+        else:  # rich renders a line without spans unstyled
             strips.append(Strip([Segment(line.plain, base)], line.cell_len))
     return strips
 

@@ -49,7 +49,7 @@ class BeamPane(ScrollPane):
             f"width {result.width} · best {2 * result.width} by summed log p · ✓ kept ★ end ⊣ limit ✗ pruned",
             f"width {result.width} · ✓ kept ★ end ⊣ limit ✗ pruned",
         )
-        width = self.body.size.width - 3 if self.body.size.width else 10**6  # (the scrollbar)
+        width = self.body.size.width - 3 if self.body.size.width else 10**6  # the scrollbar
         text.append(fitting(legend, width) + "\n", style="bold")
         for step in result.steps:
             beams = " · ".join(f"b{i + 1} “{_tail(t)}”" for i, t in enumerate(step.texts))

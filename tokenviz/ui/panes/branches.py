@@ -53,7 +53,7 @@ class BranchPane(ScrollPane):
             return
         self.selected = min(max(self.selected, 1), len(summaries) - 1)
         listing = Text()  # wrapped to the pane: no figure is cut
-        # (a server keeps its own cache: the path's tokens go with the next request)
+        # a server keeps its own cache: the path's tokens go with the next request
         rebuilt = (
             "its tokens go with the next request"
             if selection.info.requests
@@ -64,7 +64,7 @@ class BranchPane(ScrollPane):
             mark = "●" if b.current else ("▶" if i == self.selected else " ")
             style = f"bold {chosen}" if b.current else (f"bold {cursor}" if i == self.selected else "")
             label = "current" if b.current else f"branch {i}"
-            # (how far it runs with the current path: the tokens both hold from the first, the prompt's included)
+            # how far it runs with the current path: the tokens both hold from the first, the prompt's included
             shared = "" if b.current else f"same first {b.shared} tok as current · "
             listing.append(
                 f"{mark} {label:<9} {b.tokens:>3} tok · log-prob {b.logprob:8.2f} · "

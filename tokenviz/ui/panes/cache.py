@@ -52,11 +52,11 @@ class CachePane(ScrollPane):
                 style="bold",
             )
             text.append(f"same argmax: {'yes' if v.argmax_agrees else 'NO'} · {verdict}\n", style="bold")
-        elif s.live:  # (a recording keeps no verification)
+        elif s.live:  # a recording keeps no verification
             waiting = "press v to recompute this step without the cache and compare"
             text.append_text(pending_note(selection, waiting, "verify", Run(Verify, "verify")))
             text.append("\n")
-        if info.latent_kv:  # (the rotary key's width is not in the info: the sum is the cache's own)
+        if info.latent_kv:  # the rotary key's width is not in the info: the sum is the cache's own
             text.append(
                 f"per layer: a latent of {info.head_dim} dims and a shared rotary key × {tokens} tokens"
                 f" = {human_bytes(per_layer)}  (×{info.layers} layers)\n"
@@ -68,7 +68,7 @@ class CachePane(ScrollPane):
                 f"per layer: keys + values × {info.kv_heads} KV heads × {info.head_dim} dims × {tokens} tokens"
                 f" × {element} B = {human_bytes(per_layer)}  (×{info.layers} layers)\n"
             )
-        else:  # (Gemma 4's global layers have larger heads than its sliding ones)
+        else:  # Gemma 4's global layers have larger heads than its sliding ones
             text.append(
                 f"its layers differ: the first keeps keys + values × {info.kv_heads} KV heads × {info.head_dim} "
                 f"dims a token; {human_bytes(per_layer)} a layer on average (×{info.layers} layers)\n"

@@ -141,7 +141,7 @@ class ChartsPane(Pane, Grid):
             widget.set_class(index == self.shown, "-shown")
             if one and index != self.shown:
                 continue
-            room = (widget.size.width or self.content_size.width) - 2  # (a chart just shown is not laid out yet)
+            room = (widget.size.width or self.content_size.width) - 2  # a chart just shown is not laid out yet
             title = next((t for t in titles[name] if cell_len(t) <= room), titles[name][-1])
             self._plot(widget, title, self.series[name], colors, name)
         if one:
@@ -152,7 +152,7 @@ class ChartsPane(Pane, Grid):
             )
             # Which colour is which line: a chart this small has no room for plotext's key.
             key = " ".join(
-                # (a watched token's text: printable, on one line)
+                # a watched token's text: printable, on one line
                 f"[{hexes[i % len(hexes)]}]━━ {escape(visible(safe_text(label), spaces=False))}[/]"
                 for i, (label, xs, _) in enumerate(series)
                 if xs

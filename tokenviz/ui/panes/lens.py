@@ -113,7 +113,7 @@ class LensPane(RowsPane):
                 text.append(f"{rank:>6} {prob:5.3f} ", style=self.theme_colors.bar_final)
             text.append(bar(row.chosen_prob, bar_w) + "\n", style=bar_color)
         text.rstrip()
-        through = "each layer through the final norm + unembedding"  # (the last row: the model's own)
+        through = "each layer through the final norm + unembedding"  # the last row: the model's own
         if some:
             spaced = f"{len(rows)} of {selection.info.layers + 1} layers" + (
                 ", spread: a taller pane shows more" if spread_shown else ""

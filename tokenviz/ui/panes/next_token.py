@@ -83,13 +83,13 @@ class NextTokenPane(BoxPane):
             u = record.unsteered
             kl = f"KL {'≥ ' if u.kl_floor else ''}{u.kl:.3f}" if u else ""
             from_own = f"{kl} bits from the model's own · " if kl else ""
-            if record.interventions and not u:  # (a comparison's sides: the journey's interventions, no own pass)
+            if record.interventions and not u:  # a comparison's sides: the journey's interventions, no own pass
                 from_own = "under interventions · "
-            if record.saturated:  # (said first: the flat distribution is the interventions', not the model's)
+            if record.saturated:  # said first: the flat distribution is the interventions', not the model's
                 from_own = f"saturated: the interventions made every logit equal · {from_own}"
             if selection.info.covers:  # a top N (a server's): said first, and the entropy is its floor
                 n, vocab, giver = selection.info.covers, selection.info.vocab, selection.info.giver
-                said = selection.info.distribution.split(";")[0]  # (which top-N, before or after the settings)
+                said = selection.info.distribution.split(";")[0]  # which top-N, before or after the settings
                 self.set_subtitle(
                     f"{from_own}{said}, of {vocab:,} · entropy ≥ {record.entropy:.2f} bits · "
                     f"position {record.position} · {state}",
@@ -108,7 +108,7 @@ class NextTokenPane(BoxPane):
                 f"{from_own}entropy {record.entropy:.2f} bits · for position {record.position} · {state}",
                 f"{from_own}entropy {record.entropy:.2f} bits · position {record.position}",
                 f"{from_own}H {record.entropy:.2f} bits · pos {record.position}",
-                *(narrower if kl else []),  # (the KL kept first, down to 80 columns)
+                *(narrower if kl else []),  # the KL kept first, down to 80 columns
             )
         elif prediction is not None:
             p = prediction
@@ -176,7 +176,7 @@ class NextTokenPane(BoxPane):
             text.append(f" {token_id:>6}" + (f" {logit:>7}" if show_logit else "") + f" {probability(prob, 7)} ")
             if own is not None:  # the model's own, where it is among its own top-n
                 text.append(f"{probability(own[token_id], 7) if token_id in own else '—':>7} ", style="dim")
-            if final is not None:  # (blank: a token the stages did not follow)
+            if final is not None:  # blank: a token the stages did not follow
                 after = final.get(token_id)
                 text.append(f"{'' if after is None else '—' if after == 0 else probability(after, 7):>7} ", style=style)
             text.append(bar(prob if final is None else final.get(token_id, 0.0), bar_width) + "\n", style=bar_color)

@@ -48,7 +48,7 @@ def short_stage(stage: Stage, settings: SamplingSettings) -> str:
         return " ".join(f"{word} {value:g}" for word, value in parts if value)
     if stage.name in values:
         return f"{short_name(stage, s)} {values[stage.name]}"
-    return stage.detail  # (a grammar's label names it)
+    return stage.detail  # a grammar's label names it
 
 
 def settings_lines(settings: SamplingSettings) -> tuple[str, str]:
@@ -102,9 +102,9 @@ def decision_line(d: Decision, width: int | None = None) -> str:
             f"forced: {token} · raw #{d.raw_rank} p {probability(d.raw_prob)} · final p {probability(d.chosen_prob)}"
         )
         return full if width is None or cell_len(full) <= width else short
-    assert d.band is not None  # (a sampled decision has its band)
+    assert d.band is not None  # a sampled decision has its band
     low, high = d.band
-    n = draw_digits(low, high)  # (enough to show an interval: a band of 6e-05 at 0.9993 needs 5)
+    n = draw_digits(low, high)  # enough to show an interval: a band of 6e-05 at 0.9993 needs 5
     full = (
         f"draw u = {d.u:.{n}f} fell in [{low:.{n}f}, {high:.{n}f}) → sampled {token} "
         f"(final rank {d.chosen_rank}, final p {probability(d.chosen_prob)}; raw rank {d.raw_rank})"
@@ -201,7 +201,7 @@ class SamplingPane(BoxPane):
 
     @work(thread=True, group="grammar")
     def read_grammar(self, line: str) -> None:
-        from tokenviz.files.grammar_file import grammar_from_line  # (the engine's import waits until asked)
+        from tokenviz.files.grammar_file import grammar_from_line  # the engine's import waits until asked
 
         try:
             grammar = grammar_from_line(line)

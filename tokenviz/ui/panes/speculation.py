@@ -35,7 +35,7 @@ class SpeculationPane(ScrollPane):
         spec = asked_result(selection, Run(Speculate, "speculate"), body, "drafting and verifying…", "speculation")
         if spec is None:
             return
-        width = body.size.width - 3 if body.size.width else 10**6  # (the scrollbar)
+        width = body.size.width - 3 if body.size.width else 10**6  # the scrollbar
         pieces, ok = spec.texts, self.theme_colors.chosen
         text = Text(no_wrap=True, overflow="crop")
         summary = (
@@ -44,7 +44,7 @@ class SpeculationPane(ScrollPane):
             f"{spec.drafted} drafted",
             f"{spec.drafter} · {len(spec.rounds)} forwards, {len(spec.ids)} tokens · "
             f"{spec.acceptance_rate:.0%} of {spec.drafted} accepted",
-            # (narrower: every figure whole, the drafter dropped; the title and the legend say what it is)
+            # narrower: every figure whole, the drafter dropped; the title and the legend say what it is
             f"{len(spec.rounds)} forwards, {len(spec.ids)} tokens · "
             f"{spec.acceptance_rate:.0%} of {spec.drafted} accepted",
             f"{len(spec.rounds)} fwd, {len(spec.ids)} tok · {spec.acceptance_rate:.0%} accepted",

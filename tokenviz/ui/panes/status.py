@@ -31,7 +31,7 @@ class StatusLine(Static):
     _frame_steps = 0  # the steps autoplay took between the frame before and this one
 
     def on_mount(self) -> None:
-        self.set_interval(1.0, self._tick)  # (the elapsed time of a load or compile that says no fraction)
+        self.set_interval(1.0, self._tick)  # the elapsed time of a load or compile that says no fraction
 
     def _tick(self) -> None:
         if self._shown is not None and self._shown.progress is None and self._shown.state in BUSY:
@@ -53,14 +53,14 @@ class StatusLine(Static):
         super().update(content, layout=layout)
 
     def show(self, s: Snapshot) -> None:
-        if s is not self._shown:  # (a new frame: how far autoplay went since the one before)
+        if s is not self._shown:  # a new frame: how far autoplay went since the one before
             before = self._shown
             playing = before is not None and before.playing and s.playing
             self._frame_steps = len(s.chips) - len(before.chips) if playing and before is not None else 0
         self._shown = s
         job = CANCELS in (s.message or "")
         self._cancelling = self._cancelling and job
-        if self._cancelling:  # (the job's own line would say "Escape cancels" until it stops)
+        if self._cancelling:  # the job's own line would say "Escape cancels" until it stops
             s = dataclasses.replace(s, message=s.message.replace(CANCELS, "(cancelling: it stops at its next step)"))
         text = Text(no_wrap=True, overflow="ellipsis")
         state = s.state if not s.stop_reason else f"stopped: {s.stop_reason}"
@@ -75,7 +75,7 @@ class StatusLine(Static):
             state = s.message
         if s.playing and s.pace_s:
             state += f" (a step every {s.pace_s:g} s)"
-        elif s.playing and self._frame_steps > 1:  # (a frame costs more than a step: each shows several)
+        elif s.playing and self._frame_steps > 1:  # a frame costs more than a step: each shows several
             state += f" (+{self._frame_steps} since the last frame)"
         if not s.live:  # a recording: every figure is what was computed when it was made, nothing runs now
             state = f"recording · {state}"
@@ -103,7 +103,7 @@ def status_items(s: Snapshot) -> list[tuple[float, tuple[str, ...]]]:
     latest = s.latest
     items: list[tuple[float, tuple[str, ...]]] = [
         (0, (f"step {len(s.chips) - s.prompt_len}",)),
-        (0.75, (f"{len(s.chips)} tokens",)),  # (the tokens pane's subtitle counts them too)
+        (0.75, (f"{len(s.chips)} tokens",)),  # the tokens pane's subtitle counts them too
     ]
     if s.why:  # why the text looks as it does, once it has stopped: kept before the figures, not the step
         more = f" +{len(s.why) - 1}" if len(s.why) > 1 else ""
@@ -111,7 +111,7 @@ def status_items(s: Snapshot) -> list[tuple[float, tuple[str, ...]]]:
     on = [i for i, active in s.interventions if active]
     if on:  # the model is not itself: say so among the first
         items.append((0, (on[0].label + (f" +{len(on) - 1}" if len(on) > 1 else ""),)))
-    served = bool(s.info.requests)  # (a step is a request, network included; its cache unknown here)
+    served = bool(s.info.requests)  # a step is a request, network included; its cache unknown here
     if latest is not None:
         then = "" if s.live else "recorded "
         items.append((3, (f"{then}{'request' if served else 'fwd'} {elapsed(latest.forward_ms)}",)))

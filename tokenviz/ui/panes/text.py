@@ -35,7 +35,7 @@ class TextPane(ScrollPane):
 
     _opening = True  # the next draw scrolls to the answer (its first, and the first after it was hidden)
 
-    def on_hide(self) -> None:  # (only the view in front is drawn: its next draw is its opening)
+    def on_hide(self) -> None:  # only the view in front is drawn: its next draw is its opening
         self._opening = True
 
     def draw(self, selection: Selection) -> None:

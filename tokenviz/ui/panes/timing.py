@@ -26,7 +26,7 @@ class TimingPane(BoxPane):
         decode = [r.forward_ms for r in s.records[1:]]
         sampling = [r.decision.ms for r in s.records]
         text = Text()  # wrapped to the pane: no figure is cut
-        if selection.info.requests:  # (a step is a request: its time and the network's)
+        if selection.info.requests:  # a step is a request: its time and the network's
             text = served_timing(s.records, s.tokens_per_s, sampling, self.size.width, bar_color)
             self.update(text.append_text(lens_cost(s.lens_ms, remote=True)))
             return
@@ -41,7 +41,7 @@ class TimingPane(BoxPane):
                 f"decode: {elapsed(mean)} per step (one token each, reusing the cache)\n",
                 style="bold",
             )
-            if s.tokens_per_s and s.forward_tokens_per_s:  # (of the same steps: all work is never faster)
+            if s.tokens_per_s and s.forward_tokens_per_s:  # of the same steps: all work is never faster
                 text.append(
                     f"the last {s.rate_steps} steps: {s.forward_tokens_per_s:.1f} tokens/s from the forward pass "
                     f"alone, {s.tokens_per_s:.1f} with all work included (the engine's rate)\n"

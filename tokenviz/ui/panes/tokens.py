@@ -149,7 +149,7 @@ class TokensPane(BoxPane):
         shading = f" · shaded by surprisal, 0-{SURPRISAL_TOP_BITS:g} bits (u)" if self.surprisal else ""
         if self.attribution is not None:
             shading = f" · shaded by attribution to position {self.attribution.position + 1}"
-        above = "↑ " if first else ""  # (the prompt's start scrolled above: said first, where it is seen)
+        above = "↑ " if first else ""  # the prompt's start scrolled above: said first, where it is seen
         self.set_subtitle(
             f"{above}{s.prompt_len} prompt · {n_gen} generated · cursor at position {cursor}{lines}{shading}",
             f"{above}{s.prompt_len} prompt · {n_gen} generated · cursor {cursor}{shading}",
@@ -215,7 +215,7 @@ class TokensPane(BoxPane):
         stop at the newest the model read, so the token the stop took is in it), where the chips' pieces
         spell it: moving the cursor back (←, Home) brings the beginning back. The whole
         text, wrapped, is the text view's (D)."""
-        newest_read = len(s.chips) - (2 if s.stop_reason else 1)  # (the token a stop took is never fed)
+        newest_read = len(s.chips) - (2 if s.stop_reason else 1)  # the token a stop took is never fed
         if cursor >= newest_read:
             return s.full_text
         prefix = "".join(c.text for c in s.chips[: cursor + 1])

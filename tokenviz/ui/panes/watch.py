@@ -48,7 +48,7 @@ class WatchPane(RowsPane):
             )
             self.body.update(text)
             return
-        width = max(self.size.width - 4, 30)  # (the border and the scrollbar)
+        width = max(self.size.width - 4, 30)  # the border and the scrollbar
         record = selection.record or s.records[-1]
         at = {p.id: p for p in record.decision.pinned}
         heading = f"at step {record.index} (the cursor's)  "
@@ -100,7 +100,7 @@ class WatchPane(RowsPane):
 
     def _split(self, text: Text, selection: Selection, width: int) -> None:
         line = refusal_of(selection.info, Capability.LOGIT_SPLIT, "the split of their logit difference by layer")
-        if line is not None:  # (a served model)
+        if line is not None:  # a served model
             text.append(line, Style(dim=True))
             return
         d = current_difference(selection)

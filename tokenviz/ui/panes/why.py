@@ -57,7 +57,7 @@ def least_sure_text(s: Snapshot, color: str) -> Text:
     token taken (its own probability of it, lowest) and of the next (its entropy, highest), each a link
     that moves the cursor there (JourneyScreen.action_jump)."""
     text = Text(CHECKED + "\n", style="dim")
-    taken = s.records[: len(s.chips) - s.prompt_len]  # (the steps whose token the text holds)
+    taken = s.records[: len(s.chips) - s.prompt_len]  # the steps whose token the text holds
     for label, ranked in (
         ("lowest p of the token taken", sorted(taken, key=lambda r: r.decision.raw_prob)),
         ("highest entropy", sorted(taken, key=lambda r: -r.entropy)),
