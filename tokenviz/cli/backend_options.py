@@ -118,7 +118,7 @@ def left_out() -> list[str]:
     ]
 
 
-def _taken(function: Callable[..., None]) -> set[str]:
+def _names_taken(function: Callable[..., None]) -> set[str]:
     """The names and flags `function`'s command line has already: a backend's option may take none."""
     taken = {NAME, "backend", "--backend", "--help", MODEL, "--model", "-m"}
     for parameter in inspect.signature(function, eval_str=True).parameters.values():
@@ -136,7 +136,7 @@ def backend_options(command: str) -> Callable[[Callable[..., None]], Callable[..
     table = registered_backends()
 
     def decorate(function: Callable[..., None]) -> Callable[..., None]:
-        taken = _taken(function)
+        taken = _names_taken(function)
         options: dict[str, tuple[Any, Any]] = {
             NAME: (Optional[str], typer.Option("--backend", help=BACKEND_HELP.format(names=", ".join(table)))),
             MODEL: MODEL_OPTION,

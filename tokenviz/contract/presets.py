@@ -62,7 +62,7 @@ def assigned(settings: SamplingSettings, assignments: Sequence[str]) -> Sampling
             raise SettingsError(f"preset= takes {', '.join(BY_NAME)}; got {name!r}")
         settings = with_preset(settings, preset)
     also = f"; or {PRESET_NAME}={'|'.join(BY_NAME)}"
-    return settings.changed([a for a in assignments if a not in presets], also=also)
+    return settings.with_assignments([a for a in assignments if a not in presets], also=also)
 
 
 def with_preset(settings: SamplingSettings, preset: Preset) -> SamplingSettings:

@@ -81,7 +81,7 @@ class SamplingSettings:
     def replace(self, **changes: Any) -> SamplingSettings:
         return dataclasses.replace(self, **changes)
 
-    def changed(self, assignments: Sequence[str], also: str = "") -> SamplingSettings:
+    def with_assignments(self, assignments: Sequence[str], also: str = "") -> SamplingSettings:
         """These settings with `NAME=VALUE` assignments applied (`top-k=10`, `temperature=0`,
         `stop=.`; stop adds a stop string): one clear line for a name or value that is wrong (naming
         `also`, what else the caller takes: see presets.assigned)."""

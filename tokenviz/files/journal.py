@@ -257,7 +257,7 @@ def read_journal(path: Path) -> Journal:
         first = next(events, None)
         if first is None:
             raise ValueError("it has no header")
-        return _replayed(path, Header.model_validate(first), events)
+        return _path_of_events(path, Header.model_validate(first), events)
     except ValidationError as exc:
         raise TokenvizError(f"the journal {path.name} is damaged {first_error(exc)[:200]}") from None
     except (ValueError, TokenvizError, TypeError, KeyError, RecursionError) as exc:
@@ -277,7 +277,7 @@ class Event(BaseModel):
     cut: Count | None = None
 
 
-def _replayed(path: Path, header: Header, events: Iterable[Any]) -> Journal:
+def _path_of_events(path: Path, header: Header, events: Iterable[Any]) -> Journal:
     """The path the events leave: the last prompt started, and each token taken since (cuts applied)."""
     begun: Begin | None = None
     settings, interventions = SamplingSettings(), cast(tuple[Intervention, ...], ())

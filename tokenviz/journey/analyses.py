@@ -50,7 +50,7 @@ class JourneyAnalyses:
         cost nothing."""
         context, chosen = self._past(position)
         pinned, every = self.session.pinned, self.lens_rows()
-        rows = every if rows is None else self._checked(rows)
+        rows = every if rows is None else self._valid_rows(rows)
         lens: Lens = require(self.session.engine, Capability.LENS, "the logit lens")
         whole = self._inspections.kept((context, chosen, pinned, every))
         if whole is not None and rows is not None and whole.holds(rows):
@@ -64,7 +64,7 @@ class JourneyAnalyses:
 
         return self._inspections.get((context, chosen, pinned, rows), compute)
 
-    def _checked(self, rows: tuple[int, ...]) -> tuple[int, ...]:
+    def _valid_rows(self, rows: tuple[int, ...]) -> tuple[int, ...]:
         """A view's lens rows, each one the model has (0 to its layers), in order, once each."""
         layers = self.session.engine.info.layers
         if not rows or any(not 0 <= row <= layers for row in rows):

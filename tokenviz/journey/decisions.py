@@ -147,16 +147,16 @@ class DrawnDecision:
     def record(
         self, journey: Journey, logits: torch.Tensor | None, extra: dict[str, torch.Tensor] | None = None
     ) -> tuple[Decided, dict[str, np.ndarray]]:
-        return self._decided(journey, self.engine.draw(journey.ids, journey.settings)), to_host(extra or {})
+        return self._decision_of(journey, self.engine.draw(journey.ids, journey.settings)), to_host(extra or {})
 
     def redecide(self, journey: Journey, logits: torch.Tensor | None, forced_id: int | None = None) -> StepRecord:
         """Its draw again with these settings; a forced token needs none."""
         kept = self._drawn if forced_id is not None else None
         drawn = kept or self.engine.draw(journey.ids, journey.settings)
-        again = self._decided(journey, drawn, forced_id, own=False)  # its context, so its own, is the same
+        again = self._decision_of(journey, drawn, forced_id, own=False)  # its context, so its own, is the same
         return dataclasses.replace(journey.records[-1], top=again.top, entropy=again.entropy, decision=again.decision)
 
-    def _decided(self, journey: Journey, drawn: Drawn, forced_id: int | None = None, own: bool = True) -> Decided:
+    def _decision_of(self, journey: Journey, drawn: Drawn, forced_id: int | None = None, own: bool = True) -> Decided:
         """The decision of `drawn`; `forced_id` taken instead; with `own` and interventions in force, the
         model's own distribution beside it (one more request)."""
         engine, ids = self.engine, list(journey.ids)
@@ -181,7 +181,7 @@ def decision_for(engine: Engine) -> Decision:
     return DrawnDecision(engine) if isinstance(engine, DrawingEngine) else LocalDecision(engine)
 
 
-def refreshed(decision: Decision, journey: Journey, logits: torch.Tensor | None) -> StepRecord:
+def record_again(decision: Decision, journey: Journey, logits: torch.Tensor | None) -> StepRecord:
     """The pending record made again from `logits` (a drawing engine's draw again): its top-n, decision,
     interventions and the model's own distribution beside them (the model changed under it)."""
     return decision.record(journey, logits)[0].onto(journey.records[-1])
@@ -192,5 +192,5 @@ def decided_again(decision: Decision, journey: Journey, logits: torch.Tensor | N
     settings; where it was made under other interventions (the model has changed since), all of it is made
     again from the logits the model now gives."""
     if journey.records[-1].interventions != journey.interventions:
-        return refreshed(decision, journey, logits)
+        return record_again(decision, journey, logits)
     return decision.redecide(journey, logits)

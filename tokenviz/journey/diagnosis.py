@@ -38,7 +38,7 @@ def diagnose(
     generated = list(ids[prompt_len:])
     taken = list(records[: len(generated)])
     found = [_cut(text, stop_reason, settings, len(generated))]
-    found.append(_repeated(generated, taken, prompt_len, settings, piece))
+    found.append(_repetition(generated, taken, prompt_len, settings, piece))
     found.append(_far_draws(taken, settings))
     return [s for s in found if s is not None]
 
@@ -58,7 +58,7 @@ def _cut(text: str, stop_reason: str | None, settings: SamplingSettings, new_tok
     )
 
 
-def _repeated(
+def _repetition(
     generated: list[int], taken: list[StepRecord], prompt_len: int, settings: SamplingSettings, piece: Any
 ) -> Symptom | None:
     """The first run of LOOP tokens that comes back, where it does, and the steps where the token that

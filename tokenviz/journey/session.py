@@ -34,7 +34,7 @@ from tokenviz.contract.settings import SamplingSettings
 from tokenviz.journey import memory_policy
 from tokenviz.journey.analyses import JourneyAnalyses
 from tokenviz.journey.branches import Branch, BranchStore, with_branch_source
-from tokenviz.journey.decisions import decided_again, decision_for, refreshed
+from tokenviz.journey.decisions import decided_again, decision_for, record_again
 from tokenviz.journey.decoded_text import DecodedText
 from tokenviz.journey.grammar_state import GrammarState
 from tokenviz.journey.memory_policy import check_memory
@@ -365,7 +365,7 @@ class Session:
             begin = end
         if self.pending is not None:
             self.pending_logits = forward.logits
-            self.records[-1] = refreshed(self.decision, self, self.pending_logits)
+            self.records[-1] = record_again(self.decision, self, self.pending_logits)
 
     @property
     def _path(self) -> Branch:

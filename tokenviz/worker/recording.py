@@ -64,7 +64,7 @@ class RecordingWorker:
                 self._request = command
                 attention = self._view(command, snapshot)
             case Step() | Rewind() | Reset():
-                snapshot = self._moved(command)
+                snapshot = self._after_move(command)
                 attention = self._view(self._request, snapshot) if self._request else None
             case Save(path=path, page_colors=colors, page_view=view):
                 try:
@@ -97,7 +97,7 @@ class RecordingWorker:
         if self._post is not None:
             self._post(self.snapshot)
 
-    def _moved(self, command: Step | Rewind | Reset) -> Snapshot:
+    def _after_move(self, command: Step | Rewind | Reset) -> Snapshot:
         """The recording up to one step more or fewer than shown now (never past its ends)."""
         full, now = self.recording, self.snapshot
         total = len(full.chips) - full.prompt_len

@@ -35,7 +35,7 @@ class Capture:
         self.first = 0  # the position of the micro-batch's first token
         self.tokens = 0  # and how many it feeds
         self.outputs: tuple[int, ...] = ()  # the positions in it whose logits are asked (the last layer's rows)
-        self.callback = callback_type(self._called)  # kept alive as long as the context holds it
+        self.callback = callback_type(self._on_tensor)  # kept alive as long as the context holds it
 
     def write(self, writes: Writes) -> None:
         """Write these rows in every pass from now on (none: {})."""
@@ -57,7 +57,7 @@ class Capture:
         at the positions `outputs` (where the last layer keeps its rows only)."""
         self.first, self.tokens, self.outputs = first, tokens, tuple(outputs)
 
-    def _called(self, tensor: int, ask: bool, user_data: int) -> bool:
+    def _on_tensor(self, tensor: int, ask: bool, user_data: int) -> bool:
         lib = self.lib
         name = lib.ggml_get_name(tensor)
         if ask:

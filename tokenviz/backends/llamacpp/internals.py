@@ -86,7 +86,7 @@ class LlamaInternals:
         (hf.lens_in_use), the tensors it last read, so the lens at that step costs no pass of its own (see
         keep); nothing for a prompt or once the lens is closed, so a step costs what llama.cpp's own decode
         costs."""
-        return self.asked if self.in_use.wanted(fed) else set()
+        return self.asked if self.in_use.reads_rows(fed) else set()
 
     def keep(self, ids: Sequence[int], found: dict[str, list[np.ndarray]], logits: np.ndarray) -> None:
         """Keep what a step's pass captured (asked with step_names)."""

@@ -168,7 +168,9 @@ class ServedEngine(DenseInOnePlace):
             plugin = probe(endpoint, model, bos or self.encode("The", special_tokens=False))
             head = load_head(model_files) if plugin.residual else None
             self.internals = (
-                ServedInternals(endpoint, model, head, plugin, self._steered) if plugin.residual and head else None
+                ServedInternals(endpoint, model, head, plugin, self._steering_fields)
+                if plugin.residual and head
+                else None
             )
             if head is not None and head.vocab < vocab:  # a head padded past the tokenizer is usual
                 raise TokenvizError(
@@ -363,7 +365,7 @@ class ServedEngine(DenseInOnePlace):
         **extra: Any,
     ) -> dict[str, Any]:
         """The whole answer to one request over `ids`, with the interventions in force and the plugin's `xargs`."""
-        steered = self._steered(ids, xargs or {})
+        steered = self._steering_fields(ids, xargs or {})
         return answered(self.endpoint, self.model, ids, fields, logprobs, **steered, **extra)
 
     def _complete(self, ids: Sequence[int], fields: dict[str, Any], logprobs: int, **extra: Any) -> dict[str, Any]:
@@ -373,7 +375,7 @@ class ServedEngine(DenseInOnePlace):
         """The interventions sent with each request now (None: none, or set aside for the model's own)."""
         return self.steering if self.steering is not None and self.steering.active else None
 
-    def _steered(self, ids: Sequence[int], xargs: dict[str, Any]) -> dict[str, Any]:
+    def _steering_fields(self, ids: Sequence[int], xargs: dict[str, Any]) -> dict[str, Any]:
         """A request's extra fields over `ids`: the plugin's `xargs`, and the steering vectors in force with
         their cache salt (backends.served.steering)."""
         steering = self.steering_in_force()

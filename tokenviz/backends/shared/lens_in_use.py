@@ -18,7 +18,7 @@ class LensInUse:
         """The lens was asked for: the next steps read its rows."""
         self.steps_left = IN_USE_STEPS
 
-    def wanted(self, fed: int) -> bool:
+    def reads_rows(self, fed: int) -> bool:
         """Whether a pass feeding `fed` tokens reads the lens's rows (counting one step of its use)."""
         if fed != 1 or self.steps_left <= 0:
             return False

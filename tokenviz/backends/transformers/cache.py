@@ -106,7 +106,7 @@ class GrowingLayer(DynamicLayer):
         self._keys, self._values, self.filled, self._owned = keys, values, keys.shape[-2], False
         self._show()
 
-    def _viewed(self) -> bool:
+    def _views_intact(self) -> bool:
         """Whether `keys` and `values` are still the views this layer set (nothing replaced them)."""
         return self.keys is self._shown[0] and self.values is self._shown[1]
 
@@ -141,7 +141,7 @@ class GrowingLayer(DynamicLayer):
         ):
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
-            elif not self._viewed():
+            elif not self._views_intact():
                 self.take(self.keys, self.values)  # type: ignore[arg-type]  # initialized: tensors
             start, end = self.filled, self.filled + key_states.shape[-2]
             self._room_for(key_states.shape[0], end)
@@ -154,7 +154,7 @@ class GrowingLayer(DynamicLayer):
         return shown
 
     def crop(self, tokens_to_remove: int) -> None:
-        if tokens_to_remove < 0 and self.is_initialized and self._viewed():  # transformers 5: a negative count
+        if tokens_to_remove < 0 and self.is_initialized and self._views_intact():  # transformers 5: a negative count
             self.filled = max(self.filled + tokens_to_remove, 0)  # the positions past it are written again
             self._show()
         else:
@@ -165,7 +165,7 @@ class GrowingLayer(DynamicLayer):
         (a beam that keeps its place costs nothing); a source about to be overwritten is saved first."""
         if not self.is_initialized or not self.get_seq_length():
             return
-        if not self._viewed():
+        if not self._views_intact():
             self.take(self.keys, self.values)  # type: ignore[arg-type]  # initialized: tensors
         if not self._owned:  # rows are written in buffers of its own
             self._room_for(self._keys.shape[0], self.filled)

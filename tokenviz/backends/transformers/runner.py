@@ -311,7 +311,7 @@ class ModelRunner:
         holding part of the pass, for the caller to undo."""
         timer = DeviceTimer(self.device)
         start = self.kv_len
-        lens = self.step_lens.wanted(len(ids)) and not every_position
+        lens = self.step_lens.reads_rows(len(ids)) and not every_position
         if not lens and self._compiled_serves(ids, every_position):
             assert self.compiled is not None
             logits, queries = self.compiled.step(self.cache, ids_to_device(ids, self.device))
