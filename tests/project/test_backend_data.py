@@ -102,6 +102,8 @@ async def test_the_model_view_shows_the_rows_a_backend_says_of_its_model(fixed, 
         lines = str(pane.body.render()).splitlines()
         assert any(line.startswith("each step") and "one pigeon<0x1B>[2J carrying the ids" in line for line in lines)
         assert any(line.startswith("no logit lens") and line.endswith("none") for line in lines)
+        body = " ".join(lines)
+        assert body.count("logit lens") == 1 and "kv cache" in body, body  # (its row says it: not the engine's too)
         assert not any(line.startswith("layers") for line in lines)  # (no shape rows: it says it has none)
 
 

@@ -61,9 +61,11 @@ def shape_rows(i: ModelInfo) -> list[tuple[str, str]]:
 
 
 def engine_line(i: ModelInfo) -> str:
-    """What the engine can do and what it cannot (see contract.engine): a key whose view needs more says so."""
+    """What the engine can do and what it cannot (see contract.engine), but what a row of its own says
+    it lacks and why (ModelInfo.lacks_why): a key whose view needs more says so."""
     can = ", ".join(in_order(i.capabilities)) or "nothing"
-    cannot = [c.value for c in Capability if c.value not in i.capabilities]
+    said = {capability for capability, _ in i.lacks_why}
+    cannot = [c.value for c in Capability if c.value not in i.capabilities and c.value not in said]
     return f"can: {can}" + (f"; not: {', '.join(cannot)}" if cannot else "")
 
 
