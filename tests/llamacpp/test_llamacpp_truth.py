@@ -13,6 +13,10 @@ from clitools import invoke
 from llama_reference import PROMPT, THREADS, greedy_session
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.usefixtures("llama_cpp")]
+# tokenviz's probabilities are torch's float32 softmax of llama.cpp's logits; against a float64 softmax of
+# the same logits they differ by up to 1.7e-5 relative over the bundled model's 49,152 tokens (measured on
+# this machine's CPU: torch's vectorised exp and sum follow the instructions the CPU has).
+FLOAT32_SOFTMAX = 5e-5
 
 
 def trace(monkeypatch, capsys, *more: str) -> dict:
@@ -40,7 +44,7 @@ def test_greedy_steps_are_llama_cpp_pythons_own_tokens_and_logits(monkeypatch, c
         assert [entry["logit"] for entry in shown] == np.sort(logits)[::-1][:20].tolist()  # (ties in any order)
         probs = np.exp(logits.astype(np.float64) - logits.max())
         probs /= probs.sum()
-        assert [entry["prob"] for entry in shown] == pytest.approx(probs[ids].tolist(), abs=1e-5)  # (float32 softmax)
+        assert [entry["prob"] for entry in shown] == pytest.approx(probs[ids].tolist(), rel=FLOAT32_SOFTMAX)
         reference.eval([chosen[i]])
     assert doc["model"]["device"] == "cpu (llama.cpp)" and doc["model"]["dtype"] == "Q4_1"
     import llama_cpp
@@ -245,18 +249,24 @@ def test_the_app_steps_rewinds_branches_shows_the_lens_and_steers_llama_cpp_at_8
 
 
 @pytest.mark.bundled
-def test_compare_puts_llama_cpp_beside_transformers_on_the_same_gguf(monkeypatch, capsys):
+def test_compare_puts_llama_cpp_beside_transformers_on_the_same_gguf(monkeypatch, capsys, reference):
     """The bundled GGUF as transformers dequantizes it (A) and as llama.cpp runs it (B): each step's KL,
-    where their top-1s part (step 4: " Corée" and " Defense"), and B forced along A's path after it."""
+    B's path llama-cpp-python's own greedy one, where their top-1s part (if they do: on one machine at step
+    4, " Corée" and " Defense"; llama.cpp's kernels follow the CPU it was built for), and B forced along A's
+    path after it."""
     args = ["compare", PROMPT, "--against-backend", "llama.cpp", "--threads", str(THREADS), "--steps", "6"]
     code, out, err = invoke(monkeypatch, capsys, *args, "-t", "0", "--json")
     assert code == 0, err
     doc = json.loads(out)
     assert (doc["a"]["model"]["device"], doc["b"]["model"]["device"]) == ("cpu", "cpu (llama.cpp)")
-    assert doc["a"]["text"].startswith(" the Champ de la") and doc["b"]["text"] == " the Champ de la Defense La"
-    assert doc["parted_at"] == next(i for i, d in enumerate(doc["diff"]) if not d["top1_agree"])
+    reference.reset()
+    own = reference.create_completion(PROMPT, max_tokens=6, temperature=0)["choices"][0]["text"]
+    assert doc["a"]["text"].startswith(" the Champ de la") and doc["b"]["text"] == own, (doc["b"]["text"], own)
+    parted = next((i for i, d in enumerate(doc["diff"]) if not d["top1_agree"]), None)
+    assert doc["parted_at"] == parted and (parted is None) == (doc["a"]["text"] == doc["b"]["text"])
     assert all(0 < d["kl"] < 0.1 for d in doc["diff"])  # (quantization's, not another model's)
-    assert [d["teacher_forced"] for d in doc["diff"]] == [i > doc["parted_at"] for i in range(len(doc["diff"]))]
+    after = len(doc["diff"]) if parted is None else parted
+    assert [d["teacher_forced"] for d in doc["diff"]] == [i > after for i in range(len(doc["diff"]))]
     code, _, err = invoke(monkeypatch, capsys, "compare", PROMPT, "--against-backend", "gguf", "--json")
     assert code == 2 and "--against-backend 'gguf': the backends here are" in err and "Traceback" not in err
 
