@@ -185,7 +185,7 @@ class SteppedEngine(FedTokens):
 
     def crop(self, length: int) -> None:
         self.stepping.crop(length)
-        del self.fed[length:]
+        super().crop(length)
 
     def forward(
         self, ids: list[int], every_position: bool = False, cancelled: IsCancelled = None, progress: OnProgress = None

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import ClassVar, Protocol
 
+from textual.notifications import SeverityLevel
+
 from tokenviz.contract.commands import Command
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.files.atomic import free_name, write_file
@@ -39,9 +41,9 @@ class Exporting(Protocol):
     def screenshot(self) -> str:
         """The screen as an SVG."""
 
-    def say(self, line: str, warning: bool = False, error: bool = False) -> None: ...
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information") -> None: ...
 
-    def later(self, seconds: float, then: Callable[[], None]) -> None: ...
+    def set_timer(self, delay: float, callback: Callable[[], None]) -> object: ...
 
 
 class ScreenExport:
@@ -56,7 +58,7 @@ class ScreenExport:
         or once no view computes."""
         screen = self.screen
         if with_journey and not screen.exportable():
-            screen.say("nothing to export yet", warning=True)
+            screen.notify("nothing to export yet", severity="warning")
             return
         stem = free_name(
             f"{screen.EXPORT_NAME}-{datetime.now():%Y%m%d-%H%M%S}", (".svg", *screen.EXPORT_SUFFIXES), taken=CLAIMED
@@ -70,8 +72,8 @@ class ScreenExport:
             self._write(stem)
             return
         self.held = stem
-        screen.say("the screenshot waits for the view being computed")
-        screen.later(EXPORT_WAIT_S, lambda: self.take_held(waited_for=stem))
+        screen.notify("the screenshot waits for the view being computed", title="export")
+        screen.set_timer(EXPORT_WAIT_S, lambda: self.take_held(waited_for=stem))
 
     def take_held(self, waited_for: str | None = None) -> None:
         """The held screenshot, once no view computes; or as it is, when `waited_for` (its name) has
@@ -85,6 +87,6 @@ class ScreenExport:
         try:
             svg_path = write_file(f"{stem}.svg", self.screen.screenshot())
         except TokenvizError as exc:
-            self.screen.say(str(exc), error=True)
+            self.screen.notify(str(exc), severity="error")
             return
-        self.screen.say(f"saved {svg_path}")
+        self.screen.notify(f"saved {svg_path}", title="export")

@@ -8,7 +8,6 @@ The journey's screen and the comparison's are two uses of it; each says how to d
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import ClassVar, Generic, TypeVar, cast
 
 from textual import events, on
@@ -252,12 +251,3 @@ class WorkerScreen(Screen[None], Generic[S]):
 
     def screenshot(self) -> str:
         return self.app.export_screenshot()
-
-    def say(self, line: str, warning: bool = False, error: bool = False) -> None:
-        if error or warning:
-            self.notify(line, severity="error" if error else "warning")
-        else:
-            self.notify(line, title="export")
-
-    def later(self, seconds: float, then: Callable[[], None]) -> None:
-        self.set_timer(seconds, then)
