@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from fixed_backend import FixedBackend
 
-from tokenviz.contract.backend import BackendOption, Opening
+from tokenviz.contract.backend import Opening
 from tokenviz.contract.records import ModelInfo
 from tokenviz.contract.results import Drawn
 from tokenviz.contract.settings import SamplingSettings
@@ -60,13 +61,9 @@ class DrawingFixed:
         return float(own[token]), int((own > own[token]).sum()) + 1
 
 
-class DrawingBackend:
+class DrawingBackend(FixedBackend):
     name, about = "drawn", "a runtime that draws its own tokens and says its top 5 (the tests' own)"
     weights_here, draws = False, True
-    options: tuple[BackendOption, ...] = ()
-
-    def asked(self, given: frozenset[str]) -> bool:
-        return False
 
     def loader(self, opening: Opening):
         return lambda progress: DrawingFixed()

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 
+from fixed_backend import FixedBackend
 from tiny import tiny_model
 
 from tokenviz.backends.transformers.loading import LoadedModel
 from tokenviz.backends.transformers.runner import ModelRunner
-from tokenviz.contract.backend import BackendOption, Opening
+from tokenviz.contract.backend import Opening
 
 RUNTIME = "the whole runtime (the tests' own: every capability, on fixed weights)"
 
@@ -25,13 +26,8 @@ class WholeEngine(ModelRunner):
         return WholeEngine(self.loaded)
 
 
-class WholeBackend:
+class WholeBackend(FixedBackend):
     name, about = "whole", "every capability on a tiny model's fixed weights (the tests' own)"
-    weights_here, draws = True, False
-    options: tuple[BackendOption, ...] = ()
-
-    def asked(self, given: frozenset[str]) -> bool:
-        return False
 
     def loader(self, opening: Opening):
         return lambda progress: WholeEngine(tiny_model("llama"))
