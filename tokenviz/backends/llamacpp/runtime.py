@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import os
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -130,8 +131,36 @@ class Shape:
     description: str  # llama.cpp's: "llama 256M Q4_1" (its size class, for a 135M model)
 
 
+class LoadedModel:
+    """A model llama.cpp loaded, freed (llama_model_free) once nothing holds it: each Runtime on it and
+    each of their contexts' finalizers hold it, so the model outlives every context made on it."""
+
+    def __init__(self, lib: Any, pointer: Any):
+        self.pointer = pointer
+        _freed_when_dropped(self, lib.llama_model_free, pointer)
+
+
+def _freed_when_dropped(owner: object, free: Any, *args: object) -> weakref.finalize:
+    """`free(*args)` once `owner` is garbage, or when the finalizer is called, whichever is first (once).
+    Not at the interpreter's exit: the app's process ends with os._exit, and freeing a context there
+    while the engine's thread is inside a pass would crash it."""
+    finalizer = weakref.finalize(owner, free, *args)
+    finalizer.atexit = False
+    return finalizer
+
+
+def _free_context(lib: Any, ctx: Any, model: LoadedModel, capture: Capture | None) -> None:
+    """llama_free; `model` and `capture` (its evaluation callback) are arguments so that they live as
+    long as the context."""
+    lib.llama_free(ctx)
+
+
 class Runtime:
-    """One model in llama.cpp with one context (sequence 0 is the journey's). Not thread-safe."""
+    """One model in llama.cpp with one context (sequence 0 is the journey's). Not thread-safe.
+
+    What it holds in llama.cpp is freed when it is dropped (or on close): an engine has no close, and a
+    test run, a compare or the app's reloads open many (each context of 4,096 tokens of the bundled model
+    is about 150 MB)."""
 
     def __init__(self, path: Path, context: int, gpu_layers: int = 0, threads: int | None = None, flash: str = "auto"):
         self.lib = lib = library()
@@ -141,9 +170,11 @@ class Runtime:
         if amx_present():
             params.use_extra_bufts = False
         _errors.clear()
-        self.model = lib.llama_model_load_from_file(os.fsencode(path), params)
-        if not self.model:
+        pointer = lib.llama_model_load_from_file(os.fsencode(path), params)
+        if not pointer:
             raise TokenvizError(f"llama.cpp could not load {safe_text(path.name)}: {why_not_loaded()}")
+        self.loaded = LoadedModel(lib, pointer)
+        self.model = pointer
         self.vocab_ptr = lib.llama_model_get_vocab(self.model)
         self.shape = Shape(
             layers=int(lib.llama_model_n_layer(self.model)),
@@ -162,7 +193,7 @@ class Runtime:
         self.ctx: Any = None
         self.capture: Capture | None = None  # the evaluation callback's owner (kept alive while the context uses it)
         self.open_context()
-        self.batch = lib.llama_batch_init(BATCH, 0, 1)
+        self._new_batch()
 
     def sibling(
         self,
@@ -175,12 +206,17 @@ class Runtime:
         beside interventions, the context the internal views read (with `capture`, see open_context), or a
         search's (`sequences` in one cache of `context` positions, see open_context)."""
         other = object.__new__(Runtime)
-        other.lib, other.model, other.vocab_ptr, other.shape = self.lib, self.model, self.vocab_ptr, self.shape
+        other.lib, other.loaded, other.model = self.lib, self.loaded, self.model
+        other.vocab_ptr, other.shape = self.vocab_ptr, self.shape
         other.context_size = min(context or self.context_size, self.context_size)
         other.threads, other.flash, other.ctx, other.capture = self.threads, self.flash, None, None
         other.open_context(capture, flash_attention, sequences)
-        other.batch = self.lib.llama_batch_init(BATCH, 0, 1)
+        other._new_batch()
         return other
+
+    def _new_batch(self) -> None:
+        self.batch = self.lib.llama_batch_init(BATCH, 0, 1)
+        self._free_batch = _freed_when_dropped(self, self.lib.llama_batch_free, self.batch)
 
     def _description(self) -> str:
         text = ctypes.create_string_buffer(256)
@@ -195,9 +231,7 @@ class Runtime:
         is False, the attention probabilities as a tensor of their own.
         With several `sequences`, they share the cache's cells (a copied sequence costs no copy)."""
         lib = self.lib
-        if self.ctx is not None:
-            lib.llama_free(self.ctx)
-            self.ctx = None
+        self._drop_context()
         params = lib.llama_context_default_params()
         params.n_ctx = self.context_size
         params.n_batch = params.n_ubatch = BATCH
@@ -218,6 +252,12 @@ class Runtime:
         self.ctx = lib.llama_init_from_model(self.model, params)
         if not self.ctx:
             raise TokenvizError(f"llama.cpp could not make a context of {self.context_size:,} tokens")
+        self._free_ctx = _freed_when_dropped(self, _free_context, lib, self.ctx, self.loaded, capture)
+
+    def _drop_context(self) -> None:
+        if self.ctx is not None:
+            self._free_ctx()
+            self.ctx = None
 
     def reopen(self, capture: Capture | None) -> None:
         """Open the context again with `capture` (None: none), its cache kept: sequence 0's cells copied
@@ -252,11 +292,10 @@ class Runtime:
             other.close()
 
     def close(self) -> None:
-        """Free the context and its batch (a search's, once it is done): the model stays."""
-        if self.ctx is not None:
-            self.lib.llama_free(self.ctx)
-            self.ctx = None
-        self.lib.llama_batch_free(self.batch)
+        """Free the context and its batch now (a search's, once it is done), not when the runtime is
+        dropped: the model stays while another runtime holds it."""
+        self._drop_context()
+        self._free_batch()
 
     def edit(self, edits: Edits) -> None:
         """Run the model with `edits` from the next pass on (NO_EDITS: as it is). Rows written need the
