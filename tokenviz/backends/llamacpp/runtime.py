@@ -140,7 +140,7 @@ class LoadedModel:
         _freed_when_dropped(self, lib.llama_model_free, pointer)
 
 
-def _freed_when_dropped(owner: object, free: Any, *args: object) -> weakref.finalize:
+def _freed_when_dropped(owner: object, free: Any, *args: object) -> weakref.finalize[Any, Any]:
     """`free(*args)` once `owner` is garbage, or when the finalizer is called, whichever is first (once).
     Not at the interpreter's exit: the app's process ends with os._exit, and freeing a context there
     while the engine's thread is inside a pass would crash it."""
