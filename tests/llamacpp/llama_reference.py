@@ -4,7 +4,10 @@ outside tokenviz with the same prompt and threads."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from tokenviz.backends.llamacpp.runtime import default_threads
 
@@ -14,9 +17,10 @@ PROMPT = "The Eiffel Tower is located in"
 THREADS = default_threads()
 
 
-def own_llama(flash_attn: bool = True) -> Iterator[Any]:
-    """llama-cpp-python's own Llama on the bundled GGUF, with the model parameters tokenviz gives it (on a CPU
-    with AMX, llama.cpp's AMX kernel crashes on Q4_1: both run without the extra buffer types)."""
+def own_llama(flash_attn: bool = True, path: Path | None = None) -> Iterator[Any]:
+    """llama-cpp-python's own Llama on the GGUF at `path` (the bundled one by default), with the model
+    parameters tokenviz gives it (on a CPU with AMX, llama.cpp's AMX kernel crashes on Q4_1: both run
+    without the extra buffer types)."""
     import llama_cpp as package
     import llama_cpp.llama_cpp as bindings
 
@@ -33,7 +37,7 @@ def own_llama(flash_attn: bool = True) -> Iterator[Any]:
     bindings.llama_model_default_params = params
     try:
         yield package.Llama(
-            model_path=str(bundled_gguf()),
+            model_path=str(path or bundled_gguf()),
             n_ctx=4096,
             n_threads=THREADS,
             n_threads_batch=THREADS,
@@ -45,17 +49,31 @@ def own_llama(flash_attn: bool = True) -> Iterator[Any]:
         bindings.llama_model_default_params = default
 
 
-def greedy_session(steps: int) -> Any:
-    """A greedy journey of `steps` tokens on the bundled GGUF in tokenviz's llama.cpp backend."""
+def greedy_session(steps: int, model: str | None = None) -> Any:
+    """A greedy journey of `steps` tokens on the GGUF `model` names (None: the bundled one) in tokenviz's
+    llama.cpp backend."""
     from tokenviz.backends.llamacpp.plugin import BACKEND
     from tokenviz.contract.backend import Opening
     from tokenviz.contract.settings import SamplingSettings
     from tokenviz.journey.session import Session
 
     greedy = SamplingSettings(temperature=0)
-    opening = Opening("trace", {"threads": THREADS}, frozenset(), None, greedy)
+    opening = Opening("trace", {"threads": THREADS}, frozenset(), model, greedy)
     session = Session(BACKEND.loader(opening)(lambda message, fraction: None), greedy)
     session.start(PROMPT)
     for _ in range(steps):
         session.step()
     return session
+
+
+def same_logits_as(reference: Any, doc: dict) -> None:
+    """Each step's top logits of a trace's `doc` bit for bit those of `reference` (llama-cpp-python's own
+    Llama) fed the journey's passes: the prompt at once, then a token at a time."""
+    prompt = [t["id"] for t in doc["prompt"]]
+    reference.reset()
+    reference.eval(prompt)
+    for i, step in enumerate(doc["steps"]):
+        logits = np.asarray(reference.scores[len(prompt) - 1 + i], dtype=np.float32)
+        ids = [entry["id"] for entry in step["top"][:20]]
+        assert [entry["logit"] for entry in step["top"][:20]] == logits[ids].tolist(), i  # bit for bit
+        reference.eval([step["chosen"]["id"]])

@@ -42,8 +42,8 @@ def test_the_lens_head_gives_llama_cpps_own_logits(reference):
     internals = engine.internals
     ids = engine.encode(PROMPT)
     last = f"l_out-{engine.info.layers - 1}"
-    _, found, _ = internals._pass(internals.lens_context, ids, len(ids) - 1, [len(ids) - 1], {last})
-    residual = torch.from_numpy(np.concatenate(found[last]).reshape(-1, engine.info.hidden)[-1:].copy())
+    position = len(ids) - 1
+    residual = internals._pass(internals.lens_context, ids, position, [position], {last}).at(last, [position])
     prompt = reference.tokenize(PROMPT.encode(), add_bos=True, special=True)
     assert prompt == ids
     reference.reset()
@@ -60,9 +60,9 @@ def test_the_lens_head_gives_llama_cpps_own_logits(reference):
 def test_a_lens_in_use_is_read_in_the_steps_own_pass_and_changes_no_logit():
     """Stepping with the lens asked at each step (as the app's lens view asks it) gives every step's logits
     bit for bit as stepping without; after the first two steps the lens's own context feeds nothing (the
-    step's pass read the rows), and what it shows is what a pass over the whole context from an empty cache
-    gives (within 1e-4 in probability: llama.cpp's kernels sum a batch of one and of many in other orders).
-    Once the lens is closed, the journey's context carries no callback again."""
+    step's pass read the rows), and what it shows is what the lens's own context gives with its cache
+    emptied: the journey's cells copied, the step's pass fed again as it was (one token), equal within
+    1e-6. Once the lens is closed, the journey's context carries no callback again."""
     from tokenviz.backends.shared.lens_in_use import IN_USE_STEPS
     from tokenviz.contract.results import LensAsk
 
@@ -78,19 +78,21 @@ def test_a_lens_in_use_is_read_in_the_steps_own_pass_and_changes_no_logit():
         plain.step()
         shown = lensed.analyses.inspect(len(lensed.ids) - 2, rows)
         assert torch.equal(lensed.pending_logits, plain.pending_logits)
-    assert len(fed) == 2, fed  # (the first lens: the whole context; the second: the step before the capture)
+    # (the first lens, at the prompt's last position: the prompt's pass again; the second, the step's
+    # pass again, before the journey's context had the callback)
+    assert fed == [len(lensed.prompt_ids), 1], fed
     assert engine.runtime.capture is not None
     position = len(lensed.ids) - 2
     context.clear()
     engine.internals.steps.clear()  # (the steps' captures forgotten: a pass of the lens's own)
     ask = LensAsk(tuple(lensed.ids[: position + 1]), (position,), (lensed.ids[position + 1],), (), rows)
     again = engine.inspect(ask)[0]
-    assert fed[-1] == position + 1  # (from an empty cache: the whole context)
+    assert fed[-1] == 1  # (the cells before the step's pass copied from the journey's context)
     for layer_shown, layer_again in zip(shown.lens, again.lens, strict=True):
         assert layer_shown.layer == layer_again.layer
         assert [t[0] for t in layer_shown.top[:3]] == [t[0] for t in layer_again.top[:3]]
-        assert [t[2] for t in layer_shown.top] == pytest.approx([t[2] for t in layer_again.top], abs=1e-4)
-        assert layer_shown.chosen_prob == pytest.approx(layer_again.chosen_prob, abs=1e-4)
+        assert [t[2] for t in layer_shown.top] == pytest.approx([t[2] for t in layer_again.top], abs=1e-6)
+        assert layer_shown.chosen_prob == pytest.approx(layer_again.chosen_prob, abs=1e-6)
     for _ in range(IN_USE_STEPS + 1):
         lensed.step()
         plain.step()

@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 from clitools import invoke
-from llama_reference import PROMPT, THREADS, greedy_session
+from llama_reference import PROMPT, THREADS, greedy_session, same_logits_as
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.usefixtures("llama_cpp")]
 # tokenviz's probabilities are torch's float32 softmax of llama.cpp's logits; against a float64 softmax of
@@ -71,19 +71,6 @@ def test_the_model_view_on_llama_cpp_says_what_the_file_and_llama_cpp_hold(monke
         == ("llama, 135M parameters (counted), in llama.cpp")
     )
     assert model["runtime"].endswith(f", {THREADS} CPU threads") and "flash attention auto" in model["attention"]
-
-
-def same_logits_as(reference, doc) -> None:
-    """Each step's top logits bit for bit those of `reference` fed the journey's passes (the prompt at once,
-    then a token at a time)."""
-    prompt = [t["id"] for t in doc["prompt"]]
-    reference.reset()
-    reference.eval(prompt)
-    for i, step in enumerate(doc["steps"]):
-        logits = np.asarray(reference.scores[len(prompt) - 1 + i], dtype=np.float32)
-        ids = [entry["id"] for entry in step["top"][:20]]
-        assert [entry["logit"] for entry in step["top"][:20]] == logits[ids].tolist(), i  # bit for bit
-        reference.eval([step["chosen"]["id"]])
 
 
 def test_flash_attention_off_gives_llama_cpp_pythons_flash_attn_false_numbers(monkeypatch, capsys):
@@ -212,7 +199,7 @@ def test_attention_rows_are_the_softmax_of_llama_cpps_own_queries_and_keys(llama
     info, internals = engine.info, engine.internals
     ids = engine.encode(PROMPT + " Paris, the capital of France.")
     n, layer = len(ids), 20
-    _, found, _ = internals._pass(internals.attention_context, ids, 0, [n - 1], {f"Qcur-{layer}", f"Kcur-{layer}"})
+    found = internals.from_empty(internals.attention_context, ids, {f"Qcur-{layer}", f"Kcur-{layer}"})
     q = torch.from_numpy(found[f"Qcur-{layer}"][-1].reshape(n, info.heads, info.head_dim)).half().double()
     k = torch.from_numpy(found[f"Kcur-{layer}"][-1].reshape(n, info.kv_heads, info.head_dim)).half().double()
     k = k.repeat_interleave(info.heads // info.kv_heads, dim=1)

@@ -337,10 +337,10 @@ class LlamaCppEngine(DenseInOnePlace):
             return
         held = list(self.fed if keep is None else self.fed[:keep])
         runtime, self._reopen = self.runtime, False
+        plan = runtime.shaped(held)  # fed again as they were: the journey's numbers stay its own
         runtime.open_context(Capture(runtime.lib.ggml_backend_sched_eval_callback) if self._capture else None)
         runtime.edit(self.edits)
-        if held:
-            runtime.decode(held, 0)
+        runtime.replay(plan, len(held))
 
     def _lens_capture(self, wanted: bool) -> Capture | None:
         """The journey's context with an evaluation callback where the lens is in use (`wanted`: its step

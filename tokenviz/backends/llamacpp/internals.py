@@ -2,10 +2,11 @@
 callback (capture.py) on contexts of their own (the journey's cache is left alone), asked only while a
 view shows them: a step with no internal view open costs what llama.cpp's own decode costs.
 
-The lens reads each layer's residual (`l_out-L`) through the model's own final norm and head, read from
-the GGUF and dequantized once (float32); its last layer is checked against llama.cpp's own final norm
-(`result_norm`) and distribution, so an architecture whose output does more than an RMS norm and a
-head is refused in one line, not shown wrong. Attention rows are llama.cpp's own probabilities
+The lens reads each layer's residual (`l_out-L`) through the model's own final norm and head (ggml_head);
+its last layer is checked against llama.cpp's own final norm (`result_norm`) and distribution, so an
+architecture whose output does more than an RMS norm and a head is refused in one line, not shown wrong.
+Its passes are shaped as the journey's were (Runtime.shaped): llama.cpp's numbers depend on a pass's shape,
+and the lens's last layer must be the step's own distribution. Attention rows are llama.cpp's own probabilities
 (`kq_soft_max-L`) from a pass with flash attention off: the steps' own pass (flash attention on, as
 llama.cpp runs a CPU model by default) fuses them and keeps none. Both see the model as the journey's
 steps do: with the interventions in force (`edits`, set by interventions.py).
@@ -26,7 +27,7 @@ import torch
 from tokenviz.backends.llamacpp.capture import Capture
 from tokenviz.backends.llamacpp.ggml_head import Head
 from tokenviz.backends.llamacpp.pinned import RESULT_NORM, attention_probabilities, layer_output
-from tokenviz.backends.llamacpp.runtime import BATCH, NO_EDITS, Edits, Runtime
+from tokenviz.backends.llamacpp.runtime import BATCH, NO_EDITS, Edits, Runtime, cells_reused
 from tokenviz.backends.shared.lens_in_use import STEPS_KEPT, LensInUse
 from tokenviz.backends.shared.output_head import inspections
 from tokenviz.contract.engine import shared_prefix
@@ -35,6 +36,39 @@ from tokenviz.contract.results import Inspection, LensAsk
 
 LENS_CHECK = 1e-3  # the lens's last layer against llama.cpp's own distribution (probability)
 NORM_CHECK = 1e-3  # the final norm here against llama.cpp's result_norm (relative to its largest value)
+
+
+class Rows:
+    """What passes computed at each position: the tensors captured (a row for each token fed, or, for those
+    llama.cpp computes at its outputs alone, the last layer's, a row for each output) and the logits at the
+    outputs. A position fed again (a pass replayed whole, then cut) keeps its last."""
+
+    def __init__(self, hidden: int):
+        self.hidden = hidden
+        self.tensors: dict[str, dict[int, np.ndarray]] = {}
+        self.logits: dict[int, np.ndarray] = {}
+
+    def add(
+        self, start: int, count: int, outputs: Sequence[int], logits: np.ndarray, found: dict[str, list[np.ndarray]]
+    ) -> None:
+        """One pass's: `count` tokens from `start`, logits (and the last layer's rows) at `outputs`."""
+        for name, parts in found.items():
+            values = np.concatenate(parts).reshape(-1, self.hidden)
+            positions = range(start, start + count) if len(values) == count else outputs
+            if len(values) != len(positions):
+                continue  # (a tensor of another shape: not one a view reads)
+            self.tensors.setdefault(name, {}).update(zip(positions, values))
+        self.logits.update(zip(outputs, logits))
+
+    def names(self) -> set[str]:
+        return set(self.tensors)
+
+    def at(self, name: str, positions: Sequence[int]) -> torch.Tensor:
+        """(positions, hidden) of tensor `name`."""
+        return torch.from_numpy(np.stack([self.tensors[name][p] for p in positions]))
+
+    def logits_at(self, positions: Sequence[int]) -> np.ndarray:
+        return np.stack([self.logits[p] for p in positions])
 
 
 @dataclass(frozen=True)
@@ -93,14 +127,19 @@ class LlamaInternals:
         if self.asked <= set(found):
             self.steps.append(StepCapture(tuple(ids), self.edits, found, logits))
 
-    def _from_step(self, ids: Sequence[int], positions: Sequence[int], names: set[str]) -> StepCapture | None:
-        """A step's capture that holds the lens of `ids` at `positions`: the last position alone, under the
-        edits in force, the tensors `names`."""
+    def _from_step(self, ids: Sequence[int], positions: Sequence[int], names: set[str]) -> Rows | None:
+        """What a step's own pass captured of the lens of `ids` at `positions`: the last position alone, under
+        the edits in force, the tensors `names`."""
         if list(positions) != [len(ids) - 1]:
             return None
-        return next(
+        step = next(
             (s for s in self.steps if (s.ids, s.edits) == (tuple(ids), self.edits) and names <= set(s.found)), None
         )
+        if step is None:
+            return None
+        rows = Rows(self.runtime.shape.hidden)
+        rows.add(len(ids) - 1, 1, [len(ids) - 1], step.logits, step.found)
+        return rows
 
     def _pass(
         self,
@@ -110,72 +149,81 @@ class LlamaInternals:
         outputs: Sequence[int],
         names: set[str],
         edits: Edits | None = None,
-    ) -> tuple[np.ndarray, dict[str, list[np.ndarray]], int]:
-        """A pass over `ids` on `context` with logits at `outputs` (positions), capturing `names`, with
-        `edits` (by default those in force): from position `first` on, where the context's cache holds
-        `ids` that far under the same edits (a lens at the step just taken feeds that step alone), else
-        from further back (`first` 0: from an empty cache). (logits, the tensors captured, the position the
-        pass began at)."""
+    ) -> Rows:
+        """Passes over `ids` on `context`, shaped as the journey's were (Runtime.shaped: llama.cpp's numbers
+        depend on a pass's shape, by 0.07 in a probability on a K-quant), with logits at `outputs`
+        (positions), capturing `names`, with `edits` (by default those in force): from the pass that holds
+        position `first` (0: from an empty cache). The cells before it are the context's own where it
+        holds them as the journey's passes made them, else the journey's, copied."""
         edits = self.edits if edits is None else edits
         stale = context.edits is not edits  # a view's context's cache was computed under its edits: else no use
         if stale:
             context.edit(edits)
         self.capture.write(edits.writes or {})  # the capture is both contexts': its rows are this pass's
-        start = 0 if stale else min(shared_prefix(context.held, ids), first, len(ids) - 1)
-        context.cut(start)
-        self.capture.start(names)
-        try:
-            logits = context.decode(list(ids[start:]), start, outputs=[o - start for o in outputs])
-        finally:
-            found = self.capture.stop()
-        return logits, found, start
+        journey = self.runtime
+        plan = journey.shaped(ids)
+        begin = max(k for k, fed in enumerate(plan) if fed.start <= first)
+        reused = 0 if stale else cells_reused(context.passes, len(context.held), plan, begin)
+        agreed = shared_prefix(journey.held, ids)
+        if reused < begin and journey.edits is edits and plan[begin].start <= agreed:
+            reused = begin if context.take_cells(journey, plan[begin].start) else 0
+        asked = set(outputs)
+        rows = Rows(self.runtime.shape.hidden)
+        context.cut(plan[reused].start)
+        for k in range(reused, len(plan)):
+            fed = plan[k]
+            stop = plan[k + 1].start if k + 1 < len(plan) else len(ids)
+            wanted = sorted(set(fed.outputs) | {p - fed.start for p in asked if fed.start <= p < stop})
+            context.cut(fed.start)
+            self.capture.start(names)
+            try:
+                logits = context.decode(fed.tokens, fed.start, outputs=wanted)
+            finally:
+                found = self.capture.stop()
+            rows.add(fed.start, len(fed.tokens), [fed.start + i for i in wanted], logits, found)
+        if len(context.held) > len(ids):
+            context.cut(len(ids))
+        return rows
 
     @torch.inference_mode()
     def residual(self, ids: Sequence[int], layer: int, position: int) -> torch.Tensor:
         """The model's own residual after `layer` at `position` of `ids` (no intervention in force): what
         a steering by texts and a patch's source read."""
         name = layer_output(layer)
-        _, found, _ = self._pass(self.lens_context, ids[: position + 1], position, [position], {name}, NO_EDITS)
-        if name not in found:
+        rows = self._pass(self.lens_context, ids[: position + 1], position, [position], {name}, NO_EDITS)
+        if name not in rows.names():
             raise TokenvizError(f"llama.cpp's graph of {self.architecture} has no {name} (the residual after a layer)")
-        values = np.concatenate(found[name]).reshape(-1, self.runtime.shape.hidden)
-        return torch.from_numpy(values[-1].copy())  # the last layer keeps its output row alone
+        return rows.at(name, [position])[0].clone()
 
     @torch.inference_mode()
     def inspect(self, engine: Any, ask: LensAsk) -> list[Inspection]:
-        """Each asked position's lens from one pass: llama.cpp's residual after each layer of its rows
-        (`l_out-L`, the last layer's always), its final norm checked against llama.cpp's own, and, the first
-        time, its distribution too (the head is the model's: a wrong one is wrong at every step)."""
+        """Each asked position's lens from passes shaped as the journey's (its last layer is so the step's
+        own distribution): llama.cpp's residual after each layer of its rows (`l_out-L`, the last layer's
+        always), its final norm checked against llama.cpp's own, and, the first time, its distribution too
+        (the head is the model's: a wrong one is wrong at every step)."""
         ids, positions, chosen, pinned = list(ask.ids), list(ask.positions), list(ask.chosen), ask.pinned
-        shape = self.runtime.shape
-        layers, hidden = shape.layers, shape.hidden
+        layers = self.runtime.shape.layers
         rows = tuple(range(layers + 1)) if ask.rows is None else ask.rows
         names = self.names(rows)
         self.asked = names
         self.in_use.asked()
         outs = sorted(set(positions))
-        step = self._from_step(ids, outs, names)
-        if step is not None:
-            logits, found, start = step.logits, step.found, len(ids) - 1  # the step's own pass read them
-        else:
-            logits, found, start = self._pass(self.lens_context, ids, outs[0], outs, names)
-        if not names <= set(found):
+        found = self._from_step(ids, outs, names) or self._pass(self.lens_context, ids, outs[0], outs, names)
+        if not names <= found.names():
             raise TokenvizError(f"the lens: llama.cpp's graph of {self.architecture} has no l_out or result_norm")
-        at = [outs.index(p) for p in positions]
-        fed = [p - start for p in positions]  # the rows of the positions this pass fed
-
-        def after(layer: int) -> torch.Tensor:  # (positions, hidden): the last layer keeps its outputs alone
-            values = torch.from_numpy(np.concatenate(found[layer_output(layer)]).reshape(-1, hidden))
-            return values[at] if layer == layers - 1 else values[fed]
-
+        logits = found.logits_at(positions)
         embedded = self.head.embeddings([ids[p] for p in positions])
-        last = after(layers - 1)
-        result_norm = torch.from_numpy(np.concatenate(found[RESULT_NORM]).reshape(-1, hidden))
-        self._check(last, result_norm[at], logits[at])
-        shown = torch.stack([embedded if row == 0 else last if row == layers else after(row - 1) for row in rows])
+        last = found.at(layer_output(layers - 1), positions)
+        self._check(last, found.at(RESULT_NORM, positions), logits)
+        shown = torch.stack(
+            [
+                embedded if row == 0 else last if row == layers else found.at(layer_output(row - 1), positions)
+                for row in rows
+            ]
+        )
         here = list(range(len(positions)))
         local = [ids[p] for p in positions]
-        own = torch.from_numpy(logits[at])  # the last row: llama.cpp's own logits, which its head gives
+        own = torch.from_numpy(logits)  # the last row: llama.cpp's own logits, which its head gives
         made = inspections(
             shown, local, here, chosen, pinned, self.head.logits, embedded, engine, rows=rows, last_logits=own
         )
@@ -202,27 +250,42 @@ class LlamaInternals:
 
     def logits_after(self, ids: Sequence[int], start: int) -> torch.Tensor:
         """llama.cpp's logits after each of `ids[start:]`, (positions, vocab), from the views' context (the
-        journey's cache is not touched): it feeds what it does not hold of `ids` already."""
+        journey's cache is not touched), fed as the journey's passes were."""
         outputs = list(range(start, len(ids)))
-        logits, _, _ = self._pass(self.lens_context, ids, start, outputs, set())
-        return torch.from_numpy(logits)
+        return torch.from_numpy(self._pass(self.lens_context, ids, start, outputs, set()).logits_at(outputs))
 
     def recompute(
         self, ids: Sequence[int], progress: Callable[[int, int], None], cancelled: Callable[[], bool]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The whole of `ids` again from an empty cache: llama.cpp's logits after the last, and its attention
-        row of the last position at every layer, (layers, heads, len(ids)). (One pass: llama_decode cannot
-        stop inside one, so `cancelled` is asked before it.)"""
+        """The whole of `ids` again from an empty cache, in passes shaped as the journey's (so the cache is
+        held to numbers it should equal bit for bit): llama.cpp's logits after the last, and its attention
+        row of the last position at every layer, (layers, heads, len(ids)). (llama_decode cannot stop
+        inside a pass, so `cancelled` is asked before them.)"""
         if cancelled():
             raise Cancelled("verify cancelled")
         progress(0, 2)
-        logits, _, _ = self._pass(self.lens_context, ids, 0, [len(ids) - 1], set())  # first 0: from empty
+        last = len(ids) - 1
+        logits = self._pass(self.lens_context, ids, 0, [last], set()).logits_at([last])  # first 0: from empty
         progress(1, 2)
         if cancelled():
             raise Cancelled("verify cancelled")
         rows = self.attention(ids, range(len(ids) - 1, len(ids)), range(self.runtime.shape.layers))[:, :, 0]
         progress(2, 2)
         return torch.from_numpy(logits[-1].copy()), rows
+
+    def from_empty(self, context: Runtime, ids: Sequence[int], names: set[str]) -> dict[str, list[np.ndarray]]:
+        """The tensors `names` of one pass over `ids` from an empty cache on `context`, under the edits in
+        force: each as its parts, one a micro-batch of BATCH tokens from position 0."""
+        if context.edits is not self.edits:
+            context.edit(self.edits)
+        self.capture.write(self.edits.writes or {})
+        context.clear()
+        self.capture.start(names)
+        try:
+            context.decode(list(ids), 0)
+        finally:
+            found = self.capture.stop()
+        return found
 
     @torch.inference_mode()
     def attention(self, ids: Sequence[int], rows: range, layers: Sequence[int]) -> torch.Tensor:
@@ -231,7 +294,7 @@ class LlamaInternals:
         probabilities' columns are the cache's cells, which are positions in a cache filled from empty."""
         heads, stop = self.runtime.shape.heads, rows.stop
         names = {attention_probabilities(layer): i for i, layer in enumerate(layers)}
-        _, found, _ = self._pass(self.attention_context, list(ids[:stop]), 0, [stop - 1], set(names))
+        found = self.from_empty(self.attention_context, ids[:stop], set(names))
         if len(found) != len(names):
             raise TokenvizError(f"llama.cpp's graph of {self.architecture} has no kq_soft_max (its attention rows)")
         out = torch.zeros(len(layers), heads, len(rows), stop)

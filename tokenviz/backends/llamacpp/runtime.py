@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tokenviz.backends.llamacpp import pinned
+from tokenviz.contract.engine import shared_prefix
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.text import safe_text, shortened
 from tokenviz.system.cpu_threads import cores, told_threads
@@ -114,6 +115,28 @@ class Edits:
 
 
 NO_EDITS = Edits()
+
+
+@dataclass(frozen=True)
+class Fed:
+    """One decode as it was asked: llama.cpp's sums depend on a pass's shape (how many tokens, from where,
+    which give logits: its kernels and flash attention split the work by it), so a view gives a step's
+    own numbers only by feeding the journey's passes as they were fed (Runtime.shaped)."""
+
+    start: int
+    tokens: tuple[int, ...]
+    outputs: tuple[int, ...]  # indices into tokens whose logits were asked
+
+
+def cells_reused(own: Sequence[Fed], held: int, plan: Sequence[Fed], upto: int) -> int:
+    """How many of `plan`'s first passes (at most `upto`) a cache fed by `own` (holding `held` tokens)
+    holds as the plan would feed them: the same passes, none begun earlier."""
+    n = 0
+    while n < min(upto, len(own), len(plan)) and (own[n].start, own[n].tokens) == (plan[n].start, plan[n].tokens):
+        n += 1
+    while n > 0 and (held < plan[n].start or (n < len(own) and own[n].start < plan[n].start)):
+        n -= 1
+    return n
 
 
 @dataclass
@@ -248,6 +271,7 @@ class Runtime:
         self.capture = capture
         self.opened = (flash_attention, sequences)  # as reopen opens it again
         self.held: list[int] = []  # the tokens its cache holds, from position 0
+        self.passes: list[Fed] = []  # the decodes that fed them (each cut where the next begins)
         self.edits = NO_EDITS  # the edits in force (edit): a view's context is cut whenever they change
         self.ctx = lib.llama_init_from_model(self.model, params)
         if not self.ctx:
@@ -263,16 +287,20 @@ class Runtime:
         """Open the context again with `capture` (None: none), its cache kept: sequence 0's cells copied
         into the new one as they are (llama_state_seq_get_data, then set_data: bit for bit, at the speed
         of a copy, where feeding them again would recompute them), the edits in force kept."""
-        lib, held, edits = self.lib, list(self.held), self.edits
-        size = lib.llama_state_seq_get_size(self.ctx, 0)
-        state = (ctypes.c_uint8 * max(size, 1))()
-        written = lib.llama_state_seq_get_data(self.ctx, state, size, 0)
+        lib, held, edits, passes = self.lib, list(self.held), self.edits, list(self.passes)
+        state, written = self._cells()
         self.open_context(capture, *self.opened)
         self.edit(edits)
         if held and lib.llama_state_seq_set_data(self.ctx, state, written, 0) == 0:
             self.clear()  # llama.cpp could not take its own state back: fed again
-            self.decode(held, 0)
-        self.held = held
+            self.replay(passes, len(held))
+        self.held, self.passes = held, passes
+
+    def _cells(self) -> tuple[Any, int]:
+        """Sequence 0's cells as llama.cpp writes them (llama_state_seq_get_data): (the bytes, their count)."""
+        size = self.lib.llama_state_seq_get_size(self.ctx, 0)
+        state = (ctypes.c_uint8 * max(size, 1))()
+        return state, self.lib.llama_state_seq_get_data(self.ctx, state, size, 0)
 
     @contextmanager
     def beside(self, edits: Edits, what: str, needed: int, room: int = 0, sequences: int = 1) -> Iterator[Runtime]:
@@ -327,10 +355,45 @@ class Runtime:
         if not self.lib.llama_memory_seq_rm(memory, 0, start, -1):
             raise TokenvizError(f"llama.cpp could not cut its cache at {start}")
         del self.held[start:]
+        self._forget_passes(start)
+
+    def _forget_passes(self, start: int) -> None:
+        """The passes begun at `start` or after forgotten (those begun before keep their tokens whole)."""
+        while self.passes and self.passes[-1].start >= start:
+            self.passes.pop()
 
     def clear(self) -> None:
         self.lib.llama_memory_clear(self.lib.llama_get_memory(self.ctx), True)
-        self.held = []
+        self.held, self.passes = [], []
+
+    def shaped(self, ids: Sequence[int]) -> list[Fed]:
+        """The passes that feed `ids` from position 0 as this context fed them: its own while `ids` agree
+        with what it holds (each whole: one it was cut inside is fed whole and cut where the next begins),
+        then a token a pass, as steps are fed."""
+        agreed = shared_prefix(self.held, ids)
+        plan = [fed for fed in self.passes if fed.start < agreed]
+        return plan + [Fed(i, (int(ids[i]),), (0,)) for i in range(agreed, len(ids))]
+
+    def replay(self, plan: Sequence[Fed], upto: int) -> None:
+        """Feed `plan`'s passes, each cut where the next begins and the last at `upto`."""
+        for fed in plan:
+            self.cut(fed.start)
+            self.decode(fed.tokens, fed.start, outputs=fed.outputs)
+        if len(self.held) > upto:
+            self.cut(upto)
+
+    def take_cells(self, other: Runtime, upto: int) -> bool:
+        """Hold what `other` (a context on the same model) holds of positions before `upto`, as it computed
+        them: its cells copied (llama_state_seq_get_data, then set_data: bit for bit, at the speed of a
+        copy), its passes with them. False where there was none to take or llama.cpp could not take them
+        (the cache is then empty)."""
+        state, written = other._cells()
+        self.clear()
+        if not other.held or self.lib.llama_state_seq_set_data(self.ctx, state, written, 0) == 0:
+            return False
+        self.held, self.passes = list(other.held), list(other.passes)
+        self.cut(upto)
+        return True
 
     # ---- decoding -------------------------------------------------------------------------------------
 
@@ -343,6 +406,8 @@ class Runtime:
         lib, vocab, rows = self.lib, self.shape.vocab, []
         del self.held[start:]
         wanted = set(range(len(tokens))) if every_position else set(outputs) or {len(tokens) - 1}
+        self._forget_passes(start)
+        self.passes.append(Fed(start, tuple(int(t) for t in tokens), tuple(sorted(wanted))))
         for first in range(0, len(tokens), BATCH):
             part = tokens[first : first + BATCH]
             batch = self.batch
