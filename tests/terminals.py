@@ -30,6 +30,9 @@ QUIT_BOUND_S = 3.0
 # an engineer at 200x60. A screen's finding holds at each.
 SIZES = ((80, 24), (120, 36), (200, 60))
 ENV = {"HF_HUB_OFFLINE": "1", "TERM": "xterm-256color"}
+# After tokenviz exits, its shell keeps the terminal (and its last screen) this long: a test still waiting
+# then fails on what the screen says (a traceback, the exit status), not on a terminal gone. end() stops it.
+KEEP_S = 600
 
 
 def own_state() -> dict[str, str]:
@@ -83,7 +86,7 @@ def start(size: tuple[int, int], *args: str, cwd: str | None = None, env: dict |
     """A new terminal running `tokenviz ARGS` (each argument quoted), then its exit status."""
     name = unique_name()
     quoted = " ".join(f"'{a}'" for a in args)
-    command = f"{sys.executable} -m tokenviz {quoted}; echo TOKENVIZ-EXITED $?; sleep 30"
+    command = f"{sys.executable} -m tokenviz {quoted}; echo TOKENVIZ-EXITED $?; sleep {KEEP_S}"
     new_session(name, size, command, {**os.environ, **ENV, **own_state(), **(env or {})}, cwd)
     return name
 
@@ -138,7 +141,7 @@ def sessions(
     test's time), each followed by its exit status and `after`, each in its folder of `cwds` if given;
     all ended on the way out."""
     names = [unique_name() for _ in range(count)]
-    command = f"{sys.executable} -m tokenviz {args}; echo TOKENVIZ-EXITED $?; {after}sleep 30"
+    command = f"{sys.executable} -m tokenviz {args}; echo TOKENVIZ-EXITED $?; {after}sleep {KEEP_S}"
     try:
         for i, name in enumerate(names):
             new_session(name, size, command, {**os.environ, **ENV, **own_state()}, cwds[i] if cwds else None)

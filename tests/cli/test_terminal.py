@@ -9,6 +9,7 @@ import time
 
 import pytest
 from terminals import (
+    KEEP_S,
     QUIT_BOUND_S,
     end,
     new_session,
@@ -136,7 +137,7 @@ def test_no_color_draws_without_colour(tmp_path, no_color):
     name = unique_name()
     env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"} | {"TERM": "xterm-256color"}
     prefix = "NO_COLOR=1 " if no_color else ""
-    command = f"{prefix}{sys.executable} -m tokenviz replay {path}; echo TOKENVIZ-EXITED $?; sleep 30"
+    command = f"{prefix}{sys.executable} -m tokenviz replay {path}; echo TOKENVIZ-EXITED $?; sleep {KEEP_S}"
     new_session(name, (160, 48), command, env)
     try:
         wait_screen(name, r"attends to", timeout=30)

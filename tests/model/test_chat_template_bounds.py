@@ -113,5 +113,5 @@ def test_an_escape_as_the_render_begins_is_never_lost(monkeypatch):
         while not inside(thread) and time.monotonic() < deadline:  # (at once: the race is with its first steps)
             pass
         assert interrupt(thread)
-        thread.join(60)
+        thread.join(300)  # (generous: a loaded machine starves the thread, seen at 60 s)
         assert len(outcome) == 1 and isinstance(outcome[0], Cancelled), outcome

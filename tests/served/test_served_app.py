@@ -289,7 +289,7 @@ def test_tokenviz_on_an_endpoint_in_a_real_terminal(vllm_server):
     `tokenviz PROMPT --endpoint URL --api-key-env KEY`), run at 80x24 in tmux: the app opens on the
     served model, steps, a setting changed live is sent with the next request, and the branches view
     says where the paths part, whole, and that a path's tokens go with the next request."""
-    from terminals import ENV, end, keys, new_session, own_state, unique_name, wait_screen
+    from terminals import ENV, KEEP_S, end, keys, new_session, own_state, unique_name, wait_screen
 
     from tokenviz.cli.start_vllm import paste_lines
 
@@ -297,7 +297,7 @@ def test_tokenviz_on_an_endpoint_in_a_real_terminal(vllm_server):
     export, app = paste_lines(port, vllm_server.key)
     app = app.replace("tokenviz ", f"{sys.executable} -m tokenviz ", 1) + " --temperature 0"
     name = unique_name()
-    command = f"{export}; {app}; echo TOKENVIZ-EXITED $?; sleep 30"
+    command = f"{export}; {app}; echo TOKENVIZ-EXITED $?; sleep {KEEP_S}"
     new_session(name, (80, 24), command, {**os.environ, **ENV, **own_state()})
     try:
         wait_screen(name, r"ready · step 0")
