@@ -63,3 +63,26 @@ async def test_the_grammar_dialog_reopened_shows_and_begins_with_the_grammar_in_
         await wait_for(lambda: isinstance(app.screen, GrammarDialog), pilot)
         assert f"in force: {grammar.label}" in shown(app.screen.query_one("#grammar-in-force", Label))
         assert app.screen.query_one(Input).value == "regex  (Paris|Rome)\\."
+
+
+@pytest.mark.parametrize("key, dialog", [("I", InterventionsDialog), ("G", GrammarDialog), ("w", WatchScreen)])
+async def test_a_dialog_answers_once_when_enter_and_escape_come_at_once(key, dialog):
+    """Enter then Escape typed at once on a loaded machine (a real terminal, 2026-12-02): Escape closed the
+    dialog, then its field's Enter answered again: the answer taken after the cancel, and the journey's
+    screen popped from under it (ScreenStackError, a traceback). The first answer is the only one."""
+    app = make_app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(app, pilot)
+        journey = app.screen
+        await pilot.press(key)
+        await wait_for(lambda: isinstance(app.screen, dialog), pilot)
+        asked = app.screen
+        answers = []
+        asked._result_callbacks[-1].callback = answers.append  # (what the journey's screen would be told)
+        field = asked.query_one(Input)
+        field.value = "x"
+        asked.action_cancel()  # Escape, handled first
+        asked.post_message(Input.Submitted(field, field.value))  # the Enter already on its way
+        await pilot.pause()
+        await pilot.pause()
+        assert answers == [None] and app.screen is journey

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
+from textual.await_complete import AwaitComplete
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
@@ -104,7 +105,22 @@ the next one, after the cursor.
 """
 
 
-class HelpScreen(ModalScreen[None]):
+Answer = TypeVar("Answer")
+
+
+class Dialog(ModalScreen[Answer]):
+    """A modal screen that answers once: the first answer (Enter, Escape, a choice) closes it, and one that
+    arrives as it closes is dropped. Enter then Escape typed at once (a loaded machine) had Escape close it
+    first, then its field's Enter answer again: the typed answer taken after the user's cancel, and the
+    screen under it popped, a traceback."""
+
+    def dismiss(self, result: Answer | None = None) -> AwaitComplete:
+        if not self.is_active:
+            return AwaitComplete()  # (nothing to wait for)
+        return super().dismiss(result)
+
+
+class HelpScreen(Dialog[None]):
     BINDINGS: ClassVar = [Binding("escape,q,question_mark", "dismiss", "close")]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
@@ -138,7 +154,7 @@ class OnOffBox(Checkbox):
         return "✓" if self.value else " "
 
 
-class PromptScreen(ModalScreen[PromptChoice | None]):
+class PromptScreen(Dialog[PromptChoice | None]):
     """The prompt editor: several lines of text, and for a model with a chat template a switch
     between a chat message and plain text to continue, set as the journey is."""
 
@@ -234,7 +250,7 @@ class PromptScreen(ModalScreen[PromptChoice | None]):
         self.dismiss(None)
 
 
-class AskScreen(ModalScreen[str | None]):
+class AskScreen(Dialog[str | None]):
     """One line of text asked for: Enter gives it, Escape closes."""
 
     QUESTION: ClassVar[str]
@@ -362,7 +378,7 @@ class CompareDialog(AskScreen):
     INPUT_ID = "compare-input"
 
 
-class WatchScreen(ModalScreen[int | str | None]):
+class WatchScreen(Dialog[int | str | None]):
     """Choose a token to watch: from the candidates at the cursor, or typed (its text, or id:N).
     A watched token chosen again stops being watched."""
 
@@ -411,7 +427,7 @@ class WatchScreen(ModalScreen[int | str | None]):
         self.dismiss(None)
 
 
-class LongJobScreen(ModalScreen[str | None]):
+class LongJobScreen(Dialog[str | None]):
     """A job estimated to take long, said before it starts: run it anyway, or the cheaper choice."""
 
     BINDINGS: ClassVar = [Binding("escape", "cancel", "cancel")]
