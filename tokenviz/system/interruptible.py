@@ -7,6 +7,10 @@ another (PyThreadState_SetAsyncExc). The exception lands at the thread's next Py
 a call into native code (one file being compiled) finishes first. It is a BaseException, as
 KeyboardInterrupt is, so the `except Exception` of the code interrupted does not swallow it. Outside
 a section nothing is ever raised: an interrupt that comes as the section ends is taken back.
+
+An exception that lands where Python ignores exceptions (a garbage collector's callback or a `__del__`
+that the section's thread happens to run: "Exception ignored in ...") is lost; the section would then run
+to its end, however long. So an interrupt is sent again every RESEND_S until the thread has left it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from contextlib import contextmanager
 class Interrupted(BaseException):
     """Raised in a thread inside an interruptible section by `interrupt`."""
 
+
+RESEND_S = 0.5  # an interrupt not yet taken is sent again this often (see above)
 
 _lock = threading.Lock()
 _inside: dict[int, bool] = {}  # thread id -> whether an interrupt has been sent into its section
@@ -54,7 +60,24 @@ def interrupt(thread: threading.Thread) -> bool:
             return False
         _inside[thread.ident] = True
         _set_async(thread.ident, Interrupted)
-        return True
+    _send_again_later(thread.ident)
+    return True
+
+
+def _send_again_later(thread_id: int) -> None:
+    """Interrupted sent again in RESEND_S, and after, while the thread is still inside its section (it
+    takes back what is pending as it leaves, under the same lock)."""
+
+    def again() -> None:
+        with _lock:
+            if not _inside.get(thread_id):
+                return
+            _set_async(thread_id, Interrupted)
+        _send_again_later(thread_id)
+
+    timer = threading.Timer(RESEND_S, again)
+    timer.daemon = True
+    timer.start()
 
 
 def inside(thread: threading.Thread) -> bool:
