@@ -152,7 +152,11 @@ def test_speculation_and_a_comparison_under_steering(tiny_dir):
         wait_screen(name, r"Compare with other settings, side by side")
         keys(name, "Enter")
         wait_screen(name, r"NAME=VALUE")
+        # (the field takes the focus as the dialog mounts, after its words are drawn: what was typed before
+        # it was lost in a full run on a loaded machine, and a terminal shows no focus to wait for)
+        time.sleep(2)
         tmux(name, "send-keys", "-t", name, "-l", "temperature=2 top-k=0")
+        wait_screen(name, r"temperature=2 top-k=0")
         keys(name, "Enter")
         text = wait_screen(name, r"B: .*T 2", timeout=60)
         header = line_of(text, r"A: ").strip()
