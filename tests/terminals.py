@@ -107,6 +107,21 @@ def wait_until(name: str, holds: Callable[[str], bool], what: str, timeout: floa
     raise AssertionError(f"{what} never appeared; the screen was:\n{text}")
 
 
+def type_into_field(name: str, text: str, tries: int = 5) -> None:
+    """`text` typed into the field a dialog has just shown, until the screen shows it: the field takes the
+    focus as the dialog mounts, after its words are drawn, and what is typed before is lost (seen on a
+    loaded machine). Typed again only after a try has not shown in 30 s, and added to what the field holds
+    (a dialog may begin it: Y's "steer "); a try that showed late would show twice and fail the test."""
+    for _ in range(tries):
+        tmux(name, "send-keys", "-t", name, "-l", text)
+        try:
+            wait_screen(name, re.escape(text), timeout=30)
+            return
+        except AssertionError:
+            continue
+    raise AssertionError(f"{text!r} typed {tries} times never showed; the screen was:\n{screen(name)}")
+
+
 def wait_toast(name: str, words: str, timeout: float = 120) -> str:
     """Wait for a notification saying `words`, its wrapped lines joined (a toast's lines start with ▌)."""
     deadline = time.monotonic() + timeout

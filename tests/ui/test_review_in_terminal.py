@@ -5,7 +5,18 @@ import re
 import time
 
 import pytest
-from terminals import at_each_size, dialog_text, keys, quits_cleanly, screen, tmux, wait_gone, wait_screen, wait_until
+from terminals import (
+    at_each_size,
+    dialog_text,
+    keys,
+    quits_cleanly,
+    screen,
+    tmux,
+    type_into_field,
+    wait_gone,
+    wait_screen,
+    wait_until,
+)
 from tiny import save_tiny
 
 pytestmark = pytest.mark.terminal
@@ -71,7 +82,7 @@ def test_a_greedy_run_says_why_and_a_preset_or_a_typed_setting_takes_effect(tiny
         wait_screen(name, r"T 1\.00 .*preset creative")
         keys(name, "=")
         wait_screen(name, r"NAME=VALUE")
-        tmux(name, "send-keys", "-t", name, "-l", "temperature=0.3 top-k=5")
+        type_into_field(name, "temperature=0.3 top-k=5")
         keys(name, "Enter")
         text = wait_screen(name, r"T 0\.30 · top-k 5")
         assert "preset" not in line_of(text, r"T 0\.30 · top-k 5")  # no longer the preset's settings
@@ -145,18 +156,14 @@ def test_speculation_and_a_comparison_under_steering(tiny_dir):
         assert re.search(r"\d+ (target )?(fwd|forwards).* \d+%", first) and "…" not in first, first  # (its fullest fit)
         keys(name, "S", "Y")
         wait_screen(name, r"Change the model while you watch")
-        tmux(name, "send-keys", "-t", name, "-l", "1:8:the:a")
+        type_into_field(name, "1:8:the:a")
         keys(name, "Enter", "Escape")
         wait_screen(name, r"steer L1 ×8")
         palette(name, "Compare with other")
         wait_screen(name, r"Compare with other settings, side by side")
         keys(name, "Enter")
         wait_screen(name, r"NAME=VALUE")
-        # (the field takes the focus as the dialog mounts, after its words are drawn: what was typed before
-        # it was lost in a full run on a loaded machine, and a terminal shows no focus to wait for)
-        time.sleep(2)
-        tmux(name, "send-keys", "-t", name, "-l", "temperature=2 top-k=0")
-        wait_screen(name, r"temperature=2 top-k=0")
+        type_into_field(name, "temperature=2 top-k=0")
         keys(name, "Enter")
         text = wait_screen(name, r"B: .*T 2", timeout=60)
         header = line_of(text, r"A: ").strip()

@@ -141,6 +141,15 @@ class LlamaInternals:
         rows.add(len(ids) - 1, 1, [len(ids) - 1], step.logits, step.found)
         return rows
 
+    def _under(self, context: Runtime, edits: Edits) -> bool:
+        """`context` and the capture set to run under `edits`; whether the context ran under others (its
+        cache was computed under them: no use now)."""
+        stale = context.edits is not edits
+        if stale:
+            context.edit(edits)
+        self.capture.write(edits.writes or {})  # the capture is both contexts': its rows are this pass's
+        return stale
+
     def _pass(
         self,
         context: Runtime,
@@ -156,10 +165,7 @@ class LlamaInternals:
         position `first` (0: from an empty cache). The cells before it are the context's own where it
         holds them as the journey's passes made them, else the journey's, copied."""
         edits = self.edits if edits is None else edits
-        stale = context.edits is not edits  # a view's context's cache was computed under its edits: else no use
-        if stale:
-            context.edit(edits)
-        self.capture.write(edits.writes or {})  # the capture is both contexts': its rows are this pass's
+        stale = self._under(context, edits)
         journey = self.runtime
         plan = journey.shaped(ids)
         begin = max(k for k, fed in enumerate(plan) if fed.start <= first)
@@ -276,9 +282,7 @@ class LlamaInternals:
     def from_empty(self, context: Runtime, ids: Sequence[int], names: set[str]) -> dict[str, list[np.ndarray]]:
         """The tensors `names` of one pass over `ids` from an empty cache on `context`, under the edits in
         force: each as its parts, one a micro-batch of BATCH tokens from position 0."""
-        if context.edits is not self.edits:
-            context.edit(self.edits)
-        self.capture.write(self.edits.writes or {})
+        self._under(context, self.edits)
         context.clear()
         self.capture.start(names)
         try:

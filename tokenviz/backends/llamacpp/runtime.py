@@ -197,7 +197,6 @@ class Runtime:
         if not pointer:
             raise TokenvizError(f"llama.cpp could not load {safe_text(path.name)}: {why_not_loaded()}")
         self.loaded = LoadedModel(lib, pointer)
-        self.model = pointer
         self.vocab_ptr = lib.llama_model_get_vocab(self.model)
         self.shape = Shape(
             layers=int(lib.llama_model_n_layer(self.model)),
@@ -229,13 +228,17 @@ class Runtime:
         beside interventions, the context the internal views read (with `capture`, see open_context), or a
         search's (`sequences` in one cache of `context` positions, see open_context)."""
         other = object.__new__(Runtime)
-        other.lib, other.loaded, other.model = self.lib, self.loaded, self.model
-        other.vocab_ptr, other.shape = self.vocab_ptr, self.shape
+        other.lib, other.loaded, other.vocab_ptr, other.shape = self.lib, self.loaded, self.vocab_ptr, self.shape
         other.context_size = min(context or self.context_size, self.context_size)
         other.threads, other.flash, other.ctx, other.capture = self.threads, self.flash, None, None
         other.open_context(capture, flash_attention, sequences)
         other._new_batch()
         return other
+
+    @property
+    def model(self) -> Any:
+        """llama.cpp's model (its pointer)."""
+        return self.loaded.pointer
 
     def _new_batch(self) -> None:
         self.batch = self.lib.llama_batch_init(BATCH, 0, 1)
