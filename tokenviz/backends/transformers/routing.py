@@ -20,7 +20,6 @@ import numpy as np
 import torch
 
 from tokenviz.backends.shared.parts import decoder_layers
-from tokenviz.contract.records import Routing
 
 
 def routers(model: Any) -> dict[int, torch.nn.Module]:
@@ -104,26 +103,3 @@ def route_tensors(captured: dict[int, tuple[torch.Tensor, ...]]) -> dict[str, to
         "route_entropy": torch.stack([captured[n][2] for n in layers], 1),
         "route_shared": torch.stack([captured[n][3] for n in layers], 1),
     }
-
-
-def join_routes(parts: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """Several passes' routing (a prompt fed in chunks) as one, in order of position."""
-    if len(parts) == 1:
-        return parts[0]
-    return {name: torch.cat([p[name] for p in parts]) for name in parts[0]}
-
-
-def read_routing(host: dict[str, np.ndarray], found: dict[int, torch.nn.Module]) -> Routing | None:
-    """The routing in a step's transfer; its layers are the routers' (`found`), known on the host."""
-    if "route_experts" not in host:
-        return None
-    experts = host["route_experts"]
-    return Routing(
-        layers=tuple(sorted(found)),
-        k=int(experts.shape[-1]),
-        positions=int(experts.shape[0]),
-        experts=experts.astype(np.uint16).tobytes(),
-        weights=host["route_weights"].astype(np.float32).tobytes(),
-        entropy=host["route_entropy"].astype(np.float32).tobytes(),
-        shared=host["route_shared"].astype(np.float32).tobytes(),
-    )

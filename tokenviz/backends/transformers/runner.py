@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from tokenviz.backends.shared.parts import eos_id_set, last_logits, output_layer_input
+from tokenviz.backends.shared.routes import join_routes, read_routing
 from tokenviz.backends.shared.token_texts import TokenPieces
 from tokenviz.backends.transformers.attention import Capture, capturing, latent_attention
 from tokenviz.backends.transformers.cache import crop_layers, cut_cache, full_cache, with_cache
@@ -26,14 +27,7 @@ from tokenviz.backends.transformers.head_check import check_head, head_reproduce
 from tokenviz.backends.transformers.interrupt import layer_by_layer
 from tokenviz.backends.transformers.lens import layer_streams, stacked
 from tokenviz.backends.transformers.loading import LoadedModel
-from tokenviz.backends.transformers.routing import (
-    join_routes,
-    read_routing,
-    recording,
-    route_tensors,
-    routers,
-    shared_gates,
-)
+from tokenviz.backends.transformers.routing import recording, route_tensors, routers, shared_gates
 from tokenviz.backends.transformers.step_lens import StepLens
 from tokenviz.contract.engine import (
     WHOLE_VOCABULARY,
@@ -195,7 +189,7 @@ class ModelRunner:
 
     def read_routing(self, host: dict[str, np.ndarray]) -> Routing | None:
         """The routing in a step's transfer, by this model's router layers (None for a dense model)."""
-        return read_routing(host, self.routers)
+        return read_routing(host, sorted(self.routers))
 
     # ---- the internals (contract.engine's Lens, Attributing, LogitSplitting, Intervenable) ---------------
 
