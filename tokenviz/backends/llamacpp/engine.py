@@ -7,6 +7,7 @@ bit. Tokens and their text are llama.cpp's tokenizer's, as llama.cpp itself runs
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import time
 import warnings
@@ -23,6 +24,7 @@ from tokenviz.backends.llamacpp.capture import Capture
 from tokenviz.backends.llamacpp.internals import LlamaInternals
 from tokenviz.backends.llamacpp.interventions import LlamaIntervening, OwnModel
 from tokenviz.backends.llamacpp.refusals import LACKS_WHY
+from tokenviz.backends.llamacpp.routing import moe_routers
 from tokenviz.backends.llamacpp.runtime import (
     FLASH_ATTENTION,
     NO_EDITS,
@@ -33,6 +35,7 @@ from tokenviz.backends.llamacpp.runtime import (
 )
 from tokenviz.backends.shared.chat_marks import template_marks
 from tokenviz.backends.shared.chat_template import render_chat_template
+from tokenviz.backends.shared.routes import join_routes, read_routing
 from tokenviz.contract.engine import (
     WHOLE_VOCABULARY,
     AttentionRows,
@@ -42,18 +45,22 @@ from tokenviz.contract.engine import (
     DenseInOnePlace,
     Elapsed,
     Engine,
+    Forward,
+    Host,
     Intervenable,
     IsCancelled,
     Lens,
     OnProgress,
     OwnGrammarVocabulary,
+    Scores,
     SearchAsk,
+    TimesByPlace,
     in_order,
     shared_prefix,
 )
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.interventions import Intervention
-from tokenviz.contract.records import ModelInfo
+from tokenviz.contract.records import ModelInfo, Routing
 from tokenviz.contract.results import BeamResult, Inspection, LensAsk, Speculation
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.contract.text import safe_text
@@ -69,7 +76,7 @@ class LlamaForward:
     logits: torch.Tensor  # (vocab,) float32, llama.cpp's
     timer: Elapsed
     position_logits: torch.Tensor | None = None  # (tokens fed, vocab)
-    routes: None = None
+    routes: dict[str, torch.Tensor] | None = None  # an MoE model's routing of the tokens fed (shared.routes)
     places: None = None
 
     def predictions(self, next_ids: Sequence[int]) -> dict[str, torch.Tensor]:
@@ -132,6 +139,7 @@ class LlamaCppEngine(DenseInOnePlace):
         base = runtime.metadata(f"{architecture}.rope.freq_base")
         eps = runtime.metadata(f"{architecture}.attention.layer_norm_rms_epsilon")
         self.internals = LlamaInternals(runtime, self.path, architecture, eps)
+        self.routers = moe_routers(self.header, architecture)  # an MoE model's (None: dense)
         self.chat_template = runtime.metadata(CHAT_TEMPLATE)
         # The file's type as people name it (Q4_K_M; llama.cpp's description says "Q4_K - Medium"), and its
         # tensors' types, which differ from it (a K-quant file falls back to Q5_0 or Q8_0 on narrow rows).
@@ -154,6 +162,7 @@ class LlamaCppEngine(DenseInOnePlace):
             positions=f"rotary (base {float(base):g})" if base else "as llama.cpp computes them",
             attention=f"llama.cpp's own, flash attention {FLASH_SAID[runtime.flash]}",
             chat_template=bool(self.chat_template),
+            experts=self.routers.experts if self.routers else 0,
             quantization=f"{quantization} (GGUF, as llama.cpp runs it{types})",
             capabilities=in_order(
                 {
@@ -164,6 +173,7 @@ class LlamaCppEngine(DenseInOnePlace):
                     Capability.GRAMMAR,
                     Capability.CACHE,
                 }
+                | ({Capability.ROUTING} if self.routers else set())
             ),
             distribution=WHOLE_VOCABULARY,
             runtime=f"llama.cpp (llama-cpp-python {version()}), {runtime.threads} CPU threads",
@@ -322,7 +332,7 @@ class LlamaCppEngine(DenseInOnePlace):
         evaluation callback on the journey's context, which it has only while a patch is in force or the
         lens is in use (without, a pass costs what llama.cpp's own decode costs): where it has none, the
         context is opened again at its next use (see _ready); a callback no longer needed goes at the next
-        step (see _lens_capture)."""
+        step (see _with_capture)."""
         self.edits = edits
         self.internals.edits = edits
         self._capture = bool(edits.writes) or (self._capture and self.intervening is not None)  # kept suspended
@@ -342,16 +352,25 @@ class LlamaCppEngine(DenseInOnePlace):
         runtime.edit(self.edits)
         runtime.replay(plan, len(held))
 
-    def _lens_capture(self, wanted: bool) -> Capture | None:
-        """The journey's context with an evaluation callback where the lens is in use (`wanted`: its step
-        reads the lens's rows in its own pass), without one once it is not (unless a patch needs it): the
-        context opened again, its cache kept (Runtime.reopen). The callback to read through, or None."""
+    def _with_capture(self, wanted: bool) -> Capture | None:
+        """The journey's context with an evaluation callback where a step reads tensors in its own pass
+        (`wanted`: the lens's rows while it is in use, an MoE model's routing always), without one once it
+        does not (unless a patch needs it): the context opened again, its cache kept (Runtime.reopen). The
+        callback to read through, or None."""
         runtime = self.runtime
         if wanted and runtime.capture is None:
             runtime.reopen(Capture(runtime.lib.ggml_backend_sched_eval_callback))
         elif not wanted and runtime.capture is not None and not self._capture:
             runtime.reopen(None)
         return runtime.capture if wanted else None
+
+    def joined(self, last: Forward, routes: Sequence[dict[str, Scores]], places: Sequence[TimesByPlace]) -> Forward:
+        """The last pass over a prompt fed in chunks, with every chunk's routing joined (one place: none)."""
+        assert isinstance(last, LlamaForward), last
+        return dataclasses.replace(last, routes=join_routes(list(routes))) if routes else last
+
+    def read_routing(self, host: Host) -> Routing | None:
+        return read_routing(host, self.routers.layers) if self.routers else None
 
     def twin(self) -> LlamaCppEngine:
         return LlamaCppEngine(self.runtime.sibling(), self.path, self.name, self.header)
@@ -370,21 +389,23 @@ class LlamaCppEngine(DenseInOnePlace):
                 f"the context is full: {self.runtime.context_size:,} tokens (llama.cpp's context here); rewind"
             )
         self._ready()
-        names = self.internals.step_names(len(ids))
-        capture = self._lens_capture(bool(names))
+        lens = self.internals.step_names(len(ids))
+        routing = self.routers.names() if self.routers else set()
+        capture = self._with_capture(bool(lens | routing))
         if capture is not None:
-            capture.start(names)
+            capture.start(lens | routing)
         started = time.perf_counter()
         try:
             rows = self.runtime.decode(ids, len(self.fed), every_position)
         finally:
             found = capture.stop() if capture is not None else {}
         milliseconds = (time.perf_counter() - started) * 1e3
-        if capture is not None:
+        if lens:
             self.internals.keep(self.fed, found, rows[-1:])
         logits = torch.from_numpy(np.ascontiguousarray(rows[-1]))
         every = torch.from_numpy(rows) if every_position else None
-        return LlamaForward(logits, Elapsed(milliseconds), every)
+        routes = self.routers.routes(found, len(ids)) if self.routers else None
+        return LlamaForward(logits, Elapsed(milliseconds), every, routes)
 
 
 def conforms(

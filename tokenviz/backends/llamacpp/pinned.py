@@ -31,12 +31,27 @@ LLAMA_FUNCTIONS = (
 
 def layer_output(layer: int) -> str:
     """The residual stream after `layer` in llama.cpp's graph."""
-    return f"l_out-{layer}"
+    return of_layer("l_out", layer)
 
 
 def attention_probabilities(layer: int) -> str:
     """A layer's attention probabilities in llama.cpp's graph (with flash attention off)."""
-    return f"kq_soft_max-{layer}"
+    return of_layer("kq_soft_max", layer)
+
+
+# An MoE layer's routing in llama.cpp's graph (llama-graph.cpp, build_moe_ffn): the router's logits; every
+# expert ranked (int32; the chosen are the first k of a token's row: ffn_moe_topk is a strided view of it,
+# which the callback cannot copy whole); the chosen alone (where a family chooses them itself); their
+# weights, named again at each stage llama.cpp takes them through (in this order: the last a layer has is
+# what its experts' outputs are scaled by); and the sigmoid gate of a shared expert (qwen2moe.cpp's kin).
+ROUTER_LOGITS, RANKED_EXPERTS, CHOSEN_EXPERTS = "ffn_moe_logits", "ffn_moe_argsort", "ffn_moe_topk"
+SHARED_GATE = "ffn_shexp_gate"
+EXPERT_WEIGHTS = ("ffn_moe_weights", "ffn_moe_weights_softmax", "ffn_moe_weights_norm", "ffn_moe_weights_scaled")
+
+
+def of_layer(name: str, layer: int) -> str:
+    """A tensor's name in llama.cpp's graph at `layer`."""
+    return f"{name}-{layer}"
 
 
 def version() -> str:
