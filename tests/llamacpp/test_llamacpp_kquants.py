@@ -84,3 +84,4 @@ def test_the_lens_and_verify_after_a_rewind_are_the_journeys_own(requantized, ki
         assert np.allclose([t[2] for t in last], [c.prob for c in record.top[: len(last)]], atol=SAME_DISTRIBUTION)
     verified = verify_latest(engine, list(engine.fed))
     assert verified.argmax_agrees and verified.max_logit_diff < SAME_DISTRIBUTION, verified
+    assert "in passes of the journey's own shapes" in verified.compared_with  # (what the cache view says)

@@ -518,6 +518,7 @@ async def test_views_lens_embedding_cache_timing_and_verify():
         await pilot.press("v")
         await wait_for(lambda: "verify @" in pane_text(app, "cache"), pilot)
         assert "rounding level" in pane_text(app, "cache") and "same argmax: yes" in pane_text(app, "cache")
+        assert "compared with the whole context again" in pane_text(app, "cache")  # (what verify ran)
         await pilot.press("i")
         await wait_for(lambda: "prefill:" in pane_text(app, "timing"), pilot)
         assert "decode:" in pane_text(app, "timing")

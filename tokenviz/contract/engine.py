@@ -323,6 +323,9 @@ class Caching(Protocol):
     """Capability.CACHE: a KV cache that can be read and fed again (verify, watching past steps, beams
     and speculation from it)."""
 
+    # What `recompute` runs, in words (the cache view says what verify compared the cache with).
+    recomputed_as: str
+
     def logits_after(self, ids: Sequence[int], start: int) -> Scores:
         """The next-token scores after each of `ids[start:]`, the cache left as it was."""
 

@@ -201,6 +201,7 @@ class Verification:
     max_logit_diff: float
     max_attention_diff: float
     argmax_agrees: bool
+    compared_with: str = ""  # what the cache was compared with (the engine's recomputed_as)
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,9 @@ def verify_latest(
     cancelled: Callable[[], bool] = lambda: False,
 ) -> Verification:
     """Redo the latest cached step and compare it, and the attention row computed for the view,
-    with the whole context run again in eager attention, independent of the journey's cache (in
-    chunks of the prefill's size, with `progress`; `cancelled()` ends it between them).
+    with the whole context run again independent of the journey's cache, as the engine recomputes it
+    (its recomputed_as; in chunks of the prefill's size, with `progress`; `cancelled()` ends it
+    between them).
 
     `ids` are the tokens the cache holds. The cache is cropped by one position and the same token
     fed again, which leaves it as it was.
@@ -45,4 +46,5 @@ def verify_latest(
         max_logit_diff=float(host["logit_diff"]),
         max_attention_diff=float(host["attention_diff"]),
         argmax_agrees=bool(host["argmax_agrees"]),
+        compared_with=cache.recomputed_as,
     )

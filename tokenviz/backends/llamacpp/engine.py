@@ -284,6 +284,10 @@ class LlamaCppEngine(DenseInOnePlace):
     def logits_after(self, ids: Sequence[int], start: int) -> torch.Tensor:
         return self.internals.logits_after(ids, start)
 
+    # llama.cpp's sums depend on a pass's shape (internals.recompute): one batch of the whole context would
+    # differ from the steps by that alone (0.07 in a probability on a K-quant), which is not the cache's doing.
+    recomputed_as = "the whole context again from an empty cache, in passes of the journey's own shapes"
+
     def recompute(
         self, ids: list[int], chunk: int | None = None, progress: OnProgress = None, cancelled: IsCancelled = None
     ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -389,6 +389,8 @@ class ModelRunner:
         logits: torch.Tensor = out.logits[0]
         return logits
 
+    recomputed_as = "the whole context again in eager attention, without the cache"
+
     @torch.inference_mode()
     def recompute(
         self, ids: list[int], chunk: int | None = None, progress: OnProgress = None, cancelled: IsCancelled = None

@@ -52,6 +52,8 @@ class CachePane(ScrollPane):
                 style="bold",
             )
             text.append(f"same argmax: {'yes' if v.argmax_agrees else 'NO'} · {verdict}\n", style="bold")
+            if v.compared_with:
+                text.append(f"compared with {v.compared_with}\n")
         elif s.live:  # a recording keeps no verification
             waiting = "press v to recompute this step without the cache and compare"
             text.append_text(pending_note(selection, waiting, "verify", Run(Verify, "verify")))
