@@ -131,3 +131,23 @@ def test_attention_rows_are_the_softmax_of_llama_cpps_own_queries_and_keys(famil
         rows = engine.attention(ids, range(n), [layer])[0].double()
         assert (rows - reference).abs().max() < 1e-4, (layer, float((rows - reference).abs().max()))
         assert torch.allclose(rows.sum(-1), torch.ones(info.heads, n, dtype=torch.float64), atol=1e-5)
+
+
+# transformers' GGUF reader on: a family it reads wrongly (qwen3), one it does not take (olmoe), a sliding
+# window and an MoE it reads (each a transformers load of its own: about 8 s).
+READ_BY_TRANSFORMERS = ("qwen3", "olmoe", "gemma3_text", "qwen2_moe")
+
+
+@pytest.mark.parametrize("family", READ_BY_TRANSFORMERS)
+def test_the_default_backend_steps_each_gguf_or_says_in_one_line_why_not(monkeypatch, capsys, tmp_path, family):
+    """transformers (the default backend) reads a GGUF by its own reader, which takes fewer families than
+    llama.cpp: it steps the file, or refuses it in one line naming it (qwen3's ended in a traceback, exit
+    1: transformers built a model whose weights' shapes differ from the file's)."""
+    model = zoo_gguf(family, "Q8_0")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # (transformers' dequantized copy, made here)
+    code, out, err = invoke(
+        monkeypatch, capsys, "trace", PROMPT, "--model", str(model), "--steps", "2", "--temperature", "0"
+    )
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code in (0, 2) and "Traceback" not in err, err
+    assert len(errors) == (code == 2) and all(model.name in line for line in errors), err

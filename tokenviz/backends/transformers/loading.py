@@ -151,10 +151,15 @@ def load_model(
         if (spec is None or spec.endswith(".gguf")) and gguf_file is None:
             # A cache that passed its manifest check but does not load: rebuild it once.
             ensure_converted(gguf, directory, progress, rebuild=True)
-            with quiet():
-                model, tokenizer = _from_pretrained(
-                    source, name, fit, trust_remote_code, progress, None, before_weights
-                )
+            try:
+                with quiet():
+                    model, tokenizer = _from_pretrained(
+                        source, name, fit, trust_remote_code, progress, None, before_weights
+                    )
+            except TokenvizError:
+                raise
+            except Exception as again:  # the file itself, read afresh: transformers cannot read it as written
+                raise ModelLoadError(_explain(name, again)) from None
         elif Path(source).is_dir():
             raise ModelLoadError(f"could not load the model directory {spec}: {one_line(exc)}") from None
         else:
@@ -363,6 +368,11 @@ def _explain(spec: str, exc: Exception) -> str:
         return (
             f"could not load model {spec!r}: not a local directory or .gguf file, and not found on the "
             f"Hugging Face hub or in its local cache ({text})"
+        )
+    if "mismatched_sizes" in lowered:  # (transformers' report of the weights' shapes is in its log, kept quiet)
+        return (
+            f"transformers could not read {spec}: the shapes of its weights differ from those of the model "
+            "transformers builds from its metadata (transformers does not read this file as it was written)"
         )
     if "unrecognized" in lowered or "not supported" in lowered or "should contain" in lowered:
         return f"{spec} is not a causal language model transformers can load ({text})"
