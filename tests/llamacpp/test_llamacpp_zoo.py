@@ -145,7 +145,7 @@ def test_the_default_backend_steps_each_gguf_or_says_in_one_line_why_not(monkeyp
     1: transformers built a model whose weights' shapes differ from the file's)."""
     model = zoo_gguf(family, "Q8_0")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # (transformers' dequantized copy, made here)
-    code, out, err = invoke(
+    code, _, err = invoke(
         monkeypatch, capsys, "trace", PROMPT, "--model", str(model), "--steps", "2", "--temperature", "0"
     )
     errors = [line for line in err.splitlines() if line.startswith("error:")]

@@ -149,17 +149,10 @@ def load_model(
         raise
     except Exception as exc:
         if (spec is None or spec.endswith(".gguf")) and gguf_file is None:
-            # A cache that passed its manifest check but does not load: rebuild it once.
             ensure_converted(gguf, directory, progress, rebuild=True)
-            try:
-                with quiet():
-                    model, tokenizer = _from_pretrained(
-                        source, name, fit, trust_remote_code, progress, None, before_weights
-                    )
-            except TokenvizError:
-                raise
-            except Exception as again:  # the file itself, read afresh: transformers cannot read it as written
-                raise ModelLoadError(_explain(name, again)) from None
+            model, tokenizer = _from_rebuilt_cache(
+                name, lambda: _from_pretrained(source, name, fit, trust_remote_code, progress, None, before_weights)
+            )
         elif Path(source).is_dir():
             raise ModelLoadError(f"could not load the model directory {spec}: {one_line(exc)}") from None
         else:
@@ -170,6 +163,18 @@ def load_model(
     model.generation_config.pad_token_id = model.generation_config.pad_token_id or tokenizer.eos_token_id
     info = model_info(model, name, torch_device, fit.dtype, fit.note, placed(model), quantized(model))
     return LoadedModel(model=model, tokenizer=tokenizer, info=info)
+
+
+def _from_rebuilt_cache(name: str, load: Callable[[], tuple[Any, Any]]) -> tuple[Any, Any]:
+    """A GGUF whose dequantized cache passed its manifest check but did not load, loaded again from the
+    cache rebuilt: what fails now is the file itself as transformers reads it, said in one line."""
+    try:
+        with quiet():
+            return load()
+    except TokenvizError:
+        raise
+    except Exception as exc:
+        raise ModelLoadError(_explain(name, exc)) from None
 
 
 def check_vocabulary(name: str, config: Any, tokenizer: PreTrainedTokenizerBase) -> None:
