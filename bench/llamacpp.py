@@ -1,7 +1,8 @@
 """A GGUF in llama.cpp (--backend llama.cpp), measured against llama.cpp's own bare runs on the same file in
-the same process: a step against a bare llama_decode of one token with its logits read, autoplay against
-llama-cpp-python's own greedy generation, a step with the lens open against one without; and its step
-against the transformers backend's on the same GGUF (dequantized), a figure for the docs."""
+the same process, through llama-cpp-python's own `Llama` (never tokenviz's wrapper): a step against
+Llama.eval of one token with its logits read, autoplay against llama-cpp-python's own greedy generation, a
+step with the lens open against one without; and its step against the transformers backend's on the same
+GGUF (dequantized), a figure for the docs."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,17 +36,16 @@ def open_engine(gguf: Path | None = None):
     return BACKEND.loader(opening)(lambda message, fraction: None)
 
 
-def bare_decoder(engine, ids: list[int]) -> Callable[[], None]:
-    """llama.cpp bare, on a context of its own: each call decodes one token (the argmax of the last logits
-    read) with its logits read, nothing else."""
-    runtime = engine.runtime.sibling()
-    last = runtime.decode(ids, 0)[-1]
-    state = {"position": len(ids), "token": int(np.argmax(last))}
+def bare_decoder(gguf: Path | None, ids: list[int]) -> Callable[[], None]:
+    """llama.cpp bare, through llama-cpp-python's own `Llama` (never tokenviz's runtime): each call evaluates
+    one token (the argmax of the last logits, which Llama.eval copies out) and nothing else."""
+    llm = own_llama(gguf)
+    llm.eval(ids)
+    state = {"token": int(np.argmax(llm.scores[llm.n_tokens - 1]))}
 
     def step() -> None:
-        row = runtime.decode([state["token"]], state["position"])[-1]
-        state["position"] += 1
-        state["token"] = int(np.argmax(row))
+        llm.eval([state["token"]])
+        state["token"] = int(np.argmax(llm.scores[llm.n_tokens - 1]))
 
     return step
 
@@ -78,7 +79,7 @@ def step(steps: int, rounds: int = 3, gguf: Path | None = None) -> dict:
     every: list[float] = []
     for _ in range(rounds):
         session = greedy_session(engine, ids)
-        seconds = steps_in_turn({"engine": session.step, "bare": bare_decoder(engine, ids)}, steps)
+        seconds = steps_in_turn({"engine": session.step, "bare": bare_decoder(gguf, ids)}, steps)
         plain += seconds["engine"]
         bare += seconds["bare"]
         for rows, into in ((shown, lensed), (None, every)):
@@ -98,9 +99,10 @@ def step(steps: int, rounds: int = 3, gguf: Path | None = None) -> dict:
     }
 
 
-def own_generation(tokens: int, gguf: Path | None = None) -> tuple[float, list[int]]:
-    """llama-cpp-python's own greedy generation of `tokens` tokens after the prompt on `gguf` (the bundled
-    GGUF by default): (seconds from the prompt evaluated to the last token, the tokens)."""
+def own_llama(gguf: Path | None = None) -> Any:
+    """llama-cpp-python's own `Llama` on `gguf` (the bundled GGUF by default), as tokenviz runs the file: its
+    threads, flash attention as llama.cpp's CPU default (llama-cpp-python's is off), no extra buffer types
+    where AMX is (see runtime.amx_present)."""
     import llama_cpp
 
     from tokenviz.backends.llamacpp.runtime import amx_present, default_threads
@@ -111,22 +113,28 @@ def own_generation(tokens: int, gguf: Path | None = None) -> tuple[float, list[i
 
     def params():
         p = default()
-        p.use_extra_bufts = not amx_present()  # (as tokenviz loads it: see runtime.amx_present)
+        p.use_extra_bufts = not amx_present()
         return p
 
     bindings.llama_model_default_params = params
     try:
         threads = default_threads()  # (tokenviz's: llama-cpp-python's default is half the cores)
-        llm = llama_cpp.Llama(
+        return llama_cpp.Llama(
             model_path=str(gguf or bundled_gguf()),
             n_ctx=4096,
             n_threads=threads,
             n_threads_batch=threads,
-            flash_attn=True,  # (llama.cpp's own default on a CPU, as tokenviz runs it; llama-cpp-python's is off)
+            flash_attn=True,
             verbose=False,
         )
     finally:
         bindings.llama_model_default_params = default
+
+
+def own_generation(tokens: int, gguf: Path | None = None) -> tuple[float, list[int]]:
+    """llama-cpp-python's own greedy generation of `tokens` tokens after the prompt on `gguf` (the bundled
+    GGUF by default): (seconds from the prompt evaluated to the last token, the tokens)."""
+    llm = own_llama(gguf)
     prompt = llm.tokenize(PROMPT.encode(), add_bos=True, special=True)
     made: list[int] = []
     started = None
@@ -184,6 +192,12 @@ def gguf_file(choice: str | None) -> Path | None:
 
         return shaped_gguf(GGUF_SHAPES[choice], cache_root() / "bench-gguf")
     return Path(choice)
+
+
+def gguf_described(gguf: str) -> dict:
+    """The GGUF `gguf` names (see gguf_file) as its engine describes it: the results file's model block."""
+    engine = open_engine(gguf_file(gguf))
+    return {"file": str(engine.path), **engine.info.to_json()}
 
 
 def llamacpp_measures(loaded, steps: int, tokens: int, gguf: str | None = None) -> list[tuple[str, Callable[[], dict]]]:

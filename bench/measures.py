@@ -44,7 +44,7 @@ from bench.engine import (
     memory,
     step_overhead,
 )
-from bench.llamacpp import llamacpp_measures
+from bench.llamacpp import gguf_described, llamacpp_measures
 from bench.processes import conversion, offload, peak_memory, refusal, trace_long
 from bench.served import served, served_lens
 from bench.shaped import SHAPES, measured_models
@@ -102,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
             "cpus": os.cpu_count(),
             "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None,
         },
-        "model": loaded.info.to_json(),
+        # (with --gguf the measures run on that GGUF: the file describes it, not the transformers model)
+        "model": gguf_described(args.gguf) if args.gguf else loaded.info.to_json(),
     }
     console.print(f"[bold]tokenviz bench[/] on {loaded.info.name}, {device}, {loaded.info.dtype}")
     measures = [

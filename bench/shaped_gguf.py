@@ -1,8 +1,10 @@
-"""A GGUF of a larger model's shape for the llama.cpp measures: the bundled GGUF's vocabulary, tokenizer and
-chat template, a body of the shape's layers with random weights, quantized to Q4_1 (as the bundled model is)
-by llama.cpp's own quantizer. The bundled model's decode is 8-9 ms on a 2-core CPU, shorter than any model
-a person runs, so the engine's fixed work a token weighs more there than it ever does on their models; this
-file shows it at a size they run, made in half a minute with no download and kept in the user cache."""
+"""A GGUF of a larger model's shape for the llama.cpp measures: the bundled GGUF's tokenizer and chat
+template, its vocabulary padded to the shape's own size with reserved control tokens (as Llama 3 reserves
+its last 256: the head and the per-token work over the vocabulary are the real model's), a body of the
+shape's layers with random weights, quantized to Q4_1 (as the bundled model is) by llama.cpp's own
+quantizer. The bundled model's decode is 8-9 ms on a 2-core CPU, shorter than any model a person runs, so
+the engine's fixed work a token weighs more there than it ever does on their models; this file shows it at
+a size they run, made in a minute or two with no download and kept in the user cache."""
 
 from __future__ import annotations
 
@@ -12,8 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-# Llama 3.2 1B's body (its layers, widths and heads); the vocabulary is the bundled model's.
-GGUF_SHAPES = {"1B": dict(layers=16, hidden=2048, ffn=8192, heads=32, kv_heads=8)}
+# Llama 3.2 1B's shape: its layers, widths, heads and vocabulary (tied embeddings, as its own).
+GGUF_SHAPES = {"1B": dict(layers=16, hidden=2048, ffn=8192, heads=32, kv_heads=8, vocab=128_256)}
+RESERVED = "<|reserved_special_token_{}|>"  # the padding tokens' text (Llama 3's name for its own)
+CONTROL = 3  # llama.cpp's token type for a control token: never made by tokenizing text
 SEED = 0
 
 
@@ -25,14 +29,19 @@ def shaped_gguf(shape: dict[str, int], folder: Path) -> Path:
     from tokenviz.system.paths import bundled_gguf
 
     layers, hidden, ffn, heads, kv_heads = (shape[k] for k in ("layers", "hidden", "ffn", "heads", "kv_heads"))
-    name = f"random-{layers}x{hidden}-ffn{ffn}-h{heads}-kv{kv_heads}"
+    source = gguf.GGUFReader(bundled_gguf())
+    tokens = list(source.fields["tokenizer.ggml.tokens"].contents())
+    vocab = max(shape.get("vocab", len(tokens)), len(tokens))
+    name = f"random-{layers}x{hidden}-ffn{ffn}-h{heads}-kv{kv_heads}-v{vocab}"
     done = folder / f"{name}.Q4_1.gguf"
     if done.is_file():
         return done
     folder.mkdir(parents=True, exist_ok=True)
-    source = gguf.GGUFReader(bundled_gguf())
-    vocab = len(source.fields["tokenizer.ggml.tokens"].contents())
+    padding = range(vocab - len(tokens))
     shaped = {
+        "tokenizer.ggml.tokens": tokens + [RESERVED.format(i) for i in padding],
+        "tokenizer.ggml.token_type": list(source.fields["tokenizer.ggml.token_type"].contents())
+        + [CONTROL for _ in padding],
         "llama.block_count": layers,
         "llama.embedding_length": hidden,
         "llama.feed_forward_length": ffn,

@@ -6,24 +6,15 @@ command to build it by hand; every test that needs it is then skipped, naming th
 from __future__ import annotations
 
 import importlib.util
-import re
 import subprocess
 import sys
 from dataclasses import dataclass
-from importlib.metadata import requires
 
 import pytest
+from llama_reference import pin
 
 BUILD_TEST = "tests/llamacpp/test_build.py::test_llama_cpp_python_builds"
 BUILD_S = 3600  # the most a build may take (about 12 minutes on an idle 2-core machine; a busy one, more)
-
-
-def pin() -> str:
-    """The llama-cpp-python requirement of tokenviz's `llamacpp` extra (pyproject.toml: one place)."""
-    for requirement in requires("tokenviz") or ():
-        if requirement.startswith("llama-cpp-python") and re.search(r"extra == [\"']llamacpp[\"']", requirement):
-            return re.split(r"\s*;", requirement)[0]
-    raise AssertionError("tokenviz declares no llamacpp extra")
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ else a sentencepiece model trained here (gemma2 and phi3 read only a tokenizer.m
 
 Made once a machine: the sources and the GGUFs are kept under the user's cache, in a folder named by a
 hash of this file, the pin and the libraries that make the weights, so a change to any of them makes them
-again (a file lock keeps the test workers from making one twice)."""
+again (a file lock keeps the test workers from making one twice); an earlier zoo left a day is removed."""
 
 from __future__ import annotations
 
@@ -21,12 +21,12 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conftest import pin
 from filelock import FileLock
-from llama_reference import PROMPT, THREADS
+from llama_reference import PROMPT, THREADS, pin
 
 QUANTS = ("F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_0", "IQ4_XS")
 SHAPE = {
@@ -84,6 +84,22 @@ def zoo_folder() -> Path:
     made_by = Path(__file__).read_bytes() + f"{pin()} {transformers.__version__} {torch.__version__}".encode()
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return cache / "tokenviz-tests" / "gguf-zoo" / hashlib.sha256(made_by).hexdigest()[:16]
+
+
+STALE_S = 24 * 3600  # a zoo of another hash untouched this long is an earlier version's (about 1.7 GB)
+
+
+def prune_stale(folder: Path) -> None:
+    """Remove the zoos beside `folder` that no run has touched for STALE_S (one in use is touched as its
+    files are made; a younger one may be another checkout's, running now)."""
+    for other in folder.parent.iterdir():
+        try:
+            if other != folder and other.is_dir():
+                touched = max((p.stat().st_mtime for p in other.rglob("*")), default=other.stat().st_mtime)
+                if time.time() - touched > STALE_S:
+                    shutil.rmtree(other, ignore_errors=True)
+        except FileNotFoundError:  # (removed meanwhile by another worker)
+            continue
 
 
 def llama_cpp_sources(folder: Path) -> Path:
@@ -165,6 +181,8 @@ def save_model(name: str, family: Family, folder: Path) -> None:
     model = AutoModelForCausalLM.from_config(
         AutoConfig.for_model(name, **{k: v for k, v in config.items() if v is not None})
     )
+    with torch.no_grad():  # a greedy run lasts the tests' steps: the end token's head row is zero, a logit
+        model.get_output_embeddings().weight[config["eos_token_id"]] = 0  # that random weights rarely top
     model.save_pretrained(folder)
 
 
@@ -200,7 +218,9 @@ def quantize(source: Path, out: Path, kind: str) -> None:
 def zoo_gguf(name: str, kind: str) -> Path:
     """The family `name`'s GGUF in quantization `kind` (one of QUANTS), made once a machine."""
     folder = zoo_folder()
-    folder.mkdir(parents=True, exist_ok=True)
+    if not folder.exists():
+        folder.mkdir(parents=True, exist_ok=True)  # (another worker may make it first)
+        prune_stale(folder)
     out = folder / f"{name}-{kind}.gguf"
     if out.exists():
         return out

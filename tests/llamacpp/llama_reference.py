@@ -3,7 +3,9 @@ outside tokenviz with the same prompt and threads."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from importlib.metadata import requires
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,14 @@ PROMPT = "The Eiffel Tower is located in"
 # Both sides compute with the same threads (llama.cpp splits its sums by thread): tokenviz's default, one
 # a worker under the test command's workers (conftest's OMP_NUM_THREADS), where more would spin-wait.
 THREADS = default_threads()
+
+
+def pin() -> str:
+    """The llama-cpp-python requirement of tokenviz's `llamacpp` extra (pyproject.toml: one place)."""
+    for requirement in requires("tokenviz") or ():
+        if requirement.startswith("llama-cpp-python") and re.search(r"extra == [\"']llamacpp[\"']", requirement):
+            return re.split(r"\s*;", requirement)[0]
+    raise AssertionError("tokenviz declares no llamacpp extra")
 
 
 def own_llama(flash_attn: bool = True, path: Path | None = None) -> Iterator[Any]:

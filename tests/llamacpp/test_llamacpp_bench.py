@@ -27,19 +27,21 @@ def test_the_llama_cpp_measures_run_and_are_judged():
 
 
 def test_a_shaped_gguf_is_made_once_and_the_measures_run_on_it(tmp_path):
-    """`--gguf SHAPE`: the bundled vocabulary in a body of the shape's layers, quantized by llama.cpp and
-    opened by tokenviz as any GGUF; made once, then taken as it is."""
+    """`--gguf SHAPE`: the bundled tokenizer, its vocabulary padded with control tokens to the shape's, in
+    a body of the shape's layers, quantized by llama.cpp and opened by tokenviz as any GGUF; made once,
+    then taken as it is; the results file's model block is that GGUF's."""
     from bench.shaped_gguf import shaped_gguf
     from tokenviz.backends.llamacpp.runtime import Runtime
     from tokenviz.system.paths import bundled_gguf
 
-    shape = dict(layers=2, hidden=128, ffn=256, heads=4, kv_heads=2)
+    shape = dict(layers=2, hidden=128, ffn=256, heads=4, kv_heads=2, vocab=50_000)
     made = shaped_gguf(shape, tmp_path)
     assert made.name.endswith(".Q4_1.gguf") and sorted(p.name for p in tmp_path.iterdir()) == [made.name]
     runtime, bundled = Runtime(made, 256), Runtime(bundled_gguf(), 256)
     try:
         assert (runtime.shape.layers, runtime.shape.hidden, runtime.shape.heads) == (2, 128, 4)
-        assert runtime.shape.kv_heads == 2 and runtime.shape.vocab == bundled.shape.vocab
+        assert runtime.shape.kv_heads == 2 and runtime.shape.vocab == 50_000 > bundled.shape.vocab
+        assert runtime.is_control(49_999) and not runtime.is_control(bundled.tokenize(PROMPT, False)[0])
         assert "Q4_1" in runtime.shape.description
         assert runtime.tokenize(PROMPT, True) == bundled.tokenize(PROMPT, True)  # (the bundled tokenizer)
     finally:
@@ -54,6 +56,8 @@ def test_a_shaped_gguf_is_made_once_and_the_measures_run_on_it(tmp_path):
     played = in_thread(lambda: llamacpp.autoplay(tokens=4, rounds=1, gguf=made))
     assert played["same_tokens"] and played["ratio"] > 0
     assert llamacpp.gguf_file(None) is None and llamacpp.gguf_file(str(made)) == made
+    described = in_thread(lambda: llamacpp.gguf_described(str(made)))
+    assert described["file"] == str(made) and described["vocab"] == 50_000 and described["layers"] == 2
 
 
 def test_a_gguf_option_naming_nothing_is_one_line(capsys):

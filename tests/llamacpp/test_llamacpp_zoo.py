@@ -33,6 +33,7 @@ def trace(monkeypatch, capsys, model, *more: str) -> dict:
 def test_each_step_and_its_lens_are_llama_cpps_own(monkeypatch, capsys, family, kind):
     model = zoo_gguf(family, kind)
     doc = trace(monkeypatch, capsys, model, "--steps", str(STEPS), "--temperature", "0", "--lens")
+    assert len(doc["steps"]) == STEPS, doc["stop_reason"]
     for reference in own_llama(path=model):
         same_logits_as(reference, doc)
         assert [s["chosen"]["id"] for s in doc["steps"]] == [
