@@ -4,7 +4,8 @@ callback (llama_context_params.cb_eval): llama.cpp asks the callback, node by no
 node reads it, and copies it out (ggml_backend_tensor_get, wherever the tensor lives) or writes rows into
 it (ggml_backend_tensor_set: a patch, which every later node then reads). Asked only for what a view shows
 or an intervention changes: the residual after each layer (`l_out-L`), the final norm's output
-(`result_norm`) and, with flash attention off, the attention probabilities (`kq_soft_max-L`). llama.cpp's
+(`result_norm`), with flash attention off the attention probabilities (`kq_soft_max-L`), and an MoE
+model's routing (routing.py; the experts as int32, read as the same four bytes an element). llama.cpp's
 own examples/eval-callback reads tensors this way.
 """
 

@@ -333,8 +333,9 @@ class LlamaCppEngine(DenseInOnePlace):
 
     def take_edits(self, edits: Edits) -> None:
         """The journey's passes and the views' with `edits` from the next pass on. Rows written need the
-        evaluation callback on the journey's context, which it has only while a patch is in force or the
-        lens is in use (without, a pass costs what llama.cpp's own decode costs): where it has none, the
+        evaluation callback on the journey's context, which it has only while a patch is in force, the
+        lens is in use or the model routes to experts (without, a pass costs what llama.cpp's own decode
+        costs): where it has none, the
         context is opened again at its next use (see _ready); a callback no longer needed goes at the next
         step (see _with_capture)."""
         self.edits = edits
