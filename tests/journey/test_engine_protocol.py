@@ -61,7 +61,7 @@ class CachedOnly:
 
 CACHED_METHODS = (
     "use_cache", "chat_ids", "joined", "read_routing", "encode", "decode", "piece", "learn_pieces", "reset",
-    "crop", "forward", "logits_after", "attention", "beam_search", "speculate", "recompute",
+    "crop", "forward", "logits_after", "attention", "beam_search", "speculate", "recompute", "recomputed_as",
 )  # fmt: skip
 
 
