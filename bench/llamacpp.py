@@ -99,10 +99,11 @@ def step(steps: int, rounds: int = 3, gguf: Path | None = None) -> dict:
     }
 
 
-def own_llama(gguf: Path | None = None) -> Any:
+def own_llama(gguf: Path | None = None, flash_attn: bool = True, logits_all: bool = False) -> Any:
     """llama-cpp-python's own `Llama` on `gguf` (the bundled GGUF by default), as tokenviz runs the file: its
     threads, flash attention as llama.cpp's CPU default (llama-cpp-python's is off), no extra buffer types
-    where AMX is (see runtime.amx_present)."""
+    where AMX is (llama.cpp's AMX kernel crashes on Q4_1: see runtime.amx_present); `logits_all` keeps every
+    position's logits (the tests' reference reads them)."""
     import llama_cpp
 
     from tokenviz.backends.llamacpp.runtime import amx_present, default_threads
@@ -124,7 +125,8 @@ def own_llama(gguf: Path | None = None) -> Any:
             n_ctx=4096,
             n_threads=threads,
             n_threads_batch=threads,
-            flash_attn=True,
+            flash_attn=flash_attn,
+            logits_all=logits_all,
             verbose=False,
         )
     finally:

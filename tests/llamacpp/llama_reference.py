@@ -3,6 +3,8 @@ outside tokenviz with the same prompt and threads."""
 
 from __future__ import annotations
 
+import ctypes
+import json
 import re
 from collections.abc import Iterator
 from importlib.metadata import requires
@@ -29,34 +31,11 @@ def pin() -> str:
 
 def own_llama(flash_attn: bool = True, path: Path | None = None) -> Iterator[Any]:
     """llama-cpp-python's own Llama on the GGUF at `path` (the bundled one by default), with the model
-    parameters tokenviz gives it (on a CPU with AMX, llama.cpp's AMX kernel crashes on Q4_1: both run
-    without the extra buffer types)."""
-    import llama_cpp as package
-    import llama_cpp.llama_cpp as bindings
+    parameters tokenviz gives it, as the bench runs it (bench.llamacpp.own_llama), every position's logits
+    kept."""
+    from bench.llamacpp import own_llama as bench_llama
 
-    from tokenviz.backends.llamacpp.runtime import amx_present
-    from tokenviz.system.paths import bundled_gguf
-
-    default = bindings.llama_model_default_params
-
-    def params():
-        p = default()
-        p.use_extra_bufts = not amx_present()
-        return p
-
-    bindings.llama_model_default_params = params
-    try:
-        yield package.Llama(
-            model_path=str(path or bundled_gguf()),
-            n_ctx=4096,
-            n_threads=THREADS,
-            n_threads_batch=THREADS,
-            logits_all=True,
-            flash_attn=flash_attn,
-            verbose=False,  # (llama.cpp's own default on a CPU: auto, on)
-        )
-    finally:
-        bindings.llama_model_default_params = default
+    yield bench_llama(path, flash_attn=flash_attn, logits_all=True)
 
 
 def greedy_session(steps: int, model: str | None = None) -> Any:
@@ -87,3 +66,74 @@ def same_logits_as(reference: Any, doc: dict) -> None:
         ids = [entry["id"] for entry in step["top"][:20]]
         assert [entry["logit"] for entry in step["top"][:20]] == logits[ids].tolist(), i  # bit for bit
         reference.eval([step["chosen"]["id"]])
+
+
+def trace(monkeypatch, capsys, *more: str, model: Path | None = None) -> dict:
+    """`tokenviz trace PROMPT --backend llama.cpp --json *more` on the GGUF `model` (None: the bundled one),
+    with the reference's threads: its document."""
+    from clitools import invoke
+
+    chosen = () if model is None else ("--model", str(model))
+    args = ["trace", PROMPT, "--backend", "llama.cpp", *chosen, "--threads", str(THREADS), "--json", *more]
+    code, out, err = invoke(monkeypatch, capsys, *args)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def head_rows(ids: list[int], path: Path | None = None) -> np.ndarray:
+    """Rows of the GGUF's output head at `path` (the bundled one by default): its own, else the token
+    embeddings (tied), dequantized by gguf itself."""
+    from gguf import GGUFReader, dequantize
+
+    from tokenviz.system.paths import bundled_gguf
+
+    tensors = {t.name: t for t in GGUFReader(path or bundled_gguf()).tensors}
+    head = tensors.get("output.weight") or tensors["token_embd.weight"]
+    return np.asarray(dequantize(head.data, head.tensor_type), dtype=np.float32)[ids]
+
+
+def callback_context(reference: Any, called: Any) -> tuple[Any, Any, Any, Any]:
+    """A context of its own on the reference Llama's model whose evaluation callback is `called(tensor,
+    ask, user_data)`, sized and threaded as tokenviz's: (the bindings, ggml's library with the functions a
+    callback reads and writes tensors by bound, the callback (kept alive with the context), the context)."""
+    import llama_cpp.llama_cpp as lib
+    from llama_cpp._ggml import libggml as ggml
+
+    for function in ("ggml_backend_tensor_get", "ggml_backend_tensor_set"):
+        getattr(ggml, function).argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t]
+    ggml.ggml_get_name.argtypes, ggml.ggml_get_name.restype = [ctypes.c_void_p], ctypes.c_char_p
+    ggml.ggml_nbytes.argtypes, ggml.ggml_nbytes.restype = [ctypes.c_void_p], ctypes.c_size_t
+    callback = lib.ggml_backend_sched_eval_callback(called)
+    params = lib.llama_context_default_params()
+    params.n_ctx, params.n_batch, params.n_ubatch = 4096, 512, 512  # (as tokenviz's context)
+    params.n_threads = params.n_threads_batch = THREADS
+    params.cb_eval = callback
+    return lib, ggml, callback, lib.llama_init_from_model(reference.model, params)
+
+
+def softmax_of_queries_and_keys(engine: Any, ids: list[int], layer: int, scale: float) -> tuple[Any, Any]:
+    """The attention rows tokenviz shows at `layer` over `ids` (llama.cpp's kq_soft_max), and softmax(Q·K ×
+    `scale`) under the causal mask of the post-rotary queries and keys llama.cpp computed in the same pass
+    (rounded to float16, as its kernels multiply them: the KV cache keeps float16): (rows, reference)."""
+    import torch
+
+    info, internals, n = engine.info, engine.internals, len(ids)
+    found = internals.from_empty(internals.attention_context, ids, {f"Qcur-{layer}", f"Kcur-{layer}"})
+    q = torch.from_numpy(found[f"Qcur-{layer}"][-1].reshape(n, info.heads, info.head_dim)).half().double()
+    k = torch.from_numpy(found[f"Kcur-{layer}"][-1].reshape(n, info.kv_heads, info.head_dim)).half().double()
+    k = k.repeat_interleave(info.heads // info.kv_heads, dim=1)
+    scores = torch.einsum("qhd,khd->hqk", q, k) * scale
+    reference = torch.softmax(scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf")), -1)
+    return engine.attention(ids, range(n), [layer])[0].double(), reference
+
+
+def engine_on(model: Path | None = None) -> Any:
+    """tokenviz's llama.cpp engine on the GGUF `model` (None: the bundled one), with the reference's threads."""
+    from tokenviz.backends.llamacpp.plugin import BACKEND
+    from tokenviz.contract.backend import Opening
+    from tokenviz.contract.settings import SamplingSettings
+
+    opening = Opening(
+        "trace", {"threads": THREADS}, frozenset(), None if model is None else str(model), SamplingSettings()
+    )
+    return BACKEND.loader(opening)(lambda message, fraction: None)

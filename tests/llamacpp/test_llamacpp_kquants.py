@@ -8,13 +8,11 @@ batch, was off by as much. Views now feed the journey's passes as they were fed 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-from clitools import invoke
-from llama_reference import PROMPT, THREADS, greedy_session, own_llama, same_logits_as
+from llama_reference import THREADS, greedy_session, own_llama, same_logits_as, trace
 
 from tokenviz.contract.engine import LensAsk
 
@@ -43,18 +41,11 @@ def requantized(llama_cpp, tmp_path_factory) -> dict[str, Path]:
     return made
 
 
-def trace(monkeypatch, capsys, model: Path, *more: str) -> dict:
-    args = ["trace", PROMPT, "--backend", "llama.cpp", "--model", str(model), "--threads", str(THREADS), "--json"]
-    code, out, err = invoke(monkeypatch, capsys, *args, *more)
-    assert code == 0, err
-    return json.loads(out)
-
-
 @pytest.mark.parametrize("kind", QUANTS)
 def test_every_steps_lens_ends_on_the_steps_own_distribution(monkeypatch, capsys, requantized, kind):
     """trace --lens: the tokens and logits are llama-cpp-python's own step by step, and at every step the
     lens's last layer is the step's distribution."""
-    doc = trace(monkeypatch, capsys, requantized[kind], "--steps", "8", "--temperature", "0", "--lens")
+    doc = trace(monkeypatch, capsys, "--steps", "8", "--temperature", "0", "--lens", model=requantized[kind])
     for reference in own_llama(path=requantized[kind]):
         same_logits_as(reference, doc)
     for step in doc["steps"]:

@@ -7,15 +7,11 @@ the app's routing view."""
 
 from __future__ import annotations
 
-import ctypes
-import json
-
 import numpy as np
 import pytest
 from apptools import settle, wait_for
-from clitools import invoke
 from gguf_zoo import zoo_gguf
-from llama_reference import PROMPT, THREADS, own_llama
+from llama_reference import PROMPT, THREADS, callback_context, own_llama, trace
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.usefixtures("llama_cpp")]
 
@@ -30,19 +26,7 @@ class RouterReader:
     router probabilities (ffn_moe_probs-L: experts × tokens) and shared-expert gate (ffn_shexp_gate-L)."""
 
     def __init__(self, reference):
-        import llama_cpp.llama_cpp as lib
-        from llama_cpp._ggml import libggml as ggml
-
-        self.lib, self.ggml, self.model = lib, ggml, reference.model
-        ggml.ggml_backend_tensor_get.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t]
-        ggml.ggml_get_name.argtypes, ggml.ggml_get_name.restype = [ctypes.c_void_p], ctypes.c_char_p
-        ggml.ggml_nbytes.argtypes, ggml.ggml_nbytes.restype = [ctypes.c_void_p], ctypes.c_size_t
-        self.callback = lib.ggml_backend_sched_eval_callback(self._called)
-        params = lib.llama_context_default_params()
-        params.n_ctx, params.n_batch, params.n_ubatch = 4096, 512, 512  # (as tokenviz's context)
-        params.n_threads = params.n_threads_batch = THREADS
-        params.cb_eval = self.callback
-        self.ctx = lib.llama_init_from_model(reference.model, params)
+        self.lib, self.ggml, self.callback, self.ctx = callback_context(reference, self._called)
         self.seen: dict[str, list[np.ndarray]] = {}
         self.fed = 0
 
@@ -117,12 +101,7 @@ def assert_same_routes(shown: list[dict], expected: list[dict], where: str) -> N
 @pytest.mark.parametrize("family", MOE)
 def test_trace_routing_is_the_routers_choice_llama_cpp_computed(monkeypatch, capsys, family, kind):
     model = zoo_gguf(family, kind)
-    args = ["trace", PROMPT, "--backend", "llama.cpp", "--model", str(model), "--threads", str(THREADS)]
-    code, out, err = invoke(
-        monkeypatch, capsys, *args, "--steps", str(STEPS), "--temperature", "0", "--routing", "--json"
-    )
-    assert code == 0, err
-    doc = json.loads(out)
+    doc = trace(monkeypatch, capsys, "--steps", str(STEPS), "--temperature", "0", "--routing", model=model)
     assert "routing" in doc["model"]["capabilities"] and doc["model"]["experts"] == 4
     layers = [route["layer"] for route in doc["prompt_routing"][0]]
     assert layers == [0, 1, 2, 3]

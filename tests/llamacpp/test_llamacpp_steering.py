@@ -8,12 +8,11 @@ and attention rows see the steered model; taking the interventions off gives the
 from __future__ import annotations
 
 import ctypes
-import json
 
 import numpy as np
 import pytest
-from clitools import invoke
-from llama_reference import PROMPT, THREADS
+from llama_reference import PROMPT, THREADS, callback_context, engine_on, head_rows
+from llama_reference import trace as reference_trace
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.usefixtures("llama_cpp")]
 
@@ -21,10 +20,7 @@ STEPS = 6
 
 
 def trace(monkeypatch, capsys, *more: str) -> dict:
-    args = ["trace", PROMPT, "--backend", "llama.cpp", "--threads", str(THREADS), "--temperature", "0", "--json"]
-    code, out, err = invoke(monkeypatch, capsys, *args, *more)
-    assert code == 0, err
-    return json.loads(out)
+    return reference_trace(monkeypatch, capsys, "--temperature", "0", *more)
 
 
 def llama_cpp_bindings():
@@ -33,41 +29,18 @@ def llama_cpp_bindings():
     return lib
 
 
-def head_rows(ids: list[int]) -> np.ndarray:
-    """Rows of the bundled GGUF's output head (its token embeddings, tied), dequantized by gguf itself."""
-    from gguf import GGUFReader, dequantize
-
-    from tokenviz.system.paths import bundled_gguf
-
-    tensors = {t.name: t for t in GGUFReader(bundled_gguf()).tensors}
-    head = tensors.get("output.weight") or tensors["token_embd.weight"]
-    return np.asarray(dequantize(head.data, head.tensor_type), dtype=np.float32)[ids]
-
-
 class Context:
     """A context of its own on the reference Llama's model, with an evaluation callback that reads the
     residual after one layer (`l_out-L`) and may write one position's row of it as llama.cpp computes it."""
 
     def __init__(self, reference, layer: int, control: np.ndarray | None = None):
-        import llama_cpp.llama_cpp as lib
-        from llama_cpp._ggml import libggml as ggml
-
-        self.lib, self.ggml, self.name = lib, ggml, f"l_out-{layer}".encode()
-        self.hidden = lib.llama_model_n_embd(reference.model)
-        for function in ("ggml_backend_tensor_get", "ggml_backend_tensor_set"):
-            getattr(ggml, function).argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t]
-        ggml.ggml_get_name.argtypes, ggml.ggml_get_name.restype = [ctypes.c_void_p], ctypes.c_char_p
-        ggml.ggml_nbytes.argtypes, ggml.ggml_nbytes.restype = [ctypes.c_void_p], ctypes.c_size_t
-        self.callback = lib.ggml_backend_sched_eval_callback(self._called)
-        params = lib.llama_context_default_params()
-        params.n_ctx, params.n_batch, params.n_ubatch = 4096, 512, 512  # (as tokenviz's context)
-        params.n_threads = params.n_threads_batch = THREADS
-        params.cb_eval = self.callback
-        self.ctx = lib.llama_init_from_model(reference.model, params)
+        self.name = f"l_out-{layer}".encode()
+        self.lib, self.ggml, self.callback, self.ctx = callback_context(reference, self._called)
+        self.hidden = self.lib.llama_model_n_embd(reference.model)
         if control is not None:
             data = control.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
-            layers = lib.llama_model_n_layer(reference.model)
-            assert lib.llama_set_adapter_cvec(self.ctx, data, control.size, self.hidden, 1, layers - 1) == 0
+            layers = self.lib.llama_model_n_layer(reference.model)
+            assert self.lib.llama_set_adapter_cvec(self.ctx, data, control.size, self.hidden, 1, layers - 1) == 0
         self.first, self.write, self.seen = 0, None, []
 
     def _called(self, tensor, ask, user_data):
@@ -253,13 +226,9 @@ def test_attention_rows_see_the_steered_model(llama_cpp):
     it attends as the model alone does, and a layer after it does not."""
     import torch
 
-    from tokenviz.backends.llamacpp.plugin import BACKEND
-    from tokenviz.contract.backend import Opening
     from tokenviz.contract.interventions import parse_steering
-    from tokenviz.contract.settings import SamplingSettings
 
-    opening = Opening("trace", {"threads": THREADS}, frozenset(), None, SamplingSettings())
-    engine = BACKEND.loader(opening)(lambda message, fraction: None)
+    engine = engine_on()
     ids = engine.encode(PROMPT)
     rows = range(len(ids))
     plain = engine.attention(ids, rows, [3, 20])

@@ -10,20 +10,21 @@ import os
 import numpy as np
 import pytest
 from clitools import invoke
-from llama_reference import PROMPT, THREADS, greedy_session, same_logits_as
+from llama_reference import (
+    PROMPT,
+    THREADS,
+    engine_on,
+    greedy_session,
+    same_logits_as,
+    softmax_of_queries_and_keys,
+    trace,
+)
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.usefixtures("llama_cpp")]
 # tokenviz's probabilities are torch's float32 softmax of llama.cpp's logits; against a float64 softmax of
 # the same logits they differ by up to 1.7e-5 relative over the bundled model's 49,152 tokens (measured on
 # this machine's CPU: torch's vectorised exp and sum follow the instructions the CPU has).
 FLOAT32_SOFTMAX = 5e-5
-
-
-def trace(monkeypatch, capsys, *more: str) -> dict:
-    args = ["trace", PROMPT, "--backend", "llama.cpp", "--threads", str(THREADS), "--json", *more]
-    code, out, err = invoke(monkeypatch, capsys, *args)
-    assert code == 0, err
-    return json.loads(out)
 
 
 def test_greedy_steps_are_llama_cpp_pythons_own_tokens_and_logits(monkeypatch, capsys, reference):
@@ -105,10 +106,6 @@ def test_chat_is_the_ggufs_own_template_as_llama_cpp_python_formats_it(monkeypat
     template's; a greedy step is llama-cpp-python's own on those ids."""
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-    from tokenviz.backends.llamacpp.plugin import BACKEND
-    from tokenviz.contract.backend import Opening
-    from tokenviz.contract.settings import SamplingSettings
-
     question, system = "What is the capital of France?", "Answer in one word."
     metadata = reference.metadata
     bos, eos = (
@@ -127,8 +124,7 @@ def test_chat_is_the_ggufs_own_template_as_llama_cpp_python_formats_it(monkeypat
     reference.reset()
     reference.eval(expected)
     assert doc["steps"][0]["chosen"]["id"] == int(np.argmax(reference.scores[len(expected) - 1]))
-    opening = Opening("trace", {"threads": THREADS}, frozenset(), None, SamplingSettings())
-    engine = BACKEND.loader(opening)(lambda message, fraction: None)
+    engine = engine_on()
     chat = engine.chat_ids(question, system)
     own = [i for i, marked in enumerate(chat.template) if not marked]
     assert chat.ids == expected and engine.decode([chat.ids[i] for i in own]) == system + question
@@ -190,24 +186,11 @@ def test_attention_rows_are_the_softmax_of_llama_cpps_own_queries_and_keys(llama
     them: the KV cache keeps float16), within 1e-4."""
     import torch
 
-    from tokenviz.backends.llamacpp.plugin import BACKEND
-    from tokenviz.contract.backend import Opening
-    from tokenviz.contract.settings import SamplingSettings
-
-    opening = Opening("trace", {"threads": THREADS}, frozenset(), None, SamplingSettings())
-    engine = BACKEND.loader(opening)(lambda message, fraction: None)
-    info, internals = engine.info, engine.internals
+    engine = engine_on()
     ids = engine.encode(PROMPT + " Paris, the capital of France.")
-    n, layer = len(ids), 20
-    found = internals.from_empty(internals.attention_context, ids, {f"Qcur-{layer}", f"Kcur-{layer}"})
-    q = torch.from_numpy(found[f"Qcur-{layer}"][-1].reshape(n, info.heads, info.head_dim)).half().double()
-    k = torch.from_numpy(found[f"Kcur-{layer}"][-1].reshape(n, info.kv_heads, info.head_dim)).half().double()
-    k = k.repeat_interleave(info.heads // info.kv_heads, dim=1)
-    scores = torch.einsum("qhd,khd->hqk", q, k) / info.head_dim**0.5
-    reference = torch.softmax(scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf")), -1)
-    rows = engine.attention(ids, range(n), [layer])[0].double()
+    rows, reference = softmax_of_queries_and_keys(engine, ids, 20, engine.info.head_dim**-0.5)
     assert (rows - reference).abs().max() < 1e-4
-    assert torch.allclose(rows.sum(-1), torch.ones(info.heads, n, dtype=torch.float64), atol=1e-5)
+    assert torch.allclose(rows.sum(-1), torch.ones(engine.info.heads, len(ids), dtype=torch.float64), atol=1e-5)
 
 
 @pytest.mark.terminal

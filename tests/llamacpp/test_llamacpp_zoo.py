@@ -5,13 +5,19 @@ bit for bit, and at every step the lens's last layer is the step's own distribut
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 from clitools import invoke
 from gguf_zoo import FAMILIES, QUANTS, zoo_gguf
-from llama_reference import PROMPT, THREADS, own_llama, same_logits_as
+from llama_reference import (
+    PROMPT,
+    engine_on,
+    head_rows,
+    own_llama,
+    same_logits_as,
+    softmax_of_queries_and_keys,
+    trace,
+)
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.families, pytest.mark.usefixtures("llama_cpp")]
 
@@ -21,18 +27,11 @@ STEPS = 6
 SAME_DISTRIBUTION = 1e-6
 
 
-def trace(monkeypatch, capsys, model, *more: str) -> dict:
-    args = ["trace", PROMPT, "--backend", "llama.cpp", "--model", str(model), "--threads", str(THREADS), "--json"]
-    code, out, err = invoke(monkeypatch, capsys, *args, *more)
-    assert code == 0, err
-    return json.loads(out)
-
-
 @pytest.mark.parametrize("kind", QUANTS)
 @pytest.mark.parametrize("family", FAMILIES)
 def test_each_step_and_its_lens_are_llama_cpps_own(monkeypatch, capsys, family, kind):
     model = zoo_gguf(family, kind)
-    doc = trace(monkeypatch, capsys, model, "--steps", str(STEPS), "--temperature", "0", "--lens")
+    doc = trace(monkeypatch, capsys, "--steps", str(STEPS), "--temperature", "0", "--lens", model=model)
     assert len(doc["steps"]) == STEPS, doc["stop_reason"]
     for reference in own_llama(path=model):
         same_logits_as(reference, doc)
@@ -44,15 +43,6 @@ def test_each_step_and_its_lens_are_llama_cpps_own(monkeypatch, capsys, family, 
         last, own = step["lens"][-1]["top"], step["top"][: len(step["lens"][-1]["top"])]
         assert [entry["id"] for entry in last] == [entry["id"] for entry in own], step["index"]
         assert np.allclose([e["prob"] for e in last], [e["prob"] for e in own], rtol=0, atol=SAME_DISTRIBUTION)
-
-
-def head_rows(model, ids: list[int]) -> np.ndarray:
-    """Rows of the GGUF's output head (its own, else the token embeddings, tied), dequantized by gguf."""
-    from gguf import GGUFReader, dequantize
-
-    tensors = {t.name: t for t in GGUFReader(model).tensors}
-    head = tensors.get("output.weight") or tensors["token_embd.weight"]
-    return np.asarray(dequantize(head.data, head.tensor_type), dtype=np.float32)[ids]
 
 
 def one_token(reference, word: str) -> tuple[str, int]:
@@ -77,10 +67,12 @@ def test_steering_is_llama_cpp_pythons_own_control_vector(monkeypatch, capsys, f
     for reference in own_llama(path=model):
         (toward, toward_id), (away, away_id) = (one_token(reference, word) for word in ("is", "in"))
         steer = f"2:8:{toward}:{away}"
-        doc = trace(monkeypatch, capsys, model, "--steps", str(STEPS), "--temperature", "0", "--steer-tokens", steer)
+        doc = trace(
+            monkeypatch, capsys, "--steps", str(STEPS), "--temperature", "0", "--steer-tokens", steer, model=model
+        )
         layers, hidden = lib.llama_model_n_layer(reference.model), reference.n_embd()
         control = np.zeros((layers - 1, hidden), dtype=np.float32)
-        rows = head_rows(model, [toward_id, away_id])
+        rows = head_rows([toward_id, away_id], model)
         control[2 - 1] = np.float32(8.0) * (rows[0] - rows[1])
         data = control.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
         assert lib.llama_set_adapter_cvec(reference.ctx, data, control.size, hidden, 1, layers - 1) == 0
@@ -108,30 +100,16 @@ def test_attention_rows_are_the_softmax_of_llama_cpps_own_queries_and_keys(famil
     captured are already scaled)."""
     import torch
 
-    from tokenviz.backends.llamacpp.plugin import BACKEND
-    from tokenviz.contract.backend import Opening
-    from tokenviz.contract.settings import SamplingSettings
-
-    model = zoo_gguf(family, "Q4_K_M")
-    opening = Opening("trace", {"threads": THREADS}, frozenset(), str(model), SamplingSettings())
-    engine = BACKEND.loader(opening)(lambda message, fraction: None)
-    info, internals = engine.info, engine.internals
+    engine = engine_on(zoo_gguf(family, "Q4_K_M"))
+    info = engine.info
     architecture = engine.runtime.metadata("general.architecture")
     scale = float(engine.runtime.metadata(f"{architecture}.attention.scale") or info.head_dim**-0.5)
     scale = 1.0 if family in QUERIES_SCALED else scale
     ids = engine.encode(PROMPT + " Paris, the capital of France.")
-    n = len(ids)
     for layer in range(info.layers):
-        found = internals.from_empty(internals.attention_context, ids, {f"Qcur-{layer}", f"Kcur-{layer}"})
-        q = torch.from_numpy(found[f"Qcur-{layer}"][-1].reshape(n, info.heads, info.head_dim)).half().double()
-        k = torch.from_numpy(found[f"Kcur-{layer}"][-1].reshape(n, info.kv_heads, info.head_dim)).half().double()
-        k = k.repeat_interleave(info.heads // info.kv_heads, dim=1)
-        scores = torch.einsum("qhd,khd->hqk", q, k) * scale
-        causal = torch.ones(n, n, dtype=torch.bool).triu(1)
-        reference = torch.softmax(scores.masked_fill(causal, float("-inf")), -1)
-        rows = engine.attention(ids, range(n), [layer])[0].double()
+        rows, reference = softmax_of_queries_and_keys(engine, ids, layer, scale)
         assert (rows - reference).abs().max() < 1e-4, (layer, float((rows - reference).abs().max()))
-        assert torch.allclose(rows.sum(-1), torch.ones(info.heads, n, dtype=torch.float64), atol=1e-5)
+        assert torch.allclose(rows.sum(-1), torch.ones(info.heads, len(ids), dtype=torch.float64), atol=1e-5)
 
 
 # transformers' GGUF reader on: a family it reads wrongly (qwen3), one it does not take (olmoe), a sliding
