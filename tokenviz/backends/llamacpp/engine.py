@@ -395,10 +395,11 @@ class LlamaCppEngine(DenseInOnePlace):
             )
         self._ready()
         lens = self.internals.step_names(len(ids))
-        routing = self.routers.names() if self.routers else set()
-        capture = self._with_capture(bool(lens | routing))
+        routing = self.routers.names if self.routers else frozenset()
+        wanted = lens | routing
+        capture = self._with_capture(bool(wanted))
         if capture is not None:
-            capture.start(lens | routing)
+            capture.start(wanted)
         started = time.perf_counter()
         try:
             rows = self.runtime.decode(ids, len(self.fed), every_position)

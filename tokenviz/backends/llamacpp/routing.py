@@ -6,6 +6,7 @@ The layers are those whose tensors include a router (blk.L.ffn_gate_inp), as the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -32,13 +33,14 @@ class Routers:
     layers: tuple[int, ...]
     experts: int  # routed experts a layer
     k: int  # chosen a token
-    gated: frozenset[int]  # layers whose shared expert has a gate
-    shared: frozenset[int]  # layers with a shared expert
+    gated: frozenset[int]  # layers whose shared expert's weight a token is its gate's
+    ungated: frozenset[int]  # layers whose shared expert every token goes through in full
 
-    def names(self) -> set[str]:
-        """What a pass captures to give its routing."""
+    @cached_property
+    def names(self) -> frozenset[str]:
+        """What a pass captures to give its routing (asked every step: made once)."""
         kinds = (ROUTER_LOGITS, RANKED_EXPERTS, CHOSEN_EXPERTS, *EXPERT_WEIGHTS)
-        return {of_layer(kind, n) for n in self.layers for kind in kinds} | {
+        return frozenset({of_layer(kind, n) for n in self.layers for kind in kinds}) | {
             of_layer(SHARED_GATE, n) for n in self.gated
         }
 
@@ -63,7 +65,7 @@ class Routers:
                 entropy.append(np.full(tokens, np.nan))
             gate = _joined(found, of_layer(SHARED_GATE, n)) if n in self.gated else None
             if gate is None or gate.size != tokens:
-                gate = np.full(tokens, 1.0 if n in self.shared - self.gated else np.nan)
+                gate = np.full(tokens, 1.0 if n in self.ungated else np.nan)
             shared.append(gate)
         return {
             "route_experts": torch.from_numpy(np.stack(experts, 1)),
@@ -97,7 +99,7 @@ def moe_routers(header: GgufHeader | None, architecture: str) -> Routers | None:
         return None
     names = header.tensor_names
     gated = frozenset(n for n in moe if GATED_SHARED_EXPERT.format(n) in names)
-    return Routers(moe, experts, k, gated, gated | frozenset(n for n in moe if SHARED_EXPERT.format(n) in names))
+    return Routers(moe, experts, k, gated, frozenset(n for n in moe if SHARED_EXPERT.format(n) in names) - gated)
 
 
 def _joined(found: dict[str, list[np.ndarray]], name: str) -> np.ndarray | None:
