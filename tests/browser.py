@@ -81,6 +81,22 @@ def until(predicate, timeout: float = 10.0, every: float = 0.05):
     raise AssertionError("not in time")
 
 
+def chips_of(browser, count: int, timeout: float = 60.0):
+    """The page's token chips once all `count` are drawn; failing, the page's console errors say why
+    (a busy machine can hand the page over before its script has drawn them)."""
+    from selenium.webdriver.common.by import By
+
+    try:
+        return until(
+            lambda: (found := browser.find_elements(By.CSS_SELECTOR, ".chip")) and len(found) >= count and found,
+            timeout,
+        )
+    except AssertionError:
+        errors = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+        shown = len(browser.find_elements(By.CSS_SELECTOR, ".chip"))
+        raise AssertionError(f"{shown} of {count} chips drawn in {timeout:.0f} s; console errors: {errors}") from None
+
+
 SEEN: list[str] = []  # what the page's websockets received, as text (see frames)
 
 

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from apptools import frozen_recording
-from browser import SCREENSHOTS, chromium, needs_browser, until
+from browser import SCREENSHOTS, chips_of, chromium, needs_browser, until
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
@@ -24,7 +24,7 @@ def test_the_page_shows_each_step_as_recorded_offline(tmp_path):
     fifth = snapshot.records[4]  # the step that chose the 5th generated token
     with chromium() as browser:
         browser.get(path.resolve().as_uri())
-        chips = browser.find_elements(By.CSS_SELECTOR, ".chip")
+        chips = chips_of(browser, len(snapshot.chips))
         assert len(chips) == len(snapshot.chips)
         chips[snapshot.prompt_len + 3].click()  # as in the app, a token shows the step made after it
         heading = until(lambda: browser.find_element(By.CSS_SELECTOR, "#step h2").text)
@@ -97,7 +97,7 @@ def test_a_200_step_journey_of_the_bundled_model_makes_a_page_under_2_mb(bundled
     assert path.stat().st_size < 2_000_000
     with chromium(1280, 1000) as browser:
         browser.get(path.resolve().as_uri())
-        chips = browser.find_elements(By.CSS_SELECTOR, ".chip")
+        chips = chips_of(browser, len(snapshot.chips))
         chips[snapshot.prompt_len + 3].click()  # (the step made after it: the 5th)
         first = browser.find_element(By.CSS_SELECTOR, "#step tr:nth-child(2)")
         assert first.find_element(By.CSS_SELECTOR, "td.raw").text == f"{snapshot.records[4].top[0].prob:.4f}"
@@ -154,7 +154,7 @@ def test_the_page_says_which_interventions_were_in_force_and_shows_the_models_ow
     assert first.unsteered is not None
     with chromium() as browser:
         browser.get(path.resolve().as_uri())
-        chips = browser.find_elements(By.CSS_SELECTOR, ".chip")
+        chips = chips_of(browser, len(snapshot.chips))
         chips[snapshot.prompt_len - 1].click()  # (the last prompt token: the first step, made after it)
         step = until(lambda: browser.find_element(By.ID, "step").text)
         assert step.startswith("step 1:")
@@ -235,7 +235,7 @@ def test_the_page_shows_the_lens_where_the_journey_has_it(tmp_path):
     path = save_page(tmp_path / "lens.html", snapshot, saved_attention_of(session), colors, lens=[inspection])
     with chromium() as browser:
         browser.get(path.resolve().as_uri())
-        chips = browser.find_elements(By.CSS_SELECTOR, ".chip")
+        chips = chips_of(browser, len(snapshot.chips))
         chips[at].click()
         rows = until(lambda: browser.find_elements(By.CSS_SELECTOR, "#step .lens tr")[1:])
         assert len(rows) == len(inspection.lens)

@@ -4,7 +4,7 @@ included), not a forward pass; no KV cache, which the server keeps to itself (ne
 from __future__ import annotations
 
 import pytest
-from browser import chromium, needs_browser, until
+from browser import chips_of, chromium, needs_browser, until
 from hostile_server import hostile_server
 
 from tokenviz.backends.shared.endpoint import ApiKey
@@ -80,7 +80,7 @@ def test_the_served_page_in_a_browser_labels_the_top_n_and_the_entropy_floor(tmp
         browser.get(path.resolve().as_uri())
         facts = until(lambda: browser.find_element(By.ID, "facts").text)
         assert "layers" not in facts and "heads" not in facts and "the server's top 20 log-probabilities" in facts
-        chips = browser.find_elements(By.CSS_SELECTOR, ".chip")
+        chips = chips_of(browser, len(snapshot.chips))
         chips[snapshot.prompt_len - 1].click()  # (the last prompt token: the first step, made after it)
         summary = until(lambda: browser.find_element(By.CSS_SELECTOR, "#step p").text)
         assert "entropy ≥ " in summary, summary
