@@ -51,3 +51,31 @@ def reference(llama_cpp):
     from llama_reference import own_llama
 
     yield from own_llama()
+
+
+PERPLEXITY_BUILD_TEST = "tests/llamacpp/test_build.py::test_llama_perplexity_builds"
+
+
+@dataclass(frozen=True)
+class BuiltTool:
+    path: object  # the binary (None: not built)
+    failure: str | None  # why it could not be built
+
+
+@pytest.fixture(scope="session")
+def llama_perplexity_build(llama_cpp_build: Built) -> BuiltTool:
+    """llama.cpp's llama-perplexity from the pinned sdist's sources (tests/llamacpp/llama_perplexity.py)."""
+    from llama_perplexity import build
+
+    try:
+        return BuiltTool(build(), None)
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        return BuiltTool(None, str(exc))
+
+
+@pytest.fixture(scope="session")
+def llama_perplexity(llama_cpp, llama_perplexity_build: BuiltTool):
+    """The llama-perplexity binary, or the test skipped naming the build's test."""
+    if llama_perplexity_build.failure is not None:
+        pytest.skip(f"llama-perplexity could not be built (see {PERPLEXITY_BUILD_TEST})")
+    return llama_perplexity_build.path

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import re
 from collections.abc import Iterator
 from importlib.metadata import requires
@@ -137,3 +138,15 @@ def engine_on(model: Path | None = None) -> Any:
         "trace", {"threads": THREADS}, frozenset(), None if model is None else str(model), SamplingSettings()
     )
     return BACKEND.loader(opening)(lambda message, fraction: None)
+
+
+def requantized(source: Path, out: Path, kind: str) -> Path:
+    """`source` (a quantized GGUF: the bundled one) requantized by llama.cpp's own quantizer to `kind`
+    (Q4_K_M, Q8_0...), as `llama-quantize --allow-requantize source out kind` does."""
+    import llama_cpp as package
+
+    params = package.llama_model_quantize_default_params()
+    params.ftype = getattr(package, f"LLAMA_FTYPE_MOSTLY_{kind}")
+    params.allow_requantize, params.nthread = True, THREADS
+    assert package.llama_model_quantize(os.fsencode(source), os.fsencode(out), params) == 0, (source, kind)
+    return out

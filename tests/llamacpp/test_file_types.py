@@ -4,12 +4,11 @@ own types, which a K-quant file mixes (Q5_0 and Q8_0 on rows too narrow for K bl
 
 from __future__ import annotations
 
-import ctypes
 import json
-import os
 
 import pytest
 from clitools import invoke
+from llama_reference import requantized
 
 from tokenviz.files.gguf_header import read_gguf_header
 from tokenviz.system.paths import bundled_gguf
@@ -17,23 +16,9 @@ from tokenviz.system.paths import bundled_gguf
 pytestmark = [pytest.mark.llamacpp, pytest.mark.usefixtures("llama_cpp")]
 
 
-def requantized(folder, ftype: str):
-    """The bundled GGUF requantized by llama.cpp's own quantizer (as llama-quantize does)."""
-    import llama_cpp
-
-    from tokenviz.backends.llamacpp.runtime import library
-
-    library()  # (its log kept off the terminal)
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype, params.allow_requantize, params.nthread = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{ftype}"), True, 1
-    out = folder / f"smollm2-{ftype}.gguf"
-    assert llama_cpp.llama_model_quantize(os.fsencode(bundled_gguf()), os.fsencode(out), ctypes.byref(params)) == 0
-    return out
-
-
 @pytest.mark.parametrize("ftype, mixed", [("Q4_K_M", ("Q4_K", "Q5_0", "F32")), ("Q8_0", ("Q8_0", "F32"))])
 def test_a_ggufs_type_is_its_file_type_and_its_tensors_types_are_said(tmp_path, monkeypatch, capsys, ftype, mixed):
-    path = requantized(tmp_path, ftype)
+    path = requantized(bundled_gguf(), tmp_path / f"smollm2-{ftype}.gguf", ftype)
     assert read_gguf_header(path).file_type() == ftype
     args = ["trace", "The Eiffel Tower is", "--backend", "llama.cpp", "--model", str(path), "--steps", "1", "--json"]
     code, out, err = invoke(monkeypatch, capsys, *args)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from llama_reference import THREADS, greedy_session, own_llama, same_logits_as, trace
+from llama_reference import greedy_session, own_llama, requantized, same_logits_as, trace
 
 from tokenviz.contract.engine import LensAsk
 
@@ -25,28 +25,19 @@ SAME_DISTRIBUTION = 1e-6
 
 
 @pytest.fixture(scope="module")
-def requantized(llama_cpp, tmp_path_factory) -> dict[str, Path]:
-    import llama_cpp as package
-
+def kquant_files(llama_cpp, tmp_path_factory) -> dict[str, Path]:
     from tokenviz.system.paths import bundled_gguf
 
-    folder, made = tmp_path_factory.mktemp("kquants"), {}
-    for kind in QUANTS:
-        params = package.llama_model_quantize_default_params()
-        params.ftype = getattr(package, f"LLAMA_FTYPE_MOSTLY_{kind}")
-        params.allow_requantize, params.nthread = True, THREADS
-        path = folder / f"smollm2-{kind}.gguf"
-        assert package.llama_model_quantize(str(bundled_gguf()).encode(), str(path).encode(), params) == 0
-        made[kind] = path
-    return made
+    folder = tmp_path_factory.mktemp("kquants")
+    return {kind: requantized(bundled_gguf(), folder / f"smollm2-{kind}.gguf", kind) for kind in QUANTS}
 
 
 @pytest.mark.parametrize("kind", QUANTS)
-def test_every_steps_lens_ends_on_the_steps_own_distribution(monkeypatch, capsys, requantized, kind):
+def test_every_steps_lens_ends_on_the_steps_own_distribution(monkeypatch, capsys, kquant_files, kind):
     """trace --lens: the tokens and logits are llama-cpp-python's own step by step, and at every step the
     lens's last layer is the step's distribution."""
-    doc = trace(monkeypatch, capsys, "--steps", "8", "--temperature", "0", "--lens", model=requantized[kind])
-    for reference in own_llama(path=requantized[kind]):
+    doc = trace(monkeypatch, capsys, "--steps", "8", "--temperature", "0", "--lens", model=kquant_files[kind])
+    for reference in own_llama(path=kquant_files[kind]):
         same_logits_as(reference, doc)
     for step in doc["steps"]:
         last, own = step["lens"][-1]["top"], step["top"][: len(step["lens"][-1]["top"])]
@@ -55,13 +46,13 @@ def test_every_steps_lens_ends_on_the_steps_own_distribution(monkeypatch, capsys
 
 
 @pytest.mark.parametrize("kind", QUANTS)
-def test_the_lens_and_verify_after_a_rewind_are_the_journeys_own(requantized, kind):
+def test_the_lens_and_verify_after_a_rewind_are_the_journeys_own(kquant_files, kind):
     """A journey stepped, rewound and stepped again (its cache in passes of several shapes): the lens at the
     pending step and at a past one end on those steps' distributions, and verify's recompute equals the
     cache."""
     from tokenviz.journey.verification import verify_latest
 
-    session = greedy_session(4, str(requantized[kind]))
+    session = greedy_session(4, str(kquant_files[kind]))
     session.rewind(2)
     session.step()
     session.step()

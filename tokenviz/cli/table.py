@@ -32,7 +32,7 @@ def precision(model: dict[str, Any]) -> str:
     """How the numbers are held: "float32", or "float32 · int8 weights" where the weights are quantized
     (the activations stay in the dtype)."""
     quantized = str(model.get("quantization") or "").split(" (")[0]  # "int8 weights (torchao …); …"
-    return f"{model['dtype']} · {quantized}" if quantized else model["dtype"]
+    return f"{model['dtype']} · {quantized}" if quantized and quantized != model["dtype"] else model["dtype"]
 
 
 IN_JSON_ONLY = ("lens", "attention", "routing")  # what a step gains that the table does not show
@@ -240,3 +240,51 @@ def print_drawn_comparison(doc: dict[str, Any], console: Console) -> None:
         console.print(
             Text("* after the paths part, B's figures are B's at A's context (one more request)", style="dim")
         )
+
+
+def print_against_base(doc: dict[str, Any], console: Console) -> None:
+    """llama-perplexity's statistics after `--kl-divergence`, in its layout and precision, under a line on
+    what was scored and a legend of what each figure is."""
+    from tokenviz.decoding.perplexity_statistics import DP_PERCENTILES, KLD_PERCENTILES, percentile_key
+
+    s, q, base = doc["statistics"], doc["model"], doc["base"]
+    for side, m in (("Q", q), ("base", base)):
+        console.print(Text(safe_text(f"{side}: {m['name']} · {m['device']} · {precision(m)}"), style="bold"))
+    console.print(
+        Text(
+            f"{doc['windows']} windows of {doc['window']} tokens ({doc['tokens']:,} in the text, as the base "
+            f"tokenizes it); the second half of each scored: {s['count']:,} tokens",
+            style="dim",
+        )
+    )
+    lines = ["====== Perplexity statistics ======"]
+    lines.append(f"Mean PPL(Q)                   : {s['ppl_q']:10.6f} ± {s['ppl_q_unc']:10.6f}")
+    lines.append(f"Mean PPL(base)                : {s['ppl_base']:10.6f} ± {s['ppl_base_unc']:10.6f}")
+    if s["correlation"] is not None:
+        lines.append(f"Cor(ln(PPL(Q)), ln(PPL(base))): {100 * s['correlation']:6.2f}%")
+    lines.append(f"Mean ln(PPL(Q)/PPL(base))     : {s['ln_ppl_ratio']:10.6f} ± {s['ln_ppl_ratio_unc']:10.6f}")
+    lines.append(f"Mean PPL(Q)/PPL(base)         : {s['ppl_ratio']:10.6f} ± {s['ppl_ratio_unc']:10.6f}")
+    lines.append(f"Mean PPL(Q)-PPL(base)         : {s['ppl_diff']:10.6f} ± {s['ppl_diff_unc']:10.6f}")
+    lines += ["", "====== KL divergence statistics ======"]
+    lines.append(f"Mean    KLD: {s['mean_kld']:10.6f} ± {s['mean_kld_unc']:10.6f}")
+    lines.append(f"Maximum KLD: {s['max_kld']:10.6f}")
+    kld = [f"{100 * f:4.1f}%   KLD: {s[percentile_key('kld', f)]:10.6f}" for f in KLD_PERCENTILES]
+    lines += [*kld[:4], f"Median  KLD: {s['median_kld']:10.6f}", *kld[4:]]
+    lines.append(f"Minimum KLD: {s['min_kld']:10.6f}")
+    lines += ["", "====== Token probability statistics ======"]
+    lines.append(f"Mean    Δp: {100 * s['mean_dp']:6.3f} ± {100 * s['mean_dp_unc']:5.3f} %")
+    lines.append(f"Maximum Δp: {100 * s['max_dp']:6.3f}%")
+    dp = [f"{100 * f:4.1f}%   Δp: {100 * s[percentile_key('dp', f)]:6.3f}%" for f in DP_PERCENTILES]
+    lines += [*dp[:5], f"Median  Δp: {100 * s['median_dp']:6.3f}%", *dp[5:]]
+    lines.append(f"Minimum Δp: {100 * s['min_dp']:6.3f}%")
+    lines.append(f"RMS Δp    : {100 * s['rms_dp']:6.3f} ± {100 * s['rms_dp_unc']:5.3f} %")
+    lines.append(f"Same top p: {100 * s['same_top_p']:6.3f} ± {100 * s['same_top_p_unc']:5.3f} %")
+    console.print(Text("\n".join(lines)))
+    console.print(Text(LEGEND, style="dim"))
+
+
+LEGEND = (
+    "KLD: KL(base || Q) at a token, over the tokens the base gives more than e^-16 · Δp: Q's probability of the "
+    "text's next token minus the base's · Same top p: how often both put the most probability on one token · "
+    "± : the standard error, as llama-perplexity gives it"
+)

@@ -56,6 +56,7 @@ class Capability(StrEnum):
     LOGIT_SPLIT = "logit split"  # a logit difference split by layer (attention and MLP)
     TOKENIZER = "local tokenizer"  # the model's own tokenizer in this process (counting tokens)
     GRAMMAR = "grammar stage"  # a grammar's mask over the whole vocabulary, tokenviz drawing: the tokenizer here
+    FULL_SCORES = "full scores of a text"  # every position's scores over the whole vocabulary, a pass of its own
 
 
 WHOLE_VOCABULARY = "the whole vocabulary, before the sampling settings"  # the transformers backend's distribution
@@ -344,6 +345,16 @@ class Caching(Protocol):
 
 
 @runtime_checkable
+class FullScores(Protocol):
+    """Capability.FULL_SCORES: a text scored alone, as llama-perplexity scores a window of it."""
+
+    def full_scores(self, ids: Sequence[int], first: int) -> Scores:
+        """One pass over `ids` alone at positions from 0, in a cache of its own (the journey's as it was):
+        the next-token scores over the whole vocabulary after each of `ids[first:]`, (rows, vocab) float32;
+        the last layer computed at those positions alone where the runtime does so (llama.cpp)."""
+
+
+@runtime_checkable
 class OwnGrammarVocabulary(Protocol):
     """An engine whose vocabulary the grammar engine reads from the runtime that runs its model, not from a
     Hugging Face tokenizer (a GGUF in llama.cpp: llguidance reads llama.cpp's vocabulary itself)."""
@@ -427,6 +438,7 @@ PROTOCOLS: dict[Capability, type] = {  # what an engine declaring each capabilit
     Capability.LOGIT_SPLIT: LogitSplitting,
     Capability.TOKENIZER: Engine,  # its `tokenizer`, which an engine without this capability leaves None
     Capability.GRAMMAR: Engine,  # its `tokenizer`, and the logits tokenviz draws from
+    Capability.FULL_SCORES: FullScores,
 }
 
 
@@ -446,6 +458,8 @@ def require(
 ) -> Intervenable: ...
 @overload
 def require(engine: Engine, needed: Literal[Capability.LOGIT_SPLIT], what: str) -> LogitSplitting: ...
+@overload
+def require(engine: Engine, needed: Literal[Capability.FULL_SCORES], what: str) -> FullScores: ...
 @overload
 def require(
     engine: Engine,

@@ -46,6 +46,7 @@ from tokenviz.contract.engine import (
     Elapsed,
     Engine,
     Forward,
+    FullScores,
     Host,
     Intervenable,
     IsCancelled,
@@ -172,6 +173,7 @@ class LlamaCppEngine(DenseInOnePlace):
                     Capability.INTERVENTIONS,
                     Capability.GRAMMAR,
                     Capability.CACHE,
+                    Capability.FULL_SCORES,
                 }
                 | ({Capability.ROUTING} if self.routers else set())
             ),
@@ -295,6 +297,13 @@ class LlamaCppEngine(DenseInOnePlace):
         a transformers pass's)."""
         return self.internals.recompute(ids, progress or (lambda done, total: None), cancelled or (lambda: False))
 
+    def full_scores(self, ids: Sequence[int], first: int) -> torch.Tensor:
+        """`ids` in a context of their own as llama-perplexity feeds a window: one pass (llama.cpp's batches of
+        512), logits asked from `first` on, so llama.cpp computes the last layer at those positions alone."""
+        with self.runtime.beside(self.edits, "scoring a text", len(ids)) as other:
+            rows = other.decode(ids, 0, outputs=range(first, len(ids)))
+        return torch.from_numpy(rows)
+
     def beam_search(self, ask: SearchAsk, width: int) -> BeamResult:
         """Beam search from `ask.ids` on a context of its own (beams.py); `from_cache` changes nothing here:
         the context is fed again, as fast as llama.cpp's prefill."""
@@ -416,6 +425,6 @@ class LlamaCppEngine(DenseInOnePlace):
 
 def conforms(
     engine: LlamaCppEngine,
-) -> tuple[Engine, AttentionRows, Lens, Intervenable, OwnGrammarVocabulary, Caching]:
+) -> tuple[Engine, AttentionRows, Lens, Intervenable, OwnGrammarVocabulary, Caching, FullScores]:
     """The contract's protocols a llama.cpp engine declares, checked by mypy here."""
-    return engine, engine, engine, engine, engine, engine
+    return engine, engine, engine, engine, engine, engine, engine

@@ -38,6 +38,7 @@ from tokenviz.contract.engine import (
     ChatIds,
     Engine,
     Forward,
+    FullScores,
     Intervenable,
     IsCancelled,
     Lens,
@@ -389,6 +390,14 @@ class ModelRunner:
         logits: torch.Tensor = out.logits[0]
         return logits
 
+    @torch.inference_mode()
+    def full_scores(self, ids: Sequence[int], first: int) -> torch.Tensor:
+        """One pass over `ids` alone, without a cache (the runner's untouched): the logits after each of
+        `ids[first:]` in float32, (positions, vocab)."""
+        out = self.model(input_ids=ids_to_device(ids, self.device), use_cache=False, logits_to_keep=len(ids) - first)
+        logits: torch.Tensor = out.logits[0].float()
+        return logits
+
     recomputed_as = "the whole context again in eager attention, without the cache"
 
     @torch.inference_mode()
@@ -428,7 +437,7 @@ class ModelRunner:
 
 
 def conforms(runner: ModelRunner) -> tuple[
-    Engine, Caching, AttentionRows, Lens, Attributing, LogitSplitting, Intervenable
+    Engine, Caching, AttentionRows, Lens, Attributing, LogitSplitting, Intervenable, FullScores
 ]:  # fmt: skip
     """The contract's protocols a runner declares (Capability: all of them), checked by mypy here."""
-    return runner, runner, runner, runner, runner, runner, runner
+    return runner, runner, runner, runner, runner, runner, runner, runner

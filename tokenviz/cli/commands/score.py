@@ -1,6 +1,7 @@
 """`tokenviz score TEXT`: how likely the model finds a text."""
 
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
@@ -17,6 +18,10 @@ from tokenviz.cli.options import (
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import Grammar
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.contract.text import safe_text
+from tokenviz.journey.against_base import DEFAULT_WINDOW
+
+TEXT_FILE_BYTES = 64 * 2**20  # the most of a file scored against a base that is read
 
 score_cli = new_cli()
 
@@ -27,16 +32,41 @@ score_cli = new_cli()
 def score(
     grammar: Grammar | None,
     backend: BackendChoice,
-    text: Annotated[str, typer.Argument(help="The text to score.")],
+    text: Annotated[str, typer.Argument(help="The text to score (against a base: the text or a file of it).")],
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
     chat: Chat = False,
     system: System = None,
+    against_model: Annotated[
+        Optional[str],
+        typer.Option(
+            "--against-model",
+            help="Score the text against this base model as llama-perplexity's --kl-divergence does: its "
+            "statistics (KL divergence, Δp, same top, the perplexity ratio) of --model against it.",
+        ),
+    ] = None,
+    against_backend: Annotated[
+        Optional[str],
+        typer.Option("--against-backend", help="The base's backend (default: --backend's); with --against-model."),
+    ] = None,
+    window: Annotated[
+        Optional[int],
+        typer.Option(
+            "--window",
+            help=f"With a base: the window in tokens (llama-perplexity's --ctx-size; default {DEFAULT_WINDOW}); "
+            "the second half of each is scored.",
+        ),
+    ] = None,
 ) -> None:
     """Score a text: each token's log-probability, probability and rank, the entropy and top
     candidates there, the total log-probability and the perplexity (one forward pass). With a
     grammar (--json-schema, --regex, --grammar), which the text follows from its first token, each
     token's log-probability under it too (one more pass). With --endpoint, on the model a server runs
-    (its prompt log-probabilities, one request: the server's top candidates, the entropy's floor)."""
+    (its prompt log-probabilities, one request: the server's top candidates, the entropy's floor). With
+    --against-model or --against-backend: the text (or the file it names) scored against that base in
+    llama-perplexity's windows and terms (its --kl-divergence statistics)."""
+    if against_model is not None or against_backend is not None or window is not None:
+        score_against(backend, text, against_model, against_backend, window, as_json, grammar, chat)
+        return
     try:
         loader = backend.loader(SamplingSettings(grammar=grammar))
     except TokenvizError as exc:
@@ -56,3 +86,58 @@ def score(
         print_document(document, as_json=True)
     else:
         print_score(document, Console())
+
+
+def score_against(
+    backend: BackendChoice,
+    text: str,
+    against_model: str | None,
+    against_backend: str | None,
+    window: int | None,
+    as_json: bool,
+    grammar: Grammar | None,
+    chat: bool,
+) -> None:
+    """`score --against-model/--against-backend`: llama-perplexity's statistics of --model against the base."""
+    from tokenviz.cli.table import print_against_base
+    from tokenviz.journey.against_base import score_against_base
+
+    try:
+        if against_model is None and against_backend is None:
+            raise TokenvizError("--window goes with a base to score against: --against-model or --against-backend")
+        if grammar is not None or chat:
+            raise TokenvizError("scoring against a base takes the text as it is: no grammar and no --chat")
+        q_side, base_side = backend.sides(against_backend)
+        base_side = base_side.with_values(model=against_model or base_side.model)
+        words = text_or_file(text)
+        with stderr_progress() as progress:
+            q = q_side.loader(SamplingSettings())(progress)
+            base = base_side.loader(SamplingSettings())(progress)
+
+            def told(done: int, total: int) -> None:
+                progress(f"scoring window {done} of {total}", done / total)
+
+            document = score_against_base(q, base, words, window or DEFAULT_WINDOW, told)
+    except TokenvizError as exc:
+        fail(str(exc))
+    if as_json:
+        print_document(document, as_json=True)
+    else:
+        print_against_base(document, Console())
+
+
+def text_or_file(text: str) -> str:
+    """`text`, or the text of the file it names (UTF-8, a regular file of at most TEXT_FILE_BYTES)."""
+    path = Path(text).expanduser()
+    try:
+        if not path.is_file():
+            return text
+        if path.stat().st_size > TEXT_FILE_BYTES:
+            raise TokenvizError(f"{safe_text(path.name)} is over {TEXT_FILE_BYTES >> 20} MB: score a part of it")
+        return path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise TokenvizError(
+            f"{safe_text(path.name)} could not be read: {safe_text(exc.strerror or str(exc))}"
+        ) from None
+    except UnicodeDecodeError:
+        raise TokenvizError(f"{safe_text(path.name)} is not UTF-8 text") from None
