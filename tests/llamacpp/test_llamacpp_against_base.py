@@ -105,6 +105,14 @@ def test_scoring_against_a_base_gives_llama_perplexitys_own_statistics(
         assert ours[name] == pytest.approx(value, abs=allowed), (name, ours[name], value)
     if pair == "bundled":  # a real model: the quantization moves something, as llama.cpp measures it
         assert 0 < ours["mean_kld"] < 1 and 0 < ours["same_top_p"] < 1 and ours["rms_dp"] > 0
+    tails = doc["tails"]
+    by_kld = [t["kld"] for t in tails["by_kld"]]
+    assert len(by_kld) == 10 and by_kld == sorted(by_kld, reverse=True)
+    assert by_kld[0] == pytest.approx(ours["max_kld"], rel=1e-6)
+    assert max(abs(t["dp"]) for t in tails["by_dp"]) == pytest.approx(max(ours["max_dp"], -ours["min_dp"]), rel=1e-6)
+    assert tails["changed_top_count"] == round((1 - ours["same_top_p"]) * ours["count"])
+    for t in tails["changed_top"]:
+        assert t["top"][0]["id"] != t["base_top"][0]["id"] and len(t["top"]) == 5
 
 
 def test_the_table_is_llama_perplexitys_layout_with_what_was_scored(monkeypatch, capsys, files, text_file):
@@ -113,6 +121,7 @@ def test_the_table_is_llama_perplexitys_layout_with_what_was_scored(monkeypatch,
     for line in ("====== Perplexity statistics ======", "====== KL divergence statistics ======", "Same top p:"):
         assert line in out
     assert f"windows of {WINDOW} tokens" in out and "KL(base || Q)" in out
+    assert "where they differ most, by KLD" in out and "the top-1s differ at" in out
 
 
 def test_a_base_in_transformers_is_the_gguf_dequantized_scored_in_one_pass(monkeypatch, capsys, text_file):
@@ -152,10 +161,13 @@ def test_a_base_in_transformers_is_the_gguf_dequantized_scored_in_one_pass(monke
     assert math.isfinite(doc["statistics"]["mean_kld"]) and doc["statistics"]["mean_kld"] > 0
 
 
-def test_what_cannot_be_scored_against_a_base_is_one_line(monkeypatch, capsys, files, text_file):
+def test_what_cannot_be_scored_against_a_base_is_one_line(monkeypatch, capsys, files, text_file, tmp_path):
     base, quantized = files["bundled"]
     args = ("score", "--backend", "llama.cpp", "--model", str(quantized))
+    latin = tmp_path / "latin-1.txt"
+    latin.write_bytes("café \x1b[31m".encode("latin-1") * 100)
     cases = {
+        (str(latin), "--against-model", str(base)): "is not UTF-8 text",
         ("a short text", "--against-model", str(base)): "needs at least 1,024",
         (str(text_file), "--window", "64"): "--window goes with a base",
         (str(text_file), "--against-model", str(files["gemma2"][0]), "--window", "64"): "vocabularies differ",

@@ -281,8 +281,22 @@ def print_against_base(doc: dict[str, Any], console: Console) -> None:
     lines.append(f"Same top p: {100 * s['same_top_p']:6.3f} ± {100 * s['same_top_p_unc']:5.3f} %")
     console.print(Text("\n".join(lines)))
     console.print(Text(LEGEND, style="dim"))
+    tails = doc["tails"]
+    table = Table(title="where they differ most, by KLD", header_style="bold", title_justify="left")
+    for name in ("#", "after", "token", "KLD", "Δp", "Q's top 3", "base's top 3"):
+        table.add_column(name, justify="right" if name in ("#", "KLD", "Δp") else "left")
+    for t in tails["by_kld"]:
+        tops = ["  ".join(f"{piece(c['text'])} {c['prob']:.3f}" for c in t[side][:3]) for side in ("top", "base_top")]
+        figures = (f"{t['kld']:.4f}", f"{t['dp']:+.3f}")
+        before = t["before"] if len(t["before"]) <= BEFORE_CHARS else "…" + t["before"][-BEFORE_CHARS:]
+        table.add_row(str(t["index"]), Text(piece(before), style="dim"), piece(t["text"]), *figures, *tops)
+    console.print(table)
+    console.print(
+        Text(f"the top-1s differ at {tails['changed_top_count']:,} of {s['count']:,} tokens (--json lists them)")
+    )
 
 
+BEFORE_CHARS = 20  # the text before a tail's token, its end kept (the words next to it)
 LEGEND = (
     "KLD: KL(base || Q) at a token, over the tokens the base gives more than e^-16 · Δp: Q's probability of the "
     "text's next token minus the base's · Same top p: how often both put the most probability on one token · "

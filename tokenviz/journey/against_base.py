@@ -20,6 +20,13 @@ from tokenviz.contract.errors import TokenvizError
 from tokenviz.decoding.perplexity_statistics import BaseLogProbs, Tally, compare_token
 
 DEFAULT_WINDOW = 512  # llama-perplexity's window
+TAILS = 10  # the tokens listed where the two differ most, by KLD and by |Δp|
+CHANGED_LISTED = 100  # the changed top-1s listed at most (all are counted)
+TOP = 5  # each side's candidates shown at a tail
+CONTEXT_TOKENS = 8  # the text before a tail's token shown with it
+
+Candidates = list[tuple[int, float]]  # (token, probability), most likely first
+Tops = list[tuple[int, Candidates, Candidates]]  # each scored token: its index in the text, Q's and the base's
 
 
 def added_bos(engine: Engine, text: str) -> int | None:
@@ -56,7 +63,7 @@ def score_against_base(
         )
     cut = windows(ids, size, added_bos(base, text))
     first = size // 2
-    tally = Tally()
+    tally, tops = Tally(), Tops()
     for done, window in enumerate(cut):
         base_rows = np.asarray(base_scores.full_scores(window, first), dtype=np.float32)
         q_rows = np.asarray(q_scores.full_scores(window, first), dtype=np.float32)
@@ -67,6 +74,7 @@ def score_against_base(
             )
         for row in range(size - 1 - first):  # the last position predicts past the window
             tally.add(compare_token(q_rows[row], BaseLogProbs.of(base_rows[row]), window[first + row + 1]))
+            tops.append((done * size + first + row + 1, top_of(q_rows[row]), top_of(base_rows[row])))
         if progress is not None:
             progress(done + 1, len(cut))
     return {
@@ -76,4 +84,42 @@ def score_against_base(
         "windows": len(cut),
         "tokens": len(ids),  # the text's, as the base tokenizes it
         "statistics": tally.statistics(),
+        "tails": tails(tally, tops, ids, base),
+    }
+
+
+def top_of(logits: np.ndarray) -> Candidates:
+    """The TOP most likely tokens of a row of logits, with their probabilities."""
+    shifted = logits.astype(np.float64) - float(logits.max())
+    probs = np.exp(shifted) / np.exp(shifted).sum()
+    best = np.argpartition(-logits, TOP)[:TOP] if len(logits) > TOP else np.arange(len(logits))
+    return [(int(i), float(probs[i])) for i in sorted(best, key=lambda i: -logits[i])]
+
+
+def tails(tally: Tally, tops: Tops, ids: Sequence[int], base: Engine) -> dict[str, Any]:
+    """Where the two differ most: the TAILS tokens of largest KLD and of largest |Δp|, and the tokens
+    where their top-1s differ (CHANGED_LISTED at most, the first in the text), each with its index in
+    the text's tokens, the text before it and both sides' top TOP."""
+
+    def entry(k: int) -> dict[str, Any]:
+        token, (index, q_top, base_top) = tally.tokens[k], tops[k]
+        candidates = [[{"id": i, "text": base.piece(i), "prob": p} for i, p in side] for side in (q_top, base_top)]
+        return {
+            "index": index,
+            "id": ids[index],
+            "text": base.piece(ids[index]),
+            "before": base.decode(ids[max(0, index - CONTEXT_TOKENS) : index]),
+            "kld": token.kld,
+            "dp": token.p_diff,
+            "top": candidates[0],
+            "base_top": candidates[1],
+        }
+
+    order = range(len(tally.tokens))
+    changed = [k for k in order if tally.tokens[k].top != tally.tokens[k].top_base]
+    return {
+        "by_kld": [entry(k) for k in sorted(order, key=lambda k: -tally.tokens[k].kld)[:TAILS]],
+        "by_dp": [entry(k) for k in sorted(order, key=lambda k: -abs(tally.tokens[k].p_diff))[:TAILS]],
+        "changed_top": [entry(k) for k in changed[:CHANGED_LISTED]],
+        "changed_top_count": len(changed),
     }
