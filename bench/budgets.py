@@ -40,6 +40,11 @@ BUDGETS = {
     "llamacpp_step": ("a step in llama.cpp / a bare llama_decode of one token, its logits read", "<=", 1.05),
     "llamacpp_autoplay": ("autoplay in llama.cpp tok/s / llama-cpp-python's own greedy generation", ">=", 0.95),
     "llamacpp_lens_step": ("a step in llama.cpp with the lens view open at 80x24 / one without", "<=", 1.5),
+    "llamacpp_score_against": (
+        "score --against-model / the two models' bare teacher-forced passes over its windows (llama.cpp)",
+        "<=",
+        1.2,
+    ),
 }
 
 
@@ -83,6 +88,7 @@ def verdicts(r: dict) -> dict:
         "llamacpp_step": r.get("llamacpp_step", {}).get("ratio"),
         "llamacpp_autoplay": r.get("llamacpp_autoplay", {}).get("ratio"),
         "llamacpp_lens_step": r.get("llamacpp_step", {}).get("lens_ratio"),
+        "llamacpp_score_against": r.get("llamacpp_score_against", {}).get("ratio"),
     }
     out = {}
     on_gpu = bool(r.get("machine", {}).get("gpu"))

@@ -184,6 +184,47 @@ def versus_transformers(loaded, steps: int) -> dict:
     }
 
 
+SCORED_TEXT = Path(__file__).parents[1] / "README.md"  # a text of this checkout long enough for its windows
+SCORE_WINDOW = 512  # llama-perplexity's default
+
+
+def bare_scoring(llms: list[Any], windows: list[list[int]]) -> None:
+    """llama.cpp bare, through llama-cpp-python's own `Llama` (every position's logits kept): each window
+    fed alone to each model in one pass, as llama-perplexity feeds it, its logits read."""
+    for window in windows:
+        for llm in llms:
+            llm.reset()
+            llm.eval(window)
+            np.asarray(llm.scores[: len(window)])
+
+
+def score_against(
+    rounds: int = 3, gguf: Path | None = None, window: int = SCORE_WINDOW, characters: int | None = None
+) -> dict:
+    """`score --against-model` (the GGUF against itself: the same work as against another of its shape)
+    against the two models' bare teacher-forced passes over the same windows, rounds paired (on the text's
+    first `characters`, or all of it)."""
+    from tokenviz.journey.against_base import score_against_base, windows
+
+    q, base = open_engine(gguf), open_engine(gguf)
+    text = SCORED_TEXT.read_text()[:characters]
+    ids = base.encode(text)
+    cut = windows(ids, window, None)
+    llms = [own_llama(gguf, logits_all=True) for _ in range(2)]
+    pairs = []
+    for _ in range(rounds):
+        ours = seconds_of(lambda: score_against_base(q, base, text, window), CPU)
+        bare = seconds_of(lambda: bare_scoring(llms, cut), CPU)
+        pairs.append((ours, bare))
+    return {
+        "windows": len(cut),
+        "window": window,
+        "score_against_s": statistics.median(a for a, _ in pairs),
+        "bare_passes_s": statistics.median(b for _, b in pairs),
+        "ratio": paired_ratio(pairs),
+    }
+
+
 def gguf_file(choice: str | None) -> Path | None:
     """`--gguf`: a shape's name (bench.shaped_gguf, made once into the user cache), or a file; None: the
     bundled GGUF."""
@@ -212,6 +253,7 @@ def llamacpp_measures(loaded, steps: int, tokens: int, gguf: str | None = None) 
     measures = [
         ("llamacpp_step", lambda: step(steps, gguf=file())),
         ("llamacpp_autoplay", lambda: autoplay(tokens, gguf=file())),
+        ("llamacpp_score_against", lambda: score_against(gguf=file())),
     ]
     if loaded is not None and gguf is None:
         measures.append(("llamacpp_vs_transformers", lambda: versus_transformers(loaded, steps)))

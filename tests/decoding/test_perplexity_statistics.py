@@ -38,7 +38,7 @@ def test_the_bases_16_bit_log_probabilities_are_within_half_a_step_of_the_truth(
     stored = BaseLogProbs.of(logits)
     truth = log_softmax(logits)
     kept = truth > truth.max() - SPAN
-    step = float(stored.scale)
+    step = stored.scale.item()
     assert step == pytest.approx((logits.max() - max(logits.min(), logits.max() - SPAN)) / STEPS, rel=1e-6)
     assert np.all(np.abs(stored.log_probs()[kept] - truth[kept]) <= step / 2 + 1e-5)
 

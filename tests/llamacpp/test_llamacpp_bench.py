@@ -20,7 +20,12 @@ def test_the_llama_cpp_measures_run_and_are_judged():
     played = in_thread(lambda: llamacpp.autoplay(tokens=8, rounds=1))
     assert played["same_tokens"]  # (autoplay's greedy tokens are llama-cpp-python's own)
     assert played["ratio"] == pytest.approx(played["autoplay_tok_s"] / played["own_generate_tok_s"])
-    judged = budgets.verdicts({"llamacpp_step": step, "llamacpp_autoplay": played})
+    scored = in_thread(lambda: llamacpp.score_against(rounds=1, window=64, characters=2000))
+    assert scored["windows"] >= 2 and scored["ratio"] == pytest.approx(
+        scored["score_against_s"] / scored["bare_passes_s"]
+    )
+    judged = budgets.verdicts({"llamacpp_step": step, "llamacpp_autoplay": played, "llamacpp_score_against": scored})
+    assert judged["llamacpp_score_against"]["value"] == scored["ratio"]
     assert judged["llamacpp_step"]["value"] == step["ratio"] and judged["llamacpp_step"]["met"] in (True, False)
     assert judged["llamacpp_lens_step"]["value"] == step["lens_ratio"]
     assert judged["llamacpp_autoplay"]["value"] == played["ratio"]

@@ -245,6 +245,7 @@ def print_drawn_comparison(doc: dict[str, Any], console: Console) -> None:
 def print_against_base(doc: dict[str, Any], console: Console) -> None:
     """llama-perplexity's statistics after `--kl-divergence`, in its layout and precision, under a line on
     what was scored and a legend of what each figure is."""
+    from tokenviz.contract.results import lens_row_label
     from tokenviz.decoding.perplexity_statistics import DP_PERCENTILES, KLD_PERCENTILES, percentile_key
 
     s, q, base = doc["statistics"], doc["model"], doc["base"]
@@ -283,11 +284,13 @@ def print_against_base(doc: dict[str, Any], console: Console) -> None:
     console.print(Text(LEGEND, style="dim"))
     tails = doc["tails"]
     table = Table(title="where they differ most, by KLD", header_style="bold", title_justify="left")
-    for name in ("#", "after", "token", "KLD", "Δp", "Q's top 3", "base's top 3"):
+    for name in ("#", "after", "token", "KLD", "Δp", "parted from", "Q's top 3", "base's top 3"):
         table.add_column(name, justify="right" if name in ("#", "KLD", "Δp") else "left")
     for t in tails["by_kld"]:
         tops = ["  ".join(f"{piece(c['text'])} {c['prob']:.3f}" for c in t[side][:3]) for side in ("top", "base_top")]
-        figures = (f"{t['kld']:.4f}", f"{t['dp']:+.3f}")
+        lens = t["lens"]
+        parted = "—" if lens is None or lens["parted_from"] is None else lens_row_label(lens["parted_from"])
+        figures = (f"{t['kld']:.4f}", f"{t['dp']:+.3f}", parted)
         before = t["before"] if len(t["before"]) <= BEFORE_CHARS else "…" + t["before"][-BEFORE_CHARS:]
         table.add_row(str(t["index"]), Text(piece(before), style="dim"), piece(t["text"]), *figures, *tops)
     console.print(table)

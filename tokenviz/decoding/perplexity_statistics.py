@@ -25,32 +25,39 @@ KLD_PERCENTILES = (0.999, 0.99, 0.95, 0.90, 0.10, 0.05, 0.01, 0.001)
 DP_PERCENTILES = (0.999, 0.99, 0.95, 0.90, 0.75, 0.25, 0.10, 0.05, 0.01, 0.001)
 
 
+def _log_sum_exp(logits: np.ndarray, top: np.ndarray) -> np.ndarray:
+    """log(sum(exp(logit - top))) of each row, as llama-perplexity sums it: float32 terms in a double sum,
+    its log rounded to float32."""
+    total = np.exp(logits - top, dtype=np.float32).sum(axis=-1, keepdims=True, dtype=np.float64)
+    rounded: np.ndarray = np.log(total).astype(np.float32)
+    return rounded
+
+
 @dataclass(frozen=True)
 class BaseLogProbs:
-    """One position of the base model as llama-perplexity stores it: log p(i) = scale * steps[i] + floor,
-    a token under the base's top 16 nats at the floor."""
+    """Positions of the base model as llama-perplexity stores them: log p(i) = scale * steps[i] + floor,
+    a token under the base's top 16 nats at the floor. A row of the vocabulary each (or one row)."""
 
-    scale: np.float32
-    floor: np.float32  # the lowest log-probability kept (llama-perplexity's min_log_prob)
+    scale: np.ndarray  # float32, a row's
+    floor: np.ndarray  # float32: the lowest log-probability kept (llama-perplexity's min_log_prob)
     steps: np.ndarray  # uint16, one per token
 
     @classmethod
     def of(cls, logits: np.ndarray) -> BaseLogProbs:
         """As llama-perplexity's log_softmax that writes its base file (float32, as it computes)."""
         logits = np.asarray(logits, dtype=np.float32)
-        top, bottom = logits.max(), logits.min()
-        bottom = max(bottom, np.float32(top - np.float32(SPAN)))
-        log_sum = np.float32(math.log(np.exp(logits - top, dtype=np.float32).sum(dtype=np.float64)))
-        floor = np.float32(bottom - top - log_sum)
-        scale = np.float32((top - bottom) / np.float32(STEPS))
-        if scale == 0:
-            return cls(scale, floor, np.zeros(len(logits), np.uint16))
-        scaled = np.float32(1 / scale) * (logits - bottom)
-        steps = np.where(logits > bottom, np.rint(scaled), 0).astype(np.uint16)
+        top = logits.max(axis=-1, keepdims=True)
+        bottom = np.maximum(logits.min(axis=-1, keepdims=True), top - np.float32(SPAN))
+        floor = bottom - top - _log_sum_exp(logits, top)
+        scale = (top - bottom) / np.float32(STEPS)
+        with np.errstate(divide="ignore"):
+            inverse = np.where(scale > 0, np.float32(1) / scale, np.float32(0))  # (a flat row: every step 0)
+        steps = np.where(logits > bottom, np.rint(inverse * (logits - bottom)), 0).astype(np.uint16)
         return cls(scale, floor, steps)
 
     def log_probs(self) -> np.ndarray:
-        return self.scale * self.steps.astype(np.float32) + self.floor
+        rows: np.ndarray = self.scale * self.steps.astype(np.float32) + self.floor
+        return rows
 
 
 @dataclass(frozen=True)
@@ -66,21 +73,30 @@ class TokenComparison:
     top_base: int
 
 
-def compare_token(logits: np.ndarray, base: BaseLogProbs, token: int) -> TokenComparison:
-    """llama-perplexity's per-token comparison (its `log_softmax` over Q's logits and the base's stored
-    log-probabilities), in float32 where it computes in float32."""
+def compare_tokens(logits: np.ndarray, base: BaseLogProbs, tokens: np.ndarray) -> list[TokenComparison]:
+    """llama-perplexity's comparison of each row (its `log_softmax` over Q's logits and the base's stored
+    log-probabilities), in float32 where it computes in float32: rows of Q's logits, the base's rows, and
+    the text's token each row predicts."""
     logits = np.asarray(logits, dtype=np.float32)
-    top = int(logits.argmax())
-    top_logit = logits[top]
-    log_sum = np.float32(math.log(np.exp(logits - top_logit, dtype=np.float32).sum(dtype=np.float64)))
-    nll = np.float32(top_logit + log_sum - logits[token])
+    rows = np.arange(len(logits))
+    top = logits.argmax(axis=-1)
+    shift = logits[rows, top][:, None]
+    shift = shift + _log_sum_exp(logits, shift)  # llama-perplexity's max_logit + log_sum_exp
+    nll = shift[:, 0] - logits[rows, tokens]
     base_log = base.log_probs()
-    nll_base = np.float32(-base_log[token])
-    kept = base_log > np.float32(-SPAN)
-    p_base = np.exp(base_log[kept], dtype=np.float32)
-    kld = float((p_base * (base_log[kept] - logits[kept] + np.float32(top_logit + log_sum))).sum(dtype=np.float64))
-    p_diff = np.float32(np.exp(-nll, dtype=np.float32) - np.exp(-nll_base, dtype=np.float32))
-    return TokenComparison(float(nll), float(nll_base), kld, float(p_diff), top, int(base_log.argmax()))
+    nll_base = -base_log[rows, tokens]
+    terms = np.exp(base_log, dtype=np.float32) * (base_log - logits + shift)
+    kld = np.where(base_log > np.float32(-SPAN), terms, np.float32(0)).sum(axis=-1, dtype=np.float64)
+    p_diff = np.exp(-nll, dtype=np.float32) - np.exp(-nll_base, dtype=np.float32)
+    top_base = base_log.argmax(axis=-1)
+    columns = zip(nll.tolist(), nll_base.tolist(), kld.tolist(), p_diff.tolist(), top.tolist(), top_base.tolist())
+    return [TokenComparison(*column) for column in columns]
+
+
+def compare_token(logits: np.ndarray, base: BaseLogProbs, token: int) -> TokenComparison:
+    """compare_tokens of one row."""
+    one = BaseLogProbs(np.atleast_2d(base.scale), np.atleast_2d(base.floor), np.atleast_2d(base.steps))
+    return compare_tokens(np.atleast_2d(logits), one, np.array([token]))[0]
 
 
 def mean_and_uncertainty(total: float, total2: float, count: int) -> tuple[float, float]:

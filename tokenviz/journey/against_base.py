@@ -10,20 +10,22 @@ last, each predicting the next. The statistics are decoding.perplexity_statistic
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
-from tokenviz.contract.engine import Capability, Engine, OnProgress, require
+from tokenviz.contract.engine import Capability, Engine, OnProgress, refusal_of, require
 from tokenviz.contract.errors import TokenvizError
-from tokenviz.decoding.perplexity_statistics import BaseLogProbs, Tally, compare_token
+from tokenviz.contract.results import LensAsk, LensLayer
+from tokenviz.decoding.perplexity_statistics import BaseLogProbs, Tally, compare_tokens
 
 DEFAULT_WINDOW = 512  # llama-perplexity's window
 TAILS = 10  # the tokens listed where the two differ most, by KLD and by |Δp|
 CHANGED_LISTED = 100  # the changed top-1s listed at most (all are counted)
 TOP = 5  # each side's candidates shown at a tail
 CONTEXT_TOKENS = 8  # the text before a tail's token shown with it
+ROWS_AT_ONCE = 32  # positions compared in one go (each a row of the vocabulary, a few arrays of them held)
 
 Candidates = list[tuple[int, float]]  # (token, probability), most likely first
 Tops = list[tuple[int, Candidates, Candidates]]  # each scored token: its index in the text, Q's and the base's
@@ -72,9 +74,16 @@ def score_against_base(
                 f"the two models' vocabularies differ ({q_rows.shape[1]:,} and {base_rows.shape[1]:,} tokens): "
                 "scoring one against the other needs the same tokens"
             )
-        for row in range(size - 1 - first):  # the last position predicts past the window
-            tally.add(compare_token(q_rows[row], BaseLogProbs.of(base_rows[row]), window[first + row + 1]))
-            tops.append((done * size + first + row + 1, top_of(q_rows[row]), top_of(base_rows[row])))
+        scored = size - 1 - first  # the last position predicts past the window
+        for start in range(0, scored, ROWS_AT_ONCE):
+            rows = slice(start, min(start + ROWS_AT_ONCE, scored))
+            stored = BaseLogProbs.of(base_rows[rows])
+            tokens = np.array(window[first + 1 :][rows])
+            for token in compare_tokens(q_rows[rows], stored, tokens):
+                tally.add(token)
+            q_tops, base_tops = top_candidates(q_rows[rows]), top_candidates(stored.log_probs())
+            indices = range(done * size + first + 1 + rows.start, done * size + first + 1 + rows.stop)
+            tops.extend(zip(indices, q_tops, base_tops, strict=True))
         if progress is not None:
             progress(done + 1, len(cut))
     return {
@@ -84,22 +93,99 @@ def score_against_base(
         "windows": len(cut),
         "tokens": len(ids),  # the text's, as the base tokenizes it
         "statistics": tally.statistics(),
-        "tails": tails(tally, tops, ids, base),
+        "tails": tails(tally, tops, ids, base, Parting(q, base, cut)),
     }
 
 
-def top_of(logits: np.ndarray) -> Candidates:
-    """The TOP most likely tokens of a row of logits, with their probabilities."""
-    shifted = logits.astype(np.float64) - float(logits.max())
-    probs = np.exp(shifted) / np.exp(shifted).sum()
-    best = np.argpartition(-logits, TOP)[:TOP] if len(logits) > TOP else np.arange(len(logits))
-    return [(int(i), float(probs[i])) for i in sorted(best, key=lambda i: -logits[i])]
+def top_candidates(rows: np.ndarray) -> list[Candidates]:
+    """The TOP most likely tokens of each row of logits (or log-probabilities), with their probabilities."""
+    rows = np.asarray(rows, dtype=np.float32)
+    best = (
+        np.argpartition(-rows, TOP, axis=-1)[:, :TOP]
+        if rows.shape[1] > TOP
+        else np.tile(np.arange(rows.shape[1]), (len(rows), 1))
+    )
+    values = np.take_along_axis(rows, best, -1)
+    order = np.argsort(-values, axis=-1, kind="stable")
+    best, values = np.take_along_axis(best, order, -1), np.take_along_axis(values, order, -1)
+    top = rows.max(axis=-1, keepdims=True)
+    log_sum = np.log(np.exp(rows - top, dtype=np.float32).sum(axis=-1, keepdims=True, dtype=np.float64))
+    probs = np.exp(values - top - log_sum)
+    return [list(zip(ids, p, strict=True)) for ids, p in zip(best.tolist(), probs.tolist(), strict=True)]
 
 
-def tails(tally: Tally, tops: Tops, ids: Sequence[int], base: Engine) -> dict[str, Any]:
+class Parting:
+    """Where two models' lenses part at a token: each side's lens at the position that predicted it, read
+    where both engines have a lens, at the tails alone: each window holding tails fed whole in one pass (the
+    shape its scores came from) and its tails' positions read together."""
+
+    def __init__(self, q: Engine, base: Engine, cut: list[list[int]]):
+        self.sides = (q, base)
+        self.cut = cut
+        self.held = all(refusal_of(e.info, Capability.LENS, "") is None for e in self.sides)
+        self.read: dict[int, dict[str, Any] | None] = {}
+
+    def read_at(self, indices: Iterable[int]) -> None:
+        """Read the two lenses at the text's tokens `indices` (see `at`)."""
+        if not self.held:
+            return
+        size = len(self.cut[0])
+        by_window: dict[int, list[int]] = {}
+        for index in sorted(set(indices) - set(self.read)):
+            by_window.setdefault(index // size, []).append(index % size)
+        for w, places in by_window.items():
+            window = self.cut[w]
+            ask = LensAsk(tuple(window), tuple(p - 1 for p in places), tuple(window[p] for p in places))
+            q, base = (self._lenses(engine, ask) for engine in self.sides)
+            for place, q_lens, base_lens in zip(places, q, base, strict=True):
+                self.read[w * size + place] = parted(q_lens, base_lens)
+
+    def at(self, index: int) -> dict[str, Any] | None:
+        """The two lenses at the text's token `index`, once read (None where they were not, or an engine has
+        no lens): each layer's top-1 on each side, the first layer whose top-1s differ (`parts_at`) and the
+        first from which they differ to the last (`parted_from`; None where the last agree), as lens rows (0
+        the embeddings)."""
+        return self.read.get(index)
+
+    @staticmethod
+    def _lenses(engine: Engine, ask: LensAsk) -> list[tuple[LensLayer, ...]]:
+        lens = require(engine, Capability.LENS, "the lens at a tail")
+        engine.reset()
+        engine.forward(list(ask.ids))
+        return [inspection.lens for inspection in lens.inspect(ask)]
+
+
+def parted(q: tuple[LensLayer, ...], base: tuple[LensLayer, ...]) -> dict[str, Any] | None:
+    """The two lenses' top-1s layer by layer, and where they part (None where their rows differ)."""
+    if [row.layer for row in q] != [row.layer for row in base]:
+        return None
+    differ = [a.top[0][0] != b.top[0][0] for a, b in zip(q, base, strict=True)]
+    parted_from = None
+    for k in range(len(differ) - 1, -1, -1):
+        if not differ[k]:
+            break
+        parted_from = q[k].layer
+    return {
+        "parts_at": next((q[k].layer for k, d in enumerate(differ) if d), None),
+        "parted_from": parted_from,
+        "top": [{"layer": row.layer, "id": row.top[0][0], "text": row.top[0][1], "prob": row.top[0][2]} for row in q],
+        "base_top": [
+            {"layer": row.layer, "id": row.top[0][0], "text": row.top[0][1], "prob": row.top[0][2]} for row in base
+        ],
+    }
+
+
+def tails(tally: Tally, tops: Tops, ids: Sequence[int], base: Engine, parting: Parting) -> dict[str, Any]:
     """Where the two differ most: the TAILS tokens of largest KLD and of largest |Δp|, and the tokens
     where their top-1s differ (CHANGED_LISTED at most, the first in the text), each with its index in
-    the text's tokens, the text before it and both sides' top TOP."""
+    the text's tokens, the text before it and both sides' top TOP; and where their lenses part, at the
+    tails by KLD and |Δp| and the first TAILS changed top-1s (`lens`, null elsewhere)."""
+
+    order = range(len(tally.tokens))
+    changed = [k for k in order if tally.tokens[k].top != tally.tokens[k].top_base]
+    by_kld = sorted(order, key=lambda k: -tally.tokens[k].kld)[:TAILS]
+    by_dp = sorted(order, key=lambda k: -abs(tally.tokens[k].p_diff))[:TAILS]
+    parting.read_at(tops[k][0] for k in (*by_kld, *by_dp, *changed[:TAILS]))
 
     def entry(k: int) -> dict[str, Any]:
         token, (index, q_top, base_top) = tally.tokens[k], tops[k]
@@ -113,13 +199,12 @@ def tails(tally: Tally, tops: Tops, ids: Sequence[int], base: Engine) -> dict[st
             "dp": token.p_diff,
             "top": candidates[0],
             "base_top": candidates[1],
+            "lens": parting.at(index),
         }
 
-    order = range(len(tally.tokens))
-    changed = [k for k in order if tally.tokens[k].top != tally.tokens[k].top_base]
     return {
-        "by_kld": [entry(k) for k in sorted(order, key=lambda k: -tally.tokens[k].kld)[:TAILS]],
-        "by_dp": [entry(k) for k in sorted(order, key=lambda k: -abs(tally.tokens[k].p_diff))[:TAILS]],
+        "by_kld": [entry(k) for k in by_kld],
+        "by_dp": [entry(k) for k in by_dp],
         "changed_top": [entry(k) for k in changed[:CHANGED_LISTED]],
         "changed_top_count": len(changed),
     }

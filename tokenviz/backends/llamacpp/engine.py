@@ -130,6 +130,7 @@ class LlamaCppEngine(DenseInOnePlace):
         self.edits = NO_EDITS  # what the interventions in force change, as llama.cpp takes it
         self._capture = False  # the journey's context to carry the evaluation callback (take_edits)
         self._reopen = False  # and to be opened again for it
+        self._scoring: Runtime | None = None  # the context a text is scored in alone (full_scores), once made
         self.pieces = LlamaPieces(runtime)
         vocabulary = range(shape.vocab)
         self.eos_ids = {t for t in vocabulary if runtime.is_end(t)}
@@ -298,11 +299,23 @@ class LlamaCppEngine(DenseInOnePlace):
         return self.internals.recompute(ids, progress or (lambda done, total: None), cancelled or (lambda: False))
 
     def full_scores(self, ids: Sequence[int], first: int) -> torch.Tensor:
-        """`ids` in a context of their own as llama-perplexity feeds a window: one pass (llama.cpp's batches of
-        512), logits asked from `first` on, so llama.cpp computes the last layer at those positions alone."""
-        with self.runtime.beside(self.edits, "scoring a text", len(ids)) as other:
-            rows = other.decode(ids, 0, outputs=range(first, len(ids)))
-        return torch.from_numpy(rows)
+        """`ids` alone in a context of their own (kept for the next text: making one costs more than a small
+        model's pass), as llama-perplexity feeds a window: one pass (llama.cpp's batches of 512), logits asked
+        from `first` on, so llama.cpp computes the last layer at those positions alone."""
+        if self.edits.writes:
+            raise TokenvizError(
+                "scoring a text with a patch in force is not on llama.cpp: take the patch off (I) first"
+            )
+        if len(ids) > self.runtime.context_size:
+            raise TokenvizError(
+                f"a text of {len(ids):,} tokens would pass llama.cpp's context of {self.runtime.context_size:,}: "
+                "a smaller window, or a larger --context"
+            )
+        if self._scoring is None or self._scoring.context_size < len(ids):
+            self._scoring = self.runtime.sibling(context=len(ids))
+        self._scoring.clear()
+        self._scoring.edit(self.edits)
+        return torch.from_numpy(self._scoring.decode(ids, 0, outputs=range(first, len(ids))))
 
     def beam_search(self, ask: SearchAsk, width: int) -> BeamResult:
         """Beam search from `ask.ids` on a context of its own (beams.py); `from_cache` changes nothing here:
