@@ -13,10 +13,12 @@ import math
 
 import numpy as np
 import pytest
+from browser import chromium, needs_browser, until
 from clitools import invoke
 from gguf_zoo import zoo_gguf
 from llama_perplexity import kl_divergence, printed
 from llama_reference import requantized
+from selenium.webdriver.common.by import By
 
 from tokenviz.system.paths import bundled_gguf
 
@@ -145,13 +147,35 @@ def lenses_end_on_the_scores(tails):
             assert lens["parts_at"] is not None and lens["parts_at"] <= lens["parted_from"]
 
 
-def test_the_table_is_llama_perplexitys_layout_with_what_was_scored(monkeypatch, capsys, files, text_file):
+@needs_browser
+def test_the_table_is_llama_perplexitys_layout_and_the_page_colours_the_text_by_kld(
+    monkeypatch, capsys, files, text_file, tmp_path
+):
     base, quantized = files["bundled"]
-    out = score_against(monkeypatch, capsys, quantized, base, text_file, window=256)  # (two windows: quicker)
+    page = tmp_path / "against.html"
+    out = score_against(monkeypatch, capsys, quantized, base, text_file, "--html", str(page), window=256)
     for line in ("====== Perplexity statistics ======", "====== KL divergence statistics ======", "Same top p:"):
         assert line in out
     assert "windows of 256 tokens" in out and "KL(base || Q)" in out
     assert "where they differ most, by KLD" in out and "the top-1s differ at" in out
+    code, _, err = invoke(
+        monkeypatch, capsys, "score", str(text_file), "--backend", "llama.cpp", "--model", str(quantized),
+        "--against-model", str(base), "--html", str(page),
+    )  # fmt: skip
+    assert code == 2 and "exists already" in err  # nothing the user made is lost
+    with chromium() as browser:
+        browser.get(page.resolve().as_uri())
+        spans = until(lambda: browser.find_elements(By.CSS_SELECTOR, "#text span[data-kld]"), timeout=60)
+        klds = [float(span.get_attribute("data-kld")) for span in spans]
+        assert len(klds) == 2 * (256 // 2 - 1)  # every scored token of the two windows, coloured
+        strongest = spans[klds.index(max(klds))]
+        assert strongest.value_of_css_property("background-color") in ("rgb(214, 40, 40)", "rgba(214, 40, 40, 1)")
+        rows = browser.find_elements(By.CSS_SELECTOR, "#tails tr")
+        assert len(rows) == 10 and rows[0].find_element(By.TAG_NAME, "td").text == strongest.get_attribute("data-index")
+        text = "".join(s.text for s in browser.find_elements(By.CSS_SELECTOR, "#text span"))
+        assert text.replace("\n", "").replace(" ", "") in TEXT.replace("\n", "").replace(" ", "") * 2
+        assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
+        assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
 
 
 def test_a_base_in_transformers_is_the_gguf_dequantized_scored_in_one_pass(monkeypatch, capsys, text_file):
@@ -199,7 +223,7 @@ def test_what_cannot_be_scored_against_a_base_is_one_line(monkeypatch, capsys, f
     cases = {
         (str(latin), "--against-model", str(base)): "is not UTF-8 text",
         ("a short text", "--against-model", str(base)): "needs at least 1,024",
-        (str(text_file), "--window", "64"): "--window goes with a base",
+        (str(text_file), "--window", "64"): "go with a base to score against",
         (str(text_file), "--against-model", str(files["gemma2"][0]), "--window", "64"): "vocabularies differ",
         (str(text_file), "--against-model", str(base), "--window", "2"): "at least 4 tokens",
         (str(text_file), "--against-model", str(base), "--chat"): "no grammar and no --chat",

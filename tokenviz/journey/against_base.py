@@ -94,6 +94,13 @@ def score_against_base(
         "tokens": len(ids),  # the text's, as the base tokenizes it
         "statistics": tally.statistics(),
         "tails": tails(tally, tops, ids, base, Parting(q, base, cut)),
+        "scored": {  # each scored token, a column each: where it is in the text and what the two made of it
+            "index": [index for index, _, _ in tops],
+            "kld": [t.kld for t in tally.tokens],
+            "dp": [t.p_diff for t in tally.tokens],
+            "changed": [t.top != t.top_base for t in tally.tokens],
+        },
+        "pieces": [base.piece(i) for i in ids[: len(cut) * size]],  # the windows' text, a token at a time
     }
 
 

@@ -1,5 +1,6 @@
 """`tokenviz score TEXT`: how likely the model finds a text."""
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -56,6 +57,11 @@ def score(
             "the second half of each is scored.",
         ),
     ] = None,
+    html: Annotated[
+        Optional[str],
+        typer.Option("--html", help="With a base: also write the text coloured by KL divergence as an offline page."),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Let --html replace an existing file.")] = False,
 ) -> None:
     """Score a text: each token's log-probability, probability and rank, the entropy and top
     candidates there, the total log-probability and the perplexity (one forward pass). With a
@@ -64,8 +70,9 @@ def score(
     (its prompt log-probabilities, one request: the server's top candidates, the entropy's floor). With
     --against-model or --against-backend: the text (or the file it names) scored against that base in
     llama-perplexity's windows and terms (its --kl-divergence statistics)."""
-    if against_model is not None or against_backend is not None or window is not None:
-        score_against(backend, text, against_model, against_backend, window, as_json, grammar, chat)
+    if against_model is not None or against_backend is not None or window is not None or html is not None:
+        against = Against(against_model, against_backend, window, html, force)
+        score_against(backend, text, against, as_json, grammar, chat)
         return
     try:
         loader = backend.loader(SamplingSettings(grammar=grammar))
@@ -88,27 +95,36 @@ def score(
         print_score(document, Console())
 
 
+@dataclass(frozen=True)
+class Against:
+    """score's options for a base to score against."""
+
+    model: str | None
+    backend: str | None
+    window: int | None
+    html: str | None
+    force: bool
+
+
 def score_against(
-    backend: BackendChoice,
-    text: str,
-    against_model: str | None,
-    against_backend: str | None,
-    window: int | None,
-    as_json: bool,
-    grammar: Grammar | None,
-    chat: bool,
+    backend: BackendChoice, text: str, against: Against, as_json: bool, grammar: Grammar | None, chat: bool
 ) -> None:
     """`score --against-model/--against-backend`: llama-perplexity's statistics of --model against the base."""
     from tokenviz.cli.table import print_against_base
+    from tokenviz.files.quantization_page import save_quantization_page
     from tokenviz.journey.against_base import score_against_base
 
     try:
-        if against_model is None and against_backend is None:
-            raise TokenvizError("--window goes with a base to score against: --against-model or --against-backend")
+        if against.model is None and against.backend is None:
+            raise TokenvizError(
+                "--window and --html go with a base to score against: --against-model or --against-backend"
+            )
         if grammar is not None or chat:
             raise TokenvizError("scoring against a base takes the text as it is: no grammar and no --chat")
-        q_side, base_side = backend.sides(against_backend)
-        base_side = base_side.with_values(model=against_model or base_side.model)
+        if against.html and Path(against.html).expanduser().exists() and not against.force:
+            raise TokenvizError(f"{safe_text(against.html)} exists already: choose another name (or --force)")
+        q_side, base_side = backend.sides(against.backend)
+        base_side = base_side.with_values(model=against.model or base_side.model)
         words = text_or_file(text)
         with stderr_progress() as progress:
             q = q_side.loader(SamplingSettings())(progress)
@@ -117,7 +133,9 @@ def score_against(
             def told(done: int, total: int) -> None:
                 progress(f"scoring window {done} of {total}", done / total)
 
-            document = score_against_base(q, base, words, window or DEFAULT_WINDOW, told)
+            document = score_against_base(q, base, words, against.window or DEFAULT_WINDOW, told)
+        if against.html:
+            save_quantization_page(against.html, document, replace=against.force)
     except TokenvizError as exc:
         fail(str(exc))
     if as_json:
