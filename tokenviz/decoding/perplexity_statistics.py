@@ -25,7 +25,7 @@ KLD_PERCENTILES = (0.999, 0.99, 0.95, 0.90, 0.10, 0.05, 0.01, 0.001)
 DP_PERCENTILES = (0.999, 0.99, 0.95, 0.90, 0.75, 0.25, 0.10, 0.05, 0.01, 0.001)
 
 
-def _log_sum_exp(logits: np.ndarray, top: np.ndarray) -> np.ndarray:
+def log_sum_exp(logits: np.ndarray, top: np.ndarray) -> np.ndarray:
     """log(sum(exp(logit - top))) of each row, as llama-perplexity sums it: float32 terms in a double sum,
     its log rounded to float32."""
     total = np.exp(logits - top, dtype=np.float32).sum(axis=-1, keepdims=True, dtype=np.float64)
@@ -48,7 +48,7 @@ class BaseLogProbs:
         logits = np.asarray(logits, dtype=np.float32)
         top = logits.max(axis=-1, keepdims=True)
         bottom = np.maximum(logits.min(axis=-1, keepdims=True), top - np.float32(SPAN))
-        floor = bottom - top - _log_sum_exp(logits, top)
+        floor = bottom - top - log_sum_exp(logits, top)
         scale = (top - bottom) / np.float32(STEPS)
         with np.errstate(divide="ignore"):
             inverse = np.where(scale > 0, np.float32(1) / scale, np.float32(0))  # (a flat row: every step 0)
@@ -81,7 +81,7 @@ def compare_tokens(logits: np.ndarray, base: BaseLogProbs, tokens: np.ndarray) -
     rows = np.arange(len(logits))
     top = logits.argmax(axis=-1)
     shift = logits[rows, top][:, None]
-    shift = shift + _log_sum_exp(logits, shift)  # llama-perplexity's max_logit + log_sum_exp
+    shift = shift + log_sum_exp(logits, shift)  # llama-perplexity's max_logit + log_sum_exp
     nll = shift[:, 0] - logits[rows, tokens]
     base_log = base.log_probs()
     nll_base = -base_log[rows, tokens]

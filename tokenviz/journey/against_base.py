@@ -18,7 +18,7 @@ import numpy as np
 from tokenviz.contract.engine import Capability, Engine, OnProgress, refusal_of, require
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import LensAsk, LensLayer
-from tokenviz.decoding.perplexity_statistics import BaseLogProbs, Tally, compare_tokens
+from tokenviz.decoding.perplexity_statistics import BaseLogProbs, Tally, compare_tokens, log_sum_exp
 
 DEFAULT_WINDOW = 512  # llama-perplexity's window
 TAILS = 10  # the tokens listed where the two differ most, by KLD and by |Δp|
@@ -116,8 +116,7 @@ def top_candidates(rows: np.ndarray) -> list[Candidates]:
     order = np.argsort(-values, axis=-1, kind="stable")
     best, values = np.take_along_axis(best, order, -1), np.take_along_axis(values, order, -1)
     top = rows.max(axis=-1, keepdims=True)
-    log_sum = np.log(np.exp(rows - top, dtype=np.float32).sum(axis=-1, keepdims=True, dtype=np.float64))
-    probs = np.exp(values - top - log_sum)
+    probs = np.exp(values - top - log_sum_exp(rows, top))
     return [list(zip(ids, p, strict=True)) for ids, p in zip(best.tolist(), probs.tolist(), strict=True)]
 
 

@@ -302,15 +302,7 @@ class LlamaCppEngine(DenseInOnePlace):
         """`ids` alone in a context of their own (kept for the next text: making one costs more than a small
         model's pass), as llama-perplexity feeds a window: one pass (llama.cpp's batches of 512), logits asked
         from `first` on, so llama.cpp computes the last layer at those positions alone."""
-        if self.edits.writes:
-            raise TokenvizError(
-                "scoring a text with a patch in force is not on llama.cpp: take the patch off (I) first"
-            )
-        if len(ids) > self.runtime.context_size:
-            raise TokenvizError(
-                f"a text of {len(ids):,} tokens would pass llama.cpp's context of {self.runtime.context_size:,}: "
-                "a smaller window, or a larger --context"
-            )
+        self.runtime.refuse_beside(self.edits, f"scoring a text of {len(ids):,} tokens", len(ids))
         if self._scoring is None or self._scoring.context_size < len(ids):
             self._scoring = self.runtime.sibling(context=len(ids))
         self._scoring.clear()

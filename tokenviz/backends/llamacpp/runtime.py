@@ -311,16 +311,21 @@ class Runtime:
         `needed` positions (and `room` more it may use), under the journey's `edits`; freed after. Refused
         in one line where a patch is in force (its rows are written through the journey's capture) or the
         search would pass the context."""
-        if edits.writes:
-            raise TokenvizError(f"{what} with a patch in force is not on llama.cpp: take the patch off (I) first")
-        if needed > self.context_size:
-            raise TokenvizError(f"{what} would pass llama.cpp's context of {self.context_size:,} tokens")
+        self.refuse_beside(edits, what, needed)
         other = self.sibling(sequences=sequences, context=needed + room)
         try:
             other.edit(edits)
             yield other
         finally:
             other.close()
+
+    def refuse_beside(self, edits: Edits, what: str, needed: int) -> None:
+        """Refuse, in one line, `what` in a context beside the journey's where a patch is in force (its rows
+        are written through the journey's capture) or `needed` positions would pass the context."""
+        if edits.writes:
+            raise TokenvizError(f"{what} with a patch in force is not on llama.cpp: take the patch off (I) first")
+        if needed > self.context_size:
+            raise TokenvizError(f"{what} would pass llama.cpp's context of {self.context_size:,} tokens")
 
     def close(self) -> None:
         """Free the context and its batch now (a search's, once it is done), not when the runtime is

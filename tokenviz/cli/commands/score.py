@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 
 from tokenviz.cli.backend_options import BackendChoice, backend_options
-from tokenviz.cli.commands.common import check_chat, new_cli, print_document
+from tokenviz.cli.commands.common import check_chat, check_writable, new_cli, print_document
 from tokenviz.cli.options import (
     Chat,
     System,
@@ -21,6 +21,7 @@ from tokenviz.contract.grammar import Grammar
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.contract.text import safe_text
 from tokenviz.journey.against_base import DEFAULT_WINDOW
+from tokenviz.system.reading import read_file
 
 TEXT_FILE_BYTES = 64 * 2**20  # the most of a file scored against a base that is read
 
@@ -121,8 +122,8 @@ def score_against(
             )
         if grammar is not None or chat:
             raise TokenvizError("scoring against a base takes the text as it is: no grammar and no --chat")
-        if against.html and Path(against.html).expanduser().exists() and not against.force:
-            raise TokenvizError(f"{safe_text(against.html)} exists already: choose another name (or --force)")
+        if against.html:
+            check_writable(against.html, against.force)
         q_side, base_side = backend.sides(against.backend)
         base_side = base_side.with_values(model=against.model or base_side.model)
         words = text_or_file(text)
@@ -147,15 +148,10 @@ def score_against(
 def text_or_file(text: str) -> str:
     """`text`, or the text of the file it names (UTF-8, a regular file of at most TEXT_FILE_BYTES)."""
     path = Path(text).expanduser()
+    if not path.is_file():
+        return text
+    what = f"the text file {safe_text(path.name)}"
     try:
-        if not path.is_file():
-            return text
-        if path.stat().st_size > TEXT_FILE_BYTES:
-            raise TokenvizError(f"{safe_text(path.name)} is over {TEXT_FILE_BYTES >> 20} MB: score a part of it")
-        return path.read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise TokenvizError(
-            f"{safe_text(path.name)} could not be read: {safe_text(exc.strerror or str(exc))}"
-        ) from None
+        return read_file(path, TEXT_FILE_BYTES, what, TokenvizError).decode("utf-8")
     except UnicodeDecodeError:
-        raise TokenvizError(f"{safe_text(path.name)} is not UTF-8 text") from None
+        raise TokenvizError(f"{what} is not UTF-8 text") from None
