@@ -40,6 +40,7 @@ def test_every_steps_difference_is_computed_from_the_two_models_own_distribution
     parted = next(i for i, (x, y) in enumerate(chosen) if x != y)
     assert comparison.parted_at == parted
     n = len(a.prompt_ids)
+    direct: list[tuple[float, float, float]] = []  # each step's nll_a, nll_b and KL(B ‖ A) in nats
     for diff, ra, rb in zip(comparison.diffs, a.records, b.records, strict=False):
         # Up to the parting both read one context; after it, B is B's model on A's path (teacher-forced).
         assert diff.teacher_forced == (diff.index > parted)
@@ -58,6 +59,22 @@ def test_every_steps_difference_is_computed_from_the_two_models_own_distribution
         assert diff.top1_agree == (int(la.argmax()) == int(lb.argmax()))
         assert diff.a_rank_of_b == int((la > la[b_choice]).sum()) + 1
         assert diff.b_rank_of_a == int((lb > lb[ra.decision.chosen_id]).sum()) + 1
+        # llama-perplexity's figures of the step, B the base and A's token the text's (B's log-probabilities
+        # kept in its 16 bits: within 1e-3 nats of the float64 ones here)
+        token = ra.decision.chosen_id
+        kept = lb > -16.0
+        direct.append((-float(la[token]), -float(lb[token]), float((lb.exp() * (lb - la))[kept].sum())))
+        assert (diff.nll_a, diff.nll_b, diff.kld) == pytest.approx(direct[-1], abs=1e-3)
+        assert diff.dp == pytest.approx(math.exp(la[token]) - math.exp(lb[token]), abs=1e-4)
+        assert (diff.a_top, diff.b_top) == (int(la.argmax()), int(lb.argmax()))
+    statistics = comparison.statistics
+    assert statistics is not None and statistics["count"] == len(comparison.diffs) == len(direct)
+    nll_a, nll_b, kld = (torch.tensor(column, dtype=torch.float64) for column in zip(*direct))
+    assert statistics["mean_kld"] == pytest.approx(float(kld.mean()), abs=1e-3)
+    assert statistics["ppl_ratio"] == pytest.approx(math.exp(float(nll_a.mean() - nll_b.mean())), rel=1e-3)
+    assert statistics["same_top_p"] == pytest.approx(sum(d.top1_agree for d in comparison.diffs) / len(direct))
+    dp = torch.tensor([d.dp for d in comparison.diffs], dtype=torch.float64)
+    assert statistics["rms_dp"] == pytest.approx(float(dp.pow(2).mean().sqrt()), rel=1e-6)
 
 
 def test_two_settings_on_one_model_agree_until_their_choices_part_and_rewind_keeps_the_diff():
@@ -112,7 +129,16 @@ def test_compare_json_prints_both_journeys_and_their_diff(tmp_path, monkeypatch,
         "a_rank_of_b",
         "b_rank_of_a",
         "teacher_forced",
+        "nll_a",
+        "nll_b",
+        "kld",
+        "dp",
+        "a_top",
+        "b_top",
     }
+    assert doc["statistics"]["count"] == len(doc["diff"]) and doc["statistics"]["mean_kld"] == pytest.approx(
+        0.0, abs=1e-4
+    )
     a_ids = [s["chosen"]["id"] for s in doc["a"]["steps"]]
     b_ids = [s["chosen"]["id"] for s in doc["b"]["steps"]]
     expected = next((i for i, (x, y) in enumerate(zip(a_ids, b_ids)) if x != y), None)

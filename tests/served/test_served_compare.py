@@ -11,12 +11,13 @@ import pytest
 from clitools import invoke
 from test_served import KEY_ENV, PROMPT
 
-from tokenviz.backends.served.completions import ServedChoice
+from tokenviz.backends.served.completions import REPRODUCED_WITHIN, ServedChoice
 from tokenviz.backends.served.engine import ServedEngine
 from tokenviz.backends.shared.endpoint import ApiKey
 from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.cli.commands import in_terminal
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.decoding.perplexity_statistics import KLD_NOT_GIVEN
 from tokenviz.journey.drawn_comparison import DrawnComparison
 from tokenviz.journey.session import Session
 
@@ -51,13 +52,27 @@ def test_the_screens_figures_are_the_headless_comparisons(vllm_server, bundled, 
             told["top1_agree"], told["a_rank_of_b"], told["b_rank_of_a"],
         )  # fmt: skip
         assert math.isnan(shown.final_kl) and shown.to_json()["final_kl"] is None
+    # llama-perplexity's figures a top N allows, B the base: the server's log-probability of A's token at each
+    # step (its prompt_logprobs, asked outside the comparison); the KLD, a sum over every token, not given
+    a, steps = comparison.a, len(comparison.diffs)
+    said = comparison.server.prompt_logprobs(list(a.ids[: len(a.prompt_ids) + steps]), 0)
+    for d, record in zip(comparison.diffs, a.records, strict=True):
+        token = record.decision.chosen_id
+        assert d.nll_b == pytest.approx(-said[record.position][token][0], abs=REPRODUCED_WITHIN)
+        assert d.dp == pytest.approx(math.exp(-d.nll_a) - math.exp(-d.nll_b), abs=1e-9) and math.isnan(d.kld)
+    statistics = json.loads(out)["statistics"]
+    assert (
+        statistics["mean_kld"] is None and statistics["max_kld"] is None and statistics["not_given"] == [KLD_NOT_GIVEN]
+    )
+    assert statistics["count"] == 5 and statistics["same_top_p"] == sum(t["top1_agree"] for t in headless) / 5
+    nll = [(t["nll_a"], t["nll_b"]) for t in headless]
+    assert statistics["ppl_ratio"] == pytest.approx(math.exp(sum(x - y for x, y in nll) / 5), rel=1e-6)
 
 
 def test_after_the_paths_part_b_is_asked_at_as_context(vllm_server, bundled, monkeypatch):
     """Sampled hot on both sides, the draws part; a row after it is B's top N at A's own context
     (teacher-forced): its KL and ranks those of a request there (asked again: within the server's own
     reproducibility)."""
-    from tokenviz.backends.served.completions import REPRODUCED_WITHIN
     from tokenviz.journey.comparison import rank_in
     from tokenviz.journey.drawn_comparison import kl_over
 

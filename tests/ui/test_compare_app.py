@@ -2,6 +2,9 @@
 every step's KL, top-1 agreement and ranks; the token where the paths part is marked in both. Reached
 by `tokenviz compare` and from the journey's palette on the journey's model."""
 
+import copy
+
+import torch
 from apptools import PROMPT
 from tiny import tiny_model
 
@@ -281,3 +284,41 @@ async def test_each_side_shows_its_final_distribution_beside_the_raw_one():
                 assert said in row.split(probability(candidate.prob, 7).strip(), 1)[1], (side, row)
         a_rows = text_of(app.query_one("#next-a", NextTokenPane))
         assert "1.000" in a_rows and a_rows.count("—") >= 2  # greedy: the argmax certain, the rest dropped
+
+
+async def test_p_and_shift_p_move_the_cursor_between_the_steps_where_the_top_1s_differ():
+    """Two models (one tokenizer): p puts the cursor on each step whose top-1s differ in turn, P back; past
+    the last, a notification says none is left; the pane's first line is the steps in llama-perplexity's
+    terms (the comparison's own statistics) and ▲ marks each such step under the chart."""
+    from apptools import wait_for
+
+    def build(progress):
+        # A tiny model's top-1 is its last token (tied embeddings): B's head is A's untied with noise added,
+        # so the two top-1s agree at some steps and differ at others (sampled hot, on A's varied path).
+        a = tiny_model()
+        b = copy.deepcopy(a)
+        torch.manual_seed(0)
+        head = a.model.get_output_embeddings().weight.detach()
+        b.model.lm_head.weight = torch.nn.Parameter(head + torch.randn_like(head) * head.std() * 2.0)
+        hot = SamplingSettings(temperature=1.5, top_k=0, top_p=1.0, seed=3, max_new_tokens=10)
+        return Comparison(Session(ModelRunner(a), hot), Session(ModelRunner(b), hot))
+
+    app = TokenvizApp(CompareWorker(build, PROMPT), comparing=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settled(app, pilot)
+        await pilot.press(*["space"] * 9)
+        c = await settled(app, pilot)
+        screen = app.screen
+        differ = [d.index for d in c.diffs if not d.top1_agree]
+        assert len(differ) >= 2, "the two tiny models' top-1s differ too rarely to test the key"
+        shown = str(screen.query_one(DiffPane).render())
+        assert f"same top {c.statistics['same_top_p']:.1%}" in shown and "mean KLD" in shown
+        marks = next(line for line in shown.splitlines() if line.startswith("top-1s differ"))
+        assert marks.count("▲") == len(differ)
+        for step in differ:
+            await pilot.press("p")
+            await wait_for(lambda step=step: screen.cursor == c.a.prompt_len + step - 1, pilot)
+        await pilot.press("P")
+        await wait_for(lambda: screen.cursor == c.a.prompt_len + differ[-2] - 1, pilot)
+        await pilot.press("p", "p")
+        await wait_for(lambda: any("do not differ after step" in str(n.message) for n in app._notifications), pilot)

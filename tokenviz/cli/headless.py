@@ -365,4 +365,6 @@ def compare_document(
         steps = max(len(s.generated_ids) for s in comparison.sessions)
         progress(f"stepping both: {steps} of at most {limit} tokens", min(steps / limit, 1.0))
     a, b = (snapshot_of(s) for s in comparison.sessions)
-    return comparison_document(a, b, comparison.diffs, comparison.kl_over, comparison.independent_draws)
+    return comparison_document(
+        a, b, comparison.diffs, comparison.kl_over, comparison.independent_draws, comparison.statistics
+    )

@@ -180,16 +180,33 @@ class StepDiff:
     final_kl: float = 0.0  # bits: KL(A ‖ B) of the distributions the two draws are made from (inf: A keeps a
     # token B's stages removed)
     teacher_forced: bool = False  # after the paths parted: B's figures are B's on A's path, not on its own
+    # llama-perplexity's figures of the step, B the base and A's chosen token the text's (decoding/
+    # perplexity_statistics): NaN where not known (a served B gives no KLD; a token B's vocabulary lacks)
+    nll_a: float = math.nan  # nats: -log p_A(A's token)
+    nll_b: float = math.nan  # and -log p_B(A's token)
+    kld: float = math.nan  # nats: KL(B ‖ A), llama-perplexity's KLD (over the tokens B gives more than e^-16)
+    dp: float = math.nan  # Δp: p_A(A's token) - p_B(A's token)
+    a_top: int = -1  # each model's most likely next token
+    b_top: int = -1
 
     def to_json(self) -> dict[str, Any]:
+        def known(value: float) -> float | None:  # (strict JSON: no Infinity, no NaN)
+            return value if math.isfinite(value) else None
+
         return {
             "index": self.index,
             "kl": self.kl,
-            "final_kl": self.final_kl if math.isfinite(self.final_kl) else None,  # (strict JSON: no Infinity)
+            "final_kl": known(self.final_kl),
             "top1_agree": self.top1_agree,
             "a_rank_of_b": self.a_rank_of_b,
             "b_rank_of_a": self.b_rank_of_a,
             "teacher_forced": self.teacher_forced,
+            "nll_a": known(self.nll_a),
+            "nll_b": known(self.nll_b),
+            "kld": known(self.kld),
+            "dp": known(self.dp),
+            "a_top": self.a_top,
+            "b_top": self.b_top,
         }
 
 

@@ -5,8 +5,9 @@ The engine thread publishes one after each batch of commands; the UI only ever r
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 from tokenviz.contract.attention import AttentionView
 from tokenviz.contract.commands import Request
@@ -103,6 +104,9 @@ class ComparisonSnapshot(Frame):
     b: Snapshot | None = None
     diffs: tuple[StepDiff, ...] = ()  # one per step both have taken or have pending
     parted_at: int | None = None  # the first step where their chosen tokens differ
+    statistics: Mapping[str, Any] | None = (
+        None  # llama-perplexity's, B the base (journey.comparison.journey_statistics)
+    )
     kl_over: str = ""  # over what the KL is taken, where not the whole vocabulary (a served B: its top N)
     independent_draws: bool = False  # each side draws on its own (a served B): a parting may be two draws
     playing: bool = False

@@ -23,6 +23,8 @@ STEPS = 65535.0
 MIN_COUNT_FOR_SPREAD = 10  # llama-perplexity gives no uncertainty below this many tokens
 KLD_PERCENTILES = (0.999, 0.99, 0.95, 0.90, 0.10, 0.05, 0.01, 0.001)
 DP_PERCENTILES = (0.999, 0.99, 0.95, 0.90, 0.75, 0.25, 0.10, 0.05, 0.01, 0.001)
+# Where a side gives its top N only (a served model), a token's KLD is NaN and every KLD figure None:
+KLD_NOT_GIVEN = "KLD: a side gives its top N only (a served model), and the KLD is a sum over every token"
 
 
 def log_sum_exp(logits: np.ndarray, top: np.ndarray) -> np.ndarray:
@@ -141,7 +143,8 @@ class Tally:
 
     def statistics(self) -> dict[str, Any]:
         """Every figure llama-perplexity prints after `--kl-divergence`, by name; each `*_unc` is its
-        uncertainty as llama-perplexity gives it; the Δp figures are fractions (it prints percents)."""
+        uncertainty as llama-perplexity gives it; the Δp figures are fractions (it prints percents). Where a
+        token's KLD is not known, the KLD figures are None, named in "not_given"."""
         count = len(self.tokens)
         if count == 0:
             raise ValueError("no token was scored")
@@ -166,7 +169,7 @@ class Tally:
         same = sum(t.top == t.top_base for t in self.tokens) / count
         sorted_kld = np.sort(np.array([t.kld for t in self.tokens], np.float32))
         sorted_dp = np.sort(np.array([t.p_diff for t in self.tokens], np.float32))
-        return {
+        figures = {
             "count": count,
             "ppl_q": ppl,
             "ppl_q_unc": ppl_unc,
@@ -196,3 +199,13 @@ class Tally:
             "same_top_p": same,
             "same_top_p_unc": math.sqrt(same * (1 - same) / (count - 1)) if count > 1 else 0.0,
         }
+        if not self.kld_known:
+            return {name: None if "kld" in name else value for name, value in figures.items()} | {
+                "not_given": [KLD_NOT_GIVEN]
+            }
+        return figures
+
+    @property
+    def kld_known(self) -> bool:
+        """Whether every token's KLD is known (NaN: a side gave its top N only)."""
+        return not any(math.isnan(t.kld) for t in self.tokens)

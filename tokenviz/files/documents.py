@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tokenviz.contract.errors import TokenvizError
@@ -140,12 +140,18 @@ def setup_differences(a: Snapshot, b: Snapshot) -> dict[str, tuple[str, str]]:
 
 
 def comparison_document(
-    a: Snapshot, b: Snapshot, diffs: Sequence[StepDiff], kl_over: str = "", independent_draws: bool = False
+    a: Snapshot,
+    b: Snapshot,
+    diffs: Sequence[StepDiff],
+    kl_over: str = "",
+    independent_draws: bool = False,
+    statistics: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Both journeys as trace documents, with what sets them apart ("differences": A's and B's value of
     every field that differs), their differences over the steps both have taken and the first of
     them where their chosen tokens part; `kl_over`, where the KL is not over the whole vocabulary;
-    whether each side draws on its own (a served B: a parting may be two draws, not two models)."""
+    whether each side draws on its own (a served B: a parting may be two draws, not two models); the
+    steps' `statistics` in llama-perplexity's terms, B the base (journey.comparison.journey_statistics)."""
     da, db = trace_document(a), trace_document(b)
     both = min(len(da["steps"]), len(db["steps"]))
     parted = next(
@@ -165,6 +171,7 @@ def comparison_document(
         "parted_at": parted,
         **({"kl_over": kl_over} if kl_over else {}),
         "independent_draws": independent_draws,
+        "statistics": dict(statistics) if statistics is not None else None,
     }
 
 

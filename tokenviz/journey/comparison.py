@@ -15,13 +15,15 @@ renormalised there).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
 from tokenviz.contract.engine import Engine, scores_of
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import StepDiff
+from tokenviz.decoding.perplexity_statistics import BaseLogProbs, Tally, TokenComparison, compare_token
 from tokenviz.decoding.sampling import choice_from, final_distribution
 from tokenviz.journey.session import Session
 
@@ -84,6 +86,7 @@ def step_diff(
         fa, fb = (f.reshape(-1).double().cpu()[:n] for f in finals)
         shared = float(fa.sum()) > 0 and float(fb.sum()) > 0  # a padded id may hold one side's whole mass
         final_kl = kl_bits(fa / fa.sum(), fb / fb.sum()) if shared else math.inf
+    as_base = base_figures(a_all[:n], b_all[:n], a_choice) if a_choice < n else {}
     return StepDiff(
         index=index,
         kl=max(kl, 0.0),
@@ -92,7 +95,30 @@ def step_diff(
         b_rank_of_a=rank_in(b_all, a_choice),
         final_kl=final_kl,
         teacher_forced=teacher_forced,
+        a_top=int(a_all.argmax()),
+        b_top=int(b_all.argmax()),
+        **as_base,
     )
+
+
+def base_figures(a_logits: torch.Tensor, b_logits: torch.Tensor, token: int) -> dict[str, float]:
+    """A step's figures as llama-perplexity computes a scored token's, B the base and A's chosen token
+    the text's (StepDiff's nll_a, nll_b, kld, dp): the same float32 arithmetic, B's log-probabilities
+    kept in its 16 bits, so a journey's statistics are llama-perplexity's definitions to the digit."""
+    b = BaseLogProbs.of(b_logits.float().numpy()[None, :])
+    scored = compare_token(a_logits.float().numpy(), b, token)
+    return {"nll_a": scored.nll, "nll_b": scored.nll_base, "kld": scored.kld, "dp": scored.p_diff}
+
+
+def journey_statistics(diffs: Sequence[StepDiff]) -> dict[str, Any] | None:
+    """llama-perplexity's statistics of a comparison's steps so far (`--kl-divergence`'s, each figure by
+    the name `score --against-model` gives it), B the base: every step's token is the one A chose (B is
+    forced along A's path once they part), so A is scored on its own journey and B on A's. None before a
+    step both can score. Where B is served (its top N), the KLD figures are None, named in "not_given"."""
+    scored = [d for d in diffs if math.isfinite(d.nll_a) and math.isfinite(d.nll_b)]
+    if not scored:
+        return None
+    return Tally([TokenComparison(d.nll_a, d.nll_b, d.kld, d.dp, d.a_top, d.b_top) for d in scored]).statistics()
 
 
 class Comparison:
@@ -119,6 +145,11 @@ class Comparison:
         """Whether the two sides draw on their own (a parting may be two draws, not two models): here
         both draw with the same uniform at each position, so a parting is their distributions'."""
         return False
+
+    @property
+    def statistics(self) -> dict[str, Any] | None:
+        """The steps so far in llama-perplexity's terms, B the base (journey_statistics)."""
+        return journey_statistics(self.diffs)
 
     @property
     def parted_at(self) -> int | None:
@@ -200,7 +231,9 @@ class Comparison:
 
     def _b_logits_on_a_path(self) -> torch.Tensor:
         """B's raw next-token logits after A's tokens: a runner of B's model follows A's path, fed
-        only what it has not seen (a rewind crops it back)."""
+        only what it has not seen (a rewind crops it back), in the passes a journey feeds (the prompt
+        in one, then a token a pass): a runtime's numbers depend on its batch's shape (llama.cpp's
+        K-quant kernels), and B's figures are to be those of B's own journey on A's path."""
         ids = self.a.ids
         if self._b_on_a is None:
             self._b_on_a = self.b.engine.twin()
@@ -210,6 +243,11 @@ class Comparison:
             return self._b_on_a_logits
         keep = min(common, len(ids) - 1)  # at least the last token is fed: its logits are the answer
         runner.crop(keep)
-        self._b_on_a_logits = scores_of(runner.forward(ids[keep:]))
+        prompt_len, chunk = len(self.a.prompt_ids), self.b.prefill_chunk
+        passes = [ids[i : min(i + chunk, prompt_len)] for i in range(keep, prompt_len, chunk)]  # (keep 0 here)
+        passes += [[token] for token in ids[max(keep, prompt_len) :]]
+        for fed_ids in passes:
+            logits = runner.forward(fed_ids)
+        self._b_on_a_logits = scores_of(logits)
         self._b_on_a_fed = list(ids)
         return self._b_on_a_logits

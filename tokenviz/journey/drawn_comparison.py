@@ -81,16 +81,25 @@ class DrawnComparison(Comparison):
         a_choice = a.records[-1].decision.chosen_id
         b_rank_of_a = next((i for i, t in enumerate(b_top, 1) if t == a_choice), None)
         if b_rank_of_a is None:  # past the server's top N: its rank asked of it (one more request)
-            b_rank_of_a = self.server.logprob_of(list(a.ids), a_choice)[1]
+            b_logprob, b_rank_of_a = self.server.logprob_of(list(a.ids), a_choice)
+        else:
+            b_logprob = b_top[a_choice]
         scores = logits.reshape(-1)
+        a_logprob = float(torch.log_softmax(scores.double(), -1)[a_choice])
+        a_top, b_most = int(scores.argmax()), max(b_top, key=b_top.__getitem__)
         self.diffs.append(
             StepDiff(
                 index=index,
                 kl=kl_over(scores, b_top),
-                top1_agree=int(scores.argmax()) == max(b_top, key=b_top.__getitem__),
+                top1_agree=a_top == b_most,
                 a_rank_of_b=rank_in(scores, b_choice),
                 b_rank_of_a=b_rank_of_a,
                 final_kl=math.nan,
                 teacher_forced=forced,
+                nll_a=-a_logprob,
+                nll_b=-b_logprob,  # (the KLD stays NaN: a sum over every token, and the server gives N)
+                dp=math.exp(a_logprob) - math.exp(b_logprob),
+                a_top=a_top,
+                b_top=b_most,
             )
         )

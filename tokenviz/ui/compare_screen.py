@@ -2,14 +2,17 @@
 differ (`tokenviz compare`, or from the app's palette on the journey's model).
 
 Each side shows its tokens and its next-token candidates (the journey's panes, drawn from that
-side's Snapshot); below, every step's KL divergence, whether the two top-1 agree and the rank each
-gives the other's choice. The first token where the paths part is marked in both token strips.
+side's Snapshot); below, the steps in llama-perplexity's terms (B the base), a chart of each step's KL
+with ▲ where the top-1s differ (p and P move the cursor to them), and every step's KL divergence, Δp,
+whether the two top-1 agree and the rank each gives the other's choice. The first token where the paths
+part is marked in both token strips.
 """
 
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 from rich.cells import cell_len
 from rich.style import Style
@@ -20,6 +23,7 @@ from textual.widgets import Static
 
 from tokenviz.contract.commands import Command, Save
 from tokenviz.contract.interventions import Intervention
+from tokenviz.contract.results import StepDiff
 from tokenviz.contract.snapshot import ComparisonSnapshot, Snapshot
 from tokenviz.files.documents import interventions_in_force, setup, setup_differences
 from tokenviz.render.columns import cell
@@ -85,13 +89,18 @@ class DiffPane(BoxPane):
     def show_comparison(self, c: ComparisonSnapshot, cursor_step: int | None) -> None:
         width = max(self.size.width - 2, 30)
         text = Text(no_wrap=True, overflow="ellipsis")  # a line too long for the pane ends in …
-        if c.kl_over:  # a served B: its top N only, and its draws' distributions are the server's
+        text.append(statistics_lines(c.statistics, len(c.diffs), width), Style(bold=True))
+        if c.kl_over or any(d.kl > 0 for d in c.diffs):  # two models: theirs (a served B's over its top N)
             kl = [d.kl for d in c.diffs]
-            text.append("KL(A ‖ B) over B's top N, bits, every step: ", Style(bold=True))
-        else:
+            label = "KL top-N, bits" if c.kl_over else "KL raw, bits"
+        else:  # one model, two settings: what the settings change
             kl = [d.final_kl if math.isfinite(d.final_kl) else 0.0 for d in c.diffs]
-            text.append("KL(A ‖ B) of what each draw is made from, bits, every step: ", Style(bold=True))
-        text.append(sparkline(kl, max(width - 64, 8)) + "\n", Style(color=self.theme_colors.bar))
+            label = "KL final, bits"
+        room = max(width - CHART_LABEL - 1, 8)
+        text.append(f"{label:<{CHART_LABEL}} ", Style(dim=True))
+        text.append(sparkline(kl, room) + "\n", Style(color=self.theme_colors.bar))
+        text.append(f"{'top-1s differ':<{CHART_LABEL}} ", Style(dim=True))
+        text.append(differ_marks(c.diffs, room) + "\n", Style(bold=True, color=self.theme_colors.bar_final))
         if c.kl_over:
             text.append(f"KL over {c.kl_over}; what the server draws from is not here (—)\n", Style(dim=True))
         if c.parted_at is not None and c.independent_draws:
@@ -108,19 +117,20 @@ class DiffPane(BoxPane):
                 "are B's on A's path, so each row compares one context\n"
             )
         text.append(
-            f"{'step':>5} {'KL top-N' if c.kl_over else 'KL raw':>8} {'KL final':>9} {'top-1':>6} {'A ranks B':>10} "
-            f"{'B ranks A':>10}\n",
+            f"{'step':>5} {'KL top-N' if c.kl_over else 'KL raw':>8} {'KL final':>9} {'top-1':>6} {'Δp':>7} "
+            f"{'A ranks B':>10} {'B ranks A':>10}\n",
             Style(bold=True),
         )
-        rows = max(self.size.height - 5, 1)
+        rows = max(self.size.height - text.plain.count("\n") - 1, 1)  # (1: the line that may explain an ∞)
         shown = [d for d in c.diffs if cursor_step is None or d.index <= cursor_step][-rows:]
         for d in shown:
             style = Style(bold=True) if d.index == cursor_step else Style()
             agree = "same" if d.top1_agree else "differ"
             final = f"{d.final_kl:.4f}" if math.isfinite(d.final_kl) else "—" if math.isnan(d.final_kl) else "∞"
+            dp = f"{d.dp:+.1%}" if math.isfinite(d.dp) else "—"
             mark = "†" if d.teacher_forced else " "
             text.append(
-                f"{d.index:>4}{mark} {d.kl:>8.4f} {final:>9} {cell(agree, 6, right=True)} "
+                f"{d.index:>4}{mark} {d.kl:>8.4f} {final:>9} {cell(agree, 6, right=True)} {dp:>7} "
                 f"{d.a_rank_of_b:>10} {d.b_rank_of_a:>10}\n",
                 style,
             )
@@ -129,6 +139,42 @@ class DiffPane(BoxPane):
         text.rstrip()
         self.update(text)
         self.set_subtitle(f"{c.state}{' · ' + c.message if c.message else ''}")
+
+
+CHART_LABEL = 15  # cells of the charts' labels, so their columns line up: one column a step
+
+
+def statistics_lines(statistics: Mapping[str, Any] | None, steps: int, width: int) -> str:
+    """The journey in llama-perplexity's terms, B the base (journey.comparison.journey_statistics): its
+    mean KLD in nats, how often the top-1s agree, the RMS of Δp and the perplexity ratio; on one line
+    where it fits `width`, else the figures on a line of their own."""
+    if statistics is None:
+        return "as llama-perplexity, B the base: no step scored yet\n"
+    kld = statistics["mean_kld"]
+    figures = " · ".join(
+        (
+            "mean KLD not given (top N)" if kld is None else f"mean KLD {kld:.4f} nats",
+            f"same top {statistics['same_top_p']:.1%}",
+            f"RMS Δp {statistics['rms_dp']:.2%}",
+            f"PPL ratio {statistics['ppl_ratio']:.4f}",
+        )
+    )
+    said = f"{statistics['count']} of {steps} steps, B the base:"
+    return f"{said} {figures}\n" if cell_len(said) + 1 + cell_len(figures) <= width else f"{said}\n{figures}\n"
+
+
+def differ_marks(diffs: Sequence[StepDiff], width: int) -> str:
+    """Under the KL chart, one column a step: ▲ where the two top-1s differ."""
+    return "".join(" " if d.top1_agree else "▲" for d in diffs[-width:]).rstrip()
+
+
+def next_parting(diffs: Sequence[StepDiff], step: int | None, forward: bool) -> int | None:
+    """The step after `step` (before it, not `forward`) where the two top-1s differ; None if none. From
+    no step (`step` None), forward is from the start and back from the end."""
+    differ = [d.index for d in diffs if not d.top1_agree]
+    if forward:
+        return next((i for i in differ if step is None or i > step), None)
+    return next((i for i in reversed(differ) if step is None or i < step), None)
 
 
 class CompareScreen(WorkerScreen[ComparisonSnapshot]):
@@ -200,6 +246,22 @@ class CompareScreen(WorkerScreen[ComparisonSnapshot]):
         positions = min(s.prompt_len + len(s.records) - 1 for s in (c.a, c.b) if s is not None)
         current = positions - 1 if self.cursor is None else self.cursor
         self.cursor = min(max(current + delta, 0), positions - 1)
+
+    def action_parting(self, forward: bool) -> None:
+        """The cursor to the next (or the previous) step where the two top-1s differ."""
+        c = self.snapshot
+        if c is None or c.a is None or not c.a.records:
+            return
+        prompt_len = c.a.prompt_len
+        step = None if self.cursor is None else self.cursor - prompt_len + 1
+        if step is None and not forward:
+            step = len(c.diffs)
+        found = next_parting(c.diffs, step, forward)
+        if found is None:
+            where = "after" if forward else "before"
+            self.notify(f"the top-1s do not differ {where} step {step if step is not None else 0}")
+            return
+        self.cursor = prompt_len + found - 1
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Escape's "back" is in the footer only where there is a journey to go back to."""

@@ -428,6 +428,14 @@ COMPARE_KEYS: tuple[KeyRow, ...] = (
         (Press("left", "cursor(-1)"), Press("right", "cursor(1)")),
     ),
     KeyRow(
+        "p / P",
+        "the cursor to the next / previous step where the two top-1s differ (▲ under the KL chart)",
+        (
+            Press("p", "parting(True)", "parting", "Next step where the top-1s differ"),
+            Press("P", "parting(False)", palette="Previous step where the top-1s differ"),
+        ),
+    ),
+    KeyRow(
         "x",
         "save both journeys (replayable, NAME-a.json and NAME-b.json), the comparison (NAME.json) and a "
         "screenshot (NAME.svg) here",

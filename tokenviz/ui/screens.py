@@ -95,9 +95,15 @@ the next one, after the cursor.
 - **†**: after the paths part, B's figures are B's model and settings on A's path (fed A's tokens),
   so each row compares one context.
 - **top-1**: whether both models' most likely next token is the same.
+- **Δp**: A's probability of the token A chose minus B's (raw distributions).
 - **A ranks B / B ranks A**: the rank each gives the token the other chose.
 - **▼ the paths part at step N**: the first step where A and B took different tokens, marked
   reversed in both strips.
+- **The chart**: each step's KL, one column a step; **▲** under it where the top-1s differ (p
+  and P move the cursor to the next and the previous).
+- **The line above it**: the steps in llama-perplexity's terms (`--kl-divergence`), B the base
+  and A's tokens the text: the mean KLD, KL(B ‖ A) in nats; how often both top-1s are the same
+  token; the RMS of Δp; PPL(A) / PPL(B). `score --against-model` gives them over a whole text.
 
 ## Keys
 

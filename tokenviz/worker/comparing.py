@@ -36,7 +36,9 @@ def save_comparison(comparison: Comparison, stem: str) -> list[str]:
         for side, s in zip("ab", comparison.sessions)
     ]
     a, b = (snapshot_of(s) for s in comparison.sessions)
-    document = comparison_document(a, b, comparison.diffs, comparison.kl_over, comparison.independent_draws)
+    document = comparison_document(
+        a, b, comparison.diffs, comparison.kl_over, comparison.independent_draws, comparison.statistics
+    )
     return [*written, str(write_file(f"{stem}.json", json.dumps(document)))]
 
 
@@ -104,6 +106,7 @@ class CompareWorker(CommandThread[ComparisonSnapshot]):
             b=snapshot_of(c.b, seq=self._seq) if c else None,
             diffs=tuple(c.diffs) if c else (),
             parted_at=c.parted_at if c else None,
+            statistics=c.statistics if c else None,
             kl_over=c.kl_over if c else "",
             independent_draws=c.independent_draws if c else False,
             playing=self.playing,
