@@ -267,11 +267,14 @@ def print_against_base(doc: dict[str, Any], console: Console) -> None:
     lines.append(f"Mean PPL(Q)/PPL(base)         : {s['ppl_ratio']:10.6f} ± {s['ppl_ratio_unc']:10.6f}")
     lines.append(f"Mean PPL(Q)-PPL(base)         : {s['ppl_diff']:10.6f} ± {s['ppl_diff_unc']:10.6f}")
     lines += ["", "====== KL divergence statistics ======"]
-    lines.append(f"Mean    KLD: {s['mean_kld']:10.6f} ± {s['mean_kld_unc']:10.6f}")
-    lines.append(f"Maximum KLD: {s['max_kld']:10.6f}")
-    kld = [f"{100 * f:4.1f}%   KLD: {s[percentile_key('kld', f)]:10.6f}" for f in KLD_PERCENTILES]
-    lines += [*kld[:4], f"Median  KLD: {s['median_kld']:10.6f}", *kld[4:]]
-    lines.append(f"Minimum KLD: {s['min_kld']:10.6f}")
+    if s["mean_kld"] is None:
+        lines += [f"not given: {said}" for said in s.get("not_given", ())]
+    else:
+        lines.append(f"Mean    KLD: {s['mean_kld']:10.6f} ± {s['mean_kld_unc']:10.6f}")
+        lines.append(f"Maximum KLD: {s['max_kld']:10.6f}")
+        kld = [f"{100 * f:4.1f}%   KLD: {s[percentile_key('kld', f)]:10.6f}" for f in KLD_PERCENTILES]
+        lines += [*kld[:4], f"Median  KLD: {s['median_kld']:10.6f}", *kld[4:]]
+        lines.append(f"Minimum KLD: {s['min_kld']:10.6f}")
     lines += ["", "====== Token probability statistics ======"]
     lines.append(f"Mean    Δp: {100 * s['mean_dp']:6.3f} ± {100 * s['mean_dp_unc']:5.3f} %")
     lines.append(f"Maximum Δp: {100 * s['max_dp']:6.3f}%")
@@ -283,14 +286,15 @@ def print_against_base(doc: dict[str, Any], console: Console) -> None:
     console.print(Text("\n".join(lines)))
     console.print(Text(LEGEND, style="dim"))
     tails = doc["tails"]
-    table = Table(title="where they differ most, by KLD", header_style="bold", title_justify="left")
+    by = "KLD" if tails["by_kld"] else "|Δp|"  # (no KLD: a side gave its top N only)
+    table = Table(title=f"where they differ most, by {by}", header_style="bold", title_justify="left")
     for name in ("#", "after", "token", "KLD", "Δp", "parted from", "Q's top 3", "base's top 3"):
         table.add_column(name, justify="right" if name in ("#", "KLD", "Δp") else "left")
-    for t in tails["by_kld"]:
+    for t in tails["by_kld"] or tails["by_dp"]:
         tops = ["  ".join(f"{piece(c['text'])} {c['prob']:.3f}" for c in t[side][:3]) for side in ("top", "base_top")]
         lens = t["lens"]
         parted = "—" if lens is None or lens["parted_from"] is None else lens_row_label(lens["parted_from"])
-        figures = (f"{t['kld']:.4f}", f"{t['dp']:+.3f}", parted)
+        figures = ("—" if t["kld"] is None else f"{t['kld']:.4f}", f"{t['dp']:+.3f}", parted)
         before = t["before"] if len(t["before"]) <= BEFORE_CHARS else "…" + t["before"][-BEFORE_CHARS:]
         table.add_row(str(t["index"]), Text(piece(before), style="dim"), piece(t["text"]), *figures, *tops)
     console.print(table)

@@ -354,6 +354,35 @@ class FullScores(Protocol):
         the last layer computed at those positions alone where the runtime does so (llama.cpp)."""
 
 
+@dataclass(frozen=True)
+class Residuals:
+    """What a lens reads at some positions of a text scored alone, kept from the scoring pass itself
+    (LensOfScores): each layer's residual there as the engine's lens reads it (`stream`: (rows, positions,
+    hidden), the engine's own layout), the token at each position and the engine's own scores there (the
+    lens's last row). Opaque to the journey, which keeps a few positions (`at`) and hands them back."""
+
+    stream: Scores
+    tokens: tuple[int, ...]
+    scores: Scores  # (positions, vocab)
+
+    def at(self, places: Sequence[int]) -> Residuals:
+        """Those at these positions alone (indices into this one's)."""
+        return Residuals(self.stream[:, list(places)], tuple(self.tokens[p] for p in places), self.scores[list(places)])
+
+
+@runtime_checkable
+class LensOfScores(Protocol):
+    """A FullScores engine with a lens whose scoring pass can keep what the lens reads, so the lens at a few
+    scored positions (a text's tails, journey.against_base) costs no pass of its own."""
+
+    def full_scores_kept(self, ids: Sequence[int], first: int) -> tuple[Scores, Residuals]:
+        """full_scores, and the Residuals at the same positions (after each of `ids[first:]`)."""
+
+    def lens_of(self, kept: Residuals, chosen: Sequence[int]) -> list[Inspection]:
+        """The lens at each position `kept` holds, as `inspect` gives it (every row), `chosen[i]` the token
+        that followed it."""
+
+
 @runtime_checkable
 class OwnGrammarVocabulary(Protocol):
     """An engine whose vocabulary the grammar engine reads from the runtime that runs its model, not from a

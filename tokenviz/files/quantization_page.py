@@ -24,10 +24,14 @@ SCRIPT = """
 "use strict";
 const D = JSON.parse(document.getElementById("data").textContent);
 const $ = (id) => document.getElementById(id);
-const S = D.statistics, largest = Math.max(S.max_kld, 1e-12);
+const S = D.statistics, byKld = S.mean_kld !== null;  // (no KLD where a side gave its top N only: by |Δp|)
+const measure = (k) => byKld ? D.scored.kld[k] : Math.abs(D.scored.dp[k]);
+const largest = D.scored.index.reduce((most, _, k) => Math.max(most, measure(k)), 1e-12);
 const scored = new Map(D.scored.index.map((index, k) => [index, k]));
 const pct = (x) => (100 * x).toFixed(2) + "%";
-for (const [name, value] of [["mean KLD", S.mean_kld.toFixed(6)], ["max KLD", S.max_kld.toFixed(4)],
+const kldFacts = byKld ? [["mean KLD", S.mean_kld.toFixed(6)], ["max KLD", S.max_kld.toFixed(4)]]
+  : [["KLD", "not given"]];
+for (const [name, value] of [...kldFacts,
     ["RMS Δp", pct(S.rms_dp)], ["same top p", pct(S.same_top_p)], ["PPL(Q)/PPL(base)", S.ppl_ratio.toFixed(4)]]) {
   const span = document.createElement("span"); span.textContent = `${name}: ${value}`; $("facts").appendChild(span);
 }
@@ -41,17 +45,18 @@ D.pieces.forEach((piece, index) => {
     const kld = D.scored.kld[k];
     span.className = "t" + (D.scored.changed[k] ? " changed" : "");
     span.dataset.kld = kld;
-    span.style.background = `rgba(214, 40, 40, ${Math.sqrt(Math.max(kld, 0) / largest).toFixed(3)})`;
-    span.title = `token ${index}: KLD ${kld.toFixed(4)} · Δp ${(100 * D.scored.dp[k]).toFixed(2)}%`
+    span.style.background = `rgba(214, 40, 40, ${Math.sqrt(Math.max(measure(k), 0) / largest).toFixed(3)})`;
+    span.title = `token ${index}: KLD ${byKld ? kld.toFixed(4) : "not given"}`
+      + ` · Δp ${(100 * D.scored.dp[k]).toFixed(2)}%`
       + (D.scored.changed[k] ? " · the top-1s differ" : "");
   }
   $("text").appendChild(span);
 });
-for (const t of D.tails.by_kld) {
+for (const t of byKld ? D.tails.by_kld : D.tails.by_dp) {
   const row = document.createElement("tr");
   const from = t.lens ? t.lens.parted_from : null;  // a lens row: 0 the embeddings, i after layer i - 1
   const lens = from === null ? "—" : from === 0 ? "emb" : `L${from - 1}`;
-  for (const cell of [t.index, t.before + " ▸ " + t.text, t.kld.toFixed(4), (100 * t.dp).toFixed(2) + "%",
+  for (const cell of [t.index, t.before + " ▸ " + t.text, byKld ? t.kld.toFixed(4) : "—", (100 * t.dp).toFixed(2) + "%",
       `${t.top[0].text} ${t.top[0].prob.toFixed(3)}`, `${t.base_top[0].text} ${t.base_top[0].prob.toFixed(3)}`, lens]) {
     const td = document.createElement("td"); td.textContent = String(cell); row.appendChild(td);
   }
@@ -65,16 +70,18 @@ def quantization_page(document: dict[str, Any]) -> str:
     payload = json.dumps(document, allow_nan=False, separators=(",", ":")).replace("<", "\\u003c")
     q, base = document["model"]["name"], document["base"]["name"]
     title = escape(f"tokenviz · {q} against {base}")
+    by_kld = document["statistics"]["mean_kld"] is not None
+    measure = "KL divergence KL(base ‖ Q)" if by_kld else "|Δp| (a side gave its top N only: no KLD)"
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta name="viewport" content="width=device-width"><title>{title}</title><style>{CSS}</style></head>'
         f'<body><header><h1>{title}</h1><div id="facts"></div>'
         f'<p class="dim">{document["windows"]} windows of {document["window"]} tokens, the second half of each '
-        "scored as llama-perplexity scores it; a token's background is as strong as its KL divergence "
-        "KL(base ‖ Q) (√ of its share of the largest), outlined where the two top-1s differ; hover for its "
-        "figures.</p></header>"
+        f"scored as llama-perplexity scores it; a token's background is as strong as its {escape(measure)} "
+        "(√ of its share of the largest), outlined where the two top-1s differ; hover for its figures.</p></header>"
         '<div id="text"></div>'
-        "<h2>Where they differ most, by KLD</h2><table><thead><tr><th>#</th><th>text ▸ token</th><th>KLD</th>"
+        f"<h2>Where they differ most, by {'KLD' if by_kld else '|Δp|'}</h2><table><thead><tr><th>#</th>"
+        "<th>text ▸ token</th><th>KLD</th>"
         "<th>Δp</th><th>Q's top</th><th>base's top</th><th>parted from</th></tr></thead><tbody id=\"tails\">"
         "</tbody></table>"
         '<footer class="dim">Made by tokenviz: every number is the one the models computed.</footer>'

@@ -51,8 +51,10 @@ from tokenviz.contract.engine import (
     Intervenable,
     IsCancelled,
     Lens,
+    LensOfScores,
     OnProgress,
     OwnGrammarVocabulary,
+    Residuals,
     Scores,
     SearchAsk,
     TimesByPlace,
@@ -302,12 +304,21 @@ class LlamaCppEngine(DenseInOnePlace):
         """`ids` alone in a context of their own (kept for the next text: making one costs more than a small
         model's pass), as llama-perplexity feeds a window: one pass (llama.cpp's batches of 512), logits asked
         from `first` on, so llama.cpp computes the last layer at those positions alone."""
+        scores, _ = self.full_scores_kept(ids, first, kept=False)
+        return scores
+
+    def full_scores_kept(self, ids: Sequence[int], first: int, kept: bool = True) -> tuple[torch.Tensor, Residuals]:
+        """full_scores, and (`kept`) the residual after each layer at the same positions, captured in the same
+        pass (internals.scores_kept): the lens there then costs no pass of its own."""
         self.runtime.refuse_beside(self.edits, f"scoring a text of {len(ids):,} tokens", len(ids))
         if self._scoring is None or self._scoring.context_size < len(ids):
-            self._scoring = self.runtime.sibling(context=len(ids))
-        self._scoring.clear()
-        self._scoring.edit(self.edits)
-        return torch.from_numpy(self._scoring.decode(ids, 0, outputs=range(first, len(ids))))
+            self._scoring = self.runtime.sibling(self.internals.capture, context=len(ids))
+        logits, stream = self.internals.scores_kept(self._scoring, ids, first, kept)
+        scores = torch.from_numpy(logits)
+        return scores, Residuals(stream, tuple(ids[first:]), scores)
+
+    def lens_of(self, kept: Residuals, chosen: Sequence[int]) -> list[Inspection]:
+        return self.internals.lens_of(self, kept, chosen)
 
     def beam_search(self, ask: SearchAsk, width: int) -> BeamResult:
         """Beam search from `ask.ids` on a context of its own (beams.py); `from_cache` changes nothing here:
@@ -430,6 +441,6 @@ class LlamaCppEngine(DenseInOnePlace):
 
 def conforms(
     engine: LlamaCppEngine,
-) -> tuple[Engine, AttentionRows, Lens, Intervenable, OwnGrammarVocabulary, Caching, FullScores]:
+) -> tuple[Engine, AttentionRows, Lens, Intervenable, OwnGrammarVocabulary, Caching, FullScores, LensOfScores]:
     """The contract's protocols a llama.cpp engine declares, checked by mypy here."""
-    return engine, engine, engine, engine, engine, engine, engine
+    return engine, engine, engine, engine, engine, engine, engine, engine

@@ -30,7 +30,7 @@ from tokenviz.backends.llamacpp.pinned import RESULT_NORM, attention_probabiliti
 from tokenviz.backends.llamacpp.runtime import BATCH, NO_EDITS, Edits, Runtime, cells_reused
 from tokenviz.backends.shared.lens_in_use import STEPS_KEPT, LensInUse
 from tokenviz.backends.shared.output_head import inspections
-from tokenviz.contract.engine import shared_prefix
+from tokenviz.contract.engine import Residuals, shared_prefix
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.results import Inspection, LensAsk
 
@@ -253,6 +253,44 @@ class LlamaInternals:
                 f"{float((ours - theirs).abs().max()):.2g} from the model's distribution"
             )
         self.head_checked = True
+
+    def scores_kept(
+        self, context: Runtime, ids: Sequence[int], first: int, kept: bool = True
+    ) -> tuple[np.ndarray, torch.Tensor]:
+        """One pass over `ids` from an empty cache on `context` (a text scored alone), under the edits in force,
+        logits asked after each of `ids[first:]`; with `kept`, the residual after each layer at those positions
+        captured in the same pass, (layers, positions, hidden), the last layer's final norm checked against
+        llama.cpp's own (and, once, its distribution). Without, an empty stream."""
+        layers, outputs = self.runtime.shape.layers, list(range(first, len(ids)))
+        names = {layer_output(layer) for layer in range(layers)} | {RESULT_NORM} if kept else set()
+        self._under(context, self.edits)
+        context.clear()
+        self.capture.start(names)
+        try:
+            logits = context.decode(list(ids), 0, outputs=outputs)
+        finally:
+            found = self.capture.stop()
+        if not kept:
+            return logits, torch.empty(0)
+        rows = Rows(self.runtime.shape.hidden)
+        rows.add(0, len(ids), outputs, logits, found)
+        if not names <= rows.names():
+            raise TokenvizError(f"the lens: llama.cpp's graph of {self.architecture} has no l_out or result_norm")
+        stream = torch.stack([rows.at(layer_output(layer), outputs) for layer in range(layers)])
+        self._check(stream[-1], rows.at(RESULT_NORM, outputs), logits)
+        return logits, stream
+
+    @torch.inference_mode()
+    def lens_of(self, engine: Any, kept: Residuals, chosen: Sequence[int]) -> list[Inspection]:
+        """The lens at each position `kept` holds (scores_kept's stream), every row, as `inspect` reads it."""
+        embedded = self.head.embeddings(list(kept.tokens))
+        shown = torch.cat([embedded[None], kept.stream])
+        here = list(range(len(kept.tokens)))
+        rows = tuple(range(self.runtime.shape.layers + 1))
+        return inspections(
+            shown, list(kept.tokens), here, list(chosen), (), self.head.logits, embedded, engine, rows=rows,
+            last_logits=kept.scores,
+        )  # fmt: skip
 
     def logits_after(self, ids: Sequence[int], start: int) -> torch.Tensor:
         """llama.cpp's logits after each of `ids[start:]`, (positions, vocab), from the views' context (the

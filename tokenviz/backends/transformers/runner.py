@@ -42,8 +42,10 @@ from tokenviz.contract.engine import (
     Intervenable,
     IsCancelled,
     Lens,
+    LensOfScores,
     LogitSplitting,
     OnProgress,
+    Residuals,
     SearchAsk,
     TimesByPlace,
     in_order,
@@ -398,6 +400,26 @@ class ModelRunner:
         logits: torch.Tensor = out.logits[0].float()
         return logits
 
+    @torch.inference_mode()
+    def full_scores_kept(self, ids: Sequence[int], first: int) -> tuple[torch.Tensor, Residuals]:
+        """full_scores, and the lens's residual stream at the same positions, captured in the same pass."""
+        from tokenviz.backends.transformers.lens import layer_streams, stacked
+
+        input_ids = ids_to_device(ids, self.device)
+        with layer_streams(self.model) as captured:
+            out = self.model(input_ids=input_ids, use_cache=False, logits_to_keep=len(ids) - first)
+        logits: torch.Tensor = out.logits[0].float()
+        stream = stacked(self.model, input_ids, captured)[:, first:]
+        return logits, Residuals(stream, tuple(ids[first:]), logits)
+
+    @torch.inference_mode()
+    def lens_of(self, kept: Residuals, chosen: Sequence[int]) -> list[Inspection]:
+        from tokenviz.backends.transformers.lens import inspect_positions_of
+
+        here = list(range(len(kept.tokens)))
+        tokens, last = list(kept.tokens), kept.scores[-1]
+        return inspect_positions_of(self, kept.stream, last, tokens, here, list(chosen), 3, 16, (), None)
+
     recomputed_as = "the whole context again in eager attention, without the cache"
 
     @torch.inference_mode()
@@ -437,7 +459,7 @@ class ModelRunner:
 
 
 def conforms(runner: ModelRunner) -> tuple[
-    Engine, Caching, AttentionRows, Lens, Attributing, LogitSplitting, Intervenable, FullScores
+    Engine, Caching, AttentionRows, Lens, Attributing, LogitSplitting, Intervenable, FullScores, LensOfScores
 ]:  # fmt: skip
     """The contract's protocols a runner declares (Capability: all of them), checked by mypy here."""
-    return runner, runner, runner, runner, runner, runner, runner, runner
+    return runner, runner, runner, runner, runner, runner, runner, runner, runner

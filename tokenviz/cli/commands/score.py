@@ -54,8 +54,8 @@ def score(
         Optional[int],
         typer.Option(
             "--window",
-            help=f"With a base: the window in tokens (llama-perplexity's --ctx-size; default {DEFAULT_WINDOW}); "
-            "the second half of each is scored.",
+            help=f"With a base: the window in tokens (llama-perplexity's --ctx-size; default {DEFAULT_WINDOW}, or "
+            "llama.cpp's --context where given); the second half of each is scored.",
         ),
     ] = None,
     html: Annotated[
@@ -113,7 +113,7 @@ def score_against(
     """`score --against-model/--against-backend`: llama-perplexity's statistics of --model against the base."""
     from tokenviz.cli.table import print_against_base
     from tokenviz.files.quantization_page import save_quantization_page
-    from tokenviz.journey.against_base import score_against_base
+    from tokenviz.journey.against_base import check_window, score_against_base
 
     try:
         if against.model is None and against.backend is None:
@@ -124,6 +124,8 @@ def score_against(
             raise TokenvizError("scoring against a base takes the text as it is: no grammar and no --chat")
         if against.html:
             check_writable(against.html, against.force)
+        size = window_of(backend, against)
+        check_window(size)
         q_side, base_side = backend.sides(against.backend)
         base_side = base_side.with_values(model=against.model or base_side.model)
         words = text_or_file(text)
@@ -134,7 +136,7 @@ def score_against(
             def told(done: int, total: int) -> None:
                 progress(f"scoring window {done} of {total}", done / total)
 
-            document = score_against_base(q, base, words, against.window or DEFAULT_WINDOW, told)
+            document = score_against_base(q, base, words, size, told)
         if against.html:
             save_quantization_page(against.html, document, replace=against.force)
     except TokenvizError as exc:
@@ -145,10 +147,23 @@ def score_against(
         print_against_base(document, Console())
 
 
+def window_of(backend: BackendChoice, against: Against) -> int:
+    """The window scored against a base: --window, else llama.cpp's --context (llama-perplexity's -c is both
+    its context and its window), else DEFAULT_WINDOW."""
+    if against.window is not None:
+        return against.window
+    context = backend.values.get("context") if "context" in backend.given else None
+    return context if isinstance(context, int) else DEFAULT_WINDOW
+
+
 def text_or_file(text: str) -> str:
     """`text`, or the text of the file it names (UTF-8, a regular file of at most TEXT_FILE_BYTES)."""
     path = Path(text).expanduser()
-    if not path.is_file():
+    try:
+        is_file = path.is_file()
+    except (OSError, ValueError):  # a text longer than a file's name can be, or one holding a NUL
+        return text
+    if not is_file:
         return text
     what = f"the text file {safe_text(path.name)}"
     try:
