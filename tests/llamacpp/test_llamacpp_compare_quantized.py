@@ -112,3 +112,31 @@ def test_the_app_charts_the_kl_marks_each_parting_and_p_jumps_to_them_at_80x24(m
             wait_screen(name, rf"│\s*{parts[-2]}[ †] .* differ ", timeout=30)
         quits_cleanly(name)
         assert "Traceback" not in screen(name)
+
+
+@pytest.mark.bundled
+@pytest.mark.terminal
+def test_compare_against_llama_cpp_names_each_runtime_charts_the_raw_kl_and_home_goes_back_at_120x36():
+    """UX 7's finding 14: each header names its runtime where they differ (transformers never appeared);
+    greedy, the chart is of the models' own distributions (the final ones' KL is 0 or ∞: it was empty); Home
+    puts the cursor on the first step, so the rows show it, and End back on the newest."""
+    from terminals import keys, quits_cleanly, screen, terminal, wait_screen
+
+    args = ["compare", PROMPT, "--against-backend", "llama.cpp", "--threads", str(THREADS), "--steps", "8", "-t", "0"]
+    with terminal((120, 36), *args) as name:
+        wait_screen(name, r"B: ", timeout=180)
+        keys(name, "a")
+        text = wait_screen(name, r"8 of 8 steps, B the base", timeout=240)
+        flat = re.sub(r"\s+", " ", text)
+        assert "≠ runtime transformers" in flat and "≠ runtime llama.cpp" in flat, text
+        chart = next(line for line in text.splitlines() if "KL raw, bits" in line)
+        assert re.search(r"KL raw, bits\s+[▁▂▃▄▅▆▇█]{8}", chart), chart
+        rows = lambda shown: [line for line in shown.splitlines() if re.match(r"│\s*\d+[ †] ", line)]  # noqa: E731
+        assert re.match(r"│\s*7[ †] ", rows(text)[-1]), rows(text)
+        keys(name, "Home")
+        shown = wait_screen(name, r"│\s*0[ †] .*\n(?!│\s*1[ †] )", timeout=30)
+        assert len(rows(shown)) == 1, rows(shown)
+        keys(name, "End")
+        wait_screen(name, r"│\s*7[ †] ", timeout=30)
+        quits_cleanly(name)
+        assert "Traceback" not in screen(name)

@@ -322,3 +322,28 @@ async def test_p_and_shift_p_move_the_cursor_between_the_steps_where_the_top_1s_
         await wait_for(lambda: screen.cursor == c.a.prompt_len + differ[-2] - 1, pilot)
         await pilot.press("p", "p")
         await wait_for(lambda: any("do not differ after step" in str(n.message) for n in app._notifications), pilot)
+
+
+async def test_before_any_step_the_pane_says_so_not_that_the_paths_have_not_parted():
+    """UX 7's finding 19: while loading, the pane said "the paths have not parted: both chose the same token at
+    every step", before either had chosen anything."""
+    import threading
+
+    from apptools import wait_for
+
+    loading = threading.Event()
+
+    def build(progress):
+        progress("loading the tiny models", None)
+        loading.wait(30)
+        loaded = tiny_model()
+        greedy = SamplingSettings(temperature=0)
+        return Comparison(Session(ModelRunner(loaded), greedy), Session(ModelRunner(loaded), greedy))
+
+    app = TokenvizApp(CompareWorker(build, PROMPT), comparing=True)
+    async with app.run_test(size=(120, 36)) as pilot:
+        pane = app.screen.query_one(DiffPane)
+        await wait_for(lambda: "no step yet" in str(pane.render()), pilot)
+        assert "have not parted" not in str(pane.render())
+        loading.set()
+        await wait_for(lambda: "have not parted" in str(pane.render()), pilot, timeout=60)

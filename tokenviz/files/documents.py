@@ -108,12 +108,14 @@ def interventions_in_force(s: Snapshot) -> tuple[Intervention, ...]:
 
 
 def setup(s: Snapshot) -> dict[str, str]:
-    """What a journey runs on and by, field by field, as a comparison's headers show it: the model,
-    how its weights are held, the grammar, the interventions, then every sampling setting."""
+    """What a journey runs on and by, field by field, as a comparison's headers show it: the model, the
+    runtime that runs it, how its weights are held, the grammar, the interventions, then every sampling
+    setting."""
     info, settings = s.info, s.settings
     interventions = interventions_in_force(s)
     fields = {
         "model": info.name if info else "?",
+        "runtime": (info.runtime if info else "") or "?",
         "dtype": info.dtype if info else "?",
         "quantization": (info.quantization if info else "") or "none",
         "vocabulary": f"{info.vocab:,}" if info else "?",

@@ -105,7 +105,9 @@ class DiffPane(BoxPane):
             text.append(f"KL over {c.kl_over}; what the server draws from is not here (—)\n", Style(dim=True))
         if c.parted_at is not None and c.independent_draws:
             text.append(SEPARATE_DRAWS, Style(dim=True))
-        if c.parted_at is None:
+        if not c.diffs:  # (loading, or the prompt not read yet: nothing has been chosen)
+            text.append("no step yet\n", Style(dim=True))
+        elif c.parted_at is None:
             text.append("the paths have not parted: both chose the same token at every step\n")
         elif c.a and c.b:
             a, b = c.a.records[c.parted_at].decision, c.b.records[c.parted_at].decision
@@ -246,6 +248,13 @@ class CompareScreen(WorkerScreen[ComparisonSnapshot]):
         positions = min(s.prompt_len + len(s.records) - 1 for s in (c.a, c.b) if s is not None)
         current = positions - 1 if self.cursor is None else self.cursor
         self.cursor = min(max(current + delta, 0), positions - 1)
+
+    def action_cursor_end(self, first: bool) -> None:
+        """The cursor to the first step (the last prompt token), or back to the newest."""
+        c = self.snapshot
+        if c is None or c.a is None or not c.a.records:
+            return
+        self.cursor = c.a.prompt_len - 1 if first else None
 
     def action_parting(self, forward: bool) -> None:
         """The cursor to the next (or the previous) step where the two top-1s differ."""

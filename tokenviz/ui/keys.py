@@ -428,6 +428,11 @@ COMPARE_KEYS: tuple[KeyRow, ...] = (
         (Press("left", "cursor(-1)"), Press("right", "cursor(1)")),
     ),
     KeyRow(
+        "Home / End",
+        "the cursor to the first step / back to the newest; the rows below follow it",
+        (Press("home", "cursor_end(True)"), Press("end", "cursor_end(False)")),
+    ),
+    KeyRow(
         "p / P",
         "the cursor to the next / previous step where the two top-1s differ (▲ under the KL chart)",
         (
