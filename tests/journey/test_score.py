@@ -74,6 +74,8 @@ def test_score_on_the_command_line(monkeypatch, capsys, tmp_path):
     assert all(t["entropy"] == t["entropy_floor"] for t in doc["tokens"])  # (the whole vocabulary's: exact)
     assert doc["scored"] == len(doc["tokens"]) and doc["template"] == {"tokens": 0, "logprob": 0}
     code, out, err = invoke(monkeypatch, capsys, "score", TEXT, "--model", directory)
-    assert code == 0 and "perplexity" in out and "logprob" in out
+    assert code == 0 and "perplexity" in out
+    # each unit named (UX 7's 24: log-probabilities in nats beside entropies in bits, neither said)
+    assert "(nats)" in out and "(bits)" in out and " nats over " in " ".join(out.split())
     code, _, err = invoke(monkeypatch, capsys, "score", "", "--model", directory)
     assert code == 2 and err.count("error:") == 1

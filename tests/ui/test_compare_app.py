@@ -3,9 +3,10 @@ every step's KL, top-1 agreement and ranks; the token where the paths part is ma
 by `tokenviz compare` and from the journey's palette on the journey's model."""
 
 import copy
+import time
 
 import torch
-from apptools import PROMPT
+from apptools import PROMPT, WAIT_S
 from tiny import tiny_model
 
 from tokenviz.backends.transformers.runner import ModelRunner
@@ -46,7 +47,8 @@ async def type_comparison(app: TokenvizApp, pilot, typed: str) -> None:
 async def settled(app: TokenvizApp, pilot):
     screen = app.screen
     assert isinstance(screen, CompareScreen)
-    for _ in range(1000):
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
         await pilot.pause(0.01)
         c = screen.snapshot
         if c is not None and c.a is not None and c.handled >= screen.worker.submitted and not c.playing:
@@ -74,7 +76,8 @@ async def test_both_journeys_step_together_and_the_parting_is_marked():
         c = await settled(app, pilot)
         assert len(c.a.records) == len(c.b.records) == 6 and len(c.diffs) == 6
         await pilot.press("a")
-        for _ in range(1000):  # autoplay runs both to their end
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:  # autoplay runs both to their end
             await pilot.pause(0.01)
             if app.screen.snapshot.a.stop_reason and app.screen.snapshot.b.stop_reason:
                 break

@@ -145,6 +145,9 @@ def _strongest(attribution: list[dict[str, Any]], n: int = 3) -> str:
     return "  ".join(f"{piece(a['text'])}@{a['position']} {a['score']:+.2f}" for a in strongest)
 
 
+LOGPROB, ENTROPY = "logprob (nats)", "entropy (bits)"  # score's units, each in its column's name
+
+
 def print_score(doc: dict[str, Any], console: Console) -> None:
     """One row per scored token, then the total log-probability and the perplexity."""
     from tokenviz.render.units import probability
@@ -160,8 +163,8 @@ def print_score(doc: dict[str, Any], console: Console) -> None:
     console.print(Text(f"first token {piece(first['text'])} ({first['id']}) is read, not predicted", style="dim"))
     grammar = doc.get("grammar")
     table = Table(header_style="bold")
-    numbers = ("#", "id", "logprob", "p", "rank", "entropy", "allowed", "in grammar")
-    columns = ("#", "token", "id", "logprob", "p", "rank", "entropy", *(("allowed", "in grammar") if grammar else ()))
+    numbers = ("#", "id", LOGPROB, "p", "rank", ENTROPY, "allowed", "in grammar")
+    columns = ("#", "token", "id", LOGPROB, "p", "rank", ENTROPY, *(("allowed", "in grammar") if grammar else ()))
     for name in (*columns, "the model's top 3 there"):
         table.add_column(name, justify="right" if name in numbers else "left")
     for t in doc["tokens"]:
@@ -194,7 +197,7 @@ def print_score(doc: dict[str, Any], console: Console) -> None:
     perplexity = "—" if doc["perplexity"] is None else f"{doc['perplexity']:.3f}"
     console.print(
         Text(
-            f"total log-probability {doc['logprob']:.3f} over the {doc['scored']} tokens{of_text} · "
+            f"total log-probability {doc['logprob']:.3f} nats over the {doc['scored']} tokens{of_text} · "
             f"perplexity {perplexity}",
             style="bold",
         )

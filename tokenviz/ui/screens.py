@@ -279,7 +279,7 @@ class AskScreen(Dialog[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(self.QUESTION)
+            yield Label(Text(self.QUESTION))  # (plain text: "[mean]" is not markup)
             yield Input(placeholder=self.PLACEHOLDER, id=self.INPUT_ID)
             yield Label("", id="ask-error")
 
@@ -324,7 +324,7 @@ class GrammarDialog(AskScreen):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(self.QUESTION)
+            yield Label(Text(self.QUESTION))  # (plain text: "[mean]" is not markup)
             g = self.in_force
             yield Label(f"in force: {g.label}" if g else "in force: none", id="grammar-in-force", classes="dim")
             # Selected: Enter keeps it, typing replaces it ("off" clears), → edits it.
@@ -362,7 +362,7 @@ class InterventionsDialog(AskScreen):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(self.QUESTION)
+            yield Label(Text(self.QUESTION))  # (plain text: "[mean]" is not markup)
             listed = [f"{n}. [{'on' if on else 'off'}] {i.label}" for n, (i, on) in enumerate(self.entries, 1)]
             yield Label(Text("\n".join(listed) or "none yet", style="" if listed else "dim"), id="interventions-list")
             yield Input(self.begun, placeholder=self.placeholder, id=self.INPUT_ID)
@@ -452,7 +452,7 @@ class LongJobScreen(Dialog[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(self.question)
+            yield Label(Text(self.question))
             yield OptionList(*(Option(label, id=answer) for label, answer in self.choices), id="long-job-options")
             yield Label("↑ ↓ and Enter choose; Escape: neither, for now", classes="dim")
 
