@@ -14,15 +14,49 @@ from tokenviz.backends.transformers.attention import IMPLEMENTATION
 from tokenviz.contract.records import ModelInfo
 from tokenviz.system.paths import BUNDLED_NAME
 
+POSITION_EMBEDDINGS = ("wpe", "embed_positions", "position_embeddings")  # learned positions' modules' names
 
-def _position_scheme(config: Any) -> str:
+
+def position_scheme(model: Any) -> str:
+    """How the model encodes positions, as its config and its modules say: rotary with each base its config
+    gives (one per layer type where they differ: Gemma 3's full and sliding layers), learned absolute (a
+    position embedding among its modules), ALiBi; else that its config does not say (never guessed)."""
+    config = text_config(model.config)
+    bases = rope_bases(config)
+    if len(set(bases.values())) == 1:
+        return f"rotary (base {next(iter(bases.values())):g})"
+    if bases:
+        return "rotary (base " + ", ".join(f"{theta:g} {kind.replace('_', ' ')}" for kind, theta in bases.items()) + ")"
+    if isinstance(getattr(config, "rotary_dim", None), int):  # (GPT-J, CodeGen: the base is the code's)
+        return f"rotary (the first {config.rotary_dim} dimensions of each head)"
+    attention = getattr(config, "attn_config", None)
+    alibi = getattr(attention, "alibi", None) if not isinstance(attention, dict) else attention.get("alibi")
+    if getattr(config, "alibi", False) or alibi or getattr(config, "model_type", "") == "bloom":
+        return "ALiBi (linear biases by distance)"
+    for name, module in model.named_modules():
+        if name.rsplit(".", 1)[-1] not in POSITION_EMBEDDINGS:
+            continue
+        if isinstance(module, torch.nn.Embedding):
+            return f"learned absolute ({module.num_embeddings} positions)"
+        if "Sinusoidal" in type(module).__name__:
+            return "sinusoidal absolute (fixed)"
+    return "not said by its config"
+
+
+def rope_bases(config: Any) -> dict[str, float]:
+    """Each rotary base the config gives, by the layer type it is for ("all" where one serves every layer)."""
     rope = getattr(config, "rope_parameters", None) or {}
-    theta = rope.get("rope_theta") if isinstance(rope, dict) else None
-    theta = theta or getattr(config, "rope_theta", None)
-    if theta is not None:
-        return f"rotary (base {theta:g})"
-    n = getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
-    return f"learned absolute ({n} positions)"
+    if isinstance(rope, dict) and isinstance(rope.get("rope_theta"), int | float):
+        return {"all": float(rope["rope_theta"])}
+    nested = {
+        kind: float(values["rope_theta"])
+        for kind, values in (rope.items() if isinstance(rope, dict) else ())
+        if isinstance(values, dict) and isinstance(values.get("rope_theta"), int | float)
+    }
+    if nested:
+        return nested
+    theta = getattr(config, "rope_theta", None)
+    return {"all": float(theta)} if isinstance(theta, int | float) else {}
 
 
 ATTENTION_LABELS = {
@@ -57,7 +91,7 @@ def model_info(
         context=int(getattr(c, "max_position_embeddings", None) or getattr(c, "n_positions", None) or 2048),
         architecture=type(model).__name__,
         tied_embeddings=bool(getattr(c, "tie_word_embeddings", False)),
-        positions=_position_scheme(c),
+        positions=position_scheme(model),
         attention=ATTENTION_LABELS[c._attn_implementation == IMPLEMENTATION],
         memory=memory,
         placement=placement,
