@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from llama_reference import PROMPT, THREADS, greedy_session
 
+from tokenviz.contract.commands import DEFAULT_DRAFTER
 from tokenviz.contract.engine import SearchAsk
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.usefixtures("llama_cpp")]
@@ -90,6 +91,23 @@ def test_greedy_speculation_gives_llama_cpps_own_greedy_tokens_and_a_model_draft
     assert list(engine.fed) == held
     with pytest.raises(TokenvizError, match="--backend transformers"):
         engine.speculate(SearchAsk(tuple(prompt), 4), "draft-model", session.settings)
+    # the default drafter (S's) is the runtime's own choice: prompt lookup here, not a refusal (UX 7's 9)
+    assert engine.speculate(SearchAsk(tuple(prompt), 8), DEFAULT_DRAFTER, session.settings) == spec
+
+
+@pytest.mark.terminal
+def test_s_on_llama_cpp_runs_prompt_lookup_not_a_refusal_at_120x36():
+    """UX 7's finding 9: S on llama.cpp failed ("early-exit:15: a drafter that is a model is transformers'")
+    where prompt lookup runs: S runs the runtime's default drafter."""
+    from terminals import keys, quits_cleanly, terminal, wait_screen
+
+    prompt = "The cat sat on the mat. The cat sat on the"
+    with terminal((120, 36), prompt, "--backend", "llama.cpp", "--threads", str(THREADS), "-t", "0") as name:
+        wait_screen(name, r"ready · step 0", timeout=120)
+        keys(name, "S")
+        text = wait_screen(name, r"prompt-lookup · \d+ forwards", timeout=120)
+        assert "a drafter that is a model" not in text and "round  1:" in text
+        quits_cleanly(name)
 
 
 def test_a_token_watched_after_the_steps_has_llama_cpps_own_probability_at_each(session, reference):

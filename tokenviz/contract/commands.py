@@ -179,9 +179,14 @@ class Beams(Request[BeamResult]):
     steps: int = 10
 
 
+DEFAULT_DRAFTER = (
+    "default"  # the engine's own choice: the model's middle layer where it can draft so, else prompt-lookup
+)
+
+
 @dataclass(frozen=True)
 class Speculate(Request[Speculation]):
-    drafter: str  # prompt-lookup or early-exit:LAYER
+    drafter: str  # prompt-lookup, early-exit:LAYER, draft-model or DEFAULT_DRAFTER
     steps: int = 16
 
 

@@ -360,13 +360,13 @@ KEYS: tuple[KeyRow, ...] = (
     ),
     KeyRow(
         "S",
-        "speculative decoding from the current tokens (the model's own middle layer drafts; prompt lookup from "
-        "the palette): drafts, accepted, replaced",
+        "speculative decoding from the current tokens (the model's own middle layer drafts where the runtime "
+        "can, else prompt lookup, which the palette also offers): drafts, accepted, replaced",
         (
             Press(
                 "S",
                 "speculate",
-                palette="Speculative decoding: early exit at the middle layer",
+                palette="Speculative decoding: the runtime's default drafter",
                 replay=False,
                 needs=Capability.CACHE,
                 owner="speculation",

@@ -9,6 +9,7 @@ from collections.abc import Callable, Collection
 import torch
 
 from tokenviz.backends.llamacpp.runtime import Edits, Runtime
+from tokenviz.contract.commands import DEFAULT_DRAFTER
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import refuse_grammar
 from tokenviz.contract.results import Speculation
@@ -46,6 +47,8 @@ def speculate(
 ) -> Speculation:
     """A run from `ids` on a context beside the journey's (`journeys`), under the journey's `edits`."""
     refuse_grammar(settings.grammar, "speculative decoding")
+    if drafter == DEFAULT_DRAFTER:  # (no drafter that is a model here: the prompt's own repeats draft)
+        drafter = PromptLookup.name
     if drafter != PromptLookup.name:
         raise TokenvizError(
             f"{drafter}: a drafter that is a model is transformers' (--backend transformers); on llama.cpp, "

@@ -14,6 +14,7 @@ import torch
 from tokenviz.backends.shared.parts import decoder_layers
 from tokenviz.backends.transformers.cache import cache_prefix, full_cache, with_cache
 from tokenviz.backends.transformers.loaded_model_access import ModelAccess
+from tokenviz.contract.commands import DEFAULT_DRAFTER
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import refuse_grammar
 from tokenviz.contract.results import Speculation
@@ -104,6 +105,9 @@ def _detached_copy(module: torch.nn.Module, config: Any) -> torch.nn.Module:
 
 
 def make_drafter(spec: str, runner: ModelAccess, draft_runner: ModelAccess | None = None) -> Drafter:
+    if spec == DEFAULT_DRAFTER:  # the model's own middle layer drafts on any text (prompt lookup needs repeats)
+        layers = runner.info.layers
+        spec = f"early-exit:{layers // 2}" if layers > 1 else "prompt-lookup"
     if spec == "prompt-lookup":
         return PromptLookup()
     if spec.startswith("early-exit:"):

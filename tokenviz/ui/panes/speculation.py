@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from tokenviz.contract.commands import Speculate
+from tokenviz.contract.commands import DEFAULT_DRAFTER, Speculate
 from tokenviz.render.columns import fitting
 from tokenviz.render.visible import visible
 from tokenviz.ui.panes.base import Run, ScrollPane, asked_result
@@ -17,17 +17,14 @@ class SpeculationPane(ScrollPane):
     TITLE = "speculative decoding"
 
     def action_speculate(self, drafter: str | None = None) -> None:
-        """Speculative decoding from the current tokens, with the current settings. The default drafter,
-        early exit at the middle layer, drafts on any text (prompt lookup needs repeats). The key pressed
-        again, with the run shown, returns to attention."""
+        """Speculative decoding from the current tokens, with the current settings, by the engine's default
+        drafter (DEFAULT_DRAFTER: early exit at the middle layer where the runtime can draft so, which drafts
+        on any text; else prompt lookup). The key pressed again, with the run shown, returns to attention."""
         journey = self.journey
         if drafter is None and journey.showing("speculation", Speculate):
             journey.open_view("attention")
             return
-        if drafter is None:
-            info = journey.snapshot.info if journey.snapshot else None
-            drafter = f"early-exit:{info.layers // 2}" if info is not None and info.layers > 1 else "prompt-lookup"
-        journey.submit(Speculate(drafter=drafter, steps=STEPS))
+        journey.submit(Speculate(drafter=drafter or DEFAULT_DRAFTER, steps=STEPS))
         journey.open_view("speculation")
 
     def draw(self, selection: Selection) -> None:
