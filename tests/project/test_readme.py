@@ -140,3 +140,14 @@ def test_the_readmes_start_times_each_say_the_load_they_were_measured_at():
     assert re.search(r"on an idle 2-core machine .*first frame within a second .*ready in about \d+ s", setup), setup
     assert re.search(r"at a load of [\d.]+ .* [\d.]+-[\d.]+ s to the first frame and [\d.]+-[\d.]+ s to ready", setup)
     assert "cold_start" in setup  # (the bench measure the idle figures come from)
+
+
+def test_the_cpu_only_line_keeps_the_package_index_and_the_trace_example_shows_its_table():
+    """UX 7's finding 25: the CPU-only line's `--index-url` left the package index out, so where PyTorch's
+    index could not be reached even torch's dependencies failed; the trace example showed only its last
+    line. (tests/project/test_examples.py runs the example and holds every line it shows.)"""
+    readme = (ROOT / "README.md").read_text()
+    cpu = next(line for line in readme.splitlines() if "download.pytorch.org/whl/cpu" in line)
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in cpu and " --index-url" not in cpu
+    trace = readme[readme.index("$ COLUMNS=100 tokenviz trace") :].split("```")[0]
+    assert "┃ step ┃ chosen ┃" in trace and "text: " in trace and "stopped: " in trace

@@ -145,7 +145,7 @@ def _strongest(attribution: list[dict[str, Any]], n: int = 3) -> str:
     return "  ".join(f"{piece(a['text'])}@{a['position']} {a['score']:+.2f}" for a in strongest)
 
 
-LOGPROB, ENTROPY = "logprob (nats)", "entropy (bits)"  # score's units, each in its column's name
+LOGPROB, ENTROPY = "logprob\n(nats)", "entropy\n(bits)"  # score's units, each under its column's name
 
 
 def print_score(doc: dict[str, Any], console: Console) -> None:
