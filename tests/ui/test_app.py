@@ -592,6 +592,21 @@ async def test_speculation_view_drafts_and_verifies_from_the_current_tokens():
         assert app.journey.snapshot.chips == s.chips  # the journey is untouched
 
 
+async def test_a_round_with_no_draft_says_so_without_a_middle_dot():
+    """UX 7's finding 22: a round prompt lookup could not draft for read `no draft · → ·also`, the `·` a
+    space token's mark; it reads `(no draft) → ·also`."""
+    from tokenviz.ui.keys import JOURNEY_OWNERS, routed
+
+    app = make_app(SamplingSettings(temperature=0), prompt="The Eiffel Tower")  # (no repeat: nothing to look up)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(app, pilot)
+        await app.journey.run_action(routed("speculate('prompt-lookup')", JOURNEY_OWNERS))
+        await wait_for(lambda: app.journey.snapshot.result(Speculate) is not None, pilot)
+        await pilot.pause(0.1)
+        text = pane_text(app, "speculation")
+        assert "(no draft) → " in text and "no draft ·" not in text, text
+
+
 async def test_branching_at_the_cursor_and_switching_branches():
     app = make_app(SamplingSettings(temperature=0))
     async with app.run_test(size=(160, 48)) as pilot:

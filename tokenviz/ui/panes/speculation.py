@@ -56,7 +56,7 @@ class SpeculationPane(ScrollPane):
         for i, r in enumerate(spec.rounds, 1):
             text.append(f"round {i:>2}: ", style="bold")
             if not r.drafted:
-                text.append("no draft · ", style="dim")
+                text.append("(no draft) ", style="dim")  # (not "·": a space token reads so)
             for k, token in enumerate(r.drafted):
                 if k < r.accepted:
                     text.append(f"{visible(pieces[token])}✓ ", style=ok)
