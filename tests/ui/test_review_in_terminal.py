@@ -97,7 +97,7 @@ def test_a_greedy_run_says_why_and_a_preset_or_a_typed_setting_takes_effect(tiny
         keys(name, "Left", "Left", "2", "b")
         wait_screen(name, r"branch 1 ")
         keys(name, "Down", "Down", "Down")  # (at 80x24 the second branch's line is below the pane's fold)
-        said = re.compile(r"branch 1 .* same first \d+ tok as current")  # (the line drawn whole: it wraps)
+        said = re.compile(r"branch 1 .* its first \d+ generated as current's")  # (the line drawn whole: it wraps)
         shown = left_panes(wait_until(name, lambda text: bool(said.search(left_panes(text))), "branch 1's line"))
         assert "shares" not in shown, shown
         quits_cleanly(name)
@@ -175,7 +175,11 @@ def test_speculation_and_a_comparison_under_steering(tiny_dir):
             assert "interventions steer L1 ×8" in side or side.endswith("· …"), header
         text = wait_screen(name, r"under interventions[\s\S]*under interventions", timeout=60)  # (panes drawn)
         assert text.count("under interventions") == 2, text  # each side's next-token pane says so
-        part = line_of(wait_screen(name, r"the paths part at step"), r"the paths part at step")
+        parting = r"the paths part at step"
+        clear = wait_until(  # (the steering's notification lies over the pane's lines until it goes)
+            name, lambda t: parting in t and "▌" not in line_of(t, parting), "the parting line uncovered", 60
+        )
+        part = line_of(clear, parting)
         assert part.rstrip(" │").endswith(("…", "one context")), part  # (it was cut bare: "so each row compa")
         quits_cleanly(name)
 

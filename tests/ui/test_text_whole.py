@@ -4,6 +4,7 @@
 from apptools import make_app, settle, wait_for
 
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.render.visible import visible
 from tokenviz.ui.panes.text import TextPane, chip_spans
 from tokenviz.ui.panes.tokens import TEXT_LABEL, TokensPane
 
@@ -82,10 +83,13 @@ async def test_the_branch_tree_wraps_its_figures_at_80x24():
         await pilot.pause()
         lines = pane.body.render_lines(pane.body.region.reset_offset)
         shown = " ".join(" ".join("".join(seg.text for seg in line).split()) for line in lines)
-        for b in s.branches:  # every branch's figures, whole, and what the shared count counts
-            said = "" if b.current else f" · same first {b.shared} tok as current"
-            assert f"{b.logprob:.2f}" in shown and f"entropy {b.mean_entropy:.2f} bits{said}" in shown
-        assert "shares" not in shown
+        for b in s.branches:  # every branch's figures, whole, each count in generated tokens (UX 7's 17: "60 tok"
+            # shared counted the prompt beside "54 tok" generated), and its text wrapped at its words, not in them
+            said = "" if b.current else f"its first {b.shared - s.prompt_len} generated as current's · "
+            words = " ".join(visible(b.text, spaces=False).split())
+            assert f"{b.logprob:.2f}" in shown and f"{b.tokens} generated ·" in shown
+            assert f"entropy {b.mean_entropy:.2f} bits · {said}{words}" in shown, shown
+        assert "shares" not in shown and " tok " not in shown
 
 
 async def test_the_lens_header_is_whole_at_80x24():

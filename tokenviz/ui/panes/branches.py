@@ -64,14 +64,16 @@ class BranchPane(ScrollPane):
             mark = "●" if b.current else ("▶" if i == self.selected else " ")
             style = f"bold {chosen}" if b.current else (f"bold {cursor}" if i == self.selected else "")
             label = "current" if b.current else f"branch {i}"
-            # how far it runs with the current path: the tokens both hold from the first, the prompt's included
-            shared = "" if b.current else f"same first {b.shared} tok as current · "
+            # how far it runs with the current path, in generated tokens as its own count (b.shared counts
+            # positions, the prompt's included)
+            together = max(b.shared - selection.snapshot.prompt_len, 0)
+            shared = "" if b.current else f"its first {together} generated as current's · "
             listing.append(
-                f"{mark} {label:<9} {b.tokens:>3} tok · log-prob {b.logprob:8.2f} · "
+                f"{mark} {label:<9} {b.tokens:>3} generated · log-prob {b.logprob:8.2f} · "
                 f"entropy {b.mean_entropy:4.2f} bits · {shared}",
                 style=style,
             )
-            listing.append(visible(b.text) + "\n", style=style)
+            listing.append(visible(b.text, spaces=False) + "\n", style=style)  # (spaces kept: it wraps at words)
         current, other = summaries[0], summaries[self.selected]
         table = Table(expand=True, show_edge=False, header_style="bold", padding=(0, 1))
         table.add_column("current path")
