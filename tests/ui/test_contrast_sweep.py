@@ -79,3 +79,27 @@ async def test_every_view_and_dialog_reads_at_4_5_to_1(theme):
             assert shortfalls(app, dialog, controls) == [], (theme, key)
             await pilot.press("escape")
             await wait_for(lambda: not app.screen.is_modal, pilot)
+
+
+@pytest.mark.parametrize("theme", THEMES)
+async def test_each_panes_border_stands_3_to_1_and_the_lightest_weight_shows(theme):
+    """UX 7's finding 21: at a projector the light theme's pane borders were faint (#b9babb on #fbfbfa, 1.9:1)
+    and the lowest attention weights nearly the background (#f4f9fe). Every pane's corner stands at least 3:1
+    against what it is drawn on (WCAG's figure for a graphic that shows where a thing is), and the heatmap's
+    lowest colour at least 1.2:1 (a weight near 0 shown, apart from the background, not loud)."""
+    from tokenviz.render.colors import parse_hex
+    from tokenviz.ui.colors import app_colors
+
+    app = make_app(SamplingSettings(temperature=0), theme=theme)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
+        corners = []
+        for y, strip in enumerate(app.screen._compositor.render_strips()):
+            for segment in strip:
+                if "╭" in segment.text and segment.style is not None:
+                    fg, bg = rgb(segment.style, "color"), rgb(segment.style, "bgcolor")
+                    corners.append((round(contrast(fg, bg), 2), y, fg, bg))
+        assert len(corners) >= 4 and min(corners)[0] >= CONTROL, (theme, sorted(corners)[:3])
+        colors = app_colors(app)
+        background = parse_hex(app.current_theme.background)
+        assert contrast(parse_hex(colors.heatmap_stops[0]), background) >= 1.2, theme

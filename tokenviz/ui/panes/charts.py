@@ -20,7 +20,7 @@ from textual_plotext import PlotextPlot
 
 from tokenviz.contract.text import safe_text
 from tokenviz.render.visible import visible
-from tokenviz.ui.panes.base import Pane
+from tokenviz.ui.panes.base import PANE_BORDER, Pane
 from tokenviz.ui.selection import Selection
 
 MAX_POINTS = 240
@@ -66,12 +66,12 @@ class ChartsPane(Pane, Grid):
     """Six charts in a grid on a large terminal; on a smaller one, one at a time, as large as the
     pane, with its title and range (← → change which)."""
 
-    DEFAULT_CSS = """
-    ChartsPane { grid-size: 3 2; border: round $foreground 30%; border-title-color: $primary; }
-    ChartsPane > PlotextPlot { height: 100%; }
-    ChartsPane.-one { grid-size: 1 1; }
-    ChartsPane.-one > PlotextPlot { display: none; }
-    ChartsPane.-one > PlotextPlot.-shown { display: block; }
+    DEFAULT_CSS = f"""
+    ChartsPane {{ grid-size: 3 2; border: {PANE_BORDER}; border-title-color: $primary; }}
+    ChartsPane > PlotextPlot {{ height: 100%; }}
+    ChartsPane.-one {{ grid-size: 1 1; }}
+    ChartsPane.-one > PlotextPlot {{ display: none; }}
+    ChartsPane.-one > PlotextPlot.-shown {{ display: block; }}
     """
     GRID_SIZE = (120, 30)  # the pane's least columns and rows for all the charts at once (200x60 gives 144x36)
 
