@@ -257,8 +257,7 @@ async def test_a_comparison_from_a_journey_under_interventions_says_both_sides_r
 def test_a_header_says_each_intervention_briefly_by_its_own_label():
     """Briefly, each intervention is its kind, layer and size, whatever its texts hold (a ", " in a
     steering text had split one label in two when the joined list was split again)."""
-    from tokenviz.contract.interventions import HeadAblation, Steering
-    from tokenviz.ui.compare_screen import briefly
+    from tokenviz.contract.interventions import HeadAblation, Steering, briefly
 
     said = briefly((Steering(layer=1, scale=8.0, toward="Paris, France", away="a"), HeadAblation(0, 1)))
     assert said == "steer L1 ×8…, ablate L0.H1 (zero)", said

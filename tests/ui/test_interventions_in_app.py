@@ -118,3 +118,20 @@ async def test_one_numbering_the_title_names_the_head_z_ablates_and_the_lens_row
         lens = str(app.query_one("#lens").body.content)
         rows = re.findall(r"^[ ★]\s*(emb|L\d+) ", lens, re.M)
         assert rows == ["emb", *(f"L{i}" for i in range(layers))], rows
+
+
+async def test_the_status_line_names_every_intervention_where_they_fit():
+    """UX 7's finding 23: with two interventions on, the status line said `ablate L1.H0 (zero) +1` at any width,
+    hiding the second. Where they fit (the line's other figures giving way first), each is named whole."""
+    steering = Steering(1, 6.0, "a", "b", by="tokens")
+    for size in ((200, 60), (80, 24)):
+        said = f"ablate L1.H0 (zero), {steering.label}"
+        app = make_app(SamplingSettings(temperature=0, max_new_tokens=30))
+        async with app.run_test(size=size) as pilot:
+            await settle(app, pilot)
+            await edit(app, pilot, "ablate 1.0")
+            await settle(app, pilot)
+            await edit(app, pilot, "steer-tokens 1:6:a:b")
+            s = await settle(app, pilot)
+            assert [i for i, _ in s.interventions] == [HeadAblation(1, 0), steering]
+            await wait_for(lambda said=said: said in str(app.query_one(StatusLine).render()), pilot)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
@@ -256,3 +256,10 @@ def edit_entries(line: str, entries: Entries) -> Entries:
     if len(entries) >= MAX_INTERVENTIONS:
         raise SettingsError(f"at most {MAX_INTERVENTIONS} interventions at once")
     return (*entries, (added, True))
+
+
+def briefly(interventions: Sequence[Intervention]) -> str:
+    """Each intervention by the first three words of its label (its kind, layer and size): "steer L1 ×8
+    toward 'the' away from 'a'" as "steer L1 ×8…", where whole labels would not fit."""
+    words = [i.label.split() for i in interventions]
+    return ", ".join(" ".join(w[:3]) + ("…" if len(w) > 3 else "") for w in words)

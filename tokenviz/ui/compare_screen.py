@@ -22,7 +22,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 
 from tokenviz.contract.commands import Command, Save
-from tokenviz.contract.interventions import Intervention
+from tokenviz.contract.interventions import briefly
 from tokenviz.contract.results import StepDiff
 from tokenviz.contract.snapshot import ComparisonSnapshot, Snapshot
 from tokenviz.files.documents import interventions_in_force, setup, setup_differences
@@ -74,13 +74,6 @@ def describe(s: Snapshot, other: Snapshot | None, width: int = 10**6) -> Text:
     if shown < len(parts):
         text.append(" · …", Style(dim=True))
     return text
-
-
-def briefly(interventions: tuple[Intervention, ...]) -> str:
-    """Each intervention by the first three words of its label (its kind, layer and size): "steer L1 ×8
-    toward 'the' away from 'a'" as "steer L1 ×8…"."""
-    words = [i.label.split() for i in interventions]
-    return ", ".join(" ".join(w[:3]) + ("…" if len(w) > 3 else "") for w in words)
 
 
 class DiffPane(BoxPane):

@@ -15,6 +15,7 @@ from rich.text import Text
 from textual.visual import VisualType
 from textual.widgets import Static
 
+from tokenviz.contract.interventions import briefly
 from tokenviz.contract.snapshot import CANCELS, Snapshot
 from tokenviz.render.units import duration, elapsed, human_bytes
 
@@ -109,8 +110,9 @@ def status_items(s: Snapshot) -> list[tuple[float, tuple[str, ...]]]:
         more = f" +{len(s.why) - 1}" if len(s.why) > 1 else ""
         items.append((0.5, (f"why: {s.why[0].brief}{more}", f"why: {s.why[0].symptom}{more}")))
     on = [i for i, active in s.interventions if active]
-    if on:  # the model is not itself: say so among the first
-        items.append((0, (on[0].label + (f" +{len(on) - 1}" if len(on) > 1 else ""),)))
+    if on:  # the model is not itself: say so among the first, each intervention where they fit
+        ways = (", ".join(i.label for i in on), briefly(on), on[0].label + (f" +{len(on) - 1}" if len(on) > 1 else ""))
+        items.append((0, tuple(dict.fromkeys(ways))))
     served = bool(s.info.requests)  # a step is a request, network included; its cache unknown here
     if latest is not None:
         then = "" if s.live else "recorded "
