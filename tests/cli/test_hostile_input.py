@@ -62,7 +62,6 @@ def test_an_invalid_utf8_prompt_gets_one_line(monkeypatch, capsys, tiny_dir):
         (["replay", "x.json"], {}, "tokenviz replay FILE --verify"),
         ([], {}, "tokenviz trace PROMPT --json"),
         ([], {"TERM": "dumb"}, "tokenviz trace PROMPT --json"),
-        (["compare", "hi", "--against", "temperature=0.5"], {}, "tokenviz compare PROMPT ... --json"),
     ],
 )
 def test_the_app_without_a_terminal_refuses_at_once(args, env, headless, tmp_path):
@@ -86,6 +85,26 @@ def test_the_app_without_a_terminal_refuses_at_once(args, env, headless, tmp_pat
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert headless in one_error(out.stderr)
     assert out.stdout == ""
+
+
+def test_compare_without_a_terminal_prints_its_table_whatever_b_is(tiny_dir):
+    """UX 7's finding 13: piped, compare refused when B ran here ("needs a terminal") and printed a table when
+    B was a server. One behaviour: the table (every step both take, the KL, Δp, the ranks, where the paths
+    part and the steps in llama-perplexity's terms), as a served B's."""
+    out = subprocess.run(
+        [sys.executable, "-m", "tokenviz", "compare", "hi", "--model", tiny_dir, "--steps", "3"]
+        + ["--temperature", "0", "--against", "temperature=1.5", "--against", "seed=4"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "120"},
+    )
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    shown = " ".join(out.stdout.split())
+    for words in ("A chose", "B chose", "KL bits", "Δp", "B's rank of A's", "as llama-perplexity, B the base"):
+        assert words in shown, (words, out.stdout)
+    assert "request ms" not in shown and "differs: sampling greedy A, T 1.5 B" in shown
 
 
 def test_json_output_is_strict(monkeypatch, capsys, tiny_dir):

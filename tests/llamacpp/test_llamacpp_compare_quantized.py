@@ -117,7 +117,8 @@ def test_the_app_charts_the_kl_marks_each_parting_and_p_jumps_to_them_at_80x24(m
 @pytest.mark.bundled
 @pytest.mark.terminal
 def test_compare_against_llama_cpp_names_each_runtime_charts_the_raw_kl_and_home_goes_back_at_120x36():
-    """UX 7's finding 14: each header names its runtime where they differ (transformers never appeared);
+    """UX 7's findings 14 and 13: each header names its runtime where they differ (transformers never appeared),
+    both as tall, so the two sides' panes begin on one row;
     greedy, the chart is of the models' own distributions (the final ones' KL is 0 or ∞: it was empty); Home
     puts the cursor on the first step, so the rows show it, and End back on the newest."""
     from terminals import keys, quits_cleanly, screen, terminal, wait_screen
@@ -129,6 +130,8 @@ def test_compare_against_llama_cpp_names_each_runtime_charts_the_raw_kl_and_home
         text = wait_screen(name, r"8 of 8 steps, B the base", timeout=240)
         flat = re.sub(r"\s+", " ", text)
         assert "≠ runtime transformers" in flat and "≠ runtime llama.cpp" in flat, text
+        top = next(line for line in text.splitlines() if "╭─ tokens" in line)  # (finding 13: B's taller header
+        assert top.count("╭─ tokens") == 2, text  # pushed its panes a row below A's)
         chart = next(line for line in text.splitlines() if "KL raw, bits" in line)
         assert re.search(r"KL raw, bits\s+[▁▂▃▄▅▆▇█]{8}", chart), chart
         rows = lambda shown: [line for line in shown.splitlines() if re.match(r"│\s*\d+[ †] ", line)]  # noqa: E731

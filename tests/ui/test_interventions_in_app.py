@@ -134,4 +134,4 @@ async def test_the_status_line_names_every_intervention_where_they_fit():
             await edit(app, pilot, "steer-tokens 1:6:a:b")
             s = await settle(app, pilot)
             assert [i for i, _ in s.interventions] == [HeadAblation(1, 0), steering]
-            await wait_for(lambda said=said: said in str(app.query_one(StatusLine).render()), pilot)
+            await wait_for(lambda app=app, said=said: said in str(app.query_one(StatusLine).render()), pilot)

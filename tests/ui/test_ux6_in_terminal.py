@@ -39,6 +39,8 @@ def test_presets_side_by_side_name_every_setting_that_differs_at_120_columns(tin
             for words in wanted:
                 assert words in shown + " ", (words, shown)
         assert "seed" not in a  # (what both share: dim, where it fits, after the differences)
+        top = next(line for line in text.splitlines() if "╭─ tokens" in line)  # UX 7's 13: a taller header
+        assert top.count("╭─ tokens") == 2, text  # pushed its side's panes a row below the other's
         quits_cleanly(name)
         assert "Traceback" not in screen(name)
 

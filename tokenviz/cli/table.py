@@ -212,22 +212,38 @@ def print_score(doc: dict[str, Any], console: Console) -> None:
         )
 
 
-def print_drawn_comparison(doc: dict[str, Any], console: Console) -> None:
-    """compare --against-backend server: per step each side's token, the KL over the server's top-N, the
-    rank each gives the other's choice, the server's request time; where the paths part."""
+def print_comparison(doc: dict[str, Any], console: Console) -> None:
+    """compare without a terminal (or --json's table): per step each side's token, the KL, Δp, the rank each
+    gives the other's choice and, where B is a server, its request time; where the paths part; the steps in
+    llama-perplexity's terms, B the base."""
     a, b = doc["a"], doc["b"]
-    console.print(
-        Text(safe_text(f"A {a['model']['name']} (here) · B {b['model']['name']} {b['model']['device']}"), style="bold")
-    )
+    served = doc["independent_draws"] or bool(doc.get("kl_over"))
+    where = ("here", "on the server") if served else ("A", "B")
+    b_side = f"{b['model']['name']} {b['model']['device']}"
+    console.print(Text(safe_text(f"A {a['model']['name']} ({where[0]}) · B {b_side}"), style="bold"))
     table = Table(header_style="bold")
-    for name in ("step", "A chose", "B chose", "KL bits (top-N)", "A's rank of B's", "B's rank of A's", "request ms"):
+    kl = "KL bits (top-N)" if doc.get("kl_over") else "KL bits"
+    timed = all(step.get("ms", {}).get("request") is not None for step in b["steps"])  # (a server's)
+    names = (
+        "step",
+        "A chose",
+        "B chose",
+        kl,
+        "Δp",
+        "A's rank of B's",
+        "B's rank of A's",
+        *(("request ms",) if timed else ()),
+    )
+    for name in names:
         table.add_column(name, justify="left" if "chose" in name else "right")
     for s, a_step, b_step in zip(doc["diff"], a["steps"], b["steps"]):
         forced = "*" if s["teacher_forced"] else ""
         chose = (Text(piece(a_step["chosen"]["text"])), Text(piece(b_step["chosen"]["text"])))
         ranks = (f"{s['a_rank_of_b']}{forced}", f"{s['b_rank_of_a']}{forced}")
-        table.add_row(str(s["index"]), *chose, f"{s['kl']:.5f}{forced}", *ranks, f"{b_step['ms']['request']:.1f}")
-    differing = [f"{name} {pair[0]} here, {pair[1]} on the server" for name, pair in doc["differences"].items()]
+        dp = "—" if s.get("dp") is None else f"{s['dp']:+.1%}"
+        request = (f"{b_step['ms']['request']:.1f}",) if timed else ()
+        table.add_row(str(s["index"]), *chose, f"{s['kl']:.5f}{forced}", dp, *ranks, *request)
+    differing = [f"{name} {pair[0]} {where[0]}, {pair[1]} {where[1]}" for name, pair in doc["differences"].items()]
     if differing:
         console.print(Text(safe_text("differs: " + " · ".join(differing)), style="bold"))
     console.print(table)
@@ -238,11 +254,20 @@ def print_drawn_comparison(doc: dict[str, Any], console: Console) -> None:
             " (two independent draws, each side's own: not a difference between the models; the KL is; "
             "--temperature 0 compares their choices)"
         )
-    console.print(Text(f"{said} · KL over {doc['kl_over']}", style="dim"))
+    console.print(Text(said + (f" · KL over {doc['kl_over']}" if doc.get("kl_over") else ""), style="dim"))
     if any(s["teacher_forced"] for s in doc["diff"]):
-        console.print(
-            Text("* after the paths part, B's figures are B's at A's context (one more request)", style="dim")
+        more = " (one more request)" if served else " (B's model fed A's tokens)"
+        console.print(Text(f"* after the paths part, B's figures are B's at A's context{more}", style="dim"))
+    statistics = doc.get("statistics")
+    if statistics:
+        kld = statistics["mean_kld"]
+        figures = (
+            "mean KLD not given (top N)" if kld is None else f"mean KLD {kld:.4f} nats",
+            f"same top {statistics['same_top_p']:.1%}",
+            f"RMS Δp {statistics['rms_dp']:.2%}",
+            f"PPL(A)/PPL(B) {statistics['ppl_ratio']:.4f}",
         )
+        console.print(Text(f"as llama-perplexity, B the base: {' · '.join(figures)}", style="dim"))
 
 
 def print_against_base(doc: dict[str, Any], console: Console) -> None:

@@ -18,7 +18,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
-import torch
 
 from tokenviz.contract.engine import Capability, Engine, LensOfScores, OnProgress, Residuals, refusal_of, require
 from tokenviz.contract.errors import TokenvizError
@@ -303,6 +302,8 @@ class KeptLenses:
 
 def joined(parts: Sequence[Residuals]) -> Residuals:
     """The positions of `parts` (one engine's) as one Residuals, in order."""
+    import torch  # (here: the command line imports this module's defaults before any model, and torch with them)
+
     tokens = tuple(token for part in parts for token in part.tokens)
     return Residuals(torch.cat([p.stream for p in parts], 1), tokens, torch.cat([p.scores for p in parts]))
 

@@ -39,6 +39,7 @@ from tokenviz.ui.selection import Selection
 from tokenviz.ui.worker_screen import WorkerScreen
 
 SIDES = ("a", "b")
+HEADER_LINES = 4  # the most lines a side's header takes (its label's max-height)
 INFINITE_KL = "∞: B's stages rule out a token A's keep (p 0 in B): KL(A ‖ B) is infinite\n"  # fits 80 columns
 SEPARATE_DRAWS = "sampled: each side draws on its own (the server with its generator): a parting is two draws\n"
 
@@ -179,13 +180,15 @@ class CompareScreen(WorkerScreen[ComparisonSnapshot]):
     HELP = COMPARE_HELP
     EXPORT_NAME = "tokenviz-compare"
     EXPORT_SUFFIXES = ("-a.json", "-b.json", ".json")
-    DEFAULT_CSS = """
-    CompareScreen #sides { height: 1fr; }
-    CompareScreen #sides > Vertical { width: 1fr; }
-    CompareScreen .label { height: auto; max-height: 4; padding: 0 1; color: $primary; text-style: bold; }
-    CompareScreen TokensPane { height: 1fr; }
-    CompareScreen NextTokenPane { height: 1fr; width: 100%; }
-    CompareScreen DiffPane { height: 12; }
+    DEFAULT_CSS = f"""
+    CompareScreen #sides {{ height: 1fr; }}
+    CompareScreen #sides > Vertical {{ width: 1fr; }}
+    CompareScreen .label {{
+        height: auto; max-height: {HEADER_LINES}; padding: 0 1; color: $primary; text-style: bold;
+    }}
+    CompareScreen TokensPane {{ height: 1fr; }}
+    CompareScreen NextTokenPane {{ height: 1fr; width: 100%; }}
+    CompareScreen DiffPane {{ height: 12; }}
     """
 
     def compose(self) -> ComposeResult:
@@ -208,6 +211,7 @@ class CompareScreen(WorkerScreen[ComparisonSnapshot]):
         if c is None:
             return
         cursor_step = None
+        lines: list[int] = []
         for side, s in zip(SIDES, (c.a, c.b)):
             if s is None or not s.records or s.info is None:
                 continue
@@ -217,12 +221,17 @@ class CompareScreen(WorkerScreen[ComparisonSnapshot]):
             other = c.b if side == "a" else c.a
             label = self.query_one(f"#label-{side}", Static)
             width = label.content_size.width - 3 if label.content_size.width else 10**6  # 3: "A: "
-            label.update(Text(f"{side.upper()}: ").append_text(describe(s, other, width)))
+            header = Text(f"{side.upper()}: ").append_text(describe(s, other, width))
+            label.update(header)
+            lines.append(len(header.wrap(self.app.console, width + 3)) if width < 10**6 else 1)
             tokens = self.query_one(f"#tokens-{side}", TokensPane)
             tokens.marked = None if c.parted_at is None else s.prompt_len + c.parted_at
             tokens.show(selection)
             self.query_one(f"#next-{side}", NextTokenPane).show(selection)
             cursor_step = cursor - s.prompt_len + 1
+        if lines:  # both headers as tall as the taller, so the two sides' panes begin on one row
+            for side in SIDES:
+                self.query_one(f"#label-{side}", Static).styles.height = min(max(lines), HEADER_LINES)
         self.query_one(DiffPane).show_comparison(c, cursor_step)
 
     def watch_cursor(self) -> None:

@@ -101,19 +101,17 @@ def compare(
     except TokenvizError as exc:
         fail(str(exc))
 
-    if as_json or (b_backend.draws and not in_terminal.can_draw()):  # a served B without a terminal: its table
+    if as_json or not in_terminal.can_draw():  # piped (whatever B is): the table, stepped to the end
         from tokenviz.cli.headless import compare_document
-        from tokenviz.cli.table import print_drawn_comparison
+        from tokenviz.cli.table import print_comparison
 
         try:
             with stderr_progress() as progress:
                 document = compare_document(build(progress), prompt, chat=chat, system=system, progress=progress)
         except TokenvizError as exc:
             fail(str(exc))
-        print_result(document, as_json, print_drawn_comparison)
+        print_result(document, as_json, print_comparison)
         return
-    if not b_backend.draws:  # a served B where the app can draw: its screen, checked just above
-        in_terminal.require_terminal("tokenviz compare PROMPT ... --json")
     from tokenviz.worker.comparing import CompareWorker
 
     in_terminal.run_app(CompareWorker(build, prompt, chat=chat, system=system), theme, comparing=True)
