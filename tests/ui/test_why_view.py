@@ -18,6 +18,7 @@ async def test_the_least_sure_steps_are_listed_and_each_link_moves_the_cursor_th
         await wait_for(lambda: "highest entropy" in str(body.render()), pilot)
         shown = body.render()
         assert "Not judged: whether it is true" in str(shown)
+        assert "move it with ← and →" in str(shown)  # (UX 7's 18: "click to go there" named no key)
         s = app.journey.snapshot
         taken = s.records[: len(s.chips) - s.prompt_len]
         least = min(taken, key=lambda r: r.decision.raw_prob)

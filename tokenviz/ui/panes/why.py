@@ -22,7 +22,8 @@ CHECKED = (
     "Checked: the new-token limit (cut off), runs of tokens that come back (repetitive), draws far down the "
     "model's ranking (incoherent: past rank 10 above a temperature of 1, past 100 at any). Not judged: "
     "whether it is true or what you meant; "
-    "a fact is the model's to know. Where it was least sure, the steps to read first (click to go there):"
+    "a fact is the model's to know. Where it was least sure, the steps to read first (click one to put the "
+    "cursor there, or move it with ← and →):"
 )
 NOT_YET = (
     "Once the journey stops, this says why its text looks as it does, from what it measured: cut off "
