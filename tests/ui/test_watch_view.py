@@ -2,6 +2,7 @@
 watched token over the steps and, for two, their logit difference split by layer; the lens gains a
 column per watched token; a saved journey keeps it all and replay shows it."""
 
+import pytest
 from apptools import make_app, recorded_app, settle, wait_for
 
 from tokenviz.contract.commands import Inspect, SplitDifference, Watch
@@ -119,3 +120,41 @@ async def test_at_80_columns_every_watched_tokens_rank_shows_and_one_scale_draws
         assert len(raw_lines) == 2
         blocks = [SPARK.index(line.rstrip()[-1]) for line in raw_lines]  # the newest step of each
         assert blocks[0] > blocks[1]  # the likelier token stands higher: one scale for both
+
+
+@pytest.mark.parametrize("size", [(80, 40), (200, 60)])
+async def test_where_the_runtime_cannot_split_the_difference_its_reason_wraps_whole(size):
+    """UX 7's finding 4: on llama.cpp the watch view's line saying why the logit difference is not split was cut
+    at 80 and at 200 columns (the view's lines do not wrap); the reason wraps, whole, at either width."""
+    import dataclasses
+
+    from textual.geometry import Region
+
+    from tokenviz.contract.engine import Capability, refusal_of
+
+    app = make_app(SETTINGS)
+    async with app.run_test(size=size) as pilot:
+        await settle(app, pilot)
+        engine = app.journey.worker.session.engine  # (as llama.cpp's: no logit split, and why)
+        why = "llama.cpp computes a layer's attention and MLP in one graph and keeps no part of it apart"
+        engine.info = dataclasses.replace(
+            engine.info,
+            capabilities=tuple(c for c in engine.info.capabilities if c != Capability.LOGIT_SPLIT.value),
+            lacks_why=(*engine.info.lacks_why, (Capability.LOGIT_SPLIT.value, why)),
+        )
+        for typed in ("id:42", "id:43"):
+            await pilot.press("w")
+            await wait_for(lambda: isinstance(app.screen, WatchScreen), pilot)
+            await pilot.press(*typed, "enter")
+            await wait_for(lambda: not isinstance(app.screen, WatchScreen), pilot)
+        await pilot.press("space")
+        s = await settle(app, pilot)
+        assert len(s.pinned) == 2
+        await pilot.press("W")
+        await wait_for(lambda: app.query_one("#views").current == "watch", pilot)
+        reason = refusal_of(s.info, Capability.LOGIT_SPLIT, "the split of their logit difference by layer")
+        pane = app.query_one("#watch").body
+        await pilot.pause(0.2)
+        lines = pane.render_lines(Region(0, 0, pane.size.width, pane.size.height))
+        shown = " ".join(" ".join("".join(seg.text for seg in line).split()) for line in lines)
+        assert " ".join(reason.split()) in shown, (size, shown)

@@ -100,8 +100,10 @@ class WatchPane(RowsPane):
 
     def _split(self, text: Text, selection: Selection, width: int) -> None:
         line = refusal_of(selection.info, Capability.LOGIT_SPLIT, "the split of their logit difference by layer")
-        if line is not None:  # a served model
-            text.append(line, Style(dim=True))
+        if line is not None:  # a runtime that cannot split it: its reason wrapped here (the view's lines do not)
+            for part in Text(line, style=Style(dim=True)).wrap(self.app.console, width):
+                text.append_text(part)
+                text.append("\n")
             return
         d = current_difference(selection)
         if d is None:
