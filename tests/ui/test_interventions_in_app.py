@@ -40,7 +40,7 @@ async def test_z_ablates_the_head_in_view_and_the_panes_show_both_distributions(
         assert ablation.label in str(app.query_one(StatusLine).render())
         await pilot.press("space", "i")  # a step under it, and the timing view says what the own pass costs
         s = await settle(app, pilot)
-        assert "interventions: + " in str(app.query_one(TimingPane).content) and s.records[-2].unsteered.ms > 0
+        assert "interventions: + " in str(app.query_one(TimingPane).body.render()) and s.records[-2].unsteered.ms > 0
         await pilot.press("backspace", "z")  # back, and again z: restored
         s = await settle(app, pilot)
         assert s.interventions == () and s.pending.unsteered is None and "own p" not in pane_text(app)

@@ -59,11 +59,37 @@ async def timing_view(app, pilot, waited: str) -> str:
     pane = app.query_one(TimingPane)
 
     def shown() -> str:
-        lines = pane.render_lines(pane.region.reset_offset)
+        lines = pane.body.render_lines(pane.body.region.reset_offset)  # (the whole body, scrolled or not)
         return " ".join(" ".join("".join(seg.text for seg in strip).strip("│ ").split()) for strip in lines)
 
     await wait_for(lambda: waited in shown(), pilot)
     return shown()
+
+
+async def test_at_80x24_the_timing_views_last_lines_scroll_into_view():
+    """UX 7's finding 8: at 80x24 the timing view ended at "(the engine's rate)" and PgDn did not scroll it,
+    so its lens line could not be read. It scrolls: End brings its last line into the pane."""
+    from tokenviz.contract.commands import Inspect
+    from tokenviz.ui.panes.timing import TimingPane
+
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=40))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("space", "space", "space")
+        await settle(app, pilot)
+        await pilot.press("l")
+        await wait_for(lambda: app.journey.snapshot.result(Inspect) is not None, pilot)
+        await settle(app, pilot)
+        await timing_view(app, pilot, "lens: ")
+        pane = app.query_one(TimingPane)
+
+        def on_screen() -> str:
+            strips = app.screen._compositor.render_strips()[pane.region.y : pane.region.bottom]
+            return " ".join("".join(seg.text for seg in strip)[pane.region.x : pane.region.right] for strip in strips)
+
+        assert pane.max_scroll_y > 0 and "lens: " not in on_screen()  # (below the fold at 80x24)
+        await pilot.press("end")
+        await wait_for(lambda: "lens: " in on_screen(), pilot)
 
 
 async def test_the_branch_tree_wraps_its_figures_at_80x24():

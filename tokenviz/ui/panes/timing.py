@@ -10,12 +10,12 @@ from rich.text import Text
 from tokenviz.contract.records import StepRecord
 from tokenviz.render.sparkline import sparkline
 from tokenviz.render.units import elapsed
-from tokenviz.ui.panes.base import BoxPane
+from tokenviz.ui.panes.base import ScrollPane
 from tokenviz.ui.selection import Selection
 
 
-class TimingPane(BoxPane):
-    TITLE = "timing"
+class TimingPane(ScrollPane):
+    TITLE = "timing"  # (a ScrollPane: at 80x24 its last lines are below the pane, and PgDn brings them)
 
     def draw(self, selection: Selection) -> None:
         s = selection.snapshot
@@ -28,7 +28,7 @@ class TimingPane(BoxPane):
         text = Text()  # wrapped to the pane: no figure is cut
         if selection.info.requests:  # a step is a request: its time and the network's
             text = served_timing(s.records, s.tokens_per_s, sampling, self.size.width, bar_color)
-            self.update(text.append_text(lens_cost(s.lens_ms, remote=True)))
+            self.body.update(text.append_text(lens_cost(s.lens_ms, remote=True)))
             return
         text.append(
             f"prefill: {elapsed(prefill.forward_ms)} for {len(prefill.input_ids)} prompt tokens at once "
@@ -64,7 +64,7 @@ class TimingPane(BoxPane):
             text.append(sparkline(decode, width), style=bar_color)
         else:
             text.append("step to see decode times (space)", style="dim")
-        self.update(text.append_text(lens_cost(s.lens_ms, remote=False)))
+        self.body.update(text.append_text(lens_cost(s.lens_ms, remote=False)))
 
 
 def lens_cost(lens_ms: tuple[int, float] | None, remote: bool) -> Text:
