@@ -350,3 +350,20 @@ def test_a_served_models_lens_cost_says_where_its_work_is_done():
     assert str(lens_cost(None, remote=True)) == ""
     said = str(lens_cost((7, 212.5), remote=True))
     assert "lens: 212.5 ms at position 7" in said and "the server's activations, the head applied here" in said
+
+
+async def test_at_200_columns_the_next_token_pane_gives_pieces_room():
+    """UX 7's finding 24: at 200 columns the next-token pane stayed 54 columns wide and cut pieces at 16 cells
+    while the attention pane beside it was mostly empty. From 180 columns it is wider and its pieces' column
+    grows (26 cells here); at 120 it is as it was (14)."""
+    import re
+
+    from tokenviz.ui.panes.next_token import NextTokenPane
+
+    for size, pieces in (((200, 60), 26), ((120, 36), 14)):
+        app = make_app(SamplingSettings(temperature=0))
+        async with app.run_test(size=size) as pilot:
+            await settle(app, pilot)
+            header = str(app.query_one(NextTokenPane).content).splitlines()[0]
+            spaces = re.search(r"token( +)id", header)
+            assert spaces and len("token") + len(spaces[1]) - 5 == pieces, (size, header)  # (5: " " and "    ")

@@ -72,6 +72,7 @@ from tokenviz.ui.worker_screen import WorkerScreen
 
 # The views that can take the attention pane's place, by widget id. A view's key pressed again
 # returns to attention.
+WIDE_FROM = 180  # columns from which the layout is wide (app.tcss's .-wide)
 VIEWS = {
     "lens": LensPane,
     "attribution": AttributionPane,
@@ -175,6 +176,7 @@ class JourneyScreen(WorkerScreen[Snapshot]):
     def _fit_layout(self, size: Size | None = None) -> None:
         size = size or self.size
         self.set_class(size.width < 120, "-narrow")
+        self.set_class(size.width >= WIDE_FROM, "-wide")  # (the next-token pane's pieces whole, not cut at 16)
         self.set_class(size.height < 30, "-short")
 
     def current_selection(self) -> Selection | None:

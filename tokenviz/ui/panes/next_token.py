@@ -19,6 +19,8 @@ from tokenviz.ui.panes.base import BoxPane
 from tokenviz.ui.screens import WatchScreen
 from tokenviz.ui.selection import Selection
 
+PIECE_MOST = 28  # a candidate's piece is shown up to this many cells (the wide layout's pane holds them)
+
 
 class NextTokenPane(BoxPane):
     TITLE = "next token"
@@ -159,7 +161,7 @@ class NextTokenPane(BoxPane):
         width = max(self.size.width, 24)
         own_w = (8 if own is not None else 0) + (8 if final is not None else 0)
         show_logit = width >= 46 + own_w  # narrow panes drop the logit column first
-        piece_w = min(16, max(6, (width - 40 if show_logit else width - 32) - own_w))
+        piece_w = min(PIECE_MOST, max(6, (width - 40 if show_logit else width - 32) - own_w))
         fixed = 5 + piece_w + 7 + (8 if show_logit else 0) + 7 + own_w + 1
         bar_width = max(width - fixed, 2)
         text = Text(no_wrap=True, overflow="crop")
