@@ -165,3 +165,21 @@ async def test_the_page_saved_from_the_app_shows_the_lens_where_it_was_computed(
     assert [r[0] for r in rows] == [layer.layer for layer in shown.lens]
     assert [r[1] for r in rows] == [layer.top[0][0] for layer in shown.lens]
     assert [r[4] for r in rows] == [layer.chosen_rank for layer in shown.lens]
+
+
+def test_a_first_estimate_is_timed_by_the_steps_not_a_cold_prefill_alone():
+    """UX 7's finding 11: over 10 tokens the chooser said leave-one-out would take "about 1 min 41 s" and
+    gradient × input "about 33 s" (it took 4.2 s): the estimate divided by the first prefill's speed, which
+    carries the start's warm-up. A pass is timed by the steps: here (a 7-token prefill of 2 s, steps of 30
+    ms) 10 tokens' leave-one-out is 11 passes of at most 300 ms, under the 10 s that asks first."""
+    from types import SimpleNamespace
+
+    from tokenviz.ui.panes.attribution import LONG_JOB_S, estimated_s
+
+    prefill = SimpleNamespace(forward_ms=2000.0, input_ids=tuple(range(7)))
+    steps = [SimpleNamespace(forward_ms=30.0, input_ids=(1,)) for _ in range(4)]
+    selection = SimpleNamespace(cursor=9, snapshot=SimpleNamespace(records=[prefill, *steps]))
+    loo, grad = estimated_s(selection, "loo"), estimated_s(selection, "grad")
+    assert loo == pytest.approx(11 * 0.3) and loo < LONG_JOB_S and grad == pytest.approx(3 * 0.3)
+    unstepped = SimpleNamespace(cursor=9, snapshot=SimpleNamespace(records=[prefill]))
+    assert estimated_s(unstepped, "loo") == pytest.approx(11 * 10 * 2000 / 7 / 1000)  # (no step yet: the prefill's)

@@ -6,6 +6,7 @@ recording's model keys that say what they need."""
 import time
 
 from apptools import frozen_recording, make_app, recorded_app, settle, wait_for
+from textual.widgets import OptionList
 
 from tokenviz.contract.commands import Attribute, Beams, Speculate
 from tokenviz.contract.settings import SamplingSettings
@@ -103,7 +104,11 @@ async def test_a_long_leave_one_out_is_said_before_it_starts_and_offers_gradient
         assert not any(isinstance(c, Attribute) for c in sent)  # nothing started yet
         question = str(app.screen.query_one("Label").render())
         assert "Leave-one-out runs the model once for each of the" in question and "about" in question
-        await pilot.press("enter")  # the first choice: gradient × input
+        options = app.screen.query_one(OptionList)
+        # leave-one-out first, the default as the docs say (UX 7's finding 11: the chooser put gradient × input
+        # first); the second is gradient × input
+        assert [options.get_option_at_index(k).id for k in range(options.option_count)] == ["loo", "grad"]
+        await pilot.press("down", "enter")
         await wait_for(lambda: (app.journey.snapshot.result(Attribute) or None) is not None, pilot, 30)
         assert app.journey.snapshot.result(Attribute).method == "grad"
 

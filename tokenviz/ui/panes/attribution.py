@@ -34,20 +34,29 @@ def estimated_s(
     selection: Selection, method: AttributionMethod, measured: tuple[int, float] | None = None
 ) -> float | None:
     """About how long attributing the token after the cursor takes. Leave-one-out feeds the context
-    once per token (its cost grows with the square of the tokens), gradient × input once forward and
-    once back (with the tokens). From `measured`, (tokens, seconds) of an earlier run of the same
-    method here, where there is one; else from the prefill's speed, which overstates it (the prefill
-    of a long prompt is slower a token than leave-one-out's batches of shorter ones: 2× at 200 and 600
-    tokens of a 3,233-token prompt on the bundled model)."""
+    once per token, n + 1 passes of about n tokens; gradient × input once forward and once back (about
+    three passes of n). From `measured`, (tokens, seconds) of an earlier run of the same method here,
+    where there is one; else from the passes the journey measured: a pass of k tokens costs what a
+    step does (a pass's own overhead, a short context's whole cost) or k times a prompt token (a long
+    one's), a prompt token at most what a step costs (the first prefill carries the start's warm-up: a
+    7-token prompt's made a 10-token leave-one-out look like 1 min 41 s where it takes seconds)."""
     n = selection.cursor + 1
-    work = (n + 1) * n if method == "loo" else 3 * n
+    passes = n + 1 if method == "loo" else 3
     if measured is not None:
         m, seconds = measured
-        return seconds * work / ((m + 1) * m if method == "loo" else 3 * m)
-    prefill = selection.snapshot.records[0]
+        return seconds * (passes * n) / ((m + 1) * m if method == "loo" else 3 * m)
+    records = selection.snapshot.records
+    prefill = records[0]
     if prefill.forward_ms <= 0:
         return None
-    return work / (len(prefill.input_ids) / (prefill.forward_ms / 1000))
+    token_ms = prefill.forward_ms / max(len(prefill.input_ids), 1)
+    steps = sorted(r.forward_ms for r in records[1:][-STEPS_TIMED:] if r.forward_ms > 0)
+    step_ms = steps[len(steps) // 2] if steps else None  # (the median: a step slowed by a view is not its cost)
+    pass_ms = n * token_ms if step_ms is None else max(step_ms, n * min(token_ms, step_ms))
+    return passes * pass_ms / 1000
+
+
+STEPS_TIMED = 20  # the latest steps whose passes time an estimate
 
 
 def current_attribution(selection: Selection) -> Attribution | None:
@@ -120,7 +129,8 @@ class AttributionPane(RowsPane):
         )
         loo = (f"leave-one-out anyway, about {duration(loo_s)} (exact; not asked again)", "loo")
         grad = (f"gradient × input instead: one forward and one backward pass, about {duration(grad_s)}", "grad")
-        choices = [grad, loo] if journey.refusal_of("attribution('grad')") is None else [loo]  # a served model: none
+        # leave-one-out first: the default, as the docs say (a served model has no gradient: it alone)
+        choices = [loo, grad] if journey.refusal_of("attribution('grad')") is None else [loo]
         self.app.push_screen(LongJobScreen(question, choices), chosen)
 
     def draw(self, selection: Selection) -> None:
