@@ -367,3 +367,22 @@ async def test_at_200_columns_the_next_token_pane_gives_pieces_room():
             header = str(app.query_one(NextTokenPane).content).splitlines()[0]
             spaces = re.search(r"token( +)id", header)
             assert spaces and len("token") + len(spaces[1]) - 5 == pieces, (size, header)  # (5: " " and "    ")
+
+
+async def test_at_80x24_the_text_views_subtitle_is_whole():
+    """UX 7's finding 15, its last part: at 80x24 the text view's subtitle was cut ("54 generated tok…"). It is
+    the fullest of its ways to say it that fits the border: here the figures without the scroll keys."""
+    from rich.cells import cell_len
+
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=60))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        await pilot.press(*["space"] * 12)
+        s = await settle(app, pilot)
+        await pilot.press("D")
+        await wait_for(lambda: app.query_one("#views").current == "text", pilot)
+        pane = app.query_one(TextPane)
+        generated = len(s.chips) - s.prompt_len
+        await wait_for(lambda: f"{generated} generated" in str(pane.border_subtitle), pilot)
+        subtitle = str(pane.border_subtitle)
+        assert cell_len(subtitle) <= pane.size.width - 6 and "…" not in subtitle, subtitle

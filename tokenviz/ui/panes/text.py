@@ -50,7 +50,12 @@ class TextPane(ScrollPane):
             style = Style(dim=end <= prompt_end, reverse=marked[0] <= start and end <= marked[1])
             text.append(safe_text(full[start:end]), style)
         generated = len(s.chips) - s.prompt_len
-        self.border_subtitle = f"{len(full):,} characters · {generated} generated tokens · ↑ ↓ PgUp PgDn scroll"
+        self.set_subtitle(  # the fullest that fits the border (at 80x24 the first was cut: "54 generated tok…")
+            f"{len(full):,} characters · {generated} generated tokens · ↑ ↓ PgUp PgDn scroll",
+            f"{len(full):,} characters · {generated} generated tokens",
+            f"{len(full):,} chars · {generated} generated",
+            f"{generated} generated",
+        )
         self.body.update(text)
         if self._opening:  # where the answer starts (in chat, after the system prompt and template), not the top
             self._opening = False
