@@ -159,3 +159,36 @@ async def test_a_recording_says_so_on_the_status_line_and_its_times_are_the_reco
     async with app.run_test(size=(200, 40)) as pilot:
         await settle(app, pilot)
         assert "recording" not in status(app) and "recorded" not in status(app) and "fwd " in status(app)
+
+
+async def test_a_step_far_slower_than_its_best_names_threads_once():
+    """UX 7's finding 6: on a busy machine llama.cpp's two threads took 47-56 ms a step against 12-17 ms with
+    `--threads 1`, and nothing said so. On a runtime whose threads are the user's (ModelInfo.threads), a step
+    whose pass takes 3 times the fastest of the last ones says so once and names --threads; a runtime that
+    takes no --threads says nothing."""
+    import dataclasses
+
+    for threads in (2, 0):
+        app = make_app(SamplingSettings(temperature=0, max_new_tokens=40))
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(app, pilot)
+            engine = app.journey.worker.session.engine
+            engine.info = dataclasses.replace(engine.info, threads=threads)
+            await pilot.press(*["space"] * 5)
+            s = await settle(app, pilot)
+            best = min(r.forward_ms for r in s.records[1:])
+            forward, calls = engine.model.forward, []
+
+            def slow_once(*args, forward=forward, calls=calls, best=best, **kwargs):  # (a busy machine, one step)
+                calls.append(1)
+                if len(calls) == 1:
+                    time.sleep(max(10 * best, 200) / 1000)
+                return forward(*args, **kwargs)
+
+            engine.model.forward = slow_once
+            await pilot.press("space", "space")
+            await settle(app, pilot)
+            said = [n for n in app._notifications if "--threads" in str(n.message)]
+            assert len(said) == (1 if threads else 0), [str(n.message) for n in app._notifications]
+            if threads:
+                assert "the runtime's 2 threads wait for each other" in str(said[0].message)

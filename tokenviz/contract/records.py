@@ -425,6 +425,9 @@ class ModelInfo:
     lacks_why: Annotated[tuple[tuple[Text, Text], ...], Field(max_length=32)] = ()
     # Said as data, for the views, the page, the document and the table to read (none asks which backend):
     runtime: Text = ""  # what computes the numbers: "transformers 4.57 (PyTorch 2.13)", "llama.cpp (...)", "vLLM ..."
+    # The CPU threads a runtime that takes --threads runs with (0: it takes none): a step far slower than its
+    # best says so and names --threads (llama.cpp's threads spin while they wait for each other).
+    threads: Annotated[int, Field(strict=True, ge=0, le=4096)] = 0
     # What one step is, where it is not a pass in this process: a request, and whom it goes to ("the server at
     # HOST"); its time is then the request's, network included, and the cache is the one who answers it.
     requests: Text = ""

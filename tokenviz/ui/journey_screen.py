@@ -30,6 +30,7 @@ from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.interventions import edit_entries, entries_changed
 from tokenviz.contract.snapshot import Snapshot
 from tokenviz.contract.worker import Worker
+from tokenviz.render.units import elapsed
 from tokenviz.ui.colors import page_colors
 from tokenviz.ui.compare_screen import CompareScreen
 from tokenviz.ui.fitting_footer import FittingFooter
@@ -73,6 +74,9 @@ from tokenviz.ui.worker_screen import WorkerScreen
 # The views that can take the attention pane's place, by widget id. A view's key pressed again
 # returns to attention.
 WIDE_FROM = 180  # columns from which the layout is wide (app.tcss's .-wide)
+SLOW_STEP = 3.0  # a step's pass this many times the fastest of the last ones is said (_say_a_slow_step)
+STEPS_COMPARED = 20
+STEPS_BEFORE_SAYING = 4
 VIEWS = {
     "lens": LensPane,
     "attribution": AttributionPane,
@@ -113,6 +117,7 @@ class JourneyScreen(WorkerScreen[Snapshot]):
         self._asked: dict[str, Hashable] = {}  # by view: the key of the request it last sent (see view_fetch)
         self._attention_requested: ShowAttention | None = None
         self._lens_requested = ShowLens()  # the lens kept at the newest position, standing (none yet)
+        self._slow_said = False  # a slow step was said (once a journey: see _say_a_slow_step)
 
     def compose(self) -> ComposeResult:
         yield ProgressBar(id="loading", show_eta=False)
@@ -146,7 +151,31 @@ class JourneyScreen(WorkerScreen[Snapshot]):
             self.model_layer = s.info.layers - 1
         if before is None or before.live is not s.live or capabilities(before) != capabilities(s):
             self.refresh_bindings()  # the footer leaves out the keys the engine cannot serve (a recording's: a model)
+        self._say_a_slow_step(before, s)
         self.refresh_panes()
+
+    def _say_a_slow_step(self, before: Snapshot | None, s: Snapshot) -> None:
+        """Once a journey, on a runtime whose threads are the user's choice (ModelInfo.threads): a step whose
+        forward pass took SLOW_STEP times the fastest of the last ones says so and names --threads. On a busy
+        machine llama.cpp's threads spin while they wait for each other: at a load of 7, two threads took
+        47-56 ms a step where one took 12-17 (UX 7's finding 6)."""
+        if self._slow_said or s.info is None or not s.info.threads or not s.live:
+            return
+        if before is None or len(s.records) <= len(before.records):
+            return
+        steps = [r.forward_ms for r in s.records[1:][-STEPS_COMPARED:] if r.forward_ms > 0]
+        if len(steps) < STEPS_BEFORE_SAYING:
+            return
+        best, latest = min(steps[:-1]), steps[-1]
+        if latest > SLOW_STEP * best:
+            self._slow_said = True
+            threads = f"{s.info.threads} thread{'s' if s.info.threads != 1 else ''}"
+            self.notify(
+                f"this step's pass took {latest / best:.1f}× the fastest of the last {len(steps)} "
+                f"({elapsed(latest)} against {elapsed(best)}): on a busy machine the runtime's {threads} wait for "
+                "each other; --threads 1 may be faster",
+                timeout=15,
+            )
 
     def exportable(self) -> bool:
         return self.snapshot is not None and bool(self.snapshot.records)

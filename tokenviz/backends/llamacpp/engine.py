@@ -182,6 +182,7 @@ class LlamaCppEngine(DenseInOnePlace):
             ),
             distribution=WHOLE_VOCABULARY,
             runtime=f"llama.cpp (llama-cpp-python {version()}), {runtime.threads} CPU threads",
+            threads=runtime.threads,
             lacks_why=tuple(LACKS_WHY.items()),
             reopen=self.reopen_command(),
         )
