@@ -151,3 +151,14 @@ def test_a_time_taken_reads_in_the_unit_a_person_reads_it_in():
 
     assert elapsed(12.34) == "12.3 ms" and elapsed(4200) == "4.2 s"
     assert elapsed(230692.6) == "3 min 51 s"  # not "230692.6 ms"
+
+
+def test_a_line_of_prose_is_cut_where_a_phrase_ends_else_at_a_word():
+    from tokenviz.render.columns import phrase_cut
+
+    text = "converting it once; a tensor at a time, later starts read the cache"
+    assert phrase_cut(text, 200) == text
+    assert phrase_cut(text, 30) == "converting it once…"  # (the last phrase end that leaves room for "…")
+    assert phrase_cut(text, 50) == "converting it once; a tensor at a time…"
+    assert phrase_cut("one two three four", 10) == "one two…"  # (no phrase end: a word's)
+    assert phrase_cut("abcdefghijkl", 5) == "abcd…"  # (no space: mid-word, as cell cuts)

@@ -3,10 +3,12 @@ view that says so and how to run it again, an Escape pressed before the job star
 leave-one-out said before it starts, view keys that toggle, keys drawn at once during autoplay, and a
 recording's model keys that say what they need."""
 
+import re
 import time
 
 from apptools import frozen_recording, make_app, recorded_app, settle, wait_for
 from textual.widgets import OptionList
+from tiny import tiny_model
 
 from tokenviz.contract.commands import Attribute, Beams, Speculate
 from tokenviz.contract.settings import SamplingSettings
@@ -192,3 +194,37 @@ async def test_a_step_far_slower_than_its_best_names_threads_once():
             assert len(said) == (1 if threads else 0), [str(n.message) for n in app._notifications]
             if threads:
                 assert "the runtime's 2 threads wait for each other" in str(said[0].message)
+
+
+async def test_at_80x24_a_long_loading_line_keeps_its_time_and_escape_and_cuts_at_a_phrase():
+    """UX 7's finding 15, its first part: at 80x24 the loading line was cut mid-phrase ("…to safetensors once;",
+    "about 1 s left (Escape"). The time so far comes first, what Escape does is kept whole, and the message
+    between is cut where a phrase ends."""
+    import threading
+
+    from tokenviz.backends.transformers.runner import ModelRunner
+    from tokenviz.contract.snapshot import CANCELS
+    from tokenviz.ui.app import TokenvizApp
+    from tokenviz.worker.engine_thread import EngineWorker
+
+    message = (
+        "converting the GGUF to safetensors once; a tensor at a time, so its memory stays small, and later "
+        f"starts read the cache, about 1 s left {CANCELS}"
+    )
+    loading = threading.Event()
+
+    def build(progress):
+        progress(message, None)
+        loading.wait(30)
+        return ModelRunner(tiny_model())
+
+    app = TokenvizApp(EngineWorker(build, SamplingSettings(), "The cat"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        line = app.query_one(StatusLine)
+        await wait_for(lambda: "converting" in str(line.render()), pilot)
+        shown = str(line.render()).strip()
+        loading.set()
+        assert re.match(r"loading · \d+(\.\d+)? s · converting", shown) and shown.endswith(CANCELS), shown
+        kept = shown.split(" · ", 2)[2].removesuffix(CANCELS).rstrip()
+        assert kept.endswith("…") and message.startswith(kept[:-1]), shown
+        assert message[len(kept) - 1 :].startswith(("; ", ", ", " (", ": ", " · ")), shown  # (a phrase's end)

@@ -23,3 +23,20 @@ def fitting(variants: tuple[str, ...] | list[str], width: int) -> str:
         if cell_len(text) <= width:
             return text
     return cell(variants[-1], width) if variants else ""
+
+
+PHRASE_ENDS = ("; ", " · ", ", ", " (", ": ")  # where a line of prose is best cut
+
+
+def phrase_cut(text: str, width: int) -> str:
+    """`text` whole where it fits in `width` cells; else cut where a phrase ends (PHRASE_ENDS), "…" after it,
+    else at a space, else mid-word (cell): a status line cut mid-phrase read "…to safetensors once;"."""
+    if cell_len(text) <= width:
+        return text
+    room = width - 1  # (the "…")
+    ends = [i for sep in PHRASE_ENDS for i in range(len(text)) if text.startswith(sep, i) and i > 0]
+    fitting_ends = [i for i in ends if cell_len(text[:i]) <= room]
+    if fitting_ends:
+        return text[: max(fitting_ends)].rstrip(" ;,:") + "…"
+    spaces = [i for i, ch in enumerate(text) if ch == " " and i > 0 and cell_len(text[:i]) <= room]
+    return text[: max(spaces)] + "…" if spaces else cell(text, width)

@@ -17,6 +17,7 @@ from textual.widgets import Static
 
 from tokenviz.contract.interventions import briefly
 from tokenviz.contract.snapshot import CANCELS, Snapshot
+from tokenviz.render.columns import phrase_cut
 from tokenviz.render.units import duration, elapsed, human_bytes
 
 BUSY = ("loading", "prefilling")  # states whose work of unknown length shows its elapsed time
@@ -65,11 +66,17 @@ class StatusLine(Static):
             s = dataclasses.replace(s, message=s.message.replace(CANCELS, "(cancelling: it stops at its next step)"))
         text = Text(no_wrap=True, overflow="ellipsis")
         state = s.state if not s.stop_reason else f"stopped: {s.stop_reason}"
-        if s.info is None or s.state == "prefilling":
-            bar = f" {s.progress:.0%}" if s.progress is not None else ""
-            text.append(f"{s.state}{bar} · {s.message}" if s.message else f"{s.state}{bar}")
+        if s.info is None or s.state == "prefilling":  # the time so far first, then the message cut at a phrase
+            head = f"{s.state} {s.progress:.0%}" if s.progress is not None else s.state
             if s.progress is None and s.state in BUSY:
-                text.append(f" · {self._elapsed(s.message)}")
+                head += f" · {self._elapsed(s.message)}"
+            message, cancels = (s.message or ""), ""
+            if message.endswith(CANCELS):  # what Escape does is never the part cut
+                message, cancels = message.removesuffix(CANCELS).rstrip(), " " + CANCELS
+            width = self.content_size.width or 10**6  # (not laid out yet: all of it)
+            room = width - cell_len(head) - 3 - cell_len(cancels)
+            said = f" · {phrase_cut(message, max(room, 1))}{cancels}" if message else ""
+            text.append(head + said)
             self.update(text)
             return
         if s.message and s.live:  # a job's progress, or a continuation's (a recording's says what a footer does)
