@@ -92,11 +92,18 @@ def test_two_settings_on_one_model_agree_until_their_choices_part_and_rewind_kee
         assert d.teacher_forced == (d.index > parted)
         assert 0 < d.final_kl < math.inf  # what the settings change: greedy's one-hot against T=2's draw
     before = list(comparison.diffs)
+    figures = comparison.running_figures
     comparison.rewind(2)
     assert comparison.diffs == before[: len(before) - 2]
     comparison.step()
     comparison.step()
     assert comparison.diffs == before  # the same steps again: the same differences
+    # what a frame shows is kept as running sums, counted again where a rewind took counted steps: the full
+    # statistics' own figures, and the same again after the rewind and the same steps
+    full = comparison.statistics
+    assert figures is not None and full is not None and comparison.running_figures == pytest.approx(figures)
+    for name in ("count", "mean_kld", "same_top_p", "rms_dp", "ppl_ratio"):
+        assert figures[name] == pytest.approx(full[name], rel=1e-9, abs=1e-12), name
     comparison.reset()
     assert comparison.diffs == before[:1]
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -23,7 +24,13 @@ import torch
 from tokenviz.contract.engine import Engine, scores_of
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import StepDiff
-from tokenviz.decoding.perplexity_statistics import BaseLogProbs, Tally, TokenComparison, compare_token
+from tokenviz.decoding.perplexity_statistics import (
+    KLD_NOT_GIVEN,
+    BaseLogProbs,
+    Tally,
+    TokenComparison,
+    compare_token,
+)
 from tokenviz.decoding.sampling import choice_from, final_distribution
 from tokenviz.journey.session import Session
 
@@ -121,6 +128,49 @@ def journey_statistics(diffs: Sequence[StepDiff]) -> dict[str, Any] | None:
     return Tally([TokenComparison(d.nll_a, d.nll_b, d.kld, d.dp, d.a_top, d.b_top) for d in scored]).statistics()
 
 
+@dataclass
+class RunningFigures:
+    """The figures of journey_statistics a frame shows (the mean KLD, same top p, RMS Δp, the PPL ratio), kept
+    as sums over the steps counted so far: a frame costs its new steps, not the journey's length. Steps are
+    only added or cut from the end (a rewind): where the last counted is no longer there, it counts again."""
+
+    counted: int = 0
+    last: StepDiff | None = None
+    scored: int = 0
+    nll_a: float = 0.0
+    nll_b: float = 0.0
+    kld: float = 0.0
+    kld_unknown: int = 0
+    dp2: float = 0.0
+    same: int = 0
+
+    def of(self, diffs: Sequence[StepDiff]) -> dict[str, Any] | None:
+        if len(diffs) < self.counted or (self.counted and diffs[self.counted - 1] is not self.last):
+            for name in fields(self):  # (a rewind took counted steps: count again)
+                setattr(self, name.name, name.default)
+        for d in diffs[self.counted :]:
+            if math.isfinite(d.nll_a) and math.isfinite(d.nll_b):
+                self.scored += 1
+                self.nll_a, self.nll_b, self.dp2 = self.nll_a + d.nll_a, self.nll_b + d.nll_b, self.dp2 + d.dp**2
+                self.same += d.a_top == d.b_top
+                if math.isnan(d.kld):
+                    self.kld_unknown += 1
+                else:
+                    self.kld += d.kld
+        self.counted, self.last = len(diffs), diffs[-1] if diffs else None
+        if not self.scored:
+            return None
+        n = self.scored
+        return {
+            "count": n,
+            "mean_kld": None if self.kld_unknown else self.kld / n,
+            "same_top_p": self.same / n,
+            "rms_dp": math.sqrt(self.dp2 / n),
+            "ppl_ratio": math.exp((self.nll_a - self.nll_b) / n),
+            **({"not_given": [KLD_NOT_GIVEN]} if self.kld_unknown else {}),
+        }
+
+
 class Comparison:
     kl_over = ""  # over what the KL is taken, where not the whole vocabulary (see drawn_comparison)
 
@@ -128,6 +178,7 @@ class Comparison:
         self._check_pair(a, b)
         self.a, self.b = a, b
         self.diffs: list[StepDiff] = []
+        self._running = RunningFigures()
         self._b_on_a: Engine | None = None  # B's model kept on A's path, once the paths have parted
         self._b_on_a_fed: list[int] = []
         self._b_on_a_logits: torch.Tensor | None = None
@@ -148,8 +199,13 @@ class Comparison:
 
     @property
     def statistics(self) -> dict[str, Any] | None:
-        """The steps so far in llama-perplexity's terms, B the base (journey_statistics)."""
+        """The steps so far in llama-perplexity's terms, B the base (journey_statistics): every figure."""
         return journey_statistics(self.diffs)
+
+    @property
+    def running_figures(self) -> dict[str, Any] | None:
+        """The figures of `statistics` a frame shows, kept as running sums (RunningFigures)."""
+        return self._running.of(self.diffs)
 
     @property
     def parted_at(self) -> int | None:

@@ -106,7 +106,7 @@ class CompareWorker(CommandThread[ComparisonSnapshot]):
             b=snapshot_of(c.b, seq=self._seq) if c else None,
             diffs=tuple(c.diffs) if c else (),
             parted_at=c.parted_at if c else None,
-            statistics=c.statistics if c else None,
+            statistics=c.running_figures if c else None,
             kl_over=c.kl_over if c else "",
             independent_draws=c.independent_draws if c else False,
             playing=self.playing,
