@@ -171,7 +171,7 @@ async def test_the_timing_view_shows_the_time_in_each_place(models, device):
         await wait_for(lambda: app.screen.snapshot is not None and len(app.screen.snapshot.records) >= 4, pilot)
         await pilot.press("i")
         await wait_for(lambda: app.query_one("#views").current == "timing", pilot)
-        shown = str(app.query_one("#timing").content)
+        shown = str(app.query_one("#timing").body.render())
         line = next(line for line in shown.splitlines() if line.startswith("by where the weights live"))
         places = {"cpu": ["cpu", "disk"], "cuda": ["cuda:0", "cpu", "disk"]}[device]
         assert sorted(part.split()[0] for part in line.split(": ", 1)[1].split(" · ")) == sorted(places)

@@ -249,7 +249,7 @@ async def test_the_app_on_a_served_model(engine, vllm_server, tmp_path, monkeypa
         subtitle = str(app.query_one(NextTokenPane).border_subtitle)
         assert "server" in subtitle and "H ≥" in subtitle
         await pilot.press("i")  # the timing view: requests, not forward passes
-        await wait_for(lambda: "one request" in str(app.query_one("#timing").render()), pilot)
+        await wait_for(lambda: "one request" in str(app.query_one("#timing").body.render()), pilot)
         await pilot.press("i")
         attention = "\n".join(strip.text for strip in app.query_one("#attention")._strips)
         assert "a served model" in attention
