@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tokenviz.contract.text import safe_text, shortened
+from tokenviz.render.perplexity_figures import perplexity_figures
 from tokenviz.render.visible import visible
 
 RIGHT = ("step", "id", "p(final)", "rank", "u", "fwd ms", "request ms")
@@ -260,14 +261,7 @@ def print_comparison(doc: dict[str, Any], console: Console) -> None:
         console.print(Text(f"* after the paths part, B's figures are B's at A's context{more}", style="dim"))
     statistics = doc.get("statistics")
     if statistics:
-        kld = statistics["mean_kld"]
-        figures = (
-            "mean KLD not given (top N)" if kld is None else f"mean KLD {kld:.4f} nats",
-            f"same top {statistics['same_top_p']:.1%}",
-            f"RMS Δp {statistics['rms_dp']:.2%}",
-            f"PPL(A)/PPL(B) {statistics['ppl_ratio']:.4f}",
-        )
-        console.print(Text(f"as llama-perplexity, B the base: {' · '.join(figures)}", style="dim"))
+        console.print(Text(f"as llama-perplexity, B the base: {perplexity_figures(statistics)}", style="dim"))
 
 
 def print_against_base(doc: dict[str, Any], console: Console) -> None:

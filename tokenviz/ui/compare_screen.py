@@ -27,6 +27,7 @@ from tokenviz.contract.results import StepDiff
 from tokenviz.contract.snapshot import ComparisonSnapshot, Snapshot
 from tokenviz.files.documents import interventions_in_force, setup, setup_differences
 from tokenviz.render.columns import cell
+from tokenviz.render.perplexity_figures import perplexity_figures
 from tokenviz.render.sparkline import sparkline
 from tokenviz.render.visible import visible
 from tokenviz.ui.fitting_footer import FittingFooter
@@ -146,15 +147,7 @@ def statistics_lines(statistics: Mapping[str, Any] | None, steps: int, width: in
     where it fits `width`, else the figures on a line of their own."""
     if statistics is None:
         return "as llama-perplexity, B the base: no step scored yet\n"
-    kld = statistics["mean_kld"]
-    figures = " · ".join(
-        (
-            "mean KLD not given (top N)" if kld is None else f"mean KLD {kld:.4f} nats",
-            f"same top {statistics['same_top_p']:.1%}",
-            f"RMS Δp {statistics['rms_dp']:.2%}",
-            f"PPL ratio {statistics['ppl_ratio']:.4f}",
-        )
-    )
+    figures = perplexity_figures(statistics)
     said = f"{statistics['count']} of {steps} steps, B the base:"
     return f"{said} {figures}\n" if cell_len(said) + 1 + cell_len(figures) <= width else f"{said}\n{figures}\n"
 
