@@ -163,7 +163,7 @@ class JourneyScreen(WorkerScreen[Snapshot]):
             return
         if before is None or len(s.records) <= len(before.records):
             return
-        steps = [r.forward_ms for r in s.records[1:][-STEPS_COMPARED:] if r.forward_ms > 0]
+        steps = [r.forward_ms for r in s.records[max(1, len(s.records) - STEPS_COMPARED) :] if r.forward_ms > 0]
         if len(steps) < STEPS_BEFORE_SAYING:
             return
         best, latest = min(steps[:-1]), steps[-1]

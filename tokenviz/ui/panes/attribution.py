@@ -50,7 +50,7 @@ def estimated_s(
     if prefill.forward_ms <= 0:
         return None
     token_ms = prefill.forward_ms / max(len(prefill.input_ids), 1)
-    steps = sorted(r.forward_ms for r in records[1:][-STEPS_TIMED:] if r.forward_ms > 0)
+    steps = sorted(r.forward_ms for r in records[max(1, len(records) - STEPS_TIMED) :] if r.forward_ms > 0)
     step_ms = steps[len(steps) // 2] if steps else None  # (the median: a step slowed by a view is not its cost)
     pass_ms = n * token_ms if step_ms is None else max(step_ms, n * min(token_ms, step_ms))
     return passes * pass_ms / 1000
