@@ -305,18 +305,22 @@ class LlamaCppEngine(DenseInOnePlace):
         """`ids` alone in a context of their own (kept for the next text: making one costs more than a small
         model's pass), as llama-perplexity feeds a window: one pass (llama.cpp's batches of 512), logits asked
         from `first` on, so llama.cpp computes the last layer at those positions alone."""
-        scores, _ = self.full_scores_kept(ids, first, kept=False)
-        return scores
+        logits, _ = self.internals.scores_kept(self._scoring_context(ids), ids, first, kept=False)
+        return torch.from_numpy(logits)
 
-    def full_scores_kept(self, ids: Sequence[int], first: int, kept: bool = True) -> tuple[torch.Tensor, Residuals]:
-        """full_scores, and (`kept`) the residual after each layer at the same positions, captured in the same
-        pass (internals.scores_kept): the lens there then costs no pass of its own."""
+    def full_scores_kept(self, ids: Sequence[int], first: int) -> tuple[torch.Tensor, Residuals]:
+        """full_scores, and the residual after each layer at the same positions, captured in the same pass
+        (internals.scores_kept): the lens there then costs no pass of its own."""
+        logits, stream = self.internals.scores_kept(self._scoring_context(ids), ids, first)
+        scores = torch.from_numpy(logits)
+        return scores, Residuals(stream, tuple(ids[first:]), scores)
+
+    def _scoring_context(self, ids: Sequence[int]) -> Runtime:
+        """The context a text of `ids` is scored in alone (made once, larger when a longer text needs it)."""
         self.runtime.refuse_beside(self.edits, f"scoring a text of {len(ids):,} tokens", len(ids))
         if self._scoring is None or self._scoring.context_size < len(ids):
             self._scoring = self.runtime.sibling(self.internals.capture, context=len(ids))
-        logits, stream = self.internals.scores_kept(self._scoring, ids, first, kept)
-        scores = torch.from_numpy(logits)
-        return scores, Residuals(stream, tuple(ids[first:]), scores)
+        return self._scoring
 
     def lens_of(self, kept: Residuals, chosen: Sequence[int]) -> list[Inspection]:
         return self.internals.lens_of(self, kept, chosen)
