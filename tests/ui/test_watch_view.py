@@ -154,7 +154,10 @@ async def test_where_the_runtime_cannot_split_the_difference_its_reason_wraps_wh
         await wait_for(lambda: app.query_one("#views").current == "watch", pilot)
         reason = refusal_of(s.info, Capability.LOGIT_SPLIT, "the split of their logit difference by layer")
         pane = app.query_one("#watch").body
-        await pilot.pause(0.2)
-        lines = pane.render_lines(Region(0, 0, pane.size.width, pane.size.height))
-        shown = " ".join(" ".join("".join(seg.text for seg in line).split()) for line in lines)
-        assert " ".join(reason.split()) in shown, (size, shown)
+
+        def shown() -> str:
+            lines = pane.render_lines(Region(0, 0, pane.size.width, pane.size.height))
+            return " ".join(" ".join("".join(seg.text for seg in line).split()) for line in lines)
+
+        await wait_for(lambda: "the split of their logit difference" in shown(), pilot)
+        assert " ".join(reason.split()) in shown(), (size, shown())
