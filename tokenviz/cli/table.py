@@ -218,7 +218,7 @@ def print_comparison(doc: dict[str, Any], console: Console) -> None:
     gives the other's choice and, where B is a server, its request time; where the paths part; the steps in
     llama-perplexity's terms, B the base."""
     a, b = doc["a"], doc["b"]
-    served = doc["independent_draws"] or bool(doc.get("kl_over"))
+    served = bool(doc.get("kl_over"))  # (a served B's KL is over its top N)
     where = ("here", "on the server") if served else ("A", "B")
     b_side = f"{b['model']['name']} {b['model']['device']}"
     console.print(Text(safe_text(f"A {a['model']['name']} ({where[0]}) · B {b_side}"), style="bold"))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from rich.cells import cell_len, set_cell_size
 
 
@@ -26,6 +28,7 @@ def fitting(variants: tuple[str, ...] | list[str], width: int) -> str:
 
 
 PHRASE_ENDS = ("; ", " · ", ", ", " (", ": ")  # where a line of prose is best cut
+PHRASE_END = re.compile("|".join(re.escape(end) for end in PHRASE_ENDS))
 
 
 def phrase_cut(text: str, width: int) -> str:
@@ -34,9 +37,8 @@ def phrase_cut(text: str, width: int) -> str:
     if cell_len(text) <= width:
         return text
     room = width - 1  # (the "…")
-    ends = [i for sep in PHRASE_ENDS for i in range(len(text)) if text.startswith(sep, i) and i > 0]
-    fitting_ends = [i for i in ends if cell_len(text[:i]) <= room]
-    if fitting_ends:
-        return text[: max(fitting_ends)].rstrip(" ;,:") + "…"
+    ends = [m.start() for m in PHRASE_END.finditer(text) if m.start() > 0 and cell_len(text[: m.start()]) <= room]
+    if ends:
+        return text[: max(ends)].rstrip(" ;,:") + "…"
     spaces = [i for i, ch in enumerate(text) if ch == " " and i > 0 and cell_len(text[:i]) <= room]
     return text[: max(spaces)] + "…" if spaces else cell(text, width)
