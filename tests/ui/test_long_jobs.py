@@ -228,3 +228,41 @@ async def test_at_80x24_a_long_loading_line_keeps_its_time_and_escape_and_cuts_a
         kept = shown.split(" · ", 2)[2].removesuffix(CANCELS).rstrip()
         assert kept.endswith("…") and message.startswith(kept[:-1]), shown
         assert message[len(kept) - 1 :].startswith(("; ", ", ", " (", ": ", " · ")), shown  # (a phrase's end)
+
+
+async def test_a_slow_attention_pass_is_said_and_the_status_line_gives_the_steps_whole_time(monkeypatch):
+    """UX 7's findings 7, 8 and 12: after ten ← on llama.cpp the map showed the old rows for 5-8 s with no note,
+    and the status line's `fwd 173.8 ms` left out the attention and lens passes of a step that took 14 s. Ten
+    cursor moves make one pass, said in the status line and the map's title while it lasts; once it is done the
+    status line gives the whole time ('took'), and the timing view its parts."""
+    from tokenviz.render.units import elapsed
+    from tokenviz.ui.panes.attention import AttentionPane
+    from tokenviz.worker import meanwhile
+
+    monkeypatch.setattr(meanwhile, "SAID_AFTER_S", 0.3)
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=40))
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(app, pilot)
+        await pilot.press(*["space"] * 12)
+        await settle(app, pilot)
+        engine = app.journey.worker.session.engine
+        attention, passes = engine.attention, []
+        engine.attention = lambda *args: passes.append(1) or time.sleep(1.5) or attention(*args)
+        await pilot.press(*["left"] * 10)
+        pane = app.query_one(AttentionPane)
+        await wait_for(lambda: "computing the attention map: layer" in status(app), pilot)
+        await wait_for(lambda: "computing…" in str(pane.border_title), pilot)
+        await wait_for(lambda: "computing" not in status(app), pilot, timeout=60)
+        before = await settle(app, pilot)
+        assert len(passes) <= 2 and "computing" not in str(pane.border_title), passes  # the first move's, the rest
+        await pilot.press("space")
+        await wait_for(lambda: len(app.journey.snapshot.records) == len(before.records) + 1, pilot)
+        s = await settle(app, pilot)
+        took = s.took
+        assert took is not None and took.part("attention map") >= 1400, took
+        assert f"took {elapsed(took.ms)}" in status(app), status(app)
+        await pilot.press("i")
+        await wait_for(lambda: "last step, whole" in body(app, "timing"), pilot)
+        timing = body(app, "timing")
+        assert f"last step, whole: {elapsed(took.ms)} = forward {elapsed(took.part('forward'))}" in timing, timing
+        assert f"attention map {elapsed(took.part('attention map'))}" in timing, timing

@@ -43,6 +43,19 @@ class Frame:
     seq: int
     state: EngineState
     message: str = ""
+    computing: str = ""  # the view whose result is being computed while `message` says so (its pane notes it)
+
+
+@dataclass(frozen=True)
+class Took:
+    """The last command that ran the model, timed on the engine thread from its turn to its frame: the
+    whole (ms), and its parts by name (the forward pass, the decision, the views' passes, the rest)."""
+
+    ms: float
+    parts: tuple[tuple[str, float], ...] = ()
+
+    def part(self, name: str) -> float | None:
+        return next((ms for part, ms in self.parts if part == name), None)
 
 
 @dataclass(frozen=True)
@@ -81,6 +94,7 @@ class Snapshot(Frame):
     pinned: tuple[tuple[int, str], ...] = ()  # the watched tokens (id, text), followed at every step
     interventions: Entries = ()  # the interventions listed, each on or off (those on change the model)
     why: tuple[Symptom, ...] = ()  # once it has stopped, each symptom of its text (journey.diagnosis)
+    took: Took | None = None  # the last step's (or rewind's, or steering's) whole time, with its parts
 
     @property
     def pending(self) -> StepRecord | None:

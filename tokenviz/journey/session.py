@@ -268,11 +268,16 @@ class Session:
     def interventions(self) -> tuple[Intervention, ...]:
         return self.intervening.interventions if self.intervening else self.shared_interventions
 
-    def set_interventions(self, interventions: Sequence[Intervention], context: Sequence[int] | None = None) -> None:
+    def set_interventions(
+        self,
+        interventions: Sequence[Intervention],
+        context: Sequence[int] | None = None,
+        progress: Callable[[int, int], None] = lambda done, total: None,
+    ) -> None:
         """Change the model while the journey runs: the interventions are resolved on the model's own
         passes (a mean ablation over `context`, by default the journey's tokens), hooked in, and the KV
-        cache is fed again under them, so the pending token is re-decided at once. Nothing changes
-        where one is refused."""
+        cache is fed again under them (`progress`: tokens fed of all), so the pending token is re-decided
+        at once. Nothing changes where one is refused."""
         old = self.intervening
         new = None
         interventions = [with_branch_source(i, self.branches) for i in interventions]
@@ -291,7 +296,7 @@ class Session:
         self.intervening = new
         self.analyses = JourneyAnalyses(self)  # what the views computed was of the model as it was
         if self.records:
-            self._feed_again()
+            self._feed_again(progress)
 
     def pin(
         self,
@@ -351,13 +356,14 @@ class Session:
 
     # ---- internals ----------------------------------------------------------------------------
 
-    def _feed_again(self) -> None:
+    def _feed_again(self, progress: Callable[[int, int], None]) -> None:
         """Feed the cached tokens again, as the model now is (its interventions changed): the prompt's
         logits for a reset, the pending step's for its decision."""
         cached = self.cached_ids
         self.engine.reset()
         n, begin = len(self.prompt_ids), 0
         while begin < len(cached):  # in chunks, one ending where the prompt does
+            progress(begin, len(cached))
             end = min(begin + self.prefill_chunk, n if begin < n else len(cached))
             forward = self.engine.forward(cached[begin:end])
             if end == n:

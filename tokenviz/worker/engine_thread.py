@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, assert_never
 
@@ -47,7 +48,8 @@ from tokenviz.contract.lens_layers import LensLayers
 from tokenviz.contract.presets import assigned
 from tokenviz.contract.records import TokenChip
 from tokenviz.contract.settings import SamplingSettings
-from tokenviz.contract.snapshot import CANCELS, EngineState, Snapshot
+from tokenviz.contract.snapshot import CANCELS, EngineState, Snapshot, Took
+from tokenviz.contract.text import safe_text
 from tokenviz.decoding.nudges import Nudges
 from tokenviz.files.journey_file import save_journey
 from tokenviz.files.journey_page import save_page
@@ -57,7 +59,9 @@ from tokenviz.journey.stops import how_to_go_on
 from tokenviz.render.units import duration
 from tokenviz.worker.comparing import CompareWorker
 from tokenviz.worker.continuation import Continuation
+from tokenviz.worker.errorlog import log_exception
 from tokenviz.worker.journaling import Journaling
+from tokenviz.worker.meanwhile import Meanwhile
 from tokenviz.worker.snapshots import saved_attention_of, snapshot_of
 from tokenviz.worker.step_times import JobPace, StepTimes
 from tokenviz.worker.thread import CommandThread
@@ -115,6 +119,10 @@ class EngineWorker(CommandThread[Snapshot]):
         self._continuation = Continuation()  # a text's tokens forced at autoplay's pace (see Continue)
         self._prefilling: tuple[TokenChip, ...] = ()  # a first prompt's tokens while it is prefilled
         self._give_way: Callable[[], bool] | None = None  # asked inside an autoplay step (see _handle)
+        self._meanwhile = Meanwhile(self._said_meanwhile)  # a wait past a second says what it waits on
+        self._took: Took | None = None  # the last command that ran the model, timed whole
+        self._timing_from: float | None = None  # when the commands being run began to run the model
+        self._parts: dict[str, float] = {}  # their parts so far (ms): the forward passes, the decisions, ...
 
     def count_tokens(self, text: str) -> int | None:
         session = self.session  # a fast tokenizer is safe to call beside the engine's thread; a server is not asked
@@ -225,6 +233,8 @@ class EngineWorker(CommandThread[Snapshot]):
         if session is None or (not session.records and not isinstance(command, ALLOWED_WITHOUT_JOURNEY)):
             raise TokenvizError("no journey yet: press e to write a prompt")
         busy = None if autoplay else BUSY.get(type(command))
+        if isinstance(command, Move | Intervene) and self._timing_from is None:
+            self._timing_from = time.perf_counter()  # timed whole, to its frame (see _took_now)
         if busy is not None and session.records:
             self._busy = busy
             with contextlib.suppress(Exception):  # best effort: the frame after the command reports
@@ -236,12 +246,17 @@ class EngineWorker(CommandThread[Snapshot]):
                 self._move(command, session)
             else:
                 self._look(command, session)
-            self._views.after(session)  # the standing views' work is here: a frame only reads it
+            if autoplay:  # the standing views' work is here, step by step: a frame only reads it
+                self._views.after(session)
+                self._took_now()
+            else:  # after every command queued, once (see _settle)
+                self._views.due = True
             if self._journaling is not None:  # a step adds a line; a rewind or a branch compares the path
                 self._journaling.follow(session, moved=isinstance(command, Move) and not isinstance(command, Step))
         except GiveWay:
             if isinstance(command, Step) and command.token is not None:  # a continuation's token: again next
                 self._continuation.again(command.token)
+            self._timing_from, self._parts = None, {}  # the step set aside is not timed
             raise
         finally:
             self._busy = None
@@ -288,7 +303,11 @@ class EngineWorker(CommandThread[Snapshot]):
             case Intervene(entries=entries):
                 # A patch from a branch takes its tokens, once.
                 entries = tuple((with_branch_source(i, session.branches), on) for i, on in entries)
-                session.set_interventions([i for i, on in entries if on])
+                started = time.perf_counter()
+                what = "changing the model: the journey's tokens run again through it"
+                with self._meanwhile.saying(what, " tokens") as progress:
+                    session.set_interventions([i for i, on in entries if on], progress=progress)
+                self._count("the model changed", (time.perf_counter() - started) * 1e3)
                 self._interventions = entries
                 self._views.results.clear()  # every view's result was of the model as it was
                 on = sum(on for _, on in entries)
@@ -323,14 +342,15 @@ class EngineWorker(CommandThread[Snapshot]):
 
     def _compute(self, request: Request[Any], session: Session) -> ViewResult:
         """A view's result, computed through its spec (tokenviz.journey.views, as `trace` computes
-        it), its progress shown; Escape cancels it. (The import is deferred like _load's: it imports
-        torch, and this module is imported before the first frame.)"""
+        it), its progress shown (a quick one's wait said past a second); Escape cancels it. (The import
+        is deferred like _load's: it imports torch, and this module is imported before the first frame.)"""
         from tokenviz.journey.views import spec_of
 
         spec = spec_of(session, request)
         job = spec.job(request)
         if not job:
-            return spec.compute(session, request, lambda done, total: None, self._cancelled)
+            with self._meanwhile.saying(f"computing {spec.name}"):
+                return spec.compute(session, request, lambda done, total: None, self._cancelled)
         with self._job(job, unit=spec.unit) as progress:
             return spec.compute(session, request, progress, self._cancelled)
 
@@ -426,8 +446,41 @@ class EngineWorker(CommandThread[Snapshot]):
         self._message = ""
 
     def _timed(self, action: Callable[[], object]) -> None:
-        """Run one decode step and count it in tok/s (see StepTimes)."""
-        self._step_times.timed(action, lambda: self.session.records if self.session is not None else ())
+        """Run one decode step and count it in tok/s (see StepTimes) and in the step's parts."""
+        session = self.session
+        self._step_times.timed(action, lambda: session.records if session is not None else ())
+        if session is not None and session.records:  # the pass just run, and the decision made on its logits
+            latest = session.records[-1]
+            self._count("request" if session.engine.info.requests else "forward", latest.forward_ms)
+            self._count("sampling", latest.decision.ms)
+
+    def _count(self, part: str, ms: float) -> None:
+        self._parts[part] = self._parts.get(part, 0.0) + ms
+
+    def _settle(self) -> str | None:
+        """The standing views' passes, once after every command queued (not once each: ten rewinds
+        make one attention pass), each wait said past a second; then the commands' whole time."""
+        session = self.session
+        try:
+            if session is not None and self._views.due:
+                self._views.after(session, self._meanwhile.saying)
+        except TokenvizError as exc:
+            return safe_text(str(exc))
+        except Exception as exc:  # a bug, not the user's mistake: the journey stays, the details go to the log
+            return safe_text(f"internal error: {exc} ({log_exception()})")
+        finally:
+            self._took_now()
+        return None
+
+    def _took_now(self) -> None:
+        """The commands timed since _timing_from, with their parts and the views' passes, as `took`."""
+        if self._timing_from is None:
+            return
+        parts = {**self._parts, **self._views.took}
+        whole = (time.perf_counter() - self._timing_from) * 1e3
+        rest = whole - sum(parts.values())
+        self._took = Took(whole, tuple(parts.items()) + ((("the rest", rest),) if rest > 0 else ()))
+        self._timing_from, self._parts = None, {}
 
     # ---- snapshots -----------------------------------------------------------------------------------
 
@@ -468,6 +521,7 @@ class EngineWorker(CommandThread[Snapshot]):
             "notice": self._notice,
             **self._views.fields(bool(self._busy)),
             "interventions": self._interventions,
+            "took": self._took,
         }
 
     def _fallback(self, error: str) -> Snapshot:

@@ -153,6 +153,11 @@ class CommandThread(Generic[S]):
         """Whether the journey has stopped (autoplay stops with it)."""
         return False
 
+    def _settle(self) -> str | None:
+        """After the queued commands, before their frame: the work they left for the views, done once for
+        them all (ten rewinds, one attention pass); a one-line error or None."""
+        return None
+
     def _background(self) -> bool:
         """A slice of work no key waits for, done while the engine is idle (a prefill's deferred
         predictions); False when there is none."""
@@ -221,7 +226,8 @@ class CommandThread(Generic[S]):
             if isinstance(command, _Quit):
                 return False
             error = self._do(command)
-        self._publish(error=error)
+        settled = self._settle()
+        self._publish(error=error or settled)
         return True
 
     def _finish_writes(self) -> None:
@@ -294,11 +300,12 @@ class CommandThread(Generic[S]):
             self._last_snapshot = snapshot
             self._post(snapshot)
 
-    def _said_meanwhile(self, line: str) -> None:
+    def _said_meanwhile(self, line: str, view: str = "") -> None:
         """`line` in the status line, said from another thread while this one waits (a server's request
-        past a second): the last frame again with it as its message, the same journey and number (so no
-        view asks again); the engine thread's next frame replaces it."""
+        past a second, a view's pass): the last frame again with it as its message (and `view` as the view
+        being computed), the same journey and number (so no view asks again); the engine thread's next
+        frame replaces it."""
         with self._posting:
             last = self._last_snapshot
             if last is not None and not self._stopping.is_set():
-                self._post(dataclasses.replace(last, message=line))
+                self._post(dataclasses.replace(last, message=line, computing=view))

@@ -6,7 +6,9 @@ frame only reads them."""
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -23,6 +25,11 @@ if TYPE_CHECKING:
 
 RUNS = (Beams, Speculate, Verify)  # searches from the journey as it is: a new run replaces the old one
 Compute = Callable[[Request[Any], "Session"], ViewResult]  # a view's result, its progress shown
+Saying = Callable[..., AbstractContextManager[object]]  # (what, view=): a wait said while it lasts (Meanwhile)
+
+
+def _silently(what: str, view: str = "") -> AbstractContextManager[object]:
+    return contextlib.nullcontext()
 
 
 class ViewResults:
@@ -36,6 +43,8 @@ class ViewResults:
         self._attention_failed: tuple[tuple[int, range, tuple[int, ...]], AttentionView] | None = None
         self._attention_rows = AttentionRows()
         self.attention: AttentionView | None = None  # the rows the attention pane shows, as of the last command
+        self.due = False  # a command changed what the standing views show: `after` has work to do
+        self.took: dict[str, float] = {}  # ms each standing view's work took in the last `after`
 
     def run(self, request: Request[Any], session: Session) -> None:
         """Compute a view's result. A search's (beams, speculation, verify) is of the journey as it
@@ -68,10 +77,32 @@ class ViewResults:
         else:
             self._lens_request = request if request.rows != () else None
 
-    def after(self, session: Session) -> None:
-        """The standing views of the journey as a command left it: the model's work is here, a frame reads."""
-        self._standing_lens(session)
-        self.attention = self._attention_view(session)
+    def after(self, session: Session, saying: Saying = _silently) -> None:
+        """The standing views of the journey as the commands left it: the model's work is here, a frame
+        reads. `saying` says a wait of each view's pass while it lasts; `took` times them."""
+        self.due, self.took = False, {}
+        if not self._stands("attention map", session):
+            self.attention = None
+        for name, work in (("lens", self._standing_lens), ("attention map", self._attention_view)):
+            if not self._stands(name, session):
+                continue
+            started = time.perf_counter()
+            with saying(self._pass_of(name, session), view=name.split()[0]):
+                work(session)
+            self.took[name] = (time.perf_counter() - started) * 1e3
+
+    def _stands(self, name: str, session: Session) -> bool:
+        request = self._lens_request if name == "lens" else self._attention_request
+        return request is not None and bool(session.records)
+
+    def _pass_of(self, name: str, session: Session) -> str:
+        """What the wait for a standing view's pass is, in the status line's words."""
+        if name == "lens":
+            return f"computing the logit lens at position {len(session.ids) - 1}"
+        request = self._attention_request
+        assert request is not None
+        layer, queries = request.resolve(session.engine.kv_len, session.engine.info.layers)
+        return f"computing the attention map: layer {layer}, positions {queries.start}–{queries.stop - 1}"
 
     def fields(self, busy: bool) -> dict[str, Any]:
         """What a frame says of the views' results (no attention rows while a job runs)."""
@@ -93,8 +124,11 @@ class ViewResults:
         with contextlib.suppress(TokenvizError):  # marked failed: the lens view says why
             self.run(Inspect(newest, request.rows), session)
 
-    def _attention_view(self, session: Session) -> AttentionView | None:
+    def _attention_view(self, session: Session) -> None:
         """The rows the attention pane asked for, computed for the journey as it is now."""
+        self.attention = self._attention_rows_now(session)
+
+    def _attention_rows_now(self, session: Session) -> AttentionView | None:
         request = self._attention_request
         if request is None or not session.records:
             return None

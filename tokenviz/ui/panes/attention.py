@@ -110,7 +110,11 @@ class AttentionPane(LinesPane):
         if info is not None:
             head = head_label(selection.head, info.heads, info.kv_heads)
             layer = f"{selection.layer} of {info.layers}"  # from 0: one numbering for layers, heads and positions
-            self.set_title(f"attention · layer {layer} · {head}", f"attn · L{layer} · {head}", f"L{layer} · {head}")
+            # The map shown is the last one while the rows of the journey as it is now are computed.
+            now = "computing… · " if selection.snapshot.computing == "attention" else ""
+            self.set_title(
+                f"attention · {now}layer {layer} · {head}", f"attn · {now}L{layer} · {head}", f"{now}L{layer} · {head}"
+            )
         self.show_lines(self._build(selection))
 
     class Resized(Message):

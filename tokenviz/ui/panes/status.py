@@ -123,7 +123,9 @@ def status_items(s: Snapshot) -> list[tuple[float, tuple[str, ...]]]:
     served = bool(s.info.requests)  # a step is a request, network included; its cache unknown here
     if latest is not None:
         then = "" if s.live else "recorded "
-        items.append((3, (f"{then}{'request' if served else 'fwd'} {elapsed(latest.forward_ms)}",)))
+        pass_ = f"{then}{'request' if served else 'fwd'} {elapsed(latest.forward_ms)}"
+        took = s.took if s.live else None  # the last step's whole time, its views' passes in it (parts: i)
+        items.append((3, (f"took {elapsed(took.ms)} ({pass_})", f"took {elapsed(took.ms)}") if took else (pass_,)))
         if s.tokens_per_s:
             items.append((2, (f"{then}{s.tokens_per_s:.1f} tok/s decode",)))
         if not served:

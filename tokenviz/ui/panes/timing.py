@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from rich.text import Text
 
 from tokenviz.contract.records import StepRecord
+from tokenviz.contract.snapshot import Took
 from tokenviz.render.sparkline import sparkline
 from tokenviz.render.units import elapsed
 from tokenviz.ui.panes.base import ScrollPane
@@ -28,8 +29,9 @@ class TimingPane(ScrollPane):
         text = Text()  # wrapped to the pane: no figure is cut
         if selection.info.requests:  # a step is a request: its time and the network's
             text = served_timing(s.records, s.tokens_per_s, sampling, self.size.width, bar_color)
-            self.body.update(text.append_text(lens_cost(s.lens_ms, remote=True)))
+            self.body.update(took_line(s.took).append_text(text).append_text(lens_cost(s.lens_ms, remote=True)))
             return
+        text.append_text(took_line(s.took))
         text.append(
             f"prefill: {elapsed(prefill.forward_ms)} for {len(prefill.input_ids)} prompt tokens at once "
             f"({prefill.forward_ms / max(len(prefill.input_ids), 1):.2f} ms per token)\n",
@@ -65,6 +67,14 @@ class TimingPane(ScrollPane):
         else:
             text.append("step to see decode times (space)", style="dim")
         self.body.update(text.append_text(lens_cost(s.lens_ms, remote=False)))
+
+
+def took_line(took: Took | None) -> Text:
+    """The last step's whole time on the engine thread, split into its parts (the status line's 'took')."""
+    if took is None:
+        return Text()
+    parts = " · ".join(f"{name} {elapsed(ms)}" for name, ms in took.parts)
+    return Text(f"last step, whole: {elapsed(took.ms)}{f' = {parts}' if parts else ''}\n", style="bold")
 
 
 def lens_cost(lens_ms: tuple[int, float] | None, remote: bool) -> Text:
