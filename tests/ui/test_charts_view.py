@@ -156,3 +156,29 @@ def test_a_watched_tokens_name_in_the_key_is_printable_and_one_line():
 
     assert visible("\n", spaces=False) == "↵" and visible(" the\t", spaces=False) == " the⇥"
     assert "\x1b" not in visible("\x1b[31m", spaces=False)
+
+
+async def test_a_line_at_zero_is_drawn_on_the_zero_gridline_not_below_it():
+    """UX 7's finding 22: the entropy chart's line dipped below the 0 gridline: a value of 0 was drawn in the
+    cell's lowest dots, under the tick's mark at the cell's middle. At every size a chart is seen, a line at
+    0 is drawn in the middle dots of the row the 0 labels, none in its lowest alone."""
+    from textual_plotext import PlotextPlot
+
+    from tokenviz.ui.panes.charts import ChartsPane
+
+    middle, lowest = 0x02 | 0x04 | 0x10 | 0x20, 0x40 | 0x80  # braille's dots by their row in the cell
+    for size in ((80, 24), (120, 36), (200, 60)):
+        app = make_app(SamplingSettings(temperature=1.0, max_new_tokens=30))
+        async with app.run_test(size=size) as pilot:
+            await open_charts(app, pilot, steps=3)
+            pane = app.query_one(ChartsPane)
+            chart = next(c for c in pane.query(PlotextPlot) if c.has_class("-shown"))
+            steps = [float(x) for x in range(12)]
+            series = [("entropy bits", steps, [0.0, 0.0, 3.0, 0.0, 0.0, 5.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0])]
+            pane._plot(chart, "entropy", series, [(200, 200, 200)], "entropy")
+            await pilot.pause()
+            rows = [row for row in rows_of(chart) if "┤" in row or "│" in row[:8]]
+            zero = next(row for row in rows if row.split("┤")[0].strip() in ("0", "0.0"))
+            dots = [ord(c) - 0x2800 for c in zero.split("┤", 1)[1] if 0x2801 <= ord(c) <= 0x28FF]
+            assert sum(d & middle == d for d in dots) >= len(dots) // 2, (size, zero)  # flat, at the mark's height
+            assert not any(d & lowest and not d & middle for d in dots), (size, zero)  # none under it

@@ -24,6 +24,7 @@ from tokenviz.ui.panes.base import PANE_BORDER, Pane
 from tokenviz.ui.selection import Selection
 
 MAX_POINTS = 240
+PLOT_FRAME_ROWS = 4  # a chart's rows that are not its plot: its title, frame's top and bottom, the steps' ticks
 CHARTS = ("entropy", "watched", "surprisal", "decode", "cache")
 Series = list[tuple[str, list[float], list[float]]]  # (label, xs, ys) of each line a chart draws
 
@@ -47,6 +48,14 @@ def integer_ticks(low: float, high: float, most: int) -> list[int]:
     low, high = int(low), int(high)
     step = max(1, -(-(high - low) // max(most - 1, 1)))
     return list(range(low, high + 1, step))
+
+
+def centred_limits(high: float, rows: int) -> tuple[float, float]:
+    """The value axis's limits that put 0 and `high` at the middle of the bottom and top rows, where their
+    ticks' marks are: at the rows' edges a line at 0 is drawn in the cell's lowest dots, below the 0
+    gridline's mark (UX 7's finding 22)."""
+    row = high / max(rows - 1, 1)  # what one row spans
+    return -row / 2, high + row / 2
 
 
 def value_ticks(high: float, most: int) -> tuple[list[float], list[str]]:
@@ -184,7 +193,7 @@ class ChartsPane(Pane, Grid):
             )
             # From 0: growth at its true size; a probability on 0 to 1. (plotext's hint: yside is "left"/"right")
             high = 1.0 if name == "watched" or side == "right" else (max(ys) or 1.0)
-            plt.ylim(0, high, yside=side)  # type: ignore[arg-type]
+            plt.ylim(*centred_limits(high, widget.size.height - PLOT_FRAME_ROWS), yside=side)  # type: ignore[arg-type]
             plt.yticks(*value_ticks(high, max(widget.size.height // 3, 2)), yside=side)  # type: ignore[arg-type]
         xs_all = [x for _, xs, _ in series for x in xs]
         if xs_all:
