@@ -162,3 +162,19 @@ async def enter_prompt(app: TokenvizApp, pilot, text: str) -> None:
     await wait_for(lambda: isinstance(app.screen, PromptScreen), pilot)
     app.screen.query_one(TextArea).text = text
     await pilot.press("ctrl+s")
+
+
+def model_rows(pane) -> list[str]:
+    """The model view's rows, each whole: a wrapped row's later lines (indented to its value) joined to it."""
+    rows: list[str] = []
+    for line in str(pane.body.render()).splitlines():
+        if rows and line[:1] == " ":
+            rows[-1] += " " + line.strip()
+        else:
+            rows.append(line)
+    return rows
+
+
+def model_text(pane) -> str:
+    """The model view's text, its rows whole, on one line."""
+    return " ".join(model_rows(pane))

@@ -7,7 +7,7 @@ it can do."""
 import dataclasses
 
 import pytest
-from apptools import settle, wait_for
+from apptools import model_text, settle, wait_for
 from families import family_model
 
 from tokenviz.backends.transformers.runner import ModelRunner
@@ -172,8 +172,8 @@ async def test_a_key_whose_view_needs_a_capability_the_engine_lacks_says_so():
         await pilot.press("M")
         await wait_for(lambda: views.current == "model", pilot)
         pane = app.query_one("#model")
-        await wait_for(lambda: "can: step, kv cache, attention rows" in str(pane.body.render()), pilot)
-        assert "not: logit lens, leave-one-out" in " ".join(str(pane.body.render()).split())
+        await wait_for(lambda: "can: step, kv cache, attention rows" in model_text(pane), pilot)
+        assert "not: logit lens, leave-one-out" in model_text(pane)
         await pilot.press("question_mark")
         await wait_for(lambda: app.screen.query("#help"), pilot)
         help_text = app.screen.text

@@ -4,7 +4,7 @@ Q4_1 GGUF) does not give its head ablation here", of a model that ablates heads 
 from __future__ import annotations
 
 import pytest
-from apptools import settle, wait_for
+from apptools import model_text, settle, wait_for
 from llama_reference import THREADS
 
 from tokenviz.contract.engine import Capability, refusal_of, why_not
@@ -47,7 +47,7 @@ async def test_z_on_llama_cpp_says_llama_cpp_cannot_and_what_can(tmp_path, monke
         assert "--backend transformers runs the same GGUF" in said()
         await pilot.press("M")
         await wait_for(lambda: app.screen.query(ModelPane), pilot)
-        shown = str(app.screen.query_one(ModelPane).body.render())
+        shown = model_text(app.screen.query_one(ModelPane))
         assert "no head ablation" in shown and "no leave-one-out" in shown, shown
 
 

@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+from apptools import model_text
 from families import family_model
 from test_interventions import same_top
 from test_loading import save_random
@@ -116,7 +117,7 @@ async def test_the_app_steps_compiled_and_its_model_view_says_so(models):
         assert counted.calls - before == len(app.journey.snapshot.records) - 1  # every step after the prefill
         await pilot.press("M")
         await wait_for(lambda: app.query_one("#views").current == "model", pilot)
-        shown = str(app.query_one("#model").body.render())
+        shown = model_text(app.query_one("#model"))
         assert "steps run" in shown and "the decode step, compiled" in shown
 
 

@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from apptools import model_text
 from test_loading import save_random
 
 from tokenviz.backends.transformers.lens import inspect_positions
@@ -134,7 +135,7 @@ async def test_the_model_view_says_where_the_layers_live(models):
         await settle(app, pilot)
         await pilot.press("M")
         await wait_for(lambda: app.query_one("#views").current == "model", pilot)
-        shown = str(app.query_one("#model").body.render())
+        shown = model_text(app.query_one("#model"))
         assert "placement" in shown and "disk: layers" in shown and "weights placed by the device map" in shown
 
 

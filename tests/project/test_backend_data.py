@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from apptools import model_rows, model_text
 from clitools import invoke
 from fixed_backend import FixedBackend, FixedModel
 
@@ -98,8 +99,8 @@ async def test_the_model_view_shows_the_rows_a_backend_says_of_its_model(fixed, 
         await settle(app, pilot)
         await pilot.press("M")
         pane = app.query_one("#model")
-        await wait_for(lambda: "each step" in str(pane.body.render()), pilot)
-        lines = str(pane.body.render()).splitlines()
+        await wait_for(lambda: "each step" in model_text(pane), pilot)
+        lines = model_rows(pane)
         assert any(line.startswith("each step") and "one pigeon<0x1B>[2J carrying the ids" in line for line in lines)
         assert any(line.startswith("no logit lens") and line.endswith("none") for line in lines)
         body = " ".join(lines)

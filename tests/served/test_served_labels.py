@@ -4,6 +4,7 @@ included), not a forward pass; no KV cache, which the server keeps to itself (ne
 from __future__ import annotations
 
 import pytest
+from apptools import model_text
 from browser import chips_of, chromium, needs_browser, until
 from hostile_server import hostile_server
 
@@ -118,8 +119,8 @@ async def test_a_key_a_served_model_lacks_is_one_short_line_and_the_model_view_s
             assert "\n" not in line and len(line) < 100 and "(it gives:" not in line, line
             await pilot.press("M")
             pane = app.query_one("#model")
-            await wait_for(lambda: "no logit lens" in str(pane.body.render()), pilot)
-            said = str(pane.body.render())
+            await wait_for(lambda: "no logit lens" in model_text(pane), pilot)
+            said = model_text(pane)
             assert "no vllm-lens plugin" in said and "pip install" in said and "a head's ablation" in said
 
 

@@ -7,7 +7,7 @@ import math
 import time
 
 import pytest
-from apptools import enter_prompt, frozen_recording, make_app, recorded_app, settle, text_of, wait_for
+from apptools import enter_prompt, frozen_recording, make_app, model_text, recorded_app, settle, text_of, wait_for
 from rich.color import ColorSystem
 from rich.text import Text
 from textual.widgets import Footer
@@ -113,7 +113,7 @@ async def test_model_info_is_a_view():
         await settle(app, pilot)
         await pilot.press("M")
         await wait_for(lambda: app.query_one("#views").current == "model", pilot)
-        shown = str(app.query_one("#model").body.render())
+        shown = model_text(app.query_one("#model"))
         assert "architecture" in shown and "LlamaForCausalLM" in shown and "key/value heads" in shown
         import torch
         import transformers
@@ -319,3 +319,25 @@ async def test_no_pane_moves_while_the_model_loads_and_prefills_at_120x36():
             assert True in bar_shown  # (the bar still says the model is loading)
     finally:
         NextTokenPane.on_resize = resized
+
+
+async def test_a_wrapped_row_of_the_model_view_stays_under_its_value():
+    """UX 7's finding 22: at 80x24 a long row of `M` (the engine's capabilities, the attention) wrapped to the
+    names' column, so it read as rows of their own. Each line after a row's first begins where values do;
+    every value is there whole, word by word."""
+    from tokenviz.ui.panes.model import ModelPane
+
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("M")
+        await wait_for(lambda: app.query_one("#views").current == "model", pilot)
+        lines = str(app.query_one("#model").body.render()).splitlines()
+        names = len(lines[0]) - len(lines[0][lines[0].index("tiny-llama") :])  # where the values begin
+        continued = [line for line in lines if not line[:names].strip()]
+        assert continued, lines  # a row wrapped at this size
+        assert all(line[names] != " " for line in continued), lines
+        width = app.query_one(ModelPane).body.content_size.width
+        assert all(len(line) <= width for line in lines), (width, lines)
+        info = app.journey.snapshot.info
+        assert " ".join(" ".join(lines).split()).count(info.attention) == 1

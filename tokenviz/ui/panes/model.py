@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 from rich.text import Text
 
 from tokenviz.contract.engine import Capability, in_order
@@ -38,12 +40,20 @@ class ModelPane(ScrollPane):
             *((f"no {capability}", why) for capability, why in i.lacks_why),
             *([("distribution", i.distribution)] if i.distribution else []),
         ]
-        width = max(len(name) for name, _ in rows) + 2
-        text = Text()
-        for name, value in rows:
-            text.append(f"{name:<{width}}", style="bold")
-            text.append(f"{value}\n")
-        self.body.update(text)
+        # The scrollbar's room kept: a long view shows one, and its lines are not wrapped again under it.
+        self.body.update(two_columns(rows, self.content_size.width - self.styles.scrollbar_size_vertical))
+
+
+def two_columns(rows: list[tuple[str, str]], width: int) -> Text:
+    """Each row's name, and its value wrapped at words to `width` under itself, never under the names (UX
+    7's finding 22: a wrapped row's lines began at the names' column)."""
+    names = max(len(name) for name, _ in rows) + 2
+    text = Text()
+    for name, value in rows:
+        text.append(f"{name:<{names}}", style="bold")
+        lines = textwrap.wrap(value, max(width - names, 10)) or [""]
+        text.append(f"\n{' ' * names}".join(lines) + "\n")
+    return text
 
 
 def shape_rows(i: ModelInfo) -> list[tuple[str, str]]:
