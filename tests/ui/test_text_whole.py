@@ -386,3 +386,35 @@ async def test_at_80x24_the_text_views_subtitle_is_whole():
         await wait_for(lambda: f"{generated} generated" in str(pane.border_subtitle), pilot)
         subtitle = str(pane.border_subtitle)
         assert cell_len(subtitle) <= pane.size.width - 6 and "…" not in subtitle, subtitle
+
+
+async def test_a_bos_the_tokenizer_adds_is_a_chip_not_text():
+    """UX 7's finding 24: a Gemma journey's text began `<bos>`, a token no one wrote. A special token the
+    tokenizer adds to the prompt (here the tiny tokenizer made to add one, as Gemma's does) stays a chip in
+    the tokens pane; the text view and the tokens pane's text line leave it out, the rest whole."""
+    from textual.widgets import Static
+    from tiny import EOS, tiny_model
+    from tokenizers import processors
+
+    from tokenviz.backends.transformers.runner import ModelRunner
+    from tokenviz.contract.settings import SamplingSettings
+    from tokenviz.ui.app import TokenvizApp
+    from tokenviz.ui.panes.tokens import TokensPane
+    from tokenviz.worker.engine_thread import EngineWorker
+
+    loaded = tiny_model("llama")
+    bos = loaded.tokenizer.convert_tokens_to_ids(EOS)
+    loaded.tokenizer._tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{EOS} $A", special_tokens=[(EOS, bos)]
+    )
+    prompt = "The cat sat on the mat"
+    app = TokenvizApp(EngineWorker(lambda progress: ModelRunner(loaded), SamplingSettings(temperature=0), prompt))
+    async with app.run_test(size=(120, 36)) as pilot:
+        s = await settle(app, pilot)
+        assert s.chips[0].id == bos and s.chips[0].is_special and s.full_text.startswith(EOS)  # as Gemma's
+        tokens = str(app.query_one(TokensPane).render())
+        assert f"text: {prompt}" in tokens and f"text: {EOS}" not in tokens, tokens
+        await pilot.press("D")
+        await wait_for(lambda: app.query_one("#views").current == "text", pilot)
+        body = str(app.query_one("#text").query_one(".body", Static).render())
+        assert body.startswith(prompt) and EOS not in body, body

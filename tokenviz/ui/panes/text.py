@@ -10,6 +10,7 @@ import itertools
 from rich.style import Style
 from rich.text import Text
 
+from tokenviz.contract.records import TokenChip
 from tokenviz.contract.text import safe_text
 from tokenviz.ui.panes.base import ScrollPane
 from tokenviz.ui.selection import Selection
@@ -25,6 +26,20 @@ def chip_spans(texts: list[str], full_text: str) -> list[tuple[int, int]] | None
         spans.append((at, at + len(text)))
         at += len(text)
     return spans
+
+
+def unread(chip: TokenChip) -> bool:
+    """A prompt's token that no one wrote: a special token the tokenizer adds outside the chat template
+    (Gemma's `<bos>`: UX 7's finding 24). The tokens pane shows it as a chip; the text leaves it out."""
+    return chip.is_prompt and chip.is_special and not chip.is_template
+
+
+def read_text(chips: tuple[TokenChip, ...], full_text: str) -> str:
+    """`full_text` without the unread tokens' characters, where the chips' pieces spell it."""
+    spans = chip_spans([c.text for c in chips], full_text)
+    if spans is None or not any(unread(c) for c in chips):
+        return full_text
+    return "".join(full_text[start:end] for c, (start, end) in zip(chips, spans) if not unread(c))
 
 
 ANSWER_CONTEXT = 2  # lines of the prompt kept above the answer where the view opens
@@ -44,21 +59,25 @@ class TextPane(ScrollPane):
         spans = chip_spans([c.text for c in s.chips], full)
         prompt_end = spans[s.prompt_len - 1][1] if spans and s.prompt_len else 0
         marked = spans[selection.cursor] if spans and 0 <= selection.cursor < len(spans) else (len(full), len(full))
-        cuts = sorted({0, prompt_end, *marked, len(full)})
+        hidden = [span for chip, span in zip(s.chips, spans or ()) if unread(chip)]
+        cuts = sorted({0, prompt_end, *marked, len(full), *(at for span in hidden for at in span)})
         text = Text()
         for start, end in itertools.pairwise(cuts):  # the prompt dim, the cursor's token reversed
+            if any(a <= start and end <= b for a, b in hidden):
+                continue
             style = Style(dim=end <= prompt_end, reverse=marked[0] <= start and end <= marked[1])
             text.append(safe_text(full[start:end]), style)
-        generated = len(s.chips) - s.prompt_len
+        generated, characters = len(s.chips) - s.prompt_len, len(full) - sum(b - a for a, b in hidden)
         self.set_subtitle(  # the fullest that fits the border (at 80x24 the first was cut: "54 generated tok…")
-            f"{len(full):,} characters · {generated} generated tokens · ↑ ↓ PgUp PgDn scroll",
-            f"{len(full):,} characters · {generated} generated tokens",
-            f"{len(full):,} chars · {generated} generated",
+            f"{characters:,} characters · {generated} generated tokens · ↑ ↓ PgUp PgDn scroll",
+            f"{characters:,} characters · {generated} generated tokens",
+            f"{characters:,} chars · {generated} generated",
             f"{generated} generated",
         )
         self.body.update(text)
         if self._opening:  # where the answer starts (in chat, after the system prompt and template), not the top
             self._opening = False
             width = max(self.body.content_size.width or self.size.width - 2, 1)
-            before = len(text[: len(safe_text(full[:prompt_end]))].wrap(self.app.console, width)) if prompt_end else 0
+            prompt = safe_text(read_text(s.chips[: s.prompt_len], full[:prompt_end]))
+            before = len(text[: len(prompt)].wrap(self.app.console, width)) if prompt_end else 0
             self.call_after_refresh(self.scroll_to, y=max(before - 1 - ANSWER_CONTEXT, 0), animate=False)

@@ -28,6 +28,7 @@ from tokenviz.render.units import probability
 from tokenviz.render.visible import MAX_CHAR_BYTES, spelled, visible
 from tokenviz.ui.colors import ThemeColors
 from tokenviz.ui.panes.base import BoxPane
+from tokenviz.ui.panes.text import read_text, unread
 from tokenviz.ui.screens import ContinueScreen, PromptChoice, PromptScreen
 from tokenviz.ui.selection import Selection
 
@@ -216,10 +217,11 @@ class TokensPane(BoxPane):
         spell it: moving the cursor back (←, Home) brings the beginning back. The whole
         text, wrapped, is the text view's (D)."""
         newest_read = len(s.chips) - (2 if s.stop_reason else 1)  # the token a stop took is never fed
+        whole = read_text(s.chips, s.full_text)  # (a tokenizer's <bos> is no one's text)
         if cursor >= newest_read:
-            return s.full_text
-        prefix = "".join(c.text for c in s.chips[: cursor + 1])
-        return prefix if s.full_text.startswith(prefix) else s.full_text
+            return whole
+        prefix = "".join(c.text for c in s.chips[: cursor + 1] if not unread(c))
+        return prefix if whole.startswith(prefix) else whole
 
     @staticmethod
     def _decoded(full_text: str, width: int) -> Text:
