@@ -748,13 +748,29 @@ async def test_the_tokens_pane_follows_the_newest_token_and_the_cursor_at_80x24(
         tokens = shown(app, TokensPane)
         assert len(s.chips) > 50 and "lines" in tokens  # more lines than the pane shows
         newest = s.chips[-1]
-        body = tokens.splitlines()[1:-3]  # the rows on screen, the text, the trailer and subtitle aside
-        assert str(newest.id) in body[-1]  # the newest chip is on the last chip row
-        assert "→ next:" in tokens
+        body = tokens.splitlines()[1:-2]  # the rows on screen, the text and the subtitle aside
+        assert len(body) == 2 and str(newest.id) in body[-1]  # the newest chip is on the last chip row
+        assert "text: " in tokens and "→ next:" not in tokens  # (the next-token pane says it at this size)
         await pilot.press(*["left"] * len(s.chips))  # the cursor to the first token
         await pilot.pause(0.1)
         tokens = shown(app, TokensPane)
         assert "cursor at position 0" in tokens and tokens.splitlines()[1].startswith("The")
+
+
+async def test_at_80x24_a_short_prompt_stays_on_screen_once_generation_starts():
+    """UX 7's finding 15: at 80x24 the tokens pane kept one chip line once generation started, so a prompt of
+    one line scrolled away at the first step that needed a second. Two chip lines: the prompt's first token
+    is still on screen when the answer's first tokens fill the second."""
+    app = make_app(SamplingSettings(seed=3, max_new_tokens=1000), prompt="The cat sat on the mat.")
+    async with app.run_test(size=(80, 24)) as pilot:
+        s = await settle(app, pilot)
+        while len(app.query_one(TokensPane)._chip_lines.starts) < 2:  # until the chips need a second line
+            await pilot.press("space")
+            await wait_for(lambda n=len(s.chips): len(app.journey.snapshot.chips) > n, pilot)
+            s = await settle(app, pilot)
+        tokens = shown(app, TokensPane).splitlines()
+        assert tokens[1].startswith("The") and str(s.chips[-1].id) in tokens[2], tokens
+        assert tokens[3].startswith("text: "), tokens
 
 
 async def test_the_pending_greedy_step_gives_its_raw_p_not_a_final_one():

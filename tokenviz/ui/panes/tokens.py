@@ -126,8 +126,10 @@ class TokensPane(BoxPane):
             return
         self._chip_lines.update(s.chips, width, look=(self.show_ids, s.prompt_len))
         # Then a line of the decoded text, and one of what comes next: the text keeps its line at any
-        # height above one (a student reads the answer there), what comes next only from three.
-        extra = 2 if rows >= 3 else (1 if rows == 2 else 0)
+        # height above one (a student reads the answer there), what comes next only from four (at 80x24
+        # two chip lines keep a short prompt on screen once generation starts, UX 7's finding 15; the
+        # next-token and sampling panes say what comes next there).
+        extra = 2 if rows >= 4 else (1 if rows >= 2 else 0)
         chip_rows = max(rows - extra, 1)
         cursor = selection.cursor
         count = len(self._chip_lines.starts)
