@@ -418,3 +418,26 @@ async def test_a_bos_the_tokenizer_adds_is_a_chip_not_text():
         await wait_for(lambda: app.query_one("#views").current == "text", pilot)
         body = str(app.query_one("#text").query_one(".body", Static).render())
         assert body.startswith(prompt) and EOS not in body, body
+
+
+async def test_at_80x24_a_piece_takes_the_bars_room_before_it_is_cut():
+    """UX 7's finding 15: at 80x24, with the model's own column beside (an intervention on) or a comparison's
+    final column, the next-token pane cut `·France` to `·Fran…` while its bars kept six cells. A piece longer
+    than its column takes the bar's room first (the bar keeps two cells): `·France` whole; a piece longer
+    than the pane can give is cut, the bar kept."""
+    from tokenviz.contract.records import Candidate
+    from tokenviz.ui.panes.next_token import MIN_BAR, NextTokenPane
+
+    app = make_app(SamplingSettings(temperature=0))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        pane = app.query_one(NextTokenPane)
+        top = [Candidate(1, " France", 3.0, 0.6), Candidate(2, " Paris", 2.0, 0.3)]
+        own = {1: 0.5, 2: 0.4}
+        rows = str(pane._table(top, top[0], 1, own=own)).splitlines()
+        assert "·France " in rows[1] and "…" not in rows[1], rows
+        assert all(len(row.rstrip()) <= pane.size.width for row in rows), rows
+        long = [Candidate(1, " " + "x" * 40, 3.0, 0.6)]
+        row = str(pane._table(long, long[0], 1, own={1: 0.5})).splitlines()[1]
+        shown = row.rstrip()
+        assert "…" in shown and len(shown) <= pane.size.width and not shown[-MIN_BAR:].strip("█▏▎▍▌▋▊▉"), row

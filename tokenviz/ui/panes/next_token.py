@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rich.cells import cell_len
 from rich.text import Text
 
 from tokenviz.contract.commands import BranchAt, Force, Watch
@@ -19,6 +20,7 @@ from tokenviz.ui.panes.base import BoxPane
 from tokenviz.ui.screens import WatchScreen
 from tokenviz.ui.selection import Selection
 
+MIN_BAR = 2  # cells a probability's bar keeps where a piece takes the rest of its room
 PIECE_MOST = 28  # a candidate's piece is shown up to this many cells (the wide layout's pane holds them)
 
 
@@ -162,7 +164,11 @@ class NextTokenPane(BoxPane):
         own_w = (8 if own is not None else 0) + (8 if final is not None else 0)
         show_logit = width >= 46 + own_w  # narrow panes drop the logit column first
         piece_w = min(PIECE_MOST, max(6, (width - 40 if show_logit else width - 32) - own_w))
-        fixed = 5 + piece_w + 7 + (8 if show_logit else 0) + 7 + own_w + 1
+        others = 5 + 7 + (8 if show_logit else 0) + 9 + own_w  # rank, id, logit, raw p, own/final: all but two
+        longest = max(cell_len(visible(c.text)) for c in (*top[:rows], marked))
+        if longest > piece_w:  # a piece is worth more than a bar beside its number (UX 7's 15: `·Fran…`)
+            piece_w = max(piece_w, min(longest, PIECE_MOST, width - others - MIN_BAR))
+        fixed = others + piece_w
         bar_width = max(width - fixed, 2)
         text = Text(no_wrap=True, overflow="crop")
         header = f"{'#':>4} {cell('token', piece_w)} {'id':>6}" + (
