@@ -392,6 +392,8 @@ async def test_a_bos_the_tokenizer_adds_is_a_chip_not_text():
     """UX 7's finding 24: a Gemma journey's text began `<bos>`, a token no one wrote. A special token the
     tokenizer adds to the prompt (here the tiny tokenizer made to add one, as Gemma's does) stays a chip in
     the tokens pane; the text view and the tokens pane's text line leave it out, the rest whole."""
+    import copy
+
     from textual.widgets import Static
     from tiny import EOS, tiny_model
     from tokenizers import processors
@@ -403,6 +405,7 @@ async def test_a_bos_the_tokenizer_adds_is_a_chip_not_text():
     from tokenviz.worker.engine_thread import EngineWorker
 
     loaded = tiny_model("llama")
+    loaded.tokenizer = copy.deepcopy(loaded.tokenizer)  # (the tiny tokenizer is shared: this one alone changes)
     bos = loaded.tokenizer.convert_tokens_to_ids(EOS)
     loaded.tokenizer._tokenizer.post_processor = processors.TemplateProcessing(
         single=f"{EOS} $A", special_tokens=[(EOS, bos)]

@@ -334,7 +334,8 @@ KEYS: tuple[KeyRow, ...] = (
     ),
     KeyRow(
         "i",
-        "timing view: prefill against per-step decode, tokens/s, a sparkline of the last steps, the lens's own cost",
+        "timing view: the last step's whole time and its parts, prefill against per-step decode, tokens/s, a "
+        "sparkline of the last steps, the lens's own cost",
         (Press("i", "view('timing')", palette="View: timing"),),
     ),
     KeyRow(
