@@ -323,21 +323,23 @@ async def test_no_pane_moves_while_the_model_loads_and_prefills_at_120x36():
 
 async def test_a_wrapped_row_of_the_model_view_stays_under_its_value():
     """UX 7's finding 22: at 80x24 a long row of `M` (the engine's capabilities, the attention) wrapped to the
-    names' column, so it read as rows of their own. Each line after a row's first begins where values do;
-    every value is there whole, word by word."""
-    from tokenviz.ui.panes.model import ModelPane
+    names' column, so it read as rows of their own. At every size only the rows' names begin a line; a value
+    is on the lines after its name (beside it where there is room, else under it, indented), word by word,
+    no line wider than the view."""
+    from tokenviz.ui.panes.model import ModelPane, rows_of
 
-    app = make_app()
-    async with app.run_test(size=(80, 24)) as pilot:
-        await settle(app, pilot)
-        await pilot.press("M")
-        await wait_for(lambda: app.query_one("#views").current == "model", pilot)
-        lines = str(app.query_one("#model").body.render()).splitlines()
-        names = len(lines[0]) - len(lines[0][lines[0].index("tiny-llama") :])  # where the values begin
-        continued = [line for line in lines if not line[:names].strip()]
-        assert continued, lines  # a row wrapped at this size
-        assert all(line[names] != " " for line in continued), lines
-        width = app.query_one(ModelPane).body.content_size.width
-        assert all(len(line) <= width for line in lines), (width, lines)
-        info = app.journey.snapshot.info
-        assert " ".join(" ".join(lines).split()).count(info.attention) == 1
+    for size in ((80, 24), (120, 36), (200, 60)):
+        app = make_app()
+        async with app.run_test(size=size) as pilot:
+            await settle(app, pilot)
+            await pilot.press("M")
+            await wait_for(lambda app=app: app.query_one("#views").current == "model", pilot)
+            lines = str(app.query_one("#model").body.render()).splitlines()
+            rows = rows_of(app.journey.snapshot.info)
+            starts = [i for i, line in enumerate(lines) if line and not line[0].isspace()]
+            assert [lines[i].split("  ")[0] for i in starts] == [name for name, _ in rows], lines
+            for (name, value), begin, end in zip(rows, starts, [*starts[1:], len(lines)], strict=True):
+                said = " ".join(lines[begin:end]).removeprefix(name).split()
+                assert said == value.split(), (size, name, said)
+            width = app.query_one(ModelPane).body.content_size.width
+            assert all(len(line) <= width for line in lines), (size, width, lines)
