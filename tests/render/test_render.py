@@ -92,6 +92,14 @@ def test_a_window_following_the_newest_position_moves_by_half_windows():
     assert window(99, 100, 10) == range(90, 100)
 
 
+def test_at_rest_a_window_following_the_newest_position_is_full():
+    """UX 7's finding 20: between two jumps a paged window showed the newest rows above blank ones; at rest
+    (not autoplay) the window ending at the newest position is as full as it can be."""
+    for length in range(1, 60):
+        shown = window(length - 1, length, 10, paged=False)
+        assert shown == range(max(length - 10, 0), length), (length, shown)
+
+
 def test_a_saved_journeys_attention_is_every_layers_rows_and_views_mask_the_future():
     snapshot, attention, _ = frozen_recording(steps=3)
     n = snapshot.prompt_len

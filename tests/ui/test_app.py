@@ -61,7 +61,7 @@ async def test_the_attention_pane_shows_the_exact_rows_the_worker_computed_for_i
         view = s.attention
         positions = s.prompt_len + len(s.records) - 1
         assert view is not None and view.layer == app.journey.model_layer and view.queries.stop == positions
-        assert view.queries == window(positions - 1, positions, pane.rows_shown())  # the rows the pane shows
+        assert view.queries == window(positions - 1, positions, pane.rows_shown(), paged=False)  # the pane's rows
         exact = app.journey.worker.session.attention(view.queries, [view.layer])[0]
         # the future's weights are 0; rows kept from earlier snapshots were computed a few at a time,
         # so they match to float32 rounding rather than bit for bit

@@ -25,13 +25,14 @@ def head_label(head: Head, heads: int, kv_heads: int) -> str:
     return f"head {head} of {heads} (kv group {group} of {kv_heads})"
 
 
-def window(cursor: int, length: int, size: int) -> range:
+def window(cursor: int, length: int, size: int, paged: bool = True) -> range:
     """Up to `size` consecutive positions of 0..length-1 that hold `cursor`. Following the newest
-    position (the last), it moves in steps of half its size: while a journey grows, the rows on
-    screen stay where they are (a step draws only the newest), and when the newest reaches the end
-    it jumps to the middle. Anywhere else it is as full as it can be."""
+    position (the last) while `paged` (autoplay), it moves in steps of half its size: while a journey
+    grows, the rows on screen stay where they are (a step draws only the newest), and when the newest
+    reaches the end it jumps to the middle. Anywhere else, and at rest, it is as full as it can be (at
+    rest, a half-empty map under the newest row was room wasted: UX 7's finding 20)."""
     start = 0 if length <= size else paged_start(cursor, size)
-    if cursor < length - 1:
+    if cursor < length - 1 or not paged:
         start = max(min(start, length - size), 0)
     return range(start, min(start + size, length))
 

@@ -208,12 +208,13 @@ class ShowAttention:
     layer: int
     rows: int
     cursor: int | None = None
+    paged: bool = False  # the rows move by half-windows (autoplay: see contract.attention.window)
 
     def resolve(self, positions: int, layers: int) -> tuple[int, range]:
         """(layer, query rows) to show for a journey of `positions` positions through the model and
         `layers` layers: the layer and the cursor kept within them."""
         cursor = positions - 1 if self.cursor is None else min(self.cursor, positions - 1)
-        return min(self.layer, layers - 1), window(cursor, positions, self.rows)
+        return min(self.layer, layers - 1), window(cursor, positions, self.rows, self.paged)
 
 
 @dataclass(frozen=True)

@@ -145,11 +145,11 @@ class AttentionPane(LinesPane):
         # A short sequence gets bigger square cells (zoom) so it stays readable.
         zoom_x = max(1, min(3, (width - LABEL) // n))
         zoom = max(1, min(zoom_x, (map_rows * 2) // n))  # rows: as much as fits, never more than x
-        queries = window(cursor, n, map_rows * 2 // zoom)
+        queries = window(cursor, n, map_rows * 2 // zoom, paged=s.playing)
         key_cols = (width - LABEL) // zoom_x  # past the newest token: the masked future, filled in as it comes
         start = paged_start(queries.stop - 1, key_cols) if n > key_cols else 0
-        if cursor < n - 1:
-            start = max(min(start, queries.stop - key_cols), 0)  # as window: full unless following
+        if cursor < n - 1 or not s.playing:
+            start = max(min(start, queries.stop - key_cols), 0)  # as window: full unless autoplay follows
         if key_cols >= len(queries):
             start = min(start, queries.start)  # every row shown keeps its own diagonal in view
         keys = range(start, start + key_cols)
