@@ -48,7 +48,7 @@ from tokenviz.contract.lens_layers import LensLayers
 from tokenviz.contract.presets import assigned
 from tokenviz.contract.records import TokenChip
 from tokenviz.contract.settings import SamplingSettings
-from tokenviz.contract.snapshot import CANCELS, EngineState, Snapshot, Took
+from tokenviz.contract.snapshot import CANCELS, EngineState, Snapshot
 from tokenviz.contract.text import safe_text
 from tokenviz.decoding.nudges import Nudges
 from tokenviz.files.journey_file import save_journey
@@ -63,7 +63,7 @@ from tokenviz.worker.errorlog import log_exception
 from tokenviz.worker.journaling import Journaling
 from tokenviz.worker.meanwhile import Meanwhile
 from tokenviz.worker.snapshots import saved_attention_of, snapshot_of
-from tokenviz.worker.step_times import JobPace, StepTimes
+from tokenviz.worker.step_times import JobPace, StepTimes, WholeTime
 from tokenviz.worker.thread import CommandThread
 from tokenviz.worker.view_results import ViewResults
 
@@ -120,9 +120,7 @@ class EngineWorker(CommandThread[Snapshot]):
         self._prefilling: tuple[TokenChip, ...] = ()  # a first prompt's tokens while it is prefilled
         self._give_way: Callable[[], bool] | None = None  # asked inside an autoplay step (see _handle)
         self._meanwhile = Meanwhile(self._said_meanwhile)  # a wait past a second says what it waits on
-        self._took: Took | None = None  # the last command that ran the model, timed whole
-        self._timing_from: float | None = None  # when the commands being run began to run the model
-        self._parts: dict[str, float] = {}  # their parts so far (ms): the forward passes, the decisions, ...
+        self._whole_time = WholeTime()  # the last step's whole time, to its frame, and its parts
 
     def count_tokens(self, text: str) -> int | None:
         session = self.session  # a fast tokenizer is safe to call beside the engine's thread; a server is not asked
@@ -233,8 +231,8 @@ class EngineWorker(CommandThread[Snapshot]):
         if session is None or (not session.records and not isinstance(command, ALLOWED_WITHOUT_JOURNEY)):
             raise TokenvizError("no journey yet: press e to write a prompt")
         busy = None if autoplay else BUSY.get(type(command))
-        if isinstance(command, Move | Intervene) and self._timing_from is None:
-            self._timing_from = time.perf_counter()  # timed whole, to its frame (see _took_now)
+        if isinstance(command, Move | Intervene):
+            self._whole_time.begin()
         if busy is not None and session.records:
             self._busy = busy
             with contextlib.suppress(Exception):  # best effort: the frame after the command reports
@@ -248,7 +246,7 @@ class EngineWorker(CommandThread[Snapshot]):
                 self._look(command, session)
             if autoplay:  # the standing views' work is here, step by step: a frame only reads it
                 self._views.after(session)
-                self._took_now()
+                self._whole_time.end(self._views.took)
             else:  # after every command queued, once (see _settle)
                 self._views.due = True
             if self._journaling is not None:  # a step adds a line; a rewind or a branch compares the path
@@ -256,7 +254,7 @@ class EngineWorker(CommandThread[Snapshot]):
         except GiveWay:
             if isinstance(command, Step) and command.token is not None:  # a continuation's token: again next
                 self._continuation.again(command.token)
-            self._timing_from, self._parts = None, {}  # the step set aside is not timed
+            self._whole_time.drop()
             raise
         finally:
             self._busy = None
@@ -307,7 +305,7 @@ class EngineWorker(CommandThread[Snapshot]):
                 what = "changing the model: the journey's tokens run again through it"
                 with self._meanwhile.saying(what, " tokens") as progress:
                     session.set_interventions([i for i, on in entries if on], progress=progress)
-                self._count("the model changed", (time.perf_counter() - started) * 1e3)
+                self._whole_time.count("the model changed", (time.perf_counter() - started) * 1e3)
                 self._interventions = entries
                 self._views.results.clear()  # every view's result was of the model as it was
                 on = sum(on for _, on in entries)
@@ -451,11 +449,8 @@ class EngineWorker(CommandThread[Snapshot]):
         self._step_times.timed(action, lambda: session.records if session is not None else ())
         if session is not None and session.records:  # the pass just run, and the decision made on its logits
             latest = session.records[-1]
-            self._count("request" if session.engine.info.requests else "forward", latest.forward_ms)
-            self._count("sampling", latest.decision.ms)
-
-    def _count(self, part: str, ms: float) -> None:
-        self._parts[part] = self._parts.get(part, 0.0) + ms
+            self._whole_time.count("request" if session.engine.info.requests else "forward", latest.forward_ms)
+            self._whole_time.count("sampling", latest.decision.ms)
 
     def _settle(self) -> str | None:
         """The standing views' passes, once after every command queued (not once each: ten rewinds
@@ -469,18 +464,8 @@ class EngineWorker(CommandThread[Snapshot]):
         except Exception as exc:  # a bug, not the user's mistake: the journey stays, the details go to the log
             return safe_text(f"internal error: {exc} ({log_exception()})")
         finally:
-            self._took_now()
+            self._whole_time.end(self._views.took)
         return None
-
-    def _took_now(self) -> None:
-        """The commands timed since _timing_from, with their parts and the views' passes, as `took`."""
-        if self._timing_from is None:
-            return
-        parts = {**self._parts, **self._views.took}
-        whole = (time.perf_counter() - self._timing_from) * 1e3
-        rest = whole - sum(parts.values())
-        self._took = Took(whole, tuple(parts.items()) + ((("the rest", rest),) if rest > 0 else ()))
-        self._timing_from, self._parts = None, {}
 
     # ---- snapshots -----------------------------------------------------------------------------------
 
@@ -521,7 +506,7 @@ class EngineWorker(CommandThread[Snapshot]):
             "notice": self._notice,
             **self._views.fields(bool(self._busy)),
             "interventions": self._interventions,
-            "took": self._took,
+            "took": self._whole_time.took,
         }
 
     def _fallback(self, error: str) -> Snapshot:

@@ -1,4 +1,5 @@
-"""How fast the journey goes, and how long a job has left: the rates a frame says and a job's time left."""
+"""How fast the journey goes, and how long a job has left: the rates a frame says, the last step's whole time
+and its parts, and a job's time left."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
 from tokenviz.contract.records import StepRecord
+from tokenviz.contract.snapshot import Took
 
 RATE_STEPS = 16  # the last steps a rate is of
 
@@ -55,6 +57,39 @@ class StepTimes:
             forward_tokens_per_s=rate(forward for _, forward in self.times),
             rate_steps=len(self.times),
         )
+
+
+class WholeTime:
+    """The commands that ran the model, timed whole from their turn to their frame (Snapshot.took): their
+    parts counted as they run (the forward passes, the decisions, a model changed), the views' passes and
+    the rest added at the end."""
+
+    def __init__(self) -> None:
+        self.took: Took | None = None  # the last commands' whole time
+        self._from: float | None = None  # when the commands being run began to run the model
+        self._parts: dict[str, float] = {}  # their parts so far (ms)
+
+    def begin(self) -> None:
+        """A command that runs the model starts (the first of a turn's starts the clock)."""
+        if self._from is None:
+            self._from = time.perf_counter()
+
+    def count(self, part: str, ms: float) -> None:
+        self._parts[part] = self._parts.get(part, 0.0) + ms
+
+    def drop(self) -> None:
+        """The commands timed were set aside (an autoplay step that gave way): nothing to say of them."""
+        self._from, self._parts = None, {}
+
+    def end(self, views: dict[str, float]) -> None:
+        """The commands' frame is next: their whole time, their parts, the views' passes (ms) and the rest."""
+        if self._from is None:
+            return
+        parts = {**self._parts, **views}
+        whole = (time.perf_counter() - self._from) * 1e3
+        rest = whole - sum(parts.values())
+        self.took = Took(whole, tuple(parts.items()) + ((("the rest", rest),) if rest > 0 else ()))
+        self.drop()
 
 
 class JobPace:
