@@ -112,10 +112,14 @@ def callback_context(reference: Any, called: Any) -> tuple[Any, Any, Any, Any]:
     return lib, ggml, callback, lib.llama_init_from_model(reference.model, params)
 
 
-def softmax_of_queries_and_keys(engine: Any, ids: list[int], layer: int, scale: float) -> tuple[Any, Any]:
+def softmax_of_queries_and_keys(
+    engine: Any, ids: list[int], layer: int, scale: float, softcap: float = 0.0, window: int = 0
+) -> tuple[Any, Any]:
     """The attention rows tokenviz shows at `layer` over `ids` (llama.cpp's kq_soft_max), and softmax(Q·K ×
     `scale`) under the causal mask of the post-rotary queries and keys llama.cpp computed in the same pass
-    (rounded to float16, as its kernels multiply them: the KV cache keeps float16): (rows, reference)."""
+    (rounded to float16, as its kernels multiply them: the KV cache keeps float16): (rows, reference). With
+    `softcap`, the logits are capped as llama.cpp's graph does (c · tanh(s / c)); with `window`, a key `window`
+    or more positions before its query is masked too (llama_hparams::is_masked_swa, the standard kind)."""
     import torch
 
     info, internals, n = engine.info, engine.internals, len(ids)
@@ -124,7 +128,13 @@ def softmax_of_queries_and_keys(engine: Any, ids: list[int], layer: int, scale: 
     k = torch.from_numpy(found[f"Kcur-{layer}"][-1].reshape(n, info.kv_heads, info.head_dim)).half().double()
     k = k.repeat_interleave(info.heads // info.kv_heads, dim=1)
     scores = torch.einsum("qhd,khd->hqk", q, k) * scale
-    reference = torch.softmax(scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf")), -1)
+    if softcap:
+        scores = softcap * torch.tanh(scores / softcap)
+    masked = torch.ones(n, n, dtype=torch.bool).triu(1)
+    if window:
+        back = torch.arange(n).reshape(n, 1) - torch.arange(n).reshape(1, n)  # the query's position minus the key's
+        masked |= back >= window
+    reference = torch.softmax(scores.masked_fill(masked, float("-inf")), -1)
     return engine.attention(ids, range(n), [layer])[0].double(), reference
 
 

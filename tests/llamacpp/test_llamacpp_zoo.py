@@ -5,9 +5,13 @@ bit for bit, and at every step the lens's last layer is the step's own distribut
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import numpy as np
 import pytest
 from clitools import invoke
+from filelock import FileLock
 from gguf_zoo import FAMILIES, QUANTS, zoo_gguf
 from llama_reference import (
     PROMPT,
@@ -85,9 +89,14 @@ def test_steering_is_llama_cpp_pythons_own_control_vector(monkeypatch, capsys, f
         assert [e["id"] for e in unsteered][:5] == np.argsort(-plain, kind="stable")[:5].tolist()
 
 
-# Plain causal attention: llama.cpp's softmax(Q·K × scale) under the causal mask alone (no window, no
-# soft-capping; those families' rows are held to summing to 1 in the trace).
-PLAIN_ATTENTION = ("llama", "qwen2", "qwen3", "phi3", "granite", "olmo2", "qwen2_moe", "olmoe")
+# Plain causal attention: llama.cpp's softmax(Q·K × scale) under the causal mask alone. (mistral too: its
+# converted GGUF keeps no sliding window, so llama.cpp, reading its llama architecture, attends to every key.)
+PLAIN_ATTENTION = ("llama", "qwen2", "qwen3", "mistral", "phi3", "granite", "olmo2", "qwen2_moe", "olmoe")
+# A sliding window on the layers of its pattern and soft-capped logits, as gemma2.cpp and gemma3.cpp build them:
+# the pattern is the GGUF's, else llama.cpp's default for the architecture (a full layer every 2nd on gemma2,
+# every 6th on gemma3: llama_hparams::set_swa_pattern); gemma3 has no soft-capping.
+WINDOWED_ATTENTION = ("gemma2", "gemma3_text")
+SWA_PATTERN = {"gemma2": 2, "gemma3": 6}
 # phi3 names its queries again once scaled by 1/√head_dim, and attends with a scale of 1 (phi3.cpp)
 QUERIES_SCALED = {"phi3"}
 
@@ -110,6 +119,55 @@ def test_attention_rows_are_the_softmax_of_llama_cpps_own_queries_and_keys(famil
         rows, reference = softmax_of_queries_and_keys(engine, ids, layer, scale)
         assert (rows - reference).abs().max() < 1e-4, (layer, float((rows - reference).abs().max()))
         assert torch.allclose(rows.sum(-1), torch.ones(info.heads, len(ids), dtype=torch.float64), atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def capped_gemma2(tmp_path_factory) -> Path:
+    """gemma2 with its attention's logits capped at 0.5: at the zoo's 50 the cap moves no row by 1e-4 on these
+    weights, so it would go untested. Made as the zoo makes its files (llama.cpp's converter and quantizer)."""
+    from gguf_zoo import FAMILIES, convert, llama_cpp_sources, quantize, save_model, zoo_folder
+
+    folder = tmp_path_factory.mktemp("capped-gemma2")
+    gemma2 = FAMILIES["gemma2"]
+    family = dataclasses.replace(gemma2, config={**gemma2.config, "attn_logit_softcapping": 0.5})
+    model = folder / "hf"
+    model.mkdir()
+    save_model("gemma2", family, model)
+    with FileLock(zoo_folder() / "sources.lock"):
+        sources = llama_cpp_sources(zoo_folder())
+    convert(sources, model, folder / "F16.gguf", family.pre)
+    quantize(folder / "F16.gguf", folder / "Q4_K_M.gguf", "Q4_K_M")
+    return folder / "Q4_K_M.gguf"
+
+
+@pytest.mark.parametrize("family", [*WINDOWED_ATTENTION, "gemma2 capped at 0.5"])
+def test_windowed_and_soft_capped_attention_rows_are_llama_cpps_own(family, request):
+    """The rows shown against softmax(cap(Q·K × scale)) under the causal mask and, on a layer of the window's
+    pattern, the window's (keys `sliding_window` or more positions back masked), within 1e-4; the prompt is
+    longer than the window, so the window masks keys, and the rows sum to 1. On gemma2 capped at 0.5 the
+    rows without the cap are off by more than 1e-3: the cap is what the rows are held to."""
+    import torch
+
+    capped = family.endswith("capped at 0.5")
+    engine = engine_on(request.getfixturevalue("capped_gemma2") if capped else zoo_gguf(family, "Q4_K_M"))
+    info, metadata = engine.info, engine.runtime.metadata
+    architecture = metadata("general.architecture")
+    window = int(metadata(f"{architecture}.attention.sliding_window"))
+    pattern = int(metadata(f"{architecture}.attention.sliding_window_pattern") or SWA_PATTERN[architecture])
+    softcap = float(metadata(f"{architecture}.attn_logit_softcapping") or 0.0)
+    scale = float(metadata(f"{architecture}.attention.scale") or info.head_dim**-0.5)
+    ids = engine.encode(PROMPT + " Paris, the capital of France.")
+    assert len(ids) > 2 * window and (family != "gemma2" or softcap > 0)
+    for layer in range(info.layers):
+        windowed = window if layer % pattern < pattern - 1 else 0
+        rows, reference = softmax_of_queries_and_keys(engine, ids, layer, scale, softcap, windowed)
+        assert (rows - reference).abs().max() < 1e-4, (layer, float((rows - reference).abs().max()))
+        if capped:
+            _, uncapped = softmax_of_queries_and_keys(engine, ids, layer, scale, 0.0, windowed)
+            assert softcap == pytest.approx(0.5) and (rows - uncapped).abs().max() > 1e-3, layer
+        assert torch.allclose(rows.sum(-1), torch.ones(info.heads, len(ids), dtype=torch.float64), atol=1e-5)
+        if windowed:  # the keys behind the window: none of the attention (masked, so exactly none)
+            assert float(rows[:, -1, : len(ids) - windowed].abs().max()) < 1e-30, layer
 
 
 # transformers' GGUF reader on: a family it reads wrongly (qwen3), one it does not take (olmoe), a sliding
