@@ -208,13 +208,13 @@ class ShowAttention:
     layer: int
     rows: int
     cursor: int | None = None
-    paged: bool = False  # the rows move by half-windows (autoplay: see contract.attention.window)
 
-    def resolve(self, positions: int, layers: int) -> tuple[int, range]:
+    def resolve(self, positions: int, layers: int, paged: bool = False) -> tuple[int, range]:
         """(layer, query rows) to show for a journey of `positions` positions through the model and
-        `layers` layers: the layer and the cursor kept within them."""
+        `layers` layers: the layer and the cursor kept within them; `paged` while autoplay runs (see
+        contract.attention.window)."""
         cursor = positions - 1 if self.cursor is None else min(self.cursor, positions - 1)
-        return min(self.layer, layers - 1), window(cursor, positions, self.rows, self.paged)
+        return min(self.layer, layers - 1), window(cursor, positions, self.rows, paged)
 
 
 @dataclass(frozen=True)

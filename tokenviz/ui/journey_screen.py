@@ -249,8 +249,7 @@ class JourneyScreen(WorkerScreen[Snapshot]):
         shows (around the cursor, or the newest), once per change; every snapshot then carries them."""
         pane = self.query_one(AttentionPane)
         rows = pane.rows_shown() if current == "attention" else 0
-        playing = self.snapshot is not None and self.snapshot.playing
-        request = ShowAttention(layer=self.model_layer, rows=rows, cursor=self.cursor, paged=playing)
+        request = ShowAttention(layer=self.model_layer, rows=rows, cursor=self.cursor)
         if request != self._attention_requested and (rows or self._attention_requested is not None):
             self._attention_requested = request
             self.submit(request)

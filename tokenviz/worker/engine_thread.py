@@ -245,7 +245,7 @@ class EngineWorker(CommandThread[Snapshot]):
             else:
                 self._look(command, session)
             if autoplay:  # the standing views' work is here, step by step: a frame only reads it
-                self._views.after(session)
+                self._views.after(session, paged=True)
                 self._whole_time.end(self._views.took)
             else:  # after every command queued, once (see _settle)
                 self._views.due = True
@@ -456,9 +456,9 @@ class EngineWorker(CommandThread[Snapshot]):
         """The standing views' passes, once after every command queued (not once each: ten rewinds
         make one attention pass), each wait said past a second; then the commands' whole time."""
         session = self.session
-        try:
-            if session is not None and self._views.due:
-                self._views.after(session, self._meanwhile.saying)
+        try:  # (autoplay pages the attention rows' window; a frame at rest has them whole)
+            if session is not None and (self._views.due or self._views.paged != self.playing):
+                self._views.after(session, self._meanwhile.saying, paged=self.playing)
         except TokenvizError as exc:
             return safe_text(str(exc))
         except Exception as exc:  # a bug, not the user's mistake: the journey stays, the details go to the log

@@ -203,6 +203,8 @@ class CommandThread(Generic[S]):
                     self._gave_way = False
                     return True
                 self._after_autostep()
+                if not self.playing:  # autoplay ended here: the views as a frame at rest has them
+                    error = error or self._settle()
                 first, self._first_autostep = self._first_autostep, False  # it answers the key
                 due = self.pace_s or first or time.perf_counter() - self._last_publish >= self._frame_s
                 if error or not self.playing or due:

@@ -44,6 +44,7 @@ class ViewResults:
         self._attention_rows = AttentionRows()
         self.attention: AttentionView | None = None  # the rows the attention pane shows, as of the last command
         self.due = False  # a command changed what the standing views show: `after` has work to do
+        self.paged = False  # the attention rows' window was paged (autoplay's) when `after` last ran
         self.took: dict[str, float] = {}  # ms each standing view's work took in the last `after`
 
     def run(self, request: Request[Any], session: Session) -> None:
@@ -77,10 +78,11 @@ class ViewResults:
         else:
             self._lens_request = request if request.rows != () else None
 
-    def after(self, session: Session, saying: Saying = _silently) -> None:
+    def after(self, session: Session, saying: Saying = _silently, paged: bool = False) -> None:
         """The standing views of the journey as the commands left it: the model's work is here, a frame
-        reads. `saying` says a wait of each view's pass while it lasts; `took` times them."""
-        self.due, self.took = False, {}
+        reads. `saying` says a wait of each view's pass while it lasts; `took` times them. `paged`: the
+        attention rows' window moves by half-windows (while autoplay runs: contract.attention.window)."""
+        self.due, self.took, self.paged = False, {}, paged
         if not self._stands("attention map", session):
             self.attention = None
         for name, work in (("lens", self._standing_lens), ("attention map", self._attention_view)):
@@ -101,7 +103,7 @@ class ViewResults:
             return f"computing the logit lens at position {len(session.ids) - 1}"
         request = self._attention_request
         assert request is not None
-        layer, queries = request.resolve(session.engine.kv_len, session.engine.info.layers)
+        layer, queries = request.resolve(session.engine.kv_len, session.engine.info.layers, self.paged)
         return f"computing the attention map: layer {layer}, positions {queries.start}–{queries.stop - 1}"
 
     def fields(self, busy: bool) -> dict[str, Any]:
@@ -134,7 +136,7 @@ class ViewResults:
             return None
         if Capability.ATTENTION.value not in session.engine.info.capabilities:
             return None  # the attention pane says why: the engine does not give it
-        layer, queries = request.resolve(session.engine.kv_len, session.engine.info.layers)
+        layer, queries = request.resolve(session.engine.kv_len, session.engine.info.layers, self.paged)
         asked = (layer, queries, tuple(session.ids))
         if self._attention_failed is not None and self._attention_failed[0] == asked:
             return self._attention_failed[1]  # asked once: not again each frame
