@@ -226,3 +226,18 @@ def dialog_text(text: str) -> str:
     part between the dialog's borders (█), the panes either side left out."""
     inside = [line.split("█")[1] for line in text.splitlines() if line.count("█") >= 2]
     return re.sub(r"\s+", " ", re.sub("[▁-▇]", " ", " ".join(inside)))  # (a scroll bar's blocks left out)
+
+
+def pane_text(text: str, title: str) -> str:
+    """What the pane whose border's title begins `title` (`─ model `) shows, its lines joined and its wrapping
+    undone: each line's part between the pane's borders, the panes beside it left out."""
+    lines = text.splitlines()
+    top = next(i for i, line in enumerate(lines) if title in line)
+    left = lines[top].rindex("╭", 0, lines[top].index(title) + 1)
+    right = lines[top].index("╮", left)
+    inside = []
+    for line in lines[top + 1 :]:
+        if line[left : left + 1] == "╰":
+            break
+        inside.append(line[left + 1 : right])
+    return re.sub(r"\s+", " ", re.sub("[▁-▇█]", " ", " ".join(inside))).strip()  # (a scroll bar left out)

@@ -134,6 +134,7 @@ async def test_x_while_the_lens_computes_saves_the_lens_not_its_note(tmp_path, m
         await pilot.press("x")
         await wait_for(lambda: list(tmp_path.glob("tokenviz-*.svg")), pilot, timeout=60)
         await wait_for(lambda: list(tmp_path.glob("tokenviz-*.html")), pilot, timeout=60)
+        await wait_for(lambda: ".json" in " ".join(said), pilot, timeout=60)  # (said with the frame after it)
         toasts = " ".join(said)
     svg = next(tmp_path.glob("tokenviz-*.svg")).read_text()
     assert "computing&#160;the&#160;lens" not in svg and "computing the lens" not in svg

@@ -311,9 +311,11 @@ def test_a_compile_interrupted_part_way_leaves_the_model_eager_and_saying_so():
     loaded, outcome = tiny_model("llama", context=512), {}
     # The caches of graphs compiled before (this process's, or the disk's) could end the compile before the
     # loop below sees it inside: without them the code is generated again, seconds.
+    import torch._dynamo
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
 
+    torch._dynamo.reset()  # (nor this process's compiled code: in a full run a test before compiled the same)
     with inductor_config.patch(fx_graph_cache=False), functorch_config.patch(enable_autograd_cache=False):
         thread = threading.Thread(target=lambda: outcome.update(fast=compiled(loaded, lambda m, f: None)), daemon=True)
         thread.start()

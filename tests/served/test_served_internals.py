@@ -7,14 +7,13 @@ from __future__ import annotations
 import base64
 import json
 import pickle
-import re
 
 import numpy as np
 import pytest
 import zstandard
 from clitools import invoke
 from hostile_server import hostile_server, proxying
-from terminals import keys, quits_cleanly, terminal, wait_gone, wait_screen, wait_toast
+from terminals import keys, pane_text, quits_cleanly, terminal, wait_gone, wait_screen, wait_toast
 
 from tokenviz.contract.results import LensAsk
 
@@ -209,7 +208,7 @@ def test_a_served_model_with_its_tokenizer_has_it_and_a_grammar_says_the_server_
         said = wait_toast(name, "the server draws each token itself")
         assert "needs the local tokenizer" not in said
         keys(name, "M")
-        model = re.sub(r"[│\s]+", " ", wait_screen(name, r"not: "))  # (the view's lines joined)
+        model = pane_text(wait_screen(name, r"not: "), "─ model ")  # (the view's lines joined)
         can, _, cannot = model.partition("not: ")
         assert "local tokenizer" in can.rpartition("can: ")[2] and "grammar stage" in cannot, model
         keys(name, "Escape", "h", "h", "z")  # (finding 22: said before "choose one head with h first")
