@@ -437,7 +437,7 @@ class Runtime:
             for i in (i for i in range(len(part)) if first + i in wanted):
                 pointer = lib.llama_get_logits_ith(self.ctx, i)
                 rows.append(np.ctypeslib.as_array(pointer, shape=(vocab,)).copy())
-        return np.stack(rows)
+        return rows[0][np.newaxis] if len(rows) == 1 else np.stack(rows)  # (a step's one row: not copied again)
 
     # ---- the vocabulary -------------------------------------------------------------------------------
 
