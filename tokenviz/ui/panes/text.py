@@ -6,6 +6,7 @@ answer is read from its beginning, at any terminal size."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 
 from rich.style import Style
 from rich.text import Text
@@ -28,18 +29,17 @@ def chip_spans(texts: list[str], full_text: str) -> list[tuple[int, int]] | None
     return spans
 
 
-def unread(chip: TokenChip) -> bool:
-    """A prompt's token that no one wrote: a special token the tokenizer adds outside the chat template
-    (Gemma's `<bos>`: UX 7's finding 24). The tokens pane shows it as a chip; the text leaves it out."""
-    return chip.is_prompt and chip.is_special and not chip.is_template
+def unread(chips: Sequence[TokenChip]) -> str:
+    """The text of the tokens no one wrote at the journey's start: the special tokens the tokenizer puts
+    before the prompt outside the chat template (Gemma's `<bos>`: UX 7's finding 24). The tokens pane shows
+    them as chips; the text leaves them out. (The leading ones alone: a frame's cost stays the screen's.)"""
+    lead = itertools.takewhile(lambda c: c.is_prompt and c.is_special and not c.is_template, chips)
+    return "".join(c.text for c in lead)
 
 
-def read_text(chips: tuple[TokenChip, ...], full_text: str) -> str:
-    """`full_text` without the unread tokens' characters, where the chips' pieces spell it."""
-    spans = chip_spans([c.text for c in chips], full_text)
-    if spans is None or not any(unread(c) for c in chips):
-        return full_text
-    return "".join(full_text[start:end] for c, (start, end) in zip(chips, spans) if not unread(c))
+def read_text(chips: Sequence[TokenChip], full_text: str) -> str:
+    """`full_text` without the unread tokens' characters at its start."""
+    return full_text.removeprefix(unread(chips))
 
 
 ANSWER_CONTEXT = 2  # lines of the prompt kept above the answer where the view opens
@@ -59,7 +59,7 @@ class TextPane(ScrollPane):
         spans = chip_spans([c.text for c in s.chips], full)
         prompt_end = spans[s.prompt_len - 1][1] if spans and s.prompt_len else 0
         marked = spans[selection.cursor] if spans and 0 <= selection.cursor < len(spans) else (len(full), len(full))
-        hidden = [span for chip, span in zip(s.chips, spans or ()) if unread(chip)]
+        hidden = [(0, len(unread(s.chips)))] if spans and full.startswith(unread(s.chips)) else []
         cuts = sorted({0, prompt_end, *marked, len(full), *(at for span in hidden for at in span)})
         text = Text()
         for start, end in itertools.pairwise(cuts):  # the prompt dim, the cursor's token reversed
@@ -78,6 +78,6 @@ class TextPane(ScrollPane):
         if self._opening:  # where the answer starts (in chat, after the system prompt and template), not the top
             self._opening = False
             width = max(self.body.content_size.width or self.size.width - 2, 1)
-            prompt = safe_text(read_text(s.chips[: s.prompt_len], full[:prompt_end]))
+            prompt = safe_text(read_text(s.chips, full[:prompt_end]))
             before = len(text[: len(prompt)].wrap(self.app.console, width)) if prompt_end else 0
             self.call_after_refresh(self.scroll_to, y=max(before - 1 - ANSWER_CONTEXT, 0), animate=False)

@@ -28,7 +28,7 @@ from tokenviz.render.units import probability
 from tokenviz.render.visible import MAX_CHAR_BYTES, spelled, visible
 from tokenviz.ui.colors import ThemeColors
 from tokenviz.ui.panes.base import BoxPane
-from tokenviz.ui.panes.text import read_text, unread
+from tokenviz.ui.panes.text import read_text
 from tokenviz.ui.screens import ContinueScreen, PromptChoice, PromptScreen
 from tokenviz.ui.selection import Selection
 
@@ -222,7 +222,7 @@ class TokensPane(BoxPane):
         whole = read_text(s.chips, s.full_text)  # (a tokenizer's <bos> is no one's text)
         if cursor >= newest_read:
             return whole
-        prefix = "".join(c.text for c in s.chips[: cursor + 1] if not unread(c))
+        prefix = read_text(s.chips, "".join(c.text for c in s.chips[: cursor + 1]))
         return prefix if whole.startswith(prefix) else whole
 
     @staticmethod
