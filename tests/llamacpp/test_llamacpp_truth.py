@@ -193,6 +193,26 @@ def test_attention_rows_are_the_softmax_of_llama_cpps_own_queries_and_keys(llama
     assert torch.allclose(rows.sum(-1), torch.ones(engine.info.heads, len(ids), dtype=torch.float64), atol=1e-5)
 
 
+def test_an_attention_pass_stops_when_a_key_waits_and_leaves_the_context_fit(llama_cpp):
+    """UX 7's finding 7: a view's pass on llama.cpp stops between two of its graph's nodes once asked (its
+    abort callback, set for that pass alone), raising Cancelled, long before the pass would end; the context
+    is left fit to use: the next pass gives the rows of a pass never stopped, on another engine."""
+    from tokenviz.contract.errors import Cancelled
+
+    engine = engine_on()
+    ids = engine.encode(" ".join([PROMPT] * 90))  # past one micro-batch of 512 tokens: several passes' worth
+    rows, layers = range(len(ids) - 3, len(ids)), [0, engine.info.layers - 1]
+    asked: list[int] = []
+    engine.attention(ids, rows, layers, lambda: asked.append(1) is None and False)  # a whole pass's asks
+    whole = len(asked)
+    asked.clear()
+    with pytest.raises(Cancelled):
+        engine.attention(ids, rows, layers, lambda: asked.append(1) is None and len(asked) > 50)
+    assert len(ids) > 512 and 50 < len(asked) < whole / 4, (len(asked), whole)
+    again, fresh = engine.attention(ids, rows, layers), engine_on().attention(ids, rows, layers)
+    assert float((again - fresh).abs().max()) < 1e-6
+
+
 @pytest.mark.terminal
 def test_the_app_steps_rewinds_branches_shows_the_lens_and_steers_llama_cpp_at_80x24():
     from terminals import keys, quits_cleanly, terminal, tmux, wait_screen, wait_until

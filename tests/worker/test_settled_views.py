@@ -12,6 +12,7 @@ from worker.test_engine_worker import Collector
 
 from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.commands import Adjust, Intervene, Rewind, ShowAttention, Step
+from tokenviz.contract.errors import Cancelled
 from tokenviz.contract.interventions import Steering
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.worker import meanwhile
@@ -111,3 +112,36 @@ def test_steering_feeds_the_journey_again_saying_how_far(worker, monkeypatch):
     said = [s.message for s in post.snapshots if "journey's tokens run again" in s.message]
     assert said and f" of {len(ready.chips)} tokens · " in said[-1], said
     assert done.error is None and done.took is not None and done.took.part("the model changed") > 1000
+
+
+def test_a_settings_key_sets_a_long_attention_pass_aside_and_the_pass_runs_after(worker):
+    """UX 7's finding 7, whole: a settings key is never queued behind a view's pass. A pass that can stop
+    (llama.cpp's, between its graph's nodes) is set aside when a key waits; the key runs, then the pass
+    again, and the frame after it has the rows."""
+    post = Collector()
+    worker.start(post)
+    post.wait(lambda s: s.state == "ready")
+    engine = worker.session.engine
+    attention, order, started = engine.attention, [], threading.Event()
+
+    def long_pass(ids, rows, layers, cancelled=None):  # a pass of up to 20 s that stops when asked
+        order.append("pass")
+        started.set()
+        ends = time.monotonic() + 20
+        while len([o for o in order if o == "pass"]) == 1 and time.monotonic() < ends:
+            if cancelled is not None and cancelled():
+                order.append("set aside")
+                raise Cancelled("set aside")
+            time.sleep(0.01)
+        return attention(ids, rows, layers)
+
+    engine.attention = long_pass
+    set_settings = worker.session.set_settings
+    worker.session.set_settings = lambda settings: order.append("settings") or set_settings(settings)
+    worker.submit(ShowAttention(layer=1, rows=8))
+    assert started.wait(20)
+    worker.submit(Adjust("temperature", 1))
+    s = post.wait(lambda s: s.handled == 2 and s.attention is not None, timeout=30)
+    assert order == ["pass", "set aside", "settings", "pass"], order
+    assert s.settings.temperature != SamplingSettings(seed=1).temperature
+    assert s.attention.layer == 1 and not s.attention.failed

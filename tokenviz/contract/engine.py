@@ -396,9 +396,12 @@ class OwnGrammarVocabulary(Protocol):
 class AttentionRows(Protocol):
     """Capability.ATTENTION: exact attention weights of any position of the journey."""
 
-    def attention(self, ids: Sequence[int], rows: range, layers: Sequence[int]) -> Scores:
+    def attention(
+        self, ids: Sequence[int], rows: range, layers: Sequence[int], cancelled: IsCancelled = None
+    ) -> Scores:
         """Exact attention weights of positions `rows` for `layers`: (layers, heads, rows, keys), the
-        model's own softmax over the keys up to each row (0 past it)."""
+        model's own softmax over the keys up to each row (0 past it). `cancelled()` True (a key waits) stops
+        the pass where the runtime can stop it, raising Cancelled."""
 
 
 class Intervening(Protocol):

@@ -333,13 +333,14 @@ class Session:
         self.pin(others if token_id in self.pinned else [*others, token_id], progress, cancelled)
         return token_id
 
-    def attention(self, rows: range, layers: Sequence[int]) -> np.ndarray:
+    def attention(self, rows: range, layers: Sequence[int], cancelled: IsCancelled = None) -> np.ndarray:
         """The exact attention weights of positions `rows` of the current path for `layers`:
-        float32 (layers, heads, len(rows), rows.stop); row i covers keys 0..rows.start + i."""
+        float32 (layers, heads, len(rows), rows.stop); row i covers keys 0..rows.start + i. `cancelled()`
+        True sets the pass aside where the runtime can stop it (Cancelled)."""
         if not 0 <= rows.start < rows.stop <= self.engine.kv_len:
             raise TokenvizError(f"positions {rows.start}-{rows.stop - 1} have not all been through the model")
         engine: AttentionRows = require(self.engine, Capability.ATTENTION, "attention rows")
-        weights: np.ndarray = to_host({"rows": engine.attention(self.cached_ids, rows, layers)})["rows"]
+        weights: np.ndarray = to_host({"rows": engine.attention(self.cached_ids, rows, layers, cancelled)})["rows"]
         return weights
 
     def check_stop(self) -> str | None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tokenviz.contract.attention import AttentionView
+from tokenviz.contract.engine import IsCancelled
 
 if TYPE_CHECKING:
     from tokenviz.journey.session import Session
@@ -23,7 +24,7 @@ class AttentionRows:
         self._ids: list[int] = []  # the tokens the rows were computed on
         self._rows: dict[int, np.ndarray] = {}  # position -> (heads, position + 1)
 
-    def view(self, session: Session, layer: int, queries: range) -> AttentionView:
+    def view(self, session: Session, layer: int, queries: range, cancelled: IsCancelled = None) -> AttentionView:
         ids = session.cached_ids
         same = min(len(ids), len(self._ids))
         if layer != self._layer or ids[:same] != self._ids[:same]:
@@ -33,7 +34,7 @@ class AttentionRows:
         missing = [q for q in queries if q not in self._rows]
         if missing:
             fresh = range(missing[0], missing[-1] + 1)
-            weights = session.attention(fresh, [layer])[0]
+            weights = session.attention(fresh, [layer], cancelled)[0]
             for i, q in enumerate(fresh):
                 self._rows[q] = weights[:, i, : q + 1]
         heads = next(iter(self._rows.values())).shape[0]

@@ -458,7 +458,7 @@ class EngineWorker(CommandThread[Snapshot]):
         session = self.session
         try:  # (autoplay pages the attention rows' window; a frame at rest has them whole)
             if session is not None and (self._views.due or self._views.paged != self.playing):
-                self._views.after(session, self._meanwhile.saying, paged=self.playing)
+                self._views.after(session, self._meanwhile.saying, self.playing, give_way=self._command_waiting)
         except TokenvizError as exc:
             return safe_text(str(exc))
         except Exception as exc:  # a bug, not the user's mistake: the journey stays, the details go to the log

@@ -15,7 +15,7 @@ import numpy as np
 
 from tokenviz.contract.attention import AttentionView
 from tokenviz.contract.commands import Beams, Inspect, Request, ShowAttention, ShowLens, Speculate, Verify
-from tokenviz.contract.engine import Capability
+from tokenviz.contract.engine import Capability, IsCancelled
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.results import ViewResult
 from tokenviz.worker.attention_rows import AttentionRows
@@ -78,10 +78,13 @@ class ViewResults:
         else:
             self._lens_request = request if request.rows != () else None
 
-    def after(self, session: Session, saying: Saying = _silently, paged: bool = False) -> None:
+    def after(
+        self, session: Session, saying: Saying = _silently, paged: bool = False, give_way: IsCancelled = None
+    ) -> None:
         """The standing views of the journey as the commands left it: the model's work is here, a frame
         reads. `saying` says a wait of each view's pass while it lasts; `took` times them. `paged`: the
-        attention rows' window moves by half-windows (while autoplay runs: contract.attention.window)."""
+        attention rows' window moves by half-windows (while autoplay runs: contract.attention.window).
+        `give_way()` True (a key waits) sets the attention rows' pass aside: no rows, and still `due`."""
         self.due, self.took, self.paged = False, {}, paged
         if not self._stands("attention map", session):
             self.attention = None
@@ -90,7 +93,11 @@ class ViewResults:
                 continue
             started = time.perf_counter()
             with saying(self._pass_of(name, session), view=name.split()[0]):
-                work(session)
+                try:
+                    work(session, give_way)
+                except Cancelled:  # the key first; the rows once it is done (the pane keeps its last map)
+                    self.attention, self.due = None, True
+                    return
             self.took[name] = (time.perf_counter() - started) * 1e3
 
     def _stands(self, name: str, session: Session) -> bool:
@@ -115,7 +122,7 @@ class ViewResults:
             attention=None if busy else self.attention,
         )
 
-    def _standing_lens(self, session: Session) -> None:
+    def _standing_lens(self, session: Session, give_way: IsCancelled = None) -> None:
         """The lens the open view shows at the newest position while it stands (ShowLens): read in the
         step's own pass where the engine can (and kept: asked again, it is no work), so the frame after a
         step carries it, during autoplay too. Its refusal is its view's to say."""
@@ -126,11 +133,11 @@ class ViewResults:
         with contextlib.suppress(TokenvizError):  # marked failed: the lens view says why
             self.run(Inspect(newest, request.rows), session)
 
-    def _attention_view(self, session: Session) -> None:
+    def _attention_view(self, session: Session, give_way: IsCancelled = None) -> None:
         """The rows the attention pane asked for, computed for the journey as it is now."""
-        self.attention = self._attention_rows_now(session)
+        self.attention = self._attention_rows_now(session, give_way)
 
-    def _attention_rows_now(self, session: Session) -> AttentionView | None:
+    def _attention_rows_now(self, session: Session, give_way: IsCancelled) -> AttentionView | None:
         request = self._attention_request
         if request is None or not session.records:
             return None
@@ -141,7 +148,9 @@ class ViewResults:
         if self._attention_failed is not None and self._attention_failed[0] == asked:
             return self._attention_failed[1]  # asked once: not again each frame
         try:
-            return self._attention_rows.view(session, layer, queries)
+            return self._attention_rows.view(session, layer, queries, give_way)
+        except Cancelled:  # set aside for a key: asked again after it (see after)
+            raise
         except TokenvizError as exc:  # a server's rows it cannot give: the pane says why, not "computing…"
             weights = np.full((session.engine.info.heads, len(queries), queries.stop), np.nan, dtype=np.float32)
             failed = AttentionView(layer=layer, queries=queries, weights=weights, missing=str(exc), failed=True)

@@ -342,8 +342,10 @@ class LlamaCppEngine(DenseInOnePlace):
         ids, said = list(ask.ids), (self.eos_ids, self.piece)
         return speculate(self.runtime, self.edits, *said, ids, drafter, ask.steps, settings, ask.is_cancelled, ask.tell)
 
-    def attention(self, ids: Sequence[int], rows: range, layers: Sequence[int]) -> torch.Tensor:
-        return self.internals.attention(ids, rows, layers)
+    def attention(
+        self, ids: Sequence[int], rows: range, layers: Sequence[int], cancelled: IsCancelled = None
+    ) -> torch.Tensor:
+        return self.internals.attention(ids, rows, layers, cancelled)
 
     # ---- interventions ------------------------------------------------------------------------------
 

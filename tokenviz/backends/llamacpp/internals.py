@@ -30,7 +30,7 @@ from tokenviz.backends.llamacpp.pinned import RESULT_NORM, attention_probabiliti
 from tokenviz.backends.llamacpp.runtime import BATCH, NO_EDITS, Edits, Runtime, cells_reused
 from tokenviz.backends.shared.lens_in_use import STEPS_KEPT, LensInUse
 from tokenviz.backends.shared.output_head import inspections
-from tokenviz.contract.engine import Residuals, shared_prefix
+from tokenviz.contract.engine import IsCancelled, Residuals, shared_prefix
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.results import Inspection, LensAsk
 
@@ -330,13 +330,18 @@ class LlamaInternals:
         return found
 
     @torch.inference_mode()
-    def attention(self, ids: Sequence[int], rows: range, layers: Sequence[int]) -> torch.Tensor:
+    def attention(
+        self, ids: Sequence[int], rows: range, layers: Sequence[int], cancelled: IsCancelled = None
+    ) -> torch.Tensor:
         """llama.cpp's own attention probabilities of positions `rows` at `layers`:
         (layers, heads, len(rows), rows.stop), 0 past each row's position. A pass from position 0: the
-        probabilities' columns are the cache's cells, which are positions in a cache filled from empty."""
+        probabilities' columns are the cache's cells, which are positions in a cache filled from empty.
+        `cancelled()` True stops the pass between two of its graph's nodes (llama.cpp's abort callback)."""
         heads, stop = self.runtime.shape.heads, rows.stop
         names = {attention_probabilities(layer): i for i, layer in enumerate(layers)}
-        found = self.from_empty(self.attention_context, ids[:stop], set(names))
+        context = self.attention_context
+        with context.stopping_when(cancelled):
+            found = self.from_empty(context, ids[:stop], set(names))
         if len(found) != len(names):
             raise TokenvizError(f"llama.cpp's graph of {self.architecture} has no kq_soft_max (its attention rows)")
         out = torch.zeros(len(layers), heads, len(rows), stop)

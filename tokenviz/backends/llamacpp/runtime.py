@@ -13,7 +13,7 @@ import collections
 import ctypes
 import os
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,13 +23,14 @@ import numpy as np
 
 from tokenviz.backends.llamacpp import pinned
 from tokenviz.contract.engine import shared_prefix
-from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.text import safe_text, shortened
 from tokenviz.system.cpu_threads import cores, told_threads
 
 if TYPE_CHECKING:
     from tokenviz.backends.llamacpp.capture import Capture, Writes
 
+ABORTED = 2  # what llama_decode returns once its abort callback said stop
 BATCH = 512  # tokens decoded in one llama_decode (a longer prompt is fed in batches)
 FLASH_ATTENTION = ("auto", "on", "off")  # --flash-attention: llama.cpp's own choice (its default), or told
 KV_VALUE_BYTES = 2  # llama.cpp's cache keeps keys and values as float16 unless told otherwise
@@ -272,6 +273,7 @@ class Runtime:
             params.cb_eval = capture.callback
             params.cb_eval_user_data = None
         self.capture = capture
+        self._stop: Callable[[], bool] | None = None  # asked between the graph's nodes (stopping_when)
         self.opened = (flash_attention, sequences)  # as reopen opens it again
         self.held: list[int] = []  # the tokens its cache holds, from position 0
         self.passes: list[Fed] = []  # the decodes that fed them (each cut where the next begins)
@@ -280,6 +282,22 @@ class Runtime:
         if not self.ctx:
             raise TokenvizError(f"llama.cpp could not make a context of {self.context_size:,} tokens")
         self._free_ctx = _freed_when_dropped(self, _free_context, lib, self.ctx, self.loaded, capture)
+
+    @contextmanager
+    def stopping_when(self, stop: Callable[[], bool] | None) -> Iterator[None]:
+        """Inside, a decode on this context stops between two of its graph's nodes once `stop()` is True and
+        raises Cancelled (llama.cpp's abort callback, asked at every node: set only here; None: not set)."""
+        if stop is None:
+            yield
+            return
+        lib, self._stop = self.lib, stop
+        callback = lib.ggml_abort_callback(lambda data: bool(stop()))  # (kept alive while llama.cpp holds it)
+        lib.llama_set_abort_callback(self.ctx, callback, None)
+        try:
+            yield
+        finally:
+            lib.llama_set_abort_callback(self.ctx, lib.ggml_abort_callback(), None)
+            self._stop = None
 
     def _drop_context(self) -> None:
         if self.ctx is not None:
@@ -432,6 +450,8 @@ class Runtime:
             code = lib.llama_decode(self.ctx, batch)
             if code != 0:
                 self.cut(start)
+                if code == ABORTED and self._stop is not None:
+                    raise Cancelled("the pass was set aside")
                 raise TokenvizError(f"llama.cpp could not decode {len(part)} tokens at {start + first} (code {code})")
             self.held.extend(part)
             for i in (i for i in range(len(part)) if first + i in wanted):

@@ -441,8 +441,12 @@ class ServedEngine(DenseInOnePlace):
         assert self.internals is not None  # asked only behind the lens capability
         return self.internals.inspect(self, ask)
 
-    def attention(self, ids: Sequence[int], rows: range, layers: Sequence[int]) -> torch.Tensor:
+    def attention(
+        self, ids: Sequence[int], rows: range, layers: Sequence[int], cancelled: IsCancelled = None
+    ) -> torch.Tensor:
         assert self.internals is not None  # asked only behind the attention rows' capability
+        if cancelled is not None and cancelled():  # (one request: asked before it)
+            raise Cancelled("the attention rows were set aside")
         return self.internals.attention(ids, rows, layers)
 
     def attribute(

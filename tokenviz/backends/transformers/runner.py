@@ -373,9 +373,14 @@ class ModelRunner:
             and not self.compiled.hooked()
         )
 
-    def attention(self, ids: Sequence[int], rows: range, layers: Sequence[int]) -> torch.Tensor:
+    def attention(
+        self, ids: Sequence[int], rows: range, layers: Sequence[int], cancelled: IsCancelled = None
+    ) -> torch.Tensor:
         """The exact attention weights of positions `rows` of the cached path `ids`, for `layers`:
-        (layers, heads, len(rows), rows.stop) in float32, on the device (see exact_attention)."""
+        (layers, heads, len(rows), rows.stop) in float32, on the device (see exact_attention). (`cancelled`
+        is asked before: the rows are one computation.)"""
+        if cancelled is not None and cancelled():
+            raise Cancelled("the attention rows were set aside")
         return self.rows.weights(ids, rows, layers)
 
     @torch.inference_mode()
