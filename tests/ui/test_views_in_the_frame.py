@@ -66,9 +66,9 @@ async def test_a_frame_is_built_without_the_model(monkeypatch):
         finally:
             building[0] = False
 
-    def watched(self, queries, layers):
+    def watched(self, queries, layers, cancelled=None):
         during.append(building[0])
-        return attention(self, queries, layers)
+        return attention(self, queries, layers, cancelled)
 
     monkeypatch.setattr(EngineWorker, "_snapshot", built)
     monkeypatch.setattr(Session, "attention", watched)

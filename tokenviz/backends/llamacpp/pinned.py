@@ -15,7 +15,8 @@ RESULT_NORM = "result_norm"  # the final norm's output in llama.cpp's graph
 # What tokenviz calls of llama.cpp's C API through llama-cpp-python's bindings (a test reads the backend's
 # code and holds this list to it).
 LLAMA_FUNCTIONS = (
-    "LLAMA_FLASH_ATTN_TYPE_DISABLED", "LLAMA_FLASH_ATTN_TYPE_ENABLED", "ggml_backend_sched_eval_callback",
+    "LLAMA_FLASH_ATTN_TYPE_DISABLED", "LLAMA_FLASH_ATTN_TYPE_ENABLED", "ggml_abort_callback",
+    "ggml_backend_sched_eval_callback",
     "llama_backend_init", "llama_batch_free", "llama_batch_init", "llama_context_default_params",
     "llama_decode", "llama_free", "llama_get_logits_ith", "llama_get_memory", "llama_init_from_model",
     "llama_log_set", "llama_memory_clear", "llama_memory_seq_cp", "llama_memory_seq_rm",
@@ -23,7 +24,7 @@ LLAMA_FUNCTIONS = (
     "llama_model_load_from_file",
     "llama_model_meta_val_str", "llama_model_n_ctx_train", "llama_model_n_embd", "llama_model_n_head",
     "llama_model_n_head_kv", "llama_model_n_layer", "llama_model_n_params", "llama_model_size",
-    "llama_set_adapter_cvec", "llama_state_seq_get_data", "llama_state_seq_get_size",
+    "llama_set_abort_callback", "llama_set_adapter_cvec", "llama_state_seq_get_data", "llama_state_seq_get_size",
     "llama_state_seq_set_data", "llama_token", "llama_token_to_piece", "llama_tokenize",
     "llama_vocab_is_control", "llama_vocab_is_eog", "llama_vocab_n_tokens",
 )  # fmt: skip
