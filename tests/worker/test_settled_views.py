@@ -145,3 +145,14 @@ def test_a_settings_key_sets_a_long_attention_pass_aside_and_the_pass_runs_after
     assert order == ["pass", "set aside", "settings", "pass"], order
     assert s.settings.temperature != SamplingSettings(seed=1).temperature
     assert s.attention.layer == 1 and not s.attention.failed
+
+
+def test_a_wait_inside_another_is_the_outer_ones_to_say(monkeypatch):
+    """The standing lens's request inside the views' settling: one line, the outer's, not two timers."""
+    monkeypatch.setattr(meanwhile, "SAID_AFTER_S", 0.2)
+    said: list[tuple[str, str]] = []
+    telling = Meanwhile(lambda line, view: said.append((line, view)))
+    with telling.saying("computing the logit lens at position 9", view="lens"), telling.saying("computing inner"):
+        time.sleep(0.5)
+    assert said and all(line.startswith("computing the logit lens at position 9") for line, _ in said), said
+    assert threading.active_count() == len([t for t in threading.enumerate() if t.name != "tokenviz-meanwhile"])

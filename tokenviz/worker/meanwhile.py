@@ -22,11 +22,17 @@ class Meanwhile:
 
     def __init__(self, say: Say) -> None:
         self._say = say
+        self._inside = False  # a wait is being said (the engine thread's alone: no lock)
 
     @contextmanager
     def saying(self, what: str, unit: str = "", view: str = "") -> Iterator[Callable[[int, int], None]]:
         """Inside, a wait of `what`; the callback yielded tells how far it is (done, total) in `unit`s.
-        `view`: the view whose result is being computed (its pane says so), or ""."""
+        `view`: the view whose result is being computed (its pane says so), or "". A wait inside another
+        (the standing lens's request inside the views' settling) is the outer one's to say."""
+        if self._inside:
+            yield lambda done, total: None
+            return
+        self._inside = True
         started, done = time.monotonic(), threading.Event()
         far: list[tuple[int, int]] = []
 
@@ -45,3 +51,4 @@ class Meanwhile:
         finally:
             done.set()
             teller.join()
+            self._inside = False

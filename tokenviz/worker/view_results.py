@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
@@ -86,31 +86,31 @@ class ViewResults:
         attention rows' window moves by half-windows (while autoplay runs: contract.attention.window).
         `give_way()` True (a key waits) sets the attention rows' pass aside: no rows, and still `due`."""
         self.due, self.took, self.paged = False, {}, paged
-        if not self._stands("attention map", session):
-            self.attention = None
-        for name, work in (("lens", self._standing_lens), ("attention map", self._attention_view)):
-            if not self._stands(name, session):
-                continue
-            started = time.perf_counter()
-            with saying(self._pass_of(name, session), view=name.split()[0]):
-                try:
-                    work(session, give_way)
-                except Cancelled:  # the key first; the rows once it is done (the pane keeps its last map)
-                    self.attention, self.due = None, True
-                    return
-            self.took[name] = (time.perf_counter() - started) * 1e3
+        try:
+            if self._lens_request is not None and session.records:
+                newest = f"computing the logit lens at position {len(session.ids) - 1}"
+                with self._timed("lens"), saying(newest, view="lens"):
+                    self._standing_lens(session)
+            if self._attention_request is None or not session.records:
+                self.attention = None
+                return
+            with self._timed("attention map"), saying(self._attention_pass(session), view="attention"):
+                self.attention = self._attention_view(session, give_way)
+        except Cancelled:  # the key first; the rows once it is done (the pane keeps its last map)
+            self.attention, self.due = None, True
 
-    def _stands(self, name: str, session: Session) -> bool:
-        request = self._lens_request if name == "lens" else self._attention_request
-        return request is not None and bool(session.records)
+    @contextlib.contextmanager
+    def _timed(self, name: str) -> Iterator[None]:
+        """`took[name]`: the ms of the work inside (none where it was set aside)."""
+        started = time.perf_counter()
+        yield
+        self.took[name] = (time.perf_counter() - started) * 1e3
 
-    def _pass_of(self, name: str, session: Session) -> str:
-        """What the wait for a standing view's pass is, in the status line's words."""
-        if name == "lens":
-            return f"computing the logit lens at position {len(session.ids) - 1}"
-        request = self._attention_request
-        assert request is not None
-        layer, queries = request.resolve(session.engine.kv_len, session.engine.info.layers, self.paged)
+    def _attention_pass(self, session: Session) -> str:
+        """What the wait for the attention rows' pass is, in the status line's words."""
+        assert self._attention_request is not None
+        layers = session.engine.info.layers
+        layer, queries = self._attention_request.resolve(session.engine.kv_len, layers, self.paged)
         return f"computing the attention map: layer {layer}, positions {queries.start}–{queries.stop - 1}"
 
     def fields(self, busy: bool) -> dict[str, Any]:
@@ -122,7 +122,7 @@ class ViewResults:
             attention=None if busy else self.attention,
         )
 
-    def _standing_lens(self, session: Session, give_way: IsCancelled = None) -> None:
+    def _standing_lens(self, session: Session) -> None:
         """The lens the open view shows at the newest position while it stands (ShowLens): read in the
         step's own pass where the engine can (and kept: asked again, it is no work), so the frame after a
         step carries it, during autoplay too. Its refusal is its view's to say."""
@@ -133,11 +133,8 @@ class ViewResults:
         with contextlib.suppress(TokenvizError):  # marked failed: the lens view says why
             self.run(Inspect(newest, request.rows), session)
 
-    def _attention_view(self, session: Session, give_way: IsCancelled = None) -> None:
+    def _attention_view(self, session: Session, give_way: IsCancelled) -> AttentionView | None:
         """The rows the attention pane asked for, computed for the journey as it is now."""
-        self.attention = self._attention_rows_now(session, give_way)
-
-    def _attention_rows_now(self, session: Session, give_way: IsCancelled) -> AttentionView | None:
         request = self._attention_request
         if request is None or not session.records:
             return None
