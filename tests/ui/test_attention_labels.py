@@ -59,8 +59,8 @@ async def test_the_room_left_below_the_newest_row_says_the_next_rows_come_there(
         await pilot.press("minus", "minus", "minus", "a")  # a step every 0.5 s: each frame is read
         for _ in range(14):
             steps = len(app.journey.snapshot.chips)
-            await wait_for(lambda steps=steps: len(app.journey.snapshot.chips) > steps, pilot)
-            await pilot.pause(0.15)
+            # (the frame of the new step drawn: its pane's lines are on screen)
+            await wait_for(lambda steps=steps: len(app.journey.snapshot_drawn.chips) > steps, pilot)
             s = app.journey.snapshot_drawn
             lines = text_of(pane).splitlines()
             if not s.playing or not any(line.startswith("▶") for line in lines):

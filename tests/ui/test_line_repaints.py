@@ -82,8 +82,8 @@ async def test_a_step_at_the_newest_token_repaints_a_few_attention_lines_and_the
         for _ in range(10):
             steps = len(app.journey.snapshot.chips)
             repainted.clear()
-            await wait_for(lambda steps=steps: len(app.journey.snapshot.chips) > steps, pilot)
-            await pilot.pause(0.2)
+            # (the frame of the new step drawn: its pane's lines are on screen)
+            await wait_for(lambda steps=steps: len(app.journey.snapshot_drawn.chips) > steps, pilot)
             per_frame.append(sum(repainted))
         await pilot.press("a")
         assert statistics.median(per_frame) <= 8 < pane.size.height, per_frame
