@@ -22,6 +22,7 @@ from bench.engine import autoplay_run, started_session
 from bench.shaped_gguf import GGUF_SHAPES, shaped_gguf
 from bench.timing import in_thread, paired_ratio, seconds_of
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.files.record_json import as_json
 from tokenviz.journey.session import Session
 
 CPU = torch.device("cpu")  # (llama.cpp's logits are read into the host's memory: nothing to wait for)
@@ -240,7 +241,7 @@ def gguf_file(choice: str | None) -> Path | None:
 def gguf_described(gguf: str) -> dict:
     """The GGUF `gguf` names (see gguf_file) as its engine describes it: the results file's model block."""
     engine = open_engine(gguf_file(gguf))
-    return {"file": str(engine.path), **engine.info.to_json()}
+    return {"file": str(engine.path), **as_json(engine.info)}
 
 
 def llamacpp_measures(loaded, steps: int, tokens: int, gguf: str | None = None) -> list[tuple[str, Callable[[], dict]]]:

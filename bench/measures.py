@@ -53,6 +53,7 @@ from bench.timing import in_thread
 from tokenviz.backends.transformers.gguf_cache import gguf_cache_dir
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.text import safe_text
+from tokenviz.files.record_json import as_json
 from tokenviz.system.paths import bundled_gguf
 
 
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None,
         },
         # (with --gguf the measures run on that GGUF: the file describes it, not the transformers model)
-        "model": gguf_described(args.gguf) if args.gguf else loaded.info.to_json(),
+        "model": gguf_described(args.gguf) if args.gguf else as_json(loaded.info),
     }
     console.print(f"[bold]tokenviz bench[/] on {loaded.info.name}, {device}, {loaded.info.dtype}")
     measures = [

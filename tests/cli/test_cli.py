@@ -10,6 +10,7 @@ from clitools import invoke
 from tiny import save_tiny
 
 from tokenviz import __version__
+from tokenviz.files.record_json import record_json
 
 PROMPT = "The Eiffel Tower is located in"
 
@@ -136,7 +137,7 @@ def test_greedy_is_said_one_way_its_final_distribution_one_hot(monkeypatch, caps
     assert len(rows) == 3 and all("1.000" in row for row in rows), out
     record = frozen_snapshot(steps=1, settings=SamplingSettings(temperature=0)).records[-1]
     drawn = dataclasses.replace(record.decision, mode="drawn")  # (a server's draw under greedy settings)
-    assert dataclasses.replace(record, decision=drawn).to_json()["draw"]["greedy"] is True
+    assert record_json(dataclasses.replace(record, decision=drawn))["draw"]["greedy"] is True
 
 
 def test_the_trace_table_says_where_the_lens_and_attention_it_cannot_show_are(monkeypatch, capsys, tiny_dir):

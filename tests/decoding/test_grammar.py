@@ -17,10 +17,11 @@ from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.backends.transformers.speculation import make_drafter, speculative_decode
 from tokenviz.contract.errors import SettingsError, TokenvizError
 from tokenviz.contract.grammar import Grammar
-from tokenviz.contract.settings import SamplingSettings, grammars_from_json, grammars_json
+from tokenviz.contract.settings import SamplingSettings, grammars_from_json
 from tokenviz.decoding.sampling import final_distribution
 from tokenviz.files.grammar_file import engine_grammar, read_grammar
 from tokenviz.files.journey_file import open_journey, recording_of, save_journey
+from tokenviz.files.record_json import as_json, grammars_json, settings_json
 from tokenviz.journey.reproduce import verify_journey
 from tokenviz.journey.session import Session
 from tokenviz.worker.snapshots import saved_attention_of, snapshot_of
@@ -229,7 +230,7 @@ def test_a_journey_file_naming_a_grammar_it_does_not_hold_is_refused(tmp_path):
     path.write_text(json.dumps(doc))
     with pytest.raises(TokenvizError, match="grammar the file does not hold"):
         open_journey(path)
-    doc["grammars"] = {REGEX.digest: {**REGEX.to_json(), "text": "[0-9]+"}}  # a text that is not its digest's
+    doc["grammars"] = {REGEX.digest: {**as_json(REGEX), "text": "[0-9]+"}}  # a text that is not its digest's
     path.write_text(json.dumps(doc))
     with pytest.raises(TokenvizError, match="does not match its text"):
         open_journey(path)
@@ -240,9 +241,9 @@ def test_grammars_are_written_once_and_read_back_by_digest():
     table = grammars_json(settings)
     assert list(table) == [REGEX.digest]
     back = grammars_from_json(json.loads(json.dumps(table)))
-    assert SamplingSettings.from_json(settings[1].to_json(), back) == settings[1]
+    assert SamplingSettings.from_json(settings_json(settings[1]), back) == settings[1]
     with pytest.raises(SettingsError, match="not given"):
-        SamplingSettings.from_json(settings[1].to_json())
+        SamplingSettings.from_json(settings_json(settings[1]))
 
 
 def test_beams_and_speculation_say_they_do_not_follow_a_grammar():

@@ -34,8 +34,9 @@ def one_error(err: str) -> str:
         (lambda d: d["replay"]["info"].update(layers="30"), "replay.info.layers"),
         (lambda d: d["replay"].update(prompt_len=10**6), "replay: Value error"),
         (lambda d: d["replay"]["records"][0]["top"][0].__setitem__(3, "0.5"), "replay.records.0.top.0.prob"),
-        (lambda d: d.pop("steps"), "steps"),
-        (lambda d: d["steps"][0].pop("settings"), "steps.0.settings"),
+        (lambda d: d.pop("prompt"), "prompt"),
+        (lambda d: d["replay"]["records"][0]["decision"].pop("settings"), "replay.records.0.decision.settings"),
+        (lambda d: d.update(step_views=[[1]]), "step_views.0"),
     ],
 )
 @pytest.mark.parametrize("verify", [False, True])
@@ -80,9 +81,10 @@ def test_special_large_and_future_files_are_refused(monkeypatch, capsys, tmp_pat
     assert code == 2 and "journeys of up to 0 MB" in one_error(err)
     monkeypatch.undo()
     future = tmp_path / "future.json"
-    future.write_text(json.dumps({**VALID, "format": "tokenviz-journey/2"}))
+    future.write_text(json.dumps({**VALID, "format": "tokenviz-journey/3"}))
     code, _, err = invoke(monkeypatch, capsys, "replay", str(future))
-    assert code == 2 and "has format tokenviz-journey/2; this tokenviz reads tokenviz-journey/1" in one_error(err)
+    said = "has format tokenviz-journey/3; this tokenviz reads tokenviz-journey/2, tokenviz-journey/1"
+    assert code == 2 and said in one_error(err)
 
 
 def test_save_never_replaces_a_file_unless_forced(monkeypatch, capsys, tmp_path, tiny_dir):
@@ -92,7 +94,7 @@ def test_save_never_replaces_a_file_unless_forced(monkeypatch, capsys, tmp_path,
     code, out, err = invoke(monkeypatch, capsys, *args)
     assert code == 2 and "exists already" in one_error(err) and path.read_text() == "mine" and out == ""
     code, out, err = invoke(monkeypatch, capsys, *args, "--force")
-    assert code == 0 and json.loads(path.read_text())["format"] == "tokenviz-journey/1"
+    assert code == 0 and json.loads(path.read_text())["format"] == "tokenviz-journey/2"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.json"]  # no temporary file left behind
 
 

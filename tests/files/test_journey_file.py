@@ -56,10 +56,47 @@ def test_trace_save_then_verify(monkeypatch, capsys, tmp_path, tiny_dir):
     assert code == 0, err
     assert out.strip() == "verified: all 6 steps reproduce the recorded tokens"
     # a tampered recording is caught
-    doc["steps"][3]["chosen"]["id"] = (doc["steps"][3]["chosen"]["id"] + 1) % 300
+    decision = doc["replay"]["records"][3]["decision"]
+    decision["chosen_id"] = (decision["chosen_id"] + 1) % 300
     path.write_text(json.dumps(doc))
     code, out, err = invoke(monkeypatch, capsys, "replay", str(path), "--verify", "--model", tiny_dir)
     assert code == 1 and "step 3 differs" in err
+
+
+def test_a_file_holds_each_step_once_and_replay_json_prints_the_trace(monkeypatch, capsys, tmp_path, tiny_dir):
+    path = tmp_path / "journey.json"
+    args = ["--model", tiny_dir, "--steps", "5", "--temperature", "0.8", "--seed", "3", "--lens", "--attention", "1"]
+    code, out, err = invoke(monkeypatch, capsys, "trace", PROMPT, *args, "--save", str(path), "--json")
+    assert code == 0, err
+    printed, saved = json.loads(out), json.loads(path.read_text())
+    assert "steps" not in saved and len(saved["replay"]["records"]) == 5  # stopped at the limit: no pending one
+    logit = json.dumps(printed["steps"][2]["top"][0]["logit"])  # a number no other step has
+    assert path.read_text().count(logit) == 1  # in its record alone
+    assert {"lens", "lens_first_top1_layer", "attention"} <= set(saved["step_views"][0])  # what the views added
+    code, out, err = invoke(monkeypatch, capsys, "replay", str(path), "--json")
+    assert code == 0, err
+    assert json.loads(out) == printed  # the trace's own document, its steps made from the records
+    code, out, err = invoke(monkeypatch, capsys, "replay", str(path), "--verify", "--model", tiny_dir)
+    assert code == 0 and "all 5 steps" in out, err
+
+
+def test_a_journey_saved_in_the_first_format_still_reads(monkeypatch, capsys, tmp_path, tiny_dir):
+    path, earlier = tmp_path / "journey.json", tmp_path / "earlier.json"
+    args = ["--model", tiny_dir, "--steps", "4", "--temperature", "0.9", "--seed", "2", "--lens"]
+    code, out, err = invoke(monkeypatch, capsys, "trace", PROMPT, *args, "--save", str(path), "--json")
+    assert code == 0, err
+    printed = json.loads(out)
+    # the first format: the trace document, its steps whole, beside the records
+    first = {**{k: v for k, v in json.loads(path.read_text()).items() if k != "step_views"}, **printed}
+    earlier.write_text(json.dumps({**first, "format": "tokenviz-journey/1"}))
+    logit = json.dumps(printed["steps"][2]["top"][0]["logit"])
+    assert (path.read_text().count(logit), earlier.read_text().count(logit)) == (1, 2)  # each step once, not twice
+    code, out, err = invoke(monkeypatch, capsys, "replay", str(earlier), "--json")
+    assert code == 0 and json.loads(out) == printed, err
+    assert read_journey(earlier)["step_views"][1]["lens"] == printed["steps"][1]["lens"]
+    code, out, err = invoke(monkeypatch, capsys, "replay", str(earlier), "--verify", "--model", tiny_dir)
+    assert code == 0 and "all 4 steps" in out, err
+    assert recording_of(read_journey(earlier)).snapshot == recording_of(read_journey(path)).snapshot
 
 
 def test_replay_reproduces_settings_changes_and_branches(tmp_path, tiny_dir):
@@ -80,7 +117,8 @@ def test_replay_reproduces_settings_changes_and_branches(tmp_path, tiny_dir):
     s.step()
     path = save_journey(tmp_path / "j.json", snapshot_of(s))
     doc = read_journey(path)
-    assert [st["draw"]["mode"] for st in doc["steps"]] == ["sampled", "sampled", "forced", "forced", "greedy"]
+    modes = [record["decision"]["mode"] for record in doc["replay"]["records"][:5]]
+    assert modes == ["sampled", "sampled", "forced", "forced", "greedy"]
     restored = snapshot_from_journey(doc)
     assert len(restored.branches) == 2 and restored.branches == snapshot_of(s).branches
     checked, mismatch = verify_journey(doc, Session(ModelRunner(loaded)))

@@ -1,19 +1,25 @@
 """One set of types is the journey record: the contract's records are what a file holds, what reads
 it (their annotations, checked by pydantic) and its JSON Schema."""
 
+import ast
 import dataclasses
 import json
+from pathlib import Path
 
 import jsonschema
 import pytest
 from apptools import frozen_recording
 
+import tokenviz
 from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.interventions import Steering, intervention_from_json
 from tokenviz.contract.records import Candidate, ModelInfo, PromptPrediction, StepRecord, TokenChip
 from tokenviz.contract.results import Analyses, Attribution
 from tokenviz.files import journey_schema
+from tokenviz.files.documents import trace_document
 from tokenviz.files.journey_file import journey_file, recording_of
 from tokenviz.files.journey_schema import journey_json_schema, parse_journey
+from tokenviz.files.record_json import intervention_json
 
 
 @pytest.fixture(scope="module")
@@ -81,3 +87,30 @@ def test_the_schema_module_declares_no_record_of_its_own():
     own = {name for name, value in vars(journey_schema).items() if isinstance(value, type)}
     mirrors = {"Info", "Record", "Decision", "Branch", "SavedAttribution", "SavedLogitDifference", "SavedRouting"}
     assert not own & mirrors
+
+
+def test_the_document_and_the_file_write_a_record_alike(recorded):
+    """One serialization: the model, each step's settings, watched tokens and interventions are in the
+    trace document as the file's records hold them (pydantic's dump of the record), not a second writer."""
+    snapshot, _, _, doc = recorded
+    document = trace_document(snapshot)
+    assert document["model"] == doc["replay"]["info"]
+    for step, record in zip(document["steps"], doc["replay"]["records"]):
+        assert step["settings"] == record["decision"]["settings"]
+    steering = Steering(layer=1, scale=4.0, toward="love", away="hate")
+    assert intervention_from_json(intervention_json(steering)) == steering
+
+
+def test_the_contract_names_no_any_and_no_record_writes_its_own_json():
+    """`contract/` says every type it hands over (JsonValue where a file's JSON is meant), and no class
+    anywhere has a hand-written `to_json`: pydantic serializes the records (files.record_json)."""
+    package = Path(tokenviz.__file__).parent
+    for path in package.rglob("*.py"):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            assert not (isinstance(node, ast.FunctionDef) and node.name == "to_json"), f"{path}:{node.lineno}"
+            if path.parent.name == "contract":
+                named = isinstance(node, ast.Name) and node.id == "Any"
+                named |= isinstance(node, ast.Attribute) and node.attr == "Any"
+                named |= isinstance(node, ast.alias) and node.name == "Any"
+                assert not named, f"{path.name}:{getattr(node, 'lineno', '')} names Any"

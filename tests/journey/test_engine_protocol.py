@@ -25,6 +25,7 @@ from tokenviz.contract.engine import (
 )
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.files.record_json import as_json
 from tokenviz.journey.session import Session
 from tokenviz.ui.app import TokenvizApp
 from tokenviz.ui.keys import needs_of
@@ -72,7 +73,7 @@ def test_the_transformers_engine_implements_every_capability_and_declares_it():
     assert runner.info.capabilities == tuple(c.value for c in Capability) and set(PROTOCOLS) == set(Capability)
     assert "whole vocabulary" in runner.info.distribution
     assert runner.twin().info == runner.info and runner.twin().cache is not runner.cache
-    assert "capabilities" in runner.info.to_json() and runner.info.to_json()["capabilities"][0] == "step"
+    assert "capabilities" in as_json(runner.info) and as_json(runner.info)["capabilities"][0] == "step"
 
 
 class LensNoCache:

@@ -14,6 +14,7 @@ from tokenviz.backends.transformers.loading import load_model
 from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.placement import Placement
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.files.record_json import record_json
 from tokenviz.journey.session import Session
 from tokenviz.journey.verification import verify_latest
 
@@ -150,7 +151,7 @@ def test_each_step_is_timed_in_each_place_the_weights_live(models, device, tmp_p
         assert sorted(place for place, _ in record.place_ms) == sorted(places)  # (in the order the pass met them)
         assert all(ms > 0 for _, ms in record.place_ms)
         assert sum(ms for _, ms in record.place_ms) <= record.forward_ms * 1.01 + 0.05  # within the pass
-    assert record.to_json()["ms"]["by_place"] == dict(record.place_ms)
+    assert record_json(record)["ms"]["by_place"] == dict(record.place_ms)
     assert all(not r.place_ms for r in journey(whole).records)  # one place: no hooks, no figures
     path = save_journey(tmp_path / "spread.json", snapshot_of(session))
     replayed = snapshot_from_journey(read_journey(path))

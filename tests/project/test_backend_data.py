@@ -51,12 +51,12 @@ def test_an_engine_that_says_its_recordings_are_its_numbers_has_them_checked_who
     path, saved = recorded(monkeypatch, capsys, tmp_path, "whole")
     code, out, err = invoke(monkeypatch, capsys, "replay", path, "--verify", "--backend", "fixed")
     assert code == 0 and "reproduce the recorded journey: every token, text, number and analysis" in out, err
-    saved["steps"][1]["top"][1]["prob"] += 0.01  # (a number no token check sees)
+    saved["replay"]["records"][1]["top"][1][3] += 0.01  # a candidate's probability (a number no token check sees)
     (tmp_path / "edited.json").write_text(json.dumps(saved))
     code, out, err = invoke(
         monkeypatch, capsys, "replay", str(tmp_path / "edited.json"), "--verify", "--backend", "fixed"
     )
-    assert code == 1 and "\nmismatch: steps[1].top[1].prob is 0.0143" in err, err
+    assert code == 1 and "\nmismatch: replay.records[1].top[1][3] is 0.0143" in err, err
 
 
 def test_a_journey_of_requests_is_verified_only_where_its_steps_are_requests_again(

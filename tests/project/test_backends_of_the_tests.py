@@ -161,7 +161,8 @@ def test_replay_verify_reproduces_a_journey_of_each_and_finds_an_edited_token(
     code, out, err = invoke(monkeypatch, capsys, "replay", str(path), "--verify", "--backend", backend)
     assert code == 0 and out.startswith("verified: all 5 steps reproduce"), out + err
     saved = json.loads(path.read_text())
-    saved["steps"][2]["chosen"]["id"] = (saved["steps"][2]["chosen"]["id"] + 1) % 90
+    decision = saved["replay"]["records"][2]["decision"]
+    decision["chosen_id"] = (decision["chosen_id"] + 1) % 90
     path.write_text(json.dumps(saved))
     code, out, err = invoke(monkeypatch, capsys, "replay", str(path), "--verify", "--backend", backend)
     assert code == 1 and "mismatch: step 2 differs from the recording" in err, out + err

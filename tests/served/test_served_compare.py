@@ -18,6 +18,7 @@ from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.cli.commands import in_terminal
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.perplexity_statistics import KLD_NOT_GIVEN
+from tokenviz.files.record_json import step_diff_json
 from tokenviz.journey.drawn_comparison import DrawnComparison
 from tokenviz.journey.session import Session
 
@@ -51,7 +52,7 @@ def test_the_screens_figures_are_the_headless_comparisons(vllm_server, bundled, 
         assert (shown.top1_agree, shown.a_rank_of_b, shown.b_rank_of_a) == (
             told["top1_agree"], told["a_rank_of_b"], told["b_rank_of_a"],
         )  # fmt: skip
-        assert math.isnan(shown.final_kl) and shown.to_json()["final_kl"] is None
+        assert math.isnan(shown.final_kl) and step_diff_json(shown)["final_kl"] is None
     # llama-perplexity's figures a top N allows, B the base: the server's log-probability of A's token at each
     # step (its prompt_logprobs, asked outside the comparison); the KLD, a sum over every token, not given
     a, steps = comparison.a, len(comparison.diffs)

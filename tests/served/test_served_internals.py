@@ -313,11 +313,11 @@ def test_replay_verify_holds_a_served_journeys_lens_and_attention_rows_to_the_se
     for place, change in (("lens", 0.01), ("attention", 1e-3), ("kept row", 0.01), ("attribution", 0.01)):
         doc = json.loads(json.dumps(original))
         if place == "lens":
-            doc["steps"][1]["lens"][3]["chosen_prob"] += change
-            where = "steps[1].lens[3].chosen_prob"
+            doc["step_views"][1]["lens"][3]["chosen_prob"] += change
+            where = "step_views[1].lens[3].chosen_prob"
         elif place == "attention":
-            doc["steps"][2]["attention"]["heads"][3][4] += change
-            where = "steps[2].attention.heads[3][4]"
+            doc["step_views"][2]["attention"]["heads"][3][4] += change
+            where = "step_views[2].attention.heads[3][4]"
         elif place == "kept row":
             record = doc["replay"]["records"][kept[-1]]["attention"]
             weights = np.frombuffer(base64.b64decode(record["float16"]), dtype=np.float16).copy()

@@ -11,6 +11,7 @@ from tiny import tiny_model
 
 from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.files.record_json import step_diff_json
 from tokenviz.journey.comparison import Comparison
 from tokenviz.journey.session import Session
 from tokenviz.render.units import probability
@@ -102,7 +103,7 @@ async def test_x_saves_both_journeys_replayable_and_the_comparison(tmp_path, mon
     files = sorted(tmp_path.glob("*.json"))
     assert len(files) == 3
     document = json.loads(next(f for f in files if not f.stem.endswith(("-a", "-b"))).read_text())
-    assert document["diff"] == [d.to_json() for d in c.diffs[: len(document["a"]["steps"])]]
+    assert document["diff"] == [step_diff_json(d) for d in c.diffs[: len(document["a"]["steps"])]]
     for side, snapshot in (("a", c.a), ("b", c.b)):
         saved = recording_of(read_journey(next(f for f in files if f.stem.endswith(f"-{side}")))).snapshot
         assert saved.records == snapshot.records and saved.chips == snapshot.chips

@@ -14,6 +14,7 @@ from tiny import tiny_model
 from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.files.journal import orphans
+from tokenviz.files.record_json import settings_json
 from tokenviz.worker.engine_thread import EngineWorker
 from tokenviz.worker.journaling import Journaling
 
@@ -31,6 +32,7 @@ from tokenviz.contract.settings import SamplingSettings
 from tokenviz.files.journal import orphans
 from tokenviz.worker.engine_thread import EngineWorker
 from tokenviz.worker.journaling import Journaling
+from tokenviz.files.record_json import settings_json
 
 seen = []
 loader = lambda progress: ModelRunner(tiny_model("llama"))
@@ -44,7 +46,7 @@ for command in commands:
 while not (seen[-1].handled == len(commands) and seen[-1].state == "ready"):
     time.sleep(0.05)
 session = worker.session
-print(json.dumps({{"ids": session.generated_ids, "settings": session.settings.to_json()}}), flush=True)
+print(json.dumps({{"ids": session.generated_ids, "settings": settings_json(session.settings)}}), flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
 """
 
@@ -90,7 +92,7 @@ def test_a_killed_process_leaves_its_journey_the_next_start_offers_it_and_restor
         assert "restored the journey" in (restored.notice or "") and "3 tokens" in restored.notice
         session = worker.session
         assert session.generated_ids == kept["ids"] and session.prompt == PROMPT
-        assert session.settings.to_json() == kept["settings"]  # (the settings typed, in force again)
+        assert settings_json(session.settings) == kept["settings"]  # (the settings typed, in force again)
         taken = session.records[:3]  # (record i decided token i; the last record is pending)
         assert [r.decision.mode for r in taken] == ["forced"] * 3 and session.records[3].decision.mode == "sampled"
         assert [r.decision.settings.temperature for r in taken] == [0.7, 1.3, 1.3]  # each under its time's

@@ -12,6 +12,7 @@ from tokenviz.cli.headless import add_views, beam_document, journey_document, ru
 from tokenviz.contract.commands import Attribute, Beams, Inspect, SplitDifference, Step, Watch
 from tokenviz.contract.results import Attribution, Inspection, LogitDifference
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.files.record_json import attribution_json, beams_json, lens_row_json, logit_difference_json
 from tokenviz.journey.session import Session
 from tokenviz.journey.views import VIEWS, compute
 from tokenviz.worker.engine_thread import EngineWorker
@@ -71,9 +72,9 @@ def test_the_trace_and_the_app_compute_each_view_the_same_way():
         for i, step in enumerate(steps):
             position = first + i
             for request, kind, entry in (
-                (Inspect(position), Inspection, lambda r: {"lens": [row.to_json() for row in r.lens]}),
-                (Attribute(position, "loo"), Attribution, lambda r: {"attribution": r.to_json(texts, ids)}),
-                (SplitDifference(position), LogitDifference, lambda r: {"logit_difference": r.to_json()}),
+                (Inspect(position), Inspection, lambda r: {"lens": [lens_row_json(row) for row in r.lens]}),
+                (Attribute(position, "loo"), Attribution, lambda r: {"attribution": attribution_json(r, texts, ids)}),
+                (SplitDifference(position), LogitDifference, lambda r: {"logit_difference": logit_difference_json(r)}),
             ):
                 worker.submit(request)
                 answer = latest.wait(lambda s, handled=worker.submitted: s.handled >= handled)
@@ -91,5 +92,5 @@ def test_the_traces_beam_search_is_the_apps_from_the_prefilled_prompt():
     document = beam_document(session, session.prompt_ids, 2, 3)
     app = Session(ModelRunner(tiny_model("llama")), SETTINGS)
     app.start(PROMPT)
-    assert_close(document["beams"], compute(app, Beams(2, 3)).to_json())
+    assert_close(document["beams"], beams_json(compute(app, Beams(2, 3))))
     assert all(spec.trace is not None for kind, spec in VIEWS.items() if kind in (Inspect, Attribute, SplitDifference))

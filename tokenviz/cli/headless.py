@@ -21,6 +21,7 @@ from tokenviz.contract.settings import SamplingSettings
 from tokenviz.files.documents import comparison_document, output_document, trace_document
 from tokenviz.files.journey_file import journey_file, recording_of, save_journey
 from tokenviz.files.journey_page import save_page
+from tokenviz.files.record_json import as_json, beams_json, speculation_json, symptom_json
 from tokenviz.journey.comparison import Comparison
 from tokenviz.journey.drawn_comparison import DrawnComparison
 from tokenviz.journey.past_results import KEEP
@@ -43,7 +44,7 @@ def journey_document(session: Session) -> dict[str, Any]:
     """The trace document, with the diagnosis of its text (journey.diagnosis)."""
     found = symptoms(session)  # once, for the document and its snapshot
     document = trace_document(snapshot_of(session, found=found))
-    document["diagnosis"] = [s.to_json() for s in found]
+    document["diagnosis"] = [symptom_json(s) for s in found]
     return document
 
 
@@ -137,10 +138,10 @@ def add_routing(session: Session, document: dict[str, Any]) -> None:
     """Each step gains the routing of the token whose forward pass gave its distribution (the last
     prompt token for step 0); the document, every prompt position's under "prompt_routing"."""
     for step, record in zip(document["steps"], session.records):
-        step["routing"] = [route.to_json() for route in record.routing.at(-1)] if record.routing else []
+        step["routing"] = [as_json(route) for route in record.routing.at(-1)] if record.routing else []
     first = session.records[0].routing if session.records else None
     positions = range(first.positions) if first else range(0)
-    document["prompt_routing"] = [[route.to_json() for route in first.at(i)] for i in positions] if first else []
+    document["prompt_routing"] = [[as_json(route) for route in first.at(i)] for i in positions] if first else []
 
 
 def run_output(session: Session, prompt_ids: list[int], generated: list[int], **extra: Any) -> dict[str, Any]:
@@ -162,14 +163,14 @@ def beam_document(session: Session, ids: list[int], width: int, steps: int) -> d
     "beams" holds every step; "text" is the best beam."""
     result = compute(session, Beams(width, steps))
     assert isinstance(result, BeamResult)
-    return run_output(session, ids, list(result.final[0].ids), beams=result.to_json())
+    return run_output(session, ids, list(result.final[0].ids), beams=beams_json(result))
 
 
 def speculation_document(session: Session, ids: list[int], spec: str, draft: Engine | None) -> dict[str, Any]:
     """The trace document of speculative decoding: the steps are the output tokens."""
     cache: Caching = require(session.engine, Capability.CACHE, "--speculate")
     result = cache.speculate(SearchAsk(tuple(ids), session.settings.max_new_tokens), spec, session.settings, draft)
-    return run_output(session, ids, list(result.ids), speculation=result.to_json())
+    return run_output(session, ids, list(result.ids), speculation=speculation_json(result))
 
 
 def run_session(
@@ -284,7 +285,7 @@ def remade_journey(recorded: dict[str, Any], session: Session) -> dict[str, Any]
     (journey.reproduce.verify_journey), saved as the recording was: the views its steps hold (the
     lens, an attention row, routing, the watched tokens' split, attribution) made again the same way,
     the prompt's predictions made, what is in force set back to what the recording ends with."""
-    steps = [s for s in recorded.get("steps", ()) if isinstance(s, dict)]
+    steps = [s for s in recorded.get("step_views", ()) if isinstance(s, dict)]  # a file as read_journey gives it
     held = {key for step in steps for key in step}
     document = journey_document(session)
     _, kept_rows, kept = recording_of(recorded)

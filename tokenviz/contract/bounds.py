@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable
-from typing import Annotated, Any, TypeVar, cast
+from collections.abc import Callable, Mapping
+from typing import Annotated, TypeVar, cast
 
 from pydantic import AfterValidator, FailFast, Field, GetCoreSchemaHandler, GetJsonSchemaHandler, ValidationError
+from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, core_schema
 
 from tokenviz.contract.text import safe_text
@@ -64,6 +65,13 @@ NonNegative = Annotated[float, Field(strict=True, ge=0.0, allow_inf_nan=False)]
 Place = Annotated[str, Field(strict=True, pattern=r"^[a-z]{2,8}(:\d{1,3})?$")]  # cuda:0, cpu, disk, …
 
 T = TypeVar("T")
+_REPLACE: Callable[..., object] = dataclasses.replace  # called with values mypy cannot know: see `replaced`
+
+
+def replaced(record: T, changes: Mapping[str, object]) -> T:
+    """`record` (a dataclass) with `changes`, as dataclasses.replace makes it: values read from a file or
+    typed by the user, which the record's own checks (its __post_init__, a file's schema) judge."""
+    return cast(T, _REPLACE(record, **changes))
 
 
 def row(*names: str) -> Callable[[type[T]], type[T]]:
@@ -75,7 +83,7 @@ def row(*names: str) -> Callable[[type[T]], type[T]]:
         called = re.sub(r"(?<!^)(?=[A-Z])", " ", cls.__name__).lower()  # "a token chip"
         needed = sum(1 for name in names if fields[name].default is fields[name].default_factory is dataclasses.MISSING)
 
-        def fields_of(value: Any) -> Any:
+        def fields_of(value: object) -> object:
             if not isinstance(value, list | tuple):
                 return value  # the dataclass's own schema says what is wrong with it
             if not needed <= len(value) <= len(names):
@@ -83,11 +91,11 @@ def row(*names: str) -> Callable[[type[T]], type[T]]:
                 raise ValueError(f"a {called} is a list of {span} values, not {len(value)}")
             return dict(zip(names, value))
 
-        def as_row(value: Any, serialize: core_schema.SerializerFunctionWrapHandler) -> list[Any]:
+        def as_row(value: object, serialize: core_schema.SerializerFunctionWrapHandler) -> list[object]:
             saved = serialize(value)
             return [saved[name] for name in names]
 
-        def core(source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        def core(source: type[T], handler: GetCoreSchemaHandler) -> CoreSchema:
             fields = dict(handler(source))
             ref = fields.pop("ref", None)  # where the class is used again, the reference is to the row
             return core_schema.no_info_before_validator_function(
@@ -97,7 +105,7 @@ def row(*names: str) -> Callable[[type[T]], type[T]]:
                 serialization=core_schema.wrap_serializer_function_ser_schema(as_row),
             )
 
-        def json_schema(schema: CoreSchema, handler: GetJsonSchemaHandler) -> dict[str, Any]:
+        def json_schema(schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
             whole = handler.resolve_ref_schema(handler(schema))
             if "properties" not in whole:  # made already: a type used twice
                 return whole

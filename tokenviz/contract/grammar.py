@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 from tokenviz.contract.errors import SettingsError
 from tokenviz.contract.text import safe_text, shortened
 
 GrammarKind = Literal["json-schema", "regex", "grammar"]
-GRAMMAR_KINDS: tuple[str, ...] = get_args(GrammarKind)
+GRAMMAR_KINDS: tuple[GrammarKind, ...] = get_args(GrammarKind)
 MAX_GRAMMAR_CHARS = 256_000  # a JSON schema or grammar longer than this is refused, not held per journey
 LABEL_CHARS = 24  # of a source named in the sampling pane's stage
 SHOWN_CHARS = 80  # of a source named in a message
@@ -50,16 +50,16 @@ class Grammar:
         """Names this grammar in files that list each grammar once (steps refer to it)."""
         return hashlib.sha256(f"{self.kind}\0{self.text}".encode()).hexdigest()[:16]
 
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "source": self.source, "text": self.text}
-
     @classmethod
-    def from_json(cls, d: Any) -> Grammar:
-        """The grammar `to_json` wrote; one line where it is not one."""
+    def from_json(cls, d: object) -> Grammar:
+        """A grammar as a file lists it ({kind, text, source}); one line where it is not one."""
         fields = ("kind", "text", "source")
         if not isinstance(d, dict) or not all(isinstance(d.get(name), str) for name in fields):
             raise SettingsError(f"a grammar is an object of texts {', '.join(fields)}")
-        return cls(kind=d["kind"], text=d["text"], source=d["source"])
+        kind = next((k for k in GRAMMAR_KINDS if k == d["kind"]), None)
+        if kind is None:
+            raise SettingsError(f"a grammar's kind is one of {', '.join(GRAMMAR_KINDS)}, got {d['kind']!r:.40}")
+        return cls(kind=kind, text=d["text"], source=d["source"])
 
 
 def refuse_grammar(grammar: Grammar | None, search: str) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Literal
 
 from tokenviz.contract.errors import SettingsError
 from tokenviz.contract.text import is_count, safe_text, shortened
@@ -30,9 +30,6 @@ class HeadAblation:
     @property
     def label(self) -> str:
         return f"ablate L{self.layer}.H{self.head} ({'mean' if self.mean else 'zero'})"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": "ablate", **asdict(self)}
 
 
 MAX_STEER_SCALE = 3.4028234663852886e38  # float32's largest: a larger scale makes the vector infinite
@@ -70,9 +67,6 @@ class Steering:
     def label(self) -> str:
         toward, away = (safe_text(shortened(t, LABEL_CHARS)) for t in (self.toward, self.away))
         return f"steer L{self.layer} ×{self.scale:g} toward {toward!r} away from {away!r}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": "steer", **asdict(self)}
 
 
 class Suspendable:
@@ -116,25 +110,47 @@ class Patch:
         source = safe_text(shortened(self.source, LABEL_CHARS))
         return f"patch L{self.layer}@{self.position} from {source!r}"
 
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": "patch", **asdict(self), "source_ids": list(self.source_ids)}
-
 
 Intervention = HeadAblation | Steering | Patch
+KINDS: dict[type[Intervention], str] = {
+    HeadAblation: "ablate",
+    Steering: "steer",
+    Patch: "patch",
+}  # as a file names them
 
 
-def intervention_from_json(d: Any) -> Intervention:
-    """The intervention `to_json` wrote; one line where it is not one."""
+def kind_of(intervention: Intervention) -> str:
+    """How a file names the intervention's kind beside its fields (files.record_json.intervention_json)."""
+    return KINDS[type(intervention)]
+
+
+def _plain(value: object) -> int | float | str:
+    """A JSON scalar, for int(), float() or str() to read (TypeError for anything else)."""
+    if isinstance(value, int | float | str):
+        return value
+    raise TypeError(type(value).__name__)
+
+
+def intervention_from_json(d: object) -> Intervention:
+    """The intervention a file holds ({"kind", and its fields}); one line where it is not one."""
     try:
+        if not isinstance(d, Mapping):
+            raise TypeError("not an object")
         if d["kind"] == "ablate":
-            return HeadAblation(layer=int(d["layer"]), head=int(d["head"]), mean=bool(d["mean"]))
-        if d["kind"] == "steer":
+            return HeadAblation(layer=int(_plain(d["layer"])), head=int(_plain(d["head"])), mean=bool(d["mean"]))
+        if d["kind"] == "steer" and d["by"] in ("texts", "tokens"):
             return Steering(
-                layer=int(d["layer"]), scale=float(d["scale"]), toward=str(d["toward"]), away=str(d["away"]), by=d["by"]
+                layer=int(_plain(d["layer"])),
+                scale=float(_plain(d["scale"])),
+                toward=str(_plain(d["toward"])),
+                away=str(_plain(d["away"])),
+                by="texts" if d["by"] == "texts" else "tokens",
             )
         if d["kind"] == "patch":
-            ids = tuple(int(t) for t in d.get("source_ids", ()))
-            return Patch(layer=int(d["layer"]), position=int(d["position"]), source=str(d["source"]), source_ids=ids)
+            given = d.get("source_ids", ())
+            ids = tuple(int(_plain(t)) for t in (given if isinstance(given, list | tuple) else [given]))
+            position, source = int(_plain(d["position"])), str(_plain(d["source"]))
+            return Patch(layer=int(_plain(d["layer"])), position=position, source=source, source_ids=ids)
     except (KeyError, TypeError, ValueError):
         pass
     raise SettingsError(f"not an intervention: {str(d)[:60]!r}")

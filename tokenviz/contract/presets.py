@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from tokenviz.contract.errors import SettingsError
 from tokenviz.contract.settings import SamplingSettings
@@ -22,7 +21,7 @@ OFF = {"top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0, "presence_penalty": 
 class Preset:
     name: str
     task: str  # what it is for, as the texts say
-    fields: dict[str, Any]  # every SamplingSettings field it sets
+    fields: dict[str, float]  # every SamplingSettings field it sets
 
     @property
     def summary(self) -> str:

@@ -5,11 +5,10 @@ Nothing here holds a torch tensor.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, GetPydanticSchema, PlainSerializer, PlainValidator, SerializationInfo, ValidationInfo
 from pydantic.types import Base64Bytes
@@ -33,6 +32,7 @@ from tokenviz.contract.bounds import (
     Positive,
     Probability,
     Text,
+    replaced,
     row,
 )
 from tokenviz.contract.interventions import Intervention
@@ -70,14 +70,6 @@ class Unsteered:
     kl: NonNegative
     ms: NonNegative = field(default=0.0, compare=False)  # the own pass's time: what keeping it costs a step
     kl_floor: Flag = False  # the KL is a least value (decoding.drawn.kl_floor), not the whole vocabulary's
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "top": [{"id": c.id, "text": c.text, "logit": c.logit, "prob": c.prob} for c in self.top],
-            "kl": self.kl,
-            "ms": self.ms,
-            **({"kl_floor": True} if self.kl_floor else {}),
-        }
 
 
 @row("name", "detail", "kept", "mass", "probs")
@@ -123,9 +115,6 @@ class PinnedToken:
     prob: Probability  # in the model's raw distribution
     final_prob: Probability  # after every stage: the probability of being taken (one-hot when greedy)
     rank: Positive  # 1-based, in the raw distribution
-
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "text": self.text, "prob": self.prob, "final_prob": self.final_prob, "rank": self.rank}
 
 
 @dataclass(frozen=True)
@@ -178,15 +167,6 @@ class Decision:
             return tuple(1.0 if token_id == self.chosen_id else 0.0 for token_id, _ in self.watch)
         return self.stages[-1].probs if self.stages else self.raw_probs
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "mode": self.mode,
-            "u": self.u,
-            "band": list(self.band) if self.band else None,
-            "chosen_rank": self.chosen_rank,
-            "raw_rank": self.raw_rank,
-        }
-
 
 @row("position", "top", "entropy", "next_id", "next_text", "next_prob", "next_rank")
 @dataclass(frozen=True)
@@ -228,15 +208,6 @@ class LayerRoute:
     entropy: float
     shared: float | None = None  # the shared expert's weight (its gate's), where the layer has one
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "layer": self.layer,
-            "experts": list(self.experts),
-            "weights": list(self.weights),
-            "entropy": self.entropy,
-            "shared": self.shared,
-        }
-
 
 @dataclass(frozen=True)
 class Routing:
@@ -274,7 +245,7 @@ class Routing:
         )
 
 
-def _interventions_read(index: Any, info: ValidationInfo) -> tuple[Intervention, ...]:
+def _interventions_read(index: object, info: ValidationInfo) -> tuple[Intervention, ...]:
     """A file names a record's interventions by their index in its list of sets (each set once)."""
     if index is None:
         return ()
@@ -342,37 +313,6 @@ class StepRecord:
             return False
         flat = len({c.logit for c in self.top}) == 1
         return flat and len({c.logit for c in self.unsteered.top}) > 1
-
-    def to_json(self) -> dict[str, Any]:
-        d = self.decision
-        return {
-            "index": self.index,
-            "position": self.position,
-            "chosen": {"id": d.chosen_id, "text": d.chosen_text, "prob": d.final_prob},
-            "top": [{"id": c.id, "text": c.text, "logit": c.logit, "prob": c.prob} for c in self.top],
-            "entropy": self.entropy,
-            "stages": [
-                {
-                    "name": s.name,
-                    "kept": s.kept,
-                    "mass": s.mass,
-                    **({"grammar": s.detail, "allowed": s.kept, "removed": s.removed} if s.is_grammar else {}),
-                }
-                for s in d.stages
-            ],
-            "draw": {"greedy": d.greedy, **d.to_json()},
-            "settings": d.settings.to_json(),
-            "ms": {
-                "forward": self.forward_ms,
-                "sampling": d.ms,
-                **({"by_place": dict(self.place_ms)} if self.place_ms else {}),
-            },
-            "kv": {"len": self.kv_len, "bytes": self.kv_bytes},
-            **({"watch": [p.to_json() for p in d.pinned]} if d.pinned else {}),
-            **({"interventions": [i.label for i in self.interventions]} if self.interventions else {}),
-            **({"unsteered": self.unsteered.to_json()} if self.unsteered else {}),
-            **({"saturated": True} if self.saturated else {}),
-        }
 
 
 @row("id", "text", "is_prompt", "is_special", "is_template")
@@ -446,21 +386,13 @@ class ModelInfo:
     def made_safe(self) -> ModelInfo:
         """Every text of it safe to print (safe_text): an engine's own (a plugin's) is said as it is built,
         never validated as a file's is."""
-        texts: dict[str, Any] = {k: safe_text(v) for k, v in self.__dict__.items() if isinstance(v, str)}
+        texts: dict[str, object] = {k: safe_text(v) for k, v in self.__dict__.items() if isinstance(v, str)}
         texts["capabilities"] = tuple(safe_text(c) for c in self.capabilities)
         texts["lacks_why"] = tuple((safe_text(c), safe_text(why)) for c, why in self.lacks_why)
         texts["details"] = tuple((safe_text(name), safe_text(value)) for name, value in self.details)
-        return dataclasses.replace(self, **texts)
+        return replaced(self, texts)
 
     @property
     def giver(self) -> str:
         """Whose numbers a top N is, in a phrase: "the server" for a served model, else its name."""
         return self.numbers_of or self.name
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            **self.__dict__,
-            "capabilities": list(self.capabilities),
-            "lacks_why": [list(pair) for pair in self.lacks_why],
-            "details": [list(pair) for pair in self.details],
-        }

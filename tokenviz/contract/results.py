@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -30,17 +30,6 @@ class LensLayer:
     chosen_prob: float
     residual_norm: float
     pinned: tuple[tuple[int, float], ...] = ()  # (rank, prob) of each watched token, as Inspection.pinned
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "layer": self.layer,
-            "label": lens_row_label(self.layer),
-            "top": [{"id": i, "text": t, "prob": p} for i, t, p in self.top],
-            "chosen_rank": self.chosen_rank,
-            "chosen_prob": self.chosen_prob,
-            "norm": self.residual_norm,
-            "watch": [{"rank": r, "prob": p} for r, p in self.pinned],
-        }
 
 
 @dataclass(frozen=True)
@@ -111,10 +100,6 @@ class Attribution:
     # one per position 0..position; positive: raised the target's log-probability
     scores: Annotated[tuple[Finite, ...], FAIL_FAST, Field(max_length=MAX_TOKENS)]
 
-    def to_json(self, texts: list[str], ids: list[int]) -> list[dict[str, Any]]:
-        """One entry per position: {"position", "id", "text", "score"}."""
-        return [{"position": p, "id": ids[p], "text": texts[p], "score": score} for p, score in enumerate(self.scores)]
-
     @property
     def largest(self) -> float:
         """The largest score by size (1 where every score is 0): the top of a shading or bar scale."""
@@ -147,18 +132,6 @@ class LogitDifference:
         """The sum of every share: the model's own logit difference, to rounding."""
         return self.embedding + sum(self.attention) + sum(self.mlp) + self.bias + self.softcap
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "position": self.position,
-            "a": {"id": self.a_id, "text": self.a_text},
-            "b": {"id": self.b_id, "text": self.b_text},
-            "total": self.total,
-            "embedding": self.embedding,
-            "layers": [{"attention": a, "mlp": m} for a, m in zip(self.attention, self.mlp)],
-            "bias": self.bias,
-            "softcap": self.softcap,
-        }
-
 
 @dataclass(frozen=True)
 class Analyses:
@@ -188,26 +161,6 @@ class StepDiff:
     dp: float = math.nan  # Δp: p_A(A's token) - p_B(A's token)
     a_top: int = -1  # each model's most likely next token
     b_top: int = -1
-
-    def to_json(self) -> dict[str, Any]:
-        def known(value: float) -> float | None:  # (strict JSON: no Infinity, no NaN)
-            return value if math.isfinite(value) else None
-
-        return {
-            "index": self.index,
-            "kl": self.kl,
-            "final_kl": known(self.final_kl),
-            "top1_agree": self.top1_agree,
-            "a_rank_of_b": self.a_rank_of_b,
-            "b_rank_of_a": self.b_rank_of_a,
-            "teacher_forced": self.teacher_forced,
-            "nll_a": known(self.nll_a),
-            "nll_b": known(self.nll_b),
-            "kld": known(self.kld),
-            "dp": known(self.dp),
-            "a_top": self.a_top,
-            "b_top": self.b_top,
-        }
 
 
 @dataclass(frozen=True)
@@ -280,39 +233,6 @@ class BeamResult:
     steps: tuple[BeamStep, ...]
     final: tuple[Hypothesis, ...]  # best first
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "width": self.width,
-            "steps": [
-                {
-                    "index": s.index,
-                    "beams": [{"ids": list(ids), "logprob": score} for ids, score in s.beams],
-                    "candidates": [
-                        {
-                            "beam": c.beam,
-                            "id": c.id,
-                            "text": c.text,
-                            "token_logprob": c.token_logprob,
-                            "logprob": c.score,
-                            "fate": c.fate,
-                        }
-                        for c in s.candidates
-                    ],
-                }
-                for s in self.steps
-            ],
-            "final": [
-                {
-                    "ids": list(h.ids),
-                    "text": h.text,
-                    "logprob": h.logprob,
-                    "score": h.score,
-                    "end_of_text": h.end_of_text,
-                }
-                for h in self.final
-            ],
-        }
-
 
 @dataclass(frozen=True)
 class Round:
@@ -322,14 +242,6 @@ class Round:
     accepted: int  # how many of the drafted tokens the target accepted
     next_id: int  # the target's own token after them: the replacement, or a bonus if all were accepted
     rejected_at: int | None  # index in `drafted` of the first rejection
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "drafted": list(self.drafted),
-            "accepted": self.accepted,
-            "next": self.next_id,
-            "rejected_at": self.rejected_at,
-        }
 
 
 @dataclass(frozen=True)
@@ -350,15 +262,6 @@ class Speculation:
     @property
     def tokens_per_forward(self) -> float:
         return len(self.ids) / len(self.rounds) if self.rounds else 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "drafter": self.drafter,
-            "rounds": [r.to_json() for r in self.rounds],
-            "acceptance_rate": self.acceptance_rate,
-            "tokens_per_forward": self.tokens_per_forward,
-            "target_forwards": len(self.rounds),
-        }
 
 
 # What a view computes on demand (the answer to a Request, see contract.commands): a snapshot carries

@@ -9,11 +9,11 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated
 
-from pydantic import PlainSerializer, PlainValidator, ValidationInfo
+from pydantic import JsonValue, PlainSerializer, PlainValidator, ValidationInfo
 
-from tokenviz.contract.bounds import GRAMMARS, unicode
+from tokenviz.contract.bounds import GRAMMARS, replaced, unicode
 from tokenviz.contract.errors import SettingsError, TokenvizError
 from tokenviz.contract.grammar import Grammar
 from tokenviz.contract.text import safe_text
@@ -78,15 +78,15 @@ class SamplingSettings:
     def greedy(self) -> bool:
         return self.temperature == 0
 
-    def replace(self, **changes: Any) -> SamplingSettings:
-        return dataclasses.replace(self, **changes)
+    def replace(self, **changes: object) -> SamplingSettings:
+        return replaced(self, changes)
 
     def with_assignments(self, assignments: Sequence[str], also: str = "") -> SamplingSettings:
         """These settings with `NAME=VALUE` assignments applied (`top-k=10`, `temperature=0`,
         `stop=.`; stop adds a stop string): one clear line for a name or value that is wrong (naming
         `also`, what else the caller takes: see presets.assigned)."""
         fields = {f.name: f for f in dataclasses.fields(self) if f.name != "grammar"}
-        changes: dict[str, Any] = {}
+        changes: dict[str, object] = {}
         for assignment in assignments:
             name, equals, value = assignment.partition("=")
             key = name.strip().replace("-", "_")
@@ -94,7 +94,8 @@ class SamplingSettings:
                 names = ", ".join(name.replace("_", "-") for name in fields)  # as the dialog and the CLI write them
                 raise SettingsError(f"{assignment!r} is not NAME=VALUE with a sampling setting: {names}{also}")
             if key == "stop":
-                changes["stop"] = (*changes.get("stop", self.stop), value)
+                stops = changes.get("stop", self.stop)
+                changes["stop"] = (*(stops if isinstance(stops, tuple) else ()), value)
                 continue
             kind = FIELD_KINDS.get(str(fields[key].type), str)  # the field's, not its value's: 0 is a float here
             try:
@@ -103,12 +104,12 @@ class SamplingSettings:
                 raise SettingsError(
                     f"{name} must be {'an integer' if kind is int else 'a number'}, got {value!r}"
                 ) from None
-        return self.replace(**changes)
+        return replaced(self, changes)
 
     @classmethod
-    def from_json(cls, d: dict[str, Any], grammars: Mapping[str, Grammar] | None = None) -> SamplingSettings:
-        """The settings `to_json` wrote (validated like any other); their grammar, named by its digest,
-        is one of `grammars` (a file lists each grammar once: see `grammars_json`)."""
+    def from_json(cls, d: Mapping[str, object], grammars: Mapping[str, Grammar] | None = None) -> SamplingSettings:
+        """The settings as a file keeps them (SavedSettings) read back (validated like any other); their
+        grammar, named by its digest, is one of `grammars` (a file lists each grammar once)."""
         grammar = None
         if d.get("grammar") is not None:
             reference = d["grammar"]
@@ -116,24 +117,25 @@ class SamplingSettings:
             grammar = (grammars or {}).get(digest) if isinstance(digest, str) else None
             if grammar is None:
                 raise SettingsError(f"the settings name a grammar that is not given: {reference!r:.60}")
-        return cls(**{**d, "stop": tuple(d.get("stop", ())), "grammar": grammar})
-
-    def to_json(self) -> dict[str, Any]:
-        """Plain JSON; a grammar by its kind, source and digest, not its text (see `grammars_json`)."""
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        d["stop"] = list(self.stop)
-        g = self.grammar
-        d["grammar"] = None if g is None else {"kind": g.kind, "source": g.source, "digest": g.digest}
-        return d
+        stop = d.get("stop", ())
+        fields = {**d, "stop": tuple(stop) if isinstance(stop, list | tuple) else stop, "grammar": grammar}
+        return replaced(cls(), fields)  # each value checked as any setting is
 
 
-def grammars_json(settings: Sequence[SamplingSettings]) -> dict[str, dict[str, Any]]:
-    """Each grammar the settings use, once, by digest: what from_json's `grammars` reads back."""
-    return {s.grammar.digest: s.grammar.to_json() for s in settings if s.grammar is not None}
+def _saved(settings: SamplingSettings) -> dict[str, JsonValue]:
+    """Settings as a file and a document keep them: each field, a grammar by its kind, source and digest,
+    not its text (the file lists each grammar once, by digest)."""
+    d: dict[str, JsonValue] = {
+        f.name: getattr(settings, f.name) for f in dataclasses.fields(settings) if f.name not in ("stop", "grammar")
+    }
+    g = settings.grammar
+    d["stop"] = list(settings.stop)
+    d["grammar"] = None if g is None else {"kind": g.kind, "source": g.source, "digest": g.digest}
+    return d
 
 
-def grammars_from_json(d: Mapping[str, Any]) -> dict[str, Grammar]:
-    """The grammars `grammars_json` wrote, each checked against its digest."""
+def grammars_from_json(d: Mapping[str, object]) -> dict[str, Grammar]:
+    """A file's grammars (files.record_json.grammars_json), each checked against its digest."""
     grammars = {}
     for digest, g in d.items():
         grammar = Grammar.from_json(g)
@@ -143,8 +145,8 @@ def grammars_from_json(d: Mapping[str, Any]) -> dict[str, Grammar]:
     return grammars
 
 
-def _settings_read(d: Any, info: ValidationInfo) -> SamplingSettings:
-    """Settings as a file keeps them (`to_json`), validated as any other; their grammar one of the
+def _settings_read(d: object, info: ValidationInfo) -> SamplingSettings:
+    """Settings as a file keeps them (`_saved`), validated as any other; their grammar one of the
     file's (`GRAMMARS` in the context); their stops made safe to print."""
     if not isinstance(d, dict):
         raise ValueError("the settings are an object of name: value")
@@ -166,8 +168,8 @@ def _settings_read(d: Any, info: ValidationInfo) -> SamplingSettings:
 
 SavedSettings = Annotated[
     SamplingSettings,
-    PlainValidator(_settings_read, json_schema_input_type=dict[str, Any]),
-    PlainSerializer(SamplingSettings.to_json, return_type=dict[str, Any]),
+    PlainValidator(_settings_read, json_schema_input_type=dict[str, JsonValue]),
+    PlainSerializer(_saved, return_type=dict[str, JsonValue]),
 ]
 
 DEFAULT_SETTINGS = SamplingSettings()

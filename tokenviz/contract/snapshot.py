@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar, cast
+from typing import Literal, TypeVar, cast
+
+from pydantic import JsonValue
 
 from tokenviz.contract.attention import AttentionView
 from tokenviz.contract.commands import Request
@@ -118,7 +120,7 @@ class ComparisonSnapshot(Frame):
     b: Snapshot | None = None
     diffs: tuple[StepDiff, ...] = ()  # one per step both have taken or have pending
     parted_at: int | None = None  # the first step where their chosen tokens differ
-    statistics: Mapping[str, Any] | None = (
+    statistics: Mapping[str, JsonValue] | None = (
         None  # llama-perplexity's, B the base (journey.comparison.journey_statistics)
     )
     kl_over: str = ""  # over what the KL is taken, where not the whole vocabulary (a served B: its top N)

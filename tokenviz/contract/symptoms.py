@@ -3,8 +3,7 @@ the settings offer and the evidence by position. Data only: the snapshot carries
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import asdict, dataclass
 
 
 @dataclass(frozen=True)
@@ -15,11 +14,9 @@ class DrawnAt:
     rank: int
     raw_p: float
 
-    def to_json(self) -> dict[str, Any]:
-        return {"position": self.position, "rank": self.rank, "raw_p": self.raw_p}
-
 
 Fact = int | float | str | tuple[int, ...] | tuple[DrawnAt, ...]  # one piece of evidence
+Evidence = int | float | str | list[int | dict[str, int | float]]  # a fact as JSON gives it
 
 
 @dataclass(frozen=True)
@@ -35,12 +32,9 @@ class Symptom:
         return f"{self.symptom} ({self.cause})"
 
     @property
-    def evidence(self) -> dict[str, Any]:
+    def evidence(self) -> dict[str, Evidence]:
         """The evidence as JSON gives it: lists for the tuples, a step as its fields."""
         return {
-            name: [v.to_json() if isinstance(v, DrawnAt) else v for v in value] if isinstance(value, tuple) else value
+            name: [asdict(v) if isinstance(v, DrawnAt) else v for v in value] if isinstance(value, tuple) else value
             for name, value in self.facts
         }
-
-    def to_json(self) -> dict[str, Any]:
-        return {"symptom": self.symptom, "cause": self.cause, "evidence": self.evidence, "remedy": self.remedy}

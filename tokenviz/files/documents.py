@@ -13,9 +13,17 @@ from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.presets import preset_in_force
 from tokenviz.contract.records import ModelInfo, PromptPrediction, TokenChip
 from tokenviz.contract.results import StepDiff
-from tokenviz.contract.settings import SamplingSettings, grammars_json
+from tokenviz.contract.settings import SamplingSettings
 from tokenviz.contract.snapshot import Snapshot
 from tokenviz.contract.text import safe_text
+from tokenviz.files.record_json import as_json, grammars_json, record_json, settings_json, step_diff_json
+
+# Every key a trace document's step may have before a view adds its own (step_json, StepRecord's JSON): what
+# a journey file does not keep, for its records hold it (files.journey_file).
+TRACE_STEP_KEYS = frozenset(
+    {"index", "position", "chosen", "top", "entropy", "entropy_floor", "stages", "draw", "settings", "ms", "kv",
+     "watch", "interventions", "unsteered", "saturated"}
+)  # fmt: skip
 
 
 def trace_document(snapshot: Snapshot) -> dict[str, Any]:
@@ -23,10 +31,10 @@ def trace_document(snapshot: Snapshot) -> dict[str, Any]:
     if snapshot.info is None:
         raise TokenvizError("no journey yet: the model has not loaded")
     committed = len(snapshot.chips) - snapshot.prompt_len
-    steps = [r.to_json() for r in snapshot.records[:committed]]
+    steps = [record_json(r) for r in snapshot.records[:committed]]
     return {
-        "model": snapshot.info.to_json(),
-        "settings": snapshot.settings.to_json(),
+        "model": as_json(snapshot.info),
+        "settings": settings_json(snapshot.settings),
         "preset": preset.name if (preset := preset_in_force(snapshot.settings)) else None,
         "prompt": [{"id": c.id, "text": c.text} for c in snapshot.chips[: snapshot.prompt_len]],
         "not_given": not_given(snapshot.info),
@@ -90,8 +98,8 @@ def output_document(
     """The trace document of a run that produced `generated` (id, piece) without stepping a journey
     (beams, speculation): `extra` holds the run's own record."""
     return {
-        "model": info.to_json(),
-        "settings": settings.to_json(),
+        "model": as_json(info),
+        "settings": settings_json(settings),
         "prompt": [{"id": t, "text": piece} for t, piece in prompt],
         "steps": [{"index": i, "chosen": {"id": t, "text": piece}} for i, (t, piece) in enumerate(generated)],
         **extra,
@@ -169,7 +177,7 @@ def comparison_document(
         "a": da,
         "b": db,
         "differences": differences,
-        "diff": [d.to_json() for d in diffs[:both]],
+        "diff": [step_diff_json(d) for d in diffs[:both]],
         "parted_at": parted,
         **({"kl_over": kl_over} if kl_over else {}),
         "independent_draws": independent_draws,
@@ -204,7 +212,7 @@ def score_document(
     template = [p for p in predictions if chips[p.position + 1].is_template]
     total = sum(p.logprob for p in own)
     return {
-        "model": info.to_json(),
+        "model": as_json(info),
         "not_given": {field: why for field, why in not_given(info).items() if field == "entropy"},
         "first": {"id": chips[0].id, "text": chips[0].text},
         "tokens": tokens,

@@ -54,7 +54,7 @@ def grammar_from_line(line: str) -> Grammar | None:
         return None
     kind, _, rest = text.partition(" ")
     if kind in GRAMMAR_KINDS and rest.strip():
-        return read_grammar(kind, rest.strip() if kind != "regex" else rest.lstrip(" "))  # type: ignore[arg-type]
+        return read_grammar(kind, rest.strip() if kind != "regex" else rest.lstrip(" "))
     return read_grammar("json-schema" if text.lower().endswith(".json") else "grammar", text)
 
 

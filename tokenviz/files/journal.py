@@ -32,8 +32,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from tokenviz.contract.bounds import MAX_TOKENS, Count, Flag, Text, first_error, unicode
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.interventions import MAX_INTERVENTIONS, Intervention, intervention_from_json
-from tokenviz.contract.settings import SamplingSettings, grammars_from_json, grammars_json
+from tokenviz.contract.settings import SamplingSettings, grammars_from_json
 from tokenviz.contract.text import safe_text
+from tokenviz.files.record_json import grammars_json, intervention_json, settings_json
 from tokenviz.system.reading import OPEN_FLAGS, read_file
 
 FORMAT = "tokenviz-journal/1"
@@ -172,10 +173,10 @@ class JournalFollower:
             self.writer.write({"start": prompt})
             self._begun, self._written, moved = begun, [], True
         if settings != self._settings:
-            self.writer.write({"settings": settings.to_json(), "grammars": grammars_json([settings])})
+            self.writer.write({"settings": settings_json(settings), "grammars": grammars_json([settings])})
             self._settings = settings
         if interventions != self._interventions:
-            self.writer.write({"interventions": [i.to_json() for i in interventions]})
+            self.writer.write({"interventions": [intervention_json(i) for i in interventions]})
             self._interventions = interventions
         kept, generated = len(self._written), len(ids) - prompt_len
         if moved:

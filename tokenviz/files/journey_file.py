@@ -1,10 +1,13 @@
-"""Saved journeys: the trace document plus every record the panes need, so a journey can be
-replayed read-only without the model (and re-run with it: tokenviz.journey.reproduce).
+"""Saved journeys: every record the panes need, so a journey can be replayed read-only without the
+model (and re-run with it: tokenviz.journey.reproduce), under the trace document's head.
 
-The file is JSON: the trace schema (model, prompt, steps, text), plus "replay": the full step
-records, the token chips and the model facts. Attention rows (base64 float16, every layer) are kept
-for the newest positions within ATTENTION_BYTES: record 0 holds the newest rows of the prompt, each
-later record the row of the token it fed.
+The file is JSON: the trace document but its steps (model, settings, prompt, text), "replay" (the step
+records, the token chips and the model facts), and "step_views", what the trace's views added to each
+step (its lens, attention row, routing, attribution). Each step is held once, in its record: the trace
+document's steps are made from the records again (`trace_document_of`), as `replay FILE --json` prints
+them. Attention rows (base64 float16, every layer) are kept for the newest positions within
+ATTENTION_BYTES: record 0 holds the newest rows of the prompt, each later record the row of the token it
+fed.
 """
 
 from __future__ import annotations
@@ -24,10 +27,10 @@ from tokenviz.contract.results import Analyses
 from tokenviz.contract.snapshot import Snapshot
 from tokenviz.contract.text import safe_text
 from tokenviz.files.atomic import write_file
-from tokenviz.files.documents import trace_document
-from tokenviz.files.journey_schema import Journey, Replay, SavedStep, parse_journey
+from tokenviz.files.documents import TRACE_STEP_KEYS, trace_document
+from tokenviz.files.journey_schema import EARLIER_FORMATS, FORMAT, Journey, Replay, SavedStep, as_current, parse_journey
+from tokenviz.files.record_json import intervention_json
 
-FORMAT = "tokenviz-journey/1"
 MAX_FILE_BYTES = 1 << 30  # 1 GiB
 READ_MEMORY = 1 << 30  # the most memory reading a journey may take (its text, and what it parses into)
 BYTES_PER_VALUE = 48  # a parsed number, string or container and its place in a list (34 measured)
@@ -65,11 +68,15 @@ def journey_file(
     document: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The saveable journey of `snapshot` with the attention rows and analyses kept; `document`
-    is the trace document when there is one."""
+    is the trace document when there is one (what its views added to each step is kept)."""
     if snapshot.info is None:
         raise TokenvizError("nothing to save: the model has not loaded")
-    doc = dict(document or trace_document(snapshot))
+    whole = document or trace_document(snapshot)
+    doc = {key: value for key, value in whole.items() if key != "steps"}
     doc["format"] = FORMAT
+    views = [{key: value for key, value in step.items() if key not in TRACE_STEP_KEYS} for step in whole["steps"]]
+    if any(views):
+        doc["step_views"] = views
     blocks = _blocks(snapshot, attention or SavedAttention())
     replay = Replay.model_construct(
         info=snapshot.info,
@@ -87,7 +94,7 @@ def journey_file(
     )
     sets: list[tuple[Intervention, ...]] = []  # each set of interventions the records name, once
     doc["replay"] = replay.model_dump(mode="json", context={INTERVENTION_SETS: sets})
-    doc["replay"]["intervention_sets"] = [[i.to_json() for i in interventions] for interventions in sets]
+    doc["replay"]["intervention_sets"] = [[intervention_json(i) for i in interventions] for interventions in sets]
     return doc
 
 
@@ -104,10 +111,23 @@ def save_journey(
 
 
 def read_journey(path: str | Path) -> dict[str, Any]:
-    """The journey file at `path` as its JSON, read within the limits and validated (see journey_schema)."""
-    doc = _read_json(path)
+    """The journey file at `path` as its JSON in this format (an earlier one's made so: as_current), read
+    within the limits and validated (see journey_schema)."""
+    doc = as_current(_read_json(path))
     parse_journey(doc)
-    return doc
+    return dict(doc)
+
+
+def trace_document_of(doc: dict[str, Any]) -> dict[str, Any]:
+    """The trace document a journey file (`doc`, its JSON as read_journey gives it) was saved from: its
+    head as the file holds it, its steps made from its records again with what the trace's views added to
+    each (`step_views`)."""
+    journey = parse_journey(doc)
+    made = trace_document(recording_of(journey).snapshot)
+    views = journey.step_views
+    steps = [step | (views[i] if i < len(views) else {}) for i, step in enumerate(made["steps"])]
+    head = {key: value for key, value in doc.items() if key not in ("format", "replay", "step_views")}
+    return {key: steps if key == "steps" else head.get(key, value) for key, value in made.items()} | head
 
 
 def open_journey(path: str | Path) -> Journey:
@@ -136,9 +156,12 @@ def _read_json(path: str | Path) -> dict[str, Any]:
             f"{safe_text(str(path))} is not a tokenviz journey (save one with x in the app or trace --save)"
         )
     version = doc.get("format")
-    if isinstance(version, str) and version.startswith("tokenviz-journey/") and version != FORMAT:
-        raise TokenvizError(f"{safe_text(str(path))} has format {safe_text(version)}; this tokenviz reads {FORMAT}")
-    if version != FORMAT:
+    readable = (FORMAT, *EARLIER_FORMATS)
+    if isinstance(version, str) and version.startswith("tokenviz-journey/") and version not in readable:
+        raise TokenvizError(
+            f"{safe_text(str(path))} has format {safe_text(version)}; this tokenviz reads {', '.join(readable)}"
+        )
+    if version not in readable:
         raise TokenvizError(
             f"{safe_text(str(path))} is not a tokenviz journey (save one with x in the app or trace --save)"
         )

@@ -27,6 +27,7 @@ from tokenviz.contract.records import ModelInfo
 from tokenviz.contract.results import Inspection, lens_row_label
 from tokenviz.contract.snapshot import Snapshot
 from tokenviz.files.atomic import write_file
+from tokenviz.files.record_json import as_json, settings_json
 from tokenviz.files.svg_charts import line_chart
 
 HERE = Path(__file__).parent
@@ -82,7 +83,7 @@ def _steps(snapshot: Snapshot) -> list[dict[str, Any]]:
                 "raw_prob": d.raw_prob,
                 "raw_rank": d.raw_rank,
                 "stages": [[s.name, s.detail, s.kept, s.mass] for s in d.stages],
-                "settings": d.settings.to_json(),
+                "settings": settings_json(d.settings),
                 "watch": [[p.id, p.text, p.prob, p.final_prob, p.rank] for p in d.pinned],
                 # the interventions in force at this step, and the model's own distribution beside them
                 "interventions": [i.label for i in r.interventions],
@@ -202,8 +203,8 @@ def journey_page(
     colors = {key: _css_color(value) for key, value in colors.items() if key != "heatmap"}
     info = snapshot.info
     data = {
-        "model": info.to_json() if info else {},
-        "settings": snapshot.settings.to_json(),
+        "model": as_json(info) if info else {},
+        "settings": settings_json(snapshot.settings),
         "chips": [[c.id, c.text, c.is_prompt, c.is_special] for c in snapshot.chips],
         "prompt_len": snapshot.prompt_len,
         "steps": _steps(snapshot),

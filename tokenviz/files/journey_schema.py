@@ -17,7 +17,16 @@ from dataclasses import dataclass, fields
 from typing import Annotated, Any
 
 import numpy as np
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from tokenviz.contract.bounds import (
     FAIL_FAST,
@@ -35,11 +44,14 @@ from tokenviz.contract.bounds import (
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import MAX_GRAMMAR_CHARS, GrammarKind
 from tokenviz.contract.interventions import MAX_INTERVENTIONS, intervention_from_json
-from tokenviz.contract.records import MAX_PINNED, DecisionMode, ModelInfo, Routing, StepRecord, TokenChip
+from tokenviz.contract.records import MAX_PINNED, ModelInfo, Routing, StepRecord, TokenChip
 from tokenviz.contract.results import Attribution, BranchSummary, LogitDifference
 from tokenviz.contract.settings import SavedSettings, grammars_from_json
 from tokenviz.contract.text import safe_text
+from tokenviz.files.documents import TRACE_STEP_KEYS
 
+FORMAT = "tokenviz-journey/2"  # 2: each step once, in the records (1 held the trace document's steps beside them)
+EARLIER_FORMATS = ("tokenviz-journey/1",)  # what still reads (as_current)
 LOGPROB_SLACK = 1e-3  # a served log-probability above 0 by float rounding (as the served engine takes them)
 MAX_GRAMMARS = 64  # grammars one journey file may hold
 MAX_ANALYSES = 64  # attributions, and logit differences, one journey file may hold
@@ -255,22 +267,6 @@ class PromptToken(Model):
     text: Text
 
 
-class Chosen(Model):
-    id: Id
-
-
-class Draw(Model):
-    mode: DecisionMode
-
-
-class Step(Model):
-    """What `replay --verify` reads of a step."""
-
-    settings: SavedSettings
-    chosen: Chosen
-    draw: Draw
-
-
 class SavedGrammar(Model):
     kind: GrammarKind
     source: Text
@@ -278,15 +274,26 @@ class SavedGrammar(Model):
 
 
 Grammars = Annotated[dict[str, SavedGrammar], Field(max_length=MAX_GRAMMARS)]  # by digest; settings name them
+# What the trace's views added to each step (its lens, an attention row, routing, attribution), in the trace
+# document's words: read back by `replay --json` and by `replay --verify`, which makes the same views again.
+StepViews = Annotated[tuple[dict[str, JsonValue], ...], FAIL_FAST, Field(max_length=MAX_TOKENS)]
 
 
 class Journey(Model):
+    """A journey file: the trace document's head (its steps are the records: files.journey_file), the
+    records, and what the trace's views added to each step (`step_views`)."""
+
     format: Annotated[str, Field(strict=True)]
     settings: SavedSettings
     prompt: Annotated[tuple[PromptToken, ...], FAIL_FAST, Field(min_length=1, max_length=MAX_TOKENS)]
-    steps: Annotated[tuple[Step, ...], FAIL_FAST, Field(max_length=MAX_TOKENS)]
     replay: Replay
     grammars: Grammars = {}
+    step_views: StepViews = ()
+
+    @property
+    def generated(self) -> int:
+        """The tokens the journey took: one step each."""
+        return len(self.replay.chips) - self.replay.prompt_len
 
 
 class _Sets(Model):
@@ -320,8 +327,27 @@ class _TableError(Exception):
         self.where = where
 
 
+def as_current(doc: Any) -> Any:
+    """A journey file's JSON in this tokenviz's format: an earlier one's steps (the trace document's,
+    beside the records) become what its views added to each (`step_views`), for a file holds each step
+    once now; anything else as it is."""
+    if not isinstance(doc, dict) or doc.get("format") not in EARLIER_FORMATS:
+        return doc
+    current = {key: value for key, value in doc.items() if key != "steps"} | {"format": FORMAT}
+    steps = doc.get("steps")
+    views = [
+        {key: value for key, value in step.items() if key not in TRACE_STEP_KEYS} if isinstance(step, dict) else {}
+        for step in (steps if isinstance(steps, list) else ())
+    ]
+    if any(views):
+        current["step_views"] = views
+    return current
+
+
 def parse_journey(doc: Any) -> Journey:
-    """The journey in `doc` (parsed JSON), validated; a TokenvizError names the first bad field."""
+    """The journey in `doc` (parsed JSON, this format or an earlier one), validated; a TokenvizError names
+    the first bad field."""
+    doc = as_current(doc)
     try:
         context = _Tables.model_validate(doc).context()
         return Journey.model_validate(doc, context=context)

@@ -23,6 +23,7 @@ from tokenviz.contract.engine import Capability, Engine, LensOfScores, OnProgres
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import LensAsk, LensLayer
 from tokenviz.decoding.perplexity_statistics import BaseLogProbs, Tally, TokenComparison, compare_tokens, log_sum_exp
+from tokenviz.files.record_json import as_json
 
 DEFAULT_WINDOW = 512  # llama-perplexity's window
 TAILS = 10  # the tokens listed where the two differ most, by KLD and by |Δp|
@@ -100,8 +101,8 @@ def score_against_base(
         if progress is not None:
             progress(done + 1, len(cut))
     return {
-        "model": q.info.to_json(),
-        "base": base.info.to_json(),
+        "model": as_json(q.info),
+        "base": as_json(base.info),
         "window": size,
         "windows": len(cut),
         "tokens": len(ids),  # the text's, as the base tokenizes it

@@ -41,7 +41,8 @@ def verify_journey(
     Returns (steps checked, the first step whose token, experts or log-probability differ, or None).
     """
     journey = doc if isinstance(doc, Journey) else parse_journey(doc)
-    steps, records = journey.steps, journey.replay.records
+    records = journey.replay.records
+    steps = records[: journey.generated]  # a step a token taken (the last record may be the pending one's)
 
     def interventions(i: int) -> tuple[Intervention, ...]:  # those in force at step i's forward pass
         return records[i].interventions if i < len(records) else ()
@@ -60,15 +61,15 @@ def verify_journey(
     for i, step in enumerate(steps):
         if interventions(i) != session.interventions:
             session.set_interventions(interventions(i))
-        settings = step.settings
+        settings, recorded = step.decision.settings, step.decision.chosen_id
         session.set_settings(settings.replace(max_new_tokens=max(settings.max_new_tokens, len(steps))))
         pending = session.pending
         if pending is None:
             return i, i
         if routed_elsewhere(records[i].routing, pending.routing):
             return i + 1, i
-        forced = step.chosen.id if step.draw.mode == "forced" else None
-        if forced is None and pending.decision.chosen_id != step.chosen.id:
+        forced = recorded if step.decision.mode == "forced" else None
+        if forced is None and pending.decision.chosen_id != recorded:
             return i + 1, i
         if (
             logprob_tolerance is not None

@@ -16,6 +16,7 @@ from tokenviz.contract.engine import Caching, Capability, SearchAsk, refusal_of,
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import refuse_grammar
 from tokenviz.contract.results import Attribution, Inspection, LogitDifference, ViewResult
+from tokenviz.files.record_json import attribution_json, lens_row_json, logit_difference_json
 from tokenviz.journey.chips import chips_of
 from tokenviz.journey.session import Session
 from tokenviz.journey.verification import verify_latest
@@ -42,7 +43,10 @@ def _inspect(session: Session, request: Inspect, progress: Progress, cancelled: 
 
 
 def _lens_entry(session: Session, inspection: Inspection) -> dict[str, Any]:
-    return {"lens": [row.to_json() for row in inspection.lens], "lens_first_top1_layer": inspection.first_top1_layer}
+    return {
+        "lens": [lens_row_json(row) for row in inspection.lens],
+        "lens_first_top1_layer": inspection.first_top1_layer,
+    }
 
 
 def _attribute(session: Session, request: Attribute, progress: Progress, cancelled: Cancelled) -> Attribution:
@@ -58,7 +62,7 @@ def _attribute(session: Session, request: Attribute, progress: Progress, cancell
 
 def _attribution_entry(session: Session, attribution: Attribution) -> dict[str, Any]:
     chips = chips_of(session)
-    return {"attribution": attribution.to_json([c.text for c in chips], [c.id for c in chips])}
+    return {"attribution": attribution_json(attribution, [c.text for c in chips], [c.id for c in chips])}
 
 
 def _split(session: Session, request: SplitDifference, progress: Progress, cancelled: Cancelled) -> LogitDifference:
@@ -105,7 +109,7 @@ VIEWS: dict[type[Request[Any]], ViewSpec] = {
         lambda r: "splitting the logit difference: layer",
         "",
         _split,
-        lambda session, difference: {"logit_difference": difference.to_json()},
+        lambda session, difference: {"logit_difference": logit_difference_json(difference)},
     ),
     Verify: ViewSpec(
         "verify", Capability.CACHE, lambda r: "verifying: the context again without the cache", " tokens", _verify

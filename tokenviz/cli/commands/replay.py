@@ -7,7 +7,7 @@ import typer
 
 from tokenviz.cli.backend_options import BackendChoice, backend_options
 from tokenviz.cli.commands import in_terminal
-from tokenviz.cli.commands.common import Theme, new_cli
+from tokenviz.cli.commands.common import Theme, new_cli, print_document
 from tokenviz.cli.options import (
     err,
     fail,
@@ -34,15 +34,24 @@ def replay(
     verify: Annotated[
         bool, typer.Option("--verify", help="Re-run it with the model; exit 0 only if every token matches.")
     ] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print it as trace --json does (its steps made from its records); no app."),
+    ] = False,
     theme: Theme = DEFAULT_THEME,
 ) -> None:
     """Open a saved journey read-only, without loading any model (or --verify it against the model,
     or against the server with --endpoint for a journey on a served model: with --tokenizer DIR where it
     was steered)."""
-    from tokenviz.files.journey_file import open_journey, read_journey, recording_of
+    from tokenviz.files.journey_file import open_journey, read_journey, recording_of, trace_document_of
 
     try:
         journey = open_journey(path)
+        if as_json and verify:
+            raise TokenvizError("choose --json or --verify, not both")
+        if as_json:
+            print_document(trace_document_of(read_journey(path)), as_json=True)
+            return
         if verify:
             verify_recording(journey, read_journey(path), backend)
             return
@@ -112,7 +121,7 @@ def verify_recording(journey: "Journey", recorded: dict[str, Any], backend: Back
     checked, mismatch = verify_journey(journey, Session(engine))
     other = f" (recorded on another model: {name})" if differs else ""
     other += f" (it ran as {then}, not {as_now})" if then != as_now and not other else ""
-    verdict(checked, mismatch, len(journey.steps), "its token, or the experts it was routed to", "tokens", other)
+    verdict(checked, mismatch, journey.generated, "its token, or the experts it was routed to", "tokens", other)
 
 
 def verify_whole(journey: "Journey", recorded: dict[str, Any], session: "Session", within: float) -> None:
@@ -140,7 +149,7 @@ def verify_whole(journey: "Journey", recorded: dict[str, Any], session: "Session
         f" (not its {others} other branch{'es' if others > 1 else ''}: a file keeps their summaries, not their steps)"
     )
     reproduced = "journey: every token, text, number and analysis" + (left if others else "")
-    verdict(checked, mismatch, len(journey.steps), differs, reproduced)
+    verdict(checked, mismatch, journey.generated, differs, reproduced)
 
 
 def verdict(checked: int, mismatch: int | None, steps: int, differs: str, reproduced: str, other: str = "") -> None:
