@@ -474,6 +474,12 @@ PROTOCOLS: dict[Capability, type] = {  # what an engine declaring each capabilit
 }
 
 
+# The capabilities one protocol serves (the `require` overloads name them once).
+ExplainingNeeds: TypeAlias = Literal[Capability.LEAVE_ONE_OUT, Capability.ATTRIBUTION]
+InterveningNeeds: TypeAlias = Literal[Capability.INTERVENTIONS, Capability.ABLATION]
+EngineNeeds: TypeAlias = Literal[Capability.STEP, Capability.ROUTING, Capability.TOKENIZER, Capability.GRAMMAR]
+
+
 @overload
 def require(engine: Engine, needed: Literal[Capability.CACHE], what: str) -> Caching: ...
 @overload
@@ -481,23 +487,15 @@ def require(engine: Engine, needed: Literal[Capability.ATTENTION], what: str) ->
 @overload
 def require(engine: Engine, needed: Literal[Capability.LENS], what: str) -> Lens: ...
 @overload
-def require(
-    engine: Engine, needed: Literal[Capability.LEAVE_ONE_OUT, Capability.ATTRIBUTION], what: str
-) -> Attributing: ...
+def require(engine: Engine, needed: ExplainingNeeds, what: str) -> Attributing: ...
 @overload
-def require(
-    engine: Engine, needed: Literal[Capability.INTERVENTIONS, Capability.ABLATION], what: str
-) -> Intervenable: ...
+def require(engine: Engine, needed: InterveningNeeds, what: str) -> Intervenable: ...
 @overload
 def require(engine: Engine, needed: Literal[Capability.LOGIT_SPLIT], what: str) -> LogitSplitting: ...
 @overload
 def require(engine: Engine, needed: Literal[Capability.FULL_SCORES], what: str) -> FullScores: ...
 @overload
-def require(
-    engine: Engine,
-    needed: Literal[Capability.STEP, Capability.ROUTING, Capability.TOKENIZER, Capability.GRAMMAR],
-    what: str,
-) -> Engine: ...
+def require(engine: Engine, needed: EngineNeeds, what: str) -> Engine: ...
 
 
 def require(engine: Engine, needed: Capability, what: str) -> object:

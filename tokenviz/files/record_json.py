@@ -151,21 +151,8 @@ def logit_difference_json(d: LogitDifference) -> dict[str, Any]:
 
 
 def step_diff_json(d: StepDiff) -> dict[str, Any]:
-    return {
-        "index": d.index,
-        "kl": d.kl,
-        "final_kl": known(d.final_kl),
-        "top1_agree": d.top1_agree,
-        "a_rank_of_b": d.a_rank_of_b,
-        "b_rank_of_a": d.b_rank_of_a,
-        "teacher_forced": d.teacher_forced,
-        "nll_a": known(d.nll_a),
-        "nll_b": known(d.nll_b),
-        "kld": known(d.kld),
-        "dp": known(d.dp),
-        "a_top": d.a_top,
-        "b_top": d.b_top,
-    }
+    """Its fields, a figure not known (NaN) or infinite as null: strict JSON."""
+    return {name: known(value) if isinstance(value, float) else value for name, value in as_json(d).items()}
 
 
 def beams_json(result: BeamResult) -> dict[str, Any]:

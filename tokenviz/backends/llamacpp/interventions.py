@@ -27,6 +27,7 @@ from tokenviz.backends.llamacpp.internals import LlamaInternals
 from tokenviz.backends.llamacpp.pinned import layer_output
 from tokenviz.backends.llamacpp.refusals import NO_ABLATION, NO_LAYER_0
 from tokenviz.backends.llamacpp.runtime import NO_EDITS, Edits, Runtime
+from tokenviz.backends.shared.resolving import checked, patch_source_ids, scaled_vector
 from tokenviz.backends.shared.steering_direction import steering_direction
 from tokenviz.contract.engine import Elapsed, shared_prefix
 from tokenviz.contract.errors import SettingsError
@@ -36,8 +37,6 @@ from tokenviz.contract.interventions import (
     Patch,
     Steering,
     Suspendable,
-    check_against,
-    check_patch_source,
 )
 from tokenviz.contract.records import ModelInfo
 
@@ -81,8 +80,7 @@ class LlamaIntervening(Suspendable):
     def __init__(self, engine: EditedEngine, interventions: Sequence[Intervention], token_id: Callable[[str], int]):
         """Resolve `interventions` on the model as it is (nothing in force while they are read)."""
         info = engine.info
-        self.interventions = tuple(interventions)
-        check_against(self.interventions, info.layers, info.heads)
+        self.interventions = checked(interventions, info)
         self.engine, self.internals = engine, engine.internals
         self.active = True
         vectors: dict[int, np.ndarray] = {}  # each steering's scaled direction, by its place in the list
@@ -93,9 +91,7 @@ class LlamaIntervening(Suspendable):
                 case Steering():
                     if i.layer == 0:
                         raise SettingsError(f"{i.label}: {NO_LAYER_0}")
-                    vectors[k] = np.float32(i.scale) * self._direction(i, token_id)
-                    if not np.isfinite(vectors[k]).all():
-                        raise SettingsError(f"{i.label}: its vector is not finite in float32; use a smaller scale")
+                    vectors[k] = scaled_vector(i, self._direction(i, token_id))
                 case Patch():
                     pass
                 case _:
@@ -133,8 +129,7 @@ class LlamaIntervening(Suspendable):
         for k, i in enumerate(self.interventions):
             if not isinstance(i, Patch):
                 continue
-            ids = list(i.source_ids) or self.engine.encode(i.source)
-            check_patch_source(i, len(ids))
+            ids = patch_source_ids(i, self.engine.encode)
             row = self.internals.residual(ids, i.layer, i.position).numpy()
             later = [v for j, v in vectors.items() if j > k and self.interventions[j].layer == i.layer]
             row = np.ascontiguousarray(row + sum(later, np.zeros_like(row)), dtype=np.float32)

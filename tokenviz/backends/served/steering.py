@@ -23,6 +23,7 @@ import numpy as np
 
 from tokenviz.backends.served.activations import tensor_entry
 from tokenviz.backends.served.internals import ServedInternals
+from tokenviz.backends.shared.resolving import checked, patch_source_ids, scaled_vector
 from tokenviz.backends.shared.steering_direction import steering_direction
 from tokenviz.contract.engine import Elapsed
 from tokenviz.contract.errors import SettingsError
@@ -32,8 +33,6 @@ from tokenviz.contract.interventions import (
     Patch,
     Steering,
     Suspendable,
-    check_against,
-    check_patch_source,
 )
 from tokenviz.contract.records import ModelInfo
 from tokenviz.contract.results import Drawn
@@ -106,8 +105,7 @@ class ServedSteering(Suspendable):
     ):
         """Resolve `interventions` on the model's own passes (no steering in force while they are read)."""
         info = engine.info
-        self.interventions = tuple(interventions)
-        check_against(self.interventions, info.layers, info.heads)
+        self.interventions = checked(interventions, info)
         if any(isinstance(i, HeadAblation) for i in self.interventions):
             raise SettingsError(NO_ABLATION)
         assert engine.internals is not None  # asked only behind the interventions' capability
@@ -117,13 +115,9 @@ class ServedSteering(Suspendable):
         for i in self.interventions:
             match i:
                 case Steering():
-                    vector = Vector(i.layer, np.float32(i.scale) * self._direction(i, token_id))
-                    if not np.isfinite(vector.values).all():  # never sent: the server would add infinities
-                        raise SettingsError(f"{i.label}: its vector is not finite in float32; use a smaller scale")
-                    self._resolved.append(vector)
+                    self._resolved.append(Vector(i.layer, scaled_vector(i, self._direction(i, token_id))))
                 case Patch():
-                    ids = list(i.source_ids) or engine.encode(i.source)
-                    check_patch_source(i, len(ids))
+                    ids = patch_source_ids(i, engine.encode)
                     self._resolved.append((i, self.internals.residual(ids[: i.position + 1], i.layer, {})[-1]))
                 case HeadAblation():
                     raise SettingsError(NO_ABLATION)

@@ -13,10 +13,11 @@ from typing import Any, assert_never
 import torch
 
 from tokenviz.backends.shared.parts import decoder_layers, last_logits
+from tokenviz.backends.shared.resolving import patch_source_ids
 from tokenviz.backends.shared.steering_direction import steering_direction as shared_direction
 from tokenviz.backends.transformers.cache import passed_cache
 from tokenviz.contract.errors import SettingsError
-from tokenviz.contract.interventions import HeadAblation, Intervention, Patch, Steering, Suspendable, check_patch_source
+from tokenviz.contract.interventions import HeadAblation, Intervention, Patch, Steering, Suspendable
 from tokenviz.tensors.transfer import ids_to_device
 
 OUTPUT_PROJECTIONS = ("o_proj", "out_proj", "c_proj", "dense", "wo")  # the families' names for it
@@ -68,7 +69,7 @@ def head_outputs_mean(model: Any, layer: int, heads: int, ids: Sequence[int]) ->
 @torch.inference_mode()
 def residual_at(model: Any, layer: int, ids: Sequence[int], position: int) -> torch.Tensor:
     """The residual stream after decoder layer `layer` at `position` of `ids` (a position they have, see
-    check_patch_source), read alone (no cache)."""
+    backends.shared.resolving), read alone (no cache)."""
     seen: list[torch.Tensor] = []
     handle = decoder_layers(model)[layer].register_forward_hook(lambda m, a, out: seen.append(_first(out)[0]))
     try:
@@ -119,8 +120,7 @@ def resolve(
                     raise SettingsError(f"{i.label} is a mean over the journey's tokens: start a journey first")
                 value = head_outputs_mean(model, i.layer, heads, context)[i.head] if i.mean else None
             case Patch():
-                ids = list(i.source_ids) or encode(i.source)
-                check_patch_source(i, len(ids))
+                ids = patch_source_ids(i, encode)
                 value = residual_at(model, i.layer, ids, i.position)
             case Steering():
                 value = i.scale * steering_direction(model, i, encode, token_id)

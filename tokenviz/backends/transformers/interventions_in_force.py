@@ -14,11 +14,12 @@ from typing import Any
 
 import torch
 
+from tokenviz.backends.shared.resolving import checked
 from tokenviz.backends.transformers.cache import crop_layers, full_cache, with_cache
 from tokenviz.backends.transformers.intervention_hooks import Hooks, resolve
 from tokenviz.backends.transformers.loaded_model_access import ModelAccess
 from tokenviz.contract.engine import shared_prefix
-from tokenviz.contract.interventions import Intervention, check_against
+from tokenviz.contract.interventions import Intervention
 from tokenviz.tensors.transfer import DeviceTimer, ids_to_device
 
 
@@ -32,8 +33,7 @@ class InterventionState:
     ):
         """Resolve `interventions` on the model's own passes (a mean ablation over `context`) and hook them in."""
         info = runner.info
-        self.interventions = tuple(interventions)
-        check_against(self.interventions, info.layers, info.heads)
+        self.interventions = checked(interventions, info)
         resolved = resolve(runner.model, info.heads, self.interventions, context, runner.encode, token_id)
         self.runner = runner
         self.hooks = Hooks(runner.model, info.heads, resolved)
