@@ -319,8 +319,8 @@ def served_app(server, settings):
     from tokenviz.ui.app import TokenvizApp
     from tokenviz.worker.engine_thread import EngineWorker
 
-    engine = ServedEngine.open(ServedChoice(server.url, api_key=ApiKey(env=KEY_ENV)))
-    return TokenvizApp(EngineWorker(lambda progress: engine, settings, "Hi"))
+    choice = ServedChoice(server.url, api_key=ApiKey(env=KEY_ENV))
+    return TokenvizApp(EngineWorker(lambda progress: ServedEngine.open(choice, progress=progress), settings, "Hi"))
 
 
 # ---- a server that dies mid-journey ------------------------------------------------------------------------
@@ -662,6 +662,38 @@ def test_a_served_journey_with_a_log_probability_above_0_is_refused_by_the_schem
     saved.write_text(json.dumps(doc))
     code, _, err = invoke(monkeypatch, capsys, "replay", str(saved))
     assert code == 2 and "damaged at replay" in err and "log-probability of 800, above 0" in err, err
+
+
+async def test_a_busy_server_retried_is_said_in_the_status_line_the_way_the_loader_was_told(monkeypatch):
+    """A served engine speaks one way: what its loader was told (Endpoint.tell), kept for its life; the app's
+    worker shows a line said after loading in the status line (no attribute the worker sets on the engine)."""
+    from apptools import settle, wait_for
+
+    from tokenviz.contract.settings import SamplingSettings
+
+    plain, busy = completion(), []
+
+    def busy_once(h) -> None:
+        if not busy:
+            busy.append(True)
+            h.answer(503, {"error": {"message": "busy"}})
+        else:
+            plain(h)
+
+    monkeypatch.setenv(KEY_ENV, TOKEN)
+    with hostile_server() as server:
+        app = served_app(server, SamplingSettings(temperature=0, max_new_tokens=100))
+        async with app.run_test(size=(120, 36)) as pilot:
+            await settle(app, pilot)
+            worker, said = app.journey.worker, []
+            post = worker._post
+            worker._post = lambda snapshot: (said.append(snapshot.message), post(snapshot))
+            server.routes["/v1/completions"] = busy_once
+            steps = len(app.journey.snapshot.chips)
+            await pilot.press("space")
+            await wait_for(lambda: len(app.journey.snapshot.chips) > steps, pilot, timeout=60)
+            host = f"127.0.0.1:{server.server_address[1]}"
+            assert f"{host} is busy (HTTP 503): trying again in 0.5 s (1)" in said, said
 
 
 async def test_a_request_past_a_second_says_in_the_status_line_what_it_waits_on(monkeypatch):

@@ -289,8 +289,6 @@ class DrawingEngine(Engine, Protocol):
 
     top_n: int  # log-probabilities asked for at each step
     raw: bool | None  # its log-probabilities are the model's own, before the settings (None: not measured yet)
-    say: Callable[[str], None]  # a line for the user while a request waits (a busy server retried)
-    waiting: Callable[[str], None]  # the same, said from another thread while a request has not answered
 
     def draw(self, ids: Sequence[int], settings: SamplingSettings) -> Drawn:
         """The engine's next token after `ids`, drawn with `settings`."""

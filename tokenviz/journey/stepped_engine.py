@@ -11,7 +11,7 @@ contract.stepping, and each capability's own protocol, whose members reach the S
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
@@ -225,8 +225,6 @@ class DrawnEngine(FedTokens):
         super().__init__(drawing)
         self.drawing, self.top_n = drawing, drawing.top_n
         self.raw: bool | None = None  # what its last draw said
-        self.say: Callable[[str], None] = lambda line: None
-        self.waiting: Callable[[str], None] = lambda line: None
 
     def twin(self) -> DrawnEngine:
         return DrawnEngine(self.drawing)  # the model keeps nothing of a context: the new one is fed nothing

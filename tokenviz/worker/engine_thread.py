@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, assert_never
@@ -41,7 +42,7 @@ from tokenviz.contract.commands import (
     Verify,
     Watch,
 )
-from tokenviz.contract.engine import Capability, DrawingEngine
+from tokenviz.contract.engine import Capability
 from tokenviz.contract.errors import GiveWay, TokenvizError
 from tokenviz.contract.interventions import Entries
 from tokenviz.contract.lens_layers import LensLayers
@@ -157,14 +158,19 @@ class EngineWorker(CommandThread[Snapshot]):
         from tokenviz.journey.session import Session
 
         def progress(message: str, fraction: float | None) -> None:
-            self._message, self._progress = message, fraction
-            self._publish()
+            """What the backend says, the one way it says it: while it loads, the loading line; after, a
+            line in the status line (a busy server retried), from this thread or from a timer's while a
+            request waits."""
+            if self.session is None:
+                self._message, self._progress = message, fraction
+                self._publish()
+            elif threading.current_thread() is self._thread:
+                self._say(message)
+            else:
+                self._said_meanwhile(message)
 
         self.session = Session(self._loader(progress), self._settings)
         self.session.analyses.lens_layers = self._lens_layers  # a layer the model lacks: said in the lens view
-        if isinstance(self.session.engine, DrawingEngine):  # a server's waits are said in the status line
-            self.session.engine.say = self._say
-            self.session.engine.waiting = self._said_meanwhile
         self._message, self._progress = "prefilling the prompt", None
         self._cancels_from_now()
         self._publish()

@@ -45,6 +45,7 @@ from tokenviz.backends.served.steering import ServedSteering, request_fields
 from tokenviz.backends.shared.chat_marks import template_marks
 from tokenviz.backends.shared.endpoint import Endpoint, EndpointError, NoAnswer
 from tokenviz.backends.shared.token_texts import TokenPieces
+from tokenviz.contract.backend import Progress
 from tokenviz.contract.engine import (
     AttentionRows,
     Attributing,
@@ -145,10 +146,6 @@ class ServedEngine(DenseInOnePlace):
         self.device = torch.device("cpu")  # where the scores made of its answers live
         self.tokenizer = local_tokenizer  # --tokenizer's: counting tokens; the server draws, so no grammar stage
         self.cache: tuple[int, ...] = ()  # the tokens fed (the server keeps nothing between requests)
-        self.say: Callable[[str], None] = lambda line: None  # the worker shows it: a busy server retried
-        endpoint.say = lambda line: self.say(line)
-        self.waiting: Callable[[str], None] = endpoint.waiting  # the worker shows it, from the timer's thread
-        endpoint.waiting = lambda line: self.waiting(line)
         self.pieces: ServedPieces | TokenPieces = (
             ServedPieces(self) if local_tokenizer is None else TokenPieces(local_tokenizer)
         )
@@ -220,10 +217,13 @@ class ServedEngine(DenseInOnePlace):
             )
 
     @classmethod
-    def open(cls, choice: ServedChoice, files: str | None = None) -> ServedEngine:
+    def open(cls, choice: ServedChoice, files: str | None = None, progress: Progress | None = None) -> ServedEngine:
         """The engine on the server `choice` names (checked to answer, the model to be served); with
-        `files` (--tokenizer: an id or the model's directory) its tokenizer here, and its head."""
+        `files` (--tokenizer: an id or the model's directory) its tokenizer here, and its head; what its
+        requests wait on told to `progress` (Endpoint.tell)."""
         endpoint = choice.connect()
+        if progress is not None:
+            endpoint.tell(progress)
         here = tokenizer_here(files) if files is not None else None
         return cls(endpoint, served_model_name(endpoint, choice.model), local_tokenizer=here, model_files=files)
 

@@ -103,7 +103,7 @@ class ServedBackend:
                 progress(f"loading the tokenizer {files}", None)
                 here = tokenizer_here(files)
             progress(f"asking {endpoint.host} about {name}", 0.5)
-            endpoint.waiting = lambda line: progress(line, 0.5)  # a request past a second says what it waits on
+            endpoint.tell(progress)
             return ServedEngine(endpoint, name, local_tokenizer=here, model_files=files)
 
         return load

@@ -28,6 +28,7 @@ from typing import Any
 
 import httpx
 
+from tokenviz.contract.backend import Progress
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.text import safe_text, shortened
 from tokenviz.system.reading import parse_json, read_file, size_text
@@ -45,6 +46,7 @@ BUSY = (429, 503)
 # reused (uvicorn, vLLM's server, closes one idle for 5 s) races the request sent on it
 STALE = "Server disconnected without sending a response"
 WAITING_SAID_S = 1.0  # a request that has not answered by then is said in the status line
+WAITING_FRACTION = 0.5  # how far a loading line that waits on a request shows its bar (how far is not known)
 LOOPBACK_NAMES = ("localhost",)
 MASK = "<the API key>"
 
@@ -201,6 +203,12 @@ class Endpoint:
     answered: int = field(default=0, init=False)  # requests the server answered at all
     _client: httpx.Client | None = field(default=None, init=False, repr=False, compare=False)
     _phase: tuple[float, float, str] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def tell(self, progress: Progress) -> None:
+        """Say what its requests wait on through `progress` (a backend loader's, kept for the engine's life:
+        the one way an engine speaks): a busy server retried, a request past WAITING_SAID_S."""
+        self.say = lambda line: progress(line, None)
+        self.waiting = lambda line: progress(line, WAITING_FRACTION)
 
     @property
     def root(self) -> str:
