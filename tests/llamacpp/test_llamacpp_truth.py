@@ -385,3 +385,30 @@ def test_replay_verify_says_when_flash_attention_differs_from_the_journeys(monke
     said = " ".join(err.split())
     assert "note: the journey ran as llama.cpp, Q4_1, llama.cpp's own, flash attention off; verifying as " in said
     assert "flash attention auto (llama.cpp's choice)" in said, said
+
+
+def test_every_piece_and_the_templates_metadata_are_llama_cpps_whole():
+    """tokenviz reads a token's piece and a GGUF's metadata through llama.cpp's own functions with a buffer
+    grown to fit, not llama-cpp-python's `_internals` (its `token_to_piece` keeps 32 bytes, padded with NULs,
+    and gives none of a longer piece: 47 of the bundled vocabulary's; its `tokenize` allocates the training
+    context's length a call). Each piece is llama_token_to_piece's whole answer with room to spare, and the
+    chat template is the whole value."""
+    import ctypes
+
+    from tokenviz.backends.llamacpp.runtime import Runtime
+    from tokenviz.system.paths import bundled_gguf
+
+    runtime = Runtime(bundled_gguf(), 256)
+    try:
+        lib, room = runtime.lib, 1024
+        buffer = ctypes.create_string_buffer(room)
+        longest = 0
+        for token in range(runtime.lib.llama_vocab_n_tokens(runtime.vocab_ptr)):
+            n = lib.llama_token_to_piece(runtime.vocab_ptr, token, buffer, room, 0, True)
+            assert 0 <= n < room and runtime.piece_bytes(token) == buffer.raw[:n], token
+            longest = max(longest, n)
+        assert longest > 32  # the bundled vocabulary has pieces longer than _internals keeps
+        template = runtime.metadata("tokenizer.chat_template")
+        assert template is not None and template.startswith("{% for message in messages %}") and template.endswith("%}")
+    finally:
+        runtime.close()

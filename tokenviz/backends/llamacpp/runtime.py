@@ -460,6 +460,9 @@ class Runtime:
         return rows[0][np.newaxis] if len(rows) == 1 else np.stack(rows)  # (a step's one row: not copied again)
 
     # ---- the vocabulary -------------------------------------------------------------------------------
+    # Read through llama.cpp's own functions, a buffer grown to fit, not llama-cpp-python's _internals: its
+    # token_to_piece keeps 32 bytes padded with NULs (none of a longer piece: 47 of the bundled vocabulary's),
+    # its tokenize allocates the training context's length each call, its metadata decodes strictly.
 
     def tokenize(self, text: str, special: bool, parse_special: bool | None = None) -> list[int]:
         """`text`'s tokens as llama.cpp makes them; `special`: add a BOS where the model wants one and (unless
