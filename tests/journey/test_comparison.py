@@ -150,7 +150,7 @@ def test_compare_json_prints_both_journeys_and_their_diff(tmp_path, monkeypatch,
     b_ids = [s["chosen"]["id"] for s in doc["b"]["steps"]]
     expected = next((i for i, (x, y) in enumerate(zip(a_ids, b_ids)) if x != y), None)
     assert doc["parted_at"] == expected
-    code, out, err = invoke(monkeypatch, capsys, *args, "--against-dtype", "bfloat16", "--json")
+    code, out, err = invoke(monkeypatch, capsys, *args, "--against-option", "dtype=bfloat16", "--json")
     assert code == 0, err
     doc = json.loads(out)
     assert (doc["a"]["model"]["dtype"], doc["b"]["model"]["dtype"]) == ("float32", "bfloat16")

@@ -93,6 +93,25 @@ def test_flash_attention_off_gives_llama_cpp_pythons_flash_attn_false_numbers(mo
     assert moved > 1e-4, moved  # (flash attention sums in another order: 0.026 at most here, measured)
 
 
+def test_compare_flash_attention_on_against_off_is_llama_cpp_pythons_own_on_each_side(monkeypatch, capsys):
+    """`compare --against-option flash-attention=off`: B is A's GGUF with flash attention off (compare names
+    no backend's option; B's backend takes it), each side's every step Llama(flash_attn=...)'s own bit for bit,
+    the headers' differences naming the attention, the KL of their raw distributions above 0."""
+    from llama_reference import own_llama
+
+    args = ["compare", PROMPT, "--backend", "llama.cpp", "--threads", str(THREADS), "--flash-attention", "on"]
+    more = ["--against-option", "flash-attention=off", "--temperature", "0", "--steps", "4", "--json"]
+    code, out, err = invoke(monkeypatch, capsys, *args, *more)
+    assert code == 0, err
+    doc = json.loads(out)
+    for side, flash in (("a", True), ("b", False)):
+        for reference in own_llama(flash_attn=flash):
+            same_logits_as(reference, doc[side])
+    on, off = "llama.cpp's own, flash attention on", "llama.cpp's own, flash attention off"
+    assert doc["differences"] == {"attention": [on, off]}
+    assert max(d["kl"] for d in doc["diff"]) > 0
+
+
 @pytest.mark.parametrize("given", ["fast", "ON", ""])
 def test_a_flash_attention_llama_cpp_does_not_take_is_one_line(monkeypatch, capsys, given):
     code, _, err = invoke(monkeypatch, capsys, "trace", "x", "--backend", "llama.cpp", "--flash-attention", given)

@@ -115,9 +115,16 @@ def test_no_module_outside_the_backends_asks_where_or_in_which_runtime_a_model_r
 
 
 def test_compares_b_option_its_backend_lacks_is_one_line(monkeypatch, capsys):
-    """--against-dtype and --against-quantize set B's --dtype and --quantize: a backend that declares neither
-    says so before anything loads."""
-    args = ("compare", "x", "--against-backend", "llama.cpp", "--against-dtype", "float16")
-    code, _, err = invoke(monkeypatch, capsys, *args)
-    errors = [line for line in err.splitlines() if line.startswith("error:")]
-    assert code == 2 and errors == ["error: --against-dtype: B's backend, llama.cpp, takes no --dtype"], err
+    """--against-option NAME=VALUE sets one of B's backend's own options (compare names none): one B's backend
+    does not declare, or a value not of its kind, is one line before anything loads, naming its options."""
+    llama = ("compare", "x", "--against-backend", "llama.cpp", "--against-option")
+    for args, said in (
+        ((*llama, "dtype=float16"), "--against-option 'dtype=float16': give NAME=VALUE of an option of llama.cpp's:"),
+        ((*llama, "threads=many"), "--against-option --threads: give a whole number, not 'many'"),
+        ((*llama, "flash-attention"), "--against-option 'flash-attention': give NAME=VALUE of an option of"),
+        (("compare", "x", "--against-option", "trust-remote-code=maybe"), "give on or off, not 'maybe'"),
+    ):
+        code, _, err = invoke(monkeypatch, capsys, *args)
+        errors = [line for line in err.splitlines() if line.startswith("error:")]
+        assert code == 2 and len(errors) == 1 and said in errors[0], err
+        assert "NAME=VALUE" not in said or "flash-attention" in errors[0]  # its options named

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -21,6 +21,7 @@ from tokenviz.contract.engine import Engine
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.contract.text import safe_text, shortened
 
 NAME = "backend_name"  # --backend's value among the options (`backend` is the command's argument)
 MODEL = "model"  # --model's: every backend takes it
@@ -104,6 +105,39 @@ class BackendChoice:
         if value is None or (option.kind == "flag" and value is False):
             return UNGIVEN[option.kind]
         return tuple(value) if isinstance(value, list | tuple) else value
+
+
+FLAG_WORDS = {"on": True, "true": True, "yes": True, "1": True, "off": False, "false": False, "no": False, "0": False}
+
+
+def option_values(backend: Backend, assignments: Sequence[str], given_as: str) -> dict[str, OptionValue]:
+    """`NAME=VALUE` assignments of `backend`'s own options (a flag's VALUE on/off, a number's a whole number,
+    a repeatable option's each given again), for compare's B (`given_as`: the option that gave them); one
+    line naming the backend's options for a NAME it does not declare or a VALUE that is not the kind."""
+    own = {o.name: o for o in backend.options}
+    names = ", ".join(o.flag.removeprefix("--") for o in backend.options) or "none"
+    values: dict[str, OptionValue] = {}
+    for assignment in assignments:
+        name, equals, value = assignment.partition("=")
+        key = name.strip().removeprefix("--").replace("-", "_")
+        option = own.get(key)
+        if not equals or option is None:
+            said = safe_text(shortened(assignment, 40))
+            raise TokenvizError(f"{given_as} {said!r}: give NAME=VALUE of an option of {backend.name}'s: {names}")
+        if option.kind == "number":
+            if not value.strip().isdigit():
+                raise TokenvizError(f"{given_as} {option.flag}: give a whole number, not {safe_text(value)!r}")
+            values[key] = int(value)
+        elif option.kind == "flag":
+            if value.strip().lower() not in FLAG_WORDS:
+                raise TokenvizError(f"{given_as} {option.flag}: give on or off, not {safe_text(value)!r}")
+            values[key] = FLAG_WORDS[value.strip().lower()]
+        elif option.kind == "texts":
+            earlier = values.get(key)
+            values[key] = (*(earlier if isinstance(earlier, tuple) else ()), value)
+        else:
+            values[key] = value
+    return values
 
 
 _left_out: dict[tuple[str, str], list[str]] = {}  # (backend, flag) -> the commands that have that option already

@@ -339,7 +339,7 @@ def compare_opener(
     if same and against == settings:
         raise TokenvizError(
             "compare needs the two journeys to differ: --against NAME=VALUE (a sampling setting), "
-            "--against-dtype, --against-quantize, --against-model or --against-backend"
+            "--against-option NAME=VALUE (a backend's option), --against-model or --against-backend"
         )
     open_b = None if same else b_side.loader(against)
 

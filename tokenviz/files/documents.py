@@ -124,6 +124,7 @@ def setup(s: Snapshot) -> dict[str, str]:
     fields = {
         "model": info.name if info else "?",
         "runtime": (info.runtime if info else "") or "?",
+        "attention": (info.attention if info else "") or "?",
         "dtype": info.dtype if info else "?",
         "quantization": (info.quantization if info else "") or "none",
         "vocabulary": f"{info.vocab:,}" if info else "?",

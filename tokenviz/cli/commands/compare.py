@@ -4,7 +4,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from tokenviz.cli.backend_options import BackendChoice, journey_options
+from tokenviz.cli.backend_options import BackendChoice, journey_options, option_values
 from tokenviz.cli.commands import in_terminal
 from tokenviz.cli.commands.common import DEFAULT_PROMPT, Theme, check_chat, new_cli, print_result
 from tokenviz.cli.options import Chat, System, fail, stderr_progress
@@ -33,7 +33,6 @@ def compare(
     against_model: Annotated[
         Optional[str], typer.Option("--against-model", help="B's model (it must share A's tokenizer).")
     ] = None,
-    against_dtype: Annotated[Optional[str], typer.Option("--against-dtype", help="B's dtype.")] = None,
     against_backend: Annotated[
         Optional[str],
         typer.Option(
@@ -42,8 +41,13 @@ def compare(
             "float model of it; or the model a server runs (server, with --endpoint URL): is it what yours computes?",
         ),
     ] = None,
-    against_quantize: Annotated[
-        Optional[str], typer.Option("--against-quantize", help="B is A's model quantized: int8 or int4.")
+    against_option: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--against-option",
+            help="B's backend option NAME=VALUE where it differs from A's (repeatable): dtype=bfloat16, "
+            "quantize=int8 (transformers), flash-attention=off, threads=1 (llama.cpp); --help lists each.",
+        ),
     ] = None,
     against_grammar: Annotated[
         Optional[str],
@@ -62,9 +66,9 @@ def compare(
     theme: Theme = DEFAULT_THEME,
 ) -> None:
     """Two journeys on one prompt, side by side and stepped together: two sampling settings (A's options
-    and --against; a grammar and another or none: --against-grammar), two dtypes (--dtype and
-    --against-dtype), a model and its quantized self
-    (--against-quantize) or two models sharing a tokenizer (--model and --against-model). Per step:
+    and --against; a grammar and another or none: --against-grammar), two values of a backend's option
+    (--against-option: two dtypes, a model and its quantized self, flash attention on and off), two
+    models sharing a tokenizer (--model and --against-model) or two runtimes (--against-backend). Per step:
     the KL divergence of their raw distributions, whether their top-1 agree, the rank each gives the
     other's choice; and where their paths part."""
     try:
@@ -82,13 +86,8 @@ def compare(
         b_backend = b_side.backend()
         if not b_backend.draws:
             b_side = b_side.with_values(model=against_model or b_side.model)
-            for name, value in {"dtype": against_dtype, "quantize": against_quantize}.items():
-                if value is None:
-                    continue
-                if name not in {o.name for o in b_backend.options}:
-                    raise TokenvizError(f"--against-{name}: B's backend, {b_backend.name}, takes no --{name}")
-                b_side = b_side.with_values(**{name: value})
-        elif any((against, against_model, against_dtype, against_quantize, against_grammar, chat)):
+            b_side = b_side.with_values(**option_values(b_backend, against_option or [], "--against-option"))
+        elif any((against, against_model, against_option, against_grammar, chat)):
             raise TokenvizError(
                 f"B on the {b_backend.name} backend is its model with A's settings: it takes no other --against "
                 "option (nor --chat)"
