@@ -66,8 +66,8 @@ def test_compare_a_model_with_its_int8_self(tmp_path, monkeypatch, capsys):
 
     directory = save_random(tmp_path, "llama", **SHAPE)
     code, out, err = invoke(monkeypatch, capsys, "compare", "The cat", "--model", directory, "--device", "cpu",
-                            "--dtype", "float32", "--temperature", "0", "--steps", "4", "--against-option", "quantize=int8",
-                            "--json")  # fmt: skip
+                            "--dtype", "float32", "--temperature", "0", "--steps", "4",
+                            "--against-option", "quantize=int8", "--json")  # fmt: skip
     assert code == 0, err
     doc = json.loads(out)
     assert doc["a"]["model"]["quantization"] == "" and doc["b"]["model"]["quantization"].startswith("int8")
