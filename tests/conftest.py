@@ -77,3 +77,15 @@ def bundled(device):
     from tokenviz.backends.transformers.loading import load_model
 
     return load_model(None, device=device, dtype="float32")
+
+
+@pytest.fixture(scope="session")
+def sae_libraries():
+    """SAELens's and sparsify's own environment (tests/sae_reference.py): its python, or why it could not
+    be built (a test of its own fails naming it; the others skip)."""
+    import sae_reference
+
+    try:
+        return sae_reference.Built(sae_reference.ensure(), None)
+    except sae_reference.BuildFailed as exc:
+        return sae_reference.Built(None, str(exc))

@@ -11,7 +11,11 @@ import os
 
 import pytest
 
-SHARED_FIXTURES = {"vllm_environment": "vllm-server", "llama_cpp_build": "llama-cpp-build"}
+SHARED_FIXTURES = {
+    "vllm_environment": "vllm-server",
+    "llama_cpp_build": "llama-cpp-build",
+    "sae_libraries": "sae-libraries",
+}
 MOST_WORKERS = 6  # each holds models (a GB or more)
 
 

@@ -18,12 +18,15 @@ from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.lens_layers import LensLayers
 from tokenviz.contract.results import AttributionMethod, BeamResult
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.features.sae_folder import read_saes
+from tokenviz.features.sparse_autoencoder import SparseAutoencoder
 from tokenviz.files.documents import comparison_document, output_document, trace_document
 from tokenviz.files.journey_file import journey_file, recording_of, save_journey
 from tokenviz.files.journey_page import save_page
 from tokenviz.files.record_json import as_json, beams_json, speculation_json, symptom_json
 from tokenviz.journey.comparison import Comparison
 from tokenviz.journey.drawn_comparison import DrawnComparison
+from tokenviz.journey.feature_readings import check_saes, readings_at
 from tokenviz.journey.past_results import KEEP
 from tokenviz.journey.prompt import tokenize
 from tokenviz.journey.session import Session
@@ -144,6 +147,17 @@ def add_routing(session: Session, document: dict[str, Any]) -> None:
     document["prompt_routing"] = [[as_json(route) for route in first.at(i)] for i in positions] if first else []
 
 
+def add_features(
+    session: Session, document: dict[str, Any], saes: Sequence[SparseAutoencoder], progress: Progress
+) -> None:
+    """Each step gains every SAE's reading of the residual at the position whose pass gave its distribution
+    (the last prompt token's for step 0): its active features, strongest first, their shares, L0 and error."""
+    first, steps, ids = len(session.prompt_ids) - 1, document["steps"], session.ids
+    for i, step in enumerate(steps):
+        progress(f"the SAEs' features: step {i + 1} of {len(steps)}", i / len(steps))
+        step["sae"] = [as_json(reading) for reading in readings_at(session.engine, ids, first + i, saes)]
+
+
 def run_output(session: Session, prompt_ids: list[int], generated: list[int], **extra: Any) -> dict[str, Any]:
     """The trace document of a run that produced `generated` without stepping the journey."""
     engine = session.engine
@@ -217,6 +231,7 @@ class TraceRequest:
     watch: tuple[str, ...] = ()
     attention: int | None = None
     interventions: tuple[Intervention, ...] = ()
+    saes: tuple[str, ...] = ()  # folders of sparse autoencoders: each step gains their readings
     beams: int | None = None
     speculate: str | None = None
     save: str | None = None
@@ -235,7 +250,9 @@ def run_trace(
     (what it is, where). `loader` makes the engine, `draft` a draft model's (for `speculate`)."""
     noted = [] if written is None else written
     prompt, settings, chat, system = asked.prompt, asked.settings, asked.chat, asked.system
+    saes = [sae for folder in asked.saes for sae in read_saes(folder)]  # before the model: a bad one is told now
     session = Session(loader(progress), settings)
+    check_saes(session.engine, saes)
     searched = "--beams" if asked.beams else "--speculate" if asked.speculate else ""
     check_views(session, asked.lens, asked.attention, asked.interventions, asked.routing, searched)
     session.analyses.lens_layers = asked.lens_layers
@@ -258,6 +275,8 @@ def run_trace(
     add_views(session, document, asked.lens, asked.routing, len(asked.watch) >= 2, asked.attribution, progress)
     if asked.attention is not None:
         add_attention(session, document, asked.attention)
+    if saes:
+        add_features(session, document, saes, progress)
     if asked.html or asked.save:
         write_files(session, document, asked, noted)
     return document

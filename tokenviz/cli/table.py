@@ -36,7 +36,7 @@ def precision(model: dict[str, Any]) -> str:
     return f"{model['dtype']} · {quantized}" if quantized and quantized != model["dtype"] else model["dtype"]
 
 
-IN_JSON_ONLY = ("lens", "attention", "routing")  # what a step gains that the table does not show
+IN_JSON_ONLY = ("lens", "attention", "routing", "sae")  # what a step gains that the table does not show
 
 
 def print_table(doc: dict[str, Any], console: Console) -> None:

@@ -57,6 +57,7 @@ class Capability(StrEnum):
     TOKENIZER = "local tokenizer"  # the model's own tokenizer in this process (counting tokens)
     GRAMMAR = "grammar stage"  # a grammar's mask over the whole vocabulary, tokenviz drawing: the tokenizer here
     FULL_SCORES = "full scores of a text"  # every position's scores over the whole vocabulary, a pass of its own
+    RESIDUAL = "residual stream"  # the residual after any layer at any position (what an SAE reads)
 
 
 WHOLE_VOCABULARY = "the whole vocabulary, before the sampling settings"  # the transformers backend's distribution
@@ -418,6 +419,15 @@ class Intervening(Protocol):
 
 
 @runtime_checkable
+class ResidualStream(Protocol):
+    """Capability.RESIDUAL: the residual stream after a decoder layer, as the model computes it."""
+
+    def residual(self, ids: Sequence[int], position: int, layer: int) -> Scores:
+        """The residual after decoder layer `layer` at `position` of `ids` (hidden,), with the interventions
+        in force."""
+
+
+@runtime_checkable
 class Lens(Protocol):
     """Capability.LENS: each layer's residual read through the output head."""
 
@@ -469,6 +479,7 @@ PROTOCOLS: dict[Capability, type] = {  # what an engine declaring each capabilit
     Capability.TOKENIZER: Engine,  # its `tokenizer`, which an engine without this capability leaves None
     Capability.GRAMMAR: Engine,  # its `tokenizer`, and the logits tokenviz draws from
     Capability.FULL_SCORES: FullScores,
+    Capability.RESIDUAL: ResidualStream,
 }
 
 
@@ -492,6 +503,8 @@ def require(engine: Engine, needed: InterveningNeeds, what: str) -> Intervenable
 def require(engine: Engine, needed: Literal[Capability.LOGIT_SPLIT], what: str) -> LogitSplitting: ...
 @overload
 def require(engine: Engine, needed: Literal[Capability.FULL_SCORES], what: str) -> FullScores: ...
+@overload
+def require(engine: Engine, needed: Literal[Capability.RESIDUAL], what: str) -> ResidualStream: ...
 @overload
 def require(engine: Engine, needed: EngineNeeds, what: str) -> Engine: ...
 

@@ -55,6 +55,7 @@ from tokenviz.contract.engine import (
     OnProgress,
     OwnGrammarVocabulary,
     Residuals,
+    ResidualStream,
     Scores,
     SearchAsk,
     TimesByPlace,
@@ -177,6 +178,7 @@ class LlamaCppEngine(DenseInOnePlace):
                     Capability.GRAMMAR,
                     Capability.CACHE,
                     Capability.FULL_SCORES,
+                    Capability.RESIDUAL,
                 }
                 | ({Capability.ROUTING} if self.routers else set())
             ),
@@ -284,6 +286,9 @@ class LlamaCppEngine(DenseInOnePlace):
 
     def inspect(self, ask: LensAsk) -> list[Inspection]:
         return self.internals.inspect(self, ask)
+
+    def residual(self, ids: Sequence[int], position: int, layer: int) -> torch.Tensor:
+        return self.internals.residual(ids, layer, position, self.internals.edits)  # the interventions in force
 
     # ---- the cache read and fed again (verify, watching past steps, beams) -----------------------------
 
@@ -448,6 +453,8 @@ class LlamaCppEngine(DenseInOnePlace):
 
 def conforms(
     engine: LlamaCppEngine,
-) -> tuple[Engine, AttentionRows, Lens, Intervenable, OwnGrammarVocabulary, Caching, FullScores, LensOfScores]:
+) -> tuple[
+    Engine, AttentionRows, Lens, Intervenable, OwnGrammarVocabulary, Caching, FullScores, LensOfScores, ResidualStream
+]:
     """The contract's protocols a llama.cpp engine declares, checked by mypy here."""
-    return engine, engine, engine, engine, engine, engine, engine, engine
+    return engine, engine, engine, engine, engine, engine, engine, engine, engine

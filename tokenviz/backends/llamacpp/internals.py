@@ -192,11 +192,11 @@ class LlamaInternals:
         return rows
 
     @torch.inference_mode()
-    def residual(self, ids: Sequence[int], layer: int, position: int) -> torch.Tensor:
-        """The model's own residual after `layer` at `position` of `ids` (no intervention in force): what
-        a steering by texts and a patch's source read."""
+    def residual(self, ids: Sequence[int], layer: int, position: int, edits: Edits = NO_EDITS) -> torch.Tensor:
+        """The residual after `layer` at `position` of `ids`, under `edits` (by default none: the model's own,
+        what a steering by texts and a patch's source read), from passes shaped as the journey's."""
         name = layer_output(layer)
-        rows = self._pass(self.lens_context, ids[: position + 1], position, [position], {name}, NO_EDITS)
+        rows = self._pass(self.lens_context, ids[: position + 1], position, [position], {name}, edits)
         if name not in rows.names():
             raise TokenvizError(f"llama.cpp's graph of {self.architecture} has no {name} (the residual after a layer)")
         return rows.at(name, [position])[0].clone()

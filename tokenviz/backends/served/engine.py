@@ -58,6 +58,7 @@ from tokenviz.contract.engine import (
     IsCancelled,
     Lens,
     OnProgress,
+    ResidualStream,
     in_order,
     refusal_of,
 )
@@ -180,6 +181,7 @@ class ServedEngine(DenseInOnePlace):
                 capabilities |= {
                     Capability.LENS,
                     Capability.INTERVENTIONS,
+                    Capability.RESIDUAL,
                     *([Capability.ATTENTION] if plugin.qk else []),
                 }
             shape = self.internals  # the model's shape, where it is read
@@ -441,6 +443,11 @@ class ServedEngine(DenseInOnePlace):
         assert self.internals is not None  # asked only behind the lens capability
         return self.internals.inspect(self, ask)
 
+    def residual(self, ids: Sequence[int], position: int, layer: int) -> torch.Tensor:
+        """The residual the server computed after `layer` at `position`, the steering in force sent with it."""
+        assert self.internals is not None  # asked only behind the residual's capability
+        return torch.as_tensor(self.internals.residual(list(ids[: position + 1]), layer)[position])
+
     def attention(
         self, ids: Sequence[int], rows: range, layers: Sequence[int], cancelled: IsCancelled = None
     ) -> torch.Tensor:
@@ -521,7 +528,9 @@ def seen_inside(shape: object | None) -> tuple[tuple[str, str], ...]:
     return (*(inside if shape else ()), NEVER)
 
 
-MAY_EXPOSE = frozenset({Capability.ATTENTION, Capability.LENS, Capability.INTERVENTIONS})  # through a plugin
+MAY_EXPOSE = frozenset(
+    {Capability.ATTENTION, Capability.LENS, Capability.INTERVENTIONS, Capability.RESIDUAL}
+)  # through a plugin
 NOT_SERVED = "a server does not expose it (it needs the model in this process)"
 
 
@@ -554,6 +563,8 @@ def _first_difference(a: Sequence[int], b: Sequence[int]) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
-def conforms(engine: ServedEngine) -> tuple[DrawingEngine, AttentionRows, Lens, Attributing, Intervenable]:
+def conforms(
+    engine: ServedEngine,
+) -> tuple[DrawingEngine, AttentionRows, Lens, Attributing, Intervenable, ResidualStream]:
     """The contract's protocols a served engine may declare (by what its server gives), checked by mypy here."""
-    return engine, engine, engine, engine, engine
+    return engine, engine, engine, engine, engine, engine

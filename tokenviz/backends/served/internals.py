@@ -225,9 +225,10 @@ class ServedInternals:
             )
         self.head_checked = True
 
-    def residual(self, ids: Sequence[int], layer: int, extra: dict[str, Any]) -> np.ndarray:
+    def residual(self, ids: Sequence[int], layer: int, extra: dict[str, Any] | None = None) -> np.ndarray:
         """The residual stream after decoder layer `layer` at every position of `ids` (positions, hidden),
-        from a request with `extra` fields (the steering vectors it carries: none for the model's own)."""
+        from a request with `extra` fields (the steering vectors it carries: {} for the model's own; None, the
+        interventions in force)."""
         activations, _ = self._activations(ids, {"output_residual_stream": [layer]}, extra)
         stream = tensor(activations, "residual_stream", (1, len(ids), self.head.hidden), self.endpoint.host)
         return np.asarray(stream[0])

@@ -25,6 +25,7 @@ from tokenviz.backends.transformers.device_map_times import PlaceTimes, timed_by
 from tokenviz.backends.transformers.exact_attention import ExactAttention
 from tokenviz.backends.transformers.head_check import check_head, head_reproduces, output_layer, settle_head
 from tokenviz.backends.transformers.interrupt import layer_by_layer
+from tokenviz.backends.transformers.intervention_hooks import residual_at
 from tokenviz.backends.transformers.lens import layer_streams, stacked
 from tokenviz.backends.transformers.loading import LoadedModel
 from tokenviz.backends.transformers.routing import recording, route_tensors, routers, shared_gates
@@ -46,6 +47,7 @@ from tokenviz.contract.engine import (
     LogitSplitting,
     OnProgress,
     Residuals,
+    ResidualStream,
     SearchAsk,
     TimesByPlace,
     in_order,
@@ -383,6 +385,11 @@ class ModelRunner:
             raise Cancelled("the attention rows were set aside")
         return self.rows.weights(ids, rows, layers)
 
+    def residual(self, ids: Sequence[int], position: int, layer: int) -> torch.Tensor:
+        """The residual after decoder layer `layer` at `position`: `ids` up to it read alone (no cache), the
+        interventions' hooks in force (intervention_hooks.residual_at)."""
+        return residual_at(self.model, layer, list(ids[: position + 1]), position)
+
     @torch.inference_mode()
     def logits_after(self, ids: Sequence[int], start: int) -> torch.Tensor:
         """The next-token logits after each of `ids[start:]` (positions the cache holds), fed again
@@ -464,7 +471,8 @@ class ModelRunner:
 
 
 def conforms(runner: ModelRunner) -> tuple[
-    Engine, Caching, AttentionRows, Lens, Attributing, LogitSplitting, Intervenable, FullScores, LensOfScores
+    Engine, Caching, AttentionRows, Lens, Attributing, LogitSplitting, Intervenable, FullScores, LensOfScores,
+    ResidualStream,
 ]:  # fmt: skip
     """The contract's protocols a runner declares (Capability: all of them), checked by mypy here."""
-    return runner, runner, runner, runner, runner, runner, runner, runner, runner
+    return runner, runner, runner, runner, runner, runner, runner, runner, runner, runner

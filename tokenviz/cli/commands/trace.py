@@ -76,6 +76,14 @@ def trace(
             "before, for the position whose pass gave the step's distribution.",
         ),
     ] = None,
+    sae: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--sae",
+            help="Add each step's features of this sparse autoencoder, a folder on disk (SAELens', Gemma Scope "
+            "2's or sparsify's layout; repeatable): its active features, their activations and shares, L0, error.",
+        ),
+    ] = None,
     chat: Chat = False,
     system: System = None,
 ) -> None:
@@ -87,7 +95,7 @@ def trace(
     try:  # every option checked before torch is imported: a mistake is told in a moment
         chosen_rows = None if lens_layers is None else parse_lens_layers(lens_layers)
         lens = lens or chosen_rows is not None
-        check_trace(steps, outputs, search, lens or routing, attribution, watch)
+        check_trace(steps, outputs, search, lens or routing or bool(sae), attribution, watch)
         if search.named:
             refuse_grammar(settings.grammar, "beam search" if search.beams else "speculative decoding")
         check_chat(chat, system)
@@ -109,6 +117,7 @@ def trace(
         watch=tuple(watch or ()),
         attention=attention,
         interventions=interventions.interventions,
+        saes=tuple(sae or ()),
         beams=search.beams,
         speculate=search.speculate,
         save=outputs.save,

@@ -1,0 +1,37 @@
+"""Sparse autoencoders' readings of the journey: each SAE checked against the model it reads (its layer
+among the model's, its input as wide as the residual), and at a position every SAE's reading of the residual
+there, the residual asked of the engine once per layer (contract.engine.ResidualStream)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tokenviz.contract.engine import Capability, Engine, refusal_of, require
+from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.features import FeatureReading
+from tokenviz.features.sparse_autoencoder import SparseAutoencoder
+
+
+def check_saes(engine: Engine, saes: Sequence[SparseAutoencoder], option: str = "--sae") -> None:
+    """One line for an SAE the model cannot feed: no residual from its engine, a layer it lacks, a width
+    that is not its residual's."""
+    info = engine.info
+    line = refusal_of(info, Capability.RESIDUAL, option) if saes else None
+    if line is not None:
+        raise TokenvizError(line)
+    for sae in saes:
+        said = f"{option} {sae.name} ({sae.layout}) reads the residual after layer {sae.layer}"
+        if not 0 <= sae.layer < info.layers:
+            raise TokenvizError(f"{said}; {info.name}'s layers are 0-{info.layers - 1}")
+        if sae.d_in != info.hidden:
+            raise TokenvizError(f"{said}, {sae.d_in:,} wide; {info.name}'s residual is {info.hidden:,} wide")
+
+
+def readings_at(
+    engine: Engine, ids: Sequence[int], position: int, saes: Sequence[SparseAutoencoder]
+) -> list[FeatureReading]:
+    """Each SAE's reading of the residual at `position` of `ids` (the position whose pass gave a step's
+    distribution), in the order given."""
+    stream = require(engine, Capability.RESIDUAL, "an SAE's features")
+    residuals = {layer: stream.residual(ids, position, layer) for layer in dict.fromkeys(s.layer for s in saes)}
+    return [sae.read(residuals[sae.layer].detach().cpu(), position) for sae in saes]
