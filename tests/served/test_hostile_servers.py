@@ -590,8 +590,8 @@ def tamper_model(doc) -> None:
     doc["model"]["device"] = doc["replay"]["info"]["device"] = "served at api.openai.com"
 
 
-def tamper_settings(doc) -> None:
-    doc["replay"]["records"][0]["decision"]["settings"]["top_p"] = 0.5
+def tamper_settings(doc) -> None:  # a setting that changes the step (a file holds each step's settings once)
+    doc["replay"]["records"][0]["decision"]["settings"]["repetition_penalty"] = 1.3
 
 
 def tamper_top_settings(doc) -> None:  # the settings the journey ends under, and nothing else
@@ -612,7 +612,7 @@ TAMPERED = [
     (tamper_text, "text is ' Rome, Italy' in the journey"),
     (tamper_top, "replay.records[1].top[2][2]"),
     (tamper_model, "model.name is 'gpt-4' in the journey"),
-    (tamper_settings, "replay.records[0].decision.settings.top_p is 0.5"),
+    (tamper_settings, "mismatch: replay.records[0].decision."),
     (tamper_top_settings, "settings.temperature is 0.5"),
     (tamper_piece, "replay.records[1].top[0][1] is ' Paris'"),
 ]
