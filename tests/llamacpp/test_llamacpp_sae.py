@@ -26,7 +26,7 @@ def test_features_on_llama_cpp_are_saelens_encode_of_llama_cpps_residual(sae_lib
     ids = [t["id"] for t in doc["prompt"]] + [s["chosen"]["id"] for s in doc["steps"]]
     positions = [len(doc["prompt"]) - 1 + i for i in range(len(doc["steps"]))]
     engine = engine_on()
-    residuals = np.stack([engine.residual(ids, p, LAYER).numpy() for p in positions])
+    residuals = engine.residual(ids, positions, LAYER).numpy()
     theirs = sae_reference.encode(python, "sae_lens", folder, residuals, tmp_path)
     for i, step in enumerate(doc["steps"]):
         (reading,) = step["sae"]

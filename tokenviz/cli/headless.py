@@ -152,10 +152,13 @@ def add_features(
 ) -> None:
     """Each step gains every SAE's reading of the residual at the position whose pass gave its distribution
     (the last prompt token's for step 0): its active features, strongest first, their shares, L0 and error."""
-    first, steps, ids = len(session.prompt_ids) - 1, document["steps"], session.ids
-    for i, step in enumerate(steps):
-        progress(f"the SAEs' features: step {i + 1} of {len(steps)}", i / len(steps))
-        step["sae"] = [as_json(reading) for reading in readings_at(session.engine, ids, first + i, saes)]
+    first, steps = len(session.prompt_ids) - 1, document["steps"]
+    if not steps:
+        return
+    progress(f"the SAEs' features at {len(steps)} steps", None)
+    positions = [first + i for i in range(len(steps))]
+    for step, readings in zip(steps, readings_at(session.engine, session.ids, positions, saes)):
+        step["sae"] = [as_json(reading) for reading in readings]
 
 
 def run_output(session: Session, prompt_ids: list[int], generated: list[int], **extra: Any) -> dict[str, Any]:

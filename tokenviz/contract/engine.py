@@ -422,9 +422,9 @@ class Intervening(Protocol):
 class ResidualStream(Protocol):
     """Capability.RESIDUAL: the residual stream after a decoder layer, as the model computes it."""
 
-    def residual(self, ids: Sequence[int], position: int, layer: int) -> Scores:
-        """The residual after decoder layer `layer` at `position` of `ids` (hidden,), with the interventions
-        in force."""
+    def residual(self, ids: Sequence[int], positions: Sequence[int], layer: int) -> Scores:
+        """The residual after decoder layer `layer` at `positions` of `ids` (len(positions), hidden), with the
+        interventions in force, from as few passes as the runtime needs (one, up to the last position)."""
 
 
 @runtime_checkable

@@ -28,10 +28,11 @@ def check_saes(engine: Engine, saes: Sequence[SparseAutoencoder], option: str = 
 
 
 def readings_at(
-    engine: Engine, ids: Sequence[int], position: int, saes: Sequence[SparseAutoencoder]
-) -> list[FeatureReading]:
-    """Each SAE's reading of the residual at `position` of `ids` (the position whose pass gave a step's
-    distribution), in the order given."""
+    engine: Engine, ids: Sequence[int], positions: Sequence[int], saes: Sequence[SparseAutoencoder]
+) -> list[list[FeatureReading]]:
+    """At each of `positions` of `ids` (where a step's distribution came from), each SAE's reading of the
+    residual there, in the order given; the residual asked once per layer for every position."""
     stream = require(engine, Capability.RESIDUAL, "an SAE's features")
-    residuals = {layer: stream.residual(ids, position, layer) for layer in dict.fromkeys(s.layer for s in saes)}
-    return [sae.read(residuals[sae.layer].detach().cpu(), position) for sae in saes]
+    layers = dict.fromkeys(s.layer for s in saes)
+    residuals = {layer: stream.residual(ids, positions, layer).detach().cpu() for layer in layers}
+    return [[sae.read(residuals[sae.layer][i], p) for sae in saes] for i, p in enumerate(positions)]

@@ -287,8 +287,8 @@ class LlamaCppEngine(DenseInOnePlace):
     def inspect(self, ask: LensAsk) -> list[Inspection]:
         return self.internals.inspect(self, ask)
 
-    def residual(self, ids: Sequence[int], position: int, layer: int) -> torch.Tensor:
-        return self.internals.residual(ids, layer, position, self.internals.edits)  # the interventions in force
+    def residual(self, ids: Sequence[int], positions: Sequence[int], layer: int) -> torch.Tensor:
+        return self.internals.residuals(ids, layer, positions, self.internals.edits)  # the interventions in force
 
     # ---- the cache read and fed again (verify, watching past steps, beams) -----------------------------
 

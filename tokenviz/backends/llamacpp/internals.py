@@ -195,11 +195,16 @@ class LlamaInternals:
     def residual(self, ids: Sequence[int], layer: int, position: int, edits: Edits = NO_EDITS) -> torch.Tensor:
         """The residual after `layer` at `position` of `ids`, under `edits` (by default none: the model's own,
         what a steering by texts and a patch's source read), from passes shaped as the journey's."""
+        return self.residuals(ids, layer, [position], edits)[0]
+
+    def residuals(self, ids: Sequence[int], layer: int, positions: Sequence[int], edits: Edits) -> torch.Tensor:
+        """The residual after `layer` at each of `positions` of `ids`, under `edits`: (positions, hidden)."""
         name = layer_output(layer)
-        rows = self._pass(self.lens_context, ids[: position + 1], position, [position], {name}, edits)
+        outs = sorted(set(positions))
+        rows = self._pass(self.lens_context, ids[: outs[-1] + 1], outs[0], outs, {name}, edits)
         if name not in rows.names():
             raise TokenvizError(f"llama.cpp's graph of {self.architecture} has no {name} (the residual after a layer)")
-        return rows.at(name, [position])[0].clone()
+        return rows.at(name, list(positions)).clone()
 
     @torch.inference_mode()
     def inspect(self, engine: Any, ask: LensAsk) -> list[Inspection]:

@@ -443,10 +443,12 @@ class ServedEngine(DenseInOnePlace):
         assert self.internals is not None  # asked only behind the lens capability
         return self.internals.inspect(self, ask)
 
-    def residual(self, ids: Sequence[int], position: int, layer: int) -> torch.Tensor:
-        """The residual the server computed after `layer` at `position`, the steering in force sent with it."""
+    def residual(self, ids: Sequence[int], positions: Sequence[int], layer: int) -> torch.Tensor:
+        """The residual the server computed after `layer` at `positions` (one request up to the last), the
+        steering in force sent with it."""
         assert self.internals is not None  # asked only behind the residual's capability
-        return torch.as_tensor(self.internals.residual(list(ids[: position + 1]), layer)[position])
+        stream = self.internals.residual(list(ids[: max(positions) + 1]), layer)
+        return torch.as_tensor(stream[list(positions)])
 
     def attention(
         self, ids: Sequence[int], rows: range, layers: Sequence[int], cancelled: IsCancelled = None

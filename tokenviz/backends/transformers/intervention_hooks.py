@@ -67,9 +67,9 @@ def head_outputs_mean(model: Any, layer: int, heads: int, ids: Sequence[int]) ->
 
 
 @torch.inference_mode()
-def residual_at(model: Any, layer: int, ids: Sequence[int], position: int) -> torch.Tensor:
+def residual_at(model: Any, layer: int, ids: Sequence[int], position: int | list[int]) -> torch.Tensor:
     """The residual stream after decoder layer `layer` at `position` of `ids` (a position they have, see
-    backends.shared.resolving), read alone (no cache)."""
+    backends.shared.resolving; several: one row each), read alone (no cache)."""
     seen: list[torch.Tensor] = []
     handle = decoder_layers(model)[layer].register_forward_hook(lambda m, a, out: seen.append(_first(out)[0]))
     try:

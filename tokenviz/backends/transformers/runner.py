@@ -385,10 +385,10 @@ class ModelRunner:
             raise Cancelled("the attention rows were set aside")
         return self.rows.weights(ids, rows, layers)
 
-    def residual(self, ids: Sequence[int], position: int, layer: int) -> torch.Tensor:
-        """The residual after decoder layer `layer` at `position`: `ids` up to it read alone (no cache), the
-        interventions' hooks in force (intervention_hooks.residual_at)."""
-        return residual_at(self.model, layer, list(ids[: position + 1]), position)
+    def residual(self, ids: Sequence[int], positions: Sequence[int], layer: int) -> torch.Tensor:
+        """The residual after decoder layer `layer` at `positions`: one pass of `ids` up to the last of them
+        read alone (no cache), the interventions' hooks in force (intervention_hooks.residual_at)."""
+        return residual_at(self.model, layer, list(ids[: max(positions) + 1]), list(positions))
 
     @torch.inference_mode()
     def logits_after(self, ids: Sequence[int], start: int) -> torch.Tensor:

@@ -1,0 +1,57 @@
+"""An SAE's features on a served model (`trace --endpoint URL --tokenizer DIR --sae DIR`): the residual the
+vllm-lens plugin returns is transformers' own at each step's position, and every active feature is SAELens's
+own encode of it (run in its environment: tests/sae_reference.py)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import sae_reference
+from clitools import invoke
+from sae_folders import saelens_sae
+
+pytestmark = [pytest.mark.served, pytest.mark.features]
+PROMPT = "The Eiffel Tower is located in"
+KEY_ENV = "TOKENVIZ_TEST_SERVER_KEY"
+LAYER, HIDDEN = 20, 576
+RESIDUAL_TOLERANCE = 1e-3  # relative: vLLM's float32 kernels against transformers' (the lens test's bound)
+
+
+def test_features_on_a_served_model_are_saelens_encode_of_the_servers_residual(
+    monkeypatch, capsys, tmp_path, vllm_lens_server, sae_libraries
+):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from tokenviz.backends.served.completions import ServedChoice
+    from tokenviz.backends.served.engine import ServedEngine
+    from tokenviz.backends.shared.endpoint import ApiKey
+
+    python = sae_reference.python_of(sae_libraries)
+    folder = saelens_sae(tmp_path / "sae", "topk", HIDDEN, 5, layer=LAYER)
+    monkeypatch.setenv(KEY_ENV, vllm_lens_server.key)
+    directory = str(vllm_lens_server.model)
+    args = ["--endpoint", vllm_lens_server.url, "--api-key-env", KEY_ENV, "--tokenizer", directory]
+    options = ["--steps", "4", "--temperature", "0", "--sae", str(folder), "--json"]
+    code, out, err = invoke(monkeypatch, capsys, "trace", PROMPT, *args, *options)
+    assert code == 0, err
+    doc = json.loads(out)
+    ids = [t["id"] for t in doc["prompt"]] + [s["chosen"]["id"] for s in doc["steps"]]
+    positions = [len(doc["prompt"]) - 1 + i for i in range(len(doc["steps"]))]
+    choice = ServedChoice(vllm_lens_server.url, api_key=ApiKey(env=KEY_ENV))
+    engine = ServedEngine.open(choice, directory)
+    served = engine.residual(ids, positions, LAYER).numpy()
+    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
+    with torch.no_grad():
+        own = model(torch.tensor([ids]), output_hidden_states=True).hidden_states[LAYER + 1][0, positions].numpy()
+    assert np.abs(served - own).max() <= RESIDUAL_TOLERANCE * np.abs(own).max()
+    theirs = sae_reference.encode(python, "sae_lens", folder, served, tmp_path)
+    for i, step in enumerate(doc["steps"]):
+        (reading,) = step["sae"]
+        active = np.flatnonzero(theirs[i] > 0)
+        assert reading["l0"] == len(active) > 0
+        for feature in reading["features"]:
+            expected = theirs[i, feature["id"]]
+            assert expected > 0 and abs(feature["activation"] - expected) <= 1e-4 * expected + 1e-5
