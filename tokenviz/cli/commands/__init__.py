@@ -1,6 +1,7 @@
 """The commands: `tokenviz [PROMPT]` opens the app; `tokenviz trace PROMPT` runs the journey headless;
 `tokenviz score TEXT` scores a text; `tokenviz compare PROMPT` runs two journeys side by side;
-`tokenviz serve` runs the app in a browser; `tokenviz replay FILE` opens a saved journey.
+`tokenviz serve` runs the app in a browser; `tokenviz replay FILE` opens a saved journey; `tokenviz sae-train`
+trains a small sparse autoencoder on the model's residual.
 
 Every foreseeable mistake ends with one line on stderr and exit code 2, never a traceback.
 """
@@ -16,13 +17,21 @@ from tokenviz.cli.commands.app import app_cli
 from tokenviz.cli.commands.common import USAGE_ERROR
 from tokenviz.cli.commands.compare import compare_cli
 from tokenviz.cli.commands.replay import replay_cli
+from tokenviz.cli.commands.sae_train import sae_train_cli
 from tokenviz.cli.commands.score import score_cli
 from tokenviz.cli.commands.serve import serve_cli
 from tokenviz.cli.commands.trace import trace_cli
 from tokenviz.cli.options import print_error, print_warning
 from tokenviz.system.cpu_threads import tidy_thread_setting
 
-SUBCOMMANDS = {"trace": trace_cli, "replay": replay_cli, "score": score_cli, "compare": compare_cli, "serve": serve_cli}
+SUBCOMMANDS = {
+    "trace": trace_cli,
+    "replay": replay_cli,
+    "score": score_cli,
+    "compare": compare_cli,
+    "serve": serve_cli,
+    "sae-train": sae_train_cli,
+}
 
 
 def run() -> None:
