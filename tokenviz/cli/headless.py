@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tokenviz.cli.backend_options import BackendChoice
+from tokenviz.cli.commands.common import StepViews
 from tokenviz.contract.backend import OpenEngine, Progress
 from tokenviz.contract.commands import Attribute, Beams, Inspect, Request, SplitDifference
 from tokenviz.contract.engine import Caching, Capability, DrawingEngine, Engine, SearchAsk, refusal_of, require
@@ -227,14 +228,9 @@ class TraceRequest:
     settings: SamplingSettings
     chat: bool = False
     system: str | None = None
-    lens: bool = False
+    views: StepViews = field(default_factory=StepViews)  # what each step gains: the lens, routing, SAE features...
     lens_layers: LensLayers | None = None
-    routing: bool = False
-    attribution: AttributionMethod | None = None
-    watch: tuple[str, ...] = ()
-    attention: int | None = None
     interventions: tuple[Intervention, ...] = ()
-    saes: tuple[str, ...] = ()  # folders of sparse autoencoders: each step gains their readings
     beams: int | None = None
     speculate: str | None = None
     save: str | None = None
@@ -253,11 +249,12 @@ def run_trace(
     (what it is, where). `loader` makes the engine, `draft` a draft model's (for `speculate`)."""
     noted = [] if written is None else written
     prompt, settings, chat, system = asked.prompt, asked.settings, asked.chat, asked.system
-    saes = [sae for folder in asked.saes for sae in read_saes(folder)]  # before the model: a bad one is told now
+    views = asked.views
+    saes = [sae for folder in views.sae for sae in read_saes(folder)]  # before the model: a bad one is told now
     session = Session(loader(progress), settings)
     check_saes(session.engine, saes)
     searched = "--beams" if asked.beams else "--speculate" if asked.speculate else ""
-    check_views(session, asked.lens, asked.attention, asked.interventions, asked.routing, searched)
+    check_views(session, views.lens, views.attention, asked.interventions, views.routing, searched)
     session.analyses.lens_layers = asked.lens_layers
     session.analyses.lens_rows()  # a layer the model lacks is refused before the journey runs
     if asked.interventions:
@@ -269,15 +266,15 @@ def run_trace(
     if asked.speculate:  # it runs on its own cache: no prefill here
         _, ids, _ = tokenize(session.engine, prompt, chat, system)
         return speculation_document(session, ids, asked.speculate, None if draft is None else draft(progress))
-    if asked.routing and not session.engine.info.experts:
+    if views.routing and not session.engine.info.experts:
         name = session.engine.info.name
         raise TokenvizError(f"{name} has no mixture-of-experts layers: --routing has nothing to show")
-    session.pin([token_of(session.engine, token) for token in asked.watch])
+    session.pin([token_of(session.engine, token) for token in views.watch])
     # The document holds no prediction at a prompt position; a saved journey and a page show them.
     document = journey_document(run_session(session, prompt, progress, chat, system, defer_predictions=True))
-    add_views(session, document, asked.lens, asked.routing, len(asked.watch) >= 2, asked.attribution, progress)
-    if asked.attention is not None:
-        add_attention(session, document, asked.attention)
+    add_views(session, document, views.lens, views.routing, len(views.watch) >= 2, views.attribution, progress)
+    if views.attention is not None:
+        add_attention(session, document, views.attention)
     if saes:
         add_features(session, document, saes, progress)
     if asked.html or asked.save:

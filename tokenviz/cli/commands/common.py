@@ -18,6 +18,7 @@ from tokenviz.cli.options import (
     option_group,
 )
 from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.results import ATTRIBUTION_METHODS, AttributionMethod
 from tokenviz.system.paths import unwritable_folder
 from tokenviz.ui.themes import DEFAULT_THEME
 
@@ -164,3 +165,47 @@ def print_document(document: dict[str, Any], as_json: bool) -> None:
         sys.stdout.write(text + "\n")
     else:
         print_table(document, Console())
+
+
+@dataclass(frozen=True)
+class StepViews:
+    """What each step of a trace gains beside its own numbers (the lens's rows are --lens-layers')."""
+
+    lens: bool = False
+    routing: bool = False
+    attribution: AttributionMethod | None = None
+    watch: tuple[str, ...] = ()
+    attention: int | None = None
+    sae: tuple[str, ...] = ()
+
+
+STEP_VIEW_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "lens": (bool, typer.Option("--lens", help="Add each step's logit lens (every layer's top tokens).")),
+    "routing": (bool, typer.Option("--routing", help="Add each step's mixture-of-experts routing: every MoE layer's "
+                                   "experts and weights.")),
+    "attribution": (Optional[str], typer.Option("--attribution", help="Add to each step how much each earlier token "
+                    "led to its chosen token: loo (leave-one-out, exact, one forward pass per token of context) or "
+                    "grad (gradient × input, one backward pass).")),
+    "watch": (Optional[list[str]], typer.Option("--watch", help="Follow this token at every step (its text, with its "
+              "leading space, or id:N; up to 4, repeat the option): each step gains its raw and final probability "
+              "and rank; with two, each step also gains their logit difference split by layer.")),
+    "attention": (Optional[int], typer.Option("--attention", help="Add each step's attention row at this layer (from "
+                  "0): every head's weights over the positions before, for the position whose pass gave the step's "
+                  "distribution.")),
+    "sae": (Optional[list[str]], typer.Option("--sae", help="Add each step's features of this sparse autoencoder, a "
+            "folder on disk (SAELens', Gemma Scope 2's or sparsify's layout; repeatable): its active features, their "
+            "activations and shares, L0, error.")),
+}  # fmt: skip
+
+
+def step_view_options() -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Give trace its per-step views' options; it receives them as `views` (StepViews)."""
+
+    def make(values: dict[str, Any], given: frozenset[str]) -> StepViews:
+        method = values.get("attribution")
+        if method is not None and method not in ATTRIBUTION_METHODS:
+            raise TokenvizError(f"--attribution must be loo or grad, got {method!r}")
+        lists = {name: tuple(values.get(name) or ()) for name in ("watch", "sae")}
+        return StepViews(**{**{n: v for n, v in values.items() if v is not None}, **lists})
+
+    return option_group("views", STEP_VIEW_OPTIONS, make)

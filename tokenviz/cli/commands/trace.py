@@ -1,7 +1,8 @@
 """`tokenviz trace PROMPT`: the journey headless, a table or JSON."""
 
+import dataclasses
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -9,19 +10,20 @@ from tokenviz.cli.backend_options import BackendChoice, journey_options
 from tokenviz.cli.commands.common import (
     Outputs,
     Search,
+    StepViews,
     check_chat,
     default_page_colors,
     new_cli,
     output_options,
     print_document,
     search_options,
+    step_view_options,
 )
 from tokenviz.cli.intervention_options import InterventionChoice, intervention_options
 from tokenviz.cli.options import Chat, LensLayersOption, System, err, fail, stderr_progress
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.grammar import refuse_grammar
 from tokenviz.contract.lens_layers import parse_lens_layers
-from tokenviz.contract.results import ATTRIBUTION_METHODS
 from tokenviz.contract.settings import SamplingSettings
 
 trace_cli = new_cli()
@@ -32,58 +34,18 @@ trace_cli = new_cli()
 @intervention_options()
 @output_options()
 @search_options()
+@step_view_options()
 def trace(
     settings: SamplingSettings,
     backend: BackendChoice,
     interventions: InterventionChoice,
     outputs: Outputs,
     search: Search,
+    views: StepViews,
     prompt: Annotated[str, typer.Argument(help="Text to start from.")],
     steps: Annotated[int, typer.Option(help="How many tokens to generate.")] = 16,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
-    lens: Annotated[
-        bool, typer.Option("--lens", help="Add each step's logit lens (every layer's top tokens).")
-    ] = False,
     lens_layers: LensLayersOption = None,
-    routing: Annotated[
-        bool,
-        typer.Option(
-            "--routing", help="Add each step's mixture-of-experts routing: every MoE layer's experts and weights."
-        ),
-    ] = False,
-    attribution: Annotated[
-        Optional[str],
-        typer.Option(
-            "--attribution",
-            help="Add to each step how much each earlier token led to its chosen token: loo (leave-one-out, "
-            "exact, one forward pass per token of context) or grad (gradient × input, one backward pass).",
-        ),
-    ] = None,
-    watch: Annotated[
-        Optional[list[str]],
-        typer.Option(
-            "--watch",
-            help="Follow this token at every step (its text, with its leading space, or id:N; up to 4, repeat the "
-            "option): each step gains its raw and final probability and rank; with two, each step also gains their "
-            "logit difference split by layer.",
-        ),
-    ] = None,
-    attention: Annotated[
-        Optional[int],
-        typer.Option(
-            "--attention",
-            help="Add each step's attention row at this layer (from 0): every head's weights over the positions "
-            "before, for the position whose pass gave the step's distribution.",
-        ),
-    ] = None,
-    sae: Annotated[
-        Optional[list[str]],
-        typer.Option(
-            "--sae",
-            help="Add each step's features of this sparse autoencoder, a folder on disk (SAELens', Gemma Scope "
-            "2's or sparsify's layout; repeatable): its active features, their activations and shares, L0, error.",
-        ),
-    ] = None,
     chat: Chat = False,
     system: System = None,
 ) -> None:
@@ -94,8 +56,9 @@ def trace(
     the vllm-lens plugin on the server, its lens and attention rows too."""
     try:  # every option checked before torch is imported: a mistake is told in a moment
         chosen_rows = None if lens_layers is None else parse_lens_layers(lens_layers)
-        lens = lens or chosen_rows is not None
-        check_trace(steps, outputs, search, lens or routing or bool(sae), attribution, watch)
+        lens = views.lens or chosen_rows is not None
+        per_step = lens or views.routing or bool(views.sae)
+        check_trace(steps, outputs, search, per_step, views.attribution, list(views.watch))
         if search.named:
             refuse_grammar(settings.grammar, "beam search" if search.beams else "speculative decoding")
         check_chat(chat, system)
@@ -110,14 +73,9 @@ def trace(
         settings.replace(max_new_tokens=steps),
         chat=chat,
         system=system,
-        lens=lens,
+        views=dataclasses.replace(views, lens=lens),
         lens_layers=chosen_rows,
-        routing=routing,
-        attribution=next((m for m in ATTRIBUTION_METHODS if m == attribution), None),
-        watch=tuple(watch or ()),
-        attention=attention,
         interventions=interventions.interventions,
-        saes=tuple(sae or ()),
         beams=search.beams,
         speculate=search.speculate,
         save=outputs.save,
@@ -151,8 +109,6 @@ def check_trace(
         raise TokenvizError(f"--steps must be at least 1, got {steps}")
     if search.named and (outputs.save or outputs.html or per_step or attribution or watch):
         raise TokenvizError(
-            "--beams and --speculate cannot be combined with --save, --html, --lens, --routing, --attribution "
+            "--beams and --speculate cannot be combined with --save, --html, --lens, --routing, --sae, --attribution "
             "or --watch"
         )
-    if attribution is not None and attribution not in ATTRIBUTION_METHODS:
-        raise TokenvizError(f"--attribution must be loo or grad, got {attribution!r}")
