@@ -80,6 +80,25 @@ def test_a_file_holds_each_step_once_and_replay_json_prints_the_trace(monkeypatc
     assert code == 0 and "all 5 steps" in out, err
 
 
+def test_replay_json_prints_nothing_of_a_file_raw(monkeypatch, capsys, tmp_path, tiny_dir):
+    """A file's own words (its head's text, its step views) reach stdout made safe: no escape sequence."""
+    path = tmp_path / "journey.json"
+    code, _, err = invoke(
+        monkeypatch, capsys, "trace", PROMPT, "--model", tiny_dir, "--steps", "2", "--save", str(path)
+    )
+    assert code == 0, err
+    doc = json.loads(path.read_text())
+    doc["text"] = "\x1b]52;c;aGk=\x07 and \x9b31m"
+    doc["step_views"] = [{"lens": [{"label": "\x1b[2J"}]}, {"\x1b[31mkey": "\u202e"}]
+    path.write_text(json.dumps(doc))
+    code, out, err = invoke(monkeypatch, capsys, "replay", str(path), "--json")
+    assert code == 0, err
+    printed = json.loads(out)
+    for text in (printed["text"], json.dumps(printed["steps"], ensure_ascii=False)):
+        assert not any(c in text for c in "\x1b\x07\x9b\u202e"), text
+    assert "<0x1B>" in printed["steps"][0]["lens"][0]["label"]
+
+
 def test_a_journey_saved_in_the_first_format_still_reads(monkeypatch, capsys, tmp_path, tiny_dir):
     path, earlier = tmp_path / "journey.json", tmp_path / "earlier.json"
     args = ["--model", tiny_dir, "--steps", "4", "--temperature", "0.9", "--seed", "2", "--lens"]

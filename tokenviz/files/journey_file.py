@@ -124,10 +124,21 @@ def trace_document_of(doc: dict[str, Any]) -> dict[str, Any]:
     each (`step_views`)."""
     journey = parse_journey(doc)
     made = trace_document(recording_of(journey).snapshot)
-    views = journey.step_views
+    views = [_made_safe(view) for view in journey.step_views]  # the file's words: printed, never raw
     steps = [step | (views[i] if i < len(views) else {}) for i, step in enumerate(made["steps"])]
-    head = {key: value for key, value in doc.items() if key not in ("format", "replay", "step_views")}
+    head = {key: _made_safe(value) for key, value in doc.items() if key not in ("format", "replay", "step_views")}
     return {key: steps if key == "steps" else head.get(key, value) for key, value in made.items()} | head
+
+
+def _made_safe(value: Any) -> Any:
+    """`value` (a file's JSON) with every text in it, keys too, safe to print (safe_text)."""
+    if isinstance(value, str):
+        return safe_text(value)
+    if isinstance(value, dict):
+        return {safe_text(str(key)): _made_safe(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_made_safe(item) for item in value]
+    return value
 
 
 def open_journey(path: str | Path) -> Journey:
