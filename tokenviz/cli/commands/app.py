@@ -33,7 +33,8 @@ app_cli = new_cli()
     "Score a text: [bold]tokenviz score TEXT [--json][/]. "
     "Two runs side by side: [bold]tokenviz compare PROMPT --against temperature=0[/]. "
     "In a browser: [bold]tokenviz serve[/]. "
-    "A saved journey: [bold]tokenviz replay FILE[/] (tokenviz replay --help)."
+    "A saved journey: [bold]tokenviz replay FILE[/] (tokenviz replay --help). "
+    "An SAE to try: [bold]tokenviz sae-train --text FILE --layer L --out DIR[/]."
 )
 @journey_options("app")
 def open_app(
