@@ -92,7 +92,15 @@ def test_while_the_lens_is_in_use_a_step_brings_its_stream_and_the_lens_asks_not
     choice = ServedChoice(vllm_lens_server.url, api_key=ApiKey(env=KEY_ENV))
     engine = ServedEngine.open(choice, str(vllm_lens_server.model))
     assert engine.internals is not None and not isinstance(engine, Caching)  # the lens with no cache here
-    given = ("step", "attention rows", "logit lens", "leave-one-out", "interventions", "local tokenizer")
+    given = (
+        "step",
+        "attention rows",
+        "logit lens",
+        "leave-one-out",
+        "interventions",
+        "local tokenizer",
+        "residual stream",
+    )
     assert engine.info.capabilities == given  # (its tokenizer here: no head ablation, no grammar stage)
     session = Session(engine, SamplingSettings(temperature=0, max_new_tokens=100))
     session.start(PROMPT)
