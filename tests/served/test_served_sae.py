@@ -34,7 +34,8 @@ def test_features_on_a_served_model_are_saelens_encode_of_the_servers_residual(
     monkeypatch.setenv(KEY_ENV, vllm_lens_server.key)
     directory = str(vllm_lens_server.model)
     args = ["--endpoint", vllm_lens_server.url, "--api-key-env", KEY_ENV, "--tokenizer", directory]
-    options = ["--steps", "4", "--temperature", "0", "--sae", str(folder), "--json"]
+    saved = tmp_path / "journey.json"
+    options = ["--steps", "4", "--temperature", "0", "--sae", str(folder), "--save", str(saved), "--json"]
     code, out, err = invoke(monkeypatch, capsys, "trace", PROMPT, *args, *options)
     assert code == 0, err
     doc = json.loads(out)
@@ -55,3 +56,11 @@ def test_features_on_a_served_model_are_saelens_encode_of_the_servers_residual(
         for feature in reading["features"]:
             expected = theirs[i, feature["id"]]
             assert expected > 0 and abs(feature["activation"] - expected) <= 1e-4 * expected + 1e-5
+    # the file keeps the readings and where the SAE is: replay --verify reads them again and holds them to it
+    code, out, err = invoke(monkeypatch, capsys, "replay", str(saved), "--verify", *args)
+    assert code == 0 and "verified: all 4 steps" in out, err
+    tampered = json.loads(saved.read_text())
+    tampered["step_views"][1]["sae"][0]["features"][0]["activation"] += 0.5
+    saved.write_text(json.dumps(tampered))
+    code, out, err = invoke(monkeypatch, capsys, "replay", str(saved), "--verify", *args)
+    assert code == 1 and "mismatch: step_views[1].sae[0].features[0].activation" in err, err

@@ -277,6 +277,7 @@ def run_trace(
         add_attention(session, document, views.attention)
     if saes:
         add_features(session, document, saes, progress)
+        document["sae_folders"] = [str(Path(folder).expanduser().resolve()) for folder in views.sae]
     if asked.html or asked.save:
         write_files(session, document, asked, noted)
     return document
@@ -302,7 +303,8 @@ def write_files(session: Session, document: dict[str, Any], asked: TraceRequest,
 def remade_journey(recorded: dict[str, Any], session: Session) -> dict[str, Any]:
     """The journey file of `session`, which has re-run the `recorded` journey file's steps
     (journey.reproduce.verify_journey), saved as the recording was: the views its steps hold (the
-    lens, an attention row, routing, the watched tokens' split, attribution) made again the same way,
+    lens, an attention row, routing, the watched tokens' split, attribution, an SAE's features) made again the
+    same way,
     the prompt's predictions made, what is in force set back to what the recording ends with."""
     steps = [s for s in recorded.get("step_views", ()) if isinstance(s, dict)]  # a file as read_journey gives it
     held = {key for step in steps for key in step}
@@ -327,6 +329,14 @@ def remade_journey(recorded: dict[str, Any], session: Session) -> dict[str, Any]
     layer = next((s["attention"].get("layer") for s in steps if isinstance(s.get("attention"), dict)), None)
     if isinstance(layer, int):
         add_attention(session, document, layer)
+    if "sae" in held:  # read again from the folders the trace named (a file keeps their readings, not them)
+        folders = recorded.get("sae_folders")
+        if not (isinstance(folders, list) and folders and all(isinstance(f, str) for f in folders)):
+            raise TokenvizError("the journey holds SAE features but names no SAE folder to read them again with")
+        saes = [sae for folder in folders for sae in read_saes(folder)]
+        check_saes(session.engine, saes)
+        add_features(session, document, saes, lambda message, fraction: None)
+        document["sae_folders"] = folders
     session.score_prompt()
     analyses = session.analyses.remade(kept)
     remade = journey_file(snapshot_of(session), saved_attention_of(session, sorted(kept_rows.rows)), analyses, document)
