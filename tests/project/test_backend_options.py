@@ -121,6 +121,7 @@ def test_compares_b_option_its_backend_lacks_is_one_line(monkeypatch, capsys):
     for args, said in (
         ((*llama, "dtype=float16"), "--against-option 'dtype=float16': give NAME=VALUE of an option of llama.cpp's:"),
         ((*llama, "threads=many"), "--against-option --threads: give a whole number, not 'many'"),
+        ((*llama, "threads=²"), "--against-option --threads: give a whole number, not '²'"),
         ((*llama, "flash-attention"), "--against-option 'flash-attention': give NAME=VALUE of an option of"),
         (("compare", "x", "--against-option", "trust-remote-code=maybe"), "give on or off, not 'maybe'"),
     ):

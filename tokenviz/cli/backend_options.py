@@ -21,7 +21,7 @@ from tokenviz.contract.engine import Engine
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.settings import SamplingSettings
-from tokenviz.contract.text import safe_text, shortened
+from tokenviz.contract.text import is_count, safe_text, shortened
 
 NAME = "backend_name"  # --backend's value among the options (`backend` is the command's argument)
 MODEL = "model"  # --model's: every backend takes it
@@ -125,7 +125,7 @@ def option_values(backend: Backend, assignments: Sequence[str], given_as: str) -
             said = safe_text(shortened(assignment, 40))
             raise TokenvizError(f"{given_as} {said!r}: give NAME=VALUE of an option of {backend.name}'s: {names}")
         if option.kind == "number":
-            if not value.strip().isdigit():
+            if not is_count(value.strip()):
                 raise TokenvizError(f"{given_as} {option.flag}: give a whole number, not {safe_text(value)!r}")
             values[key] = int(value)
         elif option.kind == "flag":
