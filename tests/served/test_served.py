@@ -13,7 +13,7 @@ import time
 import pytest
 from clitools import invoke
 
-from tokenviz.files.journey_file import read_journey, trace_document_of
+from tokenviz.files.journey_file import load_journey, trace_document_of
 
 pytestmark = pytest.mark.served
 
@@ -151,7 +151,7 @@ def test_a_served_trace_saves_its_journey_and_page_watching_a_token_with_no_trac
     doc = trace_json(monkeypatch, capsys, *served, *options)
     assert len(doc["steps"]) == 3 and all("watch" in step for step in doc["steps"])
     assert journey.is_file() and page.is_file()
-    saved = trace_document_of(read_journey(journey))  # the file's steps, as replay --json prints them
+    saved = trace_document_of(*load_journey(journey))  # the file's steps, as replay --json prints them
     for step in (*doc["steps"], *saved["steps"]):  # one shape: what the server cannot give is null, and said so
         assert all(c["logprob"] is not None and c["logit"] is None for c in step["top"]), step["top"][0]
         assert step["entropy_floor"] is not None and step["entropy"] is None and step["kv"] is None

@@ -110,19 +110,27 @@ def save_journey(
     return write_file(path, json.dumps(journey_file(snapshot, attention, analyses, document)), replace=replace)
 
 
+def load_journey(path: str | Path) -> tuple[dict[str, Any], Journey]:
+    """The journey file at `path` as its JSON in this format (an earlier one's made so: as_current) and as
+    the journey it holds: read within the limits and validated (see journey_schema), once."""
+    doc = dict(as_current(_read_json(path)))
+    return doc, parse_journey(doc)
+
+
 def read_journey(path: str | Path) -> dict[str, Any]:
-    """The journey file at `path` as its JSON in this format (an earlier one's made so: as_current), read
-    within the limits and validated (see journey_schema)."""
-    doc = as_current(_read_json(path))
-    parse_journey(doc)
-    return dict(doc)
+    """The journey file at `path` as its JSON in this format, read and validated (load_journey)."""
+    return load_journey(path)[0]
 
 
-def trace_document_of(doc: dict[str, Any]) -> dict[str, Any]:
-    """The trace document a journey file (`doc`, its JSON as read_journey gives it) was saved from: its
-    head as the file holds it, its steps made from its records again with what the trace's views added to
-    each (`step_views`)."""
-    journey = parse_journey(doc)
+def open_journey(path: str | Path) -> Journey:
+    """The journey file at `path`, read within the limits and validated once."""
+    return load_journey(path)[1]
+
+
+def trace_document_of(doc: dict[str, Any], journey: Journey) -> dict[str, Any]:
+    """The trace document a journey file (`doc`, its JSON as load_journey gives it, and `journey`, what it
+    holds) was saved from: its head as the file holds it, its steps made from its records again with what the
+    trace's views added to each (`step_views`)."""
     made = trace_document(recording_of(journey).snapshot)
     views = [_made_safe(view) for view in journey.step_views]  # the file's words: printed, never raw
     steps = [step | (views[i] if i < len(views) else {}) for i, step in enumerate(made["steps"])]
@@ -139,11 +147,6 @@ def _made_safe(value: Any) -> Any:
     if isinstance(value, list):
         return [_made_safe(item) for item in value]
     return value
-
-
-def open_journey(path: str | Path) -> Journey:
-    """The journey file at `path`, read within the limits and validated once."""
-    return parse_journey(_read_json(path))
 
 
 def _read_json(path: str | Path) -> dict[str, Any]:

@@ -43,17 +43,17 @@ def replay(
     """Open a saved journey read-only, without loading any model (or --verify it against the model,
     or against the server with --endpoint for a journey on a served model: with --tokenizer DIR where it
     was steered)."""
-    from tokenviz.files.journey_file import open_journey, read_journey, recording_of, trace_document_of
+    from tokenviz.files.journey_file import load_journey, recording_of, trace_document_of
 
     try:
-        journey = open_journey(path)
+        doc, journey = load_journey(path)  # read and validated once, whatever is asked of it
         if as_json and verify:
             raise TokenvizError("choose --json or --verify, not both")
         if as_json:
-            print_document(trace_document_of(read_journey(path)), as_json=True)
+            print_document(trace_document_of(doc, journey), as_json=True)
             return
         if verify:
-            verify_recording(journey, read_journey(path), backend)
+            verify_recording(journey, doc, backend)
             return
         if backend.given:
             flags = backend.flags()
