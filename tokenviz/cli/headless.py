@@ -149,17 +149,28 @@ def add_routing(session: Session, document: dict[str, Any]) -> None:
 
 
 def add_features(
-    session: Session, document: dict[str, Any], saes: Sequence[SparseAutoencoder], progress: Progress
+    session: Session,
+    document: dict[str, Any],
+    saes: Sequence[SparseAutoencoder],
+    folders: Sequence[str],
+    progress: Progress,
 ) -> None:
     """Each step gains every SAE's reading of the residual at the position whose pass gave its distribution
-    (the last prompt token's for step 0): its active features, strongest first, their shares, L0 and error."""
+    (the last prompt token's for step 0): its active features, strongest first, their shares, L0 and error.
+    The document names the `folders` they were read from (`sae_folders`: replay --verify reads them again)."""
     first, steps = len(session.prompt_ids) - 1, document["steps"]
+    document["sae_folders"] = [str(Path(folder).expanduser().resolve()) for folder in folders]
     if not steps:
         return
     progress(f"the SAEs' features at {len(steps)} steps", None)
     positions = [first + i for i in range(len(steps))]
     for step, readings in zip(steps, readings_at(session.engine, session.ids, positions, saes)):
         step["sae"] = [as_json(reading) for reading in readings]
+
+
+def saes_in(folders: Sequence[str]) -> list[SparseAutoencoder]:
+    """Every SAE in `folders`, in their order (a sparsify checkpoint is one per hook point)."""
+    return [sae for folder in folders for sae in read_saes(folder)]
 
 
 def run_output(session: Session, prompt_ids: list[int], generated: list[int], **extra: Any) -> dict[str, Any]:
@@ -250,7 +261,7 @@ def run_trace(
     noted = [] if written is None else written
     prompt, settings, chat, system = asked.prompt, asked.settings, asked.chat, asked.system
     views = asked.views
-    saes = [sae for folder in views.sae for sae in read_saes(folder)]  # before the model: a bad one is told now
+    saes = saes_in(views.sae)  # before the model: a bad one is told now
     session = Session(loader(progress), settings)
     check_saes(session.engine, saes)
     searched = "--beams" if asked.beams else "--speculate" if asked.speculate else ""
@@ -276,8 +287,7 @@ def run_trace(
     if views.attention is not None:
         add_attention(session, document, views.attention)
     if saes:
-        add_features(session, document, saes, progress)
-        document["sae_folders"] = [str(Path(folder).expanduser().resolve()) for folder in views.sae]
+        add_features(session, document, saes, views.sae, progress)
     if asked.html or asked.save:
         write_files(session, document, asked, noted)
     return document
@@ -303,9 +313,8 @@ def write_files(session: Session, document: dict[str, Any], asked: TraceRequest,
 def remade_journey(recorded: dict[str, Any], session: Session) -> dict[str, Any]:
     """The journey file of `session`, which has re-run the `recorded` journey file's steps
     (journey.reproduce.verify_journey), saved as the recording was: the views its steps hold (the
-    lens, an attention row, routing, the watched tokens' split, attribution, an SAE's features) made again the
-    same way,
-    the prompt's predictions made, what is in force set back to what the recording ends with."""
+    lens, an attention row, routing, the watched tokens' split, attribution, an SAE's features) made again
+    the same way, the prompt's predictions made, what is in force set back to what the recording ends with."""
     steps = [s for s in recorded.get("step_views", ()) if isinstance(s, dict)]  # a file as read_journey gives it
     held = {key for step in steps for key in step}
     document = journey_document(session)
@@ -333,10 +342,9 @@ def remade_journey(recorded: dict[str, Any], session: Session) -> dict[str, Any]
         folders = recorded.get("sae_folders")
         if not (isinstance(folders, list) and folders and all(isinstance(f, str) for f in folders)):
             raise TokenvizError("the journey holds SAE features but names no SAE folder to read them again with")
-        saes = [sae for folder in folders for sae in read_saes(folder)]
+        saes = saes_in(folders)
         check_saes(session.engine, saes)
-        add_features(session, document, saes, lambda message, fraction: None)
-        document["sae_folders"] = folders
+        add_features(session, document, saes, folders, lambda message, fraction: None)
     session.score_prompt()
     analyses = session.analyses.remade(kept)
     remade = journey_file(snapshot_of(session), saved_attention_of(session, sorted(kept_rows.rows)), analyses, document)
