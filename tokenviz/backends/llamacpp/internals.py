@@ -197,6 +197,7 @@ class LlamaInternals:
         what a steering by texts and a patch's source read), from passes shaped as the journey's."""
         return self.residuals(ids, layer, [position], edits)[0]
 
+    @torch.inference_mode()
     def residuals(self, ids: Sequence[int], layer: int, positions: Sequence[int], edits: Edits) -> torch.Tensor:
         """The residual after `layer` at each of `positions` of `ids`, under `edits`: (positions, hidden)."""
         name = layer_output(layer)
