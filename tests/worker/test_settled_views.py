@@ -153,6 +153,8 @@ def test_a_wait_inside_another_is_the_outer_ones_to_say(monkeypatch):
     said: list[tuple[str, str]] = []
     telling = Meanwhile(lambda line, view: said.append((line, view)))
     with telling.saying("computing the logit lens at position 9", view="lens"), telling.saying("computing inner"):
-        time.sleep(0.5)
+        deadline = time.monotonic() + 30  # (the wait lasts until its timer has spoken, however busy the machine)
+        while not said and time.monotonic() < deadline:
+            time.sleep(0.01)
     assert said and all(line.startswith("computing the logit lens at position 9") for line, _ in said), said
     assert threading.active_count() == len([t for t in threading.enumerate() if t.name != "tokenviz-meanwhile"])
