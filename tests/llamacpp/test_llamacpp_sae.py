@@ -1,5 +1,6 @@
 """An SAE's features on a GGUF in llama.cpp (`trace --backend llama.cpp --sae DIR`): at every step, SAELens's
-own encode (run in its environment: tests/sae_reference.py) of the residual llama.cpp computed there."""
+own encode (run in its environment: tests/sae_reference.py) of the residual llama.cpp computed there; and
+steering and clamping by a feature, held to llama-cpp-python's own control vector and a callback of the test's."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import numpy as np
 import pytest
 import sae_reference
 from clitools import invoke
-from llama_reference import PROMPT, THREADS, engine_on
+from llama_reference import PROMPT, THREADS, engine_on, trace
 from sae_folders import saelens_sae
+from test_llamacpp_steering import Context, assert_steps
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.features, pytest.mark.usefixtures("llama_cpp")]
 LAYER, HIDDEN = 20, 576  # the bundled SmolLM2-135M's residual after layer 20 of 30
@@ -36,3 +38,95 @@ def test_features_on_llama_cpp_are_saelens_encode_of_llama_cpps_residual(sae_lib
         assert set(shown) == set(active[np.argsort(-theirs[i, active])][:64].tolist())
         for feature, activation in shown.items():
             assert abs(activation - theirs[i, feature]) <= 1e-4 * abs(theirs[i, feature]) + 1e-5
+
+
+class ClampingContext(Context):
+    """The steering test's context on the reference's model, its callback changing every row of the residual
+    after the layer as `change` says (the test's clamp), where llama.cpp computes it."""
+
+    def __init__(self, reference, layer: int, change):
+        super().__init__(reference, layer)
+        self.change = change
+
+    def _called(self, tensor, ask, user_data):
+        if self.ggml.ggml_get_name(tensor) != self.name:
+            return not ask
+        if ask:
+            return True
+        size = self.ggml.ggml_nbytes(tensor)
+        rows = np.empty(size // 4, dtype=np.float32)
+        self.ggml.ggml_backend_tensor_get(tensor, rows.ctypes.data, 0, size)
+        changed = np.ascontiguousarray(self.change(rows.reshape(-1, self.hidden)), dtype=np.float32)
+        self.ggml.ggml_backend_tensor_set(tensor, changed.ctypes.data, 0, size)
+        return True
+
+
+STEERED_LAYER = 15  # of the bundled model's 30: a control vector there moves the tokens
+
+
+def test_steering_by_a_feature_is_llama_cpps_own_control_vector(monkeypatch, capsys, reference, tmp_path):
+    """The issue's done-when: --sae-steer on llama.cpp equals the same control vector (the feature's decoder
+    row times the strength, after the SAE's layer) applied through llama-cpp-python, bit for bit."""
+    import llama_cpp.llama_cpp as lib
+    from safetensors.numpy import load_file
+
+    folder = saelens_sae(tmp_path / "sae", "jumprelu", HIDDEN, 3, layer=STEERED_LAYER)
+    row = load_file(str(folder / "sae_weights.safetensors"))["W_dec"][7]
+    control = np.zeros((lib.llama_model_n_layer(reference.model) - 1, HIDDEN), dtype=np.float32)
+    control[STEERED_LAYER - 1] = np.float32(60.0) * row
+    steered = Context(reference, STEERED_LAYER, control)
+    prompt = reference.tokenize(PROMPT.encode(), add_bos=True, special=True)
+    try:
+        expected = steered.greedy(prompt, 4)
+    finally:
+        steered.close()
+    doc = trace(
+        monkeypatch, capsys, "--steps", "4", "--temperature", "0", "--sae", str(folder), "--sae-steer", "sae:7:60"
+    )
+    assert_steps(doc, *expected)
+    plain = trace(monkeypatch, capsys, "--steps", "1", "--temperature", "0")
+    assert doc["steps"][0]["top"][0]["logit"] != plain["steps"][0]["top"][0]["logit"]  # (the steering shows)
+    assert doc["steps"][0]["unsteered"]["top"][0]["id"] == plain["steps"][0]["top"][0]["id"]
+
+
+def test_clamping_a_feature_on_llama_cpp_is_the_residual_llama_cpp_computed_moved(
+    monkeypatch, capsys, reference, tmp_path
+):
+    """--sae-clamp moves each row of llama.cpp's residual after the SAE's layer by (value - the feature's
+    activation) times its decoder row, in the step's own pass: the tokens and logits of the test's own
+    callback doing the same with the SAE's JumpReLU written out here, bit for bit up to float32's sums."""
+    from safetensors.numpy import load_file
+
+    folder = saelens_sae(tmp_path / "sae", "jumprelu", HIDDEN, 3, layer=LAYER)
+    w = load_file(str(folder / "sae_weights.safetensors"))
+    feature, value = 2, 30.0
+
+    def clamp(rows: np.ndarray) -> np.ndarray:
+        pre = (rows - w["b_dec"]) @ w["W_enc"][:, feature] + w["b_enc"][feature]
+        active = np.where(pre > w["threshold"][feature], np.maximum(pre, 0), 0).astype(np.float32)
+        return rows + (np.float32(value) - active)[:, None] * w["W_dec"][feature]
+
+    clamped = ClampingContext(reference, LAYER, clamp)
+    prompt = reference.tokenize(PROMPT.encode(), add_bos=True, special=True)
+    try:
+        tokens, logits = clamped.greedy(prompt, 4)
+    finally:
+        clamped.close()
+    doc = trace(
+        monkeypatch,
+        capsys,
+        "--steps",
+        "4",
+        "--temperature",
+        "0",
+        "--sae",
+        str(folder),
+        "--sae-clamp",
+        f"sae:{feature}:{value}",
+    )
+    assert [s["chosen"]["id"] for s in doc["steps"]] == tokens
+    for step, row in zip(doc["steps"], logits):  # the encode's float32 sums are torch's here, numpy's there
+        shown = step["top"][:20]
+        assert [e["logit"] for e in shown] == pytest.approx(row[[e["id"] for e in shown]].tolist(), abs=1e-4)
+    plain = trace(monkeypatch, capsys, "--steps", "1", "--temperature", "0")
+    assert doc["steps"][0]["top"][0]["logit"] != pytest.approx(plain["steps"][0]["top"][0]["logit"], abs=1e-3)

@@ -1,6 +1,7 @@
 """An SAE's features on a served model (`trace --endpoint URL --tokenizer DIR --sae DIR`): the residual the
 vllm-lens plugin returns is transformers' own at each step's position, and every active feature is SAELens's
-own encode of it (run in its environment: tests/sae_reference.py)."""
+own encode of it (run in its environment: tests/sae_reference.py); steering and clamping by a feature are
+transformers' own model changed the same way."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ import pytest
 import sae_reference
 from clitools import invoke
 from sae_folders import saelens_sae
+from test_served_internals import served
+from test_served_steering import assert_steps_match, layer_hook, reference, steered_greedy, trace_json
 
 pytestmark = [pytest.mark.served, pytest.mark.features]
+__all__ = ["reference"]  # the served model in transformers (a fixture)
 PROMPT = "The Eiffel Tower is located in"
 KEY_ENV = "TOKENVIZ_TEST_SERVER_KEY"
 LAYER, HIDDEN = 20, 576
@@ -64,3 +68,30 @@ def test_features_on_a_served_model_are_saelens_encode_of_the_servers_residual(
     saved.write_text(json.dumps(tampered))
     code, out, err = invoke(monkeypatch, capsys, "replay", str(saved), "--verify", *args)
     assert code == 1 and "mismatch: step_views[1].sae[0].features[0].activation" in err, err
+
+
+def test_steering_and_clamping_a_feature_on_a_served_model_are_transformers_own(
+    monkeypatch, capsys, tmp_path, vllm_lens_server, reference
+):
+    """--sae-steer sends the feature's decoder row times the strength as a steering vector; --sae-clamp sends,
+    at every position, the clamped residual minus the journey's (read from the server first): both give the
+    tokens and probabilities of the same change made by a hook in transformers' own model."""
+    import torch
+    from safetensors.torch import load_file
+
+    model, tokenizer = reference
+    folder = saelens_sae(tmp_path / "sae", "standard", HIDDEN, 4, layer=LAYER)
+    w = load_file(str(folder / "sae_weights.safetensors"))
+    args = served(vllm_lens_server, monkeypatch, "--tokenizer", str(vllm_lens_server.model))
+    options = ["--steps", "3", "--temperature", "0", "--sae", str(folder), "--json"]
+    ids = tokenizer(PROMPT)["input_ids"]
+    doc = trace_json(monkeypatch, capsys, PROMPT, *args, *options, "--sae-steer", "sae:9:60")
+    row = w["W_dec"][9]
+    assert_steps_match(doc, *steered_greedy(model, ids, 3, layer_hook(model, LAYER, lambda h: h + 60.0 * row)))
+
+    def clamp(hidden):
+        active = torch.relu((hidden - w["b_dec"]) @ w["W_enc"][:, 9] + w["b_enc"][9])
+        return hidden + (40.0 - active)[..., None] * row
+
+    doc = trace_json(monkeypatch, capsys, PROMPT, *args, *options, "--sae-clamp", "sae:9:40")
+    assert_steps_match(doc, *steered_greedy(model, ids, 3, layer_hook(model, LAYER, clamp)))

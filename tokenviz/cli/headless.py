@@ -19,6 +19,7 @@ from tokenviz.contract.interventions import Intervention
 from tokenviz.contract.lens_layers import LensLayers
 from tokenviz.contract.results import AttributionMethod, BeamResult
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.features.feature_edits import with_sae
 from tokenviz.features.sae_folder import read_saes
 from tokenviz.features.sparse_autoencoder import SparseAutoencoder
 from tokenviz.files.documents import comparison_document, output_document, trace_document
@@ -262,14 +263,15 @@ def run_trace(
     prompt, settings, chat, system = asked.prompt, asked.settings, asked.chat, asked.system
     views = asked.views
     saes = saes_in(views.sae)  # before the model: a bad one is told now
+    interventions = [with_sae(i, saes) for i in asked.interventions]  # a feature's: its SAE's layer
     session = Session(loader(progress), settings)
     check_saes(session.engine, saes)
     searched = "--beams" if asked.beams else "--speculate" if asked.speculate else ""
-    check_views(session, views.lens, views.attention, asked.interventions, views.routing, searched)
+    check_views(session, views.lens, views.attention, interventions, views.routing, searched)
     session.analyses.lens_layers = asked.lens_layers
     session.analyses.lens_rows()  # a layer the model lacks is refused before the journey runs
-    if asked.interventions:
-        session.set_interventions(asked.interventions, context=tokenize(session.engine, prompt, chat, system)[1])
+    if interventions:
+        session.set_interventions(interventions, context=tokenize(session.engine, prompt, chat, system)[1])
     if asked.beams:
         refuse_grammar(settings.grammar, "beam search")  # before the prefill
         session.start(prompt, chat=chat, system=system)

@@ -1,4 +1,5 @@
-"""`trace`'s interventions on the command line (--ablate, --ablate-mean, --steer, --steer-tokens, --patch),
+"""`trace`'s interventions on the command line (--ablate, --ablate-mean, --steer, --steer-tokens, --patch,
+--sae-steer, --sae-clamp),
 declared once as a table and handed to the command parsed, as one `InterventionChoice`."""
 
 from __future__ import annotations
@@ -11,7 +12,13 @@ import typer
 
 from tokenviz.cli.options import option_group
 from tokenviz.contract.errors import TokenvizError
-from tokenviz.contract.interventions import Intervention, parse_ablation, parse_patch, parse_steering
+from tokenviz.contract.interventions import (
+    Intervention,
+    parse_ablation,
+    parse_feature_intervention,
+    parse_patch,
+    parse_steering,
+)
 
 PANEL = "Interventions"
 REPEATED = Optional[list[str]]  # each option but --ablate-mean is given once per intervention
@@ -42,6 +49,18 @@ INTERVENTION_OPTIONS: dict[str, tuple[Any, Any]] = {
         "LAYER:POSITION:TEXT (repeatable): the residual after LAYER at POSITION (from 0) replaced by TEXT's there, "
         "TEXT read alone (another prompt, as long at least).",
     ),
+    "sae_steer": _option(
+        REPEATED,
+        "--sae-steer",
+        "SAE:ID:STRENGTH (repeatable): feature ID of the SAE named SAE (its folder's name, given with --sae), its "
+        "decoder row times STRENGTH added after the SAE's layer at every position.",
+    ),
+    "sae_clamp": _option(
+        REPEATED,
+        "--sae-clamp",
+        "SAE:ID:VALUE (repeatable): feature ID of the SAE named SAE held at VALUE after the SAE's layer at every "
+        "position, the rest of the residual (the other features and the SAE's error) kept.",
+    ),
 }
 
 
@@ -54,12 +73,15 @@ class InterventionChoice:
     steer: tuple[str, ...] = ()
     steer_tokens: tuple[str, ...] = ()
     patch: tuple[str, ...] = ()
-    interventions: tuple[Intervention, ...] = ()
+    sae_steer: tuple[str, ...] = ()
+    sae_clamp: tuple[str, ...] = ()
+    interventions: tuple[Intervention, ...] = ()  # a feature's without its SAE's layer until the SAEs are read
 
 
 def intervention_choice(values: dict[str, Any], given: frozenset[str]) -> InterventionChoice:
     """The options parsed; one line (a TokenvizError) for one that cannot be."""
-    texts = {name: tuple(values.get(name) or ()) for name in ("ablate", "steer", "steer_tokens", "patch")}
+    names = ("ablate", "steer", "steer_tokens", "patch", "sae_steer", "sae_clamp")
+    texts = {name: tuple(values.get(name) or ()) for name in names}
     mean = bool(values.get("ablate_mean"))
     if mean and not texts["ablate"]:
         raise TokenvizError("--ablate-mean goes with --ablate LAYER.HEAD")
@@ -68,6 +90,8 @@ def intervention_choice(values: dict[str, Any], given: frozenset[str]) -> Interv
         *(parse_steering(s) for s in texts["steer"]),
         *(parse_steering(s, by="tokens") for s in texts["steer_tokens"]),
         *(parse_patch(p) for p in texts["patch"]),
+        *(parse_feature_intervention(f) for f in texts["sae_steer"]),
+        *(parse_feature_intervention(f, clamp=True) for f in texts["sae_clamp"]),
     )
     return InterventionChoice(**texts, ablate_mean=mean, interventions=interventions)
 

@@ -111,11 +111,68 @@ class Patch:
         return f"patch L{self.layer}@{self.position} from {source!r}"
 
 
-Intervention = HeadAblation | Steering | Patch
+UNRESOLVED = -1  # the layer of a feature's intervention typed before its SAE was found (features.feature_edits)
+
+
+@dataclass(frozen=True)
+class FeatureSteering:
+    """`scale` times a sparse autoencoder's feature, its decoder row as the SAE's decode writes it, added to
+    the residual stream after the SAE's layer at every position. The SAE is named by its name among those
+    loaded and the folder it was read from (filled in, with its layer, when it is set)."""
+
+    sae: str
+    feature: int
+    scale: float
+    layer: int = UNRESOLVED
+    folder: str = ""
+
+    def __post_init__(self) -> None:
+        _check_feature(self.feature, self.scale, "strength")
+
+    @property
+    def label(self) -> str:
+        return f"steer{_at(self.layer)} ×{self.scale:g} by {safe_text(shortened(self.sae, LABEL_CHARS))}#{self.feature}"
+
+
+@dataclass(frozen=True)
+class FeatureClamp:
+    """A sparse autoencoder's feature held at `value` in the residual after its layer, at every position: the
+    residual plus (value - the feature's activation there) times its decoder row, which is the SAE's
+    reconstruction with that activation set, plus the SAE's error (the rest of the residual untouched)."""
+
+    sae: str
+    feature: int
+    value: float
+    layer: int = UNRESOLVED
+    folder: str = ""
+
+    def __post_init__(self) -> None:
+        _check_feature(self.feature, self.value, "value")
+
+    @property
+    def label(self) -> str:
+        return f"clamp{_at(self.layer)} ={self.value:g} {safe_text(shortened(self.sae, LABEL_CHARS))}#{self.feature}"
+
+
+def _at(layer: int) -> str:
+    return "" if layer == UNRESOLVED else f" L{layer}"
+
+
+def _check_feature(feature: int, amount: float, what: str) -> None:
+    if feature < 0:
+        raise SettingsError(f"a feature is its row of the SAE, from 0; got {feature}")
+    if not math.isfinite(amount) or abs(amount) > MAX_STEER_SCALE:
+        raise SettingsError(f"a feature's {what} is a number within ±{MAX_STEER_SCALE:.3g}, got {amount}")
+
+
+FeatureIntervention = FeatureSteering | FeatureClamp
+Intervention = HeadAblation | Steering | Patch | FeatureSteering | FeatureClamp
 KINDS: dict[type[Intervention], str] = {
     HeadAblation: "ablate",
     Steering: "steer",
     Patch: "patch",
+    FeatureSteering: "sae-steer",
+    FeatureClamp: "sae-clamp",
 }  # as a file names them
 
 
@@ -151,6 +208,12 @@ def intervention_from_json(d: object) -> Intervention:
             ids = tuple(int(_plain(t)) for t in (given if isinstance(given, list | tuple) else [given]))
             position, source = int(_plain(d["position"])), str(_plain(d["source"]))
             return Patch(layer=int(_plain(d["layer"])), position=position, source=source, source_ids=ids)
+        if d["kind"] in ("sae-steer", "sae-clamp"):
+            kind = FeatureSteering if d["kind"] == "sae-steer" else FeatureClamp
+            amount = float(_plain(d["scale" if kind is FeatureSteering else "value"]))
+            sae, feature = str(_plain(d["sae"])), int(_plain(d["feature"]))
+            layer, folder = int(_plain(d["layer"])), str(_plain(d["folder"]))
+            return kind(sae, feature, amount, layer, folder)
     except (KeyError, TypeError, ValueError):
         pass
     raise SettingsError(f"not an intervention: {str(d)[:60]!r}")
@@ -201,6 +264,23 @@ def parse_patch(text: str) -> Patch:
         raise SettingsError(f"--patch takes LAYER:POSITION:TEXT (from 0), as 8:3:The dog sat; got {text!r}") from None
 
 
+def parse_feature_intervention(text: str, clamp: bool = False) -> FeatureIntervention:
+    """`SAE:ID:STRENGTH`, as --sae-steer takes it, or `SAE:ID:VALUE` (--sae-clamp): SAE an SAE's name (its
+    folder's) among those loaded, which may hold colons; its layer and folder are filled in when it is set."""
+    option = "--sae-clamp" if clamp else "--sae-steer"
+    sae, _, rest = text.rpartition(":")
+    sae, _, feature = sae.rpartition(":")
+    try:
+        if not sae:
+            raise ValueError
+        if clamp:
+            return FeatureClamp(sae=sae, feature=int(feature), value=float(rest))
+        return FeatureSteering(sae=sae, feature=int(feature), scale=float(rest))
+    except ValueError:
+        what = "VALUE" if clamp else "STRENGTH"
+        raise SettingsError(f"{option} takes SAE:ID:{what}, as my-sae:123:4 (ID from 0); got {text!r}") from None
+
+
 def check_patch_source(patch: Patch, held: int) -> None:
     """Refuse, in one line, a patch whose position its source's `held` tokens do not reach."""
     if not 0 <= patch.position < held:
@@ -213,6 +293,8 @@ def check_against(interventions: tuple[Intervention, ...], layers: int, heads: i
     if len(interventions) > MAX_INTERVENTIONS:
         raise SettingsError(f"at most {MAX_INTERVENTIONS} interventions at once")
     for i in interventions:
+        if isinstance(i, FeatureSteering | FeatureClamp) and i.layer == UNRESOLVED:
+            continue  # checked when its SAE is found (features.feature_edits.with_sae)
         if not 0 <= i.layer < layers:
             raise SettingsError(f"{i.label}: the model's layers are 0-{layers - 1}")
         if isinstance(i, HeadAblation) and not 0 <= i.head < heads:
@@ -238,8 +320,8 @@ def entries_changed(before: Entries, after: Entries) -> str:
 
 def edit_entries(line: str, entries: Entries) -> Entries:
     """The list after one typed edit: `ablate L.H`, `ablate L.H mean`, `steer L:S:TOWARD:AWAY`,
-    `steer-tokens L:S:A:B`, `patch L:P:TEXT` add one (on); `N` turns entry N (from 1) off or on, `-N`
-    removes it; `clear` removes them all."""
+    `steer-tokens L:S:A:B`, `patch L:P:TEXT`, `sae-steer SAE:ID:S`, `sae-clamp SAE:ID:V` add one (on);
+    `N` turns entry N (from 1) off or on, `-N` removes it; `clear` removes them all."""
     text = line.strip()
     word, _, rest = text.partition(" ")
     number = text.lstrip("-")
@@ -264,10 +346,12 @@ def edit_entries(line: str, entries: Entries) -> Entries:
         added = parse_steering(rest, by="tokens")
     elif word == "patch":
         added = parse_patch(rest)
+    elif word in ("sae-steer", "sae-clamp"):
+        added = parse_feature_intervention(rest, clamp=word == "sae-clamp")
     else:
         raise SettingsError(
             "type ablate L.H [mean], steer L:SCALE:TOWARD:AWAY, steer-tokens L:SCALE:A:B, patch L:POS:TEXT, "
-            "N (on/off), -N (remove) or clear"
+            "sae-steer SAE:ID:STRENGTH, sae-clamp SAE:ID:VALUE, N (on/off), -N (remove) or clear"
         )
     if len(entries) >= MAX_INTERVENTIONS:
         raise SettingsError(f"at most {MAX_INTERVENTIONS} interventions at once")

@@ -163,7 +163,7 @@ def _made(
     return SparseAutoencoder(
         safe_text(path.name), layout.name, architecture, layer, t["W_enc"], t["b_enc"], t["W_dec"], t["b_dec"],
         apply_b_dec_to_input=apply, threshold=t.get("threshold"), k=k, rescale_by_decoder_norm=rescale,
-        r_mag=t.get("r_mag"), b_mag=t.get("b_mag"),
+        r_mag=t.get("r_mag"), b_mag=t.get("b_mag"), folder=str(path.resolve()),
     )  # fmt: skip
 
 

@@ -11,8 +11,9 @@ is `acts @ W_dec + b_dec` (TopK with rescaling: each activation times its row's 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -39,6 +40,7 @@ class SparseAutoencoder:
     rescale_by_decoder_norm: bool = False  # topk (SAELens' rescale_acts_by_decoder_norm)
     r_mag: torch.Tensor | None = None  # gated
     b_mag: torch.Tensor | None = None  # gated
+    folder: str = ""  # the folder it was read from, resolved (an intervention by one of its features names it)
 
     @property
     def d_in(self) -> int:
@@ -47,6 +49,15 @@ class SparseAutoencoder:
     @property
     def d_sae(self) -> int:
         return int(self.W_enc.shape[1])
+
+    def to(self, device: torch.device) -> SparseAutoencoder:
+        """The same SAE, its tensors on `device`."""
+        moved: dict[str, Any] = {
+            field.name: value.to(device)
+            for field in dataclasses.fields(self)
+            if isinstance(value := getattr(self, field.name), torch.Tensor)
+        }
+        return dataclasses.replace(self, **moved)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """The feature activations of residuals `x` (n, d_in): (n, d_sae), float32."""
@@ -70,10 +81,15 @@ class SparseAutoencoder:
 
     def decode(self, acts: torch.Tensor) -> torch.Tensor:
         """What `acts` (n, d_sae) write back to the residual: (n, d_in)."""
-        rows = self.W_dec
+        return acts @ self.decoder_rows() + self.b_dec
+
+    def decoder_rows(self, features: torch.Tensor | list[int] | None = None) -> torch.Tensor:
+        """The rows the decode multiplies activations by (each of `features`, or all): W_dec's, unit rows
+        where it rescales TopK activations by their norms."""
+        rows = self.W_dec if features is None else self.W_dec[features]
         if self.rescale_by_decoder_norm:
             rows = rows / rows.norm(dim=-1, keepdim=True)
-        return acts @ rows + self.b_dec
+        return rows
 
     def read(self, x: torch.Tensor, position: int) -> FeatureReading:
         """Its reading of one residual `x` (d_in,) at `position`: the active features, each's share of
@@ -82,9 +98,7 @@ class SparseAutoencoder:
         acts = self.encode(x)[0]
         active = torch.nonzero(acts > 0).flatten()
         order = active[torch.argsort(acts[active], descending=True)][:SHOWN]
-        rows = self.W_dec[order]
-        if self.rescale_by_decoder_norm:
-            rows = rows / rows.norm(dim=-1, keepdim=True)
+        rows = self.decoder_rows(order)
         squared = float((x * x).sum()) or 1.0
         shares = (acts[order] * (rows @ x[0])) / squared
         error = float((x[0] - self.decode(acts[None])[0]).norm()) / (squared**0.5)

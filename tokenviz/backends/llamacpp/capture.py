@@ -2,7 +2,8 @@
 callback (llama_context_params.cb_eval): llama.cpp asks the callback, node by node, whether it wants a tensor
 (`ask`); for those it wants, the callback is called again once the tensor is computed and before any later
 node reads it, and copies it out (ggml_backend_tensor_get, wherever the tensor lives) or writes rows into
-it (ggml_backend_tensor_set: a patch, which every later node then reads). Asked only for what a view shows
+it (ggml_backend_tensor_set: a patch, which every later node then reads; or each row read and written back
+changed: a clamp of an SAE's feature, which depends on the row). Asked only for what a view shows
 or an intervention changes: the residual after each layer (`l_out-L`), the final norm's output
 (`result_norm`), with flash attention off the attention probabilities (`kq_soft_max-L`), and an MoE
 model's routing (routing.py; the experts as int32, read as the same four bytes an element). llama.cpp's
@@ -11,14 +12,25 @@ own examples/eval-callback reads tensors this way.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from tokenviz.backends.llamacpp.ggml import tensors
 
-Writes = dict[str, tuple[tuple[int, np.ndarray], ...]]  # a tensor's name: (position, its row there) each
+
+@dataclass(frozen=True)
+class RowMap:
+    """Every row of a tensor the micro-batch holds, changed: `change(rows (n, width), their positions)`."""
+
+    width: int
+    change: Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+Write = tuple[int, np.ndarray] | RowMap  # a row at its position, or every row held changed
+Writes = dict[str, tuple[Write, ...]]  # a tensor's name: its writes, in order
 
 
 class Capture:
@@ -31,7 +43,7 @@ class Capture:
         self.lib = tensors()
         self.wanted: frozenset[bytes] = frozenset()
         self.parts: dict[str, list[np.ndarray]] = {}
-        self._writes: dict[bytes, tuple[tuple[int, np.ndarray], ...]] = {}
+        self._writes: dict[bytes, tuple[Write, ...]] = {}
         self.asked: frozenset[bytes] = frozenset()  # wanted or written
         self.first = 0  # the position of the micro-batch's first token
         self.tokens = 0  # and how many it feeds
@@ -74,10 +86,14 @@ class Capture:
             self.parts.setdefault(name.decode("utf-8", "replace"), []).append(data)
         return True
 
-    def _write(self, tensor: int, count: int, rows: tuple[tuple[int, np.ndarray], ...]) -> None:
+    def _write(self, tensor: int, count: int, writes: tuple[Write, ...]) -> None:
         """Each row at its position, where this micro-batch holds that position: a row per token fed, or
-        (the last layer, pruned to its outputs) a row per output."""
-        for position, row in rows:
+        (the last layer, pruned to its outputs) a row per output; each map over all the rows held."""
+        for write in writes:
+            if isinstance(write, RowMap):
+                self._map(tensor, count, write)
+                continue
+            position, row = write
             width = row.size
             held = count // width
             if held == self.tokens and self.first <= position < self.first + self.tokens:
@@ -87,3 +103,16 @@ class Capture:
             else:
                 continue
             self.lib.ggml_backend_tensor_set(tensor, row.ctypes.data, at * width * 4, width * 4)
+
+    def _map(self, tensor: int, count: int, row_map: RowMap) -> None:
+        held = count // row_map.width
+        if held == self.tokens:
+            positions = np.arange(self.first, self.first + held)
+        elif held == len(self.outputs):
+            positions = np.asarray(self.outputs)
+        else:
+            return
+        data = np.empty(count, dtype=np.float32)
+        self.lib.ggml_backend_tensor_get(tensor, data.ctypes.data, 0, 4 * count)
+        changed = np.ascontiguousarray(row_map.change(data.reshape(held, row_map.width), positions), dtype=np.float32)
+        self.lib.ggml_backend_tensor_set(tensor, changed.ctypes.data, 0, 4 * count)

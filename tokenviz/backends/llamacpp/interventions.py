@@ -1,7 +1,8 @@
 """Interventions on a GGUF in llama.cpp (contract.engine.Intervening): a steering is llama.cpp's own control
 vector (llama_set_adapter_cvec: its scaled direction added to the residual after its layer, at every
 position); a patch is its source's residual written over the journey's at its layer and position, through
-the evaluation callback (capture.py) as llama.cpp computes that tensor. Both are in force on the
+the evaluation callback (capture.py) as llama.cpp computes that tensor; an SAE's feature steers as a
+control vector does, and a clamp of one changes each row of that tensor through the callback. All are in force on the
 journey's context and on the contexts the lens and attention rows read, so every view shows the model the
 steps run. The model's own distribution beside them comes from a context of its own with no edit, which
 keeps its cache along the journey's tokens.
@@ -22,7 +23,7 @@ from typing import Protocol, assert_never
 import numpy as np
 import torch
 
-from tokenviz.backends.llamacpp.capture import Writes
+from tokenviz.backends.llamacpp.capture import RowMap, Write, Writes
 from tokenviz.backends.llamacpp.internals import LlamaInternals
 from tokenviz.backends.llamacpp.pinned import layer_output
 from tokenviz.backends.llamacpp.refusals import NO_ABLATION, NO_LAYER_0
@@ -32,6 +33,8 @@ from tokenviz.backends.shared.steering_direction import steering_direction
 from tokenviz.contract.engine import Elapsed, shared_prefix
 from tokenviz.contract.errors import SettingsError
 from tokenviz.contract.interventions import (
+    FeatureClamp,
+    FeatureSteering,
     HeadAblation,
     Intervention,
     Patch,
@@ -39,6 +42,7 @@ from tokenviz.contract.interventions import (
     Suspendable,
 )
 from tokenviz.contract.records import ModelInfo
+from tokenviz.features.feature_edits import Clamp, feature_vector
 
 
 class OwnModel:
@@ -88,11 +92,12 @@ class LlamaIntervening(Suspendable):
             match i:
                 case HeadAblation():
                     raise SettingsError(NO_ABLATION)
-                case Steering():
+                case Steering() | FeatureSteering():
                     if i.layer == 0:
                         raise SettingsError(f"{i.label}: {NO_LAYER_0}")
-                    vectors[k] = scaled_vector(i, self._direction(i, token_id))
-                case Patch():
+                    direction = self._direction(i, token_id) if isinstance(i, Steering) else feature_vector(i).numpy()
+                    vectors[k] = scaled_vector(i, direction)
+                case Patch() | FeatureClamp():
                     pass
                 case _:
                     assert_never(i)
@@ -121,20 +126,54 @@ class LlamaIntervening(Suspendable):
             control[self.interventions[k].layer - 1] += vector
         return control
 
+    def _source_row(self, patch: Patch) -> np.ndarray:
+        """A patch's row: its source's residual after its layer at its position, read alone."""
+        ids = patch_source_ids(patch, self.engine.encode)
+        return np.asarray(self.internals.residual(ids, patch.layer, patch.position).numpy(), dtype=np.float32)
+
     def _writes(self, vectors: dict[int, np.ndarray]) -> Writes | None:
-        """Each patch's row: its source's residual, read alone, plus the steerings at its layer listed after
-        it (the transformers backend's hooks run in the list's order; llama.cpp adds its control vector
-        before the patch is written)."""
-        writes: dict[str, list[tuple[int, np.ndarray]]] = {}
+        """Each patch's row: its source's residual plus the steerings at its layer listed after it (the
+        transformers backend's hooks run in the list's order; llama.cpp adds its control vector before the
+        patch is written). A layer with a clamp is one map instead (_in_order)."""
+        clamped = dict.fromkeys(i.layer for i in self.interventions if isinstance(i, FeatureClamp))
+        width = self.internals.runtime.shape.hidden
+        writes: dict[str, list[Write]] = {layer_output(n): [RowMap(width, self._in_order(n, vectors))] for n in clamped}
         for k, i in enumerate(self.interventions):
-            if not isinstance(i, Patch):
+            if not isinstance(i, Patch) or i.layer in clamped:
                 continue
-            ids = patch_source_ids(i, self.engine.encode)
-            row = self.internals.residual(ids, i.layer, i.position).numpy()
             later = [v for j, v in vectors.items() if j > k and self.interventions[j].layer == i.layer]
-            row = np.ascontiguousarray(row + sum(later, np.zeros_like(row)), dtype=np.float32)
+            row = np.ascontiguousarray(self._source_row(i) + sum(later, np.zeros(width, np.float32)), np.float32)
             writes.setdefault(layer_output(i.layer), []).append((i.position, row))
         return {name: tuple(rows) for name, rows in writes.items()} or None
+
+    def _in_order(self, layer: int, vectors: dict[int, np.ndarray]) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+        """The layer's interventions on its output rows in the list's order, as the transformers backend's
+        hooks run them: the control vector, which llama.cpp added first, taken off, then each steering added,
+        patch written and clamp applied in turn."""
+        steps: list[np.ndarray | tuple[int, np.ndarray] | Clamp] = []
+        for k, i in enumerate(self.interventions):
+            if i.layer != layer:
+                continue
+            if k in vectors:
+                steps.append(vectors[k])
+            elif isinstance(i, Patch):
+                steps.append((i.position, self._source_row(i)))
+            elif isinstance(i, FeatureClamp):
+                steps.append(Clamp(i))
+        added = sum((v for k, v in vectors.items() if self.interventions[k].layer == layer), np.float32(0))
+
+        def change(rows: np.ndarray, positions: np.ndarray) -> np.ndarray:
+            x = rows - added
+            for step in steps:
+                if isinstance(step, Clamp):
+                    x = step(torch.from_numpy(np.ascontiguousarray(x))).numpy()
+                elif isinstance(step, tuple):
+                    x[positions == step[0]] = step[1]
+                else:
+                    x = x + step
+            return x
+
+        return change
 
     @property
     def edits(self) -> Edits:

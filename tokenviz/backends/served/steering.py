@@ -3,7 +3,9 @@
 Each request sent while they are in force carries them (`apply_steering_vectors` in `vllm_xargs`): a
 steering's scaled direction after its layer at every position; a patch as the difference between its
 source's residual and the journey's at its position (the server adds it: the residual becomes the
-source's). The plugin recomputes a steered request's whole prompt (it does not read vLLM's prefix cache
+source's); an SAE's feature steers as a steering does, and a clamp of one is, at every position, the
+difference between the clamped residual and the journey's there (one more request a step reads it). The
+plugin recomputes a steered request's whole prompt (it does not read vLLM's prefix cache
 for it), but vLLM still stores what it computed: a steered request carries a cache salt of its own, so no
 plain request later reads steered keys and values. The model's own distribution beside them is a plain
 request (the server's top N). A head ablation needs a hook inside attention, which would mean sending
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, assert_never
 
 import numpy as np
+import torch
 
 from tokenviz.backends.served.activations import tensor_entry
 from tokenviz.backends.served.internals import ServedInternals
@@ -28,6 +31,8 @@ from tokenviz.backends.shared.steering_direction import steering_direction
 from tokenviz.contract.engine import Elapsed
 from tokenviz.contract.errors import SettingsError
 from tokenviz.contract.interventions import (
+    FeatureClamp,
+    FeatureSteering,
     HeadAblation,
     Intervention,
     Patch,
@@ -36,6 +41,7 @@ from tokenviz.contract.interventions import (
 )
 from tokenviz.contract.records import ModelInfo
 from tokenviz.contract.results import Drawn
+from tokenviz.features.feature_edits import Clamp, feature_vector
 
 NO_ABLATION = (
     "a head of a served model cannot be ablated: it needs a hook inside the server's attention, which would "
@@ -47,21 +53,22 @@ SALT_CHARS = 32  # of the cache salt (vLLM takes up to 128)
 
 @dataclass(frozen=True)
 class Vector:
-    """One vector the server adds after `layer`: at every position, or at `position` alone."""
+    """One vector the server adds after `layer` at every position, or a row of `values` at each of `positions`."""
 
     layer: int
-    values: np.ndarray  # (hidden,) float32
-    position: int | None = None
+    values: np.ndarray  # (hidden,) float32, or (len(positions), hidden)
+    positions: tuple[int, ...] | None = None
 
     def entry(self) -> dict[str, Any]:
         """As the plugin's SteeringVector takes it (JSON)."""
-        if self.position is None:
+        if self.positions is None:
             return {"activations": tensor_entry(self.values[None]), "layer_indices": [self.layer], "scale": 1.0}
+        rows = self.values.reshape(len(self.positions), -1)
         return {
-            "activations": tensor_entry(self.values[None, None]),
+            "activations": tensor_entry(rows[None]),
             "layer_indices": [self.layer],
             "scale": 1.0,
-            "position_indices": [self.position],
+            "position_indices": list(self.positions),
         }
 
 
@@ -111,14 +118,18 @@ class ServedSteering(Suspendable):
         assert engine.internals is not None  # asked only behind the interventions' capability
         self.engine, self.internals = engine, engine.internals
         self.active = True
-        self._resolved: list[Vector | tuple[Patch, np.ndarray]] = []  # a patch: its source's residual
+        self._resolved: list[Vector | tuple[Patch, np.ndarray] | tuple[FeatureClamp, Clamp]] = []
         for i in self.interventions:
             match i:
                 case Steering():
                     self._resolved.append(Vector(i.layer, scaled_vector(i, self._direction(i, token_id))))
-                case Patch():
+                case FeatureSteering():
+                    self._resolved.append(Vector(i.layer, scaled_vector(i, feature_vector(i).numpy())))
+                case Patch():  # with its source's residual
                     ids = patch_source_ids(i, engine.encode)
                     self._resolved.append((i, self.internals.residual(ids[: i.position + 1], i.layer, {})[-1]))
+                case FeatureClamp():
+                    self._resolved.append((i, Clamp(i)))
                 case HeadAblation():
                     raise SettingsError(NO_ABLATION)
                 case _:
@@ -147,17 +158,35 @@ class ServedSteering(Suspendable):
         for k, resolved in enumerate(self._resolved[:upto]):
             if isinstance(resolved, Vector):
                 out.append(resolved)
-                continue
-            patch, source = resolved
-            if patch.position < len(ids):
-                out.append(Vector(patch.layer, source - self._journey_residual(ids, k), patch.position))
+            elif isinstance(resolved[1], Clamp):
+                rows = self._journey_rows(tuple(ids), k)
+                moved = resolved[1](torch.from_numpy(rows)).numpy() - rows
+                out.append(Vector(resolved[0].layer, moved, tuple(range(len(ids)))))
+            elif isinstance(resolved[0], Patch) and resolved[0].position < len(ids):
+                source = resolved[1]
+                moved = source - self._journey_residual(ids, k)
+                out.append(Vector(resolved[0].layer, moved, (resolved[0].position,)))
         return out
+
+    def _journey_rows(self, ids: tuple[int, ...], k: int) -> np.ndarray:
+        """The journey's residual at clamp `k`'s layer, every position of `ids`, with the interventions
+        before it in force."""
+        key = (k, ids)
+        if key not in self._journey:
+            self._journey[key] = np.ascontiguousarray(
+                self.internals.residual(list(ids), self.interventions[k].layer, request_fields(self._vectors(ids, k))),
+                dtype=np.float32,
+            )
+            if len(self._journey) > PATCHES_KEPT:
+                self._journey.popitem(last=False)
+        self._journey.move_to_end(key)
+        return self._journey[key]
 
     def _journey_residual(self, ids: Sequence[int], k: int) -> np.ndarray:
         """The journey's residual at patch `k`'s layer and position, with the interventions before it in
         force (those after it cannot reach it: the server adds them in order)."""
         patch = self._resolved[k]
-        assert isinstance(patch, tuple)
+        assert isinstance(patch, tuple) and isinstance(patch[0], Patch)
         prefix = tuple(ids[: patch[0].position + 1])
         key = (k, prefix)
         if key not in self._journey:

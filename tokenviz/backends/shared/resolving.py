@@ -9,7 +9,14 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from tokenviz.contract.errors import SettingsError
-from tokenviz.contract.interventions import Intervention, Patch, Steering, check_against, check_patch_source
+from tokenviz.contract.interventions import (
+    FeatureSteering,
+    Intervention,
+    Patch,
+    Steering,
+    check_against,
+    check_patch_source,
+)
 from tokenviz.contract.records import ModelInfo
 
 
@@ -27,7 +34,7 @@ def patch_source_ids(patch: Patch, encode: Callable[[str], list[int]]) -> list[i
     return ids
 
 
-def scaled_vector(steering: Steering, direction: np.ndarray) -> np.ndarray:
+def scaled_vector(steering: Steering | FeatureSteering, direction: np.ndarray) -> np.ndarray:
     """The vector the steering adds: its direction times its scale, in float32 (never an infinity added to
     the residual)."""
     vector = np.float32(steering.scale) * np.asarray(direction, dtype=np.float32)

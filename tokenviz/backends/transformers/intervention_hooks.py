@@ -1,6 +1,7 @@
 """Interventions as plain PyTorch hooks on the model: a head's output replaced before the attention
 output projection (a forward pre-hook on that projection); a direction added to a decoder layer's
-output at every position, or that output replaced at one position (forward hooks on the layer).
+output at every position, or that output replaced at one position, or moved at every position so an
+SAE's feature holds its clamped value (forward hooks on the layer).
 With none in force, no hook is left on the model: a step does exactly what it does without this
 module."""
 
@@ -13,11 +14,20 @@ from typing import Any, assert_never
 import torch
 
 from tokenviz.backends.shared.parts import decoder_layers, last_logits
-from tokenviz.backends.shared.resolving import patch_source_ids
+from tokenviz.backends.shared.resolving import patch_source_ids, scaled_vector
 from tokenviz.backends.shared.steering_direction import steering_direction as shared_direction
 from tokenviz.backends.transformers.cache import passed_cache
 from tokenviz.contract.errors import SettingsError
-from tokenviz.contract.interventions import HeadAblation, Intervention, Patch, Steering, Suspendable
+from tokenviz.contract.interventions import (
+    FeatureClamp,
+    FeatureSteering,
+    HeadAblation,
+    Intervention,
+    Patch,
+    Steering,
+    Suspendable,
+)
+from tokenviz.features.feature_edits import Clamp, feature_vector
 from tokenviz.tensors.transfer import ids_to_device
 
 OUTPUT_PROJECTIONS = ("o_proj", "out_proj", "c_proj", "dense", "wo")  # the families' names for it
@@ -95,11 +105,12 @@ def steering_direction(
 
 @dataclass(frozen=True)
 class Resolved:
-    """An intervention with what its hook needs: an ablated head's replacement (None: zero) or a
-    steering's scaled direction."""
+    """An intervention with what its hook needs: an ablated head's replacement (None: zero), a steering's
+    scaled direction, or a clamp's moving of residuals."""
 
     intervention: Intervention
     value: torch.Tensor | None
+    clamp: Clamp | None = None
 
 
 def resolve(
@@ -124,6 +135,11 @@ def resolve(
                 value = residual_at(model, i.layer, ids, i.position)
             case Steering():
                 value = i.scale * steering_direction(model, i, encode, token_id)
+            case FeatureSteering():
+                value = torch.from_numpy(scaled_vector(i, feature_vector(i).numpy()))
+            case FeatureClamp():
+                resolved.append(Resolved(i, None, Clamp(i)))
+                continue
             case _:
                 assert_never(i)
         resolved.append(Resolved(i, value))
@@ -150,9 +166,12 @@ class Hooks(Suspendable):
                 case Patch():
                     assert r.value is not None
                     self._handles.append(layers[i.layer].register_forward_hook(self._patch(i.position, r.value)))
-                case Steering():
+                case Steering() | FeatureSteering():
                     assert r.value is not None
                     self._handles.append(layers[i.layer].register_forward_hook(self._steering(r.value)))
+                case FeatureClamp():
+                    assert r.clamp is not None
+                    self._handles.append(layers[i.layer].register_forward_hook(self._clamp(r.clamp)))
                 case _:
                     assert_never(i)
 
@@ -175,6 +194,15 @@ class Hooks(Suspendable):
             hidden = _first(output)
             steered = hidden + value.to(hidden.device, hidden.dtype)
             return (steered, *output[1:]) if isinstance(output, tuple) else steered
+
+        return hook
+
+    def _clamp(self, clamp: Clamp) -> Callable[..., Any]:
+        def hook(module: torch.nn.Module, args: Any, output: Any) -> Any:
+            if not self.active:
+                return None
+            clamped = clamp(_first(output))
+            return (clamped, *output[1:]) if isinstance(output, tuple) else clamped
 
         return hook
 
