@@ -40,27 +40,6 @@ def test_features_on_llama_cpp_are_saelens_encode_of_llama_cpps_residual(sae_lib
             assert abs(activation - theirs[i, feature]) <= 1e-4 * abs(theirs[i, feature]) + 1e-5
 
 
-class ClampingContext(Context):
-    """The steering test's context on the reference's model, its callback changing every row of the residual
-    after the layer as `change` says (the test's clamp), where llama.cpp computes it."""
-
-    def __init__(self, reference, layer: int, change):
-        super().__init__(reference, layer)
-        self.change = change
-
-    def _called(self, tensor, ask, user_data):
-        if self.ggml.ggml_get_name(tensor) != self.name:
-            return not ask
-        if ask:
-            return True
-        size = self.ggml.ggml_nbytes(tensor)
-        rows = np.empty(size // 4, dtype=np.float32)
-        self.ggml.ggml_backend_tensor_get(tensor, rows.ctypes.data, 0, size)
-        changed = np.ascontiguousarray(self.change(rows.reshape(-1, self.hidden)), dtype=np.float32)
-        self.ggml.ggml_backend_tensor_set(tensor, changed.ctypes.data, 0, size)
-        return True
-
-
 STEERED_LAYER = 15  # of the bundled model's 30: a control vector there moves the tokens
 
 
@@ -106,7 +85,8 @@ def test_clamping_a_feature_on_llama_cpp_is_the_residual_llama_cpp_computed_move
         active = np.where(pre > w["threshold"][feature], np.maximum(pre, 0), 0).astype(np.float32)
         return rows + (np.float32(value) - active)[:, None] * w["W_dec"][feature]
 
-    clamped = ClampingContext(reference, LAYER, clamp)
+    clamped = Context(reference, LAYER)
+    clamped.change = clamp
     prompt = reference.tokenize(PROMPT.encode(), add_bos=True, special=True)
     try:
         tokens, logits = clamped.greedy(prompt, 4)

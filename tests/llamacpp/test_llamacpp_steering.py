@@ -31,7 +31,8 @@ def llama_cpp_bindings():
 
 class Context:
     """A context of its own on the reference Llama's model, with an evaluation callback that reads the
-    residual after one layer (`l_out-L`) and may write one position's row of it as llama.cpp computes it."""
+    residual after one layer (`l_out-L`) and may write one position's row of it, or change every row, as
+    llama.cpp computes it."""
 
     def __init__(self, reference, layer: int, control: np.ndarray | None = None):
         self.name = f"l_out-{layer}".encode()
@@ -42,6 +43,7 @@ class Context:
             layers = self.lib.llama_model_n_layer(reference.model)
             assert self.lib.llama_set_adapter_cvec(self.ctx, data, control.size, self.hidden, 1, layers - 1) == 0
         self.first, self.write, self.seen = 0, None, []
+        self.change = None  # rows -> rows: every row of the tensor changed (an SAE feature's clamp)
 
     def _called(self, tensor, ask, user_data):
         if self.ggml.ggml_get_name(tensor) != self.name:
@@ -54,6 +56,9 @@ class Context:
         rows = rows.reshape(-1, self.hidden)
         if self.write is not None and self.first <= self.write[0] < self.first + len(rows):
             rows[self.write[0] - self.first] = self.write[1]
+            self.ggml.ggml_backend_tensor_set(tensor, rows.ctypes.data, 0, size)
+        if self.change is not None:
+            rows = np.ascontiguousarray(self.change(rows), dtype=np.float32)
             self.ggml.ggml_backend_tensor_set(tensor, rows.ctypes.data, 0, size)
         self.seen.append(rows.copy())
         return True

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Generic, TypeVar
 
 from tokenviz.contract.attention import window
+from tokenviz.contract.features import FeatureReadings
 from tokenviz.contract.grammar import Grammar
 from tokenviz.contract.interventions import Entries
 from tokenviz.contract.results import (
@@ -162,6 +163,21 @@ class Watch:
 
 
 @dataclass(frozen=True)
+class ReadFeatures(Request[FeatureReadings]):
+    """Every SAE loaded, read in the residual at `position` (the pass that gave the token after it)."""
+
+    position: int
+
+
+@dataclass(frozen=True)
+class AddSae:
+    """Load the SAEs in `folder` beside those loaded (checked against the model: one line if it cannot feed
+    them)."""
+
+    folder: str
+
+
+@dataclass(frozen=True)
 class SplitDifference(Request[LogitDifference]):
     """The logit difference of the two tokens watched last, after `position`, split by layer."""
 
@@ -256,6 +272,8 @@ Command = (
     | Inspect
     | Attribute
     | Watch
+    | ReadFeatures
+    | AddSae
     | SplitDifference
     | Verify
     | Beams

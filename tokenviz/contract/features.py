@@ -24,3 +24,12 @@ class FeatureReading:
     features: tuple[FeatureActivation, ...]
     l0: int  # how many features are active
     error: float  # the reconstruction's error: |residual - decoded| / |residual|
+
+
+@dataclass(frozen=True)
+class FeatureReadings:
+    """Every SAE loaded, read at one position of the journey (the features view's answer)."""
+
+    position: int
+    readings: tuple[FeatureReading, ...]  # in the order the SAEs were given
+    ids: tuple[int, ...]  # the journey's tokens up to the position, as read (another path reads again)

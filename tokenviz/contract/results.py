@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from tokenviz.contract.bounds import FAIL_FAST, MAX_LAYERS, MAX_TOKENS, Count, Finite, Flag, Id, NonNegative, Text
+from tokenviz.contract.features import FeatureReadings
 
 
 def lens_row_label(row: int) -> str:
@@ -266,7 +267,7 @@ class Speculation:
 
 # What a view computes on demand (the answer to a Request, see contract.commands): a snapshot carries
 # the newest of each kind.
-ViewResult = Inspection | Attribution | LogitDifference | Verification | BeamResult | Speculation
+ViewResult = Inspection | Attribution | LogitDifference | Verification | BeamResult | Speculation | FeatureReadings
 
 
 @dataclass(frozen=True)

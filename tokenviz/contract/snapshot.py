@@ -31,6 +31,7 @@ EngineState = Literal[
     "searching beams",
     "speculating",
     "attributing",
+    "reading features",
     "watching",
     "playing",
     "stopped",

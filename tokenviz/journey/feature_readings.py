@@ -1,15 +1,23 @@
 """Sparse autoencoders' readings of the journey: each SAE checked against the model it reads (its layer
-among the model's, its input as wide as the residual), and at a position every SAE's reading of the residual
-there, the residual asked of the engine once per layer (contract.engine.ResidualStream)."""
+among the model's, its input as wide as the residual) as it is added to a session, and at a position every
+SAE's reading of the residual there, the residual asked of the engine once per layer
+(contract.engine.ResidualStream)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from tokenviz.contract.engine import Capability, Engine, refusal_of, require
 from tokenviz.contract.errors import TokenvizError
-from tokenviz.contract.features import FeatureReading
+from tokenviz.contract.features import FeatureReading, FeatureReadings
+from tokenviz.features.sae_folder import read_saes
 from tokenviz.features.sparse_autoencoder import SparseAutoencoder
+
+if TYPE_CHECKING:
+    from tokenviz.journey.session import Session
+
+NO_SAE = "no SAE is loaded: add one with E (its folder), or start tokenviz with --sae DIR"
 
 
 def check_saes(engine: Engine, saes: Sequence[SparseAutoencoder], option: str = "--sae") -> None:
@@ -36,3 +44,22 @@ def readings_at(
     layers = dict.fromkeys(s.layer for s in saes)
     residuals = {layer: stream.residual(ids, positions, layer).detach().cpu() for layer in layers}
     return [[sae.read(residuals[sae.layer][i], p) for sae in saes] for i, p in enumerate(positions)]
+
+
+def add_saes(session: Session, folder: str, option: str = "--sae") -> tuple[SparseAutoencoder, ...]:
+    """The SAEs in `folder`, checked against the session's model and added to those it holds."""
+    saes = read_saes(folder)
+    check_saes(session.engine, saes, option)
+    session.saes = (*session.saes, *saes)
+    return tuple(saes)
+
+
+def features_at(session: Session, position: int) -> FeatureReadings:
+    """Every SAE the session holds, read at `position` of its journey."""
+    if not session.saes:
+        raise TokenvizError(NO_SAE)
+    if not 0 <= position < len(session.ids):
+        raise TokenvizError(f"no position {position}: the journey has {len(session.ids)} tokens")
+    ids = tuple(session.ids[: position + 1])
+    (readings,) = readings_at(session.engine, ids, [position], session.saes)
+    return FeatureReadings(position, tuple(readings), ids)

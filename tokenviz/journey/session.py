@@ -31,6 +31,8 @@ from tokenviz.contract.interventions import HeadAblation, Intervention
 from tokenviz.contract.records import MAX_PINNED, StepRecord
 from tokenviz.contract.results import BranchSummary, CacheEvent
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.features.feature_edits import with_sae
+from tokenviz.features.sparse_autoencoder import SparseAutoencoder
 from tokenviz.journey import memory_policy
 from tokenviz.journey.analyses import JourneyAnalyses
 from tokenviz.journey.branches import Branch, BranchStore, with_branch_source
@@ -77,6 +79,7 @@ class Session:
         # Interventions another session hooked into these same weights (a comparison opened from a
         # journey with some in force): they act on this session's passes too, so its records say so.
         self.shared_interventions: tuple[Intervention, ...] = ()
+        self.saes: tuple[SparseAutoencoder, ...] = ()  # the sparse autoencoders loaded (journey.feature_readings)
         self.pending_logits: torch.Tensor | None = None  # the pending step's logits, on the device (None: stopped)
         self._prefill_logits: torch.Tensor | None = None
         self.prefill_chunk = prefill_chunk or memory_policy.PROMPT_CHUNK
@@ -280,7 +283,7 @@ class Session:
         at once. Nothing changes where one is refused."""
         old = self.intervening
         new = None
-        interventions = [with_branch_source(i, self.branches) for i in interventions]
+        interventions = [with_sae(with_branch_source(i, self.branches), self.saes) for i in interventions]
         if interventions:
             engine: Intervenable = require(self.engine, Capability.INTERVENTIONS, interventions[0].label)
             for ablation in (i for i in interventions if isinstance(i, HeadAblation)):

@@ -11,13 +11,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tokenviz.contract.commands import Attribute, Beams, Inspect, Request, Speculate, SplitDifference, Verify
+from tokenviz.contract.commands import (
+    Attribute,
+    Beams,
+    Inspect,
+    ReadFeatures,
+    Request,
+    Speculate,
+    SplitDifference,
+    Verify,
+)
 from tokenviz.contract.engine import Caching, Capability, SearchAsk, refusal_of, require
 from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.features import FeatureReadings
 from tokenviz.contract.grammar import refuse_grammar
 from tokenviz.contract.results import Attribution, Inspection, LogitDifference, ViewResult
-from tokenviz.files.record_json import attribution_json, lens_row_json, logit_difference_json
+from tokenviz.files.record_json import as_json, attribution_json, lens_row_json, logit_difference_json
 from tokenviz.journey.chips import chips_of
+from tokenviz.journey.feature_readings import features_at
 from tokenviz.journey.session import Session
 from tokenviz.journey.verification import verify_latest
 
@@ -69,6 +80,10 @@ def _split(session: Session, request: SplitDifference, progress: Progress, cance
     return session.analyses.logit_difference(request.position, progress, cancelled)
 
 
+def _features(session: Session, request: ReadFeatures, progress: Progress, cancelled: Cancelled) -> FeatureReadings:
+    return features_at(session, request.position)
+
+
 def _verify(session: Session, request: Verify, progress: Progress, cancelled: Cancelled) -> ViewResult:
     return verify_latest(session.engine, session.cached_ids, progress, cancelled)
 
@@ -110,6 +125,14 @@ VIEWS: dict[type[Request[Any]], ViewSpec] = {
         "",
         _split,
         lambda session, difference: {"logit_difference": logit_difference_json(difference)},
+    ),
+    ReadFeatures: ViewSpec(
+        "an SAE's features",
+        Capability.RESIDUAL,
+        lambda r: "",
+        "",
+        _features,
+        lambda session, read: {"sae": [as_json(reading) for reading in read.readings]},
     ),
     Verify: ViewSpec(
         "verify", Capability.CACHE, lambda r: "verifying: the context again without the cache", " tokens", _verify

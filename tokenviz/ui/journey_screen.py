@@ -15,6 +15,7 @@ from textual.widgets import ContentSwitcher, ProgressBar
 
 from tokenviz.contract.attention import Head
 from tokenviz.contract.commands import (
+    AddSae,
     Attribute,
     Command,
     Inspect,
@@ -49,6 +50,7 @@ from tokenviz.ui.panes.branches import BranchPane
 from tokenviz.ui.panes.cache import CachePane
 from tokenviz.ui.panes.charts import ChartsPane
 from tokenviz.ui.panes.embedding import EmbeddingPane
+from tokenviz.ui.panes.features import FeaturesPane
 from tokenviz.ui.panes.host import JourneyHost
 from tokenviz.ui.panes.lens import LensPane, every_lens_row, lens_rows_shown
 from tokenviz.ui.panes.model import ModelPane
@@ -66,6 +68,7 @@ from tokenviz.ui.screens import (
     HELP,
     HelpScreen,
     InterventionsDialog,
+    SaeDialog,
 )
 from tokenviz.ui.selection import Selection
 from tokenviz.ui.view_fetch import VIEW_FETCHES, Room
@@ -90,6 +93,7 @@ VIEWS = {
     "watch": WatchPane,
     "charts": ChartsPane,
     "routing": RoutingPane,
+    "features": FeaturesPane,
     "text": TextPane,
     "why": WhyPane,
 }
@@ -377,6 +381,16 @@ class JourneyScreen(WorkerScreen[Snapshot]):
         if isinstance(command, Intervene) and s is not None:
             self.notify(f"{entries_changed(s.interventions, command.entries)} · the model runs again with it…")
         super().submit(command)
+
+    def action_add_sae(self) -> None:
+        """The SAE dialog: a folder, loaded beside the model (see AddSae), then the features view."""
+
+        def chosen(folder: str | None) -> None:
+            if folder:
+                self.submit(AddSae(folder=folder.strip()))
+                self.open_view("features")
+
+        self.app.push_screen(SaeDialog(), chosen)
 
     def action_interventions(self, begun: str = "") -> None:
         """The interventions dialog: the list, and one edit typed (see Intervene), begun with `begun`."""

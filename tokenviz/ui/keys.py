@@ -173,8 +173,9 @@ KEYS: tuple[KeyRow, ...] = (
     KeyRow(
         "I",
         "interventions (a dialog listing them): add ablate L.H [mean], steer L:SCALE:TOWARD:AWAY, steer-tokens "
-        "L:SCALE:A:B or patch L:POS:TEXT; N turns entry N off or on, -N removes it, clear; while any is on, the "
-        "next-token pane adds the model's own probability and the KL from it",
+        "L:SCALE:A:B, patch L:POS:TEXT, sae-steer SAE:ID:STRENGTH or sae-clamp SAE:ID:VALUE; N turns entry N off "
+        "or on, -N removes it, clear; while any is on, the next-token pane adds the model's own probability and "
+        "the KL from it",
         (
             Press(
                 "I",
@@ -293,6 +294,18 @@ KEYS: tuple[KeyRow, ...] = (
         "watch view: each watched token's raw and final probability over the steps and its rank; for two, why the "
         "model prefers one: their logit difference after the cursor split by layer (attention and MLP)",
         (Press("W", "view('watch')", palette="View: watched tokens"),),
+    ),
+    KeyRow(
+        "F",
+        "features view: what each sparse autoencoder loaded (--sae DIR, or E) reads in the residual at the cursor: "
+        "its active features strongest first, each one's activation and share of the residual, L0 and the error",
+        (Press("F", "view('features')", palette="View: SAE features", needs=Capability.RESIDUAL),),
+    ),
+    KeyRow(
+        "E",
+        "add a sparse autoencoder: a dialog for its folder (SAELens, Gemma Scope 2 or sparsify), checked against "
+        "the model; steer or clamp one of its features with I (sae-steer, sae-clamp)",
+        (Press("E", "add_sae", palette="Add an SAE (its folder)", replay=False, needs=Capability.RESIDUAL),),
     ),
     KeyRow(
         "D",

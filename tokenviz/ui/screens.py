@@ -348,8 +348,8 @@ class InterventionsDialog(AskScreen):
 
     QUESTION = (
         "Change the model while you watch: ablate L.H [mean], steer L:SCALE:TOWARD:AWAY, steer-tokens L:SCALE:A:B, "
-        "patch L:POS:TEXT (or L:POS:branch N); N turns entry N off or on, -N removes it, clear removes all. Enter "
-        "applies, Escape closes."
+        "patch L:POS:TEXT (or L:POS:branch N), sae-steer SAE:ID:STRENGTH, sae-clamp SAE:ID:VALUE (an SAE loaded); "
+        "N turns entry N off or on, -N removes it, clear removes all. Enter applies, Escape closes."
     )
     PLACEHOLDER = "ablate 5.3"
     INPUT_ID = "interventions-input"
@@ -370,6 +370,18 @@ class InterventionsDialog(AskScreen):
     def on_mount(self) -> None:
         super().on_mount()
         self.query_one(Input).action_end()  # typing goes on after what it was begun with
+
+
+class SaeDialog(AskScreen):
+    """A sparse autoencoder's folder to load beside the model."""
+
+    QUESTION = (
+        "A sparse autoencoder's folder (SAELens: cfg.json and sae_weights.safetensors; Gemma Scope 2: config.json "
+        "and params.safetensors; sparsify: layers.N folders). F then shows its features at the cursor. Enter "
+        "loads it, Escape closes."
+    )
+    PLACEHOLDER = "~/saes/smollm2-l20"
+    INPUT_ID = "sae-input"
 
 
 class CompareDialog(AskScreen):

@@ -12,15 +12,16 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
-from tokenviz.contract.commands import Attribute, Inspect, Request, SplitDifference
+from tokenviz.contract.commands import Attribute, Inspect, ReadFeatures, Request, SplitDifference
 from tokenviz.contract.engine import Capability, refusal_of
 from tokenviz.contract.results import AttributionMethod
 from tokenviz.ui.panes.attribution import current_attribution
+from tokenviz.ui.panes.features import current_features
 from tokenviz.ui.panes.lens import current_inspection, every_lens_row, lens_rows_shown
 from tokenviz.ui.panes.watch import current_difference
 from tokenviz.ui.selection import Selection
 
-Fetched = Inspect | Attribute | SplitDifference
+Fetched = Inspect | Attribute | SplitDifference | ReadFeatures
 Wanted = tuple[Fetched, Hashable] | None  # the request, and what must change before it is sent again
 
 
@@ -83,9 +84,21 @@ def _difference(selection: Selection, room: Room) -> Wanted:
     return request, (request, s.pinned[-2:])
 
 
+def _features(selection: Selection, room: Room) -> Wanted:
+    """Every SAE loaded, read at the cursor's position (once: a refusal, such as no SAE loaded, is not asked
+    again until the journey, the interventions or the cursor change, or the view is opened again)."""
+    s = selection.snapshot
+    if s.playing or not s.live or current_features(selection) is not None:
+        return None
+    request = ReadFeatures(position=selection.cursor)
+    ids = tuple(chip.id for chip in s.chips[: selection.cursor + 1])
+    return request, (request, ids, s.interventions)  # asked again where the model changed (E: opened again)
+
+
 VIEW_FETCHES: dict[str, ViewFetch] = {  # by the view's widget id
     "lens": ViewFetch(Inspect, _lens),
     "embedding": ViewFetch(Inspect, _embedding),
     "attribution": ViewFetch(Attribute, _attribution),
     "watch": ViewFetch(SplitDifference, _difference),
+    "features": ViewFetch(ReadFeatures, _features),
 }

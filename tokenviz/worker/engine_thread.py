@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, assert_never
 
 from tokenviz.contract.backend import OpenEngine
 from tokenviz.contract.commands import (
+    AddSae,
     Adjust,
     Assign,
     Attribute,
@@ -28,6 +29,7 @@ from tokenviz.contract.commands import (
     Move,
     Pace,
     Play,
+    ReadFeatures,
     Request,
     Reset,
     Rewind,
@@ -74,7 +76,7 @@ if TYPE_CHECKING:
     from tokenviz.journey.comparison import Comparison
     from tokenviz.journey.session import Session
 
-ALLOWED_WITHOUT_JOURNEY = (Start, Adjust, Assign, Constrain, Intervene, ShowAttention, ShowLens)
+ALLOWED_WITHOUT_JOURNEY = (Start, Adjust, Assign, Constrain, Intervene, ShowAttention, ShowLens, AddSae)
 BUSY: dict[type, EngineState] = {  # what the status line says while a command runs
     Step: "stepping",
     Force: "stepping",
@@ -86,6 +88,8 @@ BUSY: dict[type, EngineState] = {  # what the status line says while a command r
     Beams: "searching beams",
     Speculate: "speculating",
     Attribute: "attributing",
+    ReadFeatures: "reading features",
+    AddSae: "reading features",
     Watch: "watching",
     SplitDifference: "watching",
 }
@@ -103,8 +107,10 @@ class EngineWorker(CommandThread[Snapshot]):
         system: str | None = None,
         lens_layers: LensLayers | None = None,
         journaling: Journaling | None = None,
+        sae_folders: tuple[str, ...] = (),
     ):
         super().__init__()
+        self._sae_folders = sae_folders  # the SAEs to load beside the model (--sae)
         self._lens_layers = lens_layers
         self._journaling = journaling  # the journey kept in a journal as it goes (None: not kept)
         self._loader = loader
@@ -171,6 +177,11 @@ class EngineWorker(CommandThread[Snapshot]):
 
         self.session = Session(self._loader(progress), self._settings)
         self.session.analyses.lens_layers = self._lens_layers  # a layer the model lacks: said in the lens view
+        if self._sae_folders:
+            from tokenviz.journey.feature_readings import add_saes
+
+            for folder in self._sae_folders:
+                add_saes(self.session, folder)
         self._message, self._progress = "prefilling the prompt", None
         self._cancels_from_now()
         self._publish()
@@ -305,40 +316,22 @@ class EngineWorker(CommandThread[Snapshot]):
             case Assign(assignments=assignments):
                 session.set_settings(assigned(session.settings, assignments))
             case Intervene(entries=entries):
-                # A patch from a branch takes its tokens, once.
-                entries = tuple((with_branch_source(i, session.branches), on) for i, on in entries)
-                started = time.perf_counter()
-                what = "changing the model: the journey's tokens run again through it"
-                with self._meanwhile.saying(what, " tokens") as progress:
-                    session.set_interventions([i for i, on in entries if on], progress=progress)
-                self._whole_time.count("the model changed", (time.perf_counter() - started) * 1e3)
-                self._interventions = entries
-                self._views.results.clear()  # every view's result was of the model as it was
-                on = sum(on for _, on in entries)
-                self._notice = f"interventions: {on} on, {len(entries) - on} off" if entries else "no interventions"
+                self._intervene(session, entries)
             case Constrain(grammar=grammar):
                 session.set_settings(session.settings.replace(grammar=grammar))
                 self._notice = f"grammar: {grammar.label}" if grammar else "grammar cleared"
             case Play(on=on):
-                self.playing = not self.playing if on is None else on
-                if self.playing and session.stop_reason is not None and session.check_stop() is not None:
-                    self.playing = False
-                    reason = session.stop_reason
-                    raise TokenvizError(f"stopped: {reason}; to go on, {how_to_go_on(reason)}")
+                self._play(session, on)
             case Pace(delta=delta):
                 self._step_pace(delta)
             case ShowAttention() | ShowLens():
                 self._views.stand(command)
             case Watch(token=token):
                 self._watch(session, token)
-            case Save(path=path, page_colors=colors, page_view=view):
-                session.score_prompt()  # a journey file keeps the prompt's predictions
-                snapshot, attention = snapshot_of(session), saved_attention_of(session)
-                written = save_journey(path, snapshot, attention, session.analyses.kept())
-                lens = session.analyses.kept_inspections  # asked only where a page is written
-                html = written.with_suffix(".html")
-                page = save_page(html, snapshot, attention, colors, view, lens=lens()) if colors else None
-                self._notice = f"saved {written}{f' and {page}' if page else ''} (tokenviz replay {written})"
+            case AddSae(folder=folder):
+                self._add_sae(session, folder)
+            case Save():
+                self._save(session, command)
             case Request():
                 self._views.run(command, session)
             case _:
@@ -357,6 +350,45 @@ class EngineWorker(CommandThread[Snapshot]):
                 return spec.compute(session, request, lambda done, total: None, self._cancelled)
         with self._job(job, unit=spec.unit) as progress:
             return spec.compute(session, request, progress, self._cancelled)
+
+    def _play(self, session: Session, on: bool | None) -> None:
+        self.playing = not self.playing if on is None else on
+        if self.playing and session.stop_reason is not None and session.check_stop() is not None:
+            self.playing = False
+            reason = session.stop_reason
+            raise TokenvizError(f"stopped: {reason}; to go on, {how_to_go_on(reason)}")
+
+    def _save(self, session: Session, command: Save) -> None:
+        session.score_prompt()  # a journey file keeps the prompt's predictions
+        snapshot, attention = snapshot_of(session), saved_attention_of(session)
+        written = save_journey(command.path, snapshot, attention, session.analyses.kept())
+        lens = session.analyses.kept_inspections  # asked only where a page is written
+        html, colors = written.with_suffix(".html"), command.page_colors
+        page = save_page(html, snapshot, attention, colors, command.page_view, lens=lens()) if colors else None
+        self._notice = f"saved {written}{f' and {page}' if page else ''} (tokenviz replay {written})"
+
+    def _intervene(self, session: Session, entries: Entries) -> None:
+        from tokenviz.features.feature_edits import with_sae  # deferred: it imports torch
+
+        # A patch from a branch takes its tokens, once; a feature's, its SAE's layer and folder.
+        entries = tuple((with_sae(with_branch_source(i, session.branches), session.saes), on) for i, on in entries)
+        started = time.perf_counter()
+        what = "changing the model: the journey's tokens run again through it"
+        with self._meanwhile.saying(what, " tokens") as progress:
+            session.set_interventions([i for i, on in entries if on], progress=progress)
+        self._whole_time.count("the model changed", (time.perf_counter() - started) * 1e3)
+        self._interventions = entries
+        self._views.results.clear()  # every view's result was of the model as it was
+        on = sum(on for _, on in entries)
+        self._notice = f"interventions: {on} on, {len(entries) - on} off" if entries else "no interventions"
+
+    def _add_sae(self, session: Session, folder: str) -> None:
+        from tokenviz.journey.feature_readings import add_saes  # deferred: it imports torch
+
+        added = add_saes(session, folder, "the SAE")
+        self._views.results.clear()  # the features view reads every SAE loaded
+        names = ", ".join(sae.name for sae in added)
+        self._notice = f"SAE added: {names} (layer {added[0].layer}); F shows the features at the cursor"
 
     def _watch(self, session: Session, token: int | str) -> None:
         """Watch a token (or stop), showing the progress of filling in the steps taken; Escape cancels."""

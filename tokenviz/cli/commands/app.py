@@ -56,6 +56,14 @@ def open_app(
             "prompt, then each token taken again under the settings of its time. The app says when there is one.",
         ),
     ] = False,
+    sae: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--sae",
+            help="A sparse autoencoder's folder (SAELens, Gemma Scope 2 or sparsify; repeatable): F shows its "
+            "features at the cursor, and the interventions dialog steers (sae-steer) or clamps (sae-clamp) one.",
+        ),
+    ] = None,
     version: Annotated[
         bool, typer.Option("--version", callback=version_callback, is_eager=True, help="Show the version and exit.")
     ] = False,
@@ -70,6 +78,10 @@ def open_app(
         check_theme(theme)
         check_chat(chat, system)
         chosen_rows = None if lens_layers is None else parse_lens_layers(lens_layers)
+        if sae:  # read here, before the model: a bad one is one line (torch is imported for it)
+            from tokenviz.cli.headless import saes_in
+
+            saes_in(sae)
     except TokenvizError as exc:
         fail(str(exc))
     try:  # a server is asked first: one that cannot answer is told before anything else waits
@@ -79,5 +91,5 @@ def open_app(
     in_terminal.require_terminal()
     text = prompt if prompt is not None else (DEFAULT_QUESTION if chat else DEFAULT_PROMPT)
     journaling = Journaling(journal_folder(), restore)
-    worker = EngineWorker(loader, settings, text, chat, system, chosen_rows, journaling)
+    worker = EngineWorker(loader, settings, text, chat, system, chosen_rows, journaling, tuple(sae or ()))
     in_terminal.run_app(worker, theme)
