@@ -1,6 +1,7 @@
 """An SAE's features on a GGUF in llama.cpp (`trace --backend llama.cpp --sae DIR`): at every step, SAELens's
 own encode (run in its environment: tests/sae_reference.py) of the residual llama.cpp computed there; and
-steering and clamping by a feature, held to llama-cpp-python's own control vector and a callback of the test's."""
+steering and clamping by a feature, held to llama-cpp-python's own control vector and a callback of the test's;
+and the features a quantization moves (compare --sae), each side SAELens's encode of that side's residual."""
 
 from __future__ import annotations
 
@@ -110,3 +111,44 @@ def test_clamping_a_feature_on_llama_cpp_is_the_residual_llama_cpp_computed_move
         assert [e["logit"] for e in shown] == pytest.approx(row[[e["id"] for e in shown]].tolist(), abs=1e-4)
     plain = trace(monkeypatch, capsys, "--steps", "1", "--temperature", "0")
     assert doc["steps"][0]["top"][0]["logit"] != pytest.approx(plain["steps"][0]["top"][0]["logit"], abs=1e-3)
+
+
+def test_compare_names_the_features_llama_cpps_quantization_moves(sae_libraries, tmp_path, monkeypatch, capsys):
+    """compare --backend llama.cpp --against-backend transformers --sae DIR: the bundled Q4_1 GGUF as llama.cpp
+    runs it (A) against the same file dequantized to float32 in transformers (B). Each step names the features
+    whose activations differ most, each side's activation SAELens's own encode of that side's residual on A's
+    tokens (llama.cpp's, transformers' own pass), the most moved first."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from tokenviz.system.paths import bundled_gguf
+
+    python = sae_reference.python_of(sae_libraries)
+    folder = saelens_sae(tmp_path / "sae", "jumprelu", HIDDEN, 3, layer=LAYER)
+    args = ["compare", PROMPT, "--backend", "llama.cpp", "--threads", str(THREADS), "--against-backend", "transformers"]
+    code, out, err = invoke(
+        monkeypatch, capsys, *args, "--steps", "3", "--temperature", "0", "--sae", str(folder), "--json"
+    )
+    assert code == 0, err
+    doc = json.loads(out)
+    steps = doc["a"]["steps"]
+    ids = [t["id"] for t in doc["a"]["prompt"]] + [s["chosen"]["id"] for s in steps]
+    positions = [len(doc["a"]["prompt"]) - 1 + i for i in range(len(steps))]
+    ours = engine_on().residual(ids, positions, LAYER).numpy()
+    gguf = bundled_gguf()
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    with torch.no_grad():
+        theirs = model(torch.tensor([ids]), output_hidden_states=True).hidden_states[LAYER + 1][0, positions].numpy()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    in_a = sae_reference.encode(python, "sae_lens", folder, ours, tmp_path / "a")
+    in_b = sae_reference.encode(python, "sae_lens", folder, theirs, tmp_path / "b")
+    assert len(doc["sae_moves"]) == len(steps)
+    for i, (moves,) in enumerate(doc["sae_moves"]):
+        assert (moves["sae"], moves["layer"], moves["position"]) == ("sae", LAYER, positions[i])
+        assert moves["a_l0"] == int((in_a[i] > 0).sum()) and moves["b_l0"] == int((in_b[i] > 0).sum())
+        apart = np.abs(in_a[i] - in_b[i])
+        assert moves["features"] and moves["features"][0]["id"] in np.argsort(-apart)[:2].tolist()
+        for f in moves["features"]:
+            assert f["a"] == pytest.approx(float(in_a[i, f["id"]]), rel=1e-4, abs=1e-4)
+            assert f["b"] == pytest.approx(float(in_b[i, f["id"]]), rel=1e-3, abs=1e-3)

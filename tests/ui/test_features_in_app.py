@@ -1,7 +1,8 @@
 """An SAE's features in the app: E loads one (a folder) beside the model and F shows what it reads in the
 residual at the cursor, each activation its encode of the residual transformers computes there; the
 interventions dialog steers and clamps one of its features live, the pending token re-decided with the
-model's own distribution beside it; a folder that holds no SAE is one line and the journey goes on."""
+model's own distribution beside it; w follows a feature (feature:SAE:ID) at each position up to the cursor;
+a folder that holds no SAE is one line and the journey goes on."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ from sae_folders import saelens_sae
 from textual.widgets import Input
 
 from tokenviz.contract.commands import ReadFeatures
+from tokenviz.contract.features import WATCH_SPAN
 from tokenviz.contract.interventions import FeatureClamp, FeatureSteering
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.ui.panes.features import FeaturesPane
-from tokenviz.ui.screens import InterventionsDialog, SaeDialog
+from tokenviz.ui.screens import InterventionsDialog, SaeDialog, WatchScreen
 
 pytestmark = pytest.mark.features
 LAYER = 1
@@ -93,3 +95,21 @@ async def test_a_folder_without_an_sae_is_one_line_and_the_journey_goes_on(tmp_p
         await pilot.press("space")
         s = await settle(app, pilot)
         assert len(s.records) == len(before.records) + 1
+
+
+async def test_w_follows_a_feature_at_each_position_up_to_the_cursor(tmp_path):
+    app = make_app(SamplingSettings(temperature=0, max_new_tokens=30))
+    async with app.run_test(size=(80, 24)) as pilot:
+        s = await settle(app, pilot)
+        folder = saelens_sae(tmp_path / "sae-c", "jumprelu", s.info.hidden, 2, LAYER)
+        await add_sae(app, pilot, str(folder))
+        await settle(app, pilot)
+        strongest = app.journey.snapshot.result(ReadFeatures).readings[0].features[0]
+        await answer_dialog(app, pilot, "w", WatchScreen, f"feature:sae-c:{strongest.id}")
+        await wait_for(lambda: (r := app.journey.snapshot.result(ReadFeatures)) is not None and r.watched, pilot)
+        read = app.journey.snapshot.result(ReadFeatures)
+        (watched,) = read.watched
+        assert (watched.sae, watched.id, watched.positions[-1]) == ("sae-c", strongest.id, read.position)
+        assert watched.activations[-1] == pytest.approx(strongest.activation, rel=1e-5)
+        assert len(watched.positions) == min(read.position + 1, WATCH_SPAN)
+        await wait_for(lambda: f"★ sae-c#{strongest.id}" in str(app.query_one(FeaturesPane).body.render()), pilot)

@@ -21,14 +21,14 @@ from tokenviz.contract.results import AttributionMethod, BeamResult
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.features.feature_edits import with_sae
 from tokenviz.features.sae_folder import read_saes
-from tokenviz.features.sparse_autoencoder import SparseAutoencoder
+from tokenviz.features.sparse_autoencoder import SparseAutoencoder, sae_named
 from tokenviz.files.documents import comparison_document, output_document, trace_document
 from tokenviz.files.journey_file import journey_file, recording_of, save_journey
 from tokenviz.files.journey_page import save_page
 from tokenviz.files.record_json import as_json, beams_json, speculation_json, symptom_json
 from tokenviz.journey.comparison import Comparison
 from tokenviz.journey.drawn_comparison import DrawnComparison
-from tokenviz.journey.feature_readings import check_saes, readings_at
+from tokenviz.journey.feature_readings import check_saes, feature_moves, labels_of, readings_at, watched_at
 from tokenviz.journey.past_results import KEEP
 from tokenviz.journey.prompt import tokenize
 from tokenviz.journey.session import Session
@@ -155,18 +155,45 @@ def add_features(
     saes: Sequence[SparseAutoencoder],
     folders: Sequence[str],
     progress: Progress,
+    watched: Sequence[tuple[str, int]] = (),
 ) -> None:
     """Each step gains every SAE's reading of the residual at the position whose pass gave its distribution
-    (the last prompt token's for step 0): its active features, strongest first, their shares, L0 and error.
-    The document names the `folders` they were read from (`sae_folders`: replay --verify reads them again)."""
+    (the last prompt token's for step 0): its active features, strongest first, their shares, L0 and error;
+    and each `watched` feature's activation there (`watched_features`). Each feature on at some step is
+    labelled once (`sae_labels`: the tokens it promotes and suppresses most). The document names the `folders`
+    they were read from (`sae_folders`: replay --verify reads them again)."""
     first, steps = len(session.prompt_ids) - 1, document["steps"]
     document["sae_folders"] = [str(Path(folder).expanduser().resolve()) for folder in folders]
     if not steps:
         return
     progress(f"the SAEs' features at {len(steps)} steps", None)
     positions = [first + i for i in range(len(steps))]
-    for step, readings in zip(steps, readings_at(session.engine, session.ids, positions, saes)):
+    every = readings_at(session.engine, session.ids, positions, saes)
+    for step, readings in zip(steps, every):
         step["sae"] = [as_json(reading) for reading in readings]
+    document["sae_labels"] = [  # each feature on at some step, labelled once
+        as_json(label)
+        for k, sae in enumerate(saes)
+        for label in labels_of(session, sae, sorted({f.id for readings in every for f in readings[k].features}))
+    ]
+    followed = watched_at(session.engine, session.ids, positions, saes, watched)
+    for i, step in enumerate(steps if followed else ()):
+        step["watched_features"] = [{"sae": w.sae, "id": w.id, "activation": w.activations[i]} for w in followed]
+
+
+def add_feature_moves(
+    comparison: Comparison, document: dict[str, Any], saes: Sequence[SparseAutoencoder], progress: Progress
+) -> None:
+    """Each of A's steps gains, per SAE, the features whose activations differ most between A's residual and
+    B's at the position that made it, both read on A's tokens (`sae_moves`)."""
+    a, b = comparison.sessions
+    for session in (a, b):
+        check_saes(session.engine, saes)
+    first, steps = len(a.prompt_ids) - 1, document["a"]["steps"]
+    positions = [first + i for i in range(len(steps))]
+    progress(f"the features A and B read apart at {len(steps)} steps", None)
+    moves = feature_moves(a.engine, b.engine, a.ids, positions, saes) if positions else []
+    document["sae_moves"] = [[as_json(m) for m in step] for step in moves]
 
 
 def saes_in(folders: Sequence[str]) -> list[SparseAutoencoder]:
@@ -263,6 +290,8 @@ def run_trace(
     prompt, settings, chat, system = asked.prompt, asked.settings, asked.chat, asked.system
     views = asked.views
     saes = saes_in(views.sae)  # before the model: a bad one is told now
+    for name, feature in views.watched_features:
+        sae_named(saes, name, feature)
     interventions = [with_sae(i, saes) for i in asked.interventions]  # a feature's: its SAE's layer
     session = Session(loader(progress), settings)
     check_saes(session.engine, saes)
@@ -282,14 +311,14 @@ def run_trace(
     if views.routing and not session.engine.info.experts:
         name = session.engine.info.name
         raise TokenvizError(f"{name} has no mixture-of-experts layers: --routing has nothing to show")
-    session.pin([token_of(session.engine, token) for token in views.watch])
+    session.pin([token_of(session.engine, token) for token in views.watched_tokens])
     # The document holds no prediction at a prompt position; a saved journey and a page show them.
     document = journey_document(run_session(session, prompt, progress, chat, system, defer_predictions=True))
-    add_views(session, document, views.lens, views.routing, len(views.watch) >= 2, views.attribution, progress)
+    add_views(session, document, views.lens, views.routing, len(views.watched_tokens) >= 2, views.attribution, progress)
     if views.attention is not None:
         add_attention(session, document, views.attention)
     if saes:
-        add_features(session, document, saes, views.sae, progress)
+        add_features(session, document, saes, views.sae, progress, views.watched_features)
     if asked.html or asked.save:
         write_files(session, document, asked, noted)
     return document
@@ -346,7 +375,14 @@ def remade_journey(recorded: dict[str, Any], session: Session) -> dict[str, Any]
             raise TokenvizError("the journey holds SAE features but names no SAE folder to read them again with")
         saes = saes_in(folders)
         check_saes(session.engine, saes)
-        add_features(session, document, saes, folders, lambda message, fraction: None)
+        lists = [s["watched_features"] for s in steps if isinstance(s.get("watched_features"), list)]
+        entries: list[object] = lists[0] if lists else []
+        watched = [
+            (w["sae"], w["id"])
+            for w in entries
+            if isinstance(w, dict) and isinstance(w.get("sae"), str) and type(w.get("id")) is int
+        ]
+        add_features(session, document, saes, folders, lambda message, fraction: None, watched)
     session.score_prompt()
     analyses = session.analyses.remade(kept)
     remade = journey_file(snapshot_of(session), saved_attention_of(session, sorted(kept_rows.rows)), analyses, document)

@@ -25,7 +25,9 @@ OpenModel = Callable[
     [Progress], "Engine | Stepping | DrawingModel"
 ]  # what a loader returns: called in the worker's thread
 OpenEngine = Callable[[Progress], Engine]  # the same, the model made an Engine (tokenviz.journey.stepped_engine)
-COMMANDS = frozenset({"app", "trace", "score", "serve", "replay", "sae-train"})  # the commands that open a model
+COMMANDS = frozenset(
+    {"app", "trace", "score", "serve", "replay", "sae-train", "sae-index"}
+)  # the commands that open a model
 WITH_COMPARE = COMMANDS | {"compare"}  # and compare, which opens one for each side (an option of A's or B's)
 OptionKind = Literal["text", "flag", "number", "texts"]  # texts: a text given as often as wanted
 OptionValue = str | bool | int | tuple[str, ...] | None

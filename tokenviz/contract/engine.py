@@ -426,6 +426,10 @@ class ResidualStream(Protocol):
         """The residual after decoder layer `layer` at `positions` of `ids` (len(positions), hidden), with the
         interventions in force, from as few passes as the runtime needs (one, up to the last position)."""
 
+    def through_head(self, vectors: Scores) -> Scores:
+        """`vectors` (n, hidden) through the model's final norm and output head as the runtime applies them:
+        (n, vocab) float32 logits (an SAE feature's decoder row read as a lens reads a residual)."""
+
 
 @runtime_checkable
 class Lens(Protocol):

@@ -6,6 +6,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tokenviz.contract.errors import SettingsError
+from tokenviz.contract.text import is_count
+
+FEATURE_WATCH = "feature:"  # how --watch and the watch dialog name a feature: feature:SAE:ID
+WATCH_SPAN = 64  # positions up to the cursor a watched feature is read at in the app (its sparkline's)
+LABEL_TOKENS = 5  # a feature's label: the tokens its decoder row promotes most, and suppresses most
+LABELLED = 24  # features labelled in the features view's answer, each SAE's strongest first
+MOVED = 8  # features a comparison names at a step, those moved most first
+
 
 @dataclass(frozen=True)
 class FeatureActivation:
@@ -27,9 +36,73 @@ class FeatureReading:
 
 
 @dataclass(frozen=True)
+class WatchedFeature:
+    """A feature followed through the journey: its activation at each of `positions`."""
+
+    sae: str
+    id: int
+    positions: tuple[int, ...]
+    activations: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class FeatureLabel:
+    """A feature labelled from what the model and the SAE hold: the tokens its decoder row promotes and
+    suppresses most, read through the model's final norm and output head (a lens of the feature); and what
+    files beside the SAE say of it (features.feature_notes)."""
+
+    sae: str
+    id: int
+    promotes: tuple[str, ...]  # the tokens' texts, most first
+    suppresses: tuple[str, ...]
+    promote_ids: tuple[int, ...] = ()
+    suppress_ids: tuple[int, ...] = ()
+    description: str = ""  # Neuronpedia's, where its export is beside the SAE
+    contexts: tuple[str, ...] = ()  # its top-activating contexts, where `tokenviz sae-index` wrote them
+
+
+@dataclass(frozen=True)
 class FeatureReadings:
-    """Every SAE loaded, read at one position of the journey (the features view's answer)."""
+    """Every SAE loaded, read at one position of the journey (the features view's answer), and each watched
+    feature at the positions up to it."""
 
     position: int
     readings: tuple[FeatureReading, ...]  # in the order the SAEs were given
     ids: tuple[int, ...]  # the journey's tokens up to the position, as read (another path reads again)
+    watched: tuple[WatchedFeature, ...] = ()
+    labels: tuple[FeatureLabel, ...] = ()  # of each reading's strongest features (LABELLED at most each)
+
+    def label_of(self, sae: str, feature: int) -> FeatureLabel | None:
+        return next((label for label in self.labels if (label.sae, label.id) == (sae, feature)), None)
+
+
+def is_feature_watch(text: object) -> bool:
+    return isinstance(text, str) and text.startswith(FEATURE_WATCH)
+
+
+def parse_feature_watch(text: str) -> tuple[str, int]:
+    """`feature:SAE:ID` (SAE an SAE's name, which may hold colons): (the SAE's name, the feature)."""
+    sae, _, feature = text[len(FEATURE_WATCH) :].rpartition(":")
+    if not sae or not is_count(feature):
+        raise SettingsError(f"a feature is watched as feature:SAE:ID, as feature:my-sae:123; got {text!r}")
+    return sae, int(feature)
+
+
+@dataclass(frozen=True)
+class MovedFeature:
+    id: int
+    a: float  # its activation in A's residual
+    b: float  # and in B's, at the same position of the same tokens
+
+
+@dataclass(frozen=True)
+class FeatureMoves:
+    """One SAE at one position of a comparison (two runtimes, a model and its quantized self): the features
+    whose activations differ most between A's residual and B's, both read on A's tokens."""
+
+    sae: str
+    layer: int
+    position: int
+    features: tuple[MovedFeature, ...]  # the most moved first (MOVED at most; none where none moved)
+    a_l0: int
+    b_l0: int

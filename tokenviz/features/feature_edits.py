@@ -17,7 +17,7 @@ from tokenviz.contract.errors import SettingsError
 from tokenviz.contract.interventions import UNRESOLVED, FeatureClamp, FeatureIntervention, FeatureSteering, Intervention
 from tokenviz.contract.text import safe_text
 from tokenviz.features.sae_folder import read_sae
-from tokenviz.features.sparse_autoencoder import SparseAutoencoder
+from tokenviz.features.sparse_autoencoder import SparseAutoencoder, sae_named
 
 _READ: dict[tuple[str, str, int], SparseAutoencoder] = {}  # (folder, name, mtime in ns): one SAE read once
 _READING = threading.Lock()
@@ -28,12 +28,10 @@ def with_sae(intervention: Intervention, saes: Sequence[SparseAutoencoder]) -> I
     feature checked against that SAE's width; any other intervention, or one already filled, as it is."""
     if not isinstance(intervention, FeatureSteering | FeatureClamp) or intervention.layer != UNRESOLVED:
         return intervention
-    sae = next((s for s in saes if s.name == intervention.sae), None)
-    if sae is None:
-        loaded = ", ".join(s.name for s in saes) or "none: load one with --sae DIR"
-        raise SettingsError(f"{intervention.label}: no SAE named {safe_text(intervention.sae)!r} is loaded ({loaded})")
-    if intervention.feature >= sae.d_sae:
-        raise SettingsError(f"{intervention.label}: {sae.name} has features 0-{sae.d_sae - 1:,}")
+    try:
+        sae = sae_named(saes, intervention.sae, intervention.feature)
+    except SettingsError as exc:
+        raise SettingsError(f"{intervention.label}: {exc}") from None
     return dataclasses.replace(intervention, layer=sae.layer, folder=sae.folder)
 
 

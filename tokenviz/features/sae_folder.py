@@ -25,6 +25,7 @@ from safetensors.torch import load_file
 
 from tokenviz.contract.errors import ModelLoadError
 from tokenviz.contract.text import safe_text
+from tokenviz.features.feature_notes import notes_of
 from tokenviz.features.sparse_autoencoder import ARCHITECTURES, SparseAutoencoder
 from tokenviz.files.safetensors_header import TensorEntry, read_header
 from tokenviz.system.reading import parse_json, read_file
@@ -59,7 +60,7 @@ def read_saes(folder: str | Path) -> list[SparseAutoencoder]:
     if not path.is_dir():
         raise ModelLoadError(f"--sae {shown}: not a folder (an SAE is a folder of a config and its weights)")
     if _layout(path) is not None:
-        return [read_sae(path)]
+        return _noted([read_sae(path)])
     hooks = sorted(
         (p for p in path.iterdir() if p.is_dir() and SPARSIFY_HOOK.fullmatch(p.name) and _layout(p) is SPARSIFY),
         key=lambda p: int(p.name.split(".")[1]),
@@ -67,7 +68,14 @@ def read_saes(folder: str | Path) -> list[SparseAutoencoder]:
     if not hooks:
         names = ", ".join(f"{layout.config} and {layout.weights} ({layout.name})" for layout in LAYOUTS)
         raise ModelLoadError(f"--sae {shown} holds no SAE: it needs {names}, or sparsify's layers.N folders")
-    return [read_sae(p) for p in hooks]
+    return _noted([read_sae(p) for p in hooks])
+
+
+def _noted(saes: list[SparseAutoencoder]) -> list[SparseAutoencoder]:
+    """`saes`, the notes beside each read now (features.feature_notes): a bad one is told with the SAE."""
+    for sae in saes:
+        notes_of(sae)
+    return saes
 
 
 def _layout(path: Path) -> Layout | None:

@@ -12,12 +12,15 @@ is `acts @ W_dec + b_dec` (TopK with rescaling: each activation times its row's 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 
+from tokenviz.contract.errors import SettingsError
 from tokenviz.contract.features import FeatureActivation, FeatureReading
+from tokenviz.contract.text import safe_text
 
 Architecture = Literal["standard", "jumprelu", "topk", "gated"]
 ARCHITECTURES: tuple[Architecture, ...] = ("standard", "jumprelu", "topk", "gated")
@@ -107,3 +110,14 @@ class SparseAutoencoder:
             for i, a, s in zip(order.tolist(), acts[order].tolist(), shares.tolist())
         )
         return FeatureReading(self.name, self.layer, position, features, int(active.numel()), error)
+
+
+def sae_named(saes: Sequence[SparseAutoencoder], name: str, feature: int) -> SparseAutoencoder:
+    """The first of `saes` of this name, which has `feature`: else one line."""
+    sae = next((s for s in saes if s.name == name), None)
+    if sae is None:
+        loaded = ", ".join(s.name for s in saes) or "none: load one with --sae DIR"
+        raise SettingsError(f"no SAE named {safe_text(name)!r} is loaded ({loaded})")
+    if not 0 <= feature < sae.d_sae:
+        raise SettingsError(f"{sae.name} has features 0-{sae.d_sae - 1:,}: no feature {feature:,}")
+    return sae

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,18 +112,29 @@ def steps_for(residuals: int, epochs: float = 4.0) -> int:
     return max(1, math.ceil(epochs * residuals / BATCH))
 
 
-def collect_residuals(
-    engine: Engine, ids: list[int], layer: int, window: int, progress: Callable[[int, int], None]
-) -> torch.Tensor:
-    """The residual after `layer` at every position of `ids` fed in windows of `window` tokens, each window's
-    first position left out (a window's first token draws an outsized residual: the attention sink)."""
-    stream = require(engine, Capability.RESIDUAL, "sae-train")
-    parts = windows(ids, window)
+def window_residuals(
+    engine: Engine, parts: Sequence[Sequence[int]], layer: int, progress: Callable[[int, int], None]
+) -> list[torch.Tensor]:
+    """The residual after `layer` at every position of each window in `parts` but its first (a window's
+    first token draws an outsized residual: the attention sink), a window read at a time (float32, on the
+    CPU; a window of one token gives none)."""
+    stream = require(engine, Capability.RESIDUAL, "an SAE's features")
     rows = []
     for done, part in enumerate(parts, 1):
         if len(part) > 1:
             rows.append(stream.residual(part, range(1, len(part)), layer).detach().to("cpu", torch.float32))
+        else:
+            rows.append(torch.zeros(0, engine.info.hidden))
         progress(done, len(parts))
-    if not rows:
+    return rows
+
+
+def collect_residuals(
+    engine: Engine, ids: list[int], layer: int, window: int, progress: Callable[[int, int], None]
+) -> torch.Tensor:
+    """The residual after `layer` at every position of `ids` fed in windows of `window` tokens, each window's
+    first position left out (window_residuals)."""
+    rows = torch.cat(window_residuals(engine, windows(ids, window), layer, progress))
+    if not len(rows):
         raise TokenvizError("the text is too short to train on: it needs two tokens or more")
-    return torch.cat(rows)
+    return rows

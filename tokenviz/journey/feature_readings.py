@@ -5,14 +5,29 @@ SAE's reading of the residual there, the residual asked of the engine once per l
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
+
+import torch
 
 from tokenviz.contract.engine import Capability, Engine, refusal_of, require
 from tokenviz.contract.errors import TokenvizError
-from tokenviz.contract.features import FeatureReading, FeatureReadings
+from tokenviz.contract.features import (
+    LABEL_TOKENS,
+    LABELLED,
+    MOVED,
+    WATCH_SPAN,
+    FeatureLabel,
+    FeatureMoves,
+    FeatureReading,
+    FeatureReadings,
+    MovedFeature,
+    WatchedFeature,
+    parse_feature_watch,
+)
+from tokenviz.features.feature_notes import notes_of
 from tokenviz.features.sae_folder import read_saes
-from tokenviz.features.sparse_autoencoder import SparseAutoencoder
+from tokenviz.features.sparse_autoencoder import SparseAutoencoder, sae_named
 
 if TYPE_CHECKING:
     from tokenviz.journey.session import Session
@@ -35,15 +50,61 @@ def check_saes(engine: Engine, saes: Sequence[SparseAutoencoder], option: str = 
             raise TokenvizError(f"{said}, {sae.d_in:,} wide; {info.name}'s residual is {info.hidden:,} wide")
 
 
+def _residuals(
+    engine: Engine, ids: Sequence[int], positions: Sequence[int], layers: Iterable[int]
+) -> dict[int, torch.Tensor]:
+    """The residual after each of `layers` at `positions` of `ids`: asked once per layer."""
+    stream = require(engine, Capability.RESIDUAL, "an SAE's features")
+    return {layer: stream.residual(ids, positions, layer).detach().cpu() for layer in dict.fromkeys(layers)}
+
+
 def readings_at(
     engine: Engine, ids: Sequence[int], positions: Sequence[int], saes: Sequence[SparseAutoencoder]
 ) -> list[list[FeatureReading]]:
     """At each of `positions` of `ids` (where a step's distribution came from), each SAE's reading of the
     residual there, in the order given; the residual asked once per layer for every position."""
-    stream = require(engine, Capability.RESIDUAL, "an SAE's features")
-    layers = dict.fromkeys(s.layer for s in saes)
-    residuals = {layer: stream.residual(ids, positions, layer).detach().cpu() for layer in layers}
+    residuals = _residuals(engine, ids, positions, (s.layer for s in saes))
     return [[sae.read(residuals[sae.layer][i], p) for sae in saes] for i, p in enumerate(positions)]
+
+
+def watched_at(
+    engine: Engine,
+    ids: Sequence[int],
+    positions: Sequence[int],
+    saes: Sequence[SparseAutoencoder],
+    watched: Sequence[tuple[str, int]],
+) -> list[WatchedFeature]:
+    """Each watched (SAE name, feature)'s activation at each of `positions`: its SAE's whole encode there
+    (a feature too weak to be among a reading's strongest is followed all the same)."""
+    chosen = [(sae_named(saes, name, feature), feature) for name, feature in watched]
+    residuals = _residuals(engine, ids, positions, (sae.layer for sae, _ in chosen)) if chosen else {}
+    return [
+        WatchedFeature(
+            sae.name, feature, tuple(positions), tuple(sae.encode(residuals[sae.layer])[:, feature].tolist())
+        )
+        for sae, feature in chosen
+    ]
+
+
+def labels_of(
+    session: Session, sae: SparseAutoencoder, features: Sequence[int], n: int = LABEL_TOKENS
+) -> list[FeatureLabel]:
+    """Each feature's label (the tokens its decoder row promotes and suppresses most through the model's
+    final norm and head), read once a feature: kept by the session, as they depend on weights alone."""
+    kept = session.feature_labels
+    new = [f for f in dict.fromkeys(features) if (sae.name, f) not in kept]
+    if new:
+        stream = require(session.engine, Capability.RESIDUAL, "a feature's label")
+        logits = stream.through_head(sae.decoder_rows(new)).float().cpu()
+        top, bottom = logits.topk(n, dim=-1).indices.tolist(), (-logits).topk(n, dim=-1).indices.tolist()
+        piece, notes = session.engine.piece, notes_of(sae)
+        for f, up, down in zip(new, top, bottom):
+            said, contexts = notes.descriptions.get(f, ""), notes.contexts.get(f, ())
+            promotes, suppresses = tuple(map(piece, up)), tuple(map(piece, down))
+            kept[(sae.name, f)] = FeatureLabel(
+                sae.name, f, promotes, suppresses, tuple(up), tuple(down), description=said, contexts=contexts
+            )
+    return [kept[(sae.name, f)] for f in features]
 
 
 def add_saes(session: Session, folder: str, option: str = "--sae") -> tuple[SparseAutoencoder, ...]:
@@ -62,4 +123,42 @@ def features_at(session: Session, position: int) -> FeatureReadings:
         raise TokenvizError(f"no position {position}: the journey has {len(session.ids)} tokens")
     ids = tuple(session.ids[: position + 1])
     (readings,) = readings_at(session.engine, ids, [position], session.saes)
-    return FeatureReadings(position, tuple(readings), ids)
+    span = list(range(max(0, position - WATCH_SPAN + 1), position + 1))  # what a sparkline shows
+    watched = watched_at(session.engine, ids, span, session.saes, session.watched_features)
+    labels = [
+        label
+        for sae, reading in zip(session.saes, readings)
+        for label in labels_of(session, sae, [f.id for f in reading.features[:LABELLED]])
+    ]
+    return FeatureReadings(position, tuple(readings), ids, tuple(watched), tuple(labels))
+
+
+def watch_feature(session: Session, text: str) -> str:
+    """Watch the feature `text` names (feature:SAE:ID), or stop watching it: what is done, in a few words."""
+    name, feature = parse_feature_watch(text)
+    sae = sae_named(session.saes, name, feature)
+    key = (sae.name, feature)
+    if key in session.watched_features:
+        session.watched_features = tuple(w for w in session.watched_features if w != key)
+        return f"not watching {sae.name}#{feature}"
+    session.watched_features = (*session.watched_features, key)
+    return f"watching {sae.name}#{feature}: F shows it at each position"
+
+
+def feature_moves(
+    a: Engine, b: Engine, ids: Sequence[int], positions: Sequence[int], saes: Sequence[SparseAutoencoder]
+) -> list[list[FeatureMoves]]:
+    """At each of `positions` of `ids`, each SAE's features whose activations differ most between engine
+    `a`'s residual and engine `b`'s (a quantization, another runtime): the same tokens in both."""
+    layers = [sae.layer for sae in saes]
+    ours, theirs = _residuals(a, ids, positions, layers), _residuals(b, ids, positions, layers)
+    moves: list[list[FeatureMoves]] = [[] for _ in positions]
+    for sae in saes:
+        in_a, in_b = sae.encode(ours[sae.layer]), sae.encode(theirs[sae.layer].to(ours[sae.layer].dtype))
+        apart = (in_a - in_b).abs()
+        for i, p in enumerate(positions):
+            order = [f for f in apart[i].argsort(descending=True)[:MOVED].tolist() if apart[i, f] > 0]
+            moved = tuple(MovedFeature(f, float(in_a[i, f]), float(in_b[i, f])) for f in order)
+            a_l0, b_l0 = int((in_a[i] > 0).sum()), int((in_b[i] > 0).sum())
+            moves[i].append(FeatureMoves(sae.name, sae.layer, p, moved, a_l0, b_l0))
+    return moves

@@ -27,6 +27,7 @@ from tokenviz.contract.engine import (
     shared_prefix,
 )
 from tokenviz.contract.errors import Cancelled, GiveWay, TokenvizError
+from tokenviz.contract.features import FeatureLabel
 from tokenviz.contract.interventions import HeadAblation, Intervention
 from tokenviz.contract.records import MAX_PINNED, StepRecord
 from tokenviz.contract.results import BranchSummary, CacheEvent
@@ -80,6 +81,8 @@ class Session:
         # journey with some in force): they act on this session's passes too, so its records say so.
         self.shared_interventions: tuple[Intervention, ...] = ()
         self.saes: tuple[SparseAutoencoder, ...] = ()  # the sparse autoencoders loaded (journey.feature_readings)
+        self.watched_features: tuple[tuple[str, int], ...] = ()  # (an SAE's name, a feature) followed
+        self.feature_labels: dict[tuple[str, int], FeatureLabel] = {}  # read once a feature (feature_readings)
         self.pending_logits: torch.Tensor | None = None  # the pending step's logits, on the device (None: stopped)
         self._prefill_logits: torch.Tensor | None = None
         self.prefill_chunk = prefill_chunk or memory_policy.PROMPT_CHUNK

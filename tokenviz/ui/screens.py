@@ -348,8 +348,8 @@ class InterventionsDialog(AskScreen):
 
     QUESTION = (
         "Change the model while you watch: ablate L.H [mean], steer L:SCALE:TOWARD:AWAY, steer-tokens L:SCALE:A:B, "
-        "patch L:POS:TEXT (or L:POS:branch N), sae-steer SAE:ID:STRENGTH, sae-clamp SAE:ID:VALUE (an SAE loaded); "
-        "N turns entry N off or on, -N removes it, clear removes all. Enter applies, Escape closes."
+        "patch L:POS:TEXT (or L:POS:branch N), sae-steer SAE:ID:STRENGTH or sae-clamp SAE:ID:VALUE; N turns entry "
+        "N off or on, -N removes it, clear removes all. Enter applies, Escape closes."
     )
     PLACEHOLDER = "ablate 5.3"
     INPUT_ID = "interventions-input"
@@ -426,7 +426,10 @@ class WatchScreen(Dialog[int | str | None]):
             if token not in watched
         ]
         with Vertical():
-            yield Label("Watch a token at every step: type its text (with its leading space) or id:N, then Enter")
+            yield Label(
+                "Watch a token at every step: type its text (with its leading space) or id:N, or an SAE's feature "
+                "as feature:SAE:ID, then Enter"
+            )
             yield Input(placeholder=" Paris   or   id:7042", id="watch-input")
             yield Label("or choose one of the candidates at the cursor (Tab, ↑ ↓, Enter); Escape closes")
             yield OptionList(*options, id="watch-options")

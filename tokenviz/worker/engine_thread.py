@@ -46,6 +46,7 @@ from tokenviz.contract.commands import (
 )
 from tokenviz.contract.engine import Capability
 from tokenviz.contract.errors import GiveWay, TokenvizError
+from tokenviz.contract.features import is_feature_watch
 from tokenviz.contract.interventions import Entries
 from tokenviz.contract.lens_layers import LensLayers
 from tokenviz.contract.presets import assigned
@@ -391,7 +392,14 @@ class EngineWorker(CommandThread[Snapshot]):
         self._notice = f"SAE added: {names} (layer {added[0].layer}); F shows the features at the cursor"
 
     def _watch(self, session: Session, token: int | str) -> None:
-        """Watch a token (or stop), showing the progress of filling in the steps taken; Escape cancels."""
+        """Watch a token (or stop), showing the progress of filling in the steps taken; Escape cancels. A
+        feature (feature:SAE:ID) is read when the features view shows it."""
+        if is_feature_watch(token):
+            from tokenviz.journey.feature_readings import watch_feature  # deferred: it imports torch
+
+            self._notice = watch_feature(session, str(token))
+            self._views.results.clear()  # the features view's answer holds what is watched
+            return
         with self._job("watching: filling in the steps taken") as progress:
             session.watch(token, progress, self._cancelled)
 

@@ -290,6 +290,9 @@ class LlamaCppEngine(DenseInOnePlace):
     def residual(self, ids: Sequence[int], positions: Sequence[int], layer: int) -> torch.Tensor:
         return self.internals.residuals(ids, layer, positions, self.internals.edits)  # the interventions in force
 
+    def through_head(self, vectors: torch.Tensor) -> torch.Tensor:
+        return self.internals.head.logits(vectors)  # ggml's own kernels on the head as the GGUF holds it
+
     # ---- the cache read and fed again (verify, watching past steps, beams) -----------------------------
 
     def logits_after(self, ids: Sequence[int], start: int) -> torch.Tensor:

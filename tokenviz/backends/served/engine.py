@@ -450,6 +450,11 @@ class ServedEngine(DenseInOnePlace):
         stream = self.internals.residual(list(ids[: max(positions) + 1]), layer)
         return torch.as_tensor(stream[list(positions)])
 
+    def through_head(self, vectors: torch.Tensor) -> torch.Tensor:
+        """The model's final norm and head, read here from its files (the server keeps its own)."""
+        assert self.internals is not None  # asked only behind the residual's capability
+        return self.internals.head.logits(vectors)
+
     def attention(
         self, ids: Sequence[int], rows: range, layers: Sequence[int], cancelled: IsCancelled = None
     ) -> torch.Tensor:

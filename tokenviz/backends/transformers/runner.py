@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from tokenviz.backends.shared.output_head import final_norm, head_logits, stream_merge
 from tokenviz.backends.shared.parts import eos_id_set, last_logits, output_layer_input
 from tokenviz.backends.shared.routes import join_routes, read_routing
 from tokenviz.backends.shared.token_texts import TokenPieces
@@ -386,9 +387,21 @@ class ModelRunner:
         return self.rows.weights(ids, rows, layers)
 
     def residual(self, ids: Sequence[int], positions: Sequence[int], layer: int) -> torch.Tensor:
-        """The residual after decoder layer `layer` at `positions`: one pass of `ids` up to the last of them
-        read alone (no cache), the interventions' hooks in force (intervention_hooks.residual_at)."""
+        """The residual after decoder layer `layer` at `positions`: at the step just taken, from that step's
+        own pass where it kept its stream (step_lens: asking marks the next steps to keep theirs, so the
+        features view costs an SAE's encode a step); else one pass of `ids` up to the last of them read
+        alone (no cache), the interventions' hooks in force (intervention_hooks.residual_at)."""
+        self.step_lens.asked()
+        kept = self.step_lens.at(ids, positions) if stream_merge(self.model) is None else None
+        if kept is not None:  # (layers + 1, 1, hidden): the embeddings, then each layer's output
+            return kept[0][layer + 1].float()
         return residual_at(self.model, layer, list(ids[: max(positions) + 1]), list(positions))
+
+    @torch.inference_mode()
+    def through_head(self, vectors: torch.Tensor) -> torch.Tensor:
+        """`vectors` through the model's own final norm and head (its logit scaling and soft-cap too)."""
+        x = vectors.to(self.device, self.model.dtype)
+        return head_logits(self.model, final_norm(self.model)(x)).float()
 
     @torch.inference_mode()
     def logits_after(self, ids: Sequence[int], start: int) -> torch.Tensor:

@@ -1,7 +1,8 @@
 """The commands: `tokenviz [PROMPT]` opens the app; `tokenviz trace PROMPT` runs the journey headless;
 `tokenviz score TEXT` scores a text; `tokenviz compare PROMPT` runs two journeys side by side;
 `tokenviz serve` runs the app in a browser; `tokenviz replay FILE` opens a saved journey; `tokenviz sae-train`
-trains a small sparse autoencoder on the model's residual.
+trains a small sparse autoencoder on the model's residual; `tokenviz sae-index DIR` finds its features'
+top-activating contexts over a text.
 
 Every foreseeable mistake ends with one line on stderr and exit code 2, never a traceback.
 """
@@ -17,6 +18,7 @@ from tokenviz.cli.commands.app import app_cli
 from tokenviz.cli.commands.common import USAGE_ERROR
 from tokenviz.cli.commands.compare import compare_cli
 from tokenviz.cli.commands.replay import replay_cli
+from tokenviz.cli.commands.sae_index import sae_index_cli
 from tokenviz.cli.commands.sae_train import sae_train_cli
 from tokenviz.cli.commands.score import score_cli
 from tokenviz.cli.commands.serve import serve_cli
@@ -31,6 +33,7 @@ SUBCOMMANDS = {
     "compare": compare_cli,
     "serve": serve_cli,
     "sae-train": sae_train_cli,
+    "sae-index": sae_index_cli,
 }
 
 

@@ -18,6 +18,7 @@ from tokenviz.cli.options import (
     option_group,
 )
 from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.features import is_feature_watch, parse_feature_watch
 from tokenviz.contract.results import ATTRIBUTION_METHODS, AttributionMethod
 from tokenviz.system.paths import unwritable_folder
 from tokenviz.ui.themes import DEFAULT_THEME
@@ -178,6 +179,15 @@ class StepViews:
     attention: int | None = None
     sae: tuple[str, ...] = ()
 
+    @property
+    def watched_tokens(self) -> tuple[str, ...]:
+        return tuple(w for w in self.watch if not is_feature_watch(w))
+
+    @property
+    def watched_features(self) -> tuple[tuple[str, int], ...]:
+        """Each feature watched (feature:SAE:ID): (the SAE's name, the feature)."""
+        return tuple(parse_feature_watch(w) for w in self.watch if is_feature_watch(w))
+
 
 STEP_VIEW_OPTIONS: dict[str, tuple[Any, Any]] = {
     "lens": (bool, typer.Option("--lens", help="Add each step's logit lens (every layer's top tokens).")),
@@ -188,7 +198,8 @@ STEP_VIEW_OPTIONS: dict[str, tuple[Any, Any]] = {
                     "grad (gradient × input, one backward pass).")),
     "watch": (Optional[list[str]], typer.Option("--watch", help="Follow this token at every step (its text, with its "
               "leading space, or id:N; up to 4, repeat the option): each step gains its raw and final probability "
-              "and rank; with two, each step also gains their logit difference split by layer.")),
+              "and rank; with two, each step also gains their logit difference split by layer. feature:SAE:ID follows "
+              "a feature of an SAE given with --sae: each step gains its activation.")),
     "attention": (Optional[int], typer.Option("--attention", help="Add each step's attention row at this layer (from "
                   "0): every head's weights over the positions before, for the position whose pass gave the step's "
                   "distribution.")),
@@ -206,6 +217,9 @@ def step_view_options() -> Callable[[Callable[..., None]], Callable[..., None]]:
         if method is not None and method not in ATTRIBUTION_METHODS:
             raise TokenvizError(f"--attribution must be loo or grad, got {method!r}")
         lists = {name: tuple(values.get(name) or ()) for name in ("watch", "sae")}
-        return StepViews(**{**{n: v for n, v in values.items() if v is not None}, **lists})
+        views = StepViews(**{**{n: v for n, v in values.items() if v is not None}, **lists})
+        if views.watched_features and not views.sae:
+            raise TokenvizError("--watch feature:SAE:ID follows a feature of an SAE given with --sae DIR")
+        return views
 
     return option_group("views", STEP_VIEW_OPTIONS, make)

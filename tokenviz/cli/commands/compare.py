@@ -58,6 +58,14 @@ def compare(
         ),
     ] = None,
     steps: Annotated[int, typer.Option(help="How many tokens each journey takes at most.")] = 32,
+    sae: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--sae",
+            help="A sparse autoencoder's folder (repeatable; with --json): each step gains the features whose "
+            "activations differ most between A's residual and B's, both on A's tokens (what a quantization moves).",
+        ),
+    ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Step both to the end and print one JSON document with their diff.")
     ] = False,
@@ -94,19 +102,25 @@ def compare(
             )
         else:
             b_side = b_side.with_values(model=None)  # B's model is the one its own options name
-        from tokenviz.cli.headless import compare_opener
+        if sae and not as_json:
+            raise TokenvizError("compare --sae adds the features a difference moves to the JSON document: add --json")
+        from tokenviz.cli.headless import compare_opener, saes_in
 
+        saes = saes_in(sae or ())  # before the models: a bad one is told now
         build = compare_opener(a, b, (a_side, b_side))  # a server is asked now
     except TokenvizError as exc:
         fail(str(exc))
 
     if as_json or not in_terminal.can_draw():  # piped (whatever B is): the table, stepped to the end
-        from tokenviz.cli.headless import compare_document
+        from tokenviz.cli.headless import add_feature_moves, compare_document
         from tokenviz.cli.table import print_comparison
 
         try:
             with stderr_progress() as progress:
-                document = compare_document(build(progress), prompt, chat=chat, system=system, progress=progress)
+                comparison = build(progress)
+                document = compare_document(comparison, prompt, chat=chat, system=system, progress=progress)
+                if saes:
+                    add_feature_moves(comparison, document, saes, progress)
         except TokenvizError as exc:
             fail(str(exc))
         print_result(document, as_json, print_comparison)

@@ -8,15 +8,17 @@ from rich.style import Style
 from rich.text import Text
 
 from tokenviz.contract.commands import ReadFeatures
-from tokenviz.contract.features import FeatureReading, FeatureReadings
+from tokenviz.contract.features import FeatureReading, FeatureReadings, WatchedFeature
 from tokenviz.render.bars import bar
+from tokenviz.render.sparkline import sparkline
 from tokenviz.render.visible import visible
 from tokenviz.ui.panes.base import RowsPane, Run, result_or_note
 from tokenviz.ui.selection import Selection
 
 RUN = Run(ReadFeatures, "view('features')")
-EXPLAINED = "activation, and its share of the residual's |x|² (its decoded row · x); L0 = features on"
-HOW_TO_CHANGE = "change one: I, then sae-steer SAE:ID:STRENGTH or sae-clamp SAE:ID:VALUE"
+EXPLAINED = "activation, share of the residual's |x|² (decoded row · x), ↑ tokens it promotes; L0 = features on"
+LABEL_CELLS = 28  # a feature's label: the tokens its row promotes most
+HOW_TO_CHANGE = "w feature:SAE:ID follows one; I, then sae-steer SAE:ID:S or sae-clamp SAE:ID:V changes one"
 
 
 def current_features(selection: Selection) -> FeatureReadings | None:
@@ -42,22 +44,43 @@ class FeaturesPane(RowsPane):
         piece = visible(s.chips[read.position].text)
         text.append(f"@{read.position} {piece}: the residual there, as each SAE reads it\n", Style(bold=True))
         text.append(EXPLAINED + "\n", Style(dim=True))
-        rows = max(self.size.height - 4 - 2 * len(read.readings), 1) // max(len(read.readings), 1)
+        for watched in read.watched:
+            self._watched(text, watched, width)
+        room = self.size.height - 4 - 2 * len(read.readings) - len(read.watched)
+        rows = max(room, 1) // max(len(read.readings), 1)
         for reading in read.readings:
-            self._reading(text, reading, width, rows)
+            self._reading(text, read, reading, width, rows)
         text.append(HOW_TO_CHANGE, Style(dim=True))
         self.body.update(text)
 
-    def _reading(self, text: Text, reading: FeatureReading, width: int, rows: int) -> None:
+    def _watched(self, text: Text, watched: WatchedFeature, width: int) -> None:
+        """A watched feature: its activation at each position up to the cursor, as a sparkline, and now."""
+        label = f"★ {visible(watched.sae)}#{watched.id} "
+        room = max(width - len(label) - 12, 4)
+        text.append(label, Style(bold=True))
+        text.append(
+            sparkline(watched.activations, room) or "off at every position shown", Style(color=self.theme_colors.bar)
+        )
+        text.append(f" {watched.activations[-1]:9.3f}\n")
+
+    def _reading(self, text: Text, read: FeatureReadings, reading: FeatureReading, width: int, rows: int) -> None:
         text.append(f"{visible(reading.sae)} L{reading.layer}", Style(bold=True))
         text.append(f"  L0 {reading.l0}  error {reading.error:.1%}\n", Style(dim=True))
         if not reading.features:
             text.append("  no feature is on here\n", Style(dim=True))
             return
         top = max(f.activation for f in reading.features) or 1.0
-        bar_w = max(width - 32, 4)
+        bar_w = max(min(width - 32 - LABEL_CELLS, 24), 4)
         for f in reading.features[:rows]:
             text.append(f"  #{f.id:<7}", Style(bold=True))
             text.append(f"{f.activation:9.3f} ")
             text.append(bar(f.activation / top, bar_w), Style(color=self.theme_colors.bar))
-            text.append(f" {f.share:+6.1%}\n")
+            text.append(f" {f.share:+6.1%}")
+            label = read.label_of(reading.sae, f.id)
+            if label is not None:
+                said = label.description or "↑" + " ".join(visible(t) for t in label.promotes[:3])
+                text.append(f" {said}", Style(dim=True))
+            text.append("\n")
+        strongest = read.label_of(reading.sae, reading.features[0].id)
+        if strongest is not None and strongest.contexts:  # (sae-index's, over the user's text)
+            text.append(f"  #{strongest.id} is strongest in: {visible(strongest.contexts[0])}\n", Style(dim=True))

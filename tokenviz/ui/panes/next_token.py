@@ -11,6 +11,7 @@ from rich.cells import cell_len
 from rich.text import Text
 
 from tokenviz.contract.commands import BranchAt, Force, Watch
+from tokenviz.contract.features import is_feature_watch
 from tokenviz.contract.records import Candidate
 from tokenviz.render.bars import bar
 from tokenviz.render.columns import cell
@@ -67,7 +68,10 @@ class NextTokenPane(BoxPane):
         top = record.top if record is not None else prediction.top if prediction is not None else ()
 
         def chosen(token: int | str | None) -> None:
-            if token is not None:
+            if isinstance(token, str) and is_feature_watch(token):  # the features view follows it: asked again
+                journey.submit(Watch(token=token))
+                journey.open_view("features")
+            elif token is not None:
                 journey.submit(Watch(token=token))
                 if journey.current_view != "watch":
                     self.notify("watched at every step: W shows the watched tokens over the steps", timeout=4)
