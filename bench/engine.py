@@ -32,9 +32,12 @@ from tokenviz.backends.transformers.loading import LoadedModel
 from tokenviz.backends.transformers.runner import ModelRunner
 from tokenviz.contract.commands import Play
 from tokenviz.contract.engine import SearchAsk
+from tokenviz.contract.features import LABELLED
 from tokenviz.contract.grammar import Grammar
 from tokenviz.contract.interventions import HeadAblation, Intervention
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.features.sparse_autoencoder import SparseAutoencoder
+from tokenviz.journey.feature_readings import features_at, labels_for
 from tokenviz.journey.session import Session
 from tokenviz.worker.engine_thread import EngineWorker
 
@@ -177,6 +180,55 @@ def lens_step(loaded, device, steps: int, lengths: tuple[int, ...] = (0, 1000), 
         p, w = statistics.median(plain) * 1000, statistics.median(lensed) * 1000
         out[f"context_{len(ids)}"] = {"step_ms": p, "step_with_lens_ms": w, "ratio": w / p}
     return out
+
+
+SAE_FEATURES, SAE_K = 2048, 32  # as `tokenviz sae-train` makes one by default
+
+
+def bench_sae(loaded: LoadedModel) -> SparseAutoencoder:
+    """A TopK SAE of sae-train's default shape at two thirds of the model's depth, random weights (its cost
+    is its shape's: an encode of one residual, and the labels of the features new at a step)."""
+    hidden, g = loaded.info.hidden, torch.Generator().manual_seed(0)
+    w_enc = torch.randn(hidden, SAE_FEATURES, generator=g) / hidden**0.5
+    return SparseAutoencoder(
+        "bench", "SAELens", "topk", (2 * loaded.info.layers) // 3, w_enc, torch.zeros(SAE_FEATURES),
+        w_enc.T.contiguous(), torch.zeros(hidden), k=SAE_K,
+    )  # fmt: skip
+
+
+def sae_step(loaded, device, steps: int, rounds: int = 3) -> dict:
+    """A step with the features view open (the step, then every SAE loaded read at the step just taken: what
+    its frame waits for) against a plain step; a step with the SAE loaded and the view closed; and, apart,
+    the labels of the features the view shows, asked after that frame (`labels_ms`: a pass over the head
+    for those not labelled before). Rounds interleaved, each round's ratio its own (paired_ratio)."""
+    ids = loaded.tokenizer(PROMPT)["input_ids"]
+    sae = bench_sae(loaded)
+    open_pairs, closed_pairs = [], []
+    for _ in range(rounds):
+        session, _ = started_session(loaded, ids)
+        plain = statistics.median([seconds_of(session.step, device) for _ in range(steps + 2)][2:])
+        session, _ = started_session(loaded, ids)
+        session.saes = (sae,)
+        closed = statistics.median([seconds_of(session.step, device) for _ in range(steps + 2)][2:])
+
+        def step_read(session: Session = session) -> None:
+            session.step()
+            features_at(session, len(session.ids) - 1)
+
+        viewed = statistics.median([seconds_of(step_read, device) for _ in range(steps + 2)][2:])
+        open_pairs.append((viewed, plain))
+        closed_pairs.append((closed, plain))
+    fresh, _ = started_session(loaded, ids)
+    fresh.saes = (sae,)
+    shown = [("bench", f) for f in range(LABELLED)]
+    labels_ms = seconds_of(lambda: labels_for(fresh, shown), device) * 1000  # none cached yet: one pass over the head
+    return {
+        "sae": {"features": SAE_FEATURES, "k": SAE_K, "layer": sae.layer},
+        "ratio": paired_ratio(open_pairs),
+        "closed_ratio": paired_ratio(closed_pairs),
+        "plain_step_ms": statistics.median(p for _, p in open_pairs) * 1000,
+        "labels_ms": labels_ms,
+    }
 
 
 def autoplay_run(

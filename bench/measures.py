@@ -42,6 +42,7 @@ from bench.engine import (
     intervention_step,
     lens_step,
     memory,
+    sae_step,
     step_overhead,
 )
 from bench.llamacpp import gguf_described, llamacpp_measures
@@ -132,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         ("refusal", refusal),
         ("grammar_step", lambda: grammar_step(loaded, steps)),
         ("intervention_step", lambda: intervention_step(loaded, steps)),
+        ("sae_step", lambda: sae_step(loaded, device, steps)),
         ("lens_step", lambda: lens_step(loaded, device, steps, lengths=(0, 500) if args.quick else (0, 2000))),
         ("trace_long", lambda: trace_long(loaded, n=1000 if args.quick else 4200)),
         ("compiled_autoplay", lambda: compiled_autoplay(loaded, bare, device, 32 if args.quick else 128, steps)),

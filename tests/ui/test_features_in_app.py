@@ -12,10 +12,11 @@ from apptools import answer_dialog, make_app, settle, wait_for
 from sae_folders import saelens_sae
 from textual.widgets import Input
 
-from tokenviz.contract.commands import ReadFeatures
+from tokenviz.contract.commands import LabelFeatures, ReadFeatures
 from tokenviz.contract.features import WATCH_SPAN
 from tokenviz.contract.interventions import FeatureClamp, FeatureSteering
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.render.visible import visible
 from tokenviz.ui.panes.features import FeaturesPane
 from tokenviz.ui.screens import InterventionsDialog, SaeDialog, WatchScreen
 
@@ -58,6 +59,14 @@ async def test_e_adds_an_sae_and_f_shows_its_encode_of_the_residual_at_the_curso
             assert f.activation == pytest.approx(float(theirs[f.id]), rel=1e-4, abs=1e-5)
         shown = str(app.query_one(FeaturesPane).body.render())
         assert f"sae-a L{LAYER}" in shown and f"#{reading.features[0].id}" in shown and f"L0 {reading.l0}" in shown
+        # then each feature shown is labelled by the tokens it promotes (a second request, after the frame)
+        await wait_for(
+            lambda: (labels := app.journey.snapshot.result(LabelFeatures)) is not None and labels.labels, pilot
+        )
+        label = app.journey.snapshot.result(LabelFeatures).label_of("sae-a", reading.features[0].id)
+        assert label is not None and len(label.promotes) == 5
+        said = "↑" + visible(label.promotes[0])
+        await wait_for(lambda: said in str(app.query_one(FeaturesPane).body.render()), pilot)
         await pilot.press("left")  # the cursor moves: the view reads the position it is on
         moved = read.position - 1
         await wait_for(lambda: (r := app.journey.snapshot.result(ReadFeatures)) and r.position == moved, pilot)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Generic, TypeVar
 
 from tokenviz.contract.attention import window
-from tokenviz.contract.features import FeatureReadings
+from tokenviz.contract.features import FeatureLabels, FeatureReadings
 from tokenviz.contract.grammar import Grammar
 from tokenviz.contract.interventions import Entries
 from tokenviz.contract.results import (
@@ -170,6 +170,13 @@ class ReadFeatures(Request[FeatureReadings]):
 
 
 @dataclass(frozen=True)
+class LabelFeatures(Request[FeatureLabels]):
+    """The labels of these (SAE name, feature)s (the features view asks once its readings are shown)."""
+
+    features: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
 class AddSae:
     """Load the SAEs in `folder` beside those loaded (checked against the model: one line if it cannot feed
     them)."""
@@ -273,6 +280,7 @@ Command = (
     | Attribute
     | Watch
     | ReadFeatures
+    | LabelFeatures
     | AddSae
     | SplitDifference
     | Verify

@@ -12,7 +12,7 @@ from tokenviz.contract.text import is_count
 FEATURE_WATCH = "feature:"  # how --watch and the watch dialog name a feature: feature:SAE:ID
 WATCH_SPAN = 64  # positions up to the cursor a watched feature is read at in the app (its sparkline's)
 LABEL_TOKENS = 5  # a feature's label: the tokens its decoder row promotes most, and suppresses most
-LABELLED = 24  # features labelled in the features view's answer, each SAE's strongest first
+LABELLED = 12  # features the features view asks labels for, each SAE's strongest first (what it shows)
 MOVED = 8  # features a comparison names at a step, those moved most first
 
 
@@ -70,7 +70,18 @@ class FeatureReadings:
     readings: tuple[FeatureReading, ...]  # in the order the SAEs were given
     ids: tuple[int, ...]  # the journey's tokens up to the position, as read (another path reads again)
     watched: tuple[WatchedFeature, ...] = ()
-    labels: tuple[FeatureLabel, ...] = ()  # of each reading's strongest features (LABELLED at most each)
+
+    def shown(self) -> tuple[tuple[str, int], ...]:
+        """(SAE, feature) of each reading's strongest features: those the view labels."""
+        return tuple((r.sae, f.id) for r in self.readings for f in r.features[:LABELLED])
+
+
+@dataclass(frozen=True)
+class FeatureLabels:
+    """Features' labels (the features view's second answer, asked once its readings are on screen: a label
+    reads the whole output head, which costs more than the reading itself)."""
+
+    labels: tuple[FeatureLabel, ...]
 
     def label_of(self, sae: str, feature: int) -> FeatureLabel | None:
         return next((label for label in self.labels if (label.sae, label.id) == (sae, feature)), None)

@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from tokenviz.contract.bounds import FAIL_FAST, MAX_LAYERS, MAX_TOKENS, Count, Finite, Flag, Id, NonNegative, Text
-from tokenviz.contract.features import FeatureReadings
+from tokenviz.contract.features import FeatureLabels, FeatureReadings
 
 
 def lens_row_label(row: int) -> str:
@@ -267,7 +267,16 @@ class Speculation:
 
 # What a view computes on demand (the answer to a Request, see contract.commands): a snapshot carries
 # the newest of each kind.
-ViewResult = Inspection | Attribution | LogitDifference | Verification | BeamResult | Speculation | FeatureReadings
+ViewResult = (
+    Inspection
+    | Attribution
+    | LogitDifference
+    | Verification
+    | BeamResult
+    | Speculation
+    | FeatureReadings
+    | FeatureLabels
+)
 
 
 @dataclass(frozen=True)

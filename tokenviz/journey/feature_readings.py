@@ -14,10 +14,10 @@ from tokenviz.contract.engine import Capability, Engine, refusal_of, require
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.features import (
     LABEL_TOKENS,
-    LABELLED,
     MOVED,
     WATCH_SPAN,
     FeatureLabel,
+    FeatureLabels,
     FeatureMoves,
     FeatureReading,
     FeatureReadings,
@@ -125,12 +125,20 @@ def features_at(session: Session, position: int) -> FeatureReadings:
     (readings,) = readings_at(session.engine, ids, [position], session.saes)
     span = list(range(max(0, position - WATCH_SPAN + 1), position + 1))  # what a sparkline shows
     watched = watched_at(session.engine, ids, span, session.saes, session.watched_features)
+    return FeatureReadings(position, tuple(readings), ids, tuple(watched))
+
+
+def labels_for(session: Session, features: Sequence[tuple[str, int]]) -> FeatureLabels:
+    """The labels of these (SAE name, feature)s, each SAE's read in one pass over the head."""
+    by_sae: dict[str, list[int]] = {}
+    for name, feature in features:
+        by_sae.setdefault(name, []).append(feature)
     labels = [
         label
-        for sae, reading in zip(session.saes, readings)
-        for label in labels_of(session, sae, [f.id for f in reading.features[:LABELLED]])
+        for name, ids in by_sae.items()
+        for label in labels_of(session, sae_named(session.saes, name, max(ids)), ids)
     ]
-    return FeatureReadings(position, tuple(readings), ids, tuple(watched), tuple(labels))
+    return FeatureLabels(tuple(labels))
 
 
 def watch_feature(session: Session, text: str) -> str:

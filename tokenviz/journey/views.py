@@ -15,6 +15,7 @@ from tokenviz.contract.commands import (
     Attribute,
     Beams,
     Inspect,
+    LabelFeatures,
     ReadFeatures,
     Request,
     Speculate,
@@ -23,12 +24,12 @@ from tokenviz.contract.commands import (
 )
 from tokenviz.contract.engine import Caching, Capability, SearchAsk, refusal_of, require
 from tokenviz.contract.errors import TokenvizError
-from tokenviz.contract.features import FeatureReadings
+from tokenviz.contract.features import FeatureLabels, FeatureReadings
 from tokenviz.contract.grammar import refuse_grammar
 from tokenviz.contract.results import Attribution, Inspection, LogitDifference, ViewResult
 from tokenviz.files.record_json import as_json, attribution_json, lens_row_json, logit_difference_json
 from tokenviz.journey.chips import chips_of
-from tokenviz.journey.feature_readings import features_at
+from tokenviz.journey.feature_readings import features_at, labels_for
 from tokenviz.journey.session import Session
 from tokenviz.journey.verification import verify_latest
 
@@ -84,6 +85,10 @@ def _features(session: Session, request: ReadFeatures, progress: Progress, cance
     return features_at(session, request.position)
 
 
+def _labels(session: Session, request: LabelFeatures, progress: Progress, cancelled: Cancelled) -> FeatureLabels:
+    return labels_for(session, request.features)
+
+
 def _verify(session: Session, request: Verify, progress: Progress, cancelled: Cancelled) -> ViewResult:
     return verify_latest(session.engine, session.cached_ids, progress, cancelled)
 
@@ -134,6 +139,7 @@ VIEWS: dict[type[Request[Any]], ViewSpec] = {
         _features,
         lambda session, read: {"sae": [as_json(reading) for reading in read.readings]},
     ),
+    LabelFeatures: ViewSpec("a feature's label", Capability.RESIDUAL, lambda r: "", "", _labels),
     Verify: ViewSpec(
         "verify", Capability.CACHE, lambda r: "verifying: the context again without the cache", " tokens", _verify
     ),

@@ -12,7 +12,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
-from tokenviz.contract.commands import Attribute, Inspect, ReadFeatures, Request, SplitDifference
+from tokenviz.contract.commands import Attribute, Inspect, LabelFeatures, ReadFeatures, Request, SplitDifference
 from tokenviz.contract.engine import Capability, refusal_of
 from tokenviz.contract.results import AttributionMethod
 from tokenviz.ui.panes.attribution import current_attribution
@@ -21,7 +21,7 @@ from tokenviz.ui.panes.lens import current_inspection, every_lens_row, lens_rows
 from tokenviz.ui.panes.watch import current_difference
 from tokenviz.ui.selection import Selection
 
-Fetched = Inspect | Attribute | SplitDifference | ReadFeatures
+Fetched = Inspect | Attribute | SplitDifference | ReadFeatures | LabelFeatures
 Wanted = tuple[Fetched, Hashable] | None  # the request, and what must change before it is sent again
 
 
@@ -86,10 +86,19 @@ def _difference(selection: Selection, room: Room) -> Wanted:
 
 def _features(selection: Selection, room: Room) -> Wanted:
     """Every SAE loaded, read at the cursor's position (once: a refusal, such as no SAE loaded, is not asked
-    again until the journey, the interventions or the cursor change, or the view is opened again)."""
+    again until the journey, the interventions or the cursor change, or the view is opened again); then the
+    labels of the features it shows (a second request: a label reads the whole head, after the frame)."""
     s = selection.snapshot
-    if s.playing or not s.live or current_features(selection) is not None:
+    if s.playing or not s.live:
         return None
+    read = current_features(selection)
+    if read is not None:  # then the labels of the features it shows, where the snapshot lacks one
+        labelled = s.result(LabelFeatures)
+        shown = read.shown()
+        if not shown or (labelled is not None and all(labelled.label_of(*f) for f in shown)):
+            return None
+        labels = LabelFeatures(features=shown)
+        return labels, labels
     request = ReadFeatures(position=selection.cursor)
     ids = tuple(chip.id for chip in s.chips[: selection.cursor + 1])
     return request, (request, ids, s.interventions)  # asked again where the model changed (E: opened again)

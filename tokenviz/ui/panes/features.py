@@ -7,8 +7,8 @@ from __future__ import annotations
 from rich.style import Style
 from rich.text import Text
 
-from tokenviz.contract.commands import ReadFeatures
-from tokenviz.contract.features import FeatureReading, FeatureReadings, WatchedFeature
+from tokenviz.contract.commands import LabelFeatures, ReadFeatures
+from tokenviz.contract.features import FeatureLabels, FeatureReading, FeatureReadings, WatchedFeature
 from tokenviz.render.bars import bar
 from tokenviz.render.sparkline import sparkline
 from tokenviz.render.visible import visible
@@ -48,8 +48,9 @@ class FeaturesPane(RowsPane):
             self._watched(text, watched, width)
         room = self.size.height - 4 - 2 * len(read.readings) - len(read.watched)
         rows = max(room, 1) // max(len(read.readings), 1)
+        labels = s.result(LabelFeatures) or FeatureLabels(())
         for reading in read.readings:
-            self._reading(text, read, reading, width, rows)
+            self._reading(text, labels, reading, width, rows)
         text.append(HOW_TO_CHANGE, Style(dim=True))
         self.body.update(text)
 
@@ -63,7 +64,7 @@ class FeaturesPane(RowsPane):
         )
         text.append(f" {watched.activations[-1]:9.3f}\n")
 
-    def _reading(self, text: Text, read: FeatureReadings, reading: FeatureReading, width: int, rows: int) -> None:
+    def _reading(self, text: Text, labels: FeatureLabels, reading: FeatureReading, width: int, rows: int) -> None:
         text.append(f"{visible(reading.sae)} L{reading.layer}", Style(bold=True))
         text.append(f"  L0 {reading.l0}  error {reading.error:.1%}\n", Style(dim=True))
         if not reading.features:
@@ -76,11 +77,11 @@ class FeaturesPane(RowsPane):
             text.append(f"{f.activation:9.3f} ")
             text.append(bar(f.activation / top, bar_w), Style(color=self.theme_colors.bar))
             text.append(f" {f.share:+6.1%}")
-            label = read.label_of(reading.sae, f.id)
+            label = labels.label_of(reading.sae, f.id)
             if label is not None:
                 said = label.description or "↑" + " ".join(visible(t) for t in label.promotes[:3])
                 text.append(f" {said}", Style(dim=True))
             text.append("\n")
-        strongest = read.label_of(reading.sae, reading.features[0].id)
+        strongest = labels.label_of(reading.sae, reading.features[0].id)
         if strongest is not None and strongest.contexts:  # (sae-index's, over the user's text)
             text.append(f"  #{strongest.id} is strongest in: {visible(strongest.contexts[0])}\n", Style(dim=True))
