@@ -250,3 +250,37 @@ def test_the_page_shows_the_lens_where_the_journey_has_it(tmp_path):
         until(lambda: browser.find_element(By.CSS_SELECTOR, "#step h2").text.startswith("step 3:"))
         assert not browser.find_elements(By.CSS_SELECTOR, "#step .lens")
         assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+
+
+@needs_browser
+def test_the_page_of_a_trace_with_an_sae_shows_each_steps_features(tmp_path, monkeypatch, capsys):
+    """trace --sae DIR --html: a step's card shows what the SAE read at the position that made it, as the
+    trace's document has it (its L0, each feature's activation and share, the tokens it promotes)."""
+    from clitools import invoke
+    from sae_folders import saelens_sae
+    from tiny import save_tiny
+
+    model = save_tiny(tmp_path / "tiny", "llama", context=64)
+    hidden = json.loads((Path(model) / "config.json").read_text())["hidden_size"]
+    sae = saelens_sae(tmp_path / "sae-p", "jumprelu", hidden, 6, 1)
+    page = tmp_path / "sae.html"
+    args = ["trace", "The cat sat on the mat", "--model", model, "--steps", "3", "--temperature", "0", "--json"]
+    code, out, err = invoke(monkeypatch, capsys, *args, "--sae", str(sae), "--html", str(page))
+    assert code == 0, err
+    doc = json.loads(out)
+    step = doc["steps"][1]
+    (reading,) = step["sae"]
+    labels = {label["id"]: label for label in doc["sae_labels"]}
+    with chromium() as browser:
+        browser.get(page.resolve().as_uri())
+        chips = chips_of(browser, len(doc["prompt"]) + 3)
+        chips[step["position"]].click()
+        heading = until(lambda: [h.text for h in browser.find_elements(By.CSS_SELECTOR, "#step .lens h3")])
+        assert heading == [f"SAE sae-p, the residual after layer 1: L0 {reading['l0']}, error {reading['error']:.1%}"]
+        rows = browser.find_elements(By.CSS_SELECTOR, "#step .lens tr")[1:]
+        cells = [[td.text for td in row.find_elements(By.TAG_NAME, "td")] for row in rows]
+        assert len(cells) == min(12, len(reading["features"]))
+        for shown, feature in zip(cells, reading["features"]):
+            promotes = " ".join(t.replace(" ", "·") for t in labels[feature["id"]]["promotes"])
+            assert shown == [f"#{feature['id']}", f"{feature['activation']:.3f}", f"{feature['share']:.1%}", promotes]
+        assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]

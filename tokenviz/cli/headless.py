@@ -24,7 +24,7 @@ from tokenviz.features.sae_folder import read_saes
 from tokenviz.features.sparse_autoencoder import SparseAutoencoder, sae_named
 from tokenviz.files.documents import comparison_document, output_document, trace_document
 from tokenviz.files.journey_file import journey_file, recording_of, save_journey
-from tokenviz.files.journey_page import save_page
+from tokenviz.files.journey_page import page_features, save_page
 from tokenviz.files.record_json import as_json, beams_json, speculation_json, symptom_json
 from tokenviz.journey.comparison import Comparison
 from tokenviz.journey.drawn_comparison import DrawnComparison
@@ -331,7 +331,10 @@ def write_files(session: Session, document: dict[str, Any], asked: TraceRequest,
     try:
         if asked.html:
             lens = session.analyses.kept_inspections()
-            page = save_page(asked.html[0], snapshot, saved, asked.html[1], replace=asked.force, lens=lens)
+            features = page_features(document)
+            page = save_page(
+                asked.html[0], snapshot, saved, asked.html[1], replace=asked.force, lens=lens, features=features
+            )
             noted.append(("the page: open it in any browser", page))
         if asked.save:
             kept = session.analyses.kept()

@@ -77,6 +77,29 @@ function lensTable(rows, chosen) {
   return wrap;
 }
 
+// A sparse autoencoder's reading of the residual at a position: its strongest features, each labelled by
+// the tokens its decoder row promotes (or its description, where the trace had one).
+function featureTable(r) {
+  const wrap = el("div", undefined, "lens");
+  wrap.appendChild(el("h3", `SAE ${r.sae}, the residual after layer ${r.layer}: L0 ${r.l0}, `
+    + `error ${(r.error * 100).toFixed(1)}%`));
+  const t = el("table"), head = el("tr");
+  ["feature", "activation", "share", "promotes"].forEach((h, k) => head.appendChild(el("th", h, k === 3 ? "tok" : "")));
+  t.appendChild(head);
+  r.features.slice(0, 12).forEach((f) => {
+    const label = D.features.labels[`${r.sae}#${f.id}`];
+    const tr = el("tr");
+    tr.appendChild(el("td", `#${f.id}`));
+    tr.appendChild(el("td", f.activation.toFixed(3)));
+    tr.appendChild(el("td", `${(f.share * 100).toFixed(1)}%`));
+    const said = !label ? "" : label.description || label.promotes.map(visible).join(" ");
+    tr.appendChild(el("td", said, "tok"));
+    t.appendChild(tr);
+  });
+  wrap.appendChild(t);
+  return wrap;
+}
+
 // As in the app, a token shows what the model predicted after it: the last prompt token, the first step;
 // the newest token, the step pending (computed, its token not taken yet).
 function showStep(i) {
@@ -112,6 +135,8 @@ function showStep(i) {
     box.appendChild(el("h3", "sampling stages")); box.appendChild(stages);
     const lens = D.lens[String(i)];
     if (lens) box.appendChild(lensTable(lens, step.chosen));
+    const readings = D.features.at ? D.features.at[String(i)] : undefined;
+    if (readings) readings.forEach((r) => box.appendChild(featureTable(r)));
     if (step.watch.length) {
       box.appendChild(el("h3", "watched tokens"));
       step.watch.forEach((w) => box.appendChild(el("p", `${visible(w[1])} (id ${w[0]}): raw p ${p4(w[2])}, final p ${p4(w[3])}, rank ${w[4]}`)));

@@ -14,7 +14,7 @@ import json
 import math
 import re
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -192,11 +192,12 @@ def journey_page(
     colors: dict[str, Any],
     view: PageView = PageView(),
     lens: Sequence[Inspection] = (),
+    features: Mapping[str, Any] | None = None,
 ) -> str:
     """The page, opening at `view` (the app's layer, head and cursor), with the logit `lens` the journey
-    kept (its positions on the current path). `colors`: background, foreground, panel, primary, bar,
-    bar_final, chip_prompt, chip_generated, chosen (CSS colours) and heatmap (a list of stops, low to
-    high)."""
+    kept (its positions on the current path) and the SAE `features` a trace read (page_features).
+    `colors`: background, foreground, panel, primary, bar, bar_final, chip_prompt, chip_generated, chosen
+    (CSS colours) and heatmap (a list of stops, low to high)."""
     heatmap = [c for c in colors["heatmap"] if HEX_COLOR.fullmatch(c)]
     if len(heatmap) < 2:  # a scale needs both ends: the default, rather than a blank heatmap
         heatmap = list(DEFAULT_HEATMAP)
@@ -214,6 +215,7 @@ def journey_page(
         ],
         "attention": _attention(snapshot, attention),
         "lens": _lens(lens),
+        "features": dict(features or {}),
         "heatmap": heatmap,
         "view": {"layer": view.layer, "head": view.head, "cursor": view.cursor},
     }
@@ -278,7 +280,17 @@ def save_page(
     view: PageView = PageView(),
     replace: bool = False,
     lens: Sequence[Inspection] = (),
+    features: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write the page atomically, opening at `view`, with the `lens` kept; an existing file is replaced
-    only with `replace`."""
-    return write_file(path, journey_page(snapshot, attention, dict(colors), view, lens), replace=replace)
+    """Write the page atomically, opening at `view`, with the `lens` and SAE `features` kept; an existing
+    file is replaced only with `replace`."""
+    page = journey_page(snapshot, attention, dict(colors), view, lens, features)
+    return write_file(path, page, replace=replace)
+
+
+def page_features(document: Mapping[str, Any]) -> dict[str, Any]:
+    """What a trace document's SAE readings give the page: each step's readings by the position that made
+    it (`at`), and the labels of the features on at some step (`labels`, by "SAE#ID")."""
+    at = {str(step["position"]): step["sae"] for step in document.get("steps", ()) if "sae" in step}
+    labels = {f"{label['sae']}#{label['id']}": label for label in document.get("sae_labels", ())}
+    return {"at": at, "labels": labels} if at else {}
