@@ -71,3 +71,33 @@ def test_sae_train_mistakes_are_one_line(tmp_path, tiny_dir, monkeypatch, capsys
     code, _, err = invoke(monkeypatch, capsys, *args)
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1 and said in errors[0] and "Traceback" not in err, err
+
+
+async def test_the_app_loads_a_trained_sae_and_shows_its_features(tmp_path, tiny_dir, monkeypatch, capsys):
+    """The issue's done-when: `sae-train` makes an SAE that the app loads (`tokenviz --sae DIR`): its features
+    view reads it at the cursor, k features on."""
+    from apptools import settle, wait_for
+
+    from tokenviz.backends.transformers.loading import load_model
+    from tokenviz.backends.transformers.runner import ModelRunner
+    from tokenviz.contract.commands import ReadFeatures
+    from tokenviz.contract.settings import SamplingSettings
+    from tokenviz.ui.app import TokenvizApp
+    from tokenviz.ui.panes.features import FeaturesPane
+    from tokenviz.worker.engine_thread import EngineWorker
+
+    text, out = tmp_path / "text.txt", tmp_path / "trained"
+    text.write_text(TEXT)
+    args = ["sae-train", "--model", tiny_dir, "--text", str(text), "--layer", "1", "--out", str(out)]
+    code, _, err = invoke(monkeypatch, capsys, *args, "--features", "64", "--k", "8", "--steps", "50")
+    assert code == 0, err
+    loader = lambda progress: ModelRunner(load_model(tiny_dir, device="cpu", dtype="float32"))  # noqa: E731
+    worker = EngineWorker(loader, SamplingSettings(temperature=0), "The river", sae_folders=(str(out),))
+    app = TokenvizApp(worker)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("F")
+        await wait_for(lambda: (r := app.journey.snapshot.result(ReadFeatures)) is not None and r.readings, pilot)
+        (reading,) = app.journey.snapshot.result(ReadFeatures).readings
+        assert (reading.sae, reading.layer, reading.l0) == ("trained", 1, 8)
+        await wait_for(lambda: "trained L1" in str(app.query_one(FeaturesPane).body.render()), pilot)

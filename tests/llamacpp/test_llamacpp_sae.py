@@ -12,33 +12,44 @@ import pytest
 import sae_reference
 from clitools import invoke
 from llama_reference import PROMPT, THREADS, engine_on, trace
-from sae_folders import saelens_sae
+from sae_folders import gemma_scope_sae, saelens_sae, sparsify_sae
 from test_llamacpp_steering import Context, assert_steps
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.features, pytest.mark.usefixtures("llama_cpp")]
 LAYER, HIDDEN = 20, 576  # the bundled SmolLM2-135M's residual after layer 20 of 30
 
 
-def test_features_on_llama_cpp_are_saelens_encode_of_llama_cpps_residual(sae_libraries, tmp_path, monkeypatch, capsys):
+def test_features_on_llama_cpp_are_each_librarys_encode_of_llama_cpps_residual(
+    sae_libraries, tmp_path, monkeypatch, capsys
+):
+    """The issue's done-when, llama.cpp's part: an SAE in each of the three layouts (SAELens, Gemma Scope 2,
+    sparsify), each step's active features its library's own encode of the residual llama.cpp computed."""
     python = sae_reference.python_of(sae_libraries)
-    folder = saelens_sae(tmp_path / "sae", "jumprelu", HIDDEN, 3, layer=LAYER)
+    made = [
+        (saelens_sae(tmp_path / "sae", "jumprelu", HIDDEN, 3, layer=LAYER), "sae_lens"),
+        (gemma_scope_sae(tmp_path / "gemma-scope", HIDDEN, 7, layer=LAYER), "gemma_scope"),
+        (sparsify_sae(tmp_path / "sparsify", HIDDEN, 8, layer=LAYER) / f"layers.{LAYER}", "sparsify"),
+    ]
     args = ["trace", PROMPT, "--backend", "llama.cpp", "--threads", str(THREADS), "--steps", "4", "--temperature", "0"]
-    code, out, err = invoke(monkeypatch, capsys, *args, "--sae", str(folder), "--json")
+    code, out, err = invoke(monkeypatch, capsys, *args, *(a for f, _ in made for a in ("--sae", str(f))), "--json")
     assert code == 0, err
     doc = json.loads(out)
     ids = [t["id"] for t in doc["prompt"]] + [s["chosen"]["id"] for s in doc["steps"]]
     positions = [len(doc["prompt"]) - 1 + i for i in range(len(doc["steps"]))]
     engine = engine_on()
     residuals = engine.residual(ids, positions, LAYER).numpy()
-    theirs = sae_reference.encode(python, "sae_lens", folder, residuals, tmp_path)
-    for i, step in enumerate(doc["steps"]):
-        (reading,) = step["sae"]
-        active = np.flatnonzero(theirs[i] > 0)
-        assert reading["l0"] == len(active) > 0 and reading["layer"] == LAYER
-        shown = {f["id"]: f["activation"] for f in reading["features"]}
-        assert set(shown) == set(active[np.argsort(-theirs[i, active])][:64].tolist())
-        for feature, activation in shown.items():
-            assert abs(activation - theirs[i, feature]) <= 1e-4 * abs(theirs[i, feature]) + 1e-5
+    for k, (folder, library) in enumerate(made):
+        work = tmp_path / f"work-{k}"
+        work.mkdir()
+        theirs = sae_reference.encode(python, library, folder, residuals, work)
+        for i, step in enumerate(doc["steps"]):
+            reading = step["sae"][k]
+            active = np.flatnonzero(theirs[i] > 0)
+            assert reading["l0"] == len(active) > 0 and reading["layer"] == LAYER, library
+            shown = {f["id"]: f["activation"] for f in reading["features"]}
+            assert set(shown) == set(active[np.argsort(-theirs[i, active])][:64].tolist())
+            for feature, activation in shown.items():
+                assert abs(activation - theirs[i, feature]) <= 1e-4 * abs(theirs[i, feature]) + 1e-5, library
 
 
 STEERED_LAYER = 15  # of the bundled model's 30: a control vector there moves the tokens

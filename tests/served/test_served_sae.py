@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import sae_reference
 from clitools import invoke
-from sae_folders import saelens_sae
+from sae_folders import gemma_scope_sae, saelens_sae, sparsify_sae
 from test_served_internals import served
 from test_served_steering import assert_steps_match, layer_hook, reference, steered_greedy, trace_json
 
@@ -35,11 +35,17 @@ def test_features_on_a_served_model_are_saelens_encode_of_the_servers_residual(
 
     python = sae_reference.python_of(sae_libraries)
     folder = saelens_sae(tmp_path / "sae", "topk", HIDDEN, 5, layer=LAYER)
+    made = [
+        (folder, "sae_lens"),
+        (gemma_scope_sae(tmp_path / "gemma-scope", HIDDEN, 7, layer=LAYER), "gemma_scope"),
+        (sparsify_sae(tmp_path / "sparsify", HIDDEN, 8, layer=LAYER) / f"layers.{LAYER}", "sparsify"),
+    ]  # each of the three layouts: the done-when
     monkeypatch.setenv(KEY_ENV, vllm_lens_server.key)
     directory = str(vllm_lens_server.model)
     args = ["--endpoint", vllm_lens_server.url, "--api-key-env", KEY_ENV, "--tokenizer", directory]
     saved = tmp_path / "journey.json"
-    options = ["--steps", "4", "--temperature", "0", "--sae", str(folder), "--save", str(saved), "--json"]
+    saes = [a for f, _ in made for a in ("--sae", str(f))]
+    options = ["--steps", "4", "--temperature", "0", *saes, "--save", str(saved), "--json"]
     code, out, err = invoke(monkeypatch, capsys, "trace", PROMPT, *args, *options)
     assert code == 0, err
     doc = json.loads(out)
@@ -52,14 +58,17 @@ def test_features_on_a_served_model_are_saelens_encode_of_the_servers_residual(
     with torch.no_grad():
         own = model(torch.tensor([ids]), output_hidden_states=True).hidden_states[LAYER + 1][0, positions].numpy()
     assert np.abs(served - own).max() <= RESIDUAL_TOLERANCE * np.abs(own).max()
-    theirs = sae_reference.encode(python, "sae_lens", folder, served, tmp_path)
-    for i, step in enumerate(doc["steps"]):
-        (reading,) = step["sae"]
-        active = np.flatnonzero(theirs[i] > 0)
-        assert reading["l0"] == len(active) > 0
-        for feature in reading["features"]:
-            expected = theirs[i, feature["id"]]
-            assert expected > 0 and abs(feature["activation"] - expected) <= 1e-4 * expected + 1e-5
+    for k, (sae, library) in enumerate(made):
+        work = tmp_path / f"work-{k}"
+        work.mkdir()
+        theirs = sae_reference.encode(python, library, sae, served, work)
+        for i, step in enumerate(doc["steps"]):
+            reading = step["sae"][k]
+            active = np.flatnonzero(theirs[i] > 0)
+            assert reading["l0"] == len(active) > 0, library
+            for feature in reading["features"]:
+                expected = theirs[i, feature["id"]]
+                assert expected > 0 and abs(feature["activation"] - expected) <= 1e-4 * expected + 1e-5, library
     # the file keeps the readings and where the SAE is: replay --verify reads them again and holds them to it
     code, out, err = invoke(monkeypatch, capsys, "replay", str(saved), "--verify", *args)
     assert code == 0 and "verified: all 4 steps" in out, err
