@@ -63,6 +63,11 @@ stages reshape them; a draw picks one token; it is appended and the loop repeats
   one: logit(a) − logit(b) after the cursor split into what the embeddings and each layer's
   attention and MLP wrote into the residual stream (through the final norm as the forward pass
   scaled it); the shares add up to the model's own difference.
+- **SAE features** (key F; E adds a sparse autoencoder from its folder, or start with --sae DIR): what
+  each SAE reads in the residual after its layer at the cursor: its active features strongest first, each
+  one's activation, its share of the residual, and the tokens its decoder row promotes (a lens of the
+  feature); L0 counts the features on, error is what the SAE leaves unexplained. w feature:SAE:ID follows
+  one (a sparkline of its activation up to the cursor); I steers (sae-steer) or clamps (sae-clamp) one.
 - **charts** (key C): the journey at a glance: entropy and the chosen token's probability by step,
   the watched tokens' probability, the prompt's surprisal, decode time against context length, and
   the KV cache's size against tokens.
