@@ -160,3 +160,30 @@ def test_a_journey_steered_and_clamped_by_features_saves_and_verifies(monkeypatc
     code, out, err = invoke(monkeypatch, capsys, "replay", str(saved), "--verify")
     assert code == 0 and "Traceback" not in err, err + out
     assert len(doc["steps"]) == STEPS
+
+
+def test_a_journey_whose_feature_names_a_folder_without_its_sae_is_one_line(
+    monkeypatch, capsys, tiny_dir, saes, tmp_path
+):
+    """A file is untrusted: an intervention by a feature whose folder holds no SAE (or another one) is one
+    line when the journey is run again, never a traceback."""
+    saved = tmp_path / "steered.json"
+    trace(
+        monkeypatch,
+        capsys,
+        tiny_dir,
+        "--sae",
+        saes["standard"],
+        "--sae-steer",
+        "sae-standard:5:20",
+        "--save",
+        str(saved),
+    )
+    for folder, said in ((tmp_path / "empty", "holds no SAE"), (Path(saes["topk"]), "is another now")):
+        folder.mkdir(exist_ok=True)
+        journey = json.loads(saved.read_text())
+        journey["replay"]["intervention_sets"][0][0]["folder"] = str(folder)
+        tampered = tmp_path / f"tampered-{folder.name}.json"
+        tampered.write_text(json.dumps(journey))
+        code, _, err = invoke(monkeypatch, capsys, "replay", str(tampered), "--verify")
+        assert code == 2 and said in err and err.count("error:") == 1 and "Traceback" not in err, err

@@ -16,7 +16,7 @@ import torch
 from tokenviz.contract.errors import SettingsError
 from tokenviz.contract.interventions import UNRESOLVED, FeatureClamp, FeatureIntervention, FeatureSteering, Intervention
 from tokenviz.contract.text import safe_text
-from tokenviz.features.sae_folder import read_sae
+from tokenviz.features.sae_folder import read_saes
 from tokenviz.features.sparse_autoencoder import SparseAutoencoder, sae_named
 
 _READ: dict[tuple[str, str, int], SparseAutoencoder] = {}  # (folder, name, mtime in ns): one SAE read once
@@ -46,8 +46,8 @@ def sae_of(intervention: FeatureIntervention) -> SparseAutoencoder:
         raise SettingsError(f"{intervention.label}: its SAE's folder {safe_text(str(path))} is gone") from None
     with _READING:
         if key not in _READ:
-            sae = read_sae(path)
-            if sae.name != intervention.sae or sae.layer != intervention.layer or intervention.feature >= sae.d_sae:
+            sae = next((s for s in read_saes(path) if s.name == intervention.sae), None)  # (a file may name any)
+            if sae is None or sae.layer != intervention.layer or intervention.feature >= sae.d_sae:
                 raise SettingsError(f"{intervention.label}: the SAE in {safe_text(str(path))} is another now")
             _READ.clear()  # one held at a time: an SAE may be gigabytes
             _READ[key] = sae
