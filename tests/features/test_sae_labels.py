@@ -117,3 +117,27 @@ def test_neuronpedias_descriptions_are_read_beside_the_sae_and_made_safe(monkeyp
     code, _out, err = invoke(monkeypatch, capsys, *args)
     assert code == 2 and "neuronpedia.json is not Neuronpedia's export of explanations" in err, err
     assert err.count("error:") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "case, said",
+    [
+        ("latin1", "is not UTF-8"),
+        ("no sae", "holds no SAE"),
+        ("window", "--window must be at least 2"),
+        ("short", "too short to index"),
+    ],
+)
+def test_sae_index_mistakes_are_one_line(monkeypatch, capsys, tiny_dir, tmp_path, case, said):
+    sae = new_sae(tiny_dir, tmp_path / "sae-m")
+    text = tmp_path / "text.txt"
+    text.write_bytes("café".encode("latin-1") if case == "latin1" else b"x" if case == "short" else TEXT.encode())
+    (tmp_path / "empty").mkdir()
+    folder = tmp_path / "empty" if case == "no sae" else sae
+    more = ["--window", "1"] if case == "window" else []
+    code, _, err = invoke(
+        monkeypatch, capsys, "sae-index", str(folder), "--text", str(text), "--model", tiny_dir, *more
+    )
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and said in errors[0] and "Traceback" not in err, err
+    assert not (sae / "tokenviz-index.json").exists()

@@ -8,12 +8,11 @@ import typer
 
 from tokenviz.cli.backend_options import BackendChoice, backend_options
 from tokenviz.cli.commands.common import new_cli
-from tokenviz.cli.commands.sae_train import TEXT_BYTES, told
+from tokenviz.cli.commands.sae_train import read_text, told
 from tokenviz.cli.options import fail, stderr_progress
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.contract.text import safe_text
-from tokenviz.system.reading import read_file
 
 sae_index_cli = new_cli()
 
@@ -32,10 +31,7 @@ def sae_index(
     try:
         if window < 2:
             raise TokenvizError(f"--window must be at least 2, got {window}")
-        try:
-            words = read_file(text, TEXT_BYTES, f"the text {safe_text(text)}").decode("utf-8")
-        except UnicodeDecodeError:
-            raise TokenvizError(f"the text {safe_text(text)} is not UTF-8") from None
+        words = read_text(text)
         from tokenviz.cli.headless import saes_in
 
         saes = saes_in([folder])  # before the model: a bad one is told now

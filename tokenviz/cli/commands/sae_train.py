@@ -21,6 +21,14 @@ TEXT_BYTES = 64 * 2**20  # the most of a text file read
 sae_train_cli = new_cli()
 
 
+def read_text(path: str) -> str:
+    """The text file a model reads for an SAE (UTF-8, at most TEXT_BYTES): else one line."""
+    try:
+        return read_file(path, TEXT_BYTES, f"the text {safe_text(path)}").decode("utf-8")
+    except UnicodeDecodeError:
+        raise TokenvizError(f"the text {safe_text(path)} is not UTF-8") from None
+
+
 def told(progress: Progress, what: str) -> Callable[[int, int], None]:
     """A (done, total) callback saying `what: done of total` through `progress`."""
     return lambda done, total: progress(f"{what}: {done} of {total}", done / total)
@@ -56,10 +64,7 @@ def sae_train(
             raise TokenvizError(f"{safe_text(str(folder))} holds an SAE already: --force writes over it")
         if folder.exists() and not folder.is_dir():
             raise TokenvizError(f"{safe_text(str(folder))} is not a folder")
-        try:
-            words = read_file(text, TEXT_BYTES, f"the text {safe_text(text)}").decode("utf-8")
-        except UnicodeDecodeError:
-            raise TokenvizError(f"the text {safe_text(text)} is not UTF-8") from None
+        words = read_text(text)
         loader = backend.loader(SamplingSettings())
     except TokenvizError as exc:
         fail(str(exc))
