@@ -36,10 +36,10 @@ def test_a_students_80x24(tmp_path):
         text = wait_screen(name, r"candidate 9 is not on screen")
         keys(name, "C")
         # the pane's title, then its chart drawn (a frame apart): both, with the keys that change the chart
-        text = wait_screen(name, r"(?s)(?=.*charts · 1/5)(?=.*entropy)(?=.*← → change)")
+        text = wait_screen(name, r"(?s)(?=.*charts · 1/6)(?=.*entropy)(?=.*← → change)")
         assert "entropy" in text and "← → change" in text
         keys(name, "Right")
-        wait_screen(name, r"charts · 2/5")
+        wait_screen(name, r"charts · 2/6")
         keys(name, "C")  # toggles back
         wait_screen(name, r"\(√ scale\)")
         tmux(name, "resize-window", "-t", name, "-x", "60", "-y", "15")

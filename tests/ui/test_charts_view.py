@@ -79,15 +79,15 @@ async def test_a_small_pane_shows_one_chart_at_a_time_and_the_arrows_change_it()
         assert charts.one_at_a_time and charts.has_class("-one")
         shown = [plot.id for plot in charts.query("PlotextPlot") if plot.display]
         assert shown == ["chart-entropy"]
-        assert str(charts.border_title).startswith("charts · 1/5")
+        assert str(charts.border_title).startswith("charts · 1/6")
         cursor = app.journey.cursor
         await pilot.press("right")  # the arrows change the chart, not the token cursor
         await pilot.pause(0.2)
         assert [plot.id for plot in charts.query("PlotextPlot") if plot.display] == ["chart-watched"]
-        assert str(charts.border_title).startswith("charts · 2/5") and app.journey.cursor == cursor
+        assert str(charts.border_title).startswith("charts · 2/6") and app.journey.cursor == cursor
         await pilot.resize_terminal(200, 60)
         await pilot.pause(0.5)
-        assert not charts.one_at_a_time and len([p for p in charts.query("PlotextPlot") if p.display]) == 5
+        assert not charts.one_at_a_time and len([p for p in charts.query("PlotextPlot") if p.display]) == 6
 
 
 async def test_at_80x24_every_chart_keeps_a_title_and_says_which_colour_is_which_line():

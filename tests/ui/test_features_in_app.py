@@ -13,10 +13,11 @@ from sae_folders import saelens_sae
 from textual.widgets import Input
 
 from tokenviz.contract.commands import LabelFeatures, ReadFeatures
-from tokenviz.contract.features import WATCH_SPAN
 from tokenviz.contract.interventions import FeatureClamp, FeatureSteering
 from tokenviz.contract.settings import SamplingSettings
+from tokenviz.journey.feature_readings import features_at
 from tokenviz.render.visible import visible
+from tokenviz.ui.panes.charts import ChartsPane
 from tokenviz.ui.panes.features import FeaturesPane
 from tokenviz.ui.screens import InterventionsDialog, SaeDialog, WatchScreen
 
@@ -106,7 +107,7 @@ async def test_a_folder_without_an_sae_is_one_line_and_the_journey_goes_on(tmp_p
         assert len(s.records) == len(before.records) + 1
 
 
-async def test_w_follows_a_feature_at_each_position_up_to_the_cursor(tmp_path):
+async def test_w_follows_a_feature_at_every_step_in_the_view_and_the_charts(tmp_path):
     app = make_app(SamplingSettings(temperature=0, max_new_tokens=30))
     async with app.run_test(size=(80, 24)) as pilot:
         s = await settle(app, pilot)
@@ -115,10 +116,26 @@ async def test_w_follows_a_feature_at_each_position_up_to_the_cursor(tmp_path):
         await settle(app, pilot)
         strongest = app.journey.snapshot.result(ReadFeatures).readings[0].features[0]
         await answer_dialog(app, pilot, "w", WatchScreen, f"feature:sae-c:{strongest.id}")
-        await wait_for(lambda: (r := app.journey.snapshot.result(ReadFeatures)) is not None and r.watched, pilot)
-        read = app.journey.snapshot.result(ReadFeatures)
-        (watched,) = read.watched
-        assert (watched.sae, watched.id, watched.positions[-1]) == ("sae-c", strongest.id, read.position)
-        assert watched.activations[-1] == pytest.approx(strongest.activation, rel=1e-5)
-        assert len(watched.positions) == min(read.position + 1, WATCH_SPAN)
+        await wait_for(lambda: app.journey.snapshot.watched_features, pilot)
+        s = await settle(app, pilot)
+        (watched,) = s.watched_features
+        steps = range(s.prompt_len - 1, len(s.chips))  # each step's position, the pending one's included
+        assert (watched.sae, watched.id, watched.positions) == ("sae-c", strongest.id, tuple(steps))
+        assert watched.activations[-1] == pytest.approx(strongest.activation, rel=1e-4, abs=1e-6)
         await wait_for(lambda: f"★ sae-c#{strongest.id}" in str(app.query_one(FeaturesPane).body.render()), pilot)
+        await pilot.press("space", "space")  # a step reads its own position: the series grows by one each
+        s = await settle(app, pilot)
+        (after,) = s.watched_features
+        assert len(after.positions) == len(watched.positions) + 2
+        assert after.activations[: len(watched.activations)] == pytest.approx(watched.activations, rel=1e-4, abs=1e-6)
+        read = features_at(app.journey.worker.session, after.positions[-1])  # the view's own reading there
+        shown = {f.id: f.activation for f in read.readings[0].features}
+        assert after.activations[-1] == pytest.approx(shown.get(strongest.id, 0.0), rel=1e-4, abs=1e-6)
+        await pilot.press("C")  # the charts: its line by step
+        charts = app.query_one(ChartsPane)
+        await wait_for(lambda: charts.series.get("features"), pilot)
+        ((label, xs, ys),) = charts.series["features"]
+        assert label == f"sae-c#{strongest.id}" and xs == [float(i) for i in range(len(after.positions))]
+        assert ys == list(after.activations)
+        await answer_dialog(app, pilot, "w", WatchScreen, f"feature:sae-c:{strongest.id}")  # again: not followed
+        await wait_for(lambda: not app.journey.snapshot.watched_features, pilot)

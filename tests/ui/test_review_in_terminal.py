@@ -208,9 +208,9 @@ def test_the_sampling_pane_the_text_view_and_the_charts(tiny_dir):
         keys(name, "D", "C")
         wait_screen(name, r"─ charts")
         time.sleep(1)  # (laid out: a pane too small for the grid shows one chart at a time)
-        one_at_a_time = "charts · 1/5" in screen(name)
-        for shown in range(1, 6 if one_at_a_time else 2):
-            text = wait_screen(name, rf"charts · {shown}/5" if one_at_a_time else r"─ charts")
+        one_at_a_time = "charts · 1/6" in screen(name)
+        for shown in range(1, 7 if one_at_a_time else 2):
+            text = wait_screen(name, rf"charts · {shown}/6" if one_at_a_time else r"─ charts")
             lines = text.splitlines()
             title = next(i for i, line in enumerate(lines) if "─ charts" in line)
             first = lines[title + 1][1:].split("│")[0].strip()

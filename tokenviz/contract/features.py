@@ -10,7 +10,6 @@ from tokenviz.contract.errors import SettingsError
 from tokenviz.contract.text import is_count
 
 FEATURE_WATCH = "feature:"  # how --watch and the watch dialog name a feature: feature:SAE:ID
-WATCH_SPAN = 64  # positions up to the cursor a watched feature is read at in the app (its sparkline's)
 LABEL_TOKENS = 5  # a feature's label: the tokens its decoder row promotes most, and suppresses most
 LABELLED = 12  # features the features view asks labels for, each SAE's strongest first (what it shows)
 MOVED = 8  # features a comparison names at a step, those moved most first
@@ -37,7 +36,8 @@ class FeatureReading:
 
 @dataclass(frozen=True)
 class WatchedFeature:
-    """A feature followed through the journey: its activation at each of `positions`."""
+    """A feature followed through the journey: its activation at each of `positions` (a snapshot's: each
+    step's position, the last prompt token's on)."""
 
     sae: str
     id: int
@@ -63,13 +63,11 @@ class FeatureLabel:
 
 @dataclass(frozen=True)
 class FeatureReadings:
-    """Every SAE loaded, read at one position of the journey (the features view's answer), and each watched
-    feature at the positions up to it."""
+    """Every SAE loaded, read at one position of the journey (the features view's answer)."""
 
     position: int
     readings: tuple[FeatureReading, ...]  # in the order the SAEs were given
     ids: tuple[int, ...]  # the journey's tokens up to the position, as read (another path reads again)
-    watched: tuple[WatchedFeature, ...] = ()
 
     def shown(self) -> tuple[tuple[str, int], ...]:
         """(SAE, feature) of each reading's strongest features: those the view labels."""

@@ -13,6 +13,7 @@ from pydantic import JsonValue
 
 from tokenviz.contract.attention import AttentionView
 from tokenviz.contract.commands import Request
+from tokenviz.contract.features import WatchedFeature
 from tokenviz.contract.interventions import Entries
 from tokenviz.contract.records import ModelInfo, StepRecord, TokenChip
 from tokenviz.contract.results import BranchSummary, CacheEvent, StepDiff, ViewResult
@@ -95,6 +96,7 @@ class Snapshot(Frame):
     text: str = ""  # the generated text, decoded
     full_text: str = ""  # prompt and generated text, decoded
     pinned: tuple[tuple[int, str], ...] = ()  # the watched tokens (id, text), followed at every step
+    watched_features: tuple[WatchedFeature, ...] = ()  # the features followed (w feature:SAE:ID), each step's
     interventions: Entries = ()  # the interventions listed, each on or off (those on change the model)
     why: tuple[Symptom, ...] = ()  # once it has stopped, each symptom of its text (journey.diagnosis)
     took: Took | None = None  # the last step's (or rewind's, or steering's) whole time, with its parts

@@ -6,16 +6,16 @@ SAE's reading of the residual there, the residual asked of the engine once per l
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
 
-from tokenviz.contract.engine import Capability, Engine, refusal_of, require
+from tokenviz.contract.engine import Capability, Engine, refusal_of, require, shared_prefix
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.features import (
     LABEL_TOKENS,
     MOVED,
-    WATCH_SPAN,
     FeatureLabel,
     FeatureLabels,
     FeatureMoves,
@@ -123,9 +123,40 @@ def features_at(session: Session, position: int) -> FeatureReadings:
         raise TokenvizError(f"no position {position}: the journey has {len(session.ids)} tokens")
     ids = tuple(session.ids[: position + 1])
     (readings,) = readings_at(session.engine, ids, [position], session.saes)
-    span = list(range(max(0, position - WATCH_SPAN + 1), position + 1))  # what a sparkline shows
-    watched = watched_at(session.engine, ids, span, session.saes, session.watched_features)
-    return FeatureReadings(position, tuple(readings), ids, tuple(watched))
+    return FeatureReadings(position, tuple(readings), ids)
+
+
+@dataclass
+class Followed:
+    """The watched features' activations by position, kept for the tokens and interventions they were read
+    under (a rewind, a branch or another intervention reads again from where the journey differs)."""
+
+    ids: tuple[int, ...] = ()
+    interventions: tuple[object, ...] = ()
+    values: dict[tuple[str, int], dict[int, float]] = field(default_factory=dict)
+
+
+def follow_features(session: Session) -> tuple[WatchedFeature, ...]:
+    """Each watched feature's activation at every step's position (the last prompt token's on, the pending
+    step's included), read only where it was not before: a step reads its own position (from its own pass
+    where the engine kept it), so following costs an SAE encode a step, not a pass over the journey."""
+    watched, followed = session.watched_features, session.followed
+    if not watched or not session.records:
+        return ()
+    interventions = tuple(session.interventions)
+    keep = shared_prefix(followed.ids, session.ids) if followed.interventions == interventions else 0
+    for values in followed.values.values():
+        for position in [p for p in values if p >= keep]:
+            del values[position]
+    followed.ids, followed.interventions = tuple(session.ids), interventions
+    positions = list(range(len(session.prompt_ids) - 1, len(session.ids)))
+    missing = sorted({p for key in watched for p in positions if p not in followed.values.get(key, {})})
+    for read in watched_at(session.engine, session.ids, missing, session.saes, watched) if missing else ():
+        followed.values.setdefault((read.sae, read.id), {}).update(zip(read.positions, read.activations))
+    return tuple(
+        WatchedFeature(name, feature, tuple(positions), tuple(followed.values[(name, feature)][p] for p in positions))
+        for name, feature in watched
+    )
 
 
 def labels_for(session: Session, features: Sequence[tuple[str, int]]) -> FeatureLabels:

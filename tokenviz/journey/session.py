@@ -39,6 +39,7 @@ from tokenviz.journey.analyses import JourneyAnalyses
 from tokenviz.journey.branches import Branch, BranchStore, with_branch_source
 from tokenviz.journey.decisions import decided_again, decision_for, record_again
 from tokenviz.journey.decoded_text import DecodedText
+from tokenviz.journey.feature_readings import Followed
 from tokenviz.journey.grammar_state import GrammarState
 from tokenviz.journey.memory_policy import check_memory
 from tokenviz.journey.prefill import DeferredPredictions, prefill, prompt_predictions
@@ -82,6 +83,7 @@ class Session:
         self.shared_interventions: tuple[Intervention, ...] = ()
         self.saes: tuple[SparseAutoencoder, ...] = ()  # the sparse autoencoders loaded (journey.feature_readings)
         self.watched_features: tuple[tuple[str, int], ...] = ()  # (an SAE's name, a feature) followed
+        self.followed = Followed()  # their activations so far (journey.feature_readings.follow_features)
         self.feature_labels: dict[tuple[str, int], FeatureLabel] = {}  # read once a feature (feature_readings)
         self.pending_logits: torch.Tensor | None = None  # the pending step's logits, on the device (None: stopped)
         self._prefill_logits: torch.Tensor | None = None

@@ -323,7 +323,8 @@ KEYS: tuple[KeyRow, ...] = (
     KeyRow(
         "C",
         "charts view: entropy and the chosen token's probability by step, the watched tokens' probability, the "
-        "prompt's surprisal, decode time against context length, the KV cache's size against tokens",
+        "watched SAE features' activation, the prompt's surprisal, decode time against context length, the KV "
+        "cache's size against tokens",
         (Press("C", "view('charts')", palette="View: charts"),),
     ),
     KeyRow(

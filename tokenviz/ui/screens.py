@@ -67,10 +67,11 @@ stages reshape them; a draw picks one token; it is appended and the loop repeats
   each SAE reads in the residual after its layer at the cursor: its active features strongest first, each
   one's activation, its share of the residual, and the tokens its decoder row promotes (a lens of the
   feature); L0 counts the features on, error is what the SAE leaves unexplained. w feature:SAE:ID follows
-  one (a sparkline of its activation up to the cursor); I steers (sae-steer) or clamps (sae-clamp) one.
+  one at every step (a sparkline up to the cursor; a chart in C); I steers (sae-steer) or clamps
+  (sae-clamp) one.
 - **charts** (key C): the journey at a glance: entropy and the chosen token's probability by step,
-  the watched tokens' probability, the prompt's surprisal, decode time against context length, and
-  the KV cache's size against tokens.
+  the watched tokens' probability, the watched SAE features' activation, the prompt's surprisal, decode
+  time against context length, and the KV cache's size against tokens.
 - **status**: model, device, dtype, step, position, forward time, tokens/s, KV cache size, state; once
   the journey stops, why its text looks as it does ("why: cut off mid-sentence (the new-token limit)",
   "repetitive", "inconsistent or incoherent"), as measured; y opens them all with the evidence by position

@@ -17,6 +17,7 @@ from tokenviz.contract.attention import AttentionView
 from tokenviz.contract.commands import Beams, Inspect, Request, ShowAttention, ShowLens, Speculate, Verify
 from tokenviz.contract.engine import Capability, IsCancelled
 from tokenviz.contract.errors import Cancelled, TokenvizError
+from tokenviz.contract.features import WatchedFeature
 from tokenviz.contract.results import ViewResult
 from tokenviz.worker.attention_rows import AttentionRows
 
@@ -46,6 +47,7 @@ class ViewResults:
         self.due = False  # a command changed what the standing views show: `after` has work to do
         self.paged = False  # the attention rows' window was paged (autoplay's) when `after` last ran
         self.took: dict[str, float] = {}  # ms each standing view's work took in the last `after`
+        self.followed: tuple[WatchedFeature, ...] = ()  # the watched features' activations, each step's
 
     def run(self, request: Request[Any], session: Session) -> None:
         """Compute a view's result. A search's (beams, speculation, verify) is of the journey as it
@@ -87,6 +89,12 @@ class ViewResults:
         `give_way()` True (a key waits) sets the attention rows' pass aside: no rows, and still `due`."""
         self.due, self.took, self.paged = False, {}, paged
         try:
+            self.followed = ()
+            if session.watched_features and session.records:
+                from tokenviz.journey.feature_readings import follow_features  # deferred: it imports torch
+
+                with self._timed("watched features"), contextlib.suppress(TokenvizError):
+                    self.followed = follow_features(session)
             if self._lens_request is not None and session.records:
                 newest = f"computing the logit lens at position {len(session.ids) - 1}"
                 with self._timed("lens"), saying(newest, view="lens"):
@@ -120,6 +128,7 @@ class ViewResults:
             cancelled=tuple(kind.__name__ for kind in self.cancelled),
             failed=tuple((kind.__name__, line) for kind, line in self.failed.items()),
             attention=None if busy else self.attention,
+            watched_features=self.followed,
         )
 
     def _standing_lens(self, session: Session) -> None:

@@ -1,9 +1,9 @@
 """Charts pane: the journey over its steps where a person would rather look than read.
 
-Entropy and the chosen token's probability at every step, the watched tokens' probability, the
-prompt's surprisal, decode time against context length and the KV cache's size against tokens, each a
-plotext chart (textual-plotext). Long series are thinned to at most MAX_POINTS, evenly, so a chart
-costs what it shows, not the journey's length.
+Entropy and the chosen token's probability at every step, the watched tokens' probability, the watched
+SAE features' activation, the prompt's surprisal, decode time against context length and the KV cache's
+size against tokens, each a plotext chart (textual-plotext). Long series are thinned to at most
+MAX_POINTS, evenly, so a chart costs what it shows, not the journey's length.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from tokenviz.ui.selection import Selection
 
 MAX_POINTS = 240
 PLOT_FRAME_ROWS = 4  # a chart's rows that are not its plot: its title, frame's top and bottom, the steps' ticks
-CHARTS = ("entropy", "watched", "surprisal", "decode", "cache")
+CHARTS = ("entropy", "watched", "features", "surprisal", "decode", "cache")
 Series = list[tuple[str, list[float], list[float]]]  # (label, xs, ys) of each line a chart draws
 
 
@@ -121,6 +121,10 @@ class ChartsPane(Pane, Grid):
                 (text, steps, [next((p.prob for p in r.decision.pinned if p.id == token), 0.0) for r in records])
                 for token, text in s.pinned
             ],
+            "features": [  # a step is its position's from the last prompt token's on
+                (f"{w.sae}#{w.id}", [float(p - s.prompt_len + 1) for p in w.positions], list(w.activations))
+                for w in s.watched_features
+            ],
             "surprisal": [("bits", [float(p.position + 1) for p in predictions], [p.surprisal for p in predictions])],
             "decode": [("forward ms", [float(r.kv_len) for r in decoded], [r.forward_ms for r in decoded])],
             "cache": [("KV MB", [float(r.kv_len) for r in records], [r.kv_bytes / 2**20 for r in records])],
@@ -132,6 +136,9 @@ class ChartsPane(Pane, Grid):
                 "entropy, p chosen",
             ),
             "watched": ("watched tokens: raw p by step", "watched: raw p") if s.pinned else ("no token watched (w)",),
+            "features": ("watched SAE features: activation by step", "features: activation")
+            if s.watched_features
+            else ("no feature watched (w feature:SAE:ID)", "no feature watched"),
             "surprisal": ("the prompt's surprisal (bits) by position", "prompt surprisal (bits)", "surprisal"),
             "decode": ("decode ms against context (tokens)", "decode ms by context", "decode ms"),
             "cache": ("KV cache MB against tokens", "KV MB by tokens", "KV MB"),

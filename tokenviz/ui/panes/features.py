@@ -44,9 +44,9 @@ class FeaturesPane(RowsPane):
         piece = visible(s.chips[read.position].text)
         text.append(f"@{read.position} {piece}: the residual there, as each SAE reads it\n", Style(bold=True))
         text.append(EXPLAINED + "\n", Style(dim=True))
-        for watched in read.watched:
-            self._watched(text, watched, width)
-        room = self.size.height - 4 - 2 * len(read.readings) - len(read.watched)
+        for watched in s.watched_features:
+            self._watched(text, watched, read.position, width)
+        room = self.size.height - 4 - 2 * len(read.readings) - len(s.watched_features)
         rows = max(room, 1) // max(len(read.readings), 1)
         labels = s.result(LabelFeatures) or FeatureLabels(())
         for reading in read.readings:
@@ -54,15 +54,15 @@ class FeaturesPane(RowsPane):
         text.append(HOW_TO_CHANGE, Style(dim=True))
         self.body.update(text)
 
-    def _watched(self, text: Text, watched: WatchedFeature, width: int) -> None:
-        """A watched feature: its activation at each position up to the cursor, as a sparkline, and now."""
+    def _watched(self, text: Text, watched: WatchedFeature, cursor: int, width: int) -> None:
+        """A watched feature: its activation at each step up to the cursor, as a sparkline, and there."""
         label = f"★ {visible(watched.sae)}#{watched.id} "
+        values = [a for p, a in zip(watched.positions, watched.activations) if p <= cursor]
         room = max(width - len(label) - 12, 4)
         text.append(label, Style(bold=True))
-        text.append(
-            sparkline(watched.activations, room) or "off at every position shown", Style(color=self.theme_colors.bar)
-        )
-        text.append(f" {watched.activations[-1]:9.3f}\n")
+        line = sparkline(values, room) or ("off at every step" if values else "(the prompt: from its last token on)")
+        text.append(line, Style(color=self.theme_colors.bar))
+        text.append(f" {values[-1]:9.3f}\n" if values else "\n")
 
     def _reading(self, text: Text, labels: FeatureLabels, reading: FeatureReading, width: int, rows: int) -> None:
         text.append(f"{visible(reading.sae)} L{reading.layer}", Style(bold=True))
