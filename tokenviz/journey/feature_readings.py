@@ -6,7 +6,6 @@ SAE's reading of the residual there, the residual asked of the engine once per l
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
@@ -124,16 +123,6 @@ def features_at(session: Session, position: int) -> FeatureReadings:
     ids = tuple(session.ids[: position + 1])
     (readings,) = readings_at(session.engine, ids, [position], session.saes)
     return FeatureReadings(position, tuple(readings), ids)
-
-
-@dataclass
-class Followed:
-    """The watched features' activations by position, kept for the tokens and interventions they were read
-    under (a rewind, a branch or another intervention reads again from where the journey differs)."""
-
-    ids: tuple[int, ...] = ()
-    interventions: tuple[object, ...] = ()
-    values: dict[tuple[str, int], dict[int, float]] = field(default_factory=dict)
 
 
 def follow_features(session: Session) -> tuple[WatchedFeature, ...]:

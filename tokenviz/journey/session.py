@@ -39,7 +39,7 @@ from tokenviz.journey.analyses import JourneyAnalyses
 from tokenviz.journey.branches import Branch, BranchStore, with_branch_source
 from tokenviz.journey.decisions import decided_again, decision_for, record_again
 from tokenviz.journey.decoded_text import DecodedText
-from tokenviz.journey.feature_readings import Followed
+from tokenviz.journey.followed_features import Followed
 from tokenviz.journey.grammar_state import GrammarState
 from tokenviz.journey.memory_policy import check_memory
 from tokenviz.journey.prefill import DeferredPredictions, prefill, prompt_predictions
