@@ -28,7 +28,14 @@ from tokenviz.files.journey_page import page_features, save_page
 from tokenviz.files.record_json import as_json, beams_json, speculation_json, symptom_json
 from tokenviz.journey.comparison import Comparison
 from tokenviz.journey.drawn_comparison import DrawnComparison
-from tokenviz.journey.feature_readings import check_saes, feature_moves, labels_of, readings_at, watched_at
+from tokenviz.journey.feature_readings import (
+    check_saes,
+    feature_moves,
+    labels_of,
+    readings_of,
+    residuals_at,
+    watched_of,
+)
 from tokenviz.journey.past_results import KEEP
 from tokenviz.journey.prompt import tokenize
 from tokenviz.journey.session import Session
@@ -168,7 +175,8 @@ def add_features(
         return
     progress(f"the SAEs' features at {len(steps)} steps", None)
     positions = [first + i for i in range(len(steps))]
-    every = readings_at(session.engine, session.ids, positions, saes)
+    residuals = residuals_at(session.engine, session.ids, positions, (sae.layer for sae in saes))  # read once
+    every = readings_of(residuals, positions, saes)
     for step, readings in zip(steps, every):
         step["sae"] = [as_json(reading) for reading in readings]
     document["sae_labels"] = [  # each feature on at some step, labelled once
@@ -176,7 +184,7 @@ def add_features(
         for k, sae in enumerate(saes)
         for label in labels_of(session, sae, sorted({f.id for readings in every for f in readings[k].features}))
     ]
-    followed = watched_at(session.engine, session.ids, positions, saes, watched)
+    followed = watched_of(residuals, positions, saes, watched)
     for i, step in enumerate(steps if followed else ()):
         step["watched_features"] = [{"sae": w.sae, "id": w.id, "activation": w.activations[i]} for w in followed]
 

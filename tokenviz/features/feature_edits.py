@@ -6,6 +6,7 @@ the backend computes where the residual is (a hook in transformers, llama.cpp's 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 from collections.abc import Sequence
@@ -19,39 +20,58 @@ from tokenviz.contract.text import safe_text
 from tokenviz.features.sae_folder import read_saes
 from tokenviz.features.sparse_autoencoder import SparseAutoencoder, sae_named
 
-_READ: dict[tuple[str, str, int], SparseAutoencoder] = {}  # (folder, name, mtime in ns): one SAE read once
-_READING = threading.Lock()
+_KNOWN: dict[tuple[str, str, int], SparseAutoencoder] = {}  # (folder, name, mtime in ns): the newest first out
+KNOWN = 4  # SAEs kept by their folder (those a session loaded are held by it anyway: the same objects)
+_KNOWING = threading.Lock()
+
+
+def _key(folder: Path, name: str) -> tuple[str, str, int]:
+    return (str(folder), name, folder.stat().st_mtime_ns)
+
+
+def _know(key: tuple[str, str, int], sae: SparseAutoencoder) -> None:
+    with _KNOWING:
+        _KNOWN.pop(key, None)
+        _KNOWN[key] = sae
+        while len(_KNOWN) > KNOWN:
+            del _KNOWN[next(iter(_KNOWN))]
 
 
 def with_sae(intervention: Intervention, saes: Sequence[SparseAutoencoder]) -> Intervention:
     """A feature's intervention with its SAE's layer and folder (the first SAE loaded of its name), its
-    feature checked against that SAE's width; any other intervention, or one already filled, as it is."""
+    feature checked against that SAE's width; any other intervention, or one already filled, as it is. The
+    SAE is known by its folder from then on: sae_of does not read it again."""
     if not isinstance(intervention, FeatureSteering | FeatureClamp) or intervention.layer != UNRESOLVED:
         return intervention
     try:
         sae = sae_named(saes, intervention.sae, intervention.feature)
     except SettingsError as exc:
         raise SettingsError(f"{intervention.label}: {exc}") from None
+    if sae.folder:
+        with contextlib.suppress(OSError):  # (a folder gone meanwhile: sae_of says so)
+            _know(_key(Path(sae.folder), sae.name), sae)
     return dataclasses.replace(intervention, layer=sae.layer, folder=sae.folder)
 
 
 def sae_of(intervention: FeatureIntervention) -> SparseAutoencoder:
-    """The SAE the intervention names, read from its folder (once while the folder is unchanged)."""
+    """The SAE the intervention names: one loaded (with_sae), or read from its folder (a journey file's),
+    once while the folder is unchanged."""
     path = Path(intervention.folder)
     if not intervention.folder or intervention.layer == UNRESOLVED:
         raise SettingsError(f"{intervention.label}: its SAE was not found among those loaded")
     try:
-        key = (str(path), intervention.sae, path.stat().st_mtime_ns)
+        key = _key(path, intervention.sae)
     except OSError:
         raise SettingsError(f"{intervention.label}: its SAE's folder {safe_text(str(path))} is gone") from None
-    with _READING:
-        if key not in _READ:
-            sae = next((s for s in read_saes(path) if s.name == intervention.sae), None)  # (a file may name any)
-            if sae is None or sae.layer != intervention.layer or intervention.feature >= sae.d_sae:
-                raise SettingsError(f"{intervention.label}: the SAE in {safe_text(str(path))} is another now")
-            _READ.clear()  # one held at a time: an SAE may be gigabytes
-            _READ[key] = sae
-        return _READ[key]
+    with _KNOWING:
+        known = _KNOWN.get(key)
+    if known is None:
+        known = next((s for s in read_saes(path) if s.name == intervention.sae), None)  # (a file may name any)
+        if known is not None:
+            _know(key, known)
+    if known is None or known.layer != intervention.layer or intervention.feature >= known.d_sae:
+        raise SettingsError(f"{intervention.label}: the SAE in {safe_text(str(path))} is another now")
+    return known
 
 
 def feature_vector(steering: FeatureSteering) -> torch.Tensor:

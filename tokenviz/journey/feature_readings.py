@@ -49,21 +49,45 @@ def check_saes(engine: Engine, saes: Sequence[SparseAutoencoder], option: str = 
             raise TokenvizError(f"{said}, {sae.d_in:,} wide; {info.name}'s residual is {info.hidden:,} wide")
 
 
-def _residuals(
-    engine: Engine, ids: Sequence[int], positions: Sequence[int], layers: Iterable[int]
-) -> dict[int, torch.Tensor]:
+Residuals = dict[int, torch.Tensor]  # by layer: the residual after it at the positions asked, (positions, hidden)
+
+
+def residuals_at(engine: Engine, ids: Sequence[int], positions: Sequence[int], layers: Iterable[int]) -> Residuals:
     """The residual after each of `layers` at `positions` of `ids`: asked once per layer."""
     stream = require(engine, Capability.RESIDUAL, "an SAE's features")
     return {layer: stream.residual(ids, positions, layer).detach().cpu() for layer in dict.fromkeys(layers)}
 
 
+def readings_of(
+    residuals: Residuals, positions: Sequence[int], saes: Sequence[SparseAutoencoder]
+) -> list[list[FeatureReading]]:
+    """At each of `positions` (where a step's distribution came from), each SAE's reading of the residual
+    there, in the order given."""
+    return [[sae.read(residuals[sae.layer][i], p) for sae in saes] for i, p in enumerate(positions)]
+
+
 def readings_at(
     engine: Engine, ids: Sequence[int], positions: Sequence[int], saes: Sequence[SparseAutoencoder]
 ) -> list[list[FeatureReading]]:
-    """At each of `positions` of `ids` (where a step's distribution came from), each SAE's reading of the
-    residual there, in the order given; the residual asked once per layer for every position."""
-    residuals = _residuals(engine, ids, positions, (s.layer for s in saes))
-    return [[sae.read(residuals[sae.layer][i], p) for sae in saes] for i, p in enumerate(positions)]
+    """readings_of the residuals at `positions` of `ids`."""
+    return readings_of(residuals_at(engine, ids, positions, (s.layer for s in saes)), positions, saes)
+
+
+def watched_of(
+    residuals: Residuals,
+    positions: Sequence[int],
+    saes: Sequence[SparseAutoencoder],
+    watched: Sequence[tuple[str, int]],
+) -> list[WatchedFeature]:
+    """Each watched (SAE name, feature)'s activation at each of `positions`: its SAE's whole encode there
+    (a feature too weak to be among a reading's strongest is followed all the same)."""
+    chosen = [(sae_named(saes, name, feature), feature) for name, feature in watched]
+    return [
+        WatchedFeature(
+            sae.name, feature, tuple(positions), tuple(sae.encode(residuals[sae.layer])[:, feature].tolist())
+        )
+        for sae, feature in chosen
+    ]
 
 
 def watched_at(
@@ -73,16 +97,9 @@ def watched_at(
     saes: Sequence[SparseAutoencoder],
     watched: Sequence[tuple[str, int]],
 ) -> list[WatchedFeature]:
-    """Each watched (SAE name, feature)'s activation at each of `positions`: its SAE's whole encode there
-    (a feature too weak to be among a reading's strongest is followed all the same)."""
-    chosen = [(sae_named(saes, name, feature), feature) for name, feature in watched]
-    residuals = _residuals(engine, ids, positions, (sae.layer for sae, _ in chosen)) if chosen else {}
-    return [
-        WatchedFeature(
-            sae.name, feature, tuple(positions), tuple(sae.encode(residuals[sae.layer])[:, feature].tolist())
-        )
-        for sae, feature in chosen
-    ]
+    """watched_of the residuals at `positions` of `ids` (only the layers of the SAEs watched are read)."""
+    layers = [sae_named(saes, name, feature).layer for name, feature in watched]
+    return watched_of(residuals_at(engine, ids, positions, layers), positions, saes, watched)
 
 
 def labels_of(
@@ -179,7 +196,7 @@ def feature_moves(
     """At each of `positions` of `ids`, each SAE's features whose activations differ most between engine
     `a`'s residual and engine `b`'s (a quantization, another runtime): the same tokens in both."""
     layers = [sae.layer for sae in saes]
-    ours, theirs = _residuals(a, ids, positions, layers), _residuals(b, ids, positions, layers)
+    ours, theirs = residuals_at(a, ids, positions, layers), residuals_at(b, ids, positions, layers)
     moves: list[list[FeatureMoves]] = [[] for _ in positions]
     for sae in saes:
         in_a, in_b = sae.encode(ours[sae.layer]), sae.encode(theirs[sae.layer].to(ours[sae.layer].dtype))

@@ -48,6 +48,7 @@ NO_ABLATION = (
     "mean sending it code to run (tokenviz never does); steering and patching work"
 )
 PATCHES_KEPT = 32  # journey residuals kept per patch (one per prefix asked: a step, its rewinds and branches)
+KEPT_BYTES = 256 << 20  # and their bytes at most (a clamp's are every position's rows)
 SALT_CHARS = 32  # of the cache salt (vLLM takes up to 128)
 
 
@@ -169,33 +170,28 @@ class ServedSteering(Suspendable):
         return out
 
     def _journey_rows(self, ids: tuple[int, ...], k: int) -> np.ndarray:
-        """The journey's residual at clamp `k`'s layer, every position of `ids`, with the interventions
-        before it in force."""
+        """The journey's residual at intervention `k`'s layer, every position of `ids`, with the interventions
+        before it in force (those after it cannot reach it: the server adds them in order); kept, the newest
+        PATCHES_KEPT and at most KEPT_BYTES (a clamp keeps a whole journey's rows)."""
         key = (k, ids)
         if key not in self._journey:
-            self._journey[key] = np.ascontiguousarray(
-                self.internals.residual(list(ids), self.interventions[k].layer, request_fields(self._vectors(ids, k))),
-                dtype=np.float32,
-            )
-            if len(self._journey) > PATCHES_KEPT:
+            extra = request_fields(self._vectors(ids, k))
+            rows = self.internals.residual(list(ids), self.interventions[k].layer, extra)
+            self._journey[key] = np.ascontiguousarray(rows, dtype=np.float32)
+            while len(self._journey) > 1 and (
+                len(self._journey) > PATCHES_KEPT or sum(r.nbytes for r in self._journey.values()) > KEPT_BYTES
+            ):
                 self._journey.popitem(last=False)
         self._journey.move_to_end(key)
         return self._journey[key]
 
     def _journey_residual(self, ids: Sequence[int], k: int) -> np.ndarray:
-        """The journey's residual at patch `k`'s layer and position, with the interventions before it in
-        force (those after it cannot reach it: the server adds them in order)."""
+        """The journey's residual at patch `k`'s layer and position (_journey_rows of the tokens up to it)."""
         patch = self._resolved[k]
         assert isinstance(patch, tuple) and isinstance(patch[0], Patch)
-        prefix = tuple(ids[: patch[0].position + 1])
-        key = (k, prefix)
-        if key not in self._journey:
-            extra = request_fields(self._vectors(prefix, k))
-            self._journey[key] = self.internals.residual(list(prefix), patch[0].layer, extra)[-1]
-            if len(self._journey) > PATCHES_KEPT:
-                self._journey.popitem(last=False)
-        self._journey.move_to_end(key)
-        return self._journey[key]
+        rows = self._journey_rows(tuple(ids[: patch[0].position + 1]), k)
+        last: np.ndarray = rows[-1]
+        return last
 
     def own_logits(self, ids: Sequence[int]) -> tuple[Drawn, Elapsed]:
         """The model's own distribution after `ids`, as the server gives it (its top N, greedy: no draw is
