@@ -35,6 +35,7 @@ from tokenviz.contract.records import (
 )
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.grammar import GrammarMask
+from tokenviz.tensors import ranking
 from tokenviz.tensors.threads import one_thread_on_cpu
 from tokenviz.tensors.transfer import DeviceTimer, at, ids_to_device, to_host
 
@@ -235,16 +236,25 @@ def choice_from(final: torch.Tensor, settings: SamplingSettings, position: int) 
     return inverse_cdf(final, draw_uniform(settings.seed, position))[0]
 
 
+def vocabulary_row(logits: torch.Tensor) -> torch.Tensor:
+    """`logits` as one float32 row: themselves where they are one (no operator call: see _summarised_in_numpy)."""
+    return logits if logits.dtype == torch.float32 and logits.dim() == 1 else logits.float().reshape(-1)
+
+
 def summarise(logits: torch.Tensor, n: int) -> PendingSummary:
     """Top-n of the model's raw softmax and its entropy in bits, still on the device (on one thread
     on a CPU, as the decision: see one_thread_on_cpu). Its softmax, its ranking (of the logits, whose
     order the softmax keeps) and the largest logit serve the decision too (decide_on_device's
     `summary`): one of each a step."""
-    logits = logits.float().reshape(-1)
+    logits = vocabulary_row(logits)
+    if ranking.numpy_reads(logits):
+        on_host = _summarised_in_numpy(logits.detach().numpy(), n)
+        if on_host is not None:
+            return on_host
     with one_thread_on_cpu(logits.device):
         probs = torch.softmax(logits, -1)
         entropy = probs.log().mul_(probs).nansum() * NATS_TO_MINUS_BITS  # 0 log 0 is NaN: counted 0
-        top_logits, ranked = torch.topk(logits, min(max(n, WATCH_N), logits.numel()))
+        top_logits, ranked = ranking.top_k(logits, max(n, WATCH_N))
     top_ids = ranked[:n]
     # one part for the transfer: each costs a step its operator calls
     numbers = torch.cat([top_logits[:n], probs[top_ids], entropy.reshape(1)]).double()
@@ -254,12 +264,38 @@ def summarise(logits: torch.Tensor, n: int) -> PendingSummary:
 NATS_TO_MINUS_BITS = -1 / math.log(2)  # sum p ln p times this: the entropy in bits
 
 
+def _summarised_in_numpy(x: np.ndarray, n: int) -> PendingSummary | None:
+    """summarise's numbers from a row in the host's memory, in numpy: right after a llama.cpp decode has
+    moved the weights through the caches, each torch operator cost the bundled model 20-40 µs a step,
+    numpy's 10-30. The entropy as ln Σe − Σ p·(x − max), a pass fewer than Σ p ln p. None where a logit
+    is not a number or +inf, or none is finite (torch's path says what is wrong)."""
+    ranked = ranking.top_k_in_numpy(x, max(n, WATCH_N))
+    if ranked is None or not np.isfinite(ranked[0][0]):
+        return None
+    top_logits, ids = ranked
+    shifted = np.subtract(x, top_logits[0])
+    probs = np.exp(shifted)
+    total = probs.sum()
+    probs /= total
+    with np.errstate(invalid="ignore"):
+        spread = np.dot(probs, shifted)
+    if not np.isfinite(spread):  # a -inf logit's 0·-inf: counted 0, as Σ p ln p counts 0 log 0
+        kept = probs > 0
+        spread = np.dot(probs[kept], shifted[kept])
+    entropy = (math.log(total) - float(spread)) / math.log(2)
+    numbers = np.concatenate([top_logits[:n], probs[ids[:n]], [entropy]], dtype=np.float64)
+    tensors = {"summary.ids": torch.from_numpy(ids[:n]), "summary.numbers": torch.from_numpy(numbers)}
+    largest = torch.from_numpy(top_logits[:1]).reshape(())
+    return PendingSummary(tensors, torch.from_numpy(probs), torch.from_numpy(ids), largest, on_host=True)
+
+
 @dataclass
 class PendingSummary:
     tensors: dict[str, torch.Tensor]
     probs: torch.Tensor  # the raw softmax, (vocab,) float32 on the device
     ranked: torch.Tensor  # the most probable ids, most probable first: at least WATCH_N of them
     largest: torch.Tensor  # the largest logit, ranked's first (NaN where any is: top-k ranks NaN first)
+    on_host: bool = False  # made in numpy: every logit a number, ranked's first the argmax
 
     def read(self, host: dict[str, np.ndarray], piece: Callable[[int], str]) -> tuple[tuple[Candidate, ...], float]:
         """(top candidates, entropy in bits) from the host copies of `tensors`."""
@@ -299,8 +335,11 @@ def _decide(
     summary: PendingSummary | None,
 ) -> PendingDecision:
     timer = DeviceTimer(logits.device)
+    only_argmax = settings.greedy and forced_id is None and not build_stages(settings, generated_ids, allowed)
+    if summary is not None and summary.on_host and only_argmax and not pinned:  # nothing else to run
+        return _greedy_in_numpy(summary, settings, timer)
     device = logits.device
-    raw_scores = logits.float().reshape(-1)
+    raw_scores = vocabulary_row(logits)
     raw = summary.probs if summary is not None else torch.softmax(raw_scores, -1)
     stages = apply_stages(logits, settings, context_ids, generated_ids, allowed)
     # Every stage's scores as the rows of one tensor, and each stage's distribution in one softmax: the
@@ -317,7 +356,7 @@ def _decide(
     if forced_id is not None:
         mode, chosen = "forced", torch.full((), int(forced_id), dtype=torch.long, device=device)
     elif settings.greedy:
-        mode, chosen = "greedy", torch.argmax(final_scores)
+        mode, chosen = "greedy", ranking.argmax(final_scores)
     else:
         mode = "sampled"
         u = draw_uniform(settings.seed, len(context_ids))
@@ -328,10 +367,7 @@ def _decide(
     raw_top = summary.ranked[:n] if summary is not None else torch.topk(raw, n).indices
     final_top = raw_top if final is raw else torch.topk(final, n).indices
     watch = torch.cat([raw_top, final_top, chosen.reshape(1)])
-    if staged:  # one row per stage: see _stage_rows
-        stage_rows = _stage_rows(*staged, raw_scores, raw, watch)
-    else:
-        stage_rows = torch.zeros((0, 3 + 2 * watch.numel()), dtype=torch.float64, device=device)
+    stage_rows = _stage_rows(*staged, raw_scores, raw, watch).reshape(-1) if staged else None  # see _stage_rows
 
     chosen_prob = at(final, chosen)
     raw_prob = chosen_prob if final is raw else at(raw, chosen)
@@ -358,12 +394,28 @@ def _decide(
         ]
     ).double()
     # The numbers in one part (see summarise): the scalars, the watched raw probabilities, the stages' rows.
-    tensors = {"decision.watch": watch, "decision.numbers": torch.cat([scalars, raw[watch], stage_rows.reshape(-1)])}
+    parts = [scalars, raw[watch]] + ([stage_rows] if stage_rows is not None else [])
+    tensors = {"decision.watch": watch, "decision.numbers": torch.cat(parts)}
     if pinned:  # nothing to queue on the device when no token is watched
         tensors["decision.pinned"] = pinned_on_device(raw, final, pinned)
     return PendingDecision(
         tensors, mode, settings, tuple((name, detail) for name, detail, _ in stages), u, timer.stop(), tuple(pinned)
     )
+
+
+def _greedy_in_numpy(summary: PendingSummary, settings: SamplingSettings, timer: DeviceTimer) -> PendingDecision:
+    """_decide's numbers where the raw distribution is the final one and its argmax is taken, from a
+    summary made in numpy (see _summarised_in_numpy): its ranking's first is the argmax (the first id of
+    the largest), every logit a number. The same numbers in the same layout, without an operator call."""
+    probs, ranked = summary.probs.numpy(), summary.ranked.numpy()
+    top = ranked[: min(WATCH_N, ranked.size)]
+    chosen = int(ranked[0])
+    watch = np.concatenate([top, top, ranked[:1]])
+    chosen_prob = float(probs[chosen])
+    scalars = [chosen, chosen_prob, 1, 1, chosen_prob, 0.0, 0.0, True, True]  # see _decide's scalars
+    numbers = np.concatenate([np.array(scalars, dtype=np.float64), probs[watch]], dtype=np.float64)
+    tensors = {"decision.watch": torch.from_numpy(watch), "decision.numbers": torch.from_numpy(numbers)}
+    return PendingDecision(tensors, "greedy", settings, (), None, timer.stop())
 
 
 def _stage_rows(

@@ -1,0 +1,112 @@
+"""A step's ranking and summary read in numpy where the logits lie in the CPU's memory (tensors/ranking.py,
+sampling's _summarised_in_numpy and _greedy_in_numpy): the same numbers as torch's operators give, which
+a GPU runs, on rows of a vocabulary's size with ties, masked tokens and values that are not numbers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tokenviz.contract.errors import TokenvizError
+from tokenviz.contract.settings import SamplingSettings
+from tokenviz.decoding.sampling import WATCH_N, decide_on_device, summarise
+from tokenviz.tensors import ranking
+from tokenviz.tensors.transfer import to_host
+
+VOCABULARY = 49_152  # the bundled model's
+
+
+def _row(seed: int, size: int = VOCABULARY, case: str = "plain") -> torch.Tensor:
+    rng = np.random.default_rng(seed)
+    row = (rng.standard_normal(size) * 3).astype(np.float32)
+    if case == "tied":  # the largest few equal, one of them far into the row
+        row[[size - 3, 17, 4_000]] = row.max() + 1
+    if case == "masked":  # a grammar's or a server's -inf
+        row[::3] = -math.inf
+    if case == "quantized":  # a quantized model's logits: few distinct values, many ties
+        row = np.round(row * 4) / 4
+    if case == "nan":
+        row[size // 2] = math.nan
+    if case == "inf":
+        row[size // 3] = math.inf
+    return torch.from_numpy(row)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    size=st.sampled_from([10_240, 49_152, 50_257, 151_936]),
+    k=st.integers(1, 40),
+    case=st.sampled_from(["plain", "tied", "masked", "quantized"]),
+)
+def test_top_k_equals_torchs_with_ties_in_ascending_id(seed, size, k, case):
+    row = _row(seed, size, case)
+    values, ids = ranking.top_k(row, k)
+    theirs = torch.topk(row, k)
+    assert values.tolist() == theirs.values.tolist()  # the same values, exactly
+    assert row[ids].tolist() == values.tolist()
+    if size >= 2 * k * ranking.CHUNK:  # numpy's ranking (a shorter row is torch's: ties in its order)
+        order = sorted(range(size), key=lambda i: (-float(row[i]), i))[:k]  # argmax's rule for equal values
+        assert ids.tolist() == order
+
+
+@pytest.mark.parametrize("case", ["plain", "tied", "masked", "quantized", "nan", "inf"])
+def test_argmax_equals_torchs(case):
+    row = _row(1, case=case)
+    assert int(ranking.argmax(row)) == int(torch.argmax(row))
+    if case in ("plain", "tied", "masked", "quantized"):
+        assert int(ranking.argmax(row)) == int(ranking.top_k(row, 1)[1][0])
+
+
+def test_a_nan_leaves_the_ranking_to_torch():
+    row = _row(2, case="nan")
+    values, ids = ranking.top_k(row, 5)
+    assert ids.tolist() == torch.topk(row, 5).indices.tolist() and math.isnan(values[0])
+
+
+def _greedy(logits: torch.Tensor, n: int = 10):
+    summary = summarise(logits, n)
+    pending = decide_on_device(logits, SamplingSettings(temperature=0), [1, 2], [], summary=summary)
+    host = to_host({**summary.tensors, **pending.tensors})
+    top, entropy = summary.read(host, str)
+    return summary, top, entropy, pending.read(host, str)
+
+
+@pytest.mark.parametrize("case", ["plain", "tied", "masked", "quantized"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_greedy_step_in_numpy_equals_the_devices(monkeypatch, case, seed):
+    """Every number of the summary and greedy decision, read in numpy, against torch's path (a GPU's),
+    within float32's rounding of a softmax; the entropy against float64's Σ p log p."""
+    logits = _row(seed, case=case)
+    summary, top, entropy, decision = _greedy(logits)
+    monkeypatch.setattr(ranking, "numpy_reads", lambda tensor: False)
+    _, their_top, their_entropy, theirs = _greedy(logits)
+    assert summary.on_host
+    assert [c.id for c in top] == [c.id for c in their_top] or case in ("tied", "quantized")
+    assert [c.logit for c in top] == [c.logit for c in their_top]
+    assert [c.prob for c in top] == pytest.approx([c.prob for c in their_top], rel=1e-5)
+    exact = torch.special.entr(torch.softmax(logits.double(), -1)).sum().item() / math.log(2)
+    assert entropy == pytest.approx(exact, abs=1e-4) and their_entropy == pytest.approx(exact, abs=1e-4)
+    assert decision.chosen_id == theirs.chosen_id == int(torch.argmax(logits))
+    assert decision.chosen_prob == pytest.approx(theirs.chosen_prob, rel=1e-5)
+    assert (decision.raw_rank, decision.chosen_rank) == (theirs.raw_rank, theirs.chosen_rank) == (1, 1)
+    assert decision.watch == theirs.watch or case in ("tied", "quantized")
+    assert len(decision.watch) == WATCH_N
+    assert list(decision.raw_probs) == pytest.approx(list(theirs.raw_probs), rel=1e-5)
+    assert decision.band is None and decision.stages == theirs.stages == ()
+
+
+@pytest.mark.parametrize("case", ["nan", "inf"])
+def test_a_logit_that_is_not_a_number_still_stops_the_decision(case):
+    with pytest.raises(TokenvizError, match="not a number"):
+        _greedy(_row(3, case=case))
+
+
+def test_the_numpy_path_is_taken_on_a_vocabulary_row_in_the_cpus_memory():
+    summary, *_ = _greedy(_row(4))
+    assert summary.on_host and summary.probs.sum().item() == pytest.approx(1.0, abs=1e-5)
