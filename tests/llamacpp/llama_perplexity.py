@@ -25,6 +25,8 @@ from pathlib import Path
 from filelock import FileLock
 from llama_reference import THREADS, pin
 
+from tokenviz.backends.llamacpp.runtime import amx_present
+
 BUILD_S = 3600  # the most a build may take
 BINARY = "llama-perplexity"
 
@@ -108,7 +110,10 @@ def build() -> Path:
 def kl_divergence(binary: Path, base: Path, model: Path, text: Path, window: int, out: Path) -> str:
     """llama-perplexity's statistics of `model` against `base` over `text` in windows of `window` tokens,
     each window one batch (-b as large), as it prints them."""
-    common = ["-f", str(text), "-c", str(window), "-b", str(window), "-t", str(THREADS), "--kl-divergence-base"]
+    common = ["-f", str(text), "-c", str(window), "-b", str(window), "-t", str(THREADS)]
+    if amx_present():  # as tokenviz runs llama.cpp there: its AMX kernel crashes on Q4_1 (runtime.amx_present)
+        common.append("--no-repack")  # (llama.cpp's switch for its extra buffer types, repacking and AMX)
+    common.append("--kl-divergence-base")
     _run([str(binary), "-m", str(base), *common, str(out)])
     done = subprocess.run(
         [str(binary), "-m", str(model), *common, str(out), "--kl-divergence"],

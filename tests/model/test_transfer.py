@@ -19,7 +19,7 @@ from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.sampling import decide, decide_on_device, summarise
 from tokenviz.journey.session import Session
-from tokenviz.tensors import ranking
+from tokenviz.tensors import vocabulary_rows
 from tokenviz.tensors.transfer import DeviceTimer, ids_to_device, to_host
 
 PROMPT = "The cat sat on the mat"
@@ -110,8 +110,8 @@ ONE_TRANSFER = {"cpu": 1, "numpy": 1}
 @pytest.fixture(autouse=True)
 def as_on_a_gpu(monkeypatch):
     """The reads counted are a GPU's: on a CPU, whose reads wait for nothing, a step's ranking and summary
-    read the logits with numpy instead (tests/decoding/test_ranking.py holds them to torch's)."""
-    monkeypatch.setattr(ranking, "numpy_reads", lambda tensor: False)
+    read the logits with numpy instead (tests/decoding/test_vocabulary_rows.py holds them to torch's)."""
+    monkeypatch.setattr(vocabulary_rows, "numpy_reads", lambda tensor: False)
 
 
 def test_to_host_round_trips_every_dtype_and_shape():

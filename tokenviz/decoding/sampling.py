@@ -35,7 +35,7 @@ from tokenviz.contract.records import (
 )
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.grammar import GrammarMask
-from tokenviz.tensors import ranking
+from tokenviz.tensors import vocabulary_rows
 from tokenviz.tensors.threads import one_thread_on_cpu
 from tokenviz.tensors.transfer import DeviceTimer, at, ids_to_device, to_host
 
@@ -247,14 +247,14 @@ def summarise(logits: torch.Tensor, n: int) -> PendingSummary:
     order the softmax keeps) and the largest logit serve the decision too (decide_on_device's
     `summary`): one of each a step."""
     logits = vocabulary_row(logits)
-    if ranking.numpy_reads(logits):
+    if vocabulary_rows.numpy_reads(logits):
         on_host = _summarised_in_numpy(logits.detach().numpy(), n)
         if on_host is not None:
             return on_host
     with one_thread_on_cpu(logits.device):
         probs = torch.softmax(logits, -1)
         entropy = probs.log().mul_(probs).nansum() * NATS_TO_MINUS_BITS  # 0 log 0 is NaN: counted 0
-        top_logits, ranked = ranking.top_k(logits, max(n, WATCH_N))
+        top_logits, ranked = vocabulary_rows.top_k(logits, max(n, WATCH_N))
     top_ids = ranked[:n]
     # one part for the transfer: each costs a step its operator calls
     numbers = torch.cat([top_logits[:n], probs[top_ids], entropy.reshape(1)]).double()
@@ -265,24 +265,20 @@ NATS_TO_MINUS_BITS = -1 / math.log(2)  # sum p ln p times this: the entropy in b
 
 
 def _summarised_in_numpy(x: np.ndarray, n: int) -> PendingSummary | None:
-    """summarise's numbers from a row in the host's memory, in numpy: right after a llama.cpp decode has
-    moved the weights through the caches, each torch operator cost the bundled model 20-40 µs a step,
-    numpy's 10-30. The entropy as ln Σe − Σ p·(x − max), a pass fewer than Σ p ln p. None where a logit
-    is not a number or +inf, or none is finite (torch's path says what is wrong)."""
-    ranked = ranking.top_k_in_numpy(x, max(n, WATCH_N))
+    """summarise's numbers from a row in the host's memory, in numpy (see tensors.vocabulary_rows). The
+    entropy as ln Σe − Σ p·(x − max), a pass fewer than Σ p ln p. None where a logit is not a number or
+    +inf, or none is finite (torch's path says what is wrong)."""
+    ranked = vocabulary_rows.top_k_in_numpy(x, max(n, WATCH_N))
     if ranked is None or not np.isfinite(ranked[0][0]):
         return None
     top_logits, ids = ranked
-    shifted = np.subtract(x, top_logits[0])
-    probs = np.exp(shifted)
-    total = probs.sum()
-    probs /= total
+    probs, shifted, total = vocabulary_rows.softmax_in_numpy(x)  # (the lens's last row: the same numbers)
     with np.errstate(invalid="ignore"):
         spread = np.dot(probs, shifted)
     if not np.isfinite(spread):  # a -inf logit's 0·-inf: counted 0, as Σ p ln p counts 0 log 0
         kept = probs > 0
         spread = np.dot(probs[kept], shifted[kept])
-    entropy = (math.log(total) - float(spread)) / math.log(2)
+    entropy = (math.log(float(total[0])) - float(spread)) / math.log(2)
     numbers = np.concatenate([top_logits[:n], probs[ids[:n]], [entropy]], dtype=np.float64)
     tensors = {"summary.ids": torch.from_numpy(ids[:n]), "summary.numbers": torch.from_numpy(numbers)}
     largest = torch.from_numpy(top_logits[:1]).reshape(())
@@ -356,7 +352,7 @@ def _decide(
     if forced_id is not None:
         mode, chosen = "forced", torch.full((), int(forced_id), dtype=torch.long, device=device)
     elif settings.greedy:
-        mode, chosen = "greedy", ranking.argmax(final_scores)
+        mode, chosen = "greedy", vocabulary_rows.argmax(final_scores)
     else:
         mode = "sampled"
         u = draw_uniform(settings.seed, len(context_ids))
