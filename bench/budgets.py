@@ -39,8 +39,22 @@ BUDGETS = {
     ),
     "sae_step": ("a step with the features view open (one SAE, 2048 features, k 32) / a plain step", "<=", 1.2),
     "sae_step_closed": ("a step with an SAE loaded and the features view closed / a plain step", "<=", 1.03),
-    "llamacpp_step": ("a step in llama.cpp / a bare llama_decode of one token, its logits read", "<=", 1.05),
-    "llamacpp_autoplay": ("autoplay in llama.cpp tok/s / llama-cpp-python's own greedy generation", ">=", 0.95),
+    "llamacpp_step": (
+        "a step in llama.cpp / a bare llama_decode of one token, its logits read, on --gguf's file or shape",
+        "<=",
+        1.05,
+    ),
+    "llamacpp_autoplay": (
+        "autoplay in llama.cpp tok/s / llama-cpp-python's own greedy generation, on --gguf's file or shape",
+        ">=",
+        0.95,
+    ),
+    "llamacpp_step_bundled": (
+        "the same step ratio, on the bundled GGUF (135M: a vocabulary row is more of a step)",
+        "<=",
+        1.10,
+    ),
+    "llamacpp_autoplay_bundled": ("the same autoplay ratio, on the bundled GGUF", ">=", 0.90),
     "llamacpp_lens_step": ("a step in llama.cpp with the lens view open at 80x24 / one without", "<=", 1.5),
     "llamacpp_score_against": (
         "score --against-model / the two models' bare teacher-forced passes over its windows (llama.cpp)",
@@ -52,6 +66,12 @@ BUDGETS = {
 
 # What only a GPU has (CUDA graphs): shown on a CPU, not judged there (a CPU's step is its matmuls).
 GPU_BUDGETS = frozenset({"compiled_autoplay", "compiled_over_static"})
+
+
+def _on_gguf(measure: dict | None, key: str, bundled: bool) -> float | None:
+    """A llama.cpp measure's figure where it was taken on the bundled GGUF (`bundled`) or on another (a
+    shape of `--gguf`, judged by the issue's budgets for real shapes)."""
+    return measure[key] if measure is not None and bool(measure.get("bundled")) == bundled else None
 
 
 def verdicts(r: dict) -> dict:
@@ -89,8 +109,10 @@ def verdicts(r: dict) -> dict:
         "served_lens_step": r.get("served_lens", {}).get("ratio"),
         "sae_step": r.get("sae_step", {}).get("ratio"),
         "sae_step_closed": r.get("sae_step", {}).get("closed_ratio"),
-        "llamacpp_step": r.get("llamacpp_step", {}).get("ratio"),
-        "llamacpp_autoplay": r.get("llamacpp_autoplay", {}).get("ratio"),
+        "llamacpp_step": _on_gguf(r.get("llamacpp_step"), "ratio", bundled=False),
+        "llamacpp_autoplay": _on_gguf(r.get("llamacpp_autoplay"), "ratio", bundled=False),
+        "llamacpp_step_bundled": _on_gguf(r.get("llamacpp_step"), "ratio", bundled=True),
+        "llamacpp_autoplay_bundled": _on_gguf(r.get("llamacpp_autoplay"), "ratio", bundled=True),
         "llamacpp_lens_step": r.get("llamacpp_step", {}).get("lens_ratio"),
         "llamacpp_score_against": r.get("llamacpp_score_against", {}).get("ratio"),
     }

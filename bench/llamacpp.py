@@ -89,6 +89,7 @@ def step(steps: int, rounds: int = 3, gguf: Path | None = None) -> dict:
     step_ms, bare_ms, lens_ms, every_ms = (statistics.median(x) * 1e3 for x in (plain, bare, lensed, every))
     return {
         "model": f"{engine.path.name}: {engine.runtime.shape.description}, {engine.info.layers} layers",
+        "bundled": gguf is None,  # (its budgets: see bench.budgets)
         "step_ms": step_ms,
         "bare_decode_ms": bare_ms,
         "ratio": paired_ratio(list(zip(plain, bare))),
@@ -163,6 +164,7 @@ def autoplay(tokens: int, rounds: int = 3, gguf: Path | None = None) -> dict:
         pairs.append((run.tok_s, n / seconds))
         same.append(made == run.ids[1 : n + 1])
     return {
+        "bundled": gguf is None,
         "autoplay_tok_s": statistics.median(a for a, _ in pairs),
         "own_generate_tok_s": statistics.median(b for _, b in pairs),
         "ratio": paired_ratio(pairs),

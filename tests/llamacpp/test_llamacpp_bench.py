@@ -26,9 +26,11 @@ def test_the_llama_cpp_measures_run_and_are_judged():
     )
     judged = budgets.verdicts({"llamacpp_step": step, "llamacpp_autoplay": played, "llamacpp_score_against": scored})
     assert judged["llamacpp_score_against"]["value"] == scored["ratio"]
-    assert judged["llamacpp_step"]["value"] == step["ratio"] and judged["llamacpp_step"]["met"] in (True, False)
+    bundled_step = judged["llamacpp_step_bundled"]
+    assert bundled_step["value"] == step["ratio"] and bundled_step["met"] in (True, False)
     assert judged["llamacpp_lens_step"]["value"] == step["lens_ratio"]
-    assert judged["llamacpp_autoplay"]["value"] == played["ratio"]
+    assert judged["llamacpp_autoplay_bundled"]["value"] == played["ratio"]
+    assert judged["llamacpp_step"]["value"] is None is judged["llamacpp_autoplay"]["value"]  # (a --gguf's budgets)
 
 
 def test_a_shaped_gguf_is_made_once_and_the_measures_run_on_it(tmp_path):
@@ -60,6 +62,9 @@ def test_a_shaped_gguf_is_made_once_and_the_measures_run_on_it(tmp_path):
     assert step["lens_ratio"] == pytest.approx(step["step_with_lens_ms"] / step["step_ms"])
     played = in_thread(lambda: llamacpp.autoplay(tokens=4, rounds=1, gguf=made))
     assert played["same_tokens"] and played["ratio"] > 0
+    judged = budgets.verdicts({"llamacpp_step": step, "llamacpp_autoplay": played})
+    assert judged["llamacpp_step"]["value"] == step["ratio"] and judged["llamacpp_autoplay"]["value"] == played["ratio"]
+    assert judged["llamacpp_step_bundled"]["value"] is None is judged["llamacpp_autoplay_bundled"]["value"]
     assert llamacpp.gguf_file(None) is None and llamacpp.gguf_file(str(made)) == made
     described = in_thread(lambda: llamacpp.gguf_described(str(made)))
     assert described["file"] == str(made) and described["vocab"] == 50_000 and described["layers"] == 2
