@@ -55,6 +55,17 @@ def test_top_k_equals_torchs_with_ties_in_ascending_id(seed, size, k, case):
     assert ids.tolist() == order
 
 
+@pytest.mark.parametrize("case", ["plain", "tied", "masked", "quantized", "nan"])
+def test_each_rows_top_k_is_torchs(case):
+    """The lens's rows ranked at once: each row's values torch.topk's, a NaN's rows torch's own ranking."""
+    rows = vocabulary_rows.softmax(torch.stack([_row(seed, case=case) for seed in range(4)]))
+    values, ids = vocabulary_rows.top_k_rows(rows, 3)
+    theirs = torch.topk(rows, 3, dim=-1)
+    assert values.shape == ids.shape == (4, 3)
+    assert torch.equal(values, theirs.values) or (case == "nan" and torch.equal(ids, theirs.indices))
+    assert all(torch.equal(ids[i], vocabulary_rows.top_k(row, 3)[1]) for i, row in enumerate(rows)) or case == "nan"
+
+
 @pytest.mark.parametrize("case", ["plain", "tied", "masked", "quantized", "nan", "inf"])
 def test_argmax_equals_torchs(case):
     row = _row(1, case=case)
@@ -122,3 +133,24 @@ def test_a_logit_that_is_not_a_number_still_stops_the_decision(case):
 def test_the_numpy_path_is_taken_on_a_vocabulary_row_in_the_cpus_memory():
     summary, *_ = _greedy(_row(4))
     assert summary.on_host and summary.probs.sum().item() == pytest.approx(1.0, abs=1e-5)
+
+
+def test_to_host_copies_each_part_in_the_cpus_memory():
+    parts = {
+        "half": torch.randn(3, 5, 7).half(),
+        "ids": torch.tensor([5, 1, 2**40]),
+        "flag": torch.tensor([True, False, True]),
+        "scalar": torch.tensor(3.25, dtype=torch.float64),
+        "empty": torch.zeros(0, 4),
+        "strided": torch.arange(12.0).reshape(3, 4).t(),
+        "grad": torch.ones(2, requires_grad=True),
+    }
+    host = to_host(parts)
+    assert list(host) == list(parts)
+    for name, tensor in parts.items():
+        assert host[name].dtype == tensor.detach().numpy().dtype and host[name].shape == tuple(tensor.shape), name
+        assert np.array_equal(host[name], tensor.detach().numpy()), name
+    parts["float"] = torch.zeros(2)
+    copied = to_host({"float": parts["float"]})["float"]
+    parts["float"][0] = 7.0  # a copy: the step's numbers stay as they were read
+    assert copied.tolist() == [0.0, 0.0]

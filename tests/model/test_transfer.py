@@ -110,7 +110,8 @@ ONE_TRANSFER = {"cpu": 1, "numpy": 1}
 @pytest.fixture(autouse=True)
 def as_on_a_gpu(monkeypatch):
     """The reads counted are a GPU's: on a CPU, whose reads wait for nothing, a step's ranking and summary
-    read the logits with numpy instead (tests/decoding/test_vocabulary_rows.py holds them to torch's)."""
+    read the logits with numpy instead, and to_host copies each part (tests/decoding/test_vocabulary_rows.py
+    holds them to torch's)."""
     monkeypatch.setattr(vocabulary_rows, "numpy_reads", lambda tensor: False)
 
 

@@ -226,7 +226,7 @@ def final_distribution(
         return torch.zeros_like(scores)
     if settings.greedy:
         return torch.nn.functional.one_hot(scores.argmax(), scores.numel()).float()
-    return torch.softmax(scores, -1)
+    return torch.softmax(scores, -1) if stages else vocabulary_rows.softmax(scores)  # (as _decide's)
 
 
 def choice_from(final: torch.Tensor, settings: SamplingSettings, position: int) -> int:
@@ -252,7 +252,7 @@ def summarise(logits: torch.Tensor, n: int) -> PendingSummary:
         if on_host is not None:
             return on_host
     with one_thread_on_cpu(logits.device):
-        probs = torch.softmax(logits, -1)
+        probs = vocabulary_rows.softmax(logits)
         entropy = probs.log().mul_(probs).nansum() * NATS_TO_MINUS_BITS  # 0 log 0 is NaN: counted 0
         top_logits, ranked = vocabulary_rows.top_k(logits, max(n, WATCH_N))
     top_ids = ranked[:n]
@@ -336,7 +336,8 @@ def _decide(
         return _greedy_in_numpy(summary, settings, timer)
     device = logits.device
     raw_scores = vocabulary_row(logits)
-    raw = summary.probs if summary is not None else torch.softmax(raw_scores, -1)
+    raw = summary.probs if summary is not None else vocabulary_rows.softmax(raw_scores)  # one softmax: a
+    # step decided again has the numbers it had (numpy's on a CPU: see tensors.vocabulary_rows)
     stages = apply_stages(logits, settings, context_ids, generated_ids, allowed)
     # Every stage's scores as the rows of one tensor, and each stage's distribution in one softmax: the
     # stages' rows below are then a few operator calls whatever the number of stages.
@@ -474,7 +475,7 @@ def follow_pinned(
 ) -> tuple[PinnedToken, ...]:
     """The pinned tokens at a step already decided: its logits again through its own settings."""
     stages = apply_stages(logits, decision.settings, context_ids, generated_ids, allowed)
-    raw = torch.softmax(logits.float().reshape(-1), -1)
+    raw = vocabulary_rows.softmax(vocabulary_row(logits))
     final = torch.softmax(stages[-1][2][0], -1) if stages else raw
     rows = to_host({"pinned": pinned_on_device(raw, final, pinned)})["pinned"]
     return read_pinned(rows, pinned, piece, decision.chosen_id if decision.mode == "greedy" else None)

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from tokenviz.tensors import vocabulary_rows
+
 _ALIGN = 8  # every part starts on an 8-byte boundary, so float64 and int64 views stay aligned
 
 
@@ -25,11 +27,12 @@ def to_host(parts: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
     """
     if not parts:
         return {}
+    if all(vocabulary_rows.numpy_reads(tensor) for tensor in parts.values()):  # nothing to wait for: each
+        return {name: np.array(_detached(tensor).numpy()) for name, tensor in parts.items()}  # copied in numpy
     device = next(iter(parts.values())).device  # a model spread over GPUs: gathered here first, device to device
     chunks, layout, offset = [], [], 0
     for name, tensor in parts.items():  # each call below only where it does something: a step's operator calls
-        if tensor.requires_grad:
-            tensor = tensor.detach()
+        tensor = _detached(tensor)
         raw = tensor.contiguous().reshape(-1).view(torch.uint8)
         if raw.device != device:
             raw = raw.to(device, non_blocking=True)
@@ -45,6 +48,10 @@ def to_host(parts: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
         count = math.prod(shape)
         out[name] = np.frombuffer(buffer, dtype=_NUMPY_DTYPES[dtype], count=count, offset=start).reshape(shape)
     return out
+
+
+def _detached(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.detach() if tensor.requires_grad else tensor
 
 
 _NUMPY_DTYPES = {

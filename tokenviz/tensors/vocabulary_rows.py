@@ -50,17 +50,34 @@ def top_k(row: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.topk(row, k)
 
 
+def top_k_rows(rows: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """top_k of each row of the 2-D `rows`: (values, ids), (rows, k) each."""
+    if numpy_reads(rows) and rows.dtype == torch.float32 and rows.shape[-1] > 0:
+        ranked = [top_k_in_numpy(row, k) for row in rows.detach().numpy()]
+        if all(r is not None for r in ranked):
+            values, ids = zip(*ranked)
+            return torch.from_numpy(np.stack(values)), torch.from_numpy(np.stack(ids))
+    return torch.topk(rows, min(k, rows.shape[-1]), dim=-1)
+
+
 def top_k_in_numpy(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray] | None:
     """top_k of the 1-D `x` in numpy: (values, ids); None where a value is NaN (torch's ranking then)."""
     k = min(k, x.size)
     if k == 0:
         return None
-    whole = x.size - x.size % CHUNK
-    bounds = x[:whole].reshape(-1, CHUNK).max(1) if x.size >= 2 * k * CHUNK else x  # a short row: itself
-    if np.isnan(bounds).any() or (bounds is not x and np.isnan(x[whole:]).any()):
-        return None
-    floor = np.partition(bounds, bounds.size - k)[bounds.size - k]  # the k-th largest bound
-    ids = np.flatnonzero(x >= floor)
+    if x.size < 2 * k * CHUNK:  # a short row: its own k-th largest bounds it
+        if np.isnan(x).any():
+            return None
+        ids = np.flatnonzero(x >= np.partition(x, x.size - k)[x.size - k])
+    else:
+        whole = x.size - x.size % CHUNK
+        maxima = x[:whole].reshape(-1, CHUNK).max(1)
+        if np.isnan(maxima).any() or np.isnan(x[whole:]).any():
+            return None
+        floor = np.partition(maxima, maxima.size - k)[maxima.size - k]  # the k-th largest block's largest
+        blocks = np.flatnonzero(maxima >= floor)  # the top-k lie in these blocks (and the tail)
+        inside = (blocks[:, None] * CHUNK + np.arange(CHUNK)).reshape(-1)
+        ids = np.concatenate([inside[x[inside] >= floor], whole + np.flatnonzero(x[whole:] >= floor)])
     values = x[ids]
     order = np.lexsort((ids, -values))[:k]
     return values[order], ids[order]

@@ -13,7 +13,7 @@ import torch
 from tokenviz.backends.shared.parts import decoder_layers
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import Inspection, LensLayer
-from tokenviz.tensors.vocabulary_rows import softmax
+from tokenviz.tensors.vocabulary_rows import softmax, top_k_rows
 
 MERGE_EPSILON = 1e-5  # Gemma 3n's floor under a stream's magnitude
 NORM_NAMES = ("norm", "ln_f", "final_layernorm", "final_layer_norm", "norm_f", "layer_norm")
@@ -144,7 +144,7 @@ def inspections(
         logits = _through(lens, residual, None if own is None else own[k : k + 1])
         probs = softmax(logits)  # (L+1, V): the last row's numbers are the step's own
         norms = residual.float().norm(dim=-1).tolist()
-        top_p, top_i = torch.topk(probs, top, dim=-1)
+        top_p, top_i = top_k_rows(probs, top)
         followed = probs[:, [chosen_id, *pinned]]  # (L+1, 1 + pinned)
         ranks_all = ((probs[:, None, :] > followed[:, :, None]).sum(-1) + 1).tolist()
         followed_p = followed.tolist()
