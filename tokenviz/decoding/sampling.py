@@ -242,10 +242,9 @@ def vocabulary_row(logits: torch.Tensor) -> torch.Tensor:
 
 
 def summarise(logits: torch.Tensor, n: int) -> PendingSummary:
-    """Top-n of the model's raw softmax and its entropy in bits, still on the device (on one thread
-    on a CPU, as the decision: see one_thread_on_cpu). Its softmax, its ranking (of the logits, whose
-    order the softmax keeps) and the largest logit serve the decision too (decide_on_device's
-    `summary`): one of each a step."""
+    """Top-n of the model's raw softmax and its entropy in bits, still on the device (a CPU's in numpy:
+    _summarised_in_numpy). Its softmax, its ranking (of the logits, whose order the softmax keeps) and
+    the largest logit serve the decision too (decide_on_device's `summary`): one of each a step."""
     logits = vocabulary_row(logits)
     if vocabulary_rows.numpy_reads(logits):
         on_host = _summarised_in_numpy(logits.detach().numpy(), n)

@@ -21,7 +21,8 @@ _ALIGN = 8  # every part starts on an 8-byte boundary, so float64 and int64 view
 
 
 def to_host(parts: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
-    """Copy several device tensors to the CPU in one transfer, as numpy arrays of the same shapes.
+    """Copy several device tensors to the CPU in one transfer, as numpy arrays of the same shapes (tensors
+    already in the CPU's memory: each copied by numpy, which waits for nothing and calls no operator).
 
     bfloat16 has no numpy type: convert such tensors before packing them.
     """
