@@ -271,7 +271,7 @@ def _summarised_in_numpy(x: np.ndarray, n: int) -> PendingSummary | None:
     if ranked is None or not np.isfinite(ranked[0][0]):
         return None
     top_logits, ids = ranked
-    probs, shifted, total = vocabulary_rows.softmax_in_numpy(x)  # (the lens's last row: the same numbers)
+    probs, shifted, total = vocabulary_rows.softmax_in_numpy(x, top_logits[:1])  # (the lens's last row's)
     with np.errstate(invalid="ignore"):
         spread = np.dot(probs, shifted)
     if not np.isfinite(spread):  # a -inf logit's 0·-inf: counted 0, as Σ p ln p counts 0 log 0

@@ -29,11 +29,12 @@ def softmax(rows: torch.Tensor) -> torch.Tensor:
     return torch.softmax(rows, -1)
 
 
-def softmax_in_numpy(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def softmax_in_numpy(x: np.ndarray, largest: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(the softmax of `x` along its last axis, x less each row's largest, each row's sum of exponentials),
-    the same numbers whether `x` is one row or several."""
+    the same numbers whether `x` is one row or several; `largest`: each row's largest where known (a pass
+    fewer)."""
     with np.errstate(invalid="ignore", divide="ignore"):  # (a row of NaN or inf: NaN, as torch's)
-        shifted = x - x.max(-1, keepdims=True)
+        shifted = x - (x.max(-1, keepdims=True) if largest is None else largest)
         probs = np.exp(shifted)
         total = probs.sum(-1, keepdims=True)
         probs /= total
