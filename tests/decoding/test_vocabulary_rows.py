@@ -16,10 +16,16 @@ from hypothesis import strategies as st
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.sampling import WATCH_N, decide_on_device, summarise
-from tokenviz.tensors import vocabulary_rows
+from tokenviz.tensors import transfer, vocabulary_rows
 from tokenviz.tensors.transfer import to_host
 
 VOCABULARY = 49_152  # the bundled model's
+
+
+def _top_k(row: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One row's top-k as the lens ranks its rows."""
+    values, ids = vocabulary_rows.top_k_rows(row[None], k)
+    return values[0], ids[0]
 
 
 def _row(seed: int, size: int = VOCABULARY, case: str = "plain") -> torch.Tensor:
@@ -47,7 +53,7 @@ def _row(seed: int, size: int = VOCABULARY, case: str = "plain") -> torch.Tensor
 )
 def test_top_k_equals_torchs_with_ties_in_ascending_id(seed, size, k, case):
     row = _row(seed, size, case)
-    values, ids = vocabulary_rows.top_k(row, k)
+    values, ids = _top_k(row, k)
     theirs = torch.topk(row, k)
     assert values.tolist() == theirs.values.tolist()  # the same values, exactly
     assert row[ids].tolist() == values.tolist()
@@ -63,7 +69,7 @@ def test_each_rows_top_k_is_torchs(case):
     theirs = torch.topk(rows, 3, dim=-1)
     assert values.shape == ids.shape == (4, 3)
     assert torch.equal(values, theirs.values) or (case == "nan" and torch.equal(ids, theirs.indices))
-    assert all(torch.equal(ids[i], vocabulary_rows.top_k(row, 3)[1]) for i, row in enumerate(rows)) or case == "nan"
+    assert all(torch.equal(ids[i], _top_k(row, 3)[1]) for i, row in enumerate(rows)) or case == "nan"
 
 
 @pytest.mark.parametrize("case", ["plain", "tied", "masked", "quantized", "nan", "inf"])
@@ -71,12 +77,12 @@ def test_argmax_equals_torchs(case):
     row = _row(1, case=case)
     assert int(vocabulary_rows.argmax(row)) == int(torch.argmax(row))
     if case in ("plain", "tied", "masked", "quantized"):
-        assert int(vocabulary_rows.argmax(row)) == int(vocabulary_rows.top_k(row, 1)[1][0])
+        assert int(vocabulary_rows.argmax(row)) == int(_top_k(row, 1)[1][0])
 
 
 def test_a_nan_leaves_the_ranking_to_torch():
     row = _row(2, case="nan")
-    values, ids = vocabulary_rows.top_k(row, 5)
+    values, ids = _top_k(row, 5)
     assert ids.tolist() == torch.topk(row, 5).indices.tolist() and math.isnan(values[0])
 
 
@@ -107,7 +113,7 @@ def test_a_greedy_step_in_numpy_equals_the_devices(monkeypatch, case, seed):
     within float32's rounding of a softmax; the entropy against float64's Σ p log p."""
     logits = _row(seed, case=case)
     summary, top, entropy, decision = _greedy(logits)
-    monkeypatch.setattr(vocabulary_rows, "numpy_reads", lambda tensor: False)
+    monkeypatch.setattr(transfer, "numpy_reads", lambda tensor: False)
     _, their_top, their_entropy, theirs = _greedy(logits)
     assert summary.on_host
     assert [c.id for c in top] == [c.id for c in their_top] or case in ("tied", "quantized")

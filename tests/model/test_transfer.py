@@ -19,7 +19,7 @@ from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.sampling import decide, decide_on_device, summarise
 from tokenviz.journey.session import Session
-from tokenviz.tensors import vocabulary_rows
+from tokenviz.tensors import transfer
 from tokenviz.tensors.transfer import DeviceTimer, ids_to_device, to_host
 
 PROMPT = "The cat sat on the mat"
@@ -112,7 +112,7 @@ def as_on_a_gpu(monkeypatch):
     """The reads counted are a GPU's: on a CPU, whose reads wait for nothing, a step's ranking and summary
     read the logits with numpy instead, and to_host copies each part (tests/decoding/test_vocabulary_rows.py
     holds them to torch's)."""
-    monkeypatch.setattr(vocabulary_rows, "numpy_reads", lambda tensor: False)
+    monkeypatch.setattr(transfer, "numpy_reads", lambda tensor: False)
 
 
 def test_to_host_round_trips_every_dtype_and_shape():

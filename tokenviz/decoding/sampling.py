@@ -35,7 +35,7 @@ from tokenviz.contract.records import (
 )
 from tokenviz.contract.settings import SamplingSettings
 from tokenviz.decoding.grammar import GrammarMask
-from tokenviz.tensors import vocabulary_rows
+from tokenviz.tensors import transfer, vocabulary_rows
 from tokenviz.tensors.threads import one_thread_on_cpu
 from tokenviz.tensors.transfer import DeviceTimer, at, ids_to_device, to_host
 
@@ -246,14 +246,14 @@ def summarise(logits: torch.Tensor, n: int) -> PendingSummary:
     _summarised_in_numpy). Its softmax, its ranking (of the logits, whose order the softmax keeps) and
     the largest logit serve the decision too (decide_on_device's `summary`): one of each a step."""
     logits = vocabulary_row(logits)
-    if vocabulary_rows.numpy_reads(logits):
+    if transfer.numpy_reads(logits):
         on_host = _summarised_in_numpy(logits.detach().numpy(), n)
         if on_host is not None:
             return on_host
     with one_thread_on_cpu(logits.device):
         probs = vocabulary_rows.softmax(logits)
         entropy = probs.log().mul_(probs).nansum() * NATS_TO_MINUS_BITS  # 0 log 0 is NaN: counted 0
-        top_logits, ranked = vocabulary_rows.top_k(logits, max(n, WATCH_N))
+        top_logits, ranked = torch.topk(logits, min(max(n, WATCH_N), logits.numel()))
     top_ids = ranked[:n]
     # one part for the transfer: each costs a step its operator calls
     numbers = torch.cat([top_logits[:n], probs[top_ids], entropy.reshape(1)]).double()

@@ -15,8 +15,6 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from tokenviz.tensors import vocabulary_rows
-
 _ALIGN = 8  # every part starts on an 8-byte boundary, so float64 and int64 views stay aligned
 
 
@@ -28,7 +26,7 @@ def to_host(parts: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
     """
     if not parts:
         return {}
-    if all(vocabulary_rows.numpy_reads(tensor) for tensor in parts.values()):  # nothing to wait for: each
+    if all(numpy_reads(tensor) for tensor in parts.values()):  # nothing to wait for: each
         return {name: np.array(_detached(tensor).numpy()) for name, tensor in parts.items()}  # copied in numpy
     device = next(iter(parts.values())).device  # a model spread over GPUs: gathered here first, device to device
     chunks, layout, offset = [], [], 0
@@ -49,6 +47,12 @@ def to_host(parts: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
         count = math.prod(shape)
         out[name] = np.frombuffer(buffer, dtype=_NUMPY_DTYPES[dtype], count=count, offset=start).reshape(shape)
     return out
+
+
+def numpy_reads(tensor: torch.Tensor) -> bool:
+    """Whether numpy reads `tensor` where it lies (a CPU's memory): nothing to wait for, no operator to call
+    (a step's summary and ranking then run in numpy: see tensors.vocabulary_rows)."""
+    return tensor.device.type == "cpu"
 
 
 def _detached(tensor: torch.Tensor) -> torch.Tensor:

@@ -14,17 +14,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from tokenviz.tensors import transfer
+
 CHUNK = 256  # entries a block: the bundled vocabulary's 192 blocks' maxima bound the top-k
-
-
-def numpy_reads(tensor: torch.Tensor) -> bool:
-    """Whether numpy reads `tensor` where it lies (a CPU's memory), so the work here runs in numpy."""
-    return tensor.device.type == "cpu"
 
 
 def softmax(rows: torch.Tensor) -> torch.Tensor:
     """The softmax of `rows` along the last axis (a float32 tensor on a CPU: softmax_in_numpy's)."""
-    if numpy_reads(rows) and rows.dtype == torch.float32:
+    if transfer.numpy_reads(rows) and rows.dtype == torch.float32:
         return torch.from_numpy(softmax_in_numpy(rows.detach().numpy())[0])
     return torch.softmax(rows, -1)
 
@@ -41,19 +38,9 @@ def softmax_in_numpy(x: np.ndarray, largest: np.ndarray | None = None) -> tuple[
     return probs, shifted, total
 
 
-def top_k(row: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(values, ids) of the `k` largest of the 1-D `row`, largest first, as torch.topk gives them."""
-    k = min(k, row.numel())
-    if numpy_reads(row) and row.dtype == torch.float32:
-        ranked = top_k_in_numpy(row.detach().numpy(), k)
-        if ranked is not None:
-            return torch.from_numpy(ranked[0]), torch.from_numpy(ranked[1])
-    return torch.topk(row, k)
-
-
 def top_k_rows(rows: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """top_k of each row of the 2-D `rows`: (values, ids), (rows, k) each."""
-    if numpy_reads(rows) and rows.dtype == torch.float32 and rows.shape[-1] > 0:
+    if transfer.numpy_reads(rows) and rows.dtype == torch.float32 and rows.shape[-1] > 0:
         ranked = [top_k_in_numpy(row, k) for row in rows.detach().numpy()]
         if all(r is not None for r in ranked):
             values, ids = zip(*ranked)
@@ -87,6 +74,6 @@ def top_k_in_numpy(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray] | Non
 def argmax(row: torch.Tensor) -> torch.Tensor:
     """The id of the largest of the 1-D `row` (the first where several are; a NaN's where one is), a 0-d long
     tensor on the row's device."""
-    if not numpy_reads(row) or row.dtype not in (torch.float32, torch.float64):
+    if not transfer.numpy_reads(row) or row.dtype not in (torch.float32, torch.float64):
         return torch.argmax(row)
     return torch.tensor(int(np.argmax(row.detach().numpy())))
