@@ -98,6 +98,28 @@ def test_the_softmax_is_float64s_within_float32s_rounding_and_one_row_or_several
     assert (with_torch.double() - exact).abs().max() < 1e-5
 
 
+@pytest.mark.parametrize("case", ["plain", "tied", "masked", "quantized", "nan"])
+def test_a_lens_rows_readings_in_numpy_are_torchs(monkeypatch, case):
+    """A lens's rows read a row at a time in numpy (top-3, the followed ids' probabilities and ranks) against
+    torch's operators over all the rows at once (a GPU's): the same ids and ranks, the probabilities within
+    float32's rounding of a softmax; rows in two blocks read as one."""
+    rows = torch.stack([_row(seed, case=case) for seed in range(5)])
+    followed = [int(torch.argmin(rows[0])), 17, int(torch.argmax(rows[3]))]
+    ours = vocabulary_rows.readings([rows[:3], rows[3:]], 3, followed)
+    monkeypatch.setattr(transfer, "numpy_reads", lambda tensor: False)
+    theirs = vocabulary_rows.readings([rows], 3, followed)
+    assert len(ours) == len(theirs) == 5
+    for mine, their in zip(ours, theirs):
+        assert mine.followed_ranks == their.followed_ranks
+        assert mine.followed_p == pytest.approx(their.followed_p, rel=1e-5, nan_ok=True)
+        assert mine.top_p == pytest.approx(their.top_p, rel=1e-5, nan_ok=True)
+        assert mine.top_ids == their.top_ids or case in ("tied", "quantized", "nan")  # (torch's order of equals)
+    if case == "plain":
+        probs = torch.softmax(rows.double(), -1)
+        ranks = [(probs[3] > probs[3, i]).sum().item() + 1 for i in followed]
+        assert ours[3].followed_ranks == tuple(ranks) and ours[3].followed_ranks[2] == 1
+
+
 def _greedy(logits: torch.Tensor, n: int = 10):
     summary = summarise(logits, n)
     pending = decide_on_device(logits, SamplingSettings(temperature=0), [1, 2], [], summary=summary)

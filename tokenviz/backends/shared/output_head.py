@@ -13,7 +13,7 @@ import torch
 from tokenviz.backends.shared.parts import decoder_layers
 from tokenviz.contract.errors import TokenvizError
 from tokenviz.contract.results import Inspection, LensLayer
-from tokenviz.tensors.vocabulary_rows import softmax, top_k_rows
+from tokenviz.tensors.vocabulary_rows import readings
 
 MERGE_EPSILON = 1e-5  # Gemma 3n's floor under a stream's magnitude
 NORM_NAMES = ("norm", "ln_f", "final_layernorm", "final_layer_norm", "norm_f", "layer_norm")
@@ -109,11 +109,12 @@ def stream_merge(model: Any) -> Callable[[torch.Tensor], torch.Tensor] | None:
 
 def _through(
     lens: Callable[[torch.Tensor], torch.Tensor], residual: torch.Tensor, last: torch.Tensor | None
-) -> torch.Tensor:
-    """`residual`'s rows through `lens`, the last row's logits `last` where given (not computed again)."""
+) -> list[torch.Tensor]:
+    """`residual`'s rows through `lens`, the last row's logits `last` where given (not computed again):
+    the logits in blocks of rows, in order."""
     if last is None:
-        return lens(residual)
-    return torch.cat([lens(residual[:-1]), last]) if residual.shape[0] > 1 else last
+        return [lens(residual)]
+    return [lens(residual[:-1]), last] if residual.shape[0] > 1 else [last]
 
 
 @torch.inference_mode()
@@ -141,25 +142,19 @@ def inspections(
     own = last_logits.float() if last_logits is not None and numbers[-1] == engine.info.layers else None
     for k, (position, chosen_id, row) in enumerate(zip(positions, chosen, embedding_rows)):
         residual = stream[:, position]  # (rows, H)
-        logits = _through(lens, residual, None if own is None else own[k : k + 1])
-        probs = softmax(logits)  # (L+1, V): the last row's numbers are the step's own
+        blocks = _through(lens, residual, None if own is None else own[k : k + 1])
+        read = readings(blocks, top, [chosen_id, *pinned])  # the last row's numbers are the step's own
         norms = residual.float().norm(dim=-1).tolist()
-        top_p, top_i = top_k_rows(probs, top)
-        followed = probs[:, [chosen_id, *pinned]]  # (L+1, 1 + pinned)
-        ranks_all = ((probs[:, None, :] > followed[:, :, None]).sum(-1) + 1).tolist()
-        followed_p = followed.tolist()
         lens_rows = tuple(
             LensLayer(
                 layer=layer,
-                top=tuple(
-                    (int(i), engine.piece(int(i)), float(p)) for i, p in zip(top_i[n].tolist(), top_p[n].tolist())
-                ),
-                chosen_rank=int(ranks_all[n][0]),
-                chosen_prob=float(followed_p[n][0]),
+                top=tuple((i, engine.piece(i), p) for i, p in zip(reading.top_ids, reading.top_p)),
+                chosen_rank=reading.followed_ranks[0],
+                chosen_prob=reading.followed_p[0],
                 residual_norm=float(norms[n]),
-                pinned=tuple(zip(ranks_all[n][1:], followed_p[n][1:])),
+                pinned=tuple(zip(reading.followed_ranks[1:], reading.followed_p[1:])),
             )
-            for n, layer in enumerate(numbers)
+            for n, (layer, reading) in enumerate(zip(numbers, read))
         )
         token_id = ids[position]
         out.append(
