@@ -57,6 +57,27 @@ def test_the_lens_head_gives_llama_cpps_own_logits(reference):
     assert difference.abs().max() <= LENS_CHECK
 
 
+def test_the_lens_head_is_the_files_own_pages_and_a_copy_where_they_are_misaligned():
+    """The head's matrix is read where the GGUF is mapped (no copy of a head of hundreds of megabytes is
+    held); a tensor lying off ggml's alignment is copied to an aligned address, with the same logits bit for
+    bit."""
+    from types import SimpleNamespace
+
+    from tokenviz.backends.llamacpp.ggml import ALIGNMENT, graphs
+    from tokenviz.backends.llamacpp.ggml_head import GgmlHead
+
+    head = opened().internals.head
+    assert isinstance(head.apply, GgmlHead) and isinstance(head.apply.raw, np.memmap)
+    data = head.matrix.data
+    misaligned = np.empty(data.nbytes + 1, dtype=np.uint8)[1:].view(data.dtype).reshape(data.shape)
+    misaligned[...] = data
+    moved = SimpleNamespace(name=head.matrix.name, shape=head.matrix.shape, tensor_type=head.matrix.tensor_type)
+    copied = GgmlHead(graphs(), head.norm.numpy(), head.eps, SimpleNamespace(**vars(moved), data=misaligned), 2)
+    assert misaligned.ctypes.data % ALIGNMENT and copied.raw.ctypes.data % ALIGNMENT == 0
+    residual = torch.randn(3, head.apply.hidden, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(copied.logits(residual), head.logits(residual))
+
+
 def test_a_lens_in_use_is_read_in_the_steps_own_pass_and_changes_no_logit():
     """Stepping with the lens asked at each step (as the app's lens view asks it) gives every step's logits
     bit for bit as stepping without; after the first two steps the lens's own context feeds nothing (the

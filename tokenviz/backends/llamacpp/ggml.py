@@ -15,6 +15,7 @@ _BOUND: dict[str, Any] = {}
 POINTER = ctypes.c_void_p
 Signatures = dict[str, tuple[list[Any], Any]]  # a function's name: (its arguments' types, its result's)
 F32 = 0  # ggml_type's float32 (its numbering is the GGUF's tensor types')
+ALIGNMENT = 32  # the bytes a tensor's data in a ggml CPU buffer is aligned to (ggml-backend's TENSOR_ALIGNMENT)
 
 
 class InitParams(ctypes.Structure):
@@ -45,6 +46,9 @@ _GRAPHS: Signatures = {  # and what a graph of tokenviz's own takes
     "ggml_new_graph": ([POINTER], POINTER),
     "ggml_build_forward_expand": ([POINTER, POINTER], None),
     "ggml_graph_compute_with_ctx": ([POINTER, POINTER, ctypes.c_int], ctypes.c_int),
+    "ggml_backend_cpu_buffer_from_ptr": ([POINTER, ctypes.c_size_t], POINTER),
+    "ggml_backend_tensor_alloc": ([POINTER, POINTER, POINTER], ctypes.c_int),
+    "ggml_backend_buffer_free": ([POINTER], None),
 }
 
 

@@ -2,7 +2,7 @@
 CPU kernels (rms_norm, mul, mul_mat) on the GGUF's weights as they are in the file, so the lens's last
 layer is llama.cpp's own logits (bit for bit on the bundled model) and its rows cost what llama.cpp's head
 costs: the bundled model's Q8_0 head reads 30 MB a pass, against 113 MB dequantized to float32, and nothing
-float is held. Rows of the embeddings and of the head (the lens's row 0, a steering by tokens) are
+is held: the matrix is read where the file is mapped (the pages llama.cpp's own mapping reads). Rows of the embeddings and of the head (the lens's row 0, a steering by tokens) are
 dequantized as read. Where the ggml library has no CPU graph of tokenviz's own to compute (ggml.graphs),
 the head is dequantized once and applied in float32 as llama.cpp's kernels round its activations.
 """
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tokenviz.backends.llamacpp.ggml import F32, InitParams, graphs
+from tokenviz.backends.llamacpp.ggml import ALIGNMENT, F32, InitParams, graphs
 from tokenviz.contract.errors import TokenvizError
 
 GRAPH_ROOM = 1 << 20  # bytes a head's graph may take beyond its tensors (the activations quantized, padding)
@@ -51,36 +51,45 @@ def rms_normed(residual: torch.Tensor, norm: torch.Tensor, eps: float) -> torch.
 
 
 class GgmlHead:
-    """The final RMS norm (its weight) and the head's matrix in a ggml context of their own, the matrix in
-    the file's quantization; each call computes (rows, vocab) logits in a graph of its own."""
+    """The final RMS norm (its weight) in a ggml context of its own and the head's matrix as the GGUF holds
+    it, where the file is mapped: the same pages llama.cpp's own mapping of the file reads (where it maps
+    it), so the lens holds no copy of a head of hundreds of megabytes. Each call computes (rows, vocab)
+    logits in a graph of its own."""
 
     def __init__(self, lib: Any, norm: np.ndarray, eps: float, matrix: Any, threads: int):
         self.lib, self.eps, self.threads = lib, eps, threads
-        raw = np.ascontiguousarray(matrix.data)
+        self.raw = _aligned(matrix.data)  # (kept: the matrix's data)
         self.hidden, self.vocab = (int(n) for n in matrix.shape[:2])
         overhead = int(lib.ggml_tensor_overhead())
-        self.ctx = lib.ggml_init(InitParams(raw.nbytes + norm.nbytes + 2 * overhead + GRAPH_ROOM, None, False))
-        if not self.ctx:
-            raise TokenvizError(f"the lens: ggml could not hold the head ({raw.nbytes / 1e6:,.0f} MB)")
-        self.matrix = lib.ggml_new_tensor_2d(self.ctx, int(matrix.tensor_type), self.hidden, self.vocab)
+        self.ctx = lib.ggml_init(InitParams(norm.nbytes + 2 * overhead + GRAPH_ROOM, None, False))
+        self.mapped = lib.ggml_init(InitParams(2 * overhead, None, True))  # (no_alloc: the data is the file's)
+        if not self.ctx or not self.mapped:
+            raise TokenvizError("the lens: ggml could not make room for the head")
+        self.matrix = lib.ggml_new_tensor_2d(self.mapped, int(matrix.tensor_type), self.hidden, self.vocab)
         self.norm = lib.ggml_new_tensor_1d(self.ctx, F32, self.hidden)
-        if lib.ggml_nbytes(self.matrix) != raw.nbytes or norm.size != self.hidden:
+        if lib.ggml_nbytes(self.matrix) != self.raw.nbytes or norm.size != self.hidden:
             raise TokenvizError(f"the lens: the GGUF's {matrix.name} is not the size its type and shape say")
-        ctypes.memmove(lib.ggml_get_data(self.matrix), raw.ctypes.data, raw.nbytes)
+        address = self.raw.ctypes.data
+        self.buffer = lib.ggml_backend_cpu_buffer_from_ptr(address, self.raw.nbytes)
+        if not self.buffer or lib.ggml_backend_tensor_alloc(self.buffer, self.matrix, address) != 0:
+            raise TokenvizError(f"the lens: ggml could not read the GGUF's {matrix.name} where it is mapped")
         weight = np.ascontiguousarray(norm, dtype=np.float32)
         ctypes.memmove(lib.ggml_get_data(self.norm), weight.ctypes.data, weight.nbytes)
 
     def __del__(self) -> None:
-        if getattr(self, "ctx", None):
-            self.lib.ggml_free(self.ctx)
+        for name, free in (("ctx", "ggml_free"), ("mapped", "ggml_free"), ("buffer", "ggml_backend_buffer_free")):
+            if getattr(self, name, None):
+                getattr(self.lib, free)(getattr(self, name))
 
     def logits(self, residual: torch.Tensor) -> torch.Tensor:
-        """(rows, hidden) residuals through the norm and head: (rows, vocab) float32, as llama.cpp's."""
+        """(rows, hidden) residuals through the norm and head: (rows, vocab) float32, as llama.cpp's, where
+        ggml wrote them (the graph's memory is a numpy array's, which the logits keep: no copy)."""
         lib, hidden = self.lib, self.hidden
         x = np.ascontiguousarray(residual.detach().float().cpu().numpy().reshape(-1, hidden))
         rows = x.shape[0]
         size = 4 * rows * (4 * hidden + self.vocab) + 8 * int(lib.ggml_tensor_overhead())
-        ctx = lib.ggml_init(InitParams(size + int(lib.ggml_graph_overhead()) + GRAPH_ROOM, None, False))
+        memory = _aligned_room(size + int(lib.ggml_graph_overhead()) + GRAPH_ROOM)
+        ctx = lib.ggml_init(InitParams(memory.nbytes, memory.ctypes.data, False))  # (ggml_free leaves it)
         if not ctx:
             raise TokenvizError(f"the lens: ggml could not make room for {rows} rows")
         try:
@@ -93,11 +102,27 @@ class GgmlHead:
             status = lib.ggml_graph_compute_with_ctx(ctx, graph, self.threads)
             if status != 0:
                 raise TokenvizError(f"the lens: ggml could not compute the head (status {status})")
-            logits = torch.empty(rows, self.vocab, dtype=torch.float32)
-            ctypes.memmove(logits.data_ptr(), lib.ggml_get_data(out), logits.numel() * 4)
-            return logits
+            start = lib.ggml_get_data(out) - memory.ctypes.data
         finally:
             lib.ggml_free(ctx)
+        return torch.from_numpy(memory[start : start + 4 * rows * self.vocab].view(np.float32).reshape(rows, -1))
+
+
+def _aligned(data: np.ndarray) -> np.ndarray:
+    """`data` where it lies (a GGUF's tensors are aligned to 32 bytes unless the file says otherwise), else
+    a copy at an address ggml's CPU buffers take."""
+    if data.flags.c_contiguous and data.ctypes.data % ALIGNMENT == 0:
+        return data
+    copy = _aligned_room(data.nbytes).view(data.dtype).reshape(data.shape)
+    copy[...] = data
+    return copy
+
+
+def _aligned_room(nbytes: int) -> np.ndarray:
+    """`nbytes` uninitialised bytes at an address aligned as ggml asks of its contexts and CPU buffers."""
+    room = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
+    start = -room.ctypes.data % ALIGNMENT
+    return room[start : start + nbytes]
 
 
 class FloatHead:
@@ -136,9 +161,13 @@ class Head:
             else FloatHead(norm, self.eps, self.matrix)
         )
 
-    def normed(self, residual: torch.Tensor) -> torch.Tensor:
-        """The final RMS norm alone, in float32 (what the lens checks against llama.cpp's result_norm)."""
-        return rms_normed(residual, self.norm, self.eps)
+    def normed(self, residual: np.ndarray) -> np.ndarray:
+        """The final RMS norm alone of (rows, hidden) residuals, in float32 and numpy (what the lens checks
+        against llama.cpp's result_norm at each step: a dozen torch operators there cost 0.3 ms)."""
+        r = residual.astype(np.float32, copy=False)
+        scale = 1 / np.sqrt(np.square(r).mean(-1, keepdims=True) + np.float32(self.eps))
+        normed: np.ndarray = r * scale * self.norm.numpy()
+        return normed
 
     def logits(self, residual: torch.Tensor) -> torch.Tensor:
         """(rows, hidden) residuals through the final norm and head: (rows, vocab) float32."""

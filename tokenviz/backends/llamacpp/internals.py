@@ -226,7 +226,7 @@ class LlamaInternals:
         logits = found.logits_at(positions)
         embedded = self.head.embeddings([ids[p] for p in positions])
         last = found.at(layer_output(layers - 1), positions)
-        self._check(last, found.at(RESULT_NORM, positions), logits)
+        self._check(last.numpy(), found.at(RESULT_NORM, positions).numpy(), logits)
         shown = torch.stack(
             [
                 embedded if row == 0 else last if row == layers else found.at(layer_output(row - 1), positions)
@@ -241,17 +241,17 @@ class LlamaInternals:
         )
         return [replace(inspection, position=p) for inspection, p in zip(made, positions)]
 
-    def _check(self, last: torch.Tensor, result_norm: torch.Tensor, logits: np.ndarray) -> None:
+    def _check(self, last: np.ndarray, result_norm: np.ndarray, logits: np.ndarray) -> None:
         """Refuse a lens that is not llama.cpp's own at its last layer: the norm, then (once) the distribution."""
-        normed = self.head.normed(last)
-        if (normed - result_norm).abs().max() > NORM_CHECK * max(float(result_norm.abs().max()), 1.0):
+        largest = float(np.abs(result_norm).max(initial=0.0))
+        if np.abs(self.head.normed(last) - result_norm).max(initial=0.0) > NORM_CHECK * max(largest, 1.0):
             raise TokenvizError(
                 f"the lens of {self.architecture} in llama.cpp is not exact: its final norm is not an RMS norm "
                 "with a weight (its output does more)"
             )
         if self.head_checked:
             return
-        ours = torch.softmax(self.head.logits(last), -1)
+        ours = torch.softmax(self.head.logits(torch.from_numpy(last)), -1)
         theirs = torch.softmax(torch.from_numpy(logits), -1)
         if (ours - theirs).abs().max() > LENS_CHECK:
             raise TokenvizError(
@@ -283,7 +283,7 @@ class LlamaInternals:
         if not names <= rows.names():
             raise TokenvizError(f"the lens: llama.cpp's graph of {self.architecture} has no l_out or result_norm")
         stream = torch.stack([rows.at(layer_output(layer), outputs) for layer in range(layers)])
-        self._check(stream[-1], rows.at(RESULT_NORM, outputs), logits)
+        self._check(stream[-1].numpy(), rows.at(RESULT_NORM, outputs).numpy(), logits)
         return logits, stream
 
     @torch.inference_mode()
