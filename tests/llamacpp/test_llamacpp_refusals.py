@@ -68,3 +68,32 @@ def test_the_backend_writes_how_to_open_its_model_again_with_its_attention():
     assert shlex.split(reopen) == [
         "tokenviz", "--backend", "llama.cpp", "--model", bundled_gguf().name, "--flash-attention", "off"
     ]  # fmt: skip
+
+
+def test_gpu_layers_run_on_a_gpu_build_and_are_one_line_on_a_cpu_build(monkeypatch, capsys):
+    """--gpu-layers on a llama-cpp-python built for the CPU alone was run on the CPU, unsaid: now one line
+    naming the build that offloads, exit 2. Where the build offloads, the model view says where it runs."""
+    import json
+
+    import llama_cpp
+    from clitools import invoke
+
+    args = ("trace", "x", "--backend", "llama.cpp", "--steps", "1", "--temperature", "0", "--threads", str(THREADS))
+    code, out, err = invoke(monkeypatch, capsys, *args, "--gpu-layers", "1000", "--json")
+    if llama_cpp.llama_supports_gpu_offload():
+        assert code == 0, err
+        assert json.loads(out)["model"]["device"] == "gpu (llama.cpp: every layer and the head)"
+        return
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "Traceback" not in err, err
+    assert "--gpu-layers 1,000: this llama-cpp-python was built for the CPU alone" in errors[0]
+    assert 'CMAKE_ARGS="-DGGML_CUDA=on"' in errors[0]
+
+
+def test_the_model_view_says_which_layers_llama_cpp_offloads():
+    from tokenviz.backends.llamacpp.runtime import placement_said
+
+    assert placement_said(0, 30) == "cpu (llama.cpp)"
+    assert placement_said(12, 30) == "gpu and cpu (llama.cpp: the last 12 of 30 layers on the gpu)"
+    assert placement_said(30, 30) == "gpu and cpu (llama.cpp: the last 30 of 30 layers on the gpu)"
+    assert placement_said(31, 30) == placement_said(999, 30) == "gpu (llama.cpp: every layer and the head)"

@@ -31,6 +31,7 @@ from tokenviz.backends.llamacpp.runtime import (
     Edits,
     Runtime,
     kv_bytes_a_position,
+    placement_said,
     version,
 )
 from tokenviz.backends.shared.chat_marks import template_marks
@@ -153,7 +154,7 @@ class LlamaCppEngine(DenseInOnePlace):
         types = f"; tensors: {self.header.types_said()}" if self.header and self.header.tensor_types else ""
         self.info = ModelInfo(
             name=self.name,
-            device="cpu (llama.cpp)",
+            device=placement_said(runtime.gpu_layers, shape.layers),
             dtype=quantization,
             layers=shape.layers,
             heads=shape.heads,

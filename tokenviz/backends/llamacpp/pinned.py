@@ -25,7 +25,8 @@ LLAMA_FUNCTIONS = (
     "llama_model_meta_val_str", "llama_model_n_ctx_train", "llama_model_n_embd", "llama_model_n_head",
     "llama_model_n_head_kv", "llama_model_n_layer", "llama_model_n_params", "llama_model_size",
     "llama_set_abort_callback", "llama_set_adapter_cvec", "llama_state_seq_get_data", "llama_state_seq_get_size",
-    "llama_state_seq_set_data", "llama_token", "llama_token_to_piece", "llama_tokenize",
+    "llama_state_seq_set_data", "llama_supports_gpu_offload", "llama_token", "llama_token_to_piece",
+    "llama_tokenize",
     "llama_vocab_is_control", "llama_vocab_is_eog", "llama_vocab_n_tokens",
 )  # fmt: skip
 

@@ -15,6 +15,11 @@ LACKS_WHY = {  # what llama.cpp does not give, why, and what does (ModelInfo.lac
     "logit split": "llama.cpp does not give each layer's attention and MLP outputs apart, which the split "
     f"needs; {ON_TRANSFORMERS}",
 }
+NO_GPU_BUILD = (
+    "this llama-cpp-python was built for the CPU alone, so no layer can be offloaded: drop --gpu-layers, or build "
+    "it for the GPU (for an NVIDIA GPU: CMAKE_ARGS=\"-DGGML_CUDA=on\" pip install --force-reinstall --no-cache-dir "
+    "llama-cpp-python)"
+)
 NO_LAYER_0 = (
     "llama.cpp's control vectors start after layer 1 (it keeps none for layer 0): steer a layer from 1, or run "
     "it on the transformers backend (drop --backend llama.cpp)"

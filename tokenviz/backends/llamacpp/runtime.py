@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tokenviz.backends.llamacpp import pinned
+from tokenviz.backends.llamacpp.refusals import NO_GPU_BUILD
 from tokenviz.contract.engine import shared_prefix
 from tokenviz.contract.errors import Cancelled, TokenvizError
 from tokenviz.contract.text import safe_text, shortened
@@ -179,6 +180,16 @@ def _free_context(lib: Any, ctx: Any, model: LoadedModel, capture: Capture | Non
     lib.llama_free(ctx)
 
 
+def placement_said(gpu_layers: int, layers: int) -> str:
+    """Where a model of `layers` layers runs with `gpu_layers` offloaded, as the model view says it (llama.cpp
+    offloads the last layers first, and past the model's layers its output head too)."""
+    if gpu_layers <= 0:
+        return "cpu (llama.cpp)"
+    if gpu_layers > layers:
+        return "gpu (llama.cpp: every layer and the head)"
+    return f"gpu and cpu (llama.cpp: the last {gpu_layers:,} of {layers:,} layers on the gpu)"
+
+
 class Runtime:
     """One model in llama.cpp with one context (sequence 0 is the journey's). Not thread-safe.
 
@@ -189,6 +200,9 @@ class Runtime:
     def __init__(self, path: Path, context: int, gpu_layers: int = 0, threads: int | None = None, flash: str = "auto"):
         self.lib = lib = library()
         lib.llama_backend_init()
+        if gpu_layers and not lib.llama_supports_gpu_offload():  # (llama.cpp would run it on the CPU, unsaid)
+            raise TokenvizError(f"--gpu-layers {gpu_layers:,}: {NO_GPU_BUILD}")
+        self.gpu_layers = gpu_layers
         params = lib.llama_model_default_params()
         params.n_gpu_layers = gpu_layers
         if amx_present():
@@ -230,6 +244,7 @@ class Runtime:
         search's (`sequences` in one cache of `context` positions, see open_context)."""
         other = object.__new__(Runtime)
         other.lib, other.loaded, other.vocab_ptr, other.shape = self.lib, self.loaded, self.vocab_ptr, self.shape
+        other.gpu_layers = self.gpu_layers
         other.context_size = min(context or self.context_size, self.context_size)
         other.threads, other.flash, other.ctx, other.capture = self.threads, self.flash, None, None
         other.open_context(capture, flash_attention, sequences)
