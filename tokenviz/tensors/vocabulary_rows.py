@@ -89,7 +89,7 @@ def readings(blocks: Sequence[torch.Tensor], top: int, followed: Sequence[int]) 
     """Each row of the logits `blocks` ((rows, vocab) each, in order) read after its softmax: `top` entries
     and the ids `followed`. In numpy a row at a time where they lie in the CPU's memory (a lens's rows
     after a llama.cpp decode: torch's operators over them at once cost 3 ms of the lens view's step on a
-    128,256-token vocabulary, numpy's a row at a time 1.5), else by torch's over all the rows at once."""
+    128,256-token vocabulary, numpy's a row at a time 2), else by torch's over all the rows at once."""
     if all(transfer.numpy_reads(block) and block.dtype == torch.float32 for block in blocks):
         read = [_reading_in_numpy(row, top, followed) for block in blocks for row in block.detach().numpy()]
         if all(reading is not None for reading in read):

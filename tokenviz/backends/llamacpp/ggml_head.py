@@ -2,9 +2,10 @@
 CPU kernels (rms_norm, mul, mul_mat) on the GGUF's weights as they are in the file, so the lens's last
 layer is llama.cpp's own logits (bit for bit on the bundled model) and its rows cost what llama.cpp's head
 costs: the bundled model's Q8_0 head reads 30 MB a pass, against 113 MB dequantized to float32, and nothing
-is held: the matrix is read where the file is mapped (the pages llama.cpp's own mapping reads). Rows of the embeddings and of the head (the lens's row 0, a steering by tokens) are
-dequantized as read. Where the ggml library has no CPU graph of tokenviz's own to compute (ggml.graphs),
-the head is dequantized once and applied in float32 as llama.cpp's kernels round its activations.
+is held: the matrix is read where the file is mapped (the pages llama.cpp's own mapping reads). Rows of the
+embeddings and of the head (the lens's row 0, a steering by tokens) are dequantized as read. Where the ggml
+library has no CPU graph of tokenviz's own to compute (ggml.graphs), the head is dequantized once and
+applied in float32 as llama.cpp's kernels round its activations.
 """
 
 from __future__ import annotations

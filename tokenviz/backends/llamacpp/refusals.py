@@ -17,7 +17,7 @@ LACKS_WHY = {  # what llama.cpp does not give, why, and what does (ModelInfo.lac
 }
 NO_GPU_BUILD = (
     "this llama-cpp-python was built for the CPU alone, so no layer can be offloaded: drop --gpu-layers, or build "
-    "it for the GPU (for an NVIDIA GPU: CMAKE_ARGS=\"-DGGML_CUDA=on\" pip install --force-reinstall --no-cache-dir "
+    'it for the GPU (for an NVIDIA GPU: CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir '
     "llama-cpp-python)"
 )
 NO_LAYER_0 = (
