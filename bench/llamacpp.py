@@ -28,19 +28,21 @@ from tokenviz.journey.session import Session
 CPU = torch.device("cpu")  # (llama.cpp's logits are read into the host's memory: nothing to wait for)
 
 
-def open_engine(gguf: Path | None = None):
-    """The GGUF `gguf` (the bundled one by default) on the llama.cpp backend, as `--backend llama.cpp` opens it."""
+def open_engine(gguf: Path | None = None, gpu_layers: int = 0):
+    """The GGUF `gguf` (the bundled one by default) on the llama.cpp backend, as `--backend llama.cpp` opens it
+    (with `--gpu-layers gpu_layers` where not 0)."""
     from tokenviz.backends.llamacpp.plugin import BACKEND
     from tokenviz.contract.backend import Opening
 
-    opening = Opening("trace", {}, frozenset(), None if gguf is None else str(gguf), SamplingSettings())
+    options = {"gpu_layers": gpu_layers} if gpu_layers else {}
+    opening = Opening("trace", options, frozenset(), None if gguf is None else str(gguf), SamplingSettings())
     return BACKEND.loader(opening)(lambda message, fraction: None)
 
 
-def bare_decoder(gguf: Path | None, ids: list[int]) -> Callable[[], None]:
+def bare_decoder(gguf: Path | None, ids: list[int], gpu_layers: int = 0) -> Callable[[], None]:
     """llama.cpp bare, through llama-cpp-python's own `Llama` (never tokenviz's runtime): each call evaluates
     one token (the argmax of the last logits, which Llama.eval copies out) and nothing else."""
-    llm = own_llama(gguf)
+    llm = own_llama(gguf, gpu_layers=gpu_layers)
     llm.eval(ids)
     state = {"token": int(np.argmax(llm.scores[llm.n_tokens - 1]))}
 
@@ -67,11 +69,11 @@ def steps_in_turn(runs: dict[str, Callable[[], object]], steps: int) -> dict[str
     return {name: times[2:] for name, times in seconds.items()}
 
 
-def step(steps: int, rounds: int = 3, gguf: Path | None = None) -> dict:
+def step(steps: int, rounds: int = 3, gguf: Path | None = None, gpu_layers: int = 0) -> dict:
     """The engine's greedy step (the journey's decode, decision and record) against a bare llama_decode of
     one token with its logits read, in turn; and a step with the lens view open at 80x24 (the step, then the
     lens at its position for the rows that view shows) against the plain step, and with every row."""
-    engine = open_engine(gguf)
+    engine = open_engine(gguf, gpu_layers)
     ids = engine.encode(PROMPT)
     shown = lens_view_rows(engine.info.layers)
     plain: list[float] = []
@@ -80,7 +82,7 @@ def step(steps: int, rounds: int = 3, gguf: Path | None = None) -> dict:
     every: list[float] = []
     for _ in range(rounds):
         session = greedy_session(engine, ids)
-        seconds = steps_in_turn({"engine": session.step, "bare": bare_decoder(gguf, ids)}, steps)
+        seconds = steps_in_turn({"engine": session.step, "bare": bare_decoder(gguf, ids, gpu_layers)}, steps)
         plain += seconds["engine"]
         bare += seconds["bare"]
         for rows, into in ((shown, lensed), (None, every)):
@@ -90,6 +92,7 @@ def step(steps: int, rounds: int = 3, gguf: Path | None = None) -> dict:
     return {
         "model": f"{engine.path.name}: {engine.runtime.shape.description}, {engine.info.layers} layers",
         "bundled": gguf is None,  # (its budgets: see bench.budgets)
+        "gpu_layers": gpu_layers,
         "step_ms": step_ms,
         "bare_decode_ms": bare_ms,
         "ratio": paired_ratio(list(zip(plain, bare))),
@@ -101,7 +104,7 @@ def step(steps: int, rounds: int = 3, gguf: Path | None = None) -> dict:
     }
 
 
-def own_llama(gguf: Path | None = None, flash_attn: bool = True, logits_all: bool = False) -> Any:
+def own_llama(gguf: Path | None = None, flash_attn: bool = True, logits_all: bool = False, gpu_layers: int = 0) -> Any:
     """llama-cpp-python's own `Llama` on `gguf` (the bundled GGUF by default), as tokenviz runs the file: its
     threads, flash attention as llama.cpp's CPU default (llama-cpp-python's is off), no extra buffer types
     where AMX is (llama.cpp's AMX kernel crashes on Q4_1: see runtime.amx_present); `logits_all` keeps every
@@ -125,6 +128,7 @@ def own_llama(gguf: Path | None = None, flash_attn: bool = True, logits_all: boo
         return llama_cpp.Llama(
             model_path=str(gguf or bundled_gguf()),
             n_ctx=4096,
+            n_gpu_layers=gpu_layers,
             n_threads=threads,
             n_threads_batch=threads,
             flash_attn=flash_attn,
@@ -135,10 +139,10 @@ def own_llama(gguf: Path | None = None, flash_attn: bool = True, logits_all: boo
         bindings.llama_model_default_params = default
 
 
-def own_generation(tokens: int, gguf: Path | None = None) -> tuple[float, list[int]]:
+def own_generation(tokens: int, gguf: Path | None = None, gpu_layers: int = 0) -> tuple[float, list[int]]:
     """llama-cpp-python's own greedy generation of `tokens` tokens after the prompt on `gguf` (the bundled
     GGUF by default): (seconds from the prompt evaluated to the last token, the tokens)."""
-    llm = own_llama(gguf)
+    llm = own_llama(gguf, gpu_layers=gpu_layers)
     prompt = llm.tokenize(PROMPT.encode(), add_bos=True, special=True)
     made: list[int] = []
     started = None
@@ -153,18 +157,19 @@ def own_generation(tokens: int, gguf: Path | None = None) -> tuple[float, list[i
     return time.perf_counter() - started, made
 
 
-def autoplay(tokens: int, rounds: int = 3, gguf: Path | None = None) -> dict:
+def autoplay(tokens: int, rounds: int = 3, gguf: Path | None = None, gpu_layers: int = 0) -> dict:
     """Autoplay through the engine thread, as the app drives it, against llama-cpp-python's own greedy
     generation of as many tokens, rounds paired."""
     pairs, same = [], []
     for _ in range(rounds):
-        run = autoplay_run(None, tokens, engine=functools.partial(open_engine, gguf))
+        run = autoplay_run(None, tokens, engine=functools.partial(open_engine, gguf, gpu_layers))
         n = len(run.ids) - 1  # (the first token is decided before Play)
-        seconds, made = in_thread(functools.partial(own_generation, n, gguf))
+        seconds, made = in_thread(functools.partial(own_generation, n, gguf, gpu_layers))
         pairs.append((run.tok_s, n / seconds))
         same.append(made == run.ids[1 : n + 1])
     return {
         "bundled": gguf is None,
+        "gpu_layers": gpu_layers,
         "autoplay_tok_s": statistics.median(a for a, _ in pairs),
         "own_generate_tok_s": statistics.median(b for _, b in pairs),
         "ratio": paired_ratio(pairs),
@@ -202,18 +207,22 @@ def bare_scoring(llms: list[Any], windows: list[list[int]]) -> None:
 
 
 def score_against(
-    rounds: int = 3, gguf: Path | None = None, window: int = SCORE_WINDOW, characters: int | None = None
+    rounds: int = 3,
+    gguf: Path | None = None,
+    window: int = SCORE_WINDOW,
+    characters: int | None = None,
+    gpu_layers: int = 0,
 ) -> dict:
     """`score --against-model` (the GGUF against itself: the same work as against another of its shape)
     against the two models' bare teacher-forced passes over the same windows, rounds paired (on the text's
     first `characters`, or all of it)."""
     from tokenviz.journey.against_base import score_against_base, windows
 
-    q, base = open_engine(gguf), open_engine(gguf)
+    q, base = open_engine(gguf, gpu_layers), open_engine(gguf, gpu_layers)
     text = SCORED_TEXT.read_text()[:characters]
     ids = base.encode(text)
     cut = windows(ids, window, None)
-    llms = [own_llama(gguf, logits_all=True) for _ in range(2)]
+    llms = [own_llama(gguf, logits_all=True, gpu_layers=gpu_layers) for _ in range(2)]
     pairs = []
     for _ in range(rounds):
         ours = seconds_of(lambda: score_against_base(q, base, text, window), CPU)
@@ -240,24 +249,43 @@ def gguf_file(choice: str | None) -> Path | None:
     return Path(choice)
 
 
-def gguf_described(gguf: str) -> dict:
-    """The GGUF `gguf` names (see gguf_file) as its engine describes it: the results file's model block."""
-    engine = open_engine(gguf_file(gguf))
+def gguf_described(gguf: str | None, gpu_layers: int = 0) -> dict:
+    """The GGUF `gguf` names (see gguf_file; None: the bundled one) as its engine describes it, where its
+    layers run among them: the results file's model block."""
+    engine = open_engine(gguf_file(gguf), gpu_layers)
     return {"file": str(engine.path), **as_json(engine.info)}
 
 
-def llamacpp_measures(loaded, steps: int, tokens: int, gguf: str | None = None) -> list[tuple[str, Callable[[], dict]]]:
+def gpu_layers_refused(gpu_layers: int) -> str | None:
+    """Why `--gpu-layers` cannot be taken here (None: it can): a negative count, no llama-cpp-python, or one
+    built for the CPU alone (where llama.cpp would run every layer on the CPU, unsaid)."""
+    if gpu_layers < 0:
+        return "give a whole number from 0"
+    if not gpu_layers:
+        return None
+    if importlib.util.find_spec("llama_cpp") is None:
+        return "the llama.cpp measures need llama-cpp-python (pip install 'tokenviz[llamacpp]')"
+    from tokenviz.backends.llamacpp.refusals import NO_GPU_BUILD
+    from tokenviz.backends.llamacpp.runtime import library
+
+    return None if library().llama_supports_gpu_offload() else NO_GPU_BUILD
+
+
+def llamacpp_measures(
+    loaded, steps: int, tokens: int, gguf: str | None = None, gpu_layers: int = 0
+) -> list[tuple[str, Callable[[], dict]]]:
     """The measures above by name, where llama-cpp-python is installed (the llamacpp extra), on the GGUF
-    `gguf` names (see gguf_file); the step against the transformers backend's where `loaded` is the bundled
-    model there (not a random-weight shape) and so is the GGUF."""
+    `gguf` names (see gguf_file), `gpu_layers` of its layers offloaded on both sides; the step against the
+    transformers backend's where `loaded` is the bundled model there (not a random-weight shape), so is the
+    GGUF, and all of it runs on the CPU."""
     if importlib.util.find_spec("llama_cpp") is None:
         return []
     file = functools.cache(lambda: gguf_file(gguf))  # (a shape is made when a measure first needs it)
     measures = [
-        ("llamacpp_step", lambda: step(steps, gguf=file())),
-        ("llamacpp_autoplay", lambda: autoplay(tokens, gguf=file())),
-        ("llamacpp_score_against", lambda: score_against(gguf=file())),
+        ("llamacpp_step", lambda: step(steps, gguf=file(), gpu_layers=gpu_layers)),
+        ("llamacpp_autoplay", lambda: autoplay(tokens, gguf=file(), gpu_layers=gpu_layers)),
+        ("llamacpp_score_against", lambda: score_against(gguf=file(), gpu_layers=gpu_layers)),
     ]
-    if loaded is not None and gguf is None:
+    if loaded is not None and gguf is None and not gpu_layers:
         measures.append(("llamacpp_vs_transformers", lambda: versus_transformers(loaded, steps)))
     return measures

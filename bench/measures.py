@@ -45,7 +45,7 @@ from bench.engine import (
     sae_step,
     step_overhead,
 )
-from bench.llamacpp import gguf_described, llamacpp_measures
+from bench.llamacpp import gguf_described, gpu_layers_refused, llamacpp_measures
 from bench.processes import conversion, offload, peak_memory, refusal, trace_long
 from bench.served import served, served_lens
 from bench.shaped import SHAPES, measured_models
@@ -58,7 +58,8 @@ from tokenviz.files.record_json import as_json
 from tokenviz.system.paths import bundled_gguf
 
 
-def main(argv: list[str] | None = None) -> int:
+def arguments(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    """The command line, its GGUF and GPU layers checked (a mistake: one line, exit 2)."""
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto")
@@ -84,9 +85,23 @@ def main(argv: list[str] | None = None) -> int:
         help="the GGUF of the llama.cpp measures: a file, or a shape made from the bundled model's vocabulary "
         f"with random weights ({', '.join(GGUF_SHAPES)}: bench/shaped_gguf.py); the bundled one by default",
     )
+    parser.add_argument(
+        "--gpu-layers",
+        type=int,
+        default=0,
+        help="the layers of the llama.cpp measures' GGUF offloaded to the GPU, on both sides (tokenviz's "
+        "--gpu-layers, llama-cpp-python's n_gpu_layers); llama-cpp-python must be built for the GPU",
+    )
     args = parser.parse_args(argv)
     if args.gguf and args.gguf not in GGUF_SHAPES and not Path(args.gguf).is_file():
         parser.error(f"--gguf {args.gguf}: neither a file nor a shape ({', '.join(GGUF_SHAPES)})")
+    if why := gpu_layers_refused(args.gpu_layers):
+        parser.error(f"--gpu-layers {args.gpu_layers:,}: {why}")
+    return parser, args
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser, args = arguments(argv)
     from rich.console import Console
     from rich.table import Table
 
@@ -105,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None,
         },
         # (with --gguf the measures run on that GGUF: the file describes it, not the transformers model)
-        "model": gguf_described(args.gguf) if args.gguf else as_json(loaded.info),
+        "model": gguf_described(args.gguf, args.gpu_layers) if args.gguf or args.gpu_layers else as_json(loaded.info),
     }
     console.print(f"[bold]tokenviz bench[/] on {loaded.info.name}, {device}, {loaded.info.dtype}")
     measures = [
@@ -147,7 +162,9 @@ def main(argv: list[str] | None = None) -> int:
         measures.append(
             ("served_lens", lambda: served_lens(args.endpoint, key, files, args.insecure_http, 8 if args.quick else 16))
         )
-    measures += llamacpp_measures(loaded if args.shape is None else None, steps, 32 if args.quick else 128, args.gguf)
+    measures += llamacpp_measures(
+        loaded if args.shape is None else None, steps, 32 if args.quick else 128, args.gguf, args.gpu_layers
+    )
     chosen = set(filter(None, args.only.split(",")))
     if args.shape == "8B":  # what a model of that size adds to the bundled model's figures: the engine's cost
         chosen = chosen or {"autoplay", "step_overhead", "growth", "attention_view", "device_peak", "compiled_autoplay"}
@@ -162,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         device.type,
         args.shape,
         args.gguf and f"gguf-{Path(args.gguf).stem}",
+        args.gpu_layers and f"gpu-layers-{args.gpu_layers}",
         results["date"],
         "quick" if args.quick else None,
         "only" if chosen and args.shape != "8B" else None,

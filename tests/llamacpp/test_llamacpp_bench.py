@@ -76,3 +76,27 @@ def test_a_gguf_option_naming_nothing_is_one_line(capsys):
     with pytest.raises(SystemExit) as exited:
         main(["--gguf", "no-such.gguf", "--only", "llamacpp_step"])
     assert exited.value.code == 2 and "--gguf no-such.gguf: neither a file nor a shape (1B)" in capsys.readouterr().err
+
+
+def test_gpu_layers_reach_both_sides_and_a_cpu_build_refuses_them_in_one_line(capsys):
+    """`python -m bench --gpu-layers N` offloads N layers in tokenviz's engine and in llama-cpp-python's own
+    `Llama` alike (the anchor runs where the engine does); a build for the CPU alone is one line, exit 2,
+    before anything is measured; a negative count too."""
+    import llama_cpp
+
+    from bench.measures import arguments
+
+    llm = in_thread(lambda: llamacpp.own_llama(gpu_layers=3))
+    assert llm.model_params.n_gpu_layers == 3
+    with pytest.raises(SystemExit) as exited:
+        arguments(["--gpu-layers", "-1"])
+    assert exited.value.code == 2 and "--gpu-layers -1: give a whole number from 0" in capsys.readouterr().err
+    if llama_cpp.llama_supports_gpu_offload():
+        assert arguments(["--gpu-layers", "99"])[1].gpu_layers == 99
+        engine = in_thread(lambda: llamacpp.open_engine(gpu_layers=99))
+        assert engine.info.device == "gpu (llama.cpp: every layer and the head)"
+        return
+    with pytest.raises(SystemExit) as exited:
+        arguments(["--gpu-layers", "99"])
+    said = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exited.value.code == 2 and "--gpu-layers 99: this llama-cpp-python was built for the CPU alone" in said
