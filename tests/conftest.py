@@ -52,6 +52,13 @@ def pytest_addoption(parser):
         choices=("cpu", "cuda"),
         help="where the tests with a device parameter (the tiny models, the bundled one) run",
     )
+    parser.addoption(
+        "--gpu-layers",
+        type=int,
+        default=0,
+        help="the layers each GGUF's llama.cpp truth tests offload to the GPU, in tokenviz and in llama-cpp-python's "
+        "own Llama alike (llama_reference.offloaded; llama-cpp-python built for the GPU)",
+    )
 
 
 @pytest.fixture(scope="session")

@@ -45,6 +45,14 @@ def llama_cpp(llama_cpp_build: Built) -> None:
         pytest.skip(f"llama-cpp-python could not be built (see {BUILD_TEST})")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def offloaded_layers(request) -> None:
+    """The test command's --gpu-layers, which both sides of the llama.cpp tests offload (llama_reference)."""
+    from llama_reference import GPU_LAYERS
+
+    GPU_LAYERS[0] = request.config.getoption("--gpu-layers")
+
+
 @pytest.fixture(scope="module")
 def reference(llama_cpp):
     """llama-cpp-python's own Llama on the bundled GGUF (llama_reference.own_llama)."""

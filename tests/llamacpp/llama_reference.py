@@ -20,6 +20,17 @@ PROMPT = "The Eiffel Tower is located in"
 # Both sides compute with the same threads (llama.cpp splits its sums by thread): tokenviz's default, one
 # a worker under the test command's workers (conftest's OMP_NUM_THREADS), where more would spin-wait.
 THREADS = default_threads()
+GPU_LAYERS = [0]  # the layers both sides offload (the test command's --gpu-layers: tests/llamacpp/conftest.py)
+
+
+def offloaded() -> dict[str, int]:
+    """The options of tokenviz's llama.cpp backend both sides run with: its threads and offloaded layers."""
+    return {"threads": THREADS, **({"gpu_layers": GPU_LAYERS[0]} if GPU_LAYERS[0] else {})}
+
+
+def offloaded_args() -> list[str]:
+    """offloaded() as the command line gives it."""
+    return [f"--{name.replace('_', '-')}={value}" for name, value in offloaded().items()]
 
 
 def pin() -> str:
@@ -36,7 +47,7 @@ def own_llama(flash_attn: bool = True, path: Path | None = None) -> Iterator[Any
     kept."""
     from bench.llamacpp import own_llama as bench_llama
 
-    yield bench_llama(path, flash_attn=flash_attn, logits_all=True)
+    yield bench_llama(path, flash_attn=flash_attn, logits_all=True, gpu_layers=GPU_LAYERS[0])
 
 
 def greedy_session(steps: int, model: str | None = None) -> Any:
@@ -48,7 +59,7 @@ def greedy_session(steps: int, model: str | None = None) -> Any:
     from tokenviz.journey.session import Session
 
     greedy = SamplingSettings(temperature=0)
-    opening = Opening("trace", {"threads": THREADS}, frozenset(), model, greedy)
+    opening = Opening("trace", offloaded(), frozenset(), model, greedy)
     session = Session(BACKEND.loader(opening)(lambda message, fraction: None), greedy)
     session.start(PROMPT)
     for _ in range(steps):
@@ -71,11 +82,11 @@ def same_logits_as(reference: Any, doc: dict) -> None:
 
 def trace(monkeypatch, capsys, *more: str, model: Path | None = None) -> dict:
     """`tokenviz trace PROMPT --backend llama.cpp --json *more` on the GGUF `model` (None: the bundled one),
-    with the reference's threads: its document."""
+    with the reference's threads and offloaded layers: its document."""
     from clitools import invoke
 
     chosen = () if model is None else ("--model", str(model))
-    args = ["trace", PROMPT, "--backend", "llama.cpp", *chosen, "--threads", str(THREADS), "--json", *more]
+    args = ["trace", PROMPT, "--backend", "llama.cpp", *chosen, *offloaded_args(), "--json", *more]
     code, out, err = invoke(monkeypatch, capsys, *args)
     assert code == 0, err
     return json.loads(out)
@@ -144,9 +155,7 @@ def engine_on(model: Path | None = None) -> Any:
     from tokenviz.contract.backend import Opening
     from tokenviz.contract.settings import SamplingSettings
 
-    opening = Opening(
-        "trace", {"threads": THREADS}, frozenset(), None if model is None else str(model), SamplingSettings()
-    )
+    opening = Opening("trace", offloaded(), frozenset(), None if model is None else str(model), SamplingSettings())
     return BACKEND.loader(opening)(lambda message, fraction: None)
 
 

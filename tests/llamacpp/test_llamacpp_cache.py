@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from llama_reference import PROMPT, THREADS, greedy_session
+from llama_reference import PROMPT, greedy_session, offloaded_args
 
 from tokenviz.contract.commands import DEFAULT_DRAFTER
 from tokenviz.contract.engine import SearchAsk
@@ -102,7 +102,7 @@ def test_s_on_llama_cpp_runs_prompt_lookup_not_a_refusal_at_120x36():
     from terminals import keys, quits_cleanly, terminal, wait_screen
 
     prompt = "The cat sat on the mat. The cat sat on the"
-    with terminal((120, 36), prompt, "--backend", "llama.cpp", "--threads", str(THREADS), "-t", "0") as name:
+    with terminal((120, 36), prompt, "--backend", "llama.cpp", *offloaded_args(), "-t", "0") as name:
         wait_screen(name, r"ready · step 0", timeout=120)
         keys(name, "S")
         text = wait_screen(name, r"prompt-lookup · \d+ forwards", timeout=120)
@@ -133,7 +133,7 @@ def test_trace_searches_a_gguf_in_llama_cpp_and_refuses_a_model_drafter_in_one_l
 
     from clitools import invoke
 
-    base = ["trace", PROMPT, "--backend", "llama.cpp", "--threads", str(THREADS), "--steps", "4", "--json"]
+    base = ["trace", PROMPT, "--backend", "llama.cpp", *offloaded_args(), "--steps", "4", "--json"]
     code, out, err = invoke(monkeypatch, capsys, *base, "--beams", "3")
     assert code == 0, err
     beams = json.loads(out)["beams"]

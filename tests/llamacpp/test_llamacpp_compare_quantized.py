@@ -16,7 +16,7 @@ import re
 import numpy as np
 import pytest
 from clitools import invoke
-from llama_reference import PROMPT, THREADS, own_llama, requantized
+from llama_reference import PROMPT, offloaded_args, own_llama, requantized
 
 from tokenviz.system.paths import bundled_gguf
 
@@ -38,7 +38,7 @@ def quantized(llama_cpp, tmp_path_factory):
 
 def compared(monkeypatch, capsys, quantized) -> dict:
     args = ["compare", STORY, "--backend", "llama.cpp", "--model", str(quantized), "--against-model"]
-    more = [str(bundled_gguf()), "--threads", str(THREADS), "--steps", str(STEPS), "-t", "0", "--json"]
+    more = [str(bundled_gguf()), *offloaded_args(), "--steps", str(STEPS), "-t", "0", "--json"]
     code, out, err = invoke(monkeypatch, capsys, *args, *more)
     assert code == 0, err
     return json.loads(out)
@@ -94,7 +94,7 @@ def test_the_app_charts_the_kl_marks_each_parting_and_p_jumps_to_them_at_80x24(m
     s = doc["statistics"]
     parts = [d["index"] for d in doc["diff"] if not d["top1_agree"]]
     args = ["compare", STORY, "--backend", "llama.cpp", "--model", str(quantized), "--against-model"]
-    more = [str(bundled_gguf()), "--threads", str(THREADS), "--steps", str(STEPS), "-t", "0"]
+    more = [str(bundled_gguf()), *offloaded_args(), "--steps", str(STEPS), "-t", "0"]
     with terminal((80, 24), *args, *more) as name:
         wait_screen(name, r"A: ", timeout=120)
         keys(name, "a")  # autoplay: both step to the end
@@ -126,7 +126,7 @@ def test_compare_against_llama_cpp_names_each_runtime_charts_the_raw_kl_and_home
     puts the cursor on the first step, so the rows show it, and End back on the newest."""
     from terminals import keys, quits_cleanly, screen, terminal, wait_screen
 
-    args = ["compare", PROMPT, "--against-backend", "llama.cpp", "--threads", str(THREADS), "--steps", "8", "-t", "0"]
+    args = ["compare", PROMPT, "--against-backend", "llama.cpp", *offloaded_args(), "--steps", "8", "-t", "0"]
     with terminal((120, 36), *args) as name:
         wait_screen(name, r"B: ", timeout=180)
         keys(name, "a")

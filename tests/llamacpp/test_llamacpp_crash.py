@@ -7,7 +7,7 @@ import re
 import signal
 
 import pytest
-from llama_reference import THREADS
+from llama_reference import offloaded_args
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.terminal, pytest.mark.usefixtures("llama_cpp")]
 
@@ -16,7 +16,7 @@ def test_a_segfault_inside_llama_cpp_leaves_the_journey_and_restore_takes_it_aga
     from terminals import given_back, keys, quits_cleanly, terminal, tokenviz_pid, wait_screen
 
     env = {"XDG_STATE_HOME": str(tmp_path)}  # (the journals of this test alone)
-    args = ("--backend", "llama.cpp", "--threads", str(THREADS), "--temperature", "0")
+    args = ("--backend", "llama.cpp", *offloaded_args(), "--temperature", "0")
     journals = tmp_path / "tokenviz" / "journals"
     with terminal((120, 36), *args, env=env) as name:
         wait_screen(name, r"ready · step 0", timeout=120)

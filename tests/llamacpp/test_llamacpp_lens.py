@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from llama_reference import PROMPT, THREADS
+from llama_reference import PROMPT, THREADS, offloaded
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.usefixtures("llama_cpp")]
 
@@ -18,7 +18,7 @@ def opened():
     from tokenviz.contract.backend import Opening
     from tokenviz.contract.settings import SamplingSettings
 
-    opening = Opening("trace", {"threads": THREADS}, frozenset(), None, SamplingSettings(temperature=0))
+    opening = Opening("trace", offloaded(), frozenset(), None, SamplingSettings(temperature=0))
     return BACKEND.loader(opening)(lambda message, fraction: None)
 
 

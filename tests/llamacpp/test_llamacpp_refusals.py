@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from apptools import model_text, settle, wait_for
-from llama_reference import THREADS
+from llama_reference import THREADS, offloaded, offloaded_args
 
 from tokenviz.contract.engine import Capability, refusal_of, why_not
 
@@ -17,7 +17,7 @@ def llama_cpp_loader():
     from tokenviz.contract.backend import Opening
     from tokenviz.contract.settings import SamplingSettings
 
-    opening = Opening("app", {"threads": THREADS}, frozenset(), None, SamplingSettings(temperature=0))
+    opening = Opening("app", offloaded(), frozenset(), None, SamplingSettings(temperature=0))
     return BACKEND.loader(opening)
 
 
@@ -78,7 +78,7 @@ def test_gpu_layers_run_on_a_gpu_build_and_are_one_line_on_a_cpu_build(monkeypat
     import llama_cpp
     from clitools import invoke
 
-    args = ("trace", "x", "--backend", "llama.cpp", "--steps", "1", "--temperature", "0", "--threads", str(THREADS))
+    args = ("trace", "x", "--backend", "llama.cpp", "--steps", "1", "--temperature", "0", *offloaded_args())
     code, out, err = invoke(monkeypatch, capsys, *args, "--gpu-layers", "1000", "--json")
     if llama_cpp.llama_supports_gpu_offload():
         assert code == 0, err
@@ -97,3 +97,15 @@ def test_the_model_view_says_which_layers_llama_cpp_offloads():
     assert placement_said(12, 30) == "gpu and cpu (llama.cpp: the last 12 of 30 layers on the gpu)"
     assert placement_said(30, 30) == "gpu and cpu (llama.cpp: the last 30 of 30 layers on the gpu)"
     assert placement_said(31, 30) == placement_said(999, 30) == "gpu (llama.cpp: every layer and the head)"
+
+
+def test_the_test_commands_gpu_layers_reach_both_sides(request, monkeypatch):
+    """`pytest --gpu-layers N` (a GPU's run of the llama.cpp tests) offloads N layers in tokenviz's openings
+    and command lines and in llama-cpp-python's own Llama alike: the reference runs where tokenviz does."""
+    import llama_reference
+
+    assert llama_reference.GPU_LAYERS[0] == request.config.getoption("--gpu-layers")
+    monkeypatch.setattr(llama_reference, "GPU_LAYERS", [3])
+    assert offloaded() == {"threads": THREADS, "gpu_layers": 3}
+    assert offloaded_args() == [f"--threads={THREADS}", "--gpu-layers=3"]
+    assert next(llama_reference.own_llama()).model_params.n_gpu_layers == 3

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from apptools import settle, wait_for
 from gguf_zoo import zoo_gguf
-from llama_reference import PROMPT, THREADS, callback_context, own_llama, trace
+from llama_reference import PROMPT, callback_context, offloaded, own_llama, trace
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.usefixtures("llama_cpp")]
 
@@ -132,7 +132,7 @@ async def test_the_routing_view_shows_llama_cpps_routing_at_the_cursor():
     from tokenviz.worker.engine_thread import EngineWorker
 
     greedy = SamplingSettings(temperature=0)
-    opening = Opening("app", {"threads": THREADS}, frozenset(), str(zoo_gguf("qwen2_moe", "Q4_K_M")), greedy)
+    opening = Opening("app", offloaded(), frozenset(), str(zoo_gguf("qwen2_moe", "Q4_K_M")), greedy)
     app = TokenvizApp(EngineWorker(BACKEND.loader(opening), greedy, PROMPT))
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(app, pilot, timeout=120)

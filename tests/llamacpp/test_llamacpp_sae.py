@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import sae_reference
 from clitools import invoke
-from llama_reference import PROMPT, THREADS, engine_on, trace
+from llama_reference import PROMPT, engine_on, offloaded_args, trace
 from sae_folders import gemma_scope_sae, saelens_sae, sparsify_sae
 from test_llamacpp_steering import Context, assert_steps
 
@@ -30,7 +30,7 @@ def test_features_on_llama_cpp_are_each_librarys_encode_of_llama_cpps_residual(
         (gemma_scope_sae(tmp_path / "gemma-scope", HIDDEN, 7, layer=LAYER), "gemma_scope"),
         (sparsify_sae(tmp_path / "sparsify", HIDDEN, 8, layer=LAYER) / f"layers.{LAYER}", "sparsify"),
     ]
-    args = ["trace", PROMPT, "--backend", "llama.cpp", "--threads", str(THREADS), "--steps", "4", "--temperature", "0"]
+    args = ["trace", PROMPT, "--backend", "llama.cpp", *offloaded_args(), "--steps", "4", "--temperature", "0"]
     code, out, err = invoke(monkeypatch, capsys, *args, *(a for f, _ in made for a in ("--sae", str(f))), "--json")
     assert code == 0, err
     doc = json.loads(out)
@@ -136,7 +136,7 @@ def test_compare_names_the_features_llama_cpps_quantization_moves(sae_libraries,
 
     python = sae_reference.python_of(sae_libraries)
     folder = saelens_sae(tmp_path / "sae", "jumprelu", HIDDEN, 3, layer=LAYER)
-    args = ["compare", PROMPT, "--backend", "llama.cpp", "--threads", str(THREADS), "--against-backend", "transformers"]
+    args = ["compare", PROMPT, "--backend", "llama.cpp", *offloaded_args(), "--against-backend", "transformers"]
     code, out, err = invoke(
         monkeypatch, capsys, *args, "--steps", "3", "--temperature", "0", "--sae", str(folder), "--json"
     )

@@ -11,7 +11,7 @@ import ctypes
 
 import numpy as np
 import pytest
-from llama_reference import PROMPT, THREADS, callback_context, engine_on, head_rows
+from llama_reference import PROMPT, callback_context, engine_on, head_rows, offloaded
 from llama_reference import trace as reference_trace
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.usefixtures("llama_cpp")]
@@ -205,7 +205,7 @@ def test_taking_the_interventions_off_gives_the_models_own_logits_back_bit_for_b
     from tokenviz.journey.session import Session
 
     settings = SamplingSettings(temperature=0)
-    opening = Opening("trace", {"threads": THREADS}, frozenset(), None, settings)
+    opening = Opening("trace", offloaded(), frozenset(), None, settings)
     session = Session(BACKEND.loader(opening)(lambda message, fraction: None), settings)
     session.start(PROMPT)
     for _ in range(3):

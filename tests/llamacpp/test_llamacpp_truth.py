@@ -11,10 +11,13 @@ import numpy as np
 import pytest
 from clitools import invoke
 from llama_reference import (
+    GPU_LAYERS,
     PROMPT,
     THREADS,
     engine_on,
     greedy_session,
+    offloaded,
+    offloaded_args,
     same_logits_as,
     softmax_of_queries_and_keys,
     trace,
@@ -47,7 +50,10 @@ def test_greedy_steps_are_llama_cpp_pythons_own_tokens_and_logits(monkeypatch, c
         probs /= probs.sum()
         assert [entry["prob"] for entry in shown] == pytest.approx(probs[ids].tolist(), rel=FLOAT32_SOFTMAX)
         reference.eval([chosen[i]])
-    assert doc["model"]["device"] == "cpu (llama.cpp)" and doc["model"]["dtype"] == "Q4_1"
+    from tokenviz.backends.llamacpp.runtime import placement_said
+
+    assert doc["model"]["device"] == placement_said(GPU_LAYERS[0], doc["model"]["layers"])
+    assert doc["model"]["dtype"] == "Q4_1"
     import llama_cpp
 
     assert doc["model"]["runtime"] == f"llama.cpp (llama-cpp-python {llama_cpp.__version__}), {THREADS} CPU threads"
@@ -99,7 +105,7 @@ def test_compare_flash_attention_on_against_off_is_llama_cpp_pythons_own_on_each
     the headers' differences naming the attention, the KL of their raw distributions above 0."""
     from llama_reference import own_llama
 
-    args = ["compare", PROMPT, "--backend", "llama.cpp", "--threads", str(THREADS), "--flash-attention", "on"]
+    args = ["compare", PROMPT, "--backend", "llama.cpp", *offloaded_args(), "--flash-attention", "on"]
     more = ["--against-option", "flash-attention=off", "--temperature", "0", "--steps", "4", "--json"]
     code, out, err = invoke(monkeypatch, capsys, *args, *more)
     assert code == 0, err
@@ -236,7 +242,7 @@ def test_an_attention_pass_stops_when_a_key_waits_and_leaves_the_context_fit(lla
 def test_the_app_steps_rewinds_branches_shows_the_lens_and_steers_llama_cpp_at_80x24():
     from terminals import keys, quits_cleanly, terminal, tmux, wait_screen, wait_until
 
-    with terminal((80, 24), "--backend", "llama.cpp", "--threads", str(THREADS), "--temperature", "0") as name:
+    with terminal((80, 24), "--backend", "llama.cpp", *offloaded_args(), "--temperature", "0") as name:
         shown = wait_screen(name, r"·in@6 attends to: The 0\.\d+", timeout=120)  # (llama.cpp's own rows)
         assert "cpu (llama.cpp)" in shown and "Q4_1" in shown
         for generated in (1, 2):
@@ -263,7 +269,7 @@ def test_compare_puts_llama_cpp_beside_transformers_on_the_same_gguf(monkeypatch
     B's path llama-cpp-python's own greedy one, where their top-1s part (if they do: on one machine at step
     4, " Corée" and " Defense"; llama.cpp's kernels follow the CPU it was built for), and B forced along A's
     path after it."""
-    args = ["compare", PROMPT, "--against-backend", "llama.cpp", "--threads", str(THREADS), "--steps", "6"]
+    args = ["compare", PROMPT, "--against-backend", "llama.cpp", *offloaded_args(), "--steps", "6"]
     code, out, err = invoke(monkeypatch, capsys, *args, "-t", "0", "--json")
     assert code == 0, err
     doc = json.loads(out)
@@ -288,7 +294,7 @@ def test_compare_two_ggufs_in_llama_cpp(tmp_path, monkeypatch, capsys):
 
     other = tmp_path / "copy.gguf"
     os.symlink(bundled_gguf(), other)
-    args = ["compare", PROMPT, "--backend", "llama.cpp", "--threads", str(THREADS), "--against-model", str(other)]
+    args = ["compare", PROMPT, "--backend", "llama.cpp", *offloaded_args(), "--against-model", str(other)]
     code, out, err = invoke(monkeypatch, capsys, *args, "--steps", "3", "-t", "0", "--json")
     assert code == 0, err
     doc = json.loads(out)
@@ -339,7 +345,7 @@ def test_a_lens_of_some_rows_reads_those_layers_alone_and_gives_their_rows(llama
     from tokenviz.journey.session import Session
 
     settings = SamplingSettings(temperature=0)
-    opening = Opening("trace", {"threads": THREADS}, frozenset(), None, settings)
+    opening = Opening("trace", offloaded(), frozenset(), None, settings)
     session = Session(BACKEND.loader(opening)(lambda message, fraction: None), settings)
     session.start(PROMPT)
     session.step()
@@ -397,7 +403,7 @@ def test_replay_verify_says_when_flash_attention_differs_from_the_journeys(monke
     another says so beside its verdict, and with the same says nothing of it."""
     saved = tmp_path / "journey.json"
     trace(monkeypatch, capsys, "--steps", "3", "--temperature", "0", "--flash-attention", "off", "--save", str(saved))
-    verify = ["replay", str(saved), "--verify", "--backend", "llama.cpp", "--threads", str(THREADS)]
+    verify = ["replay", str(saved), "--verify", "--backend", "llama.cpp", *offloaded_args()]
     code, out, err = invoke(monkeypatch, capsys, *verify, "--flash-attention", "off")
     assert code == 0 and "verified: all 3 steps" in out and "note: the journey ran as" not in err, out + err
     code, out, err = invoke(monkeypatch, capsys, *verify)
