@@ -107,8 +107,9 @@ def step(steps: int, rounds: int = 3, gguf: Path | None = None, gpu_layers: int 
 def own_llama(gguf: Path | None = None, flash_attn: bool = True, logits_all: bool = False, gpu_layers: int = 0) -> Any:
     """llama-cpp-python's own `Llama` on `gguf` (the bundled GGUF by default), as tokenviz runs the file: its
     threads, flash attention as llama.cpp's CPU default (llama-cpp-python's is off), no extra buffer types
-    where AMX is (llama.cpp's AMX kernel crashes on Q4_1: see runtime.amx_present); `logits_all` keeps every
-    position's logits (the tests' reference reads them)."""
+    where AMX is (llama.cpp's AMX kernel crashes on Q4_1: see runtime.amx_present), `gpu_layers` offloaded
+    as tokenviz's --gpu-layers offloads them; `logits_all` keeps every position's logits (the tests'
+    reference reads them)."""
     import llama_cpp
 
     from tokenviz.backends.llamacpp.runtime import amx_present, default_threads
