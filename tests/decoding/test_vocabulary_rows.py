@@ -23,9 +23,11 @@ VOCABULARY = 49_152  # the bundled model's
 
 
 def _top_k(row: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """One row's top-k as the lens ranks its rows."""
-    values, ids = vocabulary_rows.top_k_rows(row[None], k)
-    return values[0], ids[0]
+    """One row's top-k as a step and the lens rank it: numpy's, torch's where a value is NaN."""
+    ranked = vocabulary_rows.top_k_in_numpy(row.numpy(), k)
+    if ranked is None:
+        return torch.topk(row, min(k, row.numel()))
+    return torch.from_numpy(ranked[0]), torch.from_numpy(ranked[1])
 
 
 def _row(seed: int, size: int = VOCABULARY, case: str = "plain") -> torch.Tensor:
@@ -63,13 +65,16 @@ def test_top_k_equals_torchs_with_ties_in_ascending_id(seed, size, k, case):
 
 @pytest.mark.parametrize("case", ["plain", "tied", "masked", "quantized", "nan"])
 def test_each_rows_top_k_is_torchs(case):
-    """The lens's rows ranked at once: each row's values torch.topk's, a NaN's rows torch's own ranking."""
-    rows = vocabulary_rows.softmax(torch.stack([_row(seed, case=case) for seed in range(4)]))
-    values, ids = vocabulary_rows.top_k_rows(rows, 3)
-    theirs = torch.topk(rows, 3, dim=-1)
+    """The lens's rows ranked (readings): each row's values torch.topk's, a NaN's rows torch's own ranking."""
+    logits = torch.stack([_row(seed, case=case) for seed in range(4)])
+    read = vocabulary_rows.readings([logits], 3, [0])
+    probs = vocabulary_rows.softmax(logits)
+    values = torch.tensor([r.top_p for r in read])
+    ids = torch.tensor([r.top_ids for r in read])
+    theirs = torch.topk(probs, 3, dim=-1)
     assert values.shape == ids.shape == (4, 3)
     assert torch.equal(values, theirs.values) or (case == "nan" and torch.equal(ids, theirs.indices))
-    assert all(torch.equal(ids[i], _top_k(row, 3)[1]) for i, row in enumerate(rows)) or case == "nan"
+    assert all(torch.equal(ids[i], _top_k(row, 3)[1]) for i, row in enumerate(probs)) or case == "nan"
 
 
 @pytest.mark.parametrize("case", ["plain", "tied", "masked", "quantized", "nan", "inf"])

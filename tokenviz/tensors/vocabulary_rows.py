@@ -41,16 +41,6 @@ def softmax_in_numpy(x: np.ndarray, largest: np.ndarray | None = None) -> tuple[
     return probs, shifted, total
 
 
-def top_k_rows(rows: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """top_k of each row of the 2-D `rows`: (values, ids), (rows, k) each."""
-    if transfer.numpy_reads(rows) and rows.dtype == torch.float32 and rows.shape[-1] > 0:
-        ranked = [top_k_in_numpy(row, k) for row in rows.detach().numpy()]
-        if all(r is not None for r in ranked):
-            values, ids = zip(*ranked)
-            return torch.from_numpy(np.stack(values)), torch.from_numpy(np.stack(ids))
-    return torch.topk(rows, min(k, rows.shape[-1]), dim=-1)
-
-
 def top_k_in_numpy(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray] | None:
     """top_k of the 1-D `x` in numpy: (values, ids); None where a value is NaN (torch's ranking then)."""
     k = min(k, x.size)
@@ -95,7 +85,7 @@ def readings(blocks: Sequence[torch.Tensor], top: int, followed: Sequence[int]) 
         if all(reading is not None for reading in read):
             return read  # type: ignore[return-value]  # (none is None)
     probs = softmax(torch.cat(list(blocks)))
-    top_p, top_ids = top_k_rows(probs, top)
+    top_p, top_ids = torch.topk(probs, min(top, probs.shape[-1]), dim=-1)
     chosen = probs[:, list(followed)]
     ranks = (probs[:, None, :] > chosen[:, :, None]).sum(-1) + 1
     return [
