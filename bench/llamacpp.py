@@ -266,10 +266,9 @@ def gpu_layers_refused(gpu_layers: int) -> str | None:
         return None
     if importlib.util.find_spec("llama_cpp") is None:
         return "the llama.cpp measures need llama-cpp-python (pip install 'tokenviz[llamacpp]')"
-    from tokenviz.backends.llamacpp.refusals import NO_GPU_BUILD
-    from tokenviz.backends.llamacpp.runtime import library
+    from tokenviz.backends.llamacpp.runtime import offload_refused
 
-    return None if library().llama_supports_gpu_offload() else NO_GPU_BUILD
+    return offload_refused(gpu_layers)
 
 
 def llamacpp_measures(

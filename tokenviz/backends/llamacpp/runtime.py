@@ -180,6 +180,15 @@ def _free_context(lib: Any, ctx: Any, model: LoadedModel, capture: Capture | Non
     lib.llama_free(ctx)
 
 
+def offload_refused(gpu_layers: int) -> str | None:
+    """Why `gpu_layers` cannot be offloaded here, None where they can (or none are asked): a llama-cpp-python
+    built for the CPU alone, where llama.cpp would run every layer on the CPU, unsaid."""
+    if not gpu_layers:
+        return None
+    lib = library()
+    return None if lib.llama_supports_gpu_offload() else NO_GPU_BUILD
+
+
 def placement_said(gpu_layers: int, layers: int) -> str:
     """Where a model of `layers` layers runs with `gpu_layers` offloaded, as the model view says it (llama.cpp
     offloads the last layers first, and past the model's layers its output head too)."""
@@ -200,8 +209,8 @@ class Runtime:
     def __init__(self, path: Path, context: int, gpu_layers: int = 0, threads: int | None = None, flash: str = "auto"):
         self.lib = lib = library()
         lib.llama_backend_init()
-        if gpu_layers and not lib.llama_supports_gpu_offload():  # (llama.cpp would run it on the CPU, unsaid)
-            raise TokenvizError(f"--gpu-layers {gpu_layers:,}: {NO_GPU_BUILD}")
+        if why := offload_refused(gpu_layers):
+            raise TokenvizError(f"--gpu-layers {gpu_layers:,}: {why}")
         self.gpu_layers = gpu_layers
         params = lib.llama_model_default_params()
         params.n_gpu_layers = gpu_layers
