@@ -62,7 +62,7 @@ class GgmlHead:
         self.raw = _aligned(matrix.data)  # (kept: the matrix's data)
         self.hidden, self.vocab = (int(n) for n in matrix.shape[:2])
         overhead = int(lib.ggml_tensor_overhead())
-        self.ctx = lib.ggml_init(InitParams(norm.nbytes + 2 * overhead + GRAPH_ROOM, None, False))
+        self.ctx = lib.ggml_init(InitParams(norm.nbytes + 2 * overhead, None, False))  # (the norm alone)
         self.mapped = lib.ggml_init(InitParams(2 * overhead, None, True))  # (no_alloc: the data is the file's)
         if not self.ctx or not self.mapped:
             raise TokenvizError("the lens: ggml could not make room for the head")
